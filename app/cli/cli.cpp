@@ -1,0 +1,118 @@
+// Argument parsing and preset loading shared by every odyssey subcommand, and the command registry.
+#include "app/cli/cli.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "engine/config/sizes.h"
+
+namespace odyssey::cli {
+
+namespace {
+std::vector<Command>& registry() {
+  static std::vector<Command> all;
+  return all;
+}
+}  // namespace
+
+CommandRegistration::CommandRegistration(Command command) {
+  auto& all = registry();
+  all.push_back(std::move(command));
+  std::sort(all.begin(), all.end(), [](const Command& a, const Command& b) { return a.order < b.order; });
+}
+
+const std::vector<Command>& commands() { return registry(); }
+
+std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, int argc, char** argv, int first,
+                               std::ostream& err) {
+  Args args;
+  int set_index = 0;
+  auto need_value = [&](int& i, const std::string& flag) -> const char* {
+    if (i + 1 >= argc) {
+      err << "odyssey " << command << ": " << flag << " needs a value\n";
+      return nullptr;
+    }
+    return argv[++i];
+  };
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string inline_value;
+    bool has_inline = false;
+    if (a.rfind("--", 0) == 0) {
+      if (auto eq = a.find('='); eq != std::string::npos && a.rfind("--set", 0) != 0) {
+        inline_value = a.substr(eq + 1);
+        a = a.substr(0, eq);
+        has_inline = true;
+      }
+    }
+    auto value = [&](const std::string& flag) -> const char* {
+      if (has_inline) return inline_value.c_str();
+      return need_value(i, flag);
+    };
+    if (a == "--set" && spec.set) {
+      const char* v = need_value(i, a);
+      if (!v) return std::nullopt;
+      Override o;
+      ConfigIssue issue;
+      if (!parse_override(v, ++set_index, &o, &issue)) {
+        err << issue.format() << "\n";
+        return std::nullopt;
+      }
+      args.overrides.push_back(std::move(o));
+    } else if (a.rfind("--set=", 0) == 0 && spec.set) {
+      Override o;
+      ConfigIssue issue;
+      if (!parse_override(a.substr(6), ++set_index, &o, &issue)) {
+        err << issue.format() << "\n";
+        return std::nullopt;
+      }
+      args.overrides.push_back(std::move(o));
+    } else if (a == "--json" && spec.json) {
+      args.json = true;
+    } else if (a == "--quiet" && spec.quiet) {
+      args.quiet = true;
+    } else if (a == "--steps" && spec.steps) {
+      const char* v = value(a);
+      if (!v) return std::nullopt;
+      auto n = parse_size(v);
+      if (!n || *n < 1) {
+        err << "odyssey " << command << ": --steps " << v << ": must be a positive integer\n";
+        return std::nullopt;
+      }
+      args.steps = *n;
+    } else if (a == "--out" && spec.out) {
+      const char* v = value(a);
+      if (!v) return std::nullopt;
+      args.out = v;
+    } else if (a == "--resume" && spec.resume) {
+      const char* v = value(a);
+      if (!v) return std::nullopt;
+      args.resume = v;
+    } else if (a.size() > 1 && a[0] == '-') {
+      err << "odyssey " << command << ": unknown option " << argv[i] << " (see odyssey " << command << " --help)\n";
+      return std::nullopt;
+    } else {
+      args.positional.push_back(a);
+    }
+  }
+  const int n = static_cast<int>(args.positional.size());
+  if (n < spec.min_positional || (spec.max_positional >= 0 && n > spec.max_positional)) {
+    err << "odyssey " << command << ": expected "
+        << (spec.max_positional == 1 ? "one preset" : "one or more presets") << ", got " << n
+        << " (see odyssey " << command << " --help)\n";
+    return std::nullopt;
+  }
+  return args;
+}
+
+std::optional<LoadedPreset> load_or_report(const std::string& path, const std::vector<Override>& overrides,
+                                           std::ostream& err) {
+  LoadedPreset loaded = load_preset(path, overrides);
+  if (!loaded.ok()) {
+    for (const auto& issue : loaded.issues) err << issue.format() << "\n";
+    return std::nullopt;
+  }
+  return loaded;
+}
+
+}  // namespace odyssey::cli

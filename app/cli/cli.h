@@ -1,0 +1,65 @@
+// The odyssey CLI's shared pieces: the argument parser every subcommand uses (--set, --json,
+// --steps, --out, --resume), preset loading that prints every issue, and the command table.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/config/preset.h"
+
+namespace odyssey::cli {
+
+/// Exit codes of the CLI contract.
+constexpr int kExitOk = 0;
+constexpr int kExitRuntime = 1;
+constexpr int kExitBadInput = 2;
+
+/// Parsed arguments of one subcommand.
+struct Args {
+  std::vector<std::string> positional;  ///< preset paths
+  std::vector<Override> overrides;      ///< --set section.key=value, in order
+  bool json = false;                    ///< --json: one JSON object on stdout
+  std::optional<int64_t> steps;         ///< --steps N
+  std::string out;                      ///< --out DIR
+  std::string resume;                   ///< --resume DIR
+  bool quiet = false;                   ///< --quiet: no progress output
+};
+
+/// Which options a subcommand accepts.
+struct ArgSpec {
+  bool set = false, json = false, steps = false, out = false, resume = false, quiet = false;
+  int min_positional = 1;
+  int max_positional = 1;
+};
+
+/// Parses argv[first..]; on a problem prints it to `err` and returns nullopt (exit code 2).
+std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, int argc, char** argv, int first,
+                               std::ostream& err);
+
+/// Loads and validates a preset with the overrides; prints every issue to `err` and returns
+/// nullopt when there is any.
+std::optional<LoadedPreset> load_or_report(const std::string& path, const std::vector<Override>& overrides,
+                                           std::ostream& err);
+
+/// A subcommand: `run` gets argv with argv[first] being the first argument after its name.
+struct Command {
+  int order;            ///< position in --help (the CLI contract's order)
+  const char* name;
+  const char* usage;    ///< e.g. "check PRESET..."
+  const char* summary;  ///< one line for --help
+  std::function<int(int argc, char** argv, int first)> run;
+};
+
+/// All registered subcommands, sorted by `order`.
+const std::vector<Command>& commands();
+
+/// Each cmd_*.cpp registers its subcommand with a static CommandRegistration.
+struct CommandRegistration {
+  explicit CommandRegistration(Command command);
+};
+
+}  // namespace odyssey::cli

@@ -1,0 +1,58 @@
+// odyssey check PRESET...: validates each preset (with any --set overrides) and prints every
+// problem as FILE:LINE:COL: key = value: rule (hint). Exit 0 when all are valid, else 2.
+#include <iostream>
+
+#include "app/cli/cli.h"
+#include "engine/config/sizes.h"
+#include "engine/util/json.h"
+
+namespace odyssey::cli {
+namespace {
+
+int run_check(int argc, char** argv, int first) {
+  ArgSpec spec;
+  spec.set = true;
+  spec.json = true;
+  spec.max_positional = -1;
+  auto args = parse_args("check", spec, argc, argv, first, std::cerr);
+  if (!args) return kExitBadInput;
+  bool all_ok = true;
+  std::string json;
+  JsonWriter w(json);
+  w.begin_object().key("presets").begin_array();
+  for (const auto& path : args->positional) {
+    const LoadedPreset loaded = load_preset(path, args->overrides);
+    all_ok = all_ok && loaded.ok();
+    w.begin_object().key("path").value(path).key("ok").value(loaded.ok()).key("issues").begin_array();
+    for (const auto& issue : loaded.issues) {
+      w.begin_object()
+          .key("file").value(issue.loc.file)
+          .key("line").value(issue.loc.line)
+          .key("col").value(issue.loc.col)
+          .key("key").value(issue.key)
+          .key("value").value(issue.value)
+          .key("rule").value(issue.rule)
+          .key("hint").value(issue.hint)
+          .key("message").value(issue.format())
+          .end_object();
+      if (!args->json) std::cerr << issue.format() << "\n";
+    }
+    w.end_array().end_object();
+    if (!args->json && loaded.ok()) {
+      const RunConfig& c = loaded.config;
+      std::cout << path << ": ok (" << c.model.flavor << ", " << format_size(c.training.seq_len) << " tokens, "
+                << c.parallel.world_size << " rank" << (c.parallel.world_size == 1 ? "" : "s") << ", "
+                << c.hardware.profile << ")\n";
+    }
+  }
+  w.end_array().key("ok").value(all_ok).end_object();
+  if (args->json) std::cout << json << "\n";
+  return all_ok ? kExitOk : kExitBadInput;
+}
+
+const CommandRegistration registration{
+    Command{10, "check", "check PRESET... [--set k=v]... [--json]",
+            "validate presets; print every problem as FILE:LINE:COL, exit 2 if any", run_check}};
+
+}  // namespace
+}  // namespace odyssey::cli

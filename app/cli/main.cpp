@@ -1,0 +1,55 @@
+// odyssey: the headless CLI. Dispatches to the subcommands registered by cmd_*.cpp; the contract
+// (names, flags, JSON fields, exit codes 0/1/2) is in DESIGN.md and README.md.
+#include <cstring>
+#include <iostream>
+
+#include "app/cli/cli.h"
+
+namespace {
+
+void print_help(std::ostream& os) {
+  os << "odyssey: long-context training memory studio, headless\n\n"
+     << "usage: odyssey COMMAND [ARGS]\n\n";
+  for (const auto& c : odyssey::cli::commands()) {
+    std::string usage = c.usage;
+    os << "  odyssey " << usage;
+    for (size_t pad = usage.size(); pad < 52; ++pad) os << ' ';
+    os << c.summary << "\n";
+  }
+  os << "\nCommon options:\n"
+     << "  --set section.key=value   override one preset key (repeatable); sizes accept 512K, 3M\n"
+     << "  --json                    print one JSON object on stdout\n"
+     << "Exit codes: 0 ok, 1 runtime failure, 2 bad input (every problem printed as FILE:LINE:COL: ...).\n"
+     << "Run `odyssey COMMAND --help` for a command's own options.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    print_help(std::cout);
+    return argc < 2 ? odyssey::cli::kExitBadInput : odyssey::cli::kExitOk;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::cout << "odyssey 0.1.0\n";
+    return 0;
+  }
+  for (const auto& c : odyssey::cli::commands()) {
+    if (c.name != std::string(argv[1])) continue;
+    for (int i = 2; i < argc; ++i) {
+      if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+        std::cout << "usage: odyssey " << c.usage << "\n\n" << c.summary << "\n";
+        return 0;
+      }
+    }
+    try {
+      return c.run(argc, argv, 2);
+    } catch (const std::exception& e) {
+      std::cerr << "odyssey " << c.name << ": " << e.what() << "\n";
+      return odyssey::cli::kExitRuntime;
+    }
+  }
+  std::cerr << "odyssey: unknown command '" << argv[1] << "'\n\n";
+  print_help(std::cerr);
+  return odyssey::cli::kExitBadInput;
+}

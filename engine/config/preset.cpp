@@ -1,0 +1,389 @@
+// TOML <-> RunConfig. The only file that includes toml++. Collects every problem with its position
+// (syntax, unknown tables/keys, types, flavor rules, validation) instead of stopping at the first.
+#include "engine/config/preset.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "engine/config/sizes.h"
+#include "engine/config/validate.h"
+
+namespace odyssey {
+
+// [SECTION] Issues and overrides ---------------------------------------------------------------
+
+std::string ConfigIssue::format() const {
+  std::string out = loc.str();
+  if (!out.empty()) out += ": ";
+  if (!key.empty()) out += key + " = " + value + ": ";
+  out += rule;
+  if (!hint.empty()) out += " (" + hint + ")";
+  return out;
+}
+
+bool parse_override(std::string_view text, int index, Override* out, ConfigIssue* issue) {
+  const SourceLoc loc{"--set", index, 1};
+  const auto eq = text.find('=');
+  const std::string_view name = eq == std::string_view::npos ? text : text.substr(0, eq);
+  const auto dot = name.find('.');
+  if (eq == std::string_view::npos || dot == std::string_view::npos || dot == 0 || dot + 1 == name.size()) {
+    if (issue)
+      *issue = ConfigIssue{loc, "", "", "--set " + std::string(text) + ": expected section.key=value",
+                           "for example --set training.seq_len=3M"};
+    return false;
+  }
+  out->section = std::string(name.substr(0, dot));
+  out->key = std::string(name.substr(dot + 1));
+  out->value = RawValue::from_text(text.substr(eq + 1));
+  out->loc = loc;
+  return true;
+}
+
+// [SECTION] Loading ----------------------------------------------------------------------------
+
+namespace {
+
+struct Assignment {
+  const KeySpec* spec;
+  RawValue raw;
+  SourceLoc loc;
+};
+
+SourceLoc loc_of(const toml::source_region& region, const std::string& file) {
+  return SourceLoc{file, static_cast<int>(region.begin.line), static_cast<int>(region.begin.column)};
+}
+
+RawValue raw_of(const toml::node& node) {
+  if (auto v = node.as_boolean()) return RawValue::boolean(v->get());
+  if (auto v = node.as_integer()) return RawValue::integer(v->get());
+  if (auto v = node.as_floating_point()) return RawValue::floating(v->get());
+  if (auto v = node.as_string()) return RawValue::string(v->get());
+  std::ostringstream os;
+  if (auto a = node.as_array())
+    os << *a;
+  else if (node.is_table())
+    os << "{ ... }";
+  else if (auto d = node.as_date())
+    os << *d;
+  else if (auto tm = node.as_time())
+    os << *tm;
+  else if (auto dt = node.as_date_time())
+    os << *dt;
+  return RawValue::other(os.str());
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> names;
+  for (const auto& s : config_sections()) names.emplace_back(s.name);
+  return names;
+}
+
+std::vector<std::string> key_names(std::string_view section) {
+  std::vector<std::string> names;
+  for (const auto& k : config_schema())
+    if (k.section == section) names.emplace_back(k.name);
+  return names;
+}
+
+std::string unknown_hint(std::string_view name, const std::vector<std::string>& known) {
+  const std::string near = closest_name(name, known);
+  if (!near.empty()) return "did you mean " + near + "?";
+  std::string all = "known: ";
+  for (size_t i = 0; i < known.size(); ++i) all += (i ? ", " : "") + known[i];
+  return all;
+}
+
+/// Walks the parsed document: known keys become assignments, everything else an issue.
+void collect(const toml::table& root, const std::string& file, std::vector<Assignment>& out,
+             SourceMap& sources, std::vector<ConfigIssue>& issues, std::vector<std::string>& broken) {
+  for (auto&& [key, node] : root) {
+    const std::string name(key.str());
+    const SourceLoc loc = loc_of(key.source(), file);
+    if (const auto* table = node.as_table()) {
+      const bool known = std::any_of(config_sections().begin(), config_sections().end(),
+                                     [&](const SectionSpec& s) { return s.name == name; });
+      if (!known) {
+        issues.push_back({loc, name, "[...]", "unknown table [" + name + "]", unknown_hint(name, section_names())});
+        continue;
+      }
+      sources[name] = loc;
+      for (auto&& [child_key, child] : *table) {
+        const std::string child_name(child_key.str());
+        const SourceLoc child_loc = loc_of(child_key.source(), file);
+        const KeySpec* spec = find_key_spec(name, child_name);
+        if (!spec) {
+          issues.push_back({child_loc, name + "." + child_name, raw_of(child).text,
+                            "unknown key in [" + name + "]", unknown_hint(child_name, key_names(name))});
+          continue;
+        }
+        out.push_back({spec, raw_of(child), child_loc});
+      }
+      continue;
+    }
+    if (node.is_array_of_tables()) {
+      broken.push_back(name);
+      issues.push_back({loc, name, "[[...]]", "must be a single table [" + name + "], not an array of tables", ""});
+      continue;
+    }
+    const KeySpec* spec = find_key_spec("", name);
+    if (!spec) {
+      const bool is_section = std::any_of(config_sections().begin(), config_sections().end(),
+                                          [&](const SectionSpec& s) { return s.name == name; });
+      if (is_section) broken.push_back(name);
+      issues.push_back({loc, name, raw_of(node).text,
+                        is_section ? "must be a table [" + name + "]" : "unknown top-level key",
+                        is_section ? "" : unknown_hint(name, section_names())});
+      continue;
+    }
+    out.push_back({spec, raw_of(node), loc});
+  }
+}
+
+const Assignment* last_of(const std::vector<Assignment>& all, std::string_view section, std::string_view name) {
+  const Assignment* found = nullptr;
+  for (const auto& a : all)
+    if (a.spec->section == section && a.spec->name == name) found = &a;
+  return found;
+}
+
+/// Applies assignments in order: base flavor/profile first, then every other key. Handles the
+/// defaults that depend on other keys (custom flavors, head_dim).
+void apply(const std::vector<Assignment>& all, const std::string& file, const SourceMap& tables,
+           const std::vector<std::string>& broken, RunConfig& cfg, SourceMap& sources,
+           std::vector<ConfigIssue>& issues) {
+  // A table already reported as malformed gets no "missing key" issues piled on top.
+  auto is_broken = [&](const char* section) {
+    return std::find(broken.begin(), broken.end(), section) != broken.end();
+  };
+  auto table_loc = [&](const std::string& section) {
+    if (auto it = tables.find(section); it != tables.end()) return it->second;
+    return SourceLoc{file, 1, 1};
+  };
+  auto coerce = [&](const Assignment& a) -> std::optional<RawValue> {
+    std::string rule;
+    auto v = coerce_value(*a.spec, a.raw, &rule);
+    if (!v) {
+      std::string hint;
+      if (a.spec->kind == KeyKind::Choice && a.raw.type == RawValue::Type::String)
+        if (auto near = closest_name(a.raw.s, a.spec->choices); !near.empty()) hint = "did you mean \"" + near + "\"?";
+      issues.push_back({a.loc, a.spec->full_name(), a.raw.text, rule, hint});
+    }
+    return v;
+  };
+
+  // The model flavor is the base every model key overrides.
+  bool custom = false;
+  ModelConfig flavor_shape;
+  if (const Assignment* f = last_of(all, "model", "flavor")) {
+    if (auto v = coerce(*f)) {
+      sources["model.flavor"] = f->loc;
+      if (v->s == "custom") {
+        custom = true;
+        cfg.model = ModelConfig{};
+        cfg.model.flavor = "custom";
+        cfg.model.rope_theta = 10000.0;
+        cfg.model.norm_eps = 1e-5;
+        cfg.model.tie_embeddings = false;
+        cfg.model.qk_norm = false;
+      } else {
+        flavor_shape = *find_model_flavor(v->s);
+        cfg.model = flavor_shape;
+      }
+    }
+  } else if (!is_broken("model")) {
+    issues.push_back({table_loc("model"), "model.flavor", "(missing)", "is required",
+                      "name a flavor (tiny, llama3.2-1b, llama3.2-3b, llama3-8b, qwen3-32b, llama3-70b) or \"custom\""});
+  }
+  // The hardware profile is the base every hardware key overrides; h100-sxm when absent.
+  if (const Assignment* p = last_of(all, "hardware", "profile")) {
+    if (auto v = coerce(*p)) {
+      sources["hardware.profile"] = p->loc;
+      cfg.hardware = *find_hardware_profile(v->s);
+    }
+  }
+  if (!last_of(all, "training", "seq_len") && !is_broken("training"))
+    issues.push_back({table_loc("training"), "training.seq_len", "(missing)", "is required",
+                      "tokens per sequence, e.g. seq_len = \"128K\""});
+
+  for (const auto& a : all) {
+    if (a.spec->full_name() == "model.flavor" || a.spec->full_name() == "hardware.profile") continue;
+    if (auto v = coerce(a)) {
+      a.spec->set(cfg, *v);
+      sources[a.spec->full_name()] = a.loc;
+    }
+  }
+
+  auto given = [&](const char* key) { return sources.count(key) > 0; };
+  ModelConfig& m = cfg.model;
+  if (custom) {
+    for (const char* key : {"model.n_layers", "model.d_model", "model.n_heads", "model.d_ffn", "model.vocab_size"})
+      if (!given(key))
+        issues.push_back({table_loc("model"), key, "(missing)", "is required when model.flavor = \"custom\"",
+                          "give every shape key, or name a flavor to start from"});
+    if (!given("model.n_kv_heads")) m.n_kv_heads = m.n_heads;
+  }
+  // head_dim follows d_model / n_heads unless given, or the flavor's own differs (qwen3-32b).
+  const bool flavor_standard = custom || (flavor_shape.n_heads > 0 && flavor_shape.d_model == flavor_shape.n_heads * flavor_shape.head_dim);
+  if (!given("model.head_dim") && flavor_standard && (custom || given("model.d_model") || given("model.n_heads"))) {
+    if (m.n_heads > 0 && m.d_model % m.n_heads == 0) {
+      m.head_dim = m.d_model / m.n_heads;
+    } else if (m.n_heads > 0) {
+      issues.push_back({sources.count("model.n_heads") ? sources["model.n_heads"] : table_loc("model"), "model.n_heads",
+                        std::to_string(m.n_heads),
+                        "must divide model.d_model = " + std::to_string(m.d_model) + " unless model.head_dim is given",
+                        "set head_dim explicitly for a model whose heads do not tile d_model"});
+    }
+  }
+}
+
+void sort_issues(std::vector<ConfigIssue>& issues, const std::string& file) {
+  std::stable_sort(issues.begin(), issues.end(), [&](const ConfigIssue& a, const ConfigIssue& b) {
+    const bool a_file = a.loc.file == file, b_file = b.loc.file == file;
+    if (a_file != b_file) return a_file;
+    if (a.loc.line != b.loc.line) return a.loc.line < b.loc.line;
+    return a.loc.col < b.loc.col;
+  });
+}
+
+LoadedPreset load_document(std::string_view text, const std::string& name, const std::vector<Override>& overrides) {
+  LoadedPreset result;
+  result.path = name;
+  std::vector<Assignment> assignments;
+  SourceMap tables;
+  std::vector<std::string> broken;
+  try {
+    const toml::table root = toml::parse(text, std::string_view(name));
+    collect(root, name, assignments, tables, result.issues, broken);
+  } catch (const toml::parse_error& e) {
+    result.issues.push_back({loc_of(e.source(), name), "", "", std::string(e.description()) + " (TOML syntax)", ""});
+    return result;
+  }
+  for (const auto& o : overrides) {
+    const KeySpec* spec = find_key_spec(o.section, o.key);
+    if (!spec) {
+      const bool known_section = std::any_of(config_sections().begin(), config_sections().end(),
+                                             [&](const SectionSpec& s) { return s.name == o.section; });
+      result.issues.push_back({o.loc, o.section + "." + o.key, o.value.text,
+                               known_section ? "unknown key in [" + o.section + "]" : "unknown table [" + o.section + "]",
+                               known_section ? unknown_hint(o.key, key_names(o.section))
+                                             : unknown_hint(o.section, section_names())});
+      continue;
+    }
+    assignments.push_back({spec, o.value, o.loc});
+  }
+  result.sources = tables;
+  apply(assignments, name, tables, broken, result.config, result.sources, result.issues);
+  // Validation rules only make sense on a config whose keys all parsed.
+  if (result.issues.empty()) result.issues = validate(result.config, result.sources, name);
+  sort_issues(result.issues, name);
+  return result;
+}
+
+}  // namespace
+
+LoadedPreset load_preset_text(std::string_view text, const std::string& name, const std::vector<Override>& overrides) {
+  return load_document(text, name, overrides);
+}
+
+LoadedPreset load_preset(const std::string& path, const std::vector<Override>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    LoadedPreset r;
+    r.path = path;
+    r.issues.push_back({SourceLoc{path}, "", "", "is a directory, not a preset file", ""});
+    return r;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    LoadedPreset r;
+    r.path = path;
+    r.issues.push_back({SourceLoc{path}, "", "", "cannot open: " + std::string(std::strerror(errno)),
+                        "give the path of a .toml preset, e.g. presets/tiny-cpu.toml"});
+    return r;
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return load_document(buffer.str(), path, overrides);
+}
+
+LoadedPreset apply_overrides(const RunConfig& base, const std::vector<Override>& overrides, const std::string& name) {
+  return load_document(preset_to_toml(base), name, overrides);
+}
+
+// [SECTION] Saving -----------------------------------------------------------------------------
+
+std::string preset_to_toml(const RunConfig& cfg) {
+  std::ostringstream out;
+  out << "# Odyssey preset";
+  if (!cfg.description.empty()) out << ": " << cfg.description;
+  out << "\n# Load with `odyssey check|plan|train FILE`; every key is documented in README.md.\n\n";
+  if (!cfg.description.empty()) {
+    const KeySpec* d = find_key_spec("", "description");
+    out << "description = " << toml_literal(*d, cfg) << "\n\n";
+  }
+  const auto flavor = find_model_flavor(cfg.model.flavor);
+  const auto profile = find_hardware_profile(cfg.hardware.profile);
+  for (const auto& section : config_sections()) {
+    out << "# [" << section.name << "] " << section.doc << "\n[" << section.name << "]\n";
+    for (const auto& key : config_schema()) {
+      if (key.section != section.name) continue;
+      // Keys equal to the named base are implied by it; write only what differs.
+      if (section.name == "model" && key.name != "flavor" && flavor) {
+        RunConfig base = cfg;
+        base.model = *flavor;
+        if (toml_literal(key, base) == toml_literal(key, cfg)) continue;
+      }
+      if (section.name == "hardware" && key.name != "profile" && profile) {
+        RunConfig base = cfg;
+        base.hardware = *profile;
+        if (toml_literal(key, base) == toml_literal(key, cfg)) continue;
+      }
+      out << "# " << key.doc << "\n" << key.name << " = " << toml_literal(key, cfg) << "\n";
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+bool save_preset(const std::string& path, const RunConfig& cfg, std::string* error) {
+  namespace fs = std::filesystem;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      if (error) *error = path + ": cannot write: " + std::strerror(errno);
+      return false;
+    }
+    out << preset_to_toml(cfg);
+    out.flush();
+    if (!out) {
+      if (error) *error = tmp + ": write failed: " + std::strerror(errno);
+      return false;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    if (error) *error = path + ": cannot replace: " + ec.message();
+    fs::remove(tmp, ec);
+    return false;
+  }
+  return true;
+}
+
+std::vector<std::string> list_presets(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.is_regular_file() && entry.path().extension() == ".toml") out.push_back(entry.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace odyssey

@@ -1,0 +1,148 @@
+// Named model flavors (published shapes), hardware profiles, enum names and the derived sizes the
+// planner and engine share (parameter counts, tile sizes, heads per stage).
+#include "engine/config/run_config.h"
+
+#include <algorithm>
+
+namespace odyssey {
+
+std::string_view to_string(DType v) { return v == DType::BFloat16 ? "bfloat16" : "float32"; }
+
+std::string_view to_string(DatasetKind v) {
+  switch (v) {
+    case DatasetKind::LongRange: return "long-range";
+    case DatasetKind::Tokens: return "tokens";
+    case DatasetKind::Bytes: return "bytes";
+  }
+  return "long-range";
+}
+
+std::string_view to_string(DeviceKind v) {
+  switch (v) {
+    case DeviceKind::Auto: return "auto";
+    case DeviceKind::Cpu: return "cpu";
+    case DeviceKind::Cuda: return "cuda";
+  }
+  return "auto";
+}
+
+int64_t dtype_bytes(DType v) { return v == DType::BFloat16 ? 2 : 4; }
+
+int64_t ModelConfig::block_params() const {
+  const int64_t attention = d_model * q_dim() + 2 * d_model * kv_dim() + q_dim() * d_model;
+  const int64_t mlp = 3 * d_model * d_ffn;
+  const int64_t norms = 2 * d_model + (qk_norm ? 2 * head_dim : 0);
+  return attention + mlp + norms;
+}
+
+int64_t ModelConfig::non_block_params() const {
+  return embedding_params() + d_model + (tie_embeddings ? 0 : vocab_size * d_model);
+}
+
+namespace {
+
+ModelConfig shape(int64_t layers, int64_t d, int64_t heads, int64_t kv, int64_t head_dim, int64_t ffn,
+                  int64_t vocab, double theta, double eps, bool tied, bool qk_norm) {
+  ModelConfig m;
+  m.n_layers = layers;
+  m.d_model = d;
+  m.n_heads = heads;
+  m.n_kv_heads = kv;
+  m.head_dim = head_dim;
+  m.d_ffn = ffn;
+  m.vocab_size = vocab;
+  m.rope_theta = theta;
+  m.norm_eps = eps;
+  m.tie_embeddings = tied;
+  m.qk_norm = qk_norm;
+  return m;
+}
+
+std::vector<ModelFlavor> make_flavors() {
+  std::vector<ModelFlavor> f = {
+      {"tiny", "4 layers, d=128: trains on a laptop CPU in seconds (the debug flavor)",
+       shape(4, 128, 8, 2, 16, 352, 256, 10000.0, 1e-5, false, false)},
+      {"llama3.2-1b", "Llama 3.2 1B: 16 layers, d=2048, 32/8 heads, tied embeddings",
+       shape(16, 2048, 32, 8, 64, 8192, 128256, 500000.0, 1e-5, true, false)},
+      {"llama3.2-3b", "Llama 3.2 3B: 28 layers, d=3072, 24/8 heads, tied embeddings",
+       shape(28, 3072, 24, 8, 128, 8192, 128256, 500000.0, 1e-5, true, false)},
+      {"llama3-8b", "Llama 3 / 3.1 8B: 32 layers, d=4096, 32/8 heads, d_ffn=14336",
+       shape(32, 4096, 32, 8, 128, 14336, 128256, 500000.0, 1e-5, false, false)},
+      {"qwen3-32b", "Qwen3 32B: 64 layers, d=5120, 64/8 heads of 128, QK-norm",
+       shape(64, 5120, 64, 8, 128, 25600, 151936, 1000000.0, 1e-6, false, true)},
+      {"llama3-70b", "Llama 3 / 3.1 70B: 80 layers, d=8192, 64/8 heads, d_ffn=28672",
+       shape(80, 8192, 64, 8, 128, 28672, 128256, 500000.0, 1e-5, false, false)},
+  };
+  for (auto& flavor : f) flavor.shape.flavor = flavor.name;
+  return f;
+}
+
+HardwareConfig hardware(const char* name, double mem, double tflops, double nvlink, double internode,
+                        double pcie, double host, int64_t per_node, double eff, double comm_eff,
+                        double overhead) {
+  HardwareConfig h;
+  h.profile = name;
+  h.device_memory_gib = mem;
+  h.bf16_tflops = tflops;
+  h.nvlink_gbps = nvlink;
+  h.internode_gbps = internode;
+  h.pcie_gbps = pcie;
+  h.host_memory_gib = host;
+  h.gpus_per_node = per_node;
+  h.compute_efficiency = eff;
+  h.comm_efficiency = comm_eff;
+  h.runtime_overhead_gib = overhead;
+  return h;
+}
+
+}  // namespace
+
+const std::vector<ModelFlavor>& model_flavors() {
+  static const std::vector<ModelFlavor> flavors = make_flavors();
+  return flavors;
+}
+
+std::optional<ModelConfig> find_model_flavor(std::string_view name) {
+  for (const auto& f : model_flavors())
+    if (name == f.name) return f.shape;
+  return std::nullopt;
+}
+
+const std::vector<HardwareProfile>& hardware_profiles() {
+  // Device memory is what the CUDA runtime reports as usable (torch.cuda.mem_get_info total), not
+  // the marketing size. Bandwidths are per device and direction; host memory is per node.
+  static const std::vector<HardwareProfile> profiles = {
+      {"h100-sxm", "NVIDIA H100 SXM 80 GB, 8 per node (DGX H100: NVLink 4, PCIe Gen5, 2 TiB host)",
+       hardware("h100-sxm", 79.1, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.8, 2.0)},
+      {"h200", "NVIDIA H200 SXM 141 GB, 8 per node (DGX H200: NVLink 4, PCIe Gen5, 2 TiB host)",
+       hardware("h200", 139.8, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.8, 2.0)},
+      {"cpu", "This machine's CPU: ranks are threads, 'device' and host memory are the same RAM",
+       hardware("cpu", 16.0, 0.1, 10.0, 10.0, 10.0, 16.0, 8, 0.5, 0.5, 0.0)},
+  };
+  return profiles;
+}
+
+std::optional<HardwareConfig> find_hardware_profile(std::string_view name) {
+  for (const auto& p : hardware_profiles())
+    if (name == p.name) return p.spec;
+  return std::nullopt;
+}
+
+int64_t effective_heads_per_stage(const MemoryConfig& memory, const ParallelConfig& parallel) {
+  return memory.heads_per_stage > 0 ? memory.heads_per_stage : std::max<int64_t>(1, parallel.ulysses_degree);
+}
+
+int64_t effective_mlp_tile_tokens(const MemoryConfig& memory, const ModelConfig& model, int64_t local_tokens) {
+  const int64_t tile = memory.mlp_tile_tokens > 0 ? memory.mlp_tile_tokens : model.d_model;
+  return std::clamp<int64_t>(tile, 1, std::max<int64_t>(1, local_tokens));
+}
+
+int64_t effective_loss_tile_tokens(const MemoryConfig& memory, const ModelConfig& model, int64_t local_tokens) {
+  constexpr int64_t kAutoLogitsBytes = int64_t{1} << 30;  // about 1 GiB of fp32 logits per tile
+  const int64_t tile = memory.loss_tile_tokens > 0
+                           ? memory.loss_tile_tokens
+                           : std::max<int64_t>(1, kAutoLogitsBytes / (4 * std::max<int64_t>(1, model.vocab_size)));
+  return std::clamp<int64_t>(tile, 1, std::max<int64_t>(1, local_tokens));
+}
+
+}  // namespace odyssey

@@ -1,0 +1,172 @@
+// RunConfig: one plain option struct per TOML table ([model], [training], [parallel], [memory],
+// [hardware], [output]), the named model flavors and hardware profiles. No LibTorch, no toml++.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace odyssey {
+
+enum class DType { Float32, BFloat16 };
+enum class DatasetKind { LongRange, Tokens, Bytes };
+enum class DeviceKind { Auto, Cpu, Cuda };
+
+std::string_view to_string(DType v);
+std::string_view to_string(DatasetKind v);
+std::string_view to_string(DeviceKind v);
+/// Bytes per element of the compute dtype (activations, gathered weights).
+int64_t dtype_bytes(DType v);
+
+/// [model] A Llama-style decoder. `flavor` names a preset shape; explicit keys override it.
+struct ModelConfig {
+  /// Named shape (tiny, llama3.2-1b, llama3.2-3b, llama3-8b, qwen3-32b, llama3-70b) or "custom".
+  std::string flavor = "tiny";
+  int64_t n_layers = 4;        ///< decoder blocks
+  int64_t d_model = 128;       ///< hidden size
+  int64_t n_heads = 8;         ///< query heads
+  int64_t n_kv_heads = 4;      ///< key/value heads (GQA when fewer than n_heads)
+  int64_t head_dim = 16;       ///< per-head width; d_model / n_heads unless the flavor says otherwise
+  int64_t d_ffn = 352;         ///< SwiGLU intermediate size
+  int64_t vocab_size = 256;    ///< tokenizer vocabulary
+  double rope_theta = 10000.0; ///< rotary base
+  double norm_eps = 1e-5;      ///< RMSNorm epsilon
+  bool tie_embeddings = false; ///< LM head shares the embedding matrix
+  bool qk_norm = false;        ///< RMSNorm on each query/key head before RoPE (Qwen3)
+
+  bool operator==(const ModelConfig&) const = default;
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  /// Parameters of one decoder block (attention + MLP + two norms [+ qk norms]).
+  int64_t block_params() const;
+  /// Token embedding parameters (vocab_size x d_model).
+  int64_t embedding_params() const { return vocab_size * d_model; }
+  /// Parameters outside the blocks: embedding, final norm and (untied) LM head.
+  int64_t non_block_params() const;
+  /// All parameters.
+  int64_t total_params() const { return n_layers * block_params() + non_block_params(); }
+};
+
+/// [training] The step: sequence, optimizer, schedule, data, precision.
+struct TrainingConfig {
+  int64_t seq_len = 2048;           ///< tokens per sequence (global, before sequence sharding)
+  int64_t batch_size = 1;           ///< sequences per data-parallel replica per step
+  int64_t steps = 100;              ///< optimizer steps
+  double lr = 3e-4;                 ///< peak learning rate
+  int64_t warmup_steps = 10;        ///< linear warmup steps, then cosine decay
+  double min_lr_ratio = 0.1;        ///< cosine floor as a fraction of lr
+  double weight_decay = 0.1;        ///< AdamW decoupled weight decay (matrices only)
+  double beta1 = 0.9;               ///< AdamW first-moment decay
+  double beta2 = 0.95;              ///< AdamW second-moment decay
+  double adam_eps = 1e-8;           ///< AdamW epsilon
+  double grad_clip = 1.0;           ///< global gradient-norm clip; 0 disables
+  int64_t seed = 1234;              ///< seeds weights, data and dropout-free RNG streams
+  DType dtype = DType::Float32;     ///< compute dtype; bfloat16 keeps fp32 master weights
+  DatasetKind dataset = DatasetKind::LongRange;  ///< long-range (built in), tokens (.bin), bytes
+  std::string dataset_path;         ///< file for the tokens and bytes datasets
+  DeviceKind device = DeviceKind::Auto;  ///< where the engine runs: auto, cpu, cuda
+
+  bool operator==(const TrainingConfig&) const = default;
+};
+
+/// [parallel] Ranks and how they split the work.
+struct ParallelConfig {
+  int64_t world_size = 1;       ///< ranks in the job (data parallel x Ulysses)
+  bool fsdp = false;            ///< shard params, grads and optimizer state over all ranks
+  int64_t ulysses_degree = 1;   ///< sequence-parallel degree (ranks sharing one sequence)
+  bool emulate = false;         ///< run rank 0 of world_size alone with exact shapes
+  double timeout_s = 300.0;     ///< every collective fails after this many seconds
+
+  bool operator==(const ParallelConfig&) const = default;
+  int64_t data_parallel() const { return ulysses_degree > 0 ? world_size / ulysses_degree : 0; }
+};
+
+/// [memory] The single-rank memory techniques and Untied Ulysses head chunking.
+struct MemoryConfig {
+  bool activation_checkpointing = false;  ///< keep only block inputs; recompute in backward
+  bool offload_activations = false;       ///< move checkpointed block inputs to host memory
+  bool tiled_mlp = false;                 ///< run the MLP over sequence tiles
+  int64_t mlp_tile_tokens = 0;            ///< tokens per MLP tile; 0 = d_model (DeepSpeed's rule)
+  bool tiled_loss = false;                ///< LM head + cross-entropy over sequence tiles
+  int64_t loss_tile_tokens = 0;           ///< tokens per loss tile; 0 = auto (~1 GiB fp32 logits)
+  bool untied_ulysses = false;            ///< attention in head stages that reuse one buffer set
+  int64_t heads_per_stage = 0;            ///< query heads per stage over all Ulysses ranks; 0 = degree
+
+  bool operator==(const MemoryConfig&) const = default;
+};
+
+/// [hardware] The target the planner predicts for (the engine measures where it runs).
+struct HardwareConfig {
+  std::string profile = "h100-sxm";  ///< h100-sxm, h200, cpu or "custom"
+  double device_memory_gib = 79.1;   ///< usable memory per device
+  double bf16_tflops = 989.4;        ///< dense bf16 peak per device
+  double nvlink_gbps = 450.0;        ///< intra-node bandwidth per device and direction, GB/s
+  double internode_gbps = 50.0;      ///< inter-node bandwidth per device and direction, GB/s
+  double pcie_gbps = 50.0;           ///< host<->device bandwidth per device and direction, GB/s
+  double host_memory_gib = 2048.0;   ///< host memory per node
+  int64_t gpus_per_node = 8;         ///< devices sharing one host
+  double compute_efficiency = 0.5;   ///< achieved fraction of peak FLOPs in matmul/attention
+  double comm_efficiency = 0.8;      ///< achieved fraction of link bandwidth in collectives
+  double runtime_overhead_gib = 2.0; ///< CUDA context, NCCL, cuBLAS workspace, fragmentation
+
+  bool operator==(const HardwareConfig&) const = default;
+};
+
+/// [output] Where a run writes and how often.
+struct OutputConfig {
+  std::string dir = "runs/latest";  ///< metrics.jsonl, trace.json, summary.json, checkpoints
+  int64_t log_every = 1;            ///< steps between metric lines
+  int64_t checkpoint_every = 0;     ///< steps between checkpoints; 0 = only at the end / on Ctrl-C
+  bool trace = true;                ///< write the Perfetto trace
+  int64_t trace_steps = 4;          ///< steps recorded in the trace (the first N)
+
+  bool operator==(const OutputConfig&) const = default;
+};
+
+/// The whole preset. Components take only their own slice (apply_fsdp(model, cfg.parallel, ...)).
+struct RunConfig {
+  std::string description;  ///< one line saying what the preset is for
+  ModelConfig model;
+  TrainingConfig training;
+  ParallelConfig parallel;
+  MemoryConfig memory;
+  HardwareConfig hardware;
+  OutputConfig output;
+
+  bool operator==(const RunConfig&) const = default;
+};
+
+// --- Named flavors and profiles -------------------------------------------------------------
+
+struct ModelFlavor {
+  const char* name;
+  const char* about;
+  ModelConfig shape;
+};
+/// All named model flavors, in size order.
+const std::vector<ModelFlavor>& model_flavors();
+std::optional<ModelConfig> find_model_flavor(std::string_view name);
+
+struct HardwareProfile {
+  const char* name;
+  const char* about;
+  HardwareConfig spec;
+};
+const std::vector<HardwareProfile>& hardware_profiles();
+std::optional<HardwareConfig> find_hardware_profile(std::string_view name);
+
+// --- Derived values the planner and engine share ---------------------------------------------
+
+/// Query heads per stage over all Ulysses ranks, resolving 0 to the Ulysses degree.
+int64_t effective_heads_per_stage(const MemoryConfig& memory, const ParallelConfig& parallel);
+/// Tokens per MLP tile, resolving 0 to d_model, capped at the local sequence.
+int64_t effective_mlp_tile_tokens(const MemoryConfig& memory, const ModelConfig& model, int64_t local_tokens);
+/// Tokens per loss tile, resolving 0 to about 1 GiB of fp32 logits, capped at the local sequence.
+int64_t effective_loss_tile_tokens(const MemoryConfig& memory, const ModelConfig& model, int64_t local_tokens);
+/// Number of tiles covering `tokens` with tiles of `tile` tokens.
+inline int64_t tile_count(int64_t tokens, int64_t tile) { return tile > 0 ? (tokens + tile - 1) / tile : 1; }
+
+}  // namespace odyssey

@@ -1,0 +1,393 @@
+// The preset schema table: every key of every table with its doc line, type and accessors, plus
+// value coercion (sizes like 3M, ints for floats) and the literal/echo formatting used everywhere.
+#include "engine/config/schema.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "engine/config/sizes.h"
+
+namespace odyssey {
+
+// [SECTION] SourceLoc and RawValue -------------------------------------------------------------
+
+std::string SourceLoc::str() const {
+  if (line <= 0) return file;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(std::max(col, 1));
+}
+
+namespace {
+
+std::string shortest_double(double v) {
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string float_literal(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::string s = shortest_double(v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // TOML floats need a dot
+  return s;
+}
+
+std::string quoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
+      out += buf;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+RawValue RawValue::boolean(bool v) {
+  RawValue r;
+  r.type = Type::Bool;
+  r.b = v;
+  r.text = v ? "true" : "false";
+  return r;
+}
+RawValue RawValue::integer(int64_t v) {
+  RawValue r;
+  r.type = Type::Int;
+  r.i = v;
+  r.text = std::to_string(v);
+  return r;
+}
+RawValue RawValue::floating(double v) {
+  RawValue r;
+  r.type = Type::Float;
+  r.f = v;
+  r.text = float_literal(v);
+  return r;
+}
+RawValue RawValue::string(std::string v) {
+  RawValue r;
+  r.type = Type::String;
+  r.text = quoted(v);
+  r.s = std::move(v);
+  return r;
+}
+RawValue RawValue::other(std::string text) {
+  RawValue r;
+  r.type = Type::Other;
+  r.text = std::move(text);
+  return r;
+}
+
+RawValue RawValue::from_text(std::string_view text) {
+  if (text == "true") return boolean(true);
+  if (text == "false") return boolean(false);
+  if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') && text.back() == text.front())
+    return string(std::string(text.substr(1, text.size() - 2)));
+  if (!text.empty()) {
+    std::string t(text);
+    char* end = nullptr;
+    errno = 0;
+    const long long as_int = std::strtoll(t.c_str(), &end, 10);
+    if (end && *end == '\0' && errno == 0) return integer(as_int);
+    const double as_double = std::strtod(t.c_str(), &end);
+    if (end && *end == '\0' && t.find_first_of("0123456789") != std::string::npos) return floating(as_double);
+  }
+  return string(std::string(text));
+}
+
+// [SECTION] The schema table -------------------------------------------------------------------
+
+std::string KeySpec::full_name() const {
+  return section.empty() ? std::string(name) : std::string(section) + "." + std::string(name);
+}
+
+std::string KeySpec::type_rule() const {
+  switch (kind) {
+    case KeyKind::Bool: return "must be true or false";
+    case KeyKind::Int: return "must be an integer";
+    case KeyKind::Size: return "must be a whole count such as 4096, 512K or 3M";
+    case KeyKind::Float: return "must be a number";
+    case KeyKind::String: return "must be a string";
+    case KeyKind::Choice: {
+      std::string s = "must be one of ";
+      for (size_t k = 0; k < choices.size(); ++k) s += (k ? ", " : "") + quoted(choices[k]);
+      return s;
+    }
+  }
+  return "has the wrong type";
+}
+
+namespace {
+
+#define ODY_BOOL(SEC, FIELD, NAME, DOC)                                                   \
+  KeySpec{SEC, NAME, KeyKind::Bool, DOC, {},                                              \
+          [](const RunConfig& c) { return RawValue::boolean(c.FIELD); },                \
+          [](RunConfig& c, const RawValue& v) { c.FIELD = v.b; }}
+#define ODY_INT(SEC, FIELD, NAME, DOC)                                                    \
+  KeySpec{SEC, NAME, KeyKind::Int, DOC, {},                                               \
+          [](const RunConfig& c) { return RawValue::integer(c.FIELD); },                \
+          [](RunConfig& c, const RawValue& v) { c.FIELD = v.i; }}
+#define ODY_SIZE(SEC, FIELD, NAME, DOC)                                                   \
+  KeySpec{SEC, NAME, KeyKind::Size, DOC, {},                                              \
+          [](const RunConfig& c) { return RawValue::integer(c.FIELD); },                \
+          [](RunConfig& c, const RawValue& v) { c.FIELD = v.i; }}
+#define ODY_FLOAT(SEC, FIELD, NAME, DOC)                                                  \
+  KeySpec{SEC, NAME, KeyKind::Float, DOC, {},                                             \
+          [](const RunConfig& c) { return RawValue::floating(c.FIELD); },               \
+          [](RunConfig& c, const RawValue& v) { c.FIELD = v.f; }}
+#define ODY_STRING(SEC, FIELD, NAME, DOC)                                                 \
+  KeySpec{SEC, NAME, KeyKind::String, DOC, {},                                            \
+          [](const RunConfig& c) { return RawValue::string(c.FIELD); },                 \
+          [](RunConfig& c, const RawValue& v) { c.FIELD = v.s; }}
+
+template <class Enum>
+KeySpec enum_key(std::string_view section, std::string_view name, std::string_view doc,
+                 std::vector<Enum> values, std::function<Enum&(RunConfig&)> field) {
+  std::vector<std::string> names;
+  for (Enum e : values) names.emplace_back(to_string(e));
+  auto cfield = [field](const RunConfig& c) { return field(const_cast<RunConfig&>(c)); };
+  return KeySpec{section, name, KeyKind::Choice, doc, names,
+                 [cfield](const RunConfig& c) { return RawValue::string(std::string(to_string(cfield(c)))); },
+                 [field, values](RunConfig& c, const RawValue& v) {
+                   for (Enum e : values)
+                     if (to_string(e) == v.s) field(c) = e;
+                 }};
+}
+
+std::vector<std::string> flavor_choices() {
+  std::vector<std::string> names;
+  for (const auto& f : model_flavors()) names.emplace_back(f.name);
+  names.emplace_back("custom");
+  return names;
+}
+
+std::vector<std::string> profile_choices() {
+  std::vector<std::string> names;
+  for (const auto& p : hardware_profiles()) names.emplace_back(p.name);
+  return names;
+}
+
+std::vector<KeySpec> make_schema() {
+  std::vector<KeySpec> s;
+  s.push_back(ODY_STRING("", description, "description", "One line saying what this preset is for."));
+
+  // [model]
+  s.push_back(KeySpec{"model", "flavor", KeyKind::Choice,
+                      "Named shape the keys below override; \"custom\" means every shape key is given.",
+                      flavor_choices(),
+                      [](const RunConfig& c) { return RawValue::string(c.model.flavor); },
+                      [](RunConfig& c, const RawValue& v) { c.model.flavor = v.s; }});
+  s.push_back(ODY_INT("model", model.n_layers, "n_layers", "Decoder blocks."));
+  s.push_back(ODY_INT("model", model.d_model, "d_model", "Hidden size."));
+  s.push_back(ODY_INT("model", model.n_heads, "n_heads", "Query heads."));
+  s.push_back(ODY_INT("model", model.n_kv_heads, "n_kv_heads", "Key/value heads (GQA when fewer than n_heads); default n_heads for custom."));
+  s.push_back(ODY_INT("model", model.head_dim, "head_dim", "Per-head width; default d_model / n_heads."));
+  s.push_back(ODY_INT("model", model.d_ffn, "d_ffn", "SwiGLU intermediate size."));
+  s.push_back(ODY_INT("model", model.vocab_size, "vocab_size", "Vocabulary size (256 for the bytes dataset)."));
+  s.push_back(ODY_FLOAT("model", model.rope_theta, "rope_theta", "Rotary embedding base; default 10000 for custom."));
+  s.push_back(ODY_FLOAT("model", model.norm_eps, "norm_eps", "RMSNorm epsilon; default 1e-5 for custom."));
+  s.push_back(ODY_BOOL("model", model.tie_embeddings, "tie_embeddings", "LM head shares the embedding matrix."));
+  s.push_back(ODY_BOOL("model", model.qk_norm, "qk_norm", "RMSNorm on each query and key head before RoPE (Qwen3)."));
+
+  // [training]
+  s.push_back(ODY_SIZE("training", training.seq_len, "seq_len", "Tokens per sequence, before sequence sharding (512K, 3M, ...)."));
+  s.push_back(ODY_INT("training", training.batch_size, "batch_size", "Sequences per data-parallel replica per step. Default 1."));
+  s.push_back(ODY_INT("training", training.steps, "steps", "Optimizer steps. Default 100."));
+  s.push_back(ODY_FLOAT("training", training.lr, "lr", "Peak learning rate (AdamW). Default 3e-4."));
+  s.push_back(ODY_INT("training", training.warmup_steps, "warmup_steps", "Linear warmup steps before the cosine decay. Default 10."));
+  s.push_back(ODY_FLOAT("training", training.min_lr_ratio, "min_lr_ratio", "Cosine floor as a fraction of lr. Default 0.1."));
+  s.push_back(ODY_FLOAT("training", training.weight_decay, "weight_decay", "AdamW decoupled weight decay on matrices. Default 0.1."));
+  s.push_back(ODY_FLOAT("training", training.beta1, "beta1", "AdamW first-moment decay. Default 0.9."));
+  s.push_back(ODY_FLOAT("training", training.beta2, "beta2", "AdamW second-moment decay. Default 0.95."));
+  s.push_back(ODY_FLOAT("training", training.adam_eps, "adam_eps", "AdamW epsilon. Default 1e-8."));
+  s.push_back(ODY_FLOAT("training", training.grad_clip, "grad_clip", "Clip the global gradient norm to this; 0 disables. Default 1.0."));
+  s.push_back(ODY_INT("training", training.seed, "seed", "Seeds weights and data: same preset, same seed, same losses on CPU."));
+  s.push_back(enum_key<DType>("training", "dtype", "Compute dtype; bfloat16 keeps fp32 master weights and optimizer state.",
+                              {DType::Float32, DType::BFloat16},
+                              [](RunConfig& c) -> DType& { return c.training.dtype; }));
+  s.push_back(enum_key<DatasetKind>("training", "dataset",
+                                    "long-range (built-in retrieval task), tokens (llm.c .bin file) or bytes (any file).",
+                                    {DatasetKind::LongRange, DatasetKind::Tokens, DatasetKind::Bytes},
+                                    [](RunConfig& c) -> DatasetKind& { return c.training.dataset; }));
+  s.push_back(ODY_STRING("training", training.dataset_path, "dataset_path", "Data file for the tokens and bytes datasets."));
+  s.push_back(enum_key<DeviceKind>("training", "device", "Where the engine runs: auto (CUDA if present), cpu or cuda.",
+                                   {DeviceKind::Auto, DeviceKind::Cpu, DeviceKind::Cuda},
+                                   [](RunConfig& c) -> DeviceKind& { return c.training.device; }));
+
+  // [parallel]
+  s.push_back(ODY_INT("parallel", parallel.world_size, "world_size", "Ranks in the job: data-parallel replicas x ulysses_degree."));
+  s.push_back(ODY_BOOL("parallel", parallel.fsdp, "fsdp", "Shard parameters, gradients and optimizer state over all ranks (ZeRO-3)."));
+  s.push_back(ODY_INT("parallel", parallel.ulysses_degree, "ulysses_degree", "Ranks that share one sequence (DeepSpeed sequence_parallel_size)."));
+  s.push_back(ODY_BOOL("parallel", parallel.emulate, "emulate", "Run rank 0 of a world_size job alone: exact shapes, stand-in collectives, meaningless losses."));
+  s.push_back(ODY_FLOAT("parallel", parallel.timeout_s, "timeout_s", "Seconds before a collective fails with the rank and operation named."));
+
+  // [memory]
+  s.push_back(ODY_BOOL("memory", memory.activation_checkpointing, "activation_checkpointing", "Keep only each block's input; recompute the block in backward."));
+  s.push_back(ODY_BOOL("memory", memory.offload_activations, "offload_activations", "Move checkpointed block inputs (all but the last) to host memory."));
+  s.push_back(ODY_BOOL("memory", memory.tiled_mlp, "tiled_mlp", "Run the MLP over sequence tiles, recomputed tile by tile in backward."));
+  s.push_back(ODY_SIZE("memory", memory.mlp_tile_tokens, "mlp_tile_tokens", "Tokens per MLP tile; 0 = d_model (DeepSpeed's rule)."));
+  s.push_back(ODY_BOOL("memory", memory.tiled_loss, "tiled_loss", "LM head + cross-entropy over sequence tiles; never the full logits."));
+  s.push_back(ODY_SIZE("memory", memory.loss_tile_tokens, "loss_tile_tokens", "Tokens per loss tile; 0 = about 1 GiB of fp32 logits per tile."));
+  s.push_back(ODY_BOOL("memory", memory.untied_ulysses, "untied_ulysses", "Attention in head stages that reuse one set of buffers (Untied Ulysses)."));
+  s.push_back(ODY_INT("memory", memory.heads_per_stage, "heads_per_stage", "Query heads per stage over all Ulysses ranks (a multiple of ulysses_degree); 0 = ulysses_degree."));
+
+  // [hardware]
+  s.push_back(KeySpec{"hardware", "profile", KeyKind::Choice, "Named target the keys below override.",
+                      profile_choices(),
+                      [](const RunConfig& c) { return RawValue::string(c.hardware.profile); },
+                      [](RunConfig& c, const RawValue& v) { c.hardware.profile = v.s; }});
+  s.push_back(ODY_FLOAT("hardware", hardware.device_memory_gib, "device_memory_gib", "Usable memory per device, GiB."));
+  s.push_back(ODY_FLOAT("hardware", hardware.bf16_tflops, "bf16_tflops", "Dense bf16 peak per device, TFLOP/s."));
+  s.push_back(ODY_FLOAT("hardware", hardware.nvlink_gbps, "nvlink_gbps", "Intra-node bandwidth per device and direction, GB/s."));
+  s.push_back(ODY_FLOAT("hardware", hardware.internode_gbps, "internode_gbps", "Inter-node bandwidth per device and direction, GB/s."));
+  s.push_back(ODY_FLOAT("hardware", hardware.pcie_gbps, "pcie_gbps", "Host<->device bandwidth per device and direction, GB/s."));
+  s.push_back(ODY_FLOAT("hardware", hardware.host_memory_gib, "host_memory_gib", "Host memory per node, GiB."));
+  s.push_back(ODY_INT("hardware", hardware.gpus_per_node, "gpus_per_node", "Devices per node sharing the host memory."));
+  s.push_back(ODY_FLOAT("hardware", hardware.compute_efficiency, "compute_efficiency", "Achieved fraction of peak FLOP/s (0..1]."));
+  s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency", "Achieved fraction of link bandwidth in collectives (0..1]."));
+  s.push_back(ODY_FLOAT("hardware", hardware.runtime_overhead_gib, "runtime_overhead_gib", "CUDA context, NCCL, cuBLAS workspace and fragmentation, GiB per device."));
+
+  // [output]
+  s.push_back(ODY_STRING("output", output.dir, "dir", "Run directory: metrics.jsonl, trace.json, summary.json, checkpoints."));
+  s.push_back(ODY_INT("output", output.log_every, "log_every", "Steps between printed lines. Default 1."));
+  s.push_back(ODY_INT("output", output.checkpoint_every, "checkpoint_every", "Steps between checkpoints; 0 = only at the end and on Ctrl-C."));
+  s.push_back(ODY_BOOL("output", output.trace, "trace", "Write the Perfetto trace (trace.json). Default true."));
+  s.push_back(ODY_INT("output", output.trace_steps, "trace_steps", "Steps recorded in the trace (the first N). Default 4."));
+  return s;
+}
+
+#undef ODY_BOOL
+#undef ODY_INT
+#undef ODY_SIZE
+#undef ODY_FLOAT
+#undef ODY_STRING
+
+}  // namespace
+
+const std::vector<SectionSpec>& config_sections() {
+  static const std::vector<SectionSpec> sections = {
+      {"model", "The decoder: a named flavor, optionally with individual dimensions overridden."},
+      {"training", "The step: sequence length, optimizer, schedule, data and precision."},
+      {"parallel", "Ranks: world size, FSDP sharding, Ulysses sequence-parallel degree, rank emulation."},
+      {"memory", "Single-rank memory techniques and Untied Ulysses head chunking."},
+      {"hardware", "The target the planner predicts for (the engine measures where it runs)."},
+      {"output", "Where `odyssey train` writes, and how often."},
+  };
+  return sections;
+}
+
+const std::vector<KeySpec>& config_schema() {
+  static const std::vector<KeySpec> schema = make_schema();
+  return schema;
+}
+
+const KeySpec* find_key_spec(std::string_view section, std::string_view name) {
+  for (const auto& k : config_schema())
+    if (k.section == section && k.name == name) return &k;
+  return nullptr;
+}
+
+const KeySpec* find_key_spec(std::string_view full_name) {
+  const auto dot = full_name.find('.');
+  if (dot == std::string_view::npos) return find_key_spec("", full_name);
+  return find_key_spec(full_name.substr(0, dot), full_name.substr(dot + 1));
+}
+
+// [SECTION] Coercion and formatting ------------------------------------------------------------
+
+std::optional<RawValue> coerce_value(const KeySpec& spec, const RawValue& raw, std::string* rule) {
+  auto fail = [&](std::string why) -> std::optional<RawValue> {
+    if (rule) *rule = std::move(why);
+    return std::nullopt;
+  };
+  switch (spec.kind) {
+    case KeyKind::Bool:
+      if (raw.type == RawValue::Type::Bool) return raw;
+      return fail(spec.type_rule());
+    case KeyKind::Int:
+      if (raw.type == RawValue::Type::Int) return raw;
+      if (raw.type == RawValue::Type::Float && std::floor(raw.f) == raw.f && std::fabs(raw.f) < 9e18)
+        return RawValue::integer(static_cast<int64_t>(raw.f));
+      return fail(spec.type_rule());
+    case KeyKind::Size:
+      if (raw.type == RawValue::Type::Int) {
+        if (raw.i < 0) return fail("must not be negative");
+        return raw;
+      }
+      if (raw.type == RawValue::Type::String) {
+        if (auto n = parse_size(raw.s)) return RawValue::integer(*n);
+      }
+      return fail(spec.type_rule());
+    case KeyKind::Float:
+      if (raw.type == RawValue::Type::Float) return raw;
+      if (raw.type == RawValue::Type::Int) return RawValue::floating(static_cast<double>(raw.i));
+      return fail(spec.type_rule());
+    case KeyKind::String:
+      if (raw.type == RawValue::Type::String) return raw;
+      return fail(spec.type_rule());
+    case KeyKind::Choice:
+      if (raw.type == RawValue::Type::String &&
+          std::find(spec.choices.begin(), spec.choices.end(), raw.s) != spec.choices.end())
+        return raw;
+      return fail(spec.type_rule());
+  }
+  return fail(spec.type_rule());
+}
+
+std::string value_text(const KeySpec& spec, const RunConfig& cfg) {
+  const RawValue v = spec.get(cfg);
+  if (spec.kind == KeyKind::Size) return format_size(v.i);
+  return v.text;
+}
+
+std::string toml_literal(const KeySpec& spec, const RunConfig& cfg) {
+  const RawValue v = spec.get(cfg);
+  if (spec.kind == KeyKind::Size) {
+    const std::string s = format_size(v.i);
+    return s == std::to_string(v.i) ? s : "\"" + s + "\"";
+  }
+  return v.text;
+}
+
+std::string closest_name(std::string_view name, const std::vector<std::string>& candidates) {
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      std::swap(prev, cur);
+    }
+    return prev[b.size()];
+  };
+  // A candidate that starts with what was typed ("h100" -> "h100-sxm") beats a near miss.
+  for (const auto& c : candidates)
+    if (name.size() >= 2 && c.size() > name.size() && c.compare(0, name.size(), name) == 0) return c;
+  std::string best;
+  size_t best_d = 4;
+  for (const auto& c : candidates) {
+    const size_t d = distance(name, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+}  // namespace odyssey

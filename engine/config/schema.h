@@ -1,0 +1,84 @@
+// The preset schema as data: every TOML key with its table, type, doc line and accessors. One
+// table drives loading, --set overrides, saving with comments, the README and the studio's fields.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/config/run_config.h"
+
+namespace odyssey {
+
+/// Where a value came from: a preset file position, or "--set" and the override's index.
+struct SourceLoc {
+  std::string file;
+  int line = 0;
+  int col = 0;
+  bool valid() const { return !file.empty(); }
+  /// "presets/x.toml:14:1", or the file alone when no position is known.
+  std::string str() const;
+};
+
+/// A value as written in a preset or on the command line, before it is checked against a key.
+struct RawValue {
+  enum class Type { Bool, Int, Float, String, Other } type = Type::Other;
+  bool b = false;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;
+  std::string text;  ///< as echoed in messages: 3, "abc", true, [1, 2]
+
+  static RawValue boolean(bool v);
+  static RawValue integer(int64_t v);
+  static RawValue floating(double v);
+  static RawValue string(std::string v);
+  static RawValue other(std::string text);
+  /// Interprets command-line text: true/false, integers, floats, quoted or bare strings.
+  static RawValue from_text(std::string_view text);
+};
+
+enum class KeyKind { Bool, Int, Size, Float, String, Choice };
+
+/// One preset key.
+struct KeySpec {
+  std::string_view section;  ///< TOML table ("" for top-level keys)
+  std::string_view name;     ///< key inside the table
+  KeyKind kind;
+  std::string_view doc;      ///< one line, written as the key's comment on save
+  std::vector<std::string> choices;  ///< allowed strings for KeyKind::Choice
+  std::function<RawValue(const RunConfig&)> get;        ///< canonical value (for save/messages)
+  std::function<void(RunConfig&, const RawValue&)> set;  ///< takes a value already coerced
+
+  /// "training.seq_len" (or "description" for top-level keys).
+  std::string full_name() const;
+  /// Human name of the expected type: "a boolean", "a token count such as 4096, 512K or 3M", ...
+  std::string type_rule() const;
+};
+
+struct SectionSpec {
+  std::string_view name;
+  std::string_view doc;
+};
+
+/// All tables in file order with their one-line docs.
+const std::vector<SectionSpec>& config_sections();
+/// All keys, grouped by table in file order.
+const std::vector<KeySpec>& config_schema();
+const KeySpec* find_key_spec(std::string_view section, std::string_view name);
+const KeySpec* find_key_spec(std::string_view full_name);
+
+/// Checks a raw value against a key's type; returns the coerced value, or nullopt with the rule.
+std::optional<RawValue> coerce_value(const KeySpec& spec, const RawValue& raw, std::string* rule);
+
+/// The key's current value as a user would write it in a message: 3M, true, "cpu", 0.0003.
+std::string value_text(const KeySpec& spec, const RunConfig& cfg);
+/// The key's current value as a TOML literal for saving.
+std::string toml_literal(const KeySpec& spec, const RunConfig& cfg);
+
+/// Closest known name to `name` among `candidates` (edit distance <= 3), or empty.
+std::string closest_name(std::string_view name, const std::vector<std::string>& candidates);
+
+}  // namespace odyssey

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Installs everything Odyssey builds against, idempotently: Debian packages (sudo only when not
+# root) and LibTorch 2.11.0 from the PyPI torch wheel into a venv cached outside the repository.
+set -euo pipefail
+
+DEPS_DIR="${ODYSSEY_DEPS_DIR:-$HOME/.cache/odyssey}"
+VENV="$DEPS_DIR/venv"
+TORCH_VERSION="2.11.0"
+STAMP="$DEPS_DIR/.deps-ok-torch-$TORCH_VERSION"
+PACKAGES=(cmake ninja-build g++ pkg-config ccache python3-venv
+          libtomlplusplus-dev catch2 libimgui-dev libstb-dev libglfw3-dev libgl-dev
+          xvfb xauth)
+
+say() { printf 'deps: %s\n' "$*"; }
+
+# --- Debian packages -------------------------------------------------------------------------
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  say "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  say "Debian packages present"
+fi
+
+# --- LibTorch from the PyPI wheel --------------------------------------------------------------
+if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ] && \
+   "$VENV/bin/python" -c "import torch.utils" >/dev/null 2>&1; then
+  say "LibTorch $TORCH_VERSION cached in $VENV"
+else
+  mkdir -p "$DEPS_DIR"
+  PY="${ODYSSEY_PYTHON:-python3}"
+  if [ ! -x "$VENV/bin/python" ]; then
+    say "creating virtual environment $VENV"
+    "$PY" -m venv "$VENV"
+  fi
+  say "installing torch==$TORCH_VERSION into $VENV (about 2.7 GB, once)"
+  "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "torch==$TORCH_VERSION"
+  "$VENV/bin/python" - <<'PY'
+import os, torch, torch.utils
+inc = os.path.join(os.path.dirname(torch.__file__), "include")
+assert os.path.isdir(os.path.join(inc, "torch", "csrc", "api")), "wheel ships no C++ headers"
+print("deps: torch", torch.__version__, "cuda", torch.version.cuda, "->", torch.utils.cmake_prefix_path)
+PY
+  touch "$STAMP"
+fi
+
+# --- CUDA toolkit vs wheel ---------------------------------------------------------------------
+NOTE="$DEPS_DIR/.cuda-note"
+if command -v nvcc >/dev/null 2>&1; then
+  local_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+  wheel_major=$("$VENV/bin/python" -c "import torch; print((torch.version.cuda or '0').split('.')[0])" 2>/dev/null || echo 0)
+  if [ "$local_major" != "$wheel_major" ] && [ ! -f "$NOTE" ]; then
+    say "note: the wheel is built for CUDA $wheel_major, the local toolkit is CUDA $local_major;"
+    say "      the CUDA parts compile here but are not run against the wheel (said once)."
+    touch "$NOTE"
+  fi
+fi
+say "ok"

@@ -1,0 +1,231 @@
+// Preset loader tests: shipped presets validate and round-trip through save; every bad-preset
+// fixture under tests/fixtures reports exactly its expected messages; --set and size parsing.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/config/preset.h"
+#include "engine/config/sizes.h"
+#include "engine/config/validate.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> files_in(const std::string& dir, const std::string& ext) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ext) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("every shipped preset validates", "[config][presets]") {
+  const auto presets = files_in(std::string(ODYSSEY_SOURCE_DIR) + "/presets", ".toml");
+  REQUIRE(presets.size() >= 5);
+  for (const auto& path : presets) {
+    INFO(path);
+    const LoadedPreset loaded = load_preset(path);
+    for (const auto& issue : loaded.issues) UNSCOPED_INFO(issue.format());
+    CHECK(loaded.ok());
+    CHECK_FALSE(loaded.config.description.empty());
+  }
+}
+
+TEST_CASE("load -> save -> load is the identity for every preset", "[config][presets]") {
+  for (const auto& path : files_in(std::string(ODYSSEY_SOURCE_DIR) + "/presets", ".toml")) {
+    INFO(path);
+    const LoadedPreset first = load_preset(path);
+    REQUIRE(first.ok());
+    const std::string text = preset_to_toml(first.config);
+    const LoadedPreset second = load_preset_text(text, path + " (saved)");
+    for (const auto& issue : second.issues) UNSCOPED_INFO(issue.format());
+    REQUIRE(second.ok());
+    CHECK(second.config == first.config);
+    // Saving is stable: the saved text saves to itself.
+    CHECK(preset_to_toml(second.config) == text);
+  }
+}
+
+TEST_CASE("save_preset writes atomically and the file loads back", "[config][presets]") {
+  const fs::path dir = fs::temp_directory_path() / "odyssey_save_test";
+  fs::create_directories(dir);
+  LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml");
+  REQUIRE(loaded.ok());
+  loaded.config.model.n_layers = 8;
+  loaded.config.model.d_model = 256;  // head_dim follows d_model / n_heads = 32
+  loaded.config.model.head_dim = 32;
+  loaded.config.training.seq_len = 3 * 1024 * 1024;
+  loaded.config.hardware.pcie_gbps = 25.5;
+  std::string error;
+  const std::string path = (dir / "edited.toml").string();
+  REQUIRE(save_preset(path, loaded.config, &error));
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+  const LoadedPreset back = load_preset(path);
+  REQUIRE(back.ok());
+  CHECK(back.config == loaded.config);
+  CHECK(read_file(path).find("seq_len = \"3M\"") != std::string::npos);
+  CHECK(read_file(path).find("# Tokens per sequence") != std::string::npos);
+  CHECK_FALSE(save_preset((dir / "no-such-dir" / "x.toml").string(), loaded.config, &error));
+  CHECK(error.find("cannot write") != std::string::npos);
+}
+
+TEST_CASE("bad-preset fixtures report their exact messages", "[config][fixtures]") {
+  const std::string dir = std::string(ODYSSEY_SOURCE_DIR) + "/tests/fixtures";
+  const auto fixtures = files_in(dir, ".toml");
+  REQUIRE(fixtures.size() >= 30);
+  for (const auto& path : fixtures) {
+    // Header lines: "# expect: LINE:COL: message" (path prefix implied), "# set: section.key=value".
+    std::vector<std::string> expected;
+    std::vector<Override> overrides;
+    std::istringstream lines(read_file(path));
+    std::string line;
+    const std::string rel = "tests/fixtures/" + fs::path(path).filename().string();
+    while (std::getline(lines, line)) {
+      if (line.rfind("# expect: ", 0) == 0) {
+        const std::string rest = line.substr(10);
+        expected.push_back(rest.rfind("--set", 0) == 0 ? rest : rel + ":" + rest);
+      } else if (line.rfind("# set: ", 0) == 0) {
+        Override o;
+        ConfigIssue issue;
+        REQUIRE(parse_override(line.substr(7), static_cast<int>(overrides.size()) + 1, &o, &issue));
+        overrides.push_back(o);
+      }
+    }
+    INFO(path);
+    REQUIRE_FALSE(expected.empty());
+    const LoadedPreset loaded = load_preset(rel, overrides);
+    std::vector<std::string> got;
+    for (const auto& issue : loaded.issues) got.push_back(issue.format());
+    CHECK(got == expected);
+  }
+}
+
+TEST_CASE("size literals parse as powers of 1024 and format back", "[config][sizes]") {
+  CHECK(parse_size("4096") == 4096);
+  CHECK(parse_size("512K") == 512 * 1024);
+  CHECK(parse_size("512k") == 512 * 1024);
+  CHECK(parse_size("3M") == 3 * 1024 * 1024);
+  CHECK(parse_size("1.5M") == 1536 * 1024);
+  CHECK(parse_size("2G") == int64_t{2} << 30);
+  CHECK(parse_size("131_072") == 131072);
+  CHECK(parse_size(" 8K ") == 8192);
+  CHECK_FALSE(parse_size(""));
+  CHECK_FALSE(parse_size("K"));
+  CHECK_FALSE(parse_size("-1"));
+  CHECK_FALSE(parse_size("1.3K"));
+  CHECK_FALSE(parse_size("3MB"));
+  CHECK_FALSE(parse_size("3 M"));
+  CHECK_FALSE(parse_size("abc"));
+  CHECK_FALSE(parse_size("1.5"));
+  CHECK(format_size(3 * 1024 * 1024) == "3M");
+  CHECK(format_size(512 * 1024) == "512K");
+  CHECK(format_size(1000) == "1000");
+  CHECK(format_size(0) == "0");
+  CHECK(format_gib(64.6 * kGiB) == "64.60 GiB");
+}
+
+TEST_CASE("set overrides parse, apply and point at themselves", "[config][overrides]") {
+  Override o;
+  ConfigIssue issue;
+  REQUIRE(parse_override("training.seq_len=3M", 1, &o, &issue));
+  CHECK(o.section == "training");
+  CHECK(o.key == "seq_len");
+  CHECK(o.value.type == RawValue::Type::String);
+  CHECK(o.value.s == "3M");
+  REQUIRE(parse_override("memory.untied_ulysses=false", 2, &o, &issue));
+  CHECK(o.value.type == RawValue::Type::Bool);
+  CHECK_FALSE(o.value.b);
+  REQUIRE(parse_override("training.lr=0.001", 3, &o, &issue));
+  CHECK(o.value.type == RawValue::Type::Float);
+  REQUIRE(parse_override("output.dir=\"runs/x y\"", 4, &o, &issue));
+  CHECK(o.value.s == "runs/x y");
+  CHECK_FALSE(parse_override("seq_len=3M", 5, &o, &issue));
+  CHECK(issue.format() == "--set:5:1: --set seq_len=3M: expected section.key=value (for example --set training.seq_len=3M)");
+  CHECK_FALSE(parse_override("training.seq_len", 6, &o, &issue));
+
+  const std::string preset = std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3-8b-3m-8xh100.toml";
+  std::vector<Override> sets(2);
+  REQUIRE(parse_override("training.seq_len=5M", 1, &sets[0], &issue));
+  REQUIRE(parse_override("memory.untied_ulysses=true", 2, &sets[1], &issue));
+  const LoadedPreset loaded = load_preset(preset, sets);
+  REQUIRE(loaded.ok());
+  CHECK(loaded.config.training.seq_len == 5 * 1024 * 1024);
+  CHECK(loaded.config.memory.untied_ulysses);
+  CHECK(loaded.sources.at("training.seq_len").file == "--set");
+
+  std::vector<Override> bad(1);
+  REQUIRE(parse_override("parallel.ulysses_degree=3", 1, &bad[0], &issue));
+  const LoadedPreset invalid = load_preset(preset, bad);
+  REQUIRE_FALSE(invalid.ok());
+  const bool points_at_override =
+      std::any_of(invalid.issues.begin(), invalid.issues.end(), [](const ConfigIssue& i) {
+        return i.format().rfind("--set:1:1: parallel.ulysses_degree = 3: must divide model.n_heads = 32", 0) == 0;
+      });
+  CHECK(points_at_override);
+}
+
+TEST_CASE("apply_overrides edits a config in memory", "[config][overrides]") {
+  LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml");
+  REQUIRE(loaded.ok());
+  Override o;
+  ConfigIssue issue;
+  REQUIRE(parse_override("memory.heads_per_stage=4", 1, &o, &issue));
+  const LoadedPreset edited = apply_overrides(loaded.config, {o});
+  REQUIRE(edited.ok());
+  CHECK(edited.config.memory.heads_per_stage == 4);
+  RunConfig expected = loaded.config;
+  expected.memory.heads_per_stage = 4;
+  CHECK(edited.config == expected);
+}
+
+TEST_CASE("flavors carry the published shapes", "[config][flavors]") {
+  const auto l8 = find_model_flavor("llama3-8b");
+  REQUIRE(l8);
+  CHECK(l8->total_params() == 8030261248);  // Llama-3.1-8B: 8.03 B
+  const auto l1 = find_model_flavor("llama3.2-1b");
+  REQUIRE(l1);
+  CHECK(l1->total_params() == 1235814400);  // Llama-3.2-1B with tied embeddings: 1.24 B
+  const auto q32 = find_model_flavor("qwen3-32b");
+  REQUIRE(q32);
+  CHECK(q32->q_dim() == 8192);  // 64 heads x 128, wider than d_model = 5120
+  CHECK(q32->total_params() > 32'000'000'000);
+  CHECK(q32->total_params() < 33'000'000'000);
+  const auto l70 = find_model_flavor("llama3-70b");
+  REQUIRE(l70);
+  CHECK(l70->total_params() > 70'000'000'000);
+  CHECK(l70->total_params() < 71'000'000'000);
+  CHECK_FALSE(find_model_flavor("gpt2"));
+}
+
+TEST_CASE("validation lists valid alternatives", "[config][validate]") {
+  RunConfig cfg;
+  cfg.model = *find_model_flavor("llama3-8b");
+  cfg.training.seq_len = 1 << 20;
+  cfg.parallel.world_size = 8;
+  CHECK(valid_ulysses_degrees(cfg) == std::vector<int64_t>{1, 2, 4, 8});
+  cfg.parallel.ulysses_degree = 8;
+  CHECK(valid_heads_per_stage(cfg) == std::vector<int64_t>{8, 16, 32});
+  CHECK(validate(cfg).empty());
+  cfg.memory.untied_ulysses = true;
+  cfg.memory.heads_per_stage = 24;
+  const auto issues = validate(cfg);
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "memory.heads_per_stage");
+  CHECK(issues[0].format() ==
+        "memory.heads_per_stage = 24: must split each rank's 4 heads (model.n_heads = 32 over 8 ranks) into whole "
+        "stages (valid values here: 8, 16, 32)");
+}
