@@ -6,6 +6,7 @@ if(ODYSSEY_CCACHE)
   # Precompiled headers need these sloppiness flags to be cacheable.
   set(_ccache_launcher ${CMAKE_COMMAND} -E env
       "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
+      "CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}"
       ${ODYSSEY_CCACHE})
   set(CMAKE_C_COMPILER_LAUNCHER ${_ccache_launcher})
   set(CMAKE_CXX_COMPILER_LAUNCHER ${_ccache_launcher})

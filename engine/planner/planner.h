@@ -1,0 +1,117 @@
+// The analytic planner: per-rank memory by category (each term with its formula), the per-phase
+// timeline, step time and MFU, the technique ladder, the max-context solver and the advisor.
+// Pure C++ (no LibTorch): instant in the studio. defines: MemoryTerm, MemoryPlan, PhasePlan,
+// StepTimePlan, LadderRung, plan_memory, plan_ladder, solve_max_seq_len, advise
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config/run_config.h"
+
+namespace odyssey {
+
+/// The memory categories of DESIGN.md (same names and order as the tracker's MemCategory).
+enum class PlanCategory : uint8_t {
+  Params,
+  Grads,
+  Optimizer,
+  GatheredParams,
+  SavedActivations,
+  Offloaded,
+  AttentionWorkspace,
+  MlpWorkspace,
+  LossWorkspace,
+  CommBuffers,
+  Other,
+};
+constexpr int kPlanCategoryCount = 11;
+const char* to_string(PlanCategory c);
+
+/// One term of the plan: bytes with the formula that produced them, values plugged in.
+struct MemoryTerm {
+  PlanCategory category;
+  std::string name;     ///< "checkpointed block inputs"
+  int64_t bytes = 0;    ///< per rank
+  std::string formula;  ///< "32 layers x 375K tokens x 4096 x 2 B"
+  bool host = false;    ///< lives in host memory (offload, pinned staging)
+};
+
+/// Resident bytes during one phase of the step.
+struct PhasePlan {
+  std::string name;           ///< "fwd/block.31/attn", "bwd/block.0/recompute", "optimizer", ...
+  int64_t resident_bytes = 0; ///< device bytes at the phase's peak
+  int64_t host_bytes = 0;
+  std::array<int64_t, kPlanCategoryCount> category_bytes{};  ///< device+host per category at that peak
+  double time_s = 0;          ///< predicted duration
+};
+
+/// Predicted step time.
+struct StepTimePlan {
+  double compute_s = 0;        ///< forward + backward (+ recompute) FLOPs / (peak x efficiency)
+  double recompute_s = 0;      ///< the part of compute_s spent recomputing
+  double all_to_all_s = 0;     ///< Ulysses all-to-all (not overlapped)
+  double fsdp_comm_s = 0;      ///< all-gather + reduce-scatter (overlapped part excluded)
+  double offload_s = 0;        ///< PCIe traffic not hidden behind compute
+  double step_s = 0;           ///< total
+  double tokens_per_s_per_device = 0;
+  double model_flops_per_token = 0;  ///< the convention's FLOPs per token (see convention)
+  double mfu = 0;              ///< model FLOPs / (time x peak), causal attention counted once
+  double mfu_palm = 0;         ///< the same with PaLM/torchtitan's non-causal attention count
+  double hfu = 0;              ///< hardware FLOPs utilisation (recompute counted)
+  std::string convention;      ///< how FLOPs were counted, in words
+};
+
+/// The whole prediction for one config, per rank (rank 0; all ranks are symmetric).
+struct MemoryPlan {
+  std::vector<MemoryTerm> terms;
+  std::array<int64_t, kPlanCategoryCount> category_bytes{};  ///< at the peak phase
+  int64_t peak_bytes = 0;       ///< device bytes at the peak, runtime overhead included
+  std::string peak_phase;       ///< phase where the peak falls
+  int64_t device_capacity = 0;  ///< bytes per device of the hardware profile
+  int64_t host_bytes = 0;       ///< host bytes per node (offload + pinned staging)
+  int64_t host_capacity = 0;    ///< host bytes per node
+  bool fits_device = false;
+  bool fits_host = false;
+  bool fits() const { return fits_device && fits_host; }
+  std::string dominant_term;    ///< name of the largest device term
+  std::vector<PhasePlan> phases;  ///< the step in order
+  StepTimePlan time;
+};
+
+/// Plans one config (which must be valid).
+MemoryPlan plan_memory(const RunConfig& cfg);
+
+/// One rung of the technique ladder: the config with techniques added cumulatively.
+struct LadderRung {
+  std::string name;       ///< default, fsdp, ulysses, checkpointing, offload, tiling, untied_ulysses
+  std::string label;      ///< "+ activation checkpointing"
+  RunConfig config;       ///< the rung's config
+  MemoryPlan plan;
+  int64_t max_seq_len = 0;  ///< largest fitting seq_len for this rung (0 if none)
+};
+
+/// default -> +FSDP -> +Ulysses -> +checkpointing -> +offload -> +tiling -> +Untied Ulysses for the
+/// config's model, world size and hardware (the Ulysses degree taken from the config, or the
+/// largest valid one when the config has none).
+std::vector<LadderRung> plan_ladder(const RunConfig& cfg);
+
+/// Largest seq_len (a multiple of the required granularity) at which `cfg` fits device and host
+/// memory; 0 if not even the granularity fits.
+int64_t solve_max_seq_len(const RunConfig& cfg);
+
+/// One suggested change set for a config that does not fit.
+struct Advice {
+  std::vector<std::string> changes;  ///< "memory.tiled_loss = true", ...
+  RunConfig config;                  ///< the config with the changes applied
+  MemoryPlan plan;
+  double slowdown = 1.0;             ///< predicted step time / the original's
+};
+
+/// The cheapest toggles (least predicted slowdown) that make `cfg` fit; empty if it already fits
+/// or nothing does.
+std::vector<Advice> advise(const RunConfig& cfg, int max_suggestions = 3);
+
+}  // namespace odyssey

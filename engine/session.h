@@ -1,0 +1,117 @@
+// The embedded engine as the studio sees it: start/pause/stop a training run on rank threads,
+// change memory toggles live, and copy out metrics, memory samples and phase spans without
+// blocking training. No LibTorch in this header. defines: Session, StepMetrics, MemorySample,
+// PhaseSpan, SessionStatus
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config/run_config.h"
+
+namespace odyssey {
+
+/// One training step, over all ranks.
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;                     ///< global mean loss (meaningless under rank emulation)
+  bool loss_meaningful = true;         ///< false under rank emulation
+  double tokens_per_s = 0;             ///< global tokens per second
+  double step_time_s = 0;
+  int64_t peak_bytes = 0;              ///< max over ranks of the device peak in this step
+  std::vector<int64_t> rank_peak_bytes;       ///< device peak per rank
+  std::vector<int64_t> rank_host_peak_bytes;  ///< host (offload) peak per rank
+  double mfu = 0;                      ///< model FLOPs utilisation against the hardware profile
+  double lr = 0;
+  double grad_norm = 0;
+  int64_t config_version = 0;          ///< increments each time live toggles are applied
+};
+
+/// Device and host bytes of one rank at one phase edge.
+struct MemorySample {
+  double t_s = 0;        ///< seconds since the session started
+  int64_t step = 0;
+  int32_t rank = 0;
+  int32_t phase_id = 0;  ///< index into Session::phase_names()
+  int64_t device_bytes = 0;
+  int64_t host_bytes = 0;
+};
+
+/// One finished phase of one rank.
+struct PhaseSpan {
+  int64_t step = 0;
+  int32_t rank = 0;
+  int32_t phase_id = 0;
+  int32_t depth = 0;
+  double t_begin_s = 0;
+  double t_end_s = 0;
+  int64_t device_begin = 0;
+  int64_t device_end = 0;
+  int64_t device_peak = 0;
+  int64_t host_peak = 0;
+};
+
+enum class SessionState { Idle, Starting, Running, Paused, Stopping, Finished, Failed };
+const char* to_string(SessionState state);
+
+struct SessionStatus {
+  SessionState state = SessionState::Idle;
+  std::string message;   ///< what happened last ("restarted: world size changed", the error, ...)
+  int64_t step = 0;      ///< steps completed
+  int64_t steps = 0;     ///< steps planned
+  int world_size = 0;
+  std::string device;    ///< "cpu", "cuda:0..7"
+  bool emulated = false;
+  int64_t config_version = 0;
+};
+
+/// Owns the rank threads of one run. All methods are thread-safe and return quickly; the studio
+/// calls them from its UI thread every frame.
+class Session {
+ public:
+  Session();
+  ~Session();  // stops the run and joins the threads
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// Validates `cfg` and starts training on new rank threads. False with *error if invalid or
+  /// already running.
+  bool start(const RunConfig& cfg, std::string* error);
+  void pause();
+  void resume();
+  /// Stops at the next step boundary.
+  void stop();
+  /// Blocks until the run finishes or fails (tests, headless use).
+  void wait();
+
+  /// Changes that need no restart (checkpointing, offload, tiling, tile sizes, Untied Ulysses,
+  /// heads per stage) apply at the next step boundary. Returns false with *reason when the
+  /// change is invalid or needs a restart (model, world size, Ulysses degree, dtype...).
+  bool apply_live(const RunConfig& cfg, std::string* reason);
+  /// Restarts the run with `cfg` from the current weights where the model is unchanged.
+  bool restart(const RunConfig& cfg, std::string* error);
+
+  SessionStatus status() const;
+  RunConfig config() const;
+
+  /// Copies out what arrived after `cursor` (a count) and returns the new cursor.
+  size_t metrics_since(size_t cursor, std::vector<StepMetrics>* out) const;
+  size_t samples_since(size_t cursor, std::vector<MemorySample>* out) const;
+  size_t spans_since(size_t cursor, std::vector<PhaseSpan>* out) const;
+  /// Phase path of each phase_id ("fwd/block.3/attn").
+  std::vector<std::string> phase_names() const;
+  /// Log lines since the last call.
+  std::vector<std::string> drain_log();
+
+  /// Writes the run's Perfetto trace / metrics JSONL so far.
+  bool export_trace(const std::string& path, std::string* error) const;
+  bool export_metrics(const std::string& path, std::string* error) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace odyssey

@@ -1,0 +1,140 @@
+// The memory tracker: counts every tensor byte per rank, per pool (device vs host offload) and per
+// category. On CPU through a counting allocator installed with c10::SetCPUAllocator; on CUDA from
+// the caching allocator's statistics. defines: MemCategory, MemPool, CategoryScope, PoolScope,
+// RankScope, MemorySnapshot, MemoryTracker
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace odyssey {
+
+/// The categories of DESIGN.md, identical in the planner. See docs/architecture.md for which
+/// tensors belong to which.
+enum class MemCategory : uint8_t {
+  Params,
+  Grads,
+  Optimizer,
+  GatheredParams,
+  SavedActivations,
+  Offloaded,
+  AttentionWorkspace,
+  MlpWorkspace,
+  LossWorkspace,
+  CommBuffers,
+  Other,
+};
+constexpr int kMemCategoryCount = 11;
+/// "params", "grads", "optimizer", "gathered_params", "saved_activations", "offloaded",
+/// "attention_workspace", "mlp_workspace", "loss_workspace", "comm_buffers", "other".
+std::string_view to_string(MemCategory c);
+
+enum class MemPool : uint8_t { Device, Host };
+constexpr int kMemPoolCount = 2;
+
+/// The most ranks one process tracks (in-process rank threads).
+constexpr int kMaxTrackedRanks = 64;
+
+/// Allocations made on this thread while the scope lives are charged to `category` (nestable;
+/// restores the previous category). Cheap: a thread-local store.
+class CategoryScope {
+ public:
+  explicit CategoryScope(MemCategory category);
+  ~CategoryScope();
+  CategoryScope(const CategoryScope&) = delete;
+  CategoryScope& operator=(const CategoryScope&) = delete;
+
+ private:
+  MemCategory previous_;
+};
+
+/// Allocations on this thread go to `pool` while the scope lives (offload copies use Host).
+class PoolScope {
+ public:
+  explicit PoolScope(MemPool pool);
+  ~PoolScope();
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  MemPool previous_;
+};
+
+/// Binds this thread to a rank for the scope's life (rank threads set it once; autograd and
+/// intra-op worker threads inherit nothing and are charged to the current rank only if the
+/// engine sets it there too). Unbound threads are charged to rank 0.
+class RankScope {
+ public:
+  explicit RankScope(int rank);
+  ~RankScope();
+  RankScope(const RankScope&) = delete;
+  RankScope& operator=(const RankScope&) = delete;
+
+ private:
+  int previous_;
+};
+
+/// Current thread's bindings.
+int current_rank();
+MemCategory current_category();
+MemPool current_pool();
+
+/// Bytes of one rank at one instant.
+struct MemorySnapshot {
+  std::array<int64_t, kMemCategoryCount> category_bytes{};  ///< live bytes per category (both pools)
+  int64_t device_bytes = 0;       ///< live bytes in the device pool
+  int64_t host_bytes = 0;         ///< live bytes in the host pool
+  int64_t device_peak = 0;        ///< peak device bytes since the last reset_peak
+  int64_t host_peak = 0;          ///< peak host bytes since the last reset_peak
+  /// Category bytes at the moment device_peak was reached.
+  std::array<int64_t, kMemCategoryCount> category_at_peak{};
+  int64_t device_reserved = 0;    ///< CUDA: reserved by the caching allocator (0 on CPU)
+  int64_t alloc_retries = 0;      ///< CUDA: cudaMalloc retries
+  int64_t ooms = 0;               ///< out-of-memory errors raised (tracker limit or CUDA)
+};
+
+/// Process-wide tracker. Thread-safe; counters are per rank.
+class MemoryTracker {
+ public:
+  static MemoryTracker& instance();
+
+  /// Installs the counting CPU allocator (idempotent). Tensors allocated before this call are
+  /// not counted; call it before building any model.
+  void install_cpu_allocator();
+  bool cpu_allocator_installed() const;
+
+  /// Counts of `rank` now. On CUDA devices, device_* come from the caching allocator.
+  MemorySnapshot snapshot(int rank) const;
+  /// Device bytes of `rank` now (fast path for phase edges).
+  int64_t device_bytes(int rank) const;
+  int64_t host_bytes(int rank) const;
+  /// Starts a new peak window for `rank` (phase scopes use their own windows, see phase.h).
+  void reset_peak(int rank);
+
+  /// A failing allocation limit for tests and the OOM path: an allocation that would take the
+  /// rank's device bytes above `bytes` throws c10::OutOfMemoryError naming the bytes requested,
+  /// the rank and the current phase. 0 removes the limit.
+  void set_device_limit(int rank, int64_t bytes);
+
+  /// A monotonic allocation sequence number; allocations made later have larger numbers.
+  uint64_t mark() const;
+  /// Moves every live allocation of `rank` made after `marker` whose category is `from` into
+  /// `to` (the block's forward left these alive: they are saved activations now).
+  void retag_since(int rank, uint64_t marker, MemCategory from, MemCategory to);
+  // Retagging one tensor's storage (checkpointed inputs): retag_tensor() in tensor_tags.h.
+
+  /// Called by the allocator: charges `bytes` (positive on allocation, negative on free).
+  void on_alloc(int rank, MemPool pool, MemCategory category, int64_t bytes);
+  /// Name of the innermost phase of `rank` for OOM messages (set by phase scopes).
+  void set_phase_name(int rank, const std::string& name);
+  std::string phase_name(int rank) const;
+
+ private:
+  MemoryTracker();
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace odyssey
