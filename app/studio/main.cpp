@@ -1,54 +1,171 @@
-// odyssey-studio: minimal window (GLFW + OpenGL 3 + Dear ImGui) showing the preset's validation;
-// the panels of the studio issue replace this body.
+// odyssey-studio: the window (GLFW + OpenGL 3 + Dear ImGui), the frame loop, font scaling and
+// screenshots. Everything else is odyssey_studio_core; the engine comes in through SessionEngine.
+// defines: main
 #include <GLFW/glfw3.h>
 #include <imgui.h>
 #include <backends/imgui_impl_glfw.h>
 #include <backends/imgui_impl_opengl3.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
-#include "app/studio/studio_info.h"
-#include "engine/config/preset.h"
+#include "app/studio/cli_options.h"
+#include "app/studio/fonts.h"
+#include "app/studio/image_io.h"
+#include "app/studio/script_runner.h"
+#include "app/studio/session_engine.h"
+#include "app/studio/studio_app.h"
+#include "app/studio/synthetic.h"
+
+namespace {
+
+std::string g_glfw_error;
+void on_glfw_error(int code, const char* text) { g_glfw_error = std::to_string(code) + ": " + (text ? text : "?"); }
+
+double now_s() {
+  using clock = std::chrono::steady_clock;
+  static const auto t0 = clock::now();
+  return std::chrono::duration<double>(clock::now() - t0).count();
+}
+
+/// The back buffer as an RGBA image, rows top to bottom, opaque.
+odyssey::studio::Image read_back_buffer(int width, int height) {
+  odyssey::studio::Image image;
+  image.width = width;
+  image.height = height;
+  image.rgba.resize(static_cast<size_t>(width) * height * 4);
+  glReadBuffer(GL_BACK);
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadPixels(0, 0, width, height, GL_RGBA, GL_UNSIGNED_BYTE, image.rgba.data());
+  for (size_t i = 3; i < image.rgba.size(); i += 4) image.rgba[i] = 255;
+  odyssey::studio::flip_rows(image);
+  return image;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  std::string preset = argc > 1 ? argv[1] : "presets/tiny-cpu.toml";
-  odyssey::LoadedPreset loaded = odyssey::load_preset(preset);
+  using namespace odyssey::studio;
+  StudioOptions opts;
+  std::string error;
+  if (!parse_studio_args(argc, argv, &opts, &error)) {
+    std::fprintf(stderr, "odyssey-studio: %s\n%s", error.c_str(), studio_usage().c_str());
+    return 2;
+  }
+  if (opts.help) {
+    std::printf("%s", studio_usage().c_str());
+    return 0;
+  }
+
+  AppState state;
+  state.scale = state.requested_scale = opts.scale;
+  if (opts.panel) {
+    state.focus = *opts.panel;
+    state.show[static_cast<int>(*opts.panel)] = true;
+  }
+  if (!load_preset_into(state, opts.preset)) {
+    std::fprintf(stderr, "odyssey-studio: %s\n", state.edit.preset_message.c_str());
+    return 2;
+  }
+  for (const auto& set : opts.sets)
+    if (!apply_assignment(state, set, &error)) {
+      std::fprintf(stderr, "odyssey-studio: --set %s: %s\n", set.c_str(), error.c_str());
+      return 2;
+    }
+  if (opts.bench_samples > 0) fill_synthetic_history(state.history, opts.bench_samples, 2);
+
+  glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit()) {
-    std::fprintf(stderr, "odyssey-studio: cannot open a window (no display?)\n");
+    std::fprintf(stderr, "odyssey-studio: cannot open a window: %s\n  (no display? set DISPLAY, or run under "
+                 "`xvfb-run -a`; `odyssey plan|train` work without one)\n", g_glfw_error.c_str());
     return 1;
   }
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
   glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
-  GLFWwindow* window = glfwCreateWindow(1280, 800, odyssey::studio::studio_title(), nullptr, nullptr);
+  GLFWwindow* window = glfwCreateWindow(opts.width, opts.height, "Odyssey Studio", nullptr, nullptr);
   if (!window) {
+    std::fprintf(stderr, "odyssey-studio: cannot open a %dx%d OpenGL 3.3 window: %s\n", opts.width, opts.height,
+                 g_glfw_error.c_str());
     glfwTerminate();
     return 1;
   }
   glfwMakeContextCurrent(window);
+  const bool screenshot = !opts.screenshot.empty();
+  glfwSwapInterval(screenshot ? 0 : 1);
+
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
+  ImGui::GetIO().IniFilename = nullptr;  // the layout is computed; nothing to persist
+  const std::string font = setup_fonts_and_style(state.scale);
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 330");
-  while (!glfwWindowShouldClose(window)) {
-    glfwPollEvents();
-    ImGui_ImplOpenGL3_NewFrame();
-    ImGui_ImplGlfw_NewFrame();
-    ImGui::NewFrame();
-    ImGui::Begin("Preset");
-    ImGui::Text("%s: %s", preset.c_str(), loaded.ok() ? "valid" : "invalid");
-    for (const auto& issue : loaded.issues) ImGui::TextWrapped("%s", issue.format().c_str());
-    ImGui::End();
-    ImGui::Render();
-    glClear(GL_COLOR_BUFFER_BIT);
-    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-    glfwSwapBuffers(window);
-  }
+
+  int exit_code = 0;
+  {
+    SessionEngine engine;
+    ScriptRunner script(opts);
+    double last_frame = now_s();
+    long frames = 0;
+    while (!glfwWindowShouldClose(window) && !state.quit_requested) {
+      glfwPollEvents();
+      if (state.requested_scale != state.scale) {
+        state.scale = state.requested_scale;
+        setup_fonts_and_style(state.scale);
+        ImGui_ImplOpenGL3_DestroyFontsTexture();
+        ImGui_ImplOpenGL3_CreateFontsTexture();
+      }
+      const double t0 = now_s();
+      frame_update(state, engine, t0);
+      const bool capture = screenshot && script.step(state, engine, t0);
+      ImGui_ImplOpenGL3_NewFrame();
+      ImGui_ImplGlfw_NewFrame();
+      ImGui::NewFrame();
+      draw_studio(state, engine);
+      ImGui::Render();
+      int fb_w = 0, fb_h = 0;
+      glfwGetFramebufferSize(window, &fb_w, &fb_h);
+      glViewport(0, 0, fb_w, fb_h);
+      glClearColor(0.06f, 0.065f, 0.08f, 1.f);
+      glClear(GL_COLOR_BUFFER_BIT);
+      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      state.frame.add((now_s() - t0) * 1e3);
+      ++frames;
+      if (capture) {
+        std::string err;
+        if (!write_png(opts.screenshot, read_back_buffer(fb_w, fb_h), &err)) {
+          std::fprintf(stderr, "odyssey-studio: %s\n", err.c_str());
+          exit_code = 1;
+        } else {
+          std::printf("odyssey-studio: wrote %s (%dx%d, %s, %ld frames; UI %.2f ms/frame mean, %.2f ms max over the "
+                      "last %d; run %.1f s)\n", opts.screenshot.c_str(), fb_w, fb_h, font.c_str(), frames, state.frame.mean(),
+                      state.frame.max(), std::min<int>(frames, FrameStats::kWindow), script.run_seconds());
+        }
+        if (script.failed()) {
+          std::fprintf(stderr, "odyssey-studio: %s\n", script.error().c_str());
+          exit_code = 1;
+        }
+        break;
+      }
+      glfwSwapBuffers(window);
+      // About 60 frames a second at most: the engine's rank threads share these cores.
+      const double t_end = now_s();
+      const double wait = 1.0 / 60 - (t_end - last_frame);
+      if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      const double t_next = now_s();
+      state.frame.frame_interval_ms = 0.9 * state.frame.frame_interval_ms + 0.1 * (t_next - last_frame) * 1e3;
+      last_frame = t_next;
+    }
+    engine.stop();
+  }  // the Session joins its rank threads here
+
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();
   ImGui::DestroyContext();
   glfwDestroyWindow(window);
   glfwTerminate();
-  return 0;
+  return exit_code;
 }
