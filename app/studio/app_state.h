@@ -77,7 +77,7 @@ struct AppState {
 
   // Planner (for the edited config and for the config the engine runs).
   PlanCache plan;
-  PlanCache run_plan;
+  PlanCache run_plan{false};  ///< the running config's plan (timeline overlay, run panel)
 
   // Engine.
   RunControl run;

@@ -7,6 +7,7 @@
 #include <backends/imgui_impl_opengl3.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
       const bool capture = screenshot && script.step(state, engine, t0);
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
+      if (screenshot) ImGui::GetIO().MousePos = {-FLT_MAX, -FLT_MAX};  // no hover tooltips in the picture
       ImGui::NewFrame();
       draw_studio(state, engine);
       ImGui::Render();

@@ -105,7 +105,10 @@ bool section(const AppState& state, EngineControl& engine, const char* title, co
 void draw_preset_row(AppState& state) {
   const auto presets = list_presets("presets");
   const std::string current = state.preset_path.empty() ? "(none)" : state.preset_path;
-  ImGui::SetNextItemWidth(-ImGui::GetFontSize() * 5.5f);
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float buttons = ImGui::CalcTextSize("Open...").x + ImGui::CalcTextSize("Save...").x + 4 * style.FramePadding.x +
+                        2 * style.ItemSpacing.x;
+  ImGui::SetNextItemWidth(-buttons);
   if (ImGui::BeginCombo("##preset", current.c_str())) {
     for (const auto& p : presets)
       if (ImGui::Selectable(p.c_str(), p == state.preset_path)) load_preset_into(state, p);
@@ -151,8 +154,19 @@ void draw_model(AppState& state) {
   }
   field_messages(state, "model.flavor");
   field_label(state, "Parameters", "model.flavor");
-  ImGui::Text("%s  (%lld layers, d %lld, %lld/%lld heads)", plot::format_value(double(c.model.total_params()), plot::Format::Number).c_str(),
-              (long long)c.model.n_layers, (long long)c.model.d_model, (long long)c.model.n_heads, (long long)c.model.n_kv_heads);
+  const double params = double(c.model.total_params());
+  char count[32];
+  if (params >= 1e9)
+    std::snprintf(count, sizeof count, "%.2f B", params / 1e9);
+  else if (params >= 1e6)
+    std::snprintf(count, sizeof count, "%.1f M", params / 1e6);
+  else
+    std::snprintf(count, sizeof count, "%.0f k", params / 1e3);
+  ImGui::Text("%s, %lld layers", count, (long long)c.model.n_layers);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("d_model %lld, %lld query / %lld KV heads of %lld, d_ffn %lld, vocabulary %lld", (long long)c.model.d_model,
+                      (long long)c.model.n_heads, (long long)c.model.n_kv_heads, (long long)c.model.head_dim,
+                      (long long)c.model.d_ffn, (long long)c.model.vocab_size);
   ImGui::EndTable();
   if (ImGui::TreeNode("Dimensions")) {
     if (begin_form("dims")) {

@@ -65,16 +65,18 @@ void draw_summary(const PlanResult& r, const RunConfig& cfg) {
   const double pct = p.device_capacity > 0 ? 100.0 * double(p.peak_bytes) / double(p.device_capacity) : 0;
   ImGui::TextColored(to_vec4(p.fits() ? kColorGood : kColorBad), "%s", p.fits() ? "FITS" : "DOES NOT FIT");
   ImGui::SameLine();
-  ImGui::Text("peak %s of %s per device (%.0f%%) in %s", format_gib(double(p.peak_bytes)).c_str(),
-              format_gib(double(p.device_capacity)).c_str(), pct, p.peak_phase.c_str());
+  ImGui::TextWrapped("peak %s of %s per device (%.*f%%) in %s", plot::format_value(double(p.peak_bytes), plot::Format::Bytes).c_str(),
+              plot::format_value(double(p.device_capacity), plot::Format::Bytes).c_str(), pct < 1 ? 2 : 0, pct,
+              p.peak_phase.c_str());
   help_marker("The planner's prediction for one rank of the configured job on the hardware target "
               "(all ranks hold the same). Peak = the largest resident set over the step's phases, "
               "runtime overhead included. Hover any bar segment for the terms and their formulas.");
-  ImGui::Text("host %s of %s per node%s   |   largest context that fits: %s tokens", format_gib(double(p.host_bytes)).c_str(),
-              format_gib(double(p.host_capacity)).c_str(), p.fits_host ? "" : " (over)",
-              r.max_seq_len > 0 ? format_size(r.max_seq_len).c_str() : "none");
+  const std::string max_ctx = !r.extras_ready ? "(solving...)" : r.max_seq_len > 0 ? format_size(r.max_seq_len) + " tokens" : "none";
+  ImGui::TextWrapped("host %s of %s per node%s   |   largest context that fits: %s",
+              plot::format_value(double(p.host_bytes), plot::Format::Bytes).c_str(),
+              plot::format_value(double(p.host_capacity), plot::Format::Bytes).c_str(), p.fits_host ? "" : " (over)", max_ctx.c_str());
   const StepTimePlan& t = p.time;
-  ImGui::Text("predicted %s tokens/s per device (%s total), step %s, MFU %.1f%%",
+  ImGui::TextWrapped("predicted %s tokens/s per device (%s total), step %s, MFU %.1f%%",
               plot::format_value(t.tokens_per_s_per_device, plot::Format::Number).c_str(),
               plot::format_value(t.tokens_per_s_per_device * double(cfg.parallel.world_size), plot::Format::Number).c_str(),
               plot::format_value(t.step_s, plot::Format::Seconds).c_str(), t.mfu * 100);
@@ -94,6 +96,14 @@ void draw_summary(const PlanResult& r, const RunConfig& cfg) {
 
 void draw_advice(AppState& state, const PlanResult& r) {
   if (r.plan.fits()) return;
+  if (!r.extras_ready) {
+    ImGui::TextColored(to_vec4(kColorWarn), "Advisor: looking for the cheapest changes that fit...");
+    return;
+  }
+  if (!r.extras_error.empty()) {
+    ImGui::TextColored(to_vec4(kColorBad), "Advisor: %s", r.extras_error.c_str());
+    return;
+  }
   if (r.advice.empty()) {
     ImGui::TextColored(to_vec4(kColorWarn), "Advisor: no combination of toggles fits; shorten the context or add ranks.");
     return;
@@ -106,7 +116,8 @@ void draw_advice(AppState& state, const PlanResult& r) {
     ImGui::PushID(static_cast<int>(i));
     if (ImGui::SmallButton("Apply")) state.config = a.config;
     ImGui::SameLine();
-    ImGui::TextWrapped("%s  ->  peak %s, step time x%.2f", changes.c_str(), format_gib(double(a.plan.peak_bytes)).c_str(),
+    ImGui::TextWrapped("%s  ->  peak %s, step time x%.2f", changes.c_str(),
+                       plot::format_value(double(a.plan.peak_bytes), plot::Format::Bytes).c_str(),
                        a.slowdown);
     ImGui::PopID();
   }
@@ -138,23 +149,26 @@ void draw_rank_bars(AppState& state, const PlanResult& r) {
     }
   }
   const float h = ImGui::GetFontSize() * (1.9f * static_cast<float>(bars.size()) + 2.2f);
-  const std::string cap = "capacity " + format_gib(double(p.device_capacity));
+  const std::string cap = "capacity " + plot::format_value(double(p.device_capacity), plot::Format::Bytes);
   const plot::BarHit hit = plot::stacked_bars("##rank_bars", {0, h}, bars, labels, double(p.device_capacity), cap.c_str(),
                                               plot::Format::Bytes, true);
   if (hit.bar >= 0 && hit.segment >= 0 && hit.bar < (world <= 8 ? world : 1)) category_tooltip(p, hit.segment);
   else if (hit.bar >= 0 && hit.segment >= 0)
     ImGui::SetTooltip("measured device peak of the last step: %s", plot::format_value(bars[hit.bar][0].value, plot::Format::Bytes).c_str());
   // Legend: the categories present.
-  int shown = 0;
-  for (int c = 0; c <= kPlanCategoryCount; ++c) {
-    if (planned[c].value <= 0) continue;
-    if (shown++ % 4) ImGui::SameLine(0, ImGui::GetFontSize());
-    plot::legend_item(planned[c].color, segment_name(c));
-  }
+  std::vector<std::pair<ImU32, std::string>> items;
+  for (int c = 0; c <= kPlanCategoryCount; ++c)
+    if (planned[c].value > 0) items.emplace_back(planned[c].color, segment_name(c));
+  plot::legend(items);
 }
 
 void draw_ladder(const PlanResult& r) {
-  if (r.ladder.empty()) return;
+  if (!r.extras_error.empty()) ImGui::TextColored(to_vec4(kColorBad), "%s", r.extras_error.c_str());
+  if (r.ladder.empty()) {
+    ImGui::TextDisabled("computing the ladder...");
+    return;
+  }
+  if (!r.extras_ready) ImGui::TextColored(to_vec4(kColorWarn), "updating for the edit...");
   std::vector<std::vector<plot::Segment>> bars;
   std::vector<std::string> labels;
   int64_t capacity = 0;
@@ -170,7 +184,8 @@ void draw_ladder(const PlanResult& r) {
     if (hit.segment >= 0) {
       category_tooltip(rung.plan, hit.segment);
     } else {
-      ImGui::SetTooltip("%s: peak %s, %s, max context %s", rung.label.c_str(), format_gib(double(rung.plan.peak_bytes)).c_str(),
+      ImGui::SetTooltip("%s: peak %s, %s, max context %s", rung.label.c_str(),
+                        plot::format_value(double(rung.plan.peak_bytes), plot::Format::Bytes).c_str(),
                         rung.plan.fits() ? "fits" : "OOM", rung.max_seq_len > 0 ? format_size(rung.max_seq_len).c_str() : "none");
     }
   }
@@ -216,8 +231,10 @@ void draw_phase_timeline(const PlanResult& r) {
   auto x_of = [&](size_t i) { return timed ? t0[i] : double(i); };  // phase index when untimed
   plot::Plot plt("##plan_phases", {0, ImGui::GetFontSize() * 10}, nullptr, {0, x_of(p.phases.size())},
                  timed ? plot::Format::Seconds : plot::Format::Number, plot::Format::Bytes);
-  plot::Range y{0, double(std::max(p.device_capacity, p.peak_bytes))};
-  plt.set_y(y);
+  int64_t top = 0;
+  for (const auto& ph : p.phases) top = std::max(top, ph.resident_bytes);
+  const bool capacity_on_scale = p.device_capacity <= top * 8;  // else the curve would be a flat line at 0
+  plt.set_y({0, double(capacity_on_scale ? std::max(p.device_capacity, top) : top)});
   size_t hovered = SIZE_MAX, peak = 0;
   for (size_t i = 0; i < p.phases.size(); ++i) {
     plt.band(x_of(i), x_of(i + 1), phase_color(classify_phase(p.phases[i].name), 70));
@@ -228,8 +245,15 @@ void draw_phase_timeline(const PlanResult& r) {
     if (p.phases[i].resident_bytes > p.phases[peak].resident_bytes) peak = i;
     if (plt.hovered() && plt.mouse_x() >= x_of(i) && plt.mouse_x() < x_of(i + 1)) hovered = i;
   }
-  plt.hline(double(p.device_capacity), kColorBad, "capacity", true);
-  const std::string peak_label = "peak " + format_gib(double(p.phases[peak].resident_bytes)) + " in " + p.phases[peak].name;
+  if (capacity_on_scale) {
+    plt.hline(double(p.device_capacity), kColorBad, "capacity", true);
+  } else {
+    const std::string cap = "capacity " + plot::format_value(double(p.device_capacity), plot::Format::Bytes) + " (off scale)";
+    const ImVec2 ts = ImGui::CalcTextSize(cap.c_str());
+    plt.draw_list()->AddText({plt.max().x - ts.x - 4, plt.min().y + 2}, kColorBad, cap.c_str());
+  }
+  const std::string peak_label =
+      "peak " + plot::format_value(double(p.phases[peak].resident_bytes), plot::Format::Bytes) + " in " + p.phases[peak].name;
   plt.marker(0.5 * (x_of(peak) + x_of(peak + 1)), double(p.phases[peak].resident_bytes), kColorWarn, peak_label.c_str());
   plt.end();
   if (hovered != SIZE_MAX) {
@@ -288,8 +312,8 @@ void draw_plan_panel(AppState& state, EngineControl& engine) {
     draw_phase_timeline(r);
   }
   if (ImGui::CollapsingHeader("Terms and formulas")) draw_terms(r.plan);
-  ImGui::TextColored(to_vec4(kColorDim), "planned in %.2f ms; %llu plans since start", r.compute_ms,
-                     (unsigned long long)state.plan.computations());
+  ImGui::TextColored(to_vec4(kColorDim), "plan %.2f ms in the frame; ladder, max context and advice %.0f ms in the "
+                     "background; %llu plans since start", r.compute_ms, r.extras_ms, (unsigned long long)state.plan.computations());
 }
 
 }  // namespace odyssey::studio

@@ -24,7 +24,10 @@ void draw_series(AppState& state, const char* id, const char* title, const std::
   plt.polyline(pts, IM_COL32(120, 200, 255, 255), 2.f);
   if (pts.size() < 60)
     for (const auto& p : pts) plt.draw_list()->AddCircleFilled(plt.to_screen(p.x, p.y), 2.5f, IM_COL32(120, 200, 255, 255));
-  ImGui::GetWindowDrawList()->AddText({plt.min().x + 6, plt.min().y + 4}, IM_COL32(220, 220, 230, 220), title);
+  const ImVec2 ts = ImGui::CalcTextSize(title);
+  plt.draw_list()->AddRectFilled({plt.min().x + 3, plt.min().y + 3}, {plt.min().x + ts.x + 9, plt.min().y + ts.y + 5},
+                                 IM_COL32(0, 0, 0, 160), 2.f);
+  plt.draw_list()->AddText({plt.min().x + 6, plt.min().y + 4}, IM_COL32(220, 220, 230, 230), title);
   plt.end();
   if (plt.hovered() && !steps.empty()) {
     const auto it = std::lower_bound(steps.begin(), steps.end(), plt.mouse_x() - 0.5);

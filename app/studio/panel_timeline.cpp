@@ -56,13 +56,11 @@ void draw_controls(AppState& state, int64_t first, int64_t latest, int ranks) {
               "which edge samples can miss.");
 }
 
-void draw_bands(plot::Plot& plt, const RunHistory& h, const Selection& sel) {
-  int max_depth = 0;
-  for (const auto& s : h.spans()) max_depth = std::max(max_depth, s.depth);
-  for (int depth = 0; depth <= max_depth; ++depth) {  // deeper phases paint over their parents
+void draw_group_bands(plot::Plot& plt, const RunHistory& h, const StepSpans& g, int rank) {
+  for (int depth = 0; depth <= g.max_depth; ++depth) {  // deeper phases paint over their parents
     float last_px = -1e9f;
-    for (const auto& s : h.spans()) {
-      if (s.depth != depth || s.rank != sel.band_rank || (sel.step >= 0 && s.step != sel.step)) continue;
+    for (const auto& s : g.spans) {
+      if (s.depth != depth || s.rank != rank) continue;
       if (s.t_end_s < plt.x().min || s.t_begin_s > plt.x().max) continue;
       const float px = plt.to_screen(s.t_begin_s, 0).x;
       if (plt.to_screen(s.t_end_s, 0).x - px < 1.f && px - last_px < 1.f) continue;  // sub-pixel: merged
@@ -72,15 +70,45 @@ void draw_bands(plot::Plot& plt, const RunHistory& h, const Selection& sel) {
   }
 }
 
+/// Phase bands of the selected step; over the whole run, per-phase bands only once zoomed in far
+/// enough that steps are wider than a few pixels (otherwise alternate shading marks the steps).
+void draw_bands(plot::Plot& plt, const RunHistory& h, const Selection& sel) {
+  if (sel.step >= 0) {
+    if (const StepSpans* g = h.spans_of(sel.step)) draw_group_bands(plt, h, *g, sel.band_rank);
+    return;
+  }
+  const auto& groups = h.span_steps();
+  auto first = std::lower_bound(groups.begin(), groups.end(), plt.x().min,
+                                [](const StepSpans& g, double t) { return g.t_max < t; });
+  size_t visible = 0;
+  for (auto it = first; it != groups.end() && it->t_min <= plt.x().max; ++it) ++visible;
+  const bool detailed = visible * 6 <= static_cast<size_t>(plt.columns());
+  float last_px = -1e9f;
+  for (auto it = first; it != groups.end() && it->t_min <= plt.x().max; ++it) {
+    if (detailed) {
+      draw_group_bands(plt, h, *it, sel.band_rank);
+    } else if (it->step % 2 == 0) {
+      const float px = plt.to_screen(it->t_min, 0).x;
+      if (px - last_px < 2.f) continue;
+      last_px = px;
+      plt.band(it->t_min, it->t_max, IM_COL32(255, 255, 255, 14));
+    }
+  }
+}
+
 /// Tooltip: the phase under the mouse and each rank's bytes at the nearest earlier sample.
-void hover_readout(const plot::Plot& plt, const RunHistory& h, const Selection& sel, bool host) {
+void hover_readout(const plot::Plot& plt, const RunHistory& h, const Selection& sel, bool host, double x_origin) {
   if (!plt.hovered()) return;
   const double t = plt.mouse_x();
   ImGui::BeginTooltip();
   const PhaseSpan* under = nullptr;
-  for (const auto& s : h.spans())
-    if (s.rank == sel.band_rank && s.t_begin_s <= t && t <= s.t_end_s && (!under || s.depth > under->depth)) under = &s;
-  ImGui::Text("t = %s", plot::format_value(t, plot::Format::Seconds).c_str());
+  const auto& groups = h.span_steps();
+  const auto g = std::lower_bound(groups.begin(), groups.end(), t, [](const StepSpans& s, double x) { return s.t_max < x; });
+  if (g != groups.end())
+    for (const auto& s : g->spans)
+      if (s.rank == sel.band_rank && s.t_begin_s <= t && t <= s.t_end_s && (!under || s.depth > under->depth)) under = &s;
+  ImGui::Text("t = %s%s", plot::format_value(t - x_origin, plot::Format::Seconds).c_str(),
+              sel.step >= 0 ? " into the step" : " since the run started");
   if (under)
     ImGui::Text("%s (step %lld): peak %s inside", h.phase_name(under->phase_id).c_str(), (long long)under->step,
                 plot::format_value(double(under->device_peak), plot::Format::Bytes).c_str());
@@ -102,6 +130,8 @@ size_t draw_pool(AppState& state, const Selection& sel, bool host, float height,
   const RunHistory& h = state.history;
   plot::Plot plt(host ? "##host" : "##device", {0, height}, &state.timeline.view, data_x, plot::Format::Seconds,
                  plot::Format::Bytes);
+  const double x_origin = sel.step >= 0 ? data_x.min : 0.0;
+  plt.set_x_origin(x_origin);
   // Downsample first: the y range comes from what is in view.
   std::vector<std::vector<plot::Point>> lines(h.ranks().size());
   plot::Range y{0, 1};
@@ -120,9 +150,10 @@ size_t draw_pool(AppState& state, const Selection& sel, bool host, float height,
   if (!host && peak.found) y.include(double(peak.bytes));
   plt.set_y(y);
   if (!host) draw_bands(plt, h, sel);
-  if (!host && state.timeline.show_phase_peaks && sel.step >= 0)
-    for (const auto& s : h.spans())
-      if (s.step == sel.step && (sel.rank < 0 || s.rank == sel.rank) && s.depth >= 1)
+  const StepSpans* group = sel.step >= 0 ? h.spans_of(sel.step) : nullptr;
+  if (!host && state.timeline.show_phase_peaks && group)
+    for (const auto& s : group->spans)
+      if ((sel.rank < 0 || s.rank == sel.rank) && s.depth >= 1)
         plt.hsegment(s.t_begin_s, s.t_end_s, double(s.device_peak), rank_color(s.rank, 110), 1.f);
   for (size_t r = 0; r < lines.size(); ++r) plt.polyline(lines[r], rank_color(int(r)), 2.f);
   if (state.timeline.show_planned)
@@ -133,10 +164,13 @@ size_t draw_pool(AppState& state, const Selection& sel, bool host, float height,
                               " (rank " + std::to_string(peak.rank) + ")";
     plt.marker(peak.t_s, double(peak.bytes), kColorWarn, label.c_str());
   }
-  ImGui::GetWindowDrawList()->AddText({plt.min().x + 6, plt.min().y + 4}, IM_COL32(220, 220, 230, 200),
-                                      host ? "host pool (offloaded)" : "device pool");
+  const char* title = host ? "host pool (offloaded)" : "device pool";
+  const ImVec2 ts = ImGui::CalcTextSize(title);
+  plt.draw_list()->AddRectFilled({plt.min().x + 3, plt.min().y + 3}, {plt.min().x + ts.x + 9, plt.min().y + ts.y + 5},
+                                 IM_COL32(0, 0, 0, 160), 2.f);
+  plt.draw_list()->AddText({plt.min().x + 6, plt.min().y + 4}, IM_COL32(220, 220, 230, 230), title);
   plt.end();
-  hover_readout(plt, h, sel, host);
+  hover_readout(plt, h, sel, host, x_origin);
   return drawn;
 }
 
@@ -173,28 +207,37 @@ void draw_timeline_panel(AppState& state, EngineControl& engine) {
       data_x.include(r.t_s[hi - 1]);
     }
   }
-  const plot::Range spans_x = step_extent(h.spans(), sel.step, sel.rank);
-  if (spans_x.valid()) {
-    data_x.include(spans_x.min);
-    data_x.include(spans_x.max);
+  const StepSpans* group = sel.step >= 0 ? h.spans_of(sel.step) : nullptr;
+  if (group) {
+    const plot::Range spans_x = step_extent(group->spans, sel.step, sel.rank);
+    if (spans_x.valid()) {
+      data_x.include(spans_x.min);
+      data_x.include(spans_x.max);
+    }
   }
   if (!(data_x.min <= data_x.max)) data_x = {0, 1};
 
   std::vector<PlannedSegment> planned;
-  const PlanResult& plan = state.run_plan.get(state.run.engine_config());
-  if (t.show_planned && plan.ok && sel.step >= 0) planned = planned_overlay(plan.plan, h.spans(), h.phase_names(), sel.step, sel.band_rank);
-  const PeakMark peak = find_peak(h.spans(), h.phase_names(), sel.step, sel.rank);
+  // The plan of the config the engine runs (none without a run, e.g. the --bench-samples benchmark).
+  const bool has_plan = state.run.has_run() && state.run_plan.get(state.run.engine_config()).ok;
+  if (t.show_planned && has_plan && group)
+    planned = planned_overlay(state.run_plan.get(state.run.engine_config()).plan, group->spans, h.phase_names(), sel.step,
+                              sel.band_rank);
+  const PeakMark peak = group ? find_peak(group->spans, h.phase_names(), sel.step, sel.rank)
+                              : sel.step < 0 ? find_run_peak(h, sel.rank) : PeakMark{};
 
-  for (int c = 0; c < kPhaseClassCount - 1; ++c) {
-    if (c) ImGui::SameLine(0, ImGui::GetFontSize());
-    plot::legend_item(phase_color(static_cast<PhaseClass>(c)), to_string(static_cast<PhaseClass>(c)));
-  }
+  std::vector<std::pair<ImU32, std::string>> items;
+  for (int c = 0; c < kPhaseClassCount - 1; ++c)
+    items.emplace_back(phase_color(static_cast<PhaseClass>(c)), to_string(static_cast<PhaseClass>(c)));
+  items.emplace_back(IM_COL32(255, 255, 255, 200), "planned (dashed)");
+  for (size_t r = 0; r < h.ranks().size() && r < 8; ++r) items.emplace_back(rank_color(int(r)), "rank " + std::to_string(r));
+  plot::legend(items);
   const float avail = ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing();
   const size_t drawn = draw_pool(state, sel, false, std::max(avail * 0.64f, ImGui::GetFontSize() * 8), data_x, planned, peak);
   draw_pool(state, sel, true, std::max(avail * 0.36f - ImGui::GetStyle().ItemSpacing.y, ImGui::GetFontSize() * 5), data_x,
             planned, peak);
   ImGui::TextColored(to_vec4(kColorDim), "%zu samples on %zu ranks; %zu points drawn for the device pool%s", h.sample_count(),
-                     h.ranks().size(), drawn, plan.ok ? "" : "; no plan for the running config");
+                     h.ranks().size(), drawn, has_plan ? "" : "; no planned overlay (no run)");
 }
 
 }  // namespace odyssey::studio

@@ -138,6 +138,24 @@ void legend_item(ImU32 color, const char* label) {
   ImGui::TextUnformatted(label);
 }
 
+void legend(const std::vector<std::pair<ImU32, std::string>>& items) {
+  const float font = ImGui::GetFontSize();
+  const float gap = font * 0.8f;
+  const float line_w = ImGui::GetContentRegionAvail().x;  // the cursor is at a line start
+  float used = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const float w = ImGui::CalcTextSize(items[i].second.c_str()).x + ImGui::GetTextLineHeight() * 0.75f + 4;
+    if (i > 0 && used + gap + w <= line_w) {
+      ImGui::SameLine(0, gap);
+      used += gap;
+    } else {
+      used = 0;
+    }
+    used += w;
+    legend_item(items[i].first, items[i].second.c_str());
+  }
+}
+
 // [SECTION] Plot ------------------------------------------------------------------------------------
 
 namespace {
@@ -252,7 +270,8 @@ void Plot::hline(double y, ImU32 col, const char* label, bool dashed) {
     dl_->AddLine(a, b, col, 1.5f);
   if (label && *label) {
     const ImVec2 ts = ImGui::CalcTextSize(label);
-    dl_->AddText({b.x - ts.x - 4, a.y - ts.y - 1}, col, label);
+    const float ty = a.y - ts.y - 1 < p0_.y ? a.y + 2 : a.y - ts.y - 1;  // below the line at the top edge
+    dl_->AddText({b.x - ts.x - 4, ty}, col, label);
   }
 }
 
@@ -293,8 +312,10 @@ void Plot::end() {
     const float y = to_screen(0, t).y;
     dl_->AddText({p0_.x - ts.x - 5, y - ts.y * 0.5f}, kAxisText, s.c_str());
   }
-  for (double t : nice_ticks(x_, std::max(2, static_cast<int>((p1_.x - p0_.x) / (font * 6.f))))) {
-    const std::string s = format_value(t, xf_);
+  const Range shifted{x_.min - x_origin_, x_.max - x_origin_};
+  for (double rel : nice_ticks(shifted, std::max(2, static_cast<int>((p1_.x - p0_.x) / (font * 6.f))))) {
+    const double t = rel + x_origin_;
+    const std::string s = format_value(rel, xf_);
     const ImVec2 ts = ImGui::CalcTextSize(s.c_str());
     const float x = to_screen(t, 0).x;
     dl_->AddLine({x, p1_.y}, {x, p1_.y + 4}, kBorder);
@@ -325,12 +346,20 @@ BarHit stacked_bars(const char* id, ImVec2 size, const std::vector<std::vector<S
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const size_t n = bars.size();
 
-  double top = std::max(capacity, 0.0);
+  double max_total = 0;
   for (const auto& bar : bars) {
     double total = 0;
     for (const auto& s : bar) total += std::max(0.0, s.value);
-    top = std::max(top, total);
+    max_total = std::max(max_total, total);
   }
+  // A capacity far above every bar would squash them to nothing: scale to the bars and say where
+  // the capacity is instead.
+  const bool capacity_on_scale = capacity > 0 && (max_total <= 0 || capacity <= max_total * 8);
+  double top = capacity_on_scale ? std::max(capacity, max_total) : max_total;
+  // Bars far over the capacity (an OOM rung at 20 TiB next to 60 GiB ones) are cut at 2.5x the
+  // capacity, so the bars that matter stay readable; the cut bars carry their total on top.
+  const double clip = capacity_on_scale ? capacity * 2.5 : std::numeric_limits<double>::infinity();
+  top = std::min(top, clip);
   if (top <= 0) top = 1;
   top *= 1.08;
   const bool bytes = value_format == Format::Bytes;
@@ -340,16 +369,19 @@ BarHit stacked_bars(const char* id, ImVec2 size, const std::vector<std::vector<S
   float label_w = 0;
   for (const auto& l : labels) label_w = std::max(label_w, ImGui::CalcTextSize(l.c_str()).x);
   ImVec2 p0, p1;
+  // A strip above the bars for the capacity label (horizontal bars, or when it is off scale).
+  const bool has_label = capacity > 0 && capacity_label && *capacity_label;
+  const float top_strip = has_label && (horizontal || !capacity_on_scale) ? font * 1.2f : 0.f;
   if (horizontal) {
-    p0 = {pos.x + label_w + font * 0.6f, pos.y + font * 0.3f};
+    p0 = {pos.x + label_w + font * 0.6f, pos.y + font * 0.3f + top_strip};
     p1 = {pos.x + size.x - font * 1.2f, pos.y + size.y - font * 1.5f};
   } else {
-    p0 = {pos.x + font * 4.6f, pos.y + font * 0.5f};
+    p0 = {pos.x + font * 4.6f, pos.y + font * 0.5f + top_strip};
     p1 = {pos.x + size.x - font * 0.5f, pos.y + size.y - font * 1.5f};
   }
   dl->AddRectFilled(p0, p1, kPlotBg);
   auto value_px = [&](double v) {
-    const float f = static_cast<float>(v / top);
+    const float f = static_cast<float>(std::min(v, top * 1.04) / top);
     return horizontal ? p0.x + f * (p1.x - p0.x) : p1.y - f * (p1.y - p0.y);
   };
   for (double t : ticks) {
@@ -388,6 +420,13 @@ BarHit stacked_bars(const char* id, ImVec2 size, const std::vector<std::vector<S
         dl->AddRect(r0, r1, IM_COL32(255, 255, 255, 230), 0, 0, 2.f);
       }
     }
+    if (acc > top * 1.04) {  // cut: say how tall it really is
+      const std::string total = format_value(acc, value_format);
+      const ImVec2 ts = ImGui::CalcTextSize(total.c_str());
+      const ImVec2 at = horizontal ? ImVec2{p1.x - ts.x - 2, c - ts.y * 0.5f} : ImVec2{c - ts.x * 0.5f, p0.y + 1};
+      dl->AddRectFilled({at.x - 2, at.y}, {at.x + ts.x + 2, at.y + ts.y}, IM_COL32(0, 0, 0, 190), 2.f);
+      dl->AddText(at, IM_COL32(255, 255, 255, 240), total.c_str());
+    }
     if (hovered && hit.bar < 0) {  // hovering the bar's slot but no segment: report the bar
       const float m = horizontal ? mouse.y : mouse.x;
       if (m >= c - slot / 2 && m < c + slot / 2) hit.bar = static_cast<int>(b);
@@ -404,7 +443,12 @@ BarHit stacked_bars(const char* id, ImVec2 size, const std::vector<std::vector<S
       }
     }
   }
-  if (capacity > 0) {
+  if (capacity > 0 && !capacity_on_scale && capacity_label && *capacity_label) {
+    const std::string text = std::string(capacity_label) + " (off scale)";
+    const ImVec2 ts = ImGui::CalcTextSize(text.c_str());
+    dl->AddText({p1.x - ts.x, p0.y - top_strip}, IM_COL32(240, 80, 80, 255), text.c_str());
+  }
+  if (capacity_on_scale) {
     const float v = value_px(capacity);
     const ImU32 red = IM_COL32(240, 80, 80, 255);
     if (horizontal) {
@@ -414,7 +458,8 @@ BarHit stacked_bars(const char* id, ImVec2 size, const std::vector<std::vector<S
     }
     if (capacity_label && *capacity_label) {
       const ImVec2 ts = ImGui::CalcTextSize(capacity_label);
-      const ImVec2 at = horizontal ? ImVec2{std::min(v + 3, p1.x - ts.x), p0.y} : ImVec2{p1.x - ts.x - 3, v - ts.y - 1};
+      const ImVec2 at = horizontal ? ImVec2{std::clamp(v - ts.x * 0.5f, p0.x, p1.x - ts.x), p0.y - top_strip}
+                                   : ImVec2{p1.x - ts.x - 3, v - ts.y - 1};
       dl->AddRectFilled(at, {at.x + ts.x, at.y + ts.y}, IM_COL32(0, 0, 0, 160));
       dl->AddText(at, red, capacity_label);
     }

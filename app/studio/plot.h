@@ -51,6 +51,9 @@ void dashed_line(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col, float thickness,
 /// A coloured square and its label, on the current line (call SameLine between items).
 void legend_item(ImU32 color, const char* label);
 
+/// Legend items on as many lines as the window's width needs.
+void legend(const std::vector<std::pair<ImU32, std::string>>& items);
+
 /// One plot area. Construct (lays out, handles zoom/pan), downsample against x() and columns(),
 /// call set_y(), draw, then end() (axes, ticks, crosshair).
 class Plot {
@@ -65,6 +68,8 @@ class Plot {
   const Range& y() const { return y_; }
   /// Pixel columns of the plotting area (for downsample_minmax).
   int columns() const;
+  /// Tick labels along x show x - origin (e.g. time since the selected step began).
+  void set_x_origin(double origin) { x_origin_ = origin; }
   /// Sets the y range (padded 5% at the top; `from_zero` keeps 0 as the floor).
   void set_y(Range y, bool from_zero = true);
 
@@ -97,6 +102,7 @@ class Plot {
   ImDrawList* dl_ = nullptr;
   ImVec2 p0_, p1_;  // plotting area (inside the axis margins)
   Range x_, y_;
+  double x_origin_ = 0;
   Format xf_, yf_;
   bool hovered_ = false;
   double mouse_x_ = 0, mouse_y_ = 0;

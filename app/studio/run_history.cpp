@@ -104,9 +104,43 @@ void RunHistory::ingest_samples(const std::vector<MemorySample>& samples) {
   for (auto& r : ranks_) trim_series(r, kMaxSamplesPerRank);
 }
 
+const StepSpans* RunHistory::spans_of(int64_t step) const {
+  const auto it = std::lower_bound(span_steps_.begin(), span_steps_.end(), step,
+                                   [](const StepSpans& g, int64_t s) { return g.step < s; });
+  return it != span_steps_.end() && it->step == step ? &*it : nullptr;
+}
+
 void RunHistory::ingest_spans(const std::vector<PhaseSpan>& spans) {
-  spans_.insert(spans_.end(), spans.begin(), spans.end());
-  if (spans_.size() > kMaxSpans) spans_.erase(spans_.begin(), spans_.begin() + static_cast<std::ptrdiff_t>(spans_.size() / 2));
+  for (const auto& s : spans) {
+    // Spans arrive in (roughly) step order: the group is the last one or very close to it.
+    auto it = span_steps_.end();
+    while (it != span_steps_.begin() && std::prev(it)->step >= s.step) --it;
+    if (it == span_steps_.end() || it->step != s.step) {
+      StepSpans fresh;
+      fresh.step = s.step;
+      fresh.t_min = s.t_begin_s;
+      fresh.t_max = s.t_end_s;
+      it = span_steps_.insert(it, std::move(fresh));
+    }
+    StepSpans& g = *it;
+    g.t_min = std::min(g.t_min, s.t_begin_s);
+    g.t_max = std::max(g.t_max, s.t_end_s);
+    g.max_depth = std::max(g.max_depth, s.depth);
+    if (s.rank >= 0) {
+      if (static_cast<size_t>(s.rank) >= g.peak_index.size()) g.peak_index.resize(s.rank + 1, -1);
+      int32_t& best = g.peak_index[s.rank];
+      const PhaseSpan* b = best >= 0 ? &g.spans[best] : nullptr;
+      if (!b || s.device_peak > b->device_peak || (s.device_peak == b->device_peak && s.depth > b->depth))
+        best = static_cast<int32_t>(g.spans.size());
+    }
+    g.spans.push_back(s);
+    ++span_count_;
+    last_step_ = std::max(last_step_, s.step);
+  }
+  while (span_count_ > kMaxSpans && span_steps_.size() > 1) {
+    span_count_ -= span_steps_.front().spans.size();
+    span_steps_.pop_front();
+  }
 }
 
 void RunHistory::ingest_metrics(const std::vector<StepMetrics>& metrics) {

@@ -24,6 +24,15 @@ struct RankSeries {
   std::pair<size_t, size_t> step_range(int64_t step) const;
 };
 
+/// The phase spans of one step (all ranks), with what the timeline needs without rescanning them.
+struct StepSpans {
+  int64_t step = 0;
+  std::vector<PhaseSpan> spans;
+  double t_min = 0, t_max = 0;  ///< time covered by the step's spans
+  int max_depth = 0;
+  std::vector<int32_t> peak_index;  ///< per rank: index in `spans` of the highest device peak (-1: none)
+};
+
 /// The step where a change to the running configuration took effect.
 struct ChangeMarker {
   int64_t step = 0;            ///< first step that ran with the change
@@ -51,7 +60,11 @@ class RunHistory {
 
   const std::vector<StepMetrics>& metrics() const { return metrics_; }
   const std::vector<RankSeries>& ranks() const { return ranks_; }
-  const std::vector<PhaseSpan>& spans() const { return spans_; }
+  /// Spans grouped by step, in step order (a few thousand groups, not millions of spans, to scan).
+  const std::deque<StepSpans>& span_steps() const { return span_steps_; }
+  /// The spans of one step, or nullptr.
+  const StepSpans* spans_of(int64_t step) const;
+  size_t span_count() const { return span_count_; }
   const std::vector<std::string>& phase_names() const { return phase_names_; }
   const std::vector<ChangeMarker>& markers() const { return markers_; }
   const std::deque<std::string>& log() const { return log_; }
@@ -73,7 +86,8 @@ class RunHistory {
  private:
   std::vector<StepMetrics> metrics_;
   std::vector<RankSeries> ranks_;
-  std::vector<PhaseSpan> spans_;
+  std::deque<StepSpans> span_steps_;
+  size_t span_count_ = 0;
   std::vector<std::string> phase_names_;
   std::vector<ChangeMarker> markers_;
   std::deque<std::string> log_;

@@ -75,6 +75,8 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
       return false;
     }
     case Stage::Settling:
+      // The ladder and advice arrive from the planner's worker; the picture waits for them.
+      if (state.plan.get(state.config).ok && state.plan.extras_pending()) return false;
       if (--frames_left_ > 0) return false;
       stage_ = Stage::Done;
       return true;

@@ -112,8 +112,9 @@ void draw_status_bar(AppState& state, EngineControl& engine, float x, float y, f
     const PlanResult& plan = state.plan.get(state.config);
     if (plan.ok)
       ImGui::TextColored(to_vec4(plan.plan.fits() ? kColorGood : kColorBad), "Plan: %s %s of %s",
-                         plan.plan.fits() ? "fits," : "OOM,", format_gib(double(plan.plan.peak_bytes)).c_str(),
-                         format_gib(double(plan.plan.device_capacity)).c_str());
+                         plan.plan.fits() ? "fits," : "OOM,",
+                         plot::format_value(double(plan.plan.peak_bytes), plot::Format::Bytes).c_str(),
+                         plot::format_value(double(plan.plan.device_capacity), plot::Format::Bytes).c_str());
     else
       ImGui::TextColored(to_vec4(kColorBad), "Plan: -");
     if (!state.run.notice().empty()) {

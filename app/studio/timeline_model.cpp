@@ -68,6 +68,24 @@ PeakMark find_peak(const std::vector<PhaseSpan>& spans, const std::vector<std::s
   return best;
 }
 
+PeakMark find_run_peak(const RunHistory& history, int rank) {
+  PeakMark best;
+  for (const StepSpans& g : history.span_steps())
+    for (size_t r = 0; r < g.peak_index.size(); ++r) {
+      if ((rank >= 0 && static_cast<int>(r) != rank) || g.peak_index[r] < 0) continue;
+      const PhaseSpan& s = g.spans[g.peak_index[r]];
+      if (!best.found || s.device_peak > best.bytes) {
+        best.found = true;
+        best.bytes = s.device_peak;
+        best.t_s = 0.5 * (s.t_begin_s + s.t_end_s);
+        best.rank = s.rank;
+        best.step = s.step;
+        best.phase = history.phase_name(s.phase_id);
+      }
+    }
+  return best;
+}
+
 plot::Range step_extent(const std::vector<PhaseSpan>& spans, int64_t step, int rank) {
   plot::Range r = plot::Range::empty();
   for (const auto& s : spans) {

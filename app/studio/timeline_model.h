@@ -1,7 +1,7 @@
 // The timeline panel's data logic without rendering: phase paths to band classes, the measured peak
 // of a step with its phase, the time extent of a step, and the planner's per-phase bytes laid over
 // the measured phases so planned and measured can be compared on one time axis.
-// defines: PhaseClass, classify_phase, PeakMark, find_peak, step_extent, PlannedSegment,
+// defines: PhaseClass, classify_phase, PeakMark, find_peak, find_run_peak, step_extent, PlannedSegment,
 // planned_overlay
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/studio/plot.h"
+#include "app/studio/run_history.h"
 #include "engine/planner/planner.h"
 #include "engine/session.h"
 
@@ -37,6 +38,9 @@ struct PeakMark {
 /// Deepest phase wins ties, so the mark names "bwd/block.0/recompute" rather than "step".
 PeakMark find_peak(const std::vector<PhaseSpan>& spans, const std::vector<std::string>& names, int64_t step,
                    int rank);
+
+/// The highest device peak of the whole run (rank < 0: all ranks), from each step's precomputed peak.
+PeakMark find_run_peak(const RunHistory& history, int rank);
 
 /// Time covered by the spans of a step (step < 0: all) and rank (< 0: all); invalid when none.
 plot::Range step_extent(const std::vector<PhaseSpan>& spans, int64_t step, int rank);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,7 @@
 
 namespace odyssey::studio::testing {
 
-class FakeEngine final : public EngineControl {
+class FakeEngine : public EngineControl {
  public:
   // --- what the studio called -------------------------------------------------------------------
   std::vector<RunConfig> starts, live_calls, restarts;

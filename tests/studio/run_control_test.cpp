@@ -143,7 +143,10 @@ TEST_CASE("run history files samples per rank and reads phase names once", "[stu
   REQUIRE(h.ranks().size() == 2);
   CHECK(h.ranks()[0].size() == 5);
   CHECK(h.metrics().size() == 5);
-  CHECK(h.spans().size() == 10);
+  CHECK(h.span_count() == 10);
+  REQUIRE(h.spans_of(3));
+  CHECK(h.spans_of(3)->spans.size() == 2);
+  CHECK(h.spans_of(99) == nullptr);
   CHECK(h.phase_name(1) == "fwd/block.0/attn");
   CHECK(h.phase_name(99) == "?");
   const auto [lo, hi] = h.ranks()[1].step_range(3);

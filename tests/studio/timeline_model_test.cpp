@@ -2,6 +2,8 @@
 // planner's phases laid over the measured ones by name (or by predicted time when none match).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "app/studio/synthetic.h"
 #include "app/studio/timeline_model.h"
 
@@ -92,7 +94,17 @@ TEST_CASE("a million synthetic samples file into per-rank series with step looku
   const auto [lo, hi] = r.step_range(100);
   REQUIRE(hi > lo);
   for (size_t i = lo; i < hi; ++i) CHECK(r.step[i] == 100);
-  const PeakMark p = find_peak(h.spans(), h.phase_names(), 100, 1);
+  const StepSpans* g = h.spans_of(100);
+  REQUIRE(g);
+  const PeakMark p = find_peak(g->spans, h.phase_names(), 100, 1);
   REQUIRE(p.found);
   CHECK(p.phase != "step");
+  // The run's peak from the per-step peaks equals a scan of every span.
+  const PeakMark run = find_run_peak(h, -1);
+  int64_t scanned = 0;
+  for (const auto& group : h.span_steps())
+    for (const auto& s : group.spans) scanned = std::max(scanned, s.device_peak);
+  REQUIRE(run.found);
+  CHECK(run.bytes == scanned);
+  CHECK(h.span_count() > 400'000);
 }
