@@ -2,6 +2,9 @@
 // through the UI path when their step arrives, waits for the steps, pauses, then captures.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include "app/studio/script_runner.h"
 #include "fake_engine.h"
 #include "test_paths.h"
@@ -29,13 +32,16 @@ TEST_CASE("screenshot mode trains the steps, applies scripted changes live, then
   CHECK_FALSE(frame());  // starts the run
   REQUIRE(engine.starts.size() == 1);
   int captures = 0, frames = 0;
-  while (frames++ < 100) {
+  // The capture also waits for the planner's background ladder: give it real time.
+  while (frames++ < 5000) {
     if (engine.status().state == SessionState::Running) engine.advance_step();
     if (frame()) {
       ++captures;
       break;
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  CHECK(state.plan.get(state.config).extras_ready);
   CHECK(captures == 1);
   CHECK_FALSE(script.failed());
   CHECK(engine.pauses == 1);
