@@ -128,6 +128,13 @@ void draw_run_panel(AppState& state, EngineControl& engine) {
     ImGui::PopTextWrapPos();
   }
   draw_live_numbers(state, st);
+  if (ImGui::SmallButton("Export trace...")) state.dialog = FileDialog::ExportTrace;
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("The run's phases as a Perfetto trace (open at ui.perfetto.dev)");
+  ImGui::SameLine();
+  if (ImGui::SmallButton("Export metrics...")) state.dialog = FileDialog::ExportMetrics;
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("One JSON object per step, as `odyssey train --out` writes");
+  ImGui::SameLine();
+  if (ImGui::SmallButton("Save preset...")) state.dialog = FileDialog::SavePreset;
 }
 
 void draw_log_panel(AppState& state, EngineControl& engine) {
