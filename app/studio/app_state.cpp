@@ -84,6 +84,7 @@ void refresh_validation(AppState& state) {
 
 void frame_update(AppState& state, EngineControl& engine, double now_s) {
   state.now_s = now_s;
+  state.status = engine.status();
   if (state.run.has_run()) state.history.poll(engine);
   refresh_validation(state);
   state.run.sync(engine, state.config, state.edit.issues.empty(), now_s, state.history);

@@ -32,6 +32,7 @@ struct ConfigEditState {
   char context_text[32] = {};
   int64_t context_text_for = -1;   ///< seq_len the text was last filled from
   std::string context_error;       ///< the parser's message for the typed text
+  bool context_editing = false;    ///< the text field has focus (not refilled from the config)
   char open_path[512] = {};
   std::string preset_message;      ///< result of the last load/save
   bool preset_message_error = false;
@@ -94,6 +95,7 @@ struct AppState {
   ThroughputState throughput;
   FrameStats frame;
   double now_s = 0;                       ///< monotonic clock at this frame
+  SessionStatus status;                   ///< the engine's status, read once per frame
 
   // File dialogs.
   FileDialog dialog = FileDialog::None;

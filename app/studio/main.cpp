@@ -112,7 +112,13 @@ int main(int argc, char** argv) {
     double last_frame = now_s();
     long frames = 0;
     while (!glfwWindowShouldClose(window) && !state.quit_requested) {
-      glfwPollEvents();
+      // Idle (no run, nothing being planned): sleep until input, waking 4x a second; otherwise poll.
+      const bool busy = screenshot || (state.run.has_run() && is_live_state(state.status.state)) ||
+                        state.plan.extras_pending() || state.run.restart_pending();
+      if (busy)
+        glfwPollEvents();
+      else
+        glfwWaitEventsTimeout(0.25);
       if (state.requested_scale != state.scale) {
         state.scale = state.requested_scale;
         setup_fonts_and_style(state.scale);

@@ -95,7 +95,7 @@ bool checkbox(AppState& state, const char* label, const char* key, bool* v, cons
 /// Header line of a section, with what editing it does to a live run.
 bool section(const AppState& state, EngineControl& engine, const char* title, const char* live_effect) {
   const bool open = ImGui::CollapsingHeader(title, ImGuiTreeNodeFlags_DefaultOpen);
-  if (live_effect && state.run.has_run() && is_live_state(engine.status().state)) {
+  if (live_effect && state.run.has_run() && is_live_state(state.status.state)) {
     ImGui::SameLine();
     ImGui::TextColored(to_vec4(kColorDim), "%s", live_effect);
   }
@@ -196,19 +196,24 @@ void draw_sequence(AppState& state) {
     c.training.seq_len = slider_to_context(pos);
   }
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Log scale, 128 to 16M tokens; type any length below");
-  if (e.context_text_for != c.training.seq_len && !ImGui::IsItemActive()) {
+  if (!e.context_editing && e.context_text_for != c.training.seq_len) {
     std::snprintf(e.context_text, sizeof e.context_text, "%s", format_size(c.training.seq_len).c_str());
     e.context_text_for = c.training.seq_len;
     e.context_error.clear();
   }
+  // Typed lengths apply on Enter or when the field loses focus, not at every keystroke ("5", "51",
+  // "512K"), so a running engine is not restarted for the digits on the way.
   ImGui::SetNextItemWidth(-FLT_MIN);
-  if (ImGui::InputTextWithHint("##ctx_text", "type 131072, 512K or 3M", e.context_text, sizeof e.context_text)) {
-    std::string err;
-    if (const auto v = parse_context_length(e.context_text, &err)) {
-      c.training.seq_len = *v;
-      e.context_text_for = *v;
-    }
-    e.context_error = err;
+  const bool enter = ImGui::InputTextWithHint("##ctx_text", "type 131072, 512K or 3M, then Enter", e.context_text,
+                                              sizeof e.context_text, ImGuiInputTextFlags_EnterReturnsTrue);
+  e.context_editing = ImGui::IsItemActive();
+  const bool commit = enter || ImGui::IsItemDeactivatedAfterEdit();
+  std::string err;
+  const auto typed = parse_context_length(e.context_text, &err);
+  e.context_error = err;
+  if (commit && typed) {
+    c.training.seq_len = *typed;
+    e.context_text_for = *typed;
   }
   if (!e.context_error.empty()) ImGui::TextColored(to_vec4(kColorBad), "! %s", e.context_error.c_str());
   field_messages(state, "training.seq_len");

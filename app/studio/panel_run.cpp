@@ -102,7 +102,7 @@ void draw_live_numbers(AppState& state, const SessionStatus& st) {
 }  // namespace
 
 void draw_run_panel(AppState& state, EngineControl& engine) {
-  const SessionStatus st = engine.status();
+  const SessionStatus& st = state.status;
   draw_controls(state, engine, st);
   if (!state.run.has_run()) {
     const std::string detail = "Start trains: " + describe_target(state.config) +

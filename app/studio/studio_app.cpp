@@ -78,7 +78,7 @@ void draw_menu_bar(AppState& state, EngineControl& engine) {
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("Run")) {
-    const SessionState st = engine.status().state;
+    const SessionState st = state.status.state;
     const bool live = state.run.has_run() && is_live_state(st);
     if (ImGui::MenuItem("Start", nullptr, false, !live && state.edit.issues.empty())) {
       std::string err;
@@ -103,7 +103,7 @@ void draw_status_bar(AppState& state, EngineControl& engine, float x, float y, f
                                  ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoFocusOnAppearing;
   ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, {ImGui::GetFontSize() * 0.5f, ImGui::GetFontSize() * 0.2f});
   if (ImGui::Begin("##status", nullptr, flags)) {
-    const SessionStatus st = engine.status();
+    const SessionStatus& st = state.status;
     if (state.run.has_run())
       ImGui::Text("Run: %s, step %lld/%lld", state_label(st.state), (long long)st.step, (long long)st.steps);
     else
