@@ -4,6 +4,7 @@
 // operation that creates it; docs/planner.md lists them. Frees follow autograd: a saved tensor
 // dies when the node that saved it has run its backward.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "engine/planner/step_walk.h"
@@ -39,7 +40,8 @@ struct BlockState {
 
 class Walker {
  public:
-  Walker(const PlanShapes& s, LiveSet& m) : s_(s), m_(m), blocks_(static_cast<size_t>(s.L)) {}
+  Walker(const PlanShapes& s, LiveSet& m, bool collapse)
+      : s_(s), m_(m), blocks_(static_cast<size_t>(s.L)), collapse_(collapse && s.L >= 5) {}
 
   void run() {
     setup();
@@ -479,8 +481,77 @@ class Walker {
     next_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
     x_ = a("embedding output", K::Hidden, C::Other);
     f(embed);
-    for (int32_t i = 0; i < s_.L; ++i) block_forward(i);
+    std::vector<LiveEntry> before;
+    for (int32_t i = 0; i < s_.L; ++i) {
+      if (collapse_ && i == 2 && ghost_forward(before)) i = s_.L - 2;  // blocks 2..L-3 collapsed
+      if (collapse_ && i == 1) before = m_.live_entries();
+      block_forward(i);
+    }
     loss_forward();
+  }
+
+  /// Adds the residue of blocks 2..L-3 at once: (L-4) x what block 1 left behind, tensor by
+  /// tensor (same names, kinds and categories, so terms group with the walked blocks'). Falls
+  /// back to walking them when block 1's residue is not a plain addition.
+  bool ghost_forward(const std::vector<LiveEntry>& before) {
+    struct Group {
+      const LiveEntry* e;
+      int64_t bytes = 0, count = 0;
+    };
+    std::vector<Group> groups;
+    const std::vector<LiveEntry> after = m_.live_entries();
+    auto add = [&](const std::vector<LiveEntry>& entries, int sign) {
+      for (const auto& e : entries) {
+        auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+          return g.e->kind == e.kind && g.e->category == e.category && g.e->host == e.host &&
+                 std::strcmp(g.e->name, e.name) == 0;
+        });
+        if (it == groups.end()) it = groups.insert(groups.end(), Group{&e});
+        it->bytes += sign * e.bytes;
+        it->count += sign * e.count;
+      }
+    };
+    add(after, +1);
+    add(before, -1);
+    int host_groups = 0;
+    for (const auto& g : groups) {
+      if (g.bytes == 0 && g.count == 0) continue;
+      if (g.bytes <= 0 || g.count <= 0 || g.bytes % g.count != 0) return false;
+      host_groups += g.e->host ? 1 : 0;
+    }
+    if (host_groups > 1) return false;
+    const int32_t ghosts = static_cast<int32_t>(s_.L - 4);
+    for (const auto& g : groups) {
+      if (g.bytes == 0) continue;
+      const int64_t each = g.bytes / g.count;
+      const int h = m_.alloc(g.e->name, g.e->kind, g.e->category, each, static_cast<int32_t>(g.count) * ghosts,
+                             g.e->host);
+      if (g.e->host) {
+        ghost_host_ = h;
+        ghost_host_unit_ = g.bytes;
+      } else {
+        ghost_device_.push_back(h);
+      }
+    }
+    ghosted_ = true;
+    return true;
+  }
+
+  /// Backward of the collapsed blocks L-3..2: each frees its own residue, and block 2's
+  /// prefetch frees block 1's offloaded input.
+  void ghost_backward() {
+    for (int& h : ghost_device_) f(h);
+    f(ghost_host_);
+    f(blocks_[1].host);
+  }
+
+  /// Frees block j's offloaded input (its prefetch moved it back to the device).
+  void free_host_input(int32_t j) {
+    if (ghosted_ && j >= 2 && j <= s_.L - 3) {
+      if (m_.shrink(ghost_host_, ghost_host_unit_)) ghost_host_ = -1;
+      return;
+    }
+    f(blocks_[j].host);
   }
 
   void block_forward(int32_t i) {
@@ -603,7 +674,14 @@ class Walker {
 
   void backward() {
     if (!s_.tiled_loss) loss_backward();
-    for (int32_t i = s_.L - 1; i >= 0; --i) block_backward(i);
+    for (int32_t i = s_.L - 1; i >= 0; --i) {
+      if (ghosted_ && i == s_.L - 3) {
+        ghost_backward();
+        i = 2;  // continue with block 1
+        continue;
+      }
+      block_backward(i);
+    }
     m_.begin_phase(PhaseKind::BwdEmbed);
     int dense = a("embedding gradient (dense)", K::EmbedGradDense, C::Other);
     int none = -1;
@@ -629,7 +707,7 @@ class Walker {
         prefetched_input_ = -1;
         if (i > 0) {  // bring block i-1's input back while block i recomputes
           prefetched_input_ = a("prefetched block input", K::Hidden, C::SavedActivations);
-          f(blocks_[i - 1].host);
+          free_host_input(i - 1);
         }
       }
       h = attention_forward(true, b.attn);
@@ -658,13 +736,17 @@ class Walker {
   int x_ = -1, dy_ = -1;
   int next_gathered_ = -1, current_gathered_ = -1, head_gathered_ = -1, tied_embed_ = -1;
   int prefetched_input_ = -1;
+  bool collapse_ = false, ghosted_ = false;
+  std::vector<int> ghost_device_;
+  int ghost_host_ = -1;
+  int64_t ghost_host_unit_ = 0;
   int loss_input_ = -1, final_norm_ = -1, final_rstd_ = -1, log_probs_ = -1, saved_dx_ = -1, head_grad_ = -1;
 };
 
 }  // namespace
 
-void walk_step(const PlanShapes& shapes, LiveSet& live) {
-  Walker walker(shapes, live);
+void walk_step(const PlanShapes& shapes, LiveSet& live, bool collapse) {
+  Walker walker(shapes, live, collapse);
   walker.run();
 }
 
