@@ -150,7 +150,11 @@ void linear_cross_entropy(KernelDtype dtype, const void* hidden, const void* wei
   require(workspace_bytes >= plan.bytes, "linear_cross_entropy: workspace_bytes = " + std::to_string(workspace_bytes) +
                                              " is below the plan's " + std::to_string(plan.bytes) + " bytes");
   cublasHandle_t handle = cublas ? cublas : thread_cublas_handle();
-  ODYSSEY_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  // cublasSetStream also resets the handle's workspace to cuBLAS's default pool, which would undo a
+  // workspace LibTorch configured on its handle: only switch streams when needed.
+  cudaStream_t handle_stream = nullptr;
+  ODYSSEY_CUBLAS_CHECK(cublasGetStream(handle, &handle_stream));
+  if (handle_stream != stream) ODYSSEY_CUBLAS_CHECK(cublasSetStream(handle, stream));
   const cudaDataType ab_type = dtype == KernelDtype::F32 ? CUDA_R_32F : CUDA_R_16BF;
   const size_t esize = dtype_bytes(dtype);
   const int64_t d = shape.dim;
