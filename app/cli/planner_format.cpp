@@ -24,7 +24,13 @@ std::string strf(const char* format, ...) {
   return buf;
 }
 
-double gib(int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
+/// The tables' unit: GiB for real targets, MiB when everything is under 1 GiB (tiny CPU configs).
+struct Unit {
+  double bytes = kGiB;
+  const char* name = "GiB";
+  double operator()(int64_t b) const { return static_cast<double>(b) / bytes; }
+};
+Unit unit_for(int64_t largest) { return largest >= int64_t{1} << 30 ? Unit{} : Unit{1024.0 * 1024.0, "MiB"}; }
 
 int phase_block(const std::string& name) {
   int block = -1;
@@ -142,17 +148,18 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
 
 void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg, const MemoryPlan& plan,
                 const std::vector<Advice>& advice) {
+  const Unit gib = unit_for(std::max(plan.peak_bytes, plan.host_bytes));
   os << path << ": " << setup_line(cfg) << "\n";
-  os << strf("verdict: %s. Peak %.2f GiB of %.2f GiB per device at %s; host %.1f GiB of %.0f GiB per node\n\n",
-             verdict(plan).c_str(), gib(plan.peak_bytes), gib(plan.device_capacity), plan.peak_phase.c_str(),
-             gib(plan.host_bytes), gib(plan.host_capacity));
-  os << strf("%-22s %12s\n", "category (at the peak)", "GiB");
+  os << strf("verdict: %s. Peak %.2f %s of %.2f GiB per device at %s; host %.2f %s of %.0f GiB per node\n\n",
+             verdict(plan).c_str(), gib(plan.peak_bytes), gib.name, plan.device_capacity / kGiB,
+             plan.peak_phase.c_str(), gib(plan.host_bytes), gib.name, plan.host_capacity / kGiB);
+  os << strf("%-22s %12s\n", "category (at the peak)", gib.name);
   for (int c = 0; c < kPlanCategoryCount; ++c)
     os << strf("%-22s %12.2f%s\n", plan_category_names()[c], gib(plan.category_bytes[c]),
                c == static_cast<int>(PlanCategory::Offloaded) ? "  (host, per rank)" : "");
   os << strf("%-22s %12.2f\n\n", "device total", gib(plan.peak_bytes));
 
-  os << strf("%-60s %-20s %9s  %s\n", "term", "category", "GiB", "formula");
+  os << strf("%-60s %-20s %9s  %s\n", "term", "category", gib.name, "formula");
   for (const auto& term : plan.terms)
     os << strf("%-60s %-20s %9.2f  %s%s\n", term.name.c_str(), to_string(term.category), gib(term.bytes),
                term.formula.c_str(), term.host ? "  [host]" : "");
@@ -160,7 +167,8 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   // The timeline: every phase of the first, last and peak blocks; the blocks between collapsed.
   const int last_block = static_cast<int>(cfg.model.n_layers) - 1;
   const int peak_block = phase_block(plan.peak_phase);
-  os << strf("\n%-34s %12s %10s %10s\n", "phase", "device GiB", "host GiB", "time s");
+  os << strf("\n%-34s %12s %10s %10s\n", "phase", (std::string("device ") + gib.name).c_str(),
+             (std::string("host ") + gib.name).c_str(), "time s");
   int64_t lo = 0, hi = 0;
   int hidden = 0, first_hidden = -1, last_hidden = -1;
   auto flush = [&]() {
@@ -201,7 +209,7 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
     for (const auto& a : advice) {
       std::string changes;
       for (const auto& c : a.changes) changes += (changes.empty() ? "" : ", ") + c;
-      os << strf("  %-70s peak %7.2f GiB, step x%.2f\n", changes.c_str(), gib(a.plan.peak_bytes), a.slowdown);
+      os << strf("  %-70s peak %7.2f GiB, step x%.2f\n", changes.c_str(), a.plan.peak_bytes / kGiB, a.slowdown);
     }
   } else if (!plan.fits()) {
     os << "\nno combination of the techniques makes this fit on this hardware\n";
@@ -209,8 +217,11 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
 }
 
 void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cfg, const std::vector<LadderRung>& rungs) {
+  int64_t largest = 0;
+  for (const auto& r : rungs) largest = std::max(largest, r.plan.peak_bytes);
+  const Unit gib = unit_for(largest);
   os << path << ": " << setup_line(cfg) << "\n\n";
-  os << strf("%-15s %-5s %10s %7s %7s %7s %7s %7s %7s %7s %7s %9s %10s %6s  %s\n", "rung", "fits", "peak GiB", "states",
+  os << strf("%-15s %-5s %10s %7s %7s %7s %7s %7s %7s %7s %7s %9s %10s %6s  %s\n", "rung", "fits", (std::string("peak ") + gib.name).c_str(), "states",
              "gather", "saved", "attn", "mlp", "loss", "comm", "other", "max seq", "tok/s/GPU", "MFU", "dominant term");
   for (const auto& r : rungs) {
     const auto& p = r.plan;
@@ -224,8 +235,8 @@ void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cf
                format_size(r.max_seq_len).c_str(), p.time.tokens_per_s_per_device, 100 * p.time.mfu,
                p.dominant_term.c_str());
   }
-  os << strf("\nGiB per device at each rung's peak (states = params + grads + optimizer); capacity %.1f GiB.\n",
-             cfg.hardware.device_memory_gib);
+  os << strf("\n%s per device at each rung's peak (states = params + grads + optimizer); capacity %.1f GiB.\n",
+             gib.name, cfg.hardware.device_memory_gib);
   for (const auto& r : rungs)
     os << strf("  %-15s %s; peak at %s\n", r.name.c_str(), r.label.c_str(), r.plan.peak_phase.c_str());
 }

@@ -4,6 +4,7 @@
 // config fit).
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "engine/config/validate.h"
 #include "engine/planner/planner.h"
@@ -42,29 +43,80 @@ int64_t seq_len_granularity(const RunConfig& cfg) {
   return std::max<int64_t>(1, cfg.parallel.ulysses_degree) * kTokensPerRankStep;
 }
 
+namespace {
+
+/// One probe of the solver: k granularity steps, and each constraint's slack (capacity - need).
+struct Probe {
+  int64_t k = 0;
+  int64_t device_slack = 0;
+  int64_t host_slack = 0;
+  bool fits() const { return device_slack >= 0 && host_slack >= 0; }
+};
+
+/// Where the slacks of `a` and `b`, extended linearly in k, first reach zero (beyond a.k); a very
+/// large value when neither falls.
+double linear_crossing(const Probe& a, const Probe& b) {
+  double best = 1e30;
+  const double dk = static_cast<double>(b.k - a.k);
+  for (auto [sa, sb] : {std::pair{a.device_slack, b.device_slack}, std::pair{a.host_slack, b.host_slack}}) {
+    const double slope = (static_cast<double>(sb) - static_cast<double>(sa)) / dk;
+    if (slope >= 0) continue;
+    best = std::min(best, static_cast<double>(a.k) + static_cast<double>(sa) / -slope);
+  }
+  return best;
+}
+
+}  // namespace
+
 int64_t solve_max_seq_len(const RunConfig& cfg) {
+  // The peak is monotone in seq_len and close to affine once tiles saturate, so the bracket is
+  // found by extrapolating the slack and then narrowed by interpolation, with a bisection step
+  // whenever interpolation stops halving the bracket. Typically 5-8 plan_peak calls.
   const int64_t step = seq_len_granularity(cfg);
-  RunConfig probe = cfg;
-  auto fits = [&](int64_t k) {
-    probe.training.seq_len = k * step;
-    return plan_peak(probe).fits();
+  const int64_t max_k = std::max<int64_t>(1, kMaxSeqLen / step);
+  RunConfig probe_cfg = cfg;
+  auto probe = [&](int64_t k) {
+    probe_cfg.training.seq_len = k * step;
+    const PlanPeak p = plan_peak(probe_cfg);
+    return Probe{k, p.device_capacity - p.peak_bytes, p.host_capacity - p.host_bytes};
   };
-  if (!fits(1)) return 0;
-  const int64_t max_k = kMaxSeqLen / step;
-  int64_t lo = 1, hi = 2;
-  while (hi <= max_k && fits(hi)) {
-    lo = hi;
-    hi *= 2;
+  Probe lo = probe(1);
+  if (!lo.fits()) return 0;
+  if (max_k == 1) return step;
+  // Bracket: lo fits, hi does not.
+  Probe prev = lo, hi;
+  int64_t k = 2;
+  for (;;) {
+    const Probe p = probe(k);
+    if (!p.fits()) {
+      hi = p;
+      break;
+    }
+    lo = p;
+    if (k == max_k) return k * step;
+    const double guess = linear_crossing(prev, p);
+    int64_t next = guess < 1e18 ? static_cast<int64_t>(guess * 1.01) + 1 : k * 8;
+    next = std::clamp<int64_t>(next, k + 1, std::min<int64_t>(max_k, k * 8));
+    prev = p;
+    k = next;
   }
-  if (hi > max_k) {
-    if (fits(max_k)) return max_k * step;
-    hi = max_k;
+  // Narrow: interpolate; bisect when the bracket did not at least halve.
+  int64_t last_width = hi.k - lo.k;
+  bool bisect = false;
+  while (hi.k - lo.k > 1) {
+    int64_t mid = lo.k + (hi.k - lo.k) / 2;
+    if (!bisect) {
+      const double guess = linear_crossing(lo, hi);
+      mid = std::clamp<int64_t>(static_cast<int64_t>(guess), lo.k + 1, hi.k - 1);
+      if (mid == lo.k + 1 || mid == hi.k - 1) mid = std::clamp<int64_t>(mid, lo.k + 1, hi.k - 1);
+    }
+    const Probe p = probe(mid);
+    (p.fits() ? lo : hi) = p;
+    const int64_t width = hi.k - lo.k;
+    bisect = !bisect && width * 2 > last_width;
+    last_width = width;
   }
-  while (hi - lo > 1) {  // invariant: lo fits, hi does not
-    const int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? lo : hi) = mid;
-  }
-  return lo * step;
+  return lo.k * step;
 }
 
 std::string ladder_rung_label(const RunConfig& cfg, int rung) {

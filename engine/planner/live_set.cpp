@@ -25,12 +25,24 @@ std::string phase_name(PhaseCode code) {
   return "step";
 }
 
-LiveSet::LiveSet(bool record_phases, int64_t device_snapshot_event, int64_t host_snapshot_event)
-    : record_phases_(record_phases),
-      device_snapshot_event_(device_snapshot_event),
-      host_snapshot_event_(host_snapshot_event) {
+LiveSet::LiveSet(bool record_phases) : record_phases_(record_phases) {
   entries_.reserve(256);
   free_slots_.reserve(64);
+}
+
+void LiveSet::snapshot_at(PhaseCode phase, int64_t device_bytes, int64_t host_bytes) {
+  snapshots_ = true;
+  snapshot_phase_ = phase;
+  snapshot_device_ = device_bytes;
+  snapshot_host_ = host_bytes;
+}
+
+std::vector<LiveEntry> LiveSet::live_entries() const {
+  std::vector<LiveEntry> live;
+  live.reserve(entries_.size());
+  for (const auto& e : entries_)
+    if (e.live) live.push_back(e);
+  return live;
 }
 
 int LiveSet::alloc(const char* name, TensorKind kind, PlanCategory category, int64_t bytes, int32_t count,
@@ -80,6 +92,23 @@ void LiveSet::retag(int handle, PlanCategory category, const char* name) {
   categories_[static_cast<int>(category)] += e.bytes;
 }
 
+bool LiveSet::shrink(int handle, int64_t bytes) {
+  if (handle < 0) return false;
+  LiveEntry& e = entries_.at(handle);
+  if (!e.live || e.bytes < bytes || e.count < 1)
+    throw std::logic_error("planner walk: shrink beyond an entry's bytes (handle " + std::to_string(handle) + ")");
+  if (e.count == 1 || e.bytes == bytes) {
+    free(handle);
+    return true;
+  }
+  (e.host ? host_ : device_) -= bytes;
+  categories_[static_cast<int>(e.category)] -= bytes;
+  e.bytes -= bytes;
+  e.count -= 1;
+  ++event_;
+  return false;
+}
+
 void LiveSet::after_change() {
   if (in_phase_ && device_ > current_.device_peak) {
     current_.device_peak = device_;
@@ -88,20 +117,19 @@ void LiveSet::after_change() {
   }
   if (device_ > device_peak) {
     device_peak = device_;
-    device_peak_event = event_;
     device_peak_phase = in_phase_ ? current_.code : PhaseCode{};
   }
-  if (host_ > host_peak) {
-    host_peak = host_;
-    host_peak_event = event_;
-  }
-  if (event_ == device_snapshot_event_ || event_ == host_snapshot_event_) {
-    std::vector<LiveEntry> live;
-    live.reserve(entries_.size());
-    for (const auto& e : entries_)
-      if (e.live) live.push_back(e);
-    if (event_ == device_snapshot_event_) device_snapshot = live;
-    if (event_ == host_snapshot_event_) host_snapshot = std::move(live);
+  if (host_ > host_peak) host_peak = host_;
+  if (snapshots_) {
+    if (!device_snapshot_taken_ && device_ == snapshot_device_ && in_phase_ &&
+        current_.code.kind == snapshot_phase_.kind && current_.code.block == snapshot_phase_.block) {
+      device_snapshot = live_entries();
+      device_snapshot_taken_ = true;
+    }
+    if (!host_snapshot_taken_ && host_ == snapshot_host_) {
+      host_snapshot = live_entries();
+      host_snapshot_taken_ = true;
+    }
   }
   ++event_;
 }

@@ -66,7 +66,7 @@ void add_terms(const std::vector<LiveEntry>& live, const PlanShapes& s, bool hos
 PlanPeak plan_peak(const RunConfig& cfg) {
   const PlanShapes s = make_shapes(cfg);
   LiveSet live(/*record_phases=*/false);
-  walk_step(s, live);
+  walk_step(s, live, /*collapse=*/true);
   PlanPeak p;
   p.peak_bytes = live.device_peak;
   p.host_bytes = live.host_peak * s.ranks_per_node;
@@ -83,9 +83,17 @@ MemoryPlan plan_memory(const RunConfig& cfg) {
   const PlanShapes s = make_shapes(cfg);
   LiveSet live(/*record_phases=*/true);
   walk_step(s, live);
-  // Second pass: the same walk, copying the live set at the device and host peaks.
-  LiveSet at_peak(/*record_phases=*/false, live.device_peak_event, live.host_peak_event);
-  walk_step(s, at_peak);
+  // Second pass, copying the live set at the device and host peaks. The collapsed walk reaches
+  // the same peaks (the first block to reach the peak is never a collapsed one); the full walk
+  // is the fallback should it ever not.
+  LiveSet at_peak(/*record_phases=*/false);
+  at_peak.snapshot_at(live.device_peak_phase, live.device_peak, live.host_peak);
+  walk_step(s, at_peak, /*collapse=*/true);
+  if (!at_peak.device_snapshot_taken()) {
+    at_peak = LiveSet(/*record_phases=*/false);
+    at_peak.snapshot_at(live.device_peak_phase, live.device_peak, live.host_peak);
+    walk_step(s, at_peak);
+  }
 
   MemoryPlan plan;
   add_terms(at_peak.device_snapshot, s, /*host_only=*/false, plan.terms);

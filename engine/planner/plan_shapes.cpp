@@ -91,7 +91,9 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.shard_block = ceil_div(s.n_block, shard_ways);
   s.shard_embed = ceil_div(s.n_embed, shard_ways);
   s.shard_head = ceil_div(s.n_head, shard_ways);
-  s.gathers = s.fsdp || s.c != 4;
+  // unshard() copies unless the compute dtype is fp32 and the group is not sharded (W = 1 or no
+  // FSDP): then `full` is `master` itself.
+  s.gathers = (s.fsdp && s.W > 1) || s.c != 4;
 
   s.cuda_target = cfg.hardware.profile != "cpu";
   s.runtime_overhead = static_cast<int64_t>(cfg.hardware.runtime_overhead_gib * kGiB);

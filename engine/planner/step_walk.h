@@ -65,34 +65,46 @@ struct LiveEntry {
 class LiveSet {
  public:
   /// record_phases: keep a PhasePeak per phase (plan_memory); off for the solver's fast path.
-  /// device_snapshot_event / host_snapshot_event: copy the live set when that event happens.
-  explicit LiveSet(bool record_phases, int64_t device_snapshot_event = -1, int64_t host_snapshot_event = -1);
+  explicit LiveSet(bool record_phases);
+
+  /// Copies the live set the first time the device total reaches `device_bytes` inside phase
+  /// `phase` (device_snapshot), and the first time the host total reaches `host_bytes`
+  /// (host_snapshot). A second walk with the first walk's peaks gives the live set at each peak.
+  void snapshot_at(PhaseCode phase, int64_t device_bytes, int64_t host_bytes);
+  bool device_snapshot_taken() const { return device_snapshot_taken_; }
+
+  /// The live entries now (the walk's collapse compares them around one block).
+  std::vector<LiveEntry> live_entries() const;
 
   int alloc(const char* name, TensorKind kind, PlanCategory category, int64_t bytes, int32_t count = 1,
             bool host = false);
   void free(int handle);
   /// Moves a live tensor to another category (the engine's retag_since); `name` renames it.
   void retag(int handle, PlanCategory category, const char* name = nullptr);
+  /// Frees `bytes` of an aggregated entry (one of its `count` tensors); true when that was the
+  /// last of them and the entry is gone.
+  bool shrink(int handle, int64_t bytes);
   void begin_phase(PhaseKind kind, int32_t block = -1);
   void end_phase();
 
   int64_t device() const { return device_; }
   int64_t host() const { return host_; }
+  const CategoryBytes& categories() const { return categories_; }
 
   // results
   int64_t device_peak = 0;
-  int64_t device_peak_event = -1;
   PhaseCode device_peak_phase;
   int64_t host_peak = 0;
-  int64_t host_peak_event = -1;
   std::vector<PhasePeak> phases;
-  std::vector<LiveEntry> device_snapshot;  ///< live set at device_snapshot_event
-  std::vector<LiveEntry> host_snapshot;    ///< live set at host_snapshot_event
+  std::vector<LiveEntry> device_snapshot;  ///< live set at the device snapshot target
+  std::vector<LiveEntry> host_snapshot;    ///< live set at the host snapshot target
 
  private:
   void after_change();
   bool record_phases_;
-  int64_t device_snapshot_event_, host_snapshot_event_;
+  bool snapshots_ = false, device_snapshot_taken_ = false, host_snapshot_taken_ = false;
+  PhaseCode snapshot_phase_;
+  int64_t snapshot_device_ = -1, snapshot_host_ = -1;
   std::vector<LiveEntry> entries_;
   std::vector<int> free_slots_;
   int64_t device_ = 0, host_ = 0, event_ = 0;
@@ -101,7 +113,11 @@ class LiveSet {
   PhasePeak current_;
 };
 
-/// Replays one training step of rank 0 for `shapes` into `live`.
-void walk_step(const PlanShapes& shapes, LiveSet& live);
+/// Replays one training step of rank 0 for `shapes` into `live`. With `collapse`, blocks
+/// 2..L-3 are not walked one by one: every middle block leaves the same residue and has the same
+/// transient, so their residue is added in one entry and the walked block L-2 carries the
+/// largest middle-block peak. The device and host peaks are exactly those of the full walk
+/// (tested); phases and snapshots need the full walk.
+void walk_step(const PlanShapes& shapes, LiveSet& live, bool collapse = false);
 
 }  // namespace odyssey::planner_detail
