@@ -16,6 +16,7 @@ void OffloadStore::put(int64_t layer, const at::Tensor& x) {
   // Memory: the device copy is released by the caller; only this host copy survives the forward.
   slot.host = x.device().is_cpu() ? x.detach().clone() : x.detach().to(at::kCPU);  // [B, s, d] host
   slots_[layer] = std::move(slot);
+  ++total_offloaded_;
 }
 
 void OffloadStore::prefetch(int64_t layer) {

@@ -34,6 +34,8 @@ class OffloadStore {
   /// Bytes currently in the host pool / brought back and waiting on the device.
   int64_t host_bytes() const;
   int64_t device_bytes() const;
+  /// Inputs offloaded since construction (tests: proves offload really happened).
+  int64_t total_offloaded() const { return total_offloaded_; }
 
  private:
   struct Slot {
@@ -42,6 +44,7 @@ class OffloadStore {
   };
   at::Device device_;
   std::map<int64_t, Slot> slots_;
+  int64_t total_offloaded_ = 0;
 };
 
 }  // namespace odyssey

@@ -79,6 +79,7 @@ class Trainer {
   const Dataset& dataset() const { return *data_; }
   PhaseRecorder& recorder() { return recorder_; }
   AdamW& optimizer() { return optimizer_; }
+  const OffloadStore& offload_store() const { return offload_; }
   /// Lines worth showing the user (dispatch notes, dataset description), taken once.
   std::vector<std::string> take_notes();
 
