@@ -35,11 +35,9 @@ variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list gra
   const int64_t s = x.size(1);
 
   at::Tensor dx = at::empty_like(x);  // [B, s, d]
-  std::vector<at::Tensor> weights, dweights;
-  for (size_t i = 1; i < saved.size(); ++i) {
-    weights.push_back(saved[i].detach().requires_grad_(true));
-    dweights.push_back(at::zeros(saved[i].sizes(), saved[i].options().dtype(at::kFloat)));  // fp32 accumulators
-  }
+  std::vector<at::Tensor> weights;
+  std::vector<at::Tensor> dweights(saved.size() - 1);  // fp32 [f, d] accumulators (the first tile's gradients)
+  for (size_t i = 1; i < saved.size(); ++i) weights.push_back(saved[i].detach().requires_grad_(true));
   for (int64_t off = 0; off < s; off += tile) {
     const int64_t n = std::min(tile, s - off);
     variable_list grads;
@@ -51,7 +49,12 @@ variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list gra
                                     {grad_out.narrow(1, off, n)});
     }
     dx.narrow(1, off, n).copy_(grads[0]);
-    for (size_t k = 0; k < dweights.size(); ++k) dweights[k].add_(grads[k + 1]);
+    for (size_t k = 0; k < dweights.size(); ++k) {
+      if (dweights[k].defined())
+        dweights[k].add_(grads[k + 1]);
+      else
+        dweights[k] = grads[k + 1].to(at::kFloat);  // fp32 weights: the tile's gradient itself, no copy
+    }
   }
   variable_list result{dx};
   for (size_t k = 0; k < dweights.size(); ++k) result.push_back(dweights[k].to(saved[k + 1].scalar_type()));
