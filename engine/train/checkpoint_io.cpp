@@ -6,7 +6,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -14,10 +13,10 @@
 
 #include "engine/config/preset.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/train/files.h"
 #include "engine/util/json.h"
 
 namespace odyssey {
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -30,23 +29,22 @@ std::string step_folder(int64_t step) {
 }
 
 // Writes `text` to `path` through `path.tmp` and a rename, so readers never see half a file.
-void write_atomically(const fs::path& path, const std::string& bytes) {
-  const fs::path tmp = path.string() + ".tmp";
+void write_atomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw CheckpointError("checkpoint: cannot write " + tmp.string());
+    if (!out) throw CheckpointError("checkpoint: cannot write " + tmp);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
-    if (!out) throw CheckpointError("checkpoint: writing " + tmp.string() + " failed (disk full?)");
+    if (!out) throw CheckpointError("checkpoint: writing " + tmp + " failed (disk full?)");
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw CheckpointError("checkpoint: cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
+  std::string error;
+  if (!rename_path(tmp, path, &error)) throw CheckpointError("checkpoint: " + error);
 }
 
-std::string read_file(const fs::path& path) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("checkpoint: cannot read " + path.string());
+  if (!in) throw CheckpointError("checkpoint: cannot read " + path);
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
@@ -126,11 +124,10 @@ void save_checkpoint(Trainer& trainer, const std::string& dir) {
   CategoryScope category(MemCategory::Other);
   const RankContext& ctx = trainer.rank_context();
   const int64_t step = trainer.next_step();
-  const fs::path root = fs::path(dir) / "checkpoints";
-  const fs::path folder = root / step_folder(step);
-  std::error_code ec;
-  fs::create_directories(folder, ec);
-  if (ec) throw CheckpointError("checkpoint: cannot create " + folder.string() + ": " + ec.message());
+  const std::string root = join_path(dir, "checkpoints");
+  const std::string folder = join_path(root, step_folder(step));
+  std::string error;
+  if (!make_dirs(folder, &error)) throw CheckpointError("checkpoint: " + error);
 
   std::string bytes(kMagic, sizeof(kMagic));
   auto groups = trainer.model().groups();
@@ -143,8 +140,8 @@ void save_checkpoint(Trainer& trainer, const std::string& dir) {
     put_tensor(bytes, g->name() + ".exp_avg", g->exp_avg);
     put_tensor(bytes, g->name() + ".exp_avg_sq", g->exp_avg_sq);
   }
-  write_atomically(folder / ("rank" + std::to_string(ctx.rank) + ".bin"), bytes);
-  if (ctx.rank == 0) write_atomically(folder / "config.toml", preset_to_toml(trainer.config()));
+  write_atomically(join_path(folder, "rank" + std::to_string(ctx.rank) + ".bin"), bytes);
+  if (ctx.rank == 0) write_atomically(join_path(folder, "config.toml"), preset_to_toml(trainer.config()));
   ctx.world->barrier();  // every rank's file is in place before the pointer moves
   if (ctx.rank == 0) {
     std::string json;
@@ -155,30 +152,28 @@ void save_checkpoint(Trainer& trainer, const std::string& dir) {
         .key("world_size").value(static_cast<int64_t>(ctx.world_size))
         .key("path").value(step_folder(step))
         .end_object();
-    write_atomically(root / "latest.json", json + "\n");
-    for (const auto& item : fs::directory_iterator(root, ec)) {
-      const std::string name = item.path().filename().string();
-      if (item.is_directory() && name.rfind("step_", 0) == 0 && name != step_folder(step))
-        fs::remove_all(item.path(), ec);  // older checkpoints: superseded
-    }
+    write_atomically(join_path(root, "latest.json"), json + "\n");
+    for (const auto& name : list_dir(root))
+      if (name.rfind("step_", 0) == 0 && name != step_folder(step))
+        remove_tree(join_path(root, name));  // older checkpoints: superseded
   }
   ctx.world->barrier();
 }
 
 std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
-  const fs::path latest = fs::path(dir) / "checkpoints" / "latest.json";
-  if (!fs::exists(latest)) return std::nullopt;
+  const std::string latest = join_path(join_path(dir, "checkpoints"), "latest.json");
+  if (!path_exists(latest)) return std::nullopt;
   std::string error;
   auto json = parse_json(read_file(latest), &error);
   if (!json || !json->has("step") || !json->has("path") || !json->has("world_size"))
-    throw CheckpointError("checkpoint " + latest.string() + ": malformed (" +
+    throw CheckpointError("checkpoint " + latest + ": malformed (" +
                           (error.empty() ? "missing step/path/world_size" : error) + ")");
   CheckpointInfo info;
   info.step = json->at("step").as_int();
   info.world_size = json->at("world_size").as_int();
-  info.path = (fs::path(dir) / "checkpoints" / json->at("path").string).string();
-  const fs::path config = fs::path(info.path) / "config.toml";
-  if (fs::exists(config)) info.config_toml = read_file(config);
+  info.path = join_path(join_path(dir, "checkpoints"), json->at("path").string);
+  const std::string config = join_path(info.path, "config.toml");
+  if (path_exists(config)) info.config_toml = read_file(config);
   return info;
 }
 
@@ -189,7 +184,7 @@ CheckpointInfo load_checkpoint(Trainer& trainer, const std::string& dir) {
   if (info->world_size != ctx.world_size)
     throw CheckpointError("--resume " + dir + ": the checkpoint has " + std::to_string(info->world_size) +
                           " ranks, this run " + std::to_string(ctx.world_size));
-  const std::string file = (fs::path(info->path) / ("rank" + std::to_string(ctx.rank) + ".bin")).string();
+  const std::string file = join_path(info->path, "rank" + std::to_string(ctx.rank) + ".bin");
   CategoryScope category(MemCategory::Other);
   const Entries e = parse_entries(read_file(file), file);
   const int64_t step = entry(e, "step", 1, file).item<int64_t>();

@@ -5,7 +5,6 @@
 #include "engine/train/run.h"
 
 #include <chrono>
-#include <filesystem>
 
 #include "engine/config/preset.h"
 #include "engine/config/sizes.h"
@@ -17,10 +16,10 @@
 #include "engine/telemetry/timeline.h"
 #include "engine/telemetry/trace_writer.h"
 #include "engine/train/checkpoint_io.h"
+#include "engine/train/files.h"
 #include "engine/util/json.h"
 
 namespace odyssey {
-namespace fs = std::filesystem;
 
 // [section] RunControl ----------------------------------------------------------------------------
 
@@ -262,9 +261,9 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   try {
     MemoryTracker::instance().install_cpu_allocator();
     if (!opt.out_dir.empty()) {
-      fs::create_directories(opt.out_dir);
-      std::error_code ec;
-      const bool append = !opt.resume_dir.empty() && fs::equivalent(fs::path(opt.resume_dir), fs::path(opt.out_dir), ec);
+      std::string error;
+      if (!make_dirs(opt.out_dir, &error)) throw std::runtime_error("--out: " + error);
+      const bool append = !opt.resume_dir.empty() && same_path(opt.resume_dir, opt.out_dir);
       sinks.metrics = std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", append);
       if (cfg.output.trace && cfg.output.trace_steps > 0)
         sinks.trace = std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
@@ -292,7 +291,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   if (out.status == RunOutcome::Status::Failed && opt.log) opt.log("error: " + out.error);
   if (!out.metrics.empty() && out.next_step == 0) out.next_step = out.metrics.back().step + 1;
 
-  if (!opt.out_dir.empty() && fs::exists(opt.out_dir)) {
+  if (!opt.out_dir.empty() && is_directory(opt.out_dir)) {
     try {
       if (sinks.trace) sinks.trace->close();
     } catch (const std::exception& e) {

@@ -3,11 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 
 #include "../engine_test_util.h"
 #include "engine/train/data.h"
+#include "engine/train/files.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -15,7 +15,7 @@ using namespace odyssey::test;
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("odyssey_data_test_" + name)).string();
+  return "/tmp/odyssey_data_test_" + name;
 }
 
 void write_llmc(const std::string& path, int32_t magic, int32_t version, int32_t count,
@@ -98,7 +98,7 @@ TEST_CASE("data: llm.c .bin and raw bytes read back; bad files are named errors"
   CHECK(seq[8] == tokens[16]);
 
   t.dataset_path = temp_path("missing.bin");
-  std::filesystem::remove(t.dataset_path);
+  remove_tree(t.dataset_path);
   CHECK_THAT(error_of(t, m), Catch::Contains("missing.bin") && Catch::Contains("cannot open"));
 
   t.dataset_path = temp_path("magic.bin");
