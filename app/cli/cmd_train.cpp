@@ -134,7 +134,7 @@ int run_train(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{Command{
-    50, "train", "train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--quiet]",
+    50, "train", "train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR]",
     "train on this machine: metrics.jsonl, trace.json, summary.json, checkpoints; Ctrl-C stops cleanly", run_train}};
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <regex>
 #include <thread>
@@ -27,8 +28,12 @@ at::Device resolve_device(DeviceKind kind, int local_rank) {
 at::ScalarType compute_dtype(DType dtype) { return dtype == DType::BFloat16 ? at::kBFloat16 : at::kFloat; }
 
 void configure_threads(int ranks_in_process) {
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  at::set_num_threads(std::max(1, cores / std::max(1, ranks_in_process)));
+  // An explicit OMP_NUM_THREADS wins (LibTorch read it at start-up); else share the cores.
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env == nullptr || std::atoi(env) <= 0) {
+    const int cores = std::max(1u, std::thread::hardware_concurrency());
+    at::set_num_threads(std::max(1, cores / std::max(1, ranks_in_process)));
+  }
   // Denormal floats (softmax tails, tiny gradients) run 10-100x slower on x86 CPUs and made
   // single steps take seconds; flush them to zero like torch.set_flush_denormal(True).
   at::globalContext().setFlushDenormal(true);
