@@ -1,7 +1,11 @@
 // The one translation unit that includes ProcessGroupGloo.hpp, against Odyssey's declaration-only
 // Gloo headers (engine/parallel/gloo_shim; see its README.md and docs/gloo.md for why it is sound).
 // defines: make_gloo_backend
+// The torch_cpu target already exports USE_C10D_GLOO to every consumer (Caffe2Targets.cmake);
+// define it here too so this file does not depend on that.
+#ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
+#endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "engine/parallel/gloo_backend.h"

@@ -1,12 +1,13 @@
-// The one translation unit that includes ProcessGroupNCCL.hpp (built with USE_C10D_NCCL and the
-// wheel's nvidia/nccl/include when LibTorch has CUDA; see parallel.cmake). Runs only on GPUs.
+// The one translation unit that includes ProcessGroupNCCL.hpp (built with ODYSSEY_WITH_NCCL,
+// USE_C10D_NCCL and the wheel's nvidia/nccl/include when LibTorch has CUDA and nccl.h was found;
+// see parallel.cmake). Runs only on GPUs.
 // defines: make_nccl_backend, nccl_available
 #include "engine/parallel/nccl_backend.h"
 
 #include <stdexcept>
 #include <string>
 
-#ifdef USE_C10D_NCCL
+#ifdef ODYSSEY_WITH_NCCL
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #else
@@ -15,7 +16,7 @@
 
 namespace odyssey {
 
-#ifdef USE_C10D_NCCL
+#ifdef ODYSSEY_WITH_NCCL
 
 bool nccl_available() { return true; }
 

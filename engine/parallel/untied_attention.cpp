@@ -1,0 +1,317 @@
+// Untied Ulysses attention as one autograd Function over head stages (UPipe): stage buffers are
+// allocated once per call and reused by every stage, so the attention workspace is one stage's
+// Q/K/V/O in head layout instead of all of this rank's heads.
+// defines: plan_untied_stages, untied_attention
+#include "engine/parallel/untied_attention.h"
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <torch/autograd.h>
+#include <torch/custom_class.h>
+
+#include "engine/parallel/flash_attention.h"
+
+namespace odyssey {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// [SECTION] schedule helpers ------------------------------------------------------------------
+
+/// Global query heads of stage t in the a2a's send order: (destination rank j, head i) ->
+/// j*Hl + t*k + i. [P*k] int64.
+at::Tensor q_head_index(const UntiedStagePlan& p, int64_t t) {
+  std::vector<int64_t> idx;
+  idx.reserve(p.P * p.k);
+  for (int64_t j = 0; j < p.P; ++j)
+    for (int64_t i = 0; i < p.k; ++i) idx.push_back(j * p.Hl + t * p.k + i);
+  return at::tensor(idx, at::kLong);
+}
+
+/// Original (unreplicated) KV heads of the local KV range [first, first+count) on every
+/// destination rank j: replicated head j*Hkvl + first + i is original head (...)/rep. [P*count].
+at::Tensor kv_head_index(const UntiedStagePlan& p, int64_t first, int64_t count) {
+  std::vector<int64_t> idx;
+  idx.reserve(p.P * count);
+  for (int64_t j = 0; j < p.P; ++j)
+    for (int64_t i = 0; i < count; ++i) idx.push_back((j * p.Hkvl + first + i) / p.rep);
+  return at::tensor(idx, at::kLong);
+}
+
+/// When a stage's query heads do not map onto its KV range with one uniform group size (k and g
+/// not dividing each other), the KV slot of each query head; nullopt when uniform (native GQA).
+std::optional<at::Tensor> kv_slot_index(const UntiedStagePlan& p, int64_t t) {
+  const int64_t count = p.kv_count[t];
+  bool uniform = p.k % count == 0;
+  std::vector<int64_t> slots;
+  for (int64_t i = 0; i < p.k; ++i) {
+    const int64_t slot = (t * p.k + i) / p.g - p.kv_first[t];
+    slots.push_back(slot);
+    if (uniform && slot != i / (p.k / count)) uniform = false;
+  }
+  if (uniform) return std::nullopt;
+  return at::tensor(slots, at::kLong);
+}
+
+/// Projection of the local tokens onto `rows` [m, hd, d] -> [B, s, m, hd], then per-head RMSNorm
+/// (if norm is defined) and RoPE (if rope).
+at::Tensor project(const at::Tensor& x, const at::Tensor& rows, const at::Tensor& norm, double eps,
+                   const at::Tensor& cos, const at::Tensor& sin, bool rope) {
+  const int64_t B = x.size(0), s = x.size(1), m = rows.size(0), hd = rows.size(1);
+  at::Tensor y = at::linear(x, rows.reshape({m * hd, rows.size(2)})).view({B, s, m, hd});  // [B, s, m, hd]
+  if (norm.defined()) y = head_rms_norm(y, norm, eps);
+  if (rope) y = rope_rotate_half(y, cos, sin);
+  return y;
+}
+
+/// A flat buffer's first elements viewed as `shape` (contiguous): stage buffers are allocated
+/// once at their largest size and every stage views the part it needs.
+at::Tensor view_prefix(const at::Tensor& flat, at::IntArrayRef shape) {
+  return flat.narrow(0, 0, c10::multiply_integers(shape)).view(shape);
+}
+
+/// What forward hands to backward besides the saved tensors: schedule, comm, per-stage LSEs.
+struct UntiedState : torch::CustomClassHolder {
+  UntiedStagePlan plan;
+  Comm* comm = nullptr;
+  double eps = 0.0;
+  std::vector<FlashResult> stages;  ///< out left undefined: rebuilt from the saved output
+};
+
+// [SECTION] the Function ----------------------------------------------------------------------
+
+struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk,
+                            const at::Tensor& wv, const at::Tensor& q_norm, const at::Tensor& k_norm,
+                            const at::Tensor& cos, const at::Tensor& sin, Comm* comm, int64_t n_heads,
+                            int64_t n_kv_heads, int64_t head_dim, int64_t heads_per_stage, double eps) {
+    auto state = c10::make_intrusive<UntiedState>();
+    state->plan = plan_untied_stages(n_heads, n_kv_heads, head_dim, comm->size(), heads_per_stage);
+    state->comm = comm;
+    state->eps = eps;
+    const UntiedStagePlan& p = state->plan;
+    const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
+    const at::Tensor wq3 = wq.view({p.H, hd, d}), wk3 = wk.view({p.Hkv, hd, d}), wv3 = wv.view({p.Hkv, hd, d});
+    const at::Tensor qn = q_norm.numel() ? q_norm : at::Tensor(), kn = k_norm.numel() ? k_norm : at::Tensor();
+
+    // Memory: the output [B, s, H*hd] is written stage by stage; the stage buffers below are the
+    // whole attention workspace (one stage of Q, the current KV range, staging for the a2a).
+    at::Tensor out = at::empty({B, s, p.H * hd}, x.options());  // [B, s, H*hd]
+    at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});           // [B, s, P, Hl, hd]
+    const int64_t widest = std::max(p.k, p.max_kv_count);
+    at::Tensor send = at::empty({p.P * B * s * widest * hd}, x.options());  // a2a staging
+    at::Tensor recv = at::empty({p.P * B * s * widest * hd}, x.options());
+    at::Tensor q_h = at::empty({B, S, p.k, hd}, x.options());                       // [B, S, k, hd]
+    at::Tensor k_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
+    at::Tensor v_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
+    at::Tensor k_h, v_h;  // [B, S, n, hd] views of the current KV range
+
+    for (int64_t t = 0; t < p.stages; ++t) {
+      const int64_t n = p.kv_count[t];
+      {
+        at::Tensor q_loc = project(x, wq3.index_select(0, q_head_index(p, t).to(x.device())), qn, eps, cos, sin,
+                                   /*rope=*/true);  // [B, s, P*k, hd]
+        seq_to_heads_into(q_h, q_loc, *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
+                          view_prefix(recv, {p.P, B, s, p.k, hd}));  // [B, S, k, hd]
+      }
+      if (p.kv_new[t]) {  // a KV range is projected and sent once, reused by the stages sharing it
+        const at::Tensor idx = kv_head_index(p, p.kv_first[t], n).to(x.device());
+        k_h = view_prefix(k_flat, {B, S, n, hd});
+        v_h = view_prefix(v_flat, {B, S, n, hd});
+        at::Tensor k_loc = project(x, wk3.index_select(0, idx), kn, eps, cos, sin, true);  // [B, s, P*n, hd]
+        seq_to_heads_into(k_h, k_loc, *comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
+        k_loc.reset();
+        at::Tensor v_loc = project(x, wv3.index_select(0, idx), {}, eps, cos, sin, false);  // [B, s, P*n, hd]
+        seq_to_heads_into(v_h, v_loc, *comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
+      }
+      const auto slots = kv_slot_index(p, t);
+      at::Tensor k_use = slots ? k_h.index_select(2, slots->to(x.device())) : k_h;  // [B, S, k or n, hd]
+      at::Tensor v_use = slots ? v_h.index_select(2, slots->to(x.device())) : v_h;
+      FlashResult r = flash_attention_forward(q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2));
+      at::Tensor o_h = r.out.transpose(1, 2).contiguous();  // [B, S, k, hd] (already this layout)
+      r.out.reset();  // backward rebuilds it from the saved output
+      state->stages.push_back(std::move(r));
+      at::Tensor o_cols = out5.narrow(3, t * p.k, p.k);  // [B, s, P, k, hd] columns of this stage
+      heads_to_seq_into(o_cols, o_h, *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
+                        view_prefix(recv, {p.P, B, s, p.k, hd}));
+    }
+    ctx->save_for_backward({x, wq, wk, wv, q_norm, k_norm, cos, sin, out});
+    ctx->saved_data["state"] = c10::IValue::make_capsule(state);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto state = c10::static_intrusive_pointer_cast<UntiedState>(ctx->saved_data["state"].toCapsule());
+    const UntiedStagePlan& p = state->plan;
+    Comm& comm = *state->comm;
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &wq = saved[1], &wk = saved[2], &wv = saved[3], &cos = saved[6],
+                     &sin = saved[7], &out = saved[8];
+    const at::Tensor q_norm = saved[4].numel() ? saved[4] : at::Tensor();  // empty = no QK-norm
+    const at::Tensor k_norm = saved[5].numel() ? saved[5] : at::Tensor();
+    const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
+    const at::Tensor wq3 = wq.view({p.H, hd, d}), wk3 = wk.view({p.Hkv, hd, d}), wv3 = wv.view({p.Hkv, hd, d});
+    const at::Tensor grad = grads[0].contiguous();  // [B, s, H*hd]
+    const at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd}), grad5 = grad.view({B, s, p.P, p.Hl, hd});
+    const auto f32 = x.options().dtype(at::kFloat);
+
+    // Gradient accumulators (fp32 so bf16 runs sum stages and replicas without rounding).
+    at::Tensor dx = at::zeros({B, s, d}, f32);
+    at::Tensor dwq = at::zeros({p.H, hd, d}, f32), dwk = at::zeros({p.Hkv, hd, d}, f32),
+               dwv = at::zeros({p.Hkv, hd, d}, f32);
+    at::Tensor dqn = q_norm.defined() ? at::zeros({hd}, f32) : at::Tensor();
+    at::Tensor dkn = k_norm.defined() ? at::zeros({hd}, f32) : at::Tensor();
+
+    // Stage buffers, allocated once.
+    const int64_t widest = std::max(p.k, p.max_kv_count);
+    at::Tensor send = at::empty({p.P * B * s * widest * hd}, x.options());
+    at::Tensor recv = at::empty({p.P * B * s * widest * hd}, x.options());
+    at::Tensor q_h = at::empty({B, S, p.k, hd}, x.options());   // recomputed query, head layout
+    at::Tensor o_h = at::empty({B, S, p.k, hd}, x.options());   // saved output, head layout
+    at::Tensor do_h = at::empty({B, S, p.k, hd}, x.options());  // incoming gradient, head layout
+    at::Tensor dq_loc = at::empty({B, s, p.P * p.k, hd}, x.options());
+    at::Tensor k_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
+    at::Tensor v_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
+    at::Tensor dk_flat = at::empty({B * S * p.max_kv_count * hd}, f32);
+    at::Tensor dv_flat = at::empty({B * S * p.max_kv_count * hd}, f32);
+    at::Tensor k_h, v_h, dk_acc, dv_acc;
+
+    torch::AutoGradMode enable_grad(true);  // backward runs with grad mode off
+    const at::Tensor x_leaf = x.detach().requires_grad_(true);
+    const at::Tensor qn_leaf = q_norm.defined() ? q_norm.detach().requires_grad_(true) : at::Tensor();
+    const at::Tensor kn_leaf = k_norm.defined() ? k_norm.detach().requires_grad_(true) : at::Tensor();
+    at::Tensor kv_idx, k_rows, v_rows, k_pre, v_pre;  // the current KV range's recompute graph
+
+    for (int64_t t = 0; t < p.stages; ++t) {
+      const int64_t n = p.kv_count[t];
+      if (p.kv_new[t]) {
+        kv_idx = kv_head_index(p, p.kv_first[t], n).to(x.device());
+        k_rows = wk3.index_select(0, kv_idx).detach().requires_grad_(true);  // [P*n, hd, d]
+        v_rows = wv3.index_select(0, kv_idx).detach().requires_grad_(true);
+        k_pre = project(x_leaf, k_rows, kn_leaf, state->eps, cos, sin, true);  // [B, s, P*n, hd]
+        v_pre = project(x_leaf, v_rows, {}, state->eps, cos, sin, false);      // [B, s, P*n, hd]
+        torch::NoGradGuard no_grad;
+        k_h = view_prefix(k_flat, {B, S, n, hd});
+        v_h = view_prefix(v_flat, {B, S, n, hd});
+        seq_to_heads_into(k_h, k_pre.detach(), comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
+        seq_to_heads_into(v_h, v_pre.detach(), comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
+        dk_acc = view_prefix(dk_flat, {B, S, n, hd}).zero_();
+        dv_acc = view_prefix(dv_flat, {B, S, n, hd}).zero_();
+      }
+      const at::Tensor q_idx = q_head_index(p, t).to(x.device());
+      const at::Tensor q_rows = wq3.index_select(0, q_idx).detach().requires_grad_(true);  // [P*k, hd, d]
+      const at::Tensor q_pre = project(x_leaf, q_rows, qn_leaf, state->eps, cos, sin, true);  // [B, s, P*k, hd]
+      {
+        torch::NoGradGuard no_grad;
+        const auto stage_send = view_prefix(send, {p.P, B, s, p.k, hd});
+        const auto stage_recv = view_prefix(recv, {p.P, B, s, p.k, hd});
+        seq_to_heads_into(q_h, q_pre.detach(), comm, stage_send, stage_recv);                    // [B, S, k, hd]
+        seq_to_heads_into(o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);      // saved output
+        seq_to_heads_into(do_h, grad5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);    // its gradient
+        const auto slots = kv_slot_index(p, t);
+        const at::Tensor dev_slots = slots ? slots->to(x.device()) : at::Tensor();
+        at::Tensor k_use = slots ? k_h.index_select(2, dev_slots) : k_h;  // [B, S, k or n, hd]
+        at::Tensor v_use = slots ? v_h.index_select(2, dev_slots) : v_h;
+        FlashResult r = state->stages[t];
+        r.out = o_h.transpose(1, 2);  // [B, k, S, hd], the forward kernel's own layout
+        auto [dq, dk, dv] = flash_attention_backward(do_h.transpose(1, 2), q_h.transpose(1, 2), k_use.transpose(1, 2),
+                                                     v_use.transpose(1, 2), r);  // [B, k|n, S, hd]
+        if (slots) {
+          dk_acc.index_add_(2, dev_slots, dk.transpose(1, 2).to(at::kFloat));
+          dv_acc.index_add_(2, dev_slots, dv.transpose(1, 2).to(at::kFloat));
+        } else {
+          dk_acc.add_(dk.transpose(1, 2));
+          dv_acc.add_(dv.transpose(1, 2));
+        }
+        heads_to_seq_into(dq_loc, dq.transpose(1, 2).contiguous(), comm, stage_send, stage_recv);  // [B, s, P*k, hd]
+      }
+      variable_list inputs{x_leaf, q_rows};
+      if (qn_leaf.defined()) inputs.push_back(qn_leaf);
+      const auto gq = torch::autograd::grad({q_pre}, inputs, {dq_loc});
+      dx.add_(gq[0]);
+      dwq.index_add_(0, q_idx, gq[1].to(at::kFloat));
+      if (qn_leaf.defined()) dqn.add_(gq[2]);
+
+      const bool range_ends = t + 1 == p.stages || p.kv_new[t + 1];
+      if (!range_ends) continue;
+      // The KV range is complete: send its gradients back and finish K/V's recompute graph.
+      at::Tensor dk_loc = at::empty({B, s, p.P * n, hd}, x.options());  // [B, s, P*n, hd]
+      at::Tensor dv_loc = at::empty({B, s, p.P * n, hd}, x.options());
+      {
+        torch::NoGradGuard no_grad;
+        heads_to_seq_into(dk_loc, dk_acc.to(x.scalar_type()), comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
+        heads_to_seq_into(dv_loc, dv_acc.to(x.scalar_type()), comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
+      }
+      variable_list kv_inputs{x_leaf, k_rows, v_rows};
+      if (kn_leaf.defined()) kv_inputs.push_back(kn_leaf);
+      const auto gkv = torch::autograd::grad({k_pre, v_pre}, kv_inputs, {dk_loc, dv_loc});
+      dx.add_(gkv[0]);
+      dwk.index_add_(0, kv_idx, gkv[1].to(at::kFloat));  // replicas of one KV head sum here
+      dwv.index_add_(0, kv_idx, gkv[2].to(at::kFloat));
+      if (kn_leaf.defined()) dkn.add_(gkv[3]);
+      k_pre.reset();
+      v_pre.reset();
+    }
+    auto cast = [](const at::Tensor& g, const at::Tensor& like) {
+      return g.defined() ? g.view(like.sizes()).to(like.scalar_type()) : at::Tensor();
+    };
+    return {cast(dx, x),         cast(dwq, wq),        cast(dwk, wk),  cast(dwv, wv), cast(dqn, q_norm),
+            cast(dkn, k_norm),   at::Tensor(),         at::Tensor(),   at::Tensor(),  at::Tensor(),
+            at::Tensor(),        at::Tensor(),         at::Tensor(),   at::Tensor()};
+  }
+};
+
+}  // namespace
+
+UntiedStagePlan plan_untied_stages(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t degree,
+                                   int64_t heads_per_stage) {
+  auto fail = [&](const std::string& rule) {
+    throw std::invalid_argument("untied ulysses: n_heads = " + std::to_string(n_heads) + ", n_kv_heads = " +
+                                std::to_string(n_kv_heads) + ", degree P = " + std::to_string(degree) +
+                                ", heads_per_stage = " + std::to_string(heads_per_stage) + ": " + rule);
+  };
+  if (degree < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1) fail("all must be positive");
+  if (n_heads % n_kv_heads != 0) fail("n_kv_heads must divide n_heads");
+  if (n_heads % degree != 0) fail("P must divide n_heads");
+  if (!(n_kv_heads % degree == 0 || degree % n_kv_heads == 0)) fail("P must divide n_kv_heads or be a multiple of it");
+  const int64_t hps = heads_per_stage == 0 ? degree : heads_per_stage;
+  UntiedStagePlan p;
+  p.P = degree;
+  p.H = n_heads;
+  p.Hkv = n_kv_heads;
+  p.hd = head_dim;
+  p.Hl = n_heads / degree;
+  if (hps < 0 || hps % degree != 0) fail("heads_per_stage must be a multiple of P");
+  p.k = hps / degree;
+  if (p.Hl % p.k != 0) fail("heads_per_stage / P must divide n_heads / P = " + std::to_string(p.Hl));
+  p.stages = p.Hl / p.k;
+  p.rep = n_kv_heads < degree ? degree / n_kv_heads : 1;
+  p.Hkvl = n_kv_heads * p.rep / degree;
+  p.g = p.Hl / p.Hkvl;
+  p.max_kv_count = 0;
+  for (int64_t t = 0; t < p.stages; ++t) {
+    const int64_t first = t * p.k / p.g, last = ((t + 1) * p.k - 1) / p.g;
+    p.kv_first.push_back(first);
+    p.kv_count.push_back(last - first + 1);
+    p.kv_new.push_back(t == 0 || first != p.kv_first[t - 1] || last - first + 1 != p.kv_count[t - 1]);
+    p.max_kv_count = std::max(p.max_kv_count, last - first + 1);
+  }
+  return p;
+}
+
+at::Tensor untied_attention(const at::Tensor& x, const HeadProjections& w, const at::Tensor& cos, const at::Tensor& sin,
+                            const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {
+  if (model.qk_norm && (!w.q_norm.defined() || !w.k_norm.defined()))
+    throw std::invalid_argument("untied_attention: model.qk_norm is set but the q/k norm weights are missing");
+  // Absent norms travel as empty tensors: autograd Functions reject undefined tensor inputs.
+  const at::Tensor none = at::empty({0}, x.options());
+  return UntiedAttentionFunction::apply(x.contiguous(), w.wq, w.wk, w.wv, model.qk_norm ? w.q_norm : none,
+                                        model.qk_norm ? w.k_norm : none, cos, sin, ctx.sp.get(),
+                                        model.n_heads, model.n_kv_heads, model.head_dim, memory.heads_per_stage,
+                                        model.norm_eps);
+}
+
+}  // namespace odyssey
