@@ -1,7 +1,7 @@
 // The memory tracker: counts every tensor byte per rank, per pool (device vs host offload) and per
 // category. On CPU through a counting allocator installed with c10::SetCPUAllocator; on CUDA from
 // the caching allocator's statistics. defines: MemCategory, MemPool, CategoryScope, PoolScope,
-// RankScope, MemorySnapshot, MemoryTracker
+// RankScope, MemorySnapshot, PeakWindow, MemoryTracker. How counting works: docs/telemetry.md.
 #pragma once
 
 #include <array>
@@ -64,7 +64,8 @@ class PoolScope {
 
 /// Binds this thread to a rank for the scope's life (rank threads set it once; autograd and
 /// intra-op worker threads inherit nothing and are charged to the current rank only if the
-/// engine sets it there too). Unbound threads are charged to rank 0.
+/// engine sets it there too). Unbound threads are charged to rank 0. Throws std::out_of_range
+/// unless 0 <= rank < kMaxTrackedRanks.
 class RankScope {
  public:
   explicit RankScope(int rank);
@@ -94,6 +95,17 @@ struct MemorySnapshot {
   int64_t alloc_retries = 0;      ///< CUDA: cudaMalloc retries
   int64_t ooms = 0;               ///< out-of-memory errors raised (tracker limit or CUDA)
 };
+
+/// The peak of one window (a phase): the most bytes reached while it was open, counted at
+/// allocation time, and the category breakdown at the moment the device peak was reached.
+struct PeakWindow {
+  int64_t device_peak = 0;
+  int64_t host_peak = 0;
+  std::array<int64_t, kMemCategoryCount> category_at_peak{};
+};
+
+/// Nesting depth of peak windows per rank (phase scopes open one each).
+constexpr int kMaxPeakWindows = 32;
 
 /// Process-wide tracker. Thread-safe; counters are per rank.
 class MemoryTracker {
@@ -125,15 +137,45 @@ class MemoryTracker {
   void retag_since(int rank, uint64_t marker, MemCategory from, MemCategory to);
   // Retagging one tensor's storage (checkpointed inputs): retag_tensor() in tensor_tags.h.
 
-  /// Called by the allocator: charges `bytes` (positive on allocation, negative on free).
+  /// Charges `bytes` (positive on allocation, negative on free) to a rank, pool and category
+  /// without a block behind it (external memory the engine wants counted). The counting
+  /// allocator does not use this path. A free never takes a counter below zero.
   void on_alloc(int rank, MemPool pool, MemCategory category, int64_t bytes);
   /// Name of the innermost phase of `rank` for OOM messages (set by phase scopes).
   void set_phase_name(int rank, const std::string& name);
   std::string phase_name(int rank) const;
 
+  // --- extensions (telemetry-owned) ---
+
+  /// Opens a nested peak window on `rank` (PhaseScope does this): it starts at the current
+  /// bytes and follows every later allocation of that rank until closed. Returns its depth,
+  /// which close_peak_window must be given (windows close innermost first). Throws past
+  /// kMaxPeakWindows.
+  int open_peak_window(int rank);
+  /// Closes the innermost window of `rank` (`depth` from open_peak_window) and returns its peaks.
+  PeakWindow close_peak_window(int rank, int depth);
+  /// Open windows of `rank`.
+  int peak_window_depth(int rank) const;
+
+  /// The device limit of `rank` (0 = none).
+  int64_t device_limit(int rank) const;
+  /// Blocks the counting allocator has charged to `rank` and not yet freed.
+  int64_t live_blocks(int rank) const;
+  /// Allocations counted by the CPU allocator so far, all ranks (cheap; for tests and benches).
+  uint64_t allocations_counted() const;
+
+  /// Reads the device side of `rank` from CUDA device `device_index`'s caching allocator
+  /// (snapshot, device_bytes, peaks, phase windows); -1 (default) counts on the CPU allocator.
+  /// Without CUDA in the build or at run time, setting an index >= 0 throws.
+  void set_cuda_device(int rank, int device_index);
+  int cuda_device(int rank) const;
+
+  /// Internal state, shared with the counting allocator (tracker_state.h).
+  struct Impl;
+  Impl& impl() const { return *impl_; }
+
  private:
   MemoryTracker();
-  struct Impl;
   Impl* impl_;
 };
 

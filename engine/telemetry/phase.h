@@ -1,7 +1,7 @@
 // Phase scopes: RAII markers that nest into paths ("fwd/block.3/attn") and record, per rank and
 // step, start/end time, device and host bytes at both edges and the peak inside. Records flow to
 // the ring buffer (studio), metrics.jsonl and the Perfetto trace. defines: PhaseScope,
-// PhaseRecord, PhaseRecorder
+// PhaseRecord, PhaseEdge, PhaseRecorder, telemetry_now_s
 #pragma once
 
 #include <array>
@@ -26,13 +26,43 @@ struct PhaseRecord {
   int64_t device_begin = 0, device_end = 0, device_peak = 0;
   int64_t host_begin = 0, host_end = 0, host_peak = 0;
   std::array<int64_t, kMemCategoryCount> category_at_peak{};  ///< device+host bytes per category at the peak
+  bool unwound = false;       ///< closed while an exception was unwinding (the phase failed)
 };
+
+/// One edge (open or close) of a phase with the rank's bytes at that instant: the memory
+/// timeline's samples. Delivered to edge sinks in time order.
+struct PhaseEdge {
+  int rank = 0;
+  int64_t step = 0;
+  int depth = 0;
+  bool begin = true;          ///< true when the phase opens
+  const std::string* path = nullptr;  ///< valid during the sink call only
+  double t_s = 0;             ///< seconds since the recorder's epoch
+  int64_t device_bytes = 0;
+  int64_t host_bytes = 0;
+  std::array<int64_t, kMemCategoryCount> category_bytes{};  ///< device+host bytes per category
+};
+
+/// Seconds on the process-wide telemetry clock (steady; zero at its first use). Recorders of all
+/// ranks share it, so their records line up in one trace.
+double telemetry_now_s();
 
 /// Records the phases of one rank. The rank's thread binds it with PhaseRecorder::Bind; scopes on
 /// that thread then record into it. Sinks receive each record as it finishes.
+///
+/// Paths join the open names with '/'. One exception: an outermost phase named "step" is a root
+/// whose name is not prefixed, so { step { fwd { embed } } } records "step", "fwd" and
+/// "fwd/embed" (docs/architecture.md's names). depth = the number of '/' in the path.
+/// Each scope opens a peak window in the MemoryTracker (exact peaks, children included) and sets
+/// the tracker's phase name for OOM messages. A recorder is used from its rank's thread only.
 class PhaseRecorder {
  public:
   explicit PhaseRecorder(int rank);
+  ~PhaseRecorder();
+  PhaseRecorder(const PhaseRecorder&) = delete;
+  PhaseRecorder& operator=(const PhaseRecorder&) = delete;
+  PhaseRecorder(PhaseRecorder&&) noexcept = default;
+  PhaseRecorder& operator=(PhaseRecorder&&) noexcept = default;
   int rank() const { return rank_; }
 
   void set_step(int64_t step) { step_ = step; }
@@ -41,8 +71,25 @@ class PhaseRecorder {
   /// Called for every finished phase (ring buffer, trace writer). Sinks run on the rank thread.
   void add_sink(std::function<void(const PhaseRecord&)> sink);
 
+  /// Called at every phase edge, in time order, with the bytes at that instant (memory samples).
+  void add_edge_sink(std::function<void(const PhaseEdge&)> sink);
+
   /// Records finished since the last take_records (the trainer takes them at each step end).
   std::vector<PhaseRecord> take_records();
+  /// false: finished records go to the sinks only (long runs that never call take_records).
+  void set_keep_records(bool keep) { keep_records_ = keep; }
+
+  /// Times are seconds since `epoch_s` on telemetry_now_s()'s clock (default 0: the clock's own
+  /// zero, shared by every recorder of the process).
+  void set_epoch_s(double epoch_s) { epoch_s_ = epoch_s; }
+  double epoch_s() const { return epoch_s_; }
+
+  /// Open phases now.
+  int open_depth() const { return static_cast<int>(stack_.size()); }
+  /// Sink exceptions are caught (a phase edge must not throw from a destructor); the count and the
+  /// first message are kept here.
+  int64_t sink_errors() const { return sink_errors_; }
+  const std::string& first_sink_error() const { return first_sink_error_; }
 
   /// Binds a recorder to the current thread for the guard's life.
   class Bind {
@@ -71,6 +118,14 @@ class PhaseRecorder {
   std::vector<PhaseRecord> finished_;
   std::vector<std::function<void(const PhaseRecord&)>> sinks_;
   std::string empty_;
+  // --- extensions ---
+  std::vector<std::function<void(const PhaseEdge&)>> edge_sinks_;
+  bool keep_records_ = true;
+  double epoch_s_ = 0;
+  int64_t sink_errors_ = 0;
+  std::string first_sink_error_;
+  void emit_edge(const Open& open, bool begin, double t_s);
+  void note_sink_error(const char* what);
 };
 
 /// Marks a phase on the current thread's recorder (no-op when none is bound). Nest freely:

@@ -1,0 +1,105 @@
+// metrics.jsonl: the per-step JSON line and a line-flushed writer. defines: metrics_json_line,
+// MetricsJsonlWriter members, write_metrics_jsonl
+#include "engine/telemetry/metrics_jsonl.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "engine/telemetry/phase_peaks.h"
+#include "engine/util/json.h"
+
+namespace odyssey {
+
+namespace {
+void write_list(JsonWriter& w, const std::vector<int64_t>& values) {
+  w.begin_array();
+  for (int64_t v : values) w.value(v);
+  w.end_array();
+}
+
+std::string io_error(const std::string& what, const std::string& path) {
+  return "metrics.jsonl: cannot " + what + " " + path + ": " + std::strerror(errno);
+}
+}  // namespace
+
+std::string metrics_json_line(const StepMetrics& m, const PhasePeakTable* phase_peaks) {
+  std::string out;
+  JsonWriter w(out);
+  const int64_t host_peak = m.rank_host_peak_bytes.empty()
+                                ? 0
+                                : *std::max_element(m.rank_host_peak_bytes.begin(), m.rank_host_peak_bytes.end());
+  w.begin_object();
+  w.key("step").value(m.step);
+  w.key("loss").value(m.loss);
+  w.key("loss_meaningful").value(m.loss_meaningful);
+  w.key("tokens_per_s").value(m.tokens_per_s);
+  w.key("step_time_s").value(m.step_time_s);
+  w.key("peak_bytes").value(m.peak_bytes);
+  w.key("rank_peak_bytes");
+  write_list(w, m.rank_peak_bytes);
+  w.key("host_peak_bytes").value(host_peak);
+  w.key("rank_host_peak_bytes");
+  write_list(w, m.rank_host_peak_bytes);
+  w.key("lr").value(m.lr);
+  w.key("grad_norm").value(m.grad_norm);
+  w.key("mfu").value(m.mfu);
+  w.key("config_version").value(m.config_version);
+  if (phase_peaks != nullptr) {
+    w.key("phase_peak_bytes");
+    phase_peaks->write_peaks_json(w);
+  }
+  w.end_object();
+  return out;
+}
+
+MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path, bool append) : path_(path) {
+  file_ = std::fopen(path.c_str(), append ? "ab" : "wb");
+  if (file_ == nullptr) throw std::runtime_error(io_error("open", path));
+}
+
+MetricsJsonlWriter::~MetricsJsonlWriter() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void MetricsJsonlWriter::write(const StepMetrics& m, const PhasePeakTable* phase_peaks) {
+  std::string line = metrics_json_line(m, phase_peaks);
+  line += '\n';
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (file_ == nullptr) throw std::runtime_error("metrics.jsonl: " + path_ + " is already closed");
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
+    throw std::runtime_error(io_error("write", path_));
+  ++lines_;
+}
+
+void MetricsJsonlWriter::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (file_ == nullptr) return;
+  const int rc = std::fclose(file_);
+  file_ = nullptr;
+  if (rc != 0) throw std::runtime_error(io_error("close", path_));
+}
+
+int64_t MetricsJsonlWriter::lines() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lines_;
+}
+
+bool write_metrics_jsonl(const std::string& path, const std::vector<StepMetrics>& metrics,
+                         std::string* error) {
+  try {
+    MetricsJsonlWriter out(path);
+    for (const auto& m : metrics) out.write(m);
+    out.close();
+    return true;
+  } catch (const std::exception& e) {
+    if (error != nullptr) *error = e.what();
+    return false;
+  }
+}
+
+}  // namespace odyssey

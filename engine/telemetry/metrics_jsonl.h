@@ -1,0 +1,53 @@
+// metrics.jsonl: one JSON object per training step (DESIGN.md's CLI contract), flushed line by
+// line so a killed run keeps every finished step. No LibTorch. defines: metrics_json_line,
+// MetricsJsonlWriter, write_metrics_jsonl
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/session.h"
+
+namespace odyssey {
+
+class PhasePeakTable;
+
+/// One line (no newline): {"step", "loss", "loss_meaningful", "tokens_per_s", "step_time_s",
+/// "peak_bytes" (max over ranks), "rank_peak_bytes" [...], "host_peak_bytes",
+/// "rank_host_peak_bytes" [...], "lr", "grad_norm", "mfu", "config_version",
+/// "phase_peak_bytes" {path: max device peak over ranks in this step} (when `phase_peaks`)}.
+/// A NaN/Inf loss is written as null.
+std::string metrics_json_line(const StepMetrics& m, const PhasePeakTable* phase_peaks = nullptr);
+
+/// Usage: MetricsJsonlWriter out(dir + "/metrics.jsonl"); out.write(m, &step_phase_peaks);
+/// Thread-safe. Errors throw std::runtime_error naming the file and the reason.
+class MetricsJsonlWriter {
+ public:
+  /// Truncates `path`, or appends to it when `append` (a resumed run continues its file).
+  explicit MetricsJsonlWriter(const std::string& path, bool append = false);
+  ~MetricsJsonlWriter();
+  MetricsJsonlWriter(const MetricsJsonlWriter&) = delete;
+  MetricsJsonlWriter& operator=(const MetricsJsonlWriter&) = delete;
+
+  /// Writes and flushes one line.
+  void write(const StepMetrics& m, const PhasePeakTable* phase_peaks = nullptr);
+  /// Idempotent; the destructor calls it.
+  void close();
+  const std::string& path() const { return path_; }
+  int64_t lines() const;
+
+ private:
+  std::string path_;
+  mutable std::mutex mutex_;
+  std::FILE* file_ = nullptr;
+  int64_t lines_ = 0;
+};
+
+/// Writes `metrics` as a whole file (Session::export_metrics). False with *error on failure.
+bool write_metrics_jsonl(const std::string& path, const std::vector<StepMetrics>& metrics,
+                         std::string* error);
+
+}  // namespace odyssey

@@ -1,0 +1,262 @@
+// The Perfetto / Chrome JSON trace writer: event formatting (timestamps in microseconds from
+// integer nanoseconds, so nested events stay nested), per-rank process metadata, step peak
+// instants, buffered streaming and a close that always leaves valid JSON. defines: TraceWriter
+#include "engine/telemetry/trace_writer.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "engine/telemetry/phase_peaks.h"
+#include "engine/util/json.h"
+
+namespace odyssey {
+
+namespace {
+
+int64_t to_ns(double t_s) { return std::llround(t_s * 1e9); }
+
+/// Microseconds with three decimals, printed from integer nanoseconds: exact, so that a child's
+/// ts + dur never rounds past its parent's.
+std::string us_text(int64_t ns) {
+  const bool negative = ns < 0;
+  const int64_t a = negative ? -ns : ns;
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%s%lld.%03lld", negative ? "-" : "", static_cast<long long>(a / 1000),
+                static_cast<long long>(a % 1000));
+  return buf;
+}
+
+std::string leaf_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+/// Opens one event object: ph, pid, tid, ts (and the name).
+void begin_event(JsonWriter& w, const char* ph, std::string_view name, int pid, double t_s) {
+  w.begin_object();
+  w.key("name").value(name);
+  w.key("ph").value(ph);
+  w.key("pid").value(pid);
+  w.key("tid").value(0);
+  w.key("ts").raw(us_text(to_ns(t_s)));
+}
+
+std::string complete_event(const std::string& path, int rank, int64_t step, int depth, double t_begin,
+                           double t_end, int64_t device_begin, int64_t device_end, int64_t device_peak,
+                           int64_t host_peak, bool unwound,
+                           const std::array<int64_t, kMemCategoryCount>* categories) {
+  std::string out;
+  JsonWriter w(out);
+  begin_event(w, "X", leaf_of(path), rank, t_begin);
+  w.key("dur").raw(us_text(to_ns(t_end) - to_ns(t_begin)));
+  w.key("cat").value("phase");
+  w.key("args").begin_object();
+  w.key("path").value(path);
+  w.key("step").value(step);
+  w.key("depth").value(depth);
+  w.key("device_begin").value(device_begin);
+  w.key("device_end").value(device_end);
+  w.key("device_peak").value(device_peak);
+  w.key("host_peak").value(host_peak);
+  if (unwound) w.key("unwound").value(true);
+  if (categories != nullptr) {
+    w.key("category_at_peak");
+    write_categories_json(w, *categories);
+  }
+  w.end_object();
+  w.end_object();
+  return out;
+}
+
+std::string memory_counter(int rank, double t_s, int64_t device, int64_t host) {
+  std::string out;
+  JsonWriter w(out);
+  begin_event(w, "C", "memory", rank, t_s);
+  w.key("args").begin_object().key("device_bytes").value(device).key("host_bytes").value(host).end_object();
+  w.end_object();
+  return out;
+}
+
+}  // namespace
+
+TraceWriter::TraceWriter(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "wb");
+  if (file_ == nullptr)
+    throw std::runtime_error("trace: cannot create " + path + ": " + std::strerror(errno));
+  pending_ = "{\"traceEvents\":[\n";
+}
+
+TraceWriter::~TraceWriter() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  close_locked();
+}
+
+void TraceWriter::attach(PhaseRecorder& recorder) {
+  recorder.add_edge_sink([this](const PhaseEdge& e) { on_edge(e); });
+  recorder.add_sink([this](const PhaseRecord& r) { on_record(r); });
+}
+
+void TraceWriter::flush_locked() {
+  if (file_ == nullptr || pending_.empty()) return;
+  if (error_.empty() && std::fwrite(pending_.data(), 1, pending_.size(), file_) != pending_.size())
+    error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
+  pending_.clear();
+}
+
+void TraceWriter::emit_locked(const std::string& event) {
+  if (file_ == nullptr) return;  // closed: late events are dropped
+  if (!first_event_) pending_ += ",\n";
+  first_event_ = false;
+  pending_ += event;
+  ++events_;
+  if (pending_.size() >= kFlushBytes) flush_locked();
+}
+
+void TraceWriter::ensure_rank_locked(int rank) {
+  if (!ranks_.insert(rank).second) return;
+  std::string out;
+  {
+    JsonWriter w(out);
+    w.begin_object().key("name").value("process_name").key("ph").value("M").key("pid").value(rank);
+    w.key("args").begin_object().key("name").value("rank " + std::to_string(rank)).end_object().end_object();
+  }
+  emit_locked(out);
+  out.clear();
+  {
+    JsonWriter w(out);
+    w.begin_object().key("name").value("process_sort_index").key("ph").value("M").key("pid").value(rank);
+    w.key("args").begin_object().key("sort_index").value(rank).end_object().end_object();
+  }
+  emit_locked(out);
+  out.clear();
+  {
+    JsonWriter w(out);
+    w.begin_object().key("name").value("thread_name").key("ph").value("M").key("pid").value(rank);
+    w.key("tid").value(0);
+    w.key("args").begin_object().key("name").value("phases").end_object().end_object();
+  }
+  emit_locked(out);
+}
+
+void TraceWriter::emit_peak_locked(int rank, PeakCandidate& c) {
+  if (!c.valid) return;
+  std::string out;
+  JsonWriter w(out);
+  begin_event(w, "i", "step " + std::to_string(c.step) + " peak", rank, c.t_s);
+  w.key("s").value("p");
+  w.key("cat").value("peak");
+  w.key("args").begin_object();
+  w.key("step").value(c.step).key("device_peak").value(c.device_peak).key("phase").value(c.path);
+  w.end_object();
+  w.end_object();
+  emit_locked(out);
+  c.valid = false;
+}
+
+void TraceWriter::on_record(const PhaseRecord& r) {
+  const std::string event = complete_event(r.path, r.rank, r.step, r.depth, r.t_begin_s, r.t_end_s,
+                                           r.device_begin, r.device_end, r.device_peak, r.host_peak,
+                                           r.unwound, &r.category_at_peak);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_rank_locked(r.rank);
+  emit_locked(event);
+  last_t_s_ = std::max(last_t_s_, r.t_end_s);
+  // The step's peak instant goes where the peak happened: the deepest phase that reached the
+  // highest device peak of the step (known exactly), at that phase's end.
+  PeakCandidate& c = peaks_[r.rank];
+  if (c.valid && c.step != r.step) emit_peak_locked(r.rank, c);
+  if (!c.valid || r.device_peak > c.device_peak || (r.device_peak == c.device_peak && r.depth > c.depth)) {
+    c.valid = true;
+    c.step = r.step;
+    c.device_peak = r.device_peak;
+    c.depth = r.depth;
+    c.t_s = r.t_end_s;
+    c.path = r.path;
+  }
+}
+
+void TraceWriter::on_edge(const PhaseEdge& e) {
+  std::string events = memory_counter(e.rank, e.t_s, e.device_bytes, e.host_bytes);
+  std::string categories;
+  {
+    JsonWriter w(categories);
+    begin_event(w, "C", "categories", e.rank, e.t_s);
+    w.key("args");
+    write_categories_json(w, e.category_bytes);
+    w.end_object();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_rank_locked(e.rank);
+  emit_locked(events);
+  emit_locked(categories);
+  last_t_s_ = std::max(last_t_s_, e.t_s);
+}
+
+void TraceWriter::on_step(const StepMetrics& m) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [rank, c] : peaks_)
+    if (c.valid && c.step == m.step) emit_peak_locked(rank, c);
+  const int pid = ranks_.empty() ? 0 : *ranks_.begin();
+  ensure_rank_locked(pid);
+  std::string out;
+  JsonWriter w(out);
+  begin_event(w, "C", "step", pid, last_t_s_);
+  w.key("args").begin_object();
+  w.key("loss").value(std::isfinite(m.loss) ? m.loss : 0.0);
+  w.key("tokens_per_s").value(m.tokens_per_s).key("step_time_s").value(m.step_time_s);
+  w.end_object();
+  w.end_object();
+  emit_locked(out);
+}
+
+void TraceWriter::on_span(const PhaseSpan& s, const std::string& path) {
+  const std::string event = complete_event(path, s.rank, s.step, s.depth, s.t_begin_s, s.t_end_s, s.device_begin,
+                                           s.device_end, s.device_peak, s.host_peak, false, nullptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_rank_locked(s.rank);
+  emit_locked(event);
+  last_t_s_ = std::max(last_t_s_, s.t_end_s);
+}
+
+void TraceWriter::on_sample(const MemorySample& s) {
+  const std::string event = memory_counter(s.rank, s.t_s, s.device_bytes, s.host_bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_rank_locked(s.rank);
+  emit_locked(event);
+  last_t_s_ = std::max(last_t_s_, s.t_s);
+}
+
+void TraceWriter::close_locked() {
+  if (file_ == nullptr) return;
+  for (auto& [rank, c] : peaks_) emit_peak_locked(rank, c);
+  pending_ += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"odyssey\"}}\n";
+  flush_locked();
+  if (std::fclose(file_) != 0 && error_.empty())
+    error_ = "trace: cannot close " + path_ + ": " + std::strerror(errno);
+  file_ = nullptr;
+}
+
+void TraceWriter::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  close_locked();
+  if (!error_.empty()) throw std::runtime_error(error_);
+}
+
+bool TraceWriter::closed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return file_ == nullptr;
+}
+
+int64_t TraceWriter::events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_;
+}
+
+std::string TraceWriter::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+}  // namespace odyssey

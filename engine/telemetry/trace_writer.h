@@ -1,0 +1,88 @@
+// The Perfetto / Chrome JSON trace: one process per rank, phases as complete ("X") events, memory
+// as counter ("C") events at every phase edge (device, host and every category), an instant ("i")
+// at each step's peak. Streams to disk; a closed file is always valid JSON. No LibTorch.
+// defines: TraceWriter
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "engine/session.h"
+#include "engine/telemetry/phase.h"
+
+namespace odyssey {
+
+/// Usage: TraceWriter trace(dir + "/trace.json"); trace.attach(recorder);  // per rank
+///        ... trace.on_step(metrics);  // per step;  trace.close();  // or the destructor
+/// Thread-safe: rank threads write concurrently. Events are buffered up to kFlushBytes and then
+/// written out, so a long run never holds its trace in memory. Write errors never throw from a
+/// sink: the first one is kept (error()) and later events are dropped. The file opens in
+/// ui.perfetto.dev and chrome://tracing.
+class TraceWriter {
+ public:
+  static constexpr size_t kFlushBytes = size_t(1) << 20;
+
+  /// Creates (truncates) `path`; throws std::runtime_error naming it when it cannot.
+  explicit TraceWriter(const std::string& path);
+  /// Closes the file (valid JSON), also while an exception unwinds. Never throws.
+  ~TraceWriter();
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  /// Installs this writer's sinks on a rank's recorder (the writer must outlive it).
+  void attach(PhaseRecorder& recorder);
+  /// A finished phase: an "X" event on the rank's process; tracked for the step's peak instant.
+  void on_record(const PhaseRecord& record);
+  /// A phase edge: "C" events "memory" {device_bytes, host_bytes} and "categories" {all}.
+  void on_edge(const PhaseEdge& edge);
+  /// End of a step (all ranks): each rank's peak instant for that step, and a "step" counter
+  /// {loss, tokens_per_s, step_time_s} on the lowest rank's process at the latest time seen.
+  void on_step(const StepMetrics& metrics);
+
+  /// The studio's ring-buffer forms (Session::export_trace): spans and samples carry no
+  /// category breakdown, so only the "memory" counter is written for them.
+  void on_span(const PhaseSpan& span, const std::string& path);
+  void on_sample(const MemorySample& sample);
+
+  /// Writes the pending peak instants and the closing brackets. Idempotent; throws
+  /// std::runtime_error when the file could not be completed.
+  void close();
+  bool closed() const;
+  const std::string& path() const { return path_; }
+  /// Events written so far (metadata included).
+  int64_t events() const;
+  /// The first write error ("" when none).
+  std::string error() const;
+
+ private:
+  struct PeakCandidate {
+    bool valid = false;
+    int64_t step = 0;
+    int64_t device_peak = 0;
+    int depth = -1;
+    double t_s = 0;
+    std::string path;
+  };
+  void emit_locked(const std::string& event);
+  void ensure_rank_locked(int rank);
+  void emit_peak_locked(int rank, PeakCandidate& candidate);
+  void flush_locked();
+  void close_locked();
+
+  std::string path_;
+  mutable std::mutex mutex_;
+  std::FILE* file_ = nullptr;
+  std::string pending_;
+  bool first_event_ = true;
+  int64_t events_ = 0;
+  double last_t_s_ = 0;
+  std::set<int> ranks_;
+  std::map<int, PeakCandidate> peaks_;
+  std::string error_;
+};
+
+}  // namespace odyssey

@@ -1,0 +1,218 @@
+// Phase scope tests: nested paths and depths, exact per-phase peaks that include children, bytes
+// at both edges, the "step" root, edge sinks in time order, OOM messages naming the phase.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <stdexcept>
+
+#include "engine/telemetry/phase.h"
+
+using namespace odyssey;
+
+namespace {
+
+at::Tensor floats(int64_t n) { return torch::empty({n}, torch::kFloat32); }  // n*4 bytes
+
+std::map<std::string, PhaseRecord> by_path(const std::vector<PhaseRecord>& records) {
+  std::map<std::string, PhaseRecord> out;
+  for (const auto& r : records) out[r.path] = r;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("nested phase peaks include children and edges hold the bytes", "[telemetry][phase]") {
+  MemoryTracker& t = MemoryTracker::instance();
+  t.install_cpu_allocator();
+  RankScope rank(51);
+  PhaseRecorder recorder(51);
+  recorder.set_step(7);
+  PhaseRecorder::Bind bind(&recorder);
+  const int64_t base = t.device_bytes(51);
+  at::Tensor kept;
+  {
+    PhaseScope fwd("fwd");
+    kept = floats(1000);  // 4000, survives fwd
+    {
+      PhaseScope block("block.0");
+      {
+        PhaseScope attn("attn");
+        CHECK(recorder.current_path() == "fwd/block.0/attn");
+        CHECK(t.phase_name(51) == "fwd/block.0/attn");
+        at::Tensor scores = floats(5000);  // 20000 transient
+      }
+      {
+        PhaseScope mlp("mlp");
+        at::Tensor a = floats(2000);  // 8000
+        at::Tensor b = floats(2000);  // 8000 -> 16000 inside
+      }
+    }
+    CHECK(t.phase_name(51) == "fwd");
+  }
+  CHECK(t.phase_name(51).empty());
+  CHECK(t.peak_window_depth(51) == 0);
+  auto records = recorder.take_records();
+  REQUIRE(records.size() == 4);
+  CHECK(recorder.take_records().empty());
+  // Children finish first.
+  CHECK(records[0].path == "fwd/block.0/attn");
+  CHECK(records[3].path == "fwd");
+  auto r = by_path(records);
+  const PhaseRecord& attn = r["fwd/block.0/attn"];
+  const PhaseRecord& mlp = r["fwd/block.0/mlp"];
+  const PhaseRecord& block = r["fwd/block.0"];
+  const PhaseRecord& fwd = r["fwd"];
+  CHECK(attn.depth == 2);
+  CHECK(block.depth == 1);
+  CHECK(fwd.depth == 0);
+  CHECK(attn.step == 7);
+  CHECK(attn.rank == 51);
+  CHECK(attn.device_begin == base + 4000);
+  CHECK(attn.device_end == base + 4000);
+  CHECK(attn.device_peak == base + 24000);
+  CHECK(mlp.device_peak == base + 20000);
+  CHECK(block.device_peak == base + 24000);  // the child's peak, reached inside the parent
+  CHECK(fwd.device_begin == base);
+  CHECK(fwd.device_end == base + 4000);
+  CHECK(fwd.device_peak == base + 24000);
+  CHECK(fwd.device_peak >= block.device_peak);
+  CHECK(attn.category_at_peak[static_cast<size_t>(MemCategory::Other)] -
+            fwd.category_at_peak[static_cast<size_t>(MemCategory::Other)] == 0);
+  CHECK(attn.t_begin_s >= fwd.t_begin_s);
+  CHECK(attn.t_end_s <= fwd.t_end_s);
+  CHECK(mlp.t_begin_s >= attn.t_end_s);
+  CHECK_FALSE(fwd.unwound);
+}
+
+TEST_CASE("a parent's peak reached outside its children is its own", "[telemetry][phase]") {
+  MemoryTracker::instance().install_cpu_allocator();
+  RankScope rank(52);
+  PhaseRecorder recorder(52);
+  PhaseRecorder::Bind bind(&recorder);
+  const int64_t base = MemoryTracker::instance().device_bytes(52);
+  {
+    PhaseScope outer("bwd");
+    {
+      PhaseScope child("small");
+      at::Tensor x = floats(100);
+    }
+    at::Tensor big = floats(10000);  // after the child closed
+  }
+  auto r = by_path(recorder.take_records());
+  CHECK(r["bwd/small"].device_peak == base + 400);
+  CHECK(r["bwd"].device_peak == base + 40000);
+}
+
+TEST_CASE("an outermost step phase is a root: its children keep their own paths", "[telemetry][phase]") {
+  MemoryTracker::instance().install_cpu_allocator();
+  RankScope rank(53);
+  PhaseRecorder recorder(53);
+  PhaseRecorder::Bind bind(&recorder);
+  const int64_t base = MemoryTracker::instance().device_bytes(53);
+  {
+    PhaseScope step("step");
+    {
+      PhaseScope fwd("fwd");
+      PhaseScope embed("embed");
+      at::Tensor x = floats(250);
+    }
+    PhaseScope opt("optimizer");
+  }
+  auto r = by_path(recorder.take_records());
+  REQUIRE(r.count("step"));
+  REQUIRE(r.count("fwd/embed"));
+  REQUIRE(r.count("optimizer"));
+  CHECK(r["step"].depth == 0);
+  CHECK(r["fwd"].depth == 0);
+  CHECK(r["fwd/embed"].depth == 1);
+  CHECK(r["step"].device_peak == base + 1000);
+}
+
+TEST_CASE("edge sinks see every edge in time order with bytes; record sinks see each record",
+          "[telemetry][phase]") {
+  MemoryTracker::instance().install_cpu_allocator();
+  RankScope rank(54);
+  PhaseRecorder recorder(54);
+  std::vector<std::pair<std::string, bool>> edges;
+  std::vector<int64_t> edge_bytes;
+  std::vector<double> edge_times;
+  int records_seen = 0;
+  recorder.add_edge_sink([&](const PhaseEdge& e) {
+    edges.emplace_back(*e.path, e.begin);
+    edge_bytes.push_back(e.device_bytes);
+    edge_times.push_back(e.t_s);
+  });
+  recorder.add_sink([&](const PhaseRecord&) { ++records_seen; });
+  recorder.add_sink([](const PhaseRecord&) { throw std::runtime_error("sink broke"); });
+  recorder.set_keep_records(false);
+  PhaseRecorder::Bind bind(&recorder);
+  const int64_t base = MemoryTracker::instance().device_bytes(54);
+  {
+    PhaseScope a("a");
+    at::Tensor x = floats(10);
+    PhaseScope b("b");
+  }
+  REQUIRE(edges.size() == 4);
+  CHECK(edges[0] == std::make_pair(std::string("a"), true));
+  CHECK(edges[1] == std::make_pair(std::string("a/b"), true));
+  CHECK(edges[2] == std::make_pair(std::string("a/b"), false));
+  CHECK(edges[3] == std::make_pair(std::string("a"), false));
+  CHECK(edge_bytes[0] == base);
+  CHECK(edge_bytes[1] == base + 40);
+  CHECK(edge_bytes[3] == base);  // x freed before a closed (destruction order)
+  for (size_t i = 1; i < edge_times.size(); ++i) CHECK(edge_times[i] >= edge_times[i - 1]);
+  CHECK(records_seen == 2);
+  CHECK(recorder.sink_errors() == 2);  // caught, counted, never thrown out of a destructor
+  CHECK(recorder.first_sink_error() == "sink broke");
+  CHECK(recorder.take_records().empty());  // keep_records off
+}
+
+TEST_CASE("OOM inside a phase names the phase and marks the records unwound", "[telemetry][phase]") {
+  MemoryTracker& t = MemoryTracker::instance();
+  t.install_cpu_allocator();
+  RankScope rank(55);
+  PhaseRecorder recorder(55);
+  PhaseRecorder::Bind bind(&recorder);
+  t.set_device_limit(55, t.device_bytes(55) + 1000);
+  std::string message;
+  try {
+    PhaseScope fwd("fwd");
+    PhaseScope block("block.3");
+    PhaseScope attn("attn");
+    at::Tensor scores = floats(1 << 20);
+  } catch (const c10::OutOfMemoryError& e) {
+    message = e.what();
+  }
+  t.set_device_limit(55, 0);
+  CHECK_THAT(message, Catch::Contains("phase 'fwd/block.3/attn'"));
+  CHECK_THAT(message, Catch::Contains("rank 55"));
+  CHECK_THAT(message, Catch::Contains(std::to_string(4 << 20) + " bytes"));
+  auto records = recorder.take_records();
+  REQUIRE(records.size() == 3);
+  for (const auto& r : records) CHECK(r.unwound);
+  CHECK(t.peak_window_depth(55) == 0);
+  CHECK(t.phase_name(55).empty());
+  {
+    PhaseScope again("fwd");  // the next phase works
+    at::Tensor x = floats(1 << 20);
+  }
+  auto next = recorder.take_records();
+  REQUIRE(next.size() == 1);
+  CHECK_FALSE(next[0].unwound);
+}
+
+TEST_CASE("phase scopes without a bound recorder record nothing", "[telemetry][phase]") {
+  REQUIRE(PhaseRecorder::current() == nullptr);
+  {
+    PhaseScope orphan("fwd");
+  }
+  PhaseRecorder recorder(56);
+  {
+    PhaseRecorder::Bind bind(&recorder);
+    CHECK(PhaseRecorder::current() == &recorder);
+  }
+  CHECK(PhaseRecorder::current() == nullptr);
+  CHECK(recorder.take_records().empty());
+  CHECK_THROWS_AS(PhaseRecorder(kMaxTrackedRanks), std::out_of_range);
+  CHECK_THROWS_AS(recorder.pop(), std::logic_error);
+}

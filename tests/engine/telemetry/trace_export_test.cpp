@@ -1,0 +1,297 @@
+// Export tests: the Perfetto trace (one process per rank, nested X events, numeric counters with
+// every series, a peak instant per rank and step, valid after an exception, streamed),
+// metrics.jsonl lines and summary.json, all read back with parse_json.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "engine/telemetry/metrics_jsonl.h"
+#include "engine/telemetry/phase_peaks.h"
+#include "engine/telemetry/summary.h"
+#include "engine/telemetry/trace_writer.h"
+#include "engine/util/json.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const fs::path dir = fs::path(ODYSSEY_BINARY_DIR) / "test_out" / "telemetry";
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+JsonValue parse_file(const std::string& path) {
+  std::string error;
+  auto v = parse_json(slurp(path), &error);
+  INFO(path << ": " << error);
+  REQUIRE(v.has_value());
+  return *v;
+}
+
+at::Tensor floats(int64_t n) { return torch::empty({n}, torch::kFloat32); }
+
+/// Two steps of a small nested workload on one rank.
+void run_rank(int rank, TraceWriter& trace, PhasePeakTable& table) {
+  RankScope bind_rank(rank);
+  PhaseRecorder recorder(rank);
+  trace.attach(recorder);
+  PhaseRecorder::Bind bind(&recorder);
+  for (int64_t step = 0; step < 2; ++step) {
+    recorder.set_step(step);
+    {
+      PhaseScope s("step");
+      {
+        PhaseScope fwd("fwd");
+        CategoryScope cat(MemCategory::SavedActivations);
+        at::Tensor a = floats(1000 * (rank - 59));
+        PhaseScope attn("attn");
+        at::Tensor b = floats(3000);
+      }
+      PhaseScope opt("optimizer");
+      at::Tensor c = floats(500);
+    }
+    table.add(recorder.take_records());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("trace has one process per rank, nested phases, counters and peak instants", "[telemetry][trace]") {
+  MemoryTracker::instance().install_cpu_allocator();
+  const std::string path = temp_path("trace_ranks.json");
+  PhasePeakTable table;
+  {
+    TraceWriter trace(path);
+    std::vector<std::thread> ranks;
+    for (int r = 60; r < 63; ++r) ranks.emplace_back(run_rank, r, std::ref(trace), std::ref(table));
+    for (auto& t : ranks) t.join();
+    for (int64_t step = 0; step < 2; ++step) {
+      StepMetrics m;
+      m.step = step;
+      m.loss = 2.5;
+      trace.on_step(m);
+    }
+    trace.close();
+    CHECK(trace.closed());
+    CHECK(trace.error().empty());
+  }
+  const JsonValue doc = parse_file(path);
+  const auto& events = doc.at("traceEvents").array;
+  REQUIRE_FALSE(events.empty());
+  std::map<int64_t, std::string> process_names;
+  std::map<int64_t, std::vector<std::pair<double, double>>> spans;  // per pid: [ts, ts+dur]
+  std::map<std::pair<int64_t, int64_t>, int64_t> max_peak;        // (pid, step) -> max X peak
+  std::map<std::pair<int64_t, int64_t>, int64_t> instants;        // (pid, step) -> instant peak
+  int memory_counters = 0, category_counters = 0;
+  for (const auto& e : events) {
+    const std::string ph = e.at("ph").string;
+    const int64_t pid = e.at("pid").as_int();
+    if (ph == "M" && e.at("name").string == "process_name") process_names[pid] = e.at("args").at("name").string;
+    if (ph == "X") {
+      const double ts = e.at("ts").number, dur = e.at("dur").number;
+      CHECK(dur >= 0);
+      spans[pid].emplace_back(ts, ts + dur);
+      const auto key = std::make_pair(pid, e.at("args").at("step").as_int());
+      max_peak[key] = std::max(max_peak[key], e.at("args").at("device_peak").as_int());
+      CHECK(e.at("args").at("category_at_peak").object.size() == size_t(kMemCategoryCount));
+    }
+    if (ph == "C" && e.at("name").string == "memory") {
+      ++memory_counters;
+      CHECK(e.at("args").at("device_bytes").type == JsonValue::Type::Number);
+      CHECK(e.at("args").at("host_bytes").type == JsonValue::Type::Number);
+    }
+    if (ph == "C" && e.at("name").string == "categories") {
+      ++category_counters;
+      CHECK(e.at("args").object.size() == size_t(kMemCategoryCount));
+      for (const auto& [name, v] : e.at("args").object) CHECK(v.type == JsonValue::Type::Number);
+    }
+    if (ph == "i") instants[{pid, e.at("args").at("step").as_int()}] = e.at("args").at("device_peak").as_int();
+  }
+  CHECK(process_names == std::map<int64_t, std::string>{{60, "rank 60"}, {61, "rank 61"}, {62, "rank 62"}});
+  // 4 phases (step, fwd, fwd/attn, optimizer) x 2 edges x 2 steps per rank.
+  CHECK(memory_counters == 3 * 4 * 2 * 2);
+  CHECK(category_counters == memory_counters);
+  for (const auto& [pid, list] : spans) {
+    INFO("pid " << pid);
+    CHECK(list.size() == 8);
+    for (size_t i = 0; i < list.size(); ++i)
+      for (size_t j = i + 1; j < list.size(); ++j) {
+        const auto& a = list[i];
+        const auto& b = list[j];
+        const bool disjoint = a.second <= b.first || b.second <= a.first;
+        const bool nested = (a.first <= b.first && b.second <= a.second) || (b.first <= a.first && a.second <= b.second);
+        CHECK((disjoint || nested));
+      }
+  }
+  REQUIRE(instants.size() == 6);  // one per rank and step
+  for (const auto& [key, bytes] : instants) CHECK(bytes == max_peak[key]);
+}
+
+TEST_CASE("trace is valid JSON after an exception and streams while the run goes on", "[telemetry][trace]") {
+  const std::string path = temp_path("trace_exception.json");
+  try {
+    TraceWriter trace(path);
+    PhaseEdge edge;
+    std::string name = "fwd";
+    edge.path = &name;
+    edge.rank = 3;
+    for (int i = 0; i < 20000; ++i) {  // ~ 5 MB of counters
+      edge.t_s = i * 1e-6;
+      edge.device_bytes = i;
+      trace.on_edge(edge);
+    }
+    CHECK(fs::file_size(path) >= TraceWriter::kFlushBytes);  // on disk before close
+    throw std::runtime_error("the run failed");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()) == "the run failed");
+  }
+  const JsonValue doc = parse_file(path);
+  CHECK(doc.at("traceEvents").array.size() == 3 + 2 * 20000);  // metadata + two counters each
+  CHECK_THROWS_AS(TraceWriter("/nonexistent-dir/trace.json"), std::runtime_error);
+}
+
+TEST_CASE("trace accepts the studio's spans and samples", "[telemetry][trace]") {
+  const std::string path = temp_path("trace_spans.json");
+  {
+    TraceWriter trace(path);
+    PhaseSpan span;
+    span.rank = 1;
+    span.t_begin_s = 0.5;
+    span.t_end_s = 0.75;
+    span.device_peak = 99;
+    trace.on_span(span, "bwd/block.0/mlp");
+    MemorySample sample;
+    sample.rank = 1;
+    sample.device_bytes = 42;
+    trace.on_sample(sample);
+  }
+  const JsonValue doc = parse_file(path);
+  bool found = false;
+  for (const auto& e : doc.at("traceEvents").array)
+    if (e.at("ph").string == "X") {
+      found = true;
+      CHECK(e.at("name").string == "mlp");
+      CHECK(e.at("ts").number == Approx(500000.0));
+      CHECK(e.at("dur").number == Approx(250000.0));
+      CHECK(e.at("args").at("path").string == "bwd/block.0/mlp");
+    }
+  CHECK(found);
+}
+
+TEST_CASE("metrics.jsonl has one object per step with the contract's fields", "[telemetry][jsonl]") {
+  const std::string path = temp_path("metrics.jsonl");
+  PhasePeakTable table;
+  PhaseRecord r;
+  r.path = "fwd/block.0/attn";
+  r.device_peak = 1234;
+  table.add(r);
+  r.rank = 1;
+  r.device_peak = 2000;
+  table.add(r);
+  {
+    MetricsJsonlWriter out(path);
+    for (int s = 1; s <= 3; ++s) {
+      StepMetrics m;
+      m.step = s;
+      m.loss = s == 3 ? std::nan("") : 5.0 / s;
+      m.tokens_per_s = 1000.0 * s;
+      m.step_time_s = 0.25;
+      m.rank_peak_bytes = {100 * s, 300 * s};
+      m.peak_bytes = 300 * s;
+      m.rank_host_peak_bytes = {7, 9};
+      m.lr = 1e-3;
+      m.loss_meaningful = s != 2;
+      out.write(m, &table);
+    }
+    CHECK(out.lines() == 3);
+  }
+  std::istringstream lines(slurp(path));
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    auto v = parse_json(line);
+    REQUIRE(v.has_value());
+    for (const char* key : {"step", "loss", "tokens_per_s", "step_time_s", "peak_bytes", "rank_peak_bytes",
+                            "rank_host_peak_bytes", "lr", "grad_norm", "mfu", "loss_meaningful", "phase_peak_bytes"})
+      CHECK(v->has(key));
+    CHECK(v->at("step").as_int() == n);
+    CHECK(v->at("peak_bytes").as_int() == 300 * n);
+    CHECK(v->at("rank_peak_bytes").array.size() == 2);
+    CHECK(v->at("rank_peak_bytes").array[1].as_int() == 300 * n);
+    CHECK(v->at("host_peak_bytes").as_int() == 9);
+    CHECK(v->at("phase_peak_bytes").at("fwd/block.0/attn").as_int() == 2000);
+    CHECK(v->at("loss_meaningful").boolean == (n != 2));
+    if (n == 3) CHECK(v->at("loss").type == JsonValue::Type::Null);
+    if (n == 1) CHECK(v->at("loss").number == Approx(5.0));
+  }
+  CHECK(n == 3);
+  CHECK_THROWS_AS(MetricsJsonlWriter("/nonexistent-dir/metrics.jsonl"), std::runtime_error);
+}
+
+TEST_CASE("summary.json holds final metrics, rank peaks and the phase table", "[telemetry][summary]") {
+  const std::string path = temp_path("summary.json");
+  PhasePeakTable table;
+  PhaseRecord small, big;
+  small.path = "fwd/embed";
+  small.device_peak = 10;
+  big.path = "fwd/block.0/mlp";
+  big.device_peak = 500;
+  big.category_at_peak[static_cast<size_t>(MemCategory::MlpWorkspace)] = 300;
+  table.add(small);
+  table.add(big);
+  RunSummary s;
+  s.preset = "presets/tiny-cpu.toml";
+  for (int i = 0; i < 4; ++i) {
+    StepMetrics m;
+    m.step = i;
+    m.loss = 4.0 - i;
+    m.tokens_per_s = i == 0 ? 10.0 : 100.0;  // the first step is left out of the mean
+    m.rank_peak_bytes = {400, 450 + i};
+    m.peak_bytes = 450 + i;
+    s.steps.push_back(m);
+  }
+  MemorySnapshot snap;
+  snap.device_peak = 777;
+  snap.host_peak = 55;
+  s.ranks = {RankPeak::from(0, snap)};
+  s.phases = &table;
+  s.extra_json = R"({"planner_peak_bytes": 800})";
+  std::string error;
+  REQUIRE(write_summary_json(path, s, &error));
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+  const JsonValue doc = parse_file(path);
+  CHECK(doc.at("steps").as_int() == 4);
+  CHECK(doc.at("final").at("step").as_int() == 3);
+  CHECK(doc.at("loss_first").number == Approx(4.0));
+  CHECK(doc.at("loss_final").number == Approx(1.0));
+  CHECK(doc.at("tokens_per_s_mean").number == Approx(100.0));
+  CHECK(doc.at("peak_bytes").as_int() == 777);
+  CHECK(doc.at("rank_peak_bytes").array.at(0).as_int() == 777);
+  CHECK(doc.at("ranks").array.at(0).at("host_peak").as_int() == 55);
+  const auto& phases = doc.at("phases").array;
+  REQUIRE(phases.size() == 2);
+  CHECK(phases[0].at("path").string == "fwd/block.0/mlp");  // highest first
+  CHECK(phases[0].at("category_at_peak").at("mlp_workspace").as_int() == 300);
+  CHECK(doc.at("extra").at("planner_peak_bytes").as_int() == 800);
+  s.extra_json = "[1, 2";
+  CHECK_FALSE(write_summary_json(path, s, &error));
+  CHECK_THAT(error, Catch::Contains("extra_json"));
+  CHECK_FALSE(write_summary_json("/nonexistent-dir/summary.json", RunSummary{}, &error));
+  CHECK_THAT(error, Catch::Contains("/nonexistent-dir/summary.json.tmp"));
+}
