@@ -17,6 +17,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr const char* kMissingPeer =
+    "a member of the group never joined this collective: it died, hung, or issued a different sequence of "
+    "collectives";
+
 std::string seconds_text(std::chrono::milliseconds ms) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g s", static_cast<double>(ms.count()) / 1000.0);
@@ -89,7 +93,11 @@ void BackendComm::wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>
     } catch (const std::exception& e) {
       if (work->isCompleted()) {  // a real failure of the operation (peer gone, gloo timeout, ...)
         poisoned_ = true;
-        fail(op, "failed: " + first_line(e.what()));
+        const std::string detail = first_line(e.what());
+        // Gloo's own timeout is the same value and may fire first: report it as ours.
+        if (detail.find("Timed out") != std::string::npos)
+          fail(op, "timed out after " + seconds_text(spec_.timeout) + " (" + kMissingPeer + "; gloo: " + detail + ")");
+        fail(op, "failed: " + detail);
       }
     }
     if (abort_ && abort_->raised()) {
@@ -98,9 +106,7 @@ void BackendComm::wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>
     }
     if (Clock::now() >= deadline) {
       poisoned_ = true;
-      fail(op, "timed out after " + seconds_text(spec_.timeout) +
-                   " (a member of the group never joined this collective: it died, hung, or issued a "
-                   "different sequence of collectives)");
+      fail(op, "timed out after " + seconds_text(spec_.timeout) + " (" + kMissingPeer + ")");
     }
   }
 }
@@ -118,9 +124,7 @@ void BackendComm::wait_cuda(const char* op, const c10::intrusive_ptr<c10d::Work>
       }
       if (Clock::now() >= deadline) {
         poisoned_ = true;
-        fail(op, "timed out after " + seconds_text(spec_.timeout) +
-                     " (a member of the group never joined this collective: it died, hung, or issued a "
-                     "different sequence of collectives)");
+        fail(op, "timed out after " + seconds_text(spec_.timeout) + " (" + kMissingPeer + ")");
       }
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
