@@ -87,9 +87,14 @@ void seq_to_heads_into(at::Tensor& out, const at::Tensor& in, Comm& comm, at::Te
     return;
   }
   send = staging(send, {P, B, s, n, hd}, in);
-  recv = staging(recv, {P, B, s, n, hd}, in);
   send.copy_(in5.permute({2, 0, 1, 3, 4}));  // [P(dst head group), B, s, n, hd]
-  comm.all_to_all(recv, send);                                     // [P(src seq chunk), B, s, n, hd]
+  if (B == 1) {  // [P(src seq chunk), 1, s, n, hd] is out's own memory layout: receive in place
+    at::Tensor out_rows = out.view({P, B, s, n, hd});
+    comm.all_to_all(out_rows, send);
+    return;
+  }
+  recv = staging(recv, {P, B, s, n, hd}, in);
+  comm.all_to_all(recv, send);                                       // [P(src seq chunk), B, s, n, hd]
   out.view({B, P, s, n, hd}).copy_(recv.permute({1, 0, 2, 3, 4}));  // [B, P*s = S, n, hd]
 }
 
@@ -109,10 +114,14 @@ void heads_to_seq_into(at::Tensor& out, const at::Tensor& in, Comm& comm, at::Te
     out_heads.squeeze(2).copy_(in);
     return;
   }
-  send = staging(send, {P, B, s, n, hd}, in);
   recv = staging(recv, {P, B, s, n, hd}, in);
-  send.copy_(in.view({B, P, s, n, hd}).permute({1, 0, 2, 3, 4}));  // [P(dst seq chunk), B, s, n, hd]
-  comm.all_to_all(recv, send);                                     // [P(src head group), B, s, n, hd]
+  if (B == 1 && in.is_contiguous()) {  // in's memory is already [P(dst seq chunk), 1, s, n, hd]
+    comm.all_to_all(recv, in.view({P, B, s, n, hd}));
+  } else {
+    send = staging(send, {P, B, s, n, hd}, in);
+    send.copy_(in.view({B, P, s, n, hd}).permute({1, 0, 2, 3, 4}));  // [P(dst seq chunk), B, s, n, hd]
+    comm.all_to_all(recv, send);                                     // [P(src head group), B, s, n, hd]
+  }
   out_heads.copy_(recv.permute({1, 2, 0, 3, 4}));  // [B, s, P, n, hd]
 }
 

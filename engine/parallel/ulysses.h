@@ -25,12 +25,15 @@ struct HeadProjections {
 // [j*N/P, (j+1)*N/P)) goes to rank j.
 
 /// in [B, s, N, hd] (all heads, local tokens; or a [B, s, P, n, hd] view, possibly strided) ->
-/// out [B, S, N/P, hd] (this rank's heads, all tokens). `send`, `recv` are [P, B, s, N/P, hd] staging buffers (category comm_buffers), reused
-/// when given (defined and of the right size), else allocated. `out` must be contiguous.
+/// out [B, S, N/P, hd] (this rank's heads, all tokens; contiguous). `send`, `recv`: [P, B, s,
+/// N/P, hd] staging buffers (category comm_buffers) reused when given with the right size, else
+/// allocated. With B = 1 the all-to-all receives straight into `out` (no `recv`), so one buffer
+/// may serve as both when B = 1.
 void seq_to_heads_into(at::Tensor& out, const at::Tensor& in, Comm& comm, at::Tensor send = {}, at::Tensor recv = {});
 /// in [B, S, n, hd] (n heads of this rank, all tokens) -> out [B, s, P*n, hd] (all heads, local
 /// tokens; or a [B, s, P, n, hd] view); the exact inverse of seq_to_heads_into. `out` may be a
-/// strided view (e.g. column blocks of a wider output): it is written by copy_.
+/// strided view (e.g. column blocks of a wider output): it is written by copy_. With B = 1 and a
+/// contiguous `in`, `in` itself is sent (no `send`).
 void heads_to_seq_into(at::Tensor& out, const at::Tensor& in, Comm& comm, at::Tensor send = {}, at::Tensor recv = {});
 
 // --- Autograd all-to-all: backward is the reverse all-to-all (incoming grads made contiguous) --

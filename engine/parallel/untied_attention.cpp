@@ -103,7 +103,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});           // [B, s, P, Hl, hd]
     const int64_t widest = std::max(p.k, p.max_kv_count);
     at::Tensor send = at::empty({p.P * B * s * widest * hd}, x.options());  // a2a staging
-    at::Tensor recv = at::empty({p.P * B * s * widest * hd}, x.options());
+    // B = 1: the all-to-alls need one staging buffer, not two (see seq_to_heads_into).
+    at::Tensor recv = B == 1 ? send : at::empty({p.P * B * s * widest * hd}, x.options());
     at::Tensor q_h = at::empty({B, S, p.k, hd}, x.options());                       // [B, S, k, hd]
     at::Tensor k_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
     at::Tensor v_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
@@ -168,49 +169,74 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     // Stage buffers, allocated once.
     const int64_t widest = std::max(p.k, p.max_kv_count);
     at::Tensor send = at::empty({p.P * B * s * widest * hd}, x.options());
-    at::Tensor recv = at::empty({p.P * B * s * widest * hd}, x.options());
+    // B = 1: the all-to-alls need one staging buffer, not two (see seq_to_heads_into).
+    at::Tensor recv = B == 1 ? send : at::empty({p.P * B * s * widest * hd}, x.options());
     at::Tensor q_h = at::empty({B, S, p.k, hd}, x.options());   // recomputed query, head layout
     at::Tensor o_h = at::empty({B, S, p.k, hd}, x.options());   // saved output, head layout
     at::Tensor do_h = at::empty({B, S, p.k, hd}, x.options());  // incoming gradient, head layout
-    at::Tensor dq_loc = at::empty({B, s, p.P * p.k, hd}, x.options());
+    // Local-layout gradients of the stage's Q (then of the range's K, then V) reuse o_h's memory,
+    // dead once the attention backward has run (same size for Q; K/V when their range is no wider).
+    at::Tensor loc_flat = p.max_kv_count <= p.k ? o_h.view(-1) : at::empty({B * s * p.P * widest * hd}, x.options());
     at::Tensor k_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
     at::Tensor v_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
-    at::Tensor dk_flat = at::empty({B * S * p.max_kv_count * hd}, f32);
-    at::Tensor dv_flat = at::empty({B * S * p.max_kv_count * hd}, f32);
-    at::Tensor k_h, v_h, dk_acc, dv_acc;
+    at::Tensor dk_flat, dv_flat;  // KV gradient accumulators, only for ranges spanning stages
+    at::Tensor k_h, v_h, dk_acc, dv_acc, kv_idx, k_rows, v_rows;
+    bool kv_direct = false;  // the range is one stage: the kernel's dk/dv are the range's gradients
 
-    torch::AutoGradMode enable_grad(true);  // backward runs with grad mode off
     const at::Tensor x_leaf = x.detach().requires_grad_(true);
     const at::Tensor qn_leaf = q_norm.defined() ? q_norm.detach().requires_grad_(true) : at::Tensor();
     const at::Tensor kn_leaf = k_norm.defined() ? k_norm.detach().requires_grad_(true) : at::Tensor();
-    at::Tensor kv_idx, k_rows, v_rows, k_pre, v_pre;  // the current KV range's recompute graph
+
+    // Gradients of one projection: recompute it with grad (x, rows, norm -> RoPE'd heads), feed the
+    // local-layout gradient, accumulate dx, the rows' gradient (replicas sum in index_add_) and
+    // the norm's. Memory: the recompute graph lives only inside this call, never during the
+    // attention backward.
+    auto project_backward = [&](const at::Tensor& rows, const at::Tensor& idx, const at::Tensor& norm_leaf, bool rope,
+                                const at::Tensor& grad_loc, at::Tensor& dw, at::Tensor& dnorm) {
+      torch::AutoGradMode enable_grad(true);  // backward runs with grad mode off
+      const at::Tensor rows_leaf = rows.detach().requires_grad_(true);
+      const at::Tensor pre = project(x_leaf, rows_leaf, norm_leaf, state->eps, cos, sin, rope);  // [B, s, P*m, hd]
+      variable_list inputs{x_leaf, rows_leaf};
+      if (norm_leaf.defined()) inputs.push_back(norm_leaf);
+      const auto g = torch::autograd::grad({pre}, inputs, {grad_loc});
+      dx.add_(g[0]);
+      dw.index_add_(0, idx, g[1].to(at::kFloat));
+      if (norm_leaf.defined()) dnorm.add_(g[2]);
+    };
 
     for (int64_t t = 0; t < p.stages; ++t) {
       const int64_t n = p.kv_count[t];
-      if (p.kv_new[t]) {
+      const auto stage_send = view_prefix(send, {p.P, B, s, p.k, hd});
+      const auto stage_recv = view_prefix(recv, {p.P, B, s, p.k, hd});
+      const auto kv_send = view_prefix(send, {p.P, B, s, n, hd});
+      const auto kv_recv = view_prefix(recv, {p.P, B, s, n, hd});
+      if (p.kv_new[t]) {  // recompute the range's K/V and their input all-to-all
         kv_idx = kv_head_index(p, p.kv_first[t], n).to(x.device());
-        k_rows = wk3.index_select(0, kv_idx).detach().requires_grad_(true);  // [P*n, hd, d]
-        v_rows = wv3.index_select(0, kv_idx).detach().requires_grad_(true);
-        k_pre = project(x_leaf, k_rows, kn_leaf, state->eps, cos, sin, true);  // [B, s, P*n, hd]
-        v_pre = project(x_leaf, v_rows, {}, state->eps, cos, sin, false);      // [B, s, P*n, hd]
-        torch::NoGradGuard no_grad;
+        k_rows = wk3.index_select(0, kv_idx);  // [P*n, hd, d]
+        v_rows = wv3.index_select(0, kv_idx);
         k_h = view_prefix(k_flat, {B, S, n, hd});
         v_h = view_prefix(v_flat, {B, S, n, hd});
-        seq_to_heads_into(k_h, k_pre.detach(), comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
-        seq_to_heads_into(v_h, v_pre.detach(), comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
-        dk_acc = view_prefix(dk_flat, {B, S, n, hd}).zero_();
-        dv_acc = view_prefix(dv_flat, {B, S, n, hd}).zero_();
+        seq_to_heads_into(k_h, project(x, k_rows, k_norm, state->eps, cos, sin, true), comm, kv_send, kv_recv);
+        seq_to_heads_into(v_h, project(x, v_rows, {}, state->eps, cos, sin, false), comm, kv_send, kv_recv);
+        const bool one_stage = t + 1 == p.stages || p.kv_new[t + 1];
+        kv_direct = one_stage && !kv_slot_index(p, t);
+        if (!kv_direct) {
+          if (!dk_flat.defined()) {
+            dk_flat = at::empty({B * S * p.max_kv_count * hd}, f32);
+            dv_flat = at::empty({B * S * p.max_kv_count * hd}, f32);
+          }
+          dk_acc = view_prefix(dk_flat, {B, S, n, hd}).zero_();
+          dv_acc = view_prefix(dv_flat, {B, S, n, hd}).zero_();
+        }
       }
       const at::Tensor q_idx = q_head_index(p, t).to(x.device());
-      const at::Tensor q_rows = wq3.index_select(0, q_idx).detach().requires_grad_(true);  // [P*k, hd, d]
-      const at::Tensor q_pre = project(x_leaf, q_rows, qn_leaf, state->eps, cos, sin, true);  // [B, s, P*k, hd]
+      const at::Tensor q_rows = wq3.index_select(0, q_idx);  // [P*k, hd, d]
+      seq_to_heads_into(q_h, project(x, q_rows, q_norm, state->eps, cos, sin, true), comm, stage_send,
+                        stage_recv);                                                          // [B, S, k, hd]
+      seq_to_heads_into(o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);    // saved output
+      seq_to_heads_into(do_h, grad5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);  // its gradient
+      at::Tensor dq_loc = view_prefix(loc_flat, {B, s, p.P * p.k, hd});
       {
-        torch::NoGradGuard no_grad;
-        const auto stage_send = view_prefix(send, {p.P, B, s, p.k, hd});
-        const auto stage_recv = view_prefix(recv, {p.P, B, s, p.k, hd});
-        seq_to_heads_into(q_h, q_pre.detach(), comm, stage_send, stage_recv);                    // [B, S, k, hd]
-        seq_to_heads_into(o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);      // saved output
-        seq_to_heads_into(do_h, grad5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);    // its gradient
         const auto slots = kv_slot_index(p, t);
         const at::Tensor dev_slots = slots ? slots->to(x.device()) : at::Tensor();
         at::Tensor k_use = slots ? k_h.index_select(2, dev_slots) : k_h;  // [B, S, k or n, hd]
@@ -219,7 +245,10 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
         r.out = o_h.transpose(1, 2);  // [B, k, S, hd], the forward kernel's own layout
         auto [dq, dk, dv] = flash_attention_backward(do_h.transpose(1, 2), q_h.transpose(1, 2), k_use.transpose(1, 2),
                                                      v_use.transpose(1, 2), r);  // [B, k|n, S, hd]
-        if (slots) {
+        if (kv_direct) {  // memory: no accumulator when one stage owns the KV range (MHA, k >= g)
+          dk_acc = dk.transpose(1, 2);  // [B, S, n, hd]
+          dv_acc = dv.transpose(1, 2);
+        } else if (slots) {
           dk_acc.index_add_(2, dev_slots, dk.transpose(1, 2).to(at::kFloat));
           dv_acc.index_add_(2, dev_slots, dv.transpose(1, 2).to(at::kFloat));
         } else {
@@ -228,32 +257,19 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
         }
         heads_to_seq_into(dq_loc, dq.transpose(1, 2).contiguous(), comm, stage_send, stage_recv);  // [B, s, P*k, hd]
       }
-      variable_list inputs{x_leaf, q_rows};
-      if (qn_leaf.defined()) inputs.push_back(qn_leaf);
-      const auto gq = torch::autograd::grad({q_pre}, inputs, {dq_loc});
-      dx.add_(gq[0]);
-      dwq.index_add_(0, q_idx, gq[1].to(at::kFloat));
-      if (qn_leaf.defined()) dqn.add_(gq[2]);
+      project_backward(q_rows, q_idx, qn_leaf, true, dq_loc, dwq, dqn);
 
       const bool range_ends = t + 1 == p.stages || p.kv_new[t + 1];
       if (!range_ends) continue;
-      // The KV range is complete: send its gradients back and finish K/V's recompute graph.
-      at::Tensor dk_loc = at::empty({B, s, p.P * n, hd}, x.options());  // [B, s, P*n, hd]
-      at::Tensor dv_loc = at::empty({B, s, p.P * n, hd}, x.options());
-      {
-        torch::NoGradGuard no_grad;
-        heads_to_seq_into(dk_loc, dk_acc.to(x.scalar_type()), comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
-        heads_to_seq_into(dv_loc, dv_acc.to(x.scalar_type()), comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
-      }
-      variable_list kv_inputs{x_leaf, k_rows, v_rows};
-      if (kn_leaf.defined()) kv_inputs.push_back(kn_leaf);
-      const auto gkv = torch::autograd::grad({k_pre, v_pre}, kv_inputs, {dk_loc, dv_loc});
-      dx.add_(gkv[0]);
-      dwk.index_add_(0, kv_idx, gkv[1].to(at::kFloat));  // replicas of one KV head sum here
-      dwv.index_add_(0, kv_idx, gkv[2].to(at::kFloat));
-      if (kn_leaf.defined()) dkn.add_(gkv[3]);
-      k_pre.reset();
-      v_pre.reset();
+      // The KV range is complete: send its gradients back, one tensor at a time.
+      at::Tensor d_loc = view_prefix(loc_flat, {B, s, p.P * n, hd});  // [B, s, P*n, hd]
+      heads_to_seq_into(d_loc, dk_acc.to(x.scalar_type()).contiguous(), comm, kv_send, kv_recv);
+      dk_acc.reset();
+      project_backward(k_rows, kv_idx, kn_leaf, true, d_loc, dwk, dkn);
+      heads_to_seq_into(d_loc, dv_acc.to(x.scalar_type()).contiguous(), comm, kv_send, kv_recv);
+      dv_acc.reset();
+      at::Tensor no_norm;
+      project_backward(v_rows, kv_idx, {}, false, d_loc, dwv, no_norm);
     }
     auto cast = [](const at::Tensor& g, const at::Tensor& like) {
       return g.defined() ? g.view(like.sizes()).to(like.scalar_type()) : at::Tensor();
