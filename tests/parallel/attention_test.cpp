@@ -21,8 +21,9 @@ struct Problem {
   at::Tensor x, wq, wk, wv, qn, kn, R, cos, sin;  // full-sequence inputs; R weights the loss
 };
 
-Problem make_problem(int64_t H, int64_t Hkv, bool qk_norm, int64_t hd = 8, int64_t d = 32) {
+Problem make_problem(int64_t H, int64_t Hkv, bool qk_norm, int64_t B = 2, int64_t hd = 8, int64_t d = 32) {
   Problem p;
+  p.B = B;
   p.model.n_heads = H;
   p.model.n_kv_heads = Hkv;
   p.model.head_dim = hd;
@@ -217,4 +218,28 @@ TEST_CASE("untied stage plan: schedule and validation", "[ulysses][untied]") {
                                                            Catch::Contains("multiple of P"));
   CHECK_THROWS_WITH(plan_untied_stages(8, 8, 16, 2, 6), Catch::Contains("must divide n_heads / P = 4"));
   CHECK_THROWS_WITH(plan_untied_stages(8, 3, 16, 2, 2), Catch::Contains("n_kv_heads must divide n_heads"));
+}
+
+TEST_CASE("ulysses and untied with batch 1 (all-to-all straight into the output)", "[ulysses][untied]") {
+  for (int P : {2, 4}) {
+    for (const auto& hc : head_cases(P)) {
+      const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm, /*B=*/1);
+      const Grads want = reference(p);
+      const Grads plain = distributed(p, P, [&](const at::Tensor& x, const HeadProjections& w, const at::Tensor& c,
+                                                const at::Tensor& s, const RankContext& ctx) {
+        return ulysses_attention(x, w, c, s, p.model, ctx);
+      });
+      require_equivalent(plain, want, "B = 1, ulysses, P = " + std::to_string(P) + ", " + hc.name);
+      for (int64_t hps : valid_heads_per_stage(hc.H, P)) {
+        MemoryConfig memory;
+        memory.untied_ulysses = true;
+        memory.heads_per_stage = hps;
+        const Grads got = distributed(p, P, [&](const at::Tensor& x, const HeadProjections& w, const at::Tensor& c,
+                                                const at::Tensor& s, const RankContext& ctx) {
+          return untied_attention(x, w, c, s, p.model, ctx, memory);
+        });
+        require_equivalent(got, want, "B = 1, untied, P = " + std::to_string(P) + ", " + hc.name + ", hps " + std::to_string(hps));
+      }
+    }
+  }
 }
