@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +57,8 @@ struct Assignment {
   SourceLoc loc;
 };
 
+std::string unshield(std::string_view text);
+
 SourceLoc loc_of(const toml::source_region& region, const std::string& file) {
   return SourceLoc{file, static_cast<int>(region.begin.line), static_cast<int>(region.begin.column)};
 }
@@ -63,7 +67,7 @@ RawValue raw_of(const toml::node& node) {
   if (auto v = node.as_boolean()) return RawValue::boolean(v->get());
   if (auto v = node.as_integer()) return RawValue::integer(v->get());
   if (auto v = node.as_floating_point()) return RawValue::floating(v->get());
-  if (auto v = node.as_string()) return RawValue::string(v->get());
+  if (auto v = node.as_string()) return RawValue::string(unshield(v->get()));
   std::ostringstream os;
   if (auto a = node.as_array())
     os << *a;
@@ -75,7 +79,7 @@ RawValue raw_of(const toml::node& node) {
     os << *tm;
   else if (auto dt = node.as_date_time())
     os << *dt;
-  return RawValue::other(os.str());
+  return RawValue::other(unshield(os.str()));
 }
 
 std::vector<std::string> section_names() {
@@ -103,7 +107,7 @@ std::string unknown_hint(std::string_view name, const std::vector<std::string>& 
 void collect(const toml::table& root, const std::string& file, std::vector<Assignment>& out,
              SourceMap& sources, std::vector<ConfigIssue>& issues, std::vector<std::string>& broken) {
   for (auto&& [key, node] : root) {
-    const std::string name(key.str());
+    const std::string name = unshield(key.str());
     const SourceLoc loc = loc_of(key.source(), file);
     if (const auto* table = node.as_table()) {
       const bool known = std::any_of(config_sections().begin(), config_sections().end(),
@@ -114,7 +118,7 @@ void collect(const toml::table& root, const std::string& file, std::vector<Assig
       }
       sources[name] = loc;
       for (auto&& [child_key, child] : *table) {
-        const std::string child_name(child_key.str());
+        const std::string child_name = unshield(child_key.str());
         const SourceLoc child_loc = loc_of(child_key.source(), file);
         const KeySpec* spec = find_key_spec(name, child_name);
         if (!spec) {
@@ -251,17 +255,144 @@ void sort_issues(std::vector<ConfigIssue>& issues, const std::string& file) {
   });
 }
 
+/// Control characters other than tab/LF/CR are never valid TOML; reported here with their position
+/// (toml++ 3.3 asserts on some of them, e.g. NUL in a table header, found by scripts/fuzz.sh).
+std::optional<ConfigIssue> find_control_character(std::string_view text, const std::string& name) {
+  int line = 1, col = 1;
+  for (unsigned char c : text) {
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof code, "U+%04X", c);
+      return ConfigIssue{SourceLoc{name, line, col}, "", "",
+                         std::string("control character ") + code + " is not allowed in TOML (TOML syntax)",
+                         "is this a binary file?"};
+    }
+    if (c == '\n') {
+      line += 1;
+      col = 1;
+    } else if ((c & 0xC0) != 0x80) {
+      col += 1;  // count UTF-8 code points, not continuation bytes
+    }
+  }
+  return std::nullopt;
+}
+
+// toml++ 3.3's is_non_ascii_horizontal_whitespace reaches __builtin_unreachable for code points in
+// three ranges (its generated lookup table misses them), and the parser calls it on arbitrary
+// characters while scanning. Before parsing, those code points are moved to a private-use block
+// that the table handles; strings and messages read back from the parse are moved home again.
+struct ShieldRange {
+  char32_t first, last, shelter;
+};
+constexpr ShieldRange kShieldRanges[] = {
+    {0x00A1, 0x0499, 0xE000}, {0x2C1E, 0x2FFF, 0xE400}, {0x3001, 0x3017, 0xE7E2}, {0xFB26, 0xFEFE, 0xE800}};
+constexpr char32_t kShelterFirst = 0xE000, kShelterLast = 0xEBFF;
+
+void append_utf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+/// Rewrites every 2- and 3-byte UTF-8 code point through `map`; other bytes (ASCII, 4-byte and
+/// invalid sequences, which toml++ reports itself) pass through unchanged.
+template <class Map>
+std::string remap_code_points(std::string_view text, Map map) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t len = 0;
+    char32_t cp = 0;
+    if ((c & 0xE0) == 0xC0 && i + 1 < text.size() && (text[i + 1] & 0xC0) == 0x80) {
+      len = 2;
+      cp = ((c & 0x1F) << 6) | (text[i + 1] & 0x3F);
+    } else if ((c & 0xF0) == 0xE0 && i + 2 < text.size() && (text[i + 1] & 0xC0) == 0x80 &&
+               (text[i + 2] & 0xC0) == 0x80) {
+      len = 3;
+      cp = ((c & 0x0F) << 12) | ((text[i + 1] & 0x3F) << 6) | (text[i + 2] & 0x3F);
+    }
+    if (len == 0) {
+      out.push_back(text[i++]);
+      continue;
+    }
+    append_utf8(out, map(cp));
+    i += len;
+  }
+  return out;
+}
+
+std::string shield(std::string_view text) {
+  return remap_code_points(text, [](char32_t cp) {
+    for (const auto& r : kShieldRanges)
+      if (cp >= r.first && cp <= r.last) return static_cast<char32_t>(r.shelter + (cp - r.first));
+    return cp;
+  });
+}
+
+std::string unshield(std::string_view text) {
+  return remap_code_points(text, [](char32_t cp) {
+    for (const auto& r : kShieldRanges)
+      if (cp >= r.shelter && cp <= r.shelter + (r.last - r.first)) return static_cast<char32_t>(r.first + (cp - r.shelter));
+    return cp;
+  });
+}
+
+/// Finds a private-use character of the shelter block in the input (it could not be told apart
+/// from a sheltered one), with its position.
+std::optional<ConfigIssue> find_shelter_character(std::string_view text, const std::string& name) {
+  int line = 1, col = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == 0xEE && i + 2 < text.size()) {  // U+E000..U+EFFF encode as EE 80..BF xx
+      const unsigned char c1 = static_cast<unsigned char>(text[i + 1]);
+      if (c1 >= 0x80 && c1 <= 0xAF)  // U+E000..U+EBFF
+        return ConfigIssue{SourceLoc{name, line, col}, "", "",
+                           "private-use characters U+E000..U+EBFF are not supported in presets", ""};
+    }
+    if (c == '\n') {
+      line += 1;
+      col = 1;
+    } else if ((c & 0xC0) != 0x80) {
+      col += 1;
+    }
+  }
+  return std::nullopt;
+}
+
 LoadedPreset load_document(std::string_view text, const std::string& name, const std::vector<Override>& overrides) {
   LoadedPreset result;
   result.path = name;
+  if (auto bad = find_control_character(text, name)) {
+    result.issues.push_back(*bad);
+    return result;
+  }
+  if (auto bad = find_shelter_character(text, name)) {
+    result.issues.push_back(*bad);
+    return result;
+  }
   std::vector<Assignment> assignments;
   SourceMap tables;
   std::vector<std::string> broken;
   try {
-    const toml::table root = toml::parse(text, std::string_view(name));
+    const std::string shielded = shield(text);
+    const toml::table root = toml::parse(shielded, std::string_view(name));
     collect(root, name, assignments, tables, result.issues, broken);
   } catch (const toml::parse_error& e) {
-    result.issues.push_back({loc_of(e.source(), name), "", "", std::string(e.description()) + " (TOML syntax)", ""});
+    result.issues.push_back(
+        {loc_of(e.source(), name), "", "", unshield(e.description()) + " (TOML syntax)", ""});
     return result;
   }
   for (const auto& o : overrides) {

@@ -205,16 +205,16 @@ std::vector<KeySpec> make_schema() {
 
   // [training]
   s.push_back(ODY_SIZE("training", training.seq_len, "seq_len", "Tokens per sequence, before sequence sharding (512K, 3M, ...)."));
-  s.push_back(ODY_INT("training", training.batch_size, "batch_size", "Sequences per data-parallel replica per step. Default 1."));
-  s.push_back(ODY_INT("training", training.steps, "steps", "Optimizer steps. Default 100."));
-  s.push_back(ODY_FLOAT("training", training.lr, "lr", "Peak learning rate (AdamW). Default 3e-4."));
-  s.push_back(ODY_INT("training", training.warmup_steps, "warmup_steps", "Linear warmup steps before the cosine decay. Default 10."));
-  s.push_back(ODY_FLOAT("training", training.min_lr_ratio, "min_lr_ratio", "Cosine floor as a fraction of lr. Default 0.1."));
-  s.push_back(ODY_FLOAT("training", training.weight_decay, "weight_decay", "AdamW decoupled weight decay on matrices. Default 0.1."));
-  s.push_back(ODY_FLOAT("training", training.beta1, "beta1", "AdamW first-moment decay. Default 0.9."));
-  s.push_back(ODY_FLOAT("training", training.beta2, "beta2", "AdamW second-moment decay. Default 0.95."));
-  s.push_back(ODY_FLOAT("training", training.adam_eps, "adam_eps", "AdamW epsilon. Default 1e-8."));
-  s.push_back(ODY_FLOAT("training", training.grad_clip, "grad_clip", "Clip the global gradient norm to this; 0 disables. Default 1.0."));
+  s.push_back(ODY_INT("training", training.batch_size, "batch_size", "Sequences per data-parallel replica per step."));
+  s.push_back(ODY_INT("training", training.steps, "steps", "Optimizer steps."));
+  s.push_back(ODY_FLOAT("training", training.lr, "lr", "Peak learning rate (AdamW)."));
+  s.push_back(ODY_INT("training", training.warmup_steps, "warmup_steps", "Linear warmup steps before the cosine decay."));
+  s.push_back(ODY_FLOAT("training", training.min_lr_ratio, "min_lr_ratio", "Cosine floor as a fraction of lr."));
+  s.push_back(ODY_FLOAT("training", training.weight_decay, "weight_decay", "AdamW decoupled weight decay on matrices."));
+  s.push_back(ODY_FLOAT("training", training.beta1, "beta1", "AdamW first-moment decay."));
+  s.push_back(ODY_FLOAT("training", training.beta2, "beta2", "AdamW second-moment decay."));
+  s.push_back(ODY_FLOAT("training", training.adam_eps, "adam_eps", "AdamW epsilon."));
+  s.push_back(ODY_FLOAT("training", training.grad_clip, "grad_clip", "Clip the global gradient norm to this; 0 disables."));
   s.push_back(ODY_INT("training", training.seed, "seed", "Seeds weights and data: same preset, same seed, same losses on CPU."));
   s.push_back(enum_key<DType>("training", "dtype", "Compute dtype; bfloat16 keeps fp32 master weights and optimizer state.",
                               {DType::Float32, DType::BFloat16},
@@ -263,10 +263,10 @@ std::vector<KeySpec> make_schema() {
 
   // [output]
   s.push_back(ODY_STRING("output", output.dir, "dir", "Run directory: metrics.jsonl, trace.json, summary.json, checkpoints."));
-  s.push_back(ODY_INT("output", output.log_every, "log_every", "Steps between printed lines. Default 1."));
+  s.push_back(ODY_INT("output", output.log_every, "log_every", "Steps between printed lines."));
   s.push_back(ODY_INT("output", output.checkpoint_every, "checkpoint_every", "Steps between checkpoints; 0 = only at the end and on Ctrl-C."));
-  s.push_back(ODY_BOOL("output", output.trace, "trace", "Write the Perfetto trace (trace.json). Default true."));
-  s.push_back(ODY_INT("output", output.trace_steps, "trace_steps", "Steps recorded in the trace (the first N). Default 4."));
+  s.push_back(ODY_BOOL("output", output.trace, "trace", "Write the Perfetto trace (trace.json)."));
+  s.push_back(ODY_INT("output", output.trace_steps, "trace_steps", "Steps recorded in the trace (the first N)."));
   return s;
 }
 

@@ -1,5 +1,5 @@
 // metrics.jsonl: the per-step JSON line and a line-flushed writer. defines: metrics_json_line,
-// MetricsJsonlWriter members, write_metrics_jsonl
+// MetricsJsonlWriter members, write_metrics_jsonl, fill_peaks_from_tracker
 #include "engine/telemetry/metrics_jsonl.h"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/phase_peaks.h"
 #include "engine/util/json.h"
 
@@ -87,6 +88,18 @@ void MetricsJsonlWriter::close() {
 int64_t MetricsJsonlWriter::lines() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return lines_;
+}
+
+void fill_peaks_from_tracker(StepMetrics& m, const std::vector<int>& ranks) {
+  m.rank_peak_bytes.clear();
+  m.rank_host_peak_bytes.clear();
+  m.peak_bytes = 0;
+  for (int rank : ranks) {
+    const MemorySnapshot s = MemoryTracker::instance().snapshot(rank);
+    m.rank_peak_bytes.push_back(s.device_peak);
+    m.rank_host_peak_bytes.push_back(s.host_peak);
+    m.peak_bytes = std::max(m.peak_bytes, s.device_peak);
+  }
 }
 
 bool write_metrics_jsonl(const std::string& path, const std::vector<StepMetrics>& metrics,

@@ -1,6 +1,6 @@
 // metrics.jsonl: one JSON object per training step (DESIGN.md's CLI contract), flushed line by
 // line so a killed run keeps every finished step. No LibTorch. defines: metrics_json_line,
-// MetricsJsonlWriter, write_metrics_jsonl
+// MetricsJsonlWriter, write_metrics_jsonl, fill_peaks_from_tracker
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,11 @@ class MetricsJsonlWriter {
   std::FILE* file_ = nullptr;
   int64_t lines_ = 0;
 };
+
+/// Sets rank_peak_bytes / rank_host_peak_bytes (indexed by position in `ranks`) and peak_bytes
+/// (their max) from the tracker's peaks since each rank's last reset_peak. The trainer resets the
+/// peaks at the step start and calls this at its end (multi-process runs gather the lists).
+void fill_peaks_from_tracker(StepMetrics& m, const std::vector<int>& ranks);
 
 /// Writes `metrics` as a whole file (Session::export_metrics). False with *error on failure.
 bool write_metrics_jsonl(const std::string& path, const std::vector<StepMetrics>& metrics,

@@ -229,3 +229,34 @@ TEST_CASE("validation lists valid alternatives", "[config][validate]") {
         "memory.heads_per_stage = 24: must split each rank's 4 heads (model.n_heads = 32 over 8 ranks) into whole "
         "stages (valid values here: 8, 16, 32)");
 }
+
+TEST_CASE("hostile bytes are reported with positions, Unicode strings survive", "[config][robustness]") {
+  const std::string ok_tail = "[model]\nflavor = \"tiny\"\n[training]\nseq_len = 1024\n";
+  // Control characters: reported by position before the TOML parser sees them.
+  const LoadedPreset nul = load_preset_text(std::string("[mo\0del]\n", 9) + ok_tail, "nul.toml");
+  REQUIRE(nul.issues.size() == 1);
+  CHECK(nul.issues[0].format() ==
+        "nul.toml:1:4: control character U+0000 is not allowed in TOML (TOML syntax) (is this a binary file?)");
+  // Code points toml++ 3.3 mishandles (Cyrillic, CJK punctuation, presentation forms) load and
+  // come back unchanged in strings and in messages.
+  const std::string unicode = "description = \"Ёлка, 〄 and ﬀ\"\n" + ok_tail;
+  const LoadedPreset loaded = load_preset_text(unicode, "unicode.toml");
+  REQUIRE(loaded.ok());
+  CHECK(loaded.config.description == "Ёлка, 〄 and ﬀ");
+  const LoadedPreset back = load_preset_text(preset_to_toml(loaded.config), "saved.toml");
+  REQUIRE(back.ok());
+  CHECK(back.config.description == loaded.config.description);
+  const LoadedPreset bare = load_preset_text("[model]\nflavorЁ = \"tiny\"\n", "bare.toml");
+  REQUIRE_FALSE(bare.ok());
+  CHECK(bare.issues[0].format().find("Ё") != std::string::npos);
+  // Private-use characters of the shelter block are refused rather than misread.
+  const LoadedPreset pua = load_preset_text("description = \"\xee\x80\x81\"\n" + ok_tail, "pua.toml");
+  REQUIRE(pua.issues.size() == 1);
+  CHECK(pua.issues[0].format() == "pua.toml:1:16: private-use characters U+E000..U+EBFF are not supported in presets");
+  // Not a file: a directory, a missing path.
+  CHECK(load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets").issues.at(0).rule == "is a directory, not a preset file");
+  const LoadedPreset missing = load_preset("no/such/preset.toml");
+  REQUIRE(missing.issues.size() == 1);
+  CHECK(missing.issues[0].format() ==
+        "no/such/preset.toml: cannot open: No such file or directory (give the path of a .toml preset, e.g. presets/tiny-cpu.toml)");
+}

@@ -198,7 +198,7 @@ TEST_CASE("retag_tensor moves one storage and ignores memory the tracker did not
   CHECK(t.snapshot(47).category_bytes == after.category_bytes);
 }
 
-TEST_CASE("device limit raises OutOfMemoryError naming bytes, rank, phase and limit, then recovers",
+TEST_CASE("device limit raises OutOfMemoryError naming bytes and rank and phase and limit then recovers",
           "[telemetry][tracker]") {
   MemoryTracker& t = tracker();
   RankScope rank(48);

@@ -128,7 +128,7 @@ TEST_CASE("an outermost step phase is a root: its children keep their own paths"
   CHECK(r["step"].device_peak == base + 1000);
 }
 
-TEST_CASE("edge sinks see every edge in time order with bytes; record sinks see each record",
+TEST_CASE("edge sinks see every edge in time order with bytes and record sinks see each record",
           "[telemetry][phase]") {
   MemoryTracker::instance().install_cpu_allocator();
   RankScope rank(54);

@@ -244,6 +244,25 @@ TEST_CASE("metrics.jsonl has one object per step with the contract's fields", "[
   CHECK_THROWS_AS(MetricsJsonlWriter("/nonexistent-dir/metrics.jsonl"), std::runtime_error);
 }
 
+TEST_CASE("step peaks come from the tracker for each local rank", "[telemetry][jsonl]") {
+  MemoryTracker& t = MemoryTracker::instance();
+  t.install_cpu_allocator();
+  for (int r : {58, 59}) t.reset_peak(r);
+  {
+    RankScope rank(59);
+    at::Tensor x = floats(1 << 16);  // 256 KiB on rank 59
+    PoolScope host(MemPool::Host);
+    at::Tensor h = floats(1 << 10);  // 4 KiB host
+  }
+  StepMetrics m;
+  fill_peaks_from_tracker(m, {58, 59});
+  REQUIRE(m.rank_peak_bytes.size() == 2);
+  CHECK(m.rank_peak_bytes[1] - m.rank_peak_bytes[0] >= (1 << 18));  // rank 58 idle
+  CHECK(m.rank_peak_bytes[1] - t.device_bytes(59) == (1 << 18));
+  CHECK(m.rank_host_peak_bytes[1] - t.host_bytes(59) == (1 << 12));
+  CHECK(m.peak_bytes == m.rank_peak_bytes[1]);
+}
+
 TEST_CASE("summary.json holds final metrics, rank peaks and the phase table", "[telemetry][summary]") {
   const std::string path = temp_path("summary.json");
   PhasePeakTable table;

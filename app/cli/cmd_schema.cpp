@@ -1,0 +1,76 @@
+// odyssey schema [--markdown]: prints every preset table and key with its type, default and doc
+// line. README.md's schema section is this command's markdown output (a test keeps them equal).
+#include <iostream>
+#include <sstream>
+
+#include "app/cli/cli.h"
+#include "engine/config/schema.h"
+
+namespace odyssey::cli {
+namespace {
+
+const char* kind_name(KeyKind kind) {
+  switch (kind) {
+    case KeyKind::Bool: return "bool";
+    case KeyKind::Int: return "int";
+    case KeyKind::Size: return "size";
+    case KeyKind::Float: return "float";
+    case KeyKind::String: return "string";
+    case KeyKind::Choice: return "choice";
+  }
+  return "?";
+}
+
+int run_schema(int argc, char** argv, int first) {
+  bool markdown = false;
+  for (int i = first; i < argc; ++i) {
+    if (std::string(argv[i]) == "--markdown") {
+      markdown = true;
+    } else {
+      std::cerr << "odyssey schema: unknown argument " << argv[i] << "\n";
+      return kExitBadInput;
+    }
+  }
+  const RunConfig defaults;  // the built-in defaults (flavor tiny, profile h100-sxm)
+  std::ostringstream os;
+  if (markdown) {
+    os << "Top level: `description` (string): " << find_key_spec("", "description")->doc << "\n";
+    for (const auto& section : config_sections()) {
+      os << "\n**[" << section.name << "]** " << section.doc << "\n\n";
+      os << "| key | type | default | meaning |\n|---|---|---|---|\n";
+      for (const auto& key : config_schema()) {
+        if (key.section != section.name) continue;
+        std::string type = kind_name(key.kind);
+        if (key.kind == KeyKind::Choice) {
+          type.clear();
+          for (size_t i = 0; i < key.choices.size(); ++i) type += (i ? " \\| " : "") + key.choices[i];
+        }
+        std::string def = toml_literal(key, defaults);
+        if (section.name == "model" && key.name != "flavor") def = "from flavor";
+        if (section.name == "model" && key.name == "flavor") def = "required";
+        if (section.name == "training" && key.name == "seq_len") def = "required";
+        if (section.name == "hardware" && key.name != "profile") def = "from profile";
+        os << "| `" << key.name << "` | " << type << " | `" << def << "` | " << key.doc << " |\n";
+      }
+    }
+  } else {
+    for (const auto& section : config_sections()) {
+      os << "[" << section.name << "]  " << section.doc << "\n";
+      for (const auto& key : config_schema()) {
+        if (key.section != section.name) continue;
+        std::string name(key.name);
+        name.resize(26, ' ');
+        os << "  " << name << kind_name(key.kind) << "\t" << key.doc << "\n";
+      }
+    }
+  }
+  std::cout << os.str();
+  return kExitOk;
+}
+
+const CommandRegistration registration{
+    Command{70, "schema", "schema [--markdown]", "print every preset table and key (README's schema is its markdown)",
+            run_schema}};
+
+}  // namespace
+}  // namespace odyssey::cli

@@ -1,0 +1,163 @@
+// EmbedFunction and HeadFunction: the embedding lookup and the LM-head loss as autograd nodes over
+// their flat groups (see head.h). defines: embedding_param_specs, head_param_specs,
+// EmbedFunction, HeadFunction
+#include "engine/model/head.h"
+
+#include "engine/memory/tiled_loss.h"
+#include "engine/model/layers.h"
+#include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/phase.h"
+
+namespace odyssey {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+std::vector<ParamSpec> embedding_param_specs(const ModelConfig& m) {
+  return {{"embedding", {m.vocab_size, m.d_model}, true, 0.02}};
+}
+
+std::vector<ParamSpec> head_param_specs(const ModelConfig& m) {
+  std::vector<ParamSpec> specs;
+  if (!m.tie_embeddings) specs.push_back({"lm_head", {m.vocab_size, m.d_model}, true, 0.02});
+  specs.push_back({"final_norm", {m.d_model}, false, 0.0});
+  return specs;
+}
+
+namespace {
+
+StepRuntime* runtime_of(AutogradContext* ctx) {
+  return reinterpret_cast<StepRuntime*>(ctx->saved_data["rt"].toInt());
+}
+
+// The head's weights: final norm from the head group, LM head from the head or embedding group.
+struct HeadWeights {
+  at::Tensor norm;  ///< [d]
+  at::Tensor head;  ///< [V, d]
+};
+
+HeadWeights head_weights(const StepRuntime& rt) {
+  const bool tied = rt.model->tie_embeddings;
+  return {rt.head->view(tied ? 0 : 1), tied ? rt.embed->view(0) : rt.head->view(0)};
+}
+
+void unshard_head(const StepRuntime& rt) {
+  rt.head->unshard();
+  if (rt.model->tie_embeddings) rt.embed->unshard();
+}
+
+void reshard_head(const StepRuntime& rt) {
+  rt.head->reshard();
+  if (rt.model->tie_embeddings) rt.embed->reshard();
+}
+
+}  // namespace
+
+at::Tensor EmbedFunction::forward(AutogradContext* ctx, const at::Tensor& master, const at::Tensor& ids,
+                                  StepRuntime* rt) {
+  (void)master;
+  RuntimeBinding binding(*rt);
+  EnginePhase phase(rt->rank, "fwd/embed");
+  ctx->saved_data["rt"] = reinterpret_cast<int64_t>(rt);
+  ctx->save_for_backward({ids});
+  rt->embed->unshard();
+  at::Tensor x;
+  {
+    // Block 0's input: saved (checkpointing) or kept by block 0's graph.
+    CategoryScope category(MemCategory::SavedActivations);
+    x = at::embedding(rt->embed->view(0), ids);  // [B, s, d] compute dtype
+  }
+  rt->embed->reshard();
+  return x;
+}
+
+variable_list EmbedFunction::backward(AutogradContext* ctx, variable_list grad_outputs) {
+  StepRuntime* rt = runtime_of(ctx);
+  RuntimeBinding binding(*rt);
+  EnginePhase phase(rt->rank, "bwd/embed");
+  const at::Tensor ids = ctx->get_saved_variables().at(0);
+  const at::Tensor& dx = grad_outputs[0];  // [B, s, d]
+  const int64_t V = rt->model->vocab_size, d = rt->model->d_model;
+  at::Tensor flat;
+  {
+    CategoryScope category(MemCategory::CommBuffers);
+    flat = at::zeros({rt->embed->padded_numel()}, dx.options().dtype(at::kFloat));  // [padded] fp32
+  }
+  flat.narrow(0, 0, V * d).view({V, d}).index_add_(0, ids.reshape(-1), dx.reshape({-1, d}).to(at::kFloat));
+  at::Tensor shard = rt->embed->reduce_flat(flat);
+  return {shard, at::Tensor(), at::Tensor()};
+}
+
+at::Tensor HeadFunction::forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& master,
+                                 StepRuntime* rt) {
+  (void)master;
+  RuntimeBinding binding(*rt);
+  EnginePhase phase(rt->rank, "fwd/loss");
+  ctx->saved_data["rt"] = reinterpret_cast<int64_t>(rt);
+  const double eps = rt->model->norm_eps;
+  const int64_t V = rt->model->vocab_size;
+  unshard_head(*rt);
+  const HeadWeights w = head_weights(*rt);
+  at::Tensor loss;
+  if (rt->memory->tiled_loss) {
+    LossOutputs out = tiled_loss_forward(x, w.norm, w.head, rt->labels, rt->answer_mask, eps, rt->loss_scale,
+                                         rt->loss_tile_tokens, &rt->answer);
+    ctx->saved_data["dx"] = out.dx;
+    ctx->saved_data["d_norm"] = out.d_norm;
+    ctx->saved_data["d_head"] = out.d_head;
+    loss = out.loss;
+  } else {
+    CategoryScope category(MemCategory::LossWorkspace);
+    at::AutoGradMode enable_grad(true);
+    at::Tensor x_leaf = x.detach().requires_grad_(true);
+    at::Tensor norm_leaf = w.norm.detach().requires_grad_(true);
+    at::Tensor head_leaf = w.head.detach().requires_grad_(true);
+    at::Tensor logits = head_logits(x_leaf, norm_leaf, head_leaf, eps);  // [B, s, V] fp32: the memory tiling removes
+    at::Tensor root =
+        at::cross_entropy_loss(logits.reshape({-1, V}), rt->labels.reshape(-1), {}, at::Reduction::Sum) *
+        rt->loss_scale;
+    accumulate_answer_stats(logits, rt->labels, rt->answer_mask, &rt->answer);
+    ctx->saved_data["root"] = root;
+    ctx->saved_data["leaves"] = std::vector<at::Tensor>{x_leaf, norm_leaf, head_leaf};
+    loss = root.detach();
+  }
+  reshard_head(*rt);
+  return loss;
+}
+
+variable_list HeadFunction::backward(AutogradContext* ctx, variable_list grad_outputs) {
+  StepRuntime* rt = runtime_of(ctx);
+  RuntimeBinding binding(*rt);
+  const at::Tensor& g = grad_outputs[0];  // scalar, 1 when the loss is the root
+  at::Tensor dx, d_norm, d_head;
+  if (rt->memory->tiled_loss) {
+    dx = ctx->saved_data["dx"].toTensor() * g.to(ctx->saved_data["dx"].toTensor().scalar_type());
+    d_norm = ctx->saved_data["d_norm"].toTensor() * g;
+    d_head = ctx->saved_data["d_head"].toTensor() * g;
+    for (const char* key : {"dx", "d_norm", "d_head"}) ctx->saved_data.erase(key);
+  } else {
+    EnginePhase phase(rt->rank, "bwd/loss");
+    CategoryScope category(MemCategory::LossWorkspace);
+    unshard_head(*rt);
+    at::Tensor root = ctx->saved_data["root"].toTensor();
+    auto leaves = ctx->saved_data["leaves"].toTensorVector();
+    for (const char* key : {"root", "leaves"}) ctx->saved_data.erase(key);
+    auto grads = torch::autograd::grad({root}, leaves, {g}, /*retain_graph=*/false);
+    dx = grads[0];
+    d_norm = grads[1];
+    d_head = grads[2];
+  }
+  at::Tensor head_shard;
+  if (rt->model->tie_embeddings) {
+    head_shard = rt->head->reduce_gradients({d_norm});
+    at::Tensor embed_shard = rt->embed->reduce_gradients({d_head});
+    at::NoGradGuard no_grad;
+    rt->embed->master.mutable_grad().add_(embed_shard);  // the embedding's second contribution
+  } else {
+    head_shard = rt->head->reduce_gradients({d_head, d_norm});
+  }
+  reshard_head(*rt);
+  return {dx, head_shard, at::Tensor()};
+}
+
+}  // namespace odyssey

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Fuzzes the preset loader (what `odyssey check` runs) with libFuzzer + ASan/UBSan from Debian's
+# clang. Usage: scripts/fuzz.sh [SECONDS=180]. Seeds: presets/ and tests/fixtures/.
+# toml++'s internal TOML_ASSERTs are compiled out exactly as in the shipped GCC release build (where
+# its TOML_ASSUME is a no-op and the parser reports the error); ASan/UBSan stay on for our code.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_TO_RUN="${1:-180}"
+OUT="${FUZZ_DIR:-build-fuzz}"
+CXX="${FUZZ_CXX:-clang++}"
+mkdir -p "$OUT/corpus"
+TOMLPP_INCLUDE="${ODYSSEY_TOMLPP_INCLUDE:-/usr/include}"
+"$CXX" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -DTOML_HEADER_ONLY=1 '-DTOML_ASSERT(expr)=static_assert(true)' -I. -I"$TOMLPP_INCLUDE" \
+  tests/fuzz/preset_fuzz.cpp engine/config/run_config.cpp engine/config/sizes.cpp \
+  engine/config/schema.cpp engine/config/preset.cpp engine/config/validate.cpp engine/util/json.cpp \
+  -o "$OUT/preset_fuzz"
+cp presets/*.toml tests/fixtures/*.toml "$OUT/corpus/" 2>/dev/null || true
+# A dictionary of every table and key name steers the fuzzer into the schema.
+{
+  for t in model training parallel memory hardware output; do echo "\"[$t]\""; done
+  grep -ohE '"(flavor|profile|[a-z_]+)", KeyKind|ODY_[A-Z]+\("[a-z]*", [a-z_.]+, "[a-z_]+"' engine/config/schema.cpp \
+    | grep -oE '"[a-z_]+"' | grep -vE '^"(model|training|parallel|memory|hardware|output)"$' | sort -u
+  echo '"3M"'; echo '"512K"'; echo '"custom"'; echo '"llama3-8b"'; echo '"true"'; echo '"false"'
+} > "$OUT/preset.dict"
+echo "fuzz: running $OUT/preset_fuzz for ${SECONDS_TO_RUN}s"
+"$OUT/preset_fuzz" "$OUT/corpus" -dict="$OUT/preset.dict" -max_total_time="$SECONDS_TO_RUN" \
+  -max_len=4096 -timeout=5 -rss_limit_mb=2048 -print_final_stats=1 2>&1 | tail -n 25
