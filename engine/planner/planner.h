@@ -1,7 +1,8 @@
 // The analytic planner: per-rank memory by category (each term with its formula), the per-phase
 // timeline, step time and MFU, the technique ladder, the max-context solver and the advisor.
 // Pure C++ (no LibTorch): instant in the studio. defines: MemoryTerm, MemoryPlan, PhasePlan,
-// StepTimePlan, LadderRung, plan_memory, plan_ladder, solve_max_seq_len, advise
+// StepTimePlan, LadderRung, PlanPeak, plan_memory, plan_peak, plan_step_time, plan_ladder,
+// ladder_rung_config, seq_len_granularity, solve_max_seq_len, advise. The model: docs/planner.md.
 #pragma once
 
 #include <array>
@@ -37,6 +38,7 @@ struct MemoryTerm {
   int64_t bytes = 0;    ///< per rank
   std::string formula;  ///< "32 layers x 375K tokens x 4096 x 2 B"
   bool host = false;    ///< lives in host memory (offload, pinned staging)
+  int64_t count = 1;    ///< how many tensors of this kind are live at the peak (bytes = count x each)
 };
 
 /// Resident bytes during one phase of the step.
@@ -76,13 +78,32 @@ struct MemoryPlan {
   bool fits_device = false;
   bool fits_host = false;
   bool fits() const { return fits_device && fits_host; }
-  std::string dominant_term;    ///< name of the largest device term
+  std::string dominant_term;    ///< the largest device category and its largest term: "attention_workspace: flash backward dq"
   std::vector<PhasePlan> phases;  ///< the step in order
   StepTimePlan time;
 };
 
 /// Plans one config (which must be valid).
 MemoryPlan plan_memory(const RunConfig& cfg);
+
+/// The verdict alone: device and host peaks without terms, phases or strings. This is what the
+/// max-context solver and the advisor evaluate in their loops; plan_memory gives the same peaks.
+struct PlanPeak {
+  int64_t peak_bytes = 0;       ///< device bytes at the peak (runtime overhead included)
+  int64_t host_bytes = 0;       ///< host bytes per node
+  int64_t device_capacity = 0;
+  int64_t host_capacity = 0;
+  bool fits_device = false;
+  bool fits_host = false;
+  bool fits() const { return fits_device && fits_host; }
+};
+PlanPeak plan_peak(const RunConfig& cfg);
+
+/// The step-time model alone (plan_memory fills MemoryPlan::time with the same numbers).
+StepTimePlan plan_step_time(const RunConfig& cfg);
+
+/// Short names of the categories in order ("params", ..., "other").
+const std::array<const char*, kPlanCategoryCount>& plan_category_names();
 
 /// One rung of the technique ladder: the config with techniques added cumulatively.
 struct LadderRung {
@@ -93,13 +114,33 @@ struct LadderRung {
   int64_t max_seq_len = 0;  ///< largest fitting seq_len for this rung (0 if none)
 };
 
+/// Rung names of the ladder, in order (the CLI contract's names).
+constexpr std::array<const char*, 7> kLadderRungNames = {"default",       "fsdp",    "ulysses",       "checkpointing",
+                                                         "offload",       "tiling",  "untied_ulysses"};
+constexpr int kLadderRungCount = 7;
+
+/// The Ulysses degree the ladder uses from the "ulysses" rung on: the config's degree when it is
+/// above 1, else the largest valid degree for the model, sequence and world size.
+int64_t ladder_ulysses_degree(const RunConfig& cfg);
+
+/// The config of rung `rung` (0..6): the techniques up to that rung on, the later ones off; model,
+/// sequence, world size and hardware from `cfg`. Tile sizes and heads_per_stage keep cfg's values.
+RunConfig ladder_rung_config(const RunConfig& cfg, int rung);
+
+/// What rung `rung` adds, in words: "+ Ulysses (8-way)".
+std::string ladder_rung_label(const RunConfig& cfg, int rung);
+
 /// default -> +FSDP -> +Ulysses -> +checkpointing -> +offload -> +tiling -> +Untied Ulysses for the
 /// config's model, world size and hardware (the Ulysses degree taken from the config, or the
 /// largest valid one when the config has none).
 std::vector<LadderRung> plan_ladder(const RunConfig& cfg);
 
+/// The step of the max-context solver: seq_len must stay divisible by the Ulysses degree P, and
+/// the solver answers in steps of P x 1024 tokens (1K per rank of a Ulysses group).
+int64_t seq_len_granularity(const RunConfig& cfg);
+
 /// Largest seq_len (a multiple of the required granularity) at which `cfg` fits device and host
-/// memory; 0 if not even the granularity fits.
+/// memory; 0 if not even the granularity fits. Bisection over the monotone peak.
 int64_t solve_max_seq_len(const RunConfig& cfg);
 
 /// One suggested change set for a config that does not fit.

@@ -1,0 +1,269 @@
+// Tables and JSON for odyssey plan / ladder / maxlen, and their shared driver (arguments, preset
+// loading with every issue printed, exit codes of the CLI contract).
+#include "app/cli/planner_format.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <iostream>
+
+#include "app/cli/cli.h"
+#include "engine/config/sizes.h"
+
+namespace odyssey::cli {
+
+namespace {
+
+std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string strf(const char* format, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof buf, format, args);
+  va_end(args);
+  return buf;
+}
+
+/// The tables' unit: GiB for real targets, MiB when everything is under 1 GiB (tiny CPU configs).
+struct Unit {
+  double bytes = kGiB;
+  const char* name = "GiB";
+  double operator()(int64_t b) const { return static_cast<double>(b) / bytes; }
+};
+Unit unit_for(int64_t largest) { return largest >= int64_t{1} << 30 ? Unit{} : Unit{1024.0 * 1024.0, "MiB"}; }
+
+int phase_block(const std::string& name) {
+  int block = -1;
+  const auto at = name.find("block.");
+  if (at != std::string::npos) std::sscanf(name.c_str() + at + 6, "%d", &block);
+  return block;
+}
+
+std::string setup_line(const RunConfig& cfg) {
+  const auto& p = cfg.parallel;
+  const auto& m = cfg.memory;
+  std::string techniques;
+  auto add = [&](bool on, const std::string& what) {
+    if (on) techniques += (techniques.empty() ? "" : ", ") + what;
+  };
+  add(p.fsdp, "FSDP");
+  add(p.ulysses_degree > 1, "Ulysses " + std::to_string(p.ulysses_degree));
+  add(m.activation_checkpointing, "checkpointing");
+  add(m.offload_activations, "offload");
+  add(m.tiled_mlp, "tiled MLP");
+  add(m.tiled_loss, "tiled loss");
+  add(m.untied_ulysses,
+      "Untied Ulysses " + std::to_string(effective_heads_per_stage(m, p)) + " heads/stage");
+  return strf("%s, seq %s x batch %lld, %lld rank%s (%s), %s, %s: %.1f GiB/device, %.0f GiB host/node",
+              cfg.model.flavor.c_str(), format_size(cfg.training.seq_len).c_str(),
+              static_cast<long long>(cfg.training.batch_size), static_cast<long long>(p.world_size),
+              p.world_size == 1 ? "" : "s", techniques.empty() ? "no techniques" : techniques.c_str(),
+              std::string(to_string(cfg.training.dtype)).c_str(), cfg.hardware.profile.c_str(),
+              cfg.hardware.device_memory_gib, cfg.hardware.host_memory_gib);
+}
+
+std::string verdict(const MemoryPlan& plan) {
+  if (plan.fits()) return "FITS";
+  if (!plan.fits_device && !plan.fits_host) return "OOM (device and host)";
+  return plan.fits_device ? "OOM (host)" : "OOM";
+}
+
+void write_advice_json(JsonWriter& w, const std::vector<Advice>& advice) {
+  w.key("advice").begin_array();
+  for (const auto& a : advice) {
+    w.begin_object().key("changes").begin_array();
+    for (const auto& c : a.changes) w.value(c);
+    w.end_array()
+        .key("slowdown").value(a.slowdown)
+        .key("peak_bytes").value(a.plan.peak_bytes)
+        .key("tokens_per_s").value(a.plan.time.tokens_per_s_per_device)
+        .end_object();
+  }
+  w.end_array();
+}
+
+}  // namespace
+
+void write_categories_json(JsonWriter& w, const std::array<int64_t, kPlanCategoryCount>& bytes) {
+  w.begin_object();
+  for (int c = 0; c < kPlanCategoryCount; ++c) w.key(plan_category_names()[c]).value(bytes[c]);
+  w.end_object();
+}
+
+void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan, const std::vector<Advice>& advice) {
+  const StepTimePlan& t = plan.time;
+  w.begin_object()
+      .key("fits").value(plan.fits())
+      .key("fits_device").value(plan.fits_device)
+      .key("fits_host").value(plan.fits_host)
+      .key("peak_bytes").value(plan.peak_bytes)
+      .key("peak_phase").value(plan.peak_phase)
+      .key("device_capacity").value(plan.device_capacity)
+      .key("host_bytes").value(plan.host_bytes)
+      .key("host_capacity").value(plan.host_capacity)
+      .key("dominant_term").value(plan.dominant_term)
+      .key("seq_len").value(cfg.training.seq_len)
+      .key("categories");
+  write_categories_json(w, plan.category_bytes);
+  w.key("tokens_per_s").value(t.tokens_per_s_per_device)
+      .key("mfu").value(t.mfu)
+      .key("mfu_palm").value(t.mfu_palm)
+      .key("hfu").value(t.hfu)
+      .key("time").begin_object()
+      .key("step_s").value(t.step_s)
+      .key("compute_s").value(t.compute_s)
+      .key("recompute_s").value(t.recompute_s)
+      .key("all_to_all_s").value(t.all_to_all_s)
+      .key("fsdp_comm_s").value(t.fsdp_comm_s)
+      .key("offload_s").value(t.offload_s)
+      .key("model_flops_per_token").value(t.model_flops_per_token)
+      .key("convention").value(t.convention)
+      .end_object();
+  w.key("terms").begin_array();
+  for (const auto& term : plan.terms) {
+    w.begin_object()
+        .key("category").value(to_string(term.category))
+        .key("name").value(term.name)
+        .key("bytes").value(term.bytes)
+        .key("count").value(term.count)
+        .key("formula").value(term.formula)
+        .key("host").value(term.host)
+        .end_object();
+  }
+  w.end_array().key("phases").begin_array();
+  for (const auto& p : plan.phases) {
+    w.begin_object()
+        .key("name").value(p.name)
+        .key("resident_bytes").value(p.resident_bytes)
+        .key("host_bytes").value(p.host_bytes)
+        .key("time_s").value(p.time_s)
+        .key("categories");
+    write_categories_json(w, p.category_bytes);
+    w.end_object();
+  }
+  w.end_array();
+  write_advice_json(w, advice);
+  w.end_object();
+}
+
+void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg, const MemoryPlan& plan,
+                const std::vector<Advice>& advice) {
+  const Unit gib = unit_for(std::max(plan.peak_bytes, plan.host_bytes));
+  os << path << ": " << setup_line(cfg) << "\n";
+  os << strf("verdict: %s. Peak %.2f %s of %.2f GiB per device at %s; host %.2f %s of %.0f GiB per node\n\n",
+             verdict(plan).c_str(), gib(plan.peak_bytes), gib.name, plan.device_capacity / kGiB,
+             plan.peak_phase.c_str(), gib(plan.host_bytes), gib.name, plan.host_capacity / kGiB);
+  os << strf("%-22s %12s\n", "category (at the peak)", gib.name);
+  for (int c = 0; c < kPlanCategoryCount; ++c)
+    os << strf("%-22s %12.2f%s\n", plan_category_names()[c], gib(plan.category_bytes[c]),
+               c == static_cast<int>(PlanCategory::Offloaded) ? "  (host, per rank)" : "");
+  os << strf("%-22s %12.2f\n\n", "device total", gib(plan.peak_bytes));
+
+  os << strf("%-60s %-20s %9s  %s\n", "term", "category", gib.name, "formula");
+  for (const auto& term : plan.terms)
+    os << strf("%-60s %-20s %9.2f  %s%s\n", term.name.c_str(), to_string(term.category), gib(term.bytes),
+               term.formula.c_str(), term.host ? "  [host]" : "");
+
+  // The timeline: every phase of the first, last and peak blocks; the blocks between collapsed.
+  const int last_block = static_cast<int>(cfg.model.n_layers) - 1;
+  const int peak_block = phase_block(plan.peak_phase);
+  os << strf("\n%-34s %12s %10s %10s\n", "phase", (std::string("device ") + gib.name).c_str(),
+             (std::string("host ") + gib.name).c_str(), "time s");
+  int64_t lo = 0, hi = 0;
+  int hidden = 0, first_hidden = -1, last_hidden = -1;
+  auto flush = [&]() {
+    if (hidden == 0) return;
+    os << strf("%-34s %5.2f-%-6.2f\n", strf("  ... blocks %d-%d (%d phases)", first_hidden, last_hidden, hidden).c_str(),
+               gib(lo), gib(hi));
+    hidden = 0;
+  };
+  for (const auto& p : plan.phases) {
+    const int b = phase_block(p.name);
+    if (b >= 0 && b != 0 && b != last_block && b != peak_block) {
+      if (hidden == 0) {
+        lo = hi = p.resident_bytes;
+        first_hidden = last_hidden = b;
+      }
+      lo = std::min(lo, p.resident_bytes);
+      hi = std::max(hi, p.resident_bytes);
+      first_hidden = std::min(first_hidden, b);
+      last_hidden = std::max(last_hidden, b);
+      ++hidden;
+      continue;
+    }
+    flush();
+    os << strf("%-34s %12.2f %10.2f %10.4g%s\n", p.name.c_str(), gib(p.resident_bytes), gib(p.host_bytes), p.time_s,
+               p.name == plan.peak_phase ? "  <- peak" : "");
+  }
+  flush();
+
+  const StepTimePlan& t = plan.time;
+  os << strf("\nstep: %.4g s (compute %.4g s of which recompute %.4g s, all-to-all %.3g s, FSDP exposed %.3g s, "
+             "offload exposed %.3g s)\n",
+             t.step_s, t.compute_s, t.recompute_s, t.all_to_all_s, t.fsdp_comm_s, t.offload_s);
+  os << strf("throughput: %.2f tokens/s per device; MFU %.1f%% (causal attention) / %.1f%% (PaLM count); HFU %.1f%%\n",
+             t.tokens_per_s_per_device, 100 * t.mfu, 100 * t.mfu_palm, 100 * t.hfu);
+  os << "FLOP convention: " << t.convention << "\n";
+  if (!advice.empty()) {
+    os << "\nto make it fit (least predicted slowdown first):\n";
+    for (const auto& a : advice) {
+      std::string changes;
+      for (const auto& c : a.changes) changes += (changes.empty() ? "" : ", ") + c;
+      os << strf("  %-70s peak %7.2f GiB, step x%.2f\n", changes.c_str(), a.plan.peak_bytes / kGiB, a.slowdown);
+    }
+  } else if (!plan.fits()) {
+    os << "\nno combination of the techniques makes this fit on this hardware\n";
+  }
+}
+
+void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cfg, const std::vector<LadderRung>& rungs) {
+  int64_t largest = 0;
+  for (const auto& r : rungs) largest = std::max(largest, r.plan.peak_bytes);
+  const Unit gib = unit_for(largest);
+  os << path << ": " << setup_line(cfg) << "\n\n";
+  os << strf("%-15s %-5s %10s %7s %7s %7s %7s %7s %7s %7s %7s %9s %10s %6s  %s\n", "rung", "fits", (std::string("peak ") + gib.name).c_str(), "states",
+             "gather", "saved", "attn", "mlp", "loss", "comm", "other", "max seq", "tok/s/GPU", "MFU", "dominant term");
+  for (const auto& r : rungs) {
+    const auto& p = r.plan;
+    const auto& c = p.category_bytes;
+    auto cat = [&](PlanCategory k) { return gib(c[static_cast<int>(k)]); };
+    const double states = cat(PlanCategory::Params) + cat(PlanCategory::Grads) + cat(PlanCategory::Optimizer);
+    os << strf("%-15s %-5s %10.1f %7.1f %7.2f %7.1f %7.1f %7.1f %7.1f %7.1f %7.2f %9s %10.1f %5.1f%%  %s\n",
+               r.name.c_str(), p.fits() ? "yes" : "OOM", gib(p.peak_bytes), states, cat(PlanCategory::GatheredParams),
+               cat(PlanCategory::SavedActivations), cat(PlanCategory::AttentionWorkspace), cat(PlanCategory::MlpWorkspace),
+               cat(PlanCategory::LossWorkspace), cat(PlanCategory::CommBuffers), cat(PlanCategory::Other),
+               format_size(r.max_seq_len).c_str(), p.time.tokens_per_s_per_device, 100 * p.time.mfu,
+               p.dominant_term.c_str());
+  }
+  os << strf("\n%s per device at each rung's peak (states = params + grads + optimizer); capacity %.1f GiB.\n",
+             gib.name, cfg.hardware.device_memory_gib);
+  for (const auto& r : rungs)
+    os << strf("  %-15s %s; peak at %s\n", r.name.c_str(), r.label.c_str(), r.plan.peak_phase.c_str());
+}
+
+void print_maxlen(std::ostream& os, const std::string& path, const RunConfig& cfg, int64_t max_seq_len,
+                  const std::vector<RungMaxLen>& rungs) {
+  os << path << ": " << setup_line(cfg) << "\n";
+  os << strf("largest seq_len that fits: %s (%lld tokens; steps of %s = Ulysses degree x 1K)\n\n",
+             format_size(max_seq_len).c_str(), static_cast<long long>(max_seq_len),
+             format_size(seq_len_granularity(cfg)).c_str());
+  os << strf("%-15s %12s %14s  %s\n", "rung", "max seq_len", "tokens", "configuration");
+  for (const auto& r : rungs)
+    os << strf("%-15s %12s %14lld  %s (steps of %s)\n", r.name.c_str(), format_size(r.max_seq_len).c_str(),
+               static_cast<long long>(r.max_seq_len), r.label.c_str(), format_size(r.granularity).c_str());
+}
+
+int run_planner_command(const char* name, int argc, char** argv, int first,
+                        int (*body)(const std::string& path, const RunConfig& cfg, bool json)) {
+  ArgSpec spec;
+  spec.set = true;
+  spec.json = true;
+  auto args = parse_args(name, spec, argc, argv, first, std::cerr);
+  if (!args) return kExitBadInput;
+  const std::string& path = args->positional.front();
+  auto loaded = load_or_report(path, args->overrides, std::cerr);
+  if (!loaded) return kExitBadInput;
+  return body(path, loaded->config, args->json);
+}
+
+}  // namespace odyssey::cli

@@ -1,0 +1,53 @@
+// The attention and MLP halves of one decoder block for the planner's liveness walk: what each
+// allocates, keeps for backward and frees, in the engine's order. Internal to engine/planner.
+// defines: AttnSaved, MlpSaved, BlockHalves
+#pragma once
+
+#include <cstdint>
+
+#include "engine/planner/plan_shapes.h"
+#include "engine/planner/step_walk.h"
+
+namespace odyssey::planner_detail {
+
+/// What the attention half leaves for its backward (handles; -1 = none).
+struct AttnSaved {
+  int n1 = -1, rstd = -1, q_pre = -1, k_pre = -1;  // norm output and stats, pre-qk-norm q/k
+  int q_h = -1, k_h = -1, v_h = -1, o_h = -1, lse = -1, o = -1;  // standard: SDPA's saved set, o_proj input
+  int out = -1;                                                 // untied: the preallocated output
+};
+
+/// What the MLP half leaves for its backward.
+struct MlpSaved {
+  int n2 = -1, rstd = -1, gate = -1, up = -1, act = -1, prod = -1;
+};
+
+/// Walks the halves of a block on a ledger.
+class BlockHalves {
+ public:
+  BlockHalves(const PlanShapes& s, LiveSet& m) : s_(s), m_(m) {}
+  /// rmsnorm -> attention -> residual; returns h. With grad, `sv` gets what autograd keeps.
+  int attention_forward(bool grad, AttnSaved& sv);
+  /// From dh: frees `sv`, returns dx; `grads` gets the attention weight gradients.
+  int attention_backward(int dh, AttnSaved& sv, int& grads);
+  /// rmsnorm -> MLP (tiled or not) -> residual; returns the block output.
+  int mlp_forward(bool grad, MlpSaved& sv);
+  /// From dy: frees `sv`, returns dh = dy + d(MLP); `grads` gets the MLP weight gradients.
+  int mlp_backward(MlpSaved& sv, int& grads);
+
+ private:
+  int a(const char* name, TensorKind kind, PlanCategory cat, int32_t count = 1);
+  void f(int& h);
+  int rope(int& x, TensorKind kind, PlanCategory cat);
+  int rope_backward(int& dx, TensorKind kind, PlanCategory cat);
+  int all_to_all(int& x, TensorKind from, TensorKind to, const char* recv_name, bool drop_input = true);
+  int untied_forward(bool grad, AttnSaved& sv);
+  int standard_backward(int dh, AttnSaved& sv);
+  int projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv);
+  int untied_backward(int dh, AttnSaved& sv);
+
+  const PlanShapes& s_;
+  LiveSet& m_;
+};
+
+}  // namespace odyssey::planner_detail

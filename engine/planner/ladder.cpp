@@ -1,0 +1,261 @@
+// The technique ladder (default -> +FSDP -> +Ulysses -> +checkpointing -> +offload -> +tiling ->
+// +Untied Ulysses), the max-context solver (bisection over the monotone peak in steps of
+// P x 1024 tokens) and the advisor (the cheapest toggles, by predicted slowdown, that make a
+// config fit).
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "engine/config/validate.h"
+#include "engine/planner/planner.h"
+
+namespace odyssey {
+
+namespace {
+
+constexpr int64_t kMaxSeqLen = int64_t{1} << 34;  // validate's upper bound
+constexpr int64_t kTokensPerRankStep = 1024;
+
+}  // namespace
+
+int64_t ladder_ulysses_degree(const RunConfig& cfg) {
+  if (cfg.parallel.ulysses_degree > 1) return cfg.parallel.ulysses_degree;
+  const auto valid = valid_ulysses_degrees(cfg);
+  return valid.empty() ? 1 : valid.back();
+}
+
+RunConfig ladder_rung_config(const RunConfig& cfg, int rung) {
+  RunConfig r = cfg;
+  r.parallel.fsdp = rung >= 1;
+  r.parallel.ulysses_degree = rung >= 2 ? ladder_ulysses_degree(cfg) : 1;
+  r.memory.activation_checkpointing = rung >= 3;
+  r.memory.offload_activations = rung >= 4;
+  r.memory.tiled_mlp = rung >= 5;
+  r.memory.tiled_loss = rung >= 5;
+  r.memory.untied_ulysses = rung >= 6;
+  const int64_t p = r.parallel.ulysses_degree;
+  const int64_t hps = r.memory.heads_per_stage;
+  if (hps != 0 && (hps % p != 0 || (r.model.n_heads / p) % (hps / p) != 0)) r.memory.heads_per_stage = 0;
+  return r;
+}
+
+int64_t seq_len_granularity(const RunConfig& cfg) {
+  return std::max<int64_t>(1, cfg.parallel.ulysses_degree) * kTokensPerRankStep;
+}
+
+namespace {
+
+/// One probe of the solver: k granularity steps, and each constraint's slack (capacity - need).
+struct Probe {
+  int64_t k = 0;
+  int64_t device_slack = 0;
+  int64_t host_slack = 0;
+  bool fits() const { return device_slack >= 0 && host_slack >= 0; }
+};
+
+/// Where the slacks of `a` and `b`, extended linearly in k, first reach zero (beyond a.k); a very
+/// large value when neither falls.
+double linear_crossing(const Probe& a, const Probe& b) {
+  double best = 1e30;
+  const double dk = static_cast<double>(b.k - a.k);
+  for (auto [sa, sb] : {std::pair{a.device_slack, b.device_slack}, std::pair{a.host_slack, b.host_slack}}) {
+    const double slope = (static_cast<double>(sb) - static_cast<double>(sa)) / dk;
+    if (slope >= 0) continue;
+    best = std::min(best, static_cast<double>(a.k) + static_cast<double>(sa) / -slope);
+  }
+  return best;
+}
+
+}  // namespace
+
+int64_t solve_max_seq_len(const RunConfig& cfg) {
+  // The peak is monotone in seq_len and close to affine once tiles saturate, so the bracket is
+  // found by extrapolating the slack and then narrowed by interpolation, with a bisection step
+  // whenever interpolation stops halving the bracket. Typically 5-8 plan_peak calls.
+  const int64_t step = seq_len_granularity(cfg);
+  const int64_t max_k = std::max<int64_t>(1, kMaxSeqLen / step);
+  RunConfig probe_cfg = cfg;
+  auto probe = [&](int64_t k) {
+    probe_cfg.training.seq_len = k * step;
+    const PlanPeak p = plan_peak(probe_cfg);
+    return Probe{k, p.device_capacity - p.peak_bytes, p.host_capacity - p.host_bytes};
+  };
+  Probe lo = probe(1);
+  if (!lo.fits()) return 0;
+  if (max_k == 1) return step;
+  // Bracket: lo fits, hi does not.
+  Probe prev = lo, hi;
+  int64_t k = 2;
+  for (;;) {
+    const Probe p = probe(k);
+    if (!p.fits()) {
+      hi = p;
+      break;
+    }
+    lo = p;
+    if (k == max_k) return k * step;
+    const double guess = linear_crossing(prev, p);
+    int64_t next = guess < 1e18 ? static_cast<int64_t>(guess * 1.01) + 1 : k * 8;
+    next = std::clamp<int64_t>(next, k + 1, std::min<int64_t>(max_k, k * 8));
+    prev = p;
+    k = next;
+  }
+  // Narrow: interpolate; bisect when the bracket did not at least halve.
+  int64_t last_width = hi.k - lo.k;
+  bool bisect = false;
+  while (hi.k - lo.k > 1) {
+    int64_t mid = lo.k + (hi.k - lo.k) / 2;
+    if (!bisect) {
+      const double guess = linear_crossing(lo, hi);
+      mid = std::clamp<int64_t>(static_cast<int64_t>(guess), lo.k + 1, hi.k - 1);
+      if (mid == lo.k + 1 || mid == hi.k - 1) mid = std::clamp<int64_t>(mid, lo.k + 1, hi.k - 1);
+    }
+    const Probe p = probe(mid);
+    (p.fits() ? lo : hi) = p;
+    const int64_t width = hi.k - lo.k;
+    bisect = !bisect && width * 2 > last_width;
+    last_width = width;
+  }
+  return lo.k * step;
+}
+
+std::string ladder_rung_label(const RunConfig& cfg, int rung) {
+  switch (rung) {
+    case 0: return "default (no sharding)";
+    case 1: return "+ FSDP over " + std::to_string(cfg.parallel.world_size) + " ranks";
+    case 2: return "+ Ulysses (" + std::to_string(ladder_ulysses_degree(cfg)) + "-way)";
+    case 3: return "+ activation checkpointing";
+    case 4: return "+ offload of checkpoints to host";
+    case 5: return "+ tiled MLP and loss";
+    default: {
+      const RunConfig r = ladder_rung_config(cfg, rung);
+      return "+ Untied Ulysses (" + std::to_string(effective_heads_per_stage(r.memory, r.parallel)) +
+             " heads/stage)";
+    }
+  }
+}
+
+std::vector<LadderRung> plan_ladder(const RunConfig& cfg) {
+  std::vector<LadderRung> rungs;
+  rungs.reserve(kLadderRungCount);
+  for (int i = 0; i < kLadderRungCount; ++i) {
+    LadderRung rung;
+    rung.name = kLadderRungNames[i];
+    rung.label = ladder_rung_label(cfg, i);
+    rung.config = ladder_rung_config(cfg, i);
+    rung.plan = plan_memory(rung.config);
+    rung.max_seq_len = solve_max_seq_len(rung.config);
+    rungs.push_back(std::move(rung));
+  }
+  return rungs;
+}
+
+namespace {
+
+/// The toggles the advisor may turn on (each off in the original config).
+enum Toggle { kFsdp, kCheckpointing, kOffload, kTiledMlp, kTiledLoss, kUntied, kToggleCount };
+
+const char* toggle_change(int t) {
+  switch (t) {
+    case kFsdp: return "parallel.fsdp = true";
+    case kCheckpointing: return "memory.activation_checkpointing = true";
+    case kOffload: return "memory.offload_activations = true";
+    case kTiledMlp: return "memory.tiled_mlp = true";
+    case kTiledLoss: return "memory.tiled_loss = true";
+    default: return "memory.untied_ulysses = true";
+  }
+}
+
+bool toggle_on(const RunConfig& c, int t) {
+  switch (t) {
+    case kFsdp: return c.parallel.fsdp;
+    case kCheckpointing: return c.memory.activation_checkpointing;
+    case kOffload: return c.memory.offload_activations;
+    case kTiledMlp: return c.memory.tiled_mlp;
+    case kTiledLoss: return c.memory.tiled_loss;
+    default: return c.memory.untied_ulysses;
+  }
+}
+
+void set_toggle(RunConfig& c, int t) {
+  switch (t) {
+    case kFsdp: c.parallel.fsdp = true; break;
+    case kCheckpointing: c.memory.activation_checkpointing = true; break;
+    case kOffload: c.memory.offload_activations = true; break;
+    case kTiledMlp: c.memory.tiled_mlp = true; break;
+    case kTiledLoss: c.memory.tiled_loss = true; break;
+    default: c.memory.untied_ulysses = true; break;
+  }
+}
+
+struct Candidate {
+  unsigned mask = 0;
+  int64_t degree = 1;
+  RunConfig config;
+  double slowdown = 1.0;
+  int changes = 0;
+};
+
+}  // namespace
+
+std::vector<Advice> advise(const RunConfig& cfg, int max_suggestions) {
+  std::vector<Advice> out;
+  if (max_suggestions <= 0 || plan_peak(cfg).fits()) return out;
+  const double base_step = plan_step_time(cfg).step_s;
+
+  std::vector<int64_t> degrees = {cfg.parallel.ulysses_degree};
+  for (int64_t p : valid_ulysses_degrees(cfg))
+    if (p > cfg.parallel.ulysses_degree) degrees.push_back(p);
+  unsigned available = 0;
+  for (int t = 0; t < kToggleCount; ++t)
+    if (!toggle_on(cfg, t) && !(t == kFsdp && cfg.parallel.world_size == 1)) available |= 1u << t;
+
+  std::vector<Candidate> fitting;
+  for (int64_t degree : degrees) {
+    for (unsigned mask = 0; mask < (1u << kToggleCount); ++mask) {
+      if ((mask & ~available) != 0) continue;
+      if (mask == 0 && degree == cfg.parallel.ulysses_degree) continue;
+      Candidate c;
+      c.mask = mask;
+      c.degree = degree;
+      c.config = cfg;
+      for (int t = 0; t < kToggleCount; ++t)
+        if (mask & (1u << t)) set_toggle(c.config, t);
+      if (c.config.memory.offload_activations && !c.config.memory.activation_checkpointing) continue;
+      c.config.parallel.ulysses_degree = degree;
+      if (degree != cfg.parallel.ulysses_degree) c.config.memory.heads_per_stage = 0;
+      if (!plan_peak(c.config).fits()) continue;
+      c.slowdown = base_step > 0 ? plan_step_time(c.config).step_s / base_step : 1.0;
+      c.changes = __builtin_popcount(mask) + (degree != cfg.parallel.ulysses_degree ? 1 : 0);
+      fitting.push_back(std::move(c));
+    }
+  }
+  std::sort(fitting.begin(), fitting.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.slowdown != b.slowdown) return a.slowdown < b.slowdown;
+    return a.changes < b.changes;
+  });
+  std::vector<const Candidate*> chosen;
+  for (const auto& c : fitting) {
+    // a superset of a cheaper suggestion (same degree) adds nothing
+    const bool redundant = std::any_of(chosen.begin(), chosen.end(), [&](const Candidate* k) {
+      return k->degree == c.degree && (c.mask & k->mask) == k->mask;
+    });
+    if (redundant) continue;
+    chosen.push_back(&c);
+    if (static_cast<int>(chosen.size()) == max_suggestions) break;
+  }
+  for (const Candidate* c : chosen) {
+    Advice advice;
+    if (c->degree != cfg.parallel.ulysses_degree)
+      advice.changes.push_back("parallel.ulysses_degree = " + std::to_string(c->degree));
+    for (int t = 0; t < kToggleCount; ++t)
+      if (c->mask & (1u << t)) advice.changes.push_back(toggle_change(t));
+    advice.config = c->config;
+    advice.plan = plan_memory(c->config);
+    advice.slowdown = c->slowdown;
+    out.push_back(std::move(advice));
+  }
+  return out;
+}
+
+}  // namespace odyssey

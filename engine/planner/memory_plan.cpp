@@ -1,0 +1,142 @@
+// plan_memory: the liveness walk of one step turned into the per-rank plan (terms with formulas at
+// the device peak, host terms at the host peak, the per-phase timeline with times, the verdicts),
+// and plan_peak, the same walk without strings for the solver.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/config/sizes.h"
+#include "engine/planner/plan_shapes.h"
+#include "engine/planner/planner.h"
+#include "engine/planner/step_time.h"
+#include "engine/planner/step_walk.h"
+
+namespace odyssey {
+
+using namespace planner_detail;
+
+const std::array<const char*, kPlanCategoryCount>& plan_category_names() {
+  static const std::array<const char*, kPlanCategoryCount> names = {
+      "params",         "grads",    "optimizer",   "gathered_params",     "saved_activations", "offloaded",
+      "attention_workspace", "mlp_workspace", "loss_workspace", "comm_buffers", "other"};
+  return names;
+}
+
+const char* to_string(PlanCategory c) { return plan_category_names()[static_cast<int>(c)]; }
+
+namespace {
+
+int64_t gib_bytes(double gib) { return static_cast<int64_t>(std::llround(gib * kGiB)); }
+
+/// Groups a live-set snapshot into terms: one per (name, kind, category, pool), counts summed.
+void add_terms(const std::vector<LiveEntry>& live, const PlanShapes& s, bool host_only, std::vector<MemoryTerm>& out) {
+  struct Group {
+    const LiveEntry* first;
+    int64_t bytes = 0;
+    int64_t count = 0;
+  };
+  std::vector<Group> groups;
+  for (const auto& e : live) {
+    if (e.host != host_only || e.bytes == 0) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.first->kind == e.kind && g.first->category == e.category && std::strcmp(g.first->name, e.name) == 0;
+    });
+    if (it == groups.end()) {
+      groups.push_back({&e, 0, 0});
+      it = groups.end() - 1;
+    }
+    it->bytes += e.bytes;
+    it->count += e.count;
+  }
+  for (const auto& g : groups) {
+    MemoryTerm term;
+    term.category = g.first->category;
+    term.name = g.first->name;
+    term.bytes = g.bytes;
+    term.count = g.count;
+    term.host = host_only;
+    const std::string one = kind_formula(g.first->kind, s);
+    term.formula = g.count > 1 ? std::to_string(g.count) + " x (" + one + ")" : one;
+    out.push_back(std::move(term));
+  }
+}
+
+}  // namespace
+
+PlanPeak plan_peak(const RunConfig& cfg) {
+  const PlanShapes s = make_shapes(cfg);
+  LiveSet live(/*record_phases=*/false);
+  walk_step(s, live, /*collapse=*/true);
+  PlanPeak p;
+  p.peak_bytes = live.device_peak;
+  p.host_bytes = live.host_peak * s.ranks_per_node;
+  p.device_capacity = gib_bytes(cfg.hardware.device_memory_gib);
+  p.host_capacity = gib_bytes(cfg.hardware.host_memory_gib);
+  p.fits_device = p.peak_bytes <= p.device_capacity;
+  p.fits_host = p.host_bytes <= p.host_capacity;
+  return p;
+}
+
+StepTimePlan plan_step_time(const RunConfig& cfg) { return model_step_time(make_shapes(cfg), cfg.hardware); }
+
+MemoryPlan plan_memory(const RunConfig& cfg) {
+  const PlanShapes s = make_shapes(cfg);
+  LiveSet live(/*record_phases=*/true);
+  walk_step(s, live);
+  // Second pass, copying the live set at the device and host peaks. The collapsed walk reaches
+  // the same peaks (the first block to reach the peak is never a collapsed one); the full walk
+  // is the fallback should it ever not.
+  LiveSet at_peak(/*record_phases=*/false);
+  at_peak.snapshot_at(live.device_peak_phase, live.device_peak, live.host_peak);
+  walk_step(s, at_peak, /*collapse=*/true);
+  if (!at_peak.device_snapshot_taken()) {
+    at_peak = LiveSet(/*record_phases=*/false);
+    at_peak.snapshot_at(live.device_peak_phase, live.device_peak, live.host_peak);
+    walk_step(s, at_peak);
+  }
+
+  MemoryPlan plan;
+  add_terms(at_peak.device_snapshot, s, /*host_only=*/false, plan.terms);
+  add_terms(at_peak.host_snapshot, s, /*host_only=*/true, plan.terms);
+  std::stable_sort(plan.terms.begin(), plan.terms.end(), [](const MemoryTerm& x, const MemoryTerm& y) {
+    if (x.host != y.host) return !x.host;
+    if (x.category != y.category) return x.category < y.category;
+    return x.bytes > y.bytes;
+  });
+  for (const auto& term : plan.terms)
+    if (!term.host) plan.category_bytes[static_cast<int>(term.category)] += term.bytes;
+  plan.category_bytes[static_cast<int>(PlanCategory::Offloaded)] += live.host_peak;
+
+  plan.peak_bytes = live.device_peak;
+  plan.peak_phase = phase_name(live.device_peak_phase);
+  plan.device_capacity = gib_bytes(cfg.hardware.device_memory_gib);
+  plan.host_bytes = live.host_peak * s.ranks_per_node;
+  plan.host_capacity = gib_bytes(cfg.hardware.host_memory_gib);
+  plan.fits_device = plan.peak_bytes <= plan.device_capacity;
+  plan.fits_host = plan.host_bytes <= plan.host_capacity;
+  // The dominant term: the largest device category and, inside it, its largest term.
+  int top = 0;
+  for (int c = 1; c < kPlanCategoryCount; ++c)
+    if (c != static_cast<int>(PlanCategory::Offloaded) && plan.category_bytes[c] > plan.category_bytes[top]) top = c;
+  const MemoryTerm* largest = nullptr;
+  for (const auto& term : plan.terms)
+    if (!term.host && static_cast<int>(term.category) == top && (!largest || term.bytes > largest->bytes))
+      largest = &term;
+  plan.dominant_term = std::string(to_string(static_cast<PlanCategory>(top))) + (largest ? ": " + largest->name : "");
+
+  PhaseTimes times;
+  plan.time = model_step_time(s, cfg.hardware, &times);
+  plan.phases.reserve(live.phases.size());
+  for (const auto& p : live.phases) {
+    PhasePlan phase;
+    phase.name = phase_name(p.code);
+    phase.resident_bytes = p.device_peak;
+    phase.host_bytes = p.host_at_peak;
+    phase.category_bytes = p.categories;
+    phase.time_s = times.of(p.code.kind);
+    plan.phases.push_back(std::move(phase));
+  }
+  return plan;
+}
+
+}  // namespace odyssey

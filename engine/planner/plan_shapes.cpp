@@ -1,0 +1,270 @@
+// Derived per-rank sizes of a config and the bytes and formula of every tensor kind the planner
+// allocates (docs/planner.md lists them with the engine operation that creates each).
+#include "engine/planner/plan_shapes.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+
+#include "engine/config/sizes.h"
+
+namespace odyssey::planner_detail {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }
+
+std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* format, ...) {
+  char buf[256];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof buf, format, args);
+  va_end(args);
+  return buf;
+}
+
+/// Parameter counts in decimal units: 218103808 -> "218.1M".
+std::string params(int64_t n) {
+  if (n >= 1000000000) return fmt("%.2fB", n / 1e9);
+  if (n >= 1000000) return fmt("%.1fM", n / 1e6);
+  if (n >= 10000) return fmt("%.1fK", n / 1e3);
+  return std::to_string(n);
+}
+
+std::string tokens(int64_t n) { return format_size(n) + " tokens"; }
+
+}  // namespace
+
+PlanShapes make_shapes(const RunConfig& cfg) {
+  PlanShapes s;
+  const ModelConfig& m = cfg.model;
+  s.L = m.n_layers;
+  s.d = m.d_model;
+  s.H = m.n_heads;
+  s.Hkv = m.n_kv_heads;
+  s.hd = m.head_dim;
+  s.q_dim = m.q_dim();
+  s.kv_dim = m.kv_dim();
+  s.f = m.d_ffn;
+  s.V = m.vocab_size;
+  s.qk_norm = m.qk_norm;
+  s.tied = m.tie_embeddings;
+
+  s.B = cfg.training.batch_size;
+  s.S = cfg.training.seq_len;
+  s.P = std::max<int64_t>(1, cfg.parallel.ulysses_degree);
+  s.W = std::max<int64_t>(1, cfg.parallel.world_size);
+  s.c = dtype_bytes(cfg.training.dtype);
+  s.fsdp = cfg.parallel.fsdp;
+  s.s = s.S / s.P;
+  s.t = s.B * s.s;
+  s.Th = s.B * s.S;
+  s.hq = std::max<int64_t>(1, s.H / s.P);
+  s.hkv_rep = std::max(s.Hkv, s.P);
+  s.hkv = std::max<int64_t>(1, s.hkv_rep / s.P);
+
+  const MemoryConfig& mem = cfg.memory;
+  s.ckpt = mem.activation_checkpointing;
+  s.offload = mem.offload_activations && s.ckpt;
+  s.tiled_mlp = mem.tiled_mlp;
+  s.tiled_loss = mem.tiled_loss;
+  s.untied = mem.untied_ulysses;
+  s.hps = effective_heads_per_stage(mem, cfg.parallel);
+  s.hs = std::clamp<int64_t>(s.hps / s.P, 1, s.hq);
+  s.stages = std::max<int64_t>(1, s.hq / s.hs);
+  // Query heads per KV head on one rank; a stage of hs query heads needs hs/group KV heads (at
+  // least one, shared by the group's stages: K/V are projected once per GQA group).
+  const int64_t group = std::max<int64_t>(1, s.hq / s.hkv);
+  s.khs = std::max<int64_t>(1, s.hs / group);
+  s.mlp_tile = effective_mlp_tile_tokens(mem, m, s.t);
+  s.mlp_tiles = tile_count(s.t, s.mlp_tile);
+  s.loss_tile = effective_loss_tile_tokens(mem, m, s.t);
+  s.loss_tiles = tile_count(s.t, s.loss_tile);
+
+  s.n_block = m.block_params();
+  s.n_attn = s.d * s.q_dim + 2 * s.d * s.kv_dim + s.q_dim * s.d + s.d + (s.qk_norm ? 2 * s.hd : 0);
+  s.n_mlp = 3 * s.d * s.f + s.d;
+  s.n_embed = m.embedding_params();
+  s.n_head = m.non_block_params() - s.n_embed;  // final norm (+ untied LM head)
+  const int64_t shard_ways = s.fsdp ? s.W : 1;
+  s.shard_block = ceil_div(s.n_block, shard_ways);
+  s.shard_embed = ceil_div(s.n_embed, shard_ways);
+  s.shard_head = ceil_div(s.n_head, shard_ways);
+  // unshard() copies unless the compute dtype is fp32 and the group is not sharded (W = 1 or no
+  // FSDP): then `full` is `master` itself.
+  s.gathers = (s.fsdp && s.W > 1) || s.c != 4;
+
+  s.cuda_target = cfg.hardware.profile != "cpu";
+  s.runtime_overhead = static_cast<int64_t>(cfg.hardware.runtime_overhead_gib * kGiB);
+  s.ranks_per_node = std::max<int64_t>(1, std::min(s.W, cfg.hardware.gpus_per_node));
+
+  const int64_t c = s.c;
+  auto set = [&](TensorKind k, int64_t v) { s.bytes[static_cast<int>(k)] = v; };
+  set(TensorKind::Hidden, s.t * s.d * c);
+  set(TensorKind::RowStat, s.t * 4);
+  set(TensorKind::QLocal, s.t * s.q_dim * c);
+  set(TensorKind::KvLocal, s.t * s.kv_dim * c);
+  set(TensorKind::KvLocalRep, s.t * s.hkv_rep * s.hd * c);
+  set(TensorKind::QHead, s.Th * s.hq * s.hd * c);
+  set(TensorKind::KvHead, s.Th * s.hkv * s.hd * c);
+  set(TensorKind::Lse, s.Th * s.hq * 4);
+  set(TensorKind::DqAccum, s.Th * s.hq * s.hd * 4);
+  set(TensorKind::GqaExpanded, s.Th * s.hq * s.hd * c);
+  set(TensorKind::QStageLocal, s.t * s.hs * s.P * s.hd * c);
+  set(TensorKind::KvStageLocal, s.t * s.khs * s.P * s.hd * c);
+  set(TensorKind::QStageHead, s.Th * s.hs * s.hd * c);
+  set(TensorKind::KvStageHead, s.Th * s.khs * s.hd * c);
+  set(TensorKind::DqAccumStage, s.Th * s.hs * s.hd * 4);
+  set(TensorKind::GqaExpandedStage, s.Th * s.hs * s.hd * c);
+  set(TensorKind::Ffn, s.t * s.f * c);
+  set(TensorKind::FfnTile, s.mlp_tile * s.f * c);
+  set(TensorKind::HiddenTile, s.mlp_tile * s.d * c);
+  set(TensorKind::Logits, s.t * s.V * c);
+  set(TensorKind::Logits32, s.t * s.V * 4);
+  set(TensorKind::LogitsTile, s.loss_tile * s.V * c);
+  set(TensorKind::LogitsTile32, s.loss_tile * s.V * 4);
+  set(TensorKind::HiddenLossTile, s.loss_tile * s.d * c);
+  set(TensorKind::TokenIds, s.t * 8);
+  set(TensorKind::RopeTable, s.t * s.hd * c);
+  const int64_t shard_elems = s.L * s.shard_block + s.shard_embed + s.shard_head;
+  set(TensorKind::MasterShards, shard_elems * 4);
+  set(TensorKind::GradShards, shard_elems * 4);
+  set(TensorKind::AdamMoments, shard_elems * 8);
+  set(TensorKind::BlockFull, s.n_block * c);
+  set(TensorKind::EmbedFull, s.n_embed * c);
+  set(TensorKind::HeadFull, s.n_head * c);
+  set(TensorKind::BlockShardCast, s.fsdp && s.W > 1 ? s.shard_block * c : 0);
+  set(TensorKind::BlockGradsAttn, s.n_attn * c);
+  set(TensorKind::BlockGradsMlp, s.n_mlp * c);
+  set(TensorKind::MlpWeightTile, s.d * s.f * c);
+  set(TensorKind::HeadWeightGrad, s.V * s.d * c);
+  set(TensorKind::HeadGradAccum, s.V * s.d * 4);
+  set(TensorKind::EmbedGradDense, s.n_embed * c);
+  set(TensorKind::BlockPack, s.n_block * 4);
+  set(TensorKind::HeadPack, (s.n_head + (s.tied ? s.n_embed : 0)) * 4);
+  set(TensorKind::EmbedPack, s.n_embed * 4);
+  set(TensorKind::BlockShardOut, s.fsdp && s.W > 1 ? s.shard_block * 4 : 0);
+  set(TensorKind::OptimizerTemp, 2 * std::max({s.shard_block, s.shard_embed, s.shard_head}) * 4);
+  set(TensorKind::RuntimeOverhead, s.runtime_overhead);
+  set(TensorKind::OffloadedInput, s.t * s.d * c);
+  set(TensorKind::PinnedStaging, s.t * s.d * c);
+  return s;
+}
+
+std::string kind_formula(TensorKind kind, const PlanShapes& s) {
+  const long long B = s.B, c = s.c, d = s.d, hd = s.hd;
+  const std::string st = tokens(s.s), St = tokens(s.S);
+  const std::string tile = tokens(s.mlp_tile), ltile = tokens(s.loss_tile);
+  switch (kind) {
+    case TensorKind::Hidden:
+    case TensorKind::OffloadedInput:
+    case TensorKind::PinnedStaging: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), d, c);
+    case TensorKind::RowStat: return fmt("%lld x %s x 4 B", B, st.c_str());
+    case TensorKind::QLocal:
+      return fmt("%lld x %s x %lld heads x %lld x %lld B", B, st.c_str(), (long long)s.H, hd, c);
+    case TensorKind::KvLocal:
+      return fmt("%lld x %s x %lld KV heads x %lld x %lld B", B, st.c_str(), (long long)s.Hkv, hd, c);
+    case TensorKind::KvLocalRep:
+      return fmt("%lld x %s x max(%lld, P=%lld) KV heads x %lld x %lld B", B, st.c_str(), (long long)s.Hkv,
+                 (long long)s.P, hd, c);
+    case TensorKind::QHead:
+    case TensorKind::GqaExpanded:
+      return fmt("%lld x %s x %lld heads x %lld x %lld B", B, St.c_str(), (long long)s.hq, hd, c);
+    case TensorKind::KvHead:
+      return fmt("%lld x %s x %lld KV head%s x %lld x %lld B", B, St.c_str(), (long long)s.hkv,
+                 s.hkv == 1 ? "" : "s", hd, c);
+    case TensorKind::Lse: return fmt("%lld x %lld heads x %s x 4 B", B, (long long)s.hq, St.c_str());
+    case TensorKind::DqAccum:
+      return fmt("%lld x %s x %lld heads x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.hq, hd);
+    case TensorKind::QStageLocal:
+      return fmt("%lld x %s x %lld heads x %lld x %lld B", B, st.c_str(), (long long)(s.hs * s.P), hd, c);
+    case TensorKind::KvStageLocal:
+      return fmt("%lld x %s x %lld KV heads x %lld x %lld B", B, st.c_str(), (long long)(s.khs * s.P), hd, c);
+    case TensorKind::QStageHead:
+    case TensorKind::GqaExpandedStage:
+      return fmt("%lld x %s x %lld head%s x %lld x %lld B", B, St.c_str(), (long long)s.hs, s.hs == 1 ? "" : "s",
+                 hd, c);
+    case TensorKind::KvStageHead:
+      return fmt("%lld x %s x %lld KV head%s x %lld x %lld B", B, St.c_str(), (long long)s.khs,
+                 s.khs == 1 ? "" : "s", hd, c);
+    case TensorKind::DqAccumStage:
+      return fmt("%lld x %s x %lld head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.hs,
+                 s.hs == 1 ? "" : "s", hd);
+    case TensorKind::Ffn: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), (long long)s.f, c);
+    case TensorKind::FfnTile: return fmt("%s x %lld x %lld B", tile.c_str(), (long long)s.f, c);
+    case TensorKind::HiddenTile: return fmt("%s x %lld x %lld B", tile.c_str(), d, c);
+    case TensorKind::Logits: return fmt("%lld x %s x %lld vocab x %lld B", B, st.c_str(), (long long)s.V, c);
+    case TensorKind::Logits32: return fmt("%lld x %s x %lld vocab x 4 B", B, st.c_str(), (long long)s.V);
+    case TensorKind::LogitsTile: return fmt("%s x %lld vocab x %lld B", ltile.c_str(), (long long)s.V, c);
+    case TensorKind::LogitsTile32: return fmt("%s x %lld vocab x 4 B", ltile.c_str(), (long long)s.V);
+    case TensorKind::HiddenLossTile: return fmt("%s x %lld x %lld B", ltile.c_str(), d, c);
+    case TensorKind::TokenIds: return fmt("%lld x %s x 8 B", B, st.c_str());
+    case TensorKind::RopeTable: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), hd, c);
+    case TensorKind::MasterShards:
+    case TensorKind::GradShards:
+    case TensorKind::AdamMoments: {
+      const char* per = kind == TensorKind::AdamMoments ? "8 B (exp_avg + exp_avg_sq)" : "4 B";
+      const std::string ways = s.fsdp ? fmt(" / %lld ranks", (long long)s.W) : std::string(" (unsharded)");
+      return fmt("(%lld blocks x %s + %s embedding + %s head) params%s x %s", (long long)s.L,
+                 params(s.n_block).c_str(), params(s.n_embed).c_str(), params(s.n_head).c_str(), ways.c_str(), per);
+    }
+    case TensorKind::BlockFull: return fmt("%s params x %lld B", params(s.n_block).c_str(), c);
+    case TensorKind::EmbedFull: return fmt("%s params x %lld B", params(s.n_embed).c_str(), c);
+    case TensorKind::HeadFull: return fmt("%s params x %lld B", params(s.n_head).c_str(), c);
+    case TensorKind::BlockShardCast:
+      return fmt("%s params / %lld ranks x %lld B", params(s.n_block).c_str(), (long long)s.W, c);
+    case TensorKind::BlockGradsAttn: return fmt("%s attention params x %lld B", params(s.n_attn).c_str(), c);
+    case TensorKind::BlockGradsMlp: return fmt("%s MLP params x %lld B", params(s.n_mlp).c_str(), c);
+    case TensorKind::MlpWeightTile: return fmt("%lld x %lld x %lld B", (long long)s.f, d, c);
+    case TensorKind::HeadWeightGrad:
+    case TensorKind::EmbedGradDense: return fmt("%lld vocab x %lld x %lld B", (long long)s.V, d, c);
+    case TensorKind::HeadGradAccum: return fmt("%lld vocab x %lld x 4 B (fp32)", (long long)s.V, d);
+    case TensorKind::BlockPack: return fmt("%s params x 4 B", params(s.n_block).c_str());
+    case TensorKind::HeadPack:
+      return fmt("%s params x 4 B", params(s.n_head + (s.tied ? s.n_embed : 0)).c_str());
+    case TensorKind::EmbedPack: return fmt("%s params x 4 B", params(s.n_embed).c_str());
+    case TensorKind::BlockShardOut:
+      return fmt("%s params / %lld ranks x 4 B", params(s.n_block).c_str(), (long long)s.W);
+    case TensorKind::OptimizerTemp: return "2 x largest shard x 4 B";
+    case TensorKind::RuntimeOverhead: return "hardware.runtime_overhead_gib";
+    case TensorKind::Count: break;
+  }
+  return "";
+}
+
+const char* kind_shape(TensorKind kind) {
+  switch (kind) {
+    case TensorKind::Hidden: return "[B, s, d]";
+    case TensorKind::RowStat: return "[B, s] fp32";
+    case TensorKind::QLocal: return "[B, s, H*hd]";
+    case TensorKind::KvLocal: return "[B, s, Hkv*hd]";
+    case TensorKind::KvLocalRep: return "[B, s, max(Hkv,P)*hd]";
+    case TensorKind::QHead: return "[B, S, H/P, hd]";
+    case TensorKind::KvHead: return "[B, S, max(1,Hkv/P), hd]";
+    case TensorKind::Lse: return "[B, H/P, S] fp32";
+    case TensorKind::DqAccum: return "[B, S, H/P, hd] fp32";
+    case TensorKind::GqaExpanded: return "[B, S, H/P, hd]";
+    case TensorKind::QStageLocal: return "[B, s, hps*hd]";
+    case TensorKind::KvStageLocal: return "[B, s, kv_stage*hd]";
+    case TensorKind::QStageHead: return "[B, S, hps/P, hd]";
+    case TensorKind::KvStageHead: return "[B, S, kv/stage, hd]";
+    case TensorKind::DqAccumStage: return "[B, S, hps/P, hd] fp32";
+    case TensorKind::GqaExpandedStage: return "[B, S, hps/P, hd]";
+    case TensorKind::Ffn: return "[B, s, f]";
+    case TensorKind::FfnTile: return "[tile, f]";
+    case TensorKind::HiddenTile: return "[tile, d]";
+    case TensorKind::Logits: return "[B, s, V]";
+    case TensorKind::Logits32: return "[B, s, V] fp32";
+    case TensorKind::LogitsTile: return "[tile, V]";
+    case TensorKind::LogitsTile32: return "[tile, V] fp32";
+    case TensorKind::HiddenLossTile: return "[tile, d]";
+    case TensorKind::TokenIds: return "[B, s] int64";
+    case TensorKind::RopeTable: return "[B, s, hd]";
+    case TensorKind::OffloadedInput:
+    case TensorKind::PinnedStaging: return "[B, s, d] host";
+    default: return "";
+  }
+}
+
+}  // namespace odyssey::planner_detail

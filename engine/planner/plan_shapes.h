@@ -1,0 +1,120 @@
+// The per-rank sizes the planner works with (local tokens, head layout, stages, tiles, parameter
+// groups) and the tensor kinds it allocates, each with its bytes and its formula in words.
+// Internal to engine/planner. defines: PlanShapes, TensorKind, kind_bytes, kind_formula, make_shapes
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/config/run_config.h"
+
+namespace odyssey::planner_detail {
+
+/// Every kind of tensor the step walk allocates. The bytes of one tensor of a kind are fixed by the
+/// config (kind_bytes); kind_formula prints them with the values plugged in.
+enum class TensorKind : uint8_t {
+  // activations, local layout [B, s, ...]
+  Hidden,          ///< [B, s, d] in the compute dtype: block input/output, norms, residuals
+  RowStat,         ///< [B, s] fp32: an RMSNorm's saved 1/rms
+  QLocal,          ///< [B, s, H*hd]
+  KvLocal,         ///< [B, s, Hkv*hd]
+  KvLocalRep,      ///< [B, s, max(Hkv, P)*hd]: K or V with KV heads replicated up to the degree
+  // activations, head layout after the all-to-all [B, S, heads/P, hd]
+  QHead,           ///< [B, S, H/P, hd]
+  KvHead,          ///< [B, S, max(1, Hkv/P), hd]
+  Lse,             ///< [B, H/P, S] fp32 log-sum-exp of flash attention
+  DqAccum,         ///< [B, S, H/P, hd] fp32: flash-attention backward's dq accumulator
+  GqaExpanded,     ///< [B, S, H/P, hd]: flash backward's dK or dV at query-head count (GQA)
+  // Untied Ulysses: one stage of heads_per_stage query heads (heads_per_stage/P per rank)
+  QStageLocal,     ///< [B, s, heads_per_stage*hd]
+  KvStageLocal,    ///< [B, s, kv_heads_per_stage*P*hd]
+  QStageHead,      ///< [B, S, heads_per_stage/P, hd]
+  KvStageHead,     ///< [B, S, kv heads per rank per stage, hd]
+  DqAccumStage,    ///< fp32 dq accumulator of one stage
+  GqaExpandedStage,///< one stage's dK or dV at the stage's query-head count
+  // MLP
+  Ffn,             ///< [B, s, f]
+  FfnTile,         ///< [tile, f]
+  HiddenTile,      ///< [tile, d]
+  // loss
+  Logits,          ///< [B, s, V] compute dtype
+  Logits32,        ///< [B, s, V] fp32
+  LogitsTile,      ///< [loss_tile, V] compute dtype
+  LogitsTile32,    ///< [loss_tile, V] fp32
+  HiddenLossTile,  ///< [loss_tile, d]
+  // step inputs
+  TokenIds,        ///< [B, s] int64 (token ids, labels, positions)
+  RopeTable,       ///< [B, s, hd] cos or sin in the compute dtype
+  // parameters and their gradients
+  MasterShards,    ///< fp32 master shards of every group
+  GradShards,      ///< fp32 gradient shards
+  AdamMoments,     ///< exp_avg + exp_avg_sq shards
+  BlockFull,       ///< one block's unsharded compute-dtype buffer
+  EmbedFull,       ///< the embedding's unsharded buffer
+  HeadFull,        ///< the head group's unsharded buffer (final norm [+ LM head])
+  BlockShardCast,  ///< a block shard cast to the compute dtype for the all-gather
+  BlockGradsAttn,  ///< attention weight gradients of one block (compute dtype)
+  BlockGradsMlp,   ///< MLP weight gradients of one block (compute dtype)
+  MlpWeightTile,   ///< one [f, d] weight gradient of one tile before it is accumulated
+  HeadWeightGrad,  ///< [V, d] LM-head weight gradient (compute dtype)
+  HeadGradAccum,   ///< [V, d] fp32 LM-head gradient accumulated over loss tiles
+  EmbedGradDense,  ///< [V, d] dense embedding gradient (compute dtype)
+  BlockPack,       ///< fp32 [N_block] packed gradients for the reduce-scatter
+  HeadPack,        ///< fp32 [N_head] packed gradients
+  EmbedPack,       ///< fp32 [N_embed] packed gradients
+  BlockShardOut,   ///< fp32 [N_block / W] reduce-scatter output before it is added into grad
+  OptimizerTemp,   ///< fp32 temporaries of AdamW over the largest shard
+  RuntimeOverhead, ///< CUDA context, NCCL, cuBLAS workspace, fragmentation (hardware profile)
+  // host
+  OffloadedInput,  ///< [B, s, d] checkpointed block input in the host pool
+  PinnedStaging,   ///< [B, s, d] pinned transfer slot (D2H in forward, H2D prefetch in backward)
+  Count
+};
+constexpr int kTensorKindCount = static_cast<int>(TensorKind::Count);
+
+/// Per-rank sizes of one config. All counts are elements unless named *_bytes.
+struct PlanShapes {
+  // model
+  int64_t L = 0, d = 0, H = 0, Hkv = 0, hd = 0, q_dim = 0, kv_dim = 0, f = 0, V = 0;
+  bool qk_norm = false, tied = false;
+  // step and parallelism
+  int64_t B = 0, S = 0, P = 1, W = 1, c = 4;  ///< c: compute dtype bytes
+  bool fsdp = false;
+  int64_t s = 0;         ///< local tokens per sequence, S / P
+  int64_t t = 0;         ///< local tokens per rank, B * s
+  int64_t Th = 0;        ///< tokens in the head layout, B * S
+  int64_t hq = 0;        ///< query heads per rank in the head layout, H / P
+  int64_t hkv_rep = 0;   ///< KV heads after replication to the degree, max(Hkv, P)
+  int64_t hkv = 0;       ///< KV heads per rank in the head layout, hkv_rep / P
+  // techniques
+  bool ckpt = false, offload = false, tiled_mlp = false, tiled_loss = false, untied = false;
+  int64_t hps = 0;       ///< query heads per stage over all ranks
+  int64_t hs = 0;        ///< query heads per rank per stage, hps / P
+  int64_t stages = 1;    ///< hq / hs
+  int64_t khs = 0;       ///< KV heads per rank per stage
+  int64_t mlp_tile = 0, mlp_tiles = 1, loss_tile = 0, loss_tiles = 1;
+  // parameters per group and their shards (elements)
+  int64_t n_block = 0, n_embed = 0, n_head = 0, n_attn = 0, n_mlp = 0;
+  int64_t shard_block = 0, shard_embed = 0, shard_head = 0;
+  bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: fp32 without FSDP)
+  // hardware
+  bool cuda_target = true;  ///< the hardware profile is a GPU (pinned staging exists)
+  int64_t runtime_overhead = 0;
+  int64_t ranks_per_node = 1;
+  /// Bytes of one tensor of each kind, filled by make_shapes (the walk's inner loop reads these).
+  int64_t bytes[kTensorKindCount] = {};
+};
+
+/// Derives the shapes of a (valid) config.
+PlanShapes make_shapes(const RunConfig& cfg);
+
+/// Bytes of one tensor of `kind`.
+inline int64_t kind_bytes(TensorKind kind, const PlanShapes& s) { return s.bytes[static_cast<int>(kind)]; }
+
+/// The formula of one tensor of `kind` with the values plugged in: "1 x 384K tok x 4096 x 2 B".
+std::string kind_formula(TensorKind kind, const PlanShapes& s);
+
+/// "[B, s, d]"-style shape description of a kind (for the docs and terms).
+const char* kind_shape(TensorKind kind);
+
+}  // namespace odyssey::planner_detail

@@ -1,0 +1,133 @@
+// Step time and MFU. FLOP convention (docs/planner.md): model FLOPs per token are 3 x the forward
+// matmul FLOPs of every block and the LM head (2 FLOPs per multiply-add; embeddings not counted)
+// plus causal attention counted once (Megatron: 6 L H hd S per token); mfu_palm counts attention
+// non-causally (PaLM, torchtitan: 12 L H hd S). Hardware FLOPs add the recompute the engine runs.
+#include "engine/planner/step_time.h"
+
+#include <algorithm>
+
+namespace odyssey::planner_detail {
+
+namespace {
+
+double exposed(double comm_s, double overlap_s) { return std::max(0.0, comm_s - overlap_s); }
+
+}  // namespace
+
+StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, PhaseTimes* phases) {
+  StepTimePlan out;
+  const double t = static_cast<double>(s.t);
+  const double S = static_cast<double>(s.S);
+  const double L = static_cast<double>(s.L);
+  // Forward FLOPs per token of one block's parts and of the head.
+  const double proj = 2.0 * s.d * (s.q_dim + 2.0 * s.kv_dim);  // q, k, v projections
+  const double o_proj = 2.0 * s.q_dim * s.d;
+  const double core_causal = 2.0 * s.q_dim * S;  // QK^T and PV over S/2 keys on average
+  const double core_full = 4.0 * s.q_dim * S;    // the same without the causal half
+  const double mlp = 6.0 * s.d * s.f;             // gate, up, down
+  const double head = 2.0 * s.V * s.d;
+  const double attn_fwd = proj + o_proj + core_causal;
+  const double block_fwd = attn_fwd + mlp;
+
+  const double model = 3.0 * (L * block_fwd + head);
+  const double model_palm = 3.0 * (L * (proj + o_proj + core_full + mlp) + head);
+  double recompute = 0;
+  if (s.ckpt) recompute += L * block_fwd;      // the block's forward again in backward
+  if (s.tiled_mlp) recompute += L * mlp;       // each tile's forward again in its backward
+  if (s.untied) recompute += L * proj;         // stage projections again in backward
+  const double hardware = model + recompute;
+
+  const double rate = hw.bf16_tflops * 1e12 * hw.compute_efficiency;  // achieved FLOP/s
+  const double per_node = static_cast<double>(std::max<int64_t>(1, hw.gpus_per_node));
+  const double comm_bw = [&](double ranks) {
+    return (ranks <= per_node ? hw.nvlink_gbps : hw.internode_gbps) * 1e9 * hw.comm_efficiency;
+  }(static_cast<double>(s.W));
+  const double a2a_bw =
+      (static_cast<double>(s.P) <= per_node ? hw.nvlink_gbps : hw.internode_gbps) * 1e9 * hw.comm_efficiency;
+  const double pcie_bw = hw.pcie_gbps * 1e9;
+
+  // Compute per phase kind (per block where the phase is per block).
+  PhaseTimes pt;
+  auto set = [&](PhaseKind k, double v) { pt.seconds[static_cast<int>(k)] = v; };
+  set(PhaseKind::FwdAttn, t * attn_fwd / rate);
+  set(PhaseKind::FwdMlp, t * mlp / rate);
+  set(PhaseKind::BwdRecompute, s.ckpt ? t * block_fwd / rate : 0.0);
+  set(PhaseKind::BwdMlp, t * (2.0 * mlp + (s.tiled_mlp ? mlp : 0.0)) / rate);
+  set(PhaseKind::BwdAttn, t * (2.0 * attn_fwd + (s.untied ? proj : 0.0)) / rate);
+  set(PhaseKind::FwdLoss, t * (s.tiled_loss ? 3.0 * head : head) / rate);
+  set(PhaseKind::BwdLoss, s.tiled_loss ? 0.0 : t * 2.0 * head / rate);
+  out.compute_s = t * hardware / rate;
+  out.recompute_s = t * recompute / rate;
+
+  // Ulysses all-to-all: q, k, v in and o out per pass (d o in, dq, dk, dv out backward); not
+  // overlapped. Untied backward moves twice as much (recomputed q/k/v, o, d o, then dq/dk/dv).
+  if (s.P > 1) {
+    const double pass = (2.0 * kind_bytes(TensorKind::QLocal, s) + 2.0 * kind_bytes(TensorKind::KvLocalRep, s)) *
+                        (s.P - 1) / s.P / a2a_bw;
+    const double bwd_passes = s.untied ? 2.0 : 1.0;
+    pt.seconds[static_cast<int>(PhaseKind::FwdAttn)] += pass;
+    if (s.ckpt) pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += pass;
+    pt.seconds[static_cast<int>(PhaseKind::BwdAttn)] += bwd_passes * pass;
+    out.all_to_all_s = L * pass * (1.0 + (s.ckpt ? 1.0 : 0.0) + bwd_passes);
+  }
+
+  // FSDP: all-gathers are prefetched behind the previous block's compute; the reduce-scatter is
+  // its own phase. Without FSDP and with W > 1 gradients are all-reduced (2x the bytes).
+  const double ways = static_cast<double>(s.W);
+  double fsdp = 0;
+  if (s.W > 1) {
+    const double frac = (ways - 1) / ways;
+    const double gather = s.fsdp ? s.n_block * s.c * frac / comm_bw : 0.0;
+    const double reduce = s.n_block * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
+    const double fwd_block = pt.of(PhaseKind::FwdAttn) + pt.of(PhaseKind::FwdMlp);
+    const double bwd_block = pt.of(PhaseKind::BwdRecompute) + pt.of(PhaseKind::BwdMlp) + pt.of(PhaseKind::BwdAttn);
+    const double fwd_exposed = exposed(gather, fwd_block), bwd_exposed = exposed(gather, bwd_block);
+    pt.seconds[static_cast<int>(PhaseKind::FwdAttn)] += fwd_exposed;
+    pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += bwd_exposed;
+    set(PhaseKind::BwdReduceScatter, reduce);
+    const double embed_gather = s.fsdp ? s.n_embed * s.c * frac / comm_bw : 0.0;
+    const double embed_reduce = s.n_embed * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
+    const double head_reduce = (s.n_head + (s.tied ? s.n_embed : 0)) * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
+    set(PhaseKind::FwdEmbed, embed_gather);
+    set(PhaseKind::BwdEmbed, embed_reduce);
+    pt.seconds[static_cast<int>(s.tiled_loss ? PhaseKind::FwdLoss : PhaseKind::BwdLoss)] += head_reduce;
+    fsdp = L * (fwd_exposed + bwd_exposed + reduce) + embed_gather + embed_reduce + head_reduce;
+  }
+  out.fsdp_comm_s = fsdp;
+
+  // Offload: one block input D2H per block in forward, one H2D prefetch per block in backward,
+  // on side streams behind the block's compute.
+  double offload_per_block = 0;
+  if (s.offload) {
+    const double copy = kind_bytes(TensorKind::Hidden, s) / pcie_bw;
+    const double fwd_exposed = exposed(copy, pt.of(PhaseKind::FwdAttn) + pt.of(PhaseKind::FwdMlp));
+    const double bwd_exposed = exposed(copy, pt.of(PhaseKind::BwdRecompute));
+    pt.seconds[static_cast<int>(PhaseKind::FwdMlp)] += fwd_exposed;
+    pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += bwd_exposed;
+    offload_per_block = fwd_exposed + bwd_exposed;
+    out.offload_s = (L - 1) * offload_per_block;
+  }
+
+  double step = pt.of(PhaseKind::FwdEmbed) + pt.of(PhaseKind::FwdLoss) + pt.of(PhaseKind::BwdLoss) +
+                pt.of(PhaseKind::BwdEmbed) + pt.of(PhaseKind::Optimizer);
+  for (PhaseKind k : {PhaseKind::FwdAttn, PhaseKind::FwdMlp, PhaseKind::BwdRecompute, PhaseKind::BwdMlp,
+                      PhaseKind::BwdAttn, PhaseKind::BwdReduceScatter})
+    step += L * pt.of(k);
+  step -= offload_per_block;  // L - 1 inputs move: the last block's stays on the device
+  out.step_s = step;
+  out.tokens_per_s_per_device = step > 0 ? t / step : 0;
+  out.model_flops_per_token = model;
+  const double peak = hw.bf16_tflops * 1e12;
+  out.mfu = step > 0 ? t * model / (step * peak) : 0;
+  out.mfu_palm = step > 0 ? t * model_palm / (step * peak) : 0;
+  out.hfu = step > 0 ? t * hardware / (step * peak) : 0;
+  out.convention =
+      "model FLOPs/token = 3 x (forward matmuls of all blocks and the LM head, 2 per multiply-add) + causal "
+      "attention counted once (6 L H hd S, Megatron); mfu_palm counts attention non-causally (12 L H hd S, "
+      "PaLM/torchtitan); hfu adds the recompute (checkpointing, tiled MLP, Untied projections); FlashAttention's "
+      "internal recompute is not counted";
+  if (phases) *phases = pt;
+  return out;
+}
+
+}  // namespace odyssey::planner_detail

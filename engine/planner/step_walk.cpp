@@ -1,0 +1,366 @@
+// The step as the engine runs it (docs/architecture.md), replayed as allocations and frees: embed,
+// blocks forward (attention half, MLP half), loss, blocks backward (recompute, MLP, attention,
+// reduce-scatter), embedding backward, optimizer. Every tensor is named after the engine
+// operation that creates it; docs/planner.md lists them. Frees follow autograd: a saved tensor
+// dies when the node that saved it has run its backward.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/planner/block_halves.h"
+#include "engine/planner/step_walk.h"
+
+namespace odyssey::planner_detail {
+
+namespace {
+
+using K = TensorKind;
+using C = PlanCategory;
+
+/// One block's forward results kept for its backward.
+struct BlockState {
+  AttnSaved attn;
+  MlpSaved mlp;
+  int input = -1;   ///< block input on the device (checkpoint, or autograd's saved input)
+  int host = -1;    ///< offloaded input in the host pool
+  int h = -1;       ///< attention half output (non-checkpointed: saved)
+  int out = -1;     ///< block output (non-checkpointed: the MLP graph's root)
+};
+
+class Walker {
+ public:
+  Walker(const PlanShapes& s, LiveSet& m, bool collapse)
+      : s_(s), m_(m), halves_(s, m), blocks_(static_cast<size_t>(s.L)), collapse_(collapse && s.L >= 5) {}
+
+  void run() {
+    setup();
+    forward();
+    backward();
+  }
+
+ private:
+  int a(const char* name, K kind, C cat, int32_t count = 1) {
+    return m_.alloc(name, kind, cat, kind_bytes(kind, s_), count);
+  }
+  void f(int& h) {
+    if (h >= 0) m_.free(h);
+    h = -1;
+  }
+  bool grouped() const { return s_.gathers; }
+
+  // --- parameters -------------------------------------------------------------------------------
+
+  /// unshard(): the all-gather (or cast) into the group's full compute-dtype buffer.
+  int gather(K full_kind, const char* name) {
+    if (!grouped()) return -1;
+    int cast = -1;
+    if (full_kind == K::BlockFull && kind_bytes(K::BlockShardCast, s_) > 0)
+      cast = a("all-gather input (shard in compute dtype)", K::BlockShardCast, C::CommBuffers);
+    const int full = a(name, full_kind, C::GatheredParams);
+    f(cast);
+    return full;
+  }
+
+  /// Pack the group's gradients into fp32 and reduce-scatter (or all-reduce / add) into its shard.
+  void reduce_scatter(K pack_kind, int& grads_a, int& grads_b) {
+    int pack = a("gradient pack for reduce-scatter (fp32)", pack_kind, C::CommBuffers);
+    f(grads_a);
+    f(grads_b);
+    int shard_out = -1;
+    if (pack_kind == K::BlockPack && kind_bytes(K::BlockShardOut, s_) > 0)
+      shard_out = a("reduce-scatter output shard (fp32)", K::BlockShardOut, C::CommBuffers);
+    f(shard_out);
+    f(pack);
+  }
+
+  void setup() {
+    m_.alloc("fp32 master shards", K::MasterShards, C::Params, kind_bytes(K::MasterShards, s_));
+    m_.alloc("fp32 gradient shards", K::GradShards, C::Grads, kind_bytes(K::GradShards, s_));
+    m_.alloc("AdamW moments (exp_avg, exp_avg_sq)", K::AdamMoments, C::Optimizer, kind_bytes(K::AdamMoments, s_));
+    if (s_.runtime_overhead > 0) a("runtime overhead (CUDA context, NCCL, cuBLAS, fragmentation)", K::RuntimeOverhead, C::Other);
+    a("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
+    a("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
+    if (s_.offload && s_.cuda_target)
+      m_.alloc("pinned staging slots (D2H, H2D prefetch)", K::PinnedStaging, C::Offloaded,
+               kind_bytes(K::PinnedStaging, s_), 2, /*host=*/true);
+  }
+
+  // --- the step ------------------------------------------------------------------------------------
+
+  void forward() {
+    m_.begin_phase(PhaseKind::FwdEmbed);
+    int embed = gather(K::EmbedFull, "embedding (unsharded)");
+    next_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
+    x_ = a("embedding output", K::Hidden, C::Other);
+    f(embed);
+    std::vector<LiveEntry> before;
+    for (int32_t i = 0; i < s_.L; ++i) {
+      if (collapse_ && i == 2 && ghost_forward(before)) i = s_.L - 2;  // blocks 2..L-3 collapsed
+      if (collapse_ && i == 1) before = m_.live_entries();
+      block_forward(i);
+    }
+    loss_forward();
+  }
+
+  /// Adds the residue of blocks 2..L-3 at once: (L-4) x what block 1 left behind, tensor by
+  /// tensor (same names, kinds and categories, so terms group with the walked blocks'). Falls
+  /// back to walking them when block 1's residue is not a plain addition.
+  bool ghost_forward(const std::vector<LiveEntry>& before) {
+    struct Group {
+      const LiveEntry* e;
+      int64_t bytes = 0, count = 0;
+    };
+    std::vector<Group> groups;
+    const std::vector<LiveEntry> after = m_.live_entries();
+    auto add = [&](const std::vector<LiveEntry>& entries, int sign) {
+      for (const auto& e : entries) {
+        auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+          return g.e->kind == e.kind && g.e->category == e.category && g.e->host == e.host &&
+                 std::strcmp(g.e->name, e.name) == 0;
+        });
+        if (it == groups.end()) it = groups.insert(groups.end(), Group{&e});
+        it->bytes += sign * e.bytes;
+        it->count += sign * e.count;
+      }
+    };
+    add(after, +1);
+    add(before, -1);
+    int host_groups = 0;
+    for (const auto& g : groups) {
+      if (g.bytes == 0 && g.count == 0) continue;
+      if (g.bytes <= 0 || g.count <= 0 || g.bytes % g.count != 0) return false;
+      host_groups += g.e->host ? 1 : 0;
+    }
+    if (host_groups > 1) return false;
+    const int32_t ghosts = static_cast<int32_t>(s_.L - 4);
+    for (const auto& g : groups) {
+      if (g.bytes == 0) continue;
+      const int64_t each = g.bytes / g.count;
+      const int h = m_.alloc(g.e->name, g.e->kind, g.e->category, each, static_cast<int32_t>(g.count) * ghosts,
+                             g.e->host);
+      if (g.e->host) {
+        ghost_host_ = h;
+        ghost_host_unit_ = g.bytes;
+      } else {
+        ghost_device_.push_back(h);
+      }
+    }
+    ghosted_ = true;
+    return true;
+  }
+
+  /// Backward of the collapsed blocks L-3..2: each frees its own residue, and block 2's
+  /// prefetch frees block 1's offloaded input.
+  void ghost_backward() {
+    for (int& h : ghost_device_) f(h);
+    f(ghost_host_);
+    f(blocks_[1].host);
+  }
+
+  /// Frees block j's offloaded input (its prefetch moved it back to the device).
+  void free_host_input(int32_t j) {
+    if (ghosted_ && j >= 2 && j <= s_.L - 3) {
+      if (m_.shrink(ghost_host_, ghost_host_unit_)) ghost_host_ = -1;
+      return;
+    }
+    f(blocks_[j].host);
+  }
+
+  void block_forward(int32_t i) {
+    BlockState& b = blocks_[i];
+    const bool grad = !s_.ckpt;
+    m_.begin_phase(PhaseKind::FwdAttn, i);
+    int current = next_gathered_;
+    if (i + 1 < s_.L) {
+      next_gathered_ = gather(K::BlockFull, "block parameters (unsharded, prefetch)");
+    } else {
+      head_gathered_ = gather(K::HeadFull, "head parameters (unsharded)");
+      if (s_.tied) tied_embed_ = gather(K::EmbedFull, "embedding (unsharded, tied LM head)");
+      next_gathered_ = -1;
+    }
+    b.input = x_;
+    int h = halves_.attention_forward(grad, b.attn);
+    m_.begin_phase(PhaseKind::FwdMlp, i);
+    int out = halves_.mlp_forward(grad, b.mlp);
+    if (s_.ckpt) {
+      f(h);
+      if (s_.offload && i + 1 < s_.L) {
+        b.host = m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded,
+                          kind_bytes(K::OffloadedInput, s_), 1, /*host=*/true);
+        f(b.input);
+      } else {
+        m_.retag(b.input, C::SavedActivations,
+                 s_.offload ? "last block input (kept on the device)" : "checkpointed block inputs");
+      }
+    } else {
+      // everything the block's forward left alive is what autograd saved (retag_since)
+      b.h = h;
+      b.out = out;
+      for (int handle : {b.input, b.attn.n1, b.attn.rstd, b.attn.q_pre, b.attn.k_pre, b.attn.q_h, b.attn.k_h,
+                         b.attn.v_h, b.attn.o_h, b.attn.lse, b.attn.o, b.attn.out, h, b.mlp.n2, b.mlp.rstd,
+                         b.mlp.gate, b.mlp.up, b.mlp.act, b.mlp.prod, out})
+        m_.retag(handle, C::SavedActivations);
+      if (i > 0) b.input = -1;  // owned by block i-1 as its output (freed after its MLP backward)
+    }
+    f(current);  // reshard
+    x_ = out;
+  }
+
+  void loss_forward() {
+    m_.begin_phase(PhaseKind::FwdLoss);
+    loss_input_ = x_;
+    final_norm_ = a("final rmsnorm output", K::Hidden, C::LossWorkspace);
+    final_rstd_ = a("final rmsnorm 1/rms", K::RowStat, C::LossWorkspace);
+    if (!s_.tiled_loss) {
+      int logits = a("logits", K::Logits, C::LossWorkspace);
+      int l32 = s_.c != 4 ? a("logits in fp32", K::Logits32, C::LossWorkspace) : -1;
+      log_probs_ = a("log-softmax (fp32)", K::Logits32, C::LossWorkspace);
+      f(l32);
+      f(logits);
+    } else {
+      saved_dx_ = a("tiled loss: saved hidden-state gradient", K::Hidden, C::LossWorkspace);
+      head_grad_ = a("tiled loss: LM-head gradient accumulator (fp32)", K::HeadGradAccum, C::LossWorkspace);
+      // one tile: logits (the graph root, alive to the end), the fp32 copy that log-softmax
+      // reads, then the backward inside the forward
+      int logits = a("tile logits", K::LogitsTile, C::LossWorkspace);
+      int l32 = s_.c != 4 ? a("tile logits in fp32", K::LogitsTile32, C::LossWorkspace) : -1;
+      int lp = a("tile log-softmax (fp32)", K::LogitsTile32, C::LossWorkspace);
+      f(l32);
+      int dlp = a("tile d log-softmax (fp32)", K::LogitsTile32, C::LossWorkspace);
+      int dl32 = a("tile d logits (fp32)", K::LogitsTile32, C::LossWorkspace);
+      f(dlp);
+      f(lp);
+      int dl = dl32;
+      if (s_.c != 4) {
+        dl = a("tile d logits", K::LogitsTile, C::LossWorkspace);
+        f(dl32);
+      }
+      int dxt = a("tile hidden-state gradient", K::HiddenLossTile, C::LossWorkspace);
+      int dwt = a("tile LM-head weight gradient", K::HeadWeightGrad, C::LossWorkspace);
+      f(dwt);  // accumulated
+      f(dxt);  // copied into the saved gradient
+      f(dl);
+      f(logits);
+      f(final_norm_);  // the tiled loss does not keep its input
+      f(head_gathered_);
+      f(tied_embed_);
+    }
+  }
+
+  /// The loss backward: untiled in its own phase; tiled (backward already done inside the
+  /// forward) it only scales the saved gradient, inside the first backward phase.
+  void loss_backward() {
+    int head_grads = -1, none = -1;
+    if (!s_.tiled_loss) {
+      m_.begin_phase(PhaseKind::BwdLoss);
+      int dlp = a("d log-softmax (fp32)", K::Logits32, C::LossWorkspace);
+      int dl = a("d logits (fp32)", K::Logits32, C::LossWorkspace);
+      f(dlp);
+      f(log_probs_);
+      if (s_.c != 4) {
+        int dlc = a("d logits", K::Logits, C::LossWorkspace);
+        f(dl);
+        dl = dlc;
+      }
+      int dnf = a("final rmsnorm output gradient", K::Hidden, C::LossWorkspace);
+      head_grads = a("LM-head weight gradient", K::HeadWeightGrad, C::LossWorkspace);
+      f(dl);
+      f(final_norm_);
+      dy_ = a("last block output gradient", K::Hidden, C::LossWorkspace);
+      f(dnf);
+    } else {
+      int scaled = a("tiled loss: gradient x grad_output", K::Hidden, C::LossWorkspace);
+      f(saved_dx_);
+      head_grads = head_grad_;
+      head_grad_ = -1;
+      dy_ = a("last block output gradient", K::Hidden, C::LossWorkspace);
+      f(scaled);
+    }
+    f(final_rstd_);
+    if (s_.ckpt) f(loss_input_);  // without checkpointing the last block owns it (its MLP graph root)
+    loss_input_ = -1;
+    reduce_scatter(K::HeadPack, head_grads, none);
+    f(head_gathered_);
+    f(tied_embed_);
+  }
+
+  void backward() {
+    if (!s_.tiled_loss) loss_backward();
+    for (int32_t i = s_.L - 1; i >= 0; --i) {
+      if (ghosted_ && i == s_.L - 3) {
+        ghost_backward();
+        i = 2;  // continue with block 1
+        continue;
+      }
+      block_backward(i);
+    }
+    m_.begin_phase(PhaseKind::BwdEmbed);
+    int dense = a("embedding gradient (dense)", K::EmbedGradDense, C::Other);
+    int none = -1;
+    reduce_scatter(K::EmbedPack, dense, none);
+    f(dy_);
+    m_.begin_phase(PhaseKind::Optimizer);
+    int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);
+    f(temp);
+    m_.end_phase();
+  }
+
+  void block_backward(int32_t i) {
+    BlockState& b = blocks_[i];
+    const bool last = i + 1 == s_.L;
+    m_.begin_phase(s_.ckpt ? PhaseKind::BwdRecompute : PhaseKind::BwdMlp, i);
+    if (last && s_.tiled_loss) loss_backward();
+    if (last) current_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
+    const int prefetch = i > 0 ? gather(K::BlockFull, "block parameters (unsharded, prefetch)") : -1;
+    int h = b.h, out = b.out;
+    if (s_.ckpt) {
+      if (s_.offload) {
+        if (!last) b.input = prefetched_input_;
+        prefetched_input_ = -1;
+        if (i > 0) {  // bring block i-1's input back while block i recomputes
+          prefetched_input_ = a("prefetched block input", K::Hidden, C::SavedActivations);
+          free_host_input(i - 1);
+        }
+      }
+      h = halves_.attention_forward(true, b.attn);
+      out = halves_.mlp_forward(true, b.mlp);
+      m_.begin_phase(PhaseKind::BwdMlp, i);
+    }
+    int grads_mlp = -1, grads_attn = -1;
+    int dh = halves_.mlp_backward(b.mlp, grads_mlp);
+    f(out);  // the MLP half's graph root
+    m_.begin_phase(PhaseKind::BwdAttn, i);
+    int dx = halves_.attention_backward(dh, b.attn, grads_attn);
+    f(h);
+    f(dh);
+    f(b.input);
+    m_.begin_phase(PhaseKind::BwdReduceScatter, i);
+    reduce_scatter(K::BlockPack, grads_attn, grads_mlp);
+    f(current_gathered_);  // reshard
+    current_gathered_ = prefetch;
+    f(dy_);
+    dy_ = dx;
+  }
+
+  const PlanShapes& s_;
+  LiveSet& m_;
+  BlockHalves halves_;
+  std::vector<BlockState> blocks_;
+  int x_ = -1, dy_ = -1;
+  int next_gathered_ = -1, current_gathered_ = -1, head_gathered_ = -1, tied_embed_ = -1;
+  int prefetched_input_ = -1;
+  bool collapse_ = false, ghosted_ = false;
+  std::vector<int> ghost_device_;
+  int ghost_host_ = -1;
+  int64_t ghost_host_unit_ = 0;
+  int loss_input_ = -1, final_norm_ = -1, final_rstd_ = -1, log_probs_ = -1, saved_dx_ = -1, head_grad_ = -1;
+};
+
+}  // namespace
+
+void walk_step(const PlanShapes& shapes, LiveSet& live, bool collapse) {
+  Walker walker(shapes, live, collapse);
+  walker.run();
+}
+
+}  // namespace odyssey::planner_detail

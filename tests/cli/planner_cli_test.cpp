@@ -1,0 +1,168 @@
+// odyssey plan / ladder / maxlen as scripts use them: the built binary run through popen, exit
+// codes of the CLI contract, the JSON fields DESIGN.md promises, --set overrides, and bad presets
+// (every issue printed, exit 2).
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "engine/util/json.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+/// Runs `odyssey ARGS` from the source tree; stdout and stderr captured separately.
+Run run_odyssey(const std::string& args) {
+  const std::string err_path = std::string(ODYSSEY_BINARY_DIR) + "/planner_cli_test.stderr";
+  const std::string cmd = std::string("cd ") + ODYSSEY_SOURCE_DIR + " && " + ODYSSEY_BIN_DIR + "/odyssey " + args +
+                          " 2>" + err_path;
+  Run r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+JsonValue parse(const Run& r) {
+  std::string error;
+  auto v = parse_json(r.out, &error);
+  INFO("stdout: " << r.out.substr(0, 400) << "\nparse error: " << error);
+  REQUIRE(v.has_value());
+  return *v;
+}
+
+const char* kCategories[] = {"params",         "grads",    "optimizer",   "gathered_params",     "saved_activations", "offloaded",
+                             "attention_workspace", "mlp_workspace", "loss_workspace", "comm_buffers", "other"};
+
+}  // namespace
+
+TEST_CASE("odyssey plan --json: the contract's fields", "[cli][planner]") {
+  const Run r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --json");
+  REQUIRE(r.code == 0);
+  const JsonValue v = parse(r);
+  CHECK(v.at("fits").type == JsonValue::Type::Bool);
+  CHECK(v.at("fits").boolean);
+  CHECK(v.at("peak_bytes").as_int() > int64_t{50} << 30);
+  CHECK(v.at("peak_phase").string.rfind("bwd/block.", 0) == 0);
+  CHECK(v.at("host_bytes").as_int() > 0);
+  CHECK(v.at("tokens_per_s").number > 0);
+  CHECK(v.at("mfu").number > 0);
+  CHECK(v.at("mfu").number < 1);
+  int64_t device_sum = 0;
+  for (const char* c : kCategories) {
+    INFO(c);
+    REQUIRE(v.at("categories").has(c));
+    if (std::string(c) != "offloaded") device_sum += v.at("categories").at(c).as_int();
+  }
+  CHECK(device_sum == v.at("peak_bytes").as_int());
+  REQUIRE(v.at("terms").array.size() > 10);
+  for (const auto& t : v.at("terms").array) {
+    CHECK_FALSE(t.at("formula").string.empty());
+    CHECK(t.has("category"));
+  }
+  CHECK(v.at("phases").array.size() == 1 + 64 + 1 + 128 + 2);
+  CHECK(v.at("fits_device").boolean);
+  CHECK(v.at("fits_host").boolean);
+  CHECK(v.at("device_capacity").as_int() > 0);
+  CHECK_FALSE(v.at("dominant_term").string.empty());
+}
+
+TEST_CASE("odyssey plan --set: 5M without Untied Ulysses does not fit and gets advice", "[cli][planner]") {
+  const Run r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set training.seq_len=5M --json");
+  REQUIRE(r.code == 0);
+  const JsonValue v = parse(r);
+  CHECK_FALSE(v.at("fits").boolean);
+  CHECK(v.at("seq_len").as_int() == 5 * (int64_t{1} << 20));
+  REQUIRE_FALSE(v.at("advice").array.empty());
+  bool untied = false;
+  for (const auto& change : v.at("advice").array.front().at("changes").array)
+    untied = untied || change.string == "memory.untied_ulysses = true";
+  CHECK(untied);
+}
+
+TEST_CASE("odyssey ladder --json: seven rungs in the contract's order", "[cli][planner]") {
+  const Run r = run_odyssey("ladder presets/llama3-8b-3m-8xh100.toml --json");
+  REQUIRE(r.code == 0);
+  const JsonValue v = parse(r);
+  const auto& rungs = v.at("rungs").array;
+  REQUIRE(rungs.size() == 7);
+  const char* names[] = {"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses"};
+  const bool fits[] = {false, false, false, false, false, true, true};
+  for (size_t i = 0; i < 7; ++i) {
+    INFO(names[i]);
+    CHECK(rungs[i].at("name").string == names[i]);
+    CHECK(rungs[i].at("fits").boolean == fits[i]);
+    CHECK(rungs[i].at("peak_bytes").as_int() > 0);
+    CHECK(rungs[i].at("categories").has("attention_workspace"));
+    CHECK(rungs[i].has("max_seq_len"));
+  }
+  CHECK(rungs[6].at("max_seq_len").as_int() > rungs[5].at("max_seq_len").as_int());
+  CHECK(rungs[0].at("max_seq_len").as_int() == 0);  // 119 GiB of model states never fit
+}
+
+TEST_CASE("odyssey maxlen --json: the preset's answer and one per rung", "[cli][planner]") {
+  const Run r = run_odyssey("maxlen presets/llama3-8b-5m-8xh100-untied.toml --json");
+  REQUIRE(r.code == 0);
+  const JsonValue v = parse(r);
+  CHECK(v.at("max_seq_len").as_int() >= 5 * (int64_t{1} << 20));
+  CHECK(v.at("max_seq_len").as_int() % 8192 == 0);
+  const auto& rungs = v.at("rungs").array;
+  REQUIRE(rungs.size() == 7);
+  CHECK(rungs[6].at("name").string == "untied_ulysses");
+  CHECK(rungs[6].at("max_seq_len").as_int() == v.at("max_seq_len").as_int());
+}
+
+TEST_CASE("human output: aligned GiB tables", "[cli][planner]") {
+  const Run ladder = run_odyssey("ladder presets/llama3-8b-3m-8xh100.toml");
+  REQUIRE(ladder.code == 0);
+  CHECK(ladder.out.find("peak GiB") != std::string::npos);
+  CHECK(ladder.out.find("untied_ulysses") != std::string::npos);
+  const Run plan = run_odyssey("plan presets/tiny-cpu.toml");
+  REQUIRE(plan.code == 0);
+  CHECK(plan.out.find("verdict: FITS") != std::string::npos);
+  CHECK(plan.out.find("<- peak") != std::string::npos);
+  CHECK(plan.out.find("MFU") != std::string::npos);
+  const Run maxlen = run_odyssey("maxlen presets/tiny-cpu.toml");
+  REQUIRE(maxlen.code == 0);
+  CHECK(maxlen.out.find("largest seq_len that fits") != std::string::npos);
+}
+
+TEST_CASE("bad presets: every issue printed, exit 2, nothing on stdout", "[cli][planner]") {
+  for (const char* cmd : {"plan", "ladder", "maxlen"}) {
+    INFO(cmd);
+    const Run r = run_odyssey(std::string(cmd) + " tests/fixtures/bad_multiple_problems.toml --json");
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find("model.n_layers") != std::string::npos);
+    CHECK(r.err.find("training.stpes") != std::string::npos);
+    CHECK(r.err.find("parallel.fsdp") != std::string::npos);
+    CHECK(r.err.find("memory.tiled_mlp") != std::string::npos);
+  }
+  const Run bad_set = run_odyssey("plan presets/tiny-cpu.toml --set parallel.ulysses_degree=3");
+  CHECK(bad_set.code == 2);
+  CHECK(bad_set.err.find("parallel.ulysses_degree") != std::string::npos);
+  const Run missing = run_odyssey("ladder no/such/preset.toml");
+  CHECK(missing.code == 2);
+  CHECK_FALSE(missing.err.empty());
+}

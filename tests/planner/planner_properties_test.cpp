@@ -1,0 +1,266 @@
+// Properties of the planner that must hold for every config: more ranks never raise a per-rank
+// term, each technique never raises the peak, the solver's answer fits and one step more does
+// not, the plan's pieces add up (terms = peak, phases' maximum = peak, plan_peak = plan_memory).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/config/preset.h"
+#include "engine/config/validate.h"
+#include "engine/planner/planner.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+
+namespace {
+
+RunConfig preset(const std::string& name) {
+  const LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/" + name + ".toml");
+  REQUIRE(loaded.ok());
+  return loaded.config;
+}
+
+RunConfig small_fp32() {
+  RunConfig c;
+  c.model.flavor = "custom";
+  c.model.n_layers = 3;
+  c.model.d_model = 64;
+  c.model.n_heads = 8;
+  c.model.n_kv_heads = 2;
+  c.model.head_dim = 8;
+  c.model.d_ffn = 176;
+  c.model.vocab_size = 128;
+  c.training.seq_len = 4096;
+  c.parallel.world_size = 4;
+  c.parallel.ulysses_degree = 4;
+  c.hardware = *find_hardware_profile("cpu");
+  return c;
+}
+
+/// Configs the properties are checked on: the shipped presets (8B, 32B over two nodes, tied 1B,
+/// the tiny CPU one) and a small fp32 model with KV heads fewer than the degree.
+std::vector<RunConfig> base_configs() {
+  std::vector<RunConfig> out = {preset("llama3-8b-3m-8xh100"), preset("qwen3-32b-16xh100"),
+                                preset("llama3.2-1b-1xh100"), preset("tiny-cpu"), small_fp32()};
+  out[0].training.seq_len = 256 * 1024;  // fits at some rungs, so the properties bite on both sides
+  return out;
+}
+
+void set_technique(RunConfig& c, int t, bool on) {
+  switch (t) {
+    case 0: c.parallel.fsdp = on; break;
+    case 1: c.memory.activation_checkpointing = on; break;
+    case 2: c.memory.offload_activations = on; break;
+    case 3: c.memory.tiled_mlp = on; break;
+    case 4: c.memory.tiled_loss = on; break;
+    default: c.memory.untied_ulysses = on; break;
+  }
+}
+const char* kTechnique[] = {"fsdp", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "untied_ulysses"};
+
+}  // namespace
+
+TEST_CASE("each technique never raises the device peak, from any combination of the others",
+          "[planner][properties]") {
+  for (RunConfig base : base_configs()) {
+    for (unsigned mask = 0; mask < 64; ++mask) {
+      RunConfig from = base;
+      for (int t = 0; t < 6; ++t) set_technique(from, t, mask & (1u << t));
+      if (from.memory.offload_activations && !from.memory.activation_checkpointing) continue;
+      REQUIRE(validate(from).empty());
+      const int64_t before = plan_peak(from).peak_bytes;
+      for (int t = 0; t < 6; ++t) {
+        if (mask & (1u << t)) continue;
+        RunConfig to = from;
+        set_technique(to, t, true);
+        const int64_t local = to.training.batch_size * to.training.seq_len / to.parallel.ulysses_degree;
+        if (t == 4 && effective_loss_tile_tokens(to.memory, to.model, local) >= local)
+          continue;  // one loss tile: the documented exception, tested below
+        if (t == 2) to.memory.activation_checkpointing = true;  // offload needs checkpointing
+        INFO(base.model.flavor << " mask " << mask << " + " << kTechnique[t]);
+        if (t == 2 && !from.memory.activation_checkpointing) {
+          // offload arrives with checkpointing: compare against checkpointing alone as well
+          RunConfig ckpt = from;
+          ckpt.memory.activation_checkpointing = true;
+          CHECK(plan_peak(to).peak_bytes <= plan_peak(ckpt).peak_bytes);
+        }
+        CHECK(plan_peak(to).peak_bytes <= before);
+      }
+      // Ulysses: the degree from 1 to the preset's never raises the peak either.
+      if (base.parallel.ulysses_degree > 1) {
+        RunConfig one = from;
+        one.parallel.ulysses_degree = 1;
+        one.memory.heads_per_stage = 0;
+        INFO(base.model.flavor << " mask " << mask << " + ulysses");
+        CHECK(plan_peak(from).peak_bytes <= plan_peak(one).peak_bytes);
+      }
+    }
+  }
+}
+
+TEST_CASE("more ranks never raise a per-rank term", "[planner][properties]") {
+  SECTION("world size with FSDP (fixed Ulysses degree)") {
+    RunConfig c = preset("llama3-8b-3m-8xh100");
+    c.training.seq_len = 512 * 1024;
+    MemoryPlan previous = plan_memory(c);
+    for (int64_t w : {16, 32, 64}) {
+      c.parallel.world_size = w;
+      REQUIRE(validate(c).empty());
+      const MemoryPlan plan = plan_memory(c);
+      INFO("world size " << w);
+      CHECK(plan.peak_bytes <= previous.peak_bytes);
+      for (int k = 0; k < kPlanCategoryCount; ++k) {
+        INFO("category " << plan_category_names()[k]);
+        CHECK(plan.category_bytes[k] <= previous.category_bytes[k]);
+      }
+      previous = plan;
+    }
+  }
+  SECTION("Ulysses degree (KV heads replicated beyond the KV-head count)") {
+    for (RunConfig c : {preset("llama3-8b-3m-8xh100"), small_fp32()}) {
+      c.parallel.world_size = 8;
+      c.training.seq_len = 64 * 1024;
+      c.memory.heads_per_stage = 0;
+      std::map<std::string, int64_t> previous_terms;
+      int64_t previous_peak = -1;
+      for (int64_t p : {1, 2, 4, 8}) {
+        c.parallel.ulysses_degree = p;
+        REQUIRE(validate(c).empty());
+        const MemoryPlan plan = plan_memory(c);
+        INFO(c.model.flavor << " degree " << p);
+        if (previous_peak >= 0) CHECK(plan.peak_bytes <= previous_peak);
+        previous_peak = plan.peak_bytes;
+        // every term present at both degrees is no larger at the higher one
+        std::map<std::string, int64_t> terms;
+        for (const auto& t : plan.terms) terms[t.name] += t.bytes;
+        if (p > 2)
+          for (const auto& [name, bytes] : terms)
+            if (previous_terms.count(name)) {
+              INFO("term " << name);
+              CHECK(bytes <= previous_terms[name]);
+            }
+        previous_terms = terms;
+      }
+    }
+  }
+}
+
+TEST_CASE("the max-context solver's answer fits and one granularity step more does not", "[planner][properties]") {
+  for (const RunConfig& base : base_configs()) {
+    for (int rung = 0; rung < kLadderRungCount; ++rung) {
+      RunConfig c = ladder_rung_config(base, rung);
+      const int64_t step = seq_len_granularity(c);
+      const int64_t best = solve_max_seq_len(c);
+      INFO(base.model.flavor << " rung " << kLadderRungNames[rung] << " answer " << best);
+      CHECK(best % step == 0);
+      CHECK(step % c.parallel.ulysses_degree == 0);
+      if (best > 0) {
+        c.training.seq_len = best;
+        CHECK(plan_peak(c).fits());
+      }
+      c.training.seq_len = best + step;
+      CHECK_FALSE(plan_peak(c).fits());
+    }
+  }
+}
+
+TEST_CASE("the peak grows monotonically with the sequence", "[planner][properties]") {
+  RunConfig c = preset("llama3-8b-5m-8xh100-untied");
+  int64_t previous = 0;
+  for (int64_t k = 1; k <= 800; k += 7) {
+    c.training.seq_len = k * 8192;
+    const int64_t peak = plan_peak(c).peak_bytes;
+    INFO("seq_len " << c.training.seq_len);
+    CHECK(peak >= previous);
+    previous = peak;
+  }
+}
+
+TEST_CASE("the plan adds up: terms, phases, categories and the fast path agree", "[planner][properties]") {
+  for (const RunConfig& base : base_configs()) {
+    for (int rung = 0; rung < kLadderRungCount; ++rung) {
+      const RunConfig c = ladder_rung_config(base, rung);
+      const MemoryPlan plan = plan_memory(c);
+      const PlanPeak fast = plan_peak(c);
+      INFO(base.model.flavor << " rung " << kLadderRungNames[rung]);
+      CHECK(fast.peak_bytes == plan.peak_bytes);
+      CHECK(fast.host_bytes == plan.host_bytes);
+      CHECK(fast.fits() == plan.fits());
+      int64_t device_terms = 0, device_categories = 0, phase_max = 0;
+      for (const auto& t : plan.terms)
+        if (!t.host) device_terms += t.bytes;
+      for (int k = 0; k < kPlanCategoryCount; ++k)
+        if (k != static_cast<int>(PlanCategory::Offloaded)) device_categories += plan.category_bytes[k];
+      bool found_peak_phase = false;
+      for (const auto& p : plan.phases) {
+        phase_max = std::max(phase_max, p.resident_bytes);
+        if (p.name == plan.peak_phase) {
+          found_peak_phase = true;
+          CHECK(p.resident_bytes == plan.peak_bytes);
+        }
+      }
+      CHECK(device_terms == plan.peak_bytes);
+      CHECK(device_categories == plan.peak_bytes);
+      CHECK(phase_max == plan.peak_bytes);
+      CHECK(found_peak_phase);
+      // phases: embed, L x (attn, mlp), loss, [bwd/loss], L x ([recompute,] mlp, attn, rs), embed, optimizer
+      const int64_t L = c.model.n_layers;
+      const int64_t per_block_bwd = c.memory.activation_checkpointing ? 4 : 3;
+      const int64_t expected = 1 + 2 * L + 1 + (c.memory.tiled_loss ? 0 : 1) + per_block_bwd * L + 2;
+      CHECK(static_cast<int64_t>(plan.phases.size()) == expected);
+      CHECK(plan.time.step_s > 0);
+      CHECK(plan.time.mfu > 0);
+      CHECK(plan.time.mfu <= plan.time.hfu);
+      CHECK(plan.time.mfu <= plan.time.mfu_palm);
+    }
+  }
+}
+
+TEST_CASE("the advisor suggests fitting toggles, cheapest first", "[planner][advisor]") {
+  SECTION("the ALST stack without tiling at 3M") {
+    RunConfig c = preset("llama3-8b-3m-8xh100");
+    c.memory.tiled_mlp = false;
+    c.memory.tiled_loss = false;
+    REQUIRE_FALSE(plan_peak(c).fits());
+    const auto advice = advise(c, 3);
+    REQUIRE_FALSE(advice.empty());
+    double previous = 0;
+    for (const auto& a : advice) {
+      CHECK(a.plan.fits());
+      CHECK(plan_peak(a.config).fits());
+      CHECK(a.slowdown >= previous);
+      previous = a.slowdown;
+      bool tiles_loss = false;
+      for (const auto& change : a.changes) tiles_loss = tiles_loss || change == "memory.tiled_loss = true";
+      CHECK(tiles_loss);  // the untiled loss alone needs hundreds of GiB
+    }
+  }
+  SECTION("nothing to suggest when it fits or when nothing can") {
+    CHECK(advise(preset("llama3-8b-3m-8xh100")).empty());
+    RunConfig hopeless = preset("llama3-8b-3m-8xh100");
+    hopeless.training.seq_len = int64_t{64} << 20;
+    CHECK(advise(hopeless).empty());
+  }
+}
+
+TEST_CASE("tiled loss with a single tile costs at most the tile's logits, dx and the fp32 head accumulator",
+          "[planner][properties]") {
+  // The documented exception to "never raises the peak": when the loss tile covers the whole
+  // local sequence (vocab 128: the auto tile is 2M tokens), tiling saves nothing and keeps the
+  // hidden-state gradient [B, s, d] and the fp32 LM-head accumulator [V, d] besides the logits.
+  RunConfig c = small_fp32();
+  const int64_t local = c.training.seq_len / c.parallel.ulysses_degree;
+  REQUIRE(effective_loss_tile_tokens(c.memory, c.model, local) >= local);
+  const int64_t untiled = plan_peak(c).peak_bytes;
+  c.memory.tiled_loss = true;
+  const int64_t tiled = plan_peak(c).peak_bytes;
+  const int64_t logits = local * 128 * 4, dx = local * 64 * 4, head = 128 * 64 * 4;
+  CHECK(tiled > untiled);
+  CHECK(tiled - untiled <= logits + dx + head);
+  // With real tiles (8 tiles of 128 tokens) it no longer raises the peak.
+  c.memory.loss_tile_tokens = 128;
+  CHECK(plan_peak(c).peak_bytes <= untiled);
+}

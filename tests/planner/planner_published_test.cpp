@@ -1,0 +1,101 @@
+// The planner against the published results (../shared/reference/published-results.md): the
+// Llama3-8B / 3M / 8xH100 memory ladder rung by rung, the maximum contexts of the ALST stack and
+// of the full stack with Untied Ulysses, and tokens/s per GPU at 128K and 3M. The tolerances are
+// the issue's; docs/planner.md explains every remaining difference.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "engine/config/preset.h"
+#include "engine/config/sizes.h"
+#include "engine/planner/planner.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+
+namespace {
+
+RunConfig preset(const std::string& name) {
+  const LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/" + name + ".toml");
+  REQUIRE(loaded.ok());
+  return loaded.config;
+}
+
+double gib(int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
+
+double cat_gib(const MemoryPlan& p, PlanCategory c) { return gib(p.category_bytes[static_cast<int>(c)]); }
+
+double model_states(const MemoryPlan& p) {
+  return cat_gib(p, PlanCategory::Params) + cat_gib(p, PlanCategory::Grads) + cat_gib(p, PlanCategory::Optimizer);
+}
+
+/// The published "attention activations" column as the planner splits it: the attention phase's
+/// workspace and its all-to-all buffers.
+double attention_activations(const MemoryPlan& p) {
+  return cat_gib(p, PlanCategory::AttentionWorkspace) + cat_gib(p, PlanCategory::CommBuffers);
+}
+
+constexpr int64_t kM = int64_t{1} << 20;
+
+}  // namespace
+
+TEST_CASE("ladder on Llama3-8B 3M 8xH100: the published verdicts rung by rung", "[planner][published]") {
+  const auto rungs = plan_ladder(preset("llama3-8b-3m-8xh100"));
+  REQUIRE(rungs.size() == 7);
+  const char* names[] = {"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses"};
+  const bool fits[] = {false, false, false, false, false, true, true};
+  for (int i = 0; i < 7; ++i) {
+    INFO("rung " << names[i] << ": peak " << gib(rungs[i].plan.peak_bytes) << " GiB");
+    CHECK(rungs[i].name == names[i]);
+    CHECK(rungs[i].plan.fits() == fits[i]);
+  }
+  // Model states: 119 GiB unsharded, 15.0 GiB with FSDP over 8 ranks, on every later rung.
+  CHECK(model_states(rungs[0].plan) == Approx(119.7).margin(0.1));
+  for (int i = 1; i < 7; ++i) CHECK(model_states(rungs[i].plan) == Approx(15.0).margin(0.1));
+  // Totals within 15% of the published 64.6 GiB (ALST) and 51.1 GiB (Untied Ulysses).
+  const double alst = gib(rungs[5].plan.peak_bytes), untied = gib(rungs[6].plan.peak_bytes);
+  CHECK(std::abs(alst / 64.6 - 1) < 0.15);
+  CHECK(std::abs(untied / 51.1 - 1) < 0.15);
+  // Untied Ulysses fits with a smaller attention term (published 33.0 -> 19.5 GiB).
+  CHECK(attention_activations(rungs[6].plan) < attention_activations(rungs[5].plan));
+  CHECK(cat_gib(rungs[6].plan, PlanCategory::AttentionWorkspace) <
+        cat_gib(rungs[5].plan, PlanCategory::AttentionWorkspace));
+  CHECK(std::abs(attention_activations(rungs[5].plan) / 33.0 - 1) < 0.15);
+  // Both fitting rungs peak in an attention backward (the attention stage is what Untied shrinks).
+  CHECK(rungs[5].plan.peak_phase.find("/attn") != std::string::npos);
+  CHECK(rungs[6].plan.peak_phase.find("/attn") != std::string::npos);
+  // Offload without tiling: OOM because of the non-attention part (the untiled loss).
+  CHECK(rungs[4].plan.dominant_term.rfind("loss_workspace", 0) == 0);
+  CHECK(rungs[4].plan.fits_host);
+}
+
+TEST_CASE("max context on Llama3-8B 8xH100: >= 5M with the full stack, ~3-4M without head chunking",
+          "[planner][published]") {
+  const RunConfig full = preset("llama3-8b-5m-8xh100-untied");
+  const int64_t full_max = solve_max_seq_len(full);
+  CHECK(full_max >= 5 * kM);  // published: 5M fits
+  RunConfig alst = full;
+  alst.memory.untied_ulysses = false;
+  const int64_t alst_max = solve_max_seq_len(alst);
+  // Published: the ALST stack fits 3M and runs out at 4M (Untied Ulysses paper); ALST's own paper
+  // reports 3.7M. The engine-faithful model lands at the top of that bracket (docs/planner.md).
+  CHECK(alst_max >= 3 * kM);
+  CHECK(alst_max < 4.25 * kM);
+  CHECK(full_max > alst_max);
+  // The 5M preset itself fits.
+  CHECK(plan_memory(full).fits());
+}
+
+TEST_CASE("throughput within 25% of the published Untied Ulysses tokens/s per GPU", "[planner][published]") {
+  RunConfig c = preset("llama3-8b-5m-8xh100-untied");
+  c.training.seq_len = 128 * 1024;
+  const double at_128k = plan_memory(c).time.tokens_per_s_per_device;
+  CHECK(std::abs(at_128k / 2281.05 - 1) < 0.25);
+  c.training.seq_len = 3 * kM;
+  const double at_3m = plan_memory(c).time.tokens_per_s_per_device;
+  CHECK(std::abs(at_3m / 166.32 - 1) < 0.25);
+  // The published 5M point too (98.25), a check on the attention-dominated end.
+  c.training.seq_len = 5 * kM;
+  CHECK(std::abs(plan_memory(c).time.tokens_per_s_per_device / 98.25 - 1) < 0.25);
+}

@@ -1,0 +1,200 @@
+// Hand-computed plans: small configs whose every term is worked out here by hand from
+// docs/planner.md (bytes of each tensor at the peak), checked term by term and category by
+// category against plan_memory; plus the published-scale model states and host pool.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "engine/config/preset.h"
+#include "engine/config/validate.h"
+#include "engine/planner/planner.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+
+namespace {
+
+/// L=2, d=64, H=4, Hkv=2, hd=16, f=160, V=96, S=2048, fp32, W=2 with FSDP and Ulysses 2,
+/// checkpointing, tiled MLP (32-token tiles) and tiled loss (64-token tiles), on the cpu profile
+/// (no runtime overhead, no pinned staging).
+RunConfig small_config() {
+  RunConfig c;
+  c.model.flavor = "custom";
+  c.model.n_layers = 2;
+  c.model.d_model = 64;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.head_dim = 16;
+  c.model.d_ffn = 160;
+  c.model.vocab_size = 96;
+  c.training.seq_len = 2048;
+  c.training.dtype = DType::Float32;
+  c.parallel.world_size = 2;
+  c.parallel.fsdp = true;
+  c.parallel.ulysses_degree = 2;
+  c.memory.activation_checkpointing = true;
+  c.memory.tiled_mlp = true;
+  c.memory.mlp_tile_tokens = 32;
+  c.memory.tiled_loss = true;
+  c.memory.loss_tile_tokens = 64;
+  c.hardware = *find_hardware_profile("cpu");
+  return c;
+}
+
+int64_t term_bytes(const MemoryPlan& plan, const std::string& name) {
+  int64_t sum = 0;
+  for (const auto& t : plan.terms)
+    if (t.name == name) sum += t.bytes;
+  return sum;
+}
+
+int64_t cat(const MemoryPlan& plan, PlanCategory c) { return plan.category_bytes[static_cast<int>(c)]; }
+
+}  // namespace
+
+TEST_CASE("small config: every term at the peak matches the hand computation", "[planner][terms]") {
+  const RunConfig cfg = small_config();
+  REQUIRE(validate(cfg).empty());
+  const MemoryPlan plan = plan_memory(cfg);
+
+  // Shapes: s = t = 1024 local tokens, S = 2048 in the head layout, H/P = 2 query heads and 1 KV
+  // head per rank. fp32 so c = 4.
+  const int64_t D = 1024 * 64 * 4;          // [1, 1024, 64] hidden
+  const int64_t QH = 2048 * 2 * 16 * 4;     // [1, 2048, 2, 16] q / SDPA output / dq in the head layout
+  const int64_t KVH = 2048 * 1 * 16 * 4;    // [1, 2048, 1, 16] k, v, dk, dv
+  const int64_t LSE = 2 * 2048 * 4;         // [1, 2, 2048] fp32
+  const int64_t RSTD = 1024 * 4;            // [1, 1024] fp32
+  // Parameters: block = 64*64 + 2*64*32 + 64*64 (attention) + 3*64*160 (MLP) + 2*64 (norms) = 43136;
+  // embedding 96*64 = 6144; head = final norm 64 + LM head 6144 = 6208. Shards over W = 2.
+  const int64_t shard_elems = 2 * (43136 / 2) + 6144 / 2 + 6208 / 2;  // 49312
+  CHECK(term_bytes(plan, "fp32 master shards") == shard_elems * 4);
+  CHECK(term_bytes(plan, "fp32 gradient shards") == shard_elems * 4);
+  CHECK(term_bytes(plan, "AdamW moments (exp_avg, exp_avg_sq)") == shard_elems * 8);
+  // The peak: block 1's attention backward inside the flash-attention backward.
+  CHECK(plan.peak_phase == "bwd/block.1/attn");
+  CHECK(term_bytes(plan, "block parameters (unsharded)") == 43136 * 4);
+  CHECK(term_bytes(plan, "block parameters (unsharded, prefetch)") == 43136 * 4);
+  CHECK(term_bytes(plan, "checkpointed block inputs") == 2 * D);  // both layers' inputs
+  CHECK(term_bytes(plan, "last block output gradient") == D);    // dy from the tiled loss
+  CHECK(term_bytes(plan, "residual h = x + attention") == D);
+  CHECK(term_bytes(plan, "attention rmsnorm output") == D);
+  CHECK(term_bytes(plan, "attention rmsnorm 1/rms") == RSTD);
+  CHECK(term_bytes(plan, "q after all-to-all (head layout)") == QH);
+  CHECK(term_bytes(plan, "k after all-to-all (head layout)") == KVH);
+  CHECK(term_bytes(plan, "v after all-to-all (head layout)") == KVH);
+  CHECK(term_bytes(plan, "SDPA output (head layout)") == QH);
+  CHECK(term_bytes(plan, "SDPA log-sum-exp") == LSE);
+  CHECK(term_bytes(plan, "MLP weight gradients") == (3 * 64 * 160 + 64) * 4);
+  CHECK(term_bytes(plan, "attention weight gradients") == (64 * 64 + 2 * 64 * 32 + 64 * 64 + 64) * 4);
+  CHECK(term_bytes(plan, "dh = dy + d(MLP)") == D);
+  CHECK(term_bytes(plan, "d o after all-to-all (head layout)") == QH);
+  CHECK(term_bytes(plan, "flash backward dq") == QH);
+  CHECK(term_bytes(plan, "flash backward dk") == KVH);
+  CHECK(term_bytes(plan, "flash backward dv") == KVH);
+  CHECK(term_bytes(plan, "flash backward dq accumulator (fp32)") == QH);  // fp32 = c here
+  CHECK(term_bytes(plan, "flash backward dk at query-head count (GQA)") == QH);
+  CHECK(term_bytes(plan, "flash backward dv at query-head count (GQA)") == QH);
+  CHECK(term_bytes(plan, "token ids, labels, positions (int64)") == 3 * 1024 * 8);
+  CHECK(term_bytes(plan, "RoPE cos/sin tables") == 2 * 1024 * 16 * 4);
+
+  // Categories at the peak, summed by hand.
+  CHECK(cat(plan, PlanCategory::Params) == 197248);
+  CHECK(cat(plan, PlanCategory::Grads) == 197248);
+  CHECK(cat(plan, PlanCategory::Optimizer) == 394496);
+  CHECK(cat(plan, PlanCategory::GatheredParams) == 2 * 172544);
+  CHECK(cat(plan, PlanCategory::SavedActivations) == 2 * D);
+  CHECK(cat(plan, PlanCategory::AttentionWorkspace) ==
+        2 * D + RSTD + QH + LSE + 49408 + QH + 2 * KVH + 3 * QH);
+  CHECK(cat(plan, PlanCategory::MlpWorkspace) == 123136 + D);
+  CHECK(cat(plan, PlanCategory::LossWorkspace) == D);
+  CHECK(cat(plan, PlanCategory::CommBuffers) == QH + 2 * KVH + QH);
+  CHECK(cat(plan, PlanCategory::Other) == 3 * 1024 * 8 + 2 * 1024 * 16 * 4);
+  CHECK(cat(plan, PlanCategory::Offloaded) == 0);
+  CHECK(plan.peak_bytes == 5414912);  // the sum of the above, added up by hand
+  int64_t device_terms = 0;
+  for (const auto& t : plan.terms)
+    if (!t.host) device_terms += t.bytes;
+  CHECK(device_terms == plan.peak_bytes);
+}
+
+TEST_CASE("small config with offload: two inputs on the device, the rest in the host pool", "[planner][terms]") {
+  RunConfig cfg = small_config();
+  cfg.model.n_layers = 4;
+  cfg.memory.offload_activations = true;
+  REQUIRE(validate(cfg).empty());
+  const MemoryPlan plan = plan_memory(cfg);
+  const int64_t D = 1024 * 64 * 4;
+  // Backward of block i (1 <= i <= 3): block i's input and block i-1's prefetched input.
+  CHECK(cat(plan, PlanCategory::SavedActivations) == 2 * D);
+  // Host: the inputs of blocks 0..2 (the last block's stays on the device); no pinned staging
+  // on the cpu profile. Two ranks per node (world size 2).
+  CHECK(term_bytes(plan, "offloaded block inputs") == 3 * D);
+  CHECK(plan.host_bytes == 2 * 3 * D);
+  CHECK(cat(plan, PlanCategory::Offloaded) == 3 * D);
+  for (const auto& t : plan.terms)
+    if (t.name == "offloaded block inputs") {
+      CHECK(t.host);
+      CHECK(t.count == 3);
+      CHECK(t.formula == "3 x (1 x 1K tokens x 64 x 4 B)");
+    }
+}
+
+TEST_CASE("no techniques, fp32, one rank: model states are 16 B per parameter and nothing is gathered",
+          "[planner][terms]") {
+  RunConfig cfg = small_config();
+  cfg.parallel.world_size = 1;
+  cfg.parallel.fsdp = false;
+  cfg.parallel.ulysses_degree = 1;
+  cfg.memory = MemoryConfig{};
+  REQUIRE(validate(cfg).empty());
+  const MemoryPlan plan = plan_memory(cfg);
+  const int64_t n = 2 * 43136 + 6144 + 6208;
+  CHECK(cat(plan, PlanCategory::Params) == 4 * n);
+  CHECK(cat(plan, PlanCategory::Grads) == 4 * n);
+  CHECK(cat(plan, PlanCategory::Optimizer) == 8 * n);
+  CHECK(cat(plan, PlanCategory::GatheredParams) == 0);  // fp32 without FSDP: full is master itself
+  // Untiled loss with V=96: the peak is in the loss backward or a block backward, never forward.
+  CHECK(plan.peak_phase.rfind("bwd/", 0) == 0);
+}
+
+TEST_CASE("llama3-8b on 8xH100: 15.0 GiB of model states with FSDP, 119.7 unsharded, host pool per node",
+          "[planner][terms]") {
+  const LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3-8b-3m-8xh100.toml");
+  REQUIRE(loaded.ok());
+  const MemoryPlan plan = plan_memory(loaded.config);
+  // Shards: 32 x 218,112,000/8 + 525,336,576/8 + 525,340,672/8 = 1,003,782,656 parameters per rank.
+  const int64_t shard = 1003782656;
+  CHECK(cat(plan, PlanCategory::Params) == 4 * shard);
+  CHECK(cat(plan, PlanCategory::Grads) == 4 * shard);
+  CHECK(cat(plan, PlanCategory::Optimizer) == 8 * shard);
+  // One block input [1, 384K, 4096] bf16 is exactly 3 GiB; 31 offloaded plus two pinned slots per
+  // rank, eight ranks per node.
+  const int64_t D = int64_t{3} << 30;
+  CHECK(term_bytes(plan, "offloaded block inputs") == 31 * D);
+  CHECK(term_bytes(plan, "pinned staging slots (D2H, H2D prefetch)") == 2 * D);
+  CHECK(plan.host_bytes == 8 * 33 * D);
+  CHECK(plan.fits_host);
+
+  RunConfig unsharded = loaded.config;
+  unsharded.parallel.fsdp = false;
+  const MemoryPlan full = plan_memory(unsharded);
+  const int64_t n = 8030261248;  // Llama 3 8B
+  CHECK(cat(full, PlanCategory::Params) + cat(full, PlanCategory::Grads) + cat(full, PlanCategory::Optimizer) ==
+        16 * n);
+}
+
+TEST_CASE("every term carries its formula with the values plugged in", "[planner][terms]") {
+  const LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3-8b-3m-8xh100.toml");
+  REQUIRE(loaded.ok());
+  const MemoryPlan plan = plan_memory(loaded.config);
+  std::map<std::string, std::string> formula;
+  for (const auto& t : plan.terms) {
+    CHECK_FALSE(t.formula.empty());
+    formula[t.name] = t.formula;
+  }
+  CHECK(formula["offloaded block inputs"] == "31 x (1 x 384K tokens x 4096 x 2 B)");
+  CHECK(formula["q after all-to-all (head layout)"] == "1 x 3M tokens x 4 heads x 128 x 2 B");
+  CHECK(formula["fp32 master shards"] ==
+        "(32 blocks x 218.1M + 525.3M embedding + 525.3M head) params / 8 ranks x 4 B");
+}

@@ -1,0 +1,78 @@
+// The liveness walk's fast path: collapsing blocks 2..L-3 gives exactly the full walk's device
+// and host peaks and the same live set (names, categories, bytes) at both peaks, for every rung
+// of several models, depths and techniques; and the ledger refuses impossible frees.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "engine/config/preset.h"
+#include "engine/planner/plan_shapes.h"
+#include "engine/planner/planner.h"
+#include "engine/planner/step_walk.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+using namespace odyssey::planner_detail;
+
+namespace {
+
+using Grouped = std::map<std::tuple<std::string, int, bool>, std::pair<int64_t, int64_t>>;
+
+Grouped group(const std::vector<LiveEntry>& live) {
+  Grouped g;
+  for (const auto& e : live) {
+    auto& slot = g[{e.name, static_cast<int>(e.category), e.host}];
+    slot.first += e.bytes;
+    slot.second += e.count;
+  }
+  return g;
+}
+
+
+/// Walks once to find the peaks, then again (full or collapsed) to snapshot them.
+void walk_twice(const PlanShapes& s, bool collapse, LiveSet& first, LiveSet& snap) {
+  walk_step(s, first, collapse);
+  snap.snapshot_at(first.device_peak_phase, first.device_peak, first.host_peak);
+  walk_step(s, snap, collapse);
+}
+
+}  // namespace
+
+TEST_CASE("collapsed walk: same peaks and the same live set at both peaks as the full walk", "[planner][walk]") {
+  std::vector<RunConfig> bases;
+  for (const char* name : {"llama3-8b-3m-8xh100", "qwen3-32b-16xh100", "llama3.2-1b-1xh100", "tiny-cpu"}) {
+    const LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/" + name + ".toml");
+    REQUIRE(loaded.ok());
+    bases.push_back(loaded.config);
+  }
+  bases[0].training.seq_len = 512 * 1024;
+  for (RunConfig base : bases) {
+    for (int64_t layers : {base.model.n_layers, int64_t{5}, int64_t{6}}) {
+      base.model.n_layers = layers;
+      for (int rung = 0; rung < kLadderRungCount; ++rung) {
+        INFO(base.model.flavor << " with " << layers << " layers, rung " << kLadderRungNames[rung]);
+        const PlanShapes s = make_shapes(ladder_rung_config(base, rung));
+        LiveSet full_first(false), full_snap(false), fast_first(false), fast_snap(false);
+        walk_twice(s, false, full_first, full_snap);
+        walk_twice(s, true, fast_first, fast_snap);
+        CHECK(fast_first.device_peak == full_first.device_peak);
+        CHECK(fast_first.host_peak == full_first.host_peak);
+        CHECK(phase_name(fast_first.device_peak_phase) == phase_name(full_first.device_peak_phase));
+        REQUIRE(fast_snap.device_snapshot_taken());
+        CHECK(group(fast_snap.device_snapshot) == group(full_snap.device_snapshot));
+        if (full_first.host_peak > 0) CHECK(group(fast_snap.host_snapshot) == group(full_snap.host_snapshot));
+      }
+    }
+  }
+}
+
+TEST_CASE("the ledger refuses a free of a tensor that is not live", "[planner][walk]") {
+  LiveSet live(false);
+  const int h = live.alloc("x", TensorKind::Hidden, PlanCategory::Other, 100);
+  live.free(h);
+  CHECK_THROWS_AS(live.free(h), std::logic_error);
+  CHECK(live.device() == 0);
+  CHECK(live.device_peak == 100);
+}
