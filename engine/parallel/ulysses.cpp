@@ -1,6 +1,5 @@
 // Ulysses all-to-all (raw and autograd) and plain Ulysses attention.
-// defines: seq_to_heads_into, heads_to_seq_into, seq_to_heads, heads_to_seq, head_rms_norm,
-//          rope_rotate_half, ulysses_attention
+// defines: seq_to_heads_into, heads_to_seq_into, seq_to_heads, heads_to_seq, ulysses_attention
 #include "engine/parallel/ulysses.h"
 
 #include <cstdint>
@@ -9,6 +8,8 @@
 
 #include <torch/autograd.h>
 
+#include "engine/telemetry/memory_tracker.h"
+
 namespace odyssey {
 namespace {
 
@@ -16,7 +17,8 @@ at::Tensor staging(at::Tensor given, at::IntArrayRef shape, const at::Tensor& li
   if (given.defined() && given.numel() == c10::multiply_integers(shape) && given.is_contiguous() &&
       given.scalar_type() == like.scalar_type())
     return given.view(shape);
-  return at::empty(shape, like.options());
+  CategoryScope category(MemCategory::CommBuffers);
+  return at::empty(shape, like.options());  // [P, B, s, n, hd] all-to-all staging
 }
 
 void require(bool ok, const std::string& what) {
@@ -28,8 +30,10 @@ Comm& comm_of(const torch::autograd::AutogradContext* ctx) {
   return *reinterpret_cast<Comm*>(static_cast<intptr_t>(ctx->saved_data.at("comm").toInt()));
 }
 
+// The all-to-all's result buffers are comm_buffers, like its staging (docs/parallel.md).
 at::Tensor seq_to_heads_alloc(const at::Tensor& in, Comm& comm) {
   const int64_t P = comm.size();
+  CategoryScope category(MemCategory::CommBuffers);
   at::Tensor out = at::empty({in.size(0), in.size(1) * P, in.size(2) / P, in.size(3)}, in.options());
   seq_to_heads_into(out, in, comm);
   return out;
@@ -37,6 +41,7 @@ at::Tensor seq_to_heads_alloc(const at::Tensor& in, Comm& comm) {
 
 at::Tensor heads_to_seq_alloc(const at::Tensor& in, Comm& comm) {
   const int64_t P = comm.size();
+  CategoryScope category(MemCategory::CommBuffers);
   at::Tensor out = at::empty({in.size(0), in.size(1) / P, in.size(2) * P, in.size(3)}, in.options());
   heads_to_seq_into(out, in, comm);
   return out;
@@ -135,23 +140,7 @@ at::Tensor heads_to_seq(const at::Tensor& x, Comm& comm) {
   return HeadsToSeq::apply(x.contiguous(), &comm);
 }
 
-at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor xf = x.to(at::kFloat);                                        // [..., hd] fp32
-  at::Tensor inv = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [..., 1]
-  return (xf * inv).to(x.scalar_type()) * weight;                         // [..., hd]
-}
-
-at::Tensor rope_rotate_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  at::Tensor xf = x.to(at::kFloat);                       // [B, s, h, hd]
-  at::Tensor x1 = xf.narrow(-1, 0, half);                 // [B, s, h, hd/2]
-  at::Tensor x2 = xf.narrow(-1, half, half);              // [B, s, h, hd/2]
-  at::Tensor c = cos.unsqueeze(0).unsqueeze(2);           // [1, s, 1, hd/2]
-  at::Tensor sn = sin.unsqueeze(0).unsqueeze(2);          // [1, s, 1, hd/2]
-  return at::cat({x1 * c - x2 * sn, x2 * c + x1 * sn}, -1).to(x.scalar_type());  // [B, s, h, hd]
-}
-
-at::Tensor ulysses_attention(const at::Tensor& x, const HeadProjections& w, const at::Tensor& cos, const at::Tensor& sin,
+at::Tensor ulysses_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
                              const ModelConfig& model, const RankContext& ctx) {
   Comm& sp = *ctx.sp;
   const int64_t P = sp.size();
@@ -164,11 +153,11 @@ at::Tensor ulysses_attention(const at::Tensor& x, const HeadProjections& w, cons
   at::Tensor k = at::linear(x, w.wk).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
   at::Tensor v = at::linear(x, w.wv).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
   if (model.qk_norm) {
-    q = head_rms_norm(q, w.q_norm, model.norm_eps);
-    k = head_rms_norm(k, w.k_norm, model.norm_eps);
+    q = rms_norm(q, w.q_norm, model.norm_eps);  // [B, s, H, hd]
+    k = rms_norm(k, w.k_norm, model.norm_eps);  // [B, s, Hkv, hd]
   }
-  q = rope_rotate_half(q, cos, sin);
-  k = rope_rotate_half(k, cos, sin);
+  q = apply_rope(q, pos);  // [B, s, H, hd]
+  k = apply_rope(k, pos);  // [B, s, Hkv, hd]
   if (Hkv < P) {
     // Each rank must receive one KV head: replicate every KV head P/Hkv times (adjacent copies, so
     // rank r gets KV head r*Hkv/P, the one its query heads [r*H/P, (r+1)*H/P) read). The backward

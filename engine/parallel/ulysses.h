@@ -1,24 +1,17 @@
 // Ulysses sequence parallelism: the all-to-all between sequence-sharded [B, s, N, hd] and
 // head-sharded [B, S, N/P, hd] layouts (raw, into preallocated buffers, and as autograd Functions)
-// and plain Ulysses attention. defines: HeadProjections, seq_to_heads_into, heads_to_seq_into,
-//          seq_to_heads, heads_to_seq, ulysses_attention, head_rms_norm, rope_rotate_half
+// and plain Ulysses attention. defines: seq_to_heads_into, heads_to_seq_into, seq_to_heads,
+//          heads_to_seq, ulysses_attention
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include "engine/config/run_config.h"
+#include "engine/model/attention.h"
+#include "engine/model/layers.h"
 #include "engine/parallel/comm.h"
 
 namespace odyssey {
-
-/// One block's attention projection weights (views of its flat group or leaves of them).
-struct HeadProjections {
-  at::Tensor wq;      ///< [H*hd, d]
-  at::Tensor wk;      ///< [Hkv*hd, d]
-  at::Tensor wv;      ///< [Hkv*hd, d]
-  at::Tensor q_norm;  ///< [hd] (qk_norm only, else undefined)
-  at::Tensor k_norm;  ///< [hd] (qk_norm only, else undefined)
-};
 
 // --- Raw all-to-all (no autograd), the index algebra of implementation-notes section 1 --------
 // Rank r holds the contiguous sequence chunk r (tokens [r*s, (r+1)*s)); head group j (heads
@@ -43,19 +36,12 @@ at::Tensor seq_to_heads(const at::Tensor& x, Comm& comm);
 /// [B, S, n, hd] -> [B, s, P*n, hd]. `comm` must outlive the backward.
 at::Tensor heads_to_seq(const at::Tensor& x, Comm& comm);
 
-// --- Per-head math shared with the model (same formulas as engine/model/layers) --------------
-
-/// RMSNorm over the last dim (statistics in fp32, result in x's dtype) times weight [hd].
-at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
-/// Rotate-half RoPE of x [B, s, h, hd] with local tables cos/sin [s, hd/2] (fp32 math).
-at::Tensor rope_rotate_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-
-/// Plain Ulysses attention of the normed block input x [B, s, d] (s = S/P local tokens whose
-/// rotary tables are cos/sin [s, hd/2]): Q/K/V projections, QK-norm, RoPE, all-to-all to
+/// Plain Ulysses attention of the normed block input x [B, s, d] (s = S/P local tokens with global
+/// positions `pos`): Q/K/V projections (w.wo is not used), QK-norm, RoPE, all-to-all to
 /// [B, S, H/P, hd] and [B, S, max(Hkv,P)/P, hd] (KV heads replicated to the degree when Hkv < P;
 /// autograd sums the replicas' gradients), causal SDPA, all-to-all back. Returns the attention
 /// output BEFORE the output projection: [B, s, H*hd]. Works for P = 1 (no communication).
-at::Tensor ulysses_attention(const at::Tensor& x, const HeadProjections& w, const at::Tensor& cos, const at::Tensor& sin,
+at::Tensor ulysses_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
                              const ModelConfig& model, const RankContext& ctx);
 
 }  // namespace odyssey

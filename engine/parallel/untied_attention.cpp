@@ -12,6 +12,7 @@
 #include <torch/custom_class.h>
 
 #include "engine/parallel/flash_attention.h"
+#include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
 namespace {
@@ -62,14 +63,15 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& rows, const at::Tensor
                    const at::Tensor& cos, const at::Tensor& sin, bool rope) {
   const int64_t B = x.size(0), s = x.size(1), m = rows.size(0), hd = rows.size(1);
   at::Tensor y = at::linear(x, rows.reshape({m * hd, rows.size(2)})).view({B, s, m, hd});  // [B, s, m, hd]
-  if (norm.defined()) y = head_rms_norm(y, norm, eps);
-  if (rope) y = rope_rotate_half(y, cos, sin);
+  if (norm.defined()) y = rms_norm(y, norm, eps);
+  if (rope) y = apply_rope(y, Positions{at::Tensor(), cos, sin});
   return y;
 }
 
 /// A flat buffer's first elements viewed as `shape` (contiguous): stage buffers are allocated
 /// once at their largest size and every stage views the part it needs.
 at::Tensor view_prefix(const at::Tensor& flat, at::IntArrayRef shape) {
+  if (!flat.defined()) return {};  // P = 1: no staging
   return flat.narrow(0, 0, c10::multiply_integers(shape)).view(shape);
 }
 
@@ -102,9 +104,12 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     at::Tensor out = at::empty({B, s, p.H * hd}, x.options());  // [B, s, H*hd]
     at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});           // [B, s, P, Hl, hd]
     const int64_t widest = std::max(p.k, p.max_kv_count);
-    at::Tensor send = at::empty({p.P * B * s * widest * hd}, x.options());  // a2a staging
-    // B = 1: the all-to-alls need one staging buffer, not two (see seq_to_heads_into).
-    at::Tensor recv = B == 1 ? send : at::empty({p.P * B * s * widest * hd}, x.options());
+    at::Tensor send, recv;  // a2a staging; B = 1 needs one buffer, not two (see seq_to_heads_into)
+    if (p.P > 1) {
+      CategoryScope category(MemCategory::CommBuffers);
+      send = at::empty({p.P * B * s * widest * hd}, x.options());
+      recv = B == 1 ? send : at::empty({p.P * B * s * widest * hd}, x.options());
+    }
     at::Tensor q_h = at::empty({B, S, p.k, hd}, x.options());                       // [B, S, k, hd]
     at::Tensor k_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
     at::Tensor v_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
@@ -168,9 +173,12 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
 
     // Stage buffers, allocated once.
     const int64_t widest = std::max(p.k, p.max_kv_count);
-    at::Tensor send = at::empty({p.P * B * s * widest * hd}, x.options());
-    // B = 1: the all-to-alls need one staging buffer, not two (see seq_to_heads_into).
-    at::Tensor recv = B == 1 ? send : at::empty({p.P * B * s * widest * hd}, x.options());
+    at::Tensor send, recv;  // a2a staging; B = 1 needs one buffer, not two (see seq_to_heads_into)
+    if (p.P > 1) {
+      CategoryScope category(MemCategory::CommBuffers);
+      send = at::empty({p.P * B * s * widest * hd}, x.options());
+      recv = B == 1 ? send : at::empty({p.P * B * s * widest * hd}, x.options());
+    }
     at::Tensor q_h = at::empty({B, S, p.k, hd}, x.options());   // recomputed query, head layout
     at::Tensor o_h = at::empty({B, S, p.k, hd}, x.options());   // saved output, head layout
     at::Tensor do_h = at::empty({B, S, p.k, hd}, x.options());  // incoming gradient, head layout
@@ -318,14 +326,14 @@ UntiedStagePlan plan_untied_stages(int64_t n_heads, int64_t n_kv_heads, int64_t 
   return p;
 }
 
-at::Tensor untied_attention(const at::Tensor& x, const HeadProjections& w, const at::Tensor& cos, const at::Tensor& sin,
+at::Tensor untied_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
                             const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {
   if (model.qk_norm && (!w.q_norm.defined() || !w.k_norm.defined()))
     throw std::invalid_argument("untied_attention: model.qk_norm is set but the q/k norm weights are missing");
   // Absent norms travel as empty tensors: autograd Functions reject undefined tensor inputs.
   const at::Tensor none = at::empty({0}, x.options());
   return UntiedAttentionFunction::apply(x.contiguous(), w.wq, w.wk, w.wv, model.qk_norm ? w.q_norm : none,
-                                        model.qk_norm ? w.k_norm : none, cos, sin, ctx.sp.get(),
+                                        model.qk_norm ? w.k_norm : none, pos.cos, pos.sin, ctx.sp.get(),
                                         model.n_heads, model.n_kv_heads, model.head_dim, memory.heads_per_stage,
                                         model.norm_eps);
 }

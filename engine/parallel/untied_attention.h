@@ -38,15 +38,15 @@ struct UntiedStagePlan {
 UntiedStagePlan plan_untied_stages(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t degree,
                                    int64_t heads_per_stage);
 
-/// Untied Ulysses attention of the normed block input x [B, s, d] (local tokens, rotary tables
-/// cos/sin [s, hd/2]): per stage, project only the stage's Q rows (and K/V rows when its KV range
+/// Untied Ulysses attention of the normed block input x [B, s, d] (local tokens with global
+/// positions `pos`; w.wo is not used): per stage, project only the stage's Q rows (and K/V rows when its KV range
 /// is new), QK-norm, RoPE, all-to-all into preallocated stage buffers, fused causal attention
 /// returning the log-sum-exp, all-to-all back into the preallocated output. Saves x, the weights,
 /// the output and one LSE per stage; backward recomputes the projections and input all-to-alls per
 /// stage and runs the fused attention backward from the saved output and LSE (no second attention
 /// forward). Returns the output BEFORE the output projection: [B, s, H*hd]. Works for P = 1 (head
 /// chunking on one rank). The stage size comes from memory.heads_per_stage.
-at::Tensor untied_attention(const at::Tensor& x, const HeadProjections& w, const at::Tensor& cos, const at::Tensor& sin,
+at::Tensor untied_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
                             const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory);
 
 }  // namespace odyssey

@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "engine/model/layers.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/parallel/ulysses.h"
 #include "engine/parallel/untied_attention.h"
@@ -37,16 +38,16 @@ std::vector<AttentionPeak> measure(Kind kind, int P, const ModelConfig& model, i
     const int64_t s = S / P, d = model.d_model, hd = model.head_dim;
     at::manual_seed(7);
     at::Tensor x = at::randn({1, s, d}).requires_grad_(true);
-    HeadProjections w{(at::randn({model.n_heads * hd, d}) * 0.1).requires_grad_(true),
-                      (at::randn({model.n_kv_heads * hd, d}) * 0.1).requires_grad_(true),
-                      (at::randn({model.n_kv_heads * hd, d}) * 0.1).requires_grad_(true), {}, {}};
-    at::Tensor cos = at::ones({s, hd / 2}), sin = at::zeros({s, hd / 2});
+    AttentionWeights w{(at::randn({model.n_heads * hd, d}) * 0.1).requires_grad_(true),
+                       (at::randn({model.n_kv_heads * hd, d}) * 0.1).requires_grad_(true),
+                       (at::randn({model.n_kv_heads * hd, d}) * 0.1).requires_grad_(true), {}, {}, {}};
+    const Positions pos = make_positions(ctx.sp_rank * s, s, hd, model.rope_theta, at::kCPU);
     at::Tensor grad_out = at::randn({1, s, model.n_heads * hd});
     const int64_t base = tracker.device_bytes(ctx.rank);
     const int window = tracker.open_peak_window(ctx.rank);
     const int forward_window = tracker.open_peak_window(ctx.rank);
-    at::Tensor out = kind == Kind::Untied ? untied_attention(x, w, cos, sin, model, ctx, memory)
-                                          : ulysses_attention(x, w, cos, sin, model, ctx);
+    at::Tensor out = kind == Kind::Untied ? untied_attention(x, w, pos, model, ctx, memory)
+                                          : ulysses_attention(x, w, pos, model, ctx);
     const PeakWindow forward = tracker.close_peak_window(ctx.rank, forward_window);
     out.backward(grad_out);
     const PeakWindow total = tracker.close_peak_window(ctx.rank, window);

@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "engine/model/layers.h"
 #include "engine/parallel/ulysses.h"
 #include "engine/parallel/untied_attention.h"
 #include "rank_threads.h"
@@ -18,7 +19,7 @@ constexpr double kTolerance = 1e-5;
 struct Problem {
   ModelConfig model;
   int64_t B = 2, S = 32;
-  at::Tensor x, wq, wk, wv, qn, kn, R, cos, sin;  // full-sequence inputs; R weights the loss
+  at::Tensor x, wq, wk, wv, qn, kn, R;  // full-sequence inputs; R weights the loss
 };
 
 Problem make_problem(int64_t H, int64_t Hkv, bool qk_norm, int64_t B = 2, int64_t hd = 8, int64_t d = 32) {
@@ -37,10 +38,6 @@ Problem make_problem(int64_t H, int64_t Hkv, bool qk_norm, int64_t B = 2, int64_
   p.qn = 1.0 + 0.1 * at::randn({hd});
   p.kn = 1.0 + 0.1 * at::randn({hd});
   p.R = at::randn({p.B, p.S, H * hd});
-  at::Tensor inv = at::pow(10000.0, -at::arange(0, hd, 2, at::kDouble) / static_cast<double>(hd));
-  at::Tensor ang = at::arange(p.S, at::kDouble).unsqueeze(1) * inv.unsqueeze(0);  // [S, hd/2]
-  p.cos = ang.cos().to(at::kFloat);
-  p.sin = ang.sin().to(at::kFloat);
   return p;
 }
 
@@ -59,11 +56,12 @@ Grads reference(const Problem& p) {
   at::Tensor k = at::linear(x, wk).view({B, S, Hkv, hd});
   at::Tensor v = at::linear(x, wv).view({B, S, Hkv, hd});
   if (m.qk_norm) {
-    q = head_rms_norm(q, qn, m.norm_eps);
-    k = head_rms_norm(k, kn, m.norm_eps);
+    q = rms_norm(q, qn, m.norm_eps);
+    k = rms_norm(k, kn, m.norm_eps);
   }
-  q = rope_rotate_half(q, p.cos, p.sin).transpose(1, 2);
-  k = rope_rotate_half(k, p.cos, p.sin).repeat_interleave(H / Hkv, 2).transpose(1, 2);
+  const Positions pos = make_positions(0, S, hd, m.rope_theta, at::kCPU);
+  q = apply_rope(q, pos).transpose(1, 2);
+  k = apply_rope(k, pos).repeat_interleave(H / Hkv, 2).transpose(1, 2);
   v = v.repeat_interleave(H / Hkv, 2).transpose(1, 2);
   at::Tensor o = std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, {}, 0.0, true));  // [B, H, S, hd]
   at::Tensor out = o.transpose(1, 2).reshape({B, S, H * hd});
@@ -73,16 +71,18 @@ Grads reference(const Problem& p) {
 }
 
 /// The same on P rank threads; outputs and dx concatenated over ranks, weight grads summed.
-Grads distributed(const Problem& p, int P, const std::function<at::Tensor(const at::Tensor&, const HeadProjections&,
-                                                                           const at::Tensor&, const at::Tensor&,
-                                                                           const RankContext&)>& attention) {
+using AttentionFn =
+    std::function<at::Tensor(const at::Tensor&, const AttentionWeights&, const Positions&, const RankContext&)>;
+
+Grads distributed(const Problem& p, int P, const AttentionFn& attention) {
   const int64_t s = p.S / P;
   std::vector<Grads> per_rank(P);
   odyssey::test::run_sp_ranks(P, [&](RankContext& ctx) {
     const int r = ctx.sp_rank;
     at::Tensor x = leaf(p.x.narrow(1, r * s, s));
-    HeadProjections w{leaf(p.wq), leaf(p.wk), leaf(p.wv), leaf(p.qn), leaf(p.kn)};
-    at::Tensor out = attention(x, w, p.cos.narrow(0, r * s, s), p.sin.narrow(0, r * s, s), ctx);  // [B, s, H*hd]
+    AttentionWeights w{leaf(p.wq), leaf(p.wk), leaf(p.wv), at::Tensor(), leaf(p.qn), leaf(p.kn)};
+    const Positions pos = make_positions(r * s, s, p.model.head_dim, p.model.rope_theta, at::kCPU);
+    at::Tensor out = attention(x, w, pos, ctx);  // [B, s, H*hd]
     (out * p.R.narrow(1, r * s, s)).sum().backward();
     per_rank[r] = {out.detach(), x.grad(), w.wq.grad(), w.wk.grad(), w.wv.grad(), w.q_norm.grad(), w.k_norm.grad()};
   });
@@ -156,9 +156,8 @@ TEST_CASE("ulysses attention equals the single-rank reference (P = 1, 2, 4)", "[
     for (const auto& hc : head_cases(P)) {
       const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm);
       const Grads want = reference(p);
-      const Grads got = distributed(p, P, [&](const at::Tensor& x, const HeadProjections& w, const at::Tensor& c,
-                                              const at::Tensor& s, const RankContext& ctx) {
-        return ulysses_attention(x, w, c, s, p.model, ctx);
+      const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+        return ulysses_attention(x, w, pos, p.model, ctx);
       });
       require_equivalent(got, want, "P = " + std::to_string(P) + ", " + hc.name);
     }
@@ -174,9 +173,8 @@ TEST_CASE("untied ulysses equals the single-rank reference for every valid heads
         MemoryConfig memory;
         memory.untied_ulysses = true;
         memory.heads_per_stage = hps;
-        const Grads got = distributed(p, P, [&](const at::Tensor& x, const HeadProjections& w, const at::Tensor& c,
-                                                const at::Tensor& s, const RankContext& ctx) {
-          return untied_attention(x, w, c, s, p.model, ctx, memory);
+        const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+          return untied_attention(x, w, pos, p.model, ctx, memory);
         });
         require_equivalent(got, want, "P = " + std::to_string(P) + ", " + hc.name + ", heads_per_stage = " + std::to_string(hps));
       }
@@ -193,9 +191,8 @@ TEST_CASE("untied ulysses: stages straddling KV groups (k and g not dividing eac
     MemoryConfig memory;
     memory.untied_ulysses = true;
     memory.heads_per_stage = hps;
-    const Grads got = distributed(p, P, [&](const at::Tensor& x, const HeadProjections& w, const at::Tensor& c,
-                                            const at::Tensor& s, const RankContext& ctx) {
-      return untied_attention(x, w, c, s, p.model, ctx, memory);
+    const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+          return untied_attention(x, w, pos, p.model, ctx, memory);
     });
     require_equivalent(got, want, "H 12 / Hkv 4, P = " + std::to_string(P) + ", heads_per_stage = " + std::to_string(hps));
   }
@@ -225,18 +222,16 @@ TEST_CASE("ulysses and untied with batch 1 (all-to-all straight into the output)
     for (const auto& hc : head_cases(P)) {
       const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm, /*B=*/1);
       const Grads want = reference(p);
-      const Grads plain = distributed(p, P, [&](const at::Tensor& x, const HeadProjections& w, const at::Tensor& c,
-                                                const at::Tensor& s, const RankContext& ctx) {
-        return ulysses_attention(x, w, c, s, p.model, ctx);
+      const Grads plain = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+        return ulysses_attention(x, w, pos, p.model, ctx);
       });
       require_equivalent(plain, want, "B = 1, ulysses, P = " + std::to_string(P) + ", " + hc.name);
       for (int64_t hps : valid_heads_per_stage(hc.H, P)) {
         MemoryConfig memory;
         memory.untied_ulysses = true;
         memory.heads_per_stage = hps;
-        const Grads got = distributed(p, P, [&](const at::Tensor& x, const HeadProjections& w, const at::Tensor& c,
-                                                const at::Tensor& s, const RankContext& ctx) {
-          return untied_attention(x, w, c, s, p.model, ctx, memory);
+        const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+          return untied_attention(x, w, pos, p.model, ctx, memory);
         });
         require_equivalent(got, want, "B = 1, untied, P = " + std::to_string(P) + ", " + hc.name + ", hps " + std::to_string(hps));
       }
