@@ -165,14 +165,23 @@ at::Tensor ulysses_attention(const at::Tensor& x, const AttentionWeights& w, con
     k = k.repeat_interleave(P / Hkv, 2);  // [B, s, P, hd]
     v = v.repeat_interleave(P / Hkv, 2);  // [B, s, P, hd]
   }
+  // Memory: each local-layout tensor is dropped as soon as its all-to-all has run (autograd keeps
+  // none of them; without grad nothing else does either), as the planner's walk assumes.
   at::Tensor qh = seq_to_heads(q, sp);  // [B, S, H/P, hd]
+  q.reset();
   at::Tensor kh = seq_to_heads(k, sp);  // [B, S, Hkv'/P, hd]
+  k.reset();
   at::Tensor vh = seq_to_heads(v, sp);  // [B, S, Hkv'/P, hd]
+  v.reset();
   const bool gqa = qh.size(2) != kh.size(2);
   at::Tensor o = at::scaled_dot_product_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2),
                                                   /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                                   /*scale=*/std::nullopt, /*enable_gqa=*/gqa);  // [B, H/P, S, hd]
+  qh.reset();
+  kh.reset();
+  vh.reset();
   at::Tensor local = heads_to_seq(o.transpose(1, 2), sp);  // [B, s, H, hd]
+  o.reset();
   return local.reshape({B, s, H * hd});                    // [B, s, H*hd]
 }
 
