@@ -148,8 +148,24 @@ void BackendComm::all_gather(at::Tensor& out, const at::Tensor& in) {
                  tensor_text(out));
   at::Tensor out_flat = out.view(-1);
   at::Tensor in_flat = in.view(-1);
-  auto work = backend_->_allgather_base(out_flat, in_flat);
-  finish(op, work);
+  if (cuda_) {
+    finish(op, backend_->_allgather_base(out_flat, in_flat));
+    return;
+  }
+  // Gloo: ProcessGroupGloo's _allgather_base stages through an output-sized tensor allocated on
+  // its worker thread, which the memory tracker cannot attribute to this rank (and rank emulation
+  // would not reproduce). An in-place SUM all-reduce of the output with only this rank's slot
+  // filled gives the same bytes (x + 0 is exact) with no hidden buffer, for twice the traffic.
+  {
+    at::NoGradGuard no_grad;
+    out_flat.zero_();
+    out_flat.narrow(0, spec_.rank * in_flat.numel(), in_flat.numel()).copy_(in_flat);
+  }
+  std::vector<at::Tensor> tensors{out_flat};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::SUM;
+  opts.timeout = spec_.timeout;
+  finish(op, backend_->allreduce(tensors, opts));
 }
 
 void BackendComm::reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) {
@@ -162,11 +178,23 @@ void BackendComm::reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) {
                  tensor_text(out));
   at::Tensor out_flat = out.view(-1);
   at::Tensor in_flat = in.view(-1);
-  c10d::ReduceScatterOptions opts;
+  if (cuda_) {
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.timeout = spec_.timeout;
+    finish(op, backend_->_reduce_scatter_base(out_flat, in_flat, opts));
+    return;
+  }
+  // Gloo: _reduce_scatter_base stages through an input-sized tensor on its worker thread (see
+  // all_gather). Reduce `in` itself with an in-place all-reduce instead (Comm allows it to be
+  // used as scratch) and keep this rank's slice.
+  std::vector<at::Tensor> tensors{in_flat};
+  c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::SUM;
   opts.timeout = spec_.timeout;
-  auto work = backend_->_reduce_scatter_base(out_flat, in_flat, opts);
-  finish(op, work);
+  finish(op, backend_->allreduce(tensors, opts));
+  at::NoGradGuard no_grad;
+  out_flat.copy_(in_flat.narrow(0, spec_.rank * out_flat.numel(), out_flat.numel()));
 }
 
 void BackendComm::all_to_all(at::Tensor& out, const at::Tensor& in) {
