@@ -3,10 +3,13 @@
 #include "engine/parallel/process_group_comm.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "engine/parallel/gloo_backend.h"
@@ -80,26 +83,44 @@ void BackendComm::finish(const char* op, const c10::intrusive_ptr<c10d::Work>& w
     wait_gloo(op, work);
 }
 
-// Gloo: Work::wait(slice) blocks on a condition variable and throws "timed out" when the slice
-// ends without completion; slices let the loop watch the abort flag and the overall deadline.
+// Gloo: wait in 20 ms slices so that the loop also watches the abort flag and the deadline. The
+// slices wait on a condition variable that the work's future signals through a callback (no
+// exception per slice: Work::wait(timeout) throws c10::Error, backtrace and all, every time a
+// slice ends early, which cost seconds of system time per test run). Works without a future
+// (Gloo's barrier) fall back to Work::wait(slice). Either way the outcome is read with a final
+// Work::wait() once the work has completed.
 void BackendComm::wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
+  struct Done {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto state = std::make_shared<Done>();  // shared with the callback, which may fire after we left
+  bool has_future = true;
+  try {
+    work->getFuture()->addCallback([state](c10::ivalue::Future&) {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->done = true;
+      state->cv.notify_all();
+    });
+  } catch (const std::exception&) {
+    has_future = false;
+  }
   const auto deadline = Clock::now() + spec_.timeout;
   constexpr auto kSlice = std::chrono::milliseconds(20);
   for (;;) {
-    try {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      work->wait(std::max(std::chrono::milliseconds(1), std::min(kSlice, left)));
-      return;
-    } catch (const std::exception& e) {
-      if (work->isCompleted()) {  // a real failure of the operation (peer gone, gloo timeout, ...)
-        poisoned_ = true;
-        const std::string detail = first_line(e.what());
-        // Gloo's own timeout is the same value and may fire first: report it as ours.
-        if (detail.find("Timed out") != std::string::npos)
-          fail(op, "timed out after " + seconds_text(spec_.timeout) + " (" + kMissingPeer + "; gloo: " + detail + ")");
-        fail(op, "failed: " + detail);
+    bool completed = false;
+    if (has_future) {
+      std::unique_lock<std::mutex> lock(state->mutex);
+      completed = state->cv.wait_for(lock, kSlice, [&] { return state->done; });
+    } else {
+      try {
+        completed = work->wait(kSlice);
+      } catch (const std::exception&) {
+        completed = work->isCompleted();  // a slice that ended early, or the operation's error
       }
     }
+    if (completed) break;
     if (abort_ && abort_->raised()) {
       poisoned_ = true;
       fail(op, "abandoned: rank " + std::to_string(abort_->rank()) + " failed: " + first_line(abort_->reason()));
@@ -108,6 +129,16 @@ void BackendComm::wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>
       poisoned_ = true;
       fail(op, "timed out after " + seconds_text(spec_.timeout) + " (" + kMissingPeer + ")");
     }
+  }
+  try {
+    work->wait();  // completed: returns at once, or throws the operation's error
+  } catch (const std::exception& e) {
+    poisoned_ = true;
+    const std::string detail = first_line(e.what());
+    // Gloo's own timeout is the same value and may fire first: report it as ours.
+    if (detail.find("Timed out") != std::string::npos)
+      fail(op, "timed out after " + seconds_text(spec_.timeout) + " (" + kMissingPeer + "; gloo: " + detail + ")");
+    fail(op, "failed: " + detail);
   }
 }
 
