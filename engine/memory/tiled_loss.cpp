@@ -12,8 +12,8 @@
 
 namespace odyssey {
 
-at::Tensor head_logits(const at::Tensor& x, const at::Tensor& norm_weight, const at::Tensor& head, double eps) {
-  return at::linear(rms_norm(x, norm_weight, eps), head).to(at::kFloat);  // [B, n, V] fp32
+at::Tensor head_logits(const at::Tensor& normed, const at::Tensor& head) {
+  return at::linear(normed, head).to(at::kFloat);  // [B, n, V] fp32
 }
 
 void accumulate_answer_stats(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& mask,
@@ -38,34 +38,30 @@ void accumulate_answer_stats(const at::Tensor& logits, const at::Tensor& labels,
   stats->correct += f64(hits);
 }
 
-LossOutputs tiled_loss_forward(const at::Tensor& x, const at::Tensor& norm_weight, const at::Tensor& head,
-                               const at::Tensor& labels, const at::Tensor& answer_mask, double eps, double scale,
-                               int64_t tile_tokens, AnswerStats* stats) {
+LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head, const at::Tensor& labels,
+                               const at::Tensor& answer_mask, double scale, int64_t tile_tokens, AnswerStats* stats) {
   if (tile_tokens <= 0) throw std::invalid_argument("tiled loss: tile_tokens = " + std::to_string(tile_tokens));
   CategoryScope category(MemCategory::LossWorkspace);
-  const int64_t s = x.size(1), V = head.size(0);
+  const int64_t s = normed.size(1), V = head.size(0);
   LossOutputs out;
-  out.loss = at::zeros({}, x.options().dtype(at::kFloat));                    // scalar
-  out.dx = at::empty_like(x);                                                 // [B, s, d]
-  out.d_norm = at::zeros(norm_weight.sizes(), norm_weight.options().dtype(at::kFloat));  // [d]
-  out.d_head = at::zeros(head.sizes(), head.options().dtype(at::kFloat));     // [V, d]
-  at::Tensor norm_leaf = norm_weight.detach().requires_grad_(true);
+  out.loss = at::zeros({}, normed.options().dtype(at::kFloat));                // scalar
+  out.dx = at::empty_like(normed);                                             // [B, s, d]
+  out.d_head = at::zeros(head.sizes(), head.options().dtype(at::kFloat));      // [V, d] fp32
   at::Tensor head_leaf = head.detach().requires_grad_(true);
   for (int64_t off = 0; off < s; off += tile_tokens) {
     const int64_t n = std::min(tile_tokens, s - off);
     at::AutoGradMode enable_grad(true);  // backward inside forward
-    at::Tensor x_tile = x.narrow(1, off, n).detach().requires_grad_(true);  // [B, n, d]
-    at::Tensor labels_tile = labels.narrow(1, off, n);                        // [B, n]
-    at::Tensor logits = head_logits(x_tile, norm_leaf, head_leaf, eps);       // [B, n, V] fp32, one tile only
+    at::Tensor x_tile = normed.narrow(1, off, n).detach().requires_grad_(true);  // [B, n, d]
+    at::Tensor labels_tile = labels.narrow(1, off, n);                             // [B, n]
+    at::Tensor logits = head_logits(x_tile, head_leaf);  // [B, n, V] fp32: one tile only
     at::Tensor loss_tile =
         at::cross_entropy_loss(logits.reshape({-1, V}), labels_tile.reshape(-1), {}, at::Reduction::Sum) * scale;
     if (answer_mask.defined()) accumulate_answer_stats(logits, labels_tile, answer_mask.narrow(1, off, n), stats);
-    auto grads = torch::autograd::grad({loss_tile}, {x_tile, norm_leaf, head_leaf});
+    auto grads = torch::autograd::grad({loss_tile}, {x_tile, head_leaf});
     at::NoGradGuard no_grad;
     out.loss += loss_tile.detach();
     out.dx.narrow(1, off, n).copy_(grads[0]);
-    out.d_norm += grads[1];
-    out.d_head += grads[2];
+    out.d_head += grads[1];
   }
   return out;
 }

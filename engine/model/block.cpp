@@ -12,6 +12,7 @@
 #include "engine/memory/tiled_mlp.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/phase.h"
+#include "engine/telemetry/tensor_tags.h"
 
 namespace odyssey {
 
@@ -94,16 +95,12 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
   {
     std::optional<EnginePhase> phase;
     if (!phase_prefix.empty()) phase.emplace(rt.rank, phase_prefix + "/mlp");
-    at::Tensor mlp;
-    {
-      CategoryScope category(MemCategory::MlpWorkspace);
-      mlp = rt.memory->tiled_mlp
-                ? tiled_mlp(g.h_leaf, w.mlp_norm, w.w_gate, w.w_up, w.w_down, model.norm_eps, rt.mlp_tile_tokens)
-                : swiglu_mlp(rms_norm(g.h_leaf, w.mlp_norm, model.norm_eps), w.w_gate, w.w_up, w.w_down);  // [B, s, d]
-    }
-    // The block output is the next block's saved input (checkpointed) or kept by its graph.
-    CategoryScope category(MemCategory::SavedActivations);
-    g.y = g.h_leaf + mlp;  // [B, s, d]
+    CategoryScope category(MemCategory::MlpWorkspace);
+    at::Tensor normed = rms_norm(g.h_leaf, w.mlp_norm, model.norm_eps);  // [B, s, d]
+    at::Tensor mlp = rt.memory->tiled_mlp
+                         ? tiled_mlp(normed, w.w_gate, w.w_up, w.w_down, rt.mlp_tile_tokens)
+                         : swiglu_mlp(normed, w.w_gate, w.w_up, w.w_down);  // [B, s, d]
+    g.y = g.h_leaf + mlp;  // [B, s, d] block output
   }
   if (keep_graph) {
     for (const auto& [index, t] : w.attention_half()) g.attn_leaves.push_back(t);
@@ -161,7 +158,8 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
     if (rt->offload && layer + 1 < n_layers) {
       rt->offload->put(layer, x);  // the device copy dies when the caller drops x
     } else {
-      ctx->save_for_backward({x});  // block input [B, s, d], category saved_activations
+      retag_tensor(x, MemCategory::SavedActivations);  // the checkpoint: block input [B, s, d]
+      ctx->save_for_backward({x});
     }
   } else {
     MemoryTracker& tracker = MemoryTracker::instance();

@@ -63,8 +63,8 @@ at::Tensor EmbedFunction::forward(AutogradContext* ctx, const at::Tensor& master
   rt->embed->unshard();
   at::Tensor x;
   {
-    // Block 0's input: saved (checkpointing) or kept by block 0's graph.
-    CategoryScope category(MemCategory::SavedActivations);
+    // Block 0's input; block 0 retags it saved_activations when it keeps it as its checkpoint.
+    CategoryScope category(MemCategory::Other);
     x = at::embedding(rt->embed->view(0), ids);  // [B, s, d] compute dtype
   }
   rt->embed->reshard();
@@ -80,8 +80,8 @@ variable_list EmbedFunction::backward(AutogradContext* ctx, variable_list grad_o
   const int64_t V = rt->model->vocab_size, d = rt->model->d_model;
   at::Tensor flat;
   {
-    CategoryScope category(MemCategory::CommBuffers);
-    flat = at::zeros({rt->embed->padded_numel()}, dx.options().dtype(at::kFloat));  // [padded] fp32
+    CategoryScope category(MemCategory::Other);
+    flat = at::zeros({rt->embed->padded_numel()}, dx.options().dtype(at::kFloat));  // [padded] fp32 dense gradient
   }
   flat.narrow(0, 0, V * d).view({V, d}).index_add_(0, ids.reshape(-1), dx.reshape({-1, d}).to(at::kFloat));
   at::Tensor shard = rt->embed->reduce_flat(flat);
@@ -94,25 +94,27 @@ at::Tensor HeadFunction::forward(AutogradContext* ctx, const at::Tensor& x, cons
   RuntimeBinding binding(*rt);
   EnginePhase phase(rt->rank, "fwd/loss");
   ctx->saved_data["rt"] = reinterpret_cast<int64_t>(rt);
-  const double eps = rt->model->norm_eps;
   const int64_t V = rt->model->vocab_size;
   unshard_head(*rt);
   const HeadWeights w = head_weights(*rt);
+  CategoryScope category(MemCategory::LossWorkspace);
+  at::AutoGradMode enable_grad(true);
+  at::Tensor x_leaf = x.detach().requires_grad_(true);
+  at::Tensor norm_leaf = w.norm.detach().requires_grad_(true);
+  at::Tensor normed = rms_norm(x_leaf, norm_leaf, rt->model->norm_eps);  // [B, s, d] final norm output
   at::Tensor loss;
   if (rt->memory->tiled_loss) {
-    LossOutputs out = tiled_loss_forward(x, w.norm, w.head, rt->labels, rt->answer_mask, eps, rt->loss_scale,
+    // Backward inside forward, tile by tile; what survives is dx [B, s, d] and d(head) [V, d].
+    LossOutputs out = tiled_loss_forward(normed.detach(), w.head, rt->labels, rt->answer_mask, rt->loss_scale,
                                          rt->loss_tile_tokens, &rt->answer);
-    ctx->saved_data["dx"] = out.dx;
-    ctx->saved_data["d_norm"] = out.d_norm;
+    ctx->saved_data["root"] = normed;
+    ctx->saved_data["leaves"] = std::vector<at::Tensor>{x_leaf, norm_leaf};
+    ctx->saved_data["d_normed"] = out.dx;
     ctx->saved_data["d_head"] = out.d_head;
     loss = out.loss;
   } else {
-    CategoryScope category(MemCategory::LossWorkspace);
-    at::AutoGradMode enable_grad(true);
-    at::Tensor x_leaf = x.detach().requires_grad_(true);
-    at::Tensor norm_leaf = w.norm.detach().requires_grad_(true);
     at::Tensor head_leaf = w.head.detach().requires_grad_(true);
-    at::Tensor logits = head_logits(x_leaf, norm_leaf, head_leaf, eps);  // [B, s, V] fp32: the memory tiling removes
+    at::Tensor logits = head_logits(normed, head_leaf);  // [B, s, V] fp32: the memory tiling removes
     at::Tensor root =
         at::cross_entropy_loss(logits.reshape({-1, V}), rt->labels.reshape(-1), {}, at::Reduction::Sum) *
         rt->loss_scale;
@@ -129,24 +131,34 @@ variable_list HeadFunction::backward(AutogradContext* ctx, variable_list grad_ou
   StepRuntime* rt = runtime_of(ctx);
   RuntimeBinding binding(*rt);
   const at::Tensor& g = grad_outputs[0];  // scalar, 1 when the loss is the root
+  at::Tensor root = ctx->saved_data["root"].toTensor();
+  auto leaves = ctx->saved_data["leaves"].toTensorVector();
   at::Tensor dx, d_norm, d_head;
   if (rt->memory->tiled_loss) {
-    dx = ctx->saved_data["dx"].toTensor() * g.to(ctx->saved_data["dx"].toTensor().scalar_type());
-    d_norm = ctx->saved_data["d_norm"].toTensor() * g;
-    d_head = ctx->saved_data["d_head"].toTensor() * g;
-    for (const char* key : {"dx", "d_norm", "d_head"}) ctx->saved_data.erase(key);
+    // The tiled forward already computed the gradients for an incoming 1: scale them and run the
+    // final norm's backward.
+    CategoryScope category(MemCategory::LossWorkspace);
+    at::Tensor d_normed = ctx->saved_data["d_normed"].toTensor();
+    d_head = ctx->saved_data["d_head"].toTensor();
+    for (const char* key : {"root", "leaves", "d_normed", "d_head"}) ctx->saved_data.erase(key);
+    d_normed.mul_(g.to(d_normed.scalar_type()));
+    d_head.mul_(g);
+    unshard_head(*rt);
+    auto grads = torch::autograd::grad({root}, leaves, {d_normed}, /*retain_graph=*/false);
+    dx = grads[0];
+    d_norm = grads[1];
   } else {
     EnginePhase phase(rt->rank, "bwd/loss");
     CategoryScope category(MemCategory::LossWorkspace);
-    unshard_head(*rt);
-    at::Tensor root = ctx->saved_data["root"].toTensor();
-    auto leaves = ctx->saved_data["leaves"].toTensorVector();
     for (const char* key : {"root", "leaves"}) ctx->saved_data.erase(key);
+    unshard_head(*rt);
     auto grads = torch::autograd::grad({root}, leaves, {g}, /*retain_graph=*/false);
     dx = grads[0];
     d_norm = grads[1];
     d_head = grads[2];
   }
+  root = at::Tensor();
+  leaves.clear();
   at::Tensor head_shard;
   if (rt->model->tie_embeddings) {
     head_shard = rt->head->reduce_gradients({d_norm});

@@ -29,9 +29,11 @@ struct EmbedFunction : public torch::autograd::Function<EmbedFunction> {
 };
 
 /// loss_local = Σ CE(final_norm(x) @ head^T, labels) x loss_scale (scalar fp32). Phase fwd/loss.
-/// Untiled: keeps the graph (logits and CE intermediates, category loss_workspace) and runs its
-/// backward in phase bwd/loss. Tiled (memory.tiled_loss): computes the gradients in forward tile
-/// by tile and saves dx and the head gradients; backward scales them by the incoming gradient.
+/// Untiled: keeps the graph (final norm, logits and CE intermediates, category loss_workspace) and
+/// runs its backward in phase bwd/loss. Tiled (memory.tiled_loss): the final norm's output goes
+/// through the LM head and CE tile by tile with the backward inside the forward; it keeps the
+/// final norm's graph, d(normed) [B, s, d] and d(head) [V, d]; backward scales them by the incoming
+/// gradient and runs the final norm's backward (no phase of its own: it opens bwd/block.L-1).
 /// With tied embeddings the LM head is the embedding matrix and its gradient is added to the
 /// embedding group's gradient shard directly.
 struct HeadFunction : public torch::autograd::Function<HeadFunction> {

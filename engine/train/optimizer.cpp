@@ -23,8 +23,9 @@ double global_grad_norm(const std::vector<FlatParamGroup*>& groups, const RankCo
   at::Tensor sharded = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));    // [1]
   at::Tensor replicated = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));  // [1]
   for (auto* g : groups) {
-    at::Tensor sq = g->grad().to(at::kDouble).pow(2).sum().reshape({1});
-    (g->sharded() ? sharded : replicated).add_(sq);
+    // Memory: a reduction (no squared copy of the shard); CPU accumulates fp32 norms in double.
+    at::Tensor norm = g->grad().norm().to(at::kDouble).reshape({1});
+    (g->sharded() ? sharded : replicated).add_(norm * norm);
   }
   if (ctx.world_size > 1) ctx.world->all_reduce_sum(sharded);
   return std::sqrt((sharded + replicated).item<double>());
@@ -42,7 +43,7 @@ double clip_gradients(const std::vector<FlatParamGroup*>& groups, double norm, d
 
 void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr) {
   at::NoGradGuard no_grad;
-  CategoryScope category(MemCategory::Optimizer);
+  CategoryScope category(MemCategory::Other);  // one [shard] temporary (denom); the moments are optimizer
   ++steps_;
   const double b1 = training_.beta1, b2 = training_.beta2;
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
