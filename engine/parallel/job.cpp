@@ -72,7 +72,8 @@ void run_job(const RunConfig& cfg, int64_t steps, const JobHooks& hooks) {
     return;
   }
   if (mode == JobMode::Emulated) {
-    configure_threads(1);
+    // The intra-op threads one rank of the real job gets here (CPU kernels size scratch per thread).
+    configure_threads(static_cast<int>(cfg.parallel.world_size));
     ParallelConfig one;  // a single thread, bound to rank 0 like a real rank thread
     run_rank_threads(one, at::kCPU, [&](RankContext&) {
       const RankContext ctx = make_emulated_rank_context(cfg.parallel, resolve_device(cfg.training.device, 0));

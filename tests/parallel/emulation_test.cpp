@@ -48,7 +48,8 @@ Rank0 real_rank0(const RunConfig& cfg) {
 
 Rank0 emulated_rank0(const RunConfig& cfg) {
   Rank0 out;
-  configure_threads(1);
+  // The intra-op threads a real rank gets: CPU kernels size their scratch per thread.
+  configure_threads(static_cast<int>(cfg.parallel.world_size));
   RunConfig emulated = cfg;
   emulated.parallel.emulate = true;
   // One thread, like the real ranks (the tracker binds the rank per thread).
