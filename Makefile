@@ -15,10 +15,11 @@ deps:
 	@ODYSSEY_DEPS_DIR="$(DEPS_DIR)" scripts/deps.sh
 
 configure: deps
+	@mkdir -p $(BUILD_DIR)
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	    -DODYSSEY_DEPS_DIR="$(DEPS_DIR)" $(CMAKE_ARGS) >$(BUILD_DIR).configure.log 2>&1 \
-	  || { cat $(BUILD_DIR).configure.log; exit 1; }
-	@grep -E "^-- Odyssey|odyssey:" $(BUILD_DIR).configure.log || true
+	    -DODYSSEY_DEPS_DIR="$(DEPS_DIR)" $(CMAKE_ARGS) >$(BUILD_DIR)/configure.log 2>&1 \
+	  || { cat $(BUILD_DIR)/configure.log; exit 1; }
+	@grep -E "^-- Odyssey|odyssey:" $(BUILD_DIR)/configure.log || true
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -36,4 +37,4 @@ fuzz:
 	@scripts/fuzz.sh
 
 clean:
-	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log
+	rm -rf $(BUILD_DIR)

@@ -1,20 +1,28 @@
-// The attention seam and its single-rank path. Ulysses (sp_size > 1) and Untied Ulysses head
-// stages are added here by engine/parallel. defines: attention, attention_local
+// The attention seam and its single-rank path; Ulysses (sp_size > 1) and Untied Ulysses head
+// stages dispatch to engine/parallel. defines: attention, attention_local
 #include "engine/model/attention.h"
 
 #include <stdexcept>
 #include <string>
 
+#include "engine/parallel/ulysses.h"
+#include "engine/parallel/untied_attention.h"
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
 
 at::Tensor attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
                      const RankContext& ctx, const MemoryConfig& memory) {
-  (void)memory;  // untied_ulysses / heads_per_stage only matter across ranks
+  // engine/parallel (docs/parallel.md): Untied Ulysses runs its head stages for any degree (with
+  // P = 1 it is head chunking on one rank: one stage's workspace instead of all heads); plain
+  // Ulysses for P > 1. Both return the attention output before the output projection.
+  if (memory.untied_ulysses) {
+    CategoryScope category(MemCategory::AttentionWorkspace);
+    return at::linear(untied_attention(x, w, pos, model, ctx, memory), w.wo);  // [B, s, d]
+  }
   if (ctx.sp_size == 1) return attention_local(x, w, pos, model);
-  throw std::runtime_error("attention with Ulysses degree " + std::to_string(ctx.sp_size) +
-                           " needs the distributed stack (engine/parallel, not built yet)");
+  CategoryScope category(MemCategory::AttentionWorkspace);
+  return at::linear(ulysses_attention(x, w, pos, model, ctx), w.wo);  // [B, s, d]
 }
 
 at::Tensor attention_local(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,

@@ -22,9 +22,9 @@ struct AttentionWeights {
 };
 
 /// Causal self-attention of the normed block input x: [B, s, d] -> [B, s, d] (the output
-/// projection included). Local tokens carry global positions `pos`. Dispatch: sp_size == 1 runs
-/// attention_local (also when memory.untied_ulysses is set: with one rank it is the same math);
-/// sp_size > 1 goes to Ulysses / Untied Ulysses (engine/parallel).
+/// projection included). Local tokens carry global positions `pos`. Dispatch: memory.untied_ulysses
+/// runs untied_attention (any degree; P = 1 is head chunking on one rank); otherwise sp_size == 1
+/// runs attention_local and sp_size > 1 ulysses_attention (engine/parallel).
 at::Tensor attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
                      const RankContext& ctx, const MemoryConfig& memory);
 

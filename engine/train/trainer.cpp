@@ -67,9 +67,6 @@ Trainer::~Trainer() = default;
 
 void Trainer::set_memory(const MemoryConfig& memory) {
   cfg_.memory = memory;
-  if (memory.untied_ulysses && ctx_.sp_size == 1)
-    notes_.push_back("attention: untied_ulysses with Ulysses degree 1 runs the local path (one rank holds every "
-                     "head: the same math)");
   if (memory.offload_activations && !memory.activation_checkpointing)
     notes_.push_back("offload: without activation checkpointing there are no checkpointed inputs to offload; "
                      "offload is off");

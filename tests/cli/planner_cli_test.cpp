@@ -3,6 +3,8 @@
 // (every issue printed, exit 2).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <sys/wait.h>
 
 #include <array>
@@ -26,7 +28,10 @@ struct Run {
 
 /// Runs `odyssey ARGS` from the source tree; stdout and stderr captured separately.
 Run run_odyssey(const std::string& args) {
-  const std::string err_path = std::string(ODYSSEY_BINARY_DIR) + "/planner_cli_test.stderr";
+  // One stderr file per process and call: CTest runs this binary's cases in parallel.
+  static int calls = 0;
+  const std::string err_path = std::string(ODYSSEY_BINARY_DIR) + "/planner_cli_test." + std::to_string(getpid()) +
+                               "." + std::to_string(++calls) + ".stderr";
   const std::string cmd = std::string("cd ") + ODYSSEY_SOURCE_DIR + " && " + ODYSSEY_BIN_DIR + "/odyssey " + args +
                           " 2>" + err_path;
   Run r;
@@ -41,6 +46,7 @@ Run run_odyssey(const std::string& args) {
   std::stringstream ss;
   ss << in.rdbuf();
   r.err = ss.str();
+  std::remove(err_path.c_str());
   return r;
 }
 

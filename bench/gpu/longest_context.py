@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Longest context each system trains on one GPU (issue 7 item 5): doubling from --start until a
+step fails (out of memory or any error), then bisection down to --granularity tokens. Each trial
+is a fresh process running one training step (baseline: bench/gpu/pytorch_baseline.py; Odyssey:
+`odyssey train PRESET --set training.seq_len=N --steps 1`).
+
+    python3 bench/gpu/longest_context.py --system pytorch --out $OUT/longest
+    python3 bench/gpu/longest_context.py --system odyssey --start 128K --limit 2M --out $OUT/longest
+    python3 bench/gpu/longest_context.py --self-test        # the search logic, no GPU
+
+Writes OUT/longest_<system>.json: {"system", "longest_ok", "first_fail", "stopped", "trials": [...]}.
+A trial that times out stops the search ("stopped": "timeout at N"): longest_ok is then a lower bound.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_flops import parse_tokens  # noqa: E402
+from systems import run_baseline, run_odyssey  # noqa: E402
+
+
+class Stop(Exception):
+    pass
+
+
+def round_down(n, g):
+    return max(g, n // g * g)
+
+
+def search(fits, start, limit, granularity):
+    """Largest multiple of granularity in [granularity, limit] for which fits() holds, for a monotone
+    fits; returns (longest_ok or 0, first_fail or None). fits may raise Stop to end the search early."""
+    ok, bad = 0, None
+    n = round_down(start, granularity)
+    while n <= limit:
+        if fits(n):
+            ok = n
+            if n == limit:
+                return ok, None
+            n = min(n * 2, round_down(limit, granularity))
+            if n == ok:
+                return ok, None
+        else:
+            bad = n
+            break
+    if bad is None:
+        return ok, None
+    lo, hi = ok, bad
+    while hi - lo > granularity:
+        mid = round_down((lo + hi) // 2, granularity)
+        if mid <= lo:
+            break
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def self_test():
+    calls = []
+
+    def fits(n):
+        calls.append(n)
+        return n <= 100_000
+
+    assert search(fits, 16384, 1 << 20, 8192) == (98304, 106496), search(fits, 16384, 1 << 20, 8192)
+    assert search(lambda n: True, 16384, 40000, 8192) == (32768, None)  # the limit rounds down to 32K
+    assert search(lambda n: False, 16384, 1 << 20, 8192) == (0, 8192)  # nothing fits
+    lo, hi = search(lambda n: n <= 9000, 16384, 1 << 20, 4096)
+    assert (lo, hi) == (8192, 12288), (lo, hi)
+    print(json.dumps({"self_test": "ok", "trials_first_case": calls}))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--system", choices=["pytorch", "odyssey"])
+    parser.add_argument("--start", type=parse_tokens, default=parse_tokens("32K"))
+    parser.add_argument("--limit", type=parse_tokens, default=parse_tokens("4M"))
+    parser.add_argument("--granularity", type=parse_tokens, default=parse_tokens("8K"))
+    parser.add_argument("--trial-timeout", type=int, default=420, help="seconds per trial")
+    parser.add_argument("--preset", default=None, help="Odyssey preset (default llama3.2-1b-1xh100)")
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--self-test", action="store_true")
+    args = parser.parse_args()
+    if args.self_test:
+        self_test()
+        return
+    if not args.system:
+        parser.error("--system is required")
+    os.makedirs(args.out, exist_ok=True)
+    trials = []
+    stopped = None
+
+    def fits(n):
+        nonlocal stopped
+        log = os.path.join(args.out, "%s_%d.log" % (args.system, n))
+        if args.system == "pytorch":
+            r = run_baseline(n, steps=1, warmup=0, timeout_s=args.trial_timeout, log_path=log)
+        else:
+            kw = {"preset": args.preset} if args.preset else {}
+            r = run_odyssey(n, 1, args.trial_timeout, os.path.join(args.out, "odyssey_%d" % n), log_path=log, **kw)
+        trials.append(r)
+        print(json.dumps({k: r.get(k) for k in ("system", "seq_len", "error", "step_time_s", "peak_bytes")}), flush=True)
+        if str(r.get("error", "")).startswith("timeout"):
+            stopped = "timeout at %d" % n
+            raise Stop()
+        return "error" not in r
+
+    try:
+        ok, bad = search(fits, args.start, args.limit, args.granularity)
+    except Stop:
+        ok = max([t["seq_len"] for t in trials if "error" not in t] or [0])
+        bad = None
+    result = {"system": args.system, "longest_ok": ok, "first_fail": bad, "stopped": stopped,
+              "granularity": args.granularity, "limit": args.limit, "trials": trials}
+    with open(os.path.join(args.out, "longest_%s.json" % args.system), "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps({k: result[k] for k in ("system", "longest_ok", "first_fail", "stopped")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""How the GPU benchmarks run one training trial of each system as a subprocess and read its result.
+
+defines: run_baseline, run_odyssey, odyssey_binary
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_PRESET = os.path.join(ROOT, "presets", "llama3.2-1b-1xh100.toml")
+
+
+def odyssey_binary():
+    for build in (os.environ.get("BUILD_DIR", ""), "build-gpu", "build"):
+        path = os.path.join(ROOT, build, "bin", "odyssey") if build else ""
+        if path and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError("odyssey binary not found under build-gpu/ or build/ (scripts/gpu/build.sh)")
+
+
+def _run(cmd, timeout_s, log_path=None):
+    start = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None, "timeout after %ds" % timeout_s, time.time() - start
+    if log_path:
+        with open(log_path, "w") as f:
+            f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    return proc, None, time.time() - start
+
+
+def run_baseline(seq, steps, timeout_s, warmup=1, log_path=None):
+    """One baseline process; returns its JSON dict (with "error" on failure). ODYSSEY_BENCH_BASELINE_ARGS
+    appends arguments (e.g. "--config tiny --device cpu" to check the scripts on a CPU machine)."""
+    cmd = [sys.executable, os.path.join(HERE, "pytorch_baseline.py"), "--seq", str(seq), "--steps", str(steps),
+           "--warmup", str(warmup)] + os.environ.get("ODYSSEY_BENCH_BASELINE_ARGS", "").split()
+    proc, err, wall = _run(cmd, timeout_s, log_path)
+    if err:
+        return {"system": "pytorch", "seq_len": seq, "error": err, "wall_s": wall, "command": " ".join(cmd)}
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"system": "pytorch", "seq_len": seq,
+                                                  "error": "no JSON (rc %d): %s" % (proc.returncode, proc.stderr[-300:])}
+    result.update(wall_s=wall, command=" ".join(cmd))
+    return result
+
+
+def run_odyssey(seq, steps, timeout_s, out_dir, preset=DEFAULT_PRESET, extra_sets=(), log_path=None):
+    """One `odyssey train` process; reads DIR/metrics.jsonl (DESIGN.md CLI contract). The first step
+    is warm-up: tokens/s and step time are the mean over the later steps (all steps if only one)."""
+    cmd = [odyssey_binary(), "train", preset, "--set", "training.seq_len=%d" % seq, "--steps", str(steps),
+           "--out", out_dir]
+    for s in extra_sets:
+        cmd += ["--set", s]
+    proc, err, wall = _run(cmd, timeout_s, log_path)
+    base = {"system": "odyssey", "seq_len": seq, "wall_s": wall, "command": " ".join(cmd)}
+    if err:
+        return dict(base, error=err)
+    if proc.returncode != 0:
+        return dict(base, error="rc %d: %s" % (proc.returncode, (proc.stderr or proc.stdout)[-400:]))
+    metrics_path = os.path.join(out_dir, "metrics.jsonl")
+    try:
+        with open(metrics_path) as f:
+            rows = [json.loads(l) for l in f if l.strip()]
+    except (OSError, ValueError) as e:
+        return dict(base, error="cannot read %s: %s" % (metrics_path, e))
+    rows = [r for r in rows if "step_time_s" in r]
+    if not rows:
+        return dict(base, error="no step rows in " + metrics_path)
+    timed = rows[1:] or rows
+    step_time = sum(r["step_time_s"] for r in timed) / len(timed)
+    return dict(base, steps=len(rows), step_time_s=step_time, tokens_per_s=seq / step_time,
+                peak_bytes=max(r.get("peak_bytes", 0) for r in rows), loss=rows[-1].get("loss"))

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Throughput of Llama-3.2-1B on one GPU, Odyssey's full stack (presets/llama3.2-1b-1xh100.toml)
+side by side with the plain PyTorch baseline (bench/gpu/pytorch_baseline.py) in one run: for each
+length, the baseline process and then the Odyssey process, each a few steps with the first as
+warm-up. tokens/s and MFU of both come from one FLOP formula (llama_flops.py).
+
+    python3 bench/gpu/throughput.py --lengths 32K 64K 128K --steps 3 --out $OUT/throughput
+
+Writes OUT/throughput.jsonl (one line per run) and OUT/throughput.md (a table for docs/benchmarks.md
+with the date, device and command).
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
+from systems import run_baseline, run_odyssey  # noqa: E402
+
+
+def device_name():
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def fmt(r, key, pattern):
+    return pattern % r[key] if r.get(key) is not None and "error" not in r else "-"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", nargs="+", type=parse_tokens, default=[parse_tokens(x) for x in ("32K", "64K", "128K")])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--timeout", type=int, default=540, help="seconds per process")
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--only", choices=["pytorch", "odyssey"], default=None)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    shape = SHAPES["llama3.2-1b"]
+    rows = []
+    with open(os.path.join(args.out, "throughput.jsonl"), "a") as jsonl:
+        for seq in args.lengths:
+            pair = {}
+            if args.only in (None, "pytorch"):
+                pair["pytorch"] = run_baseline(seq, args.steps, args.timeout,
+                                               log_path=os.path.join(args.out, "pytorch_%d.log" % seq))
+            if args.only in (None, "odyssey"):
+                pair["odyssey"] = run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d" % seq),
+                                              log_path=os.path.join(args.out, "odyssey_%d.log" % seq))
+            for r in pair.values():
+                if "step_time_s" in r and "error" not in r:
+                    r["mfu"] = mfu(shape, seq, r["step_time_s"])  # one formula for both systems
+                jsonl.write(json.dumps(r) + "\n")
+                jsonl.flush()
+                print(json.dumps({k: r.get(k) for k in ("system", "seq_len", "tokens_per_s", "mfu", "peak_bytes", "error")}),
+                      flush=True)
+            rows.append((seq, pair))
+    lines = ["Throughput, Llama-3.2-1B, batch 1, bf16 (%s, %s)" % (device_name(), datetime.date.today().isoformat()),
+             "Command: python3 bench/gpu/throughput.py --lengths %s --steps %d" % (
+                 " ".join(str(s) for s in args.lengths), args.steps), "",
+             "| tokens | system | tokens/s | MFU | peak GiB | note |", "|---|---|---|---|---|---|"]
+    for seq, pair in rows:
+        for name, r in pair.items():
+            peak = "%.1f" % (r["peak_bytes"] / 2**30) if r.get("peak_bytes") and "error" not in r else "-"
+            lines.append("| %d | %s | %s | %s | %s | %s |" % (seq, name, fmt(r, "tokens_per_s", "%.0f"),
+                                                             fmt(r, "mfu", "%.3f"), peak, r.get("error", "")[:60]))
+        if "pytorch" in pair and "odyssey" in pair and all("error" not in r for r in pair.values()):
+            ratio = pair["odyssey"]["tokens_per_s"] / pair["pytorch"]["tokens_per_s"]
+            lines.append("| %d | ratio odyssey/pytorch | %.2f | | | |" % (seq, ratio))
+    with open(os.path.join(args.out, "throughput.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+// ops::rmsnorm: RMSNorm as one autograd node whose forward saves only (x, weight, rstd [rows]) and
+// whose backward is the CUDA kernel (deterministic dweight) on CUDA, or the same formula in LibTorch
+// fp32 ops elsewhere. Memory reason: autograd of the composite formula would keep x^2, the mean and
+// the normalized x alive; this node keeps one float per row besides its inputs.
+// defines: cuda_kernels_linked, uses_cuda_kernel, rmsnorm, rmsnorm_forward, rmsnorm_backward
+#include <torch/torch.h>
+
+#include "engine/ops/ops.h"
+#include "engine/ops/ops_support.h"
+
+#ifdef ODYSSEY_WITH_CUDA
+#include "kernels/rmsnorm.h"
+#endif
+
+namespace odyssey::ops {
+
+bool cuda_kernels_linked() {
+#ifdef ODYSSEY_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool uses_cuda_kernel(const at::Tensor& t) { return cuda_kernels_linked() && t.is_cuda(); }
+
+namespace {
+
+void check_rmsnorm_args(const at::Tensor& x, const at::Tensor& weight, const char* op) {
+  detail::check_float_dtype(x, op, "x");
+  TORCH_CHECK(x.dim() >= 1, op, ": x must have at least one dimension, got a scalar");
+  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1), op, ": weight has shape ", weight.sizes(),
+              "; expected [", x.size(-1), "] (the last dimension of x ", x.sizes(), ")");
+  TORCH_CHECK(weight.device() == x.device(), op, ": weight is on ", weight.device(), ", x on ", x.device());
+}
+
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            double eps) {
+    auto [y, rstd] = rmsnorm_forward(x, weight, eps);  // y: like x; rstd: [rows] fp32
+    ctx->save_for_backward({x, weight, rstd});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [dx, dweight] = rmsnorm_backward(grads[0], saved[0], saved[1], saved[2]);
+    return {dx, dweight, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rmsnorm_args(x, weight, "ops::rmsnorm");
+  // The cast (if any) stays outside the node, so autograd returns weight's gradient in its dtype.
+  return RmsNormFunction::apply(x, weight.to(x.scalar_type()), eps);
+}
+
+std::tuple<at::Tensor, at::Tensor> rmsnorm_forward(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rmsnorm_args(x, weight, "ops::rmsnorm_forward");
+  const int64_t dim = x.size(-1);
+  const int64_t rows = dim > 0 ? x.numel() / dim : 0;
+#ifdef ODYSSEY_WITH_CUDA
+  if (x.is_cuda() && rows > 0) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xc = x.contiguous();
+    const at::Tensor wc = weight.to(x.scalar_type()).contiguous();
+    at::Tensor y = at::empty_like(xc);                                // like x
+    at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));  // [rows]
+    kernels::rmsnorm_forward(detail::kernel_dtype(x), xc.data_ptr(), wc.data_ptr(), y.data_ptr(),
+                             rstd.data_ptr<float>(), rows, dim, static_cast<float>(eps), detail::current_stream(x));
+    return {y, rstd};
+  }
+#endif
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor rstd = at::rsqrt(xf.pow(2).mean(-1) + eps);  // [...] fp32
+  at::Tensor y = (xf * rstd.unsqueeze(-1) * weight.to(at::kFloat)).to(x.scalar_type());  // like x
+  return {y, rstd.reshape({rows})};
+}
+
+std::tuple<at::Tensor, at::Tensor> rmsnorm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                                                    const at::Tensor& rstd) {
+  check_rmsnorm_args(x, weight, "ops::rmsnorm_backward");
+  TORCH_CHECK(dy.sizes() == x.sizes(), "ops::rmsnorm_backward: dy has shape ", dy.sizes(), ", x ", x.sizes());
+  const int64_t dim = x.size(-1);
+  const int64_t rows = dim > 0 ? x.numel() / dim : 0;
+  TORCH_CHECK(rstd.numel() == rows && rstd.scalar_type() == at::kFloat, "ops::rmsnorm_backward: rstd has ",
+              rstd.numel(), " elements of ", rstd.scalar_type(), "; expected ", rows, " float32 (one per row)");
+#ifdef ODYSSEY_WITH_CUDA
+  if (x.is_cuda() && rows > 0) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xc = x.contiguous(), dyc = dy.to(x.scalar_type()).contiguous(), rc = rstd.contiguous();
+    const at::Tensor wc = weight.to(x.scalar_type()).contiguous();
+    at::Tensor dx = at::empty_like(xc);                 // like x
+    at::Tensor dweight = at::empty({dim}, wc.options());  // [d]
+    at::Tensor workspace = at::empty({static_cast<int64_t>(kernels::rmsnorm_backward_workspace_bytes(rows, dim))},
+                                     x.options().dtype(at::kByte));  // [partials * d] fp32 partials
+    kernels::rmsnorm_backward(detail::kernel_dtype(x), dyc.data_ptr(), xc.data_ptr(), wc.data_ptr(),
+                              rc.data_ptr<float>(), dx.data_ptr(), dweight.data_ptr(),
+                              static_cast<float*>(workspace.data_ptr()), rows, dim, detail::current_stream(x));
+    return {dx, dweight};
+  }
+#endif
+  const at::Tensor xf = x.to(at::kFloat).reshape({rows, dim});
+  const at::Tensor dyf = dy.to(at::kFloat).reshape({rows, dim});
+  const at::Tensor r = rstd.reshape({rows, 1});
+  const at::Tensor g = dyf * weight.to(at::kFloat);          // [rows, d]
+  const at::Tensor dot = (g * xf).sum(-1, /*keepdim=*/true);  // [rows, 1]
+  at::Tensor dx = r * g - xf * r.pow(3) * dot / static_cast<double>(dim);
+  at::Tensor dweight = (dyf * xf * r).sum(0);  // [d]
+  return {dx.reshape(x.sizes()).to(x.scalar_type()), dweight.to(x.scalar_type())};
+}
+
+}  // namespace odyssey::ops

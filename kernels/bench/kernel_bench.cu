@@ -1,0 +1,194 @@
+// Kernel micro-benchmarks on a GPU, each against a baseline measured side by side in the same run:
+//   rmsnorm / rope: achieved bytes/s as a fraction of a device-to-device cudaMemcpy of equal bytes;
+//   lce:     fused tiled linear+CE vs the same algorithm on one full [tokens, vocab] tile and vs the
+//            floor of three plain GEMMs (what an unfused head must at least run), with workspace bytes;
+//   offload: D2H/H2D bandwidth from the pinned slab vs pageable memory.
+// Usage: odyssey_kernel_bench [rmsnorm|rope|lce|offload|all] [--tokens N]   (one JSON object per line)
+// defines: main
+#include <cublas_v2.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/linear_cross_entropy.h"
+#include "kernels/offload_streams.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope_pack.h"
+
+using namespace odyssey::kernels;
+
+namespace {
+
+struct Buffer {
+  void* p = nullptr;
+  explicit Buffer(size_t bytes) { ODYSSEY_CUDA_CHECK(cudaMalloc(&p, bytes)); ODYSSEY_CUDA_CHECK(cudaMemset(p, 0, bytes)); }
+  ~Buffer() { cudaFree(p); }
+  template <typename T> T* as() const { return static_cast<T*>(p); }
+};
+
+// Mean milliseconds of `fn` over `iters` runs after `warmup` runs, timed with events on stream 0.
+double time_ms(const std::function<void()>& fn, int warmup = 3, int iters = 10) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t start, stop;
+  ODYSSEY_CUDA_CHECK(cudaEventCreate(&start));
+  ODYSSEY_CUDA_CHECK(cudaEventCreate(&stop));
+  ODYSSEY_CUDA_CHECK(cudaEventRecord(start, nullptr));
+  for (int i = 0; i < iters; ++i) fn();
+  ODYSSEY_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+  ODYSSEY_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  ODYSSEY_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / iters;
+}
+
+// Milliseconds of a device-to-device copy moving `bytes` read + written in total.
+double copy_ms(size_t bytes_moved) {
+  const size_t half = bytes_moved / 2;
+  Buffer a(half), b(half);
+  return time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, half, cudaMemcpyDeviceToDevice, nullptr)); });
+}
+
+void bench_rmsnorm(int64_t tokens) {
+  const int64_t dim = 2048;
+  for (KernelDtype dtype : {KernelDtype::BF16, KernelDtype::F32}) {
+    const size_t n = static_cast<size_t>(tokens * dim), e = dtype_bytes(dtype);
+    Buffer x(n * e), w(dim * e), y(n * e), rstd(tokens * 4), dy(n * e), dx(n * e), dw(dim * e);
+    Buffer ws(rmsnorm_backward_workspace_bytes(tokens, dim));
+    const double fwd = time_ms([&] { rmsnorm_forward(dtype, x.p, w.p, y.p, rstd.as<float>(), tokens, dim, 1e-5f, nullptr); });
+    const double bwd = time_ms([&] {
+      rmsnorm_backward(dtype, dy.p, x.p, w.p, rstd.as<float>(), dx.p, dw.p, ws.as<float>(), tokens, dim, nullptr);
+    });
+    const double fwd_copy = copy_ms(2 * n * e), bwd_copy = copy_ms(3 * n * e);
+    std::printf("{\"bench\":\"rmsnorm\",\"dtype\":\"%s\",\"rows\":%lld,\"dim\":%lld,\"fwd_ms\":%.4f,\"fwd_vs_copy\":%.3f,"
+                "\"bwd_ms\":%.4f,\"bwd_vs_copy\":%.3f}\n",
+                to_string(dtype), static_cast<long long>(tokens), static_cast<long long>(dim), fwd, fwd_copy / fwd, bwd,
+                bwd_copy / bwd);
+  }
+}
+
+void bench_rope(int64_t tokens) {
+  // Llama-3.2-1B q: 32 heads of 64, a stage of 4 heads over 4 ranks (s = tokens / 4 local tokens).
+  RopePackShape s;
+  s.batch = 1, s.seq = tokens / 4, s.heads = 32, s.head_dim = 64, s.ranks = 4, s.stage_heads = 4;
+  for (KernelDtype dtype : {KernelDtype::BF16, KernelDtype::F32}) {
+    const size_t e = dtype_bytes(dtype), n_send = static_cast<size_t>(rope_pack_send_elements(s));
+    Buffer x(static_cast<size_t>(s.seq * s.heads * s.head_dim) * e), pos(s.seq * 8), send(n_send * e);
+    const double fwd = time_ms([&] { rope_pack_forward(dtype, x.p, pos.as<int64_t>(), nullptr, 500000.0, s, send.p, nullptr); });
+    const double bwd = time_ms([&] {
+      rope_pack_backward(dtype, send.p, pos.as<int64_t>(), nullptr, 500000.0, s, x.p, true, nullptr);
+    });
+    const double copy = copy_ms(2 * n_send * e);
+    std::printf("{\"bench\":\"rope_pack\",\"dtype\":\"%s\",\"local_tokens\":%lld,\"stage_heads\":%lld,\"fwd_ms\":%.4f,"
+                "\"fwd_vs_copy\":%.3f,\"bwd_ms\":%.4f}\n",
+                to_string(dtype), static_cast<long long>(s.seq), static_cast<long long>(s.stage_heads), fwd, copy / fwd, bwd);
+  }
+}
+
+void bench_lce(int64_t tokens) {
+  // Llama-3.2-1B head: d = 2048, V = 128256, bf16. The full-tile run needs tokens*V*6 bytes.
+  const int64_t dim = 2048, vocab = 128256;
+  const KernelDtype dtype = KernelDtype::BF16;
+  Buffer h(tokens * dim * 2), w(vocab * dim * 2), labels(tokens * 8), loss(tokens * 4), dh(tokens * dim * 2);
+  Buffer dw(static_cast<size_t>(vocab * dim) * 4);
+  const LinearCrossEntropyShape tiled{tokens, dim, vocab, 0, 0}, full{tokens, dim, vocab, tokens, vocab};
+  const LceTilePlan plan = plan_linear_cross_entropy(dtype, tiled);
+  double fused = 0, one_tile = -1;
+  {
+    Buffer ws(plan.bytes);
+    fused = time_ms([&] {
+      linear_cross_entropy(dtype, h.p, w.p, labels.as<int64_t>(), tiled, 1.0f, loss.as<float>(), dh.p, dw.as<float>(), ws.p,
+                           plan.bytes, nullptr, nullptr);
+    }, 1, 3);
+  }
+  const LceTilePlan full_plan = plan_linear_cross_entropy(dtype, full);
+  size_t free_bytes = 0, total = 0;
+  ODYSSEY_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  if (full_plan.bytes + (1u << 30) < free_bytes) {
+    Buffer ws(full_plan.bytes);
+    one_tile = time_ms([&] {
+      linear_cross_entropy(dtype, h.p, w.p, labels.as<int64_t>(), full, 1.0f, loss.as<float>(), dh.p, dw.as<float>(), ws.p,
+                           full_plan.bytes, nullptr, nullptr);
+    }, 1, 3);
+  }
+  // Floor: logits, dhidden and dweight GEMMs once each, bf16 in, fp32 out (tiled to fit memory).
+  cublasHandle_t handle;
+  cublasCreate(&handle);
+  const int64_t vt = plan.vocab_tile, tt = plan.seq_tile;
+  Buffer c(static_cast<size_t>(tt * vt) * 4), g(static_cast<size_t>(tt * vt) * 2), acc(static_cast<size_t>(tt * dim) * 4);
+  const float one = 1.0f, zero = 0.0f;
+  const double gemms = time_ms([&] {
+    for (int64_t t0 = 0; t0 < tokens; t0 += tt)
+      for (int64_t v0 = 0; v0 < vocab; v0 += vt) {
+        const int m = static_cast<int>(std::min(vt, vocab - v0)), n = static_cast<int>(std::min(tt, tokens - t0));
+        const char* wt = static_cast<const char*>(w.p) + v0 * dim * 2;
+        const char* ht = static_cast<const char*>(h.p) + t0 * dim * 2;
+        cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, dim, &one, wt, CUDA_R_16BF, dim, ht, CUDA_R_16BF, dim, &zero,
+                     c.p, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, dim, n, m, &one, wt, CUDA_R_16BF, dim, g.p, CUDA_R_16BF, m, &one,
+                     acc.p, CUDA_R_32F, dim, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, dim, m, n, &one, ht, CUDA_R_16BF, dim, g.p, CUDA_R_16BF, m, &one,
+                     dw.as<float>() + v0 * dim, CUDA_R_32F, dim, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      }
+  }, 1, 3);
+  cublasDestroy(handle);
+  const double flops = 6.0 * tokens * vocab * dim;
+  std::printf("{\"bench\":\"linear_cross_entropy\",\"dtype\":\"bf16\",\"tokens\":%lld,\"dim\":%lld,\"vocab\":%lld,"
+              "\"fused_ms\":%.3f,\"fused_tflops_equiv\":%.1f,\"workspace_bytes\":%zu,\"one_tile_ms\":%.3f,"
+              "\"one_tile_workspace_bytes\":%zu,\"three_gemm_floor_ms\":%.3f,\"fused_vs_floor\":%.3f}\n",
+              static_cast<long long>(tokens), static_cast<long long>(dim), static_cast<long long>(vocab), fused,
+              flops / fused / 1e9, plan.bytes, one_tile, full_plan.bytes, gemms, gemms / fused);
+}
+
+void bench_offload() {
+  // Llama-3.2-1B block input at 32K tokens, bf16: 128 MiB. Pinned slab vs pageable host memory.
+  const size_t bytes = size_t{32768} * 2048 * 2;
+  SlabLayout layout;
+  layout.add(bytes);
+  PinnedSlab pinned(layout);
+  std::vector<unsigned char> pageable(bytes);
+  Buffer dev(bytes);
+  const double d2h_pinned = time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(pinned.region(0), dev.p, bytes, cudaMemcpyDeviceToHost, nullptr)); });
+  const double h2d_pinned = time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(dev.p, pinned.region(0), bytes, cudaMemcpyHostToDevice, nullptr)); });
+  const double d2h_pageable = time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpy(pageable.data(), dev.p, bytes, cudaMemcpyDeviceToHost)); });
+  const double h2d_pageable = time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpy(dev.p, pageable.data(), bytes, cudaMemcpyHostToDevice)); });
+  auto gbps = [&](double ms) { return bytes / ms / 1e6; };
+  std::printf("{\"bench\":\"offload\",\"bytes\":%zu,\"d2h_pinned_gbps\":%.1f,\"h2d_pinned_gbps\":%.1f,"
+              "\"d2h_pageable_gbps\":%.1f,\"h2d_pageable_gbps\":%.1f}\n",
+              bytes, gbps(d2h_pinned), gbps(h2d_pinned), gbps(d2h_pageable), gbps(h2d_pageable));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string which = "all";
+  int64_t tokens = 32768;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) {
+      tokens = std::atoll(argv[++i]);
+    } else {
+      which = argv[i];
+    }
+  }
+  if (tokens <= 0) {
+    std::fprintf(stderr, "odyssey_kernel_bench: --tokens must be positive\n");
+    return 2;
+  }
+  try {
+    cudaDeviceProp prop{};
+    ODYSSEY_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("{\"device\":\"%s\",\"sms\":%d,\"l2_bytes\":%d}\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize);
+    if (which == "rmsnorm" || which == "all") bench_rmsnorm(tokens);
+    if (which == "rope" || which == "all") bench_rope(tokens);
+    if (which == "lce" || which == "all") bench_lce(tokens);
+    if (which == "offload" || which == "all") bench_offload();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odyssey_kernel_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

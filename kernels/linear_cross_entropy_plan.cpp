@@ -1,0 +1,64 @@
+// Tile plan of the fused linear + cross-entropy: shape checks, default tiles and the workspace
+// layout. Host arithmetic only, so kernel_tests checks it without a GPU.
+// defines: plan_linear_cross_entropy
+#include <algorithm>
+
+#include "kernels/linear_cross_entropy.h"
+
+namespace odyssey::kernels {
+namespace {
+
+constexpr int64_t kDefaultTile = 8192;
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+std::string field(const char* name, int64_t value) { return std::string(name) + " = " + std::to_string(value); }
+
+}  // namespace
+
+LceTilePlan plan_linear_cross_entropy(KernelDtype dtype, const LinearCrossEntropyShape& s) {
+  const std::string where = "linear_cross_entropy: ";
+  require(s.tokens > 0 && s.dim > 0 && s.vocab > 0, where + field("tokens", s.tokens) + ", " + field("dim", s.dim) +
+                                                        ", " + field("vocab", s.vocab) + " must be positive");
+  require(s.seq_tile >= 0 && s.vocab_tile >= 0, where + field("seq_tile", s.seq_tile) + ", " +
+                                                    field("vocab_tile", s.vocab_tile) + " must be >= 0 (0 = default)");
+  constexpr int64_t kIntMax = 0x7fffffff;  // cuBLAS dimensions and leading dimensions are int
+  require(s.dim <= kIntMax && s.vocab <= kIntMax, where + field("dim", s.dim) + ", " + field("vocab", s.vocab) +
+                                                      " must fit cuBLAS's int dimensions");
+  LceTilePlan plan;
+  plan.seq_tile = std::min(s.seq_tile > 0 ? s.seq_tile : kDefaultTile, s.tokens);
+  plan.vocab_tile = std::min(s.vocab_tile > 0 ? s.vocab_tile : kDefaultTile, s.vocab);
+  require(plan.seq_tile * plan.vocab_tile <= kIntMax && plan.seq_tile * s.dim <= (int64_t{1} << 40),
+          where + "tile " + std::to_string(plan.seq_tile) + " x " + std::to_string(plan.vocab_tile) +
+              " is too large; pick smaller seq_tile/vocab_tile");
+  plan.n_seq_tiles = (s.tokens + plan.seq_tile - 1) / plan.seq_tile;
+  plan.n_vocab_tiles = (s.vocab + plan.vocab_tile - 1) / plan.vocab_tile;
+  const size_t tile = static_cast<size_t>(plan.seq_tile * plan.vocab_tile);
+  const size_t rows = static_cast<size_t>(plan.seq_tile);
+  size_t offset = 0;
+  plan.logits_offset = offset;
+  offset = align_up(offset + tile * sizeof(float));
+  if (dtype == KernelDtype::F32) {
+    plan.grad_offset = plan.logits_offset;  // the gradient overwrites its logit element by element
+  } else {
+    plan.grad_offset = offset;
+    offset = align_up(offset + tile * dtype_bytes(dtype));
+  }
+  plan.row_max_offset = offset;
+  offset = align_up(offset + rows * sizeof(float));
+  plan.row_sum_offset = offset;
+  offset = align_up(offset + rows * sizeof(float));
+  plan.target_offset = offset;
+  offset = align_up(offset + rows * sizeof(float));
+  if (dtype == KernelDtype::F32) {
+    plan.dhidden_acc_offset = offset;  // unused: fp32 dhidden is accumulated in place
+  } else {
+    plan.dhidden_acc_offset = offset;
+    offset = align_up(offset + rows * static_cast<size_t>(s.dim) * sizeof(float));
+  }
+  plan.bytes = offset;
+  return plan;
+}
+
+}  // namespace odyssey::kernels
