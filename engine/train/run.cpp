@@ -146,6 +146,7 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   };
   Trainer trainer(cfg, ctx);
   PhaseRecorder& recorder = trainer.recorder();
+  if (opt.epoch_s >= 0) recorder.set_epoch_s(opt.epoch_s);
   if (opt.timeline) opt.timeline->attach(recorder);
   if (sinks.trace) {
     recorder.add_sink([&sinks](const PhaseRecord& r) {

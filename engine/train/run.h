@@ -76,6 +76,7 @@ struct RunOptions {
   bool checkpoints = true;     ///< write checkpoints (every output.checkpoint_every, and at the end)
   RunControl* control = nullptr;
   Timeline* timeline = nullptr;            ///< the studio's live feed
+  double epoch_s = -1;                     ///< phase times count from here (telemetry_now_s clock); < 0: 0
   const FullState* initial_state = nullptr;  ///< start from these weights (restart)
   std::shared_ptr<FullState>* final_state = nullptr;  ///< receives the weights at the end (restart)
   /// After each step on rank 0: the metrics and rank 0's view of the step (answer stats...).

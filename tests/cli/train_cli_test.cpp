@@ -50,7 +50,9 @@ struct Run {
 };
 
 Run run_odyssey(const std::string& args) {
-  const std::string err_path = std::string(ODYSSEY_BINARY_DIR) + "/train_cli_test.stderr";
+  // One stderr file per test process: CTest runs the cases in parallel.
+  const std::string err_path =
+      std::string(ODYSSEY_BINARY_DIR) + "/train_cli_test." + std::to_string(getpid()) + ".stderr";
   const std::string cmd =
       std::string("cd ") + ODYSSEY_SOURCE_DIR + " && OMP_NUM_THREADS=1 " + ODYSSEY_BIN_DIR + "/odyssey " + args + " 2>" + err_path;
   Run r;

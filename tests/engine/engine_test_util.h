@@ -37,7 +37,7 @@ inline RunConfig tiny_config(int64_t layers = 2, int64_t seq = 64) {
   c.memory.mlp_tile_tokens = 16;
   c.memory.loss_tile_tokens = 16;
   c.parallel.world_size = 1;
-  c.output.dir = "";
+  c.output.dir = "/tmp/odyssey_engine_test_run";  // not written by the tests (they pass out_dir)
   return c;
 }
 
