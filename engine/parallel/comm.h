@@ -33,6 +33,7 @@ class Comm {
   /// out[size * in.numel()] = concatenation of every rank's `in` in rank order.
   virtual void all_gather(at::Tensor& out, const at::Tensor& in) = 0;
   /// out[in.numel() / size] = this rank's slice of the elementwise sum of every rank's `in`.
+  /// `in` may be used as scratch and overwritten (the Gloo path reduces it in place).
   virtual void reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) = 0;
   /// Equal splits along dim 0: chunk j of `in` goes to rank j; chunk j of `out` came from rank j.
   virtual void all_to_all(at::Tensor& out, const at::Tensor& in) = 0;

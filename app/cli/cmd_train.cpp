@@ -1,0 +1,141 @@
+// odyssey train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--quiet]: trains the
+// preset's model on this machine; a progress bar on a terminal, plain lines otherwise; writes
+// DIR/metrics.jsonl, DIR/trace.json, DIR/summary.json and checkpoints; Ctrl-C stops at the next step
+// boundary with a checkpoint. Exit 0 (finished or stopped), 1 (runtime failure), 2 (bad input).
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "app/cli/cli.h"
+#include "engine/config/sizes.h"
+#include "engine/train/checkpoint_io.h"
+#include "engine/train/run.h"
+
+namespace odyssey::cli {
+namespace {
+
+RunControl* g_control = nullptr;
+
+extern "C" void on_sigint(int) {
+  if (g_control) g_control->request_stop_from_signal();
+  static const char kMsg[] = "\nodyssey train: stopping at the next step boundary (Ctrl-C again to abort)\n";
+  ssize_t ignored = ::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+  (void)ignored;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C kills
+}
+
+std::string mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+std::string step_line(const StepMetrics& m, const StepResult& r, int64_t total) {
+  char text[256];
+  std::snprintf(text, sizeof(text), "step %lld/%lld  loss %.4f", static_cast<long long>(m.step + 1),
+                static_cast<long long>(total), m.loss);
+  std::string line = text;
+  if (r.has_answers) {
+    std::snprintf(text, sizeof(text), "  answer loss %.3f acc %3.0f%%", r.answer_loss, 100.0 * r.answer_accuracy);
+    line += text;
+  }
+  std::snprintf(text, sizeof(text), "  %s tok/s  %.0f ms  peak %s", format_size(static_cast<int64_t>(m.tokens_per_s)).c_str(),
+                1000.0 * m.step_time_s, mib(m.peak_bytes).c_str());
+  line += text;
+  if (!m.loss_meaningful) line += "  (rank emulation: loss meaningless)";
+  return line;
+}
+
+std::string progress_bar(int64_t done, int64_t total) {
+  const int width = 24;
+  const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
+  return "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
+}
+
+int run_train(int argc, char** argv, int first) {
+  ArgSpec spec;
+  spec.set = spec.steps = spec.out = spec.resume = spec.quiet = true;
+  auto args = parse_args("train", spec, argc, argv, first, std::cerr);
+  if (!args) return kExitBadInput;
+  auto loaded = load_or_report(args->positional[0], args->overrides, std::cerr);
+  if (!loaded) return kExitBadInput;
+  const RunConfig& cfg = loaded->config;
+
+  RunOptions opt;
+  opt.preset = args->positional[0];
+  opt.resume_dir = args->resume;
+  opt.out_dir = !args->out.empty() ? args->out : !args->resume.empty() ? args->resume : cfg.output.dir;
+  int64_t start = 0;
+  if (!opt.resume_dir.empty()) {
+    try {
+      auto info = read_checkpoint_info(opt.resume_dir);
+      if (!info) {
+        std::cerr << "odyssey train: --resume " << opt.resume_dir << ": no checkpoint there (no checkpoints/latest.json)\n";
+        return kExitBadInput;
+      }
+      start = info->step;
+    } catch (const std::exception& e) {
+      std::cerr << "odyssey train: " << e.what() << "\n";
+      return kExitBadInput;
+    }
+  }
+  opt.steps = args->steps ? start + *args->steps : cfg.training.steps;
+
+  const bool tty = ::isatty(STDOUT_FILENO) && !args->quiet;
+  const int64_t log_every = std::max<int64_t>(1, cfg.output.log_every);
+  opt.log = [&](const std::string& line) {
+    if (tty) std::cout << "\r\033[K";
+    std::cout << line << "\n" << std::flush;
+  };
+  opt.on_step = [&](const StepMetrics& m, const StepResult& r) {
+    if (args->quiet) return;
+    const bool last = m.step + 1 == opt.steps;
+    if (tty) {
+      std::cout << "\r\033[K" << progress_bar(m.step + 1, opt.steps) << step_line(m, r, opt.steps) << std::flush;
+      if (last || (m.step + 1) % log_every == 0) std::cout << "\n";
+    } else if (last || m.step == 0 || (m.step + 1) % log_every == 0) {
+      std::cout << step_line(m, r, opt.steps) << "\n" << std::flush;
+    }
+  };
+  RunControl control;
+  opt.control = &control;
+  g_control = &control;
+  auto previous = std::signal(SIGINT, on_sigint);
+  std::cout << "odyssey train " << opt.preset << ": " << cfg.model.flavor << ", " << format_size(cfg.training.seq_len)
+            << " tokens x " << cfg.training.batch_size << ", " << cfg.parallel.world_size << " rank"
+            << (cfg.parallel.world_size == 1 ? "" : "s") << ", steps " << start << ".." << opt.steps << " -> "
+            << opt.out_dir << "\n";
+  const RunOutcome outcome = run_training(cfg, opt);
+  std::signal(SIGINT, previous);
+  g_control = nullptr;
+  if (tty) std::cout << "\r\033[K";
+
+  if (outcome.status == RunOutcome::Status::Failed) {
+    std::cerr << "odyssey train: " << outcome.error << "\n";
+    return outcome.bad_input ? kExitBadInput : kExitRuntime;
+  }
+  if (!outcome.metrics.empty()) {
+    const auto& first_m = outcome.metrics.front();
+    const auto& last_m = outcome.metrics.back();
+    std::cout << to_string(outcome.status) << " at step " << outcome.next_step << ": loss " << first_m.loss << " -> "
+              << last_m.loss;
+    const auto& last_r = outcome.results.back();
+    if (last_r.has_answers)
+      std::cout << ", answer loss " << outcome.results.front().answer_loss << " -> " << last_r.answer_loss
+                << " (accuracy " << static_cast<int>(100 * last_r.answer_accuracy) << "%)";
+    std::cout << "; outputs in " << opt.out_dir << "\n";
+  } else {
+    std::cout << to_string(outcome.status) << " at step " << outcome.next_step << " (no steps run)\n";
+  }
+  return kExitOk;
+}
+
+const CommandRegistration registration{Command{
+    50, "train", "train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR]",
+    "train on this machine: metrics.jsonl, trace.json, summary.json, checkpoints; Ctrl-C stops cleanly", run_train}};
+
+}  // namespace
+}  // namespace odyssey::cli

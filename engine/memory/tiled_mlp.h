@@ -1,0 +1,26 @@
+// Tiled MLP: the block's SwiGLU MLP over sequence tiles, so the [tile, d_ffn] intermediates exist
+// one tile at a time in forward and in backward. defines: TiledMlpFunction, tiled_mlp
+#pragma once
+
+#include <cstdint>
+
+#include <torch/autograd.h>
+
+namespace odyssey {
+
+/// Custom Function with the weights as explicit inputs: forward runs without grad tile by tile
+/// (saving only its inputs: the normed MLP input and the weights), backward recomputes each tile
+/// with grad and accumulates the weight gradients across tiles in local fp32 buffers (no hook
+/// fires per tile). A tile covers `tile_tokens` positions of every sequence of the batch (dim 1).
+struct TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_gate,
+                            const at::Tensor& w_up, const at::Tensor& w_down, int64_t tile_tokens);
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs);
+};
+
+/// swiglu_mlp(x, w_gate, w_up, w_down) over tiles of `tile_tokens`. x: [B, s, d] -> [B, s, d].
+at::Tensor tiled_mlp(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down,
+                     int64_t tile_tokens);
+
+}  // namespace odyssey

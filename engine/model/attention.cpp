@@ -1,0 +1,49 @@
+// The attention seam and its single-rank path; Ulysses (sp_size > 1) and Untied Ulysses head
+// stages dispatch to engine/parallel. defines: attention, attention_local
+#include "engine/model/attention.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "engine/parallel/ulysses.h"
+#include "engine/parallel/untied_attention.h"
+#include "engine/telemetry/memory_tracker.h"
+
+namespace odyssey {
+
+at::Tensor attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
+                     const RankContext& ctx, const MemoryConfig& memory) {
+  // engine/parallel (docs/parallel.md): Untied Ulysses runs its head stages for any degree (with
+  // P = 1 it is head chunking on one rank: one stage's workspace instead of all heads); plain
+  // Ulysses for P > 1. Both return the attention output before the output projection.
+  if (memory.untied_ulysses) {
+    CategoryScope category(MemCategory::AttentionWorkspace);
+    return at::linear(untied_attention(x, w, pos, model, ctx, memory), w.wo);  // [B, s, d]
+  }
+  if (ctx.sp_size == 1) return attention_local(x, w, pos, model);
+  CategoryScope category(MemCategory::AttentionWorkspace);
+  return at::linear(ulysses_attention(x, w, pos, model, ctx), w.wo);  // [B, s, d]
+}
+
+at::Tensor attention_local(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
+                           const ModelConfig& model) {
+  CategoryScope category(MemCategory::AttentionWorkspace);
+  const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, Hkv = model.n_kv_heads, hd = model.head_dim;
+  at::Tensor q = at::linear(x, w.wq).view({B, s, H, hd});    // [B, s, H, hd]
+  at::Tensor k = at::linear(x, w.wk).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
+  at::Tensor v = at::linear(x, w.wv).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
+  if (model.qk_norm) {
+    q = rms_norm(q, w.q_norm, model.norm_eps);  // [B, s, H, hd]
+    k = rms_norm(k, w.k_norm, model.norm_eps);  // [B, s, Hkv, hd]
+  }
+  q = apply_rope(q, pos).transpose(1, 2);  // [B, H, s, hd]
+  k = apply_rope(k, pos).transpose(1, 2);  // [B, Hkv, s, hd]
+  v = v.transpose(1, 2);                   // [B, Hkv, s, hd]
+  // Memory: GQA without expanding K/V to H heads (enable_gqa), so K/V stay [B, Hkv, s, hd].
+  at::Tensor o = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                  /*is_causal=*/true, /*scale=*/std::nullopt,
+                                                  /*enable_gqa=*/Hkv != H);  // [B, H, s, hd]
+  return at::linear(o.transpose(1, 2).reshape({B, s, H * hd}), w.wo);  // [B, s, d]
+}
+
+}  // namespace odyssey

@@ -1,0 +1,37 @@
+// The attention seam: every decoder block calls attention() and nothing else for its attention
+// half. The local path (Ulysses degree 1) lives here; Ulysses and Untied Ulysses dispatch from here
+// (engine/parallel). defines: AttentionWeights, attention, attention_local
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "engine/config/run_config.h"
+#include "engine/model/layers.h"
+#include "engine/parallel/comm.h"
+
+namespace odyssey {
+
+/// One block's attention parameters (views into the block's flat group, or leaves of them).
+struct AttentionWeights {
+  at::Tensor wq;      ///< [H*hd, d]
+  at::Tensor wk;      ///< [Hkv*hd, d]
+  at::Tensor wv;      ///< [Hkv*hd, d]
+  at::Tensor wo;      ///< [d, H*hd]
+  at::Tensor q_norm;  ///< [hd] (qk_norm only, else undefined)
+  at::Tensor k_norm;  ///< [hd] (qk_norm only, else undefined)
+};
+
+/// Causal self-attention of the normed block input x: [B, s, d] -> [B, s, d] (the output
+/// projection included). Local tokens carry global positions `pos`. Dispatch: memory.untied_ulysses
+/// runs untied_attention (any degree; P = 1 is head chunking on one rank); otherwise sp_size == 1
+/// runs attention_local and sp_size > 1 ulysses_attention (engine/parallel).
+at::Tensor attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
+                     const RankContext& ctx, const MemoryConfig& memory);
+
+/// Single-rank attention: Q/K/V projections, optional QK-norm, RoPE, causal
+/// scaled_dot_product_attention with the KV heads NOT expanded (enable_gqa: query head j reads KV
+/// head j / (H / Hkv)), output projection. Allocations are charged to attention_workspace.
+at::Tensor attention_local(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
+                           const ModelConfig& model);
+
+}  // namespace odyssey

@@ -1,0 +1,104 @@
+// Parameters in flat groups (one per decoder block, one for the embedding, one for the head): the
+// fp32 master shard, its gradient, the AdamW moments and the compute-dtype `full` buffer whose
+// views are the parameters. defines: ParamSpec, FlatParamGroup
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "engine/parallel/comm.h"
+
+namespace odyssey {
+
+/// One parameter inside a flat group: where it sits in the flat buffer and how it is initialised.
+struct ParamSpec {
+  std::string name;            ///< "wq", "mlp_norm", ...
+  std::vector<int64_t> shape;  ///< e.g. {n_heads * head_dim, d_model}
+  bool decay = true;           ///< AdamW weight decay applies (matrices yes, norm weights no)
+  double init_std = 0.02;      ///< normal(0, init_std); 0 means "ones" (norm weights)
+  int64_t offset = 0;          ///< element offset in the flat buffer (filled by FlatParamGroup)
+  int64_t numel() const;
+};
+
+/// How a group is laid out over the ranks.
+struct FlatGroupOptions {
+  bool fsdp = false;                       ///< shard master/grad/moments over ctx.world
+  at::ScalarType compute = at::kFloat;     ///< dtype of `full` (the parameters the model sees)
+  at::Device device = at::kCPU;
+};
+
+/// A flat parameter group. Master, grad and moments are fp32 shards [shard_numel] (the whole
+/// group when not sharded); `full` [padded_numel] in the compute dtype holds the parameters the
+/// model computes with. fp32 without sharding: `full` is `master` itself (no copy, always
+/// "unsharded"). Otherwise `full` owns one StorageImpl whose memory reshard() frees by swapping
+/// in an empty DataPtr and unshard() swaps back in, so views saved by autograd survive.
+class FlatParamGroup {
+ public:
+  /// Lays out `specs` (in order), allocates master/grad/moments (zeros). init() fills master.
+  FlatParamGroup(std::string name, std::vector<ParamSpec> specs, const RankContext& ctx,
+                 const FlatGroupOptions& options);
+  ~FlatParamGroup();
+  FlatParamGroup(const FlatParamGroup&) = delete;
+  FlatParamGroup& operator=(const FlatParamGroup&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  int64_t numel() const { return numel_; }                ///< N, parameters in the group
+  int64_t padded_numel() const { return padded_numel_; }  ///< shard_numel x shards
+  int64_t shard_numel() const { return shard_numel_; }
+  int64_t shard_offset() const { return shard_offset_; }  ///< first flat element of this rank's shard
+  bool sharded() const { return shards_ > 1; }
+  /// True when `full` aliases `master` (fp32, not sharded): unshard/reshard cost nothing.
+  bool full_is_master() const { return full_is_master_; }
+  at::ScalarType compute_dtype() const { return options_.compute; }
+
+  /// Deterministic Llama-style init of the whole group from `seed`, then this rank's shard.
+  void init(uint64_t seed);
+
+  at::Tensor master;      ///< [shard_numel] fp32 leaf, requires grad; master.grad() is `grad`
+  at::Tensor exp_avg;     ///< [shard_numel] fp32, AdamW first moment
+  at::Tensor exp_avg_sq;  ///< [shard_numel] fp32, AdamW second moment
+  at::Tensor grad() const { return master.grad(); }
+
+  /// Fills `full` (all-gather over ctx.world with FSDP, else a cast; nothing when full is master).
+  /// Idempotent. Memory: padded_numel compute-dtype bytes, category gathered_params.
+  void unshard();
+  /// Frees `full`'s memory (views stay valid objects). Idempotent.
+  void reshard();
+  bool is_unsharded() const { return unsharded_; }
+
+  /// The parameter views into `full` (valid after unshard()), in spec order.
+  const std::vector<at::Tensor>& views() const { return views_; }
+  const at::Tensor& view(size_t index) const { return views_.at(index); }
+
+  /// Packs per-parameter gradients (spec order, any float dtype, undefined = zero) into a flat fp32
+  /// [padded_numel] buffer (category comm_buffers) and reduces it: reduce-scatter SUM over
+  /// ctx.world with FSDP, all-reduce SUM over ctx.world without FSDP when world > 1. Returns this
+  /// rank's shard of the summed gradient [shard_numel].
+  at::Tensor reduce_gradients(const std::vector<at::Tensor>& param_grads) const;
+  /// The same for an already packed flat fp32 buffer [padded_numel].
+  at::Tensor reduce_flat(at::Tensor flat) const;
+
+  /// Local shard ranges [begin, end) whose elements get no weight decay (norm weights, padding).
+  const std::vector<std::pair<int64_t, int64_t>>& no_decay_ranges() const { return no_decay_ranges_; }
+
+ private:
+  void allocate_full_memory();
+  std::string name_;
+  std::vector<ParamSpec> specs_;
+  RankContext ctx_;
+  FlatGroupOptions options_;
+  int64_t numel_ = 0, padded_numel_ = 0, shard_numel_ = 0, shard_offset_ = 0;
+  int shards_ = 1;
+  bool full_is_master_ = false;
+  bool unsharded_ = false;
+  at::Tensor full_;  ///< [padded_numel] compute dtype; its storage is swapped by (un)shard
+  std::vector<at::Tensor> views_;
+  std::vector<std::pair<int64_t, int64_t>> no_decay_ranges_;
+};
+
+}  // namespace odyssey

@@ -1,0 +1,37 @@
+// The Llama decoder's building blocks as pure functions over tensors (no modules, no state):
+// RMSNorm, rotary embeddings from global position ids, the SwiGLU MLP. defines: Positions,
+// make_positions, rms_norm, apply_rope, swiglu_mlp
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/ATen.h>
+
+#include "engine/config/run_config.h"
+
+namespace odyssey {
+
+/// The global positions of this rank's tokens and their rotary tables (category other).
+struct Positions {
+  at::Tensor ids;  ///< [s] int64 global position of each local token
+  at::Tensor cos;  ///< [s, head_dim / 2] fp32
+  at::Tensor sin;  ///< [s, head_dim / 2] fp32
+};
+
+/// Positions [first, first + count) with rotary tables for `head_dim` and base `theta`. Angles are
+/// computed in float64 so positions in the millions keep their precision.
+Positions make_positions(int64_t first, int64_t count, int64_t head_dim, double theta, at::Device device);
+
+/// RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight, statistics in fp32, result in
+/// x's dtype. x: [..., n], weight: [n].
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+/// Rotary embedding (rotate-half convention) of x: [B, s, heads, head_dim] with the tables of
+/// `pos`; computed in fp32, returned in x's dtype.
+at::Tensor apply_rope(const at::Tensor& x, const Positions& pos);
+
+/// SwiGLU MLP: (silu(x Wg^T) * (x Wu^T)) Wd^T. x: [..., d], w_gate/w_up: [f, d], w_down: [d, f].
+at::Tensor swiglu_mlp(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+                      const at::Tensor& w_down);
+
+}  // namespace odyssey

@@ -1,0 +1,65 @@
+// LlamaModel: flat groups, init, and the forward chain embedding -> blocks -> loss as autograd
+// nodes (see llama.h). defines: LlamaModel
+#include "engine/model/llama.h"
+
+#include "engine/memory/offload.h"
+#include "engine/model/block.h"
+#include "engine/model/head.h"
+
+namespace odyssey {
+
+LlamaModel::LlamaModel(const ModelConfig& model, const RankContext& ctx, const FlatGroupOptions& options)
+    : model_(model), ctx_(ctx) {
+  embed_ = std::make_unique<FlatParamGroup>("embedding", embedding_param_specs(model_), ctx_, options);
+  for (int64_t i = 0; i < model_.n_layers; ++i)
+    blocks_.push_back(
+        std::make_unique<FlatParamGroup>("block." + std::to_string(i), block_param_specs(model_), ctx_, options));
+  head_ = std::make_unique<FlatParamGroup>("head", head_param_specs(model_), ctx_, options);
+}
+
+void LlamaModel::init(uint64_t seed) {
+  auto all = groups();
+  for (size_t g = 0; g < all.size(); ++g) all[g]->init(seed * 1000003ULL + g);
+}
+
+std::vector<FlatParamGroup*> LlamaModel::groups() {
+  std::vector<FlatParamGroup*> out{embed_.get()};
+  for (auto& b : blocks_) out.push_back(b.get());
+  out.push_back(head_.get());
+  return out;
+}
+
+at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryConfig& memory, OffloadStore* offload,
+                               PhaseRecorder* recorder, StepRuntime* rt) {
+  const int64_t s = in.ids.size(1);
+  rt->model = &model_;
+  rt->memory = &memory;
+  rt->ctx = &ctx_;
+  rt->positions = make_positions(in.first_position, s, model_.head_dim, model_.rope_theta, in.ids.device());
+  rt->blocks.clear();
+  for (auto& b : blocks_) rt->blocks.push_back(b.get());
+  rt->embed = embed_.get();
+  rt->head = head_.get();
+  rt->offload = memory.activation_checkpointing && memory.offload_activations ? offload : nullptr;
+  rt->recorder = recorder;
+  rt->rank = ctx_.rank;
+  rt->mlp_tile_tokens = effective_mlp_tile_tokens(memory, model_, s);
+  rt->loss_tile_tokens = effective_loss_tile_tokens(memory, model_, s);
+  rt->labels = in.labels;
+  rt->answer_mask = in.answer_mask;
+  rt->loss_scale = 1.0 / static_cast<double>(in.global_tokens);
+  rt->answer = AnswerStats();
+
+  at::Tensor x = EmbedFunction::apply(embed_->master, in.ids, rt);  // [B, s, d]
+  for (int64_t i = 0; i < model_.n_layers; ++i) {
+    // Reassigning x drops this scope's reference: an offloaded input's device copy dies here.
+    x = BlockFunction::apply(x, blocks_[i]->master, rt, i);  // [B, s, d]
+  }
+  return HeadFunction::apply(x, head_->master, rt);  // scalar loss_local
+}
+
+void LlamaModel::reshard_all() {
+  for (auto* g : groups()) g->reshard();
+}
+
+}  // namespace odyssey

@@ -1,0 +1,61 @@
+// The Llama decoder over flat parameter groups: embedding -> L x BlockFunction -> HeadFunction
+// (final norm, LM head, cross-entropy). Pure functions over parameter views; the groups own the
+// memory. defines: ModelInputs, LlamaModel
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "engine/config/run_config.h"
+#include "engine/model/flat_group.h"
+#include "engine/model/step_runtime.h"
+#include "engine/parallel/comm.h"
+
+namespace odyssey {
+
+class OffloadStore;
+
+/// One rank's slice of one step's batch.
+struct ModelInputs {
+  at::Tensor ids;          ///< [B, s] int64 token ids of this rank's sequence shard
+  at::Tensor labels;       ///< [B, s] int64 next-token labels (shifted before sharding)
+  at::Tensor answer_mask;  ///< [B, s] bool answer tokens of the long-range task, or undefined
+  int64_t first_position = 0;  ///< global position of the shard's first token (sp_rank x s)
+  int64_t global_tokens = 1;   ///< N_global = B x S x D: every label of the global batch
+};
+
+class LlamaModel {
+ public:
+  /// Allocates the groups (embedding, one per block, head) with zero master weights.
+  LlamaModel(const ModelConfig& model, const RankContext& ctx, const FlatGroupOptions& options);
+  /// Deterministic Llama-style init: group g is seeded from (seed, g).
+  void init(uint64_t seed);
+
+  const ModelConfig& config() const { return model_; }
+  const RankContext& rank_context() const { return ctx_; }
+  /// All groups in a fixed order: embedding, blocks 0..L-1, head.
+  std::vector<FlatParamGroup*> groups();
+  FlatParamGroup& embed() { return *embed_; }
+  FlatParamGroup& block(int64_t layer) { return *blocks_.at(layer); }
+  FlatParamGroup& head() { return *head_; }
+
+  /// Fills `rt` for one step and runs the forward through the loss. Returns loss_local (scalar
+  /// fp32 with a graph back to every master shard); `rt` must outlive the backward.
+  at::Tensor forward(const ModelInputs& in, const MemoryConfig& memory, OffloadStore* offload,
+                     PhaseRecorder* recorder, StepRuntime* rt);
+
+  /// Frees every gathered buffer (after a failed step: OOM mid-forward leaves groups unsharded).
+  void reshard_all();
+
+ private:
+  ModelConfig model_;
+  RankContext ctx_;
+  std::unique_ptr<FlatParamGroup> embed_;
+  std::vector<std::unique_ptr<FlatParamGroup>> blocks_;
+  std::unique_ptr<FlatParamGroup> head_;
+};
+
+}  // namespace odyssey

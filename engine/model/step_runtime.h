@@ -1,0 +1,85 @@
+// What the autograd Functions of one training step share (embedding, blocks, head): the config
+// slices, the rank, the flat groups, positions, labels and the loss scale. Lives for the whole
+// step; the Functions hold a raw pointer to it. defines: AnswerStats, StepRuntime, RuntimeBinding,
+// EnginePhase, failing_phase
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "engine/config/run_config.h"
+#include "engine/model/flat_group.h"
+#include "engine/model/layers.h"
+#include "engine/parallel/comm.h"
+#include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/phase.h"
+
+namespace odyssey {
+
+class OffloadStore;
+
+/// Loss on the answer tokens of the long-range task (sums over this rank's tokens, fp64 scalars).
+struct AnswerStats {
+  at::Tensor ce_sum;   ///< Σ CE over answer tokens
+  at::Tensor count;    ///< number of answer tokens
+  at::Tensor correct;  ///< answer tokens whose argmax is the label
+};
+
+struct StepRuntime {
+  const ModelConfig* model = nullptr;
+  const MemoryConfig* memory = nullptr;
+  const RankContext* ctx = nullptr;
+  Positions positions;                  ///< this rank's global positions and RoPE tables
+  std::vector<FlatParamGroup*> blocks;  ///< one per layer
+  FlatParamGroup* embed = nullptr;
+  FlatParamGroup* head = nullptr;       ///< final norm (+ LM head when untied)
+  OffloadStore* offload = nullptr;      ///< set when checkpointed inputs go to the host pool
+  PhaseRecorder* recorder = nullptr;    ///< the rank's recorder, re-bound on autograd threads
+  int rank = 0;
+  int64_t mlp_tile_tokens = 0;          ///< resolved tile size (tiled MLP)
+  int64_t loss_tile_tokens = 0;         ///< resolved tile size (tiled loss)
+  at::Tensor labels;                    ///< [B, s] int64, already shifted
+  at::Tensor answer_mask;               ///< [B, s] bool, or undefined
+  double loss_scale = 1.0;              ///< 1 / N_global
+  AnswerStats answer;                   ///< filled by the head's forward
+};
+
+/// Binds the step's rank and phase recorder to the current thread (autograd may run backward on
+/// its own device threads, which inherit neither).
+class RuntimeBinding {
+ public:
+  explicit RuntimeBinding(const StepRuntime& rt) : rank_(rt.rank), recorder_(rt.recorder) {}
+
+ private:
+  RankScope rank_;
+  PhaseRecorder::Bind recorder_;
+};
+
+/// A phase of the engine: a telemetry PhaseScope that also keeps a per-rank stack of phase names
+/// which an exception does not unwind, so a failure (OOM, NaN) can name the phase it happened in.
+class EnginePhase {
+ public:
+  EnginePhase(int rank, const std::string& name);
+  ~EnginePhase();
+  EnginePhase(const EnginePhase&) = delete;
+  EnginePhase& operator=(const EnginePhase&) = delete;
+
+ private:
+  PhaseScope scope_;
+  int rank_;
+  int uncaught_;
+};
+/// Forgets the phase stack of `rank` (start of a step).
+void reset_engine_phases(int rank);
+/// The innermost phase `rank` was in when the last exception left it ("" when none).
+std::string failing_phase(int rank);
+
+/// "fwd/block.3/attn"-style phase names.
+inline std::string block_phase(const char* direction, int64_t layer, const char* part) {
+  return std::string(direction) + "/block." + std::to_string(layer) + "/" + part;
+}
+
+}  // namespace odyssey

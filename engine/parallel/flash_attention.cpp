@@ -1,0 +1,75 @@
+// LibTorch's fused attention kernels with log-sum-exp, by device: CPU flash, CUDA flash (half
+// precision) or memory-efficient (fp32). defines: flash_attention_forward, flash_attention_backward
+#include "engine/parallel/flash_attention.h"
+
+#include <stdexcept>
+
+namespace odyssey {
+namespace {
+
+/// CUDA kernels want equal head counts: repeat each KV head h/hk times (adjacent copies, so query
+/// head j reads KV head j / (h/hk) as with GQA).
+at::Tensor expand_kv(const at::Tensor& t, int64_t heads) {
+  const int64_t hk = t.size(1);
+  return hk == heads ? t : t.repeat_interleave(heads / hk, 1);
+}
+
+at::Tensor fold_kv(const at::Tensor& grad, int64_t hk) {
+  const int64_t h = grad.size(1);
+  if (h == hk) return grad;
+  auto sz = grad.sizes().vec();  // [B, h, S, hd] -> [B, hk, h/hk, S, hd] -> sum
+  return grad.view({sz[0], hk, h / hk, sz[2], sz[3]}).sum(2);
+}
+
+}  // namespace
+
+FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (q.size(1) % k.size(1) != 0)
+    throw std::invalid_argument("flash_attention_forward: query heads " + std::to_string(q.size(1)) +
+                                " must be a multiple of KV heads " + std::to_string(k.size(1)));
+  FlashResult r;
+  if (q.is_cpu()) {
+    std::tie(r.out, r.lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, /*dropout_p=*/0.0,
+                                                                             /*is_causal=*/true);
+    return r;
+  }
+  const at::Tensor ke = expand_kv(k, q.size(1)), ve = expand_kv(v, q.size(1));
+  if (q.scalar_type() == at::kFloat) {
+    r.efficient = true;
+    std::tie(r.out, r.lse, r.philox_seed, r.philox_offset) = at::_scaled_dot_product_efficient_attention(
+        q, ke, ve, /*attn_bias=*/std::nullopt, /*compute_log_sumexp=*/true, /*dropout_p=*/0.0, /*is_causal=*/true);
+    return r;
+  }
+  c10::SymInt max_q, max_k;
+  at::Tensor debug_mask;
+  std::tie(r.out, r.lse, r.cum_seq_q, r.cum_seq_k, max_q, max_k, r.philox_seed, r.philox_offset, debug_mask) =
+      at::_scaled_dot_product_flash_attention(q, ke, ve, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                              /*return_debug_mask=*/false);
+  r.max_q = max_q.expect_int();
+  r.max_k = max_k.expect_int();
+  return r;
+}
+
+std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, const at::Tensor& q,
+                                                   const at::Tensor& k, const at::Tensor& v, const FlashResult& saved) {
+  at::Tensor dq, dk, dv;
+  if (q.is_cpu()) {
+    std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        grad_out, q, k, v, saved.out, saved.lse, /*dropout_p=*/0.0, /*is_causal=*/true);
+    return {dq, dk, dv};
+  }
+  const at::Tensor ke = expand_kv(k, q.size(1)), ve = expand_kv(v, q.size(1));
+  if (saved.efficient) {
+    at::Tensor dbias;
+    std::tie(dq, dk, dv, dbias) = at::_scaled_dot_product_efficient_attention_backward(
+        grad_out, q, ke, ve, /*attn_bias=*/at::Tensor(), saved.out, saved.lse, saved.philox_seed, saved.philox_offset,
+        /*dropout_p=*/0.0, /*grad_input_mask=*/{true, true, true, false}, /*is_causal=*/true);
+  } else {
+    std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
+        grad_out, q, ke, ve, saved.out, saved.lse, saved.cum_seq_q, saved.cum_seq_k, saved.max_q, saved.max_k,
+        /*dropout_p=*/0.0, /*is_causal=*/true, saved.philox_seed, saved.philox_offset);
+  }
+  return {dq, fold_kv(dk, k.size(1)), fold_kv(dv, k.size(1))};
+}
+
+}  // namespace odyssey

@@ -1,0 +1,50 @@
+// The one translation unit that includes ProcessGroupNCCL.hpp (built with ODYSSEY_WITH_NCCL,
+// USE_C10D_NCCL and the wheel's nvidia/nccl/include when LibTorch has CUDA and nccl.h was found;
+// see parallel.cmake). Runs only on GPUs.
+// defines: make_nccl_backend, nccl_available
+#include "engine/parallel/nccl_backend.h"
+
+#include <stdexcept>
+#include <string>
+
+#ifdef ODYSSEY_WITH_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#else
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
+
+namespace odyssey {
+
+#ifdef ODYSSEY_WITH_NCCL
+
+bool nccl_available() { return true; }
+
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                    int size, std::chrono::milliseconds timeout,
+                                                    c10::Device device) {
+  TORCH_CHECK(device.is_cuda() && device.has_index(), "make_nccl_backend: rank ", rank,
+              " needs a CUDA device with an index, got ", device.str());
+  c10::cuda::set_device(device.index());
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  // Odyssey's wait loop enforces `timeout` per collective and aborts the communicator of a group
+  // whose collective it abandoned; the watchdog only backs that up.
+  options->timeout = timeout + std::chrono::seconds(30);
+  auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+  return c10::static_intrusive_pointer_cast<c10d::Backend>(backend);
+}
+
+#else
+
+bool nccl_available() { return false; }
+
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int rank, int,
+                                                    std::chrono::milliseconds, c10::Device device) {
+  throw std::runtime_error("rank " + std::to_string(rank) + ": cannot create an NCCL process group for " +
+                           device.str() + ": this build of Odyssey has no NCCL (LibTorch without CUDA, "
+                           "or nccl.h not found at configure time)");
+}
+
+#endif
+
+}  // namespace odyssey

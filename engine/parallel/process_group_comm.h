@@ -1,0 +1,95 @@
+// Comm over a c10d backend: GlooComm (CPU, ProcessGroupGloo) and NcclComm (CUDA,
+// ProcessGroupNCCL). Every collective is blocking with a timeout and fails with CommError naming
+// the rank, the group, the operation and the timeout. defines: BackendComm, GlooComm, NcclComm
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include "engine/parallel/abort_signal.h"
+#include "engine/parallel/comm.h"
+
+namespace c10d {
+class Backend;
+class Store;
+class Work;
+}  // namespace c10d
+
+namespace odyssey {
+
+/// Where a group sits: its name ("world", "sp", "dp"), which instance ("sp.1"), the member's rank
+/// in it, its size, the member's global rank (for messages) and the collective timeout.
+struct GroupSpec {
+  std::string name = "world";
+  std::string instance = "world";  ///< unique key of this group instance (store prefix)
+  int rank = 0;
+  int size = 1;
+  int global_rank = 0;
+  std::chrono::milliseconds timeout{300000};
+};
+
+/// One member of one process group. Collectives wait at most `timeout`; while waiting they also
+/// watch the job's AbortSignal (another rank failed) and give up at once. A group whose collective
+/// was abandoned is "poisoned": later collectives fail immediately, and at destruction the backend
+/// is aborted (NCCL) or deliberately leaked (Gloo has no abort; its worker thread stays blocked
+/// until the backend's own timeout and joining it would hang the caller).
+class BackendComm : public Comm {
+ public:
+  BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec, std::shared_ptr<AbortSignal> abort,
+              bool cuda);
+  ~BackendComm() override;
+  BackendComm(const BackendComm&) = delete;
+  BackendComm& operator=(const BackendComm&) = delete;
+
+  int rank() const override { return spec_.rank; }
+  int size() const override { return spec_.size; }
+  std::string name() const override { return spec_.name; }
+  const GroupSpec& spec() const { return spec_; }
+  bool poisoned() const { return poisoned_; }
+
+  void all_gather(at::Tensor& out, const at::Tensor& in) override;
+  void reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) override;
+  void all_to_all(at::Tensor& out, const at::Tensor& in) override;
+  void all_reduce_sum(at::Tensor& tensor) override;
+  void all_reduce_max(at::Tensor& tensor) override;
+  void broadcast(at::Tensor& tensor, int root) override;
+  void barrier() override;
+
+ private:
+  /// "rank 1 (global 3) in group sp.0 of 2: all_to_all"
+  std::string where(const char* op) const;
+  void check_tensor(const char* op, const char* what, const at::Tensor& t) const;
+  /// Waits for `work` (at most the timeout, abort-aware) and turns every failure into CommError.
+  void finish(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
+  void wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
+  void wait_cuda(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
+  [[noreturn]] void fail(const char* op, const std::string& why);
+
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  GroupSpec spec_;
+  std::shared_ptr<AbortSignal> abort_;
+  bool cuda_ = false;
+  bool poisoned_ = false;
+};
+
+/// CPU group over ProcessGroupGloo. `store` must be this group's own PrefixStore, shared by all
+/// members; blocks until every member has joined (at most spec.timeout).
+///   GlooComm sp(prefix_store, {"sp", "sp.0", sp_rank, 2, rank, 30s}, abort);
+class GlooComm final : public BackendComm {
+ public:
+  GlooComm(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec& spec,
+           std::shared_ptr<AbortSignal> abort = nullptr, const std::string& hostname = "127.0.0.1",
+           const std::string& interface = "");
+};
+
+/// CUDA group over ProcessGroupNCCL, one GPU (`device`) per member.
+class NcclComm final : public BackendComm {
+ public:
+  NcclComm(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec& spec, c10::Device device,
+           std::shared_ptr<AbortSignal> abort = nullptr);
+};
+
+}  // namespace odyssey

@@ -1,0 +1,213 @@
+// Rank launch: group layout, RankContext over a store (Gloo/NCCL), in-process rank threads with
+// error propagation, torchrun's environment and TCPStore, rank emulation's context.
+// defines: layout_of, comm_options, make_rank_context, make_emulated_rank_context,
+//          make_solo_rank_context, run_rank_threads, torchrun_env, join_torchrun
+#include "engine/parallel/rank_launch.h"
+
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "engine/parallel/emulated_comm.h"
+#include "engine/parallel/process_group_comm.h"
+#include "engine/telemetry/memory_tracker.h"
+
+namespace odyssey {
+namespace {
+
+std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int index,
+                                 int member, int size, int global_rank, at::Device device,
+                                 const CommOptions& options) {
+  if (size == 1) return std::make_shared<SoloComm>(name);
+  GroupSpec spec;
+  spec.name = name;
+  spec.instance = name == "world" ? name : name + "." + std::to_string(index);
+  spec.rank = member;
+  spec.size = size;
+  spec.global_rank = global_rank;
+  spec.timeout = options.timeout;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(spec.instance, store);
+  if (device.is_cuda()) return std::make_shared<NcclComm>(prefixed, spec, device, options.abort);
+  return std::make_shared<GlooComm>(prefixed, spec, options.abort, options.gloo_hostname, options.gloo_interface);
+}
+
+int parse_env_int(const char* name, const char* value, int min_value) {
+  try {
+    size_t used = 0;
+    const long v = std::stol(value, &used);
+    if (used == std::string(value).size() && v >= min_value && v <= 1 << 20) return static_cast<int>(v);
+  } catch (const std::exception&) {
+  }
+  throw std::invalid_argument(std::string("torchrun environment: ") + name + "=" + value +
+                              " must be an integer >= " + std::to_string(min_value));
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+}  // namespace
+
+RankLayout layout_of(int rank, int world_size, int sp_size) {
+  if (world_size < 1 || sp_size < 1 || world_size % sp_size != 0)
+    throw std::invalid_argument("rank layout: parallel.world_size = " + std::to_string(world_size) +
+                                " must be a positive multiple of parallel.ulysses_degree = " +
+                                std::to_string(sp_size));
+  if (rank < 0 || rank >= world_size)
+    throw std::invalid_argument("rank layout: rank " + std::to_string(rank) + " is outside [0, " +
+                                std::to_string(world_size) + ")");
+  RankLayout l;
+  l.rank = rank;
+  l.world_size = world_size;
+  l.sp_size = sp_size;
+  l.sp_group = rank / sp_size;  // contiguous blocks [i*P, (i+1)*P) share one sequence
+  l.sp_rank = rank % sp_size;
+  l.dp_size = world_size / sp_size;
+  l.dp_group = rank % sp_size;  // strided: same sequence shard position, different sequences
+  l.dp_rank = rank / sp_size;
+  return l;
+}
+
+CommOptions comm_options(const ParallelConfig& parallel) {
+  if (!(parallel.timeout_s > 0))
+    throw std::invalid_argument("parallel.timeout_s = " + std::to_string(parallel.timeout_s) + " must be positive");
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(parallel.timeout_s * 1000.0 + 0.5));
+  o.abort = std::make_shared<AbortSignal>();
+  return o;
+}
+
+RankContext make_rank_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, const ParallelConfig& parallel,
+                              at::Device device, const CommOptions& options) {
+  const RankLayout l = layout_of(rank, static_cast<int>(parallel.world_size), static_cast<int>(parallel.ulysses_degree));
+  RankContext ctx;
+  ctx.rank = l.rank;
+  ctx.world_size = l.world_size;
+  ctx.sp_rank = l.sp_rank;
+  ctx.sp_size = l.sp_size;
+  ctx.dp_rank = l.dp_rank;
+  ctx.dp_size = l.dp_size;
+  ctx.device = device;
+  // Same creation order on every rank (world, sp, dp), so no two ranks wait on each other's groups.
+  ctx.world = make_group(store, "world", 0, l.rank, l.world_size, l.rank, device, options);
+  ctx.sp = make_group(store, "sp", l.sp_group, l.sp_rank, l.sp_size, l.rank, device, options);
+  ctx.dp = make_group(store, "dp", l.dp_group, l.dp_rank, l.dp_size, l.rank, device, options);
+  return ctx;
+}
+
+RankContext make_emulated_rank_context(const ParallelConfig& parallel, at::Device device) {
+  const RankLayout l = layout_of(0, static_cast<int>(parallel.world_size), static_cast<int>(parallel.ulysses_degree));
+  RankContext ctx;
+  ctx.rank = 0;
+  ctx.world_size = l.world_size;
+  ctx.sp_rank = 0;
+  ctx.sp_size = l.sp_size;
+  ctx.dp_rank = 0;
+  ctx.dp_size = l.dp_size;
+  ctx.emulated = true;
+  ctx.device = device;
+  ctx.world = std::make_shared<EmulatedComm>("world", l.world_size);
+  ctx.sp = std::make_shared<EmulatedComm>("sp", l.sp_size);
+  ctx.dp = std::make_shared<EmulatedComm>("dp", l.dp_size);
+  return ctx;
+}
+
+RankContext make_solo_rank_context(at::Device device) {
+  RankContext ctx;
+  ctx.device = device;
+  return ctx;
+}
+
+void run_rank_threads(const ParallelConfig& parallel, at::Device device, const std::function<void(RankContext&)>& fn) {
+  const int world = static_cast<int>(parallel.world_size);
+  layout_of(0, world, static_cast<int>(parallel.ulysses_degree));  // validates before any thread starts
+  CommOptions options = comm_options(parallel);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  store->setTimeout(options.timeout);
+
+  std::mutex errors_mutex;
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  threads.reserve(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      RankScope rank_scope(r);  // the memory tracker charges this thread's allocations to rank r
+      const at::Device rank_device =
+          device.is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>((device.has_index() ? device.index() : 0) + r))
+                           : device;
+      std::optional<RankContext> ctx;
+      try {
+        ctx = world == 1 ? make_solo_rank_context(rank_device)
+                         : make_rank_context(store, r, parallel, rank_device, options);
+        fn(*ctx);
+      } catch (const std::exception& e) {
+        options.abort->raise(r, e.what());  // before ctx's groups go away: peers see "rank r failed"
+        std::lock_guard<std::mutex> lock(errors_mutex);
+        errors[r] = e.what();
+      } catch (...) {
+        options.abort->raise(r, "unknown exception");
+        std::lock_guard<std::mutex> lock(errors_mutex);
+        errors[r] = "unknown exception";
+      }
+      ctx.reset();  // destroys this rank's groups on its own thread
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (options.abort->raised()) {
+    const int first = options.abort->rank();
+    throw RankError(first, "rank " + std::to_string(first) + ": " + errors[first]);
+  }
+}
+
+std::optional<TorchrunEnv> torchrun_env() {
+  const char* rank = std::getenv("RANK");
+  const char* world = std::getenv("WORLD_SIZE");
+  if (!rank && !world) return std::nullopt;
+  if (!rank || !world)
+    throw std::invalid_argument(std::string("torchrun environment: ") + (rank ? "WORLD_SIZE" : "RANK") +
+                                " is unset while " + (rank ? "RANK" : "WORLD_SIZE") + " is set; set both");
+  TorchrunEnv env;
+  env.world_size = parse_env_int("WORLD_SIZE", world, 1);
+  env.rank = parse_env_int("RANK", rank, 0);
+  if (env.rank >= env.world_size)
+    throw std::invalid_argument("torchrun environment: RANK=" + std::to_string(env.rank) + " must be below WORLD_SIZE=" +
+                                std::to_string(env.world_size));
+  if (const char* local = std::getenv("LOCAL_RANK")) env.local_rank = parse_env_int("LOCAL_RANK", local, 0);
+  if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
+  if (const char* port = std::getenv("MASTER_PORT")) {
+    env.master_port = parse_env_int("MASTER_PORT", port, 1);
+    if (env.master_port > 65535)
+      throw std::invalid_argument("torchrun environment: MASTER_PORT=" + std::string(port) + " must be at most 65535");
+  }
+  return env;
+}
+
+RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device) {
+  if (env.world_size != parallel.world_size)
+    throw std::invalid_argument("torchrun environment: WORLD_SIZE=" + std::to_string(env.world_size) +
+                                " must equal parallel.world_size = " + std::to_string(parallel.world_size) +
+                                " (set it in the preset or with --set parallel.world_size=" +
+                                std::to_string(env.world_size) + ")");
+  CommOptions options = comm_options(parallel);
+  const at::Device rank_device =
+      device.is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : device;
+  if (env.world_size == 1) return make_solo_rank_context(rank_device);
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) options.gloo_interface = ifname;
+  options.gloo_hostname = is_loopback(env.master_addr) ? "127.0.0.1" : "";
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = env.world_size;
+  store_options.waitWorkers = true;
+  store_options.timeout = options.timeout;
+  auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  return make_rank_context(store, env.rank, parallel, rank_device, options);
+}
+
+}  // namespace odyssey

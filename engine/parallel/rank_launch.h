@@ -1,0 +1,95 @@
+// Ranks of a job: the group layout (SP = contiguous rank blocks, DP = strided), RankContext
+// construction over a c10d store, in-process rank threads, torchrun's environment, emulation.
+// defines: RankLayout, layout_of, RankError, make_rank_context, make_emulated_rank_context,
+//          run_rank_threads, TorchrunEnv, torchrun_env, join_torchrun
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include "engine/config/run_config.h"
+#include "engine/parallel/abort_signal.h"
+#include "engine/parallel/comm.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace odyssey {
+
+/// Where global rank `rank` sits: Ulysses group `sp_group` = ranks [sp_group*P, (sp_group+1)*P) at
+/// position `sp_rank`; data-parallel group `dp_group` = ranks {dp_group, dp_group+P, ...} at
+/// position `dp_rank` (the replica index: which sequences it trains on).
+struct RankLayout {
+  int rank = 0, world_size = 1;
+  int sp_group = 0, sp_rank = 0, sp_size = 1;
+  int dp_group = 0, dp_rank = 0, dp_size = 1;
+};
+/// Throws std::invalid_argument when world_size is not a positive multiple of sp_size or rank is
+/// outside [0, world_size).
+RankLayout layout_of(int rank, int world_size, int sp_size);
+
+/// A rank of the job failed; `rank` is the first rank that failed (the root cause, not the ranks
+/// whose collectives were abandoned because of it).
+class RankError : public std::runtime_error {
+ public:
+  RankError(int rank, const std::string& message) : std::runtime_error(message), rank_(rank) {}
+  int rank() const { return rank_; }
+
+ private:
+  int rank_;
+};
+
+/// How a rank reaches its peers.
+struct CommOptions {
+  std::chrono::milliseconds timeout{300000};  ///< every collective and the rendezvous
+  std::string gloo_hostname = "127.0.0.1";    ///< Gloo device address ("" = this host's name)
+  std::string gloo_interface;                 ///< Gloo device interface (GLOO_SOCKET_IFNAME), wins
+  std::shared_ptr<AbortSignal> abort;         ///< the job's stop flag (in-process ranks share one)
+};
+CommOptions comm_options(const ParallelConfig& parallel);
+
+/// The RankContext of `rank` in a job of `parallel.world_size` ranks, with its world, sp and dp
+/// groups over `store` (prefixes "world", "sp.<i>", "dp.<j>"; groups of one are SoloComm). Gloo on
+/// a CPU `device`, NCCL on a CUDA one. Blocks until the members of each group have joined.
+/// Every member must call it; creation order is world, sp, dp on every rank.
+RankContext make_rank_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, const ParallelConfig& parallel,
+                              at::Device device, const CommOptions& options);
+
+/// Rank 0 of the job alone (`parallel.emulate`): EmulatedComm groups of the real sizes.
+RankContext make_emulated_rank_context(const ParallelConfig& parallel, at::Device device);
+
+/// The context of a job of one rank (SoloComm groups).
+RankContext make_solo_rank_context(at::Device device);
+
+/// Runs `fn(ctx)` on `parallel.world_size` threads, one rank each, sharing one in-process HashStore
+/// (device: CPU for all, or CUDA base index + rank). Each thread binds the memory tracker's rank
+/// (RankScope). If a rank throws, the others' collectives are abandoned at once (AbortSignal) and
+/// RankError carries the first failing rank's message, prefixed "rank R: ". world_size 1 runs
+/// `fn` on a thread too (same thread-local behaviour for every size).
+///   run_rank_threads(cfg.parallel, at::kCPU, [&](RankContext& ctx) { train(ctx); });
+void run_rank_threads(const ParallelConfig& parallel, at::Device device,
+                      const std::function<void(RankContext&)>& fn);
+
+/// torchrun's conventions, read from the environment.
+struct TorchrunEnv {
+  int rank = 0, world_size = 1, local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+/// nullopt when RANK and WORLD_SIZE are both unset (not under torchrun); throws
+/// std::invalid_argument naming the variable, its value and the rule when one is malformed.
+std::optional<TorchrunEnv> torchrun_env();
+
+/// Joins the torchrun job: a TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 serves it), then this
+/// rank's context. WORLD_SIZE must equal parallel.world_size. CPU: Gloo bound to loopback when
+/// MASTER_ADDR is local, else GLOO_SOCKET_IFNAME or this host's name; CUDA: cuda:LOCAL_RANK.
+RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device);
+
+}  // namespace odyssey

@@ -1,0 +1,341 @@
+// Untied Ulysses attention as one autograd Function over head stages (UPipe): stage buffers are
+// allocated once per call and reused by every stage, so the attention workspace is one stage's
+// Q/K/V/O in head layout instead of all of this rank's heads.
+// defines: plan_untied_stages, untied_attention
+#include "engine/parallel/untied_attention.h"
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <torch/autograd.h>
+#include <torch/custom_class.h>
+
+#include "engine/parallel/flash_attention.h"
+#include "engine/telemetry/memory_tracker.h"
+
+namespace odyssey {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// [SECTION] schedule helpers ------------------------------------------------------------------
+
+/// Global query heads of stage t in the a2a's send order: (destination rank j, head i) ->
+/// j*Hl + t*k + i. [P*k] int64.
+at::Tensor q_head_index(const UntiedStagePlan& p, int64_t t) {
+  std::vector<int64_t> idx;
+  idx.reserve(p.P * p.k);
+  for (int64_t j = 0; j < p.P; ++j)
+    for (int64_t i = 0; i < p.k; ++i) idx.push_back(j * p.Hl + t * p.k + i);
+  return at::tensor(idx, at::kLong);
+}
+
+/// Original (unreplicated) KV heads of the local KV range [first, first+count) on every
+/// destination rank j: replicated head j*Hkvl + first + i is original head (...)/rep. [P*count].
+at::Tensor kv_head_index(const UntiedStagePlan& p, int64_t first, int64_t count) {
+  std::vector<int64_t> idx;
+  idx.reserve(p.P * count);
+  for (int64_t j = 0; j < p.P; ++j)
+    for (int64_t i = 0; i < count; ++i) idx.push_back((j * p.Hkvl + first + i) / p.rep);
+  return at::tensor(idx, at::kLong);
+}
+
+/// When a stage's query heads do not map onto its KV range with one uniform group size (k and g
+/// not dividing each other), the KV slot of each query head; nullopt when uniform (native GQA).
+std::optional<at::Tensor> kv_slot_index(const UntiedStagePlan& p, int64_t t) {
+  const int64_t count = p.kv_count[t];
+  bool uniform = p.k % count == 0;
+  std::vector<int64_t> slots;
+  for (int64_t i = 0; i < p.k; ++i) {
+    const int64_t slot = (t * p.k + i) / p.g - p.kv_first[t];
+    slots.push_back(slot);
+    if (uniform && slot != i / (p.k / count)) uniform = false;
+  }
+  if (uniform) return std::nullopt;
+  return at::tensor(slots, at::kLong);
+}
+
+/// Projection of the local tokens onto `rows` [m, hd, d] -> [B, s, m, hd], then per-head RMSNorm
+/// (if norm is defined) and RoPE (if rope).
+at::Tensor project(const at::Tensor& x, const at::Tensor& rows, const at::Tensor& norm, double eps,
+                   const at::Tensor& cos, const at::Tensor& sin, bool rope) {
+  const int64_t B = x.size(0), s = x.size(1), m = rows.size(0), hd = rows.size(1);
+  at::Tensor y = at::linear(x, rows.reshape({m * hd, rows.size(2)})).view({B, s, m, hd});  // [B, s, m, hd]
+  if (norm.defined()) y = rms_norm(y, norm, eps);
+  if (rope) y = apply_rope(y, Positions{at::Tensor(), cos, sin});
+  return y;
+}
+
+/// A flat buffer's first elements viewed as `shape` (contiguous): stage buffers are allocated
+/// once at their largest size and every stage views the part it needs.
+at::Tensor view_prefix(const at::Tensor& flat, at::IntArrayRef shape) {
+  if (!flat.defined()) return {};  // P = 1: no staging
+  return flat.narrow(0, 0, c10::multiply_integers(shape)).view(shape);
+}
+
+/// What forward hands to backward besides the saved tensors: schedule, comm, per-stage LSEs.
+struct UntiedState : torch::CustomClassHolder {
+  UntiedStagePlan plan;
+  Comm* comm = nullptr;
+  double eps = 0.0;
+  std::vector<FlashResult> stages;  ///< out left undefined: rebuilt from the saved output
+};
+
+// [SECTION] the Function ----------------------------------------------------------------------
+
+struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk,
+                            const at::Tensor& wv, const at::Tensor& q_norm, const at::Tensor& k_norm,
+                            const at::Tensor& cos, const at::Tensor& sin, Comm* comm, int64_t n_heads,
+                            int64_t n_kv_heads, int64_t head_dim, int64_t heads_per_stage, double eps) {
+    auto state = c10::make_intrusive<UntiedState>();
+    state->plan = plan_untied_stages(n_heads, n_kv_heads, head_dim, comm->size(), heads_per_stage);
+    state->comm = comm;
+    state->eps = eps;
+    const UntiedStagePlan& p = state->plan;
+    const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
+    const at::Tensor wq3 = wq.view({p.H, hd, d}), wk3 = wk.view({p.Hkv, hd, d}), wv3 = wv.view({p.Hkv, hd, d});
+    const at::Tensor qn = q_norm.numel() ? q_norm : at::Tensor(), kn = k_norm.numel() ? k_norm : at::Tensor();
+
+    // Memory: the output [B, s, H*hd] is written stage by stage; the stage buffers below are the
+    // whole attention workspace (one stage of Q, the current KV range, staging for the a2a).
+    at::Tensor out = at::empty({B, s, p.H * hd}, x.options());  // [B, s, H*hd]
+    at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});           // [B, s, P, Hl, hd]
+    const int64_t widest = std::max(p.k, p.max_kv_count);
+    at::Tensor send, recv;  // a2a staging; B = 1 needs one buffer, not two (see seq_to_heads_into)
+    if (p.P > 1) {
+      CategoryScope category(MemCategory::CommBuffers);
+      send = at::empty({p.P * B * s * widest * hd}, x.options());
+      recv = B == 1 ? send : at::empty({p.P * B * s * widest * hd}, x.options());
+    }
+    at::Tensor q_h = at::empty({B, S, p.k, hd}, x.options());                       // [B, S, k, hd]
+    at::Tensor k_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
+    at::Tensor v_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
+    at::Tensor k_h, v_h;  // [B, S, n, hd] views of the current KV range
+
+    for (int64_t t = 0; t < p.stages; ++t) {
+      const int64_t n = p.kv_count[t];
+      {
+        at::Tensor q_loc = project(x, wq3.index_select(0, q_head_index(p, t).to(x.device())), qn, eps, cos, sin,
+                                   /*rope=*/true);  // [B, s, P*k, hd]
+        seq_to_heads_into(q_h, q_loc, *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
+                          view_prefix(recv, {p.P, B, s, p.k, hd}));  // [B, S, k, hd]
+      }
+      if (p.kv_new[t]) {  // a KV range is projected and sent once, reused by the stages sharing it
+        const at::Tensor idx = kv_head_index(p, p.kv_first[t], n).to(x.device());
+        k_h = view_prefix(k_flat, {B, S, n, hd});
+        v_h = view_prefix(v_flat, {B, S, n, hd});
+        at::Tensor k_loc = project(x, wk3.index_select(0, idx), kn, eps, cos, sin, true);  // [B, s, P*n, hd]
+        seq_to_heads_into(k_h, k_loc, *comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
+        k_loc.reset();
+        at::Tensor v_loc = project(x, wv3.index_select(0, idx), {}, eps, cos, sin, false);  // [B, s, P*n, hd]
+        seq_to_heads_into(v_h, v_loc, *comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
+      }
+      const auto slots = kv_slot_index(p, t);
+      at::Tensor k_use = slots ? k_h.index_select(2, slots->to(x.device())) : k_h;  // [B, S, k or n, hd]
+      at::Tensor v_use = slots ? v_h.index_select(2, slots->to(x.device())) : v_h;
+      FlashResult r = flash_attention_forward(q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2));
+      at::Tensor o_h = r.out.transpose(1, 2).contiguous();  // [B, S, k, hd] (already this layout)
+      r.out.reset();  // backward rebuilds it from the saved output
+      state->stages.push_back(std::move(r));
+      at::Tensor o_cols = out5.narrow(3, t * p.k, p.k);  // [B, s, P, k, hd] columns of this stage
+      heads_to_seq_into(o_cols, o_h, *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
+                        view_prefix(recv, {p.P, B, s, p.k, hd}));
+    }
+    ctx->save_for_backward({x, wq, wk, wv, q_norm, k_norm, cos, sin, out});
+    ctx->saved_data["state"] = c10::IValue::make_capsule(state);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto state = c10::static_intrusive_pointer_cast<UntiedState>(ctx->saved_data["state"].toCapsule());
+    const UntiedStagePlan& p = state->plan;
+    Comm& comm = *state->comm;
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &wq = saved[1], &wk = saved[2], &wv = saved[3], &cos = saved[6],
+                     &sin = saved[7], &out = saved[8];
+    const at::Tensor q_norm = saved[4].numel() ? saved[4] : at::Tensor();  // empty = no QK-norm
+    const at::Tensor k_norm = saved[5].numel() ? saved[5] : at::Tensor();
+    const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
+    const at::Tensor wq3 = wq.view({p.H, hd, d}), wk3 = wk.view({p.Hkv, hd, d}), wv3 = wv.view({p.Hkv, hd, d});
+    const at::Tensor grad = grads[0].contiguous();  // [B, s, H*hd]
+    const at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd}), grad5 = grad.view({B, s, p.P, p.Hl, hd});
+    const auto f32 = x.options().dtype(at::kFloat);
+
+    // Gradient accumulators (fp32 so bf16 runs sum stages and replicas without rounding).
+    at::Tensor dx = at::zeros({B, s, d}, f32);
+    at::Tensor dwq = at::zeros({p.H, hd, d}, f32), dwk = at::zeros({p.Hkv, hd, d}, f32),
+               dwv = at::zeros({p.Hkv, hd, d}, f32);
+    at::Tensor dqn = q_norm.defined() ? at::zeros({hd}, f32) : at::Tensor();
+    at::Tensor dkn = k_norm.defined() ? at::zeros({hd}, f32) : at::Tensor();
+
+    // Stage buffers, allocated once.
+    const int64_t widest = std::max(p.k, p.max_kv_count);
+    at::Tensor send, recv;  // a2a staging; B = 1 needs one buffer, not two (see seq_to_heads_into)
+    if (p.P > 1) {
+      CategoryScope category(MemCategory::CommBuffers);
+      send = at::empty({p.P * B * s * widest * hd}, x.options());
+      recv = B == 1 ? send : at::empty({p.P * B * s * widest * hd}, x.options());
+    }
+    at::Tensor q_h = at::empty({B, S, p.k, hd}, x.options());   // recomputed query, head layout
+    at::Tensor o_h = at::empty({B, S, p.k, hd}, x.options());   // saved output, head layout
+    at::Tensor do_h = at::empty({B, S, p.k, hd}, x.options());  // incoming gradient, head layout
+    // Local-layout gradients of the stage's Q (then of the range's K, then V) reuse o_h's memory,
+    // dead once the attention backward has run (same size for Q; K/V when their range is no wider).
+    at::Tensor loc_flat = p.max_kv_count <= p.k ? o_h.view(-1) : at::empty({B * s * p.P * widest * hd}, x.options());
+    at::Tensor k_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
+    at::Tensor v_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
+    at::Tensor dk_flat, dv_flat;  // KV gradient accumulators, only for ranges spanning stages
+    at::Tensor k_h, v_h, dk_acc, dv_acc, kv_idx, k_rows, v_rows;
+    bool kv_direct = false;  // the range is one stage: the kernel's dk/dv are the range's gradients
+
+    const at::Tensor x_leaf = x.detach().requires_grad_(true);
+    const at::Tensor qn_leaf = q_norm.defined() ? q_norm.detach().requires_grad_(true) : at::Tensor();
+    const at::Tensor kn_leaf = k_norm.defined() ? k_norm.detach().requires_grad_(true) : at::Tensor();
+
+    // Gradients of one projection: recompute it with grad (x, rows, norm -> RoPE'd heads), feed the
+    // local-layout gradient, accumulate dx, the rows' gradient (replicas sum in index_add_) and
+    // the norm's. Memory: the recompute graph lives only inside this call, never during the
+    // attention backward.
+    auto project_backward = [&](const at::Tensor& rows, const at::Tensor& idx, const at::Tensor& norm_leaf, bool rope,
+                                const at::Tensor& grad_loc, at::Tensor& dw, at::Tensor& dnorm) {
+      torch::AutoGradMode enable_grad(true);  // backward runs with grad mode off
+      const at::Tensor rows_leaf = rows.detach().requires_grad_(true);
+      const at::Tensor pre = project(x_leaf, rows_leaf, norm_leaf, state->eps, cos, sin, rope);  // [B, s, P*m, hd]
+      variable_list inputs{x_leaf, rows_leaf};
+      if (norm_leaf.defined()) inputs.push_back(norm_leaf);
+      const auto g = torch::autograd::grad({pre}, inputs, {grad_loc});
+      dx.add_(g[0]);
+      dw.index_add_(0, idx, g[1].to(at::kFloat));
+      if (norm_leaf.defined()) dnorm.add_(g[2]);
+    };
+
+    for (int64_t t = 0; t < p.stages; ++t) {
+      const int64_t n = p.kv_count[t];
+      const auto stage_send = view_prefix(send, {p.P, B, s, p.k, hd});
+      const auto stage_recv = view_prefix(recv, {p.P, B, s, p.k, hd});
+      const auto kv_send = view_prefix(send, {p.P, B, s, n, hd});
+      const auto kv_recv = view_prefix(recv, {p.P, B, s, n, hd});
+      if (p.kv_new[t]) {  // recompute the range's K/V and their input all-to-all
+        kv_idx = kv_head_index(p, p.kv_first[t], n).to(x.device());
+        k_rows = wk3.index_select(0, kv_idx);  // [P*n, hd, d]
+        v_rows = wv3.index_select(0, kv_idx);
+        k_h = view_prefix(k_flat, {B, S, n, hd});
+        v_h = view_prefix(v_flat, {B, S, n, hd});
+        seq_to_heads_into(k_h, project(x, k_rows, k_norm, state->eps, cos, sin, true), comm, kv_send, kv_recv);
+        seq_to_heads_into(v_h, project(x, v_rows, {}, state->eps, cos, sin, false), comm, kv_send, kv_recv);
+        const bool one_stage = t + 1 == p.stages || p.kv_new[t + 1];
+        kv_direct = one_stage && !kv_slot_index(p, t);
+        if (!kv_direct) {
+          if (!dk_flat.defined()) {
+            dk_flat = at::empty({B * S * p.max_kv_count * hd}, f32);
+            dv_flat = at::empty({B * S * p.max_kv_count * hd}, f32);
+          }
+          dk_acc = view_prefix(dk_flat, {B, S, n, hd}).zero_();
+          dv_acc = view_prefix(dv_flat, {B, S, n, hd}).zero_();
+        }
+      }
+      const at::Tensor q_idx = q_head_index(p, t).to(x.device());
+      const at::Tensor q_rows = wq3.index_select(0, q_idx);  // [P*k, hd, d]
+      seq_to_heads_into(q_h, project(x, q_rows, q_norm, state->eps, cos, sin, true), comm, stage_send,
+                        stage_recv);                                                          // [B, S, k, hd]
+      seq_to_heads_into(o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);    // saved output
+      seq_to_heads_into(do_h, grad5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);  // its gradient
+      at::Tensor dq_loc = view_prefix(loc_flat, {B, s, p.P * p.k, hd});
+      {
+        const auto slots = kv_slot_index(p, t);
+        const at::Tensor dev_slots = slots ? slots->to(x.device()) : at::Tensor();
+        at::Tensor k_use = slots ? k_h.index_select(2, dev_slots) : k_h;  // [B, S, k or n, hd]
+        at::Tensor v_use = slots ? v_h.index_select(2, dev_slots) : v_h;
+        FlashResult r = state->stages[t];
+        r.out = o_h.transpose(1, 2);  // [B, k, S, hd], the forward kernel's own layout
+        auto [dq, dk, dv] = flash_attention_backward(do_h.transpose(1, 2), q_h.transpose(1, 2), k_use.transpose(1, 2),
+                                                     v_use.transpose(1, 2), r);  // [B, k|n, S, hd]
+        if (kv_direct) {  // memory: no accumulator when one stage owns the KV range (MHA, k >= g)
+          dk_acc = dk.transpose(1, 2);  // [B, S, n, hd]
+          dv_acc = dv.transpose(1, 2);
+        } else if (slots) {
+          dk_acc.index_add_(2, dev_slots, dk.transpose(1, 2).to(at::kFloat));
+          dv_acc.index_add_(2, dev_slots, dv.transpose(1, 2).to(at::kFloat));
+        } else {
+          dk_acc.add_(dk.transpose(1, 2));
+          dv_acc.add_(dv.transpose(1, 2));
+        }
+        heads_to_seq_into(dq_loc, dq.transpose(1, 2).contiguous(), comm, stage_send, stage_recv);  // [B, s, P*k, hd]
+      }
+      project_backward(q_rows, q_idx, qn_leaf, true, dq_loc, dwq, dqn);
+
+      const bool range_ends = t + 1 == p.stages || p.kv_new[t + 1];
+      if (!range_ends) continue;
+      // The KV range is complete: send its gradients back, one tensor at a time.
+      at::Tensor d_loc = view_prefix(loc_flat, {B, s, p.P * n, hd});  // [B, s, P*n, hd]
+      heads_to_seq_into(d_loc, dk_acc.to(x.scalar_type()).contiguous(), comm, kv_send, kv_recv);
+      dk_acc.reset();
+      project_backward(k_rows, kv_idx, kn_leaf, true, d_loc, dwk, dkn);
+      heads_to_seq_into(d_loc, dv_acc.to(x.scalar_type()).contiguous(), comm, kv_send, kv_recv);
+      dv_acc.reset();
+      at::Tensor no_norm;
+      project_backward(v_rows, kv_idx, {}, false, d_loc, dwv, no_norm);
+    }
+    auto cast = [](const at::Tensor& g, const at::Tensor& like) {
+      return g.defined() ? g.view(like.sizes()).to(like.scalar_type()) : at::Tensor();
+    };
+    return {cast(dx, x),         cast(dwq, wq),        cast(dwk, wk),  cast(dwv, wv), cast(dqn, q_norm),
+            cast(dkn, k_norm),   at::Tensor(),         at::Tensor(),   at::Tensor(),  at::Tensor(),
+            at::Tensor(),        at::Tensor(),         at::Tensor(),   at::Tensor()};
+  }
+};
+
+}  // namespace
+
+UntiedStagePlan plan_untied_stages(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t degree,
+                                   int64_t heads_per_stage) {
+  auto fail = [&](const std::string& rule) {
+    throw std::invalid_argument("untied ulysses: n_heads = " + std::to_string(n_heads) + ", n_kv_heads = " +
+                                std::to_string(n_kv_heads) + ", degree P = " + std::to_string(degree) +
+                                ", heads_per_stage = " + std::to_string(heads_per_stage) + ": " + rule);
+  };
+  if (degree < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1) fail("all must be positive");
+  if (n_heads % n_kv_heads != 0) fail("n_kv_heads must divide n_heads");
+  if (n_heads % degree != 0) fail("P must divide n_heads");
+  if (!(n_kv_heads % degree == 0 || degree % n_kv_heads == 0)) fail("P must divide n_kv_heads or be a multiple of it");
+  const int64_t hps = heads_per_stage == 0 ? degree : heads_per_stage;
+  UntiedStagePlan p;
+  p.P = degree;
+  p.H = n_heads;
+  p.Hkv = n_kv_heads;
+  p.hd = head_dim;
+  p.Hl = n_heads / degree;
+  if (hps < 0 || hps % degree != 0) fail("heads_per_stage must be a multiple of P");
+  p.k = hps / degree;
+  if (p.Hl % p.k != 0) fail("heads_per_stage / P must divide n_heads / P = " + std::to_string(p.Hl));
+  p.stages = p.Hl / p.k;
+  p.rep = n_kv_heads < degree ? degree / n_kv_heads : 1;
+  p.Hkvl = n_kv_heads * p.rep / degree;
+  p.g = p.Hl / p.Hkvl;
+  p.max_kv_count = 0;
+  for (int64_t t = 0; t < p.stages; ++t) {
+    const int64_t first = t * p.k / p.g, last = ((t + 1) * p.k - 1) / p.g;
+    p.kv_first.push_back(first);
+    p.kv_count.push_back(last - first + 1);
+    p.kv_new.push_back(t == 0 || first != p.kv_first[t - 1] || last - first + 1 != p.kv_count[t - 1]);
+    p.max_kv_count = std::max(p.max_kv_count, last - first + 1);
+  }
+  return p;
+}
+
+at::Tensor untied_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
+                            const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {
+  if (model.qk_norm && (!w.q_norm.defined() || !w.k_norm.defined()))
+    throw std::invalid_argument("untied_attention: model.qk_norm is set but the q/k norm weights are missing");
+  // Absent norms travel as empty tensors: autograd Functions reject undefined tensor inputs.
+  const at::Tensor none = at::empty({0}, x.options());
+  return UntiedAttentionFunction::apply(x.contiguous(), w.wq, w.wk, w.wv, model.qk_norm ? w.q_norm : none,
+                                        model.qk_norm ? w.k_norm : none, pos.cos, pos.sin, ctx.sp.get(),
+                                        model.n_heads, model.n_kv_heads, model.head_dim, memory.heads_per_stage,
+                                        model.norm_eps);
+}
+
+}  // namespace odyssey

@@ -1,0 +1,270 @@
+// The datasets (long-range retrieval task, llm.c .bin tokens, raw bytes) and per-rank batch
+// selection (see data.h). defines: LongRangeLayout::make, make_dataset, make_rank_batch
+#include "engine/train/data.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "engine/config/sizes.h"
+#include "engine/telemetry/memory_tracker.h"
+
+namespace odyssey {
+namespace {
+
+// SplitMix64: a tiny, fast, well-mixed generator; the task is a pure function of (seed, index).
+class SplitMix {
+ public:
+  explicit SplitMix(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
+
+ private:
+  uint64_t state_;
+};
+
+// [section] long-range retrieval task ----------------------------------------------------------
+
+class LongRangeTask final : public Dataset {
+ public:
+  LongRangeTask(int64_t seq_len, int64_t vocab, int64_t seed)
+      : layout_(LongRangeLayout::make(seq_len, vocab)), seed_(static_cast<uint64_t>(seed)) {}
+
+  // Layout of the S+1 tokens: a context of filler (one filler token repeated) with `pairs`
+  // triples [KEY_MARK key value], one per equal segment at a random offset, so the pairs span the
+  // whole sequence; then `queries` triples [QUERY_MARK key value] asking for distinct pairs in
+  // random order. The query's value is the answer: predicting it needs attention back to the pair.
+  void sequence(int64_t index, std::vector<int64_t>* tokens, std::vector<uint8_t>* answer) const override {
+    const LongRangeLayout& L = layout_;
+    SplitMix rng(seed_ * 0x100000001B3ULL ^ (static_cast<uint64_t>(index) + 0x51ED270B27ULL));
+    rng.next();
+    const int64_t total = L.seq_len + 1;
+    tokens->assign(total, L.filler_first + rng.below(L.filler_count));
+    answer->assign(L.seq_len, 0);
+    // Distinct keys (partial Fisher-Yates over the key alphabet).
+    std::vector<int64_t> keys(L.key_count);
+    for (int64_t i = 0; i < L.key_count; ++i) keys[i] = L.key_first + i;
+    for (int64_t i = 0; i < L.pairs; ++i) std::swap(keys[i], keys[i + rng.below(L.key_count - i)]);
+    std::vector<int64_t> values(L.pairs);
+    for (auto& v : values) v = L.value_first + rng.below(L.value_count);
+    const int64_t context = total - 3 * L.queries;
+    const int64_t segment = context / L.pairs;  // >= 4 by construction
+    for (int64_t p = 0; p < L.pairs; ++p) {
+      const int64_t at = p * segment + rng.below(segment - 2);
+      (*tokens)[at] = L.key_mark;
+      (*tokens)[at + 1] = keys[p];
+      (*tokens)[at + 2] = values[p];
+    }
+    std::vector<int64_t> order(L.pairs);
+    for (int64_t i = 0; i < L.pairs; ++i) order[i] = i;
+    for (int64_t i = 0; i < L.queries; ++i) std::swap(order[i], order[i + rng.below(L.pairs - i)]);
+    for (int64_t q = 0; q < L.queries; ++q) {
+      const int64_t at = context + 3 * q;
+      (*tokens)[at] = L.query_mark;
+      (*tokens)[at + 1] = keys[order[q]];
+      (*tokens)[at + 2] = values[order[q]];
+      (*answer)[at + 1] = 1;  // label position at+1 predicts token at+2, the answer
+    }
+  }
+  bool has_answers() const override { return true; }
+  std::string describe() const override {
+    return "long-range retrieval: " + std::to_string(layout_.pairs) + " key-value pairs over " +
+           std::to_string(layout_.seq_len) + " tokens, " + std::to_string(layout_.queries) + " queries at the end";
+  }
+
+ private:
+  LongRangeLayout layout_;
+  uint64_t seed_;
+};
+
+// [section] token files -------------------------------------------------------------------------
+
+// A read-only memory map of a whole file.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY);
+    if (fd_ < 0) throw DataError("data file '" + path + "': cannot open (" + std::strerror(errno) + ")");
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      throw DataError("data file '" + path + "': not a regular file");
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) {
+      data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+      if (data_ == MAP_FAILED) {
+        ::close(fd_);
+        throw DataError("data file '" + path + "': cannot map (" + std::strerror(errno) + ")");
+      }
+    }
+  }
+  ~MappedFile() {
+    if (data_ && data_ != MAP_FAILED) ::munmap(data_, size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  const uint8_t* bytes() const { return static_cast<const uint8_t*>(data_); }
+  size_t size() const { return size_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Sequence i is the window [i*S mod (count - S), + S + 1) of the token stream.
+class TokenStream : public Dataset {
+ public:
+  TokenStream(std::string path, int64_t seq_len) : path_(std::move(path)), seq_len_(seq_len) {}
+  void sequence(int64_t index, std::vector<int64_t>* tokens, std::vector<uint8_t>* answer) const override {
+    const int64_t windows = count_ - seq_len_;  // >= 1 (checked at open)
+    const int64_t start = (index % windows) * seq_len_ % windows;
+    tokens->resize(seq_len_ + 1);
+    for (int64_t i = 0; i <= seq_len_; ++i) (*tokens)[i] = token(start + i);
+    answer->clear();
+  }
+
+ protected:
+  virtual int64_t token(int64_t i) const = 0;
+  void check_length(const std::string& kind) const {
+    if (count_ < seq_len_ + 1)
+      throw DataError("data file '" + path_ + "': " + kind + " holds " + std::to_string(count_) +
+                      " tokens, fewer than training.seq_len + 1 = " + std::to_string(seq_len_ + 1));
+  }
+  std::string path_;
+  int64_t seq_len_;
+  int64_t count_ = 0;
+};
+
+constexpr int32_t kLlmcMagic = 20240520;
+constexpr int64_t kLlmcHeaderInts = 256;
+
+class LlmcTokenFile final : public TokenStream {
+ public:
+  LlmcTokenFile(const std::string& path, int64_t seq_len, int64_t vocab) : TokenStream(path, seq_len), file_(path) {
+    const int64_t header_bytes = kLlmcHeaderInts * 4;
+    if (static_cast<int64_t>(file_.size()) < header_bytes)
+      throw DataError("data file '" + path + "': truncated: " + std::to_string(file_.size()) +
+                      " bytes, shorter than the 1024-byte llm.c header");
+    int32_t header[3];
+    std::memcpy(header, file_.bytes(), sizeof(header));
+    if (header[0] != kLlmcMagic)
+      throw DataError("data file '" + path + "': wrong magic " + std::to_string(header[0]) + " (an llm.c .bin has " +
+                      std::to_string(kLlmcMagic) + "; use dataset = \"bytes\" for other files)");
+    if (header[1] != 1)
+      throw DataError("data file '" + path + "': unsupported version " + std::to_string(header[1]) +
+                      " (expected 1: uint16 tokens)");
+    count_ = header[2];
+    const int64_t need = header_bytes + 2 * count_;
+    if (count_ < 0 || static_cast<int64_t>(file_.size()) < need)
+      throw DataError("data file '" + path + "': truncated: the header says " + std::to_string(count_) +
+                      " tokens (" + std::to_string(need) + " bytes) but the file has " +
+                      std::to_string(file_.size()) + " bytes");
+    check_length("the llm.c file");
+    tokens_ = reinterpret_cast<const uint16_t*>(file_.bytes() + header_bytes);
+    for (int64_t i = 0; i < count_; ++i)
+      if (tokens_[i] >= vocab)
+        throw DataError("data file '" + path + "': token " + std::to_string(tokens_[i]) + " at index " +
+                        std::to_string(i) + " is >= model.vocab_size = " + std::to_string(vocab));
+  }
+  std::string describe() const override {
+    return "tokens: " + path_ + " (" + format_size(count_) + " tokens, llm.c .bin)";
+  }
+
+ private:
+  int64_t token(int64_t i) const override { return tokens_[i]; }
+  MappedFile file_;
+  const uint16_t* tokens_ = nullptr;
+};
+
+class ByteFile final : public TokenStream {
+ public:
+  ByteFile(const std::string& path, int64_t seq_len, int64_t vocab) : TokenStream(path, seq_len), file_(path) {
+    if (vocab < 256)
+      throw DataError("data file '" + path + "': the bytes dataset needs model.vocab_size >= 256, got " +
+                      std::to_string(vocab));
+    count_ = static_cast<int64_t>(file_.size());
+    check_length("the file");
+  }
+  std::string describe() const override { return "bytes: " + path_ + " (" + format_size(count_) + " bytes)"; }
+
+ private:
+  int64_t token(int64_t i) const override { return file_.bytes()[i]; }
+  MappedFile file_;
+};
+
+}  // namespace
+
+LongRangeLayout LongRangeLayout::make(int64_t seq_len, int64_t vocab) {
+  if (seq_len < 32) throw DataError("long-range task: training.seq_len = " + std::to_string(seq_len) + " must be >= 32");
+  if (vocab < 32) throw DataError("long-range task: model.vocab_size = " + std::to_string(vocab) + " must be >= 32");
+  LongRangeLayout L;
+  L.seq_len = seq_len;
+  L.vocab = vocab;
+  const int64_t alphabet = vocab - (L.filler_first + L.filler_count);  // >= 25
+  L.key_first = L.filler_first + L.filler_count;
+  L.key_count = alphabet / 2;
+  L.value_first = L.key_first + L.key_count;
+  L.value_count = alphabet - L.key_count;
+  L.pairs = std::clamp<int64_t>(seq_len / 16, 1, L.key_count);
+  L.queries = L.pairs;  // every pair is asked about, in random order
+  return L;
+}
+
+std::unique_ptr<Dataset> make_dataset(const TrainingConfig& training, const ModelConfig& model) {
+  switch (training.dataset) {
+    case DatasetKind::LongRange:
+      return std::make_unique<LongRangeTask>(training.seq_len, model.vocab_size, training.seed);
+    case DatasetKind::Tokens:
+      return std::make_unique<LlmcTokenFile>(training.dataset_path, training.seq_len, model.vocab_size);
+    case DatasetKind::Bytes:
+      return std::make_unique<ByteFile>(training.dataset_path, training.seq_len, model.vocab_size);
+  }
+  throw DataError("unknown dataset kind");
+}
+
+RankBatch make_rank_batch(const Dataset& data, int64_t step, const TrainingConfig& training, const RankContext& ctx,
+                          at::Device device) {
+  const int64_t B = training.batch_size, S = training.seq_len;
+  if (S % ctx.sp_size != 0)
+    throw std::invalid_argument("seq_len " + std::to_string(S) + " is not divisible by the Ulysses degree " +
+                                std::to_string(ctx.sp_size));
+  const int64_t s = S / ctx.sp_size, first = ctx.sp_rank * s;
+  CategoryScope category(MemCategory::Other);
+  at::Tensor ids = at::empty({B, s}, at::kLong), labels = at::empty({B, s}, at::kLong);  // [B, s]
+  at::Tensor mask = at::zeros({B, s}, at::kBool);                                        // [B, s]
+  std::vector<int64_t> tokens;
+  std::vector<uint8_t> answer;
+  auto* ids_p = ids.data_ptr<int64_t>();
+  auto* labels_p = labels.data_ptr<int64_t>();
+  auto* mask_p = mask.data_ptr<bool>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t index = step * B * ctx.dp_size + ctx.dp_rank * B + b;
+    data.sequence(index, &tokens, &answer);
+    for (int64_t t = 0; t < s; ++t) {
+      ids_p[b * s + t] = tokens[first + t];
+      labels_p[b * s + t] = tokens[first + t + 1];
+      mask_p[b * s + t] = !answer.empty() && answer[first + t] != 0;
+    }
+  }
+  RankBatch batch;
+  batch.ids = ids.to(device);
+  batch.labels = labels.to(device);
+  if (data.has_answers()) batch.answer_mask = mask.to(device);
+  batch.first_position = first;
+  batch.global_tokens = B * S * ctx.dp_size;
+  return batch;
+}
+
+}  // namespace odyssey

@@ -1,0 +1,76 @@
+// AdamW over flat shards, gradient clipping and the LR schedule (see optimizer.h).
+// defines: lr_at, global_grad_norm, clip_gradients, AdamW
+#include "engine/train/optimizer.h"
+
+#include <cmath>
+
+#include "engine/telemetry/memory_tracker.h"
+
+namespace odyssey {
+
+double lr_at(const TrainingConfig& t, int64_t step) {
+  if (t.warmup_steps > 0 && step < t.warmup_steps)
+    return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup_steps);
+  const double floor = t.lr * t.min_lr_ratio;
+  const int64_t decay_steps = std::max<int64_t>(1, t.steps - t.warmup_steps - 1);
+  const double progress = std::clamp(static_cast<double>(step - t.warmup_steps) / decay_steps, 0.0, 1.0);
+  return floor + (t.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+double global_grad_norm(const std::vector<FlatParamGroup*>& groups, const RankContext& ctx) {
+  at::NoGradGuard no_grad;
+  CategoryScope category(MemCategory::Other);
+  at::Tensor sharded = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));    // [1]
+  at::Tensor replicated = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));  // [1]
+  for (auto* g : groups) {
+    // Memory: a reduction (no squared copy of the shard); CPU accumulates fp32 norms in double.
+    at::Tensor norm = g->grad().norm().to(at::kDouble).reshape({1});
+    (g->sharded() ? sharded : replicated).add_(norm * norm);
+  }
+  if (ctx.world_size > 1) ctx.world->all_reduce_sum(sharded);
+  return std::sqrt((sharded + replicated).item<double>());
+}
+
+double clip_gradients(const std::vector<FlatParamGroup*>& groups, double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  const double factor = std::min(1.0, max_norm / (norm + 1e-6));
+  if (factor < 1.0) {
+    at::NoGradGuard no_grad;
+    for (auto* g : groups) g->master.mutable_grad().mul_(factor);
+  }
+  return factor;
+}
+
+void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr) {
+  at::NoGradGuard no_grad;
+  CategoryScope category(MemCategory::Other);  // one [shard] temporary (denom); the moments are optimizer
+  ++steps_;
+  const double b1 = training_.beta1, b2 = training_.beta2;
+  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
+  const double bias2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
+  for (auto* g : groups) {
+    at::Tensor p = g->master.detach();  // [shard]
+    const at::Tensor grad = g->grad();  // [shard]
+    // Decoupled weight decay first (torch.optim.AdamW order), skipping norm weights and padding.
+    if (training_.weight_decay != 0) {
+      const double keep = 1.0 - lr * training_.weight_decay;
+      int64_t at_elem = 0;
+      for (const auto& [begin, end] : g->no_decay_ranges()) {
+        if (begin > at_elem) p.narrow(0, at_elem, begin - at_elem).mul_(keep);
+        at_elem = end;
+      }
+      if (at_elem < p.numel()) p.narrow(0, at_elem, p.numel() - at_elem).mul_(keep);
+    }
+    g->exp_avg.lerp_(grad, 1.0 - b1);                                // m = b1 m + (1-b1) g
+    g->exp_avg_sq.mul_(b2).addcmul_(grad, grad, 1.0 - b2);           // v = b2 v + (1-b2) g^2
+    at::Tensor denom = (g->exp_avg_sq / bias2).sqrt_().add_(training_.adam_eps);  // [shard] transient
+    p.addcdiv_(g->exp_avg, denom, -lr / bias1);
+  }
+}
+
+void AdamW::zero_grad(const std::vector<FlatParamGroup*>& groups) {
+  at::NoGradGuard no_grad;
+  for (auto* g : groups) g->master.mutable_grad().zero_();
+}
+
+}  // namespace odyssey

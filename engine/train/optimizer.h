@@ -1,0 +1,45 @@
+// AdamW over flat fp32 shards (decoupled weight decay on matrices only), global gradient-norm
+// clipping over all ranks, and the warmup + cosine learning-rate schedule. defines: lr_at,
+// global_grad_norm, clip_gradients, AdamW
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/config/run_config.h"
+#include "engine/model/flat_group.h"
+#include "engine/parallel/comm.h"
+
+namespace odyssey {
+
+/// Learning rate of optimizer step `step` (0-based): linear warmup over warmup_steps to lr, then
+/// cosine decay to lr x min_lr_ratio at the last step.
+double lr_at(const TrainingConfig& training, int64_t step);
+
+/// sqrt of the sum of squared gradients over every group and every rank (all-reduce SUM of the
+/// squared norms over ctx.world when the groups are sharded; unsharded groups hold identical
+/// all-reduced gradients on every rank, so their local norm is already global).
+double global_grad_norm(const std::vector<FlatParamGroup*>& groups, const RankContext& ctx);
+
+/// Scales every gradient by min(1, max_norm / (norm + 1e-6)); returns the factor. max_norm <= 0
+/// disables clipping.
+double clip_gradients(const std::vector<FlatParamGroup*>& groups, double norm, double max_norm);
+
+/// AdamW (Loshchilov & Hutter, as torch.optim.AdamW): m, v moments, bias correction, decoupled
+/// weight decay p -= lr * wd * p on the elements outside each group's no-decay ranges.
+class AdamW {
+ public:
+  explicit AdamW(const TrainingConfig& training) : training_(training) {}
+  /// Applies one update with learning rate `lr` to every group (step count advances by one).
+  void step(const std::vector<FlatParamGroup*>& groups, double lr);
+  /// Sets every gradient to zero (keeps the buffers).
+  static void zero_grad(const std::vector<FlatParamGroup*>& groups);
+  int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
+
+ private:
+  TrainingConfig training_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace odyssey

@@ -1,0 +1,103 @@
+// A whole training run, as `odyssey train`, `odyssey bench` and the studio's Session drive it:
+// ranks, resume, the step loop with stop/pause/live toggles at step boundaries, metrics, trace,
+// summary and checkpoints. defines: RunControl, RunOptions, RunOutcome, FullState, run_training,
+// export_full_state, import_full_state
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "engine/config/run_config.h"
+#include "engine/session.h"
+#include "engine/train/trainer.h"
+
+namespace odyssey {
+
+class Timeline;
+
+/// Shared by a run's rank threads and its controller (CLI signal handler, Session). Every request
+/// takes effect at the next step boundary. Thread-safe.
+class RunControl {
+ public:
+  void request_stop();
+  /// Async-signal-safe form (a SIGINT handler): sets the flag only; the run sees it at the next
+  /// step boundary.
+  void request_stop_from_signal() { stop_.store(true); }
+  bool stop_requested() const { return stop_.load(); }
+  void pause();
+  void resume();
+  bool paused() const { return paused_.load(); }
+  /// Memory toggles for the following steps; `version` is reported in StepMetrics.
+  void set_memory(const MemoryConfig& memory, int64_t version);
+  /// The pending toggles newer than `*version` (and updates it), or nullopt.
+  std::optional<MemoryConfig> take_memory(int64_t* version);
+  /// Blocks while paused (returns false when a stop arrives meanwhile).
+  bool wait_while_paused();
+  /// Called with true when the run enters a pause and false when it leaves it.
+  std::function<void(bool)> on_pause_change;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> paused_{false};
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::optional<MemoryConfig> memory_;
+  int64_t memory_version_ = 0;
+};
+
+/// The unsharded fp32 state of a model (a restart hands it to the new run): per group, master and
+/// AdamW moments over all N elements, and the step counters.
+struct FullState {
+  std::map<std::string, std::vector<at::Tensor>> groups;  ///< name -> {master, exp_avg, exp_avg_sq} [N]
+  int64_t next_step = 0;
+  int64_t optimizer_steps = 0;
+  ModelConfig model;
+};
+/// Gathers every group's shards over ctx.world (collective). Rank-local result on every rank.
+FullState export_full_state(Trainer& trainer);
+/// Takes this rank's shards of `state`. The model shapes must match (std::invalid_argument).
+void import_full_state(Trainer& trainer, const FullState& state);
+
+struct RunOptions {
+  std::string preset;          ///< preset path or name (summary.json)
+  std::string out_dir;         ///< metrics.jsonl, trace.json, summary.json, checkpoints; "" = none
+  std::string resume_dir;      ///< continue from this directory's latest checkpoint; "" = fresh
+  int64_t steps = -1;          ///< run until this many steps are done (default training.steps)
+  bool checkpoints = true;     ///< write checkpoints (every output.checkpoint_every, and at the end)
+  RunControl* control = nullptr;
+  Timeline* timeline = nullptr;            ///< the studio's live feed
+  double epoch_s = -1;                     ///< phase times count from here (telemetry_now_s clock); < 0: 0
+  const FullState* initial_state = nullptr;  ///< start from these weights (restart)
+  std::shared_ptr<FullState>* final_state = nullptr;  ///< receives the weights at the end (restart)
+  /// After each step on rank 0: the metrics and rank 0's view of the step (answer stats...).
+  std::function<void(const StepMetrics&, const StepResult&)> on_step;
+  /// Log lines (rank 0): dispatch notes, data, resume, checkpoints, failures.
+  std::function<void(const std::string&)> log;
+};
+
+struct RunOutcome {
+  enum class Status { Finished, Stopped, Failed };
+  Status status = Status::Finished;
+  bool bad_input = false;  ///< the failure is the input's (exit code 2), not the run's
+  std::string error;       ///< why it failed
+  int64_t next_step = 0;   ///< steps completed when it ended
+  std::vector<StepMetrics> metrics;
+  std::vector<StepResult> results;  ///< rank 0's step results
+};
+const char* to_string(RunOutcome::Status status);
+
+/// Runs training for `cfg` (which must be valid). Never throws: failures come back in the
+/// outcome (OOM and NaN with step and phase; bad data / checkpoint files as bad_input).
+RunOutcome run_training(const RunConfig& cfg, const RunOptions& options);
+
+}  // namespace odyssey

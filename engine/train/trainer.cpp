@@ -1,0 +1,202 @@
+// Trainer: one rank's training step (forward through the loss, backward through the block nodes,
+// global grad norm + clip, AdamW) with OOM / NaN handling (see trainer.h).
+// defines: Trainer, resolve_device, compute_dtype, configure_threads
+#include "engine/train/trainer.h"
+
+#include <c10/util/Exception.h>
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cmath>
+#include <regex>
+#include <thread>
+
+#include "engine/telemetry/memory_tracker.h"
+
+namespace odyssey {
+
+at::Device resolve_device(DeviceKind kind, int local_rank) {
+  const bool cuda = torch::cuda::is_available();
+  if (kind == DeviceKind::Cuda && !cuda)
+    throw std::invalid_argument("training.device = \"cuda\" but no CUDA device is available");
+  if (kind == DeviceKind::Cpu || !cuda) return at::Device(at::kCPU);
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));
+}
+
+at::ScalarType compute_dtype(DType dtype) { return dtype == DType::BFloat16 ? at::kBFloat16 : at::kFloat; }
+
+void configure_threads(int ranks_in_process) {
+  // An explicit OMP_NUM_THREADS wins (LibTorch read it at start-up); else share the cores.
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env == nullptr || std::atoi(env) <= 0) {
+    const int cores = std::max(1u, std::thread::hardware_concurrency());
+    at::set_num_threads(std::max(1, cores / std::max(1, ranks_in_process)));
+  }
+  // Denormal floats (softmax tails, tiny gradients) run 10-100x slower on x86 CPUs and made
+  // single steps take seconds; flush them to zero like torch.set_flush_denormal(True).
+  at::globalContext().setFlushDenormal(true);
+}
+
+struct Trainer::Forward {
+  double loss = 0;
+  bool has_answers = false;
+  double answer_ce = 0, answer_count = 0, answer_correct = 0;
+};
+
+Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
+    : cfg_(cfg), ctx_(ctx), device_(ctx.device), optimizer_(cfg.training), offload_(ctx.device), recorder_(ctx.rank) {
+  MemoryTracker::instance().install_cpu_allocator();
+  RankScope rank(ctx_.rank);
+  if (cfg_.training.seq_len % ctx_.sp_size != 0)
+    throw std::invalid_argument("training.seq_len = " + std::to_string(cfg_.training.seq_len) +
+                                " is not divisible by the Ulysses degree " + std::to_string(ctx_.sp_size));
+  data_ = make_dataset(cfg_.training, cfg_.model);
+  notes_.push_back("data: " + data_->describe());
+  FlatGroupOptions options;
+  options.fsdp = cfg_.parallel.fsdp;
+  options.compute = compute_dtype(cfg_.training.dtype);
+  options.device = device_;
+  model_ = std::make_unique<LlamaModel>(cfg_.model, ctx_, options);
+  model_->init(static_cast<uint64_t>(cfg_.training.seed));
+  set_memory(cfg_.memory);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::set_memory(const MemoryConfig& memory) {
+  cfg_.memory = memory;
+  if (memory.offload_activations && !memory.activation_checkpointing)
+    notes_.push_back("offload: without activation checkpointing there are no checkpointed inputs to offload; "
+                     "offload is off");
+}
+
+std::vector<std::string> Trainer::take_notes() { return std::exchange(notes_, {}); }
+
+double Trainer::run_forward_backward(int64_t step, Forward* out) {
+  const RankBatch batch = make_rank_batch(*data_, step, cfg_.training, ctx_, device_);
+  ModelInputs in{batch.ids, batch.labels, batch.answer_mask, batch.first_position, batch.global_tokens};
+  StepRuntime rt;
+  at::Tensor loss = model_->forward(in, cfg_.memory, &offload_, &recorder_, &rt);
+
+  // Global loss and answer statistics: one all-reduce of four sums over the world.
+  at::Tensor sums;
+  {
+    CategoryScope category(MemCategory::Other);
+    sums = at::zeros({4}, at::TensorOptions().dtype(at::kDouble).device(device_));  // [4]
+    sums[0] = loss.detach().to(at::kDouble).reshape({});
+    if (rt.answer.ce_sum.defined()) {
+      sums[1] = rt.answer.ce_sum.to(device_);
+      sums[2] = rt.answer.count.to(device_);
+      sums[3] = rt.answer.correct.to(device_);
+    }
+    if (ctx_.world_size > 1) ctx_.world->all_reduce_sum(sums);
+  }
+  const at::Tensor host = sums.cpu();
+  const double* s = host.data_ptr<double>();
+  out->loss = s[0];
+  out->has_answers = batch.answer_mask.defined();
+  out->answer_ce = s[1];
+  out->answer_count = s[2];
+  out->answer_correct = s[3];
+  if (!std::isfinite(out->loss))
+    throw StepFailure(StepFailure::Kind::NonFinite, step, "fwd/loss", -1, -1,
+                      "loss is " + std::string(std::isnan(out->loss) ? "NaN" : "Inf") + " at step " +
+                          std::to_string(step) + " (phase fwd/loss); stopping");
+  loss.backward();
+  loss = at::Tensor();  // the graph (and what it saved) dies here
+  offload_.clear();
+  return out->loss;
+}
+
+double Trainer::forward_backward(int64_t step) {
+  RankScope rank(ctx_.rank);
+  PhaseRecorder::Bind bind(&recorder_);
+  reset_engine_phases(ctx_.rank);
+  Forward f;
+  try {
+    return run_forward_backward(step, &f);
+  } catch (const std::exception& e) {
+    fail(e, step);
+  }
+}
+
+StepResult Trainer::step() {
+  RankScope rank(ctx_.rank);
+  PhaseRecorder::Bind bind(&recorder_);
+  MemoryTracker& tracker = MemoryTracker::instance();
+  const int64_t step = next_step_;
+  recorder_.set_step(step);
+  reset_engine_phases(ctx_.rank);
+  tracker.reset_peak(ctx_.rank);
+  const auto t0 = std::chrono::steady_clock::now();
+  StepResult r;
+  r.step = step;
+  try {
+    EnginePhase phase(ctx_.rank, "step");
+    Forward f;
+    run_forward_backward(step, &f);
+    r.loss = f.loss;
+    r.has_answers = f.has_answers && f.answer_count > 0;
+    r.answer_loss = f.answer_count > 0 ? f.answer_ce / f.answer_count : 0;
+    r.answer_accuracy = f.answer_count > 0 ? f.answer_correct / f.answer_count : 0;
+    {
+      EnginePhase opt(ctx_.rank, "optimizer");
+      auto groups = model_->groups();
+      r.grad_norm = global_grad_norm(groups, ctx_);
+      if (!std::isfinite(r.grad_norm))
+        throw StepFailure(StepFailure::Kind::NonFinite, step, "bwd", -1, -1,
+                          "gradient norm is " + std::string(std::isnan(r.grad_norm) ? "NaN" : "Inf") + " at step " +
+                              std::to_string(step) + " (phase bwd, loss " + std::to_string(r.loss) + "); stopping");
+      clip_gradients(groups, r.grad_norm, cfg_.training.grad_clip);
+      r.lr = lr_at(cfg_.training, step);
+      optimizer_.step(groups, r.lr);
+      AdamW::zero_grad(groups);
+    }
+  } catch (const std::exception& e) {
+    fail(e, step);
+  }
+  r.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.tokens = cfg_.training.batch_size * cfg_.training.seq_len * ctx_.dp_size;
+  const MemorySnapshot snap = tracker.snapshot(ctx_.rank);
+  r.device_peak = snap.device_peak;
+  r.host_peak = snap.host_peak;
+  next_step_ = step + 1;
+  return r;
+}
+
+void Trainer::cleanup_after_failure() {
+  offload_.clear();
+  model_->reshard_all();
+  AdamW::zero_grad(model_->groups());
+}
+
+void Trainer::fail(const std::exception& e, int64_t step) {
+  const std::string phase = failing_phase(ctx_.rank);
+  cleanup_after_failure();
+  if (const auto* failure = dynamic_cast<const StepFailure*>(&e)) throw *failure;
+  int64_t layer = -1;
+  std::smatch m;
+  if (std::regex_search(phase, m, std::regex("block\\.(\\d+)"))) layer = std::stoll(m[1]);
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) {
+    std::string what = e.what();
+    if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) what = c10_error->what_without_backtrace();
+    int64_t bytes = -1;
+    const std::string first_line = what.substr(0, what.find('\n'));
+    if (std::regex_search(first_line, m, std::regex("(\\d+) bytes"))) bytes = std::stoll(m[1]);
+    throw StepFailure(StepFailure::Kind::OutOfMemory, step, phase, layer, bytes,
+                      "out of memory at step " + std::to_string(step) + " in phase " +
+                          (phase.empty() ? std::string("(none)") : phase) +
+                          (layer >= 0 ? " (layer " + std::to_string(layer) + ")" : std::string()) +
+                          (bytes >= 0 ? ", " + std::to_string(bytes) + " bytes requested" : std::string()) + ": " +
+                          first_line);
+  }
+  std::string what = e.what();
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) what = c10_error->what_without_backtrace();
+  throw StepFailure(StepFailure::Kind::Other, step, phase, layer, -1,
+                    "step " + std::to_string(step) + " failed" + (phase.empty() ? "" : " in phase " + phase) + ": " +
+                        what.substr(0, what.find('\n')));
+}
+
+}  // namespace odyssey

@@ -1,0 +1,108 @@
+// The trainer of one rank: model over flat groups, data, AdamW, offload store and phase recorder;
+// one call = one optimizer step inside phase scopes, with OOM and NaN turned into StepFailure.
+// defines: StepResult, StepFailure, Trainer, resolve_device, compute_dtype, configure_threads
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "engine/config/run_config.h"
+#include "engine/memory/offload.h"
+#include "engine/model/llama.h"
+#include "engine/parallel/comm.h"
+#include "engine/telemetry/phase.h"
+#include "engine/train/data.h"
+#include "engine/train/optimizer.h"
+
+namespace odyssey {
+
+/// One finished optimizer step, as seen by this rank (loss and answer stats are global).
+struct StepResult {
+  int64_t step = 0;             ///< 0-based index of the step just taken
+  double loss = 0;              ///< global mean loss: all-reduced sum of loss_local
+  bool has_answers = false;     ///< the long-range task: answer_* are meaningful
+  double answer_loss = 0;       ///< mean CE over the answer tokens of the global batch
+  double answer_accuracy = 0;   ///< fraction of answer tokens predicted exactly
+  double grad_norm = 0;         ///< global gradient norm before clipping
+  double lr = 0;
+  double step_time_s = 0;
+  int64_t tokens = 0;           ///< tokens of the global batch (B x S x D)
+  int64_t device_peak = 0;      ///< this rank's device peak during the step (tracker)
+  int64_t host_peak = 0;        ///< this rank's host-pool peak during the step
+};
+
+/// A step that could not complete. The trainer has cleaned up (groups resharded, offload store
+/// and gradients cleared): the next step or a new Trainer works.
+class StepFailure : public std::runtime_error {
+ public:
+  enum class Kind { OutOfMemory, NonFinite, Other };
+  StepFailure(Kind kind, int64_t step, std::string phase, int64_t layer, int64_t bytes, const std::string& message)
+      : std::runtime_error(message), kind(kind), step(step), phase(std::move(phase)), layer(layer), bytes(bytes) {}
+  Kind kind;
+  int64_t step;
+  std::string phase;  ///< "fwd/block.3/mlp"
+  int64_t layer;      ///< block index, -1 outside the blocks
+  int64_t bytes;      ///< bytes requested (OOM), -1 if unknown
+};
+
+/// The device of `kind` for a rank (auto = CUDA when available). Throws when CUDA is asked for
+/// and absent.
+at::Device resolve_device(DeviceKind kind, int local_rank);
+at::ScalarType compute_dtype(DType dtype);
+/// Intra-op threads for `ranks_in_process` rank threads sharing this machine's cores, and
+/// flush-to-zero for denormal floats (process-wide).
+void configure_threads(int ranks_in_process);
+
+class Trainer {
+ public:
+  /// Builds the model (initialised from training.seed), the dataset and the optimizer for the rank
+  /// `ctx` (ctx.device decides where). Throws DataError / std::invalid_argument on bad input.
+  Trainer(const RunConfig& cfg, const RankContext& ctx);
+  ~Trainer();
+
+  /// Runs step next_step(): forward, backward, clip, AdamW. Throws StepFailure.
+  StepResult step();
+  /// Forward + backward of `step`'s batch only (gradients stay in the groups; tests, bench).
+  /// Returns the global loss.
+  double forward_backward(int64_t step);
+
+  /// Memory toggles for the following steps (no restart: nothing they change is persistent).
+  void set_memory(const MemoryConfig& memory);
+  const RunConfig& config() const { return cfg_; }
+  const RankContext& rank_context() const { return ctx_; }
+  int64_t next_step() const { return next_step_; }
+  LlamaModel& model() { return *model_; }
+  const Dataset& dataset() const { return *data_; }
+  PhaseRecorder& recorder() { return recorder_; }
+  AdamW& optimizer() { return optimizer_; }
+  const OffloadStore& offload_store() const { return offload_; }
+  /// Lines worth showing the user (dispatch notes, dataset description), taken once.
+  std::vector<std::string> take_notes();
+
+  /// Restores the step counter (checkpoint resume; weights and moments are loaded separately).
+  void set_next_step(int64_t step) { next_step_ = step; }
+
+ private:
+  struct Forward;
+  double run_forward_backward(int64_t step, Forward* out);
+  [[noreturn]] void fail(const std::exception& e, int64_t step);
+  void cleanup_after_failure();
+
+  RunConfig cfg_;
+  RankContext ctx_;
+  at::Device device_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Dataset> data_;
+  AdamW optimizer_;
+  OffloadStore offload_;
+  PhaseRecorder recorder_;
+  int64_t next_step_ = 0;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace odyssey

@@ -1,0 +1,221 @@
+// odyssey train as scripts use it: the output files of the CLI contract, exit codes for bad input,
+// and the resume guarantee with a real process killed between steps (SIGKILL) or stopped with
+// Ctrl-C (SIGINT): the resumed run's losses equal an uninterrupted run's bit for bit.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/util/json.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+
+namespace {
+
+// tiny-cpu on one rank with a short sequence: about 25 ms a step on this machine (one intra-op
+// thread: on the shared 2-core machine two threads spin against other processes, 4x slower).
+const std::string kTiny =
+    "presets/tiny-cpu.toml --set parallel.world_size=1 --set parallel.ulysses_degree=1 --set parallel.fsdp=false "
+    "--set training.seq_len=128 ";
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = std::string(ODYSSEY_BINARY_DIR) + "/train_cli_test_" + name;
+  std::system(("rm -rf '" + dir + "'").c_str());
+  return dir;
+}
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+Run run_odyssey(const std::string& args) {
+  // One stderr file per test process: CTest runs the cases in parallel.
+  const std::string err_path =
+      std::string(ODYSSEY_BINARY_DIR) + "/train_cli_test." + std::to_string(getpid()) + ".stderr";
+  const std::string cmd =
+      std::string("cd ") + ODYSSEY_SOURCE_DIR + " && OMP_NUM_THREADS=1 " + ODYSSEY_BIN_DIR + "/odyssey " + args + " 2>" + err_path;
+  Run r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = read_text(err_path);
+  return r;
+}
+
+// Starts `odyssey ARGS` as a child process (stdout/stderr to files); returns its pid.
+pid_t spawn_odyssey(const std::string& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir(ODYSSEY_SOURCE_DIR) != 0) _exit(127);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    const std::string cmd = std::string("OMP_NUM_THREADS=1 exec ") + ODYSSEY_BIN_DIR + "/odyssey " + args;
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// The step of DIR's latest checkpoint, or -1.
+int64_t checkpoint_step(const std::string& dir) {
+  auto v = parse_json(read_text(dir + "/checkpoints/latest.json"));
+  return v && v->has("step") ? v->at("step").as_int() : -1;
+}
+
+// step -> loss from metrics.jsonl (a later line for the same step wins: a resumed run re-runs steps
+// after the last checkpoint).
+std::map<int64_t, double> losses(const std::string& dir) {
+  std::map<int64_t, double> out;
+  std::istringstream lines(read_text(dir + "/metrics.jsonl"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto v = parse_json(line);
+    REQUIRE(v.has_value());
+    out[v->at("step").as_int()] = v->at("loss").number;
+  }
+  return out;
+}
+
+// Waits until DIR's checkpoint reaches `step` (or the child exits); true when reached.
+bool wait_for_checkpoint(pid_t pid, const std::string& dir, int64_t step) {
+  for (int i = 0; i < 60000; ++i) {
+    if (checkpoint_step(dir) >= step) return true;
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return checkpoint_step(dir) >= step;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("odyssey train: metrics.jsonl, trace.json, summary.json and a falling loss", "[cli][train]") {
+  const std::string dir = fresh_dir("outputs");
+  const Run r = run_odyssey("train " + kTiny + "--set training.steps=30 --quiet --out " + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("finished at step 30"));
+  // metrics.jsonl: one object per step with the contract's fields.
+  std::istringstream lines(read_text(dir + "/metrics.jsonl"));
+  std::string line;
+  int count = 0;
+  while (std::getline(lines, line)) {
+    auto v = parse_json(line);
+    REQUIRE(v.has_value());
+    for (const char* key : {"step", "loss", "tokens_per_s", "step_time_s", "peak_bytes", "rank_peak_bytes"})
+      CHECK(v->has(key));
+    CHECK(v->at("rank_peak_bytes").array.size() == 1);
+    CHECK(v->at("peak_bytes").as_int() > 0);
+    ++count;
+  }
+  CHECK(count == 30);
+  // trace.json parses, with phase events of the engine's phases.
+  const std::string trace = read_text(dir + "/trace.json");
+  REQUIRE(parse_json(trace).has_value());
+  for (const char* phase : {"\"recompute\"", "\"embed\"", "\"reduce_scatter\"", "bwd/block.3/mlp", "fwd/loss"})
+    CHECK_THAT(trace, Catch::Contains(phase));
+  // summary.json: finished, the loss fell well below its start.
+  auto summary = parse_json(read_text(dir + "/summary.json"));
+  REQUIRE(summary.has_value());
+  CHECK(summary->at("status").string == "finished");
+  CHECK(summary->at("loss_final").number < 0.6 * summary->at("loss_first").number);
+  CHECK(summary->at("extra").has("answer_loss_final"));
+  CHECK(checkpoint_step(dir) == 30);
+}
+
+TEST_CASE("odyssey train: bad input exits 2 naming the problem", "[cli][train]") {
+  Run r = run_odyssey("train presets/does-not-exist.toml");
+  CHECK(r.code == 2);
+  const std::string bad_bin = std::string(ODYSSEY_BINARY_DIR) + "/train_cli_test_bad.bin";
+  {
+    std::ofstream f(bad_bin, std::ios::binary);
+    std::vector<int32_t> header(256, 0);
+    header[0] = 1234;
+    f.write(reinterpret_cast<const char*>(header.data()), 1024);
+  }
+  r = run_odyssey("train " + kTiny + "--set training.dataset=tokens --set training.dataset_path=" + bad_bin +
+                  " --quiet --out " + fresh_dir("bad"));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("train_cli_test_bad.bin") && Catch::Contains("wrong magic 1234"));
+  r = run_odyssey("train " + kTiny + "--resume " + fresh_dir("no_checkpoint"));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("no checkpoint there"));
+}
+
+TEST_CASE("odyssey train: killed between steps, resumed, losses bit for bit", "[cli][train]") {
+  const std::string args = kTiny + "--set training.steps=40 --set output.checkpoint_every=2 --quiet ";
+  const std::string whole = fresh_dir("whole");
+  REQUIRE(run_odyssey("train " + args + "--out " + whole).code == 0);
+  const auto reference = losses(whole);
+  REQUIRE(reference.size() == 40);
+
+  const std::string dir = fresh_dir("killed");
+  const pid_t pid = spawn_odyssey("train " + args + "--out " + dir, dir + ".log");
+  const bool reached = wait_for_checkpoint(pid, dir, 6);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(reached);
+  REQUIRE(WIFSIGNALED(status));  // it really was killed mid-run
+  const int64_t resumed_at = checkpoint_step(dir);
+  REQUIRE(resumed_at < 40);
+  const Run r = run_odyssey("train " + args + "--resume " + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  const auto got = losses(dir);
+  REQUIRE(got.size() == 40);
+  for (const auto& [step, loss] : reference) {
+    INFO("step " << step << " (resumed at " << resumed_at << ")");
+    CHECK(got.at(step) == loss);  // bit for bit
+  }
+}
+
+TEST_CASE("odyssey train: Ctrl-C stops at a step boundary with a checkpoint; resume continues", "[cli][train]") {
+  const std::string args = kTiny + "--set training.steps=40 --quiet ";
+  const std::string dir = fresh_dir("sigint");
+  const pid_t pid = spawn_odyssey("train " + args + "--set output.checkpoint_every=2 --out " + dir, dir + ".log");
+  REQUIRE(wait_for_checkpoint(pid, dir, 4));
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  INFO(read_text(dir + ".log"));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_THAT(read_text(dir + ".log"), Catch::Contains("stopping at the next step boundary"));
+  auto summary = parse_json(read_text(dir + "/summary.json"));
+  REQUIRE(summary.has_value());
+  const std::string status_text = summary->at("status").string;
+  CHECK((status_text == "stopped" || status_text == "finished"));
+  // The checkpoint is at the step where it stopped: every step in metrics.jsonl is in it.
+  const int64_t stopped_at = checkpoint_step(dir);
+  CHECK(stopped_at == static_cast<int64_t>(losses(dir).size()));
+  const Run r = run_odyssey("train " + args + "--resume " + dir);
+  REQUIRE(r.code == 0);
+  CHECK(losses(dir).size() == 40);
+}

@@ -1,0 +1,82 @@
+// Shared helpers of the engine tests: tiny configs, trainer construction on one CPU rank, flat
+// gradient access and relative differences. defines: tiny_config, relative_diff, group_grads,
+// group_params, per_param_max_relative_diff
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "engine/config/run_config.h"
+#include "engine/train/trainer.h"
+
+namespace odyssey::test {
+
+/// A model small enough for CPU tests in milliseconds: `layers` blocks, d=32, 4/2 heads of 8,
+/// d_ffn 64, vocab 64, one sequence of `seq` tokens, fp32, long-range task, one CPU rank.
+inline RunConfig tiny_config(int64_t layers = 2, int64_t seq = 64) {
+  RunConfig c;
+  c.model.flavor = "custom";
+  c.model.n_layers = layers;
+  c.model.d_model = 32;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.head_dim = 8;
+  c.model.d_ffn = 64;
+  c.model.vocab_size = 64;
+  c.training.seq_len = seq;
+  c.training.batch_size = 1;
+  c.training.steps = 10;
+  c.training.lr = 1e-3;
+  c.training.warmup_steps = 0;
+  c.training.weight_decay = 0.1;
+  c.training.seed = 7;
+  c.training.device = DeviceKind::Cpu;
+  c.memory.mlp_tile_tokens = 16;
+  c.memory.loss_tile_tokens = 16;
+  c.parallel.world_size = 1;
+  c.output.dir = "/tmp/odyssey_engine_test_run";  // not written by the tests (they pass out_dir)
+  return c;
+}
+
+inline RankContext cpu_rank() { return RankContext{}; }
+
+/// max |a - b| / max |b| (0 when both are zero).
+inline double relative_diff(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = b.abs().max().item<double>();
+  const double diff = (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+  return scale == 0 ? diff : diff / scale;
+}
+
+/// Flat gradient / master copies of every group, in group order.
+inline std::vector<at::Tensor> group_grads(Trainer& t) {
+  std::vector<at::Tensor> out;
+  for (auto* g : t.model().groups()) out.push_back(g->grad().clone());
+  return out;
+}
+inline std::vector<at::Tensor> group_params(Trainer& t) {
+  std::vector<at::Tensor> out;
+  for (auto* g : t.model().groups()) out.push_back(g->master.detach().clone());
+  return out;
+}
+
+/// Worst relative difference over every parameter (each ParamSpec slice of each group).
+inline double per_param_max_relative_diff(Trainer& t, const std::vector<at::Tensor>& a,
+                                          const std::vector<at::Tensor>& b, std::string* worst = nullptr) {
+  double max_diff = 0;
+  auto groups = t.model().groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& spec : groups[g]->specs()) {
+      const double d = relative_diff(a[g].narrow(0, spec.offset, spec.numel()), b[g].narrow(0, spec.offset, spec.numel()));
+      if (d > max_diff) {
+        max_diff = d;
+        if (worst) *worst = groups[g]->name() + "." + spec.name;
+      }
+    }
+  }
+  return max_diff;
+}
+
+}  // namespace odyssey::test

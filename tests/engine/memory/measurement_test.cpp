@@ -1,0 +1,156 @@
+// Measurement of each memory technique on an 8-layer model with the memory tracker, printed beside
+// the planner's prediction for the same config and asserted within 15% of it: checkpointing cuts
+// the activation peak >= 3x, offload moves the checkpointed inputs to the host pool, tiled loss
+// and tiled MLP cut their phase's workspace by at least half the tile count.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "measure_util.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+constexpr double kPlannerTolerance = 0.15;
+
+int64_t planned_states(const MemoryPlan& plan) {
+  return plan.category_bytes[0] + plan.category_bytes[1] + plan.category_bytes[2];
+}
+
+void report(const char* what, int64_t measured, int64_t planned) {
+  std::printf("  %-44s measured %10lld B   planner %10lld B   planner/measured %.3f\n", what,
+              static_cast<long long>(measured), static_cast<long long>(planned),
+              measured ? static_cast<double>(planned) / measured : 0.0);
+}
+
+void check_close_to_planner(int64_t measured, int64_t planned) {
+  INFO("measured " << measured << " planned " << planned);
+  CHECK(measured > 0);
+  CHECK(std::abs(static_cast<double>(planned - measured)) <= kPlannerTolerance * measured);
+}
+
+bool is_phase_of(const std::string& path, const std::string& part) {
+  return path.size() >= part.size() && path.compare(path.size() - part.size(), part.size(), part) == 0;
+}
+
+// Largest bytes of `category` at the peak of any phase whose path ends with one of `parts`.
+int64_t measured_category_peak(const Measured& m, MemCategory category, const std::vector<std::string>& parts) {
+  int64_t best = 0;
+  for (const auto& [path, rec] : m.phases)
+    for (const auto& part : parts)
+      if (is_phase_of(path, part)) best = std::max(best, rec.category_at_peak[static_cast<int>(category)]);
+  return best;
+}
+
+int64_t planned_category_peak(const MemoryPlan& plan, MemCategory category, const std::vector<std::string>& parts) {
+  int64_t best = 0;
+  for (const auto& p : plan.phases)
+    for (const auto& part : parts)
+      if (is_phase_of(p.name, part)) best = std::max(best, p.category_bytes[static_cast<int>(category)]);
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("measurement: checkpointing cuts the activation peak at least 3x (planner within 15%)",
+          "[engine][memory][measure]") {
+  RunConfig plain = measurement_config();
+  RunConfig ckpt = plain;
+  ckpt.memory.activation_checkpointing = true;
+  const Measured mp = measure_step(plain), mc = measure_step(ckpt);
+  const MemoryPlan pp = plan_memory(plain), pc = plan_memory(ckpt);
+  const int64_t act_plain = mp.device_peak - mp.model_state_bytes();
+  const int64_t act_ckpt = mc.device_peak - mc.model_state_bytes();
+  std::printf("checkpointing (8 layers, 256 tokens, d 64):\n");
+  report("activation peak, plain", act_plain, pp.peak_bytes - planned_states(pp));
+  report("activation peak, checkpointing", act_ckpt, pc.peak_bytes - planned_states(pc));
+  std::printf("  reduction %.2fx measured, %.2fx planned\n", double(act_plain) / act_ckpt,
+              double(pp.peak_bytes - planned_states(pp)) / (pc.peak_bytes - planned_states(pc)));
+  CHECK(act_plain >= 3 * act_ckpt);
+  check_close_to_planner(act_plain, pp.peak_bytes - planned_states(pp));
+  check_close_to_planner(act_ckpt, pc.peak_bytes - planned_states(pc));
+  check_close_to_planner(mp.device_peak, pp.peak_bytes);
+  check_close_to_planner(mc.device_peak, pc.peak_bytes);
+}
+
+TEST_CASE("measurement: offload moves the checkpointed inputs to the host pool (planner within 15%)",
+          "[engine][memory][measure]") {
+  RunConfig ckpt = measurement_config();
+  ckpt.memory.activation_checkpointing = true;
+  RunConfig offload = ckpt;
+  offload.memory.offload_activations = true;
+  const Measured mc = measure_step(ckpt), mo = measure_step(offload);
+  const MemoryPlan pc = plan_memory(ckpt), po = plan_memory(offload);
+  const int64_t L = ckpt.model.n_layers;
+  const int64_t input_bytes = ckpt.training.batch_size * ckpt.training.seq_len * ckpt.model.d_model * 4;
+  std::printf("offload (8 layers, one checkpointed input = %lld B):\n", static_cast<long long>(input_bytes));
+  report("host pool peak", mo.host_peak, po.host_bytes);
+  const int64_t fall_after_forward = mc.phases.at("fwd/loss").device_begin - mo.phases.at("fwd/loss").device_begin;
+  report("device bytes after the forward, fall", fall_after_forward, (L - 1) * input_bytes);
+  report("device peak, fall", mc.device_peak - mo.device_peak, pc.peak_bytes - po.peak_bytes);
+  // Exactly the inputs of blocks 0..L-2 live in the host pool; without offload nothing does.
+  CHECK(mo.host_peak == (L - 1) * input_bytes);
+  CHECK(mc.host_peak == 0);
+  CHECK(mo.phases.at("fwd/loss").host_begin == (L - 1) * input_bytes);
+  // Device bytes fall by exactly what moved; at the peak by one input less (block i-1's input is
+  // prefetched while block i recomputes).
+  CHECK(fall_after_forward == (L - 1) * input_bytes);
+  CHECK(mc.device_peak - mo.device_peak == (L - 2) * input_bytes);
+  check_close_to_planner(mo.host_peak, po.host_bytes);
+  check_close_to_planner(mc.device_peak - mo.device_peak, pc.peak_bytes - po.peak_bytes);
+  check_close_to_planner(mo.device_peak, po.peak_bytes);
+}
+
+TEST_CASE("measurement: tiled loss cuts the loss-phase workspace by half the tile count (planner within 15%)",
+          "[engine][memory][measure]") {
+  RunConfig plain = long_measurement_config();
+  RunConfig tiled = plain;
+  tiled.memory.tiled_loss = true;
+  const int64_t tiles = tile_count(plain.training.seq_len, plain.memory.loss_tile_tokens);
+  const Measured mp = measure_step(plain), mt = measure_step(tiled);
+  const MemoryPlan pp = plan_memory(plain), pt = plan_memory(tiled);
+  const std::vector<std::string> loss_phases = {"fwd/loss", "bwd/loss"};
+  const int64_t m_plain = measured_category_peak(mp, MemCategory::LossWorkspace, loss_phases);
+  const int64_t m_tiled = measured_category_peak(mt, MemCategory::LossWorkspace, loss_phases);
+  const int64_t p_plain = planned_category_peak(pp, MemCategory::LossWorkspace, loss_phases);
+  const int64_t p_tiled = planned_category_peak(pt, MemCategory::LossWorkspace, loss_phases);
+  std::printf("tiled loss (%lld tiles of %lld tokens, vocab %lld):\n", static_cast<long long>(tiles),
+              static_cast<long long>(plain.memory.loss_tile_tokens), static_cast<long long>(plain.model.vocab_size));
+  report("loss-phase loss_workspace, untiled", m_plain, p_plain);
+  report("loss-phase loss_workspace, tiled", m_tiled, p_tiled);
+  std::printf("  reduction %.2fx measured, %.2fx planned (need >= %.1f)\n", double(m_plain) / m_tiled,
+              double(p_plain) / p_tiled, tiles / 2.0);
+  CHECK(2 * m_plain >= tiles * m_tiled);
+  check_close_to_planner(m_plain, p_plain);
+  check_close_to_planner(m_tiled, p_tiled);
+  check_close_to_planner(mt.device_peak, pt.peak_bytes);
+}
+
+TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count (planner within 15%)",
+          "[engine][memory][measure]") {
+  RunConfig plain = long_measurement_config();
+  plain.memory.activation_checkpointing = true;  // the MLP phases then hold only their workspace
+  RunConfig tiled = plain;
+  tiled.memory.tiled_mlp = true;
+  const int64_t tiles = tile_count(plain.training.seq_len, plain.memory.mlp_tile_tokens);
+  const Measured mp = measure_step(plain), mt = measure_step(tiled);
+  const MemoryPlan pp = plan_memory(plain), pt = plan_memory(tiled);
+  const std::vector<std::string> mlp_phases = {"/mlp", "/recompute"};
+  const int64_t m_plain = measured_category_peak(mp, MemCategory::MlpWorkspace, mlp_phases);
+  const int64_t m_tiled = measured_category_peak(mt, MemCategory::MlpWorkspace, mlp_phases);
+  const int64_t p_plain = planned_category_peak(pp, MemCategory::MlpWorkspace, mlp_phases);
+  const int64_t p_tiled = planned_category_peak(pt, MemCategory::MlpWorkspace, mlp_phases);
+  std::printf("tiled MLP (%lld tiles of %lld tokens, d_ffn %lld, checkpointing on):\n", static_cast<long long>(tiles),
+              static_cast<long long>(plain.memory.mlp_tile_tokens), static_cast<long long>(plain.model.d_ffn));
+  report("MLP-phase mlp_workspace, untiled", m_plain, p_plain);
+  report("MLP-phase mlp_workspace, tiled", m_tiled, p_tiled);
+  std::printf("  reduction %.2fx measured, %.2fx planned (need >= %.1f)\n", double(m_plain) / m_tiled,
+              double(p_plain) / p_tiled, tiles / 2.0);
+  CHECK(2 * m_plain >= tiles * m_tiled);
+  check_close_to_planner(m_plain, p_plain);
+  check_close_to_planner(m_tiled, p_tiled);
+  check_close_to_planner(mt.device_peak, pt.peak_bytes);
+}

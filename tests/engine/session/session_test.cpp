@@ -1,0 +1,150 @@
+// Session, as the studio drives it: start, live metrics/samples/spans, pause/resume, live toggles
+// at the next step, restart with weights carried over, stop; OOM and bad configs end in a state
+// with the message, never an exception, and the next run works.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "../engine_test_util.h"
+#include "engine/session.h"
+#include "engine/telemetry/memory_tracker.h"
+#include "engine/train/files.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+RunConfig session_config(int64_t steps = 400) {
+  RunConfig cfg = tiny_config(2, 64);
+  cfg.training.steps = steps;
+  cfg.training.warmup_steps = 2;
+  return cfg;
+}
+
+// Polls until `done()` or ~30 s.
+template <typename F>
+bool eventually(F done) {
+  for (int i = 0; i < 3000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("session: start, live feed, pause/resume, live toggles, stop", "[engine][session]") {
+  Session session;
+  std::string error;
+  const bool started = session.start(session_config(), &error);
+  INFO(error);
+  REQUIRE(started);
+  std::string again;
+  CHECK_FALSE(session.start(session_config(), &again));
+  CHECK_THAT(again, Catch::Contains("already in progress"));
+
+  std::vector<StepMetrics> metrics;
+  size_t cursor = 0;
+  REQUIRE(eventually([&] {
+    cursor = session.metrics_since(cursor, &metrics);
+    return metrics.size() >= 3;
+  }));
+  CHECK(session.status().state == SessionState::Running);
+  std::vector<MemorySample> samples;
+  std::vector<PhaseSpan> spans;
+  CHECK(session.samples_since(0, &samples) > 0);
+  CHECK(session.spans_since(0, &spans) > 0);
+  CHECK(session.phase_names().size() > 5);
+
+  session.pause();
+  REQUIRE(eventually([&] { return session.status().state == SessionState::Paused; }));
+  const int64_t paused_at = session.status().step;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(session.status().step == paused_at);  // no step while paused
+
+  RunConfig live = session.config();
+  live.memory.activation_checkpointing = true;
+  live.memory.tiled_loss = true;
+  std::string reason;
+  REQUIRE(session.apply_live(live, &reason));
+  CHECK(session.status().config_version == 1);
+  RunConfig other_model = live;
+  other_model.model.d_model = 64;
+  other_model.model.head_dim = 16;
+  CHECK_FALSE(session.apply_live(other_model, &reason));
+  CHECK_THAT(reason, Catch::Contains("needs a restart") && Catch::Contains("model"));
+
+  session.resume();
+  REQUIRE(eventually([&] {
+    cursor = session.metrics_since(cursor, &metrics);
+    return !metrics.empty() && metrics.back().config_version == 1;
+  }));
+  session.stop();
+  session.wait();
+  const SessionStatus st = session.status();
+  CHECK(st.state == SessionState::Finished);
+  CHECK_THAT(st.message, Catch::Contains("stopped at step"));
+  bool toggled = false;
+  for (const auto& line : session.drain_log()) toggled = toggled || line.find("memory toggles applied") != std::string::npos;
+  CHECK(toggled);
+
+  const std::string trace = "/tmp/odyssey_session_test_trace.json", jsonl = "/tmp/odyssey_session_test_metrics.jsonl";
+  CHECK(session.export_trace(trace, &error));
+  CHECK(session.export_metrics(jsonl, &error));
+  CHECK(path_exists(trace));
+  CHECK(path_exists(jsonl));
+}
+
+TEST_CASE("session: restart carries the weights over; a model change starts fresh", "[engine][session]") {
+  Session session;
+  std::string error;
+  INFO(error);
+  REQUIRE(session.start(session_config(), &error));
+  std::vector<StepMetrics> metrics;
+  REQUIRE(eventually([&] { return session.metrics_since(0, &metrics) >= 4; }));
+  RunConfig longer = session.config();
+  longer.training.seq_len = 128;  // a structural change: needs a restart
+  std::string reason;
+  CHECK_FALSE(session.apply_live(longer, &reason));
+  REQUIRE(session.restart(longer, &error));
+  SessionStatus st = session.status();
+  CHECK_THAT(st.message, Catch::Contains("restarted") && Catch::Contains("weights carried over"));
+  REQUIRE(eventually([&] { return session.status().step >= st.step + 2; }));
+  CHECK(session.config().training.seq_len == 128);
+
+  RunConfig wider = longer;
+  wider.model.d_model = 64;
+  wider.model.head_dim = 16;
+  REQUIRE(session.restart(wider, &error));
+  CHECK_THAT(session.status().message, Catch::Contains("fresh weights"));
+  session.stop();
+  session.wait();
+  CHECK(session.status().state == SessionState::Finished);
+}
+
+TEST_CASE("session: out of memory and bad configs end in a state with the message; the next run works",
+          "[engine][session]") {
+  Session session;
+  std::string error;
+  RunConfig bad = session_config();
+  bad.model.n_heads = 3;  // does not divide d_model / head_dim rules
+  CHECK_FALSE(session.start(bad, &error));
+  CHECK_FALSE(error.empty());
+
+  MemoryTracker::instance().install_cpu_allocator();
+  MemoryTracker::instance().set_device_limit(0, 1);  // nothing fits
+  REQUIRE(session.start(session_config(5), &error));
+  session.wait();
+  MemoryTracker::instance().set_device_limit(0, 0);
+  SessionStatus st = session.status();
+  CHECK(st.state == SessionState::Failed);
+  CHECK_THAT(st.message, Catch::Contains("out of memory"));
+
+  REQUIRE(session.start(session_config(5), &error));
+  session.wait();
+  st = session.status();
+  CHECK(st.state == SessionState::Finished);
+  CHECK(st.step == 5);
+}

@@ -1,0 +1,178 @@
+// Datasets: the long-range task's layout and determinism, llm.c .bin and raw-byte files, every bad
+// file named with its problem, and rank batch selection (sequence shards with global positions).
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "../engine_test_util.h"
+#include "engine/train/data.h"
+#include "engine/train/files.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return "/tmp/odyssey_data_test_" + name;
+}
+
+void write_llmc(const std::string& path, int32_t magic, int32_t version, int32_t count,
+                const std::vector<uint16_t>& tokens) {
+  std::ofstream f(path, std::ios::binary);
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count;
+  f.write(reinterpret_cast<const char*>(header.data()), 1024);
+  f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+}
+
+std::string error_of(const TrainingConfig& t, const ModelConfig& m) {
+  try {
+    make_dataset(t, m);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("data: long-range task layout, answers and determinism", "[engine][data]") {
+  for (int64_t seq : {32, 64, 512, 4096}) {
+    for (int64_t vocab : {32, 256}) {
+      const LongRangeLayout L = LongRangeLayout::make(seq, vocab);
+      TrainingConfig t;
+      t.seq_len = seq;
+      t.seed = 3;
+      ModelConfig m;
+      m.vocab_size = vocab;
+      auto data = make_dataset(t, m);
+      std::vector<int64_t> tokens, again;
+      std::vector<uint8_t> answer, answer_again;
+      data->sequence(5, &tokens, &answer);
+      data->sequence(5, &again, &answer_again);
+      REQUIRE(tokens.size() == static_cast<size_t>(seq + 1));
+      REQUIRE(answer.size() == static_cast<size_t>(seq));
+      CHECK(tokens == again);
+      int64_t answers = 0;
+      for (int64_t i = 0; i < seq; ++i) {
+        CHECK(tokens[i] < vocab);
+        if (!answer[i]) continue;
+        ++answers;
+        // The answer follows a query key; the same key appeared after a key mark earlier with this value.
+        CHECK(tokens[i - 1] == L.query_mark);
+        bool found = false;
+        for (int64_t j = 0; j + 2 < i - 1; ++j)
+          if (tokens[j] == L.key_mark && tokens[j + 1] == tokens[i] && tokens[j + 2] == tokens[i + 1]) found = true;
+        CHECK(found);
+      }
+      CHECK(answers == L.queries);
+      data->sequence(6, &again, &answer_again);
+      CHECK(tokens != again);
+    }
+  }
+  CHECK_THROWS_AS(LongRangeLayout::make(16, 256), DataError);
+  CHECK_THROWS_AS(LongRangeLayout::make(64, 16), DataError);
+}
+
+TEST_CASE("data: llm.c .bin and raw bytes read back; bad files are named errors", "[engine][data]") {
+  ModelConfig m;
+  m.vocab_size = 256;
+  TrainingConfig t;
+  t.seq_len = 8;
+  t.dataset = DatasetKind::Tokens;
+  std::vector<uint16_t> tokens(40);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i * 3 % 200);
+
+  t.dataset_path = temp_path("good.bin");
+  write_llmc(t.dataset_path, 20240520, 1, 40, tokens);
+  auto data = make_dataset(t, m);
+  std::vector<int64_t> seq;
+  std::vector<uint8_t> answer;
+  data->sequence(1, &seq, &answer);
+  REQUIRE(seq.size() == 9);
+  CHECK(seq[0] == tokens[8]);
+  CHECK(seq[8] == tokens[16]);
+
+  t.dataset_path = temp_path("missing.bin");
+  remove_tree(t.dataset_path);
+  CHECK_THAT(error_of(t, m), Catch::Contains("missing.bin") && Catch::Contains("cannot open"));
+
+  t.dataset_path = temp_path("magic.bin");
+  write_llmc(t.dataset_path, 12345, 1, 40, tokens);
+  CHECK_THAT(error_of(t, m), Catch::Contains("magic.bin") && Catch::Contains("wrong magic 12345"));
+
+  t.dataset_path = temp_path("version.bin");
+  write_llmc(t.dataset_path, 20240520, 2, 40, tokens);
+  CHECK_THAT(error_of(t, m), Catch::Contains("unsupported version 2"));
+
+  t.dataset_path = temp_path("truncated.bin");
+  write_llmc(t.dataset_path, 20240520, 1, 1000, tokens);
+  CHECK_THAT(error_of(t, m), Catch::Contains("truncated.bin") && Catch::Contains("truncated") &&
+                                 Catch::Contains("1000 tokens"));
+
+  t.dataset_path = temp_path("header.bin");
+  { std::ofstream f(t.dataset_path, std::ios::binary); f << "short"; }
+  CHECK_THAT(error_of(t, m), Catch::Contains("header.bin") && Catch::Contains("shorter than the 1024-byte"));
+
+  t.dataset_path = temp_path("vocab.bin");
+  tokens[17] = 300;
+  write_llmc(t.dataset_path, 20240520, 1, 40, tokens);
+  CHECK_THAT(error_of(t, m), Catch::Contains("vocab.bin") && Catch::Contains("token 300 at index 17") &&
+                                 Catch::Contains("vocab_size = 256"));
+
+  t.dataset_path = temp_path("few.bin");
+  write_llmc(t.dataset_path, 20240520, 1, 5, tokens);
+  CHECK_THAT(error_of(t, m), Catch::Contains("few.bin") && Catch::Contains("fewer than training.seq_len + 1"));
+
+  t.dataset = DatasetKind::Bytes;
+  t.dataset_path = temp_path("bytes.txt");
+  { std::ofstream f(t.dataset_path, std::ios::binary); f << "hello odyssey, long context!"; }
+  data = make_dataset(t, m);
+  data->sequence(0, &seq, &answer);
+  CHECK(seq[0] == 'h');
+  CHECK(seq[4] == 'o');
+  { std::ofstream f(t.dataset_path, std::ios::binary); f << "tiny"; }
+  CHECK_THAT(error_of(t, m), Catch::Contains("bytes.txt") && Catch::Contains("fewer than"));
+  m.vocab_size = 128;
+  CHECK_THAT(error_of(t, m), Catch::Contains("vocab_size >= 256"));
+}
+
+TEST_CASE("data: a rank's batch is its replica's sequences, its shard, global positions", "[engine][data]") {
+  RunConfig cfg = tiny_config(2, 64);
+  cfg.training.batch_size = 2;
+  auto data = make_dataset(cfg.training, cfg.model);
+  RankContext solo;
+  const RankBatch whole = make_rank_batch(*data, 3, cfg.training, solo, at::kCPU);
+  CHECK(whole.ids.sizes() == at::IntArrayRef({2, 64}));
+  CHECK(whole.global_tokens == 128);
+  // Labels are the inputs shifted by one.
+  CHECK(whole.labels.narrow(1, 0, 63).equal(whole.ids.narrow(1, 1, 63)));
+  CHECK(whole.answer_mask.sum().item<int64_t>() == 2 * LongRangeLayout::make(64, 64).queries);
+
+  // Ulysses rank 1 of 2 in replica 0 of 1: the second half, positions from 32.
+  RankContext sp;
+  sp.world_size = 2;
+  sp.sp_size = 2;
+  sp.sp_rank = 1;
+  const RankBatch half = make_rank_batch(*data, 3, cfg.training, sp, at::kCPU);
+  CHECK(half.first_position == 32);
+  CHECK(half.ids.equal(whole.ids.narrow(1, 32, 32)));
+  CHECK(half.labels.equal(whole.labels.narrow(1, 32, 32)));
+
+  // Data-parallel replica 1 of 2 trains on the next two sequences of the step.
+  RankContext dp;
+  dp.world_size = 2;
+  dp.dp_size = 2;
+  dp.dp_rank = 1;
+  const RankBatch replica = make_rank_batch(*data, 3, cfg.training, dp, at::kCPU);
+  CHECK(replica.global_tokens == 256);
+  std::vector<int64_t> seq;
+  std::vector<uint8_t> answer;
+  data->sequence(3 * 4 + 2, &seq, &answer);
+  CHECK(replica.ids[0][0].item<int64_t>() == seq[0]);
+  CHECK(replica.ids[0][63].item<int64_t>() == seq[63]);
+}

@@ -1,0 +1,163 @@
+// The training loop: LR schedule, AdamW against torch::optim::AdamW, clipping, determinism, and the
+// long-range task actually learning.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "../engine_test_util.h"
+#include "engine/telemetry/memory_tracker.h"
+#include "engine/train/optimizer.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+TEST_CASE("optimizer: warmup then cosine to lr x min_lr_ratio", "[engine][train]") {
+  TrainingConfig t;
+  t.lr = 1e-3;
+  t.warmup_steps = 10;
+  t.steps = 110;
+  t.min_lr_ratio = 0.1;
+  CHECK(lr_at(t, 0) == Approx(1e-4));
+  CHECK(lr_at(t, 9) == Approx(1e-3));
+  CHECK(lr_at(t, 10) == Approx(1e-3));
+  CHECK(lr_at(t, 109) == Approx(1e-4));
+  CHECK(lr_at(t, 10 + 99 / 2) == Approx(1e-4 + 0.9e-3 * 0.5 * (1 + std::cos(M_PI * 49.0 / 99.0))));
+  for (int64_t s = 11; s < 110; ++s) CHECK(lr_at(t, s) <= lr_at(t, s - 1));
+}
+
+TEST_CASE("optimizer: AdamW over a flat shard equals torch::optim::AdamW with a no-decay group",
+          "[engine][train]") {
+  RunConfig cfg = tiny_config();
+  Trainer t(cfg, cpu_rank());
+  FlatParamGroup& g = t.model().block(0);
+  const int64_t split = g.no_decay_ranges().at(0).first;  // matrices | norm weights
+  at::Tensor decay = g.master.detach().narrow(0, 0, split).clone().requires_grad_(true);
+  at::Tensor no_decay = g.master.detach().narrow(0, split, g.numel() - split).clone().requires_grad_(true);
+  std::vector<torch::optim::OptimizerParamGroup> param_groups;
+  param_groups.emplace_back(std::vector<at::Tensor>{decay},
+                            std::make_unique<torch::optim::AdamWOptions>(
+                                torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+  param_groups.emplace_back(std::vector<at::Tensor>{no_decay},
+                            std::make_unique<torch::optim::AdamWOptions>(
+                                torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
+  torch::optim::AdamW reference(param_groups, torch::optim::AdamWOptions(1e-2));
+  TrainingConfig tc = cfg.training;
+  tc.beta1 = 0.9;
+  tc.beta2 = 0.95;
+  tc.weight_decay = 0.1;
+  AdamW mine(tc);
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor grad = at::randn({g.numel()}) * (step + 1);
+    g.master.mutable_grad().copy_(grad);
+    decay.mutable_grad() = grad.narrow(0, 0, split).clone();
+    no_decay.mutable_grad() = grad.narrow(0, split, g.numel() - split).clone();
+    mine.step({&g}, 1e-2);
+    reference.step();
+  }
+  CHECK(relative_diff(g.master.detach().narrow(0, 0, split), decay.detach()) < 1e-6);
+  CHECK(relative_diff(g.master.detach().narrow(0, split, g.numel() - split), no_decay.detach()) < 1e-6);
+}
+
+TEST_CASE("optimizer: clipping scales every gradient to the global norm", "[engine][train]") {
+  Trainer t(tiny_config(), cpu_rank());
+  t.forward_backward(0);
+  auto groups = t.model().groups();
+  double sq = 0;
+  for (auto* g : groups) sq += g->grad().to(at::kDouble).pow(2).sum().item<double>();
+  const double norm = global_grad_norm(groups, t.rank_context());
+  CHECK(norm == Approx(std::sqrt(sq)).epsilon(1e-6));
+  const double factor = clip_gradients(groups, norm, norm / 4);
+  CHECK(factor == Approx(0.25).epsilon(1e-5));
+  CHECK(global_grad_norm(groups, t.rank_context()) == Approx(norm / 4).epsilon(1e-5));
+}
+
+TEST_CASE("trainer: same preset and seed give bit-identical losses; another seed differs", "[engine][train]") {
+  RunConfig cfg = tiny_config();
+  auto losses = [](const RunConfig& c) {
+    Trainer t(c, cpu_rank());
+    std::vector<double> out;
+    for (int i = 0; i < 4; ++i) out.push_back(t.step().loss);
+    return out;
+  };
+  const auto a = losses(cfg);
+  const auto b = losses(cfg);
+  CHECK(a == b);
+  cfg.training.seed = 8;
+  CHECK(losses(cfg) != a);
+}
+
+TEST_CASE("trainer: the long-range task learns (loss well below its start)", "[engine][train]") {
+  RunConfig cfg = tiny_config(2, 128);
+  cfg.training.lr = 3e-3;
+  cfg.training.steps = 60;
+  cfg.training.warmup_steps = 5;
+  Trainer t(cfg, cpu_rank());
+  std::vector<double> losses;
+  for (int i = 0; i < cfg.training.steps; ++i) {
+    const StepResult r = t.step();
+    CHECK(std::isfinite(r.loss));
+    CHECK(r.has_answers);
+    losses.push_back(r.loss);
+  }
+  const double start = losses.front();
+  const double end = (losses[57] + losses[58] + losses[59]) / 3;
+  INFO("start " << start << " end " << end);
+  CHECK(start == Approx(std::log(64.0)).epsilon(0.05));
+  CHECK(end < 0.5 * start);
+}
+
+TEST_CASE("trainer: out of memory names the phase, layer and bytes; the next step and run work",
+          "[engine][train]") {
+  RunConfig cfg = tiny_config(4, 64);
+  cfg.memory.activation_checkpointing = true;
+  Trainer t(cfg, cpu_rank());
+  const StepResult first = t.step();
+  MemoryTracker& tracker = MemoryTracker::instance();
+  const int64_t held = tracker.device_bytes(0);
+  // Room for the model states and a little more: the first block's attention cannot fit.
+  tracker.set_device_limit(0, held + (first.device_peak - held) / 4);
+  try {
+    t.step();
+    FAIL("the step should have run out of memory");
+  } catch (const StepFailure& e) {
+    INFO(e.what());
+    CHECK(e.kind == StepFailure::Kind::OutOfMemory);
+    CHECK(e.step == 1);
+    CHECK(!e.phase.empty());
+    CHECK_THAT(std::string(e.what()), Catch::Contains("out of memory at step 1 in phase " + e.phase));
+    CHECK_THAT(std::string(e.what()), Catch::Contains("bytes requested"));
+    CHECK(e.bytes > 0);
+    if (e.phase.find("block.") != std::string::npos) CHECK(e.layer >= 0);
+  }
+  tracker.set_device_limit(0, 0);
+  // Everything the failed step held is released: the same trainer goes on, bytes as before.
+  CHECK(tracker.device_bytes(0) == held);
+  CHECK(t.next_step() == 1);
+  const StepResult again = t.step();
+  CHECK(std::isfinite(again.loss));
+  // And a fresh run starts from the same weights as an undisturbed one.
+  Trainer fresh(cfg, cpu_rank());
+  CHECK(fresh.step().loss == first.loss);
+}
+
+TEST_CASE("trainer: a NaN loss stops the step naming the step and phase; weights stay untouched",
+          "[engine][train]") {
+  Trainer t(tiny_config(), cpu_rank());
+  t.step();
+  {
+    at::NoGradGuard no_grad;
+    t.model().head().master.detach().fill_(std::numeric_limits<float>::quiet_NaN());
+  }
+  const at::Tensor block_before = t.model().block(0).master.detach().clone();
+  try {
+    t.step();
+    FAIL("a NaN loss must stop the step");
+  } catch (const StepFailure& e) {
+    CHECK(e.kind == StepFailure::Kind::NonFinite);
+    CHECK(e.step == 1);
+    CHECK(e.phase == "fwd/loss");
+    CHECK_THAT(std::string(e.what()), Catch::Contains("loss is NaN at step 1 (phase fwd/loss)"));
+  }
+  CHECK(t.model().block(0).master.detach().equal(block_before));
+  CHECK(t.model().block(0).grad().abs().sum().item<double>() == 0);
+}

@@ -1,0 +1,240 @@
+// Ulysses and Untied Ulysses attention against the single-rank reference (plain causal SDPA on
+// the full sequence with repeat-interleaved KV), ranks as threads, P in {1, 2, 4}: outputs and
+// gradients (dx, dwq, dwk, dwv, q/k norms) within 1e-5 relative in fp32. defines: test cases [ulysses]
+#include <catch2/catch.hpp>
+
+#include <mutex>
+
+#include "engine/model/layers.h"
+#include "engine/parallel/ulysses.h"
+#include "engine/parallel/untied_attention.h"
+#include "rank_threads.h"
+
+using namespace odyssey;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+struct Problem {
+  ModelConfig model;
+  int64_t B = 2, S = 32;
+  at::Tensor x, wq, wk, wv, qn, kn, R;  // full-sequence inputs; R weights the loss
+};
+
+Problem make_problem(int64_t H, int64_t Hkv, bool qk_norm, int64_t B = 2, int64_t hd = 8, int64_t d = 32) {
+  Problem p;
+  p.B = B;
+  p.model.n_heads = H;
+  p.model.n_kv_heads = Hkv;
+  p.model.head_dim = hd;
+  p.model.d_model = d;
+  p.model.qk_norm = qk_norm;
+  at::manual_seed(1234 + H * 10 + Hkv);
+  p.x = at::randn({p.B, p.S, d});
+  p.wq = at::randn({H * hd, d}) * 0.2;
+  p.wk = at::randn({Hkv * hd, d}) * 0.2;
+  p.wv = at::randn({Hkv * hd, d}) * 0.2;
+  p.qn = 1.0 + 0.1 * at::randn({hd});
+  p.kn = 1.0 + 0.1 * at::randn({hd});
+  p.R = at::randn({p.B, p.S, H * hd});
+  return p;
+}
+
+struct Grads {
+  at::Tensor out, dx, dwq, dwk, dwv, dqn, dkn;
+};
+
+at::Tensor leaf(const at::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+
+/// Single rank, full sequence, KV repeat-interleaved to H heads, plain causal SDPA (math path).
+Grads reference(const Problem& p) {
+  const auto& m = p.model;
+  const int64_t B = p.B, S = p.S, H = m.n_heads, Hkv = m.n_kv_heads, hd = m.head_dim;
+  at::Tensor x = leaf(p.x), wq = leaf(p.wq), wk = leaf(p.wk), wv = leaf(p.wv), qn = leaf(p.qn), kn = leaf(p.kn);
+  at::Tensor q = at::linear(x, wq).view({B, S, H, hd});
+  at::Tensor k = at::linear(x, wk).view({B, S, Hkv, hd});
+  at::Tensor v = at::linear(x, wv).view({B, S, Hkv, hd});
+  if (m.qk_norm) {
+    q = rms_norm(q, qn, m.norm_eps);
+    k = rms_norm(k, kn, m.norm_eps);
+  }
+  const Positions pos = make_positions(0, S, hd, m.rope_theta, at::kCPU);
+  q = apply_rope(q, pos).transpose(1, 2);
+  k = apply_rope(k, pos).repeat_interleave(H / Hkv, 2).transpose(1, 2);
+  v = v.repeat_interleave(H / Hkv, 2).transpose(1, 2);
+  at::Tensor o = std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, {}, 0.0, true));  // [B, H, S, hd]
+  at::Tensor out = o.transpose(1, 2).reshape({B, S, H * hd});
+  (out * p.R).sum().backward();
+  return {out.detach(), x.grad(), wq.grad(), wk.grad(), wv.grad(), m.qk_norm ? qn.grad() : at::Tensor(),
+          m.qk_norm ? kn.grad() : at::Tensor()};
+}
+
+/// The same on P rank threads; outputs and dx concatenated over ranks, weight grads summed.
+using AttentionFn =
+    std::function<at::Tensor(const at::Tensor&, const AttentionWeights&, const Positions&, const RankContext&)>;
+
+Grads distributed(const Problem& p, int P, const AttentionFn& attention) {
+  const int64_t s = p.S / P;
+  std::vector<Grads> per_rank(P);
+  odyssey::test::run_sp_ranks(P, [&](RankContext& ctx) {
+    const int r = ctx.sp_rank;
+    at::Tensor x = leaf(p.x.narrow(1, r * s, s));
+    AttentionWeights w{leaf(p.wq), leaf(p.wk), leaf(p.wv), at::Tensor(), leaf(p.qn), leaf(p.kn)};
+    const Positions pos = make_positions(r * s, s, p.model.head_dim, p.model.rope_theta, at::kCPU);
+    at::Tensor out = attention(x, w, pos, ctx);  // [B, s, H*hd]
+    (out * p.R.narrow(1, r * s, s)).sum().backward();
+    per_rank[r] = {out.detach(), x.grad(), w.wq.grad(), w.wk.grad(), w.wv.grad(), w.q_norm.grad(), w.k_norm.grad()};
+  });
+  Grads g;
+  std::vector<at::Tensor> outs, dxs;
+  for (auto& r : per_rank) {
+    outs.push_back(r.out);
+    dxs.push_back(r.dx);
+  }
+  g.out = at::cat(outs, 1);
+  g.dx = at::cat(dxs, 1);
+  auto sum = [&](at::Tensor Grads::*field) {
+    at::Tensor total;
+    for (auto& r : per_rank) {
+      if (!(r.*field).defined()) return at::Tensor();
+      total = total.defined() ? total + r.*field : (r.*field).clone();
+    }
+    return total;
+  };
+  g.dwq = sum(&Grads::dwq);
+  g.dwk = sum(&Grads::dwk);
+  g.dwv = sum(&Grads::dwv);
+  g.dqn = sum(&Grads::dqn);
+  g.dkn = sum(&Grads::dkn);
+  return g;
+}
+
+void require_equivalent(const Grads& got, const Grads& want, const std::string& label) {
+  INFO(label);
+  CHECK(odyssey::test::rel_error(got.out, want.out) < kTolerance);
+  CHECK(odyssey::test::rel_error(got.dx, want.dx) < kTolerance);
+  CHECK(odyssey::test::rel_error(got.dwq, want.dwq) < kTolerance);
+  CHECK(odyssey::test::rel_error(got.dwk, want.dwk) < kTolerance);
+  CHECK(odyssey::test::rel_error(got.dwv, want.dwv) < kTolerance);
+  if (want.dqn.defined()) {
+    REQUIRE(got.dqn.defined());
+    CHECK(odyssey::test::rel_error(got.dqn, want.dqn) < kTolerance);
+    CHECK(odyssey::test::rel_error(got.dkn, want.dkn) < kTolerance);
+  }
+}
+
+struct HeadCase {
+  const char* name;
+  int64_t H, Hkv;
+  bool qk_norm;
+};
+
+/// MHA, Hkv = P, Hkv < P (and for P = 1, GQA), one of them with QK-norm.
+std::vector<HeadCase> head_cases(int P) {
+  std::vector<HeadCase> cases{{"mha", 8, 8, false}, {"mha+qk_norm", 8, 8, true}};
+  if (P == 1) {
+    cases.push_back({"gqa 8/2", 8, 2, false});
+  } else {
+    cases.push_back({"kv = P", 8, P, false});
+    cases.push_back({"kv < P", 8, P / 2, true});
+  }
+  return cases;
+}
+
+std::vector<int64_t> valid_heads_per_stage(int64_t H, int64_t P) {
+  std::vector<int64_t> v;
+  for (int64_t hps = P; hps <= H; hps += P)
+    if ((H / P) % (hps / P) == 0) v.push_back(hps);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("ulysses attention equals the single-rank reference (P = 1, 2, 4)", "[ulysses]") {
+  for (int P : {1, 2, 4}) {
+    for (const auto& hc : head_cases(P)) {
+      const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm);
+      const Grads want = reference(p);
+      const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+        return ulysses_attention(x, w, pos, p.model, ctx);
+      });
+      require_equivalent(got, want, "P = " + std::to_string(P) + ", " + hc.name);
+    }
+  }
+}
+
+TEST_CASE("untied ulysses equals the single-rank reference for every valid heads_per_stage", "[ulysses][untied]") {
+  for (int P : {1, 2, 4}) {
+    for (const auto& hc : head_cases(P)) {
+      const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm);
+      const Grads want = reference(p);
+      for (int64_t hps : valid_heads_per_stage(hc.H, P)) {
+        MemoryConfig memory;
+        memory.untied_ulysses = true;
+        memory.heads_per_stage = hps;
+        const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+          return untied_attention(x, w, pos, p.model, ctx, memory);
+        });
+        require_equivalent(got, want, "P = " + std::to_string(P) + ", " + hc.name + ", heads_per_stage = " + std::to_string(hps));
+      }
+    }
+  }
+}
+
+TEST_CASE("untied ulysses: stages straddling KV groups (k and g not dividing each other)", "[ulysses][untied]") {
+  // H = 12, Hkv = 4: g = 3 query heads per KV head. P = 1 with 2 or 4 heads per stage, P = 2 with
+  // 4 (2 per rank): stages cover parts of two KV groups, so a KV head is needed by two stages.
+  const Problem p = make_problem(12, 4, false);
+  const Grads want = reference(p);
+  for (auto [P, hps] : std::vector<std::pair<int, int64_t>>{{1, 2}, {1, 4}, {2, 4}, {2, 2}, {4, 4}}) {
+    MemoryConfig memory;
+    memory.untied_ulysses = true;
+    memory.heads_per_stage = hps;
+    const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+          return untied_attention(x, w, pos, p.model, ctx, memory);
+    });
+    require_equivalent(got, want, "H 12 / Hkv 4, P = " + std::to_string(P) + ", heads_per_stage = " + std::to_string(hps));
+  }
+}
+
+TEST_CASE("untied stage plan: schedule and validation", "[ulysses][untied]") {
+  const auto plan = plan_untied_stages(8, 2, 16, 4, 4);  // P = 4, Hkv < P: replicate x2
+  CHECK(plan.stages == 2);
+  CHECK(plan.k == 1);
+  CHECK(plan.rep == 2);
+  CHECK(plan.Hkvl == 1);
+  CHECK(plan.kv_new == std::vector<bool>{true, false});  // one KV head sent once for both stages
+  const auto gqa = plan_untied_stages(32, 8, 16, 1, 1);  // P = 1, 32 stages, g = 4
+  CHECK(gqa.stages == 32);
+  int sends = 0;
+  for (bool b : gqa.kv_new) sends += b;
+  CHECK(sends == 8);  // each KV head projected once per GQA group
+  CHECK(plan_untied_stages(8, 8, 16, 2, 0).k == 1);  // 0 = one head per rank per stage
+  CHECK_THROWS_WITH(plan_untied_stages(8, 8, 16, 2, 3), Catch::Contains("heads_per_stage = 3") &&
+                                                           Catch::Contains("multiple of P"));
+  CHECK_THROWS_WITH(plan_untied_stages(8, 8, 16, 2, 6), Catch::Contains("must divide n_heads / P = 4"));
+  CHECK_THROWS_WITH(plan_untied_stages(8, 3, 16, 2, 2), Catch::Contains("n_kv_heads must divide n_heads"));
+}
+
+TEST_CASE("ulysses and untied with batch 1 (all-to-all straight into the output)", "[ulysses][untied]") {
+  for (int P : {2, 4}) {
+    for (const auto& hc : head_cases(P)) {
+      const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm, /*B=*/1);
+      const Grads want = reference(p);
+      const Grads plain = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+        return ulysses_attention(x, w, pos, p.model, ctx);
+      });
+      require_equivalent(plain, want, "B = 1, ulysses, P = " + std::to_string(P) + ", " + hc.name);
+      for (int64_t hps : valid_heads_per_stage(hc.H, P)) {
+        MemoryConfig memory;
+        memory.untied_ulysses = true;
+        memory.heads_per_stage = hps;
+        const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+          return untied_attention(x, w, pos, p.model, ctx, memory);
+        });
+        require_equivalent(got, want, "B = 1, untied, P = " + std::to_string(P) + ", " + hc.name + ", hps " + std::to_string(hps));
+      }
+    }
+  }
+}

@@ -1,0 +1,277 @@
+// Gloo process groups from LibTorch without Gloo's headers (docs/gloo.md): every collective the
+// engine uses, on in-process rank threads sharing a HashStore, ranks 2 and 4; timeouts and errors.
+// defines: test cases [comm]
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "engine/parallel/emulated_comm.h"
+#include "engine/parallel/process_group_comm.h"
+
+using namespace odyssey;
+
+namespace {
+
+/// Catch2 assertions are not thread-safe: rank threads report failures by throwing.
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("expectation failed: " + what);
+}
+
+/// Runs body(rank, comm) on `size` threads, one GlooComm each over one shared HashStore; returns
+/// each rank's exception message ("" when it finished). Like run_rank_threads, a failing rank
+/// raises `abort` before its group is destroyed.
+std::vector<std::string> on_gloo_ranks(int size, std::chrono::milliseconds timeout,
+                                       const std::function<void(int, BackendComm&)>& body,
+                                       std::shared_ptr<AbortSignal> abort = nullptr) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::string> errors(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      std::optional<GlooComm> comm;
+      try {
+        GroupSpec spec{"world", "world", r, size, r, timeout};
+        comm.emplace(c10::make_intrusive<c10d::PrefixStore>("world", store), spec, abort);
+        body(r, *comm);
+      } catch (const std::exception& e) {
+        if (abort) abort->raise(r, e.what());
+        errors[r] = e.what();
+      }
+      comm.reset();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+void require_no_errors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+  }
+}
+
+/// Rank r's distinct test data: values r*1000 + i.
+at::Tensor rank_data(int rank, int64_t n, at::ScalarType dtype) {
+  return (at::arange(n, at::kFloat) + 1000.0 * rank).to(dtype);
+}
+
+void check_all_collectives(int size, at::ScalarType dtype) {
+  const int64_t n = 12;  // divisible by 2 and 4
+  auto errors = on_gloo_ranks(size, std::chrono::seconds(30), [&](int r, BackendComm& comm) {
+    expect(comm.rank() == r, "rank");
+    expect(comm.size() == size, "size");
+    // all_gather: out = concat of every rank's input in rank order.
+    at::Tensor in = rank_data(r, n, dtype);
+    at::Tensor gathered = at::empty({size * n}, dtype);
+    comm.all_gather(gathered, in);
+    for (int j = 0; j < size; ++j) expect(at::equal(gathered.narrow(0, j * n, n), rank_data(j, n, dtype)), "all_gather slot");
+
+    // reduce_scatter_sum: out = slice r of the elementwise sum over ranks.
+    at::Tensor big = rank_data(r, size * n, dtype);
+    at::Tensor slice = at::empty({n}, dtype);
+    comm.reduce_scatter_sum(slice, big);
+    // Expected from the dtype-rounded inputs; bf16 output rounding allows 1%.
+    const double rtol = dtype == at::kBFloat16 ? 1e-2 : 1e-6;
+    at::Tensor sum = at::zeros({size * n}, at::kFloat);
+    for (int j = 0; j < size; ++j) sum += rank_data(j, size * n, dtype).to(at::kFloat);
+    expect(at::allclose(slice.to(at::kFloat), sum.narrow(0, r * n, n), rtol), "reduce_scatter_sum slice");
+
+    // all_to_all: chunk j of in goes to rank j; chunk j of out came from rank j.
+    at::Tensor a2a_in = rank_data(r, size * n, dtype).view({size, n});
+    at::Tensor a2a_out = at::empty({size, n}, dtype);
+    comm.all_to_all(a2a_out, a2a_in);
+    for (int j = 0; j < size; ++j)
+      expect(at::equal(a2a_out[j], rank_data(j, size * n, dtype).view({size, n})[r]), "all_to_all chunk");
+
+    // all_reduce sum and max.
+    at::Tensor s = rank_data(r, n, dtype);
+    comm.all_reduce_sum(s);
+    at::Tensor s_expect = at::zeros({n}, at::kFloat);
+    for (int j = 0; j < size; ++j) s_expect += rank_data(j, n, dtype).to(at::kFloat);
+    expect(at::allclose(s.to(at::kFloat), s_expect, rtol), "all_reduce_sum");
+    at::Tensor m = at::full({3}, static_cast<double>(r * r), dtype);
+    comm.all_reduce_max(m);
+    expect(at::equal(m, at::full({3}, static_cast<double>((size - 1) * (size - 1)), dtype)), "all_reduce_max");
+
+    // broadcast from the last rank.
+    at::Tensor b = rank_data(r, n, dtype);
+    comm.broadcast(b, size - 1);
+    expect(at::equal(b, rank_data(size - 1, n, dtype)), "broadcast");
+
+    comm.barrier();
+  });
+  require_no_errors(errors);
+}
+
+}  // namespace
+
+TEST_CASE("gloo collectives: every engine collective, 2 ranks, fp32 and bf16", "[comm]") {
+  check_all_collectives(2, at::kFloat);
+  check_all_collectives(2, at::kBFloat16);
+}
+
+TEST_CASE("gloo collectives: every engine collective, 4 ranks, fp32 and bf16", "[comm]") {
+  check_all_collectives(4, at::kFloat);
+  check_all_collectives(4, at::kBFloat16);
+}
+
+TEST_CASE("gloo groups: world and disjoint subgroups on their own PrefixStores", "[comm]") {
+  // 4 ranks: world, plus sp.0 = {0,1}, sp.1 = {2,3}; sums in each group see only its members.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        GlooComm world(c10::make_intrusive<c10d::PrefixStore>("world", store), {"world", "world", r, 4, r, std::chrono::seconds(30)});
+        const std::string sp_name = "sp." + std::to_string(r / 2);
+        GlooComm sp(c10::make_intrusive<c10d::PrefixStore>(sp_name, store), {"sp", sp_name, r % 2, 2, r, std::chrono::seconds(30)});
+        at::Tensor t = at::full({4}, static_cast<double>(r));
+        sp.all_reduce_sum(t);
+        const double group_sum = r < 2 ? 0 + 1 : 2 + 3;
+        if (!at::equal(t, at::full({4}, group_sum))) throw std::runtime_error("sp sum wrong on rank " + std::to_string(r));
+        world.all_reduce_sum(t);  // (1+1+5+5)
+        if (!at::equal(t, at::full({4}, 12.0))) throw std::runtime_error("world sum wrong on rank " + std::to_string(r));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  require_no_errors(errors);
+}
+
+TEST_CASE("gloo timeout: a rank that skips a collective makes the others fail naming it", "[comm]") {
+  for (int size : {2, 4}) {
+    const auto timeout = std::chrono::milliseconds(1500);
+    std::vector<double> waited(size, 0.0);
+    auto errors = on_gloo_ranks(size, timeout, [&](int r, BackendComm& comm) {
+      at::Tensor t = at::ones({8});
+      comm.all_reduce_sum(t);  // everyone: the group works
+      if (r == size - 1) return;  // the last rank skips the next collective and leaves
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        comm.all_reduce_max(t);
+      } catch (...) {
+        waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        throw;
+      }
+    });
+    CHECK(errors[size - 1].empty());
+    for (int r = 0; r + 1 < size; ++r) {
+      INFO("size " << size << " rank " << r << ": " << errors[r]);
+      CHECK_THAT(errors[r], Catch::Contains("all_reduce_max"));
+      CHECK_THAT(errors[r], Catch::Contains("rank " + std::to_string(r)));
+      CHECK_THAT(errors[r], Catch::Contains("group world"));
+      // Fails within the timeout (plus scheduling slack), either by our deadline ("timed out
+      // after 1.5 s") or earlier because the peer's connection closed ("failed: ...").
+      CHECK(waited[r] < 1.5 + 2.0);
+      CHECK(waited[r] > 0.0);
+    }
+  }
+}
+
+TEST_CASE("gloo timeout: a hung rank yields 'timed out after' with the operation and timeout", "[comm]") {
+  std::mutex release_mutex;
+  release_mutex.lock();  // rank 1 hangs (holds its group open) until the others have failed
+  std::atomic<int> failed{0};
+  double waited0 = 0;
+  auto errors = on_gloo_ranks(2, std::chrono::milliseconds(800), [&](int r, BackendComm& comm) {
+    if (r == 1) {
+      std::lock_guard<std::mutex> wait_for_release(release_mutex);
+      return;
+    }
+    at::Tensor out = at::empty({2, 4});
+    at::Tensor in = at::ones({2, 4});
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm.all_to_all(out, in);
+    } catch (...) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      waited0 = s;
+      failed = 1;
+      release_mutex.unlock();
+      throw;
+    }
+  });
+  REQUIRE(failed == 1);
+  CHECK(waited0 >= 0.7);
+  CHECK(waited0 < 3.0);
+  CHECK_THAT(errors[0], Catch::Contains("all_to_all timed out after 0.8 s"));
+  CHECK_THAT(errors[0], Catch::Contains("rank 0 (global rank 0) in group world of 2"));
+  CHECK(errors[1].empty());
+}
+
+TEST_CASE("abort signal: a failing rank makes the others abandon their collective at once", "[comm]") {
+  auto abort = std::make_shared<AbortSignal>();
+  std::vector<double> waited(4, 0.0);
+  auto errors = on_gloo_ranks(4, std::chrono::seconds(60), [&](int r, BackendComm& comm) {
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      throw std::runtime_error("loss is NaN at step 3");
+    }
+    at::Tensor t = at::ones({8});
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm.all_reduce_sum(t);
+    } catch (...) {
+      waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      throw;
+    }
+  }, abort);
+  CHECK(abort->rank() == 2);
+  CHECK_THAT(errors[2], Catch::Contains("loss is NaN"));
+  for (int r : {0, 1, 3}) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK_THAT(errors[r], Catch::Contains("all_reduce_sum"));
+    CHECK(waited[r] < 10.0);  // far below the 60 s timeout
+  }
+}
+
+TEST_CASE("gloo collectives reject non-contiguous and mis-sized tensors with the group named", "[comm]") {
+  auto errors = on_gloo_ranks(2, std::chrono::seconds(10), [&](int r, BackendComm& comm) {
+    at::Tensor nc = at::ones({4, 4}).t();
+    at::Tensor out = at::empty({32});
+    auto message_of = [](const std::function<void()>& f) -> std::string {
+      try {
+        f();
+      } catch (const CommError& e) {
+        return e.what();
+      }
+      return "";
+    };
+    const std::string a = message_of([&] { comm.all_gather(out, nc); });
+    expect(a.find("must be contiguous") != std::string::npos && a.find("all_gather") != std::string::npos, a);
+    at::Tensor small = at::empty({3});
+    const std::string b = message_of([&] { comm.all_gather(small, at::ones({4})); });
+    expect(b.find("size x input") != std::string::npos && b.find("group world") != std::string::npos, b);
+    comm.barrier();  // the group still works: checks ran before any collective was issued
+  });
+  require_no_errors(errors);
+}
+
+TEST_CASE("emulated comm: shape-exact stand-ins of rank 0", "[comm]") {
+  EmulatedComm sp("sp", 4);
+  CHECK(sp.emulated());
+  CHECK(sp.size() == 4);
+  at::Tensor in = at::arange(3, at::kFloat);
+  at::Tensor out = at::empty({12});
+  sp.all_gather(out, in);
+  CHECK(at::equal(out.view({4, 3}), in.expand({4, 3})));
+  at::Tensor rs = at::empty({3});
+  sp.reduce_scatter_sum(rs, at::arange(12, at::kFloat));
+  CHECK(at::equal(rs, at::arange(3, at::kFloat)));
+  at::Tensor a2a = at::empty({4, 2});
+  sp.all_to_all(a2a, at::arange(8, at::kFloat).view({4, 2}));
+  CHECK(at::equal(a2a.view(-1), at::arange(8, at::kFloat)));
+  CHECK_THROWS_WITH(sp.all_gather(rs, in), Catch::Contains("emulated rank 0 in group sp of 4"));
+}

@@ -1,0 +1,100 @@
+// The CUDA paths of engine/parallel, for a GPU host (hidden [.cuda]: `parallel_tests "[.cuda]"`):
+// Untied Ulysses with the CUDA flash (bf16) and memory-efficient (fp32) kernels against plain
+// SDPA, and an NCCL group of one. Multi-rank NCCL needs one GPU per rank (run_rank_threads on
+// cuda:0..W-1); with one GPU only the single-rank group runs. defines: test cases [.cuda]
+#include <catch2/catch.hpp>
+
+#include <torch/cuda.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "engine/model/layers.h"
+#include "engine/parallel/nccl_backend.h"
+#include "engine/parallel/process_group_comm.h"
+#include "engine/parallel/untied_attention.h"
+
+using namespace odyssey;
+
+namespace {
+
+double rel(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = b.abs().max().item<double>();
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / (scale > 0 ? scale : 1);
+}
+
+void check_untied_cuda(at::ScalarType dtype, double tolerance) {
+  REQUIRE(torch::cuda::is_available());
+  const at::Device gpu(at::kCUDA, 0);
+  ModelConfig m;
+  m.n_heads = 8;
+  m.n_kv_heads = 2;
+  m.head_dim = 64;
+  m.d_model = 256;
+  const int64_t B = 1, S = 1024, H = m.n_heads, Hkv = m.n_kv_heads, hd = m.head_dim, d = m.d_model;
+  at::manual_seed(3);
+  const auto opt = at::TensorOptions().device(gpu).dtype(dtype);
+  const at::Tensor x0 = at::randn({B, S, d}, opt), wq0 = at::randn({H * hd, d}, opt) * 0.05,
+                   wk0 = at::randn({Hkv * hd, d}, opt) * 0.05, wv0 = at::randn({Hkv * hd, d}, opt) * 0.05,
+                   R = at::randn({B, S, H * hd}, opt);
+  const Positions pos = make_positions(0, S, hd, m.rope_theta, gpu);
+  auto leaf = [](const at::Tensor& t) { return t.detach().clone().requires_grad_(true); };
+
+  // Reference: math SDPA over repeat-interleaved KV.
+  at::Tensor x = leaf(x0), wq = leaf(wq0), wk = leaf(wk0), wv = leaf(wv0);
+  at::Tensor q = apply_rope(at::linear(x, wq).view({B, S, H, hd}), pos).transpose(1, 2);
+  at::Tensor k = apply_rope(at::linear(x, wk).view({B, S, Hkv, hd}), pos).repeat_interleave(H / Hkv, 2).transpose(1, 2);
+  at::Tensor v = at::linear(x, wv).view({B, S, Hkv, hd}).repeat_interleave(H / Hkv, 2).transpose(1, 2);
+  at::Tensor ref = std::get<0>(at::_scaled_dot_product_attention_math(q.to(at::kFloat), k.to(at::kFloat),
+                                                                      v.to(at::kFloat), {}, 0.0, true))
+                       .transpose(1, 2)
+                       .reshape({B, S, H * hd});
+  (ref * R.to(at::kFloat)).sum().backward();
+
+  RankContext ctx;
+  ctx.device = gpu;
+  for (int64_t hps : {1, 2, 4, 8}) {
+    MemoryConfig memory;
+    memory.untied_ulysses = true;
+    memory.heads_per_stage = hps;
+    at::Tensor x2 = leaf(x0), wq2 = leaf(wq0), wk2 = leaf(wk0), wv2 = leaf(wv0);
+    at::Tensor out = untied_attention(x2, AttentionWeights{wq2, wk2, wv2, {}, {}, {}}, pos, m, ctx, memory);
+    (out.to(at::kFloat) * R.to(at::kFloat)).sum().backward();
+    INFO(c10::toString(dtype) << " heads_per_stage " << hps);
+    CHECK(rel(out, ref) < tolerance);
+    CHECK(rel(x2.grad(), x.grad()) < tolerance);
+    CHECK(rel(wq2.grad(), wq.grad()) < tolerance);
+    CHECK(rel(wk2.grad(), wk.grad()) < tolerance);
+    CHECK(rel(wv2.grad(), wv.grad()) < tolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: untied attention, fp32 (memory-efficient kernel) matches math SDPA", "[.cuda]") {
+  check_untied_cuda(at::kFloat, 1e-4);
+}
+
+TEST_CASE("cuda: untied attention, bf16 (flash kernel) matches math SDPA", "[.cuda]") {
+  check_untied_cuda(at::kBFloat16, 3e-2);
+}
+
+TEST_CASE("cuda: an NCCL group of one runs every collective", "[.cuda]") {
+  REQUIRE(nccl_available());
+  REQUIRE(torch::cuda::is_available());
+  const at::Device gpu(at::kCUDA, 0);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  NcclComm comm(store, GroupSpec{"world", "world", 0, 1, 0, std::chrono::seconds(60)}, gpu);
+  at::Tensor in = at::arange(8, at::TensorOptions().device(gpu).dtype(at::kFloat));
+  at::Tensor out = at::empty({8}, in.options());
+  comm.all_gather(out, in);
+  CHECK(at::equal(out, in));
+  comm.reduce_scatter_sum(out, in.clone());
+  CHECK(at::equal(out, in));
+  comm.all_to_all(out, in);
+  CHECK(at::equal(out, in));
+  at::Tensor t = in.clone();
+  comm.all_reduce_sum(t);
+  comm.all_reduce_max(t);
+  comm.broadcast(t, 0);
+  CHECK(at::equal(t, in));
+  comm.barrier();
+}

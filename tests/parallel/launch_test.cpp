@@ -1,0 +1,210 @@
+// Rank launch: group layout, in-process rank threads with world/sp/dp groups, error propagation,
+// rank emulation's context, torchrun's environment and a TCPStore join on loopback.
+// defines: test cases [launch]
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "engine/parallel/rank_launch.h"
+#include "engine/telemetry/memory_tracker.h"
+
+using namespace odyssey;
+
+namespace {
+
+ParallelConfig parallel_config(int world, int degree, double timeout_s = 30.0) {
+  ParallelConfig p;
+  p.world_size = world;
+  p.ulysses_degree = degree;
+  p.timeout_s = timeout_s;
+  return p;
+}
+
+/// A loopback TCP port that was free a moment ago (bind to port 0, read it back, close).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("rank layout: SP groups are contiguous blocks, DP groups strided", "[launch]") {
+  // 8 ranks, P = 4: sp.0 = {0,1,2,3}, sp.1 = {4,5,6,7}; dp.j = {j, j+4}.
+  const RankLayout l6 = layout_of(6, 8, 4);
+  CHECK(l6.sp_group == 1);
+  CHECK(l6.sp_rank == 2);
+  CHECK(l6.dp_group == 2);
+  CHECK(l6.dp_rank == 1);
+  CHECK(l6.dp_size == 2);
+  const RankLayout l1 = layout_of(1, 4, 1);  // pure data parallel: every rank its own SP group
+  CHECK(l1.sp_size == 1);
+  CHECK(l1.dp_rank == 1);
+  CHECK(l1.dp_size == 4);
+  CHECK_THROWS_WITH(layout_of(0, 6, 4), Catch::Contains("parallel.world_size = 6") &&
+                                            Catch::Contains("multiple of parallel.ulysses_degree = 4"));
+  CHECK_THROWS_WITH(layout_of(4, 4, 2), Catch::Contains("rank 4 is outside [0, 4)"));
+}
+
+TEST_CASE("rank threads: 4 ranks, Ulysses 2 x data parallel 2, each group sums its own members", "[launch]") {
+  MemoryTracker::instance().install_cpu_allocator();
+  std::mutex m;
+  std::vector<std::vector<double>> seen(4);
+  std::vector<int> bound_rank(4, -1);
+  run_rank_threads(parallel_config(4, 2), at::kCPU, [&](RankContext& ctx) {
+    bound_rank[ctx.rank] = current_rank();  // RankScope set by the launcher
+    at::Tensor sp_sum = at::full({1}, static_cast<double>(ctx.rank));
+    ctx.sp->all_reduce_sum(sp_sum);
+    at::Tensor dp_sum = at::full({1}, static_cast<double>(ctx.rank));
+    ctx.dp->all_reduce_sum(dp_sum);
+    at::Tensor world_sum = at::full({1}, static_cast<double>(ctx.rank));
+    ctx.world->all_reduce_sum(world_sum);
+    std::lock_guard<std::mutex> lock(m);
+    seen[ctx.rank] = {static_cast<double>(ctx.sp_rank), static_cast<double>(ctx.dp_rank), sp_sum.item<double>(),
+                      dp_sum.item<double>(), world_sum.item<double>(), static_cast<double>(ctx.sp->size()),
+                      static_cast<double>(ctx.dp->size())};
+  });
+  // sp.0 = {0,1} sums 1, sp.1 = {2,3} sums 5; dp.0 = {0,2} sums 2, dp.1 = {1,3} sums 4; world 6.
+  CHECK(seen[0] == std::vector<double>{0, 0, 1, 2, 6, 2, 2});
+  CHECK(seen[1] == std::vector<double>{1, 0, 1, 4, 6, 2, 2});
+  CHECK(seen[2] == std::vector<double>{0, 1, 5, 2, 6, 2, 2});
+  CHECK(seen[3] == std::vector<double>{1, 1, 5, 4, 6, 2, 2});
+  CHECK(bound_rank == std::vector<int>{0, 1, 2, 3});
+}
+
+TEST_CASE("rank threads: world size 1 runs on a thread with solo groups", "[launch]") {
+  int calls = 0;
+  run_rank_threads(parallel_config(1, 1), at::kCPU, [&](RankContext& ctx) {
+    ++calls;
+    at::Tensor t = at::ones({2});
+    ctx.world->all_reduce_sum(t);
+    if (ctx.world->size() != 1 || t[0].item<double>() != 1.0) throw std::runtime_error("solo group misbehaves");
+  });
+  CHECK(calls == 1);
+}
+
+TEST_CASE("rank threads: a throwing rank aborts the others and is reported with its rank", "[launch]") {
+  std::atomic<int> abandoned{0};
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run_rank_threads(parallel_config(4, 2, /*timeout_s=*/120.0), at::kCPU, [&](RankContext& ctx) {
+      if (ctx.rank == 3) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        throw std::runtime_error("data file truncated");
+      }
+      at::Tensor t = at::ones({4});
+      try {
+        ctx.world->all_reduce_sum(t);  // never completes: rank 3 is gone
+      } catch (const CommError&) {
+        ++abandoned;
+        throw;
+      }
+    });
+    FAIL("run_rank_threads returned although rank 3 threw");
+  } catch (const RankError& e) {
+    CHECK(e.rank() == 3);
+    CHECK_THAT(e.what(), Catch::StartsWith("rank 3: data file truncated"));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(abandoned == 3);
+  CHECK(seconds < 20.0);  // the 120 s collective timeout was not waited out
+}
+
+TEST_CASE("rank threads: a rank that hangs yields a timeout naming rank, group and collective", "[launch]") {
+  try {
+    run_rank_threads(parallel_config(2, 2, /*timeout_s=*/1.0), at::kCPU, [&](RankContext& ctx) {
+      at::Tensor out = at::empty({2, 3}), in = at::ones({2, 3});
+      if (ctx.rank == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // hung past the timeout
+        return;
+      }
+      ctx.sp->all_to_all(out, in);
+    });
+    FAIL("no error although rank 1 never joined the all_to_all");
+  } catch (const RankError& e) {
+    CHECK(e.rank() == 0);
+    CHECK_THAT(e.what(), Catch::Contains("rank 0 (global rank 0) in group sp.0 of 2: all_to_all timed out after 1 s"));
+  }
+}
+
+TEST_CASE("emulated rank context: rank 0 of the real sizes with stand-in groups", "[launch]") {
+  const RankContext ctx = make_emulated_rank_context(parallel_config(8, 4), at::kCPU);
+  CHECK(ctx.emulated);
+  CHECK(ctx.rank == 0);
+  CHECK(ctx.world_size == 8);
+  CHECK(ctx.sp_size == 4);
+  CHECK(ctx.dp_size == 2);
+  CHECK(ctx.world->size() == 8);
+  CHECK(ctx.sp->size() == 4);
+  CHECK(ctx.sp->emulated());
+  at::Tensor shard = at::ones({3}), full = at::empty({24});
+  ctx.world->all_gather(full, shard);  // exact shape of the real gather
+  CHECK(full.sum().item<double>() == 24.0);
+}
+
+TEST_CASE("torchrun environment: parsed, validated, absent", "[launch]") {
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  CHECK_FALSE(torchrun_env().has_value());
+  ::setenv("RANK", "1", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("LOCAL_RANK", "1", 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "29555", 1);
+  const auto env = torchrun_env();
+  REQUIRE(env.has_value());
+  CHECK(env->rank == 1);
+  CHECK(env->world_size == 2);
+  CHECK(env->local_rank == 1);
+  CHECK(env->master_port == 29555);
+  ::setenv("MASTER_PORT", "port", 1);
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("MASTER_PORT=port must be an integer"));
+  ::setenv("MASTER_PORT", "29555", 1);
+  ::setenv("RANK", "2", 1);
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("RANK=2 must be below WORLD_SIZE=2"));
+  ::unsetenv("WORLD_SIZE");
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("WORLD_SIZE is unset while RANK is set"));
+  for (const char* v : {"RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(v);
+  CHECK_THROWS_WITH(join_torchrun({0, 2, 0, "127.0.0.1", 29555}, parallel_config(4, 2), at::kCPU),
+                    Catch::Contains("WORLD_SIZE=2 must equal parallel.world_size = 4"));
+}
+
+TEST_CASE("torchrun join: two ranks meet through a TCPStore on loopback and run collectives", "[launch]") {
+  const int port = free_port();
+  std::vector<double> sums(2, 0.0);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        RankContext ctx = join_torchrun({r, 2, r, "127.0.0.1", port}, parallel_config(2, 2, 30.0), at::kCPU);
+        at::Tensor t = at::full({4}, static_cast<double>(r + 1));
+        ctx.world->all_reduce_sum(t);
+        at::Tensor out = at::empty({2, 2}), in = at::full({2, 2}, static_cast<double>(r));
+        ctx.sp->all_to_all(out, in);
+        sums[r] = t[0].item<double>() + out.sum().item<double>();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  INFO(errors[0] << " | " << errors[1]);
+  CHECK(sums == std::vector<double>{3.0 + 2.0, 3.0 + 2.0});  // a2a: rows from rank 0 (zeros) and rank 1 (ones)
+}

@@ -1,0 +1,143 @@
+// torchrun conventions end to end on loopback: two processes (this test binary re-executed as a
+// hidden worker) with RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT join one job
+// through a TCPStore and train; their losses equal the in-process rank threads' losses.
+// defines: test cases [torchrun]
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "../engine/engine_test_util.h"
+#include "engine/parallel/job.h"
+#include "test_paths.h"
+
+extern char** environ;
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+constexpr int64_t kSteps = 3;
+
+/// The job both runs train: 2 ranks, Ulysses 2 with FSDP, Untied Ulysses, checkpointing.
+RunConfig job_config() {
+  RunConfig c = tiny_config(/*layers=*/2, /*seq=*/64);
+  c.model.d_model = 64;
+  c.model.n_heads = 8;
+  c.model.n_kv_heads = 2;
+  c.model.head_dim = 8;
+  c.parallel.world_size = 2;
+  c.parallel.ulysses_degree = 2;
+  c.parallel.fsdp = true;
+  c.parallel.timeout_s = 60;
+  c.memory.untied_ulysses = true;
+  c.memory.heads_per_stage = 4;
+  c.memory.activation_checkpointing = true;
+  return c;
+}
+
+std::vector<double> job_losses() {
+  std::vector<double> losses;
+  JobHooks hooks;
+  hooks.on_step = [&](const JobStep& s) { losses.push_back(s.result.loss); };
+  run_job(job_config(), kSteps, hooks);
+  return losses;
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  REQUIRE(n > 0);
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+/// Starts this binary as the hidden worker with torchrun's variables for `rank`.
+pid_t spawn_worker(const std::string& exe, int rank, int port, const std::string& out) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    if (kv.rfind("RANK=", 0) == 0 || kv.rfind("WORLD_SIZE=", 0) == 0 || kv.rfind("LOCAL_RANK=", 0) == 0 ||
+        kv.rfind("MASTER_", 0) == 0)
+      continue;
+    env_strings.push_back(kv);
+  }
+  env_strings.push_back("RANK=" + std::to_string(rank));
+  env_strings.push_back("LOCAL_RANK=" + std::to_string(rank));
+  env_strings.push_back("WORLD_SIZE=2");
+  env_strings.push_back("MASTER_ADDR=127.0.0.1");
+  env_strings.push_back("MASTER_PORT=" + std::to_string(port));
+  env_strings.push_back("ODYSSEY_TORCHRUN_TEST_OUT=" + out);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string a0 = exe, a1 = "torchrun worker: train the job and write rank 0's losses";
+  std::vector<char*> argv{a0.data(), a1.data(), nullptr};
+  pid_t pid = 0;
+  REQUIRE(::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) == 0);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("torchrun worker: train the job and write rank 0's losses", "[.torchrun_worker]") {
+  const char* out = std::getenv("ODYSSEY_TORCHRUN_TEST_OUT");
+  REQUIRE(out != nullptr);
+  REQUIRE(job_mode(job_config().parallel) == JobMode::Torchrun);
+  const std::vector<double> losses = job_losses();
+  if (std::string(std::getenv("RANK")) != "0") return;
+  std::ofstream f(out);
+  f.precision(17);
+  for (double l : losses) f << l << "\n";
+}
+
+TEST_CASE("torchrun: two processes on loopback match the in-process rank threads' losses", "[torchrun]") {
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(v);
+  const std::vector<double> threads = job_losses();
+  REQUIRE(threads.size() == static_cast<size_t>(kSteps));
+
+  const std::string out = std::string(ODYSSEY_BIN_DIR) + "/torchrun_test_losses_" + std::to_string(::getpid()) + ".txt";
+  std::remove(out.c_str());
+  const std::string exe = self_exe();
+  const int port = free_port();
+  const pid_t p0 = spawn_worker(exe, 0, port, out);
+  const pid_t p1 = spawn_worker(exe, 1, port, out);
+  int s0 = 0, s1 = 0;
+  ::waitpid(p0, &s0, 0);
+  ::waitpid(p1, &s1, 0);
+  CHECK(WIFEXITED(s0));
+  CHECK(WEXITSTATUS(s0) == 0);
+  CHECK(WIFEXITED(s1));
+  CHECK(WEXITSTATUS(s1) == 0);
+
+  std::ifstream f(out);
+  std::vector<double> processes;
+  for (double l; f >> l;) processes.push_back(l);
+  std::remove(out.c_str());
+  REQUIRE(processes.size() == threads.size());
+  for (size_t i = 0; i < threads.size(); ++i) {
+    INFO("step " << i << ": threads " << threads[i] << ", processes " << processes[i]);
+    CHECK(std::abs(processes[i] - threads[i]) <= 1e-6 * std::abs(threads[i]));
+  }
+}
