@@ -10,8 +10,12 @@
 #include <cfloat>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include <unistd.h>
 
 #include "app/studio/cli_options.h"
 #include "app/studio/fonts.h"
@@ -50,6 +54,15 @@ odyssey::studio::Image read_back_buffer(int width, int height) {
 
 int main(int argc, char** argv) {
   using namespace odyssey::studio;
+  // LibTorch's OpenMP threads spin at every barrier (libgomp's default wait policy). Beside a UI
+  // thread on a few cores, the spinning starves the thread everyone waits for: 7 tiny-cpu steps took
+  // 72 s in the studio against 3 s with OMP_WAIT_POLICY=passive (2-core machine). libgomp reads the
+  // policy when it loads, before main(), so the studio re-executes itself once with it set, unless
+  // the user chose a policy.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then carry on with the default policy
+  }
   StudioOptions opts;
   std::string error;
   if (!parse_studio_args(argc, argv, &opts, &error)) {
@@ -111,6 +124,7 @@ int main(int argc, char** argv) {
     ScriptRunner script(opts);
     double last_frame = now_s();
     long frames = 0;
+    std::vector<double> training_ms;
     while (!glfwWindowShouldClose(window) && !state.quit_requested) {
       // Idle (no run, nothing being planned): sleep until input, waking 4x a second; otherwise poll.
       const bool busy = screenshot || (state.run.has_run() && is_live_state(state.status.state)) ||
@@ -140,8 +154,13 @@ int main(int argc, char** argv) {
       glClearColor(0.06f, 0.065f, 0.08f, 1.f);
       glClear(GL_COLOR_BUFFER_BIT);
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-      state.frame.add((now_s() - t0) * 1e3);
+      const double ui_ms = (now_s() - t0) * 1e3;
+      state.frame.add(ui_ms);
       ++frames;
+      // The budget that matters: UI time per frame while the engine trains (start-up frames, which
+      // build the font atlas and the first plan, excluded).
+      if (frames > 10 && state.run.has_run() && state.status.state == odyssey::SessionState::Running)
+        training_ms.push_back(ui_ms);
       if (capture) {
         std::string err;
         if (!write_png(opts.screenshot, read_back_buffer(fb_w, fb_h), &err)) {
@@ -151,6 +170,20 @@ int main(int argc, char** argv) {
           std::printf("odyssey-studio: wrote %s (%dx%d, %s, %ld frames; UI %.2f ms/frame mean, %.2f ms max over the "
                       "last %d; run %.1f s)\n", opts.screenshot.c_str(), fb_w, fb_h, font.c_str(), frames, state.frame.mean(),
                       state.frame.max(), std::min<int>(frames, FrameStats::kWindow), script.run_seconds());
+        }
+        if (!training_ms.empty()) {
+          std::sort(training_ms.begin(), training_ms.end());
+          double sum = 0;
+          for (double v : training_ms) sum += v;
+          std::printf("odyssey-studio: UI time per frame while training: mean %.2f ms, p95 %.2f ms, max %.2f ms over %zu "
+                      "frames\n", sum / training_ms.size(), training_ms[training_ms.size() * 95 / 100], training_ms.back(),
+                      training_ms.size());
+        }
+        if (!state.history.markers().empty()) {
+          std::string marked;
+          for (const auto& m : state.history.markers())
+            marked += " [step " + std::to_string(m.step) + (m.restart ? " restart: " : ": ") + m.what + "]";
+          std::printf("odyssey-studio: changes marked:%s\n", marked.c_str());
         }
         if (script.failed()) {
           std::fprintf(stderr, "odyssey-studio: %s\n", script.error().c_str());

@@ -143,18 +143,18 @@ void draw_log_panel(AppState& state, EngineControl& engine) {
     empty_state("No log lines yet", "The engine's messages and the studio's notices appear here.");
     return;
   }
-  ImGui::BeginChild("log_lines", {0, 0}, false, ImGuiWindowFlags_HorizontalScrollbar);
+  // Wrapped lines (at most RunHistory::kMaxLogLines of them, so no clipper is needed).
+  ImGui::BeginChild("log_lines", {0, 0}, false);
   const bool at_bottom = ImGui::GetScrollY() >= ImGui::GetScrollMaxY() - 1;
-  ImGuiListClipper clipper;
-  clipper.Begin(static_cast<int>(log.size()));
-  while (clipper.Step())
-    for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
-      const std::string& line = log[static_cast<size_t>(i)];
-      const bool studio = line.rfind("[studio]", 0) == 0;
-      if (studio) ImGui::PushStyleColor(ImGuiCol_Text, to_vec4(kColorWarn));
-      ImGui::TextUnformatted(line.c_str());
-      if (studio) ImGui::PopStyleColor();
-    }
+  ImGui::PushTextWrapPos(0);
+  for (const std::string& line : log) {
+    const bool studio = line.rfind("[studio]", 0) == 0;
+    const bool error = line.rfind("error", 0) == 0;
+    if (studio || error) ImGui::PushStyleColor(ImGuiCol_Text, to_vec4(error ? kColorBad : kColorWarn));
+    ImGui::TextUnformatted(line.c_str());
+    if (studio || error) ImGui::PopStyleColor();
+  }
+  ImGui::PopTextWrapPos();
   if (at_bottom) ImGui::SetScrollHereY(1.0f);
   ImGui::EndChild();
 }

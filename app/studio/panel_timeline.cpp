@@ -65,7 +65,7 @@ void draw_group_bands(plot::Plot& plt, const RunHistory& h, const StepSpans& g, 
       const float px = plt.to_screen(s.t_begin_s, 0).x;
       if (plt.to_screen(s.t_end_s, 0).x - px < 1.f && px - last_px < 1.f) continue;  // sub-pixel: merged
       last_px = px;
-      plt.band(s.t_begin_s, s.t_end_s, phase_color(classify_phase(h.phase_name(s.phase_id)), depth == 0 ? 25 : 55));
+      plt.band(s.t_begin_s, s.t_end_s, phase_color(classify_phase(h.phase_name(s.phase_id)), depth == 0 ? 20 : 42));
     }
   }
 }
@@ -179,7 +179,9 @@ size_t draw_pool(AppState& state, const Selection& sel, bool host, float height,
 void draw_timeline_panel(AppState& state, EngineControl& engine) {
   const RunHistory& h = state.history;
   if (h.sample_count() == 0) {
-    empty_state(state.run.has_run() ? "Waiting for the first samples..." : "No run yet: press Start",
+    empty_state(!state.run.has_run()                          ? "No run yet: press Start"
+                : state.status.state == SessionState::Failed ? "The run failed before its first step (see Run)"
+                                                             : "Waiting for the first samples...",
                 "Each rank's device and host bytes at every phase edge appear here, with the phases as "
                 "coloured bands and the planner's prediction overlaid.");
     return;

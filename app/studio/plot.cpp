@@ -281,7 +281,9 @@ void Plot::vline(double x, ImU32 col, const char* label) {
   if (label && *label) {
     const float h = ImGui::GetTextLineHeight();
     const ImVec2 ts = ImGui::CalcTextSize(label);
-    const ImVec2 at{a.x + 3, p0_.y + 2 + h * static_cast<float>(vline_row_++ % 3)};
+    float x = a.x + 3;
+    if (x + ts.x + 4 > p1_.x) x = a.x - 3 - ts.x - 4;  // near the right edge: label on the left
+    const ImVec2 at{std::max(x, p0_.x), p0_.y + 2 + h * static_cast<float>(vline_row_++ % 3)};
     dl_->AddRectFilled(at, {at.x + ts.x + 4, at.y + ts.y}, IM_COL32(0, 0, 0, 150), 2.f);
     dl_->AddText({at.x + 2, at.y}, col, label);
   }

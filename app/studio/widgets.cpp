@@ -73,9 +73,10 @@ ImU32 phase_color(PhaseClass c, int alpha) {
 }
 
 ImU32 rank_color(int rank, int alpha) {
-  static const ImU32 colors[] = {IM_COL32(240, 240, 245, 0), IM_COL32(100, 200, 255, 0), IM_COL32(255, 170, 90, 0),
-                                 IM_COL32(160, 230, 120, 0), IM_COL32(240, 120, 200, 0), IM_COL32(250, 230, 110, 0),
-                                 IM_COL32(150, 150, 255, 0), IM_COL32(120, 230, 210, 0)};
+  // Rank 0 is sky blue, not white: white (dashed) is the planner's curve.
+  static const ImU32 colors[] = {IM_COL32(90, 190, 255, 0),  IM_COL32(255, 160, 70, 0),  IM_COL32(150, 230, 110, 0),
+                                 IM_COL32(240, 110, 200, 0), IM_COL32(250, 230, 100, 0), IM_COL32(160, 150, 255, 0),
+                                 IM_COL32(110, 230, 210, 0), IM_COL32(230, 90, 90, 0)};
   return colors[(rank % 8 + 8) % 8] | (static_cast<ImU32>(alpha) << IM_COL32_A_SHIFT);
 }
 
