@@ -50,6 +50,7 @@ struct TimelineState {
   bool show_planned = true;
   bool show_phase_peaks = true;
   int64_t shown_step = -2;    ///< selection the view last fitted (a new one refits)
+  std::vector<plot::DownsampleCache> device_lines, host_lines;  ///< per rank
 };
 
 struct ThroughputState {

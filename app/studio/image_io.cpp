@@ -18,6 +18,7 @@ bool write_png(const std::string& path, const Image& image, std::string* error) 
     if (error) *error = path + ": no image to write (" + std::to_string(image.width) + "x" + std::to_string(image.height) + ")";
     return false;
   }
+  stbi_write_png_compression_level = 9;  // screenshots are committed: smallest stb can do
   if (!stbi_write_png(path.c_str(), image.width, image.height, 4, image.rgba.data(), image.width * 4)) {
     if (error) *error = path + ": cannot write the PNG (does the folder exist?)";
     return false;

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "app/studio/panels.h"
 #include "engine/config/schema.h"
@@ -59,8 +60,9 @@ void field_label(const AppState& state, const char* label, const char* key) {
 
 bool begin_form(const char* id) {
   if (!ImGui::BeginTable(id, 2, ImGuiTableFlags_SizingStretchProp)) return false;
-  ImGui::TableSetupColumn("label", ImGuiTableColumnFlags_WidthStretch, 0.42f);
-  ImGui::TableSetupColumn("value", ImGuiTableColumnFlags_WidthStretch, 0.58f);
+  // The label column fits the longest label; the field takes the rest.
+  ImGui::TableSetupColumn("label", ImGuiTableColumnFlags_WidthFixed, ImGui::CalcTextSize("Activation checkpointing").x + 4);
+  ImGui::TableSetupColumn("value", ImGuiTableColumnFlags_WidthStretch);
   return true;
 }
 
@@ -104,7 +106,9 @@ bool section(const AppState& state, EngineControl& engine, const char* title, co
 
 void draw_preset_row(AppState& state) {
   const auto presets = list_presets("presets");
-  const std::string current = state.preset_path.empty() ? "(none)" : state.preset_path;
+  // The file name alone fits the narrow column; the full path is on hover.
+  const std::string current =
+      state.preset_path.empty() ? "(none)" : std::filesystem::path(state.preset_path).filename().string();
   const ImGuiStyle& style = ImGui::GetStyle();
   const float buttons = ImGui::CalcTextSize("Open...").x + ImGui::CalcTextSize("Save...").x + 4 * style.FramePadding.x +
                         2 * style.ItemSpacing.x;
@@ -114,6 +118,8 @@ void draw_preset_row(AppState& state) {
       if (ImGui::Selectable(p.c_str(), p == state.preset_path)) load_preset_into(state, p);
     if (presets.empty()) ImGui::TextDisabled("no presets/*.toml here");
     ImGui::EndCombo();
+  } else if (ImGui::IsItemHovered() && !state.preset_path.empty()) {
+    ImGui::SetTooltip("%s", state.preset_path.c_str());
   }
   ImGui::SameLine();
   if (ImGui::Button("Open...")) state.dialog = FileDialog::Open;

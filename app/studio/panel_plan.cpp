@@ -313,7 +313,7 @@ void draw_plan_panel(AppState& state, EngineControl& engine) {
   }
   if (ImGui::CollapsingHeader("Terms and formulas")) draw_terms(r.plan);
   ImGui::TextColored(to_vec4(kColorDim), "plan %.2f ms in the frame; ladder, max context and advice %.0f ms in the "
-                     "background; %llu plans since start", r.compute_ms, r.extras_ms, (unsigned long long)state.plan.computations());
+                     "background; plan computations so far: %llu", r.compute_ms, r.extras_ms, (unsigned long long)state.plan.computations());
 }
 
 }  // namespace odyssey::studio

@@ -4,12 +4,34 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "app/studio/panels.h"
 
 namespace odyssey::studio {
 
 namespace {
+
+/// "memory.tiled_mlp: true -> false; memory.x: 2 -> 4" -> "tiled_mlp off, x 2 -> 4" (labels on the plot).
+std::string short_label(const std::string& what) {
+  std::string out;
+  size_t start = 0;
+  while (start < what.size()) {
+    size_t end = what.find("; ", start);
+    if (end == std::string::npos) end = what.size();
+    std::string part = what.substr(start, end - start);
+    if (const size_t dot = part.find('.'); dot != std::string::npos && dot < part.find(':')) part = part.substr(dot + 1);
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{": true -> false", " off"}, {": false -> true", " on"}, {": ", " "}})
+      if (const size_t at = part.find(from); at != std::string::npos) {
+        part.replace(at, from.size(), to);
+        break;
+      }
+    out += (out.empty() ? "" : ", ") + part;
+    start = end + 2;
+  }
+  return out;
+}
 
 void draw_series(AppState& state, const char* id, const char* title, const std::vector<double>& steps,
                  const std::vector<double>& values, plot::Format format, float height, plot::Range data_x, bool label_markers) {
@@ -20,7 +42,8 @@ void draw_series(AppState& state, const char* id, const char* title, const std::
   for (const auto& p : pts) y.include(p.y);
   plt.set_y(y);
   for (const auto& m : state.history.markers())
-    plt.vline(double(m.step), m.restart ? kColorBad : kColorWarn, label_markers ? m.what.c_str() : nullptr);
+    plt.vline(double(m.step), m.restart ? kColorBad : kColorWarn,
+              label_markers ? ((m.restart ? "restart: " : "") + short_label(m.what)).c_str() : nullptr);
   plt.polyline(pts, IM_COL32(120, 200, 255, 255), 2.f);
   if (pts.size() < 60)
     for (const auto& p : pts) plt.draw_list()->AddCircleFilled(plt.to_screen(p.x, p.y), 2.5f, IM_COL32(120, 200, 255, 255));

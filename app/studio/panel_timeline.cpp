@@ -132,8 +132,10 @@ size_t draw_pool(AppState& state, const Selection& sel, bool host, float height,
                  plot::Format::Bytes);
   const double x_origin = sel.step >= 0 ? data_x.min : 0.0;
   plt.set_x_origin(x_origin);
-  // Downsample first: the y range comes from what is in view.
-  std::vector<std::vector<plot::Point>> lines(h.ranks().size());
+  // Downsample first (cached per rank): the y range comes from what is in view.
+  auto& caches = host ? state.timeline.host_lines : state.timeline.device_lines;
+  caches.resize(h.ranks().size());
+  std::vector<const std::vector<plot::Point>*> lines(h.ranks().size(), nullptr);
   plot::Range y{0, 1};
   size_t drawn = 0;
   for (size_t r = 0; r < h.ranks().size(); ++r) {
@@ -141,9 +143,9 @@ size_t draw_pool(AppState& state, const Selection& sel, bool host, float height,
     const RankSeries& s = h.ranks()[r];
     const auto [lo, hi] = sample_range(s, sel.step);
     const auto& ys = host ? s.host_bytes : s.device_bytes;
-    plot::downsample_minmax(s.t_s.data() + lo, ys.data() + lo, hi - lo, plt.x(), plt.columns(), &lines[r]);
-    for (const auto& p : lines[r]) y.include(p.y);
-    drawn += lines[r].size();
+    lines[r] = &caches[r].get(s.t_s.data() + lo, ys.data() + lo, hi - lo, plt.x(), plt.columns(), h.generation());
+    for (const auto& p : *lines[r]) y.include(p.y);
+    drawn += lines[r]->size();
   }
   if (state.timeline.show_planned)
     for (const auto& seg : planned) y.include(double(host ? seg.host_bytes : seg.device_bytes));
@@ -155,7 +157,8 @@ size_t draw_pool(AppState& state, const Selection& sel, bool host, float height,
     for (const auto& s : group->spans)
       if ((sel.rank < 0 || s.rank == sel.rank) && s.depth >= 1)
         plt.hsegment(s.t_begin_s, s.t_end_s, double(s.device_peak), rank_color(s.rank, 110), 1.f);
-  for (size_t r = 0; r < lines.size(); ++r) plt.polyline(lines[r], rank_color(int(r)), 2.f);
+  for (size_t r = 0; r < lines.size(); ++r)
+    if (lines[r]) plt.polyline(*lines[r], rank_color(int(r)), 2.f);
   if (state.timeline.show_planned)
     for (const auto& seg : planned)
       plt.hsegment(seg.t0, seg.t1, double(host ? seg.host_bytes : seg.device_bytes), IM_COL32(255, 255, 255, 200), 1.5f, true);

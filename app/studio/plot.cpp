@@ -32,17 +32,26 @@ size_t downsample_minmax(const double* xs, const double* ys, size_t n, Range vie
   if (hi - lo <= 2 * static_cast<size_t>(columns)) {
     for (size_t i = lo; i < hi; ++i) out->push_back({xs[i], ys[i]});
   } else {
-    const double scale = columns / view.span();
-    auto column_of = [&](double x) {
-      return std::clamp(static_cast<int>((x - view.min) * scale), 0, columns - 1);
-    };
+    // Column c covers [min + c*w, min + (c+1)*w): find its end by binary search, then one tight
+    // min/max pass over its points (no per-point division or clamping).
+    const double w = view.span() / columns;
     size_t i = lo;
-    while (i < hi) {
-      const int col = column_of(xs[i]);
-      size_t imin = i, imax = i, j = i + 1;
-      for (; j < hi && column_of(xs[j]) == col; ++j) {
-        if (ys[j] < ys[imin]) imin = j;
-        if (ys[j] > ys[imax]) imax = j;
+    for (int c = 0; c < columns && i < hi; ++c) {
+      const double end_x = c + 1 == columns ? view.max : view.min + w * (c + 1);
+      size_t j = c + 1 == columns ? hi : static_cast<size_t>(std::lower_bound(xs + i, xs + hi, end_x) - xs);
+      if (j == i) continue;
+      size_t imin = i, imax = i;
+      double vmin = ys[i], vmax = ys[i];
+      for (size_t k = i + 1; k < j; ++k) {
+        const double v = ys[k];
+        if (v < vmin) {
+          vmin = v;
+          imin = k;
+        }
+        if (v > vmax) {
+          vmax = v;
+          imax = k;
+        }
       }
       const size_t first = std::min(imin, imax), second = std::max(imin, imax);
       out->push_back({xs[first], ys[first]});
@@ -52,6 +61,25 @@ size_t downsample_minmax(const double* xs, const double* ys, size_t n, Range vie
   }
   if (hi < n) out->push_back({xs[hi], ys[hi]});
   return hi - lo;
+}
+
+const std::vector<Point>& DownsampleCache::get(const double* xs, const double* ys, size_t n, Range view, int columns,
+                                               uint64_t generation) {
+  const bool same = xs == xs_ && ys == ys_ && n == n_ && view.min == view_.min && view.max == view_.max &&
+                    columns == columns_ && generation == generation_ && valid_;
+  if (!same) {
+    points_.clear();
+    downsample_minmax(xs, ys, n, view, columns, &points_);
+    xs_ = xs;
+    ys_ = ys;
+    n_ = n;
+    view_ = view;
+    columns_ = columns;
+    generation_ = generation;
+    valid_ = true;
+    ++recomputed_;
+  }
+  return points_;
 }
 
 std::vector<double> nice_ticks(Range r, int target, bool bytes) {

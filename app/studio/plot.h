@@ -8,6 +8,7 @@
 #include <imgui.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,26 @@ struct Point {
 /// and returns the number of input points inside the view. O(log n + points in view).
 size_t downsample_minmax(const double* xs, const double* ys, size_t n, Range x_view, int columns,
                          std::vector<Point>* out);
+
+/// Remembers one series' downsampled points: frames that change neither the data (same pointers,
+/// size and `generation`) nor the view or width reuse them, so a paused million-sample view costs
+/// nothing per frame and a training one pays only when new samples arrive.
+class DownsampleCache {
+ public:
+  const std::vector<Point>& get(const double* xs, const double* ys, size_t n, Range view, int columns, uint64_t generation);
+  uint64_t recomputed() const { return recomputed_; }
+
+ private:
+  const double* xs_ = nullptr;
+  const double* ys_ = nullptr;
+  size_t n_ = 0;
+  Range view_;
+  int columns_ = 0;
+  uint64_t generation_ = 0;
+  bool valid_ = false;
+  std::vector<Point> points_;
+  uint64_t recomputed_ = 0;
+};
 
 /// About `target` round tick values (1, 2, 5 x 10^k; powers of two for bytes) covering r.
 std::vector<double> nice_ticks(Range r, int target, bool bytes = false);

@@ -39,7 +39,11 @@ std::pair<size_t, size_t> RankSeries::step_range(int64_t s) const {
   return {static_cast<size_t>(lo - step.begin()), static_cast<size_t>(hi - step.begin())};
 }
 
-void RunHistory::reset() { *this = RunHistory(); }
+void RunHistory::reset() {
+  const uint64_t next = generation_ + 1;  // caches keyed on the old data must not match the new
+  *this = RunHistory();
+  generation_ = next;
+}
 
 size_t RunHistory::sample_count() const {
   size_t n = 0;
@@ -102,6 +106,7 @@ void RunHistory::ingest_samples(const std::vector<MemorySample>& samples) {
     last_step_ = std::max(last_step_, s.step);
   }
   for (auto& r : ranks_) trim_series(r, kMaxSamplesPerRank);
+  if (!samples.empty()) ++generation_;
 }
 
 const StepSpans* RunHistory::spans_of(int64_t step) const {

@@ -72,6 +72,8 @@ class RunHistory {
   size_t sample_count() const;
   /// Phase path of a phase id ("?" when unknown).
   const std::string& phase_name(int32_t id) const;
+  /// Changes whenever stored samples change (new, trimmed or reset): a cache key for plots.
+  uint64_t generation() const { return generation_; }
   /// Largest step seen in samples or metrics (-1 when none).
   int64_t last_step() const { return last_step_; }
   /// Appends a line to the log (studio notices appear beside the engine's lines).
@@ -93,6 +95,7 @@ class RunHistory {
   std::deque<std::string> log_;
   std::deque<std::string> pending_live_;   // sent, not yet seen in a step
   std::deque<std::string> pending_restart_;
+  uint64_t generation_ = 0;
   int64_t last_config_version_ = -1;
   int64_t last_step_ = -1;
   size_t metrics_cursor_ = 0, samples_cursor_ = 0, spans_cursor_ = 0;

@@ -105,3 +105,21 @@ TEST_CASE("values format with their units", "[studio][plot]") {
   CHECK(format_value(12345, Format::Number) == "12.3k");
   CHECK(format_value(7, Format::Step) == "7");
 }
+
+TEST_CASE("the downsample cache recomputes only when data, view or width change", "[studio][plot]") {
+  const Series s = noisy_series(100'000, 5);
+  DownsampleCache cache;
+  const Range view{0, s.x.back()};
+  const auto& a = cache.get(s.x.data(), s.y.data(), s.x.size(), view, 500, 1);
+  const size_t points = a.size();
+  cache.get(s.x.data(), s.y.data(), s.x.size(), view, 500, 1);
+  CHECK(cache.recomputed() == 1);
+  cache.get(s.x.data(), s.y.data(), s.x.size(), view, 400, 1);  // narrower plot
+  CHECK(cache.recomputed() == 2);
+  cache.get(s.x.data(), s.y.data(), s.x.size(), {0, 10}, 400, 1);  // zoom
+  CHECK(cache.recomputed() == 3);
+  cache.get(s.x.data(), s.y.data(), s.x.size(), {0, 10}, 400, 2);  // new samples arrived
+  CHECK(cache.recomputed() == 4);
+  const auto& b = cache.get(s.x.data(), s.y.data(), s.x.size(), view, 500, 2);
+  CHECK(b.size() == points);
+}
