@@ -53,13 +53,21 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
       return false;
     case Stage::Training: {
       const SessionStatus st = engine.status();
-      while (next_change_ < options_.changes.size() && options_.changes[next_change_].step <= st.step) {
+      // One scripted edit at a time: the next waits until the previous one is marked (took effect),
+      // so each lands on its own step however the frame rate compares with the step rate.
+      const bool previous_landed = state.history.markers().size() >= markers_wanted_;
+      if (previous_landed && next_change_ < options_.changes.size() && options_.changes[next_change_].step <= st.step) {
         std::string err;
+        const RunConfig before = state.config;
         if (!apply_assignment(state, options_.changes[next_change_].assignment, &err))
           state.history.add_log("[studio] --change-at ignored: " + err);
+        else if (!(before == state.config) && state.edit.issues.empty() &&
+                 classify_change(before, state.config).kind >= ChangeKind::Live)
+          markers_wanted_ = state.history.markers().size() + 1;
         ++next_change_;
       }
-      const bool done = static_cast<int64_t>(state.history.metrics().size()) >= options_.run_steps;
+      const bool done = static_cast<int64_t>(state.history.metrics().size()) >= options_.run_steps &&
+                        state.history.markers().size() >= markers_wanted_;
       const bool over = st.state == SessionState::Finished || st.state == SessionState::Failed;
       if (st.state == SessionState::Failed) error_ = "the run failed: " + st.message;
       if (!done && !over && now_s - t_begin_ > options_.timeout_s)

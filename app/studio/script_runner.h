@@ -36,6 +36,7 @@ class ScriptRunner {
   double t_begin_ = 0;
   double run_seconds_ = 0;
   size_t next_change_ = 0;
+  size_t markers_wanted_ = 0;  // markers the applied scripted edits should have produced
   int frames_left_ = 0;
   std::string error_;
 };

@@ -1,6 +1,7 @@
-// A fake EngineControl for the studio's logic tests: it keeps Session's contract (live changes
-// take effect at the next step boundary and bump config_version; restart swaps the config) and
-// records every call, so tests can see what reached the "engine" and when. defines: FakeEngine
+// A fake EngineControl for the studio's logic tests: it keeps Session's contract (each accepted
+// apply_live bumps config_version; the latest takes effect at the next step boundary and the step
+// reports its version; restart swaps the config) and records every call, so tests can see what
+// reached the "engine" and when. defines: FakeEngine
 #pragma once
 
 #include <optional>
@@ -23,6 +24,7 @@ class FakeEngine : public EngineControl {
   // --- what the engine runs --------------------------------------------------------------------
   RunConfig active;
   std::optional<RunConfig> pending;  ///< applied at the next step
+  int64_t pending_version = 0, applied_version = 0;
   SessionStatus st;
   std::vector<StepMetrics> metrics;
   std::vector<MemorySample> samples;
@@ -35,12 +37,12 @@ class FakeEngine : public EngineControl {
     if (pending) {
       active = *pending;
       pending.reset();
-      ++st.config_version;
+      applied_version = pending_version;
     }
     ++st.step;
     StepMetrics m;
     m.step = st.step;
-    m.config_version = st.config_version;
+    m.config_version = applied_version;
     m.tokens_per_s = 1000;
     m.step_time_s = 0.5;
     m.rank_peak_bytes.assign(static_cast<size_t>(active.parallel.world_size), 1000 + st.step);
@@ -87,12 +89,14 @@ class FakeEngine : public EngineControl {
       return false;
     }
     pending = cfg;
+    pending_version = ++st.config_version;
     return true;
   }
   bool restart(const RunConfig& cfg, std::string* error) override {
     restarts.push_back(cfg);
     active = cfg;
     pending.reset();
+    applied_version = ++st.config_version;
     st.world_size = static_cast<int>(cfg.parallel.world_size);
     return true;
   }

@@ -68,6 +68,23 @@ TEST_CASE("a heads-per-stage change applies at the next step and is marked there
   CHECK(s.state.history.metrics().back().config_version == 1);
 }
 
+TEST_CASE("two live changes before one step boundary share one marker", "[studio][run]") {
+  Started s;
+  s.state.config.memory.tiled_mlp = false;
+  frame_update(s.state, s.engine, 0.1);
+  s.state.config.memory.tiled_loss = false;
+  frame_update(s.state, s.engine, 0.2);
+  REQUIRE(s.engine.live_calls.size() == 2);
+  s.engine.advance_step();  // the boundary applies the latest, which holds both
+  s.engine.advance_step();
+  frame_update(s.state, s.engine, 0.3);
+  REQUIRE(s.state.history.markers().size() == 1);
+  CHECK(s.state.history.markers()[0].step == 2);
+  CHECK(s.state.history.markers()[0].what == "memory.tiled_mlp: true -> false; memory.tiled_loss: true -> false");
+  CHECK(s.engine.active.memory.tiled_mlp == false);
+  CHECK(s.engine.active.memory.tiled_loss == false);
+}
+
 TEST_CASE("a world-size edit restarts the run once the edits settle, with a notice", "[studio][run]") {
   Started s;
   s.state.config.parallel.world_size = 4;

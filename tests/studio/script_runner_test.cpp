@@ -52,6 +52,31 @@ TEST_CASE("screenshot mode trains the steps, applies scripted changes live, then
   CHECK(state.history.markers()[0].what == "memory.tiled_mlp: true -> false");
 }
 
+TEST_CASE("scripted edits for the same step land one at a time, each marked at its own step", "[studio][script]") {
+  StudioOptions o;
+  o.run_steps = 3;
+  o.frames = 1;
+  o.changes = {{1, "memory.tiled_mlp=false"}, {1, "memory.tiled_loss=false"}};
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  FakeEngine engine;
+  ScriptRunner script(o);
+  double t = 0;
+  bool captured = false;
+  for (int frame = 0; frame < 5000 && !captured; ++frame) {
+    if (engine.status().state == SessionState::Running && frame % 3 == 2) engine.advance_step();
+    frame_update(state, engine, t);
+    captured = script.step(state, engine, t);
+    t += 0.016;
+    if (!captured) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(captured);
+  REQUIRE(state.history.markers().size() == 2);
+  CHECK(state.history.markers()[0].what == "memory.tiled_mlp: true -> false");
+  CHECK(state.history.markers()[1].what == "memory.tiled_loss: true -> false");
+  CHECK(state.history.markers()[0].step < state.history.markers()[1].step);
+}
+
 TEST_CASE("screenshot mode reports a run that cannot start and still captures", "[studio][script]") {
   StudioOptions o;
   o.run_steps = 2;
