@@ -237,9 +237,11 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   if (opt.final_state) *opt.final_state = std::make_shared<FullState>(export_full_state(trainer));
 }
 
+}  // namespace
+
 // The seam where several ranks start: one rank runs here; the distributed stack launches
 // world_size rank threads (or joins torchrun) and calls `fn` on each.
-void launch_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn) {
+void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn) {
   if (cfg.parallel.world_size > 1 || cfg.parallel.emulate)
     throw std::invalid_argument("parallel.world_size = " + std::to_string(cfg.parallel.world_size) +
                                 (cfg.parallel.emulate ? " with emulate = true" : "") +
@@ -251,8 +253,6 @@ void launch_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>&
   RankScope rank(ctx.rank);
   fn(ctx);
 }
-
-}  // namespace
 
 RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   RunOutcome out;
@@ -269,7 +269,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       if (cfg.output.trace && cfg.output.trace_steps > 0)
         sinks.trace = std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
     }
-    launch_ranks(cfg, [&](RankContext& ctx) { train_rank(cfg, ctx, opt, sinks, out); });
+    run_on_ranks(cfg, [&](RankContext& ctx) { train_rank(cfg, ctx, opt, sinks, out); });
   } catch (const StepFailure& e) {
     out.status = RunOutcome::Status::Failed;
     out.error = e.what();

@@ -100,4 +100,9 @@ const char* to_string(RunOutcome::Status status);
 /// outcome (OOM and NaN with step and phase; bad data / checkpoint files as bad_input).
 RunOutcome run_training(const RunConfig& cfg, const RunOptions& options);
 
+/// The seam where a job's ranks start: runs `fn` once per rank of `cfg` with that rank's context
+/// (device, groups, RankScope bound). One rank today; world_size > 1 (or emulation) throws
+/// std::invalid_argument until the distributed stack plugs its launcher in here.
+void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn);
+
 }  // namespace odyssey
