@@ -1,11 +1,13 @@
 // odyssey bench PRESET [--set k=v]... [--steps ROUNDS] [--json]: the preset's model stepped plain,
 // with each memory technique alone and with all together, interleaved in one run; prints the
 // median step time per variant, its ratio to the baseline (with the per-round spread) and the
-// measured device/host peaks. Exit 0, 1 (runtime failure), 2 (bad input).
+// measured device/host peaks; with world_size > 1 also the parallel rungs (plain Ulysses, +FSDP,
+// Untied Ulysses per stage size). Exit 0, 1 (runtime failure), 2 (bad input).
 #include <cstdio>
 #include <iostream>
 
 #include "app/cli/cli.h"
+#include "engine/parallel/parallel_bench.h"
 #include "engine/train/bench.h"
 #include "engine/train/data.h"
 #include "engine/train/trainer.h"
@@ -27,11 +29,13 @@ int run_bench_command(int argc, char** argv, int first) {
   const int rounds = args->steps ? static_cast<int>(*args->steps) : kDefaultRounds;
 
   BenchResult result;
+  std::vector<ParallelBenchRow> parallel;  // Ulysses / FSDP / Untied rungs (world_size > 1)
   try {
     result = run_bench(cfg, rounds, [&](const std::string& line) {
       if (!args->json && !args->quiet) std::cerr << "\r" << line << std::flush;
     });
     if (!args->json && !args->quiet) std::cerr << "\n";
+    if (cfg.parallel.world_size > 1 && !cfg.parallel.emulate) parallel = parallel_bench(cfg, rounds);
   } catch (const StepFailure& e) {
     std::cerr << "odyssey bench: " << e.what() << "\n";
     return kExitRuntime;
@@ -63,6 +67,9 @@ int run_bench_command(int argc, char** argv, int first) {
           .key("host_peak_bytes").value(v.host_peak)
           .end_object();
     }
+    w.end_array().key("parallel").begin_array();
+    for (const auto& row : parallel)
+      w.begin_object().key("name").value(row.name).key("median_step_s").value(row.median_step_s).key("ratio").value(row.ratio).end_object();
     w.end_array().end_object();
     std::cout << json << "\n";
     return kExitOk;
@@ -82,6 +89,13 @@ int run_bench_command(int argc, char** argv, int first) {
                 1000 * v.min_s(), 1000 * v.max_s(), ratio, v.device_peak / 1048576.0, v.host_peak / 1048576.0);
   }
   std::printf("targets: checkpointing <= 1.45x plain, offload <= 1.10x checkpointing, each tiling <= 1.10x plain\n");
+  if (!parallel.empty()) {
+    std::printf("\nparallel rungs on %lld rank threads (engine/parallel's parallel_bench, same rounds):\n",
+                static_cast<long long>(cfg.parallel.world_size));
+    std::printf("%-22s %10s %8s\n", "variant", "median ms", "ratio");
+    for (const auto& row : parallel)
+      std::printf("%-22s %10.1f %7.2fx\n", row.name.c_str(), 1000 * row.median_step_s, row.ratio);
+  }
   return kExitOk;
 }
 

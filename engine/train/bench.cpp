@@ -79,18 +79,19 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
   result.rounds = rounds;
   run_on_ranks(cfg, [&](RankContext& ctx) {
     Trainer trainer(cfg, ctx);
-    result.threads = at::get_num_threads();
+    const bool lead = ctx.rank == 0;  // rank 0 records; every rank steps in lockstep
+    if (lead) result.threads = at::get_num_threads();
     for (int round = -1; round < rounds; ++round) {  // round -1 warms every variant up
       for (auto& v : result.variants) {
         trainer.set_memory(v.memory);
         const StepResult r = trainer.step();
         trainer.recorder().take_records();
-        if (round < 0) continue;
+        if (round < 0 || !lead) continue;
         v.step_s.push_back(r.step_time_s);
         v.device_peak = std::max(v.device_peak, r.device_peak);
         v.host_peak = std::max(v.host_peak, r.host_peak);
       }
-      if (log && round >= 0 && ctx.rank == 0) log("round " + std::to_string(round + 1) + "/" + std::to_string(rounds));
+      if (log && round >= 0 && lead) log("round " + std::to_string(round + 1) + "/" + std::to_string(rounds));
     }
     trainer.take_notes();
   });
