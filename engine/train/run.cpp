@@ -8,6 +8,8 @@
 
 #include "engine/config/preset.h"
 #include "engine/config/sizes.h"
+#include "engine/parallel/job.h"
+#include "engine/parallel/rank_launch.h"
 #include "engine/planner/planner.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/metrics_jsonl.h"
@@ -39,25 +41,31 @@ void RunControl::resume() {
 
 void RunControl::set_memory(const MemoryConfig& memory, int64_t version) {
   std::lock_guard<std::mutex> lock(mutex_);
-  memory_ = memory;
-  memory_version_ = version;
+  memory_history_[version] = memory;
+  memory_version_ = std::max(memory_version_, version);
 }
 
-std::optional<MemoryConfig> RunControl::take_memory(int64_t* version) {
+int64_t RunControl::memory_version() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!memory_ || memory_version_ <= *version) return std::nullopt;
-  *version = memory_version_;
-  return memory_;
+  return memory_version_;
 }
 
-bool RunControl::wait_while_paused() {
+MemoryConfig RunControl::memory_of(int64_t version) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = memory_history_.find(version);
+  if (it == memory_history_.end())
+    throw std::logic_error("run control: no memory toggles with version " + std::to_string(version));
+  return it->second;
+}
+
+bool RunControl::wait_while_paused(bool notify) {
   if (!paused_) return !stop_;
-  if (on_pause_change) on_pause_change(true);
+  if (notify && on_pause_change) on_pause_change(true);
   {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return !paused_.load() || stop_.load(); });
   }
-  if (on_pause_change) on_pause_change(false);
+  if (notify && on_pause_change) on_pause_change(false);
   return !stop_;
 }
 
@@ -117,7 +125,7 @@ void import_full_state(Trainer& trainer, const FullState& state) {
 namespace {
 
 // Everything one run writes, shared by its rank threads.
-struct RunSinks {
+struct RunSinks {  // all thread-safe
   std::unique_ptr<MetricsJsonlWriter> metrics;
   std::unique_ptr<TraceWriter> trace;
   std::atomic<bool> tracing{false};
@@ -137,8 +145,9 @@ std::string describe_memory(const MemoryConfig& m) {
   return s.empty() ? "no memory techniques" : s;
 }
 
-// The step loop of one rank. Rank 0 decides at each boundary (stop, pause, toggles) and writes the
-// outputs; the decision is broadcast so every rank stops at the same step.
+// The step loop of one rank. Rank 0 decides at each boundary (continue, stop, pause, which live
+// toggles) and broadcasts the decision, so every rank acts at the same step; rank 0 writes the
+// outputs. Peaks of every rank reach rank 0 through an all-gather (threads, torchrun, emulation).
 void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, RunSinks& sinks, RunOutcome& out) {
   const bool lead = ctx.rank == 0;
   auto log = [&](const std::string& line) {
@@ -165,6 +174,9 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
     log("resumed from " + info.path + " at step " + std::to_string(info.step));
   }
   for (const auto& note : trainer.take_notes()) log(note);
+  if (ctx.world_size > 1 || ctx.emulated)
+    log("ranks: " + std::to_string(ctx.world_size) + " (Ulysses " + std::to_string(ctx.sp_size) + " x data " +
+        std::to_string(ctx.dp_size) + (cfg.parallel.fsdp ? ", FSDP" : "") + (ctx.emulated ? ", emulated" : "") + ")");
   log("memory: " + describe_memory(cfg.memory));
 
   const int64_t total = opt.steps >= 0 ? opt.steps : cfg.training.steps;
@@ -173,48 +185,75 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   int64_t config_version = 0;
   int64_t steps_run = 0;
   const bool write_checkpoints = opt.checkpoints && !opt.out_dir.empty();
-  at::Tensor decision = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(ctx.device));  // [1]
+  const int reported_ranks = ctx.emulated ? 1 : ctx.world_size;  // emulation: the other ranks do not exist
+  at::Tensor decision, peaks;
+  {
+    CategoryScope category(MemCategory::Other);
+    decision = at::zeros({2}, at::TensorOptions().dtype(at::kLong).device(ctx.device));               // [action, version]
+    peaks = at::zeros({2LL * ctx.world_size}, at::TensorOptions().dtype(at::kDouble).device(ctx.device));  // [W x 2]
+  }
+  enum Action : int64_t { kContinue = 0, kStop = 1, kPause = 2 };
 
   while (trainer.next_step() < total) {
-    // Step boundary: stop / pause / live toggles, decided by rank 0 for all.
-    int64_t stop = 0;
-    if (lead && opt.control) stop = opt.control->wait_while_paused() ? 0 : 1;
-    if (ctx.world_size > 1) {
-      decision.fill_(stop);
-      ctx.world->broadcast(decision, 0);
-      stop = decision.item<int64_t>();
+    // Step boundary: rank 0 decides for all.
+    int64_t action = kContinue, version = config_version;
+    if (lead && opt.control) {
+      action = opt.control->stop_requested() ? kStop : opt.control->paused() ? kPause : kContinue;
+      version = opt.control->memory_version();
     }
-    if (stop) {
+    if (ctx.world_size > 1) {
+      decision[0] = action;
+      decision[1] = version;
+      ctx.world->broadcast(decision, 0);
+      action = decision[0].item<int64_t>();
+      version = decision[1].item<int64_t>();
+    }
+    if (action == kStop) {
       out.status = RunOutcome::Status::Stopped;
       break;
     }
-    if (opt.control) {
-      if (auto memory = opt.control->take_memory(&config_version)) {
-        trainer.set_memory(*memory);
-        for (const auto& note : trainer.take_notes()) log(note);
-        log("memory toggles applied at step " + std::to_string(trainer.next_step()) + ": " + describe_memory(*memory));
-      }
+    if (action == kPause) {
+      // Every rank waits on the shared control (in-process ranks; a pause only comes from the
+      // Session), then the boundary is decided again.
+      if (opt.control) opt.control->wait_while_paused(/*notify=*/lead);
+      continue;
+    }
+    if (version > config_version && opt.control) {
+      const MemoryConfig memory = opt.control->memory_of(version);
+      config_version = version;
+      trainer.set_memory(memory);
+      for (const auto& note : trainer.take_notes()) log(note);
+      log("memory toggles applied at step " + std::to_string(trainer.next_step()) + ": " + describe_memory(memory));
     }
     sinks.tracing = sinks.trace && steps_run < cfg.output.trace_steps;  // the first trace_steps steps
     const StepResult r = trainer.step();  // throws StepFailure
     ++steps_run;
 
+    at::Tensor mine = at::tensor({static_cast<double>(r.device_peak), static_cast<double>(r.host_peak)},
+                                 at::TensorOptions().dtype(at::kDouble).device(ctx.device));  // [2]
+    if (ctx.world_size > 1)
+      ctx.world->all_gather(peaks, mine);
+    else
+      peaks.copy_(mine);
     PhasePeakTable step_peaks;
     step_peaks.add(recorder.take_records());
-    StepMetrics m;
-    m.step = r.step;
-    m.loss = r.loss;
-    m.loss_meaningful = !ctx.emulated;
-    m.step_time_s = r.step_time_s;
-    m.tokens_per_s = r.step_time_s > 0 ? r.tokens / r.step_time_s : 0;
-    m.mfu = peak_flops > 0 ? flops_per_token * m.tokens_per_s / peak_flops : 0;
-    m.lr = r.lr;
-    m.grad_norm = r.grad_norm;
-    m.config_version = config_version;
-    std::vector<int> ranks;
-    for (int i = 0; i < ctx.world_size; ++i) ranks.push_back(i);
-    fill_peaks_from_tracker(m, ranks);  // in-process ranks share the tracker
     if (lead) {
+      StepMetrics m;
+      m.step = r.step;
+      m.loss = r.loss;
+      m.loss_meaningful = !ctx.emulated;
+      m.step_time_s = r.step_time_s;
+      m.tokens_per_s = r.step_time_s > 0 ? r.tokens / r.step_time_s : 0;
+      m.mfu = peak_flops > 0 ? flops_per_token * m.tokens_per_s / peak_flops : 0;
+      m.lr = r.lr;
+      m.grad_norm = r.grad_norm;
+      m.config_version = config_version;
+      const at::Tensor host = peaks.cpu();
+      for (int k = 0; k < reported_ranks; ++k) {
+        m.rank_peak_bytes.push_back(static_cast<int64_t>(host[2 * k].item<double>()));
+        m.rank_host_peak_bytes.push_back(static_cast<int64_t>(host[2 * k + 1].item<double>()));
+        m.peak_bytes = std::max(m.peak_bytes, m.rank_peak_bytes.back());
+      }
       sinks.run_peaks.merge(step_peaks);
       if (sinks.metrics) sinks.metrics->write(m, &step_peaks);
       if (sinks.trace && sinks.tracing) sinks.trace->on_step(m);
@@ -222,6 +261,8 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
       out.metrics.push_back(m);
       out.results.push_back(r);
       if (opt.on_step) opt.on_step(m, r);
+    } else {
+      sinks.run_peaks.merge(step_peaks);  // other in-process ranks' phases count in summary.json
     }
     if (write_checkpoints && cfg.output.checkpoint_every > 0 && trainer.next_step() % cfg.output.checkpoint_every == 0 &&
         trainer.next_step() < total) {
@@ -229,30 +270,53 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
       log("checkpoint at step " + std::to_string(trainer.next_step()));
     }
   }
-  out.next_step = trainer.next_step();
+  if (lead) out.next_step = trainer.next_step();
   if (write_checkpoints) {
     save_checkpoint(trainer, opt.out_dir);
     log("checkpoint at step " + std::to_string(trainer.next_step()) + " in " + opt.out_dir + "/checkpoints");
   }
-  if (opt.final_state) *opt.final_state = std::make_shared<FullState>(export_full_state(trainer));
+  if (opt.final_state) {
+    auto state = std::make_shared<FullState>(export_full_state(trainer));  // collective
+    if (lead) *opt.final_state = std::move(state);
+  }
 }
 
-// The seam where several ranks start: one rank runs here; the distributed stack launches
-// world_size rank threads (or joins torchrun) and calls `fn` on each.
-void launch_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn) {
-  if (cfg.parallel.world_size > 1 || cfg.parallel.emulate)
-    throw std::invalid_argument("parallel.world_size = " + std::to_string(cfg.parallel.world_size) +
-                                (cfg.parallel.emulate ? " with emulate = true" : "") +
-                                " needs the distributed stack (not built yet); run with --set parallel.world_size=1 "
-                                "--set parallel.ulysses_degree=1 --set parallel.fsdp=false");
-  RankContext ctx;
-  ctx.device = resolve_device(cfg.training.device, 0);
-  configure_threads(1);
-  RankScope rank(ctx.rank);
-  fn(ctx);
-}
+// The first failure of any rank, kept with its type (the rank launcher reports only the text).
+struct FirstFailure {
+  std::mutex mutex;
+  std::exception_ptr error;
+  void record(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!error) error = e;
+  }
+};
 
 }  // namespace
+
+// The seam where a job's ranks start (engine/parallel's launchers): torchrun's rank of this
+// process, rank 0 alone under emulation, or parallel.world_size rank threads (one thread for a
+// single rank too, for the same thread-local behaviour).
+void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn) {
+  const JobMode mode = job_mode(cfg.parallel);
+  if (mode == JobMode::Torchrun) {
+    const TorchrunEnv env = *torchrun_env();
+    configure_threads(1);
+    RankContext ctx = join_torchrun(env, cfg.parallel, resolve_device(cfg.training.device, env.local_rank));
+    RankScope rank(ctx.rank);
+    fn(ctx);
+    return;
+  }
+  configure_threads(static_cast<int>(cfg.parallel.world_size));  // also under emulation: a real rank's share
+  if (mode == JobMode::Emulated) {
+    ParallelConfig one;  // one thread bound to rank 0, like a real rank thread
+    run_rank_threads(one, at::kCPU, [&](RankContext&) {
+      RankContext ctx = make_emulated_rank_context(cfg.parallel, resolve_device(cfg.training.device, 0));
+      fn(ctx);
+    });
+    return;
+  }
+  run_rank_threads(cfg.parallel, resolve_device(cfg.training.device, 0), fn);
+}
 
 RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   RunOutcome out;
@@ -269,7 +333,20 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       if (cfg.output.trace && cfg.output.trace_steps > 0)
         sinks.trace = std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
     }
-    launch_ranks(cfg, [&](RankContext& ctx) { train_rank(cfg, ctx, opt, sinks, out); });
+    FirstFailure failure;
+    try {
+      run_on_ranks(cfg, [&](RankContext& ctx) {
+        try {
+          train_rank(cfg, ctx, opt, sinks, out);
+        } catch (...) {
+          failure.record(std::current_exception());
+          throw;  // the launcher abandons the other ranks' collectives at once
+        }
+      });
+    } catch (...) {
+      if (failure.error) std::rethrow_exception(failure.error);  // the first failing rank's error, typed
+      throw;
+    }
   } catch (const StepFailure& e) {
     out.status = RunOutcome::Status::Failed;
     out.error = e.what();

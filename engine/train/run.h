@@ -37,12 +37,14 @@ class RunControl {
   void pause();
   void resume();
   bool paused() const { return paused_.load(); }
-  /// Memory toggles for the following steps; `version` is reported in StepMetrics.
+  /// Memory toggles for the following steps; `version` (increasing) is reported in StepMetrics.
   void set_memory(const MemoryConfig& memory, int64_t version);
-  /// The pending toggles newer than `*version` (and updates it), or nullopt.
-  std::optional<MemoryConfig> take_memory(int64_t* version);
-  /// Blocks while paused (returns false when a stop arrives meanwhile).
-  bool wait_while_paused();
+  /// The newest version set (0: none).
+  int64_t memory_version() const;
+  /// The toggles of `version` (every rank applies the version rank 0 broadcast).
+  MemoryConfig memory_of(int64_t version) const;
+  /// Blocks while paused; false when a stop arrives. `notify` calls on_pause_change (one rank).
+  bool wait_while_paused(bool notify = true);
   /// Called with true when the run enters a pause and false when it leaves it.
   std::function<void(bool)> on_pause_change;
 
@@ -51,7 +53,7 @@ class RunControl {
   std::atomic<bool> paused_{false};
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  std::optional<MemoryConfig> memory_;
+  std::map<int64_t, MemoryConfig> memory_history_;
   int64_t memory_version_ = 0;
 };
 
@@ -99,5 +101,11 @@ const char* to_string(RunOutcome::Status status);
 /// Runs training for `cfg` (which must be valid). Never throws: failures come back in the
 /// outcome (OOM and NaN with step and phase; bad data / checkpoint files as bad_input).
 RunOutcome run_training(const RunConfig& cfg, const RunOptions& options);
+
+/// Where a job's ranks start: runs `fn` once per rank of `cfg` with that rank's context (device,
+/// groups, RankScope bound): parallel.world_size rank threads (engine/parallel's
+/// run_rank_threads), this process's rank of a torchrun job, or rank 0 alone under emulation.
+/// A failing rank's exception ends the others' collectives (the launcher's RankError).
+void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn);
 
 }  // namespace odyssey

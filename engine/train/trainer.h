@@ -54,8 +54,8 @@ class StepFailure : public std::runtime_error {
 /// and absent.
 at::Device resolve_device(DeviceKind kind, int local_rank);
 at::ScalarType compute_dtype(DType dtype);
-/// Intra-op threads for `ranks_in_process` rank threads sharing this machine's cores, and
-/// flush-to-zero for denormal floats (process-wide).
+/// Intra-op threads for `ranks_in_process` rank threads sharing this machine's cores (cores /
+/// ranks - 1, at least 1; OMP_NUM_THREADS wins), and flush-to-zero for denormal floats.
 void configure_threads(int ranks_in_process);
 
 class Trainer {

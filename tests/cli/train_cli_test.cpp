@@ -219,3 +219,31 @@ TEST_CASE("odyssey train: Ctrl-C stops at a step boundary with a checkpoint; res
   REQUIRE(r.code == 0);
   CHECK(losses(dir).size() == 40);
 }
+
+TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli][train]") {
+  // 512 tokens in tiles of 64: the tiled variants really tile.
+  const Run r = run_odyssey("bench " + kTiny +
+                            "--set training.seq_len=512 --set memory.mlp_tile_tokens=64 --set memory.loss_tile_tokens=64 "
+                            "--steps 2 --json");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto v = parse_json(r.out);
+  REQUIRE(v.has_value());
+  CHECK(v->at("rounds").as_int() == 2);
+  std::map<std::string, const JsonValue*> by_name;
+  for (const auto& variant : v->at("variants").array) by_name[variant.at("name").string] = &variant;
+  for (const char* name : {"plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all"}) {
+    REQUIRE(by_name.count(name));
+    CHECK(by_name[name]->at("median_step_s").number > 0);
+    CHECK(by_name[name]->at("ratio").number > 0);
+    CHECK(by_name[name]->at("device_peak_bytes").as_int() > 0);
+  }
+  CHECK(by_name["offload"]->at("baseline").string == "checkpointing");
+  // Measured peaks: checkpointing below plain, offload below checkpointing with host bytes.
+  CHECK(by_name["checkpointing"]->at("device_peak_bytes").as_int() < by_name["plain"]->at("device_peak_bytes").as_int());
+  CHECK(by_name["offload"]->at("device_peak_bytes").as_int() <
+        by_name["checkpointing"]->at("device_peak_bytes").as_int());
+  CHECK(by_name["offload"]->at("host_peak_bytes").as_int() > 0);
+  CHECK(by_name["all"]->at("device_peak_bytes").as_int() < by_name["offload"]->at("device_peak_bytes").as_int());
+  CHECK(by_name["tiled_mlp"]->at("device_peak_bytes").as_int() < by_name["plain"]->at("device_peak_bytes").as_int());
+}

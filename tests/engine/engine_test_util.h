@@ -14,6 +14,13 @@
 
 namespace odyssey::test {
 
+/// The engine tests use tiny tensors: one intra-op thread (two OpenMP threads spin against other
+/// processes on the shared build machine and made a 0.4 s test take a minute).
+inline const bool kOneIntraOpThread = [] {
+  at::set_num_threads(1);
+  return true;
+}();
+
 /// A model small enough for CPU tests in milliseconds: `layers` blocks, d=32, 4/2 heads of 8,
 /// d_ffn 64, vocab 64, one sequence of `seq` tokens, fp32, long-range task, one CPU rank.
 inline RunConfig tiny_config(int64_t layers = 2, int64_t seq = 64) {

@@ -139,12 +139,3 @@ TEST_CASE("run: stop and live memory toggles take effect at step boundaries", "[
   const RunOutcome r = run_training(plain_cfg, ref);
   for (size_t i = 0; i < 5; ++i) CHECK(o.metrics[i].loss == Approx(r.metrics[i].loss).epsilon(1e-5));
 }
-
-TEST_CASE("run: world_size > 1 without the distributed stack is a clear error", "[engine][train]") {
-  RunConfig cfg = resume_config();
-  cfg.parallel.world_size = 2;
-  RunOptions opt;
-  const RunOutcome o = run_training(cfg, opt);
-  CHECK(o.status == RunOutcome::Status::Failed);
-  CHECK_THAT(o.error, Catch::Contains("world_size = 2") && Catch::Contains("needs the distributed stack"));
-}
