@@ -26,6 +26,8 @@ class ScriptRunner {
   /// Something went wrong (start refused, run failed, timeout); the screenshot is still taken.
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
+  /// True while the run trains toward --run-steps (the frame loop slows down to leave the CPU to it).
+  bool waiting_for_run() const { return stage_ == Stage::Training; }
   /// Seconds from the first frame to the moment the run steps were done (0 without a run).
   double run_seconds() const { return run_seconds_; }
 
