@@ -1,0 +1,93 @@
+// AppState's non-drawing operations: panel names, frame statistics, loading a preset into the
+// edited config, revalidation, and the per-frame update (poll the engine, sync live edits).
+// [SECTION] names and frame stats  [SECTION] updates
+// defines: panel_name, panel_title, FrameStats, load_preset_into, refresh_validation, frame_update
+#include "app/studio/app_state.h"
+
+#include <algorithm>
+
+#include "app/studio/panels.h"
+#include "engine/config/validate.h"
+
+namespace odyssey::studio {
+
+// [SECTION] names and frame stats -----------------------------------------------------------------
+
+const char* panel_name(PanelId id) {
+  static const char* names[] = {"config", "plan", "run", "timeline", "throughput", "log"};
+  return names[static_cast<int>(id)];
+}
+
+const char* panel_title(PanelId id) {
+  static const char* titles[] = {"Configuration", "Plan", "Run", "Memory timeline", "Throughput", "Log"};
+  return titles[static_cast<int>(id)];
+}
+
+void FrameStats::add(double ms) {
+  ui_ms[cursor] = static_cast<float>(ms);
+  cursor = (cursor + 1) % kWindow;
+  count = std::min(count + 1, kWindow);
+}
+
+double FrameStats::mean() const {
+  double s = 0;
+  for (int i = 0; i < count; ++i) s += ui_ms[i];
+  return count ? s / count : 0;
+}
+
+double FrameStats::max() const {
+  float m = 0;
+  for (int i = 0; i < count; ++i) m = std::max(m, ui_ms[i]);
+  return m;
+}
+
+// [SECTION] updates ------------------------------------------------------------------------------
+
+bool load_preset_into(AppState& state, const std::string& path) {
+  LoadedPreset loaded = load_preset(path);
+  auto& e = state.edit;
+  const bool unreadable = std::any_of(loaded.issues.begin(), loaded.issues.end(),
+                                      [](const ConfigIssue& i) { return i.key.empty(); });
+  if (unreadable) {
+    e.preset_message = "Could not load " + path + ":";
+    for (const auto& i : loaded.issues) e.preset_message += "\n" + i.format();
+    e.preset_message_error = true;
+    return false;
+  }
+  // Rules the validator will show at their fields are not repeated here; the rest (unknown keys,
+  // wrong types) are listed under the preset.
+  const auto rule_issues = validate(loaded.config);
+  std::string extra;
+  for (const auto& i : loaded.issues) {
+    const bool again = std::any_of(rule_issues.begin(), rule_issues.end(),
+                                   [&](const ConfigIssue& r) { return r.key == i.key && r.rule == i.rule; });
+    if (!again) extra += "\n" + i.format();
+  }
+  state.config = loaded.config;
+  state.preset_path = path;
+  e.preset_message = "Loaded " + path + (extra.empty() ? "" : " with problems:" + extra);
+  e.preset_message_error = !extra.empty();
+  e.validated = false;
+  e.context_text_for = -1;
+  refresh_validation(state);
+  return true;
+}
+
+void refresh_validation(AppState& state) {
+  auto& e = state.edit;
+  if (e.validated && e.validated_for == state.config) return;
+  e.issues = validate(state.config);
+  e.messages = file_issues(e.issues, config_panel_keys());
+  e.validated_for = state.config;
+  e.validated = true;
+}
+
+void frame_update(AppState& state, EngineControl& engine, double now_s) {
+  state.now_s = now_s;
+  state.status = engine.status();
+  if (state.run.has_run()) state.history.poll(engine);
+  refresh_validation(state);
+  state.run.sync(engine, state.config, state.edit.issues.empty(), now_s, state.history);
+}
+
+}  // namespace odyssey::studio

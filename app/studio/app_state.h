@@ -1,0 +1,120 @@
+// All persistent UI state of the studio in one struct (Tracy's ViewData): the config being edited
+// and its validation, the plan caches, the run controller and history, which panels show, plot
+// views, scale and frame timing. Panels are free functions over (AppState&, EngineControl&).
+// defines: PanelId, panel_name, panel_title, AppState and its parts, load_preset_into,
+// refresh_validation, frame_update
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/studio/config_edit.h"
+#include "app/studio/engine_control.h"
+#include "app/studio/plan_cache.h"
+#include "app/studio/plot.h"
+#include "app/studio/run_control.h"
+#include "app/studio/run_history.h"
+
+namespace odyssey::studio {
+
+enum class PanelId { Config, Plan, Run, Timeline, Throughput, Log };
+constexpr int kPanelCount = 6;
+/// "config", "plan", "run", "timeline", "throughput", "log" (the --panel names).
+const char* panel_name(PanelId id);
+/// Window titles: "Configuration", "Plan", ...
+const char* panel_title(PanelId id);
+
+/// The configuration panel's text buffers and the validation of the edited config.
+struct ConfigEditState {
+  char context_text[32] = {};
+  int64_t context_text_for = -1;   ///< seq_len the text was last filled from
+  std::string context_error;       ///< the parser's message for the typed text
+  bool context_editing = false;    ///< the text field has focus (not refilled from the config)
+  char open_path[512] = {};
+  std::string preset_message;      ///< result of the last load/save
+  bool preset_message_error = false;
+  std::vector<ConfigIssue> issues; ///< validate(config)
+  FieldMessages messages;          ///< issues filed under their fields
+  RunConfig validated_for;         ///< config the issues belong to
+  bool validated = false;
+};
+
+struct TimelineState {
+  plot::View view;
+  int64_t step = -1;          ///< -1: the latest complete step
+  bool all_steps = false;     ///< show the whole run instead of one step
+  int rank = -1;              ///< -1: all ranks
+  bool show_planned = true;
+  bool show_phase_peaks = true;
+  int64_t shown_step = -2;    ///< selection the view last fitted (a new one refits)
+  std::vector<plot::DownsampleCache> device_lines, host_lines;  ///< per rank
+};
+
+struct ThroughputState {
+  plot::View view;
+};
+
+/// UI thread time per frame (what the UI costs, independent of vsync) and the frame interval.
+struct FrameStats {
+  static constexpr int kWindow = 240;
+  std::array<float, kWindow> ui_ms{};
+  int cursor = 0, count = 0;
+  double frame_interval_ms = 0;
+  void add(double ms);
+  double mean() const;
+  double max() const;
+};
+
+/// The dialogs of the File menu (open, save preset, export trace and metrics).
+enum class FileDialog { None, Open, SavePreset, ExportTrace, ExportMetrics };
+
+struct AppState {
+  // Configuration being edited.
+  RunConfig config;
+  std::string preset_path;
+  ConfigEditState edit;
+
+  // Planner (for the edited config and for the config the engine runs).
+  PlanCache plan;
+  PlanCache run_plan{false};  ///< the running config's plan (timeline overlay, run panel)
+
+  // Engine.
+  RunControl run;
+  RunHistory history;
+
+  // Layout and view.
+  std::array<bool, kPanelCount> show{true, true, true, true, true, true};
+  std::optional<PanelId> focus;           ///< that panel fills the content area
+  std::optional<PanelId> focus_request;   ///< bring this window to the front next frame
+  bool tiled = true;                      ///< windows follow the tiled layout each frame
+  float scale = 1.0f;                     ///< applied UI scale
+  float requested_scale = 1.0f;           ///< the frame loop rebuilds fonts when it differs
+  TimelineState timeline;
+  ThroughputState throughput;
+  FrameStats frame;
+  double now_s = 0;                       ///< monotonic clock at this frame
+  SessionStatus status;                   ///< the engine's status, read once per frame
+
+  // File dialogs.
+  FileDialog dialog = FileDialog::None;
+  bool dialog_opened = false;
+  char dialog_path[512] = {};
+  std::string dialog_message;
+  bool dialog_message_error = false;
+
+  bool quit_requested = false;
+  bool shown(PanelId id) const { return show[static_cast<int>(id)]; }
+};
+
+/// Loads a preset file into the edited config. A file that cannot be parsed leaves the config as
+/// it was and says why; a file that parses but breaks rules loads and shows each rule at its field.
+bool load_preset_into(AppState& state, const std::string& path);
+/// Revalidates the edited config when it changed since the last call.
+void refresh_validation(AppState& state);
+/// Everything a frame does besides drawing: poll the engine, revalidate, sync live edits.
+void frame_update(AppState& state, EngineControl& engine, double now_s);
+
+}  // namespace odyssey::studio

@@ -1,0 +1,125 @@
+// Parsing of odyssey-studio's arguments; every bad argument is named with the rule it breaks.
+// defines: parse_studio_args, studio_usage, panel_from_name
+#include "app/studio/cli_options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+namespace odyssey::studio {
+
+namespace {
+template <typename T>
+bool parse_number(const std::string& text, T* out) {
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, *out);
+  return ec == std::errc() && p == end;
+}
+bool parse_float(const std::string& text, double* out) {
+  char* end = nullptr;
+  *out = std::strtod(text.c_str(), &end);
+  return !text.empty() && end == text.c_str() + text.size();
+}
+}  // namespace
+
+std::optional<PanelId> panel_from_name(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (int i = 0; i < kPanelCount; ++i)
+    if (lower == panel_name(static_cast<PanelId>(i))) return static_cast<PanelId>(i);
+  return std::nullopt;
+}
+
+std::string studio_usage() {
+  return "usage: odyssey-studio [PRESET] [--screenshot FILE [--frames N]] [--run-steps N] [--scale S]\n"
+         "                      [--panel config|plan|run|timeline|throughput|log] [--size WxH]\n"
+         "                      [--set section.key=value]... [--change-at STEP:section.key=value]...\n"
+         "                      [--timeout SECONDS] [--bench-samples N]\n"
+         "  PRESET          preset file to open (default presets/tiny-cpu.toml)\n"
+         "  --screenshot F  render, write a PNG to F and exit 0 (1 if the window or the run fails)\n"
+         "  --frames N      frames rendered before the screenshot (default 5)\n"
+         "  --run-steps N   train N steps first and wait for them (screenshot mode)\n"
+         "  --scale S       UI scale, 0.5 to 4 (also View > Scale)\n"
+         "  --panel NAME    focus one panel: it fills the area beside the configuration\n"
+         "  --size WxH      window size (default 1600x1000)\n"
+         "  --set k=v       override a preset key, as `odyssey train --set`\n"
+         "  --change-at S:k=v  when the run reaches step S, edit key k as if through the UI\n"
+         "                  (a live toggle, or a restart for model/parallel keys)\n"
+         "  --timeout S     screenshot mode: stop waiting for the run after S seconds (default 600)\n"
+         "  --bench-samples N  benchmark: fill the timeline with N synthetic memory samples (no\n"
+         "                  engine) to measure the frame time of the plot path\n";
+}
+
+bool parse_studio_args(int argc, const char* const* argv, StudioOptions* out, std::string* error) {
+  StudioOptions o;
+  bool preset_given = false;
+  auto fail = [&](const std::string& msg) {
+    if (error) *error = msg;
+    return false;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](std::string* v) {
+      if (i + 1 >= argc) return false;
+      *v = argv[++i];
+      return true;
+    };
+    std::string v;
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+    } else if (arg == "--screenshot") {
+      if (!value(&v) || v.empty()) return fail("--screenshot needs a file name");
+      o.screenshot = v;
+    } else if (arg == "--frames") {
+      if (!value(&v) || !parse_number(v, &o.frames) || o.frames < 1 || o.frames > 100000)
+        return fail("--frames " + v + ": needs a whole number between 1 and 100000");
+    } else if (arg == "--run-steps") {
+      if (!value(&v) || !parse_number(v, &o.run_steps) || o.run_steps < 0)
+        return fail("--run-steps " + v + ": needs a whole number of steps, 0 or more");
+    } else if (arg == "--scale") {
+      double s = 0;
+      if (!value(&v) || !parse_float(v, &s) || s < 0.5 || s > 4)
+        return fail("--scale " + v + ": needs a number between 0.5 and 4");
+      o.scale = static_cast<float>(s);
+    } else if (arg == "--panel") {
+      if (!value(&v)) return fail("--panel needs a name: config, plan, run, timeline, throughput or log");
+      o.panel = panel_from_name(v);
+      if (!o.panel) return fail("--panel " + v + ": unknown panel (config, plan, run, timeline, throughput, log)");
+    } else if (arg == "--size") {
+      const auto x = (value(&v) ? v.find('x') : std::string::npos);
+      if (x == std::string::npos || !parse_number(v.substr(0, x), &o.width) || !parse_number(v.substr(x + 1), &o.height) ||
+          o.width < 320 || o.height < 240 || o.width > 8192 || o.height > 8192)
+        return fail("--size " + v + ": needs WIDTHxHEIGHT between 320x240 and 8192x8192, e.g. 1600x1000");
+    } else if (arg == "--set") {
+      if (!value(&v) || v.find('=') == std::string::npos) return fail("--set " + v + ": needs section.key=value");
+      o.sets.push_back(v);
+    } else if (arg == "--change-at") {
+      const auto colon = value(&v) ? v.find(':') : std::string::npos;
+      ScriptedChange c;
+      if (colon == std::string::npos || !parse_number(v.substr(0, colon), &c.step) || c.step < 0 ||
+          v.find('=', colon) == std::string::npos)
+        return fail("--change-at " + v + ": needs STEP:section.key=value, e.g. 20:memory.tiled_mlp=false");
+      c.assignment = v.substr(colon + 1);
+      o.changes.push_back(c);
+    } else if (arg == "--bench-samples") {
+      if (!value(&v) || !parse_number(v, &o.bench_samples) || o.bench_samples < 1 || o.bench_samples > 100'000'000)
+        return fail("--bench-samples " + v + ": needs a sample count between 1 and 100000000");
+    } else if (arg == "--timeout") {
+      if (!value(&v) || !parse_float(v, &o.timeout_s) || o.timeout_s <= 0)
+        return fail("--timeout " + v + ": needs a positive number of seconds");
+    } else if (!arg.empty() && arg[0] == '-') {
+      return fail("unknown option " + arg);
+    } else if (!preset_given) {
+      o.preset = arg;
+      preset_given = true;
+    } else {
+      return fail("unexpected argument " + arg + " (one preset at most)");
+    }
+  }
+  std::stable_sort(o.changes.begin(), o.changes.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  *out = o;
+  return true;
+}
+
+}  // namespace odyssey::studio

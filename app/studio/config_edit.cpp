@@ -1,0 +1,200 @@
+// Configuration-panel logic: context-length parsing and the log slider's snapping, filing
+// validator issues under fields, flavors/profiles, technique trade-offs, and change classification
+// against a running config. defines: see config_edit.h
+#include "app/studio/config_edit.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "engine/config/schema.h"
+#include "engine/config/sizes.h"
+#include "engine/config/validate.h"
+
+namespace odyssey::studio {
+
+// --- Context length ------------------------------------------------------------------------------
+
+std::optional<int64_t> parse_context_length(std::string_view text, std::string* error) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  auto fail = [&](std::string msg) -> std::optional<int64_t> {
+    if (error) *error = std::move(msg);
+    return std::nullopt;
+  };
+  if (text.empty()) return fail("type a token count such as 131072, 512K or 3M");
+  const auto tokens = parse_size(text);
+  if (!tokens)
+    return fail("\"" + std::string(text) + "\" is not a token count: write 131072, 512K, 1.5M or 3M (K = 1024)");
+  if (*tokens < 2) return fail("needs at least 2 tokens (one input and one label)");
+  if (error) error->clear();
+  return tokens;
+}
+
+float context_to_slider(int64_t tokens) {
+  const int64_t clamped = std::clamp(tokens, kContextSliderMin, kContextSliderMax);
+  return static_cast<float>(std::log2(static_cast<double>(clamped)));
+}
+
+int64_t slider_to_context(float log2_tokens) {
+  const double lo = std::log2(static_cast<double>(kContextSliderMin));
+  const double hi = std::log2(static_cast<double>(kContextSliderMax));
+  const double v = std::clamp(static_cast<double>(log2_tokens), lo, hi);
+  const int k = static_cast<int>(std::floor(v));
+  const double frac = v - k;
+  const double one_and_half = std::log2(1.5);  // 0.585: where 1.5 x 2^k sits between 2^k and 2^(k+1)
+  int64_t out;
+  if (frac < one_and_half / 2)
+    out = int64_t{1} << k;
+  else if (frac < (one_and_half + 1) / 2)
+    out = (int64_t{3} << k) / 2;
+  else
+    out = int64_t{1} << (k + 1);
+  return std::clamp(out, kContextSliderMin, kContextSliderMax);
+}
+
+// --- Messages next to their fields -----------------------------------------------------------------
+
+const std::vector<std::string>* FieldMessages::find(const std::string& key) const {
+  const auto it = by_key.find(key);
+  return it == by_key.end() ? nullptr : &it->second;
+}
+
+size_t FieldMessages::count() const {
+  size_t n = unplaced.size();
+  for (const auto& [key, list] : by_key) n += list.size();
+  return n;
+}
+
+std::string issue_message(const ConfigIssue& issue) {
+  std::string out = issue.rule;
+  if (!issue.hint.empty()) out += " (" + issue.hint + ")";
+  return out;
+}
+
+FieldMessages file_issues(const std::vector<ConfigIssue>& issues, const std::set<std::string>& shown_keys) {
+  FieldMessages out;
+  for (const auto& issue : issues) {
+    if (!issue.key.empty() && shown_keys.count(issue.key))
+      out.by_key[issue.key].push_back(issue_message(issue));
+    else
+      out.unplaced.push_back(issue.key.empty() ? issue.format() : issue.key + " = " + issue.value + ": " + issue_message(issue));
+  }
+  return out;
+}
+
+// --- Flavors, profiles, techniques ---------------------------------------------------------------
+
+bool apply_model_flavor(RunConfig& cfg, const std::string& name) {
+  if (name == "custom") {
+    cfg.model.flavor = "custom";
+    return true;
+  }
+  const auto shape = find_model_flavor(name);
+  if (!shape) return false;
+  cfg.model = *shape;
+  cfg.model.flavor = name;
+  return true;
+}
+
+bool apply_hardware_profile(RunConfig& cfg, const std::string& name) {
+  if (name == "custom") {
+    cfg.hardware.profile = "custom";
+    return true;
+  }
+  const auto spec = find_hardware_profile(name);
+  if (!spec) return false;
+  cfg.hardware = *spec;
+  cfg.hardware.profile = name;
+  return true;
+}
+
+bool model_differs_from_flavor(const RunConfig& cfg) {
+  auto shape = find_model_flavor(cfg.model.flavor);
+  if (!shape) return false;
+  shape->flavor = cfg.model.flavor;
+  return !(*shape == cfg.model);
+}
+
+bool hardware_differs_from_profile(const RunConfig& cfg) {
+  auto spec = find_hardware_profile(cfg.hardware.profile);
+  if (!spec) return false;
+  spec->profile = cfg.hardware.profile;
+  return !(*spec == cfg.hardware);
+}
+
+const std::vector<Technique>& techniques() {
+  static const std::vector<Technique> list = {
+      {"parallel.fsdp", "FSDP",
+       "Shards params, grads and AdamW state over all ranks (1/W each); costs an all-gather per block "
+       "in forward and backward and a reduce-scatter of the gradients.",
+       [](RunConfig& c) { return &c.parallel.fsdp; }},
+      {"memory.activation_checkpointing", "Activation checkpointing",
+       "Keeps only each block's input for backward instead of all its activations; costs one extra "
+       "forward of every block during backward (about +33% compute).",
+       [](RunConfig& c) { return &c.memory.activation_checkpointing; }},
+      {"memory.offload_activations", "Offload to host",
+       "Moves the checkpointed block inputs to host memory (at most two stay on the device); costs "
+       "PCIe traffic, hidden behind compute when the link is fast enough.",
+       [](RunConfig& c) { return &c.memory.offload_activations; }},
+      {"memory.tiled_mlp", "Tiled MLP",
+       "Runs the MLP over sequence tiles so the [tokens, d_ffn] intermediates exist one tile at a "
+       "time; costs recomputing each tile's forward in backward.",
+       [](RunConfig& c) { return &c.memory.tiled_mlp; }},
+      {"memory.tiled_loss", "Tiled loss",
+       "LM head and cross-entropy per sequence tile, never the whole [tokens, vocab] logits; costs "
+       "a little per-tile overhead.",
+       [](RunConfig& c) { return &c.memory.tiled_loss; }},
+      {"memory.untied_ulysses", "Untied Ulysses",
+       "Attention in head stages that reuse one buffer set: the workspace of one stage instead of "
+       "all local heads; costs more, smaller all-to-alls and re-projection in backward.",
+       [](RunConfig& c) { return &c.memory.untied_ulysses; }},
+  };
+  return list;
+}
+
+std::vector<int64_t> heads_per_stage_choices(const RunConfig& cfg) {
+  if (!cfg.memory.untied_ulysses) return {};
+  return valid_heads_per_stage(cfg);
+}
+
+// --- Edits against a running config ----------------------------------------------------------------
+
+const char* to_string(ChangeKind kind) {
+  switch (kind) {
+    case ChangeKind::None: return "none";
+    case ChangeKind::PlanOnly: return "plan only";
+    case ChangeKind::Live: return "live";
+    case ChangeKind::Restart: return "restart";
+  }
+  return "?";
+}
+
+namespace {
+ChangeKind kind_of_section(std::string_view section) {
+  if (section == "memory") return ChangeKind::Live;
+  if (section == "hardware" || section == "output" || section.empty()) return ChangeKind::PlanOnly;
+  return ChangeKind::Restart;  // model, training, parallel: shapes, shards and rank threads change
+}
+}  // namespace
+
+ConfigChange classify_change(const RunConfig& running, const RunConfig& edited) {
+  ConfigChange change;
+  std::string plan_summary;
+  for (const KeySpec& spec : config_schema()) {
+    const std::string before = value_text(spec, running);
+    const std::string after = value_text(spec, edited);
+    if (before == after) continue;
+    const std::string key = spec.full_name();
+    const ChangeKind kind = kind_of_section(spec.section);
+    change.keys.push_back(key);
+    change.kind = std::max(change.kind, kind);
+    std::string& summary = kind == ChangeKind::PlanOnly ? plan_summary : change.summary;
+    if (!summary.empty()) summary += "; ";
+    summary += key + ": " + before + " -> " + after;
+  }
+  if (change.kind == ChangeKind::PlanOnly) change.summary = plan_summary;
+  return change;
+}
+
+}  // namespace odyssey::studio

@@ -1,0 +1,141 @@
+// Export: save the edited config as a commented TOML preset (verified by loading it back, so
+// `odyssey train FILE` runs exactly what the studio shows), open any preset file, and export the
+// run's Perfetto trace and metrics JSONL through the engine. defines: export_preset,
+// draw_file_dialogs
+#include <imgui.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "app/studio/panels.h"
+#include "engine/config/preset.h"
+
+namespace odyssey::studio {
+
+bool export_preset(const RunConfig& cfg, const std::string& path, std::string* message) {
+  std::string error;
+  if (path.empty()) {
+    if (message) *message = "give a file name, e.g. presets/my-run.toml";
+    return false;
+  }
+  if (!save_preset(path, cfg, &error)) {
+    if (message) *message = error;
+    return false;
+  }
+  const LoadedPreset back = load_preset(path);
+  if (!back.ok()) {
+    if (message) *message = path + " was written but does not load cleanly: " + back.issues.front().format();
+    return false;
+  }
+  if (!(back.config == cfg)) {
+    if (message) *message = path + " was written but loads back to a different config (please report this)";
+    return false;
+  }
+  if (message) *message = "Saved " + path + "; run it with: odyssey train " + path;
+  return true;
+}
+
+namespace {
+
+const char* dialog_title(FileDialog d) {
+  switch (d) {
+    case FileDialog::Open: return "Open preset";
+    case FileDialog::SavePreset: return "Save preset";
+    case FileDialog::ExportTrace: return "Export trace";
+    case FileDialog::ExportMetrics: return "Export metrics";
+    case FileDialog::None: break;
+  }
+  return "";
+}
+
+std::string default_path(const AppState& state, FileDialog d) {
+  const std::string dir = state.config.output.dir.empty() ? "runs/studio" : state.config.output.dir;
+  switch (d) {
+    case FileDialog::Open: return state.preset_path.empty() ? "presets/" : state.preset_path;
+    case FileDialog::SavePreset: {
+      std::string stem = state.preset_path.empty() ? "presets/studio" : state.preset_path;
+      if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".toml") == 0) stem.resize(stem.size() - 5);
+      return stem + "-tuned.toml";
+    }
+    case FileDialog::ExportTrace: return dir + "/studio-trace.json";
+    case FileDialog::ExportMetrics: return dir + "/studio-metrics.jsonl";
+    case FileDialog::None: break;
+  }
+  return "";
+}
+
+/// Runs the dialog's action. True when the dialog can close.
+bool run_action(AppState& state, EngineControl& engine, const std::string& path) {
+  std::string msg;
+  bool ok = false;
+  switch (state.dialog) {
+    case FileDialog::Open:
+      ok = load_preset_into(state, path);
+      msg = state.edit.preset_message;
+      break;
+    case FileDialog::SavePreset:
+      ok = export_preset(state.config, path, &msg);
+      if (ok) state.preset_path = path;
+      state.edit.preset_message = msg;
+      state.edit.preset_message_error = !ok;
+      break;
+    case FileDialog::ExportTrace:
+    case FileDialog::ExportMetrics: {
+      std::error_code ec;
+      const auto parent = std::filesystem::path(path).parent_path();
+      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+      ok = state.dialog == FileDialog::ExportTrace ? engine.export_trace(path, &msg) : engine.export_metrics(path, &msg);
+      if (ok) msg = "Wrote " + path;
+      state.history.add_log("[studio] " + (ok ? msg : "export failed: " + msg));
+      break;
+    }
+    case FileDialog::None: return true;
+  }
+  state.dialog_message = msg;
+  state.dialog_message_error = !ok;
+  return ok;
+}
+
+}  // namespace
+
+void draw_file_dialogs(AppState& state, EngineControl& engine) {
+  if (state.dialog == FileDialog::None) return;
+  const char* title = dialog_title(state.dialog);
+  if (!state.dialog_opened) {
+    std::snprintf(state.dialog_path, sizeof state.dialog_path, "%s", default_path(state, state.dialog).c_str());
+    state.dialog_message.clear();
+    ImGui::OpenPopup(title);
+    state.dialog_opened = true;
+  }
+  const ImVec2 center = ImGui::GetMainViewport()->GetCenter();
+  ImGui::SetNextWindowPos(center, ImGuiCond_Appearing, {0.5f, 0.5f});
+  ImGui::SetNextWindowSize({ImGui::GetFontSize() * 36, 0}, ImGuiCond_Appearing);
+  bool open = true;
+  if (ImGui::BeginPopupModal(title, &open)) {
+    ImGui::TextUnformatted("File (relative to the working directory):");
+    ImGui::SetNextItemWidth(-FLT_MIN);
+    if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
+    const bool enter = ImGui::InputText("##path", state.dialog_path, sizeof state.dialog_path, ImGuiInputTextFlags_EnterReturnsTrue);
+    if (state.dialog == FileDialog::SavePreset)
+      ImGui::TextColored(to_vec4(kColorDim), "A commented TOML preset that `odyssey train` runs unchanged.");
+    if (!state.dialog_message.empty()) {
+      ImGui::PushTextWrapPos(0);
+      ImGui::TextColored(to_vec4(state.dialog_message_error ? kColorBad : kColorGood), "%s", state.dialog_message.c_str());
+      ImGui::PopTextWrapPos();
+    }
+    bool close = false;
+    if (ImGui::Button("OK") || enter) close = run_action(state, engine, state.dialog_path);
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) close = true;
+    if (close) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+    if (close) open = false;
+  }
+  if (!open) {
+    state.dialog = FileDialog::None;
+    state.dialog_opened = false;
+  }
+}
+
+}  // namespace odyssey::studio

@@ -1,0 +1,100 @@
+// Throughput panel: tokens/s, step time and MFU over steps, with a vertical mark at the step where
+// each live change (or restart) took effect, so a technique's cost shows where it was switched.
+// defines: draw_throughput_panel
+#include <imgui.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "app/studio/panels.h"
+
+namespace odyssey::studio {
+
+namespace {
+
+/// "memory.tiled_mlp: true -> false; memory.x: 2 -> 4" -> "tiled_mlp off, x 2 -> 4" (labels on the plot).
+std::string short_label(const std::string& what) {
+  std::string out;
+  size_t start = 0;
+  while (start < what.size()) {
+    size_t end = what.find("; ", start);
+    if (end == std::string::npos) end = what.size();
+    std::string part = what.substr(start, end - start);
+    if (const size_t dot = part.find('.'); dot != std::string::npos && dot < part.find(':')) part = part.substr(dot + 1);
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{": true -> false", " off"}, {": false -> true", " on"}, {": ", " "}})
+      if (const size_t at = part.find(from); at != std::string::npos) {
+        part.replace(at, from.size(), to);
+        break;
+      }
+    out += (out.empty() ? "" : ", ") + part;
+    start = end + 2;
+  }
+  return out;
+}
+
+void draw_series(AppState& state, const char* id, const char* title, const std::vector<double>& steps,
+                 const std::vector<double>& values, plot::Format format, float height, plot::Range data_x, bool label_markers) {
+  plot::Plot plt(id, {0, height}, &state.throughput.view, data_x, plot::Format::Step, format);
+  std::vector<plot::Point> pts;
+  plot::downsample_minmax(steps.data(), values.data(), steps.size(), plt.x(), plt.columns(), &pts);
+  plot::Range y{0, 0};
+  for (const auto& p : pts) y.include(p.y);
+  plt.set_y(y);
+  for (const auto& m : state.history.markers())
+    plt.vline(double(m.step), m.restart ? kColorBad : kColorWarn,
+              label_markers ? ((m.restart ? "restart: " : "") + short_label(m.what)).c_str() : nullptr);
+  plt.polyline(pts, IM_COL32(120, 200, 255, 255), 2.f);
+  if (pts.size() < 60)
+    for (const auto& p : pts) plt.draw_list()->AddCircleFilled(plt.to_screen(p.x, p.y), 2.5f, IM_COL32(120, 200, 255, 255));
+  const ImVec2 ts = ImGui::CalcTextSize(title);
+  plt.draw_list()->AddRectFilled({plt.min().x + 3, plt.min().y + 3}, {plt.min().x + ts.x + 9, plt.min().y + ts.y + 5},
+                                 IM_COL32(0, 0, 0, 160), 2.f);
+  plt.draw_list()->AddText({plt.min().x + 6, plt.min().y + 4}, IM_COL32(220, 220, 230, 230), title);
+  plt.end();
+  if (plt.hovered() && !steps.empty()) {
+    const auto it = std::lower_bound(steps.begin(), steps.end(), plt.mouse_x() - 0.5);
+    const size_t i = std::min(static_cast<size_t>(it - steps.begin()), steps.size() - 1);
+    ImGui::BeginTooltip();
+    ImGui::Text("step %.0f: %s %s", steps[i], plot::format_value(values[i], format).c_str(), title);
+    for (const auto& m : state.history.markers())
+      if (std::abs(double(m.step) - steps[i]) < 0.5)
+        ImGui::TextColored(to_vec4(m.restart ? kColorBad : kColorWarn), "%s here: %s", m.restart ? "restart" : "live change",
+                           m.what.c_str());
+    ImGui::EndTooltip();
+  }
+}
+
+}  // namespace
+
+void draw_throughput_panel(AppState& state, EngineControl& engine) {
+  const auto& metrics = state.history.metrics();
+  if (metrics.empty()) {
+    empty_state(!state.run.has_run()                          ? "No run yet: press Start"
+                : state.status.state == SessionState::Failed ? "The run failed before its first step (see Run)"
+                                                             : "Waiting for the first step...",
+                "Tokens per second, step time and MFU per step appear here; every toggle you flip "
+                "during the run is marked at the step where it took effect.");
+    return;
+  }
+  std::vector<double> steps, tps, step_s, mfu;
+  for (const auto& m : metrics) {
+    steps.push_back(double(m.step));
+    tps.push_back(m.tokens_per_s);
+    step_s.push_back(m.step_time_s);
+    mfu.push_back(m.mfu);
+  }
+  ImGui::Text("last: %s tokens/s, %s/step, MFU %.2f%%", plot::format_value(tps.back(), plot::Format::Number).c_str(),
+              plot::format_value(step_s.back(), plot::Format::Seconds).c_str(), mfu.back() * 100);
+  help_marker("One point per step. Orange lines: a live change (toggle, tile size, heads per stage) took "
+              "effect at that step; red lines: the run restarted. Wheel zooms, drag pans, double-click "
+              "fits. MFU is measured against the hardware profile the run was started with.");
+  const plot::Range data_x{steps.front() - 0.5, steps.back() + 0.5};
+  const float avail = ImGui::GetContentRegionAvail().y;
+  const float each = std::max(ImGui::GetFontSize() * 6, (avail - 2 * ImGui::GetStyle().ItemSpacing.y) / 3);
+  draw_series(state, "##tps", "tokens/s", steps, tps, plot::Format::Number, each, data_x, true);
+  draw_series(state, "##step_s", "step time", steps, step_s, plot::Format::Seconds, each, data_x, false);
+  draw_series(state, "##mfu", "MFU", steps, mfu, plot::Format::Percent, each, data_x, false);
+}
+
+}  // namespace odyssey::studio

@@ -1,0 +1,52 @@
+// The panels, one file each (panel_<name>.cpp), as free functions over the UI state and the engine.
+// Each draws inside a window the dispatcher has begun. Their non-rendering logic lives in
+// config_edit.h, run_control.h, plan_cache.h, timeline_model.h and here (export).
+// defines: draw_*_panel, draw_file_dialogs, export_preset, StudioPalette helpers
+#pragma once
+
+#include <imgui.h>
+
+#include <set>
+#include <string>
+
+#include "app/studio/app_state.h"
+#include "app/studio/engine_control.h"
+#include "app/studio/timeline_model.h"
+
+namespace odyssey::studio {
+
+void draw_config_panel(AppState& state, EngineControl& engine);
+/// Keys the configuration panel has a field for (their issues show beside the field).
+const std::set<std::string>& config_panel_keys();
+void draw_plan_panel(AppState& state, EngineControl& engine);
+void draw_run_panel(AppState& state, EngineControl& engine);
+void draw_timeline_panel(AppState& state, EngineControl& engine);
+void draw_throughput_panel(AppState& state, EngineControl& engine);
+void draw_log_panel(AppState& state, EngineControl& engine);
+/// The File menu's modal dialogs (open, save preset, export trace/metrics).
+void draw_file_dialogs(AppState& state, EngineControl& engine);
+
+/// Saves `cfg` as a commented preset and loads it back to prove `odyssey train` reads the same
+/// config. False with *message when writing fails or the file does not load back identical.
+bool export_preset(const RunConfig& cfg, const std::string& path, std::string* message);
+
+// --- shared widgets (widgets.cpp) -------------------------------------------------------------------
+
+/// A "(?)" that shows `text` on hover.
+void help_marker(const char* text);
+/// The validator's messages for `key` in red under the field, if any. True when there were some.
+bool field_messages(const AppState& state, const char* key);
+/// A centred, dimmed message for an empty panel ("No run yet: press Start").
+void empty_state(const char* title, const char* detail);
+/// Colour of a memory category (plan bars) and of a phase class (timeline bands).
+ImU32 category_color(int category, int alpha = 255);
+ImU32 phase_color(PhaseClass c, int alpha = 255);
+/// Distinct colours for ranks.
+ImU32 rank_color(int rank, int alpha = 255);
+constexpr ImU32 kColorGood = IM_COL32(110, 210, 120, 255);
+constexpr ImU32 kColorBad = IM_COL32(240, 90, 90, 255);
+constexpr ImU32 kColorWarn = IM_COL32(240, 190, 80, 255);
+constexpr ImU32 kColorDim = IM_COL32(150, 155, 165, 255);
+inline ImVec4 to_vec4(ImU32 c) { return ImGui::ColorConvertU32ToFloat4(c); }
+
+}  // namespace odyssey::studio

@@ -1,0 +1,83 @@
+// The plan panel's cache: the planner's prediction for one config, recomputed only when the config
+// changes. The memory plan itself (well under a millisecond) is computed in the frame of the edit;
+// the ladder, the max-context solve and the advisor (tens of milliseconds for 32-64-layer models)
+// run on a worker thread, latest config wins, so the UI never waits for them.
+// defines: PlanResult, PlanCache
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/config/run_config.h"
+#include "engine/planner/planner.h"
+
+namespace odyssey::studio {
+
+/// Everything the plan panel shows for one config.
+struct PlanResult {
+  bool ok = false;              ///< false when the config is invalid or the planner threw
+  std::string error;            ///< why not
+  MemoryPlan plan;
+  double compute_ms = 0;        ///< plan_memory's time (in the frame)
+  // Computed in the background; valid for this config once extras_ready.
+  bool extras_ready = false;
+  std::string extras_error;
+  std::vector<LadderRung> ladder;
+  int64_t max_seq_len = 0;      ///< for the config as edited
+  std::vector<Advice> advice;   ///< only when the plan does not fit
+  double extras_ms = 0;
+};
+
+class PlanCache {
+ public:
+  /// `with_extras` = false: only the memory plan (the timeline's planned overlay needs no ladder).
+  explicit PlanCache(bool with_extras = true) : with_extras_(with_extras) {}
+  ~PlanCache();
+  PlanCache(const PlanCache&) = delete;
+  PlanCache& operator=(const PlanCache&) = delete;
+
+  /// The result for `cfg`: the plan is fresh; the extras are fresh once `extras_ready`, until
+  /// then they are the previous config's (the panel says so).
+  const PlanResult& get(const RunConfig& cfg);
+  /// Forgets the cached result (the next get() recomputes).
+  void invalidate() { valid_ = false; }
+  /// Number of plan computations so far (tests, the panel's footer).
+  uint64_t computations() const { return computations_; }
+  /// True while the background work for the current config is not yet in the result.
+  bool extras_pending() const { return valid_ && result_.ok && with_extras_ && !result_.extras_ready; }
+  /// Blocks until the extras for the current config are in (tests, screenshots).
+  void wait_for_extras();
+
+ private:
+  struct Extras {
+    uint64_t generation = 0;
+    std::string error;
+    std::vector<LadderRung> ladder;
+    int64_t max_seq_len = 0;
+    std::vector<Advice> advice;
+    double ms = 0;
+  };
+  void worker_loop();
+  void collect();  // moves finished extras into result_
+
+  const bool with_extras_;
+  bool valid_ = false;
+  RunConfig key_;
+  PlanResult result_;
+  uint64_t computations_ = 0;
+  uint64_t generation_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::optional<std::pair<uint64_t, RunConfig>> job_;  // latest request
+  std::optional<Extras> done_;                         // latest finished
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace odyssey::studio

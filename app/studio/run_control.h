@@ -1,0 +1,56 @@
+// The run panel's logic without rendering: start/pause/stop, and keeping the running engine in step
+// with the edited config - memory toggles go out through apply_live (they take effect at the next
+// step), model or world-size edits restart the run after the edits settle, with a notice.
+// defines: RunControl
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "app/studio/config_edit.h"
+#include "app/studio/engine_control.h"
+#include "app/studio/run_history.h"
+
+namespace odyssey::studio {
+
+class RunControl {
+ public:
+  /// Seconds an edit that needs a restart waits for further edits (a dragged slider restarts once).
+  static constexpr double kRestartSettleS = 0.75;
+
+  /// Starts a new run of `cfg`; clears `history`. False with *error when the engine refuses.
+  bool start(EngineControl& engine, const RunConfig& cfg, RunHistory& history, std::string* error);
+  void pause(EngineControl& engine);
+  void resume(EngineControl& engine);
+  void stop(EngineControl& engine);
+
+  /// Called every frame with the config being edited. While a run is live, sends memory edits
+  /// through apply_live at once, schedules a restart for model/parallel/training edits, and holds
+  /// back invalid configs (the fields show why). `now_s` is any monotonic clock in seconds.
+  void sync(EngineControl& engine, const RunConfig& edited, bool edited_valid, double now_s, RunHistory& history);
+
+  /// The config the engine runs (what was last started, applied or restarted).
+  const RunConfig& engine_config() const { return sent_; }
+  bool has_run() const { return has_run_; }
+  /// True while a restart waits for edits to settle.
+  bool restart_pending() const { return restart_pending_; }
+  /// The last thing the studio did to the run, in words ("applies at the next step: ...").
+  const std::string& notice() const { return notice_; }
+  /// Increments whenever notice() changes (the UI flashes new notices).
+  int notice_serial() const { return notice_serial_; }
+
+ private:
+  void set_notice(std::string text, RunHistory& history);
+
+  RunConfig sent_;
+  bool has_run_ = false;
+  bool restart_pending_ = false;
+  double restart_at_s_ = 0;
+  RunConfig last_edited_;
+  std::string notice_;
+  std::string held_back_;  // the config summary last held back as invalid (said once)
+  std::optional<RunConfig> failed_restart_;  // not retried until the user edits again
+  int notice_serial_ = 0;
+};
+
+}  // namespace odyssey::studio

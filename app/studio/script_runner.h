@@ -1,0 +1,46 @@
+// Screenshot mode's schedule, without rendering: start the run, make the scripted edits
+// (--change-at) when their step arrives, wait for --run-steps steps, pause the run, let the UI
+// settle for --frames frames, then say "capture now". Testable against a fake engine.
+// defines: ScriptRunner, apply_assignment
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "app/studio/app_state.h"
+#include "app/studio/cli_options.h"
+#include "app/studio/engine_control.h"
+
+namespace odyssey::studio {
+
+/// Edits the studio's config with one `section.key=value` as `--set` would (validation issues
+/// then show at their fields). False with *error when the text or the key is wrong.
+bool apply_assignment(AppState& state, const std::string& assignment, std::string* error);
+
+class ScriptRunner {
+ public:
+  explicit ScriptRunner(const StudioOptions& options) : options_(options) {}
+
+  /// Call once per frame after frame_update(). True on the frame whose pixels are the screenshot.
+  bool step(AppState& state, EngineControl& engine, double now_s);
+  /// Something went wrong (start refused, run failed, timeout); the screenshot is still taken.
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
+  /// True while the run trains toward --run-steps (the frame loop slows down to leave the CPU to it).
+  bool waiting_for_run() const { return stage_ == Stage::Training; }
+  /// Seconds from the first frame to the moment the run steps were done (0 without a run).
+  double run_seconds() const { return run_seconds_; }
+
+ private:
+  enum class Stage { Begin, Training, Settling, Done };
+  const StudioOptions options_;
+  Stage stage_ = Stage::Begin;
+  double t_begin_ = 0;
+  double run_seconds_ = 0;
+  size_t next_change_ = 0;
+  size_t markers_wanted_ = 0;  // markers the applied scripted edits should have produced
+  int frames_left_ = 0;
+  std::string error_;
+};
+
+}  // namespace odyssey::studio

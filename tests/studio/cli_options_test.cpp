@@ -1,0 +1,66 @@
+// odyssey-studio's command line: every option parses, bad values are named with their rule.
+#include <catch2/catch.hpp>
+
+#include "app/studio/cli_options.h"
+
+using namespace odyssey::studio;
+
+namespace {
+bool parse(std::vector<const char*> args, StudioOptions* o, std::string* err) {
+  args.insert(args.begin(), "odyssey-studio");
+  return parse_studio_args(static_cast<int>(args.size()), args.data(), o, err);
+}
+}  // namespace
+
+TEST_CASE("studio options parse", "[studio][cli]") {
+  StudioOptions o;
+  std::string err;
+  REQUIRE(parse({"presets/x.toml", "--screenshot", "out.png", "--frames", "7", "--run-steps", "3", "--scale", "2",
+                 "--panel", "Timeline", "--size", "1280x720", "--set", "training.seq_len=3M", "--change-at",
+                 "20:memory.tiled_mlp=false", "--change-at", "5:memory.tiled_loss=false", "--timeout", "30"},
+                &o, &err));
+  CHECK(o.preset == "presets/x.toml");
+  CHECK(o.screenshot == "out.png");
+  CHECK(o.frames == 7);
+  CHECK(o.run_steps == 3);
+  CHECK(o.scale == 2.0f);
+  REQUIRE(o.panel);
+  CHECK(*o.panel == PanelId::Timeline);
+  CHECK(o.width == 1280);
+  CHECK(o.height == 720);
+  CHECK(o.sets == std::vector<std::string>{"training.seq_len=3M"});
+  REQUIRE(o.changes.size() == 2);
+  CHECK(o.changes[0].step == 5);  // sorted by step
+  CHECK(o.changes[1].assignment == "memory.tiled_mlp=false");
+  CHECK(o.timeout_s == 30);
+}
+
+TEST_CASE("studio defaults open the default preset", "[studio][cli]") {
+  StudioOptions o;
+  std::string err;
+  REQUIRE(parse({}, &o, &err));
+  CHECK(o.preset == "presets/tiny-cpu.toml");
+  CHECK(o.screenshot.empty());
+  CHECK(o.scale == 1.0f);
+  CHECK_FALSE(o.panel);
+}
+
+TEST_CASE("studio options name what is wrong", "[studio][cli]") {
+  StudioOptions o;
+  std::string err;
+  CHECK_FALSE(parse({"--scale", "9"}, &o, &err));
+  CHECK(err == "--scale 9: needs a number between 0.5 and 4");
+  CHECK_FALSE(parse({"--panel", "graphs"}, &o, &err));
+  CHECK(err == "--panel graphs: unknown panel (config, plan, run, timeline, throughput, log)");
+  CHECK_FALSE(parse({"--frames", "x"}, &o, &err));
+  CHECK(err == "--frames x: needs a whole number between 1 and 100000");
+  CHECK_FALSE(parse({"--change-at", "memory.tiled_mlp=false"}, &o, &err));
+  CHECK(err.find("needs STEP:section.key=value") != std::string::npos);
+  CHECK_FALSE(parse({"--size", "10x10"}, &o, &err));
+  CHECK_FALSE(parse({"--screenshot"}, &o, &err));
+  CHECK(err == "--screenshot needs a file name");
+  CHECK_FALSE(parse({"a.toml", "b.toml"}, &o, &err));
+  CHECK(err == "unexpected argument b.toml (one preset at most)");
+  CHECK_FALSE(parse({"--bogus"}, &o, &err));
+  CHECK(err == "unknown option --bogus");
+}

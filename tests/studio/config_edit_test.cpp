@@ -1,0 +1,161 @@
+// The configuration panel's logic: the context-length parser and log slider, validator messages
+// filed under their fields, flavors and profiles, heads-per-stage choices, change classification,
+// and loading a preset that breaks a rule.
+#include <catch2/catch.hpp>
+
+#include "app/studio/app_state.h"
+#include "app/studio/config_edit.h"
+#include "engine/config/validate.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+using namespace odyssey::studio;
+
+TEST_CASE("context length parser accepts counts and K/M suffixes", "[studio][config]") {
+  std::string err;
+  CHECK(parse_context_length("512K", &err) == 524288);
+  CHECK(err.empty());
+  CHECK(parse_context_length("3M", &err) == 3 * 1024 * 1024);
+  CHECK(parse_context_length("1.5M", &err) == 1572864);
+  CHECK(parse_context_length(" 131072 ", &err) == 131072);
+  CHECK(parse_context_length("131_072", &err) == 131072);
+  CHECK(parse_context_length("16m", &err) == 16 * 1024 * 1024);
+}
+
+TEST_CASE("context length parser explains what it refuses", "[studio][config]") {
+  std::string err;
+  CHECK_FALSE(parse_context_length("abc", &err));
+  CHECK(err == "\"abc\" is not a token count: write 131072, 512K, 1.5M or 3M (K = 1024)");
+  CHECK_FALSE(parse_context_length("3MB", &err));
+  CHECK(err.find("\"3MB\" is not a token count") == 0);
+  CHECK_FALSE(parse_context_length("", &err));
+  CHECK(err == "type a token count such as 131072, 512K or 3M");
+  CHECK_FALSE(parse_context_length("1", &err));
+  CHECK(err == "needs at least 2 tokens (one input and one label)");
+  CHECK_FALSE(parse_context_length("-4K", &err));
+}
+
+TEST_CASE("context slider snaps to 2^k and 1.5 x 2^k up to 16M", "[studio][config]") {
+  for (int64_t tokens : {int64_t{128}, int64_t{512} << 10, int64_t{768} << 10, int64_t{1} << 20, int64_t{3} << 20,
+                         int64_t{12} << 20, int64_t{16} << 20})
+    CHECK(slider_to_context(context_to_slider(tokens)) == tokens);
+  CHECK(slider_to_context(99.f) == kContextSliderMax);
+  CHECK(slider_to_context(0.f) == kContextSliderMin);
+  int64_t prev = 0;
+  for (float v = 7.f; v <= 24.f; v += 0.01f) {
+    const int64_t t = slider_to_context(v);
+    CHECK(t >= prev);
+    prev = t;
+  }
+  CHECK(prev == int64_t{16} << 20);
+}
+
+TEST_CASE("validator issues are filed under the field that shows them", "[studio][config]") {
+  RunConfig cfg;
+  cfg.parallel.world_size = 4;
+  cfg.parallel.ulysses_degree = 3;  // divides neither heads nor world size
+  cfg.training.beta1 = 2;           // no field in the panel
+  const auto issues = validate(cfg);
+  REQUIRE(issues.size() == 4);
+  const FieldMessages m = file_issues(issues, {"parallel.world_size", "parallel.ulysses_degree", "training.seq_len"});
+  REQUIRE(m.find("parallel.ulysses_degree"));
+  CHECK(m.find("parallel.ulysses_degree")->front().find("must divide model.n_heads = 8") == 0);
+  REQUIRE(m.find("parallel.world_size"));
+  REQUIRE(m.unplaced.size() == 1);
+  CHECK(m.unplaced[0] == "training.beta1 = 2.0: must be in [0, 1)");
+  CHECK(m.count() == issues.size());
+}
+
+TEST_CASE("a preset that breaks a rule loads and shows the rule at its field", "[studio][config]") {
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/tests/fixtures/bad_hps_multiple.toml"));
+  const auto* msgs = state.edit.messages.find("memory.heads_per_stage");
+  REQUIRE(msgs);
+  CHECK(msgs->front() ==
+        "must be a multiple of parallel.ulysses_degree = 8 so that each stage gives every rank whole heads "
+        "(valid values here: 8, 16, 32)");
+  CHECK(heads_per_stage_choices(state.config) == std::vector<int64_t>{8, 16, 32});
+}
+
+TEST_CASE("a preset that does not parse leaves the config as it was", "[studio][config]") {
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  const RunConfig before = state.config;
+  CHECK_FALSE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/tests/fixtures/bad_syntax_unclosed_table.toml"));
+  CHECK(state.config == before);
+  CHECK(state.edit.preset_message_error);
+  CHECK(state.edit.preset_message.find("Could not load") == 0);
+  CHECK_FALSE(load_preset_into(state, "/nonexistent/x.toml"));
+  CHECK(state.config == before);
+}
+
+TEST_CASE("flavors and profiles replace their table and report modifications", "[studio][config]") {
+  RunConfig cfg;
+  REQUIRE(apply_model_flavor(cfg, "llama3-8b"));
+  CHECK(cfg.model.n_layers == 32);
+  CHECK_FALSE(model_differs_from_flavor(cfg));
+  cfg.model.n_layers = 16;
+  CHECK(model_differs_from_flavor(cfg));
+  CHECK_FALSE(apply_model_flavor(cfg, "no-such-model"));
+  REQUIRE(apply_hardware_profile(cfg, "h200"));
+  CHECK_FALSE(hardware_differs_from_profile(cfg));
+  cfg.hardware.device_memory_gib = 10;
+  CHECK(hardware_differs_from_profile(cfg));
+}
+
+TEST_CASE("heads-per-stage choices are the validator's valid values", "[studio][config]") {
+  RunConfig cfg;  // tiny: 8 heads
+  cfg.parallel.world_size = 2;
+  cfg.parallel.ulysses_degree = 2;
+  CHECK(heads_per_stage_choices(cfg).empty());  // Untied Ulysses off
+  cfg.memory.untied_ulysses = true;
+  CHECK(heads_per_stage_choices(cfg) == std::vector<int64_t>{2, 4, 8});
+  for (int64_t v : heads_per_stage_choices(cfg)) {
+    cfg.memory.heads_per_stage = v;
+    CHECK(validate(cfg).empty());
+  }
+  cfg.parallel.ulysses_degree = 3;
+  CHECK(heads_per_stage_choices(cfg).empty());
+}
+
+TEST_CASE("changes are classified as live, restart or plan-only", "[studio][config]") {
+  RunConfig a;
+  RunConfig b = a;
+  CHECK(classify_change(a, b).kind == ChangeKind::None);
+  b.memory.tiled_loss = true;
+  auto c = classify_change(a, b);
+  CHECK(c.kind == ChangeKind::Live);
+  CHECK(c.summary == "memory.tiled_loss: false -> true");
+  b.hardware.bf16_tflops = 1;
+  c = classify_change(a, b);
+  CHECK(c.kind == ChangeKind::Live);
+  CHECK(c.keys.size() == 2);
+  b.parallel.world_size = 4;
+  c = classify_change(a, b);
+  CHECK(c.kind == ChangeKind::Restart);
+  CHECK(c.summary == "parallel.world_size: 1 -> 4; memory.tiled_loss: false -> true");
+  RunConfig h = a;
+  h.hardware.bf16_tflops = 1;
+  CHECK(classify_change(a, h).kind == ChangeKind::PlanOnly);
+  RunConfig t = a;
+  t.training.seq_len = 3 << 20;
+  c = classify_change(a, t);
+  CHECK(c.kind == ChangeKind::Restart);
+  CHECK(c.summary == "training.seq_len: 2K -> 3M");
+}
+
+TEST_CASE("every technique toggle names a real boolean key", "[studio][config]") {
+  RunConfig cfg;
+  for (const Technique& t : techniques()) {
+    INFO(t.key);
+    bool* field = t.field(cfg);
+    REQUIRE(field);
+    const bool before = *field;
+    *field = !before;
+    const auto change = classify_change(RunConfig{}, cfg);
+    REQUIRE(change.keys.size() == 1);
+    CHECK(change.keys[0] == t.key);
+    *field = before;
+    CHECK(std::string(t.trades).size() > 40);
+  }
+}

@@ -1,0 +1,96 @@
+// The plan cache: one planner call per distinct config, a fresh plan after any edit, invalid
+// configs explained instead of planned, and the ladder's rungs as DESIGN.md names them.
+#include <catch2/catch.hpp>
+
+#include "app/studio/plan_cache.h"
+#include "engine/config/preset.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+using namespace odyssey::studio;
+
+namespace {
+RunConfig tiny() {
+  const LoadedPreset p = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml");
+  REQUIRE(p.ok());
+  return p.config;
+}
+}  // namespace
+
+TEST_CASE("the plan is recomputed only when the config changes", "[studio][plan]") {
+  PlanCache cache;
+  RunConfig cfg = tiny();
+  const PlanResult& first = cache.get(cfg);
+  REQUIRE(first.ok);
+  CHECK(cache.computations() == 1);
+  const int64_t peak = first.plan.peak_bytes;
+  for (int frame = 0; frame < 10; ++frame) cache.get(cfg);
+  CHECK(cache.computations() == 1);
+
+  cfg.memory.activation_checkpointing = false;  // an edit: the next frame plans again
+  cfg.memory.offload_activations = false;
+  const PlanResult& edited = cache.get(cfg);
+  CHECK(cache.computations() == 2);
+  REQUIRE(edited.ok);
+  CHECK(edited.plan.peak_bytes > peak);  // checkpointing off keeps more activations
+  cache.get(cfg);
+  CHECK(cache.computations() == 2);
+  cache.invalidate();
+  cache.get(cfg);
+  CHECK(cache.computations() == 3);
+}
+
+TEST_CASE("a newer edit wins over background work still running for an older one", "[studio][plan]") {
+  PlanCache cache;
+  RunConfig cfg = tiny();
+  for (int64_t len : {512, 1024, 2048, 4096}) {
+    cfg.training.seq_len = len;
+    cache.get(cfg);
+  }
+  cache.wait_for_extras();
+  const PlanResult& r = cache.get(cfg);
+  REQUIRE(r.extras_ready);
+  REQUIRE(r.ladder.size() == 7);
+  CHECK(r.ladder.back().config.training.seq_len == 4096);
+  CHECK(cache.computations() == 4);
+  PlanCache plan_only(false);
+  plan_only.get(cfg);
+  CHECK_FALSE(plan_only.extras_pending());
+  CHECK_FALSE(plan_only.get(cfg).extras_ready);
+}
+
+TEST_CASE("an invalid config is explained, not planned", "[studio][plan]") {
+  PlanCache cache;
+  RunConfig cfg = tiny();
+  cfg.parallel.world_size = 3;
+  const PlanResult& r = cache.get(cfg);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error == "1 problem in the configuration: fix the highlighted fields to see the plan");
+}
+
+TEST_CASE("the cached result carries the ladder, max context and advice", "[studio][plan]") {
+  PlanCache cache;
+  RunConfig cfg = tiny();
+  const PlanResult& r = cache.get(cfg);
+  REQUIRE(r.ok);
+  cache.wait_for_extras();
+  REQUIRE(r.extras_ready);
+  std::vector<std::string> names;
+  for (const auto& rung : r.ladder) names.push_back(rung.name);
+  CHECK(names == std::vector<std::string>{"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses"});
+  CHECK(r.max_seq_len >= cfg.training.seq_len);
+  CHECK(r.advice.empty());  // it fits
+  CHECK_FALSE(r.plan.phases.empty());
+
+  // A config that does not fit gets the advisor's suggestions.
+  LoadedPreset big = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3-8b-3m-8xh100.toml");
+  REQUIRE(big.ok());
+  big.config.memory = MemoryConfig{};
+  const PlanResult& oom = cache.get(big.config);
+  REQUIRE(oom.ok);
+  CHECK(cache.extras_pending());  // the ladder and advice come from the worker
+  cache.wait_for_extras();
+  CHECK(oom.extras_ready);
+  CHECK_FALSE(oom.plan.fits());
+  CHECK_FALSE(oom.advice.empty());
+}

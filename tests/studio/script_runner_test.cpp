@@ -1,0 +1,107 @@
+// Screenshot mode's schedule against the fake engine: it starts the run, makes --change-at edits
+// through the UI path when their step arrives, waits for the steps, pauses, then captures.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "app/studio/script_runner.h"
+#include "fake_engine.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+using namespace odyssey::studio;
+using odyssey::studio::testing::FakeEngine;
+
+TEST_CASE("screenshot mode trains the steps, applies scripted changes live, then captures", "[studio][script]") {
+  StudioOptions o;
+  o.run_steps = 4;
+  o.frames = 3;
+  o.changes = {{2, "memory.tiled_mlp=false"}};
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  FakeEngine engine;
+  ScriptRunner script(o);
+  double t = 0;
+  auto frame = [&] {
+    frame_update(state, engine, t);
+    const bool capture = script.step(state, engine, t);
+    t += 0.016;
+    return capture;
+  };
+  CHECK_FALSE(frame());  // starts the run
+  REQUIRE(engine.starts.size() == 1);
+  int captures = 0, frames = 0;
+  // The capture also waits for the planner's background ladder: give it real time.
+  while (frames++ < 5000) {
+    if (engine.status().state == SessionState::Running) engine.advance_step();
+    if (frame()) {
+      ++captures;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  CHECK(state.plan.get(state.config).extras_ready);
+  CHECK(captures == 1);
+  CHECK_FALSE(script.failed());
+  CHECK(engine.pauses == 1);
+  CHECK(state.history.metrics().size() >= 4);
+  REQUIRE(engine.live_calls.size() == 1);
+  CHECK_FALSE(engine.live_calls[0].memory.tiled_mlp);
+  REQUIRE(state.history.markers().size() == 1);
+  CHECK(state.history.markers()[0].what == "memory.tiled_mlp: true -> false");
+}
+
+TEST_CASE("scripted edits for the same step land one at a time, each marked at its own step", "[studio][script]") {
+  StudioOptions o;
+  o.run_steps = 3;
+  o.frames = 1;
+  o.changes = {{1, "memory.tiled_mlp=false"}, {1, "memory.tiled_loss=false"}};
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  FakeEngine engine;
+  ScriptRunner script(o);
+  double t = 0;
+  bool captured = false;
+  for (int frame = 0; frame < 5000 && !captured; ++frame) {
+    if (engine.status().state == SessionState::Running && frame % 3 == 2) engine.advance_step();
+    frame_update(state, engine, t);
+    captured = script.step(state, engine, t);
+    t += 0.016;
+    if (!captured) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(captured);
+  REQUIRE(state.history.markers().size() == 2);
+  CHECK(state.history.markers()[0].what == "memory.tiled_mlp: true -> false");
+  CHECK(state.history.markers()[1].what == "memory.tiled_loss: true -> false");
+  CHECK(state.history.markers()[0].step < state.history.markers()[1].step);
+}
+
+TEST_CASE("screenshot mode reports a run that cannot start and still captures", "[studio][script]") {
+  StudioOptions o;
+  o.run_steps = 2;
+  o.frames = 1;
+  AppState state;
+  state.config.parallel.world_size = 3;  // invalid: the fake refuses it as Session would
+  state.config.parallel.ulysses_degree = 2;
+  FakeEngine engine;
+  ScriptRunner script(o);
+  frame_update(state, engine, 0);
+  CHECK_FALSE(script.step(state, engine, 0));
+  CHECK(script.failed());
+  CHECK(script.error() == "the run did not start: invalid config");
+  CHECK(script.step(state, engine, 0.1));
+}
+
+TEST_CASE("scripted assignments go through the schema", "[studio][script]") {
+  AppState state;
+  std::string err;
+  REQUIRE(apply_assignment(state, "training.seq_len=3M", &err));
+  CHECK(state.config.training.seq_len == 3 << 20);
+  CHECK_FALSE(apply_assignment(state, "memory.no_such_key=1", &err));
+  CHECK(err == "unknown key memory.no_such_key");
+  CHECK_FALSE(apply_assignment(state, "memory.tiled_mlp=maybe", &err));
+  CHECK(err.find("memory.tiled_mlp = ") == 0);
+  CHECK(state.config.memory.tiled_mlp == false);
+  CHECK_FALSE(apply_assignment(state, "nonsense", &err));
+}
