@@ -217,8 +217,8 @@ LongRangeLayout LongRangeLayout::make(int64_t seq_len, int64_t vocab) {
   L.key_count = alphabet / 2;
   L.value_first = L.key_first + L.key_count;
   L.value_count = alphabet - L.key_count;
-  L.pairs = std::clamp<int64_t>(seq_len / 16, 1, L.key_count);
-  L.queries = L.pairs;  // every pair is asked about, in random order
+  L.queries = std::clamp<int64_t>(seq_len / 64, 1, L.key_count / 2);
+  L.pairs = 2 * L.queries;  // half of the pairs are asked about, in random order
   return L;
 }
 

@@ -52,6 +52,8 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
     : cfg_(cfg), ctx_(ctx), device_(ctx.device), optimizer_(cfg.training), offload_(ctx.device), recorder_(ctx.rank) {
   MemoryTracker::instance().install_cpu_allocator();
   at::globalContext().setFlushDenormal(true);  // see configure_threads: denormals cost seconds per step
+  // On CUDA the rank's device bytes come from the caching allocator of its GPU.
+  if (device_.is_cuda()) MemoryTracker::instance().set_cuda_device(ctx_.rank, device_.index() < 0 ? 0 : device_.index());
   RankScope rank(ctx_.rank);
   if (cfg_.training.seq_len % ctx_.sp_size != 0)
     throw std::invalid_argument("training.seq_len = " + std::to_string(cfg_.training.seq_len) +
