@@ -1,7 +1,7 @@
 // Rank launch: group layout, RankContext over a store (Gloo/NCCL), in-process rank threads with
 // error propagation, torchrun's environment and TCPStore, rank emulation's context.
 // defines: layout_of, comm_options, make_rank_context, make_emulated_rank_context,
-//          make_solo_rank_context, run_rank_threads, torchrun_env, join_torchrun
+//          make_solo_rank_context, run_rank_threads, torchrun_env, join_torchrun_rank, join_torchrun
 #include "engine/parallel/rank_launch.h"
 
 #include <cstdlib>
@@ -46,6 +46,20 @@ int parse_env_int(const char* name, const char* value, int min_value) {
   }
   throw std::invalid_argument(std::string("torchrun environment: ") + name + "=" + value +
                               " must be an integer >= " + std::to_string(min_value));
+}
+
+// c10d's process-wide flight recorder (on by default in 2.11, 2000 entries) inserts each new
+// group into a std::map outside its mutex on the group's first collective
+// (FlightRecorder::recordWithResetEnabled, all_pg_status_): rank threads starting their groups at
+// the same instant crashed there (SIGSEGV in _Rb_tree_insert_and_rebalance, seen in engine_tests).
+// Off unless the user asks for it (TORCH_FR_BUFFER_SIZE set), before any group exists and before
+// rank threads start (setenv is not thread-safe).
+void disable_flight_recorder() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("TORCH_FR_BUFFER_SIZE") == nullptr && std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE") == nullptr)
+      ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
+  });
 }
 
 bool is_loopback(const std::string& addr) {
@@ -127,6 +141,7 @@ RankContext make_solo_rank_context(at::Device device) {
 void run_rank_threads(const ParallelConfig& parallel, at::Device device, const std::function<void(RankContext&)>& fn) {
   const int world = static_cast<int>(parallel.world_size);
   layout_of(0, world, static_cast<int>(parallel.ulysses_degree));  // validates before any thread starts
+  disable_flight_recorder();
   CommOptions options = comm_options(parallel);
   auto store = c10::make_intrusive<c10d::HashStore>();
   store->setTimeout(options.timeout);
@@ -188,16 +203,22 @@ std::optional<TorchrunEnv> torchrun_env() {
   return env;
 }
 
-RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device) {
+TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device) {
   if (env.world_size != parallel.world_size)
     throw std::invalid_argument("torchrun environment: WORLD_SIZE=" + std::to_string(env.world_size) +
                                 " must equal parallel.world_size = " + std::to_string(parallel.world_size) +
                                 " (set it in the preset or with --set parallel.world_size=" +
                                 std::to_string(env.world_size) + ")");
   CommOptions options = comm_options(parallel);
+  disable_flight_recorder();
   const at::Device rank_device =
       device.is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : device;
-  if (env.world_size == 1) return make_solo_rank_context(rank_device);
+  TorchrunRank joined;
+  joined.abort = options.abort;
+  if (env.world_size == 1) {
+    joined.ctx = make_solo_rank_context(rank_device);
+    return joined;
+  }
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) options.gloo_interface = ifname;
   options.gloo_hostname = is_loopback(env.master_addr) ? "127.0.0.1" : "";
   c10d::TCPStoreOptions store_options;
@@ -206,8 +227,13 @@ RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel
   store_options.numWorkers = env.world_size;
   store_options.waitWorkers = true;
   store_options.timeout = options.timeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-  return make_rank_context(store, env.rank, parallel, rank_device, options);
+  joined.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  joined.ctx = make_rank_context(joined.store, env.rank, parallel, rank_device, options);
+  return joined;
+}
+
+RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device) {
+  return join_torchrun_rank(env, parallel, device).ctx;
 }
 
 }  // namespace odyssey
