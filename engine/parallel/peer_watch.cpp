@@ -61,7 +61,9 @@ void PeerWatch::beat_loop() {
         if (rank >= 0 && rank != rank_ && abort_ && !abort_->raised()) abort_->raise(rank, reason);
       }
     } catch (const std::exception&) {
-      // The store is gone (rank 0's process ended) or slow: diagnose() says what that means.
+      // The store is gone (rank 0's process ended): nothing more to beat or learn, and every
+      // further attempt would log c10d's warning again. diagnose() says what it means.
+      return;
     }
     for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(kBeat / 10);
   }
