@@ -6,11 +6,8 @@
 // the survivor within the timeout.
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,10 +24,12 @@
 #include <thread>
 #include <vector>
 
+#include "../engine/train/free_port.h"
 #include "engine/util/json.h"
 #include "test_paths.h"
 
 using namespace odyssey;
+using odyssey::test::free_port;
 
 namespace {
 
@@ -121,19 +120,6 @@ bool wait_for_checkpoint(pid_t pid, const std::string& dir, int64_t step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;
-}
-
-// A TCP port nobody listens on now (the kernel's pick), for MASTER_PORT.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 // One `odyssey train ARGS` process per rank of a 2-rank torchrun job on loopback; logs DIR.rank<r>.log.

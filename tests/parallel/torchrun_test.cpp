@@ -5,10 +5,7 @@
 // defines: test cases [torchrun]
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +15,7 @@
 #include <sstream>
 
 #include "../engine/engine_test_util.h"
+#include "../engine/train/free_port.h"
 #include "engine/train/run.h"
 #include "test_paths.h"
 
@@ -58,18 +56,6 @@ std::vector<double> job_losses() {
   std::vector<double> losses;
   for (const auto& m : o.metrics) losses.push_back(m.loss);
   return losses;
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 std::string self_exe() {
