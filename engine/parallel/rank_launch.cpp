@@ -48,20 +48,6 @@ int parse_env_int(const char* name, const char* value, int min_value) {
                               " must be an integer >= " + std::to_string(min_value));
 }
 
-// c10d's process-wide flight recorder (on by default in 2.11, 2000 entries) inserts each new
-// group into a std::map outside its mutex on the group's first collective
-// (FlightRecorder::recordWithResetEnabled, all_pg_status_): rank threads starting their groups at
-// the same instant crashed there (SIGSEGV in _Rb_tree_insert_and_rebalance, seen in engine_tests).
-// Off unless the user asks for it (TORCH_FR_BUFFER_SIZE set), before any group exists and before
-// rank threads start (setenv is not thread-safe).
-void disable_flight_recorder() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (std::getenv("TORCH_FR_BUFFER_SIZE") == nullptr && std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE") == nullptr)
-      ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
-  });
-}
-
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
@@ -141,7 +127,6 @@ RankContext make_solo_rank_context(at::Device device) {
 void run_rank_threads(const ParallelConfig& parallel, at::Device device, const std::function<void(RankContext&)>& fn) {
   const int world = static_cast<int>(parallel.world_size);
   layout_of(0, world, static_cast<int>(parallel.ulysses_degree));  // validates before any thread starts
-  disable_flight_recorder();
   CommOptions options = comm_options(parallel);
   auto store = c10::make_intrusive<c10d::HashStore>();
   store->setTimeout(options.timeout);
@@ -210,7 +195,6 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
                                 " (set it in the preset or with --set parallel.world_size=" +
                                 std::to_string(env.world_size) + ")");
   CommOptions options = comm_options(parallel);
-  disable_flight_recorder();
   const at::Device rank_device =
       device.is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : device;
   TorchrunRank joined;
