@@ -76,6 +76,17 @@ void BackendComm::check_tensor(const char* op, const char* what, const at::Tenso
                     "into a temporary), got strides " + c10::str(t.strides()));
 }
 
+void BackendComm::begin(const char* op, const at::Tensor* in, const at::Tensor* out, bool shapes_ok,
+                        const char* rule) {
+  if (poisoned_) fail(op, "refused: an earlier collective of this group failed");
+  if (in != nullptr) check_tensor(op, out != nullptr ? "input" : "tensor", *in);
+  if (out != nullptr) {
+    check_tensor(op, "output", *out);
+    if (!shapes_ok || out->scalar_type() != in->scalar_type())
+      fail(op, std::string("needs ") + rule + "; got input " + tensor_text(*in) + ", output " + tensor_text(*out));
+  }
+}
+
 void BackendComm::finish(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
   if (cuda_)
     wait_cuda(op, work);
@@ -171,12 +182,7 @@ void BackendComm::wait_cuda(const char* op, const c10::intrusive_ptr<c10d::Work>
 
 void BackendComm::all_gather(at::Tensor& out, const at::Tensor& in) {
   constexpr const char* op = "all_gather";
-  if (poisoned_) fail(op, "refused: an earlier collective of this group failed");
-  check_tensor(op, "input", in);
-  check_tensor(op, "output", out);
-  if (out.numel() != in.numel() * spec_.size || out.scalar_type() != in.scalar_type())
-    fail(op, "needs output = size x input elements of one dtype; got input " + tensor_text(in) + ", output " +
-                 tensor_text(out));
+  begin(op, &in, &out, out.numel() == in.numel() * spec_.size, "output = size x input elements of one dtype");
   at::Tensor out_flat = out.view(-1);
   at::Tensor in_flat = in.view(-1);
   if (cuda_) {
@@ -201,12 +207,7 @@ void BackendComm::all_gather(at::Tensor& out, const at::Tensor& in) {
 
 void BackendComm::reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) {
   constexpr const char* op = "reduce_scatter_sum";
-  if (poisoned_) fail(op, "refused: an earlier collective of this group failed");
-  check_tensor(op, "input", in);
-  check_tensor(op, "output", out);
-  if (in.numel() != out.numel() * spec_.size || out.scalar_type() != in.scalar_type())
-    fail(op, "needs input = size x output elements of one dtype; got input " + tensor_text(in) + ", output " +
-                 tensor_text(out));
+  begin(op, &in, &out, in.numel() == out.numel() * spec_.size, "input = size x output elements of one dtype");
   at::Tensor out_flat = out.view(-1);
   at::Tensor in_flat = in.view(-1);
   if (cuda_) {
@@ -230,12 +231,8 @@ void BackendComm::reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) {
 
 void BackendComm::all_to_all(at::Tensor& out, const at::Tensor& in) {
   constexpr const char* op = "all_to_all";
-  if (poisoned_) fail(op, "refused: an earlier collective of this group failed");
-  check_tensor(op, "input", in);
-  check_tensor(op, "output", out);
-  if (in.numel() != out.numel() || in.numel() % spec_.size != 0 || out.scalar_type() != in.scalar_type())
-    fail(op, "needs input and output of equal size divisible by the group size, one dtype; got input " +
-                 tensor_text(in) + ", output " + tensor_text(out));
+  begin(op, &in, &out, in.numel() == out.numel() && in.numel() % spec_.size == 0,
+        "input and output of equal size divisible by the group size, one dtype");
   at::Tensor out_rows = out.view({spec_.size, -1});  // chunk j <-> rank j
   at::Tensor in_rows = in.view({spec_.size, -1});
   std::vector<int64_t> equal_splits;  // empty = equal split along dim 0
@@ -245,32 +242,22 @@ void BackendComm::all_to_all(at::Tensor& out, const at::Tensor& in) {
   finish(op, work);
 }
 
-void BackendComm::all_reduce_sum(at::Tensor& tensor) {
-  constexpr const char* op = "all_reduce_sum";
-  if (poisoned_) fail(op, "refused: an earlier collective of this group failed");
-  check_tensor(op, "tensor", tensor);
+void BackendComm::all_reduce(const char* op, at::Tensor& tensor, Reduce reduce) {
+  begin(op, &tensor);
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
-  opts.reduceOp = c10d::ReduceOp::SUM;
+  opts.reduceOp = reduce == Reduce::Max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
   opts.timeout = spec_.timeout;
   finish(op, backend_->allreduce(tensors, opts));
 }
 
-void BackendComm::all_reduce_max(at::Tensor& tensor) {
-  constexpr const char* op = "all_reduce_max";
-  if (poisoned_) fail(op, "refused: an earlier collective of this group failed");
-  check_tensor(op, "tensor", tensor);
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = c10d::ReduceOp::MAX;
-  opts.timeout = spec_.timeout;
-  finish(op, backend_->allreduce(tensors, opts));
-}
+void BackendComm::all_reduce_sum(at::Tensor& tensor) { all_reduce("all_reduce_sum", tensor, Reduce::Sum); }
+
+void BackendComm::all_reduce_max(at::Tensor& tensor) { all_reduce("all_reduce_max", tensor, Reduce::Max); }
 
 void BackendComm::broadcast(at::Tensor& tensor, int root) {
   constexpr const char* op = "broadcast";
-  if (poisoned_) fail(op, "refused: an earlier collective of this group failed");
-  check_tensor(op, "tensor", tensor);
+  begin(op, &tensor);
   if (root < 0 || root >= spec_.size) fail(op, "root " + std::to_string(root) + " is not a member");
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
@@ -281,7 +268,7 @@ void BackendComm::broadcast(at::Tensor& tensor, int root) {
 
 void BackendComm::barrier() {
   constexpr const char* op = "barrier";
-  if (poisoned_) fail(op, "refused: an earlier collective of this group failed");
+  begin(op, nullptr);
   c10d::BarrierOptions opts;
   opts.timeout = spec_.timeout;
   finish(op, backend_->barrier(opts));

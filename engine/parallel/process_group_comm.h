@@ -62,6 +62,12 @@ class BackendComm : public Comm {
   /// "rank 1 (global 3) in group sp.0 of 2: all_to_all"
   std::string where(const char* op) const;
   void check_tensor(const char* op, const char* what, const at::Tensor& t) const;
+  /// The prologue of every collective: refused after an earlier failure; each tensor defined and
+  /// contiguous; for two-tensor collectives `shapes_ok` else the `rule` with both shapes.
+  void begin(const char* op, const at::Tensor* in, const at::Tensor* out = nullptr, bool shapes_ok = true,
+             const char* rule = nullptr);
+  enum class Reduce { Sum, Max };
+  void all_reduce(const char* op, at::Tensor& tensor, Reduce reduce);
   /// Waits for `work` (at most the timeout, abort-aware) and turns every failure into CommError.
   void finish(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
   void wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
