@@ -185,6 +185,16 @@ std::optional<TorchrunEnv> torchrun_env() {
     if (env.master_port > 65535)
       throw std::invalid_argument("torchrun environment: MASTER_PORT=" + std::string(port) + " must be at most 65535");
   }
+  if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE")) {
+    const std::string v = agent;
+    if (v == "True" || v == "true" || v == "1")
+      env.use_agent_store = true;
+    else if (!(v == "False" || v == "false" || v == "0" || v.empty()))
+      throw std::invalid_argument("torchrun environment: TORCHELASTIC_USE_AGENT_STORE=" + v +
+                                  " must be True or False");
+  }
+  if (const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT"))
+    env.restart_count = parse_env_int("TORCHELASTIC_RESTART_COUNT", restarts, 0);
   return env;
 }
 
@@ -207,11 +217,16 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
   options.gloo_hostname = is_loopback(env.master_addr) ? "127.0.0.1" : "";
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0;
+  store_options.isServer = env.rank == 0 && !env.use_agent_store;
   store_options.numWorkers = env.world_size;
-  store_options.waitWorkers = true;
+  store_options.waitWorkers = true;  // a client only counts itself in; the server (rank 0) waits for all
   store_options.timeout = options.timeout;
-  joined.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  auto tcp_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  if (env.use_agent_store)  // the agent's store outlives restarts: one key space per attempt
+    joined.store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
+                                                          tcp_store);
+  else
+    joined.store = tcp_store;
   joined.ctx = make_rank_context(joined.store, env.rank, parallel, rank_device, options);
   return joined;
 }

@@ -82,6 +82,12 @@ struct TorchrunEnv {
   int rank = 0, world_size = 1, local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  /// TORCHELASTIC_USE_AGENT_STORE=True (torchrun's default since 2.x, static and c10d rendezvous):
+  /// the elastic agent already serves the store at MASTER_ADDR:MASTER_PORT, so every rank joins it
+  /// as a client under the prefix "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>", as PyTorch does.
+  /// Otherwise rank 0 serves the store itself.
+  bool use_agent_store = false;
+  int restart_count = 0;
 };
 /// nullopt when RANK and WORLD_SIZE are both unset (not under torchrun); throws
 /// std::invalid_argument naming the variable, its value and the rule when one is malformed.

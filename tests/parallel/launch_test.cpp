@@ -14,6 +14,8 @@
 #include <mutex>
 #include <thread>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include "engine/parallel/rank_launch.h"
 #include "engine/telemetry/memory_tracker.h"
 
@@ -180,7 +182,18 @@ TEST_CASE("torchrun environment: parsed, validated, absent", "[launch]") {
   CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("RANK=2 must be below WORLD_SIZE=2"));
   ::unsetenv("WORLD_SIZE");
   CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("WORLD_SIZE is unset while RANK is set"));
-  for (const char* v : {"RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(v);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("RANK", "1", 1);
+  CHECK_FALSE(torchrun_env()->use_agent_store);
+  ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  ::setenv("TORCHELASTIC_RESTART_COUNT", "3", 1);
+  CHECK(torchrun_env()->use_agent_store);
+  CHECK(torchrun_env()->restart_count == 3);
+  ::setenv("TORCHELASTIC_USE_AGENT_STORE", "yes", 1);
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("TORCHELASTIC_USE_AGENT_STORE=yes must be True or False"));
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+                        "TORCHELASTIC_RESTART_COUNT"})
+    ::unsetenv(v);
   CHECK_THROWS_WITH(join_torchrun({0, 2, 0, "127.0.0.1", 29555}, parallel_config(4, 2), at::kCPU),
                     Catch::Contains("WORLD_SIZE=2 must equal parallel.world_size = 4"));
 }
@@ -207,4 +220,39 @@ TEST_CASE("torchrun join: two ranks meet through a TCPStore on loopback and run 
   for (auto& t : ranks) t.join();
   INFO(errors[0] << " | " << errors[1]);
   CHECK(sums == std::vector<double>{3.0 + 2.0, 3.0 + 2.0});  // a2a: rows from rank 0 (zeros) and rank 1 (ones)
+}
+
+TEST_CASE("torchrun join: with torchrun's agent store every rank is a client under the attempt's prefix", "[launch]") {
+  // What torchrun does by default: its elastic agent serves the store at MASTER_PORT before the
+  // workers start (TORCHELASTIC_USE_AGENT_STORE=True), so rank 0 must not try to serve it too.
+  const int port = free_port();
+  c10d::TCPStoreOptions agent_options;
+  agent_options.port = static_cast<uint16_t>(port);
+  agent_options.isServer = true;
+  agent_options.waitWorkers = false;
+  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
+  agent->set("/worker/attempt_0/stale", std::vector<uint8_t>{1});  // a previous attempt's keys
+  std::vector<double> sums(2, 0.0);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        TorchrunEnv env{r, 2, r, "127.0.0.1", port};
+        env.use_agent_store = true;
+        env.restart_count = 1;
+        TorchrunRank joined = join_torchrun_rank(env, parallel_config(2, 2, 30.0), at::kCPU);
+        joined.store->set("probe." + std::to_string(r), std::vector<uint8_t>{static_cast<uint8_t>(r)});
+        at::Tensor t = at::full({4}, static_cast<double>(r + 1));
+        joined.ctx.world->all_reduce_sum(t);
+        sums[r] = t[0].item<double>();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  INFO(errors[0] << " | " << errors[1]);
+  CHECK(sums == std::vector<double>{3.0, 3.0});
+  CHECK(agent->check({"/worker/attempt_1/probe.0", "/worker/attempt_1/probe.1"}));
 }
