@@ -5,22 +5,34 @@
 set(TORCH_CUDA_ARCH_LIST "9.0" CACHE STRING "GPU architectures for LibTorch's CUDA flags (Hopper)")
 set(ODYSSEY_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA_ARCHITECTURES of Odyssey's own CUDA targets")
 
-if(NOT Torch_DIR)
+# ODYSSEY_TORCH_PYTHON_USED: the Python whose wheel provides LibTorch (cached; the tests run its
+# torchrun). With a user's own Torch_DIR it is found only if some candidate's wheel is that LibTorch.
+if(NOT Torch_DIR OR NOT DEFINED CACHE{ODYSSEY_TORCH_PYTHON_USED})
   set(_odyssey_pythons)
   if(ODYSSEY_TORCH_PYTHON)
     list(APPEND _odyssey_pythons "${ODYSSEY_TORCH_PYTHON}")
   endif()
   list(APPEND _odyssey_pythons "${ODYSSEY_DEPS_DIR}/venv/bin/python" python3)
+  set(_odyssey_python_found "")
   foreach(_py IN LISTS _odyssey_pythons)
     execute_process(COMMAND "${_py}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
                     OUTPUT_VARIABLE _prefix OUTPUT_STRIP_TRAILING_WHITESPACE
                     ERROR_QUIET RESULT_VARIABLE _rc)
     if(_rc EQUAL 0 AND EXISTS "${_prefix}/Torch/TorchConfig.cmake")
-      list(APPEND CMAKE_PREFIX_PATH "${_prefix}")
-      set(ODYSSEY_TORCH_PYTHON_USED "${_py}")
-      break()
+      if(NOT Torch_DIR)
+        list(APPEND CMAKE_PREFIX_PATH "${_prefix}")
+        set(_odyssey_python_found "${_py}")
+        break()
+      endif()
+      get_filename_component(_wheel_dir "${_prefix}/Torch" REALPATH)
+      get_filename_component(_user_dir "${Torch_DIR}" REALPATH)
+      if(_wheel_dir STREQUAL _user_dir)
+        set(_odyssey_python_found "${_py}")
+        break()
+      endif()
     endif()
   endforeach()
+  set(ODYSSEY_TORCH_PYTHON_USED "${_odyssey_python_found}" CACHE INTERNAL "Python of the LibTorch wheel")
 endif()
 
 # find_package(Torch) on a CUDA build of LibTorch enables CUDA itself and needs a toolkit.

@@ -3,7 +3,7 @@
 // Ctrl-C (SIGINT): the resumed run's losses equal an uninterrupted run's bit for bit. Under
 // torchrun's conventions (two processes on loopback): the in-process run's losses, sharded
 // checkpoints that resume, rank 0's outputs with both ranks, and a killed or hung rank named by
-// the survivor within the timeout.
+// the survivor within the timeout; and the real torchrun launcher (the wheel's torch.distributed.run).
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -338,6 +338,37 @@ TEST_CASE("odyssey train under torchrun: two processes equal the in-process run 
   CHECK(summary->at("status").string == "finished");
   CHECK(summary->at("final").at("step").as_int() == 4);
   CHECK(summary->at("final").at("rank_peak_bytes").array.size() == 2);
+}
+
+TEST_CASE("odyssey train under the real torchrun launcher equals the in-process run", "[cli][train][torchrun]") {
+  // torch.distributed.run from the wheel LibTorch came from: its elastic agent serves the store
+  // (TORCHELASTIC_USE_AGENT_STORE=True) and sets every variable itself, as on a cluster.
+  const std::string python = ODYSSEY_TORCH_PYTHON;
+  INFO("LibTorch came from -DTorch_DIR without a Python; this test needs the wheel's torchrun");
+  REQUIRE_FALSE(python.empty());
+  const std::string args = kTwoRanks + "--set training.steps=3 --set training.warmup_steps=1 ";
+  const std::string threads = fresh_dir("real_torchrun_reference");
+  const Run reference_run = run_odyssey("train " + args + "--out " + threads);
+  REQUIRE(reference_run.code == 0);
+  const auto reference = losses(threads);
+  REQUIRE(reference.size() == 3);
+
+  const std::string dir = fresh_dir("real_torchrun");
+  const std::string log = dir + ".log";
+  const std::string cmd = std::string("cd ") + ODYSSEY_SOURCE_DIR + " && OMP_NUM_THREADS=1 '" + python +
+                          "' -m torch.distributed.run --nproc-per-node 2 --master-addr 127.0.0.1 --master-port " +
+                          std::to_string(free_port()) + " --no-python " + ODYSSEY_BIN_DIR + "/odyssey train " + args +
+                          "--out " + dir + " >" + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  INFO(read_text(log));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const auto got = losses(dir);
+  REQUIRE(got.size() == 3);
+  for (const auto& [step, loss] : reference) {
+    INFO("step " << step << ": threads " << loss << ", torchrun " << got.at(step));
+    CHECK(got.at(step) == loss);
+  }
 }
 
 TEST_CASE("odyssey train under torchrun: a killed or hung rank is named by the other within the timeout",
