@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -43,6 +44,23 @@ int free_port() {
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+/// Runs `rank_fn(r)` on two threads, one per rank of a loopback job; each rank's exception text
+/// ("" when it finished).
+std::vector<std::string> run_two_rank_threads(const std::function<void(int)>& rank_fn) {
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        rank_fn(r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  return errors;
 }
 
 }  // namespace
@@ -201,23 +219,14 @@ TEST_CASE("torchrun environment: parsed, validated, absent", "[launch]") {
 TEST_CASE("torchrun join: two ranks meet through a TCPStore on loopback and run collectives", "[launch]") {
   const int port = free_port();
   std::vector<double> sums(2, 0.0);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        RankContext ctx = join_torchrun({r, 2, r, "127.0.0.1", port}, parallel_config(2, 2, 30.0), at::kCPU);
-        at::Tensor t = at::full({4}, static_cast<double>(r + 1));
-        ctx.world->all_reduce_sum(t);
-        at::Tensor out = at::empty({2, 2}), in = at::full({2, 2}, static_cast<double>(r));
-        ctx.sp->all_to_all(out, in);
-        sums[r] = t[0].item<double>() + out.sum().item<double>();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
+  const auto errors = run_two_rank_threads([&](int r) {
+    RankContext ctx = join_torchrun({r, 2, r, "127.0.0.1", port}, parallel_config(2, 2, 30.0), at::kCPU);
+    at::Tensor t = at::full({4}, static_cast<double>(r + 1));
+    ctx.world->all_reduce_sum(t);
+    at::Tensor out = at::empty({2, 2}), in = at::full({2, 2}, static_cast<double>(r));
+    ctx.sp->all_to_all(out, in);
+    sums[r] = t[0].item<double>() + out.sum().item<double>();
+  });
   INFO(errors[0] << " | " << errors[1]);
   CHECK(sums == std::vector<double>{3.0 + 2.0, 3.0 + 2.0});  // a2a: rows from rank 0 (zeros) and rank 1 (ones)
 }
@@ -233,25 +242,16 @@ TEST_CASE("torchrun join: with torchrun's agent store every rank is a client und
   auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
   agent->set("/worker/attempt_0/stale", std::vector<uint8_t>{1});  // a previous attempt's keys
   std::vector<double> sums(2, 0.0);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        TorchrunEnv env{r, 2, r, "127.0.0.1", port};
-        env.use_agent_store = true;
-        env.restart_count = 1;
-        TorchrunRank joined = join_torchrun_rank(env, parallel_config(2, 2, 30.0), at::kCPU);
-        joined.store->set("probe." + std::to_string(r), std::vector<uint8_t>{static_cast<uint8_t>(r)});
-        at::Tensor t = at::full({4}, static_cast<double>(r + 1));
-        joined.ctx.world->all_reduce_sum(t);
-        sums[r] = t[0].item<double>();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
+  const auto errors = run_two_rank_threads([&](int r) {
+    TorchrunEnv env{r, 2, r, "127.0.0.1", port};
+    env.use_agent_store = true;
+    env.restart_count = 1;
+    TorchrunRank joined = join_torchrun_rank(env, parallel_config(2, 2, 30.0), at::kCPU);
+    joined.store->set("probe." + std::to_string(r), std::vector<uint8_t>{static_cast<uint8_t>(r)});
+    at::Tensor t = at::full({4}, static_cast<double>(r + 1));
+    joined.ctx.world->all_reduce_sum(t);
+    sums[r] = t[0].item<double>();
+  });
   INFO(errors[0] << " | " << errors[1]);
   CHECK(sums == std::vector<double>{3.0, 3.0});
   CHECK(agent->check({"/worker/attempt_1/probe.0", "/worker/attempt_1/probe.1"}));
