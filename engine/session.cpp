@@ -112,12 +112,12 @@ struct Session::Impl {
       opt.log = [this](const std::string& line) { add_log(line); };
       opt.on_step = [this](const StepMetrics& m, const StepResult& r) {
         std::lock_guard<std::mutex> lock(mutex);
-        status.step = m.step + 1;
+        status.step = m.step;  // steps completed: metrics count steps from 1
         if (status.state == SessionState::Starting) status.state = SessionState::Running;
-        if (r.has_answers && (m.step + 1) % 10 == 0) {
+        if (r.has_answers && m.step % 10 == 0) {
           char line[160];
           std::snprintf(line, sizeof line, "step %lld: loss %.4f, answer loss %.3f, accuracy %.0f%%",
-                        static_cast<long long>(m.step + 1), m.loss, r.answer_loss, 100.0 * r.answer_accuracy);
+                        static_cast<long long>(m.step), m.loss, r.answer_loss, 100.0 * r.answer_accuracy);
           log.push_back(line);
         }
       };

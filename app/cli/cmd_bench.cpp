@@ -1,13 +1,14 @@
 // odyssey bench PRESET [--set k=v]... [--steps ROUNDS] [--json]: the preset's model stepped plain,
-// with each memory technique alone and with all together, interleaved in one run; prints the
-// median step time per variant, its ratio to the baseline (with the per-round spread) and the
-// measured device/host peaks; with world_size > 1 also the parallel rungs (plain Ulysses, +FSDP,
-// Untied Ulysses per stage size). Exit 0, 1 (runtime failure), 2 (bad input).
+// with each memory technique alone and with all together, and on several ranks with FSDP and
+// Untied Ulysses at each valid heads_per_stage, interleaved in one run; prints the median step
+// time per variant, its ratio to the baseline (with the per-round spread) and the measured
+// device/host peaks (max over ranks). Under torchrun only rank 0 prints. Exit 0, 1 (runtime
+// failure), 2 (bad input).
 #include <cstdio>
 #include <iostream>
 
 #include "app/cli/cli.h"
-#include "engine/parallel/parallel_bench.h"
+#include "engine/parallel/job.h"
 #include "engine/train/bench.h"
 #include "engine/train/data.h"
 #include "engine/train/trainer.h"
@@ -29,13 +30,13 @@ int run_bench_command(int argc, char** argv, int first) {
   const int rounds = args->steps ? static_cast<int>(*args->steps) : kDefaultRounds;
 
   BenchResult result;
-  std::vector<ParallelBenchRow> parallel;  // Ulysses / FSDP / Untied rungs (world_size > 1)
+  bool prints = true;  // a torchrun process with RANK != 0 prints errors only
   try {
+    prints = runs_rank_zero();
     result = run_bench(cfg, rounds, [&](const std::string& line) {
-      if (!args->json && !args->quiet) std::cerr << "\r" << line << std::flush;
+      if (prints && !args->json && !args->quiet) std::cerr << "\r" << line << std::flush;
     });
-    if (!args->json && !args->quiet) std::cerr << "\n";
-    if (cfg.parallel.world_size > 1 && !cfg.parallel.emulate) parallel = parallel_bench(cfg, rounds);
+    if (prints && !args->json && !args->quiet) std::cerr << "\n";
   } catch (const StepFailure& e) {
     std::cerr << "odyssey bench: " << e.what() << "\n";
     return kExitRuntime;
@@ -45,18 +46,26 @@ int run_bench_command(int argc, char** argv, int first) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "odyssey bench: " << e.what() << "\n";
     return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "odyssey bench: " << e.what() << "\n";
+    return kExitRuntime;
   }
+  if (!prints) return kExitOk;
 
   if (args->json) {
     std::string json;
     JsonWriter w(json);
     w.begin_object().key("preset").value(args->positional[0]).key("rounds").value(result.rounds);
-    w.key("threads").value(result.threads).key("variants").begin_array();
+    w.key("threads").value(result.threads).key("world_size").value(result.world_size);
+    w.key("ulysses_degree").value(result.ulysses_degree).key("emulated").value(result.emulated);
+    w.key("variants").begin_array();
     for (const auto& v : result.variants) {
       const auto range = result.ratio_range(v);
       w.begin_object()
           .key("name").value(v.name)
           .key("baseline").value(v.baseline)
+          .key("fsdp").value(v.fsdp)
+          .key("untied_ulysses").value(v.memory.untied_ulysses)
           .key("median_step_s").value(v.median_s())
           .key("min_step_s").value(v.min_s())
           .key("max_step_s").value(v.max_s())
@@ -67,15 +76,18 @@ int run_bench_command(int argc, char** argv, int first) {
           .key("host_peak_bytes").value(v.host_peak)
           .end_object();
     }
-    w.end_array().key("parallel").begin_array();
-    for (const auto& row : parallel)
-      w.begin_object().key("name").value(row.name).key("median_step_s").value(row.median_step_s).key("ratio").value(row.ratio).end_object();
     w.end_array().end_object();
     std::cout << json << "\n";
     return kExitOk;
   }
   std::printf("odyssey bench %s: %d rounds, one step per variant per round (interleaved), %d intra-op thread%s\n",
               args->positional[0].c_str(), result.rounds, result.threads, result.threads == 1 ? "" : "s");
+  if (result.world_size > 1 || result.emulated)
+    std::printf("every variant on %lld ranks%s (Ulysses %lld x data %lld): plain = plain %s, no FSDP; peaks: max over ranks\n",
+                static_cast<long long>(result.world_size), result.emulated ? ", emulated" : "",
+                static_cast<long long>(result.ulysses_degree),
+                static_cast<long long>(result.world_size / std::max<int64_t>(1, result.ulysses_degree)),
+                result.ulysses_degree > 1 ? "Ulysses" : "data parallel");
   std::printf("%-14s %10s %16s %22s %12s %10s\n", "variant", "median ms", "min..max ms", "ratio (round spread)",
               "device peak", "host peak");
   for (const auto& v : result.variants) {
@@ -88,20 +100,14 @@ int run_bench_command(int argc, char** argv, int first) {
     std::printf("%-14s %10.1f %7.1f..%-7.1f %22s %9.1f MiB %6.1f MiB\n", v.name.c_str(), 1000 * v.median_s(),
                 1000 * v.min_s(), 1000 * v.max_s(), ratio, v.device_peak / 1048576.0, v.host_peak / 1048576.0);
   }
-  std::printf("targets: checkpointing <= 1.45x plain, offload <= 1.10x checkpointing, each tiling <= 1.10x plain\n");
-  if (!parallel.empty()) {
-    std::printf("\nparallel rungs on %lld rank threads (engine/parallel's parallel_bench, same rounds):\n",
-                static_cast<long long>(cfg.parallel.world_size));
-    std::printf("%-22s %10s %8s\n", "variant", "median ms", "ratio");
-    for (const auto& row : parallel)
-      std::printf("%-22s %10.1f %7.2fx\n", row.name.c_str(), 1000 * row.median_step_s, row.ratio);
-  }
+  std::printf("targets: checkpointing <= 1.45x plain, offload <= 1.10x checkpointing, each tiling <= 1.10x plain");
+  std::printf(result.ulysses_degree > 1 ? ", Untied Ulysses at the largest chunk < 1.10x plain Ulysses\n" : "\n");
   return kExitOk;
 }
 
 const CommandRegistration registration{
     Command{60, "bench", "bench PRESET [--set k=v]... [--steps ROUNDS] [--json]",
-            "step-time ratios of each memory technique, interleaved in one run", run_bench_command}};
+            "step-time ratios of each memory and parallel technique, interleaved in one run", run_bench_command}};
 
 }  // namespace
 }  // namespace odyssey::cli

@@ -1,16 +1,20 @@
 // odyssey train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--quiet]: trains the
 // preset's model on this machine; a progress bar on a terminal, plain lines otherwise; writes
 // DIR/metrics.jsonl, DIR/trace.json, DIR/summary.json and checkpoints; Ctrl-C stops at the next step
-// boundary with a checkpoint. Exit 0 (finished or stopped), 1 (runtime failure), 2 (bad input).
+// boundary with a checkpoint. Under torchrun (RANK, WORLD_SIZE, ... set) each process runs one
+// rank; rank 0 prints and writes the outputs, the others print errors only.
+// Exit 0 (finished or stopped), 1 (runtime failure), 2 (bad input).
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 
 #include "app/cli/cli.h"
 #include "engine/config/sizes.h"
+#include "engine/parallel/job.h"
 #include "engine/train/checkpoint_io.h"
 #include "engine/train/run.h"
 
@@ -35,7 +39,7 @@ std::string mib(int64_t bytes) {
 
 std::string step_line(const StepMetrics& m, const StepResult& r, int64_t total) {
   char text[256];
-  std::snprintf(text, sizeof(text), "step %lld/%lld  loss %.4f", static_cast<long long>(m.step + 1),
+  std::snprintf(text, sizeof(text), "step %lld/%lld  loss %.4f", static_cast<long long>(m.step),
                 static_cast<long long>(total), m.loss);
   std::string line = text;
   if (r.has_answers) {
@@ -63,6 +67,15 @@ int run_train(int argc, char** argv, int first) {
   auto loaded = load_or_report(args->positional[0], args->overrides, std::cerr);
   if (!loaded) return kExitBadInput;
   const RunConfig& cfg = loaded->config;
+  bool lead = true;  // this process runs rank 0 (not a torchrun process with RANK != 0)
+  try {
+    lead = runs_rank_zero();
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "odyssey train: " << e.what() << "\n";
+    return kExitBadInput;
+  }
+  const bool quiet = args->quiet || !lead;
+  const std::string who = lead ? std::string("odyssey train: ") : std::string("odyssey train (rank ") + std::getenv("RANK") + "): ";
 
   RunOptions opt;
   opt.preset = args->positional[0];
@@ -73,38 +86,42 @@ int run_train(int argc, char** argv, int first) {
     try {
       auto info = read_checkpoint_info(opt.resume_dir);
       if (!info) {
-        std::cerr << "odyssey train: --resume " << opt.resume_dir << ": no checkpoint there (no checkpoints/latest.json)\n";
+        std::cerr << who << "--resume " << opt.resume_dir << ": no checkpoint there (no checkpoints/latest.json)\n";
         return kExitBadInput;
       }
       start = info->step;
     } catch (const std::exception& e) {
-      std::cerr << "odyssey train: " << e.what() << "\n";
+      std::cerr << who << e.what() << "\n";
       return kExitBadInput;
     }
   }
   opt.steps = args->steps ? start + *args->steps : cfg.training.steps;
 
-  const bool tty = ::isatty(STDOUT_FILENO) && !args->quiet;
+  const bool tty = ::isatty(STDOUT_FILENO) && !quiet;
   const int64_t log_every = std::max<int64_t>(1, cfg.output.log_every);
   opt.log = [&](const std::string& line) {
+    if (!lead) return;
     if (tty) std::cout << "\r\033[K";
     std::cout << line << "\n" << std::flush;
   };
-  opt.on_step = [&](const StepMetrics& m, const StepResult& r) {
-    if (args->quiet) return;
-    const bool last = m.step + 1 == opt.steps;
+  bool first_step = true;
+  opt.on_step = [&](const StepMetrics& m, const StepResult& r) {  // m.step counts from 1
+    if (quiet) return;
+    const bool last = m.step == opt.steps;
     if (tty) {
-      std::cout << "\r\033[K" << progress_bar(m.step + 1, opt.steps) << step_line(m, r, opt.steps) << std::flush;
-      if (last || (m.step + 1) % log_every == 0) std::cout << "\n";
-    } else if (last || m.step == 0 || (m.step + 1) % log_every == 0) {
+      std::cout << "\r\033[K" << progress_bar(m.step, opt.steps) << step_line(m, r, opt.steps) << std::flush;
+      if (last || m.step % log_every == 0) std::cout << "\n";
+    } else if (last || first_step || m.step % log_every == 0) {
       std::cout << step_line(m, r, opt.steps) << "\n" << std::flush;
     }
+    first_step = false;
   };
   RunControl control;
   opt.control = &control;
   g_control = &control;
   auto previous = std::signal(SIGINT, on_sigint);
-  std::cout << "odyssey train " << opt.preset << ": " << cfg.model.flavor << ", " << format_size(cfg.training.seq_len)
+  if (lead)
+    std::cout << "odyssey train " << opt.preset << ": " << cfg.model.flavor << ", " << format_size(cfg.training.seq_len)
             << " tokens x " << cfg.training.batch_size << ", " << cfg.parallel.world_size << " rank"
             << (cfg.parallel.world_size == 1 ? "" : "s") << ", steps " << start << ".." << opt.steps << " -> "
             << opt.out_dir << "\n";
@@ -114,9 +131,10 @@ int run_train(int argc, char** argv, int first) {
   if (tty) std::cout << "\r\033[K";
 
   if (outcome.status == RunOutcome::Status::Failed) {
-    std::cerr << "odyssey train: " << outcome.error << "\n";
+    std::cerr << who << outcome.error << "\n";
     return outcome.bad_input ? kExitBadInput : kExitRuntime;
   }
+  if (!lead) return kExitOk;
   if (!outcome.metrics.empty()) {
     const auto& first_m = outcome.metrics.front();
     const auto& last_m = outcome.metrics.back();

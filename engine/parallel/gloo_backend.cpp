@@ -10,7 +10,29 @@
 
 #include "engine/parallel/gloo_backend.h"
 
+#include <cstdlib>
+
 namespace odyssey {
+
+namespace {
+
+// c10d's process-wide flight recorder (on by default in 2.11, 2000 entries) inserts each new group
+// into a std::map outside its mutex on the group's first collective
+// (FlightRecorder::recordWithResetEnabled, all_pg_status_): in-process rank threads starting their
+// groups at the same instant crashed there (SIGSEGV in _Rb_tree_insert_and_rebalance). It is off
+// unless the user asks for it (TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE set). Set at
+// static initialisation: this translation unit is linked into every binary that creates a group,
+// its initialiser runs before main (so before any rank thread or group exists; setenv is not
+// thread-safe), and every path to a group (rank threads, torchrun, tests' own launchers) is covered.
+struct FlightRecorderOff {
+  FlightRecorderOff() {
+    if (std::getenv("TORCH_FR_BUFFER_SIZE") == nullptr && std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE") == nullptr)
+      ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
+  }
+};
+const FlightRecorderOff flight_recorder_off;
+
+}  // namespace
 
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                     int size, std::chrono::milliseconds timeout,

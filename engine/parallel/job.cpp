@@ -1,47 +1,42 @@
-// run_job: one Trainer per rank over threads, torchrun or emulation, with per-step peaks of every
-// rank gathered to rank 0 and a collective stop flag. defines: job_mode, run_job
+// The rank-launch seam: threads, torchrun (with the peer watch) or emulation, with the first
+// failing rank's exception kept with its type. defines: job_mode, runs_rank_zero, run_on_ranks
 #include "engine/parallel/job.h"
 
-#include <memory>
+#include <exception>
+#include <mutex>
 
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "engine/parallel/peer_watch.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/train/trainer.h"
 
 namespace odyssey {
 namespace {
 
-/// The loop of one rank: steps, the collective stop decision, the peaks gathered to rank 0.
-void run_rank(const RunConfig& cfg, const RankContext& ctx, int64_t steps, const JobHooks& hooks) {
-  Trainer trainer(cfg, ctx);
-  if (hooks.on_rank_start) hooks.on_rank_start(ctx.rank, trainer);
-  at::Tensor flag, peaks;
-  {
-    CategoryScope category(MemCategory::Other);
-    flag = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(ctx.device));
-    peaks = at::zeros({2LL * ctx.world_size}, at::TensorOptions().dtype(at::kDouble).device(ctx.device));
+// This process's rank of a torchrun job, its peers watched through the job's store.
+void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::function<void(RankContext&)>& fn) {
+  configure_threads(1);
+  TorchrunRank joined = join_torchrun_rank(env, cfg.parallel, resolve_device(cfg.training.device, env.local_rank));
+  RankScope rank(joined.ctx.rank);
+  std::unique_ptr<PeerWatch> watch;
+  if (joined.store)
+    watch = std::make_unique<PeerWatch>(joined.store, env.rank, env.world_size, joined.abort,
+                                        env.master_addr + ":" + std::to_string(env.master_port));
+  try {
+    fn(joined.ctx);
+  } catch (const CommError& e) {
+    // A collective failed here: some other rank caused it. Name it (this may wait kSilence).
+    const PeerWatch::Culprit culprit = watch ? watch->diagnose() : PeerWatch::Culprit{};
+    const std::string what = e.what();
+    if (culprit.rank < 0 || what.find("abandoned: rank " + std::to_string(culprit.rank) + " failed") != std::string::npos)
+      throw;  // nobody else to blame, or the message already names the rank
+    throw CommError(what + "; cause: " + culprit.text);
+  } catch (const std::exception& e) {
+    if (watch) watch->declare_failure(e.what());  // before this process's groups go away
+    throw;
   }
-  for (int64_t i = 0; i < steps; ++i) {
-    flag.fill_(ctx.rank == 0 && hooks.should_stop && hooks.should_stop() ? 1.0 : 0.0);
-    ctx.world->all_reduce_max(flag);
-    if (flag.item<float>() > 0) break;
-    const StepResult r = trainer.step();
-    // Every rank's peaks to rank 0 (an all-gather: two doubles per rank, exact below 2^53 bytes).
-    at::Tensor mine = at::tensor({static_cast<double>(r.device_peak), static_cast<double>(r.host_peak)},
-                                 at::TensorOptions().dtype(at::kDouble).device(ctx.device));
-    ctx.world->all_gather(peaks, mine);
-    if (ctx.rank != 0 || !hooks.on_step) continue;
-    JobStep step;
-    step.result = r;
-    step.loss_meaningful = !ctx.emulated;
-    const at::Tensor host = peaks.cpu();
-    const int reported = ctx.emulated ? 1 : ctx.world_size;  // emulation: the other ranks do not exist
-    for (int k = 0; k < reported; ++k) {
-      step.rank_peak_bytes.push_back(static_cast<int64_t>(host[2 * k].item<double>()));
-      step.rank_host_peak_bytes.push_back(static_cast<int64_t>(host[2 * k + 1].item<double>()));
-    }
-    hooks.on_step(step);
-  }
-  if (hooks.on_rank_end) hooks.on_rank_end(ctx.rank, trainer);
 }
 
 }  // namespace
@@ -60,30 +55,41 @@ const char* to_string(JobMode mode) {
   return "?";
 }
 
-void run_job(const RunConfig& cfg, int64_t steps, const JobHooks& hooks) {
+bool runs_rank_zero() {
+  const auto env = torchrun_env();
+  return !env || env->rank == 0;
+}
+
+void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn) {
   const JobMode mode = job_mode(cfg.parallel);
-  if (mode == JobMode::Torchrun) {
-    const TorchrunEnv env = *torchrun_env();
-    configure_threads(1);
-    const at::Device device = resolve_device(cfg.training.device, env.local_rank);
-    RankContext ctx = join_torchrun(env, cfg.parallel, device);
-    RankScope rank(ctx.rank);
-    run_rank(cfg, ctx, steps, hooks);
-    return;
+  if (mode == JobMode::Torchrun) return run_torchrun_rank(cfg, *torchrun_env(), fn);
+  // The first failing rank's exception, kept with its type (run_rank_threads reports text only).
+  std::mutex mutex;
+  std::exception_ptr first;
+  auto guarded = [&](RankContext& ctx) {
+    try {
+      fn(ctx);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!first) first = std::current_exception();
+      throw;  // the launcher abandons the other ranks' collectives at once
+    }
+  };
+  configure_threads(static_cast<int>(cfg.parallel.world_size));  // also under emulation: a real rank's share
+  try {
+    if (mode == JobMode::Emulated) {
+      ParallelConfig one;  // one thread bound to rank 0, like a real rank thread
+      run_rank_threads(one, at::kCPU, [&](RankContext&) {
+        RankContext ctx = make_emulated_rank_context(cfg.parallel, resolve_device(cfg.training.device, 0));
+        guarded(ctx);
+      });
+    } else {
+      run_rank_threads(cfg.parallel, resolve_device(cfg.training.device, 0), guarded);
+    }
+  } catch (const RankError&) {
+    if (first) std::rethrow_exception(first);
+    throw;
   }
-  if (mode == JobMode::Emulated) {
-    // The intra-op threads one rank of the real job gets here (CPU kernels size scratch per thread).
-    configure_threads(static_cast<int>(cfg.parallel.world_size));
-    ParallelConfig one;  // a single thread, bound to rank 0 like a real rank thread
-    run_rank_threads(one, at::kCPU, [&](RankContext&) {
-      const RankContext ctx = make_emulated_rank_context(cfg.parallel, resolve_device(cfg.training.device, 0));
-      run_rank(cfg, ctx, steps, hooks);
-    });
-    return;
-  }
-  configure_threads(static_cast<int>(cfg.parallel.world_size));
-  const at::Device device = resolve_device(cfg.training.device, 0);
-  run_rank_threads(cfg.parallel, device, [&](RankContext& ctx) { run_rank(cfg, ctx, steps, hooks); });
 }
 
 }  // namespace odyssey

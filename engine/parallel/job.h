@@ -1,16 +1,13 @@
-// A training job over all its ranks, however they run: in-process rank threads, one process of a
-// torchrun job, or rank 0 alone under rank emulation. One Trainer per rank; per step, rank 0 sees
-// the global loss and every rank's device and host peaks. What `odyssey train` and the Session
-// call. defines: JobMode, job_mode, JobStep, JobHooks, run_job
+// Where a job's ranks start, however they run: parallel.world_size rank threads in this process,
+// this process's rank of a torchrun job (one rank per process, peers watched through the job's
+// store), or rank 0 alone under rank emulation. The one training loop (engine/train/run.h's
+// run_training) and odyssey bench run on it. defines: JobMode, job_mode, runs_rank_zero, run_on_ranks
 #pragma once
 
-#include <cstdint>
 #include <functional>
-#include <string>
-#include <vector>
 
 #include "engine/config/run_config.h"
-#include "engine/train/trainer.h"
+#include "engine/parallel/comm.h"
 
 namespace odyssey {
 
@@ -20,34 +17,25 @@ enum class JobMode {
   Emulated,  ///< parallel.emulate: rank 0 of the job alone, collectives are stand-ins
 };
 /// Torchrun when RANK/WORLD_SIZE are set, else Emulated when parallel.emulate, else Threads.
+/// Throws std::invalid_argument naming a malformed torchrun variable.
 JobMode job_mode(const ParallelConfig& parallel);
 const char* to_string(JobMode mode);
 
-/// One finished step of the job, as rank 0 reports it.
-struct JobStep {
-  StepResult result;                      ///< rank 0's StepResult (loss and grad norm are global)
-  std::vector<int64_t> rank_peak_bytes;   ///< device peak of every rank (emulated: rank 0 only)
-  std::vector<int64_t> rank_host_peak_bytes;
-  bool loss_meaningful = true;            ///< false under rank emulation
-};
+/// True when rank 0 of the job runs in this process (every mode but a torchrun process with
+/// RANK != 0): the process that reports the run and writes its outputs.
+bool runs_rank_zero();
 
-struct JobHooks {
-  /// Every rank, once its Trainer exists (attach trace sinks, read notes). Runs on the rank's thread.
-  std::function<void(int rank, Trainer& trainer)> on_rank_start;
-  /// Rank 0 of the job (in this process, or the torchrun process with RANK=0), after each step.
-  std::function<void(const JobStep& step)> on_step;
-  /// Asked by rank 0 before each step; the answer reaches every rank (a max all-reduce), so all
-  /// ranks stop at the same step boundary.
-  std::function<bool()> should_stop;
-  /// Every rank, after its last step, before its Trainer goes away (checkpointing, final records).
-  std::function<void(int rank, Trainer& trainer)> on_rank_end;
-};
-
-/// Runs `steps` optimizer steps of `cfg` over all ranks (mode from job_mode). Threads: the first
-/// failing rank's error is rethrown as RankError ("rank R: ..."), the other ranks abandoned at
-/// once. Torchrun: this process's rank only; a peer's failure surfaces as a CommError naming the
-/// collective. Throws std::invalid_argument for a config the ranks cannot run (world size vs
-/// WORLD_SIZE, degrees).
-void run_job(const RunConfig& cfg, int64_t steps, const JobHooks& hooks);
+/// Runs `fn` once per rank of `cfg` that lives in this process, with that rank's context (device,
+/// groups, the memory tracker's RankScope bound):
+///  - Threads: one thread per rank; a failing rank ends the others' collectives at once and its
+///    exception is rethrown here with its type (the first rank that failed).
+///  - Torchrun: this process's rank. A rank whose `fn` throws declares its failure in the job's
+///    store, which ends the other processes' pending collectives ("abandoned: rank R failed: ...").
+///    A collective that fails here (CommError) is rethrown with its cause appended: the rank that
+///    declared a failure, the rank whose process went silent (killed, crashed, hung), or rank 0
+///    when the store it serves is gone. No hang: every wait is bounded by parallel.timeout_s.
+///  - Emulated: rank 0 alone (one thread) over EmulatedComm groups.
+/// Intra-op threads are set for the ranks sharing this machine (configure_threads).
+void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn);
 
 }  // namespace odyssey

@@ -1,7 +1,7 @@
 // Rank launch: group layout, RankContext over a store (Gloo/NCCL), in-process rank threads with
 // error propagation, torchrun's environment and TCPStore, rank emulation's context.
 // defines: layout_of, comm_options, make_rank_context, make_emulated_rank_context,
-//          make_solo_rank_context, run_rank_threads, torchrun_env, join_torchrun
+//          make_solo_rank_context, run_rank_threads, torchrun_env, join_torchrun_rank, join_torchrun
 #include "engine/parallel/rank_launch.h"
 
 #include <cstdlib>
@@ -188,7 +188,7 @@ std::optional<TorchrunEnv> torchrun_env() {
   return env;
 }
 
-RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device) {
+TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device) {
   if (env.world_size != parallel.world_size)
     throw std::invalid_argument("torchrun environment: WORLD_SIZE=" + std::to_string(env.world_size) +
                                 " must equal parallel.world_size = " + std::to_string(parallel.world_size) +
@@ -197,7 +197,12 @@ RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel
   CommOptions options = comm_options(parallel);
   const at::Device rank_device =
       device.is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : device;
-  if (env.world_size == 1) return make_solo_rank_context(rank_device);
+  TorchrunRank joined;
+  joined.abort = options.abort;
+  if (env.world_size == 1) {
+    joined.ctx = make_solo_rank_context(rank_device);
+    return joined;
+  }
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) options.gloo_interface = ifname;
   options.gloo_hostname = is_loopback(env.master_addr) ? "127.0.0.1" : "";
   c10d::TCPStoreOptions store_options;
@@ -206,8 +211,13 @@ RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel
   store_options.numWorkers = env.world_size;
   store_options.waitWorkers = true;
   store_options.timeout = options.timeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-  return make_rank_context(store, env.rank, parallel, rank_device, options);
+  joined.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  joined.ctx = make_rank_context(joined.store, env.rank, parallel, rank_device, options);
+  return joined;
+}
+
+RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device) {
+  return join_torchrun_rank(env, parallel, device).ctx;
 }
 
 }  // namespace odyssey

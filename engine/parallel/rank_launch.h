@@ -1,7 +1,7 @@
 // Ranks of a job: the group layout (SP = contiguous rank blocks, DP = strided), RankContext
 // construction over a c10d store, in-process rank threads, torchrun's environment, emulation.
 // defines: RankLayout, layout_of, RankError, make_rank_context, make_emulated_rank_context,
-//          run_rank_threads, TorchrunEnv, torchrun_env, join_torchrun
+//          run_rank_threads, TorchrunEnv, torchrun_env, TorchrunRank, join_torchrun_rank, join_torchrun
 #pragma once
 
 #include <chrono>
@@ -87,9 +87,19 @@ struct TorchrunEnv {
 /// std::invalid_argument naming the variable, its value and the rule when one is malformed.
 std::optional<TorchrunEnv> torchrun_env();
 
+/// This process's rank of a torchrun job: its context, the job's store (null for one rank) and the
+/// abort signal its groups watch (raise it to end their pending collectives).
+struct TorchrunRank {
+  RankContext ctx;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<AbortSignal> abort;
+};
+
 /// Joins the torchrun job: a TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 serves it), then this
 /// rank's context. WORLD_SIZE must equal parallel.world_size. CPU: Gloo bound to loopback when
 /// MASTER_ADDR is local, else GLOO_SOCKET_IFNAME or this host's name; CUDA: cuda:LOCAL_RANK.
+TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device);
+/// join_torchrun_rank's context alone.
 RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device);
 
 }  // namespace odyssey

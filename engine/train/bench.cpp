@@ -1,12 +1,17 @@
 // run_bench: interleaved rounds of one step per technique variant on one model (see bench.h).
+// The FSDP variant steps a second, sharded trainer beside the unsharded one.
 // defines: bench_variants, run_bench, BenchVariant/BenchResult statistics
 #include "engine/train/bench.h"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <memory>
 
-#include "engine/train/run.h"
+#include "engine/config/validate.h"
+#include "engine/parallel/job.h"
+#include "engine/model/llama.h"
+#include "engine/telemetry/memory_tracker.h"
 #include "engine/train/trainer.h"
 
 namespace odyssey {
@@ -44,56 +49,94 @@ std::pair<double, double> BenchResult::ratio_range(const BenchVariant& v) const 
   return {lo, hi};
 }
 
-std::vector<BenchVariant> bench_variants(const MemoryConfig& base) {
-  MemoryConfig none = base;
+std::vector<BenchVariant> bench_variants(const RunConfig& cfg) {
+  MemoryConfig none = cfg.memory;
   none.activation_checkpointing = none.offload_activations = none.tiled_mlp = none.tiled_loss = false;
-  std::vector<BenchVariant> v(6);
-  v[0].name = "plain";
-  v[0].memory = none;
-  v[1].name = "checkpointing";
-  v[1].baseline = "plain";
-  v[1].memory = none;
-  v[1].memory.activation_checkpointing = true;
-  v[2].name = "offload";
-  v[2].baseline = "checkpointing";
-  v[2].memory = v[1].memory;
-  v[2].memory.offload_activations = true;
-  v[3].name = "tiled_mlp";
-  v[3].baseline = "plain";
-  v[3].memory = none;
-  v[3].memory.tiled_mlp = true;
-  v[4].name = "tiled_loss";
-  v[4].baseline = "plain";
-  v[4].memory = none;
-  v[4].memory.tiled_loss = true;
-  v[5].name = "all";
-  v[5].baseline = "plain";
-  v[5].memory = v[2].memory;
-  v[5].memory.tiled_mlp = v[5].memory.tiled_loss = true;
+  none.untied_ulysses = false;
+  auto variant = [&](std::string name, std::string baseline, MemoryConfig memory, bool fsdp = false) {
+    BenchVariant v;
+    v.name = std::move(name);
+    v.baseline = std::move(baseline);
+    v.memory = memory;
+    v.fsdp = fsdp;
+    return v;
+  };
+  MemoryConfig ckpt = none, offload = none, mlp = none, loss = none;
+  ckpt.activation_checkpointing = true;
+  offload = ckpt;
+  offload.offload_activations = true;
+  mlp.tiled_mlp = true;
+  loss.tiled_loss = true;
+  MemoryConfig all = offload;
+  all.tiled_mlp = all.tiled_loss = true;
+  std::vector<BenchVariant> v{variant("plain", "", none),           variant("checkpointing", "plain", ckpt),
+                              variant("offload", "checkpointing", offload), variant("tiled_mlp", "plain", mlp),
+                              variant("tiled_loss", "plain", loss),     variant("all", "plain", all)};
+  if (cfg.parallel.world_size > 1) v.push_back(variant("fsdp", "plain", none, /*fsdp=*/true));
+  if (cfg.parallel.ulysses_degree > 1 || cfg.memory.untied_ulysses) {
+    for (int64_t hps : valid_heads_per_stage(cfg)) {
+      MemoryConfig untied = none;
+      untied.untied_ulysses = true;
+      untied.heads_per_stage = hps;
+      v.push_back(variant("untied_hps=" + std::to_string(hps), "plain", untied));
+    }
+  }
   return v;
 }
 
 BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void(const std::string&)>& log) {
   BenchResult result;
-  result.variants = bench_variants(cfg.memory);
+  result.variants = bench_variants(cfg);
   result.rounds = rounds;
+  result.world_size = cfg.parallel.world_size;
+  result.ulysses_degree = cfg.parallel.ulysses_degree;
+  result.emulated = cfg.parallel.emulate;
+  bool any_fsdp = false;
+  for (const auto& v : result.variants) any_fsdp = any_fsdp || v.fsdp;
   run_on_ranks(cfg, [&](RankContext& ctx) {
-    Trainer trainer(cfg, ctx);
+    // A variant's peak leaves out the other trainer's persistent bytes: its groups' fp32 master,
+    // gradient and AdamW shards (their `full` buffers are resharded, 0 bytes, between steps).
+    auto persistent_bytes = [](Trainer& t) {
+      int64_t bytes = 0;
+      for (auto* g : t.model().groups())
+        for (const at::Tensor& x : {g->master, g->grad(), g->exp_avg, g->exp_avg_sq}) bytes += x.nbytes();
+      return bytes;
+    };
+    RunConfig replicated_cfg = cfg, sharded_cfg = cfg;
+    replicated_cfg.parallel.fsdp = false;
+    sharded_cfg.parallel.fsdp = true;
+    Trainer replicated(replicated_cfg, ctx);
+    std::unique_ptr<Trainer> sharded;
+    if (any_fsdp) sharded = std::make_unique<Trainer>(sharded_cfg, ctx);
+    const int64_t replicated_bytes = persistent_bytes(replicated);
+    const int64_t sharded_bytes = sharded ? persistent_bytes(*sharded) : 0;
     const bool lead = ctx.rank == 0;  // rank 0 records; every rank steps in lockstep
     if (lead) result.threads = at::get_num_threads();
+    at::Tensor peaks;
+    {
+      CategoryScope category(MemCategory::Other);
+      peaks = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(ctx.device));  // [device, host]
+    }
     for (int round = -1; round < rounds; ++round) {  // round -1 warms every variant up
       for (auto& v : result.variants) {
+        Trainer& trainer = v.fsdp ? *sharded : replicated;
         trainer.set_memory(v.memory);
         const StepResult r = trainer.step();
         trainer.recorder().take_records();
+        const int64_t others = v.fsdp ? replicated_bytes : sharded_bytes;
+        peaks[0] = static_cast<double>(r.device_peak - others);
+        peaks[1] = static_cast<double>(r.host_peak);
+        ctx.world->all_reduce_max(peaks);  // max over ranks; also lines the ranks up for the next step
         if (round < 0 || !lead) continue;
+        const at::Tensor host = peaks.cpu();
         v.step_s.push_back(r.step_time_s);
-        v.device_peak = std::max(v.device_peak, r.device_peak);
-        v.host_peak = std::max(v.host_peak, r.host_peak);
+        v.device_peak = std::max(v.device_peak, static_cast<int64_t>(host[0].item<double>()));
+        v.host_peak = std::max(v.host_peak, static_cast<int64_t>(host[1].item<double>()));
       }
       if (log && round >= 0 && lead) log("round " + std::to_string(round + 1) + "/" + std::to_string(rounds));
     }
-    trainer.take_notes();
+    replicated.take_notes();
+    if (sharded) sharded->take_notes();
   });
   return result;
 }

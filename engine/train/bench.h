@@ -1,6 +1,7 @@
 // odyssey bench: the same model stepped plain, with each memory technique alone and with all of
-// them, interleaved round by round in one process, so the step-time ratios compare like with like
-// on a noisy machine. defines: BenchVariant, BenchResult, bench_variants, run_bench
+// them, and on a multi-rank preset with the parallel techniques (FSDP, Untied Ulysses at every
+// valid heads_per_stage), interleaved round by round in one run, so the step-time ratios compare
+// like with like on a noisy machine. defines: BenchVariant, BenchResult, bench_variants, run_bench
 #pragma once
 
 #include <cstdint>
@@ -14,11 +15,14 @@ namespace odyssey {
 
 /// One configuration of the techniques and what it measured.
 struct BenchVariant {
-  std::string name;           ///< "plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all"
+  /// "plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all"; on several ranks also
+  /// "fsdp" and "untied_hps=K" (Ulysses degree > 1, or untied_ulysses set: head chunking)
+  std::string name;
   std::string baseline;       ///< the variant its ratio is taken against ("" for plain)
   MemoryConfig memory;
-  std::vector<double> step_s;  ///< every measured step (after the warm-up round)
-  int64_t device_peak = 0;     ///< max over its steps (rank 0)
+  bool fsdp = false;          ///< stepped by the FSDP trainer
+  std::vector<double> step_s;  ///< every measured step of rank 0 (after the warm-up round)
+  int64_t device_peak = 0;     ///< max over its steps and the ranks, without the other trainer's states
   int64_t host_peak = 0;
   double median_s() const;
   double min_s() const;
@@ -29,6 +33,8 @@ struct BenchResult {
   std::vector<BenchVariant> variants;
   int rounds = 0;
   int threads = 0;  ///< intra-op threads per rank
+  int64_t world_size = 1, ulysses_degree = 1;  ///< where every variant runs (plain = plain Ulysses when > 1)
+  bool emulated = false;
   const BenchVariant* find(const std::string& name) const;
   /// median(variant) / median(its baseline).
   double ratio(const BenchVariant& v) const;
@@ -36,12 +42,17 @@ struct BenchResult {
   std::pair<double, double> ratio_range(const BenchVariant& v) const;
 };
 
-/// plain; checkpointing; offload (= checkpointing + offload, against checkpointing); tiled MLP;
-/// tiled loss; all four together. Tile sizes come from `base`.
-std::vector<BenchVariant> bench_variants(const MemoryConfig& base);
+/// On cfg's ranks, without FSDP and without Untied Ulysses unless named: plain; checkpointing;
+/// offload (= checkpointing + offload, against checkpointing); tiled MLP; tiled loss; all four
+/// together; with world_size > 1 fsdp (plain + FSDP); with Ulysses degree > 1 (or untied_ulysses
+/// set) untied_hps=K for every valid heads_per_stage K (largest = one stage). Every ratio is
+/// against plain but offload's. Tile sizes come from cfg.memory.
+std::vector<BenchVariant> bench_variants(const RunConfig& cfg);
 
-/// Steps one model: one warm-up round, then `rounds` rounds of one step per variant in turn.
-/// Throws on bad input; a failing step (OOM) propagates as StepFailure.
+/// Steps the model on cfg's ranks (run_on_ranks: threads, torchrun, emulation): one warm-up round,
+/// then `rounds` rounds of one step per variant in turn, the ranks in lockstep. Two trainers
+/// when FSDP variants exist (one sharded, one not); each variant's peak leaves out the other
+/// trainer's persistent bytes. Throws on bad input; a failing step (OOM) propagates as StepFailure.
 BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void(const std::string&)>& log);
 
 }  // namespace odyssey

@@ -1,7 +1,8 @@
-// run_training: rank launch (one rank until the distributed stack lands), resume, the step loop
-// with stop/pause/live toggles at step boundaries, the telemetry sinks (metrics.jsonl, trace.json,
-// summary.json, the studio's Timeline) and checkpoints. defines: RunControl, run_training,
-// export_full_state, import_full_state
+// run_training: the one training loop, on every rank of every launch mode (rank threads, torchrun
+// processes, emulation): resume, stop/pause/live toggles decided at step boundaries for all ranks,
+// every rank's peaks and phase records gathered to rank 0, which writes metrics.jsonl, trace.json
+// and summary.json and feeds the studio's Timeline; checkpoints. defines: RunControl,
+// run_training, export_full_state, import_full_state
 #include "engine/train/run.h"
 
 #include <chrono>
@@ -9,7 +10,6 @@
 #include "engine/config/preset.h"
 #include "engine/config/sizes.h"
 #include "engine/parallel/job.h"
-#include "engine/parallel/rank_launch.h"
 #include "engine/planner/planner.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/metrics_jsonl.h"
@@ -19,6 +19,7 @@
 #include "engine/telemetry/trace_writer.h"
 #include "engine/train/checkpoint_io.h"
 #include "engine/train/files.h"
+#include "engine/train/step_records.h"
 #include "engine/util/json.h"
 
 namespace odyssey {
@@ -124,12 +125,14 @@ void import_full_state(Trainer& trainer, const FullState& state) {
 
 namespace {
 
-// Everything one run writes, shared by its rank threads.
-struct RunSinks {  // all thread-safe
+// What one run shares between the ranks of this process. The outputs exist only in the process
+// that runs rank 0 (a torchrun process with RANK != 0 writes checkpoints only).
+struct RunShared {
+  bool reports = true;            // rank 0 runs here: outputs, log, RunOutcome's metrics
+  bool separate_processes = false;  // torchrun: each rank's RunOutcome is its own process's
   std::unique_ptr<MetricsJsonlWriter> metrics;
   std::unique_ptr<TraceWriter> trace;
-  std::atomic<bool> tracing{false};
-  PhasePeakTable run_peaks;
+  PhasePeakTable run_peaks;  // summary.json: every rank's phases (gathered to rank 0)
 };
 
 std::string describe_memory(const MemoryConfig& m) {
@@ -145,26 +148,56 @@ std::string describe_memory(const MemoryConfig& m) {
   return s.empty() ? "no memory techniques" : s;
 }
 
-// The step loop of one rank. Rank 0 decides at each boundary (continue, stop, pause, which live
-// toggles) and broadcasts the decision, so every rank acts at the same step; rank 0 writes the
-// outputs. Peaks of every rank reach rank 0 through an all-gather (threads, torchrun, emulation).
-void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, RunSinks& sinks, RunOutcome& out) {
+enum Action : int64_t { kContinue = 0, kStop = 1, kPause = 2 };
+
+// The step boundary, decided for all ranks at once: a max all-reduce of {stop, pause, version}.
+// Any rank's stop request counts (each torchrun process has its own Ctrl-C); pause and the live
+// toggles' version come from rank 0 (the Session's control).
+std::pair<int64_t, int64_t> decide(const RankContext& ctx, const RunControl* control, at::Tensor& decision,
+                                   int64_t version) {
   const bool lead = ctx.rank == 0;
+  int64_t stop = 0, pause = 0;
+  if (control) {
+    stop = control->stop_requested() ? 1 : 0;
+    if (lead) {
+      pause = control->paused() ? 1 : 0;
+      version = control->memory_version();
+    }
+  }
+  decision[0] = stop;
+  decision[1] = pause;
+  decision[2] = lead ? version : 0;
+  ctx.world->all_reduce_max(decision);
+  const at::Tensor d = decision.cpu();
+  const int64_t action = d[0].item<int64_t>() ? kStop : d[1].item<int64_t>() ? kPause : kContinue;
+  return {action, d[2].item<int64_t>()};
+}
+
+// The step loop of one rank (the one loop of every launch mode). Rank 0 writes the outputs from
+// every rank's gathered peaks and phase records.
+void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, RunShared& shared, RunOutcome& out) {
+  const bool lead = ctx.rank == 0;
+  const bool owns_outcome = lead || shared.separate_processes;  // who fills this process's RunOutcome
   auto log = [&](const std::string& line) {
     if (lead && opt.log) opt.log(line);
   };
   Trainer trainer(cfg, ctx);
   PhaseRecorder& recorder = trainer.recorder();
-  if (opt.epoch_s >= 0) recorder.set_epoch_s(opt.epoch_s);
-  if (opt.timeline) opt.timeline->attach(recorder);
-  if (sinks.trace) {
-    recorder.add_sink([&sinks](const PhaseRecord& r) {
-      if (sinks.tracing) sinks.trace->on_record(r);
-    });
-    recorder.add_edge_sink([&sinks](const PhaseEdge& e) {
-      if (sinks.tracing) sinks.trace->on_edge(e);
-    });
+  if (opt.epoch_s >= 0) {
+    recorder.set_epoch_s(opt.epoch_s);
+  } else if (shared.separate_processes) {
+    // Processes have their own clocks: count from a common instant (the barrier's end), so the
+    // ranks' phases line up in one trace.
+    ctx.world->barrier();
+    recorder.set_epoch_s(telemetry_now_s());
   }
+  if (opt.timeline) opt.timeline->attach(recorder);
+  // Every rank's phase records go to rank 0 when there are outputs to write (a collective: every
+  // rank takes the same decision from the same options).
+  const bool collect = !opt.out_dir.empty();
+  const bool trace = collect && cfg.output.trace && cfg.output.trace_steps > 0;
+  EdgeBuffer edges;
+  if (trace) edges.attach(recorder);
   if (opt.initial_state) {
     import_full_state(trainer, *opt.initial_state);
     log("restart: weights and optimizer state carried over at step " + std::to_string(trainer.next_step()));
@@ -176,7 +209,8 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   for (const auto& note : trainer.take_notes()) log(note);
   if (ctx.world_size > 1 || ctx.emulated)
     log("ranks: " + std::to_string(ctx.world_size) + " (Ulysses " + std::to_string(ctx.sp_size) + " x data " +
-        std::to_string(ctx.dp_size) + (cfg.parallel.fsdp ? ", FSDP" : "") + (ctx.emulated ? ", emulated" : "") + ")");
+        std::to_string(ctx.dp_size) + (cfg.parallel.fsdp ? ", FSDP" : "") + (ctx.emulated ? ", emulated" : "") +
+        (shared.separate_processes ? ", one process each" : "") + ")");
   log("memory: " + describe_memory(cfg.memory));
 
   const int64_t total = opt.steps >= 0 ? opt.steps : cfg.training.steps;
@@ -189,32 +223,19 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   at::Tensor decision, peaks;
   {
     CategoryScope category(MemCategory::Other);
-    decision = at::zeros({2}, at::TensorOptions().dtype(at::kLong).device(ctx.device));               // [action, version]
+    decision = at::zeros({3}, at::TensorOptions().dtype(at::kLong).device(ctx.device));               // [stop, pause, version]
     peaks = at::zeros({2LL * ctx.world_size}, at::TensorOptions().dtype(at::kDouble).device(ctx.device));  // [W x 2]
   }
-  enum Action : int64_t { kContinue = 0, kStop = 1, kPause = 2 };
 
   while (trainer.next_step() < total) {
-    // Step boundary: rank 0 decides for all.
-    int64_t action = kContinue, version = config_version;
-    if (lead && opt.control) {
-      action = opt.control->stop_requested() ? kStop : opt.control->paused() ? kPause : kContinue;
-      version = opt.control->memory_version();
-    }
-    if (ctx.world_size > 1) {
-      decision[0] = action;
-      decision[1] = version;
-      ctx.world->broadcast(decision, 0);
-      action = decision[0].item<int64_t>();
-      version = decision[1].item<int64_t>();
-    }
+    const auto [action, version] = decide(ctx, opt.control, decision, config_version);
     if (action == kStop) {
-      out.status = RunOutcome::Status::Stopped;
+      if (owns_outcome) out.status = RunOutcome::Status::Stopped;
       break;
     }
     if (action == kPause) {
-      // Every rank waits on the shared control (in-process ranks; a pause only comes from the
-      // Session), then the boundary is decided again.
+      // Every in-process rank waits on the shared control (a pause comes from the Session, which
+      // runs rank threads), then the boundary is decided again.
       if (opt.control) opt.control->wait_while_paused(/*notify=*/lead);
       continue;
     }
@@ -223,21 +244,32 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
       config_version = version;
       trainer.set_memory(memory);
       for (const auto& note : trainer.take_notes()) log(note);
-      log("memory toggles applied at step " + std::to_string(trainer.next_step()) + ": " + describe_memory(memory));
+      log("memory toggles applied from step " + std::to_string(trainer.next_step() + 1) + ": " + describe_memory(memory));
     }
-    sinks.tracing = sinks.trace && steps_run < cfg.output.trace_steps;  // the first trace_steps steps
-    const StepResult r = trainer.step();  // throws StepFailure
+    const bool traced = trace && steps_run < cfg.output.trace_steps;  // the first trace_steps steps
+    edges.set_capture(traced);
+    const StepResult r = trainer.step();  // throws StepFailure, CommError
+    edges.set_capture(false);
     ++steps_run;
 
+    // Every rank's device and host peak to rank 0 (two doubles per rank, exact below 2^53 bytes).
     at::Tensor mine = at::tensor({static_cast<double>(r.device_peak), static_cast<double>(r.host_peak)},
                                  at::TensorOptions().dtype(at::kDouble).device(ctx.device));  // [2]
-    if (ctx.world_size > 1)
-      ctx.world->all_gather(peaks, mine);
-    else
-      peaks.copy_(mine);
-    PhasePeakTable step_peaks;
-    step_peaks.add(recorder.take_records());
+    ctx.world->all_gather(peaks, mine);
+    RankStepRecords own{recorder.take_records(), edges.take()};
+    std::vector<RankStepRecords> ranks;
+    if (collect)
+      ranks = gather_step_records(ctx, std::move(own));
+    else if (lead)
+      ranks.push_back(std::move(own));
     if (lead) {
+      PhasePeakTable step_peaks;  // this step, max over ranks
+      for (RankStepRecords& rank : ranks) {
+        step_peaks.add(rank.records);
+        if (!traced || !shared.trace) continue;
+        for (EdgeRecord& e : rank.edges) shared.trace->on_edge(e.view());
+        for (const PhaseRecord& record : rank.records) shared.trace->on_record(record);
+      }
       StepMetrics m;
       m.step = r.step;
       m.loss = r.loss;
@@ -254,15 +286,13 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
         m.rank_host_peak_bytes.push_back(static_cast<int64_t>(host[2 * k + 1].item<double>()));
         m.peak_bytes = std::max(m.peak_bytes, m.rank_peak_bytes.back());
       }
-      sinks.run_peaks.merge(step_peaks);
-      if (sinks.metrics) sinks.metrics->write(m, &step_peaks);
-      if (sinks.trace && sinks.tracing) sinks.trace->on_step(m);
+      shared.run_peaks.merge(step_peaks);
+      if (shared.metrics) shared.metrics->write(m, &step_peaks);
+      if (shared.trace && traced) shared.trace->on_step(m);
       if (opt.timeline) opt.timeline->add_metrics(m);
       out.metrics.push_back(m);
       out.results.push_back(r);
       if (opt.on_step) opt.on_step(m, r);
-    } else {
-      sinks.run_peaks.merge(step_peaks);  // other in-process ranks' phases count in summary.json
     }
     if (write_checkpoints && cfg.output.checkpoint_every > 0 && trainer.next_step() % cfg.output.checkpoint_every == 0 &&
         trainer.next_step() < total) {
@@ -270,7 +300,7 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
       log("checkpoint at step " + std::to_string(trainer.next_step()));
     }
   }
-  if (lead) out.next_step = trainer.next_step();
+  if (owns_outcome) out.next_step = trainer.next_step();
   if (write_checkpoints) {
     save_checkpoint(trainer, opt.out_dir);
     log("checkpoint at step " + std::to_string(trainer.next_step()) + " in " + opt.out_dir + "/checkpoints");
@@ -281,72 +311,28 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   }
 }
 
-// The first failure of any rank, kept with its type (the rank launcher reports only the text).
-struct FirstFailure {
-  std::mutex mutex;
-  std::exception_ptr error;
-  void record(std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!error) error = e;
-  }
-};
-
 }  // namespace
-
-// The seam where a job's ranks start (engine/parallel's launchers): torchrun's rank of this
-// process, rank 0 alone under emulation, or parallel.world_size rank threads (one thread for a
-// single rank too, for the same thread-local behaviour).
-void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn) {
-  const JobMode mode = job_mode(cfg.parallel);
-  if (mode == JobMode::Torchrun) {
-    const TorchrunEnv env = *torchrun_env();
-    configure_threads(1);
-    RankContext ctx = join_torchrun(env, cfg.parallel, resolve_device(cfg.training.device, env.local_rank));
-    RankScope rank(ctx.rank);
-    fn(ctx);
-    return;
-  }
-  configure_threads(static_cast<int>(cfg.parallel.world_size));  // also under emulation: a real rank's share
-  if (mode == JobMode::Emulated) {
-    ParallelConfig one;  // one thread bound to rank 0, like a real rank thread
-    run_rank_threads(one, at::kCPU, [&](RankContext&) {
-      RankContext ctx = make_emulated_rank_context(cfg.parallel, resolve_device(cfg.training.device, 0));
-      fn(ctx);
-    });
-    return;
-  }
-  run_rank_threads(cfg.parallel, resolve_device(cfg.training.device, 0), fn);
-}
 
 RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   RunOutcome out;
   const auto t0 = std::chrono::steady_clock::now();
-  RunSinks sinks;
+  RunShared shared;
   std::string write_error;
   try {
     MemoryTracker::instance().install_cpu_allocator();
+    shared.separate_processes = job_mode(cfg.parallel) == JobMode::Torchrun;  // throws on a malformed env
+    shared.reports = runs_rank_zero();
     if (!opt.out_dir.empty()) {
       std::string error;
       if (!make_dirs(opt.out_dir, &error)) throw std::runtime_error("--out: " + error);
       const bool append = !opt.resume_dir.empty() && same_path(opt.resume_dir, opt.out_dir);
-      sinks.metrics = std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", append);
-      if (cfg.output.trace && cfg.output.trace_steps > 0)
-        sinks.trace = std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
+      if (shared.reports) {
+        shared.metrics = std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", append);
+        if (cfg.output.trace && cfg.output.trace_steps > 0)
+          shared.trace = std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
+      }
     }
-    FirstFailure failure;
-    try {
-      run_on_ranks(cfg, [&](RankContext& ctx) {
-        try {
-          train_rank(cfg, ctx, opt, sinks, out);
-        } catch (...) {
-          failure.record(std::current_exception());
-          throw;  // the launcher abandons the other ranks' collectives at once
-        }
-      });
-    } catch (...) {
-      if (failure.error) std::rethrow_exception(failure.error);  // the first failing rank's error, typed
-      throw;
-    }
+    run_on_ranks(cfg, [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); });
   } catch (const StepFailure& e) {
     out.status = RunOutcome::Status::Failed;
     out.error = e.what();
@@ -366,12 +352,12 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     out.status = RunOutcome::Status::Failed;
     out.error = e.what();
   }
-  if (out.status == RunOutcome::Status::Failed && opt.log) opt.log("error: " + out.error);
-  if (!out.metrics.empty() && out.next_step == 0) out.next_step = out.metrics.back().step + 1;
+  if (out.status == RunOutcome::Status::Failed && opt.log && shared.reports) opt.log("error: " + out.error);
+  if (!out.metrics.empty() && out.next_step == 0) out.next_step = out.metrics.back().step;
 
-  if (!opt.out_dir.empty() && is_directory(opt.out_dir)) {
+  if (shared.reports && !opt.out_dir.empty() && is_directory(opt.out_dir)) {
     try {
-      if (sinks.trace) sinks.trace->close();
+      if (shared.trace) shared.trace->close();
     } catch (const std::exception& e) {
       if (opt.log) opt.log(std::string("trace: ") + e.what());
     }
@@ -381,7 +367,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     summary.error = out.error;
     summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     summary.steps = out.metrics;
-    summary.phases = &sinks.run_peaks;
+    summary.phases = &shared.run_peaks;
     std::string extra;
     JsonWriter w(extra);
     w.begin_object().key("next_step").value(out.next_step).key("memory").value(describe_memory(cfg.memory));

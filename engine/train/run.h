@@ -1,7 +1,8 @@
-// A whole training run, as `odyssey train`, `odyssey bench` and the studio's Session drive it:
-// ranks, resume, the step loop with stop/pause/live toggles at step boundaries, metrics, trace,
-// summary and checkpoints. defines: RunControl, RunOptions, RunOutcome, FullState, run_training,
-// export_full_state, import_full_state
+// A whole training run, as `odyssey train` and the studio's Session drive it: the one step loop of
+// every launch mode (rank threads, torchrun processes, emulation; engine/parallel/job.h), resume,
+// stop/pause/live toggles at step boundaries, metrics, trace, summary and checkpoints.
+// defines: RunControl, RunOptions, RunOutcome, FullState, run_training, export_full_state,
+// import_full_state
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/config/run_config.h"
+#include "engine/parallel/job.h"
 #include "engine/session.h"
 #include "engine/train/trainer.h"
 
@@ -72,16 +74,21 @@ void import_full_state(Trainer& trainer, const FullState& state);
 
 struct RunOptions {
   std::string preset;          ///< preset path or name (summary.json)
-  std::string out_dir;         ///< metrics.jsonl, trace.json, summary.json, checkpoints; "" = none
+  /// metrics.jsonl, trace.json, summary.json (the process running rank 0 writes them, from every
+  /// rank's gathered peaks and phase records; trace: one process per rank) and checkpoints (every
+  /// rank its shard); "" = none.
+  std::string out_dir;
   std::string resume_dir;      ///< continue from this directory's latest checkpoint; "" = fresh
   int64_t steps = -1;          ///< run until this many steps are done (default training.steps)
   bool checkpoints = true;     ///< write checkpoints (every output.checkpoint_every, and at the end)
   RunControl* control = nullptr;
   Timeline* timeline = nullptr;            ///< the studio's live feed
-  double epoch_s = -1;                     ///< phase times count from here (telemetry_now_s clock); < 0: 0
+  /// Phase times count from here (telemetry_now_s clock); < 0: the clock's zero, or under torchrun
+  /// the end of a barrier of all ranks (processes do not share a clock).
+  double epoch_s = -1;
   const FullState* initial_state = nullptr;  ///< start from these weights (restart)
   std::shared_ptr<FullState>* final_state = nullptr;  ///< receives the weights at the end (restart)
-  /// After each step on rank 0: the metrics and rank 0's view of the step (answer stats...).
+  /// After each step on rank 0: the metrics (step counted from 1) and rank 0's view of the step.
   std::function<void(const StepMetrics&, const StepResult&)> on_step;
   /// Log lines (rank 0): dispatch notes, data, resume, checkpoints, failures.
   std::function<void(const std::string&)> log;
@@ -98,14 +105,12 @@ struct RunOutcome {
 };
 const char* to_string(RunOutcome::Status status);
 
-/// Runs training for `cfg` (which must be valid). Never throws: failures come back in the
-/// outcome (OOM and NaN with step and phase; bad data / checkpoint files as bad_input).
+/// Runs training for `cfg` (which must be valid) on the ranks run_on_ranks starts here. Never
+/// throws: failures come back in the outcome (OOM and NaN with step and phase; bad data /
+/// checkpoint files as bad_input; a peer's failure under torchrun naming the rank and the
+/// collective). A torchrun process with RANK != 0 gets next_step and status only (no metrics).
+/// A pause is for in-process ranks (the Session): torchrun processes other than rank 0 would wait
+/// in the next boundary's collective and time out after parallel.timeout_s.
 RunOutcome run_training(const RunConfig& cfg, const RunOptions& options);
-
-/// Where a job's ranks start: runs `fn` once per rank of `cfg` with that rank's context (device,
-/// groups, RankScope bound): parallel.world_size rank threads (engine/parallel's
-/// run_rank_threads), this process's rank of a torchrun job, or rank 0 alone under emulation.
-/// A failing rank's exception ends the others' collectives (the launcher's RankError).
-void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn);
 
 }  // namespace odyssey

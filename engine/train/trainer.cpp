@@ -107,9 +107,9 @@ double Trainer::run_forward_backward(int64_t step, Forward* out) {
   out->answer_count = s[2];
   out->answer_correct = s[3];
   if (!std::isfinite(out->loss))
-    throw StepFailure(StepFailure::Kind::NonFinite, step, "fwd/loss", -1, -1,
+    throw StepFailure(StepFailure::Kind::NonFinite, step + 1, "fwd/loss", -1, -1,
                       "loss is " + std::string(std::isnan(out->loss) ? "NaN" : "Inf") + " at step " +
-                          std::to_string(step) + " (phase fwd/loss); stopping");
+                          std::to_string(step + 1) + " (phase fwd/loss); stopping");
   loss.backward();
   loss = at::Tensor();  // the graph (and what it saved) dies here
   offload_.clear();
@@ -132,13 +132,13 @@ StepResult Trainer::step() {
   RankScope rank(ctx_.rank);
   PhaseRecorder::Bind bind(&recorder_);
   MemoryTracker& tracker = MemoryTracker::instance();
-  const int64_t step = next_step_;
-  recorder_.set_step(step);
+  const int64_t step = next_step_;  // 0-based index: data, schedule
+  recorder_.set_step(step + 1);     // reported: the (step+1)-th step
   reset_engine_phases(ctx_.rank);
   tracker.reset_peak(ctx_.rank);
   const auto t0 = std::chrono::steady_clock::now();
   StepResult r;
-  r.step = step;
+  r.step = step + 1;
   try {
     EnginePhase phase(ctx_.rank, "step");
     Forward f;
@@ -152,9 +152,9 @@ StepResult Trainer::step() {
       auto groups = model_->groups();
       r.grad_norm = global_grad_norm(groups, ctx_);
       if (!std::isfinite(r.grad_norm))
-        throw StepFailure(StepFailure::Kind::NonFinite, step, "bwd", -1, -1,
+        throw StepFailure(StepFailure::Kind::NonFinite, step + 1, "bwd", -1, -1,
                           "gradient norm is " + std::string(std::isnan(r.grad_norm) ? "NaN" : "Inf") + " at step " +
-                              std::to_string(step) + " (phase bwd, loss " + std::to_string(r.loss) + "); stopping");
+                              std::to_string(step + 1) + " (phase bwd, loss " + std::to_string(r.loss) + "); stopping");
       clip_gradients(groups, r.grad_norm, cfg_.training.grad_clip);
       r.lr = lr_at(cfg_.training, step);
       optimizer_.step(groups, r.lr);
@@ -178,10 +178,15 @@ void Trainer::cleanup_after_failure() {
   AdamW::zero_grad(model_->groups());
 }
 
-void Trainer::fail(const std::exception& e, int64_t step) {
+void Trainer::fail(const std::exception& e, int64_t index) {
+  const int64_t step = index + 1;  // reported steps count from 1
   const std::string phase = failing_phase(ctx_.rank);
   cleanup_after_failure();
   if (const auto* failure = dynamic_cast<const StepFailure*>(&e)) throw *failure;
+  // A collective failed: another rank's fault (the launcher names it); keep the type.
+  if (dynamic_cast<const CommError*>(&e) != nullptr)
+    throw CommError(std::string(e.what()) + " (at step " + std::to_string(step) +
+                    (phase.empty() ? std::string() : " in phase " + phase) + ")");
   int64_t layer = -1;
   std::smatch m;
   if (std::regex_search(phase, m, std::regex("block\\.(\\d+)"))) layer = std::stoll(m[1]);

@@ -22,8 +22,11 @@
 namespace odyssey {
 
 /// One finished optimizer step, as seen by this rank (loss and answer stats are global).
+/// Steps are counted from 1 wherever they are reported (StepResult, StepFailure, phase records,
+/// metrics, the progress line): step N is the N-th step, after which N steps are complete
+/// (next_step() == N, the checkpoint's step). The 0-based index next_step() picks data and lr.
 struct StepResult {
-  int64_t step = 0;             ///< 0-based index of the step just taken
+  int64_t step = 0;             ///< the step just taken, counted from 1 (= steps completed)
   double loss = 0;              ///< global mean loss: all-reduced sum of loss_local
   bool has_answers = false;     ///< the long-range task: answer_* are meaningful
   double answer_loss = 0;       ///< mean CE over the answer tokens of the global batch
@@ -44,7 +47,7 @@ class StepFailure : public std::runtime_error {
   StepFailure(Kind kind, int64_t step, std::string phase, int64_t layer, int64_t bytes, const std::string& message)
       : std::runtime_error(message), kind(kind), step(step), phase(std::move(phase)), layer(layer), bytes(bytes) {}
   Kind kind;
-  int64_t step;
+  int64_t step;       ///< the step that failed, counted from 1 (steps completed before it + 1)
   std::string phase;  ///< "fwd/block.3/mlp"
   int64_t layer;      ///< block index, -1 outside the blocks
   int64_t bytes;      ///< bytes requested (OOM), -1 if unknown
@@ -65,7 +68,8 @@ class Trainer {
   Trainer(const RunConfig& cfg, const RankContext& ctx);
   ~Trainer();
 
-  /// Runs step next_step(): forward, backward, clip, AdamW. Throws StepFailure.
+  /// Runs the step of index next_step() (reported as step next_step() + 1): forward, backward,
+  /// clip, AdamW. Throws StepFailure, or CommError (with step and phase) when a collective failed.
   StepResult step();
   /// Forward + backward of `step`'s batch only (gradients stay in the groups; tests, bench).
   /// Returns the global loss.
@@ -90,7 +94,7 @@ class Trainer {
  private:
   struct Forward;
   double run_forward_backward(int64_t step, Forward* out);
-  [[noreturn]] void fail(const std::exception& e, int64_t step);
+  [[noreturn]] void fail(const std::exception& e, int64_t index);
   void cleanup_after_failure();
 
   RunConfig cfg_;

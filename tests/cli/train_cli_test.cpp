@@ -1,6 +1,9 @@
 // odyssey train as scripts use it: the output files of the CLI contract, exit codes for bad input,
 // and the resume guarantee with a real process killed between steps (SIGKILL) or stopped with
-// Ctrl-C (SIGINT): the resumed run's losses equal an uninterrupted run's bit for bit.
+// Ctrl-C (SIGINT): the resumed run's losses equal an uninterrupted run's bit for bit. Under
+// torchrun's conventions (two processes on loopback): the in-process run's losses, sharded
+// checkpoints that resume, rank 0's outputs with both ranks, and a killed or hung rank named by
+// the survivor within the timeout.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -13,15 +16,20 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../engine/train/free_port.h"
 #include "engine/util/json.h"
 #include "test_paths.h"
 
 using namespace odyssey;
+using odyssey::test::free_port;
 
 namespace {
 
@@ -67,15 +75,16 @@ Run run_odyssey(const std::string& args) {
   return r;
 }
 
-// Starts `odyssey ARGS` as a child process (stdout/stderr to files); returns its pid.
-pid_t spawn_odyssey(const std::string& args, const std::string& log) {
+// Starts `odyssey ARGS` as a child process (stdout/stderr to files); returns its pid. `env`:
+// "NAME=value ..." exported for it.
+pid_t spawn_odyssey(const std::string& args, const std::string& log, const std::string& env = "") {
   const pid_t pid = fork();
   if (pid == 0) {
     if (chdir(ODYSSEY_SOURCE_DIR) != 0) _exit(127);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    const std::string cmd = std::string("OMP_NUM_THREADS=1 exec ") + ODYSSEY_BIN_DIR + "/odyssey " + args;
+    const std::string cmd = "export OMP_NUM_THREADS=1 " + env + "; exec " + ODYSSEY_BIN_DIR + "/odyssey " + args;
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -113,6 +122,35 @@ bool wait_for_checkpoint(pid_t pid, const std::string& dir, int64_t step) {
   return false;
 }
 
+// One `odyssey train ARGS` process per rank of a 2-rank torchrun job on loopback; logs DIR.rank<r>.log.
+std::vector<pid_t> spawn_torchrun(const std::string& args, const std::string& dir) {
+  const int port = free_port();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank)
+    pids.push_back(spawn_odyssey(args, dir + ".rank" + std::to_string(rank) + ".log",
+                                 "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
+                                     " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port)));
+  return pids;
+}
+
+// The exit status of `pid` if it ends within `seconds`, else nullopt (it is then still running).
+std::optional<int> wait_exit(pid_t pid, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::nullopt;
+}
+
+int64_t metrics_lines(const std::string& dir) {
+  std::istringstream lines(read_text(dir + "/metrics.jsonl"));
+  int64_t n = 0;
+  for (std::string line; std::getline(lines, line);) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("odyssey train: metrics.jsonl, trace.json, summary.json and a falling loss", "[cli][train]") {
@@ -132,6 +170,7 @@ TEST_CASE("odyssey train: metrics.jsonl, trace.json, summary.json and a falling 
       CHECK(v->has(key));
     CHECK(v->at("rank_peak_bytes").array.size() == 1);
     CHECK(v->at("peak_bytes").as_int() > 0);
+    CHECK(v->at("step").as_int() == count + 1);  // steps count from 1, as the progress line does
     ++count;
   }
   CHECK(count == 30);
@@ -146,6 +185,7 @@ TEST_CASE("odyssey train: metrics.jsonl, trace.json, summary.json and a falling 
   CHECK(summary->at("status").string == "finished");
   CHECK(summary->at("loss_final").number < 0.6 * summary->at("loss_first").number);
   CHECK(summary->at("extra").has("answer_loss_final"));
+  CHECK(summary->at("final").at("step").as_int() == 30);
   CHECK(checkpoint_step(dir) == 30);
 }
 
@@ -246,4 +286,105 @@ TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli]
   CHECK(by_name["offload"]->at("host_peak_bytes").as_int() > 0);
   CHECK(by_name["all"]->at("device_peak_bytes").as_int() < by_name["offload"]->at("device_peak_bytes").as_int());
   CHECK(by_name["tiled_mlp"]->at("device_peak_bytes").as_int() < by_name["plain"]->at("device_peak_bytes").as_int());
+}
+
+// The 2-rank preset on short sequences: Ulysses 2 + FSDP + every technique, one rank per process.
+const std::string kTwoRanks = "presets/tiny-cpu.toml --set training.seq_len=128 --quiet ";
+
+TEST_CASE("odyssey train under torchrun: two processes equal the in-process run and resume from sharded checkpoints",
+          "[cli][train][torchrun]") {
+  const std::string args = kTwoRanks + "--set training.steps=4 --set training.warmup_steps=1 --set output.checkpoint_every=2 ";
+  const std::string threads = fresh_dir("torchrun_reference");
+  const Run reference_run = run_odyssey("train " + args + "--out " + threads);  // 2 rank threads in one process
+  INFO(reference_run.out << reference_run.err);
+  REQUIRE(reference_run.code == 0);
+  const auto reference = losses(threads);
+  REQUIRE(reference.size() == 4);
+
+  // Two steps, one process per rank, then two more resumed from their sharded checkpoint.
+  const std::string dir = fresh_dir("torchrun");
+  for (const std::string& part : {"--steps 2 --out " + dir, "--resume " + dir}) {
+    const std::vector<pid_t> pids = spawn_torchrun("train " + args + part, dir);
+    for (int rank = 0; rank < 2; ++rank) {
+      const auto status = wait_exit(pids[rank], 300);
+      INFO("rank " << rank << " (" << part << "): " << read_text(dir + ".rank" + std::to_string(rank) + ".log"));
+      REQUIRE(status.has_value());
+      CHECK(WIFEXITED(*status));
+      CHECK(WEXITSTATUS(*status) == 0);
+    }
+    CHECK_THAT(read_text(dir + ".rank0.log"), Catch::Contains("one process each"));
+    CHECK(read_text(dir + ".rank1.log").empty());  // ranks other than 0 print errors only
+    const std::string shard = dir + "/checkpoints/step_0000000" + (part[2] == 's' ? "2" : "4") + "/rank1.bin";
+    CHECK(std::ifstream(shard).good());
+  }
+  const auto got = losses(dir);
+  REQUIRE(got.size() == 4);
+  for (const auto& [step, loss] : reference) {
+    INFO("step " << step << ": threads " << loss << ", processes " << got.at(step));
+    CHECK(got.at(step) == loss);  // bit for bit: same collectives, same order, one intra-op thread
+  }
+  // Rank 0's outputs carry both ranks: peaks in every metrics line, a trace process per rank.
+  std::istringstream lines(read_text(dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);)
+    CHECK(parse_json(line)->at("rank_peak_bytes").array.size() == 2);
+  auto trace = parse_json(read_text(dir + "/trace.json"));
+  REQUIRE(trace.has_value());
+  std::set<int64_t> pids;
+  for (const auto& e : trace->at("traceEvents").array)
+    if (e.at("ph").string == "X") pids.insert(e.at("pid").as_int());
+  CHECK(pids == std::set<int64_t>{0, 1});
+  auto summary = parse_json(read_text(dir + "/summary.json"));
+  REQUIRE(summary.has_value());
+  CHECK(summary->at("status").string == "finished");
+  CHECK(summary->at("final").at("step").as_int() == 4);
+  CHECK(summary->at("final").at("rank_peak_bytes").array.size() == 2);
+}
+
+TEST_CASE("odyssey train under torchrun: a killed or hung rank is named by the other within the timeout",
+          "[cli][train][torchrun]") {
+  // The collective that failed and the rank that caused it, in the survivor's error.
+  const std::regex collective("(all_to_all|all_gather|all_reduce_sum|all_reduce_max|reduce_scatter_sum|broadcast|barrier)");
+  constexpr double kTimeout = 4;
+  const std::string args = kTwoRanks + "--set parallel.timeout_s=4 --set output.checkpoint_every=0 --steps 100000 ";
+  struct Case {
+    const char* name;
+    int victim;
+    int signal;
+  };
+  for (const Case& c : {Case{"rank 1 killed", 1, SIGKILL}, Case{"rank 0 killed", 0, SIGKILL},
+                        Case{"rank 1 hung", 1, SIGSTOP}}) {
+    INFO(c.name);
+    const std::string dir = fresh_dir(std::string("torchrun_dead_") + std::to_string(c.victim) + std::to_string(c.signal));
+    const std::vector<pid_t> pids = spawn_torchrun("train " + args + "--out " + dir, dir);
+    // Both are training once rank 0 has written two steps.
+    bool training = false;
+    for (int i = 0; i < 120000 && !training; ++i) {
+      training = metrics_lines(dir) >= 2;
+      if (!training) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const int survivor = 1 - c.victim;
+    kill(pids[c.victim], c.signal);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto status = wait_exit(pids[survivor], 60);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    kill(pids[c.victim], SIGKILL);
+    waitpid(pids[c.victim], nullptr, 0);
+    if (!status) {
+      kill(pids[survivor], SIGKILL);
+      waitpid(pids[survivor], nullptr, 0);
+    }
+    const std::string log = read_text(dir + ".rank" + std::to_string(survivor) + ".log");
+    INFO(log);
+    REQUIRE(training);
+    REQUIRE(status.has_value());  // no hang
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 1);
+    const std::string named = "rank " + std::to_string(c.victim) + " failed";
+    CHECK_THAT(log, Catch::Contains(named));
+    CHECK(std::regex_search(log, collective));
+    // A death is seen at once (the connection closes) and named after the heartbeat check (1.5 s);
+    // a hang is seen when the collective times out.
+    CHECK(waited < kTimeout + 1.5 + 3);
+    if (c.signal == SIGSTOP) CHECK_THAT(log, Catch::Contains("timed out after 4 s"));
+  }
 }

@@ -6,7 +6,8 @@
 #include <cmath>
 
 #include "../engine/engine_test_util.h"
-#include "engine/parallel/rank_launch.h"
+#include "engine/parallel/job.h"
+#include "engine/train/run.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -31,10 +32,11 @@ struct Rank0 {
   double loss = 0;
 };
 
-Rank0 real_rank0(const RunConfig& cfg) {
+// Rank 0's second step, launched as run_training launches it: rank threads, or (parallel.emulate)
+// rank 0 alone with the intra-op threads a real rank gets (CPU kernels size scratch per thread).
+Rank0 rank0(const RunConfig& cfg) {
   Rank0 out;
-  configure_threads(static_cast<int>(cfg.parallel.world_size));
-  run_rank_threads(cfg.parallel, at::kCPU, [&](RankContext& ctx) {
+  run_on_ranks(cfg, [&](RankContext& ctx) {
     Trainer t(cfg, ctx);
     t.step();
     const StepResult r = t.step();
@@ -46,24 +48,12 @@ Rank0 real_rank0(const RunConfig& cfg) {
   return out;
 }
 
+Rank0 real_rank0(const RunConfig& cfg) { return rank0(cfg); }
+
 Rank0 emulated_rank0(const RunConfig& cfg) {
-  Rank0 out;
-  // The intra-op threads a real rank gets: CPU kernels size their scratch per thread.
-  configure_threads(static_cast<int>(cfg.parallel.world_size));
   RunConfig emulated = cfg;
   emulated.parallel.emulate = true;
-  // One thread, like the real ranks (the tracker binds the rank per thread).
-  ParallelConfig solo;
-  run_rank_threads(solo, at::kCPU, [&](RankContext&) {
-    const RankContext ctx = make_emulated_rank_context(emulated.parallel, at::kCPU);
-    Trainer t(emulated, ctx);
-    t.step();
-    const StepResult r = t.step();
-    out.step_peak = r.device_peak;
-    out.categories = MemoryTracker::instance().snapshot(0).category_bytes;
-    out.loss = r.loss;
-  });
-  return out;
+  return rank0(emulated);
 }
 
 void check(RunConfig cfg, const std::string& label) {
@@ -105,4 +95,23 @@ TEST_CASE("rank emulation: Untied Ulysses over 4 ranks (Hkv < P), offload and ti
   cfg.memory.activation_checkpointing = cfg.memory.offload_activations = true;
   cfg.memory.tiled_mlp = cfg.memory.tiled_loss = true;
   check(cfg, "W=4 P=4 untied offload tiling");
+}
+
+TEST_CASE("rank emulation through run_training reports rank 0's peak only and marks the loss meaningless", "[emulation]") {
+  RunConfig cfg = emulation_config();
+  cfg.parallel.world_size = 4;
+  cfg.parallel.fsdp = true;
+  cfg.parallel.emulate = true;
+  RunOptions opt;
+  opt.steps = 2;
+  opt.checkpoints = false;
+  const RunOutcome o = run_training(cfg, opt);
+  INFO(o.error);
+  REQUIRE(o.status == RunOutcome::Status::Finished);
+  REQUIRE(o.metrics.size() == 2);
+  CHECK(o.metrics[1].step == 2);
+  CHECK_FALSE(o.metrics[1].loss_meaningful);
+  REQUIRE(o.metrics[1].rank_peak_bytes.size() == 1);  // the other ranks do not exist
+  const Rank0 emu = emulated_rank0(cfg);
+  CHECK(std::abs(static_cast<double>(o.metrics[1].peak_bytes) / emu.step_peak - 1.0) <= 0.02);
 }

@@ -1,13 +1,11 @@
 // torchrun conventions end to end on loopback: two processes (this test binary re-executed as a
 // hidden worker) with RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT join one job
-// through a TCPStore and train; their losses equal the in-process rank threads' losses.
+// through a TCPStore and train with run_training (the one loop); their losses equal the in-process
+// rank threads' losses.
 // defines: test cases [torchrun]
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +15,8 @@
 #include <sstream>
 
 #include "../engine/engine_test_util.h"
-#include "engine/parallel/job.h"
+#include "../engine/train/free_port.h"
+#include "engine/train/run.h"
 #include "test_paths.h"
 
 extern char** environ;
@@ -47,23 +46,16 @@ RunConfig job_config() {
 }
 
 std::vector<double> job_losses() {
+  RunOptions opt;
+  opt.steps = kSteps;
+  opt.checkpoints = false;
+  const RunOutcome o = run_training(job_config(), opt);
+  INFO(o.error);
+  REQUIRE(o.status == RunOutcome::Status::Finished);
+  REQUIRE(o.next_step == kSteps);  // every process knows where it ended, rank 0 or not
   std::vector<double> losses;
-  JobHooks hooks;
-  hooks.on_step = [&](const JobStep& s) { losses.push_back(s.result.loss); };
-  run_job(job_config(), kSteps, hooks);
+  for (const auto& m : o.metrics) losses.push_back(m.loss);
   return losses;
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 std::string self_exe() {
@@ -106,7 +98,10 @@ TEST_CASE("torchrun worker: train the job and write rank 0's losses", "[.torchru
   REQUIRE(out != nullptr);
   REQUIRE(job_mode(job_config().parallel) == JobMode::Torchrun);
   const std::vector<double> losses = job_losses();
-  if (std::string(std::getenv("RANK")) != "0") return;
+  if (std::string(std::getenv("RANK")) != "0") {
+    REQUIRE(losses.empty());  // only the process running rank 0 reports the steps
+    return;
+  }
   std::ofstream f(out);
   f.precision(17);
   for (double l : losses) f << l << "\n";

@@ -57,12 +57,24 @@ TEST_CASE("session: start, live feed, pause/resume, live toggles, stop", "[engin
   CHECK(session.samples_since(0, &samples) > 0);
   CHECK(session.spans_since(0, &spans) > 0);
   CHECK(session.phase_names().size() > 5);
+  // Steps count from 1 (= steps completed) in the metrics, the spans and the samples alike.
+  CHECK(metrics.front().step == 1);
+  for (size_t i = 1; i < metrics.size(); ++i) CHECK(metrics[i].step == metrics[i - 1].step + 1);
+  bool first_step_spans = false;
+  for (const auto& span : spans) {
+    CHECK(span.step >= 1);
+    first_step_spans = first_step_spans || span.step == 1;
+  }
+  CHECK(first_step_spans);
+  for (const auto& sample : samples) CHECK(sample.step >= 1);
 
   session.pause();
   REQUIRE(eventually([&] { return session.status().state == SessionState::Paused; }));
   const int64_t paused_at = session.status().step;
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK(session.status().step == paused_at);  // no step while paused
+  cursor = session.metrics_since(cursor, &metrics);
+  CHECK(metrics.back().step == paused_at);  // the status counts like the metrics
 
   RunConfig live = session.config();
   live.memory.activation_checkpointing = true;

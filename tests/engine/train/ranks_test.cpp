@@ -1,9 +1,16 @@
 // run_training over several in-process ranks (engine/parallel's rank threads and Gloo): data
 // parallel and Ulysses + FSDP with every memory technique equal the single-rank run on the same
-// sequences; a sharded run stopped and resumed continues bit for bit.
+// sequences; a sharded run stopped and resumed continues bit for bit; rank 0's outputs hold every
+// rank's peaks and phases (gathered as they would be from other processes), steps counted from 1.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
 #include "../engine_test_util.h"
+#include "engine/util/json.h"
 #include "engine/train/files.h"
 #include "engine/train/run.h"
 
@@ -38,6 +45,13 @@ void check_same_training(const Finished& a, const Finished& b, double loss_tol, 
     INFO("group " << name);
     CHECK(relative_diff(b.state->groups.at(name)[0], tensors[0]) <= param_tol);
   }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 RunConfig rank_config() {
@@ -98,4 +112,54 @@ TEST_CASE("ranks: a sharded run stopped and resumed continues bit for bit", "[en
   for (int i = 0; i < 2; ++i) CHECK(b1.metrics[i].loss == a.metrics[i].loss);
   for (int i = 0; i < 2; ++i) CHECK(b2.metrics[i].loss == a.metrics[i + 2].loss);
   CHECK(a.metrics[0].rank_peak_bytes.size() == 2);
+}
+
+TEST_CASE("ranks: rank 0 writes every rank's peaks and phases and steps count from 1", "[engine][train]") {
+  RunConfig cfg = rank_config();
+  cfg.parallel.world_size = 2;
+  cfg.parallel.ulysses_degree = 2;
+  cfg.parallel.fsdp = true;
+  cfg.output.trace_steps = 2;
+  RunOptions opt;
+  opt.out_dir = "/tmp/odyssey_ranks_test_outputs";
+  remove_tree(opt.out_dir);
+  opt.steps = 3;
+  const RunOutcome o = run_training(cfg, opt);
+  INFO(o.error);
+  REQUIRE(o.status == RunOutcome::Status::Finished);
+  REQUIRE(o.metrics.size() == 3);
+  CHECK(o.next_step == 3);
+  // metrics.jsonl: steps 1, 2, 3 (= steps completed, as the progress line and --resume count).
+  std::istringstream lines(read_file(opt.out_dir + "/metrics.jsonl"));
+  std::string line;
+  int64_t expected = 1;
+  while (std::getline(lines, line)) {
+    auto v = parse_json(line);
+    REQUIRE(v.has_value());
+    CHECK(v->at("step").as_int() == expected++);
+    CHECK(v->at("rank_peak_bytes").array.size() == 2);
+    CHECK(v->at("phase_peak_bytes").has("fwd/block.1/attn"));
+  }
+  CHECK(expected == 4);
+  // summary.json: the final step is 3; the phase table has rows from rank 1 too (gathered).
+  auto summary = parse_json(read_file(opt.out_dir + "/summary.json"));
+  REQUIRE(summary.has_value());
+  CHECK(summary->at("final").at("step").as_int() == 3);
+  std::set<int64_t> peak_ranks, peak_steps;
+  for (const auto& row : summary->at("phases").array) {
+    peak_ranks.insert(row.at("peak_rank").as_int());
+    peak_steps.insert(row.at("peak_step").as_int());
+    CHECK(row.at("count").as_int() % 2 == 0);  // every phase ran on both ranks
+  }
+  CHECK(peak_ranks.count(1) == 1);
+  CHECK(*peak_steps.begin() >= 1);
+  CHECK(*peak_steps.rbegin() <= 3);
+  // trace.json: one process per rank, phase events of both, steps 1 and 2 traced.
+  auto trace = parse_json(read_file(opt.out_dir + "/trace.json"));
+  REQUIRE(trace.has_value());
+  std::map<int64_t, std::set<int64_t>> steps_of_rank;  // pid -> steps of its phase events
+  for (const auto& e : trace->at("traceEvents").array)
+    if (e.at("ph").string == "X") steps_of_rank[e.at("pid").as_int()].insert(e.at("args").at("step").as_int());
+  CHECK(steps_of_rank[0] == std::set<int64_t>{1, 2});
+  CHECK(steps_of_rank[1] == std::set<int64_t>{1, 2});
 }

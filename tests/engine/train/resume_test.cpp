@@ -75,7 +75,7 @@ TEST_CASE("resume: stop between steps, resume, the losses equal the uninterrupte
   const RunOutcome b2 = run_training(cfg, rest);
   REQUIRE(b2.status == RunOutcome::Status::Finished);
   REQUIRE(b2.metrics.size() == 3);
-  CHECK(b2.metrics.front().step == 3);
+  CHECK(b2.metrics.front().step == 4);  // resumed after 3 steps: the 4th step comes next
   std::vector<double> joined = losses(b1);
   for (double l : losses(b2)) joined.push_back(l);
   CHECK(joined == losses(a));  // exact equality: bit for bit
@@ -116,11 +116,11 @@ TEST_CASE("run: stop and live memory toggles take effect at step boundaries", "[
   std::vector<std::string> log;
   opt.log = [&](const std::string& line) { log.push_back(line); };
   opt.on_step = [&](const StepMetrics& m, const StepResult&) {
-    if (m.step == 1) {
+    if (m.step == 2) {  // after the 2nd step (steps count from 1)
       MemoryConfig plain;
       control.set_memory(plain, 1);
     }
-    if (m.step == 4) control.request_stop();
+    if (m.step == 5) control.request_stop();
   };
   const RunOutcome o = run_training(cfg, opt);
   CHECK(o.status == RunOutcome::Status::Stopped);
@@ -128,7 +128,7 @@ TEST_CASE("run: stop and live memory toggles take effect at step boundaries", "[
   CHECK(o.metrics[1].config_version == 0);
   CHECK(o.metrics[2].config_version == 1);
   bool applied = false;
-  for (const auto& l : log) applied = applied || l.find("memory toggles applied at step 2") != std::string::npos;
+  for (const auto& l : log) applied = applied || l.find("memory toggles applied from step 3") != std::string::npos;
   CHECK(applied);
   // The toggles changed no numbers: the losses equal a run that never had them.
   RunConfig plain_cfg = cfg;

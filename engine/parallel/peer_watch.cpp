@@ -1,0 +1,125 @@
+// PeerWatch: heartbeats, failure declarations and the post-mortem of a failed collective in a
+// torchrun job, all through the job's TCPStore. defines: PeerWatch
+#include "engine/parallel/peer_watch.h"
+
+#include <cstdio>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace odyssey {
+namespace {
+
+const std::string kFailureKey = "odyssey/failure";
+
+std::string beat_key(int rank) { return "odyssey/beat/" + std::to_string(rank); }
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
+  return text;
+}
+
+// "<rank>\n<reason>" -> rank, reason.
+std::pair<int, std::string> parse_failure(const std::vector<uint8_t>& value) {
+  const std::string text(value.begin(), value.end());
+  const size_t nl = text.find('\n');
+  if (nl == std::string::npos) return {-1, text};
+  try {
+    return {std::stoi(text.substr(0, nl)), text.substr(nl + 1)};
+  } catch (const std::exception&) {
+    return {-1, text};
+  }
+}
+
+}  // namespace
+
+PeerWatch::PeerWatch(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                     std::shared_ptr<AbortSignal> abort, std::string store_address)
+    : rank_(rank), world_size_(world_size), abort_(std::move(abort)), store_address_(std::move(store_address)) {
+  beat_store_ = store->clone();
+  probe_store_ = store->clone();
+  for (auto* s : {&beat_store_, &probe_store_}) (*s)->setTimeout(kSilence);
+  beat_store_->add(beat_key(rank_), 1);  // alive from the start
+  thread_ = std::thread([this] { beat_loop(); });
+}
+
+PeerWatch::~PeerWatch() {
+  stop_ = true;
+  // The thread sleeps in kBeat slices; a store operation it is in ends within kSilence (the
+  // clients' timeout), so the join is bounded.
+  if (thread_.joinable()) thread_.join();
+}
+
+void PeerWatch::beat_loop() {
+  while (!stop_) {
+    try {
+      beat_store_->add(beat_key(rank_), 1);
+      if (beat_store_->check({kFailureKey})) {
+        const auto [rank, reason] = parse_failure(beat_store_->get(kFailureKey));
+        // Another rank failed: end this process's pending collectives now, naming it.
+        if (rank >= 0 && rank != rank_ && abort_ && !abort_->raised()) abort_->raise(rank, reason);
+      }
+    } catch (const std::exception&) {
+      // The store is gone (rank 0's process ended): nothing more to beat or learn, and every
+      // further attempt would log c10d's warning again. diagnose() says what it means.
+      return;
+    }
+    for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(kBeat / 10);
+  }
+}
+
+void PeerWatch::declare_failure(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    const std::string value = std::to_string(rank_) + "\n" + reason;
+    probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{}, std::vector<uint8_t>(value.begin(), value.end()));
+  } catch (const std::exception&) {
+    // Nobody left to tell.
+  }
+}
+
+PeerWatch::Culprit PeerWatch::declared_locked() {
+  if (!probe_store_->check({kFailureKey})) return {};
+  const auto [rank, reason] = parse_failure(probe_store_->get(kFailureKey));
+  if (rank < 0 || rank == rank_) return {};
+  return {rank, "rank " + std::to_string(rank) + " failed: " + reason};
+}
+
+PeerWatch::Culprit PeerWatch::diagnose() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    Culprit declared = declared_locked();
+    if (declared.rank >= 0) return declared;
+    auto beats = [&] {
+      std::vector<int64_t> b(world_size_, 0);
+      for (int r = 0; r < world_size_; ++r)
+        if (r != rank_) b[r] = probe_store_->add(beat_key(r), 0);
+      return b;
+    };
+    const std::vector<int64_t> before = beats();
+    std::this_thread::sleep_for(kSilence);
+    declared = declared_locked();  // a rank may have declared meanwhile
+    if (declared.rank >= 0) return declared;
+    const std::vector<int64_t> after = beats();
+    for (int r = 0; r < world_size_; ++r) {
+      if (r == rank_ || after[r] != before[r]) continue;
+      // Declare it on the silent rank's behalf: every survivor then names the same rank.
+      const std::string reason = "its process stopped responding (no heartbeat for " + seconds_text(kSilence) +
+                                 ": killed, crashed or hung)";
+      const std::string value = std::to_string(r) + "\n" + reason;
+      const std::vector<uint8_t> now =
+          probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{}, std::vector<uint8_t>(value.begin(), value.end()));
+      const auto [first, first_reason] = parse_failure(now);
+      if (first >= 0 && first != rank_) return {first, "rank " + std::to_string(first) + " failed: " + first_reason};
+      return {r, "rank " + std::to_string(r) + " failed: " + reason};
+    }
+    return {};
+  } catch (const std::exception& e) {
+    if (rank_ == 0) return {};
+    return {0, "rank 0 failed: the job's store at " + store_address_ + ", which its process serves, is unreachable (" +
+                   std::string(e.what()).substr(0, std::string(e.what()).find('\n')) + ")"};
+  }
+}
+
+}  // namespace odyssey
