@@ -6,11 +6,6 @@
 
 #include <cmath>
 #include <optional>
-#include <stdexcept>
-
-#include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include "engine/memory/checkpoint.h"
 #include "engine/memory/offload.h"
@@ -79,7 +74,7 @@ std::vector<std::pair<size_t, at::Tensor>> BlockWeights::mlp_half() const {
 }
 
 BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const StepRuntime& rt,
-                     const std::string& phase_prefix, bool keep_graph, bool with_output) {
+                     const std::string& phase_prefix, bool keep_graph) {
   const ModelConfig& model = *rt.model;
   auto leaf = [&](const at::Tensor& t) { return keep_graph ? t.detach().requires_grad_(true) : t; };
   std::vector<at::Tensor> params;
@@ -92,11 +87,9 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     std::optional<EnginePhase> phase;
     if (!phase_prefix.empty()) phase.emplace(rt.rank, phase_prefix + "/attn");
     CategoryScope category(MemCategory::AttentionWorkspace);
-    at::Tensor normed = rms_norm(g.x_leaf, w.attn_norm, model.norm_eps);  // [B, s, d]
-    // memory: moved in, so the normed input can die inside attention() once nothing needs it
-    at::Tensor attn = attention(std::move(normed), w.attn, rt.positions, model, *rt.ctx, *rt.memory);  // [B, s, d]
-    if (keep_graph) g.attn_root = torch::autograd::impl::gradient_edge(attn);
-    g.h = g.x_leaf + attn;  // [B, s, d]
+    at::Tensor normed = rms_norm(g.x_leaf, w.attn_norm, model.norm_eps);                          // [B, s, d]
+    at::Tensor attn = attention(normed, w.attn, rt.positions, model, *rt.ctx, *rt.memory);  // [B, s, d]
+    g.h = g.x_leaf + attn;                                                                     // [B, s, d]
   }
   g.h_leaf = keep_graph ? g.h.detach().requires_grad_(true) : g.h;
   {
@@ -106,10 +99,8 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     at::Tensor normed = rms_norm(g.h_leaf, w.mlp_norm, model.norm_eps);  // [B, s, d]
     at::Tensor mlp = rt.memory->tiled_mlp
                          ? tiled_mlp(normed, w.w_gate, w.w_up, w.w_down, rt.mlp_tile_tokens)
-                         : swiglu_mlp(std::move(normed), w.w_gate, w.w_up, w.w_down);  // [B, s, d]
-    normed.reset();  // memory: not alive (without a graph) when the block output is allocated
-    if (keep_graph) g.mlp_root = torch::autograd::impl::gradient_edge(mlp);
-    if (with_output) g.y = g.h_leaf + mlp;  // [B, s, d] block output
+                         : swiglu_mlp(normed, w.w_gate, w.w_up, w.w_down);  // [B, s, d]
+    g.y = g.h_leaf + mlp;  // [B, s, d] block output
   }
   if (keep_graph) {
     for (const auto& [index, t] : w.attention_half()) g.attn_leaves.push_back(t);
@@ -140,28 +131,6 @@ RngState load_rng(AutogradContext* ctx, at::Device device) {
 }
 
 std::vector<at::Tensor> tensor_list(const c10::IValue& v) { return v.toTensorVector(); }
-
-/// The two root edges of a block's inner graphs, kept between forward and backward without the
-/// tensors they came from (saved_data holds IValues: a capsule).
-struct BlockRoots : torch::CustomClassHolder {
-  torch::autograd::Edge attn, mlp;
-};
-
-/// torch::autograd::grad from a root's gradient edge (what torch::autograd::grad does with a root
-/// tensor, minus the tensor): gradients w.r.t. `inputs` for the incoming gradient `grad_root`.
-variable_list grad_from_edge(const torch::autograd::Edge& root, const variable_list& inputs, const at::Tensor& grad_root) {
-  torch::autograd::edge_list outputs;
-  outputs.reserve(inputs.size());
-  for (const auto& input : inputs) {
-    std::shared_ptr<torch::autograd::Node> fn = input.grad_fn();
-    if (!fn) fn = torch::autograd::impl::try_get_grad_accumulator(input);
-    if (!fn) throw std::logic_error("block backward: an input of the inner graph is not part of it");
-    outputs.emplace_back(fn, input.output_nr());
-  }
-  return torch::autograd::Engine::get_default_engine().execute({root}, {grad_root}, /*keep_graph=*/false,
-                                                               /*create_graph=*/false, /*accumulate_grad=*/false,
-                                                               outputs);
-}
 
 }  // namespace
 
@@ -200,12 +169,10 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
       at::AutoGradMode enable_grad(true);
       g = run_block(x, group, *rt, prefix, /*keep_graph=*/true);
     }
-    auto roots = c10::make_intrusive<BlockRoots>();
-    roots->attn = g.attn_root;
-    roots->mlp = g.mlp_root;
-    ctx->saved_data["roots"] = c10::IValue::make_capsule(roots);
     ctx->saved_data["x_leaf"] = g.x_leaf;
-    ctx->saved_data["h_leaf"] = g.h_leaf;  // h's storage: the MLP norm's saved input anyway
+    ctx->saved_data["h"] = g.h;
+    ctx->saved_data["h_leaf"] = g.h_leaf;
+    ctx->saved_data["y"] = g.y;
     ctx->saved_data["attn_leaves"] = g.attn_leaves;
     ctx->saved_data["mlp_leaves"] = g.mlp_leaves;
     y = g.y.detach();
@@ -240,40 +207,32 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
     }
     RngFork rng(load_rng(ctx, x.device()));
     at::AutoGradMode enable_grad(true);
-    g = run_block(x, group, *rt, /*phase_prefix=*/"", /*keep_graph=*/true, /*with_output=*/false);
+    g = run_block(x, group, *rt, /*phase_prefix=*/"", /*keep_graph=*/true);
   } else {
-    auto roots = c10::static_intrusive_pointer_cast<BlockRoots>(ctx->saved_data["roots"].toCapsule());
-    g.attn_root = roots->attn;
-    g.mlp_root = roots->mlp;
     g.x_leaf = ctx->saved_data["x_leaf"].toTensor();
+    g.h = ctx->saved_data["h"].toTensor();
     g.h_leaf = ctx->saved_data["h_leaf"].toTensor();
+    g.y = ctx->saved_data["y"].toTensor();
     g.attn_leaves = tensor_list(ctx->saved_data["attn_leaves"]);
     g.mlp_leaves = tensor_list(ctx->saved_data["mlp_leaves"]);
-    for (const char* key : {"roots", "x_leaf", "h_leaf", "attn_leaves", "mlp_leaves"}) ctx->saved_data.erase(key);
+    for (const char* key : {"x_leaf", "h", "h_leaf", "y", "attn_leaves", "mlp_leaves"}) ctx->saved_data.erase(key);
   }
-  g.h = at::Tensor();  // memory: only the MLP norm's saved input (h_leaf) keeps h until its backward
 
   const BlockWeights names = BlockWeights::from_list(group.views(), rt->model->qk_norm);
   std::vector<at::Tensor> param_grads(group.specs().size());
 
-  // dh = dy + d(MLP branch)/dh and dx = dh + d(attention branch)/dx: the branch gradients come
-  // from the roots' edges, the residual sums are added in place. Memory: dh is written into dy's
-  // storage, which autograd keeps alive until this function returns anyway (the block output is
-  // consumed by the next block only, so its gradient is ours to overwrite), and dx into the
-  // attention branch's fresh input gradient: one [B, s, d] each, no extra copy.
-  at::Tensor dh = grad_y.is_non_overlapping_and_dense() ? grad_y : grad_y.contiguous();  // e.g. sum()'s expand
+  variable_list mlp_grads;
   {
     EnginePhase phase(rt->rank, block_phase("bwd", layer, "mlp"));
     CategoryScope category(MemCategory::MlpWorkspace);
     variable_list inputs{g.h_leaf};
     inputs.insert(inputs.end(), g.mlp_leaves.begin(), g.mlp_leaves.end());
-    variable_list mlp_grads = grad_from_edge(g.mlp_root, inputs, grad_y);
-    g.mlp_root = torch::autograd::Edge();
+    mlp_grads = torch::autograd::grad({g.y}, inputs, {grad_y}, /*retain_graph=*/false);
+    g.y = at::Tensor();
     g.h_leaf = at::Tensor();
-    const auto mlp_half = names.mlp_half();
-    for (size_t k = 0; k < mlp_half.size(); ++k) param_grads[mlp_half[k].first] = mlp_grads[k + 1];
-    dh.add_(mlp_grads[0]);
   }
+  const auto mlp_half = names.mlp_half();
+  for (size_t k = 0; k < mlp_half.size(); ++k) param_grads[mlp_half[k].first] = mlp_grads[k + 1];
 
   variable_list attn_grads;
   {
@@ -281,8 +240,8 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
     CategoryScope category(MemCategory::AttentionWorkspace);
     variable_list inputs{g.x_leaf};
     inputs.insert(inputs.end(), g.attn_leaves.begin(), g.attn_leaves.end());
-    attn_grads = grad_from_edge(g.attn_root, inputs, dh);
-    attn_grads[0].add_(dh);  // dx
+    attn_grads = torch::autograd::grad({g.h}, inputs, {mlp_grads[0]}, /*retain_graph=*/false);
+    mlp_grads.clear();
     g = BlockGraph();
   }
   const auto attn_half = names.attention_half();

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include <torch/autograd.h>
-#include <torch/csrc/autograd/edge.h>
 
 #include "engine/config/run_config.h"
 #include "engine/model/attention.h"
@@ -41,18 +40,13 @@ struct BlockWeights {
 };
 
 /// The block's residual stream: h = x + attn(norm(x)); y = h + mlp(norm(h)). With grad enabled
-/// on leaves it builds the two inner graphs split at h_leaf = h.detach(), rooted at the two
-/// branch outputs (attn, mlp). The roots are kept as gradient edges, not tensors: their values are
-/// never read by the backward, so the branch outputs (and h, y) die as soon as nothing else
-/// needs them. The residual sums are done by BlockFunction itself.
+/// on leaves it builds the two inner graphs split at h_leaf = h.detach().
 struct BlockGraph {
   at::Tensor x_leaf;                  ///< [B, s, d] input (leaf when keeping the graph)
   std::vector<at::Tensor> attn_leaves, mlp_leaves;  ///< parameter leaves of each half
-  at::Tensor h;                       ///< [B, s, d] x + attention
+  at::Tensor h;                       ///< [B, s, d] attention half's output (graph root 1)
   at::Tensor h_leaf;                  ///< [B, s, d] detached h (MLP half's input)
-  at::Tensor y;                       ///< [B, s, d] block output (undefined when not asked for)
-  torch::autograd::Edge attn_root;    ///< gradient edge of the attention branch output
-  torch::autograd::Edge mlp_root;     ///< gradient edge of the MLP branch output
+  at::Tensor y;                       ///< [B, s, d] block output (graph root 2)
 };
 
 /// Custom autograd Function over one block; see docs/architecture.md "One block = one autograd
@@ -64,11 +58,9 @@ struct BlockFunction : public torch::autograd::Function<BlockFunction> {
                                                  torch::autograd::variable_list grad_outputs);
 };
 
-/// Runs one block (phases named by `phase_prefix`, e.g. "fwd/block.3" gives ".../attn" and
-/// ".../mlp"; empty = no phases). keep_graph: grad recording on parameter/input leaves, roots as
-/// edges. with_output = false (the checkpoint recompute) skips y = h + mlp, which only the forward
-/// needs.
+/// Runs one block with grad recording on parameter/input leaves (phases named by `phase_prefix`,
+/// e.g. "fwd/block.3" gives ".../attn" and ".../mlp"; empty = no phases).
 BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const StepRuntime& rt,
-                     const std::string& phase_prefix, bool keep_graph, bool with_output = true);
+                     const std::string& phase_prefix, bool keep_graph);
 
 }  // namespace odyssey

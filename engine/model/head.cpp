@@ -137,7 +137,6 @@ variable_list HeadFunction::backward(AutogradContext* ctx, variable_list grad_ou
   if (rt->memory->tiled_loss) {
     // The tiled forward already computed the gradients for an incoming 1: scale them and run the
     // final norm's backward.
-    EnginePhase phase(rt->rank, "bwd/loss");
     CategoryScope category(MemCategory::LossWorkspace);
     at::Tensor d_normed = ctx->saved_data["d_normed"].toTensor();
     d_head = ctx->saved_data["d_head"].toTensor();

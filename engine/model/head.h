@@ -33,7 +33,7 @@ struct EmbedFunction : public torch::autograd::Function<EmbedFunction> {
 /// runs its backward in phase bwd/loss. Tiled (memory.tiled_loss): the final norm's output goes
 /// through the LM head and CE tile by tile with the backward inside the forward; it keeps the
 /// final norm's graph, d(normed) [B, s, d] and d(head) [V, d]; backward scales them by the incoming
-/// gradient and runs the final norm's backward, also in phase bwd/loss.
+/// gradient and runs the final norm's backward (no phase of its own: it opens bwd/block.L-1).
 /// With tied embeddings the LM head is the embedding matrix and its gradient is added to the
 /// embedding group's gradient shard directly.
 struct HeadFunction : public torch::autograd::Function<HeadFunction> {

@@ -1,7 +1,6 @@
 // The Llama decoder's building blocks as pure functions over tensors (no modules, no state):
-// RMSNorm, rotary embeddings from global position ids, the SwiGLU MLP, each with the smallest
-// memory footprint autograd allows (docs/architecture.md, "Memory of the building blocks").
-// defines: Positions, make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp
+// RMSNorm, rotary embeddings from global position ids, the SwiGLU MLP. defines: Positions,
+// make_positions, rms_norm, apply_rope, swiglu_mlp
 #pragma once
 
 #include <cstdint>
@@ -24,26 +23,15 @@ struct Positions {
 Positions make_positions(int64_t first, int64_t count, int64_t head_dim, double theta, at::Device device);
 
 /// RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight, statistics in fp32, result in
-/// x's dtype. x: [..., n], weight: [n]. One autograd node that saves x, the weight and 1/rms
-/// ([..., 1] fp32) only; forward allocates the output and 1/rms, nothing of x's size besides
-/// (fp32 x, or CUDA); backward allocates two fp32 tensors of x's size. On CUDA with the kernels
-/// linked it runs engine/ops' RMSNorm kernels.
+/// x's dtype. x: [..., n], weight: [n].
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 /// Rotary embedding (rotate-half convention) of x: [B, s, heads, head_dim] with the tables of
-/// `pos`; fp32 tables, result in x's dtype (bf16: each half is rounded once after x*cos and once
-/// after the fused -/+ x*sin). One autograd node that saves only the tables: forward and backward
-/// each allocate their output and nothing else.
+/// `pos`; computed in fp32, returned in x's dtype.
 at::Tensor apply_rope(const at::Tensor& x, const Positions& pos);
 
-/// The rotation apply_rope performs, without autograd: x [B, s, h, hd] by the tables cos, sin
-/// [s, hd/2]; `inverse` rotates back (RoPE's backward). Allocates the result only.
-at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse);
-
 /// SwiGLU MLP: (silu(x Wg^T) * (x Wu^T)) Wd^T. x: [..., d], w_gate/w_up: [f, d], w_down: [d, f].
-/// Without a graph to record, the caller's x is released after the two projections (pass it by
-/// std::move) and silu and the product run in place: two [..., f] tensors at most. With a graph,
-/// autograd keeps gate, up, silu(gate) and the product (four [..., f]).
-at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down);
+at::Tensor swiglu_mlp(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+                      const at::Tensor& w_down);
 
 }  // namespace odyssey

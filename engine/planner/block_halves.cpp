@@ -1,6 +1,6 @@
 // The two halves of a decoder block as the engine runs them, replayed as allocations and frees:
-// attention (standard; Untied Ulysses stages in untied_walk.cpp) and MLP (untiled or tiled),
-// forward with or without grad and backward. docs/planner.md sections 3-5 list every tensor.
+// attention (standard Ulysses or Untied Ulysses stages) and MLP (untiled or tiled), forward with or
+// without grad and backward. docs/planner.md sections 3-5 list every tensor.
 #include "engine/planner/block_halves.h"
 
 namespace odyssey::planner_detail {
@@ -17,96 +17,49 @@ void BlockHalves::f(int& h) {
   h = -1;
 }
 
-// --- building blocks -----------------------------------------------------------------------------
+// --- attention half ----------------------------------------------------------------------------
 
-/// RMSNorm is one autograd node (engine/model/layers.cpp): 1/rms [B, s] fp32, then the output;
-/// it saves its input (alive anyway), the weight and 1/rms.
-int BlockHalves::norm_forward(bool grad, const char* name, C cat, int& rstd) {
-  rstd = a("rmsnorm 1/rms", K::RowStat, cat);
-  const int y = a(name, K::Hidden, cat);
-  if (!grad) f(rstd);
-  return y;
-}
-
-/// RMSNorm backward. CPU formula: n = x/rms and dy*n (two fp32 [B, s, d]), the input gradient in
-/// n's memory (cast when the compute dtype is not fp32). CUDA: the kernel writes dx directly.
-int BlockHalves::norm_backward(int& dy, int& rstd, C cat, std::vector<int>* grads) {
-  int dx;
-  if (s_.cuda_target) {
-    dx = a("rmsnorm input gradient", K::Hidden, cat);
-  } else {
-    int n = a("rmsnorm backward x/rms (fp32)", K::Hidden32, cat);
-    int t = a("rmsnorm backward dy*x/rms (fp32)", K::Hidden32, cat);
-    if (grads) grads->push_back(a("rmsnorm weight gradient", K::NormGrad, cat));
-    f(t);
-    if (s_.c != 4) {
-      dx = a("rmsnorm input gradient", K::Hidden, cat);
-      f(n);
-    } else {
-      dx = n;
-      m_.rename(dx, "rmsnorm input gradient");
-    }
-  }
-  if (s_.cuda_target && grads) grads->push_back(a("rmsnorm weight gradient", K::NormGrad, cat));
-  f(dy);
-  f(rstd);
-  return dx;
-}
-
-/// RoPE is one autograd node saving only the tables: its output (or, in backward, its input
-/// gradient) is the only allocation; the input dies unless something else keeps it.
-int BlockHalves::rope(int& x, K kind, const char* name) {
-  const int out = a(name, kind, C::AttentionWorkspace);
+/// RoPE as x*cos + rotate_half(x)*sin: three temporaries of x's size live at once; x is freed
+/// (RoPE saves only the tables).
+int BlockHalves::rope(int& x, K kind, C cat) {
+  int x_cos = a("RoPE x*cos", kind, cat);
+  int rot = a("RoPE rotate_half(x)", kind, cat);
+  int rot_sin = a("RoPE rotate_half(x)*sin", kind, cat);
+  f(rot);
+  const int out = a("RoPE output", kind, cat);
+  f(x_cos);
+  f(rot_sin);
   f(x);
   return out;
 }
 
-/// seq -> heads all-to-all: the result buffer and a contiguous send copy (comm_buffers); with
-/// B = 1 the result is received in place, B > 1 needs a receive buffer as well.
-int BlockHalves::seq_to_heads(int& x, K local, K head, const char* name, bool drop_input) {
-  const int out = a(name, head, C::CommBuffers);
-  int send = a("all-to-all send copy", local, C::CommBuffers);
-  int recv = s_.B > 1 ? a("all-to-all receive buffer", local, C::CommBuffers) : -1;
+/// Ulysses all-to-all (either direction): a contiguous send copy and a receive buffer, both
+/// comm_buffers; the input is dropped, the receive buffer is the result.
+int BlockHalves::all_to_all(int& x, K from, K to, const char* recv_name, bool drop_input) {
+  int send = a("all-to-all send buffer", from, C::CommBuffers);
+  const int recv = a(recv_name, to, C::CommBuffers);
   f(send);
-  f(recv);
   if (drop_input) f(x);
-  return out;
+  return recv;
 }
-
-/// heads -> seq all-to-all: the result buffer and a receive buffer (comm_buffers); with B = 1 the
-/// contiguous input is sent as it is, B > 1 needs a send copy as well.
-int BlockHalves::heads_to_seq(int& x, K head, K local, const char* name, bool drop_input) {
-  const int out = a(name, local, C::CommBuffers);
-  int send = s_.B > 1 ? a("all-to-all send copy", head, C::CommBuffers) : -1;
-  int recv = a("all-to-all receive buffer", local, C::CommBuffers);
-  f(send);
-  f(recv);
-  if (drop_input) f(x);
-  return out;
-}
-
-/// The CPU flash kernel's per-thread blocks exist only while the kernel runs (0 B on GPUs).
-void BlockHalves::flash_forward_scratch() {
-  if (kind_bytes(K::FlashFwdScratch, s_) == 0) return;
-  int scratch = a("flash attention scratch (CPU kernel)", K::FlashFwdScratch, C::AttentionWorkspace);
-  f(scratch);
-}
-
-// --- attention half ----------------------------------------------------------------------------
 
 /// rmsnorm -> q/k/v -> [qk-norm] -> RoPE -> [replicate KV] -> all-to-all -> SDPA -> all-to-all
 /// -> o_proj -> residual. Returns h; with grad, fills `sv` with what autograd keeps.
 int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   if (s_.untied) return untied_forward(grad, sv);
-  sv.n1 = norm_forward(grad, "attention rmsnorm output", C::AttentionWorkspace, sv.rstd);
+  sv.n1 = a("attention rmsnorm output", K::Hidden, C::AttentionWorkspace);
+  sv.rstd = a("attention rmsnorm 1/rms", K::RowStat, C::AttentionWorkspace);
   int q = a("q projection", K::QLocal, C::AttentionWorkspace);
   int k = a("k projection", K::KvLocal, C::AttentionWorkspace);
   int v = a("v projection", K::KvLocal, C::AttentionWorkspace);
-  if (!grad) f(sv.n1);  // attention() releases the normed input once the projections exist
+  if (!grad) {
+    f(sv.n1);
+    f(sv.rstd);
+  }
   if (s_.qk_norm) {
     int qn = a("q head norm", K::QLocal, C::AttentionWorkspace);
     int kn = a("k head norm", K::KvLocal, C::AttentionWorkspace);
-    if (grad) {  // the head norms save their inputs
+    if (grad) {
       sv.q_pre = q;
       sv.k_pre = k;
     } else {
@@ -116,27 +69,26 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
     q = qn;
     k = kn;
   }
-  q = rope(q, K::QLocal, "q after RoPE");
-  k = rope(k, K::KvLocal, "k after RoPE");
+  int qr = rope(q, K::QLocal, C::AttentionWorkspace);
+  int kr = rope(k, K::KvLocal, C::AttentionWorkspace);
   K kv_local = K::KvLocal;
   if (s_.Hkv < s_.P) {  // replicate KV heads up to the degree before the all-to-all
     int k_rep = a("K replicated to the Ulysses degree", K::KvLocalRep, C::AttentionWorkspace);
-    f(k);
-    k = k_rep;
+    f(kr);
+    kr = k_rep;
     int v_rep = a("V replicated to the Ulysses degree", K::KvLocalRep, C::AttentionWorkspace);
     f(v);
     v = v_rep;
     kv_local = K::KvLocalRep;
   }
-  int qh = q, kh = k, vh = v;
+  int qh = qr, kh = kr, vh = v;
   if (s_.P > 1) {
-    qh = seq_to_heads(q, K::QLocal, K::QHead, "q after all-to-all (head layout)");
-    kh = seq_to_heads(k, kv_local, K::KvHead, "k after all-to-all (head layout)");
-    vh = seq_to_heads(v, kv_local, K::KvHead, "v after all-to-all (head layout)");
+    qh = all_to_all(qr, K::QLocal, K::QHead, "q after all-to-all (head layout)");
+    kh = all_to_all(kr, kv_local, K::KvHead, "k after all-to-all (head layout)");
+    vh = all_to_all(v, kv_local, K::KvHead, "v after all-to-all (head layout)");
   }
   int oh = a("SDPA output (head layout)", K::QHead, C::AttentionWorkspace);
   int lse = a("SDPA log-sum-exp", K::Lse, C::AttentionWorkspace);
-  flash_forward_scratch();
   if (grad) {
     sv.q_h = qh;
     sv.k_h = kh;
@@ -144,13 +96,13 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
     sv.o_h = oh;
     sv.lse = lse;
   } else {
-    f(lse);
     f(qh);
     f(kh);
     f(vh);
+    f(lse);
   }
   // SDPA keeps its output with grad, so the all-to-all back drops it only without grad
-  int o = s_.P > 1 ? heads_to_seq(oh, K::QHead, K::QLocal, "attention output after all-to-all", !grad) : oh;
+  int o = s_.P > 1 ? all_to_all(oh, K::QHead, K::QLocal, "attention output after all-to-all", !grad) : oh;
   int attn = a("o_proj output", K::Hidden, C::AttentionWorkspace);
   if (grad) {
     if (s_.P > 1) sv.o = o;
@@ -162,203 +114,285 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   return h;
 }
 
-/// The reverse of attention_forward from the incoming dh (which autograd passes through the
-/// residual unchanged); returns dx. Frees everything in `sv`.
-int BlockHalves::attention_backward(int dh, AttnSaved& sv, std::vector<int>& grads) {
+/// Untied Ulysses: one custom Function over stages; only n1, its output and the per-stage LSE
+/// survive. One stage's buffers are walked (every stage is the same size and reuses them).
+int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
+  sv.n1 = a("attention rmsnorm output", K::Hidden, C::AttentionWorkspace);
+  sv.rstd = a("attention rmsnorm 1/rms", K::RowStat, C::AttentionWorkspace);
+  sv.out = a("untied attention output (preallocated)", K::QLocal, C::AttentionWorkspace);
+  sv.lse = a("per-stage log-sum-exp", K::Lse, C::AttentionWorkspace);
+  {  // one stage: K/V of its GQA group, then Q, attention, output all-to-all
+    int ks = a("stage k projection", K::KvStageLocal, C::AttentionWorkspace);
+    ks = rope(ks, K::KvStageLocal, C::AttentionWorkspace);
+    int vs = a("stage v projection", K::KvStageLocal, C::AttentionWorkspace);
+    int kh = s_.P > 1 ? all_to_all(ks, K::KvStageLocal, K::KvStageHead, "stage k (head layout)") : ks;
+    int vh = s_.P > 1 ? all_to_all(vs, K::KvStageLocal, K::KvStageHead, "stage v (head layout)") : vs;
+    int qs = a("stage q projection", K::QStageLocal, C::AttentionWorkspace);
+    qs = rope(qs, K::QStageLocal, C::AttentionWorkspace);
+    int qh = s_.P > 1 ? all_to_all(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)") : qs;
+    int oh = a("stage attention output", K::QStageHead, C::AttentionWorkspace);
+    f(qh);
+    if (s_.P > 1) {
+      int back = all_to_all(oh, K::QStageHead, K::QStageLocal, "stage output after all-to-all");
+      f(back);  // copied into the preallocated output
+    } else {
+      f(oh);
+    }
+    f(kh);
+    f(vh);
+  }
+  if (!grad) {
+    f(sv.n1);
+    f(sv.rstd);
+    f(sv.lse);
+  }
+  int attn = a("o_proj output", K::Hidden, C::AttentionWorkspace);
+  if (!grad) f(sv.out);
+  const int h = a("residual h = x + attention", K::Hidden, C::AttentionWorkspace);
+  f(attn);
+  return h;
+}
+
+/// The reverse of attention_forward from the incoming dh; returns dx of the attention half
+/// (dh + the norm's gradient). Frees everything in `sv`.
+int BlockHalves::attention_backward(int dh, AttnSaved& sv, int& grads) {
+  grads = a("attention weight gradients", K::BlockGradsAttn, C::AttentionWorkspace);
+  int dn1 = s_.untied ? untied_backward(dh, sv) : standard_backward(dh, sv);
+  int dxa = a("attention rmsnorm input gradient", K::Hidden, C::AttentionWorkspace);
+  f(dn1);
+  f(sv.rstd);
+  const int dx = a("block input gradient dx = dh + d(attention)", K::Hidden, C::AttentionWorkspace);
+  f(dxa);
+  return dx;
+}
+
+/// RoPE's backward has RoPE's shape: dx*cos + rotate_half^T(dx*sin), three temporaries.
+int BlockHalves::rope_backward(int& dx, K kind, C cat) { return rope(dx, kind, cat); }
+
+int BlockHalves::standard_backward(int dh, AttnSaved& sv) {
   (void)dh;
   int d_o = a("d o (o_proj input gradient)", K::QLocal, C::AttentionWorkspace);
-  grads.push_back(a("o_proj weight gradient", K::WoGrad, C::AttentionWorkspace));
-  if (s_.untied) return untied_backward(d_o, sv, grads);
   f(sv.o);
-  int d_oh = s_.P > 1 ? seq_to_heads(d_o, K::QLocal, K::QHead, "d o after all-to-all (head layout)") : d_o;
-  // flash backward: dq, dk, dv; on GPUs FlashAttention-2's fp32 dq accumulator, its softmax
-  // row sums and, with GQA, dK/dV at the query-head count before the per-KV-head sum
+  int d_oh = d_o;
+  if (s_.P > 1) d_oh = all_to_all(d_o, K::QLocal, K::QHead, "d o after all-to-all (head layout)");
+  // flash-attention backward: dq, dk, dv, the fp32 dq accumulator and, with GQA, dK/dV at
+  // query-head count before they are summed per KV head
   int dq = a("flash backward dq", K::QHead, C::AttentionWorkspace);
   int dk = a("flash backward dk", K::KvHead, C::AttentionWorkspace);
   int dv = a("flash backward dv", K::KvHead, C::AttentionWorkspace);
-  if (s_.cuda_target) {
-    int acc = a("flash backward dq accumulator (fp32)", K::DqAccum, C::AttentionWorkspace);
-    int rows = a("flash backward softmax row sums (fp32)", K::Lse, C::AttentionWorkspace);
-    int ek = -1, ev = -1;
-    if (s_.hq > s_.hkv) {
-      ek = a("flash backward dk at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
-      ev = a("flash backward dv at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
-    }
-    f(ek);
-    f(ev);
-    f(rows);
-    f(acc);
-  } else if (kind_bytes(K::FlashBwdScratch, s_) > 0) {
-    int scratch = a("flash backward scratch (CPU kernel)", K::FlashBwdScratch, C::AttentionWorkspace);
-    f(scratch);
+  int acc = a("flash backward dq accumulator (fp32)", K::DqAccum, C::AttentionWorkspace);
+  int ek = -1, ev = -1;
+  if (s_.hq > s_.hkv) {
+    ek = a("flash backward dk at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
+    ev = a("flash backward dv at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
   }
+  f(ek);
+  f(ev);
+  f(acc);
   f(sv.q_h);
   f(sv.k_h);
   f(sv.v_h);
   f(sv.o_h);
   f(sv.lse);
   f(d_oh);
-  // all-to-alls back (v, k, q: autograd runs the most recently created node first), then the
-  // replica sums, the RoPE backwards (k, q) and the projections (v, k, q)
   const K kv_local = s_.Hkv < s_.P ? K::KvLocalRep : K::KvLocal;
   if (s_.P > 1) {
-    dv = heads_to_seq(dv, K::KvHead, kv_local, "dv after all-to-all");
-    dk = heads_to_seq(dk, K::KvHead, kv_local, "dk after all-to-all");
-    dq = heads_to_seq(dq, K::QHead, K::QLocal, "dq after all-to-all");
+    dq = all_to_all(dq, K::QHead, K::QLocal, "dq after all-to-all");
+    dk = all_to_all(dk, K::KvHead, kv_local, "dk after all-to-all");
+    dv = all_to_all(dv, K::KvHead, kv_local, "dv after all-to-all");
   }
   if (s_.Hkv < s_.P) {  // sum the replicas' gradients
-    int dv_sum = a("dv summed over KV replicas", K::KvLocal, C::AttentionWorkspace);
-    f(dv);
-    dv = dv_sum;
     int dk_sum = a("dk summed over KV replicas", K::KvLocal, C::AttentionWorkspace);
     f(dk);
     dk = dk_sum;
+    int dv_sum = a("dv summed over KV replicas", K::KvLocal, C::AttentionWorkspace);
+    f(dv);
+    dv = dv_sum;
   }
-  dk = rope(dk, K::KvLocal, "RoPE backward dk");
-  dq = rope(dq, K::QLocal, "RoPE backward dq");
+  dq = rope_backward(dq, K::QLocal, C::AttentionWorkspace);
+  dk = rope_backward(dk, K::KvLocal, C::AttentionWorkspace);
   if (s_.qk_norm) {
-    int dk0 = a("k head norm input gradient", K::KvLocal, C::AttentionWorkspace);
-    grads.push_back(a("k head norm weight gradient", K::HeadNormGrad, C::AttentionWorkspace));
-    f(dk);
-    f(sv.k_pre);
-    dk = dk0;
     int dq0 = a("q head norm input gradient", K::QLocal, C::AttentionWorkspace);
-    grads.push_back(a("q head norm weight gradient", K::HeadNormGrad, C::AttentionWorkspace));
     f(dq);
     f(sv.q_pre);
     dq = dq0;
+    int dk0 = a("k head norm input gradient", K::KvLocal, C::AttentionWorkspace);
+    f(dk);
+    f(sv.k_pre);
+    dk = dk0;
   }
-  // dn1 = dv Wv + dk Wk + dq Wq: the first product, the others added into it in place
-  int dn1 = a("attention rmsnorm output gradient", K::Hidden, C::AttentionWorkspace);
-  grads.push_back(a("v weight gradient", K::WkvGrad, C::AttentionWorkspace));
+  return projections_backward(dq, dk, dv, sv);
+}
+
+/// dn1 = dq Wq + dk Wk + dv Wv: one product at a time added into dn1.
+int BlockHalves::projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv) {
+  const int dn1 = a("attention rmsnorm output gradient", K::Hidden, C::AttentionWorkspace);
+  int part = a("projection input gradient (partial)", K::Hidden, C::AttentionWorkspace);
+  f(part);
+  part = a("projection input gradient (partial)", K::Hidden, C::AttentionWorkspace);
+  f(part);
+  f(dq);
+  f(dk);
   f(dv);
-  for (int i = 0; i < 2; ++i) {
-    int part = a("projection input gradient (partial)", K::Hidden, C::AttentionWorkspace);
-    grads.push_back(a(i == 0 ? "k weight gradient" : "q weight gradient", i == 0 ? K::WkvGrad : K::WqGrad,
-                      C::AttentionWorkspace));
-    f(part);
-    f(i == 0 ? dk : dq);
-  }
   f(sv.n1);
-  return norm_backward(dn1, sv.rstd, C::AttentionWorkspace, &grads);  // + dh in place
+  return dn1;
+}
+
+int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
+  (void)dh;
+  int d_o = a("d o (o_proj input gradient)", K::QLocal, C::AttentionWorkspace);
+  const int dn1 = a("attention input gradient accumulator", K::Hidden, C::AttentionWorkspace);
+  {  // one stage (the first of its GQA group: it also recomputes and accumulates K/V)
+    int ks = a("stage k projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
+    ks = rope(ks, K::KvStageLocal, C::AttentionWorkspace);
+    int vs = a("stage v projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
+    int kh = s_.P > 1 ? all_to_all(ks, K::KvStageLocal, K::KvStageHead, "stage k (head layout)") : ks;
+    int vh = s_.P > 1 ? all_to_all(vs, K::KvStageLocal, K::KvStageHead, "stage v (head layout)") : vs;
+    int dk_acc = a("stage dk accumulator (GQA group)", K::KvStageHead, C::AttentionWorkspace);
+    int dv_acc = a("stage dv accumulator (GQA group)", K::KvStageHead, C::AttentionWorkspace);
+    int qs = a("stage q projection (recomputed)", K::QStageLocal, C::AttentionWorkspace);
+    qs = rope(qs, K::QStageLocal, C::AttentionWorkspace);
+    int qh = s_.P > 1 ? all_to_all(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)") : qs;
+    int o_slice = -1, do_slice = -1, oh = -1, doh = -1;
+    if (s_.P > 1) {
+      o_slice = a("stage output slice (contiguous)", K::QStageLocal, C::AttentionWorkspace);
+      oh = all_to_all(o_slice, K::QStageLocal, K::QStageHead, "stage output (head layout)");
+      do_slice = a("stage d o slice (contiguous)", K::QStageLocal, C::AttentionWorkspace);
+      doh = all_to_all(do_slice, K::QStageLocal, K::QStageHead, "stage d o (head layout)");
+    }
+    int dq = a("stage flash backward dq", K::QStageHead, C::AttentionWorkspace);
+    int dk = a("stage flash backward dk", K::KvStageHead, C::AttentionWorkspace);
+    int dv = a("stage flash backward dv", K::KvStageHead, C::AttentionWorkspace);
+    int acc = a("stage dq accumulator (fp32)", K::DqAccumStage, C::AttentionWorkspace);
+    int ek = -1, ev = -1;
+    if (s_.hs > s_.khs) {
+      ek = a("stage dk at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace);
+      ev = a("stage dv at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace);
+    }
+    f(ek);
+    f(ev);
+    f(acc);
+    f(qh);
+    f(oh);
+    f(doh);
+    f(dk);  // added into the group accumulators
+    f(dv);
+    int dq_local = s_.P > 1 ? all_to_all(dq, K::QStageHead, K::QStageLocal, "stage dq after all-to-all") : dq;
+    dq_local = rope_backward(dq_local, K::QStageLocal, C::AttentionWorkspace);
+    f(dq_local);  // dn1 += dq Wq_rows; dWq rows = dq^T n1
+    // end of the GQA group: K/V gradients back to the sequence layout
+    int dk_local = s_.P > 1 ? all_to_all(dk_acc, K::KvStageHead, K::KvStageLocal, "stage dk after all-to-all")
+                            : dk_acc;
+    dk_local = rope_backward(dk_local, K::KvStageLocal, C::AttentionWorkspace);
+    f(dk_local);
+    int dv_local = s_.P > 1 ? all_to_all(dv_acc, K::KvStageHead, K::KvStageLocal, "stage dv after all-to-all")
+                            : dv_acc;
+    f(dv_local);
+    f(kh);
+    f(vh);
+  }
+  f(d_o);
+  f(sv.out);
+  f(sv.lse);
+  f(sv.n1);
+  return dn1;
 }
 
 // --- MLP half ------------------------------------------------------------------------------------
 
 int BlockHalves::mlp_forward(bool grad, MlpSaved& sv) {
-  sv.n2 = norm_forward(grad, "MLP rmsnorm output", C::MlpWorkspace, sv.rstd);
+  sv.n2 = a("MLP rmsnorm output", K::Hidden, C::MlpWorkspace);
+  sv.rstd = a("MLP rmsnorm 1/rms", K::RowStat, C::MlpWorkspace);
   int y;
   if (!s_.tiled_mlp) {
     sv.gate = a("gate projection", K::Ffn, C::MlpWorkspace);
     sv.up = a("up projection", K::Ffn, C::MlpWorkspace);
-    if (grad) {
-      sv.act = a("silu(gate)", K::Ffn, C::MlpWorkspace);
-      sv.prod = a("silu(gate) * up", K::Ffn, C::MlpWorkspace);
-      y = a("down projection output", K::Hidden, C::MlpWorkspace);
-    } else {  // the input dies after the projections; silu and the product run in gate's memory
-      f(sv.n2);
+    sv.act = a("silu(gate)", K::Ffn, C::MlpWorkspace);
+    if (!grad) f(sv.gate);
+    sv.prod = a("silu(gate) * up", K::Ffn, C::MlpWorkspace);
+    if (!grad) {
+      f(sv.act);
       f(sv.up);
-      y = a("down projection output", K::Hidden, C::MlpWorkspace);
-      f(sv.gate);
     }
-  } else {  // TiledMlpFunction: no grad inside, one tile's gate/up at a time (silu, product in place)
+    y = a("down projection output", K::Hidden, C::MlpWorkspace);
+    if (!grad) f(sv.prod);
+  } else {
     y = a("tiled MLP output", K::Hidden, C::MlpWorkspace);
     int g = a("tile gate", K::FfnTile, C::MlpWorkspace);
     int u = a("tile up", K::FfnTile, C::MlpWorkspace);
+    int act = a("tile silu(gate)", K::FfnTile, C::MlpWorkspace);
+    f(g);
+    int p = a("tile silu(gate) * up", K::FfnTile, C::MlpWorkspace);
+    f(act);
     f(u);
     int yt = a("tile down projection", K::HiddenTile, C::MlpWorkspace);
-    f(g);
+    f(p);
     f(yt);
-    if (!grad) f(sv.n2);
+  }
+  if (!grad) {
+    f(sv.n2);
+    f(sv.rstd);
   }
   const int out = a("block output = h + MLP", K::Hidden, C::MlpWorkspace);
   f(y);
   return out;
 }
 
-/// One tile of TiledMlpFunction's backward: recompute with grad, autograd::grad for the tile's
-/// input and weights (down, up, gate), accumulate. `accumulators` empty: this tile's weight
-/// gradients become them (fp32 compute) or are cast into fp32 ones.
-void BlockHalves::mlp_tile_backward(std::vector<int>& accumulators) {
-  int g = a("tile gate", K::FfnTile, C::MlpWorkspace);
-  int u = a("tile up", K::FfnTile, C::MlpWorkspace);
-  int act = a("tile silu(gate)", K::FfnTile, C::MlpWorkspace);
-  int p = a("tile silu(gate) * up", K::FfnTile, C::MlpWorkspace);
-  int root = a("tile down projection", K::HiddenTile, C::MlpWorkspace);
-  std::vector<int> tile_grads;
-  int dp = a("tile d(silu(gate) * up)", K::FfnTile, C::MlpWorkspace);
-  tile_grads.push_back(a("tile down weight gradient", K::MlpWeightTile, C::MlpWorkspace));
-  f(p);
-  int da = a("tile d silu(gate)", K::FfnTile, C::MlpWorkspace);
-  int dup = a("tile d up", K::FfnTile, C::MlpWorkspace);
-  f(act);
-  f(u);
-  f(dp);
-  int dg = a("tile d gate", K::FfnTile, C::MlpWorkspace);
-  f(da);
-  f(g);
-  int dxt = a("tile input gradient", K::HiddenTile, C::MlpWorkspace);
-  tile_grads.push_back(a("tile up weight gradient", K::MlpWeightTile, C::MlpWorkspace));
-  f(dup);
-  int part = a("tile input gradient (partial)", K::HiddenTile, C::MlpWorkspace);
-  tile_grads.push_back(a("tile gate weight gradient", K::MlpWeightTile, C::MlpWorkspace));
-  f(part);
-  f(dg);
-  f(root);
-  f(dxt);  // copied into the input gradient
-  if (!accumulators.empty()) {
-    for (int& h : tile_grads) f(h);  // added into the accumulators
-  } else if (s_.c == 4) {
-    accumulators = tile_grads;  // the first tile's gradients are the accumulators
-  } else {
-    for (int& h : tile_grads) {
-      accumulators.push_back(a("tiled MLP weight gradient accumulator (fp32)", K::MlpWeightAccum32, C::MlpWorkspace));
-      f(h);
-    }
-  }
-}
-
-/// The MLP half's backward from dy; returns dh = d(MLP branch) + dy (added in place). Frees `sv`.
-int BlockHalves::mlp_backward(MlpSaved& sv, std::vector<int>& grads) {
+/// The MLP half's backward from dy; returns dh = dy + d(MLP branch). Frees `sv`.
+int BlockHalves::mlp_backward(MlpSaved& sv, int& grads) {
+  grads = a("MLP weight gradients", K::BlockGradsMlp, C::MlpWorkspace);
   int dn2;
   if (!s_.tiled_mlp) {
     int dp = a("d(silu(gate) * up)", K::Ffn, C::MlpWorkspace);
-    grads.push_back(a("down weight gradient", K::MlpWeightTile, C::MlpWorkspace));
     f(sv.prod);
     int da = a("d silu(gate)", K::Ffn, C::MlpWorkspace);
     int dup = a("d up", K::Ffn, C::MlpWorkspace);
+    f(dp);
     f(sv.act);
     f(sv.up);
-    f(dp);
     int dg = a("d gate", K::Ffn, C::MlpWorkspace);
     f(da);
     f(sv.gate);
-    dn2 = a("MLP rmsnorm output gradient", K::Hidden, C::MlpWorkspace);  // up projection's
-    grads.push_back(a("up weight gradient", K::MlpWeightTile, C::MlpWorkspace));
-    f(dup);
-    int part = a("gate projection input gradient (partial)", K::Hidden, C::MlpWorkspace);
-    grads.push_back(a("gate weight gradient", K::MlpWeightTile, C::MlpWorkspace));
-    f(part);  // added into dn2 in place
+    dn2 = a("MLP rmsnorm output gradient", K::Hidden, C::MlpWorkspace);
+    int part = a("up-projection input gradient (partial)", K::Hidden, C::MlpWorkspace);
+    f(part);
     f(dg);
+    f(dup);
   } else {
     dn2 = a("tiled MLP input gradient", K::Hidden, C::MlpWorkspace);
-    std::vector<int> accumulators;
-    mlp_tile_backward(accumulators);
-    if (s_.mlp_tiles > 1) mlp_tile_backward(accumulators);  // later tiles: accumulators alive
-    if (s_.c != 4) {  // cast back to the weights' dtype
-      for (int& h : accumulators) {
-        grads.push_back(a("MLP weight gradient", K::MlpWeightTile, C::MlpWorkspace));
-        f(h);
-      }
-    } else {
-      for (int h : accumulators) {
-        m_.rename(h, "MLP weight gradient");
-        grads.push_back(h);
-      }
-    }
+    // one tile: recompute with grad, then autograd::grad for the tile's input and weights
+    int g = a("tile gate", K::FfnTile, C::MlpWorkspace);
+    int u = a("tile up", K::FfnTile, C::MlpWorkspace);
+    int act = a("tile silu(gate)", K::FfnTile, C::MlpWorkspace);
+    int p = a("tile silu(gate) * up", K::FfnTile, C::MlpWorkspace);
+    int dp = a("tile d(silu(gate) * up)", K::FfnTile, C::MlpWorkspace);
+    int dwd = a("tile down-projection weight gradient", K::MlpWeightTile, C::MlpWorkspace);
+    f(p);
+    int da = a("tile d silu(gate)", K::FfnTile, C::MlpWorkspace);
+    int dup = a("tile d up", K::FfnTile, C::MlpWorkspace);
+    f(dp);
+    f(act);
+    f(u);
+    int dg = a("tile d gate", K::FfnTile, C::MlpWorkspace);
+    f(da);
+    f(g);
+    int dwg = a("tile gate weight gradient", K::MlpWeightTile, C::MlpWorkspace);
+    int dwu = a("tile up weight gradient", K::MlpWeightTile, C::MlpWorkspace);
+    int dxt = a("tile input gradient", K::HiddenTile, C::MlpWorkspace);
+    f(dg);
+    f(dup);
+    f(dwd);  // accumulated into the MLP weight gradients
+    f(dwg);
+    f(dwu);
+    f(dxt);  // copied into the input gradient
   }
   f(sv.n2);
-  return norm_backward(dn2, sv.rstd, C::MlpWorkspace, &grads);  // + dy in place
+  int dhn = a("MLP rmsnorm input gradient", K::Hidden, C::MlpWorkspace);
+  f(dn2);
+  f(sv.rstd);
+  const int dh = a("dh = dy + d(MLP)", K::Hidden, C::MlpWorkspace);
+  f(dhn);
+  return dh;
 }
 
 }  // namespace odyssey::planner_detail

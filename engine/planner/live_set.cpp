@@ -92,13 +92,6 @@ void LiveSet::retag(int handle, PlanCategory category, const char* name) {
   categories_[static_cast<int>(category)] += e.bytes;
 }
 
-void LiveSet::rename(int handle, const char* name) {
-  if (handle < 0) return;
-  LiveEntry& e = entries_.at(handle);
-  if (!e.live) throw std::logic_error("planner walk: rename of a tensor that is not live");
-  e.name = name;
-}
-
 bool LiveSet::shrink(int handle, int64_t bytes) {
   if (handle < 0) return false;
   LiveEntry& e = entries_.at(handle);

@@ -73,37 +73,14 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.hps = effective_heads_per_stage(mem, cfg.parallel);
   s.hs = std::clamp<int64_t>(s.hps / s.P, 1, s.hq);
   s.stages = std::max<int64_t>(1, s.hq / s.hs);
-  // The engine's stage schedule (plan_untied_stages): local query head j reads local KV head j/g;
-  // stage t reads the KV range [t*hs/g, ((t+1)*hs-1)/g], projected and sent once for the stages
-  // that share it. One range per stage (and no straddling) needs no dK/dV accumulators.
-  {
-    const int64_t g = std::max<int64_t>(1, s.hq / s.hkv);
-    s.khs = 1;
-    int64_t first_prev = -1, count_prev = -1, run = 0;
-    s.stages_per_range = 1;
-    for (int64_t t = 0; t < s.stages; ++t) {
-      const int64_t first = t * s.hs / g, last = ((t + 1) * s.hs - 1) / g, count = last - first + 1;
-      s.khs = std::max(s.khs, count);
-      const bool fresh = t == 0 || first != first_prev || count != count_prev;
-      run = fresh ? 1 : run + 1;
-      s.stages_per_range = std::max(s.stages_per_range, run);
-      bool uniform = s.hs % count == 0;  // the engine's kv_slot_index: native GQA over the range
-      for (int64_t i = 0; i < s.hs && uniform; ++i) uniform = (t * s.hs + i) / g - first == i / (s.hs / count);
-      s.kv_straddle = s.kv_straddle || !uniform;
-      first_prev = first;
-      count_prev = count;
-    }
-    s.kv_direct = s.stages_per_range == 1 && !s.kv_straddle;
-  }
-  // Tiles run along each sequence's local tokens (dim 1); a tile holds B x tile tokens.
-  s.mlp_tile = effective_mlp_tile_tokens(mem, m, s.s);
-  s.mlp_tiles = tile_count(s.s, s.mlp_tile);
-  s.loss_tile = effective_loss_tile_tokens(mem, m, s.s);
-  s.loss_tiles = tile_count(s.s, s.loss_tile);
-  // LibTorch's CPU flash kernels split the queries in blocks of 256 (S >= 768), 64 (S >= 192) or 32
-  // and the keys in blocks of 512 (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp).
-  s.qsplit = std::min<int64_t>(s.S, s.S >= 768 ? 256 : s.S >= 192 ? 64 : 32);
-  s.kvsplit = std::min<int64_t>(s.S, 512);
+  // Query heads per KV head on one rank; a stage of hs query heads needs hs/group KV heads (at
+  // least one, shared by the group's stages: K/V are projected once per GQA group).
+  const int64_t group = std::max<int64_t>(1, s.hq / s.hkv);
+  s.khs = std::max<int64_t>(1, s.hs / group);
+  s.mlp_tile = effective_mlp_tile_tokens(mem, m, s.t);
+  s.mlp_tiles = tile_count(s.t, s.mlp_tile);
+  s.loss_tile = effective_loss_tile_tokens(mem, m, s.t);
+  s.loss_tiles = tile_count(s.t, s.loss_tile);
 
   s.n_block = m.block_params();
   s.n_attn = s.d * s.q_dim + 2 * s.d * s.kv_dim + s.q_dim * s.d + s.d + (s.qk_norm ? 2 * s.hd : 0);
@@ -111,7 +88,6 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.n_embed = m.embedding_params();
   s.n_head = m.non_block_params() - s.n_embed;  // final norm (+ untied LM head)
   const int64_t shard_ways = s.fsdp ? s.W : 1;
-  s.shard_ways = shard_ways;
   s.shard_block = ceil_div(s.n_block, shard_ways);
   s.shard_embed = ceil_div(s.n_embed, shard_ways);
   s.shard_head = ceil_div(s.n_head, shard_ways);
@@ -120,14 +96,12 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.gathers = (s.fsdp && s.W > 1) || s.c != 4;
 
   s.cuda_target = cfg.hardware.profile != "cpu";
-  s.long_range = cfg.training.dataset == DatasetKind::LongRange;
   s.runtime_overhead = static_cast<int64_t>(cfg.hardware.runtime_overhead_gib * kGiB);
   s.ranks_per_node = std::max<int64_t>(1, std::min(s.W, cfg.hardware.gpus_per_node));
 
   const int64_t c = s.c;
   auto set = [&](TensorKind k, int64_t v) { s.bytes[static_cast<int>(k)] = v; };
   set(TensorKind::Hidden, s.t * s.d * c);
-  set(TensorKind::Hidden32, s.t * s.d * 4);
   set(TensorKind::RowStat, s.t * 4);
   set(TensorKind::QLocal, s.t * s.q_dim * c);
   set(TensorKind::KvLocal, s.t * s.kv_dim * c);
@@ -137,38 +111,22 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::Lse, s.Th * s.hq * 4);
   set(TensorKind::DqAccum, s.Th * s.hq * s.hd * 4);
   set(TensorKind::GqaExpanded, s.Th * s.hq * s.hd * c);
-  if (!s.cuda_target) {
-    // fp32 blocks per intra-op thread (one thread; the engine's tests pin it): forward qk + max +
-    // sum + dst, backward attn + grad_attn + dsum; reduced-precision copies of qk for bf16/fp16.
-    set(TensorKind::FlashFwdScratch, (s.qsplit * s.kvsplit + 2 * s.qsplit + s.qsplit * s.hd) * 4 +
-                                         (c != 4 ? s.qsplit * s.kvsplit * c : 0));
-    set(TensorKind::FlashBwdScratch, (2 * s.qsplit * s.kvsplit + s.qsplit) * 4 + (c != 4 ? 2 * s.qsplit * s.kvsplit * c : 0));
-  }
   set(TensorKind::QStageLocal, s.t * s.hs * s.P * s.hd * c);
   set(TensorKind::KvStageLocal, s.t * s.khs * s.P * s.hd * c);
   set(TensorKind::QStageHead, s.Th * s.hs * s.hd * c);
   set(TensorKind::KvStageHead, s.Th * s.khs * s.hd * c);
-  set(TensorKind::KvStageHead32, s.Th * s.khs * s.hd * 4);
   set(TensorKind::DqAccumStage, s.Th * s.hs * s.hd * 4);
-  set(TensorKind::UntiedStaging, s.P > 1 ? s.P * s.t * std::max(s.hs, s.khs) * s.hd * c : 0);
-  set(TensorKind::UntiedLocFlat, s.t * s.P * std::max(s.hs, s.khs) * s.hd * c);
-  set(TensorKind::UntiedQRows, s.P * s.hs * s.hd * s.d * c);
-  set(TensorKind::UntiedKvRows, s.P * s.khs * s.hd * s.d * c);
-  set(TensorKind::UntiedWqAccum, s.q_dim * s.d * 4);
-  set(TensorKind::UntiedWkvAccum, s.kv_dim * s.d * 4);
+  set(TensorKind::GqaExpandedStage, s.Th * s.hs * s.hd * c);
   set(TensorKind::Ffn, s.t * s.f * c);
-  set(TensorKind::FfnTile, s.B * s.mlp_tile * s.f * c);
-  set(TensorKind::HiddenTile, s.B * s.mlp_tile * s.d * c);
+  set(TensorKind::FfnTile, s.mlp_tile * s.f * c);
+  set(TensorKind::HiddenTile, s.mlp_tile * s.d * c);
   set(TensorKind::Logits, s.t * s.V * c);
   set(TensorKind::Logits32, s.t * s.V * 4);
-  set(TensorKind::LogitsTile, s.B * s.loss_tile * s.V * c);
-  set(TensorKind::LogitsTile32, s.B * s.loss_tile * s.V * 4);
-  set(TensorKind::HiddenLossTile, s.B * s.loss_tile * s.d * c);
+  set(TensorKind::LogitsTile, s.loss_tile * s.V * c);
+  set(TensorKind::LogitsTile32, s.loss_tile * s.V * 4);
+  set(TensorKind::HiddenLossTile, s.loss_tile * s.d * c);
   set(TensorKind::TokenIds, s.t * 8);
-  set(TensorKind::PositionIds, s.s * 8);
-  set(TensorKind::AnswerMask, s.long_range ? s.t : 0);
-  set(TensorKind::RopeTable, s.s * (s.hd / 2) * 4);
-  set(TensorKind::CkptRngState, s.cuda_target ? 0 : kCpuGeneratorStateBytes);
+  set(TensorKind::RopeTable, s.t * s.hd * c);
   const int64_t shard_elems = s.L * s.shard_block + s.shard_embed + s.shard_head;
   set(TensorKind::MasterShards, shard_elems * 4);
   set(TensorKind::GradShards, shard_elems * 4);
@@ -176,26 +134,18 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::BlockFull, s.n_block * c);
   set(TensorKind::EmbedFull, s.n_embed * c);
   set(TensorKind::HeadFull, s.n_head * c);
-  // the all-gather stages a compute-dtype copy of the shard unless the shard is fp32 already
-  set(TensorKind::BlockShardCast, s.fsdp && s.W > 1 && c != 4 ? s.shard_block * c : 0);
-  set(TensorKind::WoGrad, s.d * s.q_dim * c);
-  set(TensorKind::WqGrad, s.q_dim * s.d * c);
-  set(TensorKind::WkvGrad, s.kv_dim * s.d * c);
-  set(TensorKind::NormGrad, s.d * c);
-  set(TensorKind::HeadNormGrad, s.hd * c);
+  set(TensorKind::BlockShardCast, s.fsdp && s.W > 1 ? s.shard_block * c : 0);
+  set(TensorKind::BlockGradsAttn, s.n_attn * c);
+  set(TensorKind::BlockGradsMlp, s.n_mlp * c);
   set(TensorKind::MlpWeightTile, s.d * s.f * c);
-  set(TensorKind::MlpWeightAccum32, c != 4 ? s.d * s.f * 4 : 0);
   set(TensorKind::HeadWeightGrad, s.V * s.d * c);
   set(TensorKind::HeadGradAccum, s.V * s.d * 4);
-  const bool sharded = s.fsdp && s.W > 1;
-  set(TensorKind::EmbedGradDense, s.shard_embed * shard_ways * 4);
-  set(TensorKind::BlockPack, s.shard_block * shard_ways * 4);
-  set(TensorKind::HeadPack, s.shard_head * shard_ways * 4);
-  set(TensorKind::TiedEmbedPack, s.tied ? s.shard_embed * shard_ways * 4 : 0);
-  set(TensorKind::BlockShardOut, sharded ? s.shard_block * 4 : 0);
-  set(TensorKind::EmbedShardOut, sharded ? s.shard_embed * 4 : 0);
-  set(TensorKind::HeadShardOut, sharded ? s.shard_head * 4 : 0);
-  set(TensorKind::OptimizerTemp, std::max({s.shard_block, s.shard_embed, s.shard_head}) * 4);
+  set(TensorKind::EmbedGradDense, s.n_embed * c);
+  set(TensorKind::BlockPack, s.n_block * 4);
+  set(TensorKind::HeadPack, (s.n_head + (s.tied ? s.n_embed : 0)) * 4);
+  set(TensorKind::EmbedPack, s.n_embed * 4);
+  set(TensorKind::BlockShardOut, s.fsdp && s.W > 1 ? s.shard_block * 4 : 0);
+  set(TensorKind::OptimizerTemp, 2 * std::max({s.shard_block, s.shard_embed, s.shard_head}) * 4);
   set(TensorKind::RuntimeOverhead, s.runtime_overhead);
   set(TensorKind::OffloadedInput, s.t * s.d * c);
   set(TensorKind::PinnedStaging, s.t * s.d * c);
@@ -210,7 +160,6 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::Hidden:
     case TensorKind::OffloadedInput:
     case TensorKind::PinnedStaging: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), d, c);
-    case TensorKind::Hidden32: return fmt("%lld x %s x %lld x 4 B (fp32)", B, st.c_str(), d);
     case TensorKind::RowStat: return fmt("%lld x %s x 4 B", B, st.c_str());
     case TensorKind::QLocal:
       return fmt("%lld x %s x %lld heads x %lld x %lld B", B, st.c_str(), (long long)s.H, hd, c);
@@ -228,49 +177,30 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::Lse: return fmt("%lld x %lld heads x %s x 4 B", B, (long long)s.hq, St.c_str());
     case TensorKind::DqAccum:
       return fmt("%lld x %s x %lld heads x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.hq, hd);
-    case TensorKind::FlashFwdScratch:
-      return fmt("(%lld x %lld + 2 x %lld + %lld x %lld) x 4 B, 1 thread", (long long)s.qsplit, (long long)s.kvsplit,
-                 (long long)s.qsplit, (long long)s.qsplit, hd);
-    case TensorKind::FlashBwdScratch:
-      return fmt("(2 x %lld x %lld + %lld) x 4 B, 1 thread", (long long)s.qsplit, (long long)s.kvsplit,
-                 (long long)s.qsplit);
     case TensorKind::QStageLocal:
       return fmt("%lld x %s x %lld heads x %lld x %lld B", B, st.c_str(), (long long)(s.hs * s.P), hd, c);
     case TensorKind::KvStageLocal:
       return fmt("%lld x %s x %lld KV heads x %lld x %lld B", B, st.c_str(), (long long)(s.khs * s.P), hd, c);
     case TensorKind::QStageHead:
+    case TensorKind::GqaExpandedStage:
       return fmt("%lld x %s x %lld head%s x %lld x %lld B", B, St.c_str(), (long long)s.hs, s.hs == 1 ? "" : "s",
                  hd, c);
     case TensorKind::KvStageHead:
       return fmt("%lld x %s x %lld KV head%s x %lld x %lld B", B, St.c_str(), (long long)s.khs,
                  s.khs == 1 ? "" : "s", hd, c);
-    case TensorKind::KvStageHead32:
-      return fmt("%lld x %s x %lld KV head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.khs,
-                 s.khs == 1 ? "" : "s", hd);
     case TensorKind::DqAccumStage:
       return fmt("%lld x %s x %lld head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.hs,
                  s.hs == 1 ? "" : "s", hd);
-    case TensorKind::UntiedStaging:
-    case TensorKind::UntiedLocFlat:
-      return fmt("%lld ranks x %lld x %s x %lld heads x %lld x %lld B", (long long)s.P, B, st.c_str(),
-                 (long long)std::max(s.hs, s.khs), hd, c);
-    case TensorKind::UntiedQRows: return fmt("%lld rows x %lld x %lld x %lld B", (long long)(s.P * s.hs), hd, d, c);
-    case TensorKind::UntiedKvRows: return fmt("%lld rows x %lld x %lld x %lld B", (long long)(s.P * s.khs), hd, d, c);
-    case TensorKind::UntiedWqAccum: return fmt("%lld x %lld x 4 B (fp32)", (long long)s.q_dim, d);
-    case TensorKind::UntiedWkvAccum: return fmt("%lld x %lld x 4 B (fp32)", (long long)s.kv_dim, d);
     case TensorKind::Ffn: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), (long long)s.f, c);
-    case TensorKind::FfnTile: return fmt("%lld x %s x %lld x %lld B", B, tile.c_str(), (long long)s.f, c);
-    case TensorKind::HiddenTile: return fmt("%lld x %s x %lld x %lld B", B, tile.c_str(), d, c);
+    case TensorKind::FfnTile: return fmt("%s x %lld x %lld B", tile.c_str(), (long long)s.f, c);
+    case TensorKind::HiddenTile: return fmt("%s x %lld x %lld B", tile.c_str(), d, c);
     case TensorKind::Logits: return fmt("%lld x %s x %lld vocab x %lld B", B, st.c_str(), (long long)s.V, c);
     case TensorKind::Logits32: return fmt("%lld x %s x %lld vocab x 4 B", B, st.c_str(), (long long)s.V);
-    case TensorKind::LogitsTile: return fmt("%lld x %s x %lld vocab x %lld B", B, ltile.c_str(), (long long)s.V, c);
-    case TensorKind::LogitsTile32: return fmt("%lld x %s x %lld vocab x 4 B", B, ltile.c_str(), (long long)s.V);
-    case TensorKind::HiddenLossTile: return fmt("%lld x %s x %lld x %lld B", B, ltile.c_str(), d, c);
+    case TensorKind::LogitsTile: return fmt("%s x %lld vocab x %lld B", ltile.c_str(), (long long)s.V, c);
+    case TensorKind::LogitsTile32: return fmt("%s x %lld vocab x 4 B", ltile.c_str(), (long long)s.V);
+    case TensorKind::HiddenLossTile: return fmt("%s x %lld x %lld B", ltile.c_str(), d, c);
     case TensorKind::TokenIds: return fmt("%lld x %s x 8 B", B, st.c_str());
-    case TensorKind::PositionIds: return fmt("%s x 8 B", st.c_str());
-    case TensorKind::AnswerMask: return fmt("%lld x %s x 1 B", B, st.c_str());
-    case TensorKind::RopeTable: return fmt("%s x %lld x 4 B", st.c_str(), hd / 2);
-    case TensorKind::CkptRngState: return "CPU generator state, 5056 B";
+    case TensorKind::RopeTable: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), hd, c);
     case TensorKind::MasterShards:
     case TensorKind::GradShards:
     case TensorKind::AdamMoments: {
@@ -284,26 +214,19 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::HeadFull: return fmt("%s params x %lld B", params(s.n_head).c_str(), c);
     case TensorKind::BlockShardCast:
       return fmt("%s params / %lld ranks x %lld B", params(s.n_block).c_str(), (long long)s.W, c);
-    case TensorKind::WoGrad:
-    case TensorKind::WqGrad: return fmt("%lld x %lld x %lld B", d, (long long)s.q_dim, c);
-    case TensorKind::WkvGrad: return fmt("%lld x %lld x %lld B", (long long)s.kv_dim, d, c);
-    case TensorKind::NormGrad: return fmt("%lld x %lld B", d, c);
-    case TensorKind::HeadNormGrad: return fmt("%lld x %lld B", hd, c);
+    case TensorKind::BlockGradsAttn: return fmt("%s attention params x %lld B", params(s.n_attn).c_str(), c);
+    case TensorKind::BlockGradsMlp: return fmt("%s MLP params x %lld B", params(s.n_mlp).c_str(), c);
     case TensorKind::MlpWeightTile: return fmt("%lld x %lld x %lld B", (long long)s.f, d, c);
-    case TensorKind::MlpWeightAccum32: return fmt("%lld x %lld x 4 B (fp32)", (long long)s.f, d);
-    case TensorKind::HeadWeightGrad: return fmt("%lld vocab x %lld x %lld B", (long long)s.V, d, c);
+    case TensorKind::HeadWeightGrad:
+    case TensorKind::EmbedGradDense: return fmt("%lld vocab x %lld x %lld B", (long long)s.V, d, c);
     case TensorKind::HeadGradAccum: return fmt("%lld vocab x %lld x 4 B (fp32)", (long long)s.V, d);
-    case TensorKind::EmbedGradDense:
-    case TensorKind::TiedEmbedPack: return fmt("%s params x 4 B", params(s.n_embed).c_str());
     case TensorKind::BlockPack: return fmt("%s params x 4 B", params(s.n_block).c_str());
-    case TensorKind::HeadPack: return fmt("%s params x 4 B", params(s.n_head).c_str());
+    case TensorKind::HeadPack:
+      return fmt("%s params x 4 B", params(s.n_head + (s.tied ? s.n_embed : 0)).c_str());
+    case TensorKind::EmbedPack: return fmt("%s params x 4 B", params(s.n_embed).c_str());
     case TensorKind::BlockShardOut:
       return fmt("%s params / %lld ranks x 4 B", params(s.n_block).c_str(), (long long)s.W);
-    case TensorKind::EmbedShardOut:
-      return fmt("%s params / %lld ranks x 4 B", params(s.n_embed).c_str(), (long long)s.W);
-    case TensorKind::HeadShardOut:
-      return fmt("%s params / %lld ranks x 4 B", params(s.n_head).c_str(), (long long)s.W);
-    case TensorKind::OptimizerTemp: return "largest shard x 4 B";
+    case TensorKind::OptimizerTemp: return "2 x largest shard x 4 B";
     case TensorKind::RuntimeOverhead: return "hardware.runtime_overhead_gib";
     case TensorKind::Count: break;
   }
@@ -322,13 +245,12 @@ const char* kind_shape(TensorKind kind) {
     case TensorKind::Lse: return "[B, H/P, S] fp32";
     case TensorKind::DqAccum: return "[B, S, H/P, hd] fp32";
     case TensorKind::GqaExpanded: return "[B, S, H/P, hd]";
-    case TensorKind::Hidden32: return "[B, s, d] fp32";
     case TensorKind::QStageLocal: return "[B, s, hps*hd]";
-    case TensorKind::KvStageLocal: return "[B, s, P*n*hd]";
+    case TensorKind::KvStageLocal: return "[B, s, kv_stage*hd]";
     case TensorKind::QStageHead: return "[B, S, hps/P, hd]";
-    case TensorKind::KvStageHead: return "[B, S, n, hd]";
-    case TensorKind::KvStageHead32: return "[B, S, n, hd] fp32";
+    case TensorKind::KvStageHead: return "[B, S, kv/stage, hd]";
     case TensorKind::DqAccumStage: return "[B, S, hps/P, hd] fp32";
+    case TensorKind::GqaExpandedStage: return "[B, S, hps/P, hd]";
     case TensorKind::Ffn: return "[B, s, f]";
     case TensorKind::FfnTile: return "[tile, f]";
     case TensorKind::HiddenTile: return "[tile, d]";
@@ -338,9 +260,7 @@ const char* kind_shape(TensorKind kind) {
     case TensorKind::LogitsTile32: return "[tile, V] fp32";
     case TensorKind::HiddenLossTile: return "[tile, d]";
     case TensorKind::TokenIds: return "[B, s] int64";
-    case TensorKind::PositionIds: return "[s] int64";
-    case TensorKind::AnswerMask: return "[B, s] bool";
-    case TensorKind::RopeTable: return "[s, hd/2] fp32";
+    case TensorKind::RopeTable: return "[B, s, hd]";
     case TensorKind::OffloadedInput:
     case TensorKind::PinnedStaging: return "[B, s, d] host";
     default: return "";

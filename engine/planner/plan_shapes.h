@@ -10,16 +10,11 @@
 
 namespace odyssey::planner_detail {
 
-/// Bytes of LibTorch's CPU generator state (mt19937 + normal cache), which checkpointing saves per
-/// block; a CPU tensor, so it is device memory only on CPU runs.
-constexpr int64_t kCpuGeneratorStateBytes = 5056;
-
 /// Every kind of tensor the step walk allocates. The bytes of one tensor of a kind are fixed by the
 /// config (kind_bytes); kind_formula prints them with the values plugged in.
 enum class TensorKind : uint8_t {
   // activations, local layout [B, s, ...]
   Hidden,          ///< [B, s, d] in the compute dtype: block input/output, norms, residuals
-  Hidden32,        ///< [B, s, d] fp32: RMSNorm backward's temporaries (CPU formula)
   RowStat,         ///< [B, s] fp32: an RMSNorm's saved 1/rms
   QLocal,          ///< [B, s, H*hd]
   KvLocal,         ///< [B, s, Hkv*hd]
@@ -30,21 +25,13 @@ enum class TensorKind : uint8_t {
   Lse,             ///< [B, H/P, S] fp32 log-sum-exp of flash attention
   DqAccum,         ///< [B, S, H/P, hd] fp32: flash-attention backward's dq accumulator
   GqaExpanded,     ///< [B, S, H/P, hd]: flash backward's dK or dV at query-head count (GQA)
-  FlashFwdScratch, ///< CPU flash forward's per-thread fp32 blocks (one intra-op thread); 0 on GPUs
-  FlashBwdScratch, ///< CPU flash backward's per-thread fp32 blocks (one intra-op thread); 0 on GPUs
   // Untied Ulysses: one stage of heads_per_stage query heads (heads_per_stage/P per rank)
   QStageLocal,     ///< [B, s, heads_per_stage*hd]
-  KvStageLocal,    ///< [B, s, P*n*hd]: one KV range (n KV heads per rank) before its all-to-all
+  KvStageLocal,    ///< [B, s, kv_heads_per_stage*P*hd]
   QStageHead,      ///< [B, S, heads_per_stage/P, hd]
-  KvStageHead,     ///< [B, S, n, hd]: one KV range in the head layout
-  KvStageHead32,   ///< [B, S, n, hd] fp32: dK/dV accumulator of a range spanning several stages
-  DqAccumStage,    ///< fp32 dq accumulator of one stage (GPU flash)
-  UntiedStaging,   ///< [P, B, s, max(k, n), hd]: the all-to-all staging buffer every stage reuses
-  UntiedLocFlat,   ///< [B, s, P*n, hd]: local-layout K/V gradient buffer when n > k (else o_h's)
-  UntiedQRows,     ///< [P*k*hd, d]: the stage's Q weight rows (index_select) or their gradient
-  UntiedKvRows,    ///< [P*n*hd, d]: the range's K or V weight rows or their gradient
-  UntiedWqAccum,   ///< [H*hd, d] fp32 accumulator of Wq's gradient
-  UntiedWkvAccum,  ///< [Hkv*hd, d] fp32 accumulator of Wk's or Wv's gradient
+  KvStageHead,     ///< [B, S, kv heads per rank per stage, hd]
+  DqAccumStage,    ///< fp32 dq accumulator of one stage
+  GqaExpandedStage,///< one stage's dK or dV at the stage's query-head count
   // MLP
   Ffn,             ///< [B, s, f]
   FfnTile,         ///< [tile, f]
@@ -56,11 +43,8 @@ enum class TensorKind : uint8_t {
   LogitsTile32,    ///< [loss_tile, V] fp32
   HiddenLossTile,  ///< [loss_tile, d]
   // step inputs
-  TokenIds,        ///< [B, s] int64 (token ids, labels)
-  PositionIds,     ///< [s] int64 global positions
-  AnswerMask,      ///< [B, s] bool (long-range task)
-  RopeTable,       ///< [s, hd/2] fp32 cos or sin
-  CkptRngState,    ///< CPU generator state saved per checkpointed block (device pool on CPU runs only)
+  TokenIds,        ///< [B, s] int64 (token ids, labels, positions)
+  RopeTable,       ///< [B, s, hd] cos or sin in the compute dtype
   // parameters and their gradients
   MasterShards,    ///< fp32 master shards of every group
   GradShards,      ///< fp32 gradient shards
@@ -69,23 +53,17 @@ enum class TensorKind : uint8_t {
   EmbedFull,       ///< the embedding's unsharded buffer
   HeadFull,        ///< the head group's unsharded buffer (final norm [+ LM head])
   BlockShardCast,  ///< a block shard cast to the compute dtype for the all-gather
-  WoGrad,          ///< [d, H*hd] o_proj weight gradient (compute dtype)
-  WqGrad,          ///< [H*hd, d] q-projection weight gradient
-  WkvGrad,         ///< [Hkv*hd, d] k- or v-projection weight gradient
-  NormGrad,        ///< [d] RMSNorm weight gradient
-  HeadNormGrad,    ///< [hd] q/k head-norm weight gradient (qk-norm)
-  MlpWeightTile,   ///< one [f, d] MLP weight gradient (of the block, or of one tile)
-  MlpWeightAccum32,///< [f, d] fp32 accumulator of a tiled MLP weight gradient (compute dtype not fp32)
+  BlockGradsAttn,  ///< attention weight gradients of one block (compute dtype)
+  BlockGradsMlp,   ///< MLP weight gradients of one block (compute dtype)
+  MlpWeightTile,   ///< one [f, d] weight gradient of one tile before it is accumulated
   HeadWeightGrad,  ///< [V, d] LM-head weight gradient (compute dtype)
   HeadGradAccum,   ///< [V, d] fp32 LM-head gradient accumulated over loss tiles
-  EmbedGradDense,  ///< fp32 [N_embed padded] dense embedding gradient (index_add_ target)
-  BlockPack,       ///< fp32 [N_block padded] packed gradients for the reduce-scatter
-  HeadPack,        ///< fp32 [N_head padded] packed gradients (tied: the final norm only)
-  TiedEmbedPack,   ///< fp32 [N_embed padded] packed LM-head gradient of tied embeddings
+  EmbedGradDense,  ///< [V, d] dense embedding gradient (compute dtype)
+  BlockPack,       ///< fp32 [N_block] packed gradients for the reduce-scatter
+  HeadPack,        ///< fp32 [N_head] packed gradients
+  EmbedPack,       ///< fp32 [N_embed] packed gradients
   BlockShardOut,   ///< fp32 [N_block / W] reduce-scatter output before it is added into grad
-  EmbedShardOut,   ///< fp32 [N_embed / W] reduce-scatter output (FSDP)
-  HeadShardOut,    ///< fp32 [N_head / W] reduce-scatter output (FSDP)
-  OptimizerTemp,   ///< fp32 AdamW denominator over the largest shard
+  OptimizerTemp,   ///< fp32 temporaries of AdamW over the largest shard
   RuntimeOverhead, ///< CUDA context, NCCL, cuBLAS workspace, fragmentation (hardware profile)
   // host
   OffloadedInput,  ///< [B, s, d] checkpointed block input in the host pool
@@ -113,20 +91,14 @@ struct PlanShapes {
   int64_t hps = 0;       ///< query heads per stage over all ranks
   int64_t hs = 0;        ///< query heads per rank per stage, hps / P
   int64_t stages = 1;    ///< hq / hs
-  int64_t khs = 0;       ///< KV heads per rank of one KV range (the engine's max_kv_count)
-  int64_t stages_per_range = 1;  ///< Untied stages sharing one KV range (projected and sent once)
-  bool kv_direct = true;  ///< each KV range is one stage: no dK/dV accumulators
-  bool kv_straddle = false;  ///< stages straddle GQA groups: K/V gathered to the stage's query heads
-  int64_t qsplit = 0, kvsplit = 0;  ///< CPU flash kernel block sizes for sequence S
+  int64_t khs = 0;       ///< KV heads per rank per stage
   int64_t mlp_tile = 0, mlp_tiles = 1, loss_tile = 0, loss_tiles = 1;
   // parameters per group and their shards (elements)
   int64_t n_block = 0, n_embed = 0, n_head = 0, n_attn = 0, n_mlp = 0;
   int64_t shard_block = 0, shard_embed = 0, shard_head = 0;
-  int64_t shard_ways = 1;  ///< W with FSDP, else 1 (groups are padded to a multiple of it)
   bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: fp32 without FSDP)
   // hardware
-  bool cuda_target = true;  ///< the hardware profile is a GPU (pinned staging, GPU flash kernels)
-  bool long_range = false;  ///< the long-range task (an answer mask per token)
+  bool cuda_target = true;  ///< the hardware profile is a GPU (pinned staging exists)
   int64_t runtime_overhead = 0;
   int64_t ranks_per_node = 1;
   /// Bytes of one tensor of each kind, filled by make_shapes (the walk's inner loop reads these).

@@ -25,7 +25,6 @@ struct BlockState {
   int host = -1;    ///< offloaded input in the host pool
   int h = -1;       ///< attention half output (non-checkpointed: saved)
   int out = -1;     ///< block output (non-checkpointed: the MLP graph's root)
-  int rng = -1;     ///< checkpointing: the RNG states the block's node keeps (CPU runs)
 };
 
 class Walker {
@@ -62,15 +61,14 @@ class Walker {
     return full;
   }
 
-  /// reduce_gradients: pack the group's gradients into an fp32 buffer; FSDP reduce-scatters it into
-  /// a shard (Gloo and NCCL need no other buffer), data parallel all-reduces it in place, one rank
-  /// returns it. The engine holds the gradients until its backward returns; the packed result is
-  /// added into the shard gradient right after (AccumulateGrad runs first) and freed.
-  void reduce_scatter(K pack_kind, K shard_kind, std::vector<int>& grads) {
-    int pack = a("gradient pack (fp32)", pack_kind, C::CommBuffers);
-    int shard_out = kind_bytes(shard_kind, s_) > 0 ? a("reduce-scatter output shard (fp32)", shard_kind, C::CommBuffers) : -1;
-    for (int& h : grads) f(h);
-    grads.clear();
+  /// Pack the group's gradients into fp32 and reduce-scatter (or all-reduce / add) into its shard.
+  void reduce_scatter(K pack_kind, int& grads_a, int& grads_b) {
+    int pack = a("gradient pack for reduce-scatter (fp32)", pack_kind, C::CommBuffers);
+    f(grads_a);
+    f(grads_b);
+    int shard_out = -1;
+    if (pack_kind == K::BlockPack && kind_bytes(K::BlockShardOut, s_) > 0)
+      shard_out = a("reduce-scatter output shard (fp32)", K::BlockShardOut, C::CommBuffers);
     f(shard_out);
     f(pack);
   }
@@ -80,11 +78,8 @@ class Walker {
     m_.alloc("fp32 gradient shards", K::GradShards, C::Grads, kind_bytes(K::GradShards, s_));
     m_.alloc("AdamW moments (exp_avg, exp_avg_sq)", K::AdamMoments, C::Optimizer, kind_bytes(K::AdamMoments, s_));
     if (s_.runtime_overhead > 0) a("runtime overhead (CUDA context, NCCL, cuBLAS, fragmentation)", K::RuntimeOverhead, C::Other);
-    // the step's batch: alive from the data to the end of the backward
-    inputs_[0] = a("token ids and labels (int64)", K::TokenIds, C::Other, 2);
-    inputs_[1] = a("global positions (int64)", K::PositionIds, C::Other);
-    inputs_[2] = kind_bytes(K::AnswerMask, s_) > 0 ? a("answer mask (long-range task)", K::AnswerMask, C::Other) : -1;
-    inputs_[3] = a("RoPE cos/sin tables (fp32)", K::RopeTable, C::Other, 2);
+    a("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
+    a("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
     if (s_.offload && s_.cuda_target)
       m_.alloc("pinned staging slots (D2H, H2D prefetch)", K::PinnedStaging, C::Offloaded,
                kind_bytes(K::PinnedStaging, s_), 2, /*host=*/true);
@@ -95,6 +90,7 @@ class Walker {
   void forward() {
     m_.begin_phase(PhaseKind::FwdEmbed);
     int embed = gather(K::EmbedFull, "embedding (unsharded)");
+    next_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
     x_ = a("embedding output", K::Hidden, C::Other);
     f(embed);
     std::vector<LiveEntry> before;
@@ -145,8 +141,6 @@ class Walker {
       if (g.e->host) {
         ghost_host_ = h;
         ghost_host_unit_ = g.bytes;
-      } else if (g.e->kind == K::CkptRngState) {
-        ghost_rng_.push_back(h);  // lives to the end of the backward, like the walked blocks'
       } else {
         ghost_device_.push_back(h);
       }
@@ -176,11 +170,14 @@ class Walker {
     BlockState& b = blocks_[i];
     const bool grad = !s_.ckpt;
     m_.begin_phase(PhaseKind::FwdAttn, i);
-    // unshard this block (block 0; the others were prefetched) and prefetch the next one
-    int current = i == 0 ? gather(K::BlockFull, "block parameters (unsharded)") : next_gathered_;
-    next_gathered_ = i + 1 < s_.L ? gather(K::BlockFull, "block parameters (unsharded, prefetch)") : -1;
-    if (s_.ckpt && kind_bytes(K::CkptRngState, s_) > 0)  // kept by the block's node until the step ends
-      b.rng = a("checkpoint RNG states (CPU generator)", K::CkptRngState, C::Other);
+    int current = next_gathered_;
+    if (i + 1 < s_.L) {
+      next_gathered_ = gather(K::BlockFull, "block parameters (unsharded, prefetch)");
+    } else {
+      head_gathered_ = gather(K::HeadFull, "head parameters (unsharded)");
+      if (s_.tied) tied_embed_ = gather(K::EmbedFull, "embedding (unsharded, tied LM head)");
+      next_gathered_ = -1;
+    }
     b.input = x_;
     int h = halves_.attention_forward(grad, b.attn);
     m_.begin_phase(PhaseKind::FwdMlp, i);
@@ -196,83 +193,66 @@ class Walker {
                  s_.offload ? "last block input (kept on the device)" : "checkpointed block inputs");
       }
     } else {
-      // what the block's forward left alive in the attention and MLP workspaces is what autograd
-      // saved (retag_since from those two categories: the all-to-all results stay comm_buffers,
-      // the embedding output stays other)
+      // everything the block's forward left alive is what autograd saved (retag_since)
       b.h = h;
       b.out = out;
       for (int handle : {b.input, b.attn.n1, b.attn.rstd, b.attn.q_pre, b.attn.k_pre, b.attn.q_h, b.attn.k_h,
-                         b.attn.v_h, b.attn.o_h, b.attn.lse, b.attn.lse_rest, b.attn.o, b.attn.out, h, b.mlp.n2,
-                         b.mlp.rstd, b.mlp.gate, b.mlp.up, b.mlp.act, b.mlp.prod, out}) {
-        const C c = handle >= 0 ? m_.category_of(handle) : C::Other;
-        if (c == C::AttentionWorkspace || c == C::MlpWorkspace) m_.retag(handle, C::SavedActivations);
-      }
+                         b.attn.v_h, b.attn.o_h, b.attn.lse, b.attn.o, b.attn.out, h, b.mlp.n2, b.mlp.rstd,
+                         b.mlp.gate, b.mlp.up, b.mlp.act, b.mlp.prod, out})
+        m_.retag(handle, C::SavedActivations);
       if (i > 0) b.input = -1;  // owned by block i-1 as its output (freed after its MLP backward)
     }
     f(current);  // reshard
     x_ = out;
   }
 
-  /// HeadFunction: unshard the head, the final norm (its graph kept: it is the loss graph's or the
-  /// tiled loss's root), logits + cross-entropy (untiled: autograd keeps the fp32 log-softmax;
-  /// tiled: backward inside forward, tile by tile), reshard.
   void loss_forward() {
     m_.begin_phase(PhaseKind::FwdLoss);
-    int head = gather(K::HeadFull, "head parameters (unsharded)");
-    int tied = s_.tied ? gather(K::EmbedFull, "embedding (unsharded, tied LM head)") : -1;
     loss_input_ = x_;
-    final_norm_ = halves_.norm_forward(true, "final rmsnorm output", C::LossWorkspace, final_rstd_);
+    final_norm_ = a("final rmsnorm output", K::Hidden, C::LossWorkspace);
+    final_rstd_ = a("final rmsnorm 1/rms", K::RowStat, C::LossWorkspace);
     if (!s_.tiled_loss) {
       int logits = a("logits", K::Logits, C::LossWorkspace);
-      if (s_.c != 4) {  // the fp32 copy cross-entropy reads; the compute-dtype logits die
-        int l32 = a("logits in fp32", K::Logits32, C::LossWorkspace);
-        f(logits);
-        logits = l32;
-      }
+      int l32 = s_.c != 4 ? a("logits in fp32", K::Logits32, C::LossWorkspace) : -1;
       log_probs_ = a("log-softmax (fp32)", K::Logits32, C::LossWorkspace);
+      f(l32);
       f(logits);
     } else {
       saved_dx_ = a("tiled loss: saved hidden-state gradient", K::Hidden, C::LossWorkspace);
       head_grad_ = a("tiled loss: LM-head gradient accumulator (fp32)", K::HeadGradAccum, C::LossWorkspace);
-      // one tile: logits (the tile graph's input, alive to the tile's end), log-softmax, then the
-      // backward inside the forward
+      // one tile: logits (the graph root, alive to the end), the fp32 copy that log-softmax
+      // reads, then the backward inside the forward
       int logits = a("tile logits", K::LogitsTile, C::LossWorkspace);
-      if (s_.c != 4) {
-        int l32 = a("tile logits in fp32", K::LogitsTile32, C::LossWorkspace);
-        f(logits);
-        logits = l32;
-      }
+      int l32 = s_.c != 4 ? a("tile logits in fp32", K::LogitsTile32, C::LossWorkspace) : -1;
       int lp = a("tile log-softmax (fp32)", K::LogitsTile32, C::LossWorkspace);
+      f(l32);
       int dlp = a("tile d log-softmax (fp32)", K::LogitsTile32, C::LossWorkspace);
-      int dl = a("tile d logits (fp32)", K::LogitsTile32, C::LossWorkspace);
+      int dl32 = a("tile d logits (fp32)", K::LogitsTile32, C::LossWorkspace);
       f(dlp);
       f(lp);
+      int dl = dl32;
       if (s_.c != 4) {
-        int dlc = a("tile d logits", K::LogitsTile, C::LossWorkspace);
-        f(dl);
-        dl = dlc;
+        dl = a("tile d logits", K::LogitsTile, C::LossWorkspace);
+        f(dl32);
       }
       int dxt = a("tile hidden-state gradient", K::HiddenLossTile, C::LossWorkspace);
       int dwt = a("tile LM-head weight gradient", K::HeadWeightGrad, C::LossWorkspace);
-      f(dl);
       f(dwt);  // accumulated
       f(dxt);  // copied into the saved gradient
+      f(dl);
       f(logits);
+      f(final_norm_);  // the tiled loss does not keep its input
+      f(head_gathered_);
+      f(tied_embed_);
     }
-    f(head);  // reshard
-    f(tied);
   }
 
-  /// HeadFunction's backward, phase bwd/loss: untiled, through the cross-entropy, the LM head and
-  /// the final norm; tiled, the saved gradients are scaled in place and only the final norm's
-  /// backward runs. Then the head's gradients are packed and reduced.
+  /// The loss backward: untiled in its own phase; tiled (backward already done inside the
+  /// forward) it only scales the saved gradient, inside the first backward phase.
   void loss_backward() {
-    m_.begin_phase(PhaseKind::BwdLoss);
-    int head = gather(K::HeadFull, "head parameters (unsharded)");
-    int tied = s_.tied ? gather(K::EmbedFull, "embedding (unsharded, tied LM head)") : -1;
-    std::vector<int> head_grads, embed_grads;
-    std::vector<int>& lm_head_grads = s_.tied ? embed_grads : head_grads;
+    int head_grads = -1, none = -1;
     if (!s_.tiled_loss) {
+      m_.begin_phase(PhaseKind::BwdLoss);
       int dlp = a("d log-softmax (fp32)", K::Logits32, C::LossWorkspace);
       int dl = a("d logits (fp32)", K::Logits32, C::LossWorkspace);
       f(dlp);
@@ -283,31 +263,29 @@ class Walker {
         dl = dlc;
       }
       int dnf = a("final rmsnorm output gradient", K::Hidden, C::LossWorkspace);
-      lm_head_grads.push_back(a("LM-head weight gradient", K::HeadWeightGrad, C::LossWorkspace));
+      head_grads = a("LM-head weight gradient", K::HeadWeightGrad, C::LossWorkspace);
       f(dl);
       f(final_norm_);
-      dy_ = halves_.norm_backward(dnf, final_rstd_, C::LossWorkspace, &head_grads);
+      dy_ = a("last block output gradient", K::Hidden, C::LossWorkspace);
+      f(dnf);
     } else {
-      // the saved gradient and the fp32 head accumulator are scaled in place; the engine holds the
-      // saved gradient until it returns
-      lm_head_grads.push_back(head_grad_);
+      int scaled = a("tiled loss: gradient x grad_output", K::Hidden, C::LossWorkspace);
+      f(saved_dx_);
+      head_grads = head_grad_;
       head_grad_ = -1;
-      int held = -1;
-      dy_ = halves_.norm_backward(held, final_rstd_, C::LossWorkspace, &head_grads);
-      f(final_norm_);  // the norm graph's root, released after its backward
-      head_grads.push_back(saved_dx_);  // freed with the gradients, after the reduction
-      saved_dx_ = -1;
+      dy_ = a("last block output gradient", K::Hidden, C::LossWorkspace);
+      f(scaled);
     }
+    f(final_rstd_);
     if (s_.ckpt) f(loss_input_);  // without checkpointing the last block owns it (its MLP graph root)
     loss_input_ = -1;
-    reduce_scatter(K::HeadPack, K::HeadShardOut, head_grads);
-    if (s_.tied) reduce_scatter(K::TiedEmbedPack, K::EmbedShardOut, embed_grads);
-    f(head);
-    f(tied);
+    reduce_scatter(K::HeadPack, head_grads, none);
+    f(head_gathered_);
+    f(tied_embed_);
   }
 
   void backward() {
-    loss_backward();
+    if (!s_.tiled_loss) loss_backward();
     for (int32_t i = s_.L - 1; i >= 0; --i) {
       if (ghosted_ && i == s_.L - 3) {
         ghost_backward();
@@ -316,22 +294,13 @@ class Walker {
       }
       block_backward(i);
     }
-    // EmbedFunction: a dense fp32 gradient (index_add_ of dy), reduced; dy dies with it
     m_.begin_phase(PhaseKind::BwdEmbed);
-    int dense = a("embedding gradient (dense fp32)", K::EmbedGradDense, C::Other);
-    int cast = s_.c != 4 ? a("block 0 input gradient in fp32", K::Hidden32, C::Other) : -1;
-    f(cast);
-    int shard_out = kind_bytes(K::EmbedShardOut, s_) > 0
-                        ? a("reduce-scatter output shard (fp32)", K::EmbedShardOut, C::CommBuffers)
-                        : -1;
-    f(shard_out);
-    f(dense);
+    int dense = a("embedding gradient (dense)", K::EmbedGradDense, C::Other);
+    int none = -1;
+    reduce_scatter(K::EmbedPack, dense, none);
     f(dy_);
-    for (auto& b : blocks_) f(b.rng);  // the graph (and the RNG states its nodes hold) is released
-    for (int& h : ghost_rng_) f(h);
-    for (int& h : inputs_) f(h);  // the batch is released before the optimizer step
     m_.begin_phase(PhaseKind::Optimizer);
-    int temp = a("AdamW denominator", K::OptimizerTemp, C::Other);
+    int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);
     f(temp);
     m_.end_phase();
   }
@@ -340,16 +309,13 @@ class Walker {
     BlockState& b = blocks_[i];
     const bool last = i + 1 == s_.L;
     m_.begin_phase(s_.ckpt ? PhaseKind::BwdRecompute : PhaseKind::BwdMlp, i);
+    if (last && s_.tiled_loss) loss_backward();
     if (last) current_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
     const int prefetch = i > 0 ? gather(K::BlockFull, "block parameters (unsharded, prefetch)") : -1;
     int h = b.h, out = b.out;
     if (s_.ckpt) {
-      if (s_.offload && !last) {  // the last block's input never left the device
-        if (prefetched_input_ < 0) {  // block L-2: nobody prefetched it, it comes back now
-          prefetched_input_ = a("prefetched block input", K::Hidden, C::SavedActivations);
-          free_host_input(i);
-        }
-        b.input = prefetched_input_;
+      if (s_.offload) {
+        if (!last) b.input = prefetched_input_;
         prefetched_input_ = -1;
         if (i > 0) {  // bring block i-1's input back while block i recomputes
           prefetched_input_ = a("prefetched block input", K::Hidden, C::SavedActivations);
@@ -360,19 +326,16 @@ class Walker {
       out = halves_.mlp_forward(true, b.mlp);
       m_.begin_phase(PhaseKind::BwdMlp, i);
     }
-    std::vector<int> grads;
-    int dh = halves_.mlp_backward(b.mlp, grads);
+    int grads_mlp = -1, grads_attn = -1;
+    int dh = halves_.mlp_backward(b.mlp, grads_mlp);
     f(out);  // the MLP half's graph root
     m_.begin_phase(PhaseKind::BwdAttn, i);
-    int dx = halves_.attention_backward(dh, b.attn, grads);
-    f(dh);
+    int dx = halves_.attention_backward(dh, b.attn, grads_attn);
     f(h);
-    // a checkpoint saved by the node (not offloaded) is released when the node's backward returns
-    const bool saved_by_node = s_.ckpt && !(s_.offload && !last);
-    if (!saved_by_node) f(b.input);
-    m_.begin_phase(PhaseKind::BwdReduceScatter, i);
-    reduce_scatter(K::BlockPack, K::BlockShardOut, grads);
+    f(dh);
     f(b.input);
+    m_.begin_phase(PhaseKind::BwdReduceScatter, i);
+    reduce_scatter(K::BlockPack, grads_attn, grads_mlp);
     f(current_gathered_);  // reshard
     current_gathered_ = prefetch;
     f(dy_);
@@ -384,15 +347,13 @@ class Walker {
   BlockHalves halves_;
   std::vector<BlockState> blocks_;
   int x_ = -1, dy_ = -1;
-  int next_gathered_ = -1, current_gathered_ = -1;
+  int next_gathered_ = -1, current_gathered_ = -1, head_gathered_ = -1, tied_embed_ = -1;
   int prefetched_input_ = -1;
   bool collapse_ = false, ghosted_ = false;
   std::vector<int> ghost_device_;
   int ghost_host_ = -1;
   int64_t ghost_host_unit_ = 0;
   int loss_input_ = -1, final_norm_ = -1, final_rstd_ = -1, log_probs_ = -1, saved_dx_ = -1, head_grad_ = -1;
-  std::vector<int> ghost_rng_;
-  int inputs_[4] = {-1, -1, -1, -1};
 };
 
 }  // namespace

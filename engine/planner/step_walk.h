@@ -81,10 +81,6 @@ class LiveSet {
   void free(int handle);
   /// Moves a live tensor to another category (the engine's retag_since); `name` renames it.
   void retag(int handle, PlanCategory category, const char* name = nullptr);
-  /// The category of a live tensor.
-  PlanCategory category_of(int handle) const { return entries_.at(handle).category; }
-  /// Renames a live tensor (a buffer that takes another role, e.g. n becoming dx in place).
-  void rename(int handle, const char* name);
   /// Frees `bytes` of an aggregated entry (one of its `count` tensors); true when that was the
   /// last of them and the entry is gone.
   bool shrink(int handle, int64_t bytes);
