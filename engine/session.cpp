@@ -1,7 +1,7 @@
 // Session: the embedded engine for the studio. One worker thread drives run_training (which runs
 // the rank threads); the UI thread starts, pauses, stops, applies live toggles and restarts, and
 // reads metrics, samples, spans and log lines from the Timeline without blocking training. Never
-// throws into the UI. defines: Session, to_string(SessionState)
+// throws into the UI. defines: Session
 #include "engine/session.h"
 
 #include <deque>
@@ -17,19 +17,6 @@
 #include "engine/train/run.h"
 
 namespace odyssey {
-
-const char* to_string(SessionState state) {
-  switch (state) {
-    case SessionState::Idle: return "idle";
-    case SessionState::Starting: return "starting";
-    case SessionState::Running: return "running";
-    case SessionState::Paused: return "paused";
-    case SessionState::Stopping: return "stopping";
-    case SessionState::Finished: return "finished";
-    case SessionState::Failed: return "failed";
-  }
-  return "?";
-}
 
 namespace {
 

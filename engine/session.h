@@ -54,7 +54,19 @@ struct PhaseSpan {
 };
 
 enum class SessionState { Idle, Starting, Running, Paused, Stopping, Finished, Failed };
-const char* to_string(SessionState state);
+/// Inline so that the studio's core, which does not link the engine library, names states too.
+inline const char* to_string(SessionState state) {
+  switch (state) {
+    case SessionState::Idle: return "idle";
+    case SessionState::Starting: return "starting";
+    case SessionState::Running: return "running";
+    case SessionState::Paused: return "paused";
+    case SessionState::Stopping: return "stopping";
+    case SessionState::Finished: return "finished";
+    case SessionState::Failed: return "failed";
+  }
+  return "?";
+}
 
 struct SessionStatus {
   SessionState state = SessionState::Idle;

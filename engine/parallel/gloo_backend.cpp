@@ -10,7 +10,9 @@
 
 #include "engine/parallel/gloo_backend.h"
 
+#include <csignal>
 #include <cstdlib>
+#include <mutex>
 
 namespace odyssey {
 
@@ -32,6 +34,16 @@ struct FlightRecorderOff {
 };
 const FlightRecorderOff flight_recorder_off;
 
+// Gloo's TCP transport writes to peers' sockets without MSG_NOSIGNAL: once a peer has gone (a rank
+// that failed, a group torn down after a timeout) the write raises SIGPIPE, whose default action
+// kills the whole process instead of letting the write fail and the collective report the peer.
+// Python, and so every PyTorch job, runs with SIGPIPE ignored; a process that creates a Gloo group
+// does the same (set once, on the first group; `odyssey plan | head` and friends keep the default).
+void ignore_sigpipe_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::signal(SIGPIPE, SIG_IGN); });
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -41,6 +53,7 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
               " is outside a group of size ", size);
   // Options::create() leaves `devices` empty (the constructor would throw "No device(s)
   // specified"): add one TCP device bound to the given address or interface. Exported helpers only.
+  ignore_sigpipe_once();
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   if (!interface.empty())
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));

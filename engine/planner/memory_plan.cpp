@@ -15,14 +15,7 @@ namespace odyssey {
 
 using namespace planner_detail;
 
-const std::array<const char*, kPlanCategoryCount>& plan_category_names() {
-  static const std::array<const char*, kPlanCategoryCount> names = {
-      "params",         "grads",    "optimizer",   "gathered_params",     "saved_activations", "offloaded",
-      "attention_workspace", "mlp_workspace", "loss_workspace", "comm_buffers", "other"};
-  return names;
-}
-
-const char* to_string(PlanCategory c) { return plan_category_names()[static_cast<int>(c)]; }
+const std::array<const char*, kPlanCategoryCount>& plan_category_names() { return kMemCategoryNames; }
 
 namespace {
 

@@ -10,26 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/memory_category.h"
 #include "engine/config/run_config.h"
 
 namespace odyssey {
 
-/// The memory categories of DESIGN.md (same names and order as the tracker's MemCategory).
-enum class PlanCategory : uint8_t {
-  Params,
-  Grads,
-  Optimizer,
-  GatheredParams,
-  SavedActivations,
-  Offloaded,
-  AttentionWorkspace,
-  MlpWorkspace,
-  LossWorkspace,
-  CommBuffers,
-  Other,
-};
-constexpr int kPlanCategoryCount = 11;
-const char* to_string(PlanCategory c);
+/// The memory categories of DESIGN.md: the tracker's own type (engine/config/memory_category.h), so
+/// a plan and a measurement index the same arrays.
+using PlanCategory = MemCategory;
+inline constexpr int kPlanCategoryCount = kMemCategoryCount;
 
 /// One term of the plan: bytes with the formula that produced them, values plugged in.
 struct MemoryTerm {

@@ -47,23 +47,6 @@ std::string human_bytes(int64_t bytes) {
 }
 }  // namespace
 
-std::string_view to_string(MemCategory c) {
-  switch (c) {
-    case MemCategory::Params: return "params";
-    case MemCategory::Grads: return "grads";
-    case MemCategory::Optimizer: return "optimizer";
-    case MemCategory::GatheredParams: return "gathered_params";
-    case MemCategory::SavedActivations: return "saved_activations";
-    case MemCategory::Offloaded: return "offloaded";
-    case MemCategory::AttentionWorkspace: return "attention_workspace";
-    case MemCategory::MlpWorkspace: return "mlp_workspace";
-    case MemCategory::LossWorkspace: return "loss_workspace";
-    case MemCategory::CommBuffers: return "comm_buffers";
-    case MemCategory::Other: return "other";
-  }
-  return "other";
-}
-
 CategoryScope::CategoryScope(MemCategory category) : previous_(t_category) { t_category = category; }
 CategoryScope::~CategoryScope() { t_category = previous_; }
 

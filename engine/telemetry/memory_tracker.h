@@ -9,27 +9,11 @@
 #include <string>
 #include <string_view>
 
+#include "engine/config/memory_category.h"
+
 namespace odyssey {
 
-/// The categories of DESIGN.md, identical in the planner. See docs/architecture.md for which
-/// tensors belong to which.
-enum class MemCategory : uint8_t {
-  Params,
-  Grads,
-  Optimizer,
-  GatheredParams,
-  SavedActivations,
-  Offloaded,
-  AttentionWorkspace,
-  MlpWorkspace,
-  LossWorkspace,
-  CommBuffers,
-  Other,
-};
-constexpr int kMemCategoryCount = 11;
-/// "params", "grads", "optimizer", "gathered_params", "saved_activations", "offloaded",
-/// "attention_workspace", "mlp_workspace", "loss_workspace", "comm_buffers", "other".
-std::string_view to_string(MemCategory c);
+// MemCategory, kMemCategoryCount and to_string(MemCategory) come from engine/config/memory_category.h.
 
 enum class MemPool : uint8_t { Device, Host };
 constexpr int kMemPoolCount = 2;
