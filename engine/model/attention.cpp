@@ -11,27 +11,30 @@
 
 namespace odyssey {
 
-at::Tensor attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
+at::Tensor attention(at::Tensor x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
                      const RankContext& ctx, const MemoryConfig& memory) {
   // engine/parallel (docs/parallel.md): Untied Ulysses runs its head stages for any degree (with
   // P = 1 it is head chunking on one rank: one stage's workspace instead of all heads); plain
   // Ulysses for P > 1. Both return the attention output before the output projection.
   if (memory.untied_ulysses) {
     CategoryScope category(MemCategory::AttentionWorkspace);
-    return at::linear(untied_attention(x, w, pos, model, ctx, memory), w.wo);  // [B, s, d]
+    at::Tensor o = untied_attention(x, w, pos, model, ctx, memory);  // [B, s, H*hd]
+    x.reset();  // memory: without a graph the normed input is dead before the output projection
+    return at::linear(o, w.wo);  // [B, s, d]
   }
-  if (ctx.sp_size == 1) return attention_local(x, w, pos, model);
+  if (ctx.sp_size == 1) return attention_local(std::move(x), w, pos, model);
   CategoryScope category(MemCategory::AttentionWorkspace);
-  return at::linear(ulysses_attention(x, w, pos, model, ctx), w.wo);  // [B, s, d]
+  return at::linear(ulysses_attention(std::move(x), w, pos, model, ctx), w.wo);  // [B, s, d]
 }
 
-at::Tensor attention_local(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
+at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positions& pos,
                            const ModelConfig& model) {
   CategoryScope category(MemCategory::AttentionWorkspace);
   const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, Hkv = model.n_kv_heads, hd = model.head_dim;
   at::Tensor q = at::linear(x, w.wq).view({B, s, H, hd});    // [B, s, H, hd]
   at::Tensor k = at::linear(x, w.wk).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
   at::Tensor v = at::linear(x, w.wv).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
+  x.reset();  // memory: the normed input dies here unless autograd keeps it
   if (model.qk_norm) {
     q = rms_norm(q, w.q_norm, model.norm_eps);  // [B, s, H, hd]
     k = rms_norm(k, w.k_norm, model.norm_eps);  // [B, s, Hkv, hd]

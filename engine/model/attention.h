@@ -22,16 +22,17 @@ struct AttentionWeights {
 };
 
 /// Causal self-attention of the normed block input x: [B, s, d] -> [B, s, d] (the output
-/// projection included). Local tokens carry global positions `pos`. Dispatch: memory.untied_ulysses
+/// projection included). Pass x by std::move: without a graph to record, the standard paths
+/// release it as soon as the Q/K/V projections exist (autograd keeps it otherwise). Local tokens carry global positions `pos`. Dispatch: memory.untied_ulysses
 /// runs untied_attention (any degree; P = 1 is head chunking on one rank); otherwise sp_size == 1
 /// runs attention_local and sp_size > 1 ulysses_attention (engine/parallel).
-at::Tensor attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
+at::Tensor attention(at::Tensor x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
                      const RankContext& ctx, const MemoryConfig& memory);
 
 /// Single-rank attention: Q/K/V projections, optional QK-norm, RoPE, causal
 /// scaled_dot_product_attention with the KV heads NOT expanded (enable_gqa: query head j reads KV
 /// head j / (H / Hkv)), output projection. Allocations are charged to attention_workspace.
-at::Tensor attention_local(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
+at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positions& pos,
                            const ModelConfig& model);
 
 }  // namespace odyssey

@@ -87,9 +87,10 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     std::optional<EnginePhase> phase;
     if (!phase_prefix.empty()) phase.emplace(rt.rank, phase_prefix + "/attn");
     CategoryScope category(MemCategory::AttentionWorkspace);
-    at::Tensor normed = rms_norm(g.x_leaf, w.attn_norm, model.norm_eps);                          // [B, s, d]
-    at::Tensor attn = attention(normed, w.attn, rt.positions, model, *rt.ctx, *rt.memory);  // [B, s, d]
-    g.h = g.x_leaf + attn;                                                                     // [B, s, d]
+    at::Tensor normed = rms_norm(g.x_leaf, w.attn_norm, model.norm_eps);  // [B, s, d]
+    // memory: moved in, so without a graph the normed input dies once the projections exist
+    at::Tensor attn = attention(std::move(normed), w.attn, rt.positions, model, *rt.ctx, *rt.memory);  // [B, s, d]
+    g.h = g.x_leaf + attn;  // [B, s, d]
   }
   g.h_leaf = keep_graph ? g.h.detach().requires_grad_(true) : g.h;
   {
@@ -99,7 +100,8 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     at::Tensor normed = rms_norm(g.h_leaf, w.mlp_norm, model.norm_eps);  // [B, s, d]
     at::Tensor mlp = rt.memory->tiled_mlp
                          ? tiled_mlp(normed, w.w_gate, w.w_up, w.w_down, rt.mlp_tile_tokens)
-                         : swiglu_mlp(normed, w.w_gate, w.w_up, w.w_down);  // [B, s, d]
+                         : swiglu_mlp(std::move(normed), w.w_gate, w.w_up, w.w_down);  // [B, s, d]
+    normed.reset();  // memory: without a graph the normed input is dead before the block output exists
     g.y = g.h_leaf + mlp;  // [B, s, d] block output
   }
   if (keep_graph) {

@@ -1,7 +1,8 @@
 // RMSNorm, rotary embeddings and the SwiGLU MLP as pure functions (see layers.h).
-// defines: make_positions, rms_norm, apply_rope, swiglu_mlp
+// defines: make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp
 #include "engine/model/layers.h"
 
+#include "engine/ops/ops.h"
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
@@ -21,26 +22,50 @@ Positions make_positions(int64_t first, int64_t count, int64_t head_dim, double 
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor xf = x.to(at::kFloat);                                      // [..., n] fp32
-  at::Tensor inv = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [..., 1]
-  return (xf * inv).to(x.scalar_type()) * weight;                       // [..., n]
+  // memory: one autograd node that keeps x, the weight and 1/rms [rows] fp32 only (the composite
+  // x.to(float) ... * weight kept an fp32 copy of x and the normalised x besides: 3 [s, d] of bf16
+  // per norm until its backward); CUDA runs engine/ops' kernels, CPU a transient composite.
+  return ops::rmsnorm(x, weight, eps);  // [..., n] like x
+}
+
+at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse) {
+  const double sign = inverse ? -1.0 : 1.0;
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor c = cos.unsqueeze(0).unsqueeze(2);   // [1, s, 1, hd/2]
+  const at::Tensor sn = sin.unsqueeze(0).unsqueeze(2);  // [1, s, 1, hd/2]
+  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);  // [B, s, h, hd/2] views
+  at::Tensor out = at::empty(x.sizes(), x.options());  // [B, s, h, hd] contiguous
+  at::Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);
+  at::mul_out(o1, x1, c);        // x1 cos
+  o1.addcmul_(x2, sn, -sign);    // -/+ x2 sin
+  at::mul_out(o2, x2, c);        // x2 cos
+  o2.addcmul_(x1, sn, sign);     // +/- x1 sin
+  return out;
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const Positions& pos) {
   const int64_t half = x.size(-1) / 2;
-  at::Tensor xf = x.to(at::kFloat);                  // [B, s, h, hd]
-  at::Tensor x1 = xf.narrow(-1, 0, half);            // [B, s, h, hd/2]
-  at::Tensor x2 = xf.narrow(-1, half, half);         // [B, s, h, hd/2]
+  at::Tensor xf = x.to(at::kFloat);                    // [B, s, h, hd]
+  at::Tensor x1 = xf.narrow(-1, 0, half);              // [B, s, h, hd/2]
+  at::Tensor x2 = xf.narrow(-1, half, half);           // [B, s, h, hd/2]
   at::Tensor cos = pos.cos.unsqueeze(0).unsqueeze(2);  // [1, s, 1, hd/2]
   at::Tensor sin = pos.sin.unsqueeze(0).unsqueeze(2);  // [1, s, 1, hd/2]
   return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());  // [B, s, h, hd]
 }
 
-at::Tensor swiglu_mlp(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
-                      const at::Tensor& w_down) {
-  at::Tensor gate = at::linear(x, w_gate);     // [..., f]
-  at::Tensor up = at::linear(x, w_up);         // [..., f]
-  return at::linear(at::silu(gate) * up, w_down);  // [..., d]
+at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down) {
+  at::Tensor gate = at::linear(x, w_gate);  // [..., f]
+  at::Tensor up = at::linear(x, w_up);      // [..., f]
+  const bool records = at::GradMode::is_enabled() &&
+                       (x.requires_grad() || w_gate.requires_grad() || w_up.requires_grad() || w_down.requires_grad());
+  if (records) return at::linear(at::silu(gate) * up, w_down);  // [..., d]
+  // memory: without a graph, the input dies here (when the caller moved it in) and silu and the
+  // product run in gate's memory: two [..., f] at most instead of four
+  x.reset();
+  at::silu_(gate);
+  gate.mul_(up);
+  up.reset();
+  return at::linear(gate, w_down);  // [..., d]
 }
 
 }  // namespace odyssey

@@ -1,6 +1,6 @@
 // The Llama decoder's building blocks as pure functions over tensors (no modules, no state):
 // RMSNorm, rotary embeddings from global position ids, the SwiGLU MLP. defines: Positions,
-// make_positions, rms_norm, apply_rope, swiglu_mlp
+// make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp
 #pragma once
 
 #include <cstdint>
@@ -23,15 +23,23 @@ struct Positions {
 Positions make_positions(int64_t first, int64_t count, int64_t head_dim, double theta, at::Device device);
 
 /// RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight, statistics in fp32, result in
-/// x's dtype. x: [..., n], weight: [n].
+/// x's dtype. x: [..., n], weight: [n]. One autograd node (engine/ops' rmsnorm: CUDA kernels, CPU
+/// composite) that keeps x, the weight and 1/rms only.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 /// Rotary embedding (rotate-half convention) of x: [B, s, heads, head_dim] with the tables of
 /// `pos`; computed in fp32, returned in x's dtype.
 at::Tensor apply_rope(const at::Tensor& x, const Positions& pos);
 
+/// The rotation apply_rope performs, without autograd: x [B, s, h, hd] by the tables cos, sin
+/// [s, hd/2]; `inverse` rotates back (RoPE's backward: the rotation is orthogonal). Memory: only
+/// the result [B, s, h, hd] (x's dtype) is allocated, no fp32 temporaries.
+at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse);
+
 /// SwiGLU MLP: (silu(x Wg^T) * (x Wu^T)) Wd^T. x: [..., d], w_gate/w_up: [f, d], w_down: [d, f].
-at::Tensor swiglu_mlp(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
-                      const at::Tensor& w_down);
+/// Without a graph to record, x is released after the two projections (pass it by std::move) and
+/// silu and the product run in place: two [..., f] at most. With a graph autograd keeps gate, up,
+/// silu(gate) and the product.
+at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down);
 
 }  // namespace odyssey

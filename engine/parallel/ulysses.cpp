@@ -140,7 +140,7 @@ at::Tensor heads_to_seq(const at::Tensor& x, Comm& comm) {
   return HeadsToSeq::apply(x.contiguous(), &comm);
 }
 
-at::Tensor ulysses_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
+at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Positions& pos,
                              const ModelConfig& model, const RankContext& ctx) {
   Comm& sp = *ctx.sp;
   const int64_t P = sp.size();
@@ -152,6 +152,7 @@ at::Tensor ulysses_attention(const at::Tensor& x, const AttentionWeights& w, con
   at::Tensor q = at::linear(x, w.wq).view({B, s, H, hd});    // [B, s, H, hd]
   at::Tensor k = at::linear(x, w.wk).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
   at::Tensor v = at::linear(x, w.wv).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
+  x.reset();  // memory: the normed input dies here unless autograd keeps it
   if (model.qk_norm) {
     q = rms_norm(q, w.q_norm, model.norm_eps);  // [B, s, H, hd]
     k = rms_norm(k, w.k_norm, model.norm_eps);  // [B, s, Hkv, hd]

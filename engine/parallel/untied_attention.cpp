@@ -164,8 +164,10 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     const at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd}), grad5 = grad.view({B, s, p.P, p.Hl, hd});
     const auto f32 = x.options().dtype(at::kFloat);
 
-    // Gradient accumulators (fp32 so bf16 runs sum stages and replicas without rounding).
-    at::Tensor dx = at::zeros({B, s, d}, f32);
+    // Gradient accumulators. dx [B, s, d] in the compute dtype, as autograd sums the projections'
+    // input gradients in plain Ulysses (an fp32 one would be 2 [s, d] of bf16 alive through the
+    // whole backward); the weight rows' gradients in fp32 (small), so replicas sum without rounding.
+    at::Tensor dx = at::zeros({B, s, d}, x.options());
     at::Tensor dwq = at::zeros({p.H, hd, d}, f32), dwk = at::zeros({p.Hkv, hd, d}, f32),
                dwv = at::zeros({p.Hkv, hd, d}, f32);
     at::Tensor dqn = q_norm.defined() ? at::zeros({hd}, f32) : at::Tensor();
@@ -195,21 +197,29 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     const at::Tensor qn_leaf = q_norm.defined() ? q_norm.detach().requires_grad_(true) : at::Tensor();
     const at::Tensor kn_leaf = k_norm.defined() ? k_norm.detach().requires_grad_(true) : at::Tensor();
 
-    // Gradients of one projection: recompute it with grad (x, rows, norm -> RoPE'd heads), feed the
-    // local-layout gradient, accumulate dx, the rows' gradient (replicas sum in index_add_) and
-    // the norm's. Memory: the recompute graph lives only inside this call, never during the
-    // attention backward.
+    // Gradients of one projection from the local-layout gradient of its output (after RoPE when
+    // `rope`): accumulate dx, the rows' gradient (replicas sum in index_add_) and the norm's.
+    // Without QK-norm nothing is recomputed: RoPE's backward is the inverse rotation, dx += d_lin
+    // @ rows in place (no [B, s, d] temporary) and d(rows) = d_lin^T @ x. With QK-norm the
+    // projection is recomputed with grad in a graph that lives only inside this call.
     auto project_backward = [&](const at::Tensor& rows, const at::Tensor& idx, const at::Tensor& norm_leaf, bool rope,
                                 const at::Tensor& grad_loc, at::Tensor& dw, at::Tensor& dnorm) {
+      const int64_t m = rows.size(0);
+      if (!norm_leaf.defined()) {
+        const at::Tensor d_lin = rope ? rope_rotate(grad_loc, cos, sin, /*inverse=*/true) : grad_loc;  // [B, s, m, hd]
+        const at::Tensor d2 = d_lin.reshape({B * s, m * hd});
+        dx.view({B * s, d}).addmm_(d2, rows.reshape({m * hd, d}));                   // dx += d_lin @ rows
+        const at::Tensor d_rows = at::mm(d2.t(), x.reshape({B * s, d}));              // [m*hd, d]
+        dw.index_add_(0, idx, d_rows.view({m, hd, d}).to(at::kFloat));
+        return;
+      }
       torch::AutoGradMode enable_grad(true);  // backward runs with grad mode off
       const at::Tensor rows_leaf = rows.detach().requires_grad_(true);
-      const at::Tensor pre = project(x_leaf, rows_leaf, norm_leaf, state->eps, cos, sin, rope);  // [B, s, P*m, hd]
-      variable_list inputs{x_leaf, rows_leaf};
-      if (norm_leaf.defined()) inputs.push_back(norm_leaf);
-      const auto g = torch::autograd::grad({pre}, inputs, {grad_loc});
+      const at::Tensor pre = project(x_leaf, rows_leaf, norm_leaf, state->eps, cos, sin, rope);  // [B, s, m, hd]
+      const auto g = torch::autograd::grad({pre}, {x_leaf, rows_leaf, norm_leaf}, {grad_loc});
       dx.add_(g[0]);
       dw.index_add_(0, idx, g[1].to(at::kFloat));
-      if (norm_leaf.defined()) dnorm.add_(g[2]);
+      dnorm.add_(g[2]);
     };
 
     for (int64_t t = 0; t < p.stages; ++t) {

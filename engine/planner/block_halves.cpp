@@ -102,12 +102,28 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
     f(lse);
   }
   // SDPA keeps its output with grad, so the all-to-all back drops it only without grad
-  int o = s_.P > 1 ? all_to_all(oh, K::QHead, K::QLocal, "attention output after all-to-all", !grad) : oh;
+  // CUDA flash writes its output as [B, S, H/P, hd] in memory, so the transpose before the
+  // all-to-all back (P > 1) or before o_proj (P = 1) is a view. The CPU kernel writes [B, H/P, S,
+  // hd]: there the transpose is a copy, transient before the all-to-all, o_proj's saved input at P = 1.
+  const bool cpu_layout_copy = !s_.cuda_target;
+  int o = oh;
+  if (s_.P > 1) {
+    int src = cpu_layout_copy ? a("SDPA output made contiguous (CPU layout)", K::QHead, C::AttentionWorkspace) : oh;
+    o = all_to_all(src, K::QHead, K::QLocal, "attention output after all-to-all", cpu_layout_copy || !grad);
+    if (!grad) {
+      if (cpu_layout_copy) f(oh);
+      oh = -1;  // dropped (without grad nothing keeps the SDPA output)
+    }
+  } else if (cpu_layout_copy) {
+    o = a("o_proj input (CPU layout copy of the SDPA output)", K::QLocal, C::AttentionWorkspace);
+  }
+  const bool o_is_own = s_.P > 1 || cpu_layout_copy;  // o is not the SDPA output itself
   int attn = a("o_proj output", K::Hidden, C::AttentionWorkspace);
   if (grad) {
-    if (s_.P > 1) sv.o = o;
+    if (o_is_own) sv.o = o;
   } else {
     f(o);
+    if (o_is_own) f(oh);  // P = 1 on CPU: the SDPA output besides its copy (P > 1: already dropped)
   }
   const int h = a("residual h = x + attention", K::Hidden, C::AttentionWorkspace);
   f(attn);
@@ -131,6 +147,11 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     qs = rope(qs, K::QStageLocal, C::AttentionWorkspace);
     int qh = s_.P > 1 ? all_to_all(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)") : qs;
     int oh = a("stage attention output", K::QStageHead, C::AttentionWorkspace);
+    if (!s_.cuda_target) {  // the CPU kernel's [B, k, S, hd] output made [B, S, k, hd] (CUDA: a view)
+      int copy = a("stage attention output (CPU layout copy)", K::QStageHead, C::AttentionWorkspace);
+      f(oh);
+      oh = copy;
+    }
     f(qh);
     if (s_.P > 1) {
       int back = all_to_all(oh, K::QStageHead, K::QStageLocal, "stage output after all-to-all");
@@ -304,29 +325,27 @@ int BlockHalves::mlp_forward(bool grad, MlpSaved& sv) {
   sv.n2 = a("MLP rmsnorm output", K::Hidden, C::MlpWorkspace);
   sv.rstd = a("MLP rmsnorm 1/rms", K::RowStat, C::MlpWorkspace);
   int y;
-  if (!s_.tiled_mlp) {
+  if (!s_.tiled_mlp && grad) {  // autograd keeps gate, up, silu(gate) and the product
     sv.gate = a("gate projection", K::Ffn, C::MlpWorkspace);
     sv.up = a("up projection", K::Ffn, C::MlpWorkspace);
     sv.act = a("silu(gate)", K::Ffn, C::MlpWorkspace);
-    if (!grad) f(sv.gate);
     sv.prod = a("silu(gate) * up", K::Ffn, C::MlpWorkspace);
-    if (!grad) {
-      f(sv.act);
-      f(sv.up);
-    }
     y = a("down projection output", K::Hidden, C::MlpWorkspace);
-    if (!grad) f(sv.prod);
-  } else {
+  } else if (!s_.tiled_mlp) {  // without a graph: the input moved in, silu and the product in place
+    int gate = a("gate projection", K::Ffn, C::MlpWorkspace);
+    int up = a("up projection", K::Ffn, C::MlpWorkspace);
+    f(sv.n2);
+    f(sv.rstd);
+    f(up);  // silu(gate) * up written into gate
+    y = a("down projection output", K::Hidden, C::MlpWorkspace);
+    f(gate);
+  } else {  // the tiled forward runs without a graph: each tile as the untiled one above
     y = a("tiled MLP output", K::Hidden, C::MlpWorkspace);
     int g = a("tile gate", K::FfnTile, C::MlpWorkspace);
     int u = a("tile up", K::FfnTile, C::MlpWorkspace);
-    int act = a("tile silu(gate)", K::FfnTile, C::MlpWorkspace);
-    f(g);
-    int p = a("tile silu(gate) * up", K::FfnTile, C::MlpWorkspace);
-    f(act);
     f(u);
     int yt = a("tile down projection", K::HiddenTile, C::MlpWorkspace);
-    f(p);
+    f(g);
     f(yt);
   }
   if (!grad) {

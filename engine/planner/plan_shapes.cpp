@@ -140,12 +140,12 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::MlpWeightTile, s.d * s.f * c);
   set(TensorKind::HeadWeightGrad, s.V * s.d * c);
   set(TensorKind::HeadGradAccum, s.V * s.d * 4);
-  set(TensorKind::EmbedGradDense, s.n_embed * c);
+  set(TensorKind::EmbedGradDense, s.n_embed * 4);
   set(TensorKind::BlockPack, s.n_block * 4);
   set(TensorKind::HeadPack, (s.n_head + (s.tied ? s.n_embed : 0)) * 4);
   set(TensorKind::EmbedPack, s.n_embed * 4);
   set(TensorKind::BlockShardOut, s.fsdp && s.W > 1 ? s.shard_block * 4 : 0);
-  set(TensorKind::OptimizerTemp, 2 * std::max({s.shard_block, s.shard_embed, s.shard_head}) * 4);
+  set(TensorKind::OptimizerTemp, std::max({s.shard_block, s.shard_embed, s.shard_head}) * 4);  // AdamW denom
   set(TensorKind::RuntimeOverhead, s.runtime_overhead);
   set(TensorKind::OffloadedInput, s.t * s.d * c);
   set(TensorKind::PinnedStaging, s.t * s.d * c);
@@ -218,7 +218,7 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::BlockGradsMlp: return fmt("%s MLP params x %lld B", params(s.n_mlp).c_str(), c);
     case TensorKind::MlpWeightTile: return fmt("%lld x %lld x %lld B", (long long)s.f, d, c);
     case TensorKind::HeadWeightGrad:
-    case TensorKind::EmbedGradDense: return fmt("%lld vocab x %lld x %lld B", (long long)s.V, d, c);
+    case TensorKind::EmbedGradDense: return fmt("%lld vocab x %lld x 4 B", (long long)s.V, d);
     case TensorKind::HeadGradAccum: return fmt("%lld vocab x %lld x 4 B (fp32)", (long long)s.V, d);
     case TensorKind::BlockPack: return fmt("%s params x 4 B", params(s.n_block).c_str());
     case TensorKind::HeadPack:
@@ -226,7 +226,7 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::EmbedPack: return fmt("%s params x 4 B", params(s.n_embed).c_str());
     case TensorKind::BlockShardOut:
       return fmt("%s params / %lld ranks x 4 B", params(s.n_block).c_str(), (long long)s.W);
-    case TensorKind::OptimizerTemp: return "2 x largest shard x 4 B";
+    case TensorKind::OptimizerTemp: return "largest shard x 4 B (the denominator sqrt(v) + eps)";
     case TensorKind::RuntimeOverhead: return "hardware.runtime_overhead_gib";
     case TensorKind::Count: break;
   }

@@ -63,14 +63,16 @@ class Walker {
 
   /// Pack the group's gradients into fp32 and reduce-scatter (or all-reduce / add) into its shard.
   void reduce_scatter(K pack_kind, int& grads_a, int& grads_b) {
+    // the engine packs from its list of weight gradients, which it holds until the backward
+    // function returns: pack, output shard and gradients are live together
     int pack = a("gradient pack for reduce-scatter (fp32)", pack_kind, C::CommBuffers);
-    f(grads_a);
-    f(grads_b);
     int shard_out = -1;
     if (pack_kind == K::BlockPack && kind_bytes(K::BlockShardOut, s_) > 0)
       shard_out = a("reduce-scatter output shard (fp32)", K::BlockShardOut, C::CommBuffers);
-    f(shard_out);
     f(pack);
+    f(shard_out);
+    f(grads_a);
+    f(grads_b);
   }
 
   void setup() {
@@ -90,7 +92,6 @@ class Walker {
   void forward() {
     m_.begin_phase(PhaseKind::FwdEmbed);
     int embed = gather(K::EmbedFull, "embedding (unsharded)");
-    next_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
     x_ = a("embedding output", K::Hidden, C::Other);
     f(embed);
     std::vector<LiveEntry> before;
@@ -170,14 +171,11 @@ class Walker {
     BlockState& b = blocks_[i];
     const bool grad = !s_.ckpt;
     m_.begin_phase(PhaseKind::FwdAttn, i);
+    // the engine unshards block 0 when its forward starts and prefetches block i+1 from block i;
+    // the head is unsharded by the loss forward itself
+    if (i == 0) next_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
     int current = next_gathered_;
-    if (i + 1 < s_.L) {
-      next_gathered_ = gather(K::BlockFull, "block parameters (unsharded, prefetch)");
-    } else {
-      head_gathered_ = gather(K::HeadFull, "head parameters (unsharded)");
-      if (s_.tied) tied_embed_ = gather(K::EmbedFull, "embedding (unsharded, tied LM head)");
-      next_gathered_ = -1;
-    }
+    next_gathered_ = i + 1 < s_.L ? gather(K::BlockFull, "block parameters (unsharded, prefetch)") : -1;
     b.input = x_;
     int h = halves_.attention_forward(grad, b.attn);
     m_.begin_phase(PhaseKind::FwdMlp, i);
@@ -208,6 +206,8 @@ class Walker {
 
   void loss_forward() {
     m_.begin_phase(PhaseKind::FwdLoss);
+    head_gathered_ = gather(K::HeadFull, "head parameters (unsharded)");
+    if (s_.tied) tied_embed_ = gather(K::EmbedFull, "embedding (unsharded, tied LM head)");
     loss_input_ = x_;
     final_norm_ = a("final rmsnorm output", K::Hidden, C::LossWorkspace);
     final_rstd_ = a("final rmsnorm 1/rms", K::RowStat, C::LossWorkspace);
@@ -295,9 +295,10 @@ class Walker {
       block_backward(i);
     }
     m_.begin_phase(PhaseKind::BwdEmbed);
-    int dense = a("embedding gradient (dense)", K::EmbedGradDense, C::Other);
-    int none = -1;
-    reduce_scatter(K::EmbedPack, dense, none);
+    // the engine scatters dx into the fp32 flat buffer itself: that buffer is the reduce-scatter's
+    // input, no second pack
+    int dense = a("embedding gradient (dense fp32, the reduce-scatter input)", K::EmbedGradDense, C::Other);
+    f(dense);
     f(dy_);
     m_.begin_phase(PhaseKind::Optimizer);
     int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);
@@ -333,9 +334,9 @@ class Walker {
     int dx = halves_.attention_backward(dh, b.attn, grads_attn);
     f(h);
     f(dh);
-    f(b.input);
     m_.begin_phase(PhaseKind::BwdReduceScatter, i);
     reduce_scatter(K::BlockPack, grads_attn, grads_mlp);
+    f(b.input);  // the block's input is a saved variable of its backward until that returns
     f(current_gathered_);  // reshard
     current_gathered_ = prefetch;
     f(dy_);

@@ -1,0 +1,159 @@
+// The planner against the engine phase by phase: every phase's activation peak (device peak minus
+// params, grads and optimizer state) measured by the memory tracker on rank threads beside
+// plan_memory's, and every category at the step peak, for plain, each technique, Ulysses P=2,
+// Untied Ulysses with one head per rank per stage, and FSDP W=2. defines: [measure][phases]
+// Print the tables: parallel_tests "[.phases-table]" -s
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "../engine/memory/measure_util.h"
+#include "../engine/memory/phase_compare.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+/// Tolerances, stated against what was measured when this test landed (CPU, fp32, one intra-op
+/// thread). The planner walks the engine's CUDA step; for CPU it changes only the SDPA output
+/// layout (a copy where CUDA has a view). What is left is the CPU attention kernels' own working
+/// set: FA-2's buffers (the fp32 dq accumulator, dK/dV at query-head count) are planned, and the
+/// CPU kernel's scratch and copies are not. Measured worst cases: step peak 9.9% (tiled MLP, the
+/// loss backward); phases 17.2% (forward attention without a graph, plan low) and, with Untied
+/// Ulysses, 26.0% (the stage loop's forward and backward, plan low); small phases 1.5% of the step
+/// peak.
+constexpr double kStepTolerance = 0.12;
+constexpr double kPhaseTolerance = 0.20, kUntiedPhaseTolerance = 0.28;
+/// Phases whose activation peak is under 10% of the step's (embedding, optimizer) are held to 2%
+/// of the step's activation peak instead.
+constexpr double kSmallPhase = 0.10, kSmallPhaseTolerance = 0.02;
+/// Every category at the step peak, and the host peak, within 15% of the step's activation peak
+/// (measured worst: 11.9%, saved activations in the Ulysses P=2 case).
+/// Several blocks reach nearly the same device peak, and which one the tracker records first can
+/// move a gradient between categories.
+constexpr double kCategoryTolerance = 0.15;
+
+struct Case {
+  std::string label;
+  RunConfig cfg;
+};
+
+/// 4 layers, d 128, 8 query heads / 2 KV heads of 16, d_ffn 384, vocab 512, 1024 tokens, tiles of
+/// 128: attention and MLP of similar size, Hkv = P at P = 2 (GQA with 4 query heads per KV head).
+RunConfig parallel_base() {
+  RunConfig c = tiny_config(/*layers=*/4, /*seq=*/1024);
+  c.model.d_model = 128;
+  c.model.n_heads = 8;
+  c.model.n_kv_heads = 2;
+  c.model.head_dim = 16;
+  c.model.d_ffn = 384;
+  c.model.vocab_size = 512;
+  c.memory.mlp_tile_tokens = c.memory.loss_tile_tokens = 128;
+  c.hardware = *find_hardware_profile("cpu");
+  c.hardware.profile = "cpu";
+  c.parallel.timeout_s = 120;
+  return c;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  auto single = [&](const std::string& label, bool ckpt, bool offload, bool mlp, bool loss) {
+    RunConfig c = measurement_config();
+    c.memory.activation_checkpointing = ckpt;
+    c.memory.offload_activations = offload;
+    c.memory.tiled_mlp = mlp;
+    c.memory.tiled_loss = loss;
+    out.push_back({label, c});
+  };
+  single("plain", false, false, false, false);
+  single("checkpointing", true, false, false, false);
+  single("checkpointing + offload", true, true, false, false);
+  single("tiled MLP", false, false, true, false);
+  single("tiled loss", false, false, false, true);
+  single("all four", true, true, true, true);
+
+  auto parallel = [&](const std::string& label, int W, int P, bool fsdp, bool ckpt, bool untied) {
+    RunConfig c = parallel_base();
+    c.parallel.world_size = W;
+    c.parallel.ulysses_degree = P;
+    c.parallel.fsdp = fsdp;
+    c.memory.activation_checkpointing = ckpt;
+    c.memory.untied_ulysses = untied;
+    c.memory.heads_per_stage = untied ? P : 0;  // one query head per rank per stage
+    out.push_back({label, c});
+  };
+  parallel("Ulysses P=2", 2, 2, false, false, false);
+  parallel("Ulysses P=2 + checkpointing", 2, 2, false, true, false);
+  parallel("Untied P=2, 1 head/rank/stage", 2, 2, false, false, true);
+  parallel("Untied P=2, 1 head/rank/stage + checkpointing", 2, 2, false, true, true);
+  parallel("FSDP W=2", 2, 1, true, false, false);
+  parallel("FSDP W=2 + checkpointing", 2, 1, true, true, false);
+  parallel("Untied P=1 (head chunks of 2)", 1, 1, false, true, true);
+  out.back().cfg.memory.heads_per_stage = 2;
+  {
+    RunConfig c = parallel_base();
+    c.parallel.world_size = c.parallel.ulysses_degree = 2;
+    c.parallel.fsdp = true;
+    c.memory.activation_checkpointing = c.memory.offload_activations = true;
+    c.memory.tiled_mlp = c.memory.tiled_loss = true;
+    out.push_back({"Ulysses P=2 + FSDP + all four", c});
+  }
+  return out;
+}
+
+PhaseComparison measure_case(const Case& c, std::vector<RankStep>* ranks = nullptr) {
+  const std::vector<RankStep> m = measure_ranks(c.cfg);
+  if (ranks) *ranks = m;
+  return compare_phases(c.label, m[0], plan_memory(c.cfg));
+}
+
+}  // namespace
+
+TEST_CASE("phases: every phase's activation peak and every category at the step peak agree with the planner",
+          "[measure][phases]") {
+  for (const Case& c : cases()) {
+    std::vector<RankStep> ranks;
+    const PhaseComparison cmp = measure_case(c, &ranks);
+    INFO(c.label);
+    CHECK(cmp.unplanned.empty());
+    CHECK(cmp.unmeasured.empty());
+    const double step = static_cast<double>(cmp.step.measured);
+    for (const PhaseRow& r : cmp.rows) {
+      const bool small = r.measured < kSmallPhase * step;
+      const double phase_tolerance = c.cfg.memory.untied_ulysses ? kUntiedPhaseTolerance : kPhaseTolerance;
+      const double allowed = small ? kSmallPhaseTolerance * step : phase_tolerance * r.measured;
+      INFO(r.name << ": measured " << r.measured << " B, planned " << r.planned << " B (planned/measured "
+                  << r.ratio() << "), allowed difference " << allowed << " B");
+      CHECK(std::abs(static_cast<double>(r.planned - r.measured)) <= allowed);
+    }
+    INFO("step: measured " << cmp.step.measured << " B, planned " << cmp.step.planned << " B at " << cmp.step.name);
+    CHECK(std::abs(cmp.step.ratio() - 1.0) <= kStepTolerance);
+    // host memory (offloaded inputs) is compared at the host peak: at the device peak it depends on
+    // which of several equal device peaks (block by block in backward) the tracker saw first
+    INFO("host peak: measured " << ranks[0].host_peak << " B, planned " << cmp.host_planned << " B");
+    CHECK(std::abs(static_cast<double>(ranks[0].host_peak - cmp.host_planned)) <= kCategoryTolerance * step);
+    for (int k = 3; k < kMemCategoryCount; ++k) {
+      if (k == static_cast<int>(MemCategory::Offloaded)) continue;
+      INFO("category " << to_string(static_cast<MemCategory>(k)) << " at the step peak: measured "
+                       << cmp.step.measured_categories[k] << " B, planned " << cmp.step.planned_categories[k] << " B");
+      CHECK(std::abs(static_cast<double>(cmp.step.measured_categories[k] - cmp.step.planned_categories[k])) <=
+            kCategoryTolerance * step);
+    }
+    // ranks are symmetric: every rank's step peak equals rank 0's within 1%
+    for (const RankStep& r : ranks)
+      CHECK(std::abs(static_cast<double>(r.device_peak) / ranks[0].device_peak - 1.0) <= 0.01);
+  }
+}
+
+TEST_CASE("phases: the per-phase table (printed)", "[.phases-table]") {
+  // ODYSSEY_PHASES_CASE=<label substring> restricts the cases; ODYSSEY_PHASES_ALL=1 prints every
+  // row's categories (not only the rows off by more than 10%)
+  const char* only = std::getenv("ODYSSEY_PHASES_CASE");
+  const bool all = std::getenv("ODYSSEY_PHASES_ALL") != nullptr;
+  for (const Case& c : cases())
+    if (!only || c.label.find(only) != std::string::npos)
+      print_phase_table(measure_case(c), /*categories=*/true, all ? -1.0 : 0.10);
+}
