@@ -25,23 +25,9 @@ int ladder_body(const std::string& path, const RunConfig& cfg, bool json) {
       .key("rungs").begin_array();
   for (const auto& r : rungs) {
     const MemoryPlan& p = r.plan;
-    w.begin_object()
-        .key("name").value(r.name)
-        .key("label").value(r.label)
-        .key("fits").value(p.fits())
-        .key("fits_device").value(p.fits_device)
-        .key("fits_host").value(p.fits_host)
-        .key("peak_bytes").value(p.peak_bytes)
-        .key("peak_phase").value(p.peak_phase)
-        .key("host_bytes").value(p.host_bytes)
-        .key("dominant_term").value(p.dominant_term)
-        .key("categories");
-    write_categories_json(w, p.category_bytes);
-    w.key("max_seq_len").value(r.max_seq_len)
-        .key("tokens_per_s").value(p.time.tokens_per_s_per_device)
-        .key("mfu").value(p.time.mfu)
-        .key("mfu_palm").value(p.time.mfu_palm)
-        .end_object();
+    w.begin_object().key("name").value(r.name).key("label").value(r.label);
+    write_plan_verdict_json(w, p);
+    w.key("max_seq_len").value(r.max_seq_len).end_object();
   }
   w.end_array().end_object();
   std::cout << out << "\n";

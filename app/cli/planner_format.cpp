@@ -90,24 +90,28 @@ void write_categories_json(JsonWriter& w, const std::array<int64_t, kPlanCategor
   w.end_object();
 }
 
-void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan, const std::vector<Advice>& advice) {
-  const StepTimePlan& t = plan.time;
-  w.begin_object()
-      .key("fits").value(plan.fits())
+void write_plan_verdict_json(JsonWriter& w, const MemoryPlan& plan) {
+  w.key("fits").value(plan.fits())
       .key("fits_device").value(plan.fits_device)
       .key("fits_host").value(plan.fits_host)
       .key("peak_bytes").value(plan.peak_bytes)
       .key("peak_phase").value(plan.peak_phase)
-      .key("device_capacity").value(plan.device_capacity)
       .key("host_bytes").value(plan.host_bytes)
-      .key("host_capacity").value(plan.host_capacity)
       .key("dominant_term").value(plan.dominant_term)
-      .key("seq_len").value(cfg.training.seq_len)
       .key("categories");
   write_categories_json(w, plan.category_bytes);
-  w.key("tokens_per_s").value(t.tokens_per_s_per_device)
-      .key("mfu").value(t.mfu)
-      .key("mfu_palm").value(t.mfu_palm)
+  w.key("tokens_per_s").value(plan.time.tokens_per_s_per_device)
+      .key("mfu").value(plan.time.mfu)
+      .key("mfu_palm").value(plan.time.mfu_palm);
+}
+
+void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan, const std::vector<Advice>& advice) {
+  const StepTimePlan& t = plan.time;
+  w.begin_object();
+  write_plan_verdict_json(w, plan);
+  w.key("device_capacity").value(plan.device_capacity)
+      .key("host_capacity").value(plan.host_capacity)
+      .key("seq_len").value(cfg.training.seq_len)
       .key("hfu").value(t.hfu)
       .key("time").begin_object()
       .key("step_s").value(t.step_s)

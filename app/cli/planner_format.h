@@ -14,6 +14,10 @@ namespace odyssey::cli {
 
 /// {"params": bytes, ...} in category order.
 void write_categories_json(JsonWriter& w, const std::array<int64_t, kPlanCategoryCount>& bytes);
+/// The verdict keys every plan-shaped object shares (plan, each ladder rung), into an open object:
+/// fits, fits_device, fits_host, peak_bytes, peak_phase, host_bytes, dominant_term, categories,
+/// tokens_per_s, mfu, mfu_palm.
+void write_plan_verdict_json(JsonWriter& w, const MemoryPlan& plan);
 
 /// The `plan` object: fits, peak_bytes, peak_phase, host_bytes, categories, tokens_per_s, mfu and
 /// the rest (terms, phases, time, verdicts, advice).
