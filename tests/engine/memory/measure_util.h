@@ -15,7 +15,8 @@
 
 namespace odyssey::test {
 
-/// What the tracker saw during one step of rank 0.
+/// What one rank's tracker saw during one step (rank 0 of a single-rank run here; every rank in
+/// phase_compare.h).
 struct Measured {
   int64_t device_peak = 0;
   int64_t host_peak = 0;

@@ -16,6 +16,7 @@
 #include <ATen/Parallel.h>
 
 #include "../engine_test_util.h"
+#include "measure_util.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/planner/planner.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -23,13 +24,8 @@
 
 namespace odyssey::test {
 
-/// What one rank's tracker saw during its second step (the first warms lazily created state).
-struct RankStep {
-  int64_t device_peak = 0;
-  int64_t host_peak = 0;
-  std::array<int64_t, kMemCategoryCount> category_at_peak{};
-  std::map<std::string, PhaseRecord> phases;  ///< by path
-};
+/// What one rank's tracker saw during its measured steps (the smallest of them; see measure_ranks).
+using RankStep = Measured;
 
 /// Every rank of `cfg` (rank threads over Gloo; world_size 1 runs one thread) stepped with one
 /// intra-op thread (the CPU flash kernels size their scratch by the thread count, and the planner's
