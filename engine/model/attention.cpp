@@ -27,21 +27,30 @@ at::Tensor attention(at::Tensor x, const AttentionWeights& w, const Positions& p
   return at::linear(ulysses_attention(std::move(x), w, pos, model, ctx), w.wo);  // [B, s, d]
 }
 
+LocalQKV project_qkv(at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model) {
+  const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, Hkv = model.n_kv_heads, hd = model.head_dim;
+  LocalQKV out;
+  out.q = at::linear(x, w.wq).view({B, s, H, hd});    // [B, s, H, hd]
+  out.k = at::linear(x, w.wk).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
+  out.v = at::linear(x, w.wv).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
+  x.reset();  // memory: the normed input dies here unless autograd keeps it
+  if (model.qk_norm) {
+    out.q = rms_norm(out.q, w.q_norm, model.norm_eps);  // [B, s, H, hd]
+    out.k = rms_norm(out.k, w.k_norm, model.norm_eps);  // [B, s, Hkv, hd]
+  }
+  out.q = apply_rope(out.q, pos);  // [B, s, H, hd]
+  out.k = apply_rope(out.k, pos);  // [B, s, Hkv, hd]
+  return out;
+}
+
 at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positions& pos,
                            const ModelConfig& model) {
   CategoryScope category(MemCategory::AttentionWorkspace);
   const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, Hkv = model.n_kv_heads, hd = model.head_dim;
-  at::Tensor q = at::linear(x, w.wq).view({B, s, H, hd});    // [B, s, H, hd]
-  at::Tensor k = at::linear(x, w.wk).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
-  at::Tensor v = at::linear(x, w.wv).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
-  x.reset();  // memory: the normed input dies here unless autograd keeps it
-  if (model.qk_norm) {
-    q = rms_norm(q, w.q_norm, model.norm_eps);  // [B, s, H, hd]
-    k = rms_norm(k, w.k_norm, model.norm_eps);  // [B, s, Hkv, hd]
-  }
-  q = apply_rope(q, pos).transpose(1, 2);  // [B, H, s, hd]
-  k = apply_rope(k, pos).transpose(1, 2);  // [B, Hkv, s, hd]
-  v = v.transpose(1, 2);                   // [B, Hkv, s, hd]
+  auto [q, k, v] = project_qkv(x, w, pos, model);
+  q = q.transpose(1, 2);  // [B, H, s, hd]
+  k = k.transpose(1, 2);  // [B, Hkv, s, hd]
+  v = v.transpose(1, 2);  // [B, Hkv, s, hd]
   // Memory: GQA without expanding K/V to H heads (enable_gqa), so K/V stay [B, Hkv, s, hd].
   at::Tensor o = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                   /*is_causal=*/true, /*scale=*/std::nullopt,

@@ -1,6 +1,6 @@
 // The attention seam: every decoder block calls attention() and nothing else for its attention
 // half. The local path (Ulysses degree 1) lives here; Ulysses and Untied Ulysses dispatch from here
-// (engine/parallel). defines: AttentionWeights, attention, attention_local
+// (engine/parallel). defines: AttentionWeights, attention, LocalQKV, project_qkv, attention_local
 #pragma once
 
 #include <ATen/ATen.h>
@@ -28,6 +28,14 @@ struct AttentionWeights {
 /// runs attention_local and sp_size > 1 ulysses_attention (engine/parallel).
 at::Tensor attention(at::Tensor x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
                      const RankContext& ctx, const MemoryConfig& memory);
+
+/// Q, K and V of the local tokens in sequence layout, QK-norm and RoPE applied (global positions
+/// `pos`): q [B, s, H, hd], k and v [B, s, Hkv, hd]. Memory: `x` (the normed input) is released
+/// once projected, so without a graph it dies here (autograd keeps it otherwise).
+struct LocalQKV {
+  at::Tensor q, k, v;
+};
+LocalQKV project_qkv(at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model);
 
 /// Single-rank attention: Q/K/V projections, optional QK-norm, RoPE, causal
 /// scaled_dot_product_attention with the KV heads NOT expanded (enable_gqa: query head j reads KV

@@ -94,6 +94,17 @@ void BackendComm::finish(const char* op, const c10::intrusive_ptr<c10d::Work>& w
     wait_gloo(op, work);
 }
 
+void BackendComm::give_up_if_aborted_or_late(const char* op, std::chrono::steady_clock::time_point deadline) {
+  if (abort_ && abort_->raised()) {
+    poisoned_ = true;
+    fail(op, "abandoned: rank " + std::to_string(abort_->rank()) + " failed: " + first_line(abort_->reason()));
+  }
+  if (std::chrono::steady_clock::now() >= deadline) {
+    poisoned_ = true;
+    fail(op, "timed out after " + seconds_text(spec_.timeout) + " (" + kMissingPeer + ")");
+  }
+}
+
 // Gloo: wait in 20 ms slices so that the loop also watches the abort flag and the deadline. The
 // slices wait on a condition variable that the work's future signals through a callback (no
 // exception per slice: Work::wait(timeout) throws c10::Error, backtrace and all, every time a
@@ -132,14 +143,7 @@ void BackendComm::wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>
       }
     }
     if (completed) break;
-    if (abort_ && abort_->raised()) {
-      poisoned_ = true;
-      fail(op, "abandoned: rank " + std::to_string(abort_->rank()) + " failed: " + first_line(abort_->reason()));
-    }
-    if (Clock::now() >= deadline) {
-      poisoned_ = true;
-      fail(op, "timed out after " + seconds_text(spec_.timeout) + " (" + kMissingPeer + ")");
-    }
+    give_up_if_aborted_or_late(op, deadline);
   }
   try {
     work->wait();  // completed: returns at once, or throws the operation's error
@@ -160,14 +164,7 @@ void BackendComm::wait_cuda(const char* op, const c10::intrusive_ptr<c10d::Work>
   auto nap = std::chrono::microseconds(5);
   try {
     while (!work->isCompleted()) {
-      if (abort_ && abort_->raised()) {
-        poisoned_ = true;
-        fail(op, "abandoned: rank " + std::to_string(abort_->rank()) + " failed: " + first_line(abort_->reason()));
-      }
-      if (Clock::now() >= deadline) {
-        poisoned_ = true;
-        fail(op, "timed out after " + seconds_text(spec_.timeout) + " (" + kMissingPeer + ")");
-      }
+      give_up_if_aborted_or_late(op, deadline);
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }

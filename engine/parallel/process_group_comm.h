@@ -71,6 +71,9 @@ class BackendComm : public Comm {
   /// Waits for `work` (at most the timeout, abort-aware) and turns every failure into CommError.
   void finish(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
   void wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
+  /// While waiting: throws (and poisons the group) when another rank raised the abort signal or
+  /// the collective's deadline has passed.
+  void give_up_if_aborted_or_late(const char* op, std::chrono::steady_clock::time_point deadline);
   void wait_cuda(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
   [[noreturn]] void fail(const char* op, const std::string& why);
 

@@ -149,16 +149,7 @@ at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Posi
     throw std::invalid_argument("ulysses_attention: n_heads = " + std::to_string(H) + " and n_kv_heads = " +
                                 std::to_string(Hkv) + " do not fit Ulysses degree " + std::to_string(P) +
                                 " (n_heads % P == 0 and (n_kv_heads % P == 0 or P % n_kv_heads == 0))");
-  at::Tensor q = at::linear(x, w.wq).view({B, s, H, hd});    // [B, s, H, hd]
-  at::Tensor k = at::linear(x, w.wk).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
-  at::Tensor v = at::linear(x, w.wv).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
-  x.reset();  // memory: the normed input dies here unless autograd keeps it
-  if (model.qk_norm) {
-    q = rms_norm(q, w.q_norm, model.norm_eps);  // [B, s, H, hd]
-    k = rms_norm(k, w.k_norm, model.norm_eps);  // [B, s, Hkv, hd]
-  }
-  q = apply_rope(q, pos);  // [B, s, H, hd]
-  k = apply_rope(k, pos);  // [B, s, Hkv, hd]
+  auto [q, k, v] = project_qkv(x, w, pos, model);  // q [B, s, H, hd], k/v [B, s, Hkv, hd]; x released
   if (Hkv < P) {
     // Each rank must receive one KV head: replicate every KV head P/Hkv times (adjacent copies, so
     // rank r gets KV head r*Hkv/P, the one its query heads [r*H/P, (r+1)*H/P) read). The backward
