@@ -104,29 +104,38 @@ TEST_CASE("measurement: offload moves the checkpointed inputs to the host pool (
   check_close_to_planner(mo.device_peak, po.peak_bytes);
 }
 
-TEST_CASE("measurement: tiled loss cuts the loss-phase workspace by half the tile count (planner within 15%)",
-          "[engine][memory][measure]") {
-  RunConfig plain = long_measurement_config();
-  RunConfig tiled = plain;
-  tiled.memory.tiled_loss = true;
-  const int64_t tiles = tile_count(plain.training.seq_len, plain.memory.loss_tile_tokens);
+/// A tiled technique against its untiled config: `category` in the phases ending with `phases`
+/// shrinks by at least half the tile count, and each side (and the tiled step peak) lies within
+/// 15% of the planner's prediction. `header` says which technique (printed above the figures).
+static void check_tiling_cut(const std::string& header, const RunConfig& plain, const RunConfig& tiled, int64_t tiles,
+                             MemCategory category, const std::vector<std::string>& phases) {
   const Measured mp = measure_step(plain), mt = measure_step(tiled);
   const MemoryPlan pp = plan_memory(plain), pt = plan_memory(tiled);
-  const std::vector<std::string> loss_phases = {"fwd/loss", "bwd/loss"};
-  const int64_t m_plain = measured_category_peak(mp, MemCategory::LossWorkspace, loss_phases);
-  const int64_t m_tiled = measured_category_peak(mt, MemCategory::LossWorkspace, loss_phases);
-  const int64_t p_plain = planned_category_peak(pp, MemCategory::LossWorkspace, loss_phases);
-  const int64_t p_tiled = planned_category_peak(pt, MemCategory::LossWorkspace, loss_phases);
-  std::printf("tiled loss (%lld tiles of %lld tokens, vocab %lld):\n", static_cast<long long>(tiles),
-              static_cast<long long>(plain.memory.loss_tile_tokens), static_cast<long long>(plain.model.vocab_size));
-  report("loss-phase loss_workspace, untiled", m_plain, p_plain);
-  report("loss-phase loss_workspace, tiled", m_tiled, p_tiled);
+  const int64_t m_plain = measured_category_peak(mp, category, phases);
+  const int64_t m_tiled = measured_category_peak(mt, category, phases);
+  const int64_t p_plain = planned_category_peak(pp, category, phases);
+  const int64_t p_tiled = planned_category_peak(pt, category, phases);
+  const std::string what = std::string(to_string(category)) + " in its phases, ";
+  std::printf("%s:\n", header.c_str());
+  report((what + "untiled").c_str(), m_plain, p_plain);
+  report((what + "tiled").c_str(), m_tiled, p_tiled);
   std::printf("  reduction %.2fx measured, %.2fx planned (need >= %.1f)\n", double(m_plain) / m_tiled,
               double(p_plain) / p_tiled, tiles / 2.0);
   CHECK(2 * m_plain >= tiles * m_tiled);
   check_close_to_planner(m_plain, p_plain);
   check_close_to_planner(m_tiled, p_tiled);
   check_close_to_planner(mt.device_peak, pt.peak_bytes);
+}
+
+TEST_CASE("measurement: tiled loss cuts the loss-phase workspace by half the tile count (planner within 15%)",
+          "[engine][memory][measure]") {
+  RunConfig plain = long_measurement_config();
+  RunConfig tiled = plain;
+  tiled.memory.tiled_loss = true;
+  const int64_t tiles = tile_count(plain.training.seq_len, plain.memory.loss_tile_tokens);
+  check_tiling_cut("tiled loss (" + std::to_string(tiles) + " tiles of " + std::to_string(plain.memory.loss_tile_tokens) +
+                       " tokens, vocab " + std::to_string(plain.model.vocab_size) + ")",
+                   plain, tiled, tiles, MemCategory::LossWorkspace, {"fwd/loss", "bwd/loss"});
 }
 
 TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count (planner within 15%)",
@@ -136,21 +145,7 @@ TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count 
   RunConfig tiled = plain;
   tiled.memory.tiled_mlp = true;
   const int64_t tiles = tile_count(plain.training.seq_len, plain.memory.mlp_tile_tokens);
-  const Measured mp = measure_step(plain), mt = measure_step(tiled);
-  const MemoryPlan pp = plan_memory(plain), pt = plan_memory(tiled);
-  const std::vector<std::string> mlp_phases = {"/mlp", "/recompute"};
-  const int64_t m_plain = measured_category_peak(mp, MemCategory::MlpWorkspace, mlp_phases);
-  const int64_t m_tiled = measured_category_peak(mt, MemCategory::MlpWorkspace, mlp_phases);
-  const int64_t p_plain = planned_category_peak(pp, MemCategory::MlpWorkspace, mlp_phases);
-  const int64_t p_tiled = planned_category_peak(pt, MemCategory::MlpWorkspace, mlp_phases);
-  std::printf("tiled MLP (%lld tiles of %lld tokens, d_ffn %lld, checkpointing on):\n", static_cast<long long>(tiles),
-              static_cast<long long>(plain.memory.mlp_tile_tokens), static_cast<long long>(plain.model.d_ffn));
-  report("MLP-phase mlp_workspace, untiled", m_plain, p_plain);
-  report("MLP-phase mlp_workspace, tiled", m_tiled, p_tiled);
-  std::printf("  reduction %.2fx measured, %.2fx planned (need >= %.1f)\n", double(m_plain) / m_tiled,
-              double(p_plain) / p_tiled, tiles / 2.0);
-  CHECK(2 * m_plain >= tiles * m_tiled);
-  check_close_to_planner(m_plain, p_plain);
-  check_close_to_planner(m_tiled, p_tiled);
-  check_close_to_planner(mt.device_peak, pt.peak_bytes);
+  check_tiling_cut("tiled MLP (" + std::to_string(tiles) + " tiles of " + std::to_string(plain.memory.mlp_tile_tokens) +
+                       " tokens, d_ffn " + std::to_string(plain.model.d_ffn) + ", checkpointing on)",
+                   plain, tiled, tiles, MemCategory::MlpWorkspace, {"/mlp", "/recompute"});
 }
