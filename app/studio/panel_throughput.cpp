@@ -70,9 +70,7 @@ void draw_series(AppState& state, const char* id, const char* title, const std::
 void draw_throughput_panel(AppState& state, EngineControl& engine) {
   const auto& metrics = state.history.metrics();
   if (metrics.empty()) {
-    empty_state(!state.run.has_run()                          ? "No run yet: press Start"
-                : state.status.state == SessionState::Failed ? "The run failed before its first step (see Run)"
-                                                             : "Waiting for the first step...",
+    empty_state(no_data_title(state, "Waiting for the first step..."),
                 "Tokens per second, step time and MFU per step appear here; every toggle you flip "
                 "during the run is marked at the step where it took effect.");
     return;

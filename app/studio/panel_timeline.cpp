@@ -182,9 +182,7 @@ size_t draw_pool(AppState& state, const Selection& sel, bool host, float height,
 void draw_timeline_panel(AppState& state, EngineControl& engine) {
   const RunHistory& h = state.history;
   if (h.sample_count() == 0) {
-    empty_state(!state.run.has_run()                          ? "No run yet: press Start"
-                : state.status.state == SessionState::Failed ? "The run failed before its first step (see Run)"
-                                                             : "Waiting for the first samples...",
+    empty_state(no_data_title(state, "Waiting for the first samples..."),
                 "Each rank's device and host bytes at every phase edge appear here, with the phases as "
                 "coloured bands and the planner's prediction overlaid.");
     return;

@@ -38,6 +38,8 @@ void help_marker(const char* text);
 bool field_messages(const AppState& state, const char* key);
 /// A centred, dimmed message for an empty panel ("No run yet: press Start").
 void empty_state(const char* title, const char* detail);
+/// The title of a live panel with no data yet: no run, a run that failed first, or `waiting`.
+const char* no_data_title(const AppState& state, const char* waiting);
 /// Colour of a memory category (plan bars) and of a phase class (timeline bands).
 ImU32 category_color(int category, int alpha = 255);
 ImU32 phase_color(PhaseClass c, int alpha = 255);

@@ -191,16 +191,20 @@ constexpr ImU32 kPlotBg = IM_COL32(22, 24, 30, 255);
 constexpr ImU32 kGrid = IM_COL32(255, 255, 255, 22);
 constexpr ImU32 kAxisText = IM_COL32(190, 195, 205, 255);
 constexpr ImU32 kBorder = IM_COL32(255, 255, 255, 60);
+/// A widget's size: a non-positive side takes the available region, then at least the minimum.
+ImVec2 fit_size(ImVec2 size, float min_w, float min_h) {
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  if (size.x <= 0) size.x = avail.x;
+  if (size.y <= 0) size.y = avail.y;
+  return {std::max(size.x, min_w), std::max(size.y, min_h)};
+}
+
 }  // namespace
 
 Plot::Plot(const char* id, ImVec2 size, View* view, Range data_x, Format x_format, Format y_format)
     : xf_(x_format), yf_(y_format) {
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float font = ImGui::GetFontSize();
-  if (size.x <= 0) size.x = avail.x;
-  if (size.y <= 0) size.y = avail.y;
-  size.x = std::max(size.x, font * 8);
-  size.y = std::max(size.y, font * 5);
+  size = fit_size(size, font * 8, font * 5);
   const ImVec2 pos = ImGui::GetCursorScreenPos();
   p0_ = {pos.x + font * 4.6f, pos.y + font * 0.5f};
   p1_ = {pos.x + size.x - font * 0.8f, pos.y + size.y - font * 1.6f};
@@ -363,12 +367,8 @@ BarHit stacked_bars(const char* id, ImVec2 size, const std::vector<std::vector<S
                     const std::vector<std::string>& labels, double capacity, const char* capacity_label,
                     Format value_format, bool horizontal) {
   BarHit hit;
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float font = ImGui::GetFontSize();
-  if (size.x <= 0) size.x = avail.x;
-  if (size.y <= 0) size.y = avail.y;
-  size.x = std::max(size.x, font * 10);
-  size.y = std::max(size.y, font * 4);
+  size = fit_size(size, font * 10, font * 4);
   const ImVec2 pos = ImGui::GetCursorScreenPos();
   ImGui::InvisibleButton(id, size);
   const bool hovered = ImGui::IsItemHovered();

@@ -31,6 +31,12 @@ bool field_messages(const AppState& state, const char* key) {
   return true;
 }
 
+const char* no_data_title(const AppState& state, const char* waiting) {
+  if (!state.run.has_run()) return "No run yet: press Start";
+  if (state.status.state == SessionState::Failed) return "The run failed before its first step (see Run)";
+  return waiting;
+}
+
 void empty_state(const char* title, const char* detail) {
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float wrap = std::max(ImGui::GetFontSize() * 10, avail.x * 0.8f);
