@@ -18,9 +18,7 @@ at::Tensor attention(at::Tensor x, const AttentionWeights& w, const Positions& p
   // Ulysses for P > 1. Both return the attention output before the output projection.
   if (memory.untied_ulysses) {
     CategoryScope category(MemCategory::AttentionWorkspace);
-    at::Tensor o = untied_attention(x, w, pos, model, ctx, memory);  // [B, s, H*hd]
-    x.reset();  // memory: without a graph the normed input is dead before the output projection
-    return at::linear(o, w.wo);  // [B, s, d]
+    return untied_attention_projected(std::move(x), w, pos, model, ctx, memory);  // [B, s, d]
   }
   if (ctx.sp_size == 1) return attention_local(std::move(x), w, pos, model);
   CategoryScope category(MemCategory::AttentionWorkspace);

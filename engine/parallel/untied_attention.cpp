@@ -1,7 +1,7 @@
 // Untied Ulysses attention as one autograd Function over head stages (UPipe): stage buffers are
 // allocated once per call and reused by every stage, so the attention workspace is one stage's
 // Q/K/V/O in head layout instead of all of this rank's heads.
-// defines: plan_untied_stages, untied_attention
+// defines: plan_untied_stages, untied_attention, untied_attention_projected
 #include "engine/parallel/untied_attention.h"
 
 #include <optional>
@@ -87,8 +87,8 @@ struct UntiedState : torch::CustomClassHolder {
 
 struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk,
-                            const at::Tensor& wv, const at::Tensor& q_norm, const at::Tensor& k_norm,
-                            const at::Tensor& cos, const at::Tensor& sin, Comm* comm, int64_t n_heads,
+                            const at::Tensor& wv, const at::Tensor& wo, const at::Tensor& q_norm,
+                            const at::Tensor& k_norm, const at::Tensor& cos, const at::Tensor& sin, Comm* comm, int64_t n_heads,
                             int64_t n_kv_heads, int64_t head_dim, int64_t heads_per_stage, double eps) {
     auto state = c10::make_intrusive<UntiedState>();
     state->plan = plan_untied_stages(n_heads, n_kv_heads, head_dim, comm->size(), heads_per_stage);
@@ -144,9 +144,11 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       heads_to_seq_into(o_cols, o_h, *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
                         view_prefix(recv, {p.P, B, s, p.k, hd}));
     }
-    ctx->save_for_backward({x, wq, wk, wv, q_norm, k_norm, cos, sin, out});
+    ctx->save_for_backward({x, wq, wk, wv, wo, q_norm, k_norm, cos, sin, out});
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
-    return out;
+    // With wo (non-empty) the output projection is part of the Function: backward then builds each
+    // stage's slice of d o from dh and never holds the whole [B, s, H*hd] d o (memory: one [s, d]).
+    return wo.numel() ? at::linear(out, wo) : out;  // [B, s, d] or [B, s, H*hd]
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -154,15 +156,27 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     const UntiedStagePlan& p = state->plan;
     Comm& comm = *state->comm;
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &wq = saved[1], &wk = saved[2], &wv = saved[3], &cos = saved[6],
-                     &sin = saved[7], &out = saved[8];
-    const at::Tensor q_norm = saved[4].numel() ? saved[4] : at::Tensor();  // empty = no QK-norm
-    const at::Tensor k_norm = saved[5].numel() ? saved[5] : at::Tensor();
+    const at::Tensor &x = saved[0], &wq = saved[1], &wk = saved[2], &wv = saved[3], &cos = saved[7],
+                     &sin = saved[8], &out = saved[9];
+    const at::Tensor wo = saved[4].numel() ? saved[4] : at::Tensor();      // empty = not projected
+    const at::Tensor q_norm = saved[5].numel() ? saved[5] : at::Tensor();  // empty = no QK-norm
+    const at::Tensor k_norm = saved[6].numel() ? saved[6] : at::Tensor();
     const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
     const at::Tensor wq3 = wq.view({p.H, hd, d}), wk3 = wk.view({p.Hkv, hd, d}), wv3 = wv.view({p.Hkv, hd, d});
-    const at::Tensor grad = grads[0].contiguous();  // [B, s, H*hd]
-    const at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd}), grad5 = grad.view({B, s, p.P, p.Hl, hd});
+    // grad: d o [B, s, H*hd] without wo; with wo, dh [B, s, d] (the projection's output gradient).
+    const at::Tensor grad = grads[0].contiguous();
+    const at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});
+    const at::Tensor grad5 = wo.defined() ? at::Tensor() : grad.view({B, s, p.P, p.Hl, hd});
     const auto f32 = x.options().dtype(at::kFloat);
+    // dWo = dh^T out [d, H*hd], one product with the saved output, as linear's backward would.
+    const at::Tensor dwo = wo.defined() ? at::mm(grad.reshape({B * s, d}).t(), out.reshape({B * s, p.H * hd})) : at::Tensor();
+    // The stage's d o in local layout [B, s, P, k, hd]: a slice of the incoming d o, or (with wo)
+    // dh times the stage's wo columns ([d, P, Hl, hd] narrowed to [d, P, k, hd], a small copy).
+    auto stage_grad = [&](int64_t t) -> at::Tensor {
+      if (!wo.defined()) return grad5.narrow(3, t * p.k, p.k);
+      const at::Tensor cols = wo.view({d, p.P, p.Hl, hd}).narrow(2, t * p.k, p.k).reshape({d, p.P * p.k * hd});
+      return at::mm(grad.reshape({B * s, d}), cols).view({B, s, p.P, p.k, hd});
+    };
 
     // Gradient accumulators. dx [B, s, d] in the compute dtype, as autograd sums the projections'
     // input gradients in plain Ulysses (an fp32 one would be 2 [s, d] of bf16 alive through the
@@ -252,7 +266,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       seq_to_heads_into(q_h, project(x, q_rows, q_norm, state->eps, cos, sin, true), comm, stage_send,
                         stage_recv);                                                          // [B, S, k, hd]
       seq_to_heads_into(o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);    // saved output
-      seq_to_heads_into(do_h, grad5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);  // its gradient
+      seq_to_heads_into(do_h, stage_grad(t), comm, stage_send, stage_recv);                  // its gradient
       at::Tensor dq_loc = view_prefix(loc_flat, {B, s, p.P * p.k, hd});
       {
         const auto slots = kv_slot_index(p, t);
@@ -292,9 +306,9 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     auto cast = [](const at::Tensor& g, const at::Tensor& like) {
       return g.defined() ? g.view(like.sizes()).to(like.scalar_type()) : at::Tensor();
     };
-    return {cast(dx, x),         cast(dwq, wq),        cast(dwk, wk),  cast(dwv, wv), cast(dqn, q_norm),
-            cast(dkn, k_norm),   at::Tensor(),         at::Tensor(),   at::Tensor(),  at::Tensor(),
-            at::Tensor(),        at::Tensor(),         at::Tensor(),   at::Tensor()};
+    return {cast(dx, x),       cast(dwq, wq),  cast(dwk, wk), cast(dwv, wv), dwo,          cast(dqn, q_norm),
+            cast(dkn, k_norm), at::Tensor(),   at::Tensor(),  at::Tensor(),  at::Tensor(), at::Tensor(),
+            at::Tensor(),      at::Tensor(),   at::Tensor()};
   }
 };
 
@@ -336,16 +350,38 @@ UntiedStagePlan plan_untied_stages(int64_t n_heads, int64_t n_kv_heads, int64_t 
   return p;
 }
 
-at::Tensor untied_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
-                            const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {
+namespace {
+
+at::Tensor apply_untied(const at::Tensor& x, const AttentionWeights& w, bool project, const Positions& pos,
+                        const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {
   if (model.qk_norm && (!w.q_norm.defined() || !w.k_norm.defined()))
     throw std::invalid_argument("untied_attention: model.qk_norm is set but the q/k norm weights are missing");
-  // Absent norms travel as empty tensors: autograd Functions reject undefined tensor inputs.
+  if (project && !w.wo.defined())
+    throw std::invalid_argument("untied_attention_projected: the output projection weight wo is missing");
+  // Absent tensors travel as empty ones: autograd Functions reject undefined tensor inputs.
   const at::Tensor none = at::empty({0}, x.options());
-  return UntiedAttentionFunction::apply(x.contiguous(), w.wq, w.wk, w.wv, model.qk_norm ? w.q_norm : none,
-                                        model.qk_norm ? w.k_norm : none, pos.cos, pos.sin, ctx.sp.get(),
-                                        model.n_heads, model.n_kv_heads, model.head_dim, memory.heads_per_stage,
-                                        model.norm_eps);
+  return UntiedAttentionFunction::apply(x.contiguous(), w.wq, w.wk, w.wv, project ? w.wo : none,
+                                        model.qk_norm ? w.q_norm : none, model.qk_norm ? w.k_norm : none, pos.cos,
+                                        pos.sin, ctx.sp.get(), model.n_heads, model.n_kv_heads, model.head_dim,
+                                        memory.heads_per_stage, model.norm_eps);
+}
+
+}  // namespace
+
+at::Tensor untied_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
+                            const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {
+  return apply_untied(x, w, /*project=*/false, pos, model, ctx, memory);
+}
+
+at::Tensor untied_attention_projected(at::Tensor x, const AttentionWeights& w, const Positions& pos,
+                                      const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {
+  if (!at::GradMode::is_enabled()) {
+    // Memory: without a graph the normed input is dead before the output projection runs.
+    at::Tensor o = apply_untied(x, w, /*project=*/false, pos, model, ctx, memory);  // [B, s, H*hd]
+    x.reset();
+    return at::linear(o, w.wo);  // [B, s, d]
+  }
+  return apply_untied(x, w, /*project=*/true, pos, model, ctx, memory);  // [B, s, d]
 }
 
 }  // namespace odyssey

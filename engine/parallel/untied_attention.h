@@ -1,6 +1,6 @@
 // Untied Ulysses: attention in stages of heads_per_stage query heads (heads_per_stage/P per rank),
 // one custom autograd Function whose workspace is one stage's buffers instead of all local heads.
-// defines: UntiedStagePlan, plan_untied_stages, untied_attention
+// defines: UntiedStagePlan, plan_untied_stages, untied_attention, untied_attention_projected
 #pragma once
 
 #include <vector>
@@ -48,5 +48,14 @@ UntiedStagePlan plan_untied_stages(int64_t n_heads, int64_t n_kv_heads, int64_t 
 /// chunking on one rank). The stage size comes from memory.heads_per_stage.
 at::Tensor untied_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
                             const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory);
+
+/// The same with the output projection w.wo: [B, s, d], what the decoder block uses. With a graph
+/// to record, the projection is inside the Function, so its backward takes dh [B, s, d] and
+/// builds each stage's d o slice as dh x (the stage's wo columns): the whole d o [B, s, H*hd]
+/// that a separate o_proj would hand back is never allocated (memory: one [s, d] less at the
+/// attention-backward peak). Without a graph, x is released before the projection (pass it by
+/// std::move).
+at::Tensor untied_attention_projected(at::Tensor x, const AttentionWeights& w, const Positions& pos,
+                                      const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory);
 
 }  // namespace odyssey

@@ -259,9 +259,11 @@ int BlockHalves::projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv) 
   return dn1;
 }
 
+/// The output projection is inside the Untied Function (untied_attention_projected): its backward
+/// starts from dh and builds each stage's d o slice as dh x wo columns, so the whole d o is never
+/// allocated.
 int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
   (void)dh;
-  int d_o = a("d o (o_proj input gradient)", K::QLocal, C::AttentionWorkspace);
   const int dn1 = a("attention input gradient accumulator", K::Hidden, C::AttentionWorkspace);
   {  // one stage (the first of its GQA group: it also recomputes and accumulates K/V)
     int ks = a("stage k projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
@@ -274,13 +276,16 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     int qs = a("stage q projection (recomputed)", K::QStageLocal, C::AttentionWorkspace);
     qs = rope(qs, K::QStageLocal, C::AttentionWorkspace);
     int qh = s_.P > 1 ? all_to_all(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)") : qs;
-    int o_slice = -1, do_slice = -1, oh = -1, doh = -1;
+    int o_slice = -1, oh = -1, doh = -1;
     if (s_.P > 1) {
       o_slice = a("stage output slice (contiguous)", K::QStageLocal, C::AttentionWorkspace);
       oh = all_to_all(o_slice, K::QStageLocal, K::QStageHead, "stage output (head layout)");
-      do_slice = a("stage d o slice (contiguous)", K::QStageLocal, C::AttentionWorkspace);
-      doh = all_to_all(do_slice, K::QStageLocal, K::QStageHead, "stage d o (head layout)");
     }
+    int do_slice = a("stage d o = dh x wo columns", K::QStageLocal, C::AttentionWorkspace);
+    if (s_.P > 1)
+      doh = all_to_all(do_slice, K::QStageLocal, K::QStageHead, "stage d o (head layout)");
+    else
+      f(do_slice);  // copied into the stage's head-layout buffer
     int dq = a("stage flash backward dq", K::QStageHead, C::AttentionWorkspace);
     int dk = a("stage flash backward dk", K::KvStageHead, C::AttentionWorkspace);
     int dv = a("stage flash backward dv", K::KvStageHead, C::AttentionWorkspace);
@@ -312,7 +317,6 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     f(kh);
     f(vh);
   }
-  f(d_o);
   f(sv.out);
   f(sv.lse);
   f(sv.n1);

@@ -1,6 +1,7 @@
 // Ulysses and Untied Ulysses attention against the single-rank reference (plain causal SDPA on
 // the full sequence with repeat-interleaved KV), ranks as threads, P in {1, 2, 4}: outputs and
-// gradients (dx, dwq, dwk, dwv, q/k norms) within 1e-5 relative in fp32. defines: test cases [ulysses]
+// gradients (dx, dwq, dwk, dwv, q/k norms, and dwo where the output projection is fused) within
+// 1e-5 relative in fp32. defines: test cases [ulysses]
 #include <catch2/catch.hpp>
 
 #include <mutex>
@@ -19,7 +20,7 @@ constexpr double kTolerance = 1e-5;
 struct Problem {
   ModelConfig model;
   int64_t B = 2, S = 32;
-  at::Tensor x, wq, wk, wv, qn, kn, R;  // full-sequence inputs; R weights the loss
+  at::Tensor x, wq, wk, wv, wo, qn, kn, R, Rd;  // full-sequence inputs; R (Rd: projected output) weights the loss
 };
 
 Problem make_problem(int64_t H, int64_t Hkv, bool qk_norm, int64_t B = 2, int64_t hd = 8, int64_t d = 32) {
@@ -37,18 +38,26 @@ Problem make_problem(int64_t H, int64_t Hkv, bool qk_norm, int64_t B = 2, int64_
   p.wv = at::randn({Hkv * hd, d}) * 0.2;
   p.qn = 1.0 + 0.1 * at::randn({hd});
   p.kn = 1.0 + 0.1 * at::randn({hd});
+  p.wo = at::randn({d, H * hd}) * 0.2;
   p.R = at::randn({p.B, p.S, H * hd});
+  p.Rd = at::randn({p.B, p.S, d});
   return p;
 }
 
 struct Grads {
-  at::Tensor out, dx, dwq, dwk, dwv, dqn, dkn;
+  at::Tensor out, dx, dwq, dwk, dwv, dqn, dkn, dwo;
 };
+
+/// The loss weight for an attention output: R before the output projection, Rd after it.
+const at::Tensor& loss_weight(const Problem& p, const at::Tensor& out) {
+  return out.size(-1) == p.model.d_model ? p.Rd : p.R;
+}
 
 at::Tensor leaf(const at::Tensor& t) { return t.detach().clone().requires_grad_(true); }
 
-/// Single rank, full sequence, KV repeat-interleaved to H heads, plain causal SDPA (math path).
-Grads reference(const Problem& p) {
+/// Single rank, full sequence, KV repeat-interleaved to H heads, plain causal SDPA (math path);
+/// `project`: followed by the output projection wo.
+Grads reference(const Problem& p, bool project = false) {
   const auto& m = p.model;
   const int64_t B = p.B, S = p.S, H = m.n_heads, Hkv = m.n_kv_heads, hd = m.head_dim;
   at::Tensor x = leaf(p.x), wq = leaf(p.wq), wk = leaf(p.wk), wv = leaf(p.wv), qn = leaf(p.qn), kn = leaf(p.kn);
@@ -65,9 +74,11 @@ Grads reference(const Problem& p) {
   v = v.repeat_interleave(H / Hkv, 2).transpose(1, 2);
   at::Tensor o = std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, {}, 0.0, true));  // [B, H, S, hd]
   at::Tensor out = o.transpose(1, 2).reshape({B, S, H * hd});
-  (out * p.R).sum().backward();
+  at::Tensor wo = leaf(p.wo);
+  if (project) out = at::linear(out, wo);  // [B, S, d]
+  (out * loss_weight(p, out)).sum().backward();
   return {out.detach(), x.grad(), wq.grad(), wk.grad(), wv.grad(), m.qk_norm ? qn.grad() : at::Tensor(),
-          m.qk_norm ? kn.grad() : at::Tensor()};
+          m.qk_norm ? kn.grad() : at::Tensor(), wo.grad()};
 }
 
 /// The same on P rank threads; outputs and dx concatenated over ranks, weight grads summed.
@@ -80,11 +91,12 @@ Grads distributed(const Problem& p, int P, const AttentionFn& attention) {
   odyssey::test::run_sp_ranks(P, [&](RankContext& ctx) {
     const int r = ctx.sp_rank;
     at::Tensor x = leaf(p.x.narrow(1, r * s, s));
-    AttentionWeights w{leaf(p.wq), leaf(p.wk), leaf(p.wv), at::Tensor(), leaf(p.qn), leaf(p.kn)};
+    AttentionWeights w{leaf(p.wq), leaf(p.wk), leaf(p.wv), leaf(p.wo), leaf(p.qn), leaf(p.kn)};
     const Positions pos = make_positions(r * s, s, p.model.head_dim, p.model.rope_theta, at::kCPU);
-    at::Tensor out = attention(x, w, pos, ctx);  // [B, s, H*hd]
-    (out * p.R.narrow(1, r * s, s)).sum().backward();
-    per_rank[r] = {out.detach(), x.grad(), w.wq.grad(), w.wk.grad(), w.wv.grad(), w.q_norm.grad(), w.k_norm.grad()};
+    at::Tensor out = attention(x, w, pos, ctx);  // [B, s, H*hd], or [B, s, d] when wo is applied
+    (out * loss_weight(p, out).narrow(1, r * s, s)).sum().backward();
+    per_rank[r] = {out.detach(),     x.grad(),        w.wq.grad(), w.wk.grad(), w.wv.grad(),
+                   w.q_norm.grad(), w.k_norm.grad(), w.wo.grad()};
   });
   Grads g;
   std::vector<at::Tensor> outs, dxs;
@@ -107,6 +119,7 @@ Grads distributed(const Problem& p, int P, const AttentionFn& attention) {
   g.dwv = sum(&Grads::dwv);
   g.dqn = sum(&Grads::dqn);
   g.dkn = sum(&Grads::dkn);
+  g.dwo = sum(&Grads::dwo);
   return g;
 }
 
@@ -117,6 +130,10 @@ void require_equivalent(const Grads& got, const Grads& want, const std::string& 
   CHECK(odyssey::test::rel_error(got.dwq, want.dwq) < kTolerance);
   CHECK(odyssey::test::rel_error(got.dwk, want.dwk) < kTolerance);
   CHECK(odyssey::test::rel_error(got.dwv, want.dwv) < kTolerance);
+  if (want.dwo.defined()) {
+    REQUIRE(got.dwo.defined());
+    CHECK(odyssey::test::rel_error(got.dwo, want.dwo) < kTolerance);
+  }
   if (want.dqn.defined()) {
     REQUIRE(got.dqn.defined());
     CHECK(odyssey::test::rel_error(got.dqn, want.dqn) < kTolerance);
@@ -180,6 +197,44 @@ TEST_CASE("untied ulysses equals the single-rank reference for every valid heads
       }
     }
   }
+}
+
+TEST_CASE("untied ulysses with the output projection fused (d o built per stage from dh) equals the reference",
+          "[ulysses][untied]") {
+  // The decoder block's path: untied_attention_projected returns [B, s, d] and its backward takes
+  // dh, building each stage's d o slice from wo's columns. Also covers the straddling-group case
+  // (H 12 / Hkv 4) and the no-graph path (forward only, then the projection outside).
+  for (int P : {1, 2, 4}) {
+    std::vector<HeadCase> cases = head_cases(P);
+    cases.push_back({"straddling groups", 12, 4, false});
+    for (const auto& hc : cases) {
+      if (hc.H % P != 0) continue;
+      const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm);
+      const Grads want = reference(p, /*project=*/true);
+      for (int64_t hps : valid_heads_per_stage(hc.H, P)) {
+        MemoryConfig memory;
+        memory.untied_ulysses = true;
+        memory.heads_per_stage = hps;
+        const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+          return untied_attention_projected(x, w, pos, p.model, ctx, memory);
+        });
+        require_equivalent(got, want, "projected, P = " + std::to_string(P) + ", " + hc.name + ", hps " + std::to_string(hps));
+      }
+    }
+  }
+  const Problem p = make_problem(8, 2, false);
+  const Grads want = reference(p, /*project=*/true);
+  MemoryConfig memory;
+  memory.untied_ulysses = true;
+  std::vector<at::Tensor> outs(2);
+  odyssey::test::run_sp_ranks(2, [&](RankContext& ctx) {
+    const int64_t s = p.S / 2;
+    at::NoGradGuard no_grad;
+    AttentionWeights w{p.wq, p.wk, p.wv, p.wo, {}, {}};
+    const Positions pos = make_positions(ctx.sp_rank * s, s, p.model.head_dim, p.model.rope_theta, at::kCPU);
+    outs[ctx.sp_rank] = untied_attention_projected(p.x.narrow(1, ctx.sp_rank * s, s), w, pos, p.model, ctx, memory);
+  });
+  CHECK(odyssey::test::rel_error(at::cat(outs, 1), want.out) < kTolerance);
 }
 
 TEST_CASE("untied ulysses: stages straddling KV groups (k and g not dividing each other)", "[ulysses][untied]") {
