@@ -1,8 +1,11 @@
 // ops::rmsnorm: RMSNorm as one autograd node whose forward saves only (x, weight, rstd [rows]) and
 // whose backward is the CUDA kernel (deterministic dweight) on CUDA, or the same formula in LibTorch
-// fp32 ops elsewhere. Memory reason: autograd of the composite formula would keep x^2, the mean and
-// the normalized x alive; this node keeps one float per row besides its inputs.
+// fp32 ops elsewhere, a block of rows at a time. Memory reason: autograd of the composite formula
+// would keep x^2, the mean and the normalized x alive; this node keeps one float per row besides
+// its inputs, and its fallback's fp32 temporaries are a block's, not [rows, d] (as the kernel's).
 // defines: cuda_kernels_linked, uses_cuda_kernel, rmsnorm, rmsnorm_forward, rmsnorm_backward
+#include <algorithm>
+
 #include <torch/torch.h>
 
 #include "engine/ops/ops.h"
@@ -25,6 +28,15 @@ bool cuda_kernels_linked() {
 bool uses_cuda_kernel(const at::Tensor& t) { return cuda_kernels_linked() && t.is_cuda(); }
 
 namespace {
+
+/// Rows per block of the LibTorch fallback: 1/64 of the rows, at most 2 MiB of fp32 per
+/// temporary. Memory reason: the formula's five or so fp32 temporaries then add under a tenth of
+/// the output to the op's peak (the planner counts the output alone, as for the CUDA kernel).
+int64_t fallback_block_rows(int64_t rows, int64_t dim) {
+  const int64_t by_share = (rows + 63) / 64;
+  const int64_t by_bytes = std::max<int64_t>(1, (int64_t{2} << 20) / (4 * std::max<int64_t>(dim, 1)));
+  return std::max<int64_t>(1, std::min(by_share, by_bytes));
+}
 
 void check_rmsnorm_args(const at::Tensor& x, const at::Tensor& weight, const char* op) {
   detail::check_float_dtype(x, op, "x");
@@ -75,10 +87,19 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm_forward(const at::Tensor& x, const at
     return {y, rstd};
   }
 #endif
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor rstd = at::rsqrt(xf.pow(2).mean(-1) + eps);  // [...] fp32
-  at::Tensor y = (xf * rstd.unsqueeze(-1) * weight.to(at::kFloat)).to(x.scalar_type());  // like x
-  return {y, rstd.reshape({rows})};
+  const at::Tensor x2 = x.reshape({rows, dim});
+  const at::Tensor wf = weight.to(at::kFloat);
+  at::Tensor y = at::empty({rows, dim}, x.options());            // like x
+  at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));  // [rows]
+  const int64_t block = fallback_block_rows(rows, dim);
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t n = std::min(block, rows - r0);
+    const at::Tensor xf = x2.narrow(0, r0, n).to(at::kFloat);   // [n, d] fp32
+    const at::Tensor r = at::rsqrt(xf.pow(2).mean(-1) + eps);  // [n]
+    rstd.narrow(0, r0, n).copy_(r);
+    y.narrow(0, r0, n).copy_(xf * r.unsqueeze(-1) * wf);
+  }
+  return {y.view(x.sizes()), rstd};
 }
 
 std::tuple<at::Tensor, at::Tensor> rmsnorm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
@@ -104,14 +125,22 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm_backward(const at::Tensor& dy, const 
     return {dx, dweight};
   }
 #endif
-  const at::Tensor xf = x.to(at::kFloat).reshape({rows, dim});
-  const at::Tensor dyf = dy.to(at::kFloat).reshape({rows, dim});
-  const at::Tensor r = rstd.reshape({rows, 1});
-  const at::Tensor g = dyf * weight.to(at::kFloat);          // [rows, d]
-  const at::Tensor dot = (g * xf).sum(-1, /*keepdim=*/true);  // [rows, 1]
-  at::Tensor dx = r * g - xf * r.pow(3) * dot / static_cast<double>(dim);
-  at::Tensor dweight = (dyf * xf * r).sum(0);  // [d]
-  return {dx.reshape(x.sizes()).to(x.scalar_type()), dweight.to(x.scalar_type())};
+  const at::Tensor x2 = x.reshape({rows, dim}), dy2 = dy.reshape({rows, dim});
+  const at::Tensor wf = weight.to(at::kFloat);
+  at::Tensor dx = at::empty({rows, dim}, x.options());                  // like x
+  at::Tensor dweight = at::zeros({dim}, x.options().dtype(at::kFloat));  // [d] fp32 accumulator
+  const int64_t block = fallback_block_rows(rows, dim);
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t n = std::min(block, rows - r0);
+    const at::Tensor xf = x2.narrow(0, r0, n).to(at::kFloat);    // [n, d] fp32
+    const at::Tensor dyf = dy2.narrow(0, r0, n).to(at::kFloat);  // [n, d] fp32
+    const at::Tensor r = rstd.narrow(0, r0, n).reshape({n, 1});
+    const at::Tensor g = dyf * wf;                              // [n, d]
+    const at::Tensor dot = (g * xf).sum(-1, /*keepdim=*/true);  // [n, 1]
+    dx.narrow(0, r0, n).copy_(r * g - xf * r.pow(3) * dot / static_cast<double>(dim));
+    dweight.add_((dyf * xf * r).sum(0));
+  }
+  return {dx.view(x.sizes()), dweight.to(x.scalar_type())};
 }
 
 }  // namespace odyssey::ops

@@ -196,14 +196,16 @@ int BlockHalves::standard_backward(int dh, AttnSaved& sv) {
   f(sv.o);
   int d_oh = d_o;
   if (s_.P > 1) d_oh = all_to_all(d_o, K::QLocal, K::QHead, "d o after all-to-all (head layout)");
-  // flash-attention backward: dq, dk, dv, the fp32 dq accumulator and, with GQA, dK/dV at
-  // query-head count before they are summed per KV head
+  // flash-attention backward: dq, dk, dv, and on CUDA (FlashAttention-2) the fp32 dq accumulator
+  // and, with GQA, dK/dV at query-head count before they are summed per KV head; the CPU kernel
+  // takes GQA natively and accumulates into dq, with one thread's block scratch
   int dq = a("flash backward dq", K::QHead, C::AttentionWorkspace);
   int dk = a("flash backward dk", K::KvHead, C::AttentionWorkspace);
   int dv = a("flash backward dv", K::KvHead, C::AttentionWorkspace);
-  int acc = a("flash backward dq accumulator (fp32)", K::DqAccum, C::AttentionWorkspace);
+  int acc = s_.cuda_target ? a("flash backward dq accumulator (fp32)", K::DqAccum, C::AttentionWorkspace)
+                           : a("CPU flash backward scratch", K::CpuFlashScratch, C::AttentionWorkspace);
   int ek = -1, ev = -1;
-  if (s_.hq > s_.hkv) {
+  if (s_.cuda_target && s_.hq > s_.hkv) {
     ek = a("flash backward dk at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
     ev = a("flash backward dv at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
   }
@@ -289,9 +291,10 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     int dq = a("stage flash backward dq", K::QStageHead, C::AttentionWorkspace);
     int dk = a("stage flash backward dk", K::KvStageHead, C::AttentionWorkspace);
     int dv = a("stage flash backward dv", K::KvStageHead, C::AttentionWorkspace);
-    int acc = a("stage dq accumulator (fp32)", K::DqAccumStage, C::AttentionWorkspace);
+    int acc = s_.cuda_target ? a("stage dq accumulator (fp32)", K::DqAccumStage, C::AttentionWorkspace)
+                             : a("CPU flash backward scratch", K::CpuFlashScratch, C::AttentionWorkspace);
     int ek = -1, ev = -1;
-    if (s_.hs > s_.khs) {
+    if (s_.cuda_target && s_.hs > s_.khs) {
       ek = a("stage dk at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace);
       ev = a("stage dv at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace);
     }

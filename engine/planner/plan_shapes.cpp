@@ -117,6 +117,11 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::KvStageHead, s.Th * s.khs * s.hd * c);
   set(TensorKind::DqAccumStage, s.Th * s.hs * s.hd * 4);
   set(TensorKind::GqaExpandedStage, s.Th * s.hs * s.hd * c);
+  // PyTorch's CPU flash kernel (FlashAttentionKernel.cpp) picks its query block by the query length
+  // (256 from 768 tokens, 64 from 192, else 32) and kv blocks of 512, both capped at the length.
+  s.cpu_q_block = std::min<int64_t>(s.S >= 768 ? 256 : s.S >= 192 ? 64 : 32, s.S);
+  s.cpu_kv_block = std::min<int64_t>(512, s.S);
+  set(TensorKind::CpuFlashScratch, 2 * s.cpu_q_block * s.cpu_kv_block * (4 + (c < 4 ? c : 0)));
   set(TensorKind::Ffn, s.t * s.f * c);
   set(TensorKind::FfnTile, s.mlp_tile * s.f * c);
   set(TensorKind::HiddenTile, s.mlp_tile * s.d * c);
@@ -191,6 +196,9 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::DqAccumStage:
       return fmt("%lld x %s x %lld head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.hs,
                  s.hs == 1 ? "" : "s", hd);
+    case TensorKind::CpuFlashScratch:
+      return fmt("2 x %lld x %lld x %s (one thread's attn and grad_attn blocks)", (long long)s.cpu_q_block,
+                 (long long)s.cpu_kv_block, c < 4 ? fmt("(4 + %lld) B", c).c_str() : "4 B");
     case TensorKind::Ffn: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), (long long)s.f, c);
     case TensorKind::FfnTile: return fmt("%s x %lld x %lld B", tile.c_str(), (long long)s.f, c);
     case TensorKind::HiddenTile: return fmt("%s x %lld x %lld B", tile.c_str(), d, c);
@@ -251,6 +259,7 @@ const char* kind_shape(TensorKind kind) {
     case TensorKind::KvStageHead: return "[B, S, kv/stage, hd]";
     case TensorKind::DqAccumStage: return "[B, S, hps/P, hd] fp32";
     case TensorKind::GqaExpandedStage: return "[B, S, hps/P, hd]";
+    case TensorKind::CpuFlashScratch: return "[2, q block, kv block] fp32";
     case TensorKind::Ffn: return "[B, s, f]";
     case TensorKind::FfnTile: return "[tile, f]";
     case TensorKind::HiddenTile: return "[tile, d]";

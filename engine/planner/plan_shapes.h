@@ -32,6 +32,8 @@ enum class TensorKind : uint8_t {
   KvStageHead,     ///< [B, S, kv heads per rank per stage, hd]
   DqAccumStage,    ///< fp32 dq accumulator of one stage
   GqaExpandedStage,///< one stage's dK or dV at the stage's query-head count
+  CpuFlashScratch, ///< the CPU flash-attention backward's per-thread blocks (one thread): attn and
+                   ///< grad_attn [q block, kv block] fp32 (+ compute-dtype copies below fp32)
   // MLP
   Ffn,             ///< [B, s, f]
   FfnTile,         ///< [tile, f]
@@ -93,6 +95,7 @@ struct PlanShapes {
   int64_t stages = 1;    ///< hq / hs
   int64_t khs = 0;       ///< KV heads per rank per stage
   int64_t mlp_tile = 0, mlp_tiles = 1, loss_tile = 0, loss_tiles = 1;
+  int64_t cpu_q_block = 0, cpu_kv_block = 0;  ///< the CPU flash kernel's blocks for a query length S
   // parameters per group and their shards (elements)
   int64_t n_block = 0, n_embed = 0, n_head = 0, n_attn = 0, n_mlp = 0;
   int64_t shard_block = 0, shard_embed = 0, shard_head = 0;

@@ -87,6 +87,14 @@ TEST_CASE("each technique never raises the device peak, from any combination of 
           ckpt.memory.activation_checkpointing = true;
           CHECK(plan_peak(to).peak_bytes <= plan_peak(ckpt).peak_bytes);
         }
+        if (t == 5 && to.hardware.profile == "cpu") {
+          // The one CPU exception: PyTorch's CPU flash backward has none of FA-2's buffers (the fp32
+          // dq accumulator, dK/dV at query-head count) that head stages shrink, so with few heads
+          // per rank Untied Ulysses can cost up to its preallocated output [B, s, H*hd] more.
+          const int64_t output = local * to.model.n_heads * to.model.head_dim * dtype_bytes(to.training.dtype);
+          CHECK(plan_peak(to).peak_bytes <= before + output);
+          continue;
+        }
         CHECK(plan_peak(to).peak_bytes <= before);
       }
       // Ulysses: the degree from 1 to the preset's never raises the peak either.

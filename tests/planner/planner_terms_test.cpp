@@ -65,6 +65,7 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
   const int64_t KVH = 2048 * 1 * 16 * 4;    // [1, 2048, 1, 16] k, v, dk, dv
   const int64_t LSE = 2 * 2048 * 4;         // [1, 2, 2048] fp32
   const int64_t RSTD = 1024 * 4;            // [1, 1024] fp32
+  const int64_t SCRATCH = 2 * 256 * 512 * 4;  // the CPU flash backward's blocks, one thread
   // Parameters: block = 64*64 + 2*64*32 + 64*64 (attention) + 3*64*160 (MLP) + 2*64 (norms) = 43136;
   // embedding 96*64 = 6144; head = final norm 64 + LM head 6144 = 6208. Shards over W = 2.
   const int64_t shard_elems = 2 * (43136 / 2) + 6144 / 2 + 6208 / 2;  // 49312
@@ -92,9 +93,12 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
   CHECK(term_bytes(plan, "flash backward dq") == QH);
   CHECK(term_bytes(plan, "flash backward dk") == KVH);
   CHECK(term_bytes(plan, "flash backward dv") == KVH);
-  CHECK(term_bytes(plan, "flash backward dq accumulator (fp32)") == QH);  // fp32 = c here
-  CHECK(term_bytes(plan, "flash backward dk at query-head count (GQA)") == QH);
-  CHECK(term_bytes(plan, "flash backward dv at query-head count (GQA)") == QH);
+  // The CPU flash backward (cpu profile): GQA native, dq accumulated in place, one thread's
+  // attn and grad_attn blocks of 256 x 512 fp32 (the query length 2048 >= 768). FA-2's buffers
+  // are CUDA-only (checked on a GPU profile below).
+  CHECK(term_bytes(plan, "CPU flash backward scratch") == SCRATCH);
+  CHECK(term_bytes(plan, "flash backward dq accumulator (fp32)") == 0);
+  CHECK(term_bytes(plan, "flash backward dk at query-head count (GQA)") == 0);
   CHECK(term_bytes(plan, "token ids, labels, positions (int64)") == 3 * 1024 * 8);
   CHECK(term_bytes(plan, "RoPE cos/sin tables") == 2 * 1024 * 16 * 4);
 
@@ -105,17 +109,28 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
   CHECK(cat(plan, PlanCategory::GatheredParams) == 2 * 172544);
   CHECK(cat(plan, PlanCategory::SavedActivations) == 2 * D);
   CHECK(cat(plan, PlanCategory::AttentionWorkspace) ==
-        2 * D + RSTD + QH + LSE + 49408 + QH + 2 * KVH + 3 * QH);
+        2 * D + RSTD + QH + LSE + 49408 + QH + 2 * KVH + SCRATCH);
   CHECK(cat(plan, PlanCategory::MlpWorkspace) == 123136 + D);
   CHECK(cat(plan, PlanCategory::LossWorkspace) == D);
   CHECK(cat(plan, PlanCategory::CommBuffers) == QH + 2 * KVH + QH);
   CHECK(cat(plan, PlanCategory::Other) == 3 * 1024 * 8 + 2 * 1024 * 16 * 4);
   CHECK(cat(plan, PlanCategory::Offloaded) == 0);
-  CHECK(plan.peak_bytes == 5414912);  // the sum of the above, added up by hand
+  CHECK(plan.peak_bytes == 5677056);  // the sum of the above, added up by hand
   int64_t device_terms = 0;
   for (const auto& t : plan.terms)
     if (!t.host) device_terms += t.bytes;
   CHECK(device_terms == plan.peak_bytes);
+
+  // The same config on a GPU profile: FlashAttention-2's fp32 dq accumulator and, with GQA, dK/dV
+  // at the query-head count instead of the CPU kernel's blocks.
+  RunConfig gpu = cfg;
+  gpu.hardware = *find_hardware_profile("h100-sxm");
+  const MemoryPlan on_gpu = plan_memory(gpu);
+  CHECK(on_gpu.peak_phase == "bwd/block.1/attn");
+  CHECK(term_bytes(on_gpu, "flash backward dq accumulator (fp32)") == QH);  // fp32 = c here
+  CHECK(term_bytes(on_gpu, "flash backward dk at query-head count (GQA)") == QH);
+  CHECK(term_bytes(on_gpu, "flash backward dv at query-head count (GQA)") == QH);
+  CHECK(term_bytes(on_gpu, "CPU flash backward scratch") == 0);
 }
 
 TEST_CASE("small config with offload: two inputs on the device, the rest in the host pool", "[planner][terms]") {
