@@ -181,22 +181,37 @@ TEST_CASE("ulysses attention equals the single-rank reference (P = 1, 2, 4)", "[
   }
 }
 
-TEST_CASE("untied ulysses equals the single-rank reference for every valid heads_per_stage", "[ulysses][untied]") {
+namespace {
+
+/// Untied Ulysses (`project`: with the output projection inside the Function) against the
+/// single-rank reference for every valid heads_per_stage of every case at degrees 1, 2 and 4.
+void check_untied_every_stage_size(bool project, const std::vector<HeadCase>& extra_cases) {
   for (int P : {1, 2, 4}) {
-    for (const auto& hc : head_cases(P)) {
+    std::vector<HeadCase> cases = head_cases(P);
+    cases.insert(cases.end(), extra_cases.begin(), extra_cases.end());
+    for (const auto& hc : cases) {
+      if (hc.H % P != 0) continue;
       const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm);
-      const Grads want = reference(p);
+      const Grads want = reference(p, project);
       for (int64_t hps : valid_heads_per_stage(hc.H, P)) {
         MemoryConfig memory;
         memory.untied_ulysses = true;
         memory.heads_per_stage = hps;
         const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
-          return untied_attention(x, w, pos, p.model, ctx, memory);
+          return project ? untied_attention_projected(x, w, pos, p.model, ctx, memory)
+                         : untied_attention(x, w, pos, p.model, ctx, memory);
         });
-        require_equivalent(got, want, "P = " + std::to_string(P) + ", " + hc.name + ", heads_per_stage = " + std::to_string(hps));
+        require_equivalent(got, want, std::string(project ? "projected, " : "") + "P = " + std::to_string(P) + ", " +
+                                          hc.name + ", heads_per_stage = " + std::to_string(hps));
       }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("untied ulysses equals the single-rank reference for every valid heads_per_stage", "[ulysses][untied]") {
+  check_untied_every_stage_size(/*project=*/false, {});
 }
 
 TEST_CASE("untied ulysses with the output projection fused (d o built per stage from dh) equals the reference",
@@ -204,24 +219,7 @@ TEST_CASE("untied ulysses with the output projection fused (d o built per stage 
   // The decoder block's path: untied_attention_projected returns [B, s, d] and its backward takes
   // dh, building each stage's d o slice from wo's columns. Also covers the straddling-group case
   // (H 12 / Hkv 4) and the no-graph path (forward only, then the projection outside).
-  for (int P : {1, 2, 4}) {
-    std::vector<HeadCase> cases = head_cases(P);
-    cases.push_back({"straddling groups", 12, 4, false});
-    for (const auto& hc : cases) {
-      if (hc.H % P != 0) continue;
-      const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm);
-      const Grads want = reference(p, /*project=*/true);
-      for (int64_t hps : valid_heads_per_stage(hc.H, P)) {
-        MemoryConfig memory;
-        memory.untied_ulysses = true;
-        memory.heads_per_stage = hps;
-        const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
-          return untied_attention_projected(x, w, pos, p.model, ctx, memory);
-        });
-        require_equivalent(got, want, "projected, P = " + std::to_string(P) + ", " + hc.name + ", hps " + std::to_string(hps));
-      }
-    }
-  }
+  check_untied_every_stage_size(/*project=*/true, {{"straddling groups", 12, 4, false}});
   const Problem p = make_problem(8, 2, false);
   const Grads want = reference(p, /*project=*/true);
   MemoryConfig memory;

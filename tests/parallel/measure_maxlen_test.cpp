@@ -17,21 +17,11 @@ using namespace odyssey::test;
 
 namespace {
 
-/// The two stacks of the published max-context table, on the [phases] model (4 layers, d 128,
-/// 8 query heads / 2 KV heads of 16, d_ffn 384, vocab 512, tiles of 128), world 2 = Ulysses 2,
-/// FSDP, checkpointing, offload, tiled MLP and loss; `untied`: one query head per rank per stage.
+/// The two stacks of the published max-context table on the [phases] model
+/// (parallel_measurement_config): world 2 = Ulysses 2, FSDP, checkpointing, offload, tiled MLP
+/// and loss; `untied`: plus Untied Ulysses with one query head per rank per stage.
 RunConfig stack_config(bool untied, int64_t seq_len) {
-  RunConfig c = tiny_config(/*layers=*/4, seq_len);
-  c.model.d_model = 128;
-  c.model.n_heads = 8;
-  c.model.n_kv_heads = 2;
-  c.model.head_dim = 16;
-  c.model.d_ffn = 384;
-  c.model.vocab_size = 512;
-  c.memory.mlp_tile_tokens = c.memory.loss_tile_tokens = 128;
-  c.hardware = *find_hardware_profile("cpu");
-  c.hardware.profile = "cpu";
-  c.parallel.timeout_s = 120;
+  RunConfig c = parallel_measurement_config(seq_len);
   c.parallel.world_size = c.parallel.ulysses_degree = 2;
   c.parallel.fsdp = true;
   c.memory.activation_checkpointing = c.memory.offload_activations = true;

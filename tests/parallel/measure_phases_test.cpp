@@ -41,23 +41,6 @@ struct Case {
   RunConfig cfg;
 };
 
-/// 4 layers, d 128, 8 query heads / 2 KV heads of 16, d_ffn 384, vocab 512, 1024 tokens, tiles of
-/// 128: attention and MLP of similar size, Hkv = P at P = 2 (GQA with 4 query heads per KV head).
-RunConfig parallel_base() {
-  RunConfig c = tiny_config(/*layers=*/4, /*seq=*/1024);
-  c.model.d_model = 128;
-  c.model.n_heads = 8;
-  c.model.n_kv_heads = 2;
-  c.model.head_dim = 16;
-  c.model.d_ffn = 384;
-  c.model.vocab_size = 512;
-  c.memory.mlp_tile_tokens = c.memory.loss_tile_tokens = 128;
-  c.hardware = *find_hardware_profile("cpu");
-  c.hardware.profile = "cpu";
-  c.parallel.timeout_s = 120;
-  return c;
-}
-
 std::vector<Case> cases() {
   std::vector<Case> out;
   auto single = [&](const std::string& label, bool ckpt, bool offload, bool mlp, bool loss) {
@@ -76,7 +59,7 @@ std::vector<Case> cases() {
   single("all four", true, true, true, true);
 
   auto parallel = [&](const std::string& label, int W, int P, bool fsdp, bool ckpt, bool untied) {
-    RunConfig c = parallel_base();
+    RunConfig c = parallel_measurement_config();
     c.parallel.world_size = W;
     c.parallel.ulysses_degree = P;
     c.parallel.fsdp = fsdp;
@@ -94,7 +77,7 @@ std::vector<Case> cases() {
   parallel("Untied P=1 (head chunks of 2)", 1, 1, false, true, true);
   out.back().cfg.memory.heads_per_stage = 2;
   {
-    RunConfig c = parallel_base();
+    RunConfig c = parallel_measurement_config();
     c.parallel.world_size = c.parallel.ulysses_degree = 2;
     c.parallel.fsdp = true;
     c.memory.activation_checkpointing = c.memory.offload_activations = true;

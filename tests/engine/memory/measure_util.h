@@ -1,6 +1,6 @@
 // Measuring one training step with the memory tracker and laying it beside the planner's
 // prediction for the same config. defines: Measured, measure_step, measurement_config,
-// phase_peak, planned_phase, print_comparison
+// long_measurement_config, parallel_measurement_config, planned_phase, print_comparison
 #pragma once
 
 #include <array>
@@ -54,6 +54,24 @@ inline RunConfig long_measurement_config() {
   c.model.vocab_size = 2048;
   c.memory.mlp_tile_tokens = 128;
   c.memory.loss_tile_tokens = 128;
+  return c;
+}
+
+/// The rank-thread model of the per-phase and max-context comparisons: 4 layers, d 128, 8 query
+/// heads / 2 KV heads of 16, d_ffn 384, vocab 512, `seq_len` tokens, tiles of 128 (attention and
+/// MLP of similar size; Hkv = P at P = 2, GQA with 4 query heads per KV head), fp32, cpu profile.
+inline RunConfig parallel_measurement_config(int64_t seq_len = 1024) {
+  RunConfig c = tiny_config(/*layers=*/4, seq_len);
+  c.model.d_model = 128;
+  c.model.n_heads = 8;
+  c.model.n_kv_heads = 2;
+  c.model.head_dim = 16;
+  c.model.d_ffn = 384;
+  c.model.vocab_size = 512;
+  c.memory.mlp_tile_tokens = c.memory.loss_tile_tokens = 128;
+  c.hardware = *find_hardware_profile("cpu");
+  c.hardware.profile = "cpu";
+  c.parallel.timeout_s = 120;
   return c;
 }
 
