@@ -7,8 +7,10 @@
 namespace odyssey {
 namespace {
 
-/// CUDA kernels want equal head counts: repeat each KV head h/hk times (adjacent copies, so query
-/// head j reads KV head j / (h/hk) as with GQA).
+/// The memory-efficient CUDA kernel wants equal head counts: repeat each KV head h/hk times
+/// (adjacent copies, so query head j reads KV head j / (h/hk) as with GQA). The flash kernel
+/// (FlashAttention-2's mha_fwd/mha_bwd) takes GQA natively, as SDPA's enable_gqa uses it: no
+/// copies. Memory reason: a repeated K and V are two [B, h, S, hd] tensors per stage.
 at::Tensor expand_kv(const at::Tensor& t, int64_t heads) {
   const int64_t hk = t.size(1);
   return hk == heads ? t : t.repeat_interleave(heads / hk, 1);
@@ -33,8 +35,8 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
                                                                              /*is_causal=*/true);
     return r;
   }
-  const at::Tensor ke = expand_kv(k, q.size(1)), ve = expand_kv(v, q.size(1));
   if (q.scalar_type() == at::kFloat) {
+    const at::Tensor ke = expand_kv(k, q.size(1)), ve = expand_kv(v, q.size(1));
     r.efficient = true;
     std::tie(r.out, r.lse, r.philox_seed, r.philox_offset) = at::_scaled_dot_product_efficient_attention(
         q, ke, ve, /*attn_bias=*/std::nullopt, /*compute_log_sumexp=*/true, /*dropout_p=*/0.0, /*is_causal=*/true);
@@ -43,8 +45,8 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
   c10::SymInt max_q, max_k;
   at::Tensor debug_mask;
   std::tie(r.out, r.lse, r.cum_seq_q, r.cum_seq_k, max_q, max_k, r.philox_seed, r.philox_offset, debug_mask) =
-      at::_scaled_dot_product_flash_attention(q, ke, ve, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                              /*return_debug_mask=*/false);
+      at::_scaled_dot_product_flash_attention(q, k, v, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                              /*return_debug_mask=*/false);  // GQA native
   r.max_q = max_q.expect_int();
   r.max_k = max_k.expect_int();
   return r;
@@ -58,18 +60,19 @@ std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, c
         grad_out, q, k, v, saved.out, saved.lse, /*dropout_p=*/0.0, /*is_causal=*/true);
     return {dq, dk, dv};
   }
-  const at::Tensor ke = expand_kv(k, q.size(1)), ve = expand_kv(v, q.size(1));
   if (saved.efficient) {
+    const at::Tensor ke = expand_kv(k, q.size(1)), ve = expand_kv(v, q.size(1));
     at::Tensor dbias;
     std::tie(dq, dk, dv, dbias) = at::_scaled_dot_product_efficient_attention_backward(
         grad_out, q, ke, ve, /*attn_bias=*/at::Tensor(), saved.out, saved.lse, saved.philox_seed, saved.philox_offset,
         /*dropout_p=*/0.0, /*grad_input_mask=*/{true, true, true, false}, /*is_causal=*/true);
-  } else {
-    std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
-        grad_out, q, ke, ve, saved.out, saved.lse, saved.cum_seq_q, saved.cum_seq_k, saved.max_q, saved.max_k,
-        /*dropout_p=*/0.0, /*is_causal=*/true, saved.philox_seed, saved.philox_offset);
+    return {dq, fold_kv(dk, k.size(1)), fold_kv(dv, k.size(1))};
   }
-  return {dq, fold_kv(dk, k.size(1)), fold_kv(dv, k.size(1))};
+  // GQA native: mha_bwd sums the query heads' dK/dV per KV head itself (its dk_expanded/dv_expanded)
+  std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
+      grad_out, q, k, v, saved.out, saved.lse, saved.cum_seq_q, saved.cum_seq_k, saved.max_q, saved.max_k,
+      /*dropout_p=*/0.0, /*is_causal=*/true, saved.philox_seed, saved.philox_offset);
+  return {dq, dk, dv};
 }
 
 }  // namespace odyssey

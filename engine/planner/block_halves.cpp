@@ -146,7 +146,17 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     int qs = a("stage q projection", K::QStageLocal, C::AttentionWorkspace);
     qs = rope(qs, K::QStageLocal, C::AttentionWorkspace);
     int qh = s_.P > 1 ? all_to_all(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)") : qs;
+    // The memory-efficient CUDA kernel (fp32) takes equal head counts: a stage with more query than
+    // KV heads repeats K/V to its query heads for it (flash_attention.cpp's expand_kv); the flash
+    // kernel (half precision) and the CPU kernel take GQA natively
+    int ke = -1, ve = -1;
+    if (s_.cuda_target && s_.c == 4 && s_.hs > s_.khs) {
+      ke = a("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+      ve = a("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+    }
     int oh = a("stage attention output", K::QStageHead, C::AttentionWorkspace);
+    f(ke);
+    f(ve);
     if (!s_.cuda_target) {  // the CPU kernel's [B, k, S, hd] output made [B, S, k, hd] (CUDA: a view)
       int copy = a("stage attention output (CPU layout copy)", K::QStageHead, C::AttentionWorkspace);
       f(oh);
@@ -288,6 +298,11 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
       doh = all_to_all(do_slice, K::QStageLocal, K::QStageHead, "stage d o (head layout)");
     else
       f(do_slice);  // copied into the stage's head-layout buffer
+    int ke = -1, ve = -1;  // K/V repeated to the stage's query heads for the fp32 CUDA kernel (as forward)
+    if (s_.cuda_target && s_.c == 4 && s_.hs > s_.khs) {
+      ke = a("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+      ve = a("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+    }
     int dq = a("stage flash backward dq", K::QStageHead, C::AttentionWorkspace);
     int dk = a("stage flash backward dk", K::KvStageHead, C::AttentionWorkspace);
     int dv = a("stage flash backward dv", K::KvStageHead, C::AttentionWorkspace);
@@ -301,6 +316,8 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     f(ek);
     f(ev);
     f(acc);
+    f(ke);
+    f(ve);
     f(qh);
     f(oh);
     f(doh);
