@@ -7,6 +7,10 @@
 #include <cmath>
 #include <optional>
 
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/variable.h>
+
 #include "engine/memory/checkpoint.h"
 #include "engine/memory/offload.h"
 #include "engine/memory/tiled_mlp.h"
@@ -74,7 +78,7 @@ std::vector<std::pair<size_t, at::Tensor>> BlockWeights::mlp_half() const {
 }
 
 BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const StepRuntime& rt,
-                     const std::string& phase_prefix, bool keep_graph) {
+                     const std::string& phase_prefix, bool keep_graph, bool need_output) {
   const ModelConfig& model = *rt.model;
   auto leaf = [&](const at::Tensor& t) { return keep_graph ? t.detach().requires_grad_(true) : t; };
   std::vector<at::Tensor> params;
@@ -90,9 +94,12 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     at::Tensor normed = rms_norm(g.x_leaf, w.attn_norm, model.norm_eps);  // [B, s, d]
     // memory: moved in, so without a graph the normed input dies once the projections exist
     at::Tensor attn = attention(std::move(normed), w.attn, rt.positions, model, *rt.ctx, *rt.memory);  // [B, s, d]
-    g.h = g.x_leaf + attn;  // [B, s, d]
+    if (keep_graph) g.attn_root = torch::autograd::impl::gradient_edge(attn);
+    at::NoGradGuard residual;  // memory: the root is the branch's edge, so the sum records nothing
+    const at::Tensor h = g.x_leaf + attn;  // [B, s, d]
+    attn.reset();
+    g.h_leaf = keep_graph ? h.detach().requires_grad_(true) : h;  // shares h's storage
   }
-  g.h_leaf = keep_graph ? g.h.detach().requires_grad_(true) : g.h;
   {
     std::optional<EnginePhase> phase;
     if (!phase_prefix.empty()) phase.emplace(rt.rank, phase_prefix + "/mlp");
@@ -102,7 +109,11 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
                          ? tiled_mlp(normed, w.w_gate, w.w_up, w.w_down, rt.mlp_tile_tokens)
                          : swiglu_mlp(std::move(normed), w.w_gate, w.w_up, w.w_down);  // [B, s, d]
     normed.reset();  // memory: without a graph the normed input is dead before the block output exists
-    g.y = g.h_leaf + mlp;  // [B, s, d] block output
+    if (keep_graph) g.mlp_root = torch::autograd::impl::gradient_edge(mlp);
+    if (need_output) {
+      at::NoGradGuard residual;
+      g.y = g.h_leaf + mlp;  // [B, s, d] block output
+    }
   }
   if (keep_graph) {
     for (const auto& [index, t] : w.attention_half()) g.attn_leaves.push_back(t);
@@ -133,6 +144,44 @@ RngState load_rng(AutogradContext* ctx, at::Device device) {
 }
 
 std::vector<at::Tensor> tensor_list(const c10::IValue& v) { return v.toTensorVector(); }
+
+/// The two branch roots of a block kept between its forward and backward without a graph
+/// checkpoint (their gradient edges keep the graphs alive; no tensor is held for them).
+struct BlockRoots : torch::CustomClassHolder {
+  torch::autograd::Edge attn, mlp;
+};
+
+/// autograd::grad from a root's gradient edge instead of a root tensor: the gradients of
+/// `inputs` (leaves) for `grad` flowing into `root`; the graph is freed as it runs.
+variable_list grad_from_edge(const torch::autograd::Edge& root, const at::Tensor& grad, const variable_list& inputs) {
+  torch::autograd::edge_list outputs;
+  outputs.reserve(inputs.size());
+  for (const auto& t : inputs) {
+    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::try_get_grad_accumulator(t);
+    outputs.emplace_back(acc ? std::move(acc) : std::make_shared<torch::autograd::Identity>(), 0);
+  }
+  return torch::autograd::Engine::get_default_engine().execute({root}, {grad}, /*keep_graph=*/false,
+                                                               /*create_graph=*/false, /*accumulate_grad=*/false,
+                                                               outputs);
+}
+
+/// dh = dy + d(MLP branch) for the backward. Memory reason: when dy (the gradient the block
+/// received) is referred to only by the autograd engine's call and this backward's argument list
+/// (and, for a view, only the view refers to its base), the sum is written into it, so the block
+/// never holds dy and dh at once; dx = dh + d(attention) then lands in the same buffer, and one
+/// [B, s, d] gradient flows down all blocks. Otherwise (dy shared) a new tensor. The planner
+/// counts the in-place case; parallel_tests "[maxlen]" would fail if it stopped happening (one
+/// [s, d] more per token than planned).
+at::Tensor add_mlp_residual(const at::Tensor& incoming, const at::Tensor& branch) {
+  constexpr size_t kEngineRefs = 2;  // the engine's input list and this backward's grad_outputs
+  const bool exclusive = incoming.use_count() <= kEngineRefs &&
+                         (!incoming.is_view() || incoming._base().use_count() == 1) &&
+                         incoming.scalar_type() == branch.scalar_type();
+  if (!exclusive) return incoming + branch;
+  at::Tensor sum = incoming;
+  sum.add_(branch);
+  return sum;
+}
 
 }  // namespace
 
@@ -172,9 +221,11 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
       g = run_block(x, group, *rt, prefix, /*keep_graph=*/true);
     }
     ctx->saved_data["x_leaf"] = g.x_leaf;
-    ctx->saved_data["h"] = g.h;
     ctx->saved_data["h_leaf"] = g.h_leaf;
-    ctx->saved_data["y"] = g.y;
+    auto roots = c10::make_intrusive<BlockRoots>();
+    roots->attn = std::move(g.attn_root);
+    roots->mlp = std::move(g.mlp_root);
+    ctx->saved_data["roots"] = c10::IValue::make_capsule(roots);
     ctx->saved_data["attn_leaves"] = g.attn_leaves;
     ctx->saved_data["mlp_leaves"] = g.mlp_leaves;
     y = g.y.detach();
@@ -209,32 +260,39 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
     }
     RngFork rng(load_rng(ctx, x.device()));
     at::AutoGradMode enable_grad(true);
-    g = run_block(x, group, *rt, /*phase_prefix=*/"", /*keep_graph=*/true);
+    g = run_block(x, group, *rt, /*phase_prefix=*/"", /*keep_graph=*/true, /*need_output=*/false);
   } else {
     g.x_leaf = ctx->saved_data["x_leaf"].toTensor();
-    g.h = ctx->saved_data["h"].toTensor();
     g.h_leaf = ctx->saved_data["h_leaf"].toTensor();
-    g.y = ctx->saved_data["y"].toTensor();
+    auto roots = c10::static_intrusive_pointer_cast<BlockRoots>(ctx->saved_data["roots"].toCapsule());
+    g.attn_root = std::move(roots->attn);
+    g.mlp_root = std::move(roots->mlp);
     g.attn_leaves = tensor_list(ctx->saved_data["attn_leaves"]);
     g.mlp_leaves = tensor_list(ctx->saved_data["mlp_leaves"]);
-    for (const char* key : {"x_leaf", "h", "h_leaf", "y", "attn_leaves", "mlp_leaves"}) ctx->saved_data.erase(key);
+    for (const char* key : {"x_leaf", "h_leaf", "roots", "attn_leaves", "mlp_leaves"}) ctx->saved_data.erase(key);
   }
 
   const BlockWeights names = BlockWeights::from_list(group.views(), rt->model->qk_norm);
   std::vector<at::Tensor> param_grads(group.specs().size());
 
+  // dh = dy + d(MLP branch), dx = dh + d(attention branch): the residual sums, written into the
+  // incoming gradient when it is ours alone (add_mlp_residual).
+  at::Tensor dh;
   variable_list mlp_grads;
   {
     EnginePhase phase(rt->rank, block_phase("bwd", layer, "mlp"));
     CategoryScope category(MemCategory::MlpWorkspace);
     variable_list inputs{g.h_leaf};
     inputs.insert(inputs.end(), g.mlp_leaves.begin(), g.mlp_leaves.end());
-    mlp_grads = torch::autograd::grad({g.y}, inputs, {grad_y}, /*retain_graph=*/false);
-    g.y = at::Tensor();
-    g.h_leaf = at::Tensor();
+    mlp_grads = grad_from_edge(g.mlp_root, grad_y, inputs);  // [0]: d h through the MLP branch
+    g.mlp_root = {};
+    g.h_leaf = at::Tensor();  // memory: h is free now (the MLP graph that saved it has run)
+    dh = add_mlp_residual(grad_y, mlp_grads[0]);  // [B, s, d]
+    mlp_grads[0] = at::Tensor();
   }
   const auto mlp_half = names.mlp_half();
   for (size_t k = 0; k < mlp_half.size(); ++k) param_grads[mlp_half[k].first] = mlp_grads[k + 1];
+  mlp_grads.clear();
 
   variable_list attn_grads;
   {
@@ -242,9 +300,10 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
     CategoryScope category(MemCategory::AttentionWorkspace);
     variable_list inputs{g.x_leaf};
     inputs.insert(inputs.end(), g.attn_leaves.begin(), g.attn_leaves.end());
-    attn_grads = torch::autograd::grad({g.h}, inputs, {mlp_grads[0]}, /*retain_graph=*/false);
-    mlp_grads.clear();
+    attn_grads = grad_from_edge(g.attn_root, dh, inputs);  // [0]: d x through the attention branch
     g = BlockGraph();
+    dh.add_(attn_grads[0]);  // dx [B, s, d]: dh is this backward's own here (new, or grad_y when exclusive)
+    attn_grads[0] = std::move(dh);
   }
   const auto attn_half = names.attention_half();
   for (size_t k = 0; k < attn_half.size(); ++k) param_grads[attn_half[k].first] = attn_grads[k + 1];

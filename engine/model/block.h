@@ -40,13 +40,17 @@ struct BlockWeights {
 };
 
 /// The block's residual stream: h = x + attn(norm(x)); y = h + mlp(norm(h)). With grad enabled
-/// on leaves it builds the two inner graphs split at h_leaf = h.detach().
+/// on leaves it builds the two inner graphs split at h_leaf = h.detach(), rooted at the two
+/// branch outputs attn(...) and mlp(...). Memory reason: a graph is kept by its root's gradient
+/// edge, not by the root tensor, so neither branch output, h nor y stays alive for the backward
+/// (the residual additions need no saved tensor; backward adds the gradients itself).
 struct BlockGraph {
   at::Tensor x_leaf;                  ///< [B, s, d] input (leaf when keeping the graph)
   std::vector<at::Tensor> attn_leaves, mlp_leaves;  ///< parameter leaves of each half
-  at::Tensor h;                       ///< [B, s, d] attention half's output (graph root 1)
-  at::Tensor h_leaf;                  ///< [B, s, d] detached h (MLP half's input)
-  at::Tensor y;                       ///< [B, s, d] block output (graph root 2)
+  torch::autograd::Edge attn_root;    ///< gradient edge of the attention branch output [B, s, d]
+  at::Tensor h_leaf;                  ///< [B, s, d] h, detached (MLP half's input)
+  torch::autograd::Edge mlp_root;     ///< gradient edge of the MLP branch output [B, s, d]
+  at::Tensor y;                       ///< [B, s, d] block output (only when asked for: forward)
 };
 
 /// Custom autograd Function over one block; see docs/architecture.md "One block = one autograd
@@ -61,6 +65,6 @@ struct BlockFunction : public torch::autograd::Function<BlockFunction> {
 /// Runs one block with grad recording on parameter/input leaves (phases named by `phase_prefix`,
 /// e.g. "fwd/block.3" gives ".../attn" and ".../mlp"; empty = no phases).
 BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const StepRuntime& rt,
-                     const std::string& phase_prefix, bool keep_graph);
+                     const std::string& phase_prefix, bool keep_graph, bool need_output = true);
 
 }  // namespace odyssey

@@ -184,17 +184,16 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
   return h;
 }
 
-/// The reverse of attention_forward from the incoming dh; returns dx of the attention half
-/// (dh + the norm's gradient). Frees everything in `sv`.
+/// The reverse of attention_forward from the incoming dh; returns dx = dh + the norm's gradient,
+/// written into dh (the engine's block backward adds the residual in place). Frees `sv`.
 int BlockHalves::attention_backward(int dh, AttnSaved& sv, int& grads) {
   grads = a("attention weight gradients", K::BlockGradsAttn, C::AttentionWorkspace);
   int dn1 = s_.untied ? untied_backward(dh, sv) : standard_backward(dh, sv);
   int dxa = a("attention rmsnorm input gradient", K::Hidden, C::AttentionWorkspace);
   f(dn1);
   f(sv.rstd);
-  const int dx = a("block input gradient dx = dh + d(attention)", K::Hidden, C::AttentionWorkspace);
-  f(dxa);
-  return dx;
+  f(dxa);  // added into dh: dx
+  return dh;
 }
 
 /// RoPE's backward has RoPE's shape: dx*cos + rotate_half^T(dx*sin), three temporaries.
@@ -345,7 +344,9 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
 
 // --- MLP half ------------------------------------------------------------------------------------
 
-int BlockHalves::mlp_forward(bool grad, MlpSaved& sv) {
+/// need_output: the block output h + MLP is made (forward); the recompute keeps only the MLP
+/// branch's gradient edge and makes no output.
+int BlockHalves::mlp_forward(bool grad, MlpSaved& sv, bool need_output) {
   sv.n2 = a("MLP rmsnorm output", K::Hidden, C::MlpWorkspace);
   sv.rstd = a("MLP rmsnorm 1/rms", K::RowStat, C::MlpWorkspace);
   int y;
@@ -376,13 +377,14 @@ int BlockHalves::mlp_forward(bool grad, MlpSaved& sv) {
     f(sv.n2);
     f(sv.rstd);
   }
-  const int out = a("block output = h + MLP", K::Hidden, C::MlpWorkspace);
+  const int out = need_output ? a("block output = h + MLP", K::Hidden, C::MlpWorkspace) : -1;
   f(y);
   return out;
 }
 
-/// The MLP half's backward from dy; returns dh = dy + d(MLP branch). Frees `sv`.
-int BlockHalves::mlp_backward(MlpSaved& sv, int& grads) {
+/// The MLP half's backward from dy; returns dh = dy + d(MLP branch), written into dy (the
+/// engine adds the residual into the incoming gradient when that is its own). Frees `sv`.
+int BlockHalves::mlp_backward(MlpSaved& sv, int& grads, int dy) {
   grads = a("MLP weight gradients", K::BlockGradsMlp, C::MlpWorkspace);
   int dn2;
   if (!s_.tiled_mlp) {
@@ -433,9 +435,8 @@ int BlockHalves::mlp_backward(MlpSaved& sv, int& grads) {
   int dhn = a("MLP rmsnorm input gradient", K::Hidden, C::MlpWorkspace);
   f(dn2);
   f(sv.rstd);
-  const int dh = a("dh = dy + d(MLP)", K::Hidden, C::MlpWorkspace);
-  f(dhn);
-  return dh;
+  f(dhn);  // added into dy: dh
+  return dy;
 }
 
 }  // namespace odyssey::planner_detail

@@ -28,12 +28,13 @@ class BlockHalves {
   BlockHalves(const PlanShapes& s, LiveSet& m) : s_(s), m_(m) {}
   /// rmsnorm -> attention -> residual; returns h. With grad, `sv` gets what autograd keeps.
   int attention_forward(bool grad, AttnSaved& sv);
-  /// From dh: frees `sv`, returns dx; `grads` gets the attention weight gradients.
+  /// From dh: frees `sv`, returns dx (written into dh); `grads` gets the attention weight gradients.
   int attention_backward(int dh, AttnSaved& sv, int& grads);
-  /// rmsnorm -> MLP (tiled or not) -> residual; returns the block output.
-  int mlp_forward(bool grad, MlpSaved& sv);
-  /// From dy: frees `sv`, returns dh = dy + d(MLP); `grads` gets the MLP weight gradients.
-  int mlp_backward(MlpSaved& sv, int& grads);
+  /// rmsnorm -> MLP (tiled or not) -> residual; returns the block output (-1 without need_output).
+  int mlp_forward(bool grad, MlpSaved& sv, bool need_output = true);
+  /// From dy: frees `sv`, returns dh = dy + d(MLP) (written into dy); `grads` gets the MLP weight
+  /// gradients.
+  int mlp_backward(MlpSaved& sv, int& grads, int dy);
 
  private:
   int a(const char* name, TensorKind kind, PlanCategory cat, int32_t count = 1);

@@ -23,8 +23,7 @@ struct BlockState {
   MlpSaved mlp;
   int input = -1;   ///< block input on the device (checkpoint, or autograd's saved input)
   int host = -1;    ///< offloaded input in the host pool
-  int h = -1;       ///< attention half output (non-checkpointed: saved)
-  int out = -1;     ///< block output (non-checkpointed: the MLP graph's root)
+  int h = -1;       ///< attention half output (non-checkpointed: saved by the MLP half's norm)
 };
 
 class Walker {
@@ -191,14 +190,13 @@ class Walker {
                  s_.offload ? "last block input (kept on the device)" : "checkpointed block inputs");
       }
     } else {
-      // everything the block's forward left alive is what autograd saved (retag_since)
+      // everything the block's forward left alive is what autograd saved (retag_since); the block
+      // output is the next block's input (or the loss's), which frees it
       b.h = h;
-      b.out = out;
       for (int handle : {b.input, b.attn.n1, b.attn.rstd, b.attn.q_pre, b.attn.k_pre, b.attn.q_h, b.attn.k_h,
                          b.attn.v_h, b.attn.o_h, b.attn.lse, b.attn.o, b.attn.out, h, b.mlp.n2, b.mlp.rstd,
                          b.mlp.gate, b.mlp.up, b.mlp.act, b.mlp.prod, out})
         m_.retag(handle, C::SavedActivations);
-      if (i > 0) b.input = -1;  // owned by block i-1 as its output (freed after its MLP backward)
     }
     f(current);  // reshard
     x_ = out;
@@ -266,18 +264,18 @@ class Walker {
       head_grads = a("LM-head weight gradient", K::HeadWeightGrad, C::LossWorkspace);
       f(dl);
       f(final_norm_);
-      dy_ = a("last block output gradient", K::Hidden, C::LossWorkspace);
+      dy_ = a("gradient between blocks (dy; dh, dx in place)", K::Hidden, C::LossWorkspace);
       f(dnf);
     } else {
       int scaled = a("tiled loss: gradient x grad_output", K::Hidden, C::LossWorkspace);
       f(saved_dx_);
       head_grads = head_grad_;
       head_grad_ = -1;
-      dy_ = a("last block output gradient", K::Hidden, C::LossWorkspace);
+      dy_ = a("gradient between blocks (dy; dh, dx in place)", K::Hidden, C::LossWorkspace);
       f(scaled);
     }
     f(final_rstd_);
-    if (s_.ckpt) f(loss_input_);  // without checkpointing the last block owns it (its MLP graph root)
+    f(loss_input_);  // the final norm's saved input: the last block's output
     loss_input_ = -1;
     reduce_scatter(K::HeadPack, head_grads, none);
     f(head_gathered_);
@@ -313,7 +311,7 @@ class Walker {
     if (last && s_.tiled_loss) loss_backward();
     if (last) current_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
     const int prefetch = i > 0 ? gather(K::BlockFull, "block parameters (unsharded, prefetch)") : -1;
-    int h = b.h, out = b.out;
+    int h = b.h;
     if (s_.ckpt) {
       if (s_.offload) {
         if (!last) b.input = prefetched_input_;
@@ -324,23 +322,21 @@ class Walker {
         }
       }
       h = halves_.attention_forward(true, b.attn);
-      out = halves_.mlp_forward(true, b.mlp);
+      halves_.mlp_forward(true, b.mlp, /*need_output=*/false);  // the graph is kept by its root's edge
       m_.begin_phase(PhaseKind::BwdMlp, i);
     }
+    // One gradient buffer flows down the blocks: dh and dx are written into the incoming dy.
     int grads_mlp = -1, grads_attn = -1;
-    int dh = halves_.mlp_backward(b.mlp, grads_mlp);
-    f(out);  // the MLP half's graph root
+    const int dh = halves_.mlp_backward(b.mlp, grads_mlp, dy_);
+    f(h);  // h (the MLP half's input) is free once the MLP graph has run
     m_.begin_phase(PhaseKind::BwdAttn, i);
-    int dx = halves_.attention_backward(dh, b.attn, grads_attn);
-    f(h);
-    f(dh);
+    const int dx = halves_.attention_backward(dh, b.attn, grads_attn);
     m_.begin_phase(PhaseKind::BwdReduceScatter, i);
     reduce_scatter(K::BlockPack, grads_attn, grads_mlp);
     f(b.input);  // the block's input is a saved variable of its backward until that returns
     f(current_gathered_);  // reshard
     current_gathered_ = prefetch;
-    f(dy_);
-    dy_ = dx;
+    dy_ = dx;  // the same buffer
   }
 
   const PlanShapes& s_;

