@@ -146,14 +146,8 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     int qs = a("stage q projection", K::QStageLocal, C::AttentionWorkspace);
     qs = rope(qs, K::QStageLocal, C::AttentionWorkspace);
     int qh = s_.P > 1 ? all_to_all(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)") : qs;
-    // The memory-efficient CUDA kernel (fp32) takes equal head counts: a stage with more query than
-    // KV heads repeats K/V to its query heads for it (flash_attention.cpp's expand_kv); the flash
-    // kernel (half precision) and the CPU kernel take GQA natively
     int ke = -1, ve = -1;
-    if (s_.cuda_target && s_.c == 4 && s_.hs > s_.khs) {
-      ke = a("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
-      ve = a("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
-    }
+    repeated_stage_kv(ke, ve);
     int oh = a("stage attention output", K::QStageHead, C::AttentionWorkspace);
     f(ke);
     f(ve);
@@ -205,22 +199,12 @@ int BlockHalves::standard_backward(int dh, AttnSaved& sv) {
   f(sv.o);
   int d_oh = d_o;
   if (s_.P > 1) d_oh = all_to_all(d_o, K::QLocal, K::QHead, "d o after all-to-all (head layout)");
-  // flash-attention backward: dq, dk, dv, and on CUDA (FlashAttention-2) the fp32 dq accumulator
-  // and, with GQA, dK/dV at query-head count before they are summed per KV head; the CPU kernel
-  // takes GQA natively and accumulates into dq, with one thread's block scratch
+  // flash-attention backward: dq, dk, dv and the kernel's own buffers
   int dq = a("flash backward dq", K::QHead, C::AttentionWorkspace);
   int dk = a("flash backward dk", K::KvHead, C::AttentionWorkspace);
   int dv = a("flash backward dv", K::KvHead, C::AttentionWorkspace);
-  int acc = s_.cuda_target ? a("flash backward dq accumulator (fp32)", K::DqAccum, C::AttentionWorkspace)
-                           : a("CPU flash backward scratch", K::CpuFlashScratch, C::AttentionWorkspace);
-  int ek = -1, ev = -1;
-  if (s_.cuda_target && s_.hq > s_.hkv) {
-    ek = a("flash backward dk at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
-    ev = a("flash backward dv at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
-  }
-  f(ek);
-  f(ev);
-  f(acc);
+  FlashBackwardBuffers kernel = flash_backward_buffers(/*stage=*/false);
+  free_flash_buffers(kernel);
   f(sv.q_h);
   f(sv.k_h);
   f(sv.v_h);
@@ -297,24 +281,13 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
       doh = all_to_all(do_slice, K::QStageLocal, K::QStageHead, "stage d o (head layout)");
     else
       f(do_slice);  // copied into the stage's head-layout buffer
-    int ke = -1, ve = -1;  // K/V repeated to the stage's query heads for the fp32 CUDA kernel (as forward)
-    if (s_.cuda_target && s_.c == 4 && s_.hs > s_.khs) {
-      ke = a("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
-      ve = a("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
-    }
+    int ke = -1, ve = -1;  // as in forward
+    repeated_stage_kv(ke, ve);
     int dq = a("stage flash backward dq", K::QStageHead, C::AttentionWorkspace);
     int dk = a("stage flash backward dk", K::KvStageHead, C::AttentionWorkspace);
     int dv = a("stage flash backward dv", K::KvStageHead, C::AttentionWorkspace);
-    int acc = s_.cuda_target ? a("stage dq accumulator (fp32)", K::DqAccumStage, C::AttentionWorkspace)
-                             : a("CPU flash backward scratch", K::CpuFlashScratch, C::AttentionWorkspace);
-    int ek = -1, ev = -1;
-    if (s_.cuda_target && s_.hs > s_.khs) {
-      ek = a("stage dk at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace);
-      ev = a("stage dv at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace);
-    }
-    f(ek);
-    f(ev);
-    f(acc);
+    FlashBackwardBuffers kernel = flash_backward_buffers(/*stage=*/true);
+    free_flash_buffers(kernel);
     f(ke);
     f(ve);
     f(qh);
@@ -340,6 +313,40 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
   f(sv.lse);
   f(sv.n1);
   return dn1;
+}
+
+/// On CUDA, FlashAttention-2's mha_bwd allocates an fp32 dq accumulator of q's size and, with GQA,
+/// dK/dV at the query-head count before summing them per KV head; PyTorch's CPU kernel takes GQA
+/// natively, accumulates into dq and needs one thread's attn/grad_attn blocks.
+FlashBackwardBuffers BlockHalves::flash_backward_buffers(bool stage) {
+  FlashBackwardBuffers b;
+  if (!s_.cuda_target) {
+    b.accumulator = a("CPU flash backward scratch", K::CpuFlashScratch, C::AttentionWorkspace);
+    return b;
+  }
+  b.accumulator = stage ? a("stage dq accumulator (fp32)", K::DqAccumStage, C::AttentionWorkspace)
+                        : a("flash backward dq accumulator (fp32)", K::DqAccum, C::AttentionWorkspace);
+  if (stage ? s_.hs > s_.khs : s_.hq > s_.hkv) {
+    b.dk_wide = stage ? a("stage dk at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace)
+                      : a("flash backward dk at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
+    b.dv_wide = stage ? a("stage dv at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace)
+                      : a("flash backward dv at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
+  }
+  return b;
+}
+
+void BlockHalves::free_flash_buffers(FlashBackwardBuffers& b) {
+  f(b.dk_wide);
+  f(b.dv_wide);
+  f(b.accumulator);
+}
+
+/// The memory-efficient CUDA kernel (fp32) takes equal head counts: a stage with more query than
+/// KV heads repeats K/V to its query heads for it (flash_attention.cpp's expand_kv).
+void BlockHalves::repeated_stage_kv(int& k, int& v) {
+  if (!(s_.cuda_target && s_.c == 4 && s_.hs > s_.khs)) return;
+  k = a("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+  v = a("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
 }
 
 // --- MLP half ------------------------------------------------------------------------------------

@@ -22,6 +22,12 @@ struct MlpSaved {
   int n2 = -1, rstd = -1, gate = -1, up = -1, act = -1, prod = -1;
 };
 
+/// A flash-attention backward's own buffers besides dq/dk/dv (handles; -1 = none).
+struct FlashBackwardBuffers {
+  int accumulator = -1;  ///< CUDA: FA-2's fp32 dq accumulator; CPU: the kernel's block scratch
+  int dk_wide = -1, dv_wide = -1;  ///< CUDA with GQA: dK/dV at the query-head count
+};
+
 /// Walks the halves of a block on a ledger.
 class BlockHalves {
  public:
@@ -46,6 +52,13 @@ class BlockHalves {
   int standard_backward(int dh, AttnSaved& sv);
   int projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv);
   int untied_backward(int dh, AttnSaved& sv);
+  /// The kernel's buffers of one flash-attention backward (`stage`: one Untied stage's sizes),
+  /// allocated after its dq/dk/dv; free_flash_buffers releases them.
+  FlashBackwardBuffers flash_backward_buffers(bool stage);
+  void free_flash_buffers(FlashBackwardBuffers& b);
+  /// The fp32 CUDA kernel's K and V repeated to a stage's query heads (none when the kernel takes
+  /// GQA natively: flash in half precision, and the CPU kernel).
+  void repeated_stage_kv(int& k, int& v);
 
   const PlanShapes& s_;
   LiveSet& m_;
