@@ -1,5 +1,5 @@
-// odyssey schema [--markdown]: prints every preset table and key with its type, default and doc
-// line. README.md's schema section is this command's markdown output (a test keeps them equal).
+// odyssey schema [--markdown]: prints every preset table and key with its type, physical range,
+// default and doc line. README.md's schema section is this command's markdown output (a test keeps them equal).
 #include <iostream>
 #include <sstream>
 
@@ -37,7 +37,7 @@ int run_schema(int argc, char** argv, int first) {
     os << "Top level: `description` (string): " << find_key_spec("", "description")->doc << "\n";
     for (const auto& section : config_sections()) {
       os << "\n**[" << section.name << "]** " << section.doc << "\n\n";
-      os << "| key | type | default | meaning |\n|---|---|---|---|\n";
+      os << "| key | type | range | default | meaning |\n|---|---|---|---|---|\n";
       for (const auto& key : config_schema()) {
         if (key.section != section.name) continue;
         std::string type = kind_name(key.kind);
@@ -50,7 +50,11 @@ int run_schema(int argc, char** argv, int first) {
         if (section.name == "model" && key.name == "flavor") def = "required";
         if (section.name == "training" && key.name == "seq_len") def = "required";
         if (section.name == "hardware" && key.name != "profile") def = "from profile";
-        os << "| `" << key.name << "` | " << type << " | `" << def << "` | " << key.doc << " |\n";
+        const std::string range = key.range ? key.range->interval(key.kind) : "";
+        const std::string unit = key.range && !key.range->unit.empty() ? " " + std::string(key.range->unit) : "";
+        os << "| `" << key.name << "` | " << type << " | " << range << unit << " | `" << def << "` | " << key.doc
+           << (key.resume_must_match ? " Fixed for a resumed run (the checkpoint's state depends on it)." : "")
+           << " |\n";
       }
     }
   } else {

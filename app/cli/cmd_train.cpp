@@ -1,15 +1,17 @@
 // odyssey train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--quiet]: trains the
 // preset's model on this machine; a progress bar on a terminal, plain lines otherwise; writes
 // DIR/metrics.jsonl, DIR/trace.json, DIR/summary.json and checkpoints; Ctrl-C stops at the next step
-// boundary with a checkpoint. Under torchrun (RANK, WORLD_SIZE, ... set) each process runs one
+// boundary with a checkpoint, as does SIGTERM. Under torchrun (RANK, WORLD_SIZE, ... set) each process runs one
 // rank; rank 0 prints and writes the outputs, the others print errors only.
-// Exit 0 (finished or stopped), 1 (runtime failure), 2 (bad input).
+// Exit 0 (finished), 1 (runtime failure), 2 (bad input), 130/143 (stopped by SIGINT/SIGTERM, after
+// its checkpoint).
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "app/cli/cli.h"
@@ -22,14 +24,43 @@ namespace odyssey::cli {
 namespace {
 
 RunControl* g_control = nullptr;
+volatile std::sig_atomic_t g_stop_signal = 0;  // the signal that asked the run to stop (0: none)
 
-extern "C" void on_sigint(int) {
+// SIGINT (Ctrl-C) and SIGTERM (what cluster schedulers send before a kill) stop at the next step
+// boundary, where the run writes its checkpoint; the same signal again kills at once.
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
   if (g_control) g_control->request_stop_from_signal();
-  static const char kMsg[] = "\nodyssey train: stopping at the next step boundary (Ctrl-C again to abort)\n";
-  ssize_t ignored = ::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+  static const char kInt[] = "\nodyssey train: Ctrl-C: stopping at the next step boundary with a checkpoint "
+                             "(Ctrl-C again to abort)\n";
+  static const char kTerm[] = "\nodyssey train: SIGTERM: stopping at the next step boundary with a checkpoint "
+                              "(SIGTERM again to abort)\n";
+  const char* msg = sig == SIGINT ? kInt : kTerm;
+  const size_t len = sig == SIGINT ? sizeof(kInt) - 1 : sizeof(kTerm) - 1;
+  ssize_t ignored = ::write(STDERR_FILENO, msg, len);
   (void)ignored;
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C kills
+  std::signal(sig, SIG_DFL);  // a second one kills
 }
+
+/// Installs on_stop_signal for SIGINT and SIGTERM; restores the previous handlers when destroyed.
+class StopSignals {
+ public:
+  explicit StopSignals(RunControl* control) {
+    g_control = control;
+    g_stop_signal = 0;
+    previous_int_ = std::signal(SIGINT, on_stop_signal);
+    previous_term_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, previous_int_);
+    std::signal(SIGTERM, previous_term_);
+    g_control = nullptr;
+  }
+
+ private:
+  void (*previous_int_)(int) = SIG_DFL;
+  void (*previous_term_)(int) = SIG_DFL;
+};
 
 std::string mib(int64_t bytes) {
   char text[32];
@@ -118,23 +149,25 @@ int run_train(int argc, char** argv, int first) {
   };
   RunControl control;
   opt.control = &control;
-  g_control = &control;
-  auto previous = std::signal(SIGINT, on_sigint);
+  std::optional<StopSignals> signals(&control);
   if (lead)
     std::cout << "odyssey train " << opt.preset << ": " << cfg.model.flavor << ", " << format_size(cfg.training.seq_len)
             << " tokens x " << cfg.training.batch_size << ", " << cfg.parallel.world_size << " rank"
             << (cfg.parallel.world_size == 1 ? "" : "s") << ", steps " << start << ".." << opt.steps << " -> "
             << opt.out_dir << "\n";
   const RunOutcome outcome = run_training(cfg, opt);
-  std::signal(SIGINT, previous);
-  g_control = nullptr;
+  const int stop_signal = g_stop_signal;
+  signals.reset();
   if (tty) std::cout << "\r\033[K";
+  // A run stopped by a signal exits 128 + its number (130 Ctrl-C, 143 SIGTERM), as shells report
+  // a process the signal ended, so a scheduler sees it did not finish; its checkpoint is written.
+  const int stopped_code = outcome.status == RunOutcome::Status::Stopped && stop_signal ? 128 + stop_signal : kExitOk;
 
   if (outcome.status == RunOutcome::Status::Failed) {
     std::cerr << who << outcome.error << "\n";
     return outcome.bad_input ? kExitBadInput : kExitRuntime;
   }
-  if (!lead) return kExitOk;
+  if (!lead) return stopped_code;
   if (!outcome.metrics.empty()) {
     const auto& first_m = outcome.metrics.front();
     const auto& last_m = outcome.metrics.back();
@@ -148,7 +181,7 @@ int run_train(int argc, char** argv, int first) {
   } else {
     std::cout << to_string(outcome.status) << " at step " << outcome.next_step << " (no steps run)\n";
   }
-  return kExitOk;
+  return stopped_code;
 }
 
 const CommandRegistration registration{Command{

@@ -11,9 +11,13 @@ void print_help(std::ostream& os) {
   os << "odyssey: long-context training memory studio, headless\n\n"
      << "usage: odyssey COMMAND [ARGS]\n\n";
   for (const auto& c : odyssey::cli::commands()) {
-    std::string usage = c.usage;
+    // The summary starts in column 62; a longer usage puts it on its own line there, so two
+    // commands never run into their descriptions.
+    constexpr size_t kUsageWidth = 52;
+    const std::string usage = c.usage;
     os << "  odyssey " << usage;
-    for (size_t pad = usage.size(); pad < 52; ++pad) os << ' ';
+    if (usage.size() >= kUsageWidth) os << "\n  " << std::string(kUsageWidth + 8, ' ');
+    else os << std::string(kUsageWidth - usage.size(), ' ');
     os << c.summary << "\n";
   }
   os << "\nCommon options:\n"

@@ -63,6 +63,7 @@ std::string setup_line(const RunConfig& cfg) {
 }
 
 std::string verdict(const MemoryPlan& plan) {
+  if (plan.beyond_range) return "OOM (beyond the planner's 4 EiB range: sizes no machine holds)";
   if (plan.fits()) return "FITS";
   if (!plan.fits_device && !plan.fits_host) return "OOM (device and host)";
   return plan.fits_device ? "OOM (host)" : "OOM";
@@ -94,6 +95,7 @@ void write_plan_verdict_json(JsonWriter& w, const MemoryPlan& plan) {
   w.key("fits").value(plan.fits())
       .key("fits_device").value(plan.fits_device)
       .key("fits_host").value(plan.fits_host)
+      .key("beyond_range").value(plan.beyond_range)
       .key("peak_bytes").value(plan.peak_bytes)
       .key("peak_phase").value(plan.peak_phase)
       .key("host_bytes").value(plan.host_bytes)

@@ -58,10 +58,13 @@ bool load_preset_into(AppState& state, const std::string& path) {
   // wrong types) are listed under the preset.
   const auto rule_issues = validate(loaded.config);
   std::string extra;
+  e.file_problems.clear();
   for (const auto& i : loaded.issues) {
     const bool again = std::any_of(rule_issues.begin(), rule_issues.end(),
                                    [&](const ConfigIssue& r) { return r.key == i.key && r.rule == i.rule; });
-    if (!again) extra += "\n" + i.format();
+    if (again) continue;
+    extra += "\n" + i.format();
+    e.file_problems.push_back(i);
   }
   state.config = loaded.config;
   state.preset_path = path;
@@ -71,6 +74,19 @@ bool load_preset_into(AppState& state, const std::string& path) {
   e.context_text_for = -1;
   refresh_validation(state);
   return true;
+}
+
+std::string validity_headline(const ConfigEditState& edit, bool* valid) {
+  const size_t rules = edit.messages.count(), file = edit.file_problems.size();
+  *valid = rules == 0 && file == 0;
+  if (*valid) return "Valid configuration";
+  auto problems = [](size_t n) { return std::to_string(n) + " problem" + (n == 1 ? "" : "s"); };
+  std::string s;
+  if (rules > 0) s = problems(rules) + ": see the fields marked in red";
+  if (file > 0)
+    s += (s.empty() ? "" : "; ") + problems(file) + " in the loaded file (listed above): the fields show defaults in " +
+         (file == 1 ? "its" : "their") + " place until you fix and save";
+  return s;
 }
 
 void refresh_validation(AppState& state) {

@@ -37,6 +37,9 @@ struct ConfigEditState {
   std::string preset_message;      ///< result of the last load/save
   bool preset_message_error = false;
   std::vector<ConfigIssue> issues; ///< validate(config)
+  /// The loaded file's problems that are no rule of the config (missing, unknown or mistyped
+  /// keys): the fields hold defaults in their place. Cleared by the next load or a save.
+  std::vector<ConfigIssue> file_problems;
   FieldMessages messages;          ///< issues filed under their fields
   RunConfig validated_for;         ///< config the issues belong to
   bool validated = false;
@@ -112,6 +115,9 @@ struct AppState {
 /// Loads a preset file into the edited config. A file that cannot be parsed leaves the config as
 /// it was and says why; a file that parses but breaks rules loads and shows each rule at its field.
 bool load_preset_into(AppState& state, const std::string& path);
+/// The configuration panel's one-line verdict: "Valid configuration" only when neither the edited
+/// config breaks a rule nor the file it came from had problems; else how many, and where.
+std::string validity_headline(const ConfigEditState& edit, bool* valid);
 /// Revalidates the edited config when it changed since the last call.
 void refresh_validation(AppState& state);
 /// Everything a frame does besides drawing: poll the engine, revalidate, sync live edits.

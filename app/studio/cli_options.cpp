@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 
 namespace odyssey::studio {
@@ -16,10 +17,12 @@ bool parse_number(const std::string& text, T* out) {
   auto [p, ec] = std::from_chars(text.data(), end, *out);
   return ec == std::errc() && p == end;
 }
+/// A finite number spelled out whole ("nan", "inf" and trailing text are refused: every range
+/// check below compares, and a NaN passes every comparison).
 bool parse_float(const std::string& text, double* out) {
   char* end = nullptr;
   *out = std::strtod(text.c_str(), &end);
-  return !text.empty() && end == text.c_str() + text.size();
+  return !text.empty() && end == text.c_str() + text.size() && std::isfinite(*out);
 }
 }  // namespace
 

@@ -132,11 +132,12 @@ void draw_preset_row(AppState& state) {
     ImGui::PopTextWrapPos();
   }
   const auto& m = state.edit.messages;
-  if (m.count() == 0) {
-    ImGui::TextColored(to_vec4(kColorGood), "Valid configuration");
-  } else {
-    ImGui::TextColored(to_vec4(kColorBad), "%zu problem%s: see the fields marked in red", m.count(),
-                       m.count() == 1 ? "" : "s");
+  bool valid = false;
+  const std::string headline = validity_headline(state.edit, &valid);
+  ImGui::PushTextWrapPos(0);
+  ImGui::TextColored(to_vec4(valid ? kColorGood : kColorBad), "%s", headline.c_str());
+  ImGui::PopTextWrapPos();
+  if (m.count() > 0) {
     ImGui::PushStyleColor(ImGuiCol_Text, to_vec4(kColorBad));
     ImGui::PushTextWrapPos(0);
     for (const auto& u : m.unplaced) ImGui::Text("! %s", u.c_str());

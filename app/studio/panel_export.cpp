@@ -76,7 +76,10 @@ bool run_action(AppState& state, EngineControl& engine, const std::string& path)
       break;
     case FileDialog::SavePreset:
       ok = export_preset(state.config, path, &msg);
-      if (ok) state.preset_path = path;
+      if (ok) {
+        state.preset_path = path;
+        state.edit.file_problems.clear();  // the saved file has none
+      }
       state.edit.preset_message = msg;
       state.edit.preset_message_error = !ok;
       break;

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <sys/stat.h>
+
 #include <toml++/toml.h>
 
 #include "engine/config/sizes.h"
@@ -234,10 +236,17 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
   }
   // head_dim follows d_model / n_heads unless given, or the flavor's own differs (qwen3-32b).
   const bool flavor_standard = custom || (flavor_shape.n_heads > 0 && flavor_shape.d_model == flavor_shape.n_heads * flavor_shape.head_dim);
-  if (!given("model.head_dim") && flavor_standard && (custom || given("model.d_model") || given("model.n_heads"))) {
-    if (m.n_heads > 0 && m.d_model % m.n_heads == 0) {
+  // Only for values in their ranges: an absurd n_heads or d_model is reported by the range pass
+  // (validate), not as a divisibility problem.
+  auto in_range = [&](const char* key) {
+    const KeySpec* spec = find_key_spec(key);
+    return spec->range->contains(spec->number(cfg));
+  };
+  if (!given("model.head_dim") && flavor_standard && (custom || given("model.d_model") || given("model.n_heads")) &&
+      in_range("model.n_heads") && in_range("model.d_model")) {
+    if (m.d_model % m.n_heads == 0) {
       m.head_dim = m.d_model / m.n_heads;
-    } else if (m.n_heads > 0) {
+    } else {
       issues.push_back({sources.count("model.n_heads") ? sources["model.n_heads"] : table_loc("model"), "model.n_heads",
                         std::to_string(m.n_heads),
                         "must divide model.d_model = " + std::to_string(m.d_model) + " unless model.head_dim is given",
@@ -422,22 +431,33 @@ LoadedPreset load_preset_text(std::string_view text, const std::string& name, co
   return load_document(text, name, overrides);
 }
 
+namespace {
+/// Presets are a few kilobytes; a larger "preset" is some other file named by mistake.
+constexpr int64_t kMaxPresetBytes = 1 << 20;
+}  // namespace
+
 LoadedPreset load_preset(const std::string& path, const std::vector<Override>& overrides) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
+  auto refuse = [&](std::string rule, std::string hint = "") {
     LoadedPreset r;
     r.path = path;
-    r.issues.push_back({SourceLoc{path}, "", "", "is a directory, not a preset file", ""});
+    r.issues.push_back({SourceLoc{path}, "", "", std::move(rule), std::move(hint)});
     return r;
-  }
+  };
+  // stat before open: opening a FIFO for reading blocks until a writer appears (and ignores
+  // Ctrl-C meanwhile); a device such as /dev/zero never ends.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return refuse("cannot open: " + std::string(std::strerror(errno)),
+                  "give the path of a .toml preset, e.g. presets/tiny-cpu.toml");
+  if (S_ISDIR(st.st_mode)) return refuse("is a directory, not a preset file");
+  if (!S_ISREG(st.st_mode)) return refuse("is not a regular file (a FIFO, socket or device): presets are files");
+  if (st.st_size > kMaxPresetBytes)
+    return refuse("is " + std::to_string(st.st_size) + " bytes; a preset is at most " +
+                  std::to_string(kMaxPresetBytes) + " bytes of TOML");
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    LoadedPreset r;
-    r.path = path;
-    r.issues.push_back({SourceLoc{path}, "", "", "cannot open: " + std::string(std::strerror(errno)),
-                        "give the path of a .toml preset, e.g. presets/tiny-cpu.toml"});
-    return r;
-  }
+  if (!in)
+    return refuse("cannot open: " + std::string(std::strerror(errno)),
+                  "give the path of a .toml preset, e.g. presets/tiny-cpu.toml");
   std::ostringstream buffer;
   buffer << in.rdbuf();
   return load_document(buffer.str(), path, overrides);

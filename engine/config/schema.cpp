@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "engine/config/sizes.h"
 
@@ -131,24 +132,80 @@ std::string KeySpec::type_rule() const {
   return "has the wrong type";
 }
 
+bool ValueRange::contains(double v) const {
+  if (std::isnan(v)) return false;
+  const bool above_lo = lo_open ? v > lo : v >= lo;
+  const bool below_hi = hi_open ? v < hi : v <= hi;
+  return above_lo && below_hi;
+}
+
 namespace {
+/// A bound as a user writes it: 16G for token counts, 604800 rather than 6.048e+05.
+std::string bound_text(double v, KeyKind kind) {
+  if (kind == KeyKind::Int || kind == KeyKind::Size) {
+    const auto n = static_cast<int64_t>(v);
+    return kind == KeyKind::Size ? format_size(n) : std::to_string(n);
+  }
+  return std::fabs(v) < 1e15 && v == std::floor(v) ? std::to_string(static_cast<int64_t>(v)) : shortest_double(v);
+}
+}  // namespace
+
+std::string ValueRange::interval(KeyKind kind) const {
+  const bool whole = kind == KeyKind::Int || kind == KeyKind::Size;
+  if (whole && std::isinf(hi)) return ">= " + bound_text(lo, kind);
+  if (whole) return bound_text(lo, kind) + " to " + bound_text(hi, kind);
+  return std::string(lo_open ? "(" : "[") + bound_text(lo, kind) + ", " + bound_text(hi, kind) + (hi_open ? ")" : "]");
+}
+
+std::string ValueRange::rule(KeyKind kind) const {
+  const bool whole = kind == KeyKind::Int || kind == KeyKind::Size;
+  std::string s;
+  if (whole && std::isinf(hi))
+    s = lo == 0 ? "must not be negative" : "must be at least " + bound_text(lo, kind);
+  else if (whole)
+    s = "must be between " + bound_text(lo, kind) + " and " + bound_text(hi, kind);
+  else
+    s = std::string("must be ") + (unit.empty() ? "" : "a number of " + std::string(unit) + " ") + "in " +
+        interval(kind);
+  if (!why.empty()) s += " (" + std::string(why) + ")";
+  return s;
+}
+
+double KeySpec::number(const RunConfig& cfg) const {
+  const RawValue v = get(cfg);
+  return v.type == RawValue::Type::Float ? v.f : static_cast<double>(v.i);
+}
+
+namespace {
+
+// Range constructors for the table below (ValueRange's bounds, spelled as the math reads).
+constexpr double kMaxTokens = double(int64_t{1} << 34);  // 16G tokens: sequence, tiles
+constexpr double kMaxSteps = 1e9;                        // steps and step counts
+ValueRange between(double lo, double hi, std::string_view why = {}) { return {lo, hi, false, false, {}, why}; }
+ValueRange at_least(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, false, {}, {}}; }
+ValueRange positive_up_to(double hi, std::string_view unit = {}) { return {0, hi, true, false, unit, {}}; }
+ValueRange strictly_between(double lo, double hi) { return {lo, hi, true, true, {}, {}}; }
+ValueRange from_zero_below(double hi) { return {0, hi, false, true, {}, {}}; }
+ValueRange closed(double lo, double hi, std::string_view unit = {}, std::string_view why = {}) {
+  return {lo, hi, false, false, unit, why};
+}
 
 #define ODY_BOOL(SEC, FIELD, NAME, DOC)                                                   \
   KeySpec{SEC, NAME, KeyKind::Bool, DOC, {},                                              \
           [](const RunConfig& c) { return RawValue::boolean(c.FIELD); },                \
           [](RunConfig& c, const RawValue& v) { c.FIELD = v.b; }}
-#define ODY_INT(SEC, FIELD, NAME, DOC)                                                    \
+#define ODY_INT(SEC, FIELD, NAME, DOC, RANGE)                                              \
   KeySpec{SEC, NAME, KeyKind::Int, DOC, {},                                               \
           [](const RunConfig& c) { return RawValue::integer(c.FIELD); },                \
-          [](RunConfig& c, const RawValue& v) { c.FIELD = v.i; }}
-#define ODY_SIZE(SEC, FIELD, NAME, DOC)                                                   \
+          [](RunConfig& c, const RawValue& v) { c.FIELD = v.i; }, RANGE}
+#define ODY_SIZE(SEC, FIELD, NAME, DOC, RANGE)                                             \
   KeySpec{SEC, NAME, KeyKind::Size, DOC, {},                                              \
           [](const RunConfig& c) { return RawValue::integer(c.FIELD); },                \
-          [](RunConfig& c, const RawValue& v) { c.FIELD = v.i; }}
-#define ODY_FLOAT(SEC, FIELD, NAME, DOC)                                                  \
+          [](RunConfig& c, const RawValue& v) { c.FIELD = v.i; }, RANGE}
+#define ODY_FLOAT(SEC, FIELD, NAME, DOC, RANGE)                                            \
   KeySpec{SEC, NAME, KeyKind::Float, DOC, {},                                             \
           [](const RunConfig& c) { return RawValue::floating(c.FIELD); },               \
-          [](RunConfig& c, const RawValue& v) { c.FIELD = v.f; }}
+          [](RunConfig& c, const RawValue& v) { c.FIELD = v.f; }, RANGE}
 #define ODY_STRING(SEC, FIELD, NAME, DOC)                                                 \
   KeySpec{SEC, NAME, KeyKind::String, DOC, {},                                            \
           [](const RunConfig& c) { return RawValue::string(c.FIELD); },                 \
@@ -191,31 +248,31 @@ std::vector<KeySpec> make_schema() {
                       flavor_choices(),
                       [](const RunConfig& c) { return RawValue::string(c.model.flavor); },
                       [](RunConfig& c, const RawValue& v) { c.model.flavor = v.s; }});
-  s.push_back(ODY_INT("model", model.n_layers, "n_layers", "Decoder blocks."));
-  s.push_back(ODY_INT("model", model.d_model, "d_model", "Hidden size."));
-  s.push_back(ODY_INT("model", model.n_heads, "n_heads", "Query heads."));
-  s.push_back(ODY_INT("model", model.n_kv_heads, "n_kv_heads", "Key/value heads (GQA when fewer than n_heads); default n_heads for custom."));
-  s.push_back(ODY_INT("model", model.head_dim, "head_dim", "Per-head width; default d_model / n_heads."));
-  s.push_back(ODY_INT("model", model.d_ffn, "d_ffn", "SwiGLU intermediate size."));
-  s.push_back(ODY_INT("model", model.vocab_size, "vocab_size", "Vocabulary size (256 for the bytes dataset)."));
-  s.push_back(ODY_FLOAT("model", model.rope_theta, "rope_theta", "Rotary embedding base; default 10000 for custom."));
-  s.push_back(ODY_FLOAT("model", model.norm_eps, "norm_eps", "RMSNorm epsilon; default 1e-5 for custom."));
+  s.push_back(ODY_INT("model", model.n_layers, "n_layers", "Decoder blocks.", between(1, 1024)));
+  s.push_back(ODY_INT("model", model.d_model, "d_model", "Hidden size.", between(1, 1 << 20)));
+  s.push_back(ODY_INT("model", model.n_heads, "n_heads", "Query heads.", between(1, 4096)));
+  s.push_back(ODY_INT("model", model.n_kv_heads, "n_kv_heads", "Key/value heads (GQA when fewer than n_heads); default n_heads for custom.", between(1, 4096)));
+  s.push_back(ODY_INT("model", model.head_dim, "head_dim", "Per-head width; default d_model / n_heads.", between(2, 4096)));
+  s.push_back(ODY_INT("model", model.d_ffn, "d_ffn", "SwiGLU intermediate size.", between(1, 1 << 22)));
+  s.push_back(ODY_INT("model", model.vocab_size, "vocab_size", "Vocabulary size (256 for the bytes dataset).", between(2, 1 << 24)));
+  s.push_back(ODY_FLOAT("model", model.rope_theta, "rope_theta", "Rotary embedding base; default 10000 for custom.", positive_up_to(1e12)));
+  s.push_back(ODY_FLOAT("model", model.norm_eps, "norm_eps", "RMSNorm epsilon; default 1e-5 for custom.", strictly_between(0, 1)));
   s.push_back(ODY_BOOL("model", model.tie_embeddings, "tie_embeddings", "LM head shares the embedding matrix."));
   s.push_back(ODY_BOOL("model", model.qk_norm, "qk_norm", "RMSNorm on each query and key head before RoPE (Qwen3)."));
 
   // [training]
-  s.push_back(ODY_SIZE("training", training.seq_len, "seq_len", "Tokens per sequence, before sequence sharding (512K, 3M, ...)."));
-  s.push_back(ODY_INT("training", training.batch_size, "batch_size", "Sequences per data-parallel replica per step."));
-  s.push_back(ODY_INT("training", training.steps, "steps", "Optimizer steps."));
-  s.push_back(ODY_FLOAT("training", training.lr, "lr", "Peak learning rate (AdamW)."));
-  s.push_back(ODY_INT("training", training.warmup_steps, "warmup_steps", "Linear warmup steps before the cosine decay."));
-  s.push_back(ODY_FLOAT("training", training.min_lr_ratio, "min_lr_ratio", "Cosine floor as a fraction of lr."));
-  s.push_back(ODY_FLOAT("training", training.weight_decay, "weight_decay", "AdamW decoupled weight decay on matrices."));
-  s.push_back(ODY_FLOAT("training", training.beta1, "beta1", "AdamW first-moment decay."));
-  s.push_back(ODY_FLOAT("training", training.beta2, "beta2", "AdamW second-moment decay."));
-  s.push_back(ODY_FLOAT("training", training.adam_eps, "adam_eps", "AdamW epsilon."));
-  s.push_back(ODY_FLOAT("training", training.grad_clip, "grad_clip", "Clip the global gradient norm to this; 0 disables."));
-  s.push_back(ODY_INT("training", training.seed, "seed", "Seeds weights and data: same preset, same seed, same losses on CPU."));
+  s.push_back(ODY_SIZE("training", training.seq_len, "seq_len", "Tokens per sequence, before sequence sharding (512K, 3M, ...).", between(2, kMaxTokens, "one input and one label at least")));
+  s.push_back(ODY_INT("training", training.batch_size, "batch_size", "Sequences per data-parallel replica per step.", between(1, 65536)));
+  s.push_back(ODY_INT("training", training.steps, "steps", "Optimizer steps.", between(1, kMaxSteps)));
+  s.push_back(ODY_FLOAT("training", training.lr, "lr", "Peak learning rate (AdamW).", positive_up_to(1)));
+  s.push_back(ODY_INT("training", training.warmup_steps, "warmup_steps", "Linear warmup steps before the cosine decay.", between(0, kMaxSteps)));
+  s.push_back(ODY_FLOAT("training", training.min_lr_ratio, "min_lr_ratio", "Cosine floor as a fraction of lr.", closed(0, 1)));
+  s.push_back(ODY_FLOAT("training", training.weight_decay, "weight_decay", "AdamW decoupled weight decay on matrices.", closed(0, 10)));
+  s.push_back(ODY_FLOAT("training", training.beta1, "beta1", "AdamW first-moment decay.", from_zero_below(1)));
+  s.push_back(ODY_FLOAT("training", training.beta2, "beta2", "AdamW second-moment decay.", from_zero_below(1)));
+  s.push_back(ODY_FLOAT("training", training.adam_eps, "adam_eps", "AdamW epsilon.", strictly_between(0, 1)));
+  s.push_back(ODY_FLOAT("training", training.grad_clip, "grad_clip", "Clip the global gradient norm to this; 0 disables.", closed(0, 1e9, "", "0 turns clipping off")));
+  s.push_back(ODY_INT("training", training.seed, "seed", "Seeds weights and data: same preset, same seed, same losses on CPU.", at_least(0)));
   s.push_back(enum_key<DType>("training", "dtype", "Compute dtype; bfloat16 keeps fp32 master weights and optimizer state.",
                               {DType::Float32, DType::BFloat16},
                               [](RunConfig& c) -> DType& { return c.training.dtype; }));
@@ -229,44 +286,51 @@ std::vector<KeySpec> make_schema() {
                                    [](RunConfig& c) -> DeviceKind& { return c.training.device; }));
 
   // [parallel]
-  s.push_back(ODY_INT("parallel", parallel.world_size, "world_size", "Ranks in the job: data-parallel replicas x ulysses_degree."));
+  s.push_back(ODY_INT("parallel", parallel.world_size, "world_size", "Ranks in the job: data-parallel replicas x ulysses_degree.", between(1, 65536)));
   s.push_back(ODY_BOOL("parallel", parallel.fsdp, "fsdp", "Shard parameters, gradients and optimizer state over all ranks (ZeRO-3)."));
-  s.push_back(ODY_INT("parallel", parallel.ulysses_degree, "ulysses_degree", "Ranks that share one sequence (DeepSpeed sequence_parallel_size)."));
+  s.push_back(ODY_INT("parallel", parallel.ulysses_degree, "ulysses_degree", "Ranks that share one sequence (DeepSpeed sequence_parallel_size).", between(1, 65536)));
   s.push_back(ODY_BOOL("parallel", parallel.emulate, "emulate", "Run rank 0 of a world_size job alone: exact shapes, stand-in collectives, meaningless losses."));
-  s.push_back(ODY_FLOAT("parallel", parallel.timeout_s, "timeout_s", "Seconds before a collective fails with the rank and operation named."));
+  s.push_back(ODY_FLOAT("parallel", parallel.timeout_s, "timeout_s", "Seconds before a collective fails with the rank and operation named.", positive_up_to(604800, "seconds")));
 
   // [memory]
   s.push_back(ODY_BOOL("memory", memory.activation_checkpointing, "activation_checkpointing", "Keep only each block's input; recompute the block in backward."));
   s.push_back(ODY_BOOL("memory", memory.offload_activations, "offload_activations", "Move checkpointed block inputs (all but the last) to host memory."));
   s.push_back(ODY_BOOL("memory", memory.tiled_mlp, "tiled_mlp", "Run the MLP over sequence tiles, recomputed tile by tile in backward."));
-  s.push_back(ODY_SIZE("memory", memory.mlp_tile_tokens, "mlp_tile_tokens", "Tokens per MLP tile; 0 = d_model (DeepSpeed's rule)."));
+  s.push_back(ODY_SIZE("memory", memory.mlp_tile_tokens, "mlp_tile_tokens", "Tokens per MLP tile; 0 = d_model (DeepSpeed's rule).", between(0, kMaxTokens, "0 = auto")));
   s.push_back(ODY_BOOL("memory", memory.tiled_loss, "tiled_loss", "LM head + cross-entropy over sequence tiles; never the full logits."));
-  s.push_back(ODY_SIZE("memory", memory.loss_tile_tokens, "loss_tile_tokens", "Tokens per loss tile; 0 = about 1 GiB of fp32 logits per tile."));
+  s.push_back(ODY_SIZE("memory", memory.loss_tile_tokens, "loss_tile_tokens", "Tokens per loss tile; 0 = about 1 GiB of fp32 logits per tile.", between(0, kMaxTokens, "0 = auto")));
   s.push_back(ODY_BOOL("memory", memory.untied_ulysses, "untied_ulysses", "Attention in head stages that reuse one set of buffers (Untied Ulysses)."));
-  s.push_back(ODY_INT("memory", memory.heads_per_stage, "heads_per_stage", "Query heads per stage over all Ulysses ranks (a multiple of ulysses_degree); 0 = ulysses_degree."));
+  s.push_back(ODY_INT("memory", memory.heads_per_stage, "heads_per_stage", "Query heads per stage over all Ulysses ranks (a multiple of ulysses_degree); 0 = ulysses_degree.", between(0, 4096, "0 = one head per rank per stage")));
 
   // [hardware]
   s.push_back(KeySpec{"hardware", "profile", KeyKind::Choice, "Named target the keys below override.",
                       profile_choices(),
                       [](const RunConfig& c) { return RawValue::string(c.hardware.profile); },
                       [](RunConfig& c, const RawValue& v) { c.hardware.profile = v.s; }});
-  s.push_back(ODY_FLOAT("hardware", hardware.device_memory_gib, "device_memory_gib", "Usable memory per device, GiB."));
-  s.push_back(ODY_FLOAT("hardware", hardware.bf16_tflops, "bf16_tflops", "Dense bf16 peak per device, TFLOP/s."));
-  s.push_back(ODY_FLOAT("hardware", hardware.nvlink_gbps, "nvlink_gbps", "Intra-node bandwidth per device and direction, GB/s."));
-  s.push_back(ODY_FLOAT("hardware", hardware.internode_gbps, "internode_gbps", "Inter-node bandwidth per device and direction, GB/s."));
-  s.push_back(ODY_FLOAT("hardware", hardware.pcie_gbps, "pcie_gbps", "Host<->device bandwidth per device and direction, GB/s."));
-  s.push_back(ODY_FLOAT("hardware", hardware.host_memory_gib, "host_memory_gib", "Host memory per node, GiB."));
-  s.push_back(ODY_INT("hardware", hardware.gpus_per_node, "gpus_per_node", "Devices per node sharing the host memory."));
-  s.push_back(ODY_FLOAT("hardware", hardware.compute_efficiency, "compute_efficiency", "Achieved fraction of peak FLOP/s (0..1]."));
-  s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency", "Achieved fraction of link bandwidth in collectives (0..1]."));
-  s.push_back(ODY_FLOAT("hardware", hardware.runtime_overhead_gib, "runtime_overhead_gib", "CUDA context, NCCL, cuBLAS workspace and fragmentation, GiB per device."));
+  s.push_back(ODY_FLOAT("hardware", hardware.device_memory_gib, "device_memory_gib", "Usable memory per device, GiB.", positive_up_to(65536, "GiB")));
+  s.push_back(ODY_FLOAT("hardware", hardware.bf16_tflops, "bf16_tflops", "Dense bf16 peak per device, TFLOP/s.", positive_up_to(1e6, "TFLOP/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.nvlink_gbps, "nvlink_gbps", "Intra-node bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.internode_gbps, "internode_gbps", "Inter-node bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.pcie_gbps, "pcie_gbps", "Host<->device bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.host_memory_gib, "host_memory_gib", "Host memory per node, GiB.", closed(0, 1 << 20, "GiB")));
+  s.push_back(ODY_INT("hardware", hardware.gpus_per_node, "gpus_per_node", "Devices per node sharing the host memory.", between(1, 1024)));
+  s.push_back(ODY_FLOAT("hardware", hardware.compute_efficiency, "compute_efficiency", "Achieved fraction of peak FLOP/s (0..1].", positive_up_to(1)));
+  s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency", "Achieved fraction of link bandwidth in collectives (0..1].", positive_up_to(1)));
+  s.push_back(ODY_FLOAT("hardware", hardware.runtime_overhead_gib, "runtime_overhead_gib", "CUDA context, NCCL, cuBLAS workspace and fragmentation, GiB per device.", closed(0, 65536, "GiB")));
 
   // [output]
   s.push_back(ODY_STRING("output", output.dir, "dir", "Run directory: metrics.jsonl, trace.json, summary.json, checkpoints."));
-  s.push_back(ODY_INT("output", output.log_every, "log_every", "Steps between printed lines."));
-  s.push_back(ODY_INT("output", output.checkpoint_every, "checkpoint_every", "Steps between checkpoints; 0 = only at the end and on Ctrl-C."));
+  s.push_back(ODY_INT("output", output.log_every, "log_every", "Steps between printed lines.", between(1, kMaxSteps)));
+  s.push_back(ODY_INT("output", output.checkpoint_every, "checkpoint_every", "Steps between checkpoints; 0 = only at the end and when stopped (Ctrl-C, SIGTERM).", between(0, kMaxSteps, "0 = at the end only")));
   s.push_back(ODY_BOOL("output", output.trace, "trace", "Write the Perfetto trace (trace.json)."));
-  s.push_back(ODY_INT("output", output.trace_steps, "trace_steps", "Steps recorded in the trace (the first N)."));
+  s.push_back(ODY_INT("output", output.trace_steps, "trace_steps", "Steps recorded in the trace (the first N).", between(0, kMaxSteps)));
+  // The keys a checkpoint's state depends on (parameter shapes; how shards are cut and which
+  // rank files exist). rope_theta and norm_eps shape nothing: context extension changes them.
+  for (const char* key : {"model.n_layers", "model.d_model", "model.n_heads", "model.n_kv_heads", "model.head_dim",
+                          "model.d_ffn", "model.vocab_size", "model.tie_embeddings", "model.qk_norm",
+                          "parallel.world_size", "parallel.fsdp", "parallel.emulate"})
+    for (KeySpec& k : s)
+      if (k.full_name() == key) k.resume_must_match = true;
   return s;
 }
 
@@ -381,6 +445,9 @@ std::string closest_name(std::string_view name, const std::vector<std::string>& 
   std::string best;
   size_t best_d = 4;
   for (const auto& c : candidates) {
+    // The distance is at least the length difference: a name far longer than every candidate (a
+    // hostile 100 KB key) costs nothing.
+    if (name.size() > c.size() + 3 || c.size() > name.size() + 3) continue;
     const size_t d = distance(name, c);
     if (d < best_d) {
       best_d = d;

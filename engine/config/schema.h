@@ -42,6 +42,27 @@ struct RawValue {
 
 enum class KeyKind { Bool, Int, Size, Float, String, Choice };
 
+/// The physical range of a numeric key. Every value outside it is refused before any rule that
+/// combines keys runs, so no rule, hint loop or planner sum ever sees an absurd value (a
+/// 9e9 GiB device, 2^40 heads). Integer keys use closed bounds; `hi` may be +inf (no bound beyond
+/// the type's own).
+struct ValueRange {
+  double lo = 0;
+  double hi = 0;
+  bool lo_open = false;   ///< (lo, ... instead of [lo, ...
+  bool hi_open = false;   ///< ..., hi) instead of ..., hi]
+  std::string_view unit;  ///< "seconds", "GiB": named in the rule; may be empty
+  std::string_view why;   ///< appended to the rule in parentheses; may be empty
+
+  /// False for NaN and for anything outside the bounds.
+  bool contains(double v) const;
+  /// "must be between 1 and 1024", "must be in (0, 1]", "must be a number of seconds in
+  /// (0, 604800]", "must not be negative", with the reason when there is one.
+  std::string rule(KeyKind kind) const;
+  /// The bounds alone, as the schema table shows them: "1 to 1024", "(0, 1]", ">= 0".
+  std::string interval(KeyKind kind) const;
+};
+
 /// One preset key.
 struct KeySpec {
   std::string_view section;  ///< TOML table ("" for top-level keys)
@@ -51,6 +72,14 @@ struct KeySpec {
   std::vector<std::string> choices;  ///< allowed strings for KeyKind::Choice
   std::function<RawValue(const RunConfig&)> get;        ///< canonical value (for save/messages)
   std::function<void(RunConfig&, const RawValue&)> set;  ///< takes a value already coerced
+  std::optional<ValueRange> range;  ///< every Int, Size and Float key has one
+  /// The saved training state depends on this key (a parameter's shape, how state is sharded):
+  /// a checkpoint resumes only under the value it was saved with. Every other key may change
+  /// on resume, and the change is reported.
+  bool resume_must_match = false;
+
+  /// The key's current value as a number (Int, Size, Float keys).
+  double number(const RunConfig& cfg) const;
 
   /// "training.seq_len" (or "description" for top-level keys).
   std::string full_name() const;

@@ -2,7 +2,9 @@
 // (Ulysses divisibility, GQA vs degree, head stages, offload without checkpointing, ...).
 #include "engine/config/validate.h"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <sstream>
 
 #include "engine/config/sizes.h"
@@ -17,11 +19,17 @@ std::string join(const std::vector<int64_t>& values, const char* sep = ", ") {
   return os.str();
 }
 
+/// The divisors of n in increasing order, in O(sqrt n) steps (hints only ever ask for values the
+/// range pass accepted, but the walk must not be proportional to the value either way).
 std::vector<int64_t> divisors(int64_t n) {
-  std::vector<int64_t> d;
-  for (int64_t k = 1; k <= n; ++k)
-    if (n % k == 0) d.push_back(k);
-  return d;
+  std::vector<int64_t> low, high;
+  for (int64_t k = 1; k <= n / k; ++k) {
+    if (n % k != 0) continue;
+    low.push_back(k);
+    if (k != n / k) high.push_back(n / k);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 bool kv_compatible(int64_t n_kv_heads, int64_t degree) {
@@ -47,6 +55,22 @@ class Checker {
   void require(bool ok, const std::string& key, std::string rule, std::string hint = "") {
     if (!ok) fail(key, std::move(rule), std::move(hint));
   }
+  /// The range pass: every numeric key against its schema range. Runs first, so the rules that
+  /// combine keys (and their hints) only ever see values in range.
+  void check_ranges() {
+    for (const KeySpec& spec : config_schema()) {
+      if (!spec.range || spec.range->contains(spec.number(cfg_))) continue;
+      const std::string key = spec.full_name();
+      out_of_range_.push_back(key);
+      fail(key, spec.range->rule(spec.kind));
+    }
+  }
+  /// True when every key named is within its range (the rule combining them may run).
+  bool in_range(std::initializer_list<const char*> keys) const {
+    for (const char* key : keys)
+      if (std::find(out_of_range_.begin(), out_of_range_.end(), key) != out_of_range_.end()) return false;
+    return true;
+  }
   std::vector<ConfigIssue> take() { return std::move(issues_); }
 
  private:
@@ -64,71 +88,43 @@ class Checker {
   const SourceMap& sources_;
   const std::string& file_;
   std::vector<ConfigIssue> issues_;
+  std::vector<std::string> out_of_range_;
 };
 
 void check_model(const ModelConfig& m, Checker& c) {
-  c.require(m.n_layers >= 1 && m.n_layers <= 1024, "model.n_layers", "must be between 1 and 1024");
-  c.require(m.d_model >= 1 && m.d_model <= 1 << 20, "model.d_model", "must be between 1 and 1048576");
-  c.require(m.n_heads >= 1 && m.n_heads <= 4096, "model.n_heads", "must be between 1 and 4096");
-  if (m.n_kv_heads < 1) {
-    c.fail("model.n_kv_heads", "must be at least 1");
-  } else if (m.n_heads >= 1 && m.n_heads % m.n_kv_heads != 0) {
+  if (c.in_range({"model.n_heads", "model.n_kv_heads"}) && m.n_heads % m.n_kv_heads != 0)
     c.fail("model.n_kv_heads", "must divide model.n_heads = " + std::to_string(m.n_heads) +
                                    " so that each KV head serves a whole group of query heads",
            "try " + join(divisors(m.n_heads)));
-  }
-  if (m.head_dim < 2 || m.head_dim > 4096)
-    c.fail("model.head_dim", "must be between 2 and 4096");
-  else if (m.head_dim % 2 != 0)
+  if (c.in_range({"model.head_dim"}) && m.head_dim % 2 != 0)
     c.fail("model.head_dim", "must be even because rotary embeddings rotate pairs of channels");
-  c.require(m.d_ffn >= 1 && m.d_ffn <= 1 << 22, "model.d_ffn", "must be between 1 and 4194304");
-  c.require(m.vocab_size >= 2 && m.vocab_size <= 1 << 24, "model.vocab_size", "must be between 2 and 16777216");
-  c.require(m.rope_theta > 0 && std::isfinite(m.rope_theta), "model.rope_theta", "must be a positive number");
-  c.require(m.norm_eps > 0 && m.norm_eps < 1, "model.norm_eps", "must be in (0, 1)");
 }
 
 void check_training(const RunConfig& cfg, Checker& c) {
   const TrainingConfig& t = cfg.training;
-  c.require(t.seq_len >= 2, "training.seq_len", "must be at least 2 (one input and one label)");
-  c.require(t.seq_len <= (int64_t{1} << 34), "training.seq_len", "must be at most 16G tokens");
-  c.require(t.batch_size >= 1 && t.batch_size <= 65536, "training.batch_size", "must be between 1 and 65536");
-  c.require(t.steps >= 1, "training.steps", "must be at least 1");
-  c.require(t.lr > 0 && t.lr <= 1, "training.lr", "must be in (0, 1]");
-  if (t.warmup_steps < 0)
-    c.fail("training.warmup_steps", "must not be negative");
-  else if (t.warmup_steps > t.steps && t.steps >= 1)
+  if (c.in_range({"training.warmup_steps", "training.steps"}) && t.warmup_steps > t.steps)
     c.fail("training.warmup_steps", "must not exceed training.steps = " + std::to_string(t.steps),
            "the cosine decay would never start");
-  c.require(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "training.min_lr_ratio", "must be in [0, 1]");
-  c.require(t.weight_decay >= 0 && t.weight_decay <= 10, "training.weight_decay", "must be in [0, 10]");
-  c.require(t.beta1 >= 0 && t.beta1 < 1, "training.beta1", "must be in [0, 1)");
-  c.require(t.beta2 >= 0 && t.beta2 < 1, "training.beta2", "must be in [0, 1)");
-  c.require(t.adam_eps > 0 && t.adam_eps < 1, "training.adam_eps", "must be in (0, 1)");
-  c.require(t.grad_clip >= 0 && std::isfinite(t.grad_clip), "training.grad_clip", "must be 0 (off) or positive");
-  c.require(t.seed >= 0, "training.seed", "must not be negative");
   if (t.dataset != DatasetKind::LongRange && t.dataset_path.empty())
     c.fail("training.dataset_path", std::string("is required when training.dataset = \"") +
                                         std::string(to_string(t.dataset)) + "\"",
            "give the data file's path, or use dataset = \"long-range\"");
-  if (t.dataset == DatasetKind::Bytes && cfg.model.vocab_size < 256)
+  if (t.dataset == DatasetKind::Bytes && c.in_range({"model.vocab_size"}) && cfg.model.vocab_size < 256)
     c.fail("model.vocab_size", "must be at least 256 for training.dataset = \"bytes\" (one token per byte value)");
   if (t.dataset == DatasetKind::LongRange) {
-    c.require(cfg.model.vocab_size >= 32, "model.vocab_size",
+    c.require(!c.in_range({"model.vocab_size"}) || cfg.model.vocab_size >= 32, "model.vocab_size",
               "must be at least 32 for the long-range task (keys, values and markers)");
-    c.require(t.seq_len >= 32, "training.seq_len", "must be at least 32 for the long-range task");
+    c.require(!c.in_range({"training.seq_len"}) || t.seq_len >= 32, "training.seq_len", "must be at least 32 for the long-range task");
   }
 }
 
 void check_parallel(const RunConfig& cfg, Checker& c) {
   const ParallelConfig& p = cfg.parallel;
   const ModelConfig& m = cfg.model;
-  c.require(p.world_size >= 1 && p.world_size <= 65536, "parallel.world_size", "must be between 1 and 65536");
-  c.require(p.timeout_s > 0 && std::isfinite(p.timeout_s), "parallel.timeout_s", "must be a positive number of seconds");
-  if (p.ulysses_degree < 1) {
-    c.fail("parallel.ulysses_degree", "must be at least 1");
-    return;
-  }
-  if (p.world_size >= 1 && p.world_size % p.ulysses_degree != 0) {
+  if (!c.in_range({"parallel.ulysses_degree", "parallel.world_size", "model.n_heads", "model.n_kv_heads",
+                   "training.seq_len"}))
+    return;  // the degree's rules combine all five
+  if (p.world_size % p.ulysses_degree != 0) {
     const int64_t lower = p.world_size / p.ulysses_degree * p.ulysses_degree;
     const int64_t upper = lower + p.ulysses_degree;
     c.fail("parallel.world_size",
@@ -138,15 +134,15 @@ void check_parallel(const RunConfig& cfg, Checker& c) {
   }
   const auto valid = valid_ulysses_degrees(cfg);
   const std::string valid_hint = valid.empty() ? "" : "valid degrees here: " + join(valid);
-  if (m.n_heads >= 1 && m.n_heads % p.ulysses_degree != 0)
+  if (m.n_heads % p.ulysses_degree != 0)
     c.fail("parallel.ulysses_degree",
            "must divide model.n_heads = " + std::to_string(m.n_heads) + " because attention is split by heads", valid_hint);
-  else if (m.n_kv_heads >= 1 && !kv_compatible(m.n_kv_heads, p.ulysses_degree))
+  else if (!kv_compatible(m.n_kv_heads, p.ulysses_degree))
     c.fail("parallel.ulysses_degree",
            "must divide model.n_kv_heads = " + std::to_string(m.n_kv_heads) +
                " or be a multiple of it, so KV heads split evenly or replicate evenly",
            valid_hint);
-  if (cfg.training.seq_len >= 2 && cfg.training.seq_len % p.ulysses_degree != 0) {
+  if (cfg.training.seq_len % p.ulysses_degree != 0) {
     const int64_t down = cfg.training.seq_len / p.ulysses_degree * p.ulysses_degree;
     c.fail("training.seq_len",
            "must be divisible by parallel.ulysses_degree = " + std::to_string(p.ulysses_degree) +
@@ -160,12 +156,7 @@ void check_memory(const RunConfig& cfg, Checker& c) {
   if (mem.offload_activations && !mem.activation_checkpointing)
     c.fail("memory.offload_activations", "needs memory.activation_checkpointing = true",
            "only checkpointed block inputs are offloaded; turn checkpointing on or offload off");
-  c.require(mem.mlp_tile_tokens >= 0, "memory.mlp_tile_tokens", "must not be negative (0 = auto)");
-  c.require(mem.loss_tile_tokens >= 0, "memory.loss_tile_tokens", "must not be negative (0 = auto)");
-  if (mem.heads_per_stage < 0) {
-    c.fail("memory.heads_per_stage", "must not be negative (0 = one head per rank per stage)");
-    return;
-  }
+  if (!c.in_range({"memory.heads_per_stage", "parallel.ulysses_degree", "model.n_heads"})) return;
   if (!mem.untied_ulysses || mem.heads_per_stage == 0) return;
   const int64_t degree = cfg.parallel.ulysses_degree;
   const int64_t heads = cfg.model.n_heads;
@@ -182,28 +173,6 @@ void check_memory(const RunConfig& cfg, Checker& c) {
            "must split each rank's " + std::to_string(heads / degree) + " heads (model.n_heads = " +
                std::to_string(heads) + " over " + std::to_string(degree) + " ranks) into whole stages",
            hint);
-}
-
-void check_hardware(const HardwareConfig& h, Checker& c) {
-  auto positive = [&](double v, const char* key) { c.require(v > 0 && std::isfinite(v), key, "must be positive"); };
-  positive(h.device_memory_gib, "hardware.device_memory_gib");
-  positive(h.bf16_tflops, "hardware.bf16_tflops");
-  positive(h.nvlink_gbps, "hardware.nvlink_gbps");
-  positive(h.internode_gbps, "hardware.internode_gbps");
-  positive(h.pcie_gbps, "hardware.pcie_gbps");
-  c.require(h.host_memory_gib >= 0 && std::isfinite(h.host_memory_gib), "hardware.host_memory_gib", "must not be negative");
-  c.require(h.gpus_per_node >= 1 && h.gpus_per_node <= 1024, "hardware.gpus_per_node", "must be between 1 and 1024");
-  c.require(h.compute_efficiency > 0 && h.compute_efficiency <= 1, "hardware.compute_efficiency", "must be in (0, 1]");
-  c.require(h.comm_efficiency > 0 && h.comm_efficiency <= 1, "hardware.comm_efficiency", "must be in (0, 1]");
-  c.require(h.runtime_overhead_gib >= 0 && std::isfinite(h.runtime_overhead_gib), "hardware.runtime_overhead_gib",
-            "must not be negative");
-}
-
-void check_output(const OutputConfig& o, Checker& c) {
-  c.require(!o.dir.empty(), "output.dir", "must not be empty");
-  c.require(o.log_every >= 1, "output.log_every", "must be at least 1");
-  c.require(o.checkpoint_every >= 0, "output.checkpoint_every", "must not be negative (0 = at the end only)");
-  c.require(o.trace_steps >= 0, "output.trace_steps", "must not be negative");
 }
 
 }  // namespace
@@ -232,12 +201,12 @@ std::vector<int64_t> valid_heads_per_stage(const RunConfig& cfg) {
 
 std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources, const std::string& file) {
   Checker c(cfg, sources, file);
+  c.check_ranges();
   check_model(cfg.model, c);
   check_training(cfg, c);
   check_parallel(cfg, c);
   check_memory(cfg, c);
-  check_hardware(cfg.hardware, c);
-  check_output(cfg.output, c);
+  c.require(!cfg.output.dir.empty(), "output.dir", "must not be empty");
   return c.take();
 }
 

@@ -42,7 +42,7 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryConfig& memory
   rt->head = head_.get();
   rt->offload = memory.activation_checkpointing && memory.offload_activations ? offload : nullptr;
   rt->recorder = recorder;
-  rt->rank = ctx_.rank;
+  rt->rank = ctx_.slot;  // the memory tracker's and phase stack's index of this rank
   rt->mlp_tile_tokens = effective_mlp_tile_tokens(memory, model_, s);
   rt->loss_tile_tokens = effective_loss_tile_tokens(memory, model_, s);
   rt->labels = in.labels;

@@ -38,7 +38,7 @@ struct StepRuntime {
   FlatParamGroup* head = nullptr;       ///< final norm (+ LM head when untied)
   OffloadStore* offload = nullptr;      ///< set when checkpointed inputs go to the host pool
   PhaseRecorder* recorder = nullptr;    ///< the rank's recorder, re-bound on autograd threads
-  int rank = 0;
+  int rank = 0;                         ///< RankContext::slot: tracker counters and phase stack
   int64_t mlp_tile_tokens = 0;          ///< resolved tile size (tiled MLP)
   int64_t loss_tile_tokens = 0;         ///< resolved tile size (tiled loss)
   at::Tensor labels;                    ///< [B, s] int64, already shifted

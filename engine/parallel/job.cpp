@@ -19,7 +19,7 @@ namespace {
 void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::function<void(RankContext&)>& fn) {
   configure_threads(1);
   TorchrunRank joined = join_torchrun_rank(env, cfg.parallel, resolve_device(cfg.training.device, env.local_rank));
-  RankScope rank(joined.ctx.rank);
+  RankScope rank(joined.ctx.slot);  // slot 0: the one rank of this process, whatever its global rank
   std::unique_ptr<PeerWatch> watch;
   if (joined.store)
     watch = std::make_unique<PeerWatch>(joined.store, env.rank, env.world_size, joined.abort,
@@ -55,6 +55,14 @@ const char* to_string(JobMode mode) {
   return "?";
 }
 
+void check_launchable(const RunConfig& cfg) {
+  if (job_mode(cfg.parallel) != JobMode::Threads || cfg.parallel.world_size <= kMaxTrackedRanks) return;
+  throw std::invalid_argument("parallel.world_size = " + std::to_string(cfg.parallel.world_size) +
+                              ": one process runs at most " + std::to_string(kMaxTrackedRanks) +
+                              " rank threads (the memory tracker's counters per process); run more ranks "
+                              "under torchrun (one process each) or measure rank 0 with parallel.emulate = true");
+}
+
 bool runs_rank_zero() {
   const auto env = torchrun_env();
   return !env || env->rank == 0;
@@ -63,6 +71,7 @@ bool runs_rank_zero() {
 void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn) {
   const JobMode mode = job_mode(cfg.parallel);
   if (mode == JobMode::Torchrun) return run_torchrun_rank(cfg, *torchrun_env(), fn);
+  check_launchable(cfg);
   // The first failing rank's exception, kept with its type (run_rank_threads reports text only).
   std::mutex mutex;
   std::exception_ptr first;

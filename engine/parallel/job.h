@@ -1,7 +1,8 @@
 // Where a job's ranks start, however they run: parallel.world_size rank threads in this process,
 // this process's rank of a torchrun job (one rank per process, peers watched through the job's
 // store), or rank 0 alone under rank emulation. The one training loop (engine/train/run.h's
-// run_training) and odyssey bench run on it. defines: JobMode, job_mode, runs_rank_zero, run_on_ranks
+// run_training) and odyssey bench run on it. defines: JobMode, job_mode, runs_rank_zero, run_on_ranks,
+// check_launchable
 #pragma once
 
 #include <functional>
@@ -20,6 +21,12 @@ enum class JobMode {
 /// Throws std::invalid_argument naming a malformed torchrun variable.
 JobMode job_mode(const ParallelConfig& parallel);
 const char* to_string(JobMode mode);
+
+/// Throws std::invalid_argument (naming parallel.world_size, its value and the way out) when
+/// this process cannot start cfg's ranks: more rank threads than the memory tracker counts per
+/// process (kMaxTrackedRanks). Torchrun processes and emulation run one rank each and always
+/// pass. Called before any output is written, so a refused run leaves nothing behind.
+void check_launchable(const RunConfig& cfg);
 
 /// True when rank 0 of the job runs in this process (every mode but a torchrun process with
 /// RANK != 0): the process that reports the run and writes its outputs.

@@ -145,6 +145,7 @@ void run_rank_threads(const ParallelConfig& parallel, at::Device device, const s
       try {
         ctx = world == 1 ? make_solo_rank_context(rank_device)
                          : make_rank_context(store, r, parallel, rank_device, options);
+        ctx->slot = r;
         fn(*ctx);
       } catch (const std::exception& e) {
         options.abort->raise(r, e.what());  // before ctx's groups go away: peers see "rank r failed"

@@ -49,7 +49,7 @@ int LiveSet::alloc(const char* name, TensorKind kind, PlanCategory category, int
                    bool host) {
   LiveEntry e;
   e.name = name;
-  e.bytes = bytes * count;
+  e.bytes = sat_mul(bytes, count);
   e.count = count;
   e.kind = kind;
   e.category = category;
@@ -64,8 +64,9 @@ int LiveSet::alloc(const char* name, TensorKind kind, PlanCategory category, int
     handle = static_cast<int>(entries_.size());
     entries_.push_back(e);
   }
-  (host ? host_ : device_) += e.bytes;
-  categories_[static_cast<int>(category)] += e.bytes;
+  int64_t& pool = host ? host_ : device_;
+  pool = sat_add(pool, e.bytes);
+  categories_[static_cast<int>(category)] = sat_add(categories_[static_cast<int>(category)], e.bytes);
   after_change();
   return handle;
 }
@@ -89,7 +90,7 @@ void LiveSet::retag(int handle, PlanCategory category, const char* name) {
   if (name) e.name = name;
   categories_[static_cast<int>(e.category)] -= e.bytes;
   e.category = category;
-  categories_[static_cast<int>(category)] += e.bytes;
+  categories_[static_cast<int>(category)] = sat_add(categories_[static_cast<int>(category)], e.bytes);
 }
 
 bool LiveSet::shrink(int handle, int64_t bytes) {

@@ -62,11 +62,12 @@ PlanPeak plan_peak(const RunConfig& cfg) {
   walk_step(s, live, /*collapse=*/true);
   PlanPeak p;
   p.peak_bytes = live.device_peak;
-  p.host_bytes = live.host_peak * s.ranks_per_node;
+  p.host_bytes = sat_mul(live.host_peak, s.ranks_per_node);
   p.device_capacity = gib_bytes(cfg.hardware.device_memory_gib);
   p.host_capacity = gib_bytes(cfg.hardware.host_memory_gib);
-  p.fits_device = p.peak_bytes <= p.device_capacity;
-  p.fits_host = p.host_bytes <= p.host_capacity;
+  p.beyond_range = s.beyond_range || p.peak_bytes >= kPlanBytesLimit || p.host_bytes >= kPlanBytesLimit;
+  p.fits_device = !p.beyond_range && p.peak_bytes <= p.device_capacity;
+  p.fits_host = !p.beyond_range && p.host_bytes <= p.host_capacity;
   return p;
 }
 
@@ -103,10 +104,11 @@ MemoryPlan plan_memory(const RunConfig& cfg) {
   plan.peak_bytes = live.device_peak;
   plan.peak_phase = phase_name(live.device_peak_phase);
   plan.device_capacity = gib_bytes(cfg.hardware.device_memory_gib);
-  plan.host_bytes = live.host_peak * s.ranks_per_node;
+  plan.host_bytes = sat_mul(live.host_peak, s.ranks_per_node);
   plan.host_capacity = gib_bytes(cfg.hardware.host_memory_gib);
-  plan.fits_device = plan.peak_bytes <= plan.device_capacity;
-  plan.fits_host = plan.host_bytes <= plan.host_capacity;
+  plan.beyond_range = s.beyond_range || plan.peak_bytes >= kPlanBytesLimit || plan.host_bytes >= kPlanBytesLimit;
+  plan.fits_device = !plan.beyond_range && plan.peak_bytes <= plan.device_capacity;
+  plan.fits_host = !plan.beyond_range && plan.host_bytes <= plan.host_capacity;
   // The dominant term: the largest device category and, inside it, its largest term.
   int top = 0;
   for (int c = 1; c < kPlanCategoryCount; ++c)

@@ -66,6 +66,9 @@ struct MemoryPlan {
   int64_t host_capacity = 0;    ///< host bytes per node
   bool fits_device = false;
   bool fits_host = false;
+  /// A byte count reached the planner's 4 EiB ceiling (saturating arithmetic): the sizes are
+  /// beyond any machine, the numbers are lower bounds, and the plan never fits.
+  bool beyond_range = false;
   bool fits() const { return fits_device && fits_host; }
   std::string dominant_term;    ///< the largest device category and its largest term: "attention_workspace: flash backward dq"
   std::vector<PhasePlan> phases;  ///< the step in order
@@ -84,6 +87,7 @@ struct PlanPeak {
   int64_t host_capacity = 0;
   bool fits_device = false;
   bool fits_host = false;
+  bool beyond_range = false;    ///< as MemoryPlan::beyond_range
   bool fits() const { return fits_device && fits_host; }
 };
 PlanPeak plan_peak(const RunConfig& cfg);

@@ -9,6 +9,7 @@
 
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/phase_peaks.h"
+#include "engine/util/files.h"
 #include "engine/util/json.h"
 
 namespace odyssey {
@@ -55,8 +56,36 @@ std::string metrics_json_line(const StepMetrics& m, const PhasePeakTable* phase_
   return out;
 }
 
-MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path, bool append) : path_(path) {
-  file_ = std::fopen(path.c_str(), append ? "ab" : "wb");
+MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
+  if (keep_through_step >= 0 && path_exists(path)) {
+    std::FILE* in = std::fopen(path.c_str(), "rb");
+    if (in == nullptr) throw std::runtime_error(io_error("read", path));
+    std::string kept, line;
+    for (int c = std::fgetc(in);; c = std::fgetc(in)) {
+      if (c != EOF && c != '\n') {
+        line.push_back(static_cast<char>(c));
+        continue;
+      }
+      // A line without its newline was cut by the kill; a line that does not parse, or names a
+      // step after the checkpoint, is dropped.
+      const bool whole = c == '\n';
+      const auto v = whole ? parse_json(line) : std::nullopt;
+      if (v && v->has("step") && v->at("step").is_integer && v->at("step").integer <= keep_through_step) {
+        kept += line;
+        kept += '\n';
+        ++lines_;
+      }
+      line.clear();
+      if (c == EOF) break;
+    }
+    std::fclose(in);
+    try {
+      write_file_atomically(path, kept);
+    } catch (const FileWriteError& e) {
+      throw std::runtime_error(std::string("metrics.jsonl: ") + e.what());
+    }
+  }
+  file_ = std::fopen(path.c_str(), keep_through_step >= 0 ? "ab" : "wb");
   if (file_ == nullptr) throw std::runtime_error(io_error("open", path));
 }
 

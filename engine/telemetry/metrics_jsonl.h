@@ -26,8 +26,11 @@ std::string metrics_json_line(const StepMetrics& m, const PhasePeakTable* phase_
 /// Thread-safe. Errors throw std::runtime_error naming the file and the reason.
 class MetricsJsonlWriter {
  public:
-  /// Truncates `path`, or appends to it when `append` (a resumed run continues its file).
-  explicit MetricsJsonlWriter(const std::string& path, bool append = false);
+  /// Truncates `path`; or, with keep_through_step >= 0 (a resumed run continuing its own file),
+  /// keeps the lines of steps 1..keep_through_step and appends after them. The steps a killed run
+  /// took after its last checkpoint are run again, so their old lines go (as does a line torn by
+  /// the kill): every step appears once.
+  explicit MetricsJsonlWriter(const std::string& path, int64_t keep_through_step = -1);
   ~MetricsJsonlWriter();
   MetricsJsonlWriter(const MetricsJsonlWriter&) = delete;
   MetricsJsonlWriter& operator=(const MetricsJsonlWriter&) = delete;

@@ -33,9 +33,9 @@ struct PhaseRecorder::Open {
   int64_t host_begin = 0;
 };
 
-PhaseRecorder::PhaseRecorder(int rank) : rank_(rank) {
-  if (rank < 0 || rank >= kMaxTrackedRanks)
-    throw std::out_of_range("PhaseRecorder: rank " + std::to_string(rank) + " outside [0, " +
+PhaseRecorder::PhaseRecorder(int rank, int slot) : rank_(rank), slot_(slot < 0 ? rank : slot) {
+  if (slot_ < 0 || slot_ >= kMaxTrackedRanks)
+    throw std::out_of_range("PhaseRecorder: tracker slot " + std::to_string(slot_) + " outside [0, " +
                             std::to_string(kMaxTrackedRanks) + ")");
 }
 
@@ -47,7 +47,7 @@ PhaseRecorder::~PhaseRecorder() {
     Open* open = stack_.back();
     stack_.pop_back();
     try {
-      tracker.close_peak_window(rank_, open->window);
+      tracker.close_peak_window(slot_, open->window);
     } catch (...) {
     }
     delete open;
@@ -90,7 +90,7 @@ void PhaseRecorder::emit_edge(const Open& open, bool begin, double t_s) {
   edge.begin = begin;
   edge.path = &open.path;
   edge.t_s = t_s;
-  const MemorySnapshot s = MemoryTracker::instance().snapshot(rank_);
+  const MemorySnapshot s = MemoryTracker::instance().snapshot(slot_);
   edge.device_bytes = s.device_bytes;
   edge.host_bytes = s.host_bytes;
   edge.category_bytes = s.category_bytes;
@@ -120,16 +120,16 @@ void PhaseRecorder::push(std::string_view name) {
     }
     open->depth = static_cast<int>(std::count(open->path.begin(), open->path.end(), '/'));
     open->uncaught = std::uncaught_exceptions();
-    open->window = tracker.open_peak_window(rank_);
+    open->window = tracker.open_peak_window(slot_);
   } catch (...) {
     delete open;
     throw;
   }
-  open->device_begin = tracker.device_bytes(rank_);
-  open->host_begin = tracker.host_bytes(rank_);
+  open->device_begin = tracker.device_bytes(slot_);
+  open->host_begin = tracker.host_bytes(slot_);
   open->t_begin_s = telemetry_now_s() - epoch_s_;
   stack_.push_back(open);
-  tracker.set_phase_name(rank_, open->path);
+  tracker.set_phase_name(slot_, open->path);
   emit_edge(*open, /*begin=*/true, open->t_begin_s);
 }
 
@@ -141,7 +141,7 @@ void PhaseRecorder::pop() {
   stack_.pop_back();
   PhaseRecord r;
   try {
-    const PeakWindow window = tracker.close_peak_window(rank_, open->window);
+    const PeakWindow window = tracker.close_peak_window(slot_, open->window);
     r.device_peak = window.device_peak;
     r.host_peak = window.host_peak;
     r.category_at_peak = window.category_at_peak;
@@ -150,8 +150,8 @@ void PhaseRecorder::pop() {
     throw;
   }
   r.t_end_s = telemetry_now_s() - epoch_s_;
-  r.device_end = tracker.device_bytes(rank_);
-  r.host_end = tracker.host_bytes(rank_);
+  r.device_end = tracker.device_bytes(slot_);
+  r.host_end = tracker.host_bytes(slot_);
   r.rank = rank_;
   r.step = step_;
   r.depth = open->depth;
@@ -159,7 +159,7 @@ void PhaseRecorder::pop() {
   r.device_begin = open->device_begin;
   r.host_begin = open->host_begin;
   r.unwound = std::uncaught_exceptions() > open->uncaught;
-  tracker.set_phase_name(rank_, current_path());
+  tracker.set_phase_name(slot_, current_path());
   emit_edge(*open, /*begin=*/false, r.t_end_s);
   r.path = std::move(open->path);
   delete open;

@@ -57,7 +57,9 @@ double telemetry_now_s();
 /// the tracker's phase name for OOM messages. A recorder is used from its rank's thread only.
 class PhaseRecorder {
  public:
-  explicit PhaseRecorder(int rank);
+  /// `rank`: the global rank its records carry; `slot`: its counters in this process's memory
+  /// tracker (RankContext::slot; -1 = the rank itself, as for rank threads).
+  explicit PhaseRecorder(int rank, int slot = -1);
   ~PhaseRecorder();
   PhaseRecorder(const PhaseRecorder&) = delete;
   PhaseRecorder& operator=(const PhaseRecorder&) = delete;
@@ -113,6 +115,7 @@ class PhaseRecorder {
  private:
   struct Open;
   int rank_;
+  int slot_;
   int64_t step_ = 0;
   std::vector<Open*> stack_;
   std::vector<PhaseRecord> finished_;

@@ -6,7 +6,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "engine/telemetry/phase_peaks.h"
 #include "engine/util/json.h"
@@ -88,6 +91,57 @@ TraceWriter::TraceWriter(const std::string& path) : path_(path) {
   pending_ = "{\"traceEvents\":[\n";
 }
 
+TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
+  // The old file: one event per line between the header and the closing line (see emit_locked).
+  std::vector<std::pair<std::string, JsonValue>> events;
+  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+    std::string line;
+    for (int c = std::fgetc(in);; c = std::fgetc(in)) {
+      if (c != EOF && c != '\n') {
+        line.push_back(static_cast<char>(c));
+        continue;
+      }
+      std::string text = line;
+      while (!text.empty() && (text.back() == ',' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
+      if (c == '\n' && !text.empty() && text.front() == '{' && text.rfind("{\"traceEvents\"", 0) != 0)
+        if (auto v = parse_json(text); v && v->has("ph")) events.emplace_back(std::move(text), std::move(*v));
+      line.clear();
+      if (c == EOF) break;
+    }
+    std::fclose(in);
+  }
+  // Everything up to step keep_through_step's "step" counter (written after all its phases)
+  // stays; an event that names a later step goes whatever its time.
+  double cut_us = -1;
+  int64_t last_step = 0;
+  for (const auto& [text, e] : events) {
+    if (!e.has("args") || !e.at("args").has("step")) continue;
+    const int64_t step = e.at("args").at("step").as_int();
+    last_step = std::max(last_step, step);
+    const bool step_counter = e.at("ph").string == "C" && e.has("name") && e.at("name").string == "step";
+    if (step_counter && step <= keep_through_step && e.has("ts")) cut_us = std::max(cut_us, e.at("ts").number);
+  }
+  if (last_step <= keep_through_step) cut_us = std::numeric_limits<double>::infinity();
+  std::string kept;
+  double kept_until_us = -1;
+  for (const auto& [text, e] : events) {
+    const bool metadata = e.at("ph").string == "M";
+    const bool later_step = e.has("args") && e.at("args").has("step") && e.at("args").at("step").as_int() > keep_through_step;
+    const double ts = e.has("ts") ? e.at("ts").number : 0;
+    if (!metadata && (later_step || ts > cut_us)) continue;
+    if (metadata && e.has("pid")) ranks_.insert(static_cast<int>(e.at("pid").as_int()));
+    if (!metadata) kept_until_us = std::max(kept_until_us, ts + (e.has("dur") ? e.at("dur").number : 0));
+    kept += (first_event_ ? "" : ",\n") + text;
+    first_event_ = false;
+    ++events_;
+  }
+  if (kept_until_us >= 0) offset_s_ = kept_until_us * 1e-6 + 1e-3;  // 1 ms after the last kept event
+  file_ = std::fopen(path.c_str(), "wb");
+  if (file_ == nullptr)
+    throw std::runtime_error("trace: cannot create " + path + ": " + std::strerror(errno));
+  pending_ = "{\"traceEvents\":[\n" + kept;
+}
+
 TraceWriter::~TraceWriter() {
   std::lock_guard<std::mutex> lock(mutex_);
   close_locked();
@@ -156,13 +210,13 @@ void TraceWriter::emit_peak_locked(int rank, PeakCandidate& c) {
 }
 
 void TraceWriter::on_record(const PhaseRecord& r) {
-  const std::string event = complete_event(r.path, r.rank, r.step, r.depth, r.t_begin_s, r.t_end_s,
+  const std::string event = complete_event(r.path, r.rank, r.step, r.depth, r.t_begin_s + offset_s_, r.t_end_s + offset_s_,
                                            r.device_begin, r.device_end, r.device_peak, r.host_peak,
                                            r.unwound, &r.category_at_peak);
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_rank_locked(r.rank);
   emit_locked(event);
-  last_t_s_ = std::max(last_t_s_, r.t_end_s);
+  last_t_s_ = std::max(last_t_s_, r.t_end_s + offset_s_);
   // The step's peak instant goes where the peak happened: the deepest phase that reached the
   // highest device peak of the step (known exactly), at that phase's end.
   PeakCandidate& c = peaks_[r.rank];
@@ -172,17 +226,17 @@ void TraceWriter::on_record(const PhaseRecord& r) {
     c.step = r.step;
     c.device_peak = r.device_peak;
     c.depth = r.depth;
-    c.t_s = r.t_end_s;
+    c.t_s = r.t_end_s + offset_s_;
     c.path = r.path;
   }
 }
 
 void TraceWriter::on_edge(const PhaseEdge& e) {
-  std::string events = memory_counter(e.rank, e.t_s, e.device_bytes, e.host_bytes);
+  std::string events = memory_counter(e.rank, e.t_s + offset_s_, e.device_bytes, e.host_bytes);
   std::string categories;
   {
     JsonWriter w(categories);
-    begin_event(w, "C", "categories", e.rank, e.t_s);
+    begin_event(w, "C", "categories", e.rank, e.t_s + offset_s_);
     w.key("args");
     write_categories_json(w, e.category_bytes);
     w.end_object();
@@ -191,7 +245,7 @@ void TraceWriter::on_edge(const PhaseEdge& e) {
   ensure_rank_locked(e.rank);
   emit_locked(events);
   emit_locked(categories);
-  last_t_s_ = std::max(last_t_s_, e.t_s);
+  last_t_s_ = std::max(last_t_s_, e.t_s + offset_s_);
 }
 
 void TraceWriter::on_step(const StepMetrics& m) {
@@ -204,6 +258,7 @@ void TraceWriter::on_step(const StepMetrics& m) {
   JsonWriter w(out);
   begin_event(w, "C", "step", pid, last_t_s_);
   w.key("args").begin_object();
+  w.key("step").value(m.step);  // also what a resume cuts the trace at
   w.key("loss").value(std::isfinite(m.loss) ? m.loss : 0.0);
   w.key("tokens_per_s").value(m.tokens_per_s).key("step_time_s").value(m.step_time_s);
   w.end_object();

@@ -28,6 +28,11 @@ class TraceWriter {
 
   /// Creates (truncates) `path`; throws std::runtime_error naming it when it cannot.
   explicit TraceWriter(const std::string& path);
+  /// Continues the trace of a resumed run in its own directory: keeps the old file's events up
+  /// to the end of step `keep_through_step` (a killed run's later steps are run again; a line
+  /// torn by the kill is dropped) and shifts this process's times to follow them, so the file
+  /// reads as one run and no step appears twice. A missing old file starts afresh.
+  TraceWriter(const std::string& path, int64_t keep_through_step);
   /// Closes the file (valid JSON), also while an exception unwinds. Never throws.
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
@@ -80,6 +85,7 @@ class TraceWriter {
   bool first_event_ = true;
   int64_t events_ = 0;
   double last_t_s_ = 0;
+  double offset_s_ = 0;  ///< added to every time written (after the kept events of a resume)
   std::set<int> ranks_;
   std::map<int, PeakCandidate> peaks_;
   std::string error_;

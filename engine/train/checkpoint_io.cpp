@@ -1,26 +1,72 @@
-// Checkpoint files: a small tagged binary format per rank (name, dtype, numel, raw bytes), the
-// config as TOML, and latest.json as the commit point (see checkpoint_io.h).
-// defines: save_checkpoint, load_checkpoint, read_checkpoint_info
+// Checkpoint files: a tagged binary format per rank (name, dtype, numel, CRC-32, raw bytes),
+// streamed to and from disk; the config as TOML; latest.json as the commit point (see
+// checkpoint_io.h). Reading trusts nothing: every field is bounded before it is used, so a
+// corrupt or hostile file is refused with its name and offset, never a crash or a huge allocation.
+// defines: save_checkpoint, read_checkpoint_info, check_resume_config, load_checkpoint
 #include "engine/train/checkpoint_io.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 
+#include "engine/config/config_diff.h"
 #include "engine/config/preset.h"
 #include "engine/telemetry/memory_tracker.h"
-#include "engine/train/files.h"
+#include "engine/train/checksum.h"
+#include "engine/util/files.h"
 #include "engine/util/json.h"
 
 namespace odyssey {
 
 namespace {
 
-constexpr char kMagic[8] = {'O', 'D', 'Y', 'C', 'K', 'P', 'T', '1'};
+// [section] the rank file format ------------------------------------------------------------------
+//
+// file  = magic[8] "ODYCKPT2" | u32 count | entry x count            (little-endian, no padding)
+// entry = u32 name_len | name | i32 type code | i64 numel | u32 crc32 | numel x element bytes
+// crc32 covers name_len, name, type code, numel and the data, so a relabelled dtype or a resized
+// tensor fails it as surely as a flipped weight. Format 1 ("ODYCKPT1") had no crc32 field and
+// stored LibTorch's ScalarType numbers; it is still read (unverified, with a note).
+
+constexpr char kMagicV1[8] = {'O', 'D', 'Y', 'C', 'K', 'P', 'T', '1'};
+constexpr char kMagicV2[8] = {'O', 'D', 'Y', 'C', 'K', 'P', 'T', '2'};
+constexpr int64_t kFormat = 2;
+constexpr uint32_t kMaxEntries = 1 << 16;   // 3 + 3 per flat group; models have ~1k groups at most
+constexpr uint32_t kMaxNameBytes = 256;     // "block.1023.exp_avg_sq" and the like
+constexpr int64_t kMaxSmallFileBytes = 1 << 20;  // latest.json, config.toml
+
+/// Element types a checkpoint holds, with this format's own codes (LibTorch's enum numbers are
+/// not a file format) and format 1's (which were LibTorch's at the time).
+struct DiskType {
+  int32_t code;
+  int32_t v1_code;
+  at::ScalarType type;
+  const char* name;
+};
+constexpr DiskType kDiskTypes[] = {
+    {1, 6, at::kFloat, "float32"},  // master weights, AdamW moments
+    {2, 4, at::kLong, "int64"},     // step counters
+    {3, 0, at::kByte, "uint8"},     // the CPU generator's state
+};
+
+const DiskType* disk_type(int32_t code, int64_t format) {
+  for (const DiskType& t : kDiskTypes)
+    if ((format == 1 ? t.v1_code : t.code) == code) return &t;
+  return nullptr;
+}
+
+const DiskType& disk_type_of(at::ScalarType type) {
+  for (const DiskType& t : kDiskTypes)
+    if (t.type == type) return t;
+  throw std::logic_error(std::string("checkpoint: no on-disk type for ") + c10::toString(type));
+}
 
 std::string step_folder(int64_t step) {
   char name[32];
@@ -28,88 +74,187 @@ std::string step_folder(int64_t step) {
   return name;
 }
 
-// Writes `text` to `path` through `path.tmp` and a rename, so readers never see half a file.
-void write_atomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw CheckpointError("checkpoint: cannot write " + tmp);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) throw CheckpointError("checkpoint: writing " + tmp + " failed (disk full?)");
-  }
-  std::string error;
-  if (!rename_path(tmp, path, &error)) throw CheckpointError("checkpoint: " + error);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("checkpoint: cannot read " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+std::string hex32(uint32_t v) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", v);
+  return text;
 }
 
 template <typename T>
-void put(std::string& out, T value) {
+void append_pod(std::string& out, T value) {
   out.append(reinterpret_cast<const char*>(&value), sizeof(T));
 }
 
-void put_tensor(std::string& out, const std::string& name, const at::Tensor& t) {
-  const at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
-  put<uint32_t>(out, static_cast<uint32_t>(name.size()));
-  out += name;
-  put<int32_t>(out, static_cast<int32_t>(cpu.scalar_type()));
-  put<int64_t>(out, cpu.numel());
-  out.append(static_cast<const char*>(cpu.data_ptr()), cpu.nbytes());
+/// Streams one rank's entries into an AtomicFile, each with its CRC-32.
+class RankFileWriter {
+ public:
+  RankFileWriter(const std::string& path, uint32_t count) : file_(path) {
+    std::string head(kMagicV2, sizeof kMagicV2);
+    append_pod<uint32_t>(head, count);
+    file_.write(head);
+  }
+  void entry(const std::string& name, const at::Tensor& t) {
+    const at::Tensor cpu = t.detach().to(at::kCPU).contiguous();  // one tensor at a time on the host
+    std::string head;
+    append_pod<uint32_t>(head, static_cast<uint32_t>(name.size()));
+    head += name;
+    append_pod<int32_t>(head, disk_type_of(cpu.scalar_type()).code);
+    append_pod<int64_t>(head, cpu.numel());
+    uint32_t crc = crc32_update(0, head.data(), head.size());
+    crc = crc32_update(crc, cpu.data_ptr(), cpu.nbytes());
+    append_pod<uint32_t>(head, crc);
+    file_.write(head);
+    file_.write(cpu.data_ptr(), cpu.nbytes());
+  }
+  void commit() { file_.commit(); }
+
+ private:
+  AtomicFile file_;
+};
+
+/// A file opened for reading that is known to be a regular file (a FIFO would block open()).
+class InputFile {
+ public:
+  InputFile(const std::string& path, const std::string& what) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ < 0) throw CheckpointError(what + " " + path + ": cannot open (" + std::strerror(errno) + ")");
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      throw CheckpointError(what + " " + path + ": not a regular file");
+    }
+    size_ = static_cast<int64_t>(st.st_size);
+  }
+  ~InputFile() { ::close(fd_); }
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  int64_t size() const { return size_; }
+  int64_t offset() const { return offset_; }
+  int64_t remaining() const { return size_ - offset_; }
+  /// Reads exactly `n` bytes or returns false (the file ended first).
+  bool read(void* out, int64_t n) {
+    char* p = static_cast<char*>(out);
+    while (n > 0) {
+      const ssize_t got = ::read(fd_, p, static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 30)));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) throw CheckpointError("checkpoint " + path_ + ": read failed at byte " + std::to_string(offset_) +
+                                         " (" + std::strerror(errno) + ")");
+      if (got == 0) return false;
+      p += got;
+      n -= got;
+      offset_ += got;
+    }
+    return true;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int64_t size_ = 0;
+  int64_t offset_ = 0;
+};
+
+/// The whole text of a small file (latest.json, config.toml), refusing anything else.
+std::string read_small_file(const std::string& path, const std::string& what) {
+  InputFile in(path, what);
+  if (in.size() > kMaxSmallFileBytes)
+    throw CheckpointError(what + " " + path + ": " + std::to_string(in.size()) + " bytes, more than such a file holds (" +
+                          std::to_string(kMaxSmallFileBytes) + ")");
+  std::string text(static_cast<size_t>(in.size()), '\0');
+  if (!in.read(text.data(), in.size())) throw CheckpointError(what + " " + path + ": shorter than its size");
+  return text;
 }
 
 using Entries = std::map<std::string, at::Tensor>;
 
-Entries parse_entries(const std::string& bytes, const std::string& file) {
-  size_t at = 0;
-  auto need = [&](size_t n) {
-    if (at + n > bytes.size()) throw CheckpointError("checkpoint " + file + ": truncated at byte " + std::to_string(at));
+/// Reads and verifies every entry of a rank file; throws CheckpointError at the first problem.
+Entries read_rank_file(const std::string& path, int64_t format) {
+  InputFile in(path, "checkpoint");
+  std::string where = "checkpoint " + path;
+  std::string current = "the header";
+  auto fail = [&](const std::string& why) -> CheckpointError {
+    return CheckpointError(where + ": " + current + ": " + why);
   };
-  auto get = [&](auto* value) {
-    need(sizeof(*value));
-    std::memcpy(value, bytes.data() + at, sizeof(*value));
-    at += sizeof(*value);
+  auto get = [&](void* out, int64_t n) {
+    const int64_t at = in.offset();
+    if (!in.read(out, n))
+      throw fail("truncated at byte " + std::to_string(at) + " of " + std::to_string(in.size()) +
+                 " (an interrupted copy, or a file written by a killed process)");
   };
-  need(sizeof(kMagic));
-  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
-    throw CheckpointError("checkpoint " + file + ": not an Odyssey checkpoint (wrong magic)");
-  at += sizeof(kMagic);
+  char magic[8];
+  get(magic, sizeof magic);
+  const char* expected = format == 1 ? kMagicV1 : kMagicV2;
+  if (std::memcmp(magic, expected, sizeof magic) != 0)
+    throw fail(std::memcmp(magic, kMagicV1, 8) == 0 || std::memcmp(magic, kMagicV2, 8) == 0
+                   ? "its format does not match latest.json's \"format\" = " + std::to_string(format)
+                   : "not an Odyssey checkpoint (wrong magic)");
   uint32_t count = 0;
-  get(&count);
+  get(&count, sizeof count);
+  if (count == 0 || count > kMaxEntries)
+    throw fail("claims " + std::to_string(count) + " tensors (1 to " + std::to_string(kMaxEntries) + " expected)");
   Entries entries;
   for (uint32_t i = 0; i < count; ++i) {
+    current = "tensor #" + std::to_string(i + 1) + " of " + std::to_string(count);
+    std::string head;  // the bytes the CRC covers, before the data
     uint32_t name_len = 0;
-    get(&name_len);
-    need(name_len);
-    std::string name(bytes.data() + at, name_len);
-    at += name_len;
-    int32_t dtype = 0;
+    get(&name_len, sizeof name_len);
+    append_pod(head, name_len);
+    if (name_len == 0 || name_len > kMaxNameBytes)
+      throw fail("name length " + std::to_string(name_len) + " (1 to " + std::to_string(kMaxNameBytes) + " expected)");
+    std::string name(name_len, '\0');
+    get(name.data(), name_len);
+    head += name;
+    for (char c : name)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e)
+        throw fail("its name holds a non-printable byte");
+    current = "tensor '" + name + "' (#" + std::to_string(i + 1) + " of " + std::to_string(count) + ")";
+    if (entries.count(name)) throw fail("appears twice");
+    int32_t code = 0;
     int64_t numel = 0;
-    get(&dtype);
-    get(&numel);
-    at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype)));
-    need(t.nbytes());
-    std::memcpy(t.data_ptr(), bytes.data() + at, t.nbytes());
-    at += t.nbytes();
-    entries[name] = t;
+    get(&code, sizeof code);
+    get(&numel, sizeof numel);
+    append_pod(head, code);
+    append_pod(head, numel);
+    const DiskType* type = disk_type(code, format);
+    if (!type) throw fail("unknown element type code " + std::to_string(code));
+    const int64_t element = static_cast<int64_t>(c10::elementSize(type->type));
+    uint32_t stored_crc = 0;
+    if (format >= 2) get(&stored_crc, sizeof stored_crc);
+    // Bounded by what the file still holds before anything is allocated: a corrupt count can
+    // never ask for more memory than the file's own size.
+    if (numel < 0 || numel > in.remaining() / element)
+      throw fail("claims " + std::to_string(numel) + " " + type->name + " elements but only " +
+                 std::to_string(in.remaining()) + " bytes remain: the file is truncated or corrupt");
+    at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(type->type));  // [numel] on the host
+    get(t.data_ptr(), t.nbytes());
+    if (format >= 2) {
+      uint32_t crc = crc32_update(0, head.data(), head.size());
+      crc = crc32_update(crc, t.data_ptr(), t.nbytes());
+      if (crc != stored_crc)
+        throw fail("fails its CRC-32 check (stored " + hex32(stored_crc) + ", computed " + hex32(crc) +
+                   "): the file is corrupt; resume from another copy of the run directory or start afresh");
+    }
+    entries.emplace(std::move(name), std::move(t));
   }
+  current = "the end";
+  if (in.remaining() != 0) throw fail(std::to_string(in.remaining()) + " bytes follow the last tensor");
   return entries;
 }
 
-const at::Tensor& entry(const Entries& e, const std::string& name, int64_t numel, const std::string& file) {
+/// Takes the entry `name`, checked for its element type and (numel >= 0) size.
+at::Tensor take(Entries& e, const std::string& name, at::ScalarType type, int64_t numel, const std::string& file) {
   auto it = e.find(name);
-  if (it == e.end()) throw CheckpointError("checkpoint " + file + ": no entry '" + name + "'");
-  if (numel >= 0 && it->second.numel() != numel)
-    throw CheckpointError("checkpoint " + file + ": '" + name + "' has " + std::to_string(it->second.numel()) +
+  if (it == e.end()) throw CheckpointError("checkpoint " + file + ": no tensor '" + name + "'");
+  at::Tensor t = std::move(it->second);
+  e.erase(it);
+  if (t.scalar_type() != type)
+    throw CheckpointError("checkpoint " + file + ": tensor '" + name + "' holds " + c10::toString(t.scalar_type()) +
+                          ", this model needs " + c10::toString(type));
+  if (numel >= 0 && t.numel() != numel)
+    throw CheckpointError("checkpoint " + file + ": tensor '" + name + "' has " + std::to_string(t.numel()) +
                           " elements, this model needs " + std::to_string(numel) +
                           " (a different model shape or world size)");
-  return it->second;
+  return t;
 }
 
 at::Tensor cpu_rng_state() {
@@ -118,7 +263,27 @@ at::Tensor cpu_rng_state() {
   return gen.get_state();
 }
 
+/// A JSON value as it was written, for messages.
+std::string json_text(const JsonValue& v) {
+  switch (v.type) {
+    case JsonValue::Type::Null: return "null";
+    case JsonValue::Type::Bool: return v.boolean ? "true" : "false";
+    case JsonValue::Type::Number: {
+      if (v.is_integer) return std::to_string(v.integer);
+      char text[40];
+      std::snprintf(text, sizeof text, "%.17g", v.number);
+      return text;
+    }
+    case JsonValue::Type::String: return json_quote(v.string);
+    case JsonValue::Type::Array: return "[...]";
+    case JsonValue::Type::Object: return "{...}";
+  }
+  return "?";
+}
+
 }  // namespace
+
+// [section] save ------------------------------------------------------------------------------------
 
 void save_checkpoint(Trainer& trainer, const std::string& dir) {
   CategoryScope category(MemCategory::Other);
@@ -126,33 +291,48 @@ void save_checkpoint(Trainer& trainer, const std::string& dir) {
   const int64_t step = trainer.next_step();
   const std::string root = join_path(dir, "checkpoints");
   const std::string folder = join_path(root, step_folder(step));
-  std::string error;
-  if (!make_dirs(folder, &error)) throw CheckpointError("checkpoint: " + error);
-
-  std::string bytes(kMagic, sizeof(kMagic));
-  auto groups = trainer.model().groups();
-  put<uint32_t>(bytes, static_cast<uint32_t>(3 + 3 * groups.size()));
-  put_tensor(bytes, "step", at::tensor({step}, at::kLong));
-  put_tensor(bytes, "optimizer_steps", at::tensor({trainer.optimizer().steps_taken()}, at::kLong));
-  put_tensor(bytes, "rng_cpu", cpu_rng_state());
-  for (auto* g : groups) {
-    put_tensor(bytes, g->name() + ".master", g->master);
-    put_tensor(bytes, g->name() + ".exp_avg", g->exp_avg);
-    put_tensor(bytes, g->name() + ".exp_avg_sq", g->exp_avg_sq);
+  try {
+    std::string error;
+    if (!make_dirs(folder, &error)) throw FileWriteError(error);
+    auto groups = trainer.model().groups();
+    RankFileWriter file(join_path(folder, "rank" + std::to_string(ctx.rank) + ".bin"),
+                        static_cast<uint32_t>(3 + 3 * groups.size()));
+    file.entry("step", at::tensor({step}, at::kLong));
+    file.entry("optimizer_steps", at::tensor({trainer.optimizer().steps_taken()}, at::kLong));
+    file.entry("rng_cpu", cpu_rng_state());
+    for (auto* g : groups) {
+      file.entry(g->name() + ".master", g->master);
+      file.entry(g->name() + ".exp_avg", g->exp_avg);
+      file.entry(g->name() + ".exp_avg_sq", g->exp_avg_sq);
+    }
+    file.commit();
+  } catch (const FileWriteError& e) {
+    throw CheckpointWriteError(std::string("checkpoint at step ") + std::to_string(step) + ": " + e.what());
   }
-  write_atomically(join_path(folder, "rank" + std::to_string(ctx.rank) + ".bin"), bytes);
-  if (ctx.rank == 0) write_atomically(join_path(folder, "config.toml"), preset_to_toml(trainer.config()));
+  const std::string config = preset_to_toml(trainer.config());
+  if (ctx.rank == 0) {
+    try {
+      write_file_atomically(join_path(folder, "config.toml"), config);
+    } catch (const FileWriteError& e) {
+      throw CheckpointWriteError(std::string("checkpoint at step ") + std::to_string(step) + ": " + e.what());
+    }
+  }
   ctx.world->barrier();  // every rank's file is in place before the pointer moves
   if (ctx.rank == 0) {
     std::string json;
     JsonWriter w(json);
     w.begin_object()
-        .key("format").value(1)
+        .key("format").value(kFormat)
         .key("step").value(step)
         .key("world_size").value(static_cast<int64_t>(ctx.world_size))
         .key("path").value(step_folder(step))
+        .key("config_crc32").value(static_cast<int64_t>(crc32_update(0, config.data(), config.size())))
         .end_object();
-    write_atomically(join_path(root, "latest.json"), json + "\n");
+    try {
+      write_file_atomically(join_path(root, "latest.json"), json + "\n");
+    } catch (const FileWriteError& e) {
+      throw CheckpointWriteError(std::string("checkpoint at step ") + std::to_string(step) + ": " + e.what());
+    }
     for (const auto& name : list_dir(root))
       if (name.rfind("step_", 0) == 0 && name != step_folder(step))
         remove_tree(join_path(root, name));  // older checkpoints: superseded
@@ -160,21 +340,71 @@ void save_checkpoint(Trainer& trainer, const std::string& dir) {
   ctx.world->barrier();
 }
 
+// [section] read and verify ---------------------------------------------------------------------------
+
 std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
-  const std::string latest = join_path(join_path(dir, "checkpoints"), "latest.json");
+  const std::string root = join_path(dir, "checkpoints");
+  const std::string latest = join_path(root, "latest.json");
   if (!path_exists(latest)) return std::nullopt;
   std::string error;
-  auto json = parse_json(read_file(latest), &error);
-  if (!json || !json->has("step") || !json->has("path") || !json->has("world_size"))
-    throw CheckpointError("checkpoint " + latest + ": malformed (" +
-                          (error.empty() ? "missing step/path/world_size" : error) + ")");
+  const auto json = parse_json(read_small_file(latest, "checkpoint pointer"), &error);
+  if (!json || json->type != JsonValue::Type::Object)
+    throw CheckpointError("checkpoint pointer " + latest + ": not a JSON object (" +
+                          (error.empty() ? "another JSON value" : error) + ")");
+  auto integer = [&](const char* key, int64_t lo, int64_t hi) -> int64_t {
+    if (!json->has(key)) throw CheckpointError("checkpoint pointer " + latest + ": no \"" + key + "\"");
+    const JsonValue& v = json->at(key);
+    if (v.type != JsonValue::Type::Number || !v.is_integer || v.integer < lo || v.integer > hi)
+      throw CheckpointError("checkpoint pointer " + latest + ": \"" + key + "\" = " + json_text(v) +
+                            ": must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+    return v.integer;
+  };
   CheckpointInfo info;
-  info.step = json->at("step").as_int();
-  info.world_size = json->at("world_size").as_int();
-  info.path = join_path(join_path(dir, "checkpoints"), json->at("path").string);
+  info.format = json->has("format") ? integer("format", 1, kFormat) : 1;
+  info.step = integer("step", 0, int64_t{1} << 40);
+  info.world_size = integer("world_size", 1, 65536);
+  if (!json->has("path") || json->at("path").type != JsonValue::Type::String)
+    throw CheckpointError("checkpoint pointer " + latest + ": \"path\" must be a string");
+  // The folder is named by the step and nothing else: a "path" elsewhere (../..) is refused.
+  if (json->at("path").string != step_folder(info.step))
+    throw CheckpointError("checkpoint pointer " + latest + ": \"path\" = " + json_text(json->at("path")) +
+                          " does not name step " + std::to_string(info.step) + "'s folder \"" +
+                          step_folder(info.step) + "\"");
+  info.path = join_path(root, step_folder(info.step));
   const std::string config = join_path(info.path, "config.toml");
-  if (path_exists(config)) info.config_toml = read_file(config);
+  if (!path_exists(config))
+    throw CheckpointError("checkpoint " + info.path + ": no config.toml (the checkpoint is incomplete)");
+  info.config_toml = read_small_file(config, "checkpoint config");
+  if (info.format >= 2) {
+    const auto expected = static_cast<uint32_t>(integer("config_crc32", 0, 0xffffffffLL));
+    const uint32_t crc = crc32_update(0, info.config_toml.data(), info.config_toml.size());
+    if (crc != expected)
+      throw CheckpointError("checkpoint config " + config + ": fails its CRC-32 check (latest.json says " +
+                            hex32(expected) + ", the file gives " + hex32(crc) + ")");
+  }
   return info;
+}
+
+std::vector<std::string> check_resume_config(const CheckpointInfo& info, const RunConfig& run,
+                                             const std::string& dir) {
+  const std::string config = join_path(info.path, "config.toml");
+  const LoadedPreset saved = load_preset_text(info.config_toml, config);
+  if (!saved.ok())
+    throw CheckpointError("checkpoint config " + config + " does not load: " + saved.issues.front().format());
+  std::vector<std::string> refused, notes;
+  for (const KeyChange& c : config_changes(saved.config, run)) {
+    if (c.resume_must_match)
+      refused.push_back(c.describe());
+    else
+      notes.push_back("resume: " + c.describe() + " (checkpoint -> this run)");
+  }
+  if (!refused.empty()) {
+    std::string why = "--resume " + dir + ": the checkpoint's state was saved under other values of keys it depends on: ";
+    for (size_t i = 0; i < refused.size(); ++i) why += (i ? "; " : "") + refused[i] + " (checkpoint -> this run)";
+    throw CheckpointError(why + ". Resume with the checkpoint's values (" + config + "), or start a fresh run");
+  }
+  if (info.format < 2) notes.push_back("resume: " + info.path + " is format 1 (no checksums): it cannot be verified");
+  return notes;
 }
 
 CheckpointInfo load_checkpoint(Trainer& trainer, const std::string& dir) {
@@ -186,23 +416,53 @@ CheckpointInfo load_checkpoint(Trainer& trainer, const std::string& dir) {
                           " ranks, this run " + std::to_string(ctx.world_size));
   const std::string file = join_path(info->path, "rank" + std::to_string(ctx.rank) + ".bin");
   CategoryScope category(MemCategory::Other);
-  const Entries e = parse_entries(read_file(file), file);
-  const int64_t step = entry(e, "step", 1, file).item<int64_t>();
+  Entries e = read_rank_file(file, info->format);
+  // Everything is taken and checked before the trainer changes.
+  const int64_t step = take(e, "step", at::kLong, 1, file).item<int64_t>();
   if (step != info->step)
     throw CheckpointError("checkpoint " + file + ": holds step " + std::to_string(step) + " but latest.json says " +
                           std::to_string(info->step));
-  at::NoGradGuard no_grad;
+  const int64_t optimizer_steps = take(e, "optimizer_steps", at::kLong, 1, file).item<int64_t>();
+  if (optimizer_steps < 0 || optimizer_steps > step)
+    throw CheckpointError("checkpoint " + file + ": optimizer_steps = " + std::to_string(optimizer_steps) +
+                          " must be between 0 and the step, " + std::to_string(step));
+  const at::Tensor rng = take(e, "rng_cpu", at::kByte, cpu_rng_state().numel(), file);
+  struct Restore {
+    FlatParamGroup* group;
+    at::Tensor master, exp_avg, exp_avg_sq;
+  };
+  std::vector<Restore> restores;
   for (auto* g : trainer.model().groups()) {
-    g->master.detach().copy_(entry(e, g->name() + ".master", g->shard_numel(), file));
-    g->exp_avg.copy_(entry(e, g->name() + ".exp_avg", g->shard_numel(), file));
-    g->exp_avg_sq.copy_(entry(e, g->name() + ".exp_avg_sq", g->shard_numel(), file));
-    g->reshard();  // gathered copies (if any) are refilled from the restored master at next use
+    Restore r{g, take(e, g->name() + ".master", at::kFloat, g->shard_numel(), file),
+              take(e, g->name() + ".exp_avg", at::kFloat, g->shard_numel(), file),
+              take(e, g->name() + ".exp_avg_sq", at::kFloat, g->shard_numel(), file)};
+    const std::pair<const char*, const at::Tensor*> parts[] = {
+        {".master", &r.master}, {".exp_avg", &r.exp_avg}, {".exp_avg_sq", &r.exp_avg_sq}};
+    for (const auto& [suffix, t] : parts)
+      if (!at::isfinite(*t).all().item<bool>())
+        throw CheckpointError("checkpoint " + file + ": tensor '" + g->name() + suffix +
+                              "' holds NaN or infinite values: training state that cannot resume");
+    if ((r.exp_avg_sq < 0).any().item<bool>())
+      throw CheckpointError("checkpoint " + file + ": tensor '" + g->name() +
+                            ".exp_avg_sq' holds negative second moments");
+    restores.push_back(std::move(r));
   }
-  trainer.optimizer().set_steps_taken(entry(e, "optimizer_steps", 1, file).item<int64_t>());
+  if (!e.empty())
+    throw CheckpointError("checkpoint " + file + ": tensor '" + e.begin()->first +
+                          "' belongs to no parameter group of this model");
+
+  at::NoGradGuard no_grad;
+  for (Restore& r : restores) {
+    r.group->master.detach().copy_(r.master);
+    r.group->exp_avg.copy_(r.exp_avg);
+    r.group->exp_avg_sq.copy_(r.exp_avg_sq);
+    r.group->reshard();  // gathered copies (if any) are refilled from the restored master at next use
+  }
+  trainer.optimizer().set_steps_taken(optimizer_steps);
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(entry(e, "rng_cpu", -1, file));
+    gen.set_state(rng);
   }
   trainer.set_next_step(step);
   return *info;

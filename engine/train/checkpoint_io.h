@@ -1,43 +1,62 @@
 // Training checkpoints: per-rank model shards, AdamW moments, step counter (the data position),
-// RNG state, and the run's config, written atomically (temporary file, then rename; a pointer file
-// last) and read back for --resume. defines: CheckpointInfo, save_checkpoint, load_checkpoint,
-// read_checkpoint_info
+// RNG state, and the run's config, written atomically (temporary file, fsync, rename; a pointer
+// file last), every tensor with a CRC-32, and read back for --resume, verified before use.
+// defines: CheckpointError, CheckpointWriteError, CheckpointInfo, save_checkpoint,
+// read_checkpoint_info, check_resume_config, load_checkpoint
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/config/run_config.h"
 #include "engine/train/trainer.h"
 
 namespace odyssey {
 
-/// A checkpoint that cannot be written or used; the message names the file and the problem.
+/// A checkpoint that cannot be used (missing, corrupt, or saved under an incompatible config):
+/// bad input, exit 2. The message names the file, the tensor or key, and what is wrong.
 class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A checkpoint that could not be written (disk full, rename failed): a runtime failure, exit 1.
+class CheckpointWriteError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 /// What DIR/checkpoints/latest.json says.
 struct CheckpointInfo {
+  int64_t format = 2;      ///< 2: CRC-32 per tensor and of config.toml; 1: older, unverified
   int64_t step = 0;        ///< steps completed: training resumes at this step
   int64_t world_size = 1;
   std::string path;        ///< the step's folder
-  std::string config_toml; ///< the run's config at that step
+  std::string config_toml; ///< the run's config at that step (verified against its CRC)
 };
 
 /// Layout under `dir`: checkpoints/step_<N>/rank<r>.bin (every rank), checkpoints/step_<N>/
 /// config.toml, and checkpoints/latest.json (rank 0, after every rank wrote; the previous step's
 /// folder is removed after it). Collective: every rank calls it (a barrier over ctx.world).
+/// Throws CheckpointWriteError naming the file when a write fails; the previous checkpoint stays.
 void save_checkpoint(Trainer& trainer, const std::string& dir);
 
-/// nullopt when `dir` has no checkpoint. Throws CheckpointError on a malformed pointer file.
+/// nullopt when `dir` has no checkpoint. Throws CheckpointError on a malformed pointer file or
+/// config.toml (each field checked for type and range, the config against its CRC).
 std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir);
 
+/// Compares the checkpoint's config with this run's. Throws CheckpointError listing every key the
+/// saved state depends on (KeySpec::resume_must_match) that differs; returns one line for each
+/// other difference ("resume: training.lr = 0.0003 -> 0.001 (checkpoint -> this run)").
+std::vector<std::string> check_resume_config(const CheckpointInfo& info, const RunConfig& run,
+                                             const std::string& dir);
+
 /// Restores this rank's shards, moments, step counter and RNG from `dir`'s latest checkpoint.
-/// The model shape and world size must match (else CheckpointError naming the mismatch).
+/// Every tensor is checked (name, dtype, size, CRC-32, finite values) before the trainer is
+/// touched; a mismatch throws CheckpointError naming the file and the tensor.
 CheckpointInfo load_checkpoint(Trainer& trainer, const std::string& dir);
 
 }  // namespace odyssey

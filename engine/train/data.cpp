@@ -93,12 +93,15 @@ class LongRangeTask final : public Dataset {
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever and deaf to
+    // Ctrl-C; it is refused below like every other file that is not a regular one.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd_ < 0) throw DataError("data file '" + path + "': cannot open (" + std::strerror(errno) + ")");
     struct stat st {};
     if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd_);
-      throw DataError("data file '" + path + "': not a regular file");
+      throw DataError("data file '" + path + "': not a regular file (a FIFO, socket, device or directory); "
+                      "training.dataset_path must name a file");
     }
     size_ = static_cast<size_t>(st.st_size);
     if (size_ > 0) {
@@ -167,10 +170,20 @@ class LlmcTokenFile final : public TokenStream {
                       " (expected 1: uint16 tokens)");
     count_ = header[2];
     const int64_t need = header_bytes + 2 * count_;
-    if (count_ < 0 || static_cast<int64_t>(file_.size()) < need)
+    const int64_t have = static_cast<int64_t>(file_.size());
+    if (count_ < 0 || have < need)
       throw DataError("data file '" + path + "': truncated: the header says " + std::to_string(count_) +
-                      " tokens (" + std::to_string(need) + " bytes) but the file has " +
-                      std::to_string(file_.size()) + " bytes");
+                      " tokens (" + std::to_string(need) + " bytes) but the file has " + std::to_string(have) +
+                      " bytes");
+    // An llm.c file is exactly its header and its tokens; more bytes mean a wrong count or a file
+    // joined to another, and training on part of it would pass unnoticed.
+    if (have > need)
+      throw DataError("data file '" + path + "': the header says " + std::to_string(count_) + " tokens (" +
+                      std::to_string(need) + " bytes with the header) but the file has " + std::to_string(have) +
+                      " bytes: " + std::to_string(have - need) + " bytes would be ignored" +
+                      ((have - header_bytes) % 2 == 0
+                           ? " (the body holds " + std::to_string((have - header_bytes) / 2) + " tokens)"
+                           : " (the body is not a whole number of uint16 tokens)"));
     check_length("the llm.c file");
     tokens_ = reinterpret_cast<const uint16_t*>(file_.bytes() + header_bytes);
     for (int64_t i = 0; i < count_; ++i)

@@ -18,8 +18,8 @@
 #include "engine/telemetry/timeline.h"
 #include "engine/telemetry/trace_writer.h"
 #include "engine/train/checkpoint_io.h"
-#include "engine/train/files.h"
 #include "engine/train/step_records.h"
+#include "engine/util/files.h"
 #include "engine/util/json.h"
 
 namespace odyssey {
@@ -246,7 +246,9 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
       for (const auto& note : trainer.take_notes()) log(note);
       log("memory toggles applied from step " + std::to_string(trainer.next_step() + 1) + ": " + describe_memory(memory));
     }
-    const bool traced = trace && steps_run < cfg.output.trace_steps;  // the first trace_steps steps
+    // The first trace_steps steps of this process (a resumed run's trace continues after the
+    // steps its checkpoint kept, see TraceWriter's resume constructor).
+    const bool traced = trace && steps_run < cfg.output.trace_steps;
     edges.set_capture(traced);
     const StepResult r = trainer.step();  // throws StepFailure, CommError
     edges.set_capture(false);
@@ -318,44 +320,66 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   RunShared shared;
   std::string write_error;
+  std::unique_ptr<RunDirLock> lock;
+  auto fail = [&](const std::exception& e, bool bad_input) {
+    out.status = RunOutcome::Status::Failed;
+    out.bad_input = bad_input;
+    out.error = e.what();
+  };
   try {
     MemoryTracker::instance().install_cpu_allocator();
     shared.separate_processes = job_mode(cfg.parallel) == JobMode::Torchrun;  // throws on a malformed env
     shared.reports = runs_rank_zero();
+    // Everything that can refuse the run is decided before any output is touched.
+    check_launchable(cfg);
+    make_dataset(cfg.training, cfg.model);  // a missing or malformed data file (DataError), checked once here
+    int64_t resume_step = -1;
+    if (!opt.resume_dir.empty()) {
+      const auto info = read_checkpoint_info(opt.resume_dir);
+      if (!info) throw CheckpointError("--resume " + opt.resume_dir + ": no checkpoint there (no checkpoints/latest.json)");
+      const std::vector<std::string> notes = check_resume_config(*info, cfg, opt.resume_dir);
+      if (shared.reports && opt.log)
+        for (const auto& note : notes) opt.log(note);
+      resume_step = info->step;
+    }
     if (!opt.out_dir.empty()) {
       std::string error;
-      if (!make_dirs(opt.out_dir, &error)) throw std::runtime_error("--out: " + error);
-      const bool append = !opt.resume_dir.empty() && same_path(opt.resume_dir, opt.out_dir);
+      if (!make_dirs(opt.out_dir, &error)) throw FileWriteError("--out: " + error);
       if (shared.reports) {
-        shared.metrics = std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", append);
+        // One writer per run directory: a second run into it would interleave both files.
+        lock = std::make_unique<RunDirLock>(opt.out_dir);
+        if (!lock->previous_owner().empty() && opt.log)
+          opt.log("--out " + opt.out_dir + ": took over the lock of a run that ended without releasing it (" +
+                  lock->previous_owner() + ")");
+        // A resumed run in its own directory continues its files from the checkpoint's step: the
+        // steps a killed run took after it are run again and must not appear twice.
+        const bool continues = resume_step >= 0 && same_path(opt.resume_dir, opt.out_dir);
+        shared.metrics = std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", continues ? resume_step : -1);
         if (cfg.output.trace && cfg.output.trace_steps > 0)
-          shared.trace = std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
+          shared.trace = continues ? std::make_unique<TraceWriter>(opt.out_dir + "/trace.json", resume_step)
+                                   : std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
       }
     }
     run_on_ranks(cfg, [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); });
   } catch (const StepFailure& e) {
-    out.status = RunOutcome::Status::Failed;
-    out.error = e.what();
+    fail(e, false);
   } catch (const DataError& e) {
-    out.status = RunOutcome::Status::Failed;
-    out.bad_input = true;
-    out.error = e.what();
+    fail(e, true);
   } catch (const CheckpointError& e) {
-    out.status = RunOutcome::Status::Failed;
-    out.bad_input = true;
-    out.error = e.what();
+    fail(e, true);
+  } catch (const RunDirBusy& e) {
+    fail(e, true);
   } catch (const std::invalid_argument& e) {
-    out.status = RunOutcome::Status::Failed;
-    out.bad_input = true;
-    out.error = e.what();
-  } catch (const std::exception& e) {
-    out.status = RunOutcome::Status::Failed;
-    out.error = e.what();
+    fail(e, true);
+  } catch (const std::exception& e) {  // CheckpointWriteError, FileWriteError, CommError, ...: the run's
+    fail(e, false);
   }
   if (out.status == RunOutcome::Status::Failed && opt.log && shared.reports) opt.log("error: " + out.error);
   if (!out.metrics.empty() && out.next_step == 0) out.next_step = out.metrics.back().step;
 
-  if (shared.reports && !opt.out_dir.empty() && is_directory(opt.out_dir)) {
+  // summary.json only from the run that holds the directory: a refused run (busy directory, bad
+  // checkpoint, bad preset) leaves the directory exactly as it found it.
+  if (lock) {
     try {
       if (shared.trace) shared.trace->close();
     } catch (const std::exception& e) {

@@ -49,12 +49,12 @@ struct Trainer::Forward {
 };
 
 Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
-    : cfg_(cfg), ctx_(ctx), device_(ctx.device), optimizer_(cfg.training), offload_(ctx.device), recorder_(ctx.rank) {
+    : cfg_(cfg), ctx_(ctx), device_(ctx.device), optimizer_(cfg.training), offload_(ctx.device), recorder_(ctx.rank, ctx.slot) {
   MemoryTracker::instance().install_cpu_allocator();
   at::globalContext().setFlushDenormal(true);  // see configure_threads: denormals cost seconds per step
   // On CUDA the rank's device bytes come from the caching allocator of its GPU.
-  if (device_.is_cuda()) MemoryTracker::instance().set_cuda_device(ctx_.rank, device_.index() < 0 ? 0 : device_.index());
-  RankScope rank(ctx_.rank);
+  if (device_.is_cuda()) MemoryTracker::instance().set_cuda_device(ctx_.slot, device_.index() < 0 ? 0 : device_.index());
+  RankScope rank(ctx_.slot);
   if (cfg_.training.seq_len % ctx_.sp_size != 0)
     throw std::invalid_argument("training.seq_len = " + std::to_string(cfg_.training.seq_len) +
                                 " is not divisible by the Ulysses degree " + std::to_string(ctx_.sp_size));
@@ -117,9 +117,9 @@ double Trainer::run_forward_backward(int64_t step, Forward* out) {
 }
 
 double Trainer::forward_backward(int64_t step) {
-  RankScope rank(ctx_.rank);
+  RankScope rank(ctx_.slot);
   PhaseRecorder::Bind bind(&recorder_);
-  reset_engine_phases(ctx_.rank);
+  reset_engine_phases(ctx_.slot);
   Forward f;
   try {
     return run_forward_backward(step, &f);
@@ -129,45 +129,62 @@ double Trainer::forward_backward(int64_t step) {
 }
 
 StepResult Trainer::step() {
-  RankScope rank(ctx_.rank);
+  RankScope rank(ctx_.slot);
   PhaseRecorder::Bind bind(&recorder_);
   MemoryTracker& tracker = MemoryTracker::instance();
   const int64_t step = next_step_;  // 0-based index: data, schedule
   recorder_.set_step(step + 1);     // reported: the (step+1)-th step
-  reset_engine_phases(ctx_.rank);
-  tracker.reset_peak(ctx_.rank);
+  reset_engine_phases(ctx_.slot);
+  tracker.reset_peak(ctx_.slot);
   const auto t0 = std::chrono::steady_clock::now();
   StepResult r;
   r.step = step + 1;
   try {
-    EnginePhase phase(ctx_.rank, "step");
+    EnginePhase phase(ctx_.slot, "step");
     Forward f;
     run_forward_backward(step, &f);
     r.loss = f.loss;
     r.has_answers = f.has_answers && f.answer_count > 0;
     r.answer_loss = f.answer_count > 0 ? f.answer_ce / f.answer_count : 0;
     r.answer_accuracy = f.answer_count > 0 ? f.answer_correct / f.answer_count : 0;
-    {
-      EnginePhase opt(ctx_.rank, "optimizer");
-      auto groups = model_->groups();
-      r.grad_norm = global_grad_norm(groups, ctx_);
-      if (!std::isfinite(r.grad_norm))
-        throw StepFailure(StepFailure::Kind::NonFinite, step + 1, "bwd", -1, -1,
-                          "gradient norm is " + std::string(std::isnan(r.grad_norm) ? "NaN" : "Inf") + " at step " +
-                              std::to_string(step + 1) + " (phase bwd, loss " + std::to_string(r.loss) + "); stopping");
-      clip_gradients(groups, r.grad_norm, cfg_.training.grad_clip);
-      r.lr = lr_at(cfg_.training, step);
-      optimizer_.step(groups, r.lr);
-      AdamW::zero_grad(groups);
-    }
+    optimizer_phase(step, r);
   } catch (const std::exception& e) {
     fail(e, step);
   }
   r.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.tokens = cfg_.training.batch_size * cfg_.training.seq_len * ctx_.dp_size;
-  const MemorySnapshot snap = tracker.snapshot(ctx_.rank);
+  const MemorySnapshot snap = tracker.snapshot(ctx_.slot);
   r.device_peak = snap.device_peak;
   r.host_peak = snap.host_peak;
+  next_step_ = step + 1;
+  return r;
+}
+
+void Trainer::optimizer_phase(int64_t step, StepResult& r) {
+  EnginePhase opt(ctx_.slot, "optimizer");
+  auto groups = model_->groups();
+  r.grad_norm = global_grad_norm(groups, ctx_);
+  if (!std::isfinite(r.grad_norm))
+    throw StepFailure(StepFailure::Kind::NonFinite, step + 1, "bwd", -1, -1,
+                      "gradient norm is " + std::string(std::isnan(r.grad_norm) ? "NaN" : "Inf") + " at step " +
+                          std::to_string(step + 1) + " (phase bwd, loss " + std::to_string(r.loss) + "); stopping");
+  clip_gradients(groups, r.grad_norm, cfg_.training.grad_clip);
+  r.lr = lr_at(cfg_.training, step);
+  optimizer_.step(groups, r.lr);
+  AdamW::zero_grad(groups);
+}
+
+StepResult Trainer::apply_gradients() {
+  RankScope rank(ctx_.slot);
+  PhaseRecorder::Bind bind(&recorder_);
+  const int64_t step = next_step_;
+  StepResult r;
+  r.step = step + 1;
+  try {
+    optimizer_phase(step, r);
+  } catch (const std::exception& e) {
+    fail(e, step);
+  }
   next_step_ = step + 1;
   return r;
 }
@@ -180,7 +197,7 @@ void Trainer::cleanup_after_failure() {
 
 void Trainer::fail(const std::exception& e, int64_t index) {
   const int64_t step = index + 1;  // reported steps count from 1
-  const std::string phase = failing_phase(ctx_.rank);
+  const std::string phase = failing_phase(ctx_.slot);
   cleanup_after_failure();
   if (const auto* failure = dynamic_cast<const StepFailure*>(&e)) throw *failure;
   // A collective failed: another rank's fault (the launcher names it); keep the type.

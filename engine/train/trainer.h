@@ -74,6 +74,10 @@ class Trainer {
   /// Forward + backward of `step`'s batch only (gradients stay in the groups; tests, bench).
   /// Returns the global loss.
   double forward_backward(int64_t step);
+  /// The optimizer half of step() on the gradients the groups hold now (global norm, clip, AdamW
+  /// at next_step()'s learning rate, gradients zeroed) and next_step() advanced. For tests that
+  /// put the gradients there themselves (equivalence on identical gradients).
+  StepResult apply_gradients();
 
   /// Memory toggles for the following steps (no restart: nothing they change is persistent).
   void set_memory(const MemoryConfig& memory);
@@ -94,6 +98,7 @@ class Trainer {
  private:
   struct Forward;
   double run_forward_backward(int64_t step, Forward* out);
+  void optimizer_phase(int64_t step, StepResult& r);
   [[noreturn]] void fail(const std::exception& e, int64_t index);
   void cleanup_after_failure();
 

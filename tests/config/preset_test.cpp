@@ -2,11 +2,15 @@
 // fixture under tests/fixtures reports exactly its expected messages; --set and size parsing.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "engine/config/preset.h"
+#include "engine/config/schema.h"
 #include "engine/config/sizes.h"
 #include "engine/config/validate.h"
 #include "test_paths.h"
@@ -259,4 +263,87 @@ TEST_CASE("hostile bytes are reported with positions, Unicode strings survive", 
   REQUIRE(missing.issues.size() == 1);
   CHECK(missing.issues[0].format() ==
         "no/such/preset.toml: cannot open: No such file or directory (give the path of a .toml preset, e.g. presets/tiny-cpu.toml)");
+}
+
+TEST_CASE("every numeric key has a physical range; values past it are refused with the schema's rule",
+          "[config][validate][ranges]") {
+  const LoadedPreset base = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3-8b-3m-8xh100.toml");
+  REQUIRE(base.ok());
+  int ranged = 0;
+  for (const KeySpec& spec : config_schema()) {
+    const bool numeric = spec.kind == KeyKind::Int || spec.kind == KeyKind::Size || spec.kind == KeyKind::Float;
+    INFO(spec.full_name());
+    CHECK(numeric == spec.range.has_value());
+    if (!spec.range) continue;
+    ++ranged;
+    const ValueRange& r = *spec.range;
+    CHECK(r.contains(spec.number(base.config)));  // the shipped preset is in range
+    CHECK_FALSE(r.contains(std::nan("")));
+    std::vector<std::string> outside;
+    if (spec.kind == KeyKind::Float) {
+      outside = {"nan", "inf", "-inf"};
+      if (r.lo > -1e300) outside.push_back(std::to_string(r.lo_open ? r.lo : r.lo - 1));
+      if (r.hi < 1e300) outside.push_back(std::to_string(r.hi_open ? r.hi : r.hi * 2 + 1));
+    } else {
+      if (r.lo > 0) outside.push_back(std::to_string(static_cast<int64_t>(r.lo) - 1));
+      if (std::isfinite(r.hi)) outside.push_back(std::to_string(static_cast<int64_t>(r.hi) + 1));
+    }
+    for (const std::string& value : outside) {
+      INFO(spec.full_name() << " = " << value);
+      Override o;
+      ConfigIssue parse_issue;
+      REQUIRE(parse_override(spec.full_name() + "=" + value, 1, &o, &parse_issue));
+      const LoadedPreset bad = apply_overrides(base.config, {o});
+      // --set reads nan and inf as words ("must be a number"); a finite value past a bound gets
+      // the range's own rule.
+      const bool word = value == "nan" || value == "inf" || value == "-inf";
+      const bool named = std::any_of(bad.issues.begin(), bad.issues.end(), [&](const ConfigIssue& i) {
+        return i.key == spec.full_name() && (word || i.rule == r.rule(spec.kind));
+      });
+      CHECK(named);
+    }
+  }
+  CHECK(ranged >= 35);
+}
+
+TEST_CASE("TOML's nan and inf are outside every float range", "[config][validate][ranges]") {
+  for (const char* value : {"nan", "inf", "-inf", "+nan"}) {
+    INFO(value);
+    const LoadedPreset p = load_preset_text(std::string("[model]\nflavor = \"tiny\"\nrope_theta = ") + value +
+                                                "\n[training]\nseq_len = 1024\nlr = " + value + "\n",
+                                            "nan.toml");
+    REQUIRE(p.issues.size() == 2);
+    CHECK(p.issues[0].key == "model.rope_theta");
+    CHECK(p.issues[0].rule == "must be in (0, 1000000000000]");
+    CHECK(p.issues[1].key == "training.lr");
+    CHECK(p.issues[1].rule == "must be in (0, 1]");
+  }
+}
+
+TEST_CASE("range rules read as the math does", "[config][validate][ranges]") {
+  CHECK(find_key_spec("training.lr")->range->rule(KeyKind::Float) == "must be in (0, 1]");
+  CHECK(find_key_spec("model.n_layers")->range->rule(KeyKind::Int) == "must be between 1 and 1024");
+  CHECK(find_key_spec("training.seq_len")->range->rule(KeyKind::Size) ==
+        "must be between 2 and 16G (one input and one label at least)");
+  CHECK(find_key_spec("parallel.timeout_s")->range->rule(KeyKind::Float) == "must be a number of seconds in (0, 604800]");
+  CHECK(find_key_spec("training.seed")->range->rule(KeyKind::Int) == "must not be negative");
+  CHECK(find_key_spec("training.beta2")->range->rule(KeyKind::Float) == "must be in [0, 1)");
+}
+
+TEST_CASE("a huge value is refused by its range before any rule or hint walks it", "[config][validate][ranges]") {
+  const LoadedPreset base = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/qwen3-32b-16xh100.toml");
+  REQUIRE(base.ok());
+  for (const char* key : {"model.n_heads", "model.n_kv_heads", "parallel.ulysses_degree", "parallel.world_size",
+                          "memory.heads_per_stage"}) {
+    INFO(key);
+    Override o;
+    ConfigIssue issue;
+    REQUIRE(parse_override(std::string(key) + "=1099511627776", 1, &o, &issue));
+    const auto t0 = std::chrono::steady_clock::now();
+    const LoadedPreset bad = apply_overrides(base.config, {o});
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 0.5);
+    REQUIRE(bad.issues.size() == 1);  // the range alone: no rule combining it with other keys ran
+    CHECK(bad.issues[0].key == key);
+    CHECK(bad.issues[0].rule.rfind("must be between", 0) == 0);
+  }
 }

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Version.h>
 
+#include "../fp_tolerance.h"
 #include "engine/config/run_config.h"
 #include "engine/train/trainer.h"
 
@@ -50,6 +52,10 @@ inline RunConfig tiny_config(int64_t layers = 2, int64_t seq = 64) {
 
 inline RankContext cpu_rank() { return RankContext{}; }
 
+/// The vector code ATen dispatches to here ("DEFAULT", "AVX2", "AVX512"): ATEN_CPU_CAPABILITY
+/// chooses it, and the equivalence suites run under each one the CPU has (tests/CMakeLists.txt).
+inline std::string cpu_capability_name() { return at::get_cpu_capability(); }
+
 /// max |a - b| / max |b| (0 when both are zero).
 inline double relative_diff(const at::Tensor& a, const at::Tensor& b) {
   const double scale = b.abs().max().item<double>();
@@ -66,6 +72,94 @@ inline std::vector<at::Tensor> group_grads(Trainer& t) {
 inline std::vector<at::Tensor> group_params(Trainer& t) {
   std::vector<at::Tensor> out;
   for (auto* g : t.model().groups()) out.push_back(g->master.detach().clone());
+  return out;
+}
+
+// [section] equivalence tolerances of a whole model's step (see ../fp_tolerance.h) -------------
+
+/// Rounded operations on the longest chain of one block's forward: the reductions over d (two
+/// RMSNorms, the Q/K/V and gate/up projections), head_dim (QK^T), the sequence twice (softmax
+/// normaliser, P.V), q_dim (output projection) and d_ffn (down projection).
+inline int64_t block_chain(const RunConfig& c) {
+  const ModelConfig& m = c.model;
+  return 4 * m.d_model + m.head_dim + 2 * c.training.seq_len + m.q_dim() + m.d_ffn;
+}
+/// The loss of a step over `sequences` sequences: every block, the final norm and the LM head
+/// (over d), the log-sum-exp over the vocabulary and the mean over the batch's tokens.
+inline int64_t loss_chain(const RunConfig& c, int64_t sequences) {
+  return c.model.n_layers * block_chain(c) + 2 * c.model.d_model + c.model.vocab_size + sequences * c.training.seq_len;
+}
+/// A parameter's gradient: the loss's chain, back through every block (about twice the forward's
+/// reductions: activations' and weights' gradients), and the weight-gradient sum over the tokens.
+inline int64_t gradient_chain(const RunConfig& c, int64_t sequences) {
+  return loss_chain(c, sequences) + 2 * c.model.n_layers * block_chain(c) + sequences * c.training.seq_len;
+}
+/// kappa of a randomly initialised model's activations and gradients: terms of mixed sign whose
+/// magnitudes sum to at most twice the largest value of the compared tensor (the loss's own mean
+/// is of terms >= 0).
+constexpr double kModelKappa = 2.0;
+/// The loss, relative to itself.
+inline double loss_tolerance(const RunConfig& c, int64_t sequences) {
+  return reordering_tolerance(loss_chain(c, sequences), kModelKappa);
+}
+/// Each parameter's gradient, relative to its largest element (per_param_max_relative_diff).
+inline double gradient_tolerance(const RunConfig& c, int64_t sequences) {
+  return reordering_tolerance(gradient_chain(c, sequences), kModelKappa);
+}
+/// Each parameter after `steps` AdamW steps on identical gradients (run_trajectory's `drive`),
+/// relative to its largest element. Two things differ between the sides: (a) each element's
+/// update arithmetic (lerp, two ops for v, sqrt, divide, add eps, multiply-add: 8 rounded ops a
+/// step) in other vector lanes, of scale lr x |m/sqrt(v)| <= 4 lr against parameters of scale >=
+/// 0.02 (the init's std); (b) the clip factor, from a norm over all n gradient elements, which
+/// scales every gradient alike and which m/sqrt(v) cancels but for eps: at most half its relative
+/// error times an update of at most 4 lr. Both against the smallest parameter scale, 0.02.
+inline double optimizer_tolerance(const RunConfig& c, int steps, int64_t gradient_elements) {
+  const double step_scale = 4.0 * c.training.lr / 0.02;
+  return reordering_tolerance(8 * steps, 1.0) * step_scale +
+         steps * reordering_tolerance(gradient_elements, 1.0) * step_scale;
+}
+
+/// A run's losses, gradients and parameters for the equivalence checks.
+struct Trajectory {
+  std::vector<double> losses;                       ///< each step's own loss (steps run forward)
+  std::vector<std::vector<at::Tensor>> grads;       ///< each step's own gradients, per group
+  std::vector<at::Tensor> params;                   ///< master after the steps, per group
+};
+
+/// This rank's part of a whole flat tensor [numel] of `g`: the shard (zero-padded) when sharded.
+inline at::Tensor shard_of(const FlatParamGroup& g, const at::Tensor& whole) {
+  if (!g.sharded()) return whole;
+  at::Tensor padded = at::zeros({g.padded_numel()}, whole.options());  // [padded]
+  padded.narrow(0, 0, g.numel()).copy_(whole);
+  return padded.narrow(0, g.shard_offset(), g.shard_numel());
+}
+
+/// Runs `steps` optimizer steps. Without `drive` every step runs forward and backward and applies
+/// its own gradients (the reference, whose losses and gradients are recorded per step). With
+/// `drive` (whole flat gradients per step and group, the reference's), only step 1 runs forward
+/// and backward (its loss and gradients recorded), and every step's update applies drive[s]
+/// instead: the parameters then test the optimizer and its sharding on identical gradients.
+/// Why not the run's own gradients: AdamW divides by sqrt(v) + 1e-8, so an element whose
+/// gradient is near zero moves by about lr whatever its sign, and a last-bit difference in such
+/// a gradient (another reduction order, another CPU's vector width) flips a whole step of it.
+inline Trajectory run_trajectory(Trainer& t, int steps, const std::vector<std::vector<at::Tensor>>* drive = nullptr) {
+  Trajectory out;
+  auto groups = t.model().groups();
+  for (int s = 0; s < steps; ++s) {
+    if (!drive || s == 0) {
+      out.losses.push_back(t.forward_backward(t.next_step()));
+      std::vector<at::Tensor> own;
+      for (auto* g : groups) own.push_back(g->grad().clone());
+      out.grads.push_back(std::move(own));
+    }
+    if (drive) {
+      at::NoGradGuard no_grad;
+      for (size_t g = 0; g < groups.size(); ++g)
+        groups[g]->master.mutable_grad().copy_(shard_of(*groups[g], (*drive)[s][g]));
+    }
+    t.apply_gradients();
+  }
+  out.params = group_params(t);
   return out;
 }
 

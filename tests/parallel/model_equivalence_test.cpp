@@ -1,11 +1,13 @@
 // The distributed stack against the single-rank plain reference on the global batch (fp32, CPU,
 // in-process rank threads over Gloo): world sizes 1, 2, 4; MHA, n_kv_heads = P and < P; every
 // combination of {FSDP, Ulysses, Untied Ulysses x each valid heads_per_stage} x {checkpointing,
-// offload, tiling}: loss and every gradient within 1e-5 relative after one step, every parameter
-// within 1e-4 after three steps. defines: test cases [equivalence]
+// offload, tiling}: the loss and every gradient of the first step, and every parameter after three
+// optimizer steps on the reference's gradients (the sharded AdamW on identical input), each
+// within the tolerances derived in engine_test_util.h. defines: test cases [equivalence]
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -96,7 +98,7 @@ std::vector<Case> cases_for(int W, int P) {
   return cases;
 }
 
-/// One rank's view of one case: the global loss, its gradient and parameter shards per group.
+/// One rank's view of one case: the global loss and this rank's gradient and parameter shards.
 struct RankOutcome {
   double loss = 0;
   std::vector<at::Tensor> grads, params;
@@ -119,29 +121,27 @@ std::vector<at::Tensor> assemble(const std::vector<RankOutcome>& ranks, bool gra
   return out;
 }
 
-struct Reference {
-  double loss = 0;
-  std::vector<at::Tensor> grads, params;
-};
+constexpr int kSteps = 3;
 
-/// The single-rank plain run on the global batch of D sequences.
-Reference reference(const Heads& h, int D) {
+/// The single-rank plain run on the global batch of D sequences: each step's loss and gradients,
+/// and the parameters after kSteps steps.
+Trajectory reference(const Heads& h, int D) {
   RunConfig cfg = model_config(h);
   cfg.training.batch_size = D;
-  Reference r;
   Trainer t(cfg, cpu_rank());
-  r.loss = t.forward_backward(0);
-  r.grads = group_grads(t);
-  AdamW::zero_grad(t.model().groups());
-  for (int i = 0; i < 3; ++i) t.step();
-  r.params = group_params(t);
-  return r;
+  return run_trajectory(t, kSteps);
 }
 
 void check_layout(int W, int P) {
   configure_threads(W);
+  struct {
+    double loss = 0, grad = 0, param = 0;  // the largest difference / tolerance of any case
+  } worst_seen;
   const int D = W / P;
   const std::vector<Case> cases = cases_for(W, P);
+  std::map<std::string, Trajectory> refs;  // computed first: every case's steps apply its gradients
+  for (const Case& c : cases)
+    if (!refs.count(c.heads.name)) refs[c.heads.name] = reference(c.heads, D);
   std::vector<std::vector<RankOutcome>> results(cases.size(), std::vector<RankOutcome>(W));
   ParallelConfig parallel;
   parallel.world_size = W;
@@ -154,40 +154,52 @@ void check_layout(int W, int P) {
       cfg.parallel.fsdp = cases[i].fsdp;
       cfg.memory = cases[i].memory;
       Trainer t(cfg, ctx);
+      const Trajectory run = run_trajectory(t, kSteps, &refs.at(cases[i].heads.name).grads);
       RankOutcome& o = results[i][ctx.rank];
-      o.loss = t.forward_backward(0);
+      o.loss = run.losses.front();
+      o.grads = run.grads.front();
+      o.params = run.params;
       for (auto* g : t.model().groups()) {
-        o.grads.push_back(g->grad().clone());
         o.numel.push_back(g->numel());
         o.sharded = g->sharded();
       }
-      AdamW::zero_grad(t.model().groups());
-      for (int s = 0; s < 3; ++s) t.step();
-      for (auto* g : t.model().groups()) o.params.push_back(g->master.detach().clone());
     }
   });
 
-  std::map<std::string, Reference> refs;
   std::map<std::string, std::unique_ptr<Trainer>> layouts;  // parameter names and offsets for the report
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    if (!refs.count(c.heads.name)) {
-      refs[c.heads.name] = reference(c.heads, D);
-      layouts[c.heads.name] = std::make_unique<Trainer>(model_config(c.heads), cpu_rank());
-    }
-    const Reference& ref = refs[c.heads.name];
+    if (!layouts.count(c.heads.name)) layouts[c.heads.name] = std::make_unique<Trainer>(model_config(c.heads), cpu_rank());
+    const Trajectory& ref = refs.at(c.heads.name);
     Trainer& layout = *layouts[c.heads.name];
+    const RunConfig cfg = model_config(c.heads);
+    int64_t elements = 0;
+    for (auto* g : layout.model().groups()) elements += g->numel();
     INFO(c.describe(W, P));
-    for (int r = 0; r < W; ++r) CHECK(std::abs(results[i][r].loss - ref.loss) <= 1e-5 * std::abs(ref.loss));
+    // Tolerances from the arithmetic of this model on the global batch of D sequences
+    // (engine_test_util.h): the same sums in another order, and AdamW on identical gradients.
+    const double loss_tol = loss_tolerance(cfg, D), grad_tol = gradient_tolerance(cfg, D);
+    const double param_tol = optimizer_tolerance(cfg, kSteps, elements);
+    for (int r = 0; r < W; ++r) {
+      const double loss_diff = std::abs(results[i][r].loss - ref.losses.front()) / std::abs(ref.losses.front());
+      worst_seen.loss = std::max(worst_seen.loss, loss_diff / loss_tol);
+      CHECK(loss_diff <= loss_tol);
+    }
     std::string worst;
-    const double grad_diff = per_param_max_relative_diff(layout, assemble(results[i], true), ref.grads, &worst);
-    INFO("worst gradient " << worst << ": " << grad_diff);
-    CHECK(grad_diff <= 1e-5);
+    const double grad_diff = per_param_max_relative_diff(layout, assemble(results[i], true), ref.grads.front(), &worst);
+    worst_seen.grad = std::max(worst_seen.grad, grad_diff / grad_tol);
+    INFO("worst gradient " << worst << ": " << grad_diff << " (tolerance " << grad_tol << ")");
+    CHECK(grad_diff <= grad_tol);
     const double param_diff = per_param_max_relative_diff(layout, assemble(results[i], false), ref.params, &worst);
-    INFO("worst parameter after 3 steps " << worst << ": " << param_diff);
-    CHECK(param_diff <= 1e-4);
+    worst_seen.param = std::max(worst_seen.param, param_diff / param_tol);
+    INFO("worst parameter after " << kSteps << " steps on the reference's gradients " << worst << ": " << param_diff
+                                  << " (tolerance " << param_tol << ")");
+    CHECK(param_diff <= param_tol);
   }
   configure_threads(1);
+  // The measured worst as a fraction of its tolerance (docs/engine.md's table; -s shows it).
+  std::printf("equivalence W=%d P=%d on %s: worst loss %.1f%%, gradient %.1f%%, parameter %.1f%% of the tolerance\n", W,
+              P, cpu_capability_name().c_str(), 100 * worst_seen.loss, 100 * worst_seen.grad, 100 * worst_seen.param);
 }
 
 }  // namespace

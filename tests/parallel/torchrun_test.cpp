@@ -133,6 +133,10 @@ TEST_CASE("torchrun: two processes on loopback match the in-process rank threads
   REQUIRE(processes.size() == threads.size());
   for (size_t i = 0; i < threads.size(); ++i) {
     INFO("step " << i << ": threads " << threads[i] << ", processes " << processes[i]);
-    CHECK(std::abs(processes[i] - threads[i]) <= 1e-6 * std::abs(threads[i]));
+    // Same collectives in the same order; the intra-op thread count may differ (configure_threads),
+    // which reorders ATen's sums: the loss tolerance of this model (engine_test_util.h). Later
+    // steps add AdamW's flips of near-zero-gradient elements, which move the loss by those
+    // elements' gradients times lr: negligible against it.
+    CHECK(std::abs(processes[i] - threads[i]) <= loss_tolerance(job_config(), 1) * std::abs(threads[i]));
   }
 }

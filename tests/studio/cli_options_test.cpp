@@ -63,4 +63,11 @@ TEST_CASE("studio options name what is wrong", "[studio][cli]") {
   CHECK(err == "unexpected argument b.toml (one preset at most)");
   CHECK_FALSE(parse({"--bogus"}, &o, &err));
   CHECK(err == "unknown option --bogus");
+  // NaN passes every comparison; it once reached ImGui's font scale and aborted the app.
+  for (const char* bad : {"nan", "NaN", "inf", "-inf", "1e999"}) {
+    INFO(bad);
+    CHECK_FALSE(parse({"--scale", bad}, &o, &err));
+    CHECK(err == std::string("--scale ") + bad + ": needs a number between 0.5 and 4");
+    CHECK_FALSE(parse({"--timeout", bad}, &o, &err));
+  }
 }

@@ -3,6 +3,8 @@
 // and loading a preset that breaks a rule.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 #include "app/studio/app_state.h"
 #include "app/studio/config_edit.h"
 #include "engine/config/validate.h"
@@ -86,6 +88,29 @@ TEST_CASE("a preset that does not parse leaves the config as it was", "[studio][
   CHECK(state.edit.preset_message_error);
   CHECK(state.edit.preset_message.find("Could not load") == 0);
   CHECK_FALSE(load_preset_into(state, "/nonexistent/x.toml"));
+  CHECK(state.config == before);
+}
+
+TEST_CASE("a file with problems never reads as a valid configuration", "[studio][config]") {
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  bool valid = false;
+  CHECK(validity_headline(state.edit, &valid) == "Valid configuration");
+  CHECK(valid);
+  // An empty file parses, lacks the required keys, and the fields fall back to defaults: the
+  // headline says so instead of "Valid configuration" under "Loaded ... with problems".
+  const std::string empty = std::string(ODYSSEY_BINARY_DIR) + "/config_edit_test_empty.toml";
+  std::ofstream(empty, std::ios::trunc).flush();
+  REQUIRE(load_preset_into(state, empty));
+  CHECK(state.edit.preset_message.find("with problems") != std::string::npos);
+  CHECK(state.edit.file_problems.size() == 2);  // model.flavor and training.seq_len missing
+  CHECK(validity_headline(state.edit, &valid) ==
+        "2 problems in the loaded file (listed above): the fields show defaults in their place until you fix and save");
+  CHECK_FALSE(valid);
+  // /dev/null is no preset file at all: refused, the config as it was.
+  const RunConfig before = state.config;
+  CHECK_FALSE(load_preset_into(state, "/dev/null"));
+  CHECK(state.edit.preset_message.find("is not a regular file") != std::string::npos);
   CHECK(state.config == before);
 }
 

@@ -33,7 +33,7 @@ at::Tensor naive_rope(const at::Tensor& x, int64_t first, double theta) {
 
 }  // namespace
 
-TEST_CASE("attention: local path equals naive causal GQA attention with RoPE", "[engine][model]") {
+TEST_CASE("attention: local path equals naive causal GQA attention with RoPE", "[engine][model][equivalence]") {
   ModelConfig m = tiny_config().model;
   const int64_t B = 2, s = 12, d = m.d_model, H = m.n_heads, Hkv = m.n_kv_heads, hd = m.head_dim;
   at::manual_seed(3);
@@ -54,7 +54,12 @@ TEST_CASE("attention: local path equals naive causal GQA attention with RoPE", "
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   at::Tensor o = at::einsum("bhqk,bkhd->bqhd", {scores.softmax(-1), v}).reshape({B, s, H * hd});
   at::Tensor expected = at::linear(o, w.wo);
-  CHECK(relative_diff(got, expected) < 1e-5);
+  // The longest chain behind an output element: the projection over d, the rotation, QK^T over
+  // hd, the softmax's exp and sum over s keys, P.V over s, the output projection over H*hd;
+  // terms of mixed sign (kappa 2). RoPE's angles: the naive side in double, the engine's exact to
+  // fp32 (a rotation is 3 rounded ops). See ../../fp_tolerance.h.
+  const int64_t chain = d + 3 + hd + 2 * s + s + H * hd;
+  CHECK(relative_diff(got, expected) <= reordering_tolerance(chain, 2.0));
 }
 
 TEST_CASE("attention: RoPE scores depend only on relative position", "[engine][model]") {

@@ -9,7 +9,7 @@
 #include "../engine_test_util.h"
 #include "engine/session.h"
 #include "engine/telemetry/memory_tracker.h"
-#include "engine/train/files.h"
+#include "engine/util/files.h"
 
 using namespace odyssey;
 using namespace odyssey::test;

@@ -2,12 +2,14 @@
 // file named with its problem, and rank batch selection (sequence shards with global positions).
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <fstream>
 
 #include "../engine_test_util.h"
 #include "engine/train/data.h"
-#include "engine/train/files.h"
+#include "engine/util/files.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -125,8 +127,26 @@ TEST_CASE("data: llm.c .bin and raw bytes read back; bad files are named errors"
                                  Catch::Contains("vocab_size = 256"));
 
   t.dataset_path = temp_path("few.bin");
-  write_llmc(t.dataset_path, 20240520, 1, 5, tokens);
+  write_llmc(t.dataset_path, 20240520, 1, 5, std::vector<uint16_t>(tokens.begin(), tokens.begin() + 5));
   CHECK_THAT(error_of(t, m), Catch::Contains("few.bin") && Catch::Contains("fewer than training.seq_len + 1"));
+
+  // A header count smaller than the body: the rest would be ignored without a word.
+  tokens[17] = 3;
+  t.dataset_path = temp_path("trailing.bin");
+  write_llmc(t.dataset_path, 20240520, 1, 20, tokens);
+  CHECK_THAT(error_of(t, m), Catch::Contains("trailing.bin") && Catch::Contains("the header says 20 tokens") &&
+                                 Catch::Contains("40 bytes would be ignored (the body holds 40 tokens)"));
+  write_llmc(t.dataset_path, 20240520, 1, 40, tokens);
+  { std::ofstream(t.dataset_path, std::ios::binary | std::ios::app) << 'x'; }  // and one odd byte
+  CHECK_THAT(error_of(t, m), Catch::Contains("1 bytes would be ignored (the body is not a whole number of uint16 tokens)"));
+
+  // A FIFO would block open() until a writer came: refused at once, as any file that is not one.
+  t.dataset_path = temp_path("fifo");
+  remove_tree(t.dataset_path);
+  REQUIRE(::mkfifo(t.dataset_path.c_str(), 0644) == 0);
+  CHECK_THAT(error_of(t, m), Catch::Contains("fifo") && Catch::Contains("not a regular file"));
+  t.dataset_path = "/tmp";
+  CHECK_THAT(error_of(t, m), Catch::Contains("not a regular file"));
 
   t.dataset = DatasetKind::Bytes;
   t.dataset_path = temp_path("bytes.txt");

@@ -11,7 +11,7 @@
 
 #include "../engine_test_util.h"
 #include "engine/util/json.h"
-#include "engine/train/files.h"
+#include "engine/util/files.h"
 #include "engine/train/run.h"
 
 using namespace odyssey;

@@ -6,7 +6,7 @@
 
 #include "../engine_test_util.h"
 #include "engine/train/checkpoint_io.h"
-#include "engine/train/files.h"
+#include "engine/util/files.h"
 #include "engine/train/run.h"
 
 using namespace odyssey;
@@ -79,7 +79,7 @@ TEST_CASE("resume: stop between steps, resume, the losses equal the uninterrupte
   std::vector<double> joined = losses(b1);
   for (double l : losses(b2)) joined.push_back(l);
   CHECK(joined == losses(a));  // exact equality: bit for bit
-  // The metrics file continues (appended), the summary says finished.
+  // The metrics file continues from the checkpoint's step, the summary says finished.
   CHECK(path_exists(join_path(part.out_dir, "summary.json")));
   CHECK(path_exists(join_path(part.out_dir, "trace.json")));
 }
@@ -98,7 +98,9 @@ TEST_CASE("resume: a checkpoint of another model or world size is refused with t
   const RunOutcome o = run_training(wider, rest);
   CHECK(o.status == RunOutcome::Status::Failed);
   CHECK(o.bad_input);
-  CHECK_THAT(o.error, Catch::Contains("elements, this model needs"));
+  // Every key the saved state depends on is named with both values.
+  CHECK_THAT(o.error, Catch::Contains("model.d_model = 32 -> 48"));
+  CHECK_THAT(o.error, Catch::Contains("model.head_dim = 8 -> 12"));
   RunOptions nowhere;
   nowhere.resume_dir = fresh_dir("nowhere");
   const RunOutcome n = run_training(cfg, nowhere);

@@ -26,7 +26,7 @@ TEST_CASE("optimizer: warmup then cosine to lr x min_lr_ratio", "[engine][train]
 }
 
 TEST_CASE("optimizer: AdamW over a flat shard equals torch::optim::AdamW with a no-decay group",
-          "[engine][train]") {
+          "[engine][train][equivalence]") {
   RunConfig cfg = tiny_config();
   Trainer t(cfg, cpu_rank());
   FlatParamGroup& g = t.model().block(0);
@@ -54,8 +54,12 @@ TEST_CASE("optimizer: AdamW over a flat shard equals torch::optim::AdamW with a 
     mine.step({&g}, 1e-2);
     reference.step();
   }
-  CHECK(relative_diff(g.master.detach().narrow(0, 0, split), decay.detach()) < 1e-6);
-  CHECK(relative_diff(g.master.detach().narrow(0, split, g.numel() - split), no_decay.detach()) < 1e-6);
+  // The same update in another order of about 10 rounded ops a step (torch's bias correction
+  // and denominator differ in order from ours), 3 steps, on identical gradients; relative to
+  // parameters of scale ~1 moved by at most 4 lr a step (../fp_tolerance.h).
+  const double tol = reordering_tolerance(3 * 10, 1.0);
+  CHECK(relative_diff(g.master.detach().narrow(0, 0, split), decay.detach()) <= tol);
+  CHECK(relative_diff(g.master.detach().narrow(0, split, g.numel() - split), no_decay.detach()) <= tol);
 }
 
 TEST_CASE("optimizer: clipping scales every gradient to the global norm", "[engine][train]") {

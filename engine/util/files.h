@@ -1,0 +1,85 @@
+// Small POSIX file helpers for checkpoints and run outputs. Not std::filesystem: libtorch.so
+// exports its own copies of std::filesystem functions, and calls that bind to them crash
+// (remove_all jumps to a null pointer). defines: make_dirs, path_exists, is_directory,
+// rename_path, remove_tree, list_dir, same_path, join_path, FileWriteError, AtomicFile,
+// RunDirBusy, RunDirLock
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace odyssey {
+
+/// mkdir -p. False with *error (the path and errno text) on failure.
+bool make_dirs(const std::string& path, std::string* error = nullptr);
+bool path_exists(const std::string& path);
+bool is_directory(const std::string& path);
+/// rename(2): atomic within one file system. False with *error on failure.
+bool rename_path(const std::string& from, const std::string& to, std::string* error = nullptr);
+/// rm -rf (no error when absent).
+void remove_tree(const std::string& path);
+/// Entry names of a directory (no "." / ".."), empty when it cannot be read.
+std::vector<std::string> list_dir(const std::string& path);
+/// True when both exist and are the same file or directory.
+bool same_path(const std::string& a, const std::string& b);
+/// a + "/" + b (no doubled slash).
+std::string join_path(const std::string& a, const std::string& b);
+
+/// Writing a file failed (disk full, permission, rename): a runtime failure (exit 1), never bad
+/// input. The message names the path and the system's reason.
+class FileWriteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A file that appears whole or not at all: bytes go to `path.tmp`; commit() flushes them to the
+/// disk (fsync), renames over `path` and syncs the directory, so a crash or power loss leaves
+/// either the old file or the new one. Destroyed uncommitted, it removes the temporary.
+/// Usage: AtomicFile f(path); f.write(p, n); ...; f.commit();   (throws FileWriteError)
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void write(const void* data, size_t bytes);
+  void write(const std::string& text) { write(text.data(), text.size()); }
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+/// Writes `text` to `path` through an AtomicFile.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+/// Another live process holds the run directory (exit 2: choose another --out or wait).
+class RunDirBusy : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The exclusive right to write one run directory: flock(2) on DIR/.odyssey.lock, which holds the
+/// owner's pid, host and start time. The kernel drops the lock when its process dies, so a lock
+/// left by a killed run is taken over (previous_owner() says whose it was); a live owner makes the
+/// constructor throw RunDirBusy naming its pid. Two runs in one process conflict too.
+class RunDirLock {
+ public:
+  explicit RunDirLock(const std::string& dir);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+  /// The lock file's previous contents when it was taken over from a dead process ("" if fresh).
+  const std::string& previous_owner() const { return previous_owner_; }
+  static std::string lock_path(const std::string& dir);
+
+ private:
+  int fd_ = -1;
+  std::string previous_owner_;
+};
+
+}  // namespace odyssey

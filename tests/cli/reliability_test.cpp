@@ -1,0 +1,244 @@
+// The failures a hostile or unlucky user meets, through the real binary: corrupt checkpoints and
+// pointer files, a resume under another shape, two runs into one directory, SIGTERM, a full disk,
+// world sizes no process can run, sizes that would overflow the planner, values that once hung
+// validation, FIFOs and malformed data files, and the help text. Each gets a clear message and
+// its exit code (0 ok, 1 runtime, 2 bad input, 128 + signal when stopped), never a crash.
+// defines: test cases [cli][reliability]
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "cli_test_util.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+/// The tiny preset with a warmup short runs can hold.
+const std::string kShort = kTiny + "--set training.warmup_steps=1 ";
+
+/// Runs must end by themselves: a crash shows as code -1 (killed by a signal).
+void require_clean_exit(const Run& r, int expected) {
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.code == expected);
+}
+
+std::string write_file(const std::string& name, const std::string& bytes) {
+  const std::string path = std::string(ODYSSEY_BINARY_DIR) + "/reliability_" + name;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return path;
+}
+
+/// A run directory with a checkpoint after 2 steps of the tiny preset.
+std::string checkpointed(const std::string& name) {
+  const std::string dir = fresh_dir(name);
+  require_clean_exit(run_odyssey("train " + kShort + "--set training.steps=6 --steps 2 --quiet --out " + dir), 0);
+  return dir;
+}
+
+std::string rank_file(const std::string& dir) { return dir + "/checkpoints/step_00000002/rank0.bin"; }
+
+void patch(const std::string& path, size_t offset, const void* bytes, size_t n) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("reliability: corrupt checkpoint fields are refused with exit 2, never a signal", "[cli][reliability]") {
+  // The first entry ("step") begins at byte 12: name length, "step", then the type code and numel.
+  const size_t code_at = 12 + 4 + 4, numel_at = code_at + 4;
+  struct Case {
+    const char* what;
+    size_t offset;
+    int64_t value;
+    size_t width;
+    const char* expect;
+  };
+  for (const Case& c : {Case{"dtype -1", code_at, -1, 4, "unknown element type code -1"},
+                        Case{"dtype 99", code_at, 99, 4, "unknown element type code 99"},
+                        Case{"numel -5", numel_at, -5, 8, "claims -5 int64 elements"},
+                        Case{"numel 2^36", numel_at, int64_t{1} << 36, 8, "the file is truncated or corrupt"}}) {
+    INFO(c.what);
+    const std::string dir = checkpointed("corrupt");
+    patch(rank_file(dir), c.offset, &c.value, c.width);
+    const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 2 --quiet");
+    require_clean_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains(rank_file(dir)) && Catch::Contains(c.expect));
+    CHECK(r.err.find("Exception raised from") == std::string::npos);  // no LibTorch stack trace
+  }
+  // Weights overwritten with 1e30: the tensor named, exit 2.
+  const std::string dir = checkpointed("overwritten");
+  struct stat st {};
+  REQUIRE(::stat(rank_file(dir).c_str(), &st) == 0);
+  const float huge[4] = {1e30f, 1e30f, 1e30f, 1e30f};
+  patch(rank_file(dir), static_cast<size_t>(st.st_size) - sizeof huge, huge, sizeof huge);
+  const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 2 --quiet");
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("exp_avg_sq' (#") && Catch::Contains("fails its CRC-32 check"));
+}
+
+TEST_CASE("reliability: latest.json with a wrong type or an absurd number names the key and value", "[cli][reliability]") {
+  const std::string dir = checkpointed("latest");
+  const std::string latest = dir + "/checkpoints/latest.json";
+  const std::string good = read_text(latest);
+  for (const auto& [value, shown] : std::vector<std::pair<std::string, std::string>>{
+           {"\"ten\"", "\"step\" = \"ten\""}, {"1e300", "\"step\" = 1.0000000000000001e+300"}}) {
+    std::string text = good;
+    text.replace(text.find("\"step\":2"), 8, "\"step\":" + value);
+    std::ofstream(latest, std::ios::trunc) << text;
+    const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --quiet");
+    require_clean_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains(shown + ": must be a whole number"));
+  }
+}
+
+TEST_CASE("reliability: resume refuses another shape and states every other change first", "[cli][reliability]") {
+  const std::string dir = checkpointed("reshape");
+  Run r = run_odyssey("train " + kShort + "--set training.steps=6 --set model.n_layers=2 --resume " + dir + " --quiet");
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("model.n_layers = 4 -> 2"));
+  r = run_odyssey("train " + kShort + "--set training.steps=6 --set training.lr=0.002 --set training.seed=9 --resume " +
+                  dir + " --steps 1");
+  require_clean_exit(r, 0);
+  // The differences come before the first step's line.
+  const size_t lr = r.out.find("resume: training.lr = 0.003 -> 0.002");
+  const size_t seed = r.out.find("resume: training.seed = 1234 -> 9");
+  const size_t step = r.out.find("step 3/3");
+  CHECK(lr != std::string::npos);
+  CHECK(seed != std::string::npos);
+  REQUIRE(step != std::string::npos);
+  CHECK(lr < step);
+  CHECK(seed < step);
+}
+
+TEST_CASE("reliability: a second run into a busy directory is refused with the owner's pid", "[cli][reliability]") {
+  const std::string dir = fresh_dir("busy");
+  const pid_t first = spawn_odyssey("train " + kShort + "--set training.steps=100000 --set output.checkpoint_every=1 --quiet --out " + dir,
+                                    dir + ".log");
+  REQUIRE(wait_for_checkpoint(first, dir, 1));
+  const std::string metrics_before = read_text(dir + "/metrics.jsonl");
+  const Run second = run_odyssey("train " + kShort + "--set training.steps=3 --quiet --out " + dir);
+  kill(first, SIGKILL);
+  waitpid(first, nullptr, 0);
+  require_clean_exit(second, 2);
+  CHECK_THAT(second.err, Catch::Contains("is in use by another run (pid " + std::to_string(first)));
+  CHECK(read_text(dir + "/metrics.jsonl").rfind(metrics_before, 0) == 0);  // the first run's lines intact
+}
+
+TEST_CASE("reliability: SIGTERM checkpoints and exits 143; a full disk is a runtime failure (exit 1)",
+          "[cli][reliability]") {
+  const std::string dir = fresh_dir("sigterm");
+  const pid_t pid = spawn_odyssey("train " + kShort + "--set training.steps=100000 --set output.checkpoint_every=3 --quiet --out " + dir,
+                                  dir + ".log");
+  REQUIRE(wait_for_checkpoint(pid, dir, 3));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  INFO(read_text(dir + ".log"));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 143);  // 128 + SIGTERM
+  CHECK_THAT(read_text(dir + ".log"), Catch::Contains("SIGTERM: stopping at the next step boundary with a checkpoint"));
+  // Nothing since the last checkpoint is lost: the checkpoint holds every step metrics.jsonl has.
+  CHECK(checkpoint_step(dir) == metrics_lines(dir));
+  CHECK(checkpoint_step(dir) >= 3);
+
+  // /dev/full answers writes with ENOSPC, as a full disk does: the checkpoint write fails.
+  const std::string full = fresh_dir("disk_full");
+  REQUIRE(std::system(("mkdir -p " + full + "/checkpoints/step_00000001 && ln -s /dev/full " + full +
+                       "/checkpoints/step_00000001/rank0.bin.tmp").c_str()) == 0);
+  const Run r = run_odyssey("train " + kShort + "--set training.steps=1 --quiet --out " + full);
+  require_clean_exit(r, 1);
+  CHECK_THAT(r.err, Catch::Contains("rank0.bin.tmp") && Catch::Contains("disk full"));
+}
+
+TEST_CASE("reliability: more in-process ranks than a process tracks is refused before any output", "[cli][reliability]") {
+  const std::string dir = fresh_dir("world65");
+  const Run r = run_odyssey("train presets/tiny-cpu.toml --set parallel.world_size=65 --set parallel.ulysses_degree=1 "
+                            "--set memory.heads_per_stage=0 --steps 1 --quiet --out " + dir);
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("parallel.world_size = 65: one process runs at most 64 rank threads"));
+  CHECK(read_text(dir + "/metrics.jsonl").empty());
+  CHECK(read_text(dir + "/summary.json").empty());
+}
+
+TEST_CASE("reliability: sizes out of their physical range are refused; nothing overflows or hangs", "[cli][reliability]") {
+  Run r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set hardware.device_memory_gib=9e9");
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("hardware.device_memory_gib = 9e+09: must be a number of GiB in (0, 65536]"));
+  r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set hardware.runtime_overhead_gib=1e10");
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("hardware.runtime_overhead_gib = 1e+10: must be a number of GiB in [0, 65536]"));
+  // In range but beyond any machine: the planner's saturating arithmetic says so instead of wrapping.
+  r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set training.batch_size=65536 --set training.seq_len=16G "
+                  "--set memory.tiled_loss=false --json");
+  require_clean_exit(r, 0);
+  auto plan = parse_json(r.out);
+  REQUIRE(plan.has_value());
+  CHECK(plan->at("beyond_range").boolean);
+  CHECK_FALSE(plan->at("fits").boolean);
+  CHECK(plan->at("peak_bytes").as_int() > 0);
+  // A huge head count once computed its hint's divisors one by one for an hour.
+  const auto t0 = std::chrono::steady_clock::now();
+  r = run_odyssey("check presets/qwen3-32b-16xh100.toml --set model.n_heads=1099511627776");
+  require_clean_exit(r, 2);
+  CHECK(seconds_since(t0) < 5);
+  CHECK_THAT(r.err, Catch::Contains("model.n_heads = 1099511627776: must be between 1 and 4096"));
+}
+
+TEST_CASE("reliability: FIFOs and malformed token files are refused at once", "[cli][reliability]") {
+  const std::string fifo = std::string(ODYSSEY_BINARY_DIR) + "/reliability_fifo";
+  ::unlink(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  auto t0 = std::chrono::steady_clock::now();
+  Run r = run_odyssey("train " + kShort + "--set training.dataset=bytes --set model.vocab_size=256 "
+                      "--set training.dataset_path=" + fifo + " --quiet --out " + fresh_dir("fifo_data"));
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("not a regular file"));
+  CHECK(seconds_since(t0) < 10);
+  t0 = std::chrono::steady_clock::now();
+  r = run_odyssey("check " + fifo);
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("is not a regular file"));
+  CHECK(seconds_since(t0) < 5);
+
+  // An llm.c token file whose body is longer than its header's count.
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = 200;
+  std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
+  bytes += std::string(2 * 300, '\1');  // 300 tokens of value 257: fine for vocab 512
+  const std::string tokens = write_file("tokens.bin", bytes);
+  r = run_odyssey("train " + kShort + "--set training.dataset=tokens --set model.vocab_size=512 --set training.dataset_path=" +
+                  tokens + " --quiet --out " + fresh_dir("trailing"));
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("the header says 200 tokens") && Catch::Contains("200 bytes would be ignored") &&
+                        Catch::Contains("the body holds 300 tokens"));
+}
+
+TEST_CASE("reliability: odyssey --help keeps every command apart from its description", "[cli][reliability]") {
+  const Run r = run_odyssey("--help");
+  require_clean_exit(r, 0);
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  int commands = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("  odyssey ", 0) != 0) continue;
+    ++commands;
+    INFO(lines[i]);
+    // The summary starts in column 62 after at least two spaces, or on the next line there.
+    const bool same_line = lines[i].size() > 62 && lines[i].compare(60, 2, "  ") == 0 && lines[i][62] != ' ';
+    const bool next_line = i + 1 < lines.size() && lines[i + 1].size() > 62 &&
+                           lines[i + 1].compare(0, 62, std::string(62, ' ')) == 0 && lines[i + 1][62] != ' ';
+    CHECK((same_line || next_line));
+  }
+  CHECK(commands >= 7);
+}
