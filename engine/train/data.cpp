@@ -13,25 +13,10 @@
 
 #include "engine/config/sizes.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/util/splitmix.h"
 
 namespace odyssey {
 namespace {
-
-// SplitMix64: a tiny, fast, well-mixed generator; the task is a pure function of (seed, index).
-class SplitMix {
- public:
-  explicit SplitMix(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
-
- private:
-  uint64_t state_;
-};
 
 // [section] long-range retrieval task ----------------------------------------------------------
 

@@ -348,6 +348,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       if (shared.reports) {
         // One writer per run directory: a second run into it would interleave both files.
         lock = std::make_unique<RunDirLock>(opt.out_dir);
+        if (!lock->unguarded().empty() && opt.log) opt.log("--out " + opt.out_dir + ": " + lock->unguarded());
         if (!lock->previous_owner().empty() && opt.log)
           opt.log("--out " + opt.out_dir + ": took over the lock of a run that ended without releasing it (" +
                   lock->previous_owner() + ")");

@@ -165,6 +165,13 @@ RunDirLock::RunDirLock(const std::string& dir) {
   };
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
+    if (err == ENOSYS || err == ENOLCK || err == EOPNOTSUPP || err == EINVAL) {
+      // Some cluster file systems (Lustre mounted without flock, some FUSE) have no locks: run
+      // unguarded rather than not at all, and say so.
+      unguarded_ = path + ": this file system has no flock (" + std::strerror(err) +
+                   "), so a second run into the directory is not prevented";
+      return;
+    }
     const std::string owner = read_owner();
     ::close(fd_);
     fd_ = -1;

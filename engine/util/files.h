@@ -75,11 +75,14 @@ class RunDirLock {
   RunDirLock& operator=(const RunDirLock&) = delete;
   /// The lock file's previous contents when it was taken over from a dead process ("" if fresh).
   const std::string& previous_owner() const { return previous_owner_; }
+  /// Non-empty when the file system has no flock and the run goes on unguarded: why.
+  const std::string& unguarded() const { return unguarded_; }
   static std::string lock_path(const std::string& dir);
 
  private:
   int fd_ = -1;
   std::string previous_owner_;
+  std::string unguarded_;
 };
 
 }  // namespace odyssey

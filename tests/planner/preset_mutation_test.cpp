@@ -17,26 +17,22 @@
 
 #include "engine/config/preset.h"
 #include "engine/planner/planner.h"
+#include "engine/util/splitmix.h"
 #include "test_paths.h"
 
 using namespace odyssey;
 
 namespace {
 
-/// SplitMix64: the same mutants on every machine and every run.
+/// The same mutants on every machine and every run.
 class Rng {
  public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  size_t below(size_t n) { return n == 0 ? 0 : static_cast<size_t>(next() % n); }
+  explicit Rng(uint64_t seed) : mix_(seed) {}
+  size_t below(size_t n) { return static_cast<size_t>(mix_.below(static_cast<int64_t>(n))); }
+  uint64_t next() { return mix_.next(); }
 
  private:
-  uint64_t state_;
+  SplitMix mix_;
 };
 
 std::vector<std::string> lines_of(const std::string& text) {

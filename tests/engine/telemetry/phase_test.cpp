@@ -216,3 +216,26 @@ TEST_CASE("phase scopes without a bound recorder record nothing", "[telemetry][p
   CHECK_THROWS_AS(PhaseRecorder(kMaxTrackedRanks), std::out_of_range);
   CHECK_THROWS_AS(recorder.pop(), std::logic_error);
 }
+
+TEST_CASE("a torchrun rank of any global number records that rank and counts in its process's slot",
+          "[telemetry][phase]") {
+  // A torchrun process runs one rank: slot 0 of its tracker, whatever its global rank (rank 70
+  // of a 9-node job once aborted: "rank 64 outside the tracked range").
+  MemoryTracker& t = MemoryTracker::instance();
+  t.install_cpu_allocator();
+  RankScope slot(47);
+  PhaseRecorder recorder(/*rank=*/70, /*slot=*/47);
+  CHECK(recorder.rank() == 70);
+  PhaseRecorder::Bind bind(&recorder);
+  const int64_t base = t.device_bytes(47);
+  {
+    PhaseScope fwd("fwd");
+    at::Tensor x = floats(250);  // 1000 bytes, charged to slot 47
+    CHECK(t.device_bytes(47) == base + 1000);
+  }
+  auto records = recorder.take_records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].rank == 70);
+  CHECK(records[0].device_peak - records[0].device_begin == 1000);
+  CHECK_THROWS_AS(PhaseRecorder(70, kMaxTrackedRanks), std::out_of_range);
+}

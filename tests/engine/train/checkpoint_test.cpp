@@ -148,7 +148,7 @@ TEST_CASE("checkpoint: hostile header fields give a clear refusal, never a crash
       {"dtype -1", code_at, -1, 4, "unknown element type code -1"},
       {"dtype 99", code_at, 99, 4, "unknown element type code 99"},
       {"numel -5", numel_at, -5, 8, "claims -5 int64 elements"},
-      {"numel 1, 8 bytes short", numel_at, 1 + (int64_t{1} << 40), 8, "the file is truncated or corrupt"},
+      {"numel 2^40 + 1", numel_at, 1 + (int64_t{1} << 40), 8, "the file is truncated or corrupt"},
       {"numel 2^36", numel_at, int64_t{1} << 36, 8, "claims 68719476736 int64 elements"},
       {"count 0", 8, 0, 4, "claims 0 tensors"},
       {"name length 2^31", 12, int64_t{1} << 31, 4, "name length 2147483648"},
@@ -355,4 +355,15 @@ TEST_CASE("checkpoint: a write that fails is a runtime failure naming the file, 
   CHECK(!o.bad_input);  // exit 1, not 2
   CHECK_THAT(o.error, Catch::Contains("rank0.bin.tmp") && Catch::Contains("disk full"));
   CHECK(read_checkpoint_info(dir)->step == 1);  // the previous checkpoint still stands
+
+  // A rename that fails (the pointer's name is taken by a directory): also exit 1, never 2.
+  const std::string blocked = fresh_dir("rename");
+  REQUIRE(make_dirs(join_path(join_path(blocked, "checkpoints"), "latest.json"), &error));
+  RunOptions fresh;
+  fresh.out_dir = blocked;
+  fresh.steps = 1;
+  const RunOutcome r = run_training(cfg, fresh);
+  CHECK(r.status == RunOutcome::Status::Failed);
+  CHECK(!r.bad_input);
+  CHECK_THAT(r.error, Catch::Contains("cannot rename") && Catch::Contains("latest.json"));
 }
