@@ -132,7 +132,7 @@ TEST_CASE("reliability: a second run into a busy directory is refused with the o
   CHECK(read_text(dir + "/metrics.jsonl").rfind(metrics_before, 0) == 0);  // the first run's lines intact
 }
 
-TEST_CASE("reliability: SIGTERM checkpoints and exits 143; a full disk is a runtime failure (exit 1)",
+TEST_CASE("reliability: SIGTERM checkpoints and exits 143, a full disk is a runtime failure (exit 1)",
           "[cli][reliability]") {
   const std::string dir = fresh_dir("sigterm");
   const pid_t pid = spawn_odyssey("train " + kShort + "--set training.steps=100000 --set output.checkpoint_every=3 --quiet --out " + dir,
@@ -168,7 +168,7 @@ TEST_CASE("reliability: more in-process ranks than a process tracks is refused b
   CHECK(read_text(dir + "/summary.json").empty());
 }
 
-TEST_CASE("reliability: sizes out of their physical range are refused; nothing overflows or hangs", "[cli][reliability]") {
+TEST_CASE("reliability: sizes out of their physical range are refused, nothing overflows or hangs", "[cli][reliability]") {
   Run r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set hardware.device_memory_gib=9e9");
   require_clean_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("hardware.device_memory_gib = 9e+09: must be a number of GiB in (0, 65536]"));

@@ -98,7 +98,7 @@ TEST_CASE("odyssey train: killed between steps, resumed, losses bit for bit", "[
   }
 }
 
-TEST_CASE("odyssey train: Ctrl-C stops at a step boundary with a checkpoint; resume continues", "[cli][train]") {
+TEST_CASE("odyssey train: Ctrl-C stops at a step boundary with a checkpoint, resume continues", "[cli][train]") {
   const std::string args = kTiny + "--set training.steps=40 --quiet ";
   const std::string dir = fresh_dir("sigint");
   const pid_t pid = spawn_odyssey("train " + args + "--set output.checkpoint_every=2 --out " + dir, dir + ".log");

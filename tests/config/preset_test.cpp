@@ -265,7 +265,7 @@ TEST_CASE("hostile bytes are reported with positions, Unicode strings survive", 
         "no/such/preset.toml: cannot open: No such file or directory (give the path of a .toml preset, e.g. presets/tiny-cpu.toml)");
 }
 
-TEST_CASE("every numeric key has a physical range; values past it are refused with the schema's rule",
+TEST_CASE("every numeric key has a physical range, values past it are refused with the schema's rule",
           "[config][validate][ranges]") {
   const LoadedPreset base = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3-8b-3m-8xh100.toml");
   REQUIRE(base.ok());

@@ -47,7 +47,7 @@ TEST_CASE("cuda: every technique together equals the plain run (fp32)", "[.cuda]
   CHECK(b.offload_store().total_offloaded() == plain.model.n_layers - 1);
 }
 
-TEST_CASE("cuda: bf16 trains; checkpointing and offload lower the measured peak", "[.cuda]") {
+TEST_CASE("cuda: bf16 trains, checkpointing and offload lower the measured peak", "[.cuda]") {
   REQUIRE(torch::cuda::is_available());
   RunConfig cfg = cuda_config();
   cfg.training.dtype = DType::BFloat16;

@@ -109,7 +109,7 @@ TEST_CASE("session: start, live feed, pause/resume, live toggles, stop", "[engin
   CHECK(path_exists(jsonl));
 }
 
-TEST_CASE("session: restart carries the weights over; a model change starts fresh", "[engine][session]") {
+TEST_CASE("session: restart carries the weights over, a model change starts fresh", "[engine][session]") {
   Session session;
   std::string error;
   INFO(error);
@@ -136,7 +136,7 @@ TEST_CASE("session: restart carries the weights over; a model change starts fres
   CHECK(session.status().state == SessionState::Finished);
 }
 
-TEST_CASE("session: out of memory and bad configs end in a state with the message; the next run works",
+TEST_CASE("session: out of memory and bad configs end in a state with the message, the next run works",
           "[engine][session]") {
   Session session;
   std::string error;

@@ -301,7 +301,7 @@ TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and t
   CHECK(first_begin_step3 > last_end_step2);
 }
 
-TEST_CASE("run directory: one writer at a time; a dead owner's lock is taken over", "[engine][checkpoint]") {
+TEST_CASE("run directory: one writer at a time, a dead owner's lock is taken over", "[engine][checkpoint]") {
   const std::string dir = fresh_dir("lock");
   std::string error;
   REQUIRE(make_dirs(dir, &error));

@@ -80,7 +80,7 @@ TEST_CASE("data: long-range task layout, answers and determinism", "[engine][dat
   CHECK_THROWS_AS(LongRangeLayout::make(64, 16), DataError);
 }
 
-TEST_CASE("data: llm.c .bin and raw bytes read back; bad files are named errors", "[engine][data]") {
+TEST_CASE("data: llm.c .bin and raw bytes read back, bad files are named errors", "[engine][data]") {
   ModelConfig m;
   m.vocab_size = 256;
   TrainingConfig t;

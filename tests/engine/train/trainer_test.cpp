@@ -75,7 +75,7 @@ TEST_CASE("optimizer: clipping scales every gradient to the global norm", "[engi
   CHECK(global_grad_norm(groups, t.rank_context()) == Approx(norm / 4).epsilon(1e-5));
 }
 
-TEST_CASE("trainer: same preset and seed give bit-identical losses; another seed differs", "[engine][train]") {
+TEST_CASE("trainer: same preset and seed give bit-identical losses, another seed differs", "[engine][train]") {
   RunConfig cfg = tiny_config();
   auto losses = [](const RunConfig& c) {
     Trainer t(c, cpu_rank());
@@ -110,7 +110,7 @@ TEST_CASE("trainer: the long-range task learns (loss well below its start)", "[e
   CHECK(end < 0.5 * start);
 }
 
-TEST_CASE("trainer: out of memory names the phase, layer and bytes; the next step and run work",
+TEST_CASE("trainer: out of memory names the phase, layer and bytes, the next step and run work",
           "[engine][train]") {
   RunConfig cfg = tiny_config(4, 64);
   cfg.memory.activation_checkpointing = true;
@@ -144,7 +144,7 @@ TEST_CASE("trainer: out of memory names the phase, layer and bytes; the next ste
   CHECK(fresh.step().loss == first.loss);
 }
 
-TEST_CASE("trainer: a NaN loss stops the step naming the step and phase; weights stay untouched",
+TEST_CASE("trainer: a NaN loss stops the step naming the step and phase, weights stay untouched",
           "[engine][train]") {
   Trainer t(tiny_config(), cpu_rank());
   t.step();
