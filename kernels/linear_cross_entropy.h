@@ -42,6 +42,14 @@ struct LceTilePlan {
 /// Checks the shape (throws KernelError naming the field) and lays out the workspace.
 LceTilePlan plan_linear_cross_entropy(KernelDtype dtype, const LinearCrossEntropyShape& shape);
 
+/// Most elements one logits tile may hold: cuBLAS takes int dimensions and leading dimensions.
+constexpr int64_t kMaxLceTileElements = 0x7fffffff;
+
+/// The widest tiling of the same problem that the plan accepts: whole vocabulary rows (vocab_tile
+/// = vocab) in as many tokens as kMaxLceTileElements allows. The benchmark's "untiled" comparator:
+/// a [32768, 128256] tile itself has 4.2e9 elements, past int.
+LinearCrossEntropyShape widest_vocab_tiles(int64_t tokens, int64_t dim, int64_t vocab);
+
 /// loss[t] = logsumexp_v(h_t . w_v) - h_t . w_label(t)  (0 where the label is kIgnoreIndex),
 /// dhidden = grad_scale * (softmax - onehot) @ weight        (overwritten, dtype; nullptr skips it)
 /// dweight += grad_scale * (softmax - onehot)^T @ hidden     (fp32 accumulator; nullptr skips it)

@@ -71,6 +71,8 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
       args.json = true;
     } else if (a == "--quiet" && spec.quiet) {
       args.quiet = true;
+    } else if (a == "--no-checkpoint" && spec.no_checkpoint) {
+      args.no_checkpoint = true;
     } else if (a == "--steps" && spec.steps) {
       const char* v = value(a);
       if (!v) return std::nullopt;

@@ -27,11 +27,12 @@ struct Args {
   std::string out;                      ///< --out DIR
   std::string resume;                   ///< --resume DIR
   bool quiet = false;                   ///< --quiet: no progress output
+  bool no_checkpoint = false;           ///< --no-checkpoint: write no checkpoint (benchmarks)
 };
 
 /// Which options a subcommand accepts.
 struct ArgSpec {
-  bool set = false, json = false, steps = false, out = false, resume = false, quiet = false;
+  bool set = false, json = false, steps = false, out = false, resume = false, quiet = false, no_checkpoint = false;
   int min_positional = 1;
   int max_positional = 1;
 };

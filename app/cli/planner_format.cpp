@@ -97,6 +97,8 @@ void write_plan_verdict_json(JsonWriter& w, const MemoryPlan& plan) {
       .key("fits_host").value(plan.fits_host)
       .key("beyond_range").value(plan.beyond_range)
       .key("peak_bytes").value(plan.peak_bytes)
+      .key("runtime_overhead_bytes").value(plan.runtime_overhead_bytes)
+      .key("tensor_peak_bytes").value(plan.peak_bytes - plan.runtime_overhead_bytes)
       .key("peak_phase").value(plan.peak_phase)
       .key("host_bytes").value(plan.host_bytes)
       .key("dominant_term").value(plan.dominant_term)

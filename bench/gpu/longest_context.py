@@ -9,12 +9,15 @@ is a fresh process running one training step (baseline: bench/gpu/pytorch_baseli
     python3 bench/gpu/longest_context.py --self-test        # the search logic, no GPU
 
 Writes OUT/longest_<system>.json: {"system", "longest_ok", "first_fail", "stopped", "trials": [...]}.
-A trial that times out stops the search ("stopped": "timeout at N"): longest_ok is then a lower bound.
+A trial that times out stops the search ("stopped": "timeout at N"), as does the whole search passing
+--budget seconds ("stopped": "budget"): longest_ok is then a lower bound and first_fail (if any) an
+upper one. Each trial's time limit never exceeds what is left of the budget.
 """
 import argparse
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import parse_tokens  # noqa: E402
@@ -81,6 +84,7 @@ def main():
     parser.add_argument("--limit", type=parse_tokens, default=parse_tokens("4M"))
     parser.add_argument("--granularity", type=parse_tokens, default=parse_tokens("8K"))
     parser.add_argument("--trial-timeout", type=int, default=420, help="seconds per trial")
+    parser.add_argument("--budget", type=int, default=0, help="seconds for the whole search (0: no limit)")
     parser.add_argument("--preset", default=None, help="Odyssey preset (default llama3.2-1b-1xh100)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--self-test", action="store_true")
@@ -93,15 +97,23 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     trials = []
     stopped = None
+    deadline = time.time() + args.budget if args.budget > 0 else None
 
     def fits(n):
         nonlocal stopped
+        timeout = args.trial_timeout
+        if deadline is not None:
+            left = int(deadline - time.time())
+            if left < 10:  # not enough for a trial: stop with what is known
+                stopped = "budget"
+                raise Stop()
+            timeout = min(timeout, left)
         log = os.path.join(args.out, "%s_%d.log" % (args.system, n))
         if args.system == "pytorch":
-            r = run_baseline(n, steps=1, warmup=0, timeout_s=args.trial_timeout, log_path=log)
+            r = run_baseline(n, steps=1, warmup=0, timeout_s=timeout, log_path=log)
         else:
             kw = {"preset": args.preset} if args.preset else {}
-            r = run_odyssey(n, 1, args.trial_timeout, os.path.join(args.out, "odyssey_%d" % n), log_path=log, **kw)
+            r = run_odyssey(n, 1, timeout, os.path.join(args.out, "odyssey_%d" % n), log_path=log, **kw)
         trials.append(r)
         print(json.dumps({k: r.get(k) for k in ("system", "seq_len", "error", "step_time_s", "peak_bytes")}), flush=True)
         if str(r.get("error", "")).startswith("timeout"):
@@ -113,7 +125,8 @@ def main():
         ok, bad = search(fits, args.start, args.limit, args.granularity)
     except Stop:
         ok = max([t["seq_len"] for t in trials if "error" not in t] or [0])
-        bad = None
+        fails = [t["seq_len"] for t in trials if "error" in t and not str(t["error"]).startswith("timeout")]
+        bad = min(fails) if fails else None
     result = {"system": args.system, "longest_ok": ok, "first_fail": bad, "stopped": stopped,
               "granularity": args.granularity, "limit": args.limit, "trials": trials}
     with open(os.path.join(args.out, "longest_%s.json" % args.system), "w") as f:

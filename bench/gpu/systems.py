@@ -1,6 +1,11 @@
 """How the GPU benchmarks run one training trial of each system as a subprocess and read its result.
 
-defines: run_baseline, run_odyssey, odyssey_binary
+The runbook (scripts/gpu/validate.sh) points the scripts at other shapes through the environment,
+so one script path serves the GPU and its CPU dry run: ODYSSEY_BENCH_PRESET (the Odyssey preset,
+default presets/llama3.2-1b-1xh100.toml), ODYSSEY_BENCH_SETS (extra `--set k=v` assignments,
+space-separated) and ODYSSEY_BENCH_BASELINE_ARGS (extra baseline arguments).
+
+defines: run_baseline, run_odyssey, odyssey_binary, odyssey_preset, odyssey_sets
 """
 import json
 import os
@@ -13,7 +18,21 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_PRESET = os.path.join(ROOT, "presets", "llama3.2-1b-1xh100.toml")
 
 
+def odyssey_preset():
+    """The Odyssey preset of the benchmarks: ODYSSEY_BENCH_PRESET or the 1B preset."""
+    preset = os.environ.get("ODYSSEY_BENCH_PRESET", "")
+    return os.path.join(ROOT, preset) if preset and not os.path.isabs(preset) else (preset or DEFAULT_PRESET)
+
+
+def odyssey_sets():
+    """Extra `--set` assignments for every Odyssey run (ODYSSEY_BENCH_SETS, space-separated)."""
+    return os.environ.get("ODYSSEY_BENCH_SETS", "").split()
+
+
 def odyssey_binary():
+    carried = os.environ.get("ODYSSEY_BIN", "")
+    if carried and os.access(carried, os.X_OK):
+        return carried
     for build in (os.environ.get("BUILD_DIR", ""), "build-gpu", "build"):
         path = os.path.join(ROOT, build, "bin", "odyssey") if build else ""
         if path and os.access(path, os.X_OK):
@@ -48,12 +67,13 @@ def run_baseline(seq, steps, timeout_s, warmup=1, log_path=None):
     return result
 
 
-def run_odyssey(seq, steps, timeout_s, out_dir, preset=DEFAULT_PRESET, extra_sets=(), log_path=None):
-    """One `odyssey train` process; reads DIR/metrics.jsonl (DESIGN.md CLI contract). The first step
-    is warm-up: tokens/s and step time are the mean over the later steps (all steps if only one)."""
-    cmd = [odyssey_binary(), "train", preset, "--set", "training.seq_len=%d" % seq, "--steps", str(steps),
-           "--out", out_dir]
-    for s in extra_sets:
+def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_path=None):
+    """One `odyssey train` process, no checkpoint (a benchmark's run: the 1B model's is 15 GB);
+    reads DIR/metrics.jsonl (DESIGN.md CLI contract). The first step is warm-up: tokens/s and step
+    time are the mean over the later steps (all steps if only one)."""
+    cmd = [odyssey_binary(), "train", preset or odyssey_preset(), "--set", "training.seq_len=%d" % seq,
+           "--steps", str(steps), "--out", out_dir, "--no-checkpoint", "--quiet"]
+    for s in odyssey_sets() + list(extra_sets):
         cmd += ["--set", s]
     proc, err, wall = _run(cmd, timeout_s, log_path)
     base = {"system": "odyssey", "seq_len": seq, "wall_s": wall, "command": " ".join(cmd)}

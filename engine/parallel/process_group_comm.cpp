@@ -44,9 +44,18 @@ std::string tensor_text(const at::Tensor& t) {
 
 BackendComm::BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec,
                          std::shared_ptr<AbortSignal> abort, bool cuda)
-    : backend_(std::move(backend)), spec_(std::move(spec)), abort_(std::move(abort)), cuda_(cuda) {}
+    : backend_(std::move(backend)), spec_(std::move(spec)), abort_(std::move(abort)), cuda_(cuda) {
+  if (cuda_) {
+    c10d::Backend* raw = backend_.get();
+    watchdog_ = std::make_unique<CollectiveWatchdog>(spec_.timeout, abort_, [raw] { raw->abort(); });
+  }
+}
 
 BackendComm::~BackendComm() {
+  if (watchdog_) {
+    poisoned_ = poisoned_ || watchdog_->failure().has_value();
+    watchdog_.reset();  // its thread may call backend_->abort(): stop it first
+  }
   if (!backend_) return;
   if (!poisoned_) {
     if (cuda_) backend_->shutdown();  // orderly NCCL teardown (2.x warns without it)
@@ -76,8 +85,26 @@ void BackendComm::check_tensor(const char* op, const char* what, const at::Tenso
                     "into a temporary), got strides " + c10::str(t.strides()));
 }
 
+void BackendComm::check_watchdog(const char* op) {
+  if (!watchdog_) return;
+  if (auto why = watchdog_->failure()) {
+    poisoned_ = true;
+    // The failed collective is named in `why`; `op` is the one that found out.
+    throw CommError("rank " + std::to_string(spec_.rank) + " (global rank " + std::to_string(spec_.global_rank) +
+                    ") in group " + spec_.instance + " of " + std::to_string(spec_.size) + ": " + *why +
+                    " (found at " + op + ")");
+  }
+}
+
+void BackendComm::drain() {
+  if (!watchdog_) return;
+  watchdog_->drain();
+  check_watchdog("drain");
+}
+
 void BackendComm::begin(const char* op, const at::Tensor* in, const at::Tensor* out, bool shapes_ok,
                         const char* rule) {
+  check_watchdog(op);
   if (poisoned_) fail(op, "refused: an earlier collective of this group failed");
   if (in != nullptr) check_tensor(op, out != nullptr ? "input" : "tensor", *in);
   if (out != nullptr) {
@@ -88,10 +115,12 @@ void BackendComm::begin(const char* op, const at::Tensor* in, const at::Tensor* 
 }
 
 void BackendComm::finish(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
-  if (cuda_)
-    wait_cuda(op, work);
-  else
+  if (!cuda_)
     wait_gloo(op, work);
+  else if (std::string(op) == "barrier")
+    wait_cuda_host(op, work);  // a barrier's purpose is the host's: it must wait
+  else
+    wait_cuda(op, work);
 }
 
 void BackendComm::give_up_if_aborted_or_late(const char* op, std::chrono::steady_clock::time_point deadline) {
@@ -157,9 +186,23 @@ void BackendComm::wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>
   }
 }
 
-// NCCL: poll completion (Work::wait with a timeout would block inside the backend), then wait()
-// to order the current stream after the collective.
+// NCCL: the current stream waits on the collective's end event (no host wait: Work::wait without
+// TORCH_NCCL_BLOCKING_WAIT), and the watchdog watches it; a host that polled isCompleted() here
+// would wait for every kernel queued before the collective, and the GPU would idle while the host
+// caught up.
 void BackendComm::wait_cuda(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    poisoned_ = true;
+    fail(op, std::string("failed: ") + first_line(e.what()));
+  }
+  watchdog_->watch(op, work);
+}
+
+// NCCL barrier: poll completion (Work::wait with a timeout would block inside the backend), then
+// wait() to order the current stream after it.
+void BackendComm::wait_cuda_host(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
   const auto deadline = Clock::now() + spec_.timeout;
   auto nap = std::chrono::microseconds(5);
   try {

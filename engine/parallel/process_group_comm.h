@@ -10,6 +10,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include "engine/parallel/abort_signal.h"
+#include "engine/parallel/collective_watchdog.h"
 #include "engine/parallel/comm.h"
 
 namespace c10d {
@@ -31,11 +32,15 @@ struct GroupSpec {
   std::chrono::milliseconds timeout{300000};
 };
 
-/// One member of one process group. Collectives wait at most `timeout`; while waiting they also
-/// watch the job's AbortSignal (another rank failed) and give up at once. A group whose collective
-/// was abandoned is "poisoned": later collectives fail immediately, and at destruction the backend
-/// is aborted (NCCL) or deliberately leaked (Gloo has no abort; its worker thread stays blocked
-/// until the backend's own timeout and joining it would hang the caller).
+/// One member of one process group. On the CPU (Gloo) a collective blocks the host for at most
+/// `timeout`, watching the job's AbortSignal (another rank failed) to give up at once. On a GPU
+/// (NCCL) the host never waits: the current stream waits for the collective (work->wait()) and a
+/// CollectiveWatchdog thread watches it to the same deadline and abort signal, aborting the
+/// communicator when it gives up; the rank learns at its next collective (barrier alone still
+/// blocks the host, deadline-bounded). A group whose collective was abandoned is "poisoned": later
+/// collectives fail immediately, and at destruction the backend is aborted (NCCL) or deliberately
+/// leaked (Gloo has no abort; its worker thread stays blocked until the backend's own timeout and
+/// joining it would hang the caller).
 class BackendComm : public Comm {
  public:
   BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec, std::shared_ptr<AbortSignal> abort,
@@ -49,6 +54,11 @@ class BackendComm : public Comm {
   std::string name() const override { return spec_.name; }
   const GroupSpec& spec() const { return spec_; }
   bool poisoned() const { return poisoned_; }
+  /// GPU groups: the collectives issued and not yet complete (0 on the CPU, where each waits).
+  size_t pending_collectives() const { return watchdog_ ? watchdog_->pending() : 0; }
+  /// GPU groups: blocks until every issued collective completed, or throws CommError with the
+  /// watchdog's reason (no-op on the CPU).
+  void drain();
 
   void all_gather(at::Tensor& out, const at::Tensor& in) override;
   void reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) override;
@@ -74,7 +84,12 @@ class BackendComm : public Comm {
   /// While waiting: throws (and poisons the group) when another rank raised the abort signal or
   /// the collective's deadline has passed.
   void give_up_if_aborted_or_late(const char* op, std::chrono::steady_clock::time_point deadline);
+  /// NCCL: the current stream waits for `work`, the watchdog takes it over; the host goes on.
   void wait_cuda(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
+  /// NCCL barrier: the host waits (polling, deadline- and abort-bounded).
+  void wait_cuda_host(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
+  /// Throws (and poisons the group) when the watchdog gave up on an earlier collective.
+  void check_watchdog(const char* op);
   [[noreturn]] void fail(const char* op, const std::string& why);
 
   c10::intrusive_ptr<c10d::Backend> backend_;
@@ -82,6 +97,7 @@ class BackendComm : public Comm {
   std::shared_ptr<AbortSignal> abort_;
   bool cuda_ = false;
   bool poisoned_ = false;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;  ///< GPU groups only; destroyed before backend_
 };
 
 /// CPU group over ProcessGroupGloo. `store` must be this group's own PrefixStore, shared by all

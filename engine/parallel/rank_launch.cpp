@@ -143,9 +143,10 @@ void run_rank_threads(const ParallelConfig& parallel, at::Device device, const s
                            : device;
       std::optional<RankContext> ctx;
       try {
-        ctx = world == 1 ? make_solo_rank_context(rank_device)
-                         : make_rank_context(store, r, parallel, rank_device, options);
-        ctx->slot = r;
+        RankContext made = world == 1 ? make_solo_rank_context(rank_device)
+                                      : make_rank_context(store, r, parallel, rank_device, options);
+        made.slot = r;  // rank thread r counts in tracker slot r
+        ctx = std::move(made);
         fn(*ctx);
       } catch (const std::exception& e) {
         options.abort->raise(r, e.what());  // before ctx's groups go away: peers see "rank r failed"

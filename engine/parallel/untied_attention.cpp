@@ -4,6 +4,10 @@
 // defines: plan_untied_stages, untied_attention, untied_attention_projected
 #include "engine/parallel/untied_attention.h"
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -55,6 +59,36 @@ std::optional<at::Tensor> kv_slot_index(const UntiedStagePlan& p, int64_t t) {
   }
   if (uniform) return std::nullopt;
   return at::tensor(slots, at::kLong);
+}
+
+/// An index tensor of the schedule on `device`. On a GPU each is built and uploaded once per
+/// (schedule, stage, device) and kept: uploading from pageable host memory synchronises the stream,
+/// and per stage, block and direction that was about a thousand host stalls a step. On the CPU
+/// the host tensor is the device tensor.
+template <typename Build>
+at::Tensor on_device(const UntiedStagePlan& p, int kind, int64_t t, int64_t a, int64_t b, at::Device device,
+                     Build build) {
+  if (!device.is_cuda()) return build();
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, int64_t, int64_t, int64_t, int>;
+  static std::mutex mutex;
+  static std::map<Key, at::Tensor> cache;
+  const Key key{p.H, p.Hkv, p.P, p.k, kind, t, a, b, static_cast<int>(device.index())};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, build().to(device)).first;
+  return it->second;
+}
+
+at::Tensor q_head_index_on(const UntiedStagePlan& p, int64_t t, at::Device device) {
+  return on_device(p, 0, t, 0, 0, device, [&] { return q_head_index(p, t); });
+}
+at::Tensor kv_head_index_on(const UntiedStagePlan& p, int64_t first, int64_t count, at::Device device) {
+  return on_device(p, 1, 0, first, count, device, [&] { return kv_head_index(p, first, count); });
+}
+std::optional<at::Tensor> kv_slot_index_on(const UntiedStagePlan& p, int64_t t, at::Device device) {
+  std::optional<at::Tensor> host = kv_slot_index(p, t);  // tiny host arithmetic: is the stage uniform?
+  if (!host) return std::nullopt;
+  return on_device(p, 2, t, 0, 0, device, [&] { return *host; });
 }
 
 /// Projection of the local tokens onto `rows` [m, hd, d] -> [B, s, m, hd], then per-head RMSNorm
@@ -118,13 +152,13 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     for (int64_t t = 0; t < p.stages; ++t) {
       const int64_t n = p.kv_count[t];
       {
-        at::Tensor q_loc = project(x, wq3.index_select(0, q_head_index(p, t).to(x.device())), qn, eps, cos, sin,
+        at::Tensor q_loc = project(x, wq3.index_select(0, q_head_index_on(p, t, x.device())), qn, eps, cos, sin,
                                    /*rope=*/true);  // [B, s, P*k, hd]
         seq_to_heads_into(q_h, q_loc, *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
                           view_prefix(recv, {p.P, B, s, p.k, hd}));  // [B, S, k, hd]
       }
       if (p.kv_new[t]) {  // a KV range is projected and sent once, reused by the stages sharing it
-        const at::Tensor idx = kv_head_index(p, p.kv_first[t], n).to(x.device());
+        const at::Tensor idx = kv_head_index_on(p, p.kv_first[t], n, x.device());
         k_h = view_prefix(k_flat, {B, S, n, hd});
         v_h = view_prefix(v_flat, {B, S, n, hd});
         at::Tensor k_loc = project(x, wk3.index_select(0, idx), kn, eps, cos, sin, true);  // [B, s, P*n, hd]
@@ -133,9 +167,9 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
         at::Tensor v_loc = project(x, wv3.index_select(0, idx), {}, eps, cos, sin, false);  // [B, s, P*n, hd]
         seq_to_heads_into(v_h, v_loc, *comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
       }
-      const auto slots = kv_slot_index(p, t);
-      at::Tensor k_use = slots ? k_h.index_select(2, slots->to(x.device())) : k_h;  // [B, S, k or n, hd]
-      at::Tensor v_use = slots ? v_h.index_select(2, slots->to(x.device())) : v_h;
+      const auto slots = kv_slot_index_on(p, t, x.device());
+      at::Tensor k_use = slots ? k_h.index_select(2, *slots) : k_h;  // [B, S, k or n, hd]
+      at::Tensor v_use = slots ? v_h.index_select(2, *slots) : v_h;
       FlashResult r = flash_attention_forward(q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2));
       at::Tensor o_h = r.out.transpose(1, 2).contiguous();  // [B, S, k, hd] (already this layout)
       r.out.reset();  // backward rebuilds it from the saved output
@@ -243,7 +277,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       const auto kv_send = view_prefix(send, {p.P, B, s, n, hd});
       const auto kv_recv = view_prefix(recv, {p.P, B, s, n, hd});
       if (p.kv_new[t]) {  // recompute the range's K/V and their input all-to-all
-        kv_idx = kv_head_index(p, p.kv_first[t], n).to(x.device());
+        kv_idx = kv_head_index_on(p, p.kv_first[t], n, x.device());
         k_rows = wk3.index_select(0, kv_idx);  // [P*n, hd, d]
         v_rows = wv3.index_select(0, kv_idx);
         k_h = view_prefix(k_flat, {B, S, n, hd});
@@ -261,7 +295,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
           dv_acc = view_prefix(dv_flat, {B, S, n, hd}).zero_();
         }
       }
-      const at::Tensor q_idx = q_head_index(p, t).to(x.device());
+      const at::Tensor q_idx = q_head_index_on(p, t, x.device());
       const at::Tensor q_rows = wq3.index_select(0, q_idx);  // [P*k, hd, d]
       seq_to_heads_into(q_h, project(x, q_rows, q_norm, state->eps, cos, sin, true), comm, stage_send,
                         stage_recv);                                                          // [B, S, k, hd]
@@ -269,8 +303,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       seq_to_heads_into(do_h, stage_grad(t), comm, stage_send, stage_recv);                  // its gradient
       at::Tensor dq_loc = view_prefix(loc_flat, {B, s, p.P * p.k, hd});
       {
-        const auto slots = kv_slot_index(p, t);
-        const at::Tensor dev_slots = slots ? slots->to(x.device()) : at::Tensor();
+        const auto slots = kv_slot_index_on(p, t, x.device());
+        const at::Tensor dev_slots = slots ? *slots : at::Tensor();
         at::Tensor k_use = slots ? k_h.index_select(2, dev_slots) : k_h;  // [B, S, k or n, hd]
         at::Tensor v_use = slots ? v_h.index_select(2, dev_slots) : v_h;
         FlashResult r = state->stages[t];

@@ -102,6 +102,7 @@ MemoryPlan plan_memory(const RunConfig& cfg) {
   plan.category_bytes[static_cast<int>(PlanCategory::Offloaded)] += live.host_peak;
 
   plan.peak_bytes = live.device_peak;
+  plan.runtime_overhead_bytes = s.runtime_overhead;
   plan.peak_phase = phase_name(live.device_peak_phase);
   plan.device_capacity = gib_bytes(cfg.hardware.device_memory_gib);
   plan.host_bytes = sat_mul(live.host_peak, s.ranks_per_node);

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/tracker_state.h"
 
 #if defined(ODYSSEY_WITH_CUDA)
@@ -339,6 +340,8 @@ uint64_t MemoryTracker::allocations_counted() const { return impl_->allocations.
 
 void MemoryTracker::set_cuda_device(int rank, int device_index) {
   RankState& rs = impl_->rank(rank);
+  // CUDA first: resetPeakStats on a device nobody initialised fails ("did you call init?").
+  if (device_index >= 0) prepare_cuda();
   if (device_index >= 0 && !cuda_available())
     throw std::invalid_argument("MemoryTracker::set_cuda_device: rank " + std::to_string(rank) +
                                 " asked for cuda:" + std::to_string(device_index) +

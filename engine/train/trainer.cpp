@@ -4,7 +4,6 @@
 #include "engine/train/trainer.h"
 
 #include <c10/util/Exception.h>
-#include <torch/cuda.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -12,16 +11,18 @@
 #include <regex>
 #include <thread>
 
+#include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
 
 at::Device resolve_device(DeviceKind kind, int local_rank) {
-  const bool cuda = torch::cuda::is_available();
+  if (kind == DeviceKind::Cpu) return at::Device(at::kCPU);
+  const bool cuda = prepare_cuda().available;  // initialises CUDA and the allocator, once
   if (kind == DeviceKind::Cuda && !cuda)
     throw std::invalid_argument("training.device = \"cuda\" but no CUDA device is available");
   if (kind == DeviceKind::Cpu || !cuda) return at::Device(at::kCPU);
-  const int gpus = static_cast<int>(torch::cuda::device_count());
+  const int gpus = prepare_cuda().device_count;
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));
 }
 

@@ -1,9 +1,12 @@
 // Kernel micro-benchmarks on a GPU, each against a baseline measured side by side in the same run:
 //   rmsnorm / rope: achieved bytes/s as a fraction of a device-to-device cudaMemcpy of equal bytes;
-//   lce:     fused tiled linear+CE vs the same algorithm on one full [tokens, vocab] tile and vs the
-//            floor of three plain GEMMs (what an unfused head must at least run), with workspace bytes;
+//   lce:     fused tiled linear+CE vs the same algorithm on whole-vocabulary tiles (the widest the
+//            plan accepts: a [32768, 128256] tile passes cuBLAS's int) and vs the floor of three
+//            plain GEMMs (what an unfused head must at least run), with workspace bytes;
 //   offload: D2H/H2D bandwidth from the pinned slab vs pageable memory.
-// Usage: odyssey_kernel_bench [rmsnorm|rope|lce|offload|all] [--tokens N]   (one JSON object per line)
+// Each benchmark stands alone: one that fails prints {"bench":..., "error":...} and the rest run.
+// Usage: odyssey_kernel_bench [rmsnorm|rope|lce|offload|all] [--tokens N] [--dry-run]
+//        (one JSON object per line; --dry-run: the host-side plans only, no device call)
 // defines: main
 #include <cublas_v2.h>
 
@@ -95,7 +98,9 @@ void bench_lce(int64_t tokens) {
   const KernelDtype dtype = KernelDtype::BF16;
   Buffer h(tokens * dim * 2), w(vocab * dim * 2), labels(tokens * 8), loss(tokens * 4), dh(tokens * dim * 2);
   Buffer dw(static_cast<size_t>(vocab * dim) * 4);
-  const LinearCrossEntropyShape tiled{tokens, dim, vocab, 0, 0}, full{tokens, dim, vocab, tokens, vocab};
+  // The comparator: the same algorithm on the widest tiles the plan accepts (whole vocabulary rows;
+  // a single [tokens, vocab] tile passes cuBLAS's int dimensions at these sizes).
+  const LinearCrossEntropyShape tiled{tokens, dim, vocab, 0, 0}, full = widest_vocab_tiles(tokens, dim, vocab);
   const LceTilePlan plan = plan_linear_cross_entropy(dtype, tiled);
   double fused = 0, one_tile = -1;
   {
@@ -138,10 +143,12 @@ void bench_lce(int64_t tokens) {
   cublasDestroy(handle);
   const double flops = 6.0 * tokens * vocab * dim;
   std::printf("{\"bench\":\"linear_cross_entropy\",\"dtype\":\"bf16\",\"tokens\":%lld,\"dim\":%lld,\"vocab\":%lld,"
-              "\"fused_ms\":%.3f,\"fused_tflops_equiv\":%.1f,\"workspace_bytes\":%zu,\"one_tile_ms\":%.3f,"
-              "\"one_tile_workspace_bytes\":%zu,\"three_gemm_floor_ms\":%.3f,\"fused_vs_floor\":%.3f}\n",
+              "\"fused_ms\":%.3f,\"fused_tflops_equiv\":%.1f,\"workspace_bytes\":%zu,\"wide_tile_tokens\":%lld,"
+              "\"wide_tile_ms\":%.3f,\"wide_tile_workspace_bytes\":%zu,\"three_gemm_floor_ms\":%.3f,"
+              "\"fused_vs_floor\":%.3f}\n",
               static_cast<long long>(tokens), static_cast<long long>(dim), static_cast<long long>(vocab), fused,
-              flops / fused / 1e9, plan.bytes, one_tile, full_plan.bytes, gemms, gemms / fused);
+              flops / fused / 1e9, plan.bytes, static_cast<long long>(full_plan.seq_tile), one_tile, full_plan.bytes,
+              gemms, gemms / fused);
 }
 
 void bench_offload() {
@@ -167,28 +174,70 @@ void bench_offload() {
 int main(int argc, char** argv) {
   std::string which = "all";
   int64_t tokens = 32768;
+  bool dry_run = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) {
       tokens = std::atoll(argv[++i]);
+    } else if (std::strcmp(argv[i], "--dry-run") == 0) {
+      dry_run = true;
     } else {
       which = argv[i];
     }
+  }
+  if (which != "all" && which != "rmsnorm" && which != "rope" && which != "lce" && which != "offload") {
+    std::fprintf(stderr, "odyssey_kernel_bench: unknown benchmark '%s' (all, rmsnorm, rope, lce, offload)\n", which.c_str());
+    return 2;
   }
   if (tokens <= 0) {
     std::fprintf(stderr, "odyssey_kernel_bench: --tokens must be positive\n");
     return 2;
   }
+  if (dry_run) {
+    // The runbook's CPU dry run (scripts/gpu/validate.sh --cpu-dry-run): every host-side decision of
+    // the selected benchmarks (the fused loss's tile plans above all), no device call.
+    try {
+      if (which == "lce" || which == "all") {
+        const LceTilePlan tiled = plan_linear_cross_entropy(KernelDtype::BF16, {tokens, 2048, 128256, 0, 0});
+        const LceTilePlan wide = plan_linear_cross_entropy(KernelDtype::BF16, widest_vocab_tiles(tokens, 2048, 128256));
+        std::printf("{\"bench\":\"linear_cross_entropy\",\"dry_run\":true,\"tokens\":%lld,\"workspace_bytes\":%zu,"
+                    "\"wide_tile_tokens\":%lld,\"wide_tile_workspace_bytes\":%zu}\n",
+                    static_cast<long long>(tokens), tiled.bytes, static_cast<long long>(wide.seq_tile), wide.bytes);
+      }
+      for (const char* name : {"rmsnorm", "rope", "offload"})
+        if (which == name || which == "all") std::printf("{\"bench\":\"%s\",\"dry_run\":true,\"tokens\":%lld}\n", name,
+                                                         static_cast<long long>(tokens));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "odyssey_kernel_bench: %s\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
   try {
     cudaDeviceProp prop{};
     ODYSSEY_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("{\"device\":\"%s\",\"sms\":%d,\"l2_bytes\":%d}\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize);
-    if (which == "rmsnorm" || which == "all") bench_rmsnorm(tokens);
-    if (which == "rope" || which == "all") bench_rope(tokens);
-    if (which == "lce" || which == "all") bench_lce(tokens);
-    if (which == "offload" || which == "all") bench_offload();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odyssey_kernel_bench: %s\n", e.what());
     return 1;
   }
-  return 0;
+  // Each benchmark stands alone: one that fails says so in its own JSON line and the rest still run.
+  int failed = 0;
+  auto stage = [&](const char* name, const std::function<void()>& run) {
+    if (which != name && which != "all") return;
+    try {
+      run();
+    } catch (const std::exception& e) {
+      ++failed;
+      std::string why = e.what();
+      for (char& c : why)
+        if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = '\'';  // stays one JSON string
+      std::printf("{\"bench\":\"%s\",\"error\":\"%s\"}\n", name, why.c_str());
+      cudaGetLastError();  // clear a sticky launch error so the next stage starts clean
+    }
+  };
+  stage("rmsnorm", [&] { bench_rmsnorm(tokens); });
+  stage("rope", [&] { bench_rope(tokens); });
+  stage("lce", [&] { bench_lce(tokens); });
+  stage("offload", [&] { bench_offload(); });
+  return failed == 0 ? 0 : 1;
 }

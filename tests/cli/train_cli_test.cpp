@@ -281,3 +281,14 @@ TEST_CASE("odyssey train under torchrun: a killed or hung rank is named by the o
     if (c.signal == SIGSTOP) CHECK_THAT(log, Catch::Contains("timed out after 4 s"));
   }
 }
+
+TEST_CASE("odyssey train --no-checkpoint: a benchmark's run writes no checkpoint at all", "[cli][train]") {
+  const std::string dir = fresh_dir("no_checkpoint");
+  const Run r = run_odyssey("train " + kTiny + "--set training.steps=3 --set training.warmup_steps=1 "
+                            "--set output.checkpoint_every=1 --no-checkpoint --quiet --out " + dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(metrics_lines(dir) == 3);
+  CHECK(checkpoint_step(dir) == -1);
+  CHECK_FALSE(std::ifstream(dir + "/checkpoints/latest.json").good());
+}

@@ -12,6 +12,7 @@
 
 #include "../fp_tolerance.h"
 #include "engine/config/run_config.h"
+#include "engine/telemetry/cuda_runtime.h"
 #include "engine/train/trainer.h"
 
 namespace odyssey::test {
@@ -51,6 +52,13 @@ inline RunConfig tiny_config(int64_t layers = 2, int64_t seq = 64) {
 }
 
 inline RankContext cpu_rank() { return RankContext{}; }
+
+/// GPU `index` for a [.cuda] test, started as the engine starts it (prepare_cuda: CUDA initialised
+/// and the allocator configured before the first call). Throws when there is none.
+inline at::Device test_gpu(int index = 0) {
+  if (!prepare_cuda().available) throw std::runtime_error("this [.cuda] test needs a CUDA device; none is available");
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
 
 /// The vector code ATen dispatches to here ("DEFAULT", "AVX2", "AVX512"): ATEN_CPU_CAPABILITY
 /// chooses it, and the equivalence suites run under each one the CPU has (tests/CMakeLists.txt).

@@ -166,6 +166,21 @@ TEST_CASE("linear cross-entropy tile plan: defaults, remainders, layout", "[kern
                     Catch::Contains("seq_tile = -1"));
 }
 
+TEST_CASE("linear cross-entropy: the widest plannable tiling of a full vocabulary", "[kernels][lce]") {
+  // The benchmark's untiled comparator once asked for one [32768, 128256] tile: 4.2e9 elements,
+  // past cuBLAS's int, so the plan threw and the benchmark stopped before its other stages.
+  CHECK_THROWS_WITH(plan_linear_cross_entropy(KernelDtype::BF16, LinearCrossEntropyShape{32768, 2048, 128256, 32768, 128256}),
+                    Catch::Contains("too large"));
+  const LinearCrossEntropyShape wide = widest_vocab_tiles(32768, 2048, 128256);
+  CHECK(wide.vocab_tile == 128256);
+  CHECK(wide.seq_tile == 0x7fffffff / 128256);  // 16743 tokens of the whole vocabulary
+  const LceTilePlan p = plan_linear_cross_entropy(KernelDtype::BF16, wide);
+  CHECK(p.seq_tile * p.vocab_tile <= kMaxLceTileElements);
+  CHECK(p.n_vocab_tiles == 1);
+  CHECK(p.n_seq_tiles == 2);
+  CHECK(widest_vocab_tiles(100, 16, 50).seq_tile == 100);  // small problems: one tile
+}
+
 TEST_CASE("the kernel's tiled online log-sum-exp equals the untiled reference", "[kernels][lce]") {
   // Tiles of 3 tokens x 4 vocabulary entries over 10 x 11: remainders in both directions, labels in
   // every vocabulary tile, ignored tokens, large logits (the online max must rescale the sums).

@@ -7,6 +7,7 @@
 #include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include "../engine/engine_test_util.h"
 #include "engine/model/layers.h"
 #include "engine/parallel/nccl_backend.h"
 #include "engine/parallel/process_group_comm.h"
@@ -22,8 +23,7 @@ double rel(const at::Tensor& a, const at::Tensor& b) {
 }
 
 void check_untied_cuda(at::ScalarType dtype, double tolerance) {
-  REQUIRE(torch::cuda::is_available());
-  const at::Device gpu(at::kCUDA, 0);
+  const at::Device gpu = odyssey::test::test_gpu();
   ModelConfig m;
   m.n_heads = 8;
   m.n_kv_heads = 2;
@@ -79,8 +79,7 @@ TEST_CASE("cuda: untied attention, bf16 (flash kernel) matches math SDPA", "[.cu
 
 TEST_CASE("cuda: an NCCL group of one runs every collective", "[.cuda]") {
   REQUIRE(nccl_available());
-  REQUIRE(torch::cuda::is_available());
-  const at::Device gpu(at::kCUDA, 0);
+  const at::Device gpu = odyssey::test::test_gpu();
   auto store = c10::make_intrusive<c10d::HashStore>();
   NcclComm comm(store, GroupSpec{"world", "world", 0, 1, 0, std::chrono::seconds(60)}, gpu);
   at::Tensor in = at::arange(8, at::TensorOptions().device(gpu).dtype(at::kFloat));

@@ -22,14 +22,14 @@ RunConfig cuda_config() {
 
 RankContext cuda_rank() {
   RankContext ctx;
-  ctx.device = at::Device(at::kCUDA, 0);
+  ctx.device = test_gpu();
   return ctx;
 }
 
 }  // namespace
 
 TEST_CASE("cuda: every technique together equals the plain run (fp32)", "[.cuda]") {
-  REQUIRE(torch::cuda::is_available());
+  REQUIRE(prepare_cuda().available);
   RunConfig plain = cuda_config();
   RunConfig all = plain;
   all.memory.activation_checkpointing = all.memory.offload_activations = true;
@@ -48,7 +48,7 @@ TEST_CASE("cuda: every technique together equals the plain run (fp32)", "[.cuda]
 }
 
 TEST_CASE("cuda: bf16 trains, checkpointing and offload lower the measured peak", "[.cuda]") {
-  REQUIRE(torch::cuda::is_available());
+  REQUIRE(prepare_cuda().available);
   RunConfig cfg = cuda_config();
   cfg.training.dtype = DType::BFloat16;
   cfg.training.lr = 3e-3;

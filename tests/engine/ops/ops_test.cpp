@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "../../fp_tolerance.h"
+#include "../engine_test_util.h"
 #include "engine/ops/ops.h"
 
 using namespace odyssey;
@@ -143,9 +144,8 @@ TEST_CASE("ops::linear_cross_entropy equals cross_entropy with autograd", "[ops]
 
 TEST_CASE("ops CUDA kernels match the LibTorch path", "[ops][.cuda]") {
   REQUIRE(ops::cuda_kernels_linked());
-  REQUIRE(torch::cuda::is_available());
+  const at::Device cuda = odyssey::test::test_gpu();
   torch::manual_seed(6);
-  const at::Device cuda(at::kCUDA, 0);
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     CAPTURE(dtype);
     const double tol = dtype == at::kFloat ? 2e-5 : 1.0 / 64;

@@ -1,0 +1,76 @@
+// The watchdog of a GPU process group's collectives. The rank's thread never waits on a
+// collective from the host: it makes the compute stream wait (work->wait() for NCCL) and goes on
+// queueing work, and this thread watches every issued collective until it completes. One past
+// parallel.timeout_s, a failed one, or the job's abort signal (another rank failed) poisons the
+// group and aborts its communicator (freeing GPU work stuck in the collective); the rank learns
+// it at its next collective or step boundary, with the operation, the group and the reason.
+// defines: CollectiveWatchdog
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include "engine/parallel/abort_signal.h"
+
+namespace c10d {
+class Work;
+}
+
+namespace odyssey {
+
+/// Usage: CollectiveWatchdog dog(timeout, abort, [&] { backend->abort(); });
+///        work->wait(); dog.watch("all_gather", work);   // host goes on
+///        if (auto why = dog.failure()) throw CommError(where + *why);
+/// Thread-safe. The polling thread starts with the first watch() and stops with the watchdog.
+class CollectiveWatchdog {
+ public:
+  /// `abort_group` runs once, on the watchdog's thread, when it gives up on a collective.
+  CollectiveWatchdog(std::chrono::milliseconds timeout, std::shared_ptr<AbortSignal> abort,
+                     std::function<void()> abort_group,
+                     std::chrono::microseconds poll = std::chrono::microseconds(500));
+  ~CollectiveWatchdog();
+  CollectiveWatchdog(const CollectiveWatchdog&) = delete;
+  CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
+
+  /// Watches `work` (issued as `op`) from now until it completes or its deadline passes.
+  void watch(const char* op, c10::intrusive_ptr<c10d::Work> work);
+  /// Why the group failed ("all_gather timed out after 300 s (...)", "abandoned: rank 3 failed:
+  /// ...", "all_to_all failed: ..."), or nullopt while none has.
+  std::optional<std::string> failure() const;
+  /// Collectives issued and not yet seen complete.
+  size_t pending() const;
+  /// Blocks until every watched collective completed or the group failed (end of a step, tests).
+  void drain();
+
+ private:
+  struct Watched {
+    std::string op;
+    c10::intrusive_ptr<c10d::Work> work;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  void loop();
+  void fail_locked(std::string why);
+
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<AbortSignal> abort_;
+  std::function<void()> abort_group_;
+  std::chrono::microseconds poll_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Watched> watched_;
+  std::optional<std::string> failure_;
+  bool stop_ = false;
+  bool group_aborted_ = false;
+  std::thread thread_;
+};
+
+}  // namespace odyssey

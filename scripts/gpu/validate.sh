@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# The runbook for a GPU hour: stages run one after another, each time-boxed and independent (one
+# that fails or times out does not stop the rest), and the call ends by packing everything into ONE
+# archive under $OUT (the device tool brings back at most 8 files), printing a summary table last.
+# Nothing is rebuilt on the device: the binaries are built on the build machine with the same
+# torch 2.11 CUDA wheel and carried (scripts/gpu/pack.sh; under 64 MiB).
+#
+#   On the device, three calls of under 9 minutes (docs/gpu.md):
+#     scripts/gpu/validate.sh --carried gpu-carry call1    smoke, kernels
+#     scripts/gpu/validate.sh --carried gpu-carry call2    throughput, planner
+#     scripts/gpu/validate.sh --carried gpu-carry call3    longest, offload
+#   Anywhere, every stage's script path on the CPU with tiny shapes (part of make test):
+#     scripts/gpu/validate.sh --cpu-dry-run --bin build/bin all
+#
+# Stages, in order of value: smoke (every [.cuda] test; the tiny preset on CUDA against the CPU;
+# Llama-3.2-1B in bf16 for 3 steps with a falling loss), kernels (odyssey_kernel_bench), throughput
+# (1B at 32K/64K/128K against the PyTorch baseline), planner (planned against measured peaks and
+# bytes per token), longest (longest context of each system), offload (offload on top of
+# checkpointing: step-time ratio and overlap). Groups: call1, call2, call3, all.
+# Options: --cpu-dry-run, --carried DIR (binaries in DIR/bin), --bin DIR, --out DIR ($OUT or
+# runs/validate), --label NAME (the archive's name). Exit 0 when every stage ran to its result.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+DRY=0
+BIN=""
+OUT_DIR="${OUT:-$ROOT/runs/validate}"
+LABEL=""
+ONE_STAGE=""
+WORK=""
+stages=()
+args=("$@")
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cpu-dry-run) DRY=1 ;;
+    --one-stage) ONE_STAGE="$2"; shift ;;  # internal: run one stage in this process (see the loop below)
+    --work) WORK="$2"; shift ;;            # internal: with --one-stage, the call's folder
+    --carried) BIN="$2/bin"; shift ;;
+    --bin) BIN="$2"; shift ;;
+    --out) OUT_DIR="$2"; shift ;;
+    --label) LABEL="$2"; shift ;;
+    call1) stages+=(smoke kernels) ;;
+    call2) stages+=(throughput planner) ;;
+    call3) stages+=(longest offload) ;;
+    all) stages+=(smoke kernels throughput planner longest offload) ;;
+    smoke | kernels | throughput | planner | longest | offload) stages+=("$1") ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "validate: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ ${#stages[@]} -gt 0 ] || [ -n "$ONE_STAGE" ] || { echo "validate: name the stages or a call (call1, call2, call3, all)" >&2; exit 2; }
+case "$BIN" in "" ) BIN="$ROOT/build/bin" ;; /*) ;; *) BIN="$ROOT/$BIN" ;; esac
+for exe in odyssey engine_tests parallel_tests kernel_tests odyssey_kernel_bench; do
+  [ -x "$BIN/$exe" ] || { echo "validate: $BIN/$exe missing (scripts/gpu/pack.sh builds and gathers them)" >&2; exit 2; }
+done
+
+# The machine's own LibTorch and CUDA libraries for binaries built elsewhere; the checkout's paths
+# for the tests' fixtures (test_paths.h reads these) and for the benchmark scripts.
+export BUILD_DIR="$(dirname "$BIN")" OUT="$OUT_DIR"
+source "$ROOT/scripts/gpu/env.sh"
+export ODYSSEY_SOURCE_DIR="$ROOT" ODYSSEY_BINARY_DIR="$(dirname "$BIN")" ODYSSEY_BIN="$BIN/odyssey"
+export ODYSSEY_TORCH_PYTHON="$(command -v "$PY")" PYTHONUNBUFFERED=1
+cd "$ROOT"
+
+# [section] the shapes of each mode ---------------------------------------------------------------
+if [ $DRY = 1 ]; then
+  # The tiny preset on one CPU rank, the baseline's tiny shape on the CPU: every script path, seconds.
+  ONE_RANK="parallel.world_size=1 parallel.ulysses_degree=1 parallel.fsdp=false memory.heads_per_stage=0 training.device=cpu training.warmup_steps=1"
+  export ODYSSEY_BENCH_PRESET="presets/tiny-cpu.toml" ODYSSEY_BENCH_SETS="$ONE_RANK"
+  export ODYSSEY_BENCH_BASELINE_ARGS="--config tiny --device cpu"
+  TESTS_FILTER_KERNEL="[lce]~[.cuda]" TESTS_FILTER_ENGINE="[cuda_runtime]" TESTS_FILTER_PARALLEL="cpu capability*"
+  TINY_DEVICES="cpu cpu" TINY_STEPS=2
+  BF16_PRESET="presets/tiny-cpu.toml" BF16_SETS="$ONE_RANK training.seq_len=256" BF16_STEPS=4
+  LENGTHS="256 512" STEPS=2 PLANNER_CASES=tiny
+  LONG_PYTORCH="--start 256 --limit 1K --granularity 256" LONG_ODYSSEY="--start 256 --limit 1K --granularity 256"
+  OFFLOAD_SEQ=512
+  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=150 [planner]=150 [longest]=150 [offload]=90)
+else
+  TESTS_FILTER_KERNEL="[.cuda]" TESTS_FILTER_ENGINE="[.cuda]" TESTS_FILTER_PARALLEL="[.cuda]"
+  TINY_DEVICES="cuda cpu" TINY_STEPS=5
+  BF16_PRESET="presets/llama3.2-1b-1xh100.toml" BF16_SETS="training.seq_len=8K training.dtype=bfloat16" BF16_STEPS=3
+  LENGTHS="32K 64K 128K" STEPS=3 PLANNER_CASES=gpu
+  LONG_PYTORCH="--start 32K --limit 512K --granularity 8K" LONG_ODYSSEY="--start 128K --limit 4M --granularity 32K"
+  OFFLOAD_SEQ=64K
+  # Seconds per stage: each call stays under 9 minutes with its start and the packing.
+  declare -A BOX=([smoke]=270 [kernels]=150 [throughput]=330 [planner]=180 [longest]=330 [offload]=180)
+fi
+
+# [section] the stages (each writes under $WORK/<stage>; a nonzero status means it did not run to its result)
+
+run_test() {  # run_test DIR EXECUTABLE FILTER SECONDS
+  local log="$1/$2.txt"
+  timeout --kill-after=5 "$4" "$BIN/$2" "$3" --durations yes >"$log" 2>&1
+  local rc=$?
+  echo "$2 \"$3\": rc $rc $(grep -aE '^(All tests passed|test cases:)' "$log" | tail -1)" >>"$1/results.txt"
+  return $rc
+}
+
+stage_smoke() {
+  local d="$WORK/smoke" rc=0
+  command -v nvidia-smi >/dev/null && nvidia-smi >"$d/nvidia-smi.txt" 2>&1
+  run_test "$d" kernel_tests "$TESTS_FILTER_KERNEL" 60 || rc=1
+  run_test "$d" engine_tests "$TESTS_FILTER_ENGINE" 80 || rc=1
+  run_test "$d" parallel_tests "$TESTS_FILTER_PARALLEL" 60 || rc=1
+  # shellcheck disable=SC2086
+  timeout 90 "$PY" bench/gpu/tiny_correctness.py --out "$d/tiny" --devices $TINY_DEVICES --steps "$TINY_STEPS" \
+    >"$d/tiny.txt" 2>&1 || rc=1
+  local sets=()
+  for s in $BF16_SETS; do sets+=(--set "$s"); done
+  timeout 120 "$BIN/odyssey" train "$BF16_PRESET" "${sets[@]}" --set training.dtype=bfloat16 --steps "$BF16_STEPS" \
+    --no-checkpoint --quiet --out "$d/bf16" >"$d/bf16.txt" 2>&1 || rc=1
+  # The bf16 run's losses fall: the last below the first.
+  "$PY" - "$d/bf16/metrics.jsonl" >>"$d/results.txt" 2>&1 <<'PYEOF' || rc=1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+losses = [r["loss"] for r in rows]
+ok = len(losses) >= 2 and all(l == l for l in losses) and losses[-1] < losses[0]
+print("bf16 losses %s: %s" % (losses, "falling" if ok else "NOT falling"))
+sys.exit(0 if ok else 1)
+PYEOF
+  return $rc
+}
+
+stage_kernels() {
+  local d="$WORK/kernels"
+  if [ $DRY = 1 ]; then
+    "$BIN/odyssey_kernel_bench" --dry-run all >"$d/kernel_bench.jsonl" 2>"$d/kernel_bench.err"
+  else
+    "$BIN/odyssey_kernel_bench" all --tokens 32768 >"$d/kernel_bench.jsonl" 2>"$d/kernel_bench.err"
+  fi
+}
+
+stage_throughput() {
+  # shellcheck disable=SC2086
+  "$PY" bench/gpu/throughput.py --lengths $LENGTHS --steps "$STEPS" --timeout 100 --out "$WORK/throughput"
+}
+
+stage_planner() {
+  "$PY" bench/gpu/planner_vs_measured.py --cases "$PLANNER_CASES" --out "$WORK/planner"
+}
+
+stage_longest() {
+  local d="$WORK/longest" rc=0 box=${BOX[longest]}
+  # shellcheck disable=SC2086
+  "$PY" bench/gpu/longest_context.py --system pytorch $LONG_PYTORCH --trial-timeout 60 --budget $((box * 2 / 5)) \
+    --out "$d" || rc=1
+  # shellcheck disable=SC2086
+  "$PY" bench/gpu/longest_context.py --system odyssey $LONG_ODYSSEY --trial-timeout 90 --budget $((box * 3 / 5 - 10)) \
+    --out "$d" || rc=1
+  return $rc
+}
+
+stage_offload() {
+  "$PY" bench/gpu/offload_overlap.py --seq "$OFFLOAD_SEQ" --steps 4 --out "$WORK/offload"
+}
+
+# A stage "ran" when its script reached its result; whether that result meets its target is in the
+# result files and the summary (a CPU dry run never meets GPU targets).
+result_of() {
+  case "$1" in
+    smoke) echo "smoke/results.txt" ;;
+    kernels) echo "kernels/kernel_bench.jsonl" ;;
+    throughput) echo "throughput/throughput.jsonl" ;;
+    planner) echo "planner/planner_vs_measured.json" ;;
+    longest) echo "longest/longest_odyssey.json" ;;
+    offload) echo "offload/offload_overlap.json" ;;
+  esac
+}
+
+if [ -n "$ONE_STAGE" ]; then
+  "stage_$ONE_STAGE"
+  exit $?
+fi
+
+LABEL="${LABEL:-validate-$( [ $DRY = 1 ] && echo dry- )$(IFS=-; echo "${stages[*]}")}"
+WORK="$OUT_DIR/$LABEL"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+status=0
+summary="$WORK/summary.txt"
+{
+  echo "odyssey validate $( [ $DRY = 1 ] && echo '(CPU dry run)' ) $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  printf '%-11s %6s %8s  %s\n' stage rc seconds result
+} >"$summary"
+for stage in "${stages[@]}"; do
+  mkdir -p "$WORK/$stage"
+  start=$(date +%s)
+  # Each stage in a fresh process of this script under its time box (GNU timeout signals the
+  # stage's whole process group): a hung stage is killed whole, and the next one starts anyway.
+  timeout --kill-after=10 "${BOX[$stage]}" "$0" "${args[@]}" --one-stage "$stage" --work "$WORK" \
+    >"$WORK/$stage/stage.log" 2>&1
+  rc=$?
+  seconds=$(( $(date +%s) - start ))
+  result="$(result_of "$stage")"
+  ran="ran"
+  [ -s "$WORK/$result" ] || { ran="NO RESULT"; status=1; }
+  [ $rc -eq 124 ] && { ran="TIMED OUT after ${BOX[$stage]} s"; status=1; }
+  printf '%-11s %6s %8s  %s (%s)\n' "$stage" "$rc" "$seconds" "$result" "$ran" >>"$summary"
+done
+# The headline figures of each stage, for the reply's tail.
+"$PY" "$ROOT/scripts/gpu/validate_summary.py" "$WORK" >>"$summary" 2>&1 || true
+archive="$OUT_DIR/$LABEL.tar.gz"
+tar -czf "$archive" -C "$OUT_DIR" "$LABEL"
+cat "$summary"
+echo "archive: $archive ($(du -h "$archive" | cut -f1))"
+exit $status

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""The headline figures of a validate.sh call, read from its stages' result files, for the summary
+that ends the call's output (the device tool returns the output's tail): what ran, what each stage
+measured, and which targets it met.
+
+    python3 scripts/gpu/validate_summary.py RUNS/validate-smoke-kernels
+"""
+import json
+import os
+import sys
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read_jsonl(path):
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return rows
+
+
+def smoke(d):
+    out = []
+    try:
+        with open(os.path.join(d, "results.txt")) as f:
+            out += ["  " + l.rstrip() for l in f if l.strip()]
+    except OSError:
+        pass
+    tiny = read_json(os.path.join(d, "tiny", "tiny_correctness.json"))
+    if tiny:
+        out.append("  tiny preset %s vs %s: max rel loss diff %s (rtol %s) -> %s" % (
+            tiny["devices"][0], tiny["devices"][1], tiny.get("max_rel_diff"), tiny["rtol"], "ok" if tiny.get("ok") else "FAIL"))
+    return out
+
+
+def kernels(d):
+    out = []
+    for r in read_jsonl(os.path.join(d, "kernel_bench.jsonl")):
+        keys = [k for k in r if k not in ("bench",)]
+        out.append("  %s: %s" % (r.get("bench", r.get("device", "?")), ", ".join("%s=%s" % (k, r[k]) for k in keys[:6])))
+    return out
+
+
+def throughput(d):
+    out = []
+    rows = read_jsonl(os.path.join(d, "throughput.jsonl"))
+    by_len = {}
+    for r in rows:
+        by_len.setdefault(r.get("seq_len"), {})[r.get("system")] = r
+    for seq in sorted(k for k in by_len if k is not None):
+        p, o = by_len[seq].get("pytorch", {}), by_len[seq].get("odyssey", {})
+        ratio = (o["tokens_per_s"] / p["tokens_per_s"]) if "tokens_per_s" in o and "tokens_per_s" in p and "error" not in p and "error" not in o else None
+        out.append("  %7d tokens: pytorch %s tok/s, odyssey %s tok/s, ratio %s" % (
+            seq, p.get("tokens_per_s", p.get("error", "-")), o.get("tokens_per_s", o.get("error", "-")),
+            "%.3f" % ratio if ratio else "-"))
+    return out
+
+
+def planner(d):
+    try:
+        with open(os.path.join(d, "planner_vs_measured.md")) as f:
+            return ["  " + l.rstrip() for l in f if l.strip()]
+    except OSError:
+        return []
+
+
+def longest(d):
+    out = []
+    found = {}
+    for system in ("pytorch", "odyssey"):
+        r = read_json(os.path.join(d, "longest_%s.json" % system))
+        if r:
+            found[system] = r["longest_ok"]
+            out.append("  %s: longest %s tokens, first failure %s, stopped %s" % (
+                system, r["longest_ok"], r["first_fail"], r["stopped"]))
+    if found.get("pytorch"):
+        out.append("  odyssey / pytorch longest context: %.2fx (target >= 4x)" % (found.get("odyssey", 0) / found["pytorch"]))
+    return out
+
+
+def offload(d):
+    r = read_json(os.path.join(d, "offload_overlap.json"))
+    if not r:
+        return []
+    return ["  offload on checkpointing at %s tokens: step time ratio %s (target <= 1.05), trace %s" % (
+        r.get("seq_len"), r.get("step_time_ratio", r.get("error")), r.get("trace"))]
+
+
+def main():
+    work = sys.argv[1]
+    for stage, fn in (("smoke", smoke), ("kernels", kernels), ("throughput", throughput), ("planner", planner),
+                      ("longest", longest), ("offload", offload)):
+        d = os.path.join(work, stage)
+        if os.path.isdir(d):
+            lines = fn(d)
+            print("%s:" % stage)
+            print("\n".join(lines) if lines else "  (no figures)")
+
+
+if __name__ == "__main__":
+    main()
