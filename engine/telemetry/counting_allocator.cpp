@@ -5,7 +5,9 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "engine/telemetry/tensor_tags.h"
 #include "engine/telemetry/tracker_state.h"
@@ -96,7 +98,15 @@ void MemoryTracker::install_cpu_allocator() {
   impl_->installed.store(true);
 }
 
+/// The (device, address) of a CUDA tensor's storage, as the caching allocator's hook reported it.
+static std::optional<std::pair<int, uintptr_t>> cuda_block_of(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage() || !tensor.is_cuda()) return std::nullopt;
+  return std::make_pair(static_cast<int>(tensor.device().index()),
+                        reinterpret_cast<uintptr_t>(tensor.storage().data_ptr().get()));
+}
+
 bool retag_tensor(const at::Tensor& tensor, MemCategory category) {
+  if (const auto cuda = cuda_block_of(tensor)) return MemoryTracker::instance().retag_cuda(cuda->first, cuda->second, category);
   BlockHeader* block = counted_block(tensor);
   if (block == nullptr) return false;
   MemoryTracker::instance().impl().retag(block, category);

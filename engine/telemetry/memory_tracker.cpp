@@ -98,12 +98,12 @@ const RankState& MemoryTracker::Impl::rank(int r) const {
   return ranks[static_cast<size_t>(r)];
 }
 
-void MemoryTracker::Impl::admit(BlockHeader* block) {
+void MemoryTracker::Impl::admit(BlockHeader* block, bool enforce_limit) {
   RankState& rs = ranks[static_cast<size_t>(block->rank)];
   {
     std::lock_guard<std::mutex> lock(rs.mutex);
     const int64_t limit = rs.device_limit.load(std::memory_order_relaxed);
-    const bool over = block->pool == MemPool::Device && limit > 0 &&
+    const bool over = enforce_limit && block->pool == MemPool::Device && limit > 0 &&
                       rs.pool_bytes[0].load(std::memory_order_relaxed) + block->bytes > limit;
     if (!over) {
       block->seq = next_seq.fetch_add(1, std::memory_order_relaxed);
@@ -159,8 +159,11 @@ void MemoryTracker::Impl::throw_oom(int rank, int64_t requested) {
 // [SECTION] CUDA statistics ----------------------------------------------------------------------
 
 namespace {
+/// What only the caching allocator knows (the bytes themselves are counted by the trace hook).
+/// Read without any rank lock held: the allocator calls the hook under its own lock, and the hook
+/// takes the rank's, so the other order would deadlock.
 struct CudaStats {
-  int64_t allocated = 0, peak = 0, reserved = 0, retries = 0, ooms = 0;
+  int64_t reserved = 0, retries = 0, ooms = 0;
 };
 
 #if defined(ODYSSEY_WITH_CUDA)
@@ -168,31 +171,26 @@ CudaStats read_cuda(int device) {
   namespace cca = c10::cuda::CUDACachingAllocator;
   const auto stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
   const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  return {stats.allocated_bytes[agg].current, stats.allocated_bytes[agg].peak,
-          stats.reserved_bytes[agg].current, stats.num_alloc_retries, stats.num_ooms};
-}
-void reset_cuda_peak(int device) {
-  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+  return {stats.reserved_bytes[agg].current, stats.num_alloc_retries, stats.num_ooms};
 }
 bool cuda_available() { return at::hasCUDA(); }
+/// Attaches the trace hook once per process: allocations and completed frees of every device go
+/// to the tracker (the allocator holds its lock while calling; the hook takes only the tracker's).
+void attach_cuda_hook(MemoryTracker& tracker) {
+  c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker(
+      [&tracker](const c10::CachingDeviceAllocator::TraceEntry& e) {
+        using Action = c10::CachingDeviceAllocator::TraceEntry::Action;
+        if (e.action_ == Action::ALLOC)
+          tracker.on_cuda_alloc(e.device_, e.addr_, static_cast<int64_t>(e.size_));
+        else if (e.action_ == Action::FREE_COMPLETED)
+          tracker.on_cuda_free(e.device_, e.addr_);
+      });
+}
 #else
 CudaStats read_cuda(int) { return {}; }
-void reset_cuda_peak(int) {}
 bool cuda_available() { return false; }
+void attach_cuda_hook(MemoryTracker&) {}
 #endif
-
-/// The caching allocator keeps one peak per device. Phase windows nest, so at every window edge
-/// the peak of the interval since the previous edge is folded into the base and every open
-/// window, then the device peak is reset: each window ends up with the exact maximum over its
-/// own interval. Call under the rank mutex.
-int64_t fold_cuda_peak(RankState& rs) {
-  const CudaStats s = read_cuda(rs.cuda_device);
-  rs.base.device_peak = std::max(rs.base.device_peak, s.peak);
-  for (int i = 0; i < rs.window_count; ++i)
-    rs.windows[i].device_peak = std::max(rs.windows[i].device_peak, s.peak);
-  reset_cuda_peak(rs.cuda_device);
-  return s.allocated;
-}
 }  // namespace
 
 // [SECTION] public API ---------------------------------------------------------------------------
@@ -210,6 +208,9 @@ bool MemoryTracker::cpu_allocator_installed() const { return impl_->installed.lo
 MemorySnapshot MemoryTracker::snapshot(int rank) const {
   RankState& rs = impl_->rank(rank);
   MemorySnapshot s;
+  const int cuda = rs.cuda_device.load();
+  // Before the lock; only for a device the hook counts for real (tests count fakes without CUDA).
+  const CudaStats c = cuda >= 0 && impl_->cuda_hook_attached.load() ? read_cuda(cuda) : CudaStats{};
   std::lock_guard<std::mutex> lock(rs.mutex);
   s.category_bytes = rs.category_bytes;
   s.device_bytes = rs.pool_bytes[0].load(std::memory_order_relaxed);
@@ -217,22 +218,14 @@ MemorySnapshot MemoryTracker::snapshot(int rank) const {
   s.device_peak = rs.base.device_peak;
   s.host_peak = rs.base.host_peak;
   s.category_at_peak = rs.base.category_at_peak;
-  s.ooms = rs.ooms;
-  if (rs.cuda_device >= 0) {
-    const CudaStats c = read_cuda(rs.cuda_device);
-    s.device_bytes = c.allocated;
-    s.device_peak = std::max(rs.base.device_peak, c.peak);
-    s.device_reserved = c.reserved;
-    s.alloc_retries = c.retries;
-    s.ooms += c.ooms;
-  }
+  s.ooms = rs.ooms + c.ooms;
+  s.device_reserved = c.reserved;
+  s.alloc_retries = c.retries;
   return s;
 }
 
 int64_t MemoryTracker::device_bytes(int rank) const {
-  const RankState& rs = impl_->rank(rank);
-  if (rs.cuda_device >= 0) return read_cuda(rs.cuda_device).allocated;
-  return rs.pool_bytes[0].load(std::memory_order_relaxed);
+  return impl_->rank(rank).pool_bytes[0].load(std::memory_order_relaxed);
 }
 
 int64_t MemoryTracker::host_bytes(int rank) const {
@@ -242,9 +235,7 @@ int64_t MemoryTracker::host_bytes(int rank) const {
 void MemoryTracker::reset_peak(int rank) {
   RankState& rs = impl_->rank(rank);
   std::lock_guard<std::mutex> lock(rs.mutex);
-  if (rs.cuda_device >= 0) fold_cuda_peak(rs);
-  const int64_t device = rs.cuda_device >= 0 ? read_cuda(rs.cuda_device).allocated
-                                             : rs.pool_bytes[0].load(std::memory_order_relaxed);
+  const int64_t device = rs.pool_bytes[0].load(std::memory_order_relaxed);
   rs.base.device_peak = device;
   rs.base.host_peak = rs.pool_bytes[1].load(std::memory_order_relaxed);
   rs.base.category_at_peak = rs.category_bytes;
@@ -304,8 +295,7 @@ int MemoryTracker::open_peak_window(int rank) {
     throw std::length_error("MemoryTracker::open_peak_window: rank " + std::to_string(rank) +
                             " already has " + std::to_string(rs.window_count) +
                             " nested windows (the most is " + std::to_string(kMaxPeakWindows) + ")");
-  int64_t device = rs.pool_bytes[0].load(std::memory_order_relaxed);
-  if (rs.cuda_device >= 0) device = fold_cuda_peak(rs);
+  const int64_t device = rs.pool_bytes[0].load(std::memory_order_relaxed);
   PeakWindow& w = rs.windows[static_cast<size_t>(rs.window_count)];
   w.device_peak = device;
   w.host_peak = rs.pool_bytes[1].load(std::memory_order_relaxed);
@@ -320,7 +310,6 @@ PeakWindow MemoryTracker::close_peak_window(int rank, int depth) {
     throw std::logic_error("MemoryTracker::close_peak_window: rank " + std::to_string(rank) +
                            " closes window " + std::to_string(depth) + " but the innermost open one is " +
                            std::to_string(rs.window_count - 1) + " (windows close innermost first)");
-  if (rs.cuda_device >= 0) fold_cuda_peak(rs);
   return rs.windows[static_cast<size_t>(--rs.window_count)];
 }
 
@@ -339,16 +328,77 @@ int64_t MemoryTracker::live_blocks(int rank) const {
 uint64_t MemoryTracker::allocations_counted() const { return impl_->allocations.load(); }
 
 void MemoryTracker::set_cuda_device(int rank, int device_index) {
-  RankState& rs = impl_->rank(rank);
-  // CUDA first: resetPeakStats on a device nobody initialised fails ("did you call init?").
+  // CUDA first: statistics calls on a device nobody initialised fail ("did you call init?").
   if (device_index >= 0) prepare_cuda();
   if (device_index >= 0 && !cuda_available())
     throw std::invalid_argument("MemoryTracker::set_cuda_device: rank " + std::to_string(rank) +
                                 " asked for cuda:" + std::to_string(device_index) +
                                 " but this build or machine has no CUDA");
-  std::lock_guard<std::mutex> lock(rs.mutex);
-  rs.cuda_device = device_index < 0 ? -1 : device_index;
-  if (rs.cuda_device >= 0) reset_cuda_peak(rs.cuda_device);
+  if (device_index >= 0 && !impl_->cuda_hook_attached.exchange(true)) attach_cuda_hook(*this);
+  count_cuda_device(rank, device_index);
+}
+
+void MemoryTracker::count_cuda_device(int rank, int device) {
+  RankState& rs = impl_->rank(rank);
+  if (device >= kMaxTrackedRanks)
+    throw std::out_of_range("MemoryTracker: cuda:" + std::to_string(device) + " past the " +
+                            std::to_string(kMaxTrackedRanks) + " devices one process counts");
+  const int previous = rs.cuda_device.exchange(device < 0 ? -1 : device);
+  if (previous >= 0) impl_->device_slot[static_cast<size_t>(previous)].store(-1);
+  if (device >= 0) impl_->device_slot[static_cast<size_t>(device)].store(rank);
+  rs.cuda_counted.store(device >= 0);
+}
+
+void MemoryTracker::on_cuda_alloc(int device, uintptr_t addr, int64_t bytes) {
+  if (device < 0 || device >= kMaxTrackedRanks || bytes <= 0) return;
+  // This thread's rank when it runs on `device`; else the rank counted for `device` (threads no
+  // rank scope binds: NCCL's, an autograd device thread), else nobody's.
+  int rank = current_rank();
+  if (impl_->ranks[static_cast<size_t>(rank)].cuda_device.load() != device)
+    rank = impl_->device_slot[static_cast<size_t>(device)].load();
+  if (rank < 0) return;
+  auto* block = new BlockHeader();
+  block->magic = kBlockMagic;
+  block->bytes = bytes;
+  block->rank = static_cast<int16_t>(rank);
+  block->pool = MemPool::Device;
+  block->category = current_category();
+  {
+    std::lock_guard<std::mutex> lock(impl_->cuda_mutex);
+    auto [it, fresh] = impl_->cuda_blocks.emplace(std::make_pair(device, addr), block);
+    if (!fresh) {  // an address reused without our seeing its free: settle the old block first
+      impl_->release(it->second);
+      delete it->second;
+      it->second = block;
+    }
+  }
+  impl_->admit(block, /*enforce_limit=*/false);
+}
+
+void MemoryTracker::on_cuda_free(int device, uintptr_t addr) {
+  BlockHeader* block = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->cuda_mutex);
+    auto it = impl_->cuda_blocks.find({device, addr});
+    if (it == impl_->cuda_blocks.end()) return;
+    block = it->second;
+    impl_->cuda_blocks.erase(it);
+  }
+  impl_->release(block);
+  delete block;
+}
+
+bool MemoryTracker::retag_cuda(int device, uintptr_t addr, MemCategory to) {
+  std::lock_guard<std::mutex> lock(impl_->cuda_mutex);
+  auto it = impl_->cuda_blocks.find({device, addr});
+  if (it == impl_->cuda_blocks.end()) return false;
+  impl_->retag(it->second, to);
+  return true;
+}
+
+int64_t MemoryTracker::cuda_blocks() const {
+  std::lock_guard<std::mutex> lock(impl_->cuda_mutex);
+  return static_cast<int64_t>(impl_->cuda_blocks.size());
 }
 
 int MemoryTracker::cuda_device(int rank) const {

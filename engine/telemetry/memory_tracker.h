@@ -1,11 +1,13 @@
 // The memory tracker: counts every tensor byte per rank, per pool (device vs host offload) and per
-// category. On CPU through a counting allocator installed with c10::SetCPUAllocator; on CUDA from
-// the caching allocator's statistics. defines: MemCategory, MemPool, CategoryScope, PoolScope,
+// category. On CPU through a counting allocator installed with c10::SetCPUAllocator; on CUDA
+// through the caching allocator's trace hook (every allocation and free, charged to the same
+// thread-local rank and category), with reserved bytes, retries and OOMs from its statistics. defines: MemCategory, MemPool, CategoryScope, PoolScope,
 // RankScope, MemorySnapshot, PeakWindow, MemoryTracker. How counting works: docs/telemetry.md.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -148,11 +150,28 @@ class MemoryTracker {
   /// Allocations counted by the CPU allocator so far, all ranks (cheap; for tests and benches).
   uint64_t allocations_counted() const;
 
-  /// Reads the device side of `rank` from CUDA device `device_index`'s caching allocator
-  /// (snapshot, device_bytes, peaks, phase windows); -1 (default) counts on the CPU allocator.
-  /// Without CUDA in the build or at run time, setting an index >= 0 throws.
+  /// `rank` runs on CUDA device `device_index`: its device side is counted from the caching
+  /// allocator's trace hook (attached once per process, after prepare_cuda), its reserved bytes,
+  /// retries and OOMs read from the allocator's statistics; -1 (default) counts on the CPU
+  /// allocator. Without CUDA in the build or at run time, setting an index >= 0 throws.
   void set_cuda_device(int rank, int device_index);
   int cuda_device(int rank) const;
+
+  /// The trace hook's work, public so that tests drive it without a GPU: `rank` is counted for
+  /// CUDA device `device` (set_cuda_device without touching CUDA).
+  void count_cuda_device(int rank, int device);
+  /// An allocation of `bytes` at `addr` on CUDA device `device` by this thread: charged like a CPU
+  /// block to this thread's rank, category and the device pool; to the rank counted for
+  /// `device` when this thread's rank is not (NCCL's and autograd's own threads). Never throws
+  /// (it runs under the allocator's lock): the device limit is the CPU counter's alone.
+  void on_cuda_alloc(int device, uintptr_t addr, int64_t bytes);
+  /// The free of a block on_cuda_alloc counted; unknown addresses (allocated before counting
+  /// began, or on an uncounted device) are ignored.
+  void on_cuda_free(int device, uintptr_t addr);
+  /// Moves the counted CUDA block at `addr` into `to` (retag_tensor's CUDA half). False if unknown.
+  bool retag_cuda(int device, uintptr_t addr, MemCategory to);
+  /// CUDA blocks counted now, all devices.
+  int64_t cuda_blocks() const;
 
   /// Internal state, shared with the counting allocator (tracker_state.h).
   struct Impl;

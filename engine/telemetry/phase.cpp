@@ -31,6 +31,7 @@ struct PhaseRecorder::Open {
   double t_begin_s = 0;
   int64_t device_begin = 0;
   int64_t host_begin = 0;
+  int mark_begin = -1;     // the device timeline's mark at open
 };
 
 PhaseRecorder::PhaseRecorder(int rank, int slot) : rank_(rank), slot_(slot < 0 ? rank : slot) {
@@ -81,7 +82,65 @@ void PhaseRecorder::note_sink_error(const char* what) {
   if (sink_errors_++ == 0) first_sink_error_ = what;
 }
 
-void PhaseRecorder::emit_edge(const Open& open, bool begin, double t_s) {
+int PhaseRecorder::mark_now() {
+  if (device_ == nullptr) return -1;
+  if (marks_ == 0) host_at_first_mark_ = telemetry_now_s() - epoch_s_;
+  ++marks_;
+  return device_->mark();
+}
+
+void PhaseRecorder::deliver_edge(const PhaseEdge& edge) {
+  for (auto& sink : edge_sinks_) {
+    try {
+      sink(edge);
+    } catch (const std::exception& e) {
+      note_sink_error(e.what());
+    } catch (...) {
+      note_sink_error("unknown exception");
+    }
+  }
+}
+
+void PhaseRecorder::deliver_record(PhaseRecord&& r) {
+  for (auto& sink : sinks_) {
+    try {
+      sink(r);
+    } catch (const std::exception& e) {
+      note_sink_error(e.what());
+    } catch (...) {
+      note_sink_error("unknown exception");
+    }
+  }
+  if (keep_records_) finished_.push_back(std::move(r));
+}
+
+std::optional<double> PhaseRecorder::settle() {
+  if (device_ == nullptr || marks_ == 0) return std::nullopt;
+  device_->settle();
+  auto at = [&](int mark) { return host_at_first_mark_ + device_->since_first(mark); };
+  for (HeldEdge& h : held_edges_) {
+    h.edge.t_s = at(h.mark);
+    h.edge.path = &h.path;
+    deliver_edge(h.edge);
+  }
+  for (HeldRecord& h : held_records_) {
+    h.record.t_begin_s = at(h.mark_begin);
+    h.record.t_end_s = at(h.mark_end);
+    deliver_record(std::move(h.record));
+  }
+  const double span = device_->since_first(marks_ - 1);
+  drop_held();
+  return span;
+}
+
+void PhaseRecorder::drop_held() {
+  held_edges_.clear();
+  held_records_.clear();
+  marks_ = 0;
+  if (device_ != nullptr) device_->restart();
+}
+
+void PhaseRecorder::emit_edge(const Open& open, bool begin, double t_s, int mark) {
   if (edge_sinks_.empty()) return;
   PhaseEdge edge;
   edge.rank = rank_;
@@ -94,15 +153,12 @@ void PhaseRecorder::emit_edge(const Open& open, bool begin, double t_s) {
   edge.device_bytes = s.device_bytes;
   edge.host_bytes = s.host_bytes;
   edge.category_bytes = s.category_bytes;
-  for (auto& sink : edge_sinks_) {
-    try {
-      sink(edge);
-    } catch (const std::exception& e) {
-      note_sink_error(e.what());
-    } catch (...) {
-      note_sink_error("unknown exception");
-    }
+  if (device_ != nullptr) {  // held until settle() knows the device time
+    held_edges_.push_back({edge, open.path, mark});
+    held_edges_.back().edge.path = nullptr;
+    return;
   }
+  deliver_edge(edge);
 }
 
 void PhaseRecorder::push(std::string_view name) {
@@ -128,9 +184,11 @@ void PhaseRecorder::push(std::string_view name) {
   open->device_begin = tracker.device_bytes(slot_);
   open->host_begin = tracker.host_bytes(slot_);
   open->t_begin_s = telemetry_now_s() - epoch_s_;
+  open->mark_begin = mark_now();
+  if (device_ != nullptr) device_->range_push(open->path);
   stack_.push_back(open);
   tracker.set_phase_name(slot_, open->path);
-  emit_edge(*open, /*begin=*/true, open->t_begin_s);
+  emit_edge(*open, /*begin=*/true, open->t_begin_s, open->mark_begin);
 }
 
 void PhaseRecorder::pop() {
@@ -150,6 +208,8 @@ void PhaseRecorder::pop() {
     throw;
   }
   r.t_end_s = telemetry_now_s() - epoch_s_;
+  const int mark_end = mark_now();
+  if (device_ != nullptr) device_->range_pop();
   r.device_end = tracker.device_bytes(slot_);
   r.host_end = tracker.host_bytes(slot_);
   r.rank = rank_;
@@ -160,19 +220,15 @@ void PhaseRecorder::pop() {
   r.host_begin = open->host_begin;
   r.unwound = std::uncaught_exceptions() > open->uncaught;
   tracker.set_phase_name(slot_, current_path());
-  emit_edge(*open, /*begin=*/false, r.t_end_s);
+  emit_edge(*open, /*begin=*/false, r.t_end_s, mark_end);
   r.path = std::move(open->path);
+  const int mark_begin = open->mark_begin;
   delete open;
-  for (auto& sink : sinks_) {
-    try {
-      sink(r);
-    } catch (const std::exception& e) {
-      note_sink_error(e.what());
-    } catch (...) {
-      note_sink_error("unknown exception");
-    }
+  if (device_ != nullptr) {
+    held_records_.push_back({std::move(r), mark_begin, mark_end});
+    return;
   }
-  if (keep_records_) finished_.push_back(std::move(r));
+  deliver_record(std::move(r));
 }
 
 PhaseScope::PhaseScope(std::string_view name) : recorder_(PhaseRecorder::current()) {

@@ -7,10 +7,12 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/telemetry/device_timeline.h"
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
@@ -88,6 +90,19 @@ class PhaseRecorder {
 
   /// Open phases now.
   int open_depth() const { return static_cast<int>(stack_.size()); }
+
+  /// Times phases on a device clock (a GPU rank; the timeline outlives the recorder's use of it;
+  /// nullptr: the host clock, as on the CPU). With one, edges and records are held back until
+  /// settle(), which gives them device times and only then hands them to the sinks and to
+  /// take_records(); every phase is also a named range (NVTX).
+  void set_device_timeline(DeviceTimeline* timeline) { device_ = timeline; }
+  /// At the end of a step (after its work was synchronised): waits for the device's last mark,
+  /// turns every held edge and record into device time (the host time of the step's first mark
+  /// plus the device's elapsed time since it) and delivers them. Returns the device time from the
+  /// step's first mark to its last; nullopt without a device timeline or marks.
+  std::optional<double> settle();
+  /// Drops held edges and records (a failed step whose device may be in error).
+  void drop_held();
   /// Sink exceptions are caught (a phase edge must not throw from a destructor); the count and the
   /// first message are kept here.
   int64_t sink_errors() const { return sink_errors_; }
@@ -127,7 +142,25 @@ class PhaseRecorder {
   double epoch_s_ = 0;
   int64_t sink_errors_ = 0;
   std::string first_sink_error_;
-  void emit_edge(const Open& open, bool begin, double t_s);
+  // --- device timing: edges and records held until settle() ---
+  struct HeldEdge {
+    PhaseEdge edge;
+    std::string path;
+    int mark = 0;
+  };
+  struct HeldRecord {
+    PhaseRecord record;
+    int mark_begin = 0, mark_end = 0;
+  };
+  DeviceTimeline* device_ = nullptr;
+  std::vector<HeldEdge> held_edges_;
+  std::vector<HeldRecord> held_records_;
+  double host_at_first_mark_ = 0;
+  int marks_ = 0;
+  int mark_now();
+  void emit_edge(const Open& open, bool begin, double t_s, int mark);
+  void deliver_edge(const PhaseEdge& edge);
+  void deliver_record(PhaseRecord&& r);
   void note_sink_error(const char* what);
 };
 

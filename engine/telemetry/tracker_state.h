@@ -6,8 +6,10 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "engine/telemetry/memory_tracker.h"
 
@@ -45,6 +47,8 @@ struct alignas(64) RankState {
   int64_t ooms = 0;
   std::string phase_name;
   std::atomic<int> cuda_device{-1};
+  /// The device side is counted by the CUDA trace hook (pool bytes as on the CPU), not the CPU allocator.
+  std::atomic<bool> cuda_counted{false};
 
   RankState() { live.prev = live.next = &live; }
 
@@ -53,18 +57,28 @@ struct alignas(64) RankState {
 };
 
 struct MemoryTracker::Impl {
+  Impl() {
+    for (auto& slot : device_slot) slot.store(-1);
+  }
   std::array<RankState, kMaxTrackedRanks> ranks;
   std::atomic<uint64_t> next_seq{1};
   std::atomic<uint64_t> allocations{0};
   std::atomic<bool> installed{false};
   std::mutex install_mutex;
+  /// CUDA blocks counted by the trace hook: (device, address) -> their shadow header.
+  std::mutex cuda_mutex;
+  std::map<std::pair<int, uintptr_t>, BlockHeader*> cuda_blocks;
+  std::atomic<bool> cuda_hook_attached{false};
+  /// Which rank slot is counted for each CUDA device (-1: none).
+  std::array<std::atomic<int>, kMaxTrackedRanks> device_slot{};
 
   RankState& rank(int r);
   const RankState& rank(int r) const;
 
   /// Charges a freshly allocated block (fills seq, links it) or throws c10::OutOfMemoryError
-  /// when it would cross the rank's device limit (the caller then frees the raw memory).
-  void admit(BlockHeader* block);
+  /// when it would cross the rank's device limit (the caller then frees the raw memory);
+  /// enforce_limit = false never throws (CUDA blocks, counted under the allocator's lock).
+  void admit(BlockHeader* block, bool enforce_limit = true);
   /// Uncharges and unlinks a block on free.
   void release(BlockHeader* block);
   /// Moves one live block into another category.

@@ -54,7 +54,13 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
   MemoryTracker::instance().install_cpu_allocator();
   at::globalContext().setFlushDenormal(true);  // see configure_threads: denormals cost seconds per step
   // On CUDA the rank's device bytes come from the caching allocator of its GPU.
-  if (device_.is_cuda()) MemoryTracker::instance().set_cuda_device(ctx_.slot, device_.index() < 0 ? 0 : device_.index());
+  if (device_.is_cuda()) {
+    const int index = device_.index() < 0 ? 0 : device_.index();
+    MemoryTracker::instance().set_cuda_device(ctx_.slot, index);
+    // Phase times from CUDA events, not from when the host queued the kernels.
+    timeline_ = make_cuda_timeline(index);
+    recorder_.set_device_timeline(timeline_.get());
+  }
   RankScope rank(ctx_.slot);
   if (cfg_.training.seq_len % ctx_.sp_size != 0)
     throw std::invalid_argument("training.seq_len = " + std::to_string(cfg_.training.seq_len) +
@@ -123,7 +129,9 @@ double Trainer::forward_backward(int64_t step) {
   reset_engine_phases(ctx_.slot);
   Forward f;
   try {
-    return run_forward_backward(step, &f);
+    const double loss = run_forward_backward(step, &f);
+    recorder_.settle();
+    return loss;
   } catch (const std::exception& e) {
     fail(e, step);
   }
@@ -153,6 +161,9 @@ StepResult Trainer::step() {
     fail(e, step);
   }
   r.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // A GPU step: its phases get device times now that its work is done (the loss was read), and
+  // its duration is the device's from the first phase edge to the last.
+  if (const std::optional<double> device_span = recorder_.settle()) r.step_time_s = *device_span;
   r.tokens = cfg_.training.batch_size * cfg_.training.seq_len * ctx_.dp_size;
   const MemorySnapshot snap = tracker.snapshot(ctx_.slot);
   r.device_peak = snap.device_peak;
@@ -191,6 +202,7 @@ StepResult Trainer::apply_gradients() {
 }
 
 void Trainer::cleanup_after_failure() {
+  recorder_.drop_held();  // a failed step's device may be in error: its held phases are not settled
   offload_.clear();
   model_->reshard_all();
   AdamW::zero_grad(model_->groups());

@@ -33,7 +33,7 @@ struct StepResult {
   double answer_accuracy = 0;   ///< fraction of answer tokens predicted exactly
   double grad_norm = 0;         ///< global gradient norm before clipping
   double lr = 0;
-  double step_time_s = 0;
+  double step_time_s = 0;       ///< the step's duration (on a GPU, on the device's clock)
   int64_t tokens = 0;           ///< tokens of the global batch (B x S x D)
   int64_t device_peak = 0;      ///< this rank's device peak during the step (tracker)
   int64_t host_peak = 0;        ///< this rank's host-pool peak during the step
@@ -109,6 +109,9 @@ class Trainer {
   std::unique_ptr<Dataset> data_;
   AdamW optimizer_;
   OffloadStore offload_;
+  /// GPU ranks: phase times on the device's own clock, and NVTX ranges (declared before
+  /// recorder_, which points at it).
+  std::unique_ptr<DeviceTimeline> timeline_;
   PhaseRecorder recorder_;
   int64_t next_step_ = 0;
   std::vector<std::string> notes_;

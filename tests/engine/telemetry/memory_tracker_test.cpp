@@ -274,3 +274,57 @@ TEST_CASE("intra-op worker threads charge rank 0 and uncharge exactly", "[teleme
   CHECK(t.device_bytes(0) == r0);
   CHECK(t.device_bytes(50) == r50);
 }
+
+TEST_CASE("CUDA blocks through the allocator's trace hook: categories, owner by device, peaks, retag, frees",
+          "[telemetry][tracker][cuda_counting]") {
+  // The hook's work driven by hand, as the caching allocator would call it (no GPU needed): rank
+  // slot 60 runs on fake device 7.
+  MemoryTracker& t = MemoryTracker::instance();
+  constexpr int kSlot = 60, kDevice = 7;
+  t.count_cuda_device(kSlot, kDevice);
+  const int64_t blocks_before = t.cuda_blocks();
+  {
+    RankScope rank(kSlot);
+    t.reset_peak(kSlot);
+    {
+      CategoryScope saved(MemCategory::SavedActivations);
+      t.on_cuda_alloc(kDevice, 0x10000, 4096);  // this thread's rank runs on the device
+    }
+    CategoryScope work(MemCategory::AttentionWorkspace);
+    const int window = t.open_peak_window(kSlot);
+    t.on_cuda_alloc(kDevice, 0x20000, 1024);
+    t.on_cuda_free(kDevice, 0x20000);
+    const PeakWindow w = t.close_peak_window(kSlot, window);
+    CHECK(w.device_peak == 4096 + 1024);
+    CHECK(w.category_at_peak[static_cast<size_t>(MemCategory::AttentionWorkspace)] == 1024);
+  }
+  // A thread bound to no rank on this device (NCCL's, an autograd device thread): its blocks go
+  // to the rank counted for the device, in that thread's category.
+  std::thread other([&] {
+    CategoryScope comm(MemCategory::CommBuffers);
+    t.on_cuda_alloc(kDevice, 0x30000, 512);
+  });
+  other.join();
+  MemorySnapshot s = t.snapshot(kSlot);
+  CHECK(s.device_bytes == 4096 + 512);
+  CHECK(s.device_peak == 4096 + 1024);
+  CHECK(s.category_bytes[static_cast<size_t>(MemCategory::SavedActivations)] == 4096);
+  CHECK(s.category_bytes[static_cast<size_t>(MemCategory::CommBuffers)] == 512);
+  CHECK(s.device_reserved == 0);  // the fake device has no allocator statistics to read
+  // Retag (a checkpointed input), an uncounted device and an unknown free change nothing else.
+  CHECK(t.retag_cuda(kDevice, 0x10000, MemCategory::Offloaded));
+  CHECK_FALSE(t.retag_cuda(kDevice, 0x99999, MemCategory::Offloaded));
+  t.on_cuda_alloc(kDevice + 1, 0x40000, 8192);
+  t.on_cuda_free(kDevice, 0x99999);
+  s = t.snapshot(kSlot);
+  CHECK(s.category_bytes[static_cast<size_t>(MemCategory::Offloaded)] == 4096);
+  CHECK(s.category_bytes[static_cast<size_t>(MemCategory::SavedActivations)] == 0);
+  CHECK(s.device_bytes == 4096 + 512);
+  t.on_cuda_free(kDevice, 0x10000);
+  t.on_cuda_free(kDevice, 0x30000);
+  CHECK(t.device_bytes(kSlot) == 0);
+  CHECK(t.cuda_blocks() == blocks_before);
+  t.count_cuda_device(kSlot, -1);
+  t.on_cuda_alloc(kDevice, 0x50000, 64);  // no longer counted
+  CHECK(t.device_bytes(kSlot) == 0);
+}

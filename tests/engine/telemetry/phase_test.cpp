@@ -239,3 +239,79 @@ TEST_CASE("a torchrun rank of any global number records that rank and counts in 
   CHECK(records[0].device_peak - records[0].device_begin == 1000);
   CHECK_THROWS_AS(PhaseRecorder(70, kMaxTrackedRanks), std::out_of_range);
 }
+
+namespace {
+/// A device clock whose marks are 0.25 s apart, recording the ranges it is given.
+class FakeDeviceTimeline : public DeviceTimeline {
+ public:
+  int mark() override { return marks++; }
+  void settle() override { ++settles; }
+  double since_first(int index) override { return 0.25 * index; }
+  void restart() override { marks = 0; }
+  void range_push(const std::string& name) override { ranges.push_back("+" + name); }
+  void range_pop() override { ranges.push_back("-"); }
+  int marks = 0, settles = 0;
+  std::vector<std::string> ranges;
+};
+}  // namespace
+
+TEST_CASE("a device timeline holds edges and records until settle, then gives them device times",
+          "[telemetry][phase][device_time]") {
+  MemoryTracker::instance().install_cpu_allocator();
+  RankScope rank(45);
+  FakeDeviceTimeline clock;
+  PhaseRecorder recorder(45);
+  recorder.set_device_timeline(&clock);
+  std::vector<PhaseRecord> sunk;
+  std::vector<std::pair<std::string, double>> edges;
+  recorder.add_sink([&](const PhaseRecord& r) { sunk.push_back(r); });
+  recorder.add_edge_sink([&](const PhaseEdge& e) { edges.emplace_back(*e.path, e.t_s); });
+  PhaseRecorder::Bind bind(&recorder);
+  {
+    PhaseScope step("step");  // mark 0
+    {
+      PhaseScope fwd("fwd");  // marks 1, 2
+    }
+    {
+      PhaseScope bwd("bwd");  // marks 3, 4
+    }
+  }  // mark 5
+  // Nothing delivered yet: the host times say when kernels were queued, not when they ran.
+  CHECK(sunk.empty());
+  CHECK(edges.empty());
+  CHECK(recorder.take_records().empty());
+  CHECK(clock.ranges == std::vector<std::string>{"+step", "+fwd", "-", "+bwd", "-", "-"});
+  const std::optional<double> span = recorder.settle();
+  REQUIRE(span.has_value());
+  CHECK(*span == 1.25);  // mark 0 to mark 5
+  CHECK(clock.settles == 1);
+  CHECK(clock.marks == 0);  // restarted for the next step
+  REQUIRE(edges.size() == 6);
+  const double t0 = edges[0].second;
+  CHECK(edges[1].first == "fwd");
+  CHECK(edges[1].second == Approx(t0 + 0.25));
+  CHECK(edges[5].first == "step");
+  CHECK(edges[5].second == Approx(t0 + 1.25));
+  auto records = recorder.take_records();
+  REQUIRE(records.size() == 3);
+  CHECK(records[0].path == "fwd");
+  CHECK(records[0].t_begin_s == Approx(t0 + 0.25));
+  CHECK(records[0].t_end_s == Approx(t0 + 0.5));
+  CHECK(records[2].path == "step");
+  CHECK(records[2].t_end_s - records[2].t_begin_s == Approx(1.25));
+  CHECK(sunk.size() == 3);
+  // A failed step's held phases are dropped, not delivered.
+  {
+    PhaseScope step("step");
+  }
+  recorder.drop_held();
+  CHECK_FALSE(recorder.settle().has_value());
+  CHECK(recorder.take_records().empty());
+  // Without a device timeline, settle is a no-op and delivery is immediate.
+  recorder.set_device_timeline(nullptr);
+  {
+    PhaseScope step("step");
+  }
+  CHECK_FALSE(recorder.settle().has_value());
+  CHECK(recorder.take_records().size() == 1);
+}
