@@ -86,6 +86,10 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
       const char* v = value(a);
       if (!v) return std::nullopt;
       args.out = v;
+    } else if (a == "--memory-snapshot" && spec.memory_snapshot) {
+      const char* v = value(a);
+      if (!v) return std::nullopt;
+      args.memory_snapshot = v;
     } else if (a == "--resume" && spec.resume) {
       const char* v = value(a);
       if (!v) return std::nullopt;

@@ -28,11 +28,13 @@ struct Args {
   std::string resume;                   ///< --resume DIR
   bool quiet = false;                   ///< --quiet: no progress output
   bool no_checkpoint = false;           ///< --no-checkpoint: write no checkpoint (benchmarks)
+  std::string memory_snapshot;          ///< --memory-snapshot FILE (CUDA allocator history)
 };
 
 /// Which options a subcommand accepts.
 struct ArgSpec {
-  bool set = false, json = false, steps = false, out = false, resume = false, quiet = false, no_checkpoint = false;
+  bool set = false, json = false, steps = false, out = false, resume = false, quiet = false, no_checkpoint = false,
+       memory_snapshot = false;
   int min_positional = 1;
   int max_positional = 1;
 };

@@ -6,8 +6,17 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/AllocatorConfig.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#if defined(ODYSSEY_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
+#endif
 
 namespace odyssey {
 
@@ -35,5 +44,40 @@ const CudaSetup& prepare_cuda() {
   });
   return setup;
 }
+
+namespace {
+std::atomic<bool> g_history{false};
+}  // namespace
+
+#if defined(ODYSSEY_WITH_CUDA)
+void start_memory_history() {
+  if (!prepare_cuda().available) throw std::runtime_error("--memory-snapshot: this machine has no CUDA device");
+  // Alloc and free events with their C++ stacks, no Python (there is none), no entry limit.
+  torch::cuda::_record_memory_history(std::string("all"), std::string("all"), "all");
+  g_history.store(true);
+}
+
+void annotate_memory_history(const std::string& phase, bool start) {
+  if (!g_history.load()) return;
+  c10::cuda::CUDACachingAllocator::recordAnnotation({{"stage", start ? "START" : "END"}, {"name", phase}});
+}
+
+std::string take_memory_snapshot() {
+  if (!g_history.exchange(false)) throw std::runtime_error("take_memory_snapshot: the memory history is not recording");
+  std::string pickle = torch::cuda::_memory_snapshot_pickled();
+  torch::cuda::_record_memory_history(std::nullopt);  // stop
+  return pickle;
+}
+#else
+void start_memory_history() {
+  throw std::runtime_error("--memory-snapshot needs CUDA: this build of Odyssey has none");
+}
+void annotate_memory_history(const std::string&, bool) {}
+std::string take_memory_snapshot() {
+  throw std::runtime_error("take_memory_snapshot: this build of Odyssey has no CUDA");
+}
+#endif
+
+bool memory_history_active() { return g_history.load(); }
 
 }  // namespace odyssey

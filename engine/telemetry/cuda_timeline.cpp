@@ -2,6 +2,8 @@
 // step) on the current stream, and NVTX ranges (nvtx3, header-only). defines: make_cuda_timeline
 #include "engine/telemetry/device_timeline.h"
 
+#include "engine/telemetry/cuda_runtime.h"
+
 #include <stdexcept>
 #include <vector>
 
@@ -34,13 +36,24 @@ class CudaTimeline final : public DeviceTimeline {
     return static_cast<double>(events_[0]->elapsed_time(*events_[static_cast<size_t>(index)])) * 1e-3;  // ms -> s
   }
   void restart() override { used_ = 0; }
-  void range_push(const std::string& name) override { nvtxRangePushA(name.c_str()); }
-  void range_pop() override { nvtxRangePop(); }
+  // NVTX for Nsight; START/END annotations for the memory history when it records.
+  void range_push(const std::string& name) override {
+    nvtxRangePushA(name.c_str());
+    annotate_memory_history(name, /*start=*/true);
+    open_.push_back(name);
+  }
+  void range_pop() override {
+    nvtxRangePop();
+    if (open_.empty()) return;
+    annotate_memory_history(open_.back(), /*start=*/false);
+    open_.pop_back();
+  }
 
  private:
   c10::DeviceIndex device_;
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events_;  // reused: creating events per edge costs
   size_t used_ = 0;
+  std::vector<std::string> open_;  // names of the open ranges
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "engine/config/sizes.h"
 #include "engine/parallel/job.h"
 #include "engine/planner/planner.h"
+#include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/metrics_jsonl.h"
 #include "engine/telemetry/phase_peaks.h"
@@ -333,6 +334,16 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     // Everything that can refuse the run is decided before any output is touched.
     check_launchable(cfg);
     make_dataset(cfg.training, cfg.model);  // a missing or malformed data file (DataError), checked once here
+    if (!opt.memory_snapshot.empty() && shared.reports) {
+      if (!resolve_device(cfg.training.device, 0).is_cuda())
+        throw std::invalid_argument("--memory-snapshot " + opt.memory_snapshot +
+                                    ": it records the CUDA caching allocator, and this run is on the CPU (training.device = " +
+                                    std::string(to_string(cfg.training.device)) + ")");
+      const size_t slash = opt.memory_snapshot.find_last_of('/');
+      std::string error;
+      if (slash != std::string::npos && slash > 0 && !make_dirs(opt.memory_snapshot.substr(0, slash), &error))
+        throw FileWriteError("--memory-snapshot: " + error);
+    }
     int64_t resume_step = -1;
     if (!opt.resume_dir.empty()) {
       const auto info = read_checkpoint_info(opt.resume_dir);
@@ -361,6 +372,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
                                    : std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
       }
     }
+    if (!opt.memory_snapshot.empty() && shared.reports)
+      start_memory_history();  // from before the model exists: its weights are in the history too
     run_on_ranks(cfg, [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); });
   } catch (const StepFailure& e) {
     fail(e, false);
@@ -374,6 +387,17 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     fail(e, true);
   } catch (const std::exception& e) {  // CheckpointWriteError, FileWriteError, CommError, ...: the run's
     fail(e, false);
+  }
+  if (memory_history_active()) {  // whatever the outcome: a failed run's history is the one to read
+    try {
+      write_file_atomically(opt.memory_snapshot, take_memory_snapshot());
+      if (opt.log) opt.log("memory snapshot (open it at pytorch.org/memory_viz): " + opt.memory_snapshot);
+    } catch (const std::exception& e) {
+      if (out.status != RunOutcome::Status::Failed) {
+        out.status = RunOutcome::Status::Failed;
+        out.error = std::string("--memory-snapshot: ") + e.what();
+      }
+    }
   }
   if (out.status == RunOutcome::Status::Failed && opt.log && shared.reports) opt.log("error: " + out.error);
   if (!out.metrics.empty() && out.next_step == 0) out.next_step = out.metrics.back().step;

@@ -81,6 +81,9 @@ struct RunOptions {
   std::string resume_dir;      ///< continue from this directory's latest checkpoint; "" = fresh
   int64_t steps = -1;          ///< run until this many steps are done (default training.steps)
   bool checkpoints = true;     ///< write checkpoints (every output.checkpoint_every, and at the end)
+  /// CUDA: record the caching allocator's history from the first step and write it here at the
+  /// end (PyTorch's memory_viz pickle, Odyssey's phases as annotations); "" = none.
+  std::string memory_snapshot;
   RunControl* control = nullptr;
   Timeline* timeline = nullptr;            ///< the studio's live feed
   /// Phase times count from here (telemetry_now_s clock); < 0: the clock's zero, or under torchrun

@@ -242,3 +242,12 @@ TEST_CASE("reliability: odyssey --help keeps every command apart from its descri
   }
   CHECK(commands >= 7);
 }
+
+TEST_CASE("reliability: --memory-snapshot on a CPU run is refused before any output", "[cli][reliability]") {
+  // It records the CUDA caching allocator's history; a CPU run has none to record.
+  const std::string dir = fresh_dir("snapshot_cpu");
+  const Run r = run_odyssey("train " + kShort + "--steps 1 --memory-snapshot " + dir + "/x.pickle --out " + dir);
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--memory-snapshot " + dir + "/x.pickle: it records the CUDA caching allocator"));
+  CHECK(read_text(dir + "/metrics.jsonl").empty());
+}
