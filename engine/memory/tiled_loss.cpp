@@ -8,6 +8,7 @@
 #include <torch/autograd.h>
 
 #include "engine/model/layers.h"
+#include "engine/ops/ops.h"
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
@@ -47,6 +48,27 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
   out.loss = at::zeros({}, normed.options().dtype(at::kFloat));                // scalar
   out.dx = at::empty_like(normed);                                             // [B, s, d]
   out.d_head = at::zeros(head.sizes(), head.options().dtype(at::kFloat));      // [V, d] fp32
+  if (normed.is_cuda() && ops::cuda_kernels_linked()) {
+    // The fused kernel (kernels/linear_cross_entropy.cu): the logits exist one fp32
+    // [B*tile, 8192] tile at a time inside it, never as an fp32 copy of a [tile, V] tile, and the
+    // head gradient accumulates straight into d_head. Tiles of B*tile_tokens tokens, as below.
+    const int64_t B = normed.size(0), d = normed.size(2);
+    const at::Tensor h = normed.reshape({B * s, d});  // [T, d]
+    // The labels were checked against the vocabulary when the data was read: no host sync here.
+    const ops::LinearCrossEntropyResult r = ops::linear_cross_entropy(
+        h, head, labels.reshape(-1), scale, &out.d_head, /*compute_dhidden=*/true, B * tile_tokens, 0, /*check_labels=*/false);
+    out.loss = r.loss.sum() * scale;     // scalar fp32
+    out.dx = r.dhidden.view_as(normed);  // [B, s, d], already scaled
+    if (answer_mask.defined() && stats != nullptr) {
+      // The answer positions' logits only (a few queries per sequence), for the accuracy shown.
+      at::NoGradGuard no_grad;
+      const at::Tensor rows = answer_mask.reshape(-1).nonzero().squeeze(1);   // [k]
+      const at::Tensor picked = head_logits(h.index_select(0, rows), head);   // [k, V] fp32
+      accumulate_answer_stats(picked.unsqueeze(0), labels.reshape(-1).index_select(0, rows).unsqueeze(0),
+                              at::ones({1, rows.size(0)}, answer_mask.options()), stats);
+    }
+    return out;
+  }
   at::Tensor head_leaf = head.detach().requires_grad_(true);
   for (int64_t off = 0; off < s; off += tile_tokens) {
     const int64_t n = std::min(tile_tokens, s - off);

@@ -89,7 +89,7 @@ LinearCrossEntropyResult reference_path(const at::Tensor& hidden, const at::Tens
 LinearCrossEntropyResult linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
                                               const at::Tensor& labels, double grad_scale,
                                               at::Tensor* dweight_accumulator, bool compute_dhidden,
-                                              int64_t seq_tile, int64_t vocab_tile) {
+                                              int64_t seq_tile, int64_t vocab_tile, bool check_labels) {
   constexpr const char* op = "ops::linear_cross_entropy";
   detail::check_float_dtype(hidden, op, "hidden");
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && weight.size(1) == hidden.size(1), op,
@@ -130,7 +130,7 @@ LinearCrossEntropyResult linear_cross_entropy(const at::Tensor& hidden, const at
                                   dweight_accumulator ? dweight_accumulator->data_ptr<float>() : nullptr,
                                   workspace.data_ptr(), plan.bytes, bad.data_ptr<int32_t>(),
                                   detail::current_stream(hidden), at::cuda::getCurrentCUDABlasHandle());
-    if (bad.item<int32_t>() != 0) throw_first_bad_label(labels, weight.size(0));  // syncs; names the label
+    if (check_labels && bad.item<int32_t>() != 0) throw_first_bad_label(labels, weight.size(0));  // syncs; names the label
     return {loss, dh};
   }
 #endif

@@ -70,11 +70,14 @@ struct LinearCrossEntropyResult {
 /// hidden [T, d], weight [V, d] (float32 or bfloat16, same dtype), labels [T] int64 (-100 ignored).
 /// dweight_accumulator: a float32 [V, d] tensor that receives += grad_scale * d(sum loss)/d(weight),
 /// or nullptr. Works over tiles of seq_tile tokens x vocab_tile entries (0 = 8192 each) with an
-/// online log-sum-exp, so no [T, V] logits exist. Throws on labels outside [0, V) other than -100.
+/// online log-sum-exp, so no [T, V] logits exist. Throws on labels outside [0, V) other than -100;
+/// check_labels = false skips that check, which on CUDA costs a host sync per call (the training
+/// step's labels were checked when its data was read).
 ///   auto r = ops::linear_cross_entropy(h, head_w, labels, 1.0 / n_global, &head_grad_fp32);
 LinearCrossEntropyResult linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
                                               const at::Tensor& labels, double grad_scale,
                                               at::Tensor* dweight_accumulator, bool compute_dhidden = true,
-                                              int64_t seq_tile = 0, int64_t vocab_tile = 0);
+                                              int64_t seq_tile = 0, int64_t vocab_tile = 0,
+                                              bool check_labels = true);
 
 }  // namespace odyssey::ops
