@@ -196,8 +196,10 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
   ctx->saved_data["layer"] = layer;
   const std::string prefix = "fwd/block." + std::to_string(layer);
 
-  group.unshard();
-  if (layer + 1 < n_layers) rt->blocks[layer + 1]->unshard();  // prefetch the next block's parameters
+  group.unshard();  // finishes the gather the previous block started
+  // Prefetch: the next block's parameters gather while this block computes (the all-gather runs
+  // on the backend; the same bytes at the same moment as a blocking gather).
+  if (layer + 1 < n_layers) rt->blocks[layer + 1]->unshard_async();
 
   at::Tensor y;
   if (checkpointing) {
@@ -237,6 +239,15 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
   return y;
 }
 
+namespace {
+/// Starts `group`'s reduce-scatter of `param_grads` and leaves it in flight on the runtime.
+void param_grads_to_pending(FlatParamGroup& group, std::vector<at::Tensor>& param_grads, StepRuntime& rt) {
+  rt.pending_gradient = group.start_reduce_gradients(param_grads);
+  rt.pending_group = &group;
+  param_grads.clear();  // memory: the packed copy is what the reduction reads
+}
+}  // namespace
+
 variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_outputs) {
   StepRuntime* rt = runtime_of(ctx);
   RuntimeBinding binding(*rt);
@@ -245,8 +256,8 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
   const bool checkpointing = rt->memory->activation_checkpointing;
   const at::Tensor& grad_y = grad_outputs[0];
 
-  group.unshard();
-  if (layer > 0) rt->blocks[layer - 1]->unshard();  // prefetch the previous block's parameters
+  group.unshard();  // finishes the gather the next block's backward started
+  if (layer > 0) rt->blocks[layer - 1]->unshard_async();  // prefetch: gathers while this block computes
 
   BlockGraph g;
   if (checkpointing) {
@@ -311,7 +322,15 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
   at::Tensor shard_grad;
   {
     EnginePhase phase(rt->rank, block_phase("bwd", layer, "reduce_scatter"));
-    shard_grad = group.reduce_gradients(param_grads);  // [shard] fp32, summed over the ranks
+    if (rt->defer_reduce_scatter && group.sharded()) {
+      // The reduction of the block above overlapped this block's backward: finish it now, then
+      // start this block's, which the next block's backward overlaps. The gradient reaches the
+      // master shard when it finishes, not through autograd.
+      rt->finish_pending_gradient();
+      param_grads_to_pending(group, param_grads, *rt);
+    } else {
+      shard_grad = group.reduce_gradients(param_grads);  // [shard] fp32, summed over the ranks
+    }
   }
   group.reshard();
   return {attn_grads[0], shard_grad, at::Tensor(), at::Tensor()};

@@ -125,29 +125,50 @@ void FlatParamGroup::allocate_full_memory() {
 }
 
 void FlatParamGroup::unshard() {
+  if (pending_gather_) {  // a prefetch: the gather was started, now its output is needed
+    std::unique_ptr<PendingCollective> pending = std::move(pending_gather_);
+    pending->finish();
+    gather_staging_ = at::Tensor();
+    unsharded_ = true;
+    return;
+  }
   if (unsharded_) return;
+  if (shards_ > 1) {
+    unshard_async();
+    unshard();
+    return;
+  }
+  allocate_full_memory();
+  at::Tensor writer = at::empty({0}, full_.options());
+  writer.set_(full_.storage(), 0, {padded_numel_}, {1});
+  at::NoGradGuard no_grad;
+  writer.copy_(master.detach());  // cast fp32 -> compute dtype
+  unsharded_ = true;
+}
+
+void FlatParamGroup::unshard_async() {
+  if (unsharded_ || pending_gather_) return;
+  if (shards_ <= 1) {
+    unshard();  // a cast: nothing to overlap
+    return;
+  }
   allocate_full_memory();
   // Write through an alias with its own version counter: the views (which autograd may have
   // saved) must not see a version bump, only the same StorageImpl refilled.
   at::Tensor writer = at::empty({0}, full_.options());
   writer.set_(full_.storage(), 0, {padded_numel_}, {1});
   at::NoGradGuard no_grad;
-  if (shards_ > 1) {
-    at::Tensor shard;
-    if (options_.compute == at::kFloat) {
-      shard = master.detach();
-    } else {
-      CategoryScope category(MemCategory::CommBuffers);
-      shard = master.detach().to(options_.compute);  // [shard] compute dtype staging for the all-gather
-    }
-    ctx_.world->all_gather(writer, shard);
+  if (options_.compute == at::kFloat) {
+    gather_staging_ = master.detach();
   } else {
-    writer.copy_(master.detach());  // cast fp32 -> compute dtype
+    CategoryScope category(MemCategory::CommBuffers);
+    gather_staging_ = master.detach().to(options_.compute);  // [shard] compute dtype staging for the all-gather
   }
-  unsharded_ = true;
+  pending_gather_ = ctx_.world->start_all_gather(writer, gather_staging_);
 }
 
 void FlatParamGroup::reshard() {
+  if (pending_gather_) unshard();  // never free memory a collective is still writing
   if (!unsharded_ || full_is_master_) return;
   c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(at::DataPtr(nullptr, options_.device));  // frees the gathered bytes
@@ -155,7 +176,7 @@ void FlatParamGroup::reshard() {
   unsharded_ = false;
 }
 
-at::Tensor FlatParamGroup::reduce_gradients(const std::vector<at::Tensor>& param_grads) const {
+at::Tensor FlatParamGroup::pack_gradients(const std::vector<at::Tensor>& param_grads) const {
   if (param_grads.size() != specs_.size())
     throw std::invalid_argument("flat group " + name_ + ": " + std::to_string(param_grads.size()) +
                                 " gradients for " + std::to_string(specs_.size()) + " parameters");
@@ -169,7 +190,24 @@ at::Tensor FlatParamGroup::reduce_gradients(const std::vector<at::Tensor>& param
     if (!param_grads[i].defined()) continue;
     flat.narrow(0, specs_[i].offset, specs_[i].numel()).copy_(param_grads[i].reshape(-1));
   }
-  return reduce_flat(std::move(flat));
+  return flat;
+}
+
+at::Tensor FlatParamGroup::reduce_gradients(const std::vector<at::Tensor>& param_grads) const {
+  return reduce_flat(pack_gradients(param_grads));
+}
+
+FlatParamGroup::PendingGradient FlatParamGroup::start_reduce_gradients(const std::vector<at::Tensor>& param_grads) const {
+  PendingGradient out;
+  if (shards_ <= 1) {
+    out.shard = reduce_gradients(param_grads);  // an all-reduce (or nothing): the result is final
+    return out;
+  }
+  out.pack = pack_gradients(param_grads);
+  CategoryScope category(MemCategory::CommBuffers);
+  out.shard = at::empty({shard_numel_}, fp32_on(options_.device));  // [shard] reduce-scatter output
+  out.pending = ctx_.world->start_reduce_scatter_sum(out.shard, out.pack);
+  return out;
 }
 
 at::Tensor FlatParamGroup::reduce_flat(at::Tensor flat) const {

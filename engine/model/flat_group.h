@@ -65,8 +65,15 @@ class FlatParamGroup {
   at::Tensor grad() const { return master.grad(); }
 
   /// Fills `full` (all-gather over ctx.world with FSDP, else a cast; nothing when full is master).
-  /// Idempotent. Memory: padded_numel compute-dtype bytes, category gathered_params.
+  /// Idempotent; completes a started unshard_async(). Memory: padded_numel compute-dtype bytes,
+  /// category gathered_params.
   void unshard();
+  /// Starts filling `full` and returns at once (FSDP: the all-gather runs on the backend while
+  /// this thread computes another block; Gloo's worker thread, NCCL's stream); unshard() finishes
+  /// it. The same memory at the same moment as unshard(). Without sharding it is unshard().
+  void unshard_async();
+  /// An all-gather of `full` is in flight.
+  bool unshard_pending() const { return pending_gather_ != nullptr; }
   /// Frees `full`'s memory (views stay valid objects). Idempotent.
   void reshard();
   bool is_unsharded() const { return unsharded_; }
@@ -83,11 +90,24 @@ class FlatParamGroup {
   /// The same for an already packed flat fp32 buffer [padded_numel].
   at::Tensor reduce_flat(at::Tensor flat) const;
 
+  /// A reduction started and not yet finished: `shard` [shard_numel] fp32 holds the summed
+  /// gradient once `pending` finished; `pack` (its input) must live until then.
+  struct PendingGradient {
+    at::Tensor shard, pack;
+    std::unique_ptr<PendingCollective> pending;
+  };
+  /// reduce_gradients started now (FSDP reduce-scatter on the backend), for the caller to finish
+  /// later: a block's gradients reduce while the next block's backward computes. Without
+  /// sharding, the reduction runs now and the result is already final.
+  PendingGradient start_reduce_gradients(const std::vector<at::Tensor>& param_grads) const;
+
   /// Local shard ranges [begin, end) whose elements get no weight decay (norm weights, padding).
   const std::vector<std::pair<int64_t, int64_t>>& no_decay_ranges() const { return no_decay_ranges_; }
 
  private:
   void allocate_full_memory();
+  /// The per-parameter gradients in one flat fp32 [padded_numel] buffer (category comm_buffers).
+  at::Tensor pack_gradients(const std::vector<at::Tensor>& param_grads) const;
   std::string name_;
   std::vector<ParamSpec> specs_;
   RankContext ctx_;
@@ -97,6 +117,8 @@ class FlatParamGroup {
   bool full_is_master_ = false;
   bool unsharded_ = false;
   at::Tensor full_;  ///< [padded_numel] compute dtype; its storage is swapped by (un)shard
+  std::unique_ptr<PendingCollective> pending_gather_;  ///< unshard_async's all-gather in flight
+  at::Tensor gather_staging_;                          ///< its compute-dtype input shard, kept alive
   std::vector<at::Tensor> views_;
   std::vector<std::pair<int64_t, int64_t>> no_decay_ranges_;
 };

@@ -6,6 +6,7 @@
 #include <array>
 #include <exception>
 #include <mutex>
+#include <utility>
 
 namespace odyssey {
 namespace {
@@ -50,6 +51,20 @@ std::string failing_phase(int rank) {
   std::lock_guard<std::mutex> lock(s.mutex);
   const auto& stack = s.stacks[slot(rank)];
   return stack.empty() ? std::string() : stack.back();
+}
+
+void StepRuntime::finish_pending_gradient() {
+  if (pending_group == nullptr) return;
+  FlatParamGroup* group = std::exchange(pending_group, nullptr);
+  FlatParamGroup::PendingGradient g = std::move(pending_gradient);
+  pending_gradient = {};
+  if (g.pending) g.pending->finish();  // CPU: the host waits; GPU: the stream waits
+  at::NoGradGuard no_grad;
+  at::Tensor& grad = group->master.mutable_grad();
+  if (grad.defined())
+    grad.add_(g.shard);  // what autograd would have accumulated had the backward returned it
+  else
+    grad = g.shard;
 }
 
 }  // namespace odyssey

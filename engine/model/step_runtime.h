@@ -39,6 +39,15 @@ struct StepRuntime {
   OffloadStore* offload = nullptr;      ///< set when checkpointed inputs go to the host pool
   PhaseRecorder* recorder = nullptr;    ///< the rank's recorder, re-bound on autograd threads
   int rank = 0;                         ///< RankContext::slot: tracker counters and phase stack
+  /// FSDP: a block's reduce-scatter is started at the end of its backward and finished at the
+  /// end of the next block's (whose compute it overlaps); the last one after the whole backward.
+  /// Memory: one more packed gradient in flight. On by default on GPUs (Trainer).
+  bool defer_reduce_scatter = false;
+  /// The reduction in flight and the group whose gradient it is.
+  FlatParamGroup* pending_group = nullptr;
+  FlatParamGroup::PendingGradient pending_gradient;
+  /// Finishes the reduction in flight (if any) and adds its shard into the group's gradient.
+  void finish_pending_gradient();
   int64_t mlp_tile_tokens = 0;          ///< resolved tile size (tiled MLP)
   int64_t loss_tile_tokens = 0;         ///< resolved tile size (tiled loss)
   at::Tensor labels;                    ///< [B, s] int64, already shifted

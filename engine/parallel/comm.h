@@ -1,6 +1,7 @@
-// Collective communication as the engine sees it: the Comm interface (blocking collectives with a
-// timeout that fail with the rank, group and operation named), SoloComm for one rank, RankContext.
-// defines: Comm, CommError, SoloComm, RankContext
+// Collective communication as the engine sees it: the Comm interface (collectives with a timeout
+// that fail with the rank, group and operation named; two of them also startable now and finished
+// later, for overlap), SoloComm for one rank, RankContext.
+// defines: Comm, CommError, PendingCollective, SoloComm, RankContext
 #pragma once
 
 #include <memory>
@@ -15,6 +16,17 @@ namespace odyssey {
 class CommError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+/// A collective started by Comm::start_*: its output is valid once finish() returned, and its
+/// tensors must stay untouched until then. finish() once; a handle dropped unfinished is finished
+/// by its destructor (a collective must complete on every member), errors swallowed.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  /// CPU: the host waits (deadline- and abort-bounded); GPU: the current stream waits for the
+  /// collective and the host goes on. Throws CommError as the blocking collective would.
+  virtual void finish() = 0;
 };
 
 /// One process group. All tensors are contiguous; every member calls the same collectives in the
@@ -41,6 +53,24 @@ class Comm {
   virtual void all_reduce_max(at::Tensor& tensor) = 0;
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   virtual void barrier() = 0;
+
+  /// all_gather started now, finished by the handle: FSDP gathers the next block's parameters
+  /// while this block computes. Default: the blocking one, already finished.
+  virtual std::unique_ptr<PendingCollective> start_all_gather(at::Tensor& out, const at::Tensor& in) {
+    all_gather(out, in);
+    return std::make_unique<Finished>();
+  }
+  /// reduce_scatter_sum started now: FSDP reduces a block's gradients while the next block's
+  /// backward computes. Default: the blocking one, already finished.
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) {
+    reduce_scatter_sum(out, in);
+    return std::make_unique<Finished>();
+  }
+
+ protected:
+  struct Finished final : PendingCollective {
+    void finish() override {}
+  };
 };
 
 /// The group of one: every collective is a copy or nothing.

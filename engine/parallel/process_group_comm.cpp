@@ -3,6 +3,7 @@
 #include "engine/parallel/process_group_comm.h"
 
 #include <algorithm>
+#include <functional>
 #include <condition_variable>
 #include <mutex>
 #include <cstdio>
@@ -220,15 +221,43 @@ void BackendComm::wait_cuda_host(const char* op, const c10::intrusive_ptr<c10d::
   }
 }
 
-void BackendComm::all_gather(at::Tensor& out, const at::Tensor& in) {
+/// A started collective: keeps its tensors alive until finish() has waited (the backend reads
+/// and writes them meanwhile), then runs what completes the operation on this side.
+class BackendComm::Pending final : public PendingCollective {
+ public:
+  Pending(BackendComm& comm, const char* op, c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> keep,
+          std::function<void()> after = {})
+      : comm_(comm), op_(op), work_(std::move(work)), keep_(std::move(keep)), after_(std::move(after)) {}
+  ~Pending() override {
+    if (done_) return;
+    try {
+      finish();
+    } catch (...) {
+    }
+  }
+  void finish() override {
+    if (done_) return;
+    done_ = true;
+    comm_.finish(op_, work_);
+    if (after_) after_();
+    keep_.clear();
+  }
+
+ private:
+  BackendComm& comm_;
+  const char* op_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<at::Tensor> keep_;
+  std::function<void()> after_;
+  bool done_ = false;
+};
+
+std::unique_ptr<PendingCollective> BackendComm::start_all_gather(at::Tensor& out, const at::Tensor& in) {
   constexpr const char* op = "all_gather";
   begin(op, &in, &out, out.numel() == in.numel() * spec_.size, "output = size x input elements of one dtype");
   at::Tensor out_flat = out.view(-1);
   at::Tensor in_flat = in.view(-1);
-  if (cuda_) {
-    finish(op, backend_->_allgather_base(out_flat, in_flat));
-    return;
-  }
+  if (cuda_) return std::make_unique<Pending>(*this, op, backend_->_allgather_base(out_flat, in_flat), std::vector<at::Tensor>{out_flat, in_flat});
   // Gloo: ProcessGroupGloo's _allgather_base stages through an output-sized tensor allocated on
   // its worker thread, which the memory tracker cannot attribute to this rank (and rank emulation
   // would not reproduce). An in-place SUM all-reduce of the output with only this rank's slot
@@ -242,10 +271,12 @@ void BackendComm::all_gather(at::Tensor& out, const at::Tensor& in) {
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::SUM;
   opts.timeout = spec_.timeout;
-  finish(op, backend_->allreduce(tensors, opts));
+  return std::make_unique<Pending>(*this, op, backend_->allreduce(tensors, opts), std::vector<at::Tensor>{out_flat});
 }
 
-void BackendComm::reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) {
+void BackendComm::all_gather(at::Tensor& out, const at::Tensor& in) { start_all_gather(out, in)->finish(); }
+
+std::unique_ptr<PendingCollective> BackendComm::start_reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) {
   constexpr const char* op = "reduce_scatter_sum";
   begin(op, &in, &out, in.numel() == out.numel() * spec_.size, "input = size x output elements of one dtype");
   at::Tensor out_flat = out.view(-1);
@@ -254,19 +285,26 @@ void BackendComm::reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) {
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
     opts.timeout = spec_.timeout;
-    finish(op, backend_->_reduce_scatter_base(out_flat, in_flat, opts));
-    return;
+    return std::make_unique<Pending>(*this, op, backend_->_reduce_scatter_base(out_flat, in_flat, opts),
+                                     std::vector<at::Tensor>{out_flat, in_flat});
   }
   // Gloo: _reduce_scatter_base stages through an input-sized tensor on its worker thread (see
   // all_gather). Reduce `in` itself with an in-place all-reduce instead (Comm allows it to be
-  // used as scratch) and keep this rank's slice.
+  // used as scratch) and keep this rank's slice once it completed.
   std::vector<at::Tensor> tensors{in_flat};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::SUM;
   opts.timeout = spec_.timeout;
-  finish(op, backend_->allreduce(tensors, opts));
-  at::NoGradGuard no_grad;
-  out_flat.copy_(in_flat.narrow(0, spec_.rank * out_flat.numel(), out_flat.numel()));
+  const int rank = spec_.rank;
+  return std::make_unique<Pending>(*this, op, backend_->allreduce(tensors, opts), std::vector<at::Tensor>{in_flat},
+                                   [out_flat, in_flat, rank]() mutable {
+                                     at::NoGradGuard no_grad;
+                                     out_flat.copy_(in_flat.narrow(0, rank * out_flat.numel(), out_flat.numel()));
+                                   });
+}
+
+void BackendComm::reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) {
+  start_reduce_scatter_sum(out, in)->finish();
 }
 
 void BackendComm::all_to_all(at::Tensor& out, const at::Tensor& in) {

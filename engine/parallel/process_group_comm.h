@@ -67,8 +67,13 @@ class BackendComm : public Comm {
   void all_reduce_max(at::Tensor& tensor) override;
   void broadcast(at::Tensor& tensor, int root) override;
   void barrier() override;
+  /// Started on the backend now (Gloo's worker thread, NCCL's stream); finish() waits as the
+  /// blocking form does.
+  std::unique_ptr<PendingCollective> start_all_gather(at::Tensor& out, const at::Tensor& in) override;
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) override;
 
  private:
+  class Pending;
   /// "rank 1 (global 3) in group sp.0 of 2: all_to_all"
   std::string where(const char* op) const;
   void check_tensor(const char* op, const char* what, const at::Tensor& t) const;

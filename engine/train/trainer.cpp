@@ -60,6 +60,7 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
     // Phase times from CUDA events, not from when the host queued the kernels.
     timeline_ = make_cuda_timeline(index);
     recorder_.set_device_timeline(timeline_.get());
+    defer_reduce_scatter_ = true;  // reduce-scatters on NCCL's stream overlap the next block's backward
   }
   RankScope rank(ctx_.slot);
   if (cfg_.training.seq_len % ctx_.sp_size != 0)
@@ -91,6 +92,7 @@ double Trainer::run_forward_backward(int64_t step, Forward* out) {
   const RankBatch batch = make_rank_batch(*data_, step, cfg_.training, ctx_, device_);
   ModelInputs in{batch.ids, batch.labels, batch.answer_mask, batch.first_position, batch.global_tokens};
   StepRuntime rt;
+  rt.defer_reduce_scatter = defer_reduce_scatter_;
   at::Tensor loss = model_->forward(in, cfg_.memory, &offload_, &recorder_, &rt);
 
   // Global loss and answer statistics: one all-reduce of four sums over the world.
@@ -118,6 +120,7 @@ double Trainer::run_forward_backward(int64_t step, Forward* out) {
                       "loss is " + std::string(std::isnan(out->loss) ? "NaN" : "Inf") + " at step " +
                           std::to_string(step + 1) + " (phase fwd/loss); stopping");
   loss.backward();
+  rt.finish_pending_gradient();  // the lowest block's reduce-scatter (deferred on GPUs)
   loss = at::Tensor();  // the graph (and what it saved) dies here
   offload_.clear();
   return out->loss;

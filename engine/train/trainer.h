@@ -94,6 +94,10 @@ class Trainer {
 
   /// Restores the step counter (checkpoint resume; weights and moments are loaded separately).
   void set_next_step(int64_t step) { next_step_ = step; }
+  /// FSDP reduce-scatters overlap the next block's backward (StepRuntime::defer_reduce_scatter):
+  /// on by default on GPUs; tests turn it on for CPU ranks to check the schedule's arithmetic.
+  void set_defer_reduce_scatter(bool on) { defer_reduce_scatter_ = on; }
+  bool defer_reduce_scatter() const { return defer_reduce_scatter_; }
 
  private:
   struct Forward;
@@ -114,6 +118,7 @@ class Trainer {
   std::unique_ptr<DeviceTimeline> timeline_;
   PhaseRecorder recorder_;
   int64_t next_step_ = 0;
+  bool defer_reduce_scatter_ = false;
   std::vector<std::string> notes_;
 };
 

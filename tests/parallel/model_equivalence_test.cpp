@@ -66,11 +66,13 @@ struct Case {
   bool fsdp = false;
   bool untied = false;
   int64_t heads_per_stage = 0;
+  bool defer_reduce_scatter = false;  ///< FSDP: each block's reduction finished during the next block's backward
   MemoryConfig memory;
   std::string describe(int W, int P) const {
     std::string s = "W=" + std::to_string(W) + " P=" + std::to_string(P) + " " + heads.name + (fsdp ? " fsdp" : "") +
                     (P > 1 && !untied ? " ulysses" : "") +
-                    (untied ? " untied(hps=" + std::to_string(heads_per_stage) + ")" : "");
+                    (untied ? " untied(hps=" + std::to_string(heads_per_stage) + ")" : "") +
+                    (defer_reduce_scatter ? " deferred-reduce-scatter" : "");
     if (memory.activation_checkpointing) s += " ckpt";
     if (memory.offload_activations) s += " offload";
     if (memory.tiled_mlp) s += " tiling";
@@ -86,13 +88,18 @@ std::vector<Case> cases_for(int W, int P) {
       if ((h.n_heads / P) % (hps / P) == 0) attention.push_back({true, hps});
     for (bool fsdp : {false, true}) {
       if (W == 1 && !fsdp) continue;  // W = 1 plain attention without FSDP is the reference itself
-      for (auto [untied, hps] : attention)
-        for (const MemoryConfig& m : memory_combos()) {
-          Case c{h, fsdp, untied, hps, m};
+      for (auto [untied, hps] : attention) {
+        const std::vector<MemoryConfig> combos = memory_combos();
+        for (size_t k = 0; k < combos.size(); ++k) {
+          // FSDP cases alternate the two reduce-scatter schedules (blocking, as on CPU runs, and
+          // deferred, as on GPUs) so that each schedule meets every memory technique across the
+          // attention variants without doubling the cases.
+          Case c{h, fsdp, untied, hps, fsdp && W > 1 && (k + (untied ? 1 : 0)) % 2 == 1, combos[k]};
           c.memory.untied_ulysses = untied;
           c.memory.heads_per_stage = hps;
           cases.push_back(c);
         }
+      }
     }
   }
   return cases;
@@ -154,6 +161,7 @@ void check_layout(int W, int P) {
       cfg.parallel.fsdp = cases[i].fsdp;
       cfg.memory = cases[i].memory;
       Trainer t(cfg, ctx);
+      t.set_defer_reduce_scatter(cases[i].defer_reduce_scatter);
       const Trajectory run = run_trajectory(t, kSteps, &refs.at(cases[i].heads.name).grads);
       RankOutcome& o = results[i][ctx.rank];
       o.loss = run.losses.front();
