@@ -142,7 +142,8 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::BlockFull, sat_product({s.n_block, c}));
   set(TensorKind::EmbedFull, sat_product({s.n_embed, c}));
   set(TensorKind::HeadFull, sat_product({s.n_head, c}));
-  set(TensorKind::BlockShardCast, s.fsdp && s.W > 1 ? sat_product({s.shard_block, c}) : 0);
+  // fp32 compute gathers straight from the master shard (FlatParamGroup::unshard_async): no cast
+  set(TensorKind::BlockShardCast, s.fsdp && s.W > 1 && c != 4 ? sat_product({s.shard_block, c}) : 0);
   set(TensorKind::BlockGradsAttn, sat_product({s.n_attn, c}));
   set(TensorKind::BlockGradsMlp, sat_product({s.n_mlp, c}));
   set(TensorKind::MlpWeightTile, sat_product({s.d, s.f, c}));

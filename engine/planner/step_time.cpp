@@ -71,8 +71,11 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
     out.all_to_all_s = L * pass * (1.0 + (s.ckpt ? 1.0 : 0.0) + bwd_passes);
   }
 
-  // FSDP: all-gathers are prefetched behind the previous block's compute; the reduce-scatter is
-  // its own phase. Without FSDP and with W > 1 gradients are all-reduced (2x the bytes).
+  // FSDP: all-gathers are prefetched behind the previous block's compute. On a CUDA target each
+  // block's reduce-scatter is deferred (StepRuntime::defer_reduce_scatter) and shares the
+  // collective stream with the next block's gather, both behind that block's backward; the lowest
+  // block's is finished after the embedding backward. Elsewhere the reduce-scatter is its own
+  // phase. Without FSDP and with W > 1 gradients are all-reduced (2x the bytes).
   const double ways = static_cast<double>(s.W);
   double fsdp = 0;
   if (s.W > 1) {
@@ -81,17 +84,21 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
     const double reduce = s.n_block * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
     const double fwd_block = pt.of(PhaseKind::FwdAttn) + pt.of(PhaseKind::FwdMlp);
     const double bwd_block = pt.of(PhaseKind::BwdRecompute) + pt.of(PhaseKind::BwdMlp) + pt.of(PhaseKind::BwdAttn);
-    const double fwd_exposed = exposed(gather, fwd_block), bwd_exposed = exposed(gather, bwd_block);
+    const bool deferred = s.fsdp && s.cuda_target;
+    const double fwd_exposed = exposed(gather, fwd_block);
+    const double bwd_exposed = deferred ? exposed(gather + reduce, bwd_block) : exposed(gather, bwd_block);
+    const double reduce_phase = deferred ? 0.0 : reduce;
+    const double last_reduce = deferred ? reduce : 0.0;  // the lowest block's, overlapping nothing
     pt.seconds[static_cast<int>(PhaseKind::FwdAttn)] += fwd_exposed;
     pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += bwd_exposed;
-    set(PhaseKind::BwdReduceScatter, reduce);
+    set(PhaseKind::BwdReduceScatter, reduce_phase);
     const double embed_gather = s.fsdp ? s.n_embed * s.c * frac / comm_bw : 0.0;
     const double embed_reduce = s.n_embed * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
     const double head_reduce = (s.n_head + (s.tied ? s.n_embed : 0)) * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
     set(PhaseKind::FwdEmbed, embed_gather);
-    set(PhaseKind::BwdEmbed, embed_reduce);
+    set(PhaseKind::BwdEmbed, embed_reduce + last_reduce);
     pt.seconds[static_cast<int>(s.tiled_loss ? PhaseKind::FwdLoss : PhaseKind::BwdLoss)] += head_reduce;
-    fsdp = L * (fwd_exposed + bwd_exposed + reduce) + embed_gather + embed_reduce + head_reduce;
+    fsdp = L * (fwd_exposed + bwd_exposed + reduce_phase) + last_reduce + embed_gather + embed_reduce + head_reduce;
   }
   out.fsdp_comm_s = fsdp;
 

@@ -49,29 +49,51 @@ class Walker {
 
   // --- parameters -------------------------------------------------------------------------------
 
-  /// unshard(): the all-gather (or cast) into the group's full compute-dtype buffer.
-  int gather(K full_kind, const char* name) {
+  /// unshard(): the all-gather (or cast) into the group's full compute-dtype buffer. A prefetch
+  /// (FlatParamGroup::unshard_async) keeps the all-gather's input shard in `*in_flight` until
+  /// the block that needs the parameters finishes the gather (finish_prefetch).
+  int gather(K full_kind, const char* name, int* in_flight = nullptr) {
     if (!grouped()) return -1;
     int cast = -1;
     if (full_kind == K::BlockFull && kind_bytes(K::BlockShardCast, s_) > 0)
       cast = a("all-gather input (shard in compute dtype)", K::BlockShardCast, C::CommBuffers);
     const int full = a(name, full_kind, C::GatheredParams);
-    f(cast);
+    if (in_flight != nullptr)
+      *in_flight = cast;
+    else
+      f(cast);
     return full;
   }
+  /// unshard() of a prefetched block: the gather finishes and its input shard is freed.
+  void finish_prefetch() { f(gather_in_flight_); }
 
   /// Pack the group's gradients into fp32 and reduce-scatter (or all-reduce / add) into its shard.
+  /// Deferred (FSDP on a CUDA target, StepRuntime::defer_reduce_scatter): the pack and the output
+  /// shard stay in flight until the next block's reduce-scatter phase finishes the reduction (the
+  /// lowest block's until the end of the backward), while the gradients die at once.
   void reduce_scatter(K pack_kind, int& grads_a, int& grads_b) {
+    const bool sharded_block = pack_kind == K::BlockPack && kind_bytes(K::BlockShardOut, s_) > 0;
+    const bool deferred = sharded_block && s_.cuda_target;
+    if (deferred) finish_pending_reduction();  // the block above's, which this backward overlapped
     // the engine packs from its list of weight gradients, which it holds until the backward
     // function returns: pack, output shard and gradients are live together
     int pack = a("gradient pack for reduce-scatter (fp32)", pack_kind, C::CommBuffers);
     int shard_out = -1;
-    if (pack_kind == K::BlockPack && kind_bytes(K::BlockShardOut, s_) > 0)
-      shard_out = a("reduce-scatter output shard (fp32)", K::BlockShardOut, C::CommBuffers);
-    f(pack);
-    f(shard_out);
+    if (sharded_block) shard_out = a("reduce-scatter output shard (fp32)", K::BlockShardOut, C::CommBuffers);
+    if (deferred) {
+      pending_pack_ = pack;
+      pending_shard_ = shard_out;
+    } else {
+      f(pack);
+      f(shard_out);
+    }
     f(grads_a);
     f(grads_b);
+  }
+  /// The deferred reduction finishes: its shard is added into the gradient shards.
+  void finish_pending_reduction() {
+    f(pending_pack_);
+    f(pending_shard_);
   }
 
   void setup() {
@@ -174,7 +196,9 @@ class Walker {
     // the head is unsharded by the loss forward itself
     if (i == 0) next_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
     int current = next_gathered_;
-    next_gathered_ = i + 1 < s_.L ? gather(K::BlockFull, "block parameters (unsharded, prefetch)") : -1;
+    finish_prefetch();
+    next_gathered_ =
+        i + 1 < s_.L ? gather(K::BlockFull, "block parameters (unsharded, prefetch)", &gather_in_flight_) : -1;
     b.input = x_;
     int h = halves_.attention_forward(grad, b.attn);
     m_.begin_phase(PhaseKind::FwdMlp, i);
@@ -298,6 +322,7 @@ class Walker {
     int dense = a("embedding gradient (dense fp32, the reduce-scatter input)", K::EmbedGradDense, C::Other);
     f(dense);
     f(dy_);
+    finish_pending_reduction();  // the lowest block's (Trainer: after loss.backward() returns)
     m_.begin_phase(PhaseKind::Optimizer);
     int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);
     f(temp);
@@ -310,7 +335,9 @@ class Walker {
     m_.begin_phase(s_.ckpt ? PhaseKind::BwdRecompute : PhaseKind::BwdMlp, i);
     if (last && s_.tiled_loss) loss_backward();
     if (last) current_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
-    const int prefetch = i > 0 ? gather(K::BlockFull, "block parameters (unsharded, prefetch)") : -1;
+    finish_prefetch();
+    const int prefetch =
+        i > 0 ? gather(K::BlockFull, "block parameters (unsharded, prefetch)", &gather_in_flight_) : -1;
     int h = b.h;
     if (s_.ckpt) {
       if (s_.offload) {
@@ -346,6 +373,8 @@ class Walker {
   int x_ = -1, dy_ = -1;
   int next_gathered_ = -1, current_gathered_ = -1, head_gathered_ = -1, tied_embed_ = -1;
   int prefetched_input_ = -1;
+  int gather_in_flight_ = -1;                   ///< a prefetch's all-gather input shard
+  int pending_pack_ = -1, pending_shard_ = -1;  ///< a deferred reduce-scatter's buffers
   bool collapse_ = false, ghosted_ = false;
   std::vector<int> ghost_device_;
   int ghost_host_ = -1;
