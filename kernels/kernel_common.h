@@ -1,6 +1,6 @@
 // Shared vocabulary of the CUDA kernels and their CPU references: element types, errors, bf16
 // conversion on the host, and the CUDA error check. Plain C++ (g++ and nvcc); no LibTorch.
-// defines: KernelDtype, KernelError, dtype_bytes, bf16_bits_to_float, float_to_bf16_bits,
+// defines: KernelDtype, dtype_bytes, bf16_bits_to_float, float_to_bf16_bits,
 //          load_element, store_element, check_cuda, ODYSSEY_CUDA_CHECK, ODYSSEY_HD
 #pragma once
 
@@ -8,8 +8,9 @@
 
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
 #include <string>
+
+#include "kernels/kernel_error.h"
 
 #if defined(__CUDACC__)
 #define ODYSSEY_HD __host__ __device__
@@ -28,21 +29,10 @@ const char* to_string(KernelDtype dtype);
 /// Bytes per element: 4 for F32, 2 for BF16.
 inline size_t dtype_bytes(KernelDtype dtype) { return dtype == KernelDtype::F32 ? 4 : 2; }
 
-/// A kernel refused its arguments or a CUDA call failed; the message names the call and values.
-class KernelError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 /// Throws KernelError("<what>: <cuda error text> (<file>:<line>)") when `status` is not success.
 void check_cuda(cudaError_t status, const char* what, const char* file, int line);
 
 #define ODYSSEY_CUDA_CHECK(expr) ::odyssey::kernels::check_cuda((expr), #expr, __FILE__, __LINE__)
-
-/// Throws KernelError with `message` when `condition` is false (argument checks before launch).
-inline void require(bool condition, const std::string& message) {
-  if (!condition) throw KernelError(message);
-}
 
 // --- bf16 on the host ----------------------------------------------------------------------
 // bf16 is the top 16 bits of an IEEE fp32; rounding is to nearest, ties to even (as __float2bfloat16).

@@ -1,82 +1,20 @@
-// Offload of checkpointed block inputs: the slot rotation's state machine (pure logic) and the
-// OffloadEngine's streams, events and copies over the pinned slab.
-// defines: SlotRotation, OffloadEngine
+// Offload of checkpointed block inputs: the OffloadEngine's streams, events and copies over the
+// pinned slab (the slot rotation it follows is kernels/slot_rotation.h).
+// defines: OffloadEngine methods
 #include "kernels/offload_streams.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace odyssey::kernels {
-namespace {
-
-const char* state_name(SlotRotation::State s) {
-  switch (s) {
-    case SlotRotation::State::Free: return "free";
-    case SlotRotation::State::Filling: return "filling";
-    case SlotRotation::State::InUse: return "in use";
-  }
-  return "?";
-}
-
-std::string slot_story(const char* op, int64_t block, int slot, SlotRotation::State state, int64_t occupant) {
-  return std::string(op) + ": block " + std::to_string(block) + " needs slot " + std::to_string(slot) + ", which is " +
-         state_name(state) + (occupant >= 0 ? " (block " + std::to_string(occupant) + ")" : std::string());
-}
-
-}  // namespace
-
-// --- SlotRotation --------------------------------------------------------------------------------
-
-int SlotRotation::begin_fill(int64_t block) {
-  require(block >= 0, "SlotRotation::begin_fill: block = " + std::to_string(block) + " must be >= 0");
-  const int slot = slot_for(block);
-  require(states_[slot] == State::Free, slot_story("SlotRotation::begin_fill", block, slot, states_[slot], occupants_[slot]) +
-                                            "; release that block before prefetching into its slot");
-  states_[slot] = State::Filling;
-  occupants_[slot] = block;
-  return slot;
-}
-
-int SlotRotation::acquire(int64_t block) {
-  require(block >= 0, "SlotRotation::acquire: block = " + std::to_string(block) + " must be >= 0");
-  const int slot = slot_for(block);
-  require(states_[slot] == State::Filling && occupants_[slot] == block,
-          slot_story("SlotRotation::acquire", block, slot, states_[slot], occupants_[slot]) +
-              "; only a block being prefetched into the slot can be acquired");
-  states_[slot] = State::InUse;
-  return slot;
-}
-
-int SlotRotation::release(int64_t block) {
-  require(block >= 0, "SlotRotation::release: block = " + std::to_string(block) + " must be >= 0");
-  const int slot = slot_for(block);
-  require(states_[slot] == State::InUse && occupants_[slot] == block,
-          slot_story("SlotRotation::release", block, slot, states_[slot], occupants_[slot]) +
-              "; only the block in use can be released");
-  states_[slot] = State::Free;
-  occupants_[slot] = -1;
-  return slot;
-}
-
-bool SlotRotation::holds(int64_t block) const {
-  const int slot = slot_for(block);
-  return states_[slot] != State::Free && occupants_[slot] == block;
-}
 
 // --- OffloadEngine -------------------------------------------------------------------------------
 
-OffloadEngine::OffloadEngine(const PinnedSlab& slab, int64_t n_blocks, void* slot0, void* slot1, size_t slot_bytes)
-    : slab_(slab), n_blocks_(n_blocks), slots_{slot0, slot1}, slot_bytes_(slot_bytes) {
+OffloadEngine::OffloadEngine(const PinnedSlab& slab, int64_t n_blocks) : slab_(slab), n_blocks_(n_blocks) {
   require(n_blocks >= 1, "OffloadEngine: n_blocks = " + std::to_string(n_blocks) + " must be >= 1");
   require(slab.region_count() >= static_cast<size_t>(n_blocks - 1),
           "OffloadEngine: the slab has " + std::to_string(slab.region_count()) + " regions; " +
               std::to_string(n_blocks - 1) + " offloaded blocks need one each");
-  require(n_blocks == 1 || (slot0 && slot1 && slot0 != slot1),
-          "OffloadEngine: two distinct device slots are required, got slot0 and slot1 null or equal");
-  for (size_t r = 0; r + 1 < static_cast<size_t>(n_blocks); ++r) {
-    require(slab.region_bytes(r) <= slot_bytes, "OffloadEngine: slab region " + std::to_string(r) + " has " +
-                                                    std::to_string(slab.region_bytes(r)) + " bytes; slot_bytes = " +
-                                                    std::to_string(slot_bytes) + " cannot hold it");
-  }
   const size_t n = static_cast<size_t>(n_blocks);
   offload_done_.assign(n, nullptr);
   prefetch_done_.assign(n, nullptr);
@@ -87,11 +25,11 @@ OffloadEngine::OffloadEngine(const PinnedSlab& slab, int64_t n_blocks, void* slo
     ODYSSEY_CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
     ODYSSEY_CUDA_CHECK(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
     ODYSSEY_CUDA_CHECK(cudaEventCreateWithFlags(&source_ready_, cudaEventDisableTiming));
+    ODYSSEY_CUDA_CHECK(cudaEventCreateWithFlags(&slot_ready_, cudaEventDisableTiming));
     for (size_t i = 0; i < n; ++i) {
       ODYSSEY_CUDA_CHECK(cudaEventCreateWithFlags(&offload_done_[i], cudaEventDisableTiming));
       ODYSSEY_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_done_[i], cudaEventDisableTiming));
     }
-    for (cudaEvent_t& e : slot_free_) ODYSSEY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   } catch (...) {
     destroy_handles();  // the destructor does not run for a constructor that throws
     throw;
@@ -108,9 +46,8 @@ void OffloadEngine::destroy_handles() noexcept {
     if (e) cudaEventDestroy(std::exchange(e, nullptr));
   for (cudaEvent_t& e : prefetch_done_)
     if (e) cudaEventDestroy(std::exchange(e, nullptr));
-  for (cudaEvent_t& e : slot_free_)
-    if (e) cudaEventDestroy(std::exchange(e, nullptr));
   if (source_ready_) cudaEventDestroy(std::exchange(source_ready_, nullptr));
+  if (slot_ready_) cudaEventDestroy(std::exchange(slot_ready_, nullptr));
   if (d2h_) cudaStreamDestroy(std::exchange(d2h_, nullptr));
   if (h2d_) cudaStreamDestroy(std::exchange(h2d_, nullptr));
 }
@@ -159,38 +96,49 @@ bool OffloadEngine::offload_complete(int64_t block) const {
   return true;
 }
 
-void OffloadEngine::prefetch(int64_t block, cudaStream_t compute) {
+void OffloadEngine::prefetch(int64_t block, void* slot_memory, size_t slot_bytes, cudaStream_t compute) {
   check_block(block, "prefetch");
   const size_t i = static_cast<size_t>(block);
   require(offload_recorded_[i], "OffloadEngine::prefetch: block " + std::to_string(block) +
                                     " has no offloaded copy this step (offload it in forward first)");
+  require(slot_memory && slot_bytes >= bytes_[i],
+          "OffloadEngine::prefetch: block " + std::to_string(block) + " needs " + std::to_string(bytes_[i]) +
+              " bytes; its slot " + (slot_memory ? "holds " + std::to_string(slot_bytes) : std::string("is nullptr")));
   const int slot = rotation_.begin_fill(block);
-  if (slot_free_recorded_[slot]) ODYSSEY_CUDA_CHECK(cudaStreamWaitEvent(h2d_, slot_free_[slot], 0));
+  slot_memory_[slot] = slot_memory;
+  // The slot's memory is free in compute order once the work queued so far is done: its previous
+  // reader (block + 2's backward) or, for memory fresh from the caching allocator, its last user.
+  ODYSSEY_CUDA_CHECK(cudaEventRecord(slot_ready_, compute));
+  ODYSSEY_CUDA_CHECK(cudaStreamWaitEvent(h2d_, slot_ready_, 0));
   ODYSSEY_CUDA_CHECK(cudaStreamWaitEvent(h2d_, offload_done_[i], 0));
-  ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(slots_[slot], slab_.region(i), bytes_[i], cudaMemcpyHostToDevice, h2d_));
+  ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(slot_memory, slab_.region(i), bytes_[i], cudaMemcpyHostToDevice, h2d_));
   ODYSSEY_CUDA_CHECK(cudaEventRecord(prefetch_done_[i], h2d_));
   prefetch_recorded_[i] = 1;
 }
 
 void* OffloadEngine::acquire(int64_t block, cudaStream_t compute) {
   check_block(block, "acquire");
-  if (!rotation_.holds(block)) prefetch(block, compute);
-  const int slot = rotation_.acquire(block);
+  const int slot = rotation_.acquire(block);  // throws unless `block` was prefetched
   ODYSSEY_CUDA_CHECK(cudaStreamWaitEvent(compute, prefetch_done_[static_cast<size_t>(block)], 0));
-  return slots_[slot];
+  return slot_memory_[slot];
 }
 
-void OffloadEngine::release(int64_t block, cudaStream_t compute) {
+void OffloadEngine::release(int64_t block) {
   check_block(block, "release");
   const int slot = rotation_.release(block);
-  ODYSSEY_CUDA_CHECK(cudaEventRecord(slot_free_[slot], compute));
-  slot_free_recorded_[slot] = true;
+  slot_memory_[slot] = nullptr;
   offload_recorded_[static_cast<size_t>(block)] = 0;  // consumed: the next prefetch needs a new offload
 }
 
 void OffloadEngine::synchronize() {
   ODYSSEY_CUDA_CHECK(cudaStreamSynchronize(d2h_));
   ODYSSEY_CUDA_CHECK(cudaStreamSynchronize(h2d_));
+}
+
+void OffloadEngine::reset_step() {
+  rotation_.reset();
+  for (void*& m : slot_memory_) m = nullptr;
+  std::fill(offload_recorded_.begin(), offload_recorded_.end(), 0);
 }
 
 }  // namespace odyssey::kernels

@@ -1,5 +1,5 @@
-// OffloadStore: checkpointed block inputs in the host pool (see offload.h).
-// defines: OffloadStore methods
+// OffloadStore (the schedule and the two device slots) and the CPU host-clone transport; the CUDA
+// transport is in offload_cuda.cpp. defines: OffloadStore methods, make_host_clone_transport
 #include "engine/memory/offload.h"
 
 #include <stdexcept>
@@ -8,49 +8,131 @@
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
+namespace {
+
+/// CPU: the host copy is a clone made under PoolScope(Host), category offloaded, so the tracker
+/// shows device bytes falling and host bytes rising by exactly the input size; it is freed once
+/// copied back into its slot.
+class HostCloneTransport final : public OffloadTransport {
+ public:
+  void start_step(int64_t, int64_t) override {}
+  void offload(int64_t layer, const at::Tensor& x) override {
+    PoolScope pool(MemPool::Host);
+    CategoryScope category(MemCategory::Offloaded);
+    host_[layer] = x.detach().clone();  // [B, s, d] host
+  }
+  void prefetch(int64_t layer, const at::Tensor& slot) override {
+    auto it = host_.find(layer);
+    if (it == host_.end())
+      throw std::logic_error("offload: block " + std::to_string(layer) + " has no host copy to prefetch");
+    at::NoGradGuard no_grad;
+    at::Tensor(slot).copy_(it->second);
+    host_.erase(it);  // memory: the host copy is not needed once the device has it
+  }
+  void acquire(int64_t) override {}
+  void release(int64_t) override {}
+  void end_step() override { host_.clear(); }
+  int64_t host_bytes() const override {
+    int64_t bytes = 0;
+    for (const auto& [layer, t] : host_) bytes += static_cast<int64_t>(t.nbytes());
+    return bytes;
+  }
+
+ private:
+  std::map<int64_t, at::Tensor> host_;
+};
+
+}  // namespace
+
+std::unique_ptr<OffloadTransport> make_host_clone_transport() { return std::make_unique<HostCloneTransport>(); }
+
+OffloadStore::OffloadStore(at::Device device) : device_(device) {}
+
+OffloadStore::OffloadStore(at::Device device, std::unique_ptr<OffloadTransport> transport)
+    : device_(device), transport_(std::move(transport)) {}
+
+OffloadStore::~OffloadStore() {
+  try {
+    clear();
+  } catch (...) {  // a destructor must not throw; the copies are waited for or the device is gone
+  }
+}
+
+void OffloadStore::set_transport(std::unique_ptr<OffloadTransport> transport) {
+  clear();
+  transport_ = std::move(transport);
+}
+
+void OffloadStore::start_step(int64_t n_layers, at::IntArrayRef input_sizes, at::ScalarType dtype) {
+  if (!offloaded_.empty() || slots_[0].defined() || slots_[1].defined()) clear();  // a step left half-way
+  if (!transport_)  // made at the first step that offloads: a run without offload never needs one
+    transport_ = device_.is_cuda() ? make_cuda_transport(device_) : make_host_clone_transport();
+  input_sizes_.assign(input_sizes.begin(), input_sizes.end());
+  dtype_ = dtype;
+  int64_t bytes = static_cast<int64_t>(c10::elementSize(dtype));
+  for (int64_t n : input_sizes_) bytes *= n;
+  transport_->start_step(n_layers, bytes);
+}
 
 void OffloadStore::put(int64_t layer, const at::Tensor& x) {
-  PoolScope pool(MemPool::Host);
-  CategoryScope category(MemCategory::Offloaded);
-  Slot slot;
-  // Memory: the device copy is released by the caller; only this host copy survives the forward.
-  slot.host = x.device().is_cpu() ? x.detach().clone() : x.detach().to(at::kCPU);  // [B, s, d] host
-  slots_[layer] = std::move(slot);
+  if (!transport_ || !x.sizes().equals(input_sizes_) || x.scalar_type() != dtype_)
+    throw std::logic_error("offload: block " + std::to_string(layer) + "'s input is " + std::string(x.toString()) +
+                           " of another shape than the step's (start_step)");
+  transport_->offload(layer, x.is_contiguous() ? x : x.contiguous());
+  offloaded_[layer] = false;
   ++total_offloaded_;
 }
 
 void OffloadStore::prefetch(int64_t layer) {
-  auto it = slots_.find(layer);
-  if (it == slots_.end() || it->second.device.defined()) return;
-  {
+  auto it = offloaded_.find(layer);
+  if (it == offloaded_.end() || it->second) return;
+  const int slot = rotation_.begin_fill(layer);  // throws when the block above still uses the slot
+  at::Tensor& memory = slots_[static_cast<size_t>(slot)];
+  if (!memory.defined()) {
     PoolScope pool(MemPool::Device);
     CategoryScope category(MemCategory::SavedActivations);
-    const at::Tensor& host = it->second.host;
-    it->second.device = device_.is_cpu() ? host.clone() : host.to(device_);  // [B, s, d] device
+    memory = at::empty(input_sizes_, at::TensorOptions().dtype(dtype_).device(device_));  // [B, s, d]
   }
-  it->second.host = at::Tensor();  // host copy no longer needed
+  transport_->prefetch(layer, memory);
+  it->second = true;
 }
 
 at::Tensor OffloadStore::take(int64_t layer) {
   if (!holds(layer))
     throw std::logic_error("offload: the input of block " + std::to_string(layer) + " was never offloaded");
   prefetch(layer);
-  at::Tensor device = std::move(slots_[layer].device);
-  slots_.erase(layer);
-  return device;
+  const int slot = rotation_.acquire(layer);
+  transport_->acquire(layer);
+  offloaded_.erase(layer);
+  // An alias of the slot with its own version counter: the next refill of the slot (block
+  // layer - 2) must not look like an in-place change to what this block's graph saved.
+  const at::Tensor& memory = slots_[static_cast<size_t>(slot)];
+  at::Tensor x = at::empty({0}, memory.options());
+  x.set_(memory.storage(), 0, memory.sizes(), memory.strides());
+  return x;
 }
 
-int64_t OffloadStore::host_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& [layer, slot] : slots_)
-    if (slot.host.defined()) bytes += slot.host.nbytes();
-  return bytes;
+void OffloadStore::release(int64_t layer) {
+  const int slot = rotation_.release(layer);
+  transport_->release(layer);
+  for (const auto& [waiting, prefetched] : offloaded_)
+    if (kernels::SlotRotation::slot_for(waiting) == slot) return;  // a block below reuses the slot
+  slots_[static_cast<size_t>(slot)] = at::Tensor();  // memory: no block left for this slot
 }
+
+void OffloadStore::clear() {
+  if (transport_) transport_->end_step();  // first: no copy may still write a slot that is freed below
+  offloaded_.clear();
+  rotation_.reset();
+  for (at::Tensor& s : slots_) s = at::Tensor();
+}
+
+int64_t OffloadStore::host_bytes() const { return transport_ ? transport_->host_bytes() : 0; }
 
 int64_t OffloadStore::device_bytes() const {
   int64_t bytes = 0;
-  for (const auto& [layer, slot] : slots_)
-    if (slot.device.defined()) bytes += slot.device.nbytes();
+  for (const at::Tensor& s : slots_)
+    if (s.defined()) bytes += static_cast<int64_t>(s.nbytes());
   return bytes;
 }
 

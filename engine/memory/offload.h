@@ -1,49 +1,103 @@
-// Offload of checkpointed block inputs to the host pool: put() after a block's forward, take()
-// before its recompute, prefetch() of the previous block while the current one recomputes.
-// defines: OffloadStore
+// Offload of checkpointed block inputs to the host: put() after a block's forward, take() before
+// its recompute (while the block below is prefetched), release() when its backward is done.
+// defines: OffloadTransport, OffloadStore, make_host_clone_transport, make_cuda_transport
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <vector>
 
 #include <ATen/ATen.h>
 
+#include "kernels/slot_rotation.h"
+
 namespace odyssey {
 
-/// Holds the offloaded inputs of one step, keyed by layer. On CPU the "host copy" is a clone made
-/// under PoolScope(Host) (category offloaded) so the tracker shows device bytes falling and host
-/// bytes rising by exactly the input size. On CUDA it is a synchronous copy to pageable host
-/// memory for now; the pinned slab and copy/prefetch streams plug in here (GPU issue): put() would
-/// issue a D2H copy on the offload stream, prefetch() an H2D copy on the prefetch stream, take()
-/// wait on the prefetch event.
+/// How the bytes of the offloaded inputs move between the device and the host. The store decides
+/// when (the schedule and the two device slots); a transport only copies.
+///   CPU:  host clones under PoolScope(Host), category offloaded (make_host_clone_transport).
+///   CUDA: one pinned slab of n_layers - 1 regions allocated once, D2H on a side stream after an
+///         event on the compute stream, H2D prefetch on another (make_cuda_transport).
+class OffloadTransport {
+ public:
+  virtual ~OffloadTransport() = default;
+  /// A step starts whose blocks 0..n_layers-2 each offload `input_bytes` (the slab is sized here,
+  /// once: its host bytes are charged from the first step on).
+  virtual void start_step(int64_t n_layers, int64_t input_bytes) = 0;
+  /// Copies x [B, s, d] (contiguous) to `layer`'s host copy. The caller may drop x at once: the
+  /// CUDA transport tells the caching allocator that its copy stream still reads x's memory.
+  virtual void offload(int64_t layer, const at::Tensor& x) = 0;
+  /// Starts filling `slot` [B, s, d] from `layer`'s host copy.
+  virtual void prefetch(int64_t layer, const at::Tensor& slot) = 0;
+  /// Compute reads `layer`'s slot from here on (CUDA: the compute stream waits for the H2D).
+  virtual void acquire(int64_t layer) = 0;
+  /// Compute has queued its last read of `layer`'s slot.
+  virtual void release(int64_t layer) = 0;
+  /// Waits for every copy in flight and forgets the step (its end, or a failure half-way).
+  virtual void end_step() = 0;
+  /// Host bytes held now.
+  virtual int64_t host_bytes() const = 0;
+};
+
+/// The CPU transport: each offload is a clone in the host pool, freed once prefetched.
+std::unique_ptr<OffloadTransport> make_host_clone_transport();
+/// The CUDA transport on `device` (kernels::PinnedSlab + kernels::OffloadEngine); throws
+/// std::runtime_error on a build without the CUDA kernels.
+std::unique_ptr<OffloadTransport> make_cuda_transport(at::Device device);
+
+/// The offloaded inputs of one step, keyed by layer, and the two device slots that bring them back
+/// (kernels::SlotRotation: block i uses slot i % 2, so block i-1 is prefetched into the other slot
+/// while block i recomputes). Memory: a slot is allocated at the first prefetch that needs it and
+/// freed when no offloaded block is left to use it, so during the backward of block i the device
+/// holds exactly block i's input and block i-1's (docs/planner.md), as the planner counts them.
 class OffloadStore {
  public:
-  explicit OffloadStore(at::Device device) : device_(device) {}
+  /// The host-clone transport on CPU devices, the pinned-slab transport on CUDA (made at the first
+  /// start_step: a run without offload never pins anything).
+  explicit OffloadStore(at::Device device);
+  /// A given transport (tests).
+  OffloadStore(at::Device device, std::unique_ptr<OffloadTransport> transport);
+  ~OffloadStore();
+  OffloadStore(const OffloadStore&) = delete;
+  OffloadStore& operator=(const OffloadStore&) = delete;
 
-  /// Copies x [B, s, d] into the host pool. The caller drops its device reference, freeing it.
+  /// Replaces the transport (tests: a recording one); only between steps.
+  void set_transport(std::unique_ptr<OffloadTransport> transport);
+
+  /// A step with offload starts: n_layers blocks whose inputs are [input_sizes] of `dtype`
+  /// (drops what a previous step left).
+  void start_step(int64_t n_layers, at::IntArrayRef input_sizes, at::ScalarType dtype);
+  /// Copies x [B, s, d] to the host. The caller drops its device reference, freeing it.
   void put(int64_t layer, const at::Tensor& x);
-  /// Starts bringing `layer` back to the device (CPU: copies now). No-op when absent or already on
-  /// its way. The host copy is freed once the device copy exists.
+  /// Starts bringing `layer` back into its device slot. No-op when absent or already on its way.
   void prefetch(int64_t layer);
-  /// The device copy of `layer`'s input (prefetched or brought back now); the store forgets it.
+  /// `layer`'s input on the device [B, s, d] (prefetched, or brought back now), valid until
+  /// release(layer); the store forgets the host copy.
   at::Tensor take(int64_t layer);
+  /// The backward of `layer` is done with what take() returned: its slot is free for block
+  /// layer - 2, or freed when no such block remains.
+  void release(int64_t layer);
 
-  bool holds(int64_t layer) const { return slots_.count(layer) > 0; }
-  /// Drops everything (end of step, or after a failed step).
-  void clear() { slots_.clear(); }
-  /// Bytes currently in the host pool / brought back and waiting on the device.
+  /// `layer`'s input is on the host (put and not yet taken).
+  bool holds(int64_t layer) const { return offloaded_.count(layer) > 0; }
+  /// Drops everything, after waiting for copies in flight (end of step, or after a failed step).
+  void clear();
+  /// Bytes in the host pool (CUDA: the whole slab) / in the device slots.
   int64_t host_bytes() const;
   int64_t device_bytes() const;
   /// Inputs offloaded since construction (tests: proves offload really happened).
   int64_t total_offloaded() const { return total_offloaded_; }
 
  private:
-  struct Slot {
-    at::Tensor host;    ///< [B, s, d] in the host pool, until brought back
-    at::Tensor device;  ///< [B, s, d] prefetched device copy, until taken
-  };
   at::Device device_;
-  std::map<int64_t, Slot> slots_;
+  std::unique_ptr<OffloadTransport> transport_;
+  std::vector<int64_t> input_sizes_;  ///< [B, s, d] of this step's inputs
+  at::ScalarType dtype_ = at::kFloat;
+  std::map<int64_t, bool> offloaded_;  ///< layer -> its prefetch was started
+  kernels::SlotRotation rotation_;
+  std::array<at::Tensor, kernels::SlotRotation::kSlots> slots_;  ///< [B, s, d] device, allocated on demand
   int64_t total_offloaded_ = 0;
 };
 

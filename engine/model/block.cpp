@@ -260,15 +260,18 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
   if (layer > 0) rt->blocks[layer - 1]->unshard_async();  // prefetch: gathers while this block computes
 
   BlockGraph g;
+  bool input_in_slot = false;  // x is the offload store's device slot until release(layer)
   if (checkpointing) {
     EnginePhase phase(rt->rank, block_phase("bwd", layer, "recompute"));
     at::Tensor x;
     if (rt->offload && rt->offload->holds(layer)) {
       x = rt->offload->take(layer);
-      if (layer > 0) rt->offload->prefetch(layer - 1);  // next block's input comes back meanwhile
+      input_in_slot = true;
     } else {
-      x = ctx->get_saved_variables().at(0);
+      x = ctx->get_saved_variables().at(0);  // the last block's input stayed on the device
     }
+    // The block below's input comes back while this one recomputes (from the last block on).
+    if (rt->offload && layer > 0) rt->offload->prefetch(layer - 1);
     RngFork rng(load_rng(ctx, x.device()));
     at::AutoGradMode enable_grad(true);
     g = run_block(x, group, *rt, /*phase_prefix=*/"", /*keep_graph=*/true, /*need_output=*/false);
@@ -333,6 +336,8 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
     }
   }
   group.reshard();
+  // Every read of x is queued: its slot may take block layer - 2 (the planner frees the input here).
+  if (input_in_slot) rt->offload->release(layer);
   return {attn_grads[0], shard_grad, at::Tensor(), at::Tensor()};
 }
 

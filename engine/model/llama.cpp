@@ -50,6 +50,8 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryConfig& memory
   rt->loss_scale = 1.0 / static_cast<double>(in.global_tokens);
   rt->answer = AnswerStats();
 
+  if (rt->offload)  // sizes the host copies (CUDA: the pinned slab, once) before anything runs
+    rt->offload->start_step(model_.n_layers, {in.ids.size(0), s, model_.d_model}, embed_->compute_dtype());
   at::Tensor x = EmbedFunction::apply(embed_->master, in.ids, rt);  // [B, s, d]
   for (int64_t i = 0; i < model_.n_layers; ++i) {
     // Reassigning x drops this scope's reference: an offloaded input's device copy dies here.

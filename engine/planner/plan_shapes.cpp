@@ -157,7 +157,6 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::OptimizerTemp, sat_product({std::max({s.shard_block, s.shard_embed, s.shard_head}), 4}));  // AdamW denom
   set(TensorKind::RuntimeOverhead, s.runtime_overhead);
   set(TensorKind::OffloadedInput, sat_product({s.t, s.d, c}));
-  set(TensorKind::PinnedStaging, sat_product({s.t, s.d, c}));
   return s;
 }
 
@@ -167,8 +166,7 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
   const std::string tile = tokens(s.mlp_tile), ltile = tokens(s.loss_tile);
   switch (kind) {
     case TensorKind::Hidden:
-    case TensorKind::OffloadedInput:
-    case TensorKind::PinnedStaging: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), d, c);
+    case TensorKind::OffloadedInput: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), d, c);
     case TensorKind::RowStat: return fmt("%lld x %s x 4 B", B, st.c_str());
     case TensorKind::QLocal:
       return fmt("%lld x %s x %lld heads x %lld x %lld B", B, st.c_str(), (long long)s.H, hd, c);
@@ -274,8 +272,7 @@ const char* kind_shape(TensorKind kind) {
     case TensorKind::HiddenLossTile: return "[tile, d]";
     case TensorKind::TokenIds: return "[B, s] int64";
     case TensorKind::RopeTable: return "[B, s, hd]";
-    case TensorKind::OffloadedInput:
-    case TensorKind::PinnedStaging: return "[B, s, d] host";
+    case TensorKind::OffloadedInput: return "[B, s, d] host";
     default: return "";
   }
 }

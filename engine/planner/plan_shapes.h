@@ -69,8 +69,7 @@ enum class TensorKind : uint8_t {
   OptimizerTemp,   ///< fp32 temporaries of AdamW over the largest shard
   RuntimeOverhead, ///< CUDA context, NCCL, cuBLAS workspace, fragmentation (hardware profile)
   // host
-  OffloadedInput,  ///< [B, s, d] checkpointed block input in the host pool
-  PinnedStaging,   ///< [B, s, d] pinned transfer slot (D2H in forward, H2D prefetch in backward)
+  OffloadedInput,  ///< [B, s, d] checkpointed block input in the host pool (GPU: a pinned slab region)
   Count
 };
 constexpr int kTensorKindCount = static_cast<int>(TensorKind::Count);
@@ -123,7 +122,7 @@ struct PlanShapes {
   int64_t shard_block = 0, shard_embed = 0, shard_head = 0;
   bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: fp32 without FSDP)
   // hardware
-  bool cuda_target = true;  ///< the hardware profile is a GPU (pinned staging exists)
+  bool cuda_target = true;  ///< the hardware profile is a GPU (offload goes through one pinned slab)
   int64_t runtime_overhead = 0;
   int64_t ranks_per_node = 1;
   /// Bytes of one tensor of each kind, filled by make_shapes (the walk's inner loop reads these).

@@ -26,7 +26,7 @@ struct MemoryTerm {
   std::string name;     ///< "checkpointed block inputs"
   int64_t bytes = 0;    ///< per rank
   std::string formula;  ///< "32 layers x 375K tokens x 4096 x 2 B"
-  bool host = false;    ///< lives in host memory (offload, pinned staging)
+  bool host = false;    ///< lives in host memory (offloaded block inputs)
   int64_t count = 1;    ///< how many tensors of this kind are live at the peak (bytes = count x each)
 };
 
@@ -66,7 +66,7 @@ struct MemoryPlan {
   int64_t runtime_overhead_bytes = 0;
   std::string peak_phase;       ///< phase where the peak falls
   int64_t device_capacity = 0;  ///< bytes per device of the hardware profile
-  int64_t host_bytes = 0;       ///< host bytes per node (offload + pinned staging)
+  int64_t host_bytes = 0;       ///< host bytes per node (offloaded block inputs)
   int64_t host_capacity = 0;    ///< host bytes per node
   bool fits_device = false;
   bool fits_host = false;

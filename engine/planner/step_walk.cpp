@@ -46,6 +46,8 @@ class Walker {
     h = -1;
   }
   bool grouped() const { return s_.gathers; }
+  /// Offloaded inputs live in one pinned slab for the whole run (GPU), not one host clone each.
+  bool slab() const { return s_.offload && s_.cuda_target; }
 
   // --- parameters -------------------------------------------------------------------------------
 
@@ -103,9 +105,11 @@ class Walker {
     if (s_.runtime_overhead > 0) a("runtime overhead (CUDA context, NCCL, cuBLAS, fragmentation)", K::RuntimeOverhead, C::Other);
     a("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
     a("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
-    if (s_.offload && s_.cuda_target)
-      m_.alloc("pinned staging slots (D2H, H2D prefetch)", K::PinnedStaging, C::Offloaded,
-               kind_bytes(K::PinnedStaging, s_), 2, /*host=*/true);
+    // GPU: one pinned slab of L-1 block inputs, allocated at the first step and kept (engine/memory/
+    // offload_cuda.cpp); the copies go straight into it, no staging. CPU: one clone per block.
+    if (slab() && s_.L > 1)
+      m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded, kind_bytes(K::OffloadedInput, s_),
+               static_cast<int32_t>(s_.L - 1), /*host=*/true);
   }
 
   // --- the step ------------------------------------------------------------------------------------
@@ -181,6 +185,7 @@ class Walker {
 
   /// Frees block j's offloaded input (its prefetch moved it back to the device).
   void free_host_input(int32_t j) {
+    if (slab()) return;  // the slab region stays; only the device copy is new
     if (ghosted_ && j >= 2 && j <= s_.L - 3) {
       if (m_.shrink(ghost_host_, ghost_host_unit_)) ghost_host_ = -1;
       return;
@@ -206,8 +211,9 @@ class Walker {
     if (s_.ckpt) {
       f(h);
       if (s_.offload && i + 1 < s_.L) {
-        b.host = m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded,
-                          kind_bytes(K::OffloadedInput, s_), 1, /*host=*/true);
+        if (!slab())
+          b.host = m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded,
+                            kind_bytes(K::OffloadedInput, s_), 1, /*host=*/true);
         f(b.input);
       } else {
         m_.retag(b.input, C::SavedActivations,

@@ -89,6 +89,7 @@ class Trainer {
   PhaseRecorder& recorder() { return recorder_; }
   AdamW& optimizer() { return optimizer_; }
   const OffloadStore& offload_store() const { return offload_; }
+  OffloadStore& offload_store() { return offload_; }
   /// Lines worth showing the user (dispatch notes, dataset description), taken once.
   std::vector<std::string> take_notes();
 

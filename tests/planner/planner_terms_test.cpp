@@ -17,7 +17,7 @@ namespace {
 
 /// L=2, d=64, H=4, Hkv=2, hd=16, f=160, V=96, S=2048, fp32, W=2 with FSDP and Ulysses 2,
 /// checkpointing, tiled MLP (32-token tiles) and tiled loss (64-token tiles), on the cpu profile
-/// (no runtime overhead, no pinned staging).
+/// (no runtime overhead; offloaded inputs are host clones, not a pinned slab).
 RunConfig small_config() {
   RunConfig c;
   c.model.flavor = "custom";
@@ -151,8 +151,8 @@ TEST_CASE("small config with offload: two inputs on the device, the rest in the 
   const int64_t D = 1024 * 64 * 4;
   // Backward of block i (1 <= i <= 3): block i's input and block i-1's prefetched input.
   CHECK(cat(plan, PlanCategory::SavedActivations) == 2 * D);
-  // Host: the inputs of blocks 0..2 (the last block's stays on the device); no pinned staging
-  // on the cpu profile. Two ranks per node (world size 2).
+  // Host: the inputs of blocks 0..2 (the last block's stays on the device), one clone each on
+  // the cpu profile. Two ranks per node (world size 2).
   CHECK(term_bytes(plan, "offloaded block inputs") == 3 * D);
   CHECK(plan.host_bytes == 2 * 3 * D);
   CHECK(cat(plan, PlanCategory::Offloaded) == 3 * D);
@@ -162,6 +162,17 @@ TEST_CASE("small config with offload: two inputs on the device, the rest in the 
       CHECK(t.count == 3);
       CHECK(t.formula == "3 x (1 x 1K tokens x 64 x 4 B)");
     }
+
+  // A GPU profile: one pinned slab of the same three inputs, held through every phase of the step
+  // (engine/memory/offload_cuda.cpp allocates it once), with nothing else on the host.
+  cfg.hardware = *find_hardware_profile("h100-sxm");
+  const MemoryPlan on_gpu = plan_memory(cfg);
+  CHECK(term_bytes(on_gpu, "offloaded block inputs") == 3 * D);
+  CHECK(on_gpu.host_bytes == 2 * 3 * D);
+  for (const auto& p : on_gpu.phases) {
+    INFO(p.name);
+    CHECK(p.host_bytes == 3 * D);
+  }
 }
 
 TEST_CASE("no techniques, fp32, one rank: model states are 16 B per parameter and nothing is gathered",
@@ -192,12 +203,11 @@ TEST_CASE("llama3-8b on 8xH100: 15.0 GiB of model states with FSDP, 119.7 unshar
   CHECK(cat(plan, PlanCategory::Params) == 4 * shard);
   CHECK(cat(plan, PlanCategory::Grads) == 4 * shard);
   CHECK(cat(plan, PlanCategory::Optimizer) == 8 * shard);
-  // One block input [1, 384K, 4096] bf16 is exactly 3 GiB; 31 offloaded plus two pinned slots per
-  // rank, eight ranks per node.
+  // One block input [1, 384K, 4096] bf16 is exactly 3 GiB; 31 offloaded into one pinned slab per
+  // rank (no staging: the copies go straight into its regions), eight ranks per node.
   const int64_t D = int64_t{3} << 30;
   CHECK(term_bytes(plan, "offloaded block inputs") == 31 * D);
-  CHECK(term_bytes(plan, "pinned staging slots (D2H, H2D prefetch)") == 2 * D);
-  CHECK(plan.host_bytes == 8 * 33 * D);
+  CHECK(plan.host_bytes == 8 * 31 * D);
   CHECK(plan.fits_host);
 
   RunConfig unsharded = loaded.config;

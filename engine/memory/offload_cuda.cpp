@@ -1,0 +1,122 @@
+// The CUDA offload transport: one pinned slab (kernels::PinnedSlab) holds every offloaded block
+// input, kernels::OffloadEngine moves them on its copy streams. defines: make_cuda_transport
+#include "engine/memory/offload.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "engine/telemetry/memory_tracker.h"
+
+#if defined(ODYSSEY_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/offload_streams.h"
+#include "kernels/pinned_slab.h"
+#endif
+
+namespace odyssey {
+
+#if defined(ODYSSEY_WITH_CUDA)
+namespace {
+
+/// Memory: one exact pinned slab of (n_layers - 1) block inputs, allocated at the first step and
+/// kept (LibTorch's pinned host allocator would round each 1.2 GiB input up to 2 GiB, and pageable
+/// memory would make every copy synchronous). It is charged to the tracker's host pool, category
+/// offloaded, for as long as it exists: the host memory a node must have.
+class CudaTransport final : public OffloadTransport {
+ public:
+  explicit CudaTransport(at::Device device) : device_(device) {}
+  ~CudaTransport() override { drop_slab(); }
+
+  void start_step(int64_t n_layers, int64_t input_bytes) override {
+    if (slab_ && n_layers == n_layers_ && input_bytes == input_bytes_) return;
+    drop_slab();
+    if (n_layers < 2) return;  // nothing is offloaded: the last block's input stays on the device
+    c10::cuda::CUDAGuard guard(device_);
+    kernels::SlabLayout layout;
+    for (int64_t i = 0; i + 1 < n_layers; ++i) layout.add(static_cast<size_t>(input_bytes));
+    try {
+      slab_ = std::make_unique<kernels::PinnedSlab>(std::move(layout));
+    } catch (const kernels::KernelError& e) {
+      throw std::runtime_error("offload: cannot pin host memory for " + std::to_string(n_layers - 1) +
+                               " block inputs of " + std::to_string(input_bytes) + " bytes (" + e.what() +
+                               "); turn memory.offload_activations off or give the node more host memory");
+    }
+    engine_ = std::make_unique<kernels::OffloadEngine>(*slab_, n_layers);
+    n_layers_ = n_layers;
+    input_bytes_ = input_bytes;
+    rank_ = current_rank();
+    charged_ = static_cast<int64_t>(slab_->total_bytes());
+    MemoryTracker::instance().on_alloc(rank_, MemPool::Host, MemCategory::Offloaded, charged_);
+  }
+
+  void offload(int64_t layer, const at::Tensor& x) override {
+    require_engine("offload");
+    const cudaStream_t compute = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+    engine_->offload(layer, x.data_ptr(), x.nbytes(), compute);
+    // The caller frees x next: the caching allocator must not hand its memory out again before
+    // the D2H that reads it has run (instead of making compute wait for the copy).
+    c10::cuda::CUDACachingAllocator::recordStream(
+        x.storage().data_ptr(), c10::cuda::getStreamFromExternal(engine_->d2h_stream(), device_.index()));
+  }
+  void prefetch(int64_t layer, const at::Tensor& slot) override {
+    require_engine("prefetch");
+    engine_->prefetch(layer, slot.data_ptr(), slot.nbytes(), compute_stream());
+  }
+  void acquire(int64_t layer) override {
+    require_engine("acquire");
+    engine_->acquire(layer, compute_stream());
+  }
+  void release(int64_t layer) override {
+    require_engine("release");
+    engine_->release(layer);
+  }
+  void end_step() override {
+    if (!engine_) return;
+    engine_->synchronize();
+    engine_->reset_step();
+  }
+  int64_t host_bytes() const override { return charged_; }
+
+ private:
+  cudaStream_t compute_stream() const { return c10::cuda::getCurrentCUDAStream(device_.index()).stream(); }
+  void require_engine(const char* op) const {
+    if (!engine_) throw std::logic_error(std::string("offload: ") + op + " before start_step sized the pinned slab");
+  }
+  void drop_slab() noexcept {
+    if (engine_) {
+      try {
+        engine_->synchronize();
+      } catch (...) {  // the engine's destructor waits for its streams again
+      }
+    }
+    engine_.reset();
+    slab_.reset();
+    if (charged_ > 0) MemoryTracker::instance().on_alloc(rank_, MemPool::Host, MemCategory::Offloaded, -charged_);
+    charged_ = 0;
+  }
+  at::Device device_;
+  std::unique_ptr<kernels::PinnedSlab> slab_;
+  std::unique_ptr<kernels::OffloadEngine> engine_;
+  int64_t n_layers_ = 0, input_bytes_ = 0, charged_ = 0;
+  int rank_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<OffloadTransport> make_cuda_transport(at::Device device) {
+  return std::make_unique<CudaTransport>(device);
+}
+
+#else
+
+std::unique_ptr<OffloadTransport> make_cuda_transport(at::Device device) {
+  throw std::runtime_error("offload: " + device.str() +
+                           " needs the CUDA kernels (pinned slab, copy streams), which this build does not link");
+}
+
+#endif
+
+}  // namespace odyssey

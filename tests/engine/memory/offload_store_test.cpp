@@ -1,0 +1,111 @@
+// The offload store's protocol without a GPU: the calls a training step makes on its transport
+// (recorded by a fake that moves the bytes as the CPU transport does), and the two device slots'
+// memory call by call, including the misuses the slot rotation refuses. defines: test cases [offload]
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../engine_test_util.h"
+#include "engine/memory/offload.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+/// Moves the bytes with the CPU transport and logs each call: "offload 0", "prefetch 2", ...
+class RecordingTransport final : public OffloadTransport {
+ public:
+  explicit RecordingTransport(std::vector<std::string>* log) : inner_(make_host_clone_transport()), log_(log) {}
+  void start_step(int64_t n_layers, int64_t bytes) override {
+    log_->push_back("start " + std::to_string(n_layers) + " x " + std::to_string(bytes) + " B");
+    inner_->start_step(n_layers, bytes);
+  }
+  void offload(int64_t layer, const at::Tensor& x) override {
+    log_->push_back("offload " + std::to_string(layer));
+    inner_->offload(layer, x);
+  }
+  void prefetch(int64_t layer, const at::Tensor& slot) override {
+    log_->push_back("prefetch " + std::to_string(layer));
+    inner_->prefetch(layer, slot);
+  }
+  void acquire(int64_t layer) override { log_->push_back("acquire " + std::to_string(layer)); }
+  void release(int64_t layer) override { log_->push_back("release " + std::to_string(layer)); }
+  void end_step() override {
+    log_->push_back("end");
+    inner_->end_step();
+  }
+  int64_t host_bytes() const override { return inner_->host_bytes(); }
+
+ private:
+  std::unique_ptr<OffloadTransport> inner_;
+  std::vector<std::string>* log_;
+};
+
+}  // namespace
+
+TEST_CASE("offload: a training step offloads blocks 0..L-2, prefetches each while the block above recomputes, "
+          "releases each after its backward",
+          "[offload]") {
+  RunConfig cfg = tiny_config(/*layers=*/4, /*seq=*/64);
+  cfg.memory.activation_checkpointing = cfg.memory.offload_activations = true;
+  Trainer t(cfg, cpu_rank());
+  std::vector<std::string> log;
+  t.offload_store().set_transport(std::make_unique<RecordingTransport>(&log));
+  t.forward_backward(0);
+  const int64_t input_bytes = 64 * cfg.model.d_model * 4;  // [1, 64, d] fp32
+  const std::vector<std::string> expected{
+      "start 4 x " + std::to_string(input_bytes) + " B",
+      "offload 0", "offload 1", "offload 2",  // forward; block 3's input stays on the device
+      "prefetch 2",                           // block 3 recomputes from its saved input
+      "acquire 2", "prefetch 1", "release 2",  // block 2 from slot 0, block 1 into slot 1
+      "acquire 1", "prefetch 0", "release 1",  // block 0 into slot 0, free since block 2's release
+      "acquire 0", "release 0",
+      "end"};  // Trainer: after the backward
+  CHECK(log == expected);
+  CHECK(t.offload_store().device_bytes() == 0);
+  CHECK(t.offload_store().host_bytes() == 0);
+}
+
+TEST_CASE("offload: the two slots hold exactly the block computing and the one prefetched, and refuse misuse",
+          "[offload]") {
+  OffloadStore store(at::kCPU);
+  store.start_step(4, {1, 8, 16}, at::kFloat);
+  const int64_t D = 8 * 16 * 4;  // one input, fp32
+  std::vector<at::Tensor> inputs;
+  for (int64_t i = 0; i < 3; ++i) {
+    inputs.push_back(at::full({1, 8, 16}, static_cast<double>(i + 1)));
+    store.put(i, inputs.back());
+  }
+  CHECK_THROWS_WITH(store.put(2, at::zeros({1, 4, 16})), Catch::Contains("another shape"));
+  CHECK(store.host_bytes() == 3 * D);
+  CHECK(store.device_bytes() == 0);
+
+  store.prefetch(2);  // block 3 recomputes
+  CHECK(store.device_bytes() == D);
+  CHECK(store.host_bytes() == 2 * D);  // block 2's host copy is freed once on the device
+  const at::Tensor x2 = store.take(2);
+  CHECK(at::equal(x2, inputs[2]));
+  const int64_t x2_version = x2._version();
+  CHECK_THROWS_WITH(store.prefetch(0), Catch::Contains("block 0 needs slot 0, which is in use (block 2)"));
+  store.prefetch(1);
+  CHECK(store.device_bytes() == 2 * D);
+  store.release(2);
+  CHECK(store.device_bytes() == 2 * D);  // slot 0 is kept: block 0 will use it
+  CHECK_THROWS_WITH(store.release(2), Catch::Contains("which is free"));
+  const at::Tensor x1 = store.take(1);
+  CHECK(at::equal(x1, inputs[1]));
+  store.prefetch(0);  // into slot 0, block 2's until its release
+  CHECK(x2._version() == x2_version);  // its own version counter: the refill is no in-place change to it
+  store.release(1);
+  CHECK(store.device_bytes() == D);  // slot 1 freed: no block left for it
+  const at::Tensor x0 = store.take(0);
+  CHECK(at::equal(x0, inputs[0]));
+  store.release(0);
+  CHECK(store.device_bytes() == 0);
+  CHECK(store.host_bytes() == 0);
+  CHECK_THROWS_WITH(store.take(3), Catch::Contains("block 3 was never offloaded"));
+  CHECK(store.total_offloaded() == 3);
+}
