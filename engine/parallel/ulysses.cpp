@@ -1,5 +1,6 @@
 // Ulysses all-to-all (raw and autograd) and plain Ulysses attention.
-// defines: seq_to_heads_into, heads_to_seq_into, seq_to_heads, heads_to_seq, ulysses_attention
+// defines: seq_to_heads_into, seq_to_heads_from_send, heads_to_seq_into, seq_to_heads, heads_to_seq,
+//          ulysses_attention
 #include "engine/parallel/ulysses.h"
 
 #include <cstdint>
@@ -93,12 +94,23 @@ void seq_to_heads_into(at::Tensor& out, const at::Tensor& in, Comm& comm, at::Te
   }
   send = staging(send, {P, B, s, n, hd}, in);
   send.copy_(in5.permute({2, 0, 1, 3, 4}));  // [P(dst head group), B, s, n, hd]
+  seq_to_heads_from_send(out, send, comm, recv);
+}
+
+void seq_to_heads_from_send(at::Tensor& out, const at::Tensor& send, Comm& comm, at::Tensor recv) {
+  const int64_t P = comm.size();
+  require(send.dim() == 5 && send.size(0) == P && send.is_contiguous(),
+          "send must be a contiguous [P, B, s, n, hd] with P = " + std::to_string(P) + ", got " + c10::str(send.sizes()));
+  const int64_t B = send.size(1), s = send.size(2), n = send.size(3), hd = send.size(4);
+  require(out.sizes() == at::IntArrayRef({B, s * P, n, hd}) && out.is_contiguous(),
+          "output must be contiguous [B, S, n, hd] = " + c10::str(at::IntArrayRef({B, s * P, n, hd})) + ", got " +
+              c10::str(out.sizes()));
   if (B == 1) {  // [P(src seq chunk), 1, s, n, hd] is out's own memory layout: receive in place
     at::Tensor out_rows = out.view({P, B, s, n, hd});
     comm.all_to_all(out_rows, send);
     return;
   }
-  recv = staging(recv, {P, B, s, n, hd}, in);
+  recv = staging(recv, {P, B, s, n, hd}, send);
   comm.all_to_all(recv, send);                                       // [P(src seq chunk), B, s, n, hd]
   out.view({B, P, s, n, hd}).copy_(recv.permute({1, 0, 2, 3, 4}));  // [B, P*s = S, n, hd]
 }

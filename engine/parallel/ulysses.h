@@ -1,7 +1,7 @@
 // Ulysses sequence parallelism: the all-to-all between sequence-sharded [B, s, N, hd] and
 // head-sharded [B, S, N/P, hd] layouts (raw, into preallocated buffers, and as autograd Functions)
-// and plain Ulysses attention. defines: seq_to_heads_into, heads_to_seq_into, seq_to_heads,
-//          heads_to_seq, ulysses_attention
+// and plain Ulysses attention. defines: seq_to_heads_into, seq_to_heads_from_send, heads_to_seq_into,
+//          seq_to_heads, heads_to_seq, ulysses_attention
 #pragma once
 
 #include <ATen/ATen.h>
@@ -23,6 +23,9 @@ namespace odyssey {
 /// allocated. With B = 1 the all-to-all receives straight into `out` (no `recv`), so one buffer
 /// may serve as both when B = 1.
 void seq_to_heads_into(at::Tensor& out, const at::Tensor& in, Comm& comm, at::Tensor send = {}, at::Tensor recv = {});
+/// seq_to_heads_into's all-to-all for a caller that filled `send` [P, B, s, n, hd] (contiguous,
+/// destination head group first) itself, e.g. with ops::rope_pack: out [B, S, n, hd] contiguous.
+void seq_to_heads_from_send(at::Tensor& out, const at::Tensor& send, Comm& comm, at::Tensor recv = {});
 /// in [B, S, n, hd] (n heads of this rank, all tokens) -> out [B, s, P*n, hd] (all heads, local
 /// tokens; or a [B, s, P, n, hd] view); the exact inverse of seq_to_heads_into. `out` may be a
 /// strided view (e.g. column blocks of a wider output): it is written by copy_. With B = 1 and a

@@ -4,6 +4,7 @@
 // defines: plan_untied_stages, untied_attention, untied_attention_projected
 #include "engine/parallel/untied_attention.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -15,6 +16,7 @@
 #include <torch/autograd.h>
 #include <torch/custom_class.h>
 
+#include "engine/ops/ops.h"
 #include "engine/parallel/flash_attention.h"
 #include "engine/telemetry/memory_tracker.h"
 
@@ -102,6 +104,39 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& rows, const at::Tensor
   return y;
 }
 
+std::atomic<bool> g_force_rope_pack{false};
+
+/// What RoPE needs inside the Function: the tables for project(), and the global positions [s]
+/// (int64; empty when the caller has none) with theta for ops::rope_pack.
+struct RopeInputs {
+  at::Tensor cos, sin, ids;
+  double theta = 0.0;
+};
+
+/// The projection of x onto `rows` [m = P*n, hd, d] (+ per-head norm, + RoPE when `rope`) moved
+/// to the head layout `dst` [B, S, n, hd] through the all-to-all staging `send`/`recv` ([P, B, s,
+/// n, hd] views; undefined when P = 1). With rope_pack (untied_rope_pack), ops::rope_pack rotates
+/// the projection straight into the send buffer (P = 1: into dst itself). Memory: no rotated
+/// [B, s, m, hd] copy and no permute copy; the planner's GPU profile counts it so.
+void project_to_heads(at::Tensor& dst, const at::Tensor& x, const at::Tensor& rows, const at::Tensor& norm,
+                      double eps, const RopeInputs& r, bool rope, Comm& comm, const at::Tensor& send,
+                      const at::Tensor& recv) {
+  if (!(rope && r.ids.numel() > 0 && untied_rope_pack(x))) {
+    seq_to_heads_into(dst, project(x, rows, norm, eps, r.cos, r.sin, rope), comm, send, recv);
+    return;
+  }
+  const int64_t P = comm.size(), B = x.size(0), s = x.size(1), m = rows.size(0), hd = rows.size(1);
+  at::Tensor lin = project(x, rows, norm, eps, r.cos, r.sin, /*rope=*/false);  // [B, s, m, hd]
+  // The rows are already in send order (destination rank j's heads j*m/P ..): stage head i is
+  // projection head i, so the pack is the identity map from heads to (rank, slot).
+  const ops::RopeStage stage{/*ranks=*/P, /*stage_heads=*/m, /*head_begin=*/0, /*head_stride=*/1, /*head_repeat=*/1};
+  const at::Tensor positions = r.ids.unsqueeze(0).expand({B, s});  // [B, s] global positions
+  at::Tensor packed = P > 1 ? send : dst.view({1, B, s, m, hd});   // [P, B, s, m/P, hd]
+  ops::rope_pack_out(packed, lin, positions, r.theta, stage);
+  lin.reset();  // memory: the projection is dead once packed
+  if (P > 1) seq_to_heads_from_send(dst, packed, comm, recv);
+}
+
 /// A flat buffer's first elements viewed as `shape` (contiguous): stage buffers are allocated
 /// once at their largest size and every stage views the part it needs.
 at::Tensor view_prefix(const at::Tensor& flat, at::IntArrayRef shape) {
@@ -114,6 +149,7 @@ struct UntiedState : torch::CustomClassHolder {
   UntiedStagePlan plan;
   Comm* comm = nullptr;
   double eps = 0.0;
+  double theta = 0.0;  ///< RoPE base, for ops::rope_pack
   std::vector<FlashResult> stages;  ///< out left undefined: rebuilt from the saved output
 };
 
@@ -122,12 +158,15 @@ struct UntiedState : torch::CustomClassHolder {
 struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk,
                             const at::Tensor& wv, const at::Tensor& wo, const at::Tensor& q_norm,
-                            const at::Tensor& k_norm, const at::Tensor& cos, const at::Tensor& sin, Comm* comm, int64_t n_heads,
-                            int64_t n_kv_heads, int64_t head_dim, int64_t heads_per_stage, double eps) {
+                            const at::Tensor& k_norm, const at::Tensor& cos, const at::Tensor& sin,
+                            const at::Tensor& position_ids, Comm* comm, int64_t n_heads, int64_t n_kv_heads,
+                            int64_t head_dim, int64_t heads_per_stage, double eps, double theta) {
     auto state = c10::make_intrusive<UntiedState>();
     state->plan = plan_untied_stages(n_heads, n_kv_heads, head_dim, comm->size(), heads_per_stage);
     state->comm = comm;
     state->eps = eps;
+    state->theta = theta;
+    const RopeInputs rope{cos, sin, position_ids, theta};
     const UntiedStagePlan& p = state->plan;
     const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
     const at::Tensor wq3 = wq.view({p.H, hd, d}), wk3 = wk.view({p.Hkv, hd, d}), wv3 = wv.view({p.Hkv, hd, d});
@@ -151,19 +190,15 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
 
     for (int64_t t = 0; t < p.stages; ++t) {
       const int64_t n = p.kv_count[t];
-      {
-        at::Tensor q_loc = project(x, wq3.index_select(0, q_head_index_on(p, t, x.device())), qn, eps, cos, sin,
-                                   /*rope=*/true);  // [B, s, P*k, hd]
-        seq_to_heads_into(q_h, q_loc, *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
-                          view_prefix(recv, {p.P, B, s, p.k, hd}));  // [B, S, k, hd]
-      }
+      project_to_heads(q_h, x, wq3.index_select(0, q_head_index_on(p, t, x.device())), qn, eps, rope, /*rope=*/true,
+                       *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
+                       view_prefix(recv, {p.P, B, s, p.k, hd}));  // [B, S, k, hd]
       if (p.kv_new[t]) {  // a KV range is projected and sent once, reused by the stages sharing it
         const at::Tensor idx = kv_head_index_on(p, p.kv_first[t], n, x.device());
         k_h = view_prefix(k_flat, {B, S, n, hd});
         v_h = view_prefix(v_flat, {B, S, n, hd});
-        at::Tensor k_loc = project(x, wk3.index_select(0, idx), kn, eps, cos, sin, true);  // [B, s, P*n, hd]
-        seq_to_heads_into(k_h, k_loc, *comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
-        k_loc.reset();
+        project_to_heads(k_h, x, wk3.index_select(0, idx), kn, eps, rope, /*rope=*/true, *comm,
+                         view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
         at::Tensor v_loc = project(x, wv3.index_select(0, idx), {}, eps, cos, sin, false);  // [B, s, P*n, hd]
         seq_to_heads_into(v_h, v_loc, *comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
       }
@@ -178,7 +213,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       heads_to_seq_into(o_cols, o_h, *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
                         view_prefix(recv, {p.P, B, s, p.k, hd}));
     }
-    ctx->save_for_backward({x, wq, wk, wv, wo, q_norm, k_norm, cos, sin, out});
+    ctx->save_for_backward({x, wq, wk, wv, wo, q_norm, k_norm, cos, sin, out, position_ids});
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     // With wo (non-empty) the output projection is part of the Function: backward then builds each
     // stage's slice of d o from dh and never holds the whole [B, s, H*hd] d o (memory: one [s, d]).
@@ -192,6 +227,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &wq = saved[1], &wk = saved[2], &wv = saved[3], &cos = saved[7],
                      &sin = saved[8], &out = saved[9];
+    const RopeInputs rope{cos, sin, saved[10], state->theta};
     const at::Tensor wo = saved[4].numel() ? saved[4] : at::Tensor();      // empty = not projected
     const at::Tensor q_norm = saved[5].numel() ? saved[5] : at::Tensor();  // empty = no QK-norm
     const at::Tensor k_norm = saved[6].numel() ? saved[6] : at::Tensor();
@@ -282,7 +318,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
         v_rows = wv3.index_select(0, kv_idx);
         k_h = view_prefix(k_flat, {B, S, n, hd});
         v_h = view_prefix(v_flat, {B, S, n, hd});
-        seq_to_heads_into(k_h, project(x, k_rows, k_norm, state->eps, cos, sin, true), comm, kv_send, kv_recv);
+        project_to_heads(k_h, x, k_rows, k_norm, state->eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
         seq_to_heads_into(v_h, project(x, v_rows, {}, state->eps, cos, sin, false), comm, kv_send, kv_recv);
         const bool one_stage = t + 1 == p.stages || p.kv_new[t + 1];
         kv_direct = one_stage && !kv_slot_index(p, t);
@@ -297,8 +333,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       }
       const at::Tensor q_idx = q_head_index_on(p, t, x.device());
       const at::Tensor q_rows = wq3.index_select(0, q_idx);  // [P*k, hd, d]
-      seq_to_heads_into(q_h, project(x, q_rows, q_norm, state->eps, cos, sin, true), comm, stage_send,
-                        stage_recv);                                                          // [B, S, k, hd]
+      project_to_heads(q_h, x, q_rows, q_norm, state->eps, rope, /*rope=*/true, comm, stage_send,
+                       stage_recv);                                                           // [B, S, k, hd]
       seq_to_heads_into(o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);    // saved output
       seq_to_heads_into(do_h, stage_grad(t), comm, stage_send, stage_recv);                  // its gradient
       at::Tensor dq_loc = view_prefix(loc_flat, {B, s, p.P * p.k, hd});
@@ -340,9 +376,12 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     auto cast = [](const at::Tensor& g, const at::Tensor& like) {
       return g.defined() ? g.view(like.sizes()).to(like.scalar_type()) : at::Tensor();
     };
-    return {cast(dx, x),       cast(dwq, wq),  cast(dwk, wk), cast(dwv, wv), dwo,          cast(dqn, q_norm),
-            cast(dkn, k_norm), at::Tensor(),   at::Tensor(),  at::Tensor(),  at::Tensor(), at::Tensor(),
-            at::Tensor(),      at::Tensor(),   at::Tensor()};
+    // One entry per forward argument: x, the 4 weights, the 2 norms, then no gradient for cos,
+    // sin, positions, comm, the 4 shape integers, eps and theta.
+    variable_list grads_out{cast(dx, x), cast(dwq, wq), cast(dwk, wk), cast(dwv, wv), dwo, cast(dqn, q_norm),
+                            cast(dkn, k_norm)};
+    grads_out.resize(grads_out.size() + 10);
+    return grads_out;
   }
 };
 
@@ -394,13 +433,18 @@ at::Tensor apply_untied(const at::Tensor& x, const AttentionWeights& w, bool pro
     throw std::invalid_argument("untied_attention_projected: the output projection weight wo is missing");
   // Absent tensors travel as empty ones: autograd Functions reject undefined tensor inputs.
   const at::Tensor none = at::empty({0}, x.options());
+  const at::Tensor ids = pos.ids.defined() ? pos.ids : at::empty({0}, x.options().dtype(at::kLong));
   return UntiedAttentionFunction::apply(x.contiguous(), w.wq, w.wk, w.wv, project ? w.wo : none,
                                         model.qk_norm ? w.q_norm : none, model.qk_norm ? w.k_norm : none, pos.cos,
-                                        pos.sin, ctx.sp.get(), model.n_heads, model.n_kv_heads, model.head_dim,
-                                        memory.heads_per_stage, model.norm_eps);
+                                        pos.sin, ids, ctx.sp.get(), model.n_heads, model.n_kv_heads, model.head_dim,
+                                        memory.heads_per_stage, model.norm_eps, model.rope_theta);
 }
 
 }  // namespace
+
+bool untied_rope_pack(const at::Tensor& x) { return ops::uses_cuda_kernel(x) || g_force_rope_pack.load(); }
+
+void force_untied_rope_pack(bool on) { g_force_rope_pack.store(on); }
 
 at::Tensor untied_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
                             const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {

@@ -1,6 +1,7 @@
 // Untied Ulysses: attention in stages of heads_per_stage query heads (heads_per_stage/P per rank),
 // one custom autograd Function whose workspace is one stage's buffers instead of all local heads.
-// defines: UntiedStagePlan, plan_untied_stages, untied_attention, untied_attention_projected
+// defines: UntiedStagePlan, plan_untied_stages, untied_attention, untied_attention_projected,
+//          untied_rope_pack, force_untied_rope_pack
 #pragma once
 
 #include <vector>
@@ -57,5 +58,11 @@ at::Tensor untied_attention(const at::Tensor& x, const AttentionWeights& w, cons
 /// std::move).
 at::Tensor untied_attention_projected(at::Tensor x, const AttentionWeights& w, const Positions& pos,
                                       const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory);
+
+/// Whether Q and K reach the head layout through ops::rope_pack (RoPE written straight into the
+/// all-to-all send buffer): on CUDA tensors with the kernels linked; `force_untied_rope_pack(true)`
+/// takes that path on CPU tensors too (LibTorch's rope_pack), so tests cover it without a GPU.
+bool untied_rope_pack(const at::Tensor& x);
+void force_untied_rope_pack(bool on);
 
 }  // namespace odyssey

@@ -43,6 +43,27 @@ int BlockHalves::all_to_all(int& x, K from, K to, const char* recv_name, bool dr
   return recv;
 }
 
+/// RoPE of an Untied stage's Q or K projection (engine: project_to_heads). cpu profile: RoPE's
+/// temporaries and a rotated copy. GPU profile: none, ops::rope_pack rotates while it packs the
+/// send buffer (stage_to_heads).
+int BlockHalves::stage_rope(int& x, K local) {
+  return s_.cuda_target ? x : rope(x, local, C::AttentionWorkspace);
+}
+
+/// The all-to-all of an Untied stage's projection to the head layout. cpu profile, and v on any
+/// profile: a permute copy into the send buffer, exchanged while the projection lives. GPU profile
+/// with RoPE (`packed`): ops::rope_pack writes the send buffer and the projection dies before the
+/// exchange. P = 1: the projection stands for the head-layout buffer.
+int BlockHalves::stage_to_heads(int& x, K local, K head, const char* recv_name, bool packed) {
+  if (s_.P == 1) return x;
+  if (!(packed && s_.cuda_target)) return all_to_all(x, local, head, recv_name);
+  int send = a("all-to-all send buffer", local, C::CommBuffers);
+  f(x);
+  const int recv = a(recv_name, head, C::CommBuffers);
+  f(send);
+  return recv;
+}
+
 /// rmsnorm -> q/k/v -> [qk-norm] -> RoPE -> [replicate KV] -> all-to-all -> SDPA -> all-to-all
 /// -> o_proj -> residual. Returns h; with grad, fills `sv` with what autograd keeps.
 int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
@@ -139,13 +160,13 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
   sv.lse = a("per-stage log-sum-exp", K::Lse, C::AttentionWorkspace);
   {  // one stage: K/V of its GQA group, then Q, attention, output all-to-all
     int ks = a("stage k projection", K::KvStageLocal, C::AttentionWorkspace);
-    ks = rope(ks, K::KvStageLocal, C::AttentionWorkspace);
+    ks = stage_rope(ks, K::KvStageLocal);
     int vs = a("stage v projection", K::KvStageLocal, C::AttentionWorkspace);
-    int kh = s_.P > 1 ? all_to_all(ks, K::KvStageLocal, K::KvStageHead, "stage k (head layout)") : ks;
-    int vh = s_.P > 1 ? all_to_all(vs, K::KvStageLocal, K::KvStageHead, "stage v (head layout)") : vs;
+    int kh = stage_to_heads(ks, K::KvStageLocal, K::KvStageHead, "stage k (head layout)", /*packed=*/true);
+    int vh = stage_to_heads(vs, K::KvStageLocal, K::KvStageHead, "stage v (head layout)", /*packed=*/false);
     int qs = a("stage q projection", K::QStageLocal, C::AttentionWorkspace);
-    qs = rope(qs, K::QStageLocal, C::AttentionWorkspace);
-    int qh = s_.P > 1 ? all_to_all(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)") : qs;
+    qs = stage_rope(qs, K::QStageLocal);
+    int qh = stage_to_heads(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)", /*packed=*/true);
     int ke = -1, ve = -1;
     repeated_stage_kv(ke, ve);
     int oh = a("stage attention output", K::QStageHead, C::AttentionWorkspace);
@@ -262,15 +283,15 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
   const int dn1 = a("attention input gradient accumulator", K::Hidden, C::AttentionWorkspace);
   {  // one stage (the first of its GQA group: it also recomputes and accumulates K/V)
     int ks = a("stage k projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
-    ks = rope(ks, K::KvStageLocal, C::AttentionWorkspace);
+    ks = stage_rope(ks, K::KvStageLocal);
     int vs = a("stage v projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
-    int kh = s_.P > 1 ? all_to_all(ks, K::KvStageLocal, K::KvStageHead, "stage k (head layout)") : ks;
-    int vh = s_.P > 1 ? all_to_all(vs, K::KvStageLocal, K::KvStageHead, "stage v (head layout)") : vs;
+    int kh = stage_to_heads(ks, K::KvStageLocal, K::KvStageHead, "stage k (head layout)", /*packed=*/true);
+    int vh = stage_to_heads(vs, K::KvStageLocal, K::KvStageHead, "stage v (head layout)", /*packed=*/false);
     int dk_acc = a("stage dk accumulator (GQA group)", K::KvStageHead, C::AttentionWorkspace);
     int dv_acc = a("stage dv accumulator (GQA group)", K::KvStageHead, C::AttentionWorkspace);
     int qs = a("stage q projection (recomputed)", K::QStageLocal, C::AttentionWorkspace);
-    qs = rope(qs, K::QStageLocal, C::AttentionWorkspace);
-    int qh = s_.P > 1 ? all_to_all(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)") : qs;
+    qs = stage_rope(qs, K::QStageLocal);
+    int qh = stage_to_heads(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)", /*packed=*/true);
     int o_slice = -1, oh = -1, doh = -1;
     if (s_.P > 1) {
       o_slice = a("stage output slice (contiguous)", K::QStageLocal, C::AttentionWorkspace);

@@ -48,6 +48,8 @@ class BlockHalves {
   int rope(int& x, TensorKind kind, PlanCategory cat);
   int rope_backward(int& dx, TensorKind kind, PlanCategory cat);
   int all_to_all(int& x, TensorKind from, TensorKind to, const char* recv_name, bool drop_input = true);
+  int stage_rope(int& x, TensorKind local);
+  int stage_to_heads(int& x, TensorKind local, TensorKind head, const char* recv_name, bool packed);
   int untied_forward(bool grad, AttnSaved& sv);
   int standard_backward(int dh, AttnSaved& sv);
   int projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv);

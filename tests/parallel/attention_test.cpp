@@ -304,3 +304,36 @@ TEST_CASE("ulysses and untied with batch 1 (all-to-all straight into the output)
     }
   }
 }
+
+namespace {
+
+/// Makes the Untied Function take the GPU path (ops::rope_pack into the send buffers) on CPU tensors
+/// for the scope: LibTorch's rope_pack does there what the CUDA kernel does on a GPU.
+struct ForcedRopePack {
+  ForcedRopePack() { force_untied_rope_pack(true); }
+  ~ForcedRopePack() { force_untied_rope_pack(false); }
+  ForcedRopePack(const ForcedRopePack&) = delete;
+  ForcedRopePack& operator=(const ForcedRopePack&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("untied ulysses through rope_pack (RoPE written into the send buffers, the GPU path) equals the reference",
+          "[ulysses][untied][equivalence]") {
+  const ForcedRopePack forced;
+  REQUIRE(untied_rope_pack(at::empty({1})));
+  // Every degree, head layout (QK-norm, KV replicated below P) and stage size, with and without the
+  // fused output projection; then batch 1, where the all-to-all receives into the output itself.
+  check_untied_every_stage_size(/*project=*/false, {});
+  check_untied_every_stage_size(/*project=*/true, {{"straddling groups", 12, 4, false}});
+  for (int P : {2, 4}) {
+    const Problem p = make_problem(8, P / 2, /*qk_norm=*/true, /*B=*/1);
+    const Grads want = reference(p);
+    MemoryConfig memory;
+    memory.untied_ulysses = true;
+    memory.heads_per_stage = P;
+    const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
+                                            const RankContext& ctx) { return untied_attention(x, w, pos, p.model, ctx, memory); });
+    require_equivalent(got, want, "rope_pack, B = 1, P = " + std::to_string(P), tolerance(p));
+  }
+}

@@ -36,14 +36,17 @@ TEST_CASE("cuda: every technique together equals the plain run (fp32)", "[.cuda]
   all.memory.tiled_mlp = all.memory.tiled_loss = true;
   Trainer a(plain, cuda_rank()), b(all, cuda_rank());
   const double la = a.forward_backward(0), lb = b.forward_backward(0);
-  CHECK(std::abs(la - lb) <= 1e-5 * std::abs(la));
+  // The same sums in other orders (cuBLAS split-K, the fused loss's online log-sum-exp, atomics in
+  // the attention backward): the reordering bounds of engine_test_util.h hold for any order, as
+  // long as fp32 matmuls stay fp32 (LibTorch's default: TF32 off for matmuls).
+  CHECK(std::abs(la - lb) <= loss_tolerance(plain, 1) * std::abs(la));
   std::vector<at::Tensor> ga, gb;
   for (auto* g : a.model().groups()) ga.push_back(g->grad().cpu());
   for (auto* g : b.model().groups()) gb.push_back(g->grad().cpu());
   std::string worst;
   const double diff = per_param_max_relative_diff(a, gb, ga, &worst);
   INFO("worst gradient " << worst << ": " << diff);
-  CHECK(diff <= 1e-4);  // CUDA reductions are not bitwise-ordered like the CPU's
+  CHECK(diff <= gradient_tolerance(plain, 1));
   CHECK(b.offload_store().total_offloaded() == plain.model.n_layers - 1);
 }
 
