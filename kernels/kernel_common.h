@@ -1,6 +1,6 @@
 // Shared vocabulary of the CUDA kernels and their CPU references: element types, errors, bf16
 // conversion on the host, and the CUDA error check. Plain C++ (g++ and nvcc); no LibTorch.
-// defines: KernelDtype, dtype_bytes, bf16_bits_to_float, float_to_bf16_bits,
+// defines: to_string(KernelDtype), bf16_bits_to_float, float_to_bf16_bits,
 //          load_element, store_element, check_cuda, ODYSSEY_CUDA_CHECK, ODYSSEY_HD
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/kernel_error.h"
+#include "kernels/kernel_host.h"
 
 #if defined(__CUDACC__)
 #define ODYSSEY_HD __host__ __device__
@@ -20,14 +20,7 @@
 
 namespace odyssey::kernels {
 
-/// Element type of a kernel's floating-point tensors. Accumulation is always fp32 on the GPU
-/// (fp64 in the CPU references).
-enum class KernelDtype { F32, BF16 };
-
 const char* to_string(KernelDtype dtype);
-
-/// Bytes per element: 4 for F32, 2 for BF16.
-inline size_t dtype_bytes(KernelDtype dtype) { return dtype == KernelDtype::F32 ? 4 : 2; }
 
 /// Throws KernelError("<what>: <cuda error text> (<file>:<line>)") when `status` is not success.
 void check_cuda(cudaError_t status, const char* what, const char* file, int line);

@@ -1,13 +1,13 @@
 // Fused tiled linear + cross-entropy (LM head + loss + its gradients) on the GPU
 // (linear_cross_entropy.cu), its tile plan (linear_cross_entropy_plan.cpp) and an fp64 CPU reference
 // (linear_cross_entropy_reference.cpp). Never holds more than one [seq_tile, vocab_tile] fp32 tile.
-// defines: LinearCrossEntropyShape, LceTilePlan, plan_linear_cross_entropy, linear_cross_entropy,
-//          linear_cross_entropy_reference, MaxSum, merge_max_sum, ce_grad, kIgnoreIndex
+// defines: linear_cross_entropy, linear_cross_entropy_reference, MaxSum, merge_max_sum, ce_grad, kIgnoreIndex
 #pragma once
 
 #include <cmath>
 
 #include "kernels/kernel_common.h"
+#include "kernels/linear_cross_entropy_plan.h"
 
 struct cublasContext;  // cublasHandle_t is cublasContext*
 
@@ -15,40 +15,6 @@ namespace odyssey::kernels {
 
 /// Labels equal to this contribute no loss and no gradient (PyTorch's ignore_index).
 constexpr int64_t kIgnoreIndex = -100;
-
-/// hidden [tokens, dim], weight [vocab, dim], labels [tokens]. Tiles of 0 pick the defaults
-/// (min(tokens, 8192) and min(vocab, 8192): a 256 MiB fp32 logits tile).
-struct LinearCrossEntropyShape {
-  int64_t tokens = 0;
-  int64_t dim = 0;
-  int64_t vocab = 0;
-  int64_t seq_tile = 0;
-  int64_t vocab_tile = 0;
-};
-
-/// Tile counts and the byte layout of the workspace (offsets 256-byte aligned). Host arithmetic.
-struct LceTilePlan {
-  int64_t seq_tile = 0, vocab_tile = 0;
-  int64_t n_seq_tiles = 0, n_vocab_tiles = 0;
-  size_t logits_offset = 0;       ///< fp32 [seq_tile, vocab_tile]: one logits tile
-  size_t grad_offset = 0;         ///< dtype [seq_tile, vocab_tile]: the tile's dlogits (aliases logits for fp32)
-  size_t row_max_offset = 0;      ///< fp32 [seq_tile]: running max, then the row's log-sum-exp
-  size_t row_sum_offset = 0;      ///< fp32 [seq_tile]: running sum of exp(logit - max)
-  size_t target_offset = 0;       ///< fp32 [seq_tile]: the label's logit
-  size_t dhidden_acc_offset = 0;  ///< fp32 [seq_tile, dim]: dhidden accumulator (bf16 only; fp32 writes in place)
-  size_t bytes = 0;               ///< total workspace
-};
-
-/// Checks the shape (throws KernelError naming the field) and lays out the workspace.
-LceTilePlan plan_linear_cross_entropy(KernelDtype dtype, const LinearCrossEntropyShape& shape);
-
-/// Most elements one logits tile may hold: cuBLAS takes int dimensions and leading dimensions.
-constexpr int64_t kMaxLceTileElements = 0x7fffffff;
-
-/// The widest tiling of the same problem that the plan accepts: whole vocabulary rows (vocab_tile
-/// = vocab) in as many tokens as kMaxLceTileElements allows. The benchmark's "untiled" comparator:
-/// a [32768, 128256] tile itself has 4.2e9 elements, past int.
-LinearCrossEntropyShape widest_vocab_tiles(int64_t tokens, int64_t dim, int64_t vocab);
 
 /// loss[t] = logsumexp_v(h_t . w_v) - h_t . w_label(t)  (0 where the label is kIgnoreIndex),
 /// dhidden = grad_scale * (softmax - onehot) @ weight        (overwritten, dtype; nullptr skips it)

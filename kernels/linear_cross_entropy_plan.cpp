@@ -1,14 +1,15 @@
 // Tile plan of the fused linear + cross-entropy: shape checks, default tiles and the workspace
 // layout. Host arithmetic only, so kernel_tests checks it without a GPU.
-// defines: plan_linear_cross_entropy
+// defines: plan_linear_cross_entropy, widest_vocab_tiles, largest_lce_seq_tile
 #include <algorithm>
 
-#include "kernels/linear_cross_entropy.h"
+#include "kernels/linear_cross_entropy_plan.h"
+
+#include <string>
 
 namespace odyssey::kernels {
 namespace {
 
-constexpr int64_t kDefaultTile = 8192;
 constexpr size_t kAlign = 256;
 
 size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -24,6 +25,11 @@ LinearCrossEntropyShape widest_vocab_tiles(int64_t tokens, int64_t dim, int64_t 
                                  vocab};
 }
 
+int64_t largest_lce_seq_tile(int64_t vocab, int64_t vocab_tile) {
+  const int64_t columns = std::max<int64_t>(1, std::min(vocab_tile > 0 ? vocab_tile : kLceDefaultTile, vocab));
+  return std::max<int64_t>(1, kMaxLceTileElements / columns);
+}
+
 LceTilePlan plan_linear_cross_entropy(KernelDtype dtype, const LinearCrossEntropyShape& s) {
   const std::string where = "linear_cross_entropy: ";
   require(s.tokens > 0 && s.dim > 0 && s.vocab > 0, where + field("tokens", s.tokens) + ", " + field("dim", s.dim) +
@@ -34,8 +40,8 @@ LceTilePlan plan_linear_cross_entropy(KernelDtype dtype, const LinearCrossEntrop
   require(s.dim <= kIntMax && s.vocab <= kIntMax, where + field("dim", s.dim) + ", " + field("vocab", s.vocab) +
                                                       " must fit cuBLAS's int dimensions");
   LceTilePlan plan;
-  plan.seq_tile = std::min(s.seq_tile > 0 ? s.seq_tile : kDefaultTile, s.tokens);
-  plan.vocab_tile = std::min(s.vocab_tile > 0 ? s.vocab_tile : kDefaultTile, s.vocab);
+  plan.seq_tile = std::min(s.seq_tile > 0 ? s.seq_tile : kLceDefaultTile, s.tokens);
+  plan.vocab_tile = std::min(s.vocab_tile > 0 ? s.vocab_tile : kLceDefaultTile, s.vocab);
   require(plan.seq_tile * plan.vocab_tile <= kIntMax && plan.seq_tile * s.dim <= (int64_t{1} << 40),
           where + "tile " + std::to_string(plan.seq_tile) + " x " + std::to_string(plan.vocab_tile) +
               " is too large; pick smaller seq_tile/vocab_tile");

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/kernel_error.h"
+#include "kernels/kernel_host.h"
 
 namespace odyssey::kernels {
 

@@ -10,6 +10,7 @@
 #include "engine/model/layers.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "kernels/linear_cross_entropy_plan.h"
 
 namespace odyssey {
 
@@ -46,17 +47,19 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
   const int64_t s = normed.size(1), V = head.size(0);
   LossOutputs out;
   out.loss = at::zeros({}, normed.options().dtype(at::kFloat));                // scalar
-  out.dx = at::empty_like(normed);                                             // [B, s, d]
   out.d_head = at::zeros(head.sizes(), head.options().dtype(at::kFloat));      // [V, d] fp32
   if (normed.is_cuda() && ops::cuda_kernels_linked()) {
     // The fused kernel (kernels/linear_cross_entropy.cu): the logits exist one fp32
     // [B*tile, 8192] tile at a time inside it, never as an fp32 copy of a [tile, V] tile, and the
-    // head gradient accumulates straight into d_head. Tiles of B*tile_tokens tokens, as below.
+    // head gradient accumulates straight into d_head. Tiles of B*tile_tokens tokens, as below,
+    // within the kernel's int limit; its workspace is what the planner's GPU profile charges
+    // (kernels/linear_cross_entropy_plan.h).
     const int64_t B = normed.size(0), d = normed.size(2);
     const at::Tensor h = normed.reshape({B * s, d});  // [T, d]
     // The labels were checked against the vocabulary when the data was read: no host sync here.
     const ops::LinearCrossEntropyResult r = ops::linear_cross_entropy(
-        h, head, labels.reshape(-1), scale, &out.d_head, /*compute_dhidden=*/true, B * tile_tokens, 0, /*check_labels=*/false);
+        h, head, labels.reshape(-1), scale, &out.d_head, /*compute_dhidden=*/true, kernels::fused_loss_seq_tile(B, tile_tokens, V),
+        /*vocab_tile=*/0, /*check_labels=*/false);
     out.loss = r.loss.sum() * scale;     // scalar fp32
     out.dx = r.dhidden.view_as(normed);  // [B, s, d], already scaled
     if (answer_mask.defined() && stats != nullptr) {
@@ -69,6 +72,7 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
     }
     return out;
   }
+  out.dx = at::empty_like(normed);  // [B, s, d]
   at::Tensor head_leaf = head.detach().requires_grad_(true);
   for (int64_t off = 0; off < s; off += tile_tokens) {
     const int64_t n = std::min(tile_tokens, s - off);

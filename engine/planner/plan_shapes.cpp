@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "engine/config/sizes.h"
+#include "kernels/linear_cross_entropy_plan.h"
 
 namespace odyssey::planner_detail {
 
@@ -133,6 +134,19 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::LogitsTile, sat_product({s.loss_tile, s.V, c}));
   set(TensorKind::LogitsTile32, sat_product({s.loss_tile, s.V, 4}));
   set(TensorKind::HiddenLossTile, sat_product({s.loss_tile, s.d, c}));
+  // The kernel's own plan of its workspace (one fp32 logits tile, its bf16 gradient, row statistics
+  // and, in bf16, an fp32 dhidden accumulator), for the tile the engine gives it. A shape the
+  // kernel refuses is beyond range (the GPU run would refuse it too).
+  try {
+    const kernels::LceTilePlan lce = kernels::plan_linear_cross_entropy(
+        c == 4 ? kernels::KernelDtype::F32 : kernels::KernelDtype::BF16,
+        kernels::LinearCrossEntropyShape{s.t, s.d, s.V, kernels::fused_loss_seq_tile(s.B, s.loss_tile, s.V), 0});
+    s.fused_seq_tile = lce.seq_tile;
+    s.fused_vocab_tile = lce.vocab_tile;
+    set(TensorKind::FusedLossWorkspace, static_cast<int64_t>(lce.bytes));
+  } catch (const kernels::KernelError&) {
+    set(TensorKind::FusedLossWorkspace, kPlanBytesLimit);
+  }
   set(TensorKind::TokenIds, sat_product({s.t, 8}));
   set(TensorKind::RopeTable, sat_product({s.t, s.hd, c}));
   const int64_t shard_elems = sat_add(sat_mul(s.L, s.shard_block), s.shard_embed + s.shard_head);
@@ -209,6 +223,10 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::LogitsTile: return fmt("%s x %lld vocab x %lld B", ltile.c_str(), (long long)s.V, c);
     case TensorKind::LogitsTile32: return fmt("%s x %lld vocab x 4 B", ltile.c_str(), (long long)s.V);
     case TensorKind::HiddenLossTile: return fmt("%s x %lld x %lld B", ltile.c_str(), d, c);
+    case TensorKind::FusedLossWorkspace:
+      return fmt("%s x %lld vocab fp32 logits tile%s + 3 x %s fp32 row stats%s", tokens(s.fused_seq_tile).c_str(),
+                 (long long)s.fused_vocab_tile, c != 4 ? " + its bf16 gradient" : "",
+                 tokens(s.fused_seq_tile).c_str(), c != 4 ? fmt(" + %s x %lld fp32 dhidden", tokens(s.fused_seq_tile).c_str(), d).c_str() : "");
     case TensorKind::TokenIds: return fmt("%lld x %s x 8 B", B, st.c_str());
     case TensorKind::RopeTable: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), hd, c);
     case TensorKind::MasterShards:
@@ -270,6 +288,7 @@ const char* kind_shape(TensorKind kind) {
     case TensorKind::LogitsTile: return "[tile, V]";
     case TensorKind::LogitsTile32: return "[tile, V] fp32";
     case TensorKind::HiddenLossTile: return "[tile, d]";
+    case TensorKind::FusedLossWorkspace: return "[seq tile, vocab tile] fp32 + row stats";
     case TensorKind::TokenIds: return "[B, s] int64";
     case TensorKind::RopeTable: return "[B, s, hd]";
     case TensorKind::OffloadedInput: return "[B, s, d] host";

@@ -45,6 +45,7 @@ enum class TensorKind : uint8_t {
   LogitsTile,      ///< [loss_tile, V] compute dtype
   LogitsTile32,    ///< [loss_tile, V] fp32
   HiddenLossTile,  ///< [loss_tile, d]
+  FusedLossWorkspace,  ///< the fused linear + cross-entropy kernel's workspace (GPU profiles)
   // step inputs
   TokenIds,        ///< [B, s] int64 (token ids, labels, positions)
   RopeTable,       ///< [B, s, hd] cos or sin in the compute dtype
@@ -116,6 +117,7 @@ struct PlanShapes {
   int64_t stages = 1;    ///< hq / hs
   int64_t khs = 0;       ///< KV heads per rank per stage
   int64_t mlp_tile = 0, mlp_tiles = 1, loss_tile = 0, loss_tiles = 1;
+  int64_t fused_seq_tile = 0, fused_vocab_tile = 0;  ///< the fused loss kernel's tiles (GPU profiles)
   int64_t cpu_q_block = 0, cpu_kv_block = 0;  ///< the CPU flash kernel's blocks for a query length S
   // parameters per group and their shards (elements)
   int64_t n_block = 0, n_embed = 0, n_head = 0, n_attn = 0, n_mlp = 0;

@@ -79,7 +79,11 @@ class Walker {
     if (deferred) finish_pending_reduction();  // the block above's, which this backward overlapped
     // the engine packs from its list of weight gradients, which it holds until the backward
     // function returns: pack, output shard and gradients are live together
-    int pack = a("gradient pack for reduce-scatter (fp32)", pack_kind, C::CommBuffers);
+    // named per group: the LM head's and the embedding's packs are not a block's
+    const char* pack_name = pack_kind == K::HeadPack    ? "LM-head gradient pack for reduce-scatter (fp32)"
+                            : pack_kind == K::EmbedPack ? "embedding gradient pack for reduce-scatter (fp32)"
+                                                        : "gradient pack for reduce-scatter (fp32)";
+    int pack = a(pack_name, pack_kind, C::CommBuffers);
     int shard_out = -1;
     if (sharded_block) shard_out = a("reduce-scatter output shard (fp32)", K::BlockShardOut, C::CommBuffers);
     if (deferred) {
@@ -245,6 +249,18 @@ class Walker {
       log_probs_ = a("log-softmax (fp32)", K::Logits32, C::LossWorkspace);
       f(l32);
       f(logits);
+    } else if (s_.cuda_target) {
+      // engine/memory/tiled_loss.cpp on CUDA: the fused kernel, whose workspace is its own plan
+      // (kernels/linear_cross_entropy_plan.h); no [tile, V] logits outside it, no fp32 copies
+      head_grad_ = a("tiled loss: LM-head gradient accumulator (fp32)", K::HeadGradAccum, C::LossWorkspace);
+      int workspace = a("fused loss kernel workspace", K::FusedLossWorkspace, C::LossWorkspace);
+      int per_token = a("fused loss per-token loss (fp32)", K::RowStat, C::LossWorkspace);
+      saved_dx_ = a("tiled loss: saved hidden-state gradient", K::Hidden, C::LossWorkspace);
+      f(workspace);
+      f(per_token);
+      f(final_norm_);  // the tiled loss does not keep its input
+      f(head_gathered_);
+      f(tied_embed_);
     } else {
       saved_dx_ = a("tiled loss: saved hidden-state gradient", K::Hidden, C::LossWorkspace);
       head_grad_ = a("tiled loss: LM-head gradient accumulator (fp32)", K::HeadGradAccum, C::LossWorkspace);

@@ -268,3 +268,42 @@ TEST_CASE("FSDP overlap: a prefetch's all-gather input and a deferred reduce-sca
   CHECK(comm_bytes(on_cpu, "bwd/block.0/mlp") - comm_bytes(on_cpu, "bwd/block.1/mlp") == -21568 * 2);
   CHECK(phase_time(on_cpu, "bwd/block.1/reduce_scatter") > 0.0);
 }
+
+TEST_CASE("tiled loss on a GPU profile: the planner charges the fused kernel's own workspace", "[planner][terms]") {
+  // The small config in bf16 with a 8192-entry vocabulary and 256-token loss tiles, so that the
+  // loss dominates: t = 2048 / 2 = 1024 tokens per rank, d = 64.
+  RunConfig cfg = small_config();
+  cfg.training.dtype = DType::BFloat16;
+  cfg.model.vocab_size = 8192;
+  cfg.memory.loss_tile_tokens = 256;
+  cfg.hardware = *find_hardware_profile("h100-sxm");
+  cfg.hardware.runtime_overhead_gib = 0;
+  REQUIRE(validate(cfg).empty());
+  const MemoryPlan plan = plan_memory(cfg);
+  INFO("peak at " << plan.peak_phase);
+  REQUIRE(plan.peak_phase == "fwd/loss");
+  // The kernel (engine/memory/tiled_loss.cpp) gets one 256-token sequence tile (B = 1) and the whole
+  // 8192-entry vocabulary as one vocabulary tile. Its workspace by hand (256-byte aligned pieces):
+  // fp32 logits 256 x 8192 x 4 + bf16 dlogits 256 x 8192 x 2 + three fp32 row statistics 256 x 4
+  // + fp32 dhidden accumulator 256 x 64 x 4.
+  const int64_t workspace = 256 * 8192 * 4 + 256 * 8192 * 2 + 3 * 256 * 4 + 256 * 64 * 4;
+  CHECK(term_bytes(plan, "fused loss kernel workspace") == workspace);
+  // Beside it: the fp32 head-gradient accumulator [V, d], the fp32 per-token loss [t], and the
+  // saved bf16 hidden-state gradient [t, d]; no [tile, V] logits outside the kernel.
+  CHECK(term_bytes(plan, "tiled loss: LM-head gradient accumulator (fp32)") == 8192 * 64 * 4);
+  CHECK(term_bytes(plan, "fused loss per-token loss (fp32)") == 1024 * 4);
+  CHECK(term_bytes(plan, "tiled loss: saved hidden-state gradient") == 1024 * 64 * 2);
+  for (const auto& t : plan.terms) {
+    INFO("term " << t.name);
+    CHECK(t.name.find("tile logits") == std::string::npos);
+  }
+
+  // The cpu profile runs the autograd tiles: [tile, V] logits and their fp32 copy, no kernel.
+  cfg.hardware = *find_hardware_profile("cpu");
+  const MemoryPlan on_cpu = plan_memory(cfg);
+  CHECK(term_bytes(on_cpu, "fused loss kernel workspace") == 0);
+  int64_t logits_terms = 0;
+  for (const auto& t : on_cpu.terms)
+    if (t.name.find("logits") != std::string::npos) logits_terms += t.bytes;
+  CHECK(logits_terms >= 256 * 8192 * (2 + 4));
+}

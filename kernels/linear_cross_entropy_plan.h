@@ -1,0 +1,67 @@
+// Tile plan of the fused linear + cross-entropy (kernels/linear_cross_entropy.cu): shapes, default
+// tiles and the workspace layout. Host arithmetic without CUDA headers, shared by the kernels, the
+// engine and the planner (whose GPU profile charges exactly this workspace).
+// defines: LinearCrossEntropyShape, LceTilePlan, plan_linear_cross_entropy, kMaxLceTileElements,
+//          kLceDefaultTile, widest_vocab_tiles, largest_lce_seq_tile, fused_loss_seq_tile
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernel_host.h"
+
+namespace odyssey::kernels {
+
+/// The default sequence and vocabulary tile (tokens, entries).
+constexpr int64_t kLceDefaultTile = 8192;
+
+/// hidden [tokens, dim], weight [vocab, dim], labels [tokens]. Tiles of 0 pick the defaults
+/// (min(tokens, 8192) and min(vocab, 8192): a 256 MiB fp32 logits tile).
+struct LinearCrossEntropyShape {
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  int64_t vocab = 0;
+  int64_t seq_tile = 0;
+  int64_t vocab_tile = 0;
+};
+
+/// Tile counts and the byte layout of the workspace (offsets 256-byte aligned). Host arithmetic.
+struct LceTilePlan {
+  int64_t seq_tile = 0, vocab_tile = 0;
+  int64_t n_seq_tiles = 0, n_vocab_tiles = 0;
+  size_t logits_offset = 0;       ///< fp32 [seq_tile, vocab_tile]: one logits tile
+  size_t grad_offset = 0;         ///< dtype [seq_tile, vocab_tile]: the tile's dlogits (aliases logits for fp32)
+  size_t row_max_offset = 0;      ///< fp32 [seq_tile]: running max, then the row's log-sum-exp
+  size_t row_sum_offset = 0;      ///< fp32 [seq_tile]: running sum of exp(logit - max)
+  size_t target_offset = 0;       ///< fp32 [seq_tile]: the label's logit
+  size_t dhidden_acc_offset = 0;  ///< fp32 [seq_tile, dim]: dhidden accumulator (bf16 only; fp32 writes in place)
+  size_t bytes = 0;               ///< total workspace
+};
+
+/// Checks the shape (throws KernelError naming the field) and lays out the workspace.
+LceTilePlan plan_linear_cross_entropy(KernelDtype dtype, const LinearCrossEntropyShape& shape);
+
+/// Most elements one logits tile may hold: cuBLAS takes int dimensions and leading dimensions.
+constexpr int64_t kMaxLceTileElements = 0x7fffffff;
+
+/// The widest tiling of the same problem that the plan accepts: whole vocabulary rows (vocab_tile
+/// = vocab) in as many tokens as kMaxLceTileElements allows. The benchmark's "untiled" comparator:
+/// a [32768, 128256] tile itself has 4.2e9 elements, past int.
+LinearCrossEntropyShape widest_vocab_tiles(int64_t tokens, int64_t dim, int64_t vocab);
+
+
+/// The largest sequence tile whose logits tile fits kMaxLceTileElements with this vocabulary tiling
+/// (vocab_tile 0 = the default): callers with a tile chosen for another reason (the training
+/// step's loss tile) clamp to it instead of being refused.
+int64_t largest_lce_seq_tile(int64_t vocab, int64_t vocab_tile);
+
+/// The sequence tile the training step's tiled loss gives the kernel: its tile of `tile_tokens`
+/// positions over `batch` sequences, clamped by largest_lce_seq_tile (default vocabulary tiles).
+/// engine/memory/tiled_loss.cpp runs it; the planner's GPU profile charges its workspace.
+inline int64_t fused_loss_seq_tile(int64_t batch, int64_t tile_tokens, int64_t vocab) {
+  const int64_t wanted = batch * tile_tokens;
+  const int64_t largest = largest_lce_seq_tile(vocab, 0);
+  return wanted < largest ? wanted : largest;
+}
+
+}  // namespace odyssey::kernels
