@@ -129,20 +129,15 @@ std::optional<HardwareConfig> find_hardware_profile(std::string_view name) {
 }
 
 int64_t effective_heads_per_stage(const MemoryConfig& memory, const ParallelConfig& parallel) {
-  return memory.heads_per_stage > 0 ? memory.heads_per_stage : std::max<int64_t>(1, parallel.ulysses_degree);
+  return effective_heads_per_stage(memory.heads_per_stage, parallel.ulysses_degree);
 }
 
-int64_t effective_mlp_tile_tokens(const MemoryConfig& memory, const ModelConfig& model, int64_t local_tokens) {
-  const int64_t tile = memory.mlp_tile_tokens > 0 ? memory.mlp_tile_tokens : model.d_model;
-  return std::clamp<int64_t>(tile, 1, std::max<int64_t>(1, local_tokens));
+SequenceTile mlp_tile(const MemoryConfig& memory, const ModelConfig& model, int64_t batch, int64_t local_positions) {
+  return mlp_sequence_tile(memory.mlp_tile_tokens, model.d_model, batch, local_positions);
 }
 
-int64_t effective_loss_tile_tokens(const MemoryConfig& memory, const ModelConfig& model, int64_t local_tokens) {
-  constexpr int64_t kAutoLogitsBytes = int64_t{1} << 30;  // about 1 GiB of fp32 logits per tile
-  const int64_t tile = memory.loss_tile_tokens > 0
-                           ? memory.loss_tile_tokens
-                           : std::max<int64_t>(1, kAutoLogitsBytes / (4 * std::max<int64_t>(1, model.vocab_size)));
-  return std::clamp<int64_t>(tile, 1, std::max<int64_t>(1, local_tokens));
+SequenceTile loss_tile(const MemoryConfig& memory, const ModelConfig& model, int64_t batch, int64_t local_positions) {
+  return loss_sequence_tile(memory.loss_tile_tokens, model.vocab_size, batch, local_positions);
 }
 
 }  // namespace odyssey

@@ -8,6 +8,9 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/layout/heads.h"
+#include "engine/layout/tiles.h"
+
 namespace odyssey {
 
 enum class DType { Float32, BFloat16 };
@@ -160,13 +163,13 @@ std::optional<HardwareConfig> find_hardware_profile(std::string_view name);
 
 // --- Derived values the planner and engine share ---------------------------------------------
 
+// (The rules and shapes themselves live in engine/layout; these read a RunConfig's keys.)
+
 /// Query heads per stage over all Ulysses ranks, resolving 0 to the Ulysses degree.
 int64_t effective_heads_per_stage(const MemoryConfig& memory, const ParallelConfig& parallel);
-/// Tokens per MLP tile, resolving 0 to d_model, capped at the local sequence.
-int64_t effective_mlp_tile_tokens(const MemoryConfig& memory, const ModelConfig& model, int64_t local_tokens);
-/// Tokens per loss tile, resolving 0 to about 1 GiB of fp32 logits, capped at the local sequence.
-int64_t effective_loss_tile_tokens(const MemoryConfig& memory, const ModelConfig& model, int64_t local_tokens);
-/// Number of tiles covering `tokens` with tiles of `tile` tokens.
-inline int64_t tile_count(int64_t tokens, int64_t tile) { return tile > 0 ? (tokens + tile - 1) / tile : 1; }
+/// The tiled MLP's tile over `batch` sequences of `local_positions` (memory.mlp_tile_tokens, 0 = d_model).
+SequenceTile mlp_tile(const MemoryConfig& memory, const ModelConfig& model, int64_t batch, int64_t local_positions);
+/// The tiled loss's tile (memory.loss_tile_tokens, 0 = about 1 GiB of fp32 logits).
+SequenceTile loss_tile(const MemoryConfig& memory, const ModelConfig& model, int64_t batch, int64_t local_positions);
 
 }  // namespace odyssey

@@ -19,23 +19,6 @@ std::string join(const std::vector<int64_t>& values, const char* sep = ", ") {
   return os.str();
 }
 
-/// The divisors of n in increasing order, in O(sqrt n) steps (hints only ever ask for values the
-/// range pass accepted, but the walk must not be proportional to the value either way).
-std::vector<int64_t> divisors(int64_t n) {
-  std::vector<int64_t> low, high;
-  for (int64_t k = 1; k <= n / k; ++k) {
-    if (n % k != 0) continue;
-    low.push_back(k);
-    if (k != n / k) high.push_back(n / k);
-  }
-  low.insert(low.end(), high.rbegin(), high.rend());
-  return low;
-}
-
-bool kv_compatible(int64_t n_kv_heads, int64_t degree) {
-  return n_kv_heads > 0 && degree > 0 && (n_kv_heads % degree == 0 || degree % n_kv_heads == 0);
-}
-
 class Checker {
  public:
   Checker(const RunConfig& cfg, const SourceMap& sources, const std::string& file)
@@ -92,10 +75,9 @@ class Checker {
 };
 
 void check_model(const ModelConfig& m, Checker& c) {
-  if (c.in_range({"model.n_heads", "model.n_kv_heads"}) && m.n_heads % m.n_kv_heads != 0)
-    c.fail("model.n_kv_heads", "must divide model.n_heads = " + std::to_string(m.n_heads) +
-                                   " so that each KV head serves a whole group of query heads",
-           "try " + join(divisors(m.n_heads)));
+  if (c.in_range({"model.n_heads", "model.n_kv_heads"}))
+    if (auto rule = gqa_heads_rule(m.n_heads, m.n_kv_heads))
+      c.fail("model.n_kv_heads", *rule, "try " + join(divisors(m.n_heads)));
   if (c.in_range({"model.head_dim"}) && m.head_dim % 2 != 0)
     c.fail("model.head_dim", "must be even because rotary embeddings rotate pairs of channels");
 }
@@ -134,14 +116,10 @@ void check_parallel(const RunConfig& cfg, Checker& c) {
   }
   const auto valid = valid_ulysses_degrees(cfg);
   const std::string valid_hint = valid.empty() ? "" : "valid degrees here: " + join(valid);
-  if (m.n_heads % p.ulysses_degree != 0)
-    c.fail("parallel.ulysses_degree",
-           "must divide model.n_heads = " + std::to_string(m.n_heads) + " because attention is split by heads", valid_hint);
-  else if (!kv_compatible(m.n_kv_heads, p.ulysses_degree))
-    c.fail("parallel.ulysses_degree",
-           "must divide model.n_kv_heads = " + std::to_string(m.n_kv_heads) +
-               " or be a multiple of it, so KV heads split evenly or replicate evenly",
-           valid_hint);
+  if (auto rule = ulysses_heads_rule(m.n_heads, p.ulysses_degree))
+    c.fail("parallel.ulysses_degree", *rule, valid_hint);
+  else if (auto kv_rule = ulysses_kv_heads_rule(m.n_kv_heads, p.ulysses_degree))
+    c.fail("parallel.ulysses_degree", *kv_rule, valid_hint);
   if (cfg.training.seq_len % p.ulysses_degree != 0) {
     const int64_t down = cfg.training.seq_len / p.ulysses_degree * p.ulysses_degree;
     c.fail("training.seq_len",
@@ -158,21 +136,9 @@ void check_memory(const RunConfig& cfg, Checker& c) {
            "only checkpointed block inputs are offloaded; turn checkpointing on or offload off");
   if (!c.in_range({"memory.heads_per_stage", "parallel.ulysses_degree", "model.n_heads"})) return;
   if (!mem.untied_ulysses || mem.heads_per_stage == 0) return;
-  const int64_t degree = cfg.parallel.ulysses_degree;
-  const int64_t heads = cfg.model.n_heads;
-  if (degree < 1 || heads < 1 || heads % degree != 0) return;  // reported under the degree
-  const auto valid = valid_heads_per_stage(cfg);
-  const std::string hint = "valid values here: " + join(valid);
-  if (mem.heads_per_stage % degree != 0)
-    c.fail("memory.heads_per_stage",
-           "must be a multiple of parallel.ulysses_degree = " + std::to_string(degree) +
-               " so that each stage gives every rank whole heads",
-           hint);
-  else if ((heads / degree) % (mem.heads_per_stage / degree) != 0)
-    c.fail("memory.heads_per_stage",
-           "must split each rank's " + std::to_string(heads / degree) + " heads (model.n_heads = " +
-               std::to_string(heads) + " over " + std::to_string(degree) + " ranks) into whole stages",
-           hint);
+  // (when the degree does not divide the heads, the rule is silent: reported under the degree)
+  if (auto rule = heads_per_stage_rule(cfg.model.n_heads, cfg.parallel.ulysses_degree, mem.heads_per_stage))
+    c.fail("memory.heads_per_stage", *rule, "valid values here: " + join(valid_heads_per_stage(cfg)));
 }
 
 }  // namespace
@@ -181,8 +147,7 @@ std::vector<int64_t> valid_ulysses_degrees(const RunConfig& cfg) {
   std::vector<int64_t> out;
   const ModelConfig& m = cfg.model;
   if (m.n_heads < 1) return out;
-  for (int64_t p : divisors(m.n_heads)) {
-    if (!kv_compatible(m.n_kv_heads, p)) continue;
+  for (int64_t p : valid_ulysses_head_degrees(m.n_heads, m.n_kv_heads)) {
     if (cfg.training.seq_len >= 1 && cfg.training.seq_len % p != 0) continue;
     if (cfg.parallel.world_size >= 1 && cfg.parallel.world_size % p != 0) continue;
     out.push_back(p);
@@ -191,12 +156,7 @@ std::vector<int64_t> valid_ulysses_degrees(const RunConfig& cfg) {
 }
 
 std::vector<int64_t> valid_heads_per_stage(const RunConfig& cfg) {
-  std::vector<int64_t> out;
-  const int64_t degree = cfg.parallel.ulysses_degree;
-  const int64_t heads = cfg.model.n_heads;
-  if (degree < 1 || heads < 1 || heads % degree != 0) return out;
-  for (int64_t per_rank : divisors(heads / degree)) out.push_back(per_rank * degree);
-  return out;
+  return valid_heads_per_stage(cfg.model.n_heads, cfg.parallel.ulysses_degree);
 }
 
 std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources, const std::string& file) {

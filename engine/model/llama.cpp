@@ -43,8 +43,9 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryConfig& memory
   rt->offload = memory.activation_checkpointing && memory.offload_activations ? offload : nullptr;
   rt->recorder = recorder;
   rt->rank = ctx_.slot;  // the memory tracker's and phase stack's index of this rank
-  rt->mlp_tile_tokens = effective_mlp_tile_tokens(memory, model_, s);
-  rt->loss_tile_tokens = effective_loss_tile_tokens(memory, model_, s);
+  const int64_t batch = in.ids.size(0);
+  rt->mlp_tile_tokens = mlp_tile(memory, model_, batch, s).positions;  // tiles [B, n, f]
+  rt->loss_tile_tokens = loss_tile(memory, model_, batch, s).positions;
   rt->labels = in.labels;
   rt->answer_mask = in.answer_mask;
   rt->loss_scale = 1.0 / static_cast<double>(in.global_tokens);

@@ -7,7 +7,6 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace odyssey {
-namespace {
 
 std::string seconds_text(std::chrono::milliseconds ms) {
   char buf[32];
@@ -19,8 +18,6 @@ std::string first_line(const std::string& text) {
   const auto nl = text.find('\n');
   return nl == std::string::npos ? text : text.substr(0, nl);
 }
-
-}  // namespace
 
 CollectiveWatchdog::CollectiveWatchdog(std::chrono::milliseconds timeout, std::shared_ptr<AbortSignal> abort,
                                        std::function<void()> abort_group, std::chrono::microseconds poll)

@@ -27,6 +27,11 @@ class Work;
 
 namespace odyssey {
 
+/// "1.5 s": a collective's timeout as its failure messages print it.
+std::string seconds_text(std::chrono::milliseconds ms);
+/// The first line of a (possibly multi-line, backtrace-laden) c10 error message.
+std::string first_line(const std::string& text);
+
 /// Usage: CollectiveWatchdog dog(timeout, abort, [&] { backend->abort(); });
 ///        work->wait(); dog.watch("all_gather", work);   // host goes on
 ///        if (auto why = dog.failure()) throw CommError(where + *why);

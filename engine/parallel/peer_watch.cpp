@@ -7,18 +7,14 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "engine/parallel/collective_watchdog.h"  // seconds_text
+
 namespace odyssey {
 namespace {
 
 const std::string kFailureKey = "odyssey/failure";
 
 std::string beat_key(int rank) { return "odyssey/beat/" + std::to_string(rank); }
-
-std::string seconds_text(std::chrono::milliseconds ms) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
-  return text;
-}
 
 // "<rank>\n<reason>" -> rank, reason.
 std::pair<int, std::string> parse_failure(const std::vector<uint8_t>& value) {

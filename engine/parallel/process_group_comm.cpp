@@ -25,18 +25,6 @@ constexpr const char* kMissingPeer =
     "a member of the group never joined this collective: it died, hung, or issued a different sequence of "
     "collectives";
 
-std::string seconds_text(std::chrono::milliseconds ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g s", static_cast<double>(ms.count()) / 1000.0);
-  return buf;
-}
-
-/// The first line of a (possibly multi-line, backtrace-laden) c10 error message.
-std::string first_line(const std::string& text) {
-  const auto nl = text.find('\n');
-  return nl == std::string::npos ? text : text.substr(0, nl);
-}
-
 std::string tensor_text(const at::Tensor& t) {
   return std::string(c10::toString(t.scalar_type())) + c10::str(t.sizes());
 }

@@ -1,7 +1,7 @@
 // Untied Ulysses attention as one autograd Function over head stages (UPipe): stage buffers are
 // allocated once per call and reused by every stage, so the attention workspace is one stage's
 // Q/K/V/O in head layout instead of all of this rank's heads.
-// defines: plan_untied_stages, untied_attention, untied_attention_projected
+// defines: untied_attention, untied_attention_projected
 #include "engine/parallel/untied_attention.h"
 
 #include <atomic>
@@ -48,19 +48,24 @@ at::Tensor kv_head_index(const UntiedStagePlan& p, int64_t first, int64_t count)
   return at::tensor(idx, at::kLong);
 }
 
-/// When a stage's query heads do not map onto its KV range with one uniform group size (k and g
-/// not dividing each other), the KV slot of each query head; nullopt when uniform (native GQA).
+/// Stage t's KV slot per query head (untied_kv_slots) as an index tensor; nullopt when uniform.
 std::optional<at::Tensor> kv_slot_index(const UntiedStagePlan& p, int64_t t) {
-  const int64_t count = p.kv_count[t];
-  bool uniform = p.k % count == 0;
-  std::vector<int64_t> slots;
-  for (int64_t i = 0; i < p.k; ++i) {
-    const int64_t slot = (t * p.k + i) / p.g - p.kv_first[t];
-    slots.push_back(slot);
-    if (uniform && slot != i / (p.k / count)) uniform = false;
-  }
-  if (uniform) return std::nullopt;
-  return at::tensor(slots, at::kLong);
+  if (!p.kv_gathered[t]) return std::nullopt;
+  return at::tensor(untied_kv_slots(p, t), at::kLong);
+}
+
+/// The schedule of one configuration, built once and kept (every block of every step asks for it).
+const UntiedStagePlan& cached_stage_plan(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t degree,
+                                         int64_t heads_per_stage) {
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+  static std::mutex mutex;
+  static std::map<Key, UntiedStagePlan> plans;  // std::map: references stay valid as it grows
+  const Key key{n_heads, n_kv_heads, head_dim, degree, heads_per_stage};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans.find(key);
+  if (it == plans.end())
+    it = plans.emplace(key, plan_untied_stages(n_heads, n_kv_heads, head_dim, degree, heads_per_stage)).first;
+  return it->second;
 }
 
 /// An index tensor of the schedule on `device`. On a GPU each is built and uploaded once per
@@ -88,9 +93,8 @@ at::Tensor kv_head_index_on(const UntiedStagePlan& p, int64_t first, int64_t cou
   return on_device(p, 1, 0, first, count, device, [&] { return kv_head_index(p, first, count); });
 }
 std::optional<at::Tensor> kv_slot_index_on(const UntiedStagePlan& p, int64_t t, at::Device device) {
-  std::optional<at::Tensor> host = kv_slot_index(p, t);  // tiny host arithmetic: is the stage uniform?
-  if (!host) return std::nullopt;
-  return on_device(p, 2, t, 0, 0, device, [&] { return *host; });
+  if (!p.kv_gathered[t]) return std::nullopt;
+  return on_device(p, 2, t, 0, 0, device, [&] { return *kv_slot_index(p, t); });
 }
 
 /// Projection of the local tokens onto `rows` [m, hd, d] -> [B, s, m, hd], then per-head RMSNorm
@@ -146,7 +150,7 @@ at::Tensor view_prefix(const at::Tensor& flat, at::IntArrayRef shape) {
 
 /// What forward hands to backward besides the saved tensors: schedule, comm, per-stage LSEs.
 struct UntiedState : torch::CustomClassHolder {
-  UntiedStagePlan plan;
+  const UntiedStagePlan* plan = nullptr;  ///< cached_stage_plan's, kept for the process
   Comm* comm = nullptr;
   double eps = 0.0;
   double theta = 0.0;  ///< RoPE base, for ops::rope_pack
@@ -162,12 +166,12 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
                             const at::Tensor& position_ids, Comm* comm, int64_t n_heads, int64_t n_kv_heads,
                             int64_t head_dim, int64_t heads_per_stage, double eps, double theta) {
     auto state = c10::make_intrusive<UntiedState>();
-    state->plan = plan_untied_stages(n_heads, n_kv_heads, head_dim, comm->size(), heads_per_stage);
+    state->plan = &cached_stage_plan(n_heads, n_kv_heads, head_dim, comm->size(), heads_per_stage);
     state->comm = comm;
     state->eps = eps;
     state->theta = theta;
     const RopeInputs rope{cos, sin, position_ids, theta};
-    const UntiedStagePlan& p = state->plan;
+    const UntiedStagePlan& p = *state->plan;
     const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
     const at::Tensor wq3 = wq.view({p.H, hd, d}), wk3 = wk.view({p.Hkv, hd, d}), wv3 = wv.view({p.Hkv, hd, d});
     const at::Tensor qn = q_norm.numel() ? q_norm : at::Tensor(), kn = k_norm.numel() ? k_norm : at::Tensor();
@@ -176,16 +180,17 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     // whole attention workspace (one stage of Q, the current KV range, staging for the a2a).
     at::Tensor out = at::empty({B, s, p.H * hd}, x.options());  // [B, s, H*hd]
     at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});           // [B, s, P, Hl, hd]
-    const int64_t widest = std::max(p.k, p.max_kv_count);
+    // Sizes from the layout (untied_stage_buffers), which the planner charges too.
+    const UntiedStageBuffers sizes = untied_stage_buffers(p, B, s);
     at::Tensor send, recv;  // a2a staging; B = 1 needs one buffer, not two (see seq_to_heads_into)
     if (p.P > 1) {
       CategoryScope category(MemCategory::CommBuffers);
-      send = at::empty({p.P * B * s * widest * hd}, x.options());
-      recv = B == 1 ? send : at::empty({p.P * B * s * widest * hd}, x.options());
+      send = at::empty({sizes.staging}, x.options());
+      recv = B == 1 ? send : at::empty({sizes.staging}, x.options());
     }
-    at::Tensor q_h = at::empty({B, S, p.k, hd}, x.options());                       // [B, S, k, hd]
-    at::Tensor k_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
-    at::Tensor v_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
+    at::Tensor q_h = at::empty({sizes.q_stage}, x.options()).view({B, S, p.k, hd});  // [B, S, k, hd]
+    at::Tensor k_flat = at::empty({sizes.kv_stage}, x.options());                   // [B, S, max_kv_count, hd]
+    at::Tensor v_flat = at::empty({sizes.kv_stage}, x.options());
     at::Tensor k_h, v_h;  // [B, S, n, hd] views of the current KV range
 
     for (int64_t t = 0; t < p.stages; ++t) {
@@ -222,7 +227,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto state = c10::static_intrusive_pointer_cast<UntiedState>(ctx->saved_data["state"].toCapsule());
-    const UntiedStagePlan& p = state->plan;
+    const UntiedStagePlan& p = *state->plan;
     Comm& comm = *state->comm;
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &wq = saved[1], &wk = saved[2], &wv = saved[3], &cos = saved[7],
@@ -257,22 +262,22 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     at::Tensor dqn = q_norm.defined() ? at::zeros({hd}, f32) : at::Tensor();
     at::Tensor dkn = k_norm.defined() ? at::zeros({hd}, f32) : at::Tensor();
 
-    // Stage buffers, allocated once.
-    const int64_t widest = std::max(p.k, p.max_kv_count);
+    // Stage buffers, allocated once, sized by the layout (untied_stage_buffers) as the planner is.
+    const UntiedStageBuffers sizes = untied_stage_buffers(p, B, s);
     at::Tensor send, recv;  // a2a staging; B = 1 needs one buffer, not two (see seq_to_heads_into)
     if (p.P > 1) {
       CategoryScope category(MemCategory::CommBuffers);
-      send = at::empty({p.P * B * s * widest * hd}, x.options());
-      recv = B == 1 ? send : at::empty({p.P * B * s * widest * hd}, x.options());
+      send = at::empty({sizes.staging}, x.options());
+      recv = B == 1 ? send : at::empty({sizes.staging}, x.options());
     }
-    at::Tensor q_h = at::empty({B, S, p.k, hd}, x.options());   // recomputed query, head layout
-    at::Tensor o_h = at::empty({B, S, p.k, hd}, x.options());   // saved output, head layout
-    at::Tensor do_h = at::empty({B, S, p.k, hd}, x.options());  // incoming gradient, head layout
+    at::Tensor q_h = at::empty({sizes.q_stage}, x.options()).view({B, S, p.k, hd});   // recomputed query, head layout
+    at::Tensor o_h = at::empty({sizes.q_stage}, x.options()).view({B, S, p.k, hd});   // saved output, head layout
+    at::Tensor do_h = at::empty({sizes.q_stage}, x.options()).view({B, S, p.k, hd});  // incoming gradient, head layout
     // Local-layout gradients of the stage's Q (then of the range's K, then V) reuse o_h's memory,
     // dead once the attention backward has run (same size for Q; K/V when their range is no wider).
-    at::Tensor loc_flat = p.max_kv_count <= p.k ? o_h.view(-1) : at::empty({B * s * p.P * widest * hd}, x.options());
-    at::Tensor k_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
-    at::Tensor v_flat = at::empty({B * S * p.max_kv_count * hd}, x.options());
+    at::Tensor loc_flat = sizes.local_grad == 0 ? o_h.view(-1) : at::empty({sizes.local_grad}, x.options());
+    at::Tensor k_flat = at::empty({sizes.kv_stage}, x.options());  // [B, S, max_kv_count, hd]
+    at::Tensor v_flat = at::empty({sizes.kv_stage}, x.options());
     at::Tensor dk_flat, dv_flat;  // KV gradient accumulators, only for ranges spanning stages
     at::Tensor k_h, v_h, dk_acc, dv_acc, kv_idx, k_rows, v_rows;
     bool kv_direct = false;  // the range is one stage: the kernel's dk/dv are the range's gradients
@@ -320,12 +325,11 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
         v_h = view_prefix(v_flat, {B, S, n, hd});
         project_to_heads(k_h, x, k_rows, k_norm, state->eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
         seq_to_heads_into(v_h, project(x, v_rows, {}, state->eps, cos, sin, false), comm, kv_send, kv_recv);
-        const bool one_stage = t + 1 == p.stages || p.kv_new[t + 1];
-        kv_direct = one_stage && !kv_slot_index(p, t);
+        kv_direct = p.kv_direct[t];
         if (!kv_direct) {
-          if (!dk_flat.defined()) {
-            dk_flat = at::empty({B * S * p.max_kv_count * hd}, f32);
-            dv_flat = at::empty({B * S * p.max_kv_count * hd}, f32);
+          if (!dk_flat.defined()) {  // sizes.kv_accum_fp32 > 0 exactly when some range gets here
+            dk_flat = at::empty({sizes.kv_accum_fp32}, f32);
+            dv_flat = at::empty({sizes.kv_accum_fp32}, f32);
           }
           dk_acc = view_prefix(dk_flat, {B, S, n, hd}).zero_();
           dv_acc = view_prefix(dv_flat, {B, S, n, hd}).zero_();
@@ -386,42 +390,6 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
 };
 
 }  // namespace
-
-UntiedStagePlan plan_untied_stages(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t degree,
-                                   int64_t heads_per_stage) {
-  auto fail = [&](const std::string& rule) {
-    throw std::invalid_argument("untied ulysses: n_heads = " + std::to_string(n_heads) + ", n_kv_heads = " +
-                                std::to_string(n_kv_heads) + ", degree P = " + std::to_string(degree) +
-                                ", heads_per_stage = " + std::to_string(heads_per_stage) + ": " + rule);
-  };
-  if (degree < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1) fail("all must be positive");
-  if (n_heads % n_kv_heads != 0) fail("n_kv_heads must divide n_heads");
-  if (n_heads % degree != 0) fail("P must divide n_heads");
-  if (!(n_kv_heads % degree == 0 || degree % n_kv_heads == 0)) fail("P must divide n_kv_heads or be a multiple of it");
-  const int64_t hps = heads_per_stage == 0 ? degree : heads_per_stage;
-  UntiedStagePlan p;
-  p.P = degree;
-  p.H = n_heads;
-  p.Hkv = n_kv_heads;
-  p.hd = head_dim;
-  p.Hl = n_heads / degree;
-  if (hps < 0 || hps % degree != 0) fail("heads_per_stage must be a multiple of P");
-  p.k = hps / degree;
-  if (p.Hl % p.k != 0) fail("heads_per_stage / P must divide n_heads / P = " + std::to_string(p.Hl));
-  p.stages = p.Hl / p.k;
-  p.rep = n_kv_heads < degree ? degree / n_kv_heads : 1;
-  p.Hkvl = n_kv_heads * p.rep / degree;
-  p.g = p.Hl / p.Hkvl;
-  p.max_kv_count = 0;
-  for (int64_t t = 0; t < p.stages; ++t) {
-    const int64_t first = t * p.k / p.g, last = ((t + 1) * p.k - 1) / p.g;
-    p.kv_first.push_back(first);
-    p.kv_count.push_back(last - first + 1);
-    p.kv_new.push_back(t == 0 || first != p.kv_first[t - 1] || last - first + 1 != p.kv_count[t - 1]);
-    p.max_kv_count = std::max(p.max_kv_count, last - first + 1);
-  }
-  return p;
-}
 
 namespace {
 

@@ -1,7 +1,6 @@
 // Untied Ulysses: attention in stages of heads_per_stage query heads (heads_per_stage/P per rank),
 // one custom autograd Function whose workspace is one stage's buffers instead of all local heads.
-// defines: UntiedStagePlan, plan_untied_stages, untied_attention, untied_attention_projected,
-//          untied_rope_pack, force_untied_rope_pack
+// defines: untied_attention, untied_attention_projected, untied_rope_pack, force_untied_rope_pack
 #pragma once
 
 #include <vector>
@@ -9,35 +8,14 @@
 #include <ATen/ATen.h>
 
 #include "engine/config/run_config.h"
+#include "engine/layout/heads.h"
 #include "engine/parallel/comm.h"
 #include "engine/parallel/ulysses.h"
 
 namespace odyssey {
 
-/// The head schedule. Rank r holds, after the all-to-all, query heads [r*Hl, (r+1)*Hl) (Hl = H/P,
-/// exactly plain Ulysses' assignment, so weights need no permutation); stage t covers local query
-/// heads [t*k, (t+1)*k) on every rank (k = heads_per_stage / P). KV heads (replicated to
-/// Hkv' = max(Hkv, P) when Hkv < P) are assigned the same way: Hkvl = Hkv'/P local KV heads, local
-/// query head j reads local KV head j / g (g = Hl / Hkvl). A stage reads the local KV range
-/// [kv_first, kv_first + kv_count); consecutive stages with the same range reuse the KV sent once.
-struct UntiedStagePlan {
-  int64_t P = 1, H = 1, Hkv = 1, hd = 1;
-  int64_t Hl = 1;      ///< query heads per rank (H / P)
-  int64_t k = 1;       ///< query heads per rank per stage (heads_per_stage / P)
-  int64_t stages = 1;  ///< Hl / k
-  int64_t rep = 1;     ///< KV replication factor (P / Hkv when Hkv < P)
-  int64_t Hkvl = 1;    ///< KV heads per rank after replication
-  int64_t g = 1;       ///< query heads per KV head
-  std::vector<int64_t> kv_first, kv_count;  ///< per stage: local KV range
-  std::vector<bool> kv_new;                 ///< per stage: a new KV range starts (project + all-to-all)
-  int64_t max_kv_count = 1;
-};
-
-/// Validates (validate.cpp's rule: heads_per_stage a multiple of P whose per-rank share divides
-/// H/P; H % P == 0; Hkv % P == 0 or P % Hkv == 0) and builds the schedule. heads_per_stage 0 means
-/// P (one head per rank per stage). Throws std::invalid_argument naming the values.
-UntiedStagePlan plan_untied_stages(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t degree,
-                                   int64_t heads_per_stage);
+/// The stage schedule (UntiedStagePlan, plan_untied_stages) and the buffers it needs live in
+/// engine/layout/heads.h, shared with the validator and the planner.
 
 /// Untied Ulysses attention of the normed block input x [B, s, d] (local tokens with global
 /// positions `pos`; w.wo is not used): per stage, project only the stage's Q rows (and K/V rows when its KV range

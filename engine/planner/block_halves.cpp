@@ -169,9 +169,13 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     int qh = stage_to_heads(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)", /*packed=*/true);
     int ke = -1, ve = -1;
     repeated_stage_kv(ke, ve);
+    int kg = -1, vg = -1;
+    gathered_stage_kv(kg, vg);
     int oh = a("stage attention output", K::QStageHead, C::AttentionWorkspace);
     f(ke);
     f(ve);
+    f(kg);
+    f(vg);
     if (!s_.cuda_target) {  // the CPU kernel's [B, k, S, hd] output made [B, S, k, hd] (CUDA: a view)
       int copy = a("stage attention output (CPU layout copy)", K::QStageHead, C::AttentionWorkspace);
       f(oh);
@@ -287,8 +291,11 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     int vs = a("stage v projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
     int kh = stage_to_heads(ks, K::KvStageLocal, K::KvStageHead, "stage k (head layout)", /*packed=*/true);
     int vh = stage_to_heads(vs, K::KvStageLocal, K::KvStageHead, "stage v (head layout)", /*packed=*/false);
-    int dk_acc = a("stage dk accumulator (GQA group)", K::KvStageHead, C::AttentionWorkspace);
-    int dv_acc = a("stage dv accumulator (GQA group)", K::KvStageHead, C::AttentionWorkspace);
+    // fp32 accumulators when some KV range spans stages or is gathered (UntiedStagePlan::
+    // any_kv_accumulated); otherwise the kernel's dK/dV are the range's gradients
+    const bool accumulated = kind_bytes(K::KvStageAccum32, s_) > 0;
+    int dk_acc = accumulated ? a("stage dk accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
+    int dv_acc = accumulated ? a("stage dv accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
     int qs = a("stage q projection (recomputed)", K::QStageLocal, C::AttentionWorkspace);
     qs = stage_rope(qs, K::QStageLocal);
     int qh = stage_to_heads(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)", /*packed=*/true);
@@ -304,6 +311,8 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
       f(do_slice);  // copied into the stage's head-layout buffer
     int ke = -1, ve = -1;  // as in forward
     repeated_stage_kv(ke, ve);
+    int kg = -1, vg = -1;
+    gathered_stage_kv(kg, vg);
     int dq = a("stage flash backward dq", K::QStageHead, C::AttentionWorkspace);
     int dk = a("stage flash backward dk", K::KvStageHead, C::AttentionWorkspace);
     int dv = a("stage flash backward dv", K::KvStageHead, C::AttentionWorkspace);
@@ -311,11 +320,18 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     free_flash_buffers(kernel);
     f(ke);
     f(ve);
+    f(kg);
+    f(vg);
     f(qh);
     f(oh);
     f(doh);
-    f(dk);  // added into the group accumulators
-    f(dv);
+    if (accumulated) {
+      f(dk);  // added into the range's accumulators
+      f(dv);
+    } else {
+      dk_acc = dk;  // the kernel's gradients are the range's
+      dv_acc = dv;
+    }
     int dq_local = s_.P > 1 ? all_to_all(dq, K::QStageHead, K::QStageLocal, "stage dq after all-to-all") : dq;
     dq_local = rope_backward(dq_local, K::QStageLocal, C::AttentionWorkspace);
     f(dq_local);  // dn1 += dq Wq_rows; dWq rows = dq^T n1
@@ -368,6 +384,14 @@ void BlockHalves::repeated_stage_kv(int& k, int& v) {
   if (!(s_.cuda_target && s_.c == 4 && s_.hs > s_.khs)) return;
   k = a("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
   v = a("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+}
+
+/// A stage whose query heads do not map uniformly onto its KV range (k and g not dividing each
+/// other) reads K/V gathered per query head (untied_attention.cpp's index_select by KV slot).
+void BlockHalves::gathered_stage_kv(int& k, int& v) {
+  if (kind_bytes(K::KvStageGathered, s_) == 0) return;
+  k = a("stage k gathered to its query heads' KV slots", K::KvStageGathered, C::AttentionWorkspace);
+  v = a("stage v gathered to its query heads' KV slots", K::KvStageGathered, C::AttentionWorkspace);
 }
 
 // --- MLP half ------------------------------------------------------------------------------------

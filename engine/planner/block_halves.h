@@ -61,6 +61,7 @@ class BlockHalves {
   /// The fp32 CUDA kernel's K and V repeated to a stage's query heads (none when the kernel takes
   /// GQA natively: flash in half precision, and the CPU kernel).
   void repeated_stage_kv(int& k, int& v);
+  void gathered_stage_kv(int& k, int& v);
 
   const PlanShapes& s_;
   LiveSet& m_;

@@ -33,9 +33,9 @@ RunConfig ladder_rung_config(const RunConfig& cfg, int rung) {
   r.memory.tiled_mlp = rung >= 5;
   r.memory.tiled_loss = rung >= 5;
   r.memory.untied_ulysses = rung >= 6;
-  const int64_t p = r.parallel.ulysses_degree;
-  const int64_t hps = r.memory.heads_per_stage;
-  if (hps != 0 && (hps % p != 0 || (r.model.n_heads / p) % (hps / p) != 0)) r.memory.heads_per_stage = 0;
+  // a stage size the rung's degree cannot split falls back to one head per rank per stage
+  if (heads_per_stage_rule(r.model.n_heads, r.parallel.ulysses_degree, r.memory.heads_per_stage))
+    r.memory.heads_per_stage = 0;
   return r;
 }
 
@@ -223,7 +223,8 @@ std::vector<Advice> advise(const RunConfig& cfg, int max_suggestions) {
         if (mask & (1u << t)) set_toggle(c.config, t);
       if (c.config.memory.offload_activations && !c.config.memory.activation_checkpointing) continue;
       c.config.parallel.ulysses_degree = degree;
-      if (degree != cfg.parallel.ulysses_degree) c.config.memory.heads_per_stage = 0;
+      if (heads_per_stage_rule(c.config.model.n_heads, degree, c.config.memory.heads_per_stage))
+        c.config.memory.heads_per_stage = 0;  // the stage size this degree cannot split
       if (!plan_peak(c.config).fits()) continue;
       c.slowdown = base_step > 0 ? plan_step_time(c.config).step_s / base_step : 1.0;
       c.changes = __builtin_popcount(mask) + (degree != cfg.parallel.ulysses_degree ? 1 : 0);

@@ -72,16 +72,23 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.tiled_loss = mem.tiled_loss;
   s.untied = mem.untied_ulysses;
   s.hps = effective_heads_per_stage(mem, cfg.parallel);
-  s.hs = std::clamp<int64_t>(s.hps / s.P, 1, s.hq);
-  s.stages = std::max<int64_t>(1, s.hq / s.hs);
-  // Query heads per KV head on one rank; a stage of hs query heads needs hs/group KV heads (at
-  // least one, shared by the group's stages: K/V are projected once per GQA group).
-  const int64_t group = std::max<int64_t>(1, s.hq / s.hkv);
-  s.khs = std::max<int64_t>(1, s.hs / group);
-  s.mlp_tile = effective_mlp_tile_tokens(mem, m, s.t);
-  s.mlp_tiles = tile_count(s.t, s.mlp_tile);
-  s.loss_tile = effective_loss_tile_tokens(mem, m, s.t);
-  s.loss_tiles = tile_count(s.t, s.loss_tile);
+  if (s.untied) {
+    // The engine's own schedule (engine/layout/heads.h; a config that breaks its rules was refused
+    // by validate() and throws here): k query heads per rank per stage, and the widest KV range a
+    // stage reads, two KV heads when a stage straddles GQA groups (24/8 heads, P = 2, 4 per stage).
+    const UntiedStagePlan plan = plan_untied_stages(m.n_heads, m.n_kv_heads, m.head_dim, s.P, mem.heads_per_stage);
+    s.hs = plan.k;
+    s.stages = plan.stages;
+    s.khs = plan.max_kv_count;
+    s.untied_buffers = untied_stage_buffers(plan, s.B, s.s);
+  } else {
+    s.hs = s.hq;
+    s.stages = 1;
+    s.khs = s.hkv;
+  }
+  // tiles of n positions over all B sequences: [B, n, f] and [B, n, V] (engine/layout/tiles.h)
+  s.mlp_tile = mlp_tile(mem, m, s.B, s.s);
+  s.loss_tile = loss_tile(mem, m, s.B, s.s);
 
   s.n_block = m.block_params();
   s.n_attn = s.d * s.q_dim + 2 * s.d * s.kv_dim + s.q_dim * s.d + s.d + (s.qk_norm ? 2 * s.hd : 0);
@@ -120,6 +127,9 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::QStageHead, sat_product({s.Th, s.hs, s.hd, c}));
   set(TensorKind::KvStageHead, sat_product({s.Th, s.khs, s.hd, c}));
   set(TensorKind::DqAccumStage, sat_product({s.Th, s.hs, s.hd, 4}));
+  // the engine's buffers for stages that gather K/V per query head, and its fp32 dK/dV accumulators
+  set(TensorKind::KvStageGathered, sat_product({s.untied_buffers.kv_gathered, c}));
+  set(TensorKind::KvStageAccum32, sat_product({s.untied_buffers.kv_accum_fp32, 4}));
   set(TensorKind::GqaExpandedStage, sat_product({s.Th, s.hs, s.hd, c}));
   // PyTorch's CPU flash kernel (FlashAttentionKernel.cpp) picks its query block by the query length
   // (256 from 768 tokens, 64 from 192, else 32) and kv blocks of 512, both capped at the length.
@@ -127,20 +137,20 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.cpu_kv_block = std::min<int64_t>(512, s.S);
   set(TensorKind::CpuFlashScratch, sat_product({2, s.cpu_q_block, s.cpu_kv_block, (4 + (c < 4 ? c : 0))}));
   set(TensorKind::Ffn, sat_product({s.t, s.f, c}));
-  set(TensorKind::FfnTile, sat_product({s.mlp_tile, s.f, c}));
-  set(TensorKind::HiddenTile, sat_product({s.mlp_tile, s.d, c}));
+  set(TensorKind::FfnTile, sat_product({s.mlp_tile.rows, s.f, c}));
+  set(TensorKind::HiddenTile, sat_product({s.mlp_tile.rows, s.d, c}));
   set(TensorKind::Logits, sat_product({s.t, s.V, c}));
   set(TensorKind::Logits32, sat_product({s.t, s.V, 4}));
-  set(TensorKind::LogitsTile, sat_product({s.loss_tile, s.V, c}));
-  set(TensorKind::LogitsTile32, sat_product({s.loss_tile, s.V, 4}));
-  set(TensorKind::HiddenLossTile, sat_product({s.loss_tile, s.d, c}));
+  set(TensorKind::LogitsTile, sat_product({s.loss_tile.rows, s.V, c}));
+  set(TensorKind::LogitsTile32, sat_product({s.loss_tile.rows, s.V, 4}));
+  set(TensorKind::HiddenLossTile, sat_product({s.loss_tile.rows, s.d, c}));
   // The kernel's own plan of its workspace (one fp32 logits tile, its bf16 gradient, row statistics
   // and, in bf16, an fp32 dhidden accumulator), for the tile the engine gives it. A shape the
   // kernel refuses is beyond range (the GPU run would refuse it too).
   try {
     const kernels::LceTilePlan lce = kernels::plan_linear_cross_entropy(
         c == 4 ? kernels::KernelDtype::F32 : kernels::KernelDtype::BF16,
-        kernels::LinearCrossEntropyShape{s.t, s.d, s.V, kernels::fused_loss_seq_tile(s.B, s.loss_tile, s.V), 0});
+        kernels::LinearCrossEntropyShape{s.t, s.d, s.V, kernels::fused_loss_seq_tile(s.B, s.loss_tile.positions, s.V), 0});
     s.fused_seq_tile = lce.seq_tile;
     s.fused_vocab_tile = lce.vocab_tile;
     set(TensorKind::FusedLossWorkspace, static_cast<int64_t>(lce.bytes));
@@ -177,7 +187,11 @@ PlanShapes make_shapes(const RunConfig& cfg) {
 std::string kind_formula(TensorKind kind, const PlanShapes& s) {
   const long long B = s.B, c = s.c, d = s.d, hd = s.hd;
   const std::string st = tokens(s.s), St = tokens(s.S);
-  const std::string tile = tokens(s.mlp_tile), ltile = tokens(s.loss_tile);
+  // a tile of n positions over B sequences: "4K tokens" for B = 1, "2 x 4K tokens" otherwise
+  auto tile_text = [&](const SequenceTile& t) {
+    return s.B == 1 ? tokens(t.positions) : fmt("%lld x %s", B, tokens(t.positions).c_str());
+  };
+  const std::string tile = tile_text(s.mlp_tile), ltile = tile_text(s.loss_tile);
   switch (kind) {
     case TensorKind::Hidden:
     case TensorKind::OffloadedInput: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), d, c);
@@ -209,6 +223,12 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::KvStageHead:
       return fmt("%lld x %s x %lld KV head%s x %lld x %lld B", B, St.c_str(), (long long)s.khs,
                  s.khs == 1 ? "" : "s", hd, c);
+    case TensorKind::KvStageGathered:
+      return fmt("%lld x %s x %lld head%s x %lld x %lld B (K/V per query head)", B, St.c_str(), (long long)s.hs,
+                 s.hs == 1 ? "" : "s", hd, c);
+    case TensorKind::KvStageAccum32:
+      return fmt("%lld x %s x %lld KV head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.khs,
+                 s.khs == 1 ? "" : "s", hd);
     case TensorKind::DqAccumStage:
       return fmt("%lld x %s x %lld head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.hs,
                  s.hs == 1 ? "" : "s", hd);
@@ -278,6 +298,8 @@ const char* kind_shape(TensorKind kind) {
     case TensorKind::QStageHead: return "[B, S, hps/P, hd]";
     case TensorKind::KvStageHead: return "[B, S, kv/stage, hd]";
     case TensorKind::DqAccumStage: return "[B, S, hps/P, hd] fp32";
+    case TensorKind::KvStageGathered: return "[B, S, hps/P, hd]";
+    case TensorKind::KvStageAccum32: return "[B, S, kv/stage, hd] fp32";
     case TensorKind::GqaExpandedStage: return "[B, S, hps/P, hd]";
     case TensorKind::CpuFlashScratch: return "[2, q block, kv block] fp32";
     case TensorKind::Ffn: return "[B, s, f]";

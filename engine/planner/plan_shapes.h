@@ -31,7 +31,9 @@ enum class TensorKind : uint8_t {
   KvStageLocal,    ///< [B, s, kv_heads_per_stage*P*hd]
   QStageHead,      ///< [B, S, heads_per_stage/P, hd]
   KvStageHead,     ///< [B, S, kv heads per rank per stage, hd]
-  DqAccumStage,    ///< fp32 dq accumulator of one stage
+  DqAccumStage,
+  KvStageGathered,  ///< [B, S, hps/P, hd]: a stage's K or V gathered to its query heads' KV slots (0 when none gathers)
+  KvStageAccum32,   ///< [B, S, kv/stage, hd] fp32: dK or dV summed over the stages of a range (0 when none needs it)    ///< fp32 dq accumulator of one stage
   GqaExpandedStage,///< one stage's dK or dV at the stage's query-head count
   CpuFlashScratch, ///< the CPU flash-attention backward's per-thread blocks (one thread): attn and
                    ///< grad_attn [q block, kv block] fp32 (+ compute-dtype copies below fp32)
@@ -115,8 +117,9 @@ struct PlanShapes {
   int64_t hps = 0;       ///< query heads per stage over all ranks
   int64_t hs = 0;        ///< query heads per rank per stage, hps / P
   int64_t stages = 1;    ///< hq / hs
-  int64_t khs = 0;       ///< KV heads per rank per stage
-  int64_t mlp_tile = 0, mlp_tiles = 1, loss_tile = 0, loss_tiles = 1;
+  int64_t khs = 0;       ///< KV heads per rank per stage: the widest range a stage reads
+  UntiedStageBuffers untied_buffers;  ///< the Untied Function's buffers (engine/layout/heads.h), elements
+  SequenceTile mlp_tile, loss_tile;  ///< [B, n, f] and [B, n, V] tiles (engine/layout/tiles.h)
   int64_t fused_seq_tile = 0, fused_vocab_tile = 0;  ///< the fused loss kernel's tiles (GPU profiles)
   int64_t cpu_q_block = 0, cpu_kv_block = 0;  ///< the CPU flash kernel's blocks for a query length S
   // parameters per group and their shards (elements)

@@ -172,13 +172,6 @@ std::vector<HeadCase> head_cases(int P) {
   return cases;
 }
 
-std::vector<int64_t> valid_heads_per_stage(int64_t H, int64_t P) {
-  std::vector<int64_t> v;
-  for (int64_t hps = P; hps <= H; hps += P)
-    if ((H / P) % (hps / P) == 0) v.push_back(hps);
-  return v;
-}
-
 }  // namespace
 
 TEST_CASE("ulysses attention equals the single-rank reference (P = 1, 2, 4)", "[ulysses][equivalence]") {
@@ -262,25 +255,6 @@ TEST_CASE("untied ulysses: stages straddling KV groups (k and g not dividing eac
     });
     require_equivalent(got, want, "H 12 / Hkv 4, P = " + std::to_string(P) + ", heads_per_stage = " + std::to_string(hps), tolerance(p));
   }
-}
-
-TEST_CASE("untied stage plan: schedule and validation", "[ulysses][untied]") {
-  const auto plan = plan_untied_stages(8, 2, 16, 4, 4);  // P = 4, Hkv < P: replicate x2
-  CHECK(plan.stages == 2);
-  CHECK(plan.k == 1);
-  CHECK(plan.rep == 2);
-  CHECK(plan.Hkvl == 1);
-  CHECK(plan.kv_new == std::vector<bool>{true, false});  // one KV head sent once for both stages
-  const auto gqa = plan_untied_stages(32, 8, 16, 1, 1);  // P = 1, 32 stages, g = 4
-  CHECK(gqa.stages == 32);
-  int sends = 0;
-  for (bool b : gqa.kv_new) sends += b;
-  CHECK(sends == 8);  // each KV head projected once per GQA group
-  CHECK(plan_untied_stages(8, 8, 16, 2, 0).k == 1);  // 0 = one head per rank per stage
-  CHECK_THROWS_WITH(plan_untied_stages(8, 8, 16, 2, 3), Catch::Contains("heads_per_stage = 3") &&
-                                                           Catch::Contains("multiple of P"));
-  CHECK_THROWS_WITH(plan_untied_stages(8, 8, 16, 2, 6), Catch::Contains("must divide n_heads / P = 4"));
-  CHECK_THROWS_WITH(plan_untied_stages(8, 3, 16, 2, 2), Catch::Contains("n_kv_heads must divide n_heads"));
 }
 
 TEST_CASE("ulysses and untied with batch 1 (all-to-all straight into the output)", "[ulysses][untied][equivalence]") {

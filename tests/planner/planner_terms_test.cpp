@@ -8,6 +8,8 @@
 
 #include "engine/config/preset.h"
 #include "engine/config/validate.h"
+#include "engine/layout/heads.h"
+#include "engine/planner/plan_shapes.h"
 #include "engine/planner/planner.h"
 #include "test_paths.h"
 
@@ -306,4 +308,61 @@ TEST_CASE("tiled loss on a GPU profile: the planner charges the fused kernel's o
   for (const auto& t : on_cpu.terms)
     if (t.name.find("logits") != std::string::npos) logits_terms += t.bytes;
   CHECK(logits_terms >= 256 * 8192 * (2 + 4));
+}
+
+TEST_CASE("Untied stages straddling KV heads: the planner charges the engine's schedule and buffers",
+          "[planner][terms][untied]") {
+  // 24 query / 8 KV heads of 16 (Llama 3.2 3B's ratio), P = 2, fp32, S = 2048 (s = 1024).
+  RunConfig cfg = small_config();
+  cfg.model.n_heads = 24;
+  cfg.model.n_kv_heads = 8;
+  cfg.memory.untied_ulysses = true;
+  SECTION("4 heads per stage: a stage reads two KV heads") {
+    cfg.memory.heads_per_stage = 4;
+    REQUIRE(validate(cfg).empty());
+    const planner_detail::PlanShapes s = planner_detail::make_shapes(cfg);
+    using planner_detail::TensorKind;
+    CHECK(s.hs == 2);
+    CHECK(s.khs == 2);  // before: 4 heads per stage / 3 per KV head, clamped to 1
+    // one KV stage buffer: [B, S, 2, hd] fp32 = 1 x 2048 x 2 x 16 x 4 B, as the engine allocates
+    CHECK(planner_detail::kind_bytes(TensorKind::KvStageHead, s) == 2048 * 2 * 16 * 4);
+    CHECK(planner_detail::kind_bytes(TensorKind::KvStageHead, s) ==
+          untied_stage_buffers(plan_untied_stages(24, 8, 16, 2, 4), 1, 1024).kv_stage * 4);
+    CHECK(planner_detail::kind_bytes(TensorKind::KvStageGathered, s) == 0);  // no stage gathers
+    CHECK(planner_detail::kind_bytes(TensorKind::KvStageAccum32, s) == 0);   // each range is one stage's
+  }
+  SECTION("8 heads per stage: stages gather K/V per query head and sum dK/dV in fp32") {
+    cfg.memory.heads_per_stage = 8;
+    REQUIRE(validate(cfg).empty());
+    const planner_detail::PlanShapes s = planner_detail::make_shapes(cfg);
+    using planner_detail::TensorKind;
+    CHECK(planner_detail::kind_bytes(TensorKind::KvStageGathered, s) == 2048 * 4 * 16 * 4);  // [B, S, k = 4, hd]
+    CHECK(planner_detail::kind_bytes(TensorKind::KvStageAccum32, s) == 2048 * 2 * 16 * 4);   // [B, S, 2, hd] fp32
+    // the walk charges both: the plan's attention backward holds the gathered K/V and accumulators
+    MemoryPlan plan = plan_memory(cfg);
+    cfg.memory.heads_per_stage = 4;
+    const MemoryPlan plain_ranges = plan_memory(cfg);
+    auto attention_bytes = [](const MemoryPlan& p, const std::string& phase) {
+      for (const auto& ph : p.phases)
+        if (ph.name == phase) return ph.category_bytes[static_cast<int>(PlanCategory::AttentionWorkspace)];
+      FAIL("no phase " << phase);
+      return int64_t{0};
+    };
+    CHECK(attention_bytes(plan, "bwd/block.0/attn") > attention_bytes(plain_ranges, "bwd/block.0/attn"));
+  }
+}
+
+TEST_CASE("tiles span the batch: B = 2 doubles every [tile, f] and [tile, V] term", "[planner][terms]") {
+  RunConfig cfg = small_config();  // s = 1024 local positions, MLP tiles of 32, loss tiles of 64
+  const planner_detail::PlanShapes one = planner_detail::make_shapes(cfg);
+  cfg.training.batch_size = 2;
+  REQUIRE(validate(cfg).empty());
+  const planner_detail::PlanShapes two = planner_detail::make_shapes(cfg);
+  using planner_detail::TensorKind;
+  // the engine tiles [B, 32, f] and [B, 64, V] (engine/memory/tiled_mlp.cpp, tiled_loss.cpp)
+  CHECK(planner_detail::kind_bytes(TensorKind::FfnTile, one) == 32 * 160 * 4);
+  CHECK(planner_detail::kind_bytes(TensorKind::FfnTile, two) == 2 * 32 * 160 * 4);  // before: 32 x 160 x 4
+  CHECK(planner_detail::kind_bytes(TensorKind::LogitsTile32, two) == 2 * 64 * 96 * 4);
+  CHECK(two.mlp_tile.count == 1024 / 32);  // tiles cover the local positions, not B x s
+  CHECK(two.loss_tile.count == 1024 / 64);
 }

@@ -132,7 +132,7 @@ TEST_CASE("measurement: tiled loss cuts the loss-phase workspace by half the til
   RunConfig plain = long_measurement_config();
   RunConfig tiled = plain;
   tiled.memory.tiled_loss = true;
-  const int64_t tiles = tile_count(plain.training.seq_len, plain.memory.loss_tile_tokens);
+  const int64_t tiles = loss_tile(tiled.memory, tiled.model, tiled.training.batch_size, tiled.training.seq_len).count;
   check_tiling_cut("tiled loss (" + std::to_string(tiles) + " tiles of " + std::to_string(plain.memory.loss_tile_tokens) +
                        " tokens, vocab " + std::to_string(plain.model.vocab_size) + ")",
                    plain, tiled, tiles, MemCategory::LossWorkspace, {"fwd/loss", "bwd/loss"});
@@ -144,7 +144,7 @@ TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count 
   plain.memory.activation_checkpointing = true;  // the MLP phases then hold only their workspace
   RunConfig tiled = plain;
   tiled.memory.tiled_mlp = true;
-  const int64_t tiles = tile_count(plain.training.seq_len, plain.memory.mlp_tile_tokens);
+  const int64_t tiles = mlp_tile(tiled.memory, tiled.model, tiled.training.batch_size, tiled.training.seq_len).count;
   check_tiling_cut("tiled MLP (" + std::to_string(tiles) + " tiles of " + std::to_string(plain.memory.mlp_tile_tokens) +
                        " tokens, d_ffn " + std::to_string(plain.model.d_ffn) + ", checkpointing on)",
                    plain, tiled, tiles, MemCategory::MlpWorkspace, {"/mlp", "/recompute"});

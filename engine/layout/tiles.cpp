@@ -1,0 +1,32 @@
+// Sequence tiles of the tiled MLP and loss (engine/layout/tiles.h): the setting, its automatic
+// value and the clamp to the local sequence, with the batch that every tile spans.
+#include "engine/layout/tiles.h"
+
+#include <algorithm>
+
+namespace odyssey {
+namespace {
+
+SequenceTile sequence_tile(int64_t positions, int64_t batch, int64_t local_positions) {
+  const int64_t local = std::max<int64_t>(1, local_positions);
+  SequenceTile t;
+  t.positions = std::clamp<int64_t>(positions, 1, local);
+  t.rows = std::max<int64_t>(1, batch) * t.positions;
+  t.count = (local + t.positions - 1) / t.positions;
+  return t;
+}
+
+}  // namespace
+
+SequenceTile mlp_sequence_tile(int64_t mlp_tile_tokens, int64_t d_model, int64_t batch, int64_t local_positions) {
+  return sequence_tile(mlp_tile_tokens > 0 ? mlp_tile_tokens : d_model, batch, local_positions);
+}
+
+SequenceTile loss_sequence_tile(int64_t loss_tile_tokens, int64_t vocab_size, int64_t batch, int64_t local_positions) {
+  constexpr int64_t kAutoLogitsBytes = int64_t{1} << 30;  // about 1 GiB of fp32 logits per tile
+  const int64_t positions =
+      loss_tile_tokens > 0 ? loss_tile_tokens : std::max<int64_t>(1, kAutoLogitsBytes / (4 * std::max<int64_t>(1, vocab_size)));
+  return sequence_tile(positions, batch, local_positions);
+}
+
+}  // namespace odyssey
