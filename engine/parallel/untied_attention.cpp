@@ -48,12 +48,6 @@ at::Tensor kv_head_index(const UntiedStagePlan& p, int64_t first, int64_t count)
   return at::tensor(idx, at::kLong);
 }
 
-/// Stage t's KV slot per query head (untied_kv_slots) as an index tensor; nullopt when uniform.
-std::optional<at::Tensor> kv_slot_index(const UntiedStagePlan& p, int64_t t) {
-  if (!p.kv_gathered[t]) return std::nullopt;
-  return at::tensor(untied_kv_slots(p, t), at::kLong);
-}
-
 /// The schedule of one configuration, built once and kept (every block of every step asks for it).
 const UntiedStagePlan& cached_stage_plan(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t degree,
                                          int64_t heads_per_stage) {
@@ -92,9 +86,11 @@ at::Tensor q_head_index_on(const UntiedStagePlan& p, int64_t t, at::Device devic
 at::Tensor kv_head_index_on(const UntiedStagePlan& p, int64_t first, int64_t count, at::Device device) {
   return on_device(p, 1, 0, first, count, device, [&] { return kv_head_index(p, first, count); });
 }
+/// Stage t's KV slot per query head (untied_kv_slots) as an index tensor; nullopt when the stage
+/// reads its range uniformly (native GQA).
 std::optional<at::Tensor> kv_slot_index_on(const UntiedStagePlan& p, int64_t t, at::Device device) {
   if (!p.kv_gathered[t]) return std::nullopt;
-  return on_device(p, 2, t, 0, 0, device, [&] { return *kv_slot_index(p, t); });
+  return on_device(p, 2, t, 0, 0, device, [&] { return at::tensor(untied_kv_slots(p, t), at::kLong); });
 }
 
 /// Projection of the local tokens onto `rows` [m, hd, d] -> [B, s, m, hd], then per-head RMSNorm

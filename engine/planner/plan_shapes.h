@@ -114,8 +114,7 @@ struct PlanShapes {
   int64_t hkv = 0;       ///< KV heads per rank in the head layout, hkv_rep / P
   // techniques
   bool ckpt = false, offload = false, tiled_mlp = false, tiled_loss = false, untied = false;
-  int64_t hps = 0;       ///< query heads per stage over all ranks
-  int64_t hs = 0;        ///< query heads per rank per stage, hps / P
+  int64_t hs = 0;        ///< query heads per rank per stage (heads_per_stage / P)
   int64_t stages = 1;    ///< hq / hs
   int64_t khs = 0;       ///< KV heads per rank per stage: the widest range a stage reads
   UntiedStageBuffers untied_buffers;  ///< the Untied Function's buffers (engine/layout/heads.h), elements
