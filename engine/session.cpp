@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/config/config_diff.h"
+#include "engine/config/schema.h"
 #include "engine/config/validate.h"
 #include "engine/telemetry/metrics_jsonl.h"
 #include "engine/telemetry/phase.h"
@@ -28,13 +30,17 @@ std::string first_issue(const std::vector<ConfigIssue>& issues) {
   return text;
 }
 
-// What differs between two configs that a live apply cannot change ("" when only memory differs).
+// The changed keys that a live apply cannot take, by the schema's rule (KeySpec::applies, the
+// studio's classifier reads the same): "" when every change applies at the next step or only
+// moves the plan.
 std::string restart_reason(const RunConfig& a, const RunConfig& b) {
-  if (!(a.model == b.model)) return "the model changed";
-  if (!(a.parallel == b.parallel)) return "the parallel layout changed (world size, Ulysses degree, FSDP, emulation)";
-  if (!(a.training == b.training)) return "the training settings changed (sequence, batch, optimizer, data, dtype)";
-  if (!(a.hardware == b.hardware)) return "the hardware profile changed";
-  return "";
+  std::string keys;
+  for (const KeyChange& change : config_changes(a, b)) {
+    const KeySpec* spec = find_key_spec(change.key);
+    if (spec && spec->applies() != ApplyWhen::Restart) continue;
+    keys += (keys.empty() ? "" : ", ") + change.key;
+  }
+  return keys.empty() ? "" : "changed " + keys;
 }
 
 }  // namespace
@@ -200,9 +206,9 @@ bool Session::apply_live(const RunConfig& cfg, std::string* reason) {
       if (reason) *reason = "needs a restart: " + why;
       return false;
     }
-    impl_->config.memory = cfg.memory;
-    impl_->config.output = cfg.output;
-    impl_->config.description = cfg.description;
+    // Everything but the restart keys: the memory techniques reach the ranks at the next step;
+    // the hardware target, output and description only move the plan and the next run's files.
+    impl_->config = cfg;
     const int64_t version = ++impl_->status.config_version;
     if (impl_->control) impl_->control->set_memory(cfg.memory, version);
     return true;

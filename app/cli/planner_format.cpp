@@ -9,6 +9,7 @@
 
 #include "app/cli/cli.h"
 #include "engine/config/sizes.h"
+#include "engine/config/techniques.h"
 
 namespace odyssey::cli {
 
@@ -41,19 +42,7 @@ int phase_block(const std::string& name) {
 
 std::string setup_line(const RunConfig& cfg) {
   const auto& p = cfg.parallel;
-  const auto& m = cfg.memory;
-  std::string techniques;
-  auto add = [&](bool on, const std::string& what) {
-    if (on) techniques += (techniques.empty() ? "" : ", ") + what;
-  };
-  add(p.fsdp, "FSDP");
-  add(p.ulysses_degree > 1, "Ulysses " + std::to_string(p.ulysses_degree));
-  add(m.activation_checkpointing, "checkpointing");
-  add(m.offload_activations, "offload");
-  add(m.tiled_mlp, "tiled MLP");
-  add(m.tiled_loss, "tiled loss");
-  add(m.untied_ulysses,
-      "Untied Ulysses " + std::to_string(effective_heads_per_stage(m, p)) + " heads/stage");
+  const std::string techniques = describe_techniques(cfg);
   return strf("%s, seq %s x batch %lld, %lld rank%s (%s), %s, %s: %.1f GiB/device, %.0f GiB host/node",
               cfg.model.flavor.c_str(), format_size(cfg.training.seq_len).c_str(),
               static_cast<long long>(cfg.training.batch_size), static_cast<long long>(p.world_size),

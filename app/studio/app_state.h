@@ -15,7 +15,7 @@
 #include "app/studio/engine_control.h"
 #include "app/studio/plan_cache.h"
 #include "app/studio/plot.h"
-#include "app/studio/run_control.h"
+#include "app/studio/run_driver.h"
 #include "app/studio/run_history.h"
 
 namespace odyssey::studio {
@@ -85,7 +85,7 @@ struct AppState {
   PlanCache run_plan{false};  ///< the running config's plan (timeline overlay, run panel)
 
   // Engine.
-  RunControl run;
+  RunDriver run;
   RunHistory history;
 
   // Layout and view.

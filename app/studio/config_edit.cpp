@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <stdexcept>
 
 #include "engine/config/schema.h"
 #include "engine/config/sizes.h"
@@ -123,34 +124,17 @@ bool hardware_differs_from_profile(const RunConfig& cfg) {
   return !(*spec == cfg.hardware);
 }
 
-const std::vector<Technique>& techniques() {
-  static const std::vector<Technique> list = {
-      {"parallel.fsdp", "FSDP",
-       "Shards params, grads and AdamW state over all ranks (1/W each); costs an all-gather per block "
-       "in forward and backward and a reduce-scatter of the gradients.",
-       [](RunConfig& c) { return &c.parallel.fsdp; }},
-      {"memory.activation_checkpointing", "Activation checkpointing",
-       "Keeps only each block's input for backward instead of all its activations; costs one extra "
-       "forward of every block during backward (about +33% compute).",
-       [](RunConfig& c) { return &c.memory.activation_checkpointing; }},
-      {"memory.offload_activations", "Offload to host",
-       "Moves the checkpointed block inputs to host memory (at most two stay on the device); costs "
-       "PCIe traffic, hidden behind compute when the link is fast enough.",
-       [](RunConfig& c) { return &c.memory.offload_activations; }},
-      {"memory.tiled_mlp", "Tiled MLP",
-       "Runs the MLP over sequence tiles so the [tokens, d_ffn] intermediates exist one tile at a "
-       "time; costs recomputing each tile's forward in backward.",
-       [](RunConfig& c) { return &c.memory.tiled_mlp; }},
-      {"memory.tiled_loss", "Tiled loss",
-       "LM head and cross-entropy per sequence tile, never the whole [tokens, vocab] logits; costs "
-       "a little per-tile overhead.",
-       [](RunConfig& c) { return &c.memory.tiled_loss; }},
-      {"memory.untied_ulysses", "Untied Ulysses",
-       "Attention in head stages that reuse one buffer set: the workspace of one stage instead of "
-       "all local heads; costs more, smaller all-to-alls and re-projection in backward.",
-       [](RunConfig& c) { return &c.memory.untied_ulysses; }},
-  };
-  return list;
+ApplyWhen applies(const Technique& t) {
+  const KeySpec* spec = find_key_spec(t.key);
+  if (!spec) throw std::logic_error(std::string("technique registry names no schema key: ") + t.key);
+  return spec->applies();
+}
+
+std::vector<Technique> live_toggles() {
+  std::vector<Technique> out;
+  for (const Technique& t : kTechniques)
+    if (t.toggle && applies(t) == ApplyWhen::NextStep) out.push_back(t);
+  return out;
 }
 
 std::vector<int64_t> heads_per_stage_choices(const RunConfig& cfg) {
@@ -171,10 +155,14 @@ const char* to_string(ChangeKind kind) {
 }
 
 namespace {
-ChangeKind kind_of_section(std::string_view section) {
-  if (section == "memory") return ChangeKind::Live;
-  if (section == "hardware" || section == "output" || section.empty()) return ChangeKind::PlanOnly;
-  return ChangeKind::Restart;  // model, training, parallel: shapes, shards and rank threads change
+/// The schema's rule for the key (KeySpec::applies), shared with the Session's live apply.
+ChangeKind kind_of(ApplyWhen when) {
+  switch (when) {
+    case ApplyWhen::PlanOnly: return ChangeKind::PlanOnly;
+    case ApplyWhen::NextStep: return ChangeKind::Live;
+    case ApplyWhen::Restart: return ChangeKind::Restart;
+  }
+  return ChangeKind::Restart;
 }
 }  // namespace
 
@@ -186,7 +174,7 @@ ConfigChange classify_change(const RunConfig& running, const RunConfig& edited) 
     const std::string after = value_text(spec, edited);
     if (before == after) continue;
     const std::string key = spec.full_name();
-    const ChangeKind kind = kind_of_section(spec.section);
+    const ChangeKind kind = kind_of(spec.applies());
     change.keys.push_back(key);
     change.kind = std::max(change.kind, kind);
     std::string& summary = kind == ChangeKind::PlanOnly ? plan_summary : change.summary;

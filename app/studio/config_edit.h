@@ -2,7 +2,7 @@
 // validator messages filed under the field they belong to, flavors and profiles, what each
 // technique trades, and how an edit relates to a running config (live, restart or plan only).
 // defines: parse_context_length, context_slider_*, FieldMessages, file_issues, apply_model_flavor,
-// apply_hardware_profile, Technique, techniques, ChangeKind, ConfigChange, classify_change
+// apply_hardware_profile, applies, live_toggles, ChangeKind, ConfigChange, classify_change
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,8 @@
 
 #include "engine/config/preset.h"
 #include "engine/config/run_config.h"
+#include "engine/config/schema.h"
+#include "engine/config/techniques.h"
 
 namespace odyssey::studio {
 
@@ -58,15 +60,11 @@ bool model_differs_from_flavor(const RunConfig& cfg);
 /// Same for the hardware profile.
 bool hardware_differs_from_profile(const RunConfig& cfg);
 
-/// One technique toggle of the config panel.
-struct Technique {
-  const char* key;      ///< "memory.tiled_mlp"
-  const char* label;    ///< "Tiled MLP"
-  const char* trades;   ///< one line: what it saves and what it costs
-  bool* (*field)(RunConfig&);
-};
-/// The toggles in ladder order (FSDP, checkpointing, offload, tiled MLP, tiled loss, Untied Ulysses).
-const std::vector<Technique>& techniques();
+/// When an edit of technique `t` reaches a running engine: its key's schema rule.
+ApplyWhen applies(const Technique& t);
+/// The technique toggles a running engine takes at the next step (the config panel's memory
+/// section), in registry order: checkpointing, offload, tiled MLP, tiled loss, Untied Ulysses.
+std::vector<Technique> live_toggles();
 /// Heads-per-stage values the slider offers (validator's valid list; empty when none apply).
 std::vector<int64_t> heads_per_stage_choices(const RunConfig& cfg);
 

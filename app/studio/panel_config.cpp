@@ -256,6 +256,8 @@ void draw_parallel(AppState& state) {
     ImGui::EndCombo();
   }
   field_messages(state, "parallel.ulysses_degree");
+  for (const Technique& t : kTechniques)  // the toggles an edit restarts the run for (FSDP)
+    if (t.toggle && applies(t) == ApplyWhen::Restart) checkbox(state, t.label, t.key, technique_flag(c, t.id), t.trades);
   checkbox(state, "Rank emulation", "parallel.emulate", &c.parallel.emulate,
            "Runs rank 0 of the world_size-rank job alone with exact shapes: measures what each GPU of a "
            "larger job holds; loss values are meaningless.");
@@ -265,11 +267,11 @@ void draw_parallel(AppState& state) {
 void draw_memory(AppState& state) {
   RunConfig& c = state.config;
   if (!begin_form("mem")) return;
-  for (const Technique& t : techniques()) {
-    checkbox(state, t.label, t.key, t.field(c), t.trades);
-    if (std::strcmp(t.key, "memory.tiled_mlp") == 0 && c.memory.tiled_mlp)
+  for (const Technique& t : live_toggles()) {
+    checkbox(state, t.label, t.key, technique_flag(c, t.id), t.trades);
+    if (t.id == TechniqueId::TiledMlp && c.memory.tiled_mlp)
       input_i64(state, "  MLP tile tokens", "memory.mlp_tile_tokens", &c.memory.mlp_tile_tokens, 64);
-    if (std::strcmp(t.key, "memory.tiled_loss") == 0 && c.memory.tiled_loss)
+    if (t.id == TechniqueId::TiledLoss && c.memory.tiled_loss)
       input_i64(state, "  Loss tile tokens", "memory.loss_tile_tokens", &c.memory.loss_tile_tokens, 64);
   }
   field_label(state, "Heads per stage", "memory.heads_per_stage");

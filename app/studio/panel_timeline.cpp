@@ -221,11 +221,12 @@ void draw_timeline_panel(AppState& state, EngineControl& engine) {
   if (!(data_x.min <= data_x.max)) data_x = {0, 1};
 
   std::vector<PlannedSegment> planned;
-  // The plan of the config the engine runs (none without a run, e.g. the --bench-samples benchmark).
-  const bool has_plan = state.run.has_run() && state.run_plan.get(state.run.engine_config()).ok;
-  if (t.show_planned && has_plan && group)
-    planned = planned_overlay(state.run_plan.get(state.run.engine_config()).plan, group->spans, h.phase_names(), sel.step,
-                              sel.band_rank);
+  // The plan of the config the selected step ran with (a live toggle since changes it; none
+  // without a run, e.g. the --bench-samples benchmark).
+  if (t.show_planned && state.run.has_run() && group) {
+    const PlanResult& step_plan = state.run_plan.get(h.config_at(sel.step));
+    if (step_plan.ok) planned = planned_overlay(step_plan.plan, group->spans, h.phase_names(), sel.step, sel.band_rank);
+  }
   const PeakMark peak = group ? find_peak(group->spans, h.phase_names(), sel.step, sel.rank)
                               : sel.step < 0 ? find_run_peak(h, sel.rank) : PeakMark{};
 
@@ -240,7 +241,7 @@ void draw_timeline_panel(AppState& state, EngineControl& engine) {
   draw_pool(state, sel, true, std::max(avail * 0.36f - ImGui::GetStyle().ItemSpacing.y, ImGui::GetFontSize() * 5), data_x,
             planned, peak);
   ImGui::TextColored(to_vec4(kColorDim), "%zu samples on %zu ranks; %zu points drawn for the device pool%s", h.sample_count(),
-                     h.ranks().size(), drawn, has_plan ? "" : "; no planned overlay (no run)");
+                     h.ranks().size(), drawn, state.run.has_run() ? "" : "; no planned overlay (no run)");
 }
 
 }  // namespace odyssey::studio

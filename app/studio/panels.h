@@ -1,6 +1,6 @@
 // The panels, one file each (panel_<name>.cpp), as free functions over the UI state and the engine.
 // Each draws inside a window the dispatcher has begun. Their non-rendering logic lives in
-// config_edit.h, run_control.h, plan_cache.h, timeline_model.h and here (export).
+// config_edit.h, run_driver.h, plan_cache.h, timeline_model.h and here (export).
 // defines: draw_*_panel, draw_file_dialogs, export_preset, StudioPalette helpers
 #pragma once
 

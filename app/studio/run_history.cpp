@@ -21,14 +21,16 @@ void trim_series(RankSeries& s, size_t cap) {
   cut(s.phase_id);
 }
 
-std::string join_lines(std::deque<std::string>& pending, int64_t count) {
-  std::string out;
+
+/// Moves the first `count` pending changes into `marker`: their texts joined, the newest config.
+template <class Pending>
+void take_pending(std::deque<Pending>& pending, int64_t count, ChangeMarker& marker) {
   for (int64_t i = 0; i < count && !pending.empty(); ++i) {
-    if (!out.empty()) out += "; ";
-    out += pending.front();
+    if (!marker.what.empty()) marker.what += "; ";
+    marker.what += pending.front().what;
+    marker.config = std::move(pending.front().config);
     pending.pop_front();
   }
-  return out;
 }
 
 }  // namespace
@@ -39,10 +41,17 @@ std::pair<size_t, size_t> RankSeries::step_range(int64_t s) const {
   return {static_cast<size_t>(lo - step.begin()), static_cast<size_t>(hi - step.begin())};
 }
 
-void RunHistory::reset() {
+void RunHistory::reset(const RunConfig& started) {
   const uint64_t next = generation_ + 1;  // caches keyed on the old data must not match the new
   *this = RunHistory();
   generation_ = next;
+  started_ = started;
+}
+
+const RunConfig& RunHistory::config_at(int64_t step) const {
+  for (auto it = markers_.rbegin(); it != markers_.rend(); ++it)
+    if (it->step <= step) return it->config;
+  return started_;
 }
 
 size_t RunHistory::sample_count() const {
@@ -61,8 +70,8 @@ void RunHistory::add_log(std::string line) {
   while (log_.size() > kMaxLogLines) log_.pop_front();
 }
 
-void RunHistory::note_live_change(const std::string& what) { pending_live_.push_back(what); }
-void RunHistory::note_restart(const std::string& what) { pending_restart_.push_back(what); }
+void RunHistory::note_live_change(const std::string& what, const RunConfig& now) { pending_live_.push_back({what, now}); }
+void RunHistory::note_restart(const std::string& what, const RunConfig& now) { pending_restart_.push_back({what, now}); }
 
 void RunHistory::poll(EngineControl& engine) {
   // A cursor that comes back smaller than ours means the engine started counting afresh (a new
@@ -151,11 +160,15 @@ void RunHistory::ingest_spans(const std::vector<PhaseSpan>& spans) {
 void RunHistory::ingest_metrics(const std::vector<StepMetrics>& metrics) {
   for (const auto& m : metrics) {
     if (!pending_restart_.empty()) {
-      markers_.push_back({m.step, 0, join_lines(pending_restart_, static_cast<int64_t>(pending_restart_.size())), true});
+      ChangeMarker marker{m.step, 0, "", true, config_at(m.step)};
+      take_pending(pending_restart_, static_cast<int64_t>(pending_restart_.size()), marker);
+      markers_.push_back(std::move(marker));
       last_config_version_ = m.config_version;  // versions may count afresh after a restart
     } else if (last_config_version_ >= 0 && m.config_version > last_config_version_) {
-      std::string what = join_lines(pending_live_, m.config_version - last_config_version_);
-      markers_.push_back({m.step, m.config_version, what.empty() ? "live change" : what, false});
+      ChangeMarker marker{m.step, m.config_version, "", false, config_at(m.step)};
+      take_pending(pending_live_, m.config_version - last_config_version_, marker);
+      if (marker.what.empty()) marker.what = "live change";
+      markers_.push_back(std::move(marker));
     }
     last_config_version_ = m.config_version;
     last_step_ = std::max(last_step_, m.step);

@@ -1,6 +1,6 @@
 // What the studio has copied out of the engine: per-step metrics, per-rank memory samples (kept as
 // columns so a million points downsample quickly), phase spans, log lines and the steps where a
-// live change took effect. defines: RunHistory, RankSeries, ChangeMarker
+// live change took effect, with the config each step ran with. defines: RunHistory, RankSeries, ChangeMarker
 #pragma once
 
 #include <cstdint>
@@ -39,6 +39,7 @@ struct ChangeMarker {
   int64_t config_version = 0;  ///< StepMetrics::config_version of that step (0 for restarts)
   std::string what;            ///< "memory.tiled_mlp: true -> false"
   bool restart = false;        ///< the run restarted for it
+  RunConfig config;            ///< the config the run had from `step` on (the planned overlay's)
 };
 
 class RunHistory {
@@ -48,15 +49,18 @@ class RunHistory {
   static constexpr size_t kMaxSpans = 2'000'000;
   static constexpr size_t kMaxLogLines = 2000;
 
-  /// Forgets everything (a new run starts).
-  void reset();
+  /// Forgets everything: a new run of `started` begins.
+  void reset(const RunConfig& started = RunConfig{});
   /// Copies whatever the engine produced since the last poll. Cheap when nothing is new.
   void poll(EngineControl& engine);
 
-  /// A live change was sent; its marker lands on the first step reporting a newer config_version.
-  void note_live_change(const std::string& what);
-  /// The run restarted for a change; marked at the next step that arrives.
-  void note_restart(const std::string& what);
+  /// A live change to `now` was sent; its marker lands on the first step reporting a newer
+  /// config_version.
+  void note_live_change(const std::string& what, const RunConfig& now);
+  /// The run restarted for a change, with `now`; marked at the next step that arrives.
+  void note_restart(const std::string& what, const RunConfig& now);
+  /// The config step `step` ran with: the newest marker's at or before it, else the started one.
+  const RunConfig& config_at(int64_t step) const;
 
   const std::vector<StepMetrics>& metrics() const { return metrics_; }
   const std::vector<RankSeries>& ranks() const { return ranks_; }
@@ -93,8 +97,14 @@ class RunHistory {
   std::vector<std::string> phase_names_;
   std::vector<ChangeMarker> markers_;
   std::deque<std::string> log_;
-  std::deque<std::string> pending_live_;   // sent, not yet seen in a step
-  std::deque<std::string> pending_restart_;
+  /// A change sent to the engine and not yet seen in a step.
+  struct PendingChange {
+    std::string what;
+    RunConfig config;
+  };
+  std::deque<PendingChange> pending_live_;
+  std::deque<PendingChange> pending_restart_;
+  RunConfig started_;
   uint64_t generation_ = 0;
   int64_t last_config_version_ = -1;
   int64_t last_step_ = -1;

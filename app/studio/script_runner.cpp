@@ -1,5 +1,5 @@
 // ScriptRunner: the screenshot mode's steps in order. Edits go through the same AppState config
-// the panels edit, so RunControl applies them live or restarts exactly as for a user.
+// the panels edit, so RunDriver applies them live or restarts exactly as for a user.
 // defines: ScriptRunner::step, apply_assignment
 #include "app/studio/script_runner.h"
 

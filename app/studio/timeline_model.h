@@ -13,7 +13,7 @@
 #include "app/studio/plot.h"
 #include "app/studio/run_history.h"
 #include "engine/planner/planner.h"
-#include "engine/session.h"
+#include "engine/telemetry/samples.h"
 
 namespace odyssey::studio {
 

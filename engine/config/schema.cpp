@@ -116,6 +116,23 @@ std::string KeySpec::full_name() const {
   return section.empty() ? std::string(name) : std::string(section) + "." + std::string(name);
 }
 
+const char* to_string(ApplyWhen when) {
+  switch (when) {
+    case ApplyWhen::PlanOnly: return "plan only";
+    case ApplyWhen::NextStep: return "next step";
+    case ApplyWhen::Restart: return "restart";
+  }
+  return "?";
+}
+
+ApplyWhen KeySpec::applies() const {
+  // The engine measures where it runs, so the hardware target only moves the plan; the memory
+  // techniques are rebuilt at a step boundary from the same weights and shards.
+  if (section == "memory") return ApplyWhen::NextStep;
+  if (section == "hardware" || section == "output" || section.empty()) return ApplyWhen::PlanOnly;
+  return ApplyWhen::Restart;
+}
+
 std::string KeySpec::type_rule() const {
   switch (kind) {
     case KeyKind::Bool: return "must be true or false";

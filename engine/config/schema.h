@@ -42,6 +42,15 @@ struct RawValue {
 
 enum class KeyKind { Bool, Int, Size, Float, String, Choice };
 
+/// When an edit of a key reaches a running engine. One rule, read by the studio's change
+/// classifier, the session's live apply and the technique registry.
+enum class ApplyWhen {
+  PlanOnly,  ///< [hardware], [output], description: the plan (or the next run's files) change, the run does not
+  NextStep,  ///< [memory]: toggles, tile sizes and heads per stage apply at the next step boundary
+  Restart,   ///< [model], [training], [parallel]: shapes, shards and rank threads change
+};
+const char* to_string(ApplyWhen when);
+
 /// The physical range of a numeric key. Every value outside it is refused before any rule that
 /// combines keys runs, so no rule, hint loop or planner sum ever sees an absurd value (a
 /// 9e9 GiB device, 2^40 heads). Integer keys use closed bounds; `hi` may be +inf (no bound beyond
@@ -83,6 +92,8 @@ struct KeySpec {
 
   /// "training.seq_len" (or "description" for top-level keys).
   std::string full_name() const;
+  /// When an edit of this key reaches a running engine (decided by its table).
+  ApplyWhen applies() const;
   /// Human name of the expected type: "a boolean", "a token count such as 4096, 512K or 3M", ...
   std::string type_rule() const;
 };

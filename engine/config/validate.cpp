@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/config/sizes.h"
+#include "engine/config/techniques.h"
 
 namespace odyssey {
 
@@ -131,9 +132,8 @@ void check_parallel(const RunConfig& cfg, Checker& c) {
 
 void check_memory(const RunConfig& cfg, Checker& c) {
   const MemoryConfig& mem = cfg.memory;
-  if (mem.offload_activations && !mem.activation_checkpointing)
-    c.fail("memory.offload_activations", "needs memory.activation_checkpointing = true",
-           "only checkpointed block inputs are offloaded; turn checkpointing on or offload off");
+  for (const TechniqueRequirement& broken : technique_requirement_issues(cfg))
+    c.fail(broken.key, broken.rule, broken.hint);
   if (!c.in_range({"memory.heads_per_stage", "parallel.ulysses_degree", "model.n_heads"})) return;
   if (!mem.untied_ulysses || mem.heads_per_stage == 0) return;
   // (when the degree does not divide the heads, the rule is silent: reported under the degree)

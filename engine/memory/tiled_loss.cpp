@@ -7,7 +7,7 @@
 
 #include <torch/autograd.h>
 
-#include "engine/model/layers.h"
+#include "engine/ops/layers.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "kernels/linear_cross_entropy_plan.h"

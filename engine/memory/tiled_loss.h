@@ -1,6 +1,6 @@
 // Tiled loss: the final RMSNorm's output -> LM head -> cross-entropy over sequence tiles with the
 // backward run inside the forward, so the [s, vocab] logits never exist at once. Also the answer
-// statistics both loss paths share. defines: LossOutputs, head_logits, accumulate_answer_stats,
+// statistics both loss paths share. defines: AnswerStats, LossOutputs, head_logits, accumulate_answer_stats,
 // tiled_loss_forward
 #pragma once
 
@@ -8,9 +8,14 @@
 
 #include <ATen/ATen.h>
 
-#include "engine/model/step_runtime.h"
-
 namespace odyssey {
+
+/// Loss on the answer tokens of the long-range task (sums over this rank's tokens, fp64 scalars).
+struct AnswerStats {
+  at::Tensor ce_sum;   ///< Σ CE over answer tokens
+  at::Tensor count;    ///< number of answer tokens
+  at::Tensor correct;  ///< answer tokens whose argmax is the label
+};
 
 /// normed @ head^T in fp32. normed: [B, n, d] (the final norm's output), head: [V, d] -> [B, n, V].
 at::Tensor head_logits(const at::Tensor& normed, const at::Tensor& head);

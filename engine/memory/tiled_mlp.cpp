@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/model/layers.h"
+#include "engine/ops/layers.h"
 
 namespace odyssey {
 

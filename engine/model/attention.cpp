@@ -25,22 +25,6 @@ at::Tensor attention(at::Tensor x, const AttentionWeights& w, const Positions& p
   return at::linear(ulysses_attention(std::move(x), w, pos, model, ctx), w.wo);  // [B, s, d]
 }
 
-LocalQKV project_qkv(at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model) {
-  const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, Hkv = model.n_kv_heads, hd = model.head_dim;
-  LocalQKV out;
-  out.q = at::linear(x, w.wq).view({B, s, H, hd});    // [B, s, H, hd]
-  out.k = at::linear(x, w.wk).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
-  out.v = at::linear(x, w.wv).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
-  x.reset();  // memory: the normed input dies here unless autograd keeps it
-  if (model.qk_norm) {
-    out.q = rms_norm(out.q, w.q_norm, model.norm_eps);  // [B, s, H, hd]
-    out.k = rms_norm(out.k, w.k_norm, model.norm_eps);  // [B, s, Hkv, hd]
-  }
-  out.q = apply_rope(out.q, pos);  // [B, s, H, hd]
-  out.k = apply_rope(out.k, pos);  // [B, s, Hkv, hd]
-  return out;
-}
-
 at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positions& pos,
                            const ModelConfig& model) {
   CategoryScope category(MemCategory::AttentionWorkspace);

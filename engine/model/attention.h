@@ -1,25 +1,15 @@
 // The attention seam: every decoder block calls attention() and nothing else for its attention
 // half. The local path (Ulysses degree 1) lives here; Ulysses and Untied Ulysses dispatch from here
-// (engine/parallel). defines: AttentionWeights, attention, LocalQKV, project_qkv, attention_local
+// (engine/parallel). AttentionWeights and project_qkv: engine/ops/layers.h. defines: attention, attention_local
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include "engine/config/run_config.h"
-#include "engine/model/layers.h"
+#include "engine/ops/layers.h"
 #include "engine/parallel/comm.h"
 
 namespace odyssey {
-
-/// One block's attention parameters (views into the block's flat group, or leaves of them).
-struct AttentionWeights {
-  at::Tensor wq;      ///< [H*hd, d]
-  at::Tensor wk;      ///< [Hkv*hd, d]
-  at::Tensor wv;      ///< [Hkv*hd, d]
-  at::Tensor wo;      ///< [d, H*hd]
-  at::Tensor q_norm;  ///< [hd] (qk_norm only, else undefined)
-  at::Tensor k_norm;  ///< [hd] (qk_norm only, else undefined)
-};
 
 /// Causal self-attention of the normed block input x: [B, s, d] -> [B, s, d] (the output
 /// projection included). Pass x by std::move: without a graph to record, the standard paths
@@ -28,14 +18,6 @@ struct AttentionWeights {
 /// runs attention_local and sp_size > 1 ulysses_attention (engine/parallel).
 at::Tensor attention(at::Tensor x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
                      const RankContext& ctx, const MemoryConfig& memory);
-
-/// Q, K and V of the local tokens in sequence layout, QK-norm and RoPE applied (global positions
-/// `pos`): q [B, s, H, hd], k and v [B, s, Hkv, hd]. Memory: `x` (the normed input) is released
-/// once projected, so without a graph it dies here (autograd keeps it otherwise).
-struct LocalQKV {
-  at::Tensor q, k, v;
-};
-LocalQKV project_qkv(at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model);
 
 /// Single-rank attention: Q/K/V projections, optional QK-norm, RoPE, causal
 /// scaled_dot_product_attention with the KV heads NOT expanded (enable_gqa: query head j reads KV

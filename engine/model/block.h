@@ -12,8 +12,8 @@
 
 #include "engine/config/run_config.h"
 #include "engine/model/attention.h"
-#include "engine/model/flat_group.h"
-#include "engine/model/layers.h"
+#include "engine/parallel/flat_group.h"
+#include "engine/ops/layers.h"
 #include "engine/model/step_runtime.h"
 #include "engine/parallel/comm.h"
 

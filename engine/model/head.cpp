@@ -4,7 +4,7 @@
 #include "engine/model/head.h"
 
 #include "engine/memory/tiled_loss.h"
-#include "engine/model/layers.h"
+#include "engine/ops/layers.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/phase.h"
 

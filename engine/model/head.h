@@ -9,7 +9,7 @@
 
 #include <torch/autograd.h>
 
-#include "engine/model/flat_group.h"
+#include "engine/parallel/flat_group.h"
 #include "engine/model/step_runtime.h"
 
 namespace odyssey {

@@ -40,7 +40,7 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryConfig& memory
   for (auto& b : blocks_) rt->blocks.push_back(b.get());
   rt->embed = embed_.get();
   rt->head = head_.get();
-  rt->offload = memory.activation_checkpointing && memory.offload_activations ? offload : nullptr;
+  rt->offload = memory.offload_activations ? offload : nullptr;  // the blocks offload their checkpointed inputs
   rt->recorder = recorder;
   rt->rank = ctx_.slot;  // the memory tracker's and phase stack's index of this rank
   const int64_t batch = in.ids.size(0);

@@ -10,7 +10,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/config/run_config.h"
-#include "engine/model/flat_group.h"
+#include "engine/parallel/flat_group.h"
 #include "engine/model/step_runtime.h"
 #include "engine/parallel/comm.h"
 

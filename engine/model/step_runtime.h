@@ -1,6 +1,6 @@
 // What the autograd Functions of one training step share (embedding, blocks, head): the config
 // slices, the rank, the flat groups, positions, labels and the loss scale. Lives for the whole
-// step; the Functions hold a raw pointer to it. defines: AnswerStats, StepRuntime, RuntimeBinding,
+// step; the Functions hold a raw pointer to it (AnswerStats: engine/memory/tiled_loss.h). defines: StepRuntime, RuntimeBinding,
 // EnginePhase, failing_phase
 #pragma once
 
@@ -11,8 +11,9 @@
 #include <ATen/ATen.h>
 
 #include "engine/config/run_config.h"
-#include "engine/model/flat_group.h"
-#include "engine/model/layers.h"
+#include "engine/memory/tiled_loss.h"
+#include "engine/parallel/flat_group.h"
+#include "engine/ops/layers.h"
 #include "engine/parallel/comm.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/phase.h"
@@ -20,13 +21,6 @@
 namespace odyssey {
 
 class OffloadStore;
-
-/// Loss on the answer tokens of the long-range task (sums over this rank's tokens, fp64 scalars).
-struct AnswerStats {
-  at::Tensor ce_sum;   ///< Σ CE over answer tokens
-  at::Tensor count;    ///< number of answer tokens
-  at::Tensor correct;  ///< answer tokens whose argmax is the label
-};
 
 struct StepRuntime {
   const ModelConfig* model = nullptr;

@@ -7,10 +7,10 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "engine/parallel/devices.h"
 #include "engine/parallel/peer_watch.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/telemetry/memory_tracker.h"
-#include "engine/train/trainer.h"
 
 namespace odyssey {
 namespace {

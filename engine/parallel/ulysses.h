@@ -7,8 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/config/run_config.h"
-#include "engine/model/attention.h"
-#include "engine/model/layers.h"
+#include "engine/ops/layers.h"
 #include "engine/parallel/comm.h"
 
 namespace odyssey {

@@ -1,11 +1,12 @@
-// The technique ladder (default -> +FSDP -> +Ulysses -> +checkpointing -> +offload -> +tiling ->
-// +Untied Ulysses), the max-context solver (bisection over the monotone peak in steps of
+// The technique ladder (each rung adds the registry's techniques of that rung: engine/config/
+// techniques.h), the max-context solver (bisection over the monotone peak in steps of
 // P x 1024 tokens) and the advisor (the cheapest toggles, by predicted slowdown, that make a
 // config fit).
 #include <algorithm>
 #include <string>
 #include <utility>
 
+#include "engine/config/techniques.h"
 #include "engine/config/validate.h"
 #include "engine/planner/planner.h"
 
@@ -26,13 +27,13 @@ int64_t ladder_ulysses_degree(const RunConfig& cfg) {
 
 RunConfig ladder_rung_config(const RunConfig& cfg, int rung) {
   RunConfig r = cfg;
-  r.parallel.fsdp = rung >= 1;
-  r.parallel.ulysses_degree = rung >= 2 ? ladder_ulysses_degree(cfg) : 1;
-  r.memory.activation_checkpointing = rung >= 3;
-  r.memory.offload_activations = rung >= 4;
-  r.memory.tiled_mlp = rung >= 5;
-  r.memory.tiled_loss = rung >= 5;
-  r.memory.untied_ulysses = rung >= 6;
+  for (const Technique& t : kTechniques) {
+    const bool on = rung >= t.ladder_rung;
+    if (bool* flag = technique_flag(r, t.id))
+      *flag = on;
+    else  // Ulysses: the ladder's degree from its rung on
+      r.parallel.ulysses_degree = on ? ladder_ulysses_degree(cfg) : 1;
+  }
   // a stage size the rung's degree cannot split falls back to one head per rank per stage
   if (heads_per_stage_rule(r.model.n_heads, r.parallel.ulysses_degree, r.memory.heads_per_stage))
     r.memory.heads_per_stage = 0;
@@ -120,19 +121,16 @@ int64_t solve_max_seq_len(const RunConfig& cfg) {
 }
 
 std::string ladder_rung_label(const RunConfig& cfg, int rung) {
-  switch (rung) {
-    case 0: return "default (no sharding)";
-    case 1: return "+ FSDP over " + std::to_string(cfg.parallel.world_size) + " ranks";
-    case 2: return "+ Ulysses (" + std::to_string(ladder_ulysses_degree(cfg)) + "-way)";
-    case 3: return "+ activation checkpointing";
-    case 4: return "+ offload of checkpoints to host";
-    case 5: return "+ tiled MLP and loss";
-    default: {
-      const RunConfig r = ladder_rung_config(cfg, rung);
-      return "+ Untied Ulysses (" + std::to_string(effective_heads_per_stage(r.memory, r.parallel)) +
-             " heads/stage)";
-    }
+  if (rung <= 0) return "default (no sharding)";
+  const RunConfig r = ladder_rung_config(cfg, rung);
+  std::string added;
+  for (const Technique& t : kTechniques) {
+    if (t.ladder_rung != rung) continue;
+    std::string what = technique_summary(r, t.id);
+    if (t.id == TechniqueId::Fsdp) what += " over " + std::to_string(r.parallel.world_size) + " ranks";
+    added += (added.empty() ? "" : " and ") + what;
   }
+  return "+ " + added;
 }
 
 std::vector<LadderRung> plan_ladder(const RunConfig& cfg) {
@@ -152,40 +150,11 @@ std::vector<LadderRung> plan_ladder(const RunConfig& cfg) {
 
 namespace {
 
-/// The toggles the advisor may turn on (each off in the original config).
-enum Toggle { kFsdp, kCheckpointing, kOffload, kTiledMlp, kTiledLoss, kUntied, kToggleCount };
-
-const char* toggle_change(int t) {
-  switch (t) {
-    case kFsdp: return "parallel.fsdp = true";
-    case kCheckpointing: return "memory.activation_checkpointing = true";
-    case kOffload: return "memory.offload_activations = true";
-    case kTiledMlp: return "memory.tiled_mlp = true";
-    case kTiledLoss: return "memory.tiled_loss = true";
-    default: return "memory.untied_ulysses = true";
-  }
-}
-
-bool toggle_on(const RunConfig& c, int t) {
-  switch (t) {
-    case kFsdp: return c.parallel.fsdp;
-    case kCheckpointing: return c.memory.activation_checkpointing;
-    case kOffload: return c.memory.offload_activations;
-    case kTiledMlp: return c.memory.tiled_mlp;
-    case kTiledLoss: return c.memory.tiled_loss;
-    default: return c.memory.untied_ulysses;
-  }
-}
-
-void set_toggle(RunConfig& c, int t) {
-  switch (t) {
-    case kFsdp: c.parallel.fsdp = true; break;
-    case kCheckpointing: c.memory.activation_checkpointing = true; break;
-    case kOffload: c.memory.offload_activations = true; break;
-    case kTiledMlp: c.memory.tiled_mlp = true; break;
-    case kTiledLoss: c.memory.tiled_loss = true; break;
-    default: c.memory.untied_ulysses = true; break;
-  }
+/// The advisor turns toggles on (a bitmask over kTechniques' indices); the Ulysses degree is
+/// searched apart, over the valid degrees.
+bool advisable(const Technique& t, const RunConfig& cfg) {
+  if (!t.toggle || technique_on(cfg, t.id)) return false;
+  return !(t.id == TechniqueId::Fsdp && cfg.parallel.world_size == 1);
 }
 
 struct Candidate {
@@ -207,21 +176,21 @@ std::vector<Advice> advise(const RunConfig& cfg, int max_suggestions) {
   for (int64_t p : valid_ulysses_degrees(cfg))
     if (p > cfg.parallel.ulysses_degree) degrees.push_back(p);
   unsigned available = 0;
-  for (int t = 0; t < kToggleCount; ++t)
-    if (!toggle_on(cfg, t) && !(t == kFsdp && cfg.parallel.world_size == 1)) available |= 1u << t;
+  for (size_t t = 0; t < kTechniques.size(); ++t)
+    if (advisable(kTechniques[t], cfg)) available |= 1u << t;
 
   std::vector<Candidate> fitting;
   for (int64_t degree : degrees) {
-    for (unsigned mask = 0; mask < (1u << kToggleCount); ++mask) {
+    for (unsigned mask = 0; mask < (1u << kTechniques.size()); ++mask) {
       if ((mask & ~available) != 0) continue;
       if (mask == 0 && degree == cfg.parallel.ulysses_degree) continue;
       Candidate c;
       c.mask = mask;
       c.degree = degree;
       c.config = cfg;
-      for (int t = 0; t < kToggleCount; ++t)
-        if (mask & (1u << t)) set_toggle(c.config, t);
-      if (c.config.memory.offload_activations && !c.config.memory.activation_checkpointing) continue;
+      for (size_t t = 0; t < kTechniques.size(); ++t)
+        if (mask & (1u << t)) *technique_flag(c.config, kTechniques[t].id) = true;
+      if (!technique_requirement_issues(c.config).empty()) continue;  // e.g. offload without checkpointing
       c.config.parallel.ulysses_degree = degree;
       if (heads_per_stage_rule(c.config.model.n_heads, degree, c.config.memory.heads_per_stage))
         c.config.memory.heads_per_stage = 0;  // the stage size this degree cannot split
@@ -249,8 +218,8 @@ std::vector<Advice> advise(const RunConfig& cfg, int max_suggestions) {
     Advice advice;
     if (c->degree != cfg.parallel.ulysses_degree)
       advice.changes.push_back("parallel.ulysses_degree = " + std::to_string(c->degree));
-    for (int t = 0; t < kToggleCount; ++t)
-      if (c->mask & (1u << t)) advice.changes.push_back(toggle_change(t));
+    for (size_t t = 0; t < kTechniques.size(); ++t)
+      if (c->mask & (1u << t)) advice.changes.push_back(std::string(kTechniques[t].key) + " = true");
     advice.config = c->config;
     advice.plan = plan_memory(c->config);
     advice.slowdown = c->slowdown;

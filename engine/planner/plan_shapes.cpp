@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <stdexcept>
 
 #include "engine/config/sizes.h"
+#include "engine/config/techniques.h"
 #include "kernels/linear_cross_entropy_plan.h"
 
 namespace odyssey::planner_detail {
@@ -67,7 +69,11 @@ PlanShapes make_shapes(const RunConfig& cfg) {
 
   const MemoryConfig& mem = cfg.memory;
   s.ckpt = mem.activation_checkpointing;
-  s.offload = mem.offload_activations && s.ckpt;
+  // A technique without the one it requires was refused by validate(); the shapes never quietly
+  // switch it off (the registry's rule, engine/config/techniques.h).
+  for (const TechniqueRequirement& broken : technique_requirement_issues(cfg))
+    throw std::invalid_argument("planner: " + broken.text());
+  s.offload = mem.offload_activations;
   s.tiled_mlp = mem.tiled_mlp;
   s.tiled_loss = mem.tiled_loss;
   s.untied = mem.untied_ulysses;

@@ -12,6 +12,7 @@
 
 #include "engine/config/memory_category.h"
 #include "engine/config/run_config.h"
+#include "engine/config/techniques.h"
 
 namespace odyssey {
 
@@ -111,10 +112,7 @@ struct LadderRung {
   int64_t max_seq_len = 0;  ///< largest fitting seq_len for this rung (0 if none)
 };
 
-/// Rung names of the ladder, in order (the CLI contract's names).
-constexpr std::array<const char*, 7> kLadderRungNames = {"default",       "fsdp",    "ulysses",       "checkpointing",
-                                                         "offload",       "tiling",  "untied_ulysses"};
-constexpr int kLadderRungCount = 7;
+/// Rung names and count of the ladder: kLadderRungNames, kLadderRungCount (engine/config/techniques.h).
 
 /// The Ulysses degree the ladder uses from the "ulysses" rung on: the config's degree when it is
 /// above 1, else the largest valid degree for the model, sequence and world size.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/session.h"
+#include "engine/telemetry/samples.h"
 
 namespace odyssey {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/session.h"
+#include "engine/telemetry/samples.h"
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {

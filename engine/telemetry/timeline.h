@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/session.h"
+#include "engine/telemetry/samples.h"
 #include "engine/telemetry/phase.h"
 #include "engine/telemetry/ring_buffer.h"
 

@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "engine/session.h"
+#include "engine/telemetry/samples.h"
 #include "engine/telemetry/phase.h"
 
 namespace odyssey {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "engine/config/techniques.h"
 #include "engine/config/validate.h"
 #include "engine/parallel/job.h"
 #include "engine/model/llama.h"
@@ -50,34 +51,43 @@ std::pair<double, double> BenchResult::ratio_range(const BenchVariant& v) const 
 }
 
 std::vector<BenchVariant> bench_variants(const RunConfig& cfg) {
-  MemoryConfig none = cfg.memory;
-  none.activation_checkpointing = none.offload_activations = none.tiled_mlp = none.tiled_loss = false;
-  none.untied_ulysses = false;
-  auto variant = [&](std::string name, std::string baseline, MemoryConfig memory, bool fsdp = false) {
+  // From the registry (engine/config/techniques.h): "plain" with every memory toggle off, then one
+  // variant per memory toggle measured against what it requires ("offload" against
+  // "checkpointing") or plain, "all" of them, FSDP when there are ranks to shard over, and Untied
+  // Ulysses at each valid stage size.
+  auto memory_toggle = [](const Technique& t) { return t.toggle && t.id != TechniqueId::Fsdp; };
+  RunConfig none = cfg;
+  for (const Technique& t : kTechniques)
+    if (memory_toggle(t)) *technique_flag(none, t.id) = false;
+  auto variant = [&](std::string name, std::string baseline, const RunConfig& with, bool fsdp = false) {
     BenchVariant v;
     v.name = std::move(name);
     v.baseline = std::move(baseline);
-    v.memory = memory;
+    v.memory = with.memory;
     v.fsdp = fsdp;
     return v;
   };
-  MemoryConfig ckpt = none, offload = none, mlp = none, loss = none;
-  ckpt.activation_checkpointing = true;
-  offload = ckpt;
-  offload.offload_activations = true;
-  mlp.tiled_mlp = true;
-  loss.tiled_loss = true;
-  MemoryConfig all = offload;
-  all.tiled_mlp = all.tiled_loss = true;
-  std::vector<BenchVariant> v{variant("plain", "", none),           variant("checkpointing", "plain", ckpt),
-                              variant("offload", "checkpointing", offload), variant("tiled_mlp", "plain", mlp),
-                              variant("tiled_loss", "plain", loss),     variant("all", "plain", all)};
-  if (cfg.parallel.world_size > 1) v.push_back(variant("fsdp", "plain", none, /*fsdp=*/true));
+  std::vector<BenchVariant> v{variant("plain", "", none)};
+  RunConfig all = none;
+  for (const Technique& t : kTechniques) {
+    if (!memory_toggle(t) || t.id == TechniqueId::UntiedUlysses) continue;
+    RunConfig with = none;
+    *technique_flag(with, t.id) = true;
+    std::string baseline = "plain";
+    if (t.requires_on) {
+      *technique_flag(with, *t.requires_on) = true;
+      baseline = technique(*t.requires_on).name;
+    }
+    v.push_back(variant(t.name, baseline, with));
+    *technique_flag(all, t.id) = true;
+  }
+  v.push_back(variant("all", "plain", all));
+  if (cfg.parallel.world_size > 1) v.push_back(variant(technique(TechniqueId::Fsdp).name, "plain", none, /*fsdp=*/true));
   if (cfg.parallel.ulysses_degree > 1 || cfg.memory.untied_ulysses) {
     for (int64_t hps : valid_heads_per_stage(cfg)) {
-      MemoryConfig untied = none;
-      untied.untied_ulysses = true;
-      untied.heads_per_stage = hps;
+      RunConfig untied = none;
+      untied.memory.untied_ulysses = true;
+      untied.memory.heads_per_stage = hps;
       v.push_back(variant("untied_hps=" + std::to_string(hps), "plain", untied));
     }
   }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/config/run_config.h"
-#include "engine/model/flat_group.h"
+#include "engine/parallel/flat_group.h"
 #include "engine/parallel/comm.h"
 
 namespace odyssey {

@@ -20,7 +20,7 @@
 
 #include "engine/config/run_config.h"
 #include "engine/parallel/job.h"
-#include "engine/session.h"
+#include "engine/telemetry/samples.h"
 #include "engine/train/trainer.h"
 
 namespace odyssey {

@@ -1,6 +1,6 @@
 // The trainer of one rank: model over flat groups, data, AdamW, offload store and phase recorder;
 // one call = one optimizer step inside phase scopes, with OOM and NaN turned into StepFailure.
-// defines: StepResult, StepFailure, Trainer, resolve_device, compute_dtype, configure_threads
+// defines: StepResult, StepFailure, Trainer (resolve_device, compute_dtype, configure_threads: engine/parallel/devices.h)
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include "engine/memory/offload.h"
 #include "engine/model/llama.h"
 #include "engine/parallel/comm.h"
+#include "engine/parallel/devices.h"
 #include "engine/telemetry/phase.h"
 #include "engine/train/data.h"
 #include "engine/train/optimizer.h"
@@ -53,13 +54,6 @@ class StepFailure : public std::runtime_error {
   int64_t bytes;      ///< bytes requested (OOM), -1 if unknown
 };
 
-/// The device of `kind` for a rank (auto = CUDA when available). Throws when CUDA is asked for
-/// and absent.
-at::Device resolve_device(DeviceKind kind, int local_rank);
-at::ScalarType compute_dtype(DType dtype);
-/// Intra-op threads for `ranks_in_process` rank threads sharing this machine's cores (cores /
-/// ranks - 1, at least 1; OMP_NUM_THREADS wins), and flush-to-zero for denormal floats.
-void configure_threads(int ranks_in_process);
 
 class Trainer {
  public:

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "engine/model/layers.h"
+#include "engine/ops/layers.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/parallel/ulysses.h"
 #include "engine/parallel/untied_attention.h"

@@ -6,7 +6,7 @@
 
 #include <mutex>
 
-#include "engine/model/layers.h"
+#include "engine/ops/layers.h"
 #include "engine/parallel/ulysses.h"
 #include "engine/parallel/untied_attention.h"
 #include "../fp_tolerance.h"

@@ -8,7 +8,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "../engine/engine_test_util.h"
-#include "engine/model/layers.h"
+#include "engine/ops/layers.h"
 #include "engine/parallel/nccl_backend.h"
 #include "engine/parallel/process_group_comm.h"
 #include "engine/parallel/untied_attention.h"

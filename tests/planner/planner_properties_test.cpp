@@ -49,45 +49,43 @@ std::vector<RunConfig> base_configs() {
   return out;
 }
 
-void set_technique(RunConfig& c, int t, bool on) {
-  switch (t) {
-    case 0: c.parallel.fsdp = on; break;
-    case 1: c.memory.activation_checkpointing = on; break;
-    case 2: c.memory.offload_activations = on; break;
-    case 3: c.memory.tiled_mlp = on; break;
-    case 4: c.memory.tiled_loss = on; break;
-    default: c.memory.untied_ulysses = on; break;
-  }
+/// The registry's toggles (engine/config/techniques.h): FSDP and the memory techniques.
+std::vector<Technique> toggles() {
+  std::vector<Technique> out;
+  for (const Technique& t : kTechniques)
+    if (t.toggle) out.push_back(t);
+  return out;
 }
-const char* kTechnique[] = {"fsdp", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "untied_ulysses"};
 
 }  // namespace
 
 TEST_CASE("each technique never raises the device peak, from any combination of the others",
           "[planner][properties]") {
   for (RunConfig base : base_configs()) {
-    for (unsigned mask = 0; mask < 64; ++mask) {
+    const std::vector<Technique> list = toggles();
+    for (unsigned mask = 0; mask < (1u << list.size()); ++mask) {
       RunConfig from = base;
-      for (int t = 0; t < 6; ++t) set_technique(from, t, mask & (1u << t));
-      if (from.memory.offload_activations && !from.memory.activation_checkpointing) continue;
+      for (size_t i = 0; i < list.size(); ++i) *technique_flag(from, list[i].id) = mask & (1u << i);
+      if (!technique_requirement_issues(from).empty()) continue;
       REQUIRE(validate(from).empty());
       const int64_t before = plan_peak(from).peak_bytes;
-      for (int t = 0; t < 6; ++t) {
-        if (mask & (1u << t)) continue;
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (mask & (1u << i)) continue;
+        const Technique& t = list[i];
         RunConfig to = from;
-        set_technique(to, t, true);
+        *technique_flag(to, t.id) = true;
         const int64_t local = to.training.seq_len / to.parallel.ulysses_degree;
-        if (t == 4 && loss_tile(to.memory, to.model, to.training.batch_size, local).count == 1)
+        if (t.id == TechniqueId::TiledLoss && loss_tile(to.memory, to.model, to.training.batch_size, local).count == 1)
           continue;  // one loss tile: the documented exception, tested below
-        if (t == 2) to.memory.activation_checkpointing = true;  // offload needs checkpointing
-        INFO(base.model.flavor << " mask " << mask << " + " << kTechnique[t]);
-        if (t == 2 && !from.memory.activation_checkpointing) {
+        INFO(base.model.flavor << " mask " << mask << " + " << t.name);
+        if (t.requires_on && !technique_on(from, *t.requires_on)) {
           // offload arrives with checkpointing: compare against checkpointing alone as well
-          RunConfig ckpt = from;
-          ckpt.memory.activation_checkpointing = true;
-          CHECK(plan_peak(to).peak_bytes <= plan_peak(ckpt).peak_bytes);
+          RunConfig required = from;
+          *technique_flag(required, *t.requires_on) = true;
+          *technique_flag(to, *t.requires_on) = true;
+          CHECK(plan_peak(to).peak_bytes <= plan_peak(required).peak_bytes);
         }
-        if (t == 5 && to.hardware.profile == "cpu") {
+        if (t.id == TechniqueId::UntiedUlysses && to.hardware.profile == "cpu") {
           // The one CPU exception: PyTorch's CPU flash backward has none of FA-2's buffers (the fp32
           // dq accumulator, dK/dV at query-head count) that head stages shrink, so with few heads
           // per rank Untied Ulysses can cost up to its preallocated output [B, s, H*hd] more.

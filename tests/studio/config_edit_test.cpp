@@ -169,18 +169,44 @@ TEST_CASE("changes are classified as live, restart or plan-only", "[studio][conf
   CHECK(c.summary == "training.seq_len: 2K -> 3M");
 }
 
-TEST_CASE("every technique toggle names a real boolean key", "[studio][config]") {
-  RunConfig cfg;
-  for (const Technique& t : techniques()) {
-    INFO(t.key);
-    bool* field = t.field(cfg);
-    REQUIRE(field);
-    const bool before = *field;
-    *field = !before;
-    const auto change = classify_change(RunConfig{}, cfg);
-    REQUIRE(change.keys.size() == 1);
-    CHECK(change.keys[0] == t.key);
-    *field = before;
-    CHECK(std::string(t.trades).size() > 40);
+TEST_CASE("the memory section's toggles are the registry's next-step techniques", "[studio][config]") {
+  std::vector<std::string> keys;
+  for (const Technique& t : live_toggles()) keys.push_back(t.key);
+  CHECK(keys == std::vector<std::string>{"memory.activation_checkpointing", "memory.offload_activations",
+                                         "memory.tiled_mlp", "memory.tiled_loss", "memory.untied_ulysses"});
+  CHECK(applies(technique(TechniqueId::Fsdp)) == ApplyWhen::Restart);  // drawn in the parallel section
+}
+
+TEST_CASE("an edit's kind is the schema's rule for its key, for every key", "[studio][config]") {
+  // The Session's live apply reads the same rule (KeySpec::applies): a key the studio calls live or
+  // plan-only never makes the Session ask for a restart.
+  for (const KeySpec& spec : config_schema()) {
+    INFO(spec.full_name());
+    RunConfig edited;
+    const RunConfig running;
+    bool changed = false;
+    std::vector<RawValue> candidates = {RawValue::boolean(true), RawValue::boolean(false), RawValue::integer(3),
+                                        RawValue::integer(7),        RawValue::floating(0.5),  RawValue::integer(8192),
+                                        RawValue::string("x")};
+    for (const std::string& choice : spec.choices) candidates.push_back(RawValue::string(choice));
+    for (const RawValue& candidate : candidates) {
+      std::string rule;
+      auto value = coerce_value(spec, candidate, &rule);
+      if (!value) continue;
+      spec.set(edited, *value);
+      if (value_text(spec, edited) != value_text(spec, running)) {
+        changed = true;
+        break;
+      }
+    }
+    REQUIRE(changed);
+    const ConfigChange change = classify_change(running, edited);
+    const ChangeKind expected = spec.applies() == ApplyWhen::NextStep  ? ChangeKind::Live
+                                : spec.applies() == ApplyWhen::PlanOnly ? ChangeKind::PlanOnly
+                                                                         : ChangeKind::Restart;
+    CHECK(change.kind == expected);
   }
+  CHECK(find_key_spec("hardware.bf16_tflops")->applies() == ApplyWhen::PlanOnly);
+  CHECK(find_key_spec("memory.heads_per_stage")->applies() == ApplyWhen::NextStep);
+  CHECK(find_key_spec("parallel.fsdp")->applies() == ApplyWhen::Restart);
 }

@@ -6,7 +6,7 @@
 
 #include "../engine_test_util.h"
 #include "engine/model/attention.h"
-#include "engine/model/layers.h"
+#include "engine/ops/layers.h"
 
 using namespace odyssey;
 using namespace odyssey::test;

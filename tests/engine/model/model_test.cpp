@@ -8,7 +8,7 @@
 #include "engine/model/attention.h"
 #include "engine/model/block.h"
 #include "engine/model/head.h"
-#include "engine/model/layers.h"
+#include "engine/ops/layers.h"
 
 using namespace odyssey;
 using namespace odyssey::test;

@@ -86,12 +86,18 @@ TEST_CASE("session: start, live feed, pause/resume, live toggles, stop", "[engin
   other_model.model.d_model = 64;
   other_model.model.head_dim = 16;
   CHECK_FALSE(session.apply_live(other_model, &reason));
-  CHECK_THAT(reason, Catch::Contains("needs a restart") && Catch::Contains("model"));
+  CHECK_THAT(reason, Catch::Contains("needs a restart") && Catch::Contains("model.d_model"));
+  // The hardware target only moves the plan (KeySpec::applies, the studio's rule too): no restart.
+  RunConfig other_target = live;
+  other_target.hardware.bf16_tflops = 400;
+  REQUIRE(session.apply_live(other_target, &reason));
+  CHECK(session.config().hardware.bf16_tflops == 400);
+  CHECK(session.status().config_version == 2);
 
   session.resume();
   REQUIRE(eventually([&] {
     cursor = session.metrics_since(cursor, &metrics);
-    return !metrics.empty() && metrics.back().config_version == 1;
+    return !metrics.empty() && metrics.back().config_version == 2;
   }));
   session.stop();
   session.wait();

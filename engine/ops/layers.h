@@ -1,6 +1,8 @@
 // The Llama decoder's building blocks as pure functions over tensors (no modules, no state):
-// RMSNorm, rotary embeddings from global position ids, the SwiGLU MLP. defines: Positions,
-// make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp
+// RMSNorm, rotary embeddings from global position ids, the SwiGLU MLP, the Q/K/V projection that
+// every attention path (local, Ulysses, Untied) starts from. Below model, memory and parallel.
+// defines: Positions, make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp,
+// AttentionWeights, LocalQKV, project_qkv
 #pragma once
 
 #include <cstdint>
@@ -41,5 +43,23 @@ at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Ten
 /// silu and the product run in place: two [..., f] at most. With a graph autograd keeps gate, up,
 /// silu(gate) and the product.
 at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down);
+
+/// One block's attention parameters (views into the block's flat group, or leaves of them).
+struct AttentionWeights {
+  at::Tensor wq;      ///< [H*hd, d]
+  at::Tensor wk;      ///< [Hkv*hd, d]
+  at::Tensor wv;      ///< [Hkv*hd, d]
+  at::Tensor wo;      ///< [d, H*hd]
+  at::Tensor q_norm;  ///< [hd] (qk_norm only, else undefined)
+  at::Tensor k_norm;  ///< [hd] (qk_norm only, else undefined)
+};
+
+/// Q, K and V of the local tokens in sequence layout, QK-norm and RoPE applied (global positions
+/// `pos`): q [B, s, H, hd], k and v [B, s, Hkv, hd]. Memory: `x` (the normed input) is released
+/// once projected, so without a graph it dies here (autograd keeps it otherwise).
+struct LocalQKV {
+  at::Tensor q, k, v;
+};
+LocalQKV project_qkv(at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model);
 
 }  // namespace odyssey

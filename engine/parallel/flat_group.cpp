@@ -1,7 +1,7 @@
 // FlatParamGroup: layout, deterministic init, unshard/reshard through a StorageImpl data-pointer
 // swap, and gradient packing + reduce-scatter / all-reduce through the RankContext's Comm.
 // defines: FlatParamGroup methods, ParamSpec::numel
-#include "engine/model/flat_group.h"
+#include "engine/parallel/flat_group.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/Allocator.h>

@@ -1,6 +1,7 @@
 // The run panel's logic against a fake engine: a toggle change reaches the session, a
 // heads-per-stage change applies at the next step (and is marked there), world-size edits restart
-// after the edits settle with a notice, invalid edits are held back with their field message.
+// after the edits settle with a notice, invalid edits are held back with their field message; each
+// step's config (the planned overlay's) is the one it ran with.
 #include <catch2/catch.hpp>
 
 #include "app/studio/app_state.h"
@@ -66,6 +67,10 @@ TEST_CASE("a heads-per-stage change applies at the next step and is marked there
   CHECK_FALSE(m.restart);
   CHECK(m.what == "memory.heads_per_stage: 2 -> 4");
   CHECK(s.state.history.metrics().back().config_version == 1);
+  // The planned overlay of each step plans the config that step ran with.
+  CHECK(s.state.history.config_at(1).memory.heads_per_stage == 2);
+  CHECK(s.state.history.config_at(2).memory.heads_per_stage == 4);
+  CHECK(s.state.history.config_at(7).memory.heads_per_stage == 4);
 }
 
 TEST_CASE("two live changes before one step boundary share one marker", "[studio][run]") {
@@ -97,7 +102,7 @@ TEST_CASE("a world-size edit restarts the run once the edits settle, with a noti
   frame_update(s.state, s.engine, 1.5);
   frame_update(s.state, s.engine, 2.0);
   CHECK(s.engine.restarts.empty());
-  frame_update(s.state, s.engine, 1.5 + RunControl::kRestartSettleS + 0.01);
+  frame_update(s.state, s.engine, 1.5 + RunDriver::kRestartSettleS + 0.01);
   REQUIRE(s.engine.restarts.size() == 1);
   CHECK(s.engine.restarts[0].parallel.world_size == 6);
   CHECK(s.engine.live_calls.empty());
@@ -106,6 +111,9 @@ TEST_CASE("a world-size edit restarts the run once the edits settle, with a noti
   frame_update(s.state, s.engine, 3.0);
   REQUIRE(s.state.history.markers().size() == 1);
   CHECK(s.state.history.markers()[0].restart);
+  const int64_t restarted_at = s.state.history.markers()[0].step;
+  CHECK(s.state.history.config_at(restarted_at).parallel.world_size == 6);
+  CHECK(s.state.history.config_at(restarted_at - 1).parallel.world_size == 2);
 }
 
 TEST_CASE("an invalid edit shows the validator's message at its field and is not sent", "[studio][run]") {

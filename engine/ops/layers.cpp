@@ -1,6 +1,6 @@
-// RMSNorm, rotary embeddings and the SwiGLU MLP as pure functions (see layers.h).
-// defines: make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp
-#include "engine/model/layers.h"
+// RMSNorm, rotary embeddings, the SwiGLU MLP and the Q/K/V projection as pure functions (see
+// layers.h). defines: make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp, project_qkv
+#include "engine/ops/layers.h"
 
 #include "engine/ops/ops.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -66,6 +66,22 @@ at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& 
   gate.mul_(up);
   up.reset();
   return at::linear(gate, w_down);  // [..., d]
+}
+
+LocalQKV project_qkv(at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model) {
+  const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, Hkv = model.n_kv_heads, hd = model.head_dim;
+  LocalQKV out;
+  out.q = at::linear(x, w.wq).view({B, s, H, hd});    // [B, s, H, hd]
+  out.k = at::linear(x, w.wk).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
+  out.v = at::linear(x, w.wv).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
+  x.reset();  // memory: the normed input dies here unless autograd keeps it
+  if (model.qk_norm) {
+    out.q = rms_norm(out.q, w.q_norm, model.norm_eps);  // [B, s, H, hd]
+    out.k = rms_norm(out.k, w.k_norm, model.norm_eps);  // [B, s, Hkv, hd]
+  }
+  out.q = apply_rope(out.q, pos);  // [B, s, H, hd]
+  out.k = apply_rope(out.k, pos);  // [B, s, Hkv, hd]
+  return out;
 }
 
 }  // namespace odyssey

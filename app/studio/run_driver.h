@@ -1,7 +1,7 @@
 // The run panel's logic without rendering: start/pause/stop, and keeping the running engine in step
 // with the edited config - memory toggles go out through apply_live (they take effect at the next
 // step), model or world-size edits restart the run after the edits settle, with a notice.
-// defines: RunControl
+// defines: RunDriver
 #pragma once
 
 #include <optional>
@@ -13,7 +13,7 @@
 
 namespace odyssey::studio {
 
-class RunControl {
+class RunDriver {
  public:
   /// Seconds an edit that needs a restart waits for further edits (a dragged slider restarts once).
   static constexpr double kRestartSettleS = 0.75;

@@ -1,20 +1,20 @@
-// RunControl: the only place the studio starts, steers and stops the engine. Live edits carry only
+// RunDriver: the only place the studio starts, steers and stops the engine. Live edits carry only
 // the [memory] table (the engine rejects anything else without a restart); restarts wait for the
-// edits to settle so a dragged slider does not restart the run every frame. defines: RunControl
-#include "app/studio/run_control.h"
+// edits to settle so a dragged slider does not restart the run every frame. defines: RunDriver
+#include "app/studio/run_driver.h"
 
 namespace odyssey::studio {
 
-void RunControl::set_notice(std::string text, RunHistory& history) {
+void RunDriver::set_notice(std::string text, RunHistory& history) {
   if (text == notice_) return;
   notice_ = std::move(text);
   ++notice_serial_;
   history.add_log("[studio] " + notice_);
 }
 
-bool RunControl::start(EngineControl& engine, const RunConfig& cfg, RunHistory& history, std::string* error) {
+bool RunDriver::start(EngineControl& engine, const RunConfig& cfg, RunHistory& history, std::string* error) {
   std::string err;
-  history.reset();
+  history.reset(cfg);
   if (!engine.start(cfg, &err)) {
     set_notice("Could not start: " + err, history);
     if (error) *error = err;
@@ -32,15 +32,15 @@ bool RunControl::start(EngineControl& engine, const RunConfig& cfg, RunHistory& 
   return true;
 }
 
-void RunControl::pause(EngineControl& engine) { engine.pause(); }
-void RunControl::resume(EngineControl& engine) { engine.resume(); }
+void RunDriver::pause(EngineControl& engine) { engine.pause(); }
+void RunDriver::resume(EngineControl& engine) { engine.resume(); }
 
-void RunControl::stop(EngineControl& engine) {
+void RunDriver::stop(EngineControl& engine) {
   engine.stop();
   restart_pending_ = false;
 }
 
-void RunControl::sync(EngineControl& engine, const RunConfig& edited, bool edited_valid, double now_s,
+void RunDriver::sync(EngineControl& engine, const RunConfig& edited, bool edited_valid, double now_s,
                       RunHistory& history) {
   if (!has_run_) return;
   if (!is_live_state(engine.status().state)) {
@@ -69,7 +69,7 @@ void RunControl::sync(EngineControl& engine, const RunConfig& edited, bool edite
     if (engine.apply_live(live, &reason)) {
       sent_ = live;
       restart_pending_ = false;
-      history.note_live_change(change.summary);
+      history.note_live_change(change.summary, live);
       set_notice("Applies at the next step: " + change.summary, history);
       return;
     }
@@ -95,7 +95,7 @@ void RunControl::sync(EngineControl& engine, const RunConfig& edited, bool edite
   }
   failed_restart_.reset();
   sent_ = edited;
-  history.note_restart(change.summary);
+  history.note_restart(change.summary, edited);
   set_notice("Restarted the run: " + change.summary, history);
 }
 

@@ -1,0 +1,99 @@
+// The rooms of one rank's step loop (train_rank in run.cpp): the step boundary every rank decides
+// together, the step's report to rank 0's outputs, and the checkpoint cadence. Internal to engine/train.
+// defines: RunShared, describe_memory, StepBoundary, StepReporter, CheckpointCadence
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "engine/config/run_config.h"
+#include "engine/telemetry/metrics_jsonl.h"
+#include "engine/telemetry/phase_peaks.h"
+#include "engine/telemetry/trace_writer.h"
+#include "engine/train/run.h"
+#include "engine/train/step_records.h"
+
+namespace odyssey {
+
+/// What one run shares between the ranks of this process. The outputs exist only in the process
+/// that runs rank 0 (a torchrun process with RANK != 0 writes checkpoints only).
+struct RunShared {
+  bool reports = true;              ///< rank 0 runs here: outputs, log, RunOutcome's metrics
+  bool separate_processes = false;  ///< torchrun: each rank's RunOutcome is its own process's
+  std::unique_ptr<MetricsJsonlWriter> metrics;
+  std::unique_ptr<TraceWriter> trace;
+  PhasePeakTable run_peaks;  ///< summary.json: every rank's phases (gathered to rank 0)
+};
+
+using RunLog = std::function<void(const std::string&)>;
+
+/// The memory techniques `memory` turns on for `cfg`'s run, as the registry names them.
+std::string describe_memory(const RunConfig& cfg, const MemoryConfig& memory);
+
+/// The step boundary, decided for all ranks at once by a max all-reduce of {stop, pause, version}:
+/// any rank's stop request counts (each torchrun process has its own Ctrl-C); pause and the live
+/// toggles' version come from rank 0 (the Session's control).
+class StepBoundary {
+ public:
+  StepBoundary(const RankContext& ctx, RunControl* control, RunLog log);
+  /// Waits out pauses and applies newer live memory toggles to `trainer`; false when the run stops.
+  bool next(Trainer& trainer, const RunConfig& cfg);
+  /// The version of the live toggles the next step runs with (0: the config's own).
+  int64_t config_version() const { return config_version_; }
+
+ private:
+  const RankContext& ctx_;
+  RunControl* control_;
+  RunLog log_;
+  at::Tensor decision_;  ///< [3] int64: stop, pause, version
+  int64_t config_version_ = 0;
+};
+
+/// After each step: every rank's device and host peaks and phase records go to rank 0, which
+/// builds the step's StepMetrics and writes metrics.jsonl, the trace, the Timeline and the outcome.
+class StepReporter {
+ public:
+  StepReporter(const RunConfig& cfg, const RankContext& ctx, const RunOptions& opt, RunShared& shared,
+               PhaseRecorder& recorder);
+  /// Whether the next step is traced (the first output.trace_steps of this process); starts
+  /// capturing its memory edges when it is.
+  bool begin_step();
+  /// The step's report (a collective: every rank calls it after every step).
+  void report(const StepResult& r, int64_t config_version, RunOutcome& out);
+
+ private:
+  const RunConfig& cfg_;
+  const RankContext& ctx_;
+  const RunOptions& opt_;
+  RunShared& shared_;
+  PhaseRecorder& recorder_;
+  bool collect_ = false;  ///< every rank's records go to rank 0 (there are outputs to write)
+  bool trace_ = false;
+  bool traced_ = false;   ///< the step in flight is traced
+  int64_t steps_run_ = 0;
+  double flops_per_token_ = 0, peak_flops_ = 0;
+  int reported_ranks_ = 1;
+  EdgeBuffer edges_;
+  at::Tensor peaks_;  ///< [W x 2] double: device and host peak per rank
+};
+
+/// Checkpoints every output.checkpoint_every steps and at the end (every rank its shard).
+class CheckpointCadence {
+ public:
+  CheckpointCadence(const RunConfig& cfg, const RunOptions& opt, RunLog log);
+  /// After a step: a checkpoint when the cadence falls here (not on the last step: at_end writes it).
+  void after_step(Trainer& trainer, int64_t total_steps);
+  void at_end(Trainer& trainer);
+
+ private:
+  int64_t every_ = 0;
+  bool enabled_ = false;
+  std::string dir_;
+  RunLog log_;
+};
+
+}  // namespace odyssey

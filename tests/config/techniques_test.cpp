@@ -1,0 +1,65 @@
+// The technique registry: every entry names a real schema key and field, the validator's
+// requirement rule comes from it, and the ladder, bench and summaries follow its order.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
+
+#include "engine/config/schema.h"
+#include "engine/config/techniques.h"
+#include "engine/config/validate.h"
+
+using namespace odyssey;
+
+TEST_CASE("each technique names a schema key, and a toggle's flag is exactly that key", "[config][techniques]") {
+  std::set<std::string> names, keys;
+  for (const Technique& t : kTechniques) {
+    INFO(t.key);
+    CHECK(names.insert(t.name).second);
+    CHECK(keys.insert(t.key).second);
+    const KeySpec* spec = find_key_spec(t.key);
+    REQUIRE(spec);
+    CHECK(std::string(t.trades).size() > 40);
+    RunConfig cfg;
+    bool* flag = technique_flag(cfg, t.id);
+    CHECK((flag != nullptr) == t.toggle);
+    CHECK((spec->kind == KeyKind::Bool) == t.toggle);
+    if (!flag) continue;
+    const std::string before = value_text(*spec, cfg);
+    *flag = !*flag;
+    CHECK(value_text(*spec, cfg) != before);  // the flag is the key's field, not another one
+    CHECK(technique_on(cfg, t.id) == *flag);
+  }
+}
+
+TEST_CASE("a technique without the one it requires is the validator's issue, worded by the registry",
+          "[config][techniques]") {
+  RunConfig cfg;
+  cfg.memory.offload_activations = true;
+  cfg.memory.activation_checkpointing = false;
+  const auto broken = technique_requirement_issues(cfg);
+  REQUIRE(broken.size() == 1);
+  CHECK(broken[0].key == "memory.offload_activations");
+  CHECK(broken[0].rule == "needs memory.activation_checkpointing = true");
+  CHECK(broken[0].hint == "only checkpointed block inputs are offloaded; turn checkpointing on or offload off");
+  bool reported = false;
+  for (const ConfigIssue& issue : validate(cfg))
+    reported = reported || (issue.key == broken[0].key && issue.rule == broken[0].rule && issue.hint == broken[0].hint);
+  CHECK(reported);
+  cfg.memory.activation_checkpointing = true;
+  CHECK(technique_requirement_issues(cfg).empty());
+}
+
+TEST_CASE("run summaries list the techniques on, in registry order", "[config][techniques]") {
+  RunConfig cfg;
+  cfg.model.n_heads = 8;
+  cfg.model.n_kv_heads = 2;
+  cfg.parallel.world_size = 4;
+  cfg.parallel.ulysses_degree = 2;
+  cfg.parallel.fsdp = true;
+  cfg.memory.activation_checkpointing = cfg.memory.offload_activations = cfg.memory.untied_ulysses = true;
+  cfg.memory.heads_per_stage = 4;
+  CHECK(describe_techniques(cfg) == "FSDP, Ulysses 2, checkpointing, offload, Untied Ulysses 4 heads/stage");
+  CHECK(describe_techniques(cfg, /*memory_only=*/true) == "checkpointing, offload, Untied Ulysses 4 heads/stage");
+  CHECK(describe_techniques(RunConfig{}).empty());
+}
