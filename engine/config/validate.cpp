@@ -121,12 +121,9 @@ void check_parallel(const RunConfig& cfg, Checker& c) {
     c.fail("parallel.ulysses_degree", *rule, valid_hint);
   else if (auto kv_rule = ulysses_kv_heads_rule(m.n_kv_heads, p.ulysses_degree))
     c.fail("parallel.ulysses_degree", *kv_rule, valid_hint);
-  if (cfg.training.seq_len % p.ulysses_degree != 0) {
+  if (auto rule = sequence_shard_rule(cfg.training.seq_len, p.ulysses_degree)) {
     const int64_t down = cfg.training.seq_len / p.ulysses_degree * p.ulysses_degree;
-    c.fail("training.seq_len",
-           "must be divisible by parallel.ulysses_degree = " + std::to_string(p.ulysses_degree) +
-               " so that every rank holds an equal sequence shard",
-           "try " + format_size(down) + " or " + format_size(down + p.ulysses_degree));
+    c.fail("training.seq_len", *rule, "try " + format_size(down) + " or " + format_size(down + p.ulysses_degree));
   }
 }
 
@@ -148,7 +145,7 @@ std::vector<int64_t> valid_ulysses_degrees(const RunConfig& cfg) {
   const ModelConfig& m = cfg.model;
   if (m.n_heads < 1) return out;
   for (int64_t p : valid_ulysses_head_degrees(m.n_heads, m.n_kv_heads)) {
-    if (cfg.training.seq_len >= 1 && cfg.training.seq_len % p != 0) continue;
+    if (cfg.training.seq_len >= 1 && sequence_shard_rule(cfg.training.seq_len, p)) continue;
     if (cfg.parallel.world_size >= 1 && cfg.parallel.world_size % p != 0) continue;
     out.push_back(p);
   }

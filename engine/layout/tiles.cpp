@@ -1,10 +1,17 @@
-// Sequence tiles of the tiled MLP and loss (engine/layout/tiles.h): the setting, its automatic
-// value and the clamp to the local sequence, with the batch that every tile spans.
+// The sequence over Ulysses ranks and the tiles of the tiled MLP and loss (engine/layout/tiles.h):
+// the shard rule; each tile setting, its automatic value and the clamp, with the batch it spans.
 #include "engine/layout/tiles.h"
 
 #include <algorithm>
 
 namespace odyssey {
+
+std::optional<std::string> sequence_shard_rule(int64_t seq_len, int64_t degree) {
+  if (degree >= 1 && seq_len % degree == 0) return std::nullopt;
+  return "must be divisible by parallel.ulysses_degree = " + std::to_string(degree) +
+         " so that every rank holds an equal sequence shard";
+}
+
 namespace {
 
 SequenceTile sequence_tile(int64_t positions, int64_t batch, int64_t local_positions) {

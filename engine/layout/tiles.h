@@ -1,11 +1,17 @@
-// Sequence tiles of the tiled MLP and the tiled loss: how many positions of each of the B
-// sequences one tile holds, defined once for the engine (which tiles [B, n, ...]) and the planner.
-// defines: SequenceTile, mlp_sequence_tile, loss_sequence_tile
+// How the sequence splits: over the Ulysses ranks (the rule), and into the tiled MLP's and tiled
+// loss's tiles (positions of each of the B sequences one tile holds), for the engine and the planner.
+// defines: sequence_shard_rule, SequenceTile, mlp_sequence_tile, loss_sequence_tile
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace odyssey {
+
+/// Rule: the Ulysses degree divides the sequence (every rank holds an equal shard). nullopt when it
+/// holds, else the text the validator reports under training.seq_len.
+std::optional<std::string> sequence_shard_rule(int64_t seq_len, int64_t degree);
 
 /// One tile of `positions` positions over all `batch` sequences: `rows` = batch x positions token
 /// rows of the [rows, f] (MLP) or [rows, V] (loss) intermediates; `count` tiles cover the local

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/planned_buffer_log.h"
 
 namespace odyssey {
 namespace {
@@ -20,6 +21,7 @@ class HostCloneTransport final : public OffloadTransport {
     PoolScope pool(MemPool::Host);
     CategoryScope category(MemCategory::Offloaded);
     host_[layer] = x.detach().clone();  // [B, s, d] host
+    note_planned_buffer(PlannedBuffer::OffloadSlot, host_[layer]);
   }
   void prefetch(int64_t layer, const at::Tensor& slot) override {
     auto it = host_.find(layer);
@@ -92,6 +94,7 @@ void OffloadStore::prefetch(int64_t layer) {
     PoolScope pool(MemPool::Device);
     CategoryScope category(MemCategory::SavedActivations);
     memory = at::empty(input_sizes_, at::TensorOptions().dtype(dtype_).device(device_));  // [B, s, d]
+    note_planned_buffer(PlannedBuffer::OffloadPrefetchSlot, memory);
   }
   transport_->prefetch(layer, memory);
   it->second = true;

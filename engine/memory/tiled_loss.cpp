@@ -10,6 +10,7 @@
 #include "engine/ops/layers.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/planned_buffer_log.h"
 #include "kernels/linear_cross_entropy_plan.h"
 
 namespace odyssey {
@@ -80,6 +81,7 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
     at::Tensor x_tile = normed.narrow(1, off, n).detach().requires_grad_(true);  // [B, n, d]
     at::Tensor labels_tile = labels.narrow(1, off, n);                             // [B, n]
     at::Tensor logits = head_logits(x_tile, head_leaf);  // [B, n, V] fp32: one tile only
+    note_planned_buffer(PlannedBuffer::LossTileLogits32, logits);
     at::Tensor loss_tile =
         at::cross_entropy_loss(logits.reshape({-1, V}), labels_tile.reshape(-1), {}, at::Reduction::Sum) * scale;
     if (answer_mask.defined()) accumulate_answer_stats(logits, labels_tile, answer_mask.narrow(1, off, n), stats);

@@ -7,6 +7,7 @@
 #include "engine/ops/layers.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/phase.h"
+#include "engine/telemetry/planned_buffer_log.h"
 
 namespace odyssey {
 
@@ -82,6 +83,7 @@ variable_list EmbedFunction::backward(AutogradContext* ctx, variable_list grad_o
   {
     CategoryScope category(MemCategory::Other);
     flat = at::zeros({rt->embed->padded_numel()}, dx.options().dtype(at::kFloat));  // [padded] fp32 dense gradient
+    note_planned_buffer(PlannedBuffer::EmbedPack, flat);
   }
   flat.narrow(0, 0, V * d).view({V, d}).index_add_(0, ids.reshape(-1), dx.reshape({-1, d}).to(at::kFloat));
   at::Tensor shard = rt->embed->reduce_flat(flat);

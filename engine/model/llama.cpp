@@ -10,11 +10,17 @@ namespace odyssey {
 
 LlamaModel::LlamaModel(const ModelConfig& model, const RankContext& ctx, const FlatGroupOptions& options)
     : model_(model), ctx_(ctx) {
-  embed_ = std::make_unique<FlatParamGroup>("embedding", embedding_param_specs(model_), ctx_, options);
+  auto of_kind = [&](ParamGroupKind kind) {
+    FlatGroupOptions o = options;
+    o.kind = kind;
+    return o;
+  };
+  embed_ = std::make_unique<FlatParamGroup>("embedding", embedding_param_specs(model_), ctx_,
+                                            of_kind(ParamGroupKind::Embedding));
   for (int64_t i = 0; i < model_.n_layers; ++i)
-    blocks_.push_back(
-        std::make_unique<FlatParamGroup>("block." + std::to_string(i), block_param_specs(model_), ctx_, options));
-  head_ = std::make_unique<FlatParamGroup>("head", head_param_specs(model_), ctx_, options);
+    blocks_.push_back(std::make_unique<FlatParamGroup>("block." + std::to_string(i), block_param_specs(model_), ctx_,
+                                                       of_kind(ParamGroupKind::Block)));
+  head_ = std::make_unique<FlatParamGroup>("head", head_param_specs(model_), ctx_, of_kind(ParamGroupKind::Head));
 }
 
 void LlamaModel::init(uint64_t seed) {

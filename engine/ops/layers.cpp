@@ -4,6 +4,7 @@
 
 #include "engine/ops/ops.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/planned_buffer_log.h"
 
 namespace odyssey {
 
@@ -55,6 +56,7 @@ at::Tensor apply_rope(const at::Tensor& x, const Positions& pos) {
 
 at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down) {
   at::Tensor gate = at::linear(x, w_gate);  // [..., f]
+  note_planned_buffer(PlannedBuffer::MlpGate, gate);
   at::Tensor up = at::linear(x, w_up);      // [..., f]
   const bool records = at::GradMode::is_enabled() &&
                        (x.requires_grad() || w_gate.requires_grad() || w_up.requires_grad() || w_down.requires_grad());

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/planned_buffer_log.h"
 
 namespace odyssey {
 
@@ -42,10 +43,11 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, c
   if (numel_ <= 0) throw std::invalid_argument("flat group " + name_ + " has no parameters");
   shards_ = options_.fsdp ? ctx_.world_size : 1;
   if (shards_ < 1) throw std::invalid_argument("flat group " + name_ + ": world size " + std::to_string(shards_));
-  shard_numel_ = (numel_ + shards_ - 1) / shards_;
-  padded_numel_ = shard_numel_ * shards_;
+  const FlatShardLayout layout = flat_shard_layout(numel_, shards_);  // the planner's too
+  shard_numel_ = layout.shard_numel;
+  padded_numel_ = layout.padded_numel;
   shard_offset_ = options_.fsdp ? shard_numel_ * ctx_.rank : 0;
-  full_is_master_ = !options_.fsdp && options_.compute == at::kFloat;
+  full_is_master_ = !keeps_gathered_copy(shards_, static_cast<int64_t>(c10::elementSize(options_.compute)));
 
   {
     CategoryScope category(MemCategory::Params);
@@ -61,6 +63,8 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, c
     exp_avg = at::zeros({shard_numel_}, fp32_on(options_.device));     // [shard]
     exp_avg_sq = at::zeros({shard_numel_}, fp32_on(options_.device));  // [shard]
   }
+  for (const at::Tensor& shard : {master, master.grad(), exp_avg, exp_avg_sq})
+    note_planned_buffer(tag(GroupBuffer::Shard), shard);
 
   // Local no-decay ranges: the intersection of each no-decay parameter (and the padding) with
   // this rank's shard, in local coordinates.
@@ -83,6 +87,7 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, c
     // `full` keeps one StorageImpl for its whole life; (un)shard swaps the memory behind it.
     CategoryScope category(MemCategory::GatheredParams);
     full_ = at::empty({padded_numel_}, at::TensorOptions().dtype(options_.compute).device(options_.device));
+    note_planned_buffer(tag(GroupBuffer::Full), full_);
     unsharded_ = true;
   }
   for (const auto& spec : specs_) views_.push_back(full_.narrow(0, spec.offset, spec.numel()).view(spec.shape));
@@ -163,6 +168,7 @@ void FlatParamGroup::unshard_async() {
   } else {
     CategoryScope category(MemCategory::CommBuffers);
     gather_staging_ = master.detach().to(options_.compute);  // [shard] compute dtype staging for the all-gather
+    note_planned_buffer(tag(GroupBuffer::ShardCast), gather_staging_);
   }
   pending_gather_ = ctx_.world->start_all_gather(writer, gather_staging_);
 }
@@ -184,6 +190,7 @@ at::Tensor FlatParamGroup::pack_gradients(const std::vector<at::Tensor>& param_g
   {
     CategoryScope category(MemCategory::CommBuffers);
     flat = at::zeros({padded_numel_}, fp32_on(options_.device));  // [padded] fp32 packed gradients
+    note_planned_buffer(tag(GroupBuffer::Pack), flat);
   }
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -206,6 +213,7 @@ FlatParamGroup::PendingGradient FlatParamGroup::start_reduce_gradients(const std
   out.pack = pack_gradients(param_grads);
   CategoryScope category(MemCategory::CommBuffers);
   out.shard = at::empty({shard_numel_}, fp32_on(options_.device));  // [shard] reduce-scatter output
+  note_planned_buffer(tag(GroupBuffer::ShardOut), out.shard);
   out.pending = ctx_.world->start_reduce_scatter_sum(out.shard, out.pack);
   return out;
 }
@@ -220,6 +228,7 @@ at::Tensor FlatParamGroup::reduce_flat(at::Tensor flat) const {
     {
       CategoryScope category(MemCategory::CommBuffers);
       shard = at::empty({shard_numel_}, fp32_on(options_.device));  // [shard] reduce-scatter output
+      note_planned_buffer(tag(GroupBuffer::ShardOut), shard);
     }
     ctx_.world->reduce_scatter_sum(shard, flat);
     return shard;

@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include "engine/layout/planned_buffers.h"
 #include "engine/parallel/comm.h"
 
 namespace odyssey {
@@ -29,6 +30,7 @@ struct FlatGroupOptions {
   bool fsdp = false;                       ///< shard master/grad/moments over ctx.world
   at::ScalarType compute = at::kFloat;     ///< dtype of `full` (the parameters the model sees)
   at::Device device = at::kCPU;
+  ParamGroupKind kind = ParamGroupKind::Block;  ///< which planner terms size its buffers (planned_buffers.h)
 };
 
 /// A flat parameter group. Master, grad and moments are fp32 shards [shard_numel] (the whole
@@ -105,6 +107,8 @@ class FlatParamGroup {
   const std::vector<std::pair<int64_t, int64_t>>& no_decay_ranges() const { return no_decay_ranges_; }
 
  private:
+  /// The planner term of this group's `buffer` (planned_buffers.h).
+  PlannedBuffer tag(GroupBuffer buffer) const { return group_buffer(options_.kind, buffer); }
   void allocate_full_memory();
   /// The per-parameter gradients in one flat fp32 [padded_numel] buffer (category comm_buffers).
   at::Tensor pack_gradients(const std::vector<at::Tensor>& param_grads) const;

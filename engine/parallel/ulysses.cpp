@@ -9,6 +9,7 @@
 
 #include <torch/autograd.h>
 
+#include "engine/layout/heads.h"
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
@@ -157,10 +158,9 @@ at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Posi
   Comm& sp = *ctx.sp;
   const int64_t P = sp.size();
   const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, Hkv = model.n_kv_heads, hd = model.head_dim;
-  if (H % P != 0 || !(Hkv % P == 0 || P % Hkv == 0))
-    throw std::invalid_argument("ulysses_attention: n_heads = " + std::to_string(H) + " and n_kv_heads = " +
-                                std::to_string(Hkv) + " do not fit Ulysses degree " + std::to_string(P) +
-                                " (n_heads % P == 0 and (n_kv_heads % P == 0 or P % n_kv_heads == 0))");
+  // the validator's rules (engine/layout/heads.h): reaching here with a config it refused is a bug
+  for (const auto& broken : {ulysses_heads_rule(H, P), ulysses_kv_heads_rule(Hkv, P)})
+    if (broken) throw std::invalid_argument("ulysses_attention: the Ulysses degree " + std::to_string(P) + " " + *broken);
   auto [q, k, v] = project_qkv(x, w, pos, model);  // q [B, s, H, hd], k/v [B, s, Hkv, hd]; x released
   if (Hkv < P) {
     // Each rank must receive one KV head: replicate every KV head P/Hkv times (adjacent copies, so

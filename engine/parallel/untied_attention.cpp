@@ -19,6 +19,7 @@
 #include "engine/ops/ops.h"
 #include "engine/parallel/flash_attention.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/planned_buffer_log.h"
 
 namespace odyssey {
 namespace {
@@ -144,6 +145,45 @@ at::Tensor view_prefix(const at::Tensor& flat, at::IntArrayRef shape) {
   return flat.narrow(0, 0, c10::multiply_integers(shape)).view(shape);
 }
 
+/// What the Function takes besides its differentiable inputs (UntiedInputs): RoPE's tables and
+/// positions, the group, the head shape and the norm/RoPE constants. No gradient flows to these.
+struct UntiedCall {
+  at::Tensor cos, sin;    ///< [s, hd] RoPE tables of the local tokens
+  at::Tensor position_ids;  ///< [s] int64 global positions (empty: none, rope_pack falls back)
+  Comm* comm = nullptr;   ///< the sequence-parallel group (size P)
+  int64_t n_heads = 1, n_kv_heads = 1, head_dim = 1, heads_per_stage = 0;
+  double eps = 0.0, theta = 0.0;
+};
+
+/// The Function's differentiable inputs in their fixed order, travelling to autograd as one
+/// TensorList so each still receives its gradient. Absent ones (wo without the projection, the
+/// norms without QK-norm) travel as empty tensors: autograd Functions reject undefined inputs.
+struct UntiedInputs {
+  at::Tensor x;               ///< [B, s, d] normed block input
+  at::Tensor wq, wk, wv, wo;  ///< [H*hd, d], [Hkv*hd, d] x2, [d, H*hd] (or empty)
+  at::Tensor q_norm, k_norm;  ///< [hd] each (or empty)
+  std::vector<at::Tensor> list() const { return {x, wq, wk, wv, wo, q_norm, k_norm}; }
+  static UntiedInputs from(const variable_list& v) { return {v[0], v[1], v[2], v[3], v[4], v[5], v[6]}; }
+};
+constexpr size_t kUntiedInputCount = 7;
+
+/// What forward saves for backward, by name (save_for_backward takes a list: `list` and `from`
+/// are its one ordering).
+struct UntiedSaved {
+  UntiedInputs in;
+  at::Tensor cos, sin, position_ids;
+  at::Tensor out;  ///< [B, s, H*hd] the attention output before the projection
+  std::vector<at::Tensor> list() const {
+    std::vector<at::Tensor> v = in.list();
+    v.insert(v.end(), {cos, sin, position_ids, out});
+    return v;
+  }
+  static UntiedSaved from(const variable_list& v) {
+    return {UntiedInputs::from(v), v[kUntiedInputCount], v[kUntiedInputCount + 1], v[kUntiedInputCount + 2],
+            v[kUntiedInputCount + 3]};
+  }
+};
+
 /// What forward hands to backward besides the saved tensors: schedule, comm, per-stage LSEs.
 struct UntiedState : torch::CustomClassHolder {
   const UntiedStagePlan* plan = nullptr;  ///< cached_stage_plan's, kept for the process
@@ -153,85 +193,132 @@ struct UntiedState : torch::CustomClassHolder {
   std::vector<FlashResult> stages;  ///< out left undefined: rebuilt from the saved output
 };
 
+/// An empty tensor as "absent" (the inputs' convention), else the tensor.
+at::Tensor present(const at::Tensor& t) { return t.numel() ? t : at::Tensor(); }
+
+/// The stage buffers of one pass, allocated once per call at the sizes the layout gives
+/// (untied_stage_buffers, which the planner charges) and reused by every stage. Forward needs
+/// the staging, one stage of q and one KV range; backward adds the stage's saved output and its
+/// gradient in head layout, the local-layout gradient and the fp32 dK/dV accumulators.
+struct StageBuffers {
+  at::Tensor send, recv;       ///< [staging] a2a staging; undefined when P = 1; recv is send when B = 1
+  at::Tensor q_h;              ///< [B, S, k, hd] the stage's queries, head layout
+  at::Tensor k_flat, v_flat;   ///< [kv_stage] a KV range's K and V, viewed [B, S, n, hd]
+  at::Tensor o_h, do_h;        ///< backward: [B, S, k, hd] saved output and its gradient, head layout
+  at::Tensor local_flat;       ///< backward: local-layout gradients [B, s, P*(k or n), hd]; o_h's memory unless wider
+  at::Tensor dk_flat, dv_flat; ///< backward: [kv_accum_fp32] fp32 accumulators (undefined when no range needs one)
+};
+
+enum class Pass { Forward, Backward };
+
+StageBuffers allocate_stage_buffers(const UntiedStagePlan& p, const at::Tensor& x, Pass pass) {
+  const int64_t B = x.size(0), s = x.size(1), S = s * p.P, hd = p.hd;
+  const UntiedStageBuffers sizes = untied_stage_buffers(p, B, s);
+  auto make = [&](int64_t elements, PlannedBuffer tag, at::ScalarType dtype) {
+    at::Tensor t = at::empty({elements}, x.options().dtype(dtype));
+    note_planned_buffer(tag, t);
+    return t;
+  };
+  const at::ScalarType c = x.scalar_type();
+  StageBuffers b;
+  if (p.P > 1) {  // B = 1 needs one buffer, not two (see seq_to_heads_into)
+    CategoryScope category(MemCategory::CommBuffers);
+    b.send = make(sizes.staging, PlannedBuffer::UntiedStaging, c);
+    b.recv = B == 1 ? b.send : make(sizes.staging, PlannedBuffer::UntiedStaging, c);
+  }
+  b.q_h = make(sizes.q_stage, PlannedBuffer::UntiedQStage, c).view({B, S, p.k, hd});
+  b.k_flat = make(sizes.kv_stage, PlannedBuffer::UntiedKvStage, c);
+  b.v_flat = make(sizes.kv_stage, PlannedBuffer::UntiedKvStage, c);
+  if (pass == Pass::Forward) return b;
+  b.o_h = make(sizes.q_stage, PlannedBuffer::UntiedQStage, c).view({B, S, p.k, hd});
+  b.do_h = make(sizes.q_stage, PlannedBuffer::UntiedQStage, c).view({B, S, p.k, hd});
+  // Local-layout gradients of the stage's Q (then of the range's K, then V) reuse o_h's memory,
+  // dead once the attention backward has run (same size for Q; K/V when their range is no wider).
+  b.local_flat = sizes.local_grad == 0 ? b.o_h.view(-1) : make(sizes.local_grad, PlannedBuffer::UntiedLocalGrad, c);
+  if (sizes.kv_accum_fp32 > 0) {
+    b.dk_flat = make(sizes.kv_accum_fp32, PlannedBuffer::UntiedKvAccum32, at::kFloat);
+    b.dv_flat = make(sizes.kv_accum_fp32, PlannedBuffer::UntiedKvAccum32, at::kFloat);
+  }
+  return b;
+}
+
+/// A stage's K and V as its query heads read them: the range itself, or (when the stage reads it
+/// unevenly) gathered to one KV head per query head, [B, S, k, hd] each.
+std::pair<at::Tensor, at::Tensor> stage_kv(const at::Tensor& k_h, const at::Tensor& v_h,
+                                           const std::optional<at::Tensor>& slots) {
+  if (!slots) return {k_h, v_h};
+  at::Tensor k = k_h.index_select(2, *slots), v = v_h.index_select(2, *slots);  // [B, S, k, hd]
+  note_planned_buffer(PlannedBuffer::UntiedKvGathered, k);
+  note_planned_buffer(PlannedBuffer::UntiedKvGathered, v);
+  return {k, v};
+}
+
 // [SECTION] the Function ----------------------------------------------------------------------
 
 struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk,
-                            const at::Tensor& wv, const at::Tensor& wo, const at::Tensor& q_norm,
-                            const at::Tensor& k_norm, const at::Tensor& cos, const at::Tensor& sin,
-                            const at::Tensor& position_ids, Comm* comm, int64_t n_heads, int64_t n_kv_heads,
-                            int64_t head_dim, int64_t heads_per_stage, double eps, double theta) {
+  static at::Tensor forward(AutogradContext* ctx, at::TensorList inputs, const UntiedCall& call) {
+    const UntiedInputs in = UntiedInputs::from(inputs.vec());
+    const at::Tensor& x = in.x;
     auto state = c10::make_intrusive<UntiedState>();
-    state->plan = &cached_stage_plan(n_heads, n_kv_heads, head_dim, comm->size(), heads_per_stage);
-    state->comm = comm;
-    state->eps = eps;
-    state->theta = theta;
-    const RopeInputs rope{cos, sin, position_ids, theta};
+    state->plan = &cached_stage_plan(call.n_heads, call.n_kv_heads, call.head_dim, call.comm->size(), call.heads_per_stage);
+    state->comm = call.comm;
+    state->eps = call.eps;
+    state->theta = call.theta;
+    const RopeInputs rope{call.cos, call.sin, call.position_ids, call.theta};
     const UntiedStagePlan& p = *state->plan;
+    Comm& comm = *call.comm;
+    const double eps = call.eps;
     const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
-    const at::Tensor wq3 = wq.view({p.H, hd, d}), wk3 = wk.view({p.Hkv, hd, d}), wv3 = wv.view({p.Hkv, hd, d});
-    const at::Tensor qn = q_norm.numel() ? q_norm : at::Tensor(), kn = k_norm.numel() ? k_norm : at::Tensor();
+    const at::Tensor wq3 = in.wq.view({p.H, hd, d}), wk3 = in.wk.view({p.Hkv, hd, d}), wv3 = in.wv.view({p.Hkv, hd, d});
+    const at::Tensor qn = present(in.q_norm), kn = present(in.k_norm);
 
-    // Memory: the output [B, s, H*hd] is written stage by stage; the stage buffers below are the
-    // whole attention workspace (one stage of Q, the current KV range, staging for the a2a).
+    // Memory: the output [B, s, H*hd] is written stage by stage; the stage buffers are the whole
+    // attention workspace (one stage of Q, the current KV range, staging for the a2a).
     at::Tensor out = at::empty({B, s, p.H * hd}, x.options());  // [B, s, H*hd]
     at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});           // [B, s, P, Hl, hd]
-    // Sizes from the layout (untied_stage_buffers), which the planner charges too.
-    const UntiedStageBuffers sizes = untied_stage_buffers(p, B, s);
-    at::Tensor send, recv;  // a2a staging; B = 1 needs one buffer, not two (see seq_to_heads_into)
-    if (p.P > 1) {
-      CategoryScope category(MemCategory::CommBuffers);
-      send = at::empty({sizes.staging}, x.options());
-      recv = B == 1 ? send : at::empty({sizes.staging}, x.options());
-    }
-    at::Tensor q_h = at::empty({sizes.q_stage}, x.options()).view({B, S, p.k, hd});  // [B, S, k, hd]
-    at::Tensor k_flat = at::empty({sizes.kv_stage}, x.options());                   // [B, S, max_kv_count, hd]
-    at::Tensor v_flat = at::empty({sizes.kv_stage}, x.options());
+    StageBuffers buf = allocate_stage_buffers(p, x, Pass::Forward);
     at::Tensor k_h, v_h;  // [B, S, n, hd] views of the current KV range
 
     for (int64_t t = 0; t < p.stages; ++t) {
       const int64_t n = p.kv_count[t];
-      project_to_heads(q_h, x, wq3.index_select(0, q_head_index_on(p, t, x.device())), qn, eps, rope, /*rope=*/true,
-                       *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
-                       view_prefix(recv, {p.P, B, s, p.k, hd}));  // [B, S, k, hd]
+      const auto q_send = view_prefix(buf.send, {p.P, B, s, p.k, hd}), q_recv = view_prefix(buf.recv, {p.P, B, s, p.k, hd});
+      project_to_heads(buf.q_h, x, wq3.index_select(0, q_head_index_on(p, t, x.device())), qn, eps, rope,
+                       /*rope=*/true, comm, q_send, q_recv);  // [B, S, k, hd]
       if (p.kv_new[t]) {  // a KV range is projected and sent once, reused by the stages sharing it
         const at::Tensor idx = kv_head_index_on(p, p.kv_first[t], n, x.device());
-        k_h = view_prefix(k_flat, {B, S, n, hd});
-        v_h = view_prefix(v_flat, {B, S, n, hd});
-        project_to_heads(k_h, x, wk3.index_select(0, idx), kn, eps, rope, /*rope=*/true, *comm,
-                         view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
-        at::Tensor v_loc = project(x, wv3.index_select(0, idx), {}, eps, cos, sin, false);  // [B, s, P*n, hd]
-        seq_to_heads_into(v_h, v_loc, *comm, view_prefix(send, {p.P, B, s, n, hd}), view_prefix(recv, {p.P, B, s, n, hd}));
+        const auto kv_send = view_prefix(buf.send, {p.P, B, s, n, hd}), kv_recv = view_prefix(buf.recv, {p.P, B, s, n, hd});
+        k_h = view_prefix(buf.k_flat, {B, S, n, hd});
+        v_h = view_prefix(buf.v_flat, {B, S, n, hd});
+        project_to_heads(k_h, x, wk3.index_select(0, idx), kn, eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
+        at::Tensor v_loc = project(x, wv3.index_select(0, idx), {}, eps, call.cos, call.sin, false);  // [B, s, P*n, hd]
+        seq_to_heads_into(v_h, v_loc, comm, kv_send, kv_recv);
       }
-      const auto slots = kv_slot_index_on(p, t, x.device());
-      at::Tensor k_use = slots ? k_h.index_select(2, *slots) : k_h;  // [B, S, k or n, hd]
-      at::Tensor v_use = slots ? v_h.index_select(2, *slots) : v_h;
-      FlashResult r = flash_attention_forward(q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2));
+      auto [k_use, v_use] = stage_kv(k_h, v_h, kv_slot_index_on(p, t, x.device()));  // [B, S, k or n, hd]
+      FlashResult r = flash_attention_forward(buf.q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2));
       at::Tensor o_h = r.out.transpose(1, 2).contiguous();  // [B, S, k, hd] (already this layout)
       r.out.reset();  // backward rebuilds it from the saved output
       state->stages.push_back(std::move(r));
       at::Tensor o_cols = out5.narrow(3, t * p.k, p.k);  // [B, s, P, k, hd] columns of this stage
-      heads_to_seq_into(o_cols, o_h, *comm, view_prefix(send, {p.P, B, s, p.k, hd}),
-                        view_prefix(recv, {p.P, B, s, p.k, hd}));
+      heads_to_seq_into(o_cols, o_h, comm, q_send, q_recv);
     }
-    ctx->save_for_backward({x, wq, wk, wv, wo, q_norm, k_norm, cos, sin, out, position_ids});
+    ctx->save_for_backward(UntiedSaved{in, call.cos, call.sin, call.position_ids, out}.list());
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     // With wo (non-empty) the output projection is part of the Function: backward then builds each
     // stage's slice of d o from dh and never holds the whole [B, s, H*hd] d o (memory: one [s, d]).
-    return wo.numel() ? at::linear(out, wo) : out;  // [B, s, d] or [B, s, H*hd]
+    return in.wo.numel() ? at::linear(out, in.wo) : out;  // [B, s, d] or [B, s, H*hd]
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto state = c10::static_intrusive_pointer_cast<UntiedState>(ctx->saved_data["state"].toCapsule());
     const UntiedStagePlan& p = *state->plan;
     Comm& comm = *state->comm;
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &wq = saved[1], &wk = saved[2], &wv = saved[3], &cos = saved[7],
-                     &sin = saved[8], &out = saved[9];
-    const RopeInputs rope{cos, sin, saved[10], state->theta};
-    const at::Tensor wo = saved[4].numel() ? saved[4] : at::Tensor();      // empty = not projected
-    const at::Tensor q_norm = saved[5].numel() ? saved[5] : at::Tensor();  // empty = no QK-norm
-    const at::Tensor k_norm = saved[6].numel() ? saved[6] : at::Tensor();
+    const UntiedSaved saved = UntiedSaved::from(ctx->get_saved_variables());
+    const at::Tensor &x = saved.in.x, &wq = saved.in.wq, &wk = saved.in.wk, &wv = saved.in.wv, &cos = saved.cos,
+                     &sin = saved.sin, &out = saved.out;
+    const RopeInputs rope{cos, sin, saved.position_ids, state->theta};
+    const at::Tensor wo = present(saved.in.wo);          // undefined = not projected
+    const at::Tensor q_norm = present(saved.in.q_norm);  // undefined = no QK-norm
+    const at::Tensor k_norm = present(saved.in.k_norm);
     const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
     const at::Tensor wq3 = wq.view({p.H, hd, d}), wk3 = wk.view({p.Hkv, hd, d}), wv3 = wv.view({p.Hkv, hd, d});
     // grad: d o [B, s, H*hd] without wo; with wo, dh [B, s, d] (the projection's output gradient).
@@ -258,23 +345,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     at::Tensor dqn = q_norm.defined() ? at::zeros({hd}, f32) : at::Tensor();
     at::Tensor dkn = k_norm.defined() ? at::zeros({hd}, f32) : at::Tensor();
 
-    // Stage buffers, allocated once, sized by the layout (untied_stage_buffers) as the planner is.
-    const UntiedStageBuffers sizes = untied_stage_buffers(p, B, s);
-    at::Tensor send, recv;  // a2a staging; B = 1 needs one buffer, not two (see seq_to_heads_into)
-    if (p.P > 1) {
-      CategoryScope category(MemCategory::CommBuffers);
-      send = at::empty({sizes.staging}, x.options());
-      recv = B == 1 ? send : at::empty({sizes.staging}, x.options());
-    }
-    at::Tensor q_h = at::empty({sizes.q_stage}, x.options()).view({B, S, p.k, hd});   // recomputed query, head layout
-    at::Tensor o_h = at::empty({sizes.q_stage}, x.options()).view({B, S, p.k, hd});   // saved output, head layout
-    at::Tensor do_h = at::empty({sizes.q_stage}, x.options()).view({B, S, p.k, hd});  // incoming gradient, head layout
-    // Local-layout gradients of the stage's Q (then of the range's K, then V) reuse o_h's memory,
-    // dead once the attention backward has run (same size for Q; K/V when their range is no wider).
-    at::Tensor loc_flat = sizes.local_grad == 0 ? o_h.view(-1) : at::empty({sizes.local_grad}, x.options());
-    at::Tensor k_flat = at::empty({sizes.kv_stage}, x.options());  // [B, S, max_kv_count, hd]
-    at::Tensor v_flat = at::empty({sizes.kv_stage}, x.options());
-    at::Tensor dk_flat, dv_flat;  // KV gradient accumulators, only for ranges spanning stages
+    StageBuffers buf = allocate_stage_buffers(p, x, Pass::Backward);
     at::Tensor k_h, v_h, dk_acc, dv_acc, kv_idx, k_rows, v_rows;
     bool kv_direct = false;  // the range is one stage: the kernel's dk/dv are the range's gradients
 
@@ -309,43 +380,38 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
 
     for (int64_t t = 0; t < p.stages; ++t) {
       const int64_t n = p.kv_count[t];
-      const auto stage_send = view_prefix(send, {p.P, B, s, p.k, hd});
-      const auto stage_recv = view_prefix(recv, {p.P, B, s, p.k, hd});
-      const auto kv_send = view_prefix(send, {p.P, B, s, n, hd});
-      const auto kv_recv = view_prefix(recv, {p.P, B, s, n, hd});
+      const auto stage_send = view_prefix(buf.send, {p.P, B, s, p.k, hd});
+      const auto stage_recv = view_prefix(buf.recv, {p.P, B, s, p.k, hd});
+      const auto kv_send = view_prefix(buf.send, {p.P, B, s, n, hd});
+      const auto kv_recv = view_prefix(buf.recv, {p.P, B, s, n, hd});
       if (p.kv_new[t]) {  // recompute the range's K/V and their input all-to-all
         kv_idx = kv_head_index_on(p, p.kv_first[t], n, x.device());
         k_rows = wk3.index_select(0, kv_idx);  // [P*n, hd, d]
         v_rows = wv3.index_select(0, kv_idx);
-        k_h = view_prefix(k_flat, {B, S, n, hd});
-        v_h = view_prefix(v_flat, {B, S, n, hd});
+        k_h = view_prefix(buf.k_flat, {B, S, n, hd});
+        v_h = view_prefix(buf.v_flat, {B, S, n, hd});
         project_to_heads(k_h, x, k_rows, k_norm, state->eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
         seq_to_heads_into(v_h, project(x, v_rows, {}, state->eps, cos, sin, false), comm, kv_send, kv_recv);
         kv_direct = p.kv_direct[t];
         if (!kv_direct) {
-          if (!dk_flat.defined()) {  // sizes.kv_accum_fp32 > 0 exactly when some range gets here
-            dk_flat = at::empty({sizes.kv_accum_fp32}, f32);
-            dv_flat = at::empty({sizes.kv_accum_fp32}, f32);
-          }
-          dk_acc = view_prefix(dk_flat, {B, S, n, hd}).zero_();
-          dv_acc = view_prefix(dv_flat, {B, S, n, hd}).zero_();
+          dk_acc = view_prefix(buf.dk_flat, {B, S, n, hd}).zero_();  // allocated: some range accumulates
+          dv_acc = view_prefix(buf.dv_flat, {B, S, n, hd}).zero_();
         }
       }
       const at::Tensor q_idx = q_head_index_on(p, t, x.device());
       const at::Tensor q_rows = wq3.index_select(0, q_idx);  // [P*k, hd, d]
-      project_to_heads(q_h, x, q_rows, q_norm, state->eps, rope, /*rope=*/true, comm, stage_send,
+      project_to_heads(buf.q_h, x, q_rows, q_norm, state->eps, rope, /*rope=*/true, comm, stage_send,
                        stage_recv);                                                           // [B, S, k, hd]
-      seq_to_heads_into(o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);    // saved output
-      seq_to_heads_into(do_h, stage_grad(t), comm, stage_send, stage_recv);                  // its gradient
-      at::Tensor dq_loc = view_prefix(loc_flat, {B, s, p.P * p.k, hd});
+      seq_to_heads_into(buf.o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);    // saved output
+      seq_to_heads_into(buf.do_h, stage_grad(t), comm, stage_send, stage_recv);                  // its gradient
+      at::Tensor dq_loc = view_prefix(buf.local_flat, {B, s, p.P * p.k, hd});
       {
         const auto slots = kv_slot_index_on(p, t, x.device());
         const at::Tensor dev_slots = slots ? *slots : at::Tensor();
-        at::Tensor k_use = slots ? k_h.index_select(2, dev_slots) : k_h;  // [B, S, k or n, hd]
-        at::Tensor v_use = slots ? v_h.index_select(2, dev_slots) : v_h;
+        auto [k_use, v_use] = stage_kv(k_h, v_h, slots);  // [B, S, k or n, hd]
         FlashResult r = state->stages[t];
-        r.out = o_h.transpose(1, 2);  // [B, k, S, hd], the forward kernel's own layout
-        auto [dq, dk, dv] = flash_attention_backward(do_h.transpose(1, 2), q_h.transpose(1, 2), k_use.transpose(1, 2),
+        r.out = buf.o_h.transpose(1, 2);  // [B, k, S, hd], the forward kernel's own layout
+        auto [dq, dk, dv] = flash_attention_backward(buf.do_h.transpose(1, 2), buf.q_h.transpose(1, 2), k_use.transpose(1, 2),
                                                      v_use.transpose(1, 2), r);  // [B, k|n, S, hd]
         if (kv_direct) {  // memory: no accumulator when one stage owns the KV range (MHA, k >= g)
           dk_acc = dk.transpose(1, 2);  // [B, S, n, hd]
@@ -364,7 +430,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       const bool range_ends = t + 1 == p.stages || p.kv_new[t + 1];
       if (!range_ends) continue;
       // The KV range is complete: send its gradients back, one tensor at a time.
-      at::Tensor d_loc = view_prefix(loc_flat, {B, s, p.P * n, hd});  // [B, s, P*n, hd]
+      at::Tensor d_loc = view_prefix(buf.local_flat, {B, s, p.P * n, hd});  // [B, s, P*n, hd]
       heads_to_seq_into(d_loc, dk_acc.to(x.scalar_type()).contiguous(), comm, kv_send, kv_recv);
       dk_acc.reset();
       project_backward(k_rows, kv_idx, kn_leaf, true, d_loc, dwk, dkn);
@@ -376,12 +442,9 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     auto cast = [](const at::Tensor& g, const at::Tensor& like) {
       return g.defined() ? g.view(like.sizes()).to(like.scalar_type()) : at::Tensor();
     };
-    // One entry per forward argument: x, the 4 weights, the 2 norms, then no gradient for cos,
-    // sin, positions, comm, the 4 shape integers, eps and theta.
-    variable_list grads_out{cast(dx, x), cast(dwq, wq), cast(dwk, wk), cast(dwv, wv), dwo, cast(dqn, q_norm),
-                            cast(dkn, k_norm)};
-    grads_out.resize(grads_out.size() + 10);
-    return grads_out;
+    // One entry per differentiable input (UntiedInputs' order), then none for the UntiedCall.
+    return {cast(dx, x), cast(dwq, wq), cast(dwk, wk), cast(dwv, wv), dwo, cast(dqn, q_norm), cast(dkn, k_norm),
+            at::Tensor()};
   }
 };
 
@@ -395,13 +458,21 @@ at::Tensor apply_untied(const at::Tensor& x, const AttentionWeights& w, bool pro
     throw std::invalid_argument("untied_attention: model.qk_norm is set but the q/k norm weights are missing");
   if (project && !w.wo.defined())
     throw std::invalid_argument("untied_attention_projected: the output projection weight wo is missing");
-  // Absent tensors travel as empty ones: autograd Functions reject undefined tensor inputs.
-  const at::Tensor none = at::empty({0}, x.options());
-  const at::Tensor ids = pos.ids.defined() ? pos.ids : at::empty({0}, x.options().dtype(at::kLong));
-  return UntiedAttentionFunction::apply(x.contiguous(), w.wq, w.wk, w.wv, project ? w.wo : none,
-                                        model.qk_norm ? w.q_norm : none, model.qk_norm ? w.k_norm : none, pos.cos,
-                                        pos.sin, ids, ctx.sp.get(), model.n_heads, model.n_kv_heads, model.head_dim,
-                                        memory.heads_per_stage, model.norm_eps, model.rope_theta);
+  const at::Tensor none = at::empty({0}, x.options());  // "absent" (UntiedInputs)
+  const UntiedInputs in{x.contiguous(), w.wq, w.wk, w.wv, project ? w.wo : none, model.qk_norm ? w.q_norm : none,
+                        model.qk_norm ? w.k_norm : none};
+  UntiedCall call;
+  call.cos = pos.cos;
+  call.sin = pos.sin;
+  call.position_ids = pos.ids.defined() ? pos.ids : at::empty({0}, x.options().dtype(at::kLong));
+  call.comm = ctx.sp.get();
+  call.n_heads = model.n_heads;
+  call.n_kv_heads = model.n_kv_heads;
+  call.head_dim = model.head_dim;
+  call.heads_per_stage = memory.heads_per_stage;
+  call.eps = model.norm_eps;
+  call.theta = model.rope_theta;
+  return UntiedAttentionFunction::apply(at::TensorList(in.list()), call);
 }
 
 }  // namespace

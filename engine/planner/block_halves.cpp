@@ -363,7 +363,7 @@ FlashBackwardBuffers BlockHalves::flash_backward_buffers(bool stage) {
   }
   b.accumulator = stage ? a("stage dq accumulator (fp32)", K::DqAccumStage, C::AttentionWorkspace)
                         : a("flash backward dq accumulator (fp32)", K::DqAccum, C::AttentionWorkspace);
-  if (stage ? s_.hs > s_.khs : s_.hq > s_.hkv) {
+  if (stage ? s_.k > s_.max_kv_count : s_.hq > s_.hkv) {
     b.dk_wide = stage ? a("stage dk at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace)
                       : a("flash backward dk at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
     b.dv_wide = stage ? a("stage dv at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace)
@@ -381,7 +381,7 @@ void BlockHalves::free_flash_buffers(FlashBackwardBuffers& b) {
 /// The memory-efficient CUDA kernel (fp32) takes equal head counts: a stage with more query than
 /// KV heads repeats K/V to its query heads for it (flash_attention.cpp's expand_kv).
 void BlockHalves::repeated_stage_kv(int& k, int& v) {
-  if (!(s_.cuda_target && s_.c == 4 && s_.hs > s_.khs)) return;
+  if (!(s_.cuda_target && s_.c == 4 && s_.k > s_.max_kv_count)) return;
   k = a("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
   v = a("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
 }

@@ -82,14 +82,14 @@ PlanShapes make_shapes(const RunConfig& cfg) {
     // by validate() and throws here): k query heads per rank per stage, and the widest KV range a
     // stage reads, two KV heads when a stage straddles GQA groups (24/8 heads, P = 2, 4 per stage).
     const UntiedStagePlan plan = plan_untied_stages(m.n_heads, m.n_kv_heads, m.head_dim, s.P, mem.heads_per_stage);
-    s.hs = plan.k;
+    s.k = plan.k;
     s.stages = plan.stages;
-    s.khs = plan.max_kv_count;
+    s.max_kv_count = plan.max_kv_count;
     s.untied_buffers = untied_stage_buffers(plan, s.B, s.s);
   } else {
-    s.hs = s.hq;
+    s.k = s.hq;
     s.stages = 1;
-    s.khs = s.hkv;
+    s.max_kv_count = s.hkv;
   }
   // tiles of n positions over all B sequences: [B, n, f] and [B, n, V] (engine/layout/tiles.h)
   s.mlp_tile = mlp_tile(mem, m, s.B, s.s);
@@ -100,13 +100,15 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.n_mlp = 3 * s.d * s.f + s.d;
   s.n_embed = m.embedding_params();
   s.n_head = m.non_block_params() - s.n_embed;  // final norm (+ untied LM head)
+  // the flat groups' layout over the ranks, as FlatParamGroup lays them out (engine/layout/planned_buffers.h)
   const int64_t shard_ways = s.fsdp ? s.W : 1;
-  s.shard_block = ceil_div(s.n_block, shard_ways);
-  s.shard_embed = ceil_div(s.n_embed, shard_ways);
-  s.shard_head = ceil_div(s.n_head, shard_ways);
-  // unshard() copies unless the compute dtype is fp32 and the group is not sharded (W = 1 or no
-  // FSDP): then `full` is `master` itself.
-  s.gathers = (s.fsdp && s.W > 1) || s.c != 4;
+  s.block_layout = flat_shard_layout(s.n_block, shard_ways);
+  s.embed_layout = flat_shard_layout(s.n_embed, shard_ways);
+  s.head_layout = flat_shard_layout(s.n_head, shard_ways);
+  s.shard_block = s.block_layout.shard_numel;
+  s.shard_embed = s.embed_layout.shard_numel;
+  s.shard_head = s.head_layout.shard_numel;
+  s.gathers = keeps_gathered_copy(shard_ways, s.c);
 
   s.cuda_target = cfg.hardware.profile != "cpu";
   s.runtime_overhead = static_cast<int64_t>(cfg.hardware.runtime_overhead_gib * kGiB);
@@ -127,15 +129,15 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::Lse, sat_product({s.Th, s.hq, 4}));
   set(TensorKind::DqAccum, sat_product({s.Th, s.hq, s.hd, 4}));
   set(TensorKind::GqaExpanded, sat_product({s.Th, s.hq, s.hd, c}));
-  set(TensorKind::QStageLocal, sat_product({s.t, s.hs, s.P, s.hd, c}));
-  set(TensorKind::KvStageLocal, sat_product({s.t, s.khs, s.P, s.hd, c}));
-  set(TensorKind::QStageHead, sat_product({s.Th, s.hs, s.hd, c}));
-  set(TensorKind::KvStageHead, sat_product({s.Th, s.khs, s.hd, c}));
-  set(TensorKind::DqAccumStage, sat_product({s.Th, s.hs, s.hd, 4}));
+  set(TensorKind::QStageLocal, sat_product({s.t, s.k, s.P, s.hd, c}));
+  set(TensorKind::KvStageLocal, sat_product({s.t, s.max_kv_count, s.P, s.hd, c}));
+  set(TensorKind::QStageHead, sat_product({s.Th, s.k, s.hd, c}));
+  set(TensorKind::KvStageHead, sat_product({s.Th, s.max_kv_count, s.hd, c}));
+  set(TensorKind::DqAccumStage, sat_product({s.Th, s.k, s.hd, 4}));
   // the engine's buffers for stages that gather K/V per query head, and its fp32 dK/dV accumulators
   set(TensorKind::KvStageGathered, sat_product({s.untied_buffers.kv_gathered, c}));
   set(TensorKind::KvStageAccum32, sat_product({s.untied_buffers.kv_accum_fp32, 4}));
-  set(TensorKind::GqaExpandedStage, sat_product({s.Th, s.hs, s.hd, c}));
+  set(TensorKind::GqaExpandedStage, sat_product({s.Th, s.k, s.hd, c}));
   // PyTorch's CPU flash kernel (FlashAttentionKernel.cpp) picks its query block by the query length
   // (256 from 768 tokens, 64 from 192, else 32) and kv blocks of 512, both capped at the length.
   s.cpu_q_block = std::min<int64_t>(s.S >= 768 ? 256 : s.S >= 192 ? 64 : 32, s.S);
@@ -168,9 +170,10 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::MasterShards, sat_product({shard_elems, 4}));
   set(TensorKind::GradShards, sat_product({shard_elems, 4}));
   set(TensorKind::AdamMoments, sat_product({shard_elems, 8}));
-  set(TensorKind::BlockFull, sat_product({s.n_block, c}));
-  set(TensorKind::EmbedFull, sat_product({s.n_embed, c}));
-  set(TensorKind::HeadFull, sat_product({s.n_head, c}));
+  // gathered and packed buffers hold the padded group (shard x ranks), as the engine allocates them
+  set(TensorKind::BlockFull, sat_product({s.block_layout.padded_numel, c}));
+  set(TensorKind::EmbedFull, sat_product({s.embed_layout.padded_numel, c}));
+  set(TensorKind::HeadFull, sat_product({s.head_layout.padded_numel, c}));
   // fp32 compute gathers straight from the master shard (FlatParamGroup::unshard_async): no cast
   set(TensorKind::BlockShardCast, s.fsdp && s.W > 1 && c != 4 ? sat_product({s.shard_block, c}) : 0);
   set(TensorKind::BlockGradsAttn, sat_product({s.n_attn, c}));
@@ -179,9 +182,9 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::HeadWeightGrad, sat_product({s.V, s.d, c}));
   set(TensorKind::HeadGradAccum, sat_product({s.V, s.d, 4}));
   set(TensorKind::EmbedGradDense, sat_product({s.n_embed, 4}));
-  set(TensorKind::BlockPack, sat_product({s.n_block, 4}));
-  set(TensorKind::HeadPack, sat_product({(s.n_head + (s.tied ? s.n_embed : 0)), 4}));
-  set(TensorKind::EmbedPack, sat_product({s.n_embed, 4}));
+  set(TensorKind::BlockPack, sat_product({s.block_layout.padded_numel, 4}));
+  set(TensorKind::HeadPack, sat_product({s.head_layout.padded_numel, 4}));  // tied: the embedding packs its own
+  set(TensorKind::EmbedPack, sat_product({s.embed_layout.padded_numel, 4}));
   set(TensorKind::BlockShardOut, s.fsdp && s.W > 1 ? sat_product({s.shard_block, 4}) : 0);
   set(TensorKind::OptimizerTemp, sat_product({std::max({s.shard_block, s.shard_embed, s.shard_head}), 4}));  // AdamW denom
   set(TensorKind::RuntimeOverhead, s.runtime_overhead);
@@ -218,25 +221,25 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::DqAccum:
       return fmt("%lld x %s x %lld heads x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.hq, hd);
     case TensorKind::QStageLocal:
-      return fmt("%lld x %s x %lld heads x %lld x %lld B", B, st.c_str(), (long long)(s.hs * s.P), hd, c);
+      return fmt("%lld x %s x %lld heads x %lld x %lld B", B, st.c_str(), (long long)(s.k * s.P), hd, c);
     case TensorKind::KvStageLocal:
-      return fmt("%lld x %s x %lld KV heads x %lld x %lld B", B, st.c_str(), (long long)(s.khs * s.P), hd, c);
+      return fmt("%lld x %s x %lld KV heads x %lld x %lld B", B, st.c_str(), (long long)(s.max_kv_count * s.P), hd, c);
     case TensorKind::QStageHead:
     case TensorKind::GqaExpandedStage:
-      return fmt("%lld x %s x %lld head%s x %lld x %lld B", B, St.c_str(), (long long)s.hs, s.hs == 1 ? "" : "s",
+      return fmt("%lld x %s x %lld head%s x %lld x %lld B", B, St.c_str(), (long long)s.k, s.k == 1 ? "" : "s",
                  hd, c);
     case TensorKind::KvStageHead:
-      return fmt("%lld x %s x %lld KV head%s x %lld x %lld B", B, St.c_str(), (long long)s.khs,
-                 s.khs == 1 ? "" : "s", hd, c);
+      return fmt("%lld x %s x %lld KV head%s x %lld x %lld B", B, St.c_str(), (long long)s.max_kv_count,
+                 s.max_kv_count == 1 ? "" : "s", hd, c);
     case TensorKind::KvStageGathered:
-      return fmt("%lld x %s x %lld head%s x %lld x %lld B (K/V per query head)", B, St.c_str(), (long long)s.hs,
-                 s.hs == 1 ? "" : "s", hd, c);
+      return fmt("%lld x %s x %lld head%s x %lld x %lld B (K/V per query head)", B, St.c_str(), (long long)s.k,
+                 s.k == 1 ? "" : "s", hd, c);
     case TensorKind::KvStageAccum32:
-      return fmt("%lld x %s x %lld KV head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.khs,
-                 s.khs == 1 ? "" : "s", hd);
+      return fmt("%lld x %s x %lld KV head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.max_kv_count,
+                 s.max_kv_count == 1 ? "" : "s", hd);
     case TensorKind::DqAccumStage:
-      return fmt("%lld x %s x %lld head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.hs,
-                 s.hs == 1 ? "" : "s", hd);
+      return fmt("%lld x %s x %lld head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.k,
+                 s.k == 1 ? "" : "s", hd);
     case TensorKind::CpuFlashScratch:
       return fmt("2 x %lld x %lld x %s (one thread's attn and grad_attn blocks)", (long long)s.cpu_q_block,
                  (long long)s.cpu_kv_block, c < 4 ? fmt("(4 + %lld) B", c).c_str() : "4 B");
@@ -274,8 +277,7 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::EmbedGradDense: return fmt("%lld vocab x %lld x 4 B", (long long)s.V, d);
     case TensorKind::HeadGradAccum: return fmt("%lld vocab x %lld x 4 B (fp32)", (long long)s.V, d);
     case TensorKind::BlockPack: return fmt("%s params x 4 B", params(s.n_block).c_str());
-    case TensorKind::HeadPack:
-      return fmt("%s params x 4 B", params(s.n_head + (s.tied ? s.n_embed : 0)).c_str());
+    case TensorKind::HeadPack: return fmt("%s params x 4 B", params(s.n_head).c_str());
     case TensorKind::EmbedPack: return fmt("%s params x 4 B", params(s.n_embed).c_str());
     case TensorKind::BlockShardOut:
       return fmt("%s params / %lld ranks x 4 B", params(s.n_block).c_str(), (long long)s.W);

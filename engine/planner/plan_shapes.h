@@ -8,6 +8,9 @@
 #include <string>
 
 #include "engine/config/run_config.h"
+#include "engine/layout/heads.h"
+#include "engine/layout/planned_buffers.h"
+#include "engine/layout/tiles.h"
 
 namespace odyssey::planner_detail {
 
@@ -31,9 +34,9 @@ enum class TensorKind : uint8_t {
   KvStageLocal,    ///< [B, s, kv_heads_per_stage*P*hd]
   QStageHead,      ///< [B, S, heads_per_stage/P, hd]
   KvStageHead,     ///< [B, S, kv heads per rank per stage, hd]
-  DqAccumStage,
+  DqAccumStage,     ///< [B, S, hps/P, hd] fp32: flash backward's dq accumulator of one stage
   KvStageGathered,  ///< [B, S, hps/P, hd]: a stage's K or V gathered to its query heads' KV slots (0 when none gathers)
-  KvStageAccum32,   ///< [B, S, kv/stage, hd] fp32: dK or dV summed over the stages of a range (0 when none needs it)    ///< fp32 dq accumulator of one stage
+  KvStageAccum32,   ///< [B, S, kv/stage, hd] fp32: dK or dV summed over the stages of a range (0 when none needs it)
   GqaExpandedStage,///< one stage's dK or dV at the stage's query-head count
   CpuFlashScratch, ///< the CPU flash-attention backward's per-thread blocks (one thread): attn and
                    ///< grad_attn [q block, kv block] fp32 (+ compute-dtype copies below fp32)
@@ -114,9 +117,11 @@ struct PlanShapes {
   int64_t hkv = 0;       ///< KV heads per rank in the head layout, hkv_rep / P
   // techniques
   bool ckpt = false, offload = false, tiled_mlp = false, tiled_loss = false, untied = false;
-  int64_t hs = 0;        ///< query heads per rank per stage (heads_per_stage / P)
-  int64_t stages = 1;    ///< hq / hs
-  int64_t khs = 0;       ///< KV heads per rank per stage: the widest range a stage reads
+  // the Untied stage schedule's names (UntiedStagePlan, engine/layout/heads.h); without Untied
+  // Ulysses one stage of all the rank's heads
+  int64_t k = 0;             ///< query heads per rank per stage (heads_per_stage / P; hq without Untied)
+  int64_t stages = 1;        ///< hq / k
+  int64_t max_kv_count = 0;  ///< KV heads per rank per stage: the widest range a stage reads (hkv without Untied)
   UntiedStageBuffers untied_buffers;  ///< the Untied Function's buffers (engine/layout/heads.h), elements
   SequenceTile mlp_tile, loss_tile;  ///< [B, n, f] and [B, n, V] tiles (engine/layout/tiles.h)
   int64_t fused_seq_tile = 0, fused_vocab_tile = 0;  ///< the fused loss kernel's tiles (GPU profiles)
@@ -124,6 +129,7 @@ struct PlanShapes {
   // parameters per group and their shards (elements)
   int64_t n_block = 0, n_embed = 0, n_head = 0, n_attn = 0, n_mlp = 0;
   int64_t shard_block = 0, shard_embed = 0, shard_head = 0;
+  FlatShardLayout block_layout, embed_layout, head_layout;  ///< each group over the ranks (engine/layout/planned_buffers.h)
   bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: fp32 without FSDP)
   // hardware
   bool cuda_target = true;  ///< the hardware profile is a GPU (offload goes through one pinned slab)

@@ -1,7 +1,7 @@
 // The analytic planner: per-rank memory by category (each term with its formula), the per-phase
 // timeline, step time and MFU, the technique ladder, the max-context solver and the advisor.
 // Pure C++ (no LibTorch): instant in the studio. defines: MemoryTerm, MemoryPlan, PhasePlan,
-// StepTimePlan, LadderRung, PlanPeak, plan_memory, plan_peak, plan_step_time, plan_ladder,
+// StepTimePlan, LadderRung, PlanPeak, plan_memory, plan_peak, planned_buffer_bytes, plan_step_time, plan_ladder,
 // ladder_rung_config, seq_len_granularity, solve_max_seq_len, advise. The model: docs/planner.md.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include "engine/config/memory_category.h"
 #include "engine/config/run_config.h"
 #include "engine/config/techniques.h"
+#include "engine/layout/planned_buffers.h"
 
 namespace odyssey {
 
@@ -96,6 +97,11 @@ struct PlanPeak {
   bool fits() const { return fits_device && fits_host; }
 };
 PlanPeak plan_peak(const RunConfig& cfg);
+
+/// Bytes of one `buffer` the engine preallocates for a (valid) config, as the step walk charges it
+/// (the TensorKind behind the buffer's tag in engine/layout/planned_buffers.h), or 0 when the
+/// config allocates none. tests/parallel/planned_buffers_test.cpp holds the engine to it.
+int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer);
 
 /// The step-time model alone (plan_memory fills MemoryPlan::time with the same numbers).
 StepTimePlan plan_step_time(const RunConfig& cfg);

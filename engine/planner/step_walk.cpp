@@ -323,7 +323,13 @@ class Walker {
     f(final_rstd_);
     f(loss_input_);  // the final norm's saved input: the last block's output
     loss_input_ = -1;
-    reduce_scatter(K::HeadPack, head_grads, none);
+    if (s_.tied) {  // the head group packs the final norm's gradient, the embedding the LM head's
+      int norm_grad = -1;
+      reduce_scatter(K::HeadPack, norm_grad, none);
+      reduce_scatter(K::EmbedPack, head_grads, none);
+    } else {
+      reduce_scatter(K::HeadPack, head_grads, none);
+    }
     f(head_gathered_);
     f(tied_embed_);
   }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "engine/config/techniques.h"
+#include "engine/layout/tiles.h"
 #include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/memory_tracker.h"
 
@@ -38,9 +39,8 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
     defer_reduce_scatter_ = true;  // reduce-scatters on NCCL's stream overlap the next block's backward
   }
   RankScope rank(ctx_.slot);
-  if (cfg_.training.seq_len % ctx_.sp_size != 0)
-    throw std::invalid_argument("training.seq_len = " + std::to_string(cfg_.training.seq_len) +
-                                " is not divisible by the Ulysses degree " + std::to_string(ctx_.sp_size));
+  if (auto rule = sequence_shard_rule(cfg_.training.seq_len, ctx_.sp_size))  // the validator's rule, for the real group
+    throw std::invalid_argument("training.seq_len = " + std::to_string(cfg_.training.seq_len) + " " + *rule);
   data_ = make_dataset(cfg_.training, cfg_.model);
   notes_.push_back("data: " + data_->describe());
   FlatGroupOptions options;

@@ -1,11 +1,13 @@
 // The head rules and the Untied stage schedule of engine/layout/heads.h, by hand: the schedule's
 // ranges, which stages gather K/V or accumulate their gradients, the buffers it sizes, the rules'
-// texts (what the validator prints and plan_untied_stages throws) and the sequence tiles.
+// texts (what the validator prints and plan_untied_stages throws), the sequence shard rule and tiles,
+// and the flat groups' shard layout.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 
 #include "engine/layout/heads.h"
+#include "engine/layout/planned_buffers.h"
 #include "engine/layout/tiles.h"
 
 using namespace odyssey;
@@ -109,4 +111,20 @@ TEST_CASE("sequence tiles span the batch", "[layout][tiles]") {
   // 0 = about 1 GiB of fp32 logits: floor(2^30 / (4 x 128256)) = 2092 positions
   CHECK(loss_sequence_tile(0, 128256, 1, 1 << 20).positions == 2092);
   CHECK(loss_sequence_tile(0, 128256, 1, 1 << 20).count == ((1 << 20) + 2091) / 2092);
+}
+
+TEST_CASE("sequence shard rule and flat shard layout", "[layout][tiles]") {
+  CHECK_FALSE(sequence_shard_rule(4096, 8));
+  const auto broken = sequence_shard_rule(4100, 8);
+  REQUIRE(broken);
+  CHECK(*broken == "must be divisible by parallel.ulysses_degree = 8 so that every rank holds an equal sequence shard");
+  // 640 + 16 parameters over 3 ranks: shards of ceil(656 / 3) = 219, padded to 657
+  const FlatShardLayout l = flat_shard_layout(656, 3);
+  CHECK(l.shard_numel == 219);
+  CHECK(l.padded_numel == 657);
+  CHECK(flat_shard_layout(640, 8).padded_numel == 640);
+  // the gathered copy: sharded, or cast from fp32; an unsharded fp32 group uses its master
+  CHECK(keeps_gathered_copy(2, 4));
+  CHECK(keeps_gathered_copy(1, 2));
+  CHECK_FALSE(keeps_gathered_copy(1, 4));
 }

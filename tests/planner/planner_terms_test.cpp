@@ -322,8 +322,8 @@ TEST_CASE("Untied stages straddling KV heads: the planner charges the engine's s
     REQUIRE(validate(cfg).empty());
     const planner_detail::PlanShapes s = planner_detail::make_shapes(cfg);
     using planner_detail::TensorKind;
-    CHECK(s.hs == 2);
-    CHECK(s.khs == 2);  // before: 4 heads per stage / 3 per KV head, clamped to 1
+    CHECK(s.k == 2);
+    CHECK(s.max_kv_count == 2);  // before: 4 heads per stage / 3 per KV head, clamped to 1
     // one KV stage buffer: [B, S, 2, hd] fp32 = 1 x 2048 x 2 x 16 x 4 B, as the engine allocates
     CHECK(planner_detail::kind_bytes(TensorKind::KvStageHead, s) == 2048 * 2 * 16 * 4);
     CHECK(planner_detail::kind_bytes(TensorKind::KvStageHead, s) ==

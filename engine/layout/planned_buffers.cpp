@@ -1,0 +1,65 @@
+// Names of the engine's preallocated buffers and the flat groups' shard layout
+// (engine/layout/planned_buffers.h). Host arithmetic only.
+#include "engine/layout/planned_buffers.h"
+
+#include <algorithm>
+
+namespace odyssey {
+
+const char* planned_buffer_name(PlannedBuffer buffer) {
+  switch (buffer) {
+    case PlannedBuffer::UntiedQStage: return "untied q stage";
+    case PlannedBuffer::UntiedKvStage: return "untied kv stage";
+    case PlannedBuffer::UntiedKvGathered: return "untied kv gathered";
+    case PlannedBuffer::UntiedStaging: return "untied all-to-all staging";
+    case PlannedBuffer::UntiedLocalGrad: return "untied local-layout gradient";
+    case PlannedBuffer::UntiedKvAccum32: return "untied fp32 dK/dV accumulator";
+    case PlannedBuffer::MlpGate: return "MLP gate";
+    case PlannedBuffer::LossTileLogits32: return "loss tile fp32 logits";
+    case PlannedBuffer::BlockFull: return "block full";
+    case PlannedBuffer::EmbedFull: return "embedding full";
+    case PlannedBuffer::HeadFull: return "head full";
+    case PlannedBuffer::BlockShard: return "block shard";
+    case PlannedBuffer::EmbedShard: return "embedding shard";
+    case PlannedBuffer::HeadShard: return "head shard";
+    case PlannedBuffer::BlockPack: return "block packed gradients";
+    case PlannedBuffer::EmbedPack: return "embedding packed gradients";
+    case PlannedBuffer::HeadPack: return "head packed gradients";
+    case PlannedBuffer::BlockShardOut: return "block reduce-scatter output";
+    case PlannedBuffer::BlockShardCast: return "block shard cast";
+    case PlannedBuffer::OffloadSlot: return "offload host copy";
+    case PlannedBuffer::OffloadPrefetchSlot: return "offload device slot";
+    case PlannedBuffer::Count: break;
+  }
+  return "?";
+}
+
+PlannedBuffer group_buffer(ParamGroupKind kind, GroupBuffer buffer) {
+  const int group = static_cast<int>(kind);  // Embedding, Block, Head
+  static constexpr PlannedBuffer kFull[] = {PlannedBuffer::EmbedFull, PlannedBuffer::BlockFull, PlannedBuffer::HeadFull};
+  static constexpr PlannedBuffer kShard[] = {PlannedBuffer::EmbedShard, PlannedBuffer::BlockShard,
+                                             PlannedBuffer::HeadShard};
+  static constexpr PlannedBuffer kPack[] = {PlannedBuffer::EmbedPack, PlannedBuffer::BlockPack, PlannedBuffer::HeadPack};
+  switch (buffer) {
+    case GroupBuffer::Full: return kFull[group];
+    case GroupBuffer::Shard: return kShard[group];
+    case GroupBuffer::Pack: return kPack[group];
+    case GroupBuffer::ShardOut: return kind == ParamGroupKind::Block ? PlannedBuffer::BlockShardOut : PlannedBuffer::Count;
+    case GroupBuffer::ShardCast:
+      return kind == ParamGroupKind::Block ? PlannedBuffer::BlockShardCast : PlannedBuffer::Count;
+  }
+  return PlannedBuffer::Count;
+}
+
+FlatShardLayout flat_shard_layout(int64_t numel, int64_t shards) {
+  FlatShardLayout l;
+  l.numel = std::max<int64_t>(0, numel);
+  l.shards = std::max<int64_t>(1, shards);
+  l.shard_numel = (l.numel + l.shards - 1) / l.shards;
+  l.padded_numel = l.shard_numel * l.shards;
+  return l;
+}
+
+bool keeps_gathered_copy(int64_t shards, int64_t compute_dtype_bytes) { return shards > 1 || compute_dtype_bytes != 4; }
+
+}  // namespace odyssey

@@ -1,0 +1,70 @@
+// The buffers the engine preallocates, each named by the planner term that predicts its bytes, and
+// the flat parameter groups' shard layout: defined once, for the engine, the planner and the test.
+// defines: PlannedBuffer, kPlannedBufferCount, planned_buffer_name, ParamGroupKind, group_buffer,
+//          FlatShardLayout, flat_shard_layout, keeps_gathered_copy
+//
+// No LibTorch. The engine notes each buffer it allocates under its tag (engine/telemetry/
+// planned_buffer_log.h); the planner answers planned_buffer_bytes(cfg, tag) from the TensorKind its
+// step walk charges (engine/planner/planner.h); tests/parallel/planned_buffers_test.cpp asserts
+// they agree byte for byte over every flavor, degree, stage size, batch and GQA ratio.
+#pragma once
+
+#include <cstdint>
+
+namespace odyssey {
+
+/// One kind of preallocated engine buffer. The comment gives its shape and the planner's term.
+enum class PlannedBuffer : uint8_t {
+  // The Untied Function's stage buffers (engine/parallel/untied_attention.cpp; UntiedStageBuffers)
+  UntiedQStage,      ///< [B, S, k, hd]: one stage's q, o, d o in head layout        (QStageHead)
+  UntiedKvStage,     ///< [B, S, max_kv_count, hd]: one KV range's K or V              (KvStageHead)
+  UntiedKvGathered,  ///< [B, S, k, hd]: K or V gathered to a stage's query heads      (KvStageGathered)
+  UntiedStaging,     ///< [P, B, s, max(k, max_kv_count), hd]: all-to-all staging      (the widest of QStageLocal, KvStageLocal)
+  UntiedLocalGrad,   ///< [B, s, P*max_kv_count, hd]: backward's local-layout K/V gradient when wider than a stage (KvStageLocal)
+  UntiedKvAccum32,   ///< [B, S, max_kv_count, hd] fp32: a dK or dV accumulator       (KvStageAccum32)
+  // Sequence tiles (engine/layout/tiles.h)
+  MlpGate,           ///< [B, n, f]: the MLP's gate projection, n = the tile or all s   (FfnTile or Ffn)
+  LossTileLogits32,  ///< [B, n, V] fp32: one loss tile's logits                        (LogitsTile32)
+  // Flat parameter groups (engine/parallel/flat_group.cpp), per group kind
+  BlockFull, EmbedFull, HeadFull,           ///< [padded] compute dtype: the gathered group (BlockFull, EmbedFull, HeadFull)
+  BlockShard, EmbedShard, HeadShard,        ///< [shard] fp32: master, gradient and each AdamW moment
+  BlockPack, EmbedPack, HeadPack,           ///< [padded] fp32: packed gradients for the reduction (BlockPack, EmbedPack, HeadPack)
+  BlockShardOut,                            ///< [shard] fp32: a block's reduce-scatter output (BlockShardOut)
+  BlockShardCast,                           ///< [shard] compute dtype: a block shard cast for the all-gather (BlockShardCast)
+  // Activation offload (engine/memory/offload.cpp)
+  OffloadSlot,       ///< [B, s, d] host: one checkpointed block input                  (OffloadedInput)
+  OffloadPrefetchSlot,  ///< [B, s, d] device: one of the two slots inputs come back into (Hidden)
+  Count
+};
+constexpr int kPlannedBufferCount = static_cast<int>(PlannedBuffer::Count);
+
+/// "untied q stage", "block full", ...: the name a test failure prints.
+const char* planned_buffer_name(PlannedBuffer buffer);
+
+/// Which flat parameter group a buffer belongs to: its tags differ (the planner sizes each).
+enum class ParamGroupKind : uint8_t { Embedding, Block, Head };
+
+/// The buffers every flat group has, by group kind.
+enum class GroupBuffer : uint8_t { Full, Shard, Pack, ShardOut, ShardCast };
+
+/// The tag of `buffer` in a group of `kind`; ShardOut and ShardCast are tagged for blocks only
+/// (Count for the others: the planner charges the embedding's and head's reductions otherwise).
+PlannedBuffer group_buffer(ParamGroupKind kind, GroupBuffer buffer);
+
+/// How a flat group of `numel` parameters is laid out over `shards` ranks: each rank owns
+/// shard_numel = ceil(numel / shards) elements, and the gathered and packed buffers hold
+/// padded_numel = shard_numel x shards (the padding is never a parameter).
+struct FlatShardLayout {
+  int64_t numel = 0;
+  int64_t shards = 1;
+  int64_t shard_numel = 0;
+  int64_t padded_numel = 0;
+};
+FlatShardLayout flat_shard_layout(int64_t numel, int64_t shards);
+
+/// Whether a flat group holds its gathered parameters apart from its master shard: when sharded
+/// (the all-gather's output) or when the compute dtype is not fp32 (the cast). Otherwise `full` is
+/// the master itself (memory: no second copy of the parameters at W = 1, FSDP or not).
+bool keeps_gathered_copy(int64_t shards, int64_t compute_dtype_bytes);
+
+}  // namespace odyssey

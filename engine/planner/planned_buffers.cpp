@@ -1,0 +1,54 @@
+// The planner's bytes for each buffer the engine preallocates (planned_buffer_bytes): the TensorKind
+// its step walk charges for that buffer, or 0 when the config allocates none.
+#include <algorithm>
+
+#include "engine/planner/plan_shapes.h"
+#include "engine/planner/planner.h"
+
+namespace odyssey {
+
+using planner_detail::kind_bytes;
+using planner_detail::make_shapes;
+using planner_detail::PlanShapes;
+using K = planner_detail::TensorKind;
+
+int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
+  const PlanShapes s = make_shapes(cfg);
+  auto bytes = [&](K kind) { return kind_bytes(kind, s); };
+  auto shard = [&](const FlatShardLayout& l) { return planner_detail::sat_mul(l.shard_numel, 4); };
+  const bool sharded = s.fsdp && s.W > 1;
+  switch (buffer) {
+    case PlannedBuffer::UntiedQStage: return s.untied ? bytes(K::QStageHead) : 0;
+    case PlannedBuffer::UntiedKvStage: return s.untied ? bytes(K::KvStageHead) : 0;
+    case PlannedBuffer::UntiedKvGathered: return s.untied ? bytes(K::KvStageGathered) : 0;
+    // the send the walk charges for the widest exchange of a stage: its queries or its KV range
+    case PlannedBuffer::UntiedStaging:
+      return s.untied && s.P > 1 ? std::max(bytes(K::QStageLocal), bytes(K::KvStageLocal)) : 0;
+    // backward's K/V gradients in local layout get their own buffer only when wider than a stage's Q
+    case PlannedBuffer::UntiedLocalGrad:
+      return s.untied && s.max_kv_count > s.k ? bytes(K::KvStageLocal) : 0;
+    case PlannedBuffer::UntiedKvAccum32: return s.untied ? bytes(K::KvStageAccum32) : 0;
+    case PlannedBuffer::MlpGate: return bytes(s.tiled_mlp ? K::FfnTile : K::Ffn);
+    // a GPU target's fused kernel never holds a [tile, V] fp32 copy (FusedLossWorkspace instead)
+    case PlannedBuffer::LossTileLogits32: return s.tiled_loss && !s.cuda_target ? bytes(K::LogitsTile32) : 0;
+    case PlannedBuffer::BlockFull: return s.gathers ? bytes(K::BlockFull) : 0;
+    case PlannedBuffer::EmbedFull: return s.gathers ? bytes(K::EmbedFull) : 0;
+    case PlannedBuffer::HeadFull: return s.gathers ? bytes(K::HeadFull) : 0;
+    case PlannedBuffer::BlockShard: return shard(s.block_layout);
+    case PlannedBuffer::EmbedShard: return shard(s.embed_layout);
+    case PlannedBuffer::HeadShard: return shard(s.head_layout);
+    case PlannedBuffer::BlockPack: return bytes(K::BlockPack);
+    case PlannedBuffer::EmbedPack: return bytes(K::EmbedPack);
+    case PlannedBuffer::HeadPack: return bytes(K::HeadPack);
+    case PlannedBuffer::BlockShardOut: return sharded ? bytes(K::BlockShardOut) : 0;
+    case PlannedBuffer::BlockShardCast: return bytes(K::BlockShardCast);
+    // the last block's input stays on the device: one block offloads nothing
+    case PlannedBuffer::OffloadSlot:
+    case PlannedBuffer::OffloadPrefetchSlot:
+      return s.offload && s.L > 1 ? bytes(buffer == PlannedBuffer::OffloadSlot ? K::OffloadedInput : K::Hidden) : 0;
+    case PlannedBuffer::Count: break;
+  }
+  return 0;
+}
+
+}  // namespace odyssey
