@@ -461,17 +461,16 @@ at::Tensor apply_untied(const at::Tensor& x, const AttentionWeights& w, bool pro
   const at::Tensor none = at::empty({0}, x.options());  // "absent" (UntiedInputs)
   const UntiedInputs in{x.contiguous(), w.wq, w.wk, w.wv, project ? w.wo : none, model.qk_norm ? w.q_norm : none,
                         model.qk_norm ? w.k_norm : none};
-  UntiedCall call;
-  call.cos = pos.cos;
-  call.sin = pos.sin;
-  call.position_ids = pos.ids.defined() ? pos.ids : at::empty({0}, x.options().dtype(at::kLong));
-  call.comm = ctx.sp.get();
-  call.n_heads = model.n_heads;
-  call.n_kv_heads = model.n_kv_heads;
-  call.head_dim = model.head_dim;
-  call.heads_per_stage = memory.heads_per_stage;
-  call.eps = model.norm_eps;
-  call.theta = model.rope_theta;
+  const UntiedCall call{.cos = pos.cos,
+                        .sin = pos.sin,
+                        .position_ids = pos.ids.defined() ? pos.ids : at::empty({0}, x.options().dtype(at::kLong)),
+                        .comm = ctx.sp.get(),
+                        .n_heads = model.n_heads,
+                        .n_kv_heads = model.n_kv_heads,
+                        .head_dim = model.head_dim,
+                        .heads_per_stage = memory.heads_per_stage,
+                        .eps = model.norm_eps,
+                        .theta = model.rope_theta};
   return UntiedAttentionFunction::apply(at::TensorList(in.list()), call);
 }
 
