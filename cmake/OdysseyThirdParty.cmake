@@ -1,4 +1,5 @@
-# Locates the header-only/system dependencies: toml++ (used header-only in one file), Catch2 2.x,
+# Locates the header-only/system dependencies: toml++ (used header-only in one file), nlohmann-json
+# (engine/util/json*, Debian's nlohmann-json3-dev), Catch2 2.x,
 # and, for the studio, Dear ImGui (libimgui.a with its backends), stb, GLFW 3 and OpenGL.
 
 list(APPEND CMAKE_PREFIX_PATH "${ODYSSEY_THIRD_PARTY_PREFIX}")
@@ -8,6 +9,8 @@ find_path(ODYSSEY_TOMLPP_INCLUDE toml++/toml.h
 add_library(odyssey_tomlplusplus INTERFACE)
 target_include_directories(odyssey_tomlplusplus SYSTEM INTERFACE "${ODYSSEY_TOMLPP_INCLUDE}")
 target_compile_definitions(odyssey_tomlplusplus INTERFACE TOML_HEADER_ONLY=1 TOML_EXCEPTIONS=1)
+
+find_package(nlohmann_json 3.11 CONFIG REQUIRED)  # installed by `make deps`
 
 if(ODYSSEY_TESTS)
   find_package(Catch2 2 CONFIG QUIET)

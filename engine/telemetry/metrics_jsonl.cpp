@@ -11,6 +11,7 @@
 #include "engine/telemetry/phase_peaks.h"
 #include "engine/util/files.h"
 #include "engine/util/json.h"
+#include "engine/util/json_read.h"
 
 namespace odyssey {
 
@@ -70,7 +71,8 @@ MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path, int64_t keep_thr
       // step after the checkpoint, is dropped.
       const bool whole = c == '\n';
       const auto v = whole ? parse_json(line) : std::nullopt;
-      if (v && v->has("step") && v->at("step").is_integer && v->at("step").integer <= keep_through_step) {
+      if (v && v->is_object() && v->contains("step") && v->at("step").is_number_integer() &&
+          v->at("step").get<int64_t>() <= keep_through_step) {
         kept += line;
         kept += '\n';
         ++lines_;

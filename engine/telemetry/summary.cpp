@@ -13,6 +13,7 @@
 #include "engine/telemetry/metrics_jsonl.h"
 #include "engine/telemetry/phase_peaks.h"
 #include "engine/util/json.h"
+#include "engine/util/json_read.h"
 
 namespace odyssey {
 
@@ -49,11 +50,11 @@ void write_list(JsonWriter& w, const std::vector<int64_t>& values) {
 }  // namespace
 
 std::string summary_json(const RunSummary& s) {
-  std::optional<JsonValue> extra;
+  std::optional<Json> extra;
   if (!s.extra_json.empty()) {
     std::string why;
     extra = parse_json(s.extra_json, &why);
-    if (!extra || extra->type != JsonValue::Type::Object)
+    if (!extra || !extra->is_object())
       throw std::invalid_argument("summary.json: extra_json must be a JSON object" +
                                   (why.empty() ? std::string() : " (" + why + ")"));
   }

@@ -13,6 +13,7 @@
 
 #include "engine/telemetry/phase_peaks.h"
 #include "engine/util/json.h"
+#include "engine/util/json_read.h"
 
 namespace odyssey {
 
@@ -93,7 +94,7 @@ TraceWriter::TraceWriter(const std::string& path) : path_(path) {
 
 TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
   // The old file: one event per line between the header and the closing line (see emit_locked).
-  std::vector<std::pair<std::string, JsonValue>> events;
+  std::vector<std::pair<std::string, Json>> events;
   if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
     std::string line;
     for (int c = std::fgetc(in);; c = std::fgetc(in)) {
@@ -104,7 +105,7 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
       std::string text = line;
       while (!text.empty() && (text.back() == ',' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
       if (c == '\n' && !text.empty() && text.front() == '{' && text.rfind("{\"traceEvents\"", 0) != 0)
-        if (auto v = parse_json(text); v && v->has("ph")) events.emplace_back(std::move(text), std::move(*v));
+        if (auto v = parse_json(text); v && v->is_object() && v->contains("ph")) events.emplace_back(std::move(text), std::move(*v));
       line.clear();
       if (c == EOF) break;
     }
@@ -115,22 +116,22 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
   double cut_us = -1;
   int64_t last_step = 0;
   for (const auto& [text, e] : events) {
-    if (!e.has("args") || !e.at("args").has("step")) continue;
-    const int64_t step = e.at("args").at("step").as_int();
+    if (!e.contains("args") || !e.at("args").contains("step")) continue;
+    const int64_t step = e.at("args").at("step").get<int64_t>();
     last_step = std::max(last_step, step);
-    const bool step_counter = e.at("ph").string == "C" && e.has("name") && e.at("name").string == "step";
-    if (step_counter && step <= keep_through_step && e.has("ts")) cut_us = std::max(cut_us, e.at("ts").number);
+    const bool step_counter = e.at("ph").get<std::string>() == "C" && e.contains("name") && e.at("name").get<std::string>() == "step";
+    if (step_counter && step <= keep_through_step && e.contains("ts")) cut_us = std::max(cut_us, e.at("ts").get<double>());
   }
   if (last_step <= keep_through_step) cut_us = std::numeric_limits<double>::infinity();
   std::string kept;
   double kept_until_us = -1;
   for (const auto& [text, e] : events) {
-    const bool metadata = e.at("ph").string == "M";
-    const bool later_step = e.has("args") && e.at("args").has("step") && e.at("args").at("step").as_int() > keep_through_step;
-    const double ts = e.has("ts") ? e.at("ts").number : 0;
+    const bool metadata = e.at("ph").get<std::string>() == "M";
+    const bool later_step = e.contains("args") && e.at("args").contains("step") && e.at("args").at("step").get<int64_t>() > keep_through_step;
+    const double ts = e.contains("ts") ? e.at("ts").get<double>() : 0;
     if (!metadata && (later_step || ts > cut_us)) continue;
-    if (metadata && e.has("pid")) ranks_.insert(static_cast<int>(e.at("pid").as_int()));
-    if (!metadata) kept_until_us = std::max(kept_until_us, ts + (e.has("dur") ? e.at("dur").number : 0));
+    if (metadata && e.contains("pid")) ranks_.insert(static_cast<int>(e.at("pid").get<int64_t>()));
+    if (!metadata) kept_until_us = std::max(kept_until_us, ts + (e.contains("dur") ? e.at("dur").get<double>() : 0));
     kept += (first_event_ ? "" : ",\n") + text;
     first_event_ = false;
     ++events_;

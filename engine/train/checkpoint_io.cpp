@@ -22,6 +22,7 @@
 #include "engine/train/checksum.h"
 #include "engine/util/files.h"
 #include "engine/util/json.h"
+#include "engine/util/json_read.h"
 
 namespace odyssey {
 
@@ -263,24 +264,6 @@ at::Tensor cpu_rng_state() {
   return gen.get_state();
 }
 
-/// A JSON value as it was written, for messages.
-std::string json_text(const JsonValue& v) {
-  switch (v.type) {
-    case JsonValue::Type::Null: return "null";
-    case JsonValue::Type::Bool: return v.boolean ? "true" : "false";
-    case JsonValue::Type::Number: {
-      if (v.is_integer) return std::to_string(v.integer);
-      char text[40];
-      std::snprintf(text, sizeof text, "%.17g", v.number);
-      return text;
-    }
-    case JsonValue::Type::String: return json_quote(v.string);
-    case JsonValue::Type::Array: return "[...]";
-    case JsonValue::Type::Object: return "{...}";
-  }
-  return "?";
-}
-
 }  // namespace
 
 // [section] save ------------------------------------------------------------------------------------
@@ -348,26 +331,26 @@ std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
   if (!path_exists(latest)) return std::nullopt;
   std::string error;
   const auto json = parse_json(read_small_file(latest, "checkpoint pointer"), &error);
-  if (!json || json->type != JsonValue::Type::Object)
+  if (!json || !json->is_object())
     throw CheckpointError("checkpoint pointer " + latest + ": not a JSON object (" +
                           (error.empty() ? "another JSON value" : error) + ")");
   auto integer = [&](const char* key, int64_t lo, int64_t hi) -> int64_t {
-    if (!json->has(key)) throw CheckpointError("checkpoint pointer " + latest + ": no \"" + key + "\"");
-    const JsonValue& v = json->at(key);
-    if (v.type != JsonValue::Type::Number || !v.is_integer || v.integer < lo || v.integer > hi)
-      throw CheckpointError("checkpoint pointer " + latest + ": \"" + key + "\" = " + json_text(v) +
+    if (!json->contains(key)) throw CheckpointError("checkpoint pointer " + latest + ": no \"" + key + "\"");
+    const Json& v = json->at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+      throw CheckpointError("checkpoint pointer " + latest + ": \"" + key + "\" = " + json_value_text(v) +
                             ": must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
-    return v.integer;
+    return v.get<int64_t>();
   };
   CheckpointInfo info;
-  info.format = json->has("format") ? integer("format", 1, kFormat) : 1;
+  info.format = json->contains("format") ? integer("format", 1, kFormat) : 1;
   info.step = integer("step", 0, int64_t{1} << 40);
   info.world_size = integer("world_size", 1, 65536);
-  if (!json->has("path") || json->at("path").type != JsonValue::Type::String)
+  if (!json->contains("path") || !json->at("path").is_string())
     throw CheckpointError("checkpoint pointer " + latest + ": \"path\" must be a string");
   // The folder is named by the step and nothing else: a "path" elsewhere (../..) is refused.
-  if (json->at("path").string != step_folder(info.step))
-    throw CheckpointError("checkpoint pointer " + latest + ": \"path\" = " + json_text(json->at("path")) +
+  if (json->at("path").get<std::string>() != step_folder(info.step))
+    throw CheckpointError("checkpoint pointer " + latest + ": \"path\" = " + json_value_text(json->at("path")) +
                           " does not name step " + std::to_string(info.step) + "'s folder \"" +
                           step_folder(info.step) + "\"");
   info.path = join_path(root, step_folder(info.step));

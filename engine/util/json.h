@@ -1,11 +1,9 @@
-// Minimal JSON for Odyssey's outputs (--json, metrics.jsonl, Perfetto traces, summaries) and for
-// reading them back in tests and on resume. defines: JsonWriter, JsonValue, parse_json. No LibTorch.
+// JSON output for Odyssey (--json, metrics.jsonl, Perfetto traces, summaries): a streaming writer
+// whose escaping and number text come from nlohmann-json. defines: JsonWriter, json_quote. No LibTorch.
+// Reading JSON back: engine/util/json_read.h (nlohmann::ordered_json, kept out of this header).
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +12,7 @@ namespace odyssey {
 
 /// Streams compact JSON into a string. Keys and values are written in call order; the writer
 /// inserts commas. Usage: JsonWriter w(out); w.begin_object().key("fits").value(true).end_object();
+/// Streaming (no document tree) because traces and metrics are appended event by event.
 class JsonWriter {
  public:
   explicit JsonWriter(std::string& out) : out_(out) {}
@@ -28,7 +27,7 @@ class JsonWriter {
   JsonWriter& value(int64_t number);
   JsonWriter& value(int number) { return value(static_cast<int64_t>(number)); }
   JsonWriter& value(uint64_t number);
-  JsonWriter& value(double number);
+  JsonWriter& value(double number);  ///< NaN and infinities as null (JSON has neither)
   JsonWriter& value(bool flag);
   JsonWriter& null();
   /// Appends already-serialised JSON as one value.
@@ -41,26 +40,7 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
-/// Escapes a string for JSON (quotes included).
+/// A string as a JSON string literal (quotes included; invalid UTF-8 replaced by U+FFFD).
 std::string json_quote(std::string_view text);
-
-/// A parsed JSON value. Numbers keep their integer value when they were written as integers.
-struct JsonValue {
-  enum class Type { Null, Bool, Number, String, Array, Object } type = Type::Null;
-  bool boolean = false;
-  double number = 0;
-  bool is_integer = false;
-  int64_t integer = 0;
-  std::string string;
-  std::vector<JsonValue> array;
-  std::map<std::string, JsonValue> object;
-
-  bool has(const std::string& name) const { return type == Type::Object && object.count(name); }
-  const JsonValue& at(const std::string& name) const;  // throws std::out_of_range
-  int64_t as_int() const { return is_integer ? integer : static_cast<int64_t>(number); }
-};
-
-/// Parses one JSON document; on failure returns nullopt and sets *error to "offset N: what".
-std::optional<JsonValue> parse_json(std::string_view text, std::string* error = nullptr);
 
 }  // namespace odyssey

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "../engine/train/free_port.h"
-#include "engine/util/json.h"
+#include "engine/util/json_read.h"
 #include "test_paths.h"
 
 namespace odyssey::test {
@@ -90,7 +90,7 @@ inline pid_t spawn_odyssey(const std::string& args, const std::string& log, cons
 // The step of DIR's latest checkpoint, or -1.
 inline int64_t checkpoint_step(const std::string& dir) {
   auto v = parse_json(read_text(dir + "/checkpoints/latest.json"));
-  return v && v->has("step") ? v->at("step").as_int() : -1;
+  return v && v->contains("step") ? v->at("step").get<int64_t>() : -1;
 }
 
 // step -> loss from metrics.jsonl (a later line for the same step wins: a resumed run re-runs steps
@@ -102,7 +102,7 @@ inline std::map<int64_t, double> losses(const std::string& dir) {
   while (std::getline(lines, line)) {
     auto v = parse_json(line);
     REQUIRE(v.has_value());
-    out[v->at("step").as_int()] = v->at("loss").number;
+    out[v->at("step").get<int64_t>()] = v->at("loss").get<double>();
   }
   return out;
 }

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "engine/util/json.h"
+#include "engine/util/json_read.h"
 #include "test_paths.h"
 
 using namespace odyssey;
@@ -50,7 +50,7 @@ Run run_odyssey(const std::string& args) {
   return r;
 }
 
-JsonValue parse(const Run& r) {
+Json parse(const Run& r) {
   std::string error;
   auto v = parse_json(r.out, &error);
   INFO("stdout: " << r.out.substr(0, 400) << "\nparse error: " << error);
@@ -66,77 +66,77 @@ const char* kCategories[] = {"params",         "grads",    "optimizer",   "gathe
 TEST_CASE("odyssey plan --json: the contract's fields", "[cli][planner]") {
   const Run r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --json");
   REQUIRE(r.code == 0);
-  const JsonValue v = parse(r);
-  CHECK(v.at("fits").type == JsonValue::Type::Bool);
-  CHECK(v.at("fits").boolean);
-  CHECK(v.at("peak_bytes").as_int() > int64_t{50} << 30);
-  CHECK(v.at("peak_phase").string.rfind("bwd/block.", 0) == 0);
-  CHECK(v.at("host_bytes").as_int() > 0);
-  CHECK(v.at("tokens_per_s").number > 0);
-  CHECK(v.at("mfu").number > 0);
-  CHECK(v.at("mfu").number < 1);
+  const Json v = parse(r);
+  CHECK(v.at("fits").is_boolean());
+  CHECK(v.at("fits").get<bool>());
+  CHECK(v.at("peak_bytes").get<int64_t>() > int64_t{50} << 30);
+  CHECK(v.at("peak_phase").get<std::string>().rfind("bwd/block.", 0) == 0);
+  CHECK(v.at("host_bytes").get<int64_t>() > 0);
+  CHECK(v.at("tokens_per_s").get<double>() > 0);
+  CHECK(v.at("mfu").get<double>() > 0);
+  CHECK(v.at("mfu").get<double>() < 1);
   int64_t device_sum = 0;
   for (const char* c : kCategories) {
     INFO(c);
-    REQUIRE(v.at("categories").has(c));
-    if (std::string(c) != "offloaded") device_sum += v.at("categories").at(c).as_int();
+    REQUIRE(v.at("categories").contains(c));
+    if (std::string(c) != "offloaded") device_sum += v.at("categories").at(c).get<int64_t>();
   }
-  CHECK(device_sum == v.at("peak_bytes").as_int());
-  REQUIRE(v.at("terms").array.size() > 10);
-  for (const auto& t : v.at("terms").array) {
-    CHECK_FALSE(t.at("formula").string.empty());
-    CHECK(t.has("category"));
+  CHECK(device_sum == v.at("peak_bytes").get<int64_t>());
+  REQUIRE(v.at("terms").size() > 10);
+  for (const auto& t : v.at("terms")) {
+    CHECK_FALSE(t.at("formula").get<std::string>().empty());
+    CHECK(t.contains("category"));
   }
-  CHECK(v.at("phases").array.size() == 1 + 64 + 1 + 128 + 2);
-  CHECK(v.at("fits_device").boolean);
-  CHECK(v.at("fits_host").boolean);
-  CHECK(v.at("device_capacity").as_int() > 0);
-  CHECK_FALSE(v.at("dominant_term").string.empty());
+  CHECK(v.at("phases").size() == 1 + 64 + 1 + 128 + 2);
+  CHECK(v.at("fits_device").get<bool>());
+  CHECK(v.at("fits_host").get<bool>());
+  CHECK(v.at("device_capacity").get<int64_t>() > 0);
+  CHECK_FALSE(v.at("dominant_term").get<std::string>().empty());
 }
 
 TEST_CASE("odyssey plan --set: 5M without Untied Ulysses does not fit and gets advice", "[cli][planner]") {
   const Run r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set training.seq_len=5M --json");
   REQUIRE(r.code == 0);
-  const JsonValue v = parse(r);
-  CHECK_FALSE(v.at("fits").boolean);
-  CHECK(v.at("seq_len").as_int() == 5 * (int64_t{1} << 20));
-  REQUIRE_FALSE(v.at("advice").array.empty());
+  const Json v = parse(r);
+  CHECK_FALSE(v.at("fits").get<bool>());
+  CHECK(v.at("seq_len").get<int64_t>() == 5 * (int64_t{1} << 20));
+  REQUIRE_FALSE(v.at("advice").empty());
   bool untied = false;
-  for (const auto& change : v.at("advice").array.front().at("changes").array)
-    untied = untied || change.string == "memory.untied_ulysses = true";
+  for (const auto& change : v.at("advice").front().at("changes"))
+    untied = untied || change.get<std::string>() == "memory.untied_ulysses = true";
   CHECK(untied);
 }
 
 TEST_CASE("odyssey ladder --json: seven rungs in the contract's order", "[cli][planner]") {
   const Run r = run_odyssey("ladder presets/llama3-8b-3m-8xh100.toml --json");
   REQUIRE(r.code == 0);
-  const JsonValue v = parse(r);
-  const auto& rungs = v.at("rungs").array;
+  const Json v = parse(r);
+  const auto& rungs = v.at("rungs");
   REQUIRE(rungs.size() == 7);
   const char* names[] = {"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses"};
   const bool fits[] = {false, false, false, false, false, true, true};
   for (size_t i = 0; i < 7; ++i) {
     INFO(names[i]);
-    CHECK(rungs[i].at("name").string == names[i]);
-    CHECK(rungs[i].at("fits").boolean == fits[i]);
-    CHECK(rungs[i].at("peak_bytes").as_int() > 0);
-    CHECK(rungs[i].at("categories").has("attention_workspace"));
-    CHECK(rungs[i].has("max_seq_len"));
+    CHECK(rungs[i].at("name").get<std::string>() == names[i]);
+    CHECK(rungs[i].at("fits").get<bool>() == fits[i]);
+    CHECK(rungs[i].at("peak_bytes").get<int64_t>() > 0);
+    CHECK(rungs[i].at("categories").contains("attention_workspace"));
+    CHECK(rungs[i].contains("max_seq_len"));
   }
-  CHECK(rungs[6].at("max_seq_len").as_int() > rungs[5].at("max_seq_len").as_int());
-  CHECK(rungs[0].at("max_seq_len").as_int() == 0);  // 119 GiB of model states never fit
+  CHECK(rungs[6].at("max_seq_len").get<int64_t>() > rungs[5].at("max_seq_len").get<int64_t>());
+  CHECK(rungs[0].at("max_seq_len").get<int64_t>() == 0);  // 119 GiB of model states never fit
 }
 
 TEST_CASE("odyssey maxlen --json: the preset's answer and one per rung", "[cli][planner]") {
   const Run r = run_odyssey("maxlen presets/llama3-8b-5m-8xh100-untied.toml --json");
   REQUIRE(r.code == 0);
-  const JsonValue v = parse(r);
-  CHECK(v.at("max_seq_len").as_int() >= 5 * (int64_t{1} << 20));
-  CHECK(v.at("max_seq_len").as_int() % 8192 == 0);
-  const auto& rungs = v.at("rungs").array;
+  const Json v = parse(r);
+  CHECK(v.at("max_seq_len").get<int64_t>() >= 5 * (int64_t{1} << 20));
+  CHECK(v.at("max_seq_len").get<int64_t>() % 8192 == 0);
+  const auto& rungs = v.at("rungs");
   REQUIRE(rungs.size() == 7);
-  CHECK(rungs[6].at("name").string == "untied_ulysses");
-  CHECK(rungs[6].at("max_seq_len").as_int() == v.at("max_seq_len").as_int());
+  CHECK(rungs[6].at("name").get<std::string>() == "untied_ulysses");
+  CHECK(rungs[6].at("max_seq_len").get<int64_t>() == v.at("max_seq_len").get<int64_t>());
 }
 
 TEST_CASE("human output: aligned GiB tables", "[cli][planner]") {

@@ -89,7 +89,7 @@ TEST_CASE("reliability: latest.json with a wrong type or an absurd number names 
   const std::string latest = dir + "/checkpoints/latest.json";
   const std::string good = read_text(latest);
   for (const auto& [value, shown] : std::vector<std::pair<std::string, std::string>>{
-           {"\"ten\"", "\"step\" = \"ten\""}, {"1e300", "\"step\" = 1.0000000000000001e+300"}}) {
+           {"\"ten\"", "\"step\" = \"ten\""}, {"1e300", "\"step\" = 1e+300"}}) {
     std::string text = good;
     text.replace(text.find("\"step\":2"), 8, "\"step\":" + value);
     std::ofstream(latest, std::ios::trunc) << text;
@@ -181,9 +181,9 @@ TEST_CASE("reliability: sizes out of their physical range are refused, nothing o
   require_clean_exit(r, 0);
   auto plan = parse_json(r.out);
   REQUIRE(plan.has_value());
-  CHECK(plan->at("beyond_range").boolean);
-  CHECK_FALSE(plan->at("fits").boolean);
-  CHECK(plan->at("peak_bytes").as_int() > 0);
+  CHECK(plan->at("beyond_range").get<bool>());
+  CHECK_FALSE(plan->at("fits").get<bool>());
+  CHECK(plan->at("peak_bytes").get<int64_t>() > 0);
   // A huge head count once computed its hint's divisors one by one for an hour.
   const auto t0 = std::chrono::steady_clock::now();
   r = run_odyssey("check presets/qwen3-32b-16xh100.toml --set model.n_heads=1099511627776");

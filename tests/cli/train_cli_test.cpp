@@ -26,10 +26,10 @@ TEST_CASE("odyssey train: metrics.jsonl, trace.json, summary.json and a falling 
     auto v = parse_json(line);
     REQUIRE(v.has_value());
     for (const char* key : {"step", "loss", "tokens_per_s", "step_time_s", "peak_bytes", "rank_peak_bytes"})
-      CHECK(v->has(key));
-    CHECK(v->at("rank_peak_bytes").array.size() == 1);
-    CHECK(v->at("peak_bytes").as_int() > 0);
-    CHECK(v->at("step").as_int() == count + 1);  // steps count from 1, as the progress line does
+      CHECK(v->contains(key));
+    CHECK(v->at("rank_peak_bytes").size() == 1);
+    CHECK(v->at("peak_bytes").get<int64_t>() > 0);
+    CHECK(v->at("step").get<int64_t>() == count + 1);  // steps count from 1, as the progress line does
     ++count;
   }
   CHECK(count == 30);
@@ -41,10 +41,10 @@ TEST_CASE("odyssey train: metrics.jsonl, trace.json, summary.json and a falling 
   // summary.json: finished, the loss fell well below its start.
   auto summary = parse_json(read_text(dir + "/summary.json"));
   REQUIRE(summary.has_value());
-  CHECK(summary->at("status").string == "finished");
-  CHECK(summary->at("loss_final").number < 0.6 * summary->at("loss_first").number);
-  CHECK(summary->at("extra").has("answer_loss_final"));
-  CHECK(summary->at("final").at("step").as_int() == 30);
+  CHECK(summary->at("status").get<std::string>() == "finished");
+  CHECK(summary->at("loss_final").get<double>() < 0.6 * summary->at("loss_first").get<double>());
+  CHECK(summary->at("extra").contains("answer_loss_final"));
+  CHECK(summary->at("final").at("step").get<int64_t>() == 30);
   CHECK(checkpoint_step(dir) == 30);
 }
 
@@ -112,7 +112,7 @@ TEST_CASE("odyssey train: Ctrl-C stops at a step boundary with a checkpoint, res
   CHECK_THAT(read_text(dir + ".log"), Catch::Contains("stopping at the next step boundary with a checkpoint"));
   auto summary = parse_json(read_text(dir + "/summary.json"));
   REQUIRE(summary.has_value());
-  const std::string status_text = summary->at("status").string;
+  const std::string status_text = summary->at("status").get<std::string>();
   CHECK((status_text == "stopped" || status_text == "finished"));
   // The checkpoint is at the step where it stopped: every step in metrics.jsonl is in it.
   const int64_t stopped_at = checkpoint_step(dir);
@@ -131,23 +131,23 @@ TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli]
   REQUIRE(r.code == 0);
   auto v = parse_json(r.out);
   REQUIRE(v.has_value());
-  CHECK(v->at("rounds").as_int() == 2);
-  std::map<std::string, const JsonValue*> by_name;
-  for (const auto& variant : v->at("variants").array) by_name[variant.at("name").string] = &variant;
+  CHECK(v->at("rounds").get<int64_t>() == 2);
+  std::map<std::string, const Json*> by_name;
+  for (const auto& variant : v->at("variants")) by_name[variant.at("name").get<std::string>()] = &variant;
   for (const char* name : {"plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all"}) {
     REQUIRE(by_name.count(name));
-    CHECK(by_name[name]->at("median_step_s").number > 0);
-    CHECK(by_name[name]->at("ratio").number > 0);
-    CHECK(by_name[name]->at("device_peak_bytes").as_int() > 0);
+    CHECK(by_name[name]->at("median_step_s").get<double>() > 0);
+    CHECK(by_name[name]->at("ratio").get<double>() > 0);
+    CHECK(by_name[name]->at("device_peak_bytes").get<int64_t>() > 0);
   }
-  CHECK(by_name["offload"]->at("baseline").string == "checkpointing");
+  CHECK(by_name["offload"]->at("baseline").get<std::string>() == "checkpointing");
   // Measured peaks: checkpointing below plain, offload below checkpointing with host bytes.
-  CHECK(by_name["checkpointing"]->at("device_peak_bytes").as_int() < by_name["plain"]->at("device_peak_bytes").as_int());
-  CHECK(by_name["offload"]->at("device_peak_bytes").as_int() <
-        by_name["checkpointing"]->at("device_peak_bytes").as_int());
-  CHECK(by_name["offload"]->at("host_peak_bytes").as_int() > 0);
-  CHECK(by_name["all"]->at("device_peak_bytes").as_int() < by_name["offload"]->at("device_peak_bytes").as_int());
-  CHECK(by_name["tiled_mlp"]->at("device_peak_bytes").as_int() < by_name["plain"]->at("device_peak_bytes").as_int());
+  CHECK(by_name["checkpointing"]->at("device_peak_bytes").get<int64_t>() < by_name["plain"]->at("device_peak_bytes").get<int64_t>());
+  CHECK(by_name["offload"]->at("device_peak_bytes").get<int64_t>() <
+        by_name["checkpointing"]->at("device_peak_bytes").get<int64_t>());
+  CHECK(by_name["offload"]->at("host_peak_bytes").get<int64_t>() > 0);
+  CHECK(by_name["all"]->at("device_peak_bytes").get<int64_t>() < by_name["offload"]->at("device_peak_bytes").get<int64_t>());
+  CHECK(by_name["tiled_mlp"]->at("device_peak_bytes").get<int64_t>() < by_name["plain"]->at("device_peak_bytes").get<int64_t>());
 }
 
 // The 2-rank preset on short sequences: Ulysses 2 + FSDP + every technique, one rank per process.
@@ -188,18 +188,18 @@ TEST_CASE("odyssey train under torchrun: two processes equal the in-process run 
   // Rank 0's outputs carry both ranks: peaks in every metrics line, a trace process per rank.
   std::istringstream lines(read_text(dir + "/metrics.jsonl"));
   for (std::string line; std::getline(lines, line);)
-    CHECK(parse_json(line)->at("rank_peak_bytes").array.size() == 2);
+    CHECK(parse_json(line)->at("rank_peak_bytes").size() == 2);
   auto trace = parse_json(read_text(dir + "/trace.json"));
   REQUIRE(trace.has_value());
   std::set<int64_t> pids;
-  for (const auto& e : trace->at("traceEvents").array)
-    if (e.at("ph").string == "X") pids.insert(e.at("pid").as_int());
+  for (const auto& e : trace->at("traceEvents"))
+    if (e.at("ph").get<std::string>() == "X") pids.insert(e.at("pid").get<int64_t>());
   CHECK(pids == std::set<int64_t>{0, 1});
   auto summary = parse_json(read_text(dir + "/summary.json"));
   REQUIRE(summary.has_value());
-  CHECK(summary->at("status").string == "finished");
-  CHECK(summary->at("final").at("step").as_int() == 4);
-  CHECK(summary->at("final").at("rank_peak_bytes").array.size() == 2);
+  CHECK(summary->at("status").get<std::string>() == "finished");
+  CHECK(summary->at("final").at("step").get<int64_t>() == 4);
+  CHECK(summary->at("final").at("rank_peak_bytes").size() == 2);
 }
 
 TEST_CASE("odyssey train under the real torchrun launcher equals the in-process run", "[cli][train][torchrun]") {

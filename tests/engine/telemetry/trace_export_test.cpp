@@ -14,7 +14,7 @@
 #include "engine/telemetry/phase_peaks.h"
 #include "engine/telemetry/summary.h"
 #include "engine/telemetry/trace_writer.h"
-#include "engine/util/json.h"
+#include "engine/util/json_read.h"
 #include "test_paths.h"
 
 using namespace odyssey;
@@ -35,7 +35,7 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-JsonValue parse_file(const std::string& path) {
+Json parse_file(const std::string& path) {
   std::string error;
   auto v = parse_json(slurp(path), &error);
   INFO(path << ": " << error);
@@ -90,8 +90,8 @@ TEST_CASE("trace has one process per rank, nested phases, counters and peak inst
     CHECK(trace.closed());
     CHECK(trace.error().empty());
   }
-  const JsonValue doc = parse_file(path);
-  const auto& events = doc.at("traceEvents").array;
+  const Json doc = parse_file(path);
+  const auto& events = doc.at("traceEvents");
   REQUIRE_FALSE(events.empty());
   std::map<int64_t, std::string> process_names;
   std::map<int64_t, std::vector<std::pair<double, double>>> spans;  // per pid: [ts, ts+dur]
@@ -99,28 +99,28 @@ TEST_CASE("trace has one process per rank, nested phases, counters and peak inst
   std::map<std::pair<int64_t, int64_t>, int64_t> instants;        // (pid, step) -> instant peak
   int memory_counters = 0, category_counters = 0;
   for (const auto& e : events) {
-    const std::string ph = e.at("ph").string;
-    const int64_t pid = e.at("pid").as_int();
-    if (ph == "M" && e.at("name").string == "process_name") process_names[pid] = e.at("args").at("name").string;
+    const std::string ph = e.at("ph").get<std::string>();
+    const int64_t pid = e.at("pid").get<int64_t>();
+    if (ph == "M" && e.at("name").get<std::string>() == "process_name") process_names[pid] = e.at("args").at("name").get<std::string>();
     if (ph == "X") {
-      const double ts = e.at("ts").number, dur = e.at("dur").number;
+      const double ts = e.at("ts").get<double>(), dur = e.at("dur").get<double>();
       CHECK(dur >= 0);
       spans[pid].emplace_back(ts, ts + dur);
-      const auto key = std::make_pair(pid, e.at("args").at("step").as_int());
-      max_peak[key] = std::max(max_peak[key], e.at("args").at("device_peak").as_int());
-      CHECK(e.at("args").at("category_at_peak").object.size() == size_t(kMemCategoryCount));
+      const auto key = std::make_pair(pid, e.at("args").at("step").get<int64_t>());
+      max_peak[key] = std::max(max_peak[key], e.at("args").at("device_peak").get<int64_t>());
+      CHECK(e.at("args").at("category_at_peak").size() == size_t(kMemCategoryCount));
     }
-    if (ph == "C" && e.at("name").string == "memory") {
+    if (ph == "C" && e.at("name").get<std::string>() == "memory") {
       ++memory_counters;
-      CHECK(e.at("args").at("device_bytes").type == JsonValue::Type::Number);
-      CHECK(e.at("args").at("host_bytes").type == JsonValue::Type::Number);
+      CHECK(e.at("args").at("device_bytes").is_number());
+      CHECK(e.at("args").at("host_bytes").is_number());
     }
-    if (ph == "C" && e.at("name").string == "categories") {
+    if (ph == "C" && e.at("name").get<std::string>() == "categories") {
       ++category_counters;
-      CHECK(e.at("args").object.size() == size_t(kMemCategoryCount));
-      for (const auto& [name, v] : e.at("args").object) CHECK(v.type == JsonValue::Type::Number);
+      CHECK(e.at("args").size() == size_t(kMemCategoryCount));
+      for (const auto& [name, v] : e.at("args").items()) CHECK(v.is_number());
     }
-    if (ph == "i") instants[{pid, e.at("args").at("step").as_int()}] = e.at("args").at("device_peak").as_int();
+    if (ph == "i") instants[{pid, e.at("args").at("step").get<int64_t>()}] = e.at("args").at("device_peak").get<int64_t>();
   }
   CHECK(process_names == std::map<int64_t, std::string>{{60, "rank 60"}, {61, "rank 61"}, {62, "rank 62"}});
   // 4 phases (step, fwd, fwd/attn, optimizer) x 2 edges x 2 steps per rank.
@@ -160,8 +160,8 @@ TEST_CASE("trace is valid JSON after an exception and streams while the run goes
   } catch (const std::runtime_error& e) {
     CHECK(std::string(e.what()) == "the run failed");
   }
-  const JsonValue doc = parse_file(path);
-  CHECK(doc.at("traceEvents").array.size() == 3 + 2 * 20000);  // metadata + two counters each
+  const Json doc = parse_file(path);
+  CHECK(doc.at("traceEvents").size() == 3 + 2 * 20000);  // metadata + two counters each
   CHECK_THROWS_AS(TraceWriter("/nonexistent-dir/trace.json"), std::runtime_error);
 }
 
@@ -180,15 +180,15 @@ TEST_CASE("trace accepts the studio's spans and samples", "[telemetry][trace]") 
     sample.device_bytes = 42;
     trace.on_sample(sample);
   }
-  const JsonValue doc = parse_file(path);
+  const Json doc = parse_file(path);
   bool found = false;
-  for (const auto& e : doc.at("traceEvents").array)
-    if (e.at("ph").string == "X") {
+  for (const auto& e : doc.at("traceEvents"))
+    if (e.at("ph").get<std::string>() == "X") {
       found = true;
-      CHECK(e.at("name").string == "mlp");
-      CHECK(e.at("ts").number == Approx(500000.0));
-      CHECK(e.at("dur").number == Approx(250000.0));
-      CHECK(e.at("args").at("path").string == "bwd/block.0/mlp");
+      CHECK(e.at("name").get<std::string>() == "mlp");
+      CHECK(e.at("ts").get<double>() == Approx(500000.0));
+      CHECK(e.at("dur").get<double>() == Approx(250000.0));
+      CHECK(e.at("args").at("path").get<std::string>() == "bwd/block.0/mlp");
     }
   CHECK(found);
 }
@@ -229,16 +229,16 @@ TEST_CASE("metrics.jsonl has one object per step with the contract's fields", "[
     REQUIRE(v.has_value());
     for (const char* key : {"step", "loss", "tokens_per_s", "step_time_s", "peak_bytes", "rank_peak_bytes",
                             "rank_host_peak_bytes", "lr", "grad_norm", "mfu", "loss_meaningful", "phase_peak_bytes"})
-      CHECK(v->has(key));
-    CHECK(v->at("step").as_int() == n);
-    CHECK(v->at("peak_bytes").as_int() == 300 * n);
-    CHECK(v->at("rank_peak_bytes").array.size() == 2);
-    CHECK(v->at("rank_peak_bytes").array[1].as_int() == 300 * n);
-    CHECK(v->at("host_peak_bytes").as_int() == 9);
-    CHECK(v->at("phase_peak_bytes").at("fwd/block.0/attn").as_int() == 2000);
-    CHECK(v->at("loss_meaningful").boolean == (n != 2));
-    if (n == 3) CHECK(v->at("loss").type == JsonValue::Type::Null);
-    if (n == 1) CHECK(v->at("loss").number == Approx(5.0));
+      CHECK(v->contains(key));
+    CHECK(v->at("step").get<int64_t>() == n);
+    CHECK(v->at("peak_bytes").get<int64_t>() == 300 * n);
+    CHECK(v->at("rank_peak_bytes").size() == 2);
+    CHECK(v->at("rank_peak_bytes")[1].get<int64_t>() == 300 * n);
+    CHECK(v->at("host_peak_bytes").get<int64_t>() == 9);
+    CHECK(v->at("phase_peak_bytes").at("fwd/block.0/attn").get<int64_t>() == 2000);
+    CHECK(v->at("loss_meaningful").get<bool>() == (n != 2));
+    if (n == 3) CHECK(v->at("loss").is_null());
+    if (n == 1) CHECK(v->at("loss").get<double>() == Approx(5.0));
   }
   CHECK(n == 3);
   CHECK_THROWS_AS(MetricsJsonlWriter("/nonexistent-dir/metrics.jsonl"), std::runtime_error);
@@ -294,20 +294,20 @@ TEST_CASE("summary.json holds final metrics, rank peaks and the phase table", "[
   std::string error;
   REQUIRE(write_summary_json(path, s, &error));
   CHECK_FALSE(fs::exists(path + ".tmp"));
-  const JsonValue doc = parse_file(path);
-  CHECK(doc.at("steps").as_int() == 4);
-  CHECK(doc.at("final").at("step").as_int() == 3);
-  CHECK(doc.at("loss_first").number == Approx(4.0));
-  CHECK(doc.at("loss_final").number == Approx(1.0));
-  CHECK(doc.at("tokens_per_s_mean").number == Approx(100.0));
-  CHECK(doc.at("peak_bytes").as_int() == 777);
-  CHECK(doc.at("rank_peak_bytes").array.at(0).as_int() == 777);
-  CHECK(doc.at("ranks").array.at(0).at("host_peak").as_int() == 55);
-  const auto& phases = doc.at("phases").array;
+  const Json doc = parse_file(path);
+  CHECK(doc.at("steps").get<int64_t>() == 4);
+  CHECK(doc.at("final").at("step").get<int64_t>() == 3);
+  CHECK(doc.at("loss_first").get<double>() == Approx(4.0));
+  CHECK(doc.at("loss_final").get<double>() == Approx(1.0));
+  CHECK(doc.at("tokens_per_s_mean").get<double>() == Approx(100.0));
+  CHECK(doc.at("peak_bytes").get<int64_t>() == 777);
+  CHECK(doc.at("rank_peak_bytes").at(0).get<int64_t>() == 777);
+  CHECK(doc.at("ranks").at(0).at("host_peak").get<int64_t>() == 55);
+  const auto& phases = doc.at("phases");
   REQUIRE(phases.size() == 2);
-  CHECK(phases[0].at("path").string == "fwd/block.0/mlp");  // highest first
-  CHECK(phases[0].at("category_at_peak").at("mlp_workspace").as_int() == 300);
-  CHECK(doc.at("extra").at("planner_peak_bytes").as_int() == 800);
+  CHECK(phases[0].at("path").get<std::string>() == "fwd/block.0/mlp");  // highest first
+  CHECK(phases[0].at("category_at_peak").at("mlp_workspace").get<int64_t>() == 300);
+  CHECK(doc.at("extra").at("planner_peak_bytes").get<int64_t>() == 800);
   s.extra_json = "[1, 2";
   CHECK_FALSE(write_summary_json(path, s, &error));
   CHECK_THAT(error, Catch::Contains("extra_json"));

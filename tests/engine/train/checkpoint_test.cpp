@@ -18,7 +18,7 @@
 #include "engine/train/checkpoint_io.h"
 #include "engine/train/run.h"
 #include "engine/util/files.h"
-#include "engine/util/json.h"
+#include "engine/util/json_read.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -194,7 +194,7 @@ TEST_CASE("checkpoint: the pointer file's fields are checked for type and range"
   with("\"step\":1", "\"step\":\"ten\"");
   CHECK_THROWS_WITH(read_checkpoint_info(dir), Catch::Contains("\"step\" = \"ten\": must be a whole number"));
   with("\"step\":1", "\"step\":1e300");
-  CHECK_THROWS_WITH(read_checkpoint_info(dir), Catch::Contains("\"step\" = 1.0000000000000001e+300"));
+  CHECK_THROWS_WITH(read_checkpoint_info(dir), Catch::Contains("\"step\" = 1e+300"));
   with("\"step\":1", "\"step\":-4");
   CHECK_THROWS_WITH(read_checkpoint_info(dir), Catch::Contains("\"step\" = -4"));
   with("\"path\":\"step_00000001\"", "\"path\":\"../../elsewhere\"");
@@ -279,7 +279,7 @@ TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and t
   for (std::string line; std::getline(lines, line);) {
     auto v = parse_json(line);
     REQUIRE(v);
-    steps.push_back(v->at("step").as_int());
+    steps.push_back(v->at("step").get<int64_t>());
   }
   CHECK(steps == std::vector<int64_t>{1, 2, 3, 4});
   // The trace: every (rank, step, phase path) once: the first process's steps 1 and 2 (its step 3
@@ -289,13 +289,13 @@ TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and t
   std::set<std::tuple<int64_t, int64_t, std::string>> seen;
   std::set<int64_t> traced_steps;
   double last_end_step2 = 0, first_begin_step3 = 1e300;
-  for (const auto& e : trace->at("traceEvents").array) {
-    if (e.at("ph").string != "X") continue;
-    const int64_t step = e.at("args").at("step").as_int();
+  for (const auto& e : trace->at("traceEvents")) {
+    if (e.at("ph").get<std::string>() != "X") continue;
+    const int64_t step = e.at("args").at("step").get<int64_t>();
     traced_steps.insert(step);
-    CHECK(seen.insert({e.at("pid").as_int(), step, e.at("args").at("path").string}).second);
-    if (step == 2) last_end_step2 = std::max(last_end_step2, e.at("ts").number + e.at("dur").number);
-    if (step == 3) first_begin_step3 = std::min(first_begin_step3, e.at("ts").number);
+    CHECK(seen.insert({e.at("pid").get<int64_t>(), step, e.at("args").at("path").get<std::string>()}).second);
+    if (step == 2) last_end_step2 = std::max(last_end_step2, e.at("ts").get<double>() + e.at("dur").get<double>());
+    if (step == 3) first_begin_step3 = std::min(first_begin_step3, e.at("ts").get<double>());
   }
   CHECK(traced_steps == std::set<int64_t>{1, 2, 3, 4});
   CHECK(first_begin_step3 > last_end_step2);

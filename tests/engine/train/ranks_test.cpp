@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "../engine_test_util.h"
-#include "engine/util/json.h"
+#include "engine/util/json_read.h"
 #include "engine/util/files.h"
 #include "engine/train/run.h"
 
@@ -136,20 +136,20 @@ TEST_CASE("ranks: rank 0 writes every rank's peaks and phases and steps count fr
   while (std::getline(lines, line)) {
     auto v = parse_json(line);
     REQUIRE(v.has_value());
-    CHECK(v->at("step").as_int() == expected++);
-    CHECK(v->at("rank_peak_bytes").array.size() == 2);
-    CHECK(v->at("phase_peak_bytes").has("fwd/block.1/attn"));
+    CHECK(v->at("step").get<int64_t>() == expected++);
+    CHECK(v->at("rank_peak_bytes").size() == 2);
+    CHECK(v->at("phase_peak_bytes").contains("fwd/block.1/attn"));
   }
   CHECK(expected == 4);
   // summary.json: the final step is 3; the phase table has rows from rank 1 too (gathered).
   auto summary = parse_json(read_file(opt.out_dir + "/summary.json"));
   REQUIRE(summary.has_value());
-  CHECK(summary->at("final").at("step").as_int() == 3);
+  CHECK(summary->at("final").at("step").get<int64_t>() == 3);
   std::set<int64_t> peak_ranks, peak_steps;
-  for (const auto& row : summary->at("phases").array) {
-    peak_ranks.insert(row.at("peak_rank").as_int());
-    peak_steps.insert(row.at("peak_step").as_int());
-    CHECK(row.at("count").as_int() % 2 == 0);  // every phase ran on both ranks
+  for (const auto& row : summary->at("phases")) {
+    peak_ranks.insert(row.at("peak_rank").get<int64_t>());
+    peak_steps.insert(row.at("peak_step").get<int64_t>());
+    CHECK(row.at("count").get<int64_t>() % 2 == 0);  // every phase ran on both ranks
   }
   CHECK(peak_ranks.count(1) == 1);
   CHECK(*peak_steps.begin() >= 1);
@@ -158,8 +158,8 @@ TEST_CASE("ranks: rank 0 writes every rank's peaks and phases and steps count fr
   auto trace = parse_json(read_file(opt.out_dir + "/trace.json"));
   REQUIRE(trace.has_value());
   std::map<int64_t, std::set<int64_t>> steps_of_rank;  // pid -> steps of its phase events
-  for (const auto& e : trace->at("traceEvents").array)
-    if (e.at("ph").string == "X") steps_of_rank[e.at("pid").as_int()].insert(e.at("args").at("step").as_int());
+  for (const auto& e : trace->at("traceEvents"))
+    if (e.at("ph").get<std::string>() == "X") steps_of_rank[e.at("pid").get<int64_t>()].insert(e.at("args").at("step").get<int64_t>());
   CHECK(steps_of_rank[0] == std::set<int64_t>{1, 2});
   CHECK(steps_of_rank[1] == std::set<int64_t>{1, 2});
 }
