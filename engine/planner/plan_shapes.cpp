@@ -105,9 +105,6 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.block_layout = flat_shard_layout(s.n_block, shard_ways);
   s.embed_layout = flat_shard_layout(s.n_embed, shard_ways);
   s.head_layout = flat_shard_layout(s.n_head, shard_ways);
-  s.shard_block = s.block_layout.shard_numel;
-  s.shard_embed = s.embed_layout.shard_numel;
-  s.shard_head = s.head_layout.shard_numel;
   s.gathers = keeps_gathered_copy(shard_ways, s.c);
 
   s.cuda_target = cfg.hardware.profile != "cpu";
@@ -166,7 +163,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   }
   set(TensorKind::TokenIds, sat_product({s.t, 8}));
   set(TensorKind::RopeTable, sat_product({s.t, s.hd, c}));
-  const int64_t shard_elems = sat_add(sat_mul(s.L, s.shard_block), s.shard_embed + s.shard_head);
+  const int64_t shard_elems = sat_add(sat_mul(s.L, s.block_layout.shard_numel), s.embed_layout.shard_numel + s.head_layout.shard_numel);
   set(TensorKind::MasterShards, sat_product({shard_elems, 4}));
   set(TensorKind::GradShards, sat_product({shard_elems, 4}));
   set(TensorKind::AdamMoments, sat_product({shard_elems, 8}));
@@ -175,7 +172,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::EmbedFull, sat_product({s.embed_layout.padded_numel, c}));
   set(TensorKind::HeadFull, sat_product({s.head_layout.padded_numel, c}));
   // fp32 compute gathers straight from the master shard (FlatParamGroup::unshard_async): no cast
-  set(TensorKind::BlockShardCast, s.fsdp && s.W > 1 && c != 4 ? sat_product({s.shard_block, c}) : 0);
+  set(TensorKind::BlockShardCast, s.fsdp && s.W > 1 && c != 4 ? sat_product({s.block_layout.shard_numel, c}) : 0);
   set(TensorKind::BlockGradsAttn, sat_product({s.n_attn, c}));
   set(TensorKind::BlockGradsMlp, sat_product({s.n_mlp, c}));
   set(TensorKind::MlpWeightTile, sat_product({s.d, s.f, c}));
@@ -185,8 +182,8 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::BlockPack, sat_product({s.block_layout.padded_numel, 4}));
   set(TensorKind::HeadPack, sat_product({s.head_layout.padded_numel, 4}));  // tied: the embedding packs its own
   set(TensorKind::EmbedPack, sat_product({s.embed_layout.padded_numel, 4}));
-  set(TensorKind::BlockShardOut, s.fsdp && s.W > 1 ? sat_product({s.shard_block, 4}) : 0);
-  set(TensorKind::OptimizerTemp, sat_product({std::max({s.shard_block, s.shard_embed, s.shard_head}), 4}));  // AdamW denom
+  set(TensorKind::BlockShardOut, s.fsdp && s.W > 1 ? sat_product({s.block_layout.shard_numel, 4}) : 0);
+  set(TensorKind::OptimizerTemp, sat_product({std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}), 4}));  // AdamW denom
   set(TensorKind::RuntimeOverhead, s.runtime_overhead);
   set(TensorKind::OffloadedInput, sat_product({s.t, s.d, c}));
   return s;

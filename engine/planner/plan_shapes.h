@@ -126,11 +126,10 @@ struct PlanShapes {
   SequenceTile mlp_tile, loss_tile;  ///< [B, n, f] and [B, n, V] tiles (engine/layout/tiles.h)
   int64_t fused_seq_tile = 0, fused_vocab_tile = 0;  ///< the fused loss kernel's tiles (GPU profiles)
   int64_t cpu_q_block = 0, cpu_kv_block = 0;  ///< the CPU flash kernel's blocks for a query length S
-  // parameters per group and their shards (elements)
+  // parameters per group (elements) and their layout over the ranks
   int64_t n_block = 0, n_embed = 0, n_head = 0, n_attn = 0, n_mlp = 0;
-  int64_t shard_block = 0, shard_embed = 0, shard_head = 0;
   FlatShardLayout block_layout, embed_layout, head_layout;  ///< each group over the ranks (engine/layout/planned_buffers.h)
-  bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: fp32 without FSDP)
+  bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: fp32 and unsharded, keeps_gathered_copy)
   // hardware
   bool cuda_target = true;  ///< the hardware profile is a GPU (offload goes through one pinned slab)
   int64_t runtime_overhead = 0;
