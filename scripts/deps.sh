@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs everything Odyssey builds against, idempotently: Debian packages (sudo only when not
-# root) and LibTorch 2.11.0 from the PyPI torch wheel into a venv cached outside the repository.
+# Installs everything Odyssey builds and tests against, idempotently: Debian packages (sudo only
+# when not root), LibTorch 2.11.0 from the PyPI torch wheel into a venv cached outside the
+# repository, and the pinned transformers the Hugging Face tests compare against (same venv).
 set -euo pipefail
 
 DEPS_DIR="${ODYSSEY_DEPS_DIR:-$HOME/.cache/odyssey}"
@@ -48,6 +49,20 @@ assert os.path.isdir(os.path.join(inc, "torch", "csrc", "api")), "wheel ships no
 print("deps: torch", torch.__version__, "cuda", torch.version.cuda, "->", torch.utils.cmake_prefix_path)
 PY
   touch "$STAMP"
+fi
+
+# --- transformers for the Hugging Face tests ----------------------------------------------------
+# The test suite builds small checkpoints with transformers itself and loads Odyssey's exports back
+# into it (tests/hf/). Pinned: the rope parameters and tensor names are checked against this one.
+HF_PACKAGES=("transformers==5.23.0" "safetensors==0.8.0")
+HF_STAMP="$DEPS_DIR/.deps-ok-transformers-5.23.0-safetensors-0.8.0"
+if [ -f "$HF_STAMP" ] && "$VENV/bin/python" -c "import transformers, safetensors" >/dev/null 2>&1; then
+  say "transformers 5.23.0 cached in $VENV"
+else
+  say "installing ${HF_PACKAGES[*]} into $VENV (the Hugging Face tests)"
+  "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "${HF_PACKAGES[@]}"
+  "$VENV/bin/python" -c "import transformers, safetensors; print('deps: transformers', transformers.__version__)"
+  touch "$HF_STAMP"
 fi
 
 # --- CUDA toolkit vs wheel ---------------------------------------------------------------------

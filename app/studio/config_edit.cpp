@@ -8,6 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "engine/config/hf_config.h"
 #include "engine/config/schema.h"
 #include "engine/config/sizes.h"
 #include "engine/config/validate.h"
@@ -89,6 +90,13 @@ FieldMessages file_issues(const std::vector<ConfigIssue>& issues, const std::set
 bool apply_model_flavor(RunConfig& cfg, const std::string& name) {
   if (name == "custom") {
     cfg.model.flavor = "custom";
+    return true;
+  }
+  if (name == "hf") {  // the shape of the Hugging Face directory the preset names
+    HfConfigError error;
+    const auto shape = cfg.model.hf_path.empty() ? std::nullopt : read_hf_config(cfg.model.hf_path, &error);
+    if (!shape) return false;
+    cfg.model = *shape;
     return true;
   }
   const auto shape = find_model_flavor(name);

@@ -15,8 +15,10 @@
 
 #include <toml++/toml.h>
 
+#include "engine/config/hf_config.h"
 #include "engine/config/sizes.h"
 #include "engine/config/validate.h"
+#include "engine/util/files.h"
 
 namespace odyssey {
 
@@ -183,10 +185,48 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
     return v;
   };
 
+  // A Hugging Face directory's config.json is the model's base, like a flavor (which, when named
+  // too, must describe the same shape).
+  std::optional<ModelConfig> hf_shape;
+  const Assignment* hf = last_of(all, "model", "hf_path");
+  if (hf && hf->raw.type == RawValue::Type::String && hf->raw.s.empty()) hf = nullptr;  // "" = none (as saved)
+  if (hf) {
+    if (auto v = coerce(*hf)) {
+      HfConfigError error;
+      hf_shape = read_hf_config(v->s, &error);
+      if (!hf_shape)
+        issues.push_back({hf->loc, "model.hf_path", hf->raw.text, error.format(),
+                          "name a directory holding a Llama 3.x or Qwen3 config.json and its safetensors"});
+    }
+  }
+  const Assignment* named_flavor = last_of(all, "model", "flavor");
+  if (named_flavor && named_flavor->raw.type == RawValue::Type::String && named_flavor->raw.s == "hf" && !hf)
+    issues.push_back({named_flavor->loc, "model.flavor", named_flavor->raw.text, "needs model.hf_path",
+                      "name the Hugging Face model directory whose config.json gives the shape"});
+
   // The model flavor is the base every model key overrides.
   bool custom = false;
   ModelConfig flavor_shape;
-  if (const Assignment* f = last_of(all, "model", "flavor")) {
+  if (hf_shape) {
+    cfg.model = *hf_shape;
+    sources["model.hf_path"] = hf->loc;
+    if (named_flavor && named_flavor->raw.type == RawValue::Type::String) {
+      if (auto named = find_model_flavor(named_flavor->raw.s)) {
+        if (auto diff = first_shape_difference(*named, *hf_shape))
+          issues.push_back({named_flavor->loc, "model.flavor", named_flavor->raw.text,
+                            "describes another shape than " + join_path(hf_shape->hf_path, "config.json") + ": " + *diff,
+                            "drop model.flavor (flavor = \"hf\" is implied by hf_path) or name the matching flavor"});
+        cfg.model.flavor = named->flavor;
+      } else if (named_flavor->raw.s == "custom") {
+        issues.push_back({named_flavor->loc, "model.flavor", named_flavor->raw.text,
+                          "cannot be custom with model.hf_path: the directory's config.json gives the shape",
+                          "drop model.flavor, or set flavor = \"hf\""});
+      }
+      sources["model.flavor"] = named_flavor->loc;
+    }
+  } else if (hf) {
+    // config.json could not be read: reported above; no second issue for the missing flavor.
+  } else if (const Assignment* f = named_flavor) {
     if (auto v = coerce(*f)) {
       sources["model.flavor"] = f->loc;
       if (v->s == "custom") {
@@ -197,14 +237,14 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
         cfg.model.norm_eps = 1e-5;
         cfg.model.tie_embeddings = false;
         cfg.model.qk_norm = false;
-      } else {
-        flavor_shape = *find_model_flavor(v->s);
+      } else if (auto named = find_model_flavor(v->s)) {
+        flavor_shape = *named;
         cfg.model = flavor_shape;
-      }
+      }  // else "hf" without model.hf_path: reported above
     }
   } else if (!is_broken("model")) {
     issues.push_back({table_loc("model"), "model.flavor", "(missing)", "is required",
-                      "name a flavor (tiny, llama3.2-1b, llama3.2-3b, llama3-8b, qwen3-32b, llama3-70b) or \"custom\""});
+                      "name a flavor (tiny, llama3.2-1b, llama3.2-3b, llama3-8b, qwen3-32b, llama3-70b), \"custom\", or a Hugging Face directory as model.hf_path"});
   }
   // The hardware profile is the base every hardware key overrides; h100-sxm when absent.
   if (const Assignment* p = last_of(all, "hardware", "profile")) {
@@ -219,6 +259,7 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
 
   for (const auto& a : all) {
     if (a.spec->full_name() == "model.flavor" || a.spec->full_name() == "hardware.profile") continue;
+    if (hf && a.spec->full_name() == "model.hf_path") continue;  // the base above
     if (auto v = coerce(a)) {
       a.spec->set(cfg, *v);
       sources[a.spec->full_name()] = a.loc;
@@ -227,6 +268,16 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
 
   auto given = [&](const char* key) { return sources.count(key) > 0; };
   ModelConfig& m = cfg.model;
+  if (hf_shape) {
+    // The checkpoint's tensors fix the shape; rope_*, norm_eps and the rest may be changed.
+    for (const KeySpec* spec : model_shape_keys())
+      if (given(spec->full_name().c_str()) && toml_literal(*spec, cfg) != toml_literal(*spec, RunConfig{.model = *hf_shape}))
+        issues.push_back({sources[spec->full_name()], spec->full_name(), toml_literal(*spec, cfg),
+                          "differs from " + join_path(hf_shape->hf_path, "config.json") + " (" +
+                              toml_literal(*spec, RunConfig{.model = *hf_shape}) + "): the checkpoint's tensors fix the shape",
+                          "drop the key; model.hf_path gives it"});
+    return;
+  }
   if (custom) {
     for (const char* key : {"model.n_layers", "model.d_model", "model.n_heads", "model.d_ffn", "model.vocab_size"})
       if (!given(key))

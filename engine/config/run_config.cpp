@@ -26,6 +26,16 @@ std::string_view to_string(DeviceKind v) {
   return "auto";
 }
 
+std::string_view to_string(RopeScalingKind v) {
+  switch (v) {
+    case RopeScalingKind::None: return "none";
+    case RopeScalingKind::Linear: return "linear";
+    case RopeScalingKind::Llama3: return "llama3";
+    case RopeScalingKind::Yarn: return "yarn";
+  }
+  return "none";
+}
+
 int64_t dtype_bytes(DType v) { return v == DType::BFloat16 ? 2 : 4; }
 
 int64_t ModelConfig::block_params() const {
@@ -74,6 +84,11 @@ std::vector<ModelFlavor> make_flavors() {
        shape(80, 8192, 64, 8, 128, 28672, 128256, 500000.0, 1e-5, false, false)},
   };
   for (auto& flavor : f) flavor.shape.flavor = flavor.name;
+  // Llama 3.2's published config.json: rope_scaling {"rope_type": "llama3", "factor": 32,
+  // "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 8192}.
+  for (auto& flavor : f)
+    if (std::string_view(flavor.name).starts_with("llama3.2-"))
+      flavor.shape.rope_scaling = RopeScaling{.kind = RopeScalingKind::Llama3, .factor = 32.0};
   return f;
 }
 

@@ -16,12 +16,30 @@ namespace odyssey {
 enum class DType { Float32, BFloat16 };
 enum class DatasetKind { LongRange, Tokens, Bytes };
 enum class DeviceKind { Auto, Cpu, Cuda };
+/// How RoPE's frequencies are stretched past the pretraining context (Hugging Face `rope_type`).
+enum class RopeScalingKind { None, Linear, Llama3, Yarn };
 
 std::string_view to_string(DType v);
+std::string_view to_string(RopeScalingKind v);
 std::string_view to_string(DatasetKind v);
 std::string_view to_string(DeviceKind v);
 /// Bytes per element of the compute dtype (activations, gathered weights).
 int64_t dtype_bytes(DType v);
+
+/// [model] rope_* keys: context extension of a pretrained model's rotary embedding. The factors
+/// mean what they mean in Hugging Face's `rope_parameters` / `rope_scaling` (modeling_rope_utils).
+struct RopeScaling {
+  RopeScalingKind kind = RopeScalingKind::None;
+  double factor = 1.0;                   ///< linear, llama3, yarn: how far the context is stretched
+  double low_freq_factor = 1.0;          ///< llama3: wavelengths above original/low are divided by factor
+  double high_freq_factor = 4.0;         ///< llama3: wavelengths below original/high are kept
+  int64_t original_max_position = 8192;  ///< llama3, yarn: the pretraining context
+  double beta_fast = 32.0;               ///< yarn: rotations where pure extrapolation ends
+  double beta_slow = 1.0;                ///< yarn: rotations where pure interpolation starts
+  double attention_factor = 0.0;         ///< yarn: scale on cos and sin; 0 means 0.1 ln(factor) + 1
+
+  bool operator==(const RopeScaling&) const = default;
+};
 
 /// [model] A Llama-style decoder. `flavor` names a preset shape; explicit keys override it.
 struct ModelConfig {
@@ -38,6 +56,10 @@ struct ModelConfig {
   double norm_eps = 1e-5;      ///< RMSNorm epsilon
   bool tie_embeddings = false; ///< LM head shares the embedding matrix
   bool qk_norm = false;        ///< RMSNorm on each query/key head before RoPE (Qwen3)
+  RopeScaling rope_scaling;    ///< context extension of the rotary frequencies (none by default)
+  /// A Hugging Face model directory (config.json + safetensors): the shape comes from its
+  /// config.json when the preset loads, the weights from its safetensors when training starts.
+  std::string hf_path;
 
   bool operator==(const ModelConfig&) const = default;
 
@@ -125,6 +147,7 @@ struct OutputConfig {
   int64_t checkpoint_every = 0;     ///< steps between checkpoints; 0 = only at the end / on Ctrl-C
   bool trace = true;                ///< write the Perfetto trace
   int64_t trace_steps = 4;          ///< steps recorded in the trace (the first N)
+  std::string export_hf;            ///< after the last step: the final checkpoint as a Hugging Face directory here
 
   bool operator==(const OutputConfig&) const = default;
 };

@@ -246,6 +246,7 @@ std::vector<std::string> flavor_choices() {
   std::vector<std::string> names;
   for (const auto& f : model_flavors()) names.emplace_back(f.name);
   names.emplace_back("custom");
+  names.emplace_back("hf");  // the shape of model.hf_path's config.json
   return names;
 }
 
@@ -255,13 +256,18 @@ std::vector<std::string> profile_choices() {
   return names;
 }
 
+// The [model] keys that size a parameter (model_shape_keys).
+constexpr const char* kModelShapeKeys[] = {"model.n_layers",    "model.d_model", "model.n_heads",
+                                           "model.n_kv_heads",  "model.head_dim", "model.d_ffn",
+                                           "model.vocab_size",  "model.tie_embeddings", "model.qk_norm"};
+
 std::vector<KeySpec> make_schema() {
   std::vector<KeySpec> s;
   s.push_back(ODY_STRING("", description, "description", "One line saying what this preset is for."));
 
   // [model]
   s.push_back(KeySpec{"model", "flavor", KeyKind::Choice,
-                      "Named shape the keys below override; \"custom\" means every shape key is given.",
+                      "Named shape the keys below override; \"custom\" means every shape key is given; \"hf\" takes it from hf_path.",
                       flavor_choices(),
                       [](const RunConfig& c) { return RawValue::string(c.model.flavor); },
                       [](RunConfig& c, const RawValue& v) { c.model.flavor = v.s; }});
@@ -276,6 +282,18 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_FLOAT("model", model.norm_eps, "norm_eps", "RMSNorm epsilon; default 1e-5 for custom.", strictly_between(0, 1)));
   s.push_back(ODY_BOOL("model", model.tie_embeddings, "tie_embeddings", "LM head shares the embedding matrix."));
   s.push_back(ODY_BOOL("model", model.qk_norm, "qk_norm", "RMSNorm on each query and key head before RoPE (Qwen3)."));
+  s.push_back(enum_key<RopeScalingKind>("model", "rope_scaling",
+                                        "RoPE context extension: none, linear, llama3 or yarn (Hugging Face's rope_type).",
+                                        {RopeScalingKind::None, RopeScalingKind::Linear, RopeScalingKind::Llama3, RopeScalingKind::Yarn},
+                                        [](RunConfig& c) -> RopeScalingKind& { return c.model.rope_scaling.kind; }));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.factor, "rope_factor", "How far rope_scaling stretches the context (8 for Llama 3.1, 32 for 3.2).", positive_up_to(1e6)));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.low_freq_factor, "rope_low_freq_factor", "llama3 scaling: wavelengths above original / this are interpolated.", positive_up_to(1e6)));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.high_freq_factor, "rope_high_freq_factor", "llama3 scaling: wavelengths below original / this are kept.", positive_up_to(1e6)));
+  s.push_back(ODY_SIZE("model", model.rope_scaling.original_max_position, "rope_original_max_position", "llama3 and yarn scaling: the pretraining context (8K for Llama 3).", between(1, kMaxTokens)));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.beta_fast, "rope_beta_fast", "yarn scaling: rotations over the original context where extrapolation ends.", positive_up_to(1e6)));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.beta_slow, "rope_beta_slow", "yarn scaling: rotations where interpolation starts.", positive_up_to(1e6)));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.attention_factor, "rope_attention_factor", "yarn scaling: factor on cos and sin; 0 = 0.1 ln(rope_factor) + 1.", closed(0, 100, "", "0 derives it from rope_factor")));
+  s.push_back(ODY_STRING("model", model.hf_path, "hf_path", "Hugging Face model directory: the shape from its config.json, the weights from its safetensors."));
 
   // [training]
   s.push_back(ODY_SIZE("training", training.seq_len, "seq_len", "Tokens per sequence, before sequence sharding (512K, 3M, ...).", between(2, kMaxTokens, "one input and one label at least")));
@@ -341,11 +359,12 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_INT("output", output.checkpoint_every, "checkpoint_every", "Steps between checkpoints; 0 = only at the end and when stopped (Ctrl-C, SIGTERM).", between(0, kMaxSteps, "0 = at the end only")));
   s.push_back(ODY_BOOL("output", output.trace, "trace", "Write the Perfetto trace (trace.json)."));
   s.push_back(ODY_INT("output", output.trace_steps, "trace_steps", "Steps recorded in the trace (the first N).", between(0, kMaxSteps)));
+  s.push_back(ODY_STRING("output", output.export_hf, "export_hf", "After the last step, write the final checkpoint here as a Hugging Face model (config.json + safetensors)."));
   // The keys a checkpoint's state depends on (parameter shapes; how shards are cut and which
   // rank files exist). rope_theta and norm_eps shape nothing: context extension changes them.
-  for (const char* key : {"model.n_layers", "model.d_model", "model.n_heads", "model.n_kv_heads", "model.head_dim",
-                          "model.d_ffn", "model.vocab_size", "model.tie_embeddings", "model.qk_norm",
-                          "parallel.world_size", "parallel.fsdp", "parallel.emulate"})
+  std::vector<const char*> state_keys(std::begin(kModelShapeKeys), std::end(kModelShapeKeys));
+  state_keys.insert(state_keys.end(), {"parallel.world_size", "parallel.fsdp", "parallel.emulate"});
+  for (const char* key : state_keys)
     for (KeySpec& k : s)
       if (k.full_name() == key) k.resume_must_match = true;
   return s;
@@ -386,6 +405,25 @@ const KeySpec* find_key_spec(std::string_view full_name) {
   const auto dot = full_name.find('.');
   if (dot == std::string_view::npos) return find_key_spec("", full_name);
   return find_key_spec(full_name.substr(0, dot), full_name.substr(dot + 1));
+}
+
+const std::vector<const KeySpec*>& model_shape_keys() {
+  static const std::vector<const KeySpec*> keys = [] {
+    std::vector<const KeySpec*> out;
+    for (const char* name : kModelShapeKeys) out.push_back(find_key_spec(name));
+    return out;
+  }();
+  return keys;
+}
+
+std::optional<std::string> first_shape_difference(const ModelConfig& a, const ModelConfig& b) {
+  RunConfig ra, rb;
+  ra.model = a;
+  rb.model = b;
+  for (const KeySpec* key : model_shape_keys())
+    if (toml_literal(*key, ra) != toml_literal(*key, rb))
+      return std::string(key->name) + " = " + toml_literal(*key, ra) + " against " + toml_literal(*key, rb);
+  return std::nullopt;
 }
 
 // [SECTION] Coercion and formatting ------------------------------------------------------------

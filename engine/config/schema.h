@@ -110,6 +110,12 @@ const std::vector<KeySpec>& config_schema();
 const KeySpec* find_key_spec(std::string_view section, std::string_view name);
 const KeySpec* find_key_spec(std::string_view full_name);
 
+/// The [model] keys that fix parameter shapes (n_layers ... qk_norm): a checkpoint's tensors
+/// depend on them, so a resume and a Hugging Face directory both require their values.
+const std::vector<const KeySpec*>& model_shape_keys();
+/// The first shape key on which `a` and `b` differ, as "n_layers = 16 against 2", or nullopt.
+std::optional<std::string> first_shape_difference(const ModelConfig& a, const ModelConfig& b);
+
 /// Checks a raw value against a key's type; returns the coerced value, or nullopt with the rule.
 std::optional<RawValue> coerce_value(const KeySpec& spec, const RawValue& raw, std::string* rule);
 

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <sstream>
 
+#include "engine/config/rope.h"
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
 
@@ -81,6 +82,9 @@ void check_model(const ModelConfig& m, Checker& c) {
       c.fail("model.n_kv_heads", *rule, "try " + join(divisors(m.n_heads)));
   if (c.in_range({"model.head_dim"}) && m.head_dim % 2 != 0)
     c.fail("model.head_dim", "must be even because rotary embeddings rotate pairs of channels");
+  if (c.in_range({"model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
+                  "model.rope_beta_fast", "model.rope_beta_slow"}))
+    if (auto broken = rope_scaling_rule(m.rope_scaling)) c.fail(broken->key, broken->rule);
 }
 
 void check_training(const RunConfig& cfg, Checker& c) {

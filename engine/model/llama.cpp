@@ -8,19 +8,25 @@
 
 namespace odyssey {
 
+std::vector<GroupSpecs> model_group_specs(const ModelConfig& model) {
+  std::vector<GroupSpecs> out;
+  out.push_back({"embedding", embedding_param_specs(model), ParamGroupKind::Embedding});
+  for (int64_t i = 0; i < model.n_layers; ++i)
+    out.push_back({"block." + std::to_string(i), block_param_specs(model), ParamGroupKind::Block});
+  out.push_back({"head", head_param_specs(model), ParamGroupKind::Head});
+  return out;
+}
+
 LlamaModel::LlamaModel(const ModelConfig& model, const RankContext& ctx, const FlatGroupOptions& options)
     : model_(model), ctx_(ctx) {
-  auto of_kind = [&](ParamGroupKind kind) {
+  for (GroupSpecs& g : model_group_specs(model_)) {
     FlatGroupOptions o = options;
-    o.kind = kind;
-    return o;
-  };
-  embed_ = std::make_unique<FlatParamGroup>("embedding", embedding_param_specs(model_), ctx_,
-                                            of_kind(ParamGroupKind::Embedding));
-  for (int64_t i = 0; i < model_.n_layers; ++i)
-    blocks_.push_back(std::make_unique<FlatParamGroup>("block." + std::to_string(i), block_param_specs(model_), ctx_,
-                                                       of_kind(ParamGroupKind::Block)));
-  head_ = std::make_unique<FlatParamGroup>("head", head_param_specs(model_), ctx_, of_kind(ParamGroupKind::Head));
+    o.kind = g.kind;
+    auto group = std::make_unique<FlatParamGroup>(g.name, std::move(g.specs), ctx_, o);
+    if (g.kind == ParamGroupKind::Embedding) embed_ = std::move(group);
+    else if (g.kind == ParamGroupKind::Head) head_ = std::move(group);
+    else blocks_.push_back(std::move(group));
+  }
 }
 
 void LlamaModel::init(uint64_t seed) {
@@ -41,7 +47,7 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryConfig& memory
   rt->model = &model_;
   rt->memory = &memory;
   rt->ctx = &ctx_;
-  rt->positions = make_positions(in.first_position, s, model_.head_dim, model_.rope_theta, in.ids.device());
+  rt->positions = make_positions(in.first_position, s, model_, in.ids.device());
   rt->blocks.clear();
   for (auto& b : blocks_) rt->blocks.push_back(b.get());
   rt->embed = embed_.get();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -26,6 +27,17 @@ struct ModelInputs {
   int64_t first_position = 0;  ///< global position of the shard's first token (sp_rank x s)
   int64_t global_tokens = 1;   ///< N_global = B x S x D: every label of the global batch
 };
+
+/// One flat group of the model before it is allocated: its name ("embedding", "block.3",
+/// "head"), its parameters in flat order and its kind.
+struct GroupSpecs {
+  std::string name;
+  std::vector<ParamSpec> specs;
+  ParamGroupKind kind = ParamGroupKind::Block;
+};
+/// The model's groups in LlamaModel::groups() order (embedding, blocks 0..L-1, head): what the
+/// model allocates, what a Hugging Face checkpoint is checked against and an export writes.
+std::vector<GroupSpecs> model_group_specs(const ModelConfig& model);
 
 class LlamaModel {
  public:

@@ -2,6 +2,7 @@
 // layers.h). defines: make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp, project_qkv
 #include "engine/ops/layers.h"
 
+#include "engine/config/rope.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/planned_buffer_log.h"
@@ -19,6 +20,25 @@ Positions make_positions(int64_t first, int64_t count, int64_t head_dim, double 
   p.ids = ids.to(device);
   p.cos = angles.cos().to(at::kFloat).to(device);  // [s, hd/2]
   p.sin = angles.sin().to(at::kFloat).to(device);  // [s, hd/2]
+  return p;
+}
+
+Positions make_positions(int64_t first, int64_t count, const ModelConfig& model, at::Device device) {
+  CategoryScope category(MemCategory::Other);
+  const std::vector<double> freq = rope_inv_freq(model);
+  const double factor = rope_attention_factor(model);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor inv_freq = at::tensor(freq, f64);                                          // [hd/2]
+  at::Tensor ids = at::arange(first, first + count, at::TensorOptions().dtype(at::kLong));  // [s]
+  at::Tensor angles = ids.to(at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);          // [s, hd/2]
+  Positions p;
+  p.ids = ids.to(device);
+  p.cos = (angles.cos() * factor).to(at::kFloat).to(device);  // [s, hd/2]
+  p.sin = (angles.sin() * factor).to(at::kFloat).to(device);  // [s, hd/2]
+  // Unscaled, rope_pack derives the frequencies from theta in float64 (exact at millions of
+  // positions); a float32 table would move angles by ~position x 6e-8 rad.
+  if (model.rope_scaling.kind != RopeScalingKind::None) p.inv_freq = inv_freq.to(at::kFloat).to(device);  // [hd/2]
+  p.attention_factor = factor;
   return p;
 }
 

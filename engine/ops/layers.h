@@ -16,13 +16,18 @@ namespace odyssey {
 /// The global positions of this rank's tokens and their rotary tables (category other).
 struct Positions {
   at::Tensor ids;  ///< [s] int64 global position of each local token
-  at::Tensor cos;  ///< [s, head_dim / 2] fp32
-  at::Tensor sin;  ///< [s, head_dim / 2] fp32
+  at::Tensor cos;  ///< [s, head_dim / 2] fp32 (times the attention factor)
+  at::Tensor sin;  ///< [s, head_dim / 2] fp32 (times the attention factor)
+  at::Tensor inv_freq;            ///< [head_dim / 2] fp32 scaled frequencies for ops::rope_pack; undefined: from theta
+  double attention_factor = 1.0;  ///< YaRN's scale on cos and sin (ops::rope_pack cannot apply it)
 };
 
 /// Positions [first, first + count) with rotary tables for `head_dim` and base `theta`. Angles are
 /// computed in float64 so positions in the millions keep their precision.
 Positions make_positions(int64_t first, int64_t count, int64_t head_dim, double theta, at::Device device);
+/// The same for `model`'s RoPE: its theta and context-extension scaling (engine/config/rope.h's
+/// rope_inv_freq and rope_attention_factor, the rule written once).
+Positions make_positions(int64_t first, int64_t count, const ModelConfig& model, at::Device device);
 
 /// RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight, statistics in fp32, result in
 /// x's dtype. x: [..., n], weight: [n]. One autograd node (engine/ops' rmsnorm: CUDA kernels, CPU

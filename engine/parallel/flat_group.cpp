@@ -33,13 +33,19 @@ at::TensorOptions fp32_on(at::Device device) { return at::TensorOptions().dtype(
 
 }  // namespace
 
+int64_t lay_out_flat(std::vector<ParamSpec>& specs) {
+  int64_t numel = 0;
+  for (auto& spec : specs) {
+    spec.offset = numel;
+    numel += spec.numel();
+  }
+  return numel;
+}
+
 FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, const RankContext& ctx,
                                const FlatGroupOptions& options)
     : name_(std::move(name)), specs_(std::move(specs)), ctx_(ctx), options_(options) {
-  for (auto& spec : specs_) {
-    spec.offset = numel_;
-    numel_ += spec.numel();
-  }
+  numel_ = lay_out_flat(specs_);
   if (numel_ <= 0) throw std::invalid_argument("flat group " + name_ + " has no parameters");
   shards_ = options_.fsdp ? ctx_.world_size : 1;
   if (shards_ < 1) throw std::invalid_argument("flat group " + name_ + ": world size " + std::to_string(shards_));

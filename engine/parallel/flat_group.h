@@ -1,6 +1,6 @@
 // Parameters in flat groups (one per decoder block, one for the embedding, one for the head): the
 // fp32 master shard, its gradient, the AdamW moments and the compute-dtype `full` buffer whose
-// views are the parameters. defines: ParamSpec, FlatParamGroup
+// views are the parameters. defines: ParamSpec, lay_out_flat, FlatParamGroup
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,10 @@ struct ParamSpec {
   int64_t offset = 0;          ///< element offset in the flat buffer (filled by FlatParamGroup)
   int64_t numel() const;
 };
+
+/// Lays `specs` out back to back in a flat buffer (fills each offset, in order); returns the
+/// group's parameter count. The one layout rule: FlatParamGroup and `odyssey export` read it.
+int64_t lay_out_flat(std::vector<ParamSpec>& specs);
 
 /// How a group is laid out over the ranks.
 struct FlatGroupOptions {

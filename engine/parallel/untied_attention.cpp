@@ -112,6 +112,7 @@ std::atomic<bool> g_force_rope_pack{false};
 struct RopeInputs {
   at::Tensor cos, sin, ids;
   double theta = 0.0;
+  at::Tensor inv_freq;  ///< [hd/2] fp32 (scaled RoPE), or undefined: frequencies from theta
 };
 
 /// The projection of x onto `rows` [m = P*n, hd, d] (+ per-head norm, + RoPE when `rope`) moved
@@ -133,7 +134,8 @@ void project_to_heads(at::Tensor& dst, const at::Tensor& x, const at::Tensor& ro
   const ops::RopeStage stage{/*ranks=*/P, /*stage_heads=*/m, /*head_begin=*/0, /*head_stride=*/1, /*head_repeat=*/1};
   const at::Tensor positions = r.ids.unsqueeze(0).expand({B, s});  // [B, s] global positions
   at::Tensor packed = P > 1 ? send : dst.view({1, B, s, m, hd});   // [P, B, s, m/P, hd]
-  ops::rope_pack_out(packed, lin, positions, r.theta, stage);
+  ops::rope_pack_out(packed, lin, positions, r.theta, stage,
+                     r.inv_freq.defined() ? std::optional<at::Tensor>(r.inv_freq) : std::nullopt);
   lin.reset();  // memory: the projection is dead once packed
   if (P > 1) seq_to_heads_from_send(dst, packed, comm, recv);
 }
@@ -150,6 +152,7 @@ at::Tensor view_prefix(const at::Tensor& flat, at::IntArrayRef shape) {
 struct UntiedCall {
   at::Tensor cos, sin;    ///< [s, hd] RoPE tables of the local tokens
   at::Tensor position_ids;  ///< [s] int64 global positions (empty: none, rope_pack falls back)
+  at::Tensor inv_freq;      ///< [hd/2] fp32 RoPE frequencies for rope_pack (undefined: from theta)
   Comm* comm = nullptr;   ///< the sequence-parallel group (size P)
   int64_t n_heads = 1, n_kv_heads = 1, head_dim = 1, heads_per_stage = 0;
   double eps = 0.0, theta = 0.0;
@@ -190,6 +193,7 @@ struct UntiedState : torch::CustomClassHolder {
   Comm* comm = nullptr;
   double eps = 0.0;
   double theta = 0.0;  ///< RoPE base, for ops::rope_pack
+  at::Tensor inv_freq; ///< [hd/2] fp32 RoPE frequencies, for ops::rope_pack (undefined: from theta)
   std::vector<FlashResult> stages;  ///< out left undefined: rebuilt from the saved output
 };
 
@@ -264,7 +268,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     state->comm = call.comm;
     state->eps = call.eps;
     state->theta = call.theta;
-    const RopeInputs rope{call.cos, call.sin, call.position_ids, call.theta};
+    state->inv_freq = call.inv_freq;
+    const RopeInputs rope{call.cos, call.sin, call.position_ids, call.theta, call.inv_freq};
     const UntiedStagePlan& p = *state->plan;
     Comm& comm = *call.comm;
     const double eps = call.eps;
@@ -315,7 +320,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     const UntiedSaved saved = UntiedSaved::from(ctx->get_saved_variables());
     const at::Tensor &x = saved.in.x, &wq = saved.in.wq, &wk = saved.in.wk, &wv = saved.in.wv, &cos = saved.cos,
                      &sin = saved.sin, &out = saved.out;
-    const RopeInputs rope{cos, sin, saved.position_ids, state->theta};
+    const RopeInputs rope{cos, sin, saved.position_ids, state->theta, state->inv_freq};
     const at::Tensor wo = present(saved.in.wo);          // undefined = not projected
     const at::Tensor q_norm = present(saved.in.q_norm);  // undefined = no QK-norm
     const at::Tensor k_norm = present(saved.in.k_norm);
@@ -463,7 +468,12 @@ at::Tensor apply_untied(const at::Tensor& x, const AttentionWeights& w, bool pro
                         model.qk_norm ? w.k_norm : none};
   const UntiedCall call{.cos = pos.cos,
                         .sin = pos.sin,
-                        .position_ids = pos.ids.defined() ? pos.ids : at::empty({0}, x.options().dtype(at::kLong)),
+                        // rope_pack rotates from the frequencies alone: YaRN's factor on cos and
+                        // sin is only in the tables, so then the positions stay out (the fallback).
+                        .position_ids = pos.ids.defined() && pos.attention_factor == 1.0
+                                            ? pos.ids
+                                            : at::empty({0}, x.options().dtype(at::kLong)),
+                        .inv_freq = pos.inv_freq,
                         .comm = ctx.sp.get(),
                         .n_heads = model.n_heads,
                         .n_kv_heads = model.n_kv_heads,

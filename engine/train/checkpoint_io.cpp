@@ -292,7 +292,14 @@ void save_checkpoint(Trainer& trainer, const std::string& dir) {
   } catch (const FileWriteError& e) {
     throw CheckpointWriteError(std::string("checkpoint at step ") + std::to_string(step) + ": " + e.what());
   }
-  const std::string config = preset_to_toml(trainer.config());
+  // A checkpoint stands alone: its config names the shape, not the Hugging Face directory the
+  // weights first came from (which may be gone when the run resumes or is exported).
+  RunConfig saved = trainer.config();
+  if (!saved.model.hf_path.empty()) {
+    saved.model.hf_path.clear();
+    if (saved.model.flavor == "hf") saved.model.flavor = "custom";
+  }
+  const std::string config = preset_to_toml(saved);
   if (ctx.rank == 0) {
     try {
       write_file_atomically(join_path(folder, "config.toml"), config);
@@ -388,6 +395,24 @@ std::vector<std::string> check_resume_config(const CheckpointInfo& info, const R
   }
   if (info.format < 2) notes.push_back("resume: " + info.path + " is format 1 (no checksums): it cannot be verified");
   return notes;
+}
+
+std::map<std::string, at::Tensor> read_checkpoint_masters(const CheckpointInfo& info, int64_t rank) {
+  const std::string file = join_path(info.path, "rank" + std::to_string(rank) + ".bin");
+  if (!path_exists(file))
+    throw CheckpointError("checkpoint " + info.path + ": no " + file + " (the checkpoint has " +
+                          std::to_string(info.world_size) + " ranks; an emulated run saves rank 0 only)");
+  CategoryScope category(MemCategory::Other);
+  std::map<std::string, at::Tensor> masters;
+  const std::string suffix = ".master";
+  for (auto& [name, tensor] : read_rank_file(file, info.format))
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      if (tensor.scalar_type() != at::kFloat)
+        throw CheckpointError("checkpoint " + file + ": tensor '" + name + "' holds " + c10::toString(tensor.scalar_type()) +
+                              ", master weights are float32");
+      masters.emplace(name.substr(0, name.size() - suffix.size()), std::move(tensor));
+    }
+  return masters;
 }
 
 CheckpointInfo load_checkpoint(Trainer& trainer, const std::string& dir) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -53,6 +54,10 @@ std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir);
 /// other difference ("resume: training.lr = 0.0003 -> 0.001 (checkpoint -> this run)").
 std::vector<std::string> check_resume_config(const CheckpointInfo& info, const RunConfig& run,
                                              const std::string& dir);
+
+/// The fp32 master weights in `rank`'s file of `info`'s checkpoint, by group name ("block.3"),
+/// each [shard_numel]; the file is verified as load_checkpoint verifies it. For `odyssey export`.
+std::map<std::string, at::Tensor> read_checkpoint_masters(const CheckpointInfo& info, int64_t rank);
 
 /// Restores this rank's shards, moments, step counter and RNG from `dir`'s latest checkpoint.
 /// Every tensor is checked (name, dtype, size, CRC-32, finite values) before the trainer is

@@ -20,6 +20,7 @@
 #include "engine/telemetry/timeline.h"
 #include "engine/telemetry/trace_writer.h"
 #include "engine/train/checkpoint_io.h"
+#include "engine/train/hf_checkpoint.h"
 #include "engine/train/step_records.h"
 #include "engine/util/files.h"
 #include "engine/util/json.h"
@@ -115,6 +116,11 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
     import_full_state(trainer, *opt.initial_state);
     log("restart: weights and optimizer state carried over at step " + std::to_string(trainer.next_step()));
   }
+  if (!cfg.model.hf_path.empty() && !opt.initial_state && opt.resume_dir.empty()) {
+    const HfWeights weights(cfg.model.hf_path, cfg.model);  // checked once already, before any output
+    weights.load(trainer.model().groups());                 // this rank's shard of every parameter
+    log("weights: " + weights.describe());
+  }
   if (!opt.resume_dir.empty()) {
     const CheckpointInfo info = load_checkpoint(trainer, opt.resume_dir);
     log("resumed from " + info.path + " at step " + std::to_string(info.step));
@@ -190,6 +196,11 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       if (slash != std::string::npos && slash > 0 && !make_dirs(opt.memory_snapshot.substr(0, slash), &error))
         throw FileWriteError("--memory-snapshot: " + error);
     }
+    if (!cfg.model.hf_path.empty() && opt.resume_dir.empty())
+      HfWeights(cfg.model.hf_path, cfg.model);  // every tensor found and checked before the model is allocated
+    if (!cfg.output.export_hf.empty() && !(opt.checkpoints && !opt.out_dir.empty()))
+      throw std::invalid_argument("output.export_hf = \"" + cfg.output.export_hf +
+                                  "\" exports the final checkpoint, and this run writes none (no --out directory)");
     int64_t resume_step = -1;
     if (!opt.resume_dir.empty()) {
       const auto info = read_checkpoint_info(opt.resume_dir);
@@ -221,6 +232,14 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     if (!opt.memory_snapshot.empty() && shared.reports)
       start_memory_history();  // from before the model exists: its weights are in the history too
     run_on_ranks(cfg, [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); });
+    if (!cfg.output.export_hf.empty() && shared.reports && out.status == RunOutcome::Status::Finished) {
+      HfExportOptions exporting;
+      exporting.tokenizer_dir = cfg.model.hf_path;
+      const HfExport done = export_hf(opt.out_dir, cfg.output.export_hf, exporting);
+      if (opt.log)
+        opt.log("exported step " + std::to_string(done.step) + " as a Hugging Face model (" + done.dtype + ", " +
+                std::to_string(done.files.size()) + " files) to " + cfg.output.export_hf);
+    }
   } catch (const StepFailure& e) {
     fail(e, false);
   } catch (const DataError& e) {

@@ -1,0 +1,102 @@
+// odyssey export RUN_DIR --hf OUT_DIR: a run's latest checkpoint as a Hugging Face model directory
+// (config.json + safetensors, sharded with an index above --max-shard-size) that transformers loads.
+#include <cctype>
+#include <cstring>
+#include <iostream>
+
+#include "app/cli/cli.h"
+#include "engine/train/hf_checkpoint.h"
+#include "engine/util/files.h"
+#include "engine/util/json.h"
+
+namespace odyssey::cli {
+namespace {
+
+/// "5GB", "500MB", "2000000" -> bytes (decimal units, as transformers' max_shard_size), or nullopt.
+std::optional<int64_t> parse_bytes(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 15) return std::nullopt;
+  const int64_t number = std::stoll(text.substr(0, i));
+  const std::string unit = text.substr(i);
+  const std::pair<const char*, int64_t> units[] = {{"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000'000}, {"GB", 1000'000'000}};
+  for (const auto& [name, scale] : units)
+    if (unit == name && number > 0) return number * scale;
+  return std::nullopt;
+}
+
+int run_export(int argc, char** argv, int first) {
+  std::string run_dir, out_dir;
+  HfExportOptions options;
+  bool json = false;
+  auto bad = [](const std::string& why) {
+    std::cerr << "odyssey export: " << why << "\nusage: odyssey export RUN_DIR --hf OUT_DIR [--dtype float32|bfloat16] "
+                 "[--max-shard-size 5GB] [--tokenizer HF_DIR] [--json]\n";
+    return kExitBadInput;
+  };
+  for (int i = first; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= argc) return std::nullopt;
+      return std::string(argv[++i]);
+    };
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "--hf" || arg == "--dtype" || arg == "--max-shard-size" || arg == "--tokenizer") {
+      const auto v = value();
+      if (!v) return bad(arg + " needs a value");
+      if (arg == "--hf") out_dir = *v;
+      if (arg == "--dtype") {
+        if (*v != "float32" && *v != "bfloat16") return bad("--dtype " + *v + ": must be float32 or bfloat16");
+        options.dtype = *v;
+      }
+      if (arg == "--max-shard-size") {
+        const auto bytes = parse_bytes(*v);
+        if (!bytes) return bad("--max-shard-size " + *v + ": must be a positive size such as 5GB, 500MB or 2000000");
+        options.max_shard_bytes = *bytes;
+      }
+      if (arg == "--tokenizer") options.tokenizer_dir = *v;
+    } else if (!arg.empty() && arg[0] == '-') {
+      return bad("unknown option " + arg);
+    } else if (run_dir.empty()) {
+      run_dir = arg;
+    } else {
+      return bad("one run directory only (got " + run_dir + " and " + arg + ")");
+    }
+  }
+  if (run_dir.empty()) return bad("no run directory");
+  if (out_dir.empty()) return bad("--hf OUT_DIR is required (the only export format)");
+  if (!options.tokenizer_dir.empty() && !is_directory(options.tokenizer_dir))
+    return bad("--tokenizer " + options.tokenizer_dir + ": not a directory");
+  try {
+    const HfExport done = export_hf(run_dir, out_dir, options);
+    if (json) {
+      std::string text;
+      JsonWriter w(text);
+      w.begin_object().key("ok").value(true).key("step").value(done.step).key("out").value(out_dir)
+          .key("dtype").value(done.dtype).key("tensor_bytes").value(done.tensor_bytes).key("files").begin_array();
+      for (const auto& f : done.files) w.value(f);
+      w.end_array().end_object();
+      std::cout << text << "\n";
+    } else {
+      std::cout << "exported step " << done.step << " of " << run_dir << " to " << out_dir << " (" << done.dtype << ", "
+                << done.tensor_bytes << " bytes of weights):";
+      for (const auto& f : done.files) std::cout << " " << f;
+      std::cout << "\n";
+    }
+    return kExitOk;
+  } catch (const CheckpointError& e) {
+    std::cerr << "odyssey export: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "odyssey export: " << e.what() << "\n";
+    return kExitBadInput;
+  }
+}
+
+const CommandRegistration registration{
+    Command{75, "export", "export RUN_DIR --hf OUT_DIR [--dtype D] [--max-shard-size 5GB] [--tokenizer DIR]",
+            "write a run's latest checkpoint as a Hugging Face model (config.json + safetensors)", run_export}};
+
+}  // namespace
+}  // namespace odyssey::cli

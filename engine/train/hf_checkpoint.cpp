@@ -1,0 +1,284 @@
+// Hugging Face weights in (HfWeights: find, check, then copy each rank's slice) and out
+// (export_hf: a run's rank files assembled per parameter, written as safetensors). See
+// hf_checkpoint.h. defines: hf_tensor_name, HfWeights, export_hf
+#include "engine/train/hf_checkpoint.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "engine/config/hf_config.h"
+#include "engine/config/preset.h"
+#include "engine/model/llama.h"
+#include "engine/util/files.h"
+#include "engine/util/json.h"
+#include "engine/util/json_read.h"
+
+namespace odyssey {
+
+namespace {
+
+// Odyssey's block parameter names (block_param_specs) -> the Hugging Face module path.
+const std::map<std::string, std::string>& block_names() {
+  static const std::map<std::string, std::string> names = {
+      {"wq", "self_attn.q_proj"},       {"wk", "self_attn.k_proj"},          {"wv", "self_attn.v_proj"},
+      {"wo", "self_attn.o_proj"},       {"w_gate", "mlp.gate_proj"},         {"w_up", "mlp.up_proj"},
+      {"w_down", "mlp.down_proj"},      {"attn_norm", "input_layernorm"},    {"mlp_norm", "post_attention_layernorm"},
+      {"q_norm", "self_attn.q_norm"},   {"k_norm", "self_attn.k_norm"}};
+  return names;
+}
+
+at::ScalarType torch_type(const std::string& dtype) {
+  if (dtype == "F32") return at::kFloat;
+  if (dtype == "BF16") return at::kBFloat16;
+  if (dtype == "F16") return at::kHalf;
+  return at::ScalarType::Undefined;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+std::string read_text(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw HfCheckpointError(what + " " + path + ": cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Tensors a published checkpoint may carry that are no parameter: old Llama checkpoints saved
+// the rotary table (recomputed from config.json here as there).
+bool ignorable(const std::string& name) {
+  return name.size() > 21 && name.compare(name.size() - 21, 21, ".rotary_emb.inv_freq") == 0;
+}
+
+}  // namespace
+
+std::string hf_tensor_name(const std::string& group, const std::string& param) {
+  if (group == "embedding") return "model.embed_tokens.weight";
+  if (group == "head") return param == "lm_head" ? "lm_head.weight" : "model.norm.weight";
+  const std::string layer = group.substr(group.find('.') + 1);
+  return "model.layers." + layer + "." + block_names().at(param) + ".weight";
+}
+
+// [section] load ------------------------------------------------------------------------------------
+
+HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(dir) {
+  const std::string index = join_path(dir, "model.safetensors.index.json");
+  const std::string single = join_path(dir, "model.safetensors");
+  // Which file holds each tensor.
+  std::map<std::string, std::string> file_of;
+  if (path_exists(index)) {
+    std::string error;
+    const auto json = parse_json(read_text(index, "safetensors index"), &error);
+    if (!json || !json->is_object() || !json->contains("weight_map") || !json->at("weight_map").is_object())
+      throw HfCheckpointError("safetensors index " + index + ": needs a \"weight_map\" object" +
+                              (error.empty() ? "" : " (" + error + ")"));
+    for (const auto& [name, file] : json->at("weight_map").items()) {
+      // A file name, not a path: an index naming ../x is refused.
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos || file.get<std::string>().empty())
+        throw HfCheckpointError("safetensors index " + index + ": \"weight_map\".\"" + name + "\" = " +
+                                json_value_text(file) + " must be a file name in " + dir);
+      file_of[name] = file.get<std::string>();
+    }
+  } else if (path_exists(single)) {
+    file_of.clear();  // every tensor of the one file (below)
+  } else {
+    throw HfCheckpointError("Hugging Face directory " + dir +
+                            ": no model.safetensors or model.safetensors.index.json (only safetensors weights are read)");
+  }
+  std::map<std::string, const SafetensorsFile*> opened;
+  auto open = [&](const std::string& name) -> const SafetensorsFile* {
+    if (auto it = opened.find(name); it != opened.end()) return it->second;
+    try {
+      files_.push_back(std::make_unique<SafetensorsFile>(join_path(dir, name)));
+    } catch (const SafetensorsError& e) {
+      throw HfCheckpointError(e.what());
+    }
+    return opened[name] = files_.back().get();
+  };
+  std::map<std::string, Located> all;
+  if (file_of.empty()) {
+    const SafetensorsFile* f = open("model.safetensors");
+    for (const auto& [name, t] : f->tensors()) all[name] = {f, &t};
+  } else {
+    for (const auto& [name, file] : file_of) {
+      const SafetensorsFile* f = open(file);
+      const SafetensorsTensor* t = f->find(name);
+      if (!t)
+        throw HfCheckpointError("safetensors " + f->path() + ": no tensor '" + name + "', which " + index + " places there");
+      all[name] = {f, t};
+    }
+  }
+  // Every parameter of the model, with its shape and a dtype the copy converts.
+  std::set<std::string> wanted;
+  for (const GroupSpecs& g : model_group_specs(model))
+    for (const ParamSpec& spec : g.specs) {
+      const std::string name = hf_tensor_name(g.name, spec.name);
+      wanted.insert(name);
+      auto it = all.find(name);
+      if (it == all.end())
+        throw HfCheckpointError("Hugging Face directory " + dir + ": no tensor '" + name + "' (" +
+                                (file_of.empty() ? single : index) + "), which this " + std::to_string(model.n_layers) +
+                                "-layer " + (model.qk_norm ? "Qwen3" : "Llama") + " model needs");
+      const SafetensorsTensor& t = *it->second.tensor;
+      if (t.shape != spec.shape)
+        throw HfCheckpointError("safetensors " + it->second.file->path() + ": tensor '" + name + "' has shape " +
+                                shape_text(t.shape) + ", config.json's model needs " + shape_text(spec.shape));
+      if (torch_type(t.dtype) == at::ScalarType::Undefined)
+        throw HfCheckpointError("safetensors " + it->second.file->path() + ": tensor '" + name + "' is " + t.dtype +
+                                "; weights are read from F32, BF16 or F16");
+      tensors_[name] = it->second;
+    }
+  for (const auto& [name, where] : all)
+    if (!wanted.count(name) && !ignorable(name) && !(model.tie_embeddings && name == "lm_head.weight"))
+      throw HfCheckpointError("safetensors " + where.file->path() + ": tensor '" + name +
+                              "' is no parameter of this model (config.json describes " + std::to_string(model.n_layers) +
+                              " layers" + (model.tie_embeddings ? ", tied embeddings" : "") +
+                              "): the weights and config.json disagree");
+}
+
+HfWeights::~HfWeights() = default;
+
+std::string HfWeights::describe() const {
+  std::set<std::string> dtypes;
+  for (const auto& [name, where] : tensors_) dtypes.insert(where.tensor->dtype);
+  std::string types;
+  for (const auto& d : dtypes) types += (types.empty() ? "" : "+") + d;
+  return dir_ + " (" + std::to_string(files_.size()) + (files_.size() == 1 ? " file, " : " files, ") +
+         std::to_string(tensors_.size()) + " tensors, " + types + ")";
+}
+
+void HfWeights::load(const std::vector<FlatParamGroup*>& groups) const {
+  at::NoGradGuard no_grad;
+  for (FlatParamGroup* g : groups) {
+    at::Tensor master = g->master.detach();  // [shard] fp32
+    const int64_t lo = g->shard_offset(), hi = lo + g->shard_numel();
+    for (const ParamSpec& spec : g->specs()) {
+      // The part of this parameter inside this rank's shard, in flat coordinates.
+      const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
+      if (end <= begin) continue;
+      const Located& where = tensors_.at(hf_tensor_name(g->name(), spec.name));
+      const at::ScalarType type = torch_type(where.tensor->dtype);
+      const int64_t element = static_cast<int64_t>(c10::elementSize(type));
+      // Memory: a view of the mapped file (no host copy), converted to fp32 as it is copied.
+      auto* first = const_cast<std::byte*>(where.file->data(*where.tensor)) + (begin - spec.offset) * element;
+      const at::Tensor source = at::from_blob(first, {end - begin}, at::TensorOptions().dtype(type));  // [end - begin]
+      master.narrow(0, begin - lo, end - begin).copy_(source);
+    }
+    g->reshard();  // a gathered copy is refilled from the loaded master at its next use
+  }
+}
+
+// [section] export ----------------------------------------------------------------------------------
+
+HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const HfExportOptions& options) {
+  const auto info = read_checkpoint_info(run_dir);
+  if (!info) throw CheckpointError("export: " + run_dir + " has no checkpoint (no checkpoints/latest.json)");
+  const std::string config_file = join_path(info->path, "config.toml");
+  const LoadedPreset saved = load_preset_text(info->config_toml, config_file);
+  if (!saved.ok()) throw CheckpointError("checkpoint config " + config_file + " does not load: " + saved.issues.front().format());
+  const RunConfig& cfg = saved.config;
+  if (cfg.parallel.emulate)
+    throw CheckpointError("export: " + run_dir + " is an emulated run (parallel.emulate): it saved rank 0 of " +
+                          std::to_string(info->world_size) + " only, not the whole model");
+  HfExport result;
+  result.step = info->step;
+  result.dtype = options.dtype.empty() ? std::string(to_string(cfg.training.dtype)) : options.dtype;
+  if (result.dtype != "float32" && result.dtype != "bfloat16")
+    throw std::invalid_argument("export: --dtype " + result.dtype + ": must be float32 or bfloat16");
+  const at::ScalarType out_type = result.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  const char* out_name = result.dtype == "bfloat16" ? "BF16" : "F32";
+  if (out_dir.empty()) throw std::invalid_argument("export: no output directory");
+  if (path_exists(out_dir) && !(is_directory(out_dir) && list_dir(out_dir).empty()))
+    throw CheckpointError("export: " + out_dir + " exists and is not empty: choose another directory (nothing is overwritten)");
+
+  // Every rank's master shards, then each group's flat parameters in rank order.
+  std::vector<std::map<std::string, at::Tensor>> ranks;
+  for (int64_t r = 0; r < info->world_size; ++r) ranks.push_back(read_checkpoint_masters(*info, r));
+  const int64_t shards = cfg.parallel.fsdp ? info->world_size : 1;
+  struct Piece {
+    std::string name;
+    at::Tensor tensor;  // [shape...] in the export dtype, contiguous
+  };
+  std::vector<Piece> pieces;
+  for (GroupSpecs& g : model_group_specs(cfg.model)) {
+    const int64_t numel = lay_out_flat(g.specs);
+    std::vector<at::Tensor> parts;
+    for (int64_t r = 0; r < shards; ++r) {
+      auto it = ranks[r].find(g.name);
+      if (it == ranks[r].end())
+        throw CheckpointError("checkpoint " + info->path + ": rank " + std::to_string(r) + " has no '" + g.name + ".master'");
+      parts.push_back(it->second);
+    }
+    const at::Tensor flat = shards > 1 ? at::cat(parts) : parts.front();  // [padded numel] fp32
+    if (flat.numel() < numel)
+      throw CheckpointError("checkpoint " + info->path + ": group '" + g.name + "' holds " + std::to_string(flat.numel()) +
+                            " parameters, its config needs " + std::to_string(numel));
+    for (const ParamSpec& spec : g.specs)
+      pieces.push_back({hf_tensor_name(g.name, spec.name),
+                        flat.narrow(0, spec.offset, spec.numel()).view(spec.shape).to(out_type).contiguous()});
+  }
+  ranks.clear();
+
+  // Files of at most max_shard_bytes (one tensor larger than that gets a file of its own).
+  std::vector<std::vector<const Piece*>> files(1);
+  int64_t in_file = 0;
+  for (const Piece& p : pieces) {
+    const int64_t bytes = static_cast<int64_t>(p.tensor.nbytes());
+    if (in_file > 0 && in_file + bytes > options.max_shard_bytes) {
+      files.emplace_back();
+      in_file = 0;
+    }
+    files.back().push_back(&p);
+    in_file += bytes;
+    result.tensor_bytes += bytes;
+  }
+  const std::string staging = out_dir + ".partial";
+  remove_tree(staging);  // a previous export killed halfway
+  std::string error;
+  if (!make_dirs(staging, &error)) throw FileWriteError("export: " + error);
+  try {
+    Json weight_map = Json::object();
+    for (size_t f = 0; f < files.size(); ++f) {
+      char name[64];
+      if (files.size() == 1) std::snprintf(name, sizeof name, "model.safetensors");
+      else std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
+      std::vector<SafetensorsOut> out;
+      for (const Piece* p : files[f]) {
+        out.push_back({p->name, out_name, p->tensor.sizes().vec(), p->tensor.data_ptr(), static_cast<int64_t>(p->tensor.nbytes())});
+        weight_map[p->name] = name;
+      }
+      write_safetensors(join_path(staging, name), out);
+      result.files.push_back(name);
+    }
+    if (files.size() > 1) {
+      Json index = {{"metadata", {{"total_size", result.tensor_bytes}}}, {"weight_map", weight_map}};
+      write_file_atomically(join_path(staging, "model.safetensors.index.json"), index.dump(2) + "\n");
+      result.files.push_back("model.safetensors.index.json");
+    }
+    write_file_atomically(join_path(staging, "config.json"), hf_config_json(cfg.model, result.dtype, cfg.training.seq_len));
+    result.files.push_back("config.json");
+    if (!options.tokenizer_dir.empty())
+      for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                               "generation_config.json"})
+        if (path_exists(join_path(options.tokenizer_dir, name))) {
+          write_file_atomically(join_path(staging, name), read_text(join_path(options.tokenizer_dir, name), "tokenizer file"));
+          result.files.push_back(name);
+        }
+    if (is_directory(out_dir) && ::rmdir(out_dir.c_str()) != 0)
+      throw FileWriteError("export: cannot replace the empty directory " + out_dir);
+    if (!rename_path(staging, out_dir, &error)) throw FileWriteError("export: " + error);
+  } catch (...) {
+    remove_tree(staging);
+    throw;
+  }
+  return result;
+}
+
+}  // namespace odyssey

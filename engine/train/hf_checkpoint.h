@@ -1,0 +1,79 @@
+// Hugging Face checkpoints in and out: a model directory's safetensors (one file or a sharded
+// index) loaded into the flat groups, each rank reading only the elements of its FSDP shard; and a
+// run's checkpoint written back as config.json + safetensors that transformers loads unchanged.
+// defines: HfCheckpointError, hf_tensor_name, HfWeights, HfExportOptions, HfExport, export_hf
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/config/run_config.h"
+#include "engine/parallel/flat_group.h"
+#include "engine/train/checkpoint_io.h"
+#include "engine/util/safetensors.h"
+
+namespace odyssey {
+
+/// A Hugging Face directory that does not hold this model's weights (missing tensor, other shape
+/// or dtype, unreadable file), or an export that cannot be written from its inputs: bad input,
+/// exit 2. The message names the file and the tensor.
+class HfCheckpointError : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
+/// The Hugging Face name of parameter `param` of flat group `group`: ("block.3", "wq") ->
+/// "model.layers.3.self_attn.q_proj.weight"; ("embedding", "embedding") ->
+/// "model.embed_tokens.weight"; ("head", "final_norm") -> "model.norm.weight".
+std::string hf_tensor_name(const std::string& group, const std::string& param);
+
+/// A Hugging Face model directory's weights, opened against `model` (the config.json shape): every
+/// parameter's tensor found (model.safetensors or model.safetensors.index.json's files), its
+/// shape checked and its dtype one of F32, BF16, F16, before any model memory is allocated. The
+/// files stay memory-mapped until this object is destroyed.
+class HfWeights {
+ public:
+  HfWeights(const std::string& dir, const ModelConfig& model);  ///< throws HfCheckpointError
+  ~HfWeights();
+  /// Copies into each group's fp32 master shard the elements that shard holds, converted from the
+  /// file's dtype (FSDP: this rank's slice only; the other pages of the files are never read).
+  void load(const std::vector<FlatParamGroup*>& groups) const;
+  /// "3 files, 291 tensors, bfloat16" for the run log.
+  std::string describe() const;
+
+ private:
+  struct Located {
+    const SafetensorsFile* file = nullptr;
+    const SafetensorsTensor* tensor = nullptr;
+  };
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Located> tensors_;  ///< by Hugging Face name, the model's parameters only
+};
+
+struct HfExportOptions {
+  std::string dtype;                         ///< "float32" or "bfloat16"; empty: the run's training.dtype
+  int64_t max_shard_bytes = 5'000'000'000;   ///< larger models are split with an index (transformers' 5GB)
+  std::string tokenizer_dir;  ///< copy its tokenizer files (tokenizer.json, ...) when non-empty
+};
+
+struct HfExport {
+  int64_t step = 0;                 ///< the checkpoint's step
+  std::vector<std::string> files;   ///< written, relative to the output directory
+  int64_t tensor_bytes = 0;         ///< weights written
+  std::string dtype;
+};
+
+/// Writes the latest checkpoint of `run_dir` as a Hugging Face model directory `out_dir`:
+/// config.json, model.safetensors (or model-0000k-of-0000n.safetensors and
+/// model.safetensors.index.json above max_shard_bytes), and options.tokenizer_dir's tokenizer
+/// files when it names one. The directory appears whole or not at all (written
+/// beside it, then renamed); an existing non-empty `out_dir` is refused, never overwritten.
+/// Throws CheckpointError (bad input) or FileWriteError.
+HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const HfExportOptions& options = {});
+
+}  // namespace odyssey

@@ -1,0 +1,182 @@
+// A Hugging Face directory through the CLI as a user runs it: planned and checked from its
+// config.json, trained (one rank, and four with Ulysses + FSDP + every memory technique, which must
+// give the same loss), exported, and loaded back into transformers with the same logits; broken
+// directories refused with exit 2, naming the file and the tensor.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "../hf/hf_fixtures.h"
+#include "cli_test_util.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+// A preset over fixture `name`. lr = 1e-30 and no weight decay: AdamW moves no fp32 weight of
+// this size (an update of ~1e-30 against an ulp of ~1e-9), so every step sees the loaded weights
+// and what is exported is what was loaded.
+std::string hf_preset(const std::string& name, const std::string& fixture) {
+  const std::string path = fresh_dir("hf_" + name) + ".toml";
+  std::ofstream(path) << "description = \"hf test\"\n[model]\nhf_path = \"" << fixture << "\"\n"
+                      << "[training]\nseq_len = 64\nsteps = 2\nlr = 1e-30\nweight_decay = 0.0\nwarmup_steps = 0\n"
+                      << "device = \"cpu\"\n[parallel]\nworld_size = 1\nulysses_degree = 1\nfsdp = false\n"
+                      << "[output]\ntrace = false\n";
+  return path;
+}
+
+// The bound on logits against transformers: fp32 on the CPU, the same weights.
+constexpr double kLogitTolerance = 1e-4;
+
+void check_exported(const std::string& out, const std::string& fixture, const std::string& architecture) {
+  std::string why;
+  const auto verdict = hf_check_export(out, fixture, &why);
+  INFO(why);
+  REQUIRE(verdict.has_value());
+  INFO(verdict->dump());
+  CHECK(verdict->at("architecture").get<std::string>() == architecture);
+  CHECK(verdict->at("max_abs_logit").get<double>() > 1.0);  // a model whose logits say something
+  CHECK(verdict->at("max_abs_logit_diff").get<double>() <= kLogitTolerance);
+}
+
+}  // namespace
+
+TEST_CASE("hf cli: check and plan read the shape from config.json, train loads it and exports at the end",
+          "[cli][hf]") {
+  const std::string fixture = hf_fixture("llama-gqa-llama3");
+  const std::string preset = hf_preset("plain", fixture);
+  const Run check = run_odyssey("check " + preset);
+  INFO(check.out << check.err);
+  CHECK(check.code == 0);
+  CHECK_THAT(check.out, Catch::Contains("ok (hf,"));
+  const Run plan = run_odyssey("plan " + preset + " --json");
+  INFO(plan.err);
+  REQUIRE(plan.code == 0);
+  CHECK(parse_json(plan.out).has_value());
+
+  const std::string dir = fresh_dir("hf_plain_run"), exported = fresh_dir("hf_plain_export");
+  const Run train = run_odyssey("train " + preset + " --out " + dir + " --set output.export_hf=" + exported);
+  INFO(train.out << train.err);
+  REQUIRE(train.code == 0);
+  CHECK_THAT(train.out + train.err, Catch::Contains("weights: " + fixture));
+  CHECK_THAT(train.out + train.err, Catch::Contains("exported step 2"));
+  check_exported(exported, fixture, "LlamaForCausalLM");
+  // Resuming needs no Hugging Face directory: the checkpoint's config names the shape.
+  const std::string saved = read_text(dir + "/checkpoints/step_00000002/config.toml");
+  CHECK_THAT(saved, Catch::Contains("hf_path = \"\""));
+  CHECK_THAT(saved, !Catch::Contains(fixture));
+  CHECK_THAT(saved, Catch::Contains("rope_scaling = \"llama3\""));
+}
+
+TEST_CASE("hf cli: four ranks with Ulysses, FSDP and every memory technique give the plain run's losses, and "
+          "their sharded checkpoint exports whole", "[cli][hf]") {
+  const std::string fixture = hf_fixture("qwen3-yarn");
+  const std::string preset = hf_preset("ranks", fixture);
+  const std::string plain = fresh_dir("hf_ranks_plain");
+  const Run one = run_odyssey("train " + preset + " --quiet --out " + plain);
+  INFO(one.out << one.err);
+  REQUIRE(one.code == 0);
+  const std::string stacked = fresh_dir("hf_ranks_stacked");
+  const Run four = run_odyssey(
+      "train " + preset + " --quiet --out " + stacked +
+      " --set parallel.world_size=4 --set parallel.ulysses_degree=4 --set parallel.fsdp=true"
+      " --set memory.activation_checkpointing=true --set memory.offload_activations=true --set memory.tiled_mlp=true"
+      " --set memory.mlp_tile_tokens=4 --set memory.tiled_loss=true --set memory.loss_tile_tokens=4"
+      " --set memory.untied_ulysses=true --set memory.heads_per_stage=4");
+  INFO(four.out << four.err);
+  REQUIRE(four.code == 0);
+  const auto reference = losses(plain), got = losses(stacked);
+  REQUIRE(reference.size() == 2);
+  REQUIRE(got.size() == 2);
+  for (const auto& [step, loss] : reference) {
+    INFO("step " << step << ": plain " << loss << ", four ranks " << got.at(step));
+    // fp32 sums in another order (sharded sequence, tiles, stages): ~300 rounding steps of 6e-8
+    // between the weights and the mean loss, times kappa 2: 4e-5 relative at most.
+    CHECK(std::abs(got.at(step) - loss) <= 1e-4 * std::abs(loss));
+  }
+  // Four FSDP rank files assembled into one model, written in shards with an index.
+  const std::string exported = fresh_dir("hf_ranks_export");
+  const Run exp = run_odyssey("export " + stacked + " --hf " + exported + " --max-shard-size 50KB --json");
+  INFO(exp.out << exp.err);
+  REQUIRE(exp.code == 0);
+  const auto summary = parse_json(exp.out);
+  REQUIRE(summary.has_value());
+  CHECK(summary->at("files").size() > 2);  // several safetensors and the index
+  CHECK(std::ifstream(exported + "/model.safetensors.index.json").good());
+  check_exported(exported, fixture, "Qwen3ForCausalLM");
+  // An existing directory is never overwritten.
+  const Run again = run_odyssey("export " + stacked + " --hf " + exported);
+  CHECK(again.code == 2);
+  CHECK_THAT(again.err, Catch::Contains("exists and is not empty"));
+}
+
+TEST_CASE("hf cli: a tied bf16 checkpoint exports in bfloat16 and loads back into transformers", "[cli][hf]") {
+  const std::string fixture = hf_fixture("llama-tied-bf16-sharded");
+  const std::string dir = fresh_dir("hf_tied_run");
+  const Run train = run_odyssey("train " + hf_preset("tied", fixture) + " --quiet --out " + dir);
+  INFO(train.out << train.err);
+  REQUIRE(train.code == 0);
+  const std::string exported = fresh_dir("hf_tied_export");
+  const Run exp = run_odyssey("export " + dir + " --hf " + exported + " --dtype bfloat16");
+  INFO(exp.out << exp.err);
+  REQUIRE(exp.code == 0);
+  // The weights were bf16 to begin with, so the bf16 export holds them exactly.
+  check_exported(exported, fixture, "LlamaForCausalLM");
+  CHECK_THAT(read_text(exported + "/config.json"), Catch::Contains("\"tie_word_embeddings\": true"));
+}
+
+TEST_CASE("hf cli: broken directories are refused with exit 2 naming the file, key or tensor", "[cli][hf]") {
+  struct Case {
+    const char* fixture;
+    const char* command;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {"bad-model-type", "check", {"config.json", "\"model_type\" = \"mixtral\"", "llama, qwen3"}},
+      {"bad-rope-type", "check", {"config.json", "rope_parameters.rope_type", "longrope"}},
+      {"bad-missing-tensor", "train", {"model.layers.1.mlp.down_proj.weight", "needs"}},
+      {"bad-shape", "train", {"model.safetensors", "model.layers.0.self_attn.k_proj.weight", "[64, 64]", "[32, 64]"}},
+      {"bad-dtype", "train", {"model.norm.weight", "I64"}},
+      {"bad-extra-tensor", "train", {"model.layers.0.self_attn.q_proj.bias", "no parameter of this model"}},
+      {"bad-truncated", "train", {"model.safetensors", "truncated"}},
+  };
+  for (const Case& c : cases) {
+    const std::string dir = fresh_dir(std::string("hf_bad_") + c.fixture);
+    const Run r = run_odyssey(std::string(c.command) + " " + hf_preset(c.fixture, hf_fixture(c.fixture)) +
+                              (std::string(c.command) == "train" ? " --quiet --out " + dir : ""));
+    INFO(c.fixture << ": " << r.out << r.err);
+    CHECK(r.code == 2);
+    for (const auto& text : c.says) CHECK_THAT(r.err, Catch::Contains(text));
+    // Refused before the run started: no metrics, no checkpoint.
+    CHECK(!std::ifstream(dir + "/metrics.jsonl").good());
+  }
+  const Run missing = run_odyssey("check " + hf_preset("nowhere", "/nonexistent/model"));
+  CHECK(missing.code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("model.hf_path"));
+}
+
+TEST_CASE("hf cli: under torchrun each process loads its own FSDP shard and the losses equal the in-process run's",
+          "[cli][hf][torchrun]") {
+  const std::string fixture = hf_fixture("llama-gqa-llama3");
+  const std::string args = "train " + hf_preset("torchrun", fixture) +
+                           " --quiet --set parallel.world_size=2 --set parallel.ulysses_degree=2 --set parallel.fsdp=true ";
+  const std::string threads = fresh_dir("hf_torchrun_threads");
+  const Run reference = run_odyssey(args + "--out " + threads);
+  INFO(reference.out << reference.err);
+  REQUIRE(reference.code == 0);
+  const std::string dir = fresh_dir("hf_torchrun");
+  const std::vector<pid_t> pids = spawn_torchrun(args + "--out " + dir, dir);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto status = wait_exit(pids[rank], 300);
+    INFO("rank " << rank << ": " << read_text(dir + ".rank" + std::to_string(rank) + ".log"));
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 0);
+  }
+  CHECK_THAT(read_text(dir + ".rank0.log"), Catch::Contains("weights: " + fixture));
+  const auto want = losses(threads), got = losses(dir);
+  REQUIRE(want.size() == 2);
+  REQUIRE(got.size() == 2);
+  for (const auto& [step, loss] : want) CHECK(got.at(step) == loss);  // bit for bit, as the other torchrun test
+}

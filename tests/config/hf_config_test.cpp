@@ -1,0 +1,149 @@
+// config.json as a model base: the preset rules around model.hf_path (shape keys fixed, a named
+// flavor must agree, rope keys override), config.json's own refusals, the rope frequency rule
+// against hand-worked values, and config.json written back reading as the same model.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/config/hf_config.h"
+#include "engine/config/preset.h"
+#include "engine/config/rope.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+
+namespace {
+
+// A Llama 3.1-8B-shaped config.json (the published spelling) in a fresh directory.
+std::string write_config(const std::string& name, const std::string& json) {
+  const std::string dir = std::string(ODYSSEY_BINARY_DIR) + "/hf_config_test_" + name;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << json;
+  return dir;
+}
+
+const char* kLlama31 = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+  "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+  "num_key_value_heads": 8, "vocab_size": 128256, "rms_norm_eps": 1e-05, "tie_word_embeddings": false,
+  "max_position_embeddings": 131072, "rope_theta": 500000.0, "hidden_act": "silu",
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"}})";
+
+LoadedPreset load(const std::string& model_keys) {
+  return load_preset_text("[model]\n" + model_keys + "\n[training]\nseq_len = \"128K\"\n", "hf.toml");
+}
+
+bool says(const LoadedPreset& p, const std::string& key, const std::string& text) {
+  for (const auto& issue : p.issues)
+    if (issue.key == key && issue.format().find(text) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("hf config: a Llama 3.1 config.json is the model, and the llama3-8b flavor agrees with it", "[config][hf]") {
+  const std::string dir = write_config("llama31", kLlama31);
+  const LoadedPreset p = load("hf_path = \"" + dir + "\"");
+  INFO((p.issues.empty() ? "" : p.issues.front().format()));
+  REQUIRE(p.ok());
+  CHECK(p.config.model.flavor == "hf");
+  CHECK(p.config.model.head_dim == 128);
+  CHECK(p.config.model.rope_scaling.kind == RopeScalingKind::Llama3);
+  CHECK(p.config.model.rope_scaling.original_max_position == 8192);
+  CHECK(first_shape_difference(p.config.model, *find_model_flavor("llama3-8b")) == std::nullopt);
+  const LoadedPreset named = load("flavor = \"llama3-8b\"\nhf_path = \"" + dir + "\"");
+  REQUIRE(named.ok());
+  CHECK(named.config.model.flavor == "llama3-8b");
+  CHECK(named.config.model.rope_scaling.factor == 8.0);  // from the file, not the flavor
+  // Context extension: rope keys override the file; a shape key may not.
+  const LoadedPreset extended = load("hf_path = \"" + dir + "\"\nrope_factor = 32.0\nrope_theta = 1e6");
+  REQUIRE(extended.ok());
+  CHECK(extended.config.model.rope_scaling.factor == 32.0);
+  CHECK(extended.config.model.rope_theta == 1e6);
+  const LoadedPreset reshaped = load("hf_path = \"" + dir + "\"\nn_layers = 16");
+  CHECK(says(reshaped, "model.n_layers", "the checkpoint's tensors fix the shape"));
+  const LoadedPreset wrong_flavor = load("flavor = \"llama3.2-1b\"\nhf_path = \"" + dir + "\"");
+  CHECK(says(wrong_flavor, "model.flavor", "describes another shape"));
+  CHECK(says(load("flavor = \"hf\""), "model.flavor", "needs model.hf_path"));
+  CHECK(says(load("flavor = \"custom\"\nhf_path = \"" + dir + "\""), "model.flavor", "cannot be custom"));
+}
+
+TEST_CASE("hf config: what Odyssey cannot run exactly is refused naming the file, key and value", "[config][hf]") {
+  struct Case {
+    const char* replace;
+    const char* with;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"\"model_type\": \"llama\"", "\"model_type\": \"gemma2\"", "\"model_type\" = \"gemma2\": is not an architecture"},
+      {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "\"hidden_act\" = \"gelu\""},
+      {"\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5", "must divide num_attention_heads = 32"},
+      {"\"num_hidden_layers\": 32", "\"num_hidden_layers\": -1", "\"num_hidden_layers\" = -1: must be a whole number"},
+      {"\"rope_type\": \"llama3\"", "\"rope_type\": \"dynamic\"", "\"dynamic\": is not a rope type Odyssey runs"},
+      {"\"factor\": 8.0", "\"factor\": 0.5", "model.rope_factor must be at least 1"},
+      {"\"hidden_size\": 4096,", "", "\"hidden_size\" = (missing): is required"},
+  };
+  for (const Case& c : cases) {
+    std::string json = kLlama31;
+    json.replace(json.find(c.replace), std::string(c.replace).size(), c.with);
+    const std::string dir = write_config("bad", json);
+    HfConfigError error;
+    INFO(c.with);
+    CHECK(!read_hf_config(dir, &error));
+    CHECK_THAT(error.format(), Catch::Contains(dir + "/config.json") && Catch::Contains(c.says));
+    const LoadedPreset p = load("hf_path = \"" + dir + "\"");
+    CHECK(says(p, "model.hf_path", c.says));
+  }
+  HfConfigError error;
+  CHECK(!read_hf_config("/nonexistent/model", &error));
+  CHECK_THAT(error.format(), Catch::Contains("is not a directory"));
+  const std::string broken = write_config("not_json", "{ \"model_type\": ");
+  CHECK(!read_hf_config(broken, &error));
+  CHECK_THAT(error.format(), Catch::Contains("not a JSON object"));
+}
+
+TEST_CASE("hf config: rope frequencies follow the published rules, worked by hand", "[config][hf]") {
+  ModelConfig m;
+  m.head_dim = 8;
+  m.rope_theta = 10000.0;
+  const std::vector<double> base = rope_inv_freq(m);  // 10000^(-2i/8): 1, 0.1, 0.01, 0.001
+  REQUIRE(base.size() == 4);
+  for (int i = 0; i < 4; ++i) CHECK(base[i] == Approx(std::pow(10.0, -i)).epsilon(1e-15));
+  m.rope_scaling = RopeScaling{.kind = RopeScalingKind::Linear, .factor = 4.0};
+  for (int i = 0; i < 4; ++i) CHECK(rope_inv_freq(m)[i] == Approx(base[i] / 4.0).epsilon(1e-15));
+  // llama3 over an original context of 100 with low 1, high 4: wavelengths 2 pi / f are 6.28,
+  // 62.8, 628, 6283. Below 100/4 = 25 kept, above 100 divided by 8, 62.8 blended with
+  // smooth = (100 / 62.8 - 1) / (4 - 1) = 0.19718...
+  m.rope_scaling = RopeScaling{.kind = RopeScalingKind::Llama3, .factor = 8.0, .original_max_position = 100};
+  const std::vector<double> llama3 = rope_inv_freq(m);
+  const double smooth = (100.0 / (2 * M_PI / 0.1) - 1.0) / 3.0;
+  CHECK(llama3[0] == Approx(1.0).epsilon(1e-15));
+  CHECK(llama3[1] == Approx((1 - smooth) * 0.1 / 8 + smooth * 0.1).epsilon(1e-14));
+  CHECK(llama3[2] == Approx(0.01 / 8).epsilon(1e-15));
+  CHECK(llama3[3] == Approx(0.001 / 8).epsilon(1e-15));
+  CHECK(rope_attention_factor(m) == 1.0);
+  m.rope_scaling = RopeScaling{.kind = RopeScalingKind::Yarn, .factor = 4.0, .original_max_position = 100};
+  CHECK(rope_attention_factor(m) == Approx(0.1 * std::log(4.0) + 1.0).epsilon(1e-15));
+  const std::vector<double> yarn = rope_inv_freq(m);
+  CHECK(yarn[0] == Approx(1.0).epsilon(1e-15));       // fastest dimension: extrapolated (kept)
+  CHECK(yarn[3] == Approx(0.001 / 4).epsilon(1e-15));  // slowest: interpolated by the factor
+}
+
+TEST_CASE("hf config: config.json written from a model reads back as the same model", "[config][hf]") {
+  for (const char* flavor : {"llama3.2-1b", "llama3-8b", "qwen3-32b"}) {
+    ModelConfig m = *find_model_flavor(flavor);
+    if (std::string(flavor) == "llama3-8b") m.rope_scaling = RopeScaling{.kind = RopeScalingKind::Yarn, .factor = 4.0, .attention_factor = 1.2};
+    const std::string dir = write_config(std::string("roundtrip_") + flavor, hf_config_json(m, "bfloat16", 131072));
+    HfConfigError error;
+    const auto back = read_hf_config(dir, &error);
+    INFO(flavor << ": " << error.format());
+    REQUIRE(back.has_value());
+    CHECK(first_shape_difference(*back, m) == std::nullopt);
+    CHECK(back->rope_theta == m.rope_theta);
+    CHECK(back->norm_eps == m.norm_eps);
+    CHECK(back->rope_scaling == m.rope_scaling);
+  }
+}
