@@ -68,7 +68,7 @@ Grads reference(const Problem& p, bool project = false) {
     q = rms_norm(q, qn, m.norm_eps);
     k = rms_norm(k, kn, m.norm_eps);
   }
-  const Positions pos = make_positions(0, S, hd, m.rope_theta, at::kCPU);
+  const Positions pos = make_positions(0, S, m, at::kCPU);  // the model's RoPE, scaled or not
   q = apply_rope(q, pos).transpose(1, 2);
   k = apply_rope(k, pos).repeat_interleave(H / Hkv, 2).transpose(1, 2);
   v = v.repeat_interleave(H / Hkv, 2).transpose(1, 2);
@@ -92,7 +92,7 @@ Grads distributed(const Problem& p, int P, const AttentionFn& attention) {
     const int r = ctx.sp_rank;
     at::Tensor x = leaf(p.x.narrow(1, r * s, s));
     AttentionWeights w{leaf(p.wq), leaf(p.wk), leaf(p.wv), leaf(p.wo), leaf(p.qn), leaf(p.kn)};
-    const Positions pos = make_positions(r * s, s, p.model.head_dim, p.model.rope_theta, at::kCPU);
+    const Positions pos = make_positions(r * s, s, p.model, at::kCPU);
     at::Tensor out = attention(x, w, pos, ctx);  // [B, s, H*hd], or [B, s, d] when wo is applied
     (out * loss_weight(p, out).narrow(1, r * s, s)).sum().backward();
     per_rank[r] = {out.detach(),     x.grad(),        w.wq.grad(), w.wk.grad(), w.wv.grad(),
@@ -309,5 +309,32 @@ TEST_CASE("untied ulysses through rope_pack (RoPE written into the send buffers,
     const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
                                             const RankContext& ctx) { return untied_attention(x, w, pos, p.model, ctx, memory); });
     require_equivalent(got, want, "rope_pack, B = 1, P = " + std::to_string(P), tolerance(p));
+  }
+}
+
+TEST_CASE("untied ulysses with scaled RoPE (llama3, yarn): rope_pack rotates by the scaled frequencies",
+          "[ulysses][untied][equivalence]") {
+  // The GPU path takes the frequencies as a table (Positions::inv_freq) instead of deriving them
+  // from theta; under YaRN's attention factor it must fall back to the tables that carry it. Both
+  // against the single-rank reference built from the same rule (engine/config/rope.h). The
+  // original context (8) is shorter than the sequence (32), so the scaling changes the angles.
+  for (const RopeScaling& scaling : {RopeScaling{.kind = RopeScalingKind::Llama3, .factor = 4.0, .original_max_position = 8},
+                                     RopeScaling{.kind = RopeScalingKind::Yarn, .factor = 4.0, .original_max_position = 8}}) {
+    Problem p = make_problem(8, 2, /*qk_norm=*/false);
+    p.model.rope_scaling = scaling;
+    const Grads want = reference(p);
+    Problem unscaled = p;
+    unscaled.model.rope_scaling = RopeScaling{};
+    REQUIRE(odyssey::test::rel_error(reference(unscaled).out, want.out) > 10 * tolerance(p));  // the scaling matters here
+    for (bool forced : {false, true}) {
+      std::optional<ForcedRopePack> pack;
+      if (forced) pack.emplace();
+      MemoryConfig memory;
+      memory.untied_ulysses = true;
+      memory.heads_per_stage = 2;
+      const Grads got = distributed(p, 2, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
+                                              const RankContext& ctx) { return untied_attention(x, w, pos, p.model, ctx, memory); });
+      require_equivalent(got, want, std::string(to_string(scaling.kind)) + (forced ? ", rope_pack" : ", tables"), tolerance(p));
+    }
   }
 }
