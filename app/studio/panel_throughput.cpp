@@ -71,16 +71,19 @@ void draw_throughput_panel(AppState& state, EngineControl& engine) {
   const auto& metrics = state.history.metrics();
   if (metrics.empty()) {
     empty_state(no_data_title(state, "Waiting for the first step..."),
-                "Tokens per second, step time and MFU per step appear here; every toggle you flip "
+                "Tokens per second, step time, MFU and (for the long-range task) answer accuracy per step appear here; every toggle you flip "
                 "during the run is marked at the step where it took effect.");
     return;
   }
-  std::vector<double> steps, tps, step_s, mfu;
+  std::vector<double> steps, tps, step_s, mfu, accuracy;
+  bool answers = false;  // the task marks answers: their accuracy shows that learning goes on
   for (const auto& m : metrics) {
     steps.push_back(double(m.step));
     tps.push_back(m.tokens_per_s);
     step_s.push_back(m.step_time_s);
     mfu.push_back(m.mfu);
+    accuracy.push_back(m.answer_accuracy);
+    answers = answers || m.has_answers;
   }
   ImGui::Text("last: %s tokens/s, %s/step, MFU %.2f%%", plot::format_value(tps.back(), plot::Format::Number).c_str(),
               plot::format_value(step_s.back(), plot::Format::Seconds).c_str(), mfu.back() * 100);
@@ -89,10 +92,12 @@ void draw_throughput_panel(AppState& state, EngineControl& engine) {
               "fits. MFU is measured against the hardware profile the run was started with.");
   const plot::Range data_x{steps.front() - 0.5, steps.back() + 0.5};
   const float avail = ImGui::GetContentRegionAvail().y;
-  const float each = std::max(ImGui::GetFontSize() * 6, (avail - 2 * ImGui::GetStyle().ItemSpacing.y) / 3);
+  const int plots = answers ? 4 : 3;
+  const float each = std::max(ImGui::GetFontSize() * 6, (avail - (plots - 1) * ImGui::GetStyle().ItemSpacing.y) / plots);
   draw_series(state, "##tps", "tokens/s", steps, tps, plot::Format::Number, each, data_x, true);
   draw_series(state, "##step_s", "step time", steps, step_s, plot::Format::Seconds, each, data_x, false);
   draw_series(state, "##mfu", "MFU", steps, mfu, plot::Format::Percent, each, data_x, false);
+  if (answers) draw_series(state, "##answer_accuracy", "answer accuracy", steps, accuracy, plot::Format::Percent, each, data_x, false);
 }
 
 }  // namespace odyssey::studio

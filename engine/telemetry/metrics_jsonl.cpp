@@ -49,6 +49,10 @@ std::string metrics_json_line(const StepMetrics& m, const PhasePeakTable* phase_
   w.key("grad_norm").value(m.grad_norm);
   w.key("mfu").value(m.mfu);
   w.key("config_version").value(m.config_version);
+  if (m.has_answers) {  // the long-range task: how well the answers far back are recalled
+    w.key("answer_loss").value(m.answer_loss);
+    w.key("answer_accuracy").value(m.answer_accuracy);
+  }
   if (phase_peaks != nullptr) {
     w.key("phase_peak_bytes");
     phase_peaks->write_peaks_json(w);

@@ -22,6 +22,9 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;
   int64_t config_version = 0;          ///< increments each time live toggles are applied
+  bool has_answers = false;            ///< the dataset marks answer tokens (the long-range task)
+  double answer_loss = 0;              ///< mean CE over the answer tokens of the global batch
+  double answer_accuracy = 0;          ///< fraction of answer tokens predicted exactly (argmax)
 };
 
 /// Device and host bytes of one rank at one phase edge.

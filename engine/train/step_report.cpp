@@ -72,6 +72,9 @@ void StepReporter::report(const StepResult& r, int64_t config_version, RunOutcom
   m.lr = r.lr;
   m.grad_norm = r.grad_norm;
   m.config_version = config_version;
+  m.has_answers = r.has_answers;
+  m.answer_loss = r.answer_loss;
+  m.answer_accuracy = r.answer_accuracy;
   const at::Tensor host = peaks_.cpu();
   for (int k = 0; k < reported_ranks_; ++k) {
     m.rank_peak_bytes.push_back(static_cast<int64_t>(host[2 * k].item<double>()));

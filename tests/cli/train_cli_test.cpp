@@ -30,6 +30,11 @@ TEST_CASE("odyssey train: metrics.jsonl, trace.json, summary.json and a falling 
     CHECK(v->at("rank_peak_bytes").size() == 1);
     CHECK(v->at("peak_bytes").get<int64_t>() > 0);
     CHECK(v->at("step").get<int64_t>() == count + 1);  // steps count from 1, as the progress line does
+    // The long-range task's answers: their loss and accuracy, as the progress line shows them.
+    REQUIRE(v->contains("answer_accuracy"));
+    CHECK(v->at("answer_accuracy").get<double>() >= 0.0);
+    CHECK(v->at("answer_accuracy").get<double>() <= 1.0);
+    CHECK(v->at("answer_loss").get<double>() > 0.0);
     ++count;
   }
   CHECK(count == 30);

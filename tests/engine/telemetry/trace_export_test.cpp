@@ -216,6 +216,9 @@ TEST_CASE("metrics.jsonl has one object per step with the contract's fields", "[
       m.rank_host_peak_bytes = {7, 9};
       m.lr = 1e-3;
       m.loss_meaningful = s != 2;
+      m.has_answers = s != 1;  // step 1: a dataset without answer tokens
+      m.answer_loss = 2.5;
+      m.answer_accuracy = 0.25 * s;
       out.write(m, &table);
     }
     CHECK(out.lines() == 3);
@@ -239,6 +242,10 @@ TEST_CASE("metrics.jsonl has one object per step with the contract's fields", "[
     CHECK(v->at("loss_meaningful").get<bool>() == (n != 2));
     if (n == 3) CHECK(v->at("loss").is_null());
     if (n == 1) CHECK(v->at("loss").get<double>() == Approx(5.0));
+    // Answer statistics only where the data has answers.
+    CHECK(v->contains("answer_accuracy") == (n != 1));
+    CHECK(v->contains("answer_loss") == (n != 1));
+    if (n != 1) CHECK(v->at("answer_accuracy").get<double>() == 0.25 * n);
   }
   CHECK(n == 3);
   CHECK_THROWS_AS(MetricsJsonlWriter("/nonexistent-dir/metrics.jsonl"), std::runtime_error);
