@@ -9,6 +9,7 @@
 #include "engine/model/attention.h"
 #include "engine/model/block.h"
 #include "engine/ops/layers.h"
+#include "engine/telemetry/memory_tracker.h"
 #include "engine/train/hf_checkpoint.h"
 
 using namespace odyssey;
@@ -135,4 +136,26 @@ TEST_CASE("hf: the preset takes the shape and rope scaling from config.json", "[
   CHECK(qwen.model.qk_norm);
   CHECK(qwen.model.head_dim == 32);
   CHECK(qwen.model.rope_scaling.kind == RopeScalingKind::Yarn);
+}
+
+TEST_CASE("hf: loading allocates no tensor memory: file pages are converted straight into the master shards",
+          "[engine][hf]") {
+  // Memory: an 8B checkpoint must never be materialised whole on a rank. The tracker counts every
+  // ATen allocation of rank 0; loading a bf16 checkpoint (the converting path) adds none, so a
+  // rank's load costs its own shards (already allocated by the model) and nothing per file.
+  const std::string dir = hf_fixture("llama-tied-bf16-sharded");
+  const RunConfig cfg = hf_config(dir, 32);
+  Trainer t(cfg, cpu_rank());
+  MemoryTracker& tracker = MemoryTracker::instance();
+  REQUIRE(tracker.cpu_allocator_installed());
+  RankScope rank(0);
+  const MemorySnapshot before = tracker.snapshot(0);
+  tracker.reset_peak(0);
+  const HfWeights weights(dir, cfg.model);
+  weights.load(t.model().groups());
+  const MemorySnapshot after = tracker.snapshot(0);
+  CHECK(after.device_bytes == before.device_bytes);
+  CHECK(after.device_peak == before.device_bytes);  // not one byte above what was live before
+  CHECK(after.host_bytes == before.host_bytes);
+  CHECK(t.model().embed().master.abs().sum().item<double>() > 0);  // and the weights did arrive
 }
