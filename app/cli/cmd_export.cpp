@@ -1,7 +1,6 @@
 // odyssey export RUN_DIR --hf OUT_DIR: a run's latest checkpoint as a Hugging Face model directory
 // (config.json + safetensors, sharded with an index above --max-shard-size) that transformers loads.
 #include <cctype>
-#include <cstring>
 #include <iostream>
 
 #include "app/cli/cli.h"

@@ -13,7 +13,6 @@
 #include "engine/config/preset.h"
 #include "engine/model/llama.h"
 #include "engine/util/files.h"
-#include "engine/util/json.h"
 #include "engine/util/json_read.h"
 
 namespace odyssey {
