@@ -25,8 +25,8 @@ const std::set<std::string>& config_panel_keys() {
       "parallel.world_size", "parallel.ulysses_degree", "parallel.fsdp", "parallel.emulate",
       "memory.activation_checkpointing", "memory.offload_activations", "memory.tiled_mlp",
       "memory.mlp_tile_tokens", "memory.tiled_loss", "memory.loss_tile_tokens", "memory.untied_ulysses",
-      "memory.heads_per_stage", "hardware.profile", "hardware.device_memory_gib", "hardware.bf16_tflops",
-      "hardware.pcie_gbps", "hardware.nvlink_gbps", "hardware.host_memory_gib", "hardware.gpus_per_node",
+      "memory.heads_per_stage", "memory.offload_optimizer", "hardware.profile", "hardware.device_memory_gib", "hardware.bf16_tflops",
+      "hardware.pcie_gbps", "hardware.nvlink_gbps", "hardware.host_memory_gib", "hardware.host_optimizer_gbps", "hardware.gpus_per_node",
       "hardware.compute_efficiency", "hardware.runtime_overhead_gib"};
   return keys;
 }
@@ -319,6 +319,7 @@ void draw_hardware(AppState& state) {
       input_f64(state, "NVLink GB/s", "hardware.nvlink_gbps", &c.hardware.nvlink_gbps, "%.0f");
       input_f64(state, "PCIe GB/s", "hardware.pcie_gbps", &c.hardware.pcie_gbps, "%.0f");
       input_f64(state, "Host memory (GiB)", "hardware.host_memory_gib", &c.hardware.host_memory_gib, "%.0f");
+      input_f64(state, "Host AdamW bandwidth (GB/s)", "hardware.host_optimizer_gbps", &c.hardware.host_optimizer_gbps, "%.0f");
       input_i64(state, "GPUs per node", "hardware.gpus_per_node", &c.hardware.gpus_per_node);
       input_f64(state, "Compute efficiency", "hardware.compute_efficiency", &c.hardware.compute_efficiency, "%.2f");
       input_f64(state, "Runtime overhead (GiB)", "hardware.runtime_overhead_gib", &c.hardware.runtime_overhead_gib, "%.1f");

@@ -94,7 +94,7 @@ std::vector<ModelFlavor> make_flavors() {
 
 HardwareConfig hardware(const char* name, double mem, double tflops, double nvlink, double internode,
                         double pcie, double host, int64_t per_node, double eff, double comm_eff,
-                        double overhead) {
+                        double overhead, double host_optimizer) {
   HardwareConfig h;
   h.profile = name;
   h.device_memory_gib = mem;
@@ -107,6 +107,7 @@ HardwareConfig hardware(const char* name, double mem, double tflops, double nvli
   h.compute_efficiency = eff;
   h.comm_efficiency = comm_eff;
   h.runtime_overhead_gib = overhead;
+  h.host_optimizer_gbps = host_optimizer;
   return h;
 }
 
@@ -125,14 +126,16 @@ std::optional<ModelConfig> find_model_flavor(std::string_view name) {
 
 const std::vector<HardwareProfile>& hardware_profiles() {
   // Device memory is what the CUDA runtime reports as usable (torch.cuda.mem_get_info total), not
-  // the marketing size. Bandwidths are per device and direction; host memory is per node.
+  // the marketing size. Bandwidths are per device and direction; host memory is per node. The host
+  // AdamW's bandwidth is per node (an assumption until measured: two Sapphire Rapids sockets stream
+  // ~500 GB/s; ATen's AdamW ops, one pass each, reach about a fifth of that).
   static const std::vector<HardwareProfile> profiles = {
       {"h100-sxm", "NVIDIA H100 SXM 80 GB, 8 per node (DGX H100: NVLink 4, PCIe Gen5, 2 TiB host)",
-       hardware("h100-sxm", 79.1, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.8, 2.0)},
+       hardware("h100-sxm", 79.1, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.8, 2.0, 100.0)},
       {"h200", "NVIDIA H200 SXM 141 GB, 8 per node (DGX H200: NVLink 4, PCIe Gen5, 2 TiB host)",
-       hardware("h200", 139.8, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.8, 2.0)},
+       hardware("h200", 139.8, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.8, 2.0, 100.0)},
       {"cpu", "This machine's CPU: ranks are threads, 'device' and host memory are the same RAM",
-       hardware("cpu", 16.0, 0.1, 10.0, 10.0, 10.0, 16.0, 8, 0.5, 0.5, 0.0)},
+       hardware("cpu", 16.0, 0.1, 10.0, 10.0, 10.0, 16.0, 8, 0.5, 0.5, 0.0, 10.0)},
   };
   return profiles;
 }

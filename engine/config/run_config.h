@@ -119,6 +119,7 @@ struct MemoryConfig {
   int64_t loss_tile_tokens = 0;           ///< tokens per loss tile; 0 = auto (~1 GiB fp32 logits)
   bool untied_ulysses = false;            ///< attention in head stages that reuse one buffer set
   int64_t heads_per_stage = 0;            ///< query heads per stage over all Ulysses ranks; 0 = degree
+  bool offload_optimizer = false;         ///< fp32 masters, gradients and AdamW moments in host memory
 
   bool operator==(const MemoryConfig&) const = default;
 };
@@ -132,6 +133,7 @@ struct HardwareConfig {
   double internode_gbps = 50.0;      ///< inter-node bandwidth per device and direction, GB/s
   double pcie_gbps = 50.0;           ///< host<->device bandwidth per device and direction, GB/s
   double host_memory_gib = 2048.0;   ///< host memory per node
+  double host_optimizer_gbps = 100.0; ///< memory bandwidth the host AdamW reaches per node, GB/s
   int64_t gpus_per_node = 8;         ///< devices sharing one host
   double compute_efficiency = 0.5;   ///< achieved fraction of peak FLOPs in matmul/attention
   double comm_efficiency = 0.8;      ///< achieved fraction of link bandwidth in collectives

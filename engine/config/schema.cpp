@@ -335,6 +335,7 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_BOOL("memory", memory.tiled_loss, "tiled_loss", "LM head + cross-entropy over sequence tiles; never the full logits."));
   s.push_back(ODY_SIZE("memory", memory.loss_tile_tokens, "loss_tile_tokens", "Tokens per loss tile; 0 = about 1 GiB of fp32 logits per tile.", between(0, kMaxTokens, "0 = auto")));
   s.push_back(ODY_BOOL("memory", memory.untied_ulysses, "untied_ulysses", "Attention in head stages that reuse one set of buffers (Untied Ulysses)."));
+  s.push_back(ODY_BOOL("memory", memory.offload_optimizer, "offload_optimizer", "Keep fp32 master weights, gradients and AdamW moments in host memory; AdamW runs on the host."));
   s.push_back(ODY_INT("memory", memory.heads_per_stage, "heads_per_stage", "Query heads per stage over all Ulysses ranks (a multiple of ulysses_degree); 0 = ulysses_degree.", between(0, 4096, "0 = one head per rank per stage")));
 
   // [hardware]
@@ -347,6 +348,7 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_FLOAT("hardware", hardware.nvlink_gbps, "nvlink_gbps", "Intra-node bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.internode_gbps, "internode_gbps", "Inter-node bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.pcie_gbps, "pcie_gbps", "Host<->device bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.host_optimizer_gbps, "host_optimizer_gbps", "Memory bandwidth the host AdamW reaches per node (shared by its devices), GB/s.", positive_up_to(1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.host_memory_gib, "host_memory_gib", "Host memory per node, GiB.", closed(0, 1 << 20, "GiB")));
   s.push_back(ODY_INT("hardware", hardware.gpus_per_node, "gpus_per_node", "Devices per node sharing the host memory.", between(1, 1024)));
   s.push_back(ODY_FLOAT("hardware", hardware.compute_efficiency, "compute_efficiency", "Achieved fraction of peak FLOP/s (0..1].", positive_up_to(1)));

@@ -43,6 +43,7 @@ auto* field_of(Config& cfg, TechniqueId id) {
     case TechniqueId::TiledMlp: return &cfg.memory.tiled_mlp;
     case TechniqueId::TiledLoss: return &cfg.memory.tiled_loss;
     case TechniqueId::UntiedUlysses: return &cfg.memory.untied_ulysses;
+    case TechniqueId::OptimizerOffload: return &cfg.memory.offload_optimizer;
   }
   throw std::logic_error("technique registry: unknown technique id");
 }

@@ -15,8 +15,8 @@
 namespace odyssey {
 
 /// The techniques, in ladder order.
-enum class TechniqueId : uint8_t { Fsdp, Ulysses, Checkpointing, Offload, TiledMlp, TiledLoss, UntiedUlysses };
-constexpr int kTechniqueCount = 7;
+enum class TechniqueId : uint8_t { Fsdp, Ulysses, Checkpointing, Offload, TiledMlp, TiledLoss, UntiedUlysses, OptimizerOffload };
+constexpr int kTechniqueCount = 8;
 
 /// One technique: what the studio shows, the ladder adds, the validator requires and the run
 /// summaries print. When an edit of `key` applies (next step or restart) is the schema's rule for
@@ -37,8 +37,8 @@ struct Technique {
 
 /// Rung names of the technique ladder, in order (the CLI contract's names). Each rung adds the
 /// techniques whose ladder_rung is its index; rung 0 is the config with none of them.
-constexpr std::array<const char*, 7> kLadderRungNames = {"default", "fsdp",  "ulysses",       "checkpointing",
-                                                         "offload", "tiling", "untied_ulysses"};
+constexpr std::array<const char*, 8> kLadderRungNames = {"default", "fsdp",  "ulysses",       "checkpointing",
+                                                         "offload", "tiling", "untied_ulysses", "offload_optimizer"};
 constexpr int kLadderRungCount = static_cast<int>(kLadderRungNames.size());
 
 inline constexpr std::array<Technique, kTechniqueCount> kTechniques = {{
@@ -70,6 +70,11 @@ inline constexpr std::array<Technique, kTechniqueCount> kTechniques = {{
      "Attention in head stages that reuse one buffer set: the workspace of one stage instead of all local "
      "heads; costs more, smaller all-to-alls and re-projection in backward.",
      std::nullopt, "", 6, true},
+    {TechniqueId::OptimizerOffload, "offload_optimizer", "memory.offload_optimizer", "Offload optimizer", "optimizer offload",
+     "Keeps fp32 master weights, gradients and AdamW moments in host memory (the device keeps compute-dtype "
+     "parameters: 2 of 16 bytes a parameter in bf16); costs PCIe traffic for gradients and parameters and "
+     "the host AdamW's time.",
+     std::nullopt, "", 7, true},
 }};
 
 /// The registry entry of `id`.

@@ -27,6 +27,9 @@ const char* planned_buffer_name(PlannedBuffer buffer) {
     case PlannedBuffer::HeadPack: return "head packed gradients";
     case PlannedBuffer::BlockShardOut: return "block reduce-scatter output";
     case PlannedBuffer::BlockShardCast: return "block shard cast";
+    case PlannedBuffer::BlockDeviceParams: return "block device parameters";
+    case PlannedBuffer::EmbedDeviceParams: return "embedding device parameters";
+    case PlannedBuffer::HeadDeviceParams: return "head device parameters";
     case PlannedBuffer::OffloadSlot: return "offload host copy";
     case PlannedBuffer::OffloadPrefetchSlot: return "offload device slot";
     case PlannedBuffer::Count: break;
@@ -40,10 +43,13 @@ PlannedBuffer group_buffer(ParamGroupKind kind, GroupBuffer buffer) {
   static constexpr PlannedBuffer kShard[] = {PlannedBuffer::EmbedShard, PlannedBuffer::BlockShard,
                                              PlannedBuffer::HeadShard};
   static constexpr PlannedBuffer kPack[] = {PlannedBuffer::EmbedPack, PlannedBuffer::BlockPack, PlannedBuffer::HeadPack};
+  static constexpr PlannedBuffer kDevice[] = {PlannedBuffer::EmbedDeviceParams, PlannedBuffer::BlockDeviceParams,
+                                              PlannedBuffer::HeadDeviceParams};
   switch (buffer) {
     case GroupBuffer::Full: return kFull[group];
     case GroupBuffer::Shard: return kShard[group];
     case GroupBuffer::Pack: return kPack[group];
+    case GroupBuffer::DeviceParams: return kDevice[group];
     case GroupBuffer::ShardOut: return kind == ParamGroupKind::Block ? PlannedBuffer::BlockShardOut : PlannedBuffer::Count;
     case GroupBuffer::ShardCast:
       return kind == ParamGroupKind::Block ? PlannedBuffer::BlockShardCast : PlannedBuffer::Count;
@@ -60,6 +66,8 @@ FlatShardLayout flat_shard_layout(int64_t numel, int64_t shards) {
   return l;
 }
 
-bool keeps_gathered_copy(int64_t shards, int64_t compute_dtype_bytes) { return shards > 1 || compute_dtype_bytes != 4; }
+bool keeps_gathered_copy(int64_t shards, int64_t compute_dtype_bytes, bool states_on_host) {
+  return shards > 1 || (compute_dtype_bytes != 4 && !states_on_host);
+}
 
 }  // namespace odyssey

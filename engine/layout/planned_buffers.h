@@ -31,6 +31,7 @@ enum class PlannedBuffer : uint8_t {
   BlockPack, EmbedPack, HeadPack,           ///< [padded] fp32: packed gradients for the reduction (BlockPack, EmbedPack, HeadPack)
   BlockShardOut,                            ///< [shard] fp32: a block's reduce-scatter output (BlockShardOut)
   BlockShardCast,                           ///< [shard] compute dtype: a block shard cast for the all-gather (BlockShardCast)
+  BlockDeviceParams, EmbedDeviceParams, HeadDeviceParams,  ///< [shard] compute dtype on the device while the fp32 states are offloaded (DeviceParamShards)
   // Activation offload (engine/memory/offload.cpp)
   OffloadSlot,       ///< [B, s, d] host: one checkpointed block input                  (OffloadedInput)
   OffloadPrefetchSlot,  ///< [B, s, d] device: one of the two slots inputs come back into (Hidden)
@@ -45,7 +46,7 @@ const char* planned_buffer_name(PlannedBuffer buffer);
 enum class ParamGroupKind : uint8_t { Embedding, Block, Head };
 
 /// The buffers every flat group has, by group kind.
-enum class GroupBuffer : uint8_t { Full, Shard, Pack, ShardOut, ShardCast };
+enum class GroupBuffer : uint8_t { Full, Shard, Pack, ShardOut, ShardCast, DeviceParams };
 
 /// The tag of `buffer` in a group of `kind`; ShardOut and ShardCast are tagged for blocks only
 /// (Count for the others: the planner charges the embedding's and head's reductions otherwise).
@@ -62,9 +63,10 @@ struct FlatShardLayout {
 };
 FlatShardLayout flat_shard_layout(int64_t numel, int64_t shards);
 
-/// Whether a flat group holds its gathered parameters apart from its master shard: when sharded
-/// (the all-gather's output) or when the compute dtype is not fp32 (the cast). Otherwise `full` is
-/// the master itself (memory: no second copy of the parameters at W = 1, FSDP or not).
-bool keeps_gathered_copy(int64_t shards, int64_t compute_dtype_bytes);
+/// Whether a flat group gathers its parameters into a transient `full` buffer: when sharded (the
+/// all-gather's output) or when the compute dtype is not fp32 (the cast). Otherwise `full` is
+/// resident: the master itself (memory: no second copy of the parameters at W = 1, FSDP or not),
+/// or, with the optimizer states offloaded (`states_on_host`), the device's compute-dtype copy.
+bool keeps_gathered_copy(int64_t shards, int64_t compute_dtype_bytes, bool states_on_host = false);
 
 }  // namespace odyssey

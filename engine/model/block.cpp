@@ -322,7 +322,6 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
   const auto attn_half = names.attention_half();
   for (size_t k = 0; k < attn_half.size(); ++k) param_grads[attn_half[k].first] = attn_grads[k + 1];
 
-  at::Tensor shard_grad;
   {
     EnginePhase phase(rt->rank, block_phase("bwd", layer, "reduce_scatter"));
     if (rt->defer_reduce_scatter && group.sharded()) {
@@ -332,13 +331,14 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
       rt->finish_pending_gradient();
       param_grads_to_pending(group, param_grads, *rt);
     } else {
-      shard_grad = group.reduce_gradients(param_grads);  // [shard] fp32, summed over the ranks
+      // [shard] fp32, summed over the ranks, into the gradient wherever it lives (host, offloaded)
+      group.accumulate_gradient(group.reduce_gradients(param_grads));
     }
   }
   group.reshard();
   // Every read of x is queued: its slot may take block layer - 2 (the planner frees the input here).
   if (input_in_slot) rt->offload->release(layer);
-  return {attn_grads[0], shard_grad, at::Tensor(), at::Tensor()};
+  return {attn_grads[0], at::Tensor(), at::Tensor(), at::Tensor()};  // master: accumulated above
 }
 
 }  // namespace odyssey

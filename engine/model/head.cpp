@@ -86,8 +86,8 @@ variable_list EmbedFunction::backward(AutogradContext* ctx, variable_list grad_o
     note_planned_buffer(PlannedBuffer::EmbedPack, flat);
   }
   flat.narrow(0, 0, V * d).view({V, d}).index_add_(0, ids.reshape(-1), dx.reshape({-1, d}).to(at::kFloat));
-  at::Tensor shard = rt->embed->reduce_flat(flat);
-  return {shard, at::Tensor(), at::Tensor()};
+  rt->embed->accumulate_gradient(rt->embed->reduce_flat(flat));  // [shard] fp32, not through autograd
+  return {at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
 at::Tensor HeadFunction::forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& master,
@@ -161,17 +161,16 @@ variable_list HeadFunction::backward(AutogradContext* ctx, variable_list grad_ou
   }
   root = at::Tensor();
   leaves.clear();
-  at::Tensor head_shard;
+  // The reduced shards go into the gradients wherever they live (the host, offloaded), not
+  // through autograd: every group's gradient takes one route.
   if (rt->model->tie_embeddings) {
-    head_shard = rt->head->reduce_gradients({d_norm});
-    at::Tensor embed_shard = rt->embed->reduce_gradients({d_head});
-    at::NoGradGuard no_grad;
-    rt->embed->master.mutable_grad().add_(embed_shard);  // the embedding's second contribution
+    rt->head->accumulate_gradient(rt->head->reduce_gradients({d_norm}));
+    rt->embed->accumulate_gradient(rt->embed->reduce_gradients({d_head}));  // the embedding's second contribution
   } else {
-    head_shard = rt->head->reduce_gradients({d_head, d_norm});
+    rt->head->accumulate_gradient(rt->head->reduce_gradients({d_head, d_norm}));
   }
   reshard_head(*rt);
-  return {dx, head_shard, at::Tensor()};
+  return {dx, at::Tensor(), at::Tensor()};
 }
 
 }  // namespace odyssey

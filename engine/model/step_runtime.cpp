@@ -59,12 +59,7 @@ void StepRuntime::finish_pending_gradient() {
   FlatParamGroup::PendingGradient g = std::move(pending_gradient);
   pending_gradient = {};
   if (g.pending) g.pending->finish();  // CPU: the host waits; GPU: the stream waits
-  at::NoGradGuard no_grad;
-  at::Tensor& grad = group->master.mutable_grad();
-  if (grad.defined())
-    grad.add_(g.shard);  // what autograd would have accumulated had the backward returned it
-  else
-    grad = g.shard;
+  group->accumulate_gradient(g.shard);  // into the gradient, on the device or the host
 }
 
 }  // namespace odyssey

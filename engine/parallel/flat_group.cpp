@@ -53,25 +53,6 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, c
   shard_numel_ = layout.shard_numel;
   padded_numel_ = layout.padded_numel;
   shard_offset_ = options_.fsdp ? shard_numel_ * ctx_.rank : 0;
-  full_is_master_ = !keeps_gathered_copy(shards_, static_cast<int64_t>(c10::elementSize(options_.compute)));
-
-  {
-    CategoryScope category(MemCategory::Params);
-    master = at::zeros({shard_numel_}, fp32_on(options_.device));  // [shard] fp32 master weights
-    master.requires_grad_(true);
-  }
-  {
-    CategoryScope category(MemCategory::Grads);
-    master.mutable_grad() = at::zeros({shard_numel_}, fp32_on(options_.device));  // [shard] fp32 grads
-  }
-  {
-    CategoryScope category(MemCategory::Optimizer);
-    exp_avg = at::zeros({shard_numel_}, fp32_on(options_.device));     // [shard]
-    exp_avg_sq = at::zeros({shard_numel_}, fp32_on(options_.device));  // [shard]
-  }
-  for (const at::Tensor& shard : {master, master.grad(), exp_avg, exp_avg_sq})
-    note_planned_buffer(tag(GroupBuffer::Shard), shard);
-
   // Local no-decay ranges: the intersection of each no-decay parameter (and the padding) with
   // this rank's shard, in local coordinates.
   auto add_range = [&](int64_t begin, int64_t end) {
@@ -86,18 +67,125 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, c
     if (!spec.decay) add_range(spec.offset, spec.offset + spec.numel());
   add_range(numel_, padded_numel_);
 
-  if (full_is_master_) {
-    full_ = master.detach();  // the parameters are views of the master itself
-    unsharded_ = true;
+  place_states(options_.offload_optimizer);
+}
+
+namespace {
+
+/// Host state tensors on a CUDA device are pinned (the copies run at PCIe speed and asynchronously);
+/// LibTorch's pinned allocator is not the counting CPU allocator, so their bytes are charged to the
+/// tracker's host pool by hand and returned when the last tensor is freed.
+at::Tensor host_state_tensor(int64_t numel, at::Device device, MemCategory category) {
+  CategoryScope scope(category);
+  if (!device.is_cuda()) {
+    PoolScope pool(MemPool::Host);  // CPU: the counting allocator charges the host pool
+    return at::zeros({numel}, fp32_on(at::kCPU));
+  }
+  at::Tensor t = at::zeros({numel}, fp32_on(at::kCPU).pinned_memory(true));
+  const int rank = current_rank();
+  const int64_t bytes = numel * 4;
+  MemoryTracker::instance().on_alloc(rank, MemPool::Host, category, bytes);
+  // The charge is returned with the storage: a deleter-owning holder tied to the tensor's life.
+  struct Charge {
+    int rank;
+    MemCategory category;
+    int64_t bytes;
+    ~Charge() { MemoryTracker::instance().on_alloc(rank, MemPool::Host, category, -bytes); }
+  };
+  auto charge = std::make_shared<Charge>(Charge{rank, category, bytes});
+  return at::from_blob(t.data_ptr(), {numel}, [t, charge](void*) mutable {}, t.options());
+}
+
+}  // namespace
+
+void FlatParamGroup::place_states(bool on_host) {
+  at::NoGradGuard no_grad;
+  // The current states (undefined in the constructor), whose values move to the new home.
+  const at::Tensor old_master = master.defined() ? master.detach() : at::Tensor();
+  const at::Tensor old_grad = master.defined() ? master.grad() : at::Tensor();
+  const at::Tensor old_avg = exp_avg, old_avg_sq = exp_avg_sq;
+  auto fresh = [&](MemCategory category) {
+    if (on_host) return host_state_tensor(shard_numel_, options_.device, category);
+    CategoryScope scope(category);
+    return at::zeros({shard_numel_}, fp32_on(options_.device));  // [shard] fp32
+  };
+  auto moved = [](at::Tensor to, const at::Tensor& from) {
+    if (from.defined()) to.copy_(from);
+    return to;
+  };
+  master = at::Tensor();  // free the old states as each new one arrives
+  at::Tensor next_master = moved(fresh(MemCategory::Params), old_master);  // [shard] fp32 master weights
+  at::Tensor next_grad = moved(fresh(MemCategory::Grads), old_grad);       // [shard] fp32 grads
+  exp_avg = moved(fresh(MemCategory::Optimizer), old_avg);                 // [shard] AdamW first moment
+  exp_avg_sq = moved(fresh(MemCategory::Optimizer), old_avg_sq);           // [shard] AdamW second moment
+  master = next_master;
+  master.requires_grad_(true);
+  master.mutable_grad() = next_grad;
+  for (const at::Tensor& shard : {master, master.grad(), exp_avg, exp_avg_sq})
+    note_planned_buffer(tag(GroupBuffer::Shard), shard);
+  states_on_host_ = on_host;
+
+  // The device's compute-dtype shard: what the all-gather reads (or `full` itself, unsharded).
+  device_params_ = at::Tensor();
+  if (on_host) {
+    CategoryScope category(MemCategory::Params);
+    device_params_ = at::empty({shard_numel_}, at::TensorOptions().dtype(options_.compute).device(options_.device));
+    note_planned_buffer(tag(GroupBuffer::DeviceParams), device_params_);
+    device_params_.copy_(master.detach());  // [shard] compute dtype, host -> device
+  }
+
+  const int64_t element = static_cast<int64_t>(c10::elementSize(options_.compute));
+  full_resident_ = !keeps_gathered_copy(shards_, element, on_host);  // the planner's rule too
+  pending_gather_.reset();
+  gather_staging_ = at::Tensor();
+  views_.clear();
+  if (full_resident_) {
+    full_ = on_host ? device_params_ : master.detach();  // the parameters are views of it
   } else {
     // `full` keeps one StorageImpl for its whole life; (un)shard swaps the memory behind it.
     CategoryScope category(MemCategory::GatheredParams);
     full_ = at::empty({padded_numel_}, at::TensorOptions().dtype(options_.compute).device(options_.device));
     note_planned_buffer(tag(GroupBuffer::Full), full_);
-    unsharded_ = true;
   }
+  unsharded_ = true;
   for (const auto& spec : specs_) views_.push_back(full_.narrow(0, spec.offset, spec.numel()).view(spec.shape));
   reshard();
+}
+
+void FlatParamGroup::set_states_on_host(bool on_host) {
+  if (on_host == states_on_host_) return;
+  reshard();
+  place_states(on_host);
+}
+
+void FlatParamGroup::accumulate_gradient(const at::Tensor& shard) {
+  at::NoGradGuard no_grad;
+  at::Tensor& grad = master.mutable_grad();
+  if (shard.device() == grad.device()) {
+    grad.add_(shard);
+    return;
+  }
+  // Optimizer offload: the shard comes to the host (a transient [shard] fp32 host copy), then adds.
+  at::Tensor on_host;
+  {
+    CategoryScope category(MemCategory::Grads);
+    PoolScope pool(MemPool::Host);
+    on_host = shard.to(at::kCPU);
+  }
+  grad.add_(on_host);
+}
+
+int64_t FlatParamGroup::device_state_bytes() const {
+  return states_on_host_ ? static_cast<int64_t>(device_params_.nbytes()) : 4 * shard_numel_ * 4;
+}
+
+int64_t FlatParamGroup::host_state_bytes() const { return states_on_host_ ? 4 * shard_numel_ * 4 : 0; }
+
+void FlatParamGroup::refresh_device_params() {
+  if (!states_on_host_) return;
+  at::NoGradGuard no_grad;
+  if (pending_gather_) unshard();
+  device_params_.copy_(master.detach());  // [shard] cast to the compute dtype, host -> device
 }
 
 FlatParamGroup::~FlatParamGroup() = default;
@@ -120,7 +208,8 @@ void FlatParamGroup::init(uint64_t seed) {
   }
   at::NoGradGuard no_grad;
   master.copy_(whole.narrow(0, shard_offset_, shard_numel_));
-  if (unsharded_ && !full_is_master_) {
+  refresh_device_params();
+  if (unsharded_ && !full_resident_) {
     unsharded_ = false;  // refill from the new master
     unshard();
   }
@@ -169,7 +258,9 @@ void FlatParamGroup::unshard_async() {
   at::Tensor writer = at::empty({0}, full_.options());
   writer.set_(full_.storage(), 0, {padded_numel_}, {1});
   at::NoGradGuard no_grad;
-  if (options_.compute == at::kFloat) {
+  if (states_on_host_) {
+    gather_staging_ = device_params_;  // already the compute dtype, on the device
+  } else if (options_.compute == at::kFloat) {
     gather_staging_ = master.detach();
   } else {
     CategoryScope category(MemCategory::CommBuffers);
@@ -181,7 +272,7 @@ void FlatParamGroup::unshard_async() {
 
 void FlatParamGroup::reshard() {
   if (pending_gather_) unshard();  // never free memory a collective is still writing
-  if (!unsharded_ || full_is_master_) return;
+  if (!unsharded_ || full_resident_) return;
   c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(at::DataPtr(nullptr, options_.device));  // frees the gathered bytes
   storage->set_nbytes(0);

@@ -35,6 +35,7 @@ struct FlatGroupOptions {
   at::ScalarType compute = at::kFloat;     ///< dtype of `full` (the parameters the model sees)
   at::Device device = at::kCPU;
   ParamGroupKind kind = ParamGroupKind::Block;  ///< which planner terms size its buffers (planned_buffers.h)
+  bool offload_optimizer = false;  ///< master, gradient and moments start in host memory (set_states_on_host)
 };
 
 /// A flat parameter group. Master, grad and moments are fp32 shards [shard_numel] (the whole
@@ -42,6 +43,11 @@ struct FlatGroupOptions {
 /// model computes with. fp32 without sharding: `full` is `master` itself (no copy, always
 /// "unsharded"). Otherwise `full` owns one StorageImpl whose memory reshard() frees by swapping
 /// in an empty DataPtr and unshard() swaps back in, so views saved by autograd survive.
+///
+/// Optimizer offload (set_states_on_host): master, grad and moments live in host memory (pinned
+/// for a CUDA device; the tracker's host pool), the device keeps only `device_params`, the shard in
+/// the compute dtype [shard_numel] that the all-gather reads (without sharding it is `full`
+/// itself, resident). Memory: 16 bytes a parameter leave the device, c bytes stay.
 class FlatParamGroup {
  public:
   /// Lays out `specs` (in order), allocates master/grad/moments (zeros). init() fills master.
@@ -58,8 +64,24 @@ class FlatParamGroup {
   int64_t shard_numel() const { return shard_numel_; }
   int64_t shard_offset() const { return shard_offset_; }  ///< first flat element of this rank's shard
   bool sharded() const { return shards_ > 1; }
-  /// True when `full` aliases `master` (fp32, not sharded): unshard/reshard cost nothing.
-  bool full_is_master() const { return full_is_master_; }
+  /// True when `full` aliases `master` (fp32, not sharded, states on the device): unshard/reshard
+  /// cost nothing.
+  bool full_is_master() const { return full_resident_ && !states_on_host_; }
+  /// True when master, grad and moments live in host memory (optimizer offload).
+  bool states_on_host() const { return states_on_host_; }
+  /// Moves master, grad and moments to host memory (true) or back to the device (false), and
+  /// creates or frees `device_params`. At a step boundary only: rebuilds `full` and its views.
+  void set_states_on_host(bool on_host);
+  /// Adds a reduced gradient shard [shard_numel] fp32 (on the device) into the gradient, wherever
+  /// it lives (with the states on the host: a device-to-host copy, then the add on the host).
+  void accumulate_gradient(const at::Tensor& shard);
+  /// Bytes of the group's persistent tensors in the device pool (master, grad and moments, or
+  /// `device_params` with the states on the host) and in the host pool (the offloaded states).
+  int64_t device_state_bytes() const;
+  int64_t host_state_bytes() const;
+  /// After an optimizer step on the host: the updated master, cast to the compute dtype, into
+  /// `device_params` (host-to-device). Nothing when the states are on the device.
+  void refresh_device_params();
   at::ScalarType compute_dtype() const { return options_.compute; }
 
   /// Deterministic Llama-style init of the whole group from `seed`, then this rank's shard.
@@ -121,8 +143,12 @@ class FlatParamGroup {
   RankContext ctx_;
   FlatGroupOptions options_;
   int64_t numel_ = 0, padded_numel_ = 0, shard_numel_ = 0, shard_offset_ = 0;
+  /// Places master/grad/moments on the host or the device (fresh tensors) and builds `full`.
+  void place_states(bool on_host);
   int shards_ = 1;
-  bool full_is_master_ = false;
+  bool full_resident_ = false;   ///< `full` is master or device_params_: (un)shard cost nothing
+  bool states_on_host_ = false;
+  at::Tensor device_params_;     ///< [shard_numel] compute dtype on the device, with the states on the host
   bool unsharded_ = false;
   at::Tensor full_;  ///< [padded_numel] compute dtype; its storage is swapped by (un)shard
   std::unique_ptr<PendingCollective> pending_gather_;  ///< unshard_async's all-gather in flight

@@ -105,7 +105,8 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.block_layout = flat_shard_layout(s.n_block, shard_ways);
   s.embed_layout = flat_shard_layout(s.n_embed, shard_ways);
   s.head_layout = flat_shard_layout(s.n_head, shard_ways);
-  s.gathers = keeps_gathered_copy(shard_ways, s.c);
+  s.offload_optimizer = mem.offload_optimizer;
+  s.gathers = keeps_gathered_copy(shard_ways, s.c, s.offload_optimizer);
 
   s.cuda_target = cfg.hardware.profile != "cpu";
   s.runtime_overhead = static_cast<int64_t>(cfg.hardware.runtime_overhead_gib * kGiB);
@@ -167,12 +168,15 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::MasterShards, sat_product({shard_elems, 4}));
   set(TensorKind::GradShards, sat_product({shard_elems, 4}));
   set(TensorKind::AdamMoments, sat_product({shard_elems, 8}));
+  set(TensorKind::DeviceParamShards, s.offload_optimizer ? sat_product({shard_elems, c}) : 0);
   // gathered and packed buffers hold the padded group (shard x ranks), as the engine allocates them
   set(TensorKind::BlockFull, sat_product({s.block_layout.padded_numel, c}));
   set(TensorKind::EmbedFull, sat_product({s.embed_layout.padded_numel, c}));
   set(TensorKind::HeadFull, sat_product({s.head_layout.padded_numel, c}));
-  // fp32 compute gathers straight from the master shard (FlatParamGroup::unshard_async): no cast
-  set(TensorKind::BlockShardCast, s.fsdp && s.W > 1 && c != 4 ? sat_product({s.block_layout.shard_numel, c}) : 0);
+  // fp32 compute gathers straight from the master shard, an offloaded optimizer from the device's
+  // compute-dtype shard (FlatParamGroup::unshard_async): no cast
+  set(TensorKind::BlockShardCast,
+      s.fsdp && s.W > 1 && c != 4 && !s.offload_optimizer ? sat_product({s.block_layout.shard_numel, c}) : 0);
   set(TensorKind::BlockGradsAttn, sat_product({s.n_attn, c}));
   set(TensorKind::BlockGradsMlp, sat_product({s.n_mlp, c}));
   set(TensorKind::MlpWeightTile, sat_product({s.d, s.f, c}));
@@ -261,6 +265,11 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
       const std::string ways = s.fsdp ? fmt(" / %lld ranks", (long long)s.W) : std::string(" (unsharded)");
       return fmt("(%lld blocks x %s + %s embedding + %s head) params%s x %s", (long long)s.L,
                  params(s.n_block).c_str(), params(s.n_embed).c_str(), params(s.n_head).c_str(), ways.c_str(), per);
+    }
+    case TensorKind::DeviceParamShards: {
+      const std::string ways = s.fsdp ? fmt(" / %lld ranks", (long long)s.W) : std::string(" (unsharded)");
+      return fmt("(%lld blocks x %s + %s embedding + %s head) params%s x %lld B on the device", (long long)s.L,
+                 params(s.n_block).c_str(), params(s.n_embed).c_str(), params(s.n_head).c_str(), ways.c_str(), c);
     }
     case TensorKind::BlockFull: return fmt("%s params x %lld B", params(s.n_block).c_str(), c);
     case TensorKind::EmbedFull: return fmt("%s params x %lld B", params(s.n_embed).c_str(), c);

@@ -58,6 +58,7 @@ enum class TensorKind : uint8_t {
   MasterShards,    ///< fp32 master shards of every group
   GradShards,      ///< fp32 gradient shards
   AdamMoments,     ///< exp_avg + exp_avg_sq shards
+  DeviceParamShards,  ///< every group's shard in the compute dtype on the device (optimizer offload)
   BlockFull,       ///< one block's unsharded compute-dtype buffer
   EmbedFull,       ///< the embedding's unsharded buffer
   HeadFull,        ///< the head group's unsharded buffer (final norm [+ LM head])
@@ -117,6 +118,7 @@ struct PlanShapes {
   int64_t hkv = 0;       ///< KV heads per rank in the head layout, hkv_rep / P
   // techniques
   bool ckpt = false, offload = false, tiled_mlp = false, tiled_loss = false, untied = false;
+  bool offload_optimizer = false;  ///< master, gradient and moment shards in the host pool
   // the Untied stage schedule's names (UntiedStagePlan, engine/layout/heads.h); without Untied
   // Ulysses one stage of all the rank's heads
   int64_t k = 0;             ///< query heads per rank per stage (heads_per_stage / P; hq without Untied)
@@ -129,7 +131,7 @@ struct PlanShapes {
   // parameters per group (elements) and their layout over the ranks
   int64_t n_block = 0, n_embed = 0, n_head = 0, n_attn = 0, n_mlp = 0;
   FlatShardLayout block_layout, embed_layout, head_layout;  ///< each group over the ranks (engine/layout/planned_buffers.h)
-  bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: fp32 and unsharded, keeps_gathered_copy)
+  bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: resident, keeps_gathered_copy)
   // hardware
   bool cuda_target = true;  ///< the hardware profile is a GPU (offload goes through one pinned slab)
   int64_t runtime_overhead = 0;

@@ -16,6 +16,7 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
   const PlanShapes s = make_shapes(cfg);
   auto bytes = [&](K kind) { return kind_bytes(kind, s); };
   auto shard = [&](const FlatShardLayout& l) { return planner_detail::sat_mul(l.shard_numel, 4); };
+  auto device = [&](const FlatShardLayout& l) { return planner_detail::sat_mul(l.shard_numel, s.c); };
   const bool sharded = s.fsdp && s.W > 1;
   switch (buffer) {
     case PlannedBuffer::UntiedQStage: return s.untied ? bytes(K::QStageHead) : 0;
@@ -42,6 +43,9 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
     case PlannedBuffer::HeadPack: return bytes(K::HeadPack);
     case PlannedBuffer::BlockShardOut: return sharded ? bytes(K::BlockShardOut) : 0;
     case PlannedBuffer::BlockShardCast: return bytes(K::BlockShardCast);
+    case PlannedBuffer::BlockDeviceParams: return s.offload_optimizer ? device(s.block_layout) : 0;
+    case PlannedBuffer::EmbedDeviceParams: return s.offload_optimizer ? device(s.embed_layout) : 0;
+    case PlannedBuffer::HeadDeviceParams: return s.offload_optimizer ? device(s.head_layout) : 0;
     // the last block's input stays on the device: one block offloads nothing
     case PlannedBuffer::OffloadSlot:
     case PlannedBuffer::OffloadPrefetchSlot:

@@ -48,6 +48,8 @@ struct StepTimePlan {
   double all_to_all_s = 0;     ///< Ulysses all-to-all (not overlapped)
   double fsdp_comm_s = 0;      ///< all-gather + reduce-scatter (overlapped part excluded)
   double offload_s = 0;        ///< PCIe traffic not hidden behind compute
+  double host_optimizer_s = 0; ///< optimizer offload: the host AdamW over every shard
+  double optimizer_pcie_s = 0; ///< optimizer offload: gradients down, compute-dtype parameters up
   double step_s = 0;           ///< total
   double tokens_per_s_per_device = 0;
   double model_flops_per_token = 0;  ///< the convention's FLOPs per token (see convention)

@@ -12,6 +12,13 @@ namespace {
 
 double exposed(double comm_s, double overlap_s) { return std::max(0.0, comm_s - overlap_s); }
 
+/// Host memory traffic of one parameter through the offloaded optimizer step, bytes: one pass per
+/// ATen op of AdamW::step and around it (engine/train/optimizer.cpp, fp32): the gradient norm (read
+/// g, 4), weight decay (p, 8), exp_avg lerp (m, g -> m, 12), exp_avg_sq mul + addcmul (8 + 12), the
+/// denominator's divide, sqrt and add (3 x 8), addcdiv (p, m, denom -> p, 16), zero_grad (4) and
+/// the read of the master for the upload (4).
+constexpr double kHostAdamBytesPerParam = 92.0;
+
 }  // namespace
 
 StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, PhaseTimes* phases) {
@@ -113,6 +120,23 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
     pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += bwd_exposed;
     offload_per_block = fwd_exposed + bwd_exposed;
     out.offload_s = (L - 1) * offload_per_block;
+  }
+
+  // Optimizer offload: each reduced gradient shard goes down to the host as its backward produces
+  // it (a blocking copy in the engine today, so exposed), the host runs AdamW over every shard at the
+  // bandwidth its node's ranks share, and the compute-dtype parameters go back up.
+  if (s.offload_optimizer) {
+    const double block_shard = static_cast<double>(s.block_layout.shard_numel);
+    const double other_shards = static_cast<double>(s.embed_layout.shard_numel + s.head_layout.shard_numel);
+    const double shard_elems = L * block_shard + other_shards;
+    const double host_bw = hw.host_optimizer_gbps * 1e9 / static_cast<double>(s.ranks_per_node);
+    const double adamw = shard_elems * kHostAdamBytesPerParam / host_bw;
+    const double params_up = shard_elems * s.c / pcie_bw;
+    pt.seconds[static_cast<int>(PhaseKind::BwdReduceScatter)] += block_shard * 4.0 / pcie_bw;
+    pt.seconds[static_cast<int>(PhaseKind::BwdEmbed)] += other_shards * 4.0 / pcie_bw;
+    pt.seconds[static_cast<int>(PhaseKind::Optimizer)] += adamw + params_up;
+    out.host_optimizer_s = adamw;
+    out.optimizer_pcie_s = shard_elems * 4.0 / pcie_bw + params_up;
   }
 
   double step = pt.of(PhaseKind::FwdEmbed) + pt.of(PhaseKind::FwdLoss) + pt.of(PhaseKind::BwdLoss) +

@@ -46,6 +46,7 @@ class Walker {
     h = -1;
   }
   bool grouped() const { return s_.gathers; }
+  int batch_ = -1, rope_ = -1;  ///< the step's token ids and RoPE tables
   /// Offloaded inputs live in one pinned slab for the whole run (GPU), not one host clone each.
   bool slab() const { return s_.offload && s_.cuda_target; }
 
@@ -103,12 +104,15 @@ class Walker {
   }
 
   void setup() {
-    m_.alloc("fp32 master shards", K::MasterShards, C::Params, kind_bytes(K::MasterShards, s_));
-    m_.alloc("fp32 gradient shards", K::GradShards, C::Grads, kind_bytes(K::GradShards, s_));
-    m_.alloc("AdamW moments (exp_avg, exp_avg_sq)", K::AdamMoments, C::Optimizer, kind_bytes(K::AdamMoments, s_));
+    // Optimizer offload keeps the fp32 states in the host pool and a compute-dtype copy on the device.
+    const bool host = s_.offload_optimizer;
+    m_.alloc("fp32 master shards", K::MasterShards, C::Params, kind_bytes(K::MasterShards, s_), 1, host);
+    m_.alloc("fp32 gradient shards", K::GradShards, C::Grads, kind_bytes(K::GradShards, s_), 1, host);
+    m_.alloc("AdamW moments (exp_avg, exp_avg_sq)", K::AdamMoments, C::Optimizer, kind_bytes(K::AdamMoments, s_), 1, host);
+    if (host) a("compute-dtype parameter shards (device)", K::DeviceParamShards, C::Params);
     if (s_.runtime_overhead > 0) a("runtime overhead (CUDA context, NCCL, cuBLAS, fragmentation)", K::RuntimeOverhead, C::Other);
-    a("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
-    a("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
+    batch_ = a("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
+    rope_ = a("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
     // GPU: one pinned slab of L-1 block inputs, allocated at the first step and kept (engine/memory/
     // offload_cuda.cpp); the copies go straight into it, no staging. CPU: one clone per block.
     if (slab() && s_.L > 1)
@@ -351,8 +355,13 @@ class Walker {
     f(dense);
     f(dy_);
     finish_pending_reduction();  // the lowest block's (Trainer: after loss.backward() returns)
+    // the step's batch and RoPE tables die with the forward-backward call, before the optimizer
+    f(batch_);
+    f(rope_);
     m_.begin_phase(PhaseKind::Optimizer);
-    int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);
+    // offloaded, AdamW and its temporary run on the host
+    int temp = m_.alloc("AdamW temporaries", K::OptimizerTemp, C::Other, kind_bytes(K::OptimizerTemp, s_), 1,
+                        s_.offload_optimizer);
     f(temp);
     m_.end_phase();
   }

@@ -105,11 +105,18 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
   for (const auto& v : result.variants) any_fsdp = any_fsdp || v.fsdp;
   run_on_ranks(cfg, [&](RankContext& ctx) {
     // A variant's peak leaves out the other trainer's persistent bytes: its groups' fp32 master,
-    // gradient and AdamW shards (their `full` buffers are resharded, 0 bytes, between steps).
-    auto persistent_bytes = [](Trainer& t) {
-      int64_t bytes = 0;
-      for (auto* g : t.model().groups())
-        for (const at::Tensor& x : {g->master, g->grad(), g->exp_avg, g->exp_avg_sq}) bytes += x.nbytes();
+    // gradient and AdamW shards, in the device pool or, offloaded, the host pool with a compute-dtype
+    // copy on the device (their `full` buffers are resharded, 0 bytes, between steps).
+    struct Persistent {
+      int64_t device = 0, host = 0;
+    };
+    auto persistent_bytes = [](Trainer* t) {
+      Persistent bytes;
+      if (t == nullptr) return bytes;
+      for (auto* g : t->model().groups()) {
+        bytes.device += g->device_state_bytes();
+        bytes.host += g->host_state_bytes();
+      }
       return bytes;
     };
     RunConfig replicated_cfg = cfg, sharded_cfg = cfg;
@@ -118,8 +125,6 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
     Trainer replicated(replicated_cfg, ctx);
     std::unique_ptr<Trainer> sharded;
     if (any_fsdp) sharded = std::make_unique<Trainer>(sharded_cfg, ctx);
-    const int64_t replicated_bytes = persistent_bytes(replicated);
-    const int64_t sharded_bytes = sharded ? persistent_bytes(*sharded) : 0;
     const bool lead = ctx.rank == 0;  // rank 0 records; every rank steps in lockstep
     if (lead) result.threads = at::get_num_threads();
     at::Tensor peaks;
@@ -133,9 +138,9 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
         trainer.set_memory(v.memory);
         const StepResult r = trainer.step();
         trainer.recorder().take_records();
-        const int64_t others = v.fsdp ? replicated_bytes : sharded_bytes;
-        peaks[0] = static_cast<double>(r.device_peak - others);
-        peaks[1] = static_cast<double>(r.host_peak);
+        const Persistent others = persistent_bytes(v.fsdp ? &replicated : sharded.get());
+        peaks[0] = static_cast<double>(r.device_peak - others.device);
+        peaks[1] = static_cast<double>(r.host_peak - others.host);
         ctx.world->all_reduce_max(peaks);  // max over ranks; also lines the ranks up for the next step
         if (round < 0 || !lead) continue;
         const at::Tensor host = peaks.cpu();

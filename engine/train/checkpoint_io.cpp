@@ -464,6 +464,7 @@ CheckpointInfo load_checkpoint(Trainer& trainer, const std::string& dir) {
     r.group->master.detach().copy_(r.master);
     r.group->exp_avg.copy_(r.exp_avg);
     r.group->exp_avg_sq.copy_(r.exp_avg_sq);
+    r.group->refresh_device_params();  // optimizer offload: the device's copy from the restored master
     r.group->reshard();  // gathered copies (if any) are refilled from the restored master at next use
   }
   trainer.optimizer().set_steps_taken(optimizer_steps);

@@ -170,6 +170,7 @@ void HfWeights::load(const std::vector<FlatParamGroup*>& groups) const {
       const at::Tensor source = at::from_blob(first, {end - begin}, at::TensorOptions().dtype(type));  // [end - begin]
       master.narrow(0, begin - lo, end - begin).copy_(source);
     }
+    g->refresh_device_params();  // optimizer offload: the device's copy from the loaded master
     g->reshard();  // a gathered copy is refilled from the loaded master at its next use
   }
 }

@@ -47,6 +47,7 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
   options.fsdp = cfg_.parallel.fsdp;
   options.compute = compute_dtype(cfg_.training.dtype);
   options.device = device_;
+  options.offload_optimizer = cfg_.memory.offload_optimizer;
   model_ = std::make_unique<LlamaModel>(cfg_.model, ctx_, options);
   model_->init(static_cast<uint64_t>(cfg_.training.seed));
   set_memory(cfg_.memory);
@@ -62,6 +63,9 @@ void Trainer::set_memory(const MemoryConfig& memory) {
   for (const TechniqueRequirement& broken : technique_requirement_issues(next))
     throw std::invalid_argument(broken.text());
   cfg_.memory = memory;
+  // Optimizer offload moves the fp32 states between host and device memory here, at the step
+  // boundary (no graph holds the parameter views).
+  for (FlatParamGroup* g : model_->groups()) g->set_states_on_host(memory.offload_optimizer);
 }
 
 std::vector<std::string> Trainer::take_notes() { return std::exchange(notes_, {}); }
@@ -163,8 +167,20 @@ void Trainer::optimizer_phase(int64_t step, StepResult& r) {
                           std::to_string(step + 1) + " (phase bwd, loss " + std::to_string(r.loss) + "); stopping");
   clip_gradients(groups, r.grad_norm, cfg_.training.grad_clip);
   r.lr = lr_at(cfg_.training, step);
-  optimizer_.step(groups, r.lr);
-  AdamW::zero_grad(groups);
+  if (!cfg_.memory.offload_optimizer) {
+    optimizer_.step(groups, r.lr);
+    AdamW::zero_grad(groups);
+    return;
+  }
+  {
+    // Optimizer offload: AdamW on the host's shards (ATen's vectorised, multi-threaded CPU kernels),
+    // timed as its own phase, then the updated parameters go back to the device.
+    EnginePhase host(ctx_.slot, "optimizer/host_adamw");
+    optimizer_.step(groups, r.lr);
+    AdamW::zero_grad(groups);
+  }
+  EnginePhase upload(ctx_.slot, "optimizer/upload");
+  for (FlatParamGroup* g : groups) g->refresh_device_params();
 }
 
 StepResult Trainer::apply_gradients() {

@@ -107,15 +107,16 @@ TEST_CASE("odyssey plan --set: 5M without Untied Ulysses does not fit and gets a
   CHECK(untied);
 }
 
-TEST_CASE("odyssey ladder --json: seven rungs in the contract's order", "[cli][planner]") {
+TEST_CASE("odyssey ladder --json: the contract's seven rungs in order, then optimizer offload", "[cli][planner]") {
   const Run r = run_odyssey("ladder presets/llama3-8b-3m-8xh100.toml --json");
   REQUIRE(r.code == 0);
   const Json v = parse(r);
   const auto& rungs = v.at("rungs");
-  REQUIRE(rungs.size() == 7);
-  const char* names[] = {"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses"};
-  const bool fits[] = {false, false, false, false, false, true, true};
-  for (size_t i = 0; i < 7; ++i) {
+  REQUIRE(rungs.size() == 8);
+  const char* names[] = {"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses",
+                         "offload_optimizer"};
+  const bool fits[] = {false, false, false, false, false, true, true, true};
+  for (size_t i = 0; i < 8; ++i) {
     INFO(names[i]);
     CHECK(rungs[i].at("name").get<std::string>() == names[i]);
     CHECK(rungs[i].at("fits").get<bool>() == fits[i]);
@@ -124,6 +125,7 @@ TEST_CASE("odyssey ladder --json: seven rungs in the contract's order", "[cli][p
     CHECK(rungs[i].contains("max_seq_len"));
   }
   CHECK(rungs[6].at("max_seq_len").get<int64_t>() > rungs[5].at("max_seq_len").get<int64_t>());
+  CHECK(rungs[7].at("max_seq_len").get<int64_t>() > rungs[6].at("max_seq_len").get<int64_t>());
   CHECK(rungs[0].at("max_seq_len").get<int64_t>() == 0);  // 119 GiB of model states never fit
 }
 
@@ -134,8 +136,9 @@ TEST_CASE("odyssey maxlen --json: the preset's answer and one per rung", "[cli][
   CHECK(v.at("max_seq_len").get<int64_t>() >= 5 * (int64_t{1} << 20));
   CHECK(v.at("max_seq_len").get<int64_t>() % 8192 == 0);
   const auto& rungs = v.at("rungs");
-  REQUIRE(rungs.size() == 7);
-  CHECK(rungs[6].at("name").get<std::string>() == "untied_ulysses");
+  REQUIRE(rungs.size() == 8);
+  CHECK(rungs[6].at("name").get<std::string>() == "untied_ulysses");  // the preset's own stack
+  CHECK(rungs[7].at("name").get<std::string>() == "offload_optimizer");
   CHECK(rungs[6].at("max_seq_len").get<int64_t>() == v.at("max_seq_len").get<int64_t>());
 }
 

@@ -1,7 +1,8 @@
 // The planner against the engine phase by phase: every phase's activation peak (device peak minus
 // params, grads and optimizer state) measured by the memory tracker on rank threads beside
 // plan_memory's, and every category at the step peak, for plain, each technique, Ulysses P=2,
-// Untied Ulysses with one head per rank per stage, and FSDP W=2. defines: [measure][phases]
+// Untied Ulysses with one head per rank per stage, FSDP W=2, and optimizer offload (the host pool
+// holds the fp32 states). defines: [measure][phases]
 // Print the tables: parallel_tests "[.phases-table]" -s
 #include <catch2/catch.hpp>
 
@@ -83,7 +84,11 @@ std::vector<Case> cases() {
     c.memory.activation_checkpointing = c.memory.offload_activations = true;
     c.memory.tiled_mlp = c.memory.tiled_loss = true;
     out.push_back({"Ulysses P=2 + FSDP + all four", c});
+    c.memory.offload_optimizer = true;  // the fp32 states in the host pool, bf16-less: fp32 copy on the device
+    out.push_back({"Ulysses P=2 + FSDP + all four + optimizer offload", c});
   }
+  single("all four + optimizer offload", true, true, true, true);
+  out.back().cfg.memory.offload_optimizer = true;
   return out;
 }
 

@@ -42,6 +42,7 @@ std::string describe(const RunConfig& c) {
     << " S=" << c.training.seq_len << (c.training.dtype == DType::BFloat16 ? " bf16" : " fp32")
     << (c.memory.untied_ulysses ? " untied k/rank=" + std::to_string(c.memory.heads_per_stage) : "")
     << (c.memory.activation_checkpointing ? " ckpt" : "") << (c.memory.offload_activations ? " offload" : "")
+    << (c.memory.offload_optimizer ? " offload-optimizer" : "")
     << (c.memory.tiled_mlp ? " tiled_mlp" : "") << (c.memory.tiled_loss ? " tiled_loss" : "");
   return o.str();
 }
@@ -92,6 +93,7 @@ std::vector<BufferCase> buffer_cases() {
           stack.parallel.fsdp = true;
           stack.memory.activation_checkpointing = stack.memory.offload_activations = true;
           stack.memory.tiled_mlp = stack.memory.tiled_loss = true;
+          stack.memory.offload_optimizer = batch == 2;  // the device parameter copies, half the stacks
           add(stack);
 
           RunConfig untied = stack;
@@ -102,6 +104,7 @@ std::vector<BufferCase> buffer_cases() {
             if (batch == 1) {  // element sizes: bf16 stage buffers, gathered weights and shard casts
               RunConfig bf16 = untied;
               bf16.training.dtype = DType::BFloat16;
+              bf16.memory.offload_optimizer = P == 2 || P == 8;  // bf16 device copies, no shard casts
               add(bf16);
             }
           }

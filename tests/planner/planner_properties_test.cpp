@@ -41,10 +41,12 @@ RunConfig small_fp32() {
 }
 
 /// Configs the properties are checked on: the shipped presets (8B, 32B over two nodes, tied 1B,
-/// the tiny CPU one) and a small fp32 model with KV heads fewer than the degree.
+/// the tiny CPU one, 8B on one GPU with optimizer offload) and a small fp32 model with KV heads
+/// fewer than the degree.
 std::vector<RunConfig> base_configs() {
   std::vector<RunConfig> out = {preset("llama3-8b-3m-8xh100"), preset("qwen3-32b-16xh100"),
-                                preset("llama3.2-1b-1xh100"), preset("tiny-cpu"), small_fp32()};
+                                preset("llama3.2-1b-1xh100"), preset("tiny-cpu"), small_fp32(),
+                                preset("llama3-8b-1xh100")};
   out[0].training.seq_len = 256 * 1024;  // fits at some rungs, so the properties bite on both sides
   return out;
 }

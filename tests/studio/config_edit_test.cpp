@@ -173,7 +173,8 @@ TEST_CASE("the memory section's toggles are the registry's next-step techniques"
   std::vector<std::string> keys;
   for (const Technique& t : live_toggles()) keys.push_back(t.key);
   CHECK(keys == std::vector<std::string>{"memory.activation_checkpointing", "memory.offload_activations",
-                                         "memory.tiled_mlp", "memory.tiled_loss", "memory.untied_ulysses"});
+                                         "memory.tiled_mlp", "memory.tiled_loss", "memory.untied_ulysses",
+                                         "memory.offload_optimizer"});
   CHECK(applies(technique(TechniqueId::Fsdp)) == ApplyWhen::Restart);  // drawn in the parallel section
 }
 

@@ -50,7 +50,7 @@ TEST_CASE("a newer edit wins over background work still running for an older one
   cache.wait_for_extras();
   const PlanResult& r = cache.get(cfg);
   REQUIRE(r.extras_ready);
-  REQUIRE(r.ladder.size() == 7);
+  REQUIRE(r.ladder.size() == 8);
   CHECK(r.ladder.back().config.training.seq_len == 4096);
   CHECK(cache.computations() == 4);
   PlanCache plan_only(false);
@@ -77,7 +77,8 @@ TEST_CASE("the cached result carries the ladder, max context and advice", "[stud
   REQUIRE(r.extras_ready);
   std::vector<std::string> names;
   for (const auto& rung : r.ladder) names.push_back(rung.name);
-  CHECK(names == std::vector<std::string>{"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses"});
+  CHECK(names == std::vector<std::string>{"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses",
+                                         "offload_optimizer"});
   CHECK(r.max_seq_len >= cfg.training.seq_len);
   CHECK(r.advice.empty());  // it fits
   CHECK_FALSE(r.plan.phases.empty());

@@ -53,8 +53,8 @@ TEST_CASE("bench: the techniques and on two ranks FSDP and Untied Ulysses per st
   CHECK(result.ulysses_degree == 2);
   std::vector<std::string> names;
   for (const auto& v : result.variants) names.push_back(v.name);
-  CHECK(names == std::vector<std::string>{"plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all", "fsdp",
-                                          "untied_hps=2", "untied_hps=4"});
+  CHECK(names == std::vector<std::string>{"plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss",
+                                          "offload_optimizer", "all", "fsdp", "untied_hps=2", "untied_hps=4"});
   for (const auto& v : result.variants) {
     INFO(v.name);
     CHECK(v.step_s.size() == 2);
@@ -66,6 +66,7 @@ TEST_CASE("bench: the techniques and on two ranks FSDP and Untied Ulysses per st
   }
   CHECK(result.ratio(result.variants[0]) == 1.0);
   CHECK(result.find("offload")->host_peak > 0);
+  CHECK(result.find("offload_optimizer")->host_peak > 0);  // the fp32 states, in the host pool
   CHECK(result.find("untied_hps=4")->memory.heads_per_stage == 4);
 
   // The peaks are each variant's own: a lone trainer of that configuration measures the same
@@ -84,7 +85,7 @@ TEST_CASE("bench: the techniques and on two ranks FSDP and Untied Ulysses per st
 
 TEST_CASE("bench: one rank has no parallel variants", "[engine][bench]") {
   const BenchResult result = run_bench(tiny_config(/*layers=*/1, /*seq=*/32), /*rounds=*/1, nullptr);
-  REQUIRE(result.variants.size() == 6);
+  REQUIRE(result.variants.size() == 7);
   CHECK(result.variants.back().name == "all");
   CHECK(result.world_size == 1);
   for (const auto& v : result.variants) CHECK_FALSE((v.fsdp || v.memory.untied_ulysses));

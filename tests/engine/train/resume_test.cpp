@@ -42,7 +42,9 @@ RunConfig resume_config() {
 
 TEST_CASE("resume: stop between steps, resume, the losses equal the uninterrupted run bit for bit",
           "[engine][train]") {
-  const RunConfig cfg = resume_config();
+  RunConfig cfg = resume_config();
+  cfg.memory.offload_optimizer = GENERATE(false, true);  // the host AdamW's states save and resume too
+  INFO("optimizer offload " << cfg.memory.offload_optimizer);
   RunOptions whole;
   whole.out_dir = fresh_dir("whole");
   const RunOutcome a = run_training(cfg, whole);

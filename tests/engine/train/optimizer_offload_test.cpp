@@ -1,0 +1,97 @@
+// Optimizer offload (memory.offload_optimizer): the host AdamW against the on-device one (losses
+// and parameters), the live toggle at a step boundary, and the bytes it moves against the planner.
+#include <catch2/catch.hpp>
+
+#include "../engine_test_util.h"
+#include "engine/planner/planner.h"
+#include "engine/telemetry/memory_tracker.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+/// The losses of `steps` undriven steps, and the master weights after them.
+Trajectory train(const RunConfig& cfg, int steps, int toggle_at = -1) {
+  Trainer t(cfg, cpu_rank());
+  Trajectory out;
+  for (int s = 0; s < steps; ++s) {
+    if (s == toggle_at) {
+      MemoryConfig m = cfg.memory;
+      m.offload_optimizer = !m.offload_optimizer;
+      t.set_memory(m);
+    }
+    out.losses.push_back(t.forward_backward(t.next_step()));
+    t.apply_gradients();
+  }
+  out.params = group_params(t);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("optimizer offload: the host AdamW gives the on-device run's losses and parameters", "[engine][offload_optimizer]") {
+  // On the CPU the host AdamW runs the same ATen ops on the same fp32 values in the same order, and
+  // the device's compute copy holds the master's values (fp32) or their bf16 rounding, as the
+  // on-device cast does: every loss and parameter is equal, tolerance 0.
+  const DType dtype = GENERATE(DType::Float32, DType::BFloat16);
+  RunConfig cfg = tiny_config(2, 64);
+  cfg.training.dtype = dtype;
+  cfg.memory.activation_checkpointing = cfg.memory.tiled_mlp = cfg.memory.tiled_loss = true;
+  INFO(to_string(dtype));
+  const Trajectory on_device = train(cfg, 4);
+  cfg.memory.offload_optimizer = true;
+  const Trajectory on_host = train(cfg, 4);
+  CHECK(on_host.losses == on_device.losses);
+  REQUIRE(on_host.params.size() == on_device.params.size());
+  for (size_t g = 0; g < on_host.params.size(); ++g) CHECK(at::equal(on_host.params[g], on_device.params[g]));
+  // A live toggle at a step boundary, on and back off, changes nothing either.
+  cfg.memory.offload_optimizer = false;
+  const Trajectory toggled_on = train(cfg, 4, /*toggle_at=*/2);
+  CHECK(toggled_on.losses == on_device.losses);
+  cfg.memory.offload_optimizer = true;
+  const Trajectory toggled_off = train(cfg, 4, /*toggle_at=*/1);
+  CHECK(toggled_off.losses == on_device.losses);
+  for (size_t g = 0; g < on_host.params.size(); ++g) CHECK(at::equal(toggled_off.params[g], on_device.params[g]));
+}
+
+TEST_CASE("optimizer offload: the states move to the host pool, the bytes the planner names", "[engine][offload_optimizer]") {
+  // Measurement: between steps, switching the offload on moves master, gradient and both moments
+  // (16 B a parameter) from the device pool to the host pool and leaves a compute-dtype copy
+  // (c B a parameter) on the device: exactly the planner's per-group buffers, byte for byte.
+  const DType dtype = GENERATE(DType::Float32, DType::BFloat16);
+  RunConfig cfg = tiny_config(2, 64);
+  cfg.training.dtype = dtype;
+  INFO(to_string(dtype));
+  Trainer t(cfg, cpu_rank());
+  t.forward_backward(t.next_step());
+  t.apply_gradients();
+  MemoryTracker& tracker = MemoryTracker::instance();
+  const int rank = cpu_rank().slot;
+  const int64_t device_before = tracker.device_bytes(rank), host_before = tracker.host_bytes(rank);
+  MemoryConfig m = cfg.memory;
+  m.offload_optimizer = true;
+  t.set_memory(m);
+  const int64_t device_after = tracker.device_bytes(rank), host_after = tracker.host_bytes(rank);
+
+  RunConfig offloaded = cfg;
+  offloaded.memory = m;
+  // Planned: per group, four fp32 shards (master, gradient, two moments) and one device copy.
+  const int64_t shards = 4 * (planned_buffer_bytes(cfg, PlannedBuffer::EmbedShard) +
+                              cfg.model.n_layers * planned_buffer_bytes(cfg, PlannedBuffer::BlockShard) +
+                              planned_buffer_bytes(cfg, PlannedBuffer::HeadShard));
+  const int64_t device_copy = planned_buffer_bytes(offloaded, PlannedBuffer::EmbedDeviceParams) +
+                              cfg.model.n_layers * planned_buffer_bytes(offloaded, PlannedBuffer::BlockDeviceParams) +
+                              planned_buffer_bytes(offloaded, PlannedBuffer::HeadDeviceParams);
+  REQUIRE(shards > 0);
+  CHECK(host_after - host_before == shards);
+  // fp32 at W = 1 computed with views of the master; offloaded, the device copy takes their place
+  // (bf16: the device copy replaces nothing; the transient `full` is gone between steps either way)
+  CHECK(device_before - device_after == shards - device_copy);
+  CHECK(planned_buffer_bytes(cfg, PlannedBuffer::BlockDeviceParams) == 0);  // not offloaded: no copy
+  // and back: the host pool returns to where it was
+  m.offload_optimizer = false;
+  t.set_memory(m);
+  CHECK(tracker.host_bytes(rank) == host_before);
+  CHECK(tracker.device_bytes(rank) == device_before);
+}
