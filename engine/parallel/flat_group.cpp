@@ -6,10 +6,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/Allocator.h>
 
+#include <memory>
 #include <stdexcept>
 
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/planned_buffer_log.h"
+#if defined(ODYSSEY_WITH_CUDA)
+#include "kernels/pinned_slab.h"
+#endif
 
 namespace odyssey {
 
@@ -72,28 +76,46 @@ FlatParamGroup::FlatParamGroup(std::string name, std::vector<ParamSpec> specs, c
 
 namespace {
 
-/// Host state tensors on a CUDA device are pinned (the copies run at PCIe speed and asynchronously);
-/// LibTorch's pinned allocator is not the counting CPU allocator, so their bytes are charged to the
-/// tracker's host pool by hand and returned when the last tensor is freed.
+/// Host state tensors on a CUDA device are pinned (the copies run at PCIe speed and asynchronously),
+/// each one exact allocation: LibTorch's pinned allocator rounds up to a power of two (a Llama3-8B
+/// block's 872 MB fp32 shard would take 1 GiB), which the planner does not charge. That memory is
+/// not the counting CPU allocator's, so its bytes are charged to the tracker's host pool by hand
+/// and returned when the tensor's storage is freed.
 at::Tensor host_state_tensor(int64_t numel, at::Device device, MemCategory category) {
   CategoryScope scope(category);
   if (!device.is_cuda()) {
     PoolScope pool(MemPool::Host);  // CPU: the counting allocator charges the host pool
     return at::zeros({numel}, fp32_on(at::kCPU));
   }
-  at::Tensor t = at::zeros({numel}, fp32_on(at::kCPU).pinned_memory(true));
-  const int rank = current_rank();
-  const int64_t bytes = numel * 4;
-  MemoryTracker::instance().on_alloc(rank, MemPool::Host, category, bytes);
-  // The charge is returned with the storage: a deleter-owning holder tied to the tensor's life.
-  struct Charge {
+  struct Holder {  // the memory and its charge, freed together with the storage
     int rank;
     MemCategory category;
     int64_t bytes;
-    ~Charge() { MemoryTracker::instance().on_alloc(rank, MemPool::Host, category, -bytes); }
+#if defined(ODYSSEY_WITH_CUDA)
+    std::unique_ptr<kernels::PinnedSlab> slab;
+#else
+    at::Tensor pinned;
+#endif
+    ~Holder() { MemoryTracker::instance().on_alloc(rank, MemPool::Host, category, -bytes); }
   };
-  auto charge = std::make_shared<Charge>(Charge{rank, category, bytes});
-  return at::from_blob(t.data_ptr(), {numel}, [t, charge](void*) mutable {}, t.options());
+  auto holder = std::make_shared<Holder>();
+  holder->rank = current_rank();
+  holder->category = category;
+  holder->bytes = numel * 4;
+  void* data = nullptr;
+#if defined(ODYSSEY_WITH_CUDA)
+  kernels::SlabLayout layout;
+  layout.add(static_cast<size_t>(holder->bytes));
+  holder->slab = std::make_unique<kernels::PinnedSlab>(std::move(layout));  // one exact cudaHostAlloc
+  data = holder->slab->region(0);
+#else
+  holder->pinned = at::empty({numel}, fp32_on(at::kCPU).pinned_memory(true));
+  data = holder->pinned.data_ptr();
+#endif
+  MemoryTracker::instance().on_alloc(holder->rank, MemPool::Host, category, holder->bytes);
+  at::Tensor t = at::from_blob(data, {numel}, [holder](void*) mutable { holder.reset(); }, fp32_on(at::kCPU));
+  t.zero_();  // [numel] fp32 in pinned host memory
+  return t;
 }
 
 }  // namespace

@@ -27,8 +27,11 @@ double global_grad_norm(const std::vector<FlatParamGroup*>& groups, const RankCo
     at::Tensor norm = g->grad().norm().to(at::kDouble).reshape({1});
     (g->sharded() ? sharded : replicated).add_(norm * norm);
   }
+  // The collective runs on the rank's device (NCCL takes device tensors); with the optimizer
+  // offloaded the norms were taken on the host.
+  if (sharded.device() != ctx.device) sharded = sharded.to(ctx.device);
   if (ctx.world_size > 1) ctx.world->all_reduce_sum(sharded);
-  return std::sqrt((sharded + replicated).item<double>());
+  return std::sqrt(sharded.item<double>() + replicated.item<double>());
 }
 
 double clip_gradients(const std::vector<FlatParamGroup*>& groups, double norm, double max_norm) {

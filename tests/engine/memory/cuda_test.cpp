@@ -76,3 +76,41 @@ TEST_CASE("cuda: bf16 trains, checkpointing and offload lower the measured peak"
   CHECK(r.device_peak < plain_peak);
   CHECK(r.host_peak > 0);
 }
+
+TEST_CASE("cuda: optimizer offload keeps the states in pinned host memory and trains as on the device", "[.cuda]") {
+  REQUIRE(prepare_cuda().available);
+  RunConfig on_device = cuda_config();
+  RunConfig offloaded = on_device;
+  offloaded.memory.offload_optimizer = true;
+  Trainer a(on_device, cuda_rank()), b(offloaded, cuda_rank());
+  int64_t elements = 0;
+  for (auto* g : b.model().groups()) {
+    CHECK(g->states_on_host());
+    CHECK(g->master.device().is_cpu());
+    CHECK(g->master.is_pinned());  // one exact pinned allocation per state tensor
+    elements += g->shard_numel();
+  }
+  // the host pool holds exactly the fp32 master, gradient and both moments: 16 B a parameter
+  CHECK(MemoryTracker::instance().host_bytes(cuda_rank().slot) >= 16 * elements);
+  // One step on identical gradients (a's, copied to b's host gradient): the same forward (the
+  // device copy holds the master's values), then AdamW on the CPU instead of the GPU (other
+  // kernels, the same fp32 arithmetic): the parameters within the optimizer bound of
+  // engine_test_util.h for AdamW on identical gradients.
+  const double la = a.forward_backward(a.next_step());
+  const double lb = b.forward_backward(b.next_step());
+  CHECK(std::abs(la - lb) <= loss_tolerance(on_device, 1) * std::abs(la));
+  auto ga = a.model().groups(), gb = b.model().groups();
+  {
+    at::NoGradGuard no_grad;
+    for (size_t g = 0; g < ga.size(); ++g) gb[g]->master.mutable_grad().copy_(ga[g]->grad());
+  }
+  a.apply_gradients();
+  b.apply_gradients();
+  std::vector<at::Tensor> pa, pb;
+  for (auto* g : ga) pa.push_back(g->master.detach().cpu());
+  for (auto* g : gb) pb.push_back(g->master.detach().cpu());
+  std::string worst;
+  const double diff = per_param_max_relative_diff(a, pb, pa, &worst);
+  INFO("worst parameter " << worst << ": " << diff);
+  CHECK(diff <= optimizer_tolerance(on_device, 1, elements));
+}
