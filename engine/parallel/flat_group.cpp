@@ -5,6 +5,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <memory>
 #include <stdexcept>
@@ -121,6 +122,7 @@ at::Tensor host_state_tensor(int64_t numel, at::Device device, MemCategory categ
 }  // namespace
 
 void FlatParamGroup::place_states(bool on_host) {
+  finish_gradient_copy();  // the old gradient is complete before it moves
   at::NoGradGuard no_grad;
   // The current states (undefined in the constructor), whose values move to the new home.
   const at::Tensor old_master = master.defined() ? master.detach() : at::Tensor();
@@ -185,9 +187,22 @@ void FlatParamGroup::accumulate_gradient(const at::Tensor& shard) {
   at::Tensor& grad = master.mutable_grad();
   if (shard.device() == grad.device()) {
     grad.add_(shard);
+    grad_zeroed_ = false;
     return;
   }
-  // Optimizer offload: the shard comes to the host (a transient [shard] fp32 host copy), then adds.
+  if (grad_zeroed_ && shard.device().is_cuda() && grad.is_pinned()) {
+    // 0 + shard is shard: copy straight into the pinned gradient, asynchronously on the current
+    // stream. The device shard may be freed at once: the caching allocator reuses its block only
+    // for work queued after the copy on this stream.
+    grad.copy_(shard, /*non_blocking=*/true);
+    c10::impl::VirtualGuardImpl guard(shard.device().type());
+    grad_copy_done_ = std::make_unique<c10::Event>(shard.device().type());
+    grad_copy_done_->record(guard.getStream(shard.device()));
+    grad_zeroed_ = false;
+    return;
+  }
+  finish_gradient_copy();
+  // Down to the host (a transient [shard] fp32 host copy), then the add there.
   at::Tensor on_host;
   {
     CategoryScope category(MemCategory::Grads);
@@ -195,6 +210,20 @@ void FlatParamGroup::accumulate_gradient(const at::Tensor& shard) {
     on_host = shard.to(at::kCPU);
   }
   grad.add_(on_host);
+  grad_zeroed_ = false;
+}
+
+void FlatParamGroup::finish_gradient_copy() {
+  if (!grad_copy_done_) return;
+  grad_copy_done_->synchronize();
+  grad_copy_done_.reset();
+}
+
+void FlatParamGroup::zero_gradient() {
+  finish_gradient_copy();
+  at::NoGradGuard no_grad;
+  master.mutable_grad().zero_();
+  grad_zeroed_ = true;
 }
 
 int64_t FlatParamGroup::device_state_bytes() const {

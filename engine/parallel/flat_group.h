@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
 
 #include "engine/layout/planned_buffers.h"
 #include "engine/parallel/comm.h"
@@ -73,8 +74,16 @@ class FlatParamGroup {
   /// creates or frees `device_params`. At a step boundary only: rebuilds `full` and its views.
   void set_states_on_host(bool on_host);
   /// Adds a reduced gradient shard [shard_numel] fp32 (on the device) into the gradient, wherever
-  /// it lives (with the states on the host: a device-to-host copy, then the add on the host).
+  /// it lives. With the states in pinned host memory, the step's first contribution is an
+  /// asynchronous copy straight into the zeroed host gradient, on the current stream, so backward
+  /// goes on while it crosses PCIe (finish_gradient_copy waits for it); a later one (the tied
+  /// embedding's second) waits for it, copies down and adds on the host.
   void accumulate_gradient(const at::Tensor& shard);
+  /// Waits for an asynchronous gradient copy to the host (nothing when none is in flight): before
+  /// anything on the host reads the gradient.
+  void finish_gradient_copy();
+  /// Zeroes the gradient (keeps the buffer) after finishing any copy into it.
+  void zero_gradient();
   /// Bytes of the group's persistent tensors in the device pool (master, grad and moments, or
   /// `device_params` with the states on the host) and in the host pool (the offloaded states).
   int64_t device_state_bytes() const;
@@ -149,6 +158,8 @@ class FlatParamGroup {
   bool full_resident_ = false;   ///< `full` is master or device_params_: (un)shard cost nothing
   bool states_on_host_ = false;
   at::Tensor device_params_;     ///< [shard_numel] compute dtype on the device, with the states on the host
+  bool grad_zeroed_ = true;      ///< no contribution since zero_gradient(): the next may be a copy
+  std::unique_ptr<c10::Event> grad_copy_done_;  ///< recorded after an asynchronous copy down
   bool unsharded_ = false;
   at::Tensor full_;  ///< [padded_numel] compute dtype; its storage is swapped by (un)shard
   std::unique_ptr<PendingCollective> pending_gather_;  ///< unshard_async's all-gather in flight

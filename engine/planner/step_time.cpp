@@ -123,8 +123,9 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   }
 
   // Optimizer offload: each reduced gradient shard goes down to the host as its backward produces
-  // it (a blocking copy in the engine today, so exposed), the host runs AdamW over every shard at the
-  // bandwidth its node's ranks share, and the compute-dtype parameters go back up.
+  // it, asynchronously behind the next block's backward on a GPU (FlatParamGroup::
+  // accumulate_gradient; blocking on the CPU, so exposed there), the host runs AdamW over every
+  // shard at the bandwidth its node's ranks share, and the compute-dtype parameters go back up.
   if (s.offload_optimizer) {
     const double block_shard = static_cast<double>(s.block_layout.shard_numel);
     const double other_shards = static_cast<double>(s.embed_layout.shard_numel + s.head_layout.shard_numel);
@@ -132,7 +133,9 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
     const double host_bw = hw.host_optimizer_gbps * 1e9 / static_cast<double>(s.ranks_per_node);
     const double adamw = shard_elems * kHostAdamBytesPerParam / host_bw;
     const double params_up = shard_elems * s.c / pcie_bw;
-    pt.seconds[static_cast<int>(PhaseKind::BwdReduceScatter)] += block_shard * 4.0 / pcie_bw;
+    const double block_down = block_shard * 4.0 / pcie_bw;
+    const double bwd_block = pt.of(PhaseKind::BwdRecompute) + pt.of(PhaseKind::BwdMlp) + pt.of(PhaseKind::BwdAttn);
+    pt.seconds[static_cast<int>(PhaseKind::BwdReduceScatter)] += s.cuda_target ? exposed(block_down, bwd_block) : block_down;
     pt.seconds[static_cast<int>(PhaseKind::BwdEmbed)] += other_shards * 4.0 / pcie_bw;
     pt.seconds[static_cast<int>(PhaseKind::Optimizer)] += adamw + params_up;
     out.host_optimizer_s = adamw;

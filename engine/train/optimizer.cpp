@@ -23,6 +23,7 @@ double global_grad_norm(const std::vector<FlatParamGroup*>& groups, const RankCo
   at::Tensor sharded = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));    // [1]
   at::Tensor replicated = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));  // [1]
   for (auto* g : groups) {
+    g->finish_gradient_copy();  // optimizer offload: the gradient's copy to the host has landed
     // Memory: a reduction (no squared copy of the shard); CPU accumulates fp32 norms in double.
     at::Tensor norm = g->grad().norm().to(at::kDouble).reshape({1});
     (g->sharded() ? sharded : replicated).add_(norm * norm);
@@ -74,8 +75,7 @@ void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr) {
 }
 
 void AdamW::zero_grad(const std::vector<FlatParamGroup*>& groups) {
-  at::NoGradGuard no_grad;
-  for (auto* g : groups) g->master.mutable_grad().zero_();
+  for (auto* g : groups) g->zero_gradient();
 }
 
 }  // namespace odyssey
