@@ -226,11 +226,14 @@ void FlatParamGroup::zero_gradient() {
   grad_zeroed_ = true;
 }
 
+/// Bytes a parameter of the fp32 states: master, gradient and the two AdamW moments.
+constexpr int64_t kStateBytesPerParam = 4 * 4;
+
 int64_t FlatParamGroup::device_state_bytes() const {
-  return states_on_host_ ? static_cast<int64_t>(device_params_.nbytes()) : 4 * shard_numel_ * 4;
+  return states_on_host_ ? static_cast<int64_t>(device_params_.nbytes()) : kStateBytesPerParam * shard_numel_;
 }
 
-int64_t FlatParamGroup::host_state_bytes() const { return states_on_host_ ? 4 * shard_numel_ * 4 : 0; }
+int64_t FlatParamGroup::host_state_bytes() const { return states_on_host_ ? kStateBytesPerParam * shard_numel_ : 0; }
 
 void FlatParamGroup::refresh_device_params() {
   if (!states_on_host_) return;
