@@ -187,7 +187,11 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::HeadPack, sat_product({s.head_layout.padded_numel, 4}));  // tied: the embedding packs its own
   set(TensorKind::EmbedPack, sat_product({s.embed_layout.padded_numel, 4}));
   set(TensorKind::BlockShardOut, s.fsdp && s.W > 1 ? sat_product({s.block_layout.shard_numel, 4}) : 0);
-  set(TensorKind::OptimizerTemp, sat_product({std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}), 4}));  // AdamW denom
+  // AdamW's denominator [largest shard] fp32 on a GPU; the host optimizer (a CPU run, or the
+  // states offloaded) is one fused pass without a temporary (engine/train/optimizer.cpp)
+  const bool host_optimizer = !s.cuda_target || s.offload_optimizer;
+  set(TensorKind::OptimizerTemp,
+      host_optimizer ? 0 : sat_product({std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}), 4}));
   set(TensorKind::RuntimeOverhead, s.runtime_overhead);
   set(TensorKind::OffloadedInput, sat_product({s.t, s.d, c}));
   return s;

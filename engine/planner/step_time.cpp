@@ -12,12 +12,10 @@ namespace {
 
 double exposed(double comm_s, double overlap_s) { return std::max(0.0, comm_s - overlap_s); }
 
-/// Host memory traffic of one parameter through the offloaded optimizer step, bytes: one pass per
-/// ATen op of AdamW::step and around it (engine/train/optimizer.cpp, fp32): the gradient norm (read
-/// g, 4), weight decay (p, 8), exp_avg lerp (m, g -> m, 12), exp_avg_sq mul + addcmul (8 + 12), the
-/// denominator's divide, sqrt and add (3 x 8), addcdiv (p, m, denom -> p, 16), zero_grad (4) and
-/// the read of the master for the upload (4).
-constexpr double kHostAdamBytesPerParam = 92.0;
+/// Host memory traffic of one parameter through the offloaded optimizer step, bytes: the gradient
+/// norm (read g, 4), the fused AdamW pass (engine/train/optimizer.cpp: read p, g, m, v, 16; write
+/// p, m, v, 12), zero_grad (write g, 4) and the read of the master for the upload (4).
+constexpr double kHostAdamBytesPerParam = 40.0;
 
 }  // namespace
 

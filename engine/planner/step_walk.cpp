@@ -359,9 +359,7 @@ class Walker {
     f(batch_);
     f(rope_);
     m_.begin_phase(PhaseKind::Optimizer);
-    // offloaded, AdamW and its temporary run on the host
-    int temp = m_.alloc("AdamW temporaries", K::OptimizerTemp, C::Other, kind_bytes(K::OptimizerTemp, s_), 1,
-                        s_.offload_optimizer);
+    int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);  // 0 B for the fused host optimizer
     f(temp);
     m_.end_phase();
   }

@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
@@ -45,9 +48,52 @@ double clip_gradients(const std::vector<FlatParamGroup*>& groups, double norm, d
   return factor;
 }
 
+namespace {
+
+/// The scalars of one AdamW update, in fp32 as ATen's ops use them on fp32 tensors.
+struct AdamScalars {
+  float keep;        ///< 1 - lr x weight_decay (1 on no-decay elements)
+  float avg_weight;  ///< 1 - beta1 (the lerp weight)
+  float beta2, sq_weight;  ///< beta2, 1 - beta2
+  float bias2, eps;
+  float step;        ///< -lr / (1 - beta1^t)
+};
+
+/// AdamW over elements [begin, end) of a CPU shard in one pass (the host optimizer): p, g, m, v are
+/// read once and p, m, v written once, where the op-by-op form makes eight passes over the shard
+/// and a temporary. Vectorised with at::vec, split over ATen's intra-op threads. The arithmetic is
+/// torch.optim.AdamW's: p *= keep; m += (1-b1)(g - m); v = b2 v + (1-b2) g^2;
+/// p += step x m / (sqrt(v / bias2) + eps).
+void adamw_cpu_range(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const AdamScalars& a) {
+  using Vec = at::vec::Vectorized<float>;
+  at::parallel_for(begin, end, 16384, [&](int64_t lo, int64_t hi) {
+    const Vec keep(a.keep), w(a.avg_weight), b2(a.beta2), c2(a.sq_weight), bias2(a.bias2), eps(a.eps), step(a.step);
+    int64_t i = lo;
+    for (; i + Vec::size() <= hi; i += Vec::size()) {
+      const Vec gi = Vec::loadu(g + i);
+      Vec mi = Vec::loadu(m + i), vi = Vec::loadu(v + i), pi = Vec::loadu(p + i);
+      pi = pi * keep;
+      mi = mi + w * (gi - mi);
+      vi = vi * b2 + c2 * (gi * gi);
+      pi = pi + step * (mi / ((vi / bias2).sqrt() + eps));
+      pi.store(p + i);
+      mi.store(m + i);
+      vi.store(v + i);
+    }
+    for (; i < hi; ++i) {  // the tail, element by element, the same arithmetic
+      p[i] = p[i] * a.keep;
+      m[i] = m[i] + a.avg_weight * (g[i] - m[i]);
+      v[i] = v[i] * a.beta2 + a.sq_weight * (g[i] * g[i]);
+      p[i] = p[i] + a.step * (m[i] / (std::sqrt(v[i] / a.bias2) + a.eps));
+    }
+  });
+}
+
+}  // namespace
+
 void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr) {
   at::NoGradGuard no_grad;
-  CategoryScope category(MemCategory::Other);  // one [shard] temporary (denom); the moments are optimizer
+  CategoryScope category(MemCategory::Other);  // one [shard] temporary (denom) on a GPU; the moments are optimizer
   ++steps_;
   const double b1 = training_.beta1, b2 = training_.beta2;
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
@@ -57,6 +103,35 @@ void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr) {
     PoolScope pool(g->states_on_host() ? MemPool::Host : current_pool());
     at::Tensor p = g->master.detach();  // [shard]
     const at::Tensor grad = g->grad();  // [shard]
+    if (p.device().is_cpu()) {
+      // The host optimizer (a CPU run, or the states offloaded): one fused pass, decay on the
+      // elements outside the no-decay ranges.
+      AdamScalars a{1.0f,
+                    static_cast<float>(1.0 - b1),
+                    static_cast<float>(b2),
+                    static_cast<float>(1.0 - b2),
+                    static_cast<float>(bias2),
+                    static_cast<float>(training_.adam_eps),
+                    static_cast<float>(-lr / bias1)};
+      const float decay_keep = static_cast<float>(1.0 - lr * training_.weight_decay);
+      float* pp = p.data_ptr<float>();
+      const float* gp = grad.data_ptr<float>();
+      float* mp = g->exp_avg.data_ptr<float>();
+      float* vp = g->exp_avg_sq.data_ptr<float>();
+      int64_t at_elem = 0;
+      auto run = [&](int64_t begin, int64_t end, float keep) {
+        if (end <= begin) return;
+        a.keep = keep;
+        adamw_cpu_range(pp, gp, mp, vp, begin, end, a);
+      };
+      for (const auto& [begin, end] : g->no_decay_ranges()) {
+        run(at_elem, begin, decay_keep);
+        run(begin, end, 1.0f);
+        at_elem = end;
+      }
+      run(at_elem, p.numel(), decay_keep);
+      continue;
+    }
     // Decoupled weight decay first (torch.optim.AdamW order), skipping norm weights and padding.
     if (training_.weight_decay != 0) {
       const double keep = 1.0 - lr * training_.weight_decay;

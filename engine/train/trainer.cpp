@@ -173,8 +173,8 @@ void Trainer::optimizer_phase(int64_t step, StepResult& r) {
     return;
   }
   {
-    // Optimizer offload: AdamW on the host's shards (ATen's vectorised, multi-threaded CPU kernels),
-    // timed as its own phase, then the updated parameters go back to the device.
+    // Optimizer offload: AdamW on the host's shards (one fused at::vec pass per shard over ATen's
+    // threads), timed as its own phase, then the updated parameters go back to the device.
     EnginePhase host(ctx_.slot, "optimizer/host_adamw");
     optimizer_.step(groups, r.lr);
     AdamW::zero_grad(groups);
