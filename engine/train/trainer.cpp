@@ -173,7 +173,7 @@ void Trainer::optimizer_phase(int64_t step, StepResult& r) {
     return;
   }
   {
-    // Optimizer offload: AdamW on the host's shards (one fused at::vec pass per shard over ATen's
+    // Optimizer offload: AdamW on the host's shards (one fused AVX2 pass per shard over ATen's
     // threads), timed as its own phase, then the updated parameters go back to the device.
     EnginePhase host(ctx_.slot, "optimizer/host_adamw");
     optimizer_.step(groups, r.lr);
