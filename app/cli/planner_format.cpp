@@ -223,14 +223,14 @@ void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cf
   for (const auto& r : rungs) largest = std::max(largest, r.plan.peak_bytes);
   const Unit gib = unit_for(largest);
   os << path << ": " << setup_line(cfg) << "\n\n";
-  os << strf("%-15s %-5s %10s %7s %7s %7s %7s %7s %7s %7s %7s %9s %10s %6s  %s\n", "rung", "fits", (std::string("peak ") + gib.name).c_str(), "states",
+  os << strf("%-17s %-5s %10s %7s %7s %7s %7s %7s %7s %7s %7s %9s %10s %6s  %s\n", "rung", "fits", (std::string("peak ") + gib.name).c_str(), "states",
              "gather", "saved", "attn", "mlp", "loss", "comm", "other", "max seq", "tok/s/GPU", "MFU", "dominant term");
   for (const auto& r : rungs) {
     const auto& p = r.plan;
     const auto& c = p.category_bytes;
     auto cat = [&](PlanCategory k) { return gib(c[static_cast<int>(k)]); };
     const double states = cat(PlanCategory::Params) + cat(PlanCategory::Grads) + cat(PlanCategory::Optimizer);
-    os << strf("%-15s %-5s %10.1f %7.1f %7.2f %7.1f %7.1f %7.1f %7.1f %7.1f %7.2f %9s %10.1f %5.1f%%  %s\n",
+    os << strf("%-17s %-5s %10.1f %7.1f %7.2f %7.1f %7.1f %7.1f %7.1f %7.1f %7.2f %9s %10.1f %5.1f%%  %s\n",
                r.name.c_str(), p.fits() ? "yes" : "OOM", gib(p.peak_bytes), states, cat(PlanCategory::GatheredParams),
                cat(PlanCategory::SavedActivations), cat(PlanCategory::AttentionWorkspace), cat(PlanCategory::MlpWorkspace),
                cat(PlanCategory::LossWorkspace), cat(PlanCategory::CommBuffers), cat(PlanCategory::Other),
@@ -240,7 +240,7 @@ void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cf
   os << strf("\n%s per device at each rung's peak (states = params + grads + optimizer); capacity %.1f GiB.\n",
              gib.name, cfg.hardware.device_memory_gib);
   for (const auto& r : rungs)
-    os << strf("  %-15s %s; peak at %s\n", r.name.c_str(), r.label.c_str(), r.plan.peak_phase.c_str());
+    os << strf("  %-17s %s; peak at %s\n", r.name.c_str(), r.label.c_str(), r.plan.peak_phase.c_str());
 }
 
 void print_maxlen(std::ostream& os, const std::string& path, const RunConfig& cfg, int64_t max_seq_len,
@@ -249,9 +249,9 @@ void print_maxlen(std::ostream& os, const std::string& path, const RunConfig& cf
   os << strf("largest seq_len that fits: %s (%lld tokens; steps of %s = Ulysses degree x 1K)\n\n",
              format_size(max_seq_len).c_str(), static_cast<long long>(max_seq_len),
              format_size(seq_len_granularity(cfg)).c_str());
-  os << strf("%-15s %12s %14s  %s\n", "rung", "max seq_len", "tokens", "configuration");
+  os << strf("%-17s %12s %14s  %s\n", "rung", "max seq_len", "tokens", "configuration");
   for (const auto& r : rungs)
-    os << strf("%-15s %12s %14lld  %s (steps of %s)\n", r.name.c_str(), format_size(r.max_seq_len).c_str(),
+    os << strf("%-17s %12s %14lld  %s (steps of %s)\n", r.name.c_str(), format_size(r.max_seq_len).c_str(),
                static_cast<long long>(r.max_seq_len), r.label.c_str(), format_size(r.granularity).c_str());
 }
 
