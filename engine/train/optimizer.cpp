@@ -123,8 +123,6 @@ void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr) {
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
   for (auto* g : groups) {
-    // Optimizer offload: the states and this step's temporary live in host memory.
-    PoolScope pool(g->states_on_host() ? MemPool::Host : current_pool());
     at::Tensor p = g->master.detach();  // [shard]
     const at::Tensor grad = g->grad();  // [shard]
     if (p.device().is_cpu()) {
