@@ -8,6 +8,7 @@
 // its checkpoint).
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -178,9 +179,19 @@ int run_train(int argc, char** argv, int first) {
     std::cout << to_string(outcome.status) << " at step " << outcome.next_step << ": loss " << first_m.loss << " -> "
               << last_m.loss;
     const auto& last_r = outcome.results.back();
-    if (last_r.has_answers)
+    if (last_r.has_answers) {
+      // One step's accuracy is one sequence's (the passkey task asks one passkey many times):
+      // the mean over a window of steps at each end says whether the run learned.
+      const size_t n = outcome.results.size(), window = std::max<size_t>(1, std::min<size_t>(30, n / 4));
+      auto mean_accuracy = [&](size_t from) {
+        double sum = 0;
+        for (size_t i = from; i < from + window; ++i) sum += outcome.results[i].answer_accuracy;
+        return static_cast<int>(100 * sum / static_cast<double>(window));
+      };
       std::cout << ", answer loss " << outcome.results.front().answer_loss << " -> " << last_r.answer_loss
-                << " (accuracy " << static_cast<int>(100 * last_r.answer_accuracy) << "%)";
+                << " (accuracy over " << window << (window == 1 ? " step " : " steps ") << mean_accuracy(0) << "% -> "
+                << mean_accuracy(n - window) << "%)";
+    }
     std::cout << "; outputs in " << opt.out_dir << "\n";
   } else {
     std::cout << to_string(outcome.status) << " at step " << outcome.next_step << " (no steps run)\n";

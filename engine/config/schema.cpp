@@ -312,7 +312,7 @@ std::vector<KeySpec> make_schema() {
                               {DType::Float32, DType::BFloat16},
                               [](RunConfig& c) -> DType& { return c.training.dtype; }));
   s.push_back(enum_key<DatasetKind>("training", "dataset",
-                                    "long-range (built-in retrieval task), tokens (llm.c .bin file) or bytes (any file).",
+                                    "long-range (built-in passkey task), tokens (llm.c .bin file) or bytes (any file).",
                                     {DatasetKind::LongRange, DatasetKind::Tokens, DatasetKind::Bytes},
                                     [](RunConfig& c) -> DatasetKind& { return c.training.dataset; }));
   s.push_back(ODY_STRING("training", training.dataset_path, "dataset_path", "Data file for the tokens and bytes datasets."));

@@ -100,7 +100,7 @@ void check_training(const RunConfig& cfg, Checker& c) {
     c.fail("model.vocab_size", "must be at least 256 for training.dataset = \"bytes\" (one token per byte value)");
   if (t.dataset == DatasetKind::LongRange) {
     c.require(!c.in_range({"model.vocab_size"}) || cfg.model.vocab_size >= 32, "model.vocab_size",
-              "must be at least 32 for the long-range task (keys, values and markers)");
+              "must be at least 32 for the long-range task (filler, query mark and passkey symbols)");
     c.require(!c.in_range({"training.seq_len"}) || t.seq_len >= 32, "training.seq_len", "must be at least 32 for the long-range task");
   }
 }

@@ -1,4 +1,4 @@
-// The datasets (long-range retrieval task, llm.c .bin tokens, raw bytes) and per-rank batch
+// The datasets (long-range passkey task, llm.c .bin tokens, raw bytes) and per-rank batch
 // selection (see data.h). defines: LongRangeLayout::make, make_dataset, make_rank_batch
 #include "engine/train/data.h"
 
@@ -18,53 +18,51 @@
 namespace odyssey {
 namespace {
 
-// [section] long-range retrieval task ----------------------------------------------------------
+// [section] long-range passkey task ------------------------------------------------------------
 
 class LongRangeTask final : public Dataset {
  public:
   LongRangeTask(int64_t seq_len, int64_t vocab, int64_t seed)
       : layout_(LongRangeLayout::make(seq_len, vocab)), seed_(static_cast<uint64_t>(seed)) {}
 
-  // Layout of the S+1 tokens: a context of filler (one filler token repeated) with `pairs`
-  // triples [KEY_MARK key value], one per equal segment at a random offset, so the pairs span the
-  // whole sequence; then `queries` triples [QUERY_MARK key value] asking for distinct pairs in
-  // random order. The query's value is the answer: predicting it needs attention back to the pair.
+  // Layout of the S+1 tokens: one filler token everywhere, except
+  // - the first half [0, context): `copies` copies of the sequence's passkey (one of
+  //   passkey_count symbols), one at a random offset in each equal segment;
+  // - the second half [context, S]: pairs of tokens, `queries` of them (chosen at random) a
+  //   [QUERY_MARK passkey] pair.
+  // Answering the first query needs attention from the second half back to the first: across the
+  // sequence, so across Ulysses ranks. The filler is one fixed token, so its loss vanishes and
+  // does not drown the answers' gradient in noise; with tied embeddings (as in tiny-cpu.toml)
+  // copying a symbol is one map for all symbols, and a tiny model learns the task within a few
+  // hundred CPU steps (the curve is in docs/benchmarks.md).
   void sequence(int64_t index, std::vector<int64_t>* tokens, std::vector<uint8_t>* answer) const override {
     const LongRangeLayout& L = layout_;
     SplitMix rng(seed_ * 0x100000001B3ULL ^ (static_cast<uint64_t>(index) + 0x51ED270B27ULL));
     rng.next();
     const int64_t total = L.seq_len + 1;
-    tokens->assign(total, L.filler_first + rng.below(L.filler_count));
+    tokens->assign(total, L.filler);
     answer->assign(L.seq_len, 0);
-    // Distinct keys (partial Fisher-Yates over the key alphabet).
-    std::vector<int64_t> keys(L.key_count);
-    for (int64_t i = 0; i < L.key_count; ++i) keys[i] = L.key_first + i;
-    for (int64_t i = 0; i < L.pairs; ++i) std::swap(keys[i], keys[i + rng.below(L.key_count - i)]);
-    std::vector<int64_t> values(L.pairs);
-    for (auto& v : values) v = L.value_first + rng.below(L.value_count);
-    const int64_t context = total - 3 * L.queries;
-    const int64_t segment = context / L.pairs;  // >= 4 by construction
-    for (int64_t p = 0; p < L.pairs; ++p) {
-      const int64_t at = p * segment + rng.below(segment - 2);
-      (*tokens)[at] = L.key_mark;
-      (*tokens)[at + 1] = keys[p];
-      (*tokens)[at + 2] = values[p];
-    }
-    std::vector<int64_t> order(L.pairs);
-    for (int64_t i = 0; i < L.pairs; ++i) order[i] = i;
-    for (int64_t i = 0; i < L.queries; ++i) std::swap(order[i], order[i + rng.below(L.pairs - i)]);
+    const int64_t passkey = rng.below(L.passkey_count);
+    const int64_t segment = L.context / L.copies;  // >= 1 by construction
+    for (int64_t c = 0; c < L.copies; ++c) (*tokens)[c * segment + rng.below(segment)] = L.passkey_first + passkey;
+    // `queries` distinct pair slots of the second half (partial Fisher-Yates over the slots).
+    const int64_t slots = (total - L.context) / 2;
+    std::vector<int64_t> slot(slots);
+    for (int64_t i = 0; i < slots; ++i) slot[i] = i;
     for (int64_t q = 0; q < L.queries; ++q) {
-      const int64_t at = context + 3 * q;
+      std::swap(slot[q], slot[q + rng.below(slots - q)]);
+      const int64_t at = L.context + 2 * slot[q];
       (*tokens)[at] = L.query_mark;
-      (*tokens)[at + 1] = keys[order[q]];
-      (*tokens)[at + 2] = values[order[q]];
-      (*answer)[at + 1] = 1;  // label position at+1 predicts token at+2, the answer
+      (*tokens)[at + 1] = L.passkey_first + passkey;
+      (*answer)[at] = 1;  // label position `at` predicts token at+1, the answer
     }
   }
   bool has_answers() const override { return true; }
   std::string describe() const override {
-    return "long-range retrieval: " + std::to_string(layout_.pairs) + " key-value pairs over " +
-           std::to_string(layout_.seq_len) + " tokens, " + std::to_string(layout_.queries) + " queries at the end";
+    return "long-range passkey: " + std::to_string(layout_.copies) + " copies of a passkey (1 of " +
+           std::to_string(layout_.passkey_count) + ") in the first " + std::to_string(layout_.context) +
+           " tokens, asked " + std::to_string(layout_.queries) + " times in the last " +
+           std::to_string(layout_.seq_len + 1 - layout_.context);
   }
 
  private:
@@ -210,13 +208,11 @@ LongRangeLayout LongRangeLayout::make(int64_t seq_len, int64_t vocab) {
   LongRangeLayout L;
   L.seq_len = seq_len;
   L.vocab = vocab;
-  const int64_t alphabet = vocab - (L.filler_first + L.filler_count);  // >= 25
-  L.key_first = L.filler_first + L.filler_count;
-  L.key_count = alphabet / 2;
-  L.value_first = L.key_first + L.key_count;
-  L.value_count = alphabet - L.key_count;
-  L.queries = std::clamp<int64_t>(seq_len / 64, 1, L.key_count / 2);
-  L.pairs = 2 * L.queries;  // half of the pairs are asked about, in random order
+  L.context = seq_len / 2;
+  // One copy per 64 tokens: the passkey's share of the first half (1/32) stays the same at every
+  // length, so is the answer's signal through attention that starts out uniform.
+  L.copies = std::max<int64_t>(1, seq_len / 64);
+  L.queries = (seq_len + 1 - L.context) / 2 / 2;  // half of the second half's pair slots
   return L;
 }
 

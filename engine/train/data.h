@@ -1,4 +1,4 @@
-// Training data: the built-in long-range retrieval task, llm.c .bin token files and raw-byte files,
+// Training data: the built-in long-range passkey task, llm.c .bin token files and raw-byte files,
 // and the selection of one rank's slice of a step's batch (replica dp_rank's sequences, sequence
 // shard sp_rank with global positions). defines: DataError, Dataset, RankBatch, make_dataset,
 // make_rank_batch, LongRangeLayout
@@ -32,22 +32,23 @@ class Dataset {
   virtual void sequence(int64_t index, std::vector<int64_t>* tokens, std::vector<uint8_t>* answer) const = 0;
   /// True when answer masks mean something (the long-range task).
   virtual bool has_answers() const { return false; }
-  /// One line for logs: "long-range retrieval, 16 pairs, 8 queries" / "tokens: data.bin (1.2M tokens)".
+  /// One line for logs: "long-range passkey: 8 copies ... asked 64 times" / "tokens: data.bin (1.2M tokens)".
   virtual std::string describe() const = 0;
 };
 
 /// Opens the dataset of `training` for `model` (vocabulary checks included). Throws DataError.
 std::unique_ptr<Dataset> make_dataset(const TrainingConfig& training, const ModelConfig& model);
 
-/// Shape of the long-range task for one (seq_len, vocab): token classes and counts.
+/// Shape of the long-range passkey task for one (seq_len, vocab): token classes and counts. The
+/// task uses the first 11 token ids whatever the vocabulary.
 struct LongRangeLayout {
   int64_t seq_len = 0, vocab = 0;
-  int64_t key_mark = 1, query_mark = 2;  ///< marker tokens
-  int64_t filler_first = 3, filler_count = 4;
-  int64_t key_first = 0, key_count = 0;      ///< key alphabet
-  int64_t value_first = 0, value_count = 0;  ///< value alphabet
-  int64_t pairs = 0;    ///< key-value pairs scattered over the context
-  int64_t queries = 0;  ///< queries at the end, each answered by one pair's value
+  int64_t filler = 1;                             ///< the one token around everything else
+  int64_t query_mark = 2;                         ///< asks for the passkey
+  int64_t passkey_first = 3, passkey_count = 8;   ///< the passkey's symbols (chance: 1/8)
+  int64_t context = 0;  ///< S/2: tokens [0, context) hold the copies, the queries come after
+  int64_t copies = 0;   ///< passkey copies in the first half, one per 64 tokens
+  int64_t queries = 0;  ///< [QUERY_MARK answer] pairs in the second half, one per 4 tokens
   static LongRangeLayout make(int64_t seq_len, int64_t vocab);  ///< throws for seq_len < 32 or vocab < 32
 };
 

@@ -108,7 +108,7 @@ TEST_CASE("reliability: resume refuses another shape and states every other chan
                   dir + " --steps 1");
   require_clean_exit(r, 0);
   // The differences come before the first step's line.
-  const size_t lr = r.out.find("resume: training.lr = 0.003 -> 0.002");
+  const size_t lr = r.out.find("resume: training.lr = 0.005 -> 0.002");  // tiny-cpu.toml: lr = 5e-3
   const size_t seed = r.out.find("resume: training.seed = 1234 -> 9");
   const size_t step = r.out.find("step 3/3");
   CHECK(lr != std::string::npos);

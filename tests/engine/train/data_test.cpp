@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "../engine_test_util.h"
@@ -42,10 +43,13 @@ std::string error_of(const TrainingConfig& t, const ModelConfig& m) {
 
 }  // namespace
 
-TEST_CASE("data: long-range task layout, answers and determinism", "[engine][data]") {
+TEST_CASE("data: long-range passkey task layout, answers and determinism", "[engine][data]") {
   for (int64_t seq : {32, 64, 512, 4096}) {
     for (int64_t vocab : {32, 256}) {
       const LongRangeLayout L = LongRangeLayout::make(seq, vocab);
+      CHECK(L.context == seq / 2);
+      CHECK(L.copies == std::max<int64_t>(1, seq / 64));
+      CHECK(L.queries == (seq + 1 - seq / 2) / 4);
       TrainingConfig t;
       t.seq_len = seq;
       t.seed = 3;
@@ -59,23 +63,56 @@ TEST_CASE("data: long-range task layout, answers and determinism", "[engine][dat
       REQUIRE(tokens.size() == static_cast<size_t>(seq + 1));
       REQUIRE(answer.size() == static_cast<size_t>(seq));
       CHECK(tokens == again);
-      int64_t answers = 0;
-      for (int64_t i = 0; i < seq; ++i) {
-        CHECK(tokens[i] < vocab);
-        if (!answer[i]) continue;
-        ++answers;
-        // The answer follows a query key; the same key appeared after a key mark earlier with this value.
-        CHECK(tokens[i - 1] == L.query_mark);
-        bool found = false;
-        for (int64_t j = 0; j + 2 < i - 1; ++j)
-          if (tokens[j] == L.key_mark && tokens[j + 1] == tokens[i] && tokens[j + 2] == tokens[i + 1]) found = true;
-        CHECK(found);
+      CHECK(answer == answer_again);
+      // The first half: filler and `copies` copies of one passkey symbol, one per segment.
+      int64_t symbol = -1, copies = 0;
+      for (int64_t i = 0; i < L.context; ++i) {
+        if (tokens[i] == L.filler) continue;
+        CHECK(tokens[i] >= L.passkey_first);
+        CHECK(tokens[i] < L.passkey_first + L.passkey_count);
+        if (symbol < 0) symbol = tokens[i];
+        CHECK(tokens[i] == symbol);
+        ++copies;
       }
+      CHECK(copies == L.copies);
+      // The second half: filler and [QUERY_MARK passkey] pairs; each answer position is a query
+      // mark whose label (the next token) is the passkey.
+      int64_t answers = 0;
+      for (int64_t i = L.context; i <= seq; ++i) {
+        CHECK(tokens[i] < vocab);
+        if (i < seq && answer[i]) {
+          ++answers;
+          CHECK(tokens[i] == L.query_mark);
+          CHECK(tokens[i + 1] == symbol);
+        } else if (tokens[i] != L.filler) {
+          CHECK(((tokens[i] == symbol && tokens[i - 1] == L.query_mark) || tokens[i] == L.query_mark));
+        }
+      }
+      for (int64_t i = 0; i < L.context; ++i) CHECK(answer[i] == 0);
       CHECK(answers == L.queries);
       data->sequence(6, &again, &answer_again);
       CHECK(tokens != again);
     }
   }
+  // Every symbol is a passkey about equally often: 800 sequences, 100 expected per symbol; a
+  // binomial(800, 1/8) stays within 100 +- 45 (5 sigma) for a fair generator.
+  TrainingConfig t;
+  t.seq_len = 64;
+  ModelConfig m;
+  m.vocab_size = 32;
+  const LongRangeLayout L = LongRangeLayout::make(64, 32);
+  auto data = make_dataset(t, m);
+  std::vector<int64_t> count(L.passkey_count, 0), tokens;
+  std::vector<uint8_t> answer;
+  for (int64_t index = 0; index < 800; ++index) {
+    data->sequence(index, &tokens, &answer);
+    for (int64_t i = 0; i < 64; ++i)
+      if (answer[i]) {
+        ++count[tokens[i + 1] - L.passkey_first];
+        break;
+      }
+  }
+  for (int64_t c : count) CHECK(std::abs(c - 100) <= 45);
   CHECK_THROWS_AS(LongRangeLayout::make(16, 256), DataError);
   CHECK_THROWS_AS(LongRangeLayout::make(64, 16), DataError);
 }
