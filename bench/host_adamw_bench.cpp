@@ -1,8 +1,9 @@
 // host_adamw_bench: the host optimizer's speed, the fused one-pass AdamW (AdamW::step on a CPU shard)
 // against the op-by-op ATen form it replaced, side by side in one process on the same shard.
-// Usage: host_adamw_bench [PARAMS_MILLIONS=16] [REPS=10]. Prints median ms, the ratio and the
-// host memory traffic each reaches (the fused pass moves 28 B a parameter: read p, g, m, v; write
-// p, m, v), the figure hardware.host_optimizer_gbps stands for.
+// Usage: host_adamw_bench [PARAMS_MILLIONS=16] [REPS=10] [THREADS...]. Prints, per intra-op thread
+// count (default: ATen's), median ms, the ratio and the host memory traffic each reaches (the fused
+// pass moves 28 B a parameter: read p, g, m, v; write p, m, v), the figure
+// hardware.host_optimizer_gbps stands for, beside a parallel copy's (the host's ceiling).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,16 +68,33 @@ int main(int argc, char** argv) {
   group.init(1);
   group.master.mutable_grad().normal_();
   AdamW fused(t);
-  const double fused_ms = median_ms(reps, [&] { fused.step({&group}, lr); });
-  // The op-by-op form on tensors of the same size.
   at::Tensor p = at::randn({n}), g = at::randn({n}), m = at::zeros({n}), v = at::zeros({n});
-  int64_t step = 0;
-  const double ops_ms = median_ms(reps, [&] { adamw_op_by_op(p, g, m, v, t, lr, ++step); });
+  at::Tensor copy_dst = at::empty({n});
+  std::vector<int> thread_counts;
+  for (int i = 3; i < argc; ++i) {
+    const int threads = std::atoi(argv[i]);
+    if (threads < 1) {
+      std::fprintf(stderr, "host_adamw_bench: thread count '%s' must be >= 1\n", argv[i]);
+      return 2;
+    }
+    thread_counts.push_back(threads);
+  }
+  if (thread_counts.empty()) thread_counts.push_back(at::get_num_threads());
   const double traffic = 28.0 * static_cast<double>(n);  // bytes the fused pass must move
-  std::printf("host AdamW over %lld M fp32 parameters, %d threads, median of %d\n", static_cast<long long>(millions),
-              at::get_num_threads(), reps);
-  std::printf("fused one pass   %9.2f ms  %6.2f GB/s of 28 B a parameter\n", fused_ms, traffic / fused_ms / 1e6);
-  std::printf("op by op (ATen)  %9.2f ms  %6.2f GB/s equivalent\n", ops_ms, traffic / ops_ms / 1e6);
-  std::printf("fused / op-by-op %9.2fx\n", fused_ms / ops_ms);
+  std::printf("host AdamW over %lld M fp32 parameters, median of %d\n", static_cast<long long>(millions), reps);
+  std::printf("threads  fused ms  fused GB/s  op-by-op ms  op-by-op GB/s-equiv  fused/op-by-op  copy GB/s\n");
+  int64_t step = 0;
+  for (int threads : thread_counts) {
+    at::set_num_threads(threads);
+    // The fused pass, on a flat group's CPU shard (one matrix: every element decays).
+    const double fused_ms = median_ms(reps, [&] { fused.step({&group}, lr); });
+    // The op-by-op form on tensors of the same size.
+    const double ops_ms = median_ms(reps, [&] { adamw_op_by_op(p, g, m, v, t, lr, ++step); });
+    // The ceiling: a parallel copy reads and writes 8 B an element.
+    const double copy_ms = median_ms(reps, [&] { copy_dst.copy_(p); });
+    std::printf("%7d %9.2f %11.2f %12.2f %20.2f %15.2fx %10.2f\n", at::get_num_threads(), fused_ms,
+                traffic / fused_ms / 1e6, ops_ms, traffic / ops_ms / 1e6, fused_ms / ops_ms,
+                8.0 * static_cast<double>(n) / copy_ms / 1e6);
+  }
   return 0;
 }

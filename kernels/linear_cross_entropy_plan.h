@@ -2,7 +2,8 @@
 // tiles and the workspace layout. Host arithmetic without CUDA headers, shared by the kernels, the
 // engine and the planner (whose GPU profile charges exactly this workspace).
 // defines: LinearCrossEntropyShape, LceTilePlan, plan_linear_cross_entropy, kMaxLceTileElements,
-//          kLceDefaultTile, widest_vocab_tiles, largest_lce_seq_tile, fused_loss_seq_tile
+//          kLceDefaultTile, widest_vocab_tiles, largest_lce_seq_tile, fused_loss_seq_tile,
+//          fused_loss_answer_rows
 #pragma once
 
 #include <cstddef>
@@ -62,6 +63,18 @@ inline int64_t fused_loss_seq_tile(int64_t batch, int64_t tile_tokens, int64_t v
   const int64_t wanted = batch * tile_tokens;
   const int64_t largest = largest_lce_seq_tile(vocab, 0);
   return wanted < largest ? wanted : largest;
+}
+
+/// Answer rows per chunk when the training step reads the answer tokens' argmax after the fused
+/// kernel (engine/memory/tiled_loss.cpp): a chunk's [rows, vocab] logits in the compute dtype hold
+/// at most as many elements as the kernel's fp32 logits tile, so they fit in the workspace the
+/// kernel has just released and add nothing to the loss phase's peak (the planner charges the
+/// workspace alone). Memory: without chunks, 8K answer rows of a 64K sequence over a 128K
+/// vocabulary took 13 GiB (measured on an H200, 2026-11-26).
+inline int64_t fused_loss_answer_rows(int64_t batch, int64_t tile_tokens, int64_t vocab) {
+  const int64_t vocab_tile = vocab < kLceDefaultTile ? vocab : kLceDefaultTile;
+  const int64_t rows = fused_loss_seq_tile(batch, tile_tokens, vocab) * vocab_tile / vocab;
+  return rows > 1 ? rows : 1;
 }
 
 }  // namespace odyssey::kernels

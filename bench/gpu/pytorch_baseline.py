@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Plain-PyTorch baseline of issue 7's throughput benchmark: the same Llama-3.2-1B as Odyssey's
 flavor (16 layers, d=2048, 32/8 heads of 64, SwiGLU 8192, vocab 128256, tied embeddings, RoPE
-theta 500000) with SDPA (flash / memory-efficient kernels only) and torch.utils.checkpoint around
-every block; fp32 master weights, bf16 autocast, fused AdamW, batch 1, random weights and tokens.
+theta 500000) with SDPA (flash / memory-efficient kernels only, pinned over forward and backward)
+and torch.utils.checkpoint around every block; fp32 master weights, bf16 autocast, fused AdamW, batch 1, random weights and tokens.
 
     python3 bench/gpu/pytorch_baseline.py --seq 32K --steps 3          # one JSON line
     python3 bench/gpu/pytorch_baseline.py --seq 256 --config tiny --device cpu   # CPU self-check
@@ -106,12 +106,20 @@ def run(args):
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     backends = [torch.nn.attention.SDPBackend.FLASH_ATTENTION, torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION]
     if device.type == "cpu":
-        backends.append(torch.nn.attention.SDPBackend.MATH)
+        # The CPU dry run (make test) pins the one backend SDPA would not pick by itself there, so a
+        # pin that stops covering the checkpoint's recompute fails on the CPU too (CheckpointError),
+        # as it did on the GPU.
+        backends = [torch.nn.attention.SDPBackend.MATH]
 
     def step():
-        with autocast, torch.nn.attention.sdpa_kernel(backends):
-            loss = model(inputs, labels)
-        loss.backward()
+        # The backend pin spans the backward too: torch.utils.checkpoint recomputes each block inside
+        # loss.backward(), and a recompute outside the pin picked another kernel (cuDNN on an H200,
+        # 2026-11-26) whose saved tensors differ from flash's, which checkpoint refuses
+        # (CheckpointError: "Recomputed values ... have different metadata").
+        with torch.nn.attention.sdpa_kernel(backends):
+            with autocast:
+                loss = model(inputs, labels)
+            loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()

@@ -1,7 +1,7 @@
 // Tiled loss: the final RMSNorm's output -> LM head -> cross-entropy over sequence tiles with the
 // backward run inside the forward, so the [s, vocab] logits never exist at once. Also the answer
 // statistics both loss paths share. defines: AnswerStats, LossOutputs, head_logits, accumulate_answer_stats,
-// tiled_loss_forward
+// accumulate_answer_rows, tiled_loss_forward
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,15 @@ at::Tensor head_logits(const at::Tensor& normed, const at::Tensor& head);
 /// `stats` (no grad). Does nothing when mask is undefined.
 void accumulate_answer_stats(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& mask,
                              AnswerStats* stats);
+
+/// The same statistics from a per-token CE already computed (the fused kernel's `token_ce` [T] fp32,
+/// unscaled): the CE sum is read from it, and the argmax from `hidden` [T, d] @ `head`^T [V, d] in
+/// chunks of `chunk_rows` answer rows at a time. `labels` and `mask` hold T entries (any shape).
+/// Memory: one [chunk_rows, V] logits chunk in the hidden states' dtype, never the [k, V] logits of
+/// all k answers at once (kernels::fused_loss_answer_rows sizes the chunk).
+void accumulate_answer_rows(const at::Tensor& hidden, const at::Tensor& head, const at::Tensor& labels,
+                            const at::Tensor& mask, const at::Tensor& token_ce, int64_t chunk_rows,
+                            AnswerStats* stats);
 
 /// What the tiled loss computes in its forward: the loss and its gradients (for an incoming
 /// gradient of 1), already scaled by `scale`.

@@ -1,6 +1,7 @@
 // The engine on a GPU (hidden tag [.cuda]: run `engine_tests "[.cuda]"` on a CUDA machine): every
 // technique together equals the plain run (fp32), bf16 trains, checkpointing and offload lower the
-// measured device peak and offload fills the host pool.
+// measured device peak and offload fills the host pool, the fused loss keeps its answer statistics
+// inside its own workspace.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -8,6 +9,9 @@
 #include <torch/cuda.h>
 
 #include "../engine_test_util.h"
+#include "engine/memory/tiled_loss.h"
+#include "engine/telemetry/memory_tracker.h"
+#include "kernels/linear_cross_entropy_plan.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -113,4 +117,41 @@ TEST_CASE("cuda: optimizer offload keeps the states in pinned host memory and tr
   const double diff = per_param_max_relative_diff(a, pb, pa, &worst);
   INFO("worst parameter " << worst << ": " << diff);
   CHECK(diff <= optimizer_tolerance(on_device, 1, elements));
+}
+
+TEST_CASE("cuda: the fused loss reads its answer statistics inside the kernel's own workspace", "[.cuda]") {
+  // Found on an H200 (2026-11-26): the long-range task's S/8 answer rows had their [k, V] logits
+  // made at once (bf16, an fp32 copy, a gathered copy and log-softmax), 13 GiB of Llama-3.2-1B's
+  // loss phase at 64K tokens, where the planner charges the kernel's workspace alone.
+  REQUIRE(prepare_cuda().available);
+  const at::Device gpu = test_gpu();
+  MemoryTracker& tracker = MemoryTracker::instance();
+  const int64_t S = 8192, d = 64, V = 32768, tile = 1024, answers = S / 8;
+  at::manual_seed(5);
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(gpu);
+  const at::Tensor normed = at::randn({1, S, d}, bf16);                                   // [1, S, d]
+  const at::Tensor head = at::randn({V, d}, bf16) * 0.1;                                  // [V, d]
+  const at::Tensor labels = at::randint(V, {1, S}, at::TensorOptions().dtype(at::kLong).device(gpu));
+  const at::Tensor mask = at::arange(S, labels.options()).remainder(8).eq(0).unsqueeze(0);  // [1, S]
+  AnswerStats stats;
+  tiled_loss_forward(normed, head, labels, mask, 1.0 / S, tile, &stats);  // first use: cuBLAS, kernels
+  torch::cuda::synchronize();
+  const int64_t base = tracker.device_bytes(0);
+  const int window = tracker.open_peak_window(0);
+  LossOutputs out = tiled_loss_forward(normed, head, labels, mask, 1.0 / S, tile, &stats);
+  torch::cuda::synchronize();
+  const int64_t peak = tracker.close_peak_window(0, window).device_peak - base;
+  const kernels::LceTilePlan plan = kernels::plan_linear_cross_entropy(
+      kernels::KernelDtype::BF16, {S, d, V, kernels::fused_loss_seq_tile(1, tile, V), 0});
+  // What stays: d_head fp32 [V, d], dx [S, d] bf16 and the loss; while the kernel runs: its
+  // workspace, per-token CE [S] fp32 and the label flag; then the answers' index tensors (rows,
+  // targets int64, CE fp32) and nonzero()'s scratch over the mask (4 int64 words an entry); the
+  // caching allocator rounds each of some 40 blocks up to 512 B. The chunked logits fit in the
+  // released workspace (fused_loss_answer_rows), so nothing more.
+  const int64_t bound = V * d * 4 + S * d * 2 + static_cast<int64_t>(plan.bytes) + S * 4 + answers * 20 + 4 * S * 8 +
+                        40 * 512;
+  INFO("peak " << peak << " B, bound " << bound << " B; all answers' bf16 logits alone " << answers * V * 2 << " B");
+  CHECK(peak <= bound);
+  CHECK(stats.count.item<double>() == 2.0 * answers);  // two calls
+  CHECK(out.loss.item<double>() > 0);
 }
