@@ -37,6 +37,11 @@ at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positi
   at::Tensor o = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                   /*is_causal=*/true, /*scale=*/std::nullopt,
                                                   /*enable_gqa=*/Hkv != H);  // [B, H, s, hd]
+  // Memory: q, k, v die here unless autograd saved them (the planner's walk frees them before the
+  // output's layout copy on the CPU, BlockHalves::attention_forward)
+  q.reset();
+  k.reset();
+  v.reset();
   return at::linear(o.transpose(1, 2).reshape({B, s, H * hd}), w.wo);  // [B, s, d]
 }
 

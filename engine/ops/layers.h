@@ -35,7 +35,9 @@ Positions make_positions(int64_t first, int64_t count, const ModelConfig& model,
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 /// Rotary embedding (rotate-half convention) of x: [B, s, heads, head_dim] with the tables of
-/// `pos`; computed in fp32, returned in x's dtype.
+/// `pos`, in x's dtype (each product formed in fp32 and rounded into the result: at most two
+/// roundings an element). One autograd node whose backward is the inverse rotation. Memory: the
+/// result only, and nothing kept for the backward but the tables.
 at::Tensor apply_rope(const at::Tensor& x, const Positions& pos);
 
 /// The rotation apply_rope performs, without autograd: x [B, s, h, hd] by the tables cos, sin

@@ -19,16 +19,11 @@ void BlockHalves::f(int& h) {
 
 // --- attention half ----------------------------------------------------------------------------
 
-/// RoPE as x*cos + rotate_half(x)*sin: three temporaries of x's size live at once; x is freed
-/// (RoPE saves only the tables).
+/// RoPE (engine/ops/layers.cpp, apply_rope): one output of x's size in x's dtype, written by
+/// rope_rotate without temporaries; x is freed (RoPE saves only the tables). Its backward is the
+/// same rotation inverted: one output again.
 int BlockHalves::rope(int& x, K kind, C cat) {
-  int x_cos = a("RoPE x*cos", kind, cat);
-  int rot = a("RoPE rotate_half(x)", kind, cat);
-  int rot_sin = a("RoPE rotate_half(x)*sin", kind, cat);
-  f(rot);
-  const int out = a("RoPE output", kind, cat);
-  f(x_cos);
-  f(rot_sin);
+  const int out = a("RoPE output", kind, cat);  // engine/ops/layers.cpp: rope_rotate writes it, no temporaries
   f(x);
   return out;
 }
@@ -110,6 +105,7 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   }
   int oh = a("SDPA output (head layout)", K::QHead, C::AttentionWorkspace);
   int lse = a("SDPA log-sum-exp", K::Lse, C::AttentionWorkspace);
+  cpu_flash_forward_scratch();
   if (grad) {
     sv.q_h = qh;
     sv.k_h = kh;
@@ -172,6 +168,7 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     int kg = -1, vg = -1;
     gathered_stage_kv(kg, vg);
     int oh = a("stage attention output", K::QStageHead, C::AttentionWorkspace);
+    cpu_flash_forward_scratch();
     f(ke);
     f(ve);
     f(kg);
@@ -350,6 +347,14 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
   f(sv.lse);
   f(sv.n1);
   return dn1;
+}
+
+/// PyTorch's CPU flash-attention forward: one thread's buffer while the kernel runs, after its
+/// output and log-sum-exp (the measurement runs one intra-op thread). CUDA: none beyond those.
+void BlockHalves::cpu_flash_forward_scratch() {
+  if (s_.cuda_target) return;
+  int scratch = a("CPU flash forward scratch", K::CpuFlashForwardScratch, C::AttentionWorkspace);
+  f(scratch);
 }
 
 /// On CUDA, FlashAttention-2's mha_bwd allocates an fp32 dq accumulator of q's size and, with GQA,

@@ -58,6 +58,8 @@ class BlockHalves {
   /// allocated after its dq/dk/dv; free_flash_buffers releases them.
   FlashBackwardBuffers flash_backward_buffers(bool stage);
   void free_flash_buffers(FlashBackwardBuffers& b);
+  /// The CPU flash forward's per-thread buffer, allocated and released at the SDPA (cpu profile only).
+  void cpu_flash_forward_scratch();
   /// The fp32 CUDA kernel's K and V repeated to a stage's query heads (none when the kernel takes
   /// GQA natively: flash in half precision, and the CPU kernel).
   void repeated_stage_kv(int& k, int& v);

@@ -141,6 +141,11 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.cpu_q_block = std::min<int64_t>(s.S >= 768 ? 256 : s.S >= 192 ? 64 : 32, s.S);
   s.cpu_kv_block = std::min<int64_t>(512, s.S);
   set(TensorKind::CpuFlashScratch, sat_product({2, s.cpu_q_block, s.cpu_kv_block, (4 + (c < 4 ? c : 0))}));
+  // ATen's cpu_flash_attention forward: size_per_thread = q*kv + q + q + q*hd accumulator floats,
+  // and a reduced-type [q, kv] copy below fp32 (seen on PyTorch 2.11: 70144 B at q 64, kv 256, hd 16)
+  set(TensorKind::CpuFlashForwardScratch,
+      sat_product({s.cpu_q_block, s.cpu_kv_block + 2 + s.hd, 4}) +
+          (c < 4 ? sat_product({s.cpu_q_block, s.cpu_kv_block, c}) : 0));
   set(TensorKind::Ffn, sat_product({s.t, s.f, c}));
   set(TensorKind::FfnTile, sat_product({s.mlp_tile.rows, s.f, c}));
   set(TensorKind::HiddenTile, sat_product({s.mlp_tile.rows, s.d, c}));
@@ -248,6 +253,11 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::CpuFlashScratch:
       return fmt("2 x %lld x %lld x %s (one thread's attn and grad_attn blocks)", (long long)s.cpu_q_block,
                  (long long)s.cpu_kv_block, c < 4 ? fmt("(4 + %lld) B", c).c_str() : "4 B");
+    case TensorKind::CpuFlashForwardScratch:
+      return fmt("%lld x (%lld + 2 + %lld) x 4 B%s (one thread's qk block, row max and sum, output accumulator)",
+                 (long long)s.cpu_q_block, (long long)s.cpu_kv_block, hd,
+                 c < 4 ? fmt(" + %lld x %lld x %lld B", (long long)s.cpu_q_block, (long long)s.cpu_kv_block, c).c_str()
+                       : "");
     case TensorKind::Ffn: return fmt("%lld x %s x %lld x %lld B", B, st.c_str(), (long long)s.f, c);
     case TensorKind::FfnTile: return fmt("%s x %lld x %lld B", tile.c_str(), (long long)s.f, c);
     case TensorKind::HiddenTile: return fmt("%s x %lld x %lld B", tile.c_str(), d, c);
@@ -319,6 +329,7 @@ const char* kind_shape(TensorKind kind) {
     case TensorKind::KvStageAccum32: return "[B, S, kv/stage, hd] fp32";
     case TensorKind::GqaExpandedStage: return "[B, S, hps/P, hd]";
     case TensorKind::CpuFlashScratch: return "[2, q block, kv block] fp32";
+    case TensorKind::CpuFlashForwardScratch: return "[q block, kv block + 2 + hd] fp32";
     case TensorKind::Ffn: return "[B, s, f]";
     case TensorKind::FfnTile: return "[tile, f]";
     case TensorKind::HiddenTile: return "[tile, d]";

@@ -40,6 +40,9 @@ enum class TensorKind : uint8_t {
   GqaExpandedStage,///< one stage's dK or dV at the stage's query-head count
   CpuFlashScratch, ///< the CPU flash-attention backward's per-thread blocks (one thread): attn and
                    ///< grad_attn [q block, kv block] fp32 (+ compute-dtype copies below fp32)
+  CpuFlashForwardScratch, ///< the CPU flash-attention forward's per-thread buffer (one thread): qk
+                          ///< [q block, kv block], row max and sum, output accumulator [q block, hd],
+                          ///< fp32 (+ a compute-dtype qk block below fp32)
   // MLP
   Ffn,             ///< [B, s, f]
   FfnTile,         ///< [tile, f]

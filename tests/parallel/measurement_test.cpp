@@ -1,6 +1,6 @@
 // Per-rank memory of real multi-rank training steps (memory tracker, rank threads) against the
 // planner: FSDP divides params/grads/optimizer by the world size, Ulysses divides the attention
-// working set by the degree, Untied Ulysses (one head per rank per stage, 8 stages) cuts it >= 2x
+// working set by the degree, Untied Ulysses (one head per rank per stage, 8 stages) cuts it >= 1.5x
 // against plain Ulysses; every rank's step peak within 15% of plan_memory's. defines: [measure]
 #include <catch2/catch.hpp>
 
@@ -18,8 +18,8 @@ namespace {
 
 constexpr double kPlanTolerance = 0.15;  ///< measured step peaks against plan_memory (the done-when)
 /// Measured reduction ratios against the planner's ratios. Looser: the attention working set is a
-/// few MiB here and the engine's RoPE temporaries, its rmsnorm output's lifetime and the CPU
-/// flash kernel's scratch differ from the planner's walk by about 1 [s, d] (docs/parallel.md).
+/// few MiB here and the rmsnorm output's lifetime differs from the planner's walk by about 1 [s, d]
+/// (docs/parallel.md).
 constexpr double kRatioTolerance = 0.25;
 
 /// d_model 256, 2 layers, 2048 tokens, 16 heads of 16, checkpointing + tiled MLP/loss: attention
@@ -43,8 +43,13 @@ int64_t attention_bytes(const std::array<int64_t, kMemCategoryCount>& c) {
   return c[static_cast<int>(MemCategory::AttentionWorkspace)] + c[static_cast<int>(MemCategory::CommBuffers)];
 }
 
-/// What one rank measured in its second step (the first warms up nothing persistent, but keeps
-/// every rank on the same schedule).
+/// What one rank measured over three steps after a first (which warms up nothing persistent, but
+/// keeps every rank on the same schedule): each peak the smallest of the three. Reason: Gloo's
+/// worker thread drops its reference to a finished all-to-all's staging buffer a moment after the
+/// waiting rank resumes (phase_compare.h), so now and then a released buffer (1 MiB here) lands in
+/// the next phase's peak; with RoPE one node since 2026-11-26 the forward attention's peak sits
+/// beside the all-to-alls, where that happened in one run of two (P=2: 6291456 B against
+/// 5242880).
 struct RankMeasure {
   int64_t step_peak = 0;
   std::array<int64_t, kMemCategoryCount> persistent{};  ///< category bytes after the step
@@ -72,13 +77,17 @@ Measured measure(const RunConfig& cfg) {
     Trainer t(cfg, ctx);
     t.step();
     t.recorder().take_records();
-    const StepResult r = t.step();
     RankMeasure& out = m.ranks[ctx.rank];
-    out.step_peak = r.device_peak;
+    for (int k = 0; k < 3; ++k) {
+      const StepResult r = t.step();
+      int64_t fwd_attention = 0;
+      for (const auto& rec : t.recorder().take_records())
+        if (rec.path.rfind("fwd/block.", 0) == 0 && rec.path.find("/attn") != std::string::npos)
+          fwd_attention = std::max(fwd_attention, attention_bytes(rec.category_at_peak));
+      out.step_peak = k == 0 ? r.device_peak : std::min(out.step_peak, r.device_peak);
+      out.fwd_attention = k == 0 ? fwd_attention : std::min(out.fwd_attention, fwd_attention);
+    }
     out.persistent = MemoryTracker::instance().snapshot(ctx.rank).category_bytes;
-    for (const auto& rec : t.recorder().take_records())
-      if (rec.path.rfind("fwd/block.", 0) == 0 && rec.path.find("/attn") != std::string::npos)
-        out.fwd_attention = std::max(out.fwd_attention, attention_bytes(rec.category_at_peak));
   });
   configure_threads(1);
   return m;
@@ -148,7 +157,7 @@ TEST_CASE("measure: Ulysses divides the attention working set by about the degre
        << by_degree[1].ranks[0].fwd_attention << " B, P=4 " << by_degree[2].ranks[0].fwd_attention << " B");
 }
 
-TEST_CASE("measure: Untied Ulysses, one head per rank per stage (8 stages), cuts attention >= 2x", "[measure]") {
+TEST_CASE("measure: Untied Ulysses, one head per rank per stage (8 stages), cuts attention >= 1.5x", "[measure]") {
   RunConfig cfg = measured_config();
   cfg.parallel.world_size = cfg.parallel.ulysses_degree = 2;  // 16 heads: 8 per rank -> 8 stages
   cfg.parallel.fsdp = true;
@@ -163,7 +172,11 @@ TEST_CASE("measure: Untied Ulysses, one head per rank per stage (8 stages), cuts
     const double cut = static_cast<double>(plain.ranks[r].fwd_attention) / untied.ranks[r].fwd_attention;
     INFO("rank " << r << ": attention working set plain " << plain.ranks[r].fwd_attention << " B, untied "
                  << untied.ranks[r].fwd_attention << " B (/" << cut << "), planner /" << planned);
-    CHECK(cut >= 2.0);
+    // The floor: eight stages take at least a third off the attention working set; how much more
+    // is the planner's ratio, checked next. (It was 2x while plain Ulysses also carried RoPE's
+    // composite, four q-sized fp32 temporaries that Untied's per-stage rotation never had at full
+    // size; apply_rope is one node in x's dtype since 2026-11-26, measured here /1.56, planner /1.62.)
+    CHECK(cut >= 1.5);
     CHECK(std::abs(cut / planned - 1.0) <= kRatioTolerance);
     CHECK(untied.ranks[r].step_peak < plain.ranks[r].step_peak);
   }
