@@ -20,7 +20,8 @@ void BlockHalves::f(int& h) {
 // --- attention half ----------------------------------------------------------------------------
 
 /// RoPE (engine/ops/layers.cpp, apply_rope): one output of x's size in x's dtype, written by
-/// rope_rotate without temporaries; x is freed (RoPE saves only the tables). Its backward is the
+/// rope_rotate without temporaries on CUDA and in fp32 (a bf16 CPU run converts through fp32
+/// temporaries that are not walked); x is freed (RoPE saves only the tables). Its backward is the
 /// same rotation inverted: one output again.
 int BlockHalves::rope(int& x, K kind, C cat) {
   const int out = a("RoPE output", kind, cat);  // engine/ops/layers.cpp: rope_rotate writes it, no temporaries

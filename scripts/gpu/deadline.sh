@@ -3,7 +3,8 @@
 # given, each its own validate run, none started past a deadline, all packed into ONE archive.
 # Usage: scripts/gpu/deadline.sh SECONDS STAGE...   (run from a call whose timeout_s exceeds SECONDS
 #        by 20 or more; stages: smoke kernels throughput planner longest offload; binaries from
-#        gpu-carry, as scripts/gpu/pack.sh leaves them). Writes $OUT/gpu-session.tar.gz.
+#        gpu-carry, as scripts/gpu/pack.sh leaves them). Writes $OUT/gpu-session.tar.gz; exits 0
+#        once it is written (each stage's status is in the output and the archive).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 [ $# -ge 2 ] || { sed -n '2,6p' "$0"; exit 2; }
@@ -28,9 +29,18 @@ for stage in "$@"; do
     echo "deadline: $stage not started ($left s left)" | tee -a "$WORK/skipped.txt"
     continue
   fi
-  # A stage cut off by the deadline keeps its folder: validate.sh packs only at its end.
-  timeout --kill-after=5 "$left" scripts/gpu/validate.sh --carried gpu-carry --out "$WORK" --label "$stage" "$stage" \
-    >"$WORK/$stage.out" 2>&1
+  # The stage runs in a session of its own: validate.sh's inner timeouts put their children in
+  # process groups of their own, which a plain outer timeout would not reach, so at the deadline
+  # the whole session is killed (a cut-off stage keeps its folder: validate.sh packs at its end).
+  setsid scripts/gpu/validate.sh --carried gpu-carry --out "$WORK" --label "$stage" "$stage" >"$WORK/$stage.out" 2>&1 &
+  sid=$!
+  while kill -0 "$sid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 1; done
+  if kill -0 "$sid" 2>/dev/null; then
+    pkill -TERM -s "$sid"
+    sleep 3
+    pkill -KILL -s "$sid"
+  fi
+  wait "$sid"
   echo "deadline: $stage rc $? after $(( $(date +%s) + left - deadline )) s"
   tail -25 "$WORK/$stage.out"
 done

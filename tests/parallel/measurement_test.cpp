@@ -1,6 +1,6 @@
 // Per-rank memory of real multi-rank training steps (memory tracker, rank threads) against the
 // planner: FSDP divides params/grads/optimizer by the world size, Ulysses divides the attention
-// working set by the degree, Untied Ulysses (one head per rank per stage, 8 stages) cuts it >= 1.5x
+// working set by the degree, Untied Ulysses (one head per rank per stage, 8 stages) cuts it >= 1.25x
 // against plain Ulysses; every rank's step peak within 15% of plan_memory's. defines: [measure]
 #include <catch2/catch.hpp>
 
@@ -157,7 +157,7 @@ TEST_CASE("measure: Ulysses divides the attention working set by about the degre
        << by_degree[1].ranks[0].fwd_attention << " B, P=4 " << by_degree[2].ranks[0].fwd_attention << " B");
 }
 
-TEST_CASE("measure: Untied Ulysses, one head per rank per stage (8 stages), cuts attention >= 1.5x", "[measure]") {
+TEST_CASE("measure: Untied Ulysses, one head per rank per stage (8 stages), cuts attention >= 1.25x", "[measure]") {
   RunConfig cfg = measured_config();
   cfg.parallel.world_size = cfg.parallel.ulysses_degree = 2;  // 16 heads: 8 per rank -> 8 stages
   cfg.parallel.fsdp = true;
@@ -172,11 +172,12 @@ TEST_CASE("measure: Untied Ulysses, one head per rank per stage (8 stages), cuts
     const double cut = static_cast<double>(plain.ranks[r].fwd_attention) / untied.ranks[r].fwd_attention;
     INFO("rank " << r << ": attention working set plain " << plain.ranks[r].fwd_attention << " B, untied "
                  << untied.ranks[r].fwd_attention << " B (/" << cut << "), planner /" << planned);
-    // The floor: eight stages take at least a third off the attention working set; how much more
-    // is the planner's ratio, checked next. (It was 2x while plain Ulysses also carried RoPE's
-    // composite, four q-sized fp32 temporaries that Untied's per-stage rotation never had at full
-    // size; apply_rope is one node in x's dtype since 2026-11-26, measured here /1.56, planner /1.62.)
-    CHECK(cut >= 1.5);
+    // A sanity floor, not a fit: eight stages take at least a fifth off the attention working set;
+    // the size of the cut is the planner's ratio, checked next within kRatioTolerance. (The floor
+    // was 2x while plain Ulysses also carried RoPE's composite, four q-sized fp32 temporaries that
+    // Untied's per-stage rotation never had at full size; apply_rope is one node in x's dtype since
+    // 2026-11-26: measured /1.56 here, planner /1.62.)
+    CHECK(cut >= 1.25);
     CHECK(std::abs(cut / planned - 1.0) <= kRatioTolerance);
     CHECK(untied.ranks[r].step_peak < plain.ranks[r].step_peak);
   }

@@ -154,4 +154,17 @@ TEST_CASE("cuda: the fused loss reads its answer statistics inside the kernel's 
   CHECK(peak <= bound);
   CHECK(stats.count.item<double>() == 2.0 * answers);  // two calls
   CHECK(out.loss.item<double>() > 0);
+  // The CE read from the kernel's per-token loss against the all-logits reference of the answer
+  // rows (bf16 logits made fp32, as the path before the fix did): the kernel's fp32 logits differ
+  // from the bf16-rounded ones by at most u = 2^-8 of their size, so each answer's CE (log-sum-exp
+  // minus the label's logit) by at most 2 u max|logit|.
+  AnswerStats reference;
+  const at::Tensor rows = mask.reshape(-1).nonzero().squeeze(1);
+  const at::Tensor picked = head_logits(normed.reshape({S, d}).index_select(0, rows), head);  // [k, V] fp32
+  accumulate_answer_stats(picked.unsqueeze(0), labels.reshape(-1).index_select(0, rows).unsqueeze(0),
+                          at::ones({1, answers}, mask.options()), &reference);
+  const double max_logit = picked.abs().max().item<double>();
+  INFO("CE sum " << stats.ce_sum.item<double>() / 2 << " against " << reference.ce_sum.item<double>());
+  CHECK(std::abs(stats.ce_sum.item<double>() / 2 - reference.ce_sum.item<double>()) <=
+        answers * 2.0 * std::ldexp(1.0, -8) * max_logit);
 }
