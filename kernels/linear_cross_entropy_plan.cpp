@@ -26,7 +26,7 @@ LinearCrossEntropyShape widest_vocab_tiles(int64_t tokens, int64_t dim, int64_t 
 }
 
 int64_t largest_lce_seq_tile(int64_t vocab, int64_t vocab_tile) {
-  const int64_t columns = std::max<int64_t>(1, std::min(vocab_tile > 0 ? vocab_tile : kLceDefaultTile, vocab));
+  const int64_t columns = std::max<int64_t>(1, lce_vocab_tile(vocab, vocab_tile));
   return std::max<int64_t>(1, kMaxLceTileElements / columns);
 }
 
@@ -41,7 +41,7 @@ LceTilePlan plan_linear_cross_entropy(KernelDtype dtype, const LinearCrossEntrop
                                                       " must fit cuBLAS's int dimensions");
   LceTilePlan plan;
   plan.seq_tile = std::min(s.seq_tile > 0 ? s.seq_tile : kLceDefaultTile, s.tokens);
-  plan.vocab_tile = std::min(s.vocab_tile > 0 ? s.vocab_tile : kLceDefaultTile, s.vocab);
+  plan.vocab_tile = lce_vocab_tile(s.vocab, s.vocab_tile);
   require(plan.seq_tile * plan.vocab_tile <= kIntMax && plan.seq_tile * s.dim <= (int64_t{1} << 40),
           where + "tile " + std::to_string(plan.seq_tile) + " x " + std::to_string(plan.vocab_tile) +
               " is too large; pick smaller seq_tile/vocab_tile");

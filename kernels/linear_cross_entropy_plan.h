@@ -2,8 +2,8 @@
 // tiles and the workspace layout. Host arithmetic without CUDA headers, shared by the kernels, the
 // engine and the planner (whose GPU profile charges exactly this workspace).
 // defines: LinearCrossEntropyShape, LceTilePlan, plan_linear_cross_entropy, kMaxLceTileElements,
-//          kLceDefaultTile, widest_vocab_tiles, largest_lce_seq_tile, fused_loss_seq_tile,
-//          fused_loss_answer_rows
+//          kLceDefaultTile, lce_vocab_tile, widest_vocab_tiles, largest_lce_seq_tile,
+//          fused_loss_seq_tile, fused_loss_answer_rows
 #pragma once
 
 #include <cstddef>
@@ -39,6 +39,12 @@ struct LceTilePlan {
   size_t bytes = 0;               ///< total workspace
 };
 
+/// The vocabulary tile of a plan: `vocab_tile`, or kLceDefaultTile when 0, at most the vocabulary.
+inline int64_t lce_vocab_tile(int64_t vocab, int64_t vocab_tile) {
+  const int64_t wanted = vocab_tile > 0 ? vocab_tile : kLceDefaultTile;
+  return wanted < vocab ? wanted : vocab;
+}
+
 /// Checks the shape (throws KernelError naming the field) and lays out the workspace.
 LceTilePlan plan_linear_cross_entropy(KernelDtype dtype, const LinearCrossEntropyShape& shape);
 
@@ -72,8 +78,7 @@ inline int64_t fused_loss_seq_tile(int64_t batch, int64_t tile_tokens, int64_t v
 /// workspace alone). Memory: without chunks, 8K answer rows of a 64K sequence over a 128K
 /// vocabulary took 13 GiB (measured on an H200, 2026-11-26).
 inline int64_t fused_loss_answer_rows(int64_t batch, int64_t tile_tokens, int64_t vocab) {
-  const int64_t vocab_tile = vocab < kLceDefaultTile ? vocab : kLceDefaultTile;
-  const int64_t rows = fused_loss_seq_tile(batch, tile_tokens, vocab) * vocab_tile / vocab;
+  const int64_t rows = fused_loss_seq_tile(batch, tile_tokens, vocab) * lce_vocab_tile(vocab, 0) / vocab;
   return rows > 1 ? rows : 1;
 }
 

@@ -68,8 +68,9 @@ at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Ten
 
 namespace {
 
-/// RoPE as one autograd node: forward rotates, backward rotates back (the rotation is orthogonal),
-/// and it keeps only the shared cos/sin tables. Memory: the composite form (fp32 copy of x, six
+/// RoPE as one autograd node: forward rotates, backward applies the transposed map (rope_rotate's
+/// inverse, which is the transpose also for tables scaled by YaRN's factor), and it keeps only the
+/// shared cos/sin tables. Memory: the composite form (fp32 copy of x, six
 /// fp32 products and a concatenation) held about 8 x-sized bf16 buffers at its peak and kept fp32
 /// halves of x for its backward; measured on an H200 (2026-11-26) as 4 GiB above the planner in
 /// the forward attention of Llama3-8B's rank 0 at 512K tokens.

@@ -36,7 +36,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 /// Rotary embedding (rotate-half convention) of x: [B, s, heads, head_dim] with the tables of
 /// `pos`, in x's dtype (each product formed in fp32 and rounded into the result: at most two
-/// roundings an element). One autograd node whose backward is the inverse rotation. Memory: the
+/// roundings an element). One autograd node whose backward is the transposed rotation. Memory: the
 /// result only, and nothing kept for the backward but the tables.
 at::Tensor apply_rope(const at::Tensor& x, const Positions& pos);
 

@@ -20,6 +20,8 @@
 namespace odyssey {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 /// Gloo's worker thread drops its reference to a finished collective (and so to the tensors it was
 /// given) a moment after wait() has returned here. Until then a buffer the caller releases next
 /// stays allocated: the planner's walk frees it at once, and on the CPU the measured phase peaks
@@ -27,11 +29,9 @@ namespace {
 /// set). Waits for the worker to let go, at most 5 ms (only the memory's timing depends on it).
 /// Gloo only: NCCL's watchdog holds its works for longer, and the caching allocator orders reuse.
 void await_worker_release(const at::Tensor& t) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
-  while (t.use_count() > 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  const auto deadline = Clock::now() + std::chrono::milliseconds(5);
+  while (t.use_count() > 1 && Clock::now() < deadline) std::this_thread::yield();
 }
-
-using Clock = std::chrono::steady_clock;
 
 constexpr const char* kMissingPeer =
     "a member of the group never joined this collective: it died, hung, or issued a different sequence of "
