@@ -9,6 +9,12 @@ is a fresh process running one training step (baseline: bench/gpu/pytorch_baseli
     python3 bench/gpu/longest_context.py --self-test        # the search logic, no GPU
 
 Writes OUT/longest_<system>.json: {"system", "longest_ok", "first_fail", "stopped", "trials": [...]}.
+With --factor F --of FILE (another system's longest_<system>.json), the search is one trial at F
+times that system's upper bound (its first failing length, or its limit when nothing failed), rounded
+up to --granularity: the "at least F times the baseline's longest context" check, made with a single
+trial of a length that is known to fail for the other system (no wall-clock spent on a bisection
+whose steps grow quadratically with the context).
+
 A trial that times out stops the search ("stopped": "timeout at N"), as does the whole search passing
 --budget seconds ("stopped": "budget"): longest_ok is then a lower bound and first_fail (if any) an
 upper one. Each trial's time limit never exceeds what is left of the budget.
@@ -62,6 +68,22 @@ def search(fits, start, limit, granularity):
     return lo, hi
 
 
+def factor_target(other, factor, granularity):
+    """One trial's length: factor x the other system's upper bound, rounded up to granularity. The
+    bound is its first failing length when that trial ran out of memory (a failure of any other
+    kind bounds nothing: the comparison would be against a defect), or its limit when nothing
+    failed. None when there is no such bound."""
+    first_fail = other.get("first_fail")
+    if first_fail:
+        failed = [t for t in other.get("trials", []) if t.get("seq_len") == first_fail]
+        bound = first_fail if failed and failed[-1].get("error") == "oom" else None
+    else:
+        bound = other.get("limit") if other.get("longest_ok") else None
+    if not bound:
+        return None
+    return -(-factor * bound // granularity) * granularity
+
+
 def self_test():
     calls = []
 
@@ -74,6 +96,13 @@ def self_test():
     assert search(lambda n: False, 16384, 1 << 20, 8192) == (0, 8192)  # nothing fits
     lo, hi = search(lambda n: n <= 9000, 16384, 1 << 20, 4096)
     assert (lo, hi) == (8192, 12288), (lo, hi)
+    oom = [{"seq_len": 131072, "error": "oom"}, {"seq_len": 90112, "error": "oom"}]
+    assert factor_target({"longest_ok": 81920, "first_fail": 90112, "trials": oom}, 4, 32768) == 360448
+    assert factor_target({"longest_ok": 1 << 20, "first_fail": None, "limit": 1 << 20}, 4, 32768) == 4 << 20
+    assert factor_target({"longest_ok": 0, "first_fail": 131072, "trials": oom}, 4, 32768) == 4 * 131072
+    defect = [{"seq_len": 32768, "error": "no JSON (rc 1): CheckpointError"}]
+    assert factor_target({"longest_ok": 0, "first_fail": 32768, "trials": defect}, 4, 32768) is None
+    assert factor_target({"longest_ok": 0, "first_fail": None, "limit": 1 << 20}, 4, 32768) is None
     print(json.dumps({"self_test": "ok", "trials_first_case": calls}))
 
 
@@ -86,6 +115,8 @@ def main():
     parser.add_argument("--trial-timeout", type=int, default=420, help="seconds per trial")
     parser.add_argument("--budget", type=int, default=0, help="seconds for the whole search (0: no limit)")
     parser.add_argument("--preset", default=None, help="Odyssey preset (default llama3.2-1b-1xh100)")
+    parser.add_argument("--factor", type=int, default=0, help="with --of: one trial at this multiple")
+    parser.add_argument("--of", default=None, help="another system's longest_<system>.json (with --factor)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()
@@ -95,6 +126,19 @@ def main():
     if not args.system:
         parser.error("--system is required")
     os.makedirs(args.out, exist_ok=True)
+    target = None
+    if args.factor or args.of:
+        if not (args.factor > 0 and args.of):
+            parser.error("--factor and --of go together")
+        try:
+            with open(args.of) as f:
+                target = factor_target(json.load(f), args.factor, args.granularity)
+        except (OSError, ValueError) as e:
+            sys.exit("longest_context: cannot read --of %s: %s" % (args.of, e))
+        if target is None:
+            sys.exit("longest_context: %s gives no bound to multiply (its first failure was not out of"
+                     " memory, or nothing ran)" % args.of)
+        args.start = args.limit = target
     trials = []
     stopped = None
     deadline = time.time() + args.budget if args.budget > 0 else None
@@ -129,6 +173,8 @@ def main():
         bad = min(fails) if fails else None
     result = {"system": args.system, "longest_ok": ok, "first_fail": bad, "stopped": stopped,
               "granularity": args.granularity, "limit": args.limit, "trials": trials}
+    if target is not None:
+        result.update(factor=args.factor, of=args.of, factor_target=target, factor_met=ok >= target)
     with open(os.path.join(args.out, "longest_%s.json" % args.system), "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps({k: result[k] for k in ("system", "longest_ok", "first_fail", "stopped")}))

@@ -4,10 +4,10 @@ per-rank peak, `odyssey train --no-checkpoint` measures it (metrics.jsonl peak_b
 steps). Like is compared with like: on a GPU the engine reads the caching allocator's peak, which
 holds tensors only, so it is set against the plan's tensor peak (peak_bytes minus
 hardware.runtime_overhead_gib, a term no allocator sees: CUDA context, NCCL and cuBLAS workspaces,
-fragmentation); the overhead itself is measured separately from the device's own count
-(torch.cuda.mem_get_info in the same process is not available to a C++ run; the runbook reads
-nvidia-smi before and during a run). Each case runs at two context lengths, so the bytes per token
-(the slope the max-context answer rests on) are measured too.
+fragmentation). That overhead is measured beside, from the device's own count: nvidia-smi's memory
+of the training process, sampled through the run (its most), less the allocator's peak; and the
+plan's whole peak_bytes is set against that device count. Each case runs at two context lengths, so
+the bytes per token (the slope the max-context answer rests on) are measured too.
 
 Targets: step peak within 10%; bytes per token within 5%.
 
@@ -23,7 +23,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from systems import ROOT, odyssey_binary  # noqa: E402
+from systems import ROOT, odyssey_binary, run_sampling_device_use  # noqa: E402
 
 PEAK_TOLERANCE, SLOPE_TOLERANCE = 0.10, 0.05
 
@@ -62,7 +62,7 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     run_dir = os.path.join(out, "%s_%d" % (name, seq))
     cmd = [odyssey, "train", preset, *set_args, "--steps", str(steps), "--out", run_dir, "--no-checkpoint", "--quiet"]
     point["command"] = " ".join(cmd)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc, device_used = run_sampling_device_use(cmd, timeout)
     if proc.returncode != 0:
         raise RuntimeError("train rc %d: %s" % (proc.returncode, (proc.stderr or proc.stdout)[-400:]))
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -72,6 +72,12 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     if os.path.exists(summary_path):
         with open(summary_path) as f:
             point["measured_phases"] = json.load(f).get("phases")
+    # The driver's count (None off a GPU): what hardware.runtime_overhead_gib models is the part of
+    # it no allocator peak holds.
+    point["measured_device_used_bytes"] = device_used
+    if device_used is not None:
+        point["measured_runtime_overhead_bytes"] = device_used - point["measured_peak_bytes"]
+        point["device_used_ratio"] = device_used / point["planned_peak_bytes"]
     point["ratio"] = point["measured_peak_bytes"] / point["planned_tensor_peak_bytes"]
     point["peak_ok"] = abs(point["ratio"] - 1.0) <= PEAK_TOLERANCE
     return point
@@ -95,17 +101,23 @@ def measure(name, preset, sets, lengths, steps, out, timeout):
 
 
 def table(results):
-    lines = ["| case | tokens | planned tensor peak GiB (phase) | measured GiB | measured/planned | bytes/token planned / measured |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| case | tokens | planned tensor peak GiB (phase) | measured GiB | measured/planned | bytes/token planned / measured"
+             " | device used GiB (nvidia-smi) / planned peak | runtime overhead GiB measured / planned |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r and not r["points"]:
             lines.append("| %s | - | - | - | - | error: %s |" % (r["case"], r["error"][:80]))
         for i, p in enumerate(r["points"]):
             slope = ("%.1f / %.1f (%.3f)" % (r["planned_bytes_per_token"], r["measured_bytes_per_token"], r["slope_ratio"])
                      if i == 1 and "slope_ratio" in r else "")
-            lines.append("| %s | %d | %.3f (%s) | %.3f | %.3f | %s |" % (
+            used = p.get("measured_device_used_bytes")
+            device = ("%.3f / %.3f (%.3f)" % (used / 2**30, p["planned_peak_bytes"] / 2**30, p["device_used_ratio"])
+                      if used is not None else "-")
+            overhead = ("%.3f / %.3f" % (p["measured_runtime_overhead_bytes"] / 2**30, p["planned_overhead_bytes"] / 2**30)
+                        if used is not None else "-")
+            lines.append("| %s | %d | %.3f (%s) | %.3f | %.3f | %s | %s | %s |" % (
                 r["case"], p["seq_len"], p["planned_tensor_peak_bytes"] / 2**30, p.get("planned_peak_phase"),
-                p["measured_peak_bytes"] / 2**30, p["ratio"], slope))
+                p["measured_peak_bytes"] / 2**30, p["ratio"], slope, device, overhead))
     return lines
 
 

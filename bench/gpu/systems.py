@@ -5,12 +5,13 @@ so one script path serves the GPU and its CPU dry run: ODYSSEY_BENCH_PRESET (the
 default presets/llama3.2-1b-1xh100.toml), ODYSSEY_BENCH_SETS (extra `--set k=v` assignments,
 space-separated) and ODYSSEY_BENCH_BASELINE_ARGS (extra baseline arguments).
 
-defines: run_baseline, run_odyssey, odyssey_binary, odyssey_preset, odyssey_sets
+defines: run_baseline, run_odyssey, odyssey_binary, odyssey_preset, odyssey_sets, run_sampling_device_use
 """
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,6 +51,53 @@ def _run(cmd, timeout_s, log_path=None):
         with open(log_path, "w") as f:
             f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
     return proc, None, time.time() - start
+
+
+def _device_use_mib(pid):
+    """The device memory the driver counts for process `pid` (MiB: CUDA context, every allocator's
+    reservations, library workspaces), or None where nvidia-smi is absent or does not list it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid) and fields[1].isdigit():
+            return int(fields[1])
+    return None
+
+
+def run_sampling_device_use(cmd, timeout_s, period_s=0.2):
+    """Runs cmd like subprocess.run(capture_output=True, text=True, timeout=timeout_s) while sampling
+    the device memory the driver counts for it every period_s: returns (CompletedProcess, the most
+    bytes seen or None where nvidia-smi cannot say). The allocator's own peak misses what the
+    planner's hardware.runtime_overhead_gib stands for (context, workspaces, fragmentation): this
+    count holds it. Raises subprocess.TimeoutExpired (the child killed) like subprocess.run."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    most = [None]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            mib = _device_use_mib(proc.pid)
+            if mib is not None and (most[0] is None or mib > most[0]):
+                most[0] = mib
+            done.wait(period_s)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    finally:
+        done.set()
+        sampler.join()
+    completed = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    return completed, (most[0] * 2**20 if most[0] is not None else None)
 
 
 def run_baseline(seq, steps, timeout_s, warmup=1, log_path=None):
