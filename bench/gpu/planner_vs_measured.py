@@ -26,6 +26,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from systems import ROOT, odyssey_binary, run_sampling_device_use  # noqa: E402
 
 PEAK_TOLERANCE, SLOPE_TOLERANCE = 0.10, 0.05
+POINT_KEYS = ("case", "seq_len", "planned_tensor_peak_bytes", "planned_peak_phase", "measured_peak_bytes", "ratio",
+              "planned_peak_bytes", "measured_device_used_bytes", "measured_runtime_overhead_bytes",
+              "planned_overhead_bytes")
 
 
 def cases(which, layers):
@@ -87,7 +90,11 @@ def measure(name, preset, sets, lengths, steps, out, timeout):
     case = {"case": name, "preset": preset, "sets": sets, "points": []}
     try:
         for seq in lengths:
-            case["points"].append(measure_one(name, preset, sets, seq, steps, out, timeout))
+            point = measure_one(name, preset, sets, seq, steps, out, timeout)
+            case["points"].append(point)
+            # As it comes: a stage cut by a deadline keeps what it measured (the H200's
+            # second session lost its runtime-overhead figures to a write at the stage's end only).
+            print(json.dumps({k: point.get(k) for k in POINT_KEYS}), flush=True)
         a, b = case["points"]
         tokens = b["seq_len"] - a["seq_len"]
         case["planned_bytes_per_token"] = (b["planned_tensor_peak_bytes"] - a["planned_tensor_peak_bytes"]) / tokens
@@ -134,8 +141,8 @@ def main():
     for name, preset, sets, lengths in cases(args.cases, args.layers):
         results.append(measure(name, preset, sets, lengths, args.steps, args.out, args.timeout))
         print(json.dumps({k: results[-1].get(k) for k in ("case", "slope_ratio", "ok", "error")}), flush=True)
-    with open(os.path.join(args.out, "planner_vs_measured.json"), "w") as f:
-        json.dump(results, f, indent=1)
+        with open(os.path.join(args.out, "planner_vs_measured.json"), "w") as f:  # after every case
+            json.dump(results, f, indent=1)
     lines = table(results)
     with open(os.path.join(args.out, "planner_vs_measured.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
