@@ -5,6 +5,11 @@ length, the baseline process and then the Odyssey process, each a few steps with
 warm-up. tokens/s and MFU of both come from one FLOP formula (llama_flops.py).
 
     python3 bench/gpu/throughput.py --lengths 32K 64K 128K --steps 3 --out $OUT/throughput
+    python3 bench/gpu/throughput.py --lengths 32K --ablate --out $OUT/ablation
+
+--ablate adds, after each length's full-stack run, one Odyssey run per memory technique with that
+technique off (ABLATIONS), in the same run: what each costs in step time and saves in memory, the
+split of a gap to the baseline (the H200 measured Odyssey at 0.918x the baseline at 32K).
 
 Writes OUT/throughput.jsonl (one line per run) and OUT/throughput.md (a table for docs/benchmarks.md
 with the date, device and command).
@@ -19,6 +24,13 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
 from systems import run_baseline, run_odyssey  # noqa: E402
+
+
+# Each memory technique of the preset switched off alone (name, --set assignments).
+ABLATIONS = (("no offload", ["memory.offload_activations=false"]),
+             ("no tiled MLP", ["memory.tiled_mlp=false"]),
+             ("no tiled loss", ["memory.tiled_loss=false"]),
+             ("no head chunks", ["memory.heads_per_stage=0"]))
 
 
 def device_name():
@@ -40,6 +52,7 @@ def main():
     parser.add_argument("--timeout", type=int, default=540, help="seconds per process")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--only", choices=["pytorch", "odyssey"], default=None)
+    parser.add_argument("--ablate", action="store_true", help="also Odyssey with each technique off in turn")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     shape = SHAPES["llama3.2-1b"]
@@ -53,13 +66,19 @@ def main():
             if args.only in (None, "odyssey"):
                 pair["odyssey"] = run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d" % seq),
                                               log_path=os.path.join(args.out, "odyssey_%d.log" % seq))
+                for name, sets in (ABLATIONS if args.ablate else ()):
+                    tag = name.replace(" ", "_")
+                    pair["odyssey, " + name] = dict(
+                        run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_%s" % (seq, tag)),
+                                    extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_%s.log" % (seq, tag))),
+                        variant=name)
             for r in pair.values():
                 if "step_time_s" in r and "error" not in r:
                     r["mfu"] = mfu(shape, seq, r["step_time_s"])  # one formula for both systems
                 jsonl.write(json.dumps(r) + "\n")
                 jsonl.flush()
-                print(json.dumps({k: r.get(k) for k in ("system", "seq_len", "tokens_per_s", "mfu", "peak_bytes", "error")}),
-                      flush=True)
+                print(json.dumps({k: r.get(k) for k in ("system", "variant", "seq_len", "tokens_per_s", "mfu", "peak_bytes",
+                                                        "error")}), flush=True)
             rows.append((seq, pair))
     lines = ["Throughput, Llama-3.2-1B, batch 1, bf16 (%s, %s)" % (device_name(), datetime.date.today().isoformat()),
              "Command: python3 bench/gpu/throughput.py --lengths %s --steps %d" % (
@@ -70,9 +89,10 @@ def main():
             peak = "%.1f" % (r["peak_bytes"] / 2**30) if r.get("peak_bytes") and "error" not in r else "-"
             lines.append("| %d | %s | %s | %s | %s | %s |" % (seq, name, fmt(r, "tokens_per_s", "%.0f"),
                                                              fmt(r, "mfu", "%.3f"), peak, r.get("error", "")[:60]))
-        if "pytorch" in pair and "odyssey" in pair and all("error" not in r for r in pair.values()):
-            ratio = pair["odyssey"]["tokens_per_s"] / pair["pytorch"]["tokens_per_s"]
-            lines.append("| %d | ratio odyssey/pytorch | %.2f | | | |" % (seq, ratio))
+        base = pair.get("pytorch")
+        for name, r in pair.items():
+            if name != "pytorch" and base and all("error" not in x for x in (base, r)):
+                lines.append("| %d | ratio %s / pytorch | %.3f | | | |" % (seq, name, r["tokens_per_s"] / base["tokens_per_s"]))
     with open(os.path.join(args.out, "throughput.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -16,7 +16,8 @@
 # Llama-3.2-1B in bf16 for 3 steps with a falling loss), kernels (odyssey_kernel_bench), throughput
 # (1B at 32K/64K/128K against the PyTorch baseline), planner (planned against measured peaks and
 # bytes per token), longest (longest context of each system), offload (offload on top of
-# checkpointing: step-time ratio and overlap). Groups: call1, call2, call3, all.
+# checkpointing: step-time ratio and overlap), ablation (the full stack with each technique off in
+# turn at the first length, beside the baseline). Groups: call1, call2, call3, all.
 # Options: --cpu-dry-run, --carried DIR (binaries in DIR/bin), --bin DIR, --out DIR ($OUT or
 # runs/validate), --label NAME (the archive's name). Exit 0 when every stage ran to its result.
 set -uo pipefail
@@ -42,8 +43,8 @@ while [ $# -gt 0 ]; do
     call1) stages+=(smoke kernels) ;;
     call2) stages+=(throughput planner) ;;
     call3) stages+=(longest offload) ;;
-    all) stages+=(smoke kernels throughput planner longest offload) ;;
-    smoke | kernels | throughput | planner | longest | offload) stages+=("$1") ;;
+    all) stages+=(smoke kernels throughput planner longest offload ablation) ;;
+    smoke | kernels | throughput | planner | longest | offload | ablation) stages+=("$1") ;;
     -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "validate: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -75,7 +76,7 @@ if [ $DRY = 1 ]; then
   LENGTHS="256 512" STEPS=2 PLANNER_CASES=tiny
   LONG_PYTORCH="--start 256 --limit 512 --granularity 256" LONG_ODYSSEY="--granularity 256"
   OFFLOAD_SEQ=512
-  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=150 [planner]=150 [longest]=150 [offload]=90)
+  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=150 [planner]=150 [longest]=150 [offload]=90 [ablation]=120)
 else
   TESTS_FILTER_KERNEL="[.cuda]" TESTS_FILTER_ENGINE="[.cuda]" TESTS_FILTER_PARALLEL="[.cuda]"
   TINY_DEVICES="cuda cpu" TINY_STEPS=5
@@ -86,7 +87,7 @@ else
   LONG_PYTORCH="--start 64K --limit 512K --granularity 16K" LONG_ODYSSEY="--granularity 32K"
   OFFLOAD_SEQ=64K
   # Seconds per stage: each call stays under 9 minutes with its start and the packing.
-  declare -A BOX=([smoke]=270 [kernels]=150 [throughput]=330 [planner]=180 [longest]=380 [offload]=180)
+  declare -A BOX=([smoke]=270 [kernels]=150 [throughput]=330 [planner]=180 [longest]=380 [offload]=180 [ablation]=180)
 fi
 # A short lease gives the longest stage what is left of it (deadline.sh callers): LONGEST_BOX=seconds.
 [ -n "${LONGEST_BOX:-}" ] && BOX[longest]=$LONGEST_BOX
@@ -168,6 +169,13 @@ stage_longest() {
   return $rc
 }
 
+stage_ablation() {
+  # The baseline, the full stack and the full stack with each technique off in turn, at the first
+  # length: which technique the gap to the baseline's tokens/s comes from.
+  # shellcheck disable=SC2086
+  "$PY" bench/gpu/throughput.py --lengths ${LENGTHS%% *} --steps "$STEPS" --timeout 100 --ablate --out "$WORK/ablation"
+}
+
 stage_offload() {
   "$PY" bench/gpu/offload_overlap.py --seq "$OFFLOAD_SEQ" --steps 4 --out "$WORK/offload"
 }
@@ -182,6 +190,7 @@ result_of() {
     planner) echo "planner/planner_vs_measured.json" ;;
     longest) echo "longest/longest_odyssey.json" ;;
     offload) echo "offload/offload_overlap.json" ;;
+    ablation) echo "ablation/throughput.jsonl" ;;
   esac
 }
 

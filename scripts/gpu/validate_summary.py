@@ -61,13 +61,34 @@ def throughput(d):
     rows = read_jsonl(os.path.join(d, "throughput.jsonl"))
     by_len = {}
     for r in rows:
-        by_len.setdefault(r.get("seq_len"), {})[r.get("system")] = r
+        if not r.get("variant"):  # the ablation's variants have their own summary
+            by_len.setdefault(r.get("seq_len"), {})[r.get("system")] = r
     for seq in sorted(k for k in by_len if k is not None):
         p, o = by_len[seq].get("pytorch", {}), by_len[seq].get("odyssey", {})
         ratio = (o["tokens_per_s"] / p["tokens_per_s"]) if "tokens_per_s" in o and "tokens_per_s" in p and "error" not in p and "error" not in o else None
         out.append("  %7d tokens: pytorch %s tok/s, odyssey %s tok/s, ratio %s" % (
             seq, p.get("tokens_per_s", p.get("error", "-")), o.get("tokens_per_s", o.get("error", "-")),
             "%.3f" % ratio if ratio else "-"))
+    return out
+
+
+def ablation(d):
+    """Each variant's tokens/s and peak, against the full stack and the baseline of its length."""
+    out = []
+    rows = read_jsonl(os.path.join(d, "throughput.jsonl"))
+    ok = lambda r: r and "error" not in r and r.get("tokens_per_s")
+    for seq in sorted({r.get("seq_len") for r in rows if r.get("seq_len") is not None}):
+        at = [r for r in rows if r.get("seq_len") == seq]
+        base = next((r for r in at if r.get("system") == "pytorch"), None)
+        full = next((r for r in at if r.get("system") == "odyssey" and not r.get("variant")), None)
+        for r in at:
+            name = r.get("variant") or r.get("system")
+            if not ok(r):
+                out.append("  %7d %-16s %s" % (seq, name, r.get("error", "-")[:80]))
+                continue
+            vs = lambda other: "%.3f" % (r["tokens_per_s"] / other["tokens_per_s"]) if ok(other) else "-"
+            out.append("  %7d %-16s %8.0f tok/s  peak %6.2f GiB  / full stack %s  / pytorch %s" % (
+                seq, name, r["tokens_per_s"], r.get("peak_bytes", 0) / 2**30, vs(full), vs(base)))
     return out
 
 
@@ -104,7 +125,7 @@ def offload(d):
 def main():
     work = sys.argv[1]
     for stage, fn in (("smoke", smoke), ("kernels", kernels), ("throughput", throughput), ("planner", planner),
-                      ("longest", longest), ("offload", offload)):
+                      ("longest", longest), ("offload", offload), ("ablation", ablation)):
         d = os.path.join(work, stage)
         if os.path.isdir(d):
             lines = fn(d)
