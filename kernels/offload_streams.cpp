@@ -72,7 +72,9 @@ void OffloadEngine::offload(int64_t block, const void* device_src, size_t bytes,
   ODYSSEY_CUDA_CHECK(cudaStreamWaitEvent(d2h_, source_ready_, 0));
   // The previous step's H2D must have read this region before it is overwritten.
   if (prefetch_recorded_[i]) ODYSSEY_CUDA_CHECK(cudaStreamWaitEvent(d2h_, prefetch_done_[i], 0));
+  if (observer_) observer_->before_copy(d2h_, block, /*to_host=*/true, bytes);
   ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(slab_.region(i), device_src, bytes, cudaMemcpyDeviceToHost, d2h_));
+  if (observer_) observer_->after_copy(d2h_, block, /*to_host=*/true, bytes);
   ODYSSEY_CUDA_CHECK(cudaEventRecord(offload_done_[i], d2h_));
   offload_recorded_[i] = 1;
   prefetch_recorded_[i] = 0;
@@ -111,7 +113,9 @@ void OffloadEngine::prefetch(int64_t block, void* slot_memory, size_t slot_bytes
   ODYSSEY_CUDA_CHECK(cudaEventRecord(slot_ready_, compute));
   ODYSSEY_CUDA_CHECK(cudaStreamWaitEvent(h2d_, slot_ready_, 0));
   ODYSSEY_CUDA_CHECK(cudaStreamWaitEvent(h2d_, offload_done_[i], 0));
+  if (observer_) observer_->before_copy(h2d_, block, /*to_host=*/false, bytes_[i]);
   ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(slot_memory, slab_.region(i), bytes_[i], cudaMemcpyHostToDevice, h2d_));
+  if (observer_) observer_->after_copy(h2d_, block, /*to_host=*/false, bytes_[i]);
   ODYSSEY_CUDA_CHECK(cudaEventRecord(prefetch_done_[i], h2d_));
   prefetch_recorded_[i] = 1;
 }

@@ -33,6 +33,16 @@ namespace odyssey::kernels {
 ///   release(i)                         the slot rotation frees the slot; its next prefetch is
 ///                                      queued later on compute, so ordered after these reads
 /// The next step's offload(i) waits for this step's H2D of region i before overwriting it.
+/// Told around each copy, in the copy stream's order: before_copy right after the copy's waits
+/// (so an event it records there marks the copy's real start, not the wait), after_copy right after
+/// the copy. The trace's copy spans come from here (engine/memory/offload_cuda.cpp); nullptr: none.
+class CopyObserver {
+ public:
+  virtual ~CopyObserver() = default;
+  virtual void before_copy(cudaStream_t stream, int64_t block, bool to_host, size_t bytes) = 0;
+  virtual void after_copy(cudaStream_t stream, int64_t block, bool to_host, size_t bytes) = 0;
+};
+
 class OffloadEngine {
  public:
   /// slab: one region per offloaded block, at least n_blocks - 1 regions.
@@ -64,6 +74,8 @@ class OffloadEngine {
 
   cudaStream_t d2h_stream() const { return d2h_; }
   cudaStream_t h2d_stream() const { return h2d_; }
+  /// Who is told around each copy (not owned; nullptr: nobody).
+  void set_copy_observer(CopyObserver* observer) { observer_ = observer; }
   const SlotRotation& slots() const { return rotation_; }
 
  private:
@@ -81,6 +93,7 @@ class OffloadEngine {
   std::vector<cudaEvent_t> prefetch_done_;     // per block, on h2d
   std::vector<size_t> bytes_;                  // per block, from offload
   std::vector<char> offload_recorded_, prefetch_recorded_;
+  CopyObserver* observer_ = nullptr;
 };
 
 }  // namespace odyssey::kernels

@@ -3,11 +3,13 @@
 one run: the same preset and length with memory.offload_activations off and on, each a fresh
 `odyssey train` process of a few steps (the first is warm-up). Reports the step-time ratio (target:
 offload costs at most 5%, i.e. ratio <= 1.05), both device peaks and the host peak, and from the
-offload run's trace.json how much of the copy time overlaps compute (events of category "copy", when
-the engine records its copy streams; "copy_events": 0 says the trace has none to judge).
+offload run's trace.json how much of the copy time overlaps compute: the engine draws each copy as
+an event of category "copy" on a track of its own ("offload d2h", "offload h2d"), timed on the copy
+stream's events on the clock of the phases; the compute is the union of the rank's leaf phases.
 
     python3 bench/gpu/offload_overlap.py --seq 64K --out $OUT/offload
     ODYSSEY_BENCH_PRESET=presets/tiny-cpu.toml ODYSSEY_BENCH_SETS="..." python3 bench/gpu/offload_overlap.py --seq 512
+    python3 bench/gpu/offload_overlap.py --self-test       # the overlap arithmetic, no run
 
 Writes OUT/offload_overlap.json.
 """
@@ -21,8 +23,36 @@ from llama_flops import parse_tokens  # noqa: E402
 from systems import run_odyssey  # noqa: E402
 
 
+def leaf_intervals(phases):
+    """Per pid, the sorted, merged [start, end) intervals of its leaf phases (those with no phase of
+    their own below them): when the compute stream had work. "step" and "fwd" hold everything under
+    them and would count every copy as overlapped."""
+    paths = {}
+    for p in phases:
+        paths.setdefault(p.get("pid"), set()).add(p.get("args", {}).get("path", p.get("name")))
+    merged = {}
+    for p in phases:
+        pid, path = p.get("pid"), p.get("args", {}).get("path", p.get("name"))
+        # The root "step" is no prefix of its children's paths ("fwd/...") but holds them all.
+        root = p.get("args", {}).get("depth", path.count("/")) == 0 and path == "step" and len(paths[pid]) > 1
+        if root or any(other.startswith(path + "/") for other in paths[pid]):
+            continue
+        merged.setdefault(pid, []).append((float(p["ts"]), float(p["ts"]) + float(p.get("dur", 0))))
+    for pid, spans in merged.items():
+        spans.sort()
+        out = []
+        for a, b in spans:
+            if out and a <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], b))
+            else:
+                out.append((a, b))
+        merged[pid] = out
+    return merged
+
+
 def overlap_from_trace(path):
-    """Copy events, their total time and the part of it inside some compute (phase) event of the same rank."""
+    """Copy events (category "copy", on the offload tracks), their total time, and the part of it
+    during which the same rank's compute ran (the union of its leaf phases), overall and per track."""
     try:
         with open(path) as f:
             events = json.load(f)["traceEvents"]
@@ -30,20 +60,45 @@ def overlap_from_trace(path):
         return {"copy_events": 0, "note": "no readable trace at " + path}
     spans = [e for e in events if e.get("ph") == "X"]
     copies = [e for e in spans if e.get("cat") == "copy"]
-    phases = [e for e in spans if e.get("cat") == "phase"]
+    compute = leaf_intervals([e for e in spans if e.get("cat") == "phase"])
+    tracks = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name") for e in events
+              if e.get("ph") == "M" and e.get("name") == "thread_name"}
     total = overlapped = 0.0
+    per_track = {}
     for c in copies:
         c0, c1 = float(c["ts"]), float(c["ts"]) + float(c.get("dur", 0))
+        inside = sum(max(0.0, min(c1, b) - max(c0, a)) for a, b in compute.get(c.get("pid"), []))
         total += c1 - c0
-        best = 0.0
-        for p in phases:
-            if p.get("pid") != c.get("pid"):
-                continue
-            p0, p1 = float(p["ts"]), float(p["ts"]) + float(p.get("dur", 0))
-            best = max(best, min(c1, p1) - max(c0, p0))
-        overlapped += max(0.0, best)
+        overlapped += inside
+        t = per_track.setdefault(tracks.get((c.get("pid"), c.get("tid")), "?"), {"events": 0, "copy_us": 0.0,
+                                                                                    "overlapped_us": 0.0})
+        t["events"] += 1
+        t["copy_us"] += c1 - c0
+        t["overlapped_us"] += inside
     return {"copy_events": len(copies), "copy_us": total, "overlapped_us": overlapped,
-            "overlap_fraction": overlapped / total if total > 0 else None}
+            "overlap_fraction": overlapped / total if total > 0 else None, "tracks": per_track}
+
+
+def self_test():
+    """The overlap arithmetic on a hand-made trace: compute in two leaf phases with a gap."""
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 1, "args": {"name": "offload d2h"}},
+        {"ph": "X", "cat": "phase", "pid": 0, "tid": 0, "ts": 0, "dur": 100, "args": {"path": "step", "depth": 0}},
+        {"ph": "X", "cat": "phase", "pid": 0, "tid": 0, "ts": 0, "dur": 50, "args": {"path": "fwd/block.0", "depth": 1}},
+        {"ph": "X", "cat": "phase", "pid": 0, "tid": 0, "ts": 0, "dur": 40, "args": {"path": "fwd/block.0/attn"}},
+        {"ph": "X", "cat": "phase", "pid": 0, "tid": 0, "ts": 30, "dur": 20, "args": {"path": "fwd/block.0/mlp"}},
+        {"ph": "X", "cat": "phase", "pid": 0, "tid": 0, "ts": 70, "dur": 30, "args": {"path": "fwd/loss"}},
+        {"ph": "X", "cat": "copy", "pid": 0, "tid": 1, "ts": 40, "dur": 40, "args": {"bytes": 1}},  # 10 + 10 inside
+        {"ph": "X", "cat": "phase", "pid": 1, "tid": 0, "ts": 0, "dur": 100, "args": {"path": "step"}},
+    ]
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "offload_overlap_self_test.json")
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events}, f)
+    r = overlap_from_trace(path)
+    assert r["copy_events"] == 1 and r["copy_us"] == 40.0, r
+    assert r["overlapped_us"] == 20.0 and r["overlap_fraction"] == 0.5, r  # not 40: "step" is no leaf
+    assert r["tracks"]["offload d2h"]["overlapped_us"] == 20.0, r
+    print(json.dumps({"self_test": "ok"}))
 
 
 def main():
@@ -52,7 +107,11 @@ def main():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--timeout", type=int, default=240, help="seconds per process")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()
+    if args.self_test:
+        self_test()
+        return
     os.makedirs(args.out, exist_ok=True)
     both = {"memory.activation_checkpointing=true"}
     runs = {}

@@ -6,10 +6,31 @@
 #include <string>
 
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/phase.h"
 #include "engine/telemetry/planned_buffer_log.h"
 
 namespace odyssey {
+
+DeviceSpan offload_copy_span(int64_t layer, bool to_host, int64_t bytes) {
+  DeviceSpan span;
+  span.name = std::string(to_host ? "d2h" : "h2d") + " block." + std::to_string(layer);
+  span.category = "copy";
+  span.track = to_host ? "offload d2h" : "offload h2d";
+  span.bytes = bytes;
+  return span;
+}
+
 namespace {
+
+/// The CPU's copies are synchronous on the rank thread: timed on the host clock from t_begin_s.
+void note_host_copy(int64_t layer, bool to_host, int64_t bytes, double t_begin_s) {
+  PhaseRecorder* recorder = PhaseRecorder::current();
+  if (recorder == nullptr) return;
+  DeviceSpan span = offload_copy_span(layer, to_host, bytes);
+  span.t_begin_s = t_begin_s;
+  span.t_end_s = telemetry_now_s();
+  recorder->add_host_span(std::move(span));
+}
 
 /// CPU: the host copy is a clone made under PoolScope(Host), category offloaded, so the tracker
 /// shows device bytes falling and host bytes rising by exactly the input size; it is freed once
@@ -18,9 +39,13 @@ class HostCloneTransport final : public OffloadTransport {
  public:
   void start_step(int64_t, int64_t) override {}
   void offload(int64_t layer, const at::Tensor& x) override {
-    PoolScope pool(MemPool::Host);
-    CategoryScope category(MemCategory::Offloaded);
-    host_[layer] = x.detach().clone();  // [B, s, d] host
+    const double t_begin = telemetry_now_s();
+    {
+      PoolScope pool(MemPool::Host);
+      CategoryScope category(MemCategory::Offloaded);
+      host_[layer] = x.detach().clone();  // [B, s, d] host
+    }
+    note_host_copy(layer, /*to_host=*/true, static_cast<int64_t>(x.nbytes()), t_begin);
     note_planned_buffer(PlannedBuffer::OffloadSlot, host_[layer]);
   }
   void prefetch(int64_t layer, const at::Tensor& slot) override {
@@ -28,7 +53,9 @@ class HostCloneTransport final : public OffloadTransport {
     if (it == host_.end())
       throw std::logic_error("offload: block " + std::to_string(layer) + " has no host copy to prefetch");
     at::NoGradGuard no_grad;
+    const double t_begin = telemetry_now_s();
     at::Tensor(slot).copy_(it->second);
+    note_host_copy(layer, /*to_host=*/false, static_cast<int64_t>(it->second.nbytes()), t_begin);
     host_.erase(it);  // memory: the host copy is not needed once the device has it
   }
   void acquire(int64_t) override {}

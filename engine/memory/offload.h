@@ -1,6 +1,7 @@
 // Offload of checkpointed block inputs to the host: put() after a block's forward, take() before
 // its recompute (while the block below is prefetched), release() when its backward is done.
-// defines: OffloadTransport, OffloadStore, make_host_clone_transport, make_cuda_transport
+// defines: OffloadTransport, OffloadStore, make_host_clone_transport, make_cuda_transport,
+// offload_copy_span
 #pragma once
 
 #include <array>
@@ -14,6 +15,12 @@
 #include "kernels/slot_rotation.h"
 
 namespace odyssey {
+
+struct DeviceSpan;
+
+/// The trace's span of one offload copy (category "copy", track "offload d2h" or "offload h2d",
+/// named "d2h block.N" / "h2d block.N"), untimed: each transport times it on its own clock.
+DeviceSpan offload_copy_span(int64_t layer, bool to_host, int64_t bytes);
 
 /// How the bytes of the offloaded inputs move between the device and the host. The store decides
 /// when (the schedule and the two device slots); a transport only copies.

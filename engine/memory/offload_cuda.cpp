@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/phase.h"
 
 #if defined(ODYSSEY_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -25,7 +26,9 @@ namespace {
 /// kept (LibTorch's pinned host allocator would round each 1.2 GiB input up to 2 GiB, and pageable
 /// memory would make every copy synchronous). It is charged to the tracker's host pool, category
 /// offloaded, for as long as it exists: the host memory a node must have.
-class CudaTransport final : public OffloadTransport {
+/// Each copy is also a span of the trace: events on its copy stream right around the copy (the
+/// engine's CopyObserver), on the clock of the rank's phases (PhaseRecorder::mark_stream).
+class CudaTransport final : public OffloadTransport, private kernels::CopyObserver {
  public:
   explicit CudaTransport(at::Device device) : device_(device) {}
   ~CudaTransport() override { drop_slab(); }
@@ -45,6 +48,7 @@ class CudaTransport final : public OffloadTransport {
                                "); turn memory.offload_activations off or give the node more host memory");
     }
     engine_ = std::make_unique<kernels::OffloadEngine>(*slab_, n_layers);
+    engine_->set_copy_observer(this);
     n_layers_ = n_layers;
     input_bytes_ = input_bytes;
     rank_ = current_rank();
@@ -81,6 +85,16 @@ class CudaTransport final : public OffloadTransport {
   int64_t host_bytes() const override { return charged_; }
 
  private:
+  void before_copy(cudaStream_t stream, int64_t, bool, size_t) override {
+    PhaseRecorder* recorder = PhaseRecorder::current();
+    copy_begin_ = recorder != nullptr ? recorder->mark_stream(stream) : -1;
+  }
+  void after_copy(cudaStream_t stream, int64_t block, bool to_host, size_t bytes) override {
+    PhaseRecorder* recorder = PhaseRecorder::current();
+    if (recorder == nullptr || copy_begin_ < 0) return;
+    recorder->add_device_span(offload_copy_span(block, to_host, static_cast<int64_t>(bytes)), copy_begin_,
+                              recorder->mark_stream(stream));
+  }
   cudaStream_t compute_stream() const { return c10::cuda::getCurrentCUDAStream(device_.index()).stream(); }
   void require_engine(const char* op) const {
     if (!engine_) throw std::logic_error(std::string("offload: ") + op + " before start_step sized the pinned slab");
@@ -102,6 +116,7 @@ class CudaTransport final : public OffloadTransport {
   std::unique_ptr<kernels::OffloadEngine> engine_;
   int64_t n_layers_ = 0, input_bytes_ = 0, charged_ = 0;
   int rank_ = 0;
+  int copy_begin_ = -1;  ///< the running copy's first mark (before_copy to after_copy)
 };
 
 }  // namespace

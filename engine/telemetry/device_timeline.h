@@ -17,7 +17,11 @@ class DeviceTimeline {
   virtual ~DeviceTimeline() = default;
   /// Records a timestamp in stream order; returns its index within the current step (0, 1, ...).
   virtual int mark() = 0;
-  /// Blocks until the last mark has happened on the device.
+  /// Records a timestamp in the order of another stream of the device (a copy stream; CUDA: a
+  /// cudaStream_t), in the same index space as mark(): copies are timed on the clock the phases
+  /// are. Returns -1 where the timeline has no other streams (the default).
+  virtual int mark_on(void* native_stream) { return -1; }
+  /// Blocks until every mark has happened on the device.
   virtual void settle() = 0;
   /// Seconds from mark 0 to mark `index` of the current step (after settle).
   virtual double since_first(int index) = 0;

@@ -86,7 +86,44 @@ int PhaseRecorder::mark_now() {
   if (device_ == nullptr) return -1;
   if (marks_ == 0) host_at_first_mark_ = telemetry_now_s() - epoch_s_;
   ++marks_;
-  return device_->mark();
+  last_mark_ = device_->mark();
+  return last_mark_;
+}
+
+int PhaseRecorder::mark_stream(void* native_stream) {
+  if (device_ == nullptr || marks_ == 0) return -1;  // no step clock yet: mark 0 is a phase edge
+  return device_->mark_on(native_stream);
+}
+
+void PhaseRecorder::add_device_span(DeviceSpan span, int mark_begin, int mark_end) {
+  if (device_ == nullptr || mark_begin < 0 || mark_end < 0) return;
+  span.rank = rank_;
+  span.step = step_;
+  held_spans_.push_back({std::move(span), mark_begin, mark_end});
+}
+
+void PhaseRecorder::add_host_span(DeviceSpan span) {
+  span.rank = rank_;
+  span.step = step_;
+  span.t_begin_s -= epoch_s_;
+  span.t_end_s -= epoch_s_;
+  deliver_span(span);
+}
+
+void PhaseRecorder::add_span_sink(std::function<void(const DeviceSpan&)> sink) {
+  span_sinks_.push_back(std::move(sink));
+}
+
+void PhaseRecorder::deliver_span(const DeviceSpan& span) {
+  for (auto& sink : span_sinks_) {
+    try {
+      sink(span);
+    } catch (const std::exception& e) {
+      note_sink_error(e.what());
+    } catch (...) {
+      note_sink_error("unknown exception");
+    }
+  }
 }
 
 void PhaseRecorder::deliver_edge(const PhaseEdge& edge) {
@@ -128,7 +165,12 @@ std::optional<double> PhaseRecorder::settle() {
     h.record.t_end_s = at(h.mark_end);
     deliver_record(std::move(h.record));
   }
-  const double span = device_->since_first(marks_ - 1);
+  for (HeldSpan& h : held_spans_) {
+    h.span.t_begin_s = at(h.mark_begin);
+    h.span.t_end_s = at(h.mark_end);
+    deliver_span(h.span);
+  }
+  const double span = device_->since_first(last_mark_);
   drop_held();
   return span;
 }
@@ -136,7 +178,9 @@ std::optional<double> PhaseRecorder::settle() {
 void PhaseRecorder::drop_held() {
   held_edges_.clear();
   held_records_.clear();
+  held_spans_.clear();
   marks_ = 0;
+  last_mark_ = -1;
   if (device_ != nullptr) device_->restart();
 }
 

@@ -1,7 +1,7 @@
 // Phase scopes: RAII markers that nest into paths ("fwd/block.3/attn") and record, per rank and
 // step, start/end time, device and host bytes at both edges and the peak inside. Records flow to
 // the ring buffer (studio), metrics.jsonl and the Perfetto trace. defines: PhaseScope,
-// PhaseRecord, PhaseEdge, PhaseRecorder, telemetry_now_s
+// PhaseRecord, PhaseEdge, DeviceSpan, PhaseRecorder, telemetry_now_s
 #pragma once
 
 #include <array>
@@ -43,6 +43,19 @@ struct PhaseEdge {
   int64_t device_bytes = 0;
   int64_t host_bytes = 0;
   std::array<int64_t, kMemCategoryCount> category_bytes{};  ///< device+host bytes per category
+};
+
+/// Device work beside the phases, timed on their clock: an offload copy on a copy stream. The trace
+/// draws each span on a track of its own under the rank, so copies show against compute.
+struct DeviceSpan {
+  int rank = 0;
+  int64_t step = 0;
+  std::string name;      ///< "d2h block.3"
+  std::string category;  ///< "copy"
+  std::string track;     ///< "offload d2h": one trace thread per track
+  double t_begin_s = 0;  ///< seconds since the recorder's epoch
+  double t_end_s = 0;
+  int64_t bytes = 0;
 };
 
 /// Seconds on the process-wide telemetry clock (steady; zero at its first use). Recorders of all
@@ -103,6 +116,19 @@ class PhaseRecorder {
   std::optional<double> settle();
   /// Drops held edges and records (a failed step whose device may be in error).
   void drop_held();
+
+  /// A timestamp in the order of another stream of the device (DeviceTimeline::mark_on: a copy
+  /// stream), for a DeviceSpan's edges; -1 without a device timeline, before the step's first mark,
+  /// or where the timeline has no other streams.
+  int mark_stream(void* native_stream);
+  /// A span between two mark_stream() marks (its rank and step are this recorder's): held, like
+  /// the phases, and delivered with device times at settle(); dropped when a mark is -1.
+  void add_device_span(DeviceSpan span, int mark_begin, int mark_end);
+  /// A span timed on the host clock (t_begin_s/t_end_s as telemetry_now_s() gave them: the CPU's
+  /// synchronous copies), delivered now.
+  void add_host_span(DeviceSpan span);
+  /// Called for every span (trace writer). Sinks run on the rank thread.
+  void add_span_sink(std::function<void(const DeviceSpan&)> sink);
   /// Sink exceptions are caught (a phase edge must not throw from a destructor); the count and the
   /// first message are kept here.
   int64_t sink_errors() const { return sink_errors_; }
@@ -153,14 +179,22 @@ class PhaseRecorder {
     int mark_begin = 0, mark_end = 0;
   };
   DeviceTimeline* device_ = nullptr;
+  struct HeldSpan {
+    DeviceSpan span;
+    int mark_begin = 0, mark_end = 0;
+  };
   std::vector<HeldEdge> held_edges_;
   std::vector<HeldRecord> held_records_;
+  std::vector<HeldSpan> held_spans_;
+  std::vector<std::function<void(const DeviceSpan&)>> span_sinks_;
+  int last_mark_ = -1;  ///< the last phase-edge mark (compute stream) of the step
   double host_at_first_mark_ = 0;
   int marks_ = 0;
   int mark_now();
   void emit_edge(const Open& open, bool begin, double t_s, int mark);
   void deliver_edge(const PhaseEdge& edge);
   void deliver_record(PhaseRecord&& r);
+  void deliver_span(const DeviceSpan& span);
   void note_sink_error(const char* what);
 };
 

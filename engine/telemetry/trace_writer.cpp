@@ -37,13 +37,13 @@ std::string leaf_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-/// Opens one event object: ph, pid, tid, ts (and the name).
-void begin_event(JsonWriter& w, const char* ph, std::string_view name, int pid, double t_s) {
+/// Opens one event object: ph, pid, tid, ts (and the name). tid 0: the rank's phases.
+void begin_event(JsonWriter& w, const char* ph, std::string_view name, int pid, double t_s, int tid = 0) {
   w.begin_object();
   w.key("name").value(name);
   w.key("ph").value(ph);
   w.key("pid").value(pid);
-  w.key("tid").value(0);
+  w.key("tid").value(tid);
   w.key("ts").raw(us_text(to_ns(t_s)));
 }
 
@@ -151,6 +151,34 @@ TraceWriter::~TraceWriter() {
 void TraceWriter::attach(PhaseRecorder& recorder) {
   recorder.add_edge_sink([this](const PhaseEdge& e) { on_edge(e); });
   recorder.add_sink([this](const PhaseRecord& r) { on_record(r); });
+  recorder.add_span_sink([this](const DeviceSpan& s) { on_device_span(s); });
+}
+
+void TraceWriter::on_device_span(const DeviceSpan& s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_rank_locked(s.rank);
+  // One trace thread per (rank, track), named once: Perfetto draws it as a row under the rank.
+  auto [it, fresh] = tracks_.emplace(std::make_pair(s.rank, s.track), static_cast<int>(tracks_.size()) + 1);
+  const int tid = it->second;
+  std::string out;
+  if (fresh) {
+    JsonWriter w(out);
+    w.begin_object().key("name").value("thread_name").key("ph").value("M").key("pid").value(s.rank);
+    w.key("tid").value(tid);
+    w.key("args").begin_object().key("name").value(s.track).end_object().end_object();
+    emit_locked(out);
+    out.clear();
+  }
+  {
+    JsonWriter w(out);
+    begin_event(w, "X", s.name, s.rank, s.t_begin_s + offset_s_, tid);
+    w.key("dur").raw(us_text(to_ns(s.t_end_s + offset_s_) - to_ns(s.t_begin_s + offset_s_)));
+    w.key("cat").value(s.category);
+    w.key("args").begin_object().key("step").value(s.step).key("bytes").value(s.bytes).end_object();
+    w.end_object();
+  }
+  emit_locked(out);
+  last_t_s_ = std::max(last_t_s_, s.t_end_s + offset_s_);
 }
 
 void TraceWriter::flush_locked() {

@@ -1,6 +1,6 @@
 // The Perfetto / Chrome JSON trace: one process per rank, phases as complete ("X") events, memory
 // as counter ("C") events at every phase edge (device, host and every category), an instant ("i")
-// at each step's peak. Streams to disk; a closed file is always valid JSON. No LibTorch.
+// at each step's peak, offload copies on tracks of their own. Streams to disk; a closed file is always valid JSON. No LibTorch.
 // defines: TraceWriter
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <set>
 #include <string>
 
@@ -48,6 +49,10 @@ class TraceWriter {
   /// {loss, tokens_per_s, step_time_s} on the lowest rank's process at the latest time seen.
   void on_step(const StepMetrics& metrics);
 
+  /// Device work beside the phases (an offload copy): an "X" event of the span's category on a
+  /// thread of the rank's process named after its track.
+  void on_device_span(const DeviceSpan& span);
+
   /// The studio's ring-buffer forms (Session::export_trace): spans and samples carry no
   /// category breakdown, so only the "memory" counter is written for them.
   void on_span(const PhaseSpan& span, const std::string& path);
@@ -87,6 +92,7 @@ class TraceWriter {
   double last_t_s_ = 0;
   double offset_s_ = 0;  ///< added to every time written (after the kept events of a resume)
   std::set<int> ranks_;
+  std::map<std::pair<int, std::string>, int> tracks_;  ///< (rank, track) -> tid (1, 2, ...)
   std::map<int, PeakCandidate> peaks_;
   std::string error_;
 };

@@ -1,5 +1,5 @@
-// Step records to rank 0: a flat little-endian byte form of PhaseRecord / PhaseEdge, and the
-// all-gather that carries it. defines: EdgeRecord::view, EdgeBuffer, gather_step_records,
+// Step records to rank 0: a flat little-endian byte form of PhaseRecord, PhaseEdge and DeviceSpan,
+// and the all-gather that carries it. defines: EdgeRecord::view, EdgeBuffer, gather_step_records,
 // serialize_step_records, deserialize_step_records
 #include "engine/train/step_records.h"
 
@@ -76,9 +76,14 @@ void EdgeBuffer::attach(PhaseRecorder& recorder) {
     r.edge.path = nullptr;
     edges_.push_back(std::move(r));
   });
+  recorder.add_span_sink([this](const DeviceSpan& span) {
+    if (capture_) spans_.push_back(span);
+  });
 }
 
 std::vector<EdgeRecord> EdgeBuffer::take() { return std::exchange(edges_, {}); }
+
+std::vector<DeviceSpan> EdgeBuffer::take_spans() { return std::exchange(spans_, {}); }
 
 std::string serialize_step_records(const RankStepRecords& in) {
   std::string out;
@@ -107,6 +112,17 @@ std::string serialize_step_records(const RankStepRecords& in) {
     w.put(e.edge.device_bytes);
     w.put(e.edge.host_bytes);
     w.put(e.edge.category_bytes);
+  }
+  w.put(static_cast<uint64_t>(in.spans.size()));
+  for (const DeviceSpan& d : in.spans) {
+    w.put(static_cast<int32_t>(d.rank));
+    w.put(d.step);
+    w.put_string(d.name);
+    w.put_string(d.category);
+    w.put_string(d.track);
+    w.put(d.t_begin_s);
+    w.put(d.t_end_s);
+    w.put(d.bytes);
   }
   return out;
 }
@@ -139,6 +155,17 @@ RankStepRecords deserialize_step_records(const std::string& bytes) {
     e.edge.device_bytes = r.get<int64_t>();
     e.edge.host_bytes = r.get<int64_t>();
     e.edge.category_bytes = r.get<decltype(e.edge.category_bytes)>();
+  }
+  out.spans.resize(r.get<uint64_t>());
+  for (DeviceSpan& d : out.spans) {
+    d.rank = r.get<int32_t>();
+    d.step = r.get<int64_t>();
+    d.name = r.get_string();
+    d.category = r.get_string();
+    d.track = r.get_string();
+    d.t_begin_s = r.get<double>();
+    d.t_end_s = r.get<double>();
+    d.bytes = r.get<int64_t>();
   }
   if (!r.done()) throw std::runtime_error("step records: trailing bytes");
   return out;

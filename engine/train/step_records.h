@@ -21,23 +21,27 @@ struct EdgeRecord {
   const PhaseEdge& view();
 };
 
-/// One rank's step: its finished phases and, while the step is traced, its phase edges.
+/// One rank's step: its finished phases and, while the step is traced, its phase edges and its
+/// device spans (offload copies).
 struct RankStepRecords {
   std::vector<PhaseRecord> records;
   std::vector<EdgeRecord> edges;
+  std::vector<DeviceSpan> spans;
 };
 
-/// Collects a rank's phase edges while `capture` is on (an edge sink on its recorder).
+/// Collects a rank's phase edges and device spans while `capture` is on (sinks on its recorder).
 class EdgeBuffer {
  public:
-  /// Installs the sink; the buffer must outlive the recorder's use.
+  /// Installs the sinks; the buffer must outlive the recorder's use.
   void attach(PhaseRecorder& recorder);
   void set_capture(bool on) { capture_ = on; }
   std::vector<EdgeRecord> take();
+  std::vector<DeviceSpan> take_spans();
 
  private:
   bool capture_ = false;
   std::vector<EdgeRecord> edges_;
+  std::vector<DeviceSpan> spans_;
 };
 
 /// Collective over ctx.world: every rank calls it after each step with its own records. Rank 0

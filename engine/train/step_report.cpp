@@ -47,7 +47,7 @@ void StepReporter::report(const StepResult& r, int64_t config_version, RunOutcom
   at::Tensor mine = at::tensor({static_cast<double>(r.device_peak), static_cast<double>(r.host_peak)},
                                at::TensorOptions().dtype(at::kDouble).device(ctx_.device));  // [2]
   ctx_.world->all_gather(peaks_, mine);
-  RankStepRecords own{recorder_.take_records(), edges_.take()};
+  RankStepRecords own{recorder_.take_records(), edges_.take(), edges_.take_spans()};
   std::vector<RankStepRecords> ranks;
   if (collect_)
     ranks = gather_step_records(ctx_, std::move(own));
@@ -61,6 +61,7 @@ void StepReporter::report(const StepResult& r, int64_t config_version, RunOutcom
     if (!traced_ || !shared_.trace) continue;
     for (EdgeRecord& e : rank.edges) shared_.trace->on_edge(e.view());
     for (const PhaseRecord& record : rank.records) shared_.trace->on_record(record);
+    for (const DeviceSpan& span : rank.spans) shared_.trace->on_device_span(span);
   }
   StepMetrics m;
   m.step = r.step;

@@ -245,6 +245,10 @@ namespace {
 class FakeDeviceTimeline : public DeviceTimeline {
  public:
   int mark() override { return marks++; }
+  int mark_on(void* stream) override {
+    streams.push_back(stream);
+    return marks++;
+  }
   void settle() override { ++settles; }
   double since_first(int index) override { return 0.25 * index; }
   void restart() override { marks = 0; }
@@ -252,6 +256,7 @@ class FakeDeviceTimeline : public DeviceTimeline {
   void range_pop() override { ranges.push_back("-"); }
   int marks = 0, settles = 0;
   std::vector<std::string> ranges;
+  std::vector<void*> streams;  // mark_on's streams, in order
 };
 }  // namespace
 
@@ -314,4 +319,77 @@ TEST_CASE("a device timeline holds edges and records until settle, then gives th
   }
   CHECK_FALSE(recorder.settle().has_value());
   CHECK(recorder.take_records().size() == 1);
+}
+
+TEST_CASE("device spans (offload copies) are timed on the phases' clock and delivered at settle",
+          "[telemetry][phase][device_time]") {
+  MemoryTracker::instance().install_cpu_allocator();
+  RankScope rank(46);
+  FakeDeviceTimeline clock;
+  PhaseRecorder recorder(46);
+  recorder.set_device_timeline(&clock);
+  recorder.set_step(7);
+  std::vector<DeviceSpan> spans;
+  std::vector<PhaseRecord> records;
+  recorder.add_span_sink([&](const DeviceSpan& s) { spans.push_back(s); });
+  recorder.add_sink([&](const PhaseRecord& r) { records.push_back(r); });
+  PhaseRecorder::Bind bind(&recorder);
+  int copy_stream = 0;  // any address stands for a stream
+  // Before the step's first phase edge there is no clock to time against.
+  CHECK(recorder.mark_stream(&copy_stream) == -1);
+  DeviceSpan copy;
+  copy.name = "d2h block.0";
+  copy.category = "copy";
+  copy.track = "offload d2h";
+  copy.bytes = 4096;
+  {
+    PhaseScope step("step");  // mark 0
+    {
+      PhaseScope fwd("fwd");                                // mark 1
+      const int begin = recorder.mark_stream(&copy_stream);  // mark 2, on the copy stream
+      const int end = recorder.mark_stream(&copy_stream);    // mark 3
+      CHECK(begin == 2);
+      CHECK(end == 3);
+      recorder.add_device_span(copy, begin, end);
+      recorder.add_device_span(copy, -1, end);  // a mark without a clock: dropped
+    }  // mark 4
+  }  // mark 5: the step's last phase edge
+  // A copy queued after the step's last edge (its mark is the step's last) is timed, but the
+  // step's span still ends at the last phase edge.
+  const int late = recorder.mark_stream(&copy_stream);  // mark 6
+  recorder.add_device_span(copy, late, late);
+  CHECK(spans.empty());  // held like the phases
+  CHECK(clock.streams == std::vector<void*>{&copy_stream, &copy_stream, &copy_stream});
+  const std::optional<double> step_span = recorder.settle();
+  REQUIRE(step_span.has_value());
+  CHECK(*step_span == 1.25);  // mark 0 to mark 5, not to the copy's mark 6
+  REQUIRE(spans.size() == 2);
+  REQUIRE(records.size() == 2);
+  const double t0 = records[1].t_begin_s;  // the step's first mark
+  CHECK(spans[0].t_begin_s == Approx(t0 + 0.5));
+  CHECK(spans[0].t_end_s == Approx(t0 + 0.75));
+  CHECK(spans[0].rank == 46);
+  CHECK(spans[0].step == 7);
+  CHECK(spans[0].name == "d2h block.0");
+  CHECK(spans[0].bytes == 4096);
+  CHECK(spans[1].t_begin_s == Approx(t0 + 1.5));
+  // drop_held forgets held spans too.
+  {
+    PhaseScope step("step");
+    recorder.add_device_span(copy, recorder.mark_stream(&copy_stream), recorder.mark_stream(&copy_stream));
+  }
+  recorder.drop_held();
+  CHECK_FALSE(recorder.settle().has_value());
+  CHECK(spans.size() == 2);
+  // Without a device timeline: host spans are delivered at once, on the recorder's epoch.
+  recorder.set_device_timeline(nullptr);
+  recorder.set_epoch_s(10.0);
+  DeviceSpan host = copy;
+  host.t_begin_s = 12.0;
+  host.t_end_s = 12.5;
+  recorder.add_host_span(host);
+  REQUIRE(spans.size() == 3);
+  CHECK(spans[2].t_begin_s == Approx(2.0));
+  CHECK(spans[2].t_end_s == Approx(2.5));
+  CHECK(recorder.mark_stream(&copy_stream) == -1);
 }

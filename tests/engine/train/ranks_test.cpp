@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "../engine_test_util.h"
 #include "engine/util/json_read.h"
@@ -119,6 +121,8 @@ TEST_CASE("ranks: rank 0 writes every rank's peaks and phases and steps count fr
   cfg.parallel.world_size = 2;
   cfg.parallel.ulysses_degree = 2;
   cfg.parallel.fsdp = true;
+  cfg.memory.activation_checkpointing = true;  // and offload: each rank's copies are trace spans
+  cfg.memory.offload_activations = true;
   cfg.output.trace_steps = 2;
   RunOptions opt;
   opt.out_dir = "/tmp/odyssey_ranks_test_outputs";
@@ -162,4 +166,28 @@ TEST_CASE("ranks: rank 0 writes every rank's peaks and phases and steps count fr
     if (e.at("ph").get<std::string>() == "X") steps_of_rank[e.at("pid").get<int64_t>()].insert(e.at("args").at("step").get<int64_t>());
   CHECK(steps_of_rank[0] == std::set<int64_t>{1, 2});
   CHECK(steps_of_rank[1] == std::set<int64_t>{1, 2});
+  // The offload copies of both ranks, gathered to rank 0: per rank and traced step one d2h and
+  // one h2d for each offloaded block (all but the last of n_layers), on tracks named once.
+  std::map<std::pair<int64_t, std::string>, int> copies;  // (pid, track) -> copy events
+  std::set<std::pair<int64_t, int64_t>> named;            // (pid, tid) with a thread_name
+  std::map<std::pair<int64_t, int64_t>, std::string> track_of;
+  for (const auto& e : trace->at("traceEvents")) {
+    const std::string ph = e.at("ph").get<std::string>();
+    if (ph == "M" && e.at("name").get<std::string>() == "thread_name" && e.at("tid").get<int64_t>() > 0) {
+      CHECK(named.insert({e.at("pid").get<int64_t>(), e.at("tid").get<int64_t>()}).second);
+      track_of[{e.at("pid").get<int64_t>(), e.at("tid").get<int64_t>()}] = e.at("args").at("name").get<std::string>();
+    }
+    if (ph == "X" && e.at("cat").get<std::string>() == "copy") {
+      const std::pair<int64_t, int64_t> thread{e.at("pid").get<int64_t>(), e.at("tid").get<int64_t>()};
+      REQUIRE(track_of.count(thread) == 1);  // named before its first span
+      ++copies[{thread.first, track_of[thread]}];
+      CHECK(e.at("args").at("bytes").get<int64_t>() > 0);
+    }
+  }
+  const int per_track = 2 * static_cast<int>(cfg.model.n_layers - 1);  // 2 traced steps
+  for (int64_t pid : {0, 1})
+    for (const std::string track : {"offload d2h", "offload h2d"}) {
+      INFO("rank " << pid << " track " << track);
+      CHECK(copies[{pid, track}] == per_track);
+    }
 }
