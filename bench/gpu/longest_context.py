@@ -74,6 +74,8 @@ def factor_target(other, factor, granularity):
     kind bounds nothing: the comparison would be against a defect), or its limit when nothing
     failed. None when there is no such bound."""
     first_fail = other.get("first_fail")
+    if other.get("stopped") and not first_fail:
+        return None  # stopped by time before any failure: its limit never ran
     if first_fail:
         failed = [t for t in other.get("trials", []) if t.get("seq_len") == first_fail]
         bound = first_fail if failed and failed[-1].get("error") == "oom" else None
@@ -103,6 +105,7 @@ def self_test():
     defect = [{"seq_len": 32768, "error": "no JSON (rc 1): CheckpointError"}]
     assert factor_target({"longest_ok": 0, "first_fail": 32768, "trials": defect}, 4, 32768) is None
     assert factor_target({"longest_ok": 0, "first_fail": None, "limit": 1 << 20}, 4, 32768) is None
+    assert factor_target({"longest_ok": 65536, "first_fail": None, "limit": 1 << 20, "stopped": "budget"}, 4, 32768) is None
     print(json.dumps({"self_test": "ok", "trials_first_case": calls}))
 
 
@@ -166,7 +169,10 @@ def main():
         return "error" not in r
 
     try:
-        ok, bad = search(fits, args.start, args.limit, args.granularity)
+        if target is not None:  # one trial: a failure at the target is the answer, not a bisection
+            ok, bad = (target, None) if fits(target) else (0, target)
+        else:
+            ok, bad = search(fits, args.start, args.limit, args.granularity)
     except Stop:
         ok = max([t["seq_len"] for t in trials if "error" not in t] or [0])
         fails = [t["seq_len"] for t in trials if "error" in t and not str(t["error"]).startswith("timeout")]

@@ -6,6 +6,9 @@ offload costs at most 5%, i.e. ratio <= 1.05), both device peaks and the host pe
 offload run's trace.json how much of the copy time overlaps compute: the engine draws each copy as
 an event of category "copy" on a track of its own ("offload d2h", "offload h2d"), timed on the copy
 stream's events on the clock of the phases; the compute is the union of the rank's leaf phases.
+The overlap is an upper bound: a phase's span on the compute stream includes the time it waits
+for a prefetch (the recompute acquires its block's input inside its own phase), so a copy the
+compute stalls on still counts as overlapped. The step-time ratio is the measure of the cost.
 
     python3 bench/gpu/offload_overlap.py --seq 64K --out $OUT/offload
     ODYSSEY_BENCH_PRESET=presets/tiny-cpu.toml ODYSSEY_BENCH_SETS="..." python3 bench/gpu/offload_overlap.py --seq 512

@@ -53,19 +53,29 @@ def _run(cmd, timeout_s, log_path=None):
     return proc, None, time.time() - start
 
 
-def _device_use_mib(pid):
-    """The device memory the driver counts for process `pid` (MiB: CUDA context, every allocator's
-    reservations, library workspaces), or None where nvidia-smi is absent or does not list it."""
+def _nvidia_smi(query):
+    """nvidia-smi's CSV answer (no header, no units), or None where it is absent or fails."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10).stdout
+        proc = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                              timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    for line in out.splitlines():
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _device_use_mib(pid):
+    """(MiB the driver counts for process `pid`, MiB in use on GPU 0): each None where nvidia-smi
+    cannot say. The process's count holds its CUDA context, every allocator's reservations and
+    library workspaces; inside a container the driver may list host PIDs only, hence the total."""
+    apps = _nvidia_smi("--query-compute-apps=pid,used_memory")
+    mine = None
+    for line in (apps or "").splitlines():
         fields = [f.strip() for f in line.split(",")]
         if len(fields) == 2 and fields[0] == str(pid) and fields[1].isdigit():
-            return int(fields[1])
-    return None
+            mine = int(fields[1])
+    total = _nvidia_smi("--query-gpu=memory.used")
+    first = (total or "").splitlines()[:1]
+    return mine, (int(first[0].strip()) if first and first[0].strip().isdigit() else None)
 
 
 def run_sampling_device_use(cmd, timeout_s, period_s=0.2):
@@ -73,31 +83,37 @@ def run_sampling_device_use(cmd, timeout_s, period_s=0.2):
     the device memory the driver counts for it every period_s: returns (CompletedProcess, the most
     bytes seen or None where nvidia-smi cannot say). The allocator's own peak misses what the
     planner's hardware.runtime_overhead_gib stands for (context, workspaces, fragmentation): this
-    count holds it. Raises subprocess.TimeoutExpired (the child killed) like subprocess.run."""
+    count holds it. Where the driver does not list the child's PID (a container's PID namespace),
+    the GPU's whole use less its use before the launch stands in (the benchmark GPU is the run's
+    alone). Raises subprocess.TimeoutExpired (the child killed) like subprocess.run."""
+    idle = _device_use_mib(-1)[1]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    most = [None]
+    most = {"process": None, "gpu": None}
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            mib = _device_use_mib(proc.pid)
-            if mib is not None and (most[0] is None or mib > most[0]):
-                most[0] = mib
+            for key, mib in zip(("process", "gpu"), _device_use_mib(proc.pid)):
+                if mib is not None and (most[key] is None or mib > most[key]):
+                    most[key] = mib
             done.wait(period_s)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise
     finally:
+        if proc.poll() is None:  # a timeout, or anything else that interrupts the wait
+            proc.kill()
+            proc.communicate()
         done.set()
         sampler.join()
     completed = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-    return completed, (most[0] * 2**20 if most[0] is not None else None)
+    if most["process"] is not None:
+        return completed, most["process"] * 2**20
+    if most["gpu"] is not None and idle is not None:
+        return completed, (most["gpu"] - idle) * 2**20
+    return completed, None
 
 
 def run_baseline(seq, steps, timeout_s, warmup=1, log_path=None):

@@ -87,7 +87,7 @@ else
   LONG_PYTORCH="--start 64K --limit 512K --granularity 16K" LONG_ODYSSEY="--granularity 32K"
   OFFLOAD_SEQ=64K
   # Seconds per stage: each call stays under 9 minutes with its start and the packing.
-  declare -A BOX=([smoke]=270 [kernels]=150 [throughput]=330 [planner]=180 [longest]=380 [offload]=180 [ablation]=180)
+  declare -A BOX=([smoke]=270 [kernels]=150 [throughput]=330 [planner]=180 [longest]=360 [offload]=150 [ablation]=180)
 fi
 # A short lease gives the longest stage what is left of it (deadline.sh callers): LONGEST_BOX=seconds.
 [ -n "${LONGEST_BOX:-}" ] && BOX[longest]=$LONGEST_BOX
@@ -156,16 +156,18 @@ stage_planner() {
 
 stage_longest() {
   local d="$WORK/longest" rc=0 box=${BOX[longest]}
-  # shellcheck disable=SC2086
   local start=$SECONDS
+  # shellcheck disable=SC2086
   "$PY" bench/gpu/longest_context.py --system pytorch $LONG_PYTORCH --trial-timeout 60 --budget $((box * 2 / 5)) \
     --out "$d" || rc=1
   # The target (issue 13): Odyssey's full stack trains at 4x the baseline's longest context. One
   # trial at 4x the baseline's first failing length (a step grows quadratically with the context:
   # a bisection upwards would not fit a lease), with what is left of the box.
+  local trial=$((box - (SECONDS - start) - 10))
+  [ "$trial" -ge 10 ] || trial=10
   # shellcheck disable=SC2086
   "$PY" bench/gpu/longest_context.py --system odyssey $LONG_ODYSSEY --factor 4 --of "$d/longest_pytorch.json" \
-    --trial-timeout $((box - (SECONDS - start) - 10)) --out "$d" || rc=1
+    --trial-timeout "$trial" --out "$d" || rc=1
   return $rc
 }
 

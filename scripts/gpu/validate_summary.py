@@ -107,8 +107,11 @@ def longest(d):
         r = read_json(os.path.join(d, "longest_%s.json" % system))
         if r:
             found[system] = r["longest_ok"]
-            out.append("  %s: longest %s tokens, first failure %s, stopped %s" % (
-                system, r["longest_ok"], r["first_fail"], r["stopped"]))
+            out.append("  %s: longest %s tokens, first failure %s, stopped %s%s" % (
+                system, r["longest_ok"], r["first_fail"], r["stopped"],
+                ", one trial at %sx the other's bound (%s tokens): %s" % (
+                    r["factor"], r["factor_target"], "met" if r.get("factor_met") else "NOT met")
+                if "factor_target" in r else ""))
     if found.get("pytorch"):
         out.append("  odyssey / pytorch longest context: %.2fx (target >= 4x)" % (found.get("odyssey", 0) / found["pytorch"]))
     return out
