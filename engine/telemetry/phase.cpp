@@ -11,6 +11,21 @@
 namespace odyssey {
 
 namespace {
+
+/// Calls every sink with `value`; a sink's exception goes to `on_error` and the others still run
+/// (a phase edge must not throw from a destructor).
+template <typename T, typename OnError>
+void call_sinks(const std::vector<std::function<void(const T&)>>& sinks, const T& value, OnError on_error) {
+  for (const auto& sink : sinks) {
+    try {
+      sink(value);
+    } catch (const std::exception& e) {
+      on_error(e.what());
+    } catch (...) {
+      on_error("unknown exception");
+    }
+  }
+}
 thread_local PhaseRecorder* t_recorder = nullptr;
 constexpr std::string_view kRootStepName = "step";
 }  // namespace
@@ -115,39 +130,15 @@ void PhaseRecorder::add_span_sink(std::function<void(const DeviceSpan&)> sink) {
 }
 
 void PhaseRecorder::deliver_span(const DeviceSpan& span) {
-  for (auto& sink : span_sinks_) {
-    try {
-      sink(span);
-    } catch (const std::exception& e) {
-      note_sink_error(e.what());
-    } catch (...) {
-      note_sink_error("unknown exception");
-    }
-  }
+  call_sinks(span_sinks_, span, [this](const char* what) { note_sink_error(what); });
 }
 
 void PhaseRecorder::deliver_edge(const PhaseEdge& edge) {
-  for (auto& sink : edge_sinks_) {
-    try {
-      sink(edge);
-    } catch (const std::exception& e) {
-      note_sink_error(e.what());
-    } catch (...) {
-      note_sink_error("unknown exception");
-    }
-  }
+  call_sinks(edge_sinks_, edge, [this](const char* what) { note_sink_error(what); });
 }
 
 void PhaseRecorder::deliver_record(PhaseRecord&& r) {
-  for (auto& sink : sinks_) {
-    try {
-      sink(r);
-    } catch (const std::exception& e) {
-      note_sink_error(e.what());
-    } catch (...) {
-      note_sink_error("unknown exception");
-    }
-  }
+  call_sinks(sinks_, r, [this](const char* what) { note_sink_error(what); });
   if (keep_records_) finished_.push_back(std::move(r));
 }
 
