@@ -161,4 +161,13 @@ SequenceTile loss_tile(const MemoryConfig& memory, const ModelConfig& model, int
   return loss_sequence_tile(memory.loss_tile_tokens, model.vocab_size, batch, local_positions);
 }
 
+bool runs_cuda_path(const RunConfig& cfg) {
+  switch (cfg.training.device) {
+    case DeviceKind::Cuda: return true;
+    case DeviceKind::Cpu: return false;
+    case DeviceKind::Auto: break;
+  }
+  return cfg.hardware.profile != "cpu";
+}
+
 }  // namespace odyssey

@@ -190,6 +190,12 @@ std::optional<HardwareConfig> find_hardware_profile(std::string_view name);
 
 // (The rules and shapes themselves live in engine/layout; these read a RunConfig's keys.)
 
+/// Whether a run of `cfg` takes the engine's CUDA path (fused kernels, pinned offload slab,
+/// deferred reduce-scatter), which the planner walks: training.device "cuda" always, "cpu" never
+/// (whatever the profile: a CPU run of a GPU preset runs the CPU path), "auto" when the hardware
+/// profile is a GPU (auto picks a GPU wherever one exists, and the profile says what it is).
+bool runs_cuda_path(const RunConfig& cfg);
+
 /// Query heads per stage over all Ulysses ranks, resolving 0 to the Ulysses degree.
 int64_t effective_heads_per_stage(const MemoryConfig& memory, const ParallelConfig& parallel);
 /// The tiled MLP's tile over `batch` sequences of `local_positions` (memory.mlp_tile_tokens, 0 = d_model).

@@ -108,7 +108,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.offload_optimizer = mem.offload_optimizer;
   s.gathers = keeps_gathered_copy(shard_ways, s.c, s.offload_optimizer);
 
-  s.cuda_target = cfg.hardware.profile != "cpu";
+  s.cuda_target = runs_cuda_path(cfg);
   s.runtime_overhead = static_cast<int64_t>(cfg.hardware.runtime_overhead_gib * kGiB);
   s.ranks_per_node = std::max<int64_t>(1, std::min(s.W, cfg.hardware.gpus_per_node));
 

@@ -136,7 +136,7 @@ struct PlanShapes {
   FlatShardLayout block_layout, embed_layout, head_layout;  ///< each group over the ranks (engine/layout/planned_buffers.h)
   bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: resident, keeps_gathered_copy)
   // hardware
-  bool cuda_target = true;  ///< the hardware profile is a GPU (offload goes through one pinned slab)
+  bool cuda_target = true;  ///< the run takes the engine's CUDA path (runs_cuda_path)
   int64_t runtime_overhead = 0;
   int64_t ranks_per_node = 1;
   /// Bytes of one tensor of each kind, filled by make_shapes (the walk's inner loop reads these).

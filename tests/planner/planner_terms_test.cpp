@@ -366,3 +366,38 @@ TEST_CASE("tiles span the batch: B = 2 doubles every [tile, f] and [tile, V] ter
   CHECK(two.mlp_tile.count == 1024 / 32);  // tiles cover the local positions, not B x s
   CHECK(two.loss_tile.count == 1024 / 64);
 }
+
+TEST_CASE("the planner walks the path the run takes: a CPU run of a GPU preset is planned as the CPU's",
+          "[planner][terms]") {
+  // The 1B preset on its GPU profile: run on the CPU, the engine's loss makes [tile, V] fp32 logits
+  // where the CUDA path's fused kernel keeps a [tile, 8192] workspace (measured: 5160 MiB against
+  // 1131 planned when the planner followed the profile alone). The rule is runs_cuda_path.
+  const LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3.2-1b-1xh100.toml");
+  REQUIRE(loaded.ok());
+  RunConfig gpu = loaded.config;
+  gpu.training.seq_len = 4096;
+  REQUIRE(gpu.hardware.profile != "cpu");
+  RunConfig cpu_run = gpu, cpu_profile = gpu, auto_run = gpu;
+  gpu.training.device = DeviceKind::Cuda;
+  cpu_run.training.device = DeviceKind::Cpu;
+  auto_run.training.device = DeviceKind::Auto;
+  cpu_profile.training.device = DeviceKind::Auto;
+  cpu_profile.hardware.profile = "cpu";
+  CHECK(runs_cuda_path(gpu));
+  CHECK(runs_cuda_path(auto_run));
+  CHECK_FALSE(runs_cuda_path(cpu_run));
+  CHECK_FALSE(runs_cuda_path(cpu_profile));
+  const auto loss_workspace = [](const RunConfig& c) {
+    for (const PhasePlan& p : plan_memory(c).phases)
+      if (p.name == "fwd/loss") return p.category_bytes[static_cast<size_t>(MemCategory::LossWorkspace)];
+    return int64_t{-1};
+  };
+  const int64_t on_gpu = loss_workspace(gpu), on_cpu = loss_workspace(cpu_run);
+  REQUIRE(on_gpu > 0);
+  CHECK(loss_workspace(auto_run) == on_gpu);
+  // The CPU run is planned exactly as the CPU profile plans it (the loss's term does not read the
+  // profile otherwise), with at least two [tile, V] fp32 tiles more than the fused kernel's.
+  CHECK(on_cpu == loss_workspace(cpu_profile));
+  const SequenceTile tile = loss_tile(gpu.memory, gpu.model, gpu.training.batch_size, gpu.training.seq_len);
+  CHECK(on_cpu - on_gpu >= 2 * tile.rows * gpu.model.vocab_size * 4);
+}
