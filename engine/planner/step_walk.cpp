@@ -268,10 +268,16 @@ class Walker {
     } else {
       saved_dx_ = a("tiled loss: saved hidden-state gradient", K::Hidden, C::LossWorkspace);
       head_grad_ = a("tiled loss: LM-head gradient accumulator (fp32)", K::HeadGradAccum, C::LossWorkspace);
-      // one tile: logits (the graph root, alive to the end), the fp32 copy that log-softmax
-      // reads, then the backward inside the forward
+      // one tile (engine/memory/tiled_loss.cpp): the head matmul's output and its fp32 copy (the
+      // copy's node saves nothing, so the compute-dtype output dies at once), log-softmax, whose
+      // node saves its output; the engine drops the fp32 logits before the backward inside the
+      // forward, so three fp32 tiles meet at its peak
       int logits = a("tile logits", K::LogitsTile, C::LossWorkspace);
-      int l32 = s_.c != 4 ? a("tile logits in fp32", K::LogitsTile32, C::LossWorkspace) : -1;
+      int l32 = logits;
+      if (s_.c != 4) {
+        l32 = a("tile logits in fp32", K::LogitsTile32, C::LossWorkspace);
+        f(logits);
+      }
       int lp = a("tile log-softmax (fp32)", K::LogitsTile32, C::LossWorkspace);
       f(l32);
       int dlp = a("tile d log-softmax (fp32)", K::LogitsTile32, C::LossWorkspace);
@@ -288,7 +294,6 @@ class Walker {
       f(dwt);  // accumulated
       f(dxt);  // copied into the saved gradient
       f(dl);
-      f(logits);
       f(final_norm_);  // the tiled loss does not keep its input
       f(head_gathered_);
       f(tied_embed_);

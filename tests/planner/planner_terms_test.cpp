@@ -300,14 +300,19 @@ TEST_CASE("tiled loss on a GPU profile: the planner charges the fused kernel's o
     CHECK(t.name.find("tile logits") == std::string::npos);
   }
 
-  // The cpu profile runs the autograd tiles: [tile, V] logits and their fp32 copy, no kernel.
+  // The cpu profile runs the autograd tiles, no kernel: at their peak, inside the backward, three
+  // fp32 [tile, V] tiles (the log-softmax its node saved, its gradient, d logits); the logits
+  // themselves and their fp32 copy are gone (the engine drops them before the backward).
   cfg.hardware = *find_hardware_profile("cpu");
   const MemoryPlan on_cpu = plan_memory(cfg);
+  INFO("cpu peak at " << on_cpu.peak_phase);
+  REQUIRE(on_cpu.peak_phase == "fwd/loss");
   CHECK(term_bytes(on_cpu, "fused loss kernel workspace") == 0);
-  int64_t logits_terms = 0;
-  for (const auto& t : on_cpu.terms)
-    if (t.name.find("logits") != std::string::npos) logits_terms += t.bytes;
-  CHECK(logits_terms >= 256 * 8192 * (2 + 4));
+  CHECK(term_bytes(on_cpu, "tile log-softmax (fp32)") == 256 * 8192 * 4);
+  CHECK(term_bytes(on_cpu, "tile d log-softmax (fp32)") == 256 * 8192 * 4);
+  CHECK(term_bytes(on_cpu, "tile d logits (fp32)") == 256 * 8192 * 4);
+  CHECK(term_bytes(on_cpu, "tile logits") == 0);
+  CHECK(term_bytes(on_cpu, "tile logits in fp32") == 0);
 }
 
 TEST_CASE("Untied stages straddling KV heads: the planner charges the engine's schedule and buffers",
