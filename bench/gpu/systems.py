@@ -5,7 +5,8 @@ so one script path serves the GPU and its CPU dry run: ODYSSEY_BENCH_PRESET (the
 default presets/llama3.2-1b-1xh100.toml), ODYSSEY_BENCH_SETS (extra `--set k=v` assignments,
 space-separated) and ODYSSEY_BENCH_BASELINE_ARGS (extra baseline arguments).
 
-defines: run_baseline, run_odyssey, odyssey_binary, odyssey_preset, odyssey_sets, run_sampling_device_use
+defines: run_baseline, run_odyssey, odyssey_binary, odyssey_preset, odyssey_sets, run_sampling_device_use,
+nvidia_smi
 """
 import json
 import os
@@ -53,11 +54,10 @@ def _run(cmd, timeout_s, log_path=None):
     return proc, None, time.time() - start
 
 
-def _nvidia_smi(query):
-    """nvidia-smi's CSV answer (no header, no units), or None where it is absent or fails."""
+def nvidia_smi(query, fmt="csv,noheader,nounits"):
+    """nvidia-smi's answer to `query` in `fmt`, or None where it is absent or fails."""
     try:
-        proc = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                              timeout=10)
+        proc = subprocess.run(["nvidia-smi", query, "--format=" + fmt], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout if proc.returncode == 0 else None
@@ -67,13 +67,13 @@ def _device_use_mib(pid):
     """(MiB the driver counts for process `pid`, MiB in use on GPU 0): each None where nvidia-smi
     cannot say. The process's count holds its CUDA context, every allocator's reservations and
     library workspaces; inside a container the driver may list host PIDs only, hence the total."""
-    apps = _nvidia_smi("--query-compute-apps=pid,used_memory")
+    apps = nvidia_smi("--query-compute-apps=pid,used_memory")
     mine = None
     for line in (apps or "").splitlines():
         fields = [f.strip() for f in line.split(",")]
         if len(fields) == 2 and fields[0] == str(pid) and fields[1].isdigit():
             mine = int(fields[1])
-    total = _nvidia_smi("--query-gpu=memory.used")
+    total = nvidia_smi("--query-gpu=memory.used")
     first = (total or "").splitlines()[:1]
     return mine, (int(first[0].strip()) if first and first[0].strip().isdigit() else None)
 

@@ -18,12 +18,11 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
-from systems import run_baseline, run_odyssey  # noqa: E402
+from systems import nvidia_smi, run_baseline, run_odyssey  # noqa: E402
 
 
 # Each memory technique of the preset switched off alone (name, --set assignments).
@@ -34,11 +33,7 @@ ABLATIONS = (("no offload", ["memory.offload_activations=false"]),
 
 
 def device_name():
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
+    return (nvidia_smi("--query-gpu=name,memory.total,driver_version", "csv,noheader") or "").strip() or "unknown"
 
 
 def fmt(r, key, pattern):

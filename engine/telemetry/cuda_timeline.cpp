@@ -23,23 +23,18 @@ class CudaTimeline final : public DeviceTimeline {
  public:
   explicit CudaTimeline(int device) : device_(static_cast<c10::DeviceIndex>(device)) {}
 
-  int mark() override { return record(c10::cuda::getCurrentCUDAStream(device_), /*compute=*/true); }
+  int mark() override { return record(c10::cuda::getCurrentCUDAStream(device_)); }
   int mark_on(void* native_stream) override {
-    return record(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(native_stream), device_), false);
+    return record(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(native_stream), device_));
   }
-  void settle() override {  // the last mark of each stream kind: compute, and any copy stream's
-    if (last_compute_ >= 0) events_[static_cast<size_t>(last_compute_)]->synchronize();
-    for (size_t i = 0; i < used_; ++i)
-      if (!on_compute_[i]) events_[i]->synchronize();
+  void settle() override {  // marks lie on several streams (compute, copies): wait for each
+    for (size_t i = 0; i < used_; ++i) events_[i]->synchronize();
   }
   double since_first(int index) override {
     if (index <= 0 || static_cast<size_t>(index) >= used_) return 0.0;
     return static_cast<double>(events_[0]->elapsed_time(*events_[static_cast<size_t>(index)])) * 1e-3;  // ms -> s
   }
-  void restart() override {
-    used_ = 0;
-    last_compute_ = -1;
-  }
+  void restart() override { used_ = 0; }
   // NVTX for Nsight; START/END annotations for the memory history when it records.
   void range_push(const std::string& name) override {
     nvtxRangePushA(name.c_str());
@@ -54,22 +49,15 @@ class CudaTimeline final : public DeviceTimeline {
   }
 
  private:
-  int record(const c10::cuda::CUDAStream& stream, bool compute) {
-    if (used_ == events_.size()) {
-      events_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
-      on_compute_.push_back(true);
-    }
+  int record(const c10::cuda::CUDAStream& stream) {
+    if (used_ == events_.size()) events_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
     events_[used_]->record(stream);
-    on_compute_[used_] = compute;
-    if (compute) last_compute_ = static_cast<int>(used_);
     return static_cast<int>(used_++);
   }
 
   c10::DeviceIndex device_;
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events_;  // reused: creating events per edge costs
-  std::vector<bool> on_compute_;                              // per event: recorded on the compute stream
   size_t used_ = 0;
-  int last_compute_ = -1;
   std::vector<std::string> open_;  // names of the open ranges
 };
 

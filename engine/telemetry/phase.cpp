@@ -99,14 +99,13 @@ void PhaseRecorder::note_sink_error(const char* what) {
 
 int PhaseRecorder::mark_now() {
   if (device_ == nullptr) return -1;
-  if (marks_ == 0) host_at_first_mark_ = telemetry_now_s() - epoch_s_;
-  ++marks_;
+  if (last_mark_ < 0) host_at_first_mark_ = telemetry_now_s() - epoch_s_;
   last_mark_ = device_->mark();
   return last_mark_;
 }
 
 int PhaseRecorder::mark_stream(void* native_stream) {
-  if (device_ == nullptr || marks_ == 0) return -1;  // no step clock yet: mark 0 is a phase edge
+  if (device_ == nullptr || last_mark_ < 0) return -1;  // no step clock yet: mark 0 is a phase edge
   return device_->mark_on(native_stream);
 }
 
@@ -143,7 +142,7 @@ void PhaseRecorder::deliver_record(PhaseRecord&& r) {
 }
 
 std::optional<double> PhaseRecorder::settle() {
-  if (device_ == nullptr || marks_ == 0) return std::nullopt;
+  if (device_ == nullptr || last_mark_ < 0) return std::nullopt;
   device_->settle();
   auto at = [&](int mark) { return host_at_first_mark_ + device_->since_first(mark); };
   for (HeldEdge& h : held_edges_) {
@@ -170,7 +169,6 @@ void PhaseRecorder::drop_held() {
   held_edges_.clear();
   held_records_.clear();
   held_spans_.clear();
-  marks_ = 0;
   last_mark_ = -1;
   if (device_ != nullptr) device_->restart();
 }

@@ -187,9 +187,8 @@ class PhaseRecorder {
   std::vector<HeldRecord> held_records_;
   std::vector<HeldSpan> held_spans_;
   std::vector<std::function<void(const DeviceSpan&)>> span_sinks_;
-  int last_mark_ = -1;  ///< the last phase-edge mark (compute stream) of the step
+  int last_mark_ = -1;  ///< the step's last phase-edge mark (compute stream); -1: none yet
   double host_at_first_mark_ = 0;
-  int marks_ = 0;
   int mark_now();
   void emit_edge(const Open& open, bool begin, double t_s, int mark);
   void deliver_edge(const PhaseEdge& edge);

@@ -47,6 +47,16 @@ void begin_event(JsonWriter& w, const char* ph, std::string_view name, int pid, 
   w.key("ts").raw(us_text(to_ns(t_s)));
 }
 
+/// A thread_name metadata event: the name Perfetto shows for row `tid` of process `pid`.
+std::string thread_name_event(int pid, int tid, const std::string& name) {
+  std::string out;
+  JsonWriter w(out);
+  w.begin_object().key("name").value("thread_name").key("ph").value("M").key("pid").value(pid);
+  w.key("tid").value(tid);
+  w.key("args").begin_object().key("name").value(name).end_object().end_object();
+  return out;
+}
+
 std::string complete_event(const std::string& path, int rank, int64_t step, int depth, double t_begin,
                            double t_end, int64_t device_begin, int64_t device_end, int64_t device_peak,
                            int64_t host_peak, bool unwound,
@@ -160,15 +170,8 @@ void TraceWriter::on_device_span(const DeviceSpan& s) {
   // One trace thread per (rank, track), named once: Perfetto draws it as a row under the rank.
   auto [it, fresh] = tracks_.emplace(std::make_pair(s.rank, s.track), static_cast<int>(tracks_.size()) + 1);
   const int tid = it->second;
+  if (fresh) emit_locked(thread_name_event(s.rank, tid, s.track));
   std::string out;
-  if (fresh) {
-    JsonWriter w(out);
-    w.begin_object().key("name").value("thread_name").key("ph").value("M").key("pid").value(s.rank);
-    w.key("tid").value(tid);
-    w.key("args").begin_object().key("name").value(s.track).end_object().end_object();
-    emit_locked(out);
-    out.clear();
-  }
   {
     JsonWriter w(out);
     begin_event(w, "X", s.name, s.rank, s.t_begin_s + offset_s_, tid);
@@ -213,14 +216,7 @@ void TraceWriter::ensure_rank_locked(int rank) {
     w.key("args").begin_object().key("sort_index").value(rank).end_object().end_object();
   }
   emit_locked(out);
-  out.clear();
-  {
-    JsonWriter w(out);
-    w.begin_object().key("name").value("thread_name").key("ph").value("M").key("pid").value(rank);
-    w.key("tid").value(0);
-    w.key("args").begin_object().key("name").value("phases").end_object().end_object();
-  }
-  emit_locked(out);
+  emit_locked(thread_name_event(rank, 0, "phases"));
 }
 
 void TraceWriter::emit_peak_locked(int rank, PeakCandidate& c) {
