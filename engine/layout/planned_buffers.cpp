@@ -14,6 +14,7 @@ const char* planned_buffer_name(PlannedBuffer buffer) {
     case PlannedBuffer::UntiedStaging: return "untied all-to-all staging";
     case PlannedBuffer::UntiedLocalGrad: return "untied local-layout gradient";
     case PlannedBuffer::UntiedKvAccum32: return "untied fp32 dK/dV accumulator";
+    case PlannedBuffer::UntiedNormTile: return "untied input norm backward tile";
     case PlannedBuffer::MlpGate: return "MLP gate";
     case PlannedBuffer::LossTileLogits32: return "loss tile fp32 logits";
     case PlannedBuffer::BlockFull: return "block full";

@@ -22,6 +22,7 @@ enum class PlannedBuffer : uint8_t {
   UntiedStaging,     ///< [P, B, s, max(k, max_kv_count), hd]: all-to-all staging      (the widest of QStageLocal, KvStageLocal)
   UntiedLocalGrad,   ///< [B, s, P*max_kv_count, hd]: backward's local-layout K/V gradient when wider than a stage (KvStageLocal)
   UntiedKvAccum32,   ///< [B, S, max_kv_count, hd] fp32: a dK or dV accumulator       (KvStageAccum32)
+  UntiedNormTile,    ///< [rows, d]: one full row tile of the input norm's backward    (InputNormTile)
   // Sequence tiles (engine/layout/tiles.h)
   MlpGate,           ///< [B, n, f]: the MLP's gate projection, n = the tile or all s   (FfnTile or Ffn)
   LossTileLogits32,  ///< [B, n, V] fp32: one loss tile's logits                        (LogitsTile32)

@@ -1,5 +1,5 @@
-// The sequence over Ulysses ranks and the tiles of the tiled MLP and loss (engine/layout/tiles.h):
-// the shard rule; each tile setting, its automatic value and the clamp, with the batch it spans.
+// The sequence over Ulysses ranks and the tiles of the tiled MLP, the tiled loss and the Untied input
+// norm (engine/layout/tiles.h): the shard rule; each tile setting, its automatic value and the clamp.
 #include "engine/layout/tiles.h"
 
 #include <algorithm>
@@ -34,6 +34,11 @@ SequenceTile loss_sequence_tile(int64_t loss_tile_tokens, int64_t vocab_size, in
   const int64_t positions =
       loss_tile_tokens > 0 ? loss_tile_tokens : std::max<int64_t>(1, kAutoLogitsBytes / (4 * std::max<int64_t>(1, vocab_size)));
   return sequence_tile(positions, batch, local_positions);
+}
+
+int64_t input_norm_tile_rows(int64_t rows, int64_t d_model) {
+  constexpr int64_t kTileFloats = int64_t{1} << 24;  // 64 MiB of fp32 per [rows, d] tile
+  return std::clamp<int64_t>(kTileFloats / std::max<int64_t>(1, d_model), 1, std::max<int64_t>(1, rows));
 }
 
 }  // namespace odyssey

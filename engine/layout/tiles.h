@@ -1,6 +1,6 @@
 // How the sequence splits: over the Ulysses ranks (the rule), and into the tiled MLP's and tiled
 // loss's tiles (positions of each of the B sequences one tile holds), for the engine and the planner.
-// defines: sequence_shard_rule, SequenceTile, mlp_sequence_tile, loss_sequence_tile
+// defines: sequence_shard_rule, SequenceTile, mlp_sequence_tile, loss_sequence_tile, input_norm_tile_rows
 #pragma once
 
 #include <cstdint>
@@ -28,5 +28,11 @@ SequenceTile mlp_sequence_tile(int64_t mlp_tile_tokens, int64_t d_model, int64_t
 /// memory.loss_tile_tokens (0 = about 1 GiB of fp32 logits: 2^30 / (4 V) positions), clamped to
 /// [1, local_positions].
 SequenceTile loss_sequence_tile(int64_t loss_tile_tokens, int64_t vocab_size, int64_t batch, int64_t local_positions);
+
+/// Token rows per tile of the Untied Function's passes over its block input for the attention's
+/// RMSNorm (the 1/rms in forward, the norm's backward written over the gradient in backward):
+/// 2^24 / d_model rows (one [rows, d] tile is 64 MiB in fp32), at least 1, at most `rows`.
+/// Memory reason: the normed input is never made whole; these tiles are what the norm costs.
+int64_t input_norm_tile_rows(int64_t rows, int64_t d_model);
 
 }  // namespace odyssey

@@ -11,18 +11,17 @@
 
 namespace odyssey {
 
-at::Tensor attention(at::Tensor x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
-                     const RankContext& ctx, const MemoryConfig& memory) {
-  // engine/parallel (docs/parallel.md): Untied Ulysses runs its head stages for any degree (with
-  // P = 1 it is head chunking on one rank: one stage's workspace instead of all heads); plain
-  // Ulysses for P > 1. Both return the attention output before the output projection.
-  if (memory.untied_ulysses) {
-    CategoryScope category(MemCategory::AttentionWorkspace);
-    return untied_attention_projected(std::move(x), w, pos, model, ctx, memory);  // [B, s, d]
-  }
-  if (ctx.sp_size == 1) return attention_local(std::move(x), w, pos, model);
+at::Tensor attention(const at::Tensor& x, const at::Tensor& norm_weight, const AttentionWeights& w,
+                     const Positions& pos, const ModelConfig& model, const RankContext& ctx,
+                     const MemoryConfig& memory) {
   CategoryScope category(MemCategory::AttentionWorkspace);
-  return at::linear(ulysses_attention(std::move(x), w, pos, model, ctx), w.wo);  // [B, s, d]
+  // engine/parallel (docs/parallel.md): Untied Ulysses runs its head stages for any degree (with
+  // P = 1 it is head chunking on one rank: one stage's workspace instead of all heads), the norm
+  // folded into its projections; plain Ulysses for P > 1.
+  if (memory.untied_ulysses) return untied_attention_projected(x, norm_weight, w, pos, model, ctx, memory);  // [B, s, d]
+  at::Tensor normed = rms_norm(x, norm_weight, model.norm_eps);  // [B, s, d]
+  if (ctx.sp_size == 1) return attention_local(std::move(normed), w, pos, model);
+  return at::linear(ulysses_attention(std::move(normed), w, pos, model, ctx), w.wo);  // [B, s, d]
 }
 
 at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positions& pos,

@@ -11,13 +11,16 @@
 
 namespace odyssey {
 
-/// Causal self-attention of the normed block input x: [B, s, d] -> [B, s, d] (the output
-/// projection included). Pass x by std::move: without a graph to record, the standard paths
-/// release it as soon as the Q/K/V projections exist (autograd keeps it otherwise). Local tokens carry global positions `pos`. Dispatch: memory.untied_ulysses
-/// runs untied_attention (any degree; P = 1 is head chunking on one rank); otherwise sp_size == 1
-/// runs attention_local and sp_size > 1 ulysses_attention (engine/parallel).
-at::Tensor attention(at::Tensor x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
-                     const RankContext& ctx, const MemoryConfig& memory);
+/// The attention half of a decoder block without its residual: RMSNorm of the block input x with
+/// norm_weight, then causal self-attention, [B, s, d] -> [B, s, d] (the output projection
+/// included). Local tokens carry global positions `pos`. Dispatch: memory.untied_ulysses runs
+/// untied_attention_projected with the norm folded into its projections (any degree; P = 1 is head
+/// chunking on one rank; memory: the normed input is never made); otherwise the norm runs here and
+/// sp_size == 1 runs attention_local, sp_size > 1 ulysses_attention (engine/parallel). Without a
+/// graph to record, the normed input dies as soon as the Q/K/V projections exist.
+at::Tensor attention(const at::Tensor& x, const at::Tensor& norm_weight, const AttentionWeights& w,
+                     const Positions& pos, const ModelConfig& model, const RankContext& ctx,
+                     const MemoryConfig& memory);
 
 /// Single-rank attention: Q/K/V projections, optional QK-norm, RoPE, causal
 /// scaled_dot_product_attention with the KV heads NOT expanded (enable_gqa: query head j reads KV

@@ -91,9 +91,8 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     std::optional<EnginePhase> phase;
     if (!phase_prefix.empty()) phase.emplace(rt.rank, phase_prefix + "/attn");
     CategoryScope category(MemCategory::AttentionWorkspace);
-    at::Tensor normed = rms_norm(g.x_leaf, w.attn_norm, model.norm_eps);  // [B, s, d]
-    // memory: moved in, so without a graph the normed input dies once the projections exist
-    at::Tensor attn = attention(std::move(normed), w.attn, rt.positions, model, *rt.ctx, *rt.memory);  // [B, s, d]
+    // the attention's RMSNorm runs inside attention() (folded into Untied Ulysses' projections)
+    at::Tensor attn = attention(g.x_leaf, w.attn_norm, w.attn, rt.positions, model, *rt.ctx, *rt.memory);  // [B, s, d]
     if (keep_graph) g.attn_root = torch::autograd::impl::gradient_edge(attn);
     at::NoGradGuard residual;  // memory: the root is the branch's edge, so the sum records nothing
     const at::Tensor h = g.x_leaf + attn;  // [B, s, d]

@@ -1,6 +1,7 @@
 // Untied Ulysses attention as one autograd Function over head stages (UPipe): stage buffers are
 // allocated once per call and reused by every stage, so the attention workspace is one stage's
-// Q/K/V/O in head layout instead of all of this rank's heads.
+// Q/K/V/O in head layout instead of all of this rank's heads; the attention's RMSNorm is folded
+// into the projections, so the normed block input is never made.
 // defines: untied_attention, untied_attention_projected
 #include "engine/parallel/untied_attention.h"
 
@@ -94,15 +95,70 @@ std::optional<at::Tensor> kv_slot_index_on(const UntiedStagePlan& p, int64_t t, 
   return on_device(p, 2, t, 0, 0, device, [&] { return at::tensor(untied_kv_slots(p, t), at::kLong); });
 }
 
-/// Projection of the local tokens onto `rows` [m, hd, d] -> [B, s, m, hd], then per-head RMSNorm
-/// (if norm is defined) and RoPE (if rope).
-at::Tensor project(const at::Tensor& x, const at::Tensor& rows, const at::Tensor& norm, double eps,
-                   const at::Tensor& cos, const at::Tensor& sin, bool rope) {
-  const int64_t B = x.size(0), s = x.size(1), m = rows.size(0), hd = rows.size(1);
-  at::Tensor y = at::linear(x, rows.reshape({m * hd, rows.size(2)})).view({B, s, m, hd});  // [B, s, m, hd]
+/// The attention's RMSNorm of the block input x [B, s, d], folded into the projections: with
+/// rows [r, d], rmsnorm(x) @ rows^T = (x @ (rows * weight)^T) * rstd per token. Memory reason: the
+/// normed input [B, s, d] would be one [s, d] alive from the forward to the end of the backward;
+/// folded, only rstd (one fp32 per token) is kept. Undefined weight: x is already normed.
+struct InputNorm {
+  at::Tensor weight;  ///< [d] in x's dtype, or undefined
+  at::Tensor rstd;    ///< [B, s, 1] fp32: 1/sqrt(mean(x^2) + eps) per token
+  bool on() const { return weight.defined(); }
+};
+
+/// rstd of x [B, s, d] in row tiles (input_norm_tile_rows): an fp32 copy of one tile at a time.
+InputNorm input_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (!weight.defined()) return {};
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  const at::Tensor x2 = x.reshape({rows, d});
+  at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));  // [B*s] fp32
+  const int64_t tile = input_norm_tile_rows(rows, d);
+  for (int64_t r0 = 0; r0 < rows; r0 += tile) {
+    const int64_t n = std::min(tile, rows - r0);
+    rstd.narrow(0, r0, n).copy_(at::rsqrt(x2.narrow(0, r0, n).to(at::kFloat).pow(2).mean(-1) + eps));  // as ops::rmsnorm
+  }
+  return {weight.to(x.scalar_type()), rstd.view({x.size(0), x.size(1), 1})};
+}
+
+/// The norm's backward written over the accumulated gradient of the normed input: dn [B, s, d]
+/// becomes d x in place, one row tile at a time (ops::rmsnorm_backward, the same formula as the
+/// separate norm's). Returns the weight's gradient [d] fp32. Memory: one tile's d x besides dn.
+at::Tensor input_norm_backward_in_place(at::Tensor& dn, const at::Tensor& x, const InputNorm& norm) {
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  const at::Tensor x2 = x.reshape({rows, d}), dn2 = dn.view({rows, d}), rstd = norm.rstd.view({rows});
+  at::Tensor dweight = at::zeros({d}, x.options().dtype(at::kFloat));  // [d] fp32 over the tiles
+  const int64_t tile = input_norm_tile_rows(rows, d);
+  for (int64_t r0 = 0; r0 < rows; r0 += tile) {
+    const int64_t n = std::min(tile, rows - r0);
+    at::Tensor dn_tile = dn2.narrow(0, r0, n);
+    auto [dx_tile, dw_tile] = ops::rmsnorm_backward(dn_tile, x2.narrow(0, r0, n), norm.weight, rstd.narrow(0, r0, n));
+    note_planned_buffer(PlannedBuffer::UntiedNormTile, dx_tile);
+    dn_tile.copy_(dx_tile);
+    dweight.add_(dw_tile.to(at::kFloat));
+  }
+  return dweight;
+}
+
+/// x's projection onto rows [r, d] through the folded norm: [B, s, r].
+at::Tensor normed_linear(const at::Tensor& x, const at::Tensor& rows, const InputNorm& norm) {
+  if (!norm.on()) return at::linear(x, rows);
+  return at::linear(x, rows * norm.weight).mul_(norm.rstd);  // (x @ (rows * w)^T) * rstd, in x's dtype
+}
+
+/// Per-head RMSNorm (if norm is defined) and RoPE (if rope) of a projection [B, s, m, hd].
+at::Tensor head_transform(at::Tensor y, const at::Tensor& norm, double eps, const at::Tensor& cos,
+                          const at::Tensor& sin, bool rope) {
   if (norm.defined()) y = rms_norm(y, norm, eps);
   if (rope) y = apply_rope(y, Positions{at::Tensor(), cos, sin});
   return y;
+}
+
+/// Projection of the local tokens (normed by `in`) onto `rows` [m, hd, d] -> [B, s, m, hd], then
+/// per-head RMSNorm (if norm is defined) and RoPE (if rope).
+at::Tensor project(const at::Tensor& x, const InputNorm& in, const at::Tensor& rows, const at::Tensor& norm,
+                   double eps, const at::Tensor& cos, const at::Tensor& sin, bool rope) {
+  const int64_t B = x.size(0), s = x.size(1), m = rows.size(0), hd = rows.size(1);
+  at::Tensor y = normed_linear(x, rows.reshape({m * hd, rows.size(2)}), in).view({B, s, m, hd});  // [B, s, m, hd]
+  return head_transform(std::move(y), norm, eps, cos, sin, rope);
 }
 
 std::atomic<bool> g_force_rope_pack{false};
@@ -115,20 +171,20 @@ struct RopeInputs {
   at::Tensor inv_freq;  ///< [hd/2] fp32 (scaled RoPE), or undefined: frequencies from theta
 };
 
-/// The projection of x onto `rows` [m = P*n, hd, d] (+ per-head norm, + RoPE when `rope`) moved
+/// The projection of x (normed by `in`) onto `rows` [m = P*n, hd, d] (+ per-head norm, + RoPE when `rope`) moved
 /// to the head layout `dst` [B, S, n, hd] through the all-to-all staging `send`/`recv` ([P, B, s,
 /// n, hd] views; undefined when P = 1). With rope_pack (untied_rope_pack), ops::rope_pack rotates
 /// the projection straight into the send buffer (P = 1: into dst itself). Memory: no rotated
 /// [B, s, m, hd] copy and no permute copy; the planner's GPU profile counts it so.
-void project_to_heads(at::Tensor& dst, const at::Tensor& x, const at::Tensor& rows, const at::Tensor& norm,
-                      double eps, const RopeInputs& r, bool rope, Comm& comm, const at::Tensor& send,
-                      const at::Tensor& recv) {
+void project_to_heads(at::Tensor& dst, const at::Tensor& x, const InputNorm& in, const at::Tensor& rows,
+                      const at::Tensor& norm, double eps, const RopeInputs& r, bool rope, Comm& comm,
+                      const at::Tensor& send, const at::Tensor& recv) {
   if (!(rope && r.ids.numel() > 0 && untied_rope_pack(x))) {
-    seq_to_heads_into(dst, project(x, rows, norm, eps, r.cos, r.sin, rope), comm, send, recv);
+    seq_to_heads_into(dst, project(x, in, rows, norm, eps, r.cos, r.sin, rope), comm, send, recv);
     return;
   }
   const int64_t P = comm.size(), B = x.size(0), s = x.size(1), m = rows.size(0), hd = rows.size(1);
-  at::Tensor lin = project(x, rows, norm, eps, r.cos, r.sin, /*rope=*/false);  // [B, s, m, hd]
+  at::Tensor lin = project(x, in, rows, norm, eps, r.cos, r.sin, /*rope=*/false);  // [B, s, m, hd]
   // The rows are already in send order (destination rank j's heads j*m/P ..): stage head i is
   // projection head i, so the pack is the identity map from heads to (rank, slot).
   const ops::RopeStage stage{/*ranks=*/P, /*stage_heads=*/m, /*head_begin=*/0, /*head_stride=*/1, /*head_repeat=*/1};
@@ -162,28 +218,30 @@ struct UntiedCall {
 /// TensorList so each still receives its gradient. Absent ones (wo without the projection, the
 /// norms without QK-norm) travel as empty tensors: autograd Functions reject undefined inputs.
 struct UntiedInputs {
-  at::Tensor x;               ///< [B, s, d] normed block input
+  at::Tensor x;               ///< [B, s, d] block input (normed inside by x_norm), or the normed input
+  at::Tensor x_norm;          ///< [d] the attention's RMSNorm weight (or empty: x is already normed)
   at::Tensor wq, wk, wv, wo;  ///< [H*hd, d], [Hkv*hd, d] x2, [d, H*hd] (or empty)
   at::Tensor q_norm, k_norm;  ///< [hd] each (or empty)
-  std::vector<at::Tensor> list() const { return {x, wq, wk, wv, wo, q_norm, k_norm}; }
-  static UntiedInputs from(const variable_list& v) { return {v[0], v[1], v[2], v[3], v[4], v[5], v[6]}; }
+  std::vector<at::Tensor> list() const { return {x, x_norm, wq, wk, wv, wo, q_norm, k_norm}; }
+  static UntiedInputs from(const variable_list& v) { return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]}; }
 };
-constexpr size_t kUntiedInputCount = 7;
+constexpr size_t kUntiedInputCount = 8;
 
 /// What forward saves for backward, by name (save_for_backward takes a list: `list` and `from`
 /// are its one ordering).
 struct UntiedSaved {
   UntiedInputs in;
   at::Tensor cos, sin, position_ids;
-  at::Tensor out;  ///< [B, s, H*hd] the attention output before the projection
+  at::Tensor out;   ///< [B, s, H*hd] the attention output before the projection
+  at::Tensor rstd;  ///< [B, s, 1] fp32 the input norm's 1/rms (empty without it)
   std::vector<at::Tensor> list() const {
     std::vector<at::Tensor> v = in.list();
-    v.insert(v.end(), {cos, sin, position_ids, out});
+    v.insert(v.end(), {cos, sin, position_ids, out, rstd});
     return v;
   }
   static UntiedSaved from(const variable_list& v) {
     return {UntiedInputs::from(v), v[kUntiedInputCount], v[kUntiedInputCount + 1], v[kUntiedInputCount + 2],
-            v[kUntiedInputCount + 3]};
+            v[kUntiedInputCount + 3], v[kUntiedInputCount + 4]};
   }
 };
 
@@ -276,6 +334,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
     const at::Tensor wq3 = in.wq.view({p.H, hd, d}), wk3 = in.wk.view({p.Hkv, hd, d}), wv3 = in.wv.view({p.Hkv, hd, d});
     const at::Tensor qn = present(in.q_norm), kn = present(in.k_norm);
+    const InputNorm norm = input_norm(x, present(in.x_norm), eps);  // memory: rstd only, never the normed x
 
     // Memory: the output [B, s, H*hd] is written stage by stage; the stage buffers are the whole
     // attention workspace (one stage of Q, the current KV range, staging for the a2a).
@@ -287,15 +346,15 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     for (int64_t t = 0; t < p.stages; ++t) {
       const int64_t n = p.kv_count[t];
       const auto q_send = view_prefix(buf.send, {p.P, B, s, p.k, hd}), q_recv = view_prefix(buf.recv, {p.P, B, s, p.k, hd});
-      project_to_heads(buf.q_h, x, wq3.index_select(0, q_head_index_on(p, t, x.device())), qn, eps, rope,
+      project_to_heads(buf.q_h, x, norm, wq3.index_select(0, q_head_index_on(p, t, x.device())), qn, eps, rope,
                        /*rope=*/true, comm, q_send, q_recv);  // [B, S, k, hd]
       if (p.kv_new[t]) {  // a KV range is projected and sent once, reused by the stages sharing it
         const at::Tensor idx = kv_head_index_on(p, p.kv_first[t], n, x.device());
         const auto kv_send = view_prefix(buf.send, {p.P, B, s, n, hd}), kv_recv = view_prefix(buf.recv, {p.P, B, s, n, hd});
         k_h = view_prefix(buf.k_flat, {B, S, n, hd});
         v_h = view_prefix(buf.v_flat, {B, S, n, hd});
-        project_to_heads(k_h, x, wk3.index_select(0, idx), kn, eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
-        at::Tensor v_loc = project(x, wv3.index_select(0, idx), {}, eps, call.cos, call.sin, false);  // [B, s, P*n, hd]
+        project_to_heads(k_h, x, norm, wk3.index_select(0, idx), kn, eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
+        at::Tensor v_loc = project(x, norm, wv3.index_select(0, idx), {}, eps, call.cos, call.sin, false);  // [B, s, P*n, hd]
         seq_to_heads_into(v_h, v_loc, comm, kv_send, kv_recv);
       }
       auto [k_use, v_use] = stage_kv(k_h, v_h, kv_slot_index_on(p, t, x.device()));  // [B, S, k or n, hd]
@@ -306,7 +365,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       at::Tensor o_cols = out5.narrow(3, t * p.k, p.k);  // [B, s, P, k, hd] columns of this stage
       heads_to_seq_into(o_cols, o_h, comm, q_send, q_recv);
     }
-    ctx->save_for_backward(UntiedSaved{in, call.cos, call.sin, call.position_ids, out}.list());
+    const at::Tensor no_rstd = at::empty({0}, x.options().dtype(at::kFloat));  // "absent" (UntiedInputs)
+    ctx->save_for_backward(UntiedSaved{in, call.cos, call.sin, call.position_ids, out, norm.on() ? norm.rstd : no_rstd}.list());
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     // With wo (non-empty) the output projection is part of the Function: backward then builds each
     // stage's slice of d o from dh and never holds the whole [B, s, H*hd] d o (memory: one [s, d]).
@@ -324,6 +384,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     const at::Tensor wo = present(saved.in.wo);          // undefined = not projected
     const at::Tensor q_norm = present(saved.in.q_norm);  // undefined = no QK-norm
     const at::Tensor k_norm = present(saved.in.k_norm);
+    const at::Tensor x_norm = present(saved.in.x_norm);  // undefined = x is the normed input
+    const InputNorm norm{x_norm.defined() ? x_norm.to(x.scalar_type()) : at::Tensor(), present(saved.rstd)};
     const int64_t B = x.size(0), s = x.size(1), d = x.size(2), S = s * p.P, hd = p.hd;
     const at::Tensor wq3 = wq.view({p.H, hd, d}), wk3 = wk.view({p.Hkv, hd, d}), wv3 = wv.view({p.Hkv, hd, d});
     // grad: d o [B, s, H*hd] without wo; with wo, dh [B, s, d] (the projection's output gradient).
@@ -343,7 +405,9 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
 
     // Gradient accumulators. dx [B, s, d] in the compute dtype, as autograd sums the projections'
     // input gradients in plain Ulysses (an fp32 one would be 2 [s, d] of bf16 alive through the
-    // whole backward); the weight rows' gradients in fp32 (small), so replicas sum without rounding.
+    // whole backward); it holds the normed input's gradient until the input norm's backward turns
+    // it into the block input's, in place. The weight rows' gradients in fp32 (small), so replicas
+    // sum without rounding.
     at::Tensor dx = at::zeros({B, s, d}, x.options());
     at::Tensor dwq = at::zeros({p.H, hd, d}, f32), dwk = at::zeros({p.Hkv, hd, d}, f32),
                dwv = at::zeros({p.Hkv, hd, d}, f32);
@@ -354,33 +418,41 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     at::Tensor k_h, v_h, dk_acc, dv_acc, kv_idx, k_rows, v_rows;
     bool kv_direct = false;  // the range is one stage: the kernel's dk/dv are the range's gradients
 
-    const at::Tensor x_leaf = x.detach().requires_grad_(true);
     const at::Tensor qn_leaf = q_norm.defined() ? q_norm.detach().requires_grad_(true) : at::Tensor();
     const at::Tensor kn_leaf = k_norm.defined() ? k_norm.detach().requires_grad_(true) : at::Tensor();
 
     // Gradients of one projection from the local-layout gradient of its output (after RoPE when
-    // `rope`): accumulate dx, the rows' gradient (replicas sum in index_add_) and the norm's.
-    // Without QK-norm nothing is recomputed: RoPE's backward is the inverse rotation, dx += d_lin
-    // @ rows in place (no [B, s, d] temporary) and d(rows) = d_lin^T @ x. With QK-norm the
-    // projection is recomputed with grad in a graph that lives only inside this call.
+    // `rope`): accumulate dx, the rows' gradient (replicas sum in index_add_) and the QK-norm's.
+    // First d_lin, the gradient of the linear output: without QK-norm RoPE's backward is the
+    // inverse rotation; with it, the head transform is recomputed from the linear output in a
+    // graph that lives only inside this call. Then dx += d_lin @ rows in place (no [B, s, d]
+    // temporary) and d(rows) = d_lin^T @ normed x = ((d_lin * rstd)^T @ x) * weight with the norm
+    // folded (the normed x is never made).
     auto project_backward = [&](const at::Tensor& rows, const at::Tensor& idx, const at::Tensor& norm_leaf, bool rope,
                                 const at::Tensor& grad_loc, at::Tensor& dw, at::Tensor& dnorm) {
       const int64_t m = rows.size(0);
+      const at::Tensor rows2 = rows.reshape({m * hd, d});  // [m*hd, d]
+      at::Tensor d_lin;                                    // [B, s, m, hd]
       if (!norm_leaf.defined()) {
-        const at::Tensor d_lin = rope ? rope_rotate(grad_loc, cos, sin, /*inverse=*/true) : grad_loc;  // [B, s, m, hd]
-        const at::Tensor d2 = d_lin.reshape({B * s, m * hd});
-        dx.view({B * s, d}).addmm_(d2, rows.reshape({m * hd, d}));                   // dx += d_lin @ rows
-        const at::Tensor d_rows = at::mm(d2.t(), x.reshape({B * s, d}));              // [m*hd, d]
-        dw.index_add_(0, idx, d_rows.view({m, hd, d}).to(at::kFloat));
-        return;
+        d_lin = rope ? rope_rotate(grad_loc, cos, sin, /*inverse=*/true) : grad_loc;
+      } else {
+        torch::AutoGradMode enable_grad(true);  // backward runs with grad mode off
+        const at::Tensor lin = normed_linear(x, rows2, norm).view({B, s, m, hd}).detach().requires_grad_(true);
+        const at::Tensor pre = head_transform(lin, norm_leaf, state->eps, cos, sin, rope);  // [B, s, m, hd]
+        const auto g = torch::autograd::grad({pre}, {lin, norm_leaf}, {grad_loc});
+        d_lin = g[0];
+        dnorm.add_(g[1]);
       }
-      torch::AutoGradMode enable_grad(true);  // backward runs with grad mode off
-      const at::Tensor rows_leaf = rows.detach().requires_grad_(true);
-      const at::Tensor pre = project(x_leaf, rows_leaf, norm_leaf, state->eps, cos, sin, rope);  // [B, s, m, hd]
-      const auto g = torch::autograd::grad({pre}, {x_leaf, rows_leaf, norm_leaf}, {grad_loc});
-      dx.add_(g[0]);
-      dw.index_add_(0, idx, g[1].to(at::kFloat));
-      dnorm.add_(g[2]);
+      at::Tensor d2 = d_lin.reshape({B * s, m * hd});
+      dx.view({B * s, d}).addmm_(d2, rows2);  // dx += d_lin @ rows
+      if (norm.on()) {
+        // in place: d_lin is this call's (RoPE's inverse, autograd's) or the stage's local-layout
+        // buffer, which the next exchange overwrites anyway
+        d2.mul_(norm.rstd.view({B * s, 1}));
+      }
+      at::Tensor d_rows = at::mm(d2.t(), x.reshape({B * s, d}));  // [m*hd, d]
+      if (norm.on()) d_rows.mul_(norm.weight);
+      dw.index_add_(0, idx, d_rows.view({m, hd, d}).to(at::kFloat));
     };
 
     for (int64_t t = 0; t < p.stages; ++t) {
@@ -395,8 +467,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
         v_rows = wv3.index_select(0, kv_idx);
         k_h = view_prefix(buf.k_flat, {B, S, n, hd});
         v_h = view_prefix(buf.v_flat, {B, S, n, hd});
-        project_to_heads(k_h, x, k_rows, k_norm, state->eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
-        seq_to_heads_into(v_h, project(x, v_rows, {}, state->eps, cos, sin, false), comm, kv_send, kv_recv);
+        project_to_heads(k_h, x, norm, k_rows, k_norm, state->eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
+        seq_to_heads_into(v_h, project(x, norm, v_rows, {}, state->eps, cos, sin, false), comm, kv_send, kv_recv);
         kv_direct = p.kv_direct[t];
         if (!kv_direct) {
           dk_acc = view_prefix(buf.dk_flat, {B, S, n, hd}).zero_();  // allocated: some range accumulates
@@ -405,7 +477,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       }
       const at::Tensor q_idx = q_head_index_on(p, t, x.device());
       const at::Tensor q_rows = wq3.index_select(0, q_idx);  // [P*k, hd, d]
-      project_to_heads(buf.q_h, x, q_rows, q_norm, state->eps, rope, /*rope=*/true, comm, stage_send,
+      project_to_heads(buf.q_h, x, norm, q_rows, q_norm, state->eps, rope, /*rope=*/true, comm, stage_send,
                        stage_recv);                                                           // [B, S, k, hd]
       seq_to_heads_into(buf.o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);    // saved output
       seq_to_heads_into(buf.do_h, stage_grad(t), comm, stage_send, stage_recv);                  // its gradient
@@ -444,12 +516,17 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       at::Tensor no_norm;
       project_backward(v_rows, kv_idx, {}, false, d_loc, dwv, no_norm);
     }
+    at::Tensor dxn;  // [d] fp32: the input norm's weight gradient
+    if (norm.on()) {
+      buf = StageBuffers();  // memory: the stage buffers are dead before the norm's backward runs
+      dxn = input_norm_backward_in_place(dx, x, norm);
+    }
     auto cast = [](const at::Tensor& g, const at::Tensor& like) {
       return g.defined() ? g.view(like.sizes()).to(like.scalar_type()) : at::Tensor();
     };
     // One entry per differentiable input (UntiedInputs' order), then none for the UntiedCall.
-    return {cast(dx, x), cast(dwq, wq), cast(dwk, wk), cast(dwv, wv), dwo, cast(dqn, q_norm), cast(dkn, k_norm),
-            at::Tensor()};
+    return {cast(dx, x),   cast(dxn, x_norm),    cast(dwq, wq),         cast(dwk, wk),
+            cast(dwv, wv), dwo, cast(dqn, q_norm), cast(dkn, k_norm), at::Tensor()};
   }
 };
 
@@ -457,15 +534,16 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
 
 namespace {
 
-at::Tensor apply_untied(const at::Tensor& x, const AttentionWeights& w, bool project, const Positions& pos,
-                        const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {
+at::Tensor apply_untied(const at::Tensor& x, const at::Tensor& norm_weight, const AttentionWeights& w, bool project,
+                        const Positions& pos, const ModelConfig& model, const RankContext& ctx,
+                        const MemoryConfig& memory) {
   if (model.qk_norm && (!w.q_norm.defined() || !w.k_norm.defined()))
     throw std::invalid_argument("untied_attention: model.qk_norm is set but the q/k norm weights are missing");
   if (project && !w.wo.defined())
     throw std::invalid_argument("untied_attention_projected: the output projection weight wo is missing");
   const at::Tensor none = at::empty({0}, x.options());  // "absent" (UntiedInputs)
-  const UntiedInputs in{x.contiguous(), w.wq, w.wk, w.wv, project ? w.wo : none, model.qk_norm ? w.q_norm : none,
-                        model.qk_norm ? w.k_norm : none};
+  const UntiedInputs in{x.contiguous(), norm_weight.defined() ? norm_weight : none, w.wq, w.wk, w.wv,
+                        project ? w.wo : none, model.qk_norm ? w.q_norm : none, model.qk_norm ? w.k_norm : none};
   const UntiedCall call{.cos = pos.cos,
                         .sin = pos.sin,
                         // rope_pack rotates from the frequencies alone: YaRN's factor on cos and
@@ -492,18 +570,20 @@ void force_untied_rope_pack(bool on) { g_force_rope_pack.store(on); }
 
 at::Tensor untied_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
                             const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {
-  return apply_untied(x, w, /*project=*/false, pos, model, ctx, memory);
+  return apply_untied(x, at::Tensor(), w, /*project=*/false, pos, model, ctx, memory);
 }
 
-at::Tensor untied_attention_projected(at::Tensor x, const AttentionWeights& w, const Positions& pos,
-                                      const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory) {
+at::Tensor untied_attention_projected(at::Tensor x, const at::Tensor& norm_weight, const AttentionWeights& w,
+                                      const Positions& pos, const ModelConfig& model, const RankContext& ctx,
+                                      const MemoryConfig& memory) {
   if (!at::GradMode::is_enabled()) {
-    // Memory: without a graph the normed input is dead before the output projection runs.
-    at::Tensor o = apply_untied(x, w, /*project=*/false, pos, model, ctx, memory);  // [B, s, H*hd]
+    // Memory: without a graph the input (when it is the caller's to drop) is dead before the
+    // output projection runs.
+    at::Tensor o = apply_untied(x, norm_weight, w, /*project=*/false, pos, model, ctx, memory);  // [B, s, H*hd]
     x.reset();
     return at::linear(o, w.wo);  // [B, s, d]
   }
-  return apply_untied(x, w, /*project=*/true, pos, model, ctx, memory);  // [B, s, d]
+  return apply_untied(x, norm_weight, w, /*project=*/true, pos, model, ctx, memory);  // [B, s, d]
 }
 
 }  // namespace odyssey

@@ -28,14 +28,19 @@ namespace odyssey {
 at::Tensor untied_attention(const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
                             const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory);
 
-/// The same with the output projection w.wo: [B, s, d], what the decoder block uses. With a graph
-/// to record, the projection is inside the Function, so its backward takes dh [B, s, d] and
-/// builds each stage's d o slice as dh x (the stage's wo columns): the whole d o [B, s, H*hd]
-/// that a separate o_proj would hand back is never allocated (memory: one [s, d] less at the
-/// attention-backward peak). Without a graph, x is released before the projection (pass it by
-/// std::move).
-at::Tensor untied_attention_projected(at::Tensor x, const AttentionWeights& w, const Positions& pos,
-                                      const ModelConfig& model, const RankContext& ctx, const MemoryConfig& memory);
+/// The same with the attention's RMSNorm and the output projection w.wo: [B, s, d], what the
+/// decoder block uses. x is the block input and norm_weight [d] its RMSNorm's weight (undefined: x
+/// is already normed); the norm is folded into the projections (rmsnorm(x) @ W^T = (x @ (W * w)^T)
+/// * rstd), so the normed input is never made (memory: one [s, d] less from the forward to the end
+/// of the attention backward, where the norm's backward runs in row tiles over the input gradient).
+/// With a graph to record, the projection is inside the Function, so its backward takes dh
+/// [B, s, d] and builds each stage's d o slice as dh x (the stage's wo columns): the whole d o
+/// [B, s, H*hd] that a separate o_proj would hand back is never allocated (memory: one [s, d] less
+/// at the attention-backward peak). Without a graph, x is released before the projection (pass it
+/// by std::move).
+at::Tensor untied_attention_projected(at::Tensor x, const at::Tensor& norm_weight, const AttentionWeights& w,
+                                      const Positions& pos, const ModelConfig& model, const RankContext& ctx,
+                                      const MemoryConfig& memory);
 
 /// Whether Q and K reach the head layout through ops::rope_pack (RoPE written straight into the
 /// all-to-all send buffer): on CUDA tensors with the kernels linked; `force_untied_rope_pack(true)`

@@ -148,11 +148,17 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   return h;
 }
 
-/// Untied Ulysses: one custom Function over stages; only n1, its output and the per-stage LSE
-/// survive. One stage's buffers are walked (every stage is the same size and reuses them).
+/// Untied Ulysses: one custom Function over stages, the attention's RMSNorm folded into its
+/// projections (the normed input is never made: its 1/rms, the output and the per-stage LSE are
+/// what survives). One stage's buffers are walked (every stage is the same size and reuses them).
 int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
-  sv.n1 = a("attention rmsnorm output", K::Hidden, C::AttentionWorkspace);
   sv.rstd = a("attention rmsnorm 1/rms", K::RowStat, C::AttentionWorkspace);
+  {  // the 1/rms pass, one row tile: an fp32 copy (below fp32) and its square
+    int copy = s_.c < 4 ? a("input norm tile (fp32 copy)", K::InputNormTile32, C::AttentionWorkspace) : -1;
+    int square = a("input norm tile squared (fp32)", K::InputNormTile32, C::AttentionWorkspace);
+    f(copy);
+    f(square);
+  }
   sv.out = a("untied attention output (preallocated)", K::QLocal, C::AttentionWorkspace);
   sv.lse = a("per-stage log-sum-exp", K::Lse, C::AttentionWorkspace);
   {  // one stage: K/V of its GQA group, then Q, attention, output all-to-all
@@ -190,7 +196,6 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     f(vh);
   }
   if (!grad) {
-    f(sv.n1);
     f(sv.rstd);
     f(sv.lse);
   }
@@ -205,7 +210,12 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
 /// written into dh (the engine's block backward adds the residual in place). Frees `sv`.
 int BlockHalves::attention_backward(int dh, AttnSaved& sv, int& grads) {
   grads = a("attention weight gradients", K::BlockGradsAttn, C::AttentionWorkspace);
-  int dn1 = s_.untied ? untied_backward(dh, sv) : standard_backward(dh, sv);
+  if (s_.untied) {  // the norm's backward ran inside, in place: the accumulator is the input's gradient
+    int dxa = untied_backward(dh, sv);
+    f(dxa);  // added into dh: dx
+    return dh;
+  }
+  int dn1 = standard_backward(dh, sv);
   int dxa = a("attention rmsnorm input gradient", K::Hidden, C::AttentionWorkspace);
   f(dn1);
   f(sv.rstd);
@@ -332,7 +342,7 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     }
     int dq_local = s_.P > 1 ? all_to_all(dq, K::QStageHead, K::QStageLocal, "stage dq after all-to-all") : dq;
     dq_local = rope_backward(dq_local, K::QStageLocal, C::AttentionWorkspace);
-    f(dq_local);  // dn1 += dq Wq_rows; dWq rows = dq^T n1
+    f(dq_local);  // dn1 += dq Wq_rows; dWq rows = (dq * rstd)^T x * w (the norm folded)
     // end of the GQA group: K/V gradients back to the sequence layout
     int dk_local = s_.P > 1 ? all_to_all(dk_acc, K::KvStageHead, K::KvStageLocal, "stage dk after all-to-all")
                             : dk_acc;
@@ -344,10 +354,13 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     f(kh);
     f(vh);
   }
+  // the input norm's backward over the accumulator, in place, a row tile at a time
+  int tile = a("input norm backward tile", K::InputNormTile, C::AttentionWorkspace);
+  f(tile);
+  f(sv.rstd);
   f(sv.out);
   f(sv.lse);
-  f(sv.n1);
-  return dn1;
+  return dn1;  // now the block input's gradient through the attention
 }
 
 /// PyTorch's CPU flash-attention forward: one thread's buffer while the kernel runs, after its

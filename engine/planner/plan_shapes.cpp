@@ -94,6 +94,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   // tiles of n positions over all B sequences: [B, n, f] and [B, n, V] (engine/layout/tiles.h)
   s.mlp_tile = mlp_tile(mem, m, s.B, s.s);
   s.loss_tile = loss_tile(mem, m, s.B, s.s);
+  s.norm_tile_rows = input_norm_tile_rows(s.t, s.d);
 
   s.n_block = m.block_params();
   s.n_attn = s.d * s.q_dim + 2 * s.d * s.kv_dim + s.q_dim * s.d + s.d + (s.qk_norm ? 2 * s.hd : 0);
@@ -136,6 +137,8 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::KvStageGathered, sat_product({s.untied_buffers.kv_gathered, c}));
   set(TensorKind::KvStageAccum32, sat_product({s.untied_buffers.kv_accum_fp32, 4}));
   set(TensorKind::GqaExpandedStage, sat_product({s.Th, s.k, s.hd, c}));
+  set(TensorKind::InputNormTile, sat_product({s.norm_tile_rows, s.d, c}));
+  set(TensorKind::InputNormTile32, sat_product({s.norm_tile_rows, s.d, 4}));
   // PyTorch's CPU flash kernel (FlashAttentionKernel.cpp) picks its query block by the query length
   // (256 from 768 tokens, 64 from 192, else 32) and kv blocks of 512, both capped at the length.
   s.cpu_q_block = std::min<int64_t>(s.S >= 768 ? 256 : s.S >= 192 ? 64 : 32, s.S);
@@ -288,6 +291,8 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::BlockFull: return fmt("%s params x %lld B", params(s.n_block).c_str(), c);
     case TensorKind::EmbedFull: return fmt("%s params x %lld B", params(s.n_embed).c_str(), c);
     case TensorKind::HeadFull: return fmt("%s params x %lld B", params(s.n_head).c_str(), c);
+    case TensorKind::InputNormTile: return fmt("%s x %lld x %lld B", tokens(s.norm_tile_rows).c_str(), d, c);
+    case TensorKind::InputNormTile32: return fmt("%s x %lld x 4 B (fp32)", tokens(s.norm_tile_rows).c_str(), d);
     case TensorKind::BlockShardCast:
       return fmt("%s params / %lld ranks x %lld B", params(s.n_block).c_str(), (long long)s.W, c);
     case TensorKind::BlockGradsAttn: return fmt("%s attention params x %lld B", params(s.n_attn).c_str(), c);
@@ -328,6 +333,8 @@ const char* kind_shape(TensorKind kind) {
     case TensorKind::KvStageGathered: return "[B, S, hps/P, hd]";
     case TensorKind::KvStageAccum32: return "[B, S, kv/stage, hd] fp32";
     case TensorKind::GqaExpandedStage: return "[B, S, hps/P, hd]";
+    case TensorKind::InputNormTile: return "[norm tile, d]";
+    case TensorKind::InputNormTile32: return "[norm tile, d] fp32";
     case TensorKind::CpuFlashScratch: return "[2, q block, kv block] fp32";
     case TensorKind::CpuFlashForwardScratch: return "[q block, kv block + 2 + hd] fp32";
     case TensorKind::Ffn: return "[B, s, f]";

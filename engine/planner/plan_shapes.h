@@ -38,6 +38,8 @@ enum class TensorKind : uint8_t {
   KvStageGathered,  ///< [B, S, hps/P, hd]: a stage's K or V gathered to its query heads' KV slots (0 when none gathers)
   KvStageAccum32,   ///< [B, S, kv/stage, hd] fp32: dK or dV summed over the stages of a range (0 when none needs it)
   GqaExpandedStage,///< one stage's dK or dV at the stage's query-head count
+  InputNormTile,   ///< [norm tile rows, d]: one row tile of the Untied input norm's backward (input_norm_tile_rows)
+  InputNormTile32, ///< [norm tile rows, d] fp32: the Untied input norm's 1/rms pass, one row tile
   CpuFlashScratch, ///< the CPU flash-attention backward's per-thread blocks (one thread): attn and
                    ///< grad_attn [q block, kv block] fp32 (+ compute-dtype copies below fp32)
   CpuFlashForwardScratch, ///< the CPU flash-attention forward's per-thread buffer (one thread): qk
@@ -129,6 +131,7 @@ struct PlanShapes {
   int64_t max_kv_count = 0;  ///< KV heads per rank per stage: the widest range a stage reads (hkv without Untied)
   UntiedStageBuffers untied_buffers;  ///< the Untied Function's buffers (engine/layout/heads.h), elements
   SequenceTile mlp_tile, loss_tile;  ///< [B, n, f] and [B, n, V] tiles (engine/layout/tiles.h)
+  int64_t norm_tile_rows = 0;        ///< the Untied input norm's row tiles (input_norm_tile_rows)
   int64_t fused_seq_tile = 0, fused_vocab_tile = 0;  ///< the fused loss kernel's tiles (GPU profiles)
   int64_t cpu_q_block = 0, cpu_kv_block = 0;  ///< the CPU flash kernel's blocks for a query length S
   // parameters per group (elements) and their layout over the ranks

@@ -29,6 +29,7 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
     case PlannedBuffer::UntiedLocalGrad:
       return s.untied && s.max_kv_count > s.k ? bytes(K::KvStageLocal) : 0;
     case PlannedBuffer::UntiedKvAccum32: return s.untied ? bytes(K::KvStageAccum32) : 0;
+    case PlannedBuffer::UntiedNormTile: return s.untied ? bytes(K::InputNormTile) : 0;
     case PlannedBuffer::MlpGate: return bytes(s.tiled_mlp ? K::FfnTile : K::Ffn);
     // a GPU target's fused kernel never holds a [tile, V] fp32 copy (FusedLossWorkspace instead)
     case PlannedBuffer::LossTileLogits32: return s.tiled_loss && !s.cuda_target ? bytes(K::LogitsTile32) : 0;

