@@ -1,9 +1,11 @@
 // Attention workspace, measured by the memory tracker per rank: Untied Ulysses with one head per
-// rank per stage against plain Ulysses (>= 4 stages), and Ulysses' division by the degree.
+// rank per stage against plain Ulysses (>= 4 stages), the input norm folded into the Untied
+// projections against a separate norm, and Ulysses' division by the degree.
 // defines: test cases [memory]
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 
 #include "engine/ops/layers.h"
@@ -16,14 +18,16 @@ using namespace odyssey;
 
 namespace {
 
-enum class Kind { Ulysses, Untied };
-
 /// Peak bytes above the starting point of one rank while its attention runs forward and backward
 /// (inputs, weights and the incoming gradient exist before; the window sees everything else:
 /// projections, all-to-all buffers, head-layout tensors, kernel outputs, saved tensors, grads).
 struct AttentionPeak {
   int64_t forward = 0, total = 0;
 };
+
+/// Untied with the attention's RMSNorm: `Folded` passes the block input and the norm weight to the
+/// Function (the block's path), `Separate` norms first and passes the normed input.
+enum class Kind { Ulysses, Untied, UntiedNormSeparate, UntiedNormFolded };
 
 std::vector<AttentionPeak> measure_once(Kind kind, int P, const ModelConfig& model, int64_t S,
                                        int64_t heads_per_stage) {
@@ -33,7 +37,7 @@ std::vector<AttentionPeak> measure_once(Kind kind, int P, const ModelConfig& mod
   parallel.world_size = P;
   parallel.ulysses_degree = P;
   MemoryConfig memory;
-  memory.untied_ulysses = kind == Kind::Untied;
+  memory.untied_ulysses = kind != Kind::Ulysses;
   memory.heads_per_stage = heads_per_stage;
   std::vector<AttentionPeak> peaks(P);
   run_rank_threads(parallel, at::kCPU, [&](RankContext& ctx) {
@@ -45,11 +49,23 @@ std::vector<AttentionPeak> measure_once(Kind kind, int P, const ModelConfig& mod
                        (at::randn({model.n_kv_heads * hd, d}) * 0.1).requires_grad_(true), {}, {}, {}};
     const Positions pos = make_positions(ctx.sp_rank * s, s, hd, model.rope_theta, at::kCPU);
     at::Tensor grad_out = at::randn({1, s, model.n_heads * hd});
+    if (kind == Kind::UntiedNormSeparate || kind == Kind::UntiedNormFolded) grad_out = at::Tensor();  // made below
     const int64_t base = tracker.device_bytes(ctx.rank);
     const int window = tracker.open_peak_window(ctx.rank);
     const int forward_window = tracker.open_peak_window(ctx.rank);
-    at::Tensor out = kind == Kind::Untied ? untied_attention(x, w, pos, model, ctx, memory)
-                                          : ulysses_attention(x, w, pos, model, ctx);
+    at::Tensor out;
+    if (kind == Kind::Ulysses) {
+      out = ulysses_attention(x, w, pos, model, ctx);
+    } else if (kind == Kind::Untied) {
+      out = untied_attention(x, w, pos, model, ctx, memory);
+    } else {  // [B, s, d] through wo; the gradient below is its size
+      w.wo = (at::randn({d, model.n_heads * hd}) * 0.1).requires_grad_(true);
+      const at::Tensor norm_weight = at::ones({d}).requires_grad_(true);
+      out = kind == Kind::UntiedNormFolded
+                ? untied_attention_projected(x, norm_weight, w, pos, model, ctx, memory)
+                : untied_attention_projected(rms_norm(x, norm_weight, model.norm_eps), {}, w, pos, model, ctx, memory);
+      grad_out = at::randn({1, s, d});
+    }
     const PeakWindow forward = tracker.close_peak_window(ctx.rank, forward_window);
     out.backward(grad_out);
     const PeakWindow total = tracker.close_peak_window(ctx.rank, window);
@@ -124,4 +140,34 @@ TEST_CASE("ulysses divides the attention workspace by about the degree", "[memor
   // workspace halves up to the per-thread kernel scratch common to all.
   CHECK(r12 > 1.4);
   CHECK(r24 > 1.7);
+}
+
+TEST_CASE("untied ulysses: folding the input RMSNorm into the projections removes the normed input [s, d]",
+          "[memory]") {
+  // Both runs hold the block input x and the Function's saved output before the window opens or
+  // inside it alike; the separate norm adds its output n1 [s, d] (the Function's saved input),
+  // alive through the whole backward, and the folded one keeps only 1/rms (as the separate norm
+  // does). So the attention-backward peaks differ by n1 = s*d*4 B (fp32). Widths are chosen so
+  // that n1 (2 MiB) is 4 stage all-to-all staging buffers (P*s*k*hd*4 = 512 KiB each): a
+  // staging buffer is the window's timing noise (measure()), hence the quarter below. The
+  // planner walks the same difference (docs/planner.md section 4).
+  ModelConfig model;
+  model.n_kv_heads = model.n_heads = 8;
+  model.head_dim = 64;
+  model.d_model = 512;
+  const int P = 2;
+  const int64_t S = 2048, s = S / P;
+  const auto separate = measure(Kind::UntiedNormSeparate, P, model, S, /*heads_per_stage=*/P);
+  const auto folded = measure(Kind::UntiedNormFolded, P, model, S, /*heads_per_stage=*/P);
+  const double n1 = static_cast<double>(s * model.d_model * 4);
+  const double staging = static_cast<double>(P * s * 1 * model.head_dim * 4);  // k = 1 head per rank
+  REQUIRE(staging <= n1 / 4);
+  for (int r = 0; r < P; ++r) {
+    const double saved = static_cast<double>(separate[r].total - folded[r].total);
+    INFO("rank " << r << ": separate norm " << separate[r].total << " B, folded " << folded[r].total << " B, saved "
+                 << saved << " B against n1 = " << n1 << " B");
+    CHECK(std::abs(saved - n1) <= staging);
+  }
+  WARN("input norm folded into the Untied projections, rank 0: attention peak " << separate[0].total << " -> "
+       << folded[0].total << " B (n1 = " << n1 << " B)");
 }
