@@ -71,4 +71,11 @@ bool keeps_gathered_copy(int64_t shards, int64_t compute_dtype_bytes, bool state
   return shards > 1 || (compute_dtype_bytes != 4 && !states_on_host);
 }
 
+OffloadedBlocks offloaded_blocks(int64_t n_layers) {
+  OffloadedBlocks b;
+  b.n_layers = n_layers;
+  b.count = n_layers > 2 ? n_layers - 2 : 0;
+  return b;
+}
+
 }  // namespace odyssey

@@ -1,7 +1,7 @@
 // The buffers the engine preallocates, each named by the planner term that predicts its bytes, and
 // the flat parameter groups' shard layout: defined once, for the engine, the planner and the test.
 // defines: PlannedBuffer, kPlannedBufferCount, planned_buffer_name, ParamGroupKind, group_buffer,
-//          FlatShardLayout, flat_shard_layout, keeps_gathered_copy
+//          FlatShardLayout, flat_shard_layout, keeps_gathered_copy, OffloadedBlocks, offloaded_blocks
 //
 // No LibTorch. The engine notes each buffer it allocates under its tag (engine/telemetry/
 // planned_buffer_log.h); the planner answers planned_buffer_bytes(cfg, tag) from the TensorKind its
@@ -69,5 +69,21 @@ FlatShardLayout flat_shard_layout(int64_t numel, int64_t shards);
 /// resident: the master itself (memory: no second copy of the parameters at W = 1, FSDP or not),
 /// or, with the optimizer states offloaded (`states_on_host`), the device's compute-dtype copy.
 bool keeps_gathered_copy(int64_t shards, int64_t compute_dtype_bytes, bool states_on_host = false);
+
+/// Activation offload: which checkpointed block inputs go to the host. Block 0's input is the
+/// embedding of the token ids, so its backward looks it up again (one gather of the embedding)
+/// instead of keeping a host copy and prefetching it (memory: one [B, s, d] of host memory less
+/// per rank, 8 GiB at 8M tokens for Llama3-8B on 8 ranks, and no prefetch slot during block 1's
+/// backward). The last block's input stays on the device (its backward comes first). So blocks
+/// 1..n_layers-2 are offloaded; with two blocks or fewer, none.
+struct OffloadedBlocks {
+  int64_t n_layers = 0;
+  int64_t first = 1;  ///< the lowest offloaded block
+  int64_t count = 0;  ///< blocks first..first+count-1 (the CUDA slab's regions)
+  bool holds(int64_t layer) const { return layer >= first && layer < first + count; }
+  /// Block `layer`'s input is recomputed from the token ids instead of offloaded.
+  bool embeds(int64_t layer) const { return layer == 0 && n_layers > 1; }
+};
+OffloadedBlocks offloaded_blocks(int64_t n_layers);
 
 }  // namespace odyssey

@@ -37,7 +37,7 @@ void note_host_copy(int64_t layer, bool to_host, int64_t bytes, double t_begin_s
 /// copied back into its slot.
 class HostCloneTransport final : public OffloadTransport {
  public:
-  void start_step(int64_t, int64_t) override {}
+  void start_step(const OffloadedBlocks&, int64_t) override {}
   void offload(int64_t layer, const at::Tensor& x) override {
     const double t_begin = telemetry_now_s();
     {
@@ -100,7 +100,7 @@ void OffloadStore::start_step(int64_t n_layers, at::IntArrayRef input_sizes, at:
   dtype_ = dtype;
   int64_t bytes = static_cast<int64_t>(c10::elementSize(dtype));
   for (int64_t n : input_sizes_) bytes *= n;
-  transport_->start_step(n_layers, bytes);
+  transport_->start_step(offloaded_blocks(n_layers), bytes);
 }
 
 void OffloadStore::put(int64_t layer, const at::Tensor& x) {

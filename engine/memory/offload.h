@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include "engine/layout/planned_buffers.h"
 #include "kernels/slot_rotation.h"
 
 namespace odyssey {
@@ -25,14 +26,15 @@ DeviceSpan offload_copy_span(int64_t layer, bool to_host, int64_t bytes);
 /// How the bytes of the offloaded inputs move between the device and the host. The store decides
 /// when (the schedule and the two device slots); a transport only copies.
 ///   CPU:  host clones under PoolScope(Host), category offloaded (make_host_clone_transport).
-///   CUDA: one pinned slab of n_layers - 1 regions allocated once, D2H on a side stream after an
+///   CUDA: one pinned slab of one region per offloaded block (offloaded_blocks: 1..n_layers-2)
+///         allocated once, D2H on a side stream after an
 ///         event on the compute stream, H2D prefetch on another (make_cuda_transport).
 class OffloadTransport {
  public:
   virtual ~OffloadTransport() = default;
-  /// A step starts whose blocks 0..n_layers-2 each offload `input_bytes` (the slab is sized here,
-  /// once: its host bytes are charged from the first step on).
-  virtual void start_step(int64_t n_layers, int64_t input_bytes) = 0;
+  /// A step starts whose `blocks` (engine/layout/planned_buffers.h: 1..n_layers-2) each offload
+  /// `input_bytes` (the slab is sized here, once: its host bytes are charged from the first step on).
+  virtual void start_step(const OffloadedBlocks& blocks, int64_t input_bytes) = 0;
   /// Copies x [B, s, d] (contiguous) to `layer`'s host copy. The caller may drop x at once: the
   /// CUDA transport tells the caching allocator that its copy stream still reads x's memory.
   virtual void offload(int64_t layer, const at::Tensor& x) = 0;
@@ -73,8 +75,8 @@ class OffloadStore {
   /// Replaces the transport (tests: a recording one); only between steps.
   void set_transport(std::unique_ptr<OffloadTransport> transport);
 
-  /// A step with offload starts: n_layers blocks whose inputs are [input_sizes] of `dtype`
-  /// (drops what a previous step left).
+  /// A step with offload starts: n_layers blocks whose inputs are [input_sizes] of `dtype`, of
+  /// which offloaded_blocks(n_layers) go to the host (drops what a previous step left).
   void start_step(int64_t n_layers, at::IntArrayRef input_sizes, at::ScalarType dtype);
   /// Copies x [B, s, d] to the host. The caller drops its device reference, freeing it.
   void put(int64_t layer, const at::Tensor& x);

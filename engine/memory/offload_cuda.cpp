@@ -22,7 +22,8 @@ namespace odyssey {
 #if defined(ODYSSEY_WITH_CUDA)
 namespace {
 
-/// Memory: one exact pinned slab of (n_layers - 1) block inputs, allocated at the first step and
+/// Memory: one exact pinned slab of the offloaded blocks' inputs (offloaded_blocks: blocks
+/// 1..n_layers-2, region = block - first; block 0's input is recomputed), allocated at the first step and
 /// kept (LibTorch's pinned host allocator would round each 1.2 GiB input up to 2 GiB, and pageable
 /// memory would make every copy synchronous). It is charged to the tracker's host pool, category
 /// offloaded, for as long as it exists: the host memory a node must have.
@@ -33,23 +34,25 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
   explicit CudaTransport(at::Device device) : device_(device) {}
   ~CudaTransport() override { drop_slab(); }
 
-  void start_step(int64_t n_layers, int64_t input_bytes) override {
-    if (slab_ && n_layers == n_layers_ && input_bytes == input_bytes_) return;
+  void start_step(const OffloadedBlocks& blocks, int64_t input_bytes) override {
+    if (slab_ && blocks.count == blocks_.count && blocks.first == blocks_.first && input_bytes == input_bytes_) return;
     drop_slab();
-    if (n_layers < 2) return;  // nothing is offloaded: the last block's input stays on the device
+    blocks_ = blocks;
+    if (blocks.count < 1) return;  // nothing is offloaded (two blocks or fewer)
     c10::cuda::CUDAGuard guard(device_);
     kernels::SlabLayout layout;
-    for (int64_t i = 0; i + 1 < n_layers; ++i) layout.add(static_cast<size_t>(input_bytes));
+    for (int64_t i = 0; i < blocks.count; ++i) layout.add(static_cast<size_t>(input_bytes));
     try {
       slab_ = std::make_unique<kernels::PinnedSlab>(std::move(layout));
     } catch (const kernels::KernelError& e) {
-      throw std::runtime_error("offload: cannot pin host memory for " + std::to_string(n_layers - 1) +
+      throw std::runtime_error("offload: cannot pin host memory for " + std::to_string(blocks.count) +
                                " block inputs of " + std::to_string(input_bytes) + " bytes (" + e.what() +
                                "); turn memory.offload_activations off or give the node more host memory");
     }
-    engine_ = std::make_unique<kernels::OffloadEngine>(*slab_, n_layers);
+    // the engine's blocks are the slab's regions: region r holds block first + r; its last
+    // "block" (count) is the one that stays on the device
+    engine_ = std::make_unique<kernels::OffloadEngine>(*slab_, blocks.count + 1);
     engine_->set_copy_observer(this);
-    n_layers_ = n_layers;
     input_bytes_ = input_bytes;
     rank_ = current_rank();
     charged_ = static_cast<int64_t>(slab_->total_bytes());
@@ -59,7 +62,7 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
   void offload(int64_t layer, const at::Tensor& x) override {
     require_engine("offload");
     const cudaStream_t compute = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
-    engine_->offload(layer, x.data_ptr(), x.nbytes(), compute);
+    engine_->offload(region(layer), x.data_ptr(), x.nbytes(), compute);
     // The caller frees x next: the caching allocator must not hand its memory out again before
     // the D2H that reads it has run (instead of making compute wait for the copy).
     c10::cuda::CUDACachingAllocator::recordStream(
@@ -67,15 +70,15 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
   }
   void prefetch(int64_t layer, const at::Tensor& slot) override {
     require_engine("prefetch");
-    engine_->prefetch(layer, slot.data_ptr(), slot.nbytes(), compute_stream());
+    engine_->prefetch(region(layer), slot.data_ptr(), slot.nbytes(), compute_stream());
   }
   void acquire(int64_t layer) override {
     require_engine("acquire");
-    engine_->acquire(layer, compute_stream());
+    engine_->acquire(region(layer), compute_stream());
   }
   void release(int64_t layer) override {
     require_engine("release");
-    engine_->release(layer);
+    engine_->release(region(layer));
   }
   void end_step() override {
     if (!engine_) return;
@@ -92,12 +95,20 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
   void after_copy(cudaStream_t stream, int64_t block, bool to_host, size_t bytes) override {
     PhaseRecorder* recorder = PhaseRecorder::current();
     if (recorder == nullptr || copy_begin_ < 0) return;
-    recorder->add_device_span(offload_copy_span(block, to_host, static_cast<int64_t>(bytes)), copy_begin_,
+    recorder->add_device_span(offload_copy_span(block + blocks_.first, to_host, static_cast<int64_t>(bytes)), copy_begin_,
                               recorder->mark_stream(stream));
   }
   cudaStream_t compute_stream() const { return c10::cuda::getCurrentCUDAStream(device_.index()).stream(); }
   void require_engine(const char* op) const {
     if (!engine_) throw std::logic_error(std::string("offload: ") + op + " before start_step sized the pinned slab");
+  }
+  /// The slab region (the engine's block index) of `layer`; throws for a block that is not offloaded.
+  int64_t region(int64_t layer) const {
+    if (!blocks_.holds(layer))
+      throw std::logic_error("offload: block " + std::to_string(layer) + " is not offloaded (blocks " +
+                             std::to_string(blocks_.first) + ".." + std::to_string(blocks_.first + blocks_.count - 1) +
+                             " are)");
+    return layer - blocks_.first;
   }
   void drop_slab() noexcept {
     if (engine_) {
@@ -114,7 +125,8 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
   at::Device device_;
   std::unique_ptr<kernels::PinnedSlab> slab_;
   std::unique_ptr<kernels::OffloadEngine> engine_;
-  int64_t n_layers_ = 0, input_bytes_ = 0, charged_ = 0;
+  OffloadedBlocks blocks_;
+  int64_t input_bytes_ = 0, charged_ = 0;
   int rank_ = 0;
   int copy_begin_ = -1;  ///< the running copy's first mark (before_copy to after_copy)
 };

@@ -14,6 +14,7 @@
 #include "engine/memory/checkpoint.h"
 #include "engine/memory/offload.h"
 #include "engine/memory/tiled_mlp.h"
+#include "engine/model/head.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/phase.h"
 #include "engine/telemetry/tensor_tags.h"
@@ -207,8 +208,11 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
       at::NoGradGuard no_grad;  // nothing inside the block is saved
       y = run_block(x, group, *rt, prefix, /*keep_graph=*/false).y;
     }
-    if (rt->offload && layer + 1 < n_layers) {
+    const OffloadedBlocks offloaded = offloaded_blocks(n_layers);
+    if (rt->offload && offloaded.holds(layer)) {
       rt->offload->put(layer, x);  // the device copy dies when the caller drops x
+    } else if (rt->offload && offloaded.embeds(layer)) {
+      ctx->saved_data["embedded_input"] = true;  // memory: nothing kept; backward looks it up again
     } else {
       retag_tensor(x, MemCategory::SavedActivations);  // the checkpoint: block input [B, s, d]
       ctx->save_for_backward({x});
@@ -266,6 +270,9 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
     if (rt->offload && rt->offload->holds(layer)) {
       x = rt->offload->take(layer);
       input_in_slot = true;
+    } else if (ctx->saved_data.count("embedded_input")) {
+      CategoryScope category(MemCategory::SavedActivations);  // as a prefetched input
+      x = embed_tokens(*rt, rt->ids);  // [B, s, d]: the same rows the forward looked up
     } else {
       x = ctx->get_saved_variables().at(0);  // the last block's input stayed on the device
     }

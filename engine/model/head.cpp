@@ -54,6 +54,13 @@ void reshard_head(const StepRuntime& rt) {
 
 }  // namespace
 
+at::Tensor embed_tokens(StepRuntime& rt, const at::Tensor& ids) {
+  rt.embed->unshard();
+  at::Tensor x = at::embedding(rt.embed->view(0), ids);  // [B, s, d] compute dtype
+  rt.embed->reshard();
+  return x;
+}
+
 at::Tensor EmbedFunction::forward(AutogradContext* ctx, const at::Tensor& master, const at::Tensor& ids,
                                   StepRuntime* rt) {
   (void)master;
@@ -61,15 +68,9 @@ at::Tensor EmbedFunction::forward(AutogradContext* ctx, const at::Tensor& master
   EnginePhase phase(rt->rank, "fwd/embed");
   ctx->saved_data["rt"] = reinterpret_cast<int64_t>(rt);
   ctx->save_for_backward({ids});
-  rt->embed->unshard();
-  at::Tensor x;
-  {
-    // Block 0's input; block 0 retags it saved_activations when it keeps it as its checkpoint.
-    CategoryScope category(MemCategory::Other);
-    x = at::embedding(rt->embed->view(0), ids);  // [B, s, d] compute dtype
-  }
-  rt->embed->reshard();
-  return x;
+  // Block 0's input; block 0 retags it saved_activations when it keeps it as its checkpoint.
+  CategoryScope category(MemCategory::Other);
+  return embed_tokens(*rt, ids);  // [B, s, d]
 }
 
 variable_list EmbedFunction::backward(AutogradContext* ctx, variable_list grad_outputs) {

@@ -1,7 +1,7 @@
 // The non-block ends of the decoder as autograd nodes: EmbedFunction (token embedding, inputs:
 // embedding master shard) and HeadFunction (final norm + LM head + cross-entropy, untiled or
 // tiled, inputs: x and the head master shard). defines: embedding_param_specs, head_param_specs,
-// EmbedFunction, HeadFunction
+// embed_tokens, EmbedFunction, HeadFunction
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,12 @@ namespace odyssey {
 std::vector<ParamSpec> embedding_param_specs(const ModelConfig& model);
 /// Head group: lm_head [V, d] (untied only; normal std 0.02, weight decay), then final_norm [d].
 std::vector<ParamSpec> head_param_specs(const ModelConfig& model);
+
+/// The embedding rows of `ids` [B, s]: [B, s, d] in the compute dtype, the embedding group
+/// gathered around the lookup. Block 0's input: EmbedFunction's forward, and block 0's backward
+/// under offload, which looks it up again from the step's ids instead of a host copy
+/// (offloaded_blocks, engine/layout/planned_buffers.h).
+at::Tensor embed_tokens(StepRuntime& rt, const at::Tensor& ids);
 
 /// x [B, s, d] = embedding rows of `ids` [B, s]. Phase fwd/embed; backward (phase bwd/embed)
 /// scatters dx into a packed fp32 [V, d] gradient and reduces it into the shard.

@@ -58,6 +58,7 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryConfig& memory
   const int64_t batch = in.ids.size(0);
   rt->mlp_tile_tokens = mlp_tile(memory, model_, batch, s).positions;  // tiles [B, n, f]
   rt->loss_tile_tokens = loss_tile(memory, model_, batch, s).positions;
+  rt->ids = in.ids;
   rt->labels = in.labels;
   rt->answer_mask = in.answer_mask;
   rt->loss_scale = 1.0 / static_cast<double>(in.global_tokens);

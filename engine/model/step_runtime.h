@@ -44,6 +44,7 @@ struct StepRuntime {
   void finish_pending_gradient();
   int64_t mlp_tile_tokens = 0;          ///< resolved tile size (tiled MLP)
   int64_t loss_tile_tokens = 0;         ///< resolved tile size (tiled loss)
+  at::Tensor ids;                       ///< [B, s] int64 token ids (block 0's input is their embedding)
   at::Tensor labels;                    ///< [B, s] int64, already shifted
   at::Tensor answer_mask;               ///< [B, s] bool, or undefined
   double loss_scale = 1.0;              ///< 1 / N_global

@@ -436,8 +436,10 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       if (!norm_leaf.defined()) {
         d_lin = rope ? rope_rotate(grad_loc, cos, sin, /*inverse=*/true) : grad_loc;
       } else {
-        torch::AutoGradMode enable_grad(true);  // backward runs with grad mode off
-        const at::Tensor lin = normed_linear(x, rows2, norm).view({B, s, m, hd}).detach().requires_grad_(true);
+        // the linear output again (backward runs with grad mode off: no graph), then the head
+        // transform with grad
+        const at::Tensor lin = normed_linear(x, rows2, norm).view({B, s, m, hd}).requires_grad_(true);
+        torch::AutoGradMode enable_grad(true);
         const at::Tensor pre = head_transform(lin, norm_leaf, state->eps, cos, sin, rope);  // [B, s, m, hd]
         const auto g = torch::autograd::grad({pre}, {lin, norm_leaf}, {grad_loc});
         d_lin = g[0];

@@ -15,8 +15,6 @@ namespace odyssey::planner_detail {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }
-
 std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
 std::string fmt(const char* format, ...) {
   char buf[256];

@@ -47,10 +47,12 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
     case PlannedBuffer::BlockDeviceParams: return s.offload_optimizer ? device(s.block_layout) : 0;
     case PlannedBuffer::EmbedDeviceParams: return s.offload_optimizer ? device(s.embed_layout) : 0;
     case PlannedBuffer::HeadDeviceParams: return s.offload_optimizer ? device(s.head_layout) : 0;
-    // the last block's input stays on the device: one block offloads nothing
+    // blocks 1..L-2 only (offloaded_blocks): block 0's input is looked up again, the last stays
     case PlannedBuffer::OffloadSlot:
     case PlannedBuffer::OffloadPrefetchSlot:
-      return s.offload && s.L > 1 ? bytes(buffer == PlannedBuffer::OffloadSlot ? K::OffloadedInput : K::Hidden) : 0;
+      return s.offload && offloaded_blocks(s.L).count > 0
+                 ? bytes(buffer == PlannedBuffer::OffloadSlot ? K::OffloadedInput : K::Hidden)
+                 : 0;
     case PlannedBuffer::Count: break;
   }
   return 0;

@@ -100,15 +100,20 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
     const double embed_gather = s.fsdp ? s.n_embed * s.c * frac / comm_bw : 0.0;
     const double embed_reduce = s.n_embed * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
     const double head_reduce = (s.n_head + (s.tied ? s.n_embed : 0)) * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
+    // under offload block 0's input is looked up again (offloaded_blocks): one more embedding
+    // gather, exposed, in block 0's recompute; counted here with the embedding's backward
+    const double embed_regather = s.offload && offloaded_blocks(s.L).embeds(0) ? embed_gather : 0.0;
     set(PhaseKind::FwdEmbed, embed_gather);
-    set(PhaseKind::BwdEmbed, embed_reduce + last_reduce);
+    set(PhaseKind::BwdEmbed, embed_reduce + last_reduce + embed_regather);
     pt.seconds[static_cast<int>(s.tiled_loss ? PhaseKind::FwdLoss : PhaseKind::BwdLoss)] += head_reduce;
-    fsdp = L * (fwd_exposed + bwd_exposed + reduce_phase) + last_reduce + embed_gather + embed_reduce + head_reduce;
+    fsdp = L * (fwd_exposed + bwd_exposed + reduce_phase) + last_reduce + embed_gather + embed_regather + embed_reduce +
+           head_reduce;
   }
   out.fsdp_comm_s = fsdp;
 
-  // Offload: one block input D2H per block in forward, one H2D prefetch per block in backward,
-  // on side streams behind the block's compute.
+  // Offload: one block input D2H per offloaded block in forward (offloaded_blocks: 1..L-2), one
+  // H2D prefetch per offloaded block in backward, on side streams behind the block's compute.
+  const int64_t offloaded = s.offload ? offloaded_blocks(s.L).count : 0;
   double offload_per_block = 0;
   if (s.offload) {
     const double copy = kind_bytes(TensorKind::Hidden, s) / pcie_bw;
@@ -117,7 +122,7 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
     pt.seconds[static_cast<int>(PhaseKind::FwdMlp)] += fwd_exposed;
     pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += bwd_exposed;
     offload_per_block = fwd_exposed + bwd_exposed;
-    out.offload_s = (L - 1) * offload_per_block;
+    out.offload_s = static_cast<double>(offloaded) * offload_per_block;
   }
 
   // Optimizer offload: each reduced gradient shard goes down to the host as its backward produces
@@ -145,7 +150,7 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   for (PhaseKind k : {PhaseKind::FwdAttn, PhaseKind::FwdMlp, PhaseKind::BwdRecompute, PhaseKind::BwdMlp,
                       PhaseKind::BwdAttn, PhaseKind::BwdReduceScatter})
     step += L * pt.of(k);
-  step -= offload_per_block;  // L - 1 inputs move: the last block's stays on the device
+  step -= (L - static_cast<double>(offloaded)) * offload_per_block;  // only the offloaded blocks' inputs move
   out.step_s = step;
   out.tokens_per_s_per_device = step > 0 ? t / step : 0;
   out.model_flops_per_token = model;

@@ -113,11 +113,12 @@ class Walker {
     if (s_.runtime_overhead > 0) a("runtime overhead (CUDA context, NCCL, cuBLAS, fragmentation)", K::RuntimeOverhead, C::Other);
     batch_ = a("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
     rope_ = a("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
-    // GPU: one pinned slab of L-1 block inputs, allocated at the first step and kept (engine/memory/
-    // offload_cuda.cpp); the copies go straight into it, no staging. CPU: one clone per block.
-    if (slab() && s_.L > 1)
+    // GPU: one pinned slab of the offloaded blocks' inputs (1..L-2, offloaded_blocks), allocated at
+    // the first step and kept (engine/memory/offload_cuda.cpp); the copies go straight into it, no
+    // staging. CPU: one clone per block.
+    if (slab() && offloaded_.count > 0)
       m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded, kind_bytes(K::OffloadedInput, s_),
-               static_cast<int32_t>(s_.L - 1), /*host=*/true);
+               static_cast<int32_t>(offloaded_.count), /*host=*/true);
   }
 
   // --- the step ------------------------------------------------------------------------------------
@@ -218,11 +219,11 @@ class Walker {
     int out = halves_.mlp_forward(grad, b.mlp);
     if (s_.ckpt) {
       f(h);
-      if (s_.offload && i + 1 < s_.L) {
-        if (!slab())
+      if (s_.offload && (offloaded_.holds(i) || offloaded_.embeds(i))) {
+        if (offloaded_.holds(i) && !slab())
           b.host = m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded,
                             kind_bytes(K::OffloadedInput, s_), 1, /*host=*/true);
-        f(b.input);
+        f(b.input);  // offloaded, or (block 0) looked up again from the token ids in backward
       } else {
         m_.retag(b.input, C::SavedActivations,
                  s_.offload ? "last block input (kept on the device)" : "checkpointed block inputs");
@@ -383,9 +384,14 @@ class Walker {
       if (s_.offload) {
         if (!last) b.input = prefetched_input_;
         prefetched_input_ = -1;
-        if (i > 0) {  // bring block i-1's input back while block i recomputes
+        if (i > 0 && offloaded_.holds(i - 1)) {  // bring block i-1's input back while block i recomputes
           prefetched_input_ = a("prefetched block input", K::Hidden, C::SavedActivations);
           free_host_input(i - 1);
+        }
+        if (offloaded_.embeds(i)) {  // block 0: its input looked up again (engine: embed_tokens)
+          int embed = gather(K::EmbedFull, "embedding (unsharded, block 0's input)");
+          b.input = a("block 0 input (embedding looked up again)", K::Hidden, C::SavedActivations);
+          f(embed);
         }
       }
       h = halves_.attention_forward(true, b.attn);
@@ -408,6 +414,7 @@ class Walker {
 
   const PlanShapes& s_;
   LiveSet& m_;
+  const OffloadedBlocks offloaded_ = offloaded_blocks(s_.L);  ///< which inputs go to the host (engine/layout)
   BlockHalves halves_;
   std::vector<BlockState> blocks_;
   int x_ = -1, dy_ = -1;

@@ -47,11 +47,11 @@ std::string describe(const RunConfig& c) {
   return o.str();
 }
 
-/// A flavor's attention structure at widths that run in milliseconds: two blocks (the first one's
-/// input is offloaded, the last one's stays), head_dim 2, d 16, d_ffn 24, vocab 40, 32 tokens (the
-/// long-range task's least), tiles of 2 (two per rank's sequence at P = 8).
+/// A flavor's attention structure at widths that run in milliseconds: three blocks (block 0's
+/// input is looked up again, block 1's offloaded, the last one's stays), head_dim 2, d 16, d_ffn
+/// 24, vocab 40, 32 tokens (the long-range task's least), tiles of 2 (two per rank's sequence at P = 8).
 RunConfig shrunk(const ModelConfig& flavor, int64_t kv_heads, int64_t degree) {
-  RunConfig c = tiny_config(/*layers=*/2, /*seq=*/32);
+  RunConfig c = tiny_config(/*layers=*/3, /*seq=*/32);
   c.model.n_heads = flavor.n_heads;
   c.model.n_kv_heads = kv_heads;
   c.model.qk_norm = flavor.qk_norm;

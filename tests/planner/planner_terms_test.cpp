@@ -153,27 +153,27 @@ TEST_CASE("small config with offload: two inputs on the device, the rest in the 
   const int64_t D = 1024 * 64 * 4;
   // Backward of block i (1 <= i <= 3): block i's input and block i-1's prefetched input.
   CHECK(cat(plan, PlanCategory::SavedActivations) == 2 * D);
-  // Host: the inputs of blocks 0..2 (the last block's stays on the device), one clone each on
-  // the cpu profile. Two ranks per node (world size 2).
-  CHECK(term_bytes(plan, "offloaded block inputs") == 3 * D);
-  CHECK(plan.host_bytes == 2 * 3 * D);
-  CHECK(cat(plan, PlanCategory::Offloaded) == 3 * D);
+  // Host: the inputs of blocks 1..2 (block 0's is looked up again from the token ids, the last
+  // block's stays on the device), one clone each on the cpu profile. Two ranks per node (world size 2).
+  CHECK(term_bytes(plan, "offloaded block inputs") == 2 * D);
+  CHECK(plan.host_bytes == 2 * 2 * D);
+  CHECK(cat(plan, PlanCategory::Offloaded) == 2 * D);
   for (const auto& t : plan.terms)
     if (t.name == "offloaded block inputs") {
       CHECK(t.host);
-      CHECK(t.count == 3);
-      CHECK(t.formula == "3 x (1 x 1K tokens x 64 x 4 B)");
+      CHECK(t.count == 2);
+      CHECK(t.formula == "2 x (1 x 1K tokens x 64 x 4 B)");
     }
 
-  // A GPU profile: one pinned slab of the same three inputs, held through every phase of the step
+  // A GPU profile: one pinned slab of the same two inputs, held through every phase of the step
   // (engine/memory/offload_cuda.cpp allocates it once), with nothing else on the host.
   cfg.hardware = *find_hardware_profile("h100-sxm");
   const MemoryPlan on_gpu = plan_memory(cfg);
-  CHECK(term_bytes(on_gpu, "offloaded block inputs") == 3 * D);
-  CHECK(on_gpu.host_bytes == 2 * 3 * D);
+  CHECK(term_bytes(on_gpu, "offloaded block inputs") == 2 * D);
+  CHECK(on_gpu.host_bytes == 2 * 2 * D);
   for (const auto& p : on_gpu.phases) {
     INFO(p.name);
-    CHECK(p.host_bytes == 3 * D);
+    CHECK(p.host_bytes == 2 * D);
   }
 }
 
@@ -205,11 +205,11 @@ TEST_CASE("llama3-8b on 8xH100: 15.0 GiB of model states with FSDP, 119.7 unshar
   CHECK(cat(plan, PlanCategory::Params) == 4 * shard);
   CHECK(cat(plan, PlanCategory::Grads) == 4 * shard);
   CHECK(cat(plan, PlanCategory::Optimizer) == 8 * shard);
-  // One block input [1, 384K, 4096] bf16 is exactly 3 GiB; 31 offloaded into one pinned slab per
-  // rank (no staging: the copies go straight into its regions), eight ranks per node.
+  // One block input [1, 384K, 4096] bf16 is exactly 3 GiB; 30 offloaded (blocks 1..30) into one
+  // pinned slab per rank (no staging: the copies go straight into its regions), eight ranks per node.
   const int64_t D = int64_t{3} << 30;
-  CHECK(term_bytes(plan, "offloaded block inputs") == 31 * D);
-  CHECK(plan.host_bytes == 8 * 31 * D);
+  CHECK(term_bytes(plan, "offloaded block inputs") == 30 * D);
+  CHECK(plan.host_bytes == 8 * 30 * D);
   CHECK(plan.fits_host);
 
   RunConfig unsharded = loaded.config;
@@ -229,7 +229,7 @@ TEST_CASE("every term carries its formula with the values plugged in", "[planner
     CHECK_FALSE(t.formula.empty());
     formula[t.name] = t.formula;
   }
-  CHECK(formula["offloaded block inputs"] == "31 x (1 x 384K tokens x 4096 x 2 B)");
+  CHECK(formula["offloaded block inputs"] == "30 x (1 x 384K tokens x 4096 x 2 B)");
   CHECK(formula["q after all-to-all (head layout)"] == "1 x 3M tokens x 4 heads x 128 x 2 B");
   CHECK(formula["fp32 master shards"] ==
         "(32 blocks x 218.1M + 525.3M embedding + 525.3M head) params / 8 ranks x 4 B");

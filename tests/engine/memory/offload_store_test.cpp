@@ -19,9 +19,10 @@ namespace {
 class RecordingTransport final : public OffloadTransport {
  public:
   explicit RecordingTransport(std::vector<std::string>* log) : inner_(make_host_clone_transport()), log_(log) {}
-  void start_step(int64_t n_layers, int64_t bytes) override {
-    log_->push_back("start " + std::to_string(n_layers) + " x " + std::to_string(bytes) + " B");
-    inner_->start_step(n_layers, bytes);
+  void start_step(const OffloadedBlocks& blocks, int64_t bytes) override {
+    log_->push_back("start blocks " + std::to_string(blocks.first) + ".." + std::to_string(blocks.first + blocks.count - 1) +
+                    " x " + std::to_string(bytes) + " B");
+    inner_->start_step(blocks, bytes);
   }
   void offload(int64_t layer, const at::Tensor& x) override {
     log_->push_back("offload " + std::to_string(layer));
@@ -46,8 +47,8 @@ class RecordingTransport final : public OffloadTransport {
 
 }  // namespace
 
-TEST_CASE("offload: a training step offloads blocks 0..L-2, prefetches each while the block above recomputes, "
-          "releases each after its backward",
+TEST_CASE("offload: a training step offloads blocks 1..L-2, prefetches each while the block above recomputes, "
+          "releases each after its backward; block 0's input is looked up again from the token ids",
           "[offload]") {
   RunConfig cfg = tiny_config(/*layers=*/4, /*seq=*/64);
   cfg.memory.activation_checkpointing = cfg.memory.offload_activations = true;
@@ -57,12 +58,11 @@ TEST_CASE("offload: a training step offloads blocks 0..L-2, prefetches each whil
   t.forward_backward(0);
   const int64_t input_bytes = 64 * cfg.model.d_model * 4;  // [1, 64, d] fp32
   const std::vector<std::string> expected{
-      "start 4 x " + std::to_string(input_bytes) + " B",
-      "offload 0", "offload 1", "offload 2",  // forward; block 3's input stays on the device
-      "prefetch 2",                           // block 3 recomputes from its saved input
+      "start blocks 1..2 x " + std::to_string(input_bytes) + " B",
+      "offload 1", "offload 2",  // forward; block 0's input is the embedding's, block 3's stays on the device
+      "prefetch 2",              // block 3 recomputes from its saved input
       "acquire 2", "prefetch 1", "release 2",  // block 2 from slot 0, block 1 into slot 1
-      "acquire 1", "prefetch 0", "release 1",  // block 0 into slot 0, free since block 2's release
-      "acquire 0", "release 0",
+      "acquire 1", "release 1",  // block 0 recomputes its input from the token ids: nothing to prefetch
       "end"};  // Trainer: after the backward
   CHECK(log == expected);
   CHECK(t.offload_store().device_bytes() == 0);
