@@ -210,6 +210,23 @@ TEST_CASE("ulysses attention equals the single-rank reference (P = 1, 2, 4)", "[
 
 namespace {
 
+/// The decoder block's no-graph path (the checkpointed forward) on 2 ranks, default stages: the
+/// Function's output, the projection outside; the input norm folded in when p.norm_input.
+at::Tensor projected_without_graph(const Problem& p) {
+  MemoryConfig memory;
+  memory.untied_ulysses = true;
+  std::vector<at::Tensor> outs(2);
+  odyssey::test::run_sp_ranks(2, [&](RankContext& ctx) {
+    const int64_t s = p.S / 2;
+    at::NoGradGuard no_grad;
+    AttentionWeights w{p.wq, p.wk, p.wv, p.wo, {}, {}};
+    const Positions pos = make_positions(ctx.sp_rank * s, s, p.model, at::kCPU);
+    outs[ctx.sp_rank] = untied_attention_projected(p.x.narrow(1, ctx.sp_rank * s, s), p.norm_input ? p.xn : at::Tensor(),
+                                                   w, pos, p.model, ctx, memory);
+  });
+  return at::cat(outs, 1);  // [B, S, d]
+}
+
 /// Untied Ulysses (`project`: with the output projection inside the Function) against the
 /// single-rank reference for every valid heads_per_stage of every case at degrees 1, 2 and 4.
 void check_untied_every_stage_size(bool project, const std::vector<HeadCase>& extra_cases) {
@@ -248,18 +265,7 @@ TEST_CASE("untied ulysses with the output projection fused (d o built per stage 
   // (H 12 / Hkv 4) and the no-graph path (forward only, then the projection outside).
   check_untied_every_stage_size(/*project=*/true, {{"straddling groups", 12, 4, false}});
   const Problem p = make_problem(8, 2, false);
-  const Grads want = reference(p, /*project=*/true);
-  MemoryConfig memory;
-  memory.untied_ulysses = true;
-  std::vector<at::Tensor> outs(2);
-  odyssey::test::run_sp_ranks(2, [&](RankContext& ctx) {
-    const int64_t s = p.S / 2;
-    at::NoGradGuard no_grad;
-    AttentionWeights w{p.wq, p.wk, p.wv, p.wo, {}, {}};
-    const Positions pos = make_positions(ctx.sp_rank * s, s, p.model.head_dim, p.model.rope_theta, at::kCPU);
-    outs[ctx.sp_rank] = untied_attention_projected(p.x.narrow(1, ctx.sp_rank * s, s), {}, w, pos, p.model, ctx, memory);
-  });
-  CHECK(odyssey::test::rel_error(at::cat(outs, 1), want.out) < tolerance(p));
+  CHECK(odyssey::test::rel_error(projected_without_graph(p), reference(p, /*project=*/true).out) < tolerance(p));
 }
 
 TEST_CASE("untied ulysses: stages straddling KV groups (k and g not dividing each other)", "[ulysses][untied][equivalence]") {
@@ -395,16 +401,5 @@ TEST_CASE("untied ulysses with the input RMSNorm folded into its projections equ
   }
   Problem p = make_problem(8, 2, false);
   p.norm_input = true;
-  const Grads want = reference(p, /*project=*/true);
-  MemoryConfig memory;
-  memory.untied_ulysses = true;
-  std::vector<at::Tensor> outs(2);
-  odyssey::test::run_sp_ranks(2, [&](RankContext& ctx) {
-    const int64_t s = p.S / 2;
-    at::NoGradGuard no_grad;
-    AttentionWeights w{p.wq, p.wk, p.wv, p.wo, {}, {}};
-    const Positions pos = make_positions(ctx.sp_rank * s, s, p.model, at::kCPU);
-    outs[ctx.sp_rank] = untied_attention_projected(p.x.narrow(1, ctx.sp_rank * s, s), p.xn, w, pos, p.model, ctx, memory);
-  });
-  CHECK(odyssey::test::rel_error(at::cat(outs, 1), want.out) < tolerance(p));
+  CHECK(odyssey::test::rel_error(projected_without_graph(p), reference(p, /*project=*/true).out) < tolerance(p));
 }
