@@ -48,7 +48,7 @@ class RecordingTransport final : public OffloadTransport {
 }  // namespace
 
 TEST_CASE("offload: a training step offloads blocks 1..L-2, prefetches each while the block above recomputes, "
-          "releases each after its backward; block 0's input is looked up again from the token ids",
+          "releases each after its backward, and looks block 0's input up again from the token ids",
           "[offload]") {
   RunConfig cfg = tiny_config(/*layers=*/4, /*seq=*/64);
   cfg.memory.activation_checkpointing = cfg.memory.offload_activations = true;

@@ -19,7 +19,7 @@ using namespace odyssey::test;
 namespace {
 
 RunConfig two_rank_ulysses() {
-  RunConfig cfg = tiny_config(/*layers=*/2, /*seq=*/64);
+  RunConfig cfg = tiny_config(/*layers=*/3, /*seq=*/64);  // 3: block 1's input is offloaded (offloaded_blocks)
   cfg.model.n_heads = 4;
   cfg.model.n_kv_heads = 2;
   cfg.parallel.world_size = 2;
