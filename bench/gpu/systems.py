@@ -157,4 +157,5 @@ def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_
     timed = rows[1:] or rows
     step_time = sum(r["step_time_s"] for r in timed) / len(timed)
     return dict(base, steps=len(rows), step_time_s=step_time, tokens_per_s=seq / step_time,
-                peak_bytes=max(r.get("peak_bytes", 0) for r in rows), loss=rows[-1].get("loss"))
+                peak_bytes=max(r.get("peak_bytes", 0) for r in rows),
+                host_peak_bytes=max(r.get("host_peak_bytes", 0) for r in rows), loss=rows[-1].get("loss"))

@@ -17,7 +17,9 @@
 # (1B at 32K/64K/128K against the PyTorch baseline), planner (planned against measured peaks and
 # bytes per token), longest (longest context of each system), offload (offload on top of
 # checkpointing: step-time ratio and overlap), ablation (the full stack with each technique off in
-# turn at the first length, beside the baseline). Groups: call1, call2, call3, all.
+# turn at the first length, beside the baseline), optimizer (the offloaded optimizer on the full
+# stack at a long context: step-time ratio, host AdamW and upload phases). Groups: call1, call2,
+# call3, all.
 # Options: --cpu-dry-run, --carried DIR (binaries in DIR/bin), --bin DIR, --out DIR ($OUT or
 # runs/validate), --label NAME (the archive's name). Exit 0 when every stage ran to its result.
 set -uo pipefail
@@ -43,8 +45,8 @@ while [ $# -gt 0 ]; do
     call1) stages+=(smoke kernels) ;;
     call2) stages+=(throughput planner) ;;
     call3) stages+=(longest offload) ;;
-    all) stages+=(smoke kernels throughput planner longest offload ablation) ;;
-    smoke | kernels | throughput | planner | longest | offload | ablation) stages+=("$1") ;;
+    all) stages+=(smoke kernels throughput planner longest offload ablation optimizer) ;;
+    smoke | kernels | throughput | planner | longest | offload | ablation | optimizer) stages+=("$1") ;;
     -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "validate: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -75,8 +77,9 @@ if [ $DRY = 1 ]; then
   BF16_PRESET="presets/tiny-cpu.toml" BF16_SETS="$ONE_RANK training.seq_len=256" BF16_STEPS=4
   LENGTHS="256 512" STEPS=2 PLANNER_CASES=tiny
   LONG_PYTORCH="--start 256 --limit 512 --granularity 256" LONG_ODYSSEY="--granularity 256"
-  OFFLOAD_SEQ=512
-  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=150 [planner]=150 [longest]=150 [offload]=90 [ablation]=120)
+  OFFLOAD_SEQ=512 OPTIMIZER_SEQ=512
+  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=150 [planner]=150 [longest]=150 [offload]=90 [ablation]=120
+                  [optimizer]=90)
 else
   TESTS_FILTER_KERNEL="[.cuda]" TESTS_FILTER_ENGINE="[.cuda]" TESTS_FILTER_PARALLEL="[.cuda]"
   TINY_DEVICES="cuda cpu" TINY_STEPS=5
@@ -86,8 +89,12 @@ else
   # search starts at 64K; Odyssey then runs one step at 4x the baseline's first failing length.
   LONG_PYTORCH="--start 64K --limit 512K --granularity 16K" LONG_ODYSSEY="--granularity 32K"
   OFFLOAD_SEQ=64K
+  # The offloaded optimizer where it matters: 128K, about 20 s a step of the 1B full stack on an
+  # H200 (2026-11-26), so the host AdamW's few seconds are measured against a long step.
+  OPTIMIZER_SEQ=128K
   # Seconds per stage: each call stays under 9 minutes with its start and the packing.
-  declare -A BOX=([smoke]=270 [kernels]=150 [throughput]=330 [planner]=180 [longest]=360 [offload]=150 [ablation]=180)
+  declare -A BOX=([smoke]=270 [kernels]=150 [throughput]=330 [planner]=180 [longest]=360 [offload]=150 [ablation]=180
+                  [optimizer]=200)
 fi
 # A short lease gives the longest stage what is left of it (deadline.sh callers): LONGEST_BOX=seconds.
 [ -n "${LONGEST_BOX:-}" ] && BOX[longest]=$LONGEST_BOX
@@ -182,6 +189,10 @@ stage_offload() {
   "$PY" bench/gpu/offload_overlap.py --seq "$OFFLOAD_SEQ" --steps 4 --out "$WORK/offload"
 }
 
+stage_optimizer() {
+  "$PY" bench/gpu/optimizer_offload.py --seq "$OPTIMIZER_SEQ" --steps 3 --timeout 95 --out "$WORK/optimizer"
+}
+
 # A stage "ran" when its script reached its result; whether that result meets its target is in the
 # result files and the summary (a CPU dry run never meets GPU targets).
 result_of() {
@@ -193,6 +204,7 @@ result_of() {
     longest) echo "longest/longest_odyssey.json" ;;
     offload) echo "offload/offload_overlap.json" ;;
     ablation) echo "ablation/throughput.jsonl" ;;
+    optimizer) echo "optimizer/optimizer_offload.json" ;;
   esac
 }
 

@@ -125,10 +125,23 @@ def offload(d):
         r.get("seq_len"), r.get("step_time_ratio", r.get("error")), r.get("trace"))]
 
 
+def optimizer(d):
+    r = read_json(os.path.join(d, "optimizer_offload.json"))
+    if not r:
+        return []
+    runs = r.get("runs", {})
+    return ["  offloaded optimizer on the full stack at %s tokens: step time ratio %s (target <= 1.10), optimizer "
+            "phase %s of the step, phases %s" % (r.get("seq_len"), r.get("step_time_ratio", r.get("error")),
+                                                 r.get("optimizer_share_of_step"), r.get("optimizer_phases_s")),
+            "  device peak on device / offloaded: %s / %s B; host peak %s / %s B" % (
+                runs.get("on_device", {}).get("peak_bytes"), runs.get("offloaded", {}).get("peak_bytes"),
+                runs.get("on_device", {}).get("host_peak_bytes"), runs.get("offloaded", {}).get("host_peak_bytes"))]
+
+
 def main():
     work = sys.argv[1]
     for stage, fn in (("smoke", smoke), ("kernels", kernels), ("throughput", throughput), ("planner", planner),
-                      ("longest", longest), ("offload", offload), ("ablation", ablation)):
+                      ("longest", longest), ("offload", offload), ("ablation", ablation), ("optimizer", optimizer)):
         d = os.path.join(work, stage)
         if os.path.isdir(d):
             lines = fn(d)
