@@ -1,9 +1,11 @@
 // odyssey check PRESET...: validates each preset (with any --set overrides) and prints every
-// problem as FILE:LINE:COL: key = value: rule (hint). Exit 0 when all are valid, else 2.
+// problem as FILE:LINE:COL: key = value: rule (hint), and for a valid one its notes (config_notes:
+// what it does that its author may not expect). Exit 0 when all are valid, else 2.
 #include <iostream>
 
 #include "app/cli/cli.h"
 #include "engine/config/sizes.h"
+#include "engine/config/validate.h"
 #include "engine/util/json.h"
 
 namespace odyssey::cli {
@@ -37,12 +39,17 @@ int run_check(int argc, char** argv, int first) {
           .end_object();
       if (!args->json) std::cerr << issue.format() << "\n";
     }
+    w.end_array();
+    const std::vector<std::string> notes = loaded.ok() ? config_notes(loaded.config) : std::vector<std::string>{};
+    w.key("notes").begin_array();
+    for (const auto& note : notes) w.value(note);
     w.end_array().end_object();
     if (!args->json && loaded.ok()) {
       const RunConfig& c = loaded.config;
       std::cout << path << ": ok (" << c.model.flavor << ", " << format_size(c.training.seq_len) << " tokens, "
                 << c.parallel.world_size << " rank" << (c.parallel.world_size == 1 ? "" : "s") << ", "
                 << c.hardware.profile << ")\n";
+      for (const auto& note : notes) std::cout << path << ": note: " << note << "\n";
     }
   }
   w.end_array().key("ok").value(all_ok).end_object();

@@ -171,4 +171,22 @@ std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources
   return c.take();
 }
 
+std::vector<std::string> config_notes(const RunConfig& cfg) {
+  std::vector<std::string> notes;
+  const bool gpu_profile = cfg.hardware.profile != "cpu";
+  if (runs_cuda_path(cfg) != gpu_profile) {
+    std::ostringstream o;
+    o << "training.device = \"" << to_string(cfg.training.device) << "\" takes the "
+      << (runs_cuda_path(cfg) ? "CUDA" : "CPU") << " path while hardware.profile = \"" << cfg.hardware.profile
+      << "\" describes a " << (gpu_profile ? "GPU" : "CPU") << ": the plan walks the "
+      << (runs_cuda_path(cfg) ? "CUDA" : "CPU") << " kernels' buffers against that profile's capacity ("
+      << cfg.hardware.device_memory_gib << " GiB) and runtime overhead (" << cfg.hardware.runtime_overhead_gib
+      << " GiB); " << (runs_cuda_path(cfg) ? "set hardware.profile to the GPU's (\"h100-sxm\", \"h200\")"
+                                             : "set hardware.profile = \"cpu\"")
+      << " to plan the machine it runs on";
+    notes.push_back(o.str());
+  }
+  return notes;
+}
+
 }  // namespace odyssey

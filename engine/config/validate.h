@@ -20,4 +20,10 @@ std::vector<int64_t> valid_ulysses_degrees(const RunConfig& cfg);
 /// heads_per_stage values valid for this model and Ulysses degree (for hints and the slider).
 std::vector<int64_t> valid_heads_per_stage(const RunConfig& cfg);
 
+/// What a valid config does that its author may not expect, each as one sentence naming the keys
+/// (`odyssey check` prints them as notes; they change no exit code): a training.device that takes
+/// the other path than hardware.profile describes, so the plan walks one device's kernels against
+/// the other's capacity and runtime overhead (runs_cuda_path).
+std::vector<std::string> config_notes(const RunConfig& cfg);
+
 }  // namespace odyssey

@@ -175,3 +175,24 @@ TEST_CASE("bad presets: every issue printed, exit 2, nothing on stdout", "[cli][
   CHECK(missing.code == 2);
   CHECK_FALSE(missing.err.empty());
 }
+
+TEST_CASE("odyssey check notes a device that takes the other path than its profile describes", "[cli][planner]") {
+  // A CPU run of a GPU preset is valid (the plan walks the CPU path, runs_cuda_path) but plans the
+  // CPU kernels against the GPU profile's capacity and overhead: a note, exit 0, in both outputs.
+  const Run plain = run_odyssey("check presets/llama3.2-1b-1xh100.toml");
+  REQUIRE(plain.code == 0);
+  CHECK(plain.out.find("note:") == std::string::npos);
+  const Run cpu = run_odyssey("check presets/llama3.2-1b-1xh100.toml --set training.device=cpu");
+  REQUIRE(cpu.code == 0);
+  CHECK(cpu.out.find("note: training.device = \"cpu\" takes the CPU path while hardware.profile = \"h100-sxm\"") !=
+        std::string::npos);
+  const Run json = run_odyssey("check presets/llama3.2-1b-1xh100.toml --set training.device=cpu --json");
+  REQUIRE(json.code == 0);
+  const Json j = parse(json);
+  REQUIRE(j.at("presets").size() == 1);
+  REQUIRE(j.at("presets")[0].at("notes").size() == 1);
+  CHECK(j.at("presets")[0].at("notes")[0].get<std::string>().find("hardware.profile = \"cpu\"") != std::string::npos);
+  const Run plain_json = run_odyssey("check presets/llama3.2-1b-1xh100.toml --json");
+  REQUIRE(plain_json.code == 0);
+  CHECK(parse(plain_json).at("presets")[0].at("notes").empty());
+}
