@@ -16,14 +16,12 @@ compute stalls on still counts as overlapped. The step-time ratio is the measure
 
 Writes OUT/offload_overlap.json.
 """
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_flops import parse_tokens  # noqa: E402
-from systems import run_odyssey  # noqa: E402
+from systems import finish_side_by_side, run_side_by_side, side_by_side_args  # noqa: E402
 
 
 def leaf_intervals(phases):
@@ -105,34 +103,14 @@ def self_test():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seq", type=parse_tokens, default=parse_tokens("64K"))
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--timeout", type=int, default=240, help="seconds per process")
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--self-test", action="store_true")
-    args = parser.parse_args()
-    if args.self_test:
-        self_test()
-        return
-    os.makedirs(args.out, exist_ok=True)
-    both = {"memory.activation_checkpointing=true"}
-    runs = {}
-    for name, offload in (("checkpointing", "false"), ("offload", "true")):
-        runs[name] = run_odyssey(args.seq, args.steps, args.timeout, os.path.join(args.out, name),
-                                 extra_sets=sorted(both) + ["memory.offload_activations=" + offload],
-                                 log_path=os.path.join(args.out, name + ".log"))
-    result = {"seq_len": args.seq, "runs": runs}
-    if all("error" not in r for r in runs.values()):
-        result["step_time_ratio"] = runs["offload"]["step_time_s"] / runs["checkpointing"]["step_time_s"]
-        result["within_5_percent"] = result["step_time_ratio"] <= 1.05
+    args = side_by_side_args(__doc__.split("\n\n")[0], "64K", 4, self_test)
+    ckpt = "memory.activation_checkpointing=true"
+    result = run_side_by_side(args, [("checkpointing", [ckpt, "memory.offload_activations=false"]),
+                                     ("offload", [ckpt, "memory.offload_activations=true"])],
+                              "within_5_percent", 1.05)
+    if "error" not in result:
         result["trace"] = overlap_from_trace(os.path.join(args.out, "offload", "trace.json"))
-    else:
-        result["error"] = "; ".join("%s: %s" % (k, r["error"]) for k, r in runs.items() if "error" in r)
-    with open(os.path.join(args.out, "offload_overlap.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    print(json.dumps({k: result.get(k) for k in ("seq_len", "step_time_ratio", "within_5_percent", "error")}))
-    sys.exit(0 if result.get("within_5_percent") else 1)
+    finish_side_by_side(args, result, "offload_overlap.json", "within_5_percent")
 
 
 if __name__ == "__main__":

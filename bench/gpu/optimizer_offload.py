@@ -14,14 +14,12 @@ first, with their share of the step.
 
 Writes OUT/optimizer_offload.json.
 """
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_flops import parse_tokens  # noqa: E402
-from systems import run_odyssey  # noqa: E402
+from systems import finish_side_by_side, run_side_by_side, side_by_side_args  # noqa: E402
 
 # The phases the engine opens for the offloaded optimizer (engine/train/optimizer.cpp), by trace path.
 OPTIMIZER_PHASES = ("optimizer", "optimizer/optimizer/host_adamw", "optimizer/optimizer/upload")
@@ -71,38 +69,17 @@ def self_test():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seq", type=parse_tokens, default=parse_tokens("128K"))
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--timeout", type=int, default=240, help="seconds per process")
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--self-test", action="store_true")
-    args = parser.parse_args()
-    if args.self_test:
-        self_test()
-        return
-    os.makedirs(args.out, exist_ok=True)
-    runs = {}
-    for name, on in (("on_device", "false"), ("offloaded", "true")):
-        runs[name] = run_odyssey(args.seq, args.steps, args.timeout, os.path.join(args.out, name),
-                                 extra_sets=["memory.offload_optimizer=" + on],
-                                 log_path=os.path.join(args.out, name + ".log"))
-    result = {"seq_len": args.seq, "runs": runs}
-    if all("error" not in r for r in runs.values()):
-        step = runs["offloaded"]["step_time_s"]
-        result["step_time_ratio"] = step / runs["on_device"]["step_time_s"]
-        result["within_10_percent"] = result["step_time_ratio"] <= 1.10
+    args = side_by_side_args(__doc__.split("\n\n")[0], "128K", 3, self_test)
+    result = run_side_by_side(args, [("on_device", ["memory.offload_optimizer=false"]),
+                                     ("offloaded", ["memory.offload_optimizer=true"])],
+                              "within_10_percent", 1.10)
+    if "error" not in result:
+        step = result["runs"]["offloaded"]["step_time_s"]
         phases = optimizer_phases(os.path.join(args.out, "offloaded", "trace.json"))
         result["optimizer_phases_s"] = phases
         if "optimizer" in phases and step > 0:
             result["optimizer_share_of_step"] = phases["optimizer"] / step
-    else:
-        result["error"] = "; ".join("%s: %s" % (k, r["error"]) for k, r in runs.items() if "error" in r)
-    with open(os.path.join(args.out, "optimizer_offload.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    print(json.dumps({k: result.get(k) for k in ("seq_len", "step_time_ratio", "within_10_percent",
-                                                  "optimizer_share_of_step", "error")}))
-    sys.exit(0 if result.get("within_10_percent") else 1)
+    finish_side_by_side(args, result, "optimizer_offload.json", "within_10_percent", printed=("optimizer_share_of_step",))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ default presets/llama3.2-1b-1xh100.toml), ODYSSEY_BENCH_SETS (extra `--set k=v` 
 space-separated) and ODYSSEY_BENCH_BASELINE_ARGS (extra baseline arguments).
 
 defines: run_baseline, run_odyssey, odyssey_binary, odyssey_preset, odyssey_sets, run_sampling_device_use,
-nvidia_smi
+nvidia_smi, side_by_side_args, run_side_by_side, finish_side_by_side
 """
 import json
 import os
@@ -159,3 +159,52 @@ def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_
     return dict(base, steps=len(rows), step_time_s=step_time, tokens_per_s=seq / step_time,
                 peak_bytes=max(r.get("peak_bytes", 0) for r in rows),
                 host_peak_bytes=max(r.get("host_peak_bytes", 0) for r in rows), loss=rows[-1].get("loss"))
+
+
+# [section] side-by-side benchmarks: one setting off and on, each a fresh `odyssey train` --------------
+
+def side_by_side_args(description, default_seq, default_steps, self_test):
+    """The command line of a side-by-side benchmark (offload_overlap.py, optimizer_offload.py):
+    --seq, --steps, --timeout (seconds per process), --out, --self-test (runs `self_test` and exits).
+    Creates --out."""
+    import argparse
+    from llama_flops import parse_tokens
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seq", type=parse_tokens, default=parse_tokens(default_seq))
+    parser.add_argument("--steps", type=int, default=default_steps)
+    parser.add_argument("--timeout", type=int, default=240, help="seconds per process")
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--self-test", action="store_true")
+    args = parser.parse_args()
+    if args.self_test:
+        self_test()
+        sys.exit(0)
+    os.makedirs(args.out, exist_ok=True)
+    return args
+
+
+def run_side_by_side(args, variants, ok_key, target_ratio):
+    """Runs each (name, sets) of `variants` (the baseline first, then the one measured) under
+    args.out/name; the result holds both runs and, when both ran, the measured one's step time over
+    the baseline's (step_time_ratio) and `ok_key`: whether it is at most `target_ratio`."""
+    runs = {}
+    for name, sets in variants:
+        runs[name] = run_odyssey(args.seq, args.steps, args.timeout, os.path.join(args.out, name), extra_sets=sets,
+                                 log_path=os.path.join(args.out, name + ".log"))
+    result = {"seq_len": args.seq, "runs": runs}
+    if all("error" not in r for r in runs.values()):
+        base, measured = variants[0][0], variants[1][0]
+        result["step_time_ratio"] = runs[measured]["step_time_s"] / runs[base]["step_time_s"]
+        result[ok_key] = result["step_time_ratio"] <= target_ratio
+    else:
+        result["error"] = "; ".join("%s: %s" % (k, r["error"]) for k, r in runs.items() if "error" in r)
+    return result
+
+
+def finish_side_by_side(args, result, file_name, ok_key, printed=()):
+    """Writes args.out/file_name, prints the headline fields and exits 0 when `ok_key` holds."""
+    with open(os.path.join(args.out, file_name), "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps({k: result.get(k) for k in ("seq_len", "step_time_ratio", ok_key) + tuple(printed) + ("error",)}))
+    sys.exit(0 if result.get(ok_key) else 1)
+
