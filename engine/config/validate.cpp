@@ -173,16 +173,19 @@ std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources
 
 std::vector<std::string> config_notes(const RunConfig& cfg) {
   std::vector<std::string> notes;
-  const bool gpu_profile = cfg.hardware.profile != "cpu";
-  if (runs_cuda_path(cfg) != gpu_profile) {
+  const bool cuda = runs_cuda_path(cfg);
+  RunConfig profile_only = cfg;  // what the profile alone picks: the same rule under device = auto
+  profile_only.training.device = DeviceKind::Auto;
+  const bool gpu_profile = runs_cuda_path(profile_only);
+  if (cuda != gpu_profile) {
+    const char* path = cuda ? "CUDA" : "CPU";
     std::ostringstream o;
-    o << "training.device = \"" << to_string(cfg.training.device) << "\" takes the "
-      << (runs_cuda_path(cfg) ? "CUDA" : "CPU") << " path while hardware.profile = \"" << cfg.hardware.profile
-      << "\" describes a " << (gpu_profile ? "GPU" : "CPU") << ": the plan walks the "
-      << (runs_cuda_path(cfg) ? "CUDA" : "CPU") << " kernels' buffers against that profile's capacity ("
-      << cfg.hardware.device_memory_gib << " GiB) and runtime overhead (" << cfg.hardware.runtime_overhead_gib
-      << " GiB); " << (runs_cuda_path(cfg) ? "set hardware.profile to the GPU's (\"h100-sxm\", \"h200\")"
-                                             : "set hardware.profile = \"cpu\"")
+    o << "training.device = \"" << to_string(cfg.training.device) << "\" takes the " << path
+      << " path while hardware.profile = \"" << cfg.hardware.profile << "\" describes a "
+      << (gpu_profile ? "GPU" : "CPU") << ": the plan walks the " << path
+      << " kernels' buffers against that profile's capacity (" << cfg.hardware.device_memory_gib
+      << " GiB) and runtime overhead (" << cfg.hardware.runtime_overhead_gib << " GiB); "
+      << (cuda ? "set hardware.profile to the GPU's (\"h100-sxm\", \"h200\")" : "set hardware.profile = \"cpu\"")
       << " to plan the machine it runs on";
     notes.push_back(o.str());
   }
