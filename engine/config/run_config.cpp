@@ -132,6 +132,12 @@ const std::vector<HardwareProfile>& hardware_profiles() {
   // GB/s of its 28 B a parameter (ATen's op-by-op form 35.0 GB/s-equivalent), so both GPU
   // profiles take 23 GB/s until a full node is measured; that machine's pinned PCIe copies ran at
   // 55.3 GB/s each way (odyssey_kernel_bench offload), the h200 profile's figure.
+  // runtime_overhead_gib (CUDA context, cuBLAS workspaces, the caching allocator's reserve beyond
+  // its peak) is measured: the driver's count of a run's device memory less the allocator's peak
+  // was 1.41 and 1.13 GiB (Llama3-8B rank 0 emulated, 512K and 1M) and 1.92 and 0.98 GiB
+  // (Llama-3.2-1B, 64K and 128K) on the H200 (2026-11-26, commit 3239381, `bench/gpu/
+  // planner_vs_measured.py --cases gpu`, docs/benchmarks.md). Both GPU profiles keep 2.0 GiB, the
+  // largest of these; one GPU has no NCCL communicator, whose buffers a node's run adds.
   static const std::vector<HardwareProfile> profiles = {
       {"h100-sxm", "NVIDIA H100 SXM 80 GB, 8 per node (DGX H100: NVLink 4, PCIe Gen5, 2 TiB host)",
        hardware("h100-sxm", 79.1, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.8, 2.0, 23.0)},

@@ -13,12 +13,14 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 at::Tensor TiledMlpFunction::forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_gate,
-                                     const at::Tensor& w_up, const at::Tensor& w_down, int64_t tile_tokens) {
+                                     const at::Tensor& w_up, const at::Tensor& w_down, int64_t tile_tokens,
+                                     bool compute_output) {
   if (tile_tokens <= 0) throw std::invalid_argument("tiled MLP: tile_tokens = " + std::to_string(tile_tokens));
   ctx->save_for_backward({x, w_gate, w_up, w_down});
   ctx->saved_data["tile"] = tile_tokens;
   const int64_t s = x.size(1);
   at::Tensor out = at::empty({x.size(0), s, w_down.size(0)}, x.options());  // [B, s, d]
+  if (!compute_output) return out;  // a recompute: the backward runs every tile's forward itself
   for (int64_t off = 0; off < s; off += tile_tokens) {
     const int64_t n = std::min(tile_tokens, s - off);
     // Memory: only this tile's [B, n, f] gate/up/product exist at a time.
@@ -59,12 +61,13 @@ variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list gra
   variable_list result{dx};
   for (size_t k = 0; k < dweights.size(); ++k) result.push_back(dweights[k].to(saved[k + 1].scalar_type()));
   result.push_back(at::Tensor());  // tile_tokens
+  result.push_back(at::Tensor());  // compute_output
   return result;
 }
 
 at::Tensor tiled_mlp(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down,
-                     int64_t tile_tokens) {
-  return TiledMlpFunction::apply(x, w_gate, w_up, w_down, tile_tokens);
+                     int64_t tile_tokens, bool compute_output) {
+  return TiledMlpFunction::apply(x, w_gate, w_up, w_down, tile_tokens, compute_output);
 }
 
 }  // namespace odyssey

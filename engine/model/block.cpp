@@ -105,8 +105,10 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     if (!phase_prefix.empty()) phase.emplace(rt.rank, phase_prefix + "/mlp");
     CategoryScope category(MemCategory::MlpWorkspace);
     at::Tensor normed = rms_norm(g.h_leaf, w.mlp_norm, model.norm_eps);  // [B, s, d]
+    // A recompute (need_output false) keeps only the branch's edge: the tiled MLP runs no tile
+    // then, since its backward recomputes every tile (the untiled one must save its intermediates).
     at::Tensor mlp = rt.memory->tiled_mlp
-                         ? tiled_mlp(normed, w.w_gate, w.w_up, w.w_down, rt.mlp_tile_tokens)
+                         ? tiled_mlp(normed, w.w_gate, w.w_up, w.w_down, rt.mlp_tile_tokens, need_output)
                          : swiglu_mlp(std::move(normed), w.w_gate, w.w_up, w.w_down);  // [B, s, d]
     normed.reset();  // memory: without a graph the normed input is dead before the block output exists
     if (keep_graph) g.mlp_root = torch::autograd::impl::gradient_edge(mlp);

@@ -63,7 +63,8 @@ struct BlockFunction : public torch::autograd::Function<BlockFunction> {
 };
 
 /// Runs one block with grad recording on parameter/input leaves (phases named by `phase_prefix`,
-/// e.g. "fwd/block.3" gives ".../attn" and ".../mlp"; empty = no phases).
+/// e.g. "fwd/block.3" gives ".../attn" and ".../mlp"; empty = no phases). need_output = false (the
+/// recompute): no block output is made and a tiled MLP runs no tile (only its edge is read).
 BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const StepRuntime& rt,
                      const std::string& phase_prefix, bool keep_graph, bool need_output = true);
 

@@ -89,7 +89,8 @@ class FlatParamGroup {
   int64_t device_state_bytes() const;
   int64_t host_state_bytes() const;
   /// After an optimizer step on the host: the updated master, cast to the compute dtype, into
-  /// `device_params` (host-to-device). Nothing when the states are on the device.
+  /// `device_params` (host-to-device; on a GPU queued asynchronously, cast on the device). Nothing
+  /// when the states are on the device.
   void refresh_device_params();
   at::ScalarType compute_dtype() const { return options_.compute; }
 
@@ -152,6 +153,8 @@ class FlatParamGroup {
   RankContext ctx_;
   FlatGroupOptions options_;
   int64_t numel_ = 0, padded_numel_ = 0, shard_numel_ = 0, shard_offset_ = 0;
+  /// Records grad_copy_done_ on `device`'s current stream, behind a copy down just queued there.
+  void record_gradient_copy(at::Device device);
   /// Places master/grad/moments on the host or the device (fresh tensors) and builds `full`.
   void place_states(bool on_host);
   int shards_ = 1;

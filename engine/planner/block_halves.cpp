@@ -416,7 +416,7 @@ void BlockHalves::gathered_stage_kv(int& k, int& v) {
 // --- MLP half ------------------------------------------------------------------------------------
 
 /// need_output: the block output h + MLP is made (forward); the recompute keeps only the MLP
-/// branch's gradient edge and makes no output.
+/// branch's gradient edge and makes no output (and a tiled MLP runs no tile: tiled_mlp.h).
 int BlockHalves::mlp_forward(bool grad, MlpSaved& sv, bool need_output) {
   sv.n2 = a("MLP rmsnorm output", K::Hidden, C::MlpWorkspace);
   sv.rstd = a("MLP rmsnorm 1/rms", K::RowStat, C::MlpWorkspace);
@@ -435,6 +435,8 @@ int BlockHalves::mlp_forward(bool grad, MlpSaved& sv, bool need_output) {
     f(up);  // silu(gate) * up written into gate
     y = a("down projection output", K::Hidden, C::MlpWorkspace);
     f(gate);
+  } else if (!need_output) {  // the recompute: the tiled Function saves its input, runs no tile
+    y = a("tiled MLP output (not computed: the backward recomputes each tile)", K::Hidden, C::MlpWorkspace);
   } else {  // the tiled forward runs without a graph: each tile as the untiled one above
     y = a("tiled MLP output", K::Hidden, C::MlpWorkspace);
     int g = a("tile gate", K::FfnTile, C::MlpWorkspace);

@@ -193,11 +193,15 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::HeadPack, sat_product({s.head_layout.padded_numel, 4}));  // tied: the embedding packs its own
   set(TensorKind::EmbedPack, sat_product({s.embed_layout.padded_numel, 4}));
   set(TensorKind::BlockShardOut, s.fsdp && s.W > 1 ? sat_product({s.block_layout.shard_numel, 4}) : 0);
-  // AdamW's denominator [largest shard] fp32 on a GPU; the host optimizer (a CPU run, or the
-  // states offloaded) is one fused pass without a temporary (engine/train/optimizer.cpp)
-  const bool host_optimizer = !s.cuda_target || s.offload_optimizer;
+  // The tied embedding's second gradient contribution on a GPU with the states offloaded: the
+  // first (the LM head's, already on the host) comes back up for the sum (accumulate_gradient).
+  set(TensorKind::TiedGradBack,
+      s.tied && s.offload_optimizer && s.cuda_target ? sat_product({s.embed_layout.shard_numel, 4}) : 0);
+  // On a GPU, [largest shard] fp32: AdamW's denominator (engine/train/optimizer.cpp), or with the
+  // states offloaded the upload's device staging buffer (FlatParamGroup::refresh_device_params).
+  // A CPU run's host optimizer is one fused pass without a temporary.
   set(TensorKind::OptimizerTemp,
-      host_optimizer ? 0 : sat_product({std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}), 4}));
+      !s.cuda_target ? 0 : sat_product({std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}), 4}));
   set(TensorKind::RuntimeOverhead, s.runtime_overhead);
   set(TensorKind::OffloadedInput, sat_product({s.t, s.d, c}));
   return s;
@@ -304,7 +308,8 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::EmbedPack: return fmt("%s params x 4 B", params(s.n_embed).c_str());
     case TensorKind::BlockShardOut:
       return fmt("%s params / %lld ranks x 4 B", params(s.n_block).c_str(), (long long)s.W);
-    case TensorKind::OptimizerTemp: return "largest shard x 4 B (the denominator sqrt(v) + eps)";
+    case TensorKind::TiedGradBack: return fmt("%s params / %lld ranks x 4 B (the embedding's shard)", params(s.n_embed).c_str(), static_cast<long long>(s.fsdp ? s.W : 1));
+    case TensorKind::OptimizerTemp: return "largest shard x 4 B (the denominator sqrt(v) + eps, or the offloaded upload's fp32 staging)";
     case TensorKind::RuntimeOverhead: return "hardware.runtime_overhead_gib";
     case TensorKind::Count: break;
   }

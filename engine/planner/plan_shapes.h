@@ -78,6 +78,7 @@ enum class TensorKind : uint8_t {
   HeadPack,        ///< fp32 [N_head] packed gradients
   EmbedPack,       ///< fp32 [N_embed] packed gradients
   BlockShardOut,   ///< fp32 [N_block / W] reduce-scatter output before it is added into grad
+  TiedGradBack,    ///< [N_embed / W] fp32: the tied embedding's first gradient back from the host (offload, GPU)
   OptimizerTemp,   ///< fp32 temporaries of AdamW over the largest shard
   RuntimeOverhead, ///< CUDA context, NCCL, cuBLAS workspace, fragmentation (hardware profile)
   // host

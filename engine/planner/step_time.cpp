@@ -13,8 +13,9 @@ namespace {
 double exposed(double comm_s, double overlap_s) { return std::max(0.0, comm_s - overlap_s); }
 
 /// Host memory traffic of one parameter through the offloaded optimizer step, bytes: the gradient
-/// norm (read g, 4), the fused AdamW pass (engine/train/optimizer.cpp: read p, g, m, v, 16; write
-/// p, m, v, 12), zero_grad (write g, 4) and the read of the master for the upload (4).
+/// norm (read g, 4), the fused AdamW pass with the clipping folded in (engine/train/optimizer.cpp:
+/// read p, g, m, v, 16; write p, m, v, 12), zero_grad (write g, 4) and the upload's DMA read of
+/// the fp32 master (4).
 constexpr double kHostAdamBytesPerParam = 40.0;
 
 }  // namespace
@@ -37,7 +38,10 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   const double model = 3.0 * (L * block_fwd + head);
   const double model_palm = 3.0 * (L * (proj + o_proj + core_full + mlp) + head);
   double recompute = 0;
-  if (s.ckpt) recompute += L * block_fwd;      // the block's forward again in backward
+  // The block's forward again in backward; with a tiled MLP the recompute runs no tile (its
+  // backward recomputes each tile: tiled_mlp.h), so the MLP's forward runs twice a step either way.
+  const double recompute_fwd = s.tiled_mlp ? attn_fwd : block_fwd;
+  if (s.ckpt) recompute += L * recompute_fwd;
   if (s.tiled_mlp) recompute += L * mlp;       // each tile's forward again in its backward
   if (s.untied) recompute += L * proj;         // stage projections again in backward
   const double hardware = model + recompute;
@@ -56,7 +60,7 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   auto set = [&](PhaseKind k, double v) { pt.seconds[static_cast<int>(k)] = v; };
   set(PhaseKind::FwdAttn, t * attn_fwd / rate);
   set(PhaseKind::FwdMlp, t * mlp / rate);
-  set(PhaseKind::BwdRecompute, s.ckpt ? t * block_fwd / rate : 0.0);
+  set(PhaseKind::BwdRecompute, s.ckpt ? t * recompute_fwd / rate : 0.0);
   set(PhaseKind::BwdMlp, t * (2.0 * mlp + (s.tiled_mlp ? mlp : 0.0)) / rate);
   set(PhaseKind::BwdAttn, t * (2.0 * attn_fwd + (s.untied ? proj : 0.0)) / rate);
   set(PhaseKind::FwdLoss, t * (s.tiled_loss ? 3.0 * head : head) / rate);
@@ -128,19 +132,26 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   // Optimizer offload: each reduced gradient shard goes down to the host as its backward produces
   // it, asynchronously behind the next block's backward on a GPU (FlatParamGroup::
   // accumulate_gradient; blocking on the CPU, so exposed there), the host runs AdamW over every
-  // shard at the bandwidth its node's ranks share, and the compute-dtype parameters go back up.
+  // shard at the bandwidth its node's ranks share, and each group's fp32 master goes back up as
+  // its pass ends (FlatParamGroup::refresh_device_params, cast on the device), behind the next
+  // group's pass: a pipeline whose end is the later of the passes plus one upload and the uploads
+  // plus one pass (the largest group's, to be safe).
   if (s.offload_optimizer) {
     const double block_shard = static_cast<double>(s.block_layout.shard_numel);
     const double other_shards = static_cast<double>(s.embed_layout.shard_numel + s.head_layout.shard_numel);
     const double shard_elems = L * block_shard + other_shards;
+    const double largest_shard = static_cast<double>(
+        std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}));
     const double host_bw = hw.host_optimizer_gbps * 1e9 / static_cast<double>(s.ranks_per_node);
     const double adamw = shard_elems * kHostAdamBytesPerParam / host_bw;
-    const double params_up = shard_elems * s.c / pcie_bw;
+    const double params_up = shard_elems * 4.0 / pcie_bw;
+    const double optimizer = std::max(adamw + largest_shard * 4.0 / pcie_bw,
+                                      largest_shard * kHostAdamBytesPerParam / host_bw + params_up);
     const double block_down = block_shard * 4.0 / pcie_bw;
     const double bwd_block = pt.of(PhaseKind::BwdRecompute) + pt.of(PhaseKind::BwdMlp) + pt.of(PhaseKind::BwdAttn);
     pt.seconds[static_cast<int>(PhaseKind::BwdReduceScatter)] += s.cuda_target ? exposed(block_down, bwd_block) : block_down;
     pt.seconds[static_cast<int>(PhaseKind::BwdEmbed)] += other_shards * 4.0 / pcie_bw;
-    pt.seconds[static_cast<int>(PhaseKind::Optimizer)] += adamw + params_up;
+    pt.seconds[static_cast<int>(PhaseKind::Optimizer)] += optimizer;
     out.host_optimizer_s = adamw;
     out.optimizer_pcie_s = shard_elems * 4.0 / pcie_bw + params_up;
   }

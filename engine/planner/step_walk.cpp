@@ -358,6 +358,10 @@ class Walker {
     // the engine scatters dx into the fp32 flat buffer itself: that buffer is the reduce-scatter's
     // input, no second pack
     int dense = a("embedding gradient (dense fp32, the reduce-scatter input)", K::EmbedGradDense, C::Other);
+    if (kind_bytes(K::TiedGradBack, s_) > 0) {  // tied, offloaded, GPU: the sum made on the device
+      int back = a("tied embedding's first gradient, back from the host for the sum", K::TiedGradBack, C::Grads);
+      f(back);
+    }
     f(dense);
     f(dy_);
     finish_pending_reduction();  // the lowest block's (Trainer: after loss.backward() returns)
@@ -365,7 +369,8 @@ class Walker {
     f(batch_);
     f(rope_);
     m_.begin_phase(PhaseKind::Optimizer);
-    int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);  // 0 B for the fused host optimizer
+    // 0 B for a CPU run's fused host optimizer; on a GPU the denominator or the upload's staging
+    int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);
     f(temp);
     m_.end_phase();
   }

@@ -40,9 +40,12 @@ double global_grad_norm(const std::vector<FlatParamGroup*>& groups, const RankCo
   return std::sqrt(sharded.item<double>() + replicated.item<double>());
 }
 
+double clip_factor(double norm, double max_norm) {
+  return max_norm <= 0 ? 1.0 : std::min(1.0, max_norm / (norm + 1e-6));
+}
+
 double clip_gradients(const std::vector<FlatParamGroup*>& groups, double norm, double max_norm) {
-  if (max_norm <= 0) return 1.0;
-  const double factor = std::min(1.0, max_norm / (norm + 1e-6));
+  const double factor = clip_factor(norm, max_norm);
   if (factor < 1.0) {
     at::NoGradGuard no_grad;
     for (auto* g : groups) g->master.mutable_grad().mul_(factor);
@@ -54,6 +57,7 @@ namespace {
 
 /// The scalars of one AdamW update, in fp32 as ATen's ops use them on fp32 tensors.
 struct AdamScalars {
+  float grad_scale;  ///< the clipping factor (1 unclipped): g is read as g x grad_scale
   float keep;        ///< 1 - lr x weight_decay (1 on no-decay elements)
   float avg_weight;  ///< 1 - beta1 (the lerp weight)
   float beta2, sq_weight;  ///< beta2, 1 - beta2
@@ -61,10 +65,11 @@ struct AdamScalars {
   float step;        ///< -lr / (1 - beta1^t)
 };
 
-/// One element of the fused AdamW, torch.optim.AdamW's arithmetic: p *= keep; m += (1-b1)(g - m);
-/// v = b2 v + (1-b2) g^2; p += step x m / (sqrt(v / bias2) + eps).
+/// One element of the fused AdamW, torch.optim.AdamW's arithmetic on the clipped gradient
+/// g x grad_scale (clip_gradients' in-place product, rounded once alike): p *= keep;
+/// m += (1-b1)(g - m); v = b2 v + (1-b2) g^2; p += step x m / (sqrt(v / bias2) + eps).
 inline void adamw_element(float* p, const float* g, float* m, float* v, int64_t i, const AdamScalars& a) {
-  const float gi = g[i];
+  const float gi = g[i] * a.grad_scale;
   const float mi = m[i] + a.avg_weight * (gi - m[i]);
   const float vi = v[i] * a.beta2 + a.sq_weight * (gi * gi);
   m[i] = mi;
@@ -80,12 +85,13 @@ inline void adamw_element(float* p, const float* g, float* m, float* v, int64_t 
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) void adamw_span_avx2(float* p, const float* g, float* m, float* v, int64_t lo,
                                                       int64_t hi, const AdamScalars& a) {
+  const __m256 scale = _mm256_set1_ps(a.grad_scale);
   const __m256 keep = _mm256_set1_ps(a.keep), w = _mm256_set1_ps(a.avg_weight), b2 = _mm256_set1_ps(a.beta2),
                c2 = _mm256_set1_ps(a.sq_weight), bias2 = _mm256_set1_ps(a.bias2), eps = _mm256_set1_ps(a.eps),
                step = _mm256_set1_ps(a.step);
   int64_t i = lo;
   for (; i + 8 <= hi; i += 8) {
-    const __m256 gi = _mm256_loadu_ps(g + i);
+    const __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), scale);
     __m256 mi = _mm256_loadu_ps(m + i), vi = _mm256_loadu_ps(v + i);
     mi = _mm256_add_ps(mi, _mm256_mul_ps(w, _mm256_sub_ps(gi, mi)));
     vi = _mm256_add_ps(_mm256_mul_ps(vi, b2), _mm256_mul_ps(c2, _mm256_mul_ps(gi, gi)));
@@ -115,7 +121,7 @@ void adamw_cpu_range(float* p, const float* g, float* m, float* v, int64_t begin
 
 }  // namespace
 
-void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr) {
+void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr, double grad_scale) {
   at::NoGradGuard no_grad;
   CategoryScope category(MemCategory::Other);  // one [shard] temporary (denom) on a GPU; the moments are optimizer
   ++steps_;
@@ -128,7 +134,8 @@ void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr) {
     if (p.device().is_cpu()) {
       // The host optimizer (a CPU run, or the states offloaded): one fused pass, decay on the
       // elements outside the no-decay ranges.
-      AdamScalars a{1.0f,
+      AdamScalars a{static_cast<float>(grad_scale),
+                    1.0f,
                     static_cast<float>(1.0 - b1),
                     static_cast<float>(b2),
                     static_cast<float>(1.0 - b2),
@@ -152,8 +159,10 @@ void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr) {
         at_elem = end;
       }
       run(at_elem, p.numel(), decay_keep);
+      g->refresh_device_params();  // offloaded states: this group's update goes up now (async on a GPU)
       continue;
     }
+    if (grad_scale != 1.0) g->master.mutable_grad().mul_(grad_scale);  // the clipped gradient, in place
     // Decoupled weight decay first (torch.optim.AdamW order), skipping norm weights and padding.
     if (training_.weight_decay != 0) {
       const double keep = 1.0 - lr * training_.weight_decay;

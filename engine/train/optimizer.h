@@ -21,8 +21,11 @@ double lr_at(const TrainingConfig& training, int64_t step);
 /// all-reduced gradients on every rank, so their local norm is already global).
 double global_grad_norm(const std::vector<FlatParamGroup*>& groups, const RankContext& ctx);
 
-/// Scales every gradient by min(1, max_norm / (norm + 1e-6)); returns the factor. max_norm <= 0
-/// disables clipping.
+/// The clipping rule: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0 (clipping off).
+double clip_factor(double norm, double max_norm);
+
+/// Scales every gradient by clip_factor(norm, max_norm); returns the factor. (AdamW::step takes the
+/// factor instead, so the host optimizer makes no separate pass over the gradients for it.)
 double clip_gradients(const std::vector<FlatParamGroup*>& groups, double norm, double max_norm);
 
 /// AdamW (Loshchilov & Hutter, as torch.optim.AdamW): m, v moments, bias correction, decoupled
@@ -30,8 +33,13 @@ double clip_gradients(const std::vector<FlatParamGroup*>& groups, double norm, d
 class AdamW {
  public:
   explicit AdamW(const TrainingConfig& training) : training_(training) {}
-  /// Applies one update with learning rate `lr` to every group (step count advances by one).
-  void step(const std::vector<FlatParamGroup*>& groups, double lr);
+  /// Applies one update with learning rate `lr` to every group (step count advances by one), on
+  /// the gradients scaled by `grad_scale` (clip_factor): the host's fused pass multiplies each
+  /// element as it reads it (the same fp32 product as scaling in place first, one pass fewer over
+  /// the host's memory); on a device the gradient is scaled in place first. Each group whose
+  /// states live on the host sends its updated parameters up as soon as its pass ends
+  /// (refresh_device_params: asynchronous on a GPU, so the copy overlaps the next group's pass).
+  void step(const std::vector<FlatParamGroup*>& groups, double lr, double grad_scale = 1.0);
   /// Sets every gradient to zero (keeps the buffers).
   static void zero_grad(const std::vector<FlatParamGroup*>& groups);
   int64_t steps_taken() const { return steps_; }

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <chrono>
+#include <optional>
 #include <cstdlib>
 #include <cmath>
 #include <regex>
@@ -160,27 +161,23 @@ StepResult Trainer::step() {
 void Trainer::optimizer_phase(int64_t step, StepResult& r) {
   EnginePhase opt(ctx_.slot, "optimizer");
   auto groups = model_->groups();
-  r.grad_norm = global_grad_norm(groups, ctx_);
+  {
+    EnginePhase norm(ctx_.slot, "optimizer/grad_norm");  // offloaded: one read of the host gradients
+    r.grad_norm = global_grad_norm(groups, ctx_);
+  }
   if (!std::isfinite(r.grad_norm))
     throw StepFailure(StepFailure::Kind::NonFinite, step + 1, "bwd", -1, -1,
                       "gradient norm is " + std::string(std::isnan(r.grad_norm) ? "NaN" : "Inf") + " at step " +
                           std::to_string(step + 1) + " (phase bwd, loss " + std::to_string(r.loss) + "); stopping");
-  clip_gradients(groups, r.grad_norm, cfg_.training.grad_clip);
+  const double clip = clip_factor(r.grad_norm, cfg_.training.grad_clip);  // applied inside the step
   r.lr = lr_at(cfg_.training, step);
-  if (!cfg_.memory.offload_optimizer) {
-    optimizer_.step(groups, r.lr);
-    AdamW::zero_grad(groups);
-    return;
-  }
-  {
-    // Optimizer offload: AdamW on the host's shards (one fused AVX2 pass per shard over ATen's
-    // threads), timed as its own phase, then the updated parameters go back to the device.
-    EnginePhase host(ctx_.slot, "optimizer/host_adamw");
-    optimizer_.step(groups, r.lr);
-    AdamW::zero_grad(groups);
-  }
-  EnginePhase upload(ctx_.slot, "optimizer/upload");
-  for (FlatParamGroup* g : groups) g->refresh_device_params();
+  // Optimizer offload: AdamW on the host's shards (one fused AVX2 pass per shard over ATen's
+  // threads, the clipping folded in), timed as its own phase; each shard's updated parameters go
+  // up to the device as its pass ends, overlapping the next shard's pass (refresh_device_params).
+  std::optional<EnginePhase> host;
+  if (cfg_.memory.offload_optimizer) host.emplace(ctx_.slot, "optimizer/host_adamw");
+  optimizer_.step(groups, r.lr, clip);
+  AdamW::zero_grad(groups);
 }
 
 StepResult Trainer::apply_gradients() {

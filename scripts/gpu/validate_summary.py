@@ -130,12 +130,15 @@ def optimizer(d):
     if not r:
         return []
     runs = r.get("runs", {})
+    bench = os.path.join(d, "host_adamw_bench.txt")  # the host AdamW's thread scaling, when it ran
+    bench_lines = ["  " + line.rstrip() for line in open(bench)] if os.path.exists(bench) else []
     return ["  offloaded optimizer on the full stack at %s tokens: step time ratio %s (target <= 1.10), optimizer "
             "phase %s of the step, phases %s" % (r.get("seq_len"), r.get("step_time_ratio", r.get("error")),
                                                  r.get("optimizer_share_of_step"), r.get("optimizer_phases_s")),
             "  device peak on device / offloaded: %s / %s B; host peak %s / %s B" % (
                 runs.get("on_device", {}).get("peak_bytes"), runs.get("offloaded", {}).get("peak_bytes"),
-                runs.get("on_device", {}).get("host_peak_bytes"), runs.get("offloaded", {}).get("host_peak_bytes"))]
+                runs.get("on_device", {}).get("host_peak_bytes"), runs.get("offloaded", {}).get("host_peak_bytes"))
+            ] + bench_lines
 
 
 def main():

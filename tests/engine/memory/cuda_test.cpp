@@ -119,6 +119,42 @@ TEST_CASE("cuda: optimizer offload keeps the states in pinned host memory and tr
   CHECK(diff <= optimizer_tolerance(on_device, 1, elements));
 }
 
+TEST_CASE("cuda: optimizer offload in bf16 with tied embeddings: the gradients sum as on the device, the upload "
+          "casts the master", "[.cuda]") {
+  REQUIRE(prepare_cuda().available);
+  RunConfig on_device = cuda_config();
+  on_device.training.dtype = DType::BFloat16;
+  on_device.model.tie_embeddings = true;  // the embedding takes two contributions: the LM head's, its own
+  RunConfig offloaded = on_device;
+  offloaded.memory.offload_optimizer = true;
+  Trainer a(on_device, cuda_rank()), b(offloaded, cuda_rank());
+  a.forward_backward(a.next_step());
+  b.forward_backward(b.next_step());
+  // The same forward and backward (bf16 kernels on the same values), the sum of the embedding's two
+  // contributions made on the device either way (accumulate_gradient), so each gradient within the
+  // gradient bound of two reorderings of the same sums (atomics may reorder the embedding's).
+  auto ga = a.model().groups(), gb = b.model().groups();
+  for (size_t g = 0; g < ga.size(); ++g) {
+    gb[g]->finish_gradient_copy();  // the copy down has landed
+    INFO(ga[g]->name());
+    CHECK(relative_diff(gb[g]->grad(), ga[g]->grad().cpu()) <= 2 * gradient_tolerance(on_device, 1));
+  }
+  b.apply_gradients();
+  // After the step each group's device parameters are its master cast to bf16 (round to nearest
+  // even on the device, as the all-gather's cast on the host would give): equal element by element.
+  torch::cuda::synchronize();
+  for (FlatParamGroup* g : gb) {
+    g->unshard();
+    for (size_t i = 0; i < g->specs().size(); ++i) {
+      const ParamSpec& spec = g->specs()[i];
+      const at::Tensor expected = g->master.detach().narrow(0, spec.offset, spec.numel()).to(at::kBFloat16);
+      INFO(g->name() << "." << spec.name);
+      CHECK(at::equal(g->view(i).reshape({-1}).cpu(), expected));
+    }
+    g->reshard();
+  }
+}
+
 TEST_CASE("cuda: the fused loss reads its answer statistics inside the kernel's own workspace", "[.cuda]") {
   // Found on an H200 (2026-11-26): the long-range task's S/8 answer rows had their [k, V] logits
   // made at once (bf16, an fp32 copy, a gathered copy and log-softmax), 13 GiB of Llama-3.2-1B's

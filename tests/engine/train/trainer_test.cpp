@@ -75,6 +75,35 @@ TEST_CASE("optimizer: clipping scales every gradient to the global norm", "[engi
   CHECK(global_grad_norm(groups, t.rank_context()) == Approx(norm / 4).epsilon(1e-5));
 }
 
+TEST_CASE("optimizer: the clipping folded into the host AdamW equals clipping in place first, bit for bit",
+          "[engine][train][equivalence]") {
+  // Two trainers on the same step have the same gradients. One scales them in place
+  // (clip_gradients) and steps unscaled; the other passes the factor to AdamW::step, whose fused
+  // host pass multiplies each gradient as it reads it: the same fp32 product, rounded once alike.
+  Trainer folded(tiny_config(), cpu_rank()), in_place(tiny_config(), cpu_rank());
+  folded.forward_backward(0);
+  in_place.forward_backward(0);
+  auto fg = folded.model().groups(), ig = in_place.model().groups();
+  const double norm = global_grad_norm(ig, in_place.rank_context());
+  const double max_norm = norm / 3;  // clips: factor about 1/3
+  const double factor = clip_factor(norm, max_norm);
+  REQUIRE(factor < 0.34);
+  CHECK(clip_gradients(ig, norm, max_norm) == factor);
+  in_place.optimizer().step(ig, 1e-3);
+  folded.optimizer().step(fg, 1e-3, factor);
+  for (size_t g = 0; g < fg.size(); ++g) {
+    INFO(fg[g]->name());
+    CHECK(at::equal(fg[g]->master.detach(), ig[g]->master.detach()));
+    CHECK(at::equal(fg[g]->exp_avg, ig[g]->exp_avg));
+    CHECK(at::equal(fg[g]->exp_avg_sq, ig[g]->exp_avg_sq));
+  }
+  // and the factor matters: unscaled gradients give other parameters
+  Trainer unclipped(tiny_config(), cpu_rank());
+  unclipped.forward_backward(0);
+  unclipped.optimizer().step(unclipped.model().groups(), 1e-3);
+  CHECK_FALSE(at::equal(unclipped.model().groups()[0]->exp_avg, fg[0]->exp_avg));
+}
+
 TEST_CASE("trainer: same preset and seed give bit-identical losses, another seed differs", "[engine][train]") {
   RunConfig cfg = tiny_config();
   auto losses = [](const RunConfig& c) {
