@@ -141,6 +141,12 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
     const double ts = e.contains("ts") ? e.at("ts").get<double>() : 0;
     if (!metadata && (later_step || ts > cut_us)) continue;
     if (metadata && e.contains("pid")) ranks_.insert(static_cast<int>(e.at("pid").get<int64_t>()));
+    // A kept track's thread keeps its tid: this process's spans on that track go on it, and a new
+    // track takes a tid of its own (named once, not a second name on a kept tid).
+    if (metadata && e.contains("name") && e.at("name") == "thread_name" && e.contains("pid") && e.contains("tid") &&
+        e.contains("args") && e.at("args").contains("name"))
+      tracks_.emplace(std::make_pair(static_cast<int>(e.at("pid").get<int64_t>()), e.at("args").at("name").get<std::string>()),
+                      static_cast<int>(e.at("tid").get<int64_t>()));
     if (!metadata) kept_until_us = std::max(kept_until_us, ts + (e.contains("dur") ? e.at("dur").get<double>() : 0));
     kept += (first_event_ ? "" : ",\n") + text;
     first_event_ = false;
@@ -168,7 +174,9 @@ void TraceWriter::on_device_span(const DeviceSpan& s) {
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_rank_locked(s.rank);
   // One trace thread per (rank, track), named once: Perfetto draws it as a row under the rank.
-  auto [it, fresh] = tracks_.emplace(std::make_pair(s.rank, s.track), static_cast<int>(tracks_.size()) + 1);
+  int next_tid = 1;  // one more than any tid in use (a resumed trace's kept tracks included)
+  for (const auto& [key, tid] : tracks_) next_tid = std::max(next_tid, tid + 1);
+  auto [it, fresh] = tracks_.emplace(std::make_pair(s.rank, s.track), next_tid);
   const int tid = it->second;
   if (fresh) emit_locked(thread_name_event(s.rank, tid, s.track));
   std::string out;

@@ -165,6 +165,55 @@ TEST_CASE("trace is valid JSON after an exception and streams while the run goes
   CHECK_THROWS_AS(TraceWriter("/nonexistent-dir/trace.json"), std::runtime_error);
 }
 
+TEST_CASE("a resumed trace keeps each copy track on its own thread", "[telemetry][trace]") {
+  const std::string path = temp_path("trace_resumed_tracks.json");
+  auto span = [](const std::string& track, const std::string& name, int64_t step, double t) {
+    DeviceSpan s;
+    s.step = step;
+    s.name = name;
+    s.category = "copy";
+    s.track = track;
+    s.t_begin_s = t;
+    s.t_end_s = t + 0.01;
+    s.bytes = 64;
+    return s;
+  };
+  {
+    TraceWriter trace(path);  // the first run: down, then up
+    trace.on_device_span(span("offload d2h", "d2h block.1", 1, 0.1));
+    trace.on_device_span(span("offload h2d", "h2d block.1", 1, 0.2));
+    StepMetrics m;
+    m.step = 1;
+    m.rank_peak_bytes = {1};
+    trace.on_step(m);
+  }
+  {
+    TraceWriter trace(path, /*keep_through_step=*/1);  // the resumed run meets the tracks the other way round
+    trace.on_device_span(span("offload h2d", "h2d block.2", 2, 0.1));
+    trace.on_device_span(span("offload d2h", "d2h block.2", 2, 0.2));
+    trace.on_device_span(span("loss copy", "copy", 2, 0.3));  // a track the first run had not
+  }
+  const Json doc = parse_file(path);
+  std::map<int64_t, std::string> thread_names;  // tid -> its one name (rank 0)
+  int names = 0;
+  for (const auto& e : doc.at("traceEvents"))
+    if (e.at("ph").get<std::string>() == "M" && e.at("name").get<std::string>() == "thread_name") {
+      ++names;
+      CHECK(thread_names.emplace(e.at("tid").get<int64_t>(), e.at("args").at("name").get<std::string>()).second);
+    }
+  CHECK(names == 4);  // the rank's phases thread (tid 0) and each of the three tracks, once across both runs
+  int spans = 0;
+  for (const auto& e : doc.at("traceEvents"))
+    if (e.at("ph").get<std::string>() == "X" && e.contains("cat") && e.at("cat").get<std::string>() == "copy") {
+      ++spans;
+      const std::string name = e.at("name").get<std::string>();
+      const std::string track = name.rfind("d2h", 0) == 0 ? "offload d2h" : name.rfind("h2d", 0) == 0 ? "offload h2d" : "loss copy";
+      INFO(name);
+      CHECK(thread_names.at(e.at("tid").get<int64_t>()) == track);
+    }
+  CHECK(spans == 5);
+}
+
 TEST_CASE("trace accepts the studio's spans and samples", "[telemetry][trace]") {
   const std::string path = temp_path("trace_spans.json");
   {
