@@ -186,8 +186,11 @@ void FlatParamGroup::accumulate_gradient(const at::Tensor& shard) {
   at::NoGradGuard no_grad;
   at::Tensor& grad = master.mutable_grad();
   if (shard.device() == grad.device()) {
-    grad.add_(shard);
-    grad_zeroed_ = false;
+    if (grad_zeroed_)
+      grad.copy_(shard);  // 0 + shard is shard (zero_gradient left the buffer as it was)
+    else
+      grad.add_(shard);
+    grad_zeroed_ = grad_stale_ = false;
     return;
   }
   if (grad_zeroed_ && shard.device().is_cuda() && grad.is_pinned()) {
@@ -196,10 +199,11 @@ void FlatParamGroup::accumulate_gradient(const at::Tensor& shard) {
     // for work queued after the copy on this stream.
     grad.copy_(shard, /*non_blocking=*/true);
     record_gradient_copy(shard.device());
-    grad_zeroed_ = false;
+    device_grad_norm_ = shard.norm();  // [] fp32 on the device, of the whole gradient
+    grad_zeroed_ = grad_stale_ = false;
     return;
   }
-  finish_gradient_copy();
+  finish_gradient_copy();  // also zeroes a stale buffer: the paths below add into it
   if (shard.device().is_cuda() && grad.is_pinned()) {
     // A later contribution on a GPU (the tied embedding's second): the first comes back up and the
     // sum is made on the device, then goes down asynchronously as the first did. Time: two pinned
@@ -214,6 +218,7 @@ void FlatParamGroup::accumulate_gradient(const at::Tensor& shard) {
     sum.add_(shard);  // first + later: the on-device gradient's add_, the same order
     grad.copy_(sum, /*non_blocking=*/true);
     record_gradient_copy(shard.device());
+    device_grad_norm_ = sum.norm();  // [] fp32 on the device, of the whole gradient
     return;
   }
   // Down to the host (a transient [shard] fp32 host copy), then the add there.
@@ -225,6 +230,7 @@ void FlatParamGroup::accumulate_gradient(const at::Tensor& shard) {
   }
   grad.add_(on_host);
   grad_zeroed_ = false;
+  device_grad_norm_ = at::Tensor();  // the sum exists on the host only
 }
 
 void FlatParamGroup::record_gradient_copy(at::Device device) {
@@ -234,16 +240,26 @@ void FlatParamGroup::record_gradient_copy(at::Device device) {
 }
 
 void FlatParamGroup::finish_gradient_copy() {
-  if (!grad_copy_done_) return;
-  grad_copy_done_->synchronize();
-  grad_copy_done_.reset();
+  if (grad_copy_done_) {
+    grad_copy_done_->synchronize();
+    grad_copy_done_.reset();
+  }
+  if (grad_stale_) {  // no contribution reached the group since zero_gradient: it reads zeros
+    at::NoGradGuard no_grad;
+    master.mutable_grad().zero_();
+    grad_stale_ = false;
+  }
 }
 
 void FlatParamGroup::zero_gradient() {
   finish_gradient_copy();
-  at::NoGradGuard no_grad;
-  master.mutable_grad().zero_();
+  // Time: no pass over the buffer now. The step's first contribution overwrites it (a copy: 0 +
+  // shard is shard), so the host optimizer's gradients are not written twice a step (4 B a
+  // parameter of host memory traffic); a group no contribution reaches is zeroed when it is read
+  // (finish_gradient_copy, which every reader calls first).
   grad_zeroed_ = true;
+  grad_stale_ = true;
+  device_grad_norm_ = at::Tensor();
 }
 
 /// Bytes a parameter of the fp32 states: master, gradient and the two AdamW moments.

@@ -79,11 +79,18 @@ class FlatParamGroup {
   /// goes on while it crosses PCIe (finish_gradient_copy waits for it); a later one (the tied
   /// embedding's second) waits for it, copies down and adds on the host.
   void accumulate_gradient(const at::Tensor& shard);
-  /// Waits for an asynchronous gradient copy to the host (nothing when none is in flight): before
-  /// anything on the host reads the gradient.
+  /// Waits for an asynchronous gradient copy to the host (nothing when none is in flight), and
+  /// zeroes a gradient that no contribution reached since zero_gradient(): call it before
+  /// anything reads the gradient (global_grad_norm does, for every group).
   void finish_gradient_copy();
-  /// Zeroes the gradient (keeps the buffer) after finishing any copy into it.
+  /// Empties the gradient (keeps the buffer) after finishing any copy into it, lazily: the next
+  /// contribution overwrites the buffer, or finish_gradient_copy() zeroes it.
   void zero_gradient();
+  /// With the states in pinned host memory on a GPU: the gradient's 2-norm [] fp32 on the device,
+  /// taken from the device tensor the copy down reads (the same kernel on the same values as the
+  /// on-device optimizer's norm of its gradient), so the host reads its gradients once a step
+  /// (the AdamW pass), not twice. Undefined when the gradient was summed on the host or none came.
+  const at::Tensor& device_grad_norm() const { return device_grad_norm_; }
   /// Bytes of the group's persistent tensors in the device pool (master, grad and moments, or
   /// `device_params` with the states on the host) and in the host pool (the offloaded states).
   int64_t device_state_bytes() const;
@@ -162,6 +169,8 @@ class FlatParamGroup {
   bool states_on_host_ = false;
   at::Tensor device_params_;     ///< [shard_numel] compute dtype on the device, with the states on the host
   bool grad_zeroed_ = true;      ///< no contribution since zero_gradient(): the next may be a copy
+  bool grad_stale_ = false;      ///< ... and the buffer still holds the last step's values
+  at::Tensor device_grad_norm_;  ///< [] fp32 on the device (device_grad_norm)
   std::unique_ptr<c10::Event> grad_copy_done_;  ///< recorded after an asynchronous copy down
   bool unsharded_ = false;
   at::Tensor full_;  ///< [padded_numel] compute dtype; its storage is swapped by (un)shard

@@ -12,11 +12,13 @@ namespace {
 
 double exposed(double comm_s, double overlap_s) { return std::max(0.0, comm_s - overlap_s); }
 
-/// Host memory traffic of one parameter through the offloaded optimizer step, bytes: the gradient
-/// norm (read g, 4), the fused AdamW pass with the clipping folded in (engine/train/optimizer.cpp:
-/// read p, g, m, v, 16; write p, m, v, 12), zero_grad (write g, 4) and the upload's DMA read of
-/// the fp32 master (4).
-constexpr double kHostAdamBytesPerParam = 40.0;
+/// Host memory traffic of one parameter through the offloaded optimizer step, bytes: the fused
+/// AdamW pass with the clipping folded in (engine/train/optimizer.cpp: read p, g, m, v, 16; write
+/// p, m, v, 12) and the upload's DMA read of the fp32 master (4). zero_grad writes nothing (the
+/// next step's first contribution overwrites the gradient); on a GPU the gradient norm is taken
+/// on the device (FlatParamGroup::device_grad_norm), on the CPU it reads g once more (4).
+constexpr double kHostAdamBytesPerParam = 32.0;
+constexpr double kHostNormBytesPerParam = 4.0;
 
 }  // namespace
 
@@ -143,10 +145,11 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
     const double largest_shard = static_cast<double>(
         std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}));
     const double host_bw = hw.host_optimizer_gbps * 1e9 / static_cast<double>(s.ranks_per_node);
-    const double adamw = shard_elems * kHostAdamBytesPerParam / host_bw;
+    const double host_bytes = kHostAdamBytesPerParam + (s.cuda_target ? 0.0 : kHostNormBytesPerParam);
+    const double adamw = shard_elems * host_bytes / host_bw;
     const double params_up = shard_elems * 4.0 / pcie_bw;
     const double optimizer = std::max(adamw + largest_shard * 4.0 / pcie_bw,
-                                      largest_shard * kHostAdamBytesPerParam / host_bw + params_up);
+                                      largest_shard * host_bytes / host_bw + params_up);
     const double block_down = block_shard * 4.0 / pcie_bw;
     const double bwd_block = pt.of(PhaseKind::BwdRecompute) + pt.of(PhaseKind::BwdMlp) + pt.of(PhaseKind::BwdAttn);
     pt.seconds[static_cast<int>(PhaseKind::BwdReduceScatter)] += s.cuda_target ? exposed(block_down, bwd_block) : block_down;

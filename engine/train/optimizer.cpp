@@ -2,6 +2,7 @@
 // defines: lr_at, global_grad_norm, clip_gradients, AdamW
 #include "engine/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <ATen/Parallel.h>
@@ -27,14 +28,23 @@ double global_grad_norm(const std::vector<FlatParamGroup*>& groups, const RankCo
   CategoryScope category(MemCategory::Other);
   at::Tensor sharded = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));    // [1]
   at::Tensor replicated = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));  // [1]
+  // Optimizer offload on a GPU: each group's norm was taken on the device from the tensor its copy
+  // down read (device_grad_norm), so the sums are made there; a CPU run's on the host.
+  const bool device_norms = std::all_of(groups.begin(), groups.end(),
+                                        [](const FlatParamGroup* g) { return g->device_grad_norm().defined(); });
+  if (device_norms) {
+    sharded = sharded.to(ctx.device);
+    replicated = replicated.to(ctx.device);
+  }
   for (auto* g : groups) {
     g->finish_gradient_copy();  // optimizer offload: the gradient's copy to the host has landed
     // Memory: a reduction (no squared copy of the shard); CPU accumulates fp32 norms in double.
-    at::Tensor norm = g->grad().norm().to(at::kDouble).reshape({1});
+    const at::Tensor fp32_norm = device_norms ? g->device_grad_norm() : g->grad().norm();
+    at::Tensor norm = fp32_norm.to(at::kDouble).reshape({1});
     (g->sharded() ? sharded : replicated).add_(norm * norm);
   }
   // The collective runs on the rank's device (NCCL takes device tensors); with the optimizer
-  // offloaded the norms were taken on the host.
+  // offloaded on the CPU the norms were taken on the host.
   if (sharded.device() != ctx.device) sharded = sharded.to(ctx.device);
   if (ctx.world_size > 1) ctx.world->all_reduce_sum(sharded);
   return std::sqrt(sharded.item<double>() + replicated.item<double>());
@@ -129,6 +139,7 @@ void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr, double g
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
   for (auto* g : groups) {
+    g->finish_gradient_copy();  // the gradient is complete (landed on the host, or zeroed if none came)
     at::Tensor p = g->master.detach();  // [shard]
     const at::Tensor grad = g->grad();  // [shard]
     if (p.device().is_cpu()) {

@@ -162,8 +162,10 @@ inline Trajectory run_trajectory(Trainer& t, int steps, const std::vector<std::v
     }
     if (drive) {
       at::NoGradGuard no_grad;
-      for (size_t g = 0; g < groups.size(); ++g)
-        groups[g]->master.mutable_grad().copy_(shard_of(*groups[g], (*drive)[s][g]));
+      for (size_t g = 0; g < groups.size(); ++g) {
+        groups[g]->zero_gradient();  // the driven gradient replaces the step's own
+        groups[g]->accumulate_gradient(shard_of(*groups[g], (*drive)[s][g]));
+      }
     }
     t.apply_gradients();
   }

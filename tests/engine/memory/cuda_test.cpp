@@ -106,7 +106,10 @@ TEST_CASE("cuda: optimizer offload keeps the states in pinned host memory and tr
   auto ga = a.model().groups(), gb = b.model().groups();
   {
     at::NoGradGuard no_grad;
-    for (size_t g = 0; g < ga.size(); ++g) gb[g]->master.mutable_grad().copy_(ga[g]->grad());
+    for (size_t g = 0; g < ga.size(); ++g) {
+      gb[g]->zero_gradient();  // a's gradient replaces b's own, down to b's pinned host gradient
+      gb[g]->accumulate_gradient(ga[g]->grad());
+    }
   }
   a.apply_gradients();
   b.apply_gradients();
