@@ -198,10 +198,12 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::TiedGradBack,
       s.tied && s.offload_optimizer && s.cuda_target ? sat_product({s.embed_layout.shard_numel, 4}) : 0);
   // On a GPU, [largest shard] fp32: AdamW's denominator (engine/train/optimizer.cpp), or with the
-  // states offloaded the upload's device staging buffer (FlatParamGroup::refresh_device_params).
-  // A CPU run's host optimizer is one fused pass without a temporary.
+  // states offloaded the upload's device staging buffer for the cast (FlatParamGroup::
+  // refresh_device_params; an fp32 run copies straight into the parameters). A CPU run's host
+  // optimizer is one fused pass without a temporary.
+  const bool optimizer_temp = s.cuda_target && !(s.offload_optimizer && s.c == 4);
   set(TensorKind::OptimizerTemp,
-      !s.cuda_target ? 0 : sat_product({std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}), 4}));
+      !optimizer_temp ? 0 : sat_product({std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}), 4}));
   set(TensorKind::RuntimeOverhead, s.runtime_overhead);
   set(TensorKind::OffloadedInput, sat_product({s.t, s.d, c}));
   return s;

@@ -162,7 +162,8 @@ void Trainer::optimizer_phase(int64_t step, StepResult& r) {
   EnginePhase opt(ctx_.slot, "optimizer");
   auto groups = model_->groups();
   {
-    EnginePhase norm(ctx_.slot, "optimizer/grad_norm");  // offloaded: one read of the host gradients
+    // offloaded: the copies down land; on a GPU each group's norm was taken on the device
+    EnginePhase norm(ctx_.slot, "optimizer/grad_norm");
     r.grad_norm = global_grad_norm(groups, ctx_);
   }
   if (!std::isfinite(r.grad_norm))
