@@ -174,11 +174,15 @@ void TraceWriter::on_device_span(const DeviceSpan& s) {
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_rank_locked(s.rank);
   // One trace thread per (rank, track), named once: Perfetto draws it as a row under the rank.
-  int next_tid = 1;  // one more than any tid in use (a resumed trace's kept tracks included)
-  for (const auto& [key, tid] : tracks_) next_tid = std::max(next_tid, tid + 1);
-  auto [it, fresh] = tracks_.emplace(std::make_pair(s.rank, s.track), next_tid);
+  const auto key = std::make_pair(s.rank, s.track);
+  auto it = tracks_.find(key);
+  if (it == tracks_.end()) {
+    int next_tid = 1;  // one more than any tid in use (a resumed trace's kept tracks included)
+    for (const auto& [known, tid] : tracks_) next_tid = std::max(next_tid, tid + 1);
+    it = tracks_.emplace(key, next_tid).first;
+    emit_locked(thread_name_event(s.rank, next_tid, s.track));
+  }
   const int tid = it->second;
-  if (fresh) emit_locked(thread_name_event(s.rank, tid, s.track));
   std::string out;
   {
     JsonWriter w(out);
