@@ -1,9 +1,9 @@
 // host_adamw_bench: the host optimizer's speed, the fused one-pass AdamW (AdamW::step on a CPU shard)
 // against the op-by-op ATen form it replaced, side by side in one process on the same shard.
 // Usage: host_adamw_bench [PARAMS_MILLIONS=16] [REPS=10] [THREADS...]. Prints, per intra-op thread
-// count (default: ATen's), median ms, the ratio and the host memory traffic each reaches (the fused
-// pass moves 28 B a parameter: read p, g, m, v; write p, m, v), the figure
-// hardware.host_optimizer_gbps stands for, beside a parallel copy's (the host's ceiling).
+// count (default: ATen's), the threads the fused pass ran on, median ms, the ratio and the host
+// memory traffic each reaches (the fused pass moves 28 B a parameter: read p, g, m, v; write p, m,
+// v), the figure hardware.host_optimizer_gbps stands for, beside a parallel copy's (the ceiling).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   if (thread_counts.empty()) thread_counts.push_back(at::get_num_threads());
   const double traffic = 28.0 * static_cast<double>(n);  // bytes the fused pass must move
   std::printf("host AdamW over %lld M fp32 parameters, median of %d\n", static_cast<long long>(millions), reps);
-  std::printf("threads  fused ms  fused GB/s  op-by-op ms  op-by-op GB/s-equiv  fused/op-by-op  copy GB/s\n");
+  std::printf("threads  ran on  fused ms  fused GB/s  op-by-op ms  op-by-op GB/s-equiv  fused/op-by-op  copy GB/s\n");
   int64_t step = 0;
   for (int threads : thread_counts) {
     at::set_num_threads(threads);
@@ -92,7 +92,10 @@ int main(int argc, char** argv) {
     const double ops_ms = median_ms(reps, [&] { adamw_op_by_op(p, g, m, v, t, lr, ++step); });
     // The ceiling: a parallel copy reads and writes 8 B an element.
     const double copy_ms = median_ms(reps, [&] { copy_dst.copy_(p); });
-    std::printf("%7d %9.2f %11.2f %12.2f %20.2f %15.2fx %10.2f\n", at::get_num_threads(), fused_ms,
+    // "ran on": the threads the fused pass's range was split over (AdamW::host_threads), which is
+    // the thread count unless the pass ran serially.
+    std::printf("%7d %7d %9.2f %11.2f %12.2f %20.2f %15.2fx %10.2f\n", at::get_num_threads(), fused.host_threads(),
+                fused_ms,
                 traffic / fused_ms / 1e6, ops_ms, traffic / ops_ms / 1e6, fused_ms / ops_ms,
                 8.0 * static_cast<double>(n) / copy_ms / 1e6);
   }

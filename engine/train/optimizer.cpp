@@ -3,9 +3,11 @@
 #include "engine/train/optimizer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -124,9 +126,16 @@ void adamw_span(float* p, const float* g, float* m, float* v, int64_t lo, int64_
   for (int64_t i = lo; i < hi; ++i) adamw_element(p, g, m, v, i, a);
 }
 
-/// The span split over ATen's intra-op threads.
-void adamw_cpu_range(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const AdamScalars& a) {
-  at::parallel_for(begin, end, 16384, [&](int64_t lo, int64_t hi) { adamw_span(p, g, m, v, lo, hi, a); });
+/// The span split over ATen's intra-op threads; returns how many ran a part (ATen's OpenMP form
+/// gives each thread one contiguous part). at::parallel_for is inline: this file is compiled with
+/// OpenMP (engine/CMakeLists.txt), without which it would run every part on the calling thread.
+int adamw_cpu_range(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const AdamScalars& a) {
+  std::atomic<int> parts{0};
+  at::parallel_for(begin, end, 16384, [&](int64_t lo, int64_t hi) {
+    parts.fetch_add(1, std::memory_order_relaxed);
+    adamw_span(p, g, m, v, lo, hi, a);
+  });
+  return parts.load();
 }
 
 }  // namespace
@@ -135,6 +144,7 @@ void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr, double g
   at::NoGradGuard no_grad;
   CategoryScope category(MemCategory::Other);  // one [shard] temporary (denom) on a GPU; the moments are optimizer
   ++steps_;
+  host_threads_ = 0;
   const double b1 = training_.beta1, b2 = training_.beta2;
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
@@ -162,7 +172,7 @@ void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr, double g
       auto run = [&](int64_t begin, int64_t end, float keep) {
         if (end <= begin) return;
         a.keep = keep;
-        adamw_cpu_range(pp, gp, mp, vp, begin, end, a);
+        host_threads_ = std::max(host_threads_, adamw_cpu_range(pp, gp, mp, vp, begin, end, a));
       };
       for (const auto& [begin, end] : g->no_decay_ranges()) {
         run(at_elem, begin, decay_keep);

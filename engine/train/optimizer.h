@@ -43,11 +43,15 @@ class AdamW {
   /// Sets every gradient to zero (keeps the buffers).
   static void zero_grad(const std::vector<FlatParamGroup*>& groups);
   int64_t steps_taken() const { return steps_; }
+  /// The most intra-op threads one range of the last step's host pass ran on (0 when no state
+  /// lives on the host): at::get_num_threads() on a range of 16384 elements a thread or more.
+  int host_threads() const { return host_threads_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
 
  private:
   TrainingConfig training_;
   int64_t steps_ = 0;
+  int host_threads_ = 0;
 };
 
 }  // namespace odyssey

@@ -131,7 +131,10 @@ def optimizer(d):
         return []
     runs = r.get("runs", {})
     bench = os.path.join(d, "host_adamw_bench.txt")  # the host AdamW's thread scaling, when it ran
-    bench_lines = ["  " + line.rstrip() for line in open(bench)] if os.path.exists(bench) else []
+    bench_lines = []
+    if os.path.exists(bench):
+        with open(bench) as f:
+            bench_lines = ["  " + line.rstrip() for line in f]
     return ["  offloaded optimizer on the full stack at %s tokens: step time ratio %s (target <= 1.10), optimizer "
             "phase %s of the step, phases %s" % (r.get("seq_len"), r.get("step_time_ratio", r.get("error")),
                                                  r.get("optimizer_share_of_step"), r.get("optimizer_phases_s")),

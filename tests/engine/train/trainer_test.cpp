@@ -62,6 +62,39 @@ TEST_CASE("optimizer: AdamW over a flat shard equals torch::optim::AdamW with a 
   CHECK(relative_diff(g.master.detach().narrow(0, split, g.numel() - split), no_decay.detach()) <= tol);
 }
 
+TEST_CASE("optimizer: the host AdamW's pass runs on every intra-op thread, bit-equal to one thread",
+          "[engine][train]") {
+  // at::parallel_for is inline in ATen's OpenMP build: compiled without OpenMP it runs serially,
+  // which held the fused pass at 18 GB/s from 1 to 16 threads on the H200's host. Two threads on a
+  // shard of 8 grains (16384 elements each) must both run a part, and the result (elementwise,
+  // each element's arithmetic unchanged by the split) equals the one-thread pass bit for bit.
+  at::NoGradGuard no_grad;
+  const int saved_threads = at::get_num_threads();
+  TrainingConfig tc;
+  tc.weight_decay = 0.1;
+  const int64_t n = 8 * 16384;
+  RankContext ctx;  // outlives the groups, which keep a reference
+  auto run = [&](int threads) {
+    at::set_num_threads(threads);
+    at::manual_seed(3);
+    auto g = std::make_unique<FlatParamGroup>("w", std::vector<ParamSpec>{ParamSpec{"w", {n}, true, 0.02}}, ctx,
+                                              FlatGroupOptions{});
+    g->init(1);
+    g->master.mutable_grad().normal_();
+    AdamW adamw(tc);
+    adamw.step({g.get()}, 1e-3);
+    return std::make_pair(adamw.host_threads(), std::move(g));
+  };
+  auto [one_thread, serial] = run(1);
+  auto [two_threads, split] = run(2);
+  at::set_num_threads(saved_threads);
+  CHECK(one_thread == 1);
+  CHECK(two_threads == 2);
+  CHECK(at::equal(split->master.detach(), serial->master.detach()));
+  CHECK(at::equal(split->exp_avg_sq, serial->exp_avg_sq));
+  CHECK_FALSE(at::equal(split->exp_avg, at::zeros_like(split->exp_avg)));  // a step was taken
+}
+
 TEST_CASE("optimizer: clipping scales every gradient to the global norm", "[engine][train]") {
   Trainer t(tiny_config(), cpu_rank());
   t.forward_backward(0);
