@@ -90,6 +90,10 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
       const char* v = value(a);
       if (!v) return std::nullopt;
       args.memory_snapshot = v;
+    } else if (a == "--kernel-profile" && spec.kernel_profile) {
+      const char* v = value(a);
+      if (!v) return std::nullopt;
+      args.kernel_profile = v;
     } else if (a == "--resume" && spec.resume) {
       const char* v = value(a);
       if (!v) return std::nullopt;

@@ -29,12 +29,13 @@ struct Args {
   bool quiet = false;                   ///< --quiet: no progress output
   bool no_checkpoint = false;           ///< --no-checkpoint: write no checkpoint (benchmarks)
   std::string memory_snapshot;          ///< --memory-snapshot FILE (CUDA allocator history)
+  std::string kernel_profile;           ///< --kernel-profile FILE (Kineto trace of the last step)
 };
 
 /// Which options a subcommand accepts.
 struct ArgSpec {
   bool set = false, json = false, steps = false, out = false, resume = false, quiet = false, no_checkpoint = false,
-       memory_snapshot = false;
+       memory_snapshot = false, kernel_profile = false;
   int min_positional = 1;
   int max_positional = 1;
 };

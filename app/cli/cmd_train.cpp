@@ -1,6 +1,5 @@
 // odyssey train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--no-checkpoint]
-// [--memory-snapshot FILE] [--quiet]: trains the
-// preset's model on this machine; a progress bar on a terminal, plain lines otherwise; writes
+// [--memory-snapshot FILE] [--kernel-profile FILE] [--quiet]: trains the preset's model on this machine; a progress bar on a terminal, plain lines otherwise; writes
 // DIR/metrics.jsonl, DIR/trace.json, DIR/summary.json and checkpoints; Ctrl-C stops at the next step
 // boundary with a checkpoint, as does SIGTERM. Under torchrun (RANK, WORLD_SIZE, ... set) each process runs one
 // rank; rank 0 prints and writes the outputs, the others print errors only.
@@ -94,7 +93,8 @@ std::string progress_bar(int64_t done, int64_t total) {
 
 int run_train(int argc, char** argv, int first) {
   ArgSpec spec;
-  spec.set = spec.steps = spec.out = spec.resume = spec.quiet = spec.no_checkpoint = spec.memory_snapshot = true;
+  spec.set = spec.steps = spec.out = spec.resume = spec.quiet = spec.no_checkpoint = spec.memory_snapshot =
+      spec.kernel_profile = true;
   auto args = parse_args("train", spec, argc, argv, first, std::cerr);
   if (!args) return kExitBadInput;
   auto loaded = load_or_report(args->positional[0], args->overrides, std::cerr);
@@ -116,6 +116,7 @@ int run_train(int argc, char** argv, int first) {
   // A benchmark's run: no checkpoint at all (the 1B model's is 15 GB, and a device disk is 64 GiB).
   opt.checkpoints = !args->no_checkpoint;
   opt.memory_snapshot = args->memory_snapshot;
+  opt.kernel_profile = args->kernel_profile;
   opt.out_dir = !args->out.empty() ? args->out : !args->resume.empty() ? args->resume : cfg.output.dir;
   int64_t start = 0;
   if (!opt.resume_dir.empty()) {
@@ -200,7 +201,8 @@ int run_train(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{Command{
-    50, "train", "train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--no-checkpoint] [--memory-snapshot FILE]",
+    50, "train", "train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--no-checkpoint] [--memory-snapshot FILE] "
+    "[--kernel-profile FILE]",
     "train on this machine: metrics.jsonl, trace.json, summary.json, checkpoints; Ctrl-C stops cleanly", run_train}};
 
 }  // namespace

@@ -6,6 +6,7 @@ and torch.utils.checkpoint around every block; fp32 master weights, bf16 autocas
 
     python3 bench/gpu/pytorch_baseline.py --seq 32K --steps 3          # one JSON line
     python3 bench/gpu/pytorch_baseline.py --seq 256 --config tiny --device cpu   # CPU self-check
+    python3 bench/gpu/pytorch_baseline.py --seq 32K --steps 1 --kernel-profile trace.json  # + a profile
 
 Output: {"system": "pytorch", "seq_len", "tokens_per_s", "step_time_s", "mfu", "peak_bytes",
 "reserved_bytes", "loss", "device", "torch"}; exit 1 with {"error": "oom"} on out-of-memory.
@@ -92,6 +93,20 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1))
 
 
+def profiled_step(step, sync, device, path):
+    """One step under torch.profiler (operators; on CUDA every kernel, copy and fill), its Chrome
+    trace written to `path`: the format `odyssey train --kernel-profile` writes (kernel_profile.py)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        loss = step()
+        sync()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    prof.export_chrome_trace(path)
+    return loss
+
+
 def run(args):
     s = SHAPES[args.config]
     device = torch.device(args.device)
@@ -134,9 +149,12 @@ def run(args):
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times, loss = [], None
-    for _ in range(args.steps):
+    for i in range(args.steps):
         start = time.perf_counter()
-        loss = step()
+        if args.kernel_profile and i == args.steps - 1:
+            loss = profiled_step(step, sync, device, args.kernel_profile)
+        else:
+            loss = step()
         sync()
         times.append(time.perf_counter() - start)
     step_time = sum(times) / len(times)
@@ -159,6 +177,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--config", choices=sorted(SHAPES), default="llama3.2-1b")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--kernel-profile", metavar="FILE", help="profile the last step; its Chrome trace here")
     args = parser.parse_args()
     if args.seq <= 0 or args.steps <= 0 or args.warmup < 0:
         parser.error("--seq and --steps must be positive, --warmup >= 0")

@@ -116,11 +116,12 @@ def run_sampling_device_use(cmd, timeout_s, period_s=0.2):
     return completed, None
 
 
-def run_baseline(seq, steps, timeout_s, warmup=1, log_path=None):
+def run_baseline(seq, steps, timeout_s, warmup=1, log_path=None, extra_args=()):
     """One baseline process; returns its JSON dict (with "error" on failure). ODYSSEY_BENCH_BASELINE_ARGS
-    appends arguments (e.g. "--config tiny --device cpu" to check the scripts on a CPU machine)."""
+    appends arguments (e.g. "--config tiny --device cpu" to check the scripts on a CPU machine), then
+    `extra_args` (e.g. --kernel-profile FILE)."""
     cmd = [sys.executable, os.path.join(HERE, "pytorch_baseline.py"), "--seq", str(seq), "--steps", str(steps),
-           "--warmup", str(warmup)] + os.environ.get("ODYSSEY_BENCH_BASELINE_ARGS", "").split()
+           "--warmup", str(warmup)] + os.environ.get("ODYSSEY_BENCH_BASELINE_ARGS", "").split() + list(extra_args)
     proc, err, wall = _run(cmd, timeout_s, log_path)
     if err:
         return {"system": "pytorch", "seq_len": seq, "error": err, "wall_s": wall, "command": " ".join(cmd)}
@@ -131,12 +132,13 @@ def run_baseline(seq, steps, timeout_s, warmup=1, log_path=None):
     return result
 
 
-def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_path=None):
+def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_path=None, extra_args=()):
     """One `odyssey train` process, no checkpoint (a benchmark's run: the 1B model's is 15 GB);
     reads DIR/metrics.jsonl (DESIGN.md CLI contract). The first step is warm-up: tokens/s and step
-    time are the mean over the later steps (all steps if only one)."""
+    time are the mean over the later steps (all steps if only one). `extra_args`: more options
+    (e.g. --kernel-profile FILE)."""
     cmd = [odyssey_binary(), "train", preset or odyssey_preset(), "--set", "training.seq_len=%d" % seq,
-           "--steps", str(steps), "--out", out_dir, "--no-checkpoint", "--quiet"]
+           "--steps", str(steps), "--out", out_dir, "--no-checkpoint", "--quiet"] + list(extra_args)
     for s in odyssey_sets() + list(extra_sets):
         cmd += ["--set", s]
     proc, err, wall = _run(cmd, timeout_s, log_path)

@@ -13,6 +13,7 @@
 #include "engine/parallel/job.h"
 #include "engine/planner/planner.h"
 #include "engine/telemetry/cuda_runtime.h"
+#include "engine/telemetry/kernel_profile.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/metrics_jsonl.h"
 #include "engine/telemetry/phase_peaks.h"
@@ -133,6 +134,15 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
   log("memory: " + describe_memory(cfg, cfg.memory));
 }
 
+/// Makes the folder of a file that `option` names (--memory-snapshot, --kernel-profile) now, so a
+/// run that could not write the file is refused before any output (FileWriteError).
+void make_parent_dirs(const std::string& option, const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  std::string error;
+  if (slash != std::string::npos && slash > 0 && !make_dirs(path.substr(0, slash), &error))
+    throw FileWriteError(option + ": " + error);
+}
+
 // The step loop of one rank (the one loop of every launch mode): the boundary every rank decides
 // together, the step, its report to rank 0's outputs, the checkpoint cadence.
 void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, RunShared& shared, RunOutcome& out) {
@@ -154,7 +164,27 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
       break;
     }
     reporter.begin_step();
-    const StepResult r = trainer.step();  // throws StepFailure, CommError
+    // --kernel-profile: rank 0 records the run's last step (warm: its caches and plans are made).
+    const bool profiled = lead && !opt.kernel_profile.empty() && trainer.next_step() == total - 1;
+    if (profiled) start_kernel_profile(ctx.device.is_cuda() ? ctx.device.index() : -1);
+    StepResult r;
+    try {
+      r = trainer.step();  // throws StepFailure, CommError
+    } catch (...) {
+      if (profiled) {
+        try {
+          save_kernel_profile(opt.kernel_profile);  // a failed step's profile is the one to read
+        } catch (const std::exception& e) {
+          log(e.what());  // the step's own failure is the run's error
+        }
+      }
+      throw;
+    }
+    if (profiled) {
+      save_kernel_profile(opt.kernel_profile);
+      log("kernel profile of step " + std::to_string(trainer.next_step()) + " (open it in Perfetto; " +
+          "bench/gpu/kernel_profile.py sums it): " + opt.kernel_profile);
+    }
     reporter.report(r, boundary.config_version(), out);
     checkpoints.after_step(trainer, total);
   }
@@ -191,11 +221,9 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
         throw std::invalid_argument("--memory-snapshot " + opt.memory_snapshot +
                                     ": it records the CUDA caching allocator, and this run is on the CPU (training.device = " +
                                     std::string(to_string(cfg.training.device)) + ")");
-      const size_t slash = opt.memory_snapshot.find_last_of('/');
-      std::string error;
-      if (slash != std::string::npos && slash > 0 && !make_dirs(opt.memory_snapshot.substr(0, slash), &error))
-        throw FileWriteError("--memory-snapshot: " + error);
+      make_parent_dirs("--memory-snapshot", opt.memory_snapshot);
     }
+    if (!opt.kernel_profile.empty() && shared.reports) make_parent_dirs("--kernel-profile", opt.kernel_profile);
     if (!cfg.model.hf_path.empty() && opt.resume_dir.empty())
       HfWeights(cfg.model.hf_path, cfg.model);  // every tensor found and checked before the model is allocated
     if (!cfg.output.export_hf.empty() && !(opt.checkpoints && !opt.out_dir.empty()))

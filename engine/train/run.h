@@ -84,6 +84,9 @@ struct RunOptions {
   /// CUDA: record the caching allocator's history from the first step and write it here at the
   /// end (PyTorch's memory_viz pickle, Odyssey's phases as annotations); "" = none.
   std::string memory_snapshot;
+  /// Profile the run's last step with Kineto (operators; on CUDA every kernel, copy and fill) and
+  /// write its Chrome trace here (the process running rank 0); "" = none.
+  std::string kernel_profile;
   RunControl* control = nullptr;
   Timeline* timeline = nullptr;            ///< the studio's live feed
   /// Phase times count from here (telemetry_now_s clock); < 0: the clock's zero, or under torchrun

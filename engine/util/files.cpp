@@ -24,6 +24,10 @@ bool make_dirs(const std::string& path, std::string* error) {
     if (error) *error = "cannot create directory " + path + ": " + std::strerror(errno);
     return false;
   }
+  if (!is_directory(path)) {  // EEXIST from a file (or a link to one) of that name
+    if (error) *error = "cannot create directory " + path + ": a file of that name is there";
+    return false;
+  }
   return true;
 }
 

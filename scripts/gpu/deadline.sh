@@ -2,12 +2,13 @@
 # One device call that spends a short lease well: the runbook's stages (validate.sh) in the order
 # given, each its own validate run, none started past a deadline, all packed into ONE archive.
 # Usage: scripts/gpu/deadline.sh SECONDS STAGE...   (run from a call whose timeout_s exceeds SECONDS
-#        by 20 or more; stages: smoke kernels throughput planner longest offload ablation optimizer; binaries from
-#        gpu-carry, as scripts/gpu/pack.sh leaves them). Writes $OUT/gpu-session.tar.gz; exits 0
-#        once it is written (each stage's status is in the output and the archive).
+#        by 20 or more; stages: smoke kernels throughput planner longest offload ablation optimizer
+#        profile; binaries from gpu-carry, as scripts/gpu/pack.sh leaves them). Writes
+#        $OUT/gpu-session.tar.gz; exits 0 once it is written (each stage's status is in the output
+#        and the archive).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-[ $# -ge 2 ] || { sed -n '2,6p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,7p' "$0"; exit 2; }
 deadline=$(( $(date +%s) + $1 ))
 shift
 OUT="${OUT:-$ROOT/runs/gpu}"

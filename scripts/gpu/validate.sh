@@ -18,8 +18,9 @@
 # bytes per token), longest (longest context of each system), offload (offload on top of
 # checkpointing: step-time ratio and overlap), ablation (the full stack with each technique off in
 # turn at the first length, beside the baseline), optimizer (the offloaded optimizer on the full
-# stack at a long context: step-time ratio, host AdamW and upload phases). Groups: call1, call2,
-# call3, all.
+# stack at a long context: step-time ratio, host AdamW and upload phases), profile (one step of each
+# system at the first length under Kineto: device time by kernel kind, busy and idle). Groups: call1,
+# call2, call3, all.
 # Options: --cpu-dry-run, --carried DIR (binaries in DIR/bin), --bin DIR, --out DIR ($OUT or
 # runs/validate), --label NAME (the archive's name). Exit 0 when every stage ran to its result.
 set -uo pipefail
@@ -45,8 +46,8 @@ while [ $# -gt 0 ]; do
     call1) stages+=(smoke kernels) ;;
     call2) stages+=(throughput planner) ;;
     call3) stages+=(longest offload) ;;
-    all) stages+=(smoke kernels throughput planner longest offload ablation optimizer) ;;
-    smoke | kernels | throughput | planner | longest | offload | ablation | optimizer) stages+=("$1") ;;
+    all) stages+=(smoke kernels throughput planner longest offload ablation optimizer profile) ;;
+    smoke | kernels | throughput | planner | longest | offload | ablation | optimizer | profile) stages+=("$1") ;;
     -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "validate: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -79,7 +80,7 @@ if [ $DRY = 1 ]; then
   LONG_PYTORCH="--start 256 --limit 512 --granularity 256" LONG_ODYSSEY="--granularity 256"
   OFFLOAD_SEQ=512 OPTIMIZER_SEQ=512 HOST_ADAMW_ARGS="2 2 1 2"
   declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=150 [planner]=150 [longest]=150 [offload]=90 [ablation]=120
-                  [optimizer]=90)
+                  [optimizer]=90 [profile]=90)
 else
   TESTS_FILTER_KERNEL="[.cuda]" TESTS_FILTER_ENGINE="[.cuda]" TESTS_FILTER_PARALLEL="[.cuda]"
   TINY_DEVICES="cuda cpu" TINY_STEPS=5
@@ -99,7 +100,7 @@ else
   # optimizer stage's two runs took 200 s on the H200 (2026-11-26), which left its host bench none:
   # 260 gives the bench its 45.
   declare -A BOX=([smoke]=270 [kernels]=150 [throughput]=330 [planner]=180 [longest]=360 [offload]=150 [ablation]=180
-                  [optimizer]=260)
+                  [optimizer]=260 [profile]=120)
 fi
 # A short lease gives the longest stage what is left of it (deadline.sh callers): LONGEST_BOX=seconds.
 [ -n "${LONGEST_BOX:-}" ] && BOX[longest]=$LONGEST_BOX
@@ -207,6 +208,12 @@ stage_optimizer() {
   return $rc
 }
 
+stage_profile() {
+  # One step of the baseline and of the full stack at the first length under Kineto: where each
+  # system's device time goes (the gap to the baseline, by kernel kind), each trace kept.
+  "$PY" bench/gpu/kernel_profile.py --seq "${LENGTHS%% *}" --timeout 55 --out "$WORK/profile"
+}
+
 # A stage "ran" when its script reached its result; whether that result meets its target is in the
 # result files and the summary (a CPU dry run never meets GPU targets).
 result_of() {
@@ -219,6 +226,7 @@ result_of() {
     offload) echo "offload/offload_overlap.json" ;;
     ablation) echo "ablation/throughput.jsonl" ;;
     optimizer) echo "optimizer/optimizer_offload.json" ;;
+    profile) echo "profile/kernel_profile.json" ;;
   esac
 }
 

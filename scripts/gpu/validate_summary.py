@@ -144,10 +144,20 @@ def optimizer(d):
             ] + bench_lines
 
 
+def profile(d):
+    """The kernel profile's table (device time by kind, busy, idle) as kernel_profile.py wrote it."""
+    try:
+        with open(os.path.join(d, "kernel_profile.md")) as f:
+            return ["  " + l.rstrip() for l in f if l.strip().startswith("|")]
+    except OSError:
+        return []
+
+
 def main():
     work = sys.argv[1]
     for stage, fn in (("smoke", smoke), ("kernels", kernels), ("throughput", throughput), ("planner", planner),
-                      ("longest", longest), ("offload", offload), ("ablation", ablation), ("optimizer", optimizer)):
+                      ("longest", longest), ("offload", offload), ("ablation", ablation), ("optimizer", optimizer),
+                      ("profile", profile)):
         d = os.path.join(work, stage)
         if os.path.isdir(d):
             lines = fn(d)

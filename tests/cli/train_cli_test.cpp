@@ -297,3 +297,40 @@ TEST_CASE("odyssey train --no-checkpoint: a benchmark's run writes no checkpoint
   CHECK(checkpoint_step(dir) == -1);
   CHECK_FALSE(std::ifstream(dir + "/checkpoints/latest.json").good());
 }
+
+TEST_CASE("odyssey train --kernel-profile: the last step's operators in a Chrome trace", "[cli][train]") {
+  // Kineto records the run's last step (here the second); on the CPU its operators (a GPU run's
+  // kernels too, bench/gpu/kernel_profile.py). The trace's folder is made by the run.
+  const std::string dir = fresh_dir("kernel_profile");
+  const std::string trace = dir + "/profiles/last_step.json";
+  const Run r = run_odyssey("train " + kTiny + "--set training.steps=2 --set training.warmup_steps=1 --no-checkpoint "
+                            "--out " + dir + "/run --kernel-profile " + trace);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("kernel profile of step 2"));
+  CHECK(metrics_lines(dir + "/run") == 2);
+  const auto v = parse_json(read_text(trace));
+  REQUIRE(v.has_value());
+  REQUIRE(v->contains("traceEvents"));
+  int matmuls = 0, operators = 0;
+  for (const auto& e : v->at("traceEvents")) {
+    if (!e.contains("cat") || e.at("cat") != "cpu_op") continue;
+    ++operators;
+    const std::string name = e.at("name").get<std::string>();
+    if (name == "aten::mm" || name == "aten::addmm" || name == "aten::matmul") ++matmuls;
+  }
+  CHECK(operators > 100);
+  CHECK(matmuls > 0);
+  CHECK_FALSE(std::ifstream(trace + ".partial").good());  // written through a temporary, moved into place
+}
+
+TEST_CASE("odyssey train --kernel-profile under a file is refused before any output", "[cli][train]") {
+  const std::string dir = fresh_dir("kernel_profile_refused");
+  std::system(("mkdir -p '" + dir + "' && touch '" + dir + "/a_file'").c_str());
+  const Run r = run_odyssey("train " + kTiny + "--set training.steps=1 --set training.warmup_steps=1 --no-checkpoint "
+                            "--quiet --out " + dir + "/run --kernel-profile " + dir + "/a_file/trace.json");
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("--kernel-profile: ") && Catch::Contains(dir + "/a_file"));
+  CHECK(read_text(dir + "/run/metrics.jsonl").empty());
+}
