@@ -1,11 +1,13 @@
-// TiledMlpFunction: per-tile forward without grad, per-tile recompute + local dW accumulation in
-// backward (see tiled_mlp.h). defines: TiledMlpFunction, tiled_mlp
+// TiledMlpFunction: per-tile forward without grad; in backward each tile recomputed and
+// differentiated by hand, its weight gradients accumulated in place (see tiled_mlp.h). defines: TiledMlpFunction, tiled_mlp
 #include "engine/memory/tiled_mlp.h"
 
 #include <stdexcept>
 #include <string>
 
+#include "engine/layout/tiled_mlp_rules.h"
 #include "engine/ops/layers.h"
+#include "engine/telemetry/planned_buffer_log.h"
 
 namespace odyssey {
 
@@ -29,37 +31,73 @@ at::Tensor TiledMlpFunction::forward(AutogradContext* ctx, const at::Tensor& x, 
   return out;
 }
 
+namespace {
+
+/// acc [r, c] (fp32) += mat1 [r, k] @ mat2 [k, c], in place where the rule allows
+/// (mlp_tile_weight_grad_needs_temporary): fp32 products by a GEMM with beta = 1, bf16 products on
+/// CUDA by a bf16 GEMM writing into the fp32 accumulator; else through a [r, c] temporary.
+void accumulate_product(at::Tensor& acc, const at::Tensor& mat1, const at::Tensor& mat2) {
+  const bool fp32 = mat1.scalar_type() == at::kFloat;
+  if (mlp_tile_weight_grad_needs_temporary(fp32, acc.is_cuda()))
+    acc.add_(at::mm(mat1, mat2));  // [r, c] in the compute dtype, then added
+  else if (fp32)
+    acc.addmm_(mat1, mat2);
+  else
+    at::addmm_out(acc, acc, mat1, mat2, at::kFloat);
+}
+
+}  // namespace
+
 variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list grad_outputs) {
+  // The SwiGLU's backward written out per tile: gate = x Wg^T, up = x Wu^T, h = silu(gate) * up,
+  // y = h Wd^T; dWd += dy^T h, dh = dy Wd, d up = dh * silu(gate), d gate = silu'(gate) * dh * up,
+  // dWu += (d up)^T x, dWg += (d gate)^T x, dx = (d up) Wu + (d gate) Wg. Memory: one tile's
+  // [B n, f] intermediates, at most five at a time, freed as soon as read; the weight gradients
+  // accumulate in place (tiled_mlp_rules.h) instead of three [f, d] per tile.
+  at::NoGradGuard no_grad;
   const auto saved = ctx->get_saved_variables();
   const at::Tensor& x = saved[0];
+  const at::Tensor &w_gate = saved[1], &w_up = saved[2], &w_down = saved[3];
   const int64_t tile = ctx->saved_data["tile"].toInt();
   const at::Tensor grad_out = grad_outputs[0];
-  const int64_t s = x.size(1);
+  const int64_t B = x.size(0), s = x.size(1), d = x.size(2);
+  const bool fp32 = w_gate.scalar_type() == at::kFloat;
 
   at::Tensor dx = at::empty_like(x);  // [B, s, d]
-  std::vector<at::Tensor> weights;
-  std::vector<at::Tensor> dweights(saved.size() - 1);  // fp32 [f, d] accumulators (the first tile's gradients)
-  for (size_t i = 1; i < saved.size(); ++i) weights.push_back(saved[i].detach().requires_grad_(true));
+  // [f, d], [f, d], [d, f] sums over the tiles in fp32: the gradients themselves for fp32 weights
+  const auto sum_options = w_gate.options().dtype(at::kFloat);
+  at::Tensor d_gate_w = at::zeros(w_gate.sizes(), sum_options), d_up_w = at::zeros(w_up.sizes(), sum_options),
+             d_down_w = at::zeros(w_down.sizes(), sum_options);
   for (int64_t off = 0; off < s; off += tile) {
     const int64_t n = std::min(tile, s - off);
-    variable_list grads;
-    {
-      at::AutoGradMode enable_grad(true);
-      at::Tensor x_tile = x.narrow(1, off, n).detach().requires_grad_(true);  // [B, n, d]
-      at::Tensor m_tile = swiglu_mlp(x_tile, weights[0], weights[1], weights[2]);  // [B, n, d]
-      grads = torch::autograd::grad({m_tile}, {x_tile, weights[0], weights[1], weights[2]},
-                                    {grad_out.narrow(1, off, n)});
-    }
-    dx.narrow(1, off, n).copy_(grads[0]);
-    for (size_t k = 0; k < dweights.size(); ++k) {
-      if (dweights[k].defined())
-        dweights[k].add_(grads[k + 1]);
-      else
-        dweights[k] = grads[k + 1].to(at::kFloat);  // fp32 weights: the tile's gradient itself, no copy
-    }
+    const at::Tensor xt = x.narrow(1, off, n).flatten(0, 1);          // [B n, d] (a view when B = 1)
+    const at::Tensor dyt = grad_out.narrow(1, off, n).flatten(0, 1);  // [B n, d]
+    at::Tensor gate = at::mm(xt, w_gate.t());  // [B n, f]
+    note_planned_buffer(PlannedBuffer::MlpGate, gate);
+    at::Tensor up = at::mm(xt, w_up.t());      // [B n, f]
+    at::Tensor act = at::silu(gate);           // [B n, f]
+    at::Tensor h = act * up;                   // [B n, f]
+    accumulate_product(d_down_w, dyt.t(), h);  // [d, f] += [d, B n] @ [B n, f]
+    h.reset();
+    at::Tensor dh = at::mm(dyt, w_down);       // [B n, f]
+    at::Tensor d_up = dh * act;                // [B n, f]
+    act.reset();
+    dh.mul_(up);                               // d silu(gate), in dh's memory
+    up.reset();
+    at::Tensor d_gate = at::silu_backward(dh, gate);  // [B n, f]
+    dh.reset();
+    gate.reset();
+    accumulate_product(d_up_w, d_up.t(), xt);      // [f, d] += [f, B n] @ [B n, d]
+    accumulate_product(d_gate_w, d_gate.t(), xt);  // [f, d]
+    at::Tensor dxt = at::mm(d_up, w_up);           // [B n, d]
+    dxt.addmm_(d_gate, w_gate);
+    d_up.reset();
+    d_gate.reset();
+    dx.narrow(1, off, n).copy_(dxt.view({B, n, d}));
   }
   variable_list result{dx};
-  for (size_t k = 0; k < dweights.size(); ++k) result.push_back(dweights[k].to(saved[k + 1].scalar_type()));
+  for (at::Tensor* sum : {&d_gate_w, &d_up_w, &d_down_w})
+    result.push_back(fp32 ? *sum : sum->to(w_gate.scalar_type()));  // the compute-dtype gradients
   result.push_back(at::Tensor());  // tile_tokens
   result.push_back(at::Tensor());  // compute_output
   return result;

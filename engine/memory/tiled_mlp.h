@@ -10,8 +10,9 @@ namespace odyssey {
 
 /// Custom Function with the weights as explicit inputs: forward runs without grad tile by tile
 /// (saving only its inputs: the normed MLP input and the weights), backward recomputes each tile
-/// with grad and accumulates the weight gradients across tiles in local fp32 buffers (no hook
-/// fires per tile). A tile covers `tile_tokens` positions of every sequence of the batch (dim 1).
+/// and differentiates it by hand (no autograd graph per tile, no hook fires per tile), each
+/// tile's weight-gradient products added in place into fp32 sums over the tiles
+/// (engine/layout/tiled_mlp_rules.h: no [f, d] temporary per tile except bf16 on the CPU). A tile covers `tile_tokens` positions of every sequence of the batch (dim 1).
 /// compute_output = false (a checkpoint's recompute, which reads only the branch's gradient edge):
 /// the forward saves its inputs and returns an uninitialised [B, s, d] without running a tile, since
 /// the backward recomputes every tile anyway; the MLP's forward then runs twice a step, not three

@@ -3,6 +3,8 @@
 // without grad and backward. docs/planner.md sections 3-5 list every tensor.
 #include "engine/planner/block_halves.h"
 
+#include "engine/layout/tiled_mlp_rules.h"
+
 namespace odyssey::planner_detail {
 
 using K = TensorKind;
@@ -458,7 +460,8 @@ int BlockHalves::mlp_forward(bool grad, MlpSaved& sv, bool need_output) {
 /// The MLP half's backward from dy; returns dh = dy + d(MLP branch), written into dy (the
 /// engine adds the residual into the incoming gradient when that is its own). Frees `sv`.
 int BlockHalves::mlp_backward(MlpSaved& sv, int& grads, int dy) {
-  grads = a("MLP weight gradients", K::BlockGradsMlp, C::MlpWorkspace);
+  const bool grads_first = !s_.tiled_mlp || !mlp_tile_grads_need_accumulators(s_.c == 4);
+  if (grads_first) grads = a("MLP weight gradients", K::BlockGradsMlp, C::MlpWorkspace);
   int dn2;
   if (!s_.tiled_mlp) {
     int dp = a("d(silu(gate) * up)", K::Ffn, C::MlpWorkspace);
@@ -478,31 +481,37 @@ int BlockHalves::mlp_backward(MlpSaved& sv, int& grads, int dy) {
     f(dup);
   } else {
     dn2 = a("tiled MLP input gradient", K::Hidden, C::MlpWorkspace);
-    // one tile: recompute with grad, then autograd::grad for the tile's input and weights
+    int sums = -1;  // the fp32 sums beside the compute-dtype gradients (none with fp32 weights)
+    if (!grads_first) sums = a("MLP weight gradients summed over the tiles", K::MlpGradAccum, C::MlpWorkspace);
+    // one tile, differentiated by hand (tiled_mlp.cpp); each weight-gradient product is added in
+    // place, through a temporary only where the rule says so (tiled_mlp_rules.h: MlpWeightTile 0)
+    auto add_product = [&](const char* what) {
+      int product = a(what, K::MlpWeightTile, C::MlpWorkspace);
+      f(product);
+    };
     int g = a("tile gate", K::FfnTile, C::MlpWorkspace);
     int u = a("tile up", K::FfnTile, C::MlpWorkspace);
     int act = a("tile silu(gate)", K::FfnTile, C::MlpWorkspace);
     int p = a("tile silu(gate) * up", K::FfnTile, C::MlpWorkspace);
-    int dp = a("tile d(silu(gate) * up)", K::FfnTile, C::MlpWorkspace);
-    int dwd = a("tile down-projection weight gradient", K::MlpWeightTile, C::MlpWorkspace);
+    add_product("tile down-projection weight gradient");
     f(p);
-    int da = a("tile d silu(gate)", K::FfnTile, C::MlpWorkspace);
+    int dp = a("tile d(silu(gate) * up), then d silu(gate) in place", K::FfnTile, C::MlpWorkspace);
     int dup = a("tile d up", K::FfnTile, C::MlpWorkspace);
-    f(dp);
     f(act);
     f(u);
     int dg = a("tile d gate", K::FfnTile, C::MlpWorkspace);
-    f(da);
+    f(dp);
     f(g);
-    int dwg = a("tile gate weight gradient", K::MlpWeightTile, C::MlpWorkspace);
-    int dwu = a("tile up weight gradient", K::MlpWeightTile, C::MlpWorkspace);
+    add_product("tile up weight gradient");
+    add_product("tile gate weight gradient");
     int dxt = a("tile input gradient", K::HiddenTile, C::MlpWorkspace);
-    f(dg);
     f(dup);
-    f(dwd);  // accumulated into the MLP weight gradients
-    f(dwg);
-    f(dwu);
+    f(dg);
     f(dxt);  // copied into the input gradient
+    if (!grads_first) {  // the sums cast to the compute dtype, then freed
+      grads = a("MLP weight gradients", K::BlockGradsMlp, C::MlpWorkspace);
+      f(sums);
+    }
   }
   f(sv.n2);
   int dhn = a("MLP rmsnorm input gradient", K::Hidden, C::MlpWorkspace);

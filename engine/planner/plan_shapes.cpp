@@ -9,6 +9,7 @@
 
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
+#include "engine/layout/tiled_mlp_rules.h"
 #include "kernels/linear_cross_entropy_plan.h"
 
 namespace odyssey::planner_detail {
@@ -185,7 +186,10 @@ PlanShapes make_shapes(const RunConfig& cfg) {
       s.fsdp && s.W > 1 && c != 4 && !s.offload_optimizer ? sat_product({s.block_layout.shard_numel, c}) : 0);
   set(TensorKind::BlockGradsAttn, sat_product({s.n_attn, c}));
   set(TensorKind::BlockGradsMlp, sat_product({s.n_mlp, c}));
-  set(TensorKind::MlpWeightTile, sat_product({s.d, s.f, c}));
+  // the tiled MLP's weight gradients over its tiles (engine/layout/tiled_mlp_rules.h)
+  set(TensorKind::MlpWeightTile,
+      mlp_tile_weight_grad_needs_temporary(c == 4, s.cuda_target) ? sat_product({s.d, s.f, c}) : 0);
+  set(TensorKind::MlpGradAccum, mlp_tile_grads_need_accumulators(c == 4) ? sat_product({s.n_mlp, 4}) : 0);
   set(TensorKind::HeadWeightGrad, sat_product({s.V, s.d, c}));
   set(TensorKind::HeadGradAccum, sat_product({s.V, s.d, 4}));
   set(TensorKind::EmbedGradDense, sat_product({s.n_embed, 4}));
@@ -302,6 +306,7 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::BlockGradsAttn: return fmt("%s attention params x %lld B", params(s.n_attn).c_str(), c);
     case TensorKind::BlockGradsMlp: return fmt("%s MLP params x %lld B", params(s.n_mlp).c_str(), c);
     case TensorKind::MlpWeightTile: return fmt("%lld x %lld x %lld B", (long long)s.f, d, c);
+    case TensorKind::MlpGradAccum: return fmt("%s MLP params x 4 B (fp32)", params(s.n_mlp).c_str());
     case TensorKind::HeadWeightGrad:
     case TensorKind::EmbedGradDense: return fmt("%lld vocab x %lld x 4 B", (long long)s.V, d);
     case TensorKind::HeadGradAccum: return fmt("%lld vocab x %lld x 4 B (fp32)", (long long)s.V, d);

@@ -70,7 +70,8 @@ enum class TensorKind : uint8_t {
   BlockShardCast,  ///< a block shard cast to the compute dtype for the all-gather
   BlockGradsAttn,  ///< attention weight gradients of one block (compute dtype)
   BlockGradsMlp,   ///< MLP weight gradients of one block (compute dtype)
-  MlpWeightTile,   ///< one [f, d] weight gradient of one tile before it is accumulated
+  MlpWeightTile,   ///< one [f, d] product of one tile before it is added (0 unless bf16 on the CPU)
+  MlpGradAccum,    ///< fp32 MLP weight gradients summed over the tiles (0 with fp32 weights: the gradients)
   HeadWeightGrad,  ///< [V, d] LM-head weight gradient (compute dtype)
   HeadGradAccum,   ///< [V, d] fp32 LM-head gradient accumulated over loss tiles
   EmbedGradDense,  ///< [V, d] dense embedding gradient (compute dtype)
