@@ -1,5 +1,6 @@
 // odyssey train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--no-checkpoint]
-// [--memory-snapshot FILE] [--kernel-profile FILE] [--quiet]: trains the preset's model on this machine; a progress bar on a terminal, plain lines otherwise; writes
+// [--memory-snapshot FILE] [--kernel-profile FILE] [--quiet]: trains the preset's model on this
+// machine; a progress bar on a terminal, plain lines otherwise; writes
 // DIR/metrics.jsonl, DIR/trace.json, DIR/summary.json and checkpoints; Ctrl-C stops at the next step
 // boundary with a checkpoint, as does SIGTERM. Under torchrun (RANK, WORLD_SIZE, ... set) each process runs one
 // rank; rank 0 prints and writes the outputs, the others print errors only.
@@ -201,7 +202,8 @@ int run_train(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{Command{
-    50, "train", "train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--no-checkpoint] [--memory-snapshot FILE] "
+    50, "train",
+    "train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--no-checkpoint] [--memory-snapshot FILE] "
     "[--kernel-profile FILE]",
     "train on this machine: metrics.jsonl, trace.json, summary.json, checkpoints; Ctrl-C stops cleanly", run_train}};
 

@@ -192,7 +192,8 @@ def main():
     traces = {"pytorch": os.path.join(args.out, "pytorch_trace.json"),
               "odyssey": os.path.join(args.out, "odyssey_trace.json")}
     # One warm-up step each, then the profiled step (the profiler's own cost is in its step time).
-    runs = {"pytorch": run_baseline(args.seq, 1, args.timeout, warmup=1, extra_args=["--kernel-profile", traces["pytorch"]],
+    runs = {"pytorch": run_baseline(args.seq, 1, args.timeout, warmup=1,
+                                    extra_args=["--kernel-profile", traces["pytorch"]],
                                     log_path=os.path.join(args.out, "pytorch.log")),
             "odyssey": run_odyssey(args.seq, 2, args.timeout, os.path.join(args.out, "odyssey"),
                                    extra_args=["--kernel-profile", traces["odyssey"]],
@@ -209,7 +210,8 @@ def main():
     lines += table(readable) if readable else ["no readable profile"]
     for name, s in summaries.items():
         lines += ["", "%s: %s" % (name, s.get("error") or "%d %s events" % (s.get("events", 0), s.get("source")))]
-        lines += ["- %.4f s  %5d x  %-26s %s" % (k["seconds"], k["count"], k["kind"], k["name"]) for k in s.get("top", [])]
+        lines += ["- %.4f s  %5d x  %-26s %s" % (k["seconds"], k["count"], k["kind"], k["name"])
+                  for k in s.get("top", [])]
     with open(os.path.join(args.out, "kernel_profile.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1,5 +1,6 @@
 // TiledMlpFunction: per-tile forward without grad; in backward each tile recomputed and
-// differentiated by hand, its weight gradients accumulated in place (see tiled_mlp.h). defines: TiledMlpFunction, tiled_mlp
+// differentiated by hand, its weight gradients accumulated in place (see tiled_mlp.h).
+// defines: TiledMlpFunction, tiled_mlp
 #include "engine/memory/tiled_mlp.h"
 
 #include <stdexcept>

@@ -67,8 +67,9 @@ std::vector<at::Tensor> mlp_grads(const std::vector<at::Tensor>& inputs, const a
 /// (outputs of order 1), and the incoming gradient [B, s, d].
 std::vector<at::Tensor> mlp_inputs(int64_t B, int64_t s, int64_t d, int64_t f) {
   torch::manual_seed(5);
-  return {torch::randn({B, s, d}), torch::randn({f, d}) / std::sqrt(static_cast<double>(d)),
-          torch::randn({f, d}) / std::sqrt(static_cast<double>(d)), torch::randn({d, f}) / std::sqrt(static_cast<double>(f))};
+  const double in_scale = 1.0 / std::sqrt(static_cast<double>(d)), out_scale = 1.0 / std::sqrt(static_cast<double>(f));
+  return {torch::randn({B, s, d}), torch::randn({f, d}) * in_scale, torch::randn({f, d}) * in_scale,
+          torch::randn({d, f}) * out_scale};
 }
 
 }  // namespace
