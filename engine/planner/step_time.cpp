@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "kernels/linear_cross_entropy_plan.h"
+
 namespace odyssey::planner_detail {
 
 namespace {
@@ -46,6 +48,10 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   if (s.ckpt) recompute += L * recompute_fwd;
   if (s.tiled_mlp) recompute += L * mlp;       // each tile's forward again in its backward
   if (s.untied) recompute += L * proj;         // stage projections again in backward
+  // The tiled loss's head GEMMs, all in its forward: a GPU target's fused kernel computes the
+  // logits twice (kernels/linear_cross_entropy_plan.h), the CPU's autograd per tile once.
+  const double tiled_loss_gemms = s.cuda_target ? static_cast<double>(kernels::kLceHeadGemms) : 3.0;
+  if (s.tiled_loss) recompute += (tiled_loss_gemms - 3.0) * head;
   const double hardware = model + recompute;
 
   const double rate = hw.bf16_tflops * 1e12 * hw.compute_efficiency;  // achieved FLOP/s
@@ -65,7 +71,7 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   set(PhaseKind::BwdRecompute, s.ckpt ? t * recompute_fwd / rate : 0.0);
   set(PhaseKind::BwdMlp, t * (2.0 * mlp + (s.tiled_mlp ? mlp : 0.0)) / rate);
   set(PhaseKind::BwdAttn, t * (2.0 * attn_fwd + (s.untied ? proj : 0.0)) / rate);
-  set(PhaseKind::FwdLoss, t * (s.tiled_loss ? 3.0 * head : head) / rate);
+  set(PhaseKind::FwdLoss, t * (s.tiled_loss ? tiled_loss_gemms * head : head) / rate);
   set(PhaseKind::BwdLoss, s.tiled_loss ? 0.0 : t * 2.0 * head / rate);
   out.compute_s = t * hardware / rate;
   out.recompute_s = t * recompute / rate;
