@@ -313,6 +313,16 @@ TEST_CASE("tiled loss on a GPU profile: the planner charges the fused kernel's o
   CHECK(term_bytes(on_cpu, "tile d logits (fp32)") == 256 * 8192 * 4);
   CHECK(term_bytes(on_cpu, "tile logits") == 0);
   CHECK(term_bytes(on_cpu, "tile logits in fp32") == 0);
+
+  // Time: the kernel computes the logits twice (kernels::kLceHeadGemms = 4 head GEMMs; the CPU's
+  // autograd tiles run 3), one head forward more, counted as recompute: t x 2 V d FLOPs. Nothing
+  // else recomputed differs between the two targets.
+  auto recompute_flops = [](const MemoryPlan& p, const HardwareConfig& hw) {
+    return p.time.recompute_s * hw.bf16_tflops * 1e12 * hw.compute_efficiency;
+  };
+  const double head_forward = 1024.0 * 2 * 8192 * 64;
+  CHECK(recompute_flops(plan, *find_hardware_profile("h100-sxm")) - recompute_flops(on_cpu, cfg.hardware) ==
+        Approx(head_forward).epsilon(1e-9));
 }
 
 TEST_CASE("Untied stages straddling KV heads: the planner charges the engine's schedule and buffers",
