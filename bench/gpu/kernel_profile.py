@@ -5,7 +5,8 @@ system's last step is profiled by Kineto (`odyssey train --kernel-profile FILE`;
 torch.profiler, pytorch_baseline.py --kernel-profile FILE), and each trace is summed here: every
 kernel, copy and fill by kind (attention forward and backward, GEMM, NCCL, copies, Odyssey's own
 kernels, elementwise and the rest), the device's busy time (the union of its events) against the
-step's span (the rest is the device idle: host waits, launch gaps), and the kernels that take most.
+step's span (the rest is the device idle: host waits, launch gaps), the kernels that take most, and
+the device time by the ATen operator that launched it (through Kineto's correlation ids).
 
     python3 bench/gpu/kernel_profile.py --seq 32K --out $OUT/profile
     python3 bench/gpu/kernel_profile.py --summarize TRACE.json     # one trace, any source
@@ -80,29 +81,66 @@ def top_level(events):
     return out
 
 
+def launching_ops(complete):
+    """correlation id -> the innermost operator (cpu_op) open on the host thread when the runtime
+    call with that correlation (cuda_runtime: cudaLaunchKernel, cudaMemcpyAsync, ...) was made: which
+    ATen op put each kernel, copy or fill on the device. One sweep per thread over the operators and
+    the calls in time order, with a stack of the operators still open."""
+    items = {}  # tid -> [(ts, order, kind, payload)]: operators open (0) before a call (1) at the same ts
+    for e in complete:
+        corr = e.get("args", {}).get("correlation")
+        if e.get("cat") == "cpu_op":
+            items.setdefault(e.get("tid"), []).append((float(e["ts"]), 0, -float(e["dur"]), e))
+        elif e.get("cat") == "cuda_runtime" and corr is not None:
+            items.setdefault(e.get("tid"), []).append((float(e["ts"]), 1, 0.0, e))
+    out = {}
+    for rows in items.values():
+        stack = []  # (end, name) of the operators open, outermost first
+        for ts, is_call, _, e in sorted(rows, key=lambda r: r[:3]):
+            while stack and stack[-1][0] < ts:
+                stack.pop()
+            if is_call:
+                out[e["args"]["correlation"]] = stack[-1][1] if stack else "(no operator)"
+            else:
+                stack.append((ts + float(e["dur"]), e.get("name", "?")))
+    return out
+
+
 def summarize_events(events, top=12):
-    """The step's device time by kind, its busy and idle seconds and the `top` kernels by time, from
-    Chrome-trace events (Kineto's; durations in microseconds)."""
+    """The step's device time by kind, its busy and idle seconds, the `top` kernels by time (each
+    with the operator that launched most of its time) and the `top` launching operators by device
+    time, from Chrome-trace events (Kineto's; durations in microseconds)."""
     complete = [e for e in events if e.get("ph") == "X" and "dur" in e and "ts" in e]
     device = [e for e in complete if e.get("cat") in DEVICE_CATEGORIES]
     source = "device" if device else "cpu operators"
     chosen = device or top_level([e for e in complete if e.get("cat") == "cpu_op"])
     if not chosen:
         return {"source": "none", "events": 0}
-    kinds, by_name = {}, {}
+    launcher = launching_ops(complete) if device else {}
+    kinds, by_name, by_launcher, name_launchers = {}, {}, {}, {}
     for e in chosen:
         seconds = float(e["dur"]) / 1e6
         kind = classify(e.get("name", ""), e.get("cat"))
         kinds[kind] = kinds.get(kind, 0.0) + seconds
         count, total = by_name.get(e["name"], (0, 0.0))
         by_name[e["name"]] = (count + 1, total + seconds)
+        if device:
+            op = launcher.get(e.get("args", {}).get("correlation"), "(no launch recorded)")
+            by_launcher[op] = by_launcher.get(op, 0.0) + seconds
+            per_op = name_launchers.setdefault(e["name"], {})
+            per_op[op] = per_op.get(op, 0.0) + seconds
     start = min(float(e["ts"]) for e in chosen)
     stop = max(float(e["ts"]) + float(e["dur"]) for e in chosen)
     busy = union_seconds([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in chosen])
     ranked = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]
-    return {"source": source, "events": len(chosen), "span_s": (stop - start) / 1e6, "busy_s": busy,
-            "idle_s": (stop - start) / 1e6 - busy, "kinds_s": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
-            "top": [{"name": n[:120], "kind": classify(n), "count": c, "seconds": s} for n, (c, s) in ranked]}
+    main_launcher = {n: max(ops.items(), key=lambda kv: kv[1])[0] for n, ops in name_launchers.items()}
+    out = {"source": source, "events": len(chosen), "span_s": (stop - start) / 1e6, "busy_s": busy,
+           "idle_s": (stop - start) / 1e6 - busy, "kinds_s": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+           "top": [dict({"name": n[:120], "kind": classify(n), "count": c, "seconds": s},
+                        **({"launched_by": main_launcher[n]} if n in main_launcher else {})) for n, (c, s) in ranked]}
+    if by_launcher:
+        out["launchers_s"] = dict(sorted(by_launcher.items(), key=lambda kv: -kv[1])[:top])
+    return out
 
 
 def summarize(path, top=12):
@@ -157,11 +195,35 @@ def self_test():
     ]
     s = summarize_events(events)
     assert s["source"] == "device" and s["events"] == 4, s
+    assert list(s["launchers_s"]) == ["(no launch recorded)"], s  # no runtime calls in these events
+    assert abs(s["launchers_s"]["(no launch recorded)"] - 270e-6) < 1e-12, s
+    # The launching operator: the innermost open on the calling thread at the runtime call.
+    launches = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 0, "dur": 100, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10, "dur": 10, "tid": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 15, "dur": 2, "tid": 1,
+         "args": {"correlation": 7}},   # inside aten::mm
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 50, "dur": 2, "tid": 1,
+         "args": {"correlation": 8}},   # aten::mm closed: aten::linear
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 150, "dur": 2, "tid": 1,
+         "args": {"correlation": 9}},   # nothing open
+        {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm", "ts": 20, "dur": 40, "tid": 7,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "ts": 60, "dur": 5, "tid": 7,
+         "args": {"correlation": 8}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "ts": 160, "dur": 20, "tid": 9,
+         "args": {"correlation": 9}},
+    ]
+    lo = summarize_events(launches)
+    assert lo["launchers_s"] == {"aten::mm": 40e-6, "(no operator)": 20e-6, "aten::linear": 5e-6}, lo
+    assert lo["top"][0] == {"name": "sm90_xmma_gemm", "kind": "GEMM", "count": 1, "seconds": 40e-6,
+                            "launched_by": "aten::mm"}, lo
     assert abs(s["span_s"] - 350e-6) < 1e-12 and abs(s["busy_s"] - 230e-6) < 1e-12, s
     assert abs(s["idle_s"] - 120e-6) < 1e-12, s
     assert abs(s["kinds_s"]["GEMM"] - 100e-6) < 1e-12 and abs(s["kinds_s"]["copies and fills"] - 60e-6) < 1e-12, s
     assert s["top"][0]["name"] == "flash_fwd_kernel" and s["top"][1] == {
-        "name": "sm90_xmma_gemm", "kind": "GEMM", "count": 2, "seconds": 100e-6}, s
+        "name": "sm90_xmma_gemm", "kind": "GEMM", "count": 2, "seconds": 100e-6,
+        "launched_by": "(no launch recorded)"}, s
     cpu = [{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 0, "dur": 10, "tid": 1},
            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 8, "tid": 1},      # inside linear
            {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 12, "dur": 3, "tid": 1}]
@@ -210,8 +272,12 @@ def main():
     lines += table(readable) if readable else ["no readable profile"]
     for name, s in summaries.items():
         lines += ["", "%s: %s" % (name, s.get("error") or "%d %s events" % (s.get("events", 0), s.get("source")))]
-        lines += ["- %.4f s  %5d x  %-26s %s" % (k["seconds"], k["count"], k["kind"], k["name"])
+        lines += ["- %.4f s  %5d x  %-26s %s%s" % (k["seconds"], k["count"], k["kind"], k["name"],
+                                                  "  (%s)" % k["launched_by"] if "launched_by" in k else "")
                   for k in s.get("top", [])]
+        if s.get("launchers_s"):
+            lines += ["  device time by the operator that launched it:"]
+            lines += ["  - %.4f s  %s" % (sec, op) for op, sec in s["launchers_s"].items()]
     with open(os.path.join(args.out, "kernel_profile.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
