@@ -6,8 +6,6 @@
 #include <stdexcept>
 #include <string>
 
-#include <torch/autograd.h>
-
 #include "engine/ops/layers.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -100,26 +98,34 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
                            stats);
     return out;
   }
+  // Each tile's backward by hand, inside the forward: d logits = scale (softmax - onehot), written
+  // over the log-probabilities (0 on ignored rows), then dx = d logits W and d_head += d logits^T x
+  // in place (engine/layout/tile_grad_rules.h). Memory: two fp32 [B n, V] tiles at most (the
+  // logits and their log-softmax), where autograd's tile held three, and no [V, d] per tile.
+  at::NoGradGuard no_grad;
+  const int64_t B = normed.size(0), d = normed.size(2);
+  const bool fp32 = head.scalar_type() == at::kFloat;
+  constexpr int64_t kIgnoredLabel = -100;  // at::cross_entropy_loss's ignore_index
   out.dx = at::empty_like(normed);  // [B, s, d]
-  at::Tensor head_leaf = head.detach().requires_grad_(true);
   for (int64_t off = 0; off < s; off += tile_tokens) {
     const int64_t n = std::min(tile_tokens, s - off);
-    at::AutoGradMode enable_grad(true);  // backward inside forward
-    at::Tensor x_tile = normed.narrow(1, off, n).detach().requires_grad_(true);  // [B, n, d]
-    at::Tensor labels_tile = labels.narrow(1, off, n);                             // [B, n]
-    at::Tensor logits = head_logits(x_tile, head_leaf);  // [B, n, V] fp32: one tile only
+    const at::Tensor xt = normed.narrow(1, off, n).flatten(0, 1);        // [B n, d] (a view when B = 1)
+    const at::Tensor labels_tile = labels.narrow(1, off, n).flatten();  // [B n]
+    at::Tensor logits = head_logits(xt, head);  // [B n, V] fp32: one tile only
     note_planned_buffer(PlannedBuffer::LossTileLogits32, logits);
-    at::Tensor loss_tile =
-        at::cross_entropy_loss(logits.reshape({-1, V}), labels_tile.reshape(-1), {}, at::Reduction::Sum) * scale;
-    if (answer_mask.defined()) accumulate_answer_stats(logits, labels_tile, answer_mask.narrow(1, off, n), stats);
-    // Memory: log-softmax saved its output, not these logits; holding them through the backward
-    // kept one fp32 [B*n, V] tile more at the loss's peak (four where three suffice).
+    if (answer_mask.defined())
+      accumulate_answer_stats(logits.view({B, n, V}), labels.narrow(1, off, n), answer_mask.narrow(1, off, n), stats);
+    at::Tensor log_probs = at::log_softmax(logits, -1);  // [B n, V] fp32
     logits.reset();
-    auto grads = torch::autograd::grad({loss_tile}, {x_tile, head_leaf});
-    at::NoGradGuard no_grad;
-    out.loss += loss_tile.detach();
-    out.dx.narrow(1, off, n).copy_(grads[0]);
-    out.d_head += grads[1];
+    out.loss += at::nll_loss(log_probs, labels_tile, {}, at::Reduction::Sum, kIgnoredLabel) * scale;
+    const at::Tensor kept = labels_tile.ne(kIgnoredLabel);                  // [B n]
+    at::Tensor d_logits = log_probs.exp_().mul_(kept.unsqueeze(1) * scale);  // scale softmax, in place
+    log_probs.reset();
+    d_logits.scatter_add_(1, labels_tile.clamp_min(0).unsqueeze(1),
+                          kept.unsqueeze(1).to(at::kFloat) * -scale);  // - scale at each kept label
+    if (!fp32) d_logits = d_logits.to(head.scalar_type());  // [B n, V] in the compute dtype
+    out.dx.narrow(1, off, n).copy_(at::mm(d_logits, head).view({B, n, d}));  // [B n, d]
+    add_weight_grad_product(out.d_head, d_logits.t(), xt);                   // [V, d] += [V, B n] @ [B n, d]
   }
   return out;
 }

@@ -6,7 +6,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/layout/tiled_mlp_rules.h"
 #include "engine/ops/layers.h"
 #include "engine/telemetry/planned_buffer_log.h"
 
@@ -32,29 +31,12 @@ at::Tensor TiledMlpFunction::forward(AutogradContext* ctx, const at::Tensor& x, 
   return out;
 }
 
-namespace {
-
-/// acc [r, c] (fp32) += mat1 [r, k] @ mat2 [k, c], in place where the rule allows
-/// (mlp_tile_weight_grad_needs_temporary): fp32 products by a GEMM with beta = 1, bf16 products on
-/// CUDA by a bf16 GEMM writing into the fp32 accumulator; else through a [r, c] temporary.
-void accumulate_product(at::Tensor& acc, const at::Tensor& mat1, const at::Tensor& mat2) {
-  const bool fp32 = mat1.scalar_type() == at::kFloat;
-  if (mlp_tile_weight_grad_needs_temporary(fp32, acc.is_cuda()))
-    acc.add_(at::mm(mat1, mat2));  // [r, c] in the compute dtype, then added
-  else if (fp32)
-    acc.addmm_(mat1, mat2);
-  else
-    at::addmm_out(acc, acc, mat1, mat2, at::kFloat);
-}
-
-}  // namespace
-
 variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list grad_outputs) {
   // The SwiGLU's backward written out per tile: gate = x Wg^T, up = x Wu^T, h = silu(gate) * up,
   // y = h Wd^T; dWd += dy^T h, dh = dy Wd, d up = dh * silu(gate), d gate = silu'(gate) * dh * up,
   // dWu += (d up)^T x, dWg += (d gate)^T x, dx = (d up) Wu + (d gate) Wg. Memory: one tile's
   // [B n, f] intermediates, at most five at a time, freed as soon as read; the weight gradients
-  // accumulate in place (tiled_mlp_rules.h) instead of three [f, d] per tile.
+  // accumulate in place (tile_grad_rules.h) instead of three [f, d] per tile.
   at::NoGradGuard no_grad;
   const auto saved = ctx->get_saved_variables();
   const at::Tensor& x = saved[0];
@@ -78,7 +60,7 @@ variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list gra
     at::Tensor up = at::mm(xt, w_up.t());      // [B n, f]
     at::Tensor act = at::silu(gate);           // [B n, f]
     at::Tensor h = act * up;                   // [B n, f]
-    accumulate_product(d_down_w, dyt.t(), h);  // [d, f] += [d, B n] @ [B n, f]
+    add_weight_grad_product(d_down_w, dyt.t(), h);  // [d, f] += [d, B n] @ [B n, f]
     h.reset();
     at::Tensor dh = at::mm(dyt, w_down);       // [B n, f]
     at::Tensor d_up = dh * act;                // [B n, f]
@@ -88,8 +70,8 @@ variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list gra
     at::Tensor d_gate = at::silu_backward(dh, gate);  // [B n, f]
     dh.reset();
     gate.reset();
-    accumulate_product(d_up_w, d_up.t(), xt);      // [f, d] += [f, B n] @ [B n, d]
-    accumulate_product(d_gate_w, d_gate.t(), xt);  // [f, d]
+    add_weight_grad_product(d_up_w, d_up.t(), xt);      // [f, d] += [f, B n] @ [B n, d]
+    add_weight_grad_product(d_gate_w, d_gate.t(), xt);  // [f, d]
     at::Tensor dxt = at::mm(d_up, w_up);           // [B n, d]
     dxt.addmm_(d_gate, w_gate);
     d_up.reset();

@@ -12,7 +12,7 @@ namespace odyssey {
 /// (saving only its inputs: the normed MLP input and the weights), backward recomputes each tile
 /// and differentiates it by hand (no autograd graph per tile, no hook fires per tile), each
 /// tile's weight-gradient products added in place into fp32 sums over the tiles
-/// (engine/layout/tiled_mlp_rules.h: no [f, d] temporary per tile except bf16 on the CPU). A
+/// (engine/layout/tile_grad_rules.h: no [f, d] temporary per tile except bf16 on the CPU). A
 /// tile covers `tile_tokens` positions of every sequence of the batch (dim 1).
 /// compute_output = false (a checkpoint's recompute, which reads only the branch's gradient edge):
 /// the forward saves its inputs and returns an uninitialised [B, s, d] without running a tile, since

@@ -1,10 +1,12 @@
 // RMSNorm, rotary embeddings, the SwiGLU MLP and the Q/K/V projection as pure functions (see
-// layers.h). defines: make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp, project_qkv
+// layers.h). defines: make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp,
+// add_weight_grad_product, project_qkv
 #include "engine/ops/layers.h"
 
 #include <torch/autograd.h>
 
 #include "engine/config/rope.h"
+#include "engine/layout/tile_grad_rules.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/planned_buffer_log.h"
@@ -109,6 +111,16 @@ at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& 
   gate.mul_(up);
   up.reset();
   return at::linear(gate, w_down);  // [..., d]
+}
+
+void add_weight_grad_product(at::Tensor& sum, const at::Tensor& mat1, const at::Tensor& mat2) {
+  const bool fp32 = mat1.scalar_type() == at::kFloat;
+  if (tile_weight_grad_needs_temporary(fp32, sum.is_cuda()))
+    sum.add_(at::mm(mat1, mat2));  // [r, c] in the compute dtype, then added
+  else if (fp32)
+    sum.addmm_(mat1, mat2);
+  else
+    at::addmm_out(sum, sum, mat1, mat2, at::kFloat);
 }
 
 LocalQKV project_qkv(at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model) {

@@ -2,7 +2,7 @@
 // RMSNorm, rotary embeddings from global position ids, the SwiGLU MLP, the Q/K/V projection that
 // every attention path (local, Ulysses, Untied) starts from. Below model, memory and parallel.
 // defines: Positions, make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp,
-// AttentionWeights, LocalQKV, project_qkv
+// add_weight_grad_product, AttentionWeights, LocalQKV, project_qkv
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,12 @@ at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Ten
 /// silu and the product run in place: two [..., f] at most. With a graph autograd keeps gate, up,
 /// silu(gate) and the product.
 at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down);
+
+/// sum [r, c] (fp32) += mat1 [r, k] @ mat2 [k, c]: a tile's weight-gradient product added into its
+/// sum over the tiles (the tiled MLP, the tiled loss), in place where engine/layout/tile_grad_rules.h
+/// allows: fp32 products by a GEMM with beta = 1, bf16 products on CUDA by a bf16 GEMM writing into
+/// the fp32 sum; else (bf16 on the CPU) through an [r, c] temporary in the compute dtype.
+void add_weight_grad_product(at::Tensor& sum, const at::Tensor& mat1, const at::Tensor& mat2);
 
 /// One block's attention parameters (views into the block's flat group, or leaves of them).
 struct AttentionWeights {

@@ -3,7 +3,7 @@
 // without grad and backward. docs/planner.md sections 3-5 list every tensor.
 #include "engine/planner/block_halves.h"
 
-#include "engine/layout/tiled_mlp_rules.h"
+#include "engine/layout/tile_grad_rules.h"
 
 namespace odyssey::planner_detail {
 
@@ -484,7 +484,7 @@ int BlockHalves::mlp_backward(MlpSaved& sv, int& grads, int dy) {
     int sums = -1;  // the fp32 sums beside the compute-dtype gradients (none with fp32 weights)
     if (!grads_first) sums = a("MLP weight gradients summed over the tiles", K::MlpGradAccum, C::MlpWorkspace);
     // one tile, differentiated by hand (tiled_mlp.cpp); each weight-gradient product is added in
-    // place, through a temporary only where the rule says so (tiled_mlp_rules.h: MlpWeightTile 0)
+    // place, through a temporary only where the rule says so (tile_grad_rules.h: MlpWeightTile 0)
     auto add_product = [&](const char* what) {
       int product = a(what, K::MlpWeightTile, C::MlpWorkspace);
       f(product);

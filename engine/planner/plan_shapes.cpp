@@ -9,7 +9,7 @@
 
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
-#include "engine/layout/tiled_mlp_rules.h"
+#include "engine/layout/tile_grad_rules.h"
 #include "kernels/linear_cross_entropy_plan.h"
 
 namespace odyssey::planner_detail {
@@ -186,9 +186,9 @@ PlanShapes make_shapes(const RunConfig& cfg) {
       s.fsdp && s.W > 1 && c != 4 && !s.offload_optimizer ? sat_product({s.block_layout.shard_numel, c}) : 0);
   set(TensorKind::BlockGradsAttn, sat_product({s.n_attn, c}));
   set(TensorKind::BlockGradsMlp, sat_product({s.n_mlp, c}));
-  // the tiled MLP's weight gradients over its tiles (engine/layout/tiled_mlp_rules.h)
+  // the tiled MLP's weight gradients over its tiles (engine/layout/tile_grad_rules.h)
   set(TensorKind::MlpWeightTile,
-      mlp_tile_weight_grad_needs_temporary(c == 4, s.cuda_target) ? sat_product({s.d, s.f, c}) : 0);
+      tile_weight_grad_needs_temporary(c == 4, s.cuda_target) ? sat_product({s.d, s.f, c}) : 0);
   set(TensorKind::MlpGradAccum, mlp_tile_grads_need_accumulators(c == 4) ? sat_product({s.n_mlp, 4}) : 0);
   set(TensorKind::HeadWeightGrad, sat_product({s.V, s.d, c}));
   set(TensorKind::HeadGradAccum, sat_product({s.V, s.d, 4}));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/layout/tile_grad_rules.h"
 #include "engine/planner/block_halves.h"
 #include "engine/planner/step_walk.h"
 
@@ -269,31 +270,28 @@ class Walker {
     } else {
       saved_dx_ = a("tiled loss: saved hidden-state gradient", K::Hidden, C::LossWorkspace);
       head_grad_ = a("tiled loss: LM-head gradient accumulator (fp32)", K::HeadGradAccum, C::LossWorkspace);
-      // one tile (engine/memory/tiled_loss.cpp): the head matmul's output and its fp32 copy (the
-      // copy's node saves nothing, so the compute-dtype output dies at once), log-softmax, whose
-      // node saves its output; the engine drops the fp32 logits before the backward inside the
-      // forward, so three fp32 tiles meet at its peak
+      // one tile (engine/memory/tiled_loss.cpp), differentiated by hand: the head matmul's output
+      // and its fp32 copy (the compute-dtype output dies at once), log-softmax, the logits dropped,
+      // d logits written over the log-probabilities: two fp32 tiles meet at its peak
       int logits = a("tile logits", K::LogitsTile, C::LossWorkspace);
       int l32 = logits;
       if (s_.c != 4) {
         l32 = a("tile logits in fp32", K::LogitsTile32, C::LossWorkspace);
         f(logits);
       }
-      int lp = a("tile log-softmax (fp32)", K::LogitsTile32, C::LossWorkspace);
+      int lp = a("tile log-softmax (fp32), then its d logits in place", K::LogitsTile32, C::LossWorkspace);
       f(l32);
-      int dlp = a("tile d log-softmax (fp32)", K::LogitsTile32, C::LossWorkspace);
-      int dl32 = a("tile d logits (fp32)", K::LogitsTile32, C::LossWorkspace);
-      f(dlp);
-      f(lp);
-      int dl = dl32;
+      int dl = lp;
       if (s_.c != 4) {
         dl = a("tile d logits", K::LogitsTile, C::LossWorkspace);
-        f(dl32);
+        f(lp);
       }
       int dxt = a("tile hidden-state gradient", K::HiddenLossTile, C::LossWorkspace);
-      int dwt = a("tile LM-head weight gradient", K::HeadWeightGrad, C::LossWorkspace);
-      f(dwt);  // accumulated
       f(dxt);  // copied into the saved gradient
+      if (tile_weight_grad_needs_temporary(s_.c == 4, /*cuda=*/false)) {  // else added in place
+        int dwt = a("tile LM-head weight gradient (before it is added)", K::HeadWeightGrad, C::LossWorkspace);
+        f(dwt);
+      }
       f(dl);
       f(final_norm_);  // the tiled loss does not keep its input
       f(head_gathered_);

@@ -1,5 +1,5 @@
 // The tiled MLP: its hand-written backward against autograd through the untiled SwiGLU, its weight
-// gradients added in place (tiled_mlp_rules.h), its recompute mode (compute_output = false, what a
+// gradients added in place (tile_grad_rules.h), its recompute mode (compute_output = false, what a
 // checkpoint's recompute asks for) running no product in forward; on a GPU the bf16 path.
 #include <catch2/catch.hpp>
 
@@ -11,7 +11,7 @@
 
 #include "../../fp_tolerance.h"
 #include "../engine_test_util.h"
-#include "engine/layout/tiled_mlp_rules.h"
+#include "engine/layout/tile_grad_rules.h"
 #include "engine/memory/tiled_mlp.h"
 #include "engine/ops/layers.h"
 
@@ -96,12 +96,12 @@ TEST_CASE("tiled MLP: the weight gradients go into their sums in place, through 
   // Per tile the backward makes 5 products of its own (gate, up, dh, dx in two) and 3 weight-gradient
   // products: with fp32 weights each is a GEMM with beta = 1 into its sum (aten::addmm_, and the
   // second half of dx is one too); with bf16 on the CPU (no bf16 -> fp32 GEMM) each is an aten::mm
-  // then an aten::add_ into the fp32 sum (tiled_mlp_rules.h).
+  // then an aten::add_ into the fp32 sum (tile_grad_rules.h).
   const int64_t s = 48, d = 16, f = 32, tile = 16, tiles = 3;
   const auto inputs = mlp_inputs(1, s, d, f);
   const at::Tensor dy = torch::randn({1, s, d});
   for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    const bool temporary = mlp_tile_weight_grad_needs_temporary(dtype == at::kFloat, /*cuda=*/false);
+    const bool temporary = tile_weight_grad_needs_temporary(dtype == at::kFloat, /*cuda=*/false);
     std::vector<at::Tensor> leaves;
     for (const at::Tensor& t : inputs) leaves.push_back(t.to(dtype).detach().requires_grad_(true));
     at::Tensor out = tiled_mlp(leaves[0], leaves[1], leaves[2], leaves[3], tile);
@@ -138,7 +138,7 @@ TEST_CASE("cuda: the tiled MLP's bf16 weight gradients summed in fp32 by the GEM
     INFO("gradient " << i << " (x, w_gate, w_up, w_down)");
     CHECK(relative_diff(tiled[i], exact[i]) <= tol);
   }
-  CHECK_FALSE(mlp_tile_weight_grad_needs_temporary(/*fp32_compute=*/false, /*cuda=*/true));
+  CHECK_FALSE(tile_weight_grad_needs_temporary(/*fp32_compute=*/false, /*cuda=*/true));
 }
 
 TEST_CASE("tiled MLP: the recompute mode runs no tile and gives the same gradients", "[engine][memory][tiled_mlp]") {
