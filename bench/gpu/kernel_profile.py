@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import parse_tokens  # noqa: E402
-from systems import nvidia_smi, run_baseline, run_odyssey  # noqa: E402
+from systems import merge_intervals, nvidia_smi, run_baseline, run_odyssey  # noqa: E402
 
 # The kinds of device work, first match wins (lowercased kernel names). FlashAttention-2 in ATen:
 # flash_fwd_* / flash_bwd_*; memory-efficient: fmha_cutlassF / fmha_cutlassB; cuDNN: *fprop* /
@@ -57,15 +57,7 @@ def classify(name, category=None):
 
 def union_seconds(intervals):
     """Seconds covered by the union of (start_us, end_us) intervals: the device busy on any stream."""
-    covered, end = 0.0, None
-    for start, stop in sorted(intervals):
-        if end is None or start > end:
-            covered += stop - start
-            end = stop
-        elif stop > end:
-            covered += stop - end
-            end = stop
-    return covered / 1e6
+    return sum(stop - start for start, stop in merge_intervals(intervals)) / 1e6
 
 
 def top_level(events):

@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from systems import finish_side_by_side, run_side_by_side, side_by_side_args  # noqa: E402
+from systems import finish_side_by_side, merge_intervals, run_side_by_side, side_by_side_args  # noqa: E402
 
 
 def leaf_intervals(phases):
@@ -39,16 +39,7 @@ def leaf_intervals(phases):
         if root or any(other.startswith(path + "/") for other in paths[pid]):
             continue
         merged.setdefault(pid, []).append((float(p["ts"]), float(p["ts"]) + float(p.get("dur", 0))))
-    for pid, spans in merged.items():
-        spans.sort()
-        out = []
-        for a, b in spans:
-            if out and a <= out[-1][1]:
-                out[-1] = (out[-1][0], max(out[-1][1], b))
-            else:
-                out.append((a, b))
-        merged[pid] = out
-    return merged
+    return {pid: merge_intervals(spans) for pid, spans in merged.items()}
 
 
 def overlap_from_trace(path):

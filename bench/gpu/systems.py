@@ -6,7 +6,7 @@ default presets/llama3.2-1b-1xh100.toml), ODYSSEY_BENCH_SETS (extra `--set k=v` 
 space-separated) and ODYSSEY_BENCH_BASELINE_ARGS (extra baseline arguments).
 
 defines: run_baseline, run_odyssey, odyssey_binary, odyssey_preset, odyssey_sets, run_sampling_device_use,
-nvidia_smi, side_by_side_args, run_side_by_side, finish_side_by_side
+nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
 """
 import json
 import os
@@ -40,6 +40,18 @@ def odyssey_binary():
         if path and os.access(path, os.X_OK):
             return path
     raise FileNotFoundError("odyssey binary not found under build-gpu/ or build/ (scripts/gpu/build.sh)")
+
+
+def merge_intervals(spans):
+    """The union of (start, end) intervals as sorted, disjoint intervals (touching ones merged): a
+    trace's busy time, whichever stream or phase each piece came from."""
+    out = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _run(cmd, timeout_s, log_path=None):
