@@ -118,11 +118,10 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
     at::Tensor log_probs = at::log_softmax(logits, -1);  // [B n, V] fp32
     logits.reset();
     out.loss += at::nll_loss(log_probs, labels_tile, {}, at::Reduction::Sum, kIgnoredLabel) * scale;
-    const at::Tensor kept = labels_tile.ne(kIgnoredLabel);                  // [B n]
-    at::Tensor d_logits = log_probs.exp_().mul_(kept.unsqueeze(1) * scale);  // scale softmax, in place
+    const at::Tensor kept_scale = labels_tile.ne(kIgnoredLabel).unsqueeze(1).to(at::kFloat) * scale;  // [B n, 1]
+    at::Tensor d_logits = log_probs.exp_().mul_(kept_scale);  // scale softmax, in place; 0 on ignored rows
     log_probs.reset();
-    d_logits.scatter_add_(1, labels_tile.clamp_min(0).unsqueeze(1),
-                          kept.unsqueeze(1).to(at::kFloat) * -scale);  // - scale at each kept label
+    d_logits.scatter_add_(1, labels_tile.clamp_min(0).unsqueeze(1), -kept_scale);  // - scale at each kept label
     if (!fp32) d_logits = d_logits.to(head.scalar_type());  // [B n, V] in the compute dtype
     out.dx.narrow(1, off, n).copy_(at::mm(d_logits, head).view({B, n, d}));  // [B n, d]
     add_weight_grad_product(out.d_head, d_logits.t(), xt);                   // [V, d] += [V, B n] @ [B n, d]

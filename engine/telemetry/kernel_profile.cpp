@@ -1,13 +1,12 @@
 // Kineto over one step for odyssey train --kernel-profile (see kernel_profile.h): the same trace
 // format as torch.profiler's export_chrome_trace, so one summariser reads both systems' profiles.
-// defines: start_kernel_profile, kernel_profile_active, save_kernel_profile
+// defines: start_kernel_profile, save_kernel_profile
 #include "engine/telemetry/kernel_profile.h"
 
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <atomic>
-#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <stdexcept>
@@ -41,8 +40,6 @@ void start_kernel_profile(int cuda_device) {
     throw std::runtime_error(std::string("--kernel-profile: the profiler did not start: ") + e.what());
   }
 }
-
-bool kernel_profile_active() { return g_recording.load(); }
 
 void save_kernel_profile(const std::string& path) {
   if (!g_recording.load()) throw std::runtime_error("--kernel-profile " + path + ": no profile is recording");

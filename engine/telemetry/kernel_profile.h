@@ -1,6 +1,6 @@
 // Kineto (PyTorch's profiler) over one training step: every operator, CUDA kernel, copy and fill
 // with its stream and duration, in the Chrome trace torch.profiler writes (odyssey train --kernel-profile).
-// defines: start_kernel_profile, kernel_profile_active, save_kernel_profile
+// defines: start_kernel_profile, save_kernel_profile
 #pragma once
 
 #include <string>
@@ -12,7 +12,6 @@ namespace odyssey {
 /// process (CUPTI). Throws std::runtime_error when a profile is already recording or the profiler
 /// does not start (a LibTorch built without Kineto).
 void start_kernel_profile(int cuda_device);
-bool kernel_profile_active();
 /// Waits for the device's queued work (a kernel still running when recording stops is lost),
 /// stops recording and writes the Chrome trace to `path` through a temporary beside it, so a
 /// failed write leaves no partial file. Throws std::runtime_error naming `path` when it cannot
