@@ -34,7 +34,8 @@ bool has_component(std::string_view path, std::string_view name) {
 }  // namespace
 
 PhaseClass classify_phase(std::string_view path) {
-  if (has_component(path, "optimizer")) return PhaseClass::Optimizer;
+  // the forward's wait for the last step's pipelined host AdamW ("block.3/host_update") first
+  if (has_component(path, "optimizer") || has_component(path, "host_update")) return PhaseClass::Optimizer;
   if (has_component(path, "attn")) return PhaseClass::Attention;
   if (has_component(path, "mlp")) return PhaseClass::Mlp;
   if (has_component(path, "loss")) return PhaseClass::Loss;

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/phase.h"
 #include "engine/telemetry/planned_buffer_log.h"
 #if defined(ODYSSEY_WITH_CUDA)
 #include "kernels/pinned_slab.h"
@@ -177,6 +178,7 @@ void FlatParamGroup::place_states(bool on_host) {
 }
 
 void FlatParamGroup::set_states_on_host(bool on_host) {
+  await_update();
   if (on_host == states_on_host_) return;
   reshard();
   place_states(on_host);
@@ -298,6 +300,18 @@ void FlatParamGroup::refresh_device_params() {
   device_params_.copy_(staging);  // [shard] compute dtype, cast on the device
 }
 
+void FlatParamGroup::await_update() {
+  if (!pending_update_) return;
+  const PendingHostUpdate update = std::move(*pending_update_);
+  pending_update_.reset();  // before the refresh below, which may unshard (and so come back here)
+  // The phase shows what the step waits for: the pass, when the worker has not finished it yet,
+  // and the upload (on a GPU queued on this stream ahead of the group's first kernel). Named by
+  // the group ("block.3/host_update"): a block's is awaited outside its own forward's phases.
+  PhaseScope phase(name_ + "/host_update");
+  if (!update.ready()) update.wait();
+  refresh_device_params();
+}
+
 FlatParamGroup::~FlatParamGroup() = default;
 
 void FlatParamGroup::init(uint64_t seed) {
@@ -335,6 +349,7 @@ void FlatParamGroup::allocate_full_memory() {
 }
 
 void FlatParamGroup::unshard() {
+  await_update();  // the host AdamW's update of the last step, at this first use
   if (pending_gather_) {  // a prefetch: the gather was started, now its output is needed
     std::unique_ptr<PendingCollective> pending = std::move(pending_gather_);
     pending->finish();
@@ -357,6 +372,7 @@ void FlatParamGroup::unshard() {
 }
 
 void FlatParamGroup::unshard_async() {
+  await_update();
   if (unsharded_ || pending_gather_) return;
   if (shards_ <= 1) {
     unshard();  // a cast: nothing to overlap

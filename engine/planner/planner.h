@@ -50,6 +50,9 @@ struct StepTimePlan {
   double offload_s = 0;        ///< PCIe traffic not hidden behind compute
   double host_optimizer_s = 0; ///< optimizer offload: the host AdamW over every shard
   double optimizer_pcie_s = 0; ///< optimizer offload: gradients down, compute-dtype parameters up
+  /// optimizer offload: what the step waits for of the host AdamW and its uploads (the optimizer
+  /// phase; pipelined on a GPU, only the passes the next forward catches up with and the uploads)
+  double optimizer_exposed_s = 0;
   double step_s = 0;           ///< total
   double tokens_per_s_per_device = 0;
   double model_flops_per_token = 0;  ///< the convention's FLOPs per token (see convention)

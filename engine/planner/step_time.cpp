@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "engine/layout/schedule_rules.h"
+
 #include "kernels/linear_cross_entropy_plan.h"
 
 namespace odyssey::planner_detail {
@@ -143,7 +145,7 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   // shard at the bandwidth its node's ranks share, and each group's fp32 master goes back up as
   // its pass ends (FlatParamGroup::refresh_device_params, cast on the device), behind the next
   // group's pass: a pipeline whose end is the later of the passes plus one upload and the uploads
-  // plus one pass (the largest group's, to be safe).
+  // plus one pass (the largest group's, to be safe); pipelined on a GPU (below).
   if (s.offload_optimizer) {
     const double block_shard = static_cast<double>(s.block_layout.shard_numel);
     const double other_shards = static_cast<double>(s.embed_layout.shard_numel + s.head_layout.shard_numel);
@@ -154,14 +156,26 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
     const double host_bytes = kHostAdamBytesPerParam + (s.cuda_target ? 0.0 : kHostNormBytesPerParam);
     const double adamw = shard_elems * host_bytes / host_bw;
     const double params_up = shard_elems * 4.0 / pcie_bw;
-    const double optimizer = std::max(adamw + largest_shard * 4.0 / pcie_bw,
-                                      largest_shard * host_bytes / host_bw + params_up);
+    double optimizer = std::max(adamw + largest_shard * 4.0 / pcie_bw, largest_shard * host_bytes / host_bw + params_up);
+    if (host_optimizer_overlaps_forward(s.cuda_target, s.offload_optimizer)) {
+      // Pipelined under the next step's forward (HostUpdatePipeline): the forward starts once the
+      // embedding's and block 0's passes are done; block k's forward then waits for block k's pass
+      // only where a pass outlasts a block's forward (the head's likewise). Each group's upload is
+      // queued on the compute stream at its first use, so all of them are exposed. The engine
+      // shows this time inside the forward, as its "host_update" phases.
+      const double pass = host_bytes / host_bw;  // seconds per element
+      const double fwd_block = pt.of(PhaseKind::FwdAttn) + pt.of(PhaseKind::FwdMlp);
+      optimizer = (static_cast<double>(s.embed_layout.shard_numel) + block_shard) * pass +
+                  (L - 1) * std::max(0.0, block_shard * pass - fwd_block) +
+                  std::max(0.0, static_cast<double>(s.head_layout.shard_numel) * pass - fwd_block) + params_up;
+    }
     const double block_down = block_shard * 4.0 / pcie_bw;
     const double bwd_block = pt.of(PhaseKind::BwdRecompute) + pt.of(PhaseKind::BwdMlp) + pt.of(PhaseKind::BwdAttn);
     pt.seconds[static_cast<int>(PhaseKind::BwdReduceScatter)] += s.cuda_target ? exposed(block_down, bwd_block) : block_down;
     pt.seconds[static_cast<int>(PhaseKind::BwdEmbed)] += other_shards * 4.0 / pcie_bw;
     pt.seconds[static_cast<int>(PhaseKind::Optimizer)] += optimizer;
     out.host_optimizer_s = adamw;
+    out.optimizer_exposed_s = optimizer;
     out.optimizer_pcie_s = shard_elems * 4.0 / pcie_bw + params_up;
   }
 

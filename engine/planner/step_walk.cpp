@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/layout/schedule_rules.h"
 #include "engine/layout/tile_grad_rules.h"
 #include "engine/planner/block_halves.h"
 #include "engine/planner/step_walk.h"
@@ -126,6 +127,13 @@ class Walker {
 
   void forward() {
     m_.begin_phase(PhaseKind::FwdEmbed);
+    if (pipelined_host_optimizer()) {
+      // The last step's host AdamW was pipelined: the embedding's update goes up at its first use
+      // here, through the upload's device staging (FlatParamGroup::await_update), before its
+      // gather. Each block's goes up at its own, smaller than the embedding's, as this does.
+      int staging = a("the last step's update going up (staging, pipelined host AdamW)", K::OptimizerTemp, C::Other);
+      f(staging);
+    }
     int embed = gather(K::EmbedFull, "embedding (unsharded)");
     x_ = a("embedding output", K::Hidden, C::Other);
     f(embed);
@@ -367,10 +375,17 @@ class Walker {
     f(batch_);
     f(rope_);
     m_.begin_phase(PhaseKind::Optimizer);
-    // 0 B for a CPU run's fused host optimizer; on a GPU the denominator or the upload's staging
-    int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);
-    f(temp);
+    // 0 B for a CPU run's fused host optimizer; on a GPU the denominator or the upload's staging,
+    // which the pipelined host AdamW moves into the next forward (forward())
+    if (!pipelined_host_optimizer()) {
+      int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);
+      f(temp);
+    }
     m_.end_phase();
+  }
+
+  bool pipelined_host_optimizer() const {
+    return host_optimizer_overlaps_forward(s_.cuda_target, s_.offload_optimizer);
   }
 
   void block_backward(int32_t i) {

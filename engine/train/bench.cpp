@@ -125,6 +125,11 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
     Trainer replicated(replicated_cfg, ctx);
     std::unique_ptr<Trainer> sharded;
     if (any_fsdp) sharded = std::make_unique<Trainer>(sharded_cfg, ctx);
+    // Variants alternate step by step on these trainers, and a toggle waits for a pipelined host
+    // AdamW outside any step's time: each step ends whole here (the passes after backward, timed
+    // in it). `odyssey train` pipelines them on a GPU (bench/gpu/optimizer_offload.py measures that).
+    replicated.set_overlap_host_optimizer(false);
+    if (sharded) sharded->set_overlap_host_optimizer(false);
     const bool lead = ctx.rank == 0;  // rank 0 records; every rank steps in lockstep
     if (lead) result.threads = at::get_num_threads();
     at::Tensor peaks;

@@ -13,6 +13,7 @@
 #endif
 
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/phase.h"
 
 namespace odyssey {
 
@@ -140,69 +141,172 @@ int adamw_cpu_range(float* p, const float* g, float* m, float* v, int64_t begin,
 
 }  // namespace
 
-void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr, double grad_scale) {
-  at::NoGradGuard no_grad;
-  CategoryScope category(MemCategory::Other);  // one [shard] temporary (denom) on a GPU; the moments are optimizer
+AdamStep AdamW::begin_step(double lr, double grad_scale) {
   ++steps_;
   host_threads_ = 0;
-  const double b1 = training_.beta1, b2 = training_.beta2;
-  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
-  const double bias2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
-  for (auto* g : groups) {
-    g->finish_gradient_copy();  // the gradient is complete (landed on the host, or zeroed if none came)
-    at::Tensor p = g->master.detach();  // [shard]
-    const at::Tensor grad = g->grad();  // [shard]
-    if (p.device().is_cpu()) {
-      // The host optimizer (a CPU run, or the states offloaded): one fused pass, decay on the
-      // elements outside the no-decay ranges.
-      AdamScalars a{static_cast<float>(grad_scale),
-                    1.0f,
-                    static_cast<float>(1.0 - b1),
-                    static_cast<float>(b2),
-                    static_cast<float>(1.0 - b2),
-                    static_cast<float>(bias2),
-                    static_cast<float>(training_.adam_eps),
-                    static_cast<float>(-lr / bias1)};
-      const float decay_keep = static_cast<float>(1.0 - lr * training_.weight_decay);
-      float* pp = p.data_ptr<float>();
-      const float* gp = grad.data_ptr<float>();
-      float* mp = g->exp_avg.data_ptr<float>();
-      float* vp = g->exp_avg_sq.data_ptr<float>();
-      int64_t at_elem = 0;
-      auto run = [&](int64_t begin, int64_t end, float keep) {
-        if (end <= begin) return;
-        a.keep = keep;
-        host_threads_ = std::max(host_threads_, adamw_cpu_range(pp, gp, mp, vp, begin, end, a));
-      };
-      for (const auto& [begin, end] : g->no_decay_ranges()) {
-        run(at_elem, begin, decay_keep);
-        run(begin, end, 1.0f);
-        at_elem = end;
-      }
-      run(at_elem, p.numel(), decay_keep);
-      g->refresh_device_params();  // offloaded states: this group's update goes up now (async on a GPU)
-      continue;
-    }
-    if (grad_scale != 1.0) g->master.mutable_grad().mul_(grad_scale);  // the clipped gradient, in place
-    // Decoupled weight decay first (torch.optim.AdamW order), skipping norm weights and padding.
-    if (training_.weight_decay != 0) {
-      const double keep = 1.0 - lr * training_.weight_decay;
-      int64_t at_elem = 0;
-      for (const auto& [begin, end] : g->no_decay_ranges()) {
-        if (begin > at_elem) p.narrow(0, at_elem, begin - at_elem).mul_(keep);
-        at_elem = end;
-      }
-      if (at_elem < p.numel()) p.narrow(0, at_elem, p.numel() - at_elem).mul_(keep);
-    }
-    g->exp_avg.lerp_(grad, 1.0 - b1);                                // m = b1 m + (1-b1) g
-    g->exp_avg_sq.mul_(b2).addcmul_(grad, grad, 1.0 - b2);           // v = b2 v + (1-b2) g^2
-    at::Tensor denom = (g->exp_avg_sq / bias2).sqrt_().add_(training_.adam_eps);  // [shard] transient
-    p.addcdiv_(g->exp_avg, denom, -lr / bias1);
+  const double t = static_cast<double>(steps_);
+  return {lr, grad_scale, 1.0 - std::pow(training_.beta1, t), 1.0 - std::pow(training_.beta2, t)};
+}
+
+HostShard AdamW::host_shard(FlatParamGroup* g) {
+  g->finish_gradient_copy();  // the gradient is complete (landed on the host, or zeroed if none came)
+  HostShard shard;
+  shard.params = g->master.detach().data_ptr<float>();
+  shard.grads = g->grad().data_ptr<float>();
+  shard.exp_avg = g->exp_avg.data_ptr<float>();
+  shard.exp_avg_sq = g->exp_avg_sq.data_ptr<float>();
+  shard.numel = g->shard_numel();
+  shard.no_decay = g->no_decay_ranges();
+  return shard;
+}
+
+int AdamW::host_pass(const HostShard& shard, const AdamStep& s) {
+  // One fused pass, decay on the elements outside the no-decay ranges.
+  AdamScalars a{static_cast<float>(s.grad_scale),
+                1.0f,
+                static_cast<float>(1.0 - training_.beta1),
+                static_cast<float>(training_.beta2),
+                static_cast<float>(1.0 - training_.beta2),
+                static_cast<float>(s.bias2),
+                static_cast<float>(training_.adam_eps),
+                static_cast<float>(-s.lr / s.bias1)};
+  const float decay_keep = static_cast<float>(1.0 - s.lr * training_.weight_decay);
+  int threads = 0;
+  int64_t at_elem = 0;
+  auto run = [&](int64_t begin, int64_t end, float keep) {
+    if (end <= begin) return;
+    a.keep = keep;
+    threads = std::max(threads, adamw_cpu_range(shard.params, shard.grads, shard.exp_avg, shard.exp_avg_sq, begin, end, a));
+  };
+  for (const auto& [begin, end] : shard.no_decay) {
+    run(at_elem, begin, decay_keep);
+    run(begin, end, 1.0f);
+    at_elem = end;
   }
+  run(at_elem, shard.numel, decay_keep);
+  int seen = host_threads_.load();
+  while (threads > seen && !host_threads_.compare_exchange_weak(seen, threads)) {
+  }
+  return threads;
+}
+
+void AdamW::update_group(FlatParamGroup* g, const AdamStep& s) {
+  at::NoGradGuard no_grad;
+  CategoryScope category(MemCategory::Other);  // one [shard] temporary (denom) on a GPU; the moments are optimizer
+  if (g->master.device().is_cpu()) {
+    // The host optimizer (a CPU run, or the states offloaded), then this group's update goes up
+    // now (async on a GPU, so it overlaps the next group's pass).
+    host_pass(host_shard(g), s);
+    g->refresh_device_params();
+    return;
+  }
+  g->finish_gradient_copy();
+  at::Tensor p = g->master.detach();  // [shard]
+  const at::Tensor grad = g->grad();  // [shard]
+  const double lr = s.lr;
+  if (s.grad_scale != 1.0) g->master.mutable_grad().mul_(s.grad_scale);  // the clipped gradient, in place
+  // Decoupled weight decay first (torch.optim.AdamW order), skipping norm weights and padding.
+  if (training_.weight_decay != 0) {
+    const double keep = 1.0 - lr * training_.weight_decay;
+    int64_t at_elem = 0;
+    for (const auto& [begin, end] : g->no_decay_ranges()) {
+      if (begin > at_elem) p.narrow(0, at_elem, begin - at_elem).mul_(keep);
+      at_elem = end;
+    }
+    if (at_elem < p.numel()) p.narrow(0, at_elem, p.numel() - at_elem).mul_(keep);
+  }
+  g->exp_avg.lerp_(grad, 1.0 - training_.beta1);                          // m = b1 m + (1-b1) g
+  g->exp_avg_sq.mul_(training_.beta2).addcmul_(grad, grad, 1.0 - training_.beta2);  // v = b2 v + (1-b2) g^2
+  at::Tensor denom = (g->exp_avg_sq / s.bias2).sqrt_().add_(training_.adam_eps);  // [shard] transient
+  p.addcdiv_(g->exp_avg, denom, -lr / s.bias1);
+}
+
+void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr, double grad_scale) {
+  const AdamStep s = begin_step(lr, grad_scale);
+  for (auto* g : groups) update_group(g, s);
 }
 
 void AdamW::zero_grad(const std::vector<FlatParamGroup*>& groups) {
   for (auto* g : groups) g->zero_gradient();
+}
+
+/// One group's pass in the pipeline: the shard and scalars, taken on the trainer's thread, and
+/// whether the worker has finished it (guarded by the pipeline's mutex).
+struct HostUpdatePipeline::Job {
+  AdamW* optimizer = nullptr;
+  HostShard shard;
+  AdamStep step;
+  bool done = false;
+};
+
+HostUpdatePipeline::~HostUpdatePipeline() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;  // the worker finishes what is queued first: no group is left half updated
+  }
+  queued_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void HostUpdatePipeline::start(AdamW& optimizer, const std::vector<FlatParamGroup*>& groups, const AdamStep& s) {
+  if (!worker_.joinable()) worker_ = std::thread([this] { run_worker(); });  // started once, kept
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (FlatParamGroup* g : groups) {  // every shard first: a failure here leaves no group pending
+    auto job = std::make_shared<Job>();
+    job->optimizer = &optimizer;
+    job->shard = AdamW::host_shard(g);
+    job->step = s;
+    jobs.push_back(std::move(job));
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::shared_ptr<Job>& job = jobs[i];
+    // The group's thread asks and waits here (await_update); the worker sets `done` under the lock.
+    groups[i]->set_pending_update({[this, job] {
+                             std::lock_guard<std::mutex> lock(mutex_);
+                             return job->done;
+                           },
+                           [this, job] {
+                             std::unique_lock<std::mutex> lock(mutex_);
+                             finished_.wait(lock, [&] { return job->done; });
+                           }});
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    batch_started_ = false;
+    batch_begin_s_ = batch_end_s_ = 0;
+    for (auto& job : jobs) queue_.push_back(std::move(job));
+  }
+  queued_.notify_one();
+}
+
+std::pair<double, double> HostUpdatePipeline::last_pass_span_s() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!queue_.empty() || running_ > 0) return {0.0, 0.0};
+  return {batch_begin_s_, batch_end_s_};
+}
+
+void HostUpdatePipeline::run_worker() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and nothing left to finish
+    std::shared_ptr<Job> job = std::move(queue_.front());
+    queue_.pop_front();
+    ++running_;
+    lock.unlock();
+    // at::parallel_for sizes this thread's OpenMP team from at::set_num_threads (ATen sets it on
+    // each thread's first parallel region), so the pass runs on the trainer's intra-op threads.
+    const double begin_s = telemetry_now_s();
+    job->optimizer->host_pass(job->shard, job->step);
+    const double end_s = telemetry_now_s();
+    lock.lock();
+    if (!batch_started_) batch_begin_s_ = begin_s;
+    batch_started_ = true;
+    batch_end_s_ = end_s;
+    job->done = true;
+    --running_;
+    finished_.notify_all();
+  }
 }
 
 }  // namespace odyssey

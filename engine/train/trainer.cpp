@@ -5,6 +5,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "engine/config/techniques.h"
+#include "engine/layout/schedule_rules.h"
 #include "engine/layout/tiles.h"
 #include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -54,7 +56,36 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
   set_memory(cfg_.memory);
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  try {
+    settle_host_updates();
+  } catch (const std::exception&) {  // a device already in error: the pipeline's destructor still finishes the passes
+  }
+}
+
+bool Trainer::overlaps_host_optimizer() const {
+  return overlap_host_optimizer_.value_or(host_optimizer_overlaps_forward(device_.is_cuda(), cfg_.memory.offload_optimizer));
+}
+
+void Trainer::settle_host_updates() {
+  RankScope rank(ctx_.slot);
+  for (FlatParamGroup* g : model_->groups()) g->await_update();
+  record_host_pass_span();
+}
+
+void Trainer::record_host_pass_span() {
+  if (!host_span_pending_) return;
+  const auto [begin_s, end_s] = host_updates_.last_pass_span_s();
+  if (end_s <= 0) return;  // still running
+  host_span_pending_ = false;
+  DeviceSpan span;
+  span.name = "host adamw (step " + std::to_string(optimizer_.steps_taken()) + ")";
+  span.category = "optimizer";
+  span.track = "host optimizer";
+  span.t_begin_s = begin_s;
+  span.t_end_s = end_s;
+  recorder_.add_host_span(std::move(span));
+}
 
 void Trainer::set_memory(const MemoryConfig& memory) {
   // A technique without the one it requires is refused here as validate() refuses it, never
@@ -63,6 +94,7 @@ void Trainer::set_memory(const MemoryConfig& memory) {
   next.memory = memory;
   for (const TechniqueRequirement& broken : technique_requirement_issues(next))
     throw std::invalid_argument(broken.text());
+  settle_host_updates();
   cfg_.memory = memory;
   // Optimizer offload moves the fp32 states between host and device memory here, at the step
   // boundary (no graph holds the parameter views).
@@ -110,7 +142,7 @@ double Trainer::run_forward_backward(int64_t step, Forward* out) {
 }
 
 double Trainer::forward_backward(int64_t step) {
-  RankScope rank(ctx_.slot);
+  RankScope rank(ctx_.slot);  // a pipelined update is awaited at each group's first use, as in step()
   PhaseRecorder::Bind bind(&recorder_);
   reset_engine_phases(ctx_.slot);
   Forward f;
@@ -172,6 +204,21 @@ void Trainer::optimizer_phase(int64_t step, StepResult& r) {
                           std::to_string(step + 1) + " (phase bwd, loss " + std::to_string(r.loss) + "); stopping");
   const double clip = clip_factor(r.grad_norm, cfg_.training.grad_clip);  // applied inside the step
   r.lr = lr_at(cfg_.training, step);
+  record_host_pass_span();  // the last step's pipelined passes, which this step's forward awaited
+  // Pipelined (a GPU with the optimizer offloaded, engine/layout/schedule_rules.h): the host's
+  // passes are queued for the worker in the order the next forward uses the groups, and the step
+  // ends here. The gradients are zeroed lazily now (flags only; the pass reads the values), and
+  // the next backward's first contribution comes after the forward has awaited every group.
+  const bool host_states = std::all_of(groups.begin(), groups.end(),
+                                       [](const FlatParamGroup* g) { return g->master.device().is_cpu(); });
+  if (overlaps_host_optimizer() && host_states) {
+    EnginePhase queue(ctx_.slot, "optimizer/host_adamw_queued");
+    // groups() is the forward's order: embedding, blocks 0..L-1, head
+    host_updates_.start(optimizer_, groups, optimizer_.begin_step(r.lr, clip));
+    host_span_pending_ = true;
+    AdamW::zero_grad(groups);
+    return;
+  }
   // Optimizer offload: AdamW on the host's shards (one fused AVX2 pass per shard over ATen's
   // threads, the clipping folded in), timed as its own phase; each shard's updated parameters go
   // up to the device as its pass ends, overlapping the next shard's pass (refresh_device_params).
@@ -182,6 +229,7 @@ void Trainer::optimizer_phase(int64_t step, StepResult& r) {
 }
 
 StepResult Trainer::apply_gradients() {
+  settle_host_updates();
   RankScope rank(ctx_.slot);
   PhaseRecorder::Bind bind(&recorder_);
   const int64_t step = next_step_;
@@ -197,6 +245,10 @@ StepResult Trainer::apply_gradients() {
 }
 
 void Trainer::cleanup_after_failure() {
+  try {
+    settle_host_updates();  // a pass queued by the last step is finished, never dropped
+  } catch (const std::exception&) {  // the device is in error: the step's own failure is the one reported
+  }
   recorder_.drop_held();  // a failed step's device may be in error: its held phases are not settled
   offload_.clear();
   model_->reshard_all();

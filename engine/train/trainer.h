@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -64,6 +65,9 @@ class Trainer {
 
   /// Runs the step of index next_step() (reported as step next_step() + 1): forward, backward,
   /// clip, AdamW. Throws StepFailure, or CommError (with step and phase) when a collective failed.
+  /// With the host AdamW pipelined (overlaps_host_optimizer) the step returns once the passes are
+  /// queued: the next step's forward awaits each group's update at its first use, and every
+  /// accessor below that exposes the model or the optimizer awaits them all first.
   StepResult step();
   /// Forward + backward of `step`'s batch only (gradients stay in the groups; tests, bench).
   /// Returns the global loss.
@@ -78,10 +82,24 @@ class Trainer {
   const RunConfig& config() const { return cfg_; }
   const RankContext& rank_context() const { return ctx_; }
   int64_t next_step() const { return next_step_; }
-  LlamaModel& model() { return *model_; }
+  /// The model, every pipelined host update finished and uploaded (settle_host_updates).
+  LlamaModel& model() {
+    settle_host_updates();
+    return *model_;
+  }
   const Dataset& dataset() const { return *data_; }
   PhaseRecorder& recorder() { return recorder_; }
-  AdamW& optimizer() { return optimizer_; }
+  AdamW& optimizer() {
+    settle_host_updates();
+    return optimizer_;
+  }
+  /// Finishes the pipelined host AdamW of the last step (HostUpdatePipeline): waits for every
+  /// group's pass and sends its parameters up. Nothing when none is pending.
+  void settle_host_updates();
+  /// The host AdamW runs under the next step's forward (engine/layout/schedule_rules.h: on a GPU
+  /// with the optimizer offloaded); tests turn it on for CPU ranks to check its arithmetic.
+  void set_overlap_host_optimizer(bool on) { overlap_host_optimizer_ = on; }
+  bool overlaps_host_optimizer() const;
   const OffloadStore& offload_store() const { return offload_; }
   OffloadStore& offload_store() { return offload_; }
   /// Lines worth showing the user (dispatch notes, dataset description), taken once.
@@ -97,6 +115,8 @@ class Trainer {
  private:
   struct Forward;
   double run_forward_backward(int64_t step, Forward* out);
+  /// The last pipelined passes as a span on the rank's "host optimizer" track, once they ended.
+  void record_host_pass_span();
   void optimizer_phase(int64_t step, StepResult& r);
   [[noreturn]] void fail(const std::exception& e, int64_t index);
   void cleanup_after_failure();
@@ -107,6 +127,10 @@ class Trainer {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<Dataset> data_;
   AdamW optimizer_;
+  /// Declared after model_ and optimizer_: destroyed first, finishing its passes over their memory.
+  HostUpdatePipeline host_updates_;
+  std::optional<bool> overlap_host_optimizer_;  ///< set_overlap_host_optimizer; else the rule
+  bool host_span_pending_ = false;  ///< the last pipelined passes are not in the trace yet
   OffloadStore offload_;
   /// GPU ranks: phase times on the device's own clock, and NVTX ranges (declared before
   /// recorder_, which points at it).

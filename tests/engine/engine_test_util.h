@@ -161,6 +161,7 @@ inline Trajectory run_trajectory(Trainer& t, int steps, const std::vector<std::v
       out.grads.push_back(std::move(own));
     }
     if (drive) {
+      if (s > 0) t.settle_host_updates();  // no forward came to await a pipelined update
       at::NoGradGuard no_grad;
       for (size_t g = 0; g < groups.size(); ++g) {
         groups[g]->zero_gradient();  // the driven gradient replaces the step's own

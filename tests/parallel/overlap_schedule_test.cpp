@@ -123,3 +123,63 @@ TEST_CASE("fsdp overlap: all-gathers prefetch the next block, deferred reduce-sc
   }
   CHECK(started == finished);
 }
+
+TEST_CASE("host AdamW pipeline under FSDP: the prefetch awaits the next block's update, bit-equal to the serial step",
+          "[parallel][overlap][offload_optimizer]") {
+  // Rank 0 of an emulated 2-rank FSDP job with the optimizer offloaded, the host AdamW pipelined
+  // under the next forward (as on a GPU) against the passes run after backward: the same fused
+  // pass on the same shard values, so losses and shards are equal (tolerance 0). The all-gather a
+  // block's forward starts for the next block reads that block's device copy: the prefetch is
+  // where the next block's update is awaited, inside the previous block's forward.
+  RunConfig cfg = tiny_config(/*layers=*/3, /*seq=*/64);
+  cfg.parallel.world_size = 2;
+  cfg.parallel.fsdp = true;
+  cfg.parallel.emulate = true;
+  cfg.training.dtype = DType::BFloat16;
+  cfg.memory.offload_optimizer = true;
+  auto run = [&](bool pipelined, std::vector<std::string>* edges) {
+    RankContext ctx;
+    ctx.world_size = 2;
+    ctx.dp_size = 2;
+    ctx.emulated = true;
+    ctx.world = std::make_shared<EmulatedComm>("world", 2);
+    ctx.dp = ctx.world;
+    Trainer t(cfg, ctx);
+    t.set_defer_reduce_scatter(true);
+    t.set_overlap_host_optimizer(pipelined);
+    int step = 0;
+    t.recorder().add_edge_sink([&](const PhaseEdge& e) {
+      if (step == 1 && e.begin) edges->push_back(*e.path);  // step 2's phases, in the order they open
+    });
+    Trajectory out;
+    for (step = 0; step < 3; ++step) out.losses.push_back(t.step().loss);
+    out.params = group_params(t);
+    return out;
+  };
+  std::vector<std::string> serial_edges, edges;
+  const Trajectory serial = run(false, &serial_edges), pipelined = run(true, &edges);
+  CHECK(pipelined.losses == serial.losses);
+  REQUIRE(pipelined.params.size() == serial.params.size());
+  for (size_t g = 0; g < serial.params.size(); ++g) CHECK(at::equal(pipelined.params[g], serial.params[g]));
+  INFO([&] {
+    std::string all;
+    for (const auto& e : edges) all += e + "\n";
+    return all;
+  }());
+  auto awaits = [](const std::vector<std::string>& opened) {
+    return std::count_if(opened.begin(), opened.end(),
+                         [](const std::string& p) { return p.find("host_update") != std::string::npos; });
+  };
+  CHECK(awaits(serial_edges) == 0);
+  CHECK(awaits(edges) == 5);  // embedding, 3 blocks, head: each once
+  // Block 1's update is awaited by the prefetch in block 0's forward, before block 0 computes;
+  // block 2's by block 1's, after block 0's compute and before block 1's.
+  const int64_t block1 = at_line(edges, "block.1/host_update"), block2 = at_line(edges, "block.2/host_update");
+  REQUIRE(block1 >= 0);
+  REQUIRE(block2 >= 0);
+  CHECK(at_line(edges, "block.0/host_update") < block1);
+  CHECK(block1 < at_line(edges, "fwd/block.0/attn"));
+  CHECK(at_line(edges, "fwd/block.0/mlp") < block2);
+  CHECK(block2 < at_line(edges, "fwd/block.1/attn"));
+  CHECK(at_line(edges, "fwd/loss/head/host_update") > at_line(edges, "fwd/block.2/mlp"));
+}

@@ -20,6 +20,8 @@ TEST_CASE("phase paths map to the timeline's bands", "[studio][timeline]") {
   CHECK(classify_phase("bwd/block.1/reduce_scatter") == PhaseClass::Backward);
   CHECK(classify_phase("fwd/embed") == PhaseClass::Forward);
   CHECK(classify_phase("optimizer") == PhaseClass::Optimizer);
+  CHECK(classify_phase("fwd/loss/head/host_update") == PhaseClass::Optimizer);  // the pipelined AdamW's wait
+  CHECK(classify_phase("block.2/host_update") == PhaseClass::Optimizer);
   CHECK(classify_phase("step") == PhaseClass::Other);
   CHECK(classify_phase("fwd/attention_like") == PhaseClass::Forward);  // whole components only
   CHECK(phase_direction("bwd/embed") == -1);

@@ -95,3 +95,61 @@ TEST_CASE("optimizer offload: the states move to the host pool, the bytes the pl
   CHECK(tracker.host_bytes(rank) == host_before);
   CHECK(tracker.device_bytes(rank) == device_before);
 }
+
+TEST_CASE("optimizer offload: the host AdamW pipelined under the next forward gives the same losses and parameters",
+          "[engine][offload_optimizer][pipeline]") {
+  // The pipeline (HostUpdatePipeline, as on a GPU) runs the same fused pass on the same values
+  // on another thread, and each group waits for its pass at its first use in the next forward:
+  // every loss and parameter is equal to running the passes after backward, tolerance 0.
+  const DType dtype = GENERATE(DType::Float32, DType::BFloat16);
+  RunConfig cfg = tiny_config(3, 64);
+  cfg.training.dtype = dtype;
+  cfg.memory.activation_checkpointing = cfg.memory.tiled_mlp = cfg.memory.tiled_loss = true;
+  cfg.memory.offload_optimizer = true;
+  INFO(to_string(dtype));
+  struct Run {
+    Trajectory trajectory;
+    std::vector<at::Tensor> params_mid;  ///< after step 2, read while step 2's passes were queued
+    std::vector<std::string> awaited;    ///< step 2's "host_update" phases
+    int spans = 0;                       ///< host AdamW spans on the trace's "host optimizer" track
+  };
+  auto run = [&](bool pipelined) {
+    Trainer t(cfg, cpu_rank());
+    t.set_overlap_host_optimizer(pipelined);
+    CHECK(t.overlaps_host_optimizer() == pipelined);
+    Run out;
+    t.recorder().add_span_sink([&](const DeviceSpan& s) {
+      if (s.track == "host optimizer") ++out.spans;
+    });
+    for (int s = 0; s < 4; ++s) {
+      out.trajectory.losses.push_back(t.step().loss);
+      for (const PhaseRecord& r : t.recorder().take_records())
+        if (s == 1 && r.path.size() > 12 && r.path.compare(r.path.size() - 12, 12, "/host_update") == 0)
+          out.awaited.push_back(r.path);  // "<group>/host_update", under the phase open then
+      if (s == 1) out.params_mid = group_params(t);  // settles step 2's passes mid-run
+    }
+    out.trajectory.params = group_params(t);
+    return out;
+  };
+  const Run after_backward = run(false), pipelined = run(true);
+  CHECK(pipelined.trajectory.losses == after_backward.trajectory.losses);
+  REQUIRE(pipelined.trajectory.params.size() == after_backward.trajectory.params.size());
+  for (size_t g = 0; g < pipelined.trajectory.params.size(); ++g) {
+    CHECK(at::equal(pipelined.trajectory.params[g], after_backward.trajectory.params[g]));
+    CHECK(at::equal(pipelined.params_mid[g], after_backward.params_mid[g]));
+  }
+  // Step 2's forward awaited step 1's update of every group (embedding, 3 blocks, head) once, at
+  // its first use inside the forward; the serial run has nothing to await.
+  CHECK(after_backward.awaited.empty());
+  INFO([&] {
+    std::string all;
+    for (const auto& a : pipelined.awaited) all += a + "\n";
+    return all;
+  }());
+  const std::vector<std::string> expected{"fwd/embed/embedding/host_update", "block.0/host_update", "block.1/host_update",
+                                          "block.2/host_update", "fwd/loss/head/host_update"};
+  CHECK(pipelined.awaited == expected);
+  // One span per pipelined step: three recorded by the next step, the fourth by the settle.
+  CHECK(after_backward.spans == 0);
+  CHECK(pipelined.spans == 4);
+}
