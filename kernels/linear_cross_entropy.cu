@@ -5,7 +5,8 @@
 // the log-sum-exp and loss are finalized; pass 2 recomputes each logits tile, converts it in place to
 // grad_scale * (softmax - onehot) and accumulates dhidden (fp32 accumulator) and dweight (fp32) with
 // two cuBLAS GEMMs. bf16 or fp32 inputs, fp32 accumulation throughout. Cost: 4 GEMMs of 2*T*V*d flops
-// (the logits are computed twice) instead of 3 for the unfused head.
+// (the logits are computed twice) instead of 3 for the unfused head; 3 when one vocabulary tile
+// holds whole rows (pass 2 reads pass 1's tile: lce_head_gemms).
 // Test:  build/bin/kernel_tests "[lce]" (CPU reference, tile plan, tiling emulation) and
 //        "[lce][.cuda]" on a GPU.
 // Bench: build/bin/odyssey_kernel_bench lce (time and peak memory vs an unfused full-logits head).
@@ -200,7 +201,10 @@ void linear_cross_entropy(KernelDtype dtype, const void* hidden, const void* wei
       const int64_t v0 = vt_index * plan.vocab_tile;
       const int64_t vt = std::min(plan.vocab_tile, shape.vocab - v0);
       const char* w_tile = static_cast<const char*>(weight) + static_cast<size_t>(v0 * d) * esize;
-      gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, vt, tt, d, w_tile, d, h_tile, d, ab_type, 0.0f, logits, vt);
+      // One vocabulary tile: `logits` still holds pass 1's tile (the statistics kernels only read
+      // it), so the GEMM is not run again (lce_head_gemms: 3 head GEMMs instead of 4).
+      if (plan.n_vocab_tiles > 1)
+        gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, vt, tt, d, w_tile, d, h_tile, d, ab_type, 0.0f, logits, vt);
       if (dtype == KernelDtype::F32) {
         lce_tile_grad_kernel<float><<<static_cast<unsigned>(tt), kThreads, 0, stream>>>(
             logits, static_cast<float*>(grad), vt, v0, tile_labels, shape.vocab, row_max, grad_scale);

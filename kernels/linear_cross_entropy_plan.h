@@ -2,7 +2,7 @@
 // tiles and the workspace layout. Host arithmetic without CUDA headers, shared by the kernels, the
 // engine and the planner (whose GPU profile charges exactly this workspace).
 // defines: LinearCrossEntropyShape, LceTilePlan, plan_linear_cross_entropy, kMaxLceTileElements,
-//          kLceDefaultTile, kLceHeadGemms, lce_vocab_tile, widest_vocab_tiles, largest_lce_seq_tile,
+//          kLceDefaultTile, lce_head_gemms, lce_vocab_tile, widest_vocab_tiles, largest_lce_seq_tile,
 //          fused_loss_seq_tile, fused_loss_answer_rows
 #pragma once
 
@@ -16,10 +16,12 @@ namespace odyssey::kernels {
 /// The default sequence and vocabulary tile (tokens, entries).
 constexpr int64_t kLceDefaultTile = 8192;
 
-/// The head GEMMs of 2 x tokens x vocab x dim FLOPs the fused kernel runs: the logits twice (pass 1
-/// for the row statistics, pass 2 again for the gradient), then dhidden and dweight; the unfused
-/// head runs 3 (the planner's step time reads this).
-constexpr int kLceHeadGemms = 4;
+/// The head GEMMs of 2 x tokens x vocab x dim FLOPs the fused kernel runs with `n_vocab_tiles`
+/// vocabulary tiles (LceTilePlan::n_vocab_tiles): over several tiles the logits twice (pass 1 for
+/// the row statistics, pass 2 again for the gradient, the log-sum-exp being known only after the
+/// last tile), over one tile of whole rows once (pass 2 reads the tile pass 1 left), then dhidden
+/// and dweight. The unfused head runs 3. The kernel and the planner's step time read this.
+constexpr int lce_head_gemms(int64_t n_vocab_tiles) { return n_vocab_tiles > 1 ? 4 : 3; }
 
 /// hidden [tokens, dim], weight [vocab, dim], labels [tokens]. Tiles of 0 pick the defaults
 /// (min(tokens, 8192) and min(vocab, 8192): a 256 MiB fp32 logits tile).

@@ -51,8 +51,10 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   if (s.tiled_mlp) recompute += L * mlp;       // each tile's forward again in its backward
   if (s.untied) recompute += L * proj;         // stage projections again in backward
   // The tiled loss's head GEMMs, all in its forward: a GPU target's fused kernel computes the
-  // logits twice (kernels/linear_cross_entropy_plan.h), the CPU's autograd per tile once.
-  const double tiled_loss_gemms = s.cuda_target ? static_cast<double>(kernels::kLceHeadGemms) : 3.0;
+  // logits twice over several vocabulary tiles (kernels/linear_cross_entropy_plan.h), the CPU's
+  // tile once.
+  const int64_t fused_vocab_tiles = s.fused_vocab_tile > 0 ? (s.V + s.fused_vocab_tile - 1) / s.fused_vocab_tile : 1;
+  const double tiled_loss_gemms = s.cuda_target ? static_cast<double>(kernels::lce_head_gemms(fused_vocab_tiles)) : 3.0;
   if (s.tiled_loss) recompute += (tiled_loss_gemms - 3.0) * head;
   const double hardware = model + recompute;
 

@@ -179,6 +179,10 @@ TEST_CASE("linear cross-entropy: the widest plannable tiling of a full vocabular
   CHECK(p.n_vocab_tiles == 1);
   CHECK(p.n_seq_tiles == 2);
   CHECK(widest_vocab_tiles(100, 16, 50).seq_tile == 100);  // small problems: one tile
+  // Whole rows in one tile: pass 2 reads pass 1's logits, 3 head GEMMs as the unfused head runs;
+  // the default 8192-entry tiles over Llama's vocabulary (16 tiles) compute the logits twice.
+  CHECK(lce_head_gemms(p.n_vocab_tiles) == 3);
+  CHECK(lce_head_gemms(plan_linear_cross_entropy(KernelDtype::BF16, {32768, 2048, 128256, 0, 0}).n_vocab_tiles) == 4);
 }
 
 TEST_CASE("the kernel's tiled online log-sum-exp equals the untiled reference", "[kernels][lce]") {
@@ -206,7 +210,9 @@ TEST_CASE("fused linear cross-entropy kernel matches the CPU reference", "[kerne
   // their largest value; bf16 (dlogits rounded to bf16 before the GEMMs) gradients within 2/128.
   const auto dtype = GENERATE(KernelDtype::F32, KernelDtype::BF16);
   struct Case { int64_t tokens, dim, vocab, seq_tile, vocab_tile; };
-  const Case cases[] = {{300, 64, 1000, 128, 256}, {77, 96, 515, 0, 0}, {64, 128, 4096, 64, 1024}};
+  // The second and fourth run one vocabulary tile of whole rows: pass 2 reads pass 1's logits tile
+  // instead of computing it again (lce_head_gemms), over one and over three sequence tiles.
+  const Case cases[] = {{300, 64, 1000, 128, 256}, {77, 96, 515, 0, 0}, {64, 128, 4096, 64, 1024}, {300, 64, 1000, 128, 1000}};
   for (const Case& c : cases) {
     CAPTURE(to_string(dtype), c.tokens, c.dim, c.vocab, c.seq_tile, c.vocab_tile);
     const LinearCrossEntropyShape shape{c.tokens, c.dim, c.vocab, c.seq_tile, c.vocab_tile};

@@ -313,14 +313,23 @@ TEST_CASE("tiled loss on a GPU profile: the planner charges the fused kernel's o
   CHECK(term_bytes(on_cpu, "tile d log-softmax (fp32)") == 0);
   CHECK(term_bytes(on_cpu, "tile d logits (fp32)") == 0);
 
-  // Time: the kernel computes the logits twice (kernels::kLceHeadGemms = 4 head GEMMs; the CPU's
-  // autograd tiles run 3), one head forward more, counted as recompute: t x 2 V d FLOPs. Nothing
-  // else recomputed differs between the two targets.
+  // Time: over several vocabulary tiles the kernel computes the logits twice
+  // (kernels::lce_head_gemms = 4 head GEMMs; the CPU's tiles run 3), one head forward more,
+  // counted as recompute: t x 2 V d FLOPs. Over one tile of whole rows (this 8192-entry
+  // vocabulary, the default tile) pass 2 reads pass 1's tile: 3, as on the CPU. Nothing else
+  // recomputed differs between the two targets.
   auto recompute_flops = [](const MemoryPlan& p, const HardwareConfig& hw) {
     return p.time.recompute_s * hw.bf16_tflops * 1e12 * hw.compute_efficiency;
   };
-  const double head_forward = 1024.0 * 2 * 8192 * 64;
-  CHECK(recompute_flops(plan, *find_hardware_profile("h100-sxm")) - recompute_flops(on_cpu, cfg.hardware) ==
+  const HardwareConfig& h100 = *find_hardware_profile("h100-sxm");
+  CHECK(recompute_flops(plan, h100) == Approx(recompute_flops(on_cpu, cfg.hardware)).epsilon(1e-9));
+  cfg.model.vocab_size = 16384;  // two default vocabulary tiles
+  const MemoryPlan two_tiles_cpu = plan_memory(cfg);
+  cfg.hardware = h100;
+  cfg.hardware.runtime_overhead_gib = 0;
+  const MemoryPlan two_tiles = plan_memory(cfg);
+  const double head_forward = 1024.0 * 2 * 16384 * 64;
+  CHECK(recompute_flops(two_tiles, h100) - recompute_flops(two_tiles_cpu, *find_hardware_profile("cpu")) ==
         Approx(head_forward).epsilon(1e-9));
 }
 
