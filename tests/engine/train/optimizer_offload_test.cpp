@@ -2,6 +2,8 @@
 // and parameters), the live toggle at a step boundary, and the bytes it moves against the planner.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "../engine_test_util.h"
 #include "engine/planner/planner.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -152,4 +154,57 @@ TEST_CASE("optimizer offload: the host AdamW pipelined under the next forward gi
   // One span per pipelined step: three recorded by the next step, the fourth by the settle.
   CHECK(after_backward.spans == 0);
   CHECK(pipelined.spans == 4);
+}
+
+TEST_CASE("optimizer offload: a step failing in its forward with the last step's updates pending loses none of them",
+          "[engine][offload_optimizer][pipeline]") {
+  // Step 2 runs out of memory in its first block, after awaiting some groups' updates from step
+  // 1 and before the rest: the failed step's cleanup finishes the others, so the retried step and
+  // the weights after it equal a run with the passes after backward, bit for bit.
+  RunConfig cfg = tiny_config(4, 64);
+  cfg.memory.activation_checkpointing = true;
+  cfg.memory.offload_optimizer = true;
+  auto run = [&](bool pipelined) {
+    Trainer t(cfg, cpu_rank());
+    t.set_overlap_host_optimizer(pipelined);
+    Trajectory out;
+    const StepResult first = t.step();
+    out.losses.push_back(first.loss);
+    MemoryTracker& tracker = MemoryTracker::instance();
+    const int64_t held = tracker.device_bytes(0);
+    tracker.set_device_limit(0, held + (first.device_peak - held) / 4);  // the first block's attention cannot fit
+    std::vector<std::string> opened;  // the failing step's phases, in the order they open
+    t.recorder().add_edge_sink([&](const PhaseEdge& e) {
+      if (e.begin && t.next_step() == 1) opened.push_back(*e.path);
+    });
+    bool failed = false;
+    try {
+      t.step();
+    } catch (const StepFailure& e) {
+      failed = e.kind == StepFailure::Kind::OutOfMemory;
+      INFO(e.what());
+    }
+    tracker.set_device_limit(0, 0);
+    CHECK(failed);
+    if (pipelined) {
+      // Some updates were awaited before the failing attention, the others by the cleanup after it.
+      const auto attention = std::find(opened.begin(), opened.end(), "fwd/block.0/attn");
+      REQUIRE(attention != opened.end());
+      auto awaits = [](auto from, auto to) {
+        return std::count_if(from, to, [](const std::string& p) { return p.find("host_update") != std::string::npos; });
+      };
+      CHECK(awaits(opened.begin(), attention) > 0);
+      CHECK(awaits(attention, opened.end()) > 0);
+      CHECK(awaits(opened.begin(), opened.end()) == 6);  // embedding, 4 blocks, head: each once
+    }
+    CHECK(t.next_step() == 1);
+    out.losses.push_back(t.step().loss);  // step 2 again
+    out.losses.push_back(t.step().loss);
+    out.params = group_params(t);
+    return out;
+  };
+  const Trajectory serial = run(false), pipelined = run(true);
+  CHECK(pipelined.losses == serial.losses);
+  REQUIRE(pipelined.params.size() == serial.params.size());
+  for (size_t g = 0; g < serial.params.size(); ++g) CHECK(at::equal(pipelined.params[g], serial.params[g]));
 }
