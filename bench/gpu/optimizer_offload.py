@@ -23,7 +23,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from systems import finish_side_by_side, run_side_by_side, side_by_side_args  # noqa: E402
+from systems import finish_side_by_side, plan_odyssey, run_side_by_side, side_by_side_args  # noqa: E402
 
 # The phases the engine opens for the offloaded optimizer (engine/train/optimizer.cpp), by trace path.
 OPTIMIZER_PHASES = ("optimizer", "optimizer/optimizer/grad_norm", "optimizer/optimizer/host_adamw", "bwd/embed")
@@ -62,6 +62,24 @@ def optimizer_phases(path):
     return out
 
 
+def planned(seq, variants):
+    """The planner's word on the same two runs (this GPU's profile): each step time, their ratio,
+    and the offloaded run's host AdamW, its PCIe traffic and what the step waits for of them
+    (optimizer_exposed_s: pipelined on a GPU, against the measured host_update)."""
+    plans = {name: plan_odyssey(seq, sets) for name, sets in variants}
+    out = {}
+    for name, plan in plans.items():
+        if "error" in plan:
+            out[name] = {"error": plan["error"]}
+            continue
+        t = plan.get("time", {})
+        out[name] = {k: t.get(k) for k in ("step_s", "host_optimizer_s", "optimizer_pcie_s", "optimizer_exposed_s")}
+    steps = [out.get(name, {}).get("step_s") for name, _ in variants]
+    if all(isinstance(x, (int, float)) and x > 0 for x in steps):
+        out["step_time_ratio"] = steps[1] / steps[0]
+    return out
+
+
 def self_test():
     """The phase arithmetic on a hand-made trace: two traced steps, the first left out."""
     events = [
@@ -90,9 +108,9 @@ def self_test():
 
 def main():
     args = side_by_side_args(__doc__.split("\n\n")[0], "128K", 3, self_test)
-    result = run_side_by_side(args, [("on_device", ["memory.offload_optimizer=false"]),
-                                     ("offloaded", ["memory.offload_optimizer=true"])],
-                              "within_10_percent", 1.10)
+    variants = [("on_device", ["memory.offload_optimizer=false"]), ("offloaded", ["memory.offload_optimizer=true"])]
+    result = run_side_by_side(args, variants, "within_10_percent", 1.10)
+    result["planned"] = planned(args.seq, variants)
     if "error" not in result:
         step = result["runs"]["offloaded"]["step_time_s"]
         phases = optimizer_phases(os.path.join(args.out, "offloaded", "trace.json"))
@@ -100,7 +118,7 @@ def main():
         if "optimizer" in phases and step > 0:
             # the optimizer's exposed time: its phase, and the pipelined forward's waits for it
             result["optimizer_share_of_step"] = (phases["optimizer"] + phases.get("host_update", 0.0)) / step
-    finish_side_by_side(args, result, "optimizer_offload.json", "within_10_percent", printed=("optimizer_share_of_step",))
+    finish_side_by_side(args, result, "optimizer_offload.json", "within_10_percent", printed=("optimizer_share_of_step", "planned"))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from systems import ROOT, odyssey_binary, run_sampling_device_use  # noqa: E402
+from systems import ROOT, odyssey_binary, run_json, run_sampling_device_use  # noqa: E402
 
 PEAK_TOLERANCE, SLOPE_TOLERANCE = 0.10, 0.05
 POINT_KEYS = ("case", "seq_len", "planned_tensor_peak_bytes", "planned_peak_phase", "measured_peak_bytes", "ratio",
@@ -44,13 +44,6 @@ def cases(which, layers):
     return [("llama3-8b-3m-8xh100-rank0-%dlayers" % layers, os.path.join(ROOT, "presets", "llama3-8b-3m-8xh100.toml"),
              ["parallel.emulate=true", "model.n_layers=%d" % layers], [512 * 1024, 1024 * 1024]),
             ("llama3.2-1b-1xh100", os.path.join(ROOT, "presets", "llama3.2-1b-1xh100.toml"), [], [64 * 1024, 128 * 1024])]
-
-
-def run_json(cmd, timeout):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError("%s -> rc %d: %s" % (" ".join(cmd), proc.returncode, (proc.stderr or proc.stdout)[-400:]))
-    return json.loads(proc.stdout)
 
 
 def measure_one(name, preset, sets, seq, steps, out, timeout):

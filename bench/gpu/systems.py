@@ -5,8 +5,9 @@ so one script path serves the GPU and its CPU dry run: ODYSSEY_BENCH_PRESET (the
 default presets/llama3.2-1b-1xh100.toml), ODYSSEY_BENCH_SETS (extra `--set k=v` assignments,
 space-separated) and ODYSSEY_BENCH_BASELINE_ARGS (extra baseline arguments).
 
-defines: run_baseline, run_odyssey, odyssey_binary, odyssey_preset, odyssey_sets, run_sampling_device_use,
-nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
+defines: run_baseline, run_odyssey, plan_odyssey, run_json, odyssey_binary, odyssey_preset, odyssey_sets,
+device_profile_sets, run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side,
+finish_side_by_side
 """
 import json
 import os
@@ -73,6 +74,36 @@ def nvidia_smi(query, fmt="csv,noheader,nounits"):
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout if proc.returncode == 0 else None
+
+
+def device_profile_sets():
+    """The planner's hardware profile for the GPU these benchmarks run on, as `--set` assignments:
+    an H200 plans with the h200 profile (the presets name h100-sxm); anything else keeps the
+    preset's (the CPU dry run's tiny preset names its own)."""
+    names = nvidia_smi("--query-gpu=name") or ""
+    return ["hardware.profile=h200"] if "H200" in names else []
+
+
+def run_json(cmd, timeout_s):
+    """The JSON a command prints (`odyssey plan --json`); raises RuntimeError naming the command on
+    a nonzero exit."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError("%s -> rc %d: %s" % (" ".join(cmd), proc.returncode, (proc.stderr or proc.stdout)[-400:]))
+    return json.loads(proc.stdout)
+
+
+def plan_odyssey(seq, extra_sets=(), timeout_s=120):
+    """`odyssey plan --json` of the benchmark's preset at `seq` tokens with its sets, `extra_sets`
+    and this GPU's hardware profile (device_profile_sets): the planner's word beside a measurement.
+    {"error": ...} when it cannot plan."""
+    cmd = [odyssey_binary(), "plan", odyssey_preset(), "--set", "training.seq_len=%d" % seq, "--json"]
+    for s in odyssey_sets() + list(extra_sets) + device_profile_sets():
+        cmd += ["--set", s]
+    try:
+        return run_json(cmd, timeout_s)
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+        return {"error": str(e)[-400:]}
 
 
 def _device_use_mib(pid):

@@ -130,6 +130,8 @@ def optimizer(d):
     if not r:
         return []
     runs = r.get("runs", {})
+    planned = r.get("planned", {})
+    offloaded_plan = planned.get("offloaded", {})
     bench = os.path.join(d, "host_adamw_bench.txt")  # the host AdamW's thread scaling, when it ran
     bench_lines = []
     if os.path.exists(bench):
@@ -140,7 +142,10 @@ def optimizer(d):
                                                  r.get("optimizer_share_of_step"), r.get("optimizer_phases_s")),
             "  device peak on device / offloaded: %s / %s B; host peak %s / %s B" % (
                 runs.get("on_device", {}).get("peak_bytes"), runs.get("offloaded", {}).get("peak_bytes"),
-                runs.get("on_device", {}).get("host_peak_bytes"), runs.get("offloaded", {}).get("host_peak_bytes"))
+                runs.get("on_device", {}).get("host_peak_bytes"), runs.get("offloaded", {}).get("host_peak_bytes")),
+            "  planned (this GPU's profile): step time ratio %s, the step waits %s s for the host AdamW (%s s) "
+            "and its PCIe (%s s)" % (planned.get("step_time_ratio"), offloaded_plan.get("optimizer_exposed_s"),
+                                     offloaded_plan.get("host_optimizer_s"), offloaded_plan.get("optimizer_pcie_s"))
             ] + bench_lines
 
 
