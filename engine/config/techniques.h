@@ -73,7 +73,8 @@ inline constexpr std::array<Technique, kTechniqueCount> kTechniques = {{
     {TechniqueId::OptimizerOffload, "offload_optimizer", "memory.offload_optimizer", "Offload optimizer", "optimizer offload",
      "Keeps fp32 master weights, gradients and AdamW moments in host memory (the device keeps compute-dtype "
      "parameters: 2 of 16 bytes a parameter in bf16); costs PCIe traffic for gradients and parameters and "
-     "the host AdamW's time.",
+     "the host AdamW's time, which on a GPU runs under the next step's forward (the step waits for the "
+     "embedding's and first block's passes).",
      std::nullopt, "", 7, true},
 }};
 
