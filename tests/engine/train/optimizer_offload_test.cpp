@@ -208,3 +208,32 @@ TEST_CASE("optimizer offload: a step failing in its forward with the last step's
   REQUIRE(pipelined.params.size() == serial.params.size());
   for (size_t g = 0; g < serial.params.size(); ++g) CHECK(at::equal(pipelined.params[g], serial.params[g]));
 }
+
+TEST_CASE("optimizer offload: toggled off and on between pipelined steps, the same losses and weights",
+          "[engine][offload_optimizer][pipeline]") {
+  // A toggle moves the states between pools at a step boundary: it waits for the pipelined passes
+  // first (Trainer::set_memory settles), so the moved states are the updated ones. Against the
+  // same toggles with the passes after backward: bit-equal.
+  RunConfig cfg = tiny_config(2, 64);
+  cfg.training.dtype = DType::BFloat16;
+  cfg.memory.offload_optimizer = true;
+  auto run = [&](bool pipelined) {
+    Trainer t(cfg, cpu_rank());
+    t.set_overlap_host_optimizer(pipelined);
+    Trajectory out;
+    MemoryConfig m = cfg.memory;
+    for (int s = 0; s < 6; ++s) {
+      if (s == 2 || s == 4) {
+        m.offload_optimizer = !m.offload_optimizer;
+        t.set_memory(m);
+      }
+      out.losses.push_back(t.step().loss);
+    }
+    out.params = group_params(t);
+    return out;
+  };
+  const Trajectory serial = run(false), pipelined = run(true);
+  CHECK(pipelined.losses == serial.losses);
+  REQUIRE(pipelined.params.size() == serial.params.size());
+  for (size_t g = 0; g < serial.params.size(); ++g) CHECK(at::equal(pipelined.params[g], serial.params[g]));
+}
