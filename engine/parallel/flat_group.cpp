@@ -302,13 +302,13 @@ void FlatParamGroup::refresh_device_params() {
 
 void FlatParamGroup::await_update() {
   if (!pending_update_) return;
-  const PendingHostUpdate update = std::move(*pending_update_);
-  pending_update_.reset();  // before the refresh below, which may unshard (and so come back here)
+  // Taken before the refresh below, which may unshard (and so come back here).
+  const std::function<void()> wait = std::exchange(pending_update_, nullptr);
   // The phase shows what the step waits for: the pass, when the worker has not finished it yet,
   // and the upload (on a GPU queued on this stream ahead of the group's first kernel). Named by
   // the group ("block.3/host_update"): a block's is awaited outside its own forward's phases.
   PhaseScope phase(name_ + "/host_update");
-  if (!update.ready()) update.wait();
+  wait();
   refresh_device_params();
 }
 

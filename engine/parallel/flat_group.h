@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,14 +30,6 @@ struct ParamSpec {
 /// Lays `specs` out back to back in a flat buffer (fills each offset, in order); returns the
 /// group's parameter count. The one layout rule: FlatParamGroup and `odyssey export` read it.
 int64_t lay_out_flat(std::vector<ParamSpec>& specs);
-
-/// A host update of a group's fp32 states still running on another thread (the host AdamW's
-/// pipeline, engine/train/optimizer.h): `ready` says whether it has finished, `wait` blocks until
-/// it has. Both are called on the group's own thread.
-struct PendingHostUpdate {
-  std::function<bool()> ready;
-  std::function<void()> wait;
-};
 
 /// How a group is laid out over the ranks.
 struct FlatGroupOptions {
@@ -110,10 +101,11 @@ class FlatParamGroup {
   /// when the states are on the device.
   void refresh_device_params();
   /// The host AdamW of the last step runs on a worker thread under this step's forward (the
-  /// pipeline sets it when it queues the group's pass): until await_update() the group's master
-  /// and moments belong to that thread, and the device's parameters are the old ones.
-  void set_pending_update(PendingHostUpdate update) { pending_update_ = std::move(update); }
-  bool update_pending() const { return pending_update_.has_value(); }
+  /// pipeline sets it when it queues the group's pass, engine/train/optimizer.h): `wait` returns
+  /// once that pass has finished (at once if it has), called on the group's own thread. Until
+  /// await_update() the group's master and moments belong to that thread, and the device's
+  /// parameters are the old ones.
+  void set_pending_update(std::function<void()> wait) { pending_update_ = std::move(wait); }
   /// Finishes a pending host update: waits for its pass (a phase "<group>/host_update" while it
   /// waits or uploads), then refresh_device_params(). Nothing when none is pending. unshard(),
   /// unshard_async() and set_states_on_host() call it first, so the forward's first use of the
@@ -192,7 +184,7 @@ class FlatParamGroup {
   bool grad_stale_ = false;      ///< ... and the buffer still holds the last step's values
   at::Tensor device_grad_norm_;  ///< [] fp32 on the device (device_grad_norm)
   std::unique_ptr<c10::Event> grad_copy_done_;  ///< recorded after an asynchronous copy down
-  std::optional<PendingHostUpdate> pending_update_;  ///< set_pending_update, until await_update
+  std::function<void()> pending_update_;  ///< set_pending_update's wait, until await_update (empty: none)
   bool unsharded_ = false;
   at::Tensor full_;  ///< [padded_numel] compute dtype; its storage is swapped by (un)shard
   std::unique_ptr<PendingCollective> pending_gather_;  ///< unshard_async's all-gather in flight

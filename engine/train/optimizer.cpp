@@ -260,15 +260,11 @@ void HostUpdatePipeline::start(AdamW& optimizer, const std::vector<FlatParamGrou
   }
   for (size_t i = 0; i < groups.size(); ++i) {
     const std::shared_ptr<Job>& job = jobs[i];
-    // The group's thread asks and waits here (await_update); the worker sets `done` under the lock.
-    groups[i]->set_pending_update({[this, job] {
-                             std::lock_guard<std::mutex> lock(mutex_);
-                             return job->done;
-                           },
-                           [this, job] {
-                             std::unique_lock<std::mutex> lock(mutex_);
-                             finished_.wait(lock, [&] { return job->done; });
-                           }});
+    // The group's thread waits here (await_update); the worker sets `done` under the lock.
+    groups[i]->set_pending_update([this, job] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      finished_.wait(lock, [&] { return job->done; });
+    });
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
