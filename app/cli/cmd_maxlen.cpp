@@ -10,13 +10,16 @@ namespace {
 
 int maxlen_body(const std::string& path, const RunConfig& cfg, bool json) {
   const int64_t max_seq_len = solve_max_seq_len(cfg);
+  const MaxSeqLenLimit limit = max_seq_len_limit(cfg, max_seq_len);
   std::vector<RungMaxLen> rungs;
   for (int i = 0; i < kLadderRungCount; ++i) {
     const RunConfig rung = ladder_rung_config(cfg, i);
-    rungs.push_back({kLadderRungNames[i], ladder_rung_label(cfg, i), solve_max_seq_len(rung), seq_len_granularity(rung)});
+    const int64_t answer = solve_max_seq_len(rung);
+    rungs.push_back({kLadderRungNames[i], ladder_rung_label(cfg, i), answer, seq_len_granularity(rung),
+                     max_seq_len_limit(rung, answer)});
   }
   if (!json) {
-    print_maxlen(std::cout, path, cfg, max_seq_len, rungs);
+    print_maxlen(std::cout, path, cfg, max_seq_len, limit, rungs);
     return kExitOk;
   }
   std::string out;
@@ -24,14 +27,19 @@ int maxlen_body(const std::string& path, const RunConfig& cfg, bool json) {
   w.begin_object()
       .key("max_seq_len").value(max_seq_len)
       .key("granularity").value(seq_len_granularity(cfg))
-      .key("rungs").begin_array();
-  for (const auto& r : rungs)
+      .key("limit");
+  write_limit_json(w, limit);
+  w.key("rungs").begin_array();
+  for (const auto& r : rungs) {
     w.begin_object()
         .key("name").value(r.name)
         .key("label").value(r.label)
         .key("max_seq_len").value(r.max_seq_len)
         .key("granularity").value(r.granularity)
-        .end_object();
+        .key("limit");
+    write_limit_json(w, r.limit);
+    w.end_object();
+  }
   w.end_array().end_object();
   std::cout << out << "\n";
   return kExitOk;

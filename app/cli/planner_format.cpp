@@ -247,15 +247,35 @@ void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cf
 }
 
 void print_maxlen(std::ostream& os, const std::string& path, const RunConfig& cfg, int64_t max_seq_len,
-                  const std::vector<RungMaxLen>& rungs) {
+                  const MaxSeqLenLimit& limit, const std::vector<RungMaxLen>& rungs) {
   os << path << ": " << setup_line(cfg) << "\n";
-  os << strf("largest seq_len that fits: %s (%lld tokens; steps of %s = Ulysses degree x 1K)\n\n",
+  os << strf("largest seq_len that fits: %s (%lld tokens; steps of %s = Ulysses degree x 1K)\n",
              format_size(max_seq_len).c_str(), static_cast<long long>(max_seq_len),
              format_size(seq_len_granularity(cfg)).c_str());
-  os << strf("%-17s %12s %14s  %s\n", "rung", "max seq_len", "tokens", "configuration");
+  if (limit.seq_len > 0) {
+    const PlanPeak& p = limit.peak;
+    os << strf("limited by %s: at %s, device %.2f of %.2f GiB per device, host %.2f of %.0f GiB per node\n",
+               limit.binds().c_str(), format_size(limit.seq_len).c_str(), p.peak_bytes / kGiB, p.device_capacity / kGiB,
+               p.host_bytes / kGiB, p.host_capacity / kGiB);
+  } else {
+    os << "limited by " << limit.binds() << "\n";
+  }
+  os << strf("\n%-17s %12s %14s  %-22s  %s\n", "rung", "max seq_len", "tokens", "limited by", "configuration");
   for (const auto& r : rungs)
-    os << strf("%-17s %12s %14lld  %s (steps of %s)\n", r.name.c_str(), format_size(r.max_seq_len).c_str(),
-               static_cast<long long>(r.max_seq_len), r.label.c_str(), format_size(r.granularity).c_str());
+    os << strf("%-17s %12s %14lld  %-22s  %s (steps of %s)\n", r.name.c_str(), format_size(r.max_seq_len).c_str(),
+               static_cast<long long>(r.max_seq_len), r.limit.binds().c_str(), r.label.c_str(),
+               format_size(r.granularity).c_str());
+}
+
+void write_limit_json(JsonWriter& w, const MaxSeqLenLimit& limit) {
+  w.begin_object()
+      .key("seq_len").value(limit.seq_len)
+      .key("binds").value(limit.binds())
+      .key("device_bytes").value(limit.peak.peak_bytes)
+      .key("device_capacity").value(limit.peak.device_capacity)
+      .key("host_bytes").value(limit.peak.host_bytes)
+      .key("host_capacity").value(limit.peak.host_capacity)
+      .end_object();
 }
 
 int run_planner_command(const char* name, int argc, char** argv, int first,

@@ -36,11 +36,15 @@ struct RungMaxLen {
   std::string label;
   int64_t max_seq_len = 0;
   int64_t granularity = 0;
+  MaxSeqLenLimit limit;  ///< what stops it
 };
 
-/// The human max-context table.
+/// The human max-context table: the answer, what stops it, and each rung's.
 void print_maxlen(std::ostream& os, const std::string& path, const RunConfig& cfg, int64_t max_seq_len,
-                  const std::vector<RungMaxLen>& rungs);
+                  const MaxSeqLenLimit& limit, const std::vector<RungMaxLen>& rungs);
+/// The JSON object of a limit: {"seq_len", "binds", "device_bytes", "device_capacity",
+/// "host_bytes", "host_capacity"}.
+void write_limit_json(JsonWriter& w, const MaxSeqLenLimit& limit);
 
 /// Shared driver of the three planner commands: parses args, loads the preset (every issue
 /// printed, exit 2) and calls `body` with the validated config.

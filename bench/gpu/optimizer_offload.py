@@ -25,8 +25,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from systems import finish_side_by_side, plan_odyssey, run_side_by_side, side_by_side_args  # noqa: E402
 
-# The phases the engine opens for the offloaded optimizer (engine/train/optimizer.cpp), by trace path.
-OPTIMIZER_PHASES = ("optimizer", "optimizer/optimizer/grad_norm", "optimizer/optimizer/host_adamw", "bwd/embed")
+# The phases the engine opens for the offloaded optimizer, by trace path (Trainer::optimizer_phase,
+# engine/train/trainer.cpp: its parts nested in "optimizer").
+OPTIMIZER_PHASES = ("optimizer", "optimizer/grad_norm", "optimizer/host_adamw", "bwd/embed")
 
 
 def optimizer_phases(path):
@@ -84,10 +85,10 @@ def self_test():
     """The phase arithmetic on a hand-made trace: two traced steps, the first left out."""
     events = [
         {"ph": "X", "cat": "phase", "pid": 0, "ts": 0, "dur": 5e6, "args": {"path": "optimizer", "step": 1}},
-        {"ph": "X", "cat": "phase", "pid": 0, "ts": 0, "dur": 4e6, "args": {"path": "optimizer/optimizer/host_adamw", "step": 1}},
+        {"ph": "X", "cat": "phase", "pid": 0, "ts": 0, "dur": 4e6, "args": {"path": "optimizer/host_adamw", "step": 1}},
         {"ph": "X", "cat": "phase", "pid": 0, "ts": 9e6, "dur": 2e6, "args": {"path": "optimizer", "step": 2}},
-        {"ph": "X", "cat": "phase", "pid": 0, "ts": 9e6, "dur": 1.5e6, "args": {"path": "optimizer/optimizer/host_adamw", "step": 2}},
-        {"ph": "X", "cat": "phase", "pid": 0, "ts": 8.5e6, "dur": 0.5e6, "args": {"path": "optimizer/optimizer/grad_norm", "step": 2}},
+        {"ph": "X", "cat": "phase", "pid": 0, "ts": 9e6, "dur": 1.5e6, "args": {"path": "optimizer/host_adamw", "step": 2}},
+        {"ph": "X", "cat": "phase", "pid": 0, "ts": 8.5e6, "dur": 0.5e6, "args": {"path": "optimizer/grad_norm", "step": 2}},
         {"ph": "X", "cat": "phase", "pid": 1, "ts": 9e6, "dur": 9e6, "args": {"path": "optimizer", "step": 2}},  # rank 1
         {"ph": "X", "cat": "phase", "pid": 0, "ts": 0, "dur": 20e6, "args": {"path": "step", "step": 2}},
         # pipelined: step 2's forward waits twice for step 1's passes, which ran as a span
@@ -101,7 +102,7 @@ def self_test():
     with open(path, "w") as f:
         json.dump({"traceEvents": events}, f)
     r = optimizer_phases(path)
-    assert r == {"optimizer": 2.0, "optimizer/optimizer/host_adamw": 1.5, "optimizer/optimizer/grad_norm": 0.5,
+    assert r == {"optimizer": 2.0, "optimizer/host_adamw": 1.5, "optimizer/grad_norm": 0.5,
                  "host_update": 0.3, "host_adamw_pass": 0.6}, r
     print(json.dumps({"self_test": "ok"}))
 

@@ -120,6 +120,25 @@ int64_t solve_max_seq_len(const RunConfig& cfg) {
   return lo.k * step;
 }
 
+MaxSeqLenLimit max_seq_len_limit(const RunConfig& cfg, int64_t max_seq_len) {
+  MaxSeqLenLimit limit;
+  const int64_t next = max_seq_len + seq_len_granularity(cfg);
+  if (next > kMaxSeqLen) return limit;  // the solver's ceiling fits
+  RunConfig probe = cfg;
+  probe.training.seq_len = next;
+  limit.seq_len = next;
+  limit.peak = plan_peak(probe);
+  return limit;
+}
+
+std::string MaxSeqLenLimit::binds() const {
+  if (seq_len == 0) return "the solver's ceiling";
+  if (peak.beyond_range) return "beyond any machine";
+  if (peak.fits()) return "nothing (the next length fits: the peak is not monotone there)";
+  if (!peak.fits_device && !peak.fits_host) return "device and host memory";
+  return peak.fits_device ? "host memory" : "device memory";
+}
+
 std::string ladder_rung_label(const RunConfig& cfg, int rung) {
   if (rung <= 0) return "default (no sharding)";
   const RunConfig r = ladder_rung_config(cfg, rung);

@@ -2,7 +2,7 @@
 // timeline, step time and MFU, the technique ladder, the max-context solver and the advisor.
 // Pure C++ (no LibTorch): instant in the studio. defines: MemoryTerm, MemoryPlan, PhasePlan,
 // StepTimePlan, LadderRung, PlanPeak, plan_memory, plan_peak, planned_buffer_bytes, plan_step_time, plan_ladder,
-// ladder_rung_config, seq_len_granularity, solve_max_seq_len, advise. The model: docs/planner.md.
+// ladder_rung_config, seq_len_granularity, solve_max_seq_len, max_seq_len_limit, advise. The model: docs/planner.md.
 #pragma once
 
 #include <array>
@@ -148,6 +148,20 @@ int64_t seq_len_granularity(const RunConfig& cfg);
 /// Largest seq_len (a multiple of the required granularity) at which `cfg` fits device and host
 /// memory; 0 if not even the granularity fits. Bisection over the monotone peak.
 int64_t solve_max_seq_len(const RunConfig& cfg);
+
+/// What stops the context at solve_max_seq_len's answer: the verdict at the first length past it
+/// (one granularity step on; the first step itself when nothing fits). A user extending a context
+/// learns which memory to free: the device's (a technique, a larger Ulysses degree) or the
+/// node's host memory (the offloaded block inputs and optimizer states).
+struct MaxSeqLenLimit {
+  int64_t seq_len = 0;  ///< the first length that does not fit; 0 when the answer is the solver's ceiling
+  PlanPeak peak;        ///< its device and host verdict
+  /// "device memory", "host memory", "device and host memory", "beyond any machine" (a byte count
+  /// saturated) or "the solver's ceiling" (seq_len 0: every length up to it fits); "nothing ..."
+  /// should the next length fit after all (a peak not monotone there)
+  std::string binds() const;
+};
+MaxSeqLenLimit max_seq_len_limit(const RunConfig& cfg, int64_t max_seq_len);
 
 /// One suggested change set for a config that does not fit.
 struct Advice {

@@ -195,7 +195,7 @@ void Trainer::optimizer_phase(int64_t step, StepResult& r) {
   auto groups = model_->groups();
   {
     // offloaded: the copies down land; on a GPU each group's norm was taken on the device
-    EnginePhase norm(ctx_.slot, "optimizer/grad_norm");
+    EnginePhase norm(ctx_.slot, "grad_norm");  // nested: "optimizer/grad_norm"
     r.grad_norm = global_grad_norm(groups, ctx_);
   }
   if (!std::isfinite(r.grad_norm))
@@ -212,7 +212,7 @@ void Trainer::optimizer_phase(int64_t step, StepResult& r) {
   const bool host_states = std::all_of(groups.begin(), groups.end(),
                                        [](const FlatParamGroup* g) { return g->master.device().is_cpu(); });
   if (overlaps_host_optimizer() && host_states) {
-    EnginePhase queue(ctx_.slot, "optimizer/host_adamw_queued");
+    EnginePhase queue(ctx_.slot, "host_adamw_queued");
     // groups() is the forward's order: embedding, blocks 0..L-1, head
     host_updates_.start(optimizer_, groups, optimizer_.begin_step(r.lr, clip));
     host_span_pending_ = true;
@@ -223,7 +223,7 @@ void Trainer::optimizer_phase(int64_t step, StepResult& r) {
   // threads, the clipping folded in), timed as its own phase; each shard's updated parameters go
   // up to the device as its pass ends, overlapping the next shard's pass (refresh_device_params).
   std::optional<EnginePhase> host;
-  if (cfg_.memory.offload_optimizer) host.emplace(ctx_.slot, "optimizer/host_adamw");
+  if (cfg_.memory.offload_optimizer) host.emplace(ctx_.slot, "host_adamw");  // "optimizer/host_adamw"
   optimizer_.step(groups, r.lr, clip);
   AdamW::zero_grad(groups);
 }

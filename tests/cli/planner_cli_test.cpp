@@ -113,6 +113,42 @@ TEST_CASE("odyssey plan --set: 5M without Untied Ulysses does not fit and gets a
       untied = untied || change.get<std::string>() == "memory.untied_ulysses = true";
   }
   CHECK(untied);
+  // the optimizer offload is among them, ahead of Untied Ulysses (the smaller predicted slowdown)
+  double offload_slowdown = -1, untied_slowdown = -1;
+  for (const auto& advice : v.at("advice"))
+    for (const auto& change : advice.at("changes")) {
+      const std::string c = change.get<std::string>();
+      if (c == "memory.offload_optimizer = true" && offload_slowdown < 0)
+        offload_slowdown = advice.at("slowdown").get<double>();
+      if (c == "memory.untied_ulysses = true" && untied_slowdown < 0) untied_slowdown = advice.at("slowdown").get<double>();
+    }
+  CHECK(offload_slowdown >= 1.0);
+  CHECK(offload_slowdown <= untied_slowdown);
+}
+
+TEST_CASE("odyssey plan and maxlen: a node whose host memory cannot hold the offloaded states says so", "[cli][planner]") {
+  // Llama3-8B on one H100 keeps 16 B a parameter on the host with the optimizer offloaded
+  // (about 120 GiB): on a node of 100 GiB nothing fits, and both commands name the host memory.
+  const std::string small_host = "presets/llama3-8b-1xh100.toml --set hardware.host_memory_gib=100";
+  const Run plan = run_odyssey("plan " + small_host + " --json");
+  REQUIRE(plan.code == 0);
+  const Json p = parse(plan);
+  CHECK_FALSE(p.at("fits").get<bool>());
+  CHECK(p.at("fits_device").get<bool>());
+  CHECK_FALSE(p.at("fits_host").get<bool>());
+  const Run human = run_odyssey("plan " + small_host);
+  CHECK_THAT(human.out, Catch::Contains("verdict: OOM (host)"));
+  const Run maxlen = run_odyssey("maxlen " + small_host + " --json");
+  REQUIRE(maxlen.code == 0);
+  const Json m = parse(maxlen);
+  CHECK(m.at("max_seq_len").get<int64_t>() == 0);
+  const Json& limit = m.at("limit");
+  CHECK(limit.at("binds").get<std::string>() == "host memory");
+  CHECK(limit.at("seq_len").get<int64_t>() == 1024);  // not even the first step fits
+  CHECK(limit.at("host_bytes").get<int64_t>() > limit.at("host_capacity").get<int64_t>());
+  CHECK(limit.at("host_capacity").get<int64_t>() == int64_t{100} << 30);
+  const Run maxlen_human = run_odyssey("maxlen " + small_host);
+  CHECK_THAT(maxlen_human.out, Catch::Contains("limited by host memory: at 1K"));
 }
 
 TEST_CASE("odyssey ladder --json: the contract's seven rungs in order, then optimizer offload", "[cli][planner]") {
@@ -148,6 +184,16 @@ TEST_CASE("odyssey maxlen --json: the preset's answer and one per rung", "[cli][
   CHECK(rungs[6].at("name").get<std::string>() == "untied_ulysses");  // the preset's own stack
   CHECK(rungs[7].at("name").get<std::string>() == "offload_optimizer");
   CHECK(rungs[6].at("max_seq_len").get<int64_t>() == v.at("max_seq_len").get<int64_t>());
+  // What stops each answer: the first length past it, one step on, and the memory it overflows.
+  const Json& limit = v.at("limit");
+  CHECK(limit.at("seq_len").get<int64_t>() == v.at("max_seq_len").get<int64_t>() + v.at("granularity").get<int64_t>());
+  CHECK(limit.at("binds").get<std::string>() == "device memory");
+  CHECK(limit.at("device_bytes").get<int64_t>() > limit.at("device_capacity").get<int64_t>());
+  CHECK(rungs[0].at("limit").at("binds").get<std::string>() == "device memory");  // 119 GiB of states
+  // With the optimizer offloaded, the 2 TiB of host memory a node has is what binds at 8M and up:
+  // the offloaded block inputs and the moved states of eight ranks.
+  CHECK(rungs[7].at("limit").at("binds").get<std::string>() == "host memory");
+  CHECK(rungs[7].at("limit").at("host_bytes").get<int64_t>() > rungs[7].at("limit").at("host_capacity").get<int64_t>());
 }
 
 TEST_CASE("human output: aligned GiB tables", "[cli][planner]") {

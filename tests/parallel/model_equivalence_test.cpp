@@ -1,7 +1,8 @@
 // The distributed stack against the single-rank plain reference on the global batch (fp32, CPU,
 // in-process rank threads over Gloo): world sizes 1, 2, 4; MHA, n_kv_heads = P and < P; every
 // combination of {FSDP, Ulysses, Untied Ulysses x each valid heads_per_stage} x {checkpointing,
-// offload, tiling} (optimizer offload on every other case): the loss and every gradient of the first step, and every parameter after three
+// offload, tiling} (optimizer offload on every other pair of cases, under both FSDP reduce-scatter
+// schedules): the loss and every gradient of the first step, and every parameter after three
 // optimizer steps on the reference's gradients (the sharded AdamW on identical input), each
 // within the tolerances derived in engine_test_util.h. defines: test cases [equivalence]
 #include <catch2/catch.hpp>
@@ -96,9 +97,10 @@ std::vector<Case> cases_for(int W, int P) {
           // deferred, as on GPUs) so that each schedule meets every memory technique across the
           // attention variants without doubling the cases.
           Case c{h, fsdp, untied, hps, fsdp && W > 1 && (k + (untied ? 1 : 0)) % 2 == 1, combos[k]};
-          // Optimizer offload alternates the same way, against the other parity: the host AdamW
-          // meets every memory technique, schedule and world size.
-          c.memory.offload_optimizer = (k + (untied ? 1 : 0) + (fsdp ? 1 : 0)) % 2 == 0;
+          // Optimizer offload alternates over pairs of combos (k / 2), so that under FSDP it meets
+          // both reduce-scatter schedules (k + untied's parity) and, across the plain and Untied
+          // attention, every memory technique at every world size.
+          c.memory.offload_optimizer = (k / 2 + (untied ? 1 : 0) + (fsdp ? 1 : 0)) % 2 == 0;
           c.memory.untied_ulysses = untied;
           c.memory.heads_per_stage = hps;
           cases.push_back(c);

@@ -98,8 +98,11 @@ bool same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
 
 TEST_CASE("checkpoint: every flipped byte of a rank file is refused, naming the file, the trainer untouched",
           "[engine][checkpoint]") {
-  const RunConfig cfg = small_config();
-  const std::string dir = checkpointed_run("flip", cfg, 2);
+  RunConfig cfg = small_config();
+  // with the optimizer offloaded, the states a load would write are the host pool's
+  cfg.memory.offload_optimizer = GENERATE(false, true);
+  INFO("optimizer offload " << cfg.memory.offload_optimizer);
+  const std::string dir = checkpointed_run(cfg.memory.offload_optimizer ? "flip_offloaded" : "flip", cfg, 2);
   const auto info = read_checkpoint_info(dir);
   REQUIRE(info);
   const std::string file = join_path(info->path, "rank0.bin");

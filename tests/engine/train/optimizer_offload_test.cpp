@@ -41,14 +41,33 @@ void check_bit_equal(const Trajectory& pipelined, const Trajectory& serial) {
 }  // namespace
 
 TEST_CASE("optimizer offload: the host AdamW gives the on-device run's losses and parameters", "[engine][offload_optimizer]") {
-  // On the CPU the host AdamW runs the same ATen ops on the same fp32 values in the same order, and
-  // the device's compute copy holds the master's values (fp32) or their bf16 rounding, as the
-  // on-device cast does: every loss and parameter is equal, tolerance 0.
+  // On the CPU the host AdamW is the on-device one: the same fused pass (AdamW::host_pass) on the
+  // same fp32 values in the same order, and the device's compute copy holds the master's values
+  // (fp32) or their bf16 rounding, as the on-device cast does: every loss and parameter is equal,
+  // tolerance 0. (The fused pass against torch::optim::AdamW: trainer_test.cpp.) Each setup with
+  // the single-rank memory techniques it names; "tied" sums the head's gradient into the
+  // embedding's shard on the host.
+  struct Setup {
+    const char* name;
+    bool tied;
+    MemoryConfig memory;
+  };
+  MemoryConfig tiled, offloaded, untied;
+  tiled.activation_checkpointing = tiled.tiled_mlp = tiled.tiled_loss = true;
+  offloaded.activation_checkpointing = offloaded.offload_activations = true;
+  untied = tiled;
+  untied.offload_activations = true;
+  untied.untied_ulysses = true;
+  untied.heads_per_stage = 2;  // 4 query heads in 2 stages
+  const Setup setup = GENERATE_COPY(values<Setup>({{"checkpointing, tiled MLP and loss", false, tiled},
+                                                   {"checkpointing, activations offloaded", false, offloaded},
+                                                   {"all four, Untied head chunks, tied embeddings", true, untied}}));
   const DType dtype = GENERATE(DType::Float32, DType::BFloat16);
   RunConfig cfg = tiny_config(2, 64);
   cfg.training.dtype = dtype;
-  cfg.memory.activation_checkpointing = cfg.memory.tiled_mlp = cfg.memory.tiled_loss = true;
-  INFO(to_string(dtype));
+  cfg.model.tie_embeddings = setup.tied;
+  cfg.memory = setup.memory;
+  INFO(setup.name << ", " << to_string(dtype));
   const Trajectory on_device = train(cfg, 4);
   cfg.memory.offload_optimizer = true;
   const Trajectory on_host = train(cfg, 4);
@@ -63,6 +82,32 @@ TEST_CASE("optimizer offload: the host AdamW gives the on-device run's losses an
   const Trajectory toggled_off = train(cfg, 4, /*toggle_at=*/1);
   CHECK(toggled_off.losses == on_device.losses);
   for (size_t g = 0; g < on_host.params.size(); ++g) CHECK(at::equal(toggled_off.params[g], on_device.params[g]));
+  CHECK(on_device.losses.back() < on_device.losses.front());  // it trains: the equalities say something
+}
+
+TEST_CASE("optimizer offload: the host AdamW is its own phase inside the optimizer's", "[engine][offload_optimizer]") {
+  // The trace's optimizer phase holds "optimizer/grad_norm" every step, "optimizer/host_adamw"
+  // (the passes after backward) only with the optimizer offloaded, and, pipelined (as on a GPU),
+  // "optimizer/host_adamw_queued" instead: the passes then run under the next forward.
+  RunConfig cfg = tiny_config(2, 64);
+  auto phases_of_step = [&](bool offload, bool pipelined) {
+    RunConfig c = cfg;
+    c.memory.offload_optimizer = offload;
+    Trainer t(c, cpu_rank());
+    t.set_overlap_host_optimizer(pipelined);
+    t.step();
+    t.recorder().take_records();
+    t.step();
+    std::vector<std::string> paths;
+    for (const PhaseRecord& r : t.recorder().take_records())
+      if (r.path.rfind("optimizer", 0) == 0) paths.push_back(r.path);
+    std::sort(paths.begin(), paths.end());
+    return paths;
+  };
+  using Paths = std::vector<std::string>;
+  CHECK(phases_of_step(false, false) == Paths{"optimizer", "optimizer/grad_norm"});
+  CHECK(phases_of_step(true, false) == Paths{"optimizer", "optimizer/grad_norm", "optimizer/host_adamw"});
+  CHECK(phases_of_step(true, true) == Paths{"optimizer", "optimizer/grad_norm", "optimizer/host_adamw_queued"});
 }
 
 TEST_CASE("optimizer offload: the states move to the host pool, the bytes the planner names", "[engine][offload_optimizer]") {
