@@ -51,7 +51,7 @@ int run_maxlen(int argc, char** argv, int first) {
 
 const CommandRegistration registration{
     Command{40, "maxlen", "maxlen PRESET [--set k=v]... [--json]",
-            "the largest context that fits, for the preset and every ladder rung", run_maxlen}};
+            "the largest context that fits and the memory that stops it, for the preset and every rung", run_maxlen}};
 
 }  // namespace
 }  // namespace odyssey::cli

@@ -104,8 +104,20 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
   write_plan_verdict_json(w, plan);
   w.key("device_capacity").value(plan.device_capacity)
       .key("host_capacity").value(plan.host_capacity)
-      .key("seq_len").value(cfg.training.seq_len)
-      .key("hfu").value(t.hfu)
+      .key("seq_len").value(cfg.training.seq_len);
+  // the model's shape as planned (a flavor's or a Hugging Face config's resolved): scripts size
+  // their --set values from it (bench/gpu/throughput.py: the head stages of its ablation)
+  w.key("model").begin_object()
+      .key("flavor").value(cfg.model.flavor)
+      .key("n_layers").value(cfg.model.n_layers)
+      .key("d_model").value(cfg.model.d_model)
+      .key("n_heads").value(cfg.model.n_heads)
+      .key("n_kv_heads").value(cfg.model.n_kv_heads)
+      .key("head_dim").value(cfg.model.head_dim)
+      .key("d_ffn").value(cfg.model.d_ffn)
+      .key("vocab_size").value(cfg.model.vocab_size)
+      .end_object();
+  w.key("hfu").value(t.hfu)
       .key("time").begin_object()
       .key("step_s").value(t.step_s)
       .key("compute_s").value(t.compute_s)

@@ -8,8 +8,9 @@ warm-up. tokens/s and MFU of both come from one FLOP formula (llama_flops.py).
     python3 bench/gpu/throughput.py --lengths 32K --ablate --out $OUT/ablation
 
 --ablate adds, after each length's full-stack run, one Odyssey run per memory technique with that
-technique off (ABLATIONS), in the same run: what each costs in step time and saves in memory, the
-split of a gap to the baseline (the H200 measured Odyssey at 0.918x the baseline at 32K).
+technique off (ABLATIONS), then one per Untied stage size (stage_ablations: one head a stage, a
+quarter of the heads, all of them), in the same run: what each costs in step time and saves in
+memory, the split of a gap to the baseline (the H200 measured Odyssey at 0.927x the baseline at 32K).
 
 Writes OUT/throughput.jsonl (one line per run) and OUT/throughput.md (a table for docs/benchmarks.md
 with the date, device and command).
@@ -18,18 +19,47 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
-from systems import nvidia_smi, run_baseline, run_odyssey  # noqa: E402
+from systems import nvidia_smi, plan_odyssey, run_baseline, run_odyssey  # noqa: E402
 
 
 # Each memory technique of the preset switched off alone (name, --set assignments).
 ABLATIONS = (("no offload", ["memory.offload_activations=false"]),
              ("no tiled MLP", ["memory.tiled_mlp=false"]),
              ("no tiled loss", ["memory.tiled_loss=false"]),
-             ("no head chunks", ["memory.heads_per_stage=0"]))
+             ("no head chunks (standard attention)", ["memory.untied_ulysses=false"]))
+
+
+def stage_ablations(n_heads):
+    """The Untied stage size moved (one rank): one head a stage (heads_per_stage = 0: one head per
+    Ulysses rank; until 2026-11-26 this run was labelled "no head chunks", which it is not: it is
+    the most stages), a quarter of the heads a stage, and every head in one stage. The preset runs
+    8 stages of 4 heads; the planner gives the 1B at 32K the same peak for all of them."""
+    out, seen = [], set()
+    for hps in (1, n_heads // 4, n_heads):
+        if hps < 1 or n_heads % hps or hps in seen:
+            continue
+        seen.add(hps)
+        stages = n_heads // hps
+        out.append(("%d stage%s of %d head%s" % (stages, "s" if stages > 1 else "", hps, "s" if hps > 1 else ""),
+                    ["memory.heads_per_stage=%d" % (0 if hps == 1 else hps)]))
+    return tuple(out)
+
+
+def ablations(seq):
+    """ABLATIONS, then stage_ablations for the preset's model (its head count from `odyssey plan
+    --json`: a flavor's shape is resolved there)."""
+    plan = plan_odyssey(seq)
+    heads = plan.get("model", {}).get("n_heads")
+    if not heads:
+        print("throughput: no head count from odyssey plan (%s): the stage sizes are not varied" % plan.get("error"),
+              file=sys.stderr)
+        return ABLATIONS
+    return ABLATIONS + stage_ablations(int(heads))
 
 
 def device_name():
@@ -61,8 +91,8 @@ def main():
             if args.only in (None, "odyssey"):
                 pair["odyssey"] = run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d" % seq),
                                               log_path=os.path.join(args.out, "odyssey_%d.log" % seq))
-                for name, sets in (ABLATIONS if args.ablate else ()):
-                    tag = name.replace(" ", "_")
+                for name, sets in (ablations(seq) if args.ablate else ()):
+                    tag = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")  # a plain file name for the carry back
                     pair["odyssey, " + name] = dict(
                         run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_%s" % (seq, tag)),
                                     extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_%s.log" % (seq, tag))),

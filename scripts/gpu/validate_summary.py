@@ -87,7 +87,7 @@ def ablation(d):
                 out.append("  %7d %-16s %s" % (seq, name, r.get("error", "-")[:80]))
                 continue
             vs = lambda other: "%.3f" % (r["tokens_per_s"] / other["tokens_per_s"]) if ok(other) else "-"
-            out.append("  %7d %-16s %8.0f tok/s  peak %6.2f GiB  / full stack %s  / pytorch %s" % (
+            out.append("  %7d %-36s %8.0f tok/s  peak %6.2f GiB  / full stack %s  / pytorch %s" % (
                 seq, name, r["tokens_per_s"], r.get("peak_bytes", 0) / 2**30, vs(full), vs(base)))
     return out
 

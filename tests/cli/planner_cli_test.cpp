@@ -92,6 +92,14 @@ TEST_CASE("odyssey plan --json: the contract's fields", "[cli][planner]") {
   CHECK(v.at("fits_host").get<bool>());
   CHECK(v.at("device_capacity").get<int64_t>() > 0);
   CHECK_FALSE(v.at("dominant_term").get<std::string>().empty());
+  // the flavor's shape, resolved (scripts size their --set values from it)
+  const Json& model = v.at("model");
+  CHECK(model.at("flavor").get<std::string>() == "llama3-8b");
+  CHECK(model.at("n_layers").get<int64_t>() == 32);
+  CHECK(model.at("n_heads").get<int64_t>() == 32);
+  CHECK(model.at("n_kv_heads").get<int64_t>() == 8);
+  CHECK(model.at("d_ffn").get<int64_t>() == 14336);
+  CHECK(model.at("vocab_size").get<int64_t>() == 128256);
 }
 
 TEST_CASE("odyssey plan --set: 5M without Untied Ulysses does not fit and gets advice", "[cli][planner]") {
