@@ -139,7 +139,7 @@ TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli]
   CHECK(v->at("rounds").get<int64_t>() == 2);
   std::map<std::string, const Json*> by_name;
   for (const auto& variant : v->at("variants")) by_name[variant.at("name").get<std::string>()] = &variant;
-  for (const char* name : {"plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all"}) {
+  for (const char* name : {"plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all", "offload_optimizer"}) {
     REQUIRE(by_name.count(name));
     CHECK(by_name[name]->at("median_step_s").get<double>() > 0);
     CHECK(by_name[name]->at("ratio").get<double>() > 0);
@@ -153,6 +153,13 @@ TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli]
   CHECK(by_name["offload"]->at("host_peak_bytes").get<int64_t>() > 0);
   CHECK(by_name["all"]->at("device_peak_bytes").get<int64_t>() < by_name["offload"]->at("device_peak_bytes").get<int64_t>());
   CHECK(by_name["tiled_mlp"]->at("device_peak_bytes").get<int64_t>() < by_name["plain"]->at("device_peak_bytes").get<int64_t>());
+  // The optimizer offload against plain: the fp32 states (16 B a parameter) on the host, the
+  // device keeping a compute copy (4 B in fp32), so its device peak is lower and its host peak not 0.
+  CHECK(by_name["offload_optimizer"]->at("baseline").get<std::string>() == "plain");
+  CHECK(by_name["offload_optimizer"]->at("device_peak_bytes").get<int64_t>() <
+        by_name["plain"]->at("device_peak_bytes").get<int64_t>());
+  CHECK(by_name["offload_optimizer"]->at("host_peak_bytes").get<int64_t>() >
+        by_name["plain"]->at("host_peak_bytes").get<int64_t>());
 }
 
 // The 2-rank preset on short sequences: Ulysses 2 + FSDP + every technique, one rank per process.

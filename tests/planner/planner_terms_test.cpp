@@ -425,3 +425,39 @@ TEST_CASE("the planner walks the path the run takes: a CPU run of a GPU preset i
   const SequenceTile tile = loss_tile(gpu.memory, gpu.model, gpu.training.batch_size, gpu.training.seq_len);
   CHECK(on_cpu - on_gpu >= tile.rows * gpu.model.vocab_size * 4);
 }
+
+TEST_CASE("optimizer offload: the host AdamW's seconds and the optimizer's PCIe seconds are the formula's",
+          "[planner][terms]") {
+  // The host pass moves 32 B a parameter (read p, g, m, v; write p, m, v; the upload's DMA read
+  // of p) at the node's host_optimizer_gbps, which its ranks share; PCIe carries each fp32
+  // gradient shard down and each fp32 master up (8 B a parameter) at pcie_gbps per rank.
+  // Relative 1e-9: the shards' padding is at most one element per rank in a billion.
+  struct Case {
+    const char* preset;
+    bool set_offload;
+    int64_t shard;  // parameters per rank
+    double ranks_per_node;
+  };
+  const Case c = GENERATE(values<Case>({{"llama3-8b-1xh100.toml", false, 8030261248, 1},
+                                        // 32 x 218,112,000/8 + 525,336,576/8 + 525,340,672/8
+                                        {"llama3-8b-5m-8xh100-untied.toml", true, 1003782656, 8}}));
+  INFO(c.preset);
+  LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/" + c.preset);
+  REQUIRE(loaded.ok());
+  RunConfig cfg = loaded.config;
+  if (c.set_offload) cfg.memory.offload_optimizer = true;
+  const StepTimePlan t = plan_step_time(cfg);
+  const double host_bw = cfg.hardware.host_optimizer_gbps * 1e9 / c.ranks_per_node;
+  const double pcie_bw = cfg.hardware.pcie_gbps * 1e9;
+  const double shard = static_cast<double>(c.shard);
+  CHECK(t.host_optimizer_s == Approx(shard * 32.0 / host_bw).epsilon(1e-9));
+  CHECK(t.optimizer_pcie_s == Approx(shard * 8.0 / pcie_bw).epsilon(1e-9));
+  // Pipelined on a GPU: the step waits for less than the passes and their uploads.
+  CHECK(t.optimizer_exposed_s > 0);
+  CHECK(t.optimizer_exposed_s < t.host_optimizer_s + t.optimizer_pcie_s);
+  // and off, no optimizer time of its own
+  cfg.memory.offload_optimizer = false;
+  const StepTimePlan off = plan_step_time(cfg);
+  CHECK(off.host_optimizer_s == 0);
+  CHECK(off.optimizer_pcie_s == 0);
+}

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "../engine_test_util.h"
+#include "engine/planner/planner.h"
 #include "engine/session.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/util/files.h"
@@ -140,6 +141,55 @@ TEST_CASE("session: restart carries the weights over, a model change starts fres
   session.stop();
   session.wait();
   CHECK(session.status().state == SessionState::Finished);
+}
+
+TEST_CASE("session: the optimizer offload toggled live moves the measured memory bars", "[engine][session][offload_optimizer]") {
+  // What the studio's run panel draws per rank (rank_peak_bytes, rank_host_peak_bytes), before and
+  // after the toggle: the four fp32 states (master, gradient, two moments: 16 B a parameter) are
+  // resident on the host through the whole step, so the host peak rises by at least their bytes;
+  // the two moments (8 B a parameter) leave the device with nothing there in their place, so the
+  // device peak falls by at least those.
+  RunConfig cfg = session_config();
+  const int64_t shard_bytes = planned_buffer_bytes(cfg, PlannedBuffer::EmbedShard) +
+                              cfg.model.n_layers * planned_buffer_bytes(cfg, PlannedBuffer::BlockShard) +
+                              planned_buffer_bytes(cfg, PlannedBuffer::HeadShard);  // one fp32 state
+  REQUIRE(shard_bytes > 0);
+  Session session;
+  std::string error;
+  INFO(error);
+  REQUIRE(session.start(cfg, &error));
+  std::vector<StepMetrics> metrics;
+  size_t cursor = 0;
+  REQUIRE(eventually([&] {
+    cursor = session.metrics_since(cursor, &metrics);
+    return metrics.size() >= 2;
+  }));
+  RunConfig live = session.config();
+  live.memory.offload_optimizer = true;
+  std::string reason;
+  REQUIRE(session.apply_live(live, &reason));
+  REQUIRE(eventually([&] {
+    cursor = session.metrics_since(cursor, &metrics);
+    return !metrics.empty() && metrics.back().config_version == 1;
+  }));
+  session.stop();
+  session.wait();
+  const StepMetrics* before = nullptr;
+  const StepMetrics* after = nullptr;
+  for (const auto& m : metrics) {
+    if (m.config_version == 0) before = &m;
+    if (m.config_version == 1 && after == nullptr) after = &m;
+  }
+  REQUIRE(before != nullptr);
+  REQUIRE(after != nullptr);
+  REQUIRE(before->rank_peak_bytes.size() == 1);
+  REQUIRE(after->rank_host_peak_bytes.size() == 1);
+  INFO("device " << before->rank_peak_bytes[0] << " -> " << after->rank_peak_bytes[0] << ", host "
+                 << (before->rank_host_peak_bytes.empty() ? 0 : before->rank_host_peak_bytes[0]) << " -> "
+                 << after->rank_host_peak_bytes[0] << ", one state " << shard_bytes << " B");
+  const int64_t host_before = before->rank_host_peak_bytes.empty() ? 0 : before->rank_host_peak_bytes[0];
+  CHECK(after->rank_host_peak_bytes[0] - host_before >= 4 * shard_bytes);
+  CHECK(before->rank_peak_bytes[0] - after->rank_peak_bytes[0] >= 2 * shard_bytes);
 }
 
 TEST_CASE("session: out of memory and bad configs end in a state with the message, the next run works",
