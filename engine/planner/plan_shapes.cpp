@@ -201,11 +201,11 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   // first (the LM head's, already on the host) comes back up for the sum (accumulate_gradient).
   set(TensorKind::TiedGradBack,
       s.tied && s.offload_optimizer && s.cuda_target ? sat_product({s.embed_layout.shard_numel, 4}) : 0);
-  // On a GPU, [largest shard] fp32: AdamW's denominator (engine/train/optimizer.cpp), or with the
-  // states offloaded the upload's device staging buffer for the cast (FlatParamGroup::
-  // refresh_device_params; an fp32 run copies straight into the parameters). A CPU run's host
-  // optimizer is one fused pass without a temporary.
-  const bool optimizer_temp = s.cuda_target && !(s.offload_optimizer && s.c == 4);
+  // On a GPU with the states offloaded, [largest shard] fp32: the upload's device staging buffer
+  // for the cast (FlatParamGroup::refresh_device_params; an fp32 run copies straight into the
+  // parameters). Both AdamW passes are fused, without a temporary: ATen's kernel on the device
+  // (AdamW::device_pass), the host's pass on the CPU (engine/train/optimizer.cpp).
+  const bool optimizer_temp = s.cuda_target && s.offload_optimizer && s.c != 4;
   set(TensorKind::OptimizerTemp,
       !optimizer_temp ? 0 : sat_product({std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}), 4}));
   set(TensorKind::RuntimeOverhead, s.runtime_overhead);
@@ -316,7 +316,7 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::BlockShardOut:
       return fmt("%s params / %lld ranks x 4 B", params(s.n_block).c_str(), (long long)s.W);
     case TensorKind::TiedGradBack: return fmt("%s params / %lld ranks x 4 B (the embedding's shard)", params(s.n_embed).c_str(), static_cast<long long>(s.fsdp ? s.W : 1));
-    case TensorKind::OptimizerTemp: return "largest shard x 4 B (the denominator sqrt(v) + eps, or the offloaded upload's fp32 staging)";
+    case TensorKind::OptimizerTemp: return "largest shard x 4 B (the offloaded upload's fp32 staging for the cast)";
     case TensorKind::RuntimeOverhead: return "hardware.runtime_overhead_gib";
     case TensorKind::Count: break;
   }

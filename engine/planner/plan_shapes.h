@@ -80,7 +80,7 @@ enum class TensorKind : uint8_t {
   EmbedPack,       ///< fp32 [N_embed] packed gradients
   BlockShardOut,   ///< fp32 [N_block / W] reduce-scatter output before it is added into grad
   TiedGradBack,    ///< [N_embed / W] fp32: the tied embedding's first gradient back from the host (offload, GPU)
-  OptimizerTemp,   ///< fp32 temporaries of AdamW over the largest shard
+  OptimizerTemp,   ///< the offloaded upload's fp32 staging over the largest shard (GPU, compute dtype not fp32)
   RuntimeOverhead, ///< CUDA context, NCCL, cuBLAS workspace, fragmentation (hardware profile)
   // host
   OffloadedInput,  ///< [B, s, d] checkpointed block input in the host pool (GPU: a pinned slab region)

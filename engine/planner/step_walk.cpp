@@ -375,10 +375,10 @@ class Walker {
     f(batch_);
     f(rope_);
     m_.begin_phase(PhaseKind::Optimizer);
-    // 0 B for a CPU run's fused host optimizer; on a GPU the denominator or the upload's staging,
-    // which the pipelined host AdamW moves into the next forward (forward())
+    // 0 B but for the offloaded upload's staging on a GPU (both AdamW passes are fused), which
+    // the pipelined host AdamW moves into the next forward (forward())
     if (!pipelined_host_optimizer()) {
-      int temp = a("AdamW temporaries", K::OptimizerTemp, C::Other);
+      int temp = a("the update going up (staging, host AdamW after backward)", K::OptimizerTemp, C::Other);
       f(temp);
     }
     m_.end_phase();

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <optional>
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/full.h>
 #include <ATen/core/grad_mode.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -145,7 +148,7 @@ AdamStep AdamW::begin_step(double lr, double grad_scale) {
   ++steps_;
   host_threads_ = 0;
   const double t = static_cast<double>(steps_);
-  return {lr, grad_scale, 1.0 - std::pow(training_.beta1, t), 1.0 - std::pow(training_.beta2, t)};
+  return {steps_, lr, grad_scale, 1.0 - std::pow(training_.beta1, t), 1.0 - std::pow(training_.beta2, t)};
 }
 
 HostShard AdamW::host_shard(FlatParamGroup* g) {
@@ -192,7 +195,6 @@ int AdamW::host_pass(const HostShard& shard, const AdamStep& s) {
 
 void AdamW::update_group(FlatParamGroup* g, const AdamStep& s) {
   at::NoGradGuard no_grad;
-  CategoryScope category(MemCategory::Other);  // one [shard] temporary (denom) on a GPU; the moments are optimizer
   if (g->master.device().is_cpu()) {
     // The host optimizer (a CPU run, or the states offloaded), then this group's update goes up
     // now (async on a GPU, so it overlaps the next group's pass).
@@ -201,24 +203,44 @@ void AdamW::update_group(FlatParamGroup* g, const AdamStep& s) {
     return;
   }
   g->finish_gradient_copy();
-  at::Tensor p = g->master.detach();  // [shard]
-  const at::Tensor grad = g->grad();  // [shard]
-  const double lr = s.lr;
-  if (s.grad_scale != 1.0) g->master.mutable_grad().mul_(s.grad_scale);  // the clipped gradient, in place
-  // Decoupled weight decay first (torch.optim.AdamW order), skipping norm weights and padding.
-  if (training_.weight_decay != 0) {
-    const double keep = 1.0 - lr * training_.weight_decay;
-    int64_t at_elem = 0;
-    for (const auto& [begin, end] : g->no_decay_ranges()) {
-      if (begin > at_elem) p.narrow(0, at_elem, begin - at_elem).mul_(keep);
-      at_elem = end;
-    }
-    if (at_elem < p.numel()) p.narrow(0, at_elem, p.numel() - at_elem).mul_(keep);
+  device_pass(g->master.detach(), g->grad(), g->exp_avg, g->exp_avg_sq, g->no_decay_ranges(), s);
+}
+
+void AdamW::device_pass(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
+                        const at::Tensor& exp_avg_sq, const std::vector<std::pair<int64_t, int64_t>>& no_decay,
+                        const AdamStep& s) const {
+  at::NoGradGuard no_grad;
+  CategoryScope category(MemCategory::Other);  // two scalars (the step, the clip's inverse); no [shard] temporary
+  // The spans, as views of the four [shard] tensors: decayed (between the no-decay ranges, the
+  // padding among the latter) and not.
+  std::vector<at::Tensor> p[2], g[2], m[2], v[2];  // [0] decayed, [1] no decay
+  auto add = [&](int which, int64_t begin, int64_t end) {
+    if (end <= begin) return;
+    p[which].push_back(params.narrow(0, begin, end - begin));
+    g[which].push_back(grads.narrow(0, begin, end - begin));
+    m[which].push_back(exp_avg.narrow(0, begin, end - begin));
+    v[which].push_back(exp_avg_sq.narrow(0, begin, end - begin));
+  };
+  int64_t at_elem = 0;
+  for (const auto& [begin, end] : no_decay) {
+    add(0, at_elem, begin);
+    add(1, begin, end);
+    at_elem = end;
   }
-  g->exp_avg.lerp_(grad, 1.0 - training_.beta1);                          // m = b1 m + (1-b1) g
-  g->exp_avg_sq.mul_(training_.beta2).addcmul_(grad, grad, 1.0 - training_.beta2);  // v = b2 v + (1-b2) g^2
-  at::Tensor denom = (g->exp_avg_sq / s.bias2).sqrt_().add_(training_.adam_eps);  // [shard] transient
-  p.addcdiv_(g->exp_avg, denom, -lr / s.bias1);
+  add(0, at_elem, params.numel());
+  // The kernel reads the step count from a float tensor per span (torch.optim advances it before
+  // the call); the bias corrections are 1 - beta^t of it, as begin_step's.
+  const at::Tensor step = at::full({}, static_cast<double>(s.t), params.options().dtype(at::kFloat));  // []
+  std::optional<at::Tensor> inverse_clip;
+  if (s.grad_scale != 1.0)
+    inverse_clip = at::full({}, 1.0 / s.grad_scale, params.options().dtype(at::kFloat));  // [] the kernel divides by it
+  for (int which = 0; which < 2; ++which) {
+    if (p[which].empty()) continue;
+    const std::vector<at::Tensor> steps(p[which].size(), step);
+    at::_fused_adamw_(p[which], g[which], m[which], v[which], /*max_exp_avg_sqs=*/{}, steps, s.lr, training_.beta1,
+                      training_.beta2, which == 0 ? training_.weight_decay : 0.0, training_.adam_eps,
+                      /*amsgrad=*/false, /*maximize=*/false, inverse_clip, /*found_inf=*/std::nullopt);
+  }
 }
 
 void AdamW::step(const std::vector<FlatParamGroup*>& groups, double lr, double grad_scale) {

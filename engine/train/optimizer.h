@@ -38,6 +38,7 @@ double clip_gradients(const std::vector<FlatParamGroup*>& groups, double norm, d
 
 /// The scalars of one optimizer step, the same for every group: made once by AdamW::begin_step.
 struct AdamStep {
+  int64_t t = 1;          ///< this step's count, from 1 (the bias corrections' exponent)
   double lr = 0;          ///< this step's learning rate
   double grad_scale = 1;  ///< clip_factor: every gradient is read as g x grad_scale
   double bias1 = 1;       ///< 1 - beta1^t
@@ -63,9 +64,19 @@ class AdamW {
   /// Advances the step count by one and returns its scalars (step() is begin_step, then
   /// update_group for every group; the pipeline runs the host groups' passes on its thread).
   AdamStep begin_step(double lr, double grad_scale = 1.0);
-  /// One group's update with `s`: on the device op by op, or the host's fused pass followed by
-  /// refresh_device_params (the group's gradient must be complete: finish_gradient_copy).
+  /// One group's update with `s`: on the device ATen's fused kernel (device_pass), or the host's
+  /// fused pass followed by refresh_device_params (the group's gradient must be complete:
+  /// finish_gradient_copy).
   void update_group(FlatParamGroup* g, const AdamStep& s);
+  /// AdamW over one shard that lives on the device, in ATen's fused kernel (at::_fused_adamw_,
+  /// what torch.optim.AdamW(fused=True) runs): p, g, m, v read once and p, m, v written once per
+  /// element, no temporary (the op-by-op form made about eight passes and a [shard] fp32
+  /// denominator). Two launches: the decayed spans, then the `no_decay` ranges without decay;
+  /// the clip factor goes in as the kernel's grad_scale (the gradient divided by 1 / factor).
+  /// Any device the kernel has (a CPU test checks the arithmetic against host_pass).
+  void device_pass(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
+                   const at::Tensor& exp_avg_sq, const std::vector<std::pair<int64_t, int64_t>>& no_decay,
+                   const AdamStep& s) const;
   /// The group's CPU shard (master, gradient and moments in host memory) for host_pass.
   static HostShard host_shard(FlatParamGroup* g);
   /// The host's fused pass over one shard and nothing else: no tensor is made or freed, so
@@ -73,9 +84,9 @@ class AdamW {
   /// intra-op threads it ran on.
   int host_pass(const HostShard& shard, const AdamStep& s);
   /// Applies one update with learning rate `lr` to every group (step count advances by one), on
-  /// the gradients scaled by `grad_scale` (clip_factor): the host's fused pass multiplies each
-  /// element as it reads it (the same fp32 product as scaling in place first, one pass fewer over
-  /// the host's memory); on a device the gradient is scaled in place first. Each group whose
+  /// the gradients scaled by `grad_scale` (clip_factor): each fused pass scales each gradient
+  /// element as it reads it (the host's by the factor, one pass fewer over the host's memory; the
+  /// device's kernel divides by its inverse). Each group whose
   /// states live on the host sends its updated parameters up as soon as its pass ends
   /// (refresh_device_params: asynchronous on a GPU, so the copy overlaps the next group's pass).
   void step(const std::vector<FlatParamGroup*>& groups, double lr, double grad_scale = 1.0);

@@ -116,14 +116,16 @@ inline double gradient_tolerance(const RunConfig& c, int64_t sequences) {
 }
 /// Each parameter after `steps` AdamW steps on identical gradients (run_trajectory's `drive`),
 /// relative to its largest element. Two things differ between the sides: (a) each element's
-/// update arithmetic (lerp, two ops for v, sqrt, divide, add eps, multiply-add: 8 rounded ops a
-/// step) in other vector lanes, of scale lr x |m/sqrt(v)| <= 4 lr against parameters of scale >=
-/// 0.02 (the init's std); (b) the clip factor, from a norm over all n gradient elements, which
-/// scales every gradient alike and which m/sqrt(v) cancels but for eps: at most half its relative
-/// error times an update of at most 4 lr. Both against the smallest parameter scale, 0.02.
-inline double optimizer_tolerance(const RunConfig& c, int steps, int64_t gradient_elements) {
+/// update arithmetic (the host's fused pass: lerp, two ops for v, sqrt, divide, add eps,
+/// multiply-add, 8 rounded ops a step; a GPU's on-device kernel, at::_fused_adamw_: about 16,
+/// `ops_per_step`) in other vector lanes, of scale lr x |m/sqrt(v)| <= 4 lr against parameters
+/// of scale >= 0.02 (the init's std); (b) the clip factor, from a norm over all n gradient
+/// elements, which scales every gradient alike and which m/sqrt(v) cancels but for eps: at most
+/// half its relative error times an update of at most 4 lr. Both against the smallest parameter
+/// scale, 0.02.
+inline double optimizer_tolerance(const RunConfig& c, int steps, int64_t gradient_elements, int ops_per_step = 8) {
   const double step_scale = 4.0 * c.training.lr / 0.02;
-  return reordering_tolerance(8 * steps, 1.0) * step_scale +
+  return reordering_tolerance(int64_t{ops_per_step} * steps, 1.0) * step_scale +
          steps * reordering_tolerance(gradient_elements, 1.0) * step_scale;
 }
 

@@ -97,9 +97,9 @@ TEST_CASE("cuda: optimizer offload keeps the states in pinned host memory and tr
   // the host pool holds exactly the fp32 master, gradient and both moments: 16 B a parameter
   CHECK(MemoryTracker::instance().host_bytes(cuda_rank().slot) >= 16 * elements);
   // One step on identical gradients (a's, copied to b's host gradient): the same forward (the
-  // device copy holds the master's values), then AdamW on the CPU instead of the GPU (other
-  // kernels, the same fp32 arithmetic): the parameters within the optimizer bound of
-  // engine_test_util.h for AdamW on identical gradients.
+  // device copy holds the master's values), then AdamW on the CPU (the host's fused pass)
+  // instead of the GPU (ATen's fused kernel, about 16 rounded ops an element): the parameters
+  // within the optimizer bound of engine_test_util.h for AdamW on identical gradients.
   const double la = a.forward_backward(a.next_step());
   const double lb = b.forward_backward(b.next_step());
   CHECK(std::abs(la - lb) <= loss_tolerance(on_device, 1) * std::abs(la));
@@ -119,7 +119,7 @@ TEST_CASE("cuda: optimizer offload keeps the states in pinned host memory and tr
   std::string worst;
   const double diff = per_param_max_relative_diff(a, pb, pa, &worst);
   INFO("worst parameter " << worst << ": " << diff);
-  CHECK(diff <= optimizer_tolerance(on_device, 1, elements));
+  CHECK(diff <= optimizer_tolerance(on_device, 1, elements, /*ops_per_step=*/16));
 }
 
 TEST_CASE("cuda: optimizer offload in bf16 with tied embeddings: the gradients sum as on the device, the upload "

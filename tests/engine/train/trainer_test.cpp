@@ -95,6 +95,63 @@ TEST_CASE("optimizer: the host AdamW's pass runs on every intra-op thread, bit-e
   CHECK_FALSE(at::equal(split->exp_avg, at::zeros_like(split->exp_avg)));  // a step was taken
 }
 
+TEST_CASE("optimizer: the device pass (ATen's fused AdamW kernel) equals the host pass, decay ranges and clipping included",
+          "[engine][train][equivalence]") {
+  // AdamW::device_pass is what a GPU group runs (at::_fused_adamw_); here on ATen's CPU kernel of
+  // the same arithmetic, against the host's fused pass on identical shards and gradients: 3 steps,
+  // the second clipped (the kernel divides by 1 / factor where the host pass multiplies), two
+  // no-decay ranges (one at the shard's end, as the padding is). Tolerance: the same update in
+  // another order, the longer side's chain about 16 rounded ops a step (the kernel's: unscale,
+  // decay 2, m 3, v 4, denominator 3, update 3), over 3 steps, each compared tensor against its
+  // own largest element (../fp_tolerance.h).
+  at::NoGradGuard no_grad;
+  at::manual_seed(11);
+  TrainingConfig tc;
+  tc.weight_decay = 0.1;
+  tc.beta1 = 0.9;
+  tc.beta2 = 0.95;
+  const int64_t n = 1000;
+  const std::vector<std::pair<int64_t, int64_t>> no_decay{{300, 400}, {900, 1000}};
+  const at::Tensor p0 = at::randn({n});
+  at::Tensor hp = p0.clone(), hm = at::zeros({n}), hv = at::zeros({n}), hg = at::empty({n});
+  at::Tensor dp = p0.clone(), dm = at::zeros({n}), dv = at::zeros({n}), dg = at::empty({n});
+  AdamW host(tc), device(tc);
+  const double clip[] = {1.0, 0.3, 1.0};
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor grad = at::randn({n}) * (step + 1);
+    hg.copy_(grad);
+    dg.copy_(grad);
+    const AdamStep hs = host.begin_step(1e-2, clip[step]), ds = device.begin_step(1e-2, clip[step]);
+    CHECK(ds.t == step + 1);
+    host.host_pass(HostShard{hp.data_ptr<float>(), hg.data_ptr<float>(), hm.data_ptr<float>(), hv.data_ptr<float>(), n,
+                             no_decay},
+                   hs);
+    device.device_pass(dp, dg, dm, dv, no_decay, ds);
+  }
+  const double tol = reordering_tolerance(3 * 16, 1.0);
+  CHECK(relative_diff(dp, hp) <= tol);
+  CHECK(relative_diff(dm, hm) <= tol);
+  CHECK(relative_diff(dv, hv) <= tol);
+  // The no-decay ranges were not decayed: with decay off everywhere the decayed spans move, those
+  // ranges do not (the same updates of m and v, so the same kernel result there).
+  CHECK_FALSE(at::equal(dp.narrow(0, 0, 300), p0.narrow(0, 0, 300)));
+  AdamW no_decay_anywhere([&] {
+    TrainingConfig t = tc;
+    t.weight_decay = 0;
+    return t;
+  }());
+  at::Tensor zp = p0.clone(), zm = at::zeros({n}), zv = at::zeros({n});
+  at::manual_seed(11);
+  (void)at::randn({n});  // p0's draw
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor zg = at::randn({n}) * (step + 1);
+    no_decay_anywhere.device_pass(zp, zg, zm, zv, no_decay, no_decay_anywhere.begin_step(1e-2, clip[step]));
+  }
+  CHECK(at::equal(zp.narrow(0, 300, 100), dp.narrow(0, 300, 100)));
+  CHECK(at::equal(zp.narrow(0, 900, 100), dp.narrow(0, 900, 100)));
+  CHECK_FALSE(at::equal(zp.narrow(0, 0, 300), dp.narrow(0, 0, 300)));
+}
+
 TEST_CASE("optimizer: clipping scales every gradient to the global norm", "[engine][train]") {
   Trainer t(tiny_config(), cpu_rank());
   t.forward_backward(0);
