@@ -71,7 +71,10 @@ void draw_summary(const PlanResult& r, const RunConfig& cfg) {
   help_marker("The planner's prediction for one rank of the configured job on the hardware target "
               "(all ranks hold the same). Peak = the largest resident set over the step's phases, "
               "runtime overhead included. Hover any bar segment for the terms and their formulas.");
-  const std::string max_ctx = !r.extras_ready ? "(solving...)" : r.max_seq_len > 0 ? format_size(r.max_seq_len) + " tokens" : "none";
+  const std::string max_ctx =
+      !r.extras_ready ? "(solving...)"
+                      : (r.max_seq_len > 0 ? format_size(r.max_seq_len) + " tokens" : std::string("none")) +
+                            " (limited by " + r.max_seq_len_limit.binds() + ")";
   ImGui::TextWrapped("host %s of %s per node%s   |   largest context that fits: %s",
               plot::format_value(double(p.host_bytes), plot::Format::Bytes).c_str(),
               plot::format_value(double(p.host_capacity), plot::Format::Bytes).c_str(), p.fits_host ? "" : " (over)", max_ctx.c_str());

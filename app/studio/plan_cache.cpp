@@ -74,6 +74,7 @@ void PlanCache::collect() {
   }
   result_.ladder = std::move(done->ladder);
   result_.max_seq_len = done->max_seq_len;
+  result_.max_seq_len_limit = done->max_seq_len_limit;
   result_.advice = std::move(done->advice);
   result_.extras_error = std::move(done->error);
   result_.extras_ms = done->ms;
@@ -104,6 +105,7 @@ void PlanCache::worker_loop() {
     try {
       out.ladder = plan_ladder(job.second);
       out.max_seq_len = solve_max_seq_len(job.second);
+      out.max_seq_len_limit = max_seq_len_limit(job.second, out.max_seq_len);
       if (!plan_memory(job.second).fits()) out.advice = advise(job.second);
     } catch (const std::exception& e) {
       out.error = std::string("the planner failed: ") + e.what();

@@ -29,6 +29,7 @@ struct PlanResult {
   std::string extras_error;
   std::vector<LadderRung> ladder;
   int64_t max_seq_len = 0;      ///< for the config as edited
+  MaxSeqLenLimit max_seq_len_limit;  ///< what stops it (max_seq_len_limit)
   std::vector<Advice> advice;   ///< only when the plan does not fit
   double extras_ms = 0;
 };
@@ -59,6 +60,7 @@ class PlanCache {
     std::string error;
     std::vector<LadderRung> ladder;
     int64_t max_seq_len = 0;
+    MaxSeqLenLimit max_seq_len_limit;
     std::vector<Advice> advice;
     double ms = 0;
   };
