@@ -4,7 +4,8 @@
 // bf16 and fp32 inputs, fp32 accumulation; 128-bit loads when the row width and pointers allow.
 // Test:  build/bin/kernel_tests "[rmsnorm]" (CPU reference) and "[rmsnorm][.cuda]" on a GPU.
 // Bench: build/bin/odyssey_kernel_bench rmsnorm (bandwidth vs the device's copy bandwidth).
-// defines: rmsnorm_forward, rmsnorm_backward, rmsnorm_backward_partials, rmsnorm_backward_workspace_bytes
+// defines: rmsnorm_forward, rmsnorm_rstd, rmsnorm_backward, rmsnorm_backward_partials,
+//          rmsnorm_backward_workspace_bytes
 #include "kernels/kernel_device.cuh"
 #include "kernels/rmsnorm.h"
 
@@ -31,6 +32,7 @@ __global__ void rmsnorm_forward_kernel(const T* __restrict__ x, const T* __restr
   sum_sq = device::block_sum(sum_sq, scratch);
   const float r = rsqrtf(sum_sq / static_cast<float>(dim) + eps);
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+  if (y == nullptr) return;  // rmsnorm_rstd: the statistics alone (the same for every thread of the block)
   for (int64_t v = threadIdx.x; v < n_vec; v += blockDim.x) {  // second read of the row hits L2
     float xv[kVec], wv[kVec], yv[kVec];
     device::load_vec<T, kVec>(x, row_base + v * kVec, xv);
@@ -174,6 +176,20 @@ void rmsnorm_forward(KernelDtype dtype, const void* x, const void* weight, void*
     forward_typed<float>(x, weight, y, rstd, rows, dim, eps, stream);
   } else {
     forward_typed<Bf16>(x, weight, y, rstd, rows, dim, eps, stream);
+  }
+}
+
+void rmsnorm_rstd(KernelDtype dtype, const void* x, float* rstd, int64_t rows, int64_t dim, float eps,
+                  cudaStream_t stream) {
+  check_shape("rmsnorm_rstd", rows, dim);
+  require(x && rstd, "rmsnorm_rstd: x and rstd must be device pointers, got a null one");
+  // The forward's kernel with no weight and no output: it stops after writing each row's rstd, so
+  // the statistics are the forward's bit for bit wherever the forward reads x in the same vectors
+  // (a 16-byte aligned weight and output, as every allocation is).
+  if (dtype == KernelDtype::F32) {
+    forward_typed<float>(x, nullptr, nullptr, rstd, rows, dim, eps, stream);
+  } else {
+    forward_typed<Bf16>(x, nullptr, nullptr, rstd, rows, dim, eps, stream);
   }
 }
 

@@ -1,6 +1,6 @@
 // RMSNorm forward/backward on the GPU (rmsnorm.cu) and its fp64 CPU reference
 // (rmsnorm_reference.cpp): y = x * rstd * weight over rows of `dim`, rstd = 1/sqrt(mean(x^2) + eps).
-// defines: rmsnorm_forward, rmsnorm_backward, rmsnorm_backward_partials,
+// defines: rmsnorm_forward, rmsnorm_rstd, rmsnorm_backward, rmsnorm_backward_partials,
 //          rmsnorm_backward_workspace_bytes, rmsnorm_forward_reference, rmsnorm_backward_reference
 #pragma once
 
@@ -16,6 +16,13 @@ constexpr int64_t kRmsNormMaxDim = 49152;
 ///   rmsnorm_forward(KernelDtype::BF16, x, w, y, rstd, tokens, 2048, 1e-5f, stream);
 void rmsnorm_forward(KernelDtype dtype, const void* x, const void* weight, void* y, float* rstd, int64_t rows,
                      int64_t dim, float eps, cudaStream_t stream);
+
+/// rstd alone: [rows] fp32 = 1/sqrt(mean(x^2) + eps) of x [rows, dim], the forward's statistics
+/// without its output (x read once). For a norm folded into the next matmul (Untied Ulysses' input
+/// norm: rmsnorm(x) @ W^T = (x @ (W * weight)^T) * rstd), which needs no normed copy of x.
+///   rmsnorm_rstd(KernelDtype::BF16, x, rstd, tokens, 2048, 1e-5f, stream);
+void rmsnorm_rstd(KernelDtype dtype, const void* x, float* rstd, int64_t rows, int64_t dim, float eps,
+                  cudaStream_t stream);
 
 /// Stage-1 blocks of the backward (a function of rows only, so the reduction order, and with it
 /// dweight, is bit-identical from run to run): min(rows, 256).

@@ -1,7 +1,7 @@
 // The engine's kernel dispatch: each op runs the CUDA kernel from kernels/ when the tensors are on
 // CUDA and the kernels are linked (ODYSSEY_WITH_CUDA), else a LibTorch implementation of the same
 // algorithm (fp32 compute), so CPU runs and GPU runs share one call site.
-// defines: ops::rmsnorm, rmsnorm_forward, rmsnorm_backward, RopeStage, rope_pack, rope_pack_out,
+// defines: ops::rmsnorm, rmsnorm_forward, rmsnorm_rstd, rmsnorm_backward, RopeStage, rope_pack, rope_pack_out,
 //          rope_unpack_backward, LinearCrossEntropyResult, linear_cross_entropy, cuda_kernels_linked
 #pragma once
 
@@ -27,6 +27,12 @@ at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 /// Forward without autograd: (y like x, rstd [rows] float32), rows = x.numel() / d.
 std::tuple<at::Tensor, at::Tensor> rmsnorm_forward(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+/// The forward's statistics alone, no autograd: rstd [rows] float32 = 1/sqrt(mean(x^2, -1) + eps)
+/// of x [..., d]. CUDA: the kernel (x read once, no temporary; the forward's rstd bit for bit).
+/// Elsewhere `tile_rows` rows at a time through an fp32 copy and its square (two [tile, d] fp32
+/// temporaries: the planner's InputNormTile32). For a norm folded into the next matmul.
+at::Tensor rmsnorm_rstd(const at::Tensor& x, double eps, int64_t tile_rows);
 
 /// Backward without autograd: (dx like x, dweight [d] in x's dtype) from the forward's rstd.
 std::tuple<at::Tensor, at::Tensor> rmsnorm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,

@@ -3,7 +3,7 @@
 // fp32 ops elsewhere, a block of rows at a time. Memory reason: autograd of the composite formula
 // would keep x^2, the mean and the normalized x alive; this node keeps one float per row besides
 // its inputs, and its fallback's fp32 temporaries are a block's, not [rows, d] (as the kernel's).
-// defines: cuda_kernels_linked, uses_cuda_kernel, rmsnorm, rmsnorm_forward, rmsnorm_backward
+// defines: cuda_kernels_linked, uses_cuda_kernel, rmsnorm, rmsnorm_forward, rmsnorm_rstd, rmsnorm_backward
 #include <algorithm>
 
 #include <torch/torch.h>
@@ -100,6 +100,30 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm_forward(const at::Tensor& x, const at
     y.narrow(0, r0, n).copy_(xf * r.unsqueeze(-1) * wf);
   }
   return {y.view(x.sizes()), rstd};
+}
+
+at::Tensor rmsnorm_rstd(const at::Tensor& x, double eps, int64_t tile_rows) {
+  detail::check_float_dtype(x, "ops::rmsnorm_rstd", "x");
+  TORCH_CHECK(x.dim() >= 1, "ops::rmsnorm_rstd: x must have at least one dimension, got a scalar");
+  TORCH_CHECK(tile_rows > 0, "ops::rmsnorm_rstd: tile_rows = ", tile_rows, " must be positive");
+  const int64_t dim = x.size(-1);
+  const int64_t rows = dim > 0 ? x.numel() / dim : 0;
+  at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));  // [rows]
+#ifdef ODYSSEY_WITH_CUDA
+  if (x.is_cuda() && rows > 0) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xc = x.contiguous();
+    kernels::rmsnorm_rstd(detail::kernel_dtype(x), xc.data_ptr(), rstd.data_ptr<float>(), rows, dim,
+                          static_cast<float>(eps), detail::current_stream(x));
+    return rstd;
+  }
+#endif
+  const at::Tensor x2 = x.reshape({rows, dim});
+  for (int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
+    const int64_t n = std::min(tile_rows, rows - r0);
+    rstd.narrow(0, r0, n).copy_(at::rsqrt(x2.narrow(0, r0, n).to(at::kFloat).pow(2).mean(-1) + eps));  // as rmsnorm_forward
+  }
+  return rstd;
 }
 
 std::tuple<at::Tensor, at::Tensor> rmsnorm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,

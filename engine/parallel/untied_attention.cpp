@@ -105,17 +105,12 @@ struct InputNorm {
   bool on() const { return weight.defined(); }
 };
 
-/// rstd of x [B, s, d] in row tiles (input_norm_tile_rows): an fp32 copy of one tile at a time.
+/// rstd of x [B, s, d]: on CUDA the norm kernel's statistics alone (x read once); elsewhere in row
+/// tiles (input_norm_tile_rows), an fp32 copy of one tile at a time (ops::rmsnorm_rstd).
 InputNorm input_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (!weight.defined()) return {};
   const int64_t d = x.size(-1), rows = x.numel() / d;
-  const at::Tensor x2 = x.reshape({rows, d});
-  at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));  // [B*s] fp32
-  const int64_t tile = input_norm_tile_rows(rows, d);
-  for (int64_t r0 = 0; r0 < rows; r0 += tile) {
-    const int64_t n = std::min(tile, rows - r0);
-    rstd.narrow(0, r0, n).copy_(at::rsqrt(x2.narrow(0, r0, n).to(at::kFloat).pow(2).mean(-1) + eps));  // as ops::rmsnorm
-  }
+  const at::Tensor rstd = ops::rmsnorm_rstd(x, eps, input_norm_tile_rows(rows, d));  // [B*s] fp32
   return {weight.to(x.scalar_type()), rstd.view({x.size(0), x.size(1), 1})};
 }
 

@@ -155,7 +155,8 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
 /// what survives). One stage's buffers are walked (every stage is the same size and reuses them).
 int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
   sv.rstd = a("attention rmsnorm 1/rms", K::RowStat, C::AttentionWorkspace);
-  {  // the 1/rms pass, one row tile: an fp32 copy (below fp32) and its square
+  if (!s_.cuda_target) {  // the 1/rms pass (ops::rmsnorm_rstd), one row tile: an fp32 copy (below
+    // fp32) and its square; on a GPU the norm kernel reads x once and makes no temporary
     int copy = s_.c < 4 ? a("input norm tile (fp32 copy)", K::InputNormTile32, C::AttentionWorkspace) : -1;
     int square = a("input norm tile squared (fp32)", K::InputNormTile32, C::AttentionWorkspace);
     f(copy);

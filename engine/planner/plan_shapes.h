@@ -39,7 +39,7 @@ enum class TensorKind : uint8_t {
   KvStageAccum32,   ///< [B, S, kv/stage, hd] fp32: dK or dV summed over the stages of a range (0 when none needs it)
   GqaExpandedStage,///< one stage's dK or dV at the stage's query-head count
   InputNormTile,   ///< [norm tile rows, d]: one row tile of the Untied input norm's backward (input_norm_tile_rows)
-  InputNormTile32, ///< [norm tile rows, d] fp32: the Untied input norm's 1/rms pass, one row tile
+  InputNormTile32, ///< [norm tile rows, d] fp32: the Untied input norm's 1/rms pass, one row tile (off a GPU)
   CpuFlashScratch, ///< the CPU flash-attention backward's per-thread blocks (one thread): attn and
                    ///< grad_attn [q block, kv block] fp32 (+ compute-dtype copies below fp32)
   CpuFlashForwardScratch, ///< the CPU flash-attention forward's per-thread buffer (one thread): qk

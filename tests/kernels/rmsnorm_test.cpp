@@ -126,6 +126,12 @@ TEST_CASE("rmsnorm kernels match the CPU reference", "[kernels][rmsnorm][.cuda]"
   HostTensor first = to_host(ddw, dtype, dim);
   rmsnorm_backward(dtype, ddy.get(), dx_d.get(), dw_d.get(), drstd.as<float>(), ddx.get(), ddw.get(), ws.as<float>(), rows, dim, nullptr);
   CHECK(to_host(ddw, dtype, dim).bytes == first.bytes);
+
+  // The statistics alone (the Untied input norm's): the forward's rstd bit for bit, the same
+  // reduction over the same vectors of x (weight and output were aligned allocations here too).
+  DeviceBuffer drstd_only(rows * sizeof(float));
+  rmsnorm_rstd(dtype, dx_d.get(), drstd_only.as<float>(), rows, dim, 1e-5f, nullptr);
+  CHECK(to_host_vector<float>(drstd_only, rows) == to_host_vector<float>(drstd, rows));
 }
 
 TEST_CASE("rmsnorm kernels refuse bad shapes with the values", "[kernels][rmsnorm][.cuda]") {
@@ -135,4 +141,7 @@ TEST_CASE("rmsnorm kernels refuse bad shapes with the values", "[kernels][rmsnor
                     Catch::Contains("dim = 49153"));
   CHECK_THROWS_WITH(rmsnorm_forward(KernelDtype::F32, buf.get(), nullptr, buf.get(), buf.as<float>(), 1, 4, 1e-5f, nullptr),
                     Catch::Contains("null"));
+  CHECK_THROWS_WITH(rmsnorm_rstd(KernelDtype::F32, buf.get(), nullptr, 1, 4, 1e-5f, nullptr), Catch::Contains("null"));
+  CHECK_THROWS_WITH(rmsnorm_rstd(KernelDtype::F32, buf.get(), buf.as<float>(), 0, 4, 1e-5f, nullptr),
+                    Catch::Contains("rows = 0"));
 }

@@ -66,6 +66,27 @@ TEST_CASE("ops::rmsnorm in bf16 stays within bf16 rounding of fp32", "[ops][rmsn
   CHECK(max_diff(y16, y32) <= max_abs(y32) / 64);  // bf16 inputs and output: ~3 roundings of 2^-9
 }
 
+TEST_CASE("ops::rmsnorm_rstd is the forward's statistics, in any row tiles", "[ops][rmsnorm][equivalence]") {
+  // The same formula on the same rows (rsqrt of the fp32 mean of squares + eps), the rows split
+  // into other tiles: each row's mean is one reduction of d = 96 fp32 squares in either, so the
+  // tolerance is the reordering bound of a 96-term sum of positive terms (kappa 1) plus the
+  // rsqrt's rounding.
+  torch::manual_seed(8);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype);
+    const at::Tensor x = torch::randn({2, 37, 96}).to(dtype), w = torch::ones({96}).to(dtype);
+    const at::Tensor forward_rstd = std::get<1>(ops::rmsnorm_forward(x, w, 1e-5));  // [74]
+    for (int64_t tile : {1, 5, 74, 1000}) {
+      CAPTURE(tile);
+      const at::Tensor rstd = ops::rmsnorm_rstd(x, 1e-5, tile);
+      REQUIRE(rstd.sizes() == at::IntArrayRef({74}));
+      CHECK(rstd.scalar_type() == at::kFloat);
+      CHECK(max_diff(rstd, forward_rstd) <= (reordering_tolerance(96, 1.0) + 2 * 6e-8) * max_abs(forward_rstd));
+    }
+  }
+  CHECK_THROWS_WITH(ops::rmsnorm_rstd(torch::ones({2, 4}), 1e-5, 0), Catch::Contains("tile_rows = 0"));
+}
+
 TEST_CASE("ops::rope_pack equals rotate-select-permute done with complex numbers", "[ops][rope][equivalence]") {
   torch::manual_seed(3);
   const at::Tensor x = torch::randn({2, 5, 8, 16});
@@ -159,6 +180,9 @@ TEST_CASE("ops CUDA kernels match the LibTorch path", "[ops][.cuda]") {
     CHECK(max_diff(yc, yh) <= tol * max_abs(yh));
     CHECK(max_diff(xc.grad(), xh.grad()) <= tol * max_abs(xh.grad()));
     CHECK(max_diff(wc.grad(), wh.grad()) <= 4 * tol * max_abs(wh.grad()));
+    // The statistics alone (the Untied input norm's) against the kernel's forward: bit for bit.
+    const at::Tensor forward_rstd = std::get<1>(ops::rmsnorm_forward(x.to(cuda), w.to(cuda), 1e-5));
+    CHECK(at::equal(ops::rmsnorm_rstd(x.to(cuda), 1e-5, /*tile_rows, unused on CUDA=*/1), forward_rstd));
     // RoPE pack and its backward.
     const at::Tensor q = torch::randn({2, 64, 32, 64}).to(dtype);
     const at::Tensor pos = (torch::arange(128, torch::kLong) * 9000).reshape({2, 64});
