@@ -266,7 +266,7 @@ void print_maxlen(std::ostream& os, const std::string& path, const RunConfig& cf
              format_size(seq_len_granularity(cfg)).c_str());
   if (limit.seq_len > 0) {
     const PlanPeak& p = limit.peak;
-    os << strf("limited by %s: at %s, device %.2f of %.2f GiB per device, host %.2f of %.0f GiB per node\n",
+    os << strf("limited by %s: at %s, device %.3f of %.3f GiB per device, host %.3f of %.0f GiB per node\n",
                limit.binds().c_str(), format_size(limit.seq_len).c_str(), p.peak_bytes / kGiB, p.device_capacity / kGiB,
                p.host_bytes / kGiB, p.host_capacity / kGiB);
   } else {
