@@ -84,7 +84,7 @@ def ablation(d):
         for r in at:
             name = r.get("variant") or r.get("system")
             if not ok(r):
-                out.append("  %7d %-16s %s" % (seq, name, r.get("error", "-")[:80]))
+                out.append("  %7d %-36s %s" % (seq, name, r.get("error", "-")[:80]))
                 continue
             vs = lambda other: "%.3f" % (r["tokens_per_s"] / other["tokens_per_s"]) if ok(other) else "-"
             out.append("  %7d %-36s %8.0f tok/s  peak %6.2f GiB  / full stack %s  / pytorch %s" % (
