@@ -38,6 +38,10 @@ int64_t fallback_block_rows(int64_t rows, int64_t dim) {
   return std::max<int64_t>(1, std::min(by_share, by_bytes));
 }
 
+/// rstd [n] fp32 of an fp32 row block xf [n, d]: rsqrt(mean(x^2) + eps), the LibTorch path's one
+/// formula (rmsnorm_forward's fallback and rmsnorm_rstd's).
+at::Tensor rstd_of_rows(const at::Tensor& xf, double eps) { return at::rsqrt(xf.pow(2).mean(-1) + eps); }
+
 void check_rmsnorm_args(const at::Tensor& x, const at::Tensor& weight, const char* op) {
   detail::check_float_dtype(x, op, "x");
   TORCH_CHECK(x.dim() >= 1, op, ": x must have at least one dimension, got a scalar");
@@ -95,7 +99,7 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm_forward(const at::Tensor& x, const at
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t n = std::min(block, rows - r0);
     const at::Tensor xf = x2.narrow(0, r0, n).to(at::kFloat);   // [n, d] fp32
-    const at::Tensor r = at::rsqrt(xf.pow(2).mean(-1) + eps);  // [n]
+    const at::Tensor r = rstd_of_rows(xf, eps);                 // [n]
     rstd.narrow(0, r0, n).copy_(r);
     y.narrow(0, r0, n).copy_(xf * r.unsqueeze(-1) * wf);
   }
@@ -121,7 +125,7 @@ at::Tensor rmsnorm_rstd(const at::Tensor& x, double eps, int64_t tile_rows) {
   const at::Tensor x2 = x.reshape({rows, dim});
   for (int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
     const int64_t n = std::min(tile_rows, rows - r0);
-    rstd.narrow(0, r0, n).copy_(at::rsqrt(x2.narrow(0, r0, n).to(at::kFloat).pow(2).mean(-1) + eps));  // as rmsnorm_forward
+    rstd.narrow(0, r0, n).copy_(rstd_of_rows(x2.narrow(0, r0, n).to(at::kFloat), eps));
   }
   return rstd;
 }

@@ -142,6 +142,23 @@ int adamw_cpu_range(float* p, const float* g, float* m, float* v, int64_t begin,
   return parts.load();
 }
 
+/// Calls fn(begin, end, decayed) for each non-empty span of a shard [0, numel) in order: the
+/// decayed spans and, between them, the `no_decay` ranges (norm weights, padding). Both AdamW
+/// passes split a shard this way.
+template <typename Fn>
+void for_each_decay_span(const std::vector<std::pair<int64_t, int64_t>>& no_decay, int64_t numel, Fn&& fn) {
+  auto span = [&](int64_t begin, int64_t end, bool decayed) {
+    if (end > begin) fn(begin, end, decayed);
+  };
+  int64_t at_elem = 0;
+  for (const auto& [begin, end] : no_decay) {
+    span(at_elem, begin, true);
+    span(begin, end, false);
+    at_elem = end;
+  }
+  span(at_elem, numel, true);
+}
+
 }  // namespace
 
 AdamStep AdamW::begin_step(double lr, double grad_scale) {
@@ -175,18 +192,10 @@ int AdamW::host_pass(const HostShard& shard, const AdamStep& s) {
                 static_cast<float>(-s.lr / s.bias1)};
   const float decay_keep = static_cast<float>(1.0 - s.lr * training_.weight_decay);
   int threads = 0;
-  int64_t at_elem = 0;
-  auto run = [&](int64_t begin, int64_t end, float keep) {
-    if (end <= begin) return;
-    a.keep = keep;
+  for_each_decay_span(shard.no_decay, shard.numel, [&](int64_t begin, int64_t end, bool decayed) {
+    a.keep = decayed ? decay_keep : 1.0f;
     threads = std::max(threads, adamw_cpu_range(shard.params, shard.grads, shard.exp_avg, shard.exp_avg_sq, begin, end, a));
-  };
-  for (const auto& [begin, end] : shard.no_decay) {
-    run(at_elem, begin, decay_keep);
-    run(begin, end, 1.0f);
-    at_elem = end;
-  }
-  run(at_elem, shard.numel, decay_keep);
+  });
   int seen = host_threads_.load();
   while (threads > seen && !host_threads_.compare_exchange_weak(seen, threads)) {
   }
@@ -214,20 +223,13 @@ void AdamW::device_pass(const at::Tensor& params, const at::Tensor& grads, const
   // The spans, as views of the four [shard] tensors: decayed (between the no-decay ranges, the
   // padding among the latter) and not.
   std::vector<at::Tensor> p[2], g[2], m[2], v[2];  // [0] decayed, [1] no decay
-  auto add = [&](int which, int64_t begin, int64_t end) {
-    if (end <= begin) return;
+  for_each_decay_span(no_decay, params.numel(), [&](int64_t begin, int64_t end, bool decayed) {
+    const int which = decayed ? 0 : 1;
     p[which].push_back(params.narrow(0, begin, end - begin));
     g[which].push_back(grads.narrow(0, begin, end - begin));
     m[which].push_back(exp_avg.narrow(0, begin, end - begin));
     v[which].push_back(exp_avg_sq.narrow(0, begin, end - begin));
-  };
-  int64_t at_elem = 0;
-  for (const auto& [begin, end] : no_decay) {
-    add(0, at_elem, begin);
-    add(1, begin, end);
-    at_elem = end;
-  }
-  add(0, at_elem, params.numel());
+  });
   // The kernel reads the step count from a float tensor per span (torch.optim advances it before
   // the call); the bias corrections are 1 - beta^t of it, as begin_step's.
   const at::Tensor step = at::full({}, static_cast<double>(s.t), params.options().dtype(at::kFloat));  // []
