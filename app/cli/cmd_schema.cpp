@@ -41,6 +41,7 @@ int run_schema(int argc, char** argv, int first) {
       for (const auto& key : config_schema()) {
         if (key.section != section.name) continue;
         std::string type = kind_name(key.kind);
+        if (!key.word.empty()) type += " \\| \"" + std::string(key.word) + "\"";  // int | "auto"
         if (key.kind == KeyKind::Choice) {
           type.clear();
           for (size_t i = 0; i < key.choices.size(); ++i) type += (i ? " \\| " : "") + key.choices[i];
@@ -64,7 +65,9 @@ int run_schema(int argc, char** argv, int first) {
         if (key.section != section.name) continue;
         std::string name(key.name);
         name.resize(26, ' ');
-        os << "  " << name << kind_name(key.kind) << "\t" << key.doc << "\n";
+        std::string type = kind_name(key.kind);
+        if (!key.word.empty()) type += "|\"" + std::string(key.word) + "\"";
+        os << "  " << name << type << "\t" << key.doc << "\n";
       }
     }
   }

@@ -42,7 +42,7 @@ int phase_block(const std::string& name) {
 
 std::string setup_line(const RunConfig& cfg) {
   const auto& p = cfg.parallel;
-  const std::string techniques = describe_techniques(cfg);
+  const std::string techniques = describe_techniques(cfg, /*memory_only=*/false, planned_heads_per_stage(cfg));
   return strf("%s, seq %s x batch %lld, %lld rank%s (%s), %s, %s: %.1f GiB/device, %.0f GiB host/node",
               cfg.model.flavor.c_str(), format_size(cfg.training.seq_len).c_str(),
               static_cast<long long>(cfg.training.batch_size), static_cast<long long>(p.world_size),
@@ -117,6 +117,27 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .key("d_ffn").value(cfg.model.d_ffn)
       .key("vocab_size").value(cfg.model.vocab_size)
       .end_object();
+  // the Untied stage schedule planned ("auto" resolved at this length: planned_heads_per_stage);
+  // null without Untied Ulysses
+  w.key("untied");
+  if (plan.untied_stages > 0)
+    w.begin_object()
+        .key("heads_per_stage").value(plan.heads_per_stage)
+        .key("stages").value(plan.untied_stages)
+        .key("auto").value(cfg.memory.heads_per_stage == kHeadsPerStageAuto)
+        .end_object();
+  else
+    w.null();
+  // the tiled MLP's tile planned ("auto" resolved: planned_mlp_tile_tokens); null without it
+  w.key("tiled_mlp");
+  if (plan.mlp_tiles > 0)
+    w.begin_object()
+        .key("tile_tokens").value(plan.mlp_tile_tokens)
+        .key("tiles").value(plan.mlp_tiles)
+        .key("auto").value(cfg.memory.mlp_tile_tokens == kMlpTileTokensAuto)
+        .end_object();
+  else
+    w.null();
   w.key("hfu").value(t.hfu)
       .key("time").begin_object()
       .key("step_s").value(t.step_s)

@@ -14,6 +14,7 @@
 #include "engine/config/schema.h"
 #include "engine/config/sizes.h"
 #include "engine/config/validate.h"
+#include "engine/planner/planner.h"
 
 namespace odyssey::studio {
 
@@ -71,6 +72,27 @@ bool input_i64(AppState& state, const char* label, const char* key, int64_t* v, 
   const bool changed = ImGui::InputScalar((std::string("##") + key).c_str(), ImGuiDataType_S64, v, &step, nullptr, "%lld");
   field_messages(state, key);
   return changed;
+}
+
+/// The tiled MLP's tile: a token count, or "auto" (the planner's fewest tiles at the lowest peak
+/// for this length, planned_mlp_tile_tokens, shown beside the box; unticking fixes that value).
+void draw_mlp_tile(AppState& state, RunConfig& c) {
+  const char* key = "memory.mlp_tile_tokens";
+  field_label(state, "  MLP tile tokens", key);
+  bool automatic = c.memory.mlp_tile_tokens == kMlpTileTokensAuto;
+  const int64_t planned = automatic ? planned_mlp_tile_tokens(c) : c.memory.mlp_tile_tokens;
+  if (ImGui::Checkbox("auto##mlp_tile_auto", &automatic)) c.memory.mlp_tile_tokens = automatic ? kMlpTileTokensAuto : planned;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("The planner picks the tile at this length: the fewest tiles whose planned peak is\n"
+                      "the lowest any tile reaches (d_model tokens doubled up to the local sequence).");
+  ImGui::SameLine();
+  if (automatic) {
+    ImGui::TextDisabled("%s tokens a tile", format_size(planned).c_str());
+  } else {
+    const int64_t step = 64;
+    ImGui::InputScalar("##memory.mlp_tile_tokens", ImGuiDataType_S64, &c.memory.mlp_tile_tokens, &step, nullptr, "%lld");
+  }
+  field_messages(state, key);
 }
 
 bool input_f64(AppState& state, const char* label, const char* key, double* v, const char* fmt = "%.3g") {
@@ -269,8 +291,7 @@ void draw_memory(AppState& state) {
   if (!begin_form("mem")) return;
   for (const Technique& t : live_toggles()) {
     checkbox(state, t.label, t.key, technique_flag(c, t.id), t.trades);
-    if (t.id == TechniqueId::TiledMlp && c.memory.tiled_mlp)
-      input_i64(state, "  MLP tile tokens", "memory.mlp_tile_tokens", &c.memory.mlp_tile_tokens, 64);
+    if (t.id == TechniqueId::TiledMlp && c.memory.tiled_mlp) draw_mlp_tile(state, c);
     if (t.id == TechniqueId::TiledLoss && c.memory.tiled_loss)
       input_i64(state, "  Loss tile tokens", "memory.loss_tile_tokens", &c.memory.loss_tile_tokens, 64);
   }
@@ -279,13 +300,22 @@ void draw_memory(AppState& state) {
   if (choices.empty()) {
     ImGui::TextDisabled(c.memory.untied_ulysses ? "no valid value: fix the Ulysses degree" : "turn Untied Ulysses on");
   } else {
-    const int64_t effective = effective_heads_per_stage(c.memory, c.parallel);
+    // "auto": the planner's stage size at this length (planned_heads_per_stage), shown on the
+    // slider, which then moves off auto to a fixed size
+    bool automatic = c.memory.heads_per_stage == kHeadsPerStageAuto;
+    const int64_t effective = automatic ? planned_heads_per_stage(c) : effective_heads_per_stage(c.memory, c.parallel);
     auto it = std::find(choices.begin(), choices.end(), effective);
     int index = it == choices.end() ? 0 : static_cast<int>(it - choices.begin());
     const int64_t stages = c.model.n_heads / std::max<int64_t>(1, choices[index]);
     char label[96];
     std::snprintf(label, sizeof label, "%lld heads (%lld stage%s)%s", (long long)choices[index], (long long)stages,
-                  stages == 1 ? "" : "s", c.memory.heads_per_stage == 0 ? " auto" : "");
+                  stages == 1 ? "" : "s", !automatic && c.memory.heads_per_stage == 0 ? " (one a rank)" : "");
+    if (ImGui::Checkbox("auto##hps_auto", &automatic))
+      c.memory.heads_per_stage = automatic ? kHeadsPerStageAuto : choices[index];
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("The planner picks the stage size at this length: the fewest stages whose planned\n"
+                        "peak is the lowest any stage size reaches (fewer launches, the same memory).");
+    ImGui::SameLine();
     if (ImGui::SliderInt("##hps", &index, 0, static_cast<int>(choices.size()) - 1, label))
       c.memory.heads_per_stage = choices[index];
     if (ImGui::IsItemHovered())

@@ -8,9 +8,10 @@ warm-up. tokens/s and MFU of both come from one FLOP formula (llama_flops.py).
     python3 bench/gpu/throughput.py --lengths 32K --ablate --out $OUT/ablation
 
 --ablate adds, after each length's full-stack run, one Odyssey run per memory technique with that
-technique off (ABLATIONS), then one per Untied stage size (stage_ablations: one head a stage, a
-quarter of the heads, all of them), in the same run: what each costs in step time and saves in
-memory, the split of a gap to the baseline (the H200 measured Odyssey at 0.927x the baseline at 32K).
+technique off (ABLATIONS), then one per Untied stage size fixed by hand (stage_ablations: one head
+a stage, 4 heads, a quarter of the heads, all of them, less the size the preset's "auto" plans), in
+the same run: what each costs in step time and saves in memory, the split of a gap to the baseline
+(the H200 measured Odyssey at 0.927x the baseline at 32K with 8 stages of 4 heads).
 
 Writes OUT/throughput.jsonl (one line per run) and OUT/throughput.md (a table for docs/benchmarks.md
 with the date, device and command).
@@ -34,14 +35,17 @@ ABLATIONS = (("no offload", ["memory.offload_activations=false"]),
              ("no head chunks (standard attention)", ["memory.untied_ulysses=false"]))
 
 
-def stage_ablations(n_heads):
-    """The Untied stage size moved (one rank): one head a stage (heads_per_stage = 0: one head per
-    Ulysses rank; until 2026-11-26 this run was labelled "no head chunks", which it is not: it is
-    the most stages), a quarter of the heads a stage, and every head in one stage. The preset runs
-    8 stages of 4 heads; the planner gives the 1B at 32K the same peak for all of them."""
-    out, seen = [], set()
-    for hps in (1, n_heads // 4, n_heads):
-        if hps < 1 or n_heads % hps or hps in seen:
+def stage_ablations(n_heads, planned=None):
+    """The Untied stage size fixed by hand (one rank), beside the full stack's own: the preset's
+    heads_per_stage = "auto" plans the fewest stages at the lowest peak (`odyssey plan --json`'s
+    untied.heads_per_stage, `planned`: one stage of all heads at 32K). Up to three other sizes: one
+    head a stage (the most stages), 4 heads (8 stages for 32 heads: the preset's fixed size until
+    2026-11-26, 0.927x the baseline at 32K) and a quarter of the heads; every head in one stage when
+    the planner picked something else. Until 2026-11-26 the one-head run was labelled "no head
+    chunks", which it is not."""
+    out, seen = [], {planned}
+    for hps in (1, 4, n_heads // 4, n_heads):
+        if hps < 1 or n_heads % hps or hps in seen or len(out) == 3:
             continue
         seen.add(hps)
         stages = n_heads // hps
@@ -51,15 +55,17 @@ def stage_ablations(n_heads):
 
 
 def ablations(seq):
-    """ABLATIONS, then stage_ablations for the preset's model (its head count from `odyssey plan
-    --json`: a flavor's shape is resolved there)."""
+    """ABLATIONS, then stage_ablations for the preset's model (its head count and the planned stage
+    size from `odyssey plan --json`: a flavor's shape and "auto" are resolved there)."""
     plan = plan_odyssey(seq)
     heads = plan.get("model", {}).get("n_heads")
     if not heads:
         print("throughput: no head count from odyssey plan (%s): the stage sizes are not varied" % plan.get("error"),
               file=sys.stderr)
         return ABLATIONS
-    return ABLATIONS + stage_ablations(int(heads))
+    planned = (plan.get("untied") or {}).get("heads_per_stage")
+    print("throughput: the full stack plans %s heads a stage at %d tokens" % (planned, seq), file=sys.stderr)
+    return ABLATIONS + stage_ablations(int(heads), planned)
 
 
 def device_name():

@@ -291,7 +291,7 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
   // (validate), not as a divisibility problem.
   auto in_range = [&](const char* key) {
     const KeySpec* spec = find_key_spec(key);
-    return spec->range->contains(spec->number(cfg));
+    return spec->in_range(cfg);
   };
   if (!given("model.head_dim") && flavor_standard && (custom || given("model.d_model") || given("model.n_heads")) &&
       in_range("model.n_heads") && in_range("model.d_model")) {

@@ -114,11 +114,15 @@ struct MemoryConfig {
   bool activation_checkpointing = false;  ///< keep only block inputs; recompute in backward
   bool offload_activations = false;       ///< move checkpointed block inputs to host memory
   bool tiled_mlp = false;                 ///< run the MLP over sequence tiles
-  int64_t mlp_tile_tokens = 0;            ///< tokens per MLP tile; 0 = d_model (DeepSpeed's rule)
+  /// tokens per MLP tile; 0 = d_model (DeepSpeed's rule); kMlpTileTokensAuto ("auto" in a preset)
+  /// = the planner's pick at the run's length (planned_mlp_tile_tokens)
+  int64_t mlp_tile_tokens = 0;
   bool tiled_loss = false;                ///< LM head + cross-entropy over sequence tiles
   int64_t loss_tile_tokens = 0;           ///< tokens per loss tile; 0 = auto (~1 GiB fp32 logits)
   bool untied_ulysses = false;            ///< attention in head stages that reuse one buffer set
-  int64_t heads_per_stage = 0;            ///< query heads per stage over all Ulysses ranks; 0 = degree
+  /// query heads per stage over all Ulysses ranks; 0 = degree; kHeadsPerStageAuto ("auto" in a
+  /// preset) = the planner's pick at the run's length (planned_heads_per_stage)
+  int64_t heads_per_stage = 0;
   bool offload_optimizer = false;         ///< fp32 masters, gradients and AdamW moments in host memory
 
   bool operator==(const MemoryConfig&) const = default;

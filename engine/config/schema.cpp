@@ -136,8 +136,10 @@ ApplyWhen KeySpec::applies() const {
 std::string KeySpec::type_rule() const {
   switch (kind) {
     case KeyKind::Bool: return "must be true or false";
-    case KeyKind::Int: return "must be an integer";
-    case KeyKind::Size: return "must be a whole count such as 4096, 512K or 3M";
+    case KeyKind::Int: return word.empty() ? "must be an integer" : "must be an integer or " + quoted(word);
+    case KeyKind::Size:
+      return word.empty() ? "must be a whole count such as 4096, 512K or 3M"
+                          : "must be a whole count such as 4096, 512K or 3M, or " + quoted(word);
     case KeyKind::Float: return "must be a number";
     case KeyKind::String: return "must be a string";
     case KeyKind::Choice: {
@@ -193,6 +195,14 @@ double KeySpec::number(const RunConfig& cfg) const {
   return v.type == RawValue::Type::Float ? v.f : static_cast<double>(v.i);
 }
 
+bool KeySpec::holds_word(const RunConfig& cfg) const {
+  return !word.empty() && (kind == KeyKind::Int || kind == KeyKind::Size) && get(cfg).i == word_value;
+}
+
+bool KeySpec::in_range(const RunConfig& cfg) const {
+  return !range || holds_word(cfg) || range->contains(number(cfg));
+}
+
 namespace {
 
 // Range constructors for the table below (ValueRange's bounds, spelled as the math reads).
@@ -223,6 +233,21 @@ ValueRange closed(double lo, double hi, std::string_view unit = {}, std::string_
   KeySpec{SEC, NAME, KeyKind::Float, DOC, {},                                             \
           [](const RunConfig& c) { return RawValue::floating(c.FIELD); },               \
           [](RunConfig& c, const RawValue& v) { c.FIELD = v.f; }, RANGE}
+constexpr std::string_view kWordAuto = kHeadsPerStageAutoWord;  // "auto", for every key that takes it
+
+/// An Int or Size key that also takes one word, stored as `value` outside the key's range and read
+/// back as the quoted word (memory.heads_per_stage = "auto", memory.mlp_tile_tokens = "auto").
+KeySpec with_word(KeySpec spec, std::string_view word, int64_t value) {
+  spec.word = word;
+  spec.word_value = value;
+  spec.get = [get = spec.get, word, value](const RunConfig& c) {
+    RawValue v = get(c);
+    if (v.i == value) v.text = quoted(word);
+    return v;
+  };
+  return spec;
+}
+
 #define ODY_STRING(SEC, FIELD, NAME, DOC)                                                 \
   KeySpec{SEC, NAME, KeyKind::String, DOC, {},                                            \
           [](const RunConfig& c) { return RawValue::string(c.FIELD); },                 \
@@ -331,12 +356,14 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_BOOL("memory", memory.activation_checkpointing, "activation_checkpointing", "Keep only each block's input; recompute the block in backward."));
   s.push_back(ODY_BOOL("memory", memory.offload_activations, "offload_activations", "Move checkpointed block inputs (all but the last) to host memory."));
   s.push_back(ODY_BOOL("memory", memory.tiled_mlp, "tiled_mlp", "Run the MLP over sequence tiles, recomputed tile by tile in backward."));
-  s.push_back(ODY_SIZE("memory", memory.mlp_tile_tokens, "mlp_tile_tokens", "Tokens per MLP tile; 0 = d_model (DeepSpeed's rule).", between(0, kMaxTokens, "0 = auto")));
+  s.push_back(with_word(ODY_SIZE("memory", memory.mlp_tile_tokens, "mlp_tile_tokens", "Tokens per MLP tile; 0 = d_model (DeepSpeed's rule); \"auto\" = the fewest tiles at the lowest planned peak for the run's length.", between(0, kMaxTokens, "0 = d_model; or \"auto\"")),
+                        kWordAuto, kMlpTileTokensAuto));
   s.push_back(ODY_BOOL("memory", memory.tiled_loss, "tiled_loss", "LM head + cross-entropy over sequence tiles; never the full logits."));
   s.push_back(ODY_SIZE("memory", memory.loss_tile_tokens, "loss_tile_tokens", "Tokens per loss tile; 0 = about 1 GiB of fp32 logits per tile.", between(0, kMaxTokens, "0 = auto")));
   s.push_back(ODY_BOOL("memory", memory.untied_ulysses, "untied_ulysses", "Attention in head stages that reuse one set of buffers (Untied Ulysses)."));
   s.push_back(ODY_BOOL("memory", memory.offload_optimizer, "offload_optimizer", "Keep fp32 master weights, gradients and AdamW moments in host memory; AdamW runs on the host (on a GPU under the next step's forward)."));
-  s.push_back(ODY_INT("memory", memory.heads_per_stage, "heads_per_stage", "Query heads per stage over all Ulysses ranks (a multiple of ulysses_degree); 0 = ulysses_degree.", between(0, 4096, "0 = one head per rank per stage")));
+  s.push_back(with_word(ODY_INT("memory", memory.heads_per_stage, "heads_per_stage", "Query heads per stage over all Ulysses ranks (a multiple of ulysses_degree); 0 = ulysses_degree; \"auto\" = the fewest stages at the lowest planned peak for the run's length.", between(0, 4096, "0 = one head per rank per stage; or \"auto\"")),
+                        kWordAuto, kHeadsPerStageAuto));
 
   // [hardware]
   s.push_back(KeySpec{"hardware", "profile", KeyKind::Choice, "Named target the keys below override.",
@@ -435,11 +462,20 @@ std::optional<RawValue> coerce_value(const KeySpec& spec, const RawValue& raw, s
     if (rule) *rule = std::move(why);
     return std::nullopt;
   };
+  // an Int or Size key's word ("auto"): its stored value, echoed as written
+  if (!spec.word.empty() && raw.type == RawValue::Type::String && raw.s == spec.word) {
+    RawValue v = RawValue::integer(spec.word_value);
+    v.text = raw.text;
+    return v;
+  }
   switch (spec.kind) {
     case KeyKind::Bool:
       if (raw.type == RawValue::Type::Bool) return raw;
       return fail(spec.type_rule());
     case KeyKind::Int:
+      // the word's stored value is the word's alone: written as a number it is out of range
+      if (!spec.word.empty() && raw.type == RawValue::Type::Int && raw.i == spec.word_value)
+        return fail(spec.range ? spec.range->rule(spec.kind) : spec.type_rule());
       if (raw.type == RawValue::Type::Int) return raw;
       if (raw.type == RawValue::Type::Float && std::floor(raw.f) == raw.f && std::fabs(raw.f) < 9e18)
         return RawValue::integer(static_cast<int64_t>(raw.f));
@@ -471,12 +507,14 @@ std::optional<RawValue> coerce_value(const KeySpec& spec, const RawValue& raw, s
 
 std::string value_text(const KeySpec& spec, const RunConfig& cfg) {
   const RawValue v = spec.get(cfg);
+  if (spec.holds_word(cfg)) return v.text;
   if (spec.kind == KeyKind::Size) return format_size(v.i);
   return v.text;
 }
 
 std::string toml_literal(const KeySpec& spec, const RunConfig& cfg) {
   const RawValue v = spec.get(cfg);
+  if (spec.holds_word(cfg)) return v.text;
   if (spec.kind == KeyKind::Size) {
     const std::string s = format_size(v.i);
     return s == std::to_string(v.i) ? s : "\"" + s + "\"";

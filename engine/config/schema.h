@@ -86,9 +86,17 @@ struct KeySpec {
   /// a checkpoint resumes only under the value it was saved with. Every other key may change
   /// on resume, and the change is reported.
   bool resume_must_match = false;
+  /// An Int or Size key's one value written as a word, outside its range: heads_per_stage and
+  /// mlp_tile_tokens = "auto" (kHeadsPerStageAuto, kMlpTileTokensAuto). Empty when the key has none.
+  std::string_view word;
+  int64_t word_value = 0;
 
   /// The key's current value as a number (Int, Size, Float keys).
   double number(const RunConfig& cfg) const;
+  /// The key holds its word's value (heads_per_stage = "auto", stored as kHeadsPerStageAuto).
+  bool holds_word(const RunConfig& cfg) const;
+  /// Within the key's range, or its word; true for keys without a range.
+  bool in_range(const RunConfig& cfg) const;
 
   /// "training.seq_len" (or "description" for top-level keys).
   std::string full_name() const;

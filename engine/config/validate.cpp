@@ -44,7 +44,7 @@ class Checker {
   /// combine keys (and their hints) only ever see values in range.
   void check_ranges() {
     for (const KeySpec& spec : config_schema()) {
-      if (!spec.range || spec.range->contains(spec.number(cfg_))) continue;
+      if (spec.in_range(cfg_)) continue;
       const std::string key = spec.full_name();
       out_of_range_.push_back(key);
       fail(key, spec.range->rule(spec.kind));

@@ -30,11 +30,20 @@ std::optional<std::string> ulysses_kv_heads_rule(int64_t n_kv_heads, int64_t deg
 /// The degrees both head rules accept, increasing.
 std::vector<int64_t> valid_ulysses_head_degrees(int64_t n_heads, int64_t n_kv_heads);
 
-/// memory.heads_per_stage with 0 meaning P (one query head per rank per stage).
+/// memory.heads_per_stage = "auto" as stored: the planner picks the stage size at the run's length
+/// (planned_heads_per_stage, engine/planner/planner.h: the fewest stages at the lowest planned peak).
+/// Outside the key's range on purpose: every reader below the planner refuses it unresolved.
+inline constexpr int64_t kHeadsPerStageAuto = -1;
+/// The word a preset writes for kHeadsPerStageAuto.
+inline constexpr const char* kHeadsPerStageAutoWord = "auto";
+
+/// memory.heads_per_stage with 0 meaning P (one query head per rank per stage). Throws
+/// std::invalid_argument for kHeadsPerStageAuto, which only the planner resolves.
 int64_t effective_heads_per_stage(int64_t heads_per_stage, int64_t degree);
 /// Rule: heads_per_stage (0 = P) is a multiple of P whose per-rank share divides the rank's H/P
-/// heads. nullopt when it holds (or when P does not divide H: that is the degree's rule), else the
-/// text the validator reports under memory.heads_per_stage.
+/// heads. nullopt when it holds (or when P does not divide H: that is the degree's rule, or when it
+/// is kHeadsPerStageAuto: the planner picks among the valid values), else the text the validator
+/// reports under memory.heads_per_stage.
 std::optional<std::string> heads_per_stage_rule(int64_t n_heads, int64_t degree, int64_t heads_per_stage);
 /// Every heads_per_stage the rule accepts for H heads over P ranks, increasing (the studio's
 /// choices, the bench's sweep, the validator's hint).

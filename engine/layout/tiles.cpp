@@ -3,6 +3,7 @@
 #include "engine/layout/tiles.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace odyssey {
 
@@ -26,7 +27,20 @@ SequenceTile sequence_tile(int64_t positions, int64_t batch, int64_t local_posit
 }  // namespace
 
 SequenceTile mlp_sequence_tile(int64_t mlp_tile_tokens, int64_t d_model, int64_t batch, int64_t local_positions) {
+  if (mlp_tile_tokens == kMlpTileTokensAuto)
+    throw std::invalid_argument("memory.mlp_tile_tokens = \"auto\" has no tile of its own: the planner picks one "
+                                "(planned_mlp_tile_tokens) before the engine or the planner's shapes read it");
   return sequence_tile(mlp_tile_tokens > 0 ? mlp_tile_tokens : d_model, batch, local_positions);
+}
+
+std::vector<int64_t> mlp_tile_candidates(int64_t d_model, int64_t local_positions) {
+  std::vector<int64_t> out;
+  const int64_t local = std::max<int64_t>(1, local_positions);
+  for (int64_t n = std::max<int64_t>(1, d_model);; n *= 2) {
+    out.push_back(std::min(n, local));
+    if (n >= local) break;
+  }
+  return out;
 }
 
 SequenceTile loss_sequence_tile(int64_t loss_tile_tokens, int64_t vocab_size, int64_t batch, int64_t local_positions) {

@@ -120,6 +120,14 @@ MemoryPlan plan_memory(const RunConfig& cfg) {
       largest = &term;
   plan.dominant_term = std::string(to_string(static_cast<PlanCategory>(top))) + (largest ? ": " + largest->name : "");
 
+  if (s.untied) {
+    plan.heads_per_stage = s.k * s.P;
+    plan.untied_stages = s.stages;
+  }
+  if (s.tiled_mlp) {
+    plan.mlp_tile_tokens = s.mlp_tile.positions;
+    plan.mlp_tiles = s.mlp_tile.count;
+  }
   PhaseTimes times;
   plan.time = model_step_time(s, cfg.hardware, &times);
   plan.phases.reserve(live.phases.size());

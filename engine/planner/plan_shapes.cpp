@@ -9,6 +9,7 @@
 
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
+#include "engine/planner/planner.h"
 #include "engine/layout/tile_grad_rules.h"
 #include "kernels/linear_cross_entropy_plan.h"
 
@@ -39,6 +40,9 @@ std::string tokens(int64_t n) { return format_size(n) + " tokens"; }
 }  // namespace
 
 PlanShapes make_shapes(const RunConfig& cfg) {
+  // "auto" plans the sizes it resolves to (every candidate a concrete size: no recursion)
+  if (cfg.memory.heads_per_stage == kHeadsPerStageAuto || cfg.memory.mlp_tile_tokens == kMlpTileTokensAuto)
+    return make_shapes(with_planned_sizes(cfg));
   PlanShapes s;
   const ModelConfig& m = cfg.model;
   s.L = m.n_layers;

@@ -1,8 +1,9 @@
 // The analytic planner: per-rank memory by category (each term with its formula), the per-phase
 // timeline, step time and MFU, the technique ladder, the max-context solver and the advisor.
 // Pure C++ (no LibTorch): instant in the studio. defines: MemoryTerm, MemoryPlan, PhasePlan,
-// StepTimePlan, LadderRung, PlanPeak, plan_memory, plan_peak, planned_buffer_bytes, plan_step_time, plan_ladder,
-// ladder_rung_config, seq_len_granularity, solve_max_seq_len, max_seq_len_limit, advise. The model: docs/planner.md.
+// StepTimePlan, LadderRung, PlanPeak, plan_memory, planned_heads_per_stage, planned_mlp_tile_tokens, with_planned_sizes,
+// plan_peak, planned_buffer_bytes, plan_step_time, plan_ladder, ladder_rung_config, seq_len_granularity,
+// solve_max_seq_len, max_seq_len_limit, advise. The model: docs/planner.md.
 #pragma once
 
 #include <array>
@@ -84,10 +85,37 @@ struct MemoryPlan {
   std::string dominant_term;    ///< the largest device category and its largest term: "attention_workspace: flash backward dq"
   std::vector<PhasePlan> phases;  ///< the step in order
   StepTimePlan time;
+  /// The Untied stage schedule planned (heads_per_stage = "auto" resolved by
+  /// planned_heads_per_stage): query heads per stage over all ranks and the stage count; 0 and 0
+  /// without Untied Ulysses.
+  int64_t heads_per_stage = 0;
+  int64_t untied_stages = 0;
+  /// The tiled MLP's tile planned (mlp_tile_tokens = "auto" resolved by planned_mlp_tile_tokens):
+  /// positions a tile and the tile count; 0 and 0 without the tiled MLP.
+  int64_t mlp_tile_tokens = 0;
+  int64_t mlp_tiles = 0;
 };
 
 /// Plans one config (which must be valid).
 MemoryPlan plan_memory(const RunConfig& cfg);
+
+/// memory.heads_per_stage = "auto" (kHeadsPerStageAuto) resolved at the config's length: the
+/// largest valid stage size whose planned device peak equals the lowest peak of every valid size.
+/// More heads a stage means fewer stages: fewer launches, fewer all-to-alls, and the block input
+/// read by fewer stage projections; the lowest peak means the chunking still saves all it can. At
+/// 32K the 1B's peak is the MLP's recompute for every size, so one stage of all heads; from 128K
+/// the stage buffers reach the peak and the answer is smaller. Any other value is returned as it
+/// is; 0 when Untied Ulysses is off or no stage size is valid (the validator reports why). Planned
+/// with the MLP tile the run takes (planned_mlp_tile_tokens).
+int64_t planned_heads_per_stage(const RunConfig& cfg);
+/// memory.mlp_tile_tokens = "auto" (kMlpTileTokensAuto) resolved the same way over
+/// mlp_tile_candidates (d_model doubled up to the rank's local sequence): the fewest tiles (fewer
+/// launches of the three GEMMs, forward, recompute and backward) at the lowest planned peak. Resolved
+/// before the stage size, with "auto" stages at their finest; 0 when the tiled MLP is off.
+int64_t planned_mlp_tile_tokens(const RunConfig& cfg);
+/// `cfg` with every "auto" size resolved: the MLP tile, then the stage size with that tile. Every
+/// reader resolves through it: the planner's shapes, the trainer, the studio, `plan`.
+RunConfig with_planned_sizes(const RunConfig& cfg);
 
 /// The verdict alone: device and host peaks without terms, phases or strings. This is what the
 /// max-context solver and the advisor evaluate in their loops; plan_memory gives the same peaks.

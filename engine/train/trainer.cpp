@@ -17,6 +17,7 @@
 #include "engine/config/techniques.h"
 #include "engine/layout/schedule_rules.h"
 #include "engine/layout/tiles.h"
+#include "engine/planner/planner.h"
 #include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/memory_tracker.h"
 
@@ -96,6 +97,9 @@ void Trainer::set_memory(const MemoryConfig& memory) {
     throw std::invalid_argument(broken.text());
   settle_host_updates();
   cfg_.memory = memory;
+  // heads_per_stage and mlp_tile_tokens = "auto": the planner's sizes at this run's length, the
+  // ones the plan and the studio show (with_planned_sizes); the model only sees concrete sizes.
+  model_memory_ = with_planned_sizes(next).memory;
   // Optimizer offload moves the fp32 states between host and device memory here, at the step
   // boundary (no graph holds the parameter views).
   for (FlatParamGroup* g : model_->groups()) g->set_states_on_host(memory.offload_optimizer);
@@ -108,7 +112,7 @@ double Trainer::run_forward_backward(int64_t step, Forward* out) {
   ModelInputs in{batch.ids, batch.labels, batch.answer_mask, batch.first_position, batch.global_tokens};
   StepRuntime rt;
   rt.defer_reduce_scatter = defer_reduce_scatter_;
-  at::Tensor loss = model_->forward(in, cfg_.memory, &offload_, &recorder_, &rt);
+  at::Tensor loss = model_->forward(in, model_memory_, &offload_, &recorder_, &rt);
 
   // Global loss and answer statistics: one all-reduce of four sums over the world.
   at::Tensor sums;

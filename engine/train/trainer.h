@@ -80,6 +80,9 @@ class Trainer {
   /// Memory toggles for the following steps (no restart: nothing they change is persistent).
   void set_memory(const MemoryConfig& memory);
   const RunConfig& config() const { return cfg_; }
+  /// The memory techniques the model runs: config().memory with heads_per_stage and mlp_tile_tokens
+  /// = "auto" resolved by the planner (with_planned_sizes) at the run's length.
+  const MemoryConfig& model_memory() const { return model_memory_; }
   const RankContext& rank_context() const { return ctx_; }
   int64_t next_step() const { return next_step_; }
   /// The model, every pipelined host update finished and uploaded (settle_host_updates).
@@ -122,6 +125,7 @@ class Trainer {
   void cleanup_after_failure();
 
   RunConfig cfg_;
+  MemoryConfig model_memory_;  ///< model_memory()
   RankContext ctx_;
   at::Device device_;
   std::unique_ptr<LlamaModel> model_;

@@ -102,6 +102,49 @@ TEST_CASE("odyssey plan --json: the contract's fields", "[cli][planner]") {
   CHECK(model.at("vocab_size").get<int64_t>() == 128256);
 }
 
+TEST_CASE("odyssey plan: \"auto\" names the planner's stage size and MLP tile at each length", "[cli][planner]") {
+  // The 1B's GPU preset: at 32K one stage of all 32 heads plans the lowest peak; at 2M the stage
+  // buffers reach the peak and the stages are finer. Text and JSON say which.
+  const Run short_run = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
+                                    "--set training.seq_len=32K --json");
+  REQUIRE(short_run.code == 0);
+  const Json at_32k = parse(short_run).at("untied");
+  CHECK(at_32k.at("auto").get<bool>());
+  CHECK(at_32k.at("heads_per_stage").get<int64_t>() == 32);
+  CHECK(at_32k.at("stages").get<int64_t>() == 1);
+  const Run long_run = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
+                                   "--set training.seq_len=2M --json");
+  REQUIRE(long_run.code == 0);
+  const Json at_2m = parse(long_run).at("untied");
+  CHECK(at_2m.at("heads_per_stage").get<int64_t>() < 32);
+  CHECK(at_2m.at("stages").get<int64_t>() == 32 / at_2m.at("heads_per_stage").get<int64_t>());
+  const Run text = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto --set "
+                               "training.seq_len=32K");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("Untied Ulysses auto: 32 heads/stage") != std::string::npos);
+  // a fixed size is reported as it is, and Untied off has no schedule
+  const Run fixed = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=4 --json");
+  REQUIRE(fixed.code == 0);
+  CHECK_FALSE(parse(fixed).at("untied").at("auto").get<bool>());
+  CHECK(parse(fixed).at("untied").at("stages").get<int64_t>() == 8);
+  const Run off = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.untied_ulysses=false --json");
+  REQUIRE(off.code == 0);
+  CHECK(parse(off).at("untied").is_null());
+  // the preset's MLP tile is "auto" too: 4 tiles of 8K at 32K (16 of d_model = 2048 fixed)
+  const Json tile = parse(short_run).at("tiled_mlp");
+  CHECK(tile.at("auto").get<bool>());
+  CHECK(tile.at("tile_tokens").get<int64_t>() == 8192);
+  CHECK(tile.at("tiles").get<int64_t>() == 4);
+  const Run d_model_tile = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.mlp_tile_tokens=0 "
+                                       "--set training.seq_len=32K --json");
+  REQUIRE(d_model_tile.code == 0);
+  CHECK(parse(d_model_tile).at("tiled_mlp").at("tiles").get<int64_t>() == 16);
+  CHECK_FALSE(parse(d_model_tile).at("tiled_mlp").at("auto").get<bool>());
+  const Run untiled = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.tiled_mlp=false --json");
+  REQUIRE(untiled.code == 0);
+  CHECK(parse(untiled).at("tiled_mlp").is_null());
+}
+
 TEST_CASE("odyssey plan --set: 5M without Untied Ulysses does not fit and gets advice", "[cli][planner]") {
   const Run r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set training.seq_len=5M --json");
   REQUIRE(r.code == 0);

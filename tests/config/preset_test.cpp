@@ -347,3 +347,60 @@ TEST_CASE("a huge value is refused by its range before any rule or hint walks it
     CHECK(bad.issues[0].rule.rfind("must be between", 0) == 0);
   }
 }
+
+TEST_CASE("heads_per_stage and mlp_tile_tokens = \"auto\" load, print, save and override as the word",
+          "[config][overrides]") {
+  const std::string text =
+      "[model]\nflavor = \"llama3.2-1b\"\n[training]\nseq_len = \"32K\"\n[memory]\nuntied_ulysses = true\n"
+      "heads_per_stage = \"auto\"\n";
+  const LoadedPreset loaded = load_preset_text(text, "auto.toml");
+  REQUIRE(loaded.ok());
+  CHECK(loaded.config.memory.heads_per_stage == kHeadsPerStageAuto);
+  const KeySpec* spec = find_key_spec("memory.heads_per_stage");
+  REQUIRE(spec);
+  CHECK(spec->holds_word(loaded.config));
+  CHECK(spec->in_range(loaded.config));
+  CHECK(value_text(*spec, loaded.config) == "\"auto\"");
+  CHECK(toml_literal(*spec, loaded.config) == "\"auto\"");
+  // saved and loaded back: the word, not its stored -1
+  const std::string saved = preset_to_toml(loaded.config);
+  CHECK(saved.find("heads_per_stage = \"auto\"") != std::string::npos);
+  const LoadedPreset again = load_preset_text(saved, "saved.toml");
+  REQUIRE(again.ok());
+  CHECK(again.config == loaded.config);
+  // --set takes the bare word and a count back
+  Override o;
+  ConfigIssue issue;
+  REQUIRE(parse_override("memory.heads_per_stage=4", 1, &o, &issue));
+  const LoadedPreset fixed = apply_overrides(loaded.config, {o});
+  REQUIRE(fixed.ok());
+  CHECK(fixed.config.memory.heads_per_stage == 4);
+  CHECK_FALSE(spec->holds_word(fixed.config));
+  REQUIRE(parse_override("memory.heads_per_stage=auto", 1, &o, &issue));
+  const LoadedPreset back = apply_overrides(fixed.config, {o});
+  REQUIRE(back.ok());
+  CHECK(back.config.memory.heads_per_stage == kHeadsPerStageAuto);
+  // the MLP tile takes the same word (a Size key: "auto" besides counts such as 8K)
+  REQUIRE(parse_override("memory.mlp_tile_tokens=auto", 1, &o, &issue));
+  const LoadedPreset tile = apply_overrides(loaded.config, {o});
+  REQUIRE(tile.ok());
+  CHECK(tile.config.memory.mlp_tile_tokens == kMlpTileTokensAuto);
+  const KeySpec* tile_spec = find_key_spec("memory.mlp_tile_tokens");
+  REQUIRE(tile_spec);
+  CHECK(toml_literal(*tile_spec, tile.config) == "\"auto\"");
+  CHECK(preset_to_toml(tile.config).find("mlp_tile_tokens = \"auto\"") != std::string::npos);
+  REQUIRE(parse_override("memory.mlp_tile_tokens=8K", 1, &o, &issue));
+  CHECK(apply_overrides(tile.config, {o}).config.memory.mlp_tile_tokens == 8192);
+  REQUIRE(parse_override("memory.mlp_tile_tokens=automatic", 1, &o, &issue));
+  const LoadedPreset misspelt = apply_overrides(tile.config, {o});
+  REQUIRE_FALSE(misspelt.ok());
+  CHECK(misspelt.issues[0].format() ==
+        "--set:1:1: memory.mlp_tile_tokens = \"automatic\": must be a whole count such as 4096, 512K or 3M, or \"auto\"");
+  CHECK_THROWS_WITH(mlp_sequence_tile(kMlpTileTokensAuto, 64, 1, 1024),
+                    Catch::Contains("the planner picks one (planned_mlp_tile_tokens)"));
+  // the stage rule has nothing to say about the word (the planner picks a valid size); the
+  // layout refuses it unresolved, naming the rule that resolves it
+  CHECK_FALSE(heads_per_stage_rule(32, 1, kHeadsPerStageAuto));
+  CHECK_THROWS_WITH(effective_heads_per_stage(kHeadsPerStageAuto, 1),
+                    Catch::Contains("the planner picks one (planned_heads_per_stage)"));
+}

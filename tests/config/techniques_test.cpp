@@ -61,5 +61,9 @@ TEST_CASE("run summaries list the techniques on, in registry order", "[config][t
   cfg.memory.heads_per_stage = 4;
   CHECK(describe_techniques(cfg) == "FSDP, Ulysses 2, checkpointing, offload, Untied Ulysses 4 heads/stage");
   CHECK(describe_techniques(cfg, /*memory_only=*/true) == "checkpointing, offload, Untied Ulysses 4 heads/stage");
+  // "auto": the word alone where no planner is at hand, the planner's pick where the caller has it
+  cfg.memory.heads_per_stage = kHeadsPerStageAuto;
+  CHECK(describe_techniques(cfg, /*memory_only=*/true) == "checkpointing, offload, Untied Ulysses auto heads/stage");
+  CHECK(describe_techniques(cfg, /*memory_only=*/true, 8) == "checkpointing, offload, Untied Ulysses auto: 8 heads/stage");
   CHECK(describe_techniques(RunConfig{}).empty());
 }

@@ -274,3 +274,130 @@ TEST_CASE("tiled loss with a single tile does not raise the peak either", "[plan
   c.memory.loss_tile_tokens = 128;
   CHECK(plan_peak(c).peak_bytes <= untiled);
 }
+
+TEST_CASE("heads_per_stage \"auto\" plans the fewest stages at the lowest peak, at every length",
+          "[planner][properties][stages]") {
+  struct Case {
+    const char* preset;
+    std::vector<int64_t> lengths;
+  };
+  const int64_t K = 1024;
+  for (const Case& cs : {Case{"llama3.2-1b-1xh100", {32 * K, 128 * K, 2048 * K}},
+                         Case{"llama3-8b-5m-8xh100-untied", {1024 * K, 5120 * K}}}) {
+    RunConfig c = preset(cs.preset);
+    c.memory.untied_ulysses = true;
+    c.memory.heads_per_stage = kHeadsPerStageAuto;
+    c.memory.mlp_tile_tokens = 0;  // the stage size alone here (d_model tiles; the tile's own test below)
+    for (int64_t seq : cs.lengths) {
+      c.training.seq_len = seq;
+      INFO(cs.preset << " at " << seq);
+      const std::vector<int64_t> sizes = valid_heads_per_stage(c);
+      REQUIRE(sizes.size() >= 3);
+      std::vector<int64_t> peaks;
+      for (int64_t heads : sizes) {
+        RunConfig fixed = c;
+        fixed.memory.heads_per_stage = heads;
+        peaks.push_back(plan_peak(fixed).peak_bytes);
+      }
+      const int64_t lowest = *std::min_element(peaks.begin(), peaks.end());
+      const int64_t picked = planned_heads_per_stage(c);
+      const auto at = std::find(sizes.begin(), sizes.end(), picked);
+      REQUIRE(at != sizes.end());
+      CHECK(peaks[at - sizes.begin()] == lowest);  // the chunking saves all it can
+      for (auto later = at + 1; later != sizes.end(); ++later)  // and no coarser stage does
+        CHECK(peaks[later - sizes.begin()] > lowest);
+      // the planner's own entry points plan the picked size
+      CHECK(plan_peak(c).peak_bytes == lowest);
+      const MemoryPlan plan = plan_memory(c);
+      CHECK(plan.peak_bytes == lowest);
+      CHECK(plan.heads_per_stage == picked);
+      CHECK(plan.untied_stages == c.model.n_heads / picked);
+      CHECK(with_planned_sizes(c).memory.heads_per_stage == picked);
+    }
+  }
+  // The two ends on the 1B: at 32K every size peaks at the MLP's recompute, so one stage of all 32
+  // heads; at 2M the stage buffers reach the peak and the stages are finer.
+  RunConfig one = preset("llama3.2-1b-1xh100");
+  one.memory.heads_per_stage = kHeadsPerStageAuto;
+  one.memory.mlp_tile_tokens = 0;
+  one.training.seq_len = 32 * K;
+  CHECK(planned_heads_per_stage(one) == one.model.n_heads);
+  one.training.seq_len = 2048 * K;
+  CHECK(planned_heads_per_stage(one) < one.model.n_heads);
+  // A fixed value and the other techniques are left as they are.
+  RunConfig fixed = one;
+  fixed.memory.heads_per_stage = 4;
+  CHECK(planned_heads_per_stage(fixed) == 4);
+  fixed.memory.heads_per_stage = 0;
+  CHECK(planned_heads_per_stage(fixed) == 0);
+  RunConfig off = one;
+  off.memory.untied_ulysses = false;
+  CHECK(planned_heads_per_stage(off) == 0);
+  CHECK(plan_memory(off).untied_stages == 0);
+}
+
+TEST_CASE("mlp_tile_tokens \"auto\" plans the fewest tiles at the lowest peak, before the stage size",
+          "[planner][properties][stages]") {
+  const int64_t K = 1024;
+  RunConfig c = preset("llama3.2-1b-1xh100");
+  c.memory.tiled_mlp = true;
+  c.memory.mlp_tile_tokens = kMlpTileTokensAuto;
+  c.memory.heads_per_stage = kHeadsPerStageAuto;
+  for (int64_t seq : {32 * K, 128 * K, 1024 * K}) {
+    c.training.seq_len = seq;
+    INFO("1B at " << seq);
+    const std::vector<int64_t> tiles = mlp_tile_candidates(c.model.d_model, seq);
+    REQUIRE(tiles.front() == c.model.d_model);  // DeepSpeed's tile first
+    REQUIRE(tiles.back() == seq);               // one tile last
+    // the tile is resolved with "auto" stages at their finest
+    std::vector<int64_t> peaks;
+    for (int64_t tokens : tiles) {
+      RunConfig fixed = c;
+      fixed.memory.mlp_tile_tokens = tokens;
+      fixed.memory.heads_per_stage = valid_heads_per_stage(c).front();
+      peaks.push_back(plan_peak(fixed).peak_bytes);
+    }
+    const int64_t lowest = *std::min_element(peaks.begin(), peaks.end());
+    const int64_t picked = planned_mlp_tile_tokens(c);
+    const auto at = std::find(tiles.begin(), tiles.end(), picked);
+    REQUIRE(at != tiles.end());
+    CHECK(peaks[at - tiles.begin()] == lowest);
+    for (auto later = at + 1; later != tiles.end(); ++later) CHECK(peaks[later - tiles.begin()] > lowest);
+    // then the stage size with that tile; the plan's peak is still the lowest of them all
+    const RunConfig resolved = with_planned_sizes(c);
+    CHECK(resolved.memory.mlp_tile_tokens == picked);
+    CHECK(resolved.memory.heads_per_stage == planned_heads_per_stage(c));
+    CHECK(plan_peak(c).peak_bytes == lowest);
+    CHECK(plan_peak(resolved).peak_bytes == lowest);
+  }
+  // at 32K the MLP's workspace is not the peak up to 8K tokens a tile: 4 tiles instead of 16
+  c.training.seq_len = 32 * K;
+  CHECK(planned_mlp_tile_tokens(c) == 8 * K);
+  // a fixed tile and the tiled MLP off are left as they are
+  RunConfig fixed = c;
+  fixed.memory.mlp_tile_tokens = 4096;
+  CHECK(planned_mlp_tile_tokens(fixed) == 4096);
+  fixed.memory.tiled_mlp = false;
+  fixed.memory.mlp_tile_tokens = kMlpTileTokensAuto;
+  CHECK(planned_mlp_tile_tokens(fixed) == 0);
+}
+
+TEST_CASE("\"auto\" stage size and MLP tile reach the longest context of the best fixed sizes",
+          "[planner][properties][stages][maxlen]") {
+  // At each length "auto" plans the lowest peak of every stage size and tile (the finest stages and
+  // the d_model tile reach it), so a length fits under "auto" exactly when it fits under some fixed
+  // sizes: the solver's answer is the largest of theirs.
+  RunConfig c = preset("llama3.2-1b-1xh100");
+  c.memory.mlp_tile_tokens = 0;  // d_model
+  int64_t best_fixed = 0;
+  for (int64_t heads : valid_heads_per_stage(c)) {
+    RunConfig fixed = c;
+    fixed.memory.heads_per_stage = heads;
+    best_fixed = std::max(best_fixed, solve_max_seq_len(fixed));
+  }
+  c.memory.heads_per_stage = kHeadsPerStageAuto;
+  CHECK(solve_max_seq_len(c) == best_fixed);
+  c.memory.mlp_tile_tokens = kMlpTileTokensAuto;
+  CHECK(solve_max_seq_len(c) == best_fixed);
+  CHECK(best_fixed > 0);
+}

@@ -5,8 +5,11 @@
 #include <cmath>
 
 #include "../engine_test_util.h"
+#include "engine/config/validate.h"
+#include "engine/planner/planner.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/train/optimizer.h"
+#include "engine/train/rank_loop.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -283,4 +286,43 @@ TEST_CASE("trainer: a NaN loss stops the step naming the step and phase, weights
   }
   CHECK(t.model().block(0).master.detach().equal(block_before));
   CHECK(t.model().block(0).grad().abs().sum().item<double>() == 0);
+}
+
+TEST_CASE("trainer: heads_per_stage and mlp_tile_tokens \"auto\" run the planner's sizes, bit-equal to them fixed",
+          "[engine][train][untied]") {
+  RunConfig cfg = tiny_config();
+  cfg.memory.activation_checkpointing = true;
+  cfg.memory.untied_ulysses = true;
+  cfg.memory.heads_per_stage = kHeadsPerStageAuto;
+  cfg.memory.tiled_mlp = true;
+  cfg.memory.mlp_tile_tokens = kMlpTileTokensAuto;
+  const int64_t planned = planned_heads_per_stage(cfg);
+  const int64_t planned_tile = planned_mlp_tile_tokens(cfg);
+  const std::vector<int64_t> sizes = valid_heads_per_stage(cfg);
+  REQUIRE(std::find(sizes.begin(), sizes.end(), planned) != sizes.end());  // a concrete valid size
+  const std::vector<int64_t> tiles = mlp_tile_candidates(cfg.model.d_model, cfg.training.seq_len);
+  REQUIRE(std::find(tiles.begin(), tiles.end(), planned_tile) != tiles.end());
+  RunConfig fixed = cfg;
+  fixed.memory.heads_per_stage = planned;
+  fixed.memory.mlp_tile_tokens = planned_tile;
+  auto losses = [](Trainer& t) {
+    std::vector<double> out;
+    for (int i = 0; i < 3; ++i) out.push_back(t.step().loss);
+    return out;
+  };
+  Trainer automatic(cfg, cpu_rank());
+  CHECK(automatic.config().memory.heads_per_stage == kHeadsPerStageAuto);  // the config as given
+  CHECK(automatic.model_memory().heads_per_stage == planned);              // what the model runs
+  CHECK(automatic.model_memory().mlp_tile_tokens == planned_tile);
+  Trainer pinned(fixed, cpu_rank());
+  CHECK(losses(automatic) == losses(pinned));
+  CHECK(describe_memory(cfg, cfg.memory).find("Untied Ulysses auto: " + std::to_string(planned) + " heads/stage") !=
+        std::string::npos);
+  // a live edit to a fixed size and back to "auto" at step boundaries
+  MemoryConfig one_head = cfg.memory;
+  one_head.heads_per_stage = sizes.front();
+  automatic.set_memory(one_head);
+  CHECK(automatic.model_memory().heads_per_stage == sizes.front());
+  automatic.set_memory(cfg.memory);
+  CHECK(automatic.model_memory().heads_per_stage == planned);
 }
