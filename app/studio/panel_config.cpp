@@ -74,20 +74,27 @@ bool input_i64(AppState& state, const char* label, const char* key, int64_t* v, 
   return changed;
 }
 
+/// The planner takes only a config the validator passed (it throws on one it would refuse): the
+/// "auto" sizes are resolved for the edited config only once it is valid, else shown as the word.
+bool plannable(const AppState& state, const RunConfig& c) {
+  return state.edit.validated && state.edit.issues.empty() && state.edit.validated_for == c;
+}
+
 /// The tiled MLP's tile: a token count, or "auto" (the planner's fewest tiles at the lowest peak
 /// for this length, planned_mlp_tile_tokens, shown beside the box; unticking fixes that value).
 void draw_mlp_tile(AppState& state, RunConfig& c) {
   const char* key = "memory.mlp_tile_tokens";
   field_label(state, "  MLP tile tokens", key);
   bool automatic = c.memory.mlp_tile_tokens == kMlpTileTokensAuto;
-  const int64_t planned = automatic ? planned_mlp_tile_tokens(c) : c.memory.mlp_tile_tokens;
+  const int64_t planned = !automatic ? c.memory.mlp_tile_tokens : plannable(state, c) ? planned_mlp_tile_tokens(c) : 0;
   if (ImGui::Checkbox("auto##mlp_tile_auto", &automatic)) c.memory.mlp_tile_tokens = automatic ? kMlpTileTokensAuto : planned;
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("The planner picks the tile at this length: the fewest tiles whose planned peak is\n"
                       "the lowest any tile reaches (d_model tokens doubled up to the local sequence).");
   ImGui::SameLine();
   if (automatic) {
-    ImGui::TextDisabled("%s tokens a tile", format_size(planned).c_str());
+    if (planned > 0) ImGui::TextDisabled("%s tokens a tile", format_size(planned).c_str());
+    else ImGui::TextDisabled("planned once valid");
   } else {
     const int64_t step = 64;
     ImGui::InputScalar("##memory.mlp_tile_tokens", ImGuiDataType_S64, &c.memory.mlp_tile_tokens, &step, nullptr, "%lld");
@@ -303,7 +310,9 @@ void draw_memory(AppState& state) {
     // "auto": the planner's stage size at this length (planned_heads_per_stage), shown on the
     // slider, which then moves off auto to a fixed size
     bool automatic = c.memory.heads_per_stage == kHeadsPerStageAuto;
-    const int64_t effective = automatic ? planned_heads_per_stage(c) : effective_heads_per_stage(c.memory, c.parallel);
+    const int64_t effective = !automatic             ? effective_heads_per_stage(c.memory, c.parallel)
+                              : plannable(state, c) ? planned_heads_per_stage(c)
+                                                    : choices.front();  // the finest until it can be planned
     auto it = std::find(choices.begin(), choices.end(), effective);
     int index = it == choices.end() ? 0 : static_cast<int>(it - choices.begin());
     const int64_t stages = c.model.n_heads / std::max<int64_t>(1, choices[index]);
