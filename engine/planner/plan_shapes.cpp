@@ -9,8 +9,8 @@
 
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
-#include "engine/planner/planner.h"
 #include "engine/layout/tile_grad_rules.h"
+#include "engine/planner/planner.h"
 #include "kernels/linear_cross_entropy_plan.h"
 
 namespace odyssey::planner_detail {

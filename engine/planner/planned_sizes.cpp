@@ -10,8 +10,8 @@ namespace odyssey {
 
 namespace {
 
-/// Index of the largest of `values` (increasing) whose peak under `with(value)` is the lowest of
-/// all: one verdict walk each. Equal peaks mean the coarser value costs no memory at this length.
+/// The largest of `values` (increasing) whose peak under `with(value)` is the lowest of all: one
+/// verdict walk each. Equal peaks mean the coarser value costs no memory at this length.
 template <class With>
 int64_t coarsest_at_lowest_peak(const std::vector<int64_t>& values, With with) {
   std::vector<int64_t> peaks;
