@@ -14,7 +14,6 @@
 #include "engine/config/schema.h"
 #include "engine/config/sizes.h"
 #include "engine/config/validate.h"
-#include "engine/planner/planner.h"
 
 namespace odyssey::studio {
 
@@ -74,10 +73,12 @@ bool input_i64(AppState& state, const char* label, const char* key, int64_t* v, 
   return changed;
 }
 
-/// The planner takes only a config the validator passed (it throws on one it would refuse): the
-/// "auto" sizes are resolved for the edited config only once it is valid, else shown as the word.
-bool plannable(const AppState& state, const RunConfig& c) {
-  return state.edit.validated && state.edit.issues.empty() && state.edit.validated_for == c;
+/// The edited config's plan, as the plan panel shows it (PlanCache: recomputed only when the config
+/// changes, and only for a config the validator passed; the planner throws on the rest). The
+/// "auto" sizes shown are the ones it planned; nullptr while the config is invalid.
+const MemoryPlan* edited_plan(AppState& state, const RunConfig& c) {
+  const PlanResult& r = state.plan.get(c);
+  return r.ok ? &r.plan : nullptr;
 }
 
 /// The tiled MLP's tile: a token count, or "auto" (the planner's fewest tiles at the lowest peak
@@ -86,7 +87,8 @@ void draw_mlp_tile(AppState& state, RunConfig& c) {
   const char* key = "memory.mlp_tile_tokens";
   field_label(state, "  MLP tile tokens", key);
   bool automatic = c.memory.mlp_tile_tokens == kMlpTileTokensAuto;
-  const int64_t planned = !automatic ? c.memory.mlp_tile_tokens : plannable(state, c) ? planned_mlp_tile_tokens(c) : 0;
+  const MemoryPlan* plan = automatic ? edited_plan(state, c) : nullptr;
+  const int64_t planned = !automatic ? c.memory.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
   if (ImGui::Checkbox("auto##mlp_tile_auto", &automatic)) c.memory.mlp_tile_tokens = automatic ? kMlpTileTokensAuto : planned;
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("The planner picks the tile at this length: the fewest tiles whose planned peak is\n"
@@ -307,12 +309,13 @@ void draw_memory(AppState& state) {
   if (choices.empty()) {
     ImGui::TextDisabled(c.memory.untied_ulysses ? "no valid value: fix the Ulysses degree" : "turn Untied Ulysses on");
   } else {
-    // "auto": the planner's stage size at this length (planned_heads_per_stage), shown on the
-    // slider, which then moves off auto to a fixed size
+    // "auto": the planner's stage size at this length (planned_heads_per_stage, through the
+    // edited config's plan), shown on the slider, which then moves off auto to a fixed size
     bool automatic = c.memory.heads_per_stage == kHeadsPerStageAuto;
-    const int64_t effective = !automatic             ? effective_heads_per_stage(c.memory, c.parallel)
-                              : plannable(state, c) ? planned_heads_per_stage(c)
-                                                    : choices.front();  // the finest until it can be planned
+    const MemoryPlan* plan = automatic ? edited_plan(state, c) : nullptr;
+    const int64_t effective = !automatic ? effective_heads_per_stage(c.memory, c.parallel)
+                              : plan     ? plan->heads_per_stage
+                                         : choices.front();  // the finest until it can be planned
     auto it = std::find(choices.begin(), choices.end(), effective);
     int index = it == choices.end() ? 0 : static_cast<int>(it - choices.begin());
     const int64_t stages = c.model.n_heads / std::max<int64_t>(1, choices[index]);

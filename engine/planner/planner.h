@@ -104,9 +104,9 @@ MemoryPlan plan_memory(const RunConfig& cfg);
 /// More heads a stage means fewer stages: fewer launches, fewer all-to-alls, and the block input
 /// read by fewer stage projections; the lowest peak means the chunking still saves all it can. At
 /// 32K the 1B's peak is the MLP's recompute for every size, so one stage of all heads; from 64K
-/// the stage buffers reach the peak and the answer is smaller (2 stages at 64K, 4 from 128K). Any other value is returned as it
-/// is; 0 when Untied Ulysses is off or no stage size is valid (the validator reports why). Planned
-/// with the MLP tile the run takes (planned_mlp_tile_tokens).
+/// the stage buffers reach the peak and the answer is smaller (2 stages at 64K, 4 from 128K). Any
+/// other value is returned as it is; 0 when Untied Ulysses is off or no stage size is valid (the
+/// validator reports why). Planned with the MLP tile the run takes (planned_mlp_tile_tokens).
 int64_t planned_heads_per_stage(const RunConfig& cfg);
 /// memory.mlp_tile_tokens = "auto" (kMlpTileTokensAuto) resolved the same way over
 /// mlp_tile_candidates (d_model doubled up to the rank's local sequence): the fewest tiles (fewer
