@@ -3,7 +3,7 @@
 // engine and the planner (whose GPU profile charges exactly this workspace).
 // defines: LinearCrossEntropyShape, LceTilePlan, plan_linear_cross_entropy, kMaxLceTileElements,
 //          kLceDefaultTile, lce_head_gemms, lce_vocab_tile, widest_vocab_tiles, largest_lce_seq_tile,
-//          fused_loss_seq_tile, fused_loss_answer_rows
+//          FusedLossTiles, fused_loss_tiles, fused_loss_answer_rows
 #pragma once
 
 #include <cstddef>
@@ -69,13 +69,22 @@ LinearCrossEntropyShape widest_vocab_tiles(int64_t tokens, int64_t dim, int64_t 
 /// step's loss tile) clamp to it instead of being refused.
 int64_t largest_lce_seq_tile(int64_t vocab, int64_t vocab_tile);
 
-/// The sequence tile the training step's tiled loss gives the kernel: its tile of `tile_tokens`
-/// positions over `batch` sequences, clamped by largest_lce_seq_tile (default vocabulary tiles).
-/// engine/memory/tiled_loss.cpp runs it; the planner's GPU profile charges its workspace.
-inline int64_t fused_loss_seq_tile(int64_t batch, int64_t tile_tokens, int64_t vocab) {
+/// The tiles the training step's tiled loss gives the kernel (engine/memory/tiled_loss.cpp runs
+/// them; the planner's GPU profile charges their workspace and lce_head_gemms' count): whole
+/// vocabulary rows over its tile of `tile_tokens` positions of `batch` sequences, the token count
+/// clamped by largest_lce_seq_tile. One vocabulary tile lets pass 2 read pass 1's logits: 3 head
+/// GEMMs instead of the 4 of several tiles (the 1B at 32K: 17 TFLOP a step less, about 25 ms on an
+/// H200). Memory: the kernel's fp32 logits tile is then the [tile, V] tile that memory.loss_tile_tokens
+/// sizes (about 1 GiB at its default: engine/layout/tiles.h) plus its bf16 gradient, where the default
+/// 8192-entry tiles held a sixteenth of it over Llama's 128256 entries.
+struct FusedLossTiles {
+  int64_t seq_tile = 1;
+  int64_t vocab_tile = 1;
+};
+inline FusedLossTiles fused_loss_tiles(int64_t batch, int64_t tile_tokens, int64_t vocab) {
   const int64_t wanted = batch * tile_tokens;
-  const int64_t largest = largest_lce_seq_tile(vocab, 0);
-  return wanted < largest ? wanted : largest;
+  const int64_t largest = largest_lce_seq_tile(vocab, vocab);
+  return FusedLossTiles{wanted < largest ? wanted : largest, vocab};
 }
 
 /// Answer rows per chunk when the training step reads the answer tokens' argmax after the fused
@@ -85,7 +94,8 @@ inline int64_t fused_loss_seq_tile(int64_t batch, int64_t tile_tokens, int64_t v
 /// workspace alone). Memory: without chunks, 8K answer rows of a 64K sequence over a 128K
 /// vocabulary took 13 GiB (measured on an H200, 2026-11-26).
 inline int64_t fused_loss_answer_rows(int64_t batch, int64_t tile_tokens, int64_t vocab) {
-  const int64_t rows = fused_loss_seq_tile(batch, tile_tokens, vocab) * lce_vocab_tile(vocab, 0) / vocab;
+  const FusedLossTiles tiles = fused_loss_tiles(batch, tile_tokens, vocab);
+  const int64_t rows = tiles.seq_tile * lce_vocab_tile(vocab, tiles.vocab_tile) / vocab;
   return rows > 1 ? rows : 1;
 }
 

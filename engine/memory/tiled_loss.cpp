@@ -78,17 +78,18 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
   out.loss = at::zeros({}, normed.options().dtype(at::kFloat));                // scalar
   out.d_head = at::zeros(head.sizes(), head.options().dtype(at::kFloat));      // [V, d] fp32
   if (normed.is_cuda() && ops::cuda_kernels_linked()) {
-    // The fused kernel (kernels/linear_cross_entropy.cu): the logits exist one fp32
-    // [B*tile, 8192] tile at a time inside it, never as an fp32 copy of a [tile, V] tile, and the
-    // head gradient accumulates straight into d_head. Tiles of B*tile_tokens tokens, as below,
-    // within the kernel's int limit; its workspace is what the planner's GPU profile charges
-    // (kernels/linear_cross_entropy_plan.h).
+    // The fused kernel (kernels/linear_cross_entropy.cu): the logits exist one fp32 [B*tile, V]
+    // tile of whole rows at a time inside its workspace (the tile below, so the memory the loss
+    // tile's rule sizes: pass 2 reads pass 1's logits, 3 head GEMMs), with their bf16 gradient,
+    // and the head gradient accumulates straight into d_head. The tiles are
+    // kernels::fused_loss_tiles', whose workspace the planner's GPU profile charges.
     const int64_t B = normed.size(0), d = normed.size(2);
     const at::Tensor h = normed.reshape({B * s, d});  // [T, d]
+    const kernels::FusedLossTiles tiles = kernels::fused_loss_tiles(B, tile_tokens, V);
     // The labels were checked against the vocabulary when the data was read: no host sync here.
-    const ops::LinearCrossEntropyResult r = ops::linear_cross_entropy(
-        h, head, labels.reshape(-1), scale, &out.d_head, /*compute_dhidden=*/true, kernels::fused_loss_seq_tile(B, tile_tokens, V),
-        /*vocab_tile=*/0, /*check_labels=*/false);
+    const ops::LinearCrossEntropyResult r =
+        ops::linear_cross_entropy(h, head, labels.reshape(-1), scale, &out.d_head, /*compute_dhidden=*/true,
+                                  tiles.seq_tile, tiles.vocab_tile, /*check_labels=*/false);
     out.loss = r.loss.sum() * scale;     // scalar fp32
     out.dx = r.dhidden.view_as(normed);  // [B, s, d], already scaled
     // The accuracy shown: the kernel's per-token CE at the answers, their argmax chunk by chunk

@@ -164,9 +164,10 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   // and, in bf16, an fp32 dhidden accumulator), for the tile the engine gives it. A shape the
   // kernel refuses is beyond range (the GPU run would refuse it too).
   try {
+    const kernels::FusedLossTiles tiles = kernels::fused_loss_tiles(s.B, s.loss_tile.positions, s.V);
     const kernels::LceTilePlan lce = kernels::plan_linear_cross_entropy(
         c == 4 ? kernels::KernelDtype::F32 : kernels::KernelDtype::BF16,
-        kernels::LinearCrossEntropyShape{s.t, s.d, s.V, kernels::fused_loss_seq_tile(s.B, s.loss_tile.positions, s.V), 0});
+        kernels::LinearCrossEntropyShape{s.t, s.d, s.V, tiles.seq_tile, tiles.vocab_tile});
     s.fused_seq_tile = lce.seq_tile;
     s.fused_vocab_tile = lce.vocab_tile;
     set(TensorKind::FusedLossWorkspace, static_cast<int64_t>(lce.bytes));

@@ -1,8 +1,9 @@
 // Kernel micro-benchmarks on a GPU, each against a baseline measured side by side in the same run:
 //   rmsnorm / rope: achieved bytes/s as a fraction of a device-to-device cudaMemcpy of equal bytes;
-//   lce:     fused tiled linear+CE vs the same algorithm on whole-vocabulary tiles (the widest the
-//            plan accepts: a [32768, 128256] tile passes cuBLAS's int) and vs the floor of three
-//            plain GEMMs (what an unfused head must at least run), with workspace bytes;
+//   lce:     fused tiled linear+CE on the kernel's default 8192 x 8192 tiles, on the training
+//            step's tiles (whole rows of the loss tile: kernels::fused_loss_tiles) and on the widest
+//            whole-row tiles the plan accepts, vs the floor of three plain GEMMs (what an unfused
+//            head must at least run), with workspace bytes;
 //   offload: D2H/H2D bandwidth from the pinned slab vs pageable memory.
 // Each benchmark stands alone: one that fails prints {"bench":..., "error":...} and the rest run.
 // Usage: odyssey_kernel_bench [rmsnorm|rope|lce|offload|all] [--tokens N] [--dry-run]
@@ -20,6 +21,7 @@
 #include "kernels/offload_streams.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_pack.h"
+#include "engine/layout/tiles.h"
 
 using namespace odyssey::kernels;
 
@@ -92,34 +94,40 @@ void bench_rope(int64_t tokens) {
   }
 }
 
+/// The training step's tiling of the fused loss at `tokens` positions of one sequence: whole rows
+/// of the default loss tile (engine/layout/tiles.h's rule, kernels::fused_loss_tiles).
+LinearCrossEntropyShape step_tiles(int64_t tokens, int64_t dim, int64_t vocab) {
+  const odyssey::SequenceTile tile = odyssey::loss_sequence_tile(0, vocab, 1, tokens);
+  const FusedLossTiles t = fused_loss_tiles(1, tile.positions, vocab);
+  return LinearCrossEntropyShape{tokens, dim, vocab, t.seq_tile, t.vocab_tile};
+}
+
 void bench_lce(int64_t tokens) {
   // Llama-3.2-1B head: d = 2048, V = 128256, bf16. The full-tile run needs tokens*V*6 bytes.
   const int64_t dim = 2048, vocab = 128256;
   const KernelDtype dtype = KernelDtype::BF16;
   Buffer h(tokens * dim * 2), w(vocab * dim * 2), labels(tokens * 8), loss(tokens * 4), dh(tokens * dim * 2);
   Buffer dw(static_cast<size_t>(vocab * dim) * 4);
-  // The comparator: the same algorithm on the widest tiles the plan accepts (whole vocabulary rows;
-  // a single [tokens, vocab] tile passes cuBLAS's int dimensions at these sizes).
-  const LinearCrossEntropyShape tiled{tokens, dim, vocab, 0, 0}, full = widest_vocab_tiles(tokens, dim, vocab);
-  const LceTilePlan plan = plan_linear_cross_entropy(dtype, tiled);
-  double fused = 0, one_tile = -1;
-  {
-    Buffer ws(plan.bytes);
-    fused = time_ms([&] {
-      linear_cross_entropy(dtype, h.p, w.p, labels.as<int64_t>(), tiled, 1.0f, loss.as<float>(), dh.p, dw.as<float>(), ws.p,
-                           plan.bytes, nullptr, nullptr);
+  // Three tilings of one algorithm, side by side: the kernel's default 8192 x 8192 tiles (the
+  // logits twice: 4 head GEMMs), the training step's whole rows of the loss tile (3 GEMMs), and the
+  // widest tiles the plan accepts (whole rows in as many tokens as cuBLAS's int allows).
+  const LinearCrossEntropyShape tiled{tokens, dim, vocab, 0, 0}, step = step_tiles(tokens, dim, vocab),
+                                full = widest_vocab_tiles(tokens, dim, vocab);
+  const LceTilePlan plan = plan_linear_cross_entropy(dtype, tiled), step_plan = plan_linear_cross_entropy(dtype, step),
+                    full_plan = plan_linear_cross_entropy(dtype, full);
+  // Milliseconds of one call over `shape`, or -1 when its workspace would not leave 1 GiB free.
+  auto time_tiling = [&](const LinearCrossEntropyShape& shape, const LceTilePlan& p) {
+    size_t free_bytes = 0, total = 0;
+    ODYSSEY_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    if (p.bytes + (size_t{1} << 30) >= free_bytes) return -1.0;
+    Buffer ws(p.bytes);
+    return time_ms([&] {
+      linear_cross_entropy(dtype, h.p, w.p, labels.as<int64_t>(), shape, 1.0f, loss.as<float>(), dh.p, dw.as<float>(), ws.p,
+                           p.bytes, nullptr, nullptr);
     }, 1, 3);
-  }
-  const LceTilePlan full_plan = plan_linear_cross_entropy(dtype, full);
-  size_t free_bytes = 0, total = 0;
-  ODYSSEY_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-  if (full_plan.bytes + (1u << 30) < free_bytes) {
-    Buffer ws(full_plan.bytes);
-    one_tile = time_ms([&] {
-      linear_cross_entropy(dtype, h.p, w.p, labels.as<int64_t>(), full, 1.0f, loss.as<float>(), dh.p, dw.as<float>(), ws.p,
-                           full_plan.bytes, nullptr, nullptr);
-    }, 1, 3);
-  }
+  };
+  const double fused = time_tiling(tiled, plan), step_ms = time_tiling(step, step_plan),
+               one_tile = time_tiling(full, full_plan);
   // Floor: logits, dhidden and dweight GEMMs once each, bf16 in, fp32 out (tiled to fit memory).
   cublasHandle_t handle;
   cublasCreate(&handle);
@@ -144,11 +152,13 @@ void bench_lce(int64_t tokens) {
   const double flops = 6.0 * tokens * vocab * dim;
   std::printf("{\"bench\":\"linear_cross_entropy\",\"dtype\":\"bf16\",\"tokens\":%lld,\"dim\":%lld,\"vocab\":%lld,"
               "\"fused_ms\":%.3f,\"fused_tflops_equiv\":%.1f,\"workspace_bytes\":%zu,\"wide_tile_tokens\":%lld,"
-              "\"wide_tile_ms\":%.3f,\"wide_tile_workspace_bytes\":%zu,\"three_gemm_floor_ms\":%.3f,"
-              "\"fused_vs_floor\":%.3f}\n",
+              "\"wide_tile_ms\":%.3f,\"wide_tile_workspace_bytes\":%zu,\"step_tile_tokens\":%lld,"
+              "\"step_tile_ms\":%.3f,\"step_tile_workspace_bytes\":%zu,\"step_vs_fused\":%.3f,"
+              "\"three_gemm_floor_ms\":%.3f,\"fused_vs_floor\":%.3f,\"step_vs_floor\":%.3f}\n",
               static_cast<long long>(tokens), static_cast<long long>(dim), static_cast<long long>(vocab), fused,
               flops / fused / 1e9, plan.bytes, static_cast<long long>(full_plan.seq_tile), one_tile, full_plan.bytes,
-              gemms, gemms / fused);
+              static_cast<long long>(step_plan.seq_tile), step_ms, step_plan.bytes, step_ms / fused, gemms, gemms / fused,
+              gemms / step_ms);
 }
 
 void bench_offload() {
@@ -199,9 +209,12 @@ int main(int argc, char** argv) {
       if (which == "lce" || which == "all") {
         const LceTilePlan tiled = plan_linear_cross_entropy(KernelDtype::BF16, {tokens, 2048, 128256, 0, 0});
         const LceTilePlan wide = plan_linear_cross_entropy(KernelDtype::BF16, widest_vocab_tiles(tokens, 2048, 128256));
+        const LceTilePlan step = plan_linear_cross_entropy(KernelDtype::BF16, step_tiles(tokens, 2048, 128256));
         std::printf("{\"bench\":\"linear_cross_entropy\",\"dry_run\":true,\"tokens\":%lld,\"workspace_bytes\":%zu,"
-                    "\"wide_tile_tokens\":%lld,\"wide_tile_workspace_bytes\":%zu}\n",
-                    static_cast<long long>(tokens), tiled.bytes, static_cast<long long>(wide.seq_tile), wide.bytes);
+                    "\"wide_tile_tokens\":%lld,\"wide_tile_workspace_bytes\":%zu,\"step_tile_tokens\":%lld,"
+                    "\"step_tile_workspace_bytes\":%zu,\"step_head_gemms\":%d}\n",
+                    static_cast<long long>(tokens), tiled.bytes, static_cast<long long>(wide.seq_tile), wide.bytes,
+                    static_cast<long long>(step.seq_tile), step.bytes, lce_head_gemms(step.n_vocab_tiles));
       }
       for (const char* name : {"rmsnorm", "rope", "offload"})
         if (which == name || which == "all") std::printf("{\"bench\":\"%s\",\"dry_run\":true,\"tokens\":%lld}\n", name,

@@ -51,8 +51,11 @@ def smoke(d):
 def kernels(d):
     out = []
     for r in read_jsonl(os.path.join(d, "kernel_bench.jsonl")):
-        keys = [k for k in r if k not in ("bench",)]
-        out.append("  %s: %s" % (r.get("bench", r.get("device", "?")), ", ".join("%s=%s" % (k, r[k]) for k in keys[:6])))
+        # every timing and ratio (the fused loss's tilings side by side), then the first shape keys
+        keys = [k for k in r if k != "bench"]
+        timed = [k for k in keys if k.endswith("_ms") or "_vs_" in k or k == "error"]
+        keys = timed + [k for k in keys if k not in timed][:max(0, 6 - len(timed))]
+        out.append("  %s: %s" % (r.get("bench", r.get("device", "?")), ", ".join("%s=%s" % (k, r[k]) for k in keys)))
     return out
 
 

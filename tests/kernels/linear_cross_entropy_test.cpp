@@ -185,6 +185,35 @@ TEST_CASE("linear cross-entropy: the widest plannable tiling of a full vocabular
   CHECK(lce_head_gemms(plan_linear_cross_entropy(KernelDtype::BF16, {32768, 2048, 128256, 0, 0}).n_vocab_tiles) == 4);
 }
 
+TEST_CASE("linear cross-entropy: the training step's tiles are whole rows of the loss tile", "[kernels][lce]") {
+  // The default loss tile over Llama's vocabulary: 2^30 / (4 x 128256) = 2092 positions (about
+  // 1 GiB of fp32 logits, engine/layout/tiles.h), one sequence: one [2092, 128256] tile a sequence
+  // tile, so 3 head GEMMs where the default 8192-entry tiles (16 of them) ran 4.
+  const FusedLossTiles llama = fused_loss_tiles(1, 2092, 128256);
+  CHECK(llama.seq_tile == 2092);
+  CHECK(llama.vocab_tile == 128256);
+  const LceTilePlan p = plan_linear_cross_entropy(KernelDtype::BF16, {32768, 2048, 128256, llama.seq_tile, llama.vocab_tile});
+  CHECK(p.n_vocab_tiles == 1);
+  CHECK(p.n_seq_tiles == 16);  // ceil(32768 / 2092)
+  CHECK(lce_head_gemms(p.n_vocab_tiles) == 3);
+  // The workspace is the loss tile's fp32 logits, their bf16 gradient, three fp32 row statistics
+  // and the fp32 dhidden accumulator, each piece rounded up to 256 B.
+  auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  CHECK(static_cast<int64_t>(p.bytes) == aligned(2092LL * 128256 * 4) + aligned(2092LL * 128256 * 2) +
+                                             3 * aligned(2092 * 4) + aligned(2092LL * 2048 * 4));
+  // B sequences of the same positions make one tile of B x positions rows ...
+  CHECK(fused_loss_tiles(4, 2092, 128256).seq_tile == 4 * 2092);
+  // ... as far as cuBLAS's int allows a whole-row tile: 16743 rows of Llama's vocabulary.
+  const FusedLossTiles clamped = fused_loss_tiles(16, 2092, 128256);
+  CHECK(clamped.seq_tile == kMaxLceTileElements / 128256);
+  CHECK(plan_linear_cross_entropy(KernelDtype::BF16, {1 << 20, 2048, 128256, clamped.seq_tile, clamped.vocab_tile}).seq_tile *
+            128256 <= kMaxLceTileElements);
+  // The answer statistics' chunk is the tile's rows: their [rows, V] compute-dtype logits fit in
+  // the fp32 logits tile the kernel has just released.
+  CHECK(fused_loss_answer_rows(1, 2092, 128256) == 2092);
+  CHECK(fused_loss_answer_rows(16, 2092, 128256) == clamped.seq_tile);
+}
+
 TEST_CASE("the kernel's tiled online log-sum-exp equals the untiled reference", "[kernels][lce]") {
   // Tiles of 3 tokens x 4 vocabulary entries over 10 x 11: remainders in both directions, labels in
   // every vocabulary tile, ignored tokens, large logits (the online max must rescale the sums).

@@ -11,6 +11,7 @@
 #include "engine/layout/heads.h"
 #include "engine/planner/plan_shapes.h"
 #include "engine/planner/planner.h"
+#include "kernels/linear_cross_entropy_plan.h"
 #include "test_paths.h"
 
 using namespace odyssey;
@@ -314,23 +315,25 @@ TEST_CASE("tiled loss on a GPU profile: the planner charges the fused kernel's o
   CHECK(term_bytes(on_cpu, "tile d logits (fp32)") == 0);
 
   // Time: over several vocabulary tiles the kernel computes the logits twice
-  // (kernels::lce_head_gemms = 4 head GEMMs; the CPU's tiles run 3), one head forward more,
-  // counted as recompute: t x 2 V d FLOPs. Over one tile of whole rows (this 8192-entry
-  // vocabulary, the default tile) pass 2 reads pass 1's tile: 3, as on the CPU. Nothing else
-  // recomputed differs between the two targets.
+  // (kernels::lce_head_gemms = 4 head GEMMs; the CPU's tiles run 3), over one tile of whole rows
+  // pass 2 reads pass 1's tile: 3, as on the CPU. The training step gives the kernel whole rows
+  // (kernels::fused_loss_tiles), so nothing recomputed differs between the two targets.
   auto recompute_flops = [](const MemoryPlan& p, const HardwareConfig& hw) {
     return p.time.recompute_s * hw.bf16_tflops * 1e12 * hw.compute_efficiency;
   };
   const HardwareConfig& h100 = *find_hardware_profile("h100-sxm");
   CHECK(recompute_flops(plan, h100) == Approx(recompute_flops(on_cpu, cfg.hardware)).epsilon(1e-9));
-  cfg.model.vocab_size = 16384;  // two default vocabulary tiles
-  const MemoryPlan two_tiles_cpu = plan_memory(cfg);
+  // A 16384-entry vocabulary: two of the kernel's default 8192-entry tiles (4 GEMMs, one head
+  // forward of 1024 x 2 x 16384 x 64 FLOPs more), which the step no longer gives it. Whole rows:
+  // the workspace is [256, 16384] fp32 + bf16, and the recompute is the CPU's.
+  cfg.model.vocab_size = 16384;
+  const MemoryPlan wide_cpu = plan_memory(cfg);
   cfg.hardware = h100;
   cfg.hardware.runtime_overhead_gib = 0;
-  const MemoryPlan two_tiles = plan_memory(cfg);
-  const double head_forward = 1024.0 * 2 * 16384 * 64;
-  CHECK(recompute_flops(two_tiles, h100) - recompute_flops(two_tiles_cpu, *find_hardware_profile("cpu")) ==
-        Approx(head_forward).epsilon(1e-9));
+  const MemoryPlan wide = plan_memory(cfg);
+  CHECK(term_bytes(wide, "fused loss kernel workspace") ==
+        256 * 16384 * 4 + 256 * 16384 * 2 + 3 * 256 * 4 + 256 * 64 * 4);
+  CHECK(recompute_flops(wide, h100) == Approx(recompute_flops(wide_cpu, *find_hardware_profile("cpu"))).epsilon(1e-9));
 }
 
 TEST_CASE("Untied stages straddling KV heads: the planner charges the engine's schedule and buffers",
@@ -392,8 +395,8 @@ TEST_CASE("tiles span the batch: B = 2 doubles every [tile, f] and [tile, V] ter
 
 TEST_CASE("the planner walks the path the run takes: a CPU run of a GPU preset is planned as the CPU's",
           "[planner][terms]") {
-  // The 1B preset on its GPU profile: run on the CPU, the engine's loss makes [tile, V] fp32 logits
-  // where the CUDA path's fused kernel keeps a [tile, 8192] workspace (measured: 5160 MiB against
+  // The 1B preset on its GPU profile: run on the CPU, the engine's loss makes two [tile, V] fp32
+  // tiles where the CUDA path's fused kernel keeps its own workspace (measured: 5160 MiB against
   // 1131 planned when the planner followed the profile alone). The rule is runs_cuda_path.
   const LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3.2-1b-1xh100.toml");
   REQUIRE(loaded.ok());
@@ -419,11 +422,18 @@ TEST_CASE("the planner walks the path the run takes: a CPU run of a GPU preset i
   REQUIRE(on_gpu > 0);
   CHECK(loss_workspace(auto_run) == on_gpu);
   // The CPU run is planned exactly as the CPU profile plans it (the loss's term does not read the
-  // profile otherwise): two [tile, V] fp32 tiles where the fused kernel holds one fp32 tile of at
-  // most 8192 vocabulary entries, so at least one [tile, V] fp32 tile more.
+  // profile otherwise). The two differ by exactly what each path holds at its peak beside the same
+  // dx and head-gradient accumulator: two [tile, V] fp32 tiles on the CPU; on the GPU the kernel's
+  // workspace for whole rows of the same tile (kernels::fused_loss_tiles: one fp32 [tile, V] tile,
+  // its bf16 gradient, row statistics, the fp32 dhidden accumulator) and the per-token loss [t] fp32.
   CHECK(on_cpu == loss_workspace(cpu_profile));
   const SequenceTile tile = loss_tile(gpu.memory, gpu.model, gpu.training.batch_size, gpu.training.seq_len);
-  CHECK(on_cpu - on_gpu >= tile.rows * gpu.model.vocab_size * 4);
+  const int64_t V = gpu.model.vocab_size, t = gpu.training.seq_len;
+  const kernels::FusedLossTiles tiles = kernels::fused_loss_tiles(1, tile.positions, V);
+  const kernels::LceTilePlan kernel_plan = kernels::plan_linear_cross_entropy(
+      kernels::KernelDtype::BF16, {t, gpu.model.d_model, V, tiles.seq_tile, tiles.vocab_tile});
+  CHECK(tiles.seq_tile == tile.rows);
+  CHECK(on_cpu - on_gpu == 2 * tile.rows * V * 4 - static_cast<int64_t>(kernel_plan.bytes) - t * 4);
 }
 
 TEST_CASE("optimizer offload: the host AdamW's seconds and the optimizer's PCIe seconds are the formula's",

@@ -96,8 +96,8 @@ TEST_CASE("fused-loss answer chunks hold no more logits than the kernel's fp32 t
   for (int64_t vocab : {int64_t{1000}, int64_t{8192}, int64_t{128256}}) {
     for (int64_t tile : {int64_t{1}, int64_t{2092}, int64_t{8192}, int64_t{65536}}) {
       const int64_t rows = kernels::fused_loss_answer_rows(1, tile, vocab);
-      const int64_t seq_tile = kernels::fused_loss_seq_tile(1, tile, vocab);
-      const int64_t vocab_tile = std::min(vocab, kernels::kLceDefaultTile);
+      const kernels::FusedLossTiles tiles = kernels::fused_loss_tiles(1, tile, vocab);
+      const int64_t seq_tile = tiles.seq_tile, vocab_tile = tiles.vocab_tile;
       INFO("vocab " << vocab << " tile " << tile << " rows " << rows);
       CHECK(rows >= 1);
       if (rows > 1) CHECK(rows * vocab <= seq_tile * vocab_tile);   // fits the released workspace's logits

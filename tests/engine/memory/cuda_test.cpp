@@ -180,8 +180,9 @@ TEST_CASE("cuda: the fused loss reads its answer statistics inside the kernel's 
   LossOutputs out = tiled_loss_forward(normed, head, labels, mask, 1.0 / S, tile, &stats);
   torch::cuda::synchronize();
   const int64_t peak = tracker.close_peak_window(0, window).device_peak - base;
-  const kernels::LceTilePlan plan = kernels::plan_linear_cross_entropy(
-      kernels::KernelDtype::BF16, {S, d, V, kernels::fused_loss_seq_tile(1, tile, V), 0});
+  const kernels::FusedLossTiles tiles = kernels::fused_loss_tiles(1, tile, V);
+  const kernels::LceTilePlan plan =
+      kernels::plan_linear_cross_entropy(kernels::KernelDtype::BF16, {S, d, V, tiles.seq_tile, tiles.vocab_tile});
   // What stays: d_head fp32 [V, d], dx [S, d] bf16 and the loss; while the kernel runs: its
   // workspace, per-token CE [S] fp32 and the label flag; then the answers' index tensors (rows,
   // targets int64, CE fp32) and nonzero()'s scratch over the mask (4 int64 words an entry); the
