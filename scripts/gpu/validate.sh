@@ -152,9 +152,9 @@ stage_kernels() {
 }
 
 stage_throughput() {
-  # shellcheck disable=SC2086
   # THROUGHPUT_LENGTHS (environment) picks the lengths of this stage alone, e.g. "64K" for a call
   # that only has time for the pair not yet measured; the ablation and profile keep the first length.
+  # shellcheck disable=SC2086
   "$PY" bench/gpu/throughput.py --lengths ${THROUGHPUT_LENGTHS:-$LENGTHS} --steps "$STEPS" --timeout 100 --out "$WORK/throughput" || return
   # On the CPU both systems must run at every length (on a GPU an OOM is a result): a baseline
   # that fails there (its checkpoint refused the recompute on the H200, 2026-11-26) leaves the
