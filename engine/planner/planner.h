@@ -103,8 +103,9 @@ MemoryPlan plan_memory(const RunConfig& cfg);
 /// largest valid stage size whose planned device peak equals the lowest peak of every valid size.
 /// More heads a stage means fewer stages: fewer launches, fewer all-to-alls, and the block input
 /// read by fewer stage projections; the lowest peak means the chunking still saves all it can. At
-/// 32K the 1B's peak is the MLP's recompute for every size, so one stage of all heads; from 64K
-/// the stage buffers reach the peak and the answer is smaller (2 stages at 64K, 4 from 128K). Any
+/// 32K and 64K the 1B's peak on a GPU is the fused loss's workspace for every size, so one stage of
+/// all heads; from 128K the stage buffers reach the peak and the answer is smaller (2 stages at
+/// 128K, 4 from 256K). Any
 /// other value is returned as it is; 0 when Untied Ulysses is off or no stage size is valid (the
 /// validator reports why). Planned with the MLP tile the run takes (planned_mlp_tile_tokens).
 int64_t planned_heads_per_stage(const RunConfig& cfg);
