@@ -142,6 +142,7 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .key("time").begin_object()
       .key("step_s").value(t.step_s)
       .key("compute_s").value(t.compute_s)
+      .key("attention_s").value(t.attention_s)
       .key("recompute_s").value(t.recompute_s)
       .key("all_to_all_s").value(t.all_to_all_s)
       .key("fsdp_comm_s").value(t.fsdp_comm_s)
@@ -150,6 +151,10 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .key("optimizer_pcie_s").value(t.optimizer_pcie_s)
       .key("optimizer_exposed_s").value(t.optimizer_exposed_s)
       .key("model_flops_per_token").value(t.model_flops_per_token)
+      .key("tokens_per_device").value(t.tokens_per_device)
+      .key("hardware_flops_per_token").value(t.hardware_flops_per_token)
+      .key("attention_flops_per_token").value(t.attention_flops_per_token)
+      .key("peak_flops").value(t.peak_flops)
       .key("convention").value(t.convention)
       .end_object();
   w.key("terms").begin_array();
@@ -231,9 +236,9 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   flush();
 
   const StepTimePlan& t = plan.time;
-  os << strf("\nstep: %.4g s (compute %.4g s of which recompute %.4g s, all-to-all %.3g s, FSDP exposed %.3g s, "
-             "offload exposed %.3g s)\n",
-             t.step_s, t.compute_s, t.recompute_s, t.all_to_all_s, t.fsdp_comm_s, t.offload_s);
+  os << strf("\nstep: %.4g s (compute %.4g s of which recompute %.4g s and attention kernels %.4g s, all-to-all "
+             "%.3g s, FSDP exposed %.3g s, offload exposed %.3g s)\n",
+             t.step_s, t.compute_s, t.recompute_s, t.attention_s, t.all_to_all_s, t.fsdp_comm_s, t.offload_s);
   if (t.host_optimizer_s > 0)
     os << strf("optimizer offload: host AdamW %.3g s, PCIe (gradients down, parameters up) %.3g s; the step waits "
                "%.3g s for them: %.1f%% of the step%s\n",

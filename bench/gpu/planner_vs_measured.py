@@ -7,7 +7,10 @@ hardware.runtime_overhead_gib, a term no allocator sees: CUDA context, NCCL and 
 fragmentation). That overhead is measured beside, from the device's own count: nvidia-smi's memory
 of the training process, sampled through the run (its most), less the allocator's peak; and the
 plan's whole peak_bytes is set against that device count. Each case runs at two context lengths, so
-the bytes per token (the slope the max-context answer rests on) are measured too.
+the bytes per token (the slope the max-context answer rests on) are measured too. Each point also
+keeps its step time beside the planner's (the steps after the first): at two lengths, bench/gpu/
+fit_efficiency.py --preset P --point ... fits the planner's two efficiencies to them (the 8B case:
+the attention kernels at head_dim 128).
 
 Targets: step peak within 10%; bytes per token within 5%.
 
@@ -28,7 +31,7 @@ from systems import ROOT, odyssey_binary, run_json, run_sampling_device_use  # n
 PEAK_TOLERANCE, SLOPE_TOLERANCE = 0.10, 0.05
 POINT_KEYS = ("case", "seq_len", "planned_tensor_peak_bytes", "planned_peak_phase", "measured_peak_bytes", "ratio",
               "planned_peak_bytes", "measured_device_used_bytes", "measured_runtime_overhead_bytes",
-              "planned_overhead_bytes")
+              "planned_overhead_bytes", "measured_step_s", "planned_step_s")
 
 
 def cases(which, layers):
@@ -54,7 +57,8 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     overhead = plan.get("runtime_overhead_bytes", 0)
     point.update(planned_peak_bytes=plan["peak_bytes"], planned_overhead_bytes=overhead,
                  planned_tensor_peak_bytes=plan["peak_bytes"] - overhead, planned_peak_phase=plan.get("peak_phase"),
-                 planned_categories=plan.get("categories"), fits=plan.get("fits"))
+                 planned_categories=plan.get("categories"), fits=plan.get("fits"),
+                 planned_step_s=(plan.get("time") or {}).get("step_s"))
     run_dir = os.path.join(out, "%s_%d" % (name, seq))
     cmd = [odyssey, "train", preset, *set_args, "--steps", str(steps), "--out", run_dir, "--no-checkpoint", "--quiet"]
     point["command"] = " ".join(cmd)
@@ -64,6 +68,9 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         rows = [json.loads(l) for l in f if l.strip()]
     point["measured_peak_bytes"] = max(r["peak_bytes"] for r in rows)
+    timed = [r["step_time_s"] for r in rows if "step_time_s" in r]
+    if timed:  # the first step is warm-up where there are others
+        point["measured_step_s"] = sum(timed[1:] or timed) / len(timed[1:] or timed)
     summary_path = os.path.join(run_dir, "summary.json")
     if os.path.exists(summary_path):
         with open(summary_path) as f:
@@ -102,8 +109,9 @@ def measure(name, preset, sets, lengths, steps, out, timeout):
 
 def table(results):
     lines = ["| case | tokens | planned tensor peak GiB (phase) | measured GiB | measured/planned | bytes/token planned / measured"
-             " | device used GiB (nvidia-smi) / planned peak | runtime overhead GiB measured / planned |",
-             "|---|---|---|---|---|---|---|---|"]
+             " | device used GiB (nvidia-smi) / planned peak | runtime overhead GiB measured / planned"
+             " | step s measured / planned |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r and not r["points"]:
             lines.append("| %s | - | - | - | - | error: %s |" % (r["case"], r["error"][:80]))
@@ -115,9 +123,11 @@ def table(results):
                       if used is not None else "-")
             overhead = ("%.3f / %.3f" % (p["measured_runtime_overhead_bytes"] / 2**30, p["planned_overhead_bytes"] / 2**30)
                         if used is not None else "-")
-            lines.append("| %s | %d | %.3f (%s) | %.3f | %.3f | %s | %s | %s |" % (
+            step = ("%.3f / %.3f" % (p["measured_step_s"], p["planned_step_s"])
+                    if p.get("measured_step_s") and p.get("planned_step_s") else "-")
+            lines.append("| %s | %d | %.3f (%s) | %.3f | %.3f | %s | %s | %s | %s |" % (
                 r["case"], p["seq_len"], p["planned_tensor_peak_bytes"] / 2**30, p.get("planned_peak_phase"),
-                p["measured_peak_bytes"] / 2**30, p["ratio"], slope, device, overhead))
+                p["measured_peak_bytes"] / 2**30, p["ratio"], slope, device, overhead, step))
     return lines
 
 

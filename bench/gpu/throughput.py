@@ -13,8 +13,10 @@ a stage, 4 heads, a quarter of the heads, all of them, less the size the preset'
 the same run: what each costs in step time and saves in memory, the split of a gap to the baseline
 (the H200 measured Odyssey at 0.927x the baseline at 32K with 8 stages of 4 heads).
 
-Writes OUT/throughput.jsonl (one line per run) and OUT/throughput.md (a table for docs/benchmarks.md
-with the date, device and command).
+Writes OUT/throughput.jsonl (one line per run; the full stack's with the planner's step time,
+planned_step_s) and OUT/throughput.md (a table for docs/benchmarks.md with the date, device and
+command). bench/gpu/fit_efficiency.py --from OUT/throughput.jsonl fits the planner's two efficiencies
+to the full stack's steps.
 """
 import argparse
 import datetime
@@ -97,6 +99,11 @@ def main():
             if args.only in (None, "odyssey"):
                 pair["odyssey"] = run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d" % seq),
                                               log_path=os.path.join(args.out, "odyssey_%d.log" % seq))
+                # the planner's word beside the measurement (its step time at this GPU's profile:
+                # fit_efficiency.py calibrates the preset's two efficiencies from these rows)
+                planned = plan_odyssey(seq).get("time") or {}
+                if planned.get("step_s"):
+                    pair["odyssey"]["planned_step_s"] = planned["step_s"]
                 for name, sets in (ablations(seq) if args.ablate else ()):
                     tag = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")  # a plain file name for the carry back
                     pair["odyssey, " + name] = dict(

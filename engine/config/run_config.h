@@ -139,7 +139,8 @@ struct HardwareConfig {
   double host_memory_gib = 2048.0;   ///< host memory per node
   double host_optimizer_gbps = 100.0; ///< memory bandwidth the host AdamW reaches per node, GB/s
   int64_t gpus_per_node = 8;         ///< devices sharing one host
-  double compute_efficiency = 0.5;   ///< achieved fraction of peak FLOPs in matmul/attention
+  double compute_efficiency = 0.5;   ///< achieved fraction of peak FLOPs in GEMMs and the rest
+  double attention_efficiency = 0.5; ///< achieved fraction of peak FLOPs in the attention kernels
   double comm_efficiency = 0.8;      ///< achieved fraction of link bandwidth in collectives
   double runtime_overhead_gib = 2.0; ///< CUDA context, NCCL, cuBLAS workspace, fragmentation
 

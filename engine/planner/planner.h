@@ -45,6 +45,9 @@ struct PhasePlan {
 /// Predicted step time.
 struct StepTimePlan {
   double compute_s = 0;        ///< forward + backward (+ recompute) FLOPs / (peak x efficiency)
+  /// the part of compute_s in the attention kernels (FlashAttention forward, recompute, backward)
+  /// at hardware.attention_efficiency; the rest of compute_s runs at compute_efficiency
+  double attention_s = 0;
   double recompute_s = 0;      ///< the part of compute_s spent recomputing
   double all_to_all_s = 0;     ///< Ulysses all-to-all (not overlapped)
   double fsdp_comm_s = 0;      ///< all-gather + reduce-scatter (overlapped part excluded)
@@ -57,6 +60,13 @@ struct StepTimePlan {
   double step_s = 0;           ///< total
   double tokens_per_s_per_device = 0;
   double model_flops_per_token = 0;  ///< the convention's FLOPs per token (see convention)
+  /// What a measured step time calibrates the two efficiencies against (bench/gpu/
+  /// fit_efficiency.py): compute_s = t x ((hardware - attention) / (peak x compute_efficiency)
+  /// + attention / (peak x attention_efficiency)).
+  int64_t tokens_per_device = 0;         ///< t: tokens a device computes per step
+  double hardware_flops_per_token = 0;   ///< model FLOPs plus the recompute the engine runs
+  double attention_flops_per_token = 0;  ///< the part of it in the attention kernels
+  double peak_flops = 0;                 ///< hardware.bf16_tflops x 1e12
   double mfu = 0;              ///< model FLOPs / (time x peak), causal attention counted once
   double mfu_palm = 0;         ///< the same with PaLM/torchtitan's non-causal attention count
   double hfu = 0;              ///< hardware FLOPs utilisation (recompute counted)

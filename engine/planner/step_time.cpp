@@ -40,6 +40,10 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   const double head = 2.0 * s.V * s.d;
   const double attn_fwd = proj + o_proj + core_causal;
   const double block_fwd = attn_fwd + mlp;
+  // The attention kernels' FLOPs per token (FlashAttention forward, its recompute, backward at 2x
+  // the forward) run at hardware.attention_efficiency; every other FLOP at compute_efficiency.
+  const double core_passes = 1.0 + (s.ckpt ? 1.0 : 0.0) + 2.0;
+  const double attention = L * core_passes * core_causal;
 
   const double model = 3.0 * (L * block_fwd + head);
   const double model_palm = 3.0 * (L * (proj + o_proj + core_full + mlp) + head);
@@ -58,7 +62,11 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   if (s.tiled_loss) recompute += (tiled_loss_gemms - 3.0) * head;
   const double hardware = model + recompute;
 
-  const double rate = hw.bf16_tflops * 1e12 * hw.compute_efficiency;  // achieved FLOP/s
+  const double peak = hw.bf16_tflops * 1e12;
+  const double rate = peak * hw.compute_efficiency;           // achieved FLOP/s: GEMMs and the rest
+  const double attn_rate = peak * hw.attention_efficiency;    // achieved FLOP/s: the attention kernels
+  // Seconds per token of `flops` FLOPs of which `core` are the attention kernels'.
+  const auto secs = [&](double flops, double core) { return (flops - core) / rate + core / attn_rate; };
   const double per_node = static_cast<double>(std::max<int64_t>(1, hw.gpus_per_node));
   const double comm_bw = [&](double ranks) {
     return (ranks <= per_node ? hw.nvlink_gbps : hw.internode_gbps) * 1e9 * hw.comm_efficiency;
@@ -70,15 +78,20 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   // Compute per phase kind (per block where the phase is per block).
   PhaseTimes pt;
   auto set = [&](PhaseKind k, double v) { pt.seconds[static_cast<int>(k)] = v; };
-  set(PhaseKind::FwdAttn, t * attn_fwd / rate);
+  set(PhaseKind::FwdAttn, t * secs(attn_fwd, core_causal));
   set(PhaseKind::FwdMlp, t * mlp / rate);
-  set(PhaseKind::BwdRecompute, s.ckpt ? t * recompute_fwd / rate : 0.0);
+  set(PhaseKind::BwdRecompute, s.ckpt ? t * secs(recompute_fwd, core_causal) : 0.0);
   set(PhaseKind::BwdMlp, t * (2.0 * mlp + (s.tiled_mlp ? mlp : 0.0)) / rate);
-  set(PhaseKind::BwdAttn, t * (2.0 * attn_fwd + (s.untied ? proj : 0.0)) / rate);
+  set(PhaseKind::BwdAttn, t * secs(2.0 * attn_fwd + (s.untied ? proj : 0.0), 2.0 * core_causal));
   set(PhaseKind::FwdLoss, t * (s.tiled_loss ? tiled_loss_gemms * head : head) / rate);
   set(PhaseKind::BwdLoss, s.tiled_loss ? 0.0 : t * 2.0 * head / rate);
-  out.compute_s = t * hardware / rate;
-  out.recompute_s = t * recompute / rate;
+  out.compute_s = t * secs(hardware, attention);
+  out.recompute_s = t * secs(recompute, s.ckpt ? L * core_causal : 0.0);
+  out.attention_s = t * attention / attn_rate;
+  out.tokens_per_device = s.t;
+  out.hardware_flops_per_token = hardware;
+  out.attention_flops_per_token = attention;
+  out.peak_flops = peak;
 
   // Ulysses all-to-all: q, k, v in and o out per pass (d o in, dq, dk, dv out backward); not
   // overlapped. Untied backward moves twice as much (recomputed q/k/v, o, d o, then dq/dk/dv).
@@ -190,7 +203,6 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   out.step_s = step;
   out.tokens_per_s_per_device = step > 0 ? t / step : 0;
   out.model_flops_per_token = model;
-  const double peak = hw.bf16_tflops * 1e12;
   out.mfu = step > 0 ? t * model / (step * peak) : 0;
   out.mfu_palm = step > 0 ? t * model_palm / (step * peak) : 0;
   out.hfu = step > 0 ? t * hardware / (step * peak) : 0;

@@ -165,6 +165,11 @@ stage_throughput() {
     mv "$result" "$WORK/throughput/throughput.failed.jsonl"
     return 1
   fi
+  # The planner's two efficiencies fitted to the full stack's steps (two lengths or more; one length
+  # says why it cannot: status 1 is a reported "cannot fit", anything else a failure of the script).
+  "$PY" bench/gpu/fit_efficiency.py --from "$result" --md "$WORK/throughput/efficiency.md" \
+    >"$WORK/throughput/efficiency.json"
+  [ $? -le 1 ]
 }
 
 stage_planner() {

@@ -69,9 +69,17 @@ def throughput(d):
     for seq in sorted(k for k in by_len if k is not None):
         p, o = by_len[seq].get("pytorch", {}), by_len[seq].get("odyssey", {})
         ratio = (o["tokens_per_s"] / p["tokens_per_s"]) if "tokens_per_s" in o and "tokens_per_s" in p and "error" not in p and "error" not in o else None
-        out.append("  %7d tokens: pytorch %s tok/s, odyssey %s tok/s, ratio %s" % (
+        planned = ", step %.3f s, planned %.3f s" % (o["step_time_s"], o["planned_step_s"]) \
+            if o.get("planned_step_s") and o.get("step_time_s") else ""
+        out.append("  %7d tokens: pytorch %s tok/s, odyssey %s tok/s, ratio %s%s" % (
             seq, p.get("tokens_per_s", p.get("error", "-")), o.get("tokens_per_s", o.get("error", "-")),
-            "%.3f" % ratio if ratio else "-"))
+            "%.3f" % ratio if ratio else "-", planned))
+    fitted = read_json(os.path.join(d, "efficiency.json"))
+    if fitted:
+        out.append("  fitted efficiencies: %s" % (fitted.get("error") or "compute %.3f, attention %.3f%s" % (
+            fitted["compute_efficiency"], fitted["attention_efficiency"],
+            "; held out %d tokens: %+.2f%%" % (fitted["held_out"]["seq_len"], 100 * fitted["held_out"]["error"])
+            if fitted.get("held_out") else "")))
     return out
 
 

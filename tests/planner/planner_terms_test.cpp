@@ -471,3 +471,57 @@ TEST_CASE("optimizer offload: the host AdamW's seconds and the optimizer's PCIe 
   CHECK(off.host_optimizer_s == 0);
   CHECK(off.optimizer_pcie_s == 0);
 }
+
+TEST_CASE("step time: the attention kernels at attention_efficiency, every other FLOP at compute_efficiency",
+          "[planner][terms][time]") {
+  // One rank, no communication, no offload: the step is compute alone, so each efficiency's share
+  // is exact. FLOPs per token and layer (2 a multiply-add), small_config's shape at S = 2048: q, k,
+  // v projections 2·64·(64 + 2·32) = 16384, o_proj 2·64·64 = 8192, MLP 6·64·160 = 61440, causal
+  // attention 2·64·2048 = 262144 (QKᵀ and PV over S/2 keys on average); LM head 2·96·64 = 12288.
+  RunConfig cfg = small_config();
+  cfg.parallel.world_size = 1;
+  cfg.parallel.fsdp = false;
+  cfg.parallel.ulysses_degree = 1;
+  cfg.memory.tiled_mlp = false;   // the recompute is then the whole block's forward
+  cfg.memory.tiled_loss = false;  // the head's three GEMMs, no kernel of its own
+  cfg.hardware = *find_hardware_profile("h100-sxm");
+  cfg.hardware.compute_efficiency = 0.4;
+  cfg.hardware.attention_efficiency = 0.25;
+  REQUIRE(validate(cfg).empty());
+  const StepTimePlan t = plan_memory(cfg).time;
+
+  const double L = 2, tokens = 2048, peak = 989.4e12;
+  const double proj = 16384, o_proj = 8192, mlp = 61440, core = 262144, head = 12288;
+  const double model = 3 * (L * (proj + o_proj + core + mlp) + head);
+  const double recompute = L * (proj + o_proj + core + mlp);  // checkpointing: each block's forward again
+  const double attention = L * 4 * core;  // forward, the recompute's forward, backward at 2x the forward
+  CHECK(t.tokens_per_device == 2048);
+  CHECK(t.peak_flops == peak);
+  CHECK(t.model_flops_per_token == model);
+  CHECK(t.hardware_flops_per_token == model + recompute);
+  CHECK(t.attention_flops_per_token == attention);
+  // Relative 1e-12: a few dozen double operations on each side, each within 2^-53 of exact.
+  const double attention_s = tokens * attention / (peak * 0.25);
+  CHECK(t.attention_s == Approx(attention_s).epsilon(1e-12));
+  CHECK(t.compute_s == Approx(tokens * (model + recompute - attention) / (peak * 0.4) + attention_s).epsilon(1e-12));
+  CHECK(t.recompute_s ==
+        Approx(tokens * ((recompute - L * core) / (peak * 0.4) + L * core / (peak * 0.25))).epsilon(1e-12));
+  CHECK(t.step_s == Approx(t.compute_s).epsilon(1e-12));  // one rank, no offload: nothing but compute
+
+  // Each efficiency moves its own share of the step and nothing else. (The differences cancel
+  // about half of each operand: relative 1e-9 keeps far clear of the 1e-16 rounding.)
+  RunConfig slower_attention = cfg;
+  slower_attention.hardware.attention_efficiency = 0.125;
+  const StepTimePlan a = plan_memory(slower_attention).time;
+  CHECK(a.attention_s == Approx(2 * t.attention_s).epsilon(1e-12));
+  CHECK(a.step_s - t.step_s == Approx(t.attention_s).epsilon(1e-9));
+  RunConfig slower_gemms = cfg;
+  slower_gemms.hardware.compute_efficiency = 0.2;
+  const StepTimePlan g = plan_memory(slower_gemms).time;
+  CHECK(g.attention_s == t.attention_s);
+  CHECK(g.step_s - t.step_s == Approx(t.compute_s - t.attention_s).epsilon(1e-9));
+
+  // Without checkpointing the attention kernels run forward and backward only.
+  cfg.memory.activation_checkpointing = false;
+  CHECK(plan_memory(cfg).time.attention_flops_per_token == L * 3 * core);
+}
