@@ -102,6 +102,38 @@ TEST_CASE("odyssey plan --json: the contract's fields", "[cli][planner]") {
   CHECK(model.at("vocab_size").get<int64_t>() == 128256);
 }
 
+TEST_CASE("odyssey plan: the step time rests on two efficiencies, a measured preset's over its profile's",
+          "[cli][planner]") {
+  // The 1B preset carries the H200's fitted pair (0.312 GEMMs, 0.280 attention kernels); the
+  // profiles' 0.5 stays under it whichever profile is named.
+  for (const char* profile : {"", " --set hardware.profile=h200"}) {
+    INFO("profile" << profile);
+    const Run r = run_odyssey(std::string("plan presets/llama3.2-1b-1xh100.toml") + profile + " --json");
+    REQUIRE(r.code == 0);
+    const Json t = parse(r).at("time");
+    const double tokens = t.at("tokens_per_device").get<double>();
+    const double hw = t.at("hardware_flops_per_token").get<double>();
+    const double att = t.at("attention_flops_per_token").get<double>();
+    const double peak = t.at("peak_flops").get<double>();
+    CHECK(tokens == 131072);  // 128K tokens, batch 1, one rank
+    CHECK(peak == 989.4e12);
+    REQUIRE(att > 0);
+    REQUIRE(att < hw);
+    // The JSON carries 17 significant digits: the sum below is exact to a few 1e-16.
+    CHECK(t.at("attention_s").get<double>() == Approx(tokens * att / (peak * 0.280)).epsilon(1e-12));
+    CHECK(t.at("compute_s").get<double>() ==
+          Approx(tokens * ((hw - att) / (peak * 0.312) + att / (peak * 0.280))).epsilon(1e-12));
+    const Run text = run_odyssey(std::string("plan presets/llama3.2-1b-1xh100.toml") + profile);
+    REQUIRE(text.code == 0);
+    CHECK(text.out.find("at hardware.compute_efficiency 0.312 (GEMMs and the rest) and "
+                        "hardware.attention_efficiency 0.28 (attention kernels) of 989.4 TFLOP/s") != std::string::npos);
+  }
+  const Run profile = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml");
+  REQUIRE(profile.code == 0);
+  CHECK(profile.out.find("at hardware.compute_efficiency 0.5 (GEMMs and the rest) and hardware.attention_efficiency "
+                         "0.5 (attention kernels)") != std::string::npos);
+}
+
 TEST_CASE("odyssey plan: \"auto\" names the planner's stage size and MLP tile at each length", "[cli][planner]") {
   // The 1B's GPU preset: at 32K one stage of all 32 heads plans the lowest peak; at 2M the stage
   // buffers reach the peak and the stages are finer. Text and JSON say which.
