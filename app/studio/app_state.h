@@ -14,6 +14,7 @@
 #include "app/studio/config_edit.h"
 #include "app/studio/engine_control.h"
 #include "app/studio/plan_cache.h"
+#include "app/studio/planned_throughput.h"
 #include "app/studio/plot.h"
 #include "app/studio/run_driver.h"
 #include "app/studio/run_history.h"
@@ -58,6 +59,11 @@ struct TimelineState {
 
 struct ThroughputState {
   plot::View view;
+  /// The planner's step for each config of the run (planned_stretches), kept until the run or
+  /// its markers change: a plan per config, not per frame.
+  std::vector<PlannedStretch> planned;
+  uint64_t planned_run = UINT64_MAX;
+  size_t planned_markers = SIZE_MAX;
 };
 
 /// UI thread time per frame (what the UI costs, independent of vsync) and the frame interval.

@@ -43,8 +43,10 @@ std::pair<size_t, size_t> RankSeries::step_range(int64_t s) const {
 
 void RunHistory::reset(const RunConfig& started) {
   const uint64_t next = generation_ + 1;  // caches keyed on the old data must not match the new
+  const uint64_t next_run = run_id_ + 1;
   *this = RunHistory();
   generation_ = next;
+  run_id_ = next_run;
   started_ = started;
 }
 

@@ -78,6 +78,8 @@ class RunHistory {
   const std::string& phase_name(int32_t id) const;
   /// Changes whenever stored samples change (new, trimmed or reset): a cache key for plots.
   uint64_t generation() const { return generation_; }
+  /// Changes at every reset (a new run): a cache key for what depends on the run, not its samples.
+  uint64_t run_id() const { return run_id_; }
   /// Largest step seen in samples or metrics (-1 when none).
   int64_t last_step() const { return last_step_; }
   /// Appends a line to the log (studio notices appear beside the engine's lines).
@@ -106,6 +108,7 @@ class RunHistory {
   std::deque<PendingChange> pending_restart_;
   RunConfig started_;
   uint64_t generation_ = 0;
+  uint64_t run_id_ = 0;
   int64_t last_config_version_ = -1;
   int64_t last_step_ = -1;
   size_t metrics_cursor_ = 0, samples_cursor_ = 0, spans_cursor_ = 0;
