@@ -45,6 +45,15 @@ RunConfig small_config() {
   return c;
 }
 
+/// small_config on one rank: no FSDP, no Ulysses.
+RunConfig small_config_one_rank() {
+  RunConfig c = small_config();
+  c.parallel.world_size = 1;
+  c.parallel.fsdp = false;
+  c.parallel.ulysses_degree = 1;
+  return c;
+}
+
 int64_t term_bytes(const MemoryPlan& plan, const std::string& name) {
   int64_t sum = 0;
   for (const auto& t : plan.terms)
@@ -180,10 +189,7 @@ TEST_CASE("small config with offload: two inputs on the device, the rest in the 
 
 TEST_CASE("no techniques, fp32, one rank: model states are 16 B per parameter and nothing is gathered",
           "[planner][terms]") {
-  RunConfig cfg = small_config();
-  cfg.parallel.world_size = 1;
-  cfg.parallel.fsdp = false;
-  cfg.parallel.ulysses_degree = 1;
+  RunConfig cfg = small_config_one_rank();
   cfg.memory = MemoryConfig{};
   REQUIRE(validate(cfg).empty());
   const MemoryPlan plan = plan_memory(cfg);
@@ -478,10 +484,7 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   // is exact. FLOPs per token and layer (2 a multiply-add), small_config's shape at S = 2048: q, k,
   // v projections 2·64·(64 + 2·32) = 16384, o_proj 2·64·64 = 8192, MLP 6·64·160 = 61440, causal
   // attention 2·64·2048 = 262144 (QKᵀ and PV over S/2 keys on average); LM head 2·96·64 = 12288.
-  RunConfig cfg = small_config();
-  cfg.parallel.world_size = 1;
-  cfg.parallel.fsdp = false;
-  cfg.parallel.ulysses_degree = 1;
+  RunConfig cfg = small_config_one_rank();
   cfg.memory.tiled_mlp = false;   // the recompute is then the whole block's forward
   cfg.memory.tiled_loss = false;  // the head's three GEMMs, no kernel of its own
   cfg.hardware = *find_hardware_profile("h100-sxm");
