@@ -139,8 +139,9 @@ const std::vector<HardwareProfile>& hardware_profiles() {
   // (Llama-3.2-1B, 64K and 128K) on the H200 (2026-11-26, commit 3239381, `bench/gpu/
   // planner_vs_measured.py --cases gpu`, docs/benchmarks.md). Both GPU profiles keep 2.0 GiB, the
   // largest of these; one GPU has no NCCL communicator, whose buffers a node's run adds.
-  // compute_efficiency and attention_efficiency: 0.5 each on both GPU profiles, about what the
-  // published Llama3-8B runs on 8xH100 reach at head_dim 128 (docs/planner.md §10). What Odyssey's
+  // compute_efficiency and attention_efficiency: 0.5 each on both GPU profiles, a round figure
+  // (not fitted) a little under what the published Llama3-8B runs on 8xH100 reach at head_dim 128
+  // (about 57% of the peak in hardware FLOPs at long context: docs/planner.md §10). What Odyssey's
   // engine reaches depends on the model as much as on the device (FlashAttention-2 at head_dim 64
   // measured 0.28 on the H200), so a preset measured on a GPU carries its own pair, fitted by
   // bench/gpu/fit_efficiency.py (presets/llama3.2-1b-1xh100.toml).

@@ -189,6 +189,20 @@ std::vector<std::string> config_notes(const RunConfig& cfg) {
       << " to plan the machine it runs on";
     notes.push_back(o.str());
   }
+  // Until 2026-11-27 compute_efficiency scaled the whole step; since, the attention kernels run at
+  // attention_efficiency. A config that moves the one from its profile and leaves the other there
+  // most likely meant the whole step (at long contexts the attention kernels are most of it).
+  if (const auto profile = find_hardware_profile(cfg.hardware.profile);
+      profile && cfg.hardware.compute_efficiency != profile->compute_efficiency &&
+      cfg.hardware.attention_efficiency == profile->attention_efficiency) {
+    std::ostringstream o;
+    o << "hardware.compute_efficiency = " << cfg.hardware.compute_efficiency << " differs from the \""
+      << cfg.hardware.profile << "\" profile's " << profile->compute_efficiency
+      << " while hardware.attention_efficiency keeps its " << profile->attention_efficiency
+      << ": the attention kernels' FLOPs run at attention_efficiency (since 2026-11-27; before, compute_efficiency "
+         "scaled the whole step); set both to scale the whole step";
+    notes.push_back(o.str());
+  }
   return notes;
 }
 

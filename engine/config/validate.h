@@ -23,7 +23,8 @@ std::vector<int64_t> valid_heads_per_stage(const RunConfig& cfg);
 /// What a valid config does that its author may not expect, each as one sentence naming the keys
 /// (`odyssey check` prints them as notes; they change no exit code): a training.device that takes
 /// the other path than hardware.profile describes, so the plan walks one device's kernels against
-/// the other's capacity and runtime overhead (runs_cuda_path).
+/// the other's capacity and runtime overhead (runs_cuda_path); a compute_efficiency moved from the
+/// profile's while attention_efficiency keeps the profile's (it used to scale the whole step).
 std::vector<std::string> config_notes(const RunConfig& cfg);
 
 }  // namespace odyssey

@@ -44,7 +44,7 @@ struct PhasePlan {
 
 /// Predicted step time.
 struct StepTimePlan {
-  double compute_s = 0;        ///< forward + backward (+ recompute) FLOPs / (peak x efficiency)
+  double compute_s = 0;        ///< forward + backward (+ recompute) FLOPs / (peak x each part's efficiency)
   /// the part of compute_s in the attention kernels (FlashAttention forward, recompute, backward)
   /// at hardware.attention_efficiency; the rest of compute_s runs at compute_efficiency
   double attention_s = 0;

@@ -1,6 +1,7 @@
-// The step-time model: FLOPs (model, recompute) over the hardware's peak times an efficiency,
-// Ulysses all-to-all, FSDP all-gather/reduce-scatter and offload PCIe traffic, exposed where the
-// engine does not overlap them. Internal to engine/planner. defines: PhaseTimes, model_step_time
+// The step-time model: FLOPs (model, recompute) over the hardware's peak times two efficiencies
+// (the attention kernels' and everything else's), Ulysses all-to-all, FSDP all-gather/reduce-
+// scatter and offload PCIe traffic, exposed where the engine does not overlap them. Internal to
+// engine/planner. defines: PhaseTimes, model_step_time
 #pragma once
 
 #include <array>

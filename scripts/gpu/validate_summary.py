@@ -76,10 +76,11 @@ def throughput(d):
             "%.3f" % ratio if ratio else "-", planned))
     fitted = read_json(os.path.join(d, "efficiency.json"))
     if fitted:
+        held = fitted.get("held_out") or {}
+        held_text = ("; held out: %s" % held["error"] if "error" in held else
+                     "; held out %d tokens: %+.2f%%" % (held["seq_len"], 100 * held["relative_error"]) if held else "")
         out.append("  fitted efficiencies: %s" % (fitted.get("error") or "compute %.3f, attention %.3f%s" % (
-            fitted["compute_efficiency"], fitted["attention_efficiency"],
-            "; held out %d tokens: %+.2f%%" % (fitted["held_out"]["seq_len"], 100 * fitted["held_out"]["error"])
-            if fitted.get("held_out") else "")))
+            fitted["compute_efficiency"], fitted["attention_efficiency"], held_text)))
     return out
 
 

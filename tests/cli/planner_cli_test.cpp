@@ -335,3 +335,20 @@ TEST_CASE("odyssey check notes a device that takes the other path than its profi
   REQUIRE(plain_json.code == 0);
   CHECK(parse(plain_json).at("presets")[0].at("notes").empty());
 }
+
+TEST_CASE("odyssey check notes a compute_efficiency moved alone, which once scaled the whole step", "[cli][planner]") {
+  // The 8B preset plans at its profile's 0.5 and 0.5; compute_efficiency alone moved leaves the
+  // attention kernels (most of a long step) at 0.5: a note, exit 0. Both moved, or the 1B preset's
+  // measured pair: no note.
+  const Run alone = run_odyssey("check presets/llama3-8b-3m-8xh100.toml --set hardware.compute_efficiency=0.35");
+  REQUIRE(alone.code == 0);
+  CHECK(alone.out.find("note: hardware.compute_efficiency = 0.35 differs from the \"h100-sxm\" profile's 0.5 while "
+                       "hardware.attention_efficiency keeps its 0.5") != std::string::npos);
+  const Run both = run_odyssey("check presets/llama3-8b-3m-8xh100.toml --set hardware.compute_efficiency=0.35 "
+                               "--set hardware.attention_efficiency=0.35");
+  REQUIRE(both.code == 0);
+  CHECK(both.out.find("note:") == std::string::npos);
+  const Run measured = run_odyssey("check presets/llama3.2-1b-1xh100.toml");
+  REQUIRE(measured.code == 0);
+  CHECK(measured.out.find("note:") == std::string::npos);
+}
