@@ -1,8 +1,8 @@
 // odyssey bench PRESET [--set k=v]... [--steps ROUNDS] [--json]: the preset's model stepped plain,
 // with each memory technique alone and with all together, and on several ranks with FSDP and
 // Untied Ulysses at each valid heads_per_stage, interleaved in one run; prints the median step
-// time per variant, its ratio to the baseline (with the per-round spread) and the measured
-// device/host peaks (max over ranks). Under torchrun only rank 0 prints. Exit 0, 1 (runtime
+// time per variant, its ratio to the baseline (with the per-round spread) beside the planner's
+// ratio for the same configs, and the measured device/host peaks (max over ranks). Under torchrun only rank 0 prints. Exit 0, 1 (runtime
 // failure), 2 (bad input).
 #include <algorithm>
 #include <cstdio>
@@ -72,7 +72,12 @@ int run_bench_command(int argc, char** argv, int first) {
           .key("max_step_s").value(v.max_s())
           .key("ratio").value(result.ratio(v))
           .key("ratio_min").value(range.first)
-          .key("ratio_max").value(range.second)
+          .key("ratio_max").value(range.second);
+      if (v.planned_step_s > 0)
+        w.key("planned_step_s").value(v.planned_step_s).key("planned_ratio").value(result.planned_ratio(v));
+      else
+        w.key("planned_step_s").null().key("planned_ratio").null().key("planned_error").value(v.planned_error);
+      w
           .key("device_peak_bytes").value(v.device_peak)
           .key("host_peak_bytes").value(v.host_peak)
           .end_object();
@@ -91,18 +96,28 @@ int run_bench_command(int argc, char** argv, int first) {
                 result.ulysses_degree > 1 ? "Ulysses" : "data parallel");
   int name_width = 14;  // the longest variant name ("offload_optimizer") sets the column
   for (const auto& v : result.variants) name_width = std::max(name_width, static_cast<int>(v.name.size()));
-  std::printf("%-*s %10s %16s %22s %12s %10s\n", name_width, "variant", "median ms", "min..max ms", "ratio (round spread)",
-              "device peak", "host peak");
+  std::printf("%-*s %10s %16s %22s %8s %12s %10s\n", name_width, "variant", "median ms", "min..max ms",
+              "ratio (round spread)", "planned", "device peak", "host peak");
   for (const auto& v : result.variants) {
     char ratio[64] = "";
+    char planned[32] = "";
     if (!v.baseline.empty()) {
       const auto range = result.ratio_range(v);
       std::snprintf(ratio, sizeof ratio, "%.2fx %s (%.2f..%.2f)", result.ratio(v),
                     v.baseline == "plain" ? "plain" : "ckpt", range.first, range.second);
+      if (result.planned_ratio(v) > 0)
+        std::snprintf(planned, sizeof planned, "%.2fx", result.planned_ratio(v));
+      else
+        std::snprintf(planned, sizeof planned, "-");
     }
-    std::printf("%-*s %10.1f %7.1f..%-7.1f %22s %9.1f MiB %6.1f MiB\n", name_width, v.name.c_str(), 1000 * v.median_s(),
-                1000 * v.min_s(), 1000 * v.max_s(), ratio, v.device_peak / 1048576.0, v.host_peak / 1048576.0);
+    std::printf("%-*s %10.1f %7.1f..%-7.1f %22s %8s %9.1f MiB %6.1f MiB\n", name_width, v.name.c_str(), 1000 * v.median_s(),
+                1000 * v.min_s(), 1000 * v.max_s(), ratio, planned, v.device_peak / 1048576.0, v.host_peak / 1048576.0);
   }
+  std::printf("planned: the planner's step-time ratio for the same configs on the %s profile (hardware.compute_efficiency, "
+              "attention_efficiency)\n",
+              cfg.hardware.profile.c_str());
+  for (const auto& v : result.variants)
+    if (!v.planned_error.empty()) std::printf("not planned: %s: %s\n", v.name.c_str(), v.planned_error.c_str());
   std::printf("targets: checkpointing <= 1.45x plain, offload <= 1.10x checkpointing, each tiling <= 1.10x plain, "
               "optimizer offload <= 1.10x plain");
   std::printf(result.ulysses_degree > 1 ? ", Untied Ulysses at the largest chunk < 1.10x plain Ulysses\n" : "\n");

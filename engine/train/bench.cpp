@@ -1,6 +1,6 @@
 // run_bench: interleaved rounds of one step per technique variant on one model (see bench.h).
 // The FSDP variant steps a second, sharded trainer beside the unsharded one.
-// defines: bench_variants, run_bench, BenchVariant/BenchResult statistics
+// defines: bench_variants, variant_config, run_bench, BenchVariant/BenchResult statistics
 #include "engine/train/bench.h"
 
 #include <ATen/Parallel.h>
@@ -12,6 +12,7 @@
 #include "engine/config/validate.h"
 #include "engine/parallel/job.h"
 #include "engine/model/llama.h"
+#include "engine/planner/planner.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/train/trainer.h"
 
@@ -48,6 +49,19 @@ std::pair<double, double> BenchResult::ratio_range(const BenchVariant& v) const 
     hi = std::max(hi, r);
   }
   return {lo, hi};
+}
+
+double BenchResult::planned_ratio(const BenchVariant& v) const {
+  const BenchVariant* base = v.baseline.empty() ? nullptr : find(v.baseline);
+  if (!base) return 1.0;
+  return v.planned_step_s > 0 && base->planned_step_s > 0 ? v.planned_step_s / base->planned_step_s : 0.0;
+}
+
+RunConfig variant_config(const RunConfig& cfg, const BenchVariant& v) {
+  RunConfig out = cfg;
+  out.memory = v.memory;
+  out.parallel.fsdp = v.fsdp;
+  return out;
 }
 
 std::vector<BenchVariant> bench_variants(const RunConfig& cfg) {
@@ -97,6 +111,16 @@ std::vector<BenchVariant> bench_variants(const RunConfig& cfg) {
 BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void(const std::string&)>& log) {
   BenchResult result;
   result.variants = bench_variants(cfg);
+  // The planner's word for each variant, beside what it measures (a config the planner refuses
+  // keeps 0, printed as "-": the measurement stands without it).
+  for (auto& v : result.variants) {
+    try {
+      v.planned_step_s = plan_step_time(variant_config(cfg, v)).step_s;
+    } catch (const std::exception& e) {
+      v.planned_step_s = 0;
+      v.planned_error = e.what();
+    }
+  }
   result.rounds = rounds;
   result.world_size = cfg.parallel.world_size;
   result.ulysses_degree = cfg.parallel.ulysses_degree;
@@ -119,9 +143,11 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
       }
       return bytes;
     };
-    RunConfig replicated_cfg = cfg, sharded_cfg = cfg;
-    replicated_cfg.parallel.fsdp = false;
-    sharded_cfg.parallel.fsdp = true;
+    BenchVariant replicated_variant, sharded_variant;
+    replicated_variant.memory = sharded_variant.memory = cfg.memory;
+    sharded_variant.fsdp = true;
+    const RunConfig replicated_cfg = variant_config(cfg, replicated_variant);
+    const RunConfig sharded_cfg = variant_config(cfg, sharded_variant);
     Trainer replicated(replicated_cfg, ctx);
     std::unique_ptr<Trainer> sharded;
     if (any_fsdp) sharded = std::make_unique<Trainer>(sharded_cfg, ctx);

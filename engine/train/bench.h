@@ -1,7 +1,8 @@
 // odyssey bench: the same model stepped plain, with each memory technique alone and with all of
 // them, and on a multi-rank preset with the parallel techniques (FSDP, Untied Ulysses at every
 // valid heads_per_stage), interleaved round by round in one run, so the step-time ratios compare
-// like with like on a noisy machine. defines: BenchVariant, BenchResult, bench_variants, run_bench
+// like with like on a noisy machine, each beside the planner's step for the same config.
+// defines: BenchVariant, BenchResult, bench_variants, variant_config, run_bench
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,10 @@ struct BenchVariant {
   std::vector<double> step_s;  ///< every measured step of rank 0 (after the warm-up round)
   int64_t device_peak = 0;     ///< max over its steps and the ranks, without the other trainer's states
   int64_t host_peak = 0;
+  /// The planner's step for variant_config on cfg's hardware profile; 0 where the planner refused
+  /// the config (the CLI prints "-" and planned_error, the JSON null)
+  double planned_step_s = 0;
+  std::string planned_error;  ///< why the planner refused the variant's config ("" when planned)
   double median_s() const;
   double min_s() const;
   double max_s() const;
@@ -40,6 +45,9 @@ struct BenchResult {
   double ratio(const BenchVariant& v) const;
   /// The ratio's spread: min and max over rounds of variant / baseline step times of the same round.
   std::pair<double, double> ratio_range(const BenchVariant& v) const;
+  /// The planner's ratio beside ratio(): planned_step_s(variant) / planned_step_s(its baseline);
+  /// 1 for plain, 0 where either was not planned.
+  double planned_ratio(const BenchVariant& v) const;
 };
 
 /// On cfg's ranks, without FSDP and without Untied Ulysses unless named: plain; checkpointing;
@@ -48,6 +56,10 @@ struct BenchResult {
 /// set) untied_hps=K for every valid heads_per_stage K (largest = one stage). Every ratio is
 /// against plain but offload's. Tile sizes come from cfg.memory.
 std::vector<BenchVariant> bench_variants(const RunConfig& cfg);
+
+/// The config a variant steps with: cfg with the variant's memory techniques and FSDP (what
+/// run_bench's trainers run, and what the planner plans for it).
+RunConfig variant_config(const RunConfig& cfg, const BenchVariant& v);
 
 /// Steps the model on cfg's ranks (run_on_ranks: threads, torchrun, emulation): one warm-up round,
 /// then `rounds` rounds of one step per variant in turn, the ranks in lockstep. Two trainers

@@ -160,6 +160,31 @@ TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli]
         by_name["plain"]->at("device_peak_bytes").get<int64_t>());
   CHECK(by_name["offload_optimizer"]->at("host_peak_bytes").get<int64_t>() >
         by_name["plain"]->at("host_peak_bytes").get<int64_t>());
+
+  // Beside each measured ratio, the planner's for the same configs: `odyssey plan` of the plain
+  // config (every memory toggle off) and of checkpointing alone gives the same two step times.
+  // Both sides are the same double arithmetic, printed to 17 digits: relative 1e-12.
+  const std::string plain = kTiny +
+                            "--set training.seq_len=512 --set memory.mlp_tile_tokens=64 --set memory.loss_tile_tokens=64 "
+                            "--set memory.activation_checkpointing=false --set memory.offload_activations=false "
+                            "--set memory.tiled_mlp=false --set memory.tiled_loss=false --set memory.untied_ulysses=false "
+                            "--set memory.offload_optimizer=false ";
+  auto planned_step = [](const std::string& args) {
+    const Run plan = run_odyssey("plan " + args + "--json");
+    REQUIRE(plan.code == 0);
+    return parse_json(plan.out)->at("time").at("step_s").get<double>();
+  };
+  const double plain_s = planned_step(plain);
+  const double ckpt_s = planned_step(plain + "--set memory.activation_checkpointing=true ");
+  REQUIRE(ckpt_s > plain_s);  // the recompute: one block forward more
+  CHECK(by_name["plain"]->at("planned_step_s").get<double>() == Approx(plain_s).epsilon(1e-12));
+  CHECK(by_name["plain"]->at("planned_ratio").get<double>() == 1.0);
+  CHECK(by_name["checkpointing"]->at("planned_step_s").get<double>() == Approx(ckpt_s).epsilon(1e-12));
+  CHECK(by_name["checkpointing"]->at("planned_ratio").get<double>() == Approx(ckpt_s / plain_s).epsilon(1e-12));
+  for (const char* name : {"offload", "tiled_mlp", "tiled_loss", "all", "offload_optimizer"}) {
+    INFO(name);
+    CHECK(by_name[name]->at("planned_ratio").get<double>() > 0);
+  }
 }
 
 // The 2-rank preset on short sequences: Ulysses 2 + FSDP + every technique, one rank per process.
