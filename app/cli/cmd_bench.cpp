@@ -2,8 +2,8 @@
 // with each memory technique alone and with all together, and on several ranks with FSDP and
 // Untied Ulysses at each valid heads_per_stage, interleaved in one run; prints the median step
 // time per variant, its ratio to the baseline (with the per-round spread) beside the planner's
-// ratio for the same configs, and the measured device/host peaks (max over ranks). Under torchrun only rank 0 prints. Exit 0, 1 (runtime
-// failure), 2 (bad input).
+// ratio for the same configs, and the measured device/host peaks (max over ranks). Under torchrun
+// only rank 0 prints. Exit 0, 1 (runtime failure), 2 (bad input).
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
