@@ -59,8 +59,7 @@ std::vector<PlannedThroughputSpan> planned_throughput_spans(const std::vector<St
 
 bool profile_describes_device(const std::string& profile, const std::string& device) {
   const bool on_gpu = device.rfind("cuda", 0) == 0;
-  const bool gpu_profile = profile != "cpu";
-  return !device.empty() && on_gpu == gpu_profile;
+  return !device.empty() && on_gpu == profile_describes_gpu(profile);
 }
 
 }  // namespace odyssey::studio

@@ -180,7 +180,9 @@ bool runs_cuda_path(const RunConfig& cfg) {
     case DeviceKind::Cpu: return false;
     case DeviceKind::Auto: break;
   }
-  return cfg.hardware.profile != "cpu";
+  return profile_describes_gpu(cfg.hardware.profile);
 }
+
+bool profile_describes_gpu(std::string_view profile) { return profile != "cpu"; }
 
 }  // namespace odyssey

@@ -200,6 +200,8 @@ std::optional<HardwareConfig> find_hardware_profile(std::string_view name);
 /// (whatever the profile: a CPU run of a GPU preset runs the CPU path), "auto" when the hardware
 /// profile is a GPU (auto picks a GPU wherever one exists, and the profile says what it is).
 bool runs_cuda_path(const RunConfig& cfg);
+/// Whether hardware.profile `profile` describes a GPU: every profile but "cpu" ("custom" included).
+bool profile_describes_gpu(std::string_view profile);
 
 /// Query heads per stage over all Ulysses ranks, resolving 0 to the Ulysses degree.
 int64_t effective_heads_per_stage(const MemoryConfig& memory, const ParallelConfig& parallel);

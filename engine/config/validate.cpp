@@ -174,9 +174,7 @@ std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources
 std::vector<std::string> config_notes(const RunConfig& cfg) {
   std::vector<std::string> notes;
   const bool cuda = runs_cuda_path(cfg);
-  RunConfig profile_only = cfg;  // what the profile alone picks: the same rule under device = auto
-  profile_only.training.device = DeviceKind::Auto;
-  const bool gpu_profile = runs_cuda_path(profile_only);
+  const bool gpu_profile = profile_describes_gpu(cfg.hardware.profile);  // what the profile alone picks
   if (cuda != gpu_profile) {
     const char* path = cuda ? "CUDA" : "CPU";
     std::ostringstream o;

@@ -143,11 +143,9 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
       }
       return bytes;
     };
-    BenchVariant replicated_variant, sharded_variant;
-    replicated_variant.memory = sharded_variant.memory = cfg.memory;
-    sharded_variant.fsdp = true;
-    const RunConfig replicated_cfg = variant_config(cfg, replicated_variant);
-    const RunConfig sharded_cfg = variant_config(cfg, sharded_variant);
+    RunConfig replicated_cfg = cfg, sharded_cfg = cfg;
+    replicated_cfg.parallel.fsdp = false;
+    sharded_cfg.parallel.fsdp = true;
     Trainer replicated(replicated_cfg, ctx);
     std::unique_ptr<Trainer> sharded;
     if (any_fsdp) sharded = std::make_unique<Trainer>(sharded_cfg, ctx);

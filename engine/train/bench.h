@@ -57,8 +57,9 @@ struct BenchResult {
 /// against plain but offload's. Tile sizes come from cfg.memory.
 std::vector<BenchVariant> bench_variants(const RunConfig& cfg);
 
-/// The config a variant steps with: cfg with the variant's memory techniques and FSDP (what
-/// run_bench's trainers run, and what the planner plans for it).
+/// The config a variant steps with, as the planner plans it: cfg with the variant's memory
+/// techniques and FSDP (run_bench steps it on its FSDP or its unsharded trainer, built from cfg,
+/// with the variant's memory set before each step).
 RunConfig variant_config(const RunConfig& cfg, const BenchVariant& v);
 
 /// Steps the model on cfg's ranks (run_on_ranks: threads, torchrun, emulation): one warm-up round,
