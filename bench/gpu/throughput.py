@@ -56,10 +56,10 @@ def stage_ablations(n_heads, planned=None):
     return tuple(out)
 
 
-def ablations(seq):
+def ablations(seq, plan):
     """ABLATIONS, then stage_ablations for the preset's model (its head count and the planned stage
-    size from `odyssey plan --json`: a flavor's shape and "auto" are resolved there)."""
-    plan = plan_odyssey(seq)
+    size from `plan`, the full stack's `odyssey plan --json` at `seq`: a flavor's shape and "auto"
+    are resolved there)."""
     heads = plan.get("model", {}).get("n_heads")
     if not heads:
         print("throughput: no head count from odyssey plan (%s): the stage sizes are not varied" % plan.get("error"),
@@ -101,10 +101,11 @@ def main():
                                               log_path=os.path.join(args.out, "odyssey_%d.log" % seq))
                 # the planner's word beside the measurement (its step time at this GPU's profile:
                 # fit_efficiency.py calibrates the preset's two efficiencies from these rows)
-                planned = plan_odyssey(seq).get("time") or {}
+                plan = plan_odyssey(seq)
+                planned = plan.get("time") or {}
                 if planned.get("step_s"):
                     pair["odyssey"]["planned_step_s"] = planned["step_s"]
-                for name, sets in (ablations(seq) if args.ablate else ()):
+                for name, sets in (ablations(seq, plan) if args.ablate else ()):
                     tag = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")  # a plain file name for the carry back
                     pair["odyssey, " + name] = dict(
                         run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_%s" % (seq, tag)),
