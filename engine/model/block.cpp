@@ -200,8 +200,13 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
 
   group.unshard();  // finishes the gather the previous block started
   // Prefetch: the next block's parameters gather while this block computes (the all-gather runs
-  // on the backend; the same bytes at the same moment as a blocking gather).
-  if (layer + 1 < n_layers) rt->blocks[layer + 1]->unshard_async();
+  // on the backend; the same bytes at the same moment as a blocking gather). Time: a host AdamW
+  // pass still running for the next block (the offloaded optimizer's pipeline) would hold this
+  // thread before this block's kernels are queued, and the device would wait for two passes
+  // where the step needs one; then the prefetch follows this block's kernels instead.
+  FlatParamGroup* next = layer + 1 < n_layers ? rt->blocks[layer + 1] : nullptr;
+  const bool prefetch_after = next != nullptr && next->update_running();
+  if (next != nullptr && !prefetch_after) next->unshard_async();
 
   at::Tensor y;
   if (checkpointing) {
@@ -241,6 +246,7 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
     tracker.retag_since(rt->rank, marker, MemCategory::MlpWorkspace, MemCategory::SavedActivations);
   }
   group.reshard();
+  if (prefetch_after) next->unshard_async();
   return y;
 }
 

@@ -304,12 +304,22 @@ void FlatParamGroup::await_update() {
   if (!pending_update_) return;
   // Taken before the refresh below, which may unshard (and so come back here).
   const std::function<void()> wait = std::exchange(pending_update_, nullptr);
+  pending_finished_ = nullptr;
   // The phase shows what the step waits for: the pass, when the worker has not finished it yet,
   // and the upload (on a GPU queued on this stream ahead of the group's first kernel). Named by
   // the group ("block.3/host_update"): a block's is awaited outside its own forward's phases.
   PhaseScope phase(name_ + "/host_update");
   wait();
-  refresh_device_params();
+  try {
+    refresh_device_params();
+  } catch (...) {
+    // The pass has finished but its upload failed (its staging buffer, after a step that ran out
+    // of device memory): the update stays pending, so the group's next use uploads it again
+    // instead of computing with the old weights. The wait is done: a no-op stands in for it.
+    pending_update_ = [] {};
+    pending_finished_ = [] { return true; };
+    throw;
+  }
 }
 
 FlatParamGroup::~FlatParamGroup() = default;

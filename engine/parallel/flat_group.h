@@ -104,8 +104,14 @@ class FlatParamGroup {
   /// pipeline sets it when it queues the group's pass, engine/train/optimizer.h): `wait` returns
   /// once that pass has finished (at once if it has), called on the group's own thread. Until
   /// await_update() the group's master and moments belong to that thread, and the device's
-  /// parameters are the old ones.
-  void set_pending_update(std::function<void()> wait) { pending_update_ = std::move(wait); }
+  /// parameters are the old ones. `finished` says, without waiting, whether the pass is done.
+  void set_pending_update(std::function<void()> wait, std::function<bool()> finished) {
+    pending_update_ = std::move(wait);
+    pending_finished_ = std::move(finished);
+  }
+  /// A pending host update whose pass is still running: await_update() would block this thread
+  /// (the block forward then queues its own kernels before it prefetches this group).
+  bool update_running() const { return pending_update_ && pending_finished_ && !pending_finished_(); }
   /// Finishes a pending host update: waits for its pass (a phase "<group>/host_update" while it
   /// waits or uploads), then refresh_device_params(). Nothing when none is pending. unshard(),
   /// unshard_async() and set_states_on_host() call it first, so the forward's first use of the
@@ -184,7 +190,8 @@ class FlatParamGroup {
   bool grad_stale_ = false;      ///< ... and the buffer still holds the last step's values
   at::Tensor device_grad_norm_;  ///< [] fp32 on the device (device_grad_norm)
   std::unique_ptr<c10::Event> grad_copy_done_;  ///< recorded after an asynchronous copy down
-  std::function<void()> pending_update_;  ///< set_pending_update's wait, until await_update (empty: none)
+  std::function<void()> pending_update_;    ///< set_pending_update's wait, until await_update (empty: none)
+  std::function<bool()> pending_finished_;  ///< set_pending_update's probe: the pass is done
   bool unsharded_ = false;
   at::Tensor full_;  ///< [padded_numel] compute dtype; its storage is swapped by (un)shard
   std::unique_ptr<PendingCollective> pending_gather_;  ///< unshard_async's all-gather in flight

@@ -276,6 +276,7 @@ void HostUpdatePipeline::start(AdamW& optimizer, const std::vector<FlatParamGrou
   if (!worker_.joinable()) worker_ = std::thread([this] { run_worker(); });  // started once, kept
   std::vector<std::shared_ptr<Job>> jobs;
   for (FlatParamGroup* g : groups) {  // every shard first: a failure here leaves no group pending
+    g->await_update();  // a group the last forward did not use: its previous pass lands first
     auto job = std::make_shared<Job>();
     job->optimizer = &optimizer;
     job->shard = AdamW::host_shard(g);
@@ -285,10 +286,15 @@ void HostUpdatePipeline::start(AdamW& optimizer, const std::vector<FlatParamGrou
   for (size_t i = 0; i < groups.size(); ++i) {
     const std::shared_ptr<Job>& job = jobs[i];
     // The group's thread waits here (await_update); the worker sets `done` under the lock.
-    groups[i]->set_pending_update([this, job] {
-      std::unique_lock<std::mutex> lock(mutex_);
-      finished_.wait(lock, [&] { return job->done; });
-    });
+    groups[i]->set_pending_update(
+        [this, job] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          finished_.wait(lock, [&] { return job->done; });
+        },
+        [this, job] {
+          std::lock_guard<std::mutex> lock(mutex_);
+          return job->done;
+        });
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);

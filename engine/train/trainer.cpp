@@ -249,13 +249,16 @@ StepResult Trainer::apply_gradients() {
 }
 
 void Trainer::cleanup_after_failure() {
-  try {
-    settle_host_updates();  // a pass queued by the last step is finished, never dropped
-  } catch (const std::exception&) {  // the device is in error: the step's own failure is the one reported
-  }
   recorder_.drop_held();  // a failed step's device may be in error: its held phases are not settled
   offload_.clear();
   model_->reshard_all();
+  // After the failed step's buffers are released: a pass queued by the last step is finished,
+  // never dropped, and its upload's staging buffer finds the memory the failure held. An upload
+  // that still fails stays pending (FlatParamGroup::await_update): the next use retries it.
+  try {
+    settle_host_updates();
+  } catch (const std::exception&) {  // the device is in error: the step's own failure is the one reported
+  }
   AdamW::zero_grad(model_->groups());
 }
 

@@ -209,6 +209,46 @@ TEST_CASE("optimizer offload: the host AdamW pipelined under the next forward gi
   CHECK(pipelined.spans == 4);
 }
 
+TEST_CASE("optimizer offload: a block whose host pass is still running is prefetched after the block before it",
+          "[engine][offload_optimizer][pipeline]") {
+  // Block L's forward prefetches block L+1 (FlatParamGroup::unshard_async), which first awaits
+  // L+1's host AdamW pass. With that pass still running, awaiting it before block L's kernels are
+  // queued would leave the device idle for two passes (the static review of 2026-11-27): the
+  // prefetch then follows block L's phases. A pass already done is awaited before them, as ever.
+  // The pass's state is set by hand here (the pipeline's own probe is a race on the CPU): after
+  // step 1's passes have landed, block 1 gets a pending update reporting "running" or "done".
+  RunConfig cfg = tiny_config(3, 64);
+  cfg.memory.activation_checkpointing = true;
+  cfg.memory.offload_optimizer = true;
+  for (const bool running : {true, false}) {
+    INFO((running ? "block 1's pass running" : "block 1's pass done"));
+    Trainer t(cfg, cpu_rank());
+    t.set_overlap_host_optimizer(true);
+    t.step();
+    FlatParamGroup* block1 = nullptr;
+    for (FlatParamGroup* g : t.model().groups())  // model() settles step 1's passes
+      if (g->name() == "block.1") block1 = g;
+    REQUIRE(block1 != nullptr);
+    int waits = 0;
+    block1->set_pending_update([&] { ++waits; }, [running] { return !running; });
+    CHECK(block1->update_running() == running);
+    std::vector<std::string> opened;  // step 2's phases, in the order they open
+    t.recorder().add_edge_sink([&](const PhaseEdge& e) {
+      if (e.begin) opened.push_back(*e.path);
+    });
+    t.step();
+    CHECK(waits == 1);  // awaited once, in step 2's forward (step 2's own passes are pending now)
+    const auto at = [&](const std::string& path) {
+      return std::find(opened.begin(), opened.end(), path) - opened.begin();
+    };
+    const auto awaited = at("block.1/host_update"), block0_mlp = at("fwd/block.0/mlp");
+    REQUIRE(awaited < static_cast<std::ptrdiff_t>(opened.size()));
+    REQUIRE(block0_mlp < static_cast<std::ptrdiff_t>(opened.size()));
+    CHECK((awaited > block0_mlp) == running);  // after block 0's phases only while the pass runs
+    CHECK(awaited < at("fwd/block.1/attn"));    // and always before block 1 computes
+  }
+}
+
 TEST_CASE("optimizer offload: a step failing in its forward with the last step's updates pending loses none of them",
           "[engine][offload_optimizer][pipeline]") {
   // Step 2 runs out of memory in its first block, after awaiting some groups' updates from step
