@@ -42,7 +42,8 @@ int phase_block(const std::string& name) {
 
 std::string setup_line(const RunConfig& cfg) {
   const auto& p = cfg.parallel;
-  const std::string techniques = describe_techniques(cfg, /*memory_only=*/false, planned_heads_per_stage(cfg));
+  const MemoryConfig planned = with_planned_sizes(cfg).memory;
+  const std::string techniques = describe_techniques(cfg, /*memory_only=*/false, &planned);
   return strf("%s, seq %s x batch %lld, %lld rank%s (%s), %s, %s: %.1f GiB/device, %.0f GiB host/node",
               cfg.model.flavor.c_str(), format_size(cfg.training.seq_len).c_str(),
               static_cast<long long>(cfg.training.batch_size), static_cast<long long>(p.world_size),
@@ -117,14 +118,15 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .key("d_ffn").value(cfg.model.d_ffn)
       .key("vocab_size").value(cfg.model.vocab_size)
       .end_object();
-  // the Untied stage schedule planned ("auto" resolved at this length: planned_heads_per_stage);
-  // null without Untied Ulysses
+  // the Untied stage schedule planned ("auto" resolved at this length: planned_heads_per_stage),
+  // or standard_attention where "auto" runs none (0 heads, 0 stages); null without Untied Ulysses
   w.key("untied");
-  if (plan.untied_stages > 0)
+  if (cfg.memory.untied_ulysses)
     w.begin_object()
         .key("heads_per_stage").value(plan.heads_per_stage)
         .key("stages").value(plan.untied_stages)
         .key("auto").value(cfg.memory.heads_per_stage == kHeadsPerStageAuto)
+        .key("standard_attention").value(plan.untied_stages == 0)
         .end_object();
   else
     w.null();

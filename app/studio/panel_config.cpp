@@ -310,23 +310,31 @@ void draw_memory(AppState& state) {
     ImGui::TextDisabled(c.memory.untied_ulysses ? "no valid value: fix the Ulysses degree" : "turn Untied Ulysses on");
   } else {
     // "auto": the planner's stage size at this length (planned_heads_per_stage, through the
-    // edited config's plan), shown on the slider, which then moves off auto to a fixed size
+    // edited config's plan), shown on the slider, which then moves off auto to a fixed size; where
+    // "auto" runs standard attention (no stage size lowers the peak) the slider rests on the
+    // coarsest size, the nearest fixed one
     bool automatic = c.memory.heads_per_stage == kHeadsPerStageAuto;
     const MemoryPlan* plan = automatic ? edited_plan(state, c) : nullptr;
+    const bool standard = plan != nullptr && plan->untied_stages == 0;
     const int64_t effective = !automatic ? effective_heads_per_stage(c.memory, c.parallel)
+                              : standard ? choices.back()
                               : plan     ? plan->heads_per_stage
                                          : choices.front();  // the finest until it can be planned
     auto it = std::find(choices.begin(), choices.end(), effective);
     int index = it == choices.end() ? 0 : static_cast<int>(it - choices.begin());
     const int64_t stages = c.model.n_heads / std::max<int64_t>(1, choices[index]);
     char label[96];
-    std::snprintf(label, sizeof label, "%lld heads (%lld stage%s)%s", (long long)choices[index], (long long)stages,
-                  stages == 1 ? "" : "s", !automatic && c.memory.heads_per_stage == 0 ? " (one a rank)" : "");
+    if (standard)
+      std::snprintf(label, sizeof label, "none: standard attention at this length");
+    else
+      std::snprintf(label, sizeof label, "%lld heads (%lld stage%s)%s", (long long)choices[index], (long long)stages,
+                    stages == 1 ? "" : "s", !automatic && c.memory.heads_per_stage == 0 ? " (one a rank)" : "");
     if (ImGui::Checkbox("auto##hps_auto", &automatic))
       c.memory.heads_per_stage = automatic ? kHeadsPerStageAuto : choices[index];
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("The planner picks the stage size at this length: the fewest stages whose planned\n"
-                        "peak is the lowest any stage size reaches (fewer launches, the same memory).");
+                        "peak is the lowest any stage size reaches (fewer launches, the same memory), or\n"
+                        "standard attention where its peak is no higher (no q/k/v projected again in backward).");
     ImGui::SameLine();
     if (ImGui::SliderInt("##hps", &index, 0, static_cast<int>(choices.size()) - 1, label))
       c.memory.heads_per_stage = choices[index];

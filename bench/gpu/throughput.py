@@ -8,8 +8,9 @@ warm-up. tokens/s and MFU of both come from one FLOP formula (llama_flops.py).
     python3 bench/gpu/throughput.py --lengths 32K --ablate --out $OUT/ablation
 
 --ablate adds, after each length's full-stack run, one Odyssey run per memory technique with that
-technique off (ABLATIONS), then one per Untied stage size fixed by hand (stage_ablations: one head
-a stage, 4 heads, a quarter of the heads, all of them, less the size the preset's "auto" plans), in
+technique off (ABLATIONS), then one per Untied stage size fixed by hand (stage_ablations: all heads
+in one stage, 4 heads, one head a stage, a quarter of the heads, less the size the preset's "auto"
+plans, which is standard attention at 32K), in
 the same run: what each costs in step time and saves in memory, the split of a gap to the baseline
 (the H200 measured Odyssey at 0.927x the baseline at 32K with 8 stages of 4 heads).
 
@@ -39,35 +40,83 @@ ABLATIONS = (("no offload", ["memory.offload_activations=false"]),
 
 def stage_ablations(n_heads, planned=None):
     """The Untied stage size fixed by hand (one rank), beside the full stack's own: the preset's
-    heads_per_stage = "auto" plans the fewest stages at the lowest peak (`odyssey plan --json`'s
-    untied.heads_per_stage, `planned`: one stage of all heads at 32K). Up to three other sizes: one
-    head a stage (the most stages), 4 heads (8 stages for 32 heads: the preset's fixed size until
-    2026-11-26, 0.927x the baseline at 32K) and a quarter of the heads; every head in one stage when
-    the planner picked something else. Until 2026-11-26 the one-head run was labelled "no head
+    heads_per_stage = "auto" plans the fewest stages at the lowest peak, or standard attention where
+    no stage size lowers it (`odyssey plan --json`'s untied: `planned` is its heads_per_stage, 0 for
+    standard attention, which the 1B runs at 32K). Up to three other sizes, in this order: every
+    head in one stage (the coarsest Untied schedule: beside standard attention, what the Untied
+    Function's backward costs by projecting q, k and v again), 4 heads (8 stages for 32 heads: the
+    preset's fixed size until 2026-11-26, 0.927x the baseline at 32K), one head a stage (the most
+    stages) and a quarter of the heads. Until 2026-11-26 the one-head run was labelled "no head
     chunks", which it is not."""
     out, seen = [], {planned}
-    for hps in (1, 4, n_heads // 4, n_heads):
+    for hps in (n_heads, 4, 1, n_heads // 4):
         if hps < 1 or n_heads % hps or hps in seen or len(out) == 3:
             continue
         seen.add(hps)
-        stages = n_heads // hps
-        out.append(("%d stage%s of %d head%s" % (stages, "s" if stages > 1 else "", hps, "s" if hps > 1 else ""),
-                    ["memory.heads_per_stage=%d" % (0 if hps == 1 else hps)]))
+        out.append((stage_label(n_heads // hps, hps), ["memory.heads_per_stage=%d" % (0 if hps == 1 else hps)]))
     return tuple(out)
+
+
+def stage_label(stages, heads):
+    """"8 stages of 4 heads", "1 stage of 32 heads"."""
+    return "%d stage%s of %d head%s" % (stages, "s" if stages != 1 else "", heads, "s" if heads != 1 else "")
+
+
+def planned_attention(plan):
+    """What the full stack's attention runs at this length, from `odyssey plan --json`'s untied:
+    "standard attention" where "auto" runs none of the Untied stages, "N stages of K heads", or
+    None without Untied Ulysses (or without a plan)."""
+    untied = plan.get("untied")
+    if not untied:
+        return None
+    if untied.get("standard_attention"):
+        return "standard attention"
+    return stage_label(untied.get("stages", 0), untied.get("heads_per_stage", 0))
 
 
 def ablations(seq, plan):
     """ABLATIONS, then stage_ablations for the preset's model (its head count and the planned stage
     size from `plan`, the full stack's `odyssey plan --json` at `seq`: a flavor's shape and "auto"
-    are resolved there)."""
+    are resolved there). Where the full stack itself runs standard attention the "no head chunks"
+    run would repeat it and is left out."""
     heads = plan.get("model", {}).get("n_heads")
     if not heads:
         print("throughput: no head count from odyssey plan (%s): the stage sizes are not varied" % plan.get("error"),
               file=sys.stderr)
         return ABLATIONS
-    planned = (plan.get("untied") or {}).get("heads_per_stage")
-    print("throughput: the full stack plans %s heads a stage at %d tokens" % (planned, seq), file=sys.stderr)
-    return ABLATIONS + stage_ablations(int(heads), planned)
+    untied = plan.get("untied") or {}
+    standard = bool(untied.get("standard_attention"))
+    planned = 0 if standard else untied.get("heads_per_stage")
+    print("throughput: the full stack plans %s at %d tokens" % (planned_attention(plan), seq), file=sys.stderr)
+    techniques = tuple(a for a in ABLATIONS if not (standard and a[1] == ["memory.untied_ulysses=false"]))
+    return techniques + stage_ablations(int(heads), planned)
+
+
+def self_test():
+    """The ablation's runs from hand-made plans: standard attention planned (its "no head chunks" run
+    left out, one stage of all heads measured instead), a stage size planned (left out of the fixed
+    ones), and no plan at all."""
+    names = lambda runs: [name for name, _ in runs]  # noqa: E731
+    standard = {"model": {"n_heads": 32}, "untied": {"heads_per_stage": 0, "stages": 0, "auto": True,
+                                                     "standard_attention": True}}
+    assert planned_attention(standard) == "standard attention"
+    runs = ablations(32768, standard)
+    assert names(runs) == ["no offload", "no tiled MLP", "no tiled loss", "1 stage of 32 heads", "8 stages of 4 heads",
+                           "32 stages of 1 head"], names(runs)
+    assert runs[3][1] == ["memory.heads_per_stage=32"] and runs[5][1] == ["memory.heads_per_stage=0"], runs
+    chunked = {"model": {"n_heads": 32}, "untied": {"heads_per_stage": 16, "stages": 2, "auto": True,
+                                                    "standard_attention": False}}
+    assert planned_attention(chunked) == "2 stages of 16 heads"
+    runs = ablations(131072, chunked)
+    assert names(runs)[:4] == [a[0] for a in ABLATIONS], names(runs)  # "no head chunks" measured
+    assert names(runs)[4:] == ["1 stage of 32 heads", "8 stages of 4 heads", "32 stages of 1 head"], names(runs)
+    one_stage = {"model": {"n_heads": 32}, "untied": {"heads_per_stage": 32, "stages": 1, "standard_attention": False}}
+    assert planned_attention(one_stage) == "1 stage of 32 heads"
+    assert names(ablations(65536, one_stage))[4:] == ["8 stages of 4 heads", "32 stages of 1 head",
+                                                      "4 stages of 8 heads"], names(ablations(65536, one_stage))
+    assert ablations(32768, {"error": "no binary"}) == ABLATIONS
+    assert planned_attention({"untied": None}) is None
+    print("throughput.py self-test: ok")
 
 
 def device_name():
@@ -86,7 +135,11 @@ def main():
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--only", choices=["pytorch", "odyssey"], default=None)
     parser.add_argument("--ablate", action="store_true", help="also Odyssey with each technique off in turn")
+    parser.add_argument("--self-test", action="store_true", help="check the ablation's runs from hand-made plans")
     args = parser.parse_args()
+    if args.self_test:
+        self_test()
+        return
     os.makedirs(args.out, exist_ok=True)
     shape = SHAPES["llama3.2-1b"]
     rows = []
@@ -105,6 +158,8 @@ def main():
                 planned = plan.get("time") or {}
                 if planned.get("step_s"):
                     pair["odyssey"]["planned_step_s"] = planned["step_s"]
+                if planned_attention(plan):  # "auto" resolved: what the full stack's attention ran
+                    pair["odyssey"]["attention"] = planned_attention(plan)
                 for name, sets in (ablations(seq, plan) if args.ablate else ()):
                     tag = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")  # a plain file name for the carry back
                     pair["odyssey, " + name] = dict(

@@ -57,25 +57,26 @@ bool technique_on(const RunConfig& cfg, TechniqueId id) {
   return *field_of(cfg, id);
 }
 
-std::string technique_summary(const RunConfig& cfg, TechniqueId id, int64_t planned_heads_per_stage) {
+std::string technique_summary(const RunConfig& cfg, TechniqueId id, const MemoryConfig* planned) {
   const std::string noun = technique(id).noun;
   if (id == TechniqueId::Ulysses) return noun + " " + std::to_string(cfg.parallel.ulysses_degree);
   if (id == TechniqueId::UntiedUlysses) {
     if (cfg.memory.heads_per_stage != kHeadsPerStageAuto)
       return noun + " " + std::to_string(effective_heads_per_stage(cfg.memory, cfg.parallel)) + " heads/stage";
     const std::string auto_word = kHeadsPerStageAutoWord;
-    if (planned_heads_per_stage <= 0) return noun + " " + auto_word + " heads/stage";
-    return noun + " " + auto_word + ": " + std::to_string(planned_heads_per_stage) + " heads/stage";
+    if (planned == nullptr) return noun + " " + auto_word + " heads/stage";
+    if (!planned->untied_ulysses) return noun + " " + auto_word + ": off at this length (no stage size lowers the peak)";
+    return noun + " " + auto_word + ": " + std::to_string(planned->heads_per_stage) + " heads/stage";
   }
   return noun;
 }
 
-std::string describe_techniques(const RunConfig& cfg, bool memory_only, int64_t planned_heads_per_stage) {
+std::string describe_techniques(const RunConfig& cfg, bool memory_only, const MemoryConfig* planned) {
   std::string out;
   for (const Technique& t : kTechniques) {
     if (memory_only && (t.id == TechniqueId::Fsdp || t.id == TechniqueId::Ulysses)) continue;
     if (!technique_on(cfg, t.id)) continue;
-    out += (out.empty() ? "" : ", ") + technique_summary(cfg, t.id, planned_heads_per_stage);
+    out += (out.empty() ? "" : ", ") + technique_summary(cfg, t.id, planned);
   }
   return out;
 }

@@ -86,13 +86,14 @@ bool technique_on(const RunConfig& cfg, TechniqueId id);
 /// The boolean field of a toggle technique (nullptr for Ulysses, whose key is a degree).
 bool* technique_flag(RunConfig& cfg, TechniqueId id);
 /// "offload", "Ulysses 4", "Untied Ulysses 8 heads/stage": the technique as run summaries print it.
-/// With heads_per_stage = "auto", `planned_heads_per_stage` is the planner's pick where the caller
-/// has it (planned_heads_per_stage, engine/planner/planner.h): "Untied Ulysses auto: 32
-/// heads/stage"; 0 prints "Untied Ulysses auto heads/stage".
-std::string technique_summary(const RunConfig& cfg, TechniqueId id, int64_t planned_heads_per_stage = 0);
+/// With heads_per_stage = "auto", `planned` is the memory config the planner resolved, where the
+/// caller has it (with_planned_sizes, engine/planner/planner.h): "Untied Ulysses auto: 32
+/// heads/stage", or "Untied Ulysses auto: off at this length (...)" where "auto" runs standard
+/// attention; nullptr prints "Untied Ulysses auto heads/stage".
+std::string technique_summary(const RunConfig& cfg, TechniqueId id, const MemoryConfig* planned = nullptr);
 /// The techniques on in `cfg`, comma-separated ("checkpointing, offload, tiled MLP"), or "" when
 /// none; `memory_only` leaves out FSDP and Ulysses (what a live edit can change).
-std::string describe_techniques(const RunConfig& cfg, bool memory_only = false, int64_t planned_heads_per_stage = 0);
+std::string describe_techniques(const RunConfig& cfg, bool memory_only = false, const MemoryConfig* planned = nullptr);
 
 /// A technique on without the one it requires: the key, the rule and a hint, as the validator
 /// reports it ("memory.offload_activations", "needs memory.activation_checkpointing = true", ...).

@@ -145,7 +145,8 @@ std::string ladder_rung_label(const RunConfig& cfg, int rung) {
   std::string added;
   for (const Technique& t : kTechniques) {
     if (t.ladder_rung != rung) continue;
-    std::string what = technique_summary(r, t.id, planned_heads_per_stage(r));
+    const MemoryConfig planned = with_planned_sizes(r).memory;
+    std::string what = technique_summary(r, t.id, &planned);
     if (t.id == TechniqueId::Fsdp) what += " over " + std::to_string(r.parallel.world_size) + " ranks";
     added += (added.empty() ? "" : " and ") + what;
   }

@@ -1,9 +1,10 @@
 // The analytic planner: per-rank memory by category (each term with its formula), the per-phase
 // timeline, step time and MFU, the technique ladder, the max-context solver and the advisor.
 // Pure C++ (no LibTorch): instant in the studio. defines: MemoryTerm, MemoryPlan, PhasePlan,
-// StepTimePlan, LadderRung, PlanPeak, plan_memory, planned_heads_per_stage, planned_mlp_tile_tokens, with_planned_sizes,
-// plan_peak, planned_buffer_bytes, plan_step_time, plan_ladder, ladder_rung_config, seq_len_granularity,
-// solve_max_seq_len, max_seq_len_limit, advise. The model: docs/planner.md.
+// StepTimePlan, LadderRung, PlanPeak, plan_memory, planned_heads_per_stage, planned_untied_ulysses,
+// planned_mlp_tile_tokens, with_planned_sizes, plan_peak, planned_buffer_bytes, plan_step_time,
+// plan_ladder, ladder_rung_config, seq_len_granularity, solve_max_seq_len, max_seq_len_limit, advise.
+// The model: docs/planner.md.
 #pragma once
 
 #include <array>
@@ -97,7 +98,7 @@ struct MemoryPlan {
   StepTimePlan time;
   /// The Untied stage schedule planned (heads_per_stage = "auto" resolved by
   /// planned_heads_per_stage): query heads per stage over all ranks and the stage count; 0 and 0
-  /// without Untied Ulysses.
+  /// without Untied Ulysses, and where "auto" runs standard attention (planned_untied_ulysses).
   int64_t heads_per_stage = 0;
   int64_t untied_stages = 0;
   /// The tiled MLP's tile planned (mlp_tile_tokens = "auto" resolved by planned_mlp_tile_tokens):
@@ -112,20 +113,30 @@ MemoryPlan plan_memory(const RunConfig& cfg);
 /// memory.heads_per_stage = "auto" (kHeadsPerStageAuto) resolved at the config's length: the
 /// largest valid stage size whose planned device peak equals the lowest peak of every valid size.
 /// More heads a stage means fewer stages: fewer launches, fewer all-to-alls, and the block input
-/// read by fewer stage projections; the lowest peak means the chunking still saves all it can. At
-/// 32K and 64K the 1B's peak on a GPU is the fused loss's workspace for every size, so one stage of
-/// all heads; from 128K the stage buffers reach the peak and the answer is smaller (2 stages at
-/// 128K, 4 from 256K). Any
-/// other value is returned as it is; 0 when Untied Ulysses is off or no stage size is valid (the
-/// validator reports why). Planned with the MLP tile the run takes (planned_mlp_tile_tokens).
+/// read by fewer stage projections; the lowest peak means the chunking still saves all it can.
+/// Standard attention is coarser still (no stages, and q, k and v kept for backward instead of
+/// projected again: about 1% of the 1B's step at 32K), so where its planned peak is no higher than
+/// that lowest peak "auto" runs it (planned_untied_ulysses is false) and this returns 0. The 1B on
+/// a GPU: at 32K the peak is the fused loss's workspace whatever the attention, so standard
+/// attention; at 64K one stage of all heads (with its 16K MLP tiles standard attention's MLP
+/// backward would be the peak); from 128K the attention reaches the peak and the stages are finer
+/// the longer the context (2 stages at 128K, 4 from 256K). Any other value is returned as it is;
+/// "auto" gives 0 when Untied Ulysses is off or no stage size is valid (the validator reports
+/// why). Planned with the MLP tile the run takes (planned_mlp_tile_tokens).
 int64_t planned_heads_per_stage(const RunConfig& cfg);
+/// Whether the attention runs Untied Ulysses: memory.untied_ulysses, except that heads_per_stage =
+/// "auto" turns it off where standard attention plans a peak no higher than any stage size
+/// (planned_heads_per_stage's rule). Nothing else the run computes changes: the two paths give the
+/// same loss and gradients.
+bool planned_untied_ulysses(const RunConfig& cfg);
 /// memory.mlp_tile_tokens = "auto" (kMlpTileTokensAuto) resolved the same way over
 /// mlp_tile_candidates (d_model doubled up to the rank's local sequence): the fewest tiles (fewer
 /// launches of the three GEMMs, forward, recompute and backward) at the lowest planned peak. Resolved
 /// before the stage size, with "auto" stages at their finest; 0 when the tiled MLP is off.
 int64_t planned_mlp_tile_tokens(const RunConfig& cfg);
-/// `cfg` with every "auto" size resolved: the MLP tile, then the stage size with that tile. Every
-/// reader resolves through it: the planner's shapes, the trainer, the studio, `plan`.
+/// `cfg` with every "auto" size resolved: the MLP tile, then the attention with that tile (the stage
+/// size, or standard attention: memory.untied_ulysses false). Every reader resolves through it: the
+/// planner's shapes, the trainer, the studio, `plan`.
 RunConfig with_planned_sizes(const RunConfig& cfg);
 
 /// The verdict alone: device and host peaks without terms, phases or strings. This is what the

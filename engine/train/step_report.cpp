@@ -12,7 +12,8 @@ namespace odyssey {
 std::string describe_memory(const RunConfig& cfg, const MemoryConfig& memory) {
   RunConfig with = cfg;
   with.memory = memory;
-  const std::string s = describe_techniques(with, /*memory_only=*/true, planned_heads_per_stage(with));
+  const MemoryConfig planned = with_planned_sizes(with).memory;
+  const std::string s = describe_techniques(with, /*memory_only=*/true, &planned);
   return s.empty() ? "no memory techniques" : s;
 }
 

@@ -135,15 +135,30 @@ TEST_CASE("odyssey plan: the step time rests on two efficiencies, a measured pre
 }
 
 TEST_CASE("odyssey plan: \"auto\" names the planner's stage size and MLP tile at each length", "[cli][planner]") {
-  // The 1B's GPU preset: at 32K one stage of all 32 heads plans the lowest peak; at 2M the stage
-  // buffers reach the peak and the stages are finer. Text and JSON say which.
+  // The 1B's GPU preset: at 32K the fused loss's workspace is the step's peak whatever the
+  // attention, so standard attention (no stage size lowers the peak, and it projects q, k and v
+  // once); at 128K the attention reaches the peak and Untied stages run; at 2M they are finer.
+  // Text and JSON say which.
   const Run short_run = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
                                     "--set training.seq_len=32K --json");
   REQUIRE(short_run.code == 0);
   const Json at_32k = parse(short_run).at("untied");
   CHECK(at_32k.at("auto").get<bool>());
-  CHECK(at_32k.at("heads_per_stage").get<int64_t>() == 32);
-  CHECK(at_32k.at("stages").get<int64_t>() == 1);
+  CHECK(at_32k.at("standard_attention").get<bool>());
+  CHECK(at_32k.at("heads_per_stage").get<int64_t>() == 0);
+  CHECK(at_32k.at("stages").get<int64_t>() == 0);
+  // the same plan as Untied Ulysses off, to the byte and the second
+  const Run standard = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.untied_ulysses=false "
+                                   "--set training.seq_len=32K --json");
+  REQUIRE(standard.code == 0);
+  CHECK(parse(short_run).at("peak_bytes") == parse(standard).at("peak_bytes"));
+  CHECK(parse(short_run).at("time").at("step_s") == parse(standard).at("time").at("step_s"));
+  const Run mid_run = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
+                                  "--set training.seq_len=128K --json");
+  REQUIRE(mid_run.code == 0);
+  const Json at_128k = parse(mid_run).at("untied");
+  CHECK_FALSE(at_128k.at("standard_attention").get<bool>());
+  CHECK(at_128k.at("stages").get<int64_t>() > 1);
   const Run long_run = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
                                    "--set training.seq_len=2M --json");
   REQUIRE(long_run.code == 0);
@@ -153,7 +168,11 @@ TEST_CASE("odyssey plan: \"auto\" names the planner's stage size and MLP tile at
   const Run text = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto --set "
                                "training.seq_len=32K");
   REQUIRE(text.code == 0);
-  CHECK(text.out.find("Untied Ulysses auto: 32 heads/stage") != std::string::npos);
+  CHECK(text.out.find("Untied Ulysses auto: off at this length (no stage size lowers the peak)") != std::string::npos);
+  const Run mid_text = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set training.seq_len=128K");
+  REQUIRE(mid_text.code == 0);
+  CHECK(mid_text.out.find("Untied Ulysses auto: " + std::to_string(32 / at_128k.at("stages").get<int64_t>()) +
+                          " heads/stage") != std::string::npos);
   // a fixed size is reported as it is, and Untied off has no schedule
   const Run fixed = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=4 --json");
   REQUIRE(fixed.code == 0);

@@ -64,6 +64,14 @@ TEST_CASE("run summaries list the techniques on, in registry order", "[config][t
   // "auto": the word alone where no planner is at hand, the planner's pick where the caller has it
   cfg.memory.heads_per_stage = kHeadsPerStageAuto;
   CHECK(describe_techniques(cfg, /*memory_only=*/true) == "checkpointing, offload, Untied Ulysses auto heads/stage");
-  CHECK(describe_techniques(cfg, /*memory_only=*/true, 8) == "checkpointing, offload, Untied Ulysses auto: 8 heads/stage");
+  MemoryConfig planned = cfg.memory;
+  planned.heads_per_stage = 8;
+  CHECK(describe_techniques(cfg, /*memory_only=*/true, &planned) ==
+        "checkpointing, offload, Untied Ulysses auto: 8 heads/stage");
+  // where the planner runs standard attention ("auto" with no stage size lowering the peak)
+  planned.untied_ulysses = false;
+  planned.heads_per_stage = 0;
+  CHECK(describe_techniques(cfg, /*memory_only=*/true, &planned) ==
+        "checkpointing, offload, Untied Ulysses auto: off at this length (no stage size lowers the peak)");
   CHECK(describe_techniques(RunConfig{}).empty());
 }

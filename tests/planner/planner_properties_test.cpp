@@ -275,13 +275,14 @@ TEST_CASE("tiled loss with a single tile does not raise the peak either", "[plan
   CHECK(plan_peak(c).peak_bytes <= untiled);
 }
 
-TEST_CASE("heads_per_stage \"auto\" plans the fewest stages at the lowest peak, at every length",
+TEST_CASE("heads_per_stage \"auto\" plans the fewest stages at the lowest peak, or standard attention, at every length",
           "[planner][properties][stages]") {
   struct Case {
     const char* preset;
     std::vector<int64_t> lengths;
   };
   const int64_t K = 1024;
+  int standard_runs = 0, chunked_runs = 0;  // both answers are reached below
   for (const Case& cs : {Case{"llama3.2-1b-1xh100", {32 * K, 128 * K, 2048 * K}},
                          Case{"llama3-8b-5m-8xh100-untied", {1024 * K, 5120 * K}}}) {
     RunConfig c = preset(cs.preset);
@@ -300,7 +301,27 @@ TEST_CASE("heads_per_stage \"auto\" plans the fewest stages at the lowest peak, 
         peaks.push_back(plan_peak(fixed).peak_bytes);
       }
       const int64_t lowest = *std::min_element(peaks.begin(), peaks.end());
+      RunConfig standard = c;
+      standard.memory.untied_ulysses = false;
+      standard.memory.heads_per_stage = 0;
+      const int64_t standard_peak = plan_peak(standard).peak_bytes;
       const int64_t picked = planned_heads_per_stage(c);
+      const RunConfig resolved = with_planned_sizes(c);
+      const MemoryPlan plan = plan_memory(c);
+      if (standard_peak <= lowest) {
+        // no stage size lowers the peak: standard attention, which projects q, k and v once
+        ++standard_runs;
+        CHECK(picked == 0);
+        CHECK_FALSE(planned_untied_ulysses(c));
+        CHECK_FALSE(resolved.memory.untied_ulysses);
+        CHECK(plan.untied_stages == 0);
+        CHECK(plan.peak_bytes == standard_peak);
+        CHECK(plan_peak(c).peak_bytes == standard_peak);
+        continue;
+      }
+      ++chunked_runs;
+      CHECK(planned_untied_ulysses(c));
+      CHECK(resolved.memory.untied_ulysses);
       const auto at = std::find(sizes.begin(), sizes.end(), picked);
       REQUIRE(at != sizes.end());
       CHECK(peaks[at - sizes.begin()] == lowest);  // the chunking saves all it can
@@ -308,31 +329,42 @@ TEST_CASE("heads_per_stage \"auto\" plans the fewest stages at the lowest peak, 
         CHECK(peaks[later - sizes.begin()] > lowest);
       // the planner's own entry points plan the picked size
       CHECK(plan_peak(c).peak_bytes == lowest);
-      const MemoryPlan plan = plan_memory(c);
       CHECK(plan.peak_bytes == lowest);
       CHECK(plan.heads_per_stage == picked);
       CHECK(plan.untied_stages == c.model.n_heads / picked);
-      CHECK(with_planned_sizes(c).memory.heads_per_stage == picked);
+      CHECK(resolved.memory.heads_per_stage == picked);
     }
   }
-  // The two ends on the 1B: at 32K every size peaks at the MLP's recompute, so one stage of all 32
-  // heads; at 2M the stage buffers reach the peak and the stages are finer.
+  CHECK(standard_runs > 0);
+  CHECK(chunked_runs > 0);
+  // The two ends on the 1B: at 32K the step's peak is the fused loss's workspace whatever the
+  // attention, so standard attention; at 2M the stage buffers reach the peak and the stages are
+  // finer than one of all heads.
   RunConfig one = preset("llama3.2-1b-1xh100");
   one.memory.heads_per_stage = kHeadsPerStageAuto;
   one.memory.mlp_tile_tokens = 0;
   one.training.seq_len = 32 * K;
-  CHECK(planned_heads_per_stage(one) == one.model.n_heads);
+  CHECK_FALSE(planned_untied_ulysses(one));
+  CHECK(planned_heads_per_stage(one) == 0);
   one.training.seq_len = 2048 * K;
+  CHECK(planned_untied_ulysses(one));
+  CHECK(planned_heads_per_stage(one) > 0);
   CHECK(planned_heads_per_stage(one) < one.model.n_heads);
-  // A fixed value and the other techniques are left as they are.
+  // A fixed value and the other techniques are left as they are, even where standard attention
+  // would plan the same peak.
   RunConfig fixed = one;
+  fixed.training.seq_len = 32 * K;
   fixed.memory.heads_per_stage = 4;
   CHECK(planned_heads_per_stage(fixed) == 4);
+  CHECK(planned_untied_ulysses(fixed));
+  CHECK(with_planned_sizes(fixed).memory.untied_ulysses);
   fixed.memory.heads_per_stage = 0;
   CHECK(planned_heads_per_stage(fixed) == 0);
+  CHECK(planned_untied_ulysses(fixed));
   RunConfig off = one;
   off.memory.untied_ulysses = false;
   CHECK(planned_heads_per_stage(off) == 0);
+  CHECK_FALSE(planned_untied_ulysses(off));
   CHECK(plan_memory(off).untied_stages == 0);
 }
 
@@ -363,12 +395,15 @@ TEST_CASE("mlp_tile_tokens \"auto\" plans the fewest tiles at the lowest peak, b
     REQUIRE(at != tiles.end());
     CHECK(peaks[at - tiles.begin()] == lowest);
     for (auto later = at + 1; later != tiles.end(); ++later) CHECK(peaks[later - tiles.begin()] > lowest);
-    // then the stage size with that tile; the plan's peak is still the lowest of them all
+    // then the attention with that tile; the plan's peak is still the lowest of them all (standard
+    // attention only where it is no higher than the finest stages')
     const RunConfig resolved = with_planned_sizes(c);
     CHECK(resolved.memory.mlp_tile_tokens == picked);
     CHECK(resolved.memory.heads_per_stage == planned_heads_per_stage(c));
-    CHECK(plan_peak(c).peak_bytes == lowest);
-    CHECK(plan_peak(resolved).peak_bytes == lowest);
+    CHECK(resolved.memory.untied_ulysses == planned_untied_ulysses(c));
+    CHECK(plan_peak(c).peak_bytes <= lowest);
+    CHECK(plan_peak(resolved).peak_bytes == plan_peak(c).peak_bytes);
+    if (resolved.memory.untied_ulysses) CHECK(plan_peak(c).peak_bytes == lowest);
   }
   // at 32K the step's peak is the fused loss's workspace (whole rows of the loss tile), which the
   // MLP stays under up to 16K tokens a tile: 2 tiles instead of 16
@@ -386,12 +421,15 @@ TEST_CASE("mlp_tile_tokens \"auto\" plans the fewest tiles at the lowest peak, b
 
 TEST_CASE("\"auto\" stage size and MLP tile reach the longest context of the best fixed sizes",
           "[planner][properties][stages][maxlen]") {
-  // At each length "auto" plans the lowest peak of every stage size and tile (the finest stages and
-  // the d_model tile reach it), so a length fits under "auto" exactly when it fits under some fixed
-  // sizes: the solver's answer is the largest of theirs.
+  // At each length "auto" plans the lowest peak of every stage size, standard attention and tile
+  // (the finest stages and the d_model tile reach it), so a length fits under "auto" exactly when
+  // it fits under some fixed choice: the solver's answer is the largest of theirs.
   RunConfig c = preset("llama3.2-1b-1xh100");
   c.memory.mlp_tile_tokens = 0;  // d_model
-  int64_t best_fixed = 0;
+  RunConfig standard = c;
+  standard.memory.untied_ulysses = false;
+  standard.memory.heads_per_stage = 0;
+  int64_t best_fixed = solve_max_seq_len(standard);
   for (int64_t heads : valid_heads_per_stage(c)) {
     RunConfig fixed = c;
     fixed.memory.heads_per_stage = heads;

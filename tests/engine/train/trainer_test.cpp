@@ -326,3 +326,36 @@ TEST_CASE("trainer: heads_per_stage and mlp_tile_tokens \"auto\" run the planner
   automatic.set_memory(cfg.memory);
   CHECK(automatic.model_memory().heads_per_stage == planned);
 }
+
+TEST_CASE("trainer: heads_per_stage \"auto\" runs standard attention where no stage size lowers the peak, "
+          "bit-equal to Untied Ulysses off",
+          "[engine][train][untied]") {
+  // A vocabulary 16x the tiny one with the loss untiled: the loss's [S, V] logits are the step's
+  // peak whatever the attention, so the planner resolves "auto" to standard attention.
+  RunConfig cfg = tiny_config();
+  cfg.model.vocab_size = 1024;
+  cfg.memory.activation_checkpointing = true;
+  cfg.memory.untied_ulysses = true;
+  cfg.memory.heads_per_stage = kHeadsPerStageAuto;
+  REQUIRE_FALSE(planned_untied_ulysses(cfg));
+  RunConfig standard = cfg;
+  standard.memory.untied_ulysses = false;
+  standard.memory.heads_per_stage = 0;
+  auto losses = [](Trainer& t) {
+    std::vector<double> out;
+    for (int i = 0; i < 3; ++i) out.push_back(t.step().loss);
+    return out;
+  };
+  Trainer automatic(cfg, cpu_rank());
+  CHECK(automatic.config().memory.untied_ulysses);          // the config as given
+  CHECK_FALSE(automatic.model_memory().untied_ulysses);     // what the model runs
+  Trainer plain(standard, cpu_rank());
+  CHECK(losses(automatic) == losses(plain));  // the same operations: equal bit for bit on one CPU
+  CHECK(describe_memory(cfg, cfg.memory).find("Untied Ulysses auto: off at this length") != std::string::npos);
+  // a fixed stage size at a step boundary runs the Untied Function again
+  MemoryConfig fixed = cfg.memory;
+  fixed.heads_per_stage = valid_heads_per_stage(cfg).back();
+  automatic.set_memory(fixed);
+  CHECK(automatic.model_memory().untied_ulysses);
+  CHECK(automatic.model_memory().heads_per_stage == fixed.heads_per_stage);
+}
