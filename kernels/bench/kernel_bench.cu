@@ -150,15 +150,22 @@ void bench_lce(int64_t tokens) {
   }, 1, 3);
   cublasDestroy(handle);
   const double flops = 6.0 * tokens * vocab * dim;
+  // a/b as JSON, or null when either run was skipped (-1: its workspace would not fit)
+  auto ratio = [](double a, double b) {
+    char text[32];
+    if (a <= 0 || b <= 0) return std::string("null");
+    std::snprintf(text, sizeof text, "%.3f", a / b);
+    return std::string(text);
+  };
   std::printf("{\"bench\":\"linear_cross_entropy\",\"dtype\":\"bf16\",\"tokens\":%lld,\"dim\":%lld,\"vocab\":%lld,"
-              "\"fused_ms\":%.3f,\"fused_tflops_equiv\":%.1f,\"workspace_bytes\":%zu,\"wide_tile_tokens\":%lld,"
+              "\"fused_ms\":%.3f,\"fused_tflops_equiv\":%s,\"workspace_bytes\":%zu,\"wide_tile_tokens\":%lld,"
               "\"wide_tile_ms\":%.3f,\"wide_tile_workspace_bytes\":%zu,\"step_tile_tokens\":%lld,"
-              "\"step_tile_ms\":%.3f,\"step_tile_workspace_bytes\":%zu,\"step_vs_fused\":%.3f,"
-              "\"three_gemm_floor_ms\":%.3f,\"fused_vs_floor\":%.3f,\"step_vs_floor\":%.3f}\n",
+              "\"step_tile_ms\":%.3f,\"step_tile_workspace_bytes\":%zu,\"step_vs_fused\":%s,"
+              "\"three_gemm_floor_ms\":%.3f,\"fused_vs_floor\":%s,\"step_vs_floor\":%s}\n",
               static_cast<long long>(tokens), static_cast<long long>(dim), static_cast<long long>(vocab), fused,
-              flops / fused / 1e9, plan.bytes, static_cast<long long>(full_plan.seq_tile), one_tile, full_plan.bytes,
-              static_cast<long long>(step_plan.seq_tile), step_ms, step_plan.bytes, step_ms / fused, gemms, gemms / fused,
-              gemms / step_ms);
+              ratio(flops / 1e9, fused).c_str(), plan.bytes, static_cast<long long>(full_plan.seq_tile), one_tile,
+              full_plan.bytes, static_cast<long long>(step_plan.seq_tile), step_ms, step_plan.bytes,
+              ratio(step_ms, fused).c_str(), gemms, ratio(gemms, fused).c_str(), ratio(gemms, step_ms).c_str());
 }
 
 void bench_offload() {
