@@ -119,17 +119,22 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .key("vocab_size").value(cfg.model.vocab_size)
       .end_object();
   // the Untied stage schedule planned ("auto" resolved at this length: planned_heads_per_stage),
-  // or standard_attention where "auto" runs none (0 heads, 0 stages); null without Untied Ulysses
+  // or standard_attention where "auto" runs none (heads_per_stage null: a config's 0 means one
+  // head a rank, 0 stages); null without Untied Ulysses
   w.key("untied");
-  if (cfg.memory.untied_ulysses)
-    w.begin_object()
-        .key("heads_per_stage").value(plan.heads_per_stage)
-        .key("stages").value(plan.untied_stages)
+  if (cfg.memory.untied_ulysses) {
+    w.begin_object().key("heads_per_stage");
+    if (plan.untied_stages > 0)
+      w.value(plan.heads_per_stage);
+    else
+      w.null();
+    w.key("stages").value(plan.untied_stages)
         .key("auto").value(cfg.memory.heads_per_stage == kHeadsPerStageAuto)
         .key("standard_attention").value(plan.untied_stages == 0)
         .end_object();
-  else
+  } else {
     w.null();
+  }
   // the tiled MLP's tile planned ("auto" resolved: planned_mlp_tile_tokens); null without it
   w.key("tiled_mlp");
   if (plan.mlp_tiles > 0)

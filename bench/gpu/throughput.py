@@ -10,7 +10,7 @@ warm-up. tokens/s and MFU of both come from one FLOP formula (llama_flops.py).
 --ablate adds, after each length's full-stack run, one Odyssey run per memory technique with that
 technique off (ABLATIONS), then one per Untied stage size fixed by hand (stage_ablations: all heads
 in one stage, 4 heads, one head a stage, a quarter of the heads, less the size the preset's "auto"
-plans, which is standard attention at 32K), in
+plans, which is standard attention at 32K and 64K), in
 the same run: what each costs in step time and saves in memory, the split of a gap to the baseline
 (the H200 measured Odyssey at 0.927x the baseline at 32K with 8 stages of 4 heads).
 
@@ -41,8 +41,8 @@ ABLATIONS = (("no offload", ["memory.offload_activations=false"]),
 def stage_ablations(n_heads, planned=None):
     """The Untied stage size fixed by hand (one rank), beside the full stack's own: the preset's
     heads_per_stage = "auto" plans the fewest stages at the lowest peak, or standard attention where
-    no stage size lowers it (`odyssey plan --json`'s untied: `planned` is its heads_per_stage, 0 for
-    standard attention, which the 1B runs at 32K). Up to three other sizes, in this order: every
+    no stage size lowers it (`odyssey plan --json`'s untied: `planned` is its heads_per_stage, 0 here
+    for standard attention, which the 1B runs at 32K and 64K). Up to three other sizes, in this order: every
     head in one stage (the coarsest Untied schedule: beside standard attention, what the Untied
     Function's backward costs by projecting q, k and v again), 4 heads (8 stages for 32 heads: the
     preset's fixed size until 2026-11-26, 0.927x the baseline at 32K), one head a stage (the most
@@ -74,11 +74,27 @@ def planned_attention(plan):
     return stage_label(untied.get("stages", 0), untied.get("heads_per_stage", 0))
 
 
+def full_stack_pins(plan):
+    """The full stack's "auto" sizes as `plan` resolved them, as --set assignments: (attention,
+    tile). Each ablation run pins the ones it does not vary, so it differs from the full stack in
+    its one technique: "auto" resolved again for a config without, say, the tiled MLP picks other
+    sizes (Untied stages where the full stack runs standard attention)."""
+    untied = plan.get("untied") or {}
+    attention = []
+    if untied.get("standard_attention"):
+        attention = ["memory.untied_ulysses=false"]
+    elif untied.get("heads_per_stage"):
+        attention = ["memory.heads_per_stage=%d" % untied["heads_per_stage"]]
+    tile = (plan.get("tiled_mlp") or {}).get("tile_tokens")
+    return attention, (["memory.mlp_tile_tokens=%d" % tile] if tile else [])
+
+
 def ablations(seq, plan):
     """ABLATIONS, then stage_ablations for the preset's model (its head count and the planned stage
     size from `plan`, the full stack's `odyssey plan --json` at `seq`: a flavor's shape and "auto"
-    are resolved there). Where the full stack itself runs standard attention the "no head chunks"
-    run would repeat it and is left out."""
+    are resolved there), each with the full stack's other sizes pinned (full_stack_pins). Where the
+    full stack itself runs standard attention the "no head chunks" run would repeat it and is left
+    out."""
     heads = plan.get("model", {}).get("n_heads")
     if not heads:
         print("throughput: no head count from odyssey plan (%s): the stage sizes are not varied" % plan.get("error"),
@@ -88,28 +104,45 @@ def ablations(seq, plan):
     standard = bool(untied.get("standard_attention"))
     planned = 0 if standard else untied.get("heads_per_stage")
     print("throughput: the full stack plans %s at %d tokens" % (planned_attention(plan), seq), file=sys.stderr)
-    techniques = tuple(a for a in ABLATIONS if not (standard and a[1] == ["memory.untied_ulysses=false"]))
-    return techniques + stage_ablations(int(heads), planned)
+    attention, tile = full_stack_pins(plan)
+    runs = []
+    for name, sets in ABLATIONS:
+        if sets == ["memory.untied_ulysses=false"]:
+            if not standard:
+                runs.append((name, sets + tile))
+        elif sets == ["memory.tiled_mlp=false"]:
+            runs.append((name, sets + attention))
+        else:
+            runs.append((name, sets + attention + tile))
+    return tuple(runs) + tuple((name, sets + tile) for name, sets in stage_ablations(int(heads), planned))
 
 
 def self_test():
     """The ablation's runs from hand-made plans: standard attention planned (its "no head chunks" run
     left out, one stage of all heads measured instead), a stage size planned (left out of the fixed
-    ones), and no plan at all."""
+    ones), and no plan at all; every run pins the full stack's sizes it does not vary."""
     names = lambda runs: [name for name, _ in runs]  # noqa: E731
-    standard = {"model": {"n_heads": 32}, "untied": {"heads_per_stage": 0, "stages": 0, "auto": True,
-                                                     "standard_attention": True}}
+    standard = {"model": {"n_heads": 32}, "untied": {"heads_per_stage": None, "stages": 0, "auto": True,
+                                                     "standard_attention": True},
+                "tiled_mlp": {"tile_tokens": 16384, "tiles": 2, "auto": True}}
     assert planned_attention(standard) == "standard attention"
-    runs = ablations(32768, standard)
-    assert names(runs) == ["no offload", "no tiled MLP", "no tiled loss", "1 stage of 32 heads", "8 stages of 4 heads",
-                           "32 stages of 1 head"], names(runs)
-    assert runs[3][1] == ["memory.heads_per_stage=32"] and runs[5][1] == ["memory.heads_per_stage=0"], runs
+    assert full_stack_pins(standard) == (["memory.untied_ulysses=false"], ["memory.mlp_tile_tokens=16384"])
+    runs = dict(ablations(32768, standard))
+    assert list(runs) == ["no offload", "no tiled MLP", "no tiled loss", "1 stage of 32 heads", "8 stages of 4 heads",
+                          "32 stages of 1 head"], list(runs)
+    assert runs["no offload"] == ["memory.offload_activations=false", "memory.untied_ulysses=false",
+                                  "memory.mlp_tile_tokens=16384"], runs
+    assert runs["no tiled MLP"] == ["memory.tiled_mlp=false", "memory.untied_ulysses=false"], runs
+    assert runs["1 stage of 32 heads"] == ["memory.heads_per_stage=32", "memory.mlp_tile_tokens=16384"], runs
+    assert runs["32 stages of 1 head"] == ["memory.heads_per_stage=0", "memory.mlp_tile_tokens=16384"], runs
     chunked = {"model": {"n_heads": 32}, "untied": {"heads_per_stage": 16, "stages": 2, "auto": True,
                                                     "standard_attention": False}}
     assert planned_attention(chunked) == "2 stages of 16 heads"
-    runs = ablations(131072, chunked)
-    assert names(runs)[:4] == [a[0] for a in ABLATIONS], names(runs)  # "no head chunks" measured
-    assert names(runs)[4:] == ["1 stage of 32 heads", "8 stages of 4 heads", "32 stages of 1 head"], names(runs)
+    runs = dict(ablations(131072, chunked))
+    assert list(runs)[:4] == [a[0] for a in ABLATIONS], list(runs)  # "no head chunks" measured
+    assert runs["no head chunks (standard attention)"] == ["memory.untied_ulysses=false"], runs  # no tile: none pinned
+    assert runs["no tiled loss"] == ["memory.tiled_loss=false", "memory.heads_per_stage=16"], runs
+    assert list(runs)[4:] == ["1 stage of 32 heads", "8 stages of 4 heads", "32 stages of 1 head"], list(runs)
     one_stage = {"model": {"n_heads": 32}, "untied": {"heads_per_stage": 32, "stages": 1, "standard_attention": False}}
     assert planned_attention(one_stage) == "1 stage of 32 heads"
     assert names(ablations(65536, one_stage))[4:] == ["8 stages of 4 heads", "32 stages of 1 head",
@@ -160,12 +193,19 @@ def main():
                     pair["odyssey"]["planned_step_s"] = planned["step_s"]
                 if planned_attention(plan):  # "auto" resolved: what the full stack's attention ran
                     pair["odyssey"]["attention"] = planned_attention(plan)
+                if (plan.get("tiled_mlp") or {}).get("tile_tokens"):
+                    pair["odyssey"]["mlp_tile_tokens"] = plan["tiled_mlp"]["tile_tokens"]
                 for name, sets in (ablations(seq, plan) if args.ablate else ()):
                     tag = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")  # a plain file name for the carry back
-                    pair["odyssey, " + name] = dict(
-                        run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_%s" % (seq, tag)),
-                                    extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_%s.log" % (seq, tag))),
-                        variant=name)
+                    row = dict(run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_%s" % (seq, tag)),
+                                           extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_%s.log" % (seq, tag))),
+                               variant=name, sets=sets)
+                    own = plan_odyssey(seq, extra_sets=sets)  # what this run's attention and MLP tile were
+                    if planned_attention(own):
+                        row["attention"] = planned_attention(own)
+                    if (own.get("tiled_mlp") or {}).get("tile_tokens"):
+                        row["mlp_tile_tokens"] = own["tiled_mlp"]["tile_tokens"]
+                    pair["odyssey, " + name] = row
             for r in pair.values():
                 if "step_time_s" in r and "error" not in r:
                     r["mfu"] = mfu(shape, seq, r["step_time_s"])  # one formula for both systems

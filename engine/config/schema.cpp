@@ -360,7 +360,7 @@ std::vector<KeySpec> make_schema() {
                         kWordAuto, kMlpTileTokensAuto));
   s.push_back(ODY_BOOL("memory", memory.tiled_loss, "tiled_loss", "LM head + cross-entropy over sequence tiles; never the full logits."));
   s.push_back(ODY_SIZE("memory", memory.loss_tile_tokens, "loss_tile_tokens", "Tokens per loss tile; 0 = about 1 GiB of fp32 logits per tile.", between(0, kMaxTokens, "0 = auto")));
-  s.push_back(ODY_BOOL("memory", memory.untied_ulysses, "untied_ulysses", "Attention in head stages that reuse one set of buffers (Untied Ulysses)."));
+  s.push_back(ODY_BOOL("memory", memory.untied_ulysses, "untied_ulysses", "Attention in head stages that reuse one set of buffers (Untied Ulysses); with heads_per_stage = \"auto\", standard attention at lengths where no stage size lowers the planned peak."));
   s.push_back(ODY_BOOL("memory", memory.offload_optimizer, "offload_optimizer", "Keep fp32 master weights, gradients and AdamW moments in host memory; AdamW runs on the host (on a GPU under the next step's forward)."));
   s.push_back(with_word(ODY_INT("memory", memory.heads_per_stage, "heads_per_stage", "Query heads per stage over all Ulysses ranks (a multiple of ulysses_degree); 0 = ulysses_degree; \"auto\" = the fewest stages at the lowest planned peak for the run's length, or standard attention where no stage size lowers the peak.", between(0, 4096, "0 = one head per rank per stage; or \"auto\"")),
                         kWordAuto, kHeadsPerStageAuto));

@@ -203,9 +203,12 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
   // on the backend; the same bytes at the same moment as a blocking gather). Time: a host AdamW
   // pass still running for the next block (the offloaded optimizer's pipeline) would hold this
   // thread before this block's kernels are queued, and the device would wait for two passes
-  // where the step needs one; then the prefetch follows this block's kernels instead.
+  // where the step needs one; then the prefetch follows this block's kernels instead. Only for an
+  // unsharded group, whose prefetch is a cast: a sharded one starts an all-gather, and collectives
+  // must be issued in the same order on every rank (NCCL), which a per-rank timing decision would
+  // not keep. Under FSDP the device still waits for the next block's pass too.
   FlatParamGroup* next = layer + 1 < n_layers ? rt->blocks[layer + 1] : nullptr;
-  const bool prefetch_after = next != nullptr && next->update_running();
+  const bool prefetch_after = next != nullptr && !next->sharded() && next->update_running();
   if (next != nullptr && !prefetch_after) next->unshard_async();
 
   at::Tensor y;

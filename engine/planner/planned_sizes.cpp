@@ -28,40 +28,11 @@ CoarsestPick coarsest_at_lowest_peak(const std::vector<int64_t>& values, With wi
   return {values.front(), lowest};  // unreachable: some value holds the lowest peak
 }
 
-/// How the attention runs: Untied Ulysses and its stage size (0 when it does not run).
-struct PlannedAttention {
-  bool untied = false;
-  int64_t heads_per_stage = 0;
-};
-
-/// heads_per_stage = "auto" resolved (planned_heads_per_stage, planned_untied_ulysses: one rule).
-/// Standard attention is the coarsest choice of all (no stages, and no re-projection of q, k and v
-/// in backward: the Untied Function keeps none of them), so it runs wherever its planned peak is no
-/// higher than the lowest a stage size reaches.
-PlannedAttention planned_attention(const RunConfig& cfg) {
-  const MemoryConfig& m = cfg.memory;
-  if (m.heads_per_stage != kHeadsPerStageAuto) return {m.untied_ulysses, m.heads_per_stage};  // as given
-  if (!cfg.memory.untied_ulysses) return {};
-  const std::vector<int64_t> sizes = valid_heads_per_stage(cfg);  // increasing: most stages first
-  if (sizes.empty()) return {true, 0};  // the validator reports why
-  RunConfig candidate = cfg;
-  candidate.memory.mlp_tile_tokens = planned_mlp_tile_tokens(cfg);  // the tile with which it runs
-  const CoarsestPick chunked = coarsest_at_lowest_peak(sizes, [&](int64_t heads) -> const RunConfig& {
-    candidate.memory.heads_per_stage = heads;
-    return candidate;
-  });
-  candidate.memory.untied_ulysses = false;
-  candidate.memory.heads_per_stage = 0;
-  if (plan_peak(candidate).peak_bytes <= chunked.peak_bytes) return {};
-  return {true, chunked.value};
-}
-
-}  // namespace
-
-int64_t planned_mlp_tile_tokens(const RunConfig& cfg) {
+/// The MLP tile "auto" picks for `cfg` as its attention stands (a fixed stage size, standard
+/// attention, or "auto" stages at their finest: the lowest stage memory); cfg's own tile when fixed.
+int64_t tile_for_attention(const RunConfig& cfg) {
   if (cfg.memory.mlp_tile_tokens != kMlpTileTokensAuto) return cfg.memory.mlp_tile_tokens;
   if (!cfg.memory.tiled_mlp) return 0;
-  // resolved first: "auto" stages plan at their finest here (the lowest stage memory)
   RunConfig candidate = cfg;
   if (candidate.memory.heads_per_stage == kHeadsPerStageAuto) {
     const std::vector<int64_t> sizes = valid_heads_per_stage(cfg);
@@ -75,16 +46,55 @@ int64_t planned_mlp_tile_tokens(const RunConfig& cfg) {
       .value;
 }
 
-int64_t planned_heads_per_stage(const RunConfig& cfg) { return planned_attention(cfg).heads_per_stage; }
+/// The "auto" sizes resolved: how the attention runs (Untied Ulysses and its stage size, 0 when it
+/// does not run) and the MLP tile (0 without the tiled MLP).
+struct PlannedSizes {
+  bool untied = false;
+  int64_t heads_per_stage = 0;
+  int64_t mlp_tile_tokens = 0;
+};
 
-bool planned_untied_ulysses(const RunConfig& cfg) { return planned_attention(cfg).untied; }
+/// One rule for every "auto" reader (planned_heads_per_stage, planned_untied_ulysses,
+/// planned_mlp_tile_tokens, with_planned_sizes). The tile first, with "auto" stages at their
+/// finest; then the coarsest stage size at the lowest peak with that tile. Standard attention is
+/// the coarsest choice of all (no stages, and no re-projection of q, k and v in backward: the
+/// Untied Function keeps none of them), so it runs, with the tile "auto" picks for it, wherever its
+/// planned peak is no higher than the lowest a stage size reaches.
+PlannedSizes planned_sizes(const RunConfig& cfg) {
+  const MemoryConfig& m = cfg.memory;
+  const int64_t tile = tile_for_attention(cfg);
+  if (m.heads_per_stage != kHeadsPerStageAuto) return {m.untied_ulysses, m.heads_per_stage, tile};  // as given
+  if (!m.untied_ulysses) return {false, 0, tile};
+  const std::vector<int64_t> sizes = valid_heads_per_stage(cfg);  // increasing: most stages first
+  if (sizes.empty()) return {true, 0, tile};                      // the validator reports why
+  RunConfig chunked_cfg = cfg;
+  chunked_cfg.memory.mlp_tile_tokens = tile;
+  const CoarsestPick chunked = coarsest_at_lowest_peak(sizes, [&](int64_t heads) -> const RunConfig& {
+    chunked_cfg.memory.heads_per_stage = heads;
+    return chunked_cfg;
+  });
+  RunConfig standard = cfg;
+  standard.memory.untied_ulysses = false;
+  standard.memory.heads_per_stage = 0;
+  standard.memory.mlp_tile_tokens = tile_for_attention(standard);
+  if (plan_peak(standard).peak_bytes <= chunked.peak_bytes) return {false, 0, standard.memory.mlp_tile_tokens};
+  return {true, chunked.value, tile};
+}
+
+}  // namespace
+
+int64_t planned_mlp_tile_tokens(const RunConfig& cfg) { return planned_sizes(cfg).mlp_tile_tokens; }
+
+int64_t planned_heads_per_stage(const RunConfig& cfg) { return planned_sizes(cfg).heads_per_stage; }
+
+bool planned_untied_ulysses(const RunConfig& cfg) { return planned_sizes(cfg).untied; }
 
 RunConfig with_planned_sizes(const RunConfig& cfg) {
+  const PlannedSizes sizes = planned_sizes(cfg);
   RunConfig out = cfg;
-  out.memory.mlp_tile_tokens = planned_mlp_tile_tokens(cfg);
-  const PlannedAttention attention = planned_attention(out);
-  out.memory.untied_ulysses = attention.untied;
-  out.memory.heads_per_stage = attention.heads_per_stage;
+  out.memory.untied_ulysses = sizes.untied;
+  out.memory.heads_per_stage = sizes.heads_per_stage;
+  out.memory.mlp_tile_tokens = sizes.mlp_tile_tokens;
   return out;
 }
 

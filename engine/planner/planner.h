@@ -116,13 +116,12 @@ MemoryPlan plan_memory(const RunConfig& cfg);
 /// read by fewer stage projections; the lowest peak means the chunking still saves all it can.
 /// Standard attention is coarser still (no stages, and q, k and v kept for backward instead of
 /// projected again: about 1% of the 1B's step at 32K), so where its planned peak is no higher than
-/// that lowest peak "auto" runs it (planned_untied_ulysses is false) and this returns 0. The 1B on
-/// a GPU: at 32K the peak is the fused loss's workspace whatever the attention, so standard
-/// attention; at 64K one stage of all heads (with its 16K MLP tiles standard attention's MLP
-/// backward would be the peak); from 128K the attention reaches the peak and the stages are finer
-/// the longer the context (2 stages at 128K, 4 from 256K). Any other value is returned as it is;
-/// "auto" gives 0 when Untied Ulysses is off or no stage size is valid (the validator reports
-/// why). Planned with the MLP tile the run takes (planned_mlp_tile_tokens).
+/// that lowest peak (each with the MLP tile "auto" picks for it) "auto" runs it
+/// (planned_untied_ulysses is false) and this returns 0. The 1B on a GPU: at 32K and 64K the peak
+/// is the fused loss's workspace whatever the attention, so standard attention; from 128K the
+/// attention reaches the peak and the stages are finer the longer the context (2 stages at 128K,
+/// 4 from 256K). Any other value is returned as it is; "auto" gives 0 when Untied Ulysses is off
+/// or no stage size is valid (the validator reports why).
 int64_t planned_heads_per_stage(const RunConfig& cfg);
 /// Whether the attention runs Untied Ulysses: memory.untied_ulysses, except that heads_per_stage =
 /// "auto" turns it off where standard attention plans a peak no higher than any stage size
@@ -132,11 +131,12 @@ bool planned_untied_ulysses(const RunConfig& cfg);
 /// memory.mlp_tile_tokens = "auto" (kMlpTileTokensAuto) resolved the same way over
 /// mlp_tile_candidates (d_model doubled up to the rank's local sequence): the fewest tiles (fewer
 /// launches of the three GEMMs, forward, recompute and backward) at the lowest planned peak. Resolved
-/// before the stage size, with "auto" stages at their finest; 0 when the tiled MLP is off.
+/// before the stage size, with "auto" stages at their finest; where "auto" then runs standard
+/// attention, the tile picked for standard attention. 0 when the tiled MLP is off.
 int64_t planned_mlp_tile_tokens(const RunConfig& cfg);
-/// `cfg` with every "auto" size resolved: the MLP tile, then the attention with that tile (the stage
-/// size, or standard attention: memory.untied_ulysses false). Every reader resolves through it: the
-/// planner's shapes, the trainer, the studio, `plan`.
+/// `cfg` with every "auto" size resolved (the three functions above: one rule): the attention (the
+/// stage size, or standard attention: memory.untied_ulysses false) and the MLP tile it runs with.
+/// Every reader resolves through it: the planner's shapes, the trainer, the studio, `plan`.
 RunConfig with_planned_sizes(const RunConfig& cfg);
 
 /// The verdict alone: device and host peaks without terms, phases or strings. This is what the

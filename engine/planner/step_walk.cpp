@@ -216,7 +216,11 @@ class Walker {
     const bool grad = !s_.ckpt;
     m_.begin_phase(PhaseKind::FwdAttn, i);
     // the engine unshards block 0 when its forward starts and prefetches block i+1 from block i;
-    // the head is unsharded by the loss forward itself
+    // the head is unsharded by the loss forward itself. (Unsharded, with the offloaded optimizer
+    // pipelined on a GPU, the engine moves a prefetch behind block i's kernels while block i+1's
+    // host pass still runs, BlockFunction::forward: block i+1's parameters then come after block
+    // i's are freed, below this walk by one block's parameters, at the first blocks only. The
+    // walk keeps the order every rank of a sharded run takes: the safe side.)
     if (i == 0) next_gathered_ = gather(K::BlockFull, "block parameters (unsharded)");
     int current = next_gathered_;
     finish_prefetch();

@@ -10,6 +10,7 @@
 #include <optional>
 #include <cstdlib>
 #include <cmath>
+#include <exception>
 #include <regex>
 #include <stdexcept>
 #include <thread>
@@ -70,7 +71,19 @@ bool Trainer::overlaps_host_optimizer() const {
 
 void Trainer::settle_host_updates() {
   RankScope rank(ctx_.slot);
-  for (FlatParamGroup* g : model_->groups()) g->await_update();
+  // Every group's pass is waited for, even past a group whose upload fails (it stays pending,
+  // FlatParamGroup::await_update): no pass is left running on the worker when this returns, so a
+  // caller that goes on to zero the gradients never races with a pass still reading them. The
+  // first failure is rethrown after.
+  std::exception_ptr first_failure;
+  for (FlatParamGroup* g : model_->groups()) {
+    try {
+      g->await_update();
+    } catch (...) {
+      if (!first_failure) first_failure = std::current_exception();
+    }
+  }
+  if (first_failure) std::rethrow_exception(first_failure);
   record_host_pass_span();
 }
 

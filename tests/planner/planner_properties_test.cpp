@@ -375,18 +375,23 @@ TEST_CASE("mlp_tile_tokens \"auto\" plans the fewest tiles at the lowest peak, b
   c.memory.tiled_mlp = true;
   c.memory.mlp_tile_tokens = kMlpTileTokensAuto;
   c.memory.heads_per_stage = kHeadsPerStageAuto;
-  for (int64_t seq : {32 * K, 128 * K, 1024 * K}) {
+  int standard_runs = 0;
+  for (int64_t seq : {32 * K, 64 * K, 128 * K, 1024 * K}) {
     c.training.seq_len = seq;
     INFO("1B at " << seq);
     const std::vector<int64_t> tiles = mlp_tile_candidates(c.model.d_model, seq);
     REQUIRE(tiles.front() == c.model.d_model);  // DeepSpeed's tile first
     REQUIRE(tiles.back() == seq);               // one tile last
-    // the tile is resolved with "auto" stages at their finest
+    // the tile is resolved with "auto" stages at their finest, or, where "auto" runs standard
+    // attention, with standard attention
+    const bool standard = !planned_untied_ulysses(c);
+    standard_runs += standard;
     std::vector<int64_t> peaks;
     for (int64_t tokens : tiles) {
       RunConfig fixed = c;
       fixed.memory.mlp_tile_tokens = tokens;
-      fixed.memory.heads_per_stage = valid_heads_per_stage(c).front();
+      fixed.memory.heads_per_stage = standard ? 0 : valid_heads_per_stage(c).front();
+      fixed.memory.untied_ulysses = !standard;
       peaks.push_back(plan_peak(fixed).peak_bytes);
     }
     const int64_t lowest = *std::min_element(peaks.begin(), peaks.end());
@@ -395,16 +400,20 @@ TEST_CASE("mlp_tile_tokens \"auto\" plans the fewest tiles at the lowest peak, b
     REQUIRE(at != tiles.end());
     CHECK(peaks[at - tiles.begin()] == lowest);
     for (auto later = at + 1; later != tiles.end(); ++later) CHECK(peaks[later - tiles.begin()] > lowest);
-    // then the attention with that tile; the plan's peak is still the lowest of them all (standard
-    // attention only where it is no higher than the finest stages')
+    // then the stage size with that tile; the plan's peak is still the lowest of them all
     const RunConfig resolved = with_planned_sizes(c);
     CHECK(resolved.memory.mlp_tile_tokens == picked);
     CHECK(resolved.memory.heads_per_stage == planned_heads_per_stage(c));
-    CHECK(resolved.memory.untied_ulysses == planned_untied_ulysses(c));
-    CHECK(plan_peak(c).peak_bytes <= lowest);
-    CHECK(plan_peak(resolved).peak_bytes == plan_peak(c).peak_bytes);
-    if (resolved.memory.untied_ulysses) CHECK(plan_peak(c).peak_bytes == lowest);
+    CHECK(resolved.memory.untied_ulysses == !standard);
+    CHECK(plan_peak(c).peak_bytes == lowest);
+    CHECK(plan_peak(resolved).peak_bytes == lowest);
   }
+  // at 64K standard attention runs with its own tile: 8 of 8K, where the finest stages take 16K
+  // tiles (with which standard attention's MLP backward would raise the peak)
+  CHECK(standard_runs >= 2);
+  c.training.seq_len = 64 * K;
+  CHECK_FALSE(planned_untied_ulysses(c));
+  CHECK(planned_mlp_tile_tokens(c) == 8 * K);
   // at 32K the step's peak is the fused loss's workspace (whole rows of the loss tile), which the
   // MLP stays under up to 16K tokens a tile: 2 tiles instead of 16
   c.training.seq_len = 32 * K;

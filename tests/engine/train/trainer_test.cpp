@@ -8,6 +8,7 @@
 #include "engine/config/validate.h"
 #include "engine/planner/planner.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/telemetry/planned_buffer_log.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/rank_loop.h"
 
@@ -350,7 +351,13 @@ TEST_CASE("trainer: heads_per_stage \"auto\" runs standard attention where no st
   CHECK(automatic.config().memory.untied_ulysses);          // the config as given
   CHECK_FALSE(automatic.model_memory().untied_ulysses);     // what the model runs
   Trainer plain(standard, cpu_rank());
-  CHECK(losses(automatic) == losses(plain));  // the same operations: equal bit for bit on one CPU
+  std::vector<double> automatic_losses;
+  {
+    PlannedBufferLog log;  // the Untied Function notes its stage buffers: none may appear
+    automatic_losses = losses(automatic);
+    CHECK(log.seen().count(PlannedBuffer::UntiedQStage) == 0);
+  }
+  CHECK(automatic_losses == losses(plain));  // the same operations: equal bit for bit on one CPU
   CHECK(describe_memory(cfg, cfg.memory).find("Untied Ulysses auto: off at this length") != std::string::npos);
   // a fixed stage size at a step boundary runs the Untied Function again
   MemoryConfig fixed = cfg.memory;
@@ -358,4 +365,7 @@ TEST_CASE("trainer: heads_per_stage \"auto\" runs standard attention where no st
   automatic.set_memory(fixed);
   CHECK(automatic.model_memory().untied_ulysses);
   CHECK(automatic.model_memory().heads_per_stage == fixed.heads_per_stage);
+  PlannedBufferLog log;
+  automatic.step();
+  CHECK(log.seen().count(PlannedBuffer::UntiedQStage) == 1);  // the log sees the Function when it runs
 }
