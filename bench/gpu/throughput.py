@@ -74,6 +74,13 @@ def planned_attention(plan):
     return stage_label(untied.get("stages", 0), untied.get("heads_per_stage", 0))
 
 
+def resolved_sizes(plan):
+    """A run's "auto" sizes as `plan` (its `odyssey plan --json`) resolved them, for its jsonl row:
+    attention (planned_attention) and mlp_tile_tokens, each only where the plan has it."""
+    out = {"attention": planned_attention(plan), "mlp_tile_tokens": (plan.get("tiled_mlp") or {}).get("tile_tokens")}
+    return {k: v for k, v in out.items() if v}
+
+
 def full_stack_pins(plan):
     """The full stack's "auto" sizes as `plan` resolved them, as --set assignments: (attention,
     tile). Each ablation run pins the ones it does not vary, so it differs from the full stack in
@@ -126,6 +133,8 @@ def self_test():
                                                      "standard_attention": True},
                 "tiled_mlp": {"tile_tokens": 16384, "tiles": 2, "auto": True}}
     assert planned_attention(standard) == "standard attention"
+    assert resolved_sizes(standard) == {"attention": "standard attention", "mlp_tile_tokens": 16384}
+    assert resolved_sizes({"error": "no binary"}) == {}
     assert full_stack_pins(standard) == (["memory.untied_ulysses=false"], ["memory.mlp_tile_tokens=16384"])
     runs = dict(ablations(32768, standard))
     assert list(runs) == ["no offload", "no tiled MLP", "no tiled loss", "1 stage of 32 heads", "8 stages of 4 heads",
@@ -191,20 +200,13 @@ def main():
                 planned = plan.get("time") or {}
                 if planned.get("step_s"):
                     pair["odyssey"]["planned_step_s"] = planned["step_s"]
-                if planned_attention(plan):  # "auto" resolved: what the full stack's attention ran
-                    pair["odyssey"]["attention"] = planned_attention(plan)
-                if (plan.get("tiled_mlp") or {}).get("tile_tokens"):
-                    pair["odyssey"]["mlp_tile_tokens"] = plan["tiled_mlp"]["tile_tokens"]
+                pair["odyssey"].update(resolved_sizes(plan))  # "auto" resolved: what the full stack ran
                 for name, sets in (ablations(seq, plan) if args.ablate else ()):
                     tag = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")  # a plain file name for the carry back
                     row = dict(run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_%s" % (seq, tag)),
                                            extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_%s.log" % (seq, tag))),
                                variant=name, sets=sets)
-                    own = plan_odyssey(seq, extra_sets=sets)  # what this run's attention and MLP tile were
-                    if planned_attention(own):
-                        row["attention"] = planned_attention(own)
-                    if (own.get("tiled_mlp") or {}).get("tile_tokens"):
-                        row["mlp_tile_tokens"] = own["tiled_mlp"]["tile_tokens"]
+                    row.update(resolved_sizes(plan_odyssey(seq, extra_sets=sets)))  # what this run ran
                     pair["odyssey, " + name] = row
             for r in pair.values():
                 if "step_time_s" in r and "error" not in r:

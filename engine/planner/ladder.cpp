@@ -142,10 +142,10 @@ std::string MaxSeqLenLimit::binds() const {
 std::string ladder_rung_label(const RunConfig& cfg, int rung) {
   if (rung <= 0) return "default (no sharding)";
   const RunConfig r = ladder_rung_config(cfg, rung);
+  const MemoryConfig planned = with_planned_sizes(r).memory;  // "auto" resolved once for the rung
   std::string added;
   for (const Technique& t : kTechniques) {
     if (t.ladder_rung != rung) continue;
-    const MemoryConfig planned = with_planned_sizes(r).memory;
     std::string what = technique_summary(r, t.id, &planned);
     if (t.id == TechniqueId::Fsdp) what += " over " + std::to_string(r.parallel.world_size) + " ranks";
     added += (added.empty() ? "" : " and ") + what;
