@@ -129,27 +129,36 @@ const std::vector<HardwareProfile>& hardware_profiles() {
   // Device memory is what the CUDA runtime reports as usable (torch.cuda.mem_get_info total), not
   // the marketing size. Bandwidths are per device and direction; host memory is per node. The host
   // AdamW's bandwidth is per node. Measured on the lent H200 machine's host (16 Xeon vCPUs with
-  // AVX-512, 2026-11-26, `OMP_NUM_THREADS=16 host_adamw_bench 256 5`): the fused pass reached 23.0
-  // GB/s of its 28 B a parameter (ATen's op-by-op form 35.0 GB/s-equivalent), so both GPU
-  // profiles take 23 GB/s until a full node is measured; that machine's pinned PCIe copies ran at
-  // 55.3 GB/s each way (odyssey_kernel_bench offload), the h200 profile's figure.
+  // AVX-512, 2026-11-27, commit 24951a9, `host_adamw_bench 256 3 1 2 4 8 16`): the fused pass
+  // reached 113.2 GB/s of its 28 B a parameter on 16 threads (ATen's op-by-op form 27.7 GB/s-
+  // equivalent), and the pipelined passes of a 128K step of Llama-3.2-1B 113 GB/s too (0.350 s a
+  // step, `bench/gpu/optimizer_offload.py`); 23 GB/s on 2026-11-26 was the pass on one thread (a
+  // file built without OpenMP). Both GPU profiles take 113 GB/s until a full node (more cores) is
+  // measured; that machine's pinned PCIe copies ran at 55.3 GB/s each way (odyssey_kernel_bench
+  // offload, both days), the h200 profile's figure.
   // runtime_overhead_gib (CUDA context, cuBLAS workspaces, the caching allocator's reserve beyond
   // its peak) is measured: the driver's count of a run's device memory less the allocator's peak
   // was 1.41 and 1.13 GiB (Llama3-8B rank 0 emulated, 512K and 1M) and 1.92 and 0.98 GiB
   // (Llama-3.2-1B, 64K and 128K) on the H200 (2026-11-26, commit 3239381, `bench/gpu/
-  // planner_vs_measured.py --cases gpu`, docs/benchmarks.md). Both GPU profiles keep 2.0 GiB, the
-  // largest of these; one GPU has no NCCL communicator, whose buffers a node's run adds.
-  // compute_efficiency and attention_efficiency: 0.5 each on both GPU profiles, a round figure
-  // (not fitted) a little under what the published Llama3-8B runs on 8xH100 reach at head_dim 128
-  // (about 57% of the peak in hardware FLOPs at long context: docs/planner.md §10). What Odyssey's
-  // engine reaches depends on the model as much as on the device (FlashAttention-2 at head_dim 64
-  // measured 0.28 on the H200), so a preset measured on a GPU carries its own pair, fitted by
+  // planner_vs_measured.py --cases gpu`, docs/benchmarks.md), and 1.04, 3.14, 1.00 and 1.61 GiB at
+  // the same four points on 2026-11-27 (commit 24951a9): the spread is the allocator's cache of
+  // freed blocks beyond its peak (3.14 GiB at 1M over an allocator peak the same to 0.2%), which
+  // it hands back (cudaFree and retry) before it reports out of memory, so near the device's
+  // limit it shrinks. Both GPU profiles keep 2.0 GiB, which covers every other point; one GPU has
+  // no NCCL communicator, whose buffers a node's run adds.
+  // compute_efficiency and attention_efficiency: 0.5 each on both GPU profiles, a round figure a
+  // little under what the published Llama3-8B runs on 8xH100 reach at head_dim 128 (about 57% of
+  // the peak in hardware FLOPs at long context: docs/planner.md §10). Odyssey's FlashAttention-2
+  // at head_dim 128 measured 0.487 on the H200 (Llama3-8B rank 0 emulated with 2 layers, 512K and
+  // 1M, 85-92% of the step in attention, fitted beside 0.58 for the rest; 2026-11-27, 24951a9), so
+  // 0.5 stays. What the engine reaches depends on the model as much as on the device (head_dim 64:
+  // 0.43), so a preset measured on a GPU carries its own pair, fitted by
   // bench/gpu/fit_efficiency.py (presets/llama3.2-1b-1xh100.toml).
   static const std::vector<HardwareProfile> profiles = {
       {"h100-sxm", "NVIDIA H100 SXM 80 GB, 8 per node (DGX H100: NVLink 4, PCIe Gen5, 2 TiB host)",
-       hardware("h100-sxm", 79.1, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.5, 0.8, 2.0, 23.0)},
+       hardware("h100-sxm", 79.1, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.5, 0.8, 2.0, 113.0)},
       {"h200", "NVIDIA H200 SXM 141 GB, 8 per node (DGX H200: NVLink 4, PCIe Gen5, 2 TiB host)",
-       hardware("h200", 139.8, 989.4, 450.0, 50.0, 55.3, 2048.0, 8, 0.5, 0.5, 0.8, 2.0, 23.0)},
+       hardware("h200", 139.8, 989.4, 450.0, 50.0, 55.3, 2048.0, 8, 0.5, 0.5, 0.8, 2.0, 113.0)},
       {"cpu", "This machine's CPU: ranks are threads, 'device' and host memory are the same RAM",
        hardware("cpu", 16.0, 0.1, 10.0, 10.0, 10.0, 16.0, 8, 0.5, 0.5, 0.5, 0.0, 10.0)},
   };

@@ -58,6 +58,7 @@ class HostCloneTransport final : public OffloadTransport {
     note_host_copy(layer, /*to_host=*/false, static_cast<int64_t>(it->second.nbytes()), t_begin);
     host_.erase(it);  // memory: the host copy is not needed once the device has it
   }
+  void fence_copy(int64_t) override {}  // the clone is done: nothing reads x any more
   void acquire(int64_t) override {}
   void release(int64_t) override {}
   void end_step() override { host_.clear(); }
@@ -107,9 +108,19 @@ void OffloadStore::put(int64_t layer, const at::Tensor& x) {
   if (!transport_ || !x.sizes().equals(input_sizes_) || x.scalar_type() != dtype_)
     throw std::logic_error("offload: block " + std::to_string(layer) + "'s input is " + std::string(x.toString()) +
                            " of another shape than the step's (start_step)");
-  transport_->offload(layer, x.is_contiguous() ? x : x.contiguous());
+  release_copied_input();  // at most one input waits for its copy
+  copying_source_ = x.is_contiguous() ? x : x.contiguous();
+  copying_layer_ = layer;
+  transport_->offload(layer, copying_source_);
   offloaded_[layer] = false;
   ++total_offloaded_;
+}
+
+void OffloadStore::release_copied_input() {
+  if (copying_layer_ < 0) return;
+  transport_->fence_copy(copying_layer_);
+  copying_source_ = at::Tensor();  // memory: the device copy of the input is freed here
+  copying_layer_ = -1;
 }
 
 void OffloadStore::prefetch(int64_t layer) {
@@ -152,6 +163,8 @@ void OffloadStore::release(int64_t layer) {
 
 void OffloadStore::clear() {
   if (transport_) transport_->end_step();  // first: no copy may still write a slot that is freed below
+  copying_source_ = at::Tensor();           // its copy is done (end_step waited for it)
+  copying_layer_ = -1;
   offloaded_.clear();
   rotation_.reset();
   for (at::Tensor& s : slots_) s = at::Tensor();

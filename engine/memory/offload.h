@@ -35,9 +35,13 @@ class OffloadTransport {
   /// A step starts whose `blocks` (engine/layout/planned_buffers.h: 1..n_layers-2) each offload
   /// `input_bytes` (the slab is sized here, once: its host bytes are charged from the first step on).
   virtual void start_step(const OffloadedBlocks& blocks, int64_t input_bytes) = 0;
-  /// Copies x [B, s, d] (contiguous) to `layer`'s host copy. The caller may drop x at once: the
-  /// CUDA transport tells the caching allocator that its copy stream still reads x's memory.
+  /// Starts copying x [B, s, d] (contiguous) to `layer`'s host copy. x must stay alive until
+  /// fence_copy(layer) (OffloadStore holds it).
   virtual void offload(int64_t layer, const at::Tensor& x) = 0;
+  /// Compute work queued from here on runs after `layer`'s copy to the host has read x, so x may
+  /// be freed now (CUDA: the compute stream waits for the copy's event, no host wait; CPU: the
+  /// copy was synchronous).
+  virtual void fence_copy(int64_t layer) = 0;
   /// Starts filling `slot` [B, s, d] from `layer`'s host copy.
   virtual void prefetch(int64_t layer, const at::Tensor& slot) = 0;
   /// Compute reads `layer`'s slot from here on (CUDA: the compute stream waits for the H2D).
@@ -78,8 +82,17 @@ class OffloadStore {
   /// A step with offload starts: n_layers blocks whose inputs are [input_sizes] of `dtype`, of
   /// which offloaded_blocks(n_layers) go to the host (drops what a previous step left).
   void start_step(int64_t n_layers, at::IntArrayRef input_sizes, at::ScalarType dtype);
-  /// Copies x [B, s, d] to the host. The caller drops its device reference, freeing it.
+  /// Starts copying x [B, s, d] to the host. The caller drops its device reference; the store
+  /// keeps x until release_copied_input(), which the next block's forward calls after its
+  /// attention.
+  /// Memory: x stays on the device one block longer, through the next block's attention, so that
+  /// its copy overlaps that attention (a side stream) and compute never waits for it. Freeing x at
+  /// once would leave its memory to the caching allocator until the copy is seen done on the host
+  /// (recordStream), and the host runs blocks ahead of the device: on the H200 (2026-11-27) up to
+  /// 12 block inputs, 2.5 GiB, stayed held that way. Planned as this rule (engine/planner/step_walk.cpp).
   void put(int64_t layer, const at::Tensor& x);
+  /// The input put() last is freed once compute is fenced behind its copy; no-op when none is held.
+  void release_copied_input();
   /// Starts bringing `layer` back into its device slot. No-op when absent or already on its way.
   void prefetch(int64_t layer);
   /// `layer`'s input on the device [B, s, d] (prefetched, or brought back now), valid until
@@ -105,6 +118,8 @@ class OffloadStore {
   std::vector<int64_t> input_sizes_;  ///< [B, s, d] of this step's inputs
   at::ScalarType dtype_ = at::kFloat;
   std::map<int64_t, bool> offloaded_;  ///< layer -> its prefetch was started
+  int64_t copying_layer_ = -1;         ///< the layer whose input copy_source_ is (-1: none held)
+  at::Tensor copying_source_;          ///< [B, s, d] device: put() last, until release_copied_input()
   kernels::SlotRotation rotation_;
   std::array<at::Tensor, kernels::SlotRotation::kSlots> slots_;  ///< [B, s, d] device, allocated on demand
   int64_t total_offloaded_ = 0;

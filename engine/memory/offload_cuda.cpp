@@ -9,7 +9,6 @@
 #include "engine/telemetry/phase.h"
 
 #if defined(ODYSSEY_WITH_CUDA)
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -63,10 +62,13 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
     require_engine("offload");
     const cudaStream_t compute = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
     engine_->offload(region(layer), x.data_ptr(), x.nbytes(), compute);
-    // The caller frees x next: the caching allocator must not hand its memory out again before
-    // the D2H that reads it has run (instead of making compute wait for the copy).
-    c10::cuda::CUDACachingAllocator::recordStream(
-        x.storage().data_ptr(), c10::cuda::getStreamFromExternal(engine_->d2h_stream(), device_.index()));
+  }
+  void fence_copy(int64_t layer) override {
+    require_engine("fence_copy");
+    // x is freed next on the compute stream: its memory goes to the next allocation in stream
+    // order, which now runs after the D2H read it (no recordStream, whose hold lasts until the
+    // host sees the copy done: blocks later when the host runs ahead).
+    engine_->fence_source(region(layer), compute_stream());
   }
   void prefetch(int64_t layer, const at::Tensor& slot) override {
     require_engine("prefetch");

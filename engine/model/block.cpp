@@ -99,6 +99,9 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     const at::Tensor h = g.x_leaf + attn;  // [B, s, d]
     attn.reset();
     g.h_leaf = keep_graph ? h.detach().requires_grad_(true) : h;  // shares h's storage
+    // Memory: the block input offloaded last (the previous block's) is freed once this attention
+    // is queued, its copy to the host having overlapped it (OffloadStore::put); no-op otherwise.
+    if (rt.offload != nullptr) rt.offload->release_copied_input();
   }
   {
     std::optional<EnginePhase> phase;
@@ -220,7 +223,7 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
     }
     const OffloadedBlocks offloaded = offloaded_blocks(n_layers);
     if (rt->offload && offloaded.holds(layer)) {
-      rt->offload->put(layer, x);  // the device copy dies when the caller drops x
+      rt->offload->put(layer, x);  // the device copy lives until the next block's attention is queued
     } else if (rt->offload && offloaded.embeds(layer)) {
       ctx->saved_data["embedded_input"] = true;  // memory: nothing kept; backward looks it up again
     } else {

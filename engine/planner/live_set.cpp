@@ -37,11 +37,11 @@ void LiveSet::snapshot_at(PhaseCode phase, int64_t device_bytes, int64_t host_by
   snapshot_host_ = host_bytes;
 }
 
-std::vector<LiveEntry> LiveSet::live_entries() const {
+std::vector<LiveEntry> LiveSet::live_entries(int except) const {
   std::vector<LiveEntry> live;
   live.reserve(entries_.size());
-  for (const auto& e : entries_)
-    if (e.live) live.push_back(e);
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].live && static_cast<int>(i) != except) live.push_back(entries_[i]);
   return live;
 }
 

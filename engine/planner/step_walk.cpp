@@ -155,7 +155,8 @@ class Walker {
       int64_t bytes = 0, count = 0;
     };
     std::vector<Group> groups;
-    const std::vector<LiveEntry> after = m_.live_entries();
+    // block 1's input, held for its copy, is the one every middle block holds at its end: no residue
+    const std::vector<LiveEntry> after = m_.live_entries(copying_input_);
     auto add = [&](const std::vector<LiveEntry>& entries, int sign) {
       for (const auto& e : entries) {
         auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
@@ -228,15 +229,21 @@ class Walker {
         i + 1 < s_.L ? gather(K::BlockFull, "block parameters (unsharded, prefetch)", &gather_in_flight_) : -1;
     b.input = x_;
     int h = halves_.attention_forward(grad, b.attn);
+    // the block input offloaded last (the previous block's) is freed once this attention is
+    // queued: its copy to the host overlapped it (OffloadStore::put)
+    f(copying_input_);
+    copying_input_ = -1;
     m_.begin_phase(PhaseKind::FwdMlp, i);
     int out = halves_.mlp_forward(grad, b.mlp);
     if (s_.ckpt) {
       f(h);
-      if (s_.offload && (offloaded_.holds(i) || offloaded_.embeds(i))) {
-        if (offloaded_.holds(i) && !slab())
+      if (s_.offload && offloaded_.holds(i)) {
+        if (!slab())
           b.host = m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded,
                             kind_bytes(K::OffloadedInput, s_), 1, /*host=*/true);
-        f(b.input);  // offloaded, or (block 0) looked up again from the token ids in backward
+        copying_input_ = b.input;  // on the device until the next block's attention is queued
+      } else if (s_.offload && offloaded_.embeds(i)) {
+        f(b.input);  // block 0: looked up again from the token ids in backward
       } else {
         m_.retag(b.input, C::SavedActivations,
                  s_.offload ? "last block input (kept on the device)" : "checkpointed block inputs");
@@ -442,6 +449,7 @@ class Walker {
   int x_ = -1, dy_ = -1;
   int next_gathered_ = -1, current_gathered_ = -1, head_gathered_ = -1, tied_embed_ = -1;
   int prefetched_input_ = -1;
+  int copying_input_ = -1;  ///< an offloaded block input on the device while its copy runs (OffloadStore::put)
   int gather_in_flight_ = -1;                   ///< a prefetch's all-gather input shard
   int pending_pack_ = -1, pending_shard_ = -1;  ///< a deferred reduce-scatter's buffers
   bool collapse_ = false, ghosted_ = false;

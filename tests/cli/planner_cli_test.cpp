@@ -104,7 +104,7 @@ TEST_CASE("odyssey plan --json: the contract's fields", "[cli][planner]") {
 
 TEST_CASE("odyssey plan: the step time rests on two efficiencies, a measured preset's over its profile's",
           "[cli][planner]") {
-  // The 1B preset carries the H200's fitted pair (0.312 GEMMs, 0.280 attention kernels); the
+  // The 1B preset carries the H200's fitted pair (0.473 GEMMs, 0.431 attention kernels); the
   // profiles' 0.5 stays under it whichever profile is named.
   for (const char* profile : {"", " --set hardware.profile=h200"}) {
     INFO("profile" << profile);
@@ -120,13 +120,13 @@ TEST_CASE("odyssey plan: the step time rests on two efficiencies, a measured pre
     REQUIRE(att > 0);
     REQUIRE(att < hw);
     // The JSON carries 17 significant digits: the sum below is exact to a few 1e-16.
-    CHECK(t.at("attention_s").get<double>() == Approx(tokens * att / (peak * 0.280)).epsilon(1e-12));
+    CHECK(t.at("attention_s").get<double>() == Approx(tokens * att / (peak * 0.431)).epsilon(1e-12));
     CHECK(t.at("compute_s").get<double>() ==
-          Approx(tokens * ((hw - att) / (peak * 0.312) + att / (peak * 0.280))).epsilon(1e-12));
+          Approx(tokens * ((hw - att) / (peak * 0.473) + att / (peak * 0.431))).epsilon(1e-12));
     const Run text = run_odyssey(std::string("plan presets/llama3.2-1b-1xh100.toml") + profile);
     REQUIRE(text.code == 0);
-    CHECK(text.out.find("at hardware.compute_efficiency 0.312 (GEMMs and the rest) and "
-                        "hardware.attention_efficiency 0.28 (attention kernels) of 989.4 TFLOP/s") != std::string::npos);
+    CHECK(text.out.find("at hardware.compute_efficiency 0.473 (GEMMs and the rest) and "
+                        "hardware.attention_efficiency 0.431 (attention kernels) of 989.4 TFLOP/s") != std::string::npos);
   }
   const Run profile = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml");
   REQUIRE(profile.code == 0);

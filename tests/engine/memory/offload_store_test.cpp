@@ -32,6 +32,10 @@ class RecordingTransport final : public OffloadTransport {
     log_->push_back("prefetch " + std::to_string(layer));
     inner_->prefetch(layer, slot);
   }
+  void fence_copy(int64_t layer) override {
+    log_->push_back("fence " + std::to_string(layer));
+    inner_->fence_copy(layer);
+  }
   void acquire(int64_t layer) override { log_->push_back("acquire " + std::to_string(layer)); }
   void release(int64_t layer) override { log_->push_back("release " + std::to_string(layer)); }
   void end_step() override {
@@ -59,7 +63,9 @@ TEST_CASE("offload: a training step offloads blocks 1..L-2, prefetches each whil
   const int64_t input_bytes = 64 * cfg.model.d_model * 4;  // [1, 64, d] fp32
   const std::vector<std::string> expected{
       "start blocks 1..2 x " + std::to_string(input_bytes) + " B",
-      "offload 1", "offload 2",  // forward; block 0's input is the embedding's, block 3's stays on the device
+      // forward; block 0's input is the embedding's, block 3's stays on the device; each copied
+      // input is freed behind its copy once the next block's attention is queued
+      "offload 1", "fence 1", "offload 2", "fence 2",
       "prefetch 2",              // block 3 recomputes from its saved input
       "acquire 2", "prefetch 1", "release 2",  // block 2 from slot 0, block 1 into slot 1
       "acquire 1", "release 1",  // block 0 recomputes its input from the token ids: nothing to prefetch
@@ -108,4 +114,27 @@ TEST_CASE("offload: the two slots hold exactly the block computing and the one p
   CHECK(store.host_bytes() == 0);
   CHECK_THROWS_WITH(store.take(3), Catch::Contains("block 3 was never offloaded"));
   CHECK(store.total_offloaded() == 3);
+}
+
+TEST_CASE("offload: the store holds the input it copies until release_copied_input fences compute behind the copy",
+          "[offload]") {
+  std::vector<std::string> log;
+  OffloadStore store(at::kCPU, std::make_unique<RecordingTransport>(&log));
+  store.start_step(5, {1, 8, 16}, at::kFloat);
+  at::Tensor x1 = at::full({1, 8, 16}, 1.0), x2 = at::full({1, 8, 16}, 2.0);
+  store.put(1, x1);
+  CHECK(x1.use_count() == 2);  // the caller's and the store's: its copy may still read it
+  store.release_copied_input();
+  CHECK(x1.use_count() == 1);
+  store.release_copied_input();  // nothing held: no second fence
+  store.put(2, x2);
+  at::Tensor x3 = at::full({1, 8, 16}, 3.0);
+  store.put(3, x3);  // at most one is held: block 2's is fenced and dropped first
+  CHECK(x2.use_count() == 1);
+  CHECK(x3.use_count() == 2);
+  store.clear();  // the end of a step (or a failed one) drops it after waiting for the copies
+  CHECK(x3.use_count() == 1);
+  const std::vector<std::string> expected{"start blocks 1..3 x 512 B", "offload 1", "fence 1", "offload 2",
+                                          "fence 2", "offload 3", "end"};
+  CHECK(log == expected);
 }
