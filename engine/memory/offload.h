@@ -118,7 +118,7 @@ class OffloadStore {
   std::vector<int64_t> input_sizes_;  ///< [B, s, d] of this step's inputs
   at::ScalarType dtype_ = at::kFloat;
   std::map<int64_t, bool> offloaded_;  ///< layer -> its prefetch was started
-  int64_t copying_layer_ = -1;         ///< the layer whose input copy_source_ is (-1: none held)
+  int64_t copying_layer_ = -1;         ///< the layer whose input copying_source_ is (-1: none held)
   at::Tensor copying_source_;          ///< [B, s, d] device: put() last, until release_copied_input()
   kernels::SlotRotation rotation_;
   std::array<at::Tensor, kernels::SlotRotation::kSlots> slots_;  ///< [B, s, d] device, allocated on demand

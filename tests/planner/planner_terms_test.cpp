@@ -328,7 +328,7 @@ TEST_CASE("tiled loss on a GPU profile: the planner charges the fused kernel's o
   auto recompute_flops = [](const MemoryPlan& p) {
     return p.time.hardware_flops_per_token - p.time.model_flops_per_token;
   };
-  const HardwareConfig& h100 = *find_hardware_profile("h100-sxm");
+  const HardwareConfig h100 = *find_hardware_profile("h100-sxm");  // a copy: the optional is a temporary
   REQUIRE(recompute_flops(plan) > 0);
   CHECK(recompute_flops(plan) == Approx(recompute_flops(on_cpu)).epsilon(1e-9));
   // A 16384-entry vocabulary: two of the kernel's default 8192-entry tiles (4 GEMMs, one head
