@@ -114,7 +114,7 @@ int run_bench_command(int argc, char** argv, int first) {
                 1000 * v.min_s(), 1000 * v.max_s(), ratio, planned, v.device_peak / 1048576.0, v.host_peak / 1048576.0);
   }
   std::printf("planned: the planner's step-time ratio for the same configs on the %s profile (hardware.compute_efficiency, "
-              "attention_efficiency)\n",
+              "attention_efficiency, untied_attention_efficiency)\n",
               cfg.hardware.profile.c_str());
   for (const auto& v : result.variants)
     if (!v.planned_error.empty()) std::printf("not planned: %s: %s\n", v.name.c_str(), v.planned_error.c_str());

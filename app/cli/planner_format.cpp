@@ -150,6 +150,7 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .key("step_s").value(t.step_s)
       .key("compute_s").value(t.compute_s)
       .key("attention_s").value(t.attention_s)
+      .key("attention_kernel").value(t.untied_attention ? "untied" : "sdpa")
       .key("recompute_s").value(t.recompute_s)
       .key("all_to_all_s").value(t.all_to_all_s)
       .key("fsdp_comm_s").value(t.fsdp_comm_s)
@@ -253,11 +254,16 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
                t.optimizer_exposed_s < t.host_optimizer_s ? " (the rest runs under the next step's forward)" : "");
   os << strf("throughput: %.2f tokens/s per device; MFU %.1f%% (causal attention) / %.1f%% (PaLM count); HFU %.1f%%\n",
              t.tokens_per_s_per_device, 100 * t.mfu, 100 * t.mfu_palm, 100 * t.hfu);
-  // what the step time rests on: the two achieved fractions of the peak (a profile's, or a
-  // preset's measured pair: bench/gpu/fit_efficiency.py)
-  os << strf("at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.attention_efficiency %.3g "
-             "(attention kernels) of %.1f TFLOP/s\n",
-             cfg.hardware.compute_efficiency, cfg.hardware.attention_efficiency, cfg.hardware.bf16_tflops);
+  // what the step time rests on: the two achieved fractions of the peak in use (a profile's, or
+  // a preset's measured figures: bench/gpu/fit_efficiency.py)
+  if (t.untied_attention)
+    os << strf("at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.untied_attention_efficiency "
+               "%.3g (the Untied stages' attention kernels) of %.1f TFLOP/s\n",
+               cfg.hardware.compute_efficiency, cfg.hardware.untied_attention_efficiency, cfg.hardware.bf16_tflops);
+  else
+    os << strf("at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.attention_efficiency %.3g "
+               "(SDPA's attention kernels) of %.1f TFLOP/s\n",
+               cfg.hardware.compute_efficiency, cfg.hardware.attention_efficiency, cfg.hardware.bf16_tflops);
   os << "FLOP convention: " << t.convention << "\n";
   if (!advice.empty()) {
     os << "\nto make it fit (least predicted slowdown first):\n";

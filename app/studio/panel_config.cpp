@@ -27,7 +27,8 @@ const std::set<std::string>& config_panel_keys() {
       "memory.mlp_tile_tokens", "memory.tiled_loss", "memory.loss_tile_tokens", "memory.untied_ulysses",
       "memory.heads_per_stage", "memory.offload_optimizer", "hardware.profile", "hardware.device_memory_gib", "hardware.bf16_tflops",
       "hardware.pcie_gbps", "hardware.nvlink_gbps", "hardware.host_memory_gib", "hardware.host_optimizer_gbps", "hardware.gpus_per_node",
-      "hardware.compute_efficiency", "hardware.attention_efficiency", "hardware.runtime_overhead_gib"};
+      "hardware.compute_efficiency", "hardware.attention_efficiency", "hardware.untied_attention_efficiency",
+      "hardware.runtime_overhead_gib"};
   return keys;
 }
 
@@ -372,7 +373,9 @@ void draw_hardware(AppState& state) {
       input_f64(state, "Host AdamW bandwidth (GB/s)", "hardware.host_optimizer_gbps", &c.hardware.host_optimizer_gbps, "%.0f");
       input_i64(state, "GPUs per node", "hardware.gpus_per_node", &c.hardware.gpus_per_node);
       input_f64(state, "Compute efficiency", "hardware.compute_efficiency", &c.hardware.compute_efficiency, "%.2f");
-      input_f64(state, "Attention efficiency", "hardware.attention_efficiency", &c.hardware.attention_efficiency, "%.2f");
+      input_f64(state, "Attention efficiency (SDPA)", "hardware.attention_efficiency", &c.hardware.attention_efficiency, "%.2f");
+      input_f64(state, "Attention efficiency (Untied stages)", "hardware.untied_attention_efficiency",
+                &c.hardware.untied_attention_efficiency, "%.2f");
       input_f64(state, "Runtime overhead (GiB)", "hardware.runtime_overhead_gib", &c.hardware.runtime_overhead_gib, "%.1f");
       ImGui::EndTable();
     }

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Fits the planner's two compute efficiencies (hardware.compute_efficiency for GEMMs and the work
-between them, hardware.attention_efficiency for the attention kernels) to measured step times.
+"""Fits the planner's compute efficiencies (hardware.compute_efficiency for GEMMs and the work
+between them; hardware.attention_efficiency for SDPA's attention kernels, which standard attention
+and Ulysses run; hardware.untied_attention_efficiency for the Untied stages' FlashAttention-2) to
+measured step times.
 
 The planner's step (engine/planner/step_time.cpp) is
-    t x ((F_hw - F_att) / (peak x compute_efficiency) + F_att / (peak x attention_efficiency)) + rest
+    t x ((F_hw - F_att) / (peak x compute_efficiency) + F_att / (peak x e_kernel)) + rest
 where t, F_hw (hardware FLOPs per token), F_att (the attention kernels' part, which grows with the
-context) and rest (communication, exposed copies, the offloaded optimizer) are the planner's own
-counts, read from `odyssey plan --json` at each length: the two unknowns enter linearly (as
-1/efficiency), so points at two or more lengths give both by least squares (two points exactly),
-and one point gives compute_efficiency when attention_efficiency is given. Nothing is re-derived
-here: the FLOPs are the planner's.
+context), the kernel (`time.attention_kernel`: "sdpa" or "untied") and rest (communication,
+exposed copies, the offloaded optimizer) are the planner's own counts, read from `odyssey plan
+--json` at each length: the unknowns enter linearly (as 1/efficiency), so points at as many
+lengths as unknowns give them by least squares (exactly, with as many), and a given attention
+efficiency leaves one unknown fewer. Nothing is re-derived here: the FLOPs are the planner's.
 
     python3 bench/gpu/fit_efficiency.py --point 32K=2.058 --point 64K=6.158 --point 128K=20.49
     python3 bench/gpu/fit_efficiency.py --point 32K=2.032 --attention-efficiency 0.279
@@ -50,7 +52,7 @@ CANNOT_FIT = 3  # exit status: the points cannot be fitted (a Python failure exi
 
 def split_flops(time):
     """(seconds of GEMM work at efficiency 1, seconds of attention-kernel work at efficiency 1,
-    rest seconds) of one `plan --json` time block."""
+    rest seconds, the attention kernel: "sdpa" or "untied") of one `plan --json` time block."""
     try:
         t, peak = time["tokens_per_device"], time["peak_flops"]
         hw, att = time["hardware_flops_per_token"], time["attention_flops_per_token"]
@@ -58,58 +60,104 @@ def split_flops(time):
     except KeyError as e:
         raise FitError("the plan's time block has no %s: an odyssey binary from before the two efficiencies "
                        "(2026-11-27)" % e)
-    return t * (hw - att) / peak, t * att / peak, rest
+    # before the Untied stages had their own efficiency (2026-11-27) every plan ran SDPA's
+    return t * (hw - att) / peak, t * att / peak, rest, time.get("attention_kernel", "sdpa")
 
 
-def fit(points, attention_efficiency=None):
-    """points: [(tokens, measured step s, plan time block)]. Returns {"compute_efficiency",
-    "attention_efficiency", "points": [...]} with each point's fitted step and its residual.
-    Raises FitError where the points cannot determine the unknowns."""
-    rows = [(seq, measured) + split_flops(time) for seq, measured, time in points]
-    if attention_efficiency is not None:
-        if not rows:
-            raise FitError("no measured point")
-        # one unknown x = 1 / compute_efficiency: least squares of gemm * x = measured - rest - att / e_a
-        num = sum(g * (m - r - a / attention_efficiency) for _, m, g, a, r in rows)
-        den = sum(g * g for _, _, g, _, _ in rows)
-        if den <= 0:
-            raise FitError("the plan counts no GEMM FLOPs")
-        x, y = num / den, 1.0 / attention_efficiency
-    else:
-        if len({seq for seq, *_ in rows}) < 2:
-            raise FitError("two unknowns need points at two or more different lengths (or --attention-efficiency)")
-        # normal equations of [g a] [x y]^T = m - r
-        sgg = sum(g * g for _, _, g, _, _ in rows)
-        saa = sum(a * a for _, _, _, a, _ in rows)
-        sga = sum(g * a for _, _, g, a, _ in rows)
-        sgm = sum(g * (m - r) for _, m, g, _, r in rows)
-        sam = sum(a * (m - r) for _, m, _, a, r in rows)
-        det = sgg * saa - sga * sga
-        if det <= 1e-12 * sgg * saa:
-            raise FitError("the points do not separate the two terms (attention's share is the same at every length)")
-        x = (sgm * saa - sam * sga) / det
-        y = (sam * sgg - sgm * sga) / det
-    if x <= 0 or y <= 0:
-        raise FitError("the fit gives a negative time per FLOP (x=%g, y=%g): the measurements are not of this plan" % (x, y))
-    out = {"compute_efficiency": 1.0 / x, "attention_efficiency": 1.0 / y, "points": []}
-    for seq, m, g, a, r in rows:
-        fitted = g * x + a * y + r
+# The unknowns, in the order of the columns: 1/efficiency of the GEMMs and the rest, of SDPA's
+# attention kernels, of the Untied stages' (engine/planner/step_time.cpp).
+UNKNOWNS = ("compute_efficiency", "attention_efficiency", "untied_attention_efficiency")
+KERNEL_COLUMN = {"sdpa": 1, "untied": 2}
+WORDS = {1: "one", 2: "two", 3: "three"}
+
+
+def solve(n, a):
+    """Solves the n x n system a (rows of n coefficients and the right-hand side) by Gaussian
+    elimination with partial pivoting; None where a pivot vanishes against its column's scale."""
+    a = [row[:] for row in a]
+    scale = [max(abs(a[r][c]) for r in range(n)) or 1.0 for c in range(n)]
+    for c in range(n):
+        pivot = max(range(c, n), key=lambda r: abs(a[r][c]))
+        if abs(a[pivot][c]) <= 1e-9 * scale[c]:
+            return None
+        a[c], a[pivot] = a[pivot], a[c]
+        for r in range(c + 1, n):
+            f = a[r][c] / a[c][c]
+            for k in range(c, n + 1):
+                a[r][k] -= f * a[c][k]
+    x = [0.0] * n
+    for c in reversed(range(n)):
+        x[c] = (a[c][n] - sum(a[c][k] * x[k] for k in range(c + 1, n))) / a[c][c]
+    return x
+
+
+def fit(points, attention_efficiency=None, untied_attention_efficiency=None):
+    """points: [(tokens, measured step s, plan time block)]. Returns {"compute_efficiency", and
+    "attention_efficiency" and/or "untied_attention_efficiency" for the attention kernels the
+    points ran (given ones are kept), "points": [...]} with each point's fitted step and its
+    residual. Least squares in 1/efficiency. Raises FitError where the points cannot determine the
+    unknowns."""
+    if not points:
+        raise FitError("no measured point")
+    rows = []
+    for seq, measured, time in points:
+        g, a, r, kernel = split_flops(time)
+        coef = [g, 0.0, 0.0]
+        coef[KERNEL_COLUMN.get(kernel, 1)] = a
+        rows.append((seq, measured, coef, r))
+    given = {1: attention_efficiency, 2: untied_attention_efficiency}
+    present = [c for c in (1, 2) if any(coef[c] > 0 for _, _, coef, _ in rows)]
+    unknown = [0] + [c for c in present if given[c] is None]
+    n = len(unknown)
+    if len({seq for seq, *_ in rows}) < n:
+        raise FitError("%s unknowns need points at %s or more different lengths (or a given attention efficiency)"
+                       % (WORDS[n], WORDS[n]) if n > 1 else "no measured point")
+    inverse = {c: 1.0 / given[c] for c in present if given[c] is not None}
+    # normal equations of A x = m - r - the given kernels' seconds, over the unknown columns
+    lhs = []
+    for i in unknown:
+        row = [sum(coef[i] * coef[j] for _, _, coef, _ in rows) for j in unknown]
+        row.append(sum(coef[i] * (m - r - sum(coef[c] * y for c, y in inverse.items())) for _, m, coef, r in rows))
+        lhs.append(row)
+    x = solve(n, lhs)
+    if x is None:
+        raise FitError("the points do not separate the terms (attention's share is the same at every length, or "
+                       "a kernel's points are too few)")
+    values = dict(inverse)
+    values.update(zip(unknown, x))
+    if any(v <= 0 for v in values.values()):
+        raise FitError("the fit gives a negative time per FLOP (%s): the measurements are not of this plan" % ", ".join(
+            "%s=%g" % (UNKNOWNS[c], v) for c, v in sorted(values.items())))
+    out = {UNKNOWNS[c]: 1.0 / values[c] for c in sorted(values)}
+    out["points"] = []
+    for seq, m, coef, r in rows:
+        att = sum(coef[c] * values[c] for c in present)
+        fitted = coef[0] * values[0] + att + r
         out["points"].append({"seq_len": seq, "measured_s": m, "fitted_s": fitted, "residual": fitted / m - 1.0,
-                              "attention_share": a * y / fitted})
+                              "attention_share": att / fitted})
     return out
 
 
-def held_out(points, attention_efficiency=None):
+def predict(result, time):
+    """The step a fit's efficiencies give for one plan's time block."""
+    g, a, r, kernel = split_flops(time)
+    return g / result["compute_efficiency"] + a / result[UNKNOWNS[KERNEL_COLUMN.get(kernel, 1)]] + r
+
+
+def held_out(points, attention_efficiency=None, untied_attention_efficiency=None):
     """Fits all points but the longest and predicts the longest: {"seq_len", "measured_s",
-    "predicted_s", "relative_error"}, or None without a point beyond the unknowns (two, or one with the
-    attention efficiency given)."""
-    if len(points) < (2 if attention_efficiency is not None else 3):
+    "predicted_s", "relative_error"}, or None without a point beyond the unknowns."""
+    kernels = {split_flops(time)[3] for _, _, time in points}
+    unknowns = 1 + len([k for k in kernels if {"sdpa": attention_efficiency, "untied": untied_attention_efficiency}.get(k) is None])
+    if len(points) <= unknowns:
         return None
     ordered = sorted(points, key=lambda p: p[0])
-    f = fit(ordered[:-1], attention_efficiency)
+    f = fit(ordered[:-1], attention_efficiency, untied_attention_efficiency)
     seq, measured, time = ordered[-1]
-    g, a, r = split_flops(time)
-    predicted = g / f["compute_efficiency"] + a / f["attention_efficiency"] + r
+    kernel = split_flops(time)[3]
+    if UNKNOWNS[KERNEL_COLUMN.get(kernel, 1)] not in f:
+        raise FitError("the longest point runs the %s attention kernel, which no shorter point ran" % kernel)
+    predicted = predict(f, time)
     return {"seq_len": seq, "measured_s": measured, "predicted_s": predicted, "relative_error": predicted / measured - 1.0}
 
 
@@ -138,8 +186,7 @@ def full_stack_steps(jsonl_path):
 
 def markdown(result, command):
     lines = ["Command: `%s`" % command, "",
-             "fitted: `compute_efficiency = %.3f`, `attention_efficiency = %.3f`" % (
-                 result["compute_efficiency"], result["attention_efficiency"]), "",
+             "fitted: " + ", ".join("`%s = %.3f`" % (k, result[k]) for k in UNKNOWNS if k in result), "",
              "| tokens | measured step | fitted step | residual | attention kernels' share |", "|---|---|---|---|---|"]
     for p in result["points"]:
         lines.append("| %d | %.3f s | %.3f s | %+.2f%% | %.1f%% |" % (p["seq_len"], p["measured_s"], p["fitted_s"],
@@ -204,6 +251,44 @@ def self_test():
             assert word in str(e), (word, str(e))
         else:
             raise AssertionError("fit accepted %r" % (bad,))
+    # three unknowns: SDPA's kernel at two lengths, the Untied stages' at two more; each kernel's
+    # points carry its own efficiency and the fit recovers all three, the fourth point held out
+    truth_u = 0.27
+
+    def kernel_block(seq, kernel):
+        att = att_per_s * seq
+        time = dict(block(seq, hw_linear + att, att, rest=0.05), attention_kernel=kernel)
+        measured = seq * (hw_linear / (1e15 * truth_c) + att / (1e15 * (truth_a if kernel == "sdpa" else truth_u))) + 0.05
+        return seq, measured, time
+
+    mixed = [kernel_block(32768, "sdpa"), kernel_block(65536, "sdpa"), kernel_block(131072, "untied"),
+             kernel_block(262144, "untied")]
+    f3 = fit(mixed)
+    for key, truth in (("compute_efficiency", truth_c), ("attention_efficiency", truth_a),
+                       ("untied_attention_efficiency", truth_u)):
+        assert abs(f3[key] - truth) < 1e-9, (key, f3)
+    h3 = held_out(mixed)
+    assert h3 and h3["seq_len"] == 262144 and abs(h3["relative_error"]) < 1e-9, h3
+    # with SDPA's efficiency given, the two SDPA points and one Untied point fit the other two
+    f2 = fit(mixed[1:3], attention_efficiency=truth_a)
+    assert abs(f2["untied_attention_efficiency"] - truth_u) < 1e-9, f2
+    assert f2["attention_efficiency"] == truth_a, f2
+    # one kernel's points alone say nothing of the other kernel's efficiency
+    assert "untied_attention_efficiency" not in fit(mixed[:2]), fit(mixed[:2])
+    # three unknowns from two lengths cannot be fitted; a longest point of a kernel no shorter point
+    # ran cannot be held out
+    try:
+        fit(mixed[1:3])
+    except FitError as e:
+        assert "three unknowns need points at three or more" in str(e), str(e)
+    else:
+        raise AssertionError("fit took three unknowns from two lengths")
+    try:
+        held_out(mixed[:2] + [kernel_block(131072, "untied")], attention_efficiency=truth_a)
+    except FitError as e:
+        assert "no shorter point ran" in str(e), str(e)
+    else:
+        raise AssertionError("held out a point of a kernel the fit never saw")
     print(json.dumps({"self_test": "ok"}))
 
 
@@ -214,7 +299,10 @@ def main():
     parser.add_argument("--from", dest="from_jsonl", action="append", default=[],
                         help="a throughput.jsonl of bench/gpu/throughput.py (repeatable: the ablation's 32K and the "
                              "throughput stage's 64K of two calls)")
-    parser.add_argument("--attention-efficiency", type=float, help="fix it (0 < e <= 1) and fit compute_efficiency alone")
+    parser.add_argument("--attention-efficiency", type=float,
+                        help="SDPA's attention kernels at this (0 < e <= 1): not fitted")
+    parser.add_argument("--untied-attention-efficiency", type=float,
+                        help="the Untied stages' attention kernels at this (0 < e <= 1): not fitted")
     parser.add_argument("--preset", help="the preset measured (default: the benchmarks', ODYSSEY_BENCH_PRESET or the 1B)")
     parser.add_argument("--set", action="append", default=[], help="more `--set k=v` for the plans")
     parser.add_argument("--md", help="also write a markdown table here")
@@ -223,8 +311,10 @@ def main():
     if args.self_test:
         self_test()
         return 0
-    if args.attention_efficiency is not None and not 0 < args.attention_efficiency <= 1:
-        parser.error("--attention-efficiency %g: must be in (0, 1]" % args.attention_efficiency)
+    for flag, value in (("--attention-efficiency", args.attention_efficiency),
+                        ("--untied-attention-efficiency", args.untied_attention_efficiency)):
+        if value is not None and not 0 < value <= 1:
+            parser.error("%s %g: must be in (0, 1]" % (flag, value))
     if args.preset:
         os.environ["ODYSSEY_BENCH_PRESET"] = args.preset  # systems.odyssey_preset reads it
     measured = {}
@@ -241,12 +331,12 @@ def main():
             return 2
     try:
         points = plan_points(measured, args.set)
-        result = fit(points, args.attention_efficiency)
+        result = fit(points, args.attention_efficiency, args.untied_attention_efficiency)
     except FitError as e:
         print(json.dumps({"error": str(e), "preset": odyssey_preset(), "points": measured}))
         return CANNOT_FIT
     try:
-        result["held_out"] = held_out(points, args.attention_efficiency)
+        result["held_out"] = held_out(points, args.attention_efficiency, args.untied_attention_efficiency)
     except FitError as e:  # the fit of every point stands; only the check without the longest failed
         result["held_out"] = {"error": str(e)}
     result["preset"] = odyssey_preset()

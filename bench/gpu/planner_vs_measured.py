@@ -9,7 +9,7 @@ of the training process, sampled through the run (its most), less the allocator'
 plan's whole peak_bytes is set against that device count. Each case runs at two context lengths, so
 the bytes per token (the slope the max-context answer rests on) are measured too. Each point also
 keeps its step time beside the planner's (the steps after the first): at two lengths, bench/gpu/
-fit_efficiency.py --preset P --point ... fits the planner's two efficiencies to them (the 8B case:
+fit_efficiency.py --preset P --point ... fits the planner's efficiencies to them (the 8B case:
 the attention kernels at head_dim 128).
 
 Targets: step peak within 10%; bytes per token within 5%.

@@ -94,7 +94,7 @@ std::vector<ModelFlavor> make_flavors() {
 
 HardwareConfig hardware(const char* name, double mem, double tflops, double nvlink, double internode,
                         double pcie, double host, int64_t per_node, double eff, double attention_eff,
-                        double comm_eff, double overhead, double host_optimizer) {
+                        double untied_attention_eff, double comm_eff, double overhead, double host_optimizer) {
   HardwareConfig h;
   h.profile = name;
   h.device_memory_gib = mem;
@@ -106,6 +106,7 @@ HardwareConfig hardware(const char* name, double mem, double tflops, double nvli
   h.gpus_per_node = per_node;
   h.compute_efficiency = eff;
   h.attention_efficiency = attention_eff;
+  h.untied_attention_efficiency = untied_attention_eff;
   h.comm_efficiency = comm_eff;
   h.runtime_overhead_gib = overhead;
   h.host_optimizer_gbps = host_optimizer;
@@ -146,21 +147,25 @@ const std::vector<HardwareProfile>& hardware_profiles() {
   // it hands back (cudaFree and retry) before it reports out of memory, so near the device's
   // limit it shrinks. Both GPU profiles keep 2.0 GiB, which covers every other point; one GPU has
   // no NCCL communicator, whose buffers a node's run adds.
-  // compute_efficiency and attention_efficiency: 0.5 each on both GPU profiles, a round figure a
-  // little under what the published Llama3-8B runs on 8xH100 reach at head_dim 128 (about 57% of
-  // the peak in hardware FLOPs at long context: docs/planner.md §10). Odyssey's FlashAttention-2
-  // at head_dim 128 measured 0.487 on the H200 (Llama3-8B rank 0 emulated with 2 layers, 512K and
-  // 1M, 85-92% of the step in attention, fitted beside 0.58 for the rest; 2026-11-27, 24951a9), so
-  // 0.5 stays. What the engine reaches depends on the model as much as on the device (head_dim 64:
-  // 0.43), so a preset measured on a GPU carries its own pair, fitted by
-  // bench/gpu/fit_efficiency.py (presets/llama3.2-1b-1xh100.toml).
+  // compute_efficiency and the two attention efficiencies: 0.5 each on both GPU profiles, a round
+  // figure a little under what the published Llama3-8B runs on 8xH100 reach at head_dim 128 (about
+  // 57% of the peak in hardware FLOPs at long context: docs/planner.md §10). The engine runs two
+  // attention kernels: SDPA's pick for standard attention and Ulysses (attention_efficiency; cuDNN's
+  // kernel on the H200) and FlashAttention-2 for the Untied stages, which need its log-sum-exp
+  // (untied_attention_efficiency). Measured on the H200 (2026-11-27, 24951a9): SDPA at head_dim
+  // 128 0.487 (Llama3-8B rank 0 emulated with Ulysses, 2 layers, 512K and 1M, 85-92% of the step
+  // in attention, fitted beside 0.58 for the rest), so 0.5 stays; at head_dim 64 SDPA 0.431 and
+  // the Untied stages' FlashAttention-2 0.274 (Llama-3.2-1B). What the engine reaches depends on the
+  // model as much as on the device, so a preset measured on a GPU carries its own figures, fitted
+  // by bench/gpu/fit_efficiency.py (presets/llama3.2-1b-1xh100.toml); FlashAttention-2 at head_dim
+  // 128 is not measured yet.
   static const std::vector<HardwareProfile> profiles = {
       {"h100-sxm", "NVIDIA H100 SXM 80 GB, 8 per node (DGX H100: NVLink 4, PCIe Gen5, 2 TiB host)",
-       hardware("h100-sxm", 79.1, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.5, 0.8, 2.0, 113.0)},
+       hardware("h100-sxm", 79.1, 989.4, 450.0, 50.0, 50.0, 2048.0, 8, 0.5, 0.5, 0.5, 0.8, 2.0, 113.0)},
       {"h200", "NVIDIA H200 SXM 141 GB, 8 per node (DGX H200: NVLink 4, PCIe Gen5, 2 TiB host)",
-       hardware("h200", 139.8, 989.4, 450.0, 50.0, 55.3, 2048.0, 8, 0.5, 0.5, 0.8, 2.0, 113.0)},
+       hardware("h200", 139.8, 989.4, 450.0, 50.0, 55.3, 2048.0, 8, 0.5, 0.5, 0.5, 0.8, 2.0, 113.0)},
       {"cpu", "This machine's CPU: ranks are threads, 'device' and host memory are the same RAM",
-       hardware("cpu", 16.0, 0.1, 10.0, 10.0, 10.0, 16.0, 8, 0.5, 0.5, 0.5, 0.0, 10.0)},
+       hardware("cpu", 16.0, 0.1, 10.0, 10.0, 10.0, 16.0, 8, 0.5, 0.5, 0.5, 0.5, 0.0, 10.0)},
   };
   return profiles;
 }

@@ -140,7 +140,11 @@ struct HardwareConfig {
   double host_optimizer_gbps = 100.0; ///< memory bandwidth the host AdamW reaches per node, GB/s
   int64_t gpus_per_node = 8;         ///< devices sharing one host
   double compute_efficiency = 0.5;   ///< achieved fraction of peak FLOPs in GEMMs and the rest
-  double attention_efficiency = 0.5; ///< achieved fraction of peak FLOPs in the attention kernels
+  /// achieved fraction of peak FLOPs in SDPA's attention kernels (standard attention, Ulysses)
+  double attention_efficiency = 0.5;
+  /// achieved fraction of peak FLOPs in the Untied stages' attention kernels (FlashAttention-2,
+  /// called for its log-sum-exp: another kernel than SDPA picks on Hopper, cuDNN's)
+  double untied_attention_efficiency = 0.5;
   double comm_efficiency = 0.8;      ///< achieved fraction of link bandwidth in collectives
   double runtime_overhead_gib = 2.0; ///< CUDA context, NCCL, cuBLAS workspace, fragmentation
 

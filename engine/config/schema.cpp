@@ -379,7 +379,8 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_FLOAT("hardware", hardware.host_memory_gib, "host_memory_gib", "Host memory per node, GiB.", closed(0, 1 << 20, "GiB")));
   s.push_back(ODY_INT("hardware", hardware.gpus_per_node, "gpus_per_node", "Devices per node sharing the host memory.", between(1, 1024)));
   s.push_back(ODY_FLOAT("hardware", hardware.compute_efficiency, "compute_efficiency", "Achieved fraction of peak FLOP/s in everything but the attention kernels: GEMMs, with the elementwise work between them (0..1].", positive_up_to(1)));
-  s.push_back(ODY_FLOAT("hardware", hardware.attention_efficiency, "attention_efficiency", "Achieved fraction of peak FLOP/s in the attention kernels (FlashAttention forward, its recompute, backward counted as 2x the forward) (0..1].", positive_up_to(1)));
+  s.push_back(ODY_FLOAT("hardware", hardware.attention_efficiency, "attention_efficiency", "Achieved fraction of peak FLOP/s in SDPA's attention kernels, which standard attention and Ulysses run (cuDNN's on Hopper): forward, its recompute, backward counted as 2x the forward (0..1].", positive_up_to(1)));
+  s.push_back(ODY_FLOAT("hardware", hardware.untied_attention_efficiency, "untied_attention_efficiency", "Achieved fraction of peak FLOP/s in the Untied Ulysses stages' attention kernels (FlashAttention-2, for its log-sum-exp), counted as attention_efficiency is (0..1].", positive_up_to(1)));
   s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency", "Achieved fraction of link bandwidth in collectives (0..1].", positive_up_to(1)));
   s.push_back(ODY_FLOAT("hardware", hardware.runtime_overhead_gib, "runtime_overhead_gib", "CUDA context, NCCL, cuBLAS workspace and fragmentation, GiB per device.", closed(0, 65536, "GiB")));
 

@@ -49,6 +49,9 @@ struct StepTimePlan {
   /// the part of compute_s in the attention kernels (FlashAttention forward, recompute, backward)
   /// at hardware.attention_efficiency; the rest of compute_s runs at compute_efficiency
   double attention_s = 0;
+  /// the attention kernels are the Untied stages' FlashAttention-2, at
+  /// hardware.untied_attention_efficiency (else SDPA's, at attention_efficiency)
+  bool untied_attention = false;
   double recompute_s = 0;      ///< the part of compute_s spent recomputing
   double all_to_all_s = 0;     ///< Ulysses all-to-all (not overlapped)
   double fsdp_comm_s = 0;      ///< all-gather + reduce-scatter (overlapped part excluded)
@@ -61,9 +64,9 @@ struct StepTimePlan {
   double step_s = 0;           ///< total
   double tokens_per_s_per_device = 0;
   double model_flops_per_token = 0;  ///< the convention's FLOPs per token (see convention)
-  /// What a measured step time calibrates the two efficiencies against (bench/gpu/
-  /// fit_efficiency.py): compute_s = t x ((hardware - attention) / (peak x compute_efficiency)
-  /// + attention / (peak x attention_efficiency)).
+  /// What a measured step time calibrates the efficiencies against (bench/gpu/fit_efficiency.py):
+  /// compute_s = t x ((hardware - attention) / (peak x compute_efficiency) + attention / (peak x
+  /// the attention kernel's efficiency: untied_attention)).
   int64_t tokens_per_device = 0;         ///< t: tokens a device computes per step
   double hardware_flops_per_token = 0;   ///< model FLOPs plus the recompute the engine runs
   double attention_flops_per_token = 0;  ///< the part of it in the attention kernels

@@ -40,8 +40,11 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   const double head = 2.0 * s.V * s.d;
   const double attn_fwd = proj + o_proj + core_causal;
   const double block_fwd = attn_fwd + mlp;
-  // The attention kernels' FLOPs per token (FlashAttention forward, its recompute, backward at 2x
-  // the forward) run at hardware.attention_efficiency; every other FLOP at compute_efficiency.
+  // The attention kernels' FLOPs per token (forward, its recompute, backward at 2x the forward) run
+  // at the efficiency of the kernel the engine calls: SDPA's for standard attention and Ulysses
+  // (hardware.attention_efficiency), FlashAttention-2 for the Untied stages, which need its
+  // log-sum-exp (untied_attention_efficiency; engine/parallel/flash_attention.cpp). Every other
+  // FLOP runs at compute_efficiency.
   const double core_passes = 1.0 + (s.ckpt ? 1.0 : 0.0) + 2.0;
   const double attention = L * core_passes * core_causal;
 
@@ -64,7 +67,9 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
 
   const double peak = hw.bf16_tflops * 1e12;
   const double rate = peak * hw.compute_efficiency;           // achieved FLOP/s: GEMMs and the rest
-  const double attn_rate = peak * hw.attention_efficiency;    // achieved FLOP/s: the attention kernels
+  const double attn_rate =  // achieved FLOP/s: the attention kernels
+      peak * (s.untied ? hw.untied_attention_efficiency : hw.attention_efficiency);
+  out.untied_attention = s.untied;
   // Seconds per token of `flops` FLOPs of which `core` are the attention kernels'.
   const auto secs = [&](double flops, double core) { return (flops - core) / rate + core / attn_rate; };
   const double per_node = static_cast<double>(std::max<int64_t>(1, hw.gpus_per_node));

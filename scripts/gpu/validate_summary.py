@@ -79,8 +79,11 @@ def throughput(d):
         held = fitted.get("held_out") or {}
         held_text = ("; held out: %s" % held["error"] if "error" in held else
                      "; held out %d tokens: %+.2f%%" % (held["seq_len"], 100 * held["relative_error"]) if held else "")
-        out.append("  fitted efficiencies: %s" % (fitted.get("error") or "compute %.3f, attention %.3f%s" % (
-            fitted["compute_efficiency"], fitted["attention_efficiency"], held_text)))
+        # the attention kernels the stage's lengths ran: SDPA's, the Untied stages', or both
+        names = (("compute_efficiency", "compute"), ("attention_efficiency", "attention (SDPA)"),
+                 ("untied_attention_efficiency", "attention (Untied stages)"))
+        out.append("  fitted efficiencies: %s" % (fitted.get("error") or ", ".join(
+            "%s %.3f" % (label, fitted[key]) for key, label in names if key in fitted) + held_text))
     return out
 
 

@@ -102,36 +102,55 @@ TEST_CASE("odyssey plan --json: the contract's fields", "[cli][planner]") {
   CHECK(model.at("vocab_size").get<int64_t>() == 128256);
 }
 
-TEST_CASE("odyssey plan: the step time rests on two efficiencies, a measured preset's over its profile's",
+TEST_CASE("odyssey plan: the step time rests on the efficiencies of the kernels it runs, a measured preset's over "
+          "its profile's",
           "[cli][planner]") {
-  // The 1B preset carries the H200's fitted pair (0.473 GEMMs, 0.431 attention kernels); the
-  // profiles' 0.5 stays under it whichever profile is named.
-  for (const char* profile : {"", " --set hardware.profile=h200"}) {
-    INFO("profile" << profile);
-    const Run r = run_odyssey(std::string("plan presets/llama3.2-1b-1xh100.toml") + profile + " --json");
-    REQUIRE(r.code == 0);
-    const Json t = parse(r).at("time");
-    const double tokens = t.at("tokens_per_device").get<double>();
-    const double hw = t.at("hardware_flops_per_token").get<double>();
-    const double att = t.at("attention_flops_per_token").get<double>();
-    const double peak = t.at("peak_flops").get<double>();
-    CHECK(tokens == 131072);  // 128K tokens, batch 1, one rank
-    CHECK(peak == 989.4e12);
-    REQUIRE(att > 0);
-    REQUIRE(att < hw);
-    // The JSON carries 17 significant digits: the sum below is exact to a few 1e-16.
-    CHECK(t.at("attention_s").get<double>() == Approx(tokens * att / (peak * 0.431)).epsilon(1e-12));
-    CHECK(t.at("compute_s").get<double>() ==
-          Approx(tokens * ((hw - att) / (peak * 0.473) + att / (peak * 0.431))).epsilon(1e-12));
-    const Run text = run_odyssey(std::string("plan presets/llama3.2-1b-1xh100.toml") + profile);
-    REQUIRE(text.code == 0);
-    CHECK(text.out.find("at hardware.compute_efficiency 0.473 (GEMMs and the rest) and "
-                        "hardware.attention_efficiency 0.431 (attention kernels) of 989.4 TFLOP/s") != std::string::npos);
-  }
+  // The 1B preset carries the H200's fitted figures: GEMMs 0.473, SDPA's attention 0.431 (the
+  // standard attention "auto" plans at 32K), the Untied stages' FlashAttention-2 0.274 (the
+  // stages "auto" plans at its 128K); the profiles' 0.5 stays under them whichever is named.
+  struct Length {
+    const char* set;
+    int64_t tokens;
+    const char* kernel;
+    double attention_efficiency;
+    const char* text;
+  };
+  const Length lengths[] = {
+      {"", 131072, "untied", 0.274,
+       "at hardware.compute_efficiency 0.473 (GEMMs and the rest) and hardware.untied_attention_efficiency 0.274 "
+       "(the Untied stages' attention kernels) of 989.4 TFLOP/s"},
+      {" --set training.seq_len=32K", 32768, "sdpa", 0.431,
+       "at hardware.compute_efficiency 0.473 (GEMMs and the rest) and hardware.attention_efficiency 0.431 (SDPA's "
+       "attention kernels) of 989.4 TFLOP/s"}};
+  for (const char* profile : {"", " --set hardware.profile=h200"})
+    for (const Length& l : lengths) {
+      INFO("profile" << profile << l.set);
+      const std::string cmd = std::string("plan presets/llama3.2-1b-1xh100.toml") + profile + l.set;
+      const Run r = run_odyssey(cmd + " --json");
+      REQUIRE(r.code == 0);
+      const Json t = parse(r).at("time");
+      const double tokens = t.at("tokens_per_device").get<double>();
+      const double hw = t.at("hardware_flops_per_token").get<double>();
+      const double att = t.at("attention_flops_per_token").get<double>();
+      const double peak = t.at("peak_flops").get<double>();
+      CHECK(tokens == l.tokens);  // batch 1, one rank
+      CHECK(peak == 989.4e12);
+      CHECK(t.at("attention_kernel").get<std::string>() == l.kernel);
+      REQUIRE(att > 0);
+      REQUIRE(att < hw);
+      // The JSON carries 17 significant digits: the sum below is exact to a few 1e-16.
+      const double e = l.attention_efficiency;
+      CHECK(t.at("attention_s").get<double>() == Approx(tokens * att / (peak * e)).epsilon(1e-12));
+      CHECK(t.at("compute_s").get<double>() ==
+            Approx(tokens * ((hw - att) / (peak * 0.473) + att / (peak * e))).epsilon(1e-12));
+      const Run text = run_odyssey(cmd);
+      REQUIRE(text.code == 0);
+      CHECK(text.out.find(l.text) != std::string::npos);
+    }
   const Run profile = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml");
   REQUIRE(profile.code == 0);
   CHECK(profile.out.find("at hardware.compute_efficiency 0.5 (GEMMs and the rest) and hardware.attention_efficiency "
-                         "0.5 (attention kernels)") != std::string::npos);
+                         "0.5 (SDPA's attention kernels)") != std::string::npos);
 }
 
 TEST_CASE("odyssey plan: \"auto\" names the planner's stage size and MLP tile at each length", "[cli][planner]") {

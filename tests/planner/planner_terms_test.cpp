@@ -526,6 +526,22 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   CHECK(g.attention_s == t.attention_s);
   CHECK(g.step_s - t.step_s == Approx(t.compute_s - t.attention_s).epsilon(1e-9));
 
+  // The Untied stages call FlashAttention-2 (for its log-sum-exp), not SDPA's kernel: their
+  // attention FLOPs, the same count, run at untied_attention_efficiency, and SDPA's figure no
+  // longer counts. (The stages also project q, k, v again in backward: that is compute_s.)
+  RunConfig untied = cfg;
+  untied.memory.untied_ulysses = true;
+  untied.memory.heads_per_stage = 2;
+  untied.hardware.untied_attention_efficiency = 0.125;
+  REQUIRE(validate(untied).empty());
+  const StepTimePlan u = plan_memory(untied).time;
+  CHECK_FALSE(t.untied_attention);
+  CHECK(u.untied_attention);
+  CHECK(u.attention_flops_per_token == attention);
+  CHECK(u.attention_s == Approx(2 * t.attention_s).epsilon(1e-12));
+  untied.hardware.attention_efficiency = 0.9;
+  CHECK(plan_memory(untied).time.attention_s == u.attention_s);
+
   // Without checkpointing the attention kernels run forward and backward only.
   cfg.memory.activation_checkpointing = false;
   CHECK(plan_memory(cfg).time.attention_flops_per_token == L * 3 * core);
