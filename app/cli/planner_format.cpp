@@ -256,14 +256,11 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
              t.tokens_per_s_per_device, 100 * t.mfu, 100 * t.mfu_palm, 100 * t.hfu);
   // what the step time rests on: the two achieved fractions of the peak in use (a profile's, or
   // a preset's measured figures: bench/gpu/fit_efficiency.py)
-  if (t.untied_attention)
-    os << strf("at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.untied_attention_efficiency "
-               "%.3g (the Untied stages' attention kernels) of %.1f TFLOP/s\n",
-               cfg.hardware.compute_efficiency, cfg.hardware.untied_attention_efficiency, cfg.hardware.bf16_tflops);
-  else
-    os << strf("at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.attention_efficiency %.3g "
-               "(SDPA's attention kernels) of %.1f TFLOP/s\n",
-               cfg.hardware.compute_efficiency, cfg.hardware.attention_efficiency, cfg.hardware.bf16_tflops);
+  os << strf("at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.%s %.3g (%s attention kernels) "
+             "of %.1f TFLOP/s\n",
+             cfg.hardware.compute_efficiency, t.untied_attention ? "untied_attention_efficiency" : "attention_efficiency",
+             t.attention_kernel_efficiency, t.untied_attention ? "the Untied stages'" : "SDPA's",
+             cfg.hardware.bf16_tflops);
   os << "FLOP convention: " << t.convention << "\n";
   if (!advice.empty()) {
     os << "\nto make it fit (least predicted slowdown first):\n";

@@ -52,7 +52,7 @@ CANNOT_FIT = 3  # exit status: the points cannot be fitted (a Python failure exi
 
 def split_flops(time):
     """(seconds of GEMM work at efficiency 1, seconds of attention-kernel work at efficiency 1,
-    rest seconds, the attention kernel: "sdpa" or "untied") of one `plan --json` time block."""
+    rest seconds, the attention kernel's column in UNKNOWNS) of one `plan --json` time block."""
     try:
         t, peak = time["tokens_per_device"], time["peak_flops"]
         hw, att = time["hardware_flops_per_token"], time["attention_flops_per_token"]
@@ -61,7 +61,10 @@ def split_flops(time):
         raise FitError("the plan's time block has no %s: an odyssey binary from before the two efficiencies "
                        "(2026-11-27)" % e)
     # before the Untied stages had their own efficiency (2026-11-27) every plan ran SDPA's
-    return t * (hw - att) / peak, t * att / peak, rest, time.get("attention_kernel", "sdpa")
+    kernel = time.get("attention_kernel", "sdpa")
+    if kernel not in KERNEL_COLUMN:
+        raise FitError("the plan's attention kernel %r is none of %s" % (kernel, ", ".join(KERNEL_COLUMN)))
+    return t * (hw - att) / peak, t * att / peak, rest, KERNEL_COLUMN[kernel]
 
 
 # The unknowns, in the order of the columns: 1/efficiency of the GEMMs and the rest, of SDPA's
@@ -69,6 +72,11 @@ def split_flops(time):
 UNKNOWNS = ("compute_efficiency", "attention_efficiency", "untied_attention_efficiency")
 KERNEL_COLUMN = {"sdpa": 1, "untied": 2}
 WORDS = {1: "one", 2: "two", 3: "three"}
+
+
+def given_efficiencies(attention_efficiency, untied_attention_efficiency):
+    """{attention column: the efficiency given for it, or None where it is fitted}."""
+    return {KERNEL_COLUMN["sdpa"]: attention_efficiency, KERNEL_COLUMN["untied"]: untied_attention_efficiency}
 
 
 def solve(n, a):
@@ -99,19 +107,20 @@ def fit(points, attention_efficiency=None, untied_attention_efficiency=None):
     unknowns."""
     if not points:
         raise FitError("no measured point")
-    rows = []
+    rows, columns = [], set()
     for seq, measured, time in points:
-        g, a, r, kernel = split_flops(time)
+        g, a, r, column = split_flops(time)
         coef = [g, 0.0, 0.0]
-        coef[KERNEL_COLUMN.get(kernel, 1)] = a
+        coef[column] = a
         rows.append((seq, measured, coef, r))
-    given = {1: attention_efficiency, 2: untied_attention_efficiency}
-    present = [c for c in (1, 2) if any(coef[c] > 0 for _, _, coef, _ in rows)]
+        columns.add(column)
+    given = given_efficiencies(attention_efficiency, untied_attention_efficiency)
+    present = sorted(columns)  # the attention kernels the points ran
     unknown = [0] + [c for c in present if given[c] is None]
     n = len(unknown)
     if len({seq for seq, *_ in rows}) < n:
         raise FitError("%s unknowns need points at %s or more different lengths (or a given attention efficiency)"
-                       % (WORDS[n], WORDS[n]) if n > 1 else "no measured point")
+                       % (WORDS[n], WORDS[n]))
     inverse = {c: 1.0 / given[c] for c in present if given[c] is not None}
     # normal equations of A x = m - r - the given kernels' seconds, over the unknown columns
     lhs = []
@@ -140,23 +149,23 @@ def fit(points, attention_efficiency=None, untied_attention_efficiency=None):
 
 def predict(result, time):
     """The step a fit's efficiencies give for one plan's time block."""
-    g, a, r, kernel = split_flops(time)
-    return g / result["compute_efficiency"] + a / result[UNKNOWNS[KERNEL_COLUMN.get(kernel, 1)]] + r
+    g, a, r, column = split_flops(time)
+    return g / result["compute_efficiency"] + a / result[UNKNOWNS[column]] + r
 
 
 def held_out(points, attention_efficiency=None, untied_attention_efficiency=None):
     """Fits all points but the longest and predicts the longest: {"seq_len", "measured_s",
     "predicted_s", "relative_error"}, or None without a point beyond the unknowns."""
-    kernels = {split_flops(time)[3] for _, _, time in points}
-    unknowns = 1 + len([k for k in kernels if {"sdpa": attention_efficiency, "untied": untied_attention_efficiency}.get(k) is None])
+    given = given_efficiencies(attention_efficiency, untied_attention_efficiency)
+    unknowns = 1 + len([c for c in {split_flops(time)[3] for _, _, time in points} if given[c] is None])
     if len(points) <= unknowns:
         return None
     ordered = sorted(points, key=lambda p: p[0])
     f = fit(ordered[:-1], attention_efficiency, untied_attention_efficiency)
     seq, measured, time = ordered[-1]
-    kernel = split_flops(time)[3]
-    if UNKNOWNS[KERNEL_COLUMN.get(kernel, 1)] not in f:
-        raise FitError("the longest point runs the %s attention kernel, which no shorter point ran" % kernel)
+    column = split_flops(time)[3]
+    if UNKNOWNS[column] not in f:
+        raise FitError("the longest point runs %s's attention kernel, which no shorter point ran" % UNKNOWNS[column])
     predicted = predict(f, time)
     return {"seq_len": seq, "measured_s": measured, "predicted_s": predicted, "relative_error": predicted / measured - 1.0}
 

@@ -52,6 +52,7 @@ struct StepTimePlan {
   /// the attention kernels are the Untied stages' FlashAttention-2, at
   /// hardware.untied_attention_efficiency (else SDPA's, at attention_efficiency)
   bool untied_attention = false;
+  double attention_kernel_efficiency = 0;  ///< that efficiency: the one attention_s ran at
   double recompute_s = 0;      ///< the part of compute_s spent recomputing
   double all_to_all_s = 0;     ///< Ulysses all-to-all (not overlapped)
   double fsdp_comm_s = 0;      ///< all-gather + reduce-scatter (overlapped part excluded)

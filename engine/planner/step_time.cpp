@@ -67,9 +67,9 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
 
   const double peak = hw.bf16_tflops * 1e12;
   const double rate = peak * hw.compute_efficiency;           // achieved FLOP/s: GEMMs and the rest
-  const double attn_rate =  // achieved FLOP/s: the attention kernels
-      peak * (s.untied ? hw.untied_attention_efficiency : hw.attention_efficiency);
   out.untied_attention = s.untied;
+  out.attention_kernel_efficiency = s.untied ? hw.untied_attention_efficiency : hw.attention_efficiency;
+  const double attn_rate = peak * out.attention_kernel_efficiency;  // achieved FLOP/s: the attention kernels
   // Seconds per token of `flops` FLOPs of which `core` are the attention kernels'.
   const auto secs = [&](double flops, double core) { return (flops - core) / rate + core / attn_rate; };
   const double per_node = static_cast<double>(std::max<int64_t>(1, hw.gpus_per_node));
