@@ -310,16 +310,24 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     int qs = a("stage q projection (recomputed)", K::QStageLocal, C::AttentionWorkspace);
     qs = stage_rope(qs, K::QStageLocal);
     int qh = stage_to_heads(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)", /*packed=*/true);
+    // The kernel reads the stage's saved output and its gradient in head layout: at P > 1 the
+    // all-to-all's receive buffers; at P = 1 the engine's own buffers (StageBuffers::o_h, do_h),
+    // which the slices are copied into (measured on an H200: without them the plan missed 2 x
+    // [S, hps, hd] of the 1B's backward attention at 128K, 0.5 GiB)
     int o_slice = -1, oh = -1, doh = -1;
     if (s_.P > 1) {
       o_slice = a("stage output slice (contiguous)", K::QStageLocal, C::AttentionWorkspace);
       oh = all_to_all(o_slice, K::QStageLocal, K::QStageHead, "stage output (head layout)");
+    } else {
+      oh = a("stage output (head-layout copy)", K::QStageHead, C::AttentionWorkspace);
     }
     int do_slice = a("stage d o = dh x wo columns", K::QStageLocal, C::AttentionWorkspace);
-    if (s_.P > 1)
+    if (s_.P > 1) {
       doh = all_to_all(do_slice, K::QStageLocal, K::QStageHead, "stage d o (head layout)");
-    else
-      f(do_slice);  // copied into the stage's head-layout buffer
+    } else {
+      doh = a("stage d o (head-layout copy)", K::QStageHead, C::AttentionWorkspace);
+      f(do_slice);
+    }
     int ke = -1, ve = -1;  // as in forward
     repeated_stage_kv(ke, ve);
     int kg = -1, vg = -1;

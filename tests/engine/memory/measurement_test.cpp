@@ -184,3 +184,42 @@ TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count 
                        " tokens, d_ffn " + std::to_string(plain.model.d_ffn) + ", checkpointing on)",
                    plain, tiled, tiles, MemCategory::MlpWorkspace, {"/mlp", "/recompute"});
 }
+
+TEST_CASE("measurement: the Untied stages' backward on one rank holds the saved output and its gradient in head "
+          "layout, and the planner walks them there",
+          "[engine][memory][measure][untied]") {
+  // One rank (P = 1), 2 stages of 2 query heads, each reading 1 KV head (GQA): the backward copies
+  // the stage's slice of the saved output and of its gradient into the head-layout buffers the
+  // kernel reads (StageBuffers::o_h, do_h). On an H200 the plan left both out: the 1B's backward
+  // attention at 128K measured 2 x [S, 16, 64] bf16 (0.5 GiB) above it. Here at two lengths the
+  // per-token growth of the backward attention's workspace, measured and planned, is equal to the
+  // byte; a buffer of [S, 2, 16] fp32 missing from the walk would move the planned growth by 128 B
+  // a token (131072 B from 1024 to 2048 tokens).
+  auto bwd_attention_workspace = [](const RunConfig& cfg) {
+    const Measured m = measure_step(cfg);
+    const MemoryPlan plan = plan_memory(cfg);
+    int64_t measured = 0, planned = 0;
+    for (const auto& [path, rec] : m.phases)
+      if (path.rfind("bwd/", 0) == 0 && is_phase_of(path, "/attn"))
+        measured = std::max(measured, rec.category_at_peak[static_cast<int>(MemCategory::AttentionWorkspace)]);
+    for (const auto& p : plan.phases)
+      if (p.name.rfind("bwd/", 0) == 0 && is_phase_of(p.name, "/attn"))
+        planned = std::max(planned, p.category_bytes[static_cast<int>(MemCategory::AttentionWorkspace)]);
+    return std::pair{measured, planned};
+  };
+  RunConfig cfg = long_measurement_config();  // 4 query heads, 2 KV heads of 16, fp32
+  cfg.memory.activation_checkpointing = true;
+  cfg.memory.untied_ulysses = true;
+  cfg.memory.heads_per_stage = 2;
+  RunConfig twice = cfg;
+  twice.training.seq_len = 2 * cfg.training.seq_len;
+  const auto [m1, p1] = bwd_attention_workspace(cfg);
+  const auto [m2, p2] = bwd_attention_workspace(twice);
+  const int64_t stage_head_bytes = cfg.training.seq_len * 2 * cfg.model.head_dim * 4;  // [S, 2 heads, 16] fp32
+  INFO("backward attention workspace at " << cfg.training.seq_len << " tokens: measured " << m1 << " B, planned "
+                                          << p1 << " B; at twice the tokens: " << m2 << " B, " << p2 << " B");
+  CHECK(m2 - m1 == p2 - p1);
+  // What the walk does not follow is not per token (the weight-sized fp32 row gradients' order):
+  // less than one stage-head buffer either way
+  CHECK(std::abs(m1 - p1) < stage_head_bytes);
+}
