@@ -3,7 +3,7 @@
 # given, each its own validate run, none started past a deadline, all packed into ONE archive.
 # Usage: scripts/gpu/deadline.sh SECONDS STAGE...   (run from a call whose timeout_s exceeds SECONDS
 #        by 20 or more; stages: smoke kernels throughput planner longest offload ablation optimizer
-#        profile; binaries from gpu-carry, as scripts/gpu/pack.sh leaves them). Writes
+#        profile collectives; binaries from gpu-carry, as scripts/gpu/pack.sh leaves them). Writes
 #        $OUT/gpu-session.tar.gz; exits 0 once it is written (each stage's status is in the output
 #        and the archive).
 set -uo pipefail

@@ -19,8 +19,9 @@
 # checkpointing: step-time ratio and overlap), ablation (the full stack with each technique off in
 # turn at the first length, beside the baseline), optimizer (the offloaded optimizer on the full
 # stack at a long context: step-time ratio, host AdamW and upload phases), profile (one step of each
-# system at the first length under Kineto: device time by kernel kind, busy and idle). Groups: call1,
-# call2, call3, all.
+# system at the first length under Kineto: device time by kernel kind, busy and idle), collectives
+# (FSDP and Ulysses over every GPU of the machine, the collectives' kernels against the compute; 2
+# GPUs or more, status 3 with fewer). Groups: call1, call2, call3, all.
 # Options: --cpu-dry-run, --carried DIR (binaries in DIR/bin), --bin DIR, --out DIR ($OUT or
 # runs/validate), --label NAME (the archive's name). Environment: THROUGHPUT_LENGTHS (the throughput
 # stage's lengths, "32K 64K 128K" on a GPU), LONGEST_BOX. Exit 0 when every stage ran to its result.
@@ -47,8 +48,8 @@ while [ $# -gt 0 ]; do
     call1) stages+=(smoke kernels) ;;
     call2) stages+=(throughput planner) ;;
     call3) stages+=(longest offload) ;;
-    all) stages+=(smoke kernels throughput planner longest offload ablation optimizer profile) ;;
-    smoke | kernels | throughput | planner | longest | offload | ablation | optimizer | profile) stages+=("$1") ;;
+    all) stages+=(smoke kernels throughput planner longest offload ablation optimizer profile collectives) ;;
+    smoke | kernels | throughput | planner | longest | offload | ablation | optimizer | profile | collectives) stages+=("$1") ;;
     -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "validate: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -81,7 +82,8 @@ if [ $DRY = 1 ]; then
   LONG_PYTORCH="--start 256 --limit 512 --granularity 256" LONG_ODYSSEY="--granularity 256"
   OFFLOAD_SEQ=512 OPTIMIZER_SEQ=512 HOST_ADAMW_ARGS="2 2 1 2"
   declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=150 [planner]=150 [longest]=150 [offload]=90 [ablation]=120
-                  [optimizer]=90 [profile]=90)
+                  [optimizer]=90 [profile]=90 [collectives]=60)
+  COLLECTIVES_ARGS="--cpu --gpus 2 --seq 512 --steps 2"
 else
   TESTS_FILTER_KERNEL="[.cuda]" TESTS_FILTER_ENGINE="[.cuda]" TESTS_FILTER_PARALLEL="[.cuda]"
   TINY_DEVICES="cuda cpu" TINY_STEPS=5
@@ -102,7 +104,9 @@ else
   # 260 gives the bench its 45. The ablation's 6 runs took 124 s at 32K (2026-11-26); with the three
   # stage sizes it runs 9.
   declare -A BOX=([smoke]=270 [kernels]=150 [throughput]=330 [planner]=180 [longest]=360 [offload]=150 [ablation]=260
-                  [optimizer]=260 [profile]=120)
+                  [optimizer]=260 [profile]=120 [collectives]=240)
+  # Every GPU of the machine, one rank each; the 1B over 2 GPUs at 64K: 32K tokens a rank.
+  COLLECTIVES_ARGS="--gpus all --seq 64K --steps 3"
 fi
 # A short lease gives the longest stage what is left of it (deadline.sh callers): LONGEST_BOX=seconds.
 [ -n "${LONGEST_BOX:-}" ] && BOX[longest]=$LONGEST_BOX
@@ -225,6 +229,11 @@ stage_profile() {
   "$PY" bench/gpu/kernel_profile.py --seq "${LENGTHS%% *}" --timeout 55 --out "$WORK/profile"
 }
 
+stage_collectives() {
+  # shellcheck disable=SC2086
+  "$PY" bench/gpu/collective_overlap.py $COLLECTIVES_ARGS --timeout $((${BOX[collectives]} - 20)) --out "$WORK/collectives"
+}
+
 # A stage "ran" when its script reached its result; whether that result meets its target is in the
 # result files and the summary (a CPU dry run never meets GPU targets).
 result_of() {
@@ -238,6 +247,7 @@ result_of() {
     ablation) echo "ablation/throughput.jsonl" ;;
     optimizer) echo "optimizer/optimizer_offload.json" ;;
     profile) echo "profile/kernel_profile.json" ;;
+    collectives) echo "collectives/collective_overlap.json" ;;
   esac
 }
 
@@ -270,6 +280,7 @@ for stage in "${stages[@]}"; do
   ran="ran"
   [ -s "$WORK/$result" ] || { ran="NO RESULT"; status=1; }
   [ $rc -eq 124 ] && { ran="TIMED OUT after ${BOX[$stage]} s"; status=1; }
+  [ $rc -eq 3 ] && [ "$stage" = collectives ] && ran="not run: fewer than 2 GPUs"
   printf '%-11s %6s %8s  %s (%s)\n' "$stage" "$rc" "$seconds" "$result" "$ran" >>"$summary"
 done
 # The headline figures of each stage, for the reply's tail.

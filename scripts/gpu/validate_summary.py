@@ -173,11 +173,27 @@ def profile(d):
         return []
 
 
+def collectives(d):
+    """Each device's collectives and how much of each the compute hides, or why the stage did not run."""
+    r = read_json(os.path.join(d, "collective_overlap.json"))
+    if not r:
+        return []
+    if "not_run" in r or "error" in r:
+        return ["  " + str(r.get("not_run") or r.get("error"))]
+    overlap = r.get("overlap", {})
+    out = ["  %s ranks at %s tokens: %s" % (r.get("ranks"), r.get("seq_len"), overlap.get("note", overlap.get("source")))]
+    for dev, dd in overlap.get("devices", {}).items():
+        out.append("  device %s: FSDP's collectives %s overlapped; %s" % (
+            dev, dd.get("fsdp_overlap_fraction"),
+            ", ".join("%s %.1f ms (%s)" % (k, v["us"] / 1e3, v["overlap_fraction"]) for k, v in dd["collectives"].items())))
+    return out
+
+
 def main():
     work = sys.argv[1]
     for stage, fn in (("smoke", smoke), ("kernels", kernels), ("throughput", throughput), ("planner", planner),
                       ("longest", longest), ("offload", offload), ("ablation", ablation), ("optimizer", optimizer),
-                      ("profile", profile)):
+                      ("profile", profile), ("collectives", collectives)):
         d = os.path.join(work, stage)
         if os.path.isdir(d):
             lines = fn(d)

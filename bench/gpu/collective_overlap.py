@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""FSDP's collectives against the compute on several GPUs (issue 13: "the trace shows copies and
+FSDP collectives overlapping compute"). One `odyssey train` of the bench preset over N GPUs (rank
+threads, one a device, NCCL) with FSDP and Ulysses over all N, a few steps, the last under Kineto
+(`--kernel-profile`). From that trace, on each device: every NCCL kernel by collective (all-gather,
+reduce-scatter, send/recv: Ulysses' all-to-alls, all-reduce, other), its time, and the part of it
+during which a kernel that is not NCCL's ran on the same device: how much of each collective the
+compute hides. FSDP's all-gathers are prefetched a block ahead and its reduce-scatters are left
+running (docs/parallel.md), so they should overlap; Ulysses' all-to-alls sit on the critical path
+by design. An NCCL kernel's span includes its wait for the peers, so a collective waiting beside
+compute counts as overlapped: the step time is the measure of the cost, this is the picture.
+
+    python3 bench/gpu/collective_overlap.py --gpus 2 --seq 64K --out $OUT/collectives
+    python3 bench/gpu/collective_overlap.py --summarize TRACE.json   # one trace, any source
+    python3 bench/gpu/collective_overlap.py --self-test              # the arithmetic, no run
+
+Needs 2 GPUs or more: with fewer it writes {"not_run": ...} and exits 3 (the device tool lends
+one GPU: this stage waits for a session with several). --cpu runs N CPU rank threads instead (the
+CPU dry run): a CPU trace has no device events, so it checks the run, the profile and the
+plumbing, and says so. Writes OUT/collective_overlap.json and OUT/collective_overlap.md.
+"""
+import argparse
+import bisect
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_flops import parse_tokens  # noqa: E402
+from systems import merge_intervals, nvidia_smi, run_odyssey  # noqa: E402
+
+# NCCL's kernels by collective, first match wins (lowercased names: ncclDevKernel_AllGather_RING_LL,
+# ncclKernel_ReduceScatter_..., ncclDevKernel_SendRecv, ...).
+COLLECTIVES = (
+    ("all-gather", r"allgather"),
+    ("reduce-scatter", r"reducescatter"),
+    ("send/recv (all-to-all)", r"sendrecv|alltoall|send|recv"),
+    ("all-reduce", r"allreduce"),
+)
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def collective_of(name):
+    """The collective of an NCCL kernel's name, "other" for an NCCL kernel none matches, None for a
+    kernel that is not NCCL's."""
+    low = name.lower()
+    if "nccl" not in low:
+        return None
+    for kind, pattern in COLLECTIVES:
+        if re.search(pattern, low):
+            return kind
+    return "other"
+
+
+def overlapped_us(start, stop, merged, starts):
+    """Microseconds of [start, stop) covered by `merged` (sorted disjoint intervals; `starts` their
+    first elements, for bisect)."""
+    covered = 0.0
+    i = max(bisect.bisect_right(starts, start) - 1, 0)
+    while i < len(merged) and merged[i][0] < stop:
+        a, b = merged[i]
+        covered += max(0.0, min(b, stop) - max(a, start))
+        i += 1
+    return covered
+
+
+def overlap_of_events(events):
+    """Per device: each collective's kernels, their time and the part of it overlapped by the
+    device's other kernels (not NCCL's, on any stream), from Chrome-trace events (Kineto's;
+    microseconds). {"source": "cpu"} when the trace has no device events."""
+    device = [e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES and "dur" in e]
+    if not device:
+        return {"source": "cpu", "devices": {}, "note": "no device events: the overlap is measured on GPUs only"}
+    by_device = {}
+    for e in device:
+        by_device.setdefault(e.get("args", {}).get("device", 0), []).append(e)
+    out = {"source": "device", "devices": {}}
+    for dev, evs in sorted(by_device.items()):
+        compute = merge_intervals([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in evs
+                                   if e.get("cat") == "kernel" and collective_of(e.get("name", "")) is None])
+        starts = [a for a, _ in compute]
+        kinds = {}
+        for e in evs:
+            kind = collective_of(e.get("name", ""))
+            if kind is None:
+                continue
+            start, stop = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+            k = kinds.setdefault(kind, {"kernels": 0, "us": 0.0, "overlapped_us": 0.0})
+            k["kernels"] += 1
+            k["us"] += stop - start
+            k["overlapped_us"] += overlapped_us(start, stop, compute, starts)
+        for k in kinds.values():
+            k["overlap_fraction"] = k["overlapped_us"] / k["us"] if k["us"] > 0 else None
+        fsdp = [kinds[k] for k in ("all-gather", "reduce-scatter") if k in kinds]
+        fsdp_us = sum(k["us"] for k in fsdp)
+        out["devices"][str(dev)] = {
+            "compute_us": sum(b - a for a, b in compute), "collectives": kinds,
+            "fsdp_overlap_fraction": sum(k["overlapped_us"] for k in fsdp) / fsdp_us if fsdp_us > 0 else None}
+    return out
+
+
+def summarize(path):
+    """overlap_of_events of the trace at `path`, or {"error": ...} when it is missing or unreadable."""
+    try:
+        with open(path) as f:
+            return overlap_of_events(json.load(f)["traceEvents"])
+    except (OSError, ValueError, KeyError) as e:
+        return {"error": "cannot read %s: %s" % (path, e)}
+
+
+def table(result):
+    """Markdown: one row per device and collective."""
+    lines = ["| device | collective | kernels | time ms | overlapped with compute |", "|---|---|---|---|---|"]
+    for dev, d in result.get("devices", {}).items():
+        for kind, k in d["collectives"].items():
+            frac = k["overlap_fraction"]
+            lines.append("| %s | %s | %d | %.2f | %s |" % (dev, kind, k["kernels"], k["us"] / 1e3,
+                                                            "-" if frac is None else "%.1f%%" % (100 * frac)))
+    return lines
+
+
+def self_test():
+    # Device 0: compute 0-100 and 150-200 us on stream 7; an all-gather 80-160 (overlapped 20 + 10
+    # of 80), a reduce-scatter 100-150 (0 of 50), a send/recv 190-210 (10 of 20); a copy 100-150
+    # is not compute. Device 1's kernels stay on device 1.
+    k = lambda name, ts, dur, dev=0, cat="kernel": {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur,  # noqa: E731
+                                                   "args": {"device": dev, "stream": 7}}
+    events = [k("sm90_xmma_gemm", 0, 60), k("flash_fwd_kernel", 50, 50), k("rmsnorm_fwd", 150, 50),
+              k("ncclDevKernel_AllGather_RING_LL(args)", 80, 80), k("ncclKernel_ReduceScatter_Sum_f32", 100, 50),
+              k("ncclDevKernel_SendRecv", 190, 20), k("Memcpy DtoH", 100, 50, cat="gpu_memcpy"),
+              k("ncclDevKernel_AllGather_RING_LL(args)", 0, 10, dev=1), k("gemm", 0, 100, dev=1),
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 500}]
+    r = overlap_of_events(events)
+    d0 = r["devices"]["0"]["collectives"]
+    assert r["source"] == "device", r
+    assert d0["all-gather"] == {"kernels": 1, "us": 80.0, "overlapped_us": 30.0, "overlap_fraction": 30 / 80}, d0
+    assert d0["reduce-scatter"]["overlapped_us"] == 0.0 and d0["reduce-scatter"]["us"] == 50.0, d0
+    assert d0["send/recv (all-to-all)"]["overlapped_us"] == 10.0, d0
+    assert r["devices"]["0"]["compute_us"] == 150.0, r
+    assert abs(r["devices"]["0"]["fsdp_overlap_fraction"] - 30 / 130) < 1e-12, r
+    assert r["devices"]["1"]["collectives"]["all-gather"]["overlap_fraction"] == 1.0, r
+    assert collective_of("ncclDevKernel_AllReduce_Sum_f32_RING_LL") == "all-reduce"
+    assert collective_of("ncclDevKernel_Broadcast_RING_LL") == "other"
+    assert collective_of("flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel") is None
+    cpu = overlap_of_events([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5}])
+    assert cpu["source"] == "cpu" and cpu["devices"] == {}, cpu
+    assert table(r)[2].startswith("| 0 | all-gather | 1 | 0.08 | 37.5% |"), table(r)
+    print("collective_overlap self-test: ok")
+
+
+def gpu_count():
+    listed = nvidia_smi("--query-gpu=index") or ""
+    return len([l for l in listed.splitlines() if l.strip()])
+
+
+def main():
+    parser = argparse.ArgumentParser(description="FSDP's collectives against the compute on several GPUs")
+    parser.add_argument("--gpus", default="all", help="ranks (one a GPU), or all the machine's")
+    parser.add_argument("--seq", type=parse_tokens, default=parse_tokens("64K"))
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--timeout", type=int, default=200, help="seconds for the run")
+    parser.add_argument("--cpu", action="store_true", help="CPU rank threads (the dry run)")
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--summarize", metavar="TRACE")
+    parser.add_argument("--self-test", action="store_true")
+    args = parser.parse_args()
+    if args.self_test:
+        self_test()
+        return 0
+    if args.summarize:
+        print(json.dumps(summarize(args.summarize), indent=1))
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    result_path = os.path.join(args.out, "collective_overlap.json")
+    available = None if args.cpu else gpu_count()
+    ranks = (available or 0) if args.gpus == "all" else int(args.gpus)
+    if not args.cpu and (ranks < 2 or available < ranks):
+        result = {"not_run": "needs 2 GPUs or more (asked for %s): this machine has %d" % (args.gpus, available)}
+        with open(result_path, "w") as f:
+            json.dump(result, f, indent=1)
+        print(json.dumps(result))
+        return 3
+    profile = os.path.join(args.out, "kernel_profile.json")
+    sets = ["parallel.world_size=%d" % ranks, "parallel.ulysses_degree=%d" % ranks, "parallel.fsdp=true"]
+    if args.cpu:
+        sets.append("training.device=cpu")
+    run = run_odyssey(args.seq, args.steps, args.timeout, os.path.join(args.out, "run"), extra_sets=sets,
+                      log_path=os.path.join(args.out, "run.log"), extra_args=["--kernel-profile", profile])
+    result = {"ranks": ranks, "seq_len": args.seq, "run": run}
+    if "error" in run:
+        result["error"] = run["error"]
+    else:
+        result["overlap"] = summarize(profile)
+        if "error" in result["overlap"]:
+            result["error"] = result["overlap"]["error"]
+    with open(result_path, "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.out, "collective_overlap.md"), "w") as f:
+        f.write("FSDP and Ulysses over %d %s, %d tokens, the last of %d steps under Kineto\n\n" % (
+            ranks, "CPU ranks" if args.cpu else "GPUs", args.seq, args.steps))
+        f.write("\n".join(table(result.get("overlap", {}))) + "\n")
+        if result.get("overlap", {}).get("note"):
+            f.write("\n" + result["overlap"]["note"] + "\n")
+    print(json.dumps({k: result.get(k) for k in ("ranks", "seq_len", "error")}))
+    return 1 if "error" in result else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
