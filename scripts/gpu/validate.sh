@@ -50,7 +50,7 @@ while [ $# -gt 0 ]; do
     call3) stages+=(longest offload) ;;
     all) stages+=(smoke kernels throughput planner longest offload ablation optimizer profile collectives) ;;
     smoke | kernels | throughput | planner | longest | offload | ablation | optimizer | profile | collectives) stages+=("$1") ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
     *) echo "validate: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
