@@ -28,17 +28,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import parse_tokens  # noqa: E402
-from systems import merge_intervals, nvidia_smi, run_odyssey  # noqa: E402
+from kernel_profile import DEVICE_CATEGORIES  # noqa: E402
+from systems import merge_intervals, nvidia_smi, run_odyssey, summarize_trace  # noqa: E402
 
-# NCCL's kernels by collective, first match wins (lowercased names: ncclDevKernel_AllGather_RING_LL,
-# ncclKernel_ReduceScatter_..., ncclDevKernel_SendRecv, ...).
-COLLECTIVES = (
-    ("all-gather", r"allgather"),
-    ("reduce-scatter", r"reducescatter"),
-    ("send/recv (all-to-all)", r"sendrecv|alltoall|send|recv"),
-    ("all-reduce", r"allreduce"),
-)
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# NCCL's kernels by collective, first match wins, in this order (lowercased names:
+# ncclDevKernel_AllGather_RING_LL, ncclKernel_ReduceScatter_..., ncclDevKernel_SendRecv, ...).
+COLLECTIVES = {"all-gather": r"allgather", "reduce-scatter": r"reducescatter",
+               "send/recv (all-to-all)": r"sendrecv|alltoall|send|recv", "all-reduce": r"allreduce"}
 
 
 def collective_of(name):
@@ -47,7 +43,7 @@ def collective_of(name):
     low = name.lower()
     if "nccl" not in low:
         return None
-    for kind, pattern in COLLECTIVES:
+    for kind, pattern in COLLECTIVES.items():
         if re.search(pattern, low):
             return kind
     return "other"
@@ -100,15 +96,6 @@ def overlap_of_events(events):
     return out
 
 
-def summarize(path):
-    """overlap_of_events of the trace at `path`, or {"error": ...} when it is missing or unreadable."""
-    try:
-        with open(path) as f:
-            return overlap_of_events(json.load(f)["traceEvents"])
-    except (OSError, ValueError, KeyError) as e:
-        return {"error": "cannot read %s: %s" % (path, e)}
-
-
 def table(result):
     """Markdown: one row per device and collective."""
     lines = ["| device | collective | kernels | time ms | overlapped with compute |", "|---|---|---|---|---|"]
@@ -156,20 +143,21 @@ def gpu_count():
 
 def main():
     parser = argparse.ArgumentParser(description="FSDP's collectives against the compute on several GPUs")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--self-test", action="store_true", help="the arithmetic on a synthetic trace, no run")
+    mode.add_argument("--summarize", metavar="TRACE", help="one trace's collectives, no run")
     parser.add_argument("--gpus", default="all", help="ranks (one a GPU), or all the machine's")
     parser.add_argument("--seq", type=parse_tokens, default=parse_tokens("64K"))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=200, help="seconds for the run")
     parser.add_argument("--cpu", action="store_true", help="CPU rank threads (the dry run)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--summarize", metavar="TRACE")
-    parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()
-    if args.self_test:
-        self_test()
-        return 0
-    if args.summarize:
-        print(json.dumps(summarize(args.summarize), indent=1))
+    if args.self_test or args.summarize:
+        if args.self_test:
+            self_test()
+        else:
+            print(json.dumps(summarize_trace(args.summarize, overlap_of_events), indent=1))
         return 0
     os.makedirs(args.out, exist_ok=True)
     result_path = os.path.join(args.out, "collective_overlap.json")
@@ -191,7 +179,7 @@ def main():
     if "error" in run:
         result["error"] = run["error"]
     else:
-        result["overlap"] = summarize(profile)
+        result["overlap"] = summarize_trace(profile, overlap_of_events)
         if "error" in result["overlap"]:
             result["error"] = result["overlap"]["error"]
     with open(result_path, "w") as f:

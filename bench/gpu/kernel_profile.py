@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import parse_tokens  # noqa: E402
-from systems import merge_intervals, nvidia_smi, run_baseline, run_odyssey  # noqa: E402
+from systems import merge_intervals, nvidia_smi, run_baseline, run_odyssey, summarize_trace  # noqa: E402
 
 # The kinds of device work, first match wins (lowercased kernel names). FlashAttention-2 in ATen:
 # flash_fwd_* / flash_bwd_*; memory-efficient: fmha_cutlassF / fmha_cutlassB; cuDNN: *fprop* /
@@ -137,11 +137,7 @@ def summarize_events(events, top=12):
 
 def summarize(path, top=12):
     """summarize_events of the trace at `path`, or {"error": ...} when it is missing or unreadable."""
-    try:
-        with open(path) as f:
-            return summarize_events(json.load(f)["traceEvents"], top)
-    except (OSError, ValueError, KeyError) as e:
-        return {"error": "cannot read %s: %s" % (path, e)}
+    return summarize_trace(path, lambda events: summarize_events(events, top))
 
 
 def table(summaries):

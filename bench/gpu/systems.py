@@ -55,6 +55,16 @@ def merge_intervals(spans):
     return out
 
 
+def summarize_trace(path, summarize_events):
+    """summarize_events(events) of the Chrome trace at `path` (Kineto's or the engine's), or
+    {"error": ...} naming the file when it is missing or unreadable."""
+    try:
+        with open(path) as f:
+            return summarize_events(json.load(f)["traceEvents"])
+    except (OSError, ValueError, KeyError) as e:
+        return {"error": "cannot read %s: %s" % (path, e)}
+
+
 def _run(cmd, timeout_s, log_path=None):
     start = time.time()
     try:
