@@ -20,7 +20,6 @@ CPU dry run): a CPU trace has no device events, so it checks the run, the profil
 plumbing, and says so. Writes OUT/collective_overlap.json and OUT/collective_overlap.md.
 """
 import argparse
-import bisect
 import json
 import os
 import re
@@ -29,7 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import parse_tokens  # noqa: E402
 from kernel_profile import DEVICE_CATEGORIES  # noqa: E402
-from systems import merge_intervals, nvidia_smi, run_odyssey, summarize_trace  # noqa: E402
+from systems import covered, merge_intervals, nvidia_smi, run_odyssey, summarize_trace  # noqa: E402
 
 # NCCL's kernels by collective, first match wins, in this order (lowercased names:
 # ncclDevKernel_AllGather_RING_LL, ncclKernel_ReduceScatter_..., ncclDevKernel_SendRecv, ...).
@@ -49,18 +48,6 @@ def collective_of(name):
     return "other"
 
 
-def overlapped_us(start, stop, merged, starts):
-    """Microseconds of [start, stop) covered by `merged` (sorted disjoint intervals; `starts` their
-    first elements, for bisect)."""
-    covered = 0.0
-    i = max(bisect.bisect_right(starts, start) - 1, 0)
-    while i < len(merged) and merged[i][0] < stop:
-        a, b = merged[i]
-        covered += max(0.0, min(b, stop) - max(a, start))
-        i += 1
-    return covered
-
-
 def overlap_of_events(events):
     """Per device: each collective's kernels, their time and the part of it overlapped by the
     device's other kernels (not NCCL's, on any stream), from Chrome-trace events (Kineto's;
@@ -75,7 +62,6 @@ def overlap_of_events(events):
     for dev, evs in sorted(by_device.items()):
         compute = merge_intervals([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in evs
                                    if e.get("cat") == "kernel" and collective_of(e.get("name", "")) is None])
-        starts = [a for a, _ in compute]
         kinds = {}
         for e in evs:
             kind = collective_of(e.get("name", ""))
@@ -85,7 +71,7 @@ def overlap_of_events(events):
             k = kinds.setdefault(kind, {"kernels": 0, "us": 0.0, "overlapped_us": 0.0})
             k["kernels"] += 1
             k["us"] += stop - start
-            k["overlapped_us"] += overlapped_us(start, stop, compute, starts)
+            k["overlapped_us"] += covered(start, stop, compute)
         for k in kinds.values():
             k["overlap_fraction"] = k["overlapped_us"] / k["us"] if k["us"] > 0 else None
         fsdp = [kinds[k] for k in ("all-gather", "reduce-scatter") if k in kinds]

@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from systems import finish_side_by_side, merge_intervals, run_side_by_side, side_by_side_args  # noqa: E402
+from systems import covered, finish_side_by_side, merge_intervals, run_side_by_side, side_by_side_args  # noqa: E402
 
 
 def leaf_intervals(phases):
@@ -59,7 +59,7 @@ def overlap_from_trace(path):
     per_track = {}
     for c in copies:
         c0, c1 = float(c["ts"]), float(c["ts"]) + float(c.get("dur", 0))
-        inside = sum(max(0.0, min(c1, b) - max(c0, a)) for a, b in compute.get(c.get("pid"), []))
+        inside = covered(c0, c1, compute.get(c.get("pid"), []))
         total += c1 - c0
         overlapped += inside
         t = per_track.setdefault(tracks.get((c.get("pid"), c.get("tid")), "?"), {"events": 0, "copy_us": 0.0,

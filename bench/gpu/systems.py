@@ -9,6 +9,7 @@ defines: run_baseline, run_odyssey, plan_odyssey, run_json, odyssey_binary, odys
 device_profile_sets, run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side,
 finish_side_by_side
 """
+import bisect
 import json
 import os
 import subprocess
@@ -53,6 +54,17 @@ def merge_intervals(spans):
         else:
             out.append((a, b))
     return out
+
+
+def covered(start, stop, merged):
+    """How much of [start, stop) the sorted, disjoint intervals `merged` (merge_intervals') cover."""
+    total = 0.0
+    i = max(bisect.bisect_right(merged, (start, float("inf"))) - 1, 0)
+    while i < len(merged) and merged[i][0] < stop:
+        a, b = merged[i]
+        total += max(0.0, min(b, stop) - max(a, start))
+        i += 1
+    return total
 
 
 def summarize_trace(path, summarize_events):

@@ -197,16 +197,10 @@ TEST_CASE("measurement: the Untied stages' backward on one rank holds the saved 
   // byte; a buffer of [S, 2, 16] fp32 missing from the walk would move the planned growth by 128 B
   // a token (131072 B from 1024 to 2048 tokens).
   auto bwd_attention_workspace = [](const RunConfig& cfg) {
-    const Measured m = measure_step(cfg);
-    const MemoryPlan plan = plan_memory(cfg);
-    int64_t measured = 0, planned = 0;
-    for (const auto& [path, rec] : m.phases)
-      if (path.rfind("bwd/", 0) == 0 && is_phase_of(path, "/attn"))
-        measured = std::max(measured, rec.category_at_peak[static_cast<int>(MemCategory::AttentionWorkspace)]);
-    for (const auto& p : plan.phases)
-      if (p.name.rfind("bwd/", 0) == 0 && is_phase_of(p.name, "/attn"))
-        planned = std::max(planned, p.category_bytes[static_cast<int>(MemCategory::AttentionWorkspace)]);
-    return std::pair{measured, planned};
+    std::vector<std::string> phases;  // every block's backward attention
+    for (int64_t i = 0; i < cfg.model.n_layers; ++i) phases.push_back("bwd/block." + std::to_string(i) + "/attn");
+    return std::pair{measured_category_peak(measure_step(cfg), MemCategory::AttentionWorkspace, phases),
+                     planned_category_peak(plan_memory(cfg), MemCategory::AttentionWorkspace, phases)};
   };
   RunConfig cfg = long_measurement_config();  // 4 query heads, 2 KV heads of 16, fp32
   cfg.memory.activation_checkpointing = true;
