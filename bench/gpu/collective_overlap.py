@@ -127,18 +127,29 @@ def gpu_count():
     return len([l for l in listed.splitlines() if l.strip()])
 
 
+def rank_count(text):
+    """--gpus: "all" or a count of 2 or more."""
+    if text == "all":
+        return text
+    if not text.isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError("'%s': expected all or a count of 2 or more" % text)
+    return int(text)
+
+
 def main():
     parser = argparse.ArgumentParser(description="FSDP's collectives against the compute on several GPUs")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--self-test", action="store_true", help="the arithmetic on a synthetic trace, no run")
     mode.add_argument("--summarize", metavar="TRACE", help="one trace's collectives, no run")
-    parser.add_argument("--gpus", default="all", help="ranks (one a GPU), or all the machine's")
+    parser.add_argument("--gpus", type=rank_count, default="all", help="ranks (one a GPU), or all the machine's")
     parser.add_argument("--seq", type=parse_tokens, default=parse_tokens("64K"))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=200, help="seconds for the run")
     parser.add_argument("--cpu", action="store_true", help="CPU rank threads (the dry run)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
+    if args.cpu and args.gpus == "all":
+        parser.error("--cpu runs CPU rank threads: give their count, --gpus N")
     if args.self_test or args.summarize:
         if args.self_test:
             self_test()
@@ -148,7 +159,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     result_path = os.path.join(args.out, "collective_overlap.json")
     available = None if args.cpu else gpu_count()
-    ranks = (available or 0) if args.gpus == "all" else int(args.gpus)
+    ranks = (available or 0) if args.gpus == "all" else args.gpus
     if not args.cpu and (ranks < 2 or available < ranks):
         result = {"not_run": "needs 2 GPUs or more (asked for %s): this machine has %d" % (args.gpus, available)}
         with open(result_path, "w") as f:
