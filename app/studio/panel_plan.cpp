@@ -54,7 +54,7 @@ void category_tooltip(const MemoryPlan& plan, int segment) {
     ImGui::TextColored(to_vec4(kColorDim), "    = %s", t.formula.c_str());
   }
   if (!any && segment >= kPlanCategoryCount)
-    ImGui::TextUnformatted("hardware.runtime_overhead_gib: CUDA context, NCCL, cuBLAS workspace, fragmentation");
+    ImGui::TextUnformatted("hardware.runtime_overhead_gib: CUDA context, NCCL, fragmentation (outside the allocator)");
   else if (!any)
     ImGui::TextDisabled("no term of this category");
   ImGui::EndTooltip();

@@ -382,7 +382,7 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_FLOAT("hardware", hardware.attention_efficiency, "attention_efficiency", "Achieved fraction of peak FLOP/s in SDPA's attention kernels, which standard attention and Ulysses run (cuDNN's on Hopper): forward, its recompute, backward counted as 2x the forward (0..1].", positive_up_to(1)));
   s.push_back(ODY_FLOAT("hardware", hardware.untied_attention_efficiency, "untied_attention_efficiency", "Achieved fraction of peak FLOP/s in the Untied Ulysses stages' attention kernels (FlashAttention-2, for its log-sum-exp), counted as attention_efficiency is (0..1].", positive_up_to(1)));
   s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency", "Achieved fraction of link bandwidth in collectives (0..1].", positive_up_to(1)));
-  s.push_back(ODY_FLOAT("hardware", hardware.runtime_overhead_gib, "runtime_overhead_gib", "CUDA context, NCCL, cuBLAS workspace and fragmentation, GiB per device.", closed(0, 65536, "GiB")));
+  s.push_back(ODY_FLOAT("hardware", hardware.runtime_overhead_gib, "runtime_overhead_gib", "CUDA context, NCCL buffers and allocator fragmentation: device memory outside the tensors, GiB per device.", closed(0, 65536, "GiB")));
 
   // [output]
   s.push_back(ODY_STRING("output", output.dir, "dir", "Run directory: metrics.jsonl, trace.json, summary.json, checkpoints."));

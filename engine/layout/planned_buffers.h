@@ -1,7 +1,8 @@
 // The buffers the engine preallocates, each named by the planner term that predicts its bytes, and
 // the flat parameter groups' shard layout: defined once, for the engine, the planner and the test.
 // defines: PlannedBuffer, kPlannedBufferCount, planned_buffer_name, ParamGroupKind, group_buffer,
-//          FlatShardLayout, flat_shard_layout, keeps_gathered_copy, OffloadedBlocks, offloaded_blocks
+//          FlatShardLayout, flat_shard_layout, keeps_gathered_copy, OffloadedBlocks, offloaded_blocks,
+//          BlasWorkspaces
 //
 // No LibTorch. The engine notes each buffer it allocates under its tag (engine/telemetry/
 // planned_buffer_log.h); the planner answers planned_buffer_bytes(cfg, tag) from the TensorKind its
@@ -85,5 +86,22 @@ struct OffloadedBlocks {
   bool embeds(int64_t layer) const { return layer == 0 && n_layers > 1; }
 };
 OffloadedBlocks offloaded_blocks(int64_t n_layers);
+
+/// cuBLAS's workspaces on a CUDA rank. LibTorch gives each (cuBLAS handle, stream) pair one
+/// workspace from the caching allocator, which cuBLASLt shares, and keeps it for the process's
+/// life; a handle belongs to a thread. A rank runs GEMMs on two threads, both on the default
+/// stream: its own (the forward, the loss) and autograd's worker thread for its device (every
+/// backward node, the recompute included). So two workspaces a device (measured on an H200,
+/// 2026-11-27: 32 MiB appear in block 0's first GEMM of step 1 and 32 MiB more in the backward,
+/// and from step 2 on both are there from the first phase). The engine makes both before the first
+/// step (prepare_blas_workspaces, engine/telemetry/cuda_runtime.h) and sets their size on every
+/// GPU to PyTorch's Hopper and Blackwell default (CUBLAS_WORKSPACE_CONFIG=:4096:8, 4096 KiB x 8;
+/// older GPUs default to 8.125 MiB), so the planner's term holds on any device.
+struct BlasWorkspaces {
+  static constexpr int64_t kChunkKiB = 4096;  ///< CUBLAS_WORKSPACE_CONFIG's :SIZE (KiB)
+  static constexpr int64_t kChunks = 8;       ///< and :COUNT
+  static constexpr int64_t kBytesEach = kChunkKiB * 1024 * kChunks;  ///< 32 MiB
+  static constexpr int64_t kThreads = 2;      ///< the rank's thread and autograd's device thread
+};
 
 }  // namespace odyssey

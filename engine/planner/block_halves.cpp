@@ -211,15 +211,21 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
 
 /// The reverse of attention_forward from the incoming dh; returns dx = dh + the norm's gradient,
 /// written into dh (the engine's block backward adds the residual in place). Frees `sv`.
-int BlockHalves::attention_backward(int dh, AttnSaved& sv, int& grads) {
-  grads = a("attention weight gradients", K::BlockGradsAttn, C::AttentionWorkspace);
+///
+/// Each weight gradient is walked where its node makes it, not all at the start: at the kernel's
+/// backward only o_proj's exists (measured on an H200, 2026-11-27: Llama3-8B's rank 0 held 48 MiB
+/// less than a plan with every attention weight gradient there, the [6144, 4096] bf16 q/k/v
+/// weights' gradients, at 512K and 1M alike).
+int BlockHalves::attention_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
   if (s_.untied) {  // the norm's backward ran inside, in place: the accumulator is the input's gradient
-    int dxa = untied_backward(dh, sv);
+    int dxa = untied_backward(dh, sv, grads);
     f(dxa);  // added into dh: dx
     return dh;
   }
-  int dn1 = standard_backward(dh, sv);
+  int dn1 = standard_backward(dh, sv, grads);
+  // the norm's backward node: the input's gradient and the weight's
   int dxa = a("attention rmsnorm input gradient", K::Hidden, C::AttentionWorkspace);
+  grads.norm = a("attention rmsnorm weight gradient", K::AttnNormGrad, C::AttentionWorkspace);
   f(dn1);
   f(sv.rstd);
   f(dxa);  // added into dh: dx
@@ -229,9 +235,11 @@ int BlockHalves::attention_backward(int dh, AttnSaved& sv, int& grads) {
 /// RoPE's backward has RoPE's shape: dx*cos + rotate_half^T(dx*sin), three temporaries.
 int BlockHalves::rope_backward(int& dx, K kind, C cat) { return rope(dx, kind, cat); }
 
-int BlockHalves::standard_backward(int dh, AttnSaved& sv) {
+int BlockHalves::standard_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
   (void)dh;
+  // o_proj's backward node: its input's gradient and its weight's
   int d_o = a("d o (o_proj input gradient)", K::QLocal, C::AttentionWorkspace);
+  grads.out = a("o_proj weight gradient", K::AttnOutGrad, C::AttentionWorkspace);
   f(sv.o);
   int d_oh = d_o;
   if (s_.P > 1) d_oh = all_to_all(d_o, K::QLocal, K::QHead, "d o after all-to-all (head layout)");
@@ -273,11 +281,13 @@ int BlockHalves::standard_backward(int dh, AttnSaved& sv) {
     f(sv.k_pre);
     dk = dk0;
   }
-  return projections_backward(dq, dk, dv, sv);
+  return projections_backward(dq, dk, dv, sv, grads);
 }
 
-/// dn1 = dq Wq + dk Wk + dv Wv: one product at a time added into dn1.
-int BlockHalves::projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv) {
+/// dn1 = dq Wq + dk Wk + dv Wv: one product at a time added into dn1; each projection's node makes
+/// its weight's gradient too (walked together, before the first product).
+int BlockHalves::projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv, AttnGrads& grads) {
+  grads.projections = a("q/k/v weight gradients", K::AttnProjGrads, C::AttentionWorkspace);
   const int dn1 = a("attention rmsnorm output gradient", K::Hidden, C::AttentionWorkspace);
   int part = a("projection input gradient (partial)", K::Hidden, C::AttentionWorkspace);
   f(part);
@@ -292,11 +302,27 @@ int BlockHalves::projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv) 
 
 /// The output projection is inside the Untied Function (untied_attention_projected): its backward
 /// starts from dh and builds each stage's d o slice as dh x wo columns, so the whole d o is never
-/// allocated.
-int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
+/// allocated. Its first product is o_proj's weight gradient (dh^T x the saved output); the q/k/v
+/// weights' gradients are summed over the stages in fp32 and cast at the end (in fp32 the sums are
+/// the gradients); each stage projects with the rows of wq, and each KV range with those of wk and
+/// wv, gathered (index_select) and kept for the stage's or range's backward. Measured on an H200
+/// (2026-11-27, Llama-3.2-1B at 128K, 2 stages of 16 heads): a plan without the fp32 sums and the
+/// rows was 18 MiB low in every block's backward attention (12 MiB of sums beyond their bf16
+/// gradients, 4 + 1 + 1 MiB of rows). The gradient of each product's rows ([m*hd, d], and its fp32
+/// copy below fp32) lives only after the kernel's buffers are freed, and is not walked.
+int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
   (void)dh;
+  grads.out = a("o_proj weight gradient", K::AttnOutGrad, C::AttentionWorkspace);
   const int dn1 = a("attention input gradient accumulator", K::Hidden, C::AttentionWorkspace);
+  const bool sums32 = s_.c != 4;
+  int sums = -1;
+  if (sums32)
+    sums = a("q/k/v weight gradients summed over the stages (fp32)", K::AttnProjGrads32, C::AttentionWorkspace);
+  else
+    grads.projections = a("q/k/v weight gradients", K::AttnProjGrads, C::AttentionWorkspace);
   {  // one stage (the first of its GQA group: it also recomputes and accumulates K/V)
+    int k_rows = a("stage wk rows (KV range)", K::KvStageRows, C::AttentionWorkspace);
+    int v_rows = a("stage wv rows (KV range)", K::KvStageRows, C::AttentionWorkspace);
     int ks = a("stage k projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
     ks = stage_rope(ks, K::KvStageLocal);
     int vs = a("stage v projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
@@ -307,6 +333,7 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     const bool accumulated = kind_bytes(K::KvStageAccum32, s_) > 0;
     int dk_acc = accumulated ? a("stage dk accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
     int dv_acc = accumulated ? a("stage dv accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
+    int q_rows = a("stage wq rows", K::QStageRows, C::AttentionWorkspace);
     int qs = a("stage q projection (recomputed)", K::QStageLocal, C::AttentionWorkspace);
     qs = stage_rope(qs, K::QStageLocal);
     int qh = stage_to_heads(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)", /*packed=*/true);
@@ -364,10 +391,19 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv) {
     f(dv_local);
     f(kh);
     f(vh);
+    f(q_rows);  // the stage's, at the end of its loop iteration
+    f(k_rows);  // the range's, replaced by the next range's
+    f(v_rows);
   }
-  // the input norm's backward over the accumulator, in place, a row tile at a time
+  // the input norm's backward over the accumulator, in place, a row tile at a time; its weight's
+  // gradient (summed in fp32 over the tiles, [d]) cast to the weight's dtype
   int tile = a("input norm backward tile", K::InputNormTile, C::AttentionWorkspace);
   f(tile);
+  grads.norm = a("attention rmsnorm weight gradient", K::AttnNormGrad, C::AttentionWorkspace);
+  if (sums32) {  // the sums cast to the weights' dtype; the sums die with the Function's backward
+    grads.projections = a("q/k/v weight gradients", K::AttnProjGrads, C::AttentionWorkspace);
+    f(sums);
+  }
   f(sv.rstd);
   f(sv.out);
   f(sv.lse);
@@ -382,8 +418,10 @@ void BlockHalves::cpu_flash_forward_scratch() {
   f(scratch);
 }
 
-/// On CUDA, FlashAttention-2's mha_bwd allocates an fp32 dq accumulator of q's size and, with GQA,
-/// dK/dV at the query-head count before summing them per KV head; PyTorch's CPU kernel takes GQA
+/// On CUDA, FlashAttention-2's mha_bwd allocates softmax_d (rowsum(dO * O), [B, heads, S] fp32),
+/// an fp32 dq accumulator of q's size and, with GQA, dK/dV at the query-head count before summing
+/// them per KV head (softmax_d measured on an H200, 2026-11-27: Llama3-8B's rank 0 held 16 B a
+/// token above the plan in its backward attention, 4 heads x 4 B); PyTorch's CPU kernel takes GQA
 /// natively, accumulates into dq and needs one thread's attn/grad_attn blocks.
 FlashBackwardBuffers BlockHalves::flash_backward_buffers(bool stage) {
   FlashBackwardBuffers b;
@@ -391,6 +429,8 @@ FlashBackwardBuffers BlockHalves::flash_backward_buffers(bool stage) {
     b.accumulator = a("CPU flash backward scratch", K::CpuFlashScratch, C::AttentionWorkspace);
     return b;
   }
+  b.softmax_d = stage ? a("stage flash backward softmax_d (fp32)", K::SoftmaxDStage, C::AttentionWorkspace)
+                      : a("flash backward softmax_d (fp32)", K::SoftmaxD, C::AttentionWorkspace);
   b.accumulator = stage ? a("stage dq accumulator (fp32)", K::DqAccumStage, C::AttentionWorkspace)
                         : a("flash backward dq accumulator (fp32)", K::DqAccum, C::AttentionWorkspace);
   if (stage ? s_.k > s_.max_kv_count : s_.hq > s_.hkv) {
@@ -406,6 +446,7 @@ void BlockHalves::free_flash_buffers(FlashBackwardBuffers& b) {
   f(b.dk_wide);
   f(b.dv_wide);
   f(b.accumulator);
+  f(b.softmax_d);
 }
 
 /// The memory-efficient CUDA kernel (fp32) takes equal head counts: a stage with more query than

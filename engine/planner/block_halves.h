@@ -1,6 +1,6 @@
 // The attention and MLP halves of one decoder block for the planner's liveness walk: what each
 // allocates, keeps for backward and frees, in the engine's order. Internal to engine/planner.
-// defines: AttnSaved, MlpSaved, BlockHalves
+// defines: AttnSaved, MlpSaved, AttnGrads, FlashBackwardBuffers, BlockHalves
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,17 @@ struct MlpSaved {
   int n2 = -1, rstd = -1, gate = -1, up = -1, act = -1, prod = -1;
 };
 
+/// The attention weight gradients of one block, each made when autograd (or the Untied Function)
+/// makes it, and held until the block's reduce-scatter (handles; -1 = none).
+struct AttnGrads {
+  int out = -1;          ///< o_proj's: the backward's first product
+  int projections = -1;  ///< wq, wk, wv (+ q/k norm): after the attention kernel's backward
+  int norm = -1;         ///< the attention RMSNorm's: the backward's last
+};
+
 /// A flash-attention backward's own buffers besides dq/dk/dv (handles; -1 = none).
 struct FlashBackwardBuffers {
+  int softmax_d = -1;    ///< CUDA: FA-2's fp32 rowsum(dO * O), one per query row and head
   int accumulator = -1;  ///< CUDA: FA-2's fp32 dq accumulator; CPU: the kernel's block scratch
   int dk_wide = -1, dv_wide = -1;  ///< CUDA with GQA: dK/dV at the query-head count
 };
@@ -35,7 +44,7 @@ class BlockHalves {
   /// rmsnorm -> attention -> residual; returns h. With grad, `sv` gets what autograd keeps.
   int attention_forward(bool grad, AttnSaved& sv);
   /// From dh: frees `sv`, returns dx (written into dh); `grads` gets the attention weight gradients.
-  int attention_backward(int dh, AttnSaved& sv, int& grads);
+  int attention_backward(int dh, AttnSaved& sv, AttnGrads& grads);
   /// rmsnorm -> MLP (tiled or not) -> residual; returns the block output (-1 without need_output).
   int mlp_forward(bool grad, MlpSaved& sv, bool need_output = true);
   /// From dy: frees `sv`, returns dh = dy + d(MLP) (written into dy); `grads` gets the MLP weight
@@ -51,9 +60,9 @@ class BlockHalves {
   int stage_rope(int& x, TensorKind local);
   int stage_to_heads(int& x, TensorKind local, TensorKind head, const char* recv_name, bool packed);
   int untied_forward(bool grad, AttnSaved& sv);
-  int standard_backward(int dh, AttnSaved& sv);
-  int projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv);
-  int untied_backward(int dh, AttnSaved& sv);
+  int standard_backward(int dh, AttnSaved& sv, AttnGrads& grads);
+  int projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv, AttnGrads& grads);
+  int untied_backward(int dh, AttnSaved& sv, AttnGrads& grads);
   /// The kernel's buffers of one flash-attention backward (`stage`: one Untied stage's sizes),
   /// allocated after its dq/dk/dv; free_flash_buffers releases them.
   FlashBackwardBuffers flash_backward_buffers(bool stage);

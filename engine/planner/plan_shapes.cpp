@@ -101,6 +101,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
 
   s.n_block = m.block_params();
   s.n_attn = s.d * s.q_dim + 2 * s.d * s.kv_dim + s.q_dim * s.d + s.d + (s.qk_norm ? 2 * s.hd : 0);
+  s.n_attn_proj = s.d * s.q_dim + 2 * s.d * s.kv_dim + (s.qk_norm ? 2 * s.hd : 0);
   s.n_mlp = 3 * s.d * s.f + s.d;
   s.n_embed = m.embedding_params();
   s.n_head = m.non_block_params() - s.n_embed;  // final norm (+ untied LM head)
@@ -130,12 +131,16 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::KvHead, sat_product({s.Th, s.hkv, s.hd, c}));
   set(TensorKind::Lse, sat_product({s.Th, s.hq, 4}));
   set(TensorKind::DqAccum, sat_product({s.Th, s.hq, s.hd, 4}));
+  set(TensorKind::SoftmaxD, sat_product({s.Th, s.hq, 4}));
   set(TensorKind::GqaExpanded, sat_product({s.Th, s.hq, s.hd, c}));
   set(TensorKind::QStageLocal, sat_product({s.t, s.k, s.P, s.hd, c}));
   set(TensorKind::KvStageLocal, sat_product({s.t, s.max_kv_count, s.P, s.hd, c}));
   set(TensorKind::QStageHead, sat_product({s.Th, s.k, s.hd, c}));
   set(TensorKind::KvStageHead, sat_product({s.Th, s.max_kv_count, s.hd, c}));
   set(TensorKind::DqAccumStage, sat_product({s.Th, s.k, s.hd, 4}));
+  set(TensorKind::SoftmaxDStage, sat_product({s.Th, s.k, 4}));
+  set(TensorKind::QStageRows, sat_product({s.P, s.k, s.hd, s.d, c}));
+  set(TensorKind::KvStageRows, sat_product({s.P, s.max_kv_count, s.hd, s.d, c}));
   // the engine's buffers for stages that gather K/V per query head, and its fp32 dK/dV accumulators
   set(TensorKind::KvStageGathered, sat_product({s.untied_buffers.kv_gathered, c}));
   set(TensorKind::KvStageAccum32, sat_product({s.untied_buffers.kv_accum_fp32, 4}));
@@ -189,7 +194,10 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   // compute-dtype shard (FlatParamGroup::unshard_async): no cast
   set(TensorKind::BlockShardCast,
       s.fsdp && s.W > 1 && c != 4 && !s.offload_optimizer ? sat_product({s.block_layout.shard_numel, c}) : 0);
-  set(TensorKind::BlockGradsAttn, sat_product({s.n_attn, c}));
+  set(TensorKind::AttnOutGrad, sat_product({s.d, s.q_dim, c}));
+  set(TensorKind::AttnProjGrads, sat_product({s.n_attn_proj, c}));
+  set(TensorKind::AttnProjGrads32, sat_product({s.n_attn_proj, 4}));
+  set(TensorKind::AttnNormGrad, sat_product({s.d, c}));
   set(TensorKind::BlockGradsMlp, sat_product({s.n_mlp, c}));
   // the tiled MLP's weight gradients over its tiles (engine/layout/tile_grad_rules.h)
   set(TensorKind::MlpWeightTile,
@@ -213,6 +221,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   const bool optimizer_temp = s.cuda_target && s.offload_optimizer && s.c != 4;
   set(TensorKind::OptimizerTemp,
       !optimizer_temp ? 0 : sat_product({std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}), 4}));
+  set(TensorKind::BlasWorkspaces, s.cuda_target ? BlasWorkspaces::kBytesEach : 0);
   set(TensorKind::RuntimeOverhead, s.runtime_overhead);
   set(TensorKind::OffloadedInput, sat_product({s.t, s.d, c}));
   return s;
@@ -246,6 +255,7 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::Lse: return fmt("%lld x %lld heads x %s x 4 B", B, (long long)s.hq, St.c_str());
     case TensorKind::DqAccum:
       return fmt("%lld x %s x %lld heads x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.hq, hd);
+    case TensorKind::SoftmaxD: return fmt("%lld x %lld heads x %s x 4 B", B, (long long)s.hq, St.c_str());
     case TensorKind::QStageLocal:
       return fmt("%lld x %s x %lld heads x %lld x %lld B", B, st.c_str(), (long long)(s.k * s.P), hd, c);
     case TensorKind::KvStageLocal:
@@ -266,6 +276,12 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::DqAccumStage:
       return fmt("%lld x %s x %lld head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.k,
                  s.k == 1 ? "" : "s", hd);
+    case TensorKind::SoftmaxDStage:
+      return fmt("%lld x %lld head%s x %s x 4 B", B, (long long)s.k, s.k == 1 ? "" : "s", St.c_str());
+    case TensorKind::QStageRows:
+      return fmt("%lld heads x %lld x %lld x %lld B", (long long)(s.P * s.k), hd, d, c);
+    case TensorKind::KvStageRows:
+      return fmt("%lld KV heads x %lld x %lld x %lld B", (long long)(s.P * s.max_kv_count), hd, d, c);
     case TensorKind::CpuFlashScratch:
       return fmt("2 x %lld x %lld x %s (one thread's attn and grad_attn blocks)", (long long)s.cpu_q_block,
                  (long long)s.cpu_kv_block, c < 4 ? fmt("(4 + %lld) B", c).c_str() : "4 B");
@@ -308,7 +324,10 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::InputNormTile32: return fmt("%s x %lld x 4 B (fp32)", tokens(s.norm_tile_rows).c_str(), d);
     case TensorKind::BlockShardCast:
       return fmt("%s params / %lld ranks x %lld B", params(s.n_block).c_str(), (long long)s.W, c);
-    case TensorKind::BlockGradsAttn: return fmt("%s attention params x %lld B", params(s.n_attn).c_str(), c);
+    case TensorKind::AttnOutGrad: return fmt("%lld x %lld x %lld B", d, (long long)s.q_dim, c);
+    case TensorKind::AttnProjGrads: return fmt("%s q/k/v params x %lld B", params(s.n_attn_proj).c_str(), c);
+    case TensorKind::AttnProjGrads32: return fmt("%s q/k/v params x 4 B (fp32)", params(s.n_attn_proj).c_str());
+    case TensorKind::AttnNormGrad: return fmt("%lld x %lld B", d, c);
     case TensorKind::BlockGradsMlp: return fmt("%s MLP params x %lld B", params(s.n_mlp).c_str(), c);
     case TensorKind::MlpWeightTile: return fmt("%lld x %lld x %lld B", (long long)s.f, d, c);
     case TensorKind::MlpGradAccum: return fmt("%s MLP params x 4 B (fp32)", params(s.n_mlp).c_str());
@@ -322,6 +341,9 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
       return fmt("%s params / %lld ranks x 4 B", params(s.n_block).c_str(), (long long)s.W);
     case TensorKind::TiedGradBack: return fmt("%s params / %lld ranks x 4 B (the embedding's shard)", params(s.n_embed).c_str(), static_cast<long long>(s.fsdp ? s.W : 1));
     case TensorKind::OptimizerTemp: return "largest shard x 4 B (the offloaded upload's fp32 staging for the cast)";
+    case TensorKind::BlasWorkspaces:
+      return fmt("CUBLAS_WORKSPACE_CONFIG=:%lld:%lld (%lld KiB x %lld)", (long long)BlasWorkspaces::kChunkKiB,
+                 (long long)BlasWorkspaces::kChunks, (long long)BlasWorkspaces::kChunkKiB, (long long)BlasWorkspaces::kChunks);
     case TensorKind::RuntimeOverhead: return "hardware.runtime_overhead_gib";
     case TensorKind::Count: break;
   }
@@ -339,12 +361,16 @@ const char* kind_shape(TensorKind kind) {
     case TensorKind::KvHead: return "[B, S, max(1,Hkv/P), hd]";
     case TensorKind::Lse: return "[B, H/P, S] fp32";
     case TensorKind::DqAccum: return "[B, S, H/P, hd] fp32";
+    case TensorKind::SoftmaxD: return "[B, H/P, S] fp32";
     case TensorKind::GqaExpanded: return "[B, S, H/P, hd]";
     case TensorKind::QStageLocal: return "[B, s, hps*hd]";
     case TensorKind::KvStageLocal: return "[B, s, kv_stage*hd]";
     case TensorKind::QStageHead: return "[B, S, hps/P, hd]";
     case TensorKind::KvStageHead: return "[B, S, kv/stage, hd]";
     case TensorKind::DqAccumStage: return "[B, S, hps/P, hd] fp32";
+    case TensorKind::SoftmaxDStage: return "[B, hps/P, S] fp32";
+    case TensorKind::QStageRows: return "[hps, hd, d]";
+    case TensorKind::KvStageRows: return "[P*kv/stage, hd, d]";
     case TensorKind::KvStageGathered: return "[B, S, hps/P, hd]";
     case TensorKind::KvStageAccum32: return "[B, S, kv/stage, hd] fp32";
     case TensorKind::GqaExpandedStage: return "[B, S, hps/P, hd]";

@@ -28,6 +28,7 @@ enum class TensorKind : uint8_t {
   KvHead,          ///< [B, S, max(1, Hkv/P), hd]
   Lse,             ///< [B, H/P, S] fp32 log-sum-exp of flash attention
   DqAccum,         ///< [B, S, H/P, hd] fp32: flash-attention backward's dq accumulator
+  SoftmaxD,        ///< [B, H/P, S] fp32: FlashAttention-2 backward's softmax_d, rowsum(dO * O)
   GqaExpanded,     ///< [B, S, H/P, hd]: flash backward's dK or dV at query-head count (GQA)
   // Untied Ulysses: one stage of heads_per_stage query heads (heads_per_stage/P per rank)
   QStageLocal,     ///< [B, s, heads_per_stage*hd]
@@ -35,6 +36,9 @@ enum class TensorKind : uint8_t {
   QStageHead,      ///< [B, S, heads_per_stage/P, hd]
   KvStageHead,     ///< [B, S, kv heads per rank per stage, hd]
   DqAccumStage,     ///< [B, S, hps/P, hd] fp32: flash backward's dq accumulator of one stage
+  SoftmaxDStage,    ///< [B, hps/P, S] fp32: FlashAttention-2 backward's softmax_d of one stage
+  QStageRows,       ///< [hps, hd, d]: the rows of wq one stage projects with (index_select; its backward keeps them)
+  KvStageRows,      ///< [P*kv/stage, hd, d]: the rows of wk or wv of one KV range (its backward keeps them)
   KvStageGathered,  ///< [B, S, hps/P, hd]: a stage's K or V gathered to its query heads' KV slots (0 when none gathers)
   KvStageAccum32,   ///< [B, S, kv/stage, hd] fp32: dK or dV summed over the stages of a range (0 when none needs it)
   GqaExpandedStage,///< one stage's dK or dV at the stage's query-head count
@@ -68,7 +72,10 @@ enum class TensorKind : uint8_t {
   EmbedFull,       ///< the embedding's unsharded buffer
   HeadFull,        ///< the head group's unsharded buffer (final norm [+ LM head])
   BlockShardCast,  ///< a block shard cast to the compute dtype for the all-gather
-  BlockGradsAttn,  ///< attention weight gradients of one block (compute dtype)
+  AttnOutGrad,     ///< [d, H*hd] compute dtype: the o_proj weight's gradient (the backward's first)
+  AttnProjGrads,   ///< wq, wk, wv (+ q/k norm) weight gradients of one block (compute dtype)
+  AttnProjGrads32, ///< the same in fp32: the Untied backward's sums over its stages
+  AttnNormGrad,    ///< [d] compute dtype: the attention RMSNorm weight's gradient (the backward's last)
   BlockGradsMlp,   ///< MLP weight gradients of one block (compute dtype)
   MlpWeightTile,   ///< one [f, d] product of one tile before it is added (0 unless bf16 on the CPU)
   MlpGradAccum,    ///< fp32 MLP weight gradients summed over the tiles (0 with fp32 weights: the gradients)
@@ -81,7 +88,8 @@ enum class TensorKind : uint8_t {
   BlockShardOut,   ///< fp32 [N_block / W] reduce-scatter output before it is added into grad
   TiedGradBack,    ///< [N_embed / W] fp32: the tied embedding's first gradient back from the host (offload, GPU)
   OptimizerTemp,   ///< the offloaded upload's fp32 staging over the largest shard (GPU, compute dtype not fp32)
-  RuntimeOverhead, ///< CUDA context, NCCL, cuBLAS workspace, fragmentation (hardware profile)
+  BlasWorkspaces,  ///< one cuBLAS workspace (GPU; BlasWorkspaces in engine/layout/planned_buffers.h)
+  RuntimeOverhead, ///< CUDA context, NCCL, fragmentation: outside the allocator (hardware profile)
   // host
   OffloadedInput,  ///< [B, s, d] checkpointed block input in the host pool (GPU: a pinned slab region)
   Count
@@ -138,6 +146,7 @@ struct PlanShapes {
   int64_t cpu_q_block = 0, cpu_kv_block = 0;  ///< the CPU flash kernel's blocks for a query length S
   // parameters per group (elements) and their layout over the ranks
   int64_t n_block = 0, n_embed = 0, n_head = 0, n_attn = 0, n_mlp = 0;
+  int64_t n_attn_proj = 0;  ///< wq, wk, wv (+ q/k norm): n_attn less wo and the attention norm
   FlatShardLayout block_layout, embed_layout, head_layout;  ///< each group over the ranks (engine/layout/planned_buffers.h)
   bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: resident, keeps_gathered_copy)
   // hardware

@@ -83,8 +83,8 @@ struct MemoryPlan {
   std::vector<MemoryTerm> terms;
   std::array<int64_t, kPlanCategoryCount> category_bytes{};  ///< at the peak phase
   int64_t peak_bytes = 0;       ///< device bytes at the peak, runtime overhead included
-  /// hardware.runtime_overhead_gib in bytes (CUDA context, NCCL and cuBLAS workspaces,
-  /// fragmentation): part of peak_bytes, but never a tensor, so the caching allocator's own peak
+  /// hardware.runtime_overhead_gib in bytes (CUDA context, the libraries' own memory, NCCL,
+  /// fragmentation; cuBLAS's workspaces are allocator tensors, a term of their own): part of peak_bytes, but never a tensor, so the caching allocator's own peak
   /// (what the engine measures on a GPU) compares with peak_bytes - runtime_overhead_bytes.
   int64_t runtime_overhead_bytes = 0;
   std::string peak_phase;       ///< phase where the peak falls

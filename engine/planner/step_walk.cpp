@@ -5,6 +5,7 @@
 // dies when the node that saved it has run its backward.
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "engine/layout/schedule_rules.h"
@@ -76,7 +77,7 @@ class Walker {
   /// Deferred (FSDP on a CUDA target, StepRuntime::defer_reduce_scatter): the pack and the output
   /// shard stay in flight until the next block's reduce-scatter phase finishes the reduction (the
   /// lowest block's until the end of the backward), while the gradients die at once.
-  void reduce_scatter(K pack_kind, int& grads_a, int& grads_b) {
+  void reduce_scatter(K pack_kind, std::initializer_list<int*> grads) {
     const bool sharded_block = pack_kind == K::BlockPack && kind_bytes(K::BlockShardOut, s_) > 0;
     const bool deferred = sharded_block && s_.cuda_target;
     if (deferred) finish_pending_reduction();  // the block above's, which this backward overlapped
@@ -96,8 +97,7 @@ class Walker {
       f(pack);
       f(shard_out);
     }
-    f(grads_a);
-    f(grads_b);
+    for (int* g : grads) f(*g);
   }
   /// The deferred reduction finishes: its shard is added into the gradient shards.
   void finish_pending_reduction() {
@@ -112,7 +112,11 @@ class Walker {
     m_.alloc("fp32 gradient shards", K::GradShards, C::Grads, kind_bytes(K::GradShards, s_), 1, host);
     m_.alloc("AdamW moments (exp_avg, exp_avg_sq)", K::AdamMoments, C::Optimizer, kind_bytes(K::AdamMoments, s_), 1, host);
     if (host) a("compute-dtype parameter shards (device)", K::DeviceParamShards, C::Params);
-    if (s_.runtime_overhead > 0) a("runtime overhead (CUDA context, NCCL, cuBLAS, fragmentation)", K::RuntimeOverhead, C::Other);
+    if (s_.runtime_overhead > 0) a("runtime overhead (CUDA context, NCCL, fragmentation)", K::RuntimeOverhead, C::Other);
+    // GPU: the rank's thread's and autograd's device thread's, made before the first step
+    // (engine/layout/planned_buffers.h)
+    if (kind_bytes(K::BlasWorkspaces, s_) > 0)
+      a("cuBLAS workspaces", K::BlasWorkspaces, C::Other, static_cast<int32_t>(BlasWorkspaces::kThreads));
     batch_ = a("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
     rope_ = a("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
     // GPU: one pinned slab of the offloaded blocks' inputs (1..L-2, offloaded_blocks), allocated at
@@ -321,7 +325,7 @@ class Walker {
   /// The loss backward: untiled in its own phase; tiled (backward already done inside the
   /// forward) it only scales the saved gradient, inside the first backward phase.
   void loss_backward() {
-    int head_grads = -1, none = -1;
+    int head_grads = -1;
     if (!s_.tiled_loss) {
       m_.begin_phase(PhaseKind::BwdLoss);
       int dlp = a("d log-softmax (fp32)", K::Logits32, C::LossWorkspace);
@@ -352,10 +356,10 @@ class Walker {
     loss_input_ = -1;
     if (s_.tied) {  // the head group packs the final norm's gradient, the embedding the LM head's
       int norm_grad = -1;
-      reduce_scatter(K::HeadPack, norm_grad, none);
-      reduce_scatter(K::EmbedPack, head_grads, none);
+      reduce_scatter(K::HeadPack, {&norm_grad});
+      reduce_scatter(K::EmbedPack, {&head_grads});
     } else {
-      reduce_scatter(K::HeadPack, head_grads, none);
+      reduce_scatter(K::HeadPack, {&head_grads});
     }
     f(head_gathered_);
     f(tied_embed_);
@@ -428,13 +432,14 @@ class Walker {
       m_.begin_phase(PhaseKind::BwdMlp, i);
     }
     // One gradient buffer flows down the blocks: dh and dx are written into the incoming dy.
-    int grads_mlp = -1, grads_attn = -1;
+    int grads_mlp = -1;
+    AttnGrads grads_attn;
     const int dh = halves_.mlp_backward(b.mlp, grads_mlp, dy_);
     f(h);  // h (the MLP half's input) is free once the MLP graph has run
     m_.begin_phase(PhaseKind::BwdAttn, i);
     const int dx = halves_.attention_backward(dh, b.attn, grads_attn);
     m_.begin_phase(PhaseKind::BwdReduceScatter, i);
-    reduce_scatter(K::BlockPack, grads_attn, grads_mlp);
+    reduce_scatter(K::BlockPack, {&grads_attn.out, &grads_attn.projections, &grads_attn.norm, &grads_mlp});
     f(b.input);  // the block's input is a saved variable of its backward until that returns
     f(current_gathered_);  // reshard
     current_gathered_ = prefetch;

@@ -1,5 +1,7 @@
-// prepare_cuda: CUDA initialised lazily-but-first and the caching allocator's settings chosen once
-// per process (see cuda_runtime.h). defines: prepare_cuda, choose_allocator_settings
+// prepare_cuda: CUDA initialised lazily-but-first and the caching allocator's and cuBLAS's settings
+// chosen once per process; a rank's cuBLAS workspaces made before its first step (see
+// cuda_runtime.h). defines: prepare_cuda, choose_allocator_settings, choose_blas_workspace_config,
+// prepare_blas_workspaces
 #include "engine/telemetry/cuda_runtime.h"
 
 #include <ATen/Context.h>
@@ -13,8 +15,15 @@
 #include <utility>
 #include <vector>
 
+#include "engine/layout/planned_buffers.h"
+#include "engine/telemetry/memory_tracker.h"
+
 #if defined(ODYSSEY_WITH_CUDA)
+#include <ATen/cuda/CUDAContextLight.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/cuda/memory_snapshot.h>
 #endif
 
@@ -28,11 +37,20 @@ CudaSetup choose_allocator_settings(const char* pytorch_cuda_alloc_conf, const c
   return s;
 }
 
+BlasWorkspaceSetting choose_blas_workspace_config(const char* cublas_workspace_config) {
+  BlasWorkspaceSetting s;
+  s.from_user = cublas_workspace_config != nullptr;
+  s.config = s.from_user ? std::string(cublas_workspace_config)
+                         : ":" + std::to_string(BlasWorkspaces::kChunkKiB) + ":" + std::to_string(BlasWorkspaces::kChunks);
+  return s;
+}
+
 const CudaSetup& prepare_cuda() {
   static std::once_flag once;
   static CudaSetup setup;
   std::call_once(once, [] {
     setup = choose_allocator_settings(std::getenv("PYTORCH_CUDA_ALLOC_CONF"), std::getenv("PYTORCH_ALLOC_CONF"));
+    setup.blas_workspaces = choose_blas_workspace_config(std::getenv("CUBLAS_WORKSPACE_CONFIG"));
     if (!at::hasCUDA()) return;  // a CPU-only LibTorch, or no driver
     setup.device_count = static_cast<int>(at::detail::getCUDAHooks().getNumGPUs());
     setup.available = setup.device_count > 0;
@@ -40,6 +58,8 @@ const CudaSetup& prepare_cuda() {
     // Before the first allocation, so every segment follows them (the user's own settings were
     // read from the environment by the allocator already).
     if (!setup.settings_from_user) c10::CachingAllocator::setAllocatorSettings(setup.allocator_settings);
+    // Before the first GEMM: PyTorch reads it once, at the first workspace.
+    if (!setup.blas_workspaces.from_user) ::setenv("CUBLAS_WORKSPACE_CONFIG", setup.blas_workspaces.config.c_str(), 1);
     at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   });
   return setup;
@@ -50,6 +70,38 @@ std::atomic<bool> g_history{false};
 }  // namespace
 
 #if defined(ODYSSEY_WITH_CUDA)
+namespace {
+/// y = a a: the forward's GEMM runs on the calling thread; the backward's on autograd's worker
+/// thread for a's device, charged to the rank and to "other" there too (that thread has no scope
+/// of its own).
+struct BlasWorkspaceGemm : torch::autograd::Function<BlasWorkspaceGemm> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, int64_t rank_slot) {
+    ctx->saved_data["rank_slot"] = rank_slot;
+    ctx->save_for_backward({a});
+    return at::mm(a, a);  // [n, n]
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    RankScope rank(static_cast<int>(ctx->saved_data["rank_slot"].toInt()));
+    CategoryScope category(MemCategory::Other);
+    const at::Tensor a = ctx->get_saved_variables().at(0);
+    return {at::mm(grads.at(0), a.t()) + at::mm(a.t(), grads.at(0)), at::Tensor()};  // d(a a)/da
+  }
+};
+}  // namespace
+
+int64_t prepare_blas_workspaces(int device_index, int rank_slot) {
+  if (!prepare_cuda().available) throw std::runtime_error("prepare_blas_workspaces: this machine has no CUDA device");
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
+  RankScope rank(rank_slot);
+  CategoryScope category(MemCategory::Other);
+  const at::Tensor a = at::ones({8, 8}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_index))
+                           .requires_grad_(true);  // [8, 8]
+  const at::Tensor y = BlasWorkspaceGemm::apply(a, static_cast<int64_t>(rank_slot));
+  torch::autograd::grad({y.sum()}, {a});  // the gradient is dropped: only the workspaces stay
+  return static_cast<int64_t>(at::cuda::getChosenWorkspaceSize());
+}
+
 void start_memory_history() {
   if (!prepare_cuda().available) throw std::runtime_error("--memory-snapshot: this machine has no CUDA device");
   // Alloc and free events with their C++ stacks, no Python (there is none), no entry limit.
@@ -69,6 +121,9 @@ std::string take_memory_snapshot() {
   return pickle;
 }
 #else
+int64_t prepare_blas_workspaces(int, int) {
+  throw std::runtime_error("prepare_blas_workspaces: this build of Odyssey has no CUDA");
+}
 void start_memory_history() {
   throw std::runtime_error("--memory-snapshot needs CUDA: this build of Odyssey has none");
 }

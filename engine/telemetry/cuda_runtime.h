@@ -2,14 +2,24 @@
 // initialised (the caching allocator's statistics calls fail on a device nobody initialised), and
 // the caching allocator on expandable segments unless the user chose its settings (the published
 // long-context runs used them: fewer fragmented segments at multi-GiB activations).
-// Also the allocator's memory history for PyTorch's memory_viz (odyssey train --memory-snapshot).
-// defines: CudaSetup, prepare_cuda, kDefaultAllocatorSettings, start_memory_history,
-// memory_history_active, annotate_memory_history, take_memory_snapshot
+// cuBLAS's workspaces sized by Odyssey (BlasWorkspaces, engine/layout/planned_buffers.h) unless the
+// user chose, and made before a rank's first step. Also the allocator's memory history for
+// PyTorch's memory_viz (odyssey train --memory-snapshot).
+// defines: CudaSetup, BlasWorkspaceSetting, prepare_cuda, kDefaultAllocatorSettings,
+// choose_allocator_settings, choose_blas_workspace_config, prepare_blas_workspaces,
+// start_memory_history, memory_history_active, annotate_memory_history, take_memory_snapshot
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace odyssey {
+
+/// CUBLAS_WORKSPACE_CONFIG as prepare_cuda leaves it: the user's, or Odyssey's ":4096:8".
+struct BlasWorkspaceSetting {
+  std::string config;
+  bool from_user = false;
+};
 
 /// What prepare_cuda found and did.
 struct CudaSetup {
@@ -19,6 +29,7 @@ struct CudaSetup {
   /// or kDefaultAllocatorSettings set by Odyssey.
   std::string allocator_settings;
   bool settings_from_user = false;
+  BlasWorkspaceSetting blas_workspaces;
 };
 
 /// Odyssey's default for the CUDA caching allocator.
@@ -35,6 +46,19 @@ const CudaSetup& prepare_cuda();
 /// when either is set (PYTORCH_CUDA_ALLOC_CONF first, as PyTorch reads them), else the default.
 /// Pure; the rule prepare_cuda applies, testable without a GPU.
 CudaSetup choose_allocator_settings(const char* pytorch_cuda_alloc_conf, const char* pytorch_alloc_conf);
+
+/// The cuBLAS workspace setting for this CUBLAS_WORKSPACE_CONFIG (nullptr: unset): the user's when
+/// set, else ":SIZE:COUNT" of BlasWorkspaces (PyTorch's Hopper and Blackwell default, 32 MiB, which
+/// Odyssey sets on every GPU so the planner's term holds). Pure: the rule prepare_cuda applies.
+BlasWorkspaceSetting choose_blas_workspace_config(const char* cublas_workspace_config);
+
+/// Makes the two cuBLAS workspaces of a rank on `device_index` before its first step, charged to
+/// its memory category "other" under `rank_slot`: the calling thread's (a GEMM) and autograd's
+/// worker thread's for that device (the GEMM's backward). Memory: without it they appear inside
+/// step 1 (block 0's first GEMM, then the first backward GEMM), so step 1 and later steps had
+/// different phase peaks. Returns the bytes of one workspace (PyTorch's figure, which the user's
+/// CUBLAS_WORKSPACE_CONFIG sets). Throws std::runtime_error without CUDA.
+int64_t prepare_blas_workspaces(int device_index, int rank_slot);
 
 /// Starts recording every allocation and free of the caching allocator with its C++ stack (what
 /// torch.cuda.memory._record_memory_history records). Throws std::runtime_error without CUDA.

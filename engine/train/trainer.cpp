@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "engine/config/techniques.h"
+#include "engine/layout/planned_buffers.h"
 #include "engine/layout/schedule_rules.h"
 #include "engine/layout/tiles.h"
 #include "engine/planner/planner.h"
@@ -42,6 +43,13 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
     timeline_ = make_cuda_timeline(index);
     recorder_.set_device_timeline(timeline_.get());
     defer_reduce_scatter_ = true;  // reduce-scatters on NCCL's stream overlap the next block's backward
+    // cuBLAS's two workspaces (this thread's, autograd's device thread's) before step 1, so that
+    // its phases hold them as every later step's do, and as the plan does (BlasWorkspaces)
+    const int64_t workspace_bytes = prepare_blas_workspaces(index, ctx_.slot);
+    if (workspace_bytes != BlasWorkspaces::kBytesEach)
+      notes_.push_back("cuBLAS workspaces: " + std::to_string(workspace_bytes) + " B each (CUBLAS_WORKSPACE_CONFIG=" +
+                       prepare_cuda().blas_workspaces.config + "), the plan counts " +
+                       std::to_string(BlasWorkspaces::kBytesEach) + " B each");
   }
   RankScope rank(ctx_.slot);
   if (auto rule = sequence_shard_rule(cfg_.training.seq_len, ctx_.sp_size))  // the validator's rule, for the real group
