@@ -3,19 +3,23 @@
 per-rank peak, `odyssey train --no-checkpoint` measures it (metrics.jsonl peak_bytes, max over the
 steps). Like is compared with like: on a GPU the engine reads the caching allocator's peak, which
 holds tensors only, so it is set against the plan's tensor peak (peak_bytes minus
-hardware.runtime_overhead_gib, a term no allocator sees: CUDA context, NCCL and cuBLAS workspaces,
-fragmentation). That overhead is measured beside, from the device's own count: nvidia-smi's memory
+hardware.runtime_overhead_gib, a term no allocator sees: CUDA context, NCCL, fragmentation; cuBLAS's
+workspaces are allocator tensors, planned). That overhead is measured beside, from the device's own count: nvidia-smi's memory
 of the training process, sampled through the run (its most), less the allocator's peak; and the
 plan's whole peak_bytes is set against that device count. Each case runs at two context lengths, so
 the bytes per token (the slope the max-context answer rests on) are measured too. Each point also
 keeps its step time beside the planner's (the steps after the first): at two lengths, bench/gpu/
 fit_efficiency.py --preset P --point ... fits the planner's efficiencies to them (the 8B case:
-the attention kernels at head_dim 128).
+the attention kernels at head_dim 128). Per phase, the largest gap between the measured peak and
+the plan's (`phase_gap_bytes`, `phase_gap_phase`), and between step 1's phase peaks and the last
+step's (`step1_gap_bytes`, `step1_gap_phase`: 0 once nothing is first made inside step 1, such as
+cuBLAS's workspaces, which the trainer makes before it).
 
 Targets: step peak within 10%; bytes per token within 5%.
 
     python3 bench/gpu/planner_vs_measured.py --out $OUT/planner                 # rank 0 of 8B/8xH100 emulated, 1B
     python3 bench/gpu/planner_vs_measured.py --out /tmp/p --cases tiny           # the CPU dry run
+    python3 bench/gpu/planner_vs_measured.py --self-test                           # the arithmetic
 
 Writes OUT/planner_vs_measured.json and .md (a table for docs/benchmarks.md).
 """
@@ -31,7 +35,23 @@ from systems import ROOT, odyssey_binary, run_json, run_sampling_device_use  # n
 PEAK_TOLERANCE, SLOPE_TOLERANCE = 0.10, 0.05
 POINT_KEYS = ("case", "seq_len", "planned_tensor_peak_bytes", "planned_peak_phase", "measured_peak_bytes", "ratio",
               "planned_peak_bytes", "measured_device_used_bytes", "measured_runtime_overhead_bytes",
-              "planned_overhead_bytes", "measured_step_s", "planned_step_s")
+              "planned_overhead_bytes", "measured_step_s", "planned_step_s", "phase_gap_bytes", "phase_gap_phase",
+              "step1_gap_bytes", "step1_gap_phase")
+
+
+def largest_gap(measured, planned):
+    """(bytes, phase) of the largest |measured - planned| over the phases both name; (None, None)
+    when they share none."""
+    gaps = [(measured[k] - planned[k], k) for k in measured if k in planned]
+    if not gaps:
+        return None, None
+    return max(gaps, key=lambda g: abs(g[0]))
+
+
+def self_test():
+    assert largest_gap({"a": 10, "b": 5}, {"a": 9, "b": 8, "c": 1}) == (-3, "b")
+    assert largest_gap({"a": 1}, {"b": 1}) == (None, None)
+    print("planner_vs_measured self-test: ok")
 
 
 def cases(which, layers):
@@ -55,6 +75,7 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     point = {"case": name, "seq_len": seq}
     plan = run_json([odyssey, "plan", preset, *set_args, "--json"], 120)
     overhead = plan.get("runtime_overhead_bytes", 0)
+    planned_phases = {ph["name"]: ph["resident_bytes"] - overhead for ph in plan.get("phases", [])}
     point.update(planned_peak_bytes=plan["peak_bytes"], planned_overhead_bytes=overhead,
                  planned_tensor_peak_bytes=plan["peak_bytes"] - overhead, planned_peak_phase=plan.get("peak_phase"),
                  planned_categories=plan.get("categories"), fits=plan.get("fits"),
@@ -71,10 +92,15 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     timed = [r["step_time_s"] for r in rows if "step_time_s" in r]
     if timed:  # the first step is warm-up where there are others
         point["measured_step_s"] = sum(timed[1:] or timed) / len(timed[1:] or timed)
+    per_step = [r["phase_peak_bytes"] for r in rows if r.get("phase_peak_bytes")]
+    if len(per_step) > 1:
+        point["step1_gap_bytes"], point["step1_gap_phase"] = largest_gap(per_step[-1], per_step[0])
     summary_path = os.path.join(run_dir, "summary.json")
     if os.path.exists(summary_path):
         with open(summary_path) as f:
             point["measured_phases"] = json.load(f).get("phases")
+        measured = {ph["path"]: ph["device_peak"] for ph in point["measured_phases"] or [] if "device_peak" in ph}
+        point["phase_gap_bytes"], point["phase_gap_phase"] = largest_gap(measured, planned_phases)
     # The driver's count (None off a GPU): what hardware.runtime_overhead_gib models is the part of
     # it no allocator peak holds.
     point["measured_device_used_bytes"] = device_used
@@ -128,7 +154,17 @@ def table(results):
             lines.append("| %s | %d | %.3f (%s) | %.3f | %.3f | %s | %s | %s | %s |" % (
                 r["case"], p["seq_len"], p["planned_tensor_peak_bytes"] / 2**30, p.get("planned_peak_phase"),
                 p["measured_peak_bytes"] / 2**30, p["ratio"], slope, device, overhead, step))
+    gaps = ["| %s | %d | %s | %s |" % (r["case"], p["seq_len"], gap_text(p.get("phase_gap_bytes"), p.get("phase_gap_phase")),
+                                       gap_text(p.get("step1_gap_bytes"), p.get("step1_gap_phase")))
+            for r in results for p in r["points"]]
+    if gaps:
+        lines += ["", "| case | tokens | largest phase gap, measured - planned | step 1's largest gap from the last step's |",
+                  "|---|---|---|---|"] + gaps
     return lines
+
+
+def gap_text(gap, phase):
+    return "-" if gap is None else "%+d B (%+.3f MiB) at %s" % (gap, gap / 2**20, phase)
 
 
 def main():
@@ -138,7 +174,11 @@ def main():
     parser.add_argument("--layers", type=int, default=2, help="layers of the emulated 8B rank")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
+    parser.add_argument("--self-test", action="store_true", help="check the gap arithmetic, run nothing")
     args = parser.parse_args()
+    if args.self_test:
+        self_test()
+        return
     os.makedirs(args.out, exist_ok=True)
     results = []
     for name, preset, sets, lengths in cases(args.cases, args.layers):
