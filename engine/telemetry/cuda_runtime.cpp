@@ -23,7 +23,6 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/cuda/memory_snapshot.h>
 #endif
 
@@ -70,26 +69,6 @@ std::atomic<bool> g_history{false};
 }  // namespace
 
 #if defined(ODYSSEY_WITH_CUDA)
-namespace {
-/// y = a a: the forward's GEMM runs on the calling thread; the backward's on autograd's worker
-/// thread for a's device, charged to the rank and to "other" there too (that thread has no scope
-/// of its own).
-struct BlasWorkspaceGemm : torch::autograd::Function<BlasWorkspaceGemm> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, int64_t rank_slot) {
-    ctx->saved_data["rank_slot"] = rank_slot;
-    ctx->save_for_backward({a});
-    return at::mm(a, a);  // [n, n]
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    RankScope rank(static_cast<int>(ctx->saved_data["rank_slot"].toInt()));
-    CategoryScope category(MemCategory::Other);
-    const at::Tensor a = ctx->get_saved_variables().at(0);
-    return {at::mm(grads.at(0), a.t()) + at::mm(a.t(), grads.at(0)), at::Tensor()};  // d(a a)/da
-  }
-};
-}  // namespace
-
 int64_t prepare_blas_workspaces(int device_index, int rank_slot) {
   if (!prepare_cuda().available) throw std::runtime_error("prepare_blas_workspaces: this machine has no CUDA device");
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
@@ -97,7 +76,10 @@ int64_t prepare_blas_workspaces(int device_index, int rank_slot) {
   CategoryScope category(MemCategory::Other);
   const at::Tensor a = at::ones({8, 8}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_index))
                            .requires_grad_(true);  // [8, 8]
-  const at::Tensor y = BlasWorkspaceGemm::apply(a, static_cast<int64_t>(rank_slot));
+  // The forward's GEMM runs on this thread, its backward's on autograd's worker thread for the
+  // device, which no scope binds: the tracker charges that thread's blocks to the rank counted for
+  // the device (set_cuda_device), category "other" (the default outside every scope).
+  const at::Tensor y = at::mm(a, a);                                    // [8, 8]
   torch::autograd::grad({y.sum()}, {a});  // the gradient is dropped: only the workspaces stay
   return static_cast<int64_t>(at::cuda::getChosenWorkspaceSize());
 }
