@@ -130,15 +130,17 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::QHead, sat_product({s.Th, s.hq, s.hd, c}));
   set(TensorKind::KvHead, sat_product({s.Th, s.hkv, s.hd, c}));
   set(TensorKind::Lse, sat_product({s.Th, s.hq, 4}));
-  set(TensorKind::DqAccum, sat_product({s.Th, s.hq, s.hd, 4}));
-  set(TensorKind::SoftmaxD, sat_product({s.Th, s.hq, 4}));
+  s.fa2_seq = (s.S + 127) / 128 * 128;
+  s.fa2_head_dim = s.hd <= 192 ? (s.hd + 31) / 32 * 32 : 256;
+  set(TensorKind::DqAccum, sat_product({s.B, s.fa2_seq, s.hq, s.fa2_head_dim, 4}));
+  set(TensorKind::SoftmaxD, sat_product({s.B, s.fa2_seq, s.hq, 4}));
   set(TensorKind::GqaExpanded, sat_product({s.Th, s.hq, s.hd, c}));
   set(TensorKind::QStageLocal, sat_product({s.t, s.k, s.P, s.hd, c}));
   set(TensorKind::KvStageLocal, sat_product({s.t, s.max_kv_count, s.P, s.hd, c}));
   set(TensorKind::QStageHead, sat_product({s.Th, s.k, s.hd, c}));
   set(TensorKind::KvStageHead, sat_product({s.Th, s.max_kv_count, s.hd, c}));
-  set(TensorKind::DqAccumStage, sat_product({s.Th, s.k, s.hd, 4}));
-  set(TensorKind::SoftmaxDStage, sat_product({s.Th, s.k, 4}));
+  set(TensorKind::DqAccumStage, sat_product({s.B, s.fa2_seq, s.k, s.fa2_head_dim, 4}));
+  set(TensorKind::SoftmaxDStage, sat_product({s.B, s.fa2_seq, s.k, 4}));
   set(TensorKind::QStageRows, sat_product({s.P, s.k, s.hd, s.d, c}));
   set(TensorKind::KvStageRows, sat_product({s.P, s.max_kv_count, s.hd, s.d, c}));
   // the engine's buffers for stages that gather K/V per query head, and its fp32 dK/dV accumulators
@@ -230,6 +232,8 @@ PlanShapes make_shapes(const RunConfig& cfg) {
 std::string kind_formula(TensorKind kind, const PlanShapes& s) {
   const long long B = s.B, c = s.c, d = s.d, hd = s.hd;
   const std::string st = tokens(s.s), St = tokens(s.S);
+  const std::string fa2_St = tokens(s.fa2_seq);  // FA-2's padded query length (S in steps of 128)
+  const long long fa2_hd = s.fa2_head_dim;
   // a tile of n positions over B sequences: "4K tokens" for B = 1, "2 x 4K tokens" otherwise
   auto tile_text = [&](const SequenceTile& t) {
     return s.B == 1 ? tokens(t.positions) : fmt("%lld x %s", B, tokens(t.positions).c_str());
@@ -254,8 +258,8 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
                  s.hkv == 1 ? "" : "s", hd, c);
     case TensorKind::Lse: return fmt("%lld x %lld heads x %s x 4 B", B, (long long)s.hq, St.c_str());
     case TensorKind::DqAccum:
-      return fmt("%lld x %s x %lld heads x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.hq, hd);
-    case TensorKind::SoftmaxD: return fmt("%lld x %lld heads x %s x 4 B", B, (long long)s.hq, St.c_str());
+      return fmt("%lld x %s x %lld heads x %lld x 4 B (fp32)", B, fa2_St.c_str(), (long long)s.hq, fa2_hd);
+    case TensorKind::SoftmaxD: return fmt("%lld x %lld heads x %s x 4 B", B, (long long)s.hq, fa2_St.c_str());
     case TensorKind::QStageLocal:
       return fmt("%lld x %s x %lld heads x %lld x %lld B", B, st.c_str(), (long long)(s.k * s.P), hd, c);
     case TensorKind::KvStageLocal:
@@ -274,10 +278,10 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
       return fmt("%lld x %s x %lld KV head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.max_kv_count,
                  s.max_kv_count == 1 ? "" : "s", hd);
     case TensorKind::DqAccumStage:
-      return fmt("%lld x %s x %lld head%s x %lld x 4 B (fp32)", B, St.c_str(), (long long)s.k,
-                 s.k == 1 ? "" : "s", hd);
+      return fmt("%lld x %s x %lld head%s x %lld x 4 B (fp32)", B, fa2_St.c_str(), (long long)s.k,
+                 s.k == 1 ? "" : "s", fa2_hd);
     case TensorKind::SoftmaxDStage:
-      return fmt("%lld x %lld head%s x %s x 4 B", B, (long long)s.k, s.k == 1 ? "" : "s", St.c_str());
+      return fmt("%lld x %lld head%s x %s x 4 B", B, (long long)s.k, s.k == 1 ? "" : "s", fa2_St.c_str());
     case TensorKind::QStageRows:
       return fmt("%lld heads x %lld x %lld x %lld B", (long long)(s.P * s.k), hd, d, c);
     case TensorKind::KvStageRows:

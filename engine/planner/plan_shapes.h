@@ -27,7 +27,7 @@ enum class TensorKind : uint8_t {
   QHead,           ///< [B, S, H/P, hd]
   KvHead,          ///< [B, S, max(1, Hkv/P), hd]
   Lse,             ///< [B, H/P, S] fp32 log-sum-exp of flash attention
-  DqAccum,         ///< [B, S, H/P, hd] fp32: flash-attention backward's dq accumulator
+  DqAccum,         ///< [B, S, H/P, hd] fp32: flash-attention backward's dq accumulator (FA-2's padding)
   SoftmaxD,        ///< [B, H/P, S] fp32: FlashAttention-2 backward's softmax_d, rowsum(dO * O)
   GqaExpanded,     ///< [B, S, H/P, hd]: flash backward's dK or dV at query-head count (GQA)
   // Untied Ulysses: one stage of heads_per_stage query heads (heads_per_stage/P per rank)
@@ -144,6 +144,10 @@ struct PlanShapes {
   int64_t norm_tile_rows = 0;        ///< the Untied input norm's row tiles (input_norm_tile_rows)
   int64_t fused_seq_tile = 0, fused_vocab_tile = 0;  ///< the fused loss kernel's tiles (GPU profiles)
   int64_t cpu_q_block = 0, cpu_kv_block = 0;  ///< the CPU flash kernel's blocks for a query length S
+  /// FlashAttention-2's backward pads its own fp32 buffers (mha_bwd's seqlen_q_rounded and
+  /// head_size_rounded): the query length to a multiple of 128, the head dim to one of 32 (256
+  /// past 192). Equal to S and hd for every real model at lengths in steps of 1K.
+  int64_t fa2_seq = 0, fa2_head_dim = 0;
   // parameters per group (elements) and their layout over the ranks
   int64_t n_block = 0, n_embed = 0, n_head = 0, n_attn = 0, n_mlp = 0;
   int64_t n_attn_proj = 0;  ///< wq, wk, wv (+ q/k norm): n_attn less wo and the attention norm

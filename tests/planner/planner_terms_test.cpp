@@ -151,18 +151,29 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
   CHECK(term_bytes(plan, "cuBLAS workspaces") == 0);
 
   // The same config on a GPU profile: FlashAttention-2's softmax_d ([B, H/P, S] fp32, the LSE's
-  // shape), fp32 dq accumulator and, with GQA, dK/dV at the query-head count instead of the CPU
-  // kernel's blocks; and the two threads' cuBLAS workspaces, 4096 KiB x 8 each.
+  // shape), fp32 dq accumulator (its head dim padded to 32: 16 -> 32) and, with GQA, dK/dV at the
+  // query-head count instead of the CPU kernel's blocks; and the two threads' cuBLAS workspaces,
+  // 4096 KiB x 8 each.
   RunConfig gpu = cfg;
   gpu.hardware = *find_hardware_profile("h100-sxm");
   const MemoryPlan on_gpu = plan_memory(gpu);
   CHECK(on_gpu.peak_phase == "bwd/block.1/attn");
-  CHECK(term_bytes(on_gpu, "flash backward dq accumulator (fp32)") == QH);  // fp32 = c here
+  CHECK(term_bytes(on_gpu, "flash backward dq accumulator (fp32)") == 2 * QH);  // fp32 = c here, hd 16 -> 32
   CHECK(term_bytes(on_gpu, "flash backward dk at query-head count (GQA)") == QH);
   CHECK(term_bytes(on_gpu, "flash backward dv at query-head count (GQA)") == QH);
   CHECK(term_bytes(on_gpu, "CPU flash backward scratch") == 0);
   CHECK(term_bytes(on_gpu, "flash backward softmax_d (fp32)") == LSE);
   CHECK(term_bytes(on_gpu, "cuBLAS workspaces") == 2 * 4096 * 1024 * 8);
+
+  // FA-2 pads its fp32 buffers' query rows to a multiple of 128 (mha_bwd's seqlen_q_rounded):
+  // S = 2000 (s = 1000 a rank) takes 2048 rows, the padding's 48 of them included.
+  RunConfig ragged = gpu;
+  ragged.training.seq_len = 2000;
+  REQUIRE(validate(ragged).empty());
+  const planner_detail::PlanShapes rs = planner_detail::make_shapes(ragged);
+  CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::SoftmaxD, rs) == 2048 * 2 * 4);
+  CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::DqAccum, rs) == 2048 * 2 * 32 * 4);
+  CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::Lse, rs) == 2000 * 2 * 4);  // the forward's own, unpadded
 }
 
 TEST_CASE("small config with offload: two inputs on the device, the rest in the host pool", "[planner][terms]") {
