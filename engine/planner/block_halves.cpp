@@ -508,13 +508,21 @@ int BlockHalves::mlp_forward(bool grad, MlpSaved& sv, bool need_output) {
 }
 
 /// The MLP half's backward from dy; returns dh = dy + d(MLP branch), written into dy (the
-/// engine adds the residual into the incoming gradient when that is its own). Frees `sv`.
-int BlockHalves::mlp_backward(MlpSaved& sv, int& grads, int dy) {
-  const bool grads_first = !s_.tiled_mlp || !mlp_tile_grads_need_accumulators(s_.c == 4);
-  if (grads_first) grads = a("MLP weight gradients", K::BlockGradsMlp, C::MlpWorkspace);
+/// engine adds the residual into the incoming gradient when that is its own). Frees `sv`. Untiled,
+/// each weight gradient appears with its autograd node (the down projection's first, the gate's
+/// and up's with their input-gradient products, the norm's last: the CPU measures the untiled
+/// MLP's workspace to the byte, engine_tests "measurement: tiled MLP*"); the tiled Function makes
+/// its three at the start (or, summing in fp32, casts them at the end).
+int BlockHalves::mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy) {
+  auto projection_grads = [&] {
+    grads.gate = a("gate-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
+    grads.up = a("up-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
+    grads.down = a("down-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
+  };
   int dn2;
   if (!s_.tiled_mlp) {
     int dp = a("d(silu(gate) * up)", K::Ffn, C::MlpWorkspace);
+    grads.down = a("down-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
     f(sv.prod);
     int da = a("d silu(gate)", K::Ffn, C::MlpWorkspace);
     int dup = a("d up", K::Ffn, C::MlpWorkspace);
@@ -525,14 +533,21 @@ int BlockHalves::mlp_backward(MlpSaved& sv, int& grads, int dy) {
     f(da);
     f(sv.gate);
     dn2 = a("MLP rmsnorm output gradient", K::Hidden, C::MlpWorkspace);
+    grads.gate = a("gate-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
     int part = a("up-projection input gradient (partial)", K::Hidden, C::MlpWorkspace);
+    grads.up = a("up-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
     f(part);
     f(dg);
     f(dup);
   } else {
     dn2 = a("tiled MLP input gradient", K::Hidden, C::MlpWorkspace);
-    int sums = -1;  // the fp32 sums beside the compute-dtype gradients (none with fp32 weights)
-    if (!grads_first) sums = a("MLP weight gradients summed over the tiles", K::MlpGradAccum, C::MlpWorkspace);
+    // the fp32 sums beside the compute-dtype gradients (none with fp32 weights: the sums are they)
+    const bool sums32 = mlp_tile_grads_need_accumulators(s_.c == 4);
+    int sums = -1;
+    if (sums32)
+      sums = a("MLP weight gradients summed over the tiles", K::MlpGradAccum, C::MlpWorkspace);
+    else
+      projection_grads();
     // one tile, differentiated by hand (tiled_mlp.cpp); each weight-gradient product is added in
     // place, through a temporary only where the rule says so (tile_grad_rules.h: MlpWeightTile 0)
     auto add_product = [&](const char* what) {
@@ -558,13 +573,15 @@ int BlockHalves::mlp_backward(MlpSaved& sv, int& grads, int dy) {
     f(dup);
     f(dg);
     f(dxt);  // copied into the input gradient
-    if (!grads_first) {  // the sums cast to the compute dtype, then freed
-      grads = a("MLP weight gradients", K::BlockGradsMlp, C::MlpWorkspace);
+    if (sums32) {  // the sums cast to the compute dtype, then freed
+      projection_grads();
       f(sums);
     }
   }
   f(sv.n2);
+  // the norm's backward node: the input's gradient and the weight's
   int dhn = a("MLP rmsnorm input gradient", K::Hidden, C::MlpWorkspace);
+  grads.norm = a("MLP rmsnorm weight gradient", K::MlpNormGrad, C::MlpWorkspace);
   f(dn2);
   f(sv.rstd);
   f(dhn);  // added into dy: dh

@@ -1,6 +1,6 @@
 // The attention and MLP halves of one decoder block for the planner's liveness walk: what each
 // allocates, keeps for backward and frees, in the engine's order. Internal to engine/planner.
-// defines: AttnSaved, MlpSaved, AttnGrads, FlashBackwardBuffers, BlockHalves
+// defines: AttnSaved, MlpSaved, AttnGrads, MlpGrads, FlashBackwardBuffers, BlockHalves
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,14 @@ struct AttnSaved {
   int n1 = -1, rstd = -1, q_pre = -1, k_pre = -1;  // norm output and stats, pre-qk-norm q/k
   int q_h = -1, k_h = -1, v_h = -1, o_h = -1, lse = -1, o = -1;  // standard: SDPA's saved set, o_proj input
   int out = -1;                                                 // untied: the preallocated output
+};
+
+/// The MLP weight gradients of one block, each made when its node (or the tiled Function) makes it
+/// and held until the block's reduce-scatter (handles; -1 = none).
+struct MlpGrads {
+  int down = -1;           ///< the down projection's: the untiled backward's first product
+  int gate = -1, up = -1;  ///< the gate and up projections': the untiled backward's last products
+  int norm = -1;           ///< the MLP RMSNorm's: the backward's last
 };
 
 /// What the MLP half leaves for its backward.
@@ -49,7 +57,7 @@ class BlockHalves {
   int mlp_forward(bool grad, MlpSaved& sv, bool need_output = true);
   /// From dy: frees `sv`, returns dh = dy + d(MLP) (written into dy); `grads` gets the MLP weight
   /// gradients.
-  int mlp_backward(MlpSaved& sv, int& grads, int dy);
+  int mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy);
 
  private:
   int a(const char* name, TensorKind kind, PlanCategory cat, int32_t count = 1);

@@ -200,11 +200,12 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   set(TensorKind::AttnProjGrads, sat_product({s.n_attn_proj, c}));
   set(TensorKind::AttnProjGrads32, sat_product({s.n_attn_proj, 4}));
   set(TensorKind::AttnNormGrad, sat_product({s.d, c}));
-  set(TensorKind::BlockGradsMlp, sat_product({s.n_mlp, c}));
+  set(TensorKind::MlpWeightGrad, sat_product({s.f, s.d, c}));
+  set(TensorKind::MlpNormGrad, sat_product({s.d, c}));
   // the tiled MLP's weight gradients over its tiles (engine/layout/tile_grad_rules.h)
   set(TensorKind::MlpWeightTile,
       tile_weight_grad_needs_temporary(c == 4, s.cuda_target) ? sat_product({s.d, s.f, c}) : 0);
-  set(TensorKind::MlpGradAccum, mlp_tile_grads_need_accumulators(c == 4) ? sat_product({s.n_mlp, 4}) : 0);
+  set(TensorKind::MlpGradAccum, mlp_tile_grads_need_accumulators(c == 4) ? sat_product({3, s.d, s.f, 4}) : 0);
   set(TensorKind::HeadWeightGrad, sat_product({s.V, s.d, c}));
   set(TensorKind::HeadGradAccum, sat_product({s.V, s.d, 4}));
   set(TensorKind::EmbedGradDense, sat_product({s.n_embed, 4}));
@@ -332,9 +333,10 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::AttnProjGrads: return fmt("%s q/k/v params x %lld B", params(s.n_attn_proj).c_str(), c);
     case TensorKind::AttnProjGrads32: return fmt("%s q/k/v params x 4 B (fp32)", params(s.n_attn_proj).c_str());
     case TensorKind::AttnNormGrad: return fmt("%lld x %lld B", d, c);
-    case TensorKind::BlockGradsMlp: return fmt("%s MLP params x %lld B", params(s.n_mlp).c_str(), c);
+    case TensorKind::MlpWeightGrad: return fmt("%lld x %lld x %lld B", (long long)s.f, d, c);
+    case TensorKind::MlpNormGrad: return fmt("%lld x %lld B", d, c);
     case TensorKind::MlpWeightTile: return fmt("%lld x %lld x %lld B", (long long)s.f, d, c);
-    case TensorKind::MlpGradAccum: return fmt("%s MLP params x 4 B (fp32)", params(s.n_mlp).c_str());
+    case TensorKind::MlpGradAccum: return fmt("3 x %lld x %lld x 4 B (fp32)", (long long)s.f, d);
     case TensorKind::HeadWeightGrad:
     case TensorKind::EmbedGradDense: return fmt("%lld vocab x %lld x 4 B", (long long)s.V, d);
     case TensorKind::HeadGradAccum: return fmt("%lld vocab x %lld x 4 B (fp32)", (long long)s.V, d);

@@ -76,9 +76,10 @@ enum class TensorKind : uint8_t {
   AttnProjGrads,   ///< wq, wk, wv (+ q/k norm) weight gradients of one block (compute dtype)
   AttnProjGrads32, ///< the same in fp32: the Untied backward's sums over its stages
   AttnNormGrad,    ///< [d] compute dtype: the attention RMSNorm weight's gradient (the backward's last)
-  BlockGradsMlp,   ///< MLP weight gradients of one block (compute dtype)
+  MlpWeightGrad,   ///< [f, d] compute dtype: one MLP projection's weight gradient (gate, up or down)
+  MlpNormGrad,     ///< [d] compute dtype: the MLP RMSNorm weight's gradient (the backward's last)
   MlpWeightTile,   ///< one [f, d] product of one tile before it is added (0 unless bf16 on the CPU)
-  MlpGradAccum,    ///< fp32 MLP weight gradients summed over the tiles (0 with fp32 weights: the gradients)
+  MlpGradAccum,    ///< 3 x [f, d] fp32: the tiled MLP's weight gradients summed over the tiles (0 with fp32 weights: the gradients)
   HeadWeightGrad,  ///< [V, d] LM-head weight gradient (compute dtype)
   HeadGradAccum,   ///< [V, d] fp32 LM-head gradient accumulated over loss tiles
   EmbedGradDense,  ///< [V, d] dense embedding gradient (compute dtype)

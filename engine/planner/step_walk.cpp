@@ -432,14 +432,15 @@ class Walker {
       m_.begin_phase(PhaseKind::BwdMlp, i);
     }
     // One gradient buffer flows down the blocks: dh and dx are written into the incoming dy.
-    int grads_mlp = -1;
+    MlpGrads grads_mlp;
     AttnGrads grads_attn;
     const int dh = halves_.mlp_backward(b.mlp, grads_mlp, dy_);
     f(h);  // h (the MLP half's input) is free once the MLP graph has run
     m_.begin_phase(PhaseKind::BwdAttn, i);
     const int dx = halves_.attention_backward(dh, b.attn, grads_attn);
     m_.begin_phase(PhaseKind::BwdReduceScatter, i);
-    reduce_scatter(K::BlockPack, {&grads_attn.out, &grads_attn.projections, &grads_attn.norm, &grads_mlp});
+    reduce_scatter(K::BlockPack, {&grads_attn.out, &grads_attn.projections, &grads_attn.norm, &grads_mlp.down,
+                                    &grads_mlp.gate, &grads_mlp.up, &grads_mlp.norm});
     f(b.input);  // the block's input is a saved variable of its backward until that returns
     f(current_gathered_);  // reshard
     current_gathered_ = prefetch;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "measure_util.h"
 
@@ -140,11 +141,18 @@ TEST_CASE("measurement: an offloaded input stays on the device through the next 
   CHECK(planned("fwd/block.2/mlp") == planned("fwd/block.1/mlp"));
 }
 
+/// `category`'s peak in the phases of one config, measured and planned.
+struct CategoryPeaks {
+  int64_t measured = 0, planned = 0;
+};
+
 /// A tiled technique against its untiled config: `category` in the phases ending with `phases`
 /// shrinks by at least half the tile count, and each side (and the tiled step peak) lies within
 /// 15% of the planner's prediction. `header` says which technique (printed above the figures).
-static void check_tiling_cut(const std::string& header, const RunConfig& plain, const RunConfig& tiled, int64_t tiles,
-                             MemCategory category, const std::vector<std::string>& phases) {
+/// Returns the untiled and the tiled peaks.
+static std::pair<CategoryPeaks, CategoryPeaks> check_tiling_cut(const std::string& header, const RunConfig& plain,
+                                                                const RunConfig& tiled, int64_t tiles, MemCategory category,
+                                                                const std::vector<std::string>& phases) {
   const Measured mp = measure_step(plain), mt = measure_step(tiled);
   const MemoryPlan pp = plan_memory(plain), pt = plan_memory(tiled);
   const int64_t m_plain = measured_category_peak(mp, category, phases);
@@ -161,6 +169,7 @@ static void check_tiling_cut(const std::string& header, const RunConfig& plain, 
   check_close_to_planner(m_plain, p_plain);
   check_close_to_planner(m_tiled, p_tiled);
   check_close_to_planner(mt.device_peak, pt.peak_bytes);
+  return {{m_plain, p_plain}, {m_tiled, p_tiled}};
 }
 
 TEST_CASE("measurement: tiled loss cuts the loss-phase workspace by half the tile count (planner within 15%)",
@@ -174,16 +183,24 @@ TEST_CASE("measurement: tiled loss cuts the loss-phase workspace by half the til
                    plain, tiled, tiles, MemCategory::LossWorkspace, {"fwd/loss", "bwd/loss"});
 }
 
-TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count (planner within 15%)",
+TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count (planner within 15%; its MLP "
+          "workspace, tiled or not, to the byte)",
           "[engine][memory][measure]") {
   RunConfig plain = long_measurement_config();
   plain.memory.activation_checkpointing = true;  // the MLP phases then hold only their workspace
   RunConfig tiled = plain;
   tiled.memory.tiled_mlp = true;
   const int64_t tiles = mlp_tile(tiled.memory, tiled.model, tiled.training.batch_size, tiled.training.seq_len).count;
-  check_tiling_cut("tiled MLP (" + std::to_string(tiles) + " tiles of " + std::to_string(plain.memory.mlp_tile_tokens) +
+  const auto [untiled_peaks, tiled_peaks] = check_tiling_cut("tiled MLP (" + std::to_string(tiles) + " tiles of " + std::to_string(plain.memory.mlp_tile_tokens) +
                        " tokens, d_ffn " + std::to_string(plain.model.d_ffn) + ", checkpointing on)",
                    plain, tiled, tiles, MemCategory::MlpWorkspace, {"/mlp", "/recompute"});
+  // The walk's rule is the engine's to the byte: untiled, each weight gradient appears with its
+  // autograd node (the down projection's at the backward's start, the gate's and up's, [512, 64]
+  // fp32 = 131072 B each, with their input-gradient products after the peak, the norm's [64] last;
+  // a walk holding all of them from the start plans 262400 B more); tiled, the Function's three
+  // at its start and the norm's last (256 B).
+  CHECK(untiled_peaks.measured == untiled_peaks.planned);
+  CHECK(tiled_peaks.measured == tiled_peaks.planned);
 }
 
 TEST_CASE("measurement: the Untied stages' backward on one rank holds the saved output and its gradient in head "
