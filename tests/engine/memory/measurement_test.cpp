@@ -183,7 +183,7 @@ TEST_CASE("measurement: tiled loss cuts the loss-phase workspace by half the til
                    plain, tiled, tiles, MemCategory::LossWorkspace, {"fwd/loss", "bwd/loss"});
 }
 
-TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count (planner within 15%; its MLP "
+TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count (planner within 15%, its MLP "
           "workspace, tiled or not, to the byte)",
           "[engine][memory][measure]") {
   RunConfig plain = long_measurement_config();
