@@ -3,9 +3,9 @@
 per-rank peak, `odyssey train --no-checkpoint` measures it (metrics.jsonl peak_bytes, max over the
 steps). Like is compared with like: on a GPU the engine reads the caching allocator's peak, which
 holds tensors only, so it is set against the plan's tensor peak (peak_bytes minus
-hardware.runtime_overhead_gib, a term no allocator sees: CUDA context, NCCL, fragmentation; cuBLAS's
-workspaces are allocator tensors, planned). That overhead is measured beside, from the device's own count: nvidia-smi's memory
-of the training process, sampled through the run (its most), less the allocator's peak; and the
+hardware.runtime_overhead_gib, a term no allocator sees: CUDA context, NCCL, fragmentation;
+cuBLAS's workspaces are allocator tensors, planned). That overhead is measured beside, from the
+device's own count: nvidia-smi's memory of the training process, sampled through the run (its most), less the allocator's peak; and the
 plan's whole peak_bytes is set against that device count. Each case runs at two context lengths, so
 the bytes per token (the slope the max-context answer rests on) are measured too. Each point also
 keeps its step time beside the planner's (the steps after the first): at two lengths, bench/gpu/

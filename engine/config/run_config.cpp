@@ -138,8 +138,9 @@ const std::vector<HardwareProfile>& hardware_profiles() {
   // measured; that machine's pinned PCIe copies ran at 55.3 GB/s each way (odyssey_kernel_bench
   // offload, both days), the h200 profile's figure.
   // runtime_overhead_gib (CUDA context, the libraries' own memory, the caching allocator's reserve
-  // beyond its peak; cuBLAS's workspaces are inside the allocator's peak, a planned term) is measured: the driver's count of a run's device memory less the allocator's peak
-  // was 1.41 and 1.13 GiB (Llama3-8B rank 0 emulated, 512K and 1M) and 1.92 and 0.98 GiB
+  // beyond its peak; cuBLAS's workspaces are inside the allocator's peak, a planned term) is
+  // measured: the driver's count of a run's device memory less the allocator's peak was 1.41
+  // and 1.13 GiB (Llama3-8B rank 0 emulated, 512K and 1M) and 1.92 and 0.98 GiB
   // (Llama-3.2-1B, 64K and 128K) on the H200 (2026-11-26, commit 3239381, `bench/gpu/
   // planner_vs_measured.py --cases gpu`, docs/benchmarks.md), and 1.04, 3.14, 1.00 and 1.61 GiB at
   // the same four points on 2026-11-27 (commit 24951a9): the spread is the allocator's cache of

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace odyssey {
 
@@ -102,6 +103,8 @@ struct BlasWorkspaces {
   static constexpr int64_t kChunks = 8;       ///< and :COUNT
   static constexpr int64_t kBytesEach = kChunkKiB * 1024 * kChunks;  ///< 32 MiB
   static constexpr int64_t kThreads = 2;      ///< the rank's thread and autograd's device thread
+  /// CUBLAS_WORKSPACE_CONFIG's value for this size: ":4096:8".
+  static std::string config() { return ":" + std::to_string(kChunkKiB) + ":" + std::to_string(kChunks); }
 };
 
 }  // namespace odyssey

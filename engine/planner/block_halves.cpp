@@ -514,15 +514,18 @@ int BlockHalves::mlp_forward(bool grad, MlpSaved& sv, bool need_output) {
 /// MLP's workspace to the byte, engine_tests "measurement: tiled MLP*"); the tiled Function makes
 /// its three at the start (or, summing in fp32, casts them at the end).
 int BlockHalves::mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy) {
+  auto gate_grad = [&] { grads.gate = a("gate-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace); };
+  auto up_grad = [&] { grads.up = a("up-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace); };
+  auto down_grad = [&] { grads.down = a("down-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace); };
   auto projection_grads = [&] {
-    grads.gate = a("gate-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
-    grads.up = a("up-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
-    grads.down = a("down-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
+    gate_grad();
+    up_grad();
+    down_grad();
   };
   int dn2;
   if (!s_.tiled_mlp) {
     int dp = a("d(silu(gate) * up)", K::Ffn, C::MlpWorkspace);
-    grads.down = a("down-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
+    down_grad();
     f(sv.prod);
     int da = a("d silu(gate)", K::Ffn, C::MlpWorkspace);
     int dup = a("d up", K::Ffn, C::MlpWorkspace);
@@ -533,9 +536,9 @@ int BlockHalves::mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy) {
     f(da);
     f(sv.gate);
     dn2 = a("MLP rmsnorm output gradient", K::Hidden, C::MlpWorkspace);
-    grads.gate = a("gate-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
+    gate_grad();
     int part = a("up-projection input gradient (partial)", K::Hidden, C::MlpWorkspace);
-    grads.up = a("up-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace);
+    up_grad();
     f(part);
     f(dg);
     f(dup);

@@ -3,6 +3,7 @@
 // defines: AttnSaved, MlpSaved, AttnGrads, MlpGrads, FlashBackwardBuffers, BlockHalves
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "engine/planner/plan_shapes.h"
@@ -23,6 +24,7 @@ struct MlpGrads {
   int down = -1;           ///< the down projection's: the untiled backward's first product
   int gate = -1, up = -1;  ///< the gate and up projections': the untiled backward's last products
   int norm = -1;           ///< the MLP RMSNorm's: the backward's last
+  std::array<int*, 4> handles() { return {&down, &gate, &up, &norm}; }
 };
 
 /// What the MLP half leaves for its backward.
@@ -36,6 +38,7 @@ struct AttnGrads {
   int out = -1;          ///< o_proj's: the backward's first product
   int projections = -1;  ///< wq, wk, wv (+ q/k norm): after the attention kernel's backward
   int norm = -1;         ///< the attention RMSNorm's: the backward's last
+  std::array<int*, 3> handles() { return {&out, &projections, &norm}; }
 };
 
 /// A flash-attention backward's own buffers besides dq/dk/dv (handles; -1 = none).

@@ -100,9 +100,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.norm_tile_rows = input_norm_tile_rows(s.t, s.d);
 
   s.n_block = m.block_params();
-  s.n_attn = s.d * s.q_dim + 2 * s.d * s.kv_dim + s.q_dim * s.d + s.d + (s.qk_norm ? 2 * s.hd : 0);
   s.n_attn_proj = s.d * s.q_dim + 2 * s.d * s.kv_dim + (s.qk_norm ? 2 * s.hd : 0);
-  s.n_mlp = 3 * s.d * s.f + s.d;
   s.n_embed = m.embedding_params();
   s.n_head = m.non_block_params() - s.n_embed;  // final norm (+ untied LM head)
   // the flat groups' layout over the ranks, as FlatParamGroup lays them out (engine/layout/planned_buffers.h)
@@ -348,8 +346,8 @@ std::string kind_formula(TensorKind kind, const PlanShapes& s) {
     case TensorKind::TiedGradBack: return fmt("%s params / %lld ranks x 4 B (the embedding's shard)", params(s.n_embed).c_str(), static_cast<long long>(s.fsdp ? s.W : 1));
     case TensorKind::OptimizerTemp: return "largest shard x 4 B (the offloaded upload's fp32 staging for the cast)";
     case TensorKind::BlasWorkspaces:
-      return fmt("CUBLAS_WORKSPACE_CONFIG=:%lld:%lld (%lld KiB x %lld)", (long long)BlasWorkspaces::kChunkKiB,
-                 (long long)BlasWorkspaces::kChunks, (long long)BlasWorkspaces::kChunkKiB, (long long)BlasWorkspaces::kChunks);
+      return fmt("CUBLAS_WORKSPACE_CONFIG=%s (%lld KiB x %lld)", BlasWorkspaces::config().c_str(),
+                 (long long)BlasWorkspaces::kChunkKiB, (long long)BlasWorkspaces::kChunks);
     case TensorKind::RuntimeOverhead: return "hardware.runtime_overhead_gib";
     case TensorKind::Count: break;
   }

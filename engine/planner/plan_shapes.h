@@ -150,8 +150,8 @@ struct PlanShapes {
   /// past 192). Equal to S and hd for every real model at lengths in steps of 1K.
   int64_t fa2_seq = 0, fa2_head_dim = 0;
   // parameters per group (elements) and their layout over the ranks
-  int64_t n_block = 0, n_embed = 0, n_head = 0, n_attn = 0, n_mlp = 0;
-  int64_t n_attn_proj = 0;  ///< wq, wk, wv (+ q/k norm): n_attn less wo and the attention norm
+  int64_t n_block = 0, n_embed = 0, n_head = 0;
+  int64_t n_attn_proj = 0;  ///< wq, wk, wv (+ q/k norm): the attention's weights less wo and its norm
   FlatShardLayout block_layout, embed_layout, head_layout;  ///< each group over the ranks (engine/layout/planned_buffers.h)
   bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: resident, keeps_gathered_copy)
   // hardware

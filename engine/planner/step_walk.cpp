@@ -5,7 +5,6 @@
 // dies when the node that saved it has run its backward.
 #include <algorithm>
 #include <cstring>
-#include <initializer_list>
 #include <vector>
 
 #include "engine/layout/schedule_rules.h"
@@ -76,8 +75,9 @@ class Walker {
   /// Pack the group's gradients into fp32 and reduce-scatter (or all-reduce / add) into its shard.
   /// Deferred (FSDP on a CUDA target, StepRuntime::defer_reduce_scatter): the pack and the output
   /// shard stay in flight until the next block's reduce-scatter phase finishes the reduction (the
-  /// lowest block's until the end of the backward), while the gradients die at once.
-  void reduce_scatter(K pack_kind, std::initializer_list<int*> grads) {
+  /// lowest block's until the end of the backward), while the gradients die at once: the caller
+  /// frees them right after.
+  void reduce_scatter(K pack_kind) {
     const bool sharded_block = pack_kind == K::BlockPack && kind_bytes(K::BlockShardOut, s_) > 0;
     const bool deferred = sharded_block && s_.cuda_target;
     if (deferred) finish_pending_reduction();  // the block above's, which this backward overlapped
@@ -97,7 +97,6 @@ class Walker {
       f(pack);
       f(shard_out);
     }
-    for (int* g : grads) f(*g);
   }
   /// The deferred reduction finishes: its shard is added into the gradient shards.
   void finish_pending_reduction() {
@@ -355,12 +354,12 @@ class Walker {
     f(loss_input_);  // the final norm's saved input: the last block's output
     loss_input_ = -1;
     if (s_.tied) {  // the head group packs the final norm's gradient, the embedding the LM head's
-      int norm_grad = -1;
-      reduce_scatter(K::HeadPack, {&norm_grad});
-      reduce_scatter(K::EmbedPack, {&head_grads});
+      reduce_scatter(K::HeadPack);  // the norm's [d] gradient: not walked
+      reduce_scatter(K::EmbedPack);
     } else {
-      reduce_scatter(K::HeadPack, {&head_grads});
+      reduce_scatter(K::HeadPack);
     }
+    f(head_grads);
     f(head_gathered_);
     f(tied_embed_);
   }
@@ -439,8 +438,9 @@ class Walker {
     m_.begin_phase(PhaseKind::BwdAttn, i);
     const int dx = halves_.attention_backward(dh, b.attn, grads_attn);
     m_.begin_phase(PhaseKind::BwdReduceScatter, i);
-    reduce_scatter(K::BlockPack, {&grads_attn.out, &grads_attn.projections, &grads_attn.norm, &grads_mlp.down,
-                                    &grads_mlp.gate, &grads_mlp.up, &grads_mlp.norm});
+    reduce_scatter(K::BlockPack);
+    for (int* g : grads_attn.handles()) f(*g);
+    for (int* g : grads_mlp.handles()) f(*g);
     f(b.input);  // the block's input is a saved variable of its backward until that returns
     f(current_gathered_);  // reshard
     current_gathered_ = prefetch;

@@ -39,8 +39,7 @@ CudaSetup choose_allocator_settings(const char* pytorch_cuda_alloc_conf, const c
 BlasWorkspaceSetting choose_blas_workspace_config(const char* cublas_workspace_config) {
   BlasWorkspaceSetting s;
   s.from_user = cublas_workspace_config != nullptr;
-  s.config = s.from_user ? std::string(cublas_workspace_config)
-                         : ":" + std::to_string(BlasWorkspaces::kChunkKiB) + ":" + std::to_string(BlasWorkspaces::kChunks);
+  s.config = s.from_user ? std::string(cublas_workspace_config) : BlasWorkspaces::config();
   return s;
 }
 
