@@ -1,6 +1,6 @@
 // POSIX implementations of the file helpers (see files.h for why not std::filesystem).
 // defines: make_dirs, path_exists, is_directory, rename_path, remove_tree, list_dir, same_path,
-// join_path, AtomicFile, write_file_atomically, RunDirLock
+// join_path, clean_path, read_file_bounded, AtomicFile, write_file_atomically, RunDirLock
 #include "engine/util/files.h"
 
 #include <dirent.h>
@@ -9,24 +9,47 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 
 namespace odyssey {
 
-bool make_dirs(const std::string& path, std::string* error) {
+bool make_dirs(const std::string& path, std::string* error, int* error_number) {
+  auto fail = [&](const std::string& why, int err) {
+    if (error) *error = why;
+    if (error_number) *error_number = err;
+    return false;
+  };
   if (path.empty() || is_directory(path)) return true;
-  const size_t slash = path.find_last_of('/');
-  if (slash != std::string::npos && slash > 0 && !make_dirs(path.substr(0, slash), error)) return false;
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-    if (error) *error = "cannot create directory " + path + ": " + std::strerror(errno);
-    return false;
-  }
-  if (!is_directory(path)) {  // EEXIST from a file (or a link to one) of that name
-    if (error) *error = "cannot create directory " + path + ": a file of that name is there";
-    return false;
+  if (path.size() >= PATH_MAX)
+    return fail("cannot create directory " + path.substr(0, 64) + "... (" + std::to_string(path.size()) +
+                    " characters): longer than the system's path limit of " + std::to_string(PATH_MAX - 1),
+                ENAMETOOLONG);
+  // Each prefix ending before a slash, then the whole path: created in order, never recursively.
+  std::vector<std::string> created;
+  auto undo = [&] {  // what this call made, deepest first (each is empty: nothing else is inside)
+    for (auto it = created.rbegin(); it != created.rend(); ++it) ::rmdir(it->c_str());
+  };
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string prefix = end == std::string::npos ? path : path.substr(0, end);
+    if (!prefix.empty() && prefix.back() != '/' && !is_directory(prefix)) {
+      if (::mkdir(prefix.c_str(), 0755) == 0) {
+        created.push_back(prefix);
+      } else if (errno != EEXIST) {
+        const int err = errno;
+        undo();
+        return fail("cannot create directory " + prefix + ": " + std::strerror(err), err);
+      }
+      if (!is_directory(prefix)) {  // EEXIST from a file (or a link to one) of that name
+        undo();
+        return fail("cannot create directory " + prefix + ": a file of that name is there", ENOTDIR);
+      }
+    }
+    if (end == std::string::npos) break;
   }
   return true;
 }
@@ -80,6 +103,58 @@ bool same_path(const std::string& a, const std::string& b) {
 std::string join_path(const std::string& a, const std::string& b) {
   if (a.empty()) return b;
   return a.back() == '/' ? a + b : a + "/" + b;
+}
+
+std::string clean_path(const std::string& path) {
+  std::string out;
+  for (char c : path)
+    if (!(c == '/' && !out.empty() && out.back() == '/')) out.push_back(c);
+  for (;;) {
+    if (out.size() > 1 && out.back() == '/') {
+      out.pop_back();
+    } else if (out.size() > 2 && out.compare(out.size() - 2, 2, "/.") == 0) {
+      out.resize(out.size() - 2);
+    } else {
+      break;
+    }
+  }
+  if (out.empty() && !path.empty()) out = "/";  // "/." and "//" are the root
+  return out;
+}
+
+std::string read_file_bounded(const std::string& path, int64_t max_bytes, const std::string& what) {
+  auto refuse = [&](const std::string& why) { return FileReadError(what + " " + path + ": " + why); };
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer, forever and deaf to signals;
+  // it is refused below like every other file that is not a regular one.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw refuse(std::string("cannot open (") + std::strerror(errno) + ")");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw refuse(std::string("cannot stat (") + std::strerror(errno) + ")");
+  if (S_ISDIR(st.st_mode)) throw refuse("is a directory, not a file");
+  if (!S_ISREG(st.st_mode)) throw refuse("is not a regular file (a FIFO, socket or device); it must be a file");
+  if (st.st_size > max_bytes)
+    throw refuse("is " + std::to_string(st.st_size) + " bytes; a " + what + " is at most " + std::to_string(max_bytes) +
+                 " bytes");
+  std::string text(static_cast<size_t>(st.st_size) + 1, '\0');  // one byte more: a file that grew is seen
+  size_t have = 0;
+  for (;;) {
+    if (have == text.size()) {
+      if (static_cast<int64_t>(text.size()) > max_bytes)
+        throw refuse("grew past " + std::to_string(max_bytes) + " bytes while it was read");
+      text.resize(std::min<size_t>(text.size() * 2, static_cast<size_t>(max_bytes) + 1));
+    }
+    const ssize_t n = ::read(fd, text.data() + have, text.size() - have);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) throw refuse(std::string("cannot read (") + std::strerror(errno) + ")");
+    if (n == 0) break;
+    have += static_cast<size_t>(n);
+  }
+  text.resize(have);
+  return text;
 }
 
 }  // namespace odyssey

@@ -1,19 +1,23 @@
 // Small POSIX file helpers for checkpoints and run outputs. Not std::filesystem: libtorch.so
 // exports its own copies of std::filesystem functions, and calls that bind to them crash
 // (remove_all jumps to a null pointer). defines: make_dirs, path_exists, is_directory,
-// rename_path, remove_tree, list_dir, same_path, join_path, FileWriteError, AtomicFile,
-// RunDirBusy, RunDirLock
+// rename_path, remove_tree, list_dir, same_path, join_path, clean_path, FileReadError,
+// read_file_bounded, FileWriteError, AtomicFile, RunDirBusy, RunDirLock
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace odyssey {
 
-/// mkdir -p. False with *error (the path and errno text) on failure.
-bool make_dirs(const std::string& path, std::string* error = nullptr);
+/// mkdir -p, one component at a time (no recursion, so no path is deep enough to exhaust the
+/// stack). A path longer than PATH_MAX is refused before anything is created, and a failure part
+/// way removes the directories this call made. False with *error (the path and errno text) and
+/// *error_number (errno: ENOTDIR/EEXIST for a file in the way, ENOSPC for a full disk, ...).
+bool make_dirs(const std::string& path, std::string* error = nullptr, int* error_number = nullptr);
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
 /// rename(2): atomic within one file system. False with *error on failure.
@@ -26,6 +30,25 @@ std::vector<std::string> list_dir(const std::string& path);
 bool same_path(const std::string& a, const std::string& b);
 /// a + "/" + b (no doubled slash).
 std::string join_path(const std::string& a, const std::string& b);
+/// A path argument as a shell may spell it, without what changes nothing: repeated slashes
+/// collapsed, trailing slashes and "/." dropped ("runs//a/" -> "runs/a", "/" stays "/"), so
+/// names derived from it ("OUT.partial") land beside it, not inside it.
+std::string clean_path(const std::string& path);
+
+/// A file that cannot be read as the input it should be: missing, unreadable, not a regular file
+/// (a FIFO, device, socket or directory) or larger than its kind allows. Bad input (exit 2); the
+/// message names the file, what it was read as and the rule.
+class FileReadError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The whole of a small input file (a preset, config.json, an index, a pointer file), bounded
+/// before a byte is read: opened without blocking (a FIFO with no writer cannot hang the caller),
+/// then checked on the opened descriptor (so the file checked is the file read): a regular file
+/// of at most `max_bytes`. A file that grows past the limit while it is read is refused too.
+/// `what` names the file's role in messages ("preset", "config.json"). Throws FileReadError.
+std::string read_file_bounded(const std::string& path, int64_t max_bytes, const std::string& what);
 
 /// Writing a file failed (disk full, permission, rename): a runtime failure (exit 1), never bad
 /// input. The message names the path and the system's reason.
