@@ -41,4 +41,10 @@ void configure_threads(int ranks_in_process) {
   at::globalContext().setFlushDenormal(true);
 }
 
+void use_portable_cpu_kernels() {
+  // ATen checks the flag at every call (could_pack, mkldnn_bf16_device_check's callers), so
+  // setting it late still takes effect (unlike ONEDNN_MAX_CPU_ISA, read once at oneDNN's first use).
+  at::globalContext().setUserEnabledMkldnn(false);
+}
+
 }  // namespace odyssey

@@ -35,6 +35,7 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
     : cfg_(cfg), ctx_(ctx), device_(ctx.device), optimizer_(cfg.training), offload_(ctx.device), recorder_(ctx.rank, ctx.slot) {
   MemoryTracker::instance().install_cpu_allocator();
   at::globalContext().setFlushDenormal(true);  // see configure_threads: denormals cost seconds per step
+  use_portable_cpu_kernels();                  // one CPU step's memory on every x86 CPU (devices.h)
   // On CUDA the rank's device bytes come from the caching allocator of its GPU.
   if (device_.is_cuda()) {
     const int index = device_.index() < 0 ? 0 : device_.index();

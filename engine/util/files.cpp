@@ -112,13 +112,13 @@ std::string clean_path(const std::string& path) {
   for (;;) {
     if (out.size() > 1 && out.back() == '/') {
       out.pop_back();
-    } else if (out.size() > 2 && out.compare(out.size() - 2, 2, "/.") == 0) {
+    } else if (out.size() >= 2 && out.compare(out.size() - 2, 2, "/.") == 0) {
       out.resize(out.size() - 2);
+      if (out.empty()) out = "/";
     } else {
       break;
     }
   }
-  if (out.empty() && !path.empty()) out = "/";  // "/." and "//" are the root
   return out;
 }
 
@@ -127,14 +127,14 @@ std::string read_file_bounded(const std::string& path, int64_t max_bytes, const 
   // O_NONBLOCK: opening a FIFO for reading would wait for a writer, forever and deaf to signals;
   // it is refused below like every other file that is not a regular one.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw refuse(std::string("cannot open (") + std::strerror(errno) + ")");
+  if (fd < 0) throw refuse(std::string("cannot open: ") + std::strerror(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw refuse(std::string("cannot stat (") + std::strerror(errno) + ")");
-  if (S_ISDIR(st.st_mode)) throw refuse("is a directory, not a file");
+  if (S_ISDIR(st.st_mode)) throw refuse("is a directory, not a " + what + " file");
   if (!S_ISREG(st.st_mode)) throw refuse("is not a regular file (a FIFO, socket or device); it must be a file");
   if (st.st_size > max_bytes)
     throw refuse("is " + std::to_string(st.st_size) + " bytes; a " + what + " is at most " + std::to_string(max_bytes) +
@@ -230,6 +230,23 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 // [section] RunDirLock ------------------------------------------------------------------------------
 
 std::string RunDirLock::lock_path(const std::string& dir) { return join_path(dir, ".odyssey.lock"); }
+
+std::string RunDirLock::live_owner(const std::string& dir) {
+  const std::string path = lock_path(dir);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";  // no lock file: no run ever held it
+  struct stat st {};
+  std::string owner;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    std::string text(512, '\0');
+    const ssize_t n = ::pread(fd, text.data(), text.size(), 0);
+    text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+    owner = text.empty() ? "owner unknown" : text;
+  }
+  ::close(fd);  // drops the shared lock if it was taken
+  return owner;
+}
 
 RunDirLock::RunDirLock(const std::string& dir) {
   const std::string path = lock_path(dir);

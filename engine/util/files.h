@@ -101,6 +101,10 @@ class RunDirLock {
   /// Non-empty when the file system has no flock and the run goes on unguarded: why.
   const std::string& unguarded() const { return unguarded_; }
   static std::string lock_path(const std::string& dir);
+  /// The owner line of a live run holding `dir` ("pid 4242 on node7, since ..."; "owner unknown"
+  /// when its lock file is empty), or "" when no live process holds it. Takes nothing and creates
+  /// nothing: a shared flock probe of an existing lock file, released at once.
+  static std::string live_owner(const std::string& dir);
 
  private:
   int fd_ = -1;

@@ -1,0 +1,125 @@
+// The POSIX file helpers against what a hostile or unlucky path does to them: paths deeper than
+// the stack or the system allows, a file in the way, FIFOs, devices and files that grow, and the
+// spellings a shell gives one directory. defines: test cases [util][files]
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "engine/util/files.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+
+namespace {
+
+std::string scratch(const std::string& name) {
+  const std::string dir = std::string(ODYSSEY_BINARY_DIR) + "/files_test_" + name;
+  remove_tree(dir);
+  REQUIRE(make_dirs(dir));
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("make_dirs: a path past PATH_MAX is refused before anything is made, without recursion", "[util][files]") {
+  // 100,000 components: the recursive version overflowed the stack (SIGSEGV) on such a path.
+  const std::string base = scratch("too_long");
+  std::string path = base;
+  for (int i = 0; i < 100000; ++i) path += "/a";
+  std::string error;
+  int error_number = 0;
+  CHECK_FALSE(make_dirs(path, &error, &error_number));
+  CHECK(error_number == ENAMETOOLONG);
+  CHECK_THAT(error, Catch::Contains("longer than the system's path limit"));
+  CHECK_FALSE(path_exists(base + "/a"));
+}
+
+TEST_CASE("make_dirs: a failure part way removes the directories the call made", "[util][files]") {
+  // 1500 levels under PATH_MAX, then a name longer than a file system allows (255 bytes): the
+  // mkdir of the last one fails after 1500 others succeeded, which used to stay behind.
+  const std::string base = scratch("undo");
+  std::string path = base;
+  for (int i = 0; i < 1500; ++i) path += "/a";
+  REQUIRE(path.size() + 300 < PATH_MAX);
+  path += "/" + std::string(300, 'x');
+  std::string error;
+  int error_number = 0;
+  CHECK_FALSE(make_dirs(path, &error, &error_number));
+  CHECK(error_number == ENAMETOOLONG);
+  CHECK_FALSE(path_exists(base + "/a"));
+  CHECK(is_directory(base));  // what was there before stays
+}
+
+TEST_CASE("make_dirs: a file in the way is named with ENOTDIR, and what existed is kept", "[util][files]") {
+  const std::string base = scratch("file_in_way");
+  std::ofstream(base + "/f") << "x";
+  std::string error;
+  int error_number = 0;
+  CHECK_FALSE(make_dirs(base + "/f", &error, &error_number));
+  CHECK(error_number == ENOTDIR);
+  CHECK_THAT(error, Catch::Contains(base + "/f") && Catch::Contains("a file of that name is there"));
+  CHECK_FALSE(make_dirs(base + "/f/g/h", &error, &error_number));
+  CHECK(error_number == ENOTDIR);
+  CHECK(path_exists(base + "/f"));
+  REQUIRE(make_dirs(base + "/new/deeper/still", &error));
+  CHECK(is_directory(base + "/new/deeper/still"));
+  CHECK(make_dirs(base + "/new//deeper/still/", &error));  // already there, spelled otherwise
+}
+
+TEST_CASE("clean_path: the spellings a shell gives one directory become one", "[util][files]") {
+  CHECK(clean_path("runs/a/") == "runs/a");
+  CHECK(clean_path("runs//a///") == "runs/a");
+  CHECK(clean_path("runs/a/.") == "runs/a");
+  CHECK(clean_path("./runs/a") == "./runs/a");
+  CHECK(clean_path("/") == "/");
+  CHECK(clean_path("//") == "/");
+  CHECK(clean_path("/.") == "/");
+  CHECK(clean_path("a") == "a");
+  CHECK(clean_path("") == "");
+  CHECK(clean_path("runs/a b/") == "runs/a b");
+}
+
+TEST_CASE("read_file_bounded: FIFOs, devices and directories are refused at once, sizes before reading",
+          "[util][files]") {
+  const std::string base = scratch("bounded");
+  const std::string fifo = base + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(read_file_bounded(fifo, 1 << 20, "config.json"),
+                    Catch::Contains("config.json " + fifo) && Catch::Contains("not a regular file"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));  // no wait for a writer
+  CHECK_THROWS_WITH(read_file_bounded("/dev/zero", 1 << 20, "config.json"), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(read_file_bounded(base, 1 << 20, "preset"), Catch::Contains("is a directory"));
+  CHECK_THROWS_WITH(read_file_bounded(base + "/missing", 1 << 20, "preset"), Catch::Contains("cannot open"));
+  // A link to /dev/zero is judged by what it opens, not by its name.
+  REQUIRE(::symlink("/dev/zero", (base + "/zero.json").c_str()) == 0);
+  CHECK_THROWS_WITH(read_file_bounded(base + "/zero.json", 1 << 20, "config.json"), Catch::Contains("not a regular file"));
+  std::ofstream(base + "/big") << std::string(2000, 'x');
+  CHECK_THROWS_WITH(read_file_bounded(base + "/big", 1000, "preset"),
+                    Catch::Contains("is 2000 bytes; a preset is at most 1000 bytes"));
+  std::ofstream(base + "/ok") << "hello";
+  CHECK(read_file_bounded(base + "/ok", 5, "preset") == "hello");
+  std::ofstream(base + "/empty");
+  CHECK(read_file_bounded(base + "/empty", 5, "preset").empty());
+}
+
+TEST_CASE("RunDirLock::live_owner: a live holder is named, a dead one's or none is empty, nothing created",
+          "[util][files]") {
+  const std::string base = scratch("live_owner");
+  CHECK(RunDirLock::live_owner(base).empty());
+  CHECK_FALSE(path_exists(RunDirLock::lock_path(base)));  // the probe creates no lock file
+  {
+    RunDirLock lock(base);
+    CHECK_THAT(RunDirLock::live_owner(base), Catch::Contains("pid " + std::to_string(::getpid())));
+  }
+  CHECK(RunDirLock::live_owner(base).empty());  // released
+}
