@@ -99,6 +99,9 @@ struct Session::Impl {
       opt.timeline = &timeline;
       opt.epoch_s = epoch_s;
       opt.checkpoints = false;
+      // The planner's fit verdict is the studio's to give (RunDriver refuses an unfit config and
+      // offers "Start anyway"): what reaches the session was fitted or forced there.
+      opt.force = true;
       opt.initial_state = initial.get();
       std::shared_ptr<FullState> final_state;
       opt.final_state = &final_state;

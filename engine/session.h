@@ -50,7 +50,8 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   /// Validates `cfg` and starts training on new rank threads. False with *error if invalid or
-  /// already running.
+  /// already running. The planner's fit verdict is not asked here: the studio's RunDriver refuses
+  /// an unfit config before it comes here, and forwards it only when the user forces it.
   bool start(const RunConfig& cfg, std::string* error);
   void pause();
   void resume();

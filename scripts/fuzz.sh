@@ -14,6 +14,7 @@ TOMLPP_INCLUDE="${ODYSSEY_TOMLPP_INCLUDE:-/usr/include}"
   -DTOML_HEADER_ONLY=1 '-DTOML_ASSERT(expr)=static_assert(true)' -I. -I"$TOMLPP_INCLUDE" \
   tests/fuzz/preset_fuzz.cpp engine/config/run_config.cpp engine/config/sizes.cpp \
   engine/config/schema.cpp engine/config/preset.cpp engine/config/validate.cpp engine/util/json.cpp \
+  engine/util/files.cpp \
   -o "$OUT/preset_fuzz"
 cp presets/*.toml tests/fixtures/*.toml "$OUT/corpus/" 2>/dev/null || true
 # A dictionary of every table and key name steers the fuzzer into the schema.

@@ -16,8 +16,10 @@ headless() {
   echo
   # The preset's own 300 steps (about 2.5 minutes on two cores): the long-range passkey task's
   # answer accuracy rises from chance (1 in 8) within them, with every memory technique on.
-  echo "run: odyssey train $PRESET --out $OUT"
-  "$BIN/odyssey" train "$PRESET" --out "$OUT"
+  # --overwrite: each `make run` replaces the previous one's run (odyssey train refuses to
+  # overwrite a run directory unasked).
+  echo "run: odyssey train $PRESET --out $OUT --overwrite"
+  "$BIN/odyssey" train "$PRESET" --out "$OUT" --overwrite
   echo "run: metrics in $OUT/metrics.jsonl; Perfetto trace in $OUT/trace.json (open it at ui.perfetto.dev)"
 }
 

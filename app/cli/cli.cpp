@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "engine/config/sizes.h"
+#include "engine/util/files.h"
 
 namespace odyssey::cli {
 
@@ -34,8 +35,17 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
     }
     return argv[++i];
   };
+  bool options_ended = false;
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
+    if (options_ended) {
+      args.positional.push_back(a);
+      continue;
+    }
+    if (a == "--") {  // what follows are presets, even when they begin with '-'
+      options_ended = true;
+      continue;
+    }
     std::string inline_value;
     bool has_inline = false;
     if (a.rfind("--", 0) == 0) {
@@ -48,6 +58,15 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
     auto value = [&](const std::string& flag) -> const char* {
       if (has_inline) return inline_value.c_str();
       return need_value(i, flag);
+    };
+    // A switch given a value (--force=no) is refused, not read as on.
+    auto switch_on = [&](bool& flag) {
+      if (has_inline) {
+        err << "odyssey " << command << ": " << a << " takes no value (got " << argv[i] << ")\n";
+        return false;
+      }
+      flag = true;
+      return true;
     };
     if (a == "--set" && spec.set) {
       const char* v = need_value(i, a);
@@ -68,11 +87,15 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
       }
       args.overrides.push_back(std::move(o));
     } else if (a == "--json" && spec.json) {
-      args.json = true;
+      if (!switch_on(args.json)) return std::nullopt;
     } else if (a == "--quiet" && spec.quiet) {
-      args.quiet = true;
+      if (!switch_on(args.quiet)) return std::nullopt;
     } else if (a == "--no-checkpoint" && spec.no_checkpoint) {
-      args.no_checkpoint = true;
+      if (!switch_on(args.no_checkpoint)) return std::nullopt;
+    } else if (a == "--overwrite" && spec.overwrite) {
+      if (!switch_on(args.overwrite)) return std::nullopt;
+    } else if (a == "--force" && spec.force) {
+      if (!switch_on(args.force)) return std::nullopt;
     } else if (a == "--steps" && spec.steps) {
       const char* v = value(a);
       if (!v) return std::nullopt;
@@ -85,7 +108,11 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
     } else if (a == "--out" && spec.out) {
       const char* v = value(a);
       if (!v) return std::nullopt;
-      args.out = v;
+      if (!*v) {
+        err << "odyssey " << command << ": --out needs a directory, got an empty value\n";
+        return std::nullopt;
+      }
+      args.out = clean_path(v);
     } else if (a == "--memory-snapshot" && spec.memory_snapshot) {
       const char* v = value(a);
       if (!v) return std::nullopt;
@@ -97,7 +124,11 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
     } else if (a == "--resume" && spec.resume) {
       const char* v = value(a);
       if (!v) return std::nullopt;
-      args.resume = v;
+      if (!*v) {
+        err << "odyssey " << command << ": --resume needs a run directory, got an empty value\n";
+        return std::nullopt;
+      }
+      args.resume = clean_path(v);
     } else if (a.size() > 1 && a[0] == '-') {
       err << "odyssey " << command << ": unknown option " << argv[i] << " (see odyssey " << command << " --help)\n";
       return std::nullopt;

@@ -30,17 +30,21 @@ struct Args {
   bool no_checkpoint = false;           ///< --no-checkpoint: write no checkpoint (benchmarks)
   std::string memory_snapshot;          ///< --memory-snapshot FILE (CUDA allocator history)
   std::string kernel_profile;           ///< --kernel-profile FILE (Kineto trace of the last step)
+  bool overwrite = false;               ///< --overwrite: replace the run in --out
+  bool force = false;                   ///< --force: start what the planner says does not fit
 };
 
 /// Which options a subcommand accepts.
 struct ArgSpec {
   bool set = false, json = false, steps = false, out = false, resume = false, quiet = false, no_checkpoint = false,
-       memory_snapshot = false, kernel_profile = false;
+       memory_snapshot = false, kernel_profile = false, overwrite = false, force = false;
   int min_positional = 1;
   int max_positional = 1;
 };
 
-/// Parses argv[first..]; on a problem prints it to `err` and returns nullopt (exit code 2).
+/// Parses argv[first..]; on a problem prints it to `err` and returns nullopt (exit code 2). Options
+/// take their value as the next argument or after '=' (--out=DIR); "--" ends the options (a preset
+/// named -x.toml); path values are cleaned of trailing and doubled slashes (clean_path).
 std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, int argc, char** argv, int first,
                                std::ostream& err);
 

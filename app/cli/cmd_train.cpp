@@ -1,8 +1,8 @@
-// odyssey train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--no-checkpoint]
-// [--memory-snapshot FILE] [--kernel-profile FILE] [--quiet]: trains the preset's model on this
-// machine; a progress bar on a terminal, plain lines otherwise; writes
+// odyssey train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--overwrite] [--force]
+// [--no-checkpoint] [--memory-snapshot FILE] [--kernel-profile FILE] [--quiet]: trains the preset's
+// model on this machine; a progress bar on a terminal, plain lines otherwise; writes
 // DIR/metrics.jsonl, DIR/trace.json, DIR/summary.json and checkpoints; Ctrl-C stops at the next step
-// boundary with a checkpoint, as does SIGTERM. Under torchrun (RANK, WORLD_SIZE, ... set) each process runs one
+// boundary with a checkpoint, as does SIGTERM (at once while the run is still loading). Under torchrun (RANK, WORLD_SIZE, ... set) each process runs one
 // rank; rank 0 prints and writes the outputs, the others print errors only.
 // Exit 0 (finished), 1 (runtime failure), 2 (bad input), 130/143 (stopped by SIGINT/SIGTERM, after
 // its checkpoint).
@@ -21,6 +21,7 @@
 #include "engine/parallel/job.h"
 #include "engine/train/checkpoint_io.h"
 #include "engine/train/run.h"
+#include "engine/util/files.h"
 
 namespace odyssey::cli {
 namespace {
@@ -32,6 +33,14 @@ volatile std::sig_atomic_t g_stop_signal = 0;  // the signal that asked the run 
 // boundary, where the run writes its checkpoint; the same signal again kills at once.
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal = sig;
+  if (g_control && !g_control->stepping()) {
+    // Still loading (weights, data, a checkpoint): no step to finish and nothing to save, and a
+    // large model can take minutes to load. End now, as the signal's default would, but say so.
+    static const char kLoading[] = "\nodyssey train: stopped while loading, before the first step: nothing was trained\n";
+    ssize_t ignored = ::write(STDERR_FILENO, kLoading, sizeof(kLoading) - 1);
+    (void)ignored;
+    ::_exit(128 + sig);
+  }
   if (g_control) g_control->request_stop_from_signal();
   static const char kInt[] = "\nodyssey train: Ctrl-C: stopping at the next step boundary with a checkpoint "
                              "(Ctrl-C again to abort)\n";
@@ -95,7 +104,7 @@ std::string progress_bar(int64_t done, int64_t total) {
 int run_train(int argc, char** argv, int first) {
   ArgSpec spec;
   spec.set = spec.steps = spec.out = spec.resume = spec.quiet = spec.no_checkpoint = spec.memory_snapshot =
-      spec.kernel_profile = true;
+      spec.kernel_profile = spec.overwrite = spec.force = true;
   auto args = parse_args("train", spec, argc, argv, first, std::cerr);
   if (!args) return kExitBadInput;
   auto loaded = load_or_report(args->positional[0], args->overrides, std::cerr);
@@ -114,11 +123,13 @@ int run_train(int argc, char** argv, int first) {
   RunOptions opt;
   opt.preset = args->positional[0];
   opt.resume_dir = args->resume;
+  opt.overwrite = args->overwrite;
+  opt.force = args->force;
   // A benchmark's run: no checkpoint at all (the 1B model's is 15 GB, and a device disk is 64 GiB).
   opt.checkpoints = !args->no_checkpoint;
   opt.memory_snapshot = args->memory_snapshot;
   opt.kernel_profile = args->kernel_profile;
-  opt.out_dir = !args->out.empty() ? args->out : !args->resume.empty() ? args->resume : cfg.output.dir;
+  opt.out_dir = !args->out.empty() ? args->out : !args->resume.empty() ? args->resume : clean_path(cfg.output.dir);
   int64_t start = 0;
   if (!opt.resume_dir.empty()) {
     try {
@@ -128,6 +139,7 @@ int run_train(int argc, char** argv, int first) {
         return kExitBadInput;
       }
       start = info->step;
+      opt.resume_info = info;  // the one read every rank of this process resumes from
     } catch (const std::exception& e) {
       std::cerr << who << e.what() << "\n";
       return kExitBadInput;
@@ -161,7 +173,7 @@ int run_train(int argc, char** argv, int first) {
     std::cout << "odyssey train " << opt.preset << ": " << cfg.model.flavor << ", " << format_size(cfg.training.seq_len)
             << " tokens x " << cfg.training.batch_size << ", " << cfg.parallel.world_size << " rank"
             << (cfg.parallel.world_size == 1 ? "" : "s") << ", steps " << start << ".." << opt.steps << " -> "
-            << opt.out_dir << "\n";
+            << opt.out_dir << "\n" << std::flush;  // a scheduler's log shows it before loading starts
   const RunOutcome outcome = run_training(cfg, opt);
   const int stop_signal = g_stop_signal;
   signals.reset();
@@ -203,8 +215,8 @@ int run_train(int argc, char** argv, int first) {
 
 const CommandRegistration registration{Command{
     50, "train",
-    "train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--no-checkpoint] [--memory-snapshot FILE] "
-    "[--kernel-profile FILE]",
+    "train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--overwrite] [--force] [--no-checkpoint] "
+    "[--memory-snapshot FILE] [--kernel-profile FILE]",
     "train on this machine: metrics.jsonl, trace.json, summary.json, checkpoints; Ctrl-C stops cleanly", run_train}};
 
 }  // namespace

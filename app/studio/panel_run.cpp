@@ -43,6 +43,19 @@ void draw_controls(AppState& state, EngineControl& engine, const SessionStatus& 
   ImGui::SameLine();
   if (ImGui::Button("Stop")) state.run.stop(engine);
   ImGui::EndDisabled();
+  if (state.run.unfit()) {
+    // The planner's verdict, and the way past it: the run may still fit where the plan is cautious
+    // (a CPU machine with swap, a device with less overhead than its profile).
+    ImGui::TextColored(to_vec4(kColorBad), "%s", "Does not fit:");
+    ImGui::SameLine();
+    ImGui::TextWrapped("%s", state.run.unfit_reason().c_str());
+    if (ImGui::Button(live ? "Apply anyway" : "Start anyway")) {
+      std::string err;
+      state.run.force_unfit(engine, state.history, &err);
+    }
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("Run it although the planner predicts it does not fit (odyssey train --force)");
+  }
   ImGui::SameLine();
   help_marker("Start trains the edited configuration on the embedded engine. While it runs, memory "
               "toggles and heads per stage apply at the next step (no restart); model, sequence, "

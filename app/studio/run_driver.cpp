@@ -3,6 +3,8 @@
 // edits to settle so a dragged slider does not restart the run every frame. defines: RunDriver
 #include "app/studio/run_driver.h"
 
+#include "engine/planner/planner.h"
+
 namespace odyssey::studio {
 
 void RunDriver::set_notice(std::string text, RunHistory& history) {
@@ -12,7 +14,56 @@ void RunDriver::set_notice(std::string text, RunHistory& history) {
   history.add_log("[studio] " + notice_);
 }
 
-bool RunDriver::start(EngineControl& engine, const RunConfig& cfg, RunHistory& history, std::string* error) {
+bool RunDriver::may_run(const RunConfig& cfg, const std::string& what, RunHistory& history) {
+  if (forced_ && *forced_ == cfg) return true;
+  if (unfit_ && *unfit_ == cfg) return false;  // refused already (sync asks every frame; the advisor is not free)
+  // The studio's engine runs every rank as a thread of this process (one under emulation).
+  const std::string why = planned_out_of_memory(cfg, cfg.parallel.emulate ? 1 : cfg.parallel.world_size);
+  if (why.empty()) return true;
+  unfit_ = cfg;
+  unfit_reason_ = why;
+  set_notice(what + ": " + why, history);
+  return false;
+}
+
+bool RunDriver::force_unfit(EngineControl& engine, RunHistory& history, std::string* error) {
+  if (!unfit_) return false;
+  const RunConfig cfg = *unfit_;
+  forced_ = cfg;
+  unfit_.reset();
+  unfit_reason_.clear();
+  if (!has_run_ || !is_live_state(engine.status().state)) return start(engine, cfg, history, error, /*force=*/true);
+  // A live run: the refused edit goes out as sync would have sent it (now, without the settling wait).
+  const ConfigChange change = classify_change(sent_, cfg);
+  std::string err;
+  if (change.kind == ChangeKind::Live && engine.apply_live(cfg, &err)) {
+    sent_ = cfg;
+    history.note_live_change(change.summary, cfg);
+    set_notice("Applies at the next step (forced past the planner's verdict): " + change.summary, history);
+    return true;
+  }
+  if (!engine.restart(cfg, &err)) {
+    failed_restart_ = cfg;
+    set_notice("Restart failed: " + err, history);
+    if (error) *error = err;
+    return false;
+  }
+  sent_ = cfg;
+  last_edited_ = cfg;
+  restart_pending_ = false;
+  history.note_restart(change.summary, cfg);
+  set_notice("Restarted the run (forced past the planner's verdict): " + change.summary, history);
+  return true;
+}
+
+bool RunDriver::start(EngineControl& engine, const RunConfig& cfg, RunHistory& history, std::string* error, bool force) {
+  if (force) forced_ = cfg;
+  if (!may_run(cfg, "Not started", history)) {
+    if (error) *error = unfit_reason_;
+    return false;
+  }
+  unfit_.reset();
+  unfit_reason_.clear();
   std::string err;
   history.reset(cfg);
   if (!engine.start(cfg, &err)) {
@@ -65,6 +116,7 @@ void RunDriver::sync(EngineControl& engine, const RunConfig& edited, bool edited
   if (change.kind == ChangeKind::Live) {
     RunConfig live = sent_;
     live.memory = edited.memory;  // only the table the engine can change between steps
+    if (!may_run(live, "Not applied to the run", history)) return;
     std::string reason;
     if (engine.apply_live(live, &reason)) {
       sent_ = live;
@@ -78,6 +130,10 @@ void RunDriver::sync(EngineControl& engine, const RunConfig& edited, bool edited
   }
 
   if (failed_restart_ && *failed_restart_ == edited) return;  // said once; wait for a new edit
+  if (!may_run(edited, "Not restarted", history)) {
+    restart_pending_ = false;
+    return;
+  }
   if (!restart_pending_ || !(edited == last_edited_)) {
     restart_pending_ = true;
     restart_at_s_ = now_s + kRestartSettleS;

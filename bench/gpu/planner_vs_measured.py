@@ -81,7 +81,8 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
                  planned_categories=plan.get("categories"), fits=plan.get("fits"),
                  planned_step_s=(plan.get("time") or {}).get("step_s"))
     run_dir = os.path.join(out, "%s_%d" % (name, seq))
-    cmd = [odyssey, "train", preset, *set_args, "--steps", str(steps), "--out", run_dir, "--no-checkpoint", "--quiet"]
+    cmd = [odyssey, "train", preset, *set_args, "--steps", str(steps), "--out", run_dir, "--no-checkpoint", "--quiet",
+           "--force", "--overwrite"]  # measured whatever the plan says, into a scratch directory
     point["command"] = " ".join(cmd)
     proc, device_used = run_sampling_device_use(cmd, timeout)
     if proc.returncode != 0:

@@ -203,7 +203,10 @@ def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_
     time are the mean over the later steps (all steps if only one). `extra_args`: more options
     (e.g. --kernel-profile FILE)."""
     cmd = [odyssey_binary(), "train", preset or odyssey_preset(), "--set", "training.seq_len=%d" % seq,
-           "--steps", str(steps), "--out", out_dir, "--no-checkpoint", "--quiet"] + list(extra_args)
+           "--steps", str(steps), "--out", out_dir, "--no-checkpoint", "--quiet",
+           # a benchmark measures what the device does, past the planner's verdict, into its own
+           # scratch directory (a rerun replaces it)
+           "--force", "--overwrite"] + list(extra_args)
     for s in odyssey_sets() + list(extra_sets):
         cmd += ["--set", s]
     proc, err, wall = _run(cmd, timeout_s, log_path)

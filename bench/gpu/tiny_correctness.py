@@ -28,7 +28,7 @@ def losses(device, label, steps, out, timeout):
     cmd = [odyssey_binary(), "train", os.path.join(ROOT, "presets", "tiny-cpu.toml"), "--set", "training.device=" + device]
     for s in ONE_RANK:
         cmd += ["--set", s]
-    cmd += ["--steps", str(steps), "--out", run_dir, "--no-checkpoint", "--quiet"]
+    cmd += ["--steps", str(steps), "--out", run_dir, "--no-checkpoint", "--quiet", "--overwrite"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError("%s -> rc %d: %s" % (" ".join(cmd), proc.returncode, (proc.stderr or proc.stdout)[-400:]))

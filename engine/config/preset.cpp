@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <optional>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -337,6 +336,86 @@ std::optional<ConfigIssue> find_control_character(std::string_view text, const s
   return std::nullopt;
 }
 
+/// How deep a preset may nest: dotted parts of one key, and arrays or inline tables inside each
+/// other. Odyssey's schema needs 2 and 1; toml++ builds a dotted key's tables and destroys them
+/// recursively, so 150,000 parts (a 300 KB file) overflowed the stack. Checked before parsing.
+constexpr int kMaxTomlNesting = 64;
+
+/// The first key with more than kMaxTomlNesting dotted parts, or value nested deeper, found by a
+/// scan that knows TOML's strings and comments (a dot or bracket inside them counts for nothing).
+std::optional<ConfigIssue> find_excess_nesting(std::string_view text, const std::string& name) {
+  enum class In { Plain, Comment, Basic, Literal, MultiBasic, MultiLiteral };
+  In in = In::Plain;
+  int dots = 0, depth = 0;
+  size_t i = 0;
+  auto issue = [&](const std::string& rule) {
+    int line = 1, col = 1;  // of text[i], counted in code points
+    for (size_t j = 0; j < i; ++j) {
+      if (text[j] == '\n') {
+        line += 1;
+        col = 1;
+      } else if ((static_cast<unsigned char>(text[j]) & 0xC0) != 0x80) {
+        col += 1;
+      }
+    }
+    return ConfigIssue{SourceLoc{name, line, col}, "", "", rule + " (TOML syntax)",
+                       "Odyssey's keys are section.key; is this a preset?"};
+  };
+  auto at = [&](size_t pos, std::string_view s) { return text.substr(pos, s.size()) == s; };
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    switch (in) {
+      case In::Comment:
+        if (c == '\n') in = In::Plain;
+        break;
+      case In::Basic:
+      case In::MultiBasic:
+        if (c == '\\') {
+          ++i;  // the escaped character (a quote does not end the string)
+        } else if (in == In::MultiBasic ? at(i, "\"\"\"") : c == '"') {
+          if (in == In::MultiBasic) i += 2;
+          in = In::Plain;
+        } else if (c == '\n' && in == In::Basic) {
+          in = In::Plain;  // an unterminated string: the parser reports it; the scan goes on
+        }
+        break;
+      case In::Literal:
+      case In::MultiLiteral:
+        if (in == In::MultiLiteral ? at(i, "\'\'\'") : c == '\'') {
+          if (in == In::MultiLiteral) i += 2;
+          in = In::Plain;
+        } else if (c == '\n' && in == In::Literal) {
+          in = In::Plain;
+        }
+        break;
+      case In::Plain:
+        if (c == '#') {
+          in = In::Comment;
+        } else if (c == '"') {
+          in = at(i, "\"\"\"") ? In::MultiBasic : In::Basic;
+          if (in == In::MultiBasic) i += 2;
+        } else if (c == '\'') {
+          in = at(i, "\'\'\'") ? In::MultiLiteral : In::Literal;
+          if (in == In::MultiLiteral) i += 2;
+        } else if (c == '.') {
+          if (++dots >= kMaxTomlNesting)
+            return issue("a key of more than " + std::to_string(kMaxTomlNesting) + " dotted parts");
+        } else if (c == '[' || c == '{') {
+          dots = 0;
+          if (++depth > kMaxTomlNesting)
+            return issue("arrays, tables or inline tables nested more than " + std::to_string(kMaxTomlNesting) + " deep");
+        } else if (c == ']' || c == '}') {
+          dots = 0;
+          depth = std::max(0, depth - 1);
+        } else if (c == '=' || c == ',' || c == '\n') {
+          dots = 0;
+        }
+        break;
+    }
+  }
+  return std::nullopt;
+}
+
 // toml++ 3.3's is_non_ascii_horizontal_whitespace reaches __builtin_unreachable for code points in
 // three ranges (its generated lookup table misses them), and the parser calls it on arbitrary
 // characters while scanning. Before parsing, those code points are moved to a private-use block
@@ -443,6 +522,10 @@ LoadedPreset load_document(std::string_view text, const std::string& name, const
     result.issues.push_back(*bad);
     return result;
   }
+  if (auto bad = find_excess_nesting(text, name)) {
+    result.issues.push_back(*bad);
+    return result;
+  }
   std::vector<Assignment> assignments;
   SourceMap tables;
   std::vector<std::string> broken;
@@ -488,30 +571,19 @@ constexpr int64_t kMaxPresetBytes = 1 << 20;
 }  // namespace
 
 LoadedPreset load_preset(const std::string& path, const std::vector<Override>& overrides) {
-  auto refuse = [&](std::string rule, std::string hint = "") {
+  try {
+    // Bounded on the opened descriptor: a FIFO cannot block, /dev/zero or a huge file is refused
+    // before a byte is read.
+    return load_document(read_file_bounded(path, kMaxPresetBytes, "preset"), path, overrides);
+  } catch (const FileReadError& e) {
     LoadedPreset r;
     r.path = path;
-    r.issues.push_back({SourceLoc{path}, "", "", std::move(rule), std::move(hint)});
+    std::string rule = e.what();
+    const std::string prefix = "preset " + path + ": ";
+    if (rule.rfind(prefix, 0) == 0) rule = rule.substr(prefix.size());  // the location names the file
+    r.issues.push_back({SourceLoc{path}, "", "", rule, "give the path of a .toml preset, e.g. presets/tiny-cpu.toml"});
     return r;
-  };
-  // stat before open: opening a FIFO for reading blocks until a writer appears (and ignores
-  // Ctrl-C meanwhile); a device such as /dev/zero never ends.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return refuse("cannot open: " + std::string(std::strerror(errno)),
-                  "give the path of a .toml preset, e.g. presets/tiny-cpu.toml");
-  if (S_ISDIR(st.st_mode)) return refuse("is a directory, not a preset file");
-  if (!S_ISREG(st.st_mode)) return refuse("is not a regular file (a FIFO, socket or device): presets are files");
-  if (st.st_size > kMaxPresetBytes)
-    return refuse("is " + std::to_string(st.st_size) + " bytes; a preset is at most " +
-                  std::to_string(kMaxPresetBytes) + " bytes of TOML");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return refuse("cannot open: " + std::string(std::strerror(errno)),
-                  "give the path of a .toml preset, e.g. presets/tiny-cpu.toml");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return load_document(buffer.str(), path, overrides);
+  }
 }
 
 LoadedPreset apply_overrides(const RunConfig& base, const std::vector<Override>& overrides, const std::string& name) {
@@ -554,36 +626,25 @@ std::string preset_to_toml(const RunConfig& cfg) {
 }
 
 bool save_preset(const std::string& path, const RunConfig& cfg, std::string* error) {
-  namespace fs = std::filesystem;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      if (error) *error = path + ": cannot write: " + std::strerror(errno);
-      return false;
-    }
-    out << preset_to_toml(cfg);
-    out.flush();
-    if (!out) {
-      if (error) *error = tmp + ": write failed: " + std::strerror(errno);
-      return false;
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    if (error) *error = path + ": cannot replace: " + ec.message();
-    fs::remove(tmp, ec);
+  try {
+    write_file_atomically(path, preset_to_toml(cfg));  // PATH.tmp, fsync, rename: whole or not at all
+    return true;
+  } catch (const FileWriteError& e) {
+    if (error) *error = e.what();
     return false;
   }
-  return true;
 }
 
 std::vector<std::string> list_presets(const std::string& dir) {
+  // POSIX, not std::filesystem: a symlink loop or an unreadable entry made its iterator throw (and
+  // the studio abort); here such an entry is simply not a preset.
   std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
-    if (entry.is_regular_file() && entry.path().extension() == ".toml") out.push_back(entry.path().string());
+  for (const std::string& entry : list_dir(dir)) {
+    if (entry.size() <= 5 || entry.compare(entry.size() - 5, 5, ".toml") != 0) continue;
+    const std::string path = join_path(dir, entry);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) out.push_back(path);
+  }
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -1,8 +1,11 @@
 // The technique ladder (each rung adds the registry's techniques of that rung: engine/config/
 // techniques.h), the max-context solver (bisection over the monotone peak in steps of
 // P x 1024 tokens) and the advisor (the cheapest toggles, by predicted slowdown, that make a
-// config fit).
+// config fit), and the refusal of a run that does not fit, with the advisor's fixes.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -246,6 +249,61 @@ std::vector<Advice> advise(const RunConfig& cfg, int max_suggestions) {
     out.push_back(std::move(advice));
   }
   return out;
+}
+
+// [section] refusal -------------------------------------------------------------------------------
+
+namespace {
+std::string gib_text(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30));
+  return text;
+}
+}  // namespace
+
+std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process) {
+  const MemoryPlan plan = plan_memory(cfg);
+  std::vector<std::string> why;
+  const std::string profile = "hardware.profile = " + cfg.hardware.profile;
+  if (plan.beyond_range) {
+    why.push_back("its sizes reach the planner's 4 EiB ceiling (beyond any machine)");
+  } else {
+    if (!plan.fits_device)
+      why.push_back("a device peak of " + gib_text(plan.peak_bytes) + " (at " + plan.peak_phase + ") on " +
+                    gib_text(plan.device_capacity) + " per device (" + profile + ")");
+    if (!plan.fits_host)
+      why.push_back(gib_text(plan.host_bytes) + " of host memory on " + gib_text(plan.host_capacity) + " per node (" +
+                    profile + ")");
+    if (cfg.training.device == DeviceKind::Cpu) {
+      // On the CPU the device is this machine's memory: every rank of this process holds a rank's
+      // peak, beside the host bytes.
+      const int64_t ranks_here = std::max<int64_t>(1, ranks_in_process);
+      const double need = static_cast<double>(ranks_here) * static_cast<double>(plan.peak_bytes) +
+                          static_cast<double>(plan.host_bytes);  // double: 64 ranks x 4 EiB passes int64
+      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+      const double machine = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+      if (machine > 0 && need > machine)
+        why.push_back(gib_text(static_cast<int64_t>(std::min(need, 9e18))) + " on the CPU (" + std::to_string(ranks_here) + " rank" +
+                      (ranks_here == 1 ? "" : "s") + " x " + gib_text(plan.peak_bytes) +
+                      (plan.host_bytes ? " + " + gib_text(plan.host_bytes) + " host" : "") + "), and this machine has " +
+                      gib_text(static_cast<int64_t>(machine)));
+    }
+  }
+  if (why.empty()) return "";
+  std::string text = "the planner predicts this run does not fit: ";
+  for (size_t i = 0; i < why.size(); ++i) text += (i ? "; " : "") + why[i];
+  text += " (odyssey plan shows where the bytes go).";
+  const std::vector<Advice> advice = plan.beyond_range ? std::vector<Advice>{} : advise(cfg);
+  for (size_t i = 0; i < advice.size(); ++i) {
+    text += i == 0 ? " It fits with: " : "; or: ";
+    for (size_t j = 0; j < advice[i].changes.size(); ++j) text += (j ? ", " : "") + advice[i].changes[j];
+    char slowdown[64];
+    std::snprintf(slowdown, sizeof slowdown, " (peak %s, %.2fx the step time)", gib_text(advice[i].plan.peak_bytes).c_str(),
+                  advice[i].slowdown);
+    text += slowdown;
+  }
+  if (advice.empty()) text += " No change of the memory techniques makes it fit: shorten training.seq_len or add devices.";
+  return text + " Pass --force to start it anyway.";
 }
 
 }  // namespace odyssey

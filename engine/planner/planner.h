@@ -3,7 +3,8 @@
 // Pure C++ (no LibTorch): instant in the studio. defines: MemoryTerm, MemoryPlan, PhasePlan,
 // StepTimePlan, LadderRung, PlanPeak, plan_memory, planned_heads_per_stage, planned_untied_ulysses,
 // planned_mlp_tile_tokens, with_planned_sizes, plan_peak, planned_buffer_bytes, plan_step_time,
-// plan_ladder, ladder_rung_config, seq_len_granularity, solve_max_seq_len, max_seq_len_limit, advise.
+// plan_ladder, ladder_rung_config, seq_len_granularity, solve_max_seq_len, max_seq_len_limit, advise,
+// planned_out_of_memory.
 // The model: docs/planner.md.
 #pragma once
 
@@ -228,5 +229,11 @@ struct Advice {
 /// The cheapest toggles (least predicted slowdown) that make `cfg` fit; empty if it already fits
 /// or nothing does.
 std::vector<Advice> advise(const RunConfig& cfg, int max_suggestions = 3);
+
+/// Why a run of `cfg` should not start: the plan's device and host verdicts and, for a CPU run,
+/// `ranks_in_process` ranks' planned peaks plus the host bytes against this machine's physical
+/// memory, each with its numbers, then the advisor's cheapest fixes; "" when it fits. What
+/// `odyssey train` and the studio refuse unless forced (--force, "Start anyway").
+std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process);
 
 }  // namespace odyssey

@@ -418,6 +418,12 @@ std::map<std::string, at::Tensor> read_checkpoint_masters(const CheckpointInfo& 
 CheckpointInfo load_checkpoint(Trainer& trainer, const std::string& dir) {
   auto info = read_checkpoint_info(dir);
   if (!info) throw CheckpointError("--resume " + dir + ": no checkpoint there (no checkpoints/latest.json)");
+  load_checkpoint(trainer, *info, dir);
+  return *info;
+}
+
+void load_checkpoint(Trainer& trainer, const CheckpointInfo& checkpoint, const std::string& dir) {
+  const CheckpointInfo* info = &checkpoint;
   const RankContext& ctx = trainer.rank_context();
   if (info->world_size != ctx.world_size)
     throw CheckpointError("--resume " + dir + ": the checkpoint has " + std::to_string(info->world_size) +
@@ -474,7 +480,6 @@ CheckpointInfo load_checkpoint(Trainer& trainer, const std::string& dir) {
     gen.set_state(rng);
   }
   trainer.set_next_step(step);
-  return *info;
 }
 
 }  // namespace odyssey

@@ -63,5 +63,8 @@ std::map<std::string, at::Tensor> read_checkpoint_masters(const CheckpointInfo& 
 /// Every tensor is checked (name, dtype, size, CRC-32, finite values) before the trainer is
 /// touched; a mismatch throws CheckpointError naming the file and the tensor.
 CheckpointInfo load_checkpoint(Trainer& trainer, const std::string& dir);
+/// The same from the checkpoint `info` names (read once by the caller, so that every rank of a
+/// process resumes from one step even while another process rewrites latest.json).
+void load_checkpoint(Trainer& trainer, const CheckpointInfo& info, const std::string& dir);
 
 }  // namespace odyssey

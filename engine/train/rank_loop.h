@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -14,6 +15,7 @@
 #include "engine/telemetry/metrics_jsonl.h"
 #include "engine/telemetry/phase_peaks.h"
 #include "engine/telemetry/trace_writer.h"
+#include "engine/train/checkpoint_io.h"
 #include "engine/train/run.h"
 #include "engine/train/step_records.h"
 
@@ -24,6 +26,8 @@ namespace odyssey {
 struct RunShared {
   bool reports = true;              ///< rank 0 runs here: outputs, log, RunOutcome's metrics
   bool separate_processes = false;  ///< torchrun: each rank's RunOutcome is its own process's
+  /// The checkpoint this run resumes from, read once for every rank of this process (unset: fresh).
+  std::optional<CheckpointInfo> resume;
   std::unique_ptr<MetricsJsonlWriter> metrics;
   std::unique_ptr<TraceWriter> trace;
   PhasePeakTable run_peaks;  ///< summary.json: every rank's phases (gathered to rank 0)

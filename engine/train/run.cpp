@@ -5,7 +5,14 @@
 #include "engine/train/run.h"
 #include "engine/train/rank_loop.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 
 #include "engine/config/preset.h"
 #include "engine/config/sizes.h"
@@ -79,6 +86,59 @@ void import_full_state(Trainer& trainer, const FullState& state) {
   trainer.optimizer().set_steps_taken(state.optimizer_steps);
 }
 
+// [section] what a run refuses before it starts ------------------------------------------------------
+
+namespace {
+
+/// Lines of a regular file, read in bounded chunks (0 when it is no regular file).
+int64_t count_lines(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st {};
+  int64_t lines = 0;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    char chunk[1 << 16];
+    for (ssize_t n; (n = ::read(fd, chunk, sizeof chunk)) > 0;) lines += std::count(chunk, chunk + n, '\n');
+  }
+  ::close(fd);
+  return lines;
+}
+
+/// Ranks whose memory this process holds: every rank thread, or one torchrun process's own rank.
+int64_t ranks_in_process(const RunConfig& cfg) {
+  return job_mode(cfg.parallel) == JobMode::Threads ? cfg.parallel.world_size : 1;
+}
+
+// The files a run writes into its --out directory (checkpoints/ is a folder of them).
+constexpr const char* kRunFiles[] = {"metrics.jsonl", "summary.json", "trace.json"};
+
+void remove_run_outputs(const std::string& dir) {
+  for (const char* name : kRunFiles) ::unlink(join_path(dir, name).c_str());
+  remove_tree(join_path(dir, "checkpoints"));
+}
+
+}  // namespace
+
+std::vector<std::string> run_outputs_in(const std::string& dir) {
+  std::vector<std::string> found;
+  struct stat st {};
+  const std::string metrics = join_path(dir, "metrics.jsonl");
+  if (::lstat(metrics.c_str(), &st) == 0) {
+    const int64_t lines = count_lines(metrics);
+    found.push_back("metrics.jsonl with " + std::to_string(lines) + (lines == 1 ? " step" : " steps"));
+  }
+  if (path_exists(join_path(dir, "checkpoints/latest.json"))) {
+    try {
+      const auto info = read_checkpoint_info(dir);
+      found.push_back(info ? "a checkpoint at step " + std::to_string(info->step) : "checkpoints/latest.json");
+    } catch (const std::exception&) {
+      found.push_back("checkpoints/latest.json (unreadable)");
+    }
+  }
+  if (::lstat(join_path(dir, "summary.json").c_str(), &st) == 0) found.push_back("summary.json");
+  return found;
+}
+
 // [section] the run -------------------------------------------------------------------------------
 
 CheckpointCadence::CheckpointCadence(const RunConfig& cfg, const RunOptions& opt, RunLog log)
@@ -122,9 +182,9 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
     weights.load(trainer.model().groups());                 // this rank's shard of every parameter
     log("weights: " + weights.describe());
   }
-  if (!opt.resume_dir.empty()) {
-    const CheckpointInfo info = load_checkpoint(trainer, opt.resume_dir);
-    log("resumed from " + info.path + " at step " + std::to_string(info.step));
+  if (shared.resume) {
+    load_checkpoint(trainer, *shared.resume, opt.resume_dir);
+    log("resumed from " + shared.resume->path + " at step " + std::to_string(shared.resume->step));
   }
   for (const auto& note : trainer.take_notes()) log(note);
   if (ctx.world_size > 1 || ctx.emulated)
@@ -134,13 +194,35 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
   log("memory: " + describe_memory(cfg, cfg.memory));
 }
 
+/// A directory that could not be made: a full or failing disk is the run's failure (exit 1); a
+/// file in the way, a path too long or not permitted is the argument's (exit 2).
+[[noreturn]] void throw_make_dirs_error(const std::string& option, const std::string& error, int error_number) {
+  if (error_number == ENOSPC || error_number == EDQUOT || error_number == EIO) throw FileWriteError(option + ": " + error);
+  throw std::invalid_argument(option + ": " + error);
+}
+
+/// Under torchrun each process reads latest.json itself: every rank must have resumed from the
+/// same step (another process rewriting the checkpoints meanwhile would split them), checked by
+/// one max all-reduce of {step, -step} before the first step. Throws CheckpointError.
+void check_same_resumed_step(const RankContext& ctx, int64_t step) {
+  CategoryScope category(MemCategory::Other);
+  at::Tensor steps = at::tensor({step, -step}, at::TensorOptions().dtype(at::kLong)).to(ctx.device);  // [2]
+  ctx.world->all_reduce_max(steps);
+  const at::Tensor both = steps.cpu();
+  const int64_t highest = both[0].item<int64_t>(), lowest = -both[1].item<int64_t>();
+  if (highest != lowest)
+    throw CheckpointError("--resume: the ranks resumed from different checkpoints (steps " + std::to_string(lowest) +
+                          " to " + std::to_string(highest) + "): another run wrote them meanwhile; resume again");
+}
+
 /// Makes the folder of a file that `option` names (--memory-snapshot, --kernel-profile) now, so a
 /// run that could not write the file is refused before any output (FileWriteError).
 void make_parent_dirs(const std::string& option, const std::string& path) {
   const size_t slash = path.find_last_of('/');
   std::string error;
-  if (slash != std::string::npos && slash > 0 && !make_dirs(path.substr(0, slash), &error))
-    throw FileWriteError(option + ": " + error);
+  int error_number = 0;
+  if (slash != std::string::npos && slash > 0 && !make_dirs(path.substr(0, slash), &error, &error_number))
+    throw_make_dirs_error(option, error, error_number);
 }
 
 // The step loop of one rank (the one loop of every launch mode): the boundary every rank decides
@@ -154,6 +236,7 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   Trainer trainer(cfg, ctx);
   StepReporter reporter(cfg, ctx, opt, shared, trainer.recorder());  // attaches its edge buffer first
   prepare_rank(cfg, ctx, opt, shared, trainer, log);
+  if (shared.resume && shared.separate_processes && ctx.world_size > 1) check_same_resumed_step(ctx, trainer.next_step());
   StepBoundary boundary(ctx, opt.control, log);
   CheckpointCadence checkpoints(cfg, opt, log);
 
@@ -229,18 +312,51 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     if (!cfg.output.export_hf.empty() && !(opt.checkpoints && !opt.out_dir.empty()))
       throw std::invalid_argument("output.export_hf = \"" + cfg.output.export_hf +
                                   "\" exports the final checkpoint, and this run writes none (no --out directory)");
+    // Nothing is started that the planner says cannot fit: the OOM killer or LibTorch's raw
+    // allocation failure mid-step would be the user's only answer otherwise.
+    if (!opt.force)
+      if (const std::string why = planned_out_of_memory(cfg, ranks_in_process(cfg)); !why.empty())
+        throw PlannedOutOfMemory(why);
     int64_t resume_step = -1;
     if (!opt.resume_dir.empty()) {
-      const auto info = read_checkpoint_info(opt.resume_dir);
-      if (!info) throw CheckpointError("--resume " + opt.resume_dir + ": no checkpoint there (no checkpoints/latest.json)");
-      const std::vector<std::string> notes = check_resume_config(*info, cfg, opt.resume_dir);
+      // A run still writing checkpoints there would move latest.json under this one's feet. Asked
+      // by rank 0's process only, before it locks its own --out: under torchrun the other
+      // processes would see rank 0's lock when they resume into the same directory.
+      if (const std::string owner = shared.reports ? RunDirLock::live_owner(opt.resume_dir) : std::string();
+          !owner.empty())
+        throw RunDirBusy("--resume " + opt.resume_dir + " is in use by a live run (" + owner +
+                         "): resume it after that run ends (its last checkpoint is then final)");
+      shared.resume = opt.resume_info ? opt.resume_info : read_checkpoint_info(opt.resume_dir);
+      if (!shared.resume)
+        throw CheckpointError("--resume " + opt.resume_dir + ": no checkpoint there (no checkpoints/latest.json)");
+      const std::vector<std::string> notes = check_resume_config(*shared.resume, cfg, opt.resume_dir);
       if (shared.reports && opt.log)
         for (const auto& note : notes) opt.log(note);
-      resume_step = info->step;
+      resume_step = shared.resume->step;
     }
     if (!opt.out_dir.empty()) {
+      // A resumed run in its own directory continues its files from the checkpoint's step: the
+      // steps a killed run took after it are run again and must not appear twice.
+      const bool continues = resume_step >= 0 && same_path(opt.resume_dir, opt.out_dir);
+      // Another run's outputs are never replaced unasked: refused before the directory is touched,
+      // and again under the lock (a run that finished in between).
+      auto refuse_earlier_run = [&] {
+        if (continues || opt.overwrite || !shared.reports) return;
+        const std::vector<std::string> found = run_outputs_in(opt.out_dir);
+        if (found.empty()) return;
+        std::string what;
+        for (size_t i = 0; i < found.size(); ++i) what += (i ? ", " : "") + found[i];
+        throw RunDirHoldsRun("--out " + opt.out_dir + " holds a run (" + what + "): continue it with --resume " +
+                             opt.out_dir + ", choose another --out, or pass --overwrite to replace it");
+      };
+      if (shared.reports)
+        if (const std::string owner = RunDirLock::live_owner(opt.out_dir); !owner.empty())
+          throw RunDirBusy("--out " + opt.out_dir + " is in use by another run (" + owner +
+                           "); wait for it to end, or write to another directory");
+      refuse_earlier_run();
       std::string error;
-      if (!make_dirs(opt.out_dir, &error)) throw FileWriteError("--out: " + error);
+      int error_number = 0;
+      if (!make_dirs(opt.out_dir, &error, &error_number)) throw_make_dirs_error("--out", error, error_number);
       if (shared.reports) {
         // One writer per run directory: a second run into it would interleave both files.
         lock = std::make_unique<RunDirLock>(opt.out_dir);
@@ -248,9 +364,16 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
         if (!lock->previous_owner().empty() && opt.log)
           opt.log("--out " + opt.out_dir + ": took over the lock of a run that ended without releasing it (" +
                   lock->previous_owner() + ")");
-        // A resumed run in its own directory continues its files from the checkpoint's step: the
-        // steps a killed run took after it are run again and must not appear twice.
-        const bool continues = resume_step >= 0 && same_path(opt.resume_dir, opt.out_dir);
+        refuse_earlier_run();
+        if (opt.overwrite && !continues) {
+          const std::vector<std::string> replaced = run_outputs_in(opt.out_dir);
+          remove_run_outputs(opt.out_dir);
+          if (!replaced.empty() && opt.log) {
+            std::string what;
+            for (size_t i = 0; i < replaced.size(); ++i) what += (i ? ", " : "") + replaced[i];
+            opt.log("--overwrite: replaced the run in " + opt.out_dir + " (" + what + ")");
+          }
+        }
         shared.metrics = std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", continues ? resume_step : -1);
         if (cfg.output.trace && cfg.output.trace_steps > 0)
           shared.trace = continues ? std::make_unique<TraceWriter>(opt.out_dir + "/trace.json", resume_step)
@@ -276,6 +399,10 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     fail(e, true);
   } catch (const RunDirBusy& e) {
     fail(e, true);
+  } catch (const RunDirHoldsRun& e) {
+    fail(e, true);
+  } catch (const PlannedOutOfMemory& e) {
+    fail(e, true);
   } catch (const std::invalid_argument& e) {
     fail(e, true);
   } catch (const std::exception& e) {  // CheckpointWriteError, FileWriteError, CommError, ...: the run's
@@ -298,10 +425,25 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   // summary.json only from the run that holds the directory: a refused run (busy directory, bad
   // checkpoint, bad preset) leaves the directory exactly as it found it.
   if (lock) {
+    // The outputs a finished run leaves must be whole: a trace or summary the disk refused is the
+    // run's failure (exit 1), never a success with a truncated file.
+    auto output_failed = [&](const std::string& why) {
+      if (opt.log) opt.log(why);
+      if (out.status != RunOutcome::Status::Failed) {
+        out.status = RunOutcome::Status::Failed;
+        out.bad_input = false;
+        out.error = why;
+      }
+    };
     try {
       if (shared.trace) shared.trace->close();
     } catch (const std::exception& e) {
-      if (opt.log) opt.log(std::string("trace: ") + e.what());
+      output_failed(std::string("trace: ") + e.what());
+    }
+    try {
+      if (shared.metrics) shared.metrics->close();
+    } catch (const std::exception& e) {
+      output_failed(std::string("metrics: ") + e.what());
     }
     RunSummary summary;
     summary.preset = opt.preset;
@@ -320,8 +462,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     }
     w.end_object();
     summary.extra_json = extra;
-    if (!write_summary_json(opt.out_dir + "/summary.json", summary, &write_error) && opt.log)
-      opt.log("summary: " + write_error);
+    if (!write_summary_json(opt.out_dir + "/summary.json", summary, &write_error))
+      output_failed("summary: " + write_error);
   }
   return out;
 }

@@ -21,6 +21,7 @@
 #include "engine/config/run_config.h"
 #include "engine/parallel/job.h"
 #include "engine/telemetry/samples.h"
+#include "engine/train/checkpoint_io.h"
 #include "engine/train/trainer.h"
 
 namespace odyssey {
@@ -36,6 +37,11 @@ class RunControl {
   /// step boundary.
   void request_stop_from_signal() { stop_.store(true); }
   bool stop_requested() const { return stop_.load(); }
+  /// Every rank has loaded its weights and reached the step loop: from here a stop waits for the
+  /// next step boundary (and its checkpoint); before it, there is nothing to save, and a signal
+  /// handler may end the process at once (`odyssey train` does).
+  void mark_stepping() { stepping_.store(true); }
+  bool stepping() const { return stepping_.load(); }
   void pause();
   void resume();
   bool paused() const { return paused_.load(); }
@@ -52,6 +58,7 @@ class RunControl {
 
  private:
   std::atomic<bool> stop_{false};
+  std::atomic<bool> stepping_{false};
   std::atomic<bool> paused_{false};
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -79,7 +86,16 @@ struct RunOptions {
   /// rank its shard); "" = none.
   std::string out_dir;
   std::string resume_dir;      ///< continue from this directory's latest checkpoint; "" = fresh
+  /// The checkpoint of resume_dir as the caller read it (`odyssey train` reads it once for its
+  /// banner): every rank of this process resumes from exactly this one. Unset: read here, once.
+  std::optional<CheckpointInfo> resume_info;
   int64_t steps = -1;          ///< run until this many steps are done (default training.steps)
+  /// out_dir may hold an earlier run (metrics.jsonl, summary.json or a checkpoint): replace its
+  /// files. Without it such a directory is refused (RunDirHoldsRun), unless it is resume_dir itself.
+  bool overwrite = false;
+  /// Start even where the planner predicts the run does not fit its device or host memory (or,
+  /// on the CPU, this machine's memory). Without it such a run is refused (PlannedOutOfMemory).
+  bool force = false;
   bool checkpoints = true;     ///< write checkpoints (every output.checkpoint_every, and at the end)
   /// CUDA: record the caching allocator's history from the first step and write it here at the
   /// end (PyTorch's memory_viz pickle, Odyssey's phases as annotations); "" = none.
@@ -110,6 +126,25 @@ struct RunOutcome {
   std::vector<StepResult> results;  ///< rank 0's step results
 };
 const char* to_string(RunOutcome::Status status);
+
+/// `--out DIR` holds another run's outputs and neither --resume DIR nor --overwrite was given:
+/// bad input (exit 2); nothing was touched. The message names what is there.
+class RunDirHoldsRun : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The planner predicts that the run does not fit (device, host or this machine's memory) and it
+/// was not forced: bad input (exit 2), before anything is allocated. The message gives the
+/// numbers and the advisor's suggestions (planned_out_of_memory, engine/planner/planner.h).
+class PlannedOutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The run outputs in `dir` that a new run would replace ("metrics.jsonl (40 steps)", "a
+/// checkpoint at step 40", "summary.json"); empty when it holds none.
+std::vector<std::string> run_outputs_in(const std::string& dir);
 
 /// Runs training for `cfg` (which must be valid) on the ranks run_on_ranks starts here. Never
 /// throws: failures come back in the outcome (OOM and NaN with step and phase; bad data /

@@ -73,6 +73,8 @@ bool StepBoundary::next(Trainer& trainer, const RunConfig& cfg) {
     decision_[1] = pause;
     decision_[2] = lead ? version : 0;
     ctx_.world->all_reduce_max(decision_);
+    // Every rank is here, so every rank has loaded: a stop now waits for this boundary's checkpoint.
+    if (control_) control_->mark_stepping();
     const at::Tensor d = decision_.cpu();
     if (d[0].item<int64_t>()) return false;
     if (d[1].item<int64_t>()) {

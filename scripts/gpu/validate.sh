@@ -133,7 +133,7 @@ stage_smoke() {
   local sets=()
   for s in $BF16_SETS; do sets+=(--set "$s"); done
   timeout 120 "$BIN/odyssey" train "$BF16_PRESET" "${sets[@]}" --set training.dtype=bfloat16 --steps "$BF16_STEPS" \
-    --no-checkpoint --quiet --out "$d/bf16" >"$d/bf16.txt" 2>&1 || rc=1
+    --no-checkpoint --quiet --overwrite --out "$d/bf16" >"$d/bf16.txt" 2>&1 || rc=1
   # The bf16 run's losses fall: the last below the first.
   "$PY" - "$d/bf16/metrics.jsonl" >>"$d/results.txt" 2>&1 <<'PYEOF' || rc=1
 import json, sys

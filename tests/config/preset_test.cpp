@@ -84,7 +84,7 @@ TEST_CASE("save_preset writes atomically and the file loads back", "[config][pre
   CHECK(read_file(path).find("seq_len = \"3M\"") != std::string::npos);
   CHECK(read_file(path).find("# Tokens per sequence") != std::string::npos);
   CHECK_FALSE(save_preset((dir / "no-such-dir" / "x.toml").string(), loaded.config, &error));
-  CHECK(error.find("cannot write") != std::string::npos);
+  CHECK(error.find("cannot create " + (dir / "no-such-dir" / "x.toml").string()) != std::string::npos);
 }
 
 TEST_CASE("bad-preset fixtures report their exact messages", "[config][fixtures]") {
@@ -403,4 +403,56 @@ TEST_CASE("heads_per_stage and mlp_tile_tokens = \"auto\" load, print, save and 
   CHECK_FALSE(heads_per_stage_rule(32, 1, kHeadsPerStageAuto));
   CHECK_THROWS_WITH(effective_heads_per_stage(kHeadsPerStageAuto, 1),
                     Catch::Contains("the planner picks one (planned_heads_per_stage)"));
+}
+
+TEST_CASE("a key of 150,000 dotted parts or values nested past 64 are refused with their position, never a signal",
+          "[config][presets][reliability]") {
+  // toml++ builds and destroys a dotted key's tables recursively: 150,000 parts (a 300 KB file,
+  // under the 1 MiB limit) overflowed the stack in every command and the studio.
+  std::string deep = "[model]\nflavor = \"custom\"\n";
+  for (int i = 0; i < 150000; ++i) deep += "a.";
+  deep += "b = 1\n";
+  LoadedPreset r = load_preset_text(deep, "deep.toml");
+  REQUIRE(r.issues.size() == 1);
+  CHECK(r.issues[0].format() == "deep.toml:3:128: a key of more than 64 dotted parts (TOML syntax) (Odyssey's keys are "
+                                "section.key; is this a preset?)");
+  // The same depth of arrays and inline tables, and of table headers.
+  for (const std::string& nested : {"x = " + std::string(100000, '[') + std::string(100000, ']') + "\n",
+                                    "x = " + std::string(100000, '{') + "\n", "[" + std::string(20000, 'a') + "]\n",
+                                    "[" + [] {
+                                      std::string t;
+                                      for (int i = 0; i < 20000; ++i) t += "t.";
+                                      return t + "u";
+                                    }() + "]\n"}) {
+    r = load_preset_text(nested, "nested.toml");
+    REQUIRE_FALSE(r.issues.empty());
+    INFO(r.issues[0].format());
+    CHECK(r.issues[0].loc.line == 1);
+  }
+  CHECK_THAT(load_preset_text("x = " + std::string(65, '[') + std::string(65, ']') + "\n", "n.toml").issues[0].format(),
+             Catch::Contains("nested more than 64 deep"));
+  // Dots and brackets inside strings and comments are text, not structure.
+  const std::string quoted = "description = \"" + std::string(300, '.') + std::string(300, '[') + "\"  # " +
+                             std::string(300, '.') + "\n[model]\nflavor = 'llama3.2-1b' # {{{{\n";
+  r = load_preset_text(quoted, "quoted.toml");
+  for (const auto& issue : r.issues) CHECK_THAT(issue.format(), !Catch::Contains("TOML syntax"));
+  const std::string multiline = "description = \"\"\"a\n" + std::string(300, '.') + "\\\"\"\"\n" +
+                                std::string(300, '[') + "\"\"\"\n[model]\nflavor = 'llama3.2-1b'\n";
+  r = load_preset_text(multiline, "multi.toml");
+  for (const auto& issue : r.issues) CHECK_THAT(issue.format(), !Catch::Contains("TOML syntax"));
+}
+
+TEST_CASE("list_presets skips a symlink loop and links to nothing instead of throwing", "[config][presets][reliability]") {
+  // std::filesystem's iterator threw filesystem_error on such an entry, and the studio aborted.
+  const std::string dir = std::string(ODYSSEY_BINARY_DIR) + "/preset_listing";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/good.toml") << "[model]\nflavor = \"llama3.2-1b\"\n";
+  fs::create_symlink("loop.toml", dir + "/loop.toml");
+  fs::create_symlink("nowhere.toml", dir + "/dangling.toml");
+  fs::create_directory(dir + "/folder.toml");
+  const std::vector<std::string> found = list_presets(dir);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0] == dir + "/good.toml");
+  CHECK(list_presets(dir + "/missing").empty());
 }

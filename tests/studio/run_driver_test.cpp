@@ -178,3 +178,45 @@ TEST_CASE("run history files samples per rank and reads phase names once", "[stu
   CHECK(hi - lo == 1);
   CHECK(h.ranks()[1].step[lo] == 3);
 }
+
+TEST_CASE("a config the planner says does not fit is not started until the user starts it anyway",
+          "[studio][run][fit]") {
+  // An unfit run grew the studio until the OOM killer ended it: now the planner's verdict comes
+  // first, with the numbers, and "Start anyway" (force_unfit) is the way past it.
+  AppState state;
+  FakeEngine engine;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  state.config.hardware.device_memory_gib = 0.001;  // 1 MiB a device: the tiny model needs more
+  std::string err;
+  CHECK_FALSE(state.run.start(engine, state.config, state.history, &err));
+  CHECK(engine.starts.empty());
+  CHECK_THAT(err, Catch::Contains("the planner predicts this run does not fit: a device peak of"));
+  REQUIRE(state.run.unfit().has_value());
+  CHECK(*state.run.unfit() == state.config);
+  CHECK_THAT(state.run.notice(), Catch::StartsWith("Not started: the planner predicts"));
+  REQUIRE(state.run.force_unfit(engine, state.history, &err));
+  REQUIRE(engine.starts.size() == 1);
+  CHECK(engine.starts[0] == state.config);
+  CHECK_FALSE(state.run.unfit().has_value());
+}
+
+TEST_CASE("a live edit after which the run would not fit is held back until applied anyway", "[studio][run][fit]") {
+  AppState state;
+  FakeEngine engine;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  state.config.hardware.device_memory_gib = 0.001;
+  std::string err;
+  REQUIRE(state.run.start(engine, state.config, state.history, &err, /*force=*/true));  // the user forced this one
+  engine.advance_step();
+  frame_update(state, engine, 0.0);
+  state.config.memory.tiled_mlp = false;  // another config: the verdict is asked again
+  frame_update(state, engine, 0.1);
+  CHECK(engine.live_calls.empty());
+  REQUIRE(state.run.unfit().has_value());
+  CHECK_THAT(state.run.notice(), Catch::StartsWith("Not applied to the run: the planner predicts"));
+  frame_update(state, engine, 0.2);  // said once, not sent on later frames
+  CHECK(engine.live_calls.empty());
+  REQUIRE(state.run.force_unfit(engine, state.history, &err));
+  REQUIRE(engine.live_calls.size() == 1);
+  CHECK_FALSE(engine.live_calls[0].memory.tiled_mlp);
+}

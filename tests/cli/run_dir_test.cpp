@@ -1,0 +1,175 @@
+// What `odyssey train` does with its run directory and with runs it should not start, through the
+// real binary: an earlier run is never overwritten unasked (--overwrite, --resume), --out paths in
+// every spelling and depth, a busy --resume, outputs the disk refused, a plan that does not fit
+// (--force), and a signal while loading. defines: test cases [cli][reliability][rundir]
+#include <sys/stat.h>
+
+#include "cli_test_util.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+const std::string kShort = kTiny + "--set training.warmup_steps=1 ";
+
+void require_exit(const Run& r, int expected) {
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.code == expected);
+}
+
+std::string file_bytes(const std::string& path) { return read_text(path); }
+
+}  // namespace
+
+TEST_CASE("run directory: a new run into one holding a run is refused and leaves it whole; --overwrite replaces it",
+          "[cli][reliability][rundir]") {
+  const std::string dir = fresh_dir("holds_run");
+  require_exit(run_odyssey("train " + kShort + "--set training.steps=6 --steps 3 --quiet --out " + dir), 0);
+  const std::string metrics = file_bytes(dir + "/metrics.jsonl"), summary = file_bytes(dir + "/summary.json");
+  REQUIRE(metrics_lines(dir) == 3);
+  REQUIRE(checkpoint_step(dir) == 3);
+
+  // Into --out, and into the preset's own output.dir: both refused, nothing changed.
+  for (const std::string& where : {"--out " + dir, "--set output.dir=" + dir, "--out " + dir + "//"}) {
+    INFO(where);
+    const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --steps 1 --quiet " + where);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("--out " + dir + " holds a run (metrics.jsonl with 3 steps, a checkpoint at step 3, "
+                                      "summary.json): continue it with --resume " + dir +
+                                      ", choose another --out, or pass --overwrite to replace it"));
+    CHECK(file_bytes(dir + "/metrics.jsonl") == metrics);
+    CHECK(file_bytes(dir + "/summary.json") == summary);
+    CHECK(checkpoint_step(dir) == 3);
+  }
+  // --resume into its own directory continues it.
+  require_exit(run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 1 --quiet"), 0);
+  CHECK(metrics_lines(dir) == 4);
+  CHECK(checkpoint_step(dir) == 4);
+  // --resume elsewhere into a directory holding a run is refused like a fresh run.
+  const std::string other = fresh_dir("holds_run_other");
+  require_exit(run_odyssey("train " + kShort + "--set training.steps=6 --steps 1 --quiet --out " + other), 0);
+  Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 1 --quiet --out " + other);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--out " + other + " holds a run"));
+  // --overwrite: the earlier run's files are replaced, and the run says what it replaced.
+  r = run_odyssey("train " + kShort + "--set training.steps=6 --steps 1 --overwrite --out " + dir);
+  require_exit(r, 0);
+  CHECK_THAT(r.out, Catch::Contains("--overwrite: replaced the run in " + dir + " (metrics.jsonl with 4 steps"));
+  CHECK(metrics_lines(dir) == 1);
+  CHECK(checkpoint_step(dir) == 1);
+  // A switch given a value is refused, not read as on.
+  r = run_odyssey("train " + kShort + "--steps 1 --overwrite=no --out " + dir);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--overwrite takes no value"));
+}
+
+TEST_CASE("run directory: --out naming a file, too deep a path, or an empty value is bad input (exit 2), never a signal",
+          "[cli][reliability][rundir]") {
+  const std::string base = fresh_dir("bad_out");
+  REQUIRE(std::system(("mkdir -p " + base + " && echo x > " + base + "/file").c_str()) == 0);
+  Run r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + base + "/file");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--out: cannot create directory " + base + "/file: a file of that name is there"));
+  r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + base + "/file/sub");
+  require_exit(r, 2);
+  // 30,000 levels (60 KB): the recursive mkdir overflowed the stack; now refused before any mkdir.
+  std::string deep = base;
+  for (int i = 0; i < 30000; ++i) deep += "/d";
+  r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + deep);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("longer than the system's path limit"));
+  CHECK_FALSE(std::ifstream(base + "/d").good());
+  r = run_odyssey("train " + kShort + "--steps 1 --quiet --out=");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--out needs a directory"));
+  // The spellings of one directory: trailing and doubled slashes, --out=DIR.
+  const std::string spelled = fresh_dir("spelled");
+  require_exit(run_odyssey("train " + kShort + "--steps 1 --quiet --out=" + spelled + "//"), 0);
+  CHECK(metrics_lines(spelled) == 1);
+}
+
+TEST_CASE("run directory: --resume from a run still writing checkpoints is refused with its owner",
+          "[cli][reliability][rundir]") {
+  // The CLI and each rank read latest.json separately; a live run moving it between those reads
+  // made a resumed run load a later step than it planned and run zero steps with exit 0.
+  const std::string dir = fresh_dir("live_resume");
+  const pid_t live = spawn_odyssey(
+      "train " + kShort + "--set training.steps=100000 --set output.checkpoint_every=1 --quiet --out " + dir, dir + ".log");
+  REQUIRE(wait_for_checkpoint(live, dir, 2));
+  const Run r = run_odyssey("train " + kShort + "--set training.steps=100000 --resume " + dir + " --steps 2 --quiet --out " +
+                            fresh_dir("live_resume_copy"));
+  kill(live, SIGKILL);
+  waitpid(live, nullptr, 0);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--resume " + dir + " is in use by a live run (pid " + std::to_string(live)));
+}
+
+TEST_CASE("run directory: a trace or summary the disk refuses fails the run (exit 1)", "[cli][reliability][rundir]") {
+  // /dev/full answers every write with ENOSPC, as a full disk does.
+  for (const char* file : {"trace.json", "summary.json.tmp"}) {
+    INFO(file);
+    const std::string dir = fresh_dir(std::string("full_") + file);
+    REQUIRE(std::system(("mkdir -p " + dir + " && ln -s /dev/full " + dir + "/" + file).c_str()) == 0);
+    const Run r = run_odyssey("train " + kShort + "--steps 1 --no-checkpoint --quiet --out " + dir);
+    require_exit(r, 1);
+    CHECK_THAT(r.err, Catch::Contains(std::string(file) == "trace.json" ? "trace" : "summary"));
+    CHECK_THAT(r.err, Catch::Contains("No space left on device"));
+  }
+}
+
+TEST_CASE("fit: a run the planner says does not fit is refused with the numbers and the fixes; --force runs it",
+          "[cli][reliability][fit]") {
+  // A profile of 1 MiB per device: the tiny model's step needs more. On the CPU a forced run still
+  // runs (this machine has the memory); refused, nothing is created.
+  const std::string dir = fresh_dir("unfit");
+  const std::string unfit = kShort + "--set hardware.device_memory_gib=0.001 --steps 1 --quiet --out " + dir;
+  Run r = run_odyssey("train " + unfit);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("the planner predicts this run does not fit: a device peak of ") &&
+                        Catch::Contains("per device (hardware.profile = cpu)") && Catch::Contains("Pass --force"));
+  struct stat st {};
+  CHECK(::stat(dir.c_str(), &st) != 0);  // refused before the directory was made
+  r = run_odyssey("train " + unfit + " --force");
+  require_exit(r, 0);
+  CHECK(metrics_lines(dir) == 1);
+  // Beyond this machine: a 70B model's 16M tokens on the CPU, refused at once (it grew the process
+  // until the OOM killer ended it), with the advisor's suggestions or the reason there are none.
+  const auto t0 = std::chrono::steady_clock::now();
+  r = run_odyssey("train presets/tiny-cpu.toml --set model.flavor=llama3-70b --set training.seq_len=16M "
+                  "--set parallel.world_size=1 --set parallel.ulysses_degree=1 --steps 1 --quiet --out " +
+                  fresh_dir("unfit70b"));
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("the planner predicts this run does not fit"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
+}
+
+TEST_CASE("signals: SIGTERM while a run is still loading ends it at once (exit 143)", "[cli][reliability][signals]") {
+  // Rank 0 of a 2-process torchrun job whose rank 1 never starts waits in the rendezvous: loading
+  // that does not end by itself. A stop used to wait for a step boundary that never came.
+  const std::string dir = fresh_dir("loading_sigterm");
+  const int port = free_port();
+  ::unlink((dir + ".log").c_str());  // an earlier run's banner must not be read as this one's
+  const pid_t pid = spawn_odyssey("train " + kShort + "--set parallel.world_size=2 --set parallel.timeout_s=600 --steps 1 --out " + dir,
+                                  dir + ".log",
+                                  "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port));
+  // The banner is printed once the stop handlers are in place, before the rendezvous.
+  bool banner = false;
+  for (int i = 0; i < 3000 && !banner; ++i) {
+    banner = read_text(dir + ".log").find("odyssey train ") != std::string::npos;
+    if (!banner) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(banner);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  kill(pid, SIGTERM);
+  const auto status = wait_exit(pid, 10);
+  if (!status) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  INFO(read_text(dir + ".log"));
+  REQUIRE(status.has_value());
+  REQUIRE(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 143);
+  CHECK_THAT(read_text(dir + ".log"), Catch::Contains("stopped while loading, before the first step"));
+}
