@@ -63,7 +63,8 @@ std::string metrics_json_line(const StepMetrics& m, const PhasePeakTable* phase_
 
 MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
   if (keep_through_step >= 0 && path_exists(path)) {
-    std::FILE* in = std::fopen(path.c_str(), "rb");
+    // Checked on the descriptor: a FIFO or device planted in the run directory is refused, not read.
+    std::FILE* in = ::fdopen(open_regular_file(path, "metrics.jsonl"), "rb");
     if (in == nullptr) throw std::runtime_error(io_error("read", path));
     std::string kept, line;
     for (int c = std::fgetc(in);; c = std::fgetc(in)) {

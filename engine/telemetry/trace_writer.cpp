@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/telemetry/phase_peaks.h"
+#include "engine/util/files.h"
 #include "engine/util/json.h"
 #include "engine/util/json_read.h"
 
@@ -20,6 +21,23 @@ namespace odyssey {
 namespace {
 
 int64_t to_ns(double t_s) { return std::llround(t_s * 1e9); }
+
+/// An event of an earlier trace that the resume may keep: every field it reads has its type (a
+/// hand-edited or corrupt line with "step": "3" is dropped, not a type error that ends the run).
+bool well_formed_event(const Json& e) {
+  if (!e.is_object() || !e.contains("ph") || !e.at("ph").is_string()) return false;
+  if (e.contains("args")) {
+    const Json& args = e.at("args");
+    if (!args.is_object()) return false;
+    if (args.contains("step") && !args.at("step").is_number_integer()) return false;
+    if (args.contains("name") && !args.at("name").is_string()) return false;
+  }
+  for (const char* key : {"ts", "dur"})
+    if (e.contains(key) && !e.at(key).is_number()) return false;
+  for (const char* key : {"pid", "tid"})
+    if (e.contains(key) && !e.at(key).is_number_integer()) return false;
+  return !e.contains("name") || e.at("name").is_string();
+}
 
 /// Microseconds with three decimals, printed from integer nanoseconds: exact, so that a child's
 /// ts + dur never rounds past its parent's.
@@ -105,7 +123,8 @@ TraceWriter::TraceWriter(const std::string& path) : path_(path) {
 TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
   // The old file: one event per line between the header and the closing line (see emit_locked).
   std::vector<std::pair<std::string, Json>> events;
-  if (std::FILE* in = std::fopen(path.c_str(), "rb")) {
+  // Checked on the descriptor: a FIFO or device planted in the run directory is refused, not read.
+  if (std::FILE* in = path_exists(path) ? ::fdopen(open_regular_file(path, "trace"), "rb") : nullptr) {
     std::string line;
     for (int c = std::fgetc(in);; c = std::fgetc(in)) {
       if (c != EOF && c != '\n') {
@@ -115,7 +134,7 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
       std::string text = line;
       while (!text.empty() && (text.back() == ',' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
       if (c == '\n' && !text.empty() && text.front() == '{' && text.rfind("{\"traceEvents\"", 0) != 0)
-        if (auto v = parse_json(text); v && v->is_object() && v->contains("ph")) events.emplace_back(std::move(text), std::move(*v));
+        if (auto v = parse_json(text); v && well_formed_event(*v)) events.emplace_back(std::move(text), std::move(*v));
       line.clear();
       if (c == EOF) break;
     }

@@ -127,7 +127,7 @@ std::vector<std::string> run_outputs_in(const std::string& dir) {
     const int64_t lines = count_lines(metrics);
     found.push_back("metrics.jsonl with " + std::to_string(lines) + (lines == 1 ? " step" : " steps"));
   }
-  if (path_exists(join_path(dir, "checkpoints/latest.json"))) {
+  if (::stat(join_path(dir, "checkpoints/latest.json").c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
     try {
       const auto info = read_checkpoint_info(dir);
       found.push_back(info ? "a checkpoint at step " + std::to_string(info->step) : "checkpoints/latest.json");
@@ -402,6 +402,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   } catch (const RunDirHoldsRun& e) {
     fail(e, true);
   } catch (const PlannedOutOfMemory& e) {
+    fail(e, true);
+  } catch (const FileReadError& e) {  // an input that is not a readable regular file
     fail(e, true);
   } catch (const std::invalid_argument& e) {
     fail(e, true);

@@ -122,24 +122,36 @@ std::string clean_path(const std::string& path) {
   return out;
 }
 
-std::string read_file_bounded(const std::string& path, int64_t max_bytes, const std::string& what) {
+int open_regular_file(const std::string& path, const std::string& what, int64_t* size) {
   auto refuse = [&](const std::string& why) { return FileReadError(what + " " + path + ": " + why); };
   // O_NONBLOCK: opening a FIFO for reading would wait for a writer, forever and deaf to signals;
   // it is refused below like every other file that is not a regular one.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw refuse(std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  std::string why;
+  if (::fstat(fd, &st) != 0) why = std::string("cannot stat: ") + std::strerror(errno);
+  else if (S_ISDIR(st.st_mode)) why = "is a directory, not a " + what + " file";
+  else if (!S_ISREG(st.st_mode)) why = "is not a regular file (a FIFO, socket or device); it must be a file";
+  if (!why.empty()) {
+    ::close(fd);
+    throw refuse(why);
+  }
+  if (size) *size = static_cast<int64_t>(st.st_size);
+  return fd;
+}
+
+std::string read_file_bounded(const std::string& path, int64_t max_bytes, const std::string& what) {
+  auto refuse = [&](const std::string& why) { return FileReadError(what + " " + path + ": " + why); };
+  int64_t size = 0;
+  const int fd = open_regular_file(path, what, &size);
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw refuse(std::string("cannot stat (") + std::strerror(errno) + ")");
-  if (S_ISDIR(st.st_mode)) throw refuse("is a directory, not a " + what + " file");
-  if (!S_ISREG(st.st_mode)) throw refuse("is not a regular file (a FIFO, socket or device); it must be a file");
-  if (st.st_size > max_bytes)
-    throw refuse("is " + std::to_string(st.st_size) + " bytes; a " + what + " is at most " + std::to_string(max_bytes) +
-                 " bytes");
-  std::string text(static_cast<size_t>(st.st_size) + 1, '\0');  // one byte more: a file that grew is seen
+  if (size > max_bytes)
+    throw refuse("is " + std::to_string(size) + " bytes; a " + what + " is at most " + std::to_string(max_bytes) + " bytes");
+  std::string text(static_cast<size_t>(size) + 1, '\0');  // one byte more: a file that grew is seen
   size_t have = 0;
   for (;;) {
     if (have == text.size()) {

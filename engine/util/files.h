@@ -2,7 +2,7 @@
 // exports its own copies of std::filesystem functions, and calls that bind to them crash
 // (remove_all jumps to a null pointer). defines: make_dirs, path_exists, is_directory,
 // rename_path, remove_tree, list_dir, same_path, join_path, clean_path, FileReadError,
-// read_file_bounded, FileWriteError, AtomicFile, RunDirBusy, RunDirLock
+// open_regular_file, read_file_bounded, FileWriteError, AtomicFile, RunDirBusy, RunDirLock
 #pragma once
 
 #include <cstddef>
@@ -42,6 +42,12 @@ class FileReadError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// A descriptor open for reading on a regular file, opened without blocking (a FIFO with no writer
+/// cannot hang the caller) and checked on the descriptor itself (S_ISREG); *size gets its size.
+/// For files read in pieces (an earlier run's metrics.jsonl and trace.json). The caller closes it.
+/// Throws FileReadError naming `what`, the path and the rule.
+int open_regular_file(const std::string& path, const std::string& what, int64_t* size = nullptr);
 
 /// The whole of a small input file (a preset, config.json, an index, a pointer file), bounded
 /// before a byte is read: opened without blocking (a FIFO with no writer cannot hang the caller),

@@ -22,7 +22,7 @@ std::string file_bytes(const std::string& path) { return read_text(path); }
 
 }  // namespace
 
-TEST_CASE("run directory: a new run into one holding a run is refused and leaves it whole; --overwrite replaces it",
+TEST_CASE("run directory: a new run into one holding a run is refused and leaves it whole, --overwrite replaces it",
           "[cli][reliability][rundir]") {
   const std::string dir = fresh_dir("holds_run");
   require_exit(run_odyssey("train " + kShort + "--set training.steps=6 --steps 3 --quiet --out " + dir), 0);
@@ -118,7 +118,7 @@ TEST_CASE("run directory: a trace or summary the disk refuses fails the run (exi
   }
 }
 
-TEST_CASE("fit: a run the planner says does not fit is refused with the numbers and the fixes; --force runs it",
+TEST_CASE("fit: a run the planner says does not fit is refused with the numbers and the fixes, --force runs it",
           "[cli][reliability][fit]") {
   // A profile of 1 MiB per device: the tiny model's step needs more. On the CPU a forced run still
   // runs (this machine has the memory); refused, nothing is created.
@@ -172,4 +172,26 @@ TEST_CASE("signals: SIGTERM while a run is still loading ends it at once (exit 1
   REQUIRE(WIFEXITED(*status));
   CHECK(WEXITSTATUS(*status) == 143);
   CHECK_THAT(read_text(dir + ".log"), Catch::Contains("stopped while loading, before the first step"));
+}
+
+TEST_CASE("run directory: a resumed run reads its earlier files only as regular files, and skips corrupt trace lines",
+          "[cli][reliability][rundir]") {
+  const std::string dir = fresh_dir("resume_inputs");
+  require_exit(run_odyssey("train " + kShort + "--set training.steps=6 --steps 2 --quiet --out " + dir), 0);
+  // A trace line whose step is a string once ended the resume with a JSON type error.
+  std::string trace = read_text(dir + "/trace.json");
+  const size_t at = trace.find("\"step\":1");
+  REQUIRE(at != std::string::npos);
+  trace.replace(at, 8, "\"step\":\"1\"");
+  std::ofstream(dir + "/trace.json", std::ios::trunc) << trace;
+  require_exit(run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 1 --quiet"), 0);
+  CHECK(metrics_lines(dir) == 3);
+  // A FIFO in place of metrics.jsonl: opened for reading it would wait for a writer forever.
+  ::unlink((dir + "/metrics.jsonl").c_str());
+  REQUIRE(::mkfifo((dir + "/metrics.jsonl").c_str(), 0644) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 1 --quiet");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("metrics.jsonl " + dir + "/metrics.jsonl: is not a regular file"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
 }
