@@ -19,6 +19,11 @@ namespace odyssey {
 
 namespace {
 
+// Memory: each rank copies its slice through this host buffer, converting to fp32 as it goes, so
+// loading costs the master shards the model already holds plus 16 MiB, whatever the checkpoint's
+// size (an 8B bf16 checkpoint is 16 GB; the whole of a tensor is never held in host memory).
+constexpr int64_t kStagingBytes = int64_t{16} << 20;
+
 // Odyssey's block parameter names (block_param_specs) -> the Hugging Face module path.
 const std::map<std::string, std::string>& block_names() {
   static const std::map<std::string, std::string> names = {
@@ -104,7 +109,7 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
   std::map<std::string, Located> all;
   if (file_of.empty()) {
     const SafetensorsFile* f = open("model.safetensors");
-    for (const auto& [name, t] : f->tensors()) all[name] = {f, &t};
+    for (const SafetensorsTensor& t : f->tensors()) all[t.name] = {f, &t};
   } else {
     for (const auto& [name, file] : file_of) {
       const SafetensorsFile* f = open(file);
@@ -155,6 +160,7 @@ std::string HfWeights::describe() const {
 
 void HfWeights::load(const std::vector<FlatParamGroup*>& groups) const {
   at::NoGradGuard no_grad;
+  std::vector<std::byte> staging;  // host bytes in the file's dtype, at most kStagingBytes (see there)
   for (FlatParamGroup* g : groups) {
     at::Tensor master = g->master.detach();  // [shard] fp32
     const int64_t lo = g->shard_offset(), hi = lo + g->shard_numel();
@@ -163,12 +169,17 @@ void HfWeights::load(const std::vector<FlatParamGroup*>& groups) const {
       const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
       if (end <= begin) continue;
       const Located& where = tensors_.at(hf_tensor_name(g->name(), spec.name));
-      const at::ScalarType type = torch_type(where.tensor->dtype);
+      const SafetensorsTensor& t = *where.tensor;
+      const at::ScalarType type = torch_type(t.dtype);
       const int64_t element = static_cast<int64_t>(c10::elementSize(type));
-      // Memory: a view of the mapped file (no host copy), converted to fp32 as it is copied.
-      auto* first = const_cast<std::byte*>(where.file->data(*where.tensor)) + (begin - spec.offset) * element;
-      const at::Tensor source = at::from_blob(first, {end - begin}, at::TensorOptions().dtype(type));  // [end - begin]
-      master.narrow(0, begin - lo, end - begin).copy_(source);
+      const int64_t chunk = kStagingBytes / element;
+      staging.resize(static_cast<size_t>(std::min(end - begin, chunk) * element));
+      for (int64_t pos = begin; pos < end; pos += chunk) {
+        const int64_t n = std::min(chunk, end - pos), first = pos - spec.offset;  // elements of the tensor
+        where.file->read_into(t, first, n, staging.data());  // throws SafetensorsReadError (a runtime failure)
+        const at::Tensor source = at::from_blob(staging.data(), {n}, at::TensorOptions().dtype(type));  // [n], no copy
+        master.narrow(0, pos - lo, n).copy_(source);  // converted to fp32 as it is copied
+      }
     }
     g->refresh_device_params();  // optimizer offload: the device's copy from the loaded master
     g->reshard();  // a gathered copy is refilled from the loaded master at its next use

@@ -32,15 +32,17 @@ class HfCheckpointError : public CheckpointError {
 std::string hf_tensor_name(const std::string& group, const std::string& param);
 
 /// A Hugging Face model directory's weights, opened against `model` (the config.json shape): every
-/// parameter's tensor found (model.safetensors or model.safetensors.index.json's files), its
-/// shape checked and its dtype one of F32, BF16, F16, before any model memory is allocated. The
-/// files stay memory-mapped until this object is destroyed.
+/// file checked in full against the safetensors format, every parameter's tensor found
+/// (model.safetensors or model.safetensors.index.json's files), its shape checked and its dtype
+/// one of F32, BF16, F16, before any model memory is allocated. The files stay open (not mapped:
+/// read with pread) until this object is destroyed.
 class HfWeights {
  public:
   HfWeights(const std::string& dir, const ModelConfig& model);  ///< throws HfCheckpointError
   ~HfWeights();
   /// Copies into each group's fp32 master shard the elements that shard holds, converted from the
-  /// file's dtype (FSDP: this rank's slice only; the other pages of the files are never read).
+  /// file's dtype through a 16 MiB host buffer (FSDP: this rank's slice only; the rest of the
+  /// files is never read). A file that shrank since it was opened throws SafetensorsReadError.
   void load(const std::vector<FlatParamGroup*>& groups) const;
   /// "3 files, 291 tensors, bfloat16" for the run log.
   std::string describe() const;

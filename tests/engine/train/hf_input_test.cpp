@@ -1,0 +1,53 @@
+// Hugging Face input that is broken or hostile: a checkpoint file that shrinks under the load
+// fails it with an error naming the file, never SIGBUS. defines: test cases [engine][hf][input]
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../engine_test_util.h"
+#include "../../hf/hf_fixtures.h"
+#include "engine/config/preset.h"
+#include "engine/train/hf_checkpoint.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+std::string scratch(const std::string& name) {
+  const std::string dir = std::string(ODYSSEY_BINARY_DIR) + "/hf_input_test/" + name;
+  REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()) == 0);
+  return dir;
+}
+
+RunConfig config_of(const std::string& dir) {
+  const LoadedPreset loaded = load_preset_text("[model]\nhf_path = \"" + dir +
+                                                   "\"\n[training]\nseq_len = 32\ndevice = \"cpu\"\n[parallel]\nworld_size = 1\n",
+                                               "hf-input-test.toml");
+  INFO((loaded.issues.empty() ? std::string() : loaded.issues.front().format()));
+  REQUIRE(loaded.ok());
+  return loaded.config;
+}
+
+}  // namespace
+
+TEST_CASE("hf input: a checkpoint file that shrinks after it was checked fails the load naming it, never SIGBUS",
+          "[engine][hf][input]") {
+  const std::string fixture = hf_fixture("llama-gqa-llama3");
+  const std::string dir = write_hf_variant(scratch("shrink") + "/model", fixture, read_hf_tensors(fixture + "/model.safetensors"));
+  const RunConfig cfg = config_of(dir);
+  Trainer trainer(cfg, cpu_rank());
+  const HfWeights weights(dir, cfg.model);  // checked in full
+  struct stat st {};
+  REQUIRE(::stat((dir + "/model.safetensors").c_str(), &st) == 0);
+  REQUIRE(::truncate((dir + "/model.safetensors").c_str(), st.st_size / 2) == 0);
+  std::string why;
+  try {
+    weights.load(trainer.model().groups());
+  } catch (const SafetensorsReadError& e) {  // a runtime failure (exit 1): the file was valid when checked
+    why = e.what();
+  }
+  CHECK_THAT(why, Catch::Contains(dir + "/model.safetensors") && Catch::Contains("changed while it was read"));
+}
+
