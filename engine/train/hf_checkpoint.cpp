@@ -58,7 +58,8 @@ std::string read_text(const std::string& path, const std::string& what) {
 // Tensors a published checkpoint may carry that are no parameter: old Llama checkpoints saved
 // the rotary table (recomputed from config.json here as there).
 bool ignorable(const std::string& name) {
-  return name.size() > 21 && name.compare(name.size() - 21, 21, ".rotary_emb.inv_freq") == 0;
+  constexpr std::string_view kSuffix = ".rotary_emb.inv_freq";
+  return name.size() > kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
 }
 
 }  // namespace

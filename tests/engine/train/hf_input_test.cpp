@@ -1,5 +1,5 @@
-// Hugging Face input that is broken or hostile: a checkpoint file that shrinks under the load
-// fails it with an error naming the file, never SIGBUS. defines: test cases [engine][hf][input]
+// Hugging Face input that is old, broken or hostile: rotary buffers of older Llama checkpoints
+// ignored, a file shrinking under the load. defines: test cases [engine][hf][input]
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -31,6 +31,29 @@ RunConfig config_of(const std::string& dir) {
 }
 
 }  // namespace
+
+TEST_CASE("hf input: an older Llama checkpoint's rotary_emb.inv_freq buffers are ignored, the weights load",
+          "[engine][hf][input]") {
+  // The suffix was compared over 21 characters against a 20-character literal: never equal, so
+  // these checkpoints were refused as "no parameter of this model".
+  const std::string fixture = hf_fixture("llama-gqa-llama3");
+  std::vector<HfTensor> tensors = read_hf_tensors(fixture + "/model.safetensors");
+  for (int layer = 0; layer < 2; ++layer)
+    tensors.push_back({"model.layers." + std::to_string(layer) + ".self_attn.rotary_emb.inv_freq", "F32", {4},
+                       std::string(16, '\0')});
+  const std::string dir = write_hf_variant(scratch("inv_freq") + "/model", fixture, tensors);
+  const RunConfig cfg = config_of(dir);
+  Trainer loaded(cfg, cpu_rank()), reference(config_of(fixture), cpu_rank());
+  REQUIRE_NOTHROW(HfWeights(dir, cfg.model).load(loaded.model().groups()));
+  HfWeights(fixture, cfg.model).load(reference.model().groups());
+  for (size_t g = 0; g < loaded.model().groups().size(); ++g)
+    CHECK(at::equal(loaded.model().groups()[g]->master.detach(), reference.model().groups()[g]->master.detach()));
+  // A name that merely contains the suffix's words is still no parameter.
+  tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq.extra", "F32", {1}, std::string(4, '\0')});
+  const std::string other = write_hf_variant(scratch("inv_freq_extra") + "/model", fixture, tensors);
+  CHECK_THROWS_WITH(HfWeights(other, cfg.model), Catch::Contains("inv_freq.extra' is no parameter of this model"));
+}
+
 
 TEST_CASE("hf input: a checkpoint file that shrinks after it was checked fails the load naming it, never SIGBUS",
           "[engine][hf][input]") {
