@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -60,6 +62,50 @@ std::string read_text(const std::string& path, const std::string& what) {
 bool ignorable(const std::string& name) {
   constexpr std::string_view kSuffix = ".rotary_emb.inv_freq";
   return name.size() > kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
+/// The index of the first element of `p` (`n` values of `type`, raw little-endian bits) that is
+/// NaN or infinite, or -1. Bit tests, exact on any CPU: a value is non-finite when its exponent
+/// bits are all ones.
+int64_t first_non_finite(const std::byte* p, int64_t n, at::ScalarType type) {
+  if (type == at::kFloat) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, p + 4 * i, 4);
+      if ((bits & 0x7F800000u) == 0x7F800000u) return i;
+    }
+    return -1;
+  }
+  const uint16_t exponent = type == at::kBFloat16 ? 0x7F80 : 0x7C00;  // bf16 8 bits, fp16 5 bits
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, p + 2 * i, 2);
+    if ((bits & exponent) == exponent) return i;
+  }
+  return -1;
+}
+
+/// "NaN" or "inf" / "-inf" for the non-finite element at `p`.
+std::string non_finite_text(const std::byte* p, at::ScalarType type) {
+  if (type == at::kFloat) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return std::isnan(v) ? "NaN" : (v < 0 ? "-inf" : "inf");
+  }
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  const uint16_t mantissa = type == at::kBFloat16 ? 0x007F : 0x03FF;
+  return (bits & mantissa) ? "NaN" : ((bits & 0x8000) ? "-inf" : "inf");
+}
+
+/// Flat index `i` of a tensor of `shape` as coordinates: "[3, 17]".
+std::string coordinates(int64_t i, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> at(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    at[d] = shape[d] > 0 ? i % shape[d] : 0;
+    i = shape[d] > 0 ? i / shape[d] : 0;
+  }
+  return shape_text(at);
 }
 
 }  // namespace
@@ -178,6 +224,13 @@ void HfWeights::load(const std::vector<FlatParamGroup*>& groups) const {
       for (int64_t pos = begin; pos < end; pos += chunk) {
         const int64_t n = std::min(chunk, end - pos), first = pos - spec.offset;  // elements of the tensor
         where.file->read_into(t, first, n, staging.data());  // throws SafetensorsReadError (a runtime failure)
+        // NaN or infinity in a published checkpoint would surface as "loss is NaN at step 1":
+        // refused here with its place instead.
+        if (const int64_t bad = first_non_finite(staging.data(), n, type); bad >= 0)
+          throw HfCheckpointError("safetensors " + where.file->path() + ": tensor '" + t.name + "' element " +
+                                  std::to_string(first + bad) + " (at " + coordinates(first + bad, t.shape) + " of " +
+                                  shape_text(t.shape) + ") is " + non_finite_text(staging.data() + bad * element, type) +
+                                  ": weights must be finite numbers (a corrupt or diverged checkpoint)");
         const at::Tensor source = at::from_blob(staging.data(), {n}, at::TensorOptions().dtype(type));  // [n], no copy
         master.narrow(0, pos - lo, n).copy_(source);  // converted to fp32 as it is copied
       }

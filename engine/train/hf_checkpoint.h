@@ -42,7 +42,8 @@ class HfWeights {
   ~HfWeights();
   /// Copies into each group's fp32 master shard the elements that shard holds, converted from the
   /// file's dtype through a 16 MiB host buffer (FSDP: this rank's slice only; the rest of the
-  /// files is never read). A file that shrank since it was opened throws SafetensorsReadError.
+  /// files is never read). A NaN or infinite element throws HfCheckpointError naming the file, the
+  /// tensor and the element; a file that shrank since it was opened throws SafetensorsReadError.
   void load(const std::vector<FlatParamGroup*>& groups) const;
   /// "3 files, 291 tensors, bfloat16" for the run log.
   std::string describe() const;

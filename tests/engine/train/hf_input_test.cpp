@@ -1,9 +1,12 @@
 // Hugging Face input that is old, broken or hostile: rotary buffers of older Llama checkpoints
-// ignored, a file shrinking under the load. defines: test cases [engine][hf][input]
+// ignored, NaN/inf weights refused with their place, a file shrinking under the load.
+// defines: test cases [engine][hf][input]
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include "../engine_test_util.h"
 #include "../../hf/hf_fixtures.h"
@@ -30,6 +33,38 @@ RunConfig config_of(const std::string& dir) {
   return loaded.config;
 }
 
+HfTensor& tensor_named(std::vector<HfTensor>& all, const std::string& name) {
+  for (HfTensor& t : all)
+    if (t.name == name) return t;
+  FAIL("no tensor " << name);
+  return all.front();  // not reached
+}
+
+/// `t` stored as `dtype` ("BF16", "F16") instead of F32, its values rounded.
+void store_as(HfTensor& t, const std::string& dtype) {
+  REQUIRE(t.dtype == "F32");
+  const at::Tensor f32 = at::from_blob(t.bytes.data(), {static_cast<int64_t>(t.bytes.size() / 4)}, at::kFloat);
+  const at::Tensor low = f32.to(dtype == "BF16" ? at::kBFloat16 : at::kHalf).contiguous();
+  t.bytes.assign(static_cast<const char*>(low.data_ptr()), low.nbytes());
+  t.dtype = dtype;
+}
+
+template <typename T>
+void set_element(HfTensor& t, int64_t i, T bits) {
+  std::memcpy(t.bytes.data() + i * static_cast<int64_t>(sizeof(T)), &bits, sizeof(T));
+}
+
+std::string load_error(const std::string& dir) {
+  const RunConfig cfg = config_of(dir);
+  Trainer trainer(cfg, cpu_rank());
+  try {
+    HfWeights(dir, cfg.model).load(trainer.model().groups());
+  } catch (const HfCheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("hf input: an older Llama checkpoint's rotary_emb.inv_freq buffers are ignored, the weights load",
@@ -52,6 +87,37 @@ TEST_CASE("hf input: an older Llama checkpoint's rotary_emb.inv_freq buffers are
   tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq.extra", "F32", {1}, std::string(4, '\0')});
   const std::string other = write_hf_variant(scratch("inv_freq_extra") + "/model", fixture, tensors);
   CHECK_THROWS_WITH(HfWeights(other, cfg.model), Catch::Contains("inv_freq.extra' is no parameter of this model"));
+}
+
+
+TEST_CASE("hf input: a NaN or infinite weight is refused while loading, naming the file, the tensor and the element",
+          "[engine][hf][input]") {
+  const std::string fixture = hf_fixture("llama-gqa-llama3");
+  struct Case {
+    const char* tensor;
+    const char* dtype;  // stored as
+    int64_t row, col;
+    const char* says;
+  };
+  for (const Case& c : {Case{"model.layers.1.mlp.up_proj.weight", "F32", 3, 5, "is NaN"},
+                        Case{"model.layers.0.self_attn.k_proj.weight", "BF16", 0, 7, "is inf"},
+                        Case{"model.layers.1.self_attn.o_proj.weight", "F16", 9, 0, "is -inf"}}) {
+    INFO(c.tensor << " as " << c.dtype);
+    std::vector<HfTensor> tensors = read_hf_tensors(fixture + "/model.safetensors");
+    HfTensor& t = tensor_named(tensors, c.tensor);
+    if (std::string(c.dtype) != "F32") store_as(t, c.dtype);
+    const int64_t element = c.row * t.shape[1] + c.col;
+    if (std::string(c.dtype) == "F32") set_element<uint32_t>(t, element, 0x7FC00000u);  // NaN
+    if (std::string(c.dtype) == "BF16") set_element<uint16_t>(t, element, 0x7F80);      // +inf
+    if (std::string(c.dtype) == "F16") set_element<uint16_t>(t, element, 0xFC00);       // -inf
+    const std::string dir = write_hf_variant(scratch(std::string("nonfinite_") + c.dtype) + "/model", fixture, tensors);
+    const std::string why = load_error(dir);
+    CHECK_THAT(why, Catch::Contains(dir + "/model.safetensors") && Catch::Contains(std::string("'") + c.tensor + "'") &&
+                        Catch::Contains("element " + std::to_string(element) + " (at [" + std::to_string(c.row) + ", " +
+                                        std::to_string(c.col) + "] of [" + std::to_string(t.shape[0]) + ", " +
+                                        std::to_string(t.shape[1]) + "])") &&
+                        Catch::Contains(c.says));
+  }
 }
 
 
