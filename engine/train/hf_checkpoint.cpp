@@ -10,6 +10,9 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/config/hf_config.h"
 #include "engine/config/preset.h"
@@ -20,6 +23,11 @@
 namespace odyssey {
 
 namespace {
+
+// The index is read whole, bounded (read_file_bounded: a FIFO, a directory or a link to
+// /dev/zero is refused before a byte is read). It lists each tensor once in ~100 bytes: 128 MiB
+// holds a million tensors, ten times DeepSeek-V3's.
+constexpr int64_t kMaxIndexBytes = int64_t{128} << 20;
 
 // Memory: each rank copies its slice through this host buffer, converting to fp32 as it goes, so
 // loading costs the master shards the model already holds plus 16 MiB, whatever the checkpoint's
@@ -49,6 +57,16 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
+/// A small input file whole (index, tokenizer files), bounded: a missing, oversized or special
+/// file is bad input naming it.
+std::string read_bounded(const std::string& path, int64_t limit, const std::string& what) {
+  try {
+    return read_file_bounded(path, limit, what);
+  } catch (const FileReadError& e) {
+    throw HfCheckpointError(e.what());
+  }
+}
+
 std::string read_text(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw HfCheckpointError(what + " " + path + ": cannot be read");
@@ -63,6 +81,103 @@ bool ignorable(const std::string& name) {
   constexpr std::string_view kSuffix = ".rotary_emb.inv_freq";
   return name.size() > kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
 }
+
+/// model.safetensors.index.json's "weight_map" (tensor -> file), read by a SAX parse: linear in
+/// the file's size (a document tree of ordered_json inserts each key with a linear scan, so an
+/// index of 300k tensors took minutes), each name once, in the file's order. Other keys
+/// ("metadata") are skipped. Throws HfCheckpointError naming the file, the key and the value.
+class IndexHandler {
+ public:
+  using Json = nlohmann::json;
+  explicit IndexHandler(const std::string& path) : path_(path) {}
+
+  bool null() { return scalar("null"); }
+  bool boolean(bool v) { return scalar(v ? "true" : "false"); }
+  bool number_integer(Json::number_integer_t v) { return scalar(std::to_string(v)); }
+  bool number_unsigned(Json::number_unsigned_t v) { return scalar(std::to_string(v)); }
+  bool number_float(Json::number_float_t, const Json::string_t& text) { return scalar(text); }
+  bool binary(Json::binary_t&) { return scalar("(binary)"); }
+  bool string(Json::string_t& v) {
+    if (mode_ != Mode::Map) return scalar(Json(v).dump(-1, ' ', false, Json::error_handler_t::replace));
+    if (v.empty() || v.find('/') != std::string::npos)  // a file name, not a path: an index naming ../x is refused
+      throw fail("\"weight_map\".\"" + key_ + "\" = " + Json(v).dump(-1, ' ', false, Json::error_handler_t::replace) +
+                 " must be a file name in the model directory");
+    entries.emplace_back(std::move(key_), std::move(v));
+    return true;
+  }
+  bool start_object(std::size_t) {
+    if (mode_ == Mode::Start) {
+      mode_ = Mode::Top;
+    } else if (mode_ == Mode::Top && key_ == "weight_map") {
+      mode_ = Mode::Map;
+    } else {
+      enter_skip("{...}");
+    }
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (mode_ == Mode::Start) throw fail("needs a JSON object with a \"weight_map\" object, not an array");
+    enter_skip("[...]");
+    return true;
+  }
+  bool end_array() { return leave_skip(); }
+  bool end_object() {
+    if (mode_ == Mode::Skip) return leave_skip();
+    mode_ = mode_ == Mode::Map ? Mode::Top : Mode::Done;
+    return true;
+  }
+  bool key(Json::string_t& k) {
+    if (mode_ == Mode::Top && k == "weight_map") {
+      if (seen_map_) throw fail("the key \"weight_map\" appears twice");
+      seen_map_ = true;
+    }
+    if (mode_ == Mode::Map && !seen_.emplace(k, entries.size()).second)
+      throw fail("\"weight_map\" names tensor '" + k + "' twice");
+    if (mode_ != Mode::Skip) key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
+    throw fail("not valid JSON at byte " + std::to_string(position) + " (" + e.what() + ")");
+  }
+  void finish() const {
+    if (mode_ != Mode::Done) throw fail("not one complete JSON object");
+    if (!seen_map_) throw fail("needs a \"weight_map\" object (tensor name -> file)");
+  }
+
+  std::vector<std::pair<std::string, std::string>> entries;  ///< (tensor, file) in the file's order
+
+ private:
+  enum class Mode { Start, Top, Map, Skip, Done };
+  static constexpr int kMaxDepth = 64;
+  HfCheckpointError fail(const std::string& why) const { return HfCheckpointError("safetensors index " + path_ + ": " + why); }
+  bool scalar(const std::string& text) {
+    if (mode_ == Mode::Start) throw fail("needs a JSON object with a \"weight_map\" object, not " + text);
+    if (mode_ == Mode::Top && key_ == "weight_map") throw fail("\"weight_map\" = " + text + ": must be an object (tensor name -> file)");
+    if (mode_ == Mode::Map)
+      throw fail("\"weight_map\".\"" + key_ + "\" = " + text + " must be a file name in the model directory");
+    return true;  // a value of another key, skipped
+  }
+  void enter_skip(const std::string& text) {
+    if (mode_ == Mode::Top && key_ == "weight_map") scalar(text);  // an array where the object belongs
+    if (mode_ == Mode::Map) scalar(text);
+    if (mode_ != Mode::Skip) {
+      resume_ = mode_;
+      mode_ = Mode::Skip;
+      depth_ = 0;
+    }
+    if (++depth_ > kMaxDepth) throw fail("a value nests more than " + std::to_string(kMaxDepth) + " levels deep");
+  }
+  bool leave_skip() {
+    if (--depth_ == 0) mode_ = resume_;
+    return true;
+  }
+  const std::string& path_;
+  Mode mode_ = Mode::Start, resume_ = Mode::Top;
+  int depth_ = 0;
+  bool seen_map_ = false;
+  std::string key_;
+  std::unordered_map<std::string, size_t> seen_;
+};
 
 /// The index of the first element of `p` (`n` values of `type`, raw little-endian bits) that is
 /// NaN or infinite, or -1. Bit tests, exact on any CPU: a value is non-finite when its exponent
@@ -122,28 +237,20 @@ std::string hf_tensor_name(const std::string& group, const std::string& param) {
 HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(dir) {
   const std::string index = join_path(dir, "model.safetensors.index.json");
   const std::string single = join_path(dir, "model.safetensors");
-  // Which file holds each tensor.
-  std::map<std::string, std::string> file_of;
-  if (path_exists(index)) {
-    std::string error;
-    const auto json = parse_json(read_text(index, "safetensors index"), &error);
-    if (!json || !json->is_object() || !json->contains("weight_map") || !json->at("weight_map").is_object())
-      throw HfCheckpointError("safetensors index " + index + ": needs a \"weight_map\" object" +
-                              (error.empty() ? "" : " (" + error + ")"));
-    for (const auto& [name, file] : json->at("weight_map").items()) {
-      // A file name, not a path: an index naming ../x is refused.
-      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos || file.get<std::string>().empty())
-        throw HfCheckpointError("safetensors index " + index + ": \"weight_map\".\"" + name + "\" = " +
-                                json_value_text(file) + " must be a file name in " + dir);
-      file_of[name] = file.get<std::string>();
-    }
-  } else if (path_exists(single)) {
-    file_of.clear();  // every tensor of the one file (below)
-  } else {
+  // Which file holds each tensor, in the index's order.
+  const bool indexed = path_exists(index);
+  std::vector<std::pair<std::string, std::string>> file_of;
+  if (indexed) {
+    const std::string text = read_bounded(index, kMaxIndexBytes, "safetensors index");
+    IndexHandler handler(index);
+    nlohmann::json::sax_parse(text.begin(), text.end(), &handler, nlohmann::json::input_format_t::json, true);
+    handler.finish();
+    file_of = std::move(handler.entries);
+  } else if (!path_exists(single)) {
     throw HfCheckpointError("Hugging Face directory " + dir +
                             ": no model.safetensors or model.safetensors.index.json (only safetensors weights are read)");
   }
-  std::map<std::string, const SafetensorsFile*> opened;
+  std::unordered_map<std::string, const SafetensorsFile*> opened;
   auto open = [&](const std::string& name) -> const SafetensorsFile* {
     if (auto it = opened.find(name); it != opened.end()) return it->second;
     try {
@@ -153,17 +260,22 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
     }
     return opened[name] = files_.back().get();
   };
-  std::map<std::string, Located> all;
-  if (file_of.empty()) {
+  // Every tensor offered, by name, and the same in the order of the files (for messages).
+  std::unordered_map<std::string, Located> all;
+  std::vector<const std::string*> order;
+  auto offer = [&](const std::string& name, Located where) {
+    if (all.emplace(name, where).second) order.push_back(&where.tensor->name);
+  };
+  if (!indexed) {
     const SafetensorsFile* f = open("model.safetensors");
-    for (const SafetensorsTensor& t : f->tensors()) all[t.name] = {f, &t};
+    for (const SafetensorsTensor& t : f->tensors()) offer(t.name, {f, &t});
   } else {
     for (const auto& [name, file] : file_of) {
       const SafetensorsFile* f = open(file);
       const SafetensorsTensor* t = f->find(name);
       if (!t)
         throw HfCheckpointError("safetensors " + f->path() + ": no tensor '" + name + "', which " + index + " places there");
-      all[name] = {f, t};
+      offer(name, {f, t});
     }
   }
   // Every parameter of the model, with its shape and a dtype the copy converts.
@@ -175,7 +287,7 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
       auto it = all.find(name);
       if (it == all.end())
         throw HfCheckpointError("Hugging Face directory " + dir + ": no tensor '" + name + "' (" +
-                                (file_of.empty() ? single : index) + "), which this " + std::to_string(model.n_layers) +
+                                (indexed ? index : single) + "), which this " + std::to_string(model.n_layers) +
                                 "-layer " + (model.qk_norm ? "Qwen3" : "Llama") + " model needs");
       const SafetensorsTensor& t = *it->second.tensor;
       if (t.shape != spec.shape)
@@ -186,9 +298,9 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
                                 "; weights are read from F32, BF16 or F16");
       tensors_[name] = it->second;
     }
-  for (const auto& [name, where] : all)
-    if (!wanted.count(name) && !ignorable(name) && !(model.tie_embeddings && name == "lm_head.weight"))
-      throw HfCheckpointError("safetensors " + where.file->path() + ": tensor '" + name +
+  for (const std::string* name : order)
+    if (!wanted.count(*name) && !ignorable(*name) && !(model.tie_embeddings && *name == "lm_head.weight"))
+      throw HfCheckpointError("safetensors " + all.at(*name).file->path() + ": tensor '" + *name +
                               "' is no parameter of this model (config.json describes " + std::to_string(model.n_layers) +
                               " layers" + (model.tie_embeddings ? ", tied embeddings" : "") +
                               "): the weights and config.json disagree");

@@ -1,12 +1,15 @@
 // Hugging Face input that is old, broken or hostile: rotary buffers of older Llama checkpoints
-// ignored, NaN/inf weights refused with their place, a file shrinking under the load.
-// defines: test cases [engine][hf][input]
+// ignored, NaN/inf weights refused with their place, a file shrinking under the load, malformed
+// and 300k-entry indexes. defines: test cases [engine][hf][input]
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include "../engine_test_util.h"
 #include "../../hf/hf_fixtures.h"
@@ -63,6 +66,10 @@ std::string load_error(const std::string& dir) {
     return e.what();
   }
   return "";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -138,5 +145,65 @@ TEST_CASE("hf input: a checkpoint file that shrinks after it was checked fails t
     why = e.what();
   }
   CHECK_THAT(why, Catch::Contains(dir + "/model.safetensors") && Catch::Contains("changed while it was read"));
+}
+
+
+TEST_CASE("hf input: a malformed safetensors index is refused naming the file, the key and the value",
+          "[engine][hf][input]") {
+  const std::string fixture = hf_fixture("llama-gqa-llama3");
+  const std::string dir = write_hf_variant(scratch("index") + "/model", fixture, read_hf_tensors(fixture + "/model.safetensors"));
+  const std::string index = dir + "/model.safetensors.index.json";
+  const RunConfig cfg = config_of(dir);
+  const std::string deep = std::string(1000, '[') + std::string(1000, ']');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"metadata\":{}}", "needs a \"weight_map\" object"},
+      {"{\"weight_map\":[]}", "\"weight_map\" = [...]: must be an object"},
+      {"{\"weight_map\":{\"a\":\"model.safetensors\",\"a\":\"model.safetensors\"}}", "names tensor 'a' twice"},
+      {"{\"weight_map\":{},\"weight_map\":{}}", "\"weight_map\" appears twice"},
+      {"{\"weight_map\":{\"a\":5}}", "\"weight_map\".\"a\" = 5 must be a file name"},
+      {"{\"weight_map\":{\"a\":\"../model.safetensors\"}}", "\"weight_map\".\"a\" = \"../model.safetensors\" must be a file name"},
+      {"{\"metadata\":" + deep + ",\"weight_map\":{}}", "nests more than 64 levels deep"},
+      {"{\"weight_map\":{\"a\":\"model.safetensors\"", "not valid JSON at byte"},
+      {"[]", "not an array"},
+  };
+  for (const auto& [text, says] : cases) {
+    INFO(text.substr(0, 100));
+    std::ofstream(index, std::ios::trunc) << text;
+    CHECK_THROWS_WITH(HfWeights(dir, cfg.model), Catch::StartsWith("safetensors index " + index + ": ") && Catch::Contains(says));
+  }
+  std::remove(index.c_str());
+  REQUIRE(::mkdir(index.c_str(), 0755) == 0);  // a directory where the index belongs
+  CHECK_THROWS_WITH(HfWeights(dir, cfg.model), Catch::Contains(index) && Catch::Contains("is a directory"));
+}
+
+
+TEST_CASE("hf input: a 300k-entry index and its safetensors are read in time linear in their size",
+          "[engine][hf][input]") {
+  // Both were ordered_json documents, each key inserted with a linear scan: 300k entries took
+  // minutes. Each extra tensor is an older checkpoint's rotary buffer (ignored), so the directory
+  // loads. Pass: 300k within 30x of 30k (linear is ~10x, quadratic 100x) or under 20 s outright
+  // (a linear read takes a few seconds on a slow shared machine, a quadratic one minutes).
+  const std::string fixture = hf_fixture("llama-gqa-llama3");
+  const std::vector<HfTensor> model = read_hf_tensors(fixture + "/model.safetensors");
+  auto load_seconds = [&](int extra) {
+    std::vector<HfTensor> tensors = model;
+    for (int i = 0; i < extra; ++i)
+      tensors.push_back({"model.layers." + std::to_string(100 + i) + ".self_attn.rotary_emb.inv_freq", "F32", {1}, std::string(4, '\0')});
+    const std::string dir = write_hf_variant(scratch("linear_" + std::to_string(extra)) + "/model", fixture, tensors);
+    REQUIRE(std::rename((dir + "/model.safetensors").c_str(), (dir + "/model-00001-of-00001.safetensors").c_str()) == 0);
+    std::string index = "{\"metadata\":{\"total_size\":1},\"weight_map\":{";
+    for (size_t i = 0; i < tensors.size(); ++i)
+      index += (i ? ",\"" : "\"") + tensors[i].name + "\":\"model-00001-of-00001.safetensors\"";
+    std::ofstream(dir + "/model.safetensors.index.json") << index << "}}";
+    const RunConfig cfg = config_of(dir);
+    const auto t0 = std::chrono::steady_clock::now();
+    const HfWeights weights(dir, cfg.model);
+    const double s = seconds_since(t0);
+    CHECK_THAT(weights.describe(), Catch::Contains("1 file, "));
+    return s;
+  };
+  const double small = load_seconds(30'000), large = load_seconds(300'000);
+  std::printf("hf index: 30k entries %.3f s, 300k entries %.3f s (x%.1f)\n", small, large, large / small);
+  CHECK((large < 20.0 || large < 30 * small));
 }
 
