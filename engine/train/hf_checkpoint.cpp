@@ -3,13 +3,15 @@
 // hf_checkpoint.h. defines: hf_tensor_name, HfWeights, export_hf
 #include "engine/train/hf_checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -24,10 +26,12 @@ namespace odyssey {
 
 namespace {
 
-// The index is read whole, bounded (read_file_bounded: a FIFO, a directory or a link to
-// /dev/zero is refused before a byte is read). It lists each tensor once in ~100 bytes: 128 MiB
-// holds a million tensors, ten times DeepSeek-V3's.
+// Bounds of the small files read whole (read_file_bounded: a FIFO, a directory or a link to
+// /dev/zero is refused before a byte is read). An index lists each tensor once in ~100 bytes:
+// 128 MiB holds a million tensors, ten times DeepSeek-V3's. The largest published tokenizer.json
+// files (256k vocabularies with their merges) are tens of MB.
 constexpr int64_t kMaxIndexBytes = int64_t{128} << 20;
+constexpr int64_t kMaxTokenizerBytes = int64_t{128} << 20;
 
 // Memory: each rank copies its slice through this host buffer, converting to fp32 as it goes, so
 // loading costs the master shards the model already holds plus 16 MiB, whatever the checkpoint's
@@ -65,14 +69,6 @@ std::string read_bounded(const std::string& path, int64_t limit, const std::stri
   } catch (const FileReadError& e) {
     throw HfCheckpointError(e.what());
   }
-}
-
-std::string read_text(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw HfCheckpointError(what + " " + path + ": cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // Tensors a published checkpoint may carry that are no parameter: old Llama checkpoints saved
@@ -221,6 +217,28 @@ std::string coordinates(int64_t i, const std::vector<int64_t>& shape) {
     i = shape[d] > 0 ? i / shape[d] : 0;
   }
   return shape_text(at);
+}
+
+/// The process's umask, read without changing it (umask(2) can only set it, and a set-and-restore
+/// would race with other threads creating files): /proc/self/status's "Umask:" line, else 022.
+mode_t current_umask() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  unsigned mask = 022;
+  if (f) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) break;
+    std::fclose(f);
+  }
+  return static_cast<mode_t>(mask & 0777);
+}
+
+/// fsync of a directory, so a rename inside it survives a power cut (best effort).
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
 }
 
 }  // namespace
@@ -372,8 +390,27 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   const at::ScalarType out_type = result.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   const char* out_name = result.dtype == "bfloat16" ? "BF16" : "F32";
   if (out_dir.empty()) throw std::invalid_argument("export: no output directory");
-  if (path_exists(out_dir) && !(is_directory(out_dir) && list_dir(out_dir).empty()))
-    throw CheckpointError("export: " + out_dir + " exists and is not empty: choose another directory (nothing is overwritten)");
+  // "out/" and "out" are one directory: names derived from it (the staging folder) land beside it.
+  const std::string out = clean_path(out_dir);
+  struct stat st {};
+  if (::lstat(out.c_str(), &st) == 0) {
+    if (S_ISLNK(st.st_mode))
+      throw CheckpointError("export: " + out + " is a symbolic link: name the directory itself (nothing is overwritten)");
+    if (!S_ISDIR(st.st_mode))
+      throw CheckpointError("export: " + out + " exists and is a file, not a directory: choose another name "
+                            "(nothing is overwritten)");
+    if (!list_dir(out).empty())
+      throw CheckpointError("export: " + out + " exists and is not empty: choose another directory (nothing is overwritten)");
+  }
+  // Every tokenizer file read (bounded) before anything is written: a directory or a FIFO where a
+  // file belongs is refused here, naming it, instead of exported as an empty file.
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;
+  if (!options.tokenizer_dir.empty())
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                             "generation_config.json"}) {
+      const std::string path = join_path(options.tokenizer_dir, name);
+      if (::lstat(path.c_str(), &st) == 0) tokenizer_files.emplace_back(name, read_bounded(path, kMaxTokenizerBytes, "tokenizer file"));
+    }
 
   // Every rank's master shards, then each group's flat parameters in rank order.
   std::vector<std::map<std::string, at::Tensor>> ranks;
@@ -416,22 +453,28 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
     in_file += bytes;
     result.tensor_bytes += bytes;
   }
-  const std::string staging = out_dir + ".partial";
-  remove_tree(staging);  // a previous export killed halfway
+  // A private staging directory beside OUT (mkdtemp: a fresh name no other export shares), so an
+  // export removes only what it made, never another's folder or a leftover it did not create.
+  const size_t slash = out.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : out.substr(0, slash);
   std::string error;
-  if (!make_dirs(staging, &error)) throw FileWriteError("export: " + error);
+  if (!make_dirs(parent, &error)) throw FileWriteError("export: " + error);
+  std::string staging = out + ".partial-XXXXXX";
+  if (::mkdtemp(staging.data()) == nullptr)
+    throw FileWriteError("export: cannot create a staging directory " + staging + " beside " + out + ": " + std::strerror(errno));
+  ::chmod(staging.c_str(), 0777 & ~current_umask());  // mkdtemp's 0700, widened to what mkdir would give OUT
   try {
     Json weight_map = Json::object();
     for (size_t f = 0; f < files.size(); ++f) {
       char name[64];
       if (files.size() == 1) std::snprintf(name, sizeof name, "model.safetensors");
       else std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
-      std::vector<SafetensorsOut> out;
+      std::vector<SafetensorsOut> out_tensors;
       for (const Piece* p : files[f]) {
-        out.push_back({p->name, out_name, p->tensor.sizes().vec(), p->tensor.data_ptr(), static_cast<int64_t>(p->tensor.nbytes())});
+        out_tensors.push_back({p->name, out_name, p->tensor.sizes().vec(), p->tensor.data_ptr(), static_cast<int64_t>(p->tensor.nbytes())});
         weight_map[p->name] = name;
       }
-      write_safetensors(join_path(staging, name), out);
+      write_safetensors(join_path(staging, name), out_tensors);
       result.files.push_back(name);
     }
     if (files.size() > 1) {
@@ -441,20 +484,25 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
     }
     write_file_atomically(join_path(staging, "config.json"), hf_config_json(cfg.model, result.dtype, cfg.training.seq_len));
     result.files.push_back("config.json");
-    if (!options.tokenizer_dir.empty())
-      for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                               "generation_config.json"})
-        if (path_exists(join_path(options.tokenizer_dir, name))) {
-          write_file_atomically(join_path(staging, name), read_text(join_path(options.tokenizer_dir, name), "tokenizer file"));
-          result.files.push_back(name);
-        }
-    if (is_directory(out_dir) && ::rmdir(out_dir.c_str()) != 0)
-      throw FileWriteError("export: cannot replace the empty directory " + out_dir);
-    if (!rename_path(staging, out_dir, &error)) throw FileWriteError("export: " + error);
+    for (const auto& [name, text] : tokenizer_files) {
+      write_file_atomically(join_path(staging, name), text);
+      result.files.push_back(name);
+    }
+    if (options.before_publish) options.before_publish();
+    // Published by one rename(2): onto a missing or empty OUT it succeeds, onto a non-empty one it
+    // fails (ENOTEMPTY or EEXIST), so of two exports into one folder exactly one wins.
+    if (::rename(staging.c_str(), out.c_str()) != 0) {
+      const int err = errno;
+      if (err == ENOTEMPTY || err == EEXIST)
+        throw CheckpointError("export: " + out + " was written by another export meanwhile (it was empty or absent when "
+                              "this export began): this export's files are removed, " + out + " is left as it is");
+      throw FileWriteError("export: cannot rename " + staging + " to " + out + ": " + std::strerror(err));
+    }
   } catch (...) {
-    remove_tree(staging);
+    remove_tree(staging);  // this export's own folder, nothing else
     throw;
   }
+  sync_directory(parent);  // the rename reaches the disk
   return result;
 }
 

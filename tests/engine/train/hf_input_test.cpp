@@ -1,11 +1,13 @@
-// Hugging Face input that is old, broken or hostile: rotary buffers of older Llama checkpoints
-// ignored, NaN/inf weights refused with their place, a file shrinking under the load, malformed
-// and 300k-entry indexes. defines: test cases [engine][hf][input]
+// Hugging Face input that is old, broken or hostile, and exports that race: rotary buffers of older
+// Llama checkpoints ignored, NaN/inf weights refused with their place, a file shrinking under the
+// load, malformed and 300k-entry indexes, and export_hf's private staging and single-rename publish.
+// defines: test cases [engine][hf][input]
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,7 +16,9 @@
 #include "../engine_test_util.h"
 #include "../../hf/hf_fixtures.h"
 #include "engine/config/preset.h"
+#include "engine/train/checkpoint_io.h"
 #include "engine/train/hf_checkpoint.h"
+#include "engine/util/files.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -68,6 +72,14 @@ std::string load_error(const std::string& dir) {
   return "";
 }
 
+/// A run directory with a checkpoint of the tiny model (step 0), for export_hf.
+std::string checkpointed_run(const std::string& name) {
+  const std::string run = scratch(name);
+  Trainer trainer(tiny_config(), cpu_rank());
+  save_checkpoint(trainer, run);
+  return run;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -95,7 +107,6 @@ TEST_CASE("hf input: an older Llama checkpoint's rotary_emb.inv_freq buffers are
   const std::string other = write_hf_variant(scratch("inv_freq_extra") + "/model", fixture, tensors);
   CHECK_THROWS_WITH(HfWeights(other, cfg.model), Catch::Contains("inv_freq.extra' is no parameter of this model"));
 }
-
 
 TEST_CASE("hf input: a NaN or infinite weight is refused while loading, naming the file, the tensor and the element",
           "[engine][hf][input]") {
@@ -127,7 +138,6 @@ TEST_CASE("hf input: a NaN or infinite weight is refused while loading, naming t
   }
 }
 
-
 TEST_CASE("hf input: a checkpoint file that shrinks after it was checked fails the load naming it, never SIGBUS",
           "[engine][hf][input]") {
   const std::string fixture = hf_fixture("llama-gqa-llama3");
@@ -146,7 +156,6 @@ TEST_CASE("hf input: a checkpoint file that shrinks after it was checked fails t
   }
   CHECK_THAT(why, Catch::Contains(dir + "/model.safetensors") && Catch::Contains("changed while it was read"));
 }
-
 
 TEST_CASE("hf input: a malformed safetensors index is refused naming the file, the key and the value",
           "[engine][hf][input]") {
@@ -175,7 +184,6 @@ TEST_CASE("hf input: a malformed safetensors index is refused naming the file, t
   REQUIRE(::mkdir(index.c_str(), 0755) == 0);  // a directory where the index belongs
   CHECK_THROWS_WITH(HfWeights(dir, cfg.model), Catch::Contains(index) && Catch::Contains("is a directory"));
 }
-
 
 TEST_CASE("hf input: a 300k-entry index and its safetensors are read in time linear in their size",
           "[engine][hf][input]") {
@@ -207,3 +215,83 @@ TEST_CASE("hf input: a 300k-entry index and its safetensors are read in time lin
   CHECK((large < 20.0 || large < 30 * small));
 }
 
+TEST_CASE("hf input: export stages beside OUT (trailing slash or not) and removes nothing it did not create",
+          "[engine][hf][input]") {
+  const std::string run = checkpointed_run("export_run");
+  const std::string root = scratch("export_beside");
+  // Someone else's folder where the old export staged (and removed whatever it found there).
+  REQUIRE(make_dirs(root + "/out.partial"));
+  std::ofstream(root + "/out.partial/keep") << "not the export's";
+  const HfExport done = export_hf(run, root + "/out//");
+  CHECK(done.files.size() == 2);
+  CHECK(path_exists(root + "/out/model.safetensors"));
+  CHECK(path_exists(root + "/out/config.json"));
+  CHECK(read_file_bounded(root + "/out.partial/keep", 100, "kept file") == "not the export's");
+  auto names = list_dir(root);
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"out", "out.partial"});  // no staging folder left behind
+  // mkdtemp's private 0700 widened to what mkdir gives a directory under this umask.
+  REQUIRE(::mkdir((root + "/reference").c_str(), 0777) == 0);
+  struct stat st {}, made {};
+  REQUIRE(::stat((root + "/out").c_str(), &st) == 0);
+  REQUIRE(::stat((root + "/reference").c_str(), &made) == 0);
+  CHECK((st.st_mode & 0777) == (made.st_mode & 0777));
+  REQUIRE(::rmdir((root + "/reference").c_str()) == 0);
+  // An existing empty directory is filled; a non-empty one, a file or a link is refused.
+  REQUIRE(make_dirs(root + "/empty"));
+  CHECK_NOTHROW(export_hf(run, root + "/empty"));
+  CHECK_THROWS_WITH(export_hf(run, root + "/out"), Catch::Contains("exists and is not empty"));
+  std::ofstream(root + "/file") << "x";
+  CHECK_THROWS_WITH(export_hf(run, root + "/file"), Catch::Contains(root + "/file exists and is a file, not a directory"));
+  REQUIRE(::symlink((root + "/none").c_str(), (root + "/link").c_str()) == 0);
+  CHECK_THROWS_WITH(export_hf(run, root + "/link"), Catch::Contains("is a symbolic link"));
+}
+
+TEST_CASE("hf input: of two exports into one folder only the first to publish succeeds, the other removes only its "
+          "own staging", "[engine][hf][input]") {
+  const std::string run = checkpointed_run("export_race_run");
+  const std::string root = scratch("export_race");
+  HfExportOptions options;
+  // Another export publishes into OUT after this one checked it (absent) and before it renames.
+  options.before_publish = [&] {
+    REQUIRE(make_dirs(root + "/out"));
+    std::ofstream(root + "/out/config.json") << "the other export's";
+  };
+  std::string why;
+  try {
+    export_hf(run, root + "/out", options);
+  } catch (const CheckpointError& e) {
+    why = e.what();
+  }
+  CHECK_THAT(why, Catch::Contains(root + "/out was written by another export meanwhile"));
+  CHECK(read_file_bounded(root + "/out/config.json", 100, "config") == "the other export's");
+  CHECK(list_dir(root + "/out").size() == 1);
+  CHECK(list_dir(root) == std::vector<std::string>{"out"});  // this export's staging removed, nothing else
+  // A later export sees the winner's folder and touches nothing.
+  options.before_publish = nullptr;
+  CHECK_THROWS_WITH(export_hf(run, root + "/out", options), Catch::Contains("exists and is not empty"));
+  CHECK(list_dir(root + "/out").size() == 1);
+}
+
+TEST_CASE("hf input: a tokenizer file that is a directory or a FIFO is refused naming it, before anything is written",
+          "[engine][hf][input]") {
+  const std::string run = checkpointed_run("export_tokenizer_run");
+  const std::string root = scratch("export_tokenizer");
+  HfExportOptions options;
+  options.tokenizer_dir = root + "/tok";
+  REQUIRE(make_dirs(root + "/tok/tokenizer.json"));  // a directory where the file belongs
+  CHECK_THROWS_WITH(export_hf(run, root + "/out", options),
+                    Catch::Contains(root + "/tok/tokenizer.json") && Catch::Contains("is a directory"));
+  REQUIRE(::rmdir((root + "/tok/tokenizer.json").c_str()) == 0);
+  REQUIRE(::mkfifo((root + "/tok/tokenizer_config.json").c_str(), 0644) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(export_hf(run, root + "/out", options),
+                    Catch::Contains(root + "/tok/tokenizer_config.json") && Catch::Contains("is not a regular file"));
+  CHECK(seconds_since(t0) < 10);  // a FIFO with no writer is never opened for a blocking read
+  CHECK(list_dir(root) == std::vector<std::string>{"tok"});  // no OUT, no staging
+  REQUIRE(std::remove((root + "/tok/tokenizer_config.json").c_str()) == 0);
+  std::ofstream(root + "/tok/tokenizer.json") << "{\"version\": \"1.0\"}";
+  const HfExport done = export_hf(run, root + "/out", options);
+  CHECK(read_file_bounded(root + "/out/tokenizer.json", 100, "tokenizer") == "{\"version\": \"1.0\"}");
+  CHECK(std::find(done.files.begin(), done.files.end(), "tokenizer.json") != done.files.end());
+}
