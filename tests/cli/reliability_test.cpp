@@ -1,11 +1,14 @@
 // The failures a hostile or unlucky user meets, through the real binary: corrupt checkpoints and
 // pointer files, a resume under another shape, two runs into one directory, SIGTERM, a full disk,
 // world sizes no process can run, sizes that would overflow the planner, values that once hung
-// validation, FIFOs and malformed data files, and the help text. Each gets a clear message and
-// its exit code (0 ok, 1 runtime, 2 bad input, 128 + signal when stopped), never a crash.
+// validation, FIFOs and malformed data files, export arguments out of range, and the help text.
+// Each gets a clear message and its exit code (0 ok, 1 runtime, 2 bad input, 128 + signal when
+// stopped), never a crash.
 // defines: test cases [cli][reliability]
+#include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "cli_test_util.h"
@@ -43,6 +46,18 @@ void patch(const std::string& path, size_t offset, const void* bytes, size_t n) 
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(static_cast<std::streamoff>(offset));
   f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+}
+
+/// The entries of `dir`, sorted ("." and ".." left out).
+std::vector<std::string> list_dir_names(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -250,4 +265,40 @@ TEST_CASE("reliability: --memory-snapshot on a CPU run is refused before any out
   require_clean_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--memory-snapshot " + dir + "/x.pickle: it records the CUDA caching allocator"));
   CHECK(read_text(dir + "/metrics.jsonl").empty());
+}
+
+TEST_CASE("reliability: export refuses overflowing shard sizes, a file as --hf and a directory as a tokenizer file, and "
+          "takes --flag=value and trailing slashes", "[cli][reliability]") {
+  const std::string run = checkpointed("export_args");
+  const std::string root = fresh_dir("export_args_out");
+  REQUIRE(std::system(("mkdir -p '" + root + "'").c_str()) == 0);
+  // 9300000000GB is 9.3e18 bytes: past int64, it wrapped negative and wrote one tensor per file.
+  for (const std::string& size : {std::string("9300000000GB"), std::string("=99999999999999999999"), std::string("0")}) {
+    const std::string arg = size[0] == '=' ? "--max-shard-size" + size : "--max-shard-size " + size;
+    const Run r = run_odyssey("export " + run + " --hf " + root + "/a " + arg);
+    INFO(arg);
+    require_clean_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("must be a positive size") && Catch::Contains("at most 9223372036854775807 bytes"));
+  }
+  CHECK(list_dir_names(root).empty());
+  // --flag=value as every other subcommand takes it, and OUT/ staged beside OUT, not inside it.
+  Run r = run_odyssey("export " + run + " --hf=" + root + "/b/ --max-shard-size=1KB --json");
+  require_clean_exit(r, 0);
+  const auto done = parse_json(r.out);
+  REQUIRE(done.has_value());
+  CHECK(done->at("files").size() > 2);  // sharded at 1 KB, with an index
+  CHECK(list_dir_names(root) == std::vector<std::string>{"b"});
+  CHECK(std::ifstream(root + "/b/config.json").good());
+  // A regular file where the output directory belongs.
+  const std::string file = write_file("export_target", "not a directory");
+  r = run_odyssey("export " + run + " --hf " + file);
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(file + " exists and is a file, not a directory"));
+  CHECK(read_text(file) == "not a directory");
+  // tokenizer.json that is a directory: once exported as an empty file.
+  REQUIRE(std::system(("mkdir -p '" + root + "/tok/tokenizer.json'").c_str()) == 0);
+  r = run_odyssey("export " + run + " --hf " + root + "/c --tokenizer=" + root + "/tok");
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(root + "/tok/tokenizer.json") && Catch::Contains("is a directory"));
+  CHECK(list_dir_names(root) == std::vector<std::string>{"b", "tok"});
 }
