@@ -112,6 +112,14 @@ TEST_CASE("reliability: latest.json with a wrong type or an absurd number names 
     require_clean_exit(r, 2);
     CHECK_THAT(r.err, Catch::Contains(shown + ": must be a whole number"));
   }
+  // Beyond a double: nlohmann's out_of_range (not a parse_error) escaped the parser, and the
+  // message (its bare "[json.exception.out_of_range.406] ...") named no file.
+  std::string text = good;
+  text.replace(text.find("\"step\":2"), 8, "\"step\":1e400");
+  std::ofstream(latest, std::ios::trunc) << text;
+  const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --quiet");
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(latest) && Catch::Contains("number overflow parsing '1e400'"));
 }
 
 TEST_CASE("reliability: resume refuses another shape and states every other change first", "[cli][reliability]") {
