@@ -1,12 +1,13 @@
 // The failures a hostile or unlucky user meets, through the real binary: corrupt checkpoints and
 // pointer files, a resume under another shape, two runs into one directory, SIGTERM, a full disk,
 // world sizes no process can run, sizes that would overflow the planner, values that once hung
-// validation, FIFOs and malformed data files, export arguments out of range, and the help text.
-// Each gets a clear message and its exit code (0 ok, 1 runtime, 2 bad input, 128 + signal when
-// stopped), never a crash.
+// validation, FIFOs and malformed data files, a data file that shrinks mid-run, export arguments
+// out of range, and the help text. Each gets a clear message and its exit code (0 ok, 1 runtime,
+// 2 bad input, 128 + signal when stopped), never a crash.
 // defines: test cases [cli][reliability]
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -273,6 +274,40 @@ TEST_CASE("reliability: --memory-snapshot on a CPU run is refused before any out
   require_clean_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--memory-snapshot " + dir + "/x.pickle: it records the CUDA caching allocator"));
   CHECK(read_text(dir + "/metrics.jsonl").empty());
+}
+
+TEST_CASE("reliability: a data file that shrinks during training fails the run (exit 1) with its trace and summary",
+          "[cli][reliability]") {
+  // Memory-mapped, the first read past the new end killed the run with SIGBUS: no summary.json, a
+  // 0-byte trace.json. Truncated to nothing after step 1, every later read of it fails, so the
+  // run ends at step 2 or 3 whatever the timing.
+  std::string text;
+  for (int i = 0; text.size() < (1 << 20); ++i) text += "line " + std::to_string(i) + " of a long text file\n";
+  const std::string data = write_file("shrinking.txt", text);
+  const std::string dir = fresh_dir("shrinking");
+  const pid_t pid = spawn_odyssey("train " + kShort + "--set training.dataset=bytes --set model.vocab_size=256 "
+                                  "--set training.dataset_path=" + data + " --set training.steps=100000 --out " + dir,
+                                  dir + ".log");
+  bool stepped = false;
+  for (int i = 0; i < 12000 && !stepped; ++i) {  // 120 s at most
+    stepped = metrics_lines(dir) >= 1;
+    if (!stepped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(::truncate(data.c_str(), 0) == 0);
+  const auto status = wait_exit(pid, 120);
+  if (!status) kill(pid, SIGKILL);
+  const std::string log = read_text(dir + ".log");
+  INFO(log);
+  REQUIRE(stepped);
+  REQUIRE(status.has_value());
+  REQUIRE(WIFEXITED(*status));  // not killed by a signal
+  CHECK(WEXITSTATUS(*status) == 1);
+  CHECK_THAT(log, Catch::Contains(data) && Catch::Contains("changed size during the run"));
+  const auto summary = parse_json(read_text(dir + "/summary.json"));
+  REQUIRE(summary.has_value());
+  CHECK(summary->at("status").get<std::string>() == "failed");
+  CHECK_THAT(summary->at("error").get<std::string>(), Catch::Contains("changed size during the run"));
+  CHECK(parse_json(read_text(dir + "/trace.json")).has_value());
 }
 
 TEST_CASE("reliability: export refuses overflowing shard sizes, a file as --hf and a directory as a tokenizer file, and "
