@@ -2,6 +2,7 @@
 // (config.json + safetensors, sharded with an index above --max-shard-size) that transformers loads.
 #include <cctype>
 #include <iostream>
+#include <limits>
 
 #include "app/cli/cli.h"
 #include "engine/train/hf_checkpoint.h"
@@ -11,16 +12,20 @@
 namespace odyssey::cli {
 namespace {
 
-/// "5GB", "500MB", "2000000" -> bytes (decimal units, as transformers' max_shard_size), or nullopt.
+/// "5GB", "500MB", "2000000" -> bytes (decimal units, as transformers' max_shard_size), or nullopt
+/// for anything else, zero, or a count of bytes that overflows int64 ("9300000000GB" once wrapped
+/// to a negative size and wrote one tensor per file).
 std::optional<int64_t> parse_bytes(const std::string& text) {
   size_t i = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  if (i == 0 || i > 15) return std::nullopt;
+  if (i == 0 || i > 18) return std::nullopt;  // 18 digits fit int64 before the unit
   const int64_t number = std::stoll(text.substr(0, i));
   const std::string unit = text.substr(i);
   const std::pair<const char*, int64_t> units[] = {{"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000'000}, {"GB", 1000'000'000}};
-  for (const auto& [name, scale] : units)
-    if (unit == name && number > 0) return number * scale;
+  for (const auto& [name, scale] : units) {
+    int64_t bytes = 0;
+    if (unit == name && number > 0 && !__builtin_mul_overflow(number, scale, &bytes)) return bytes;
+  }
   return std::nullopt;
 }
 
@@ -34,16 +39,25 @@ int run_export(int argc, char** argv, int first) {
     return kExitBadInput;
   };
   for (int i = first; i < argc; ++i) {
-    const std::string arg = argv[i];
+    std::string arg = argv[i];
+    // --flag=value is --flag value, as every other subcommand's parser takes it (cli.cpp parse_args).
+    std::optional<std::string> inline_value;
+    if (arg.rfind("--", 0) == 0)
+      if (const size_t eq = arg.find('='); eq != std::string::npos) {
+        inline_value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+      }
     auto value = [&]() -> std::optional<std::string> {
+      if (inline_value) return inline_value;
       if (i + 1 >= argc) return std::nullopt;
       return std::string(argv[++i]);
     };
     if (arg == "--json") {
+      if (inline_value) return bad("--json takes no value (got " + std::string(argv[i]) + ")");
       json = true;
     } else if (arg == "--hf" || arg == "--dtype" || arg == "--max-shard-size" || arg == "--tokenizer") {
       const auto v = value();
-      if (!v) return bad(arg + " needs a value");
+      if (!v || v->empty()) return bad(arg + " needs a value");
       if (arg == "--hf") out_dir = *v;
       if (arg == "--dtype") {
         if (*v != "float32" && *v != "bfloat16") return bad("--dtype " + *v + ": must be float32 or bfloat16");
@@ -51,12 +65,14 @@ int run_export(int argc, char** argv, int first) {
       }
       if (arg == "--max-shard-size") {
         const auto bytes = parse_bytes(*v);
-        if (!bytes) return bad("--max-shard-size " + *v + ": must be a positive size such as 5GB, 500MB or 2000000");
+        if (!bytes)
+          return bad("--max-shard-size " + *v + ": must be a positive size such as 5GB, 500MB or 2000000, of at most " +
+                     std::to_string(std::numeric_limits<int64_t>::max()) + " bytes");
         options.max_shard_bytes = *bytes;
       }
       if (arg == "--tokenizer") options.tokenizer_dir = *v;
     } else if (!arg.empty() && arg[0] == '-') {
-      return bad("unknown option " + arg);
+      return bad("unknown option " + std::string(argv[i]));
     } else if (run_dir.empty()) {
       run_dir = arg;
     } else {

@@ -4,8 +4,6 @@
 #include "engine/config/hf_config.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "engine/config/rope.h"
 #include "engine/util/files.h"
@@ -20,25 +18,38 @@ std::string HfConfigError::format() const {
 
 namespace {
 
+// Real config.json files are a few KB (Llama 3.1 405B's: 1 KB); 1 MiB leaves room for any
+// comments or extra keys a tool adds and refuses a link to /dev/zero or a log file at once.
 constexpr int64_t kMaxConfigBytes = 1 << 20;
+
+// A config.json as read: nlohmann::json (keys in a std::map: a document with tens of thousands of
+// keys costs n log n, where ordered_json's linear scan per key would take minutes on 1 MiB).
+using ReadJson = nlohmann::json;
+
+/// A value as written, for messages: scalars in full, containers as [...] and {...}.
+std::string value_text(const ReadJson& value) {
+  if (value.is_array()) return "[...]";
+  if (value.is_object()) return "{...}";
+  return value.dump(-1, ' ', false, ReadJson::error_handler_t::replace);
+}
 
 /// Reads config.json's keys, failing with the first rule a value breaks.
 class ConfigReader {
  public:
-  ConfigReader(const Json& json, std::string file) : json_(json), file_(std::move(file)) {}
+  ConfigReader(const ReadJson& json, std::string file) : json_(json), file_(std::move(file)) {}
 
-  bool has(const Json& obj, const char* key) const { return obj.contains(key) && !obj.at(key).is_null(); }
+  bool has(const ReadJson& obj, const char* key) const { return obj.contains(key) && !obj.at(key).is_null(); }
   bool has(const char* key) const { return has(json_, key); }
 
   /// A whole number in [lo, hi]; `fallback` when absent (nullopt: required).
-  std::optional<int64_t> integer(const Json& obj, const char* key, int64_t lo, int64_t hi,
+  std::optional<int64_t> integer(const ReadJson& obj, const char* key, int64_t lo, int64_t hi,
                                  std::optional<int64_t> fallback = std::nullopt) {
     if (!has(obj, key)) return fallback ? fallback : fail(key, "(missing)", "is required");
-    const Json& v = obj.at(key);
+    const ReadJson& v = obj.at(key);
     // 8.0 counts as 8: configs written by hand often carry floats for integer fields.
     const bool whole = v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
     if (!whole || v.get<double>() < static_cast<double>(lo) || v.get<double>() > static_cast<double>(hi))
-      return fail(key, json_value_text(v),
+      return fail(key, value_text(v),
                   "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
     return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
   }
@@ -47,11 +58,11 @@ class ConfigReader {
   }
 
   /// A number in (0, hi]; `fallback` when absent.
-  std::optional<double> positive(const Json& obj, const char* key, double hi, std::optional<double> fallback = std::nullopt) {
+  std::optional<double> positive(const ReadJson& obj, const char* key, double hi, std::optional<double> fallback = std::nullopt) {
     if (!has(obj, key)) return fallback ? fallback : fail(key, "(missing)", "is required");
-    const Json& v = obj.at(key);
+    const ReadJson& v = obj.at(key);
     if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > hi)
-      return fail(key, json_value_text(v), "must be a number above 0 and at most " + json_value_text(Json(hi)));
+      return fail(key, value_text(v), "must be a number above 0 and at most " + value_text(ReadJson(hi)));
     return v.get<double>();
   }
   std::optional<double> positive(const char* key, double hi, std::optional<double> fallback = std::nullopt) {
@@ -60,18 +71,18 @@ class ConfigReader {
 
   std::optional<bool> boolean(const char* key, bool fallback) {
     if (!has(key)) return fallback;
-    const Json& v = json_.at(key);
+    const ReadJson& v = json_.at(key);
     if (!v.is_boolean()) {
-      fail(key, json_value_text(v), "must be true or false");
+      fail(key, value_text(v), "must be true or false");
       return std::nullopt;
     }
     return v.get<bool>();
   }
 
   /// Fails unless `key` is absent, null or equal to `expected` (a feature Odyssey does not run).
-  bool absent_or(const char* key, const Json& expected, const std::string& why) {
+  bool absent_or(const char* key, const ReadJson& expected, const std::string& why) {
     if (!has(key) || json_.at(key) == expected) return true;
-    fail(key, json_value_text(json_.at(key)), why);
+    fail(key, value_text(json_.at(key)), why);
     return false;
   }
 
@@ -80,10 +91,10 @@ class ConfigReader {
     return std::nullopt;
   }
   const std::optional<HfConfigError>& error() const { return error_; }
-  const Json& json() const { return json_; }
+  const ReadJson& json() const { return json_; }
 
  private:
-  const Json& json_;
+  const ReadJson& json_;
   std::string file_;
   std::optional<HfConfigError> error_;
 };
@@ -91,7 +102,7 @@ class ConfigReader {
 /// The rope parameters object and where it came from: rope_parameters (transformers 5) or
 /// rope_scaling (published 4.x checkpoints, rope_theta then sits at the top level).
 struct RopeSource {
-  const Json* params = nullptr;  ///< null: no scaling object
+  const ReadJson* params = nullptr;  ///< null: no scaling object
   std::string name;              ///< "rope_parameters" or "rope_scaling"
 };
 
@@ -100,14 +111,14 @@ bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
   for (const char* key : {"rope_parameters", "rope_scaling"})
     if (r.has(key)) {
       if (!r.json().at(key).is_object()) {
-        r.fail(key, json_value_text(r.json().at(key)), "must be an object of rope parameters");
+        r.fail(key, value_text(r.json().at(key)), "must be an object of rope parameters");
         return false;
       }
       src = {&r.json().at(key), key};
       break;
     }
-  const Json empty = Json::object();
-  const Json& p = src.params ? *src.params : empty;
+  const ReadJson empty = ReadJson::object();
+  const ReadJson& p = src.params ? *src.params : empty;
   const std::string prefix = src.name.empty() ? "" : src.name + ".";
   // rope_theta: inside rope_parameters (transformers 5), else at the top level, else 10000.
   if (r.has(p, "rope_theta")) {
@@ -121,7 +132,7 @@ bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
   for (const char* key : {"rope_type", "type"})  // "type" in early 4.x checkpoints
     if (r.has(p, key)) {
       if (!p.at(key).is_string()) {
-        r.fail(prefix + key, json_value_text(p.at(key)), "must be a string");
+        r.fail(prefix + key, value_text(p.at(key)), "must be a string");
         return false;
       }
       type = p.at(key).get<std::string>();
@@ -153,7 +164,7 @@ bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
     if (!number("attention_factor", 1.0, s.attention_factor)) return false;
   }
   if (s.kind == RopeScalingKind::Yarn && (r.has(p, "mscale") || r.has(p, "mscale_all_dim"))) {
-    r.fail(prefix + "mscale", json_value_text(r.has(p, "mscale") ? p.at("mscale") : p.at("mscale_all_dim")),
+    r.fail(prefix + "mscale", value_text(r.has(p, "mscale") ? p.at("mscale") : p.at("mscale_all_dim")),
            "DeepSeek's mscale variant of YaRN is not supported");
     return false;
   }
@@ -179,13 +190,25 @@ std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError*
     return std::nullopt;
   };
   if (!is_directory(dir)) return fail_file("model.hf_path must name a Hugging Face model directory; " + dir + " is not a directory");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return fail_file("cannot be read (a Hugging Face model directory holds config.json beside its safetensors)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > static_cast<size_t>(kMaxConfigBytes)) return fail_file("is larger than a config.json can be (1 MiB)");
+  // Bounded, without blocking, and only a regular file: a FIFO no one writes cannot hang the
+  // loader, a link to /dev/zero cannot fill the memory.
+  std::string text;
+  try {
+    text = read_file_bounded(file, kMaxConfigBytes, "config.json");
+  } catch (const FileReadError& e) {
+    const std::string what = e.what(), prefix = "config.json " + file + ": ";
+    return fail_file((what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what) +
+                     " (a Hugging Face model directory holds config.json beside its safetensors)");
+  }
+  std::optional<ReadJson> json;
   std::string parse_error;
-  const auto json = parse_json(text.str(), &parse_error);
+  try {
+    json = ReadJson::parse(text);
+  } catch (const ReadJson::parse_error& e) {
+    parse_error = "offset " + std::to_string(e.byte) + ": " + e.what();
+  } catch (const ReadJson::exception& e) {  // out_of_range.406: a number such as 1e400 overflows a double
+    parse_error = e.what();
+  }
   if (!json || !json->is_object()) return fail_file("is not a JSON object (" + (json ? "another JSON value" : parse_error) + ")");
 
   ConfigReader r(*json, file);
@@ -200,7 +223,7 @@ std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError*
     return m;
   };
   if (!r.has("model_type") || !json->at("model_type").is_string()) {
-    r.fail("model_type", r.has("model_type") ? json_value_text(json->at("model_type")) : "(missing)",
+    r.fail("model_type", r.has("model_type") ? value_text(json->at("model_type")) : "(missing)",
            "must name the architecture: \"llama\" or \"qwen3\"");
     return done();
   }

@@ -1,9 +1,8 @@
-// The datasets (long-range passkey task, llm.c .bin tokens, raw bytes) and per-rank batch
-// selection (see data.h). defines: LongRangeLayout::make, make_dataset, make_rank_batch
+// The datasets (long-range passkey task, llm.c .bin tokens and raw bytes, read with pread) and
+// per-rank batch selection (see data.h). defines: LongRangeLayout::make, make_dataset, make_rank_batch
 #include "engine/train/data.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,10 +71,12 @@ class LongRangeTask final : public Dataset {
 
 // [section] token files -------------------------------------------------------------------------
 
-// A read-only memory map of a whole file.
-class MappedFile {
+// A data file read with pread, never memory-mapped: a file that shrinks under a mapping kills the
+// process with SIGBUS (no summary.json, a 0-byte trace), while a short read is an error the run
+// reports. Each read is one sequence's tokens, so memory stays one sequence whatever the file's size.
+class DataFile {
  public:
-  explicit MappedFile(const std::string& path) : path_(path) {
+  explicit DataFile(const std::string& path) : path_(path) {
     // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever and deaf to
     // Ctrl-C; it is refused below like every other file that is not a regular one.
     fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -86,27 +87,39 @@ class MappedFile {
       throw DataError("data file '" + path + "': not a regular file (a FIFO, socket, device or directory); "
                       "training.dataset_path must name a file");
     }
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ > 0) {
-      data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-      if (data_ == MAP_FAILED) {
-        ::close(fd_);
-        throw DataError("data file '" + path + "': cannot map (" + std::strerror(errno) + ")");
+    size_ = static_cast<int64_t>(st.st_size);
+  }
+  ~DataFile() { ::close(fd_); }
+  DataFile(const DataFile&) = delete;
+  DataFile& operator=(const DataFile&) = delete;
+
+  int64_t size() const { return size_; }  ///< at open
+  /// Bytes [offset, offset + n) into dst. The file ending early (it shrank since it was opened) or
+  /// an I/O error throws DataChangedError (a runtime failure, exit 1), naming the file.
+  void read(int64_t offset, int64_t n, void* dst) const {
+    int64_t done = 0;
+    while (done < n) {
+      const ssize_t got = ::pread(fd_, static_cast<char*>(dst) + done, static_cast<size_t>(n - done), offset + done);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0)
+        throw DataChangedError("data file '" + path_ + "': read failed at byte " + std::to_string(offset + done) + " (" +
+                               std::strerror(errno) + ")");
+      if (got == 0) {
+        struct stat st {};
+        const std::string now = ::fstat(fd_, &st) == 0 ? std::to_string(st.st_size) : std::string("fewer");
+        throw DataChangedError("data file '" + path_ + "' changed size during the run: it holds " + now +
+                               " bytes now and held " + std::to_string(size_) + " when the run began (bytes [" +
+                               std::to_string(offset) + ", " + std::to_string(offset + n) + ") were wanted)");
       }
+      done += got;
     }
   }
-  ~MappedFile() {
-    if (data_ && data_ != MAP_FAILED) ::munmap(data_, size_);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  const uint8_t* bytes() const { return static_cast<const uint8_t*>(data_); }
-  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   int fd_ = -1;
-  void* data_ = nullptr;
-  size_t size_ = 0;
+  int64_t size_ = 0;
 };
 
 // Sequence i is the window [i*S mod (count - S), + S + 1) of the token stream.
@@ -117,12 +130,13 @@ class TokenStream : public Dataset {
     const int64_t windows = count_ - seq_len_;  // >= 1 (checked at open)
     const int64_t start = (index % windows) * seq_len_ % windows;
     tokens->resize(seq_len_ + 1);
-    for (int64_t i = 0; i <= seq_len_; ++i) (*tokens)[i] = token(start + i);
+    read_tokens(start, seq_len_ + 1, tokens->data());  // one read per sequence
     answer->clear();
   }
 
  protected:
-  virtual int64_t token(int64_t i) const = 0;
+  /// Tokens [first, first + n) of the stream into out.
+  virtual void read_tokens(int64_t first, int64_t n, int64_t* out) const = 0;
   void check_length(const std::string& kind) const {
     if (count_ < seq_len_ + 1)
       throw DataError("data file '" + path_ + "': " + kind + " holds " + std::to_string(count_) +
@@ -135,16 +149,21 @@ class TokenStream : public Dataset {
 
 constexpr int32_t kLlmcMagic = 20240520;
 constexpr int64_t kLlmcHeaderInts = 256;
+// Memory: the open-time vocabulary scan reads the file in chunks of this many tokens (1 MiB), so
+// checking a 100 GB token file costs 1 MiB of host memory.
+constexpr int64_t kScanTokens = int64_t{1} << 19;
 
 class LlmcTokenFile final : public TokenStream {
  public:
-  LlmcTokenFile(const std::string& path, int64_t seq_len, int64_t vocab) : TokenStream(path, seq_len), file_(path) {
+  LlmcTokenFile(const std::string& path, int64_t seq_len, int64_t vocab)
+      : TokenStream(path, seq_len), file_(path), vocab_(vocab) {
     const int64_t header_bytes = kLlmcHeaderInts * 4;
-    if (static_cast<int64_t>(file_.size()) < header_bytes)
-      throw DataError("data file '" + path + "': truncated: " + std::to_string(file_.size()) +
+    const int64_t have = file_.size();
+    if (have < header_bytes)
+      throw DataError("data file '" + path + "': truncated: " + std::to_string(have) +
                       " bytes, shorter than the 1024-byte llm.c header");
     int32_t header[3];
-    std::memcpy(header, file_.bytes(), sizeof(header));
+    file_.read(0, sizeof(header), header);
     if (header[0] != kLlmcMagic)
       throw DataError("data file '" + path + "': wrong magic " + std::to_string(header[0]) + " (an llm.c .bin has " +
                       std::to_string(kLlmcMagic) + "; use dataset = \"bytes\" for other files)");
@@ -153,7 +172,6 @@ class LlmcTokenFile final : public TokenStream {
                       " (expected 1: uint16 tokens)");
     count_ = header[2];
     const int64_t need = header_bytes + 2 * count_;
-    const int64_t have = static_cast<int64_t>(file_.size());
     if (count_ < 0 || have < need)
       throw DataError("data file '" + path + "': truncated: the header says " + std::to_string(count_) +
                       " tokens (" + std::to_string(need) + " bytes) but the file has " + std::to_string(have) +
@@ -168,20 +186,35 @@ class LlmcTokenFile final : public TokenStream {
                            ? " (the body holds " + std::to_string((have - header_bytes) / 2) + " tokens)"
                            : " (the body is not a whole number of uint16 tokens)"));
     check_length("the llm.c file");
-    tokens_ = reinterpret_cast<const uint16_t*>(file_.bytes() + header_bytes);
-    for (int64_t i = 0; i < count_; ++i)
-      if (tokens_[i] >= vocab)
-        throw DataError("data file '" + path + "': token " + std::to_string(tokens_[i]) + " at index " +
-                        std::to_string(i) + " is >= model.vocab_size = " + std::to_string(vocab));
+    std::vector<uint16_t> chunk(static_cast<size_t>(std::min(count_, kScanTokens)));
+    for (int64_t first = 0; first < count_; first += kScanTokens) {
+      const int64_t n = std::min(kScanTokens, count_ - first);
+      file_.read(header_bytes + 2 * first, 2 * n, chunk.data());
+      for (int64_t i = 0; i < n; ++i)
+        if (chunk[i] >= vocab)
+          throw DataError("data file '" + path + "': token " + std::to_string(chunk[i]) + " at index " +
+                          std::to_string(first + i) + " is >= model.vocab_size = " + std::to_string(vocab));
+    }
   }
   std::string describe() const override {
     return "tokens: " + path_ + " (" + format_size(count_) + " tokens, llm.c .bin)";
   }
 
  private:
-  int64_t token(int64_t i) const override { return tokens_[i]; }
-  MappedFile file_;
-  const uint16_t* tokens_ = nullptr;
+  void read_tokens(int64_t first, int64_t n, int64_t* out) const override {
+    std::vector<uint16_t> raw(static_cast<size_t>(n));
+    file_.read(kLlmcHeaderInts * 4 + 2 * first, 2 * n, raw.data());
+    for (int64_t i = 0; i < n; ++i) {
+      // Every token was below the vocabulary at open: one that is not was written since.
+      if (raw[i] >= vocab_)
+        throw DataChangedError("data file '" + path_ + "': token " + std::to_string(raw[i]) + " at index " +
+                               std::to_string(first + i) + " is >= model.vocab_size = " + std::to_string(vocab_) +
+                               ", and none was when the run began: the file changed during the run");
+      out[i] = raw[i];
+    }
+  }
+  DataFile file_;
+  int64_t vocab_;
 };
 
 class ByteFile final : public TokenStream {
@@ -190,14 +223,18 @@ class ByteFile final : public TokenStream {
     if (vocab < 256)
       throw DataError("data file '" + path + "': the bytes dataset needs model.vocab_size >= 256, got " +
                       std::to_string(vocab));
-    count_ = static_cast<int64_t>(file_.size());
+    count_ = file_.size();
     check_length("the file");
   }
   std::string describe() const override { return "bytes: " + path_ + " (" + format_size(count_) + " bytes)"; }
 
  private:
-  int64_t token(int64_t i) const override { return file_.bytes()[i]; }
-  MappedFile file_;
+  void read_tokens(int64_t first, int64_t n, int64_t* out) const override {
+    std::vector<uint8_t> raw(static_cast<size_t>(n));
+    file_.read(first, n, raw.data());
+    for (int64_t i = 0; i < n; ++i) out[i] = raw[i];
+  }
+  DataFile file_;
 };
 
 }  // namespace

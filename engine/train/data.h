@@ -1,7 +1,7 @@
 // Training data: the built-in long-range passkey task, llm.c .bin token files and raw-byte files,
 // and the selection of one rank's slice of a step's batch (replica dp_rank's sequences, sequence
-// shard sp_rank with global positions). defines: DataError, Dataset, RankBatch, make_dataset,
-// make_rank_batch, LongRangeLayout
+// shard sp_rank with global positions). defines: DataError, DataChangedError, Dataset, RankBatch,
+// make_dataset, make_rank_batch, LongRangeLayout
 #pragma once
 
 #include <cstdint>
@@ -17,8 +17,16 @@
 
 namespace odyssey {
 
-/// A data file that cannot be used: the message names the file and the problem.
+/// A data file that cannot be used: the message names the file and the problem. Bad input (exit 2).
 class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A data file that was valid when the run began and changed during it (it shrank, or holds a
+/// token the open-time scan did not see): a runtime failure (exit 1), not bad input, and the run
+/// still writes its trace and summary. The message names the file and what changed.
+class DataChangedError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -29,6 +37,8 @@ class Dataset {
   virtual ~Dataset() = default;
   /// Writes the `seq_len + 1` tokens of global sequence `index` (inputs are [0, S), labels
   /// [1, S]) and, per label position, whether it is an answer token (long-range task only).
+  /// Token files are read here, one read per sequence: throws DataChangedError when the file
+  /// changed since it was opened.
   virtual void sequence(int64_t index, std::vector<int64_t>* tokens, std::vector<uint8_t>* answer) const = 0;
   /// True when answer masks mean something (the long-range task).
   virtual bool has_answers() const { return false; }

@@ -3,11 +3,18 @@
 // hf_checkpoint.h. defines: hf_tensor_name, HfWeights, export_hf
 #include "engine/train/hf_checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <fstream>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <set>
-#include <sstream>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/config/hf_config.h"
 #include "engine/config/preset.h"
@@ -18,6 +25,18 @@
 namespace odyssey {
 
 namespace {
+
+// Bounds of the small files read whole (read_file_bounded: a FIFO, a directory or a link to
+// /dev/zero is refused before a byte is read). An index lists each tensor once in ~100 bytes:
+// 128 MiB holds a million tensors, ten times DeepSeek-V3's. The largest published tokenizer.json
+// files (256k vocabularies with their merges) are tens of MB.
+constexpr int64_t kMaxIndexBytes = int64_t{128} << 20;
+constexpr int64_t kMaxTokenizerBytes = int64_t{128} << 20;
+
+// Memory: each rank copies its slice through this host buffer, converting to fp32 as it goes, so
+// loading costs the master shards the model already holds plus 16 MiB, whatever the checkpoint's
+// size (an 8B bf16 checkpoint is 16 GB; the whole of a tensor is never held in host memory).
+constexpr int64_t kStagingBytes = int64_t{16} << 20;
 
 // Odyssey's block parameter names (block_param_specs) -> the Hugging Face module path.
 const std::map<std::string, std::string>& block_names() {
@@ -42,18 +61,184 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-std::string read_text(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw HfCheckpointError(what + " " + path + ": cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+/// A small input file whole (index, tokenizer files), bounded: a missing, oversized or special
+/// file is bad input naming it.
+std::string read_bounded(const std::string& path, int64_t limit, const std::string& what) {
+  try {
+    return read_file_bounded(path, limit, what);
+  } catch (const FileReadError& e) {
+    throw HfCheckpointError(e.what());
+  }
 }
 
 // Tensors a published checkpoint may carry that are no parameter: old Llama checkpoints saved
 // the rotary table (recomputed from config.json here as there).
 bool ignorable(const std::string& name) {
-  return name.size() > 21 && name.compare(name.size() - 21, 21, ".rotary_emb.inv_freq") == 0;
+  constexpr std::string_view kSuffix = ".rotary_emb.inv_freq";
+  return name.size() > kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
+/// model.safetensors.index.json's "weight_map" (tensor -> file), read by a SAX parse: linear in
+/// the file's size (a document tree of ordered_json inserts each key with a linear scan, so an
+/// index of 300k tensors took minutes), each name once, in the file's order. Other keys
+/// ("metadata") are skipped. Throws HfCheckpointError naming the file, the key and the value.
+class IndexHandler {
+ public:
+  using Json = nlohmann::json;
+  explicit IndexHandler(const std::string& path) : path_(path) {}
+
+  bool null() { return scalar("null"); }
+  bool boolean(bool v) { return scalar(v ? "true" : "false"); }
+  bool number_integer(Json::number_integer_t v) { return scalar(std::to_string(v)); }
+  bool number_unsigned(Json::number_unsigned_t v) { return scalar(std::to_string(v)); }
+  bool number_float(Json::number_float_t, const Json::string_t& text) { return scalar(text); }
+  bool binary(Json::binary_t&) { return scalar("(binary)"); }
+  bool string(Json::string_t& v) {
+    if (mode_ != Mode::Map) return scalar(Json(v).dump(-1, ' ', false, Json::error_handler_t::replace));
+    if (v.empty() || v.find('/') != std::string::npos)  // a file name, not a path: an index naming ../x is refused
+      throw fail("\"weight_map\".\"" + key_ + "\" = " + Json(v).dump(-1, ' ', false, Json::error_handler_t::replace) +
+                 " must be a file name in the model directory");
+    entries.emplace_back(std::move(key_), std::move(v));
+    return true;
+  }
+  bool start_object(std::size_t) {
+    if (mode_ == Mode::Start) {
+      mode_ = Mode::Top;
+    } else if (mode_ == Mode::Top && key_ == "weight_map") {
+      mode_ = Mode::Map;
+    } else {
+      enter_skip("{...}");
+    }
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (mode_ == Mode::Start) throw fail("needs a JSON object with a \"weight_map\" object, not an array");
+    enter_skip("[...]");
+    return true;
+  }
+  bool end_array() { return leave_skip(); }
+  bool end_object() {
+    if (mode_ == Mode::Skip) return leave_skip();
+    mode_ = mode_ == Mode::Map ? Mode::Top : Mode::Done;
+    return true;
+  }
+  bool key(Json::string_t& k) {
+    if (mode_ == Mode::Top && k == "weight_map") {
+      if (seen_map_) throw fail("the key \"weight_map\" appears twice");
+      seen_map_ = true;
+    }
+    if (mode_ == Mode::Map && !seen_.emplace(k, entries.size()).second)
+      throw fail("\"weight_map\" names tensor '" + k + "' twice");
+    if (mode_ != Mode::Skip) key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
+    throw fail("not valid JSON at byte " + std::to_string(position) + " (" + e.what() + ")");
+  }
+  void finish() const {
+    if (mode_ != Mode::Done) throw fail("not one complete JSON object");
+    if (!seen_map_) throw fail("needs a \"weight_map\" object (tensor name -> file)");
+  }
+
+  std::vector<std::pair<std::string, std::string>> entries;  ///< (tensor, file) in the file's order
+
+ private:
+  enum class Mode { Start, Top, Map, Skip, Done };
+  static constexpr int kMaxDepth = 64;
+  HfCheckpointError fail(const std::string& why) const { return HfCheckpointError("safetensors index " + path_ + ": " + why); }
+  bool scalar(const std::string& text) {
+    if (mode_ == Mode::Start) throw fail("needs a JSON object with a \"weight_map\" object, not " + text);
+    if (mode_ == Mode::Top && key_ == "weight_map") throw fail("\"weight_map\" = " + text + ": must be an object (tensor name -> file)");
+    if (mode_ == Mode::Map)
+      throw fail("\"weight_map\".\"" + key_ + "\" = " + text + " must be a file name in the model directory");
+    return true;  // a value of another key, skipped
+  }
+  void enter_skip(const std::string& text) {
+    if (mode_ == Mode::Top && key_ == "weight_map") scalar(text);  // an array where the object belongs
+    if (mode_ == Mode::Map) scalar(text);
+    if (mode_ != Mode::Skip) {
+      resume_ = mode_;
+      mode_ = Mode::Skip;
+      depth_ = 0;
+    }
+    if (++depth_ > kMaxDepth) throw fail("a value nests more than " + std::to_string(kMaxDepth) + " levels deep");
+  }
+  bool leave_skip() {
+    if (--depth_ == 0) mode_ = resume_;
+    return true;
+  }
+  const std::string& path_;
+  Mode mode_ = Mode::Start, resume_ = Mode::Top;
+  int depth_ = 0;
+  bool seen_map_ = false;
+  std::string key_;
+  std::unordered_map<std::string, size_t> seen_;
+};
+
+/// The index of the first element of `p` (`n` values of `type`, raw little-endian bits) that is
+/// NaN or infinite, or -1. Bit tests, exact on any CPU: a value is non-finite when its exponent
+/// bits are all ones.
+int64_t first_non_finite(const std::byte* p, int64_t n, at::ScalarType type) {
+  if (type == at::kFloat) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, p + 4 * i, 4);
+      if ((bits & 0x7F800000u) == 0x7F800000u) return i;
+    }
+    return -1;
+  }
+  const uint16_t exponent = type == at::kBFloat16 ? 0x7F80 : 0x7C00;  // bf16 8 bits, fp16 5 bits
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, p + 2 * i, 2);
+    if ((bits & exponent) == exponent) return i;
+  }
+  return -1;
+}
+
+/// "NaN" or "inf" / "-inf" for the non-finite element at `p`.
+std::string non_finite_text(const std::byte* p, at::ScalarType type) {
+  if (type == at::kFloat) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return std::isnan(v) ? "NaN" : (v < 0 ? "-inf" : "inf");
+  }
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  const uint16_t mantissa = type == at::kBFloat16 ? 0x007F : 0x03FF;
+  return (bits & mantissa) ? "NaN" : ((bits & 0x8000) ? "-inf" : "inf");
+}
+
+/// Flat index `i` of a tensor of `shape` as coordinates: "[3, 17]".
+std::string coordinates(int64_t i, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> at(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    at[d] = shape[d] > 0 ? i % shape[d] : 0;
+    i = shape[d] > 0 ? i / shape[d] : 0;
+  }
+  return shape_text(at);
+}
+
+/// The process's umask, read without changing it (umask(2) can only set it, and a set-and-restore
+/// would race with other threads creating files): /proc/self/status's "Umask:" line, else 022.
+mode_t current_umask() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  unsigned mask = 022;
+  if (f) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) break;
+    std::fclose(f);
+  }
+  return static_cast<mode_t>(mask & 0777);
+}
+
+/// fsync of a directory, so a rename inside it survives a power cut (best effort).
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
 }
 
 }  // namespace
@@ -70,28 +255,20 @@ std::string hf_tensor_name(const std::string& group, const std::string& param) {
 HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(dir) {
   const std::string index = join_path(dir, "model.safetensors.index.json");
   const std::string single = join_path(dir, "model.safetensors");
-  // Which file holds each tensor.
-  std::map<std::string, std::string> file_of;
-  if (path_exists(index)) {
-    std::string error;
-    const auto json = parse_json(read_text(index, "safetensors index"), &error);
-    if (!json || !json->is_object() || !json->contains("weight_map") || !json->at("weight_map").is_object())
-      throw HfCheckpointError("safetensors index " + index + ": needs a \"weight_map\" object" +
-                              (error.empty() ? "" : " (" + error + ")"));
-    for (const auto& [name, file] : json->at("weight_map").items()) {
-      // A file name, not a path: an index naming ../x is refused.
-      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos || file.get<std::string>().empty())
-        throw HfCheckpointError("safetensors index " + index + ": \"weight_map\".\"" + name + "\" = " +
-                                json_value_text(file) + " must be a file name in " + dir);
-      file_of[name] = file.get<std::string>();
-    }
-  } else if (path_exists(single)) {
-    file_of.clear();  // every tensor of the one file (below)
-  } else {
+  // Which file holds each tensor, in the index's order.
+  const bool indexed = path_exists(index);
+  std::vector<std::pair<std::string, std::string>> file_of;
+  if (indexed) {
+    const std::string text = read_bounded(index, kMaxIndexBytes, "safetensors index");
+    IndexHandler handler(index);
+    nlohmann::json::sax_parse(text.begin(), text.end(), &handler, nlohmann::json::input_format_t::json, true);
+    handler.finish();
+    file_of = std::move(handler.entries);
+  } else if (!path_exists(single)) {
     throw HfCheckpointError("Hugging Face directory " + dir +
                             ": no model.safetensors or model.safetensors.index.json (only safetensors weights are read)");
   }
-  std::map<std::string, const SafetensorsFile*> opened;
+  std::unordered_map<std::string, const SafetensorsFile*> opened;
   auto open = [&](const std::string& name) -> const SafetensorsFile* {
     if (auto it = opened.find(name); it != opened.end()) return it->second;
     try {
@@ -101,17 +278,22 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
     }
     return opened[name] = files_.back().get();
   };
-  std::map<std::string, Located> all;
-  if (file_of.empty()) {
+  // Every tensor offered, by name, and the same in the order of the files (for messages).
+  std::unordered_map<std::string, Located> all;
+  std::vector<const std::string*> order;
+  auto offer = [&](const std::string& name, Located where) {
+    if (all.emplace(name, where).second) order.push_back(&where.tensor->name);
+  };
+  if (!indexed) {
     const SafetensorsFile* f = open("model.safetensors");
-    for (const auto& [name, t] : f->tensors()) all[name] = {f, &t};
+    for (const SafetensorsTensor& t : f->tensors()) offer(t.name, {f, &t});
   } else {
     for (const auto& [name, file] : file_of) {
       const SafetensorsFile* f = open(file);
       const SafetensorsTensor* t = f->find(name);
       if (!t)
         throw HfCheckpointError("safetensors " + f->path() + ": no tensor '" + name + "', which " + index + " places there");
-      all[name] = {f, t};
+      offer(name, {f, t});
     }
   }
   // Every parameter of the model, with its shape and a dtype the copy converts.
@@ -123,7 +305,7 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
       auto it = all.find(name);
       if (it == all.end())
         throw HfCheckpointError("Hugging Face directory " + dir + ": no tensor '" + name + "' (" +
-                                (file_of.empty() ? single : index) + "), which this " + std::to_string(model.n_layers) +
+                                (indexed ? index : single) + "), which this " + std::to_string(model.n_layers) +
                                 "-layer " + (model.qk_norm ? "Qwen3" : "Llama") + " model needs");
       const SafetensorsTensor& t = *it->second.tensor;
       if (t.shape != spec.shape)
@@ -134,9 +316,9 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
                                 "; weights are read from F32, BF16 or F16");
       tensors_[name] = it->second;
     }
-  for (const auto& [name, where] : all)
-    if (!wanted.count(name) && !ignorable(name) && !(model.tie_embeddings && name == "lm_head.weight"))
-      throw HfCheckpointError("safetensors " + where.file->path() + ": tensor '" + name +
+  for (const std::string* name : order)
+    if (!wanted.count(*name) && !ignorable(*name) && !(model.tie_embeddings && *name == "lm_head.weight"))
+      throw HfCheckpointError("safetensors " + all.at(*name).file->path() + ": tensor '" + *name +
                               "' is no parameter of this model (config.json describes " + std::to_string(model.n_layers) +
                               " layers" + (model.tie_embeddings ? ", tied embeddings" : "") +
                               "): the weights and config.json disagree");
@@ -155,6 +337,7 @@ std::string HfWeights::describe() const {
 
 void HfWeights::load(const std::vector<FlatParamGroup*>& groups) const {
   at::NoGradGuard no_grad;
+  std::vector<std::byte> staging;  // host bytes in the file's dtype, at most kStagingBytes (see there)
   for (FlatParamGroup* g : groups) {
     at::Tensor master = g->master.detach();  // [shard] fp32
     const int64_t lo = g->shard_offset(), hi = lo + g->shard_numel();
@@ -163,12 +346,24 @@ void HfWeights::load(const std::vector<FlatParamGroup*>& groups) const {
       const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
       if (end <= begin) continue;
       const Located& where = tensors_.at(hf_tensor_name(g->name(), spec.name));
-      const at::ScalarType type = torch_type(where.tensor->dtype);
+      const SafetensorsTensor& t = *where.tensor;
+      const at::ScalarType type = torch_type(t.dtype);
       const int64_t element = static_cast<int64_t>(c10::elementSize(type));
-      // Memory: a view of the mapped file (no host copy), converted to fp32 as it is copied.
-      auto* first = const_cast<std::byte*>(where.file->data(*where.tensor)) + (begin - spec.offset) * element;
-      const at::Tensor source = at::from_blob(first, {end - begin}, at::TensorOptions().dtype(type));  // [end - begin]
-      master.narrow(0, begin - lo, end - begin).copy_(source);
+      const int64_t chunk = kStagingBytes / element;
+      staging.resize(static_cast<size_t>(std::min(end - begin, chunk) * element));
+      for (int64_t pos = begin; pos < end; pos += chunk) {
+        const int64_t n = std::min(chunk, end - pos), first = pos - spec.offset;  // elements of the tensor
+        where.file->read_into(t, first, n, staging.data());  // throws SafetensorsReadError (a runtime failure)
+        // NaN or infinity in a published checkpoint would surface as "loss is NaN at step 1":
+        // refused here with its place instead.
+        if (const int64_t bad = first_non_finite(staging.data(), n, type); bad >= 0)
+          throw HfCheckpointError("safetensors " + where.file->path() + ": tensor '" + t.name + "' element " +
+                                  std::to_string(first + bad) + " (at " + coordinates(first + bad, t.shape) + " of " +
+                                  shape_text(t.shape) + ") is " + non_finite_text(staging.data() + bad * element, type) +
+                                  ": weights must be finite numbers (a corrupt or diverged checkpoint)");
+        const at::Tensor source = at::from_blob(staging.data(), {n}, at::TensorOptions().dtype(type));  // [n], no copy
+        master.narrow(0, pos - lo, n).copy_(source);  // converted to fp32 as it is copied
+      }
     }
     g->refresh_device_params();  // optimizer offload: the device's copy from the loaded master
     g->reshard();  // a gathered copy is refilled from the loaded master at its next use
@@ -195,8 +390,27 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   const at::ScalarType out_type = result.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   const char* out_name = result.dtype == "bfloat16" ? "BF16" : "F32";
   if (out_dir.empty()) throw std::invalid_argument("export: no output directory");
-  if (path_exists(out_dir) && !(is_directory(out_dir) && list_dir(out_dir).empty()))
-    throw CheckpointError("export: " + out_dir + " exists and is not empty: choose another directory (nothing is overwritten)");
+  // "out/" and "out" are one directory: names derived from it (the staging folder) land beside it.
+  const std::string out = clean_path(out_dir);
+  struct stat st {};
+  if (::lstat(out.c_str(), &st) == 0) {
+    if (S_ISLNK(st.st_mode))
+      throw CheckpointError("export: " + out + " is a symbolic link: name the directory itself (nothing is overwritten)");
+    if (!S_ISDIR(st.st_mode))
+      throw CheckpointError("export: " + out + " exists and is a file, not a directory: choose another name "
+                            "(nothing is overwritten)");
+    if (!list_dir(out).empty())
+      throw CheckpointError("export: " + out + " exists and is not empty: choose another directory (nothing is overwritten)");
+  }
+  // Every tokenizer file read (bounded) before anything is written: a directory or a FIFO where a
+  // file belongs is refused here, naming it, instead of exported as an empty file.
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;
+  if (!options.tokenizer_dir.empty())
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                             "generation_config.json"}) {
+      const std::string path = join_path(options.tokenizer_dir, name);
+      if (::lstat(path.c_str(), &st) == 0) tokenizer_files.emplace_back(name, read_bounded(path, kMaxTokenizerBytes, "tokenizer file"));
+    }
 
   // Every rank's master shards, then each group's flat parameters in rank order.
   std::vector<std::map<std::string, at::Tensor>> ranks;
@@ -239,22 +453,28 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
     in_file += bytes;
     result.tensor_bytes += bytes;
   }
-  const std::string staging = out_dir + ".partial";
-  remove_tree(staging);  // a previous export killed halfway
+  // A private staging directory beside OUT (mkdtemp: a fresh name no other export shares), so an
+  // export removes only what it made, never another's folder or a leftover it did not create.
+  const size_t slash = out.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : out.substr(0, slash);
   std::string error;
-  if (!make_dirs(staging, &error)) throw FileWriteError("export: " + error);
+  if (!make_dirs(parent, &error)) throw FileWriteError("export: " + error);
+  std::string staging = out + ".partial-XXXXXX";
+  if (::mkdtemp(staging.data()) == nullptr)
+    throw FileWriteError("export: cannot create a staging directory " + staging + " beside " + out + ": " + std::strerror(errno));
+  ::chmod(staging.c_str(), 0777 & ~current_umask());  // mkdtemp's 0700, widened to what mkdir would give OUT
   try {
     Json weight_map = Json::object();
     for (size_t f = 0; f < files.size(); ++f) {
       char name[64];
       if (files.size() == 1) std::snprintf(name, sizeof name, "model.safetensors");
       else std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
-      std::vector<SafetensorsOut> out;
+      std::vector<SafetensorsOut> out_tensors;
       for (const Piece* p : files[f]) {
-        out.push_back({p->name, out_name, p->tensor.sizes().vec(), p->tensor.data_ptr(), static_cast<int64_t>(p->tensor.nbytes())});
+        out_tensors.push_back({p->name, out_name, p->tensor.sizes().vec(), p->tensor.data_ptr(), static_cast<int64_t>(p->tensor.nbytes())});
         weight_map[p->name] = name;
       }
-      write_safetensors(join_path(staging, name), out);
+      write_safetensors(join_path(staging, name), out_tensors);
       result.files.push_back(name);
     }
     if (files.size() > 1) {
@@ -264,20 +484,25 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
     }
     write_file_atomically(join_path(staging, "config.json"), hf_config_json(cfg.model, result.dtype, cfg.training.seq_len));
     result.files.push_back("config.json");
-    if (!options.tokenizer_dir.empty())
-      for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                               "generation_config.json"})
-        if (path_exists(join_path(options.tokenizer_dir, name))) {
-          write_file_atomically(join_path(staging, name), read_text(join_path(options.tokenizer_dir, name), "tokenizer file"));
-          result.files.push_back(name);
-        }
-    if (is_directory(out_dir) && ::rmdir(out_dir.c_str()) != 0)
-      throw FileWriteError("export: cannot replace the empty directory " + out_dir);
-    if (!rename_path(staging, out_dir, &error)) throw FileWriteError("export: " + error);
+    for (const auto& [name, text] : tokenizer_files) {
+      write_file_atomically(join_path(staging, name), text);
+      result.files.push_back(name);
+    }
+    if (options.before_publish) options.before_publish();
+    // Published by one rename(2): onto a missing or empty OUT it succeeds, onto a non-empty one it
+    // fails (ENOTEMPTY or EEXIST), so of two exports into one folder exactly one wins.
+    if (::rename(staging.c_str(), out.c_str()) != 0) {
+      const int err = errno;
+      if (err == ENOTEMPTY || err == EEXIST)
+        throw CheckpointError("export: " + out + " was written by another export meanwhile (it was empty or absent when "
+                              "this export began): this export's files are removed, " + out + " is left as it is");
+      throw FileWriteError("export: cannot rename " + staging + " to " + out + ": " + std::strerror(err));
+    }
   } catch (...) {
-    remove_tree(staging);
+    remove_tree(staging);  // this export's own folder, nothing else
     throw;
   }
+  sync_directory(parent);  // the rename reaches the disk
   return result;
 }
 

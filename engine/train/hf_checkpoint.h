@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,15 +33,18 @@ class HfCheckpointError : public CheckpointError {
 std::string hf_tensor_name(const std::string& group, const std::string& param);
 
 /// A Hugging Face model directory's weights, opened against `model` (the config.json shape): every
-/// parameter's tensor found (model.safetensors or model.safetensors.index.json's files), its
-/// shape checked and its dtype one of F32, BF16, F16, before any model memory is allocated. The
-/// files stay memory-mapped until this object is destroyed.
+/// file checked in full against the safetensors format, every parameter's tensor found
+/// (model.safetensors or model.safetensors.index.json's files), its shape checked and its dtype
+/// one of F32, BF16, F16, before any model memory is allocated. The files stay open (not mapped:
+/// read with pread) until this object is destroyed.
 class HfWeights {
  public:
   HfWeights(const std::string& dir, const ModelConfig& model);  ///< throws HfCheckpointError
   ~HfWeights();
   /// Copies into each group's fp32 master shard the elements that shard holds, converted from the
-  /// file's dtype (FSDP: this rank's slice only; the other pages of the files are never read).
+  /// file's dtype through a 16 MiB host buffer (FSDP: this rank's slice only; the rest of the
+  /// files is never read). A NaN or infinite element throws HfCheckpointError naming the file, the
+  /// tensor and the element; a file that shrank since it was opened throws SafetensorsReadError.
   void load(const std::vector<FlatParamGroup*>& groups) const;
   /// "3 files, 291 tensors, bfloat16" for the run log.
   std::string describe() const;
@@ -59,6 +63,9 @@ struct HfExportOptions {
   std::string dtype;                         ///< "float32" or "bfloat16"; empty: the run's training.dtype
   int64_t max_shard_bytes = 5'000'000'000;   ///< larger models are split with an index (transformers' 5GB)
   std::string tokenizer_dir;  ///< copy its tokenizer files (tokenizer.json, ...) when non-empty
+  /// Tests: runs after the staging directory is complete, just before it is renamed onto the
+  /// output directory (where another export may finish first).
+  std::function<void()> before_publish;
 };
 
 struct HfExport {
@@ -71,8 +78,10 @@ struct HfExport {
 /// Writes the latest checkpoint of `run_dir` as a Hugging Face model directory `out_dir`:
 /// config.json, model.safetensors (or model-0000k-of-0000n.safetensors and
 /// model.safetensors.index.json above max_shard_bytes), and options.tokenizer_dir's tokenizer
-/// files when it names one. The directory appears whole or not at all (written
-/// beside it, then renamed); an existing non-empty `out_dir` is refused, never overwritten.
+/// files when it names one. The directory appears whole or not at all: written into a private
+/// `OUT.partial-XXXXXX` beside it (mkdtemp), then published by one rename(2), which fails when
+/// another export filled OUT meanwhile (this one then removes only its own staging). An existing
+/// non-empty `out_dir`, a file or a symbolic link there is refused, never overwritten.
 /// Throws CheckpointError (bad input) or FileWriteError.
 HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const HfExportOptions& options = {});
 

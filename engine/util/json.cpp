@@ -70,6 +70,9 @@ std::optional<Json> parse_json(std::string_view text, std::string* error) {
   } catch (const Json::parse_error& e) {
     if (error) *error = "offset " + std::to_string(e.byte) + ": " + e.what();
     return std::nullopt;
+  } catch (const Json::exception& e) {  // out_of_range.406: a number such as 1e400 overflows a double
+    if (error) *error = e.what();
+    return std::nullopt;
   }
 }
 

@@ -1,9 +1,10 @@
 // A Hugging Face directory through the CLI as a user runs it: planned and checked from its
 // config.json, trained (one rank, and four with Ulysses + FSDP + every memory technique, which must
 // give the same loss), exported, and loaded back into transformers with the same logits; broken
-// directories refused with exit 2, naming the file and the tensor.
+// directories (a NaN weight among them) refused with exit 2, naming the file and the tensor.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <fstream>
 
 #include "../hf/hf_fixtures.h"
@@ -154,6 +155,27 @@ TEST_CASE("hf cli: broken directories are refused with exit 2 naming the file, k
   const Run missing = run_odyssey("check " + hf_preset("nowhere", "/nonexistent/model"));
   CHECK(missing.code == 2);
   CHECK_THAT(missing.err, Catch::Contains("model.hf_path"));
+}
+
+TEST_CASE("hf cli: a NaN weight is refused with exit 2 naming the file, the tensor and the element, not a NaN loss",
+          "[cli][hf]") {
+  // It surfaced as "loss is NaN at step 1" (a runtime failure, exit 1) with no word of its origin.
+  const std::string fixture = hf_fixture("llama-gqa-llama3");
+  std::vector<HfTensor> tensors = read_hf_tensors(fixture + "/model.safetensors");
+  for (HfTensor& t : tensors)
+    if (t.name == "model.layers.0.mlp.down_proj.weight") {
+      REQUIRE(t.dtype == "F32");
+      const uint32_t nan = 0x7FC00000u;
+      std::memcpy(t.bytes.data() + 4 * 100, &nan, 4);  // element 100
+    }
+  const std::string model = write_hf_variant(fresh_dir("hf_nan_model"), fixture, tensors);
+  const std::string dir = fresh_dir("hf_nan_run");
+  const Run r = run_odyssey("train " + hf_preset("nan", model) + " --quiet --out " + dir);
+  INFO(r.out << r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains(model + "/model.safetensors") && Catch::Contains("'model.layers.0.mlp.down_proj.weight'") &&
+                        Catch::Contains("element 100 (at [") && Catch::Contains("is NaN"));
+  CHECK_THAT(r.err, !Catch::Contains("loss is NaN"));
 }
 
 TEST_CASE("hf cli: under torchrun each process loads its own FSDP shard and the losses equal the in-process run's",

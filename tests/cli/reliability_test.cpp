@@ -1,11 +1,15 @@
 // The failures a hostile or unlucky user meets, through the real binary: corrupt checkpoints and
 // pointer files, a resume under another shape, two runs into one directory, SIGTERM, a full disk,
 // world sizes no process can run, sizes that would overflow the planner, values that once hung
-// validation, FIFOs and malformed data files, and the help text. Each gets a clear message and
-// its exit code (0 ok, 1 runtime, 2 bad input, 128 + signal when stopped), never a crash.
+// validation, FIFOs and malformed data files, a data file that shrinks mid-run, export arguments
+// out of range, and the help text. Each gets a clear message and its exit code (0 ok, 1 runtime,
+// 2 bad input, 128 + signal when stopped), never a crash.
 // defines: test cases [cli][reliability]
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "cli_test_util.h"
@@ -43,6 +47,18 @@ void patch(const std::string& path, size_t offset, const void* bytes, size_t n) 
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(static_cast<std::streamoff>(offset));
   f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+}
+
+/// The entries of `dir`, sorted ("." and ".." left out).
+std::vector<std::string> list_dir_names(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -97,6 +113,14 @@ TEST_CASE("reliability: latest.json with a wrong type or an absurd number names 
     require_clean_exit(r, 2);
     CHECK_THAT(r.err, Catch::Contains(shown + ": must be a whole number"));
   }
+  // Beyond a double: nlohmann's out_of_range (not a parse_error) escaped the parser, and the
+  // message (its bare "[json.exception.out_of_range.406] ...") named no file.
+  std::string text = good;
+  text.replace(text.find("\"step\":2"), 8, "\"step\":1e400");
+  std::ofstream(latest, std::ios::trunc) << text;
+  const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --quiet");
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(latest) && Catch::Contains("number overflow parsing '1e400'"));
 }
 
 TEST_CASE("reliability: resume refuses another shape and states every other change first", "[cli][reliability]") {
@@ -250,4 +274,74 @@ TEST_CASE("reliability: --memory-snapshot on a CPU run is refused before any out
   require_clean_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--memory-snapshot " + dir + "/x.pickle: it records the CUDA caching allocator"));
   CHECK(read_text(dir + "/metrics.jsonl").empty());
+}
+
+TEST_CASE("reliability: a data file that shrinks during training fails the run (exit 1) with its trace and summary",
+          "[cli][reliability]") {
+  // Memory-mapped, the first read past the new end killed the run with SIGBUS: no summary.json, a
+  // 0-byte trace.json. Truncated to nothing after step 1, every later read of it fails, so the
+  // run ends at step 2 or 3 whatever the timing.
+  std::string text;
+  for (int i = 0; text.size() < (1 << 20); ++i) text += "line " + std::to_string(i) + " of a long text file\n";
+  const std::string data = write_file("shrinking.txt", text);
+  const std::string dir = fresh_dir("shrinking");
+  const pid_t pid = spawn_odyssey("train " + kShort + "--set training.dataset=bytes --set model.vocab_size=256 "
+                                  "--set training.dataset_path=" + data + " --set training.steps=100000 --out " + dir,
+                                  dir + ".log");
+  bool stepped = false;
+  for (int i = 0; i < 12000 && !stepped; ++i) {  // 120 s at most
+    stepped = metrics_lines(dir) >= 1;
+    if (!stepped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(::truncate(data.c_str(), 0) == 0);
+  const auto status = wait_exit(pid, 120);
+  if (!status) kill(pid, SIGKILL);
+  const std::string log = read_text(dir + ".log");
+  INFO(log);
+  REQUIRE(stepped);
+  REQUIRE(status.has_value());
+  REQUIRE(WIFEXITED(*status));  // not killed by a signal
+  CHECK(WEXITSTATUS(*status) == 1);
+  CHECK_THAT(log, Catch::Contains(data) && Catch::Contains("changed size during the run"));
+  const auto summary = parse_json(read_text(dir + "/summary.json"));
+  REQUIRE(summary.has_value());
+  CHECK(summary->at("status").get<std::string>() == "failed");
+  CHECK_THAT(summary->at("error").get<std::string>(), Catch::Contains("changed size during the run"));
+  CHECK(parse_json(read_text(dir + "/trace.json")).has_value());
+}
+
+TEST_CASE("reliability: export refuses overflowing shard sizes, a file as --hf and a directory as a tokenizer file, and "
+          "takes --flag=value and trailing slashes", "[cli][reliability]") {
+  const std::string run = checkpointed("export_args");
+  const std::string root = fresh_dir("export_args_out");
+  REQUIRE(std::system(("mkdir -p '" + root + "'").c_str()) == 0);
+  // 9300000000GB is 9.3e18 bytes: past int64, it wrapped negative and wrote one tensor per file.
+  for (const std::string& size : {std::string("9300000000GB"), std::string("=99999999999999999999"), std::string("0")}) {
+    const std::string arg = size[0] == '=' ? "--max-shard-size" + size : "--max-shard-size " + size;
+    const Run r = run_odyssey("export " + run + " --hf " + root + "/a " + arg);
+    INFO(arg);
+    require_clean_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("must be a positive size") && Catch::Contains("at most 9223372036854775807 bytes"));
+  }
+  CHECK(list_dir_names(root).empty());
+  // --flag=value as every other subcommand takes it, and OUT/ staged beside OUT, not inside it.
+  Run r = run_odyssey("export " + run + " --hf=" + root + "/b/ --max-shard-size=1KB --json");
+  require_clean_exit(r, 0);
+  const auto done = parse_json(r.out);
+  REQUIRE(done.has_value());
+  CHECK(done->at("files").size() > 2);  // sharded at 1 KB, with an index
+  CHECK(list_dir_names(root) == std::vector<std::string>{"b"});
+  CHECK(std::ifstream(root + "/b/config.json").good());
+  // A regular file where the output directory belongs.
+  const std::string file = write_file("export_target", "not a directory");
+  r = run_odyssey("export " + run + " --hf " + file);
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(file + " exists and is a file, not a directory"));
+  CHECK(read_text(file) == "not a directory");
+  // tokenizer.json that is a directory: once exported as an empty file.
+  REQUIRE(std::system(("mkdir -p '" + root + "/tok/tokenizer.json'").c_str()) == 0);
+  r = run_odyssey("export " + run + " --hf " + root + "/c --tokenizer=" + root + "/tok");
+  require_clean_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(root + "/tok/tokenizer.json") && Catch::Contains("is a directory"));
+  CHECK(list_dir_names(root) == std::vector<std::string>{"b", "tok"});
 }

@@ -1,6 +1,8 @@
 // The Hugging Face checkpoints the tests load, built once per build tree by transformers itself
 // (tests/hf/make_checkpoints.py, run with the LibTorch wheel's Python, where `make deps` installs
-// the pinned transformers), and the export checker. defines: hf_fixture, hf_check_export
+// the pinned transformers), the export checker, and variants of a fixture written from C++ (its
+// tensors read back, changed, written again). defines: hf_fixture, hf_check_export, HfTensor,
+// read_hf_tensors, write_hf_variant
 #pragma once
 
 #include <sys/wait.h>
@@ -13,8 +15,10 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/util/json_read.h"
+#include "engine/util/safetensors.h"
 #include "test_paths.h"
 
 namespace odyssey::test {
@@ -76,6 +80,36 @@ inline std::optional<Json> hf_check_export(const std::string& export_dir, const 
   auto json = parse_json(out);
   if (!json) *why = "check_export.py printed no JSON: " + out + text.str();
   return json;
+}
+
+/// One tensor of a safetensors file, with its bytes.
+struct HfTensor {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+/// Every tensor of `file`, in its header's order.
+inline std::vector<HfTensor> read_hf_tensors(const std::string& file) {
+  const SafetensorsFile f(file);
+  std::vector<HfTensor> out;
+  for (const SafetensorsTensor& t : f.tensors()) {
+    HfTensor h{t.name, t.dtype, t.shape, std::string(static_cast<size_t>(t.bytes), '\0')};
+    f.read_into(t, 0, t.numel(), h.bytes.data());
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+/// A model directory `dir` (made afresh) with `fixture`'s config.json and `tensors` as its
+/// model.safetensors. Returns `dir`.
+inline std::string write_hf_variant(const std::string& dir, const std::string& fixture, const std::vector<HfTensor>& tensors) {
+  if (std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "' && cp '" + fixture + "/config.json' '" + dir + "/'").c_str()) != 0)
+    throw std::runtime_error("cannot make " + dir);
+  std::vector<SafetensorsOut> out;
+  for (const HfTensor& t : tensors) out.push_back({t.name, t.dtype, t.shape, t.bytes.data(), static_cast<int64_t>(t.bytes.size())});
+  write_safetensors(dir + "/model.safetensors", out);
+  return dir;
 }
 
 }  // namespace odyssey::test

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -198,6 +199,51 @@ TEST_CASE("data: llm.c .bin and raw bytes read back, bad files are named errors"
   CHECK_THAT(error_of(t, m), Catch::Contains("bytes.txt") && Catch::Contains("fewer than"));
   m.vocab_size = 128;
   CHECK_THAT(error_of(t, m), Catch::Contains("vocab_size >= 256"));
+}
+
+TEST_CASE("data: a token file that shrinks or changes after it was opened is a runtime error naming it, never SIGBUS",
+          "[engine][data]") {
+  // Memory-mapped, a read past the new end of a file that shrank killed the run with SIGBUS (no
+  // summary.json, a 0-byte trace). Read with pread, it is DataChangedError: a runtime failure
+  // (exit 1), not bad input (DataError, exit 2), since the file was valid when the run began.
+  ModelConfig m;
+  m.vocab_size = 256;
+  TrainingConfig t;
+  t.seq_len = 64;
+  t.dataset = DatasetKind::Bytes;
+  t.dataset_path = temp_path("shrinks.txt");
+  { std::ofstream(t.dataset_path, std::ios::binary) << std::string(1 << 20, 'a'); }  // 256 pages
+  auto data = make_dataset(t, m);
+  std::vector<int64_t> seq;
+  std::vector<uint8_t> answer;
+  data->sequence(5000, &seq, &answer);  // far into the file
+  REQUIRE(::truncate(t.dataset_path.c_str(), 100) == 0);
+  std::string why;
+  try {
+    data->sequence(5000, &seq, &answer);
+  } catch (const DataChangedError& e) {
+    why = e.what();
+  }
+  CHECK_THAT(why, Catch::Contains("shrinks.txt") && Catch::Contains("changed size during the run") &&
+                      Catch::Contains("it holds 100 bytes now and held 1048576 when the run began"));
+
+  // An llm.c file rewritten in place with a token the open-time scan did not see.
+  m.vocab_size = 200;
+  t.dataset = DatasetKind::Tokens;
+  t.dataset_path = temp_path("rewritten.bin");
+  std::vector<uint16_t> tokens(1000, 7);
+  write_llmc(t.dataset_path, 20240520, 1, 1000, tokens);
+  data = make_dataset(t, m);
+  tokens[3] = 250;
+  write_llmc(t.dataset_path, 20240520, 1, 1000, tokens);
+  why.clear();
+  try {
+    data->sequence(0, &seq, &answer);
+  } catch (const DataChangedError& e) {
+    why = e.what();
+  }
+  CHECK_THAT(why, Catch::Contains("rewritten.bin") && Catch::Contains("token 250 at index 3") &&
+                      Catch::Contains("the file changed during the run"));
 }
 
 TEST_CASE("data: a rank's batch is its replica's sequences, its shard, global positions", "[engine][data]") {

@@ -17,14 +17,13 @@ using namespace odyssey::test;
 
 namespace {
 
-/// reference.safetensors as tensors (copied out of the mapping).
+/// reference.safetensors as tensors (read into their own memory).
 std::map<std::string, at::Tensor> read_reference(const std::string& dir) {
-  const SafetensorsFile file(dir + "/reference.safetensors");
   std::map<std::string, at::Tensor> out;
-  for (const auto& [name, t] : file.tensors()) {
+  for (HfTensor& t : read_hf_tensors(dir + "/reference.safetensors")) {
     const at::ScalarType type = t.dtype == "I64" ? at::kLong : at::kFloat;
     REQUIRE((t.dtype == "I64" || t.dtype == "F32"));
-    out[name] = at::from_blob(const_cast<std::byte*>(file.data(t)), t.shape, at::TensorOptions().dtype(type)).clone();
+    out[t.name] = at::from_blob(t.bytes.data(), t.shape, at::TensorOptions().dtype(type)).clone();
   }
   return out;
 }
@@ -138,11 +137,12 @@ TEST_CASE("hf: the preset takes the shape and rope scaling from config.json", "[
   CHECK(qwen.model.rope_scaling.kind == RopeScalingKind::Yarn);
 }
 
-TEST_CASE("hf: loading allocates no tensor memory: file pages are converted straight into the master shards",
-          "[engine][hf]") {
+TEST_CASE("hf: loading allocates no tensor memory: file bytes are converted through a bounded host buffer into the "
+          "master shards", "[engine][hf]") {
   // Memory: an 8B checkpoint must never be materialised whole on a rank. The tracker counts every
   // ATen allocation of rank 0; loading a bf16 checkpoint (the converting path) adds none, so a
-  // rank's load costs its own shards (already allocated by the model) and nothing per file.
+  // rank's load costs its own shards (already allocated by the model) and the 16 MiB staging
+  // buffer (a std::vector, outside ATen), nothing per file.
   const std::string dir = hf_fixture("llama-tied-bf16-sharded");
   const RunConfig cfg = hf_config(dir, 32);
   Trainer t(cfg, cpu_rank());
