@@ -42,17 +42,24 @@ bool RunDriver::force_unfit(EngineControl& engine, RunHistory& history, std::str
     set_notice("Applies at the next step (forced past the planner's verdict): " + change.summary, history);
     return true;
   }
+  last_edited_ = cfg;
+  restart_pending_ = false;
+  return restart(engine, cfg, change.summary + " (forced past the planner's verdict)", history, error);
+}
+
+bool RunDriver::restart(EngineControl& engine, const RunConfig& cfg, const std::string& summary, RunHistory& history,
+                        std::string* error) {
+  std::string err;
   if (!engine.restart(cfg, &err)) {
     failed_restart_ = cfg;
     set_notice("Restart failed: " + err, history);
     if (error) *error = err;
     return false;
   }
+  failed_restart_.reset();
   sent_ = cfg;
-  last_edited_ = cfg;
-  restart_pending_ = false;
-  history.note_restart(change.summary, cfg);
-  set_notice("Restarted the run (forced past the planner's verdict): " + change.summary, history);
+  history.note_restart(summary, cfg);
+  set_notice("Restarted the run: " + summary, history);
   return true;
 }
 
@@ -143,16 +150,7 @@ void RunDriver::sync(EngineControl& engine, const RunConfig& edited, bool edited
   }
   if (now_s < restart_at_s_) return;
   restart_pending_ = false;
-  std::string err;
-  if (!engine.restart(edited, &err)) {
-    failed_restart_ = edited;
-    set_notice("Restart failed: " + err, history);
-    return;
-  }
-  failed_restart_.reset();
-  sent_ = edited;
-  history.note_restart(change.summary, edited);
-  set_notice("Restarted the run: " + change.summary, history);
+  restart(engine, edited, change.summary, history, nullptr);
 }
 
 }  // namespace odyssey::studio

@@ -54,6 +54,9 @@ class RunDriver {
   /// True when `cfg` may run: it fits, or it is the config the user forced. Otherwise records it
   /// as unfit() with the planner's reason and says so once.
   bool may_run(const RunConfig& cfg, const std::string& what, RunHistory& history);
+  /// Restarts the live run with `cfg` ("Restarted the run: summary"), or records the failure.
+  bool restart(EngineControl& engine, const RunConfig& cfg, const std::string& summary, RunHistory& history,
+               std::string* error);
 
   RunConfig sent_;
   bool has_run_ = false;

@@ -1,7 +1,7 @@
 // Helpers of the CLI tests that run the real `odyssey` binary: run it and read its output, start
 // it as a child (one per torchrun rank), wait for checkpoints and exits, read metrics.jsonl.
-// defines: kTiny, read_text, fresh_dir, Run, run_odyssey, spawn_odyssey, spawn_torchrun,
-// checkpoint_step, losses, wait_for_checkpoint, wait_exit, metrics_lines
+// defines: kTiny, kShort, read_text, fresh_dir, Run, run_odyssey, require_exit, spawn_odyssey,
+// spawn_torchrun, checkpoint_step, losses, wait_for_checkpoint, wait_exit, metrics_lines
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -34,6 +34,9 @@ namespace odyssey::test {
 inline const std::string kTiny =
     "presets/tiny-cpu.toml --set parallel.world_size=1 --set parallel.ulysses_degree=1 --set parallel.fsdp=false "
     "--set training.seq_len=128 ";
+
+/// The tiny preset with a warmup short runs can hold.
+inline const std::string kShort = kTiny + "--set training.warmup_steps=1 ";
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -69,6 +72,12 @@ inline Run run_odyssey(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.err = read_text(err_path);
   return r;
+}
+
+/// A run must end by itself with `expected`: a crash shows as code -1 (killed by a signal).
+inline void require_exit(const Run& r, int expected) {
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.code == expected);
 }
 
 // Starts `odyssey ARGS` as a child process (stdout/stderr to files); returns its pid. `env`:

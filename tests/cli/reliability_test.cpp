@@ -19,15 +19,6 @@ using namespace odyssey::test;
 
 namespace {
 
-/// The tiny preset with a warmup short runs can hold.
-const std::string kShort = kTiny + "--set training.warmup_steps=1 ";
-
-/// Runs must end by themselves: a crash shows as code -1 (killed by a signal).
-void require_clean_exit(const Run& r, int expected) {
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  REQUIRE(r.code == expected);
-}
-
 std::string write_file(const std::string& name, const std::string& bytes) {
   const std::string path = std::string(ODYSSEY_BINARY_DIR) + "/reliability_" + name;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
@@ -37,7 +28,7 @@ std::string write_file(const std::string& name, const std::string& bytes) {
 /// A run directory with a checkpoint after 2 steps of the tiny preset.
 std::string checkpointed(const std::string& name) {
   const std::string dir = fresh_dir(name);
-  require_clean_exit(run_odyssey("train " + kShort + "--set training.steps=6 --steps 2 --quiet --out " + dir), 0);
+  require_exit(run_odyssey("train " + kShort + "--set training.steps=6 --steps 2 --quiet --out " + dir), 0);
   return dir;
 }
 
@@ -85,7 +76,7 @@ TEST_CASE("reliability: corrupt checkpoint fields are refused with exit 2, never
     const std::string dir = checkpointed("corrupt");
     patch(rank_file(dir), c.offset, &c.value, c.width);
     const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 2 --quiet");
-    require_clean_exit(r, 2);
+    require_exit(r, 2);
     CHECK_THAT(r.err, Catch::Contains(rank_file(dir)) && Catch::Contains(c.expect));
     CHECK(r.err.find("Exception raised from") == std::string::npos);  // no LibTorch stack trace
   }
@@ -96,7 +87,7 @@ TEST_CASE("reliability: corrupt checkpoint fields are refused with exit 2, never
   const float huge[4] = {1e30f, 1e30f, 1e30f, 1e30f};
   patch(rank_file(dir), static_cast<size_t>(st.st_size) - sizeof huge, huge, sizeof huge);
   const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 2 --quiet");
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("exp_avg_sq' (#") && Catch::Contains("fails its CRC-32 check"));
 }
 
@@ -110,7 +101,7 @@ TEST_CASE("reliability: latest.json with a wrong type or an absurd number names 
     text.replace(text.find("\"step\":2"), 8, "\"step\":" + value);
     std::ofstream(latest, std::ios::trunc) << text;
     const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --quiet");
-    require_clean_exit(r, 2);
+    require_exit(r, 2);
     CHECK_THAT(r.err, Catch::Contains(shown + ": must be a whole number"));
   }
   // Beyond a double: nlohmann's out_of_range (not a parse_error) escaped the parser, and the
@@ -119,18 +110,18 @@ TEST_CASE("reliability: latest.json with a wrong type or an absurd number names 
   text.replace(text.find("\"step\":2"), 8, "\"step\":1e400");
   std::ofstream(latest, std::ios::trunc) << text;
   const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --quiet");
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains(latest) && Catch::Contains("number overflow parsing '1e400'"));
 }
 
 TEST_CASE("reliability: resume refuses another shape and states every other change first", "[cli][reliability]") {
   const std::string dir = checkpointed("reshape");
   Run r = run_odyssey("train " + kShort + "--set training.steps=6 --set model.n_layers=2 --resume " + dir + " --quiet");
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("model.n_layers = 4 -> 2"));
   r = run_odyssey("train " + kShort + "--set training.steps=6 --set training.lr=0.002 --set training.seed=9 --resume " +
                   dir + " --steps 1");
-  require_clean_exit(r, 0);
+  require_exit(r, 0);
   // The differences come before the first step's line.
   const size_t lr = r.out.find("resume: training.lr = 0.005 -> 0.002");  // tiny-cpu.toml: lr = 5e-3
   const size_t seed = r.out.find("resume: training.seed = 1234 -> 9");
@@ -151,7 +142,7 @@ TEST_CASE("reliability: a second run into a busy directory is refused with the o
   const Run second = run_odyssey("train " + kShort + "--set training.steps=3 --quiet --out " + dir);
   kill(first, SIGKILL);
   waitpid(first, nullptr, 0);
-  require_clean_exit(second, 2);
+  require_exit(second, 2);
   CHECK_THAT(second.err, Catch::Contains("is in use by another run (pid " + std::to_string(first)));
   CHECK(read_text(dir + "/metrics.jsonl").rfind(metrics_before, 0) == 0);  // the first run's lines intact
 }
@@ -178,7 +169,7 @@ TEST_CASE("reliability: SIGTERM checkpoints and exits 143, a full disk is a runt
   REQUIRE(std::system(("mkdir -p " + full + "/checkpoints/step_00000001 && ln -s /dev/full " + full +
                        "/checkpoints/step_00000001/rank0.bin.tmp").c_str()) == 0);
   const Run r = run_odyssey("train " + kShort + "--set training.steps=1 --quiet --out " + full);
-  require_clean_exit(r, 1);
+  require_exit(r, 1);
   CHECK_THAT(r.err, Catch::Contains("rank0.bin.tmp") && Catch::Contains("disk full"));
 }
 
@@ -186,7 +177,7 @@ TEST_CASE("reliability: more in-process ranks than a process tracks is refused b
   const std::string dir = fresh_dir("world65");
   const Run r = run_odyssey("train presets/tiny-cpu.toml --set parallel.world_size=65 --set parallel.ulysses_degree=1 "
                             "--set memory.heads_per_stage=0 --steps 1 --quiet --out " + dir);
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("parallel.world_size = 65: one process runs at most 64 rank threads"));
   CHECK(read_text(dir + "/metrics.jsonl").empty());
   CHECK(read_text(dir + "/summary.json").empty());
@@ -194,15 +185,15 @@ TEST_CASE("reliability: more in-process ranks than a process tracks is refused b
 
 TEST_CASE("reliability: sizes out of their physical range are refused, nothing overflows or hangs", "[cli][reliability]") {
   Run r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set hardware.device_memory_gib=9e9");
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("hardware.device_memory_gib = 9e+09: must be a number of GiB in (0, 65536]"));
   r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set hardware.runtime_overhead_gib=1e10");
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("hardware.runtime_overhead_gib = 1e+10: must be a number of GiB in [0, 65536]"));
   // In range but beyond any machine: the planner's saturating arithmetic says so instead of wrapping.
   r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set training.batch_size=65536 --set training.seq_len=16G "
                   "--set memory.tiled_loss=false --json");
-  require_clean_exit(r, 0);
+  require_exit(r, 0);
   auto plan = parse_json(r.out);
   REQUIRE(plan.has_value());
   CHECK(plan->at("beyond_range").get<bool>());
@@ -211,7 +202,7 @@ TEST_CASE("reliability: sizes out of their physical range are refused, nothing o
   // A huge head count once computed its hint's divisors one by one for an hour.
   const auto t0 = std::chrono::steady_clock::now();
   r = run_odyssey("check presets/qwen3-32b-16xh100.toml --set model.n_heads=1099511627776");
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK(seconds_since(t0) < 5);
   CHECK_THAT(r.err, Catch::Contains("model.n_heads = 1099511627776: must be between 1 and 4096"));
 }
@@ -223,12 +214,12 @@ TEST_CASE("reliability: FIFOs and malformed token files are refused at once", "[
   auto t0 = std::chrono::steady_clock::now();
   Run r = run_odyssey("train " + kShort + "--set training.dataset=bytes --set model.vocab_size=256 "
                       "--set training.dataset_path=" + fifo + " --quiet --out " + fresh_dir("fifo_data"));
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("not a regular file"));
   CHECK(seconds_since(t0) < 10);
   t0 = std::chrono::steady_clock::now();
   r = run_odyssey("check " + fifo);
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("is not a regular file"));
   CHECK(seconds_since(t0) < 5);
 
@@ -242,14 +233,14 @@ TEST_CASE("reliability: FIFOs and malformed token files are refused at once", "[
   const std::string tokens = write_file("tokens.bin", bytes);
   r = run_odyssey("train " + kShort + "--set training.dataset=tokens --set model.vocab_size=512 --set training.dataset_path=" +
                   tokens + " --quiet --out " + fresh_dir("trailing"));
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("the header says 200 tokens") && Catch::Contains("200 bytes would be ignored") &&
                         Catch::Contains("the body holds 300 tokens"));
 }
 
 TEST_CASE("reliability: odyssey --help keeps every command apart from its description", "[cli][reliability]") {
   const Run r = run_odyssey("--help");
-  require_clean_exit(r, 0);
+  require_exit(r, 0);
   std::vector<std::string> lines;
   std::istringstream in(r.out);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
@@ -271,7 +262,7 @@ TEST_CASE("reliability: --memory-snapshot on a CPU run is refused before any out
   // It records the CUDA caching allocator's history; a CPU run has none to record.
   const std::string dir = fresh_dir("snapshot_cpu");
   const Run r = run_odyssey("train " + kShort + "--steps 1 --memory-snapshot " + dir + "/x.pickle --out " + dir);
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--memory-snapshot " + dir + "/x.pickle: it records the CUDA caching allocator"));
   CHECK(read_text(dir + "/metrics.jsonl").empty());
 }
@@ -320,13 +311,13 @@ TEST_CASE("reliability: export refuses overflowing shard sizes, a file as --hf a
     const std::string arg = size[0] == '=' ? "--max-shard-size" + size : "--max-shard-size " + size;
     const Run r = run_odyssey("export " + run + " --hf " + root + "/a " + arg);
     INFO(arg);
-    require_clean_exit(r, 2);
+    require_exit(r, 2);
     CHECK_THAT(r.err, Catch::Contains("must be a positive size") && Catch::Contains("at most 9223372036854775807 bytes"));
   }
   CHECK(list_dir_names(root).empty());
   // --flag=value as every other subcommand takes it, and OUT/ staged beside OUT, not inside it.
   Run r = run_odyssey("export " + run + " --hf=" + root + "/b/ --max-shard-size=1KB --json");
-  require_clean_exit(r, 0);
+  require_exit(r, 0);
   const auto done = parse_json(r.out);
   REQUIRE(done.has_value());
   CHECK(done->at("files").size() > 2);  // sharded at 1 KB, with an index
@@ -335,13 +326,13 @@ TEST_CASE("reliability: export refuses overflowing shard sizes, a file as --hf a
   // A regular file where the output directory belongs.
   const std::string file = write_file("export_target", "not a directory");
   r = run_odyssey("export " + run + " --hf " + file);
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains(file + " exists and is a file, not a directory"));
   CHECK(read_text(file) == "not a directory");
   // tokenizer.json that is a directory: once exported as an empty file.
   REQUIRE(std::system(("mkdir -p '" + root + "/tok/tokenizer.json'").c_str()) == 0);
   r = run_odyssey("export " + run + " --hf " + root + "/c --tokenizer=" + root + "/tok");
-  require_clean_exit(r, 2);
+  require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains(root + "/tok/tokenizer.json") && Catch::Contains("is a directory"));
   CHECK(list_dir_names(root) == std::vector<std::string>{"b", "tok"});
 }

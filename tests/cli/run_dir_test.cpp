@@ -9,24 +9,12 @@
 using namespace odyssey;
 using namespace odyssey::test;
 
-namespace {
-
-const std::string kShort = kTiny + "--set training.warmup_steps=1 ";
-
-void require_exit(const Run& r, int expected) {
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  REQUIRE(r.code == expected);
-}
-
-std::string file_bytes(const std::string& path) { return read_text(path); }
-
-}  // namespace
 
 TEST_CASE("run directory: a new run into one holding a run is refused and leaves it whole, --overwrite replaces it",
           "[cli][reliability][rundir]") {
   const std::string dir = fresh_dir("holds_run");
   require_exit(run_odyssey("train " + kShort + "--set training.steps=6 --steps 3 --quiet --out " + dir), 0);
-  const std::string metrics = file_bytes(dir + "/metrics.jsonl"), summary = file_bytes(dir + "/summary.json");
+  const std::string metrics = read_text(dir + "/metrics.jsonl"), summary = read_text(dir + "/summary.json");
   REQUIRE(metrics_lines(dir) == 3);
   REQUIRE(checkpoint_step(dir) == 3);
 
@@ -38,8 +26,8 @@ TEST_CASE("run directory: a new run into one holding a run is refused and leaves
     CHECK_THAT(r.err, Catch::Contains("--out " + dir + " holds a run (metrics.jsonl with 3 steps, a checkpoint at step 3, "
                                       "summary.json): continue it with --resume " + dir +
                                       ", choose another --out, or pass --overwrite to replace it"));
-    CHECK(file_bytes(dir + "/metrics.jsonl") == metrics);
-    CHECK(file_bytes(dir + "/summary.json") == summary);
+    CHECK(read_text(dir + "/metrics.jsonl") == metrics);
+    CHECK(read_text(dir + "/summary.json") == summary);
     CHECK(checkpoint_step(dir) == 3);
   }
   // --resume into its own directory continues it.

@@ -1,5 +1,5 @@
 // The vector code ATen runs is the one ATEN_CPU_CAPABILITY asks for (the proof that the reruns
-// under tests/cpu_capability.sh exercised each instruction set), and oneDNN is off in every test,
+// under tests/cpu_rerun.sh exercised each instruction set), and oneDNN is off in every test,
 // as in every run (use_portable_cpu_kernels). Built into engine_tests and parallel_tests.
 // defines: test cases
 #include <catch2/catch.hpp>
@@ -43,7 +43,7 @@ TEST_CASE("cpu kernels: oneDNN is off, so what a CPU step allocates does not dep
   // With oneDNN on, a bf16 matmul on any AVX-512 CPU allocates oneDNN's scratchpads through c10
   // (which the memory tracker counts) and ATen's flash kernel packs K and V on an AMX CPU: the
   // measurement tests would measure the CPU, not the engine. Under the ONEDNN_MAX_CPU_ISA reruns
-  // (tests/onednn_isa.sh) the same tests pass at each ISA, which is only possible with it off.
+  // (tests/cpu_rerun.sh onednn) the same tests pass at each ISA, which is only possible with it off.
   REQUIRE(kPortableCpuKernels);
   CHECK_FALSE(at::globalContext().userEnabledMkldnn());
   const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
