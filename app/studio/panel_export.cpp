@@ -6,10 +6,10 @@
 
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 
 #include "app/studio/panels.h"
 #include "engine/config/preset.h"
+#include "engine/util/files.h"
 
 namespace odyssey::studio {
 
@@ -85,9 +85,10 @@ bool run_action(AppState& state, EngineControl& engine, const std::string& path)
       break;
     case FileDialog::ExportTrace:
     case FileDialog::ExportMetrics: {
-      std::error_code ec;
-      const auto parent = std::filesystem::path(path).parent_path();
-      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+      // The folder first (make_dirs: one level at a time, bounded by PATH_MAX, nothing left behind
+      // on failure); the export then reports any problem with the path itself.
+      const size_t slash = path.find_last_of('/');
+      if (slash != std::string::npos && slash > 0) make_dirs(path.substr(0, slash));
       ok = state.dialog == FileDialog::ExportTrace ? engine.export_trace(path, &msg) : engine.export_metrics(path, &msg);
       if (ok) msg = "Wrote " + path;
       state.history.add_log("[studio] " + (ok ? msg : "export failed: " + msg));
