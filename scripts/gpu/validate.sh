@@ -17,8 +17,9 @@
 #
 # Each call leaves its record: $OUT/records/<record>/ (DATE-DEVICE-COMMIT, or --record NAME)
 # holds a manifest.json (date, device, commit, command, stages run) and each stage's raw JSON
-# (results_of), the layout committed under bench/results/<record>/ as is; the archive carries it
-# too. The CPU dry run predicts its points first.
+# (results_of), the layout committed under bench/results/<record>/ as is
+# (scripts/results_tables.py --add); the archive carries it too. The CPU dry run predicts its
+# points first and ends by checking its record with scripts/results_tables.py --check-record.
 #
 # Stages, in order of value: smoke (every [.cuda] test; the tiny preset on CUDA against the CPU;
 # Llama-3.2-1B in bf16 for 3 steps with a falling loss), kernels (odyssey_kernel_bench), throughput
@@ -393,6 +394,11 @@ for stage in "${stages[@]}"; do
   record_stage "$stage" "$ran" "$rc" "$seconds" >>"$summary" 2>&1 || status=1
 done
 echo "record: $RECORD_DIR" >>"$summary"
+if [ $DRY = 1 ]; then
+  # The record as the tables read it: every stage's raw JSON there, its figures readable, every
+  # point the tables set against the planner predicted.
+  "$PY" "$ROOT/scripts/results_tables.py" --check-record "$RECORD_DIR" --allow-dry-run >>"$summary" 2>&1 || status=1
+fi
 # The headline figures of each stage, for the reply's tail.
 "$PY" "$ROOT/scripts/gpu/validate_summary.py" "$WORK" >>"$summary" 2>&1 || true
 archive="$OUT_DIR/$LABEL.tar.gz"
