@@ -182,13 +182,20 @@ def plan_points(measured, extra_sets=()):
     return points
 
 
+def is_fit_point(row):
+    """Whether a throughput.jsonl row is one the fit takes: a full-stack Odyssey run (no variant)
+    with a step time. scripts/results_tables.py marks these as fitted and leaves them out of the
+    planner's step-time accuracy."""
+    return row.get("system") == "odyssey" and not row.get("variant") and "error" not in row and bool(row.get("step_time_s"))
+
+
 def full_stack_steps(jsonl_path):
-    """{tokens: step s} of the full-stack Odyssey runs (no variant) in a throughput.jsonl."""
+    """{tokens: step s} of the full-stack Odyssey runs (is_fit_point) in a throughput.jsonl."""
     out = {}
     with open(jsonl_path) as f:
         for line in f:
             r = json.loads(line)
-            if r.get("system") == "odyssey" and not r.get("variant") and "error" not in r and r.get("step_time_s"):
+            if is_fit_point(r):
                 out[int(r["seq_len"])] = float(r["step_time_s"])
     return out
 

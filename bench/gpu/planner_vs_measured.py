@@ -15,7 +15,9 @@ the plan's (`phase_gap_bytes`, `phase_gap_phase`), and between step 1's phase pe
 step's (`step1_gap_bytes`, `step1_gap_phase`: 0 once nothing is first made inside step 1, such as
 cuBLAS's workspaces, which the trainer makes before it).
 
-Targets: step peak within 10%; bytes per token within 5%.
+Targets: step peak within 10%; bytes per token within 5%. Each point is planned with this GPU's
+hardware profile (systems.plan_point) and carries its `point` (preset, length, sets); under
+validate.sh --predict the points are planned into their prediction files and nothing runs.
 
     python3 bench/gpu/planner_vs_measured.py --out $OUT/planner                 # rank 0 of 8B/8xH100 emulated, 1B
     python3 bench/gpu/planner_vs_measured.py --out /tmp/p --cases tiny           # the CPU dry run
@@ -30,7 +32,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from systems import ROOT, odyssey_binary, run_json, run_sampling_device_use  # noqa: E402
+from systems import (NOT_RUN, ROOT, odyssey_binary, plan_point, point_of, predict_point,  # noqa: E402
+                     predictions_dir, run_sampling_device_use)
 
 PEAK_TOLERANCE, SLOPE_TOLERANCE = 0.10, 0.05
 POINT_KEYS = ("case", "seq_len", "planned_tensor_peak_bytes", "planned_peak_phase", "measured_peak_bytes", "ratio",
@@ -72,8 +75,11 @@ def cases(which, layers):
 def measure_one(name, preset, sets, seq, steps, out, timeout):
     odyssey = odyssey_binary()
     set_args = sum((["--set", s] for s in sets + ["training.seq_len=%d" % seq]), [])
-    point = {"case": name, "seq_len": seq}
-    plan = run_json([odyssey, "plan", preset, *set_args, "--json"], 120)
+    point = {"case": name, "seq_len": seq, "point": point_of(preset, sets, seq)}
+    # planned as every benchmark plans (systems.plan_point: this GPU's hardware profile)
+    plan = plan_point(point["point"])
+    if "error" in plan:
+        raise RuntimeError("odyssey plan: %s" % plan["error"])
     overhead = plan.get("runtime_overhead_bytes", 0)
     planned_phases = {ph["name"]: ph["resident_bytes"] - overhead for ph in plan.get("phases", [])}
     point.update(planned_peak_bytes=plan["peak_bytes"], planned_overhead_bytes=overhead,
@@ -115,6 +121,10 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
 
 def measure(name, preset, sets, lengths, steps, out, timeout):
     case = {"case": name, "preset": preset, "sets": sets, "points": []}
+    if predictions_dir():  # before the call: each point planned into its file, nothing run
+        for seq in lengths:
+            predict_point(point_of(preset, sets, seq))
+        return dict(case, ok=False, error=NOT_RUN)
     try:
         for seq in lengths:
             point = measure_one(name, preset, sets, seq, steps, out, timeout)

@@ -5,11 +5,19 @@ so one script path serves the GPU and its CPU dry run: ODYSSEY_BENCH_PRESET (the
 default presets/llama3.2-1b-1xh100.toml), ODYSSEY_BENCH_SETS (extra `--set k=v` assignments,
 space-separated) and ODYSSEY_BENCH_BASELINE_ARGS (extra baseline arguments).
 
-defines: run_baseline, run_odyssey, plan_odyssey, run_json, odyssey_binary, odyssey_preset, odyssey_sets,
-device_profile_sets, run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side,
-finish_side_by_side
+Predictions before measurements: with ODYSSEY_BENCH_PREDICT=DIR (validate.sh --predict) every
+Odyssey run a script would measure is planned instead (`odyssey plan --json` of the same preset,
+sets and length, for the GPU ODYSSEY_BENCH_DEVICE names) into DIR, and nothing is run: the
+points come from the scripts' own run calls, so the predictions cover what the call measures.
+Every measured row carries its `point` (preset, seq_len, sets), the key that pairs it with its
+prediction (point_key).
+
+defines: run_baseline, run_odyssey, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
+preset_name, point_key, point_file_name, run_json, odyssey_binary, odyssey_preset, odyssey_sets, device_profile_sets,
+run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
 """
 import bisect
+import hashlib
 import json
 import os
 import subprocess
@@ -101,9 +109,10 @@ def nvidia_smi(query, fmt="csv,noheader,nounits"):
 def device_profile_sets():
     """The planner's hardware profile for the GPU these benchmarks run on, as `--set` assignments:
     an H200 plans with the h200 profile (the presets name h100-sxm); anything else keeps the
-    preset's (the CPU dry run's tiny preset names its own)."""
-    names = nvidia_smi("--query-gpu=name") or ""
-    return ["hardware.profile=h200"] if "H200" in names else []
+    preset's (the CPU dry run's tiny preset names its own). The GPU is nvidia-smi's, or the one
+    ODYSSEY_BENCH_DEVICE names (predictions made before a call, on a machine without it)."""
+    names = os.environ.get("ODYSSEY_BENCH_DEVICE") or nvidia_smi("--query-gpu=name") or ""
+    return ["hardware.profile=h200"] if "H200" in names.upper() else []
 
 
 def run_json(cmd, timeout_s):
@@ -115,17 +124,75 @@ def run_json(cmd, timeout_s):
     return json.loads(proc.stdout)
 
 
-def plan_odyssey(seq, extra_sets=(), timeout_s=120):
-    """`odyssey plan --json` of the benchmark's preset at `seq` tokens with its sets, `extra_sets`
-    and this GPU's hardware profile (device_profile_sets): the planner's word beside a measurement.
-    {"error": ...} when it cannot plan."""
-    cmd = [odyssey_binary(), "plan", odyssey_preset(), "--set", "training.seq_len=%d" % seq, "--json"]
-    for s in odyssey_sets() + list(extra_sets) + device_profile_sets():
+# [section] points: what one measured run is, its plan, its prediction -----------------------------
+
+def preset_name(path):
+    """A preset as the records name it: relative to the checkout when inside it (the same name on
+    every machine), else as given."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, ROOT) if full.startswith(ROOT + os.sep) else path
+
+
+def point_of(preset, sets, seq):
+    """One measured point: the preset (preset_name), the length and the `--set` assignments of its
+    `odyssey train` (the GPU's profile is no part of it: a run trains whatever device it is on)."""
+    return {"preset": preset_name(preset), "seq_len": int(seq), "sets": list(sets)}
+
+
+def point_key(point):
+    """The key that pairs a measured row with its prediction: the preset, the length and the
+    settings the sets leave (a later `--set` of a key wins, as on the command line), in key order."""
+    settings = {}
+    for assignment in point.get("sets", []):
+        key, _, value = assignment.partition("=")
+        settings[key.strip()] = value.strip()
+    return json.dumps([point.get("preset"), int(point.get("seq_len", 0)), sorted(settings.items())])
+
+
+def point_file_name(point):
+    """A prediction's file name: the preset's stem, the length and a digest of the key."""
+    stem = os.path.splitext(os.path.basename(point.get("preset") or "preset"))[0]
+    digest = hashlib.sha1(point_key(point).encode()).hexdigest()[:10]
+    return "%s-%d-%s.json" % (stem, int(point.get("seq_len", 0)), digest)
+
+
+def plan_point(point, timeout_s=120):
+    """`odyssey plan --json` of one point with this GPU's hardware profile (device_profile_sets):
+    the planner's word beside its measurement. {"error": ...} when it cannot plan."""
+    preset = point["preset"] if os.path.isabs(point["preset"]) else os.path.join(ROOT, point["preset"])
+    cmd = [odyssey_binary(), "plan", preset, "--set", "training.seq_len=%d" % point["seq_len"], "--json"]
+    for s in list(point["sets"]) + device_profile_sets():
         cmd += ["--set", s]
     try:
         return run_json(cmd, timeout_s)
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         return {"error": str(e)[-400:]}
+
+
+def plan_odyssey(seq, extra_sets=(), timeout_s=120):
+    """`odyssey plan --json` of the benchmark's preset at `seq` tokens with its sets, `extra_sets`
+    and this GPU's hardware profile (plan_point). {"error": ...} when it cannot plan."""
+    return plan_point(point_of(odyssey_preset(), odyssey_sets() + list(extra_sets), seq), timeout_s)
+
+
+def predictions_dir():
+    """Where predictions go instead of runs (ODYSSEY_BENCH_PREDICT, set by validate.sh --predict), or None."""
+    return os.environ.get("ODYSSEY_BENCH_PREDICT") or None
+
+
+def predict_point(point):
+    """Writes `odyssey plan --json` of `point` into predictions_dir() as {"point", "device",
+    "plan"} (a planner that refuses the point leaves its {"error"} there: the prediction is that
+    refusal); returns the plan."""
+    plan = plan_point(point)
+    os.makedirs(predictions_dir(), exist_ok=True)
+    device = os.environ.get("ODYSSEY_BENCH_DEVICE") or (nvidia_smi("--query-gpu=name") or "cpu").strip()
+    with open(os.path.join(predictions_dir(), point_file_name(point)), "w") as f:
+        json.dump({"point": point, "device": device, "profile_sets": device_profile_sets(), "plan": plan}, f, indent=1)
+    return plan
+
+
+NOT_RUN = "predicted only: not run"
 
 
 def _device_use_mib(pid):
@@ -187,6 +254,8 @@ def run_baseline(seq, steps, timeout_s, warmup=1, log_path=None, extra_args=()):
     `extra_args` (e.g. --kernel-profile FILE)."""
     cmd = [sys.executable, os.path.join(HERE, "pytorch_baseline.py"), "--seq", str(seq), "--steps", str(steps),
            "--warmup", str(warmup)] + os.environ.get("ODYSSEY_BENCH_BASELINE_ARGS", "").split() + list(extra_args)
+    if predictions_dir():  # the planner has no word on the baseline
+        return {"system": "pytorch", "seq_len": seq, "error": NOT_RUN}
     proc, err, wall = _run(cmd, timeout_s, log_path)
     if err:
         return {"system": "pytorch", "seq_len": seq, "error": err, "wall_s": wall, "command": " ".join(cmd)}
@@ -201,16 +270,22 @@ def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_
     """One `odyssey train` process, no checkpoint (a benchmark's run: the 1B model's is 15 GB);
     reads DIR/metrics.jsonl (DESIGN.md CLI contract). The first step is warm-up: tokens/s and step
     time are the mean over the later steps (all steps if only one). `extra_args`: more options
-    (e.g. --kernel-profile FILE)."""
+    (e.g. --kernel-profile FILE). The result carries its `point`; in prediction mode
+    (predictions_dir) the point is planned into its file instead and nothing runs."""
+    sets = odyssey_sets() + list(extra_sets)
+    point = point_of(preset or odyssey_preset(), sets, seq)
+    if predictions_dir():
+        predict_point(point)
+        return {"system": "odyssey", "seq_len": seq, "point": point, "error": NOT_RUN}
     cmd = [odyssey_binary(), "train", preset or odyssey_preset(), "--set", "training.seq_len=%d" % seq,
            "--steps", str(steps), "--out", out_dir, "--no-checkpoint", "--quiet",
            # a benchmark measures what the device does, past the planner's verdict, into its own
            # scratch directory (a rerun replaces it)
            "--force", "--overwrite"] + list(extra_args)
-    for s in odyssey_sets() + list(extra_sets):
+    for s in sets:
         cmd += ["--set", s]
     proc, err, wall = _run(cmd, timeout_s, log_path)
-    base = {"system": "odyssey", "seq_len": seq, "wall_s": wall, "command": " ".join(cmd)}
+    base = {"system": "odyssey", "seq_len": seq, "point": point, "wall_s": wall, "command": " ".join(cmd)}
     if err:
         return dict(base, error=err)
     if proc.returncode != 0:
@@ -261,7 +336,7 @@ def run_side_by_side(args, variants, ok_key, target_ratio):
     for name, sets in variants:
         runs[name] = run_odyssey(args.seq, args.steps, args.timeout, os.path.join(args.out, name), extra_sets=sets,
                                  log_path=os.path.join(args.out, name + ".log"))
-    result = {"seq_len": args.seq, "runs": runs}
+    result = {"seq_len": args.seq, "runs": runs, "target_step_time_ratio": target_ratio}
     if all("error" not in r for r in runs.values()):
         base, measured = variants[0][0], variants[1][0]
         result["step_time_ratio"] = runs[measured]["step_time_s"] / runs[base]["step_time_s"]

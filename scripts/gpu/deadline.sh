@@ -5,10 +5,15 @@
 #        by 20 or more; stages: smoke kernels throughput planner longest offload ablation optimizer
 #        profile collectives; binaries from gpu-carry, as scripts/gpu/pack.sh leaves them). Writes
 #        $OUT/gpu-session.tar.gz; exits 0 once it is written (each stage's status is in the output
-#        and the archive).
+#        and the archive). The call's ONE record (records/<record>/ in the archive: every stage's
+#        raw JSON under one manifest.json) is named RECORD (environment: the name its predictions
+#        were made under, scripts/gpu/validate.sh --predict), else DATE-DEVICE-COMMIT.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-[ $# -ge 2 ] || { sed -n '2,7p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,10p' "$0"; exit 2; }
+# The call, as its record's manifest names it: the command, the environment that changes it
+export ODYSSEY_RECORD_COMMAND="scripts/gpu/deadline.sh $*"
+export ODYSSEY_CALL_ID="deadline-$(date -u +%Y%m%dT%H%M%SZ)-$$"
 deadline=$(( $(date +%s) + $1 ))
 shift
 OUT="${OUT:-$ROOT/runs/gpu}"
@@ -24,27 +29,36 @@ cd "$ROOT"
   ldd gpu-carry/bin/odyssey | grep -E "not found|cublas|torch_cuda" 2>&1
 } >"$WORK/environment.txt" 2>&1
 cat "$WORK/environment.txt"
+RECORD="${RECORD:-$("$PY" scripts/gpu/record.py name --bin gpu-carry/bin)}"
+validate=(scripts/gpu/validate.sh --carried gpu-carry --out "$WORK" --record "$RECORD")
 for stage in "$@"; do
   left=$(( deadline - $(date +%s) ))
   if [ "$left" -lt 30 ]; then
     echo "deadline: $stage not started ($left s left)" | tee -a "$WORK/skipped.txt"
+    "${validate[@]}" --label "$stage" --record-stage "$stage" "not started: $left s left before the deadline"
     continue
   fi
   # The stage runs in a session of its own: validate.sh's inner timeouts put their children in
   # process groups of their own, which a plain outer timeout would not reach, so at the deadline
   # the whole session is killed (a cut-off stage keeps its folder: validate.sh packs at its end).
-  setsid scripts/gpu/validate.sh --carried gpu-carry --out "$WORK" --label "$stage" "$stage" >"$WORK/$stage.out" 2>&1 &
+  setsid "${validate[@]}" --label "$stage" "$stage" >"$WORK/$stage.out" 2>&1 &
   sid=$!
   while kill -0 "$sid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 1; done
+  ended="stopped"
   if kill -0 "$sid" 2>/dev/null; then
+    ended="cut by the deadline"
     pkill -TERM -s "$sid"
     sleep 3
     pkill -KILL -s "$sid"
   fi
   wait "$sid"
-  echo "deadline: $stage rc $? after $(( $(date +%s) + left - deadline )) s"
+  rc=$?
+  echo "deadline: $stage rc $rc after $(( $(date +%s) + left - deadline )) s"
+  # A stage the deadline cut keeps what its scripts wrote (listed only if validate.sh did not)
+  "${validate[@]}" --label "$stage" --record-stage "$stage" "$ended after $(( $(date +%s) + left - deadline )) s (rc $rc)"
   tail -25 "$WORK/$stage.out"
 done
 rm -f "$WORK"/*.tar.gz
 tar -czf "$OUT/gpu-session.tar.gz" -C "$WORK" .
+echo "record: records/$RECORD in the archive ($(ls "$WORK/records/$RECORD" 2>/dev/null | tr '\n' ' '))"
 echo "archive: $OUT/gpu-session.tar.gz ($(du -h "$OUT/gpu-session.tar.gz" | cut -f1))"

@@ -11,6 +11,15 @@
 #     scripts/gpu/validate.sh --carried gpu-carry call3    longest, offload
 #   Anywhere, every stage's script path on the CPU with tiny shapes (part of make test):
 #     scripts/gpu/validate.sh --cpu-dry-run --bin build/bin all
+#   Before a call, on the build machine: `odyssey plan --json` of every point the call will measure,
+#   into bench/results/<record>/predictions/ (commit them before the call; no GPU needed):
+#     scripts/gpu/validate.sh --predict --device h200 --carried gpu-carry call1
+#
+# Each call leaves its record: $OUT/records/<record>/ (DATE-DEVICE-COMMIT, or --record NAME)
+# holds a manifest.json (date, device, commit, command, stages run) and each stage's raw JSON
+# (results_of), the layout committed under bench/results/<record>/ as is
+# (scripts/results_tables.py --add); the archive carries it too. The CPU dry run predicts its
+# points first and ends by checking its record with scripts/results_tables.py --check-record.
 #
 # Stages, in order of value: smoke (every [.cuda] test; the tiny preset on CUDA against the CPU;
 # Llama-3.2-1B in bf16 for 3 steps with a falling loss), kernels (odyssey_kernel_bench), throughput
@@ -23,8 +32,11 @@
 # (FSDP and Ulysses over every GPU of the machine, the collectives' kernels against the compute; 2
 # GPUs or more, status 3 with fewer). Groups: call1, call2, call3, all.
 # Options: --cpu-dry-run, --carried DIR (binaries in DIR/bin), --bin DIR, --out DIR ($OUT or
-# runs/validate), --label NAME (the archive's name). Environment: THROUGHPUT_LENGTHS (the throughput
-# stage's lengths, "32K 64K 128K" on a GPU), LONGEST_BOX. Exit 0 when every stage ran to its result.
+# runs/validate), --label NAME (the archive's name), --record NAME (the record's folder name),
+# --predict (plan the stages' points instead of running them) with --device NAME (the GPU the call
+# will run on: h100, h200) and --records DIR (where they go: bench/results). Environment:
+# THROUGHPUT_LENGTHS (the throughput stage's lengths, "32K 64K 128K" on a GPU), LONGEST_BOX. Exit 0
+# when every stage ran to its result (with --predict: when every stage with points predicted them).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -34,6 +46,12 @@ OUT_DIR="${OUT:-$ROOT/runs/validate}"
 LABEL=""
 ONE_STAGE=""
 WORK=""
+PREDICT=0
+DEVICE=""
+RECORDS=""
+RECORD=""
+RECORD_STAGE=""
+RECORD_STATUS=""
 stages=()
 args=("$@")
 while [ $# -gt 0 ]; do
@@ -45,6 +63,11 @@ while [ $# -gt 0 ]; do
     --bin) BIN="$2"; shift ;;
     --out) OUT_DIR="$2"; shift ;;
     --label) LABEL="$2"; shift ;;
+    --record) RECORD="$2"; shift ;;
+    --records) RECORDS="$2"; shift ;;
+    --predict) PREDICT=1 ;;
+    --device) DEVICE="$2"; shift ;;
+    --record-stage) RECORD_STAGE="$2"; RECORD_STATUS="$3"; shift 2 ;;  # internal: list a cut-off stage (deadline.sh)
     call1) stages+=(smoke kernels) ;;
     call2) stages+=(throughput planner) ;;
     call3) stages+=(longest offload) ;;
@@ -55,11 +78,18 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#stages[@]} -gt 0 ] || [ -n "$ONE_STAGE" ] || { echo "validate: name the stages or a call (call1, call2, call3, all)" >&2; exit 2; }
+[ ${#stages[@]} -gt 0 ] || [ -n "$ONE_STAGE" ] || [ -n "$RECORD_STAGE" ] ||
+  { echo "validate: name the stages or a call (call1, call2, call3, all)" >&2; exit 2; }
 case "$BIN" in "" ) BIN="$ROOT/build/bin" ;; /*) ;; *) BIN="$ROOT/$BIN" ;; esac
-for exe in odyssey engine_tests parallel_tests kernel_tests odyssey_kernel_bench; do
+needed="odyssey engine_tests parallel_tests kernel_tests odyssey_kernel_bench"
+[ $PREDICT = 1 ] && needed="odyssey"  # predictions only plan
+for exe in $needed; do
   [ -x "$BIN/$exe" ] || { echo "validate: $BIN/$exe missing (scripts/gpu/pack.sh builds and gathers them)" >&2; exit 2; }
 done
+if [ $PREDICT = 1 ] && [ $DRY = 0 ] && [ -z "$DEVICE" ]; then
+  echo "validate: --predict needs --device (the GPU the call will run on: h100, h200)" >&2; exit 2
+fi
+[ $DRY = 1 ] && DEVICE="cpu"
 
 # The machine's own LibTorch and CUDA libraries for binaries built elsewhere; the checkout's paths
 # for the tests' fixtures (test_paths.h reads these) and for the benchmark scripts.
@@ -113,11 +143,15 @@ fi
 
 # [section] the stages (each writes under $WORK/<stage>; a nonzero status means it did not run to its result)
 
-run_test() {  # run_test DIR EXECUTABLE FILTER SECONDS
+run_test() {  # run_test DIR EXECUTABLE FILTER SECONDS: a line in results.txt, a JSON line in tests.jsonl
   local log="$1/$2.txt"
   timeout --kill-after=5 "$4" "$BIN/$2" "$3" --durations yes >"$log" 2>&1
   local rc=$?
-  echo "$2 \"$3\": rc $rc $(grep -aE '^(All tests passed|test cases:)' "$log" | tail -1)" >>"$1/results.txt"
+  local summary
+  summary="$(grep -aE '^(All tests passed|test cases:)' "$log" | tail -1)"
+  echo "$2 \"$3\": rc $rc $summary" >>"$1/results.txt"
+  "$PY" -c 'import json, sys; print(json.dumps({"executable": sys.argv[1], "filter": sys.argv[2], "rc": int(sys.argv[3]),
+                                                 "summary": sys.argv[4]}))' "$2" "$3" "$rc" "$summary" >>"$1/tests.jsonl"
   return $rc
 }
 
@@ -135,11 +169,13 @@ stage_smoke() {
   timeout 120 "$BIN/odyssey" train "$BF16_PRESET" "${sets[@]}" --set training.dtype=bfloat16 --steps "$BF16_STEPS" \
     --no-checkpoint --quiet --overwrite --out "$d/bf16" >"$d/bf16.txt" 2>&1 || rc=1
   # The bf16 run's losses fall: the last below the first.
-  "$PY" - "$d/bf16/metrics.jsonl" >>"$d/results.txt" 2>&1 <<'PYEOF' || rc=1
+  "$PY" - "$d/bf16/metrics.jsonl" "$d/bf16.json" "$BF16_PRESET" $BF16_SETS >>"$d/results.txt" 2>&1 <<'PYEOF' || rc=1
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 losses = [r["loss"] for r in rows]
 ok = len(losses) >= 2 and all(l == l for l in losses) and losses[-1] < losses[0]
+with open(sys.argv[2], "w") as f:
+    json.dump({"preset": sys.argv[3], "sets": sys.argv[4:], "losses": losses, "falling": ok}, f)
 print("bf16 losses %s: %s" % (losses, "falling" if ok else "NOT falling"))
 sys.exit(0 if ok else 1)
 PYEOF
@@ -160,6 +196,7 @@ stage_throughput() {
   # that only has time for the pair not yet measured; the ablation and profile keep the first length.
   # shellcheck disable=SC2086
   "$PY" bench/gpu/throughput.py --lengths ${THROUGHPUT_LENGTHS:-$LENGTHS} --steps "$STEPS" --timeout 100 --out "$WORK/throughput" || return
+  [ -z "${ODYSSEY_BENCH_PREDICT:-}" ] || return 0  # predictions only: nothing measured to fit
   # On the CPU both systems must run at every length (on a GPU an OOM is a result): a baseline
   # that fails there (its checkpoint refused the recompute on the H200, 2026-11-26) leaves the
   # stage without a result, so the dry run fails.
@@ -215,7 +252,7 @@ stage_optimizer() {
   local rc=$?  # nonzero also when the ratio misses its target: the bench below runs either way
   # The host AdamW's scaling with the host's threads (what hardware.host_optimizer_gbps stands for),
   # after the result so that a cut-off bench loses nothing; binaries packed before it lack it.
-  if [ -x "$BIN/host_adamw_bench" ]; then
+  if [ -x "$BIN/host_adamw_bench" ] && [ -z "${ODYSSEY_BENCH_PREDICT:-}" ]; then
     # shellcheck disable=SC2086
     timeout 45 "$BIN/host_adamw_bench" $HOST_ADAMW_ARGS >"$WORK/optimizer/host_adamw_bench.txt" 2>&1 ||
       echo "host_adamw_bench: rc $? (see host_adamw_bench.txt)"
@@ -234,15 +271,16 @@ stage_collectives() {
   "$PY" bench/gpu/collective_overlap.py $COLLECTIVES_ARGS --timeout $((${BOX[collectives]} - 20)) --out "$WORK/collectives"
 }
 
-# A stage "ran" when its script reached its result; whether that result meets its target is in the
-# result files and the summary (a CPU dry run never meets GPU targets).
-result_of() {
+# Each stage's raw JSON, the files its record keeps (traces, logs and run folders stay in the
+# archive). The first is its result: a stage "ran" when its script reached it; whether that result
+# meets its target is in the result files and the summary (a CPU dry run never meets GPU targets).
+results_of() {
   case "$1" in
-    smoke) echo "smoke/results.txt" ;;
+    smoke) echo "smoke/tests.jsonl smoke/tiny/tiny_correctness.json smoke/bf16.json" ;;
     kernels) echo "kernels/kernel_bench.jsonl" ;;
-    throughput) echo "throughput/throughput.jsonl" ;;
+    throughput) echo "throughput/throughput.jsonl throughput/efficiency.json" ;;
     planner) echo "planner/planner_vs_measured.json" ;;
-    longest) echo "longest/longest_odyssey.json" ;;
+    longest) echo "longest/longest_odyssey.json longest/longest_pytorch.json" ;;
     offload) echo "offload/offload_overlap.json" ;;
     ablation) echo "ablation/throughput.jsonl" ;;
     optimizer) echo "optimizer/optimizer_offload.json" ;;
@@ -250,9 +288,75 @@ result_of() {
     collectives) echo "collectives/collective_overlap.json" ;;
   esac
 }
+result_of() { set -- $(results_of "$1"); echo "$1"; }
+
+# Stages with no planner point to predict, and why (--predict writes the reason in its manifest).
+declare -A NOT_PREDICTED=(
+  [smoke]="tests pass or fail, CUDA's losses against the CPU's: no planner figure"
+  [kernels]="the kernels against copy bandwidth and GEMM floors: no planner figure"
+  [longest]="the Odyssey trial's length is a multiple of the baseline's first failure, known only during the call"
+  [collectives]="its ranks are the GPUs of the machine the call gets, counted during the call")
 
 if [ -n "$ONE_STAGE" ]; then
   "stage_$ONE_STAGE"
+  exit $?
+fi
+
+# [section] the record -----------------------------------------------------------------------------
+export ODYSSEY_CALL_ID="${ODYSSEY_CALL_ID:-validate-$(date -u +%Y%m%dT%H%M%SZ)-$$}"
+export ODYSSEY_RECORD_COMMAND="${ODYSSEY_RECORD_COMMAND:-scripts/gpu/validate.sh ${args[*]}}"
+[ -n "$RECORD" ] || RECORD="$("$PY" "$ROOT/scripts/gpu/record.py" name --bin "$BIN" ${DEVICE:+--device "$DEVICE"})"
+# Predictions for a GPU call go where they are committed; a call's record, and everything of a dry
+# run, under the call's output.
+if [ $PREDICT = 1 ] && [ $DRY = 0 ]; then
+  case "${RECORDS:=$ROOT/bench/results}" in /*) ;; *) RECORDS="$ROOT/$RECORDS" ;; esac
+else
+  RECORDS="$OUT_DIR/records"
+fi
+RECORD_DIR="$RECORDS/$RECORD"
+
+record_stage() {  # record_stage STAGE STATUS [RC SECONDS]: the stage's raw files into the record
+  "$PY" "$ROOT/scripts/gpu/record.py" stage --work "$WORK" --into "$RECORD_DIR" --name "$1" --status "$2" \
+    ${3:+--rc "$3"} ${4:+--seconds "$4"} --bin "$BIN" $( [ $DRY = 1 ] && echo --dry-run ) \
+    $( [ -n "$RECORD_STAGE" ] && echo --if-absent ) $(results_of "$1")
+}
+
+predict() {  # predict STAGE...: each stage's points planned into $RECORD_DIR/predictions/<stage>/
+  local scratch rc=0 reasons=()
+  if [ -e "$RECORD_DIR/manifest.json" ]; then
+    echo "validate: $RECORD_DIR holds a call's measurements already: predictions come before the call" >&2
+    return 2
+  fi
+  rm -rf "$RECORD_DIR/predictions"
+  scratch="$(mktemp -d)"
+  export ODYSSEY_BENCH_DEVICE="$DEVICE"
+  for stage in "$@"; do
+    if [ -n "${NOT_PREDICTED[$stage]:-}" ]; then
+      reasons+=(--not-predicted "$stage=${NOT_PREDICTED[$stage]}")
+      continue
+    fi
+    mkdir -p "$scratch/$stage"
+    # The stage as a call runs it, its scripts planning each Odyssey run instead (systems.py)
+    ( export WORK="$scratch" ODYSSEY_BENCH_PREDICT="$RECORD_DIR/predictions/$stage"; "stage_$stage" ) >"$scratch/$stage.log" 2>&1
+    if ! ls "$RECORD_DIR/predictions/$stage"/*.json >/dev/null 2>&1; then
+      echo "validate: --predict: stage $stage predicted no point (its log: $scratch/$stage.log)" >&2
+      tail -5 "$scratch/$stage.log" >&2
+      rc=1
+    fi
+  done
+  unset ODYSSEY_BENCH_DEVICE
+  "$PY" "$ROOT/scripts/gpu/record.py" predictions --into "$RECORD_DIR" --device "$DEVICE" --bin "$BIN" "${reasons[@]}" || rc=1
+  [ $rc = 0 ] && rm -rf "$scratch"
+  return $rc
+}
+
+if [ -n "$RECORD_STAGE" ]; then
+  WORK="$OUT_DIR/${LABEL:-$RECORD_STAGE}"
+  record_stage "$RECORD_STAGE" "$RECORD_STATUS"
+  exit $?
+fi
+if [ $PREDICT = 1 ]; then
+  predict "${stages[@]}"
   exit $?
 fi
 
@@ -261,6 +365,11 @@ WORK="$OUT_DIR/$LABEL"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 status=0
+if [ $DRY = 1 ]; then
+  # The dry run predicts its own points first, as a user does before a call, into a fresh record.
+  rm -rf "$RECORD_DIR"
+  predict "${stages[@]}" || { echo "validate: the dry run's predictions failed" >&2; status=1; }
+fi
 summary="$WORK/summary.txt"
 {
   echo "odyssey validate $( [ $DRY = 1 ] && echo '(CPU dry run)' ) $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -282,11 +391,18 @@ for stage in "${stages[@]}"; do
   [ $rc -eq 124 ] && { ran="TIMED OUT after ${BOX[$stage]} s"; status=1; }
   [ $rc -eq 3 ] && [ "$stage" = collectives ] && ran="not run: fewer than 2 GPUs"
   printf '%-11s %6s %8s  %s (%s)\n' "$stage" "$rc" "$seconds" "$result" "$ran" >>"$summary"
+  record_stage "$stage" "$ran" "$rc" "$seconds" >>"$summary" 2>&1 || status=1
 done
+echo "record: $RECORD_DIR" >>"$summary"
+if [ $DRY = 1 ]; then
+  # The record as the tables read it: every stage's raw JSON there, its figures readable, every
+  # point the tables set against the planner predicted.
+  "$PY" "$ROOT/scripts/results_tables.py" --check-record "$RECORD_DIR" --allow-dry-run >>"$summary" 2>&1 || status=1
+fi
 # The headline figures of each stage, for the reply's tail.
 "$PY" "$ROOT/scripts/gpu/validate_summary.py" "$WORK" >>"$summary" 2>&1 || true
 archive="$OUT_DIR/$LABEL.tar.gz"
-tar -czf "$archive" -C "$OUT_DIR" "$LABEL"
+tar -czf "$archive" -C "$OUT_DIR" "$LABEL" "records/$RECORD"
 cat "$summary"
 echo "archive: $archive ($(du -h "$archive" | cut -f1))"
 exit $status
