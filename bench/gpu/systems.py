@@ -12,7 +12,7 @@ points come from the scripts' own run calls, so the predictions cover what the c
 Every measured row carries its `point` (preset, seq_len, sets), the key that pairs it with its
 prediction (point_key).
 
-defines: run_baseline, run_odyssey, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
+defines: run_baseline, run_odyssey, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
 preset_name, point_key, point_file_name, run_json, odyssey_binary, odyssey_preset, odyssey_sets, device_profile_sets,
 run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
 """
@@ -20,6 +20,8 @@ import bisect
 import hashlib
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import threading
@@ -85,8 +87,14 @@ def summarize_trace(path, summarize_events):
         return {"error": "cannot read %s: %s" % (path, e)}
 
 
-def _run(cmd, timeout_s, log_path=None):
+def _run(cmd, timeout_s, log_path=None, own_session=False):
+    """(CompletedProcess or None, error or None, wall seconds) of `cmd`. own_session: the command
+    runs in a session of its own and a timeout (or anything else that interrupts the wait) ends
+    that whole session, SIGTERM then SIGKILL after 10 s: a launcher's workers (torchrun's ranks)
+    go with it instead of living on, holding their GPUs. Its output is logged then too."""
     start = time.time()
+    if own_session:
+        return _run_own_session(cmd, timeout_s, log_path, start)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -95,6 +103,31 @@ def _run(cmd, timeout_s, log_path=None):
         with open(log_path, "w") as f:
             f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
     return proc, None, time.time() - start
+
+
+def _run_own_session(cmd, timeout_s, log_path, start):
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    err = None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        err = "timeout after %ds" % timeout_s
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            stdout, stderr = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+    finally:
+        if proc.poll() is None:  # interrupted while waiting: nothing of the session outlives this script
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if log_path:
+        with open(log_path, "w") as f:
+            f.write("$ " + " ".join(cmd) + "\n" + stdout + stderr + ("\n(%s: session killed)\n" % err if err else ""))
+    if err:
+        return None, err, time.time() - start
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr), None, time.time() - start
 
 
 def nvidia_smi(query, fmt="csv,noheader,nounits"):
@@ -169,10 +202,10 @@ def plan_point(point, timeout_s=120):
         return {"error": str(e)[-400:]}
 
 
-def plan_odyssey(seq, extra_sets=(), timeout_s=120):
-    """`odyssey plan --json` of the benchmark's preset at `seq` tokens with its sets, `extra_sets`
-    and this GPU's hardware profile (plan_point). {"error": ...} when it cannot plan."""
-    return plan_point(point_of(odyssey_preset(), odyssey_sets() + list(extra_sets), seq), timeout_s)
+def plan_odyssey(seq, extra_sets=(), timeout_s=120, preset=None):
+    """`odyssey plan --json` of the benchmark's preset (or `preset`) at `seq` tokens with its sets,
+    `extra_sets` and this GPU's hardware profile (plan_point). {"error": ...} when it cannot plan."""
+    return plan_point(point_of(preset or odyssey_preset(), odyssey_sets() + list(extra_sets), seq), timeout_s)
 
 
 def predictions_dir():
@@ -266,42 +299,78 @@ def run_baseline(seq, steps, timeout_s, warmup=1, log_path=None, extra_args=()):
     return result
 
 
-def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_path=None, extra_args=()):
+def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_path=None, extra_args=(),
+                launcher=()):
     """One `odyssey train` process, no checkpoint (a benchmark's run: the 1B model's is 15 GB);
     reads DIR/metrics.jsonl (DESIGN.md CLI contract). The first step is warm-up: tokens/s and step
-    time are the mean over the later steps (all steps if only one). `extra_args`: more options
-    (e.g. --kernel-profile FILE). The result carries its `point`; in prediction mode
-    (predictions_dir) the point is planned into its file instead and nothing runs."""
+    time are the mean over the later steps (all steps if only one); job_tokens_per_s is the
+    metrics' own (batch x sequence x data-parallel ranks a second), rank_peak_bytes each rank's
+    most over the steps. `extra_args`: more options (e.g. --kernel-profile FILE). `launcher`: a
+    command that runs it, e.g. torchrun's `... --no-python` (then one process per rank, killed
+    together on a timeout). The result carries its `point`; in prediction mode (predictions_dir)
+    the point is planned into its file instead and nothing runs."""
     sets = odyssey_sets() + list(extra_sets)
     point = point_of(preset or odyssey_preset(), sets, seq)
     if predictions_dir():
         predict_point(point)
         return {"system": "odyssey", "seq_len": seq, "point": point, "error": NOT_RUN}
-    cmd = [odyssey_binary(), "train", preset or odyssey_preset(), "--set", "training.seq_len=%d" % seq,
+    cmd = list(launcher) + [odyssey_binary(), "train", preset or odyssey_preset(), "--set", "training.seq_len=%d" % seq,
            "--steps", str(steps), "--out", out_dir, "--no-checkpoint", "--quiet",
            # a benchmark measures what the device does, past the planner's verdict, into its own
            # scratch directory (a rerun replaces it)
            "--force", "--overwrite"] + list(extra_args)
     for s in sets:
         cmd += ["--set", s]
-    proc, err, wall = _run(cmd, timeout_s, log_path)
+    proc, err, wall = _run(cmd, timeout_s, log_path, own_session=bool(launcher))
     base = {"system": "odyssey", "seq_len": seq, "point": point, "wall_s": wall, "command": " ".join(cmd)}
     if err:
         return dict(base, error=err)
     if proc.returncode != 0:
-        return dict(base, error="rc %d: %s" % (proc.returncode, (proc.stderr or proc.stdout)[-400:]))
+        return dict(base, error="rc %d: %s" % (proc.returncode, odyssey_failure(proc.stderr or proc.stdout)))
+    return dict(base, **odyssey_run_figures(out_dir, seq))
+
+
+def odyssey_failure(output):
+    """Why an `odyssey train` failed, from its output, at most 400 characters: under torchrun, the
+    launcher's word on the first rank that failed (its exit code; a negative one is the signal that
+    ended it, -9 the out-of-memory killer's) and then each distinct error line of odyssey's own
+    ("odyssey train: ...", "odyssey train (rank N): ...", the first rank's first); else the output's
+    end."""
+    lines = output.splitlines()
+    causes = []
+    for line in lines:
+        failed = re.search(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)", line)
+        if failed:
+            code = int(failed.group(1))
+            causes.append("torchrun: local rank %s exited %s" % (
+                failed.group(2), "by signal %d" % -code if code < 0 else "with status %d" % code))
+    for line in lines:
+        if re.match(r"odyssey train( \(rank \d+\))?: ", line) and line not in causes:
+            causes.append(line)
+    return "; ".join(causes)[:400] if causes else output[-400:]
+
+
+def odyssey_run_figures(out_dir, seq):
+    """The figures of an `odyssey train --out DIR` from DIR/metrics.jsonl (also of a run that
+    stopped early: the steps it finished): steps, step_time_s and tokens_per_s (the mean over the
+    steps after the first, all if only one), job_tokens_per_s (the metrics' own: batch x sequence
+    x data-parallel ranks a second), rank_peak_bytes (each rank's most over the steps), peak_bytes,
+    host_peak_bytes, loss; {"error": ...} when the file holds no step."""
     metrics_path = os.path.join(out_dir, "metrics.jsonl")
     try:
         with open(metrics_path) as f:
             rows = [json.loads(l) for l in f if l.strip()]
     except (OSError, ValueError) as e:
-        return dict(base, error="cannot read %s: %s" % (metrics_path, e))
+        return {"error": "cannot read %s: %s" % (metrics_path, e)}
     rows = [r for r in rows if "step_time_s" in r]
     if not rows:
-        return dict(base, error="no step rows in " + metrics_path)
+        return {"error": "no step rows in " + metrics_path}
     timed = rows[1:] or rows
     step_time = sum(r["step_time_s"] for r in timed) / len(timed)
-    return dict(base, steps=len(rows), step_time_s=step_time, tokens_per_s=seq / step_time,
+    rank_peaks = [r.get("rank_peak_bytes") or [] for r in rows]
+    return dict(steps=len(rows), step_time_s=step_time, tokens_per_s=seq / step_time,
+                job_tokens_per_s=sum(r.get("tokens_per_s", 0) for r in timed) / len(timed),
+                rank_peak_bytes=[max(p[k] for p in rank_peaks if len(p) > k) for k in range(max(map(len, rank_peaks)))],
                 peak_bytes=max(r.get("peak_bytes", 0) for r in rows),
                 host_peak_bytes=max(r.get("host_peak_bytes", 0) for r in rows), loss=rows[-1].get("loss"))
 

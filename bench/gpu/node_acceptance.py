@@ -1,0 +1,684 @@
+#!/usr/bin/env python3
+"""The acceptance run on an 8-GPU node: the 8B preset under torchrun at 128K to 5M tokens, each point
+set against the planner's predictions (written before anything runs) and UPipe's published figures.
+
+Called by scripts/gpu/node_acceptance.sh (which finds the binary and the host's libraries):
+
+    scripts/gpu/node_acceptance.sh [--out DIR] [--points 128K 512K 1M 3M 5M] [--steps 2]
+    scripts/gpu/node_acceptance.sh --dry-run --out DIR      # the same path: 2 CPU ranks over Gloo, tiny shapes
+    python3 bench/gpu/node_acceptance.py --check DIR        # the report holds every point, planned and measured
+    python3 bench/gpu/node_acceptance.py --render DIR       # the markdown again from the JSON
+    python3 bench/gpu/node_acceptance.py --self-test        # the report arithmetic, no run
+
+In order: (1) `odyssey plan --json` of every point into DIR/predictions.json (per-rank peak, step
+time, tokens/s per GPU); (2) each point `torchrun --nproc-per-node W --no-python odyssey train PRESET
+--set training.seq_len=N --steps S --no-checkpoint` in a time box of its own (a failure or a timeout
+is recorded with its reason, and the next point runs); (3) from each point's metrics.jsonl, every
+rank's allocator peak against the planned per-rank peak, the step time against the planned one and
+the tokens/s per GPU against the planner's and UPipe's (docs/published-results.md); then one point
+again under --kernel-profile, whose trace gives the NCCL kernels' overlap with compute on rank 0's
+device (collective_overlap.py); (4) DIR/node_acceptance.json, the record, rewritten after every
+point, and DIR/node_acceptance.md, rendered from that JSON by render_markdown.
+Exit 0 when every point and the profile ran to their figures, 1 when one did not (all recorded),
+2 on bad input (arguments, a missing binary or launcher, fewer GPUs than ranks, a used DIR).
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from collective_overlap import gpu_count, overlap_of_events, table as overlap_table  # noqa: E402
+from llama_flops import parse_tokens  # noqa: E402
+from systems import ROOT, device_profile_sets, nvidia_smi, odyssey_binary, odyssey_run_figures, plan_odyssey  # noqa: E402
+from systems import odyssey_failure, run_odyssey, summarize_trace  # noqa: E402
+
+# [section] the two modes: one node of 8 GPUs, and its CPU dry run ---------------------------------
+
+# Each point: (tokens, the published length it stands for). The node runs the published lengths
+# themselves; the dry run the same five at a scale two CPU ranks step in well under a second.
+NODE = {"name": "node", "preset": "presets/llama3-8b-5m-8xh100-untied.toml", "world_size": 8, "sets": [],
+        "points": [("128K", "128K"), ("512K", "512K"), ("1M", "1M"), ("3M", "3M"), ("5M", "5M")], "steps": 2}
+DRY_RUN = {"name": "cpu-dry-run", "preset": "presets/tiny-cpu.toml", "world_size": 2,
+           "sets": ["training.device=cpu", "training.warmup_steps=1"],
+           "points": [("256", "128K"), ("512", "512K"), ("768", "1M"), ("1024", "3M"), ("1280", "5M")], "steps": 3}
+# A node point's time box: start-up (8 processes load the model, pin the offload slab) plus each
+# step at twice its planned time; without a plan, two hours. The dry run's: 90 s a point.
+NODE_STARTUP_S, NODE_STEP_MARGIN, NODE_UNPLANNED_BOX_S, DRY_RUN_BOX_S = 600, 2.0, 7200, 90
+
+PUBLISHED_FILE = os.path.join(ROOT, "docs", "published-results.md")
+PUBLISHED_SECTION = "## Maximum context and throughput"
+PUBLISHED_METHOD = "Untied Ulysses"  # UPipe: arXiv 2602.21196, code togethercomputer/Untied-Ulysses
+PUBLISHED_PAPER = "arXiv 2602.21196, Untied Ulysses (UPipe), Llama3-8B on 8xH100"
+
+RECORD_FILE, REPORT_FILE, PREDICTIONS_FILE = "node_acceptance.json", "node_acceptance.md", "predictions.json"
+GIB, MIB = 2.0 ** 30, 2.0 ** 20
+
+
+class BadInput(Exception):
+    """A problem with what the user asked for: the message is printed and the script exits 2."""
+
+
+# [section] the published figures, read from docs/published-results.md -----------------------------
+
+def published_tokens_per_s_per_gpu(text, method=PUBLISHED_METHOD):
+    """{length label: tokens/s per GPU} of `method`'s row in the first table under
+    PUBLISHED_SECTION, and that section's title; cells that are not numbers (OOM, -) are left out.
+    Raises ValueError naming what is missing."""
+    lines = text.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith(PUBLISHED_SECTION)), None)
+    if start is None:
+        raise ValueError("no section '%s'" % PUBLISHED_SECTION)
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("## "):
+            break
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif rows:
+            break
+    if len(rows) < 3:
+        raise ValueError("no table under '%s'" % lines[start])
+    header = rows[0]
+    row = next((r for r in rows[2:] if r[0] == method), None)
+    if row is None:
+        raise ValueError("no row '%s' in the table under '%s'" % (method, lines[start]))
+    figures = {}
+    for label, cell in zip(header[1:], row[1:]):
+        try:
+            figures[label] = float(cell)
+        except ValueError:
+            pass
+    return figures, lines[start].lstrip("# ").strip()
+
+
+def published_figures():
+    """The record's "published" block: the figures and exactly where they come from."""
+    try:
+        with open(PUBLISHED_FILE) as f:
+            figures, section = published_tokens_per_s_per_gpu(f.read())
+    except (OSError, ValueError) as e:
+        raise RuntimeError("cannot read UPipe's published tokens/s from %s: %s" % (PUBLISHED_FILE, e))
+    return {"tokens_per_s_per_gpu": figures, "paper": PUBLISHED_PAPER, "method": PUBLISHED_METHOD,
+            "source": "%s, table '%s', row '%s'" % (os.path.relpath(PUBLISHED_FILE, ROOT), section, PUBLISHED_METHOD)}
+
+
+# [section] the report arithmetic: planned, measured, compared ------------------------------------
+
+def planned_figures(plan):
+    """The planner's word on one point from `odyssey plan --json`: the per-rank peak the allocator
+    is set against is the tensor peak (the plan's peak less hardware.runtime_overhead_gib, which no
+    allocator sees), the step time and the tokens/s per GPU."""
+    if "error" in plan:
+        return {"error": plan["error"].strip()}
+    time_plan = plan.get("time") or {}
+    return {"fits": plan.get("fits"), "rank_peak_bytes": plan.get("tensor_peak_bytes"),
+            "peak_bytes": plan.get("peak_bytes"), "runtime_overhead_bytes": plan.get("runtime_overhead_bytes"),
+            "peak_phase": plan.get("peak_phase"), "host_bytes": plan.get("host_bytes"),
+            "step_s": time_plan.get("step_s"), "tokens_per_s_per_gpu": plan.get("tokens_per_s"), "mfu": plan.get("mfu")}
+
+
+def measured_figures(run, world_size, finished=None):
+    """One point's measurement from systems.run_odyssey's result: status "ok", "failed" or
+    "timed out" (with the reason), each rank's allocator peak, the step time (the steps after the
+    first) and the tokens/s per GPU (the job's tokens/s over its ranks). A run that did not finish
+    keeps the figures of the steps it did (`finished`: systems.odyssey_run_figures of its folder;
+    a 5M point cut by its box after step 1 still gives its peaks), its status saying so."""
+    base = {"wall_s": run.get("wall_s"), "command": run.get("command")}
+    if "error" in run:
+        status = "timed out" if run["error"].startswith("timeout") else "failed"
+        base.update(status=status, reason=run["error"])
+        if not finished or "error" in finished:
+            return base
+        run = finished
+    else:
+        base["status"] = "ok"
+    return dict(base, steps=run["steps"], rank_peak_bytes=run["rank_peak_bytes"], step_time_s=run["step_time_s"],
+                tokens_per_s_per_gpu=run["job_tokens_per_s"] / world_size, loss=run.get("loss"))
+
+
+def relative_error(measured, planned):
+    """(measured - planned) / planned, or None where either is missing or planned is 0."""
+    if measured is None or not planned:
+        return None
+    return (measured - planned) / planned
+
+
+def compare(planned, measured, upipe_tokens_per_s_per_gpu):
+    """A point's comparisons: each rank's peak error and the highest rank's (peak_error), the step
+    time's error, the tokens/s per GPU over the plan's and over UPipe's published figure (None
+    where a side is missing: a failed run, a failed plan, a length UPipe did not publish)."""
+    ranks = measured.get("rank_peak_bytes") or []
+    planned_peak = planned.get("rank_peak_bytes")
+    tokens = measured.get("tokens_per_s_per_gpu")
+    return {"rank_peak_errors": [relative_error(m, planned_peak) for m in ranks] if planned_peak else [],
+            "peak_error": relative_error(max(ranks), planned_peak) if ranks else None,
+            "step_time_error": relative_error(measured.get("step_time_s"), planned.get("step_s")),
+            "tokens_per_s_per_gpu_over_planned": ratio(tokens, planned.get("tokens_per_s_per_gpu")),
+            "upipe_tokens_per_s_per_gpu": upipe_tokens_per_s_per_gpu,
+            "tokens_per_s_per_gpu_over_upipe": ratio(tokens, upipe_tokens_per_s_per_gpu),
+            "planned_tokens_per_s_per_gpu_over_upipe": ratio(planned.get("tokens_per_s_per_gpu"),
+                                                             upipe_tokens_per_s_per_gpu)}
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def point_box_s(planned, steps, mode, fixed=None):
+    """A point's time box in seconds: `fixed` (--point-timeout) if given; on a node start-up plus
+    every step at NODE_STEP_MARGIN times its planned time; in the dry run DRY_RUN_BOX_S."""
+    if fixed:
+        return fixed
+    if mode["name"] != NODE["name"]:
+        return DRY_RUN_BOX_S
+    if not planned.get("step_s"):
+        return NODE_UNPLANNED_BOX_S
+    return int(NODE_STARTUP_S + steps * NODE_STEP_MARGIN * planned["step_s"])
+
+
+# [section] the report: markdown rendered from the JSON record ------------------------------------
+
+def fmt(value, pattern, scale=1.0):
+    return "-" if value is None else pattern % (value / scale)
+
+
+def percent(value):
+    return "-" if value is None else "%+.1f%%" % (100 * value)
+
+
+def render_markdown(record):
+    """The whole report from the record alone: what ran, per point planned against measured,
+    tokens/s per GPU against the plan and UPipe, the NCCL overlap, and every point that did not
+    give its figures with the reason."""
+    dry = record["mode"] != NODE["name"]
+    pub = record["published"]
+    # GiB on a node; a dry run's tiny peaks in MiB
+    planned_peaks = [p["planned"].get("rank_peak_bytes") or 0 for p in record["points"]]
+    unit, scale = ("GiB", GIB) if max(planned_peaks, default=0) >= GIB else ("MiB", MIB)
+    out = ["# Node acceptance: %s, %d ranks%s" % (record["preset"], record["world_size"],
+                                                   " (CPU dry run: the plumbing, not the figures)" if dry else ""), "",
+           "- host: %s" % record["host"],
+           "- commit %s, started %s, finished %s" % (record["commit"], record["started"], record.get("finished") or "-"),
+           "- launcher: `%s`" % " ".join(record["launcher"]),
+           "- every point: `--steps %d --no-checkpoint`, extra sets `%s`; the figures are the steps after the first"
+           % (record["steps"], " ".join(record["sets"]) or "-"),
+           "- the planner's predictions were written first: `%s` at %s" % (PREDICTIONS_FILE, record["predictions_written"]),
+           "",
+           "## Planned against measured, per point", "",
+           "Peak: the planner's per-rank tensor peak (its peak less the runtime overhead no allocator sees) "
+           "against each rank's allocator peak (`rank_peak_bytes`), the highest rank's error first. Step: the "
+           "planned step time against the measured mean.", "",
+           "| point | status | planned peak %s/rank | measured peak %s, highest rank (lowest) | peak error "
+           "(per rank) | planned step s | measured step s | step error | time box s |" % (unit, unit),
+           "|---|---|---|---|---|---|---|---|---|"]
+    for p in record["points"]:
+        pl, me, cmp_ = p["planned"], p.get("measured") or {}, p.get("comparison") or {}
+        ranks = me.get("rank_peak_bytes") or []
+        out.append("| %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s |" % (
+            point_name(p, dry), me.get("status", "not run"), fmt(pl.get("rank_peak_bytes"), "%.2f", scale),
+            "%.2f (%.2f)" % (max(ranks) / scale, min(ranks) / scale) if ranks else "-", percent(cmp_.get("peak_error")),
+            ", ".join(percent(e) for e in cmp_.get("rank_peak_errors") or []) or "-",
+            fmt(pl.get("step_s"), "%.2f"), fmt(me.get("step_time_s"), "%.2f"), percent(cmp_.get("step_time_error")),
+            p.get("box_s", "-")))
+    out += ["", "## Tokens/s per GPU: measured, planned and UPipe's published", "",
+            "UPipe's figures: %s; %s." % (pub["source"], pub["paper"]), "",
+            "| point | measured | planned | measured / planned | UPipe | measured / UPipe | planned / UPipe |",
+            "|---|---|---|---|---|---|---|"]
+    for p in record["points"]:
+        me, cmp_ = p.get("measured") or {}, p.get("comparison") or {}
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            point_name(p, dry), fmt(me.get("tokens_per_s_per_gpu"), "%.2f"),
+            fmt(p["planned"].get("tokens_per_s_per_gpu"), "%.2f"), fmt(cmp_.get("tokens_per_s_per_gpu_over_planned"), "%.3f"),
+            fmt(cmp_.get("upipe_tokens_per_s_per_gpu"), "%.2f"), fmt(cmp_.get("tokens_per_s_per_gpu_over_upipe"), "%.3f"),
+            fmt(cmp_.get("planned_tokens_per_s_per_gpu_over_upipe"), "%.3f")))
+    out += ["", "## NCCL overlap with compute", ""]
+    overlap = record.get("overlap")
+    if not overlap:
+        out.append("Not run.")
+    else:
+        run = overlap["run"]
+        out.append("One run of %s under `--kernel-profile` (the last step's trace, rank 0's device): each NCCL "
+                   "kernel by collective and the part of its time a kernel that is not NCCL's ran beside it "
+                   "(collective_overlap.py). Run: %s." % (point_name(overlap, dry), run["status"]))
+        summary = overlap.get("overlap") or {}
+        if run["status"] != "ok":
+            out.append("")
+        elif "error" in summary:
+            out += ["", "Trace not read: %s" % summary["error"]]
+        else:
+            out += [""] + overlap_table(summary)
+            for dev, d in sorted(summary.get("devices", {}).items()):
+                out.append("\nDevice %s: FSDP's collectives overlapped %s." % (dev, fmt(d.get("fsdp_overlap_fraction"),
+                                                                                       "%.1f%%", 0.01)))
+            if summary.get("note"):
+                out += ["", summary["note"] + "."]
+    failures = []
+    for p in record["points"] + ([overlap] if overlap else []):
+        me = p.get("measured") or p.get("run") or {}
+        if "error" in p.get("planned", {}):
+            failures.append("- %s: plan failed: %s" % (point_name(p, dry), p["planned"]["error"]))
+        if me.get("status") not in (None, "ok"):
+            finished = " (%d steps finished, their figures above)" % me["steps"] if me.get("steps") else ""
+            failures.append("- %s%s: %s after %.0f s%s: %s" % (point_name(p, dry), " (profile)" if "run" in p else "",
+                                                             me["status"], me.get("wall_s") or 0, finished, me.get("reason")))
+    out += ["", "## Runs without figures", ""]
+    out += failures or ["None: every point and the profile ran to their figures."]
+    return "\n".join(out) + "\n"
+
+
+def point_name(point, dry):
+    label = format_tokens(point["seq_len"])
+    return "%s (for %s)" % (label, point["stands_for"]) if dry else label
+
+
+def format_tokens(n):
+    for unit, size in (("M", 2 ** 20), ("K", 2 ** 10)):
+        if n >= size and n % size == 0:
+            return "%d%s" % (n // size, unit)
+    return str(n)
+
+
+def write_report(out_dir, record):
+    """The record to JSON, then the markdown rendered from that file as written (never from
+    anything else)."""
+    path = os.path.join(out_dir, RECORD_FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(path + ".tmp", path)
+    render_report(out_dir)
+
+
+def render_report(out_dir):
+    with open(os.path.join(out_dir, RECORD_FILE)) as f:
+        record = json.load(f)
+    with open(os.path.join(out_dir, REPORT_FILE), "w") as f:
+        f.write(render_markdown(record))
+    return record
+
+
+# [section] the check: the report holds every point with planned and measured figures -------------
+
+def check_report(out_dir):
+    """Problems (strings) with the report in out_dir; none when the predictions were written before
+    the first point ran, the record lists every requested point with its planned figures, a run
+    that gave every rank's peak, the step time and tokens/s, comparisons that follow from those
+    figures, the profile's trace read, and the markdown is the record rendered."""
+    problems = []
+    try:
+        with open(os.path.join(out_dir, RECORD_FILE)) as f:
+            record = json.load(f)
+        with open(os.path.join(out_dir, PREDICTIONS_FILE)) as f:
+            predictions = json.load(f)
+        with open(os.path.join(out_dir, REPORT_FILE)) as f:
+            report = f.read()
+    except (OSError, ValueError) as e:
+        return ["cannot read the report: %s" % e]
+    points = record.get("points") or []
+    if not points:
+        problems.append("the record holds no point")
+    if [p["seq_len"] for p in points] != record.get("requested_points"):
+        problems.append("points %s, requested %s" % ([p["seq_len"] for p in points], record.get("requested_points")))
+    if [p["seq_len"] for p in predictions.get("points", [])] != record.get("requested_points"):
+        problems.append("predictions.json does not hold every requested point")
+    started = [p["started"] for p in points if p.get("started") is not None]
+    if not started or predictions.get("written_at", float("inf")) > min(started):
+        problems.append("the predictions were not written before the first point ran")
+    published = record.get("published", {}).get("tokens_per_s_per_gpu", {})
+    for p in points:
+        name = format_tokens(p["seq_len"])
+        pl, me = p.get("planned", {}), p.get("measured") or {}
+        for key in ("rank_peak_bytes", "step_s", "tokens_per_s_per_gpu"):
+            if not pl.get(key):
+                problems.append("%s: no planned %s (%s)" % (name, key, pl.get("error", "missing")))
+        if me.get("status") != "ok":
+            problems.append("%s: measured: %s (%s)" % (name, me.get("status", "not run"), me.get("reason", "-")))
+            continue
+        if len(me.get("rank_peak_bytes") or []) != record["world_size"] or not all(me["rank_peak_bytes"]):
+            problems.append("%s: %s rank peaks for %d ranks" % (name, me.get("rank_peak_bytes"), record["world_size"]))
+        for key in ("step_time_s", "tokens_per_s_per_gpu"):
+            if not me.get(key) or me[key] <= 0:
+                problems.append("%s: no measured %s" % (name, key))
+        if p.get("comparison") != compare(pl, me, published.get(p["stands_for"])):
+            problems.append("%s: the comparisons do not follow from the planned and measured figures" % name)
+        if published.get(p["stands_for"]) is not None and p["comparison"].get("tokens_per_s_per_gpu_over_upipe") is None:
+            problems.append("%s: no comparison with UPipe's %s" % (name, p["stands_for"]))
+    overlap = record.get("overlap") or {}
+    if overlap.get("run", {}).get("status") != "ok":
+        problems.append("profile run: %s" % overlap.get("run", {}).get("reason", "not run"))
+    elif "error" in overlap.get("overlap", {}) or "devices" not in overlap.get("overlap", {}):
+        problems.append("profile trace: %s" % overlap.get("overlap", {}).get("error", "no summary"))
+    if report != render_markdown(record):
+        problems.append("%s is not the record rendered (edited by hand, or stale)" % REPORT_FILE)
+    return problems
+
+
+# [section] the run ------------------------------------------------------------------------------
+
+def torchrun_launcher(world_size):
+    """torchrun's command for one process per rank on this host up to `--no-python` (the binary
+    follows), its port PORT_FIELD (with_port fills in a free one each run): `torchrun` on PATH, else
+    this Python's `-m torch.distributed.run`. BadInput when neither exists."""
+    tail = ["--nproc-per-node", str(world_size), "--master-addr", "127.0.0.1", "--master-port", PORT_FIELD,
+            "--no-python"]
+    if shutil.which("torchrun"):
+        return [shutil.which("torchrun")] + tail
+    probe = subprocess.run([sys.executable, "-c", "import torch.distributed.run"], capture_output=True)
+    if probe.returncode == 0:
+        return [sys.executable, "-m", "torch.distributed.run"] + tail
+    raise BadInput("no torchrun: neither `torchrun` on PATH nor torch in %s (ODYSSEY_PYTHON picks the Python)"
+                   % sys.executable)
+
+
+PORT_FIELD = "{free port}"
+
+
+def with_port(launcher):
+    """The launcher with a port no process listens on now: every run its own rendezvous."""
+    port = str(free_port())
+    return [port if arg == PORT_FIELD else arg for arg in launcher]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def host_description(mode):
+    if mode["name"] == NODE["name"]:
+        gpus = (nvidia_smi("--query-gpu=name,memory.total", "csv,noheader") or "").strip().splitlines()
+        return "%d x %s" % (len(gpus), gpus[0].strip()) if gpus else "no GPU listed by nvidia-smi"
+    return "CPU (%d cores), ranks over Gloo" % (os.cpu_count() or 0)
+
+
+def commit():
+    try:
+        proc = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return "unknown (no git)"
+    return proc.stdout.strip() if proc.returncode == 0 else "unknown (not a git checkout)"
+
+
+def now_text():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    task = parser.add_mutually_exclusive_group()
+    task.add_argument("--dry-run", action="store_true", help="2 CPU ranks over Gloo, tiny shapes: the same path")
+    task.add_argument("--check", metavar="DIR", help="check a report; exit 1 naming each problem")
+    task.add_argument("--render", metavar="DIR", help="write DIR's markdown again from its JSON")
+    task.add_argument("--self-test", action="store_true", help="the report arithmetic, no run")
+    parser.add_argument("--out", help="the report's folder (default runs/node-acceptance-<UTC time>)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a report already in --out")
+    parser.add_argument("--points", nargs="+", type=token_count, help="context lengths (default: the mode's five)")
+    parser.add_argument("--steps", type=positive, help="steps a point (default 2 on a node, 3 in the dry run)")
+    parser.add_argument("--point-timeout", type=positive, help="seconds a point (default: from its planned step)")
+    parser.add_argument("--profile-point", type=token_count,
+                        help="the length run again under --kernel-profile (default: the first point)")
+    return parser.parse_args(argv)
+
+
+def token_count(text):
+    try:
+        n = parse_tokens(text)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError("'%s': expected a token count such as 512K, 3M or 4096" % text)
+    return n
+
+
+def positive(text):
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError("'%s': expected a whole number of 1 or more" % text)
+    return int(text)
+
+
+def prepare(args):
+    """The run's mode, points, binary, launcher and folder; BadInput for what cannot run here."""
+    mode = DRY_RUN if args.dry_run else NODE
+    defaults = [(parse_tokens(n), stands_for) for n, stands_for in mode["points"]]
+    # A length of the user's own stands for itself (the dry run: for the default point it replaces).
+    points = defaults if not args.points else [
+        (n, defaults[i][1] if args.dry_run and i < len(defaults) else format_tokens(n)) for i, n in enumerate(args.points)]
+    try:
+        binary = odyssey_binary()
+    except FileNotFoundError as e:
+        raise BadInput(str(e))
+    world = mode["world_size"]
+    if mode is NODE and gpu_count() < world:
+        raise BadInput("the node run needs %d GPUs, one a rank; nvidia-smi lists %d here. On a machine without "
+                       "them, --dry-run runs the same path on CPU ranks" % (world, gpu_count()))
+    launcher = torchrun_launcher(world)
+    profile_seq = args.profile_point or points[0][0]
+    if profile_seq not in [n for n, _ in points]:
+        raise BadInput("--profile-point %d is not one of the points %s" % (profile_seq, [n for n, _ in points]))
+    out = args.out or os.path.join(ROOT, "runs", "node-acceptance-" + now_text().replace(":", ""))
+    if os.path.exists(os.path.join(out, RECORD_FILE)) or os.path.exists(os.path.join(out, PREDICTIONS_FILE)):
+        if not args.overwrite:
+            raise BadInput("%s already holds a report: another --out, or --overwrite to replace it" % out)
+        for name in (RECORD_FILE, REPORT_FILE, PREDICTIONS_FILE):
+            if os.path.exists(os.path.join(out, name)):
+                os.remove(os.path.join(out, name))
+        for name in ("points", "profile"):
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    sets = ["parallel.world_size=%d" % world] + mode["sets"]
+    return mode, points, binary, launcher, out, sets, profile_seq
+
+
+def run(args):
+    mode, points, binary, launcher, out, sets, profile_seq = prepare(args)
+    steps = args.steps or mode["steps"]
+    preset = os.path.join(ROOT, mode["preset"])
+    os.makedirs(os.path.join(out, "points"), exist_ok=True)
+    published = published_figures()
+    # (1) The planner's word on every point, written before anything runs.
+    profile_sets = device_profile_sets() if mode is NODE else []
+    predictions = {"preset": os.path.relpath(preset, ROOT), "sets": sets + profile_sets, "points": []}
+    for seq, stands_for in points:
+        plan = plan_odyssey(seq, sets + profile_sets, preset=preset)
+        predictions["points"].append({"seq_len": seq, "stands_for": stands_for, "planned": planned_figures(plan),
+                                      "plan": plan})
+    predictions["written_at"] = time.time()
+    predictions["written"] = now_text()
+    with open(os.path.join(out, PREDICTIONS_FILE), "w") as f:
+        json.dump(predictions, f, indent=1)
+    record = {"kind": "odyssey node acceptance", "mode": mode["name"], "preset": predictions["preset"],
+              "world_size": mode["world_size"], "sets": sets, "planner_sets": profile_sets, "steps": steps,
+              "launcher": launcher, "binary": binary, "host": host_description(mode), "commit": commit(),
+              "started": now_text(), "finished": None, "predictions_written": predictions["written"],
+              "requested_points": [seq for seq, _ in points], "published": published, "points": [], "overlap": None}
+    for p in predictions["points"]:
+        record["points"].append({"seq_len": p["seq_len"], "stands_for": p["stands_for"], "planned": p["planned"],
+                                 "box_s": point_box_s(p["planned"], steps, mode, args.point_timeout),
+                                 "started": None, "measured": None, "comparison": None})
+    write_report(out, record)
+    planned_s = sum(steps * (p["planned"].get("step_s") or 0) for p in record["points"])
+    print("node acceptance (%s): %d points, predictions in %s; planned %.0f s of steps, time boxes %d s in all"
+          % (mode["name"], len(points), os.path.join(out, PREDICTIONS_FILE), planned_s,
+             sum(p["box_s"] for p in record["points"])), flush=True)
+
+    # (2, 3) Each point under torchrun, in its own box, set against its prediction as it ends.
+    for p in record["points"]:
+        p["started"] = time.time()
+        run_dir = os.path.join(out, "points", str(p["seq_len"]))
+        result = run_odyssey(p["seq_len"], steps, p["box_s"], run_dir, preset=preset, extra_sets=sets,
+                             log_path=run_dir + ".log", launcher=with_port(launcher))
+        p["measured"] = measured_figures(result, mode["world_size"], odyssey_run_figures(run_dir, p["seq_len"]))
+        p["comparison"] = compare(p["planned"], p["measured"], published["tokens_per_s_per_gpu"].get(p["stands_for"]))
+        write_report(out, record)
+        print_point(p, mode)
+
+    # The NCCL overlap: the profile point again, its last step under Kineto.
+    profiled = next(p for p in record["points"] if p["seq_len"] == profile_seq)
+    trace = os.path.join(out, "profile", "kernel_profile.json")
+    os.makedirs(os.path.dirname(trace), exist_ok=True)
+    result = run_odyssey(profile_seq, steps, profiled["box_s"], os.path.join(out, "profile", "run"), preset=preset,
+                         extra_sets=sets, log_path=os.path.join(out, "profile", "run.log"),
+                         extra_args=["--kernel-profile", trace], launcher=with_port(launcher))
+    record["overlap"] = {"seq_len": profile_seq, "stands_for": profiled["stands_for"], "trace": os.path.relpath(trace, out),
+                         "run": measured_figures(result, mode["world_size"])}
+    if record["overlap"]["run"]["status"] == "ok":
+        record["overlap"]["overlap"] = summarize_trace(trace, overlap_of_events)
+    record["finished"] = now_text()
+    write_report(out, record)
+    print("profile at %s: %s; report %s" % (format_tokens(profile_seq), record["overlap"]["run"]["status"],
+                                            os.path.join(out, REPORT_FILE)), flush=True)
+    ok = all(p["measured"]["status"] == "ok" for p in record["points"]) and record["overlap"]["run"]["status"] == "ok"
+    return 0 if ok else 1
+
+
+def print_point(p, mode):
+    me, cmp_ = p["measured"], p["comparison"]
+    name = point_name(p, mode is not NODE)
+    if me["status"] != "ok":
+        print("%s: %s after %.0f s (%d steps finished): %s" % (name, me["status"], me["wall_s"] or 0,
+                                                            me.get("steps", 0), me["reason"]), flush=True)
+        return
+    print("%s: peak %s (highest rank), step %.3f s %s, %.1f tokens/s per GPU (%s of UPipe's), %.0f s"
+          % (name, percent(cmp_["peak_error"]), me["step_time_s"], percent(cmp_["step_time_error"]),
+             me["tokens_per_s_per_gpu"], fmt(cmp_["tokens_per_s_per_gpu_over_upipe"], "%.3f"), me["wall_s"]), flush=True)
+
+
+# [section] the self-test: the arithmetic against figures worked by hand --------------------------
+
+def self_test():
+    text = ("# x\n\n## Maximum context and throughput: Llama3-8B on 8xH100 (tokens/s per GPU)\n\n"
+            "| method | 128K | 512K | 3M | 5M |\n|---|---|---|---|---|\n| Ring | 1.0 | 2.0 | OOM | - |\n"
+            "| Untied Ulysses | 2281.05 | 867.17 | 166.32 | 98.25 |\n\nAll ran with...\n\n## Next\n| a | b |\n")
+    figures, section = published_tokens_per_s_per_gpu(text)
+    assert figures == {"128K": 2281.05, "512K": 867.17, "3M": 166.32, "5M": 98.25}, figures
+    assert section.startswith("Maximum context and throughput"), section
+    assert published_tokens_per_s_per_gpu(text, "Ring")[0] == {"128K": 1.0, "512K": 2.0}  # OOM and - left out
+    for broken in (text.replace("## Maximum", "## Minimum"), text.replace("| Untied Ulysses", "| Untied")):
+        try:
+            published_tokens_per_s_per_gpu(broken)
+            raise AssertionError("a missing section or row was not reported")
+        except ValueError:
+            pass
+    # The project's own file holds UPipe's figures at the node's lengths (the brief's 2281 / 867 / 166 / 98).
+    own = published_figures()["tokens_per_s_per_gpu"]
+    assert [round(own[k]) for k in ("128K", "512K", "3M", "5M")] == [2281, 867, 166, 98], own
+
+    # A 512K point of 8 ranks, worked by hand. Planned: 40 GiB tensor peak a rank, 600 s a step,
+    # 524288 / 8 / 600 = 109.2267 tokens/s per GPU. Measured: ranks at 41 and 39 GiB (+2.5%, -2.5%),
+    # a 750 s step (+25%), the job's 699.05 tokens/s = 87.381 per GPU; UPipe's 867.17 at 512K.
+    plan = {"fits": True, "peak_bytes": 43 * 2 ** 30, "tensor_peak_bytes": 40 * 2 ** 30, "runtime_overhead_bytes": 3 * 2 ** 30,
+            "peak_phase": "bwd/block.31/attention", "host_bytes": 0, "tokens_per_s": 524288 / 8 / 600.0, "mfu": 0.3,
+            "time": {"step_s": 600.0}}
+    close = lambda a, b: abs(a - b) < 1e-9  # noqa: E731
+    planned = planned_figures(plan)
+    assert planned["rank_peak_bytes"] == 40 * 2 ** 30 and planned["step_s"] == 600.0, planned
+    run = {"steps": 2, "step_time_s": 750.0, "job_tokens_per_s": 524288 / 750.0, "wall_s": 2000.0, "command": "c",
+           "rank_peak_bytes": [41 * 2 ** 30, 39 * 2 ** 30] + [40 * 2 ** 30] * 6, "loss": 11.9}
+    measured = measured_figures(run, 8)
+    assert measured["status"] == "ok" and abs(measured["tokens_per_s_per_gpu"] - 87.381333) < 1e-5, measured
+    c = compare(planned, measured, 867.17)
+    assert close(c["peak_error"], 0.025) and close(c["rank_peak_errors"][1], -0.025), c
+    assert c["rank_peak_errors"][2:] == [0.0] * 6, c
+    assert close(c["step_time_error"], 0.25), c
+    assert close(c["tokens_per_s_per_gpu_over_planned"], 0.8), c  # 600 / 750
+    assert close(c["tokens_per_s_per_gpu_over_upipe"], 87.381333333 / 867.17), c  # 0.100766
+    assert round(c["tokens_per_s_per_gpu_over_upipe"], 4) == 0.1008, c
+    assert close(c["planned_tokens_per_s_per_gpu_over_upipe"], 109.226666667 / 867.17), c
+    # A timed-out point and a failed plan give no figures and no errors, only their reasons.
+    timed_out = measured_figures({"error": "timeout after 9000s", "wall_s": 9000.0, "command": "c"}, 8)
+    assert timed_out["status"] == "timed out" and timed_out["reason"] == "timeout after 9000s", timed_out
+    failed = measured_figures({"error": "rc 1: CUDA out of memory", "wall_s": 70.0, "command": "c"}, 8,
+                              {"error": "no step rows in metrics.jsonl"})
+    assert failed["status"] == "failed" and "rank_peak_bytes" not in failed, failed
+    # Cut by its box after one step: that step's figures stay, and so do the errors they give.
+    cut = measured_figures({"error": "timeout after 3000s", "wall_s": 3000.0, "command": "c"}, 8,
+                           dict(run, steps=1, step_time_s=900.0, job_tokens_per_s=524288 / 900.0))
+    assert cut["status"] == "timed out" and cut["steps"] == 1 and cut["reason"] == "timeout after 3000s", cut
+    assert close(compare(planned, cut, None)["step_time_error"], 0.5), cut  # 900 against 600
+    assert close(compare(planned, cut, None)["peak_error"], 0.025), cut
+    nothing = compare(planned_figures({"error": "plan: rc 2"}), timed_out, None)
+    assert all(v in (None, []) for v in nothing.values()), nothing
+    # A 1M point UPipe published (472.53) but not in the table above: no UPipe ratio without a figure.
+    assert compare(planned, measured, None)["tokens_per_s_per_gpu_over_upipe"] is None
+    # Time boxes: 600 s start-up + 2 steps x 2 x 600 s planned = 3000 s; the override wins; the dry run's fixed.
+    assert point_box_s(planned, 2, NODE) == 3000 and point_box_s(planned, 2, NODE, fixed=77) == 77
+    assert point_box_s({}, 2, NODE) == NODE_UNPLANNED_BOX_S and point_box_s(planned, 2, DRY_RUN) == DRY_RUN_BOX_S
+    assert [format_tokens(n) for n in (131072, 3 * 2 ** 20, 768)] == ["128K", "3M", "768"]
+
+    # systems.py's reading of a run: each rank's most over the steps, the steps after the first
+    # timed (step 2: 4 s, the job's 131072 tokens/s), and torchrun's word on a killed rank first.
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+            f.write('{"step": 1, "step_time_s": 9.0, "tokens_per_s": 58254.2, "peak_bytes": 70, "rank_peak_bytes": [70, 50]}\n'
+                    '{"step": 2, "step_time_s": 4.0, "tokens_per_s": 131072.0, "peak_bytes": 60, "rank_peak_bytes": [40, 60]}\n')
+        figures = odyssey_run_figures(folder, 524288)
+        assert figures["rank_peak_bytes"] == [70, 60] and figures["steps"] == 2, figures
+        assert figures["step_time_s"] == 4.0 and figures["job_tokens_per_s"] == 131072.0, figures
+        assert measured_figures(dict(figures, wall_s=1, command="c"), 2)["tokens_per_s_per_gpu"] == 65536.0
+        assert "error" in odyssey_run_figures(os.path.join(folder, "absent"), 524288)
+    killed = ("odyssey train /p.toml: llama3-8b, 512K tokens x 1, 8 ranks\n"
+              "odyssey train: stopped while loading, before the first step: nothing was trained\n" * 2 +
+              "E1127 api.py:986] failed (exitcode: -9) local_rank: 3 (pid: 7223) of binary: odyssey\n  exitcode  : 143\n")
+    assert odyssey_failure(killed) == ("torchrun: local rank 3 exited by signal 9; odyssey train: stopped while loading, "
+                                       "before the first step: nothing was trained"), odyssey_failure(killed)
+    assert odyssey_failure("a\n" * 300).endswith("a\n") and len(odyssey_failure("a\n" * 300)) == 400
+
+    # The report from a record of that point and the timed-out one: rows, ratios and reasons.
+    record = {"mode": "node", "preset": "p.toml", "world_size": 8, "host": "8 x H100", "commit": "abc", "started": "s",
+              "finished": "f", "launcher": ["torchrun", "--no-python"], "steps": 2, "sets": [], "predictions_written": "w",
+              "published": {"source": "docs/published-results.md", "paper": PUBLISHED_PAPER},
+              "points": [{"seq_len": 524288, "stands_for": "512K", "planned": planned, "measured": measured,
+                          "comparison": c, "box_s": 3000},
+                         {"seq_len": 5 * 2 ** 20, "stands_for": "5M", "planned": planned, "measured": timed_out,
+                          "comparison": compare(planned, timed_out, 98.25), "box_s": 9000}],
+              "overlap": None}
+    md = render_markdown(record)
+    assert "| 512K | ok | 40.00 | 41.00 (39.00) | +2.5% (+2.5%, -2.5%, +0.0%, +0.0%, +0.0%, +0.0%, +0.0%, +0.0%) " \
+           "| 600.00 | 750.00 | +25.0% | 3000 |" in md, md
+    assert "| 512K | 87.38 | 109.23 | 0.800 | 867.17 | 0.101 | 0.126 |" in md, md
+    assert "| 5M | timed out | 40.00 | - | - (-) | 600.00 | - | - | 9000 |" in md, md
+    assert "- 5M: timed out after 9000 s: timeout after 9000s" in md, md
+    print("node_acceptance self-test: ok")
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.self_test:
+        self_test()
+        return 0
+    for folder in (args.check, args.render):
+        if folder and not os.path.isfile(os.path.join(folder, RECORD_FILE)):
+            print("node_acceptance: %s holds no %s (the --out of a run)" % (folder, RECORD_FILE), file=sys.stderr)
+            return 2
+    if args.check:
+        problems = check_report(args.check)
+        for problem in problems:
+            print("node_acceptance check: %s" % problem)
+        print("node_acceptance check: %s: %s" % (args.check, "ok" if not problems else "%d problems" % len(problems)))
+        return 1 if problems else 0
+    if args.render:
+        render_report(args.render)
+        return 0
+    # A SIGTERM (a scheduler's, or an outer time box's) ends the run like Ctrl-C: the point being
+    # run is killed with its whole torchrun session (systems._run's own_session), nothing outlives it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        return run(args)
+    except BadInput as e:
+        print("node_acceptance: %s" % e, file=sys.stderr)
+        return 2
+    except RuntimeError as e:  # the project's own files (the published figures) unreadable
+        print("node_acceptance: %s" % e, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The acceptance run on an 8-GPU node: the 8B preset under torchrun at 128K, 512K, 1M, 3M and 5M
+# tokens against the planner's predictions (written first) and UPipe's published tokens/s per GPU.
+#
+#   scripts/gpu/node_acceptance.sh [--bin DIR | --carried DIR] [--out DIR] [--overwrite]
+#       [--points 128K 512K 1M 3M 5M] [--steps 2] [--point-timeout SECONDS] [--profile-point 128K]
+#   scripts/gpu/node_acceptance.sh --dry-run --out DIR     # the same path on 2 CPU ranks, about a minute
+#   scripts/gpu/node_acceptance.sh --check DIR             # every point planned and measured, or the problems
+#
+# Writes DIR/predictions.json before anything runs, then DIR/node_acceptance.json (the record,
+# rewritten after each point) and DIR/node_acceptance.md (rendered from it); each point's run and
+# log under DIR/points, the profiled run under DIR/profile. --bin: the folder holding `odyssey`
+# (default build/bin); --carried DIR: binaries packed by scripts/gpu/pack.sh (DIR/bin). Everything
+# else goes to bench/gpu/node_acceptance.py (--help there). Exit 0 when every point gave its figures,
+# 1 when one did not (recorded with its reason), 2 on bad input.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BIN=""
+forwarded=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin) [ $# -ge 2 ] || { echo "node_acceptance: --bin needs a folder" >&2; exit 2; }; BIN="$2"; shift ;;
+    --carried) [ $# -ge 2 ] || { echo "node_acceptance: --carried needs a folder" >&2; exit 2; }; BIN="$2/bin"; shift ;;
+    -h | --help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
+    *) forwarded+=("$1") ;;
+  esac
+  shift
+done
+case "$BIN" in "") BIN="$ROOT/build/bin" ;; /*) ;; *) BIN="$(pwd)/$BIN" ;; esac
+[ -x "$BIN/odyssey" ] || { echo "node_acceptance: $BIN/odyssey missing (make build, or --carried from scripts/gpu/pack.sh)" >&2; exit 2; }
+
+# The machine's own LibTorch, NCCL and CUDA libraries for binaries built elsewhere (env.sh), and
+# the binary every rank runs.
+export BUILD_DIR="$(dirname "$BIN")" OUT="${OUT:-$ROOT/runs}"
+source "$ROOT/scripts/gpu/env.sh"
+export ODYSSEY_BIN="$BIN/odyssey" PYTHONUNBUFFERED=1
+exec "$PY" "$ROOT/bench/gpu/node_acceptance.py" "${forwarded[@]}"
