@@ -150,7 +150,7 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .key("step_s").value(t.step_s)
       .key("compute_s").value(t.compute_s)
       .key("attention_s").value(t.attention_s)
-      .key("attention_kernel").value(t.untied_attention ? "untied" : "sdpa")
+      .key("attention_kernel").value(t.untied_attention ? "untied" : t.kept_attention ? "flash2" : "sdpa")
       .key("recompute_s").value(t.recompute_s)
       .key("all_to_all_s").value(t.all_to_all_s)
       .key("fsdp_comm_s").value(t.fsdp_comm_s)
@@ -258,8 +258,10 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   // a preset's measured figures: bench/gpu/fit_efficiency.py)
   os << strf("at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.%s %.3g (%s attention kernels) "
              "of %.1f TFLOP/s\n",
-             cfg.hardware.compute_efficiency, t.untied_attention ? "untied_attention_efficiency" : "attention_efficiency",
-             t.attention_kernel_efficiency, t.untied_attention ? "the Untied stages'" : "SDPA's",
+             cfg.hardware.compute_efficiency,
+             t.untied_attention || t.kept_attention ? "untied_attention_efficiency" : "attention_efficiency",
+             t.attention_kernel_efficiency,
+             t.untied_attention ? "the Untied stages'" : t.kept_attention ? "FlashAttention-2's (kept attention)" : "SDPA's",
              cfg.hardware.bf16_tflops);
   os << "FLOP convention: " << t.convention << "\n";
   if (!advice.empty()) {

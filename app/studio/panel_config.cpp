@@ -301,6 +301,11 @@ void draw_memory(AppState& state) {
   if (!begin_form("mem")) return;
   for (const Technique& t : live_toggles()) {
     checkbox(state, t.label, t.key, technique_flag(c, t.id), t.trades);
+    if (t.id == TechniqueId::Checkpointing)  // spends memory for time; the validator marks it without checkpointing
+      checkbox(state, "  Keep attention", "memory.keep_attention", &c.memory.keep_attention,
+               "Keeps each block's attention output and log-sum-exp, so the recompute runs no attention "
+               "forward (about a third of attention's time at long context); costs one [tokens, q_dim] "
+               "and its LSE per block.");
     if (t.id == TechniqueId::TiledMlp && c.memory.tiled_mlp) draw_mlp_tile(state, c);
     if (t.id == TechniqueId::TiledLoss && c.memory.tiled_loss)
       input_i64(state, "  Loss tile tokens", "memory.loss_tile_tokens", &c.memory.loss_tile_tokens, 64);

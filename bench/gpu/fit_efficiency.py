@@ -7,7 +7,7 @@ measured step times.
 The planner's step (engine/planner/step_time.cpp) is
     t x ((F_hw - F_att) / (peak x compute_efficiency) + F_att / (peak x e_kernel)) + rest
 where t, F_hw (hardware FLOPs per token), F_att (the attention kernels' part, which grows with the
-context), the kernel (`time.attention_kernel`: "sdpa" or "untied") and rest (communication,
+context), the kernel (`time.attention_kernel`: "sdpa", or "untied" and "flash2" for FlashAttention-2) and rest (communication,
 exposed copies, the offloaded optimizer) are the planner's own counts, read from `odyssey plan
 --json` at each length: the unknowns enter linearly (as 1/efficiency), so points at as many
 lengths as unknowns give them by least squares (exactly, with as many), and a given attention
@@ -70,7 +70,8 @@ def split_flops(time):
 # The unknowns, in the order of the columns: 1/efficiency of the GEMMs and the rest, of SDPA's
 # attention kernels, of the Untied stages' (engine/planner/step_time.cpp).
 UNKNOWNS = ("compute_efficiency", "attention_efficiency", "untied_attention_efficiency")
-KERNEL_COLUMN = {"sdpa": 1, "untied": 2}
+# "flash2": kept attention on standard attention runs FlashAttention-2, as the Untied stages do
+KERNEL_COLUMN = {"sdpa": 1, "untied": 2, "flash2": 2}
 WORDS = {1: "one", 2: "two", 3: "three"}
 
 

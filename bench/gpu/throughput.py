@@ -35,7 +35,9 @@ from systems import nvidia_smi, plan_odyssey, run_baseline, run_odyssey  # noqa:
 ABLATIONS = (("no offload", ["memory.offload_activations=false"]),
              ("no tiled MLP", ["memory.tiled_mlp=false"]),
              ("no tiled loss", ["memory.tiled_loss=false"]),
-             ("no head chunks (standard attention)", ["memory.untied_ulysses=false"]))
+             ("no head chunks (standard attention)", ["memory.untied_ulysses=false"]),
+             # spends memory for time: the recompute runs no attention kernel (engine/parallel/kept_attention.h)
+             ("kept attention", ["memory.keep_attention=true"]))
 
 
 def stage_ablations(n_heads, planned=None):
@@ -137,8 +139,10 @@ def self_test():
     assert resolved_sizes({"error": "no binary"}) == {}
     assert full_stack_pins(standard) == (["memory.untied_ulysses=false"], ["memory.mlp_tile_tokens=16384"])
     runs = dict(ablations(32768, standard))
-    assert list(runs) == ["no offload", "no tiled MLP", "no tiled loss", "1 stage of 32 heads", "8 stages of 4 heads",
-                          "32 stages of 1 head"], list(runs)
+    assert list(runs) == ["no offload", "no tiled MLP", "no tiled loss", "kept attention", "1 stage of 32 heads",
+                          "8 stages of 4 heads", "32 stages of 1 head"], list(runs)
+    assert runs["kept attention"] == ["memory.keep_attention=true", "memory.untied_ulysses=false",
+                                      "memory.mlp_tile_tokens=16384"], runs
     assert runs["no offload"] == ["memory.offload_activations=false", "memory.untied_ulysses=false",
                                   "memory.mlp_tile_tokens=16384"], runs
     assert runs["no tiled MLP"] == ["memory.tiled_mlp=false", "memory.untied_ulysses=false"], runs
@@ -148,13 +152,13 @@ def self_test():
                                                     "standard_attention": False}}
     assert planned_attention(chunked) == "2 stages of 16 heads"
     runs = dict(ablations(131072, chunked))
-    assert list(runs)[:4] == [a[0] for a in ABLATIONS], list(runs)  # "no head chunks" measured
+    assert list(runs)[:5] == [a[0] for a in ABLATIONS], list(runs)  # "no head chunks" measured
     assert runs["no head chunks (standard attention)"] == ["memory.untied_ulysses=false"], runs  # no tile: none pinned
     assert runs["no tiled loss"] == ["memory.tiled_loss=false", "memory.heads_per_stage=16"], runs
-    assert list(runs)[4:] == ["1 stage of 32 heads", "8 stages of 4 heads", "32 stages of 1 head"], list(runs)
+    assert list(runs)[5:] == ["1 stage of 32 heads", "8 stages of 4 heads", "32 stages of 1 head"], list(runs)
     one_stage = {"model": {"n_heads": 32}, "untied": {"heads_per_stage": 32, "stages": 1, "standard_attention": False}}
     assert planned_attention(one_stage) == "1 stage of 32 heads"
-    assert names(ablations(65536, one_stage))[4:] == ["8 stages of 4 heads", "32 stages of 1 head",
+    assert names(ablations(65536, one_stage))[5:] == ["8 stages of 4 heads", "32 stages of 1 head",
                                                       "4 stages of 8 heads"], names(ablations(65536, one_stage))
     assert ablations(32768, {"error": "no binary"}) == ABLATIONS
     assert planned_attention({"untied": None}) is None

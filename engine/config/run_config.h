@@ -124,6 +124,9 @@ struct MemoryConfig {
   /// preset) = the planner's pick at the run's length (planned_heads_per_stage)
   int64_t heads_per_stage = 0;
   bool offload_optimizer = false;         ///< fp32 masters, gradients and AdamW moments in host memory
+  /// under activation checkpointing: keep each block's attention output and log-sum-exp from its
+  /// forward, so the recompute runs no attention kernel (one [tokens, q_dim] + LSE per block)
+  bool keep_attention = false;
 
   bool operator==(const MemoryConfig&) const = default;
 };

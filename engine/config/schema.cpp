@@ -355,6 +355,7 @@ std::vector<KeySpec> make_schema() {
   // [memory]
   s.push_back(ODY_BOOL("memory", memory.activation_checkpointing, "activation_checkpointing", "Keep only each block's input; recompute the block in backward."));
   s.push_back(ODY_BOOL("memory", memory.offload_activations, "offload_activations", "Move checkpointed block inputs (all but the last) to host memory."));
+  s.push_back(ODY_BOOL("memory", memory.keep_attention, "keep_attention", "With checkpointing, keep each block's attention output and log-sum-exp, so backward recomputes the projections, norms and MLP but runs no attention forward again; costs one [tokens, q_dim] and its LSE per block."));
   s.push_back(ODY_BOOL("memory", memory.tiled_mlp, "tiled_mlp", "Run the MLP over sequence tiles, recomputed tile by tile in backward."));
   s.push_back(with_word(ODY_SIZE("memory", memory.mlp_tile_tokens, "mlp_tile_tokens", "Tokens per MLP tile; 0 = d_model (DeepSpeed's rule); \"auto\" = the fewest tiles at the lowest planned peak for the run's length.", between(0, kMaxTokens, "0 = d_model; or \"auto\"")),
                         kWordAuto, kMlpTileTokensAuto));

@@ -77,6 +77,8 @@ std::string describe_techniques(const RunConfig& cfg, bool memory_only, const Me
     if (memory_only && (t.id == TechniqueId::Fsdp || t.id == TechniqueId::Ulysses)) continue;
     if (!technique_on(cfg, t.id)) continue;
     out += (out.empty() ? "" : ", ") + technique_summary(cfg, t.id, planned);
+    // kept attention is part of checkpointing (no ladder rung of its own: it spends memory)
+    if (t.id == TechniqueId::Checkpointing && cfg.memory.keep_attention) out += " (attention kept)";
   }
   return out;
 }

@@ -135,6 +135,10 @@ void check_memory(const RunConfig& cfg, Checker& c) {
   const MemoryConfig& mem = cfg.memory;
   for (const TechniqueRequirement& broken : technique_requirement_issues(cfg))
     c.fail(broken.key, broken.rule, broken.hint);
+  if (mem.keep_attention && !mem.activation_checkpointing)
+    c.fail("memory.keep_attention", "needs memory.activation_checkpointing = true",
+           "it keeps what the checkpointed recompute would run again; without checkpointing backward runs "
+           "no recompute: turn checkpointing on or keep_attention off");
   if (!c.in_range({"memory.heads_per_stage", "parallel.ulysses_degree", "model.n_heads"})) return;
   if (!mem.untied_ulysses || mem.heads_per_stage == 0) return;
   // (when the degree does not divide the heads, the rule is silent: reported under the degree)

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/parallel/kept_attention.h"
 #include "engine/parallel/ulysses.h"
 #include "engine/parallel/untied_attention.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -27,15 +28,14 @@ at::Tensor attention(const at::Tensor& x, const at::Tensor& norm_weight, const A
 at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positions& pos,
                            const ModelConfig& model) {
   CategoryScope category(MemCategory::AttentionWorkspace);
-  const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, Hkv = model.n_kv_heads, hd = model.head_dim;
+  const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, hd = model.head_dim;
   auto [q, k, v] = project_qkv(x, w, pos, model);
   q = q.transpose(1, 2);  // [B, H, s, hd]
   k = k.transpose(1, 2);  // [B, Hkv, s, hd]
   v = v.transpose(1, 2);  // [B, Hkv, s, hd]
-  // Memory: GQA without expanding K/V to H heads (enable_gqa), so K/V stay [B, Hkv, s, hd].
-  at::Tensor o = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                                  /*is_causal=*/true, /*scale=*/std::nullopt,
-                                                  /*enable_gqa=*/Hkv != H);  // [B, H, s, hd]
+  // SDPA, or the kept result of a checkpointed forward (memory.keep_attention: kept_attention.h).
+  // Memory: GQA without expanding K/V to H heads, so K/V stay [B, Hkv, s, hd].
+  at::Tensor o = causal_attention(q, k, v);  // [B, H, s, hd]
   // Memory: q, k, v die here unless autograd saved them (the planner's walk frees them before the
   // output's layout copy on the CPU, BlockHalves::attention_forward)
   q.reset();

@@ -1,6 +1,6 @@
 // BlockFunction: one decoder block as one autograd node, with the attention and MLP halves as
-// separate phases, checkpointing (+ offload of its input), unshard/reshard around forward and
-// backward and the packed gradient reduction. defines: block_param_specs, BlockWeights, run_block,
+// separate phases, checkpointing (+ offload of its input, + the kept attention result),
+// unshard/reshard around forward and backward and the packed gradient reduction. defines: block_param_specs, BlockWeights, run_block,
 // BlockFunction
 #include "engine/model/block.h"
 
@@ -217,10 +217,16 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
   at::Tensor y;
   if (checkpointing) {
     save_rng(ctx, capture_rng_state(x.device()));
+    // memory.keep_attention: the attention's output and LSE outlive the block (kept_attention.h)
+    KeptAttention* kept = rt->kept_attention.empty() ? nullptr : &rt->kept_attention.at(layer);
     {
-      at::NoGradGuard no_grad;  // nothing inside the block is saved
+      at::NoGradGuard no_grad;  // nothing inside the block is saved (but what kept_attention keeps)
+      std::optional<KeptAttentionScope> keeping;
+      if (kept) keeping.emplace(kept, KeptAttentionScope::Mode::Keep);
       y = run_block(x, group, *rt, prefix, /*keep_graph=*/false).y;
     }
+    if (kept)  // what the block keeps for its backward beside its input
+      for (const at::Tensor& t : kept->tensors()) retag_tensor(t, MemCategory::SavedActivations);
     const OffloadedBlocks offloaded = offloaded_blocks(n_layers);
     if (rt->offload && offloaded.holds(layer)) {
       rt->offload->put(layer, x);  // the device copy lives until the next block's attention is queued
@@ -294,7 +300,12 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
     if (rt->offload && layer > 0) rt->offload->prefetch(layer - 1);
     RngFork rng(load_rng(ctx, x.device()));
     at::AutoGradMode enable_grad(true);
+    // memory.keep_attention: the attention replays its kept result (no attention kernel runs)
+    KeptAttention* kept = rt->kept_attention.empty() ? nullptr : &rt->kept_attention.at(layer);
+    std::optional<KeptAttentionScope> replaying;
+    if (kept) replaying.emplace(kept, KeptAttentionScope::Mode::Replay);
     g = run_block(x, group, *rt, /*phase_prefix=*/"", /*keep_graph=*/true, /*need_output=*/false);
+    if (kept) *kept = KeptAttention();  // memory: the recompute's graph holds it now, until its backward
   } else {
     g.x_leaf = ctx->saved_data["x_leaf"].toTensor();
     g.h_leaf = ctx->saved_data["h_leaf"].toTensor();

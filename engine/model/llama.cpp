@@ -53,6 +53,7 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryConfig& memory
   rt->embed = embed_.get();
   rt->head = head_.get();
   rt->offload = memory.offload_activations ? offload : nullptr;  // the blocks offload their checkpointed inputs
+  rt->kept_attention.assign(memory.activation_checkpointing && memory.keep_attention ? model_.n_layers : 0, {});
   rt->recorder = recorder;
   rt->rank = ctx_.slot;  // the memory tracker's and phase stack's index of this rank
   const int64_t batch = in.ids.size(0);

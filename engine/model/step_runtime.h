@@ -13,6 +13,7 @@
 #include "engine/config/run_config.h"
 #include "engine/memory/tiled_loss.h"
 #include "engine/parallel/flat_group.h"
+#include "engine/parallel/kept_attention.h"
 #include "engine/ops/layers.h"
 #include "engine/parallel/comm.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -42,6 +43,9 @@ struct StepRuntime {
   FlatParamGroup::PendingGradient pending_gradient;
   /// Finishes the reduction in flight (if any) and adds its shard into the group's gradient.
   void finish_pending_gradient();
+  /// memory.keep_attention under checkpointing: each block's kept attention result, filled by its
+  /// forward and handed to its recompute's graph (one per layer; empty: nothing is kept).
+  std::vector<KeptAttention> kept_attention;
   int64_t mlp_tile_tokens = 0;          ///< resolved tile size (tiled MLP)
   int64_t loss_tile_tokens = 0;         ///< resolved tile size (tiled loss)
   at::Tensor ids;                       ///< [B, s] int64 token ids (block 0's input is their embedding)

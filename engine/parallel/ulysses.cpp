@@ -10,6 +10,7 @@
 #include <torch/autograd.h>
 
 #include "engine/layout/heads.h"
+#include "engine/parallel/kept_attention.h"
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
@@ -177,10 +178,9 @@ at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Posi
   k.reset();
   at::Tensor vh = seq_to_heads(v, sp);  // [B, S, Hkv'/P, hd]
   v.reset();
-  const bool gqa = qh.size(2) != kh.size(2);
-  at::Tensor o = at::scaled_dot_product_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2),
-                                                  /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                                  /*scale=*/std::nullopt, /*enable_gqa=*/gqa);  // [B, H/P, S, hd]
+  // SDPA (GQA without expanding K/V), or the kept result of a checkpointed forward
+  // (memory.keep_attention: kept_attention.h)
+  at::Tensor o = causal_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2));  // [B, H/P, S, hd]
   qh.reset();
   kh.reset();
   vh.reset();

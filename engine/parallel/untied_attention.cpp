@@ -19,6 +19,7 @@
 
 #include "engine/ops/ops.h"
 #include "engine/parallel/flash_attention.h"
+#include "engine/parallel/kept_attention.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/planned_buffer_log.h"
 
@@ -331,34 +332,52 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     const at::Tensor qn = present(in.q_norm), kn = present(in.k_norm);
     const InputNorm norm = input_norm(x, present(in.x_norm), eps);  // memory: rstd only, never the normed x
 
-    // Memory: the output [B, s, H*hd] is written stage by stage; the stage buffers are the whole
-    // attention workspace (one stage of Q, the current KV range, staging for the a2a).
-    at::Tensor out = at::empty({B, s, p.H * hd}, x.options());  // [B, s, H*hd]
-    at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});           // [B, s, P, Hl, hd]
-    StageBuffers buf = allocate_stage_buffers(p, x, Pass::Forward);
-    at::Tensor k_h, v_h;  // [B, S, n, hd] views of the current KV range
+    // memory.keep_attention (kept_attention.h): a checkpointed forward keeps the output and the
+    // stages' LSEs; the recompute replays them and runs no stage at all (backward re-projects the
+    // stage's Q and its KV range anyway).
+    KeptAttention* kept = KeptAttentionScope::slot();
+    const bool replay = kept != nullptr && KeptAttentionScope::mode() == KeptAttentionScope::Mode::Replay;
+    if (replay && kept->results.size() != static_cast<size_t>(p.stages))
+      throw std::logic_error("kept attention: the recompute found " + std::to_string(kept->results.size()) +
+                             " kept stage results for " + std::to_string(p.stages) + " Untied stages");
+    at::Tensor out;  // [B, s, H*hd]
+    if (replay) {
+      out = kept->untied_out;
+      state->stages = kept->results;
+    } else {
+      // Memory: the output [B, s, H*hd] is written stage by stage; the stage buffers are the whole
+      // attention workspace (one stage of Q, the current KV range, staging for the a2a).
+      out = at::empty({B, s, p.H * hd}, x.options());  // [B, s, H*hd]
+      at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});           // [B, s, P, Hl, hd]
+      StageBuffers buf = allocate_stage_buffers(p, x, Pass::Forward);
+      at::Tensor k_h, v_h;  // [B, S, n, hd] views of the current KV range
 
-    for (int64_t t = 0; t < p.stages; ++t) {
-      const int64_t n = p.kv_count[t];
-      const auto q_send = view_prefix(buf.send, {p.P, B, s, p.k, hd}), q_recv = view_prefix(buf.recv, {p.P, B, s, p.k, hd});
-      project_to_heads(buf.q_h, x, norm, wq3.index_select(0, q_head_index_on(p, t, x.device())), qn, eps, rope,
-                       /*rope=*/true, comm, q_send, q_recv);  // [B, S, k, hd]
-      if (p.kv_new[t]) {  // a KV range is projected and sent once, reused by the stages sharing it
-        const at::Tensor idx = kv_head_index_on(p, p.kv_first[t], n, x.device());
-        const auto kv_send = view_prefix(buf.send, {p.P, B, s, n, hd}), kv_recv = view_prefix(buf.recv, {p.P, B, s, n, hd});
-        k_h = view_prefix(buf.k_flat, {B, S, n, hd});
-        v_h = view_prefix(buf.v_flat, {B, S, n, hd});
-        project_to_heads(k_h, x, norm, wk3.index_select(0, idx), kn, eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
-        at::Tensor v_loc = project(x, norm, wv3.index_select(0, idx), {}, eps, call.cos, call.sin, false);  // [B, s, P*n, hd]
-        seq_to_heads_into(v_h, v_loc, comm, kv_send, kv_recv);
+      for (int64_t t = 0; t < p.stages; ++t) {
+        const int64_t n = p.kv_count[t];
+        const auto q_send = view_prefix(buf.send, {p.P, B, s, p.k, hd}), q_recv = view_prefix(buf.recv, {p.P, B, s, p.k, hd});
+        project_to_heads(buf.q_h, x, norm, wq3.index_select(0, q_head_index_on(p, t, x.device())), qn, eps, rope,
+                         /*rope=*/true, comm, q_send, q_recv);  // [B, S, k, hd]
+        if (p.kv_new[t]) {  // a KV range is projected and sent once, reused by the stages sharing it
+          const at::Tensor idx = kv_head_index_on(p, p.kv_first[t], n, x.device());
+          const auto kv_send = view_prefix(buf.send, {p.P, B, s, n, hd}), kv_recv = view_prefix(buf.recv, {p.P, B, s, n, hd});
+          k_h = view_prefix(buf.k_flat, {B, S, n, hd});
+          v_h = view_prefix(buf.v_flat, {B, S, n, hd});
+          project_to_heads(k_h, x, norm, wk3.index_select(0, idx), kn, eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
+          at::Tensor v_loc = project(x, norm, wv3.index_select(0, idx), {}, eps, call.cos, call.sin, false);  // [B, s, P*n, hd]
+          seq_to_heads_into(v_h, v_loc, comm, kv_send, kv_recv);
+        }
+        auto [k_use, v_use] = stage_kv(k_h, v_h, kv_slot_index_on(p, t, x.device()));  // [B, S, k or n, hd]
+        FlashResult r = flash_attention_forward(buf.q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2));
+        at::Tensor o_h = r.out.transpose(1, 2).contiguous();  // [B, S, k, hd] (already this layout)
+        r.out.reset();  // backward rebuilds it from the saved output
+        state->stages.push_back(std::move(r));
+        at::Tensor o_cols = out5.narrow(3, t * p.k, p.k);  // [B, s, P, k, hd] columns of this stage
+        heads_to_seq_into(o_cols, o_h, comm, q_send, q_recv);
       }
-      auto [k_use, v_use] = stage_kv(k_h, v_h, kv_slot_index_on(p, t, x.device()));  // [B, S, k or n, hd]
-      FlashResult r = flash_attention_forward(buf.q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2));
-      at::Tensor o_h = r.out.transpose(1, 2).contiguous();  // [B, S, k, hd] (already this layout)
-      r.out.reset();  // backward rebuilds it from the saved output
-      state->stages.push_back(std::move(r));
-      at::Tensor o_cols = out5.narrow(3, t * p.k, p.k);  // [B, s, P, k, hd] columns of this stage
-      heads_to_seq_into(o_cols, o_h, comm, q_send, q_recv);
+      if (kept != nullptr) {  // Keep: this block's result outlives the call
+        kept->untied_out = out;
+        kept->results = state->stages;
+      }
     }
     const at::Tensor no_rstd = at::empty({0}, x.options().dtype(at::kFloat));  // "absent" (UntiedInputs)
     ctx->save_for_backward(UntiedSaved{in, call.cos, call.sin, call.position_ids, out, norm.on() ? norm.rstd : no_rstd}.list());

@@ -3,6 +3,8 @@
 // without grad and backward. docs/planner.md sections 3-5 list every tensor.
 #include "engine/planner/block_halves.h"
 
+#include <utility>
+
 #include "engine/layout/tile_grad_rules.h"
 
 namespace odyssey::planner_detail {
@@ -106,9 +108,18 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
     kh = all_to_all(kr, kv_local, K::KvHead, "k after all-to-all (head layout)");
     vh = all_to_all(v, kv_local, K::KvHead, "v after all-to-all (head layout)");
   }
-  int oh = a("SDPA output (head layout)", K::QHead, C::AttentionWorkspace);
-  int lse = a("SDPA log-sum-exp", K::Lse, C::AttentionWorkspace);
-  cpu_flash_forward_scratch();
+  // Kept attention (kept_attention.h): the checkpointed forward keeps the kernel's output and LSE;
+  // the recompute replays them instead of running the kernel.
+  const bool keeping = !grad && s_.keep_attention, replay = grad && s_.keep_attention;
+  int oh, lse;
+  if (replay) {
+    oh = std::exchange(sv.kept_out, -1);
+    lse = std::exchange(sv.kept_lse, -1);
+  } else {
+    oh = a("SDPA output (head layout)", K::QHead, C::AttentionWorkspace);
+    lse = a("SDPA log-sum-exp", K::Lse, C::AttentionWorkspace);
+    cpu_flash_forward_scratch();
+  }
   if (grad) {
     sv.q_h = qh;
     sv.k_h = kh;
@@ -119,7 +130,12 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
     f(qh);
     f(kh);
     f(vh);
-    f(lse);
+    if (keeping) {
+      m_.retag(lse, C::SavedActivations, "kept attention log-sum-exp");
+      sv.kept_lse = lse;
+    } else {
+      f(lse);
+    }
   }
   // SDPA keeps its output with grad, so the all-to-all back drops it only without grad
   // CUDA flash writes its output as [B, S, H/P, hd] in memory, so the transpose before the
@@ -129,8 +145,8 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   int o = oh;
   if (s_.P > 1) {
     int src = cpu_layout_copy ? a("SDPA output made contiguous (CPU layout)", K::QHead, C::AttentionWorkspace) : oh;
-    o = all_to_all(src, K::QHead, K::QLocal, "attention output after all-to-all", cpu_layout_copy || !grad);
-    if (!grad) {
+    o = all_to_all(src, K::QHead, K::QLocal, "attention output after all-to-all", cpu_layout_copy || (!grad && !keeping));
+    if (!grad && !keeping) {
       if (cpu_layout_copy) f(oh);
       oh = -1;  // dropped (without grad nothing keeps the SDPA output)
     }
@@ -142,8 +158,13 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   if (grad) {
     if (o_is_own) sv.o = o;
   } else {
-    f(o);
-    if (o_is_own) f(oh);  // P = 1 on CPU: the SDPA output besides its copy (P > 1: already dropped)
+    if (o_is_own || !keeping) f(o);  // (o is the kernel's output itself where it is not its own)
+    if (keeping) {  // the kernel's output outlives the block (P > 1: its all-to-all kept it)
+      m_.retag(oh, C::SavedActivations, "kept attention output");
+      sv.kept_out = oh;
+    } else if (o_is_own) {
+      f(oh);  // P = 1 on CPU: the SDPA output besides its copy (P > 1: already dropped)
+    }
   }
   const int h = a("residual h = x + attention", K::Hidden, C::AttentionWorkspace);
   f(attn);
@@ -162,9 +183,17 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     f(copy);
     f(square);
   }
-  sv.out = a("untied attention output (preallocated)", K::QLocal, C::AttentionWorkspace);
-  sv.lse = a("per-stage log-sum-exp", K::Lse, C::AttentionWorkspace);
-  {  // one stage: K/V of its GQA group, then Q, attention, output all-to-all
+  // Kept attention (kept_attention.h): the checkpointed forward keeps the output and the stages'
+  // LSEs; the recompute replays them and runs no stage at all.
+  const bool keeping = !grad && s_.keep_attention, replay = grad && s_.keep_attention;
+  if (replay) {
+    sv.out = std::exchange(sv.kept_out, -1);
+    sv.lse = std::exchange(sv.kept_lse, -1);
+  } else {
+    sv.out = a("untied attention output (preallocated)", K::QLocal, C::AttentionWorkspace);
+    sv.lse = a("per-stage log-sum-exp", K::Lse, C::AttentionWorkspace);
+  }
+  if (!replay) {  // one stage: K/V of its GQA group, then Q, attention, output all-to-all
     int ks = a("stage k projection", K::KvStageLocal, C::AttentionWorkspace);
     ks = stage_rope(ks, K::KvStageLocal);
     int vs = a("stage v projection", K::KvStageLocal, C::AttentionWorkspace);
@@ -200,10 +229,22 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
   }
   if (!grad) {
     f(sv.rstd);
-    f(sv.lse);
+    if (keeping) {
+      m_.retag(sv.lse, C::SavedActivations, "kept attention log-sum-exp");
+      sv.kept_lse = std::exchange(sv.lse, -1);
+    } else {
+      f(sv.lse);
+    }
   }
   int attn = a("o_proj output", K::Hidden, C::AttentionWorkspace);
-  if (!grad) f(sv.out);
+  if (!grad) {
+    if (keeping) {
+      m_.retag(sv.out, C::SavedActivations, "kept attention output");
+      sv.kept_out = std::exchange(sv.out, -1);
+    } else {
+      f(sv.out);
+    }
+  }
   const int h = a("residual h = x + attention", K::Hidden, C::AttentionWorkspace);
   f(attn);
   return h;

@@ -16,6 +16,9 @@ struct AttnSaved {
   int n1 = -1, rstd = -1, q_pre = -1, k_pre = -1;  // norm output and stats, pre-qk-norm q/k
   int q_h = -1, k_h = -1, v_h = -1, o_h = -1, lse = -1, o = -1;  // standard: SDPA's saved set, o_proj input
   int out = -1;                                                 // untied: the preallocated output
+  // memory.keep_attention: the checkpointed forward's output and LSE, kept for the recompute (which
+  // replays them as o_h/out and lse)
+  int kept_out = -1, kept_lse = -1;
 };
 
 /// The MLP weight gradients of one block, each made when its node (or the tiled Function) makes it
@@ -52,7 +55,9 @@ struct FlashBackwardBuffers {
 class BlockHalves {
  public:
   BlockHalves(const PlanShapes& s, LiveSet& m) : s_(s), m_(m) {}
-  /// rmsnorm -> attention -> residual; returns h. With grad, `sv` gets what autograd keeps.
+  /// rmsnorm -> attention -> residual; returns h. With grad, `sv` gets what autograd keeps. Under
+  /// kept attention (PlanShapes::keep_attention) the forward without grad keeps its output and LSE
+  /// in `sv` (kept_out, kept_lse: saved_activations), and the recompute replays them: no kernel.
   int attention_forward(bool grad, AttnSaved& sv);
   /// From dh: frees `sv`, returns dx (written into dh); `grads` gets the attention weight gradients.
   int attention_backward(int dh, AttnSaved& sv, AttnGrads& grads);

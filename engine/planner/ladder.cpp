@@ -37,6 +37,8 @@ RunConfig ladder_rung_config(const RunConfig& cfg, int rung) {
     else  // Ulysses: the ladder's degree from its rung on
       r.parallel.ulysses_degree = on ? ladder_ulysses_degree(cfg) : 1;
   }
+  // kept attention is part of checkpointing: from its rung on, as the config asks
+  r.memory.keep_attention = cfg.memory.keep_attention && r.memory.activation_checkpointing;
   // a stage size the rung's degree cannot split falls back to one head per rank per stage
   if (heads_per_stage_rule(r.model.n_heads, r.parallel.ulysses_degree, r.memory.heads_per_stage))
     r.memory.heads_per_stage = 0;

@@ -80,6 +80,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.tiled_mlp = mem.tiled_mlp;
   s.tiled_loss = mem.tiled_loss;
   s.untied = mem.untied_ulysses;
+  s.keep_attention = s.ckpt && mem.keep_attention;
   if (s.untied) {
     // The engine's own schedule (engine/layout/heads.h; a config that breaks its rules was refused
     // by validate() and throws here): k query heads per rank per stage, and the widest KV range a

@@ -135,6 +135,9 @@ struct PlanShapes {
   // techniques
   bool ckpt = false, offload = false, tiled_mlp = false, tiled_loss = false, untied = false;
   bool offload_optimizer = false;  ///< master, gradient and moment shards in the host pool
+  /// memory.keep_attention under checkpointing: each block's attention output and LSE kept from
+  /// its forward; the recompute runs no attention kernel (Untied: no stage at all)
+  bool keep_attention = false;
   // the Untied stage schedule's names (UntiedStagePlan, engine/layout/heads.h); without Untied
   // Ulysses one stage of all the rank's heads
   int64_t k = 0;             ///< query heads per rank per stage (heads_per_stage / P; hq without Untied)

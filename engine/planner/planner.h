@@ -53,6 +53,9 @@ struct StepTimePlan {
   /// the attention kernels are the Untied stages' FlashAttention-2, at
   /// hardware.untied_attention_efficiency (else SDPA's, at attention_efficiency)
   bool untied_attention = false;
+  /// kept attention on standard attention: its kernels are FlashAttention-2 too (the engine calls
+  /// it for the log-sum-exp it keeps: kept_attention.h), at untied_attention_efficiency
+  bool kept_attention = false;
   double attention_kernel_efficiency = 0;  ///< that efficiency: the one attention_s ran at
   double recompute_s = 0;      ///< the part of compute_s spent recomputing
   double all_to_all_s = 0;     ///< Ulysses all-to-all (not overlapped)

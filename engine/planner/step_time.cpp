@@ -45,7 +45,11 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   // (hardware.attention_efficiency), FlashAttention-2 for the Untied stages, which need its
   // log-sum-exp (untied_attention_efficiency; engine/parallel/flash_attention.cpp). Every other
   // FLOP runs at compute_efficiency.
-  const double core_passes = 1.0 + (s.ckpt ? 1.0 : 0.0) + 2.0;
+  // Kept attention (memory.keep_attention) replays the forward's output in the recompute: the
+  // attention kernels run once forward and once backward; the Untied stages, whose projections
+  // run inside them, are not run at all (backward projects each stage's Q and K/V anyway).
+  const bool recompute_core = s.ckpt && !s.keep_attention;
+  const double core_passes = 1.0 + (recompute_core ? 1.0 : 0.0) + 2.0;
   const double attention = L * core_passes * core_causal;
 
   const double model = 3.0 * (L * block_fwd + head);
@@ -53,7 +57,9 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   double recompute = 0;
   // The block's forward again in backward; with a tiled MLP the recompute runs no tile (its
   // backward recomputes each tile: tiled_mlp.h), so the MLP's forward runs twice a step either way.
-  const double recompute_fwd = s.tiled_mlp ? attn_fwd : block_fwd;
+  const double attn_recompute = !s.keep_attention ? attn_fwd : s.untied ? o_proj : proj + o_proj;
+  const double recompute_fwd = attn_recompute + (s.tiled_mlp ? 0.0 : mlp);
+  const double recompute_core_flops = recompute_core ? core_causal : 0.0;
   if (s.ckpt) recompute += L * recompute_fwd;
   if (s.tiled_mlp) recompute += L * mlp;       // each tile's forward again in its backward
   if (s.untied) recompute += L * proj;         // stage projections again in backward
@@ -68,7 +74,10 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   const double peak = hw.bf16_tflops * 1e12;
   const double rate = peak * hw.compute_efficiency;           // achieved FLOP/s: GEMMs and the rest
   out.untied_attention = s.untied;
-  out.attention_kernel_efficiency = s.untied ? hw.untied_attention_efficiency : hw.attention_efficiency;
+  out.kept_attention = s.keep_attention;
+  // FlashAttention-2 wherever the engine needs the log-sum-exp: the Untied stages, kept attention
+  out.attention_kernel_efficiency =
+      s.untied || s.keep_attention ? hw.untied_attention_efficiency : hw.attention_efficiency;
   const double attn_rate = peak * out.attention_kernel_efficiency;  // achieved FLOP/s: the attention kernels
   // Seconds per token of `flops` FLOPs of which `core` are the attention kernels'.
   const auto secs = [&](double flops, double core) { return (flops - core) / rate + core / attn_rate; };
@@ -85,13 +94,13 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   auto set = [&](PhaseKind k, double v) { pt.seconds[static_cast<int>(k)] = v; };
   set(PhaseKind::FwdAttn, t * secs(attn_fwd, core_causal));
   set(PhaseKind::FwdMlp, t * mlp / rate);
-  set(PhaseKind::BwdRecompute, s.ckpt ? t * secs(recompute_fwd, core_causal) : 0.0);
+  set(PhaseKind::BwdRecompute, s.ckpt ? t * secs(recompute_fwd, recompute_core_flops) : 0.0);
   set(PhaseKind::BwdMlp, t * (2.0 * mlp + (s.tiled_mlp ? mlp : 0.0)) / rate);
   set(PhaseKind::BwdAttn, t * secs(2.0 * attn_fwd + (s.untied ? proj : 0.0), 2.0 * core_causal));
   set(PhaseKind::FwdLoss, t * (s.tiled_loss ? tiled_loss_gemms * head : head) / rate);
   set(PhaseKind::BwdLoss, s.tiled_loss ? 0.0 : t * 2.0 * head / rate);
   out.compute_s = t * secs(hardware, attention);
-  out.recompute_s = t * secs(recompute, s.ckpt ? L * core_causal : 0.0);
+  out.recompute_s = t * secs(recompute, L * recompute_core_flops);
   out.attention_s = t * attention / attn_rate;
   out.tokens_per_device = s.t;
   out.hardware_flops_per_token = hardware;
@@ -104,10 +113,12 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
     const double pass = (2.0 * kind_bytes(TensorKind::QLocal, s) + 2.0 * kind_bytes(TensorKind::KvLocalRep, s)) *
                         (s.P - 1) / s.P / a2a_bw;
     const double bwd_passes = s.untied ? 2.0 : 1.0;
+    // the recompute's all-to-alls, none where the kept attention replays the Untied stages
+    const bool recompute_a2a = s.ckpt && !(s.keep_attention && s.untied);
     pt.seconds[static_cast<int>(PhaseKind::FwdAttn)] += pass;
-    if (s.ckpt) pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += pass;
+    if (recompute_a2a) pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += pass;
     pt.seconds[static_cast<int>(PhaseKind::BwdAttn)] += bwd_passes * pass;
-    out.all_to_all_s = L * pass * (1.0 + (s.ckpt ? 1.0 : 0.0) + bwd_passes);
+    out.all_to_all_s = L * pass * (1.0 + (recompute_a2a ? 1.0 : 0.0) + bwd_passes);
   }
 
   // FSDP: all-gathers are prefetched behind the previous block's compute. On a CUDA target each

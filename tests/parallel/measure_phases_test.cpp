@@ -1,7 +1,8 @@
 // The planner against the engine phase by phase: every phase's activation peak (device peak minus
 // params, grads and optimizer state) measured by the memory tracker on rank threads beside
 // plan_memory's, and every category at the step peak, for plain, each technique, Ulysses P=2,
-// Untied Ulysses with one head per rank per stage, FSDP W=2, and optimizer offload (the host pool
+// Untied Ulysses with one head per rank per stage (each also with kept attention), FSDP W=2, and
+// optimizer offload (the host pool
 // holds the fp32 states). defines: [measure][phases]
 // Print the tables: parallel_tests "[.phases-table]" -s
 #include <catch2/catch.hpp>
@@ -73,6 +74,10 @@ std::vector<Case> cases() {
   parallel("Ulysses P=2 + checkpointing", 2, 2, false, true, false);
   parallel("Untied P=2, 1 head/rank/stage", 2, 2, false, false, true);
   parallel("Untied P=2, 1 head/rank/stage + checkpointing", 2, 2, false, true, true);
+  parallel("Ulysses P=2 + checkpointing + kept attention", 2, 2, false, true, false);
+  out.back().cfg.memory.keep_attention = true;
+  parallel("Untied P=2, 1 head/rank/stage + checkpointing + kept attention", 2, 2, false, true, true);
+  out.back().cfg.memory.keep_attention = true;
   parallel("FSDP W=2", 2, 1, true, false, false);
   parallel("FSDP W=2 + checkpointing", 2, 1, true, true, false);
   parallel("Untied P=1 (head chunks of 2)", 1, 1, false, true, true);

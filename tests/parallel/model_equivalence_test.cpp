@@ -1,7 +1,7 @@
 // The distributed stack against the single-rank plain reference on the global batch (fp32, CPU,
 // in-process rank threads over Gloo): world sizes 1, 2, 4; MHA, n_kv_heads = P and < P; every
 // combination of {FSDP, Ulysses, Untied Ulysses x each valid heads_per_stage} x {checkpointing,
-// offload, tiling} (optimizer offload on every other pair of cases, under both FSDP reduce-scatter
+// offload, tiling} (kept attention on every other checkpointed case) (optimizer offload on every other pair of cases, under both FSDP reduce-scatter
 // schedules): the loss and every gradient of the first step, and every parameter after three
 // optimizer steps on the reference's gradients (the sharded AdamW on identical input), each
 // within the tolerances derived in engine_test_util.h. defines: test cases [equivalence]
@@ -75,6 +75,7 @@ struct Case {
                     (untied ? " untied(hps=" + std::to_string(heads_per_stage) + ")" : "") +
                     (defer_reduce_scatter ? " deferred-reduce-scatter" : "");
     if (memory.activation_checkpointing) s += " ckpt";
+    if (memory.keep_attention) s += " kept-attention";
     if (memory.offload_activations) s += " offload";
     if (memory.tiled_mlp) s += " tiling";
     if (memory.offload_optimizer) s += " offload-optimizer";
@@ -101,6 +102,10 @@ std::vector<Case> cases_for(int W, int P) {
           // both reduce-scatter schedules (k + untied's parity) and, across the plain and Untied
           // attention, every memory technique at every world size.
           c.memory.offload_optimizer = (k / 2 + (untied ? 1 : 0) + (fsdp ? 1 : 0)) % 2 == 0;
+          // Kept attention alternates over the checkpointed combos, the other way for the Untied
+          // stages, so each attention path meets it with and without offload and tiling.
+          c.memory.keep_attention =
+              c.memory.activation_checkpointing && (k + (untied ? 1 : 0) + (fsdp ? 1 : 0)) % 2 == 1;
           c.memory.untied_ulysses = untied;
           c.memory.heads_per_stage = hps;
           cases.push_back(c);

@@ -569,7 +569,67 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   untied.hardware.attention_efficiency = 0.9;
   CHECK(plan_memory(untied).time.attention_s == u.attention_s);
 
+  // Kept attention replays the forward's output in the recompute: the kernels run forward and
+  // backward only, as FlashAttention-2 (the kernel that gives the kept LSE); the recompute keeps
+  // its projections and MLP. With the Untied stages it runs no stage at all: their projections
+  // (proj, which the backward runs again anyway) leave the recompute too.
+  RunConfig kept = cfg;
+  kept.memory.keep_attention = true;
+  kept.hardware.untied_attention_efficiency = 0.125;
+  REQUIRE(validate(kept).empty());
+  const StepTimePlan k = plan_memory(kept).time;
+  CHECK(k.kept_attention);
+  CHECK(k.attention_flops_per_token == L * 3 * core);
+  CHECK(k.hardware_flops_per_token == model + L * (proj + o_proj + mlp));
+  CHECK(k.attention_kernel_efficiency == 0.125);
+  CHECK(k.recompute_s == Approx(tokens * L * (proj + o_proj + mlp) / (peak * 0.4)).epsilon(1e-12));
+  untied.memory.activation_checkpointing = untied.memory.keep_attention = true;
+  const StepTimePlan ku = plan_memory(untied).time;
+  // the Untied backward's own projections (proj) stay: the recompute is o_proj and the MLP
+  CHECK(ku.hardware_flops_per_token == model + L * (o_proj + mlp) + L * proj);
+  CHECK(ku.attention_flops_per_token == L * 3 * core);
+
   // Without checkpointing the attention kernels run forward and backward only.
   cfg.memory.activation_checkpointing = false;
   CHECK(plan_memory(cfg).time.attention_flops_per_token == L * 3 * core);
+}
+
+TEST_CASE("kept attention: every path on the cpu and GPU profiles keeps one output and LSE per block from the "
+          "forward, and its recompute is cheaper",
+          "[planner][terms][kept]") {
+  // One output [B, s, H*hd] (head layout on the standard path: the same bytes) in the compute dtype
+  // and one [B, H/P, S] fp32 LSE per block, held from its forward through the loss; nothing else
+  // stays. On each profile (its own layouts: the CPU's output copy, the GPU's views), at P = 1 and
+  // P = 2, standard attention, Ulysses and the Untied stages, fp32 and bf16.
+  for (const char* profile : {"cpu", "h100-sxm"}) {
+    for (const bool one_rank : {true, false}) {
+      for (const bool untied : {false, true}) {
+        for (const DType dtype : {DType::Float32, DType::BFloat16}) {
+          RunConfig plain = one_rank ? small_config_one_rank() : small_config();
+          plain.hardware = *find_hardware_profile(profile);
+          plain.training.dtype = dtype;
+          plain.memory.untied_ulysses = untied;
+          plain.memory.heads_per_stage = untied ? 2 * plain.parallel.ulysses_degree : 0;
+          RunConfig kept = plain;
+          kept.memory.keep_attention = true;
+          INFO(profile << (one_rank ? ", one rank" : ", P = 2") << (untied ? ", Untied" : ", standard")
+                       << (dtype == DType::Float32 ? ", fp32" : ", bf16"));
+          REQUIRE(validate(kept).empty());
+          const MemoryPlan p = plan_memory(plain), k = plan_memory(kept);
+          const int64_t P = plain.parallel.ulysses_degree, S = plain.training.seq_len, s = S / P;
+          const int64_t c = dtype == DType::Float32 ? 4 : 2;
+          const int64_t per_block = s * 4 * 16 * c + (4 / P) * S * 4;  // H = 4 heads of 16
+          auto saved_at_loss = [](const MemoryPlan& plan) {
+            for (const auto& ph : plan.phases)
+              if (ph.name == "fwd/loss") return ph.category_bytes[static_cast<int>(PlanCategory::SavedActivations)];
+            return int64_t{-1};
+          };
+          CHECK(saved_at_loss(k) - saved_at_loss(p) == plain.model.n_layers * per_block);
+          CHECK(term_bytes(k, "kept attention output") + term_bytes(k, "kept attention log-sum-exp") > 0);
+          CHECK(k.time.recompute_s < p.time.recompute_s);
+          CHECK(k.time.attention_flops_per_token < p.time.attention_flops_per_token);
+        }
+      }
+    }
+  }
 }

@@ -1,5 +1,5 @@
 // The engine on a GPU (hidden tag [.cuda]: run `engine_tests "[.cuda]"` on a CUDA machine): every
-// technique together equals the plain run (fp32), bf16 trains, checkpointing and offload lower the
+// technique together equals the plain run (fp32), kept attention equals plain checkpointing, bf16 trains, checkpointing and offload lower the
 // measured device peak and offload fills the host pool, the fused loss keeps its answer statistics
 // inside its own workspace.
 #include <catch2/catch.hpp>
@@ -30,6 +30,23 @@ RankContext cuda_rank() {
   return ctx;
 }
 
+/// One forward and backward of each trainer: the losses and every gradient equal within the
+/// reordering bounds of engine_test_util.h for `cfg` on one sequence. The same sums in other
+/// orders (cuBLAS split-K, the fused loss's online log-sum-exp, atomics in the attention
+/// backward, another attention kernel) hold for any order, as long as fp32 matmuls stay fp32
+/// (LibTorch's default: TF32 off for matmuls).
+void check_same_step(Trainer& a, Trainer& b, const RunConfig& cfg) {
+  const double la = a.forward_backward(0), lb = b.forward_backward(0);
+  CHECK(std::abs(la - lb) <= loss_tolerance(cfg, 1) * std::abs(la));
+  std::vector<at::Tensor> ga, gb;
+  for (auto* g : a.model().groups()) ga.push_back(g->grad().cpu());
+  for (auto* g : b.model().groups()) gb.push_back(g->grad().cpu());
+  std::string worst;
+  const double diff = per_param_max_relative_diff(a, gb, ga, &worst);
+  INFO("worst gradient " << worst << ": " << diff);
+  CHECK(diff <= gradient_tolerance(cfg, 1));
+}
+
 }  // namespace
 
 TEST_CASE("cuda: every technique together equals the plain run (fp32)", "[.cuda]") {
@@ -39,19 +56,24 @@ TEST_CASE("cuda: every technique together equals the plain run (fp32)", "[.cuda]
   all.memory.activation_checkpointing = all.memory.offload_activations = true;
   all.memory.tiled_mlp = all.memory.tiled_loss = true;
   Trainer a(plain, cuda_rank()), b(all, cuda_rank());
-  const double la = a.forward_backward(0), lb = b.forward_backward(0);
-  // The same sums in other orders (cuBLAS split-K, the fused loss's online log-sum-exp, atomics in
-  // the attention backward): the reordering bounds of engine_test_util.h hold for any order, as
-  // long as fp32 matmuls stay fp32 (LibTorch's default: TF32 off for matmuls).
-  CHECK(std::abs(la - lb) <= loss_tolerance(plain, 1) * std::abs(la));
-  std::vector<at::Tensor> ga, gb;
-  for (auto* g : a.model().groups()) ga.push_back(g->grad().cpu());
-  for (auto* g : b.model().groups()) gb.push_back(g->grad().cpu());
-  std::string worst;
-  const double diff = per_param_max_relative_diff(a, gb, ga, &worst);
-  INFO("worst gradient " << worst << ": " << diff);
-  CHECK(diff <= gradient_tolerance(plain, 1));
+  check_same_step(a, b, plain);
   CHECK(b.offload_store().total_offloaded() == offloaded_blocks(plain.model.n_layers).count);
+}
+
+TEST_CASE("cuda: kept attention equals plain checkpointing on every one-device path (fp32)", "[.cuda]") {
+  // On CUDA the kept path's forward is FlashAttention's (it returns the LSE it keeps; fp32: the
+  // memory-efficient kernel) where plain checkpointing's SDPA may pick another kernel.
+  REQUIRE(prepare_cuda().available);
+  for (const bool untied : {false, true}) {
+    INFO((untied ? "Untied stages" : "standard attention"));
+    RunConfig plain = cuda_config();
+    plain.memory.activation_checkpointing = true;
+    plain.memory.untied_ulysses = untied;
+    RunConfig kept = plain;
+    kept.memory.keep_attention = true;
+    Trainer a(plain, cuda_rank()), b(kept, cuda_rank());
+    check_same_step(a, b, plain);
+  }
 }
 
 TEST_CASE("cuda: bf16 trains, checkpointing and offload lower the measured peak", "[.cuda]") {
