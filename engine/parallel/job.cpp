@@ -10,6 +10,7 @@
 #include "engine/parallel/devices.h"
 #include "engine/parallel/peer_watch.h"
 #include "engine/parallel/rank_launch.h"
+#include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
@@ -56,7 +57,20 @@ const char* to_string(JobMode mode) {
 }
 
 void check_launchable(const RunConfig& cfg) {
-  if (job_mode(cfg.parallel) != JobMode::Threads || cfg.parallel.world_size <= kMaxTrackedRanks) return;
+  if (job_mode(cfg.parallel) != JobMode::Threads) return;
+  if (cfg.parallel.world_size > 1 && cfg.training.device != DeviceKind::Cpu) {
+    const at::Device device = resolve_device(cfg.training.device, 0);
+    const int gpus = device.is_cuda() ? prepare_cuda().device_count : 0;
+    if (device.is_cuda() && cfg.parallel.world_size > gpus)
+      throw std::invalid_argument(
+          "parallel.world_size = " + std::to_string(cfg.parallel.world_size) + " rank threads on " +
+          std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") +
+          ": rank threads of one process cannot share a GPU (autograd runs every rank's backward on the "
+          "GPU's one worker thread, where one rank's collective would wait for another's forever); run "
+          "the ranks as processes, which share it over Gloo: torchrun --nproc-per-node " +
+          std::to_string(cfg.parallel.world_size) + " --no-python odyssey train PRESET");
+  }
+  if (cfg.parallel.world_size <= kMaxTrackedRanks) return;
   throw std::invalid_argument("parallel.world_size = " + std::to_string(cfg.parallel.world_size) +
                               ": one process runs at most " + std::to_string(kMaxTrackedRanks) +
                               " rank threads (the memory tracker's counters per process); run more ranks "

@@ -15,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "engine/parallel/emulated_comm.h"
+#include "engine/telemetry/cuda_runtime.h"
 #include "engine/parallel/process_group_comm.h"
 #include "engine/telemetry/memory_tracker.h"
 
@@ -33,7 +34,7 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& store, c
   spec.global_rank = global_rank;
   spec.timeout = options.timeout;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(spec.instance, store);
-  if (device.is_cuda()) return std::make_shared<NcclComm>(prefixed, spec, device, options.abort);
+  if (device.is_cuda() && !options.shared_device) return std::make_shared<NcclComm>(prefixed, spec, device, options.abort);
   return std::make_shared<GlooComm>(prefixed, spec, options.abort, options.gloo_hostname, options.gloo_interface);
 }
 
@@ -181,6 +182,11 @@ std::optional<TorchrunEnv> torchrun_env() {
     throw std::invalid_argument("torchrun environment: RANK=" + std::to_string(env.rank) + " must be below WORLD_SIZE=" +
                                 std::to_string(env.world_size));
   if (const char* local = std::getenv("LOCAL_RANK")) env.local_rank = parse_env_int("LOCAL_RANK", local, 0);
+  if (const char* local_world = std::getenv("LOCAL_WORLD_SIZE"))
+    env.local_world_size = parse_env_int("LOCAL_WORLD_SIZE", local_world, 1);
+  if (env.local_rank >= env.local_world_size && std::getenv("LOCAL_WORLD_SIZE"))
+    throw std::invalid_argument("torchrun environment: LOCAL_RANK=" + std::to_string(env.local_rank) +
+                                " must be below LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size));
   if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
   if (const char* port = std::getenv("MASTER_PORT")) {
     env.master_port = parse_env_int("MASTER_PORT", port, 1);
@@ -207,8 +213,10 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
                                 " (set it in the preset or with --set parallel.world_size=" +
                                 std::to_string(env.world_size) + ")");
   CommOptions options = comm_options(parallel);
-  const at::Device rank_device =
-      device.is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : device;
+  // `device` is the local rank's GPU (resolve_device: local rank modulo the GPUs); more local ranks
+  // than GPUs share them, over Gloo (CommOptions::shared_device).
+  const at::Device rank_device = device;
+  options.shared_device = device.is_cuda() && env.local_world_size > prepare_cuda().device_count;
   TorchrunRank joined;
   joined.abort = options.abort;
   if (env.world_size == 1) {

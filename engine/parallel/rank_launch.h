@@ -52,12 +52,16 @@ struct CommOptions {
   std::string gloo_hostname = "127.0.0.1";    ///< Gloo device address ("" = this host's name)
   std::string gloo_interface;                 ///< Gloo device interface (GLOO_SOCKET_IFNAME), wins
   std::shared_ptr<AbortSignal> abort;         ///< the job's stop flag (in-process ranks share one)
+  /// Several ranks of this node share one GPU (torchrun with more local ranks than devices): NCCL
+  /// refuses two ranks on one device, so the groups run on Gloo, which stages CUDA tensors
+  /// through host memory. For correctness runs (a node rehearsed on one GPU), not for speed.
+  bool shared_device = false;
 };
 CommOptions comm_options(const ParallelConfig& parallel);
 
 /// The RankContext of `rank` in a job of `parallel.world_size` ranks, with its world, sp and dp
 /// groups over `store` (prefixes "world", "sp.<i>", "dp.<j>"; groups of one are SoloComm). Gloo on
-/// a CPU `device`, NCCL on a CUDA one. Blocks until the members of each group have joined.
+/// a CPU `device`, NCCL on a CUDA one (Gloo when options.shared_device). Blocks until the members of each group have joined.
 /// Every member must call it; creation order is world, sp, dp on every rank.
 RankContext make_rank_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, const ParallelConfig& parallel,
                               at::Device device, const CommOptions& options);
@@ -88,6 +92,7 @@ struct TorchrunEnv {
   /// Otherwise rank 0 serves the store itself.
   bool use_agent_store = false;
   int restart_count = 0;
+  int local_world_size = 1;  ///< LOCAL_WORLD_SIZE: this node's ranks (more than its GPUs: they share)
 };
 /// nullopt when RANK and WORLD_SIZE are both unset (not under torchrun); throws
 /// std::invalid_argument naming the variable, its value and the rule when one is malformed.

@@ -106,6 +106,7 @@ if [ $DRY = 1 ]; then
   export ODYSSEY_BENCH_PRESET="presets/tiny-cpu.toml" ODYSSEY_BENCH_SETS="$ONE_RANK"
   export ODYSSEY_BENCH_BASELINE_ARGS="--config tiny --device cpu"
   TESTS_FILTER_KERNEL="[lce]~[.cuda]" TESTS_FILTER_ENGINE="[cuda_runtime]" TESTS_FILTER_PARALLEL="cpu capability*"
+  TESTS_FILTER_CLI="[docs]"
   TINY_DEVICES="cpu cpu" TINY_STEPS=2
   BF16_PRESET="presets/tiny-cpu.toml" BF16_SETS="$ONE_RANK training.seq_len=256" BF16_STEPS=4
   LENGTHS="256 512" STEPS=2 PLANNER_CASES=tiny
@@ -116,6 +117,8 @@ if [ $DRY = 1 ]; then
   COLLECTIVES_ARGS="--cpu --gpus 2 --seq 512 --steps 2"
 else
   TESTS_FILTER_KERNEL="[.cuda]" TESTS_FILTER_ENGINE="[.cuda]" TESTS_FILTER_PARALLEL="[.cuda]"
+  # torchrun ranks sharing the one GPU over Gloo, against the CPU run and the plan per rank
+  TESTS_FILTER_CLI="[.cuda]"
   TINY_DEVICES="cuda cpu" TINY_STEPS=5
   BF16_PRESET="presets/llama3.2-1b-1xh100.toml" BF16_SETS="training.seq_len=8K training.dtype=bfloat16 training.lr=1e-5" BF16_STEPS=3
   LENGTHS="32K 64K 128K" STEPS=3 PLANNER_CASES=gpu
@@ -133,7 +136,7 @@ else
   # optimizer stage's two runs took 200 s on the H200 (2026-11-26), which left its host bench none:
   # 260 gives the bench its 45. The ablation's 6 runs took 124 s at 32K (2026-11-26); with the three
   # stage sizes it runs 9.
-  declare -A BOX=([smoke]=270 [kernels]=150 [throughput]=330 [planner]=180 [longest]=360 [offload]=150 [ablation]=260
+  declare -A BOX=([smoke]=510 [kernels]=150 [throughput]=330 [planner]=180 [longest]=360 [offload]=150 [ablation]=260
                   [optimizer]=260 [profile]=120 [collectives]=240)
   # Every GPU of the machine, one rank each; the 1B over 2 GPUs at 64K: 32K tokens a rank.
   COLLECTIVES_ARGS="--gpus all --seq 64K --steps 3"
@@ -161,6 +164,7 @@ stage_smoke() {
   run_test "$d" kernel_tests "$TESTS_FILTER_KERNEL" 60 || rc=1
   run_test "$d" engine_tests "$TESTS_FILTER_ENGINE" 80 || rc=1
   run_test "$d" parallel_tests "$TESTS_FILTER_PARALLEL" 60 || rc=1
+  run_test "$d" cli_tests "$TESTS_FILTER_CLI" 240 || rc=1
   # shellcheck disable=SC2086
   timeout 90 "$PY" bench/gpu/tiny_correctness.py --out "$d/tiny" --devices $TINY_DEVICES --steps "$TINY_STEPS" \
     >"$d/tiny.txt" 2>&1 || rc=1

@@ -127,14 +127,17 @@ inline bool wait_for_checkpoint(pid_t pid, const std::string& dir, int64_t step)
   return false;
 }
 
-// One `odyssey train ARGS` process per rank of a 2-rank torchrun job on loopback; logs DIR.rank<r>.log.
-inline std::vector<pid_t> spawn_torchrun(const std::string& args, const std::string& dir) {
+// One `odyssey train ARGS` process per rank of a `ranks`-rank torchrun job on loopback, one node
+// (LOCAL_WORLD_SIZE = ranks); logs DIR.rank<r>.log.
+inline std::vector<pid_t> spawn_torchrun(const std::string& args, const std::string& dir, int ranks = 2) {
   const int port = free_port();
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < 2; ++rank)
+  for (int rank = 0; rank < ranks; ++rank)
     pids.push_back(spawn_odyssey(args, dir + ".rank" + std::to_string(rank) + ".log",
                                  "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
-                                     " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port)));
+                                     " WORLD_SIZE=" + std::to_string(ranks) + " LOCAL_WORLD_SIZE=" +
+                                     std::to_string(ranks) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                                     std::to_string(port)));
   return pids;
 }
 

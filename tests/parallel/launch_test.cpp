@@ -209,8 +209,17 @@ TEST_CASE("torchrun environment: parsed, validated, absent", "[launch]") {
   CHECK(torchrun_env()->restart_count == 3);
   ::setenv("TORCHELASTIC_USE_AGENT_STORE", "yes", 1);
   CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("TORCHELASTIC_USE_AGENT_STORE=yes must be True or False"));
-  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
-                        "TORCHELASTIC_RESTART_COUNT"})
+  ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  // LOCAL_WORLD_SIZE: the node's ranks (more than its GPUs: they share them over Gloo)
+  CHECK(torchrun_env()->local_world_size == 1);
+  ::setenv("LOCAL_WORLD_SIZE", "4", 1);
+  CHECK(torchrun_env()->local_world_size == 4);
+  ::setenv("LOCAL_WORLD_SIZE", "1", 1);
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("LOCAL_RANK=1 must be below LOCAL_WORLD_SIZE=1"));
+  ::setenv("LOCAL_WORLD_SIZE", "four", 1);
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("LOCAL_WORLD_SIZE=four must be an integer"));
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                        "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT"})
     ::unsetenv(v);
   CHECK_THROWS_WITH(join_torchrun({0, 2, 0, "127.0.0.1", 29555}, parallel_config(4, 2), at::kCPU),
                     Catch::Contains("WORLD_SIZE=2 must equal parallel.world_size = 4"));
