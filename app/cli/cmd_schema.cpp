@@ -1,5 +1,5 @@
 // odyssey schema [--markdown]: prints every preset table and key with its type, physical range,
-// default and doc line. README.md's schema section is this command's markdown output (a test keeps them equal).
+// default and doc line. docs/presets.md's schema section is this command's markdown output (a test keeps them equal).
 #include <iostream>
 #include <sstream>
 
@@ -76,7 +76,7 @@ int run_schema(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{
-    Command{70, "schema", "schema [--markdown]", "print every preset table and key (README's schema is its markdown)",
+    Command{70, "schema", "schema [--markdown]", "print every preset table and key (docs/presets.md is its markdown)",
             run_schema}};
 
 }  // namespace

@@ -596,7 +596,7 @@ std::string preset_to_toml(const RunConfig& cfg) {
   std::ostringstream out;
   out << "# Odyssey preset";
   if (!cfg.description.empty()) out << ": " << cfg.description;
-  out << "\n# Load with `odyssey check|plan|train FILE`; every key is documented in README.md.\n\n";
+  out << "\n# Load with `odyssey check|plan|train FILE`; every key is documented in docs/presets.md.\n\n";
   if (!cfg.description.empty()) {
     const KeySpec* d = find_key_spec("", "description");
     out << "description = " << toml_literal(*d, cfg) << "\n\n";

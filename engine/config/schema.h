@@ -1,5 +1,5 @@
 // The preset schema as data: every TOML key with its table, type, doc line and accessors. One
-// table drives loading, --set overrides, saving with comments, the README and the studio's fields.
+// table drives loading, --set overrides, saving with comments, docs/presets.md and the studio's fields.
 #pragma once
 
 #include <functional>

@@ -1,4 +1,4 @@
-// Keeps README.md honest: its preset-schema section is exactly `odyssey schema --markdown`, and
+// Keeps docs/presets.md honest: its schema section is exactly `odyssey schema --markdown`, and
 // every preset key appears in it.
 #include <catch2/catch.hpp>
 
@@ -25,8 +25,8 @@ std::string run(const std::string& command) {
 
 }  // namespace
 
-TEST_CASE("README schema section equals odyssey schema --markdown", "[cli][docs]") {
-  std::ifstream in(std::string(ODYSSEY_SOURCE_DIR) + "/README.md");
+TEST_CASE("docs/presets.md schema section equals odyssey schema --markdown", "[cli][docs]") {
+  std::ifstream in(std::string(ODYSSEY_SOURCE_DIR) + "/docs/presets.md");
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string readme = ss.str();
