@@ -1,6 +1,6 @@
 // odyssey-studio: the window (GLFW + OpenGL 3 + Dear ImGui), the frame loop, font scaling and
 // screenshots. Everything else is odyssey_studio_core; the engine comes in through SessionEngine.
-// defines: main
+// defines: main (open_window, finish_screenshot: the window and the screenshot run's report)
 #include <GLFW/glfw3.h>
 #include <imgui.h>
 #include <backends/imgui_impl_glfw.h>
@@ -58,6 +58,77 @@ odyssey::studio::Image read_back_buffer(int width, int height) {
   return image;
 }
 
+/// UI time per frame while the engine trains (or over the synthetic samples): wall and the UI
+/// thread's CPU time, for the screenshot run's report.
+struct TrainingFrameTimes {
+  std::vector<double> wall_ms, cpu_ms;
+  void add(double wall, double cpu) {
+    wall_ms.push_back(wall);
+    cpu_ms.push_back(cpu);
+  }
+};
+
+/// The window and its OpenGL 3.3 context, or null with the reason printed (no display, no GL 3.3).
+GLFWwindow* open_window(const odyssey::studio::StudioOptions& opts) {
+  glfwSetErrorCallback(on_glfw_error);
+  if (!glfwInit()) {
+    std::fprintf(stderr, "odyssey-studio: cannot open a window: %s\n  (no display? set DISPLAY, or run under "
+                 "`xvfb-run -a`; `odyssey plan|train` work without one)\n", g_glfw_error.c_str());
+    return nullptr;
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  GLFWwindow* window = glfwCreateWindow(opts.width, opts.height, "Odyssey Studio", nullptr, nullptr);
+  if (!window) {
+    std::fprintf(stderr, "odyssey-studio: cannot open a %dx%d OpenGL 3.3 window: %s\n", opts.width, opts.height,
+                 g_glfw_error.c_str());
+    glfwTerminate();
+  }
+  return window;
+}
+
+/// The screenshot run's end: the picture written from the back buffer, then what the run measured
+/// (UI time per frame, the changes marked). Returns the exit code: 1 when the picture or the
+/// script failed.
+int finish_screenshot(const odyssey::studio::StudioOptions& opts, const odyssey::studio::AppState& state,
+                      const odyssey::studio::ScriptRunner& script, const TrainingFrameTimes& times, int fb_w, int fb_h,
+                      const std::string& font, long frames) {
+  using namespace odyssey::studio;
+  int exit_code = 0;
+  std::string err;
+  if (!write_png(opts.screenshot, read_back_buffer(fb_w, fb_h), &err)) {
+    std::fprintf(stderr, "odyssey-studio: %s\n", err.c_str());
+    exit_code = 1;
+  } else {
+    std::printf("odyssey-studio: wrote %s (%dx%d, %s, %ld frames; UI %.2f ms/frame mean, %.2f ms max over the "
+                "last %d; run %.1f s)\n", opts.screenshot.c_str(), fb_w, fb_h, font.c_str(), frames, state.frame.mean(),
+                state.frame.max(), std::min<int>(frames, FrameStats::kWindow), script.run_seconds());
+  }
+  auto summary = [&](std::vector<double> v, const char* what) {
+    if (v.empty()) return;
+    std::sort(v.begin(), v.end());
+    double sum = 0;
+    for (double x : v) sum += x;
+    std::printf("odyssey-studio: UI %s per frame %s: mean %.2f ms, p95 %.2f ms, max %.2f ms over %zu frames\n", what,
+                opts.bench_samples > 0 ? "with the synthetic samples" : "while training", sum / v.size(),
+                v[v.size() * 95 / 100], v.back(), v.size());
+  };
+  summary(times.wall_ms, "wall time");
+  summary(times.cpu_ms, "thread CPU time");
+  if (!state.history.markers().empty()) {
+    std::string marked;
+    for (const auto& m : state.history.markers())
+      marked += " [step " + std::to_string(m.step) + (m.restart ? " restart: " : ": ") + m.what + "]";
+    std::printf("odyssey-studio: changes marked:%s\n", marked.c_str());
+  }
+  if (script.failed()) {
+    std::fprintf(stderr, "odyssey-studio: %s\n", script.error().c_str());
+    exit_code = 1;
+  }
+  return exit_code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,22 +173,8 @@ int main(int argc, char** argv) {
     state.timeline.all_steps = true;  // the worst case: every sample in view
   }
 
-  glfwSetErrorCallback(on_glfw_error);
-  if (!glfwInit()) {
-    std::fprintf(stderr, "odyssey-studio: cannot open a window: %s\n  (no display? set DISPLAY, or run under "
-                 "`xvfb-run -a`; `odyssey plan|train` work without one)\n", g_glfw_error.c_str());
-    return 1;
-  }
-  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
-  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
-  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
-  GLFWwindow* window = glfwCreateWindow(opts.width, opts.height, "Odyssey Studio", nullptr, nullptr);
-  if (!window) {
-    std::fprintf(stderr, "odyssey-studio: cannot open a %dx%d OpenGL 3.3 window: %s\n", opts.width, opts.height,
-                 g_glfw_error.c_str());
-    glfwTerminate();
-    return 1;
-  }
+  GLFWwindow* window = open_window(opts);
+  if (!window) return 1;
   glfwMakeContextCurrent(window);
   const bool screenshot = !opts.screenshot.empty();
   glfwSwapInterval(screenshot ? 0 : 1);
@@ -135,7 +192,7 @@ int main(int argc, char** argv) {
     ScriptRunner script(opts);
     double last_frame = now_s();
     long frames = 0;
-    std::vector<double> training_ms, training_cpu_ms;  // wall and UI-thread CPU time per frame
+    TrainingFrameTimes training_times;
     while (!glfwWindowShouldClose(window) && !state.quit_requested) {
       // Idle (no run, nothing being planned): sleep until input, waking 4x a second; otherwise poll.
       const bool busy = screenshot || (state.run.has_run() && is_live_state(state.status.state)) ||
@@ -173,41 +230,9 @@ int main(int argc, char** argv) {
       // The budget that matters: UI time per frame while the engine trains (start-up frames, which
       // build the font atlas and the first plan, excluded).
       const bool training = state.run.has_run() && state.status.state == odyssey::SessionState::Running;
-      if (frames > 10 && (training || opts.bench_samples > 0)) {
-        training_ms.push_back(ui_ms);
-        training_cpu_ms.push_back(ui_cpu_ms);
-      }
+      if (frames > 10 && (training || opts.bench_samples > 0)) training_times.add(ui_ms, ui_cpu_ms);
       if (capture) {
-        std::string err;
-        if (!write_png(opts.screenshot, read_back_buffer(fb_w, fb_h), &err)) {
-          std::fprintf(stderr, "odyssey-studio: %s\n", err.c_str());
-          exit_code = 1;
-        } else {
-          std::printf("odyssey-studio: wrote %s (%dx%d, %s, %ld frames; UI %.2f ms/frame mean, %.2f ms max over the "
-                      "last %d; run %.1f s)\n", opts.screenshot.c_str(), fb_w, fb_h, font.c_str(), frames, state.frame.mean(),
-                      state.frame.max(), std::min<int>(frames, FrameStats::kWindow), script.run_seconds());
-        }
-        auto summary = [&](std::vector<double> v, const char* what) {
-          if (v.empty()) return;
-          std::sort(v.begin(), v.end());
-          double sum = 0;
-          for (double x : v) sum += x;
-          std::printf("odyssey-studio: UI %s per frame %s: mean %.2f ms, p95 %.2f ms, max %.2f ms over %zu frames\n", what,
-                      opts.bench_samples > 0 ? "with the synthetic samples" : "while training", sum / v.size(),
-                      v[v.size() * 95 / 100], v.back(), v.size());
-        };
-        summary(training_ms, "wall time");
-        summary(training_cpu_ms, "thread CPU time");
-        if (!state.history.markers().empty()) {
-          std::string marked;
-          for (const auto& m : state.history.markers())
-            marked += " [step " + std::to_string(m.step) + (m.restart ? " restart: " : ": ") + m.what + "]";
-          std::printf("odyssey-studio: changes marked:%s\n", marked.c_str());
-        }
-        if (script.failed()) {
-          std::fprintf(stderr, "odyssey-studio: %s\n", script.error().c_str());
-          exit_code = 1;
-        }
+        exit_code = finish_screenshot(opts, state, script, training_times, fb_w, fb_h, font, frames);
         break;
       }
       glfwSwapBuffers(window);

@@ -11,7 +11,7 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "engine/memory/checkpoint.h"
+#include "engine/memory/rng_state.h"
 #include "engine/memory/offload.h"
 #include "engine/memory/tiled_mlp.h"
 #include "engine/model/head.h"

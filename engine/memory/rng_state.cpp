@@ -1,6 +1,6 @@
-// RNG capture/restore around checkpoint recompute (see checkpoint.h).
+// RNG capture/restore around checkpoint recompute (see rng_state.h).
 // defines: capture_rng_state, RngFork
-#include "engine/memory/checkpoint.h"
+#include "engine/memory/rng_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

@@ -1,4 +1,4 @@
-// Activation checkpointing support: the RNG state captured in a block's forward and restored
+// The recompute's RNG state (activation checkpointing): captured in a block's forward and restored
 // around its recompute in backward (torch.utils.checkpoint's preserve_rng_state / fork_rng), for
 // the CPU generator and, on CUDA, the device's generator. defines: RngState, capture_rng_state,
 // RngFork
