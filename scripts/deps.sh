@@ -54,14 +54,17 @@ fi
 # --- transformers for the Hugging Face tests ----------------------------------------------------
 # The test suite builds small checkpoints with transformers itself and loads Odyssey's exports back
 # into it (tests/hf/). Pinned: the rope parameters and tensor names are checked against this one.
-HF_PACKAGES=("transformers==5.23.0" "safetensors==0.8.0")
-HF_STAMP="$DEPS_DIR/.deps-ok-transformers-5.23.0-safetensors-0.8.0"
-if [ -f "$HF_STAMP" ] && "$VENV/bin/python" -c "import transformers, safetensors" >/dev/null 2>&1; then
-  say "transformers 5.23.0 cached in $VENV"
+# liger-kernel: the Hugging Face baseline's CPU dry run patches it in and checks the fallback when
+# its Triton kernels cannot run (bench/gpu/baseline_equivalence.py); the versions scripts/gpu/wheels.txt
+# carries to the GPU host.
+HF_PACKAGES=("transformers==5.23.0" "safetensors==0.8.0" "liger-kernel==0.8.5")
+HF_STAMP="$DEPS_DIR/.deps-ok-transformers-5.23.0-safetensors-0.8.0-liger-0.8.5"
+if [ -f "$HF_STAMP" ] && "$VENV/bin/python" -c "import transformers, safetensors, liger_kernel" >/dev/null 2>&1; then
+  say "transformers 5.23.0 and liger-kernel 0.8.5 cached in $VENV"
 else
-  say "installing ${HF_PACKAGES[*]} into $VENV (the Hugging Face tests)"
+  say "installing ${HF_PACKAGES[*]} into $VENV (the Hugging Face tests and baseline)"
   "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "${HF_PACKAGES[@]}"
-  "$VENV/bin/python" -c "import transformers, safetensors; print('deps: transformers', transformers.__version__)"
+  "$VENV/bin/python" -c "import transformers, safetensors, liger_kernel; print('deps: transformers', transformers.__version__)"
   touch "$HF_STAMP"
 fi
 

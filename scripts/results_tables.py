@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
 import record as layout  # noqa: E402  (scripts/gpu/record.py: the record's names and files)
 from fit_efficiency import is_fit_point  # noqa: E402
 from planner_vs_measured import PEAK_TOLERANCE, SLOPE_TOLERANCE  # noqa: E402
-from systems import point_key  # noqa: E402
+from systems import BASELINES, point_key, strongest_baseline  # noqa: E402
 
 RECORDS = os.path.join(ROOT, "bench", "results")
 README = os.path.join(ROOT, "README.md")
@@ -229,6 +229,19 @@ def fig_bf16(rec):
     return [("%s in bf16, %d steps: the loss" % (stem({"preset": r.get("preset")}), len(losses)), "falls", value)]
 
 
+def against_text(baselines, best):
+    """How a figure names the baseline it compares with: that baseline's label where the record holds
+    one baseline (the records before 2026-11-27), else "the strongest baseline (its label)"."""
+    label = BASELINES.get(best.get("system"), {}).get("label", "the baseline %s" % best.get("system"))
+    return label if len(baselines) <= 1 else "the strongest baseline (%s)" % label[len("the "):]
+
+
+def others_text(baselines, best, text):
+    """"; beside <system> <text(row)>" for every baseline but `best`, or ""."""
+    rest = [r for r in baselines if r is not best]
+    return "".join("; beside %s %s" % (r.get("system"), text(r)) for r in rest)
+
+
 def fig_throughput(rec):
     by_length = {}
     for r in rec.jsonl("throughput/throughput.jsonl"):
@@ -236,28 +249,37 @@ def fig_throughput(rec):
             by_length.setdefault(int(r["seq_len"]), {})[r.get("system")] = r
     out = []
     for seq in sorted(by_length):
-        odyssey, baseline = by_length[seq].get("odyssey"), by_length[seq].get("pytorch")
+        odyssey = by_length[seq].get("odyssey")
+        baselines = [r for name, r in by_length[seq].items() if name in BASELINES]
         if not odyssey:
             continue
+        baseline = strongest_baseline(baselines) or (baselines[0] if baselines else None)
         value = run_text(odyssey)
         if baseline:
             value += " against " + run_text(baseline)
             if all("error" not in r and r.get("tokens_per_s") for r in (odyssey, baseline)):
                 value += ": %.3f×" % (odyssey["tokens_per_s"] / baseline["tokens_per_s"])
-        out.append(("%s at %s: Odyssey's full stack against the PyTorch baseline" % (stem(odyssey.get("point")), tokens(seq)),
-                     "≥ %.2f× the baseline" % THROUGHPUT_TARGET, value))
+            value += others_text(baselines, baseline, run_text)
+        out.append(("%s at %s: Odyssey's full stack against %s" % (
+            stem(odyssey.get("point")), tokens(seq), against_text(baselines, baseline or {"system": "pytorch"})),
+                    "≥ %.2f× the baseline" % THROUGHPUT_TARGET, value))
     return out
 
 
 def fig_longest(rec):
-    odyssey, baseline = rec.json("longest/longest_odyssey.json"), rec.json("longest/longest_pytorch.json")
-    if not odyssey and not baseline:
+    odyssey = rec.json("longest/longest_odyssey.json")
+    baselines = [r for r in (rec.json("longest/longest_%s.json" % name) for name in BASELINES) if r]
+    if not odyssey and not baselines:
         return []
+    baseline = strongest_baseline(baselines, key="longest_ok") or (baselines[0] if baselines else None)
+
+    def found(r):
+        fail = r.get("first_fail")
+        return "%s (%s)" % (tokens(r.get("longest_ok") or 0), "fails at %s" % tokens(fail) if fail else "no failure up to its limit")
+
     parts = []
     if baseline:
-        fail = baseline.get("first_fail")
-        parts.append("the baseline %s (%s)" % (tokens(baseline.get("longest_ok") or 0),
-                                               "fails at %s" % tokens(fail) if fail else "no failure up to its limit"))
+        parts.append("the baseline %s%s" % (found(baseline), others_text(baselines, baseline, found)))
     point = None
     if odyssey:
         point = next((t.get("point") for t in odyssey.get("trials", []) if t.get("point")), None)
@@ -268,8 +290,8 @@ def fig_longest(rec):
         if baseline and baseline.get("longest_ok") and odyssey.get("longest_ok"):
             parts.append("≥ %.2f×" % (odyssey["longest_ok"] / baseline["longest_ok"]))
     target = "≥ %d× the baseline" % odyssey["factor"] if odyssey and odyssey.get("factor") else "longer than the baseline"
-    return [("longest context on one GPU (%s): Odyssey's full stack against the PyTorch baseline" % stem(point),
-             target, "; ".join(parts))]
+    return [("longest context on one GPU (%s): Odyssey's full stack against %s" % (
+        stem(point), against_text(baselines, baseline or {"system": "pytorch"})), target, "; ".join(parts))]
 
 
 def fig_planner(rec):
@@ -817,6 +839,30 @@ def self_test():
             write(os.path.join(folder, layout.PREDICTIONS, stage, "p.json"), {
                 "point": p, "device": slug, "plan": {"tensor_peak_bytes": peak, "time": {"step_s": step}}})
         return folder
+
+    class TwoBaselines:  # a record's readers over files in memory: both baselines beside Odyssey
+        files = {"throughput/throughput.jsonl": [
+            {"system": "pytorch", "seq_len": 32768, "tokens_per_s": 1000.0},
+            {"system": "hf-liger", "seq_len": 32768, "tokens_per_s": 1250.0},
+            {"system": "odyssey", "seq_len": 32768, "point": point(32768), "tokens_per_s": 1500.0}],
+            "longest/longest_pytorch.json": {"system": "pytorch", "longest_ok": 98304, "first_fail": 114688},
+            "longest/longest_hf-liger.json": {"system": "hf-liger", "longest_ok": 81920, "first_fail": 90112},
+            "longest/longest_odyssey.json": {"system": "odyssey", "longest_ok": 458752, "factor": 4,
+                                             "factor_target": 458752, "trials": [{"seq_len": 458752}]}}
+
+        def json(self, rel):
+            return self.files.get(rel)
+
+        def jsonl(self, rel):
+            return self.files.get(rel, [])
+
+    (title, _, value), = fig_throughput(TwoBaselines())
+    assert title.endswith("against the strongest baseline (Hugging Face + Liger baseline)"), title
+    assert value == "1500 tokens/s against 1250 tokens/s: 1.200×; beside pytorch 1000 tokens/s", value
+    (title, _, value), = fig_longest(TwoBaselines())
+    assert title.endswith("against the strongest baseline (PyTorch baseline)"), title
+    assert value == ("Odyssey one step at 448K: ran; the baseline 96K (fails at 112K); beside hf-liger 80K "
+                     "(fails at 88K); ≥ 4.67×"), value
 
     readme_text = "intro kept\n\n%s\nold text\n%s\nafter kept\n" % (BEGIN, END)
     with tempfile.TemporaryDirectory() as tmp:

@@ -242,7 +242,7 @@ def main():
     traces = {"pytorch": os.path.join(args.out, "pytorch_trace.json"),
               "odyssey": os.path.join(args.out, "odyssey_trace.json")}
     # One warm-up step each, then the profiled step (the profiler's own cost is in its step time).
-    runs = {"pytorch": run_baseline(args.seq, 1, args.timeout, warmup=1,
+    runs = {"pytorch": run_baseline(args.seq, 2, args.timeout,
                                     extra_args=["--kernel-profile", traces["pytorch"]],
                                     log_path=os.path.join(args.out, "pytorch.log")),
             "odyssey": run_odyssey(args.seq, 2, args.timeout, os.path.join(args.out, "odyssey"),

@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """Longest context each system trains on one GPU (issue 7 item 5): doubling from --start until a
 step fails (out of memory or any error), then bisection down to --granularity tokens. Each trial
-is a fresh process running one training step (baseline: bench/gpu/pytorch_baseline.py; Odyssey:
-`odyssey train PRESET --set training.seq_len=N --steps 1`).
+is a fresh process running one training step, found the same way for every system: a baseline of
+systems.BASELINES (pytorch_baseline.py, hf_baseline.py) in its least-memory configuration (full
+activation checkpointing: a length fits when that mode does), Odyssey as
+`odyssey train PRESET --set training.seq_len=N --steps 1`.
 
     python3 bench/gpu/longest_context.py --system pytorch --out $OUT/longest
+    python3 bench/gpu/longest_context.py --system hf-liger --out $OUT/longest
     python3 bench/gpu/longest_context.py --system odyssey --start 128K --limit 2M --out $OUT/longest
     python3 bench/gpu/longest_context.py --self-test        # the search logic, no GPU
 
 Writes OUT/longest_<system>.json: {"system", "longest_ok", "first_fail", "stopped", "trials": [...]}.
-With --factor F --of FILE (another system's longest_<system>.json), the search is one trial at F
-times that system's upper bound (its first failing length, or its limit when nothing failed), rounded
-up to --granularity: the "at least F times the baseline's longest context" check, made with a single
-trial of a length that is known to fail for the other system (no wall-clock spent on a bisection
-whose steps grow quadratically with the context).
+With --factor F --of FILE... (other systems' longest_<system>.json), the search is one trial at F
+times the strongest one's upper bound (the largest of their first failing lengths, or limits when
+nothing failed), rounded up to --granularity: the "at least F times the baseline's longest context"
+check against the strongest baseline, made with a single trial of a length that is known to fail
+for every other system (no wall-clock spent on a bisection whose steps grow quadratically with the
+context).
 
 A trial that times out stops the search ("stopped": "timeout at N"), as does the whole search passing
 --budget seconds ("stopped": "budget"): longest_ok is then a lower bound and first_fail (if any) an
@@ -27,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import parse_tokens  # noqa: E402
-from systems import run_baseline, run_odyssey  # noqa: E402
+from systems import BASELINES, run_baseline, run_odyssey  # noqa: E402
 
 
 class Stop(Exception):
@@ -86,6 +90,14 @@ def factor_target(other, factor, granularity):
     return -(-factor * bound // granularity) * granularity
 
 
+def strongest_target(others, factor, granularity):
+    """(target, name of the system it multiplies): factor_target of each other system's result, the
+    largest (the strongest baseline's); (None, None) when none gives a bound."""
+    targets = [(factor_target(o, factor, granularity), o.get("system")) for o in others]
+    targets = [t for t in targets if t[0] is not None]
+    return max(targets) if targets else (None, None)
+
+
 def self_test():
     calls = []
 
@@ -106,12 +118,19 @@ def self_test():
     assert factor_target({"longest_ok": 0, "first_fail": 32768, "trials": defect}, 4, 32768) is None
     assert factor_target({"longest_ok": 0, "first_fail": None, "limit": 1 << 20}, 4, 32768) is None
     assert factor_target({"longest_ok": 65536, "first_fail": None, "limit": 1 << 20, "stopped": "budget"}, 4, 32768) is None
+    # against the strongest baseline: the larger bound of the two, a defect's bounding nothing
+    pytorch = {"system": "pytorch", "longest_ok": 81920, "first_fail": 90112, "trials": oom}
+    hf = {"system": "hf-liger", "longest_ok": 0, "first_fail": 131072, "trials": oom}
+    assert strongest_target([pytorch, hf], 4, 32768) == (4 * 131072, "hf-liger")
+    broken = {"system": "hf-liger", "longest_ok": 0, "first_fail": 32768, "trials": defect}
+    assert strongest_target([pytorch, broken], 4, 32768) == (360448, "pytorch")
+    assert strongest_target([broken], 4, 32768) == (None, None)
     print(json.dumps({"self_test": "ok", "trials_first_case": calls}))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--system", choices=["pytorch", "odyssey"])
+    parser.add_argument("--system", choices=list(BASELINES) + ["odyssey"])
     parser.add_argument("--start", type=parse_tokens, default=parse_tokens("32K"))
     parser.add_argument("--limit", type=parse_tokens, default=parse_tokens("4M"))
     parser.add_argument("--granularity", type=parse_tokens, default=parse_tokens("8K"))
@@ -119,7 +138,8 @@ def main():
     parser.add_argument("--budget", type=int, default=0, help="seconds for the whole search (0: no limit)")
     parser.add_argument("--preset", default=None, help="Odyssey preset (default llama3.2-1b-1xh100)")
     parser.add_argument("--factor", type=int, default=0, help="with --of: one trial at this multiple")
-    parser.add_argument("--of", default=None, help="another system's longest_<system>.json (with --factor)")
+    parser.add_argument("--of", nargs="+", default=None,
+                        help="other systems' longest_<system>.json (with --factor): the strongest one's bound")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()
@@ -133,14 +153,17 @@ def main():
     if args.factor or args.of:
         if not (args.factor > 0 and args.of):
             parser.error("--factor and --of go together")
-        try:
-            with open(args.of) as f:
-                target = factor_target(json.load(f), args.factor, args.granularity)
-        except (OSError, ValueError) as e:
-            sys.exit("longest_context: cannot read --of %s: %s" % (args.of, e))
+        others = []
+        for path in args.of:
+            try:
+                with open(path) as f:
+                    others.append(json.load(f))
+            except (OSError, ValueError) as e:
+                print("longest_context: cannot read --of %s: %s" % (path, e), file=sys.stderr)
+        target, against = strongest_target(others, args.factor, args.granularity)
         if target is None:
-            sys.exit("longest_context: %s gives no bound to multiply (its first failure was not out of"
-                     " memory, or nothing ran)" % args.of)
+            sys.exit("longest_context: %s give no bound to multiply (no first failure was out of"
+                     " memory, or nothing ran)" % " ".join(args.of))
         args.start = args.limit = target
     trials = []
     stopped = None
@@ -156,8 +179,9 @@ def main():
                 raise Stop()
             timeout = min(timeout, left)
         log = os.path.join(args.out, "%s_%d.log" % (args.system, n))
-        if args.system == "pytorch":
-            r = run_baseline(n, steps=1, warmup=0, timeout_s=timeout, log_path=log)
+        if args.system in BASELINES:
+            r = run_baseline(n, steps=1, timeout_s=timeout, log_path=log, system=args.system,
+                             extra_args=["--checkpoint", "least-memory"])
         else:
             kw = {"preset": args.preset} if args.preset else {}
             r = run_odyssey(n, 1, timeout, os.path.join(args.out, "odyssey_%d" % n), log_path=log, **kw)
@@ -180,7 +204,7 @@ def main():
     result = {"system": args.system, "longest_ok": ok, "first_fail": bad, "stopped": stopped,
               "granularity": args.granularity, "limit": args.limit, "trials": trials}
     if target is not None:
-        result.update(factor=args.factor, of=args.of, factor_target=target, factor_met=ok >= target)
+        result.update(factor=args.factor, of=args.of, factor_of=against, factor_target=target, factor_met=ok >= target)
     with open(os.path.join(args.out, "longest_%s.json" % args.system), "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps({k: result[k] for k in ("system", "longest_ok", "first_fail", "stopped")}))

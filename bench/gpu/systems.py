@@ -12,7 +12,7 @@ points come from the scripts' own run calls, so the predictions cover what the c
 Every measured row carries its `point` (preset, seq_len, sets), the key that pairs it with its
 prediction (point_key).
 
-defines: run_baseline, run_odyssey, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
+defines: BASELINES, run_baseline, strongest_baseline, run_odyssey, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
 preset_name, point_key, point_file_name, run_json, odyssey_binary, odyssey_preset, odyssey_sets, device_profile_sets,
 run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
 """
@@ -26,6 +26,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from llama_flops import timed_mean
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -281,22 +283,37 @@ def run_sampling_device_use(cmd, timeout_s, period_s=0.2):
     return completed, None
 
 
-def run_baseline(seq, steps, timeout_s, warmup=1, log_path=None, extra_args=()):
-    """One baseline process; returns its JSON dict (with "error" on failure). ODYSSEY_BENCH_BASELINE_ARGS
+# The baselines a user would run instead of Odyssey, each one script under baseline_protocol.py (the
+# same step, timing and JSON): system name -> its script and how the tables name it. The benchmarks
+# run all of them side by side and report their ratios against the strongest (strongest_baseline).
+BASELINES = {"pytorch": {"script": "pytorch_baseline.py", "label": "the PyTorch baseline"},
+             "hf-liger": {"script": "hf_baseline.py", "label": "the Hugging Face + Liger baseline"}}
+
+
+def run_baseline(seq, steps, timeout_s, log_path=None, extra_args=(), system="pytorch"):
+    """One process of the baseline `system` (BASELINES) running `steps` steps (the first warm-up, as
+    `odyssey train --steps`); returns its JSON dict (with "error" on failure). ODYSSEY_BENCH_BASELINE_ARGS
     appends arguments (e.g. "--config tiny --device cpu" to check the scripts on a CPU machine), then
     `extra_args` (e.g. --kernel-profile FILE)."""
-    cmd = [sys.executable, os.path.join(HERE, "pytorch_baseline.py"), "--seq", str(seq), "--steps", str(steps),
-           "--warmup", str(warmup)] + os.environ.get("ODYSSEY_BENCH_BASELINE_ARGS", "").split() + list(extra_args)
+    cmd = [sys.executable, os.path.join(HERE, BASELINES[system]["script"]), "--seq", str(seq), "--steps", str(steps)] + \
+        os.environ.get("ODYSSEY_BENCH_BASELINE_ARGS", "").split() + list(extra_args)
     if predictions_dir():  # the planner has no word on the baseline
-        return {"system": "pytorch", "seq_len": seq, "error": NOT_RUN}
+        return {"system": system, "seq_len": seq, "error": NOT_RUN}
     proc, err, wall = _run(cmd, timeout_s, log_path)
     if err:
-        return {"system": "pytorch", "seq_len": seq, "error": err, "wall_s": wall, "command": " ".join(cmd)}
+        return {"system": system, "seq_len": seq, "error": err, "wall_s": wall, "command": " ".join(cmd)}
     lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
-    result = json.loads(lines[-1]) if lines else {"system": "pytorch", "seq_len": seq,
+    result = json.loads(lines[-1]) if lines else {"system": system, "seq_len": seq,
                                                   "error": "no JSON (rc %d): %s" % (proc.returncode, proc.stderr[-300:])}
     result.update(wall_s=wall, command=" ".join(cmd))
     return result
+
+
+def strongest_baseline(rows, key="tokens_per_s"):
+    """The baseline row (a system of BASELINES, no error) with the most `key` (tokens_per_s for
+    throughput, longest_ok for the longest context), or None when none ran."""
+    ran = [r for r in rows if r.get("system") in BASELINES and "error" not in r and r.get(key)]
+    return max(ran, key=lambda r: r[key]) if ran else None
 
 
 def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_path=None, extra_args=(),
@@ -352,8 +369,8 @@ def odyssey_failure(output):
 
 def odyssey_run_figures(out_dir, seq):
     """The figures of an `odyssey train --out DIR` from DIR/metrics.jsonl (also of a run that
-    stopped early: the steps it finished): steps, step_time_s and tokens_per_s (the mean over the
-    steps after the first, all if only one), job_tokens_per_s (the metrics' own: batch x sequence
+    stopped early: the steps it finished): steps, step_time_s and tokens_per_s (llama_flops.timed_mean:
+    the mean over the steps after the first, all if only one), step_times_s (each step's), job_tokens_per_s (the metrics' own: batch x sequence
     x data-parallel ranks a second), rank_peak_bytes (each rank's most over the steps), peak_bytes,
     host_peak_bytes, loss; {"error": ...} when the file holds no step."""
     metrics_path = os.path.join(out_dir, "metrics.jsonl")
@@ -366,10 +383,10 @@ def odyssey_run_figures(out_dir, seq):
     if not rows:
         return {"error": "no step rows in " + metrics_path}
     timed = rows[1:] or rows
-    step_time = sum(r["step_time_s"] for r in timed) / len(timed)
+    step_time = timed_mean([r["step_time_s"] for r in rows])
     rank_peaks = [r.get("rank_peak_bytes") or [] for r in rows]
-    return dict(steps=len(rows), step_time_s=step_time, tokens_per_s=seq / step_time,
-                job_tokens_per_s=sum(r.get("tokens_per_s", 0) for r in timed) / len(timed),
+    return dict(steps=len(rows), step_time_s=step_time, step_times_s=[r["step_time_s"] for r in rows],
+                tokens_per_s=seq / step_time, job_tokens_per_s=sum(r.get("tokens_per_s", 0) for r in timed) / len(timed),
                 rank_peak_bytes=[max(p[k] for p in rank_peaks if len(p) > k) for k in range(max(map(len, rank_peaks)))],
                 peak_bytes=max(r.get("peak_bytes", 0) for r in rows),
                 host_peak_bytes=max(r.get("host_peak_bytes", 0) for r in rows), loss=rows[-1].get("loss"))

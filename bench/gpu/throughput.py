@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """Throughput of Llama-3.2-1B on one GPU, Odyssey's full stack (presets/llama3.2-1b-1xh100.toml)
-side by side with the plain PyTorch baseline (bench/gpu/pytorch_baseline.py) in one run: for each
-length, the baseline process and then the Odyssey process, each a few steps with the first as
-warm-up. tokens/s and MFU of both come from one FLOP formula (llama_flops.py).
+side by side with the baselines a user would run instead (systems.BASELINES: the strong plain
+PyTorch one, pytorch_baseline.py, and Hugging Face transformers with Liger kernels, hf_baseline.py)
+in one run: for each length, each baseline's process and then Odyssey's, the same number of steps
+with the first as warm-up, every step time by the one protocol (docs/gpu.md, "Step time: one
+protocol for every system"). tokens/s and MFU of all come from one FLOP formula (llama_flops.py).
+Odyssey's ratio is reported against the strongest baseline of the length, and every baseline's
+tokens/s is recorded beside it (its jsonl row: baselines_tokens_per_s, strongest_baseline,
+ratio_to_strongest).
 
     python3 bench/gpu/throughput.py --lengths 32K 64K 128K --steps 3 --out $OUT/throughput
-    python3 bench/gpu/throughput.py --lengths 32K --ablate --out $OUT/ablation
+    python3 bench/gpu/throughput.py --lengths 32K --ablate --systems pytorch odyssey --out $OUT/ablation
 
 --ablate adds, after each length's full-stack run, one Odyssey run per memory technique with that
 technique off (ABLATIONS), then one per Untied stage size fixed by hand (stage_ablations: all heads
@@ -28,7 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
-from systems import nvidia_smi, plan_odyssey, run_baseline, run_odyssey  # noqa: E402
+from systems import BASELINES, nvidia_smi, plan_odyssey, run_baseline, run_odyssey, strongest_baseline  # noqa: E402
 
 
 # Each memory technique of the preset switched off alone (name, --set assignments).
@@ -162,6 +167,21 @@ def self_test():
                                                       "4 stages of 8 heads"], names(ablations(65536, one_stage))
     assert ablations(32768, {"error": "no binary"}) == ABLATIONS
     assert planned_attention({"untied": None}) is None
+    # Odyssey against the strongest baseline of its length, every baseline recorded beside it
+    pytorch = {"system": "pytorch", "tokens_per_s": 1000.0}
+    hf = {"system": "hf-liger", "tokens_per_s": 1250.0}
+    failed = {"system": "hf-liger", "error": "oom"}
+    odyssey = {"system": "odyssey", "tokens_per_s": 1500.0}
+    beside = versus_baselines(odyssey, [pytorch, hf])
+    assert beside == {"baselines_tokens_per_s": {"pytorch": 1000.0, "hf-liger": 1250.0},
+                      "strongest_baseline": "hf-liger", "ratio_to_strongest": 1.2}, beside
+    beside = versus_baselines(odyssey, [pytorch, failed])
+    assert beside["strongest_baseline"] == "pytorch" and beside["baselines_tokens_per_s"]["hf-liger"] is None, beside
+    assert versus_baselines({"system": "odyssey", "error": "oom"}, [pytorch]) == {"baselines_tokens_per_s": {"pytorch": 1000.0}}
+    assert versus_baselines(odyssey, [failed]) == {"baselines_tokens_per_s": {"hf-liger": None}}
+    lines = ratio_lines(32768, {"pytorch": pytorch, "hf-liger": hf, "odyssey": odyssey})
+    assert lines == ["| 32768 | ratio odyssey / hf-liger (strongest) | 1.200 | | | |",
+                     "| 32768 | ratio odyssey / pytorch | 1.500 | | | |"], lines
     print("throughput.py self-test: ok")
 
 
@@ -173,13 +193,41 @@ def fmt(r, key, pattern):
     return pattern % r[key] if r.get(key) is not None and "error" not in r else "-"
 
 
+def versus_baselines(row, baselines):
+    """The fields an Odyssey row gets beside its length's baselines (rows of systems.BASELINES):
+    each baseline's tokens/s (None where it failed), the strongest one's name and Odyssey's tokens/s
+    over it; only the first where no baseline ran or Odyssey failed."""
+    out = {"baselines_tokens_per_s": {r["system"]: (None if "error" in r else r.get("tokens_per_s")) for r in baselines}}
+    best = strongest_baseline(baselines)
+    if best and "error" not in row and row.get("tokens_per_s"):
+        out.update(strongest_baseline=best["system"], ratio_to_strongest=row["tokens_per_s"] / best["tokens_per_s"])
+    return out
+
+
+def ratio_lines(seq, pair):
+    """The markdown rows of each Odyssey run's ratio to the strongest baseline, then to each other one."""
+    baselines = [r for name, r in pair.items() if name in BASELINES]
+    best = strongest_baseline(baselines)
+    lines = []
+    for name, r in pair.items():
+        if name in BASELINES or "error" in r or not r.get("tokens_per_s"):
+            continue
+        for b in sorted((b for b in baselines if "error" not in b and b.get("tokens_per_s")),
+                        key=lambda b: b is not best):
+            lines.append("| %d | ratio %s / %s%s | %.3f | | | |" % (seq, name, b["system"], " (strongest)" if b is best else "",
+                                                                   r["tokens_per_s"] / b["tokens_per_s"]))
+    return lines
+
+
 def main():
+    systems = list(BASELINES) + ["odyssey"]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", nargs="+", type=parse_tokens, default=[parse_tokens(x) for x in ("32K", "64K", "128K")])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=540, help="seconds per process")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--only", choices=["pytorch", "odyssey"], default=None)
+    parser.add_argument("--systems", nargs="+", choices=systems, default=systems,
+                        help="the systems run at each length, in this order (default: every baseline, then odyssey)")
     parser.add_argument("--ablate", action="store_true", help="also Odyssey with each technique off in turn")
     parser.add_argument("--self-test", action="store_true", help="check the ablation's runs from hand-made plans")
     args = parser.parse_args()
@@ -192,10 +240,11 @@ def main():
     with open(os.path.join(args.out, "throughput.jsonl"), "a") as jsonl:
         for seq in args.lengths:
             pair = {}
-            if args.only in (None, "pytorch"):
-                pair["pytorch"] = run_baseline(seq, args.steps, args.timeout,
-                                               log_path=os.path.join(args.out, "pytorch_%d.log" % seq))
-            if args.only in (None, "odyssey"):
+            for name in (n for n in BASELINES if n in args.systems):
+                pair[name] = run_baseline(seq, args.steps, args.timeout, system=name,
+                                          log_path=os.path.join(args.out, "%s_%d.log" % (name, seq)))
+            baselines = list(pair.values())
+            if "odyssey" in args.systems:
                 pair["odyssey"] = run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d" % seq),
                                               log_path=os.path.join(args.out, "odyssey_%d.log" % seq))
                 # the planner's word beside the measurement (its step time at this GPU's profile:
@@ -212,27 +261,29 @@ def main():
                                variant=name, sets=sets)
                     row.update(resolved_sizes(plan_odyssey(seq, extra_sets=sets)))  # what this run ran
                     pair["odyssey, " + name] = row
-            for r in pair.values():
+            for name, r in pair.items():
                 if "step_time_s" in r and "error" not in r:
-                    r["mfu"] = mfu(shape, seq, r["step_time_s"])  # one formula for both systems
+                    r["mfu"] = mfu(shape, seq, r["step_time_s"])  # one formula for every system
+                if name not in BASELINES:
+                    r.update(versus_baselines(r, baselines))
                 jsonl.write(json.dumps(r) + "\n")
                 jsonl.flush()
                 print(json.dumps({k: r.get(k) for k in ("system", "variant", "seq_len", "tokens_per_s", "mfu", "peak_bytes",
-                                                        "error")}), flush=True)
+                                                        "checkpoint", "ratio_to_strongest", "error")}), flush=True)
             rows.append((seq, pair))
     lines = ["Throughput, Llama-3.2-1B, batch 1, bf16 (%s, %s)" % (device_name(), datetime.date.today().isoformat()),
-             "Command: python3 bench/gpu/throughput.py --lengths %s --steps %d" % (
-                 " ".join(str(s) for s in args.lengths), args.steps), "",
+             "Command: python3 bench/gpu/throughput.py --lengths %s --steps %d --systems %s" % (
+                 " ".join(str(s) for s in args.lengths), args.steps, " ".join(args.systems)), "",
              "| tokens | system | tokens/s | MFU | peak GiB | note |", "|---|---|---|---|---|---|"]
     for seq, pair in rows:
         for name, r in pair.items():
             peak = "%.1f" % (r["peak_bytes"] / 2**30) if r.get("peak_bytes") and "error" not in r else "-"
+            note = r.get("error", "")[:60] or ("checkpointing: %s" % r["checkpoint"] if r.get("checkpoint") else "")
+            if (r.get("liger") or {}).get("error"):
+                note += "; Liger's kernels failed, transformers' own ran"
             lines.append("| %d | %s | %s | %s | %s | %s |" % (seq, name, fmt(r, "tokens_per_s", "%.0f"),
-                                                             fmt(r, "mfu", "%.3f"), peak, r.get("error", "")[:60]))
-        base = pair.get("pytorch")
-        for name, r in pair.items():
-            if name != "pytorch" and base and all("error" not in x for x in (base, r)):
-                lines.append("| %d | ratio %s / pytorch | %.3f | | | |" % (seq, name, r["tokens_per_s"] / base["tokens_per_s"]))
+                                                             fmt(r, "mfu", "%.3f"), peak, note))
+        lines += ratio_lines(seq, pair)
     with open(os.path.join(args.out, "throughput.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Run on the BUILD machine before a GPU call: builds Odyssey with the cached torch 2.11 CUDA wheel
 # (make build: the same LibTorch the H100/H200 hosts carry, and nvcc for the kernels), then gathers
-# the binaries the runbook runs into gpu-carry/bin, stripped, and checks that they fit the device
-# tool's 64 MiB. Carry the folder: run(carry=["gpu-carry"], command="scripts/gpu/validate.sh
-# --carried gpu-carry call1"). Nothing is rebuilt on the device.
+# the binaries the runbook runs into gpu-carry/bin, stripped, and the Hugging Face baseline's wheels
+# (scripts/gpu/fetch_deps.sh wheels: pinned with hashes, for the host's Python) into gpu-carry/wheels,
+# and checks that they fit the device tool's 64 MiB. Carry the folder: run(carry=["gpu-carry"],
+# command="scripts/gpu/validate.sh --carried gpu-carry call1"). Nothing is rebuilt or installed on
+# the device.
 # Usage: scripts/gpu/pack.sh            env: CARRY (gpu-carry), SKIP_BUILD=1 (use build/bin as it is)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -18,11 +20,17 @@ for exe in odyssey engine_tests parallel_tests kernel_tests odyssey_kernel_bench
   cp "build/bin/$exe" "$CARRY/bin/$exe"
   strip --strip-unneeded "$CARRY/bin/$exe"
 done
+# The host has PyTorch and no package registry: transformers, liger-kernel and their dependencies
+# travel as wheels (bench/gpu/carried_wheels.py unpacks them there).
+scripts/gpu/fetch_deps.sh wheels
+mkdir -p "$CARRY/wheels"
+cp .deps/wheels/*.whl "$CARRY/wheels/"
 {
   echo "commit $(git rev-parse HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(grep -o 'LibTorch [0-9.]*' build/configure.log | head -1), $(nvcc --version | tail -1)"
   (cd "$CARRY/bin" && ls -l)
+  (cd "$CARRY/wheels" && ls -l)
 } >"$CARRY/manifest.txt"
 bytes=$(du -sb "$CARRY" | cut -f1)
-say "$CARRY: $((bytes / 1048576)) MiB ($(ls "$CARRY/bin" | tr '\n' ' '))"
+say "$CARRY: $((bytes / 1048576)) MiB ($(ls "$CARRY/bin" | tr '\n' ' '); $(ls "$CARRY/wheels" | wc -l) wheels, $(du -sh "$CARRY/wheels" | cut -f1))"
 [ "$bytes" -lt $((60 * 1048576)) ] || { say "over 60 MiB: the device tool carries 64 MiB with the tree"; exit 1; }

@@ -23,10 +23,10 @@
 #
 # Stages, in order of value: smoke (every [.cuda] test; the tiny preset on CUDA against the CPU;
 # Llama-3.2-1B in bf16 for 3 steps with a falling loss), kernels (odyssey_kernel_bench), throughput
-# (1B at 32K/64K/128K against the PyTorch baseline), planner (planned against measured peaks and
-# bytes per token), longest (longest context of each system), offload (offload on top of
-# checkpointing: step-time ratio and overlap), ablation (the full stack with each technique off in
-# turn at the first length, beside the baseline), optimizer (the offloaded optimizer on the full
+# (1B at 32K/64K/128K against both baselines, the strong PyTorch one and Hugging Face with Liger),
+# planner (planned against measured peaks and bytes per token), longest (longest context of each
+# system), offload (offload on top of checkpointing: step-time ratio and overlap), ablation (the
+# full stack with each technique off in turn at the first length, beside the PyTorch baseline), optimizer (the offloaded optimizer on the full
 # stack at a long context: step-time ratio, host AdamW and upload phases), profile (one step of each
 # system at the first length under Kineto: device time by kernel kind, busy and idle), collectives
 # (FSDP and Ulysses over every GPU of the machine, the collectives' kernels against the compute; 2
@@ -59,7 +59,7 @@ while [ $# -gt 0 ]; do
     --cpu-dry-run) DRY=1 ;;
     --one-stage) ONE_STAGE="$2"; shift ;;  # internal: run one stage in this process (see the loop below)
     --work) WORK="$2"; shift ;;            # internal: with --one-stage, the call's folder
-    --carried) BIN="$2/bin"; shift ;;
+    --carried) BIN="$2/bin"; export ODYSSEY_BENCH_WHEELS="$2/wheels"; shift ;;  # hf_baseline.py's packages
     --bin) BIN="$2"; shift ;;
     --out) OUT_DIR="$2"; shift ;;
     --label) LABEL="$2"; shift ;;
@@ -101,7 +101,7 @@ cd "$ROOT"
 
 # [section] the shapes of each mode ---------------------------------------------------------------
 if [ $DRY = 1 ]; then
-  # The tiny preset on one CPU rank, the baseline's tiny shape on the CPU: every script path, seconds.
+  # The tiny preset on one CPU rank, the baselines' tiny shape on the CPU: every script path, seconds.
   ONE_RANK="parallel.world_size=1 parallel.ulysses_degree=1 parallel.fsdp=false memory.heads_per_stage=0 training.device=cpu training.warmup_steps=1"
   export ODYSSEY_BENCH_PRESET="presets/tiny-cpu.toml" ODYSSEY_BENCH_SETS="$ONE_RANK"
   export ODYSSEY_BENCH_BASELINE_ARGS="--config tiny --device cpu"
@@ -110,9 +110,9 @@ if [ $DRY = 1 ]; then
   TINY_DEVICES="cpu cpu" TINY_STEPS=2
   BF16_PRESET="presets/tiny-cpu.toml" BF16_SETS="$ONE_RANK training.seq_len=256" BF16_STEPS=4
   LENGTHS="256 512" STEPS=2 PLANNER_CASES=tiny
-  LONG_PYTORCH="--start 256 --limit 512 --granularity 256" LONG_ODYSSEY="--granularity 256"
+  LONG_BASELINES="--start 256 --limit 512 --granularity 256" LONG_ODYSSEY="--granularity 256"
   OFFLOAD_SEQ=512 OPTIMIZER_SEQ=512 HOST_ADAMW_ARGS="2 2 1 2"
-  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=150 [planner]=150 [longest]=150 [offload]=90 [ablation]=120
+  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=240 [planner]=150 [longest]=200 [offload]=90 [ablation]=120
                   [optimizer]=90 [profile]=90 [collectives]=60)
   COLLECTIVES_ARGS="--cpu --gpus 2 --seq 512 --steps 2"
 else
@@ -122,9 +122,10 @@ else
   TINY_DEVICES="cuda cpu" TINY_STEPS=5
   BF16_PRESET="presets/llama3.2-1b-1xh100.toml" BF16_SETS="training.seq_len=8K training.dtype=bfloat16 training.lr=1e-5" BF16_STEPS=3
   LENGTHS="32K 64K 128K" STEPS=3 PLANNER_CASES=gpu
-  # The baseline's full-vocabulary logits run out of memory at 128K on an H200 (2026-11-26): its
-  # search starts at 64K; Odyssey then runs one step at 4x the baseline's first failing length.
-  LONG_PYTORCH="--start 64K --limit 512K --granularity 16K" LONG_ODYSSEY="--granularity 32K"
+  # The first baseline's full-vocabulary logits ran out of memory at 128K on an H200 (2026-11-26):
+  # the searches start at 64K; Odyssey then runs one step at 4x the strongest baseline's first
+  # failing length.
+  LONG_BASELINES="--start 64K --limit 512K --granularity 16K" LONG_ODYSSEY="--granularity 32K"
   OFFLOAD_SEQ=64K
   # The offloaded optimizer where it matters: 128K, about 20 s a step of the 1B full stack on an
   # H200 (2026-11-26), so the host AdamW's few seconds are measured against a long step.
@@ -135,8 +136,11 @@ else
   # Seconds per stage: each call stays under 9 minutes with its start and the packing. The
   # optimizer stage's two runs took 200 s on the H200 (2026-11-26), which left its host bench none:
   # 260 gives the bench its 45. The ablation's 6 runs took 124 s at 32K (2026-11-26); with the three
-  # stage sizes it runs 9.
-  declare -A BOX=([smoke]=510 [kernels]=150 [throughput]=330 [planner]=180 [longest]=360 [offload]=150 [ablation]=260
+  # stage sizes it runs 9. Throughput and longest run two baselines since 2026-11-27, the PyTorch
+  # one compiling its blocks (Inductor) in each process and trying its checkpointing modes in turn:
+  # unmeasured (330 s and 360 s held one eager baseline); a call with less time runs fewer lengths
+  # (THROUGHPUT_LENGTHS) or the longest stage alone (LONGEST_BOX).
+  declare -A BOX=([smoke]=510 [kernels]=150 [throughput]=560 [planner]=180 [longest]=540 [offload]=150 [ablation]=260
                   [optimizer]=260 [profile]=120 [collectives]=240)
   # Every GPU of the machine, one rank each; the 1B over 2 GPUs at 64K: 32K tokens a rank.
   COLLECTIVES_ARGS="--gpus all --seq 64K --steps 3"
@@ -199,9 +203,9 @@ stage_throughput() {
   # THROUGHPUT_LENGTHS (environment) picks the lengths of this stage alone, e.g. "64K" for a call
   # that only has time for the pair not yet measured; the ablation and profile keep the first length.
   # shellcheck disable=SC2086
-  "$PY" bench/gpu/throughput.py --lengths ${THROUGHPUT_LENGTHS:-$LENGTHS} --steps "$STEPS" --timeout 100 --out "$WORK/throughput" || return
+  "$PY" bench/gpu/throughput.py --lengths ${THROUGHPUT_LENGTHS:-$LENGTHS} --steps "$STEPS" --timeout 240 --out "$WORK/throughput" || return
   [ -z "${ODYSSEY_BENCH_PREDICT:-}" ] || return 0  # predictions only: nothing measured to fit
-  # On the CPU both systems must run at every length (on a GPU an OOM is a result): a baseline
+  # On the CPU every system must run at every length (on a GPU an OOM is a result): a baseline
   # that fails there (its checkpoint refused the recompute on the H200, 2026-11-26) leaves the
   # stage without a result, so the dry run fails.
   local result="$WORK/throughput/throughput.jsonl"
@@ -224,27 +228,34 @@ stage_planner() {
 }
 
 stage_longest() {
-  local d="$WORK/longest" rc=0 box=${BOX[longest]}
+  local d="$WORK/longest" rc=0 box=${BOX[longest]} system
   local start=$SECONDS
-  # shellcheck disable=SC2086
-  "$PY" bench/gpu/longest_context.py --system pytorch $LONG_PYTORCH --trial-timeout 60 --budget $((box * 2 / 5)) \
-    --out "$d" || rc=1
-  # The target (issue 13): Odyssey's full stack trains at 4x the baseline's longest context. One
-  # trial at 4x the baseline's first failing length (a step grows quadratically with the context:
-  # a bisection upwards would not fit a lease), with what is left of the box.
+  # Each baseline's search (found as Odyssey's: one step a trial, in its least-memory mode) with
+  # three tenths of the box; a trial of the PyTorch baseline compiles its blocks first.
+  for system in pytorch hf-liger; do
+    # shellcheck disable=SC2086
+    "$PY" bench/gpu/longest_context.py --system "$system" $LONG_BASELINES --trial-timeout 150 --budget $((box * 3 / 10)) \
+      --out "$d" || rc=1
+  done
+  # The target (issue 13): Odyssey's full stack trains at 4x the strongest baseline's longest
+  # context. One trial at 4x the largest first failing length of the baselines (a step grows
+  # quadratically with the context: a bisection upwards would not fit a lease), with what is left of
+  # the box.
   local trial=$((box - (SECONDS - start) - 10))
   [ "$trial" -ge 10 ] || trial=10
   # shellcheck disable=SC2086
-  "$PY" bench/gpu/longest_context.py --system odyssey $LONG_ODYSSEY --factor 4 --of "$d/longest_pytorch.json" \
-    --trial-timeout "$trial" --out "$d" || rc=1
+  "$PY" bench/gpu/longest_context.py --system odyssey $LONG_ODYSSEY --factor 4 \
+    --of "$d/longest_pytorch.json" "$d/longest_hf-liger.json" --trial-timeout "$trial" --out "$d" || rc=1
   return $rc
 }
 
 stage_ablation() {
-  # The baseline, the full stack and the full stack with each technique off in turn, at the first
-  # length: which technique the gap to the baseline's tokens/s comes from.
+  # The PyTorch baseline, the full stack and the full stack with each technique off in turn, at the
+  # first length: which technique the gap to the baseline's tokens/s comes from (one baseline: the
+  # stage's box holds 9 Odyssey runs already).
   # shellcheck disable=SC2086
-  "$PY" bench/gpu/throughput.py --lengths ${LENGTHS%% *} --steps "$STEPS" --timeout 100 --ablate --out "$WORK/ablation"
+  "$PY" bench/gpu/throughput.py --lengths ${LENGTHS%% *} --steps "$STEPS" --timeout 100 --ablate --systems pytorch odyssey \
+    --out "$WORK/ablation"
 }
 
 stage_offload() {
@@ -284,7 +295,7 @@ results_of() {
     kernels) echo "kernels/kernel_bench.jsonl" ;;
     throughput) echo "throughput/throughput.jsonl throughput/efficiency.json" ;;
     planner) echo "planner/planner_vs_measured.json" ;;
-    longest) echo "longest/longest_odyssey.json longest/longest_pytorch.json" ;;
+    longest) echo "longest/longest_odyssey.json longest/longest_pytorch.json longest/longest_hf-liger.json" ;;
     offload) echo "offload/offload_overlap.json" ;;
     ablation) echo "ablation/throughput.jsonl" ;;
     optimizer) echo "optimizer/optimizer_offload.json" ;;

@@ -9,6 +9,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench", "gpu"))
+from systems import BASELINES, strongest_baseline  # noqa: E402
+
 
 def read_json(path):
     try:
@@ -67,12 +70,16 @@ def throughput(d):
         if not r.get("variant"):  # the ablation's variants have their own summary
             by_len.setdefault(r.get("seq_len"), {})[r.get("system")] = r
     for seq in sorted(k for k in by_len if k is not None):
-        p, o = by_len[seq].get("pytorch", {}), by_len[seq].get("odyssey", {})
-        ratio = (o["tokens_per_s"] / p["tokens_per_s"]) if "tokens_per_s" in o and "tokens_per_s" in p and "error" not in p and "error" not in o else None
+        o = by_len[seq].get("odyssey", {})
+        baselines = [r for name, r in by_len[seq].items() if name in BASELINES]
+        best = strongest_baseline(baselines)
+        ratio = o["tokens_per_s"] / best["tokens_per_s"] if best and "tokens_per_s" in o and "error" not in o else None
         planned = ", step %.3f s, planned %.3f s" % (o["step_time_s"], o["planned_step_s"]) \
             if o.get("planned_step_s") and o.get("step_time_s") else ""
-        out.append("  %7d tokens: pytorch %s tok/s, odyssey %s tok/s, ratio %s%s" % (
-            seq, p.get("tokens_per_s", p.get("error", "-")), o.get("tokens_per_s", o.get("error", "-")),
+        out.append("  %7d tokens: %s, odyssey %s tok/s, ratio to the strongest (%s) %s%s" % (
+            seq, ", ".join("%s %s tok/s%s" % (r.get("system"), r.get("tokens_per_s", r.get("error", "-")),
+                                              " (%s)" % r["checkpoint"] if r.get("checkpoint") else "") for r in baselines),
+            o.get("tokens_per_s", o.get("error", "-")), best["system"] if best else "-",
             "%.3f" % ratio if ratio else "-", planned))
     fitted = read_json(os.path.join(d, "efficiency.json"))
     if fitted:
@@ -94,7 +101,7 @@ def ablation(d):
     ok = lambda r: r and "error" not in r and r.get("tokens_per_s")
     for seq in sorted({r.get("seq_len") for r in rows if r.get("seq_len") is not None}):
         at = [r for r in rows if r.get("seq_len") == seq]
-        base = next((r for r in at if r.get("system") == "pytorch"), None)
+        base = strongest_baseline(at)
         full = next((r for r in at if r.get("system") == "odyssey" and not r.get("variant")), None)
         for r in at:
             name = r.get("variant") or r.get("system")
@@ -102,8 +109,9 @@ def ablation(d):
                 out.append("  %7d %-36s %s" % (seq, name, r.get("error", "-")[:80]))
                 continue
             vs = lambda other: "%.3f" % (r["tokens_per_s"] / other["tokens_per_s"]) if ok(other) else "-"
-            out.append("  %7d %-36s %8.0f tok/s  peak %6.2f GiB  / full stack %s  / pytorch %s" % (
-                seq, name, r["tokens_per_s"], r.get("peak_bytes", 0) / 2**30, vs(full), vs(base)))
+            out.append("  %7d %-36s %8.0f tok/s  peak %6.2f GiB  / full stack %s  / %s %s" % (
+                seq, name, r["tokens_per_s"], r.get("peak_bytes", 0) / 2**30, vs(full),
+                base.get("system") if base else "baseline", vs(base)))
     return out
 
 
@@ -118,17 +126,20 @@ def planner(d):
 def longest(d):
     out = []
     found = {}
-    for system in ("pytorch", "odyssey"):
+    for system in list(BASELINES) + ["odyssey"]:
         r = read_json(os.path.join(d, "longest_%s.json" % system))
         if r:
-            found[system] = r["longest_ok"]
+            found[system] = r
             out.append("  %s: longest %s tokens, first failure %s, stopped %s%s" % (
                 system, r["longest_ok"], r["first_fail"], r["stopped"],
-                ", one trial at %sx the other's bound (%s tokens): %s" % (
-                    r["factor"], r["factor_target"], "met" if r.get("factor_met") else "NOT met")
+                ", one trial at %sx the bound of %s (%s tokens): %s" % (
+                    r["factor"], r.get("factor_of") or "the baseline", r["factor_target"],
+                    "met" if r.get("factor_met") else "NOT met")
                 if "factor_target" in r else ""))
-    if found.get("pytorch"):
-        out.append("  odyssey / pytorch longest context: %.2fx (target >= 4x)" % (found.get("odyssey", 0) / found["pytorch"]))
+    best = strongest_baseline([r for name, r in found.items() if name in BASELINES], key="longest_ok")
+    if best:
+        out.append("  odyssey / %s (the strongest baseline) longest context: %.2fx (target >= 4x)" % (
+            best["system"], (found.get("odyssey") or {}).get("longest_ok", 0) / best["longest_ok"]))
     return out
 
 
