@@ -1,5 +1,6 @@
 # Odyssey: the two set-up commands are `make run` and `make test`; everything else is a step of them.
-# deps -> build -> test/run. ODYSSEY_DEPS_DIR moves the cached LibTorch venv (default ~/.cache/odyssey).
+# deps -> build -> test/run; `make screenshots` re-renders the docs' pictures. ODYSSEY_DEPS_DIR moves
+# the cached LibTorch venv (default ~/.cache/odyssey).
 
 DEPS_DIR  ?= $(if $(ODYSSEY_DEPS_DIR),$(ODYSSEY_DEPS_DIR),$(HOME)/.cache/odyssey)
 BUILD_DIR ?= build
@@ -7,7 +8,7 @@ BUILD_TYPE ?= Release
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test run bench fuzz clean
+.PHONY: all deps configure build test run bench fuzz screenshots clean
 
 all: build
 
@@ -35,6 +36,19 @@ bench: build
 
 fuzz:
 	@scripts/fuzz.sh
+
+# The pictures of README.md and docs/studio.md, rendered by the studio itself under Xvfb, so they
+# show what the planner says today (a quiet machine gives the throughput picture honest step times).
+XVFB := xvfb-run -a -s "-screen 0 1600x1000x24"
+screenshots: build
+	$(XVFB) $(BUILD_DIR)/bin/odyssey-studio presets/llama3-8b-3m-8xh100.toml \
+	    --panel plan --size 1440x900 --screenshot assets/studio-plan.png
+	$(XVFB) $(BUILD_DIR)/bin/odyssey-studio presets/tiny-cpu.toml \
+	    --run-steps 8 --panel timeline --size 1440x900 --screenshot assets/studio-timeline.png
+	$(XVFB) $(BUILD_DIR)/bin/odyssey-studio presets/tiny-cpu.toml \
+	    --run-steps 40 --change-at 12:memory.tiled_mlp=false --change-at 26:memory.offload_activations=false \
+	    --change-at 26:memory.activation_checkpointing=false --panel throughput --size 1440x900 \
+	    --screenshot assets/studio-throughput.png
 
 clean:
 	rm -rf $(BUILD_DIR)
