@@ -113,6 +113,14 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
         return std::nullopt;
       }
       args.out = clean_path(v);
+    } else if ((a == "-o" || a == "--output") && spec.output) {
+      const char* v = value(a);
+      if (!v) return std::nullopt;
+      if (!*v) {
+        err << "odyssey " << command << ": " << a << " needs a file name, got an empty value\n";
+        return std::nullopt;
+      }
+      args.output = v;
     } else if (a == "--memory-snapshot" && spec.memory_snapshot) {
       const char* v = value(a);
       if (!v) return std::nullopt;

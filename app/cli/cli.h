@@ -32,12 +32,13 @@ struct Args {
   std::string kernel_profile;           ///< --kernel-profile FILE (Kineto trace of the last step)
   bool overwrite = false;               ///< --overwrite: replace the run in --out
   bool force = false;                   ///< --force: start what the planner says does not fit
+  std::string output;                   ///< -o FILE / --output FILE: a file the command writes
 };
 
 /// Which options a subcommand accepts.
 struct ArgSpec {
   bool set = false, json = false, steps = false, out = false, resume = false, quiet = false, no_checkpoint = false,
-       memory_snapshot = false, kernel_profile = false, overwrite = false, force = false;
+       memory_snapshot = false, kernel_profile = false, overwrite = false, force = false, output = false;
   int min_positional = 1;
   int max_positional = 1;
 };

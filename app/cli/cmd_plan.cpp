@@ -1,6 +1,6 @@
 // odyssey plan PRESET [--set k=v]... [--json]: the planner's per-rank memory breakdown (every term
-// with its formula), the per-phase timeline, step time and MFU, the verdict and, when it does not
-// fit, the cheapest toggles that would make it fit.
+// with its formula), the per-phase timeline, step time and MFU, the verdict, the cheapest toggles
+// that would make it fit when it does not, and the tuner's fastest memory table and runner-up.
 #include <iostream>
 
 #include "app/cli/cli.h"
@@ -12,13 +12,14 @@ namespace {
 int plan_body(const std::string& path, const RunConfig& cfg, bool json) {
   const MemoryPlan plan = plan_memory(cfg);
   const std::vector<Advice> advice = plan.fits() ? std::vector<Advice>{} : advise(cfg);
+  const TuneResult tuned = tune(cfg);
   if (json) {
     std::string out;
     JsonWriter w(out);
-    write_plan_json(w, cfg, plan, advice);
+    write_plan_json(w, cfg, plan, advice, tuned);
     std::cout << out << "\n";
   } else {
-    print_plan(std::cout, path, cfg, plan, advice);
+    print_plan(std::cout, path, cfg, plan, advice, tuned);
   }
   return kExitOk;
 }

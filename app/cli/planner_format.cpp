@@ -1,5 +1,5 @@
-// Tables and JSON for odyssey plan / ladder / maxlen, and their shared driver (arguments, preset
-// loading with every issue printed, exit codes of the CLI contract).
+// Tables and JSON for odyssey plan / ladder / maxlen / tune, and their shared driver (arguments,
+// preset loading with every issue printed, exit codes of the CLI contract).
 #include "app/cli/planner_format.h"
 
 #include <algorithm>
@@ -8,6 +8,8 @@
 #include <iostream>
 
 #include "app/cli/cli.h"
+#include "engine/config/config_diff.h"
+#include "engine/config/schema.h"
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
 
@@ -40,18 +42,6 @@ int phase_block(const std::string& name) {
   return block;
 }
 
-std::string setup_line(const RunConfig& cfg) {
-  const auto& p = cfg.parallel;
-  const MemoryConfig planned = with_planned_sizes(cfg).memory;
-  const std::string techniques = describe_techniques(cfg, /*memory_only=*/false, &planned);
-  return strf("%s, seq %s x batch %lld, %lld rank%s (%s), %s, %s: %.1f GiB/device, %.0f GiB host/node",
-              cfg.model.flavor.c_str(), format_size(cfg.training.seq_len).c_str(),
-              static_cast<long long>(cfg.training.batch_size), static_cast<long long>(p.world_size),
-              p.world_size == 1 ? "" : "s", techniques.empty() ? "no techniques" : techniques.c_str(),
-              std::string(to_string(cfg.training.dtype)).c_str(), cfg.hardware.profile.c_str(),
-              cfg.hardware.device_memory_gib, cfg.hardware.host_memory_gib);
-}
-
 std::string verdict(const MemoryPlan& plan) {
   if (plan.beyond_range) return "OOM (beyond the planner's 4 EiB range: sizes no machine holds)";
   if (plan.fits()) return "FITS";
@@ -74,6 +64,18 @@ void write_advice_json(JsonWriter& w, const std::vector<Advice>& advice) {
 }
 
 }  // namespace
+
+std::string setup_line(const RunConfig& cfg) {
+  const auto& p = cfg.parallel;
+  const MemoryConfig planned = with_planned_sizes(cfg).memory;
+  const std::string techniques = describe_techniques(cfg, /*memory_only=*/false, &planned);
+  return strf("%s, seq %s x batch %lld, %lld rank%s (%s), %s, %s: %.1f GiB/device, %.0f GiB host/node",
+              cfg.model.flavor.c_str(), format_size(cfg.training.seq_len).c_str(),
+              static_cast<long long>(cfg.training.batch_size), static_cast<long long>(p.world_size),
+              p.world_size == 1 ? "" : "s", techniques.empty() ? "no techniques" : techniques.c_str(),
+              std::string(to_string(cfg.training.dtype)).c_str(), cfg.hardware.profile.c_str(),
+              cfg.hardware.device_memory_gib, cfg.hardware.host_memory_gib);
+}
 
 void write_categories_json(JsonWriter& w, const std::array<int64_t, kPlanCategoryCount>& bytes) {
   w.begin_object();
@@ -99,7 +101,8 @@ void write_plan_verdict_json(JsonWriter& w, const MemoryPlan& plan) {
       .key("mfu_palm").value(plan.time.mfu_palm);
 }
 
-void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan, const std::vector<Advice>& advice) {
+void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan, const std::vector<Advice>& advice,
+                     const TuneResult& tuned) {
   const StepTimePlan& t = plan.time;
   w.begin_object();
   write_plan_verdict_json(w, plan);
@@ -189,11 +192,13 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
   }
   w.end_array();
   write_advice_json(w, advice);
+  w.key("tune");
+  write_tune_json(w, cfg, tuned, /*all_dropped=*/false);
   w.end_object();
 }
 
 void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg, const MemoryPlan& plan,
-                const std::vector<Advice>& advice) {
+                const std::vector<Advice>& advice, const TuneResult& tuned) {
   const Unit gib = unit_for(std::max(plan.peak_bytes, plan.host_bytes));
   os << path << ": " << setup_line(cfg) << "\n";
   os << strf("verdict: %s. Peak %.2f %s of %.2f GiB per device at %s; host %.2f %s of %.0f GiB per node\n\n",
@@ -274,6 +279,8 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   } else if (!plan.fits()) {
     os << "\nno combination of the techniques makes this fit on this hardware\n";
   }
+  os << "\n";
+  print_tune(os, cfg, tuned, /*dropped_shown=*/0);
 }
 
 void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cfg, const std::vector<LadderRung>& rungs) {
@@ -331,6 +338,104 @@ void write_limit_json(JsonWriter& w, const MaxSeqLenLimit& limit) {
       .key("host_bytes").value(limit.peak.host_bytes)
       .key("host_capacity").value(limit.peak.host_capacity)
       .end_object();
+}
+
+// [section] tune ---------------------------------------------------------------------------------
+
+namespace {
+
+/// "step 12.35 s, device peak 70.12 of 79.10 GiB, host 0.00 of 2048.00 GiB per node".
+std::string tune_figures(const TuneCandidate& c) {
+  return strf("step %.4g s, device peak %.2f of %.2f GiB, host %.2f of %.2f GiB per node", c.step_s,
+              c.peak.peak_bytes / kGiB, c.peak.device_capacity / kGiB, c.peak.host_bytes / kGiB,
+              c.peak.host_capacity / kGiB);
+}
+
+}  // namespace
+
+void write_tune_candidate_json(JsonWriter& w, const RunConfig& tuned_for, const TuneCandidate& c) {
+  w.begin_object()
+      .key("techniques").value(c.summary())
+      .key("step_s").value(c.step_s)
+      .key("tokens_per_s").value(c.tokens_per_s)
+      .key("peak_bytes").value(c.peak.peak_bytes)
+      .key("host_bytes").value(c.peak.host_bytes)
+      .key("fits").value(c.fits())
+      .key("fits_device").value(c.peak.fits_device)
+      .key("fits_host").value(c.peak.fits_host)
+      .key("verdict").value(c.verdict())
+      .key("techniques_on").value(c.techniques);
+  // the [memory] table as a preset writes it (a word such as "auto" as the word)
+  w.key("memory").begin_object();
+  for (const KeySpec& spec : config_schema()) {
+    if (spec.section != "memory") continue;
+    w.key(spec.name);
+    const RawValue v = spec.get(c.config);
+    if (spec.holds_word(c.config)) w.value(spec.word);
+    else if (spec.kind == KeyKind::Bool) w.value(v.b);
+    else if (spec.kind == KeyKind::Int || spec.kind == KeyKind::Size) w.value(v.i);
+    else if (spec.kind == KeyKind::Float) w.value(v.f);
+    else w.value(v.text);
+  }
+  w.end_object().key("changes").begin_array();
+  for (const KeyChange& change : config_changes(tuned_for, c.config))
+    w.begin_object().key("key").value(change.key).key("before").value(change.before).key("after").value(change.after).end_object();
+  w.end_array().end_object();
+}
+
+void write_tune_json(JsonWriter& w, const RunConfig& tuned_for, const TuneResult& tuned, bool all_dropped) {
+  auto candidate = [&](const char* name, const TuneCandidate* c) {
+    w.key(name);
+    if (c) write_tune_candidate_json(w, tuned_for, *c);
+    else w.null();
+  };
+  w.begin_object();
+  candidate("choice", tuned.chosen());
+  candidate("runner_up", tuned.second());
+  candidate("configured", &tuned.configured);
+  const std::vector<const TuneCandidate*> dropped = tuned.dropped();
+  w.key("evaluated").value(tuned.evaluated)
+      .key("distinct").value(static_cast<int64_t>(tuned.candidates.size()))
+      .key("dropped").value(static_cast<int64_t>(dropped.size()));
+  if (all_dropped) {
+    w.key("dropped_sets").begin_array();
+    for (const TuneCandidate* c : dropped) write_tune_candidate_json(w, tuned_for, *c);
+    w.end_array();
+  }
+  w.end_object();
+}
+
+void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& tuned, int dropped_shown) {
+  const TuneCandidate* choice = tuned.chosen();
+  const TuneCandidate* runner_up = tuned.second();
+  if (!choice) {
+    const TuneCandidate* closest = tuned.lowest_peak();
+    os << "fastest that fits (odyssey tune): none of " << tuned.candidates.size() << " technique sets fits";
+    if (closest) os << "; the lowest peak: " << closest->summary() << ": " << closest->verdict();
+    os << "\n";
+    return;
+  }
+  os << "fastest that fits (odyssey tune): " << choice->summary() << "\n    " << tune_figures(*choice) << "\n";
+  if (runner_up)
+    os << strf("runner-up (%+.2f%% step time): ", 100.0 * (runner_up->step_s / choice->step_s - 1.0))
+       << runner_up->summary() << "\n    " << tune_figures(*runner_up) << "\n";
+  else
+    os << "runner-up: none (no other memory table fits)\n";
+  const TuneCandidate& configured = tuned.configured;
+  if (configured.config.memory == choice->config.memory)
+    os << "as configured: the choice\n";
+  else
+    os << strf("as configured (%+.2f%% step time): ", 100.0 * (configured.step_s / choice->step_s - 1.0))
+       << configured.summary() << "\n    " << tune_figures(configured)
+       << (configured.fits() ? "" : ": does not fit") << "\n";
+  const std::vector<const TuneCandidate*> dropped = tuned.dropped();
+  os << "dropped as not fitting: " << dropped.size() << " faster of " << tuned.candidates.size()
+     << " technique sets\n";
+  for (size_t i = 0; i < dropped.size() && static_cast<int>(i) < dropped_shown; ++i)
+    os << strf("  step %.4g s  %s: %s\n", dropped[i]->step_s, dropped[i]->summary().c_str(),
+               dropped[i]->verdict().c_str());
+  if (static_cast<int>(dropped.size()) > dropped_shown && dropped_shown > 0)
+    os << "  ... " << dropped.size() - dropped_shown << " more (--json lists them all)\n";
 }
 
 int run_planner_command(const char* name, int argc, char** argv, int first,

@@ -89,6 +89,7 @@ struct AppState {
   // Planner (for the edited config and for the config the engine runs).
   PlanCache plan;
   PlanCache run_plan{false};  ///< the running config's plan (timeline overlay, run panel)
+  std::string tune_message;   ///< what the plan panel's tune button last did (apply_tuned_memory)
 
   // Engine.
   RunDriver run;

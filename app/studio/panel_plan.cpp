@@ -1,7 +1,8 @@
 // Plan panel: the planner's per-rank memory as stacked bars by category against the device
 // capacity, the technique ladder (one bar per rung, fits/OOM, max context), the predicted phase
-// timeline, each term's formula on hover, the advisor when the config does not fit, and the
-// predicted tokens/s and MFU. Reads the PlanCache, so it redraws for free between edits.
+// timeline, each term's formula on hover, the advisor when the config does not fit, the tune
+// button (the fastest memory that fits) and the predicted tokens/s and MFU. Reads the PlanCache,
+// so it redraws for free between edits.
 // defines: draw_plan_panel
 #include <imgui.h>
 
@@ -125,6 +126,36 @@ void draw_advice(AppState& state, const PlanResult& r) {
                        a.slowdown);
     ImGui::PopID();
   }
+}
+
+/// "Tune: fastest that fits": the tuner's choice and runner-up beside the button that applies the
+/// choice's [memory] table to the edited config (apply_tuned_memory; a run takes it at the next step).
+void draw_tune(AppState& state, const PlanResult& r) {
+  const TuneCandidate* choice = r.extras_ready ? r.tune.chosen() : nullptr;
+  const bool is_choice = choice && choice->config.memory == state.config.memory;
+  ImGui::BeginDisabled(!choice || is_choice);
+  if (ImGui::Button("Tune: fastest that fits")) apply_tuned_memory(state.config, r.tune, &state.tune_message);
+  ImGui::EndDisabled();
+  help_marker("Plans every combination of the memory techniques (checkpointing off, with kept attention or "
+              "plain; offload; tiled MLP and loss; Untied Ulysses at each stage size; optimizer offload) for "
+              "this model, length, ranks and hardware, and applies the fastest that fits device and host. "
+              "Ties go to fewer techniques, then less memory. A running engine takes it at the next step.");
+  ImGui::SameLine();
+  const auto seconds = [](double s) { return plot::format_value(s, plot::Format::Seconds); };
+  const auto bytes = [](int64_t b) { return plot::format_value(double(b), plot::Format::Bytes); };
+  if (!r.extras_ready) {
+    ImGui::TextDisabled("tuning...");
+  } else if (!choice) {
+    ImGui::TextColored(to_vec4(kColorWarn), "no memory techniques make it fit: %s", kNothingFitsHint);
+  } else {
+    ImGui::TextWrapped("%s%s: step %s, peak %s (now step %s)", is_choice ? "this is the fastest that fits: " : "",
+                       choice->summary().c_str(), seconds(choice->step_s).c_str(), bytes(choice->peak.peak_bytes).c_str(),
+                       seconds(r.plan.time.step_s).c_str());
+    if (const TuneCandidate* second = r.tune.second())
+      ImGui::TextColored(to_vec4(kColorDim), "runner-up: %s: step %s, peak %s", second->summary().c_str(),
+                         seconds(second->step_s).c_str(), bytes(second->peak.peak_bytes).c_str());
+  }
+  if (!state.tune_message.empty()) ImGui::TextColored(to_vec4(kColorDim), "%s", state.tune_message.c_str());
 }
 
 void draw_rank_bars(AppState& state, const PlanResult& r) {
@@ -298,6 +329,7 @@ void draw_plan_panel(AppState& state, EngineControl& engine) {
   }
   draw_summary(r, state.config);
   draw_advice(state, r);
+  draw_tune(state, r);
   ImGui::Separator();
   ImGui::TextUnformatted("Memory per rank at the peak");
   help_marker("Stacked by category (the same categories the engine measures). The dashed red line is "
@@ -316,7 +348,7 @@ void draw_plan_panel(AppState& state, EngineControl& engine) {
     draw_phase_timeline(r);
   }
   if (ImGui::CollapsingHeader("Terms and formulas")) draw_terms(r.plan);
-  ImGui::TextColored(to_vec4(kColorDim), "plan %.2f ms in the frame; ladder, max context and advice %.0f ms in the "
+  ImGui::TextColored(to_vec4(kColorDim), "plan %.2f ms in the frame; ladder, max context, advice and tune %.0f ms in the "
                      "background; plan computations so far: %llu", r.compute_ms, r.extras_ms, (unsigned long long)state.plan.computations());
 }
 

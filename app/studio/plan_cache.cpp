@@ -1,12 +1,13 @@
-// PlanCache: plan_memory in the frame of the edit, ladder / max context / advice on one worker
-// thread (a newer request replaces a waiting one; a finished result for an older config is
+// PlanCache: plan_memory in the frame of the edit, ladder / max context / advice / tune on one
+// worker thread (a newer request replaces a waiting one; a finished result for an older config is
 // dropped). Invalid configs are not planned: the panel shows the validator's count instead.
-// defines: PlanCache
+// defines: PlanCache, apply_tuned_memory
 #include "app/studio/plan_cache.h"
 
 #include <chrono>
 #include <exception>
 
+#include "engine/config/config_diff.h"
 #include "engine/config/validate.h"
 
 namespace odyssey::studio {
@@ -76,6 +77,7 @@ void PlanCache::collect() {
   result_.max_seq_len = done->max_seq_len;
   result_.max_seq_len_limit = done->max_seq_len_limit;
   result_.advice = std::move(done->advice);
+  result_.tune = std::move(done->tune);
   result_.extras_error = std::move(done->error);
   result_.extras_ms = done->ms;
   result_.extras_ready = true;
@@ -107,6 +109,7 @@ void PlanCache::worker_loop() {
       out.max_seq_len = solve_max_seq_len(job.second);
       out.max_seq_len_limit = max_seq_len_limit(job.second, out.max_seq_len);
       if (!plan_memory(job.second).fits()) out.advice = advise(job.second);
+      out.tune = tune(job.second);
     } catch (const std::exception& e) {
       out.error = std::string("the planner failed: ") + e.what();
     }
@@ -114,6 +117,31 @@ void PlanCache::worker_loop() {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = std::move(out);
   }
+}
+
+bool apply_tuned_memory(RunConfig& edited, const TuneResult& tuned, std::string* message) {
+  auto say = [&](std::string text) {
+    if (message) *message = std::move(text);
+  };
+  if (!(tuned.configured.config == edited)) {
+    say("The tune is still running for this edit.");
+    return false;
+  }
+  const TuneCandidate* choice = tuned.chosen();
+  if (!choice) {
+    say(std::string("Nothing fits: ") + kNothingFitsHint);
+    return false;
+  }
+  if (edited.memory == choice->config.memory) {
+    say("Already the fastest memory that fits: " + choice->summary() + ".");
+    return false;
+  }
+  std::string changes;
+  for (const KeyChange& change : config_changes(edited, choice->config))
+    changes += (changes.empty() ? "" : "; ") + change.describe();
+  edited.memory = choice->config.memory;
+  say("Tuned to the fastest that fits (" + choice->summary() + "): " + changes);
+  return true;
 }
 
 }  // namespace odyssey::studio

@@ -1,8 +1,8 @@
 // The plan panel's cache: the planner's prediction for one config, recomputed only when the config
 // changes. The memory plan itself (well under a millisecond) is computed in the frame of the edit;
-// the ladder, the max-context solve and the advisor (tens of milliseconds for 32-64-layer models)
-// run on a worker thread, latest config wins, so the UI never waits for them.
-// defines: PlanResult, PlanCache
+// the ladder, the max-context solve, the advisor and the tuner (tens of milliseconds for 32-64-layer
+// models) run on a worker thread, latest config wins, so the UI never waits for them; the tune
+// button applies the tuner's choice. defines: PlanResult, PlanCache, apply_tuned_memory
 #pragma once
 
 #include <condition_variable>
@@ -31,8 +31,16 @@ struct PlanResult {
   int64_t max_seq_len = 0;      ///< for the config as edited
   MaxSeqLenLimit max_seq_len_limit;  ///< what stops it (max_seq_len_limit)
   std::vector<Advice> advice;   ///< only when the plan does not fit
+  TuneResult tune;              ///< the fastest memory table that fits, and the runner-up
   double extras_ms = 0;
 };
+
+/// The plan panel's "Tune: fastest that fits": `edited` with its [memory] table replaced by the
+/// tuner's choice (tune(), engine/planner/planner.h), every other table as it was, so a running
+/// engine gets it like any memory edit (RunDriver::sync: at the next step). `tuned` must be the
+/// tune of `edited` itself. *message says what changed; false, and `edited` untouched, when the
+/// tune is of another config, nothing fits, or the memory already is the choice.
+bool apply_tuned_memory(RunConfig& edited, const TuneResult& tuned, std::string* message);
 
 class PlanCache {
  public:
@@ -62,6 +70,7 @@ class PlanCache {
     int64_t max_seq_len = 0;
     MaxSeqLenLimit max_seq_len_limit;
     std::vector<Advice> advice;
+    TuneResult tune;
     double ms = 0;
   };
   void worker_loop();

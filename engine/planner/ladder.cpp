@@ -295,7 +295,12 @@ std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process
   std::string text = "the planner predicts this run does not fit: ";
   for (size_t i = 0; i < why.size(); ++i) text += (i ? "; " : "") + why[i];
   text += " (odyssey plan shows where the bytes go).";
-  const std::vector<Advice> advice = plan.beyond_range ? std::vector<Advice>{} : advise(cfg);
+  text += advice_text(plan.beyond_range ? std::vector<Advice>{} : advise(cfg));
+  return text + " Pass --force to start it anyway.";
+}
+
+std::string advice_text(const std::vector<Advice>& advice) {
+  std::string text;
   for (size_t i = 0; i < advice.size(); ++i) {
     text += i == 0 ? " It fits with: " : "; or: ";
     for (size_t j = 0; j < advice[i].changes.size(); ++j) text += (j ? ", " : "") + advice[i].changes[j];
@@ -304,8 +309,8 @@ std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process
                   advice[i].slowdown);
     text += slowdown;
   }
-  if (advice.empty()) text += " No change of the memory techniques makes it fit: shorten training.seq_len or add devices.";
-  return text + " Pass --force to start it anyway.";
+  if (advice.empty()) text += std::string(" ") + kNothingFitsHint;
+  return text;
 }
 
 }  // namespace odyssey

@@ -233,6 +233,64 @@ struct Advice {
 /// or nothing does.
 std::vector<Advice> advise(const RunConfig& cfg, int max_suggestions = 3);
 
+/// What the advisor says when no change of the techniques makes a config fit.
+inline constexpr const char* kNothingFitsHint =
+    "No change of the memory techniques makes it fit: shorten training.seq_len or add devices.";
+/// The advisor's suggestions in one sentence: " It fits with: a, b (peak 70.00 GiB, 1.10x the
+/// step time); or: ..." or, when there are none, " " + kNothingFitsHint.
+std::string advice_text(const std::vector<Advice>& advice);
+
+// [section] tune: the fastest memory table that fits (tune.cpp) -----------------------------------
+
+/// One memory table the tuner planned.
+struct TuneCandidate {
+  RunConfig config;      ///< the config with this [memory] table, "auto" sizes as a preset writes them
+  MemoryConfig planned;  ///< the same table with "auto" resolved (with_planned_sizes): what runs
+  /// memory techniques the planned table runs (checkpointing, kept attention, offload, tiled MLP,
+  /// tiled loss, Untied Ulysses, optimizer offload: each counts one)
+  int techniques = 0;
+  int changes = 0;       ///< keys that differ from the config tuned (config_changes; -1: not counted, no tie needed it)
+  PlanPeak peak;         ///< device and host verdicts
+  double step_s = 0;     ///< the planner's step time (plan_step_time)
+  double tokens_per_s = 0;  ///< per device, at that step time
+  bool fits() const { return peak.fits(); }
+  /// The techniques as run summaries print them: "checkpointing (attention kept), tiled loss",
+  /// or "no memory techniques".
+  std::string summary() const;
+  /// "fits", or what it overflows: "device peak 92.31 GiB of 79.10 GiB", "host ...", "beyond ...".
+  std::string verdict() const;
+};
+
+/// The tuner's answer: one candidate per technique set (which memory techniques run), best
+/// first, and which of them won.
+struct TuneResult {
+  /// Best first: step time, then fewer techniques, then lower device peak, then fewer changes
+  /// against the config tuned. A set stands for its variants (tile and stage sizes): the best
+  /// ranked of those that fit, or, when none does, the one with the lowest device peak.
+  std::vector<TuneCandidate> candidates;
+  int choice = -1;        ///< index of the fastest that fits; -1 when none does
+  int runner_up = -1;     ///< the next one that fits (another technique set); -1 when none
+  TuneCandidate configured;  ///< the config tuned, as it stands
+  int64_t evaluated = 0;  ///< valid memory tables planned (every variant of every set)
+  const TuneCandidate* chosen() const { return choice < 0 ? nullptr : &candidates[choice]; }
+  const TuneCandidate* second() const { return runner_up < 0 ? nullptr : &candidates[runner_up]; }
+  /// The candidates ranked before the choice (all of them when nothing fits): each was dropped
+  /// because no variant of it fits.
+  std::vector<const TuneCandidate*> dropped() const;
+  /// The candidate with the lowest device peak (what comes closest when nothing fits).
+  const TuneCandidate* lowest_peak() const;
+};
+
+/// The fastest [memory] table that fits device and host, by the planner's step time. Searched:
+/// activation checkpointing off / on with kept attention / on; offload_activations (with
+/// checkpointing); tiled MLP and tiled loss with their "auto" tiles; Untied Ulysses off, or on
+/// with heads_per_stage "auto" or each valid stage size; optimizer offload; and the config's own
+/// table (its tiles as it fixes them). Everything outside [memory] (model, seq_len, world size,
+/// Ulysses degree, FSDP, dtype, hardware) stays as `cfg` (which must be valid) has it. Ties go to
+/// fewer techniques, then less device memory. 30-50 ms for the 8B and 32B presets (docs/planner.md
+/// §12). Usage: `const TuneResult t = tune(cfg); if (t.chosen()) cfg = t.chosen()->config;`
+TuneResult tune(const RunConfig& cfg);
+
 /// Why a run of `cfg` should not start: the plan's device and host verdicts and, for a CPU run,
 /// `ranks_in_process` ranks' planned peaks plus the host bytes against this machine's physical
 /// memory, each with its numbers, then the advisor's cheapest fixes; "" when it fits. What

@@ -335,7 +335,7 @@ TEST_CASE("human output: aligned GiB tables", "[cli][planner]") {
 }
 
 TEST_CASE("bad presets: every issue printed, exit 2, nothing on stdout", "[cli][planner]") {
-  for (const char* cmd : {"plan", "ladder", "maxlen"}) {
+  for (const char* cmd : {"plan", "ladder", "maxlen", "tune"}) {
     INFO(cmd);
     const Run r = run_odyssey(std::string(cmd) + " tests/fixtures/bad_multiple_problems.toml --json");
     CHECK(r.code == 2);

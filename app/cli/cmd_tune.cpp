@@ -1,0 +1,105 @@
+// odyssey tune PRESET [--set k=v]... [-o OUT.toml [--overwrite]] [--json]: the fastest [memory]
+// table that fits (engine/planner tune()), the runner-up, the changes against the preset, and the
+// tuned preset written with -o. Nothing fits: exit 2 with the advisor's word (the input must change).
+#include <chrono>
+#include <iostream>
+
+#include "app/cli/cli.h"
+#include "app/cli/planner_format.h"
+#include "engine/config/config_diff.h"
+#include "engine/util/files.h"
+
+namespace odyssey::cli {
+namespace {
+
+/// Where -o may write: not an existing file unless --overwrite, never a directory, and into a
+/// directory that exists. "" when it may, else why not.
+std::string output_problem(const std::string& path, bool overwrite) {
+  if (is_directory(path)) return path + " is a directory; give a file name such as " + join_path(path, "tuned.toml");
+  if (path_exists(path) && !overwrite) return path + " exists; pass --overwrite to replace it";
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  if (!is_directory(dir)) return "the directory " + dir + " of " + path + " does not exist";
+  return "";
+}
+
+int run_tune(int argc, char** argv, int first) {
+  ArgSpec spec;
+  spec.set = spec.json = spec.output = spec.overwrite = true;
+  auto args = parse_args("tune", spec, argc, argv, first, std::cerr);
+  if (!args) return kExitBadInput;
+  if (args->overwrite && args->output.empty()) {
+    std::cerr << "odyssey tune: --overwrite needs -o OUT.toml (it replaces that file)\n";
+    return kExitBadInput;
+  }
+  const std::string& path = args->positional.front();
+  auto loaded = load_or_report(path, args->overrides, std::cerr);
+  if (!loaded) return kExitBadInput;
+  if (!args->output.empty()) {  // refuse before the search: a refused file is the user's to fix first
+    if (const std::string why = output_problem(args->output, args->overwrite); !why.empty()) {
+      std::cerr << "odyssey tune: -o " << why << "\n";
+      return kExitBadInput;
+    }
+  }
+  const RunConfig& cfg = loaded->config;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const TuneResult tuned = tune(cfg);
+  const double search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+  const TuneCandidate* choice = tuned.chosen();
+  if (!choice) {
+    // Nothing the memory techniques can do: the preset asks for more than the hardware holds, an
+    // input to change (exit 2), with what the advisor would change beyond [memory].
+    const TuneCandidate* closest = tuned.lowest_peak();
+    std::cerr << "odyssey tune: nothing fits: none of the " << tuned.candidates.size() << " technique sets for " << path
+              << " fits (" << setup_line(cfg) << ")";
+    if (closest) std::cerr << "; the lowest peak, with " << closest->summary() << ": " << closest->verdict();
+    std::cerr << "." << advice_text(advise(cfg)) << "\n";
+    return kExitBadInput;
+  }
+  const std::vector<KeyChange> changes = config_changes(cfg, choice->config);
+  std::string written;
+  if (!args->output.empty()) {
+    std::string error;
+    if (!save_preset(args->output, choice->config, &error)) {
+      std::cerr << "odyssey tune: " << error << "\n";
+      return kExitRuntime;
+    }
+    written = args->output;
+  }
+
+  if (args->json) {
+    std::string out;
+    JsonWriter w(out);
+    w.begin_object().key("preset").value(path).key("tune");
+    write_tune_json(w, cfg, tuned, /*all_dropped=*/true);
+    w.key("search_ms").value(search_ms).key("written");
+    if (written.empty()) w.null();
+    else w.value(written);
+    w.end_object();
+    std::cout << out << "\n";
+    return kExitOk;
+  }
+  std::cout << path << ": " << setup_line(cfg) << "\n";
+  print_tune(std::cout, cfg, tuned, /*dropped_shown=*/5);
+  if (changes.empty()) {
+    std::cout << "changes against the preset: none (it already runs the fastest memory that fits)\n";
+  } else {
+    std::cout << "changes against the preset:\n";
+    for (const KeyChange& change : changes) std::cout << "  " << change.describe() << "\n";
+  }
+  std::cout << "searched " << tuned.evaluated << " memory tables (" << tuned.candidates.size() << " technique sets) in "
+            << static_cast<int64_t>(search_ms + 0.5) << " ms\n";
+  if (!written.empty()) std::cout << "wrote " << written << " (odyssey plan " << written << " shows it)\n";
+  return kExitOk;
+}
+
+const CommandRegistration registration{
+    Command{45, "tune", "tune PRESET [--set k=v]... [-o OUT.toml [--overwrite]] [--json]",
+            "the fastest memory techniques that fit, the runner-up and the changes; -o writes the tuned preset; "
+            "exit 2 when nothing fits",
+            run_tune}};
+
+}  // namespace
+}  // namespace odyssey::cli

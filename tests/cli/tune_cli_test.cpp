@@ -1,0 +1,162 @@
+// odyssey tune as scripts use it, through the built binary: the choice, the runner-up and the
+// changes (text and --json); -o writes a preset that check accepts, plan shows fitting and tune
+// leaves as it is; an existing -o is refused without --overwrite; bad arguments and a config that
+// nothing makes fit exit 2; plan shows the tuner's choice and runner-up.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "cli_test_util.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+/// The case: the 1B at 32K on the H200, whose preset runs the whole single-GPU stack.
+const std::string k1bH200 = "presets/llama3.2-1b-1xh100.toml --set hardware.profile=h200 --set training.seq_len=32K";
+
+Json parse_out(const Run& r) {
+  std::string error;
+  auto v = parse_json(r.out, &error);
+  INFO("stdout: " << r.out.substr(0, 400) << "\nparse error: " << error);
+  REQUIRE(v.has_value());
+  return *v;
+}
+
+/// A path in the build tree no other test process uses.
+std::string scratch(const std::string& name) {
+  const std::string path = std::string(ODYSSEY_BINARY_DIR) + "/tune_cli_test." + std::to_string(getpid()) + "." + name;
+  std::remove(path.c_str());
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("odyssey tune --json: the choice and the runner-up with their step times and peaks", "[cli][tune]") {
+  const Run r = run_odyssey("tune " + k1bH200 + " --json");
+  require_exit(r, 0);
+  const Json v = parse_out(r);
+  const Json& tune = v.at("tune");
+  const Json& choice = tune.at("choice");
+  const Json& runner_up = tune.at("runner_up");
+  CHECK(choice.at("fits").get<bool>());
+  CHECK(runner_up.at("fits").get<bool>());
+  CHECK(choice.at("step_s").get<double>() > 0);
+  CHECK(runner_up.at("step_s").get<double>() >= choice.at("step_s").get<double>());
+  CHECK(choice.at("peak_bytes").get<int64_t>() > 0);
+  CHECK(runner_up.at("peak_bytes").get<int64_t>() > 0);
+  CHECK(choice.at("techniques").get<std::string>() != runner_up.at("techniques").get<std::string>());
+  // fits without recompute, so it runs none: the changes turn checkpointing off, and only [memory] changes
+  CHECK_FALSE(choice.at("memory").at("activation_checkpointing").get<bool>());
+  bool checkpointing_off = false;
+  for (const auto& change : choice.at("changes")) {
+    const std::string key = change.at("key").get<std::string>();
+    CHECK(key.rfind("memory.", 0) == 0);
+    checkpointing_off = checkpointing_off || (key == "memory.activation_checkpointing" &&
+                                              change.at("after").get<std::string>() == "false");
+  }
+  CHECK(checkpointing_off);
+  CHECK(tune.at("configured").at("step_s").get<double>() > choice.at("step_s").get<double>());
+  CHECK(tune.at("dropped").get<int64_t>() == static_cast<int64_t>(tune.at("dropped_sets").size()));
+  for (const auto& dropped : tune.at("dropped_sets")) {
+    CHECK_FALSE(dropped.at("fits").get<bool>());
+    CHECK(dropped.at("step_s").get<double>() <= choice.at("step_s").get<double>());
+  }
+  CHECK(tune.at("evaluated").get<int64_t>() >= tune.at("distinct").get<int64_t>());
+  CHECK(v.at("search_ms").get<double>() > 0);
+  CHECK(v.at("written").is_null());
+}
+
+TEST_CASE("odyssey tune -o: the tuned preset passes check, plans fitting and tunes to itself, and an existing file is "
+          "kept unless --overwrite",
+          "[cli][tune]") {
+  const std::string out = scratch("tuned.toml");
+  const Run r = run_odyssey("tune " + k1bH200 + " -o " + out);
+  require_exit(r, 0);
+  CHECK(r.out.find("fastest that fits (odyssey tune): ") != std::string::npos);
+  CHECK(r.out.find("runner-up (") != std::string::npos);
+  CHECK(r.out.find("changes against the preset:\n  memory.") != std::string::npos);
+  CHECK(r.out.find("wrote " + out) != std::string::npos);
+  require_exit(run_odyssey("check " + out), 0);
+  const Run plan = run_odyssey("plan " + out + " --json");
+  require_exit(plan, 0);
+  const Json p = parse_out(plan);
+  CHECK(p.at("fits").get<bool>());
+  CHECK(p.at("tune").at("choice").at("changes").empty());  // the tuned preset is its own choice
+  const Run again = run_odyssey("tune " + out);
+  require_exit(again, 0);
+  CHECK(again.out.find("changes against the preset: none") != std::string::npos);
+
+  const std::string written = read_text(out);
+  const Run refused = run_odyssey("tune presets/tiny-cpu.toml -o " + out);
+  require_exit(refused, 2);
+  CHECK(refused.err.find(out + " exists; pass --overwrite to replace it") != std::string::npos);
+  CHECK(refused.out.empty());
+  CHECK(read_text(out) == written);
+  require_exit(run_odyssey("tune presets/tiny-cpu.toml -o " + out + " --overwrite"), 0);
+  CHECK(read_text(out) != written);
+  CHECK(read_text(out).find("flavor = \"tiny\"") != std::string::npos);
+  std::remove(out.c_str());
+}
+
+TEST_CASE("odyssey tune: bad arguments exit 2 with the reason and nothing on stdout", "[cli][tune]") {
+  const std::string missing_dir = scratch("no-such-dir") + "/tuned.toml";
+  const struct {
+    std::string args;
+    std::string says;
+  } cases[] = {
+      {"tune", "expected one preset, got 0"},
+      {"tune presets/tiny-cpu.toml presets/tiny-cpu.toml", "expected one preset, got 2"},
+      {"tune presets/tiny-cpu.toml --steps 3", "unknown option --steps"},
+      {"tune presets/tiny-cpu.toml -o", "-o needs a value"},
+      {"tune presets/tiny-cpu.toml --overwrite", "--overwrite needs -o OUT.toml"},
+      {"tune presets/tiny-cpu.toml -o " + missing_dir, "does not exist"},
+      {"tune presets/tiny-cpu.toml -o " + std::string(ODYSSEY_BINARY_DIR), "is a directory"},
+      {"tune presets/tiny-cpu.toml --set memory.tiled_mlp=maybe", "memory.tiled_mlp"},
+      {"tune no/such/preset.toml", "no/such/preset.toml"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args);
+    const Run r = run_odyssey(c.args);
+    require_exit(r, 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find(c.says) != std::string::npos);
+  }
+}
+
+TEST_CASE("odyssey tune: where no memory techniques make it fit, exit 2 with the advisor's word", "[cli][tune]") {
+  const std::string out = scratch("never.toml");
+  const Run r = run_odyssey("tune presets/llama3-8b-5m-8xh100-untied.toml --set training.seq_len=64M -o " + out);
+  require_exit(r, 2);
+  CHECK(r.out.empty());
+  CHECK(r.err.rfind("odyssey tune: nothing fits: none of the ", 0) == 0);
+  CHECK(r.err.find("; the lowest peak, with ") != std::string::npos);
+  const bool advisor_spoke = r.err.find("It fits with: ") != std::string::npos ||
+                             r.err.find("No change of the memory techniques makes it fit") != std::string::npos;
+  CHECK(advisor_spoke);
+  CHECK(read_text(out).empty());  // nothing written
+}
+
+TEST_CASE("odyssey plan: the tuner's choice and runner-up beside the plan, in text and --json", "[cli][tune]") {
+  const Run text = run_odyssey("plan " + k1bH200);
+  require_exit(text, 0);
+  const size_t choice_at = text.out.find("fastest that fits (odyssey tune): ");
+  REQUIRE(choice_at != std::string::npos);
+  CHECK(text.out.find("runner-up (", choice_at) != std::string::npos);
+  CHECK(text.out.find("as configured (", choice_at) != std::string::npos);
+  const Run json = run_odyssey("plan " + k1bH200 + " --json");
+  require_exit(json, 0);
+  const Json v = parse_out(json);
+  // the contract's fields stay, the tuner's are added
+  CHECK(v.at("fits").is_boolean());
+  CHECK(v.at("peak_bytes").get<int64_t>() > 0);
+  const Json& tune = v.at("tune");
+  CHECK(tune.at("choice").at("step_s").get<double>() > 0);
+  CHECK(tune.at("runner_up").at("step_s").get<double>() >= tune.at("choice").at("step_s").get<double>());
+  CHECK(tune.at("configured").at("step_s").get<double>() == Approx(v.at("time").at("step_s").get<double>()));
+  CHECK_FALSE(tune.contains("dropped_sets"));  // plan keeps its object short; tune --json lists them
+}

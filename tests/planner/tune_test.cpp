@@ -1,0 +1,216 @@
+// The tuner (tune(), engine/planner/tune.cpp) against what it promises: the choice fits and no
+// fitting memory table this test enumerates on its own is faster; ties go to fewer techniques;
+// only [memory] changes; checkpointing goes where it is not needed and comes where it is.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/config/config_diff.h"
+#include "engine/config/preset.h"
+#include "engine/config/validate.h"
+#include "engine/planner/planner.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+
+namespace {
+
+RunConfig preset(const std::string& name, const std::vector<std::string>& sets = {}) {
+  std::vector<Override> overrides;
+  for (const std::string& text : sets) {
+    Override o;
+    ConfigIssue issue;
+    REQUIRE(parse_override(text, static_cast<int>(overrides.size()) + 1, &o, &issue));
+    overrides.push_back(o);
+  }
+  const LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/" + name + ".toml", overrides);
+  INFO(name);
+  REQUIRE(loaded.ok());
+  return loaded.config;
+}
+
+/// A small model over 4 Ulysses ranks: two valid stage sizes, every technique plannable in
+/// microseconds.
+RunConfig small_model() {
+  RunConfig c;
+  c.model.flavor = "custom";
+  c.model.n_layers = 3;
+  c.model.d_model = 64;
+  c.model.n_heads = 8;
+  c.model.n_kv_heads = 2;
+  c.model.head_dim = 8;
+  c.model.d_ffn = 176;
+  c.model.vocab_size = 128;
+  c.training.seq_len = 16384;
+  c.parallel.world_size = 4;
+  c.parallel.ulysses_degree = 4;
+  c.hardware = *find_hardware_profile("cpu");
+  return c;
+}
+
+/// This test's own enumeration of the search space: every combination of the seven memory
+/// switches, Untied Ulysses at "auto" and at every valid stage size, the tiles at "auto";
+/// the validator decides what is a config.
+std::vector<RunConfig> brute_force_space(const RunConfig& base) {
+  std::vector<int64_t> stages = {kHeadsPerStageAuto};
+  for (int64_t h : valid_heads_per_stage(base)) stages.push_back(h);
+  std::vector<RunConfig> out;
+  for (unsigned bits = 0; bits < 128; ++bits)
+    for (int64_t heads : stages) {
+      RunConfig c = base;
+      MemoryConfig& m = c.memory;
+      m.activation_checkpointing = bits & 1;
+      m.keep_attention = bits & 2;
+      m.offload_activations = bits & 4;
+      m.tiled_mlp = bits & 8;
+      m.mlp_tile_tokens = kMlpTileTokensAuto;
+      m.tiled_loss = bits & 16;
+      m.loss_tile_tokens = 0;
+      m.untied_ulysses = bits & 32;
+      m.heads_per_stage = heads;
+      m.offload_optimizer = bits & 64;
+      if (!m.untied_ulysses && heads != kHeadsPerStageAuto) continue;  // the stage size of no stages
+      if (validate(c).empty()) out.push_back(c);
+    }
+  return out;
+}
+
+bool is_memory_key(const std::string& key) { return key.rfind("memory.", 0) == 0; }
+
+}  // namespace
+
+TEST_CASE("tune: the choice fits and no fitting memory table of a brute force is faster", "[planner][tune]") {
+  RunConfig cfg = small_model();
+  const std::vector<RunConfig> space = brute_force_space(cfg);
+  // The device between the space's lowest and highest peaks: some tables fit, some do not.
+  std::vector<int64_t> peaks;
+  for (const RunConfig& c : space) peaks.push_back(plan_peak(c).peak_bytes);
+  std::sort(peaks.begin(), peaks.end());
+  REQUIRE(peaks.front() < peaks.back());
+  cfg.hardware.device_memory_gib = static_cast<double>(peaks[peaks.size() / 2]) / (1 << 30);
+
+  const TuneResult tuned = tune(cfg);
+  const TuneCandidate* choice = tuned.chosen();
+  REQUIRE(choice != nullptr);
+  CHECK(plan_memory(choice->config).fits());  // the full plan agrees with the tuner's verdict
+  CHECK(validate(choice->config).empty());
+  double fastest = 1e300;
+  int fitting = 0, not_fitting = 0;
+  for (RunConfig c : space) {
+    c.hardware = cfg.hardware;
+    if (!plan_peak(c).fits()) {
+      ++not_fitting;
+      continue;
+    }
+    ++fitting;
+    const double step = plan_step_time(c).step_s;
+    fastest = std::min(fastest, step);
+    INFO(describe_techniques(c, true) << ": step " << step << " s");
+    CHECK(choice->step_s <= step * (1 + 1e-12));
+  }
+  REQUIRE(fitting >= 2);
+  REQUIRE(not_fitting >= 1);
+  CHECK(choice->step_s == Approx(fastest).epsilon(1e-12));  // the brute force's space is the tuner's
+  // what the tuner dropped is every set ranked before the choice, and none of them fits
+  for (const TuneCandidate* d : tuned.dropped()) {
+    CHECK_FALSE(d->fits());
+    CHECK(d->step_s <= choice->step_s * (1 + 1e-12));
+    CHECK(d->verdict().rfind("device peak", 0) == 0);
+  }
+  const TuneCandidate* second = tuned.second();
+  REQUIRE(second != nullptr);
+  CHECK(second->fits());
+  CHECK(second->step_s >= choice->step_s);
+  CHECK(second->summary() != choice->summary());
+}
+
+TEST_CASE("tune: ties go to fewer techniques, then less memory, and only [memory] changes", "[planner][tune]") {
+  // the shipped presets, and the 1B at 32K on the H200, where the tiled loss ties no technique at
+  // all (the fused loss runs the unfused head's three GEMMs) with a lower peak
+  const std::vector<std::pair<std::string, std::vector<std::string>>> configs = {
+      {"tiny-cpu", {}},
+      {"llama3.2-1b-1xh100", {}},
+      {"llama3.2-1b-1xh100", {"hardware.profile=h200", "training.seq_len=32K"}},
+      {"llama3-8b-3m-8xh100", {}},
+      {"llama3-8b-5m-8xh100-untied", {}},
+      {"qwen3-32b-16xh100", {}},
+      {"llama3-8b-1xh100", {}}};
+  for (const auto& [name, sets] : configs) {
+    INFO(name << " with " << sets.size() << " --set");
+    const RunConfig cfg = preset(name, sets);
+    const TuneResult tuned = tune(cfg);
+    const TuneCandidate* choice = tuned.chosen();
+    REQUIRE(choice != nullptr);
+    CHECK(validate(choice->config).empty());
+    for (const KeyChange& change : config_changes(cfg, choice->config)) CHECK(is_memory_key(change.key));
+    if (tuned.configured.fits()) CHECK(choice->step_s <= tuned.configured.step_s);
+    for (const TuneCandidate& c : tuned.candidates) {
+      if (!c.fits() || &c == choice) continue;
+      INFO(c.summary());
+      CHECK(c.step_s >= choice->step_s * (1 - 1e-12));
+      if (c.step_s <= choice->step_s * (1 + 1e-13)) {  // a tie: more techniques, or as many and more memory
+        CHECK(c.techniques >= choice->techniques);
+        if (c.techniques == choice->techniques) CHECK(c.peak.peak_bytes >= choice->peak.peak_bytes);
+      }
+    }
+  }
+}
+
+TEST_CASE("tune: a 1B at 32K on the H200, which fits without recompute, runs without checkpointing", "[planner][tune]") {
+  const RunConfig cfg = preset("llama3.2-1b-1xh100", {"hardware.profile=h200", "training.seq_len=32K"});
+  REQUIRE(cfg.memory.activation_checkpointing);
+  // It fits without: the preset's own stack with checkpointing (and what needs it) off.
+  RunConfig without = cfg;
+  without.memory.activation_checkpointing = without.memory.offload_activations = without.memory.keep_attention = false;
+  REQUIRE(plan_peak(without).fits());
+  const TuneResult tuned = tune(cfg);
+  REQUIRE(tuned.chosen() != nullptr);
+  const MemoryConfig& m = tuned.chosen()->config.memory;
+  CHECK_FALSE(m.activation_checkpointing);
+  CHECK_FALSE(m.offload_activations);
+  CHECK(tuned.chosen()->step_s < tuned.configured.step_s);  // the recompute it no longer runs
+}
+
+TEST_CASE("tune: a longer context turns on what it needs, and each technique it keeps pays its way", "[planner][tune]") {
+  const RunConfig short_cfg = preset("llama3.2-1b-1xh100", {"training.seq_len=16K"});
+  const TuneResult short_tune = tune(short_cfg);
+  REQUIRE(short_tune.chosen() != nullptr);
+  CHECK_FALSE(short_tune.chosen()->config.memory.activation_checkpointing);
+
+  const RunConfig long_cfg = preset("llama3.2-1b-1xh100", {"training.seq_len=1M"});
+  const TuneResult long_tune = tune(long_cfg);
+  const TuneCandidate* choice = long_tune.chosen();
+  REQUIRE(choice != nullptr);
+  CHECK(choice->config.memory.activation_checkpointing);
+  CHECK(choice->techniques > short_tune.chosen()->techniques);
+  // Checkpointing is needed: no table without it fits at this length.
+  for (const TuneCandidate& c : long_tune.candidates)
+    if (!c.planned.activation_checkpointing) CHECK_FALSE(c.fits());
+  // Each switch of the choice flipped on its own either breaks a rule, does not fit, or is no faster.
+  for (bool MemoryConfig::*flag : {&MemoryConfig::activation_checkpointing, &MemoryConfig::keep_attention,
+                                   &MemoryConfig::offload_activations, &MemoryConfig::tiled_mlp, &MemoryConfig::tiled_loss,
+                                   &MemoryConfig::untied_ulysses, &MemoryConfig::offload_optimizer}) {
+    RunConfig flipped = choice->config;
+    flipped.memory.*flag = !(flipped.memory.*flag);
+    if (!validate(flipped).empty() || !plan_peak(flipped).fits()) continue;
+    INFO(describe_techniques(flipped, true));
+    CHECK(plan_step_time(flipped).step_s >= choice->step_s * (1 - 1e-12));
+  }
+}
+
+TEST_CASE("tune: where nothing fits there is no choice, and every technique set is dropped with its verdict",
+          "[planner][tune]") {
+  const RunConfig cfg = preset("llama3-8b-5m-8xh100-untied", {"training.seq_len=64M"});
+  const TuneResult tuned = tune(cfg);
+  CHECK(tuned.chosen() == nullptr);
+  CHECK(tuned.second() == nullptr);
+  REQUIRE_FALSE(tuned.candidates.empty());
+  CHECK(tuned.dropped().size() == tuned.candidates.size());
+  for (const TuneCandidate& c : tuned.candidates) CHECK(c.verdict() != "fits");
+  const TuneCandidate* closest = tuned.lowest_peak();
+  REQUIRE(closest != nullptr);
+  for (const TuneCandidate& c : tuned.candidates) CHECK(closest->peak.peak_bytes <= c.peak.peak_bytes);
+}
