@@ -35,7 +35,7 @@ at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positi
   v = v.transpose(1, 2);  // [B, Hkv, s, hd]
   // SDPA, or the kept result of a checkpointed forward (memory.keep_attention: kept_attention.h).
   // Memory: GQA without expanding K/V to H heads, so K/V stay [B, Hkv, s, hd].
-  at::Tensor o = causal_attention(q, k, v);  // [B, H, s, hd]
+  at::Tensor o = causal_attention(q, k, v, pos.documents);  // [B, H, s, hd]
   // Memory: q, k, v die here unless autograd saved them (the planner's walk frees them before the
   // output's layout copy on the CPU, BlockHalves::attention_forward)
   q.reset();

@@ -47,7 +47,7 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryConfig& memory
   rt->model = &model_;
   rt->memory = &memory;
   rt->ctx = &ctx_;
-  rt->positions = make_positions(in.first_position, s, model_, in.ids.device());
+  rt->positions = make_positions(in.first_position, s, model_, in.ids.device(), in.documents, in.restart_positions);
   rt->blocks.clear();
   for (auto& b : blocks_) rt->blocks.push_back(b.get());
   rt->embed = embed_.get();

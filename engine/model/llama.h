@@ -25,7 +25,12 @@ struct ModelInputs {
   at::Tensor labels;       ///< [B, s] int64 next-token labels (shifted before sharding)
   at::Tensor answer_mask;  ///< [B, s] bool answer tokens of the long-range task, or undefined
   int64_t first_position = 0;  ///< global position of the shard's first token (sp_rank x s)
-  int64_t global_tokens = 1;   ///< N_global = B x S x D: every label of the global batch
+  int64_t global_tokens = 1;   ///< N_global: the trained labels of the global batch (B x S x D without documents)
+  /// Packed documents (training.document_mask): each row's document starts over the whole
+  /// sequence [0, S); attention stays within each document. Labels across a boundary arrive as
+  /// -100 (never trained). Empty: no masking.
+  DocumentSpans documents;
+  bool restart_positions = true;  ///< with documents: RoPE positions restart at 0 in each document
 };
 
 /// One flat group of the model before it is allocated: its name ("embedding", "block.3",

@@ -46,6 +46,29 @@ Positions make_positions(int64_t first, int64_t count, const ModelConfig& model,
   return p;
 }
 
+Positions make_positions(int64_t first, int64_t count, const ModelConfig& model, at::Device device,
+                         const DocumentSpans& documents, bool restart) {
+  Positions p = make_positions(first, count, model, device);
+  p.documents = documents;
+  if (!restart || !documents.any()) return p;
+  CategoryScope category(MemCategory::Other);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const int64_t B = static_cast<int64_t>(documents.starts.size());
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<size_t>(B * count));
+  for (const auto& starts : documents.starts) {
+    const std::vector<int64_t> row = positions_in_documents(starts, first, count);
+    ids.insert(ids.end(), row.begin(), row.end());
+  }
+  at::Tensor row_ids = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).view({B, count});  // [B, s]
+  at::Tensor inv_freq = at::tensor(rope_inv_freq(model), f64);                                    // [hd/2]
+  at::Tensor angles = row_ids.to(at::kDouble).unsqueeze(2) * inv_freq;  // [B, s, hd/2], float64 as above
+  p.ids = row_ids.to(device);
+  p.cos = (angles.cos() * p.attention_factor).to(at::kFloat).to(device);  // [B, s, hd/2]
+  p.sin = (angles.sin() * p.attention_factor).to(at::kFloat).to(device);  // [B, s, hd/2]
+  return p;
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   // memory: one autograd node that keeps x, the weight and 1/rms [rows] fp32 only (the composite
   // x.to(float) ... * weight kept an fp32 copy of x and the normalised x besides: 3 [s, d] of bf16
@@ -56,8 +79,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse) {
   const double sign = inverse ? -1.0 : 1.0;
   const int64_t half = x.size(-1) / 2;
-  const at::Tensor c = cos.unsqueeze(0).unsqueeze(2);   // [1, s, 1, hd/2]
-  const at::Tensor sn = sin.unsqueeze(0).unsqueeze(2);  // [1, s, 1, hd/2]
+  // [1, s, 1, hd/2], or [B, s, 1, hd/2] when each row has its own positions (packed documents)
+  const at::Tensor c = cos.dim() == 3 ? cos.unsqueeze(2) : cos.unsqueeze(0).unsqueeze(2);
+  const at::Tensor sn = sin.dim() == 3 ? sin.unsqueeze(2) : sin.unsqueeze(0).unsqueeze(2);
   const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);  // [B, s, h, hd/2] views
   at::Tensor out = at::empty(x.sizes(), x.options());  // [B, s, h, hd] contiguous
   at::Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/config/run_config.h"
+#include "engine/layout/documents.h"
 
 namespace odyssey {
 
@@ -20,6 +21,10 @@ struct Positions {
   at::Tensor sin;  ///< [s, head_dim / 2] fp32 (times the attention factor)
   at::Tensor inv_freq;            ///< [head_dim / 2] fp32 scaled frequencies for ops::rope_pack; undefined: from theta
   double attention_factor = 1.0;  ///< YaRN's scale on cos and sin (ops::rope_pack cannot apply it)
+  /// Packed documents (training.document_mask): each row's document starts over the whole
+  /// sequence; attention stays within each segment. With positions restarted per document, ids
+  /// is [B, s] and cos/sin [B, s, head_dim / 2] (each row its own positions).
+  DocumentSpans documents;
 };
 
 /// Positions [first, first + count) with rotary tables for `head_dim` and base `theta`. Angles are
@@ -28,6 +33,10 @@ Positions make_positions(int64_t first, int64_t count, int64_t head_dim, double 
 /// The same for `model`'s RoPE: its theta and context-extension scaling (engine/config/rope.h's
 /// rope_inv_freq and rope_attention_factor, the rule written once).
 Positions make_positions(int64_t first, int64_t count, const ModelConfig& model, at::Device device);
+/// The same for a packed batch: `documents` kept for attention, and with `restart` each row's
+/// positions are offsets in their documents (positions_in_documents), tables [B, s, hd/2].
+Positions make_positions(int64_t first, int64_t count, const ModelConfig& model, at::Device device,
+                         const DocumentSpans& documents, bool restart);
 
 /// RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight, statistics in fp32, result in
 /// x's dtype. x: [..., n], weight: [n]. One autograd node (engine/ops' rmsnorm: CUDA kernels, CPU
@@ -41,7 +50,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 at::Tensor apply_rope(const at::Tensor& x, const Positions& pos);
 
 /// The rotation apply_rope performs, without autograd: x [B, s, h, hd] by the tables cos, sin
-/// [s, hd/2]; `inverse` rotates back (RoPE's backward: the rotation is orthogonal). Memory: only
+/// [s, hd/2] (or [B, s, hd/2]: a row's own positions); `inverse` rotates back (RoPE's backward: the rotation is orthogonal). Memory: only
 /// the result [B, s, h, hd] (x's dtype) is allocated, no fp32 temporaries.
 at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse);
 

@@ -1,5 +1,6 @@
 // LibTorch's fused attention kernels with log-sum-exp, by device: CPU flash, CUDA flash (half
-// precision) or memory-efficient (fp32). defines: flash_attention_forward, flash_attention_backward
+// precision) or memory-efficient (fp32), per document segment with packed documents.
+// defines: flash_attention_forward, flash_attention_backward
 #include "engine/parallel/flash_attention.h"
 
 #include <stdexcept>
@@ -23,7 +24,38 @@ at::Tensor fold_kv(const at::Tensor& grad, int64_t hk) {
   return grad.view({sz[0], hk, h / hk, sz[2], sz[3]}).sum(2);
 }
 
+/// One row's positions [begin, begin + length) of an attention tensor [B, h, S, ...]: a view.
+at::Tensor segment_of(const at::Tensor& t, const DocumentRun& run) {
+  return t.narrow(0, run.row, 1).narrow(2, run.begin, run.length);
+}
+
 }  // namespace
+
+FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const DocumentSpans& documents) {
+  if (!documents.any()) return flash_attention_forward(q, k, v);
+  const int64_t B = q.size(0), h = q.size(1), S = q.size(2), hd = q.size(3);
+  if (static_cast<int64_t>(documents.starts.size()) != B)
+    throw std::invalid_argument("flash_attention_forward: " + std::to_string(documents.starts.size()) +
+                                " rows of document starts for a batch of " + std::to_string(B));
+  FlashResult r;
+  r.out = at::empty({B, S, h, hd}, q.options()).transpose(1, 2);  // [B, h, S, hd], memory [B, S, h, hd] as the kernels'
+  r.lse = at::empty({B, h, S}, q.options().dtype(at::kFloat));    // [B, h, S] fp32
+  for (int64_t b = 0; b < B; ++b) {
+    for (const DocumentSegment& seg : document_segments(documents.starts[static_cast<size_t>(b)], S)) {
+      DocumentRun run{b, seg.begin, seg.length, {}};
+      // [1, h, n, hd] over [1, hk, n, hd]: the segment alone, causal within it
+      run.kernel = flash_attention_forward(segment_of(q, run), segment_of(k, run), segment_of(v, run));
+      segment_of(r.out, run).copy_(run.kernel.out);
+      at::Tensor lse_slice = segment_of(r.lse, run);  // [1, h, n]
+      lse_slice.copy_(run.kernel.lse.narrow(2, 0, run.length));  // the efficient kernel pads its lse's last dim
+      run.kernel.out.reset();  // memory: one segment's output at a time; the whole out holds it
+      if (run.kernel.lse.sizes() == lse_slice.sizes()) run.kernel.lse.reset();
+      r.documents.push_back(std::move(run));
+    }
+  }
+  return r;
+}
 
 FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   if (q.size(1) % k.size(1) != 0)
@@ -55,6 +87,23 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
 std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, const at::Tensor& q,
                                                    const at::Tensor& k, const at::Tensor& v, const FlashResult& saved) {
   at::Tensor dq, dk, dv;
+  if (!saved.documents.empty()) {
+    // Every position lies in exactly one segment of its row: each gradient is written once.
+    dq = at::empty_like(q);  // [B, h, S, hd]
+    dk = at::empty_like(k);  // [B, hk, S, hd]
+    dv = at::empty_like(v);
+    for (const DocumentRun& run : saved.documents) {
+      FlashResult one = run.kernel;
+      one.out = segment_of(saved.out, run);                               // [1, h, n, hd]
+      if (!one.lse.defined()) one.lse = segment_of(saved.lse, run);       // [1, h, n]
+      auto [dq_s, dk_s, dv_s] = flash_attention_backward(segment_of(grad_out, run), segment_of(q, run),
+                                                          segment_of(k, run), segment_of(v, run), one);
+      segment_of(dq, run).copy_(dq_s);
+      segment_of(dk, run).copy_(dk_s);
+      segment_of(dv, run).copy_(dv_s);
+    }
+    return {dq, dk, dv};
+  }
   if (q.is_cpu()) {
     std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
         grad_out, q, k, v, saved.out, saved.lse, /*dropout_p=*/0.0, /*is_causal=*/true);

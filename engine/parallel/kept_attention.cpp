@@ -19,8 +19,9 @@ struct KeptFlash : torch::CustomClassHolder {
   FlashResult result;  ///< out and lse cleared: they are the node's saved tensors
 };
 
-/// The recompute's attention from the kept result: forward returns the kept output (an alias of
-/// it, so the kept tensor itself never becomes a graph output), backward is the flash backward.
+/// Attention from a flash result computed without autograd: the recompute's from the kept result,
+/// or the documents' (one kernel call per segment). Forward returns the result's output (an alias
+/// of it, so a kept tensor itself never becomes a graph output), backward is the flash backward.
 struct ReplayedAttention : torch::autograd::Function<ReplayedAttention> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, const FlashResult& kept) {
@@ -70,15 +71,26 @@ KeptAttention* KeptAttentionScope::slot() { return t_slot; }
 
 KeptAttentionScope::Mode KeptAttentionScope::mode() { return t_mode; }
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const DocumentSpans& documents) {
   KeptAttention* slot = KeptAttentionScope::slot();
+  if (slot == nullptr && documents.any()) {
+    // SDPA has no per-row segments: the flash kernel per segment, then its backward from q, k, v,
+    // the output and the LSE (what SDPA's flash node saves too)
+    FlashResult r;
+    {
+      at::NoGradGuard no_grad;
+      r = flash_attention_forward(q.detach(), k.detach(), v.detach(), documents);  // [B, h, S, hd]
+    }
+    return ReplayedAttention::apply(q, k, v, r);
+  }
   if (slot == nullptr) {
     // Memory: GQA without expanding K/V to h heads (enable_gqa), so K/V stay [B, hk, S, hd].
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
   }
   if (KeptAttentionScope::mode() == KeptAttentionScope::Mode::Keep) {
-    FlashResult r = flash_attention_forward(q, k, v);  // [B, h, S, hd], lse [B, h, S]
+    FlashResult r = flash_attention_forward(q, k, v, documents);  // [B, h, S, hd], lse [B, h, S]
     slot->results.assign(1, r);
     return r.out;
   }

@@ -49,7 +49,9 @@ class KeptAttentionScope {
 /// output [B, h, S, hd]. Without a kept-attention scope: SDPA (LibTorch picks the kernel). Keep:
 /// the flash kernel (flash_attention_forward), its result put in the slot. Replay: the slot's
 /// output, with a backward that starts from it and its LSE (flash_attention_backward): q, k and v
-/// are saved exactly as SDPA saves them.
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+/// are saved exactly as SDPA saves them. With packed documents (documents.any()): each document's
+/// segment attends within itself (flash_attention_forward's document overload), in every mode.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const DocumentSpans& documents);
 
 }  // namespace odyssey

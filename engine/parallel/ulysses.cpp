@@ -180,7 +180,8 @@ at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Posi
   v.reset();
   // SDPA (GQA without expanding K/V), or the kept result of a checkpointed forward
   // (memory.keep_attention: kept_attention.h)
-  at::Tensor o = causal_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2));  // [B, H/P, S, hd]
+  // packed documents: the starts are the whole sequence's, which each rank now holds for its heads
+  at::Tensor o = causal_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), pos.documents);  // [B, H/P, S, hd]
   qh.reset();
   kh.reset();
   vh.reset();

@@ -206,6 +206,7 @@ struct UntiedCall {
   at::Tensor position_ids;  ///< [s] int64 global positions (empty: none, rope_pack falls back)
   at::Tensor inv_freq;      ///< [hd/2] fp32 RoPE frequencies for rope_pack (undefined: from theta)
   Comm* comm = nullptr;   ///< the sequence-parallel group (size P)
+  const DocumentSpans* documents = nullptr;  ///< packed documents over the whole sequence (none: null)
   int64_t n_heads = 1, n_kv_heads = 1, head_dim = 1, heads_per_stage = 0;
   double eps = 0.0, theta = 0.0;
 };
@@ -367,7 +368,9 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
           seq_to_heads_into(v_h, v_loc, comm, kv_send, kv_recv);
         }
         auto [k_use, v_use] = stage_kv(k_h, v_h, kv_slot_index_on(p, t, x.device()));  // [B, S, k or n, hd]
-        FlashResult r = flash_attention_forward(buf.q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2));
+        // [B, k, S, hd] over the whole sequence: packed documents' starts apply unchanged
+        FlashResult r = flash_attention_forward(buf.q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2),
+                                                call.documents ? *call.documents : DocumentSpans{});
         at::Tensor o_h = r.out.transpose(1, 2).contiguous();  // [B, S, k, hd] (already this layout)
         r.out.reset();  // backward rebuilds it from the saved output
         state->stages.push_back(std::move(r));
@@ -550,6 +553,16 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
 
 namespace {
 
+/// The positions ops::rope_pack rotates by, [s] int64, or empty (the fallback rotation by the
+/// tables): rope_pack rotates from the frequencies alone, so YaRN's factor (only in the tables)
+/// keeps them out, and so do per-row positions (packed documents restarting them) with B > 1.
+at::Tensor rope_pack_positions(const Positions& pos, const at::Tensor& x) {
+  const at::Tensor none = at::empty({0}, x.options().dtype(at::kLong));
+  if (!pos.ids.defined() || pos.attention_factor != 1.0) return none;
+  if (pos.ids.dim() == 1) return pos.ids;             // [s]
+  return pos.ids.size(0) == 1 ? pos.ids[0] : none;  // [1, s] -> [s]
+}
+
 at::Tensor apply_untied(const at::Tensor& x, const at::Tensor& norm_weight, const AttentionWeights& w, bool project,
                         const Positions& pos, const ModelConfig& model, const RankContext& ctx,
                         const MemoryConfig& memory) {
@@ -562,13 +575,10 @@ at::Tensor apply_untied(const at::Tensor& x, const at::Tensor& norm_weight, cons
                         project ? w.wo : none, model.qk_norm ? w.q_norm : none, model.qk_norm ? w.k_norm : none};
   const UntiedCall call{.cos = pos.cos,
                         .sin = pos.sin,
-                        // rope_pack rotates from the frequencies alone: YaRN's factor on cos and
-                        // sin is only in the tables, so then the positions stay out (the fallback).
-                        .position_ids = pos.ids.defined() && pos.attention_factor == 1.0
-                                            ? pos.ids
-                                            : at::empty({0}, x.options().dtype(at::kLong)),
+                        .position_ids = rope_pack_positions(pos, x),
                         .inv_freq = pos.inv_freq,
                         .comm = ctx.sp.get(),
+                        .documents = &pos.documents,
                         .n_heads = model.n_heads,
                         .n_kv_heads = model.n_kv_heads,
                         .head_dim = model.head_dim,

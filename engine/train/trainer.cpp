@@ -132,6 +132,10 @@ std::vector<std::string> Trainer::take_notes() { return std::exchange(notes_, {}
 double Trainer::run_forward_backward(int64_t step, Forward* out) {
   const RankBatch batch = make_rank_batch(*data_, step, cfg_.training, ctx_, device_);
   ModelInputs in{batch.ids, batch.labels, batch.answer_mask, batch.first_position, batch.global_tokens};
+  return run_inputs(in, step, out);
+}
+
+double Trainer::run_inputs(const ModelInputs& in, int64_t step, Forward* out) {
   StepRuntime rt;
   rt.defer_reduce_scatter = defer_reduce_scatter_;
   at::Tensor loss = model_->forward(in, model_memory_, &offload_, &recorder_, &rt);
@@ -152,7 +156,7 @@ double Trainer::run_forward_backward(int64_t step, Forward* out) {
   const at::Tensor host = sums.cpu();
   const double* s = host.data_ptr<double>();
   out->loss = s[0];
-  out->has_answers = batch.answer_mask.defined();
+  out->has_answers = in.answer_mask.defined();
   out->answer_ce = s[1];
   out->answer_count = s[2];
   out->answer_correct = s[3];
@@ -178,6 +182,20 @@ double Trainer::forward_backward(int64_t step) {
     return loss;
   } catch (const std::exception& e) {
     fail(e, step);
+  }
+}
+
+double Trainer::forward_backward(const ModelInputs& in) {
+  RankScope rank(ctx_.slot);
+  PhaseRecorder::Bind bind(&recorder_);
+  reset_engine_phases(ctx_.slot);
+  Forward f;
+  try {
+    const double loss = run_inputs(in, next_step_, &f);
+    recorder_.settle();
+    return loss;
+  } catch (const std::exception& e) {
+    fail(e, next_step_);
   }
 }
 

@@ -72,6 +72,9 @@ class Trainer {
   /// Forward + backward of `step`'s batch only (gradients stay in the groups; tests, bench).
   /// Returns the global loss.
   double forward_backward(int64_t step);
+  /// Forward + backward of given inputs (this rank's slice; a document's tokens alone, a batch
+  /// built by hand), gradients added to what the groups hold. Returns the global loss.
+  double forward_backward(const ModelInputs& in);
   /// The optimizer half of step() on the gradients the groups hold now (global norm, clip, AdamW
   /// at next_step()'s learning rate, gradients zeroed) and next_step() advanced. For tests that
   /// put the gradients there themselves (equivalence on identical gradients).
@@ -118,6 +121,7 @@ class Trainer {
  private:
   struct Forward;
   double run_forward_backward(int64_t step, Forward* out);
+  double run_inputs(const ModelInputs& in, int64_t step, Forward* out);
   /// The last pipelined passes as a span on the rank's "host optimizer" track, once they ended.
   void record_host_pass_span();
   void optimizer_phase(int64_t step, StepResult& r);

@@ -1,0 +1,55 @@
+// Packed documents as segments of a sequence: the one rule document masking applies to attention
+// (each segment attends within itself), RoPE positions (restarting per segment) and the loss (no
+// target across a boundary). defines: DocumentSpans, DocumentSegment, document_segments,
+// document_starts_rule, positions_in_documents, label_crosses_document, causal_attention_pairs
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace odyssey {
+
+/// Where the documents of each row of a packed batch begin. starts[b] holds global positions in
+/// [0, S) of row b (the whole sequence, the same list on every Ulysses rank), ascending and
+/// distinct; positions before the first start continue a document begun in an earlier sequence
+/// and form a segment of their own. No rows, or only empty rows: no masking (each row one text).
+/// Host memory only: the attention kernels loop over its segments.
+struct DocumentSpans {
+  std::vector<std::vector<int64_t>> starts;  ///< [B] lists of global positions in [0, S)
+  /// True when some row has a start: attention, positions and labels follow the segments.
+  bool any() const;
+  bool operator==(const DocumentSpans&) const = default;
+};
+
+/// One segment of a row: positions [begin, begin + length) attend among themselves only.
+struct DocumentSegment {
+  int64_t begin = 0;
+  int64_t length = 0;
+  bool operator==(const DocumentSegment&) const = default;
+};
+
+/// Rule: a row's starts lie in [0, seq_len), ascending, without repeats. nullopt when they do,
+/// else what is wrong (named by the caller with its row).
+std::optional<std::string> document_starts_rule(const std::vector<int64_t>& starts, int64_t seq_len);
+
+/// The segments of a row with `starts` covering [0, seq_len) in order: [0, starts[0]) when
+/// starts[0] > 0, then [starts[k], starts[k+1]), the last to seq_len. Empty starts: one segment.
+std::vector<DocumentSegment> document_segments(const std::vector<int64_t>& starts, int64_t seq_len);
+
+/// RoPE position of each of the global positions [first, first + count) of a row: its offset in
+/// its segment (a document's first token is at 0, as Hugging Face's per-document position ids).
+std::vector<int64_t> positions_in_documents(const std::vector<int64_t>& starts, int64_t first, int64_t count);
+
+/// True when the label at global input position p (the token at p + 1) begins another document:
+/// p + 1 is a start, or p + 1 == seq_len and `next_starts_document` (the token after the sequence
+/// begins one). Such a target is never trained: its context is another text.
+bool label_crosses_document(const std::vector<int64_t>& starts, bool next_starts_document, int64_t p,
+                            int64_t seq_len);
+
+/// The (query, key) pairs causal attention computes over a row: the sum over its segments of
+/// n (n + 1) / 2 (seq_len (seq_len + 1) / 2 without documents). Step time counts these.
+int64_t causal_attention_pairs(const std::vector<int64_t>& starts, int64_t seq_len);
+
+}  // namespace odyssey

@@ -1,0 +1,45 @@
+// The segment rule of packed documents (engine/layout/documents.h) on hand-worked rows: segments,
+// per-document positions, crossing labels, attention pairs and the starts rule. Integer
+// arithmetic only. defines: test cases [documents]
+#include <catch2/catch.hpp>
+
+#include "engine/layout/documents.h"
+
+using namespace odyssey;
+
+TEST_CASE("documents: a row's segments cover the sequence, a leading continuation its own", "[documents]") {
+  using Segs = std::vector<DocumentSegment>;
+  CHECK(document_segments({}, 8) == Segs{{0, 8}});
+  CHECK(document_segments({0}, 8) == Segs{{0, 8}});
+  CHECK(document_segments({0, 3, 5}, 8) == Segs{{0, 3}, {3, 2}, {5, 3}});
+  CHECK(document_segments({2, 7}, 8) == Segs{{0, 2}, {2, 5}, {7, 1}});  // [0, 2) continues an earlier document
+  CHECK_THROWS_WITH(document_segments({3, 3}, 8), Catch::Contains("ascend without repeats (3 then 3)"));
+  CHECK_THROWS_WITH(document_segments({8}, 8), Catch::Contains("start 8 lies outside the sequence [0, 8)"));
+  CHECK_THROWS_WITH(document_segments({-1}, 8), Catch::Contains("outside"));
+}
+
+TEST_CASE("documents: positions restart at each start, a shard's from its first position", "[documents]") {
+  CHECK(positions_in_documents({0, 3, 5}, 0, 8) == std::vector<int64_t>{0, 1, 2, 0, 1, 0, 1, 2});
+  CHECK(positions_in_documents({2, 7}, 0, 8) == std::vector<int64_t>{0, 1, 0, 1, 2, 3, 4, 0});
+  CHECK(positions_in_documents({2, 7}, 4, 4) == std::vector<int64_t>{2, 3, 4, 0});  // sequence shard 1 of 2
+  CHECK(positions_in_documents({}, 4, 4) == std::vector<int64_t>{4, 5, 6, 7});      // no documents: global
+}
+
+TEST_CASE("documents: a label crosses when the next token starts a document", "[documents]") {
+  const std::vector<int64_t> starts{0, 3, 5};
+  std::vector<int> crossing;
+  for (int64_t p = 0; p < 8; ++p) crossing.push_back(label_crosses_document(starts, false, p, 8));
+  CHECK(crossing == std::vector<int>{0, 0, 1, 0, 1, 0, 0, 0});
+  CHECK(label_crosses_document(starts, true, 7, 8));  // the token after the sequence begins a document
+  CHECK_FALSE(label_crosses_document({}, false, 7, 8));
+}
+
+TEST_CASE("documents: causal attention pairs are the segments' triangles", "[documents]") {
+  CHECK(causal_attention_pairs({}, 8) == 36);                    // 8 x 9 / 2
+  CHECK(causal_attention_pairs({0, 3, 5}, 8) == 6 + 3 + 6);      // 3, 2, 3 tokens
+  CHECK(causal_attention_pairs({2, 7}, 8) == 3 + 15 + 1);        // 2, 5, 1 tokens
+  DocumentSpans none, some{{{}, {4}}};
+  CHECK_FALSE(none.any());
+  CHECK_FALSE(DocumentSpans{{{}, {}}}.any());
+  CHECK(some.any());
+}
