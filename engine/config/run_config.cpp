@@ -13,9 +13,12 @@ std::string_view to_string(DatasetKind v) {
     case DatasetKind::LongRange: return "long-range";
     case DatasetKind::Tokens: return "tokens";
     case DatasetKind::Bytes: return "bytes";
+    case DatasetKind::Documents: return "documents";
   }
   return "long-range";
 }
+
+std::string_view to_string(DocumentPacking v) { return v == DocumentPacking::Refuse ? "refuse" : "split"; }
 
 std::string_view to_string(DeviceKind v) {
   switch (v) {
