@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Odyssey builds and tests against, idempotently: Debian packages (sudo only
 # when not root), LibTorch 2.11.0 from the PyPI torch wheel into a venv cached outside the
-# repository, and the pinned transformers the Hugging Face tests compare against (same venv).
+# repository, the pinned transformers the Hugging Face tests compare against and the tokenizers
+# `odyssey prepare` runs (same venv).
 set -euo pipefail
 
 DEPS_DIR="${ODYSSEY_DEPS_DIR:-$HOME/.cache/odyssey}"
@@ -66,6 +67,21 @@ else
   "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "${HF_PACKAGES[@]}"
   "$VENV/bin/python" -c "import transformers, safetensors, liger_kernel; print('deps: transformers', transformers.__version__)"
   touch "$HF_STAMP"
+fi
+
+# --- tokenizers for odyssey prepare -------------------------------------------------------------
+# `odyssey prepare` tokenizes text with Hugging Face `tokenizers` in this venv (scripts/prepare_text.py,
+# embedded in the binary); the tests build a WordLevel tokenizer.json with it and fail without it.
+# Pinned: the version transformers 5.23.0 resolves to, so this install changes nothing beside it.
+TOKENIZERS_VERSION="0.23.3"
+TOK_STAMP="$DEPS_DIR/.deps-ok-tokenizers-$TOKENIZERS_VERSION"
+if [ -f "$TOK_STAMP" ] && "$VENV/bin/python" -c "import tokenizers" >/dev/null 2>&1; then
+  say "tokenizers $TOKENIZERS_VERSION cached in $VENV"
+else
+  say "installing tokenizers==$TOKENIZERS_VERSION into $VENV (odyssey prepare)"
+  "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "tokenizers==$TOKENIZERS_VERSION"
+  "$VENV/bin/python" -c "import tokenizers; print('deps: tokenizers', tokenizers.__version__)"
+  touch "$TOK_STAMP"
 fi
 
 # --- CUDA toolkit vs wheel ---------------------------------------------------------------------

@@ -12,7 +12,7 @@ and the planner's committed predictions set against the measurements).
     python3 scripts/results_tables.py --self-test      # the generator on synthetic records in a temp dir
 
 A figure's current value is its newest record's on each GPU; the tables hold no history (the
-records and docs/benchmarks.md do). Predictions: each measured point against `odyssey plan --json`
+records and docs/log/ do). Predictions: each measured point against `odyssey plan --json`
 of the same point, committed under <record>/predictions/ before the call; error = predicted /
 measured - 1. Step times of the points the efficiencies are fitted to (fit_efficiency.is_fit_point)
 are marked fitted and left out of the planner's quoted step-time accuracy.
@@ -561,7 +561,7 @@ def results_parts(records):
              prose("Every figure here is read from the raw JSON of one GPU call, its record `bench/results/<record>/` "
                    "(its manifest.json: the date, GPU, commit and command of the call), the newest record of each "
                    "figure on each GPU. How a call is made and its record added: [gpu.md](gpu.md), \"The runbook "
-                   "for a GPU hour\"; the history of the figures: [benchmarks.md](benchmarks.md)."), ""]
+                   "on an H100 or H200 host\"; how the figures were reached: [log/](log/README.md)."), ""]
     rows = current_rows(records)
     if not rows:
         return parts + [no_records("[gpu.md](gpu.md)")]

@@ -1,10 +1,13 @@
-// odyssey schema [--markdown]: prints every preset table and key with its type, physical range,
-// default and doc line. docs/presets.md's schema section is this command's markdown output (a test keeps them equal).
+// odyssey schema [--markdown | --techniques-markdown]: prints every preset table and key with its
+// type, physical range, default and doc line, or the technique registry as a markdown table.
+// docs/presets.md's schema section is the --markdown output, docs/architecture.md's technique table
+// the --techniques-markdown output (tests keep each equal).
 #include <iostream>
 #include <sstream>
 
 #include "app/cli/cli.h"
 #include "engine/config/schema.h"
+#include "engine/config/techniques.h"
 
 namespace odyssey::cli {
 namespace {
@@ -21,11 +24,40 @@ const char* kind_name(KeyKind kind) {
   return "?";
 }
 
+/// The technique registry (kTechniques) as a markdown table, one row a technique in ladder order,
+/// then memory.keep_attention from its schema entry (a key that spends memory for time: no rung).
+std::string techniques_markdown() {
+  std::ostringstream os;
+  os << "| technique | key | studio label | what it trades | requires | ladder rung | an edit applies |\n"
+     << "|---|---|---|---|---|---|---|\n";
+  for (const Technique& t : kTechniques) {
+    std::string requires_text;
+    if (t.requires_on) requires_text = "`" + std::string(technique(*t.requires_on).key) + "`: " + t.requires_why;
+    const KeySpec* spec = find_key_spec(t.key);
+    os << "| `" << t.name << "` | `" << t.key << "` | " << t.label << " | " << t.trades << " | " << requires_text
+       << " | `" << kLadderRungNames[static_cast<size_t>(t.ladder_rung)] << "` | "
+       << (spec ? to_string(spec->applies()) : "?") << " |\n";
+  }
+  const KeySpec* kept = find_key_spec("memory", "keep_attention");
+  if (kept) {
+    os << "\n`" << kept->full_name() << "` is a memory key, not a technique of the ladder: it spends memory to save "
+       << "time (an edit applies: " << to_string(kept->applies()) << "). " << kept->doc << "\n";
+  }
+  return os.str();
+}
+
 int run_schema(int argc, char** argv, int first) {
   bool markdown = false;
   for (int i = first; i < argc; ++i) {
     if (std::string(argv[i]) == "--markdown") {
       markdown = true;
+    } else if (std::string(argv[i]) == "--techniques-markdown") {
+      if (argc - first != 1) {
+        std::cerr << "odyssey schema: --techniques-markdown takes no other argument\n";
+        return kExitBadInput;
+      }
+      std::cout << techniques_markdown();
+      return kExitOk;
     } else {
       std::cerr << "odyssey schema: unknown argument " << argv[i] << "\n";
       return kExitBadInput;
@@ -76,7 +108,8 @@ int run_schema(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{
-    Command{70, "schema", "schema [--markdown]", "print every preset table and key (docs/presets.md is its markdown)",
+    Command{70, "schema", "schema [--markdown | --techniques-markdown]",
+            "print every preset key (docs/presets.md) or the technique table (docs/architecture.md)",
             run_schema}};
 
 }  // namespace

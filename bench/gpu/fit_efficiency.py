@@ -22,7 +22,7 @@ efficiency leaves one unknown fewer. Nothing is re-derived here: the FLOPs are t
 
 With one point more than the unknowns it also fits all but the longest and predicts the longest
 (held out): the check that the constants describe every length, not only the ones fitted. Prints
-one JSON object; --md FILE writes a table for docs/benchmarks.md. The preset and its sets are the
+one JSON object; --md FILE writes a table for docs/log/. The preset and its sets are the
 benchmarks' (systems.py: ODYSSEY_BENCH_PRESET, ODYSSEY_BENCH_SETS, the GPU's profile). Exit status:
 0 fitted, 3 the points cannot be fitted (the JSON's "error" says why), anything else a failure.
 

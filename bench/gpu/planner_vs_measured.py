@@ -23,7 +23,7 @@ validate.sh --predict the points are planned into their prediction files and not
     python3 bench/gpu/planner_vs_measured.py --out /tmp/p --cases tiny           # the CPU dry run
     python3 bench/gpu/planner_vs_measured.py --self-test                           # the arithmetic
 
-Writes OUT/planner_vs_measured.json and .md (a table for docs/benchmarks.md).
+Writes OUT/planner_vs_measured.json and .md (a table for docs/log/).
 """
 import argparse
 import json

@@ -20,7 +20,7 @@ the same run: what each costs in step time and saves in memory, the split of a g
 (the H200 measured Odyssey at 0.927x the baseline at 32K with 8 stages of 4 heads).
 
 Writes OUT/throughput.jsonl (one line per run; the full stack's with the planner's step time,
-planned_step_s) and OUT/throughput.md (a table for docs/benchmarks.md with the date, device and
+planned_step_s) and OUT/throughput.md (a table for docs/log/ with the date, device and
 command). bench/gpu/fit_efficiency.py --from OUT/throughput.jsonl fits the planner's efficiencies
 to the full stack's steps.
 """

@@ -13,9 +13,12 @@ std::string_view to_string(DatasetKind v) {
     case DatasetKind::LongRange: return "long-range";
     case DatasetKind::Tokens: return "tokens";
     case DatasetKind::Bytes: return "bytes";
+    case DatasetKind::Documents: return "documents";
   }
   return "long-range";
 }
+
+std::string_view to_string(DocumentPacking v) { return v == DocumentPacking::Refuse ? "refuse" : "split"; }
 
 std::string_view to_string(DeviceKind v) {
   switch (v) {
@@ -142,7 +145,7 @@ const std::vector<HardwareProfile>& hardware_profiles() {
   // measured: the driver's count of a run's device memory less the allocator's peak was 1.41
   // and 1.13 GiB (Llama3-8B rank 0 emulated, 512K and 1M) and 1.92 and 0.98 GiB
   // (Llama-3.2-1B, 64K and 128K) on the H200 (2026-11-26, commit 3239381, `bench/gpu/
-  // planner_vs_measured.py --cases gpu`, docs/benchmarks.md), and 1.04, 3.14, 1.00 and 1.61 GiB at
+  // planner_vs_measured.py --cases gpu`, docs/log/), and 1.04, 3.14, 1.00 and 1.61 GiB at
   // the same four points on 2026-11-27 (commit 24951a9): the spread is the allocator's cache of
   // freed blocks beyond its peak (3.14 GiB at 1M over an allocator peak the same to 0.2%), which
   // it hands back (cudaFree and retry) before it reports out of memory, so near the device's

@@ -14,7 +14,11 @@
 namespace odyssey {
 
 enum class DType { Float32, BFloat16 };
-enum class DatasetKind { LongRange, Tokens, Bytes };
+enum class DatasetKind { LongRange, Tokens, Bytes, Documents };
+/// How the documents dataset fills sequences: a document longer than the space left continues in
+/// the next sequence (split), or every sequence begins at a document and a document longer than a
+/// sequence is bad input (refuse).
+enum class DocumentPacking { Split, Refuse };
 enum class DeviceKind { Auto, Cpu, Cuda };
 /// How RoPE's frequencies are stretched past the pretraining context (Hugging Face `rope_type`).
 enum class RopeScalingKind { None, Linear, Llama3, Yarn };
@@ -22,6 +26,7 @@ enum class RopeScalingKind { None, Linear, Llama3, Yarn };
 std::string_view to_string(DType v);
 std::string_view to_string(RopeScalingKind v);
 std::string_view to_string(DatasetKind v);
+std::string_view to_string(DocumentPacking v);
 std::string_view to_string(DeviceKind v);
 /// Bytes per element of the compute dtype (activations, gathered weights).
 int64_t dtype_bytes(DType v);
@@ -90,8 +95,10 @@ struct TrainingConfig {
   double grad_clip = 1.0;           ///< global gradient-norm clip; 0 disables
   int64_t seed = 1234;              ///< seeds weights, data and dropout-free RNG streams
   DType dtype = DType::Float32;     ///< compute dtype; bfloat16 keeps fp32 master weights
-  DatasetKind dataset = DatasetKind::LongRange;  ///< long-range (built in), tokens (.bin), bytes
-  std::string dataset_path;         ///< file for the tokens and bytes datasets
+  DatasetKind dataset = DatasetKind::LongRange;  ///< long-range (built in), tokens (.bin), bytes, documents
+  std::string dataset_path;         ///< file for the tokens, bytes and documents datasets
+  /// documents dataset: split a document at a sequence's end, or refuse one longer than a sequence
+  DocumentPacking document_packing = DocumentPacking::Split;
   DeviceKind device = DeviceKind::Auto;  ///< where the engine runs: auto, cpu, cuda
 
   bool operator==(const TrainingConfig&) const = default;

@@ -337,10 +337,14 @@ std::vector<KeySpec> make_schema() {
                               {DType::Float32, DType::BFloat16},
                               [](RunConfig& c) -> DType& { return c.training.dtype; }));
   s.push_back(enum_key<DatasetKind>("training", "dataset",
-                                    "long-range (built-in passkey task), tokens (llm.c .bin file) or bytes (any file).",
-                                    {DatasetKind::LongRange, DatasetKind::Tokens, DatasetKind::Bytes},
+                                    "long-range (built-in passkey task), tokens (llm.c .bin file), bytes (any file) or documents (a file of `odyssey prepare`).",
+                                    {DatasetKind::LongRange, DatasetKind::Tokens, DatasetKind::Bytes, DatasetKind::Documents},
                                     [](RunConfig& c) -> DatasetKind& { return c.training.dataset; }));
-  s.push_back(ODY_STRING("training", training.dataset_path, "dataset_path", "Data file for the tokens and bytes datasets."));
+  s.push_back(ODY_STRING("training", training.dataset_path, "dataset_path", "Data file for the tokens, bytes and documents datasets."));
+  s.push_back(enum_key<DocumentPacking>("training", "document_packing",
+                                        "documents dataset: split (a document longer than the space left in a sequence continues in the next) or refuse (every sequence begins at a document; one longer than seq_len + 1 tokens is bad input).",
+                                        {DocumentPacking::Split, DocumentPacking::Refuse},
+                                        [](RunConfig& c) -> DocumentPacking& { return c.training.document_packing; }));
   s.push_back(enum_key<DeviceKind>("training", "device", "Where the engine runs: auto (CUDA if present), cpu or cuda.",
                                    {DeviceKind::Auto, DeviceKind::Cpu, DeviceKind::Cuda},
                                    [](RunConfig& c) -> DeviceKind& { return c.training.device; }));

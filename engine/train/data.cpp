@@ -1,17 +1,14 @@
-// The datasets (long-range passkey task, llm.c .bin tokens and raw bytes, read with pread) and
-// per-rank batch selection (see data.h). defines: LongRangeLayout::make, make_dataset, make_rank_batch
+// The datasets (long-range passkey task, llm.c .bin tokens and raw bytes, read with pread; documents
+// in documents_dataset.cpp) and per-rank batch selection (see data.h). defines:
+// LongRangeLayout::make, make_dataset, make_rank_batch
 #include "engine/train/data.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 #include "engine/config/sizes.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/train/data_file.h"
+#include "engine/train/documents_dataset.h"
 #include "engine/util/splitmix.h"
 
 namespace odyssey {
@@ -70,57 +67,6 @@ class LongRangeTask final : public Dataset {
 };
 
 // [section] token files -------------------------------------------------------------------------
-
-// A data file read with pread, never memory-mapped: a file that shrinks under a mapping kills the
-// process with SIGBUS (no summary.json, a 0-byte trace), while a short read is an error the run
-// reports. Each read is one sequence's tokens, so memory stays one sequence whatever the file's size.
-class DataFile {
- public:
-  explicit DataFile(const std::string& path) : path_(path) {
-    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever and deaf to
-    // Ctrl-C; it is refused below like every other file that is not a regular one.
-    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd_ < 0) throw DataError("data file '" + path + "': cannot open (" + std::strerror(errno) + ")");
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      throw DataError("data file '" + path + "': not a regular file (a FIFO, socket, device or directory); "
-                      "training.dataset_path must name a file");
-    }
-    size_ = static_cast<int64_t>(st.st_size);
-  }
-  ~DataFile() { ::close(fd_); }
-  DataFile(const DataFile&) = delete;
-  DataFile& operator=(const DataFile&) = delete;
-
-  int64_t size() const { return size_; }  ///< at open
-  /// Bytes [offset, offset + n) into dst. The file ending early (it shrank since it was opened) or
-  /// an I/O error throws DataChangedError (a runtime failure, exit 1), naming the file.
-  void read(int64_t offset, int64_t n, void* dst) const {
-    int64_t done = 0;
-    while (done < n) {
-      const ssize_t got = ::pread(fd_, static_cast<char*>(dst) + done, static_cast<size_t>(n - done), offset + done);
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0)
-        throw DataChangedError("data file '" + path_ + "': read failed at byte " + std::to_string(offset + done) + " (" +
-                               std::strerror(errno) + ")");
-      if (got == 0) {
-        struct stat st {};
-        const std::string now = ::fstat(fd_, &st) == 0 ? std::to_string(st.st_size) : std::string("fewer");
-        throw DataChangedError("data file '" + path_ + "' changed size during the run: it holds " + now +
-                               " bytes now and held " + std::to_string(size_) + " when the run began (bytes [" +
-                               std::to_string(offset) + ", " + std::to_string(offset + n) + ") were wanted)");
-      }
-      done += got;
-    }
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  int64_t size_ = 0;
-};
 
 // Sequence i is the window [i*S mod (count - S), + S + 1) of the token stream.
 class TokenStream : public Dataset {
@@ -261,6 +207,8 @@ std::unique_ptr<Dataset> make_dataset(const TrainingConfig& training, const Mode
       return std::make_unique<LlmcTokenFile>(training.dataset_path, training.seq_len, model.vocab_size);
     case DatasetKind::Bytes:
       return std::make_unique<ByteFile>(training.dataset_path, training.seq_len, model.vocab_size);
+    case DatasetKind::Documents:
+      return make_documents_dataset(training, model);
   }
   throw DataError("unknown dataset kind");
 }
@@ -275,8 +223,11 @@ RankBatch make_rank_batch(const Dataset& data, int64_t step, const TrainingConfi
   CategoryScope category(MemCategory::Other);
   at::Tensor ids = at::empty({B, s}, at::kLong), labels = at::empty({B, s}, at::kLong);  // [B, s]
   at::Tensor mask = at::zeros({B, s}, at::kBool);                                        // [B, s]
-  std::vector<int64_t> tokens;
+  std::vector<int64_t> tokens, starts;
   std::vector<uint8_t> answer;
+  RankBatch batch;
+  batch.document_starts.resize(static_cast<size_t>(B));
+  batch.last_label_starts_document.assign(static_cast<size_t>(B), 0);
   auto* ids_p = ids.data_ptr<int64_t>();
   auto* labels_p = labels.data_ptr<int64_t>();
   auto* mask_p = mask.data_ptr<bool>();
@@ -288,8 +239,14 @@ RankBatch make_rank_batch(const Dataset& data, int64_t step, const TrainingConfi
       labels_p[b * s + t] = tokens[first + t + 1];
       mask_p[b * s + t] = !answer.empty() && answer[first + t] != 0;
     }
+    // Input positions in document_starts; a start at S begins the last label (no rank holds it as
+    // an input), recorded in last_label_starts_document.
+    data.document_starts(index, &starts);
+    for (int64_t p : starts) {
+      if (p < S) batch.document_starts[b].push_back(p);
+      else if (p == S) batch.last_label_starts_document[b] = 1;
+    }
   }
-  RankBatch batch;
   batch.ids = ids.to(device);
   batch.labels = labels.to(device);
   if (data.has_answers()) batch.answer_mask = mask.to(device);

@@ -1,0 +1,244 @@
+# Tokenizes text for `odyssey prepare` with the Hugging Face `tokenizers` library: the odyssey binary
+# runs this script (embedded in it) with the project's Python and writes the documents file itself.
+#
+# usage (by odyssey): python -c SCRIPT --tokenizer FILE [--append-eos]
+#   stdin:  the inputs, NUL-separated pairs KIND\0PATH\0 (KIND: jsonl, text, parquet)
+#   stdout: records, little-endian, each a one-byte tag and its payload:
+#     b"T" u64 vocab_size, i64 eos_id (-1: none), u32 n, n bytes UTF-8: the eos token's text and source
+#     b"F" u32 file: the inputs' file number `file` begins
+#     b"D" u32 n, n x u32: one document's tokens (n may be 0: text without tokens)
+#     b"P" u32 file, u64 bytes: that many bytes of the file are read
+#     b"E" u32 n, n bytes UTF-8: bad input ("FILE:LINE: rule"), then exit 2
+#     b"Z" u64 documents: the end, with the count of D records
+# Nothing else is written to stdout; a crash leaves its traceback on stderr and exit 1.
+import array
+import json
+import os
+import struct
+import sys
+
+BATCH_DOCUMENTS = 512            # documents per encode_batch call (tokenizers runs them in parallel)
+BATCH_BYTES = 8 << 20            # or this many bytes of text, whichever comes first
+# Spellings of an end-of-sequence token, used when no tokenizer_config.json names one.
+EOS_SPELLINGS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>")
+
+out = sys.stdout.buffer
+
+
+class BadInput(Exception):
+    """The input is wrong (exit 2): the message names the file, the line and the rule."""
+
+
+def record(tag, payload=b""):
+    out.write(tag + payload)
+
+
+def text_payload(text):
+    data = text.encode("utf-8")
+    return struct.pack("<I", len(data)) + data
+
+
+def load_tokenizer(path):
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as e:
+        sys.stderr.write("odyssey prepare: the Python at %s cannot import `tokenizers` (%s): install it there "
+                         "(pip install tokenizers) or set ODYSSEY_PYTHON to a Python that has it\n" % (sys.executable, e))
+        sys.exit(1)
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # the library's own parse errors: one line, the file named
+        raise BadInput("--tokenizer %s: not a tokenizer.json the tokenizers library reads (%s)" %
+                       (path, str(e).splitlines()[0] if str(e) else type(e).__name__))
+
+
+def find_eos(tokenizer, path):
+    """(id, description) of the end-of-sequence token, or (-1, why there is none)."""
+    config = os.path.join(os.path.dirname(os.path.abspath(path)), "tokenizer_config.json")
+    if os.path.isfile(config):
+        try:
+            with open(config, "rb") as f:
+                eos = json.loads(f.read().decode("utf-8")).get("eos_token")
+        except (ValueError, UnicodeDecodeError, AttributeError) as e:
+            raise BadInput("%s: not a JSON object (%s)" % (config, e))
+        if isinstance(eos, dict):
+            eos = eos.get("content")
+        if isinstance(eos, str):
+            eos_id = tokenizer.token_to_id(eos)
+            if eos_id is None:
+                raise BadInput("%s: eos_token %s is not a token of %s" % (config, json.dumps(eos), path))
+            return eos_id, "%s (id %d, eos_token of %s)" % (eos, eos_id, config)
+    special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
+    found = [s for s in EOS_SPELLINGS if s in special]
+    if len(found) == 1:
+        eos_id = tokenizer.token_to_id(found[0])
+        return eos_id, "%s (id %d, the tokenizer's special token of that name)" % (found[0], eos_id)
+    return -1, ("%s names no eos_token (no tokenizer_config.json beside it with one), and %s" %
+                (path, "its special tokens hold none of " + ", ".join(EOS_SPELLINGS) if not found
+                 else "it has several: " + ", ".join(found)))
+
+
+def vocabulary_size(tokenizer):
+    # Every id the tokenizer can produce is below this (added tokens included, ids may be sparse).
+    ids = tokenizer.get_vocab(with_added_tokens=True).values()
+    return max(tokenizer.get_vocab_size(with_added_tokens=True), max(ids, default=-1) + 1)
+
+
+def checked_text(text, where):
+    """`text` when it can be encoded as UTF-8 (a JSON \\ud800 escape gives a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BadInput("%s: \"text\" holds a lone surrogate \\u%04x at character %d: not a Unicode character"
+                       % (where, ord(text[e.start]), e.start))
+    return text
+
+
+def utf8(data, where_line):
+    """data decoded as UTF-8, or BadInput naming the line and byte of the first invalid byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start)
+        start = data.rfind(b"\n", 0, e.start) + 1
+        raise BadInput("%s: not UTF-8: byte 0x%02x at column %d is invalid (%s)" %
+                       (where_line(line), data[e.start], e.start - start + 1, e.reason))
+
+
+def jsonl_documents(path, file_number):
+    """(text, bytes read) for each non-blank line of a JSON-lines file."""
+    done = 0
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            done += len(raw)
+            where = "%s:%d" % (path, number)
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a byte-order mark is not text
+            line = utf8(raw, lambda _: where)
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except (ValueError, RecursionError) as e:
+                hint = " (a .json file is read as JSON lines: one object per line)" if path.endswith(".json") else ""
+                raise BadInput("%s: invalid JSON: %s%s" % (where, getattr(e, "msg", str(e)) if not isinstance(e, RecursionError)
+                                                            else "nested too deeply", hint))
+            if not isinstance(value, dict):
+                raise BadInput("%s: a JSON object with a \"text\" string field is expected, got %s" %
+                               (where, type(value).__name__.replace("dict", "object").replace("list", "an array")))
+            if "text" not in value:
+                keys = ", ".join(json.dumps(k) for k in list(value)[:8])
+                raise BadInput("%s: no \"text\" field (the object has %s)" % (where, keys or "no keys"))
+            text = value["text"]
+            if not isinstance(text, str):
+                kind = "null" if text is None else {bool: "a boolean", int: "a number", float: "a number",
+                                                    list: "an array", dict: "an object"}.get(type(text), type(text).__name__)
+                raise BadInput("%s: \"text\" is %s, not a string" % (where, kind))
+            yield checked_text(text, where), done
+
+
+def text_documents(path, file_number):
+    """A plain text file is one document."""
+    with open(path, "rb") as f:
+        data = f.read()
+    body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+    text = utf8(body, lambda line: "%s:%d" % (path, line + 1))
+    yield text, len(data)
+
+
+def parquet_documents(path, file_number):
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise BadInput("%s: a Parquet file, and pyarrow is not installed in the Python at %s (pip install pyarrow "
+                       "there, or convert the file to JSON lines)" % (path, sys.executable))
+    try:
+        table = pq.ParquetFile(path)
+    except Exception as e:
+        raise BadInput("%s: not a Parquet file pyarrow reads (%s)" % (path, e))
+    if "text" not in table.schema_arrow.names:
+        raise BadInput("%s: no \"text\" column (the columns are %s)" % (path, ", ".join(table.schema_arrow.names)))
+    rows = max(table.metadata.num_rows, 1)
+    size = os.path.getsize(path)
+    row = 0
+    for batch in table.iter_batches(columns=["text"], batch_size=1024):
+        for text in batch.column(0).to_pylist():
+            row += 1
+            where = "%s:row %d" % (path, row)
+            if not isinstance(text, str):
+                raise BadInput("%s: \"text\" is %s, not a string" % (where, "null" if text is None else type(text).__name__))
+            yield checked_text(text, where), size * row // rows
+
+
+READERS = {"jsonl": jsonl_documents, "text": text_documents, "parquet": parquet_documents}
+
+
+def encode(tokenizer, texts, eos_id):
+    """The records of a batch of documents: their tokens, the eos after each when eos_id >= 0."""
+    chunk = bytearray()
+    for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
+        ids = array.array("I", encoding.ids)
+        if len(ids) and eos_id >= 0:
+            ids.append(eos_id)
+        if sys.byteorder == "big":
+            ids.byteswap()
+        chunk += b"D" + struct.pack("<I", len(ids)) + ids.tobytes()
+    return bytes(chunk)
+
+
+def main(argv):
+    tokenizer_path, append_eos = None, False
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--tokenizer" and i + 1 < len(argv):
+            tokenizer_path = argv[i + 1]
+            i += 2
+        elif argv[i] == "--append-eos":
+            append_eos = True
+            i += 1
+        else:
+            sys.stderr.write("prepare_text.py: unknown argument %r\n" % argv[i])
+            return 1
+    assert array.array("I").itemsize == 4, "array('I') is not 32-bit here"
+    parts = sys.stdin.buffer.read().split(b"\0")
+    inputs = [(parts[k].decode(), os.fsdecode(parts[k + 1])) for k in range(0, len(parts) - 1, 2)]
+    documents = 0
+    try:
+        tokenizer = load_tokenizer(tokenizer_path)
+        eos_id, eos_text = find_eos(tokenizer, tokenizer_path)
+        if append_eos and eos_id < 0:
+            raise BadInput("--append-eos: the tokenizer has no eos token: " + eos_text)
+        appended = eos_id if append_eos else -1
+        record(b"T", struct.pack("<Qq", vocabulary_size(tokenizer), appended) + text_payload(eos_text))
+        for number, (kind, path) in enumerate(inputs):
+            record(b"F", struct.pack("<I", number))
+            texts, size = [], 0
+            for text, done in READERS[kind](path, number):
+                texts.append(text)
+                size += len(text)
+                if len(texts) >= BATCH_DOCUMENTS or size >= BATCH_BYTES:
+                    out.write(encode(tokenizer, texts, appended))
+                    record(b"P", struct.pack("<IQ", number, done))
+                    out.flush()  # the progress bar moves now, not when a buffer fills
+                    documents += len(texts)
+                    texts, size = [], 0
+            if texts:
+                out.write(encode(tokenizer, texts, appended))
+                documents += len(texts)
+            record(b"P", struct.pack("<IQ", number, os.path.getsize(path)))
+            out.flush()
+        record(b"Z", struct.pack("<Q", documents))
+    except BadInput as e:
+        record(b"E", text_payload(str(e)))
+        out.flush()
+        return 2
+    except OSError as e:  # a file that went away or cannot be read since odyssey listed it
+        record(b"E", text_payload("%s: cannot read (%s)" % (e.filename or "input", e.strerror or e)))
+        out.flush()
+        return 2
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,263 @@
+// odyssey prepare as a user runs it, with a WordLevel tokenizer.json the test builds with Hugging
+// Face `tokenizers` (make deps installs it; without it these tests fail, they never skip): JSON
+// lines and a directory of text read back token for token from the documents file, --append-eos,
+// a bad line named FILE:LINE with exit 2, an existing --out refused and untouched, a tokenizer
+// larger than the preset's vocabulary refused; then odyssey train on the prepared file.
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "cli_test_util.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+/// The build's Python, which must import `tokenizers`: a missing library fails here, loudly.
+std::string tokenizers_python() {
+  const std::string python = ODYSSEY_TORCH_PYTHON;
+  INFO("odyssey prepare runs the build's Python (the LibTorch wheel's venv); this build recorded none");
+  REQUIRE_FALSE(python.empty());
+  const int rc = std::system(("'" + python + "' -c 'import tokenizers' 2>/dev/null").c_str());
+  INFO("the Python at " << python << " cannot import `tokenizers`: run `make deps` (scripts/deps.sh installs it)");
+  REQUIRE(rc == 0);
+  return python;
+}
+
+/// A WordLevel tokenizer.json in `dir`: the words in order take ids 0.. ("[UNK]" and "</s>" first,
+/// "</s>" a special token), split on whitespace.
+std::string make_tokenizer(const std::string& dir, const std::vector<std::string>& words) {
+  const std::string python = tokenizers_python();
+  std::string vocab = "{";
+  for (size_t i = 0; i < words.size(); ++i) vocab += (i ? ", \"" : "\"") + words[i] + "\": " + std::to_string(i);
+  vocab += "}";
+  const std::string script = dir + "/make_tokenizer.py", path = dir + "/tokenizer.json";
+  std::ofstream(script) << "from tokenizers import Tokenizer, models, pre_tokenizers\n"
+                        << "tok = Tokenizer(models.WordLevel(" << vocab << ", unk_token='[UNK]'))\n"
+                        << "tok.pre_tokenizer = pre_tokenizers.Whitespace()\n"
+                        << "tok.add_special_tokens(['</s>'])\n"
+                        << "tok.save('" << path << "')\n";
+  REQUIRE(std::system(("'" + python + "' '" + script + "'").c_str()) == 0);
+  return path;
+}
+
+const std::vector<std::string> kWords = {"[UNK]", "</s>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran"};
+
+std::string make_dir(const std::string& name) {
+  const std::string dir = fresh_dir("prepare_" + name);
+  REQUIRE(std::system(("mkdir -p '" + dir + "'").c_str()) == 0);
+  return dir;
+}
+
+/// A documents file read from its bytes as docs/data.md lays it out (not through the engine's
+/// reader, so the format itself is checked).
+struct DocumentsBytes {
+  uint64_t vocab = 0;
+  std::vector<uint64_t> index;
+  std::vector<uint32_t> tokens;
+};
+
+DocumentsBytes read_documents(const std::string& path) {
+  const std::string b = read_text(path);
+  REQUIRE(b.size() >= 64);
+  REQUIRE(b.substr(0, 8) == std::string("ODYDOCS\0", 8));
+  auto u64 = [&](size_t at) {
+    uint64_t v;
+    std::memcpy(&v, b.data() + at, 8);
+    return v;
+  };
+  uint32_t version, dtype;
+  std::memcpy(&version, b.data() + 8, 4);
+  std::memcpy(&dtype, b.data() + 12, 4);
+  CHECK(version == 1);
+  CHECK(dtype == 1);
+  const uint64_t T = u64(16), D = u64(24);
+  DocumentsBytes d;
+  d.vocab = u64(32);
+  REQUIRE(b.size() == 64 + 8 * (D + 1) + 4 * T);
+  for (uint64_t i = 0; i <= D; ++i) d.index.push_back(u64(64 + 8 * i));
+  d.tokens.resize(T);
+  std::memcpy(d.tokens.data(), b.data() + 64 + 8 * (D + 1), 4 * T);
+  return d;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+using Index = std::vector<uint64_t>;
+using Tokens = std::vector<uint32_t>;
+
+}  // namespace
+
+TEST_CASE("odyssey prepare: JSON lines and a text directory read back token for token, counts printed",
+          "[cli][prepare]") {
+  const std::string dir = make_dir("inputs");
+  const std::string tokenizer = make_tokenizer(dir, kWords);
+  // A blank line is no document; an empty text has no token and is skipped (counted).
+  std::ofstream(dir + "/docs.jsonl") << "{\"text\": \"the cat sat\"}\n{\"text\": \"a dog ran on the mat\"}\n\n"
+                                     << "{\"text\": \"\"}\n{\"text\": \"cat\", \"id\": 3}\n";
+  const std::string out = dir + "/docs.odoc";
+  Run r = run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 0);
+  CHECK_THAT(r.out, Catch::Contains("prepared " + out + ": 3 documents, 10 tokens from 1 file(s)") &&
+                        Catch::Contains("vocabulary 10") &&
+                        Catch::Contains("longest document 6 tokens, median document 3 tokens, 1 empty skipped") &&
+                        Catch::Contains("separator: none"));
+  // Progress on stderr (one line per file when it is not a terminal).
+  CHECK_THAT(r.err, Catch::Contains("prepare: [1/1] " + dir + "/docs.jsonl") && Catch::Contains("3 documents, 10 tokens"));
+  DocumentsBytes d = read_documents(out);
+  CHECK(d.vocab == 10);
+  CHECK(d.index == Index{0, 3, 9, 10});
+  CHECK(d.tokens == Tokens{2, 3, 4, 7, 8, 9, 5, 2, 6, 3});
+
+  SECTION("--append-eos puts the tokenizer's </s> after every document, and --json says so") {
+    const std::string eos_out = dir + "/eos.odoc";
+    r = run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + dir + " --out " + eos_out + " --append-eos --json");
+    require_exit(r, 0);
+    const auto v = parse_json(r.out);
+    REQUIRE(v.has_value());
+    CHECK(v->at("documents").get<int64_t>() == 3);
+    CHECK(v->at("tokens").get<int64_t>() == 13);
+    CHECK(v->at("longest").get<int64_t>() == 7);
+    CHECK(v->at("median").get<double>() == 4.0);
+    CHECK(v->at("eos_id").get<int64_t>() == 1);
+    d = read_documents(eos_out);
+    CHECK(d.index == Index{0, 4, 11, 13});
+    CHECK(d.tokens == Tokens{2, 3, 4, 1, 7, 8, 9, 5, 2, 6, 1, 3, 1});
+  }
+  SECTION("a directory: its .txt files (recursively, sorted by path), each one document") {
+    REQUIRE(std::system(("mkdir -p '" + dir + "/texts/sub'").c_str()) == 0);
+    std::ofstream(dir + "/texts/b.txt") << "the mat\n";
+    std::ofstream(dir + "/texts/a.txt") << "a cat\n\nsat";  // blank lines inside: still one document
+    std::ofstream(dir + "/texts/sub/c.txt") << "dog";
+    std::ofstream(dir + "/texts/notes.md") << "ran ran ran";  // not a text input: skipped by the walk
+    const std::string dir_out = dir + "/texts.odoc";
+    r = run_odyssey("prepare " + dir + "/texts --tokenizer " + tokenizer + " --out " + dir_out);
+    require_exit(r, 0);
+    CHECK_THAT(r.out, Catch::Contains("3 documents, 6 tokens from 3 file(s)"));
+    d = read_documents(dir_out);
+    CHECK(d.index == Index{0, 3, 5, 6});
+    CHECK(d.tokens == Tokens{7, 3, 4, 2, 6, 8});
+  }
+  SECTION("an existing --out is refused and left as it was; --overwrite replaces it") {
+    const std::string before = read_text(out);
+    std::ofstream(dir + "/other.jsonl") << "{\"text\": \"dog dog\"}\n";
+    r = run_odyssey("prepare " + dir + "/other.jsonl --tokenizer " + tokenizer + " --out " + out);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("--out " + out + " exists: pass --overwrite"));
+    CHECK(read_text(out) == before);
+    r = run_odyssey("prepare " + dir + "/other.jsonl --tokenizer " + tokenizer + " --out " + out + " --overwrite");
+    require_exit(r, 0);
+    CHECK(read_documents(out).tokens == Tokens{8, 8});
+  }
+}
+
+TEST_CASE("odyssey prepare: a bad line is FILE:LINE: rule with exit 2, and nothing is written", "[cli][prepare]") {
+  const std::string dir = make_dir("bad");
+  const std::string tokenizer = make_tokenizer(dir, kWords);
+  const std::string out = dir + "/out.odoc";
+  std::ofstream(dir + "/type.jsonl") << "{\"text\": \"the cat\"}\n{\"text\": 5}\n";
+  Run r = run_odyssey("prepare " + dir + "/type.jsonl --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/type.jsonl:2: \"text\" is a number, not a string"));
+  std::ofstream(dir + "/syntax.jsonl") << "{\"text\": \"the cat\"}\n\n{\"text\": \"sat\"\n";
+  r = run_odyssey("prepare " + dir + "/syntax.jsonl --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/syntax.jsonl:3: invalid JSON"));
+  std::ofstream(dir + "/field.jsonl") << "{\"content\": \"the cat\"}\n";
+  r = run_odyssey("prepare " + dir + "/field.jsonl --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/field.jsonl:1: no \"text\" field (the object has \"content\")"));
+  CHECK_FALSE(exists(out));
+  // Nor a temporary beside it.
+  CHECK(std::system(("ls -A '" + dir + "' | grep -q '^\\.out\\.odoc'").c_str()) != 0);
+
+  // A missing tokenizer, and a model directory without one: exit 2, named.
+  r = run_odyssey("prepare " + dir + "/type.jsonl --tokenizer " + dir + "/none.json --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--tokenizer " + dir + "/none.json: cannot read it"));
+  REQUIRE(std::system(("mkdir -p '" + dir + "/model'").c_str()) == 0);
+  r = run_odyssey("prepare " + dir + "/type.jsonl --tokenizer " + dir + "/model --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("a directory without tokenizer.json"));
+  // No tokenizer at all: --preset without model.hf_path names what is missing.
+  r = run_odyssey("prepare " + dir + "/type.jsonl --preset presets/tiny-cpu.toml --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--preset presets/tiny-cpu.toml has no model.hf_path"));
+  CHECK_FALSE(exists(out));
+}
+
+TEST_CASE("odyssey prepare and train: a tokenizer larger than the model's vocabulary is refused, exit 2",
+          "[cli][prepare]") {
+  const std::string dir = make_dir("vocab");
+  std::vector<std::string> words = {"[UNK]", "</s>"};
+  for (int i = 0; i < 298; ++i) words.push_back("w" + std::to_string(i));
+  const std::string tokenizer = make_tokenizer(dir, words);  // 300 tokens; tiny's model.vocab_size is 256
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "w" + std::to_string(i % 298) + " ";
+  std::ofstream(dir + "/big.jsonl") << "{\"text\": \"" << text << "\"}\n";
+  const std::string out = dir + "/big.odoc";
+  Run r = run_odyssey("prepare " + dir + "/big.jsonl --tokenizer " + tokenizer + " --preset presets/tiny-cpu.toml --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("its vocabulary holds 300 tokens, more than model.vocab_size = 256 of --preset "
+                                    "presets/tiny-cpu.toml"));
+  CHECK_FALSE(exists(out));
+  // Prepared without a preset, the trainer refuses it, naming the file and both vocabularies.
+  r = run_odyssey("prepare " + dir + "/big.jsonl --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 0);
+  r = run_odyssey("train " + kTiny + "--set training.seq_len=64 --set training.dataset=documents --set training.dataset_path=" +
+                  out + " --steps 1 --quiet --out " + dir + "/run");
+  require_exit(r, 2);
+  CHECK_THAT(r.out + r.err, Catch::Contains(out) && Catch::Contains("vocab_size = 300 (the tokenizer's vocabulary) is "
+                                                                    "larger than model.vocab_size = 256"));
+}
+
+TEST_CASE("odyssey train: two steps on a prepared file, split and refuse packing", "[cli][prepare][train]") {
+  const std::string dir = make_dir("train");
+  const std::string tokenizer = make_tokenizer(dir, kWords);
+  // 40 documents of 1 to 12 words (about 260 tokens), then one of 80 words.
+  std::ofstream jsonl(dir + "/docs.jsonl");
+  for (int d = 0; d < 40; ++d) {
+    std::string text;
+    for (int w = 0; w <= d % 12; ++w) text += kWords[2 + (d * 7 + w * 3) % 8] + " ";
+    jsonl << "{\"text\": \"" << text << "\"}\n";
+  }
+  std::string long_text;
+  for (int w = 0; w < 80; ++w) long_text += kWords[2 + w % 8] + " ";
+  jsonl << "{\"text\": \"" << long_text << "\"}\n";
+  jsonl.close();
+  const std::string out = dir + "/docs.odoc";
+  require_exit(run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + out), 0);
+  const std::string documents = kShort + "--set training.seq_len=64 --set training.dataset=documents "
+                                         "--set training.dataset_path=" + out + " --steps 2 --quiet ";
+  for (const char* packing : {"split", "refuse"}) {
+    INFO("document_packing = " << packing);
+    const std::string run_dir = dir + "/run_" + packing;
+    const std::string set_packing = std::string("--set training.document_packing=") + packing + " ";
+    if (std::string(packing) == "refuse") {
+      // The 80-word document does not fit 65 tokens: refused, named by number and length.
+      const Run r = run_odyssey("train " + documents + set_packing + "--out " + run_dir);
+      require_exit(r, 2);
+      CHECK_THAT(r.out + r.err, Catch::Contains(out) && Catch::Contains("document 40 holds 80 tokens, more than "
+                                                                        "training.seq_len + 1 = 65"));
+      // With a sequence that holds it, refuse packing trains.
+    }
+    const std::string seq = std::string(packing) == "refuse" ? "--set training.seq_len=128 " : "";
+    const Run r = run_odyssey("train " + documents + set_packing + seq + "--out " + run_dir + " --overwrite");
+    require_exit(r, 0);
+    const auto loss = losses(run_dir);
+    REQUIRE(loss.size() == 2);
+    for (const auto& [step, value] : loss) {
+      CHECK(std::isfinite(value));
+      CHECK(value > 0.0);
+    }
+    const auto summary = parse_json(read_text(run_dir + "/summary.json"));
+    REQUIRE(summary.has_value());
+    CHECK(summary->at("status").get<std::string>() == "finished");
+  }
+}
