@@ -19,6 +19,7 @@ std::string_view to_string(DatasetKind v) {
 }
 
 std::string_view to_string(DocumentPacking v) { return v == DocumentPacking::Refuse ? "refuse" : "split"; }
+std::string_view to_string(DocumentPositions v) { return v == DocumentPositions::Continue ? "continue" : "restart"; }
 
 std::string_view to_string(DeviceKind v) {
   switch (v) {

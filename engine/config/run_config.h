@@ -19,6 +19,9 @@ enum class DatasetKind { LongRange, Tokens, Bytes, Documents };
 /// the next sequence (split), or every sequence begins at a document and a document longer than a
 /// sequence is bad input (refuse).
 enum class DocumentPacking { Split, Refuse };
+/// With document masking: RoPE positions restart at 0 in each document (as Hugging Face's per-
+/// document position ids), or continue across the sequence.
+enum class DocumentPositions { Restart, Continue };
 enum class DeviceKind { Auto, Cpu, Cuda };
 /// How RoPE's frequencies are stretched past the pretraining context (Hugging Face `rope_type`).
 enum class RopeScalingKind { None, Linear, Llama3, Yarn };
@@ -27,6 +30,7 @@ std::string_view to_string(DType v);
 std::string_view to_string(RopeScalingKind v);
 std::string_view to_string(DatasetKind v);
 std::string_view to_string(DocumentPacking v);
+std::string_view to_string(DocumentPositions v);
 std::string_view to_string(DeviceKind v);
 /// Bytes per element of the compute dtype (activations, gathered weights).
 int64_t dtype_bytes(DType v);
@@ -99,6 +103,10 @@ struct TrainingConfig {
   std::string dataset_path;         ///< file for the tokens, bytes and documents datasets
   /// documents dataset: split a document at a sequence's end, or refuse one longer than a sequence
   DocumentPacking document_packing = DocumentPacking::Split;
+  /// documents dataset: attention stays within each document and no target crosses a boundary
+  bool document_mask = false;
+  /// with document_mask: RoPE positions restart per document or continue across the sequence
+  DocumentPositions document_positions = DocumentPositions::Restart;
   DeviceKind device = DeviceKind::Auto;  ///< where the engine runs: auto, cpu, cuda
 
   bool operator==(const TrainingConfig&) const = default;

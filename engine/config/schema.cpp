@@ -345,6 +345,12 @@ std::vector<KeySpec> make_schema() {
                                         "documents dataset: split (a document longer than the space left in a sequence continues in the next) or refuse (every sequence begins at a document; one longer than seq_len + 1 tokens is bad input).",
                                         {DocumentPacking::Split, DocumentPacking::Refuse},
                                         [](RunConfig& c) -> DocumentPacking& { return c.training.document_packing; }));
+  s.push_back(ODY_BOOL("training", training.document_mask, "document_mask",
+                       "documents dataset: attention stays within each document and no target crosses a boundary (the loss is the mean over the targets inside documents)."));
+  s.push_back(enum_key<DocumentPositions>("training", "document_positions",
+                                          "With document_mask: RoPE positions restart at 0 in each document (as Hugging Face's position ids), or continue across the sequence.",
+                                          {DocumentPositions::Restart, DocumentPositions::Continue},
+                                          [](RunConfig& c) -> DocumentPositions& { return c.training.document_positions; }));
   s.push_back(enum_key<DeviceKind>("training", "device", "Where the engine runs: auto (CUDA if present), cpu or cuda.",
                                    {DeviceKind::Auto, DeviceKind::Cpu, DeviceKind::Cuda},
                                    [](RunConfig& c) -> DeviceKind& { return c.training.device; }));

@@ -96,6 +96,10 @@ void check_training(const RunConfig& cfg, Checker& c) {
     c.fail("training.dataset_path", std::string("is required when training.dataset = \"") +
                                         std::string(to_string(t.dataset)) + "\"",
            "give the data file's path, or use dataset = \"long-range\"");
+  if (t.document_mask && t.dataset != DatasetKind::Documents)
+    c.fail("training.document_mask", std::string("needs training.dataset = \"documents\" (it is \"") +
+                                         std::string(to_string(t.dataset)) + "\")",
+           "only a documents file (odyssey prepare) says where documents begin");
   if (t.dataset == DatasetKind::Bytes && c.in_range({"model.vocab_size"}) && cfg.model.vocab_size < 256)
     c.fail("model.vocab_size", "must be at least 256 for training.dataset = \"bytes\" (one token per byte value)");
   if (t.dataset == DatasetKind::LongRange) {

@@ -52,6 +52,11 @@ bool label_crosses_document(const std::vector<int64_t>& starts, bool next_starts
   return std::binary_search(starts.begin(), starts.end(), p + 1);
 }
 
+int64_t crossing_label_count(const std::vector<int64_t>& starts, bool next_starts_document, int64_t seq_len) {
+  const int64_t inside = std::count_if(starts.begin(), starts.end(), [&](int64_t p) { return p > 0 && p < seq_len; });
+  return inside + (next_starts_document ? 1 : 0);
+}
+
 int64_t causal_attention_pairs(const std::vector<int64_t>& starts, int64_t seq_len) {
   int64_t pairs = 0;
   for (const DocumentSegment& s : document_segments(starts, seq_len)) pairs += s.length * (s.length + 1) / 2;

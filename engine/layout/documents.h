@@ -1,7 +1,8 @@
 // Packed documents as segments of a sequence: the one rule document masking applies to attention
 // (each segment attends within itself), RoPE positions (restarting per segment) and the loss (no
 // target across a boundary). defines: DocumentSpans, DocumentSegment, document_segments,
-// document_starts_rule, positions_in_documents, label_crosses_document, causal_attention_pairs
+// document_starts_rule, positions_in_documents, label_crosses_document, crossing_label_count,
+// causal_attention_pairs
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,10 @@ std::vector<int64_t> positions_in_documents(const std::vector<int64_t>& starts, 
 /// begins one). Such a target is never trained: its context is another text.
 bool label_crosses_document(const std::vector<int64_t>& starts, bool next_starts_document, int64_t p,
                             int64_t seq_len);
+
+/// How many of a row's S labels cross (label_crosses_document true): the starts in (0, seq_len),
+/// and one more when `next_starts_document`.
+int64_t crossing_label_count(const std::vector<int64_t>& starts, bool next_starts_document, int64_t seq_len);
 
 /// The (query, key) pairs causal attention computes over a row: the sum over its segments of
 /// n (n + 1) / 2 (seq_len (seq_len + 1) / 2 without documents). Step time counts these.

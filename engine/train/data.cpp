@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "engine/config/sizes.h"
+#include "engine/layout/documents.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/train/data_file.h"
 #include "engine/train/documents_dataset.h"
@@ -30,7 +31,7 @@ class LongRangeTask final : public Dataset {
   // sequence, so across Ulysses ranks. The filler is one fixed token, so its loss vanishes and
   // does not drown the answers' gradient in noise; with tied embeddings (as in tiny-cpu.toml)
   // copying a symbol is one map for all symbols, and a tiny model learns the task within a few
-  // hundred CPU steps (the curve is in docs/benchmarks.md).
+  // hundred CPU steps (the curve is in docs/log/2026-11-gpu-and-cpu-measurements.md).
   void sequence(int64_t index, std::vector<int64_t>* tokens, std::vector<uint8_t>* answer) const override {
     const LongRangeLayout& L = layout_;
     SplitMix rng(seed_ * 0x100000001B3ULL ^ (static_cast<uint64_t>(index) + 0x51ED270B27ULL));
@@ -213,6 +214,19 @@ std::unique_ptr<Dataset> make_dataset(const TrainingConfig& training, const Mode
   throw DataError("unknown dataset kind");
 }
 
+int64_t trained_labels(const Dataset& data, int64_t step, const TrainingConfig& training, int64_t dp_size) {
+  const int64_t B = training.batch_size, S = training.seq_len;
+  int64_t trained = 0;
+  std::vector<int64_t> starts;
+  for (int64_t i = step * B * dp_size; i < (step + 1) * B * dp_size; ++i) {
+    data.document_starts(i, &starts);  // positions in [0, S]: S begins the token after the sequence
+    const bool next_starts_document = !starts.empty() && starts.back() == S;
+    if (next_starts_document) starts.pop_back();
+    trained += S - crossing_label_count(starts, next_starts_document, S);
+  }
+  return trained;
+}
+
 RankBatch make_rank_batch(const Dataset& data, int64_t step, const TrainingConfig& training, const RankContext& ctx,
                           at::Device device) {
   const int64_t B = training.batch_size, S = training.seq_len;
@@ -247,11 +261,22 @@ RankBatch make_rank_batch(const Dataset& data, int64_t step, const TrainingConfi
       else if (p == S) batch.last_label_starts_document[b] = 1;
     }
   }
+  if (training.document_mask) {
+    // No target across a boundary (engine/layout/documents.h's rule): such a label is another
+    // text's first token, -100 as the loss ignores it; the loss is the mean over the global batch's
+    // trained labels, counted on every rank from the dataset alone (a pure function of the index).
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < s; ++t)
+        if (label_crosses_document(batch.document_starts[b], batch.last_label_starts_document[b] != 0, first + t, S))
+          labels_p[b * s + t] = -100;
+    batch.global_tokens = trained_labels(data, step, training, ctx.dp_size);
+  } else {
+    batch.global_tokens = B * S * ctx.dp_size;
+  }
   batch.ids = ids.to(device);
   batch.labels = labels.to(device);
   if (data.has_answers()) batch.answer_mask = mask.to(device);
   batch.first_position = first;
-  batch.global_tokens = B * S * ctx.dp_size;
   return batch;
 }
 

@@ -1,7 +1,7 @@
 // Training data: the built-in long-range passkey task, llm.c .bin token files, raw-byte files and
 // documents files (`odyssey prepare`), and the selection of one rank's slice of a step's batch
 // (replica dp_rank's sequences, sequence shard sp_rank with global positions, document starts).
-// defines: Dataset, RankBatch, make_dataset, make_rank_batch, LongRangeLayout
+// defines: Dataset, RankBatch, make_dataset, trained_labels, make_rank_batch, LongRangeLayout
 #pragma once
 
 #include <cstdint>
@@ -67,7 +67,7 @@ struct RankBatch {
   at::Tensor labels;       ///< [B, s] int64
   at::Tensor answer_mask;  ///< [B, s] bool, undefined when the dataset has no answers
   int64_t first_position = 0;
-  int64_t global_tokens = 0;  ///< B x S x D
+  int64_t global_tokens = 0;  ///< the global batch's trained labels: B x S x D, less crossing ones (document_mask)
   /// Where documents begin, for attention masking, position resets and loss masking built on it.
   /// The contract:
   /// - document_starts.size() == B always; document_starts[b] belongs to row b of ids and labels
@@ -104,9 +104,17 @@ struct RankBatch {
   std::vector<uint8_t> last_label_starts_document;
 };
 
+/// The labels step `step` trains over the whole world (D replicas x B sequences x S labels, less
+/// those crossing a document boundary under training.document_mask): the loss's divisor,
+/// counted from the dataset alone, so every rank finds it without a collective.
+int64_t trained_labels(const Dataset& data, int64_t step, const TrainingConfig& training, int64_t dp_size);
+
 /// The sequences of replica ctx.dp_rank at `step` (global indices step*B*D + dp_rank*B + b),
 /// sliced to tokens [sp_rank*s, (sp_rank+1)*s) with s = S / sp_size, with each sequence's
-/// document starts in [0, S) (whole-sequence positions, see RankBatch::document_starts).
+/// document starts in [0, S) (whole-sequence positions, see RankBatch::document_starts). Under
+/// training.document_mask the labels crossing a boundary are -100 and global_tokens is
+/// trained_labels.
+
 RankBatch make_rank_batch(const Dataset& data, int64_t step, const TrainingConfig& training, const RankContext& ctx,
                           at::Device device);
 

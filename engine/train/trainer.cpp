@@ -132,6 +132,10 @@ std::vector<std::string> Trainer::take_notes() { return std::exchange(notes_, {}
 double Trainer::run_forward_backward(int64_t step, Forward* out) {
   const RankBatch batch = make_rank_batch(*data_, step, cfg_.training, ctx_, device_);
   ModelInputs in{batch.ids, batch.labels, batch.answer_mask, batch.first_position, batch.global_tokens};
+  if (cfg_.training.document_mask) {  // labels across a boundary already -100 (make_rank_batch)
+    in.documents.starts = batch.document_starts;
+    in.restart_positions = cfg_.training.document_positions == DocumentPositions::Restart;
+  }
   return run_inputs(in, step, out);
 }
 

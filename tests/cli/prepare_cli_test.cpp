@@ -260,4 +260,12 @@ TEST_CASE("odyssey train: two steps on a prepared file, split and refuse packing
     REQUIRE(summary.has_value());
     CHECK(summary->at("status").get<std::string>() == "finished");
   }
+  // Document masking on the same file: it trains, and its first loss is not the unmasked one
+  // (attention and targets across the boundaries are gone; the engine suites prove the values).
+  const std::string masked_dir = dir + "/run_masked";
+  require_exit(run_odyssey("train " + documents + "--set training.document_mask=true --out " + masked_dir), 0);
+  const auto masked = losses(masked_dir), unmasked = losses(dir + "/run_split");
+  REQUIRE(masked.size() == 2);
+  CHECK(std::isfinite(masked.begin()->second));
+  CHECK(masked.begin()->second != unmasked.begin()->second);
 }

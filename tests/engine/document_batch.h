@@ -1,7 +1,7 @@
 // Packed batches for the document-masking equivalence suites: random tokens in hand-placed
 // documents, labels across a boundary masked by the layout's rule, a rank's shard of the packed
 // batch, and the reference that runs each document alone. defines: PackedBatch, make_packed_batch,
-// packed_inputs, run_documents_alone
+// packed_batch_of, packed_inputs, run_documents_alone
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 
 #include "engine/layout/documents.h"
 #include "engine/model/llama.h"
+#include "engine/train/data.h"
 #include "engine/train/trainer.h"
 
 namespace odyssey::test {
@@ -24,14 +25,13 @@ struct PackedBatch {
   int64_t targets = 0;                     ///< the labels trained (not -100)
 };
 
-/// Random tokens in [0, vocab) (seeded) with each row's document starts and last-label flag.
-inline PackedBatch make_packed_batch(std::vector<std::vector<int64_t>> starts, std::vector<bool> next_starts,
-                                     int64_t S, int64_t vocab, uint64_t seed) {
+/// Rows of tokens [B, S + 1] with each row's document starts (in [0, S)) and last-label flag.
+inline PackedBatch make_packed_batch(at::Tensor tokens, std::vector<std::vector<int64_t>> starts,
+                                     std::vector<bool> next_starts) {
   PackedBatch p;
-  const int64_t B = static_cast<int64_t>(starts.size());
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  p.tokens = at::randint(vocab, {B, S + 1}, gen, at::TensorOptions().dtype(at::kLong));  // [B, S + 1]
-  p.labels = p.tokens.narrow(1, 1, S).clone();                                            // [B, S]
+  const int64_t B = tokens.size(0), S = tokens.size(1) - 1;
+  p.tokens = std::move(tokens);                 // [B, S + 1]
+  p.labels = p.tokens.narrow(1, 1, S).clone();  // [B, S]
   p.documents.starts = std::move(starts);
   p.next_starts_document = std::move(next_starts);
   auto labels = p.labels.accessor<int64_t, 2>();
@@ -43,6 +43,35 @@ inline PackedBatch make_packed_batch(std::vector<std::vector<int64_t>> starts, s
         ++p.targets;
     }
   return p;
+}
+
+/// Random tokens in [0, vocab) (seeded) with each row's document starts and last-label flag.
+inline PackedBatch make_packed_batch(std::vector<std::vector<int64_t>> starts, std::vector<bool> next_starts,
+                                     int64_t S, int64_t vocab, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const int64_t B = static_cast<int64_t>(starts.size());
+  return make_packed_batch(at::randint(vocab, {B, S + 1}, gen, at::TensorOptions().dtype(at::kLong)),
+                           std::move(starts), std::move(next_starts));
+}
+
+/// Sequences [first, first + B) of a documents dataset as a packed batch: its tokens and its own
+/// document starts (S, the token after a row, as the row's last-label flag).
+inline PackedBatch packed_batch_of(const Dataset& data, int64_t first, int64_t B, int64_t S) {
+  at::Tensor tokens = at::empty({B, S + 1}, at::TensorOptions().dtype(at::kLong));  // [B, S + 1]
+  std::vector<std::vector<int64_t>> starts(static_cast<size_t>(B));
+  std::vector<bool> next(static_cast<size_t>(B), false);
+  std::vector<int64_t> row, row_starts;
+  std::vector<uint8_t> answer;
+  for (int64_t b = 0; b < B; ++b) {
+    data.sequence(first + b, &row, &answer);
+    for (int64_t t = 0; t <= S; ++t) tokens[b][t] = row[t];
+    data.document_starts(first + b, &row_starts);
+    for (int64_t p : row_starts) {
+      if (p < S) starts[b].push_back(p);
+      else next[b] = true;
+    }
+  }
+  return make_packed_batch(tokens, std::move(starts), std::move(next));
 }
 
 /// The inputs of the rank holding positions [first, first + s) of every row: ids, labels and the

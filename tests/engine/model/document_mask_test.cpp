@@ -6,7 +6,11 @@
 
 #include "../document_batch.h"
 #include "../engine_test_util.h"
+#include <unistd.h>
+
 #include "engine/parallel/flash_attention.h"
+#include "engine/train/documents_file.h"
+#include "engine/util/files.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -97,6 +101,40 @@ TEST_CASE("documents: without masking the packed batch differs from its document
   const double grad_diff = per_param_max_relative_diff(alone, group_grads(packed), group_grads(alone));
   INFO("gradient difference " << grad_diff << ", tolerance " << gradient_tolerance(cfg, 2));
   CHECK(grad_diff > 100 * gradient_tolerance(cfg, 2));
+}
+
+TEST_CASE("documents: a documents file's first step with document_mask equals its documents alone", "[documents]") {
+  // The whole path: `odyssey prepare`'s file, split packing, make_rank_batch's masked labels and
+  // divisor, the trainer's documents and restarted positions. The same tolerance argument as above.
+  const std::string path = "/tmp/odyssey_document_mask_test_" + std::to_string(::getpid()) + ".odoc";
+  remove_tree(path);
+  {
+    DocumentsFileWriter w(path);
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    for (int64_t n : {5, 8, 12, 9, 20, 3, 11, 40}) {  // the 9 crosses sequence 0's end (token 32)
+      const at::Tensor ids = at::randint(64, {n}, gen, at::TensorOptions().dtype(at::kInt));
+      w.add_document(reinterpret_cast<const uint32_t*>(ids.data_ptr<int32_t>()), n);
+    }
+    w.commit(/*vocab_size=*/64, /*replace=*/false);
+  }
+  RunConfig cfg = packed_config();
+  cfg.training.dataset = DatasetKind::Documents;
+  cfg.training.dataset_path = path;
+  cfg.training.document_mask = true;
+  for (bool restart : {true, false}) {
+    cfg.training.document_positions = restart ? DocumentPositions::Restart : DocumentPositions::Continue;
+    INFO((restart ? "positions restart" : "positions continue"));
+    Trainer packed(cfg, cpu_rank());
+    const double packed_loss = packed.forward_backward(int64_t{0});
+    const PackedBatch batch = packed_batch_of(packed.dataset(), 0, 2, 32);
+    CHECK(batch.documents.starts == std::vector<std::vector<int64_t>>{{0, 5, 13, 25}, {2, 22, 25}});
+    CHECK(trained_labels(packed.dataset(), 0, cfg.training, 1) == batch.targets);
+    Trainer alone(cfg, cpu_rank());
+    const double alone_loss = run_documents_alone(alone, batch, restart);
+    CHECK(std::abs(packed_loss - alone_loss) <= loss_tolerance(cfg, 2) * std::abs(alone_loss));
+    CHECK(per_param_max_relative_diff(alone, group_grads(packed), group_grads(alone)) <= gradient_tolerance(cfg, 2));
+  }
+  remove_tree(path);
 }
 
 /// Each segment of the per-document kernel call against the document's own call, forward and
