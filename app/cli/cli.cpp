@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "engine/config/sizes.h"
+#include "engine/train/documents_file.h"
 #include "engine/util/files.h"
 
 namespace odyssey::cli {
@@ -160,6 +161,16 @@ std::optional<LoadedPreset> load_or_report(const std::string& path, const std::v
   if (!loaded.ok()) {
     for (const auto& issue : loaded.issues) err << issue.format() << "\n";
     return std::nullopt;
+  }
+  RunConfig& cfg = loaded.config;
+  if (cfg.training.document_mask && cfg.training.dataset == DatasetKind::Documents) {
+    // the planner counts each document's attention (its step time) from the file's lengths
+    try {
+      cfg.document_lengths = read_document_lengths(cfg.training.dataset_path, cfg.model.vocab_size);
+    } catch (const DataError& e) {
+      err << path << ": training.dataset_path: " << e.what() << "\n";
+      return std::nullopt;
+    }
   }
   return loaded;
 }

@@ -165,6 +165,7 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .key("tokens_per_device").value(t.tokens_per_device)
       .key("hardware_flops_per_token").value(t.hardware_flops_per_token)
       .key("attention_flops_per_token").value(t.attention_flops_per_token)
+      .key("attention_pair_fraction").value(t.attention_pair_fraction)
       .key("peak_flops").value(t.peak_flops)
       .key("convention").value(t.convention)
       .end_object();
@@ -269,6 +270,10 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
              t.untied_attention ? "the Untied stages'" : t.kept_attention ? "FlashAttention-2's (kept attention)" : "SDPA's",
              cfg.hardware.bf16_tflops);
   os << "FLOP convention: " << t.convention << "\n";
+  if (t.attention_pair_fraction != 1.0)
+    os << strf("document masking: the documents' attention is %.1f%% of whole sequences' (the sum of each "
+               "document's length squared, from the data file)\n",
+               100 * t.attention_pair_fraction);
   if (!advice.empty()) {
     os << "\nto make it fit (least predicted slowdown first):\n";
     for (const auto& a : advice) {

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/layout/documents.h"
 #include "engine/layout/heads.h"
 #include "engine/layout/tiles.h"
 
@@ -190,6 +192,10 @@ struct RunConfig {
   MemoryConfig memory;
   HardwareConfig hardware;
   OutputConfig output;
+  /// Not a preset key: the documents file's lengths, read by the CLI (read_document_lengths,
+  /// engine/train/documents_file.h) when training.document_mask is on, so that the planner's step
+  /// time counts each document's attention instead of the whole sequence's. Null: whole sequences.
+  std::shared_ptr<const DocumentLengthProfile> document_lengths;
 
   bool operator==(const RunConfig&) const = default;
 };

@@ -57,6 +57,27 @@ int64_t crossing_label_count(const std::vector<int64_t>& starts, bool next_start
   return inside + (next_starts_document ? 1 : 0);
 }
 
+DocumentLengthProfile::DocumentLengthProfile(std::vector<int64_t> lengths) : sorted_(std::move(lengths)) {
+  std::sort(sorted_.begin(), sorted_.end());
+  prefix_tokens_.assign(sorted_.size() + 1, 0.0);
+  prefix_triangles_.assign(sorted_.size() + 1, 0.0);
+  for (size_t i = 0; i < sorted_.size(); ++i) {
+    const double n = static_cast<double>(sorted_[i]);
+    prefix_tokens_[i + 1] = prefix_tokens_[i] + n;
+    prefix_triangles_[i + 1] = prefix_triangles_[i] + n * (n + 1) / 2;
+  }
+}
+
+double DocumentLengthProfile::attention_fraction(int64_t seq_len) const {
+  const double total = prefix_tokens_.back();
+  if (total <= 0 || seq_len <= 0) return 1.0;
+  const double S = static_cast<double>(seq_len);
+  const size_t short_ones = static_cast<size_t>(std::upper_bound(sorted_.begin(), sorted_.end(), seq_len) - sorted_.begin());
+  // documents of n <= S: their triangles; longer ones: (S + 1) / 2 pairs per token, as without documents
+  const double pairs = prefix_triangles_[short_ones] + (total - prefix_tokens_[short_ones]) * (S + 1) / 2;
+  return pairs / (total * (S + 1) / 2);
+}
+
 int64_t causal_attention_pairs(const std::vector<int64_t>& starts, int64_t seq_len) {
   int64_t pairs = 0;
   for (const DocumentSegment& s : document_segments(starts, seq_len)) pairs += s.length * (s.length + 1) / 2;

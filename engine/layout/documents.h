@@ -2,7 +2,7 @@
 // (each segment attends within itself), RoPE positions (restarting per segment) and the loss (no
 // target across a boundary). defines: DocumentSpans, DocumentSegment, document_segments,
 // document_starts_rule, positions_in_documents, label_crosses_document, crossing_label_count,
-// causal_attention_pairs
+// causal_attention_pairs, DocumentLengthProfile
 #pragma once
 
 #include <cstdint>
@@ -52,6 +52,25 @@ bool label_crosses_document(const std::vector<int64_t>& starts, bool next_starts
 /// How many of a row's S labels cross (label_crosses_document true): the starts in (0, seq_len),
 /// and one more when `next_starts_document`.
 int64_t crossing_label_count(const std::vector<int64_t>& starts, bool next_starts_document, int64_t seq_len);
+
+/// A dataset's document lengths, sorted, with prefix sums: enough to count the attention pairs of
+/// its packed sequences at any sequence length (the planner's step time under document masking).
+class DocumentLengthProfile {
+ public:
+  /// From every document's length (tokens, each >= 1).
+  explicit DocumentLengthProfile(std::vector<int64_t> lengths);
+  int64_t documents() const { return static_cast<int64_t>(sorted_.size()); }
+  /// The causal (query, key) pairs of sequences of `seq_len` packed from these documents, as a
+  /// fraction of causal attention over whole sequences: a document of n <= S tokens is one
+  /// triangle n (n + 1) / 2, a longer one is split into pieces of S, each S (S + 1) / 2, against
+  /// (S + 1) / 2 per token without documents. Where a document meets a sequence's end it is
+  /// counted whole (split packing cuts it in two: fewer pairs), so it errs towards more time.
+  double attention_fraction(int64_t seq_len) const;
+
+ private:
+  std::vector<int64_t> sorted_;
+  std::vector<double> prefix_tokens_, prefix_triangles_;  ///< sums of n and n (n + 1) / 2 over sorted_[0, i)
+};
 
 /// The (query, key) pairs causal attention computes over a row: the sum over its segments of
 /// n (n + 1) / 2 (seq_len (seq_len + 1) / 2 without documents). Step time counts these.

@@ -81,6 +81,8 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.tiled_loss = mem.tiled_loss;
   s.untied = mem.untied_ulysses;
   s.keep_attention = s.ckpt && mem.keep_attention;
+  if (cfg.training.document_mask && cfg.document_lengths)
+    s.attention_pair_fraction = cfg.document_lengths->attention_fraction(cfg.training.seq_len);
   if (s.untied) {
     // The engine's own schedule (engine/layout/heads.h; a config that breaks its rules was refused
     // by validate() and throws here): k query heads per rank per stage, and the widest KV range a

@@ -138,6 +138,9 @@ struct PlanShapes {
   /// memory.keep_attention under checkpointing: each block's attention output and LSE kept from
   /// its forward; the recompute runs no attention kernel (Untied: no stage at all)
   bool keep_attention = false;
+  /// Document masking with a known length profile: the fraction of whole-sequence causal attention
+  /// pairs the documents compute (DocumentLengthProfile::attention_fraction at S); 1 otherwise
+  double attention_pair_fraction = 1.0;
   // the Untied stage schedule's names (UntiedStagePlan, engine/layout/heads.h); without Untied
   // Ulysses one stage of all the rank's heads
   int64_t k = 0;             ///< query heads per rank per stage (heads_per_stage / P; hq without Untied)

@@ -75,6 +75,9 @@ struct StepTimePlan {
   int64_t tokens_per_device = 0;         ///< t: tokens a device computes per step
   double hardware_flops_per_token = 0;   ///< model FLOPs plus the recompute the engine runs
   double attention_flops_per_token = 0;  ///< the part of it in the attention kernels
+  /// Under document masking with a known length profile: the fraction of whole-sequence attention
+  /// the documents compute (1: whole sequences)
+  double attention_pair_fraction = 1.0;
   double peak_flops = 0;                 ///< hardware.bf16_tflops x 1e12
   double mfu = 0;              ///< model FLOPs / (time x peak), causal attention counted once
   double mfu_palm = 0;         ///< the same with PaLM/torchtitan's non-causal attention count

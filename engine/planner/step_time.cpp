@@ -34,8 +34,10 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   // Forward FLOPs per token of one block's parts and of the head.
   const double proj = 2.0 * s.d * (s.q_dim + 2.0 * s.kv_dim);  // q, k, v projections
   const double o_proj = 2.0 * s.q_dim * s.d;
-  const double core_causal = 2.0 * s.q_dim * S;  // QK^T and PV over S/2 keys on average
-  const double core_full = 4.0 * s.q_dim * S;    // the same without the causal half
+  // QK^T and PV over S/2 keys on average; under document masking over each document's own keys
+  // (the length profile's fraction of the pairs: the sum of each document's length squared)
+  const double core_causal = 2.0 * s.q_dim * S * s.attention_pair_fraction;
+  const double core_full = 4.0 * s.q_dim * S * s.attention_pair_fraction;  // the same without the causal half
   const double mlp = 6.0 * s.d * s.f;             // gate, up, down
   const double head = 2.0 * s.V * s.d;
   const double attn_fwd = proj + o_proj + core_causal;
@@ -105,6 +107,7 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   out.tokens_per_device = s.t;
   out.hardware_flops_per_token = hardware;
   out.attention_flops_per_token = attention;
+  out.attention_pair_fraction = s.attention_pair_fraction;
   out.peak_flops = peak;
 
   // Ulysses all-to-all: q, k, v in and o out per pass (d o in, dq, dk, dv out backward); not

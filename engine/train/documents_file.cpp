@@ -277,4 +277,11 @@ void DocumentsFile::read_tokens(int64_t first, int64_t n, int64_t* out) const {
   }
 }
 
+std::shared_ptr<const DocumentLengthProfile> read_document_lengths(const std::string& path, int64_t model_vocab) {
+  const DocumentsFile file(path, model_vocab);
+  std::vector<int64_t> lengths(static_cast<size_t>(file.document_count()));
+  for (int64_t d = 0; d < file.document_count(); ++d) lengths[static_cast<size_t>(d)] = file.document_length(d);
+  return std::make_shared<const DocumentLengthProfile>(std::move(lengths));
+}
+
 }  // namespace odyssey

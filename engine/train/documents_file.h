@@ -1,5 +1,6 @@
 // The documents file that `odyssey prepare` writes and the documents dataset reads: tokenized text
-// with its document boundaries. defines: the format's constants, DocumentsFileWriter, DocumentsFile
+// with its document boundaries. defines: the format's constants, DocumentsFileWriter, DocumentsFile,
+// read_document_lengths
 //
 // Layout (little-endian, no padding; version 1):
 //   offset  bytes     field
@@ -17,9 +18,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/layout/documents.h"
 #include "engine/train/data_file.h"
 
 namespace odyssey {
@@ -91,5 +94,10 @@ class DocumentsFile {
   int64_t tokens_offset_ = 0;  // byte offset of token 0
   std::vector<int64_t> index_;
 };
+
+/// The document lengths of the documents file at `path` (opened and checked as DocumentsFile
+/// does, DataError naming it) as the planner's profile: what plan, maxlen, ladder and tune count
+/// attention pairs from under training.document_mask.
+std::shared_ptr<const DocumentLengthProfile> read_document_lengths(const std::string& path, int64_t model_vocab);
 
 }  // namespace odyssey

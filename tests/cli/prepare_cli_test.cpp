@@ -268,4 +268,32 @@ TEST_CASE("odyssey train: two steps on a prepared file, split and refuse packing
   REQUIRE(masked.size() == 2);
   CHECK(std::isfinite(masked.begin()->second));
   CHECK(masked.begin()->second != unmasked.begin()->second);
+
+  // The planner counts the documents' attention: one token a word, so the documents are 1 to 12
+  // tokens (d % 12 + 1) and one of 80; at S = 64 the short ones are triangles n (n + 1) / 2 and
+  // the 80-token one (S + 1) / 2 pairs a token, against (S + 1) / 2 a token over whole sequences.
+  double pairs = 80 * 65 / 2.0, tokens = 80;
+  for (int d = 0; d < 40; ++d) {
+    const double n = d % 12 + 1;
+    pairs += n * (n + 1) / 2;
+    tokens += n;
+  }
+  const std::string plan = "plan " + kTiny + "--set training.seq_len=64 --set training.dataset=documents "
+                           "--set training.dataset_path=" + out + " --json ";
+  const Run whole = run_odyssey(plan), documents_only = run_odyssey(plan + "--set training.document_mask=true");
+  require_exit(whole, 0);
+  require_exit(documents_only, 0);
+  const auto whole_json = parse_json(whole.out), masked_json = parse_json(documents_only.out);
+  REQUIRE(whole_json.has_value());
+  REQUIRE(masked_json.has_value());
+  const auto& masked_time = masked_json->at("time");
+  CHECK(whole_json->at("time").at("attention_pair_fraction").get<double>() == 1.0);
+  CHECK(masked_time.at("attention_pair_fraction").get<double>() == Approx(pairs / (tokens * 65 / 2.0)).epsilon(1e-12));
+  CHECK(masked_time.at("attention_flops_per_token").get<double>() ==
+        Approx(whole_json->at("time").at("attention_flops_per_token").get<double>() * pairs / (tokens * 65 / 2.0)));
+  // a data file the planner cannot read is refused, named
+  const Run missing = run_odyssey("plan " + kTiny + "--set training.dataset=documents --set training.document_mask=true "
+                                  "--set training.dataset_path=" + dir + "/absent.odoc");
+  require_exit(missing, 2);
+  CHECK_THAT(missing.err, Catch::Contains("absent.odoc"));
 }

@@ -43,3 +43,15 @@ TEST_CASE("documents: causal attention pairs are the segments' triangles", "[doc
   CHECK_FALSE(DocumentSpans{{{}, {}}}.any());
   CHECK(some.any());
 }
+
+TEST_CASE("documents: the attention fraction of a length profile, by hand", "[documents]") {
+  // Documents of 2, 4 and 10 tokens (16): at S = 4 the first two are triangles 3 + 10, the 10-token
+  // one is split into pieces of 4 at 2.5 pairs a token (25), against 16 x 2.5 = 40 over whole sequences.
+  const DocumentLengthProfile profile({10, 2, 4});
+  CHECK(profile.documents() == 3);
+  CHECK(profile.attention_fraction(4) == Approx((3.0 + 10.0 + 25.0) / 40.0).epsilon(1e-12));
+  // At S = 16 every document is a triangle: 3 + 10 + 55 pairs against 16 x 8.5.
+  CHECK(profile.attention_fraction(16) == Approx(68.0 / 136.0).epsilon(1e-12));
+  // One document per sequence at S = 1: every token its own triangle, as without documents.
+  CHECK(profile.attention_fraction(1) == Approx(1.0).epsilon(1e-12));
+}
