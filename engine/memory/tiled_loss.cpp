@@ -1,5 +1,5 @@
 // Tiled LM head + cross-entropy with the backward inside the forward (see tiled_loss.h).
-// defines: head_logits, accumulate_answer_stats, accumulate_answer_rows, tiled_loss_forward
+// defines: head_logits, accumulate_answer_stats, accumulate_answer_rows, tiled_loss_forward, token_losses_forward
 #include "engine/memory/tiled_loss.h"
 
 #include <algorithm>
@@ -126,6 +126,27 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
     if (!fp32) d_logits = d_logits.to(head.scalar_type());  // [B n, V] in the compute dtype
     out.dx.narrow(1, off, n).copy_(at::mm(d_logits, head).view({B, n, d}));  // [B n, d]
     add_weight_grad_product(out.d_head, d_logits.t(), xt);                   // [V, d] += [V, B n] @ [B n, d]
+  }
+  return out;
+}
+
+TokenLosses token_losses_forward(const at::Tensor& normed, const at::Tensor& head, const at::Tensor& labels,
+                                 int64_t tile_tokens) {
+  constexpr int64_t kIgnoredLabel = -100;  // at::cross_entropy_loss's ignore_index
+  at::NoGradGuard no_grad;
+  CategoryScope category(MemCategory::LossWorkspace);
+  const int64_t B = normed.size(0), s = normed.size(1), V = head.size(0);
+  const int64_t tile = tile_tokens <= 0 ? s : std::min(tile_tokens, s);
+  TokenLosses out;
+  out.ce = at::empty({B, s}, normed.options().dtype(at::kFloat));      // [B, s] fp32
+  out.argmax = at::empty({B, s}, normed.options().dtype(at::kLong));   // [B, s] int64
+  for (int64_t off = 0; off < s; off += tile) {
+    const int64_t n = std::min(tile, s - off);
+    at::Tensor logits = head_logits(normed.narrow(1, off, n), head);  // [B, n, V] fp32: one tile only
+    out.argmax.narrow(1, off, n).copy_(logits.argmax(-1));
+    at::Tensor ce = at::cross_entropy_loss(logits.reshape({-1, V}), labels.narrow(1, off, n).reshape(-1), {},
+                                           at::Reduction::None, kIgnoredLabel);  // [B n], 0 where ignored
+    out.ce.narrow(1, off, n).copy_(ce.view({B, n}));
   }
   return out;
 }

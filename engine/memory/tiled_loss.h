@@ -1,7 +1,7 @@
 // Tiled loss: the final RMSNorm's output -> LM head -> cross-entropy over sequence tiles with the
 // backward run inside the forward, so the [s, vocab] logits never exist at once. Also the answer
 // statistics both loss paths share. defines: AnswerStats, LossOutputs, head_logits, accumulate_answer_stats,
-// accumulate_answer_rows, tiled_loss_forward
+// accumulate_answer_rows, tiled_loss_forward, TokenLosses, token_losses_forward
 #pragma once
 
 #include <cstdint>
@@ -47,5 +47,17 @@ struct LossOutputs {
 /// logits and their gradient at a time; keeps dx and the head gradient.
 LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head, const at::Tensor& labels,
                                const at::Tensor& answer_mask, double scale, int64_t tile_tokens, AnswerStats* stats);
+
+/// A forward without backward (evaluation): each position's cross-entropy and predicted token.
+struct TokenLosses {
+  at::Tensor ce;      ///< [B, s] fp32: CE of each label, 0 where the label is -100
+  at::Tensor argmax;  ///< [B, s] int64: the most likely next token at each position
+};
+
+/// CE and argmax of `normed` [B, s, d] @ `head`^T [V, d] against `labels` [B, s], per tile of
+/// `tile_tokens` positions (dim 1; 0 or >= s: one tile). No graph, no gradient. Memory: one tile's
+/// [B, tile, V] fp32 logits at a time, as the tiled loss holds.
+TokenLosses token_losses_forward(const at::Tensor& normed, const at::Tensor& head, const at::Tensor& labels,
+                                 int64_t tile_tokens);
 
 }  // namespace odyssey

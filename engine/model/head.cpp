@@ -101,6 +101,15 @@ at::Tensor HeadFunction::forward(AutogradContext* ctx, const at::Tensor& x, cons
   unshard_head(*rt);
   const HeadWeights w = head_weights(*rt);
   CategoryScope category(MemCategory::LossWorkspace);
+  if (rt->token_losses != nullptr) {  // forward only: per-position CE and argmax, no graph
+    at::NoGradGuard no_grad;
+    at::Tensor normed = rms_norm(x.detach(), w.norm, rt->model->norm_eps);  // [B, s, d]
+    const int64_t tile = rt->memory->tiled_loss ? rt->loss_tile_tokens : 0;
+    *rt->token_losses = token_losses_forward(normed, w.head, rt->labels, tile);
+    at::Tensor loss = rt->token_losses->ce.sum() * rt->loss_scale;  // scalar: the training loss's value
+    reshard_head(*rt);
+    return loss;
+  }
   at::AutoGradMode enable_grad(true);
   at::Tensor x_leaf = x.detach().requires_grad_(true);
   at::Tensor norm_leaf = w.norm.detach().requires_grad_(true);

@@ -42,6 +42,8 @@ struct EmbedFunction : public torch::autograd::Function<EmbedFunction> {
 /// gradient and runs the final norm's backward (no phase of its own: it opens bwd/block.L-1).
 /// With tied embeddings the LM head is the embedding matrix and its gradient is added to the
 /// embedding group's gradient shard directly.
+/// Forward only (rt->token_losses set, under no grad): each position's CE and argmax go there,
+/// tile by tile when memory.tiled_loss, and loss_local is their sum x loss_scale; nothing is saved.
 struct HeadFunction : public torch::autograd::Function<HeadFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& master,
                             StepRuntime* rt);

@@ -53,6 +53,9 @@ struct StepRuntime {
   at::Tensor answer_mask;               ///< [B, s] bool, or undefined
   double loss_scale = 1.0;              ///< 1 / N_global
   AnswerStats answer;                   ///< filled by the head's forward
+  /// Forward only (Trainer::forward_tokens): when set, the head writes each position's CE and
+  /// argmax here (token_losses_forward) and builds no graph; nothing is kept for a backward.
+  TokenLosses* token_losses = nullptr;
 };
 
 /// Binds the step's rank and phase recorder to the current thread (autograd may run backward on

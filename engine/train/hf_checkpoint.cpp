@@ -372,6 +372,45 @@ void HfWeights::load(const std::vector<FlatParamGroup*>& groups) const {
 
 // [section] export ----------------------------------------------------------------------------------
 
+std::map<std::string, at::Tensor> read_full_masters(const CheckpointInfo& info, const RunConfig& cfg) {
+  // Every rank's master shards, then each group's flat parameters in rank order.
+  std::vector<std::map<std::string, at::Tensor>> ranks;
+  for (int64_t r = 0; r < info.world_size; ++r) ranks.push_back(read_checkpoint_masters(info, r));
+  const int64_t shards = cfg.parallel.fsdp ? info.world_size : 1;
+  std::map<std::string, at::Tensor> out;
+  for (GroupSpecs& g : model_group_specs(cfg.model)) {
+    const int64_t numel = lay_out_flat(g.specs);
+    std::vector<at::Tensor> parts;
+    for (int64_t r = 0; r < shards; ++r) {
+      auto it = ranks[r].find(g.name);
+      if (it == ranks[r].end())
+        throw CheckpointError("checkpoint " + info.path + ": rank " + std::to_string(r) + " has no '" + g.name + ".master'");
+      parts.push_back(it->second);
+    }
+    const at::Tensor flat = shards > 1 ? at::cat(parts) : parts.front();  // [padded numel] fp32
+    if (flat.numel() < numel)
+      throw CheckpointError("checkpoint " + info.path + ": group '" + g.name + "' holds " + std::to_string(flat.numel()) +
+                            " parameters, its config needs " + std::to_string(numel));
+    out.emplace(g.name, flat.narrow(0, 0, numel));
+  }
+  return out;
+}
+
+void load_full_masters(const std::map<std::string, at::Tensor>& masters, const std::vector<FlatParamGroup*>& groups) {
+  at::NoGradGuard no_grad;
+  for (FlatParamGroup* g : groups) {
+    auto it = masters.find(g->name());
+    if (it == masters.end()) throw CheckpointError("weights: no parameters for group '" + g->name() + "'");
+    if (g->shard_numel() < it->second.numel())
+      throw std::invalid_argument("load_full_masters: group '" + g->name() + "' is sharded (" +
+                                  std::to_string(g->shard_numel()) + " of " + std::to_string(it->second.numel()) +
+                                  " parameters); it needs one rank without FSDP");
+    g->master.detach().narrow(0, 0, it->second.numel()).copy_(it->second);
+    g->refresh_device_params();  // optimizer offload: the device's copy from the loaded master
+    g->reshard();                // a gathered copy is refilled from the loaded master at its next use
+  }
+}
+
 HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const HfExportOptions& options) {
   const auto info = read_checkpoint_info(run_dir);
   if (!info) throw CheckpointError("export: " + run_dir + " has no checkpoint (no checkpoints/latest.json)");
@@ -412,33 +451,21 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
       if (::lstat(path.c_str(), &st) == 0) tokenizer_files.emplace_back(name, read_bounded(path, kMaxTokenizerBytes, "tokenizer file"));
     }
 
-  // Every rank's master shards, then each group's flat parameters in rank order.
-  std::vector<std::map<std::string, at::Tensor>> ranks;
-  for (int64_t r = 0; r < info->world_size; ++r) ranks.push_back(read_checkpoint_masters(*info, r));
-  const int64_t shards = cfg.parallel.fsdp ? info->world_size : 1;
   struct Piece {
     std::string name;
     at::Tensor tensor;  // [shape...] in the export dtype, contiguous
   };
   std::vector<Piece> pieces;
-  for (GroupSpecs& g : model_group_specs(cfg.model)) {
-    const int64_t numel = lay_out_flat(g.specs);
-    std::vector<at::Tensor> parts;
-    for (int64_t r = 0; r < shards; ++r) {
-      auto it = ranks[r].find(g.name);
-      if (it == ranks[r].end())
-        throw CheckpointError("checkpoint " + info->path + ": rank " + std::to_string(r) + " has no '" + g.name + ".master'");
-      parts.push_back(it->second);
+  {
+    const std::map<std::string, at::Tensor> masters = read_full_masters(*info, cfg);
+    for (GroupSpecs& g : model_group_specs(cfg.model)) {
+      lay_out_flat(g.specs);
+      const at::Tensor& flat = masters.at(g.name);  // [numel] fp32
+      for (const ParamSpec& spec : g.specs)
+        pieces.push_back({hf_tensor_name(g.name, spec.name),
+                          flat.narrow(0, spec.offset, spec.numel()).view(spec.shape).to(out_type).contiguous()});
     }
-    const at::Tensor flat = shards > 1 ? at::cat(parts) : parts.front();  // [padded numel] fp32
-    if (flat.numel() < numel)
-      throw CheckpointError("checkpoint " + info->path + ": group '" + g.name + "' holds " + std::to_string(flat.numel()) +
-                            " parameters, its config needs " + std::to_string(numel));
-    for (const ParamSpec& spec : g.specs)
-      pieces.push_back({hf_tensor_name(g.name, spec.name),
-                        flat.narrow(0, spec.offset, spec.numel()).view(spec.shape).to(out_type).contiguous()});
   }
-  ranks.clear();
 
   // Files of at most max_shard_bytes (one tensor larger than that gets a file of its own).
   std::vector<std::vector<const Piece*>> files(1);

@@ -1,7 +1,8 @@
 // Hugging Face checkpoints in and out: a model directory's safetensors (one file or a sharded
 // index) loaded into the flat groups, each rank reading only the elements of its FSDP shard; and a
 // run's checkpoint written back as config.json + safetensors that transformers loads unchanged.
-// defines: HfCheckpointError, hf_tensor_name, HfWeights, HfExportOptions, HfExport, export_hf
+// defines: HfCheckpointError, hf_tensor_name, HfWeights, read_full_masters, load_full_masters, HfExportOptions,
+// HfExport, export_hf
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,15 @@ class HfWeights {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, Located> tensors_;  ///< by Hugging Face name, the model's parameters only
 };
+
+/// Each group's whole fp32 parameters [numel] (by group name, "block.3") from `info`'s checkpoint
+/// of a run with config `cfg`: every rank's file read and verified (read_checkpoint_masters), FSDP
+/// shards concatenated in rank order, padding dropped. What export_hf writes and what `odyssey
+/// eval` loads into one rank. Throws CheckpointError naming the file and the group.
+std::map<std::string, at::Tensor> read_full_masters(const CheckpointInfo& info, const RunConfig& cfg);
+/// Copies read_full_masters' parameters into the master shards of unsharded `groups` (one rank,
+/// no FSDP: std::invalid_argument otherwise); a missing group throws CheckpointError.
+void load_full_masters(const std::map<std::string, at::Tensor>& masters, const std::vector<FlatParamGroup*>& groups);
 
 struct HfExportOptions {
   std::string dtype;                         ///< "float32" or "bfloat16"; empty: the run's training.dtype

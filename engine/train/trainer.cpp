@@ -203,6 +203,33 @@ double Trainer::forward_backward(const ModelInputs& in) {
   }
 }
 
+TokenLosses Trainer::forward_tokens(const ModelInputs& in, double* loss) {
+  RankScope rank(ctx_.slot);
+  PhaseRecorder::Bind bind(&recorder_);
+  reset_engine_phases(ctx_.slot);
+  // Memory: nothing outlives a block without a backward, so no input goes to the host and no
+  // attention result is kept; checkpointing, tiling and the Untied stages run as in training.
+  MemoryConfig memory = model_memory_;
+  memory.offload_activations = false;
+  memory.keep_attention = false;
+  try {
+    at::NoGradGuard no_grad;
+    StepRuntime rt;
+    TokenLosses out;
+    rt.token_losses = &out;
+    const at::Tensor local = model_->forward(in, memory, nullptr, &recorder_, &rt);  // scalar
+    const double value = local.to(at::kDouble).item<double>();
+    if (!std::isfinite(value))
+      throw StepFailure(StepFailure::Kind::NonFinite, next_step_ + 1, "fwd/loss", -1, -1,
+                        "loss is " + std::string(std::isnan(value) ? "NaN" : "Inf") + " in a forward-only pass");
+    if (loss != nullptr) *loss = value;
+    recorder_.settle();
+    return out;
+  } catch (const std::exception& e) {
+    fail(e, next_step_);
+  }
+}
+
 StepResult Trainer::step() {
   RankScope rank(ctx_.slot);
   PhaseRecorder::Bind bind(&recorder_);

@@ -75,6 +75,13 @@ class Trainer {
   /// Forward + backward of given inputs (this rank's slice; a document's tokens alone, a batch
   /// built by hand), gradients added to what the groups hold. Returns the global loss.
   double forward_backward(const ModelInputs& in);
+  /// Forward only of given inputs (evaluation): no graph, no gradient, no optimizer; the memory
+  /// techniques the model runs (model_memory()) apply, less what only a backward needs (the
+  /// offloaded and kept activations). Returns this rank's per-position CE and argmax ([B, s], CE 0
+  /// where the label is -100); `loss` (optional) gets their sum / in.global_tokens, the value
+  /// forward_backward(in) returns on one rank. Throws StepFailure as a step does.
+  ///   TokenLosses t = trainer.forward_tokens(inputs);  // t.ce [B, s] fp32, t.argmax [B, s] int64
+  TokenLosses forward_tokens(const ModelInputs& in, double* loss = nullptr);
   /// The optimizer half of step() on the gradients the groups hold now (global norm, clip, AdamW
   /// at next_step()'s learning rate, gradients zeroed) and next_step() advanced. For tests that
   /// put the gradients there themselves (equivalence on identical gradients).

@@ -1,0 +1,450 @@
+// odyssey eval RUN_DIR|HF_DIR --data FILE --seq-len N [--json] [--out DIR] [--overwrite]
+// [--preset P] [--set k=v]... [--tokenizer PATH] [--trials N] [--seed N] [--first-bucket N]
+// [--needle-min N] [--max-sequences N] [--no-needle]: a trained model's loss by position bucket on
+// held-out documents and a needle-in-a-haystack grid, forward only under the run's memory stack
+// (engine/train/eval.h); a table on stdout (or --json), DIR/eval.json and DIR/needle.png.
+// Exit 0, 1 (runtime failure), 2 (bad input).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+#include "app/cli/cli.h"
+#include "app/cli/eval_heatmap.h"
+#include "app/cli/prepare_inputs.h"
+#include "app/cli/text_tokenizer.h"
+#include "engine/config/sizes.h"
+#include "engine/parallel/rank_launch.h"
+#include "engine/train/checkpoint_io.h"
+#include "engine/train/eval.h"
+#include "engine/train/hf_checkpoint.h"
+#include "engine/train/rank_loop.h"
+#include "engine/util/files.h"
+#include "engine/util/json.h"
+#include "engine/util/splitmix.h"
+
+namespace odyssey::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: odyssey eval RUN_DIR|HF_DIR --data FILE --seq-len N [--json] [--out DIR] [--overwrite] [--preset P] "
+    "[--set k=v]... [--tokenizer PATH] [--trials N] [--seed N] [--first-bucket N] [--needle-min N] "
+    "[--max-sequences N] [--no-needle] [--quiet]";
+
+/// Bad input: the message names the flag or file, its value and the rule.
+struct BadInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct EvalArgs {
+  std::string source, data, out, preset, tokenizer;
+  std::vector<Override> overrides;
+  int64_t seq_len = 0, trials = 3, first_bucket = 1024, needle_min = 1024, max_sequences = 0;
+  uint64_t seed = 1234;
+  bool json = false, overwrite = false, needle = true, quiet = false;
+};
+
+EvalArgs parse(int argc, char** argv, int first) {
+  EvalArgs a;
+  int set_index = 0;
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::optional<std::string> inline_value;
+    if (arg.rfind("--", 0) == 0)
+      if (const size_t eq = arg.find('='); eq != std::string::npos && arg.rfind("--set", 0) != 0) {
+        inline_value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+      }
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) throw BadInput(arg + " needs a value");
+      return argv[++i];
+    };
+    auto count = [&](int64_t min) -> int64_t {
+      const std::string v = value();
+      const std::optional<int64_t> n = parse_size(v);
+      if (!n || *n < min)
+        throw BadInput(arg + " " + v + ": must be a whole number >= " + std::to_string(min) + " (K and M suffixes: 1024s)");
+      return *n;
+    };
+    if (arg == "--json" || arg == "--overwrite" || arg == "--no-needle" || arg == "--quiet") {
+      if (inline_value) throw BadInput(arg + " takes no value (got " + std::string(argv[i]) + ")");
+      if (arg == "--json") a.json = true;
+      if (arg == "--overwrite") a.overwrite = true;
+      if (arg == "--no-needle") a.needle = false;
+      if (arg == "--quiet") a.quiet = true;
+    } else if (arg == "--data") {
+      a.data = value();
+    } else if (arg == "--out") {
+      a.out = clean_path(value());
+    } else if (arg == "--preset") {
+      a.preset = value();
+    } else if (arg == "--tokenizer") {
+      a.tokenizer = value();
+    } else if (arg == "--seq-len") {
+      a.seq_len = count(2);
+    } else if (arg == "--trials") {
+      a.trials = count(1);
+    } else if (arg == "--seed") {
+      a.seed = static_cast<uint64_t>(count(0));
+    } else if (arg == "--first-bucket") {
+      a.first_bucket = count(1);
+    } else if (arg == "--needle-min") {
+      a.needle_min = count(1);
+    } else if (arg == "--max-sequences") {
+      a.max_sequences = count(1);
+    } else if (arg == "--set" || arg.rfind("--set=", 0) == 0) {
+      const std::string v = arg == "--set" ? value() : arg.substr(6);
+      Override o;
+      ConfigIssue issue;
+      if (!parse_override(v, ++set_index, &o, &issue)) throw BadInput(issue.format());
+      a.overrides.push_back(o);
+    } else if (!arg.empty() && arg[0] == '-') {
+      throw BadInput("unknown option " + std::string(argv[i]));
+    } else if (a.source.empty()) {
+      a.source = clean_path(arg);
+    } else {
+      throw BadInput("one RUN_DIR or HF_DIR only (got " + a.source + " and " + arg + ")");
+    }
+  }
+  if (a.source.empty()) throw BadInput("no RUN_DIR or HF_DIR");
+  if (a.data.empty()) throw BadInput("--data FILE (a documents file of `odyssey prepare`) is required");
+  if (a.seq_len == 0) throw BadInput("--seq-len N (the longest context to evaluate) is required");
+  return a;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+/// The model to evaluate: its config and where its weights are.
+struct Source {
+  bool run = false;                   ///< a run directory (else a Hugging Face directory)
+  std::optional<CheckpointInfo> info; ///< the run's latest checkpoint
+  RunConfig run_config;               ///< the run's own config (the checkpoint's), or the HF preset's
+};
+
+Source open_source(const EvalArgs& a) {
+  struct stat st {};
+  if (::stat(a.source.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw BadInput(a.source + ": not a directory (RUN_DIR: a run's --out; HF_DIR: a Hugging Face model directory)");
+  Source s;
+  LoadedPreset loaded;
+  if (exists(join_path(a.source, "checkpoints/latest.json"))) {
+    if (!a.preset.empty())
+      throw BadInput("--preset " + a.preset + ": " + a.source + " is a run directory, which carries its own config "
+                     "(its checkpoint's config.toml); change keys with --set");
+    s.run = true;
+    try {
+      s.info = read_checkpoint_info(a.source);
+    } catch (const CheckpointError& e) {
+      throw BadInput(e.what());
+    }
+    loaded = load_preset_text(s.info->config_toml, s.info->path + "/config.toml", a.overrides);
+    if (loaded.ok() && loaded.config.parallel.emulate)
+      throw BadInput(a.source + " is an emulated run (parallel.emulate): it saved rank 0 of " +
+                     std::to_string(s.info->world_size) + " only, not the whole model");
+  } else if (exists(join_path(a.source, "config.json"))) {
+    std::vector<Override> overrides;
+    Override hf;
+    ConfigIssue issue;
+    if (!parse_override("model.hf_path=\"" + a.source + "\"", 0, &hf, &issue)) throw BadInput(issue.format());
+    overrides.push_back(hf);
+    overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
+    // Without --preset: the defaults, with the one key a preset must name (eval_config sets it again).
+    const std::string defaults = "[training]\nseq_len = " + std::to_string(a.seq_len) + "\n";
+    loaded = a.preset.empty() ? load_preset_text(defaults, "(defaults)", overrides) : load_preset(a.preset, overrides);
+  } else {
+    throw BadInput(a.source + ": neither a run directory (no checkpoints/latest.json) nor a Hugging Face model "
+                   "directory (no config.json)");
+  }
+  if (!loaded.ok()) {
+    std::string text;
+    for (const ConfigIssue& issue : loaded.issues) text += (text.empty() ? "" : "\n") + issue.format();
+    throw BadInput(text);
+  }
+  s.run_config = loaded.config;
+  return s;
+}
+
+/// One tokenizer process over `texts`: their tokens, in order.
+std::vector<std::vector<int64_t>> tokenize(const std::string& tokenizer_json, const std::vector<std::string>& texts,
+                                           int64_t model_vocab) {
+  char path[] = "/tmp/odyssey-eval-XXXXXX.jsonl";
+  const int fd = ::mkstemps(path, 6);
+  if (fd < 0) throw std::runtime_error(std::string("cannot create a temporary file ") + path);
+  ::close(fd);
+  {
+    std::string lines;
+    for (const std::string& t : texts) {
+      std::string body;
+      JsonWriter w(body);
+      w.begin_object().key("text").value(t).end_object();
+      lines += body + "\n";
+    }
+    std::ofstream(path) << lines;
+  }
+  std::vector<std::vector<int64_t>> out;
+  TokenizerEvents events;
+  events.tokenizer = [&](const TokenizerInfo& info) {
+    if (info.vocab_size > model_vocab)
+      throw PrepareError(2, "--tokenizer " + tokenizer_json + ": its vocabulary holds " + std::to_string(info.vocab_size) +
+                                " tokens, more than the model's model.vocab_size = " + std::to_string(model_vocab) +
+                                ": the tokenizer does not match the model");
+  };
+  events.document = [&](const uint32_t* ids, int64_t n) { out.emplace_back(ids, ids + n); };
+  try {
+    run_text_tokenizer(tokenizer_json, false, {TextInput{path, "jsonl", 0}}, events);
+  } catch (...) {
+    ::unlink(path);
+    throw;
+  }
+  ::unlink(path);
+  if (out.size() != texts.size())
+    throw std::runtime_error("the tokenizer answered " + std::to_string(out.size()) + " texts of " +
+                             std::to_string(texts.size()));
+  return out;
+}
+
+/// One passkey per trial, tokenized: the needle sentence, the question and the answer.
+std::vector<NeedlePrompt> needle_prompts(const std::string& tokenizer_json, int64_t trials, uint64_t seed,
+                                         int64_t model_vocab) {
+  SplitMix rng(seed);
+  std::vector<std::string> keys, texts{"What is the pass key? The pass key is"};
+  for (int64_t t = 0; t < trials; ++t) {
+    std::string key = std::to_string(1 + rng.below(9));
+    for (int d = 0; d < 4; ++d) key += std::to_string(rng.below(10));
+    keys.push_back(key);
+    texts.push_back(" The pass key is " + key + ". Remember it. " + key + " is the pass key. ");
+    texts.push_back(" " + key);
+  }
+  const auto tokens = tokenize(tokenizer_json, texts, model_vocab);
+  std::vector<NeedlePrompt> out;
+  for (int64_t t = 0; t < trials; ++t) {
+    NeedlePrompt p;
+    p.passkey = keys[static_cast<size_t>(t)];
+    p.question = tokens[0];
+    p.needle = tokens[static_cast<size_t>(1 + 2 * t)];
+    p.answer = tokens[static_cast<size_t>(2 + 2 * t)];
+    if (p.answer.empty()) throw BadInput("--tokenizer " + tokenizer_json + ": the passkey " + p.passkey + " gives no token");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string fixed(double v, int digits) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
+
+int run_eval(int argc, char** argv, int first) {
+  EvalArgs a;
+  try {
+    a = parse(argc, argv, first);
+  } catch (const BadInput& e) {
+    std::cerr << "odyssey eval: " << e.what() << "\n" << kUsage << "\n";
+    return kExitBadInput;
+  }
+  try {
+    const Source source = open_source(a);
+    // The config the forward runs: one rank, the data and length asked, the run's memory stack.
+    const LoadedPreset evaluated = apply_overrides(eval_config(source.run_config, a.data, a.seq_len), {}, "--seq-len");
+    if (!evaluated.ok()) {
+      std::string text = "--seq-len " + std::to_string(a.seq_len) + " with --data " + a.data + ":";
+      for (const ConfigIssue& issue : evaluated.issues) text += "\n  " + issue.format();
+      throw BadInput(text);
+    }
+    const RunConfig& cfg = evaluated.config;
+    std::optional<DocumentsFile> data;
+    try {
+      data.emplace(a.data, cfg.model.vocab_size);
+    } catch (const DataError& e) {
+      throw BadInput(std::string("--data: ") + e.what());
+    }
+    if (data->token_count() < a.seq_len + 1)
+      throw BadInput("--data " + a.data + " holds " + std::to_string(data->token_count()) + " tokens, fewer than --seq-len " +
+                     std::to_string(a.seq_len) + " + 1: evaluate a shorter --seq-len or give more held-out text");
+    // The needle's tokenizer: --tokenizer, else the model directory's own.
+    std::string tokenizer_json;
+    std::vector<int64_t> lengths;
+    if (a.needle) {
+      std::string tokenizer = a.tokenizer;
+      if (tokenizer.empty()) tokenizer = source.run ? cfg.model.hf_path : a.source;
+      if (tokenizer.empty())
+        throw BadInput("the needle grid needs a tokenizer and " + a.source + " names none (no model.hf_path): pass "
+                       "--tokenizer PATH (a tokenizer.json or a model directory), or --no-needle");
+      tokenizer_json = find_tokenizer_json(tokenizer);
+      lengths = needle_lengths(std::min(a.needle_min, a.seq_len), a.seq_len);
+    }
+    const std::string out_dir = !a.out.empty() ? a.out : source.run ? join_path(a.source, "eval") : "eval-" + base_name(a.source);
+    const std::string json_path = join_path(out_dir, "eval.json"), png_path = join_path(out_dir, "needle.png");
+    for (const std::string& path : {json_path, png_path})
+      if (!a.overwrite && exists(path))
+        throw BadInput("--out " + out_dir + ": " + path + " exists; pass --overwrite to replace it (nothing was written)");
+    std::vector<NeedlePrompt> prompts;
+    if (a.needle) {
+      prompts = needle_prompts(tokenizer_json, a.trials, a.seed, cfg.model.vocab_size);
+      const NeedlePrompt& p = prompts.front();
+      const int64_t fixed_tokens = static_cast<int64_t>(p.needle.size() + p.question.size() + p.answer.size());
+      for (const NeedlePrompt& q : prompts)
+        if (static_cast<int64_t>(q.needle.size() + q.question.size() + q.answer.size()) >= lengths.front() + 1)
+          throw BadInput("--needle-min " + std::to_string(lengths.front()) + ": the needle, question and answer take " +
+                         std::to_string(fixed_tokens) + " tokens, which leave no filler: a --needle-min (and --seq-len) "
+                         "above that");
+    }
+    std::string error;
+    int error_number = 0;
+    if (!make_dirs(out_dir, &error, &error_number)) throw BadInput("--out " + out_dir + ": " + error);
+
+    // The model: built as the run's (seeded init), then its weights.
+    const RankContext ctx = make_solo_rank_context(resolve_device(cfg.training.device, 0));
+    Trainer trainer(cfg, ctx);
+    std::string weights;
+    if (source.run) {
+      load_full_masters(read_full_masters(*source.info, source.run_config), trainer.model().groups());
+      weights = "step " + std::to_string(source.info->step) + " of " + a.source;
+    } else {
+      const HfWeights hf(a.source, cfg.model);
+      hf.load(trainer.model().groups());
+      weights = a.source + " (" + hf.describe() + ")";
+    }
+    const bool tty = ::isatty(STDERR_FILENO) && !a.quiet;
+    auto progress = [&](const char* what) {
+      return [&, what](int64_t done, int64_t total) {
+        if (tty) std::cerr << "\r\033[K" << what << " " << done << "/" << total << (done == total ? "\r\033[K" : "") << std::flush;
+      };
+    };
+    const BucketEval buckets = eval_position_buckets(trainer, a.first_bucket, a.max_sequences, progress("sequences"));
+    std::vector<NeedleCell> cells;
+    if (a.needle) cells = eval_needle_grid(trainer, *data, prompts, lengths, progress("needle forwards"));
+
+    // The heatmap: lengths down, depths across.
+    std::optional<std::string> png;
+    HeatmapImage image;
+    if (a.needle) {
+      std::vector<double> accuracy;
+      for (const NeedleCell& c : cells) accuracy.push_back(c.accuracy());
+      image = render_heatmap(static_cast<int>(lengths.size()), static_cast<int>(kNeedleDepths.size()), accuracy);
+      png = encode_png(image);
+    }
+
+    std::string text;
+    JsonWriter w(text);
+    w.begin_object().key("ok").value(true).key("source").begin_object().key("kind").value(source.run ? "run" : "hf")
+        .key("path").value(a.source).key("step");
+    if (source.run) w.value(source.info->step);
+    else w.null();
+    w.end_object().key("data").value(a.data).key("seq_len").value(a.seq_len).key("device").value(ctx.device.str())
+        .key("memory").value(describe_memory(cfg, trainer.model_memory()))
+        .key("document_positions").value(to_string(cfg.training.document_positions))
+        .key("sequences").value(buckets.sequences).key("tokens").value(buckets.tokens).key("loss").value(buckets.loss)
+        .key("unused_tokens").value(buckets.unused_tokens).key("buckets").begin_array();
+    for (const PositionBucket& b : buckets.buckets) {
+      w.begin_object().key("from").value(b.from).key("to").value(b.to).key("tokens").value(b.tokens).key("loss");
+      if (b.tokens > 0) w.value(b.loss());
+      else w.null();
+      w.end_object();
+    }
+    w.end_array().key("needle");
+    if (a.needle) {
+      w.begin_object().key("trials").value(a.trials).key("seed").value(a.seed).key("passkeys").begin_array();
+      for (const NeedlePrompt& p : prompts) w.value(p.passkey);
+      w.end_array().key("answer_tokens").value(static_cast<int64_t>(prompts.front().answer.size()))
+          .key("lengths").begin_array();
+      for (int64_t l : lengths) w.value(l);
+      w.end_array().key("depths").begin_array();
+      for (int64_t d : kNeedleDepths) w.value(d);
+      w.end_array().key("cells").begin_array();
+      int64_t correct = 0, trials = 0;
+      for (const NeedleCell& c : cells) {
+        w.begin_object().key("length").value(c.length).key("depth").value(c.depth).key("trials").value(c.trials)
+            .key("correct").value(c.correct).key("accuracy").value(c.accuracy()).end_object();
+        correct += c.correct;
+        trials += c.trials;
+      }
+      w.end_array().key("accuracy").value(trials > 0 ? static_cast<double>(correct) / static_cast<double>(trials) : 0.0)
+          .key("heatmap");
+      if (png) w.value(png_path);
+      else w.null();
+      w.end_object();
+    } else {
+      w.null();
+    }
+    w.end_object();
+    write_file_atomically(json_path, text + "\n");
+    if (png) write_file_atomically(png_path, *png);
+
+    if (a.json) {
+      std::cout << text << "\n";
+      return kExitOk;
+    }
+    std::cout << "odyssey eval " << weights << " on " << a.data << " (" << ctx.device.str() << ", memory "
+              << describe_memory(cfg, trainer.model_memory()) << ")\n"
+              << "loss by position in document: " << buckets.sequences << " sequences of " << a.seq_len << " tokens, "
+              << buckets.tokens << " tokens scored, mean loss " << fixed(buckets.loss, 4) << "\n";
+    std::printf("  %-17s %10s %9s\n", "positions", "tokens", "loss");
+    std::fflush(stdout);
+    for (const PositionBucket& b : buckets.buckets) {
+      const std::string range = format_size(b.from) + "-" + format_size(b.to);
+      std::printf("  %-17s %10lld %9s\n", range.c_str(), static_cast<long long>(b.tokens),
+                  b.tokens > 0 ? fixed(b.loss(), 4).c_str() : "-");
+    }
+    if (a.needle) {
+      std::printf("needle in a haystack: passkey of %zu token(s), %lld trial(s) a cell, exact match (correct/trials)\n",
+                  prompts.front().answer.size(), static_cast<long long>(a.trials));
+      std::printf("  %-8s", "length");
+      for (int64_t d : kNeedleDepths) std::printf(" %7lld%%", static_cast<long long>(d));
+      std::printf("\n");
+      for (size_t r = 0; r < lengths.size(); ++r) {
+        std::printf("  %-8s", format_size(lengths[r]).c_str());
+        for (size_t c = 0; c < kNeedleDepths.size(); ++c) {
+          const NeedleCell& cell = cells[r * kNeedleDepths.size() + c];
+          const std::string v = std::to_string(cell.correct) + "/" + std::to_string(cell.trials);
+          std::printf(" %8s", v.c_str());
+        }
+        std::printf("\n");
+      }
+    }
+    std::fflush(stdout);
+    std::cout << "wrote " << json_path;
+    if (png) std::cout << " and " << png_path << " (" << image.width << "x" << image.height << ")";
+    else if (a.needle) std::cout << " (no heatmap: this build has no PNG encoder, libstb)";
+    std::cout << "\n";
+    return kExitOk;
+  } catch (const BadInput& e) {
+    std::cerr << "odyssey eval: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const PrepareError& e) {
+    std::cerr << "odyssey eval: " << e.what() << "\n";
+    return e.exit_code;
+  } catch (const CheckpointError& e) {
+    std::cerr << "odyssey eval: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const DataError& e) {
+    std::cerr << "odyssey eval: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "odyssey eval: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "odyssey eval: " << e.what() << "\n";
+    return kExitRuntime;
+  }
+}
+
+const CommandRegistration registration{Command{
+    74, "eval", "eval RUN_DIR|HF_DIR --data FILE --seq-len N [--json] [--out DIR] [--tokenizer PATH] [--trials N]",
+    "loss by position bucket and a needle-in-a-haystack grid on held-out documents, forward only", run_eval}};
+
+}  // namespace
+}  // namespace odyssey::cli

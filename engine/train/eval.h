@@ -1,0 +1,101 @@
+// Evaluation of a trained model on held-out documents (`odyssey eval`): the loss by position bucket
+// over a documents file packed with document masking, and a needle-in-a-haystack grid scored by
+// teacher forcing, both forward only through Trainer::forward_tokens under the run's memory stack.
+// defines: eval_config, PositionBucket, position_buckets, BucketEval, eval_position_buckets,
+// NeedlePrompt, NeedleSequence, needle_lengths, kNeedleDepths, needle_sequence, NeedleCell,
+// needle_trial_correct, eval_needle_grid
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/config/run_config.h"
+#include "engine/train/documents_file.h"
+#include "engine/train/trainer.h"
+
+namespace odyssey {
+
+/// The config an evaluation runs `run` with: one rank (world 1, no FSDP, no Ulysses, no
+/// emulation), batch 1, training.seq_len = `seq_len`, the documents dataset on `data_path` packed
+/// split with training.document_mask (positions as `run` had them), no optimizer offload; the
+/// memory techniques and the model as `run` has them. Not validated here (the caller validates).
+RunConfig eval_config(const RunConfig& run, const std::string& data_path, int64_t seq_len);
+
+/// Tokens at positions [from, to) of their document: their count and mean CE.
+struct PositionBucket {
+  int64_t from = 0, to = 0;
+  int64_t tokens = 0;  ///< labels scored in the bucket
+  double ce_sum = 0;   ///< Σ CE (nats)
+  double loss() const { return tokens > 0 ? ce_sum / static_cast<double>(tokens) : 0.0; }
+};
+
+/// [0, first), [first, 4 first), [4 first, 16 first), ... the last one ending at seq_len (cut
+/// short there). first >= 1; first >= seq_len gives one bucket [0, seq_len).
+///   position_buckets(10000, 1024) -> [0,1024) [1024,4096) [4096,10000)
+std::vector<PositionBucket> position_buckets(int64_t seq_len, int64_t first);
+
+struct BucketEval {
+  std::vector<PositionBucket> buckets;
+  int64_t sequences = 0;   ///< sequences of seq_len + 1 tokens evaluated
+  int64_t tokens = 0;      ///< labels scored (those crossing a document boundary are not)
+  double loss = 0;         ///< mean CE over every scored label
+  int64_t unused_tokens = 0;  ///< tokens after the last whole sequence (not evaluated)
+};
+
+/// Runs every sequence of the trainer's documents dataset (eval_config: split packing, masking)
+/// once, at most `max_sequences` (0: all), forward only, and sums each scored label's CE into the
+/// bucket of its input's position: its offset within its document's part of the sequence (a
+/// document begun in an earlier sequence restarts at the sequence's start, as attention does), or
+/// its offset in the sequence with training.document_positions = "continue". `progress(done,
+/// total)` after each sequence. Throws DataError, StepFailure.
+BucketEval eval_position_buckets(Trainer& trainer, int64_t first_bucket, int64_t max_sequences,
+                                 const std::function<void(int64_t, int64_t)>& progress = {});
+
+/// The tokens of one needle trial: the passkey sentence, the question, and the answer (the
+/// passkey as the model should continue the question).
+struct NeedlePrompt {
+  std::string passkey;  ///< the digits, for reports
+  std::vector<int64_t> needle, question, answer;
+};
+
+/// Depths of the needle in percent of the filler: 0, 25, 50, 75, 100.
+inline const std::vector<int64_t> kNeedleDepths = {0, 25, 50, 75, 100};
+
+/// Context lengths `min_length`, 2 min_length, 4 min_length, ... and seq_len last (when it is not
+/// already one of them). min_length >= seq_len gives {seq_len}.
+std::vector<int64_t> needle_lengths(int64_t min_length, int64_t seq_len);
+
+/// One needle sequence of `length` input tokens and its answer's label positions:
+/// [filler a][needle][filler b][question][answer], length + 1 tokens in all (the last answer token
+/// is the last label). filler a holds round(depth% x F) of the F = length + 1 - needle - question
+/// - answer filler tokens. The filler is the documents file's token stream from `filler_offset`
+/// (wrapping at its end).
+struct NeedleSequence {
+  std::vector<int64_t> tokens;        ///< length + 1
+  int64_t answer_first_label = 0;     ///< label position (input position) of the first answer token
+  int64_t needle_at = 0;              ///< where the needle begins
+};
+/// Throws std::invalid_argument when the prompt does not fit `length` (F < 0).
+NeedleSequence needle_sequence(const DocumentsFile& filler, int64_t filler_offset, const NeedlePrompt& prompt,
+                               int64_t length, int64_t depth_percent);
+
+/// Teacher forcing: true when the argmax at every answer label position equals the answer token
+/// (the greedy decoding of the answer), from one forward of the sequence.
+bool needle_trial_correct(Trainer& trainer, const NeedleSequence& sequence, int64_t answer_tokens);
+
+struct NeedleCell {
+  int64_t length = 0, depth = 0;  ///< context tokens, depth in percent
+  int64_t trials = 0, correct = 0;
+  double accuracy() const { return trials > 0 ? static_cast<double>(correct) / static_cast<double>(trials) : 0.0; }
+};
+
+/// Every (length, depth) cell over `prompts` (one trial each; trial t's filler starts at a
+/// different place of the stream), lengths outer, depths inner (kNeedleDepths). `progress(done,
+/// total)` after each forward.
+std::vector<NeedleCell> eval_needle_grid(Trainer& trainer, const DocumentsFile& filler,
+                                         const std::vector<NeedlePrompt>& prompts, const std::vector<int64_t>& lengths,
+                                         const std::function<void(int64_t, int64_t)>& progress = {});
+
+}  // namespace odyssey

@@ -1,0 +1,201 @@
+// odyssey eval as a user runs it: prepare training and held-out documents with a WordLevel
+// tokenizer, train the tiny CPU preset 2 steps with document masking, evaluate the run: the JSON's
+// buckets and token counts against what the held-out file's index implies, the needle grid's
+// shape, the heatmap PNG's size; the same weights exported to a Hugging Face directory give the
+// same losses; bad input exits 2 naming the flag or file and writes nothing.
+#include <sys/stat.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "cli_test_util.h"
+#include "tokenizer_test_util.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+const std::vector<std::string> kEvalWords = {"[UNK]", "</s>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran",
+                                             "The", "pass", "key", "is", "Remember", "it", "What", ".", "?",
+                                             "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+
+/// `count` documents of 1 to 12 words (a pattern shifted by `shift`), every tenth of 60 words, as
+/// JSON lines.
+void write_jsonl(const std::string& path, int count, int shift) {
+  std::ofstream out(path);
+  for (int d = 0; d < count; ++d) {
+    std::string text;
+    const int words = d % 10 == 9 ? 60 : 1 + (d + shift) % 12;
+    for (int w = 0; w < words; ++w) text += kEvalWords[2 + (d * 7 + w * 3 + shift) % 8] + " ";
+    out << "{\"text\": \"" << text << "\"}\n";
+  }
+}
+
+/// Width and height from a PNG's IHDR (bytes 16..23, big-endian), after its signature.
+std::pair<int64_t, int64_t> png_size(const std::string& path) {
+  const std::string b = read_text(path);
+  REQUIRE(b.size() > 24);
+  REQUIRE(b.substr(0, 8) == std::string("\x89PNG\r\n\x1a\n", 8));
+  auto be32 = [&](size_t at) {
+    int64_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+    return v;
+  };
+  return {be32(16), be32(20)};
+}
+
+/// Per bucket [from, to): the labels the held-out file's packing scores, derived here from its
+/// index alone: split packing into sequences of S + 1 tokens, a label at stream position q + 1
+/// skipped when q + 1 begins a document, the input's position its offset from the later of the
+/// sequence's start and its document's start.
+std::vector<int64_t> expected_bucket_tokens(const DocumentsBytes& d, int64_t S,
+                                            const std::vector<std::pair<int64_t, int64_t>>& buckets) {
+  const int64_t T = static_cast<int64_t>(d.tokens.size()), sequences = (T - 1) / S;
+  std::vector<int64_t> counts(buckets.size(), 0);
+  auto starts_document = [&](int64_t q) {
+    return std::find(d.index.begin(), d.index.end(), static_cast<uint64_t>(q)) != d.index.end();
+  };
+  for (int64_t k = 0; k < sequences; ++k)
+    for (int64_t p = 0; p < S; ++p) {
+      const int64_t q = k * S + p;
+      if (starts_document(q + 1)) continue;
+      int64_t begin = k * S;
+      for (uint64_t s : d.index)
+        if (static_cast<int64_t>(s) <= q) begin = std::max(begin, static_cast<int64_t>(s));
+      const int64_t pos = q - begin;
+      for (size_t b = 0; b < buckets.size(); ++b)
+        if (pos >= buckets[b].first && pos < buckets[b].second) ++counts[b];
+    }
+  return counts;
+}
+
+}  // namespace
+
+TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid and heatmap", "[cli][eval]") {
+  const std::string dir = fresh_dir("eval");
+  REQUIRE(std::system(("mkdir -p '" + dir + "'").c_str()) == 0);
+  const std::string tokenizer = make_tokenizer(dir, kEvalWords, /*split_digits=*/true);
+  write_jsonl(dir + "/train.jsonl", 40, 0);
+  write_jsonl(dir + "/heldout.jsonl", 60, 5);
+  const std::string train = dir + "/train.odoc", heldout = dir + "/heldout.odoc";
+  require_exit(run_odyssey("prepare " + dir + "/train.jsonl --tokenizer " + tokenizer + " --out " + train), 0);
+  require_exit(run_odyssey("prepare " + dir + "/heldout.jsonl --tokenizer " + tokenizer + " --out " + heldout), 0);
+  const std::string run_dir = dir + "/run";
+  require_exit(run_odyssey("train " + kShort + "--set training.seq_len=64 --set training.dataset=documents "
+                           "--set training.dataset_path=" + train + " --set training.document_mask=true --steps 2 "
+                           "--quiet --out " + run_dir),
+               0);
+
+  // 128 tokens, buckets from 8: [0, 8), [8, 32), [32, 128); needle at 64 and 128 tokens.
+  const std::string eval = "eval " + run_dir + " --data " + heldout + " --seq-len 128 --first-bucket 8 --needle-min 64 "
+                           "--tokenizer " + tokenizer + " --trials 2 ";
+  Run r = run_odyssey(eval + "--json");
+  require_exit(r, 0);
+  const auto j = parse_json(r.out);
+  REQUIRE(j.has_value());
+  const DocumentsBytes d = read_documents(heldout);
+  const int64_t T = static_cast<int64_t>(d.tokens.size());
+  REQUIRE(T >= 3 * 129);  // three sequences at least: the counts below cover several
+  CHECK(j->at("sequences").get<int64_t>() == (T - 1) / 128);
+  CHECK(j->at("source").at("kind").get<std::string>() == "run");
+  CHECK(j->at("source").at("step").get<int64_t>() == 2);
+  const std::vector<std::pair<int64_t, int64_t>> edges = {{0, 8}, {8, 32}, {32, 128}};
+  const std::vector<int64_t> expected = expected_bucket_tokens(d, 128, edges);
+  const auto& buckets = j->at("buckets");
+  REQUIRE(buckets.size() == 3);
+  int64_t total = 0;
+  double weighted = 0;
+  for (size_t b = 0; b < 3; ++b) {
+    INFO("bucket " << b);
+    CHECK(buckets[b].at("from").get<int64_t>() == edges[b].first);
+    CHECK(buckets[b].at("to").get<int64_t>() == edges[b].second);
+    CHECK(buckets[b].at("tokens").get<int64_t>() == expected[b]);
+    REQUIRE(expected[b] > 0);
+    const double loss = buckets[b].at("loss").get<double>();
+    CHECK(std::isfinite(loss));
+    CHECK(loss > 0);
+    total += buckets[b].at("tokens").get<int64_t>();
+    weighted += loss * static_cast<double>(buckets[b].at("tokens").get<int64_t>());
+  }
+  CHECK(j->at("tokens").get<int64_t>() == total);
+  CHECK(std::abs(weighted / static_cast<double>(total) - j->at("loss").get<double>()) <= 1e-9 * j->at("loss").get<double>());
+
+  const auto& needle = j->at("needle");
+  CHECK(needle.at("lengths") == parse_json("[64, 128]").value());
+  CHECK(needle.at("depths") == parse_json("[0, 25, 50, 75, 100]").value());
+  CHECK(needle.at("answer_tokens").get<int64_t>() == 5);  // " 12345": the digits split, the space no token
+  const auto& cells = needle.at("cells");
+  REQUIRE(cells.size() == 10);
+  for (const auto& c : cells) {
+    CHECK(c.at("trials").get<int64_t>() == 2);
+    CHECK(c.at("correct").get<int64_t>() >= 0);
+    CHECK(c.at("correct").get<int64_t>() <= 2);
+  }
+  const std::string png = run_dir + "/eval/needle.png";
+  CHECK(needle.at("heatmap").get<std::string>() == png);
+  CHECK(png_size(png) == std::pair<int64_t, int64_t>{5 * 24, 2 * 24});
+  const std::string written = read_text(run_dir + "/eval/eval.json");
+  CHECK(parse_json(written).value() == j.value());
+
+  // Again without --overwrite: refused, exit 2, the files untouched.
+  r = run_odyssey(eval);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("eval.json exists") && Catch::Contains("--overwrite"));
+  CHECK(read_text(run_dir + "/eval/eval.json") == written);
+  // With it, the table on stdout.
+  r = run_odyssey(eval + "--overwrite");
+  require_exit(r, 0);
+  CHECK_THAT(r.out, Catch::Contains("loss by position in document") && Catch::Contains("needle in a haystack") &&
+                        Catch::Contains("32-128"));
+
+  // The same weights as a Hugging Face directory: the same losses (fp32 both ways; the sums'
+  // order may differ with the memory techniques, far below 1e-4).
+  const std::string hf = dir + "/hf";
+  require_exit(run_odyssey("export " + run_dir + " --hf " + hf + " --dtype float32 --tokenizer " + dir), 0);
+  r = run_odyssey("eval " + hf + " --data " + heldout + " --seq-len 128 --first-bucket 8 --no-needle --json --out " +
+                  dir + "/hf_eval --set training.device=cpu --set training.dtype=float32");
+  require_exit(r, 0);
+  const auto h = parse_json(r.out);
+  REQUIRE(h.has_value());
+  CHECK(h->at("source").at("kind").get<std::string>() == "hf");
+  CHECK(h->at("tokens").get<int64_t>() == total);
+  CHECK(std::abs(h->at("loss").get<double>() - j->at("loss").get<double>()) <= 1e-4 * j->at("loss").get<double>());
+  CHECK(h->at("needle").is_null());
+}
+
+TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][eval]") {
+  const std::string dir = fresh_dir("eval_bad");
+  REQUIRE(std::system(("mkdir -p '" + dir + "'").c_str()) == 0);
+  const std::string tokenizer = make_tokenizer(dir, kEvalWords, true);
+  write_jsonl(dir + "/docs.jsonl", 30, 0);
+  const std::string docs = dir + "/docs.odoc";
+  require_exit(run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + docs), 0);
+  const std::string run_dir = dir + "/run";
+  require_exit(run_odyssey("train " + kShort + "--set training.seq_len=64 --steps 1 --quiet --out " + run_dir), 0);
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {"eval " + run_dir + " --data " + docs, "--seq-len N"},
+      {"eval " + run_dir + " --seq-len 64", "--data FILE"},
+      {"eval " + run_dir + " --data " + dir + "/missing.odoc --seq-len 64 --no-needle", dir + "/missing.odoc"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 4096 --no-needle", "fewer than --seq-len 4096 + 1"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --trials 0", "--trials 0: must be a whole number >= 1"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64", "needs a tokenizer"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --tokenizer " + tokenizer + " --needle-min 16",
+       "--needle-min 16"},
+      {"eval " + dir + " --data " + docs + " --seq-len 64", "neither a run directory"},
+      {"eval " + dir + "/nothing --data " + docs + " --seq-len 64", "not a directory"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --preset presets/tiny-cpu.toml", "carries its own config"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --bogus", "unknown option --bogus"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.args);
+    const Run r = run_odyssey(c.args);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains(c.message));
+  }
+  struct stat st {};
+  CHECK(::stat((run_dir + "/eval/eval.json").c_str(), &st) != 0);  // nothing written by a refusal
+}
