@@ -271,7 +271,7 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
              cfg.hardware.bf16_tflops);
   os << "FLOP convention: " << t.convention << "\n";
   if (t.attention_pair_fraction != 1.0)
-    os << strf("document masking: the documents' attention is %.1f%% of whole sequences' (the sum of each "
+    os << strf("document masking: the documents' attention is %.3g%% of whole sequences' (the sum of each "
                "document's length squared, from the data file)\n",
                100 * t.attention_pair_fraction);
   if (!advice.empty()) {
