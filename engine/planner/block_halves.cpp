@@ -12,11 +12,11 @@ namespace odyssey::planner_detail {
 using K = TensorKind;
 using C = PlanCategory;
 
-int BlockHalves::a(const char* name, K kind, C cat, int32_t count) {
+int BlockHalves::alloc(const char* name, K kind, C cat, int32_t count) {
   return m_.alloc(name, kind, cat, kind_bytes(kind, s_), count);
 }
 
-void BlockHalves::f(int& h) {
+void BlockHalves::release(int& h) {
   if (h >= 0) m_.free(h);
   h = -1;
 }
@@ -28,18 +28,18 @@ void BlockHalves::f(int& h) {
 /// temporaries that are not walked); x is freed (RoPE saves only the tables). Its backward is the
 /// same rotation inverted: one output again.
 int BlockHalves::rope(int& x, K kind, C cat) {
-  const int out = a("RoPE output", kind, cat);  // engine/ops/layers.cpp: rope_rotate writes it, no temporaries
-  f(x);
+  const int out = alloc("RoPE output", kind, cat);  // engine/ops/layers.cpp: rope_rotate writes it, no temporaries
+  release(x);
   return out;
 }
 
 /// Ulysses all-to-all (either direction): a contiguous send copy and a receive buffer, both
 /// comm_buffers; the input is dropped, the receive buffer is the result.
 int BlockHalves::all_to_all(int& x, K from, K to, const char* recv_name, bool drop_input) {
-  int send = a("all-to-all send buffer", from, C::CommBuffers);
-  const int recv = a(recv_name, to, C::CommBuffers);
-  f(send);
-  if (drop_input) f(x);
+  int send = alloc("all-to-all send buffer", from, C::CommBuffers);
+  const int recv = alloc(recv_name, to, C::CommBuffers);
+  release(send);
+  if (drop_input) release(x);
   return recv;
 }
 
@@ -57,10 +57,10 @@ int BlockHalves::stage_rope(int& x, K local) {
 int BlockHalves::stage_to_heads(int& x, K local, K head, const char* recv_name, bool packed) {
   if (s_.P == 1) return x;
   if (!(packed && s_.cuda_target)) return all_to_all(x, local, head, recv_name);
-  int send = a("all-to-all send buffer", local, C::CommBuffers);
-  f(x);
-  const int recv = a(recv_name, head, C::CommBuffers);
-  f(send);
+  int send = alloc("all-to-all send buffer", local, C::CommBuffers);
+  release(x);
+  const int recv = alloc(recv_name, head, C::CommBuffers);
+  release(send);
   return recv;
 }
 
@@ -68,24 +68,24 @@ int BlockHalves::stage_to_heads(int& x, K local, K head, const char* recv_name, 
 /// -> o_proj -> residual. Returns h; with grad, fills `sv` with what autograd keeps.
 int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   if (s_.untied) return untied_forward(grad, sv);
-  sv.n1 = a("attention rmsnorm output", K::Hidden, C::AttentionWorkspace);
-  sv.rstd = a("attention rmsnorm 1/rms", K::RowStat, C::AttentionWorkspace);
-  int q = a("q projection", K::QLocal, C::AttentionWorkspace);
-  int k = a("k projection", K::KvLocal, C::AttentionWorkspace);
-  int v = a("v projection", K::KvLocal, C::AttentionWorkspace);
+  sv.n1 = alloc("attention rmsnorm output", K::Hidden, C::AttentionWorkspace);
+  sv.rstd = alloc("attention rmsnorm 1/rms", K::RowStat, C::AttentionWorkspace);
+  int q = alloc("q projection", K::QLocal, C::AttentionWorkspace);
+  int k = alloc("k projection", K::KvLocal, C::AttentionWorkspace);
+  int v = alloc("v projection", K::KvLocal, C::AttentionWorkspace);
   if (!grad) {
-    f(sv.n1);
-    f(sv.rstd);
+    release(sv.n1);
+    release(sv.rstd);
   }
   if (s_.qk_norm) {
-    int qn = a("q head norm", K::QLocal, C::AttentionWorkspace);
-    int kn = a("k head norm", K::KvLocal, C::AttentionWorkspace);
+    int qn = alloc("q head norm", K::QLocal, C::AttentionWorkspace);
+    int kn = alloc("k head norm", K::KvLocal, C::AttentionWorkspace);
     if (grad) {
       sv.q_pre = q;
       sv.k_pre = k;
     } else {
-      f(q);
-      f(k);
+      release(q);
+      release(k);
     }
     q = qn;
     k = kn;
@@ -94,11 +94,11 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   int kr = rope(k, K::KvLocal, C::AttentionWorkspace);
   K kv_local = K::KvLocal;
   if (s_.Hkv < s_.P) {  // replicate KV heads up to the degree before the all-to-all
-    int k_rep = a("K replicated to the Ulysses degree", K::KvLocalRep, C::AttentionWorkspace);
-    f(kr);
+    int k_rep = alloc("K replicated to the Ulysses degree", K::KvLocalRep, C::AttentionWorkspace);
+    release(kr);
     kr = k_rep;
-    int v_rep = a("V replicated to the Ulysses degree", K::KvLocalRep, C::AttentionWorkspace);
-    f(v);
+    int v_rep = alloc("V replicated to the Ulysses degree", K::KvLocalRep, C::AttentionWorkspace);
+    release(v);
     v = v_rep;
     kv_local = K::KvLocalRep;
   }
@@ -116,8 +116,8 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
     oh = std::exchange(sv.kept_out, -1);
     lse = std::exchange(sv.kept_lse, -1);
   } else {
-    oh = a("SDPA output (head layout)", K::QHead, C::AttentionWorkspace);
-    lse = a("SDPA log-sum-exp", K::Lse, C::AttentionWorkspace);
+    oh = alloc("SDPA output (head layout)", K::QHead, C::AttentionWorkspace);
+    lse = alloc("SDPA log-sum-exp", K::Lse, C::AttentionWorkspace);
     cpu_flash_forward_scratch();
   }
   if (grad) {
@@ -127,14 +127,14 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
     sv.o_h = oh;
     sv.lse = lse;
   } else {
-    f(qh);
-    f(kh);
-    f(vh);
+    release(qh);
+    release(kh);
+    release(vh);
     if (keeping) {
       m_.retag(lse, C::SavedActivations, "kept attention log-sum-exp");
       sv.kept_lse = lse;
     } else {
-      f(lse);
+      release(lse);
     }
   }
   // SDPA keeps its output with grad, so the all-to-all back drops it only without grad
@@ -144,30 +144,30 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   const bool cpu_layout_copy = !s_.cuda_target;
   int o = oh;
   if (s_.P > 1) {
-    int src = cpu_layout_copy ? a("SDPA output made contiguous (CPU layout)", K::QHead, C::AttentionWorkspace) : oh;
+    int src = cpu_layout_copy ? alloc("SDPA output made contiguous (CPU layout)", K::QHead, C::AttentionWorkspace) : oh;
     o = all_to_all(src, K::QHead, K::QLocal, "attention output after all-to-all", cpu_layout_copy || (!grad && !keeping));
     if (!grad && !keeping) {
-      if (cpu_layout_copy) f(oh);
+      if (cpu_layout_copy) release(oh);
       oh = -1;  // dropped (without grad nothing keeps the SDPA output)
     }
   } else if (cpu_layout_copy) {
-    o = a("o_proj input (CPU layout copy of the SDPA output)", K::QLocal, C::AttentionWorkspace);
+    o = alloc("o_proj input (CPU layout copy of the SDPA output)", K::QLocal, C::AttentionWorkspace);
   }
   const bool o_is_own = s_.P > 1 || cpu_layout_copy;  // o is not the SDPA output itself
-  int attn = a("o_proj output", K::Hidden, C::AttentionWorkspace);
+  int attn = alloc("o_proj output", K::Hidden, C::AttentionWorkspace);
   if (grad) {
     if (o_is_own) sv.o = o;
   } else {
-    if (o_is_own || !keeping) f(o);  // (o is the kernel's output itself where it is not its own)
+    if (o_is_own || !keeping) release(o);  // (o is the kernel's output itself where it is not its own)
     if (keeping) {  // the kernel's output outlives the block (P > 1: its all-to-all kept it)
       m_.retag(oh, C::SavedActivations, "kept attention output");
       sv.kept_out = oh;
     } else if (o_is_own) {
-      f(oh);  // P = 1 on CPU: the SDPA output besides its copy (P > 1: already dropped)
+      release(oh);  // P = 1 on CPU: the SDPA output besides its copy (P > 1: already dropped)
     }
   }
-  const int h = a("residual h = x + attention", K::Hidden, C::AttentionWorkspace);
-  f(attn);
+  const int h = alloc("residual h = x + attention", K::Hidden, C::AttentionWorkspace);
+  release(attn);
   return h;
 }
 
@@ -175,13 +175,13 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
 /// projections (the normed input is never made: its 1/rms, the output and the per-stage LSE are
 /// what survives). One stage's buffers are walked (every stage is the same size and reuses them).
 int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
-  sv.rstd = a("attention rmsnorm 1/rms", K::RowStat, C::AttentionWorkspace);
+  sv.rstd = alloc("attention rmsnorm 1/rms", K::RowStat, C::AttentionWorkspace);
   if (!s_.cuda_target) {  // the 1/rms pass (ops::rmsnorm_rstd), one row tile: an fp32 copy (below
     // fp32) and its square; on a GPU the norm kernel reads x once and makes no temporary
-    int copy = s_.c < 4 ? a("input norm tile (fp32 copy)", K::InputNormTile32, C::AttentionWorkspace) : -1;
-    int square = a("input norm tile squared (fp32)", K::InputNormTile32, C::AttentionWorkspace);
-    f(copy);
-    f(square);
+    int copy = s_.c < 4 ? alloc("input norm tile (fp32 copy)", K::InputNormTile32, C::AttentionWorkspace) : -1;
+    int square = alloc("input norm tile squared (fp32)", K::InputNormTile32, C::AttentionWorkspace);
+    release(copy);
+    release(square);
   }
   // Kept attention (kept_attention.h): the checkpointed forward keeps the output and the stages'
   // LSEs; the recompute replays them and runs no stage at all.
@@ -190,63 +190,63 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     sv.out = std::exchange(sv.kept_out, -1);
     sv.lse = std::exchange(sv.kept_lse, -1);
   } else {
-    sv.out = a("untied attention output (preallocated)", K::QLocal, C::AttentionWorkspace);
-    sv.lse = a("per-stage log-sum-exp", K::Lse, C::AttentionWorkspace);
+    sv.out = alloc("untied attention output (preallocated)", K::QLocal, C::AttentionWorkspace);
+    sv.lse = alloc("per-stage log-sum-exp", K::Lse, C::AttentionWorkspace);
   }
   if (!replay) {  // one stage: K/V of its GQA group, then Q, attention, output all-to-all
-    int ks = a("stage k projection", K::KvStageLocal, C::AttentionWorkspace);
+    int ks = alloc("stage k projection", K::KvStageLocal, C::AttentionWorkspace);
     ks = stage_rope(ks, K::KvStageLocal);
-    int vs = a("stage v projection", K::KvStageLocal, C::AttentionWorkspace);
+    int vs = alloc("stage v projection", K::KvStageLocal, C::AttentionWorkspace);
     int kh = stage_to_heads(ks, K::KvStageLocal, K::KvStageHead, "stage k (head layout)", /*packed=*/true);
     int vh = stage_to_heads(vs, K::KvStageLocal, K::KvStageHead, "stage v (head layout)", /*packed=*/false);
-    int qs = a("stage q projection", K::QStageLocal, C::AttentionWorkspace);
+    int qs = alloc("stage q projection", K::QStageLocal, C::AttentionWorkspace);
     qs = stage_rope(qs, K::QStageLocal);
     int qh = stage_to_heads(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)", /*packed=*/true);
     int ke = -1, ve = -1;
     repeated_stage_kv(ke, ve);
     int kg = -1, vg = -1;
     gathered_stage_kv(kg, vg);
-    int oh = a("stage attention output", K::QStageHead, C::AttentionWorkspace);
+    int oh = alloc("stage attention output", K::QStageHead, C::AttentionWorkspace);
     cpu_flash_forward_scratch();
-    f(ke);
-    f(ve);
-    f(kg);
-    f(vg);
+    release(ke);
+    release(ve);
+    release(kg);
+    release(vg);
     if (!s_.cuda_target) {  // the CPU kernel's [B, k, S, hd] output made [B, S, k, hd] (CUDA: a view)
-      int copy = a("stage attention output (CPU layout copy)", K::QStageHead, C::AttentionWorkspace);
-      f(oh);
+      int copy = alloc("stage attention output (CPU layout copy)", K::QStageHead, C::AttentionWorkspace);
+      release(oh);
       oh = copy;
     }
-    f(qh);
+    release(qh);
     if (s_.P > 1) {
       int back = all_to_all(oh, K::QStageHead, K::QStageLocal, "stage output after all-to-all");
-      f(back);  // copied into the preallocated output
+      release(back);  // copied into the preallocated output
     } else {
-      f(oh);
+      release(oh);
     }
-    f(kh);
-    f(vh);
+    release(kh);
+    release(vh);
   }
   if (!grad) {
-    f(sv.rstd);
+    release(sv.rstd);
     if (keeping) {
       m_.retag(sv.lse, C::SavedActivations, "kept attention log-sum-exp");
       sv.kept_lse = std::exchange(sv.lse, -1);
     } else {
-      f(sv.lse);
+      release(sv.lse);
     }
   }
-  int attn = a("o_proj output", K::Hidden, C::AttentionWorkspace);
+  int attn = alloc("o_proj output", K::Hidden, C::AttentionWorkspace);
   if (!grad) {
     if (keeping) {
       m_.retag(sv.out, C::SavedActivations, "kept attention output");
       sv.kept_out = std::exchange(sv.out, -1);
     } else {
-      f(sv.out);
+      release(sv.out);
     }
   }
-  const int h = a("residual h = x + attention", K::Hidden, C::AttentionWorkspace);
-  f(attn);
+  const int h = alloc("residual h = x + attention", K::Hidden, C::AttentionWorkspace);
+  release(attn);
   return h;
 }
 
@@ -260,16 +260,16 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
 int BlockHalves::attention_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
   if (s_.untied) {  // the norm's backward ran inside, in place: the accumulator is the input's gradient
     int dxa = untied_backward(dh, sv, grads);
-    f(dxa);  // added into dh: dx
+    release(dxa);  // added into dh: dx
     return dh;
   }
   int dn1 = standard_backward(dh, sv, grads);
   // the norm's backward node: the input's gradient and the weight's
-  int dxa = a("attention rmsnorm input gradient", K::Hidden, C::AttentionWorkspace);
-  grads.norm = a("attention rmsnorm weight gradient", K::AttnNormGrad, C::AttentionWorkspace);
-  f(dn1);
-  f(sv.rstd);
-  f(dxa);  // added into dh: dx
+  int dxa = alloc("attention rmsnorm input gradient", K::Hidden, C::AttentionWorkspace);
+  grads.norm = alloc("attention rmsnorm weight gradient", K::AttnNormGrad, C::AttentionWorkspace);
+  release(dn1);
+  release(sv.rstd);
+  release(dxa);  // added into dh: dx
   return dh;
 }
 
@@ -279,23 +279,23 @@ int BlockHalves::rope_backward(int& dx, K kind, C cat) { return rope(dx, kind, c
 int BlockHalves::standard_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
   (void)dh;
   // o_proj's backward node: its input's gradient and its weight's
-  int d_o = a("d o (o_proj input gradient)", K::QLocal, C::AttentionWorkspace);
-  grads.out = a("o_proj weight gradient", K::AttnOutGrad, C::AttentionWorkspace);
-  f(sv.o);
+  int d_o = alloc("d o (o_proj input gradient)", K::QLocal, C::AttentionWorkspace);
+  grads.out = alloc("o_proj weight gradient", K::AttnOutGrad, C::AttentionWorkspace);
+  release(sv.o);
   int d_oh = d_o;
   if (s_.P > 1) d_oh = all_to_all(d_o, K::QLocal, K::QHead, "d o after all-to-all (head layout)");
   // flash-attention backward: dq, dk, dv and the kernel's own buffers
-  int dq = a("flash backward dq", K::QHead, C::AttentionWorkspace);
-  int dk = a("flash backward dk", K::KvHead, C::AttentionWorkspace);
-  int dv = a("flash backward dv", K::KvHead, C::AttentionWorkspace);
+  int dq = alloc("flash backward dq", K::QHead, C::AttentionWorkspace);
+  int dk = alloc("flash backward dk", K::KvHead, C::AttentionWorkspace);
+  int dv = alloc("flash backward dv", K::KvHead, C::AttentionWorkspace);
   FlashBackwardBuffers kernel = flash_backward_buffers(/*stage=*/false);
   free_flash_buffers(kernel);
-  f(sv.q_h);
-  f(sv.k_h);
-  f(sv.v_h);
-  f(sv.o_h);
-  f(sv.lse);
-  f(d_oh);
+  release(sv.q_h);
+  release(sv.k_h);
+  release(sv.v_h);
+  release(sv.o_h);
+  release(sv.lse);
+  release(d_oh);
   const K kv_local = s_.Hkv < s_.P ? K::KvLocalRep : K::KvLocal;
   if (s_.P > 1) {
     dq = all_to_all(dq, K::QHead, K::QLocal, "dq after all-to-all");
@@ -303,23 +303,23 @@ int BlockHalves::standard_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
     dv = all_to_all(dv, K::KvHead, kv_local, "dv after all-to-all");
   }
   if (s_.Hkv < s_.P) {  // sum the replicas' gradients
-    int dk_sum = a("dk summed over KV replicas", K::KvLocal, C::AttentionWorkspace);
-    f(dk);
+    int dk_sum = alloc("dk summed over KV replicas", K::KvLocal, C::AttentionWorkspace);
+    release(dk);
     dk = dk_sum;
-    int dv_sum = a("dv summed over KV replicas", K::KvLocal, C::AttentionWorkspace);
-    f(dv);
+    int dv_sum = alloc("dv summed over KV replicas", K::KvLocal, C::AttentionWorkspace);
+    release(dv);
     dv = dv_sum;
   }
   dq = rope_backward(dq, K::QLocal, C::AttentionWorkspace);
   dk = rope_backward(dk, K::KvLocal, C::AttentionWorkspace);
   if (s_.qk_norm) {
-    int dq0 = a("q head norm input gradient", K::QLocal, C::AttentionWorkspace);
-    f(dq);
-    f(sv.q_pre);
+    int dq0 = alloc("q head norm input gradient", K::QLocal, C::AttentionWorkspace);
+    release(dq);
+    release(sv.q_pre);
     dq = dq0;
-    int dk0 = a("k head norm input gradient", K::KvLocal, C::AttentionWorkspace);
-    f(dk);
-    f(sv.k_pre);
+    int dk0 = alloc("k head norm input gradient", K::KvLocal, C::AttentionWorkspace);
+    release(dk);
+    release(sv.k_pre);
     dk = dk0;
   }
   return projections_backward(dq, dk, dv, sv, grads);
@@ -328,16 +328,16 @@ int BlockHalves::standard_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
 /// dn1 = dq Wq + dk Wk + dv Wv: one product at a time added into dn1; each projection's node makes
 /// its weight's gradient too (walked together, before the first product).
 int BlockHalves::projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv, AttnGrads& grads) {
-  grads.projections = a("q/k/v weight gradients", K::AttnProjGrads, C::AttentionWorkspace);
-  const int dn1 = a("attention rmsnorm output gradient", K::Hidden, C::AttentionWorkspace);
-  int part = a("projection input gradient (partial)", K::Hidden, C::AttentionWorkspace);
-  f(part);
-  part = a("projection input gradient (partial)", K::Hidden, C::AttentionWorkspace);
-  f(part);
-  f(dq);
-  f(dk);
-  f(dv);
-  f(sv.n1);
+  grads.projections = alloc("q/k/v weight gradients", K::AttnProjGrads, C::AttentionWorkspace);
+  const int dn1 = alloc("attention rmsnorm output gradient", K::Hidden, C::AttentionWorkspace);
+  int part = alloc("projection input gradient (partial)", K::Hidden, C::AttentionWorkspace);
+  release(part);
+  part = alloc("projection input gradient (partial)", K::Hidden, C::AttentionWorkspace);
+  release(part);
+  release(dq);
+  release(dk);
+  release(dv);
+  release(sv.n1);
   return dn1;
 }
 
@@ -353,29 +353,29 @@ int BlockHalves::projections_backward(int& dq, int& dk, int& dv, AttnSaved& sv, 
 /// copy below fp32) lives only after the kernel's buffers are freed, and is not walked.
 int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
   (void)dh;
-  grads.out = a("o_proj weight gradient", K::AttnOutGrad, C::AttentionWorkspace);
-  const int dn1 = a("attention input gradient accumulator", K::Hidden, C::AttentionWorkspace);
+  grads.out = alloc("o_proj weight gradient", K::AttnOutGrad, C::AttentionWorkspace);
+  const int dn1 = alloc("attention input gradient accumulator", K::Hidden, C::AttentionWorkspace);
   const bool sums32 = s_.c != 4;
   int sums = -1;
   if (sums32)
-    sums = a("q/k/v weight gradients summed over the stages (fp32)", K::AttnProjGrads32, C::AttentionWorkspace);
+    sums = alloc("q/k/v weight gradients summed over the stages (fp32)", K::AttnProjGrads32, C::AttentionWorkspace);
   else
-    grads.projections = a("q/k/v weight gradients", K::AttnProjGrads, C::AttentionWorkspace);
+    grads.projections = alloc("q/k/v weight gradients", K::AttnProjGrads, C::AttentionWorkspace);
   {  // one stage (the first of its GQA group: it also recomputes and accumulates K/V)
-    int k_rows = a("stage wk rows (KV range)", K::KvStageRows, C::AttentionWorkspace);
-    int v_rows = a("stage wv rows (KV range)", K::KvStageRows, C::AttentionWorkspace);
-    int ks = a("stage k projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
+    int k_rows = alloc("stage wk rows (KV range)", K::KvStageRows, C::AttentionWorkspace);
+    int v_rows = alloc("stage wv rows (KV range)", K::KvStageRows, C::AttentionWorkspace);
+    int ks = alloc("stage k projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
     ks = stage_rope(ks, K::KvStageLocal);
-    int vs = a("stage v projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
+    int vs = alloc("stage v projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
     int kh = stage_to_heads(ks, K::KvStageLocal, K::KvStageHead, "stage k (head layout)", /*packed=*/true);
     int vh = stage_to_heads(vs, K::KvStageLocal, K::KvStageHead, "stage v (head layout)", /*packed=*/false);
     // fp32 accumulators when some KV range spans stages or is gathered (UntiedStagePlan::
     // any_kv_accumulated); otherwise the kernel's dK/dV are the range's gradients
     const bool accumulated = kind_bytes(K::KvStageAccum32, s_) > 0;
-    int dk_acc = accumulated ? a("stage dk accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
-    int dv_acc = accumulated ? a("stage dv accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
-    int q_rows = a("stage wq rows", K::QStageRows, C::AttentionWorkspace);
-    int qs = a("stage q projection (recomputed)", K::QStageLocal, C::AttentionWorkspace);
+    int dk_acc = accumulated ? alloc("stage dk accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
+    int dv_acc = accumulated ? alloc("stage dv accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
+    int q_rows = alloc("stage wq rows", K::QStageRows, C::AttentionWorkspace);
+    int qs = alloc("stage q projection (recomputed)", K::QStageLocal, C::AttentionWorkspace);
     qs = stage_rope(qs, K::QStageLocal);
     int qh = stage_to_heads(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)", /*packed=*/true);
     // The kernel reads the stage's saved output and its gradient in head layout: at P > 1 the
@@ -384,70 +384,70 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
     // [S, hps, hd] of the 1B's backward attention at 128K, 0.5 GiB)
     int o_slice = -1, oh = -1, doh = -1;
     if (s_.P > 1) {
-      o_slice = a("stage output slice (contiguous)", K::QStageLocal, C::AttentionWorkspace);
+      o_slice = alloc("stage output slice (contiguous)", K::QStageLocal, C::AttentionWorkspace);
       oh = all_to_all(o_slice, K::QStageLocal, K::QStageHead, "stage output (head layout)");
     } else {
-      oh = a("stage output (head-layout copy)", K::QStageHead, C::AttentionWorkspace);
+      oh = alloc("stage output (head-layout copy)", K::QStageHead, C::AttentionWorkspace);
     }
-    int do_slice = a("stage d o = dh x wo columns", K::QStageLocal, C::AttentionWorkspace);
+    int do_slice = alloc("stage d o = dh x wo columns", K::QStageLocal, C::AttentionWorkspace);
     if (s_.P > 1) {
       doh = all_to_all(do_slice, K::QStageLocal, K::QStageHead, "stage d o (head layout)");
     } else {
-      doh = a("stage d o (head-layout copy)", K::QStageHead, C::AttentionWorkspace);
-      f(do_slice);
+      doh = alloc("stage d o (head-layout copy)", K::QStageHead, C::AttentionWorkspace);
+      release(do_slice);
     }
     int ke = -1, ve = -1;  // as in forward
     repeated_stage_kv(ke, ve);
     int kg = -1, vg = -1;
     gathered_stage_kv(kg, vg);
-    int dq = a("stage flash backward dq", K::QStageHead, C::AttentionWorkspace);
-    int dk = a("stage flash backward dk", K::KvStageHead, C::AttentionWorkspace);
-    int dv = a("stage flash backward dv", K::KvStageHead, C::AttentionWorkspace);
+    int dq = alloc("stage flash backward dq", K::QStageHead, C::AttentionWorkspace);
+    int dk = alloc("stage flash backward dk", K::KvStageHead, C::AttentionWorkspace);
+    int dv = alloc("stage flash backward dv", K::KvStageHead, C::AttentionWorkspace);
     FlashBackwardBuffers kernel = flash_backward_buffers(/*stage=*/true);
     free_flash_buffers(kernel);
-    f(ke);
-    f(ve);
-    f(kg);
-    f(vg);
-    f(qh);
-    f(oh);
-    f(doh);
+    release(ke);
+    release(ve);
+    release(kg);
+    release(vg);
+    release(qh);
+    release(oh);
+    release(doh);
     if (accumulated) {
-      f(dk);  // added into the range's accumulators
-      f(dv);
+      release(dk);  // added into the range's accumulators
+      release(dv);
     } else {
       dk_acc = dk;  // the kernel's gradients are the range's
       dv_acc = dv;
     }
     int dq_local = s_.P > 1 ? all_to_all(dq, K::QStageHead, K::QStageLocal, "stage dq after all-to-all") : dq;
     dq_local = rope_backward(dq_local, K::QStageLocal, C::AttentionWorkspace);
-    f(dq_local);  // dn1 += dq Wq_rows; dWq rows = (dq * rstd)^T x * w (the norm folded)
+    release(dq_local);  // dn1 += dq Wq_rows; dWq rows = (dq * rstd)^T x * w (the norm folded)
     // end of the GQA group: K/V gradients back to the sequence layout
     int dk_local = s_.P > 1 ? all_to_all(dk_acc, K::KvStageHead, K::KvStageLocal, "stage dk after all-to-all")
                             : dk_acc;
     dk_local = rope_backward(dk_local, K::KvStageLocal, C::AttentionWorkspace);
-    f(dk_local);
+    release(dk_local);
     int dv_local = s_.P > 1 ? all_to_all(dv_acc, K::KvStageHead, K::KvStageLocal, "stage dv after all-to-all")
                             : dv_acc;
-    f(dv_local);
-    f(kh);
-    f(vh);
-    f(q_rows);  // the stage's, at the end of its loop iteration
-    f(k_rows);  // the range's, replaced by the next range's
-    f(v_rows);
+    release(dv_local);
+    release(kh);
+    release(vh);
+    release(q_rows);  // the stage's, at the end of its loop iteration
+    release(k_rows);  // the range's, replaced by the next range's
+    release(v_rows);
   }
   // the input norm's backward over the accumulator, in place, a row tile at a time; its weight's
   // gradient (summed in fp32 over the tiles, [d]) cast to the weight's dtype
-  int tile = a("input norm backward tile", K::InputNormTile, C::AttentionWorkspace);
-  f(tile);
-  grads.norm = a("attention rmsnorm weight gradient", K::AttnNormGrad, C::AttentionWorkspace);
+  int tile = alloc("input norm backward tile", K::InputNormTile, C::AttentionWorkspace);
+  release(tile);
+  grads.norm = alloc("attention rmsnorm weight gradient", K::AttnNormGrad, C::AttentionWorkspace);
   if (sums32) {  // the sums cast to the weights' dtype; the sums die with the Function's backward
-    grads.projections = a("q/k/v weight gradients", K::AttnProjGrads, C::AttentionWorkspace);
-    f(sums);
+    grads.projections = alloc("q/k/v weight gradients", K::AttnProjGrads, C::AttentionWorkspace);
+    release(sums);
   }
-  f(sv.rstd);
-  f(sv.out);
-  f(sv.lse);
+  release(sv.rstd);
+  release(sv.out);
+  release(sv.lse);
   return dn1;  // now the block input's gradient through the attention
 }
 
@@ -455,8 +455,8 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
 /// output and log-sum-exp (the measurement runs one intra-op thread). CUDA: none beyond those.
 void BlockHalves::cpu_flash_forward_scratch() {
   if (s_.cuda_target) return;
-  int scratch = a("CPU flash forward scratch", K::CpuFlashForwardScratch, C::AttentionWorkspace);
-  f(scratch);
+  int scratch = alloc("CPU flash forward scratch", K::CpuFlashForwardScratch, C::AttentionWorkspace);
+  release(scratch);
 }
 
 /// On CUDA, FlashAttention-2's mha_bwd allocates softmax_d (rowsum(dO * O), [B, heads, S] fp32),
@@ -467,43 +467,43 @@ void BlockHalves::cpu_flash_forward_scratch() {
 FlashBackwardBuffers BlockHalves::flash_backward_buffers(bool stage) {
   FlashBackwardBuffers b;
   if (!s_.cuda_target) {
-    b.accumulator = a("CPU flash backward scratch", K::CpuFlashScratch, C::AttentionWorkspace);
+    b.accumulator = alloc("CPU flash backward scratch", K::CpuFlashScratch, C::AttentionWorkspace);
     return b;
   }
-  b.softmax_d = stage ? a("stage flash backward softmax_d (fp32)", K::SoftmaxDStage, C::AttentionWorkspace)
-                      : a("flash backward softmax_d (fp32)", K::SoftmaxD, C::AttentionWorkspace);
-  b.accumulator = stage ? a("stage dq accumulator (fp32)", K::DqAccumStage, C::AttentionWorkspace)
-                        : a("flash backward dq accumulator (fp32)", K::DqAccum, C::AttentionWorkspace);
+  b.softmax_d = stage ? alloc("stage flash backward softmax_d (fp32)", K::SoftmaxDStage, C::AttentionWorkspace)
+                      : alloc("flash backward softmax_d (fp32)", K::SoftmaxD, C::AttentionWorkspace);
+  b.accumulator = stage ? alloc("stage dq accumulator (fp32)", K::DqAccumStage, C::AttentionWorkspace)
+                        : alloc("flash backward dq accumulator (fp32)", K::DqAccum, C::AttentionWorkspace);
   if (stage ? s_.k > s_.max_kv_count : s_.hq > s_.hkv) {
-    b.dk_wide = stage ? a("stage dk at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace)
-                      : a("flash backward dk at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
-    b.dv_wide = stage ? a("stage dv at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace)
-                      : a("flash backward dv at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
+    b.dk_wide = stage ? alloc("stage dk at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace)
+                      : alloc("flash backward dk at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
+    b.dv_wide = stage ? alloc("stage dv at query-head count (GQA)", K::GqaExpandedStage, C::AttentionWorkspace)
+                      : alloc("flash backward dv at query-head count (GQA)", K::GqaExpanded, C::AttentionWorkspace);
   }
   return b;
 }
 
 void BlockHalves::free_flash_buffers(FlashBackwardBuffers& b) {
-  f(b.dk_wide);
-  f(b.dv_wide);
-  f(b.accumulator);
-  f(b.softmax_d);
+  release(b.dk_wide);
+  release(b.dv_wide);
+  release(b.accumulator);
+  release(b.softmax_d);
 }
 
 /// The memory-efficient CUDA kernel (fp32) takes equal head counts: a stage with more query than
 /// KV heads repeats K/V to its query heads for it (flash_attention.cpp's expand_kv).
 void BlockHalves::repeated_stage_kv(int& k, int& v) {
   if (!(s_.cuda_target && s_.c == 4 && s_.k > s_.max_kv_count)) return;
-  k = a("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
-  v = a("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+  k = alloc("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+  v = alloc("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
 }
 
 /// A stage whose query heads do not map uniformly onto its KV range (k and g not dividing each
 /// other) reads K/V gathered per query head (untied_attention.cpp's index_select by KV slot).
 void BlockHalves::gathered_stage_kv(int& k, int& v) {
   if (kind_bytes(K::KvStageGathered, s_) == 0) return;
-  k = a("stage k gathered to its query heads' KV slots", K::KvStageGathered, C::AttentionWorkspace);
-  v = a("stage v gathered to its query heads' KV slots", K::KvStageGathered, C::AttentionWorkspace);
+  k = alloc("stage k gathered to its query heads' KV slots", K::KvStageGathered, C::AttentionWorkspace);
+  v = alloc("stage v gathered to its query heads' KV slots", K::KvStageGathered, C::AttentionWorkspace);
 }
 
 // --- MLP half ------------------------------------------------------------------------------------
@@ -511,40 +511,40 @@ void BlockHalves::gathered_stage_kv(int& k, int& v) {
 /// need_output: the block output h + MLP is made (forward); the recompute keeps only the MLP
 /// branch's gradient edge and makes no output (and a tiled MLP runs no tile: tiled_mlp.h).
 int BlockHalves::mlp_forward(bool grad, MlpSaved& sv, bool need_output) {
-  sv.n2 = a("MLP rmsnorm output", K::Hidden, C::MlpWorkspace);
-  sv.rstd = a("MLP rmsnorm 1/rms", K::RowStat, C::MlpWorkspace);
+  sv.n2 = alloc("MLP rmsnorm output", K::Hidden, C::MlpWorkspace);
+  sv.rstd = alloc("MLP rmsnorm 1/rms", K::RowStat, C::MlpWorkspace);
   int y;
   if (!s_.tiled_mlp && grad) {  // autograd keeps gate, up, silu(gate) and the product
-    sv.gate = a("gate projection", K::Ffn, C::MlpWorkspace);
-    sv.up = a("up projection", K::Ffn, C::MlpWorkspace);
-    sv.act = a("silu(gate)", K::Ffn, C::MlpWorkspace);
-    sv.prod = a("silu(gate) * up", K::Ffn, C::MlpWorkspace);
-    y = a("down projection output", K::Hidden, C::MlpWorkspace);
+    sv.gate = alloc("gate projection", K::Ffn, C::MlpWorkspace);
+    sv.up = alloc("up projection", K::Ffn, C::MlpWorkspace);
+    sv.act = alloc("silu(gate)", K::Ffn, C::MlpWorkspace);
+    sv.prod = alloc("silu(gate) * up", K::Ffn, C::MlpWorkspace);
+    y = alloc("down projection output", K::Hidden, C::MlpWorkspace);
   } else if (!s_.tiled_mlp) {  // without a graph: the input moved in, silu and the product in place
-    int gate = a("gate projection", K::Ffn, C::MlpWorkspace);
-    int up = a("up projection", K::Ffn, C::MlpWorkspace);
-    f(sv.n2);
-    f(sv.rstd);
-    f(up);  // silu(gate) * up written into gate
-    y = a("down projection output", K::Hidden, C::MlpWorkspace);
-    f(gate);
+    int gate = alloc("gate projection", K::Ffn, C::MlpWorkspace);
+    int up = alloc("up projection", K::Ffn, C::MlpWorkspace);
+    release(sv.n2);
+    release(sv.rstd);
+    release(up);  // silu(gate) * up written into gate
+    y = alloc("down projection output", K::Hidden, C::MlpWorkspace);
+    release(gate);
   } else if (!need_output) {  // the recompute: the tiled Function saves its input, runs no tile
-    y = a("tiled MLP output (not computed: the backward recomputes each tile)", K::Hidden, C::MlpWorkspace);
+    y = alloc("tiled MLP output (not computed: the backward recomputes each tile)", K::Hidden, C::MlpWorkspace);
   } else {  // the tiled forward runs without a graph: each tile as the untiled one above
-    y = a("tiled MLP output", K::Hidden, C::MlpWorkspace);
-    int g = a("tile gate", K::FfnTile, C::MlpWorkspace);
-    int u = a("tile up", K::FfnTile, C::MlpWorkspace);
-    f(u);
-    int yt = a("tile down projection", K::HiddenTile, C::MlpWorkspace);
-    f(g);
-    f(yt);
+    y = alloc("tiled MLP output", K::Hidden, C::MlpWorkspace);
+    int g = alloc("tile gate", K::FfnTile, C::MlpWorkspace);
+    int u = alloc("tile up", K::FfnTile, C::MlpWorkspace);
+    release(u);
+    int yt = alloc("tile down projection", K::HiddenTile, C::MlpWorkspace);
+    release(g);
+    release(yt);
   }
   if (!grad) {
-    f(sv.n2);
-    f(sv.rstd);
+    release(sv.n2);
+    release(sv.rstd);
   }
-  const int out = need_output ? a("block output = h + MLP", K::Hidden, C::MlpWorkspace) : -1;
-  f(y);
+  const int out = need_output ? alloc("block output = h + MLP", K::Hidden, C::MlpWorkspace) : -1;
+  release(y);
   return out;
 }
 
@@ -555,9 +555,9 @@ int BlockHalves::mlp_forward(bool grad, MlpSaved& sv, bool need_output) {
 /// MLP's workspace to the byte, engine_tests "measurement: tiled MLP*"); the tiled Function makes
 /// its three at the start (or, summing in fp32, casts them at the end).
 int BlockHalves::mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy) {
-  auto gate_grad = [&] { grads.gate = a("gate-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace); };
-  auto up_grad = [&] { grads.up = a("up-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace); };
-  auto down_grad = [&] { grads.down = a("down-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace); };
+  auto gate_grad = [&] { grads.gate = alloc("gate-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace); };
+  auto up_grad = [&] { grads.up = alloc("up-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace); };
+  auto down_grad = [&] { grads.down = alloc("down-projection weight gradient", K::MlpWeightGrad, C::MlpWorkspace); };
   auto projection_grads = [&] {
     gate_grad();
     up_grad();
@@ -565,70 +565,70 @@ int BlockHalves::mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy) {
   };
   int dn2;
   if (!s_.tiled_mlp) {
-    int dp = a("d(silu(gate) * up)", K::Ffn, C::MlpWorkspace);
+    int dp = alloc("d(silu(gate) * up)", K::Ffn, C::MlpWorkspace);
     down_grad();
-    f(sv.prod);
-    int da = a("d silu(gate)", K::Ffn, C::MlpWorkspace);
-    int dup = a("d up", K::Ffn, C::MlpWorkspace);
-    f(dp);
-    f(sv.act);
-    f(sv.up);
-    int dg = a("d gate", K::Ffn, C::MlpWorkspace);
-    f(da);
-    f(sv.gate);
-    dn2 = a("MLP rmsnorm output gradient", K::Hidden, C::MlpWorkspace);
+    release(sv.prod);
+    int da = alloc("d silu(gate)", K::Ffn, C::MlpWorkspace);
+    int dup = alloc("d up", K::Ffn, C::MlpWorkspace);
+    release(dp);
+    release(sv.act);
+    release(sv.up);
+    int dg = alloc("d gate", K::Ffn, C::MlpWorkspace);
+    release(da);
+    release(sv.gate);
+    dn2 = alloc("MLP rmsnorm output gradient", K::Hidden, C::MlpWorkspace);
     gate_grad();
-    int part = a("up-projection input gradient (partial)", K::Hidden, C::MlpWorkspace);
+    int part = alloc("up-projection input gradient (partial)", K::Hidden, C::MlpWorkspace);
     up_grad();
-    f(part);
-    f(dg);
-    f(dup);
+    release(part);
+    release(dg);
+    release(dup);
   } else {
-    dn2 = a("tiled MLP input gradient", K::Hidden, C::MlpWorkspace);
+    dn2 = alloc("tiled MLP input gradient", K::Hidden, C::MlpWorkspace);
     // the fp32 sums beside the compute-dtype gradients (none with fp32 weights: the sums are they)
     const bool sums32 = mlp_tile_grads_need_accumulators(s_.c == 4);
     int sums = -1;
     if (sums32)
-      sums = a("MLP weight gradients summed over the tiles", K::MlpGradAccum, C::MlpWorkspace);
+      sums = alloc("MLP weight gradients summed over the tiles", K::MlpGradAccum, C::MlpWorkspace);
     else
       projection_grads();
     // one tile, differentiated by hand (tiled_mlp.cpp); each weight-gradient product is added in
     // place, through a temporary only where the rule says so (tile_grad_rules.h: MlpWeightTile 0)
     auto add_product = [&](const char* what) {
-      int product = a(what, K::MlpWeightTile, C::MlpWorkspace);
-      f(product);
+      int product = alloc(what, K::MlpWeightTile, C::MlpWorkspace);
+      release(product);
     };
-    int g = a("tile gate", K::FfnTile, C::MlpWorkspace);
-    int u = a("tile up", K::FfnTile, C::MlpWorkspace);
-    int act = a("tile silu(gate)", K::FfnTile, C::MlpWorkspace);
-    int p = a("tile silu(gate) * up", K::FfnTile, C::MlpWorkspace);
+    int g = alloc("tile gate", K::FfnTile, C::MlpWorkspace);
+    int u = alloc("tile up", K::FfnTile, C::MlpWorkspace);
+    int act = alloc("tile silu(gate)", K::FfnTile, C::MlpWorkspace);
+    int p = alloc("tile silu(gate) * up", K::FfnTile, C::MlpWorkspace);
     add_product("tile down-projection weight gradient");
-    f(p);
-    int dp = a("tile d(silu(gate) * up), then d silu(gate) in place", K::FfnTile, C::MlpWorkspace);
-    int dup = a("tile d up", K::FfnTile, C::MlpWorkspace);
-    f(act);
-    f(u);
-    int dg = a("tile d gate", K::FfnTile, C::MlpWorkspace);
-    f(dp);
-    f(g);
+    release(p);
+    int dp = alloc("tile d(silu(gate) * up), then d silu(gate) in place", K::FfnTile, C::MlpWorkspace);
+    int dup = alloc("tile d up", K::FfnTile, C::MlpWorkspace);
+    release(act);
+    release(u);
+    int dg = alloc("tile d gate", K::FfnTile, C::MlpWorkspace);
+    release(dp);
+    release(g);
     add_product("tile up weight gradient");
     add_product("tile gate weight gradient");
-    int dxt = a("tile input gradient", K::HiddenTile, C::MlpWorkspace);
-    f(dup);
-    f(dg);
-    f(dxt);  // copied into the input gradient
+    int dxt = alloc("tile input gradient", K::HiddenTile, C::MlpWorkspace);
+    release(dup);
+    release(dg);
+    release(dxt);  // copied into the input gradient
     if (sums32) {  // the sums cast to the compute dtype, then freed
       projection_grads();
-      f(sums);
+      release(sums);
     }
   }
-  f(sv.n2);
+  release(sv.n2);
   // the norm's backward node: the input's gradient and the weight's
-  int dhn = a("MLP rmsnorm input gradient", K::Hidden, C::MlpWorkspace);
-  grads.norm = a("MLP rmsnorm weight gradient", K::MlpNormGrad, C::MlpWorkspace);
-  f(dn2);
-  f(sv.rstd);
-  f(dhn);  // added into dy: dh
+  int dhn = alloc("MLP rmsnorm input gradient", K::Hidden, C::MlpWorkspace);
+  grads.norm = alloc("MLP rmsnorm weight gradient", K::MlpNormGrad, C::MlpWorkspace);
+  release(dn2);
+  release(sv.rstd);
+  release(dhn);  // added into dy: dh
   return dy;
 }
 

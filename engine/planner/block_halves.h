@@ -68,8 +68,10 @@ class BlockHalves {
   int mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy);
 
  private:
-  int a(const char* name, TensorKind kind, PlanCategory cat, int32_t count = 1);
-  void f(int& h);
+  /// The walk's two verbs: alloc a live tensor of `kind` (`count` of them; bytes from kind_bytes,
+  /// the one table) and return its handle; release a handle (nothing for -1) and set it to -1.
+  int alloc(const char* name, TensorKind kind, PlanCategory cat, int32_t count = 1);
+  void release(int& h);
   int rope(int& x, TensorKind kind, PlanCategory cat);
   int rope_backward(int& dx, TensorKind kind, PlanCategory cat);
   int all_to_all(int& x, TensorKind from, TensorKind to, const char* recv_name, bool drop_input = true);

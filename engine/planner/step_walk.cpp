@@ -40,10 +40,10 @@ class Walker {
   }
 
  private:
-  int a(const char* name, K kind, C cat, int32_t count = 1) {
+  int alloc(const char* name, K kind, C cat, int32_t count = 1) {
     return m_.alloc(name, kind, cat, kind_bytes(kind, s_), count);
   }
-  void f(int& h) {
+  void release(int& h) {
     if (h >= 0) m_.free(h);
     h = -1;
   }
@@ -61,16 +61,16 @@ class Walker {
     if (!grouped()) return -1;
     int cast = -1;
     if (full_kind == K::BlockFull && kind_bytes(K::BlockShardCast, s_) > 0)
-      cast = a("all-gather input (shard in compute dtype)", K::BlockShardCast, C::CommBuffers);
-    const int full = a(name, full_kind, C::GatheredParams);
+      cast = alloc("all-gather input (shard in compute dtype)", K::BlockShardCast, C::CommBuffers);
+    const int full = alloc(name, full_kind, C::GatheredParams);
     if (in_flight != nullptr)
       *in_flight = cast;
     else
-      f(cast);
+      release(cast);
     return full;
   }
   /// unshard() of a prefetched block: the gather finishes and its input shard is freed.
-  void finish_prefetch() { f(gather_in_flight_); }
+  void finish_prefetch() { release(gather_in_flight_); }
 
   /// Pack the group's gradients into fp32 and reduce-scatter (or all-reduce / add) into its shard.
   /// Deferred (FSDP on a CUDA target, StepRuntime::defer_reduce_scatter): the pack and the output
@@ -87,21 +87,21 @@ class Walker {
     const char* pack_name = pack_kind == K::HeadPack    ? "LM-head gradient pack for reduce-scatter (fp32)"
                             : pack_kind == K::EmbedPack ? "embedding gradient pack for reduce-scatter (fp32)"
                                                         : "gradient pack for reduce-scatter (fp32)";
-    int pack = a(pack_name, pack_kind, C::CommBuffers);
+    int pack = alloc(pack_name, pack_kind, C::CommBuffers);
     int shard_out = -1;
-    if (sharded_block) shard_out = a("reduce-scatter output shard (fp32)", K::BlockShardOut, C::CommBuffers);
+    if (sharded_block) shard_out = alloc("reduce-scatter output shard (fp32)", K::BlockShardOut, C::CommBuffers);
     if (deferred) {
       pending_pack_ = pack;
       pending_shard_ = shard_out;
     } else {
-      f(pack);
-      f(shard_out);
+      release(pack);
+      release(shard_out);
     }
   }
   /// The deferred reduction finishes: its shard is added into the gradient shards.
   void finish_pending_reduction() {
-    f(pending_pack_);
-    f(pending_shard_);
+    release(pending_pack_);
+    release(pending_shard_);
   }
 
   void setup() {
@@ -110,14 +110,14 @@ class Walker {
     m_.alloc("fp32 master shards", K::MasterShards, C::Params, kind_bytes(K::MasterShards, s_), 1, host);
     m_.alloc("fp32 gradient shards", K::GradShards, C::Grads, kind_bytes(K::GradShards, s_), 1, host);
     m_.alloc("AdamW moments (exp_avg, exp_avg_sq)", K::AdamMoments, C::Optimizer, kind_bytes(K::AdamMoments, s_), 1, host);
-    if (host) a("compute-dtype parameter shards (device)", K::DeviceParamShards, C::Params);
-    if (s_.runtime_overhead > 0) a("runtime overhead (CUDA context, NCCL, fragmentation)", K::RuntimeOverhead, C::Other);
+    if (host) alloc("compute-dtype parameter shards (device)", K::DeviceParamShards, C::Params);
+    if (s_.runtime_overhead > 0) alloc("runtime overhead (CUDA context, NCCL, fragmentation)", K::RuntimeOverhead, C::Other);
     // GPU: the rank's thread's and autograd's device thread's, made before the first step
     // (engine/layout/planned_buffers.h)
     if (kind_bytes(K::BlasWorkspaces, s_) > 0)
-      a("cuBLAS workspaces", K::BlasWorkspaces, C::Other, static_cast<int32_t>(BlasWorkspaces::kThreads));
-    batch_ = a("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
-    rope_ = a("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
+      alloc("cuBLAS workspaces", K::BlasWorkspaces, C::Other, static_cast<int32_t>(BlasWorkspaces::kThreads));
+    batch_ = alloc("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
+    rope_ = alloc("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
     // GPU: one pinned slab of the offloaded blocks' inputs (1..L-2, offloaded_blocks), allocated at
     // the first step and kept (engine/memory/offload_cuda.cpp); the copies go straight into it, no
     // staging. CPU: one clone per block.
@@ -134,12 +134,12 @@ class Walker {
       // The last step's host AdamW was pipelined: the embedding's update goes up at its first use
       // here, through the upload's device staging (FlatParamGroup::await_update), before its
       // gather. Each block's goes up at its own, smaller than the embedding's, as this does.
-      int staging = a("the last step's update going up (staging, pipelined host AdamW)", K::OptimizerTemp, C::Other);
-      f(staging);
+      int staging = alloc("the last step's update going up (staging, pipelined host AdamW)", K::OptimizerTemp, C::Other);
+      release(staging);
     }
     int embed = gather(K::EmbedFull, "embedding (unsharded)");
-    x_ = a("embedding output", K::Hidden, C::Other);
-    f(embed);
+    x_ = alloc("embedding output", K::Hidden, C::Other);
+    release(embed);
     std::vector<LiveEntry> before;
     for (int32_t i = 0; i < s_.L; ++i) {
       if (collapse_ && i == 2 && ghost_forward(before)) i = s_.L - 2;  // blocks 2..L-3 collapsed
@@ -200,9 +200,9 @@ class Walker {
   /// Backward of the collapsed blocks L-3..2: each frees its own residue, and block 2's
   /// prefetch frees block 1's offloaded input.
   void ghost_backward() {
-    for (int& h : ghost_device_) f(h);
-    f(ghost_host_);
-    f(blocks_[1].host);
+    for (int& h : ghost_device_) release(h);
+    release(ghost_host_);
+    release(blocks_[1].host);
   }
 
   /// Frees block j's offloaded input (its prefetch moved it back to the device).
@@ -212,7 +212,7 @@ class Walker {
       if (m_.shrink(ghost_host_, ghost_host_unit_)) ghost_host_ = -1;
       return;
     }
-    f(blocks_[j].host);
+    release(blocks_[j].host);
   }
 
   void block_forward(int32_t i) {
@@ -234,19 +234,19 @@ class Walker {
     int h = halves_.attention_forward(grad, b.attn);
     // the block input offloaded last (the previous block's) is freed once this attention is
     // queued: its copy to the host overlapped it (OffloadStore::put)
-    f(copying_input_);
+    release(copying_input_);
     copying_input_ = -1;
     m_.begin_phase(PhaseKind::FwdMlp, i);
     int out = halves_.mlp_forward(grad, b.mlp);
     if (s_.ckpt) {
-      f(h);
+      release(h);
       if (s_.offload && offloaded_.holds(i)) {
         if (!slab())
           b.host = m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded,
                             kind_bytes(K::OffloadedInput, s_), 1, /*host=*/true);
         copying_input_ = b.input;  // on the device until the next block's attention is queued
       } else if (s_.offload && offloaded_.embeds(i)) {
-        f(b.input);  // block 0: looked up again from the token ids in backward
+        release(b.input);  // block 0: looked up again from the token ids in backward
       } else {
         m_.retag(b.input, C::SavedActivations,
                  s_.offload ? "last block input (kept on the device)" : "checkpointed block inputs");
@@ -260,7 +260,7 @@ class Walker {
                          b.mlp.gate, b.mlp.up, b.mlp.act, b.mlp.prod, out})
         m_.retag(handle, C::SavedActivations);
     }
-    f(current);  // reshard
+    release(current);  // reshard
     x_ = out;
   }
 
@@ -269,55 +269,55 @@ class Walker {
     head_gathered_ = gather(K::HeadFull, "head parameters (unsharded)");
     if (s_.tied) tied_embed_ = gather(K::EmbedFull, "embedding (unsharded, tied LM head)");
     loss_input_ = x_;
-    final_norm_ = a("final rmsnorm output", K::Hidden, C::LossWorkspace);
-    final_rstd_ = a("final rmsnorm 1/rms", K::RowStat, C::LossWorkspace);
+    final_norm_ = alloc("final rmsnorm output", K::Hidden, C::LossWorkspace);
+    final_rstd_ = alloc("final rmsnorm 1/rms", K::RowStat, C::LossWorkspace);
     if (!s_.tiled_loss) {
-      int logits = a("logits", K::Logits, C::LossWorkspace);
-      int l32 = s_.c != 4 ? a("logits in fp32", K::Logits32, C::LossWorkspace) : -1;
-      log_probs_ = a("log-softmax (fp32)", K::Logits32, C::LossWorkspace);
-      f(l32);
-      f(logits);
+      int logits = alloc("logits", K::Logits, C::LossWorkspace);
+      int l32 = s_.c != 4 ? alloc("logits in fp32", K::Logits32, C::LossWorkspace) : -1;
+      log_probs_ = alloc("log-softmax (fp32)", K::Logits32, C::LossWorkspace);
+      release(l32);
+      release(logits);
     } else if (s_.cuda_target) {
       // engine/memory/tiled_loss.cpp on CUDA: the fused kernel, whose workspace is its own plan
       // (kernels/linear_cross_entropy_plan.h); no [tile, V] logits outside it, no fp32 copies
-      head_grad_ = a("tiled loss: LM-head gradient accumulator (fp32)", K::HeadGradAccum, C::LossWorkspace);
-      int workspace = a("fused loss kernel workspace", K::FusedLossWorkspace, C::LossWorkspace);
-      int per_token = a("fused loss per-token loss (fp32)", K::RowStat, C::LossWorkspace);
-      saved_dx_ = a("tiled loss: saved hidden-state gradient", K::Hidden, C::LossWorkspace);
-      f(workspace);
-      f(per_token);
-      f(final_norm_);  // the tiled loss does not keep its input
-      f(head_gathered_);
-      f(tied_embed_);
+      head_grad_ = alloc("tiled loss: LM-head gradient accumulator (fp32)", K::HeadGradAccum, C::LossWorkspace);
+      int workspace = alloc("fused loss kernel workspace", K::FusedLossWorkspace, C::LossWorkspace);
+      int per_token = alloc("fused loss per-token loss (fp32)", K::RowStat, C::LossWorkspace);
+      saved_dx_ = alloc("tiled loss: saved hidden-state gradient", K::Hidden, C::LossWorkspace);
+      release(workspace);
+      release(per_token);
+      release(final_norm_);  // the tiled loss does not keep its input
+      release(head_gathered_);
+      release(tied_embed_);
     } else {
-      saved_dx_ = a("tiled loss: saved hidden-state gradient", K::Hidden, C::LossWorkspace);
-      head_grad_ = a("tiled loss: LM-head gradient accumulator (fp32)", K::HeadGradAccum, C::LossWorkspace);
+      saved_dx_ = alloc("tiled loss: saved hidden-state gradient", K::Hidden, C::LossWorkspace);
+      head_grad_ = alloc("tiled loss: LM-head gradient accumulator (fp32)", K::HeadGradAccum, C::LossWorkspace);
       // one tile (engine/memory/tiled_loss.cpp), differentiated by hand: the head matmul's output
       // and its fp32 copy (the compute-dtype output dies at once), log-softmax, the logits dropped,
       // d logits written over the log-probabilities: two fp32 tiles meet at its peak
-      int logits = a("tile logits", K::LogitsTile, C::LossWorkspace);
+      int logits = alloc("tile logits", K::LogitsTile, C::LossWorkspace);
       int l32 = logits;
       if (s_.c != 4) {
-        l32 = a("tile logits in fp32", K::LogitsTile32, C::LossWorkspace);
-        f(logits);
+        l32 = alloc("tile logits in fp32", K::LogitsTile32, C::LossWorkspace);
+        release(logits);
       }
-      int lp = a("tile log-softmax (fp32), then its d logits in place", K::LogitsTile32, C::LossWorkspace);
-      f(l32);
+      int lp = alloc("tile log-softmax (fp32), then its d logits in place", K::LogitsTile32, C::LossWorkspace);
+      release(l32);
       int dl = lp;
       if (s_.c != 4) {
-        dl = a("tile d logits", K::LogitsTile, C::LossWorkspace);
-        f(lp);
+        dl = alloc("tile d logits", K::LogitsTile, C::LossWorkspace);
+        release(lp);
       }
-      int dxt = a("tile hidden-state gradient", K::HiddenLossTile, C::LossWorkspace);
-      f(dxt);  // copied into the saved gradient
+      int dxt = alloc("tile hidden-state gradient", K::HiddenLossTile, C::LossWorkspace);
+      release(dxt);  // copied into the saved gradient
       if (tile_weight_grad_needs_temporary(s_.c == 4, /*cuda=*/false)) {  // else added in place
-        int dwt = a("tile LM-head weight gradient (before it is added)", K::HeadWeightGrad, C::LossWorkspace);
-        f(dwt);
+        int dwt = alloc("tile LM-head weight gradient (before it is added)", K::HeadWeightGrad, C::LossWorkspace);
+        release(dwt);
       }
-      f(dl);
-      f(final_norm_);  // the tiled loss does not keep its input
-      f(head_gathered_);
-      f(tied_embed_);
+      release(dl);
+      release(final_norm_);  // the tiled loss does not keep its input
+      release(head_gathered_);
+      release(tied_embed_);
     }
   }
 
@@ -327,31 +327,31 @@ class Walker {
     int head_grads = -1;
     if (!s_.tiled_loss) {
       m_.begin_phase(PhaseKind::BwdLoss);
-      int dlp = a("d log-softmax (fp32)", K::Logits32, C::LossWorkspace);
-      int dl = a("d logits (fp32)", K::Logits32, C::LossWorkspace);
-      f(dlp);
-      f(log_probs_);
+      int dlp = alloc("d log-softmax (fp32)", K::Logits32, C::LossWorkspace);
+      int dl = alloc("d logits (fp32)", K::Logits32, C::LossWorkspace);
+      release(dlp);
+      release(log_probs_);
       if (s_.c != 4) {
-        int dlc = a("d logits", K::Logits, C::LossWorkspace);
-        f(dl);
+        int dlc = alloc("d logits", K::Logits, C::LossWorkspace);
+        release(dl);
         dl = dlc;
       }
-      int dnf = a("final rmsnorm output gradient", K::Hidden, C::LossWorkspace);
-      head_grads = a("LM-head weight gradient", K::HeadWeightGrad, C::LossWorkspace);
-      f(dl);
-      f(final_norm_);
-      dy_ = a("gradient between blocks (dy; dh, dx in place)", K::Hidden, C::LossWorkspace);
-      f(dnf);
+      int dnf = alloc("final rmsnorm output gradient", K::Hidden, C::LossWorkspace);
+      head_grads = alloc("LM-head weight gradient", K::HeadWeightGrad, C::LossWorkspace);
+      release(dl);
+      release(final_norm_);
+      dy_ = alloc("gradient between blocks (dy; dh, dx in place)", K::Hidden, C::LossWorkspace);
+      release(dnf);
     } else {
-      int scaled = a("tiled loss: gradient x grad_output", K::Hidden, C::LossWorkspace);
-      f(saved_dx_);
+      int scaled = alloc("tiled loss: gradient x grad_output", K::Hidden, C::LossWorkspace);
+      release(saved_dx_);
       head_grads = head_grad_;
       head_grad_ = -1;
-      dy_ = a("gradient between blocks (dy; dh, dx in place)", K::Hidden, C::LossWorkspace);
-      f(scaled);
+      dy_ = alloc("gradient between blocks (dy; dh, dx in place)", K::Hidden, C::LossWorkspace);
+      release(scaled);
     }
-    f(final_rstd_);
-    f(loss_input_);  // the final norm's saved input: the last block's output
+    release(final_rstd_);
+    release(loss_input_);  // the final norm's saved input: the last block's output
     loss_input_ = -1;
     if (s_.tied) {  // the head group packs the final norm's gradient, the embedding the LM head's
       reduce_scatter(K::HeadPack);  // the norm's [d] gradient: not walked
@@ -359,9 +359,9 @@ class Walker {
     } else {
       reduce_scatter(K::HeadPack);
     }
-    f(head_grads);
-    f(head_gathered_);
-    f(tied_embed_);
+    release(head_grads);
+    release(head_gathered_);
+    release(tied_embed_);
   }
 
   void backward() {
@@ -377,23 +377,23 @@ class Walker {
     m_.begin_phase(PhaseKind::BwdEmbed);
     // the engine scatters dx into the fp32 flat buffer itself: that buffer is the reduce-scatter's
     // input, no second pack
-    int dense = a("embedding gradient (dense fp32, the reduce-scatter input)", K::EmbedGradDense, C::Other);
+    int dense = alloc("embedding gradient (dense fp32, the reduce-scatter input)", K::EmbedGradDense, C::Other);
     if (kind_bytes(K::TiedGradBack, s_) > 0) {  // tied, offloaded, GPU: the sum made on the device
-      int back = a("tied embedding's first gradient, back from the host for the sum", K::TiedGradBack, C::Grads);
-      f(back);
+      int back = alloc("tied embedding's first gradient, back from the host for the sum", K::TiedGradBack, C::Grads);
+      release(back);
     }
-    f(dense);
-    f(dy_);
+    release(dense);
+    release(dy_);
     finish_pending_reduction();  // the lowest block's (Trainer: after loss.backward() returns)
     // the step's batch and RoPE tables die with the forward-backward call, before the optimizer
-    f(batch_);
-    f(rope_);
+    release(batch_);
+    release(rope_);
     m_.begin_phase(PhaseKind::Optimizer);
     // 0 B but for the offloaded upload's staging on a GPU (both AdamW passes are fused), which
     // the pipelined host AdamW moves into the next forward (forward())
     if (!pipelined_host_optimizer()) {
-      int temp = a("the update going up (staging, host AdamW after backward)", K::OptimizerTemp, C::Other);
-      f(temp);
+      int temp = alloc("the update going up (staging, host AdamW after backward)", K::OptimizerTemp, C::Other);
+      release(temp);
     }
     m_.end_phase();
   }
@@ -417,13 +417,13 @@ class Walker {
         if (!last) b.input = prefetched_input_;
         prefetched_input_ = -1;
         if (i > 0 && offloaded_.holds(i - 1)) {  // bring block i-1's input back while block i recomputes
-          prefetched_input_ = a("prefetched block input", K::Hidden, C::SavedActivations);
+          prefetched_input_ = alloc("prefetched block input", K::Hidden, C::SavedActivations);
           free_host_input(i - 1);
         }
         if (offloaded_.embeds(i)) {  // block 0: its input looked up again (engine: embed_tokens)
           int embed = gather(K::EmbedFull, "embedding (unsharded, block 0's input)");
-          b.input = a("block 0 input (embedding looked up again)", K::Hidden, C::SavedActivations);
-          f(embed);
+          b.input = alloc("block 0 input (embedding looked up again)", K::Hidden, C::SavedActivations);
+          release(embed);
         }
       }
       h = halves_.attention_forward(true, b.attn);
@@ -434,15 +434,15 @@ class Walker {
     MlpGrads grads_mlp;
     AttnGrads grads_attn;
     const int dh = halves_.mlp_backward(b.mlp, grads_mlp, dy_);
-    f(h);  // h (the MLP half's input) is free once the MLP graph has run
+    release(h);  // h (the MLP half's input) is free once the MLP graph has run
     m_.begin_phase(PhaseKind::BwdAttn, i);
     const int dx = halves_.attention_backward(dh, b.attn, grads_attn);
     m_.begin_phase(PhaseKind::BwdReduceScatter, i);
     reduce_scatter(K::BlockPack);
-    for (int* g : grads_attn.handles()) f(*g);
-    for (int* g : grads_mlp.handles()) f(*g);
-    f(b.input);  // the block's input is a saved variable of its backward until that returns
-    f(current_gathered_);  // reshard
+    for (int* g : grads_attn.handles()) release(*g);
+    for (int* g : grads_mlp.handles()) release(*g);
+    release(b.input);  // the block's input is a saved variable of its backward until that returns
+    release(current_gathered_);  // reshard
     current_gathered_ = prefetch;
     dy_ = dx;  // the same buffer
   }
