@@ -2,6 +2,8 @@
 // matmul FLOPs of every block and the LM head (2 FLOPs per multiply-add; embeddings not counted)
 // plus causal attention counted once (Megatron: 6 L H hd S per token); mfu_palm counts attention
 // non-causally (PaLM, torchtitan: 12 L H hd S). Hardware FLOPs add the recompute the engine runs.
+// Three terms: compute (FLOPs at two efficiencies), communication (all-to-all, FSDP) and offload
+// (activations, optimizer). defines: model_step_time
 #include "engine/planner/step_time.h"
 
 #include <algorithm>
@@ -24,13 +26,43 @@ double exposed(double comm_s, double overlap_s) { return std::max(0.0, comm_s - 
 constexpr double kHostAdamBytesPerParam = 32.0;
 constexpr double kHostNormBytesPerParam = 4.0;
 
-}  // namespace
+/// What every term of the step time reads: the shapes, the hardware and the figures derived from
+/// them once (tokens, bandwidths in bytes/s).
+struct StepTimeContext {
+  const PlanShapes& s;
+  const HardwareConfig& hw;
+  double t = 0, S = 0, L = 0;  ///< tokens per device, sequence length, layers
+  double peak = 0;             ///< peak FLOP/s
+  double comm_bw = 0;          ///< FSDP's collectives over the W ranks
+  double a2a_bw = 0;           ///< Ulysses' all-to-all over the P ranks
+  double pcie_bw = 0;          ///< host <-> device copies
 
-StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, PhaseTimes* phases) {
-  StepTimePlan out;
-  const double t = static_cast<double>(s.t);
-  const double S = static_cast<double>(s.S);
-  const double L = static_cast<double>(s.L);
+  StepTimeContext(const PlanShapes& shapes, const HardwareConfig& hardware) : s(shapes), hw(hardware) {
+    t = static_cast<double>(s.t);
+    S = static_cast<double>(s.S);
+    L = static_cast<double>(s.L);
+    peak = hw.bf16_tflops * 1e12;
+    const double per_node = static_cast<double>(std::max<int64_t>(1, hw.gpus_per_node));
+    const auto link = [&](double ranks) {
+      return (ranks <= per_node ? hw.nvlink_gbps : hw.internode_gbps) * 1e9 * hw.comm_efficiency;
+    };
+    comm_bw = link(static_cast<double>(s.W));
+    a2a_bw = link(static_cast<double>(s.P));
+    pcie_bw = hw.pcie_gbps * 1e9;
+  }
+};
+
+/// FLOPs per token: the model's (causal attention once), PaLM's count, and what the hardware runs.
+struct FlopTerms {
+  double model = 0, model_palm = 0, hardware = 0;
+};
+
+/// The compute term: every phase's FLOPs at the two efficiencies (the attention kernels' and the
+/// rest's), into `pt` (per block where the phase is per block) and `out`.
+FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes& pt) {
+  const PlanShapes& s = c.s;
+  const HardwareConfig& hw = c.hw;
+  const double t = c.t, S = c.S, L = c.L, peak = c.peak;
   // Forward FLOPs per token of one block's parts and of the head.
   const double proj = 2.0 * s.d * (s.q_dim + 2.0 * s.kv_dim);  // q, k, v projections
   const double o_proj = 2.0 * s.q_dim * s.d;
@@ -73,7 +105,6 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   if (s.tiled_loss) recompute += (tiled_loss_gemms - 3.0) * head;
   const double hardware = model + recompute;
 
-  const double peak = hw.bf16_tflops * 1e12;
   const double rate = peak * hw.compute_efficiency;           // achieved FLOP/s: GEMMs and the rest
   out.untied_attention = s.untied;
   out.kept_attention = s.keep_attention;
@@ -83,16 +114,8 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   const double attn_rate = peak * out.attention_kernel_efficiency;  // achieved FLOP/s: the attention kernels
   // Seconds per token of `flops` FLOPs of which `core` are the attention kernels'.
   const auto secs = [&](double flops, double core) { return (flops - core) / rate + core / attn_rate; };
-  const double per_node = static_cast<double>(std::max<int64_t>(1, hw.gpus_per_node));
-  const double comm_bw = [&](double ranks) {
-    return (ranks <= per_node ? hw.nvlink_gbps : hw.internode_gbps) * 1e9 * hw.comm_efficiency;
-  }(static_cast<double>(s.W));
-  const double a2a_bw =
-      (static_cast<double>(s.P) <= per_node ? hw.nvlink_gbps : hw.internode_gbps) * 1e9 * hw.comm_efficiency;
-  const double pcie_bw = hw.pcie_gbps * 1e9;
 
   // Compute per phase kind (per block where the phase is per block).
-  PhaseTimes pt;
   auto set = [&](PhaseKind k, double v) { pt.seconds[static_cast<int>(k)] = v; };
   set(PhaseKind::FwdAttn, t * secs(attn_fwd, core_causal));
   set(PhaseKind::FwdMlp, t * mlp / rate);
@@ -109,7 +132,15 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   out.attention_flops_per_token = attention;
   out.attention_pair_fraction = s.attention_pair_fraction;
   out.peak_flops = peak;
+  return {model, model_palm, hardware};
+}
 
+/// The communication term: Ulysses' all-to-alls and FSDP's collectives (or the all-reduce without
+/// FSDP), exposed where the engine does not overlap them with compute; into `pt` and `out`.
+void communication_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes& pt) {
+  const PlanShapes& s = c.s;
+  const double L = c.L, comm_bw = c.comm_bw, a2a_bw = c.a2a_bw;
+  auto set = [&](PhaseKind k, double v) { pt.seconds[static_cast<int>(k)] = v; };
   // Ulysses all-to-all: q, k, v in and o out per pass (d o in, dq, dk, dv out backward); not
   // overlapped. Untied backward moves twice as much (recomputed q/k/v, o, d o, then dq/dk/dv).
   if (s.P > 1) {
@@ -158,7 +189,21 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
            head_reduce;
   }
   out.fsdp_comm_s = fsdp;
+}
 
+/// The offload terms' result the total needs: how many blocks offload their input, and the
+/// exposed copy time of each.
+struct OffloadTerms {
+  int64_t offloaded_blocks = 0;
+  double per_block_s = 0;
+};
+
+/// The offload terms: the checkpointed block inputs' PCIe copies and the offloaded optimizer
+/// (gradients down, the host AdamW, parameters up), exposed where nothing hides them.
+OffloadTerms offload_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes& pt) {
+  const PlanShapes& s = c.s;
+  const HardwareConfig& hw = c.hw;
+  const double L = c.L, pcie_bw = c.pcie_bw;
   // Offload: one block input D2H per offloaded block in forward (offloaded_blocks: 1..L-2), one
   // H2D prefetch per offloaded block in backward, on side streams behind the block's compute.
   const int64_t offloaded = s.offload ? offloaded_blocks(s.L).count : 0;
@@ -212,7 +257,23 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
     out.optimizer_exposed_s = optimizer;
     out.optimizer_pcie_s = shard_elems * 4.0 / pcie_bw + params_up;
   }
+  return {offloaded, offload_per_block};
+}
 
+}  // namespace
+
+StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, PhaseTimes* phases) {
+  const StepTimeContext c(s, hw);
+  StepTimePlan out;
+  PhaseTimes pt;
+  const FlopTerms flops = compute_terms(c, out, pt);
+  communication_terms(c, out, pt);
+  const OffloadTerms offload = offload_terms(c, out, pt);
+
+  const double t = c.t, L = c.L, peak = c.peak;
+  const double model = flops.model, model_palm = flops.model_palm, hardware = flops.hardware;
+  const int64_t offloaded = offload.offloaded_blocks;
+  const double offload_per_block = offload.per_block_s;
   double step = pt.of(PhaseKind::FwdEmbed) + pt.of(PhaseKind::FwdLoss) + pt.of(PhaseKind::BwdLoss) +
                 pt.of(PhaseKind::BwdEmbed) + pt.of(PhaseKind::Optimizer);
   for (PhaseKind k : {PhaseKind::FwdAttn, PhaseKind::FwdMlp, PhaseKind::BwdRecompute, PhaseKind::BwdMlp,
