@@ -1,7 +1,8 @@
 // Document masking across ranks (fp32, CPU, in-process rank threads over Gloo): a packed batch on
 // 2 and 4 Ulysses ranks, with FSDP, the Untied stages, checkpointing with kept attention, offload
 // and tiling, gives the loss and every gradient of its documents run alone on one rank, within
-// the tolerances derived in model_tolerance.h. defines: test cases [documents]
+// the tolerances derived in model_tolerance.h; tagged [equivalence], the CPU capability reruns run
+// them too. defines: test cases [documents]
 #include <catch2/catch.hpp>
 
 #include "../engine/document_batch.h"
@@ -44,7 +45,7 @@ RunConfig ranks_config(const RanksCase& c) {
 
 }  // namespace
 
-TEST_CASE("documents: a packed batch on 2 and 4 ranks equals its documents alone", "[documents]") {
+TEST_CASE("documents: a packed batch on 2 and 4 ranks equals its documents alone", "[documents][equivalence]") {
   // Why this holds on every CPU: the ranks run the same fp32 kernels as one rank on the same values
   // (after Ulysses' all-to-all each rank holds the whole sequence for its heads, so the documents'
   // global starts apply unchanged); only the order of the sums differs, which the derived

@@ -1,7 +1,7 @@
 // Document masking on one rank: a packed batch with its documents' starts gives the loss and every
 // gradient of its documents run one by one (positions restarting, or continuing), under each
 // attention path and memory technique, within the tolerances derived in model_tolerance.h.
-// defines: test cases [documents]
+// Tagged [equivalence]: the CPU capability reruns run them too. defines: test cases [documents]
 #include <catch2/catch.hpp>
 
 #include "../document_batch.h"
@@ -56,7 +56,8 @@ const std::vector<Technique>& techniques() {
 
 }  // namespace
 
-TEST_CASE("documents: a packed batch equals its documents run alone, every technique, one rank", "[documents]") {
+TEST_CASE("documents: a packed batch equals its documents run alone, every technique, one rank",
+          "[documents][equivalence]") {
   // Why this holds on every CPU: both sides run the same fp32 kernels on the same values; only the
   // order of the sums differs (a document's rows in a larger GEMM, the loss summed over more
   // tiles), which loss_tolerance and gradient_tolerance bound from the model's arithmetic. The
@@ -85,7 +86,7 @@ TEST_CASE("documents: a packed batch equals its documents run alone, every techn
   }
 }
 
-TEST_CASE("documents: without masking the packed batch differs from its documents", "[documents]") {
+TEST_CASE("documents: without masking the packed batch differs from its documents", "[documents][equivalence]") {
   // The check above can fail: attention across the boundaries moves the gradients by far more
   // than the tolerance (the loss of a random model near log V moves less: its attention is near
   // uniform either way, so the gradients are the sharper witness).
@@ -103,7 +104,8 @@ TEST_CASE("documents: without masking the packed batch differs from its document
   CHECK(grad_diff > 100 * gradient_tolerance(cfg, 2));
 }
 
-TEST_CASE("documents: a documents file's first step with document_mask equals its documents alone", "[documents]") {
+TEST_CASE("documents: a documents file's first step with document_mask equals its documents alone",
+          "[documents][equivalence]") {
   // The whole path: `odyssey prepare`'s file, split packing, make_rank_batch's masked labels and
   // divisor, the trainer's documents and restarted positions. The same tolerance argument as above.
   const std::string path = "/tmp/odyssey_document_mask_test_" + std::to_string(::getpid()) + ".odoc";
@@ -160,7 +162,8 @@ void check_segments_are_own_calls(at::Device device, at::ScalarType dtype) {
   }
 }
 
-TEST_CASE("documents: the attention kernel per document equals each document's own call", "[documents]") {
+TEST_CASE("documents: the attention kernel per document equals each document's own call",
+          "[documents][equivalence]") {
   check_segments_are_own_calls(at::kCPU, at::kFloat);
 }
 
