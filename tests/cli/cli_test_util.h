@@ -1,6 +1,6 @@
 // Helpers of the CLI tests that run the real `odyssey` binary: run it and read its output, start
 // it as a child (one per torchrun rank), wait for checkpoints and exits, read metrics.jsonl.
-// defines: kTiny, kShort, read_text, fresh_dir, Run, run_odyssey, require_exit, spawn_odyssey,
+// defines: kTiny, kShort, read_text, generated_section, fresh_dir, Run, run_odyssey, require_exit, spawn_odyssey,
 // spawn_torchrun, checkpoint_step, losses, wait_for_checkpoint, wait_exit, metrics_lines
 #pragma once
 
@@ -43,6 +43,18 @@ inline std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+/// The generated section of a doc: the text between the line holding `<!-- NAME:begin` and the
+/// marker `<!-- NAME:end -->` (both required, in that order).
+inline std::string generated_section(const std::string& doc, const std::string& name) {
+  const auto begin = doc.find("<!-- " + name + ":begin");
+  const auto end = doc.find("<!-- " + name + ":end -->");
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  REQUIRE(begin < end);
+  const auto body = doc.find('\n', begin) + 1;
+  return doc.substr(body, end - body);
 }
 
 inline std::string fresh_dir(const std::string& name) {

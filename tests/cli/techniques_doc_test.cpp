@@ -3,44 +3,19 @@
 // registry key appears in it.
 #include <catch2/catch.hpp>
 
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
+#include "cli_test_util.h"
 #include "engine/config/techniques.h"
-#include "test_paths.h"
 
-namespace {
-
-std::string run(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  REQUIRE(pclose(pipe) == 0);
-  return out;
-}
-
-}  // namespace
+using namespace odyssey::test;
 
 TEST_CASE("docs/architecture.md technique table equals odyssey schema --techniques-markdown", "[cli][docs]") {
-  std::ifstream in(std::string(ODYSSEY_SOURCE_DIR) + "/docs/architecture.md");
-  REQUIRE(in.good());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string doc = ss.str();
-  const auto begin = doc.find("<!-- techniques:begin");
-  const auto end = doc.find("<!-- techniques:end -->");
-  REQUIRE(begin != std::string::npos);
-  REQUIRE(end != std::string::npos);
-  REQUIRE(begin < end);
-  const auto body = doc.find('\n', begin) + 1;
-  const std::string section = doc.substr(body, end - body);
-  const std::string generated = run(std::string(ODYSSEY_BIN_DIR) + "/odyssey schema --techniques-markdown");
-  CHECK(section == generated);
+  const std::string section =
+      generated_section(read_text(std::string(ODYSSEY_SOURCE_DIR) + "/docs/architecture.md"), "techniques");
+  const Run generated = run_odyssey("schema --techniques-markdown");
+  require_exit(generated, 0);
+  CHECK(section == generated.out);
   for (const auto& t : odyssey::kTechniques) {
     INFO(t.key);
     CHECK(section.find("`" + std::string(t.key) + "`") != std::string::npos);

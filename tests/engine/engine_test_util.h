@@ -1,6 +1,6 @@
 // Shared helpers of the engine tests: tiny configs, trainer construction on one CPU rank, flat
 // gradient access and relative differences. defines: tiny_config, relative_diff, group_grads,
-// group_params, per_param_max_relative_diff
+// group_params, per_param_max_relative_diff, MemoryVariant, memory_variants
 #pragma once
 
 #include <algorithm>
@@ -129,6 +129,33 @@ inline Trajectory run_trajectory(Trainer& t, int steps, const std::vector<std::v
   }
   out.params = group_params(t);
   return out;
+}
+
+/// One memory setup of the one-rank suites that hold a path equal under every technique: a name for
+/// the report and the toggles it sets on a MemoryConfig.
+struct MemoryVariant {
+  const char* name;
+  void (*apply)(MemoryConfig&);
+};
+
+/// Plain, checkpointing, kept attention, offload, tiled MLP and loss, the Untied stages (2 heads a
+/// stage) and the Untied stages with kept attention (1 head a stage).
+inline const std::vector<MemoryVariant>& memory_variants() {
+  static const std::vector<MemoryVariant> all{
+      {"plain", [](MemoryConfig&) {}},
+      {"checkpointing", [](MemoryConfig& m) { m.activation_checkpointing = true; }},
+      {"kept attention", [](MemoryConfig& m) { m.activation_checkpointing = m.keep_attention = true; }},
+      {"offload", [](MemoryConfig& m) { m.activation_checkpointing = m.offload_activations = true; }},
+      {"tiled MLP and loss", [](MemoryConfig& m) { m.tiled_mlp = m.tiled_loss = true; }},
+      {"untied stages (2 heads a stage)", [](MemoryConfig& m) { m.untied_ulysses = true; m.heads_per_stage = 2; }},
+      {"untied stages, kept attention",
+       [](MemoryConfig& m) {
+         m.untied_ulysses = true;
+         m.heads_per_stage = 1;
+         m.activation_checkpointing = m.keep_attention = true;
+       }},
+  };
+  return all;
 }
 
 /// Worst relative difference over every parameter (each ParamSpec slice of each group).

@@ -31,29 +31,6 @@ RunConfig packed_config() {
   return c;
 }
 
-struct Technique {
-  const char* name;
-  void (*apply)(MemoryConfig&);
-};
-
-const std::vector<Technique>& techniques() {
-  static const std::vector<Technique> all{
-      {"plain", [](MemoryConfig&) {}},
-      {"checkpointing", [](MemoryConfig& m) { m.activation_checkpointing = true; }},
-      {"kept attention", [](MemoryConfig& m) { m.activation_checkpointing = m.keep_attention = true; }},
-      {"offload", [](MemoryConfig& m) { m.activation_checkpointing = m.offload_activations = true; }},
-      {"tiled MLP and loss", [](MemoryConfig& m) { m.tiled_mlp = m.tiled_loss = true; }},
-      {"untied stages (2 heads a stage)", [](MemoryConfig& m) { m.untied_ulysses = true; m.heads_per_stage = 2; }},
-      {"untied stages, kept attention",
-       [](MemoryConfig& m) {
-         m.untied_ulysses = true;
-         m.heads_per_stage = 1;
-         m.activation_checkpointing = m.keep_attention = true;
-       }},
-  };
-  return all;
-}
-
 }  // namespace
 
 TEST_CASE("documents: a packed batch equals its documents run alone, every technique, one rank",
@@ -64,7 +41,7 @@ TEST_CASE("documents: a packed batch equals its documents run alone, every techn
   // masked scores are never computed (one kernel call per document), so nothing rests on how a
   // kernel treats -inf.
   for (bool restart : {true, false}) {
-    for (const Technique& tech : techniques()) {
+    for (const MemoryVariant& tech : memory_variants()) {
       RunConfig cfg = packed_config();
       tech.apply(cfg.memory);
       INFO(tech.name << (restart ? ", positions restart" : ", positions continue"));

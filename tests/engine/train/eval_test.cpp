@@ -16,22 +16,6 @@ using namespace odyssey::test;
 
 namespace {
 
-struct Technique {
-  const char* name;
-  void (*apply)(MemoryConfig&);
-};
-
-const std::vector<Technique>& techniques() {
-  static const std::vector<Technique> all{
-      {"plain", [](MemoryConfig&) {}},
-      {"checkpointing and offload", [](MemoryConfig& m) { m.activation_checkpointing = m.offload_activations = true; }},
-      {"kept attention", [](MemoryConfig& m) { m.activation_checkpointing = m.keep_attention = true; }},
-      {"tiled MLP and loss", [](MemoryConfig& m) { m.tiled_mlp = m.tiled_loss = true; }},
-      {"untied stages (2 heads a stage)", [](MemoryConfig& m) { m.untied_ulysses = true; m.heads_per_stage = 2; }},
-  };
-  return all;
-}
-
 double sum_of(const at::Tensor& t) { return t.to(at::kDouble).sum().item<double>(); }
 
 double max_grad(Trainer& t) {
@@ -46,7 +30,7 @@ double max_grad(Trainer& t) {
 TEST_CASE("eval: forward-only CE per position is the training loss's terms, every technique", "[eval]") {
   // Both sides run the same fp32 kernels; the sums' order differs (tiles, segments), which
   // loss_tolerance bounds from the model's arithmetic. No test rests on which kernel a CPU picks.
-  for (const Technique& tech : techniques()) {
+  for (const MemoryVariant& tech : memory_variants()) {
     INFO(tech.name);
     RunConfig cfg = tiny_config(/*layers=*/2, /*seq=*/32);
     cfg.training.batch_size = 2;
