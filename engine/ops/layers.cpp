@@ -27,18 +27,19 @@ Positions make_positions(int64_t first, int64_t count, int64_t head_dim, double 
   return p;
 }
 
-Positions make_positions(int64_t first, int64_t count, const ModelConfig& model, at::Device device) {
+namespace {
+
+/// `model`'s RoPE tables at positions `ids` (int64, [s] or [B, s]): angles in float64 so positions
+/// in the millions keep their precision, cos and sin in fp32 times YaRN's factor, [..., hd/2].
+Positions rope_tables(const at::Tensor& ids, const ModelConfig& model, at::Device device) {
   CategoryScope category(MemCategory::Other);
-  const std::vector<double> freq = rope_inv_freq(model);
   const double factor = rope_attention_factor(model);
-  const auto f64 = at::TensorOptions().dtype(at::kDouble);
-  at::Tensor inv_freq = at::tensor(freq, f64);                                          // [hd/2]
-  at::Tensor ids = at::arange(first, first + count, at::TensorOptions().dtype(at::kLong));  // [s]
-  at::Tensor angles = ids.to(at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);          // [s, hd/2]
+  at::Tensor inv_freq = at::tensor(rope_inv_freq(model), at::TensorOptions().dtype(at::kDouble));  // [hd/2]
+  at::Tensor angles = ids.to(at::kDouble).unsqueeze(-1) * inv_freq;  // [..., hd/2]
   Positions p;
   p.ids = ids.to(device);
-  p.cos = (angles.cos() * factor).to(at::kFloat).to(device);  // [s, hd/2]
-  p.sin = (angles.sin() * factor).to(at::kFloat).to(device);  // [s, hd/2]
+  p.cos = (angles.cos() * factor).to(at::kFloat).to(device);  // [..., hd/2]
+  p.sin = (angles.sin() * factor).to(at::kFloat).to(device);  // [..., hd/2]
   // Unscaled, rope_pack derives the frequencies from theta in float64 (exact at millions of
   // positions); a float32 table would move angles by ~position x 6e-8 rad.
   if (model.rope_scaling.kind != RopeScalingKind::None) p.inv_freq = inv_freq.to(at::kFloat).to(device);  // [hd/2]
@@ -46,13 +47,22 @@ Positions make_positions(int64_t first, int64_t count, const ModelConfig& model,
   return p;
 }
 
+}  // namespace
+
+Positions make_positions(int64_t first, int64_t count, const ModelConfig& model, at::Device device) {
+  CategoryScope category(MemCategory::Other);
+  return rope_tables(at::arange(first, first + count, at::TensorOptions().dtype(at::kLong)), model, device);  // [s]
+}
+
 Positions make_positions(int64_t first, int64_t count, const ModelConfig& model, at::Device device,
                          const DocumentSpans& documents, bool restart) {
-  Positions p = make_positions(first, count, model, device);
-  p.documents = documents;
-  if (!restart || !documents.any()) return p;
+  if (!restart || !documents.any()) {
+    Positions p = make_positions(first, count, model, device);
+    p.documents = documents;
+    return p;
+  }
   CategoryScope category(MemCategory::Other);
-  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  // each row's own positions: offsets in their documents
   const int64_t B = static_cast<int64_t>(documents.starts.size());
   std::vector<int64_t> ids;
   ids.reserve(static_cast<size_t>(B * count));
@@ -60,12 +70,8 @@ Positions make_positions(int64_t first, int64_t count, const ModelConfig& model,
     const std::vector<int64_t> row = positions_in_documents(starts, first, count);
     ids.insert(ids.end(), row.begin(), row.end());
   }
-  at::Tensor row_ids = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).view({B, count});  // [B, s]
-  at::Tensor inv_freq = at::tensor(rope_inv_freq(model), f64);                                    // [hd/2]
-  at::Tensor angles = row_ids.to(at::kDouble).unsqueeze(2) * inv_freq;  // [B, s, hd/2], float64 as above
-  p.ids = row_ids.to(device);
-  p.cos = (angles.cos() * p.attention_factor).to(at::kFloat).to(device);  // [B, s, hd/2]
-  p.sin = (angles.sin() * p.attention_factor).to(at::kFloat).to(device);  // [B, s, hd/2]
+  Positions p = rope_tables(at::tensor(ids, at::TensorOptions().dtype(at::kLong)).view({B, count}), model, device);  // [B, s]
+  p.documents = documents;
   return p;
 }
 
