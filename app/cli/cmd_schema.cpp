@@ -28,15 +28,15 @@ const char* kind_name(KeyKind kind) {
 /// then memory.keep_attention from its schema entry (a key that spends memory for time: no rung).
 std::string techniques_markdown() {
   std::ostringstream os;
-  os << "| technique | key | studio label | what it trades | requires | ladder rung | an edit applies |\n"
-     << "|---|---|---|---|---|---|---|\n";
+  os << "| technique | key | studio label | what it trades | requires | ladder rung | an edit applies | applied in |\n"
+     << "|---|---|---|---|---|---|---|---|\n";
   for (const Technique& t : kTechniques) {
     std::string requires_text;
     if (t.requires_on) requires_text = "`" + std::string(technique(*t.requires_on).key) + "`: " + t.requires_why;
     const KeySpec* spec = find_key_spec(t.key);
     os << "| `" << t.name << "` | `" << t.key << "` | " << t.label << " | " << t.trades << " | " << requires_text
        << " | `" << kLadderRungNames[static_cast<size_t>(t.ladder_rung)] << "` | "
-       << (spec ? to_string(spec->applies()) : "?") << " |\n";
+       << (spec ? to_string(spec->applies()) : "?") << " | " << t.applied_in << " |\n";
   }
   const KeySpec* kept = find_key_spec("memory", "keep_attention");
   if (kept) {

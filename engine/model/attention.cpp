@@ -14,14 +14,15 @@ namespace odyssey {
 
 at::Tensor attention(const at::Tensor& x, const at::Tensor& norm_weight, const AttentionWeights& w,
                      const Positions& pos, const ModelConfig& model, const RankContext& ctx,
-                     const MemoryConfig& memory) {
+                     const MemoryStack& stack) {
   CategoryScope category(MemCategory::AttentionWorkspace);
   // engine/parallel (docs/parallel.md): Untied Ulysses runs its head stages for any degree (with
   // P = 1 it is head chunking on one rank: one stage's workspace instead of all heads), the norm
   // folded into its projections; plain Ulysses for P > 1.
-  if (memory.untied_ulysses) return untied_attention_projected(x, norm_weight, w, pos, model, ctx, memory);  // [B, s, d]
+  if (stack.untied_attention)
+    return untied_attention_projected(x, norm_weight, w, pos, model, ctx, stack.memory);  // [B, s, d]
   at::Tensor normed = rms_norm(x, norm_weight, model.norm_eps);  // [B, s, d]
-  if (ctx.sp_size == 1) return attention_local(std::move(normed), w, pos, model);
+  if (stack.sequence_degree == 1) return attention_local(std::move(normed), w, pos, model);
   return at::linear(ulysses_attention(std::move(normed), w, pos, model, ctx), w.wo);  // [B, s, d]
 }
 

@@ -93,7 +93,7 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     if (!phase_prefix.empty()) phase.emplace(rt.rank, phase_prefix + "/attn");
     CategoryScope category(MemCategory::AttentionWorkspace);
     // the attention's RMSNorm runs inside attention() (folded into Untied Ulysses' projections)
-    at::Tensor attn = attention(g.x_leaf, w.attn_norm, w.attn, rt.positions, model, *rt.ctx, *rt.memory);  // [B, s, d]
+    at::Tensor attn = attention(g.x_leaf, w.attn_norm, w.attn, rt.positions, model, *rt.ctx, *rt.stack);  // [B, s, d]
     if (keep_graph) g.attn_root = torch::autograd::impl::gradient_edge(attn);
     at::NoGradGuard residual;  // memory: the root is the branch's edge, so the sum records nothing
     const at::Tensor h = g.x_leaf + attn;  // [B, s, d]
@@ -110,7 +110,7 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     at::Tensor normed = rms_norm(g.h_leaf, w.mlp_norm, model.norm_eps);  // [B, s, d]
     // A recompute (need_output false) keeps only the branch's edge: the tiled MLP runs no tile
     // then, since its backward recomputes every tile (the untiled one must save its intermediates).
-    at::Tensor mlp = rt.memory->tiled_mlp
+    at::Tensor mlp = rt.stack->tiled_mlp
                          ? tiled_mlp(normed, w.w_gate, w.w_up, w.w_down, rt.mlp_tile_tokens, need_output)
                          : swiglu_mlp(std::move(normed), w.w_gate, w.w_up, w.w_down);  // [B, s, d]
     normed.reset();  // memory: without a graph the normed input is dead before the block output exists
@@ -196,7 +196,7 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
   RuntimeBinding binding(*rt);
   FlatParamGroup& group = *rt->blocks.at(layer);
   const int64_t n_layers = static_cast<int64_t>(rt->blocks.size());
-  const bool checkpointing = rt->memory->activation_checkpointing;
+  const bool checkpointing = rt->stack->checkpoint_blocks;
   ctx->saved_data["rt"] = reinterpret_cast<int64_t>(rt);
   ctx->saved_data["layer"] = layer;
   const std::string prefix = "fwd/block." + std::to_string(layer);
@@ -276,7 +276,7 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
   RuntimeBinding binding(*rt);
   const int64_t layer = ctx->saved_data["layer"].toInt();
   FlatParamGroup& group = *rt->blocks.at(layer);
-  const bool checkpointing = rt->memory->activation_checkpointing;
+  const bool checkpointing = rt->stack->checkpoint_blocks;
   const at::Tensor& grad_y = grad_outputs[0];
 
   group.unshard();  // finishes the gather the next block's backward started

@@ -104,7 +104,7 @@ at::Tensor HeadFunction::forward(AutogradContext* ctx, const at::Tensor& x, cons
   if (rt->token_losses != nullptr) {  // forward only: per-position CE and argmax, no graph
     at::NoGradGuard no_grad;
     at::Tensor normed = rms_norm(x.detach(), w.norm, rt->model->norm_eps);  // [B, s, d]
-    const int64_t tile = rt->memory->tiled_loss ? rt->loss_tile_tokens : 0;
+    const int64_t tile = rt->stack->tiled_loss ? rt->loss_tile_tokens : 0;
     *rt->token_losses = token_losses_forward(normed, w.head, rt->labels, tile);
     at::Tensor loss = rt->token_losses->ce.sum() * rt->loss_scale;  // scalar: the training loss's value
     reshard_head(*rt);
@@ -115,7 +115,7 @@ at::Tensor HeadFunction::forward(AutogradContext* ctx, const at::Tensor& x, cons
   at::Tensor norm_leaf = w.norm.detach().requires_grad_(true);
   at::Tensor normed = rms_norm(x_leaf, norm_leaf, rt->model->norm_eps);  // [B, s, d] final norm output
   at::Tensor loss;
-  if (rt->memory->tiled_loss) {
+  if (rt->stack->tiled_loss) {
     // Backward inside forward, tile by tile; what survives is dx [B, s, d] and d(head) [V, d].
     LossOutputs out = tiled_loss_forward(normed.detach(), w.head, rt->labels, rt->answer_mask, rt->loss_scale,
                                          rt->loss_tile_tokens, &rt->answer);
@@ -146,7 +146,7 @@ variable_list HeadFunction::backward(AutogradContext* ctx, variable_list grad_ou
   at::Tensor root = ctx->saved_data["root"].toTensor();
   auto leaves = ctx->saved_data["leaves"].toTensorVector();
   at::Tensor dx, d_norm, d_head;
-  if (rt->memory->tiled_loss) {
+  if (rt->stack->tiled_loss) {
     // The tiled forward already computed the gradients for an incoming 1: scale them and run the
     // final norm's backward.
     CategoryScope category(MemCategory::LossWorkspace);

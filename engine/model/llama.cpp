@@ -41,24 +41,19 @@ std::vector<FlatParamGroup*> LlamaModel::groups() {
   return out;
 }
 
-at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryConfig& memory, OffloadStore* offload,
+at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryStack& stack, OffloadStore* offload,
                                PhaseRecorder* recorder, StepRuntime* rt) {
-  const int64_t s = in.ids.size(1);
+  const int64_t batch = in.ids.size(0), s = in.ids.size(1);
+  apply_memory_stack(stack, model_, batch, s, offload, rt);  // the techniques, in the ladder's order
   rt->model = &model_;
-  rt->memory = &memory;
   rt->ctx = &ctx_;
   rt->positions = make_positions(in.first_position, s, model_, in.ids.device(), in.documents, in.restart_positions);
   rt->blocks.clear();
   for (auto& b : blocks_) rt->blocks.push_back(b.get());
   rt->embed = embed_.get();
   rt->head = head_.get();
-  rt->offload = memory.offload_activations ? offload : nullptr;  // the blocks offload their checkpointed inputs
-  rt->kept_attention.assign(memory.activation_checkpointing && memory.keep_attention ? model_.n_layers : 0, {});
   rt->recorder = recorder;
   rt->rank = ctx_.slot;  // the memory tracker's and phase stack's index of this rank
-  const int64_t batch = in.ids.size(0);
-  rt->mlp_tile_tokens = mlp_tile(memory, model_, batch, s).positions;  // tiles [B, n, f]
-  rt->loss_tile_tokens = loss_tile(memory, model_, batch, s).positions;
   rt->ids = in.ids;
   rt->labels = in.labels;
   rt->answer_mask = in.answer_mask;

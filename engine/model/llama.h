@@ -59,9 +59,11 @@ class LlamaModel {
   FlatParamGroup& block(int64_t layer) { return *blocks_.at(layer); }
   FlatParamGroup& head() { return *head_; }
 
-  /// Fills `rt` for one step and runs the forward through the loss. Returns loss_local (scalar
-  /// fp32 with a graph back to every master shard); `rt` must outlive the backward.
-  at::Tensor forward(const ModelInputs& in, const MemoryConfig& memory, OffloadStore* offload,
+  /// Runs one step's forward through the loss with the memory stack `stack` (memory_stack.h),
+  /// which it applies to `rt` (apply_memory_stack) beside the step's inputs and groups. Returns
+  /// loss_local (scalar fp32 with a graph back to every master shard); `rt` and `stack` must
+  /// outlive the backward. `offload` is the rank's host store (read with offload_block_inputs).
+  at::Tensor forward(const ModelInputs& in, const MemoryStack& stack, OffloadStore* offload,
                      PhaseRecorder* recorder, StepRuntime* rt);
 
   /// Frees every gathered buffer (after a failed step: OOM mid-forward leaves groups unsharded).

@@ -1,5 +1,5 @@
-// What the autograd Functions of one training step share (embedding, blocks, head): the config
-// slices, the rank, the flat groups, positions, labels and the loss scale. Lives for the whole
+// What the autograd Functions of one training step share (embedding, blocks, head): the memory
+// stack, the rank, the flat groups, positions, labels and the loss scale. Lives for the whole
 // step; the Functions hold a raw pointer to it (AnswerStats: engine/memory/tiled_loss.h). defines: StepRuntime, RuntimeBinding,
 // EnginePhase, failing_phase
 #pragma once
@@ -12,6 +12,7 @@
 
 #include "engine/config/run_config.h"
 #include "engine/memory/tiled_loss.h"
+#include "engine/model/memory_stack.h"
 #include "engine/parallel/flat_group.h"
 #include "engine/parallel/kept_attention.h"
 #include "engine/ops/layers.h"
@@ -25,7 +26,7 @@ class OffloadStore;
 
 struct StepRuntime {
   const ModelConfig* model = nullptr;
-  const MemoryConfig* memory = nullptr;
+  const MemoryStack* stack = nullptr;   ///< the techniques, applied by apply_memory_stack (memory_stack.h)
   const RankContext* ctx = nullptr;
   Positions positions;                  ///< this rank's global positions and RoPE tables
   std::vector<FlatParamGroup*> blocks;  ///< one per layer

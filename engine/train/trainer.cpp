@@ -15,7 +15,6 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/config/techniques.h"
 #include "engine/layout/planned_buffers.h"
 #include "engine/layout/schedule_rules.h"
 #include "engine/layout/tiles.h"
@@ -43,7 +42,6 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
     // Phase times from CUDA events, not from when the host queued the kernels.
     timeline_ = make_cuda_timeline(index);
     recorder_.set_device_timeline(timeline_.get());
-    defer_reduce_scatter_ = true;  // reduce-scatters on NCCL's stream overlap the next block's backward
     // cuBLAS's two workspaces (this thread's, autograd's device thread's) before step 1, so that
     // its phases hold them as every later step's do, and as the plan does (BlasWorkspaces)
     const int64_t workspace_bytes = prepare_blas_workspaces(index, ctx_.slot);
@@ -57,14 +55,11 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
     throw std::invalid_argument("training.seq_len = " + std::to_string(cfg_.training.seq_len) + " " + *rule);
   data_ = make_dataset(cfg_.training, cfg_.model);
   notes_.push_back("data: " + data_->describe());
-  FlatGroupOptions options;
-  options.fsdp = cfg_.parallel.fsdp;
-  options.compute = compute_dtype(cfg_.training.dtype);
-  options.device = device_;
-  options.offload_optimizer = cfg_.memory.offload_optimizer;
-  model_ = std::make_unique<LlamaModel>(cfg_.model, ctx_, options);
+  // The memory stack, technique by technique (engine/model/memory_stack.h): the groups are laid
+  // out by it here, and every step runs it.
+  stack_ = memory_stack(cfg_, with_planned_sizes(cfg_).memory, ctx_);
+  model_ = std::make_unique<LlamaModel>(cfg_.model, ctx_, stack_.groups);
   model_->init(static_cast<uint64_t>(cfg_.training.seed));
-  set_memory(cfg_.memory);
 }
 
 Trainer::~Trainer() {
@@ -111,20 +106,19 @@ void Trainer::record_host_pass_span() {
 }
 
 void Trainer::set_memory(const MemoryConfig& memory) {
-  // A technique without the one it requires is refused here as validate() refuses it, never
-  // quietly switched off (the registry's rule, engine/config/techniques.h).
   RunConfig next = cfg_;
   next.memory = memory;
-  for (const TechniqueRequirement& broken : technique_requirement_issues(next))
-    throw std::invalid_argument(broken.text());
-  settle_host_updates();
-  cfg_.memory = memory;
   // heads_per_stage and mlp_tile_tokens = "auto": the planner's sizes at this run's length, the
   // ones the plan and the studio show (with_planned_sizes); the model only sees concrete sizes.
-  model_memory_ = with_planned_sizes(next).memory;
+  // A technique without the one it requires throws here, before anything changes.
+  MemoryStack stack = memory_stack(next, with_planned_sizes(next).memory, ctx_);
+  stack.defer_reduce_scatter = stack_.defer_reduce_scatter;  // a rank setting (set_defer_reduce_scatter)
+  settle_host_updates();
+  cfg_.memory = memory;
+  stack_ = std::move(stack);
   // Optimizer offload moves the fp32 states between host and device memory here, at the step
   // boundary (no graph holds the parameter views).
-  for (FlatParamGroup* g : model_->groups()) g->set_states_on_host(memory.offload_optimizer);
+  for (FlatParamGroup* g : model_->groups()) g->set_states_on_host(stack_.optimizer_states_on_host);
 }
 
 std::vector<std::string> Trainer::take_notes() { return std::exchange(notes_, {}); }
@@ -141,8 +135,7 @@ double Trainer::run_forward_backward(int64_t step, Forward* out) {
 
 double Trainer::run_inputs(const ModelInputs& in, int64_t step, Forward* out) {
   StepRuntime rt;
-  rt.defer_reduce_scatter = defer_reduce_scatter_;
-  at::Tensor loss = model_->forward(in, model_memory_, &offload_, &recorder_, &rt);
+  at::Tensor loss = model_->forward(in, stack_, &offload_, &recorder_, &rt);
 
   // Global loss and answer statistics: one all-reduce of four sums over the world.
   at::Tensor sums;
@@ -207,17 +200,15 @@ TokenLosses Trainer::forward_tokens(const ModelInputs& in, double* loss) {
   RankScope rank(ctx_.slot);
   PhaseRecorder::Bind bind(&recorder_);
   reset_engine_phases(ctx_.slot);
-  // Memory: nothing outlives a block without a backward, so no input goes to the host and no
-  // attention result is kept; checkpointing, tiling and the Untied stages run as in training.
-  MemoryConfig memory = model_memory_;
-  memory.offload_activations = false;
-  memory.keep_attention = false;
+  // Memory: checkpointing, tiling and the Untied stages run as in training; what only a backward
+  // reads is neither offloaded nor kept (forward_only_stack).
+  const MemoryStack stack = forward_only_stack(stack_);
   try {
     at::NoGradGuard no_grad;
     StepRuntime rt;
     TokenLosses out;
     rt.token_losses = &out;
-    const at::Tensor local = model_->forward(in, memory, nullptr, &recorder_, &rt);  // scalar
+    const at::Tensor local = model_->forward(in, stack, nullptr, &recorder_, &rt);  // scalar
     const double value = local.to(at::kDouble).item<double>();
     if (!std::isfinite(value))
       throw StepFailure(StepFailure::Kind::NonFinite, next_step_ + 1, "fwd/loss", -1, -1,

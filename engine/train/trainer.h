@@ -15,6 +15,7 @@
 #include "engine/config/run_config.h"
 #include "engine/memory/offload.h"
 #include "engine/model/llama.h"
+#include "engine/model/memory_stack.h"
 #include "engine/parallel/comm.h"
 #include "engine/parallel/devices.h"
 #include "engine/telemetry/phase.h"
@@ -92,7 +93,9 @@ class Trainer {
   const RunConfig& config() const { return cfg_; }
   /// The memory techniques the model runs: config().memory with heads_per_stage and mlp_tile_tokens
   /// = "auto" resolved by the planner (with_planned_sizes) at the run's length.
-  const MemoryConfig& model_memory() const { return model_memory_; }
+  const MemoryConfig& model_memory() const { return stack_.memory; }
+  /// The memory stack every step runs (engine/model/memory_stack.h).
+  const MemoryStack& stack() const { return stack_; }
   const RankContext& rank_context() const { return ctx_; }
   int64_t next_step() const { return next_step_; }
   /// The model, every pipelined host update finished and uploaded (settle_host_updates).
@@ -122,8 +125,8 @@ class Trainer {
   void set_next_step(int64_t step) { next_step_ = step; }
   /// FSDP reduce-scatters overlap the next block's backward (StepRuntime::defer_reduce_scatter):
   /// on by default on GPUs; tests turn it on for CPU ranks to check the schedule's arithmetic.
-  void set_defer_reduce_scatter(bool on) { defer_reduce_scatter_ = on; }
-  bool defer_reduce_scatter() const { return defer_reduce_scatter_; }
+  void set_defer_reduce_scatter(bool on) { stack_.defer_reduce_scatter = on; }
+  bool defer_reduce_scatter() const { return stack_.defer_reduce_scatter; }
 
  private:
   struct Forward;
@@ -136,7 +139,7 @@ class Trainer {
   void cleanup_after_failure();
 
   RunConfig cfg_;
-  MemoryConfig model_memory_;  ///< model_memory()
+  MemoryStack stack_;  ///< memory_stack(): the techniques the model runs, "auto" sizes resolved
   RankContext ctx_;
   at::Device device_;
   std::unique_ptr<LlamaModel> model_;
@@ -152,7 +155,6 @@ class Trainer {
   std::unique_ptr<DeviceTimeline> timeline_;
   PhaseRecorder recorder_;
   int64_t next_step_ = 0;
-  bool defer_reduce_scatter_ = false;
   std::vector<std::string> notes_;
 };
 

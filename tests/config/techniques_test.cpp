@@ -2,12 +2,17 @@
 // requirement rule comes from it, and the ladder, bench and summaries follow its order.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <regex>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/config/schema.h"
 #include "engine/config/techniques.h"
 #include "engine/config/validate.h"
+#include "test_paths.h"
 
 using namespace odyssey;
 
@@ -74,4 +79,45 @@ TEST_CASE("run summaries list the techniques on, in registry order", "[config][t
   CHECK(describe_techniques(cfg, /*memory_only=*/true, &planned) ==
         "checkpointing, offload, Untied Ulysses auto: off at this length (no stage size lowers the peak)");
   CHECK(describe_techniques(RunConfig{}).empty());
+}
+
+// The registry says where each technique is applied; the claim is checked against the source:
+// engine/model/memory_stack.cpp applies the stack in numbered steps, one per ladder rung in
+// order, each naming the keys of its techniques, and every path a registry entry names exists.
+TEST_CASE("each technique's applied_in names its memory_stack step, which applies its key in ladder order",
+          "[config][techniques]") {
+  std::ifstream file(std::string(ODYSSEY_SOURCE_DIR) + "/engine/model/memory_stack.cpp");
+  REQUIRE(file);
+  // "  // 3. Activation checkpointing (memory.activation_checkpointing). ..." inside memory_stack()
+  std::vector<std::pair<int, std::string>> steps;  // (step, its heading line)
+  const std::regex heading(R"(^  // (\d)\. (.*)$)");
+  bool in_function = false;
+  for (std::string line; std::getline(file, line);) {
+    if (line.rfind("MemoryStack memory_stack(", 0) == 0) in_function = true;
+    else if (in_function && line == "}") break;
+    std::smatch m;
+    if (in_function && std::regex_match(line, m, heading)) steps.emplace_back(std::stoi(m[1]), m[2]);
+  }
+  REQUIRE(static_cast<int>(steps.size()) == kLadderRungCount - 1);  // rung 0 is the config without techniques
+  for (size_t i = 0; i < steps.size(); ++i) CHECK(steps[i].first == static_cast<int>(i) + 1);
+  for (const Technique& t : kTechniques) {
+    INFO(t.key << ": " << t.applied_in);
+    const std::string applied = t.applied_in;
+    CHECK(applied.rfind("`memory_stack` step " + std::to_string(t.ladder_rung) + ": ", 0) == 0);
+    REQUIRE(t.ladder_rung >= 1);
+    REQUIRE(t.ladder_rung <= static_cast<int>(steps.size()));
+    const std::string& step_heading = steps[static_cast<size_t>(t.ladder_rung) - 1].second;
+    const bool names_key = step_heading.find(std::string("(") + t.key) != std::string::npos ||
+                           step_heading.find(std::string(", ") + t.key) != std::string::npos;
+    CHECK(names_key);
+    // every `engine/...` path it names is a file of the source tree
+    const std::regex path(R"(`(engine/[A-Za-z0-9_/]+\.(?:cpp|h))`)");
+    int paths = 0;
+    for (auto it = std::sregex_iterator(applied.begin(), applied.end(), path); it != std::sregex_iterator(); ++it) {
+      ++paths;
+      INFO((*it)[1].str());
+      CHECK(std::ifstream(std::string(ODYSSEY_SOURCE_DIR) + "/" + (*it)[1].str()).good());
+    }
+    CHECK(paths >= 1);
+  }
 }
