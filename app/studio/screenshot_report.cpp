@@ -48,6 +48,15 @@ std::string screenshot_report(const StudioOptions& opts, const AppState& state, 
   };
   summary(times.wall_ms, "wall time");
   summary(times.cpu_ms, "thread CPU time");
+  if (state.shown(PanelId::Eval)) {
+    // What the Eval panel read, so a screenshot run shows it found (and could parse) the evals.
+    const EvalLibrary& lib = state.eval.library;
+    size_t unreadable = 0;
+    for (const EvalFile& f : lib.files()) unreadable += f.result ? 0 : 1;
+    out += "odyssey-studio: Eval panel: " + std::to_string(lib.files().size()) + " evaluation(s) in " + lib.run_dir() +
+           ", " + std::to_string(unreadable) + " unreadable" +
+           (lib.selected_file() ? ", showing " + lib.selected_file()->name : std::string()) + "\n";
+  }
   if (!state.history.markers().empty()) {
     out += "odyssey-studio: changes marked:";
     for (const auto& m : state.history.markers())

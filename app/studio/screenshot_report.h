@@ -34,7 +34,8 @@ std::optional<FrameTimeSummary> summarize_frame_times(std::vector<double> ms);
 
 /// What a screenshot run prints on stdout at its end: when `written`, the PNG, its size, the font,
 /// frames drawn and the status bar's UI time; then the wall and CPU time summaries while training
-/// and the change markers. One line each, '\n'-terminated.
+/// and the change markers; with the Eval panel shown, the evaluations it read. One line each,
+/// '\n'-terminated.
 std::string screenshot_report(const StudioOptions& opts, const AppState& state, const TrainingFrameTimes& times,
                               bool written, int width, int height, const std::string& font, long frames,
                               double run_seconds);

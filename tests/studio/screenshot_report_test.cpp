@@ -1,5 +1,6 @@
 // The screenshot run's report: which frames count toward the UI time while training, the mean,
-// p95 and max of the summary, and the lines printed (the picture's line only when it was written).
+// p95 and max of the summary, and the lines printed (the picture's line only when it was written,
+// the Eval panel's files when it is shown).
 #include <catch2/catch.hpp>
 
 #include "app/studio/screenshot_report.h"
@@ -53,6 +54,11 @@ TEST_CASE("screenshot report: the lines odyssey-studio prints", "[studio][screen
   const std::string unwritten = screenshot_report(opts, state, times, false, 1440, 900, "font 15 px", 12, 1.5);
   CHECK(unwritten.find("wrote") == std::string::npos);
   CHECK(unwritten.find("UI wall time per frame while training") != std::string::npos);
+  // With the Eval panel shown: what it read (here an empty directory).
+  state.show[static_cast<int>(PanelId::Eval)] = true;
+  state.eval.library.refresh("no-such-run-dir", 0.0);
+  CHECK(screenshot_report(opts, state, times, false, 1, 1, "", 1, 0).find(
+            "odyssey-studio: Eval panel: 0 evaluation(s) in no-such-run-dir, 0 unreadable\n") != std::string::npos);
   opts.bench_samples = 1000;
   CHECK(screenshot_report(opts, state, times, false, 1, 1, "", 1, 0).find("with the synthetic samples") != std::string::npos);
 }
