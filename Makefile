@@ -38,7 +38,8 @@ fuzz:
 	@scripts/fuzz.sh
 
 # The pictures of README.md and docs/studio.md, rendered by the studio itself under Xvfb, so they
-# show what the planner says today (a quiet machine gives the throughput picture honest step times).
+# show what the planner says today (a quiet machine gives the throughput picture honest step times);
+# the Eval panel's shows a small real evaluation that scripts/eval_demo.sh makes first.
 XVFB := xvfb-run -a -s "-screen 0 1600x1000x24"
 screenshots: build
 	$(XVFB) $(BUILD_DIR)/bin/odyssey-studio presets/llama3-8b-3m-8xh100.toml \
@@ -49,6 +50,9 @@ screenshots: build
 	    --run-steps 40 --change-at 12:memory.tiled_mlp=false --change-at 26:memory.offload_activations=false \
 	    --change-at 26:memory.activation_checkpointing=false --panel throughput --size 1440x900 \
 	    --screenshot assets/studio-throughput.png
+	scripts/eval_demo.sh $(BUILD_DIR) $(BUILD_DIR)/eval-demo
+	$(XVFB) $(BUILD_DIR)/bin/odyssey-studio presets/tiny-cpu.toml --set output.dir=$(BUILD_DIR)/eval-demo/run \
+	    --panel eval --size 1440x900 --screenshot assets/studio-eval.png
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -2,28 +2,11 @@
 // defines: render_heatmap, encode_png
 #include "app/cli/eval_heatmap.h"
 
-#include <algorithm>
-#include <cmath>
-
 #if ODYSSEY_HAVE_STB
 #include <stb_image_write.h>  // the implementation is compiled into libstb
 #endif
 
 namespace odyssey::cli {
-
-namespace {
-
-/// red (0) -> yellow (0.5) -> green (1)
-void accuracy_color(double a, uint8_t* rgb) {
-  a = std::clamp(a, 0.0, 1.0);
-  const double lo[3] = {215, 48, 39}, mid[3] = {254, 224, 139}, hi[3] = {26, 152, 80};
-  const double* from = a < 0.5 ? lo : mid;
-  const double* to = a < 0.5 ? mid : hi;
-  const double t = a < 0.5 ? a / 0.5 : (a - 0.5) / 0.5;
-  for (int c = 0; c < 3; ++c) rgb[c] = static_cast<uint8_t>(std::lround(from[c] + (to[c] - from[c]) * t));
-}
-
-}  // namespace
 
 HeatmapImage render_heatmap(int rows, int cols, const std::vector<double>& accuracy) {
   HeatmapImage image;
@@ -33,7 +16,7 @@ HeatmapImage render_heatmap(int rows, int cols, const std::vector<double>& accur
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
       uint8_t rgb[3];
-      accuracy_color(accuracy.at(static_cast<size_t>(r * cols + c)), rgb);
+      accuracy_rgb(accuracy.at(static_cast<size_t>(r * cols + c)), rgb);
       for (int y = 0; y < kHeatmapCell; ++y)
         for (int x = 0; x < kHeatmapCell; ++x) {
           const bool frame = x == 0 || y == 0 || x == kHeatmapCell - 1 || y == kHeatmapCell - 1;

@@ -1,7 +1,8 @@
 // AppState's non-drawing operations: panel names, frame statistics, loading a preset into the
 // edited config, revalidation, and the per-frame update (poll the engine, sync live edits).
 // [SECTION] names and frame stats  [SECTION] updates
-// defines: panel_name, panel_title, FrameStats, load_preset_into, refresh_validation, frame_update
+// defines: panel_name, panel_title, FrameStats, eval_run_dir, load_preset_into, refresh_validation,
+// frame_update
 #include "app/studio/app_state.h"
 
 #include <algorithm>
@@ -14,12 +15,12 @@ namespace odyssey::studio {
 // [SECTION] names and frame stats -----------------------------------------------------------------
 
 const char* panel_name(PanelId id) {
-  static const char* names[] = {"config", "plan", "run", "timeline", "throughput", "log"};
+  static const char* names[] = {"config", "plan", "run", "timeline", "throughput", "log", "eval"};
   return names[static_cast<int>(id)];
 }
 
 const char* panel_title(PanelId id) {
-  static const char* titles[] = {"Configuration", "Plan", "Run", "Memory timeline", "Throughput", "Log"};
+  static const char* titles[] = {"Configuration", "Plan", "Run", "Memory timeline", "Throughput", "Log", "Evaluation"};
   return titles[static_cast<int>(id)];
 }
 
@@ -39,6 +40,10 @@ double FrameStats::max() const {
   float m = 0;
   for (int i = 0; i < count; ++i) m = std::max(m, ui_ms[i]);
   return m;
+}
+
+std::string eval_run_dir(const AppState& state) {
+  return state.eval.other_dir[0] != '\0' ? std::string(state.eval.other_dir) : state.config.output.dir;
 }
 
 // [SECTION] updates ------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 // All persistent UI state of the studio in one struct (Tracy's ViewData): the config being edited
 // and its validation, the plan caches, the run controller and history, which panels show, plot
-// views, scale and frame timing. Panels are free functions over (AppState&, EngineControl&).
-// defines: PanelId, panel_name, panel_title, AppState and its parts, load_preset_into,
-// refresh_validation, frame_update
+// views, the evaluations shown, scale and frame timing. Panels are free functions over
+// (AppState&, EngineControl&).
+// defines: PanelId, panel_name, panel_title, AppState and its parts, eval_run_dir,
+// load_preset_into, refresh_validation, frame_update
 #pragma once
 
 #include <array>
@@ -13,6 +14,7 @@
 
 #include "app/studio/config_edit.h"
 #include "app/studio/engine_control.h"
+#include "app/studio/eval_results.h"
 #include "app/studio/plan_cache.h"
 #include "app/studio/planned_throughput.h"
 #include "app/studio/plot.h"
@@ -21,9 +23,9 @@
 
 namespace odyssey::studio {
 
-enum class PanelId { Config, Plan, Run, Timeline, Throughput, Log };
-constexpr int kPanelCount = 6;
-/// "config", "plan", "run", "timeline", "throughput", "log" (the --panel names).
+enum class PanelId { Config, Plan, Run, Timeline, Throughput, Log, Eval };
+constexpr int kPanelCount = 7;
+/// "config", "plan", "run", "timeline", "throughput", "log", "eval" (the --panel names).
 const char* panel_name(PanelId id);
 /// Window titles: "Configuration", "Plan", ...
 const char* panel_title(PanelId id);
@@ -66,6 +68,17 @@ struct ThroughputState {
   size_t planned_markers = SIZE_MAX;
 };
 
+/// The Eval panel: the evaluations of a run directory and which are shown.
+struct EvalPanelState {
+  EvalLibrary library;
+  /// A run directory typed in the panel; empty: the edited config's output.dir.
+  char other_dir[512] = {};
+  /// Another eval.json whose losses are drawn beside the selected one's, once chosen ("" for
+  /// none); until then, the one before the selected (EvalLibrary::older_alike).
+  std::string compare_path;
+  bool compare_chosen = false;
+};
+
 /// UI thread time per frame (what the UI costs, independent of vsync) and the frame interval.
 struct FrameStats {
   static constexpr int kWindow = 240;
@@ -96,7 +109,7 @@ struct AppState {
   RunHistory history;
 
   // Layout and view.
-  std::array<bool, kPanelCount> show{true, true, true, true, true, true};
+  std::array<bool, kPanelCount> show{true, true, true, true, true, true, false};  ///< Eval: View menu or --panel eval
   std::optional<PanelId> focus;           ///< that panel fills the content area
   std::optional<PanelId> focus_request;   ///< bring this window to the front next frame
   bool tiled = true;                      ///< windows follow the tiled layout each frame
@@ -104,6 +117,7 @@ struct AppState {
   float requested_scale = 1.0f;           ///< the frame loop rebuilds fonts when it differs
   TimelineState timeline;
   ThroughputState throughput;
+  EvalPanelState eval;
   FrameStats frame;
   double now_s = 0;                       ///< monotonic clock at this frame
   SessionStatus status;                   ///< the engine's status, read once per frame
@@ -118,6 +132,10 @@ struct AppState {
   bool quit_requested = false;
   bool shown(PanelId id) const { return show[static_cast<int>(id)]; }
 };
+
+/// The run directory whose evaluations the Eval panel shows: the one typed there, else the edited
+/// config's output.dir (where `odyssey train PRESET` writes, and `odyssey eval` its eval/ folder).
+std::string eval_run_dir(const AppState& state);
 
 /// Loads a preset file into the edited config. A file that cannot be parsed leaves the config as
 /// it was and says why; a file that parses but breaks rules loads and shows each rule at its field.

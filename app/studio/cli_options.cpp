@@ -24,6 +24,13 @@ bool parse_float(const std::string& text, double* out) {
   *out = std::strtod(text.c_str(), &end);
   return !text.empty() && end == text.c_str() + text.size() && std::isfinite(*out);
 }
+/// Every --panel name, joined: "config, plan, ..." with `last` before the final one.
+std::string panel_names(const char* separator, const char* last) {
+  std::string out;
+  for (int i = 0; i < kPanelCount; ++i)
+    out += std::string(i == 0 ? "" : i + 1 == kPanelCount ? last : separator) + panel_name(static_cast<PanelId>(i));
+  return out;
+}
 }  // namespace
 
 std::optional<PanelId> panel_from_name(const std::string& name) {
@@ -36,7 +43,7 @@ std::optional<PanelId> panel_from_name(const std::string& name) {
 
 std::string studio_usage() {
   return "usage: odyssey-studio [PRESET] [--screenshot FILE [--frames N]] [--run-steps N] [--scale S]\n"
-         "                      [--panel config|plan|run|timeline|throughput|log] [--size WxH]\n"
+         "                      [--panel " + panel_names("|", "|") + "] [--size WxH]\n"
          "                      [--set section.key=value]... [--change-at STEP:section.key=value]...\n"
          "                      [--timeout SECONDS] [--bench-samples N]\n"
          "  PRESET          preset file to open (default presets/tiny-cpu.toml)\n"
@@ -86,9 +93,9 @@ bool parse_studio_args(int argc, const char* const* argv, StudioOptions* out, st
         return fail("--scale " + v + ": needs a number between 0.5 and 4");
       o.scale = static_cast<float>(s);
     } else if (arg == "--panel") {
-      if (!value(&v)) return fail("--panel needs a name: config, plan, run, timeline, throughput or log");
+      if (!value(&v)) return fail("--panel needs a name: " + panel_names(", ", " or "));
       o.panel = panel_from_name(v);
-      if (!o.panel) return fail("--panel " + v + ": unknown panel (config, plan, run, timeline, throughput, log)");
+      if (!o.panel) return fail("--panel " + v + ": unknown panel (" + panel_names(", ", ", ") + ")");
     } else if (arg == "--size") {
       const auto x = (value(&v) ? v.find('x') : std::string::npos);
       if (x == std::string::npos || !parse_number(v.substr(0, x), &o.width) || !parse_number(v.substr(x + 1), &o.height) ||

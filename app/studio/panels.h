@@ -1,6 +1,6 @@
 // The panels, one file each (panel_<name>.cpp), as free functions over the UI state and the engine.
 // Each draws inside a window the dispatcher has begun. Their non-rendering logic lives in
-// config_edit.h, run_driver.h, plan_cache.h, timeline_model.h and here (export).
+// config_edit.h, run_driver.h, plan_cache.h, timeline_model.h, eval_results.h and here (export).
 // defines: draw_*_panel, draw_file_dialogs, export_preset, StudioPalette helpers
 #pragma once
 
@@ -23,6 +23,8 @@ void draw_run_panel(AppState& state, EngineControl& engine);
 void draw_timeline_panel(AppState& state, EngineControl& engine);
 void draw_throughput_panel(AppState& state, EngineControl& engine);
 void draw_log_panel(AppState& state, EngineControl& engine);
+/// The evaluations odyssey eval wrote into the run directory (eval_results.h).
+void draw_eval_panel(AppState& state, EngineControl& engine);
 /// The File menu's modal dialogs (open, save preset, export trace/metrics).
 void draw_file_dialogs(AppState& state, EngineControl& engine);
 

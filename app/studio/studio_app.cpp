@@ -34,7 +34,11 @@ std::array<PanelRect, kPanelCount> panel_rects(float x, float y, float w, float 
   r[static_cast<int>(PanelId::Run)] = {rx + lw, y, rw - lw, run_h};
   r[static_cast<int>(PanelId::Log)] = {rx + lw, y + run_h, rw - lw, top - run_h};
   r[static_cast<int>(PanelId::Timeline)] = {rx, y + top, lw, h - top};
-  r[static_cast<int>(PanelId::Throughput)] = {rx + lw, y + top, rw - lw, h - top};
+  // The Eval panel (hidden until View shows it) shares the throughput's corner, below it.
+  const bool throughput = state.shown(PanelId::Throughput), eval = state.shown(PanelId::Eval);
+  const float throughput_h = !eval ? h - top : !throughput ? 0.f : std::round((h - top) * 0.45f);
+  r[static_cast<int>(PanelId::Throughput)] = {rx + lw, y + top, rw - lw, throughput_h};
+  r[static_cast<int>(PanelId::Eval)] = {rx + lw, y + top + throughput_h, rw - lw, h - top - throughput_h};
   return r;
 }
 
@@ -60,7 +64,7 @@ void draw_menu_bar(AppState& state, EngineControl& engine) {
     ImGui::MenuItem("Tiled layout", nullptr, &state.tiled);
     if (ImGui::BeginMenu("Focus")) {
       if (ImGui::MenuItem("All panels", nullptr, !state.focus)) state.focus.reset();
-      for (PanelId id : {PanelId::Plan, PanelId::Run, PanelId::Timeline, PanelId::Throughput, PanelId::Log})
+      for (PanelId id : {PanelId::Plan, PanelId::Run, PanelId::Timeline, PanelId::Throughput, PanelId::Log, PanelId::Eval})
         if (ImGui::MenuItem(panel_title(id), nullptr, state.focus == id)) {
           state.focus = id;
           state.show[static_cast<int>(id)] = true;
@@ -173,6 +177,7 @@ void draw_studio(AppState& state, EngineControl& engine) {
   if (visible(PanelId::Timeline)) panel_window(state, engine, PanelId::Timeline, rects[3], draw_timeline_panel);
   if (visible(PanelId::Throughput)) panel_window(state, engine, PanelId::Throughput, rects[4], draw_throughput_panel);
   if (visible(PanelId::Log)) panel_window(state, engine, PanelId::Log, rects[5], draw_log_panel);
+  if (visible(PanelId::Eval)) panel_window(state, engine, PanelId::Eval, rects[6], draw_eval_panel);
 
   draw_file_dialogs(state, engine);
   draw_status_bar(state, engine, x, y + h, w, status_h);

@@ -2,11 +2,14 @@
 // tokenizer, train the tiny CPU preset 2 steps with document masking, evaluate the run: the JSON's
 // buckets and token counts against what the held-out file's index implies, the needle grid's
 // shape, the heatmap PNG's size; the same weights exported to a Hugging Face directory give the
-// same losses; bad input exits 2 naming the flag or file and writes nothing.
+// same losses; bad input exits 2 naming the flag or file and writes nothing. The studio's Eval
+// panel is tested on fixtures of this output (tests/fixtures/eval/): they keep its shape.
 #include <sys/stat.h>
 
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "cli_test_util.h"
 #include "tokenizer_test_util.h"
@@ -68,6 +71,42 @@ std::vector<int64_t> expected_bucket_tokens(const DocumentsBytes& d, int64_t S,
         if (pos >= buckets[b].first && pos < buckets[b].second) ++counts[b];
     }
   return counts;
+}
+
+/// The shape of a JSON document: every key path (array elements as "[]") with the types found
+/// there ("integer", "float", "string", "bool", "null", "object", "array").
+void collect_shape(const Json& v, const std::string& path, std::map<std::string, std::set<std::string>>* shape) {
+  const char* type = v.is_null() ? "null" : v.is_boolean() ? "bool" : v.is_number_integer() ? "integer"
+                   : v.is_number() ? "float" : v.is_string() ? "string" : v.is_object() ? "object" : "array";
+  (*shape)[path].insert(type);
+  if (v.is_object())
+    for (const auto& item : v.items()) collect_shape(item.value(), path + "." + item.key(), shape);
+  if (v.is_array())
+    for (const Json& e : v) collect_shape(e, path + "[]", shape);
+}
+
+std::map<std::string, std::set<std::string>> json_shape(const Json& v) {
+  std::map<std::string, std::set<std::string>> shape;
+  collect_shape(v, "", &shape);
+  return shape;
+}
+
+/// The studio's fixture `name` (tests/fixtures/eval/NAME/eval.json), written by this command in
+/// this test's scenario: the same keys and types as `live`, and the same counts (what does not
+/// depend on the CPU's kernels).
+void check_studio_fixture(const std::string& name, const Json& live) {
+  INFO("tests/fixtures/eval/" << name << "/eval.json: regenerate it from this test's output when the format changes");
+  const auto fixture = parse_json(read_text(std::string(ODYSSEY_SOURCE_DIR) + "/tests/fixtures/eval/" + name + "/eval.json"));
+  REQUIRE(fixture.has_value());
+  CHECK(json_shape(*fixture) == json_shape(live));
+  for (const char* key : {"seq_len", "sequences", "tokens", "unused_tokens"}) CHECK(fixture->at(key) == live.at(key));
+  REQUIRE(fixture->at("buckets").size() == live.at("buckets").size());
+  for (size_t b = 0; b < live.at("buckets").size(); ++b)
+    for (const char* key : {"from", "to", "tokens"}) CHECK(fixture->at("buckets")[b].at(key) == live.at("buckets")[b].at(key));
+  if (live.at("needle").is_null()) return;
+  for (const char* key : {"trials", "seed", "answer_tokens", "lengths", "depths"})
+    CHECK(fixture->at("needle").at(key) == live.at("needle").at(key));
+  CHECK(fixture->at("needle").at("cells").size() == live.at("needle").at("cells").size());
 }
 
 }  // namespace
@@ -137,6 +176,7 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   CHECK(png_size(png) == std::pair<int64_t, int64_t>{5 * 24, 2 * 24});
   const std::string written = read_text(run_dir + "/eval/eval.json");
   CHECK(parse_json(written).value() == j.value());
+  check_studio_fixture("run_step2", *j);
 
   // Again without --overwrite: refused, exit 2, the files untouched.
   r = run_odyssey(eval);
@@ -162,6 +202,7 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   CHECK(h->at("tokens").get<int64_t>() == total);
   CHECK(std::abs(h->at("loss").get<double>() - j->at("loss").get<double>()) <= 1e-4 * j->at("loss").get<double>());
   CHECK(h->at("needle").is_null());
+  check_studio_fixture("hf_no_needle", *h);
 }
 
 TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][eval]") {

@@ -51,7 +51,7 @@ TEST_CASE("studio options name what is wrong", "[studio][cli]") {
   CHECK_FALSE(parse({"--scale", "9"}, &o, &err));
   CHECK(err == "--scale 9: needs a number between 0.5 and 4");
   CHECK_FALSE(parse({"--panel", "graphs"}, &o, &err));
-  CHECK(err == "--panel graphs: unknown panel (config, plan, run, timeline, throughput, log)");
+  CHECK(err == "--panel graphs: unknown panel (config, plan, run, timeline, throughput, log, eval)");
   CHECK_FALSE(parse({"--frames", "x"}, &o, &err));
   CHECK(err == "--frames x: needs a whole number between 1 and 100000");
   CHECK_FALSE(parse({"--change-at", "memory.tiled_mlp=false"}, &o, &err));
