@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "../engine/train/free_port.h"
+#include "../common/free_port.h"
 #include "engine/util/json_read.h"
 #include "test_paths.h"
 

@@ -5,8 +5,8 @@
 // them too. defines: test cases [documents]
 #include <catch2/catch.hpp>
 
-#include "../engine/document_batch.h"
-#include "../engine/engine_test_util.h"
+#include "../common/document_batch.h"
+#include "../common/engine_test_util.h"
 #include "engine/parallel/rank_launch.h"
 
 using namespace odyssey;

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "../engine/engine_test_util.h"
+#include "../common/engine_test_util.h"
 #include "engine/parallel/job.h"
 #include "engine/train/run.h"
 

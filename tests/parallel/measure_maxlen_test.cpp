@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../engine/memory/phase_compare.h"
+#include "../memory/phase_compare.h"
 
 using namespace odyssey;
 using namespace odyssey::test;

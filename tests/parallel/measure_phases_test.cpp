@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "../engine/memory/measure_util.h"
-#include "../engine/memory/phase_compare.h"
+#include "../memory/measure_util.h"
+#include "../memory/phase_compare.h"
 
 using namespace odyssey;
 using namespace odyssey::test;

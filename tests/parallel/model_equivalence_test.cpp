@@ -13,7 +13,7 @@
 #include <memory>
 #include <mutex>
 
-#include "../engine/engine_test_util.h"
+#include "../common/engine_test_util.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/train/optimizer.h"
 

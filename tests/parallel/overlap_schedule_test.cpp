@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../engine/engine_test_util.h"
+#include "../common/engine_test_util.h"
 #include "engine/parallel/emulated_comm.h"
 
 using namespace odyssey;

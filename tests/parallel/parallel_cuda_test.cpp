@@ -7,7 +7,7 @@
 #include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
-#include "../engine/engine_test_util.h"
+#include "../common/engine_test_util.h"
 #include "engine/ops/layers.h"
 #include "engine/parallel/nccl_backend.h"
 #include "engine/parallel/process_group_comm.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../engine/engine_test_util.h"
+#include "../common/engine_test_util.h"
 #include "engine/config/validate.h"
 #include "engine/layout/heads.h"
 #include "engine/layout/planned_buffers.h"

@@ -6,7 +6,7 @@
 
 #include <mutex>
 
-#include "../engine/engine_test_util.h"
+#include "../common/engine_test_util.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/planner/planner.h"
 #include "engine/telemetry/phase.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "../engine/engine_test_util.h"
+#include "../common/engine_test_util.h"
 #include "engine/parallel/devices.h"
 #include "engine/parallel/rank_launch.h"
 

@@ -14,8 +14,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "../engine/engine_test_util.h"
-#include "../engine/train/free_port.h"
+#include "../common/engine_test_util.h"
+#include "../common/free_port.h"
 #include "engine/train/run.h"
 #include "test_paths.h"
 

@@ -1,0 +1,372 @@
+// Checkpoints that cannot lie: every byte of a rank file flipped, hostile header fields, a
+// corrupt pointer or config, a config that does not match the run, a busy or unwritable run
+// directory; each refused cleanly with the file and the tensor or key named, the trainer
+// untouched. And the files a resumed run continues: metrics.jsonl and trace.json keep each step
+// once. defines: test cases [checkpoint]
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "../common/engine_test_util.h"
+#include "engine/telemetry/metrics_jsonl.h"
+#include "engine/telemetry/trace_writer.h"
+#include "engine/train/checkpoint_io.h"
+#include "engine/train/run.h"
+#include "engine/util/files.h"
+#include "engine/util/json_read.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = "/tmp/odyssey_checkpoint_test_" + std::to_string(::getpid()) + "_" + name;
+  remove_tree(dir);
+  return dir;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+RunConfig small_config() {
+  RunConfig cfg = tiny_config(1, 64);
+  cfg.training.steps = 4;
+  cfg.output.trace_steps = 3;
+  return cfg;
+}
+
+/// A run directory with a checkpoint after `steps` steps.
+std::string checkpointed_run(const std::string& name, const RunConfig& cfg, int64_t steps) {
+  RunOptions opt;
+  opt.out_dir = fresh_dir(name);
+  opt.steps = steps;
+  const RunOutcome o = run_training(cfg, opt);
+  REQUIRE(o.status == RunOutcome::Status::Finished);
+  return opt.out_dir;
+}
+
+/// The byte offsets of every header field of every entry of a format-2 rank file (the layout in
+/// checkpoint_io.cpp, walked independently here): where a flip is most likely to mislead a parser.
+std::vector<size_t> header_offsets(const std::string& bytes) {
+  std::vector<size_t> out;
+  size_t at = 8;  // magic
+  for (size_t i = 0; i < 12; ++i) out.push_back(i);  // magic + count
+  uint32_t count = 0;
+  std::memcpy(&count, bytes.data() + at, 4);
+  at += 4;
+  for (uint32_t e = 0; e < count; ++e) {
+    uint32_t name_len = 0;
+    std::memcpy(&name_len, bytes.data() + at, 4);
+    const size_t head = 4 + name_len + 4 + 8 + 4;  // name_len, name, type code, numel, crc32
+    for (size_t k = 0; k < head; ++k) out.push_back(at + k);
+    int32_t code = 0;
+    int64_t numel = 0;
+    std::memcpy(&code, bytes.data() + at + 4 + name_len, 4);
+    std::memcpy(&numel, bytes.data() + at + 4 + name_len + 4, 8);
+    const size_t element = code == 3 ? 1 : code == 2 ? 8 : 4;
+    at += head + static_cast<size_t>(numel) * element;
+  }
+  REQUIRE(at == bytes.size());
+  return out;
+}
+
+/// The master weights of a trainer, to prove a refused load changed nothing.
+std::vector<at::Tensor> masters(Trainer& t) { return group_params(t); }
+
+bool same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!at::equal(a[i], b[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: every flipped byte of a rank file is refused, naming the file, the trainer untouched",
+          "[engine][checkpoint]") {
+  RunConfig cfg = small_config();
+  // with the optimizer offloaded, the states a load would write are the host pool's
+  cfg.memory.offload_optimizer = GENERATE(false, true);
+  INFO("optimizer offload " << cfg.memory.offload_optimizer);
+  const std::string dir = checkpointed_run(cfg.memory.offload_optimizer ? "flip_offloaded" : "flip", cfg, 2);
+  const auto info = read_checkpoint_info(dir);
+  REQUIRE(info);
+  const std::string file = join_path(info->path, "rank0.bin");
+  const std::string good = read_bytes(file);
+  std::vector<size_t> offsets = header_offsets(good);
+  for (size_t k = 1; k <= 200; ++k) offsets.push_back(good.size() * k / 201);  // and through the data
+  Trainer t(cfg, cpu_rank());
+  const auto before = masters(t);
+  int refused = 0;
+  for (size_t offset : offsets) {
+    std::string bad = good;
+    bad[offset] = static_cast<char>(bad[offset] ^ 0x5a);
+    write_bytes(file, bad);
+    INFO("byte " << offset << " of " << good.size());
+    try {
+      load_checkpoint(t, dir);
+      FAIL("a corrupt checkpoint loaded");
+    } catch (const CheckpointError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(file));
+      ++refused;
+    }
+  }
+  CHECK(refused == static_cast<int>(offsets.size()));
+  CHECK(same(masters(t), before));  // every check runs before the first copy
+  write_bytes(file, good);
+  CHECK_NOTHROW(load_checkpoint(t, dir));
+  CHECK(t.next_step() == 2);
+}
+
+TEST_CASE("checkpoint: hostile header fields give a clear refusal, never a crash or a huge allocation",
+          "[engine][checkpoint]") {
+  const RunConfig cfg = small_config();
+  const std::string dir = checkpointed_run("hostile", cfg, 1);
+  const std::string file = join_path(read_checkpoint_info(dir)->path, "rank0.bin");
+  const std::string good = read_bytes(file);
+  // The first entry ("step") starts at byte 12: name_len (4), "step" (4), type code, numel.
+  const size_t code_at = 12 + 4 + 4, numel_at = code_at + 4;
+  struct Case {
+    const char* what;
+    size_t offset;
+    int64_t value;
+    int width;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"dtype -1", code_at, -1, 4, "unknown element type code -1"},
+      {"dtype 99", code_at, 99, 4, "unknown element type code 99"},
+      {"numel -5", numel_at, -5, 8, "claims -5 int64 elements"},
+      {"numel 2^40 + 1", numel_at, 1 + (int64_t{1} << 40), 8, "the file is truncated or corrupt"},
+      {"numel 2^36", numel_at, int64_t{1} << 36, 8, "claims 68719476736 int64 elements"},
+      {"count 0", 8, 0, 4, "claims 0 tensors"},
+      {"name length 2^31", 12, int64_t{1} << 31, 4, "name length 2147483648"},
+  };
+  Trainer t(cfg, cpu_rank());
+  for (const Case& c : cases) {
+    INFO(c.what);
+    std::string bad = good;
+    std::memcpy(bad.data() + c.offset, &c.value, c.width);
+    write_bytes(file, bad);
+    try {
+      load_checkpoint(t, dir);
+      FAIL("loaded");
+    } catch (const CheckpointError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(c.expect));
+    }
+  }
+  // Truncated and extended files.
+  write_bytes(file, good.substr(0, good.size() - 3));
+  CHECK_THROWS_WITH(load_checkpoint(t, dir), Catch::Contains("the file is truncated or corrupt"));
+  write_bytes(file, good + "xyz");
+  CHECK_THROWS_WITH(load_checkpoint(t, dir), Catch::Contains("3 bytes follow the last tensor"));
+  // Valid structure, corrupt weights: 1e30 written over the first master element.
+  std::string big = good;
+  const size_t data_at = big.size() - 64;
+  const float huge = 1e30f;
+  std::memcpy(big.data() + data_at, &huge, 4);
+  write_bytes(file, big);
+  CHECK_THROWS_WITH(load_checkpoint(t, dir), Catch::Contains("fails its CRC-32 check"));
+}
+
+TEST_CASE("checkpoint: the pointer file's fields are checked for type and range", "[engine][checkpoint]") {
+  const std::string dir = checkpointed_run("pointer", small_config(), 1);
+  const std::string latest = join_path(join_path(dir, "checkpoints"), "latest.json");
+  const std::string good = read_bytes(latest);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+    write_bytes(latest, text);
+  };
+  with("\"step\":1", "\"step\":\"ten\"");
+  CHECK_THROWS_WITH(read_checkpoint_info(dir), Catch::Contains("\"step\" = \"ten\": must be a whole number"));
+  with("\"step\":1", "\"step\":1e300");
+  CHECK_THROWS_WITH(read_checkpoint_info(dir), Catch::Contains("\"step\" = 1e+300"));
+  with("\"step\":1", "\"step\":-4");
+  CHECK_THROWS_WITH(read_checkpoint_info(dir), Catch::Contains("\"step\" = -4"));
+  with("\"path\":\"step_00000001\"", "\"path\":\"../../elsewhere\"");
+  CHECK_THROWS_WITH(read_checkpoint_info(dir), Catch::Contains("does not name step 1's folder"));
+  write_bytes(latest, "[1, 2]");
+  CHECK_THROWS_WITH(read_checkpoint_info(dir), Catch::Contains("not a JSON object"));
+  write_bytes(latest, good);
+  // config.toml is covered by latest.json's config_crc32.
+  const std::string config = join_path(read_checkpoint_info(dir)->path, "config.toml");
+  const std::string text = read_bytes(config);
+  write_bytes(config, text + "\n# edited\n");
+  CHECK_THROWS_WITH(read_checkpoint_info(dir), Catch::Contains("config.toml: fails its CRC-32 check"));
+  write_bytes(config, text);
+  CHECK_NOTHROW(read_checkpoint_info(dir));
+}
+
+TEST_CASE("checkpoint: resume refuses a different shape and names every other change", "[engine][checkpoint]") {
+  const RunConfig cfg = small_config();
+  const std::string dir = checkpointed_run("config", cfg, 2);
+  const auto info = read_checkpoint_info(dir);
+  REQUIRE(info);
+  CHECK(check_resume_config(*info, cfg, dir).empty());
+
+  RunConfig changed = cfg;
+  changed.training.lr = 2e-3;
+  changed.training.seed = 8;
+  changed.training.seq_len = 128;
+  changed.model.rope_theta = 500000;  // context extension: allowed
+  const auto notes = check_resume_config(*info, changed, dir);
+  REQUIRE(notes.size() == 4);
+  CHECK(notes[0] == "resume: model.rope_theta = 1e+04 -> 5e+05 (checkpoint -> this run)");
+  CHECK(notes[1] == "resume: training.seq_len = 64 -> 128 (checkpoint -> this run)");
+  CHECK(notes[2] == "resume: training.lr = 0.001 -> 0.002 (checkpoint -> this run)");
+  CHECK(notes[3] == "resume: training.seed = 7 -> 8 (checkpoint -> this run)");
+
+  RunConfig deeper = cfg;
+  deeper.model.n_layers = 2;
+  deeper.parallel.fsdp = true;
+  CHECK_THROWS_WITH(check_resume_config(*info, deeper, dir),
+                    Catch::Contains("model.n_layers = 1 -> 2") && Catch::Contains("parallel.fsdp = false -> true"));
+  // Through run_training: refused as bad input before any output changes.
+  RunOptions opt;
+  opt.resume_dir = dir;
+  opt.out_dir = dir;
+  const std::string metrics_before = read_bytes(join_path(dir, "metrics.jsonl"));
+  const RunOutcome o = run_training(deeper, opt);
+  CHECK(o.status == RunOutcome::Status::Failed);
+  CHECK(o.bad_input);
+  CHECK(read_bytes(join_path(dir, "metrics.jsonl")) == metrics_before);
+}
+
+TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and trace.json", "[engine][checkpoint]") {
+  RunConfig cfg = small_config();
+  cfg.output.checkpoint_every = 2;
+  const std::string dir = fresh_dir("continue");
+  // A run that got to step 3 and was killed after checkpoint 2: its files hold step 3 (and a torn
+  // line) that the resumed run will take again.
+  {
+    RunOptions opt;
+    opt.out_dir = dir;
+    opt.steps = 3;
+    opt.checkpoints = false;
+    REQUIRE(run_training(cfg, opt).status == RunOutcome::Status::Finished);
+    RunOptions two;
+    two.out_dir = fresh_dir("continue_ckpt");
+    two.steps = 2;
+    REQUIRE(run_training(cfg, two).status == RunOutcome::Status::Finished);
+    std::string error;
+    REQUIRE(make_dirs(join_path(dir, "checkpoints"), &error));
+    for (const auto& name : list_dir(join_path(two.out_dir, "checkpoints")))
+      REQUIRE(rename_path(join_path(join_path(two.out_dir, "checkpoints"), name), join_path(join_path(dir, "checkpoints"), name)));
+    std::ofstream(join_path(dir, "metrics.jsonl"), std::ios::app) << "{\"step\":4,\"loss\":";  // torn by the kill
+  }
+  RunOptions rest;
+  rest.out_dir = dir;
+  rest.resume_dir = dir;
+  const RunOutcome o = run_training(cfg, rest);
+  REQUIRE(o.status == RunOutcome::Status::Finished);
+  CHECK(o.metrics.front().step == 3);
+  std::istringstream lines(read_bytes(join_path(dir, "metrics.jsonl")));
+  std::vector<int64_t> steps;
+  for (std::string line; std::getline(lines, line);) {
+    auto v = parse_json(line);
+    REQUIRE(v);
+    steps.push_back(v->at("step").get<int64_t>());
+  }
+  CHECK(steps == std::vector<int64_t>{1, 2, 3, 4});
+  // The trace: every (rank, step, phase path) once: the first process's steps 1 and 2 (its step 3
+  // is cut), then the resumed process's first trace_steps steps (3 and 4), after them in time.
+  auto trace = parse_json(read_bytes(join_path(dir, "trace.json")));
+  REQUIRE(trace);
+  std::set<std::tuple<int64_t, int64_t, std::string>> seen;
+  std::set<int64_t> traced_steps;
+  double last_end_step2 = 0, first_begin_step3 = 1e300;
+  for (const auto& e : trace->at("traceEvents")) {
+    if (e.at("ph").get<std::string>() != "X") continue;
+    const int64_t step = e.at("args").at("step").get<int64_t>();
+    traced_steps.insert(step);
+    CHECK(seen.insert({e.at("pid").get<int64_t>(), step, e.at("args").at("path").get<std::string>()}).second);
+    if (step == 2) last_end_step2 = std::max(last_end_step2, e.at("ts").get<double>() + e.at("dur").get<double>());
+    if (step == 3) first_begin_step3 = std::min(first_begin_step3, e.at("ts").get<double>());
+  }
+  CHECK(traced_steps == std::set<int64_t>{1, 2, 3, 4});
+  CHECK(first_begin_step3 > last_end_step2);
+}
+
+TEST_CASE("run directory: one writer at a time, a dead owner's lock is taken over", "[engine][checkpoint]") {
+  const std::string dir = fresh_dir("lock");
+  std::string error;
+  REQUIRE(make_dirs(dir, &error));
+  {
+    RunDirLock first(dir);
+    CHECK(first.previous_owner().empty());
+    CHECK_THROWS_AS(RunDirLock(dir), RunDirBusy);
+    CHECK_THROWS_WITH(RunDirLock(dir), Catch::Contains("pid " + std::to_string(::getpid())));
+    // A run into the busy directory is refused as bad input and writes nothing there.
+    RunOptions opt;
+    opt.out_dir = dir;
+    opt.steps = 1;
+    const RunOutcome o = run_training(small_config(), opt);
+    CHECK(o.bad_input);
+    CHECK_THAT(o.error, Catch::Contains("is in use by another run"));
+    CHECK(!path_exists(join_path(dir, "metrics.jsonl")));
+    CHECK(!path_exists(join_path(dir, "summary.json")));
+  }
+  // A lock file left with an owner (its process died holding it) and no flock: taken over.
+  write_bytes(RunDirLock::lock_path(dir), "pid 999999 on elsewhere, since 2026-01-01 00:00:00\n");
+  RunDirLock again(dir);
+  CHECK_THAT(again.previous_owner(), Catch::Contains("pid 999999"));
+}
+
+TEST_CASE("checkpoint: a write that fails is a runtime failure naming the file, the old checkpoint kept",
+          "[engine][checkpoint]") {
+  CHECK_THROWS_WITH(
+      [] {
+        const std::string dir = fresh_dir("full");
+        std::string error;
+        REQUIRE(make_dirs(dir, &error));
+        // /dev/full answers every write with ENOSPC, as a full disk does.
+        REQUIRE(::symlink("/dev/full", join_path(dir, "out.tmp").c_str()) == 0);
+        AtomicFile f(join_path(dir, "out"));
+        f.write(std::string(4096, 'x'));
+        f.commit();
+      }(),
+      Catch::Contains("disk full"));
+  const RunConfig cfg = small_config();
+  const std::string dir = checkpointed_run("full_run", cfg, 1);
+  const std::string next = join_path(join_path(dir, "checkpoints"), "step_00000002");
+  std::string error;
+  REQUIRE(make_dirs(next, &error));
+  REQUIRE(::symlink("/dev/full", join_path(next, "rank0.bin.tmp").c_str()) == 0);
+  RunOptions opt;
+  opt.out_dir = dir;
+  opt.resume_dir = dir;
+  opt.steps = 2;
+  const RunOutcome o = run_training(cfg, opt);
+  CHECK(o.status == RunOutcome::Status::Failed);
+  CHECK(!o.bad_input);  // exit 1, not 2
+  CHECK_THAT(o.error, Catch::Contains("rank0.bin.tmp") && Catch::Contains("disk full"));
+  CHECK(read_checkpoint_info(dir)->step == 1);  // the previous checkpoint still stands
+
+  // A rename that fails (the pointer's name is taken by a directory): also exit 1, never 2.
+  const std::string blocked = fresh_dir("rename");
+  REQUIRE(make_dirs(join_path(join_path(blocked, "checkpoints"), "latest.json"), &error));
+  RunOptions fresh;
+  fresh.out_dir = blocked;
+  fresh.steps = 1;
+  const RunOutcome r = run_training(cfg, fresh);
+  CHECK(r.status == RunOutcome::Status::Failed);
+  CHECK(!r.bad_input);
+  CHECK_THAT(r.error, Catch::Contains("cannot rename") && Catch::Contains("latest.json"));
+}
