@@ -71,7 +71,6 @@ std::string q_stage_head_formula(const PlanShapes& s) {
   return fmt("%lld x %s x %lld head%s x %lld x %lld B", ll(s.B), seq_tokens(s).c_str(), ll(s.k), plural(s.k), ll(s.hd),
              ll(s.c));
 }
-std::string vocab_by_d_fp32_formula(const PlanShapes& s) { return fmt("%lld vocab x %lld x 4 B", ll(s.V), ll(s.d)); }
 
 /// KIND(Hidden): the enumerator and its name, so the two cannot differ.
 #define KIND(name) TensorKind::name, #name
@@ -361,12 +360,14 @@ constexpr TensorKindRule kTensorKindRules[] = {
      [](const PlanShapes& s) { return mlp_tile_grads_need_accumulators(s.c == 4) ? sat_product({3, s.d, s.f, 4}) : 0; },
      [](const PlanShapes& s) { return fmt("3 x %lld x %lld x 4 B (fp32)", ll(s.f), ll(s.d)); }},
     {KIND(HeadWeightGrad), "[V, d]", "the LM-head weight's gradient (under the tiled loss: one tile's, before it is added)",
-     [](const PlanShapes& s) { return sat_product({s.V, s.d, s.c}); }, vocab_by_d_fp32_formula},
+     [](const PlanShapes& s) { return sat_product({s.V, s.d, s.c}); },
+     [](const PlanShapes& s) { return fmt("%lld vocab x %lld x %lld B", ll(s.V), ll(s.d), ll(s.c)); }},
     {KIND(HeadGradAccum), "[V, d] fp32", "the LM-head gradient accumulated over the loss tiles",
      [](const PlanShapes& s) { return sat_product({s.V, s.d, 4}); },
      [](const PlanShapes& s) { return fmt("%lld vocab x %lld x 4 B (fp32)", ll(s.V), ll(s.d)); }},
     {KIND(EmbedGradDense), "[V, d] fp32", "the dense embedding gradient, the reduce-scatter's input",
-     [](const PlanShapes& s) { return sat_product({s.n_embed, 4}); }, vocab_by_d_fp32_formula},
+     [](const PlanShapes& s) { return sat_product({s.n_embed, 4}); },
+     [](const PlanShapes& s) { return fmt("%lld vocab x %lld x 4 B", ll(s.V), ll(s.d)); }},
     {KIND(BlockPack), "[ceil(N_block/W)*W] fp32", "a block's gradients packed for the reduce-scatter",
      [](const PlanShapes& s) { return sat_product({s.block_layout.padded_numel, 4}); },
      [](const PlanShapes& s) { return fmt("%s params x 4 B", params(s.n_block).c_str()); }},
