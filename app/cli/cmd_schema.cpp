@@ -1,13 +1,15 @@
-// odyssey schema [--markdown | --techniques-markdown]: prints every preset table and key with its
-// type, physical range, default and doc line, or the technique registry as a markdown table.
-// docs/presets.md's schema section is the --markdown output, docs/architecture.md's technique table
-// the --techniques-markdown output (tests keep each equal).
+// odyssey schema [--markdown | --techniques-markdown | --tensor-kinds-markdown]: prints every preset
+// table and key with its type, physical range, default and doc line, the technique registry or the
+// planner's tensor kinds as a markdown table. docs/presets.md's schema section is the --markdown
+// output, docs/architecture.md's technique table the --techniques-markdown output, docs/planner.md's
+// tensor kinds the --tensor-kinds-markdown output (tests keep each equal).
 #include <iostream>
 #include <sstream>
 
 #include "app/cli/cli.h"
 #include "engine/config/schema.h"
 #include "engine/config/techniques.h"
+#include "engine/planner/planner.h"
 
 namespace odyssey::cli {
 namespace {
@@ -46,17 +48,27 @@ std::string techniques_markdown() {
   return os.str();
 }
 
+/// The planner's tensor kinds (tensor_kind_docs, one rule each) as a markdown table, in its order.
+std::string tensor_kinds_markdown() {
+  std::ostringstream os;
+  os << "| kind | shape | what it is |\n|---|---|---|\n";
+  for (const TensorKindDoc& kind : tensor_kind_docs())
+    os << "| `" << kind.name << "` | `" << kind.shape << "` | " << kind.meaning << " |\n";
+  return os.str();
+}
+
 int run_schema(int argc, char** argv, int first) {
   bool markdown = false;
   for (int i = first; i < argc; ++i) {
-    if (std::string(argv[i]) == "--markdown") {
+    const std::string arg = argv[i];
+    if (arg == "--markdown") {
       markdown = true;
-    } else if (std::string(argv[i]) == "--techniques-markdown") {
+    } else if (arg == "--techniques-markdown" || arg == "--tensor-kinds-markdown") {
       if (argc - first != 1) {
-        std::cerr << "odyssey schema: --techniques-markdown takes no other argument\n";
+        std::cerr << "odyssey schema: " << arg << " takes no other argument\n";
         return kExitBadInput;
       }
-      std::cout << techniques_markdown();
+      std::cout << (arg == "--techniques-markdown" ? techniques_markdown() : tensor_kinds_markdown());
       return kExitOk;
     } else {
       std::cerr << "odyssey schema: unknown argument " << argv[i] << "\n";
@@ -108,8 +120,9 @@ int run_schema(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{
-    Command{70, "schema", "schema [--markdown | --techniques-markdown]",
-            "print every preset key (docs/presets.md) or the technique table (docs/architecture.md)",
+    Command{70, "schema", "schema [--markdown | --techniques-markdown | --tensor-kinds-markdown]",
+            "print every preset key (docs/presets.md), the technique table (docs/architecture.md) or the "
+            "tensor kinds (docs/planner.md)",
             run_schema}};
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The per-rank sizes the planner works with (local tokens, head layout, stages, tiles, parameter
-// groups) and the tensor kinds it allocates, each with its bytes and its formula in words.
-// Internal to engine/planner. defines: PlanShapes, TensorKind, kind_bytes, kind_formula, make_shapes
+// groups) and the tensor kinds it allocates, each one rule with its shape, bytes and formula in
+// words (the rules: tensor_kinds.cpp). Internal to engine/planner. defines: PlanShapes, TensorKind,
+// TensorKindRule, tensor_kind_rule, make_shapes, kind_bytes, kind_formula, kind_shape
 #pragma once
 
 #include <cstdint>
@@ -14,85 +15,32 @@
 
 namespace odyssey::planner_detail {
 
-/// Every kind of tensor the step walk allocates. The bytes of one tensor of a kind are fixed by the
-/// config (kind_bytes); kind_formula prints them with the values plugged in.
+/// Every kind of tensor the step walk allocates. What each kind is, its shape, its bytes (fixed by
+/// the config: kind_bytes) and its formula with the values plugged in (kind_formula) are its rule,
+/// kTensorKindRules in tensor_kinds.cpp: one rule a kind, in this order (checked at compile time).
 enum class TensorKind : uint8_t {
   // activations, local layout [B, s, ...]
-  Hidden,          ///< [B, s, d] in the compute dtype: block input/output, norms, residuals
-  RowStat,         ///< [B, s] fp32: an RMSNorm's saved 1/rms
-  QLocal,          ///< [B, s, H*hd]
-  KvLocal,         ///< [B, s, Hkv*hd]
-  KvLocalRep,      ///< [B, s, max(Hkv, P)*hd]: K or V with KV heads replicated up to the degree
+  Hidden, RowStat, QLocal, KvLocal, KvLocalRep,
   // activations, head layout after the all-to-all [B, S, heads/P, hd]
-  QHead,           ///< [B, S, H/P, hd]
-  KvHead,          ///< [B, S, max(1, Hkv/P), hd]
-  Lse,             ///< [B, H/P, S] fp32 log-sum-exp of flash attention
-  DqAccum,         ///< [B, S, H/P, hd] fp32: flash-attention backward's dq accumulator (FA-2's padding)
-  SoftmaxD,        ///< [B, H/P, S] fp32: FlashAttention-2 backward's softmax_d, rowsum(dO * O)
-  GqaExpanded,     ///< [B, S, H/P, hd]: flash backward's dK or dV at query-head count (GQA)
+  QHead, KvHead, Lse, DqAccum, SoftmaxD, GqaExpanded,
   // Untied Ulysses: one stage of heads_per_stage query heads (heads_per_stage/P per rank)
-  QStageLocal,     ///< [B, s, heads_per_stage*hd]
-  KvStageLocal,    ///< [B, s, kv_heads_per_stage*P*hd]
-  QStageHead,      ///< [B, S, heads_per_stage/P, hd]
-  KvStageHead,     ///< [B, S, kv heads per rank per stage, hd]
-  DqAccumStage,     ///< [B, S, hps/P, hd] fp32: flash backward's dq accumulator of one stage
-  SoftmaxDStage,    ///< [B, hps/P, S] fp32: FlashAttention-2 backward's softmax_d of one stage
-  QStageRows,       ///< [hps, hd, d]: the rows of wq one stage projects with (index_select; its backward keeps them)
-  KvStageRows,      ///< [P*kv/stage, hd, d]: the rows of wk or wv of one KV range (its backward keeps them)
-  KvStageGathered,  ///< [B, S, hps/P, hd]: a stage's K or V gathered to its query heads' KV slots (0 when none gathers)
-  KvStageAccum32,   ///< [B, S, kv/stage, hd] fp32: dK or dV summed over the stages of a range (0 when none needs it)
-  GqaExpandedStage,///< one stage's dK or dV at the stage's query-head count
-  InputNormTile,   ///< [norm tile rows, d]: one row tile of the Untied input norm's backward (input_norm_tile_rows)
-  InputNormTile32, ///< [norm tile rows, d] fp32: the Untied input norm's 1/rms pass, one row tile (off a GPU)
-  CpuFlashScratch, ///< the CPU flash-attention backward's per-thread blocks (one thread): attn and
-                   ///< grad_attn [q block, kv block] fp32 (+ compute-dtype copies below fp32)
-  CpuFlashForwardScratch, ///< the CPU flash-attention forward's per-thread buffer (one thread): qk
-                          ///< [q block, kv block], row max and sum, output accumulator [q block, hd],
-                          ///< fp32 (+ a compute-dtype qk block below fp32)
+  QStageLocal, KvStageLocal, QStageHead, KvStageHead, DqAccumStage, SoftmaxDStage, QStageRows, KvStageRows,
+  KvStageGathered, KvStageAccum32, GqaExpandedStage, InputNormTile, InputNormTile32,
+  // the CPU flash-attention kernel's per-thread scratch
+  CpuFlashScratch, CpuFlashForwardScratch,
   // MLP
-  Ffn,             ///< [B, s, f]
-  FfnTile,         ///< [tile, f]
-  HiddenTile,      ///< [tile, d]
+  Ffn, FfnTile, HiddenTile,
   // loss
-  Logits,          ///< [B, s, V] compute dtype
-  Logits32,        ///< [B, s, V] fp32
-  LogitsTile,      ///< [loss_tile, V] compute dtype
-  LogitsTile32,    ///< [loss_tile, V] fp32
-  HiddenLossTile,  ///< [loss_tile, d]
-  FusedLossWorkspace,  ///< the fused linear + cross-entropy kernel's workspace (GPU profiles)
+  Logits, Logits32, LogitsTile, LogitsTile32, HiddenLossTile, FusedLossWorkspace,
   // step inputs
-  TokenIds,        ///< [B, s] int64 (token ids, labels, positions)
-  RopeTable,       ///< [B, s, hd] cos or sin in the compute dtype
+  TokenIds, RopeTable,
   // parameters and their gradients
-  MasterShards,    ///< fp32 master shards of every group
-  GradShards,      ///< fp32 gradient shards
-  AdamMoments,     ///< exp_avg + exp_avg_sq shards
-  DeviceParamShards,  ///< every group's shard in the compute dtype on the device (optimizer offload)
-  BlockFull,       ///< one block's unsharded compute-dtype buffer
-  EmbedFull,       ///< the embedding's unsharded buffer
-  HeadFull,        ///< the head group's unsharded buffer (final norm [+ LM head])
-  BlockShardCast,  ///< a block shard cast to the compute dtype for the all-gather
-  AttnOutGrad,     ///< [d, H*hd] compute dtype: the o_proj weight's gradient (the backward's first)
-  AttnProjGrads,   ///< wq, wk, wv (+ q/k norm) weight gradients of one block (compute dtype)
-  AttnProjGrads32, ///< the same in fp32: the Untied backward's sums over its stages
-  AttnNormGrad,    ///< [d] compute dtype: the attention RMSNorm weight's gradient (the backward's last)
-  MlpWeightGrad,   ///< [f, d] compute dtype: one MLP projection's weight gradient (gate, up or down)
-  MlpNormGrad,     ///< [d] compute dtype: the MLP RMSNorm weight's gradient (the backward's last)
-  MlpWeightTile,   ///< one [f, d] product of one tile before it is added (0 unless bf16 on the CPU)
-  MlpGradAccum,    ///< 3 x [f, d] fp32: the tiled MLP's weight gradients summed over the tiles (0 with fp32 weights: the gradients)
-  HeadWeightGrad,  ///< [V, d] LM-head weight gradient (compute dtype)
-  HeadGradAccum,   ///< [V, d] fp32 LM-head gradient accumulated over loss tiles
-  EmbedGradDense,  ///< [V, d] dense embedding gradient (compute dtype)
-  BlockPack,       ///< fp32 [N_block] packed gradients for the reduce-scatter
-  HeadPack,        ///< fp32 [N_head] packed gradients
-  EmbedPack,       ///< fp32 [N_embed] packed gradients
-  BlockShardOut,   ///< fp32 [N_block / W] reduce-scatter output before it is added into grad
-  TiedGradBack,    ///< [N_embed / W] fp32: the tied embedding's first gradient back from the host (offload, GPU)
-  OptimizerTemp,   ///< the offloaded upload's fp32 staging over the largest shard (GPU, compute dtype not fp32)
-  BlasWorkspaces,  ///< one cuBLAS workspace (GPU; BlasWorkspaces in engine/layout/planned_buffers.h)
-  RuntimeOverhead, ///< CUDA context, NCCL, fragmentation: outside the allocator (hardware profile)
+  MasterShards, GradShards, AdamMoments, DeviceParamShards, BlockFull, EmbedFull, HeadFull, BlockShardCast,
+  AttnOutGrad, AttnProjGrads, AttnProjGrads32, AttnNormGrad, MlpWeightGrad, MlpNormGrad, MlpWeightTile,
+  MlpGradAccum, HeadWeightGrad, HeadGradAccum, EmbedGradDense, BlockPack, HeadPack, EmbedPack, BlockShardOut,
+  TiedGradBack, OptimizerTemp, BlasWorkspaces, RuntimeOverhead,
   // host
-  OffloadedInput,  ///< [B, s, d] checkpointed block input in the host pool (GPU: a pinned slab region)
+  OffloadedInput,
   Count
 };
 constexpr int kTensorKindCount = static_cast<int>(TensorKind::Count);
@@ -150,6 +98,9 @@ struct PlanShapes {
   SequenceTile mlp_tile, loss_tile;  ///< [B, n, f] and [B, n, V] tiles (engine/layout/tiles.h)
   int64_t norm_tile_rows = 0;        ///< the Untied input norm's row tiles (input_norm_tile_rows)
   int64_t fused_seq_tile = 0, fused_vocab_tile = 0;  ///< the fused loss kernel's tiles (GPU profiles)
+  /// the fused loss kernel's own plan of its workspace for those tiles; kPlanBytesLimit when the
+  /// kernel refuses the shape (beyond range: the GPU run would refuse it too)
+  int64_t fused_loss_workspace_bytes = 0;
   int64_t cpu_q_block = 0, cpu_kv_block = 0;  ///< the CPU flash kernel's blocks for a query length S
   /// FlashAttention-2's backward pads its own fp32 buffers (mha_bwd's seqlen_q_rounded and
   /// head_size_rounded): the query length to a multiple of 128, the head dim to one of 32 (256
@@ -164,22 +115,38 @@ struct PlanShapes {
   bool cuda_target = true;  ///< the run takes the engine's CUDA path (runs_cuda_path)
   int64_t runtime_overhead = 0;
   int64_t ranks_per_node = 1;
-  /// Bytes of one tensor of each kind, filled by make_shapes (the walk's inner loop reads these).
+  /// Bytes of one tensor of each kind, filled by make_shapes from the kinds' rules once the sizes
+  /// above are derived (the walk's inner loop reads these).
   int64_t bytes[kTensorKindCount] = {};
   /// A kind's bytes reached kPlanBytesLimit: the plan is beyond range (and never fits).
   bool beyond_range = false;
 };
 
-/// Derives the shapes of a (valid) config.
+/// One tensor kind, defined in one place: what it is, its shape, and its bytes and formula read
+/// from the derived sizes. docs/planner.md's table of tensor kinds prints name, shape and meaning.
+struct TensorKindRule {
+  TensorKind kind;
+  const char* name;     ///< the enumerator's name, "Hidden"
+  const char* shape;    ///< "[B, s, d]" in docs/planner.md's notation; the compute dtype unless named
+  const char* meaning;  ///< what the tensor is: "a hidden state: ..."
+  int64_t (*bytes)(const PlanShapes& s);  ///< bytes of one tensor, saturated at kPlanBytesLimit
+  /// the bytes in words with the values plugged in: "1 x 384K tokens x 4096 x 2 B"
+  std::string (*formula)(const PlanShapes& s);
+};
+
+/// The rule of `kind`: kTensorKindRules in tensor_kinds.cpp, one a kind in enum order.
+const TensorKindRule& tensor_kind_rule(TensorKind kind);
+
+/// Derives the sizes of a (valid) config, then every kind's bytes from its rule.
 PlanShapes make_shapes(const RunConfig& cfg);
 
 /// Bytes of one tensor of `kind`.
 inline int64_t kind_bytes(TensorKind kind, const PlanShapes& s) { return s.bytes[static_cast<int>(kind)]; }
 
-/// The formula of one tensor of `kind` with the values plugged in: "1 x 384K tok x 4096 x 2 B".
-std::string kind_formula(TensorKind kind, const PlanShapes& s);
+/// The formula of one tensor of `kind` with the values plugged in: "1 x 384K tokens x 4096 x 2 B".
+inline std::string kind_formula(TensorKind kind, const PlanShapes& s) { return tensor_kind_rule(kind).formula(s); }
 
-/// "[B, s, d]"-style shape description of a kind (for the docs and terms).
-const char* kind_shape(TensorKind kind);
+/// "[B, s, d]"-style shape of a kind (docs/planner.md's table of tensor kinds).
+inline const char* kind_shape(TensorKind kind) { return tensor_kind_rule(kind).shape; }
 
 }  // namespace odyssey::planner_detail

@@ -4,7 +4,7 @@
 // StepTimePlan, LadderRung, PlanPeak, plan_memory, planned_heads_per_stage, planned_untied_ulysses,
 // planned_mlp_tile_tokens, with_planned_sizes, plan_peak, planned_buffer_bytes, plan_step_time,
 // plan_ladder, ladder_rung_config, seq_len_granularity, solve_max_seq_len, max_seq_len_limit, advise,
-// planned_out_of_memory.
+// planned_out_of_memory, TensorKindDoc, tensor_kind_docs.
 // The model: docs/planner.md.
 #pragma once
 
@@ -299,5 +299,15 @@ TuneResult tune(const RunConfig& cfg);
 /// memory, each with its numbers, then the advisor's cheapest fixes; "" when it fits. What
 /// `odyssey train` and the studio refuse unless forced (--force, "Start anyway").
 std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process);
+
+/// One kind of tensor the planner charges, as its rule defines it (engine/planner/tensor_kinds.cpp):
+/// docs/planner.md's table of tensor kinds (`odyssey schema --tensor-kinds-markdown`).
+struct TensorKindDoc {
+  std::string name;     ///< "Hidden"
+  std::string shape;    ///< "[B, s, d]" in docs/planner.md's notation; the compute dtype unless named
+  std::string meaning;  ///< what the tensor is
+};
+/// Every tensor kind, in the planner's order.
+std::vector<TensorKindDoc> tensor_kind_docs();
 
 }  // namespace odyssey
