@@ -2,7 +2,7 @@
 # Installs everything Odyssey builds and tests against, idempotently: Debian packages (sudo only
 # when not root), LibTorch 2.11.0 from the PyPI torch wheel into a venv cached outside the
 # repository, the pinned transformers the Hugging Face tests compare against and the tokenizers
-# `odyssey prepare` runs (same venv).
+# and pyarrow `odyssey prepare` runs (same venv).
 set -euo pipefail
 
 DEPS_DIR="${ODYSSEY_DEPS_DIR:-$HOME/.cache/odyssey}"
@@ -82,6 +82,20 @@ else
   "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "tokenizers==$TOKENIZERS_VERSION"
   "$VENV/bin/python" -c "import tokenizers; print('deps: tokenizers', tokenizers.__version__)"
   touch "$TOK_STAMP"
+fi
+
+# --- pyarrow for odyssey prepare's Parquet inputs ----------------------------------------------
+# `odyssey prepare` reads a .parquet file's "text" column with pyarrow in this venv; the tests write
+# Parquet files with it and fail without it. Pinned: the newest release, no dependency of its own.
+PYARROW_VERSION="26.0.1"
+ARROW_STAMP="$DEPS_DIR/.deps-ok-pyarrow-$PYARROW_VERSION"
+if [ -f "$ARROW_STAMP" ] && "$VENV/bin/python" -c "import pyarrow.parquet" >/dev/null 2>&1; then
+  say "pyarrow $PYARROW_VERSION cached in $VENV"
+else
+  say "installing pyarrow==$PYARROW_VERSION into $VENV (odyssey prepare's Parquet inputs, a 55 MB wheel)"
+  "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "pyarrow==$PYARROW_VERSION"
+  "$VENV/bin/python" -c "import pyarrow, pyarrow.parquet; print('deps: pyarrow', pyarrow.__version__)"
+  touch "$ARROW_STAMP"
 fi
 
 # --- CUDA toolkit vs wheel ---------------------------------------------------------------------

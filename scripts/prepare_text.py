@@ -84,6 +84,14 @@ def vocabulary_size(tokenizer):
     return max(tokenizer.get_vocab_size(with_added_tokens=True), max(ids, default=-1) + 1)
 
 
+def value_kind(value):
+    """How a message names a value that should have been a string (JSON's words where they fit)."""
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object",
+            bytes: "bytes"}.get(type(value), "a " + type(value).__name__)
+
+
 def checked_text(text, where):
     """`text` when it can be encoded as UTF-8 (a JSON \\ud800 escape gives a lone surrogate)."""
     try:
@@ -131,9 +139,7 @@ def jsonl_documents(path, file_number):
                 raise BadInput("%s: no \"text\" field (the object has %s)" % (where, keys or "no keys"))
             text = value["text"]
             if not isinstance(text, str):
-                kind = "null" if text is None else {bool: "a boolean", int: "a number", float: "a number",
-                                                    list: "an array", dict: "an object"}.get(type(text), type(text).__name__)
-                raise BadInput("%s: \"text\" is %s, not a string" % (where, kind))
+                raise BadInput("%s: \"text\" is %s, not a string" % (where, value_kind(text)))
             yield checked_text(text, where), done
 
 
@@ -146,27 +152,72 @@ def text_documents(path, file_number):
     yield text, len(data)
 
 
-def parquet_documents(path, file_number):
+# The rule a Parquet input follows, quoted by every message about one.
+PARQUET_RULE = "a Parquet input is one document a row, the row's \"text\" string"
+
+
+def import_pyarrow(path):
+    """pyarrow.parquet, or exit 1 (a missing library is the environment's failure, not the input's)."""
     try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise BadInput("%s: a Parquet file, and pyarrow is not installed in the Python at %s (pip install pyarrow "
-                       "there, or convert the file to JSON lines)" % (path, sys.executable))
+        import pyarrow.parquet
+        return pyarrow.parquet
+    except ImportError as e:
+        sys.stderr.write("odyssey prepare: %s is a Parquet file, and the Python at %s cannot import `pyarrow` (%s): "
+                         "`make deps` installs it in the project's venv (or pip install pyarrow there, or set "
+                         "ODYSSEY_PYTHON to a Python that has it)\n" % (path, sys.executable, e))
+        sys.exit(1)
+
+
+def is_string_type(arrow_type):
+    import pyarrow as pa
+    string_view = getattr(pa.types, "is_string_view", lambda t: False)
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or string_view(arrow_type)
+
+
+def parquet_documents(path, file_number):
+    """(text, bytes read, as a share of the file) for each row of a Parquet file's "text" column."""
+    pq = import_pyarrow(path)
+    import pyarrow as pa
     try:
         table = pq.ParquetFile(path)
     except Exception as e:
-        raise BadInput("%s: not a Parquet file pyarrow reads (%s)" % (path, e))
-    if "text" not in table.schema_arrow.names:
-        raise BadInput("%s: no \"text\" column (the columns are %s)" % (path, ", ".join(table.schema_arrow.names)))
+        raise BadInput("%s: not a Parquet file pyarrow reads (%s)" % (path, str(e).splitlines()[0] if str(e) else e))
+    schema = table.schema_arrow
+    if "text" not in schema.names:
+        raise BadInput("%s: no \"text\" column (the columns are %s; %s)" %
+                       (path, ", ".join(json.dumps(n) for n in schema.names[:8]) or "none", PARQUET_RULE))
+    if schema.names.count("text") > 1:
+        raise BadInput("%s: %d columns are named \"text\" (%s)" % (path, schema.names.count("text"), PARQUET_RULE))
+    column_type = schema.field("text").type
     rows = max(table.metadata.num_rows, 1)
     size = os.path.getsize(path)
     row = 0
-    for batch in table.iter_batches(columns=["text"], batch_size=1024):
-        for text in batch.column(0).to_pylist():
+    batches = table.iter_batches(columns=["text"], batch_size=1024)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowException, OSError) as e:
+            raise BadInput("%s: pyarrow cannot read the rows after row %d (%s)" % (path, row, e))
+        if batch is None:
+            return
+        column = batch.column(0)
+        try:
+            values = column.to_pylist()
+        except UnicodeDecodeError:  # a string column whose bytes are not UTF-8: find the row
+            for offset, data in enumerate(column.cast(pa.binary()).to_pylist()):
+                if data is not None:
+                    utf8(data, lambda line: "%s:row %d, line %d of \"text\"" % (path, row + offset + 1, line + 1))
+            raise
+        for text in values:
             row += 1
             where = "%s:row %d" % (path, row)
             if not isinstance(text, str):
-                raise BadInput("%s: \"text\" is %s, not a string" % (where, "null" if text is None else type(text).__name__))
+                shown = "" if text is None else " (%s)" % repr(text)[:40]
+                of_type = "" if is_string_type(column_type) else " in a column of %s" % column_type
+                raise BadInput("%s: \"text\" is %s%s%s, not a string (%s)" %
+                               (where, value_kind(text), shown, of_type, PARQUET_RULE))
             yield checked_text(text, where), size * row // rows
 
 
@@ -210,6 +261,9 @@ def main(argv):
             raise BadInput("--append-eos: the tokenizer has no eos token: " + eos_text)
         appended = eos_id if append_eos else -1
         record(b"T", struct.pack("<Qq", vocabulary_size(tokenizer), appended) + text_payload(eos_text))
+        parquet = [path for kind, path in inputs if kind == "parquet"]
+        if parquet:
+            import_pyarrow(parquet[0])  # before any file is tokenized
         for number, (kind, path) in enumerate(inputs):
             record(b"F", struct.pack("<I", number))
             texts, size = [], 0

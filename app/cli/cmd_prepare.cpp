@@ -23,8 +23,9 @@ namespace {
 constexpr const char* kUsage =
     "usage: odyssey prepare INPUT... (--tokenizer PATH | --preset PRESET [--set k=v]...) --out FILE [--append-eos]\n"
     "                       [--overwrite] [--json]\n"
-    "  INPUT       .jsonl/.json (a \"text\" field per line), .parquet (a \"text\" column, needs pyarrow), any other\n"
-    "              file as one plain-text document, or a directory of .txt/.jsonl/.json/.parquet (recursive, sorted)\n"
+    "  INPUT       .jsonl/.json (a \"text\" field per line), .parquet (a \"text\" string column, one document a\n"
+    "              row; read with pyarrow, which make deps installs), any other file as one plain-text document,\n"
+    "              or a directory of .txt/.jsonl/.json/.parquet (recursive, sorted)\n"
     "  --tokenizer a Hugging Face tokenizer.json, or a model directory holding one\n"
     "  --preset    the preset to train with: without --tokenizer, its model.hf_path directory's tokenizer.json;\n"
     "              either way the tokenizer's vocabulary must fit its model.vocab_size (--set overrides its keys)\n"

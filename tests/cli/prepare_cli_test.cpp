@@ -1,11 +1,13 @@
 // odyssey prepare as a user runs it, with a WordLevel tokenizer.json the test builds with Hugging
-// Face `tokenizers` (make deps installs it; without it these tests fail, they never skip): JSON
-// lines and a directory of text read back token for token from the documents file, --append-eos,
-// a bad line named FILE:LINE with exit 2, an existing --out refused and untouched, a tokenizer
-// larger than the preset's vocabulary refused; then odyssey train on the prepared file.
+// Face `tokenizers` and Parquet inputs it writes with pyarrow (make deps installs both; without
+// them these tests fail, they never skip): JSON lines, Parquet and a directory of text read back
+// token for token from the documents file, --append-eos, a bad line named FILE:LINE (a bad Parquet
+// row FILE:row N) with exit 2, an existing --out refused and untouched, a tokenizer larger than the
+// preset's vocabulary refused; then odyssey train on the prepared file.
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -32,6 +34,32 @@ bool exists(const std::string& path) {
 
 using Index = std::vector<uint64_t>;
 using Tokens = std::vector<uint32_t>;
+
+/// The build's Python, which must import pyarrow to write the Parquet inputs (and odyssey prepare
+/// to read them): a missing library fails here, loudly.
+std::string pyarrow_python() {
+  const std::string python = tokenizers_python();
+  const int rc = std::system(("'" + python + "' -c 'import pyarrow.parquet' 2>/dev/null").c_str());
+  INFO("the Python at " << python << " cannot import `pyarrow`: run `make deps` (scripts/deps.sh installs it)");
+  REQUIRE(rc == 0);
+  return python;
+}
+
+/// Writes the Parquet file `path` from `table`, a Python expression of a pyarrow table (`pa` is
+/// pyarrow), `row_group_size` rows a row group; the script that does it is `path`.py.
+void write_parquet(const std::string& path, const std::string& table, int row_group_size = 1024) {
+  const std::string python = pyarrow_python(), script = path + ".py";
+  std::ofstream(script) << "import pyarrow as pa, pyarrow.parquet as pq\n"
+                        << "pq.write_table(" << table << ", '" << path << "', row_group_size=" << row_group_size << ")\n";
+  REQUIRE(std::system(("'" + python + "' '" + script + "'").c_str()) == 0);
+}
+
+/// An environment variable set for the scope (the odyssey processes the test starts inherit it).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  const char* name_;
+};
 
 }  // namespace
 
@@ -70,6 +98,36 @@ TEST_CASE("odyssey prepare: JSON lines and a text directory read back token for 
     d = read_documents(eos_out);
     CHECK(d.index == Index{0, 4, 11, 13});
     CHECK(d.tokens == Tokens{2, 3, 4, 1, 7, 8, 9, 5, 2, 6, 1, 3, 1});
+  }
+  SECTION("a Parquet file of the same texts, one a row, gives the same documents file byte for byte") {
+    // Four rows in two row groups (3 + 1); the empty text is skipped as the JSON line's is.
+    write_parquet(dir + "/docs.parquet",
+                  "pa.table({'id': [1, 2, 3, 4], 'text': ['the cat sat', 'a dog ran on the mat', '', 'cat']})", 3);
+    const std::string parquet_out = dir + "/parquet.odoc";
+    r = run_odyssey("prepare " + dir + "/docs.parquet --tokenizer " + tokenizer + " --out " + parquet_out);
+    require_exit(r, 0);
+    CHECK_THAT(r.out, Catch::Contains("prepared " + parquet_out + ": 3 documents, 10 tokens from 1 file(s)") &&
+                          Catch::Contains("longest document 6 tokens, median document 3 tokens, 1 empty skipped"));
+    CHECK_THAT(r.err, Catch::Contains("prepare: [1/1] " + dir + "/docs.parquet"));
+    CHECK(read_text(parquet_out) == read_text(out));
+    d = read_documents(parquet_out);
+    CHECK(d.index == Index{0, 3, 9, 10});
+    CHECK(d.tokens == Tokens{2, 3, 4, 7, 8, 9, 5, 2, 6, 3});
+  }
+  SECTION("a directory mixing .jsonl and .parquet: its files in path order, Parquet rows in row order") {
+    REQUIRE(std::system(("mkdir -p '" + dir + "/mixed/c'").c_str()) == 0);
+    write_parquet(dir + "/mixed/b.parquet", "pa.table({'text': ['the mat', 'dog']})");
+    std::ofstream(dir + "/mixed/a.jsonl") << "{\"text\": \"a cat\"}\n";
+    write_parquet(dir + "/mixed/c/d.parquet", "pa.table({'text': pa.array(['sat on'], pa.large_string())})");
+    const std::string mixed_out = dir + "/mixed.odoc";
+    r = run_odyssey("prepare " + dir + "/mixed --tokenizer " + tokenizer + " --out " + mixed_out);
+    require_exit(r, 0);
+    CHECK_THAT(r.out, Catch::Contains("4 documents, 7 tokens from 3 file(s)"));
+    CHECK_THAT(r.err, Catch::Contains("[1/3] " + dir + "/mixed/a.jsonl") && Catch::Contains("[2/3] " + dir + "/mixed/b.parquet") &&
+                          Catch::Contains("[3/3] " + dir + "/mixed/c/d.parquet"));
+    d = read_documents(mixed_out);
+    CHECK(d.index == Index{0, 2, 4, 5, 7});
+    CHECK(d.tokens == Tokens{7, 3, 2, 6, 8, 4, 5});
   }
   SECTION("a directory: its .txt files (recursively, sorted by path), each one document") {
     REQUIRE(std::system(("mkdir -p '" + dir + "/texts/sub'").c_str()) == 0);
@@ -130,6 +188,61 @@ TEST_CASE("odyssey prepare: a bad line is FILE:LINE: rule with exit 2, and nothi
   r = run_odyssey("prepare " + dir + "/type.jsonl --preset presets/tiny-cpu.toml --out " + out);
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--preset presets/tiny-cpu.toml has no model.hf_path"));
+  CHECK_FALSE(exists(out));
+}
+
+TEST_CASE("odyssey prepare: a bad Parquet file is FILE[:row N]: rule with exit 2, and nothing is written",
+          "[cli][prepare]") {
+  const std::string dir = make_dir("bad_parquet");
+  const std::string tokenizer = make_tokenizer(dir, kWords);
+  const std::string out = dir + "/out.odoc";
+  std::ofstream(dir + "/good.jsonl") << "{\"text\": \"the cat\"}\n";
+  const std::string rule = "(a Parquet input is one document a row, the row's \"text\" string)";
+  struct Bad {
+    const char* name;
+    const char* table;
+    std::string message;  // after "DIR/NAME.parquet"
+  };
+  const std::vector<Bad> cases = {
+      {"no_text", "pa.table({'content': ['the cat'], 'id': [7]})",
+       ": no \"text\" column (the columns are \"content\", \"id\"; a Parquet input is one document a row, the row's "
+       "\"text\" string)"},
+      {"number", "pa.table({'text': [5, 6]})", ":row 1: \"text\" is a number (5) in a column of int64, not a string " + rule},
+      {"null", "pa.table({'text': ['the cat', 'a dog', None, 'sat']})", ":row 3: \"text\" is null, not a string " + rule},
+      {"bytes", "pa.table({'text': pa.array([b'the cat'], pa.binary())})",
+       ":row 1: \"text\" is bytes (b'the cat') in a column of binary, not a string " + rule},
+      {"utf8", "pa.table({'text': pa.array([b'the cat', b'a \\xff dog'], pa.binary()).view(pa.string())})",
+       ":row 2, line 1 of \"text\": not UTF-8: byte 0xff at column 3 is invalid (invalid start byte)"},
+  };
+  for (const auto& bad : cases) {
+    INFO("case " << bad.name);
+    const std::string parquet = dir + "/" + bad.name + ".parquet";
+    write_parquet(parquet, bad.table);
+    // After a good file: its documents are not written either.
+    const Run r = run_odyssey("prepare " + dir + "/good.jsonl " + parquet + " --tokenizer " + tokenizer + " --out " + out);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains(parquet + bad.message));
+    CHECK_FALSE(exists(out));
+  }
+  std::ofstream(dir + "/junk.parquet") << "{\"text\": \"the cat\"}\n";
+  Run r = run_odyssey("prepare " + dir + "/junk.parquet --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/junk.parquet: not a Parquet file pyarrow reads"));
+  CHECK_FALSE(exists(out));
+  CHECK(std::system(("ls -A '" + dir + "' | grep -q '^\\.out\\.odoc'").c_str()) != 0);
+
+  // A Python without pyarrow (a package of that name that fails to import shadows it): a runtime
+  // failure, exit 1, that names the file and `make deps`, before any file is tokenized.
+  REQUIRE(std::system(("mkdir -p '" + dir + "/shadow/pyarrow'").c_str()) == 0);
+  std::ofstream(dir + "/shadow/pyarrow/__init__.py") << "raise ImportError('no pyarrow here')\n";
+  {
+    const ScopedEnv shadow("PYTHONPATH", dir + "/shadow");
+    r = run_odyssey("prepare " + dir + "/good.jsonl " + dir + "/null.parquet --tokenizer " + tokenizer + " --out " + out);
+  }
+  require_exit(r, 1);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/null.parquet is a Parquet file, and the Python at") &&
+                        Catch::Contains("cannot import `pyarrow` (no pyarrow here): `make deps` installs it"));
+  CHECK_THAT(r.err, !Catch::Contains("[1/2]"));
   CHECK_FALSE(exists(out));
 }
 
