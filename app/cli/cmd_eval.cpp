@@ -1,8 +1,8 @@
 // odyssey eval RUN_DIR|HF_DIR --data FILE --seq-len N [--json] [--out DIR] [--overwrite]
 // [--preset P] [--set k=v]... [--tokenizer PATH] [--trials N] [--seed N] [--first-bucket N]
 // [--needle-min N] [--max-sequences N] [--no-needle]: a trained model's loss by position bucket on
-// held-out documents and a needle-in-a-haystack grid, forward only under the run's memory stack
-// (engine/train/eval.h); a table on stdout (or --json), DIR/eval.json and DIR/needle.png.
+// held-out documents and a needle-in-a-haystack grid, forward only under the run's memory stack on
+// the run's ranks (engine/train/eval.h); a table on stdout (or --json), DIR/eval.json and DIR/needle.png.
 // Exit 0, 1 (runtime failure), 2 (bad input).
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include "app/cli/cli.h"
@@ -17,11 +18,9 @@
 #include "app/cli/prepare_inputs.h"
 #include "app/cli/text_tokenizer.h"
 #include "engine/config/sizes.h"
-#include "engine/parallel/rank_launch.h"
 #include "engine/train/checkpoint_io.h"
 #include "engine/train/eval.h"
 #include "engine/train/hf_checkpoint.h"
-#include "engine/train/rank_loop.h"
 #include "engine/util/files.h"
 #include "engine/util/json.h"
 #include "engine/util/splitmix.h"
@@ -130,7 +129,8 @@ std::string base_name(const std::string& path) {
 struct Source {
   bool run = false;                   ///< a run directory (else a Hugging Face directory)
   std::optional<CheckpointInfo> info; ///< the run's latest checkpoint
-  RunConfig run_config;               ///< the run's own config (the checkpoint's), or the HF preset's
+  RunConfig run_config;               ///< the run's config (the checkpoint's) with --set, or the HF preset's
+  RunConfig saved;                    ///< a run's config as its checkpoint saved it: how its shards join
 };
 
 Source open_source(const EvalArgs& a) {
@@ -149,8 +149,19 @@ Source open_source(const EvalArgs& a) {
     } catch (const CheckpointError& e) {
       throw BadInput(e.what());
     }
-    loaded = load_preset_text(s.info->config_toml, s.info->path + "/config.toml", a.overrides);
-    if (loaded.ok() && loaded.config.parallel.emulate)
+    // Validated at the length evaluated (a Ulysses degree must divide it, not the trained one).
+    std::vector<Override> overrides;
+    Override length;
+    ConfigIssue issue;
+    if (!parse_override("training.seq_len=" + std::to_string(a.seq_len), 0, &length, &issue)) throw BadInput(issue.format());
+    length.loc = SourceLoc{"--seq-len", 0, 0};  // a message about it names the flag
+    overrides.push_back(length);
+    overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
+    loaded = load_preset_text(s.info->config_toml, s.info->path + "/config.toml", overrides);
+    const LoadedPreset saved = load_preset_text(s.info->config_toml, s.info->path + "/config.toml");
+    if (!saved.ok()) throw BadInput("the checkpoint's config does not load: " + saved.issues.front().format());
+    s.saved = saved.config;
+    if (loaded.ok() && s.saved.parallel.emulate)
       throw BadInput(a.source + " is an emulated run (parallel.emulate): it saved rank 0 of " +
                      std::to_string(s.info->world_size) + " only, not the whole model");
   } else if (exists(join_path(a.source, "config.json"))) {
@@ -241,6 +252,14 @@ std::vector<NeedlePrompt> needle_prompts(const std::string& tokenizer_json, int6
   return out;
 }
 
+/// "1 rank" / "4 ranks: Ulysses 2 x data 2, FSDP": the layout the forward ran on.
+std::string ranks_text(const RunConfig& cfg) {
+  const ParallelConfig& p = cfg.parallel;
+  if (p.world_size == 1) return "1 rank";
+  return std::to_string(p.world_size) + " ranks: Ulysses " + std::to_string(p.ulysses_degree) + " x data " +
+         std::to_string(p.world_size / p.ulysses_degree) + (p.fsdp ? ", FSDP" : "");
+}
+
 std::string fixed(double v, int digits) {
   char text[32];
   std::snprintf(text, sizeof text, "%.*f", digits, v);
@@ -257,7 +276,7 @@ int run_eval(int argc, char** argv, int first) {
   }
   try {
     const Source source = open_source(a);
-    // The config the forward runs: one rank, the data and length asked, the run's memory stack.
+    // The config the forward runs: the run's ranks and memory stack, the data and length asked.
     const LoadedPreset evaluated = apply_overrides(eval_config(source.run_config, a.data, a.seq_len), {}, "--seq-len");
     if (!evaluated.ok()) {
       std::string text = "--seq-len " + std::to_string(a.seq_len) + " with --data " + a.data + ":";
@@ -285,6 +304,16 @@ int run_eval(int argc, char** argv, int first) {
                        "--tokenizer PATH (a tokenizer.json or a model directory), or --no-needle");
       tokenizer_json = find_tokenizer_json(tokenizer);
       lengths = needle_lengths(std::min(a.needle_min, a.seq_len), a.seq_len);
+      // Each context length runs on the ranks as --seq-len does: the validator's rules for it.
+      for (int64_t length : lengths) {
+        const LoadedPreset at_length = apply_overrides(eval_config(source.run_config, a.data, length), {}, "--needle-min");
+        if (at_length.ok()) continue;
+        std::string text = "--needle-min " + std::to_string(a.needle_min) + ": the needle grid's context of " +
+                           std::to_string(length) + " tokens (--needle-min doubled up to --seq-len) runs as "
+                           "training.seq_len = " + std::to_string(length) + ":";
+        for (const ConfigIssue& issue : at_length.issues) text += "\n  " + issue.format();
+        throw BadInput(text);
+      }
     }
     const std::string out_dir = !a.out.empty() ? a.out : source.run ? join_path(a.source, "eval") : "eval-" + base_name(a.source);
     const std::string json_path = join_path(out_dir, "eval.json"), png_path = join_path(out_dir, "needle.png");
@@ -306,17 +335,18 @@ int run_eval(int argc, char** argv, int first) {
     int error_number = 0;
     if (!make_dirs(out_dir, &error, &error_number)) throw BadInput("--out " + out_dir + ": " + error);
 
-    // The model: built as the run's (seeded init), then its weights.
-    const RankContext ctx = make_solo_rank_context(resolve_device(cfg.training.device, 0));
-    Trainer trainer(cfg, ctx);
+    // The weights, read here once for every rank of this process: a run's checkpoint whole (each
+    // rank copies its FSDP slice; host memory: the model's fp32 parameters once), or the Hugging
+    // Face files, of which each rank reads its slice.
+    std::map<std::string, at::Tensor> masters;
+    std::optional<HfWeights> hf;
     std::string weights;
     if (source.run) {
-      load_full_masters(read_full_masters(*source.info, source.run_config), trainer.model().groups());
+      masters = read_full_masters(*source.info, source.saved);  // the layout it was saved with
       weights = "step " + std::to_string(source.info->step) + " of " + a.source;
     } else {
-      const HfWeights hf(a.source, cfg.model);
-      hf.load(trainer.model().groups());
-      weights = a.source + " (" + hf.describe() + ")";
+      hf.emplace(a.source, cfg.model);
+      weights = a.source + " (" + hf->describe() + ")";
     }
     const bool tty = ::isatty(STDERR_FILENO) && !a.quiet;
     auto progress = [&](const char* what) {
@@ -324,9 +354,22 @@ int run_eval(int argc, char** argv, int first) {
         if (tty) std::cerr << "\r\033[K" << what << " " << done << "/" << total << (done == total ? "\r\033[K" : "") << std::flush;
       };
     };
-    const BucketEval buckets = eval_position_buckets(trainer, a.first_bucket, a.max_sequences, progress("sequences"));
-    std::vector<NeedleCell> cells;
-    if (a.needle) cells = eval_needle_grid(trainer, *data, prompts, lengths, progress("needle forwards"));
+    EvalRequest request;
+    request.first_bucket = a.first_bucket;
+    request.max_sequences = a.max_sequences;
+    request.prompts = prompts;
+    request.needle_lengths = lengths;
+    request.load_weights = [&](Trainer& trainer) {
+      if (hf) hf->load(trainer.model().groups());  // this rank's slice of every parameter
+      else load_full_masters(masters, trainer.model().groups());
+    };
+    request.bucket_progress = progress("sequences");
+    request.needle_progress = progress("needle forwards");
+    // Every rank of the run (threads here, or this process's rank under torchrun).
+    const EvalReport report = evaluate_on_ranks(cfg, request);
+    if (!report.lead) return kExitOk;  // a torchrun process of another rank: rank 0's process reports
+    const BucketEval& buckets = report.buckets;
+    const std::vector<NeedleCell>& cells = report.cells;
 
     // The heatmap: lengths down, depths across.
     std::optional<std::string> png;
@@ -344,8 +387,8 @@ int run_eval(int argc, char** argv, int first) {
         .key("path").value(a.source).key("step");
     if (source.run) w.value(source.info->step);
     else w.null();
-    w.end_object().key("data").value(a.data).key("seq_len").value(a.seq_len).key("device").value(ctx.device.str())
-        .key("memory").value(describe_memory(cfg, trainer.model_memory()))
+    w.end_object().key("data").value(a.data).key("seq_len").value(a.seq_len).key("device").value(report.device)
+        .key("memory").value(report.memory)
         .key("document_positions").value(to_string(cfg.training.document_positions))
         .key("sequences").value(buckets.sequences).key("tokens").value(buckets.tokens).key("loss").value(buckets.loss)
         .key("unused_tokens").value(buckets.unused_tokens).key("buckets").begin_array();
@@ -388,8 +431,8 @@ int run_eval(int argc, char** argv, int first) {
       std::cout << text << "\n";
       return kExitOk;
     }
-    std::cout << "odyssey eval " << weights << " on " << a.data << " (" << ctx.device.str() << ", memory "
-              << describe_memory(cfg, trainer.model_memory()) << ")\n"
+    std::cout << "odyssey eval " << weights << " on " << a.data << " (" << report.device << ", " << ranks_text(cfg)
+              << ", memory " << report.memory << ")\n"
               << "loss by position in document: " << buckets.sequences << " sequences of " << a.seq_len << " tokens, "
               << buckets.tokens << " tokens scored, mean loss " << fixed(buckets.loss, 4) << "\n";
     std::printf("  %-17s %10s %9s\n", "positions", "tokens", "loss");
@@ -443,8 +486,10 @@ int run_eval(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{Command{
-    74, "eval", "eval RUN_DIR|HF_DIR --data FILE --seq-len N [--json] [--out DIR] [--tokenizer PATH] [--trials N]",
-    "loss by position bucket and a needle-in-a-haystack grid on held-out documents, forward only", run_eval}};
+    74, "eval",
+    "eval RUN_DIR|HF_DIR --data FILE --seq-len N [--set k=v]... [--json] [--out DIR] [--tokenizer PATH] [--trials N]",
+    "loss by position bucket and a needle grid on held-out documents, forward only, on the run's ranks (--set parallel.*)",
+    run_eval}};
 
 }  // namespace
 }  // namespace odyssey::cli

@@ -1,7 +1,7 @@
-// Evaluation forward passes: loss by position bucket over packed held-out documents, and the
-// needle-in-a-haystack grid by teacher forcing (see eval.h).
+// Evaluation forward passes on the run's ranks: loss by position bucket over packed held-out
+// documents and the needle-in-a-haystack grid by teacher forcing, from each forward's gathered rows.
 // defines: eval_config, position_buckets, eval_position_buckets, needle_lengths, needle_sequence,
-// needle_trial_correct, eval_needle_grid
+// needle_sequences, eval_needle_grid, evaluate_on_ranks
 #include "engine/train/eval.h"
 
 #include <algorithm>
@@ -9,15 +9,15 @@
 #include <stdexcept>
 
 #include "engine/layout/documents.h"
+#include "engine/parallel/job.h"
+#include "engine/telemetry/memory_tracker.h"
 #include "engine/train/data.h"
+#include "engine/train/rank_loop.h"
 
 namespace odyssey {
 
 RunConfig eval_config(const RunConfig& run, const std::string& data_path, int64_t seq_len) {
   RunConfig cfg = run;
-  cfg.parallel.world_size = 1;
-  cfg.parallel.ulysses_degree = 1;
-  cfg.parallel.fsdp = false;
   cfg.parallel.emulate = false;
   cfg.training.batch_size = 1;
   cfg.training.seq_len = seq_len;
@@ -46,6 +46,40 @@ std::vector<PositionBucket> position_buckets(int64_t seq_len, int64_t first) {
   return out;
 }
 
+namespace {
+
+/// Every position's result of one forward, the whole rows of every replica.
+struct GatheredRows {
+  at::Tensor ce;      ///< [D, L] fp64 on the CPU: each label's CE (fp32 values), 0 where not scored
+  at::Tensor argmax;  ///< [D, L] int64 on the CPU
+  at::Tensor labels;  ///< [D, L] int64 on the CPU, -100 where not scored
+};
+
+/// This rank's slice `in` (make_rank_batch's: replica dp_rank's row, its tokens [sp_rank s,
+/// (sp_rank + 1) s)) forward, then every rank's CE, argmax and labels all-gathered over the world
+/// group. World rank r = dp_rank P + sp_rank (layout_of), so rank order is replica by replica,
+/// slice by slice: the gathered [W, s] is [D, L] row-major. Memory: the gathered rows, (4 + 2 x 8)
+/// bytes a position of the D whole rows, on every rank (20 MiB for one row of 1M tokens).
+GatheredRows forward_gathered(Trainer& trainer, const ModelInputs& in) {
+  const RankContext& ctx = trainer.rank_context();
+  const TokenLosses t = trainer.forward_tokens(in);  // [1, s] each
+  CategoryScope category(MemCategory::Other);
+  const int64_t s = in.ids.size(1), W = ctx.world_size, D = ctx.dp_size, L = s * ctx.sp_size;
+  at::Tensor ce = at::empty({W * s}, t.ce.options());                   // [W s] fp32
+  ctx.world->all_gather(ce, t.ce.reshape(-1).contiguous());
+  const at::Tensor mine = at::stack({t.argmax.reshape(-1), in.labels.reshape(-1).to(t.argmax.device())});  // [2, s]
+  at::Tensor longs = at::empty({W * 2 * s}, mine.options());          // [W, 2, s] int64
+  ctx.world->all_gather(longs, mine.contiguous());
+  const at::Tensor rows = longs.cpu().view({W, 2, s});
+  GatheredRows out;
+  out.ce = ce.cpu().to(at::kDouble).view({D, L});
+  out.argmax = rows.select(1, 0).reshape({D, L});
+  out.labels = rows.select(1, 1).reshape({D, L});
+  return out;
+}
+
+}  // namespace
+
 BucketEval eval_position_buckets(Trainer& trainer, int64_t first_bucket, int64_t max_sequences,
                                  const std::function<void(int64_t, int64_t)>& progress) {
   const RunConfig& cfg = trainer.config();
@@ -53,6 +87,9 @@ BucketEval eval_position_buckets(Trainer& trainer, int64_t first_bucket, int64_t
   const int64_t S = training.seq_len;
   if (!trainer.dataset().has_documents())
     throw std::invalid_argument("eval: the position buckets need the documents dataset (eval_config)");
+  if (training.batch_size != 1)
+    throw std::invalid_argument("eval: one sequence per replica (eval_config), not training.batch_size = " +
+                                std::to_string(training.batch_size));
   BucketEval out;
   out.buckets = position_buckets(S, first_bucket);
   // Split packing: sequence k is the stream's tokens [kS, kS + S + 1), those that end in the file.
@@ -62,31 +99,37 @@ BucketEval eval_position_buckets(Trainer& trainer, int64_t first_bucket, int64_t
   out.unused_tokens = T - std::min(T, sequences * S + 1);
   const bool restart = training.document_positions == DocumentPositions::Restart;
   const RankContext& ctx = trainer.rank_context();
+  const int64_t D = ctx.dp_size;
   double ce_total = 0;
-  for (int64_t k = 0; k < out.sequences; ++k) {
-    const RankBatch batch = make_rank_batch(trainer.dataset(), k, training, ctx, ctx.device);  // [1, S]
+  std::vector<int64_t> starts;
+  // Forward j: sequence jD + d on replica d (make_rank_batch's index); a replica past the last
+  // sequence runs the dataset's wrapped one, its result unused (every rank runs every forward).
+  for (int64_t j = 0; j * D < out.sequences; ++j) {
+    const RankBatch batch = make_rank_batch(trainer.dataset(), j, training, ctx, ctx.device);  // [1, S/P]
     ModelInputs in{batch.ids, batch.labels, batch.answer_mask, batch.first_position, batch.global_tokens};
     in.documents.starts = batch.document_starts;
     in.restart_positions = restart;
-    const TokenLosses t = trainer.forward_tokens(in);
-    const at::Tensor ce = t.ce.to(at::kDouble).cpu().reshape(-1);   // [S]
-    const at::Tensor labels = batch.labels.cpu().reshape(-1);      // [S]
-    const double* c = ce.data_ptr<double>();
-    const int64_t* l = labels.data_ptr<int64_t>();
-    const std::vector<int64_t> positions =
-        restart ? positions_in_documents(batch.document_starts.at(0), 0, S) : std::vector<int64_t>();
-    size_t b = 0;  // positions only grow within a segment: reset the search per token
-    for (int64_t p = 0; p < S; ++p) {
-      if (l[p] < 0) continue;  // a label across a boundary: never scored
-      const int64_t pos = restart ? positions[static_cast<size_t>(p)] : p;
-      b = 0;
-      while (b + 1 < out.buckets.size() && pos >= out.buckets[b].to) ++b;
-      out.buckets[b].tokens += 1;
-      out.buckets[b].ce_sum += c[p];
-      out.tokens += 1;
-      ce_total += c[p];
+    const GatheredRows rows = forward_gathered(trainer, in);  // [D, S]
+    for (int64_t d = 0; d < D && j * D + d < out.sequences; ++d) {
+      const double* c = rows.ce[d].data_ptr<double>();
+      const int64_t* l = rows.labels[d].data_ptr<int64_t>();
+      // The row's document starts over [0, S), as make_rank_batch lists them for its replica.
+      trainer.dataset().document_starts(j * D + d, &starts);
+      starts.erase(std::remove_if(starts.begin(), starts.end(), [S](int64_t p) { return p >= S; }), starts.end());
+      const std::vector<int64_t> positions = restart ? positions_in_documents(starts, 0, S) : std::vector<int64_t>();
+      size_t b = 0;  // positions only grow within a segment: reset the search per token
+      for (int64_t p = 0; p < S; ++p) {
+        if (l[p] < 0) continue;  // a label across a boundary: never scored
+        const int64_t pos = restart ? positions[static_cast<size_t>(p)] : p;
+        b = 0;
+        while (b + 1 < out.buckets.size() && pos >= out.buckets[b].to) ++b;
+        out.buckets[b].tokens += 1;
+        out.buckets[b].ce_sum += c[p];
+        out.tokens += 1;
+        ce_total += c[p];
+      }
     }
-    if (progress) progress(k + 1, out.sequences);
+    if (progress) progress(std::min((j + 1) * D, out.sequences), out.sequences);
   }
   out.loss = out.tokens > 0 ? ce_total / static_cast<double>(out.tokens) : 0.0;
   return out;
@@ -118,6 +161,7 @@ NeedleSequence needle_sequence(const DocumentsFile& filler, int64_t filler_offse
     at = 0;
   }
   NeedleSequence s;
+  s.answer_tokens = static_cast<int64_t>(prompt.answer.size());
   s.tokens.reserve(static_cast<size_t>(length + 1));
   s.tokens.insert(s.tokens.end(), stream.begin(), stream.begin() + before);
   s.needle_at = before;
@@ -129,48 +173,112 @@ NeedleSequence needle_sequence(const DocumentsFile& filler, int64_t filler_offse
   return s;
 }
 
-bool needle_trial_correct(Trainer& trainer, const NeedleSequence& sequence, int64_t answer_tokens) {
-  const int64_t L = static_cast<int64_t>(sequence.tokens.size()) - 1;
-  const at::Device device = trainer.rank_context().device;
-  const auto longs = at::TensorOptions().dtype(at::kLong);
-  const at::Tensor all = at::tensor(sequence.tokens, longs);         // [L + 1]
-  at::Tensor labels = at::full({L}, -100, longs);                     // [L]: only the answer is scored
-  labels.narrow(0, sequence.answer_first_label, answer_tokens)
-      .copy_(all.narrow(0, sequence.answer_first_label + 1, answer_tokens));
-  ModelInputs in;
-  in.ids = all.narrow(0, 0, L).reshape({1, L}).to(device);  // [1, L]: one text, positions 0..L-1
-  in.labels = labels.reshape({1, L}).to(device);            // [1, L]
-  in.global_tokens = answer_tokens;
-  const TokenLosses t = trainer.forward_tokens(in);
-  const at::Tensor predicted = t.argmax.reshape(-1).narrow(0, sequence.answer_first_label, answer_tokens).cpu();
-  const at::Tensor wanted = labels.narrow(0, sequence.answer_first_label, answer_tokens);
-  return predicted.equal(wanted);
+std::vector<NeedleSequence> needle_sequences(const DocumentsFile& filler, const std::vector<NeedlePrompt>& prompts,
+                                             int64_t length) {
+  std::vector<NeedleSequence> out;
+  const int64_t T = filler.token_count();
+  for (int64_t depth : kNeedleDepths)
+    for (size_t t = 0; t < prompts.size(); ++t) {
+      // Trial t reads the stream from a place of its own: t/trials of the way through it.
+      const int64_t offset = static_cast<int64_t>(static_cast<double>(T) * static_cast<double>(t) /
+                                                  static_cast<double>(prompts.size()));
+      out.push_back(needle_sequence(filler, offset, prompts[t], length, depth));
+    }
+  return out;
 }
+
+namespace {
+
+/// The trials of one length as a dataset, so that make_rank_batch cuts their rows as it cuts
+/// training's: trial `index` (the last one past the end), its answer labels marked as answers.
+class NeedleRows final : public Dataset {
+ public:
+  explicit NeedleRows(const std::vector<NeedleSequence>& trials) : trials_(trials) {}
+  void sequence(int64_t index, std::vector<int64_t>* tokens, std::vector<uint8_t>* answer) const override {
+    const NeedleSequence& s = trials_.at(static_cast<size_t>(std::min<int64_t>(index, size() - 1)));
+    *tokens = s.tokens;
+    answer->assign(s.tokens.size() - 1, 0);
+    std::fill(answer->begin() + s.answer_first_label, answer->begin() + s.answer_first_label + s.answer_tokens, 1);
+  }
+  bool has_answers() const override { return true; }
+  std::string describe() const override { return "needle trials: " + std::to_string(size()); }
+  int64_t size() const { return static_cast<int64_t>(trials_.size()); }
+
+ private:
+  const std::vector<NeedleSequence>& trials_;
+};
+
+}  // namespace
 
 std::vector<NeedleCell> eval_needle_grid(Trainer& trainer, const DocumentsFile& filler,
                                          const std::vector<NeedlePrompt>& prompts, const std::vector<int64_t>& lengths,
                                          const std::function<void(int64_t, int64_t)>& progress) {
+  const RankContext& ctx = trainer.rank_context();
+  const int64_t D = ctx.dp_size, trials = static_cast<int64_t>(prompts.size());
   std::vector<NeedleCell> cells;
-  const int64_t total = static_cast<int64_t>(lengths.size() * kNeedleDepths.size() * prompts.size());
+  const int64_t total = static_cast<int64_t>(lengths.size() * kNeedleDepths.size()) * trials;
   int64_t done = 0;
-  const int64_t T = filler.token_count();
-  for (int64_t length : lengths)
+  for (int64_t length : lengths) {
+    const std::vector<NeedleSequence> sequences = needle_sequences(filler, prompts, length);
+    const NeedleRows rows(sequences);
+    const size_t first_cell = cells.size();
     for (int64_t depth : kNeedleDepths) {
       NeedleCell cell;
       cell.length = length;
       cell.depth = depth;
-      for (size_t t = 0; t < prompts.size(); ++t) {
-        // Trial t reads the stream from a place of its own: t/trials of the way through it.
-        const int64_t offset = static_cast<int64_t>(static_cast<double>(T) * static_cast<double>(t) /
-                                                    static_cast<double>(prompts.size()));
-        const NeedleSequence s = needle_sequence(filler, offset, prompts[t], length, depth);
-        cell.trials += 1;
-        cell.correct += needle_trial_correct(trainer, s, static_cast<int64_t>(prompts[t].answer.size())) ? 1 : 0;
-        if (progress) progress(++done, total);
-      }
       cells.push_back(cell);
     }
+    // One text per row, no documents: only the answer's labels are scored.
+    TrainingConfig one = trainer.config().training;
+    one.seq_len = length;
+    one.batch_size = 1;
+    one.document_mask = false;
+    for (int64_t j = 0; j * D < rows.size(); ++j) {
+      const RankBatch batch = make_rank_batch(rows, j, one, ctx, ctx.device);  // [1, length/P]
+      ModelInputs in;
+      in.ids = batch.ids;
+      in.labels = at::where(batch.answer_mask, batch.labels, at::full_like(batch.labels, -100));  // [1, length/P]
+      in.first_position = batch.first_position;
+      in.global_tokens = sequences.front().answer_tokens * D;  // the loss's divisor: its value is not used here
+      const GatheredRows result = forward_gathered(trainer, in);  // [D, length]
+      for (int64_t d = 0; d < D && j * D + d < rows.size(); ++d) {
+        const int64_t trial = j * D + d;
+        const at::Tensor scored = result.labels[d].ge(0);
+        const bool correct = result.argmax[d].masked_select(scored).equal(result.labels[d].masked_select(scored));
+        NeedleCell& cell = cells[first_cell + static_cast<size_t>(trial / trials)];
+        cell.trials += 1;
+        cell.correct += correct ? 1 : 0;
+        ++done;
+      }
+      if (progress) progress(done, total);
+    }
+  }
   return cells;
+}
+
+EvalReport evaluate_on_ranks(const RunConfig& cfg, const EvalRequest& request) {
+  EvalReport report;
+  run_on_ranks(cfg, [&](RankContext& ctx) {
+    Trainer trainer(cfg, ctx);
+    if (request.load_weights) request.load_weights(trainer);
+    const bool lead = ctx.rank == 0;
+    const std::function<void(int64_t, int64_t)> none;  // progress is rank 0's to report
+    BucketEval buckets = eval_position_buckets(trainer, request.first_bucket, request.max_sequences,
+                                               lead ? request.bucket_progress : none);
+    std::vector<NeedleCell> cells;
+    if (!request.prompts.empty()) {
+      const DocumentsFile filler(cfg.training.dataset_path, cfg.model.vocab_size);
+      cells = eval_needle_grid(trainer, filler, request.prompts, request.needle_lengths,
+                               lead ? request.needle_progress : none);
+    }
+    if (!lead) return;
+    report.lead = true;
+    report.buckets = std::move(buckets);
+    report.cells = std::move(cells);
+    report.memory = describe_memory(cfg, trainer.model_memory());
+    report.device = ctx.device.str();
+  });
+  return report;
 }
 
 }  // namespace odyssey

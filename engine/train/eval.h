@@ -1,9 +1,10 @@
 // Evaluation of a trained model on held-out documents (`odyssey eval`): the loss by position bucket
 // over a documents file packed with document masking, and a needle-in-a-haystack grid scored by
-// teacher forcing, both forward only through Trainer::forward_tokens under the run's memory stack.
+// teacher forcing, both forward only through Trainer::forward_tokens under the run's memory stack,
+// on the run's ranks (Ulysses slices and FSDP shards), every position's result gathered to each rank.
 // defines: eval_config, PositionBucket, position_buckets, BucketEval, eval_position_buckets,
-// NeedlePrompt, NeedleSequence, needle_lengths, kNeedleDepths, needle_sequence, NeedleCell,
-// needle_trial_correct, eval_needle_grid
+// NeedlePrompt, NeedleSequence, needle_lengths, kNeedleDepths, needle_sequence, needle_sequences,
+// NeedleCell, eval_needle_grid, EvalRequest, EvalReport, evaluate_on_ranks
 #pragma once
 
 #include <cstdint>
@@ -17,10 +18,12 @@
 
 namespace odyssey {
 
-/// The config an evaluation runs `run` with: one rank (world 1, no FSDP, no Ulysses, no
-/// emulation), batch 1, training.seq_len = `seq_len`, the documents dataset on `data_path` packed
-/// split with training.document_mask (positions as `run` had them), no optimizer offload; the
-/// memory techniques and the model as `run` has them. Not validated here (the caller validates).
+/// The config an evaluation runs `run` with: the ranks of `run` (parallel.world_size,
+/// ulysses_degree, fsdp; no emulation: every rank computes), one sequence per data-parallel replica,
+/// training.seq_len = `seq_len`, the documents dataset on `data_path` packed split with
+/// training.document_mask (positions as `run` had them), no optimizer offload; the memory
+/// techniques and the model as `run` has them. Not validated here (the caller validates: a
+/// Ulysses degree that does not divide the heads or `seq_len` is the validator's message).
 RunConfig eval_config(const RunConfig& run, const std::string& data_path, int64_t seq_len);
 
 /// Tokens at positions [from, to) of their document: their count and mean CE.
@@ -48,8 +51,13 @@ struct BucketEval {
 /// once, at most `max_sequences` (0: all), forward only, and sums each scored label's CE into the
 /// bucket of its input's position: its offset within its document's part of the sequence (a
 /// document begun in an earlier sequence restarts at the sequence's start, as attention does), or
-/// its offset in the sequence with training.document_positions = "continue". `progress(done,
-/// total)` after each sequence. Throws DataError, StepFailure.
+/// its offset in the sequence with training.document_positions = "continue".
+/// Collective: every rank of the trainer's job calls it. Each forward takes D sequences (D =
+/// data-parallel replicas, sequence k on replica k mod D), each rank its S/P slice as
+/// make_rank_batch cuts it; every rank's CE is gathered to every rank, which sums the whole rows
+/// in the one-rank order (sequence by sequence, position by position): the result is the same on
+/// every rank and for every layout, up to the forward's own rounding. `progress(done, total)`
+/// after each forward. Throws DataError, StepFailure, CommError.
 BucketEval eval_position_buckets(Trainer& trainer, int64_t first_bucket, int64_t max_sequences,
                                  const std::function<void(int64_t, int64_t)>& progress = {});
 
@@ -75,15 +83,17 @@ std::vector<int64_t> needle_lengths(int64_t min_length, int64_t seq_len);
 struct NeedleSequence {
   std::vector<int64_t> tokens;        ///< length + 1
   int64_t answer_first_label = 0;     ///< label position (input position) of the first answer token
+  int64_t answer_tokens = 0;          ///< the answer's labels: [answer_first_label, + answer_tokens)
   int64_t needle_at = 0;              ///< where the needle begins
 };
 /// Throws std::invalid_argument when the prompt does not fit `length` (F < 0).
 NeedleSequence needle_sequence(const DocumentsFile& filler, int64_t filler_offset, const NeedlePrompt& prompt,
                                int64_t length, int64_t depth_percent);
 
-/// Teacher forcing: true when the argmax at every answer label position equals the answer token
-/// (the greedy decoding of the answer), from one forward of the sequence.
-bool needle_trial_correct(Trainer& trainer, const NeedleSequence& sequence, int64_t answer_tokens);
+/// The trials of one context length in the grid's order: depths outer (kNeedleDepths), prompts
+/// inner; trial t's filler starts t/trials of the way through the stream.
+std::vector<NeedleSequence> needle_sequences(const DocumentsFile& filler, const std::vector<NeedlePrompt>& prompts,
+                                             int64_t length);
 
 struct NeedleCell {
   int64_t length = 0, depth = 0;  ///< context tokens, depth in percent
@@ -91,11 +101,47 @@ struct NeedleCell {
   double accuracy() const { return trials > 0 ? static_cast<double>(correct) / static_cast<double>(trials) : 0.0; }
 };
 
-/// Every (length, depth) cell over `prompts` (one trial each; trial t's filler starts at a
-/// different place of the stream), lengths outer, depths inner (kNeedleDepths). `progress(done,
-/// total)` after each forward.
+/// Every (length, depth) cell over `prompts` (needle_sequences: one trial each), lengths outer,
+/// depths inner (kNeedleDepths). Teacher forcing: a trial is correct when the argmax at every
+/// answer label position equals the answer token (the greedy decoding of the answer), from one
+/// forward of its sequence. Collective, as eval_position_buckets: a forward takes D trials of one
+/// length (one per replica; the last forward of a length repeats its last trial on the replicas
+/// left over, its result unused), each length a multiple of the Ulysses degree. The same cells on
+/// every rank. `progress(done, total)` after each forward, in trials.
 std::vector<NeedleCell> eval_needle_grid(Trainer& trainer, const DocumentsFile& filler,
                                          const std::vector<NeedlePrompt>& prompts, const std::vector<int64_t>& lengths,
                                          const std::function<void(int64_t, int64_t)>& progress = {});
+
+/// What an evaluation asks of every rank (evaluate_on_ranks).
+struct EvalRequest {
+  int64_t first_bucket = 1024;  ///< position_buckets' first edge
+  int64_t max_sequences = 0;    ///< 0: every sequence of the file
+  /// The needle grid's trials and context lengths (each a multiple of the Ulysses degree); no
+  /// prompts: no grid. The filler is the evaluated documents file (training.dataset_path).
+  std::vector<NeedlePrompt> prompts;
+  std::vector<int64_t> needle_lengths;
+  /// Called on every rank once its trainer is built: puts the evaluated weights into this rank's
+  /// master shards (FSDP: its slice of each group). Called from the rank's thread.
+  std::function<void(Trainer&)> load_weights;
+  /// Rank 0's progress (done, total): sequences of the buckets, then trials of the grid.
+  std::function<void(int64_t, int64_t)> bucket_progress, needle_progress;
+};
+
+/// Rank 0's results, in the process that runs rank 0.
+struct EvalReport {
+  bool lead = false;  ///< rank 0 ran in this process (false: a torchrun process of another rank, nothing below)
+  BucketEval buckets;
+  std::vector<NeedleCell> cells;  ///< empty without prompts
+  std::string memory;             ///< the techniques the model ran (describe_memory of its resolved memory)
+  std::string device;             ///< rank 0's device ("cpu", "cuda:0")
+};
+
+/// Starts `cfg`'s ranks as `odyssey train` starts them (run_on_ranks: parallel.world_size rank
+/// threads in this process, or this process's rank of a torchrun job), builds each rank's
+/// trainer, loads its weights (request.load_weights) and runs eval_position_buckets, then
+/// eval_needle_grid, on every rank together. `cfg`: eval_config's, validated. Throws what a rank
+/// threw first (StepFailure, DataError, CommError, std::invalid_argument).
+///   EvalReport r = evaluate_on_ranks(cfg, request);  // r.buckets, r.cells where r.lead
+EvalReport evaluate_on_ranks(const RunConfig& cfg, const EvalRequest& request);
 
 }  // namespace odyssey

@@ -401,11 +401,17 @@ void load_full_masters(const std::map<std::string, at::Tensor>& masters, const s
   for (FlatParamGroup* g : groups) {
     auto it = masters.find(g->name());
     if (it == masters.end()) throw CheckpointError("weights: no parameters for group '" + g->name() + "'");
-    if (g->shard_numel() < it->second.numel())
-      throw std::invalid_argument("load_full_masters: group '" + g->name() + "' is sharded (" +
-                                  std::to_string(g->shard_numel()) + " of " + std::to_string(it->second.numel()) +
-                                  " parameters); it needs one rank without FSDP");
-    g->master.detach().narrow(0, 0, it->second.numel()).copy_(it->second);
+    const at::Tensor& full = it->second;  // [numel] fp32
+    if (full.numel() != g->numel())
+      throw CheckpointError("weights: group '" + g->name() + "' holds " + std::to_string(full.numel()) +
+                            " parameters, the model's needs " + std::to_string(g->numel()));
+    // This rank's slice [shard_offset, + shard_numel) of the padded flat layout: the parameters
+    // in it, zeros for the padding past numel.
+    at::Tensor master = g->master.detach();  // [shard_numel] fp32
+    const int64_t lo = std::min(g->shard_offset(), g->numel());
+    const int64_t n = std::min(g->shard_offset() + g->shard_numel(), g->numel()) - lo;
+    master.narrow(0, 0, n).copy_(full.narrow(0, lo, n));
+    master.narrow(0, n, g->shard_numel() - n).zero_();
     g->refresh_device_params();  // optimizer offload: the device's copy from the loaded master
     g->reshard();                // a gathered copy is refilled from the loaded master at its next use
   }

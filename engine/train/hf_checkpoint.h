@@ -63,10 +63,11 @@ class HfWeights {
 /// Each group's whole fp32 parameters [numel] (by group name, "block.3") from `info`'s checkpoint
 /// of a run with config `cfg`: every rank's file read and verified (read_checkpoint_masters), FSDP
 /// shards concatenated in rank order, padding dropped. What export_hf writes and what `odyssey
-/// eval` loads into one rank. Throws CheckpointError naming the file and the group.
+/// eval` shards into its ranks. Throws CheckpointError naming the file and the group.
 std::map<std::string, at::Tensor> read_full_masters(const CheckpointInfo& info, const RunConfig& cfg);
-/// Copies read_full_masters' parameters into the master shards of unsharded `groups` (one rank,
-/// no FSDP: std::invalid_argument otherwise); a missing group throws CheckpointError.
+/// Copies read_full_masters' parameters into the master shards of `groups`: each group's whole
+/// parameters, or under FSDP this rank's slice of them (whatever the layout the checkpoint was
+/// saved with). A missing group or one of another size throws CheckpointError.
 void load_full_masters(const std::map<std::string, at::Tensor>& masters, const std::vector<FlatParamGroup*>& groups);
 
 struct HfExportOptions {

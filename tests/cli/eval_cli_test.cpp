@@ -2,8 +2,9 @@
 // tokenizer, train the tiny CPU preset 2 steps with document masking, evaluate the run: the JSON's
 // buckets and token counts against what the held-out file's index implies, the needle grid's
 // shape, the heatmap PNG's size; the same weights exported to a Hugging Face directory give the
-// same losses; bad input exits 2 naming the flag or file and writes nothing. The studio's Eval
-// panel is tested on fixtures of this output (tests/fixtures/eval/): they keep its shape.
+// same losses, and so does the run evaluated on two ranks (Ulysses 2, FSDP); bad input exits 2
+// naming the flag or file (a rank layout the validator refuses included) and writes nothing. The
+// studio's Eval panel is tested on fixtures of this output (tests/fixtures/eval/): they keep its shape.
 #include <sys/stat.h>
 
 #include <cmath>
@@ -11,7 +12,9 @@
 #include <map>
 #include <set>
 
+#include "../model_tolerance.h"
 #include "cli_test_util.h"
+#include "engine/config/preset.h"
 #include "tokenizer_test_util.h"
 
 using namespace odyssey;
@@ -178,6 +181,36 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   CHECK(parse_json(written).value() == j.value());
   check_studio_fixture("run_step2", *j);
 
+  // A run trained on two ranks with FSDP (each checkpoint file a shard) evaluated on its own
+  // layout and on one rank: the shards put together as saved, then cut for the evaluation's
+  // ranks; the same losses within the forward's rounding.
+  const std::string sharded = dir + "/run_fsdp";
+  require_exit(run_odyssey("train " + kShort + "--set training.seq_len=64 --set parallel.world_size=2 "
+                           "--set parallel.ulysses_degree=2 --set parallel.fsdp=true --steps 1 --quiet --out " + sharded),
+               0);
+  const std::string plain = "eval " + sharded + " --data " + heldout + " --seq-len 128 --first-bucket 8 --no-needle --json ";
+  r = run_odyssey(plain + "--out " + sharded + "/eval_own");
+  require_exit(r, 0);
+  const auto own = parse_json(r.out);
+  r = run_odyssey(plain + "--out " + sharded + "/eval_one --set parallel.world_size=1 --set parallel.ulysses_degree=1 "
+                  "--set parallel.fsdp=false");
+  require_exit(r, 0);
+  const auto single = parse_json(r.out);
+  REQUIRE(own.has_value());
+  REQUIRE(single.has_value());
+  CHECK(single->at("tokens") == own->at("tokens"));
+  {
+    LoadedPreset tiny = load_preset("presets/tiny-cpu.toml");
+    REQUIRE(tiny.ok());
+    tiny.config.training.seq_len = 128;
+    const double tol = loss_tolerance(tiny.config, 1);
+    for (size_t b = 0; b < 3; ++b) {
+      INFO("bucket " << b << " of the FSDP run");
+      const double want = single->at("buckets")[b].at("loss").get<double>();
+      CHECK(std::abs(own->at("buckets")[b].at("loss").get<double>() - want) <= tol * want);
+    }
+  }
+
   // Again without --overwrite: refused, exit 2, the files untouched.
   r = run_odyssey(eval);
   require_exit(r, 2);
@@ -187,7 +220,55 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   r = run_odyssey(eval + "--overwrite");
   require_exit(r, 0);
   CHECK_THAT(r.out, Catch::Contains("loss by position in document") && Catch::Contains("needle in a haystack") &&
-                        Catch::Contains("32-128"));
+                        Catch::Contains("32-128") && Catch::Contains("(cpu, 1 rank, memory"));
+
+  // The run (trained on one rank) evaluated on two that share each sequence (Ulysses 2), its
+  // weights sharded (FSDP): the same JSON shape and counts, and the losses within the forward's
+  // rounding: each CE is the same arithmetic in other orders (other slices and tiles), within
+  // loss_tolerance of one sequence, and the buckets sum the gathered CEs in the one-rank order.
+  // (Needle hits are argmaxes, compared across layouts where their margins are known:
+  // tests/train/eval_test.cpp.)
+  r = run_odyssey(eval + "--json --out " + dir + "/eval_2ranks --set parallel.world_size=2 "
+                  "--set parallel.ulysses_degree=2 --set parallel.fsdp=true");
+  require_exit(r, 0);
+  const auto two = parse_json(r.out);
+  REQUIRE(two.has_value());
+  CHECK(json_shape(*two) == json_shape(*j));
+  for (const char* key : {"seq_len", "sequences", "tokens", "unused_tokens"}) CHECK(two->at(key) == j->at(key));
+  LoadedPreset tiny = load_preset("presets/tiny-cpu.toml");
+  REQUIRE(tiny.ok());
+  tiny.config.training.seq_len = 128;
+  const double tol = loss_tolerance(tiny.config, 1);
+  CHECK(std::abs(two->at("loss").get<double>() - j->at("loss").get<double>()) <= tol * j->at("loss").get<double>());
+  for (size_t b = 0; b < 3; ++b) {
+    INFO("bucket " << b << " on two ranks");
+    CHECK(two->at("buckets")[b].at("tokens") == buckets[b].at("tokens"));
+    const double want = buckets[b].at("loss").get<double>();
+    CHECK(std::abs(two->at("buckets")[b].at("loss").get<double>() - want) <= tol * want);
+  }
+  REQUIRE(two->at("needle").at("cells").size() == cells.size());
+  for (size_t c = 0; c < cells.size(); ++c) CHECK(two->at("needle").at("cells")[c].at("trials") == cells[c].at("trials"));
+
+  // The same two ranks as torchrun processes, one rank each: rank 0's process writes the same
+  // evaluation (the same collectives in the same order, one intra-op thread each: the same
+  // numbers), the other process prints and writes nothing.
+  const std::string procs = dir + "/eval_torchrun";
+  const std::vector<pid_t> pids = spawn_torchrun(eval + "--json --quiet --out " + procs + " --set parallel.world_size=2 "
+                                                 "--set parallel.ulysses_degree=2 --set parallel.fsdp=true", procs);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto status = wait_exit(pids[static_cast<size_t>(rank)], 300);
+    INFO("rank " << rank << ": " << read_text(procs + ".rank" + std::to_string(rank) + ".log"));
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 0);
+  }
+  CHECK(read_text(procs + ".rank1.log").empty());
+  const auto processes = parse_json(read_text(procs + "/eval.json"));
+  REQUIRE(processes.has_value());
+  CHECK(json_shape(*processes) == json_shape(*two));
+  CHECK(processes->at("buckets") == two->at("buckets"));
+  CHECK(processes->at("loss") == two->at("loss"));
+  CHECK(processes->at("needle").at("cells") == two->at("needle").at("cells"));
 
   // The same weights as a Hugging Face directory: the same losses (fp32 both ways; the sums'
   // order may differ with the memory techniques, far below 1e-4).
@@ -230,6 +311,13 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
       {"eval " + dir + "/nothing --data " + docs + " --seq-len 64", "not a directory"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --preset presets/tiny-cpu.toml", "carries its own config"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --bogus", "unknown option --bogus"},
+      // Rank layouts the ranks cannot run: the validator's rules, by key.
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --set parallel.world_size=3 "
+       "--set parallel.ulysses_degree=3", "parallel.ulysses_degree = 3"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 65 --no-needle --set parallel.world_size=2 "
+       "--set parallel.ulysses_degree=2", "training.seq_len = 65"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --tokenizer " + tokenizer + " --needle-min 41 "
+       "--set parallel.world_size=2 --set parallel.ulysses_degree=2", "--needle-min 41: the needle grid's context of 41 tokens"},
   };
   for (const Case& c : cases) {
     INFO(c.args);

@@ -1,15 +1,21 @@
 // Evaluation's forward-only pass and its layouts: Trainer::forward_tokens gives each position's CE,
 // whose sum is the training loss (forward_backward) and whose values on a packed batch equal each
 // document's run alone, under each memory technique, with no gradient left behind; the position
-// buckets and the needle sequence's layout. defines: test cases [eval]
+// buckets and the needle sequence's layout; the buckets and the needle grid equal on every rank
+// layout (Ulysses, FSDP, data-parallel replicas). defines: test cases [eval]
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
 
+#include <map>
+
 #include "../common/document_batch.h"
 #include "../common/engine_test_util.h"
+#include "engine/config/preset.h"
 #include "engine/train/documents_file.h"
 #include "engine/train/eval.h"
+#include "engine/train/hf_checkpoint.h"
+#include "test_paths.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -23,6 +29,32 @@ double max_grad(Trainer& t) {
   for (FlatParamGroup* g : t.model().groups())
     if (const at::Tensor grad = g->grad(); grad.defined()) worst = std::max(worst, grad.abs().max().item<double>());
   return worst;
+}
+
+/// What one rank's forward says at a needle trial's (one-token) answer position, from one forward
+/// of V copies of the sequence, copy v labelled v there: CE_v = lse - logit_v, so the smallest CE
+/// is the argmax and CE differences are logit differences.
+struct AnswerLogits {
+  int64_t argmax = 0;
+  double gap = 0;     ///< the best logit minus the second best
+  double spread = 0;  ///< the best logit minus the worst: the logits' scale
+};
+
+AnswerLogits answer_logits(Trainer& trainer, const NeedleSequence& s) {
+  const int64_t V = trainer.config().model.vocab_size, L = static_cast<int64_t>(s.tokens.size()) - 1;
+  const auto longs = at::TensorOptions().dtype(at::kLong);
+  ModelInputs in;
+  in.ids = at::tensor(s.tokens, longs).narrow(0, 0, L).reshape({1, L}).expand({V, L}).contiguous();  // [V, L]
+  in.labels = at::full({V, L}, -100, longs);                                                           // [V, L]
+  in.labels.select(1, s.answer_first_label).copy_(at::arange(V, longs));
+  in.global_tokens = V;
+  const at::Tensor ce = trainer.forward_tokens(in).ce.select(1, s.answer_first_label).to(at::kDouble);  // [V]
+  const auto [sorted, order] = ce.sort();
+  AnswerLogits out;
+  out.argmax = order[0].item<int64_t>();
+  out.gap = (sorted[1] - sorted[0]).item<double>();
+  out.spread = (sorted[V - 1] - sorted[0]).item<double>();
+  return out;
 }
 
 }  // namespace
@@ -121,5 +153,158 @@ TEST_CASE("eval: a needle sequence holds filler, needle, question and answer whe
     CHECK(s.tokens[first_filler] == 10 + 45 % 40);
   }
   CHECK_THROWS_AS(needle_sequence(filler, 0, p, 5, 50), std::invalid_argument);
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("eval: the position buckets and the needle grid are the same on every rank layout", "[eval]") {
+  // The tiny preset's memory stack (checkpointing, offload, tiled MLP and loss, Untied Ulysses 2
+  // heads a stage) on tiny_config's model (a vocabulary of 64: the needle check below runs one
+  // forward row per vocabulary entry), 64 tokens a sequence.
+  const LoadedPreset preset = load_preset(std::string(test_paths::source_dir()) + "/presets/tiny-cpu.toml");
+  REQUIRE(preset.ok());
+  RunConfig tiny = preset.config;
+  tiny.model = tiny_config().model;
+  tiny.model.tie_embeddings = preset.config.model.tie_embeddings;
+  const int64_t S = 64, V = tiny.model.vocab_size;
+  // 5 sequences (split packing: (T - 1) / S) and 10 tokens over: an odd count, so the
+  // data-parallel layouts' last forward has a replica with no sequence of its own.
+  const std::string path = "/tmp/odyssey_eval_ranks_test_" + std::to_string(::getpid()) + ".odoc";
+  {
+    DocumentsFileWriter w(path);
+    std::vector<uint32_t> doc;
+    for (int64_t written = 0, d = 0; written < 5 * S + 11; ++d) {
+      const int64_t n = std::min<int64_t>(1 + (d * 7) % 23, 5 * S + 11 - written);  // documents of 1 to 23 tokens
+      doc.clear();
+      for (int64_t i = 0; i < n; ++i) doc.push_back(static_cast<uint32_t>(13 + (d * 5 + i * 3) % (V - 13)));
+      w.add_document(doc.data(), n);
+      written += n;
+    }
+    w.commit(V, true);
+  }
+  auto layout = [&](int64_t world, int64_t ulysses, bool fsdp) {
+    RunConfig c = eval_config(tiny, path, S);
+    c.parallel.world_size = world;
+    c.parallel.ulysses_degree = ulysses;
+    c.parallel.fsdp = fsdp;
+    const LoadedPreset checked = apply_overrides(c, {});
+    INFO((checked.ok() ? std::string() : checked.issues.front().format()));
+    REQUIRE(checked.ok());
+    return checked.config;
+  };
+  const RunConfig one = layout(1, 1, false);
+
+  // The weights: the seeded init moved by noise of the init's scale, so a rank that kept its own
+  // init, or took another rank's slice, would give other losses.
+  std::map<std::string, at::Tensor> masters;
+  {
+    Trainer t(one, cpu_rank());
+    at::manual_seed(5);
+    for (FlatParamGroup* g : t.model().groups()) {
+      const at::Tensor w = g->master.detach().narrow(0, 0, g->numel());  // [numel] fp32
+      masters[g->name()] = w + 0.02 * at::randn(w.sizes());
+    }
+  }
+  Trainer reference(one, cpu_rank());
+  load_full_masters(masters, reference.model().groups());
+
+  // Two trials with one-token answers: trial 0's is the reference's argmax in its 32-token,
+  // depth-0 cell (a hit there by construction), trial 1's the token after its argmax there (a
+  // miss there): the grid scores both.
+  const DocumentsFile filler(path, V);
+  std::vector<NeedlePrompt> prompts(2);
+  prompts[0].needle = {3, 4, 5, 6};
+  prompts[1].needle = {6, 5, 4, 3};
+  for (NeedlePrompt& p : prompts) {
+    p.question = {7, 8, 9};
+    p.answer = {0};
+  }
+  const std::vector<int64_t> lengths = needle_lengths(32, S);  // 32, 64
+  for (size_t t = 0; t < prompts.size(); ++t)
+    prompts[t].answer = {(answer_logits(reference, needle_sequences(filler, prompts, 32)[t]).argmax + t) % V};
+
+  // Each CE is the forward's arithmetic on both sides in other orders (other slices, tiles, shard
+  // gathers): within loss_tolerance of each other (relative, one sequence's chain). A bucket is a
+  // mean of CEs >= 0 summed in the same order on every layout (the gathered rows), so its relative
+  // difference is within the same bound. A logit moves by at most that bound times the logits'
+  // scale (kModelKappa: terms of mixed sign up to twice the largest), so an argmax cannot change
+  // where the best logit leads the second by more than twice it: the trials compared.
+  const double tol = loss_tolerance(one, 1);
+  struct Expected {
+    std::vector<int64_t> correct;  // per cell: the reference's argmax hits
+    std::vector<bool> decided;     // per cell: every trial's gap above the bound
+  } expected;
+  for (int64_t length : lengths) {
+    const std::vector<NeedleSequence> trials = needle_sequences(filler, prompts, length);
+    for (size_t c = 0; c < kNeedleDepths.size(); ++c) {
+      int64_t correct = 0;
+      bool decided = true;
+      for (size_t t = 0; t < prompts.size(); ++t) {
+        const AnswerLogits a = answer_logits(reference, trials[c * prompts.size() + t]);
+        correct += a.argmax == prompts[t].answer.front() ? 1 : 0;
+        decided = decided && a.gap > 2.0 * tol * a.spread;
+      }
+      expected.correct.push_back(correct);
+      expected.decided.push_back(decided);
+    }
+  }
+  int64_t decided_cells = 0, hits = 0;
+  for (size_t c = 0; c < expected.correct.size(); ++c) {
+    decided_cells += expected.decided[c] ? 1 : 0;
+    hits += expected.correct[c];
+  }
+  CHECK(decided_cells >= static_cast<int64_t>(expected.correct.size()) - 1);  // a near tie is rare
+  CHECK(hits >= 1);                                                        // trial 0 at 32 tokens, depth 0
+  CHECK(hits < static_cast<int64_t>(expected.correct.size() * prompts.size()));  // trial 1 there
+
+  auto evaluate = [&](const RunConfig& cfg) {
+    EvalRequest request;
+    request.first_bucket = 4;  // [0, 4), [4, 16), [16, 64)
+    request.prompts = prompts;
+    request.needle_lengths = lengths;
+    request.load_weights = [&](Trainer& t) { load_full_masters(masters, t.model().groups()); };
+    const EvalReport report = evaluate_on_ranks(cfg, request);
+    REQUIRE(report.lead);
+    return report;
+  };
+  const EvalReport base = evaluate(one);
+  REQUIRE(base.buckets.sequences == 5);
+  CHECK(base.buckets.unused_tokens == 10);
+  REQUIRE(base.buckets.buckets.size() == 3);
+  REQUIRE(base.cells.size() == expected.correct.size());
+  for (size_t c = 0; c < base.cells.size(); ++c)
+    if (expected.decided[c]) CHECK(base.cells[c].correct == expected.correct[c]);
+
+  struct Layout {
+    const char* name;
+    int64_t world, ulysses;
+    bool fsdp;
+  };
+  for (const Layout& l : {Layout{"Ulysses 2, FSDP", 2, 2, true}, Layout{"Ulysses 2", 2, 2, false},
+                          Layout{"data 2, FSDP", 2, 1, true}, Layout{"Ulysses 2 x data 2, FSDP", 4, 2, true}}) {
+    INFO(l.name);
+    const EvalReport r = evaluate(layout(l.world, l.ulysses, l.fsdp));
+    CHECK(r.buckets.sequences == base.buckets.sequences);
+    CHECK(r.buckets.tokens == base.buckets.tokens);
+    CHECK(r.buckets.unused_tokens == base.buckets.unused_tokens);
+    CHECK(std::abs(r.buckets.loss - base.buckets.loss) <= tol * base.buckets.loss);
+    REQUIRE(r.buckets.buckets.size() == base.buckets.buckets.size());
+    for (size_t b = 0; b < base.buckets.buckets.size(); ++b) {
+      INFO("bucket " << b);
+      const PositionBucket &got = r.buckets.buckets[b], &want = base.buckets.buckets[b];
+      CHECK(got.from == want.from);
+      CHECK(got.to == want.to);
+      CHECK(got.tokens == want.tokens);
+      REQUIRE(want.tokens > 0);
+      CHECK(std::abs(got.loss() - want.loss()) <= tol * want.loss());
+    }
+    REQUIRE(r.cells.size() == base.cells.size());
+    for (size_t c = 0; c < base.cells.size(); ++c) {
+      INFO("cell " << c);
+      CHECK(r.cells[c].length == base.cells[c].length);
+      CHECK(r.cells[c].depth == base.cells[c].depth);
+      CHECK(r.cells[c].trials == 2);
+      if (expected.decided[c]) CHECK(r.cells[c].correct == base.cells[c].correct);
+    }
+  }
   ::unlink(path.c_str());
 }
