@@ -11,7 +11,7 @@ TORCH_VERSION="2.11.0"
 STAMP="$DEPS_DIR/.deps-ok-torch-$TORCH_VERSION"
 PACKAGES=(cmake ninja-build g++ pkg-config ccache python3-venv
           libtomlplusplus-dev nlohmann-json3-dev catch2 libimgui-dev libstb-dev libglfw3-dev libgl-dev
-          xvfb xauth fonts-dejavu-core)
+          xvfb xauth fonts-dejavu-core clang-format)
 
 say() { printf 'deps: %s\n' "$*"; }
 

@@ -46,7 +46,9 @@ class Reader {
     throw BadEval(text + rule);
   }
 
-  static std::string key_of(const std::string& where, const char* key) { return where.empty() ? key : where + "." + key; }
+  static std::string key_of(const std::string& where, const char* key) {
+    return where.empty() ? key : where + "." + key;
+  }
 
   const Json& field(const Json& object, const std::string& where, const char* key) const {
     const auto it = object.find(key);
@@ -108,10 +110,12 @@ std::vector<EvalBucket> read_buckets(const Reader& r, const Json& root) {
     b.tokens = r.integer(list[i], where, "tokens", 0);
     if (i == 0 && b.from != 0) r.fail(where + ".from", &list[i].at("from"), "the first bucket begins at position 0");
     if (i > 0 && b.from != buckets.back().to)
-      r.fail(where + ".from", &list[i].at("from"),
-             "must equal the previous bucket's end, " + std::to_string(buckets.back().to) + " (buckets are contiguous)");
+      r.fail(
+          where + ".from", &list[i].at("from"),
+          "must equal the previous bucket's end, " + std::to_string(buckets.back().to) + " (buckets are contiguous)");
     const Json& loss = r.field(list[i], where, "loss");
-    if (!loss.is_null()) b.loss = r.number(loss, where + ".loss", 0, kMaxLoss);
+    if (!loss.is_null())
+      b.loss = r.number(loss, where + ".loss", 0, kMaxLoss);
     else if (b.tokens > 0)
       r.fail(where + ".loss", &loss, "null, but the bucket scored " + std::to_string(b.tokens) + " tokens");
     buckets.push_back(b);
@@ -154,9 +158,9 @@ EvalNeedle read_needle(const Reader& r, const Json& v) {
   const Json& cells = r.array(v, "needle", "cells", false);
   const size_t expected = n.lengths.size() * n.depths.size();
   if (cells.size() != expected)
-    r.fail("needle.cells", nullptr, "holds " + std::to_string(cells.size()) + " cells; the grid of " +
-                                        std::to_string(n.lengths.size()) + " lengths x " + std::to_string(n.depths.size()) +
-                                        " depths needs " + std::to_string(expected));
+    r.fail("needle.cells", nullptr,
+           "holds " + std::to_string(cells.size()) + " cells; the grid of " + std::to_string(n.lengths.size()) +
+               " lengths x " + std::to_string(n.depths.size()) + " depths needs " + std::to_string(expected));
   for (size_t i = 0; i < cells.size(); ++i) {
     const std::string where = "needle.cells[" + std::to_string(i) + "]";
     if (!cells[i].is_object()) r.fail(where, &cells[i], "must be an object {length, depth, trials, correct, accuracy}");
@@ -184,8 +188,10 @@ EvalNeedle read_needle(const Reader& r, const Json& v) {
   }
   n.accuracy = r.number(v, "needle", "accuracy", 0, 1);
   const Json& heatmap = r.field(v, "needle", "heatmap");
-  if (heatmap.is_string()) n.heatmap = heatmap.get<std::string>();
-  else if (!heatmap.is_null()) r.fail("needle.heatmap", &heatmap, "must be the PNG's path, or null");
+  if (heatmap.is_string())
+    n.heatmap = heatmap.get<std::string>();
+  else if (!heatmap.is_null())
+    r.fail("needle.heatmap", &heatmap, "must be the PNG's path, or null");
   return n;
 }
 
@@ -200,8 +206,10 @@ EvalResult read_eval(const Reader& r, const Json& root) {
     r.fail("source.kind", &source.at("kind"), "must be \"run\" (a run directory) or \"hf\" (a Hugging Face directory)");
   e.source_path = r.text(source, "source", "path");
   const Json& step = r.field(source, "source", "step");
-  if (e.source_kind == "run") e.step = r.integer(step, "source.step", 0);
-  else if (!step.is_null()) r.fail("source.step", &step, "must be null for a Hugging Face directory (it has no step)");
+  if (e.source_kind == "run")
+    e.step = r.integer(step, "source.step", 0);
+  else if (!step.is_null())
+    r.fail("source.step", &step, "must be null for a Hugging Face directory (it has no step)");
   e.data = r.text(root, "", "data");
   e.seq_len = r.integer(root, "", "seq_len", 1);
   e.device = r.text(root, "", "device");
@@ -342,7 +350,8 @@ std::string eval_command(const RunConfig& cfg, const std::string& preset_path, c
                          bool has_checkpoint) {
   const std::string dir = shell_quote(run_dir.empty() ? "RUN_DIR" : run_dir);
   std::string out;
-  if (!has_checkpoint) out += "odyssey train " + (preset_path.empty() ? "PRESET" : shell_quote(preset_path)) + " --out " + dir + "\n";
+  if (!has_checkpoint)
+    out += "odyssey train " + (preset_path.empty() ? "PRESET" : shell_quote(preset_path)) + " --out " + dir + "\n";
   out += "odyssey eval " + dir + " --data HELDOUT.odoc --seq-len " + format_size(cfg.training.seq_len);
   if (cfg.model.hf_path.empty()) out += " --tokenizer TOKENIZER.json";
   return out;

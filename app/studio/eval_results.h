@@ -26,18 +26,18 @@ struct EvalBucket {
 struct EvalNeedleCell {
   int64_t length = 0, depth = 0;  ///< tokens, percent of the filler before the needle
   int64_t trials = 0, correct = 0;
-  double accuracy = 0;            ///< correct / trials
+  double accuracy = 0;  ///< correct / trials
 };
 
 struct EvalNeedle {
   int64_t trials = 0, answer_tokens = 0;
   uint64_t seed = 0;
   std::vector<std::string> passkeys;
-  std::vector<int64_t> lengths;  ///< ascending: the grid's rows
-  std::vector<int64_t> depths;   ///< percent, ascending: the grid's columns
-  std::vector<EvalNeedleCell> cells;  ///< lengths outer, depths inner (lengths x depths of them)
-  double accuracy = 0;                ///< over every trial
-  std::optional<std::string> heatmap; ///< the PNG odyssey eval wrote (none without libstb)
+  std::vector<int64_t> lengths;        ///< ascending: the grid's rows
+  std::vector<int64_t> depths;         ///< percent, ascending: the grid's columns
+  std::vector<EvalNeedleCell> cells;   ///< lengths outer, depths inner (lengths x depths of them)
+  double accuracy = 0;                 ///< over every trial
+  std::optional<std::string> heatmap;  ///< the PNG odyssey eval wrote (none without libstb)
   const EvalNeedleCell& cell(size_t length_index, size_t depth_index) const {
     return cells[length_index * depths.size() + depth_index];
   }
@@ -45,14 +45,14 @@ struct EvalNeedle {
 
 /// One eval.json: what was evaluated, on what, and the two results.
 struct EvalResult {
-  std::string source_kind;            ///< "run" or "hf"
+  std::string source_kind;  ///< "run" or "hf"
   std::string source_path;
-  std::optional<int64_t> step;        ///< the run's checkpoint step (none for a Hugging Face directory)
+  std::optional<int64_t> step;  ///< the run's checkpoint step (none for a Hugging Face directory)
   std::string data, device, memory, document_positions;
   int64_t seq_len = 0, sequences = 0, tokens = 0, unused_tokens = 0;
-  double loss = 0;                    ///< mean CE over every scored label
-  std::vector<EvalBucket> buckets;    ///< ascending, each `to` the next `from`
-  std::optional<EvalNeedle> needle;   ///< none with --no-needle
+  double loss = 0;                   ///< mean CE over every scored label
+  std::vector<EvalBucket> buckets;   ///< ascending, each `to` the next `from`
+  std::optional<EvalNeedle> needle;  ///< none with --no-needle
 };
 
 /// True when both have the same buckets (from and to), so their losses compare bucket by bucket.
@@ -64,12 +64,12 @@ bool parse_eval_json(const std::string& text, const std::string& path, EvalResul
 
 /// An eval.json found in a run directory, parsed or with the reason it could not be.
 struct EvalFile {
-  std::string path;              ///< "runs/tiny/eval/eval.json"
-  std::string name;              ///< relative to the run directory: "eval/eval.json"
-  int64_t modified_ns = 0;       ///< its modification time (ns since the epoch)
+  std::string path;         ///< "runs/tiny/eval/eval.json"
+  std::string name;         ///< relative to the run directory: "eval/eval.json"
+  int64_t modified_ns = 0;  ///< its modification time (ns since the epoch)
   int64_t size = 0;
   std::optional<EvalResult> result;
-  std::string error;             ///< why there is no result
+  std::string error;  ///< why there is no result
 };
 
 /// The eval.json files of `run_dir`, named relative to it: "eval.json" (a directory that is itself

@@ -56,11 +56,13 @@ void draw_directory(AppState& state, const std::string& dir) {
   ImGui::TextColored(to_vec4(kColorDim), "Run directory");
   ImGui::SameLine();
   ImGui::TextUnformatted(dir.empty() ? "(none: output.dir is empty)" : dir.c_str());
-  help_marker("The edited config's output.dir: where odyssey train PRESET writes its checkpoints and "
-              "odyssey eval RUN_DIR its eval/ folder (eval.json, needle.png). Every folder of it holding an "
-              "eval.json is listed (odyssey eval --out RUN_DIR/NAME keeps another). The studio's own runs "
-              "keep no checkpoint: evaluate a run of odyssey train. Looked at again every 2 s.");
-  ImGui::SetNextItemWidth(std::min(ImGui::GetContentRegionAvail().x - ImGui::GetFontSize() * 6, ImGui::GetFontSize() * 30));
+  help_marker(
+      "The edited config's output.dir: where odyssey train PRESET writes its checkpoints and "
+      "odyssey eval RUN_DIR its eval/ folder (eval.json, needle.png). Every folder of it holding an "
+      "eval.json is listed (odyssey eval --out RUN_DIR/NAME keeps another). The studio's own runs "
+      "keep no checkpoint: evaluate a run of odyssey train. Looked at again every 2 s.");
+  ImGui::SetNextItemWidth(
+      std::min(ImGui::GetContentRegionAvail().x - ImGui::GetFontSize() * 6, ImGui::GetFontSize() * 30));
   ImGui::InputTextWithHint("##eval_dir", "another run directory (empty: the config's output.dir)", ev.other_dir,
                            sizeof ev.other_dir);
   ImGui::SameLine();
@@ -83,9 +85,10 @@ void draw_no_eval(const AppState& state, const EvalLibrary& lib) {
                             {-FLT_MIN, ImGui::GetTextLineHeight() * lines + ImGui::GetStyle().FramePadding.y * 2},
                             ImGuiInputTextFlags_ReadOnly);
   if (ImGui::SmallButton("Copy")) ImGui::SetClipboardText(command.c_str());
-  wrapped(kColorDim, "HELDOUT.odoc: held-out documents made by odyssey prepare (docs/data.md), tokenized as the run's "
-                     "data; TOKENIZER.json: the tokenizer they were prepared with (not needed when model.hf_path names "
-                     "the model's). The evaluation appears here when it finishes. docs/eval.md has the options.");
+  wrapped(kColorDim,
+          "HELDOUT.odoc: held-out documents made by odyssey prepare (docs/data.md), tokenized as the run's "
+          "data; TOKENIZER.json: the tokenizer they were prepared with (not needed when model.hf_path names "
+          "the model's). The evaluation appears here when it finishes. docs/eval.md has the options.");
 }
 
 /// The evaluation whose losses are drawn beside the selected one's: the one chosen, else the one
@@ -153,8 +156,9 @@ void draw_summary(const EvalFile& f, const EvalResult& e) {
 void draw_losses(const EvalFile& shown, const EvalFile* other, float width) {
   const EvalResult& e = *shown.result;
   ImGui::TextUnformatted("Loss by position in the document");
-  help_marker("Mean cross-entropy (nats) of the labels whose input sits at these positions of its document. "
-              "A model that uses the longer context keeps it flat or falling in the later buckets.");
+  help_marker(
+      "Mean cross-entropy (nats) of the labels whose input sits at these positions of its document. "
+      "A model that uses the longer context keeps it flat or falling in the later buckets.");
   const EvalResult* cmp = other && other->result && same_buckets(e, *other->result) ? &*other->result : nullptr;
   if (other && other->result && !cmp)
     wrapped(kColorWarn, other->name + " has other buckets (another --seq-len or --first-bucket): not compared");
@@ -170,8 +174,8 @@ void draw_losses(const EvalFile& shown, const EvalFile* other, float width) {
     }
   }
   const float font = ImGui::GetFontSize();
-  const plot::BarHit hit = plot::stacked_bars("##eval_losses", {width, font * 11}, bars, labels, 0, nullptr,
-                                              plot::Format::Number, false);
+  const plot::BarHit hit =
+      plot::stacked_bars("##eval_losses", {width, font * 11}, bars, labels, 0, nullptr, plot::Format::Number, false);
   if (hit.bar >= 0) {
     const size_t b = cmp ? static_cast<size_t>(hit.bar) / 2 : static_cast<size_t>(hit.bar);
     const EvalBucket& bucket = (cmp && hit.bar % 2 == 1 ? cmp->buckets : e.buckets)[b];
@@ -184,7 +188,8 @@ void draw_losses(const EvalFile& shown, const EvalFile* other, float width) {
     plot::legend_item(cmp_color, other->name.c_str());
   }
   const int columns = cmp ? 5 : 3;
-  if (ImGui::BeginTable("eval_buckets", columns, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp, {width, 0})) {
+  if (ImGui::BeginTable("eval_buckets", columns, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp,
+                        {width, 0})) {
     ImGui::TableSetupColumn("positions");
     ImGui::TableSetupColumn("tokens");
     ImGui::TableSetupColumn("loss");
@@ -221,8 +226,9 @@ void draw_losses(const EvalFile& shown, const EvalFile* other, float width) {
 void draw_needle(const EvalNeedle& n, float width) {
   ImGui::Text("Needle in a haystack: %.0f%% of %lld trials found", n.accuracy * 100,
               static_cast<long long>(n.trials * static_cast<int64_t>(n.cells.size())));
-  help_marker("A passkey hidden at each depth of the filler, in contexts of each length; a cell is correct/trials "
-              "where the model's greedy answer is the whole passkey (exact match).");
+  help_marker(
+      "A passkey hidden at each depth of the filler, in contexts of each length; a cell is correct/trials "
+      "where the model's greedy answer is the whole passkey (exact match).");
   const float font = ImGui::GetFontSize();
   float label_w = ImGui::CalcTextSize("length").x;
   for (int64_t l : n.lengths) label_w = std::max(label_w, ImGui::CalcTextSize(format_size(l).c_str()).x);
@@ -279,7 +285,8 @@ void draw_needle(const EvalNeedle& n, float width) {
   dl->AddText({s.x - ImGui::CalcTextSize("0%").x - font * 0.3f, s.y - font * 0.25f}, kColorDim, "0%");
   dl->AddText({s.x + sw + font * 0.3f, s.y - font * 0.25f}, kColorDim, "100% found");
   ImGui::Dummy({size.x, sh + font * 0.6f});
-  ImGui::TextColored(to_vec4(kColorDim), "depth across (percent of the filler before the needle); passkey of %lld tokens",
+  ImGui::TextColored(to_vec4(kColorDim),
+                     "depth across (percent of the filler before the needle); passkey of %lld tokens",
                      static_cast<long long>(n.answer_tokens));
 }
 

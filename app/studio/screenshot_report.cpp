@@ -33,8 +33,9 @@ std::string screenshot_report(const StudioOptions& opts, const AppState& state, 
   char line[256];
   if (written) {
     // The path and the font go in whole (any length); the figures around them are short.
-    std::snprintf(line, sizeof line, ", %ld frames; UI %.2f ms/frame mean, %.2f ms max over the last %ld; run %.1f s)\n",
-                  frames, state.frame.mean(), state.frame.max(), std::min<long>(frames, FrameStats::kWindow), run_seconds);
+    std::snprintf(line, sizeof line,
+                  ", %ld frames; UI %.2f ms/frame mean, %.2f ms max over the last %ld; run %.1f s)\n", frames,
+                  state.frame.mean(), state.frame.max(), std::min<long>(frames, FrameStats::kWindow), run_seconds);
     out += "odyssey-studio: wrote " + opts.screenshot + " (" + std::to_string(width) + "x" + std::to_string(height) +
            ", " + font + line;
   }
@@ -42,8 +43,9 @@ std::string screenshot_report(const StudioOptions& opts, const AppState& state, 
   auto summary = [&](const std::vector<double>& ms, const char* what) {
     const auto s = summarize_frame_times(ms);
     if (!s) return;
-    std::snprintf(line, sizeof line, "odyssey-studio: UI %s per frame %s: mean %.2f ms, p95 %.2f ms, max %.2f ms over %zu frames\n",
-                  what, when, s->mean_ms, s->p95_ms, s->max_ms, s->frames);
+    std::snprintf(line, sizeof line,
+                  "odyssey-studio: UI %s per frame %s: mean %.2f ms, p95 %.2f ms, max %.2f ms over %zu frames\n", what,
+                  when, s->mean_ms, s->p95_ms, s->max_ms, s->frames);
     out += line;
   };
   summary(times.wall_ms, "wall time");

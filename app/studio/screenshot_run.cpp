@@ -60,8 +60,9 @@ int ScreenshotRun::finish(const AppState& state, int width, int height, const st
     std::fprintf(stderr, "odyssey-studio: %s\n", err.c_str());
     exit_code = 1;
   }
-  std::fputs(screenshot_report(opts_, state, times_, written, width, height, font, frames_, script_.run_seconds()).c_str(),
-             stdout);
+  std::fputs(
+      screenshot_report(opts_, state, times_, written, width, height, font, frames_, script_.run_seconds()).c_str(),
+      stdout);
   if (script_.failed()) {
     std::fprintf(stderr, "odyssey-studio: %s\n", script_.error().c_str());
     exit_code = 1;

@@ -26,7 +26,6 @@ TEST_CASE("docs/planner.md tensor kinds equal odyssey schema --tensor-kinds-mark
     INFO(kind.name);
     CHECK(!kind.shape.empty());
     CHECK(!kind.meaning.empty());
-    CHECK(section.find("| `" + kind.name + "` | `" + kind.shape + "` | " + kind.meaning + " |\n") !=
-          std::string::npos);
+    CHECK(section.find("| `" + kind.name + "` | `" + kind.shape + "` | " + kind.meaning + " |\n") != std::string::npos);
   }
 }

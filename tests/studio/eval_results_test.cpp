@@ -158,9 +158,11 @@ TEST_CASE("eval.json: a broken file names the file, the key, the value and the r
        f + ": buckets[2].loss = -1.5: must be a number in [0, 1e+09]"},
       {edited(good, R"("from":8,"to":32)", R"("from":9,"to":32)"),
        f + ": buckets[1].from = 9: must equal the previous bucket's end, 8 (buckets are contiguous)"},
-      {edited(good, R"("from":8,"to":32,"tokens":145,"loss":3.6447137043393893)", R"("from":8,"to":32,"tokens":145,"loss":null)"),
+      {edited(good, R"("from":8,"to":32,"tokens":145,"loss":3.6447137043393893)",
+              R"("from":8,"to":32,"tokens":145,"loss":null)"),
        f + ": buckets[1].loss = null: null, but the bucket scored 145 tokens"},
-      {edited(good, R"("tokens":586)", R"("tokens":587)"), f + ": tokens = 587: must be the buckets' tokens summed, 586"},
+      {edited(good, R"("tokens":586)", R"("tokens":587)"),
+       f + ": tokens = 587: must be the buckets' tokens summed, 586"},
       {edited(good, R"({"length":64,"depth":75,"trials":2,"correct":0,"accuracy":0.0})",
               R"({"length":64,"depth":75,"trials":2,"correct":5,"accuracy":0.0})"),
        f + ": needle.cells[3].correct = 5: more than the cell's trials, 2"},
@@ -277,16 +279,18 @@ TEST_CASE("eval library: only evaluations with the same buckets compare", "[stud
 TEST_CASE("eval library: an eval.json that is no regular file is refused, not read", "[studio][eval]") {
   const std::string dir = fresh_dir("eval_fifo");
   fs::create_directories(dir + "/eval");
-  REQUIRE(::mkfifo((dir + "/eval/eval.json").c_str(), 0600) == 0);  // no writer: a blocking read would hang
+  REQUIRE(::mkfifo((dir + "/eval/eval.json").c_str(), 0600) == 0);          // no writer: a blocking read would hang
   write_text(dir + "/eval.json", read_text(fixture_path("hf_no_needle")));  // the directory is itself an --out
   EvalLibrary lib;
   REQUIRE(lib.refresh(dir, 0.0));
   REQUIRE(lib.files().size() == 2);
-  const auto fifo = std::find_if(lib.files().begin(), lib.files().end(), [](const EvalFile& f) { return f.name == "eval/eval.json"; });
+  const auto fifo = std::find_if(lib.files().begin(), lib.files().end(),
+                                 [](const EvalFile& f) { return f.name == "eval/eval.json"; });
   REQUIRE(fifo != lib.files().end());
   CHECK_FALSE(fifo->result);
   CHECK_THAT(fifo->error, Catch::Contains(dir + "/eval/eval.json") && Catch::Contains("regular file"));
-  const auto top = std::find_if(lib.files().begin(), lib.files().end(), [](const EvalFile& f) { return f.name == "eval.json"; });
+  const auto top =
+      std::find_if(lib.files().begin(), lib.files().end(), [](const EvalFile& f) { return f.name == "eval.json"; });
   REQUIRE(top != lib.files().end());
   CHECK(top->result);
   fs::remove_all(dir);
@@ -315,5 +319,6 @@ TEST_CASE("eval heatmap colours: needle.png's ramp, red to yellow to green", "[s
   CHECK(accuracy_color(0.5) == rgba(254, 224, 139));
   CHECK(accuracy_color(1.0) == rgba(26, 152, 80));
   CHECK(accuracy_color(-1.0) == accuracy_color(0.0));  // clamped
-  CHECK(accuracy_color(0.25) == rgba(235, 136, 89));   // halfway red -> yellow: (215+254)/2, (48+224)/2, (39+139)/2, rounded
+  CHECK(accuracy_color(0.25) ==
+        rgba(235, 136, 89));  // halfway red -> yellow: (215+254)/2, (48+224)/2, (39+139)/2, rounded
 }

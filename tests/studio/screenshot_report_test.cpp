@@ -57,8 +57,10 @@ TEST_CASE("screenshot report: the lines odyssey-studio prints", "[studio][screen
   // With the Eval panel shown: what it read (here an empty directory).
   state.show[static_cast<int>(PanelId::Eval)] = true;
   state.eval.library.refresh("no-such-run-dir", 0.0);
-  CHECK(screenshot_report(opts, state, times, false, 1, 1, "", 1, 0).find(
-            "odyssey-studio: Eval panel: 0 evaluation(s) in no-such-run-dir, 0 unreadable\n") != std::string::npos);
+  CHECK(screenshot_report(opts, state, times, false, 1, 1, "", 1, 0)
+            .find("odyssey-studio: Eval panel: 0 evaluation(s) in no-such-run-dir, 0 unreadable\n") !=
+        std::string::npos);
   opts.bench_samples = 1000;
-  CHECK(screenshot_report(opts, state, times, false, 1, 1, "", 1, 0).find("with the synthetic samples") != std::string::npos);
+  CHECK(screenshot_report(opts, state, times, false, 1, 1, "", 1, 0).find("with the synthetic samples") !=
+        std::string::npos);
 }
