@@ -78,6 +78,11 @@ double DocumentLengthProfile::attention_fraction(int64_t seq_len) const {
   return pairs / (total * (S + 1) / 2);
 }
 
+int64_t longest_attention_segment(const DocumentLengthProfile* profile, int64_t seq_len) {
+  if (profile == nullptr || profile->longest() == 0) return seq_len;
+  return std::min(profile->longest(), seq_len);
+}
+
 int64_t causal_attention_pairs(const std::vector<int64_t>& starts, int64_t seq_len) {
   int64_t pairs = 0;
   for (const DocumentSegment& s : document_segments(starts, seq_len)) pairs += s.length * (s.length + 1) / 2;

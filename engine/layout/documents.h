@@ -2,7 +2,7 @@
 // (each segment attends within itself), RoPE positions (restarting per segment) and the loss (no
 // target across a boundary). defines: DocumentSpans, DocumentSegment, document_segments,
 // document_starts_rule, positions_in_documents, label_crosses_document, crossing_label_count,
-// causal_attention_pairs, DocumentLengthProfile
+// causal_attention_pairs, DocumentLengthProfile, longest_attention_segment
 #pragma once
 
 #include <cstdint>
@@ -60,6 +60,9 @@ class DocumentLengthProfile {
   /// From every document's length (tokens, each >= 1).
   explicit DocumentLengthProfile(std::vector<int64_t> lengths);
   int64_t documents() const { return static_cast<int64_t>(sorted_.size()); }
+  /// The longest document's tokens (0 without documents): no attention segment of a packed
+  /// sequence is longer than it (nor than the sequence).
+  int64_t longest() const { return sorted_.empty() ? 0 : sorted_.back(); }
   /// The causal (query, key) pairs of sequences of `seq_len` packed from these documents, as a
   /// fraction of causal attention over whole sequences: a document of n <= S tokens is one
   /// triangle n (n + 1) / 2, a longer one is split into pieces of S, each S (S + 1) / 2, against
@@ -71,6 +74,12 @@ class DocumentLengthProfile {
   std::vector<int64_t> sorted_;
   std::vector<double> prefix_tokens_, prefix_triangles_;  ///< sums of n and n (n + 1) / 2 over sorted_[0, i)
 };
+
+/// The longest segment one attention kernel call sees under document masking: a segment lies in one
+/// row of seq_len tokens and in one document, so min(longest document, seq_len) when `profile`
+/// holds documents, else seq_len (no profile: any document may fill a row). The planner sizes the
+/// per-segment kernel results and the CPU kernel's blocks by it.
+int64_t longest_attention_segment(const DocumentLengthProfile* profile, int64_t seq_len);
 
 /// The (query, key) pairs causal attention computes over a row: the sum over its segments of
 /// n (n + 1) / 2 (seq_len (seq_len + 1) / 2 without documents). Step time counts these.

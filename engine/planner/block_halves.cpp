@@ -118,7 +118,7 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   } else {
     oh = alloc("SDPA output (head layout)", K::QHead, C::AttentionWorkspace);
     lse = alloc("SDPA log-sum-exp", K::Lse, C::AttentionWorkspace);
-    cpu_flash_forward_scratch();
+    flash_forward_transients(/*stage=*/false);
   }
   if (grad) {
     sv.q_h = qh;
@@ -207,7 +207,7 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     int kg = -1, vg = -1;
     gathered_stage_kv(kg, vg);
     int oh = alloc("stage attention output", K::QStageHead, C::AttentionWorkspace);
-    cpu_flash_forward_scratch();
+    flash_forward_transients(/*stage=*/true);
     release(ke);
     release(ve);
     release(kg);
@@ -451,21 +451,47 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
   return dn1;  // now the block input's gradient through the attention
 }
 
-/// PyTorch's CPU flash-attention forward: one thread's buffer while the kernel runs, after its
-/// output and log-sum-exp (the measurement runs one intra-op thread). CUDA: none beyond those.
-void BlockHalves::cpu_flash_forward_scratch() {
-  if (s_.cuda_target) return;
-  int scratch = alloc("CPU flash forward scratch", K::CpuFlashForwardScratch, C::AttentionWorkspace);
-  release(scratch);
+/// Under document masking (flash_attention.cpp) the whole output and LSE come first, then each
+/// segment's kernel call makes its own output and LSE, copied in and dropped before the next
+/// segment's: the longest segment's are the most alive at once (on the CPU exactly those bytes
+/// above the whole-sequence call at equal kernel blocks, parallel_tests "documents: the planner
+/// charges*"). PyTorch's CPU flash-attention
+/// forward then takes one thread's buffer while the kernel runs, after its output and log-sum-exp
+/// (the measurement runs one intra-op thread); CUDA: none beyond those.
+void BlockHalves::flash_forward_transients(bool stage) {
+  int segment_out = -1, segment_lse = -1;
+  if (s_.documents) {
+    segment_out = alloc("document segment's attention output (before its copy in)",
+                        stage ? K::QStageSegment : K::QSegment, C::AttentionWorkspace);
+    segment_lse = alloc("document segment's log-sum-exp (before its copy in)",
+                        stage ? K::LseStageSegment : K::LseSegment, C::AttentionWorkspace);
+  }
+  if (!s_.cuda_target) {
+    int scratch = alloc("CPU flash forward scratch", K::CpuFlashForwardScratch, C::AttentionWorkspace);
+    release(scratch);
+  }
+  release(segment_lse);
+  release(segment_out);
 }
 
 /// On CUDA, FlashAttention-2's mha_bwd allocates softmax_d (rowsum(dO * O), [B, heads, S] fp32),
 /// an fp32 dq accumulator of q's size and, with GQA, dK/dV at the query-head count before summing
 /// them per KV head (softmax_d measured on an H200, 2026-11-27: Llama3-8B's rank 0 held 16 B a
 /// token above the plan in its backward attention, 4 heads x 4 B); PyTorch's CPU kernel takes GQA
-/// natively, accumulates into dq and needs one thread's attn/grad_attn blocks.
+/// natively, accumulates into dq and needs one thread's attn/grad_attn blocks. Under document
+/// masking each segment's call makes its own dq, dk, dv (the longest segment's the largest), copied
+/// into the whole ones; on CUDA the FA-2 buffers stay planned at the whole sequence's size (each
+/// segment's call takes them at its own, smaller: the plan errs high there).
 FlashBackwardBuffers BlockHalves::flash_backward_buffers(bool stage) {
   FlashBackwardBuffers b;
+  if (s_.documents) {  // flash_attention.cpp: the whole dq/dk/dv first, then each segment's call makes its own
+    b.segment_dq = alloc("document segment's dq (before its copy in)", stage ? K::QStageSegment : K::QSegment,
+                         C::AttentionWorkspace);
+    b.segment_dk = alloc("document segment's dk (before its copy in)", stage ? K::KvStageSegment : K::KvSegment,
+                         C::AttentionWorkspace);
+    b.segment_dv = alloc("document segment's dv (before its copy in)", stage ? K::KvStageSegment : K::KvSegment,
+                         C::AttentionWorkspace);
+  }
   if (!s_.cuda_target) {
     b.accumulator = alloc("CPU flash backward scratch", K::CpuFlashScratch, C::AttentionWorkspace);
     return b;
@@ -488,6 +514,9 @@ void BlockHalves::free_flash_buffers(FlashBackwardBuffers& b) {
   release(b.dv_wide);
   release(b.accumulator);
   release(b.softmax_d);
+  release(b.segment_dq);
+  release(b.segment_dk);
+  release(b.segment_dv);
 }
 
 /// The memory-efficient CUDA kernel (fp32) takes equal head counts: a stage with more query than

@@ -46,6 +46,8 @@ struct AttnGrads {
 
 /// A flash-attention backward's own buffers besides dq/dk/dv (handles; -1 = none).
 struct FlashBackwardBuffers {
+  /// document masking: one segment's dq, dk, dv before they are copied into the whole ones
+  int segment_dq = -1, segment_dk = -1, segment_dv = -1;
   int softmax_d = -1;    ///< CUDA: FA-2's fp32 rowsum(dO * O), one per query row and head
   int accumulator = -1;  ///< CUDA: FA-2's fp32 dq accumulator; CPU: the kernel's block scratch
   int dk_wide = -1, dv_wide = -1;  ///< CUDA with GQA: dK/dV at the query-head count
@@ -85,8 +87,10 @@ class BlockHalves {
   /// allocated after its dq/dk/dv; free_flash_buffers releases them.
   FlashBackwardBuffers flash_backward_buffers(bool stage);
   void free_flash_buffers(FlashBackwardBuffers& b);
-  /// The CPU flash forward's per-thread buffer, allocated and released at the SDPA (cpu profile only).
-  void cpu_flash_forward_scratch();
+  /// What the flash forward holds while it runs besides its whole output and LSE (`stage`: one
+  /// Untied stage's sizes): under document masking one segment's output and LSE, and on the CPU
+  /// the kernel's per-thread buffer; all released when it returns.
+  void flash_forward_transients(bool stage);
   /// The fp32 CUDA kernel's K and V repeated to a stage's query heads (none when the kernel takes
   /// GQA natively: flash in half precision, and the CPU kernel).
   void repeated_stage_kv(int& k, int& v);

@@ -7,6 +7,7 @@
 
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
+#include "engine/layout/documents.h"
 #include "engine/planner/planner.h"
 #include "kernels/linear_cross_entropy_plan.h"
 
@@ -56,6 +57,8 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.keep_attention = s.ckpt && mem.keep_attention;
   if (cfg.training.document_mask && cfg.document_lengths)
     s.attention_pair_fraction = cfg.document_lengths->attention_fraction(cfg.training.seq_len);
+  s.documents = cfg.training.document_mask;
+  s.kernel_seq = s.documents ? longest_attention_segment(cfg.document_lengths.get(), s.S) : s.S;
   if (s.untied) {
     // The engine's own schedule (engine/layout/heads.h; a config that breaks its rules was refused
     // by validate() and throws here): k query heads per rank per stage, and the widest KV range a
@@ -95,9 +98,12 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.fa2_seq = (s.S + 127) / 128 * 128;
   s.fa2_head_dim = s.hd <= 192 ? (s.hd + 31) / 32 * 32 : 256;
   // PyTorch's CPU flash kernel (FlashAttentionKernel.cpp) picks its query block by the query length
-  // (256 from 768 tokens, 64 from 192, else 32) and kv blocks of 512, both capped at the length.
-  s.cpu_q_block = std::min<int64_t>(s.S >= 768 ? 256 : s.S >= 192 ? 64 : 32, s.S);
-  s.cpu_kv_block = std::min<int64_t>(512, s.S);
+  // (256 from 768 tokens, 64 from 192, else 32) and kv blocks of 512, both capped at the length:
+  // one call's, the whole sequence or (document masking) the longest segment, whose blocks are
+  // the largest any segment's call takes
+  const int64_t n = s.kernel_seq;
+  s.cpu_q_block = std::min<int64_t>(n >= 768 ? 256 : n >= 192 ? 64 : 32, n);
+  s.cpu_kv_block = std::min<int64_t>(512, n);
   // The fused loss kernel's own plan of its workspace (one fp32 logits tile, its bf16 gradient, row
   // statistics and, in bf16, an fp32 dhidden accumulator), for the tile the engine gives it. A
   // shape the kernel refuses is beyond range (the GPU run would refuse it too).

@@ -26,6 +26,8 @@ enum class TensorKind : uint8_t {
   // Untied Ulysses: one stage of heads_per_stage query heads (heads_per_stage/P per rank)
   QStageLocal, KvStageLocal, QStageHead, KvStageHead, DqAccumStage, SoftmaxDStage, QStageRows, KvStageRows,
   KvStageGathered, KvStageAccum32, GqaExpandedStage, InputNormTile, InputNormTile32,
+  // document masking: one segment's kernel results before they are copied into the whole tensors
+  QSegment, KvSegment, LseSegment, QStageSegment, KvStageSegment, LseStageSegment,
   // the CPU flash-attention kernel's per-thread scratch
   CpuFlashScratch, CpuFlashForwardScratch,
   // MLP
@@ -89,6 +91,13 @@ struct PlanShapes {
   /// Document masking with a known length profile: the fraction of whole-sequence causal attention
   /// pairs the documents compute (DocumentLengthProfile::attention_fraction at S); 1 otherwise
   double attention_pair_fraction = 1.0;
+  /// training.document_mask: attention runs one kernel call per document segment of each row
+  /// (engine/parallel/flash_attention.cpp), one segment's results beside the whole tensors at a time
+  bool documents = false;
+  /// The query length of the longest attention kernel call: S, or under document masking the
+  /// longest segment (longest_attention_segment, engine/layout/documents.h: the longest document
+  /// of the length profile, at most S; S without a profile)
+  int64_t kernel_seq = 0;
   // the Untied stage schedule's names (UntiedStagePlan, engine/layout/heads.h); without Untied
   // Ulysses one stage of all the rank's heads
   int64_t k = 0;             ///< query heads per rank per stage (heads_per_stage / P; hq without Untied)
@@ -101,7 +110,7 @@ struct PlanShapes {
   /// the fused loss kernel's own plan of its workspace for those tiles; kPlanBytesLimit when the
   /// kernel refuses the shape (beyond range: the GPU run would refuse it too)
   int64_t fused_loss_workspace_bytes = 0;
-  int64_t cpu_q_block = 0, cpu_kv_block = 0;  ///< the CPU flash kernel's blocks for a query length S
+  int64_t cpu_q_block = 0, cpu_kv_block = 0;  ///< the CPU flash kernel's blocks for a query length kernel_seq
   /// FlashAttention-2's backward pads its own fp32 buffers (mha_bwd's seqlen_q_rounded and
   /// head_size_rounded): the query length to a multiple of 128, the head dim to one of 32 (256
   /// past 192). Equal to S and hd for every real model at lengths in steps of 1K.

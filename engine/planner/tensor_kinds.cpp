@@ -67,6 +67,8 @@ std::string hidden_formula(const PlanShapes& s) {
 std::string q_head_formula(const PlanShapes& s) {
   return fmt("%lld x %s x %lld heads x %lld x %lld B", ll(s.B), seq_tokens(s).c_str(), ll(s.hq), ll(s.hd), ll(s.c));
 }
+/// "1 x 96K tokens (the longest segment)": one row's segment under document masking
+std::string segment_tokens(const PlanShapes& s) { return "1 x " + tokens(s.kernel_seq) + " (the longest segment)"; }
 std::string q_stage_head_formula(const PlanShapes& s) {
   return fmt("%lld x %s x %lld head%s x %lld x %lld B", ll(s.B), seq_tokens(s).c_str(), ll(s.k), plural(s.k), ll(s.hd),
              ll(s.c));
@@ -207,6 +209,42 @@ constexpr TensorKindRule kTensorKindRules[] = {
      [](const PlanShapes& s) { return sat_product({s.norm_tile_rows, s.d, 4}); },
      [](const PlanShapes& s) {
        return fmt("%s x %lld x 4 B (fp32)", tokens(s.norm_tile_rows).c_str(), ll(s.d));
+     }},
+    // Document masking (engine/parallel/flash_attention.cpp): one kernel call per segment of a row,
+    // n = kernel_seq tokens at most; its results exist beside the whole output, LSE or gradients
+    // until copied into them. 0 bytes without document masking (the kernel writes the whole ones).
+    {KIND(QSegment), "[n, H/P, hd]",
+     "document masking: one segment's attention output (forward) or dq (backward) before it is copied "
+     "into the whole tensor; n the longest segment",
+     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.hq, s.hd, s.c}) : 0; },
+     [](const PlanShapes& s) {
+       return fmt("%s x %lld heads x %lld x %lld B", segment_tokens(s).c_str(), ll(s.hq), ll(s.hd), ll(s.c));
+     }},
+    {KIND(KvSegment), "[n, max(1, Hkv/P), hd]", "document masking: one segment's dK or dV before it is copied in",
+     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.hkv, s.hd, s.c}) : 0; },
+     [](const PlanShapes& s) {
+       return fmt("%s x %lld KV head%s x %lld x %lld B", segment_tokens(s).c_str(), ll(s.hkv), plural(s.hkv),
+                  ll(s.hd), ll(s.c));
+     }},
+    {KIND(LseSegment), "[H/P, n] fp32", "document masking: one segment's log-sum-exp before it is copied in",
+     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.hq, 4}) : 0; },
+     [](const PlanShapes& s) { return fmt("%lld heads x %s x 4 B", ll(s.hq), segment_tokens(s).c_str()); }},
+    {KIND(QStageSegment), "[n, hps/P, hd]", "document masking: one Untied stage's segment output or dq",
+     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.k, s.hd, s.c}) : 0; },
+     [](const PlanShapes& s) {
+       return fmt("%s x %lld head%s x %lld x %lld B", segment_tokens(s).c_str(), ll(s.k), plural(s.k), ll(s.hd),
+                  ll(s.c));
+     }},
+    {KIND(KvStageSegment), "[n, kvs, hd]", "document masking: one Untied stage's segment dK or dV",
+     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.max_kv_count, s.hd, s.c}) : 0; },
+     [](const PlanShapes& s) {
+       return fmt("%s x %lld KV head%s x %lld x %lld B", segment_tokens(s).c_str(), ll(s.max_kv_count),
+                  plural(s.max_kv_count), ll(s.hd), ll(s.c));
+     }},
+    {KIND(LseStageSegment), "[hps/P, n] fp32", "document masking: one Untied stage's segment log-sum-exp",
+     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.k, 4}) : 0; },
+     [](const PlanShapes& s) {
+       return fmt("%lld head%s x %s x 4 B", ll(s.k), plural(s.k), segment_tokens(s).c_str());
      }},
     // the CPU flash-attention kernel's per-thread scratch (blocks: PlanShapes::cpu_q_block)
     {KIND(CpuFlashScratch), "[2, q block, kv block] fp32",

@@ -55,3 +55,16 @@ TEST_CASE("documents: the attention fraction of a length profile, by hand", "[do
   // One document per sequence at S = 1: every token its own triangle, as without documents.
   CHECK(profile.attention_fraction(1) == Approx(1.0).epsilon(1e-12));
 }
+
+TEST_CASE("documents: the longest attention segment is the shorter of the longest document and the row",
+          "[documents]") {
+  const DocumentLengthProfile profile({10, 2, 4});
+  CHECK(profile.longest() == 10);
+  CHECK(longest_attention_segment(&profile, 4) == 4);    // the 10-token document fills rows of 4
+  CHECK(longest_attention_segment(&profile, 16) == 10);  // no segment outgrows its document
+  // no profile, or one without documents: any document may fill a row
+  CHECK(longest_attention_segment(nullptr, 16) == 16);
+  const DocumentLengthProfile empty({});
+  CHECK(empty.longest() == 0);
+  CHECK(longest_attention_segment(&empty, 16) == 16);
+}

@@ -19,19 +19,6 @@ using namespace odyssey::test;
 
 namespace {
 
-/// Tolerances, stated against what was measured when this test landed (CPU, fp32, one intra-op
-/// thread). The planner walks the engine's CUDA step; for CPU it changes only the SDPA output
-/// layout (a copy where CUDA has a view). What is left is the CPU attention kernels' own working
-/// set: FA-2's buffers (the fp32 dq accumulator, dK/dV at query-head count) are planned, and the
-/// CPU kernel's scratch and copies are not. Measured worst cases: step peak 9.9% (tiled MLP, the
-/// loss backward); phases 17.2% (forward attention without a graph, plan low) and, with Untied
-/// Ulysses, 26.0% (the stage loop's forward and backward, plan low); small phases 1.5% of the step
-/// peak.
-constexpr double kStepTolerance = 0.12;
-constexpr double kPhaseTolerance = 0.20, kUntiedPhaseTolerance = 0.28;
-/// Phases whose activation peak is under 10% of the step's (embedding, optimizer) are held to 2%
-/// of the step's activation peak instead.
-constexpr double kSmallPhase = 0.10, kSmallPhaseTolerance = 0.02;
 /// Every category at the step peak, and the host peak, within 15% of the step's activation peak
 /// (measured worst: 11.9%, saved activations in the Ulysses P=2 case).
 /// Several blocks reach nearly the same device peak, and which one the tracker records first can
@@ -115,9 +102,7 @@ TEST_CASE("phases: every phase's activation peak and every category at the step 
     CHECK(cmp.unmeasured.empty());
     const double step = static_cast<double>(cmp.step.measured);
     for (const PhaseRow& r : cmp.rows) {
-      const bool small = r.measured < kSmallPhase * step;
-      const double phase_tolerance = c.cfg.memory.untied_ulysses ? kUntiedPhaseTolerance : kPhaseTolerance;
-      const double allowed = small ? kSmallPhaseTolerance * step : phase_tolerance * r.measured;
+      const double allowed = allowed_phase_difference(r, cmp.step, c.cfg.memory.untied_ulysses);
       INFO(r.name << ": measured " << r.measured << " B, planned " << r.planned << " B (planned/measured "
                   << r.ratio() << "), allowed difference " << allowed << " B");
       CHECK(std::abs(static_cast<double>(r.planned - r.measured)) <= allowed);

@@ -4,10 +4,13 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/config/preset.h"
 #include "engine/config/validate.h"
+#include "engine/layout/documents.h"
 #include "engine/layout/heads.h"
 #include "engine/planner/plan_shapes.h"
 #include "engine/planner/planner.h"
@@ -630,6 +633,49 @@ TEST_CASE("kept attention: every path on the cpu and GPU profiles keeps one outp
           CHECK(k.time.attention_flops_per_token < p.time.attention_flops_per_token);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("document masking: the attention backward holds the longest segment's dq, dk, dv beside the whole ones",
+          "[planner][terms][documents]") {
+  // The GPU profile's walk (no CPU kernel blocks, which follow the segment too): each backward
+  // attention phase's peak, the kernel's backward, holds one segment's dq [n, q, hd] and dk, dv
+  // [n, kv, hd] more than without masking, n the longest segment: the profile's longest document
+  // at most S, S without a profile. Without masking the segment kinds are 0 bytes.
+  for (const bool untied : {false, true}) {
+    RunConfig plain = small_config();  // S = 2048, P = 2: 2 query and 1 KV head per rank, fp32
+    plain.hardware = *find_hardware_profile("h100-sxm");
+    plain.memory.untied_ulysses = untied;
+    plain.memory.heads_per_stage = untied ? 2 : 0;  // one query head per rank per stage, its one KV head
+    plain.training.dataset = DatasetKind::Documents;
+    plain.training.dataset_path = "unread.odoc";  // the planner reads only the profile below
+    const int64_t S = plain.training.seq_len, q_heads = untied ? 1 : 2, kv_heads = 1, hd = 16, c = 4;
+    const planner_detail::PlanShapes off = planner_detail::make_shapes(plain);
+    for (auto kind : {planner_detail::TensorKind::QSegment, planner_detail::TensorKind::KvSegment,
+                      planner_detail::TensorKind::LseSegment, planner_detail::TensorKind::QStageSegment,
+                      planner_detail::TensorKind::KvStageSegment, planner_detail::TensorKind::LseStageSegment})
+      CHECK(planner_detail::kind_bytes(kind, off) == 0);
+    auto backward_attention = [](const MemoryPlan& plan) {
+      for (const auto& ph : plan.phases)
+        if (ph.name == "bwd/block.0/attn") return ph.resident_bytes;
+      return int64_t{-1};
+    };
+    const MemoryPlan p = plan_memory(plain);
+    struct Profile {
+      std::shared_ptr<const DocumentLengthProfile> lengths;
+      int64_t segment;
+    };
+    for (const Profile& profile : {Profile{nullptr, S},
+                                   Profile{std::make_shared<DocumentLengthProfile>(std::vector<int64_t>{300, 40, 7}), 300},
+                                   Profile{std::make_shared<DocumentLengthProfile>(std::vector<int64_t>{5000, 40}), S}}) {
+      RunConfig masked = plain;
+      masked.training.document_mask = true;
+      masked.document_lengths = profile.lengths;
+      INFO((untied ? "Untied" : "standard") << ", longest segment " << profile.segment);
+      CHECK(planner_detail::make_shapes(masked).kernel_seq == profile.segment);
+      CHECK(backward_attention(plan_memory(masked)) - backward_attention(p) ==
+            profile.segment * (q_heads + 2 * kv_heads) * hd * c);
     }
   }
 }
