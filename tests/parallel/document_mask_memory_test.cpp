@@ -79,9 +79,10 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 }  // namespace
 
-TEST_CASE("documents: the planner charges the per-segment attention results the tracker measures, and the CPU "
-          "kernel's blocks at the longest segment",
-          "[measure][documents]") {
+TEST_CASE(
+    "documents: the planner charges the per-segment attention results the tracker measures, and the CPU "
+    "kernel's blocks at the longest segment",
+    "[measure][documents]") {
   // Why this holds on every CPU: every attention kernel here is named, not picked: kept attention
   // (and the Untied stages) call the CPU flash kernel and its backward themselves
   // (flash_attention.cpp), never SDPA's dispatch, and its per-thread buffers are sized by its own
@@ -91,7 +92,7 @@ TEST_CASE("documents: the planner charges the per-segment attention results the 
   // below between runs over the same model hold only what document masking changes.
   const RunConfig base = parallel_measurement_config();
   const int64_t S = base.training.seq_len, hd = base.model.head_dim, H = base.model.n_heads;
-  const int64_t Hkv = base.model.n_kv_heads, c = 4;  // fp32
+  const int64_t Hkv = base.model.n_kv_heads, c = 4;                    // fp32
   const EqualDocuments whole_rows(S, S, base.model.vocab_size);        // each segment fills its row
   const EqualDocuments quarter_rows(S / 4, S, base.model.vocab_size);  // four segments a row
 
@@ -117,7 +118,8 @@ TEST_CASE("documents: the planner charges the per-segment attention results the 
     const RunConfig off_cfg = document_config(dc, whole_rows, false);
     const RunConfig whole_cfg = document_config(dc, whole_rows, true);
     const RunConfig quarter_cfg = document_config(dc, quarter_rows, true);
-    const PhaseComparison off = compare_phases(dc.label + ", no masking", measure_ranks(off_cfg)[0], plan_memory(off_cfg));
+    const PhaseComparison off =
+        compare_phases(dc.label + ", no masking", measure_ranks(off_cfg)[0], plan_memory(off_cfg));
     const PhaseComparison whole =
         compare_phases(dc.label + ", documents of S", measure_ranks(whole_cfg)[0], plan_memory(whole_cfg));
     const PhaseComparison quarter =
