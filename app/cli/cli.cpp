@@ -147,9 +147,8 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
   }
   const int n = static_cast<int>(args.positional.size());
   if (n < spec.min_positional || (spec.max_positional >= 0 && n > spec.max_positional)) {
-    err << "odyssey " << command << ": expected "
-        << (spec.max_positional == 1 ? "one preset" : "one or more presets") << ", got " << n
-        << " (see odyssey " << command << " --help)\n";
+    err << "odyssey " << command << ": expected " << (spec.max_positional == 1 ? "one preset" : "one or more presets")
+        << ", got " << n << " (see odyssey " << command << " --help)\n";
     return std::nullopt;
   }
   return args;

@@ -63,24 +63,31 @@ int run_bench_command(int argc, char** argv, int first) {
     for (const auto& v : result.variants) {
       const auto range = result.ratio_range(v);
       w.begin_object()
-          .key("name").value(v.name)
-          .key("baseline").value(v.baseline)
-          .key("fsdp").value(v.fsdp)
-          .key("untied_ulysses").value(v.memory.untied_ulysses)
-          .key("median_step_s").value(v.median_s())
-          .key("min_step_s").value(v.min_s())
-          .key("max_step_s").value(v.max_s())
-          .key("ratio").value(result.ratio(v))
-          .key("ratio_min").value(range.first)
-          .key("ratio_max").value(range.second);
+          .key("name")
+          .value(v.name)
+          .key("baseline")
+          .value(v.baseline)
+          .key("fsdp")
+          .value(v.fsdp)
+          .key("untied_ulysses")
+          .value(v.memory.untied_ulysses)
+          .key("median_step_s")
+          .value(v.median_s())
+          .key("min_step_s")
+          .value(v.min_s())
+          .key("max_step_s")
+          .value(v.max_s())
+          .key("ratio")
+          .value(result.ratio(v))
+          .key("ratio_min")
+          .value(range.first)
+          .key("ratio_max")
+          .value(range.second);
       if (v.planned_step_s > 0)
         w.key("planned_step_s").value(v.planned_step_s).key("planned_ratio").value(result.planned_ratio(v));
       else
         w.key("planned_step_s").null().key("planned_ratio").null().key("planned_error").value(v.planned_error);
-      w
-          .key("device_peak_bytes").value(v.device_peak)
-          .key("host_peak_bytes").value(v.host_peak)
-          .end_object();
+      w.key("device_peak_bytes").value(v.device_peak).key("host_peak_bytes").value(v.host_peak).end_object();
     }
     w.end_array().end_object();
     std::cout << json << "\n";
@@ -89,11 +96,12 @@ int run_bench_command(int argc, char** argv, int first) {
   std::printf("odyssey bench %s: %d rounds, one step per variant per round (interleaved), %d intra-op thread%s\n",
               args->positional[0].c_str(), result.rounds, result.threads, result.threads == 1 ? "" : "s");
   if (result.world_size > 1 || result.emulated)
-    std::printf("every variant on %lld ranks%s (Ulysses %lld x data %lld): plain = plain %s, no FSDP; peaks: max over ranks\n",
-                static_cast<long long>(result.world_size), result.emulated ? ", emulated" : "",
-                static_cast<long long>(result.ulysses_degree),
-                static_cast<long long>(result.world_size / std::max<int64_t>(1, result.ulysses_degree)),
-                result.ulysses_degree > 1 ? "Ulysses" : "data parallel");
+    std::printf(
+        "every variant on %lld ranks%s (Ulysses %lld x data %lld): plain = plain %s, no FSDP; peaks: max over ranks\n",
+        static_cast<long long>(result.world_size), result.emulated ? ", emulated" : "",
+        static_cast<long long>(result.ulysses_degree),
+        static_cast<long long>(result.world_size / std::max<int64_t>(1, result.ulysses_degree)),
+        result.ulysses_degree > 1 ? "Ulysses" : "data parallel");
   int name_width = 14;  // the longest variant name ("offload_optimizer") sets the column
   for (const auto& v : result.variants) name_width = std::max(name_width, static_cast<int>(v.name.size()));
   std::printf("%-*s %10s %16s %22s %8s %12s %10s\n", name_width, "variant", "median ms", "min..max ms",
@@ -110,16 +118,19 @@ int run_bench_command(int argc, char** argv, int first) {
       else
         std::snprintf(planned, sizeof planned, "-");
     }
-    std::printf("%-*s %10.1f %7.1f..%-7.1f %22s %8s %9.1f MiB %6.1f MiB\n", name_width, v.name.c_str(), 1000 * v.median_s(),
-                1000 * v.min_s(), 1000 * v.max_s(), ratio, planned, v.device_peak / 1048576.0, v.host_peak / 1048576.0);
+    std::printf("%-*s %10.1f %7.1f..%-7.1f %22s %8s %9.1f MiB %6.1f MiB\n", name_width, v.name.c_str(),
+                1000 * v.median_s(), 1000 * v.min_s(), 1000 * v.max_s(), ratio, planned, v.device_peak / 1048576.0,
+                v.host_peak / 1048576.0);
   }
-  std::printf("planned: the planner's step-time ratio for the same configs on the %s profile (hardware.compute_efficiency, "
-              "attention_efficiency, untied_attention_efficiency)\n",
-              cfg.hardware.profile.c_str());
+  std::printf(
+      "planned: the planner's step-time ratio for the same configs on the %s profile (hardware.compute_efficiency, "
+      "attention_efficiency, untied_attention_efficiency)\n",
+      cfg.hardware.profile.c_str());
   for (const auto& v : result.variants)
     if (!v.planned_error.empty()) std::printf("not planned: %s: %s\n", v.name.c_str(), v.planned_error.c_str());
-  std::printf("targets: checkpointing <= 1.45x plain, offload <= 1.10x checkpointing, each tiling <= 1.10x plain, "
-              "optimizer offload <= 1.10x plain");
+  std::printf(
+      "targets: checkpointing <= 1.45x plain, offload <= 1.10x checkpointing, each tiling <= 1.10x plain, "
+      "optimizer offload <= 1.10x plain");
   std::printf(result.ulysses_degree > 1 ? ", Untied Ulysses at the largest chunk < 1.10x plain Ulysses\n" : "\n");
   return kExitOk;
 }

@@ -28,14 +28,22 @@ int run_check(int argc, char** argv, int first) {
     w.begin_object().key("path").value(path).key("ok").value(loaded.ok()).key("issues").begin_array();
     for (const auto& issue : loaded.issues) {
       w.begin_object()
-          .key("file").value(issue.loc.file)
-          .key("line").value(issue.loc.line)
-          .key("col").value(issue.loc.col)
-          .key("key").value(issue.key)
-          .key("value").value(issue.value)
-          .key("rule").value(issue.rule)
-          .key("hint").value(issue.hint)
-          .key("message").value(issue.format())
+          .key("file")
+          .value(issue.loc.file)
+          .key("line")
+          .value(issue.loc.line)
+          .key("col")
+          .value(issue.loc.col)
+          .key("key")
+          .value(issue.key)
+          .key("value")
+          .value(issue.value)
+          .key("rule")
+          .value(issue.rule)
+          .key("hint")
+          .value(issue.hint)
+          .key("message")
+          .value(issue.format())
           .end_object();
       if (!args->json) std::cerr << issue.format() << "\n";
     }
@@ -57,9 +65,9 @@ int run_check(int argc, char** argv, int first) {
   return all_ok ? kExitOk : kExitBadInput;
 }
 
-const CommandRegistration registration{
-    Command{10, "check", "check PRESET... [--set k=v]... [--json]",
-            "validate presets; print every problem as FILE:LINE:COL, exit 2 if any", run_check}};
+const CommandRegistration registration{Command{10, "check", "check PRESET... [--set k=v]... [--json]",
+                                               "validate presets; print every problem as FILE:LINE:COL, exit 2 if any",
+                                               run_check}};
 
 }  // namespace
 }  // namespace odyssey::cli

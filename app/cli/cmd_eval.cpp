@@ -66,7 +66,8 @@ EvalArgs parse(int argc, char** argv, int first) {
       const std::string v = value();
       const std::optional<int64_t> n = parse_size(v);
       if (!n || *n < min)
-        throw BadInput(arg + " " + v + ": must be a whole number >= " + std::to_string(min) + " (K and M suffixes: 1024s)");
+        throw BadInput(arg + " " + v + ": must be a whole number >= " + std::to_string(min) +
+                       " (K and M suffixes: 1024s)");
       return *n;
     };
     if (arg == "--json" || arg == "--overwrite" || arg == "--no-needle" || arg == "--quiet") {
@@ -127,10 +128,10 @@ std::string base_name(const std::string& path) {
 
 /// The model to evaluate: its config and where its weights are.
 struct Source {
-  bool run = false;                   ///< a run directory (else a Hugging Face directory)
-  std::optional<CheckpointInfo> info; ///< the run's latest checkpoint
-  RunConfig run_config;               ///< the run's config (the checkpoint's) with --set, or the HF preset's
-  RunConfig saved;                    ///< a run's config as its checkpoint saved it: how its shards join
+  bool run = false;                    ///< a run directory (else a Hugging Face directory)
+  std::optional<CheckpointInfo> info;  ///< the run's latest checkpoint
+  RunConfig run_config;                ///< the run's config (the checkpoint's) with --set, or the HF preset's
+  RunConfig saved;                     ///< a run's config as its checkpoint saved it: how its shards join
 };
 
 Source open_source(const EvalArgs& a) {
@@ -141,7 +142,8 @@ Source open_source(const EvalArgs& a) {
   LoadedPreset loaded;
   if (exists(join_path(a.source, "checkpoints/latest.json"))) {
     if (!a.preset.empty())
-      throw BadInput("--preset " + a.preset + ": " + a.source + " is a run directory, which carries its own config "
+      throw BadInput("--preset " + a.preset + ": " + a.source +
+                     " is a run directory, which carries its own config "
                      "(its checkpoint's config.toml); change keys with --set");
     s.run = true;
     try {
@@ -153,7 +155,8 @@ Source open_source(const EvalArgs& a) {
     std::vector<Override> overrides;
     Override length;
     ConfigIssue issue;
-    if (!parse_override("training.seq_len=" + std::to_string(a.seq_len), 0, &length, &issue)) throw BadInput(issue.format());
+    if (!parse_override("training.seq_len=" + std::to_string(a.seq_len), 0, &length, &issue))
+      throw BadInput(issue.format());
     length.loc = SourceLoc{"--seq-len", 0, 0};  // a message about it names the flag
     overrides.push_back(length);
     overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
@@ -175,7 +178,8 @@ Source open_source(const EvalArgs& a) {
     const std::string defaults = "[training]\nseq_len = " + std::to_string(a.seq_len) + "\n";
     loaded = a.preset.empty() ? load_preset_text(defaults, "(defaults)", overrides) : load_preset(a.preset, overrides);
   } else {
-    throw BadInput(a.source + ": neither a run directory (no checkpoints/latest.json) nor a Hugging Face model "
+    throw BadInput(a.source +
+                   ": neither a run directory (no checkpoints/latest.json) nor a Hugging Face model "
                    "directory (no config.json)");
   }
   if (!loaded.ok()) {
@@ -208,9 +212,9 @@ std::vector<std::vector<int64_t>> tokenize(const std::string& tokenizer_json, co
   TokenizerEvents events;
   events.tokenizer = [&](const TokenizerInfo& info) {
     if (info.vocab_size > model_vocab)
-      throw PrepareError(2, "--tokenizer " + tokenizer_json + ": its vocabulary holds " + std::to_string(info.vocab_size) +
-                                " tokens, more than the model's model.vocab_size = " + std::to_string(model_vocab) +
-                                ": the tokenizer does not match the model");
+      throw PrepareError(2, "--tokenizer " + tokenizer_json + ": its vocabulary holds " +
+                                std::to_string(info.vocab_size) + " tokens, more than the model's model.vocab_size = " +
+                                std::to_string(model_vocab) + ": the tokenizer does not match the model");
   };
   events.document = [&](const uint32_t* ids, int64_t n) { out.emplace_back(ids, ids + n); };
   try {
@@ -246,7 +250,8 @@ std::vector<NeedlePrompt> needle_prompts(const std::string& tokenizer_json, int6
     p.question = tokens[0];
     p.needle = tokens[static_cast<size_t>(1 + 2 * t)];
     p.answer = tokens[static_cast<size_t>(2 + 2 * t)];
-    if (p.answer.empty()) throw BadInput("--tokenizer " + tokenizer_json + ": the passkey " + p.passkey + " gives no token");
+    if (p.answer.empty())
+      throw BadInput("--tokenizer " + tokenizer_json + ": the passkey " + p.passkey + " gives no token");
     out.push_back(std::move(p));
   }
   return out;
@@ -291,8 +296,9 @@ int run_eval(int argc, char** argv, int first) {
       throw BadInput(std::string("--data: ") + e.what());
     }
     if (data->token_count() < a.seq_len + 1)
-      throw BadInput("--data " + a.data + " holds " + std::to_string(data->token_count()) + " tokens, fewer than --seq-len " +
-                     std::to_string(a.seq_len) + " + 1: evaluate a shorter --seq-len or give more held-out text");
+      throw BadInput("--data " + a.data + " holds " + std::to_string(data->token_count()) +
+                     " tokens, fewer than --seq-len " + std::to_string(a.seq_len) +
+                     " + 1: evaluate a shorter --seq-len or give more held-out text");
     // The needle's tokenizer: --tokenizer, else the model directory's own.
     std::string tokenizer_json;
     std::vector<int64_t> lengths;
@@ -300,26 +306,33 @@ int run_eval(int argc, char** argv, int first) {
       std::string tokenizer = a.tokenizer;
       if (tokenizer.empty()) tokenizer = source.run ? cfg.model.hf_path : a.source;
       if (tokenizer.empty())
-        throw BadInput("the needle grid needs a tokenizer and " + a.source + " names none (no model.hf_path): pass "
+        throw BadInput("the needle grid needs a tokenizer and " + a.source +
+                       " names none (no model.hf_path): pass "
                        "--tokenizer PATH (a tokenizer.json or a model directory), or --no-needle");
       tokenizer_json = find_tokenizer_json(tokenizer);
       lengths = needle_lengths(std::min(a.needle_min, a.seq_len), a.seq_len);
       // Each context length runs on the ranks as --seq-len does: the validator's rules for it.
       for (int64_t length : lengths) {
-        const LoadedPreset at_length = apply_overrides(eval_config(source.run_config, a.data, length), {}, "--needle-min");
+        const LoadedPreset at_length =
+            apply_overrides(eval_config(source.run_config, a.data, length), {}, "--needle-min");
         if (at_length.ok()) continue;
         std::string text = "--needle-min " + std::to_string(a.needle_min) + ": the needle grid's context of " +
-                           std::to_string(length) + " tokens (--needle-min doubled up to --seq-len) runs as "
-                           "training.seq_len = " + std::to_string(length) + ":";
+                           std::to_string(length) +
+                           " tokens (--needle-min doubled up to --seq-len) runs as "
+                           "training.seq_len = " +
+                           std::to_string(length) + ":";
         for (const ConfigIssue& issue : at_length.issues) text += "\n  " + issue.format();
         throw BadInput(text);
       }
     }
-    const std::string out_dir = !a.out.empty() ? a.out : source.run ? join_path(a.source, "eval") : "eval-" + base_name(a.source);
+    const std::string out_dir = !a.out.empty() ? a.out
+                                : source.run   ? join_path(a.source, "eval")
+                                               : "eval-" + base_name(a.source);
     const std::string json_path = join_path(out_dir, "eval.json"), png_path = join_path(out_dir, "needle.png");
     for (const std::string& path : {json_path, png_path})
       if (!a.overwrite && exists(path))
-        throw BadInput("--out " + out_dir + ": " + path + " exists; pass --overwrite to replace it (nothing was written)");
+        throw BadInput("--out " + out_dir + ": " + path +
+                       " exists; pass --overwrite to replace it (nothing was written)");
     std::vector<NeedlePrompt> prompts;
     if (a.needle) {
       prompts = needle_prompts(tokenizer_json, a.trials, a.seed, cfg.model.vocab_size);
@@ -328,7 +341,8 @@ int run_eval(int argc, char** argv, int first) {
       for (const NeedlePrompt& q : prompts)
         if (static_cast<int64_t>(q.needle.size() + q.question.size() + q.answer.size()) >= lengths.front() + 1)
           throw BadInput("--needle-min " + std::to_string(lengths.front()) + ": the needle, question and answer take " +
-                         std::to_string(fixed_tokens) + " tokens, which leave no filler: a --needle-min (and --seq-len) "
+                         std::to_string(fixed_tokens) +
+                         " tokens, which leave no filler: a --needle-min (and --seq-len) "
                          "above that");
     }
     std::string error;
@@ -351,7 +365,9 @@ int run_eval(int argc, char** argv, int first) {
     const bool tty = ::isatty(STDERR_FILENO) && !a.quiet;
     auto progress = [&](const char* what) {
       return [&, what](int64_t done, int64_t total) {
-        if (tty) std::cerr << "\r\033[K" << what << " " << done << "/" << total << (done == total ? "\r\033[K" : "") << std::flush;
+        if (tty)
+          std::cerr << "\r\033[K" << what << " " << done << "/" << total << (done == total ? "\r\033[K" : "")
+                    << std::flush;
       };
     };
     EvalRequest request;
@@ -360,8 +376,10 @@ int run_eval(int argc, char** argv, int first) {
     request.prompts = prompts;
     request.needle_lengths = lengths;
     request.load_weights = [&](Trainer& trainer) {
-      if (hf) hf->load(trainer.model().groups());  // this rank's slice of every parameter
-      else load_full_masters(masters, trainer.model().groups());
+      if (hf)
+        hf->load(trainer.model().groups());  // this rank's slice of every parameter
+      else
+        load_full_masters(masters, trainer.model().groups());
     };
     request.bucket_progress = progress("sequences");
     request.needle_progress = progress("needle forwards");
@@ -383,42 +401,87 @@ int run_eval(int argc, char** argv, int first) {
 
     std::string text;
     JsonWriter w(text);
-    w.begin_object().key("ok").value(true).key("source").begin_object().key("kind").value(source.run ? "run" : "hf")
-        .key("path").value(a.source).key("step");
-    if (source.run) w.value(source.info->step);
-    else w.null();
-    w.end_object().key("data").value(a.data).key("seq_len").value(a.seq_len).key("device").value(report.device)
-        .key("memory").value(report.memory)
-        .key("document_positions").value(to_string(cfg.training.document_positions))
-        .key("sequences").value(buckets.sequences).key("tokens").value(buckets.tokens).key("loss").value(buckets.loss)
-        .key("unused_tokens").value(buckets.unused_tokens).key("buckets").begin_array();
+    w.begin_object()
+        .key("ok")
+        .value(true)
+        .key("source")
+        .begin_object()
+        .key("kind")
+        .value(source.run ? "run" : "hf")
+        .key("path")
+        .value(a.source)
+        .key("step");
+    if (source.run)
+      w.value(source.info->step);
+    else
+      w.null();
+    w.end_object()
+        .key("data")
+        .value(a.data)
+        .key("seq_len")
+        .value(a.seq_len)
+        .key("device")
+        .value(report.device)
+        .key("memory")
+        .value(report.memory)
+        .key("document_positions")
+        .value(to_string(cfg.training.document_positions))
+        .key("sequences")
+        .value(buckets.sequences)
+        .key("tokens")
+        .value(buckets.tokens)
+        .key("loss")
+        .value(buckets.loss)
+        .key("unused_tokens")
+        .value(buckets.unused_tokens)
+        .key("buckets")
+        .begin_array();
     for (const PositionBucket& b : buckets.buckets) {
       w.begin_object().key("from").value(b.from).key("to").value(b.to).key("tokens").value(b.tokens).key("loss");
-      if (b.tokens > 0) w.value(b.loss());
-      else w.null();
+      if (b.tokens > 0)
+        w.value(b.loss());
+      else
+        w.null();
       w.end_object();
     }
     w.end_array().key("needle");
     if (a.needle) {
       w.begin_object().key("trials").value(a.trials).key("seed").value(a.seed).key("passkeys").begin_array();
       for (const NeedlePrompt& p : prompts) w.value(p.passkey);
-      w.end_array().key("answer_tokens").value(static_cast<int64_t>(prompts.front().answer.size()))
-          .key("lengths").begin_array();
+      w.end_array()
+          .key("answer_tokens")
+          .value(static_cast<int64_t>(prompts.front().answer.size()))
+          .key("lengths")
+          .begin_array();
       for (int64_t l : lengths) w.value(l);
       w.end_array().key("depths").begin_array();
       for (int64_t d : kNeedleDepths) w.value(d);
       w.end_array().key("cells").begin_array();
       int64_t correct = 0, trials = 0;
       for (const NeedleCell& c : cells) {
-        w.begin_object().key("length").value(c.length).key("depth").value(c.depth).key("trials").value(c.trials)
-            .key("correct").value(c.correct).key("accuracy").value(c.accuracy()).end_object();
+        w.begin_object()
+            .key("length")
+            .value(c.length)
+            .key("depth")
+            .value(c.depth)
+            .key("trials")
+            .value(c.trials)
+            .key("correct")
+            .value(c.correct)
+            .key("accuracy")
+            .value(c.accuracy())
+            .end_object();
         correct += c.correct;
         trials += c.trials;
       }
-      w.end_array().key("accuracy").value(trials > 0 ? static_cast<double>(correct) / static_cast<double>(trials) : 0.0)
+      w.end_array()
+          .key("accuracy")
+          .value(trials > 0 ? static_cast<double>(correct) / static_cast<double>(trials) : 0.0)
           .key("heatmap");
-      if (png) w.value(png_path);
-      else w.null();
+      if (png)
+        w.value(png_path);
+      else
+        w.null();
       w.end_object();
     } else {
       w.null();
@@ -460,8 +523,10 @@ int run_eval(int argc, char** argv, int first) {
     }
     std::fflush(stdout);
     std::cout << "wrote " << json_path;
-    if (png) std::cout << " and " << png_path << " (" << image.width << "x" << image.height << ")";
-    else if (a.needle) std::cout << " (no heatmap: this build has no PNG encoder, libstb)";
+    if (png)
+      std::cout << " and " << png_path << " (" << image.width << "x" << image.height << ")";
+    else if (a.needle)
+      std::cout << " (no heatmap: this build has no PNG encoder, libstb)";
     std::cout << "\n";
     return kExitOk;
   } catch (const BadInput& e) {
@@ -488,7 +553,8 @@ int run_eval(int argc, char** argv, int first) {
 const CommandRegistration registration{Command{
     74, "eval",
     "eval RUN_DIR|HF_DIR --data FILE --seq-len N [--set k=v]... [--json] [--out DIR] [--tokenizer PATH] [--trials N]",
-    "loss by position bucket and a needle grid on held-out documents, forward only, on the run's ranks (--set parallel.*)",
+    "loss by position bucket and a needle grid on held-out documents, forward only, on the run's ranks (--set "
+    "parallel.*)",
     run_eval}};
 
 }  // namespace

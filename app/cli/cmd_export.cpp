@@ -21,7 +21,8 @@ std::optional<int64_t> parse_bytes(const std::string& text) {
   if (i == 0 || i > 18) return std::nullopt;  // 18 digits fit int64 before the unit
   const int64_t number = std::stoll(text.substr(0, i));
   const std::string unit = text.substr(i);
-  const std::pair<const char*, int64_t> units[] = {{"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000'000}, {"GB", 1000'000'000}};
+  const std::pair<const char*, int64_t> units[] = {
+      {"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000'000}, {"GB", 1000'000'000}};
   for (const auto& [name, scale] : units) {
     int64_t bytes = 0;
     if (unit == name && number > 0 && !__builtin_mul_overflow(number, scale, &bytes)) return bytes;
@@ -34,7 +35,8 @@ int run_export(int argc, char** argv, int first) {
   HfExportOptions options;
   bool json = false;
   auto bad = [](const std::string& why) {
-    std::cerr << "odyssey export: " << why << "\nusage: odyssey export RUN_DIR --hf OUT_DIR [--dtype float32|bfloat16] "
+    std::cerr << "odyssey export: " << why
+              << "\nusage: odyssey export RUN_DIR --hf OUT_DIR [--dtype float32|bfloat16] "
                  "[--max-shard-size 5GB] [--tokenizer HF_DIR] [--json]\n";
     return kExitBadInput;
   };
@@ -88,8 +90,19 @@ int run_export(int argc, char** argv, int first) {
     if (json) {
       std::string text;
       JsonWriter w(text);
-      w.begin_object().key("ok").value(true).key("step").value(done.step).key("out").value(out_dir)
-          .key("dtype").value(done.dtype).key("tensor_bytes").value(done.tensor_bytes).key("files").begin_array();
+      w.begin_object()
+          .key("ok")
+          .value(true)
+          .key("step")
+          .value(done.step)
+          .key("out")
+          .value(out_dir)
+          .key("dtype")
+          .value(done.dtype)
+          .key("tensor_bytes")
+          .value(done.tensor_bytes)
+          .key("files")
+          .begin_array();
       for (const auto& f : done.files) w.value(f);
       w.end_array().end_object();
       std::cout << text << "\n";

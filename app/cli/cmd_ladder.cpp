@@ -18,11 +18,16 @@ int ladder_body(const std::string& path, const RunConfig& cfg, bool json) {
   std::string out;
   JsonWriter w(out);
   w.begin_object()
-      .key("seq_len").value(cfg.training.seq_len)
-      .key("world_size").value(cfg.parallel.world_size)
-      .key("ulysses_degree").value(ladder_ulysses_degree(cfg))
-      .key("device_capacity").value(rungs.front().plan.device_capacity)
-      .key("rungs").begin_array();
+      .key("seq_len")
+      .value(cfg.training.seq_len)
+      .key("world_size")
+      .value(cfg.parallel.world_size)
+      .key("ulysses_degree")
+      .value(ladder_ulysses_degree(cfg))
+      .key("device_capacity")
+      .value(rungs.front().plan.device_capacity)
+      .key("rungs")
+      .begin_array();
   for (const auto& r : rungs) {
     const MemoryPlan& p = r.plan;
     w.begin_object().key("name").value(r.name).key("label").value(r.label);

@@ -25,17 +25,23 @@ int maxlen_body(const std::string& path, const RunConfig& cfg, bool json) {
   std::string out;
   JsonWriter w(out);
   w.begin_object()
-      .key("max_seq_len").value(max_seq_len)
-      .key("granularity").value(seq_len_granularity(cfg))
+      .key("max_seq_len")
+      .value(max_seq_len)
+      .key("granularity")
+      .value(seq_len_granularity(cfg))
       .key("limit");
   write_limit_json(w, limit);
   w.key("rungs").begin_array();
   for (const auto& r : rungs) {
     w.begin_object()
-        .key("name").value(r.name)
-        .key("label").value(r.label)
-        .key("max_seq_len").value(r.max_seq_len)
-        .key("granularity").value(r.granularity)
+        .key("name")
+        .value(r.name)
+        .key("label")
+        .value(r.label)
+        .key("max_seq_len")
+        .value(r.max_seq_len)
+        .key("granularity")
+        .value(r.granularity)
         .key("limit");
     write_limit_json(w, r.limit);
     w.end_object();

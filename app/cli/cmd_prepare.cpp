@@ -38,7 +38,8 @@ void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 /// SIGINT and SIGTERM ask the tokenizer loop to stop (no SA_RESTART: poll wakes up); restored after.
 struct StopSignals {
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   StopSignals() {
     struct sigaction on {};
     on.sa_handler = on_stop_signal;
@@ -152,8 +153,10 @@ std::optional<PrepareArgs> parse_prepare_args(int argc, char** argv, int first) 
       (arg == "--append-eos" ? a.append_eos : arg == "--overwrite" ? a.overwrite : a.json) = true;
     } else if (arg == "--tokenizer" || arg == "--out" || arg == "--preset" || arg == "--set") {
       std::string value;
-      if (inline_value) value = *inline_value;
-      else if (i + 1 < argc) value = argv[++i];
+      if (inline_value)
+        value = *inline_value;
+      else if (i + 1 < argc)
+        value = argv[++i];
       if (value.empty()) return bad(arg + " needs a value");
       if (arg == "--set") {
         Override o;
@@ -164,8 +167,9 @@ std::optional<PrepareArgs> parse_prepare_args(int argc, char** argv, int first) 
         }
         a.overrides.push_back(std::move(o));
       } else {
-        (arg == "--tokenizer" ? a.tokenizer : arg == "--out" ? a.out : a.preset) =
-            arg == "--tokenizer" ? value : clean_path(value);
+        (arg == "--tokenizer" ? a.tokenizer
+         : arg == "--out"     ? a.out
+                              : a.preset) = arg == "--tokenizer" ? value : clean_path(value);
       }
     } else {
       return bad("unknown option " + std::string(argv[i]));
@@ -173,8 +177,9 @@ std::optional<PrepareArgs> parse_prepare_args(int argc, char** argv, int first) 
   }
   if (a.inputs.empty()) return bad("no INPUT: name the text files or directories to prepare");
   if (a.tokenizer.empty() && a.preset.empty())
-    return bad("--tokenizer PATH (a tokenizer.json or a model directory) or --preset PRESET (its model.hf_path's) is "
-               "required");
+    return bad(
+        "--tokenizer PATH (a tokenizer.json or a model directory) or --preset PRESET (its model.hf_path's) is "
+        "required");
   if (!a.overrides.empty() && a.preset.empty()) return bad("--set needs --preset: it overrides a key of the preset");
   if (a.out.empty()) return bad("--out FILE is required");
   return a;
@@ -189,7 +194,8 @@ void check_out(const PrepareArgs& a, const std::vector<TextInput>& inputs) {
   if (!is_directory(folder)) throw PrepareError(2, "--out " + a.out + ": the folder " + folder + " does not exist");
   for (const auto& input : inputs)
     if (same_path(input.path, a.out))
-      throw PrepareError(2, "--out " + a.out + " is the input " + input.path + ": it would be replaced while it is read");
+      throw PrepareError(2,
+                         "--out " + a.out + " is the input " + input.path + ": it would be replaced while it is read");
   if (path_exists(a.out) && !a.overwrite)
     throw PrepareError(2, "--out " + a.out + " exists: pass --overwrite to replace it, or choose another name");
 }
@@ -236,7 +242,8 @@ int run_prepare(int argc, char** argv, int first) {
     if (tokenizer_path.empty()) {
       tokenizer_path = preset->config.model.hf_path;
       if (tokenizer_path.empty())
-        throw PrepareError(2, "--preset " + a.preset + " has no model.hf_path (a Hugging Face model directory) to take "
+        throw PrepareError(2, "--preset " + a.preset +
+                                  " has no model.hf_path (a Hugging Face model directory) to take "
                                   "the tokenizer from: pass --tokenizer PATH");
     }
     const std::string tokenizer_json = find_tokenizer_json(tokenizer_path);
@@ -256,9 +263,10 @@ int run_prepare(int argc, char** argv, int first) {
       tokenizer = info;
       // Before the first document: a file the preset's model cannot train on is never written.
       if (preset && info.vocab_size > preset->config.model.vocab_size)
-        throw PrepareError(2, "--tokenizer " + tokenizer_json + ": its vocabulary holds " + std::to_string(info.vocab_size) +
-                                  " tokens, more than model.vocab_size = " + std::to_string(preset->config.model.vocab_size) +
-                                  " of --preset " + a.preset + ": the tokenizer does not match the model (use the "
+        throw PrepareError(2, "--tokenizer " + tokenizer_json + ": its vocabulary holds " +
+                                  std::to_string(info.vocab_size) + " tokens, more than model.vocab_size = " +
+                                  std::to_string(preset->config.model.vocab_size) + " of --preset " + a.preset +
+                                  ": the tokenizer does not match the model (use the "
                                   "model's own tokenizer, or raise model.vocab_size)");
     };
     events.file = [&](int64_t file) { progress.begin_file(file); };
@@ -284,12 +292,32 @@ int run_prepare(int argc, char** argv, int first) {
     if (a.json) {
       std::string text;
       JsonWriter w(text);
-      w.begin_object().key("ok").value(true).key("out").value(a.out).key("files").value(static_cast<int64_t>(inputs.size()))
-          .key("documents").value(documents).key("tokens").value(tokens).key("longest").value(stats.longest)
-          .key("median").value(stats.median).key("empty_skipped").value(empty_documents)
-          .key("vocab_size").value(tokenizer.vocab_size).key("tokenizer").value(tokenizer_json).key("eos_id");
-      if (tokenizer.eos_id >= 0) w.value(tokenizer.eos_id);
-      else w.null();
+      w.begin_object()
+          .key("ok")
+          .value(true)
+          .key("out")
+          .value(a.out)
+          .key("files")
+          .value(static_cast<int64_t>(inputs.size()))
+          .key("documents")
+          .value(documents)
+          .key("tokens")
+          .value(tokens)
+          .key("longest")
+          .value(stats.longest)
+          .key("median")
+          .value(stats.median)
+          .key("empty_skipped")
+          .value(empty_documents)
+          .key("vocab_size")
+          .value(tokenizer.vocab_size)
+          .key("tokenizer")
+          .value(tokenizer_json)
+          .key("eos_id");
+      if (tokenizer.eos_id >= 0)
+        w.value(tokenizer.eos_id);
+      else
+        w.null();
       w.end_object();
       std::cout << text << "\n";
     } else {
@@ -297,7 +325,8 @@ int run_prepare(int argc, char** argv, int first) {
                 << inputs.size() << " file(s) (tokenizer " << tokenizer_json << ", vocabulary " << tokenizer.vocab_size
                 << ")\n"
                 << "  longest document " << stats.longest << " tokens, median document " << median_text(stats.median)
-                << " tokens" << (empty_documents ? ", " + std::to_string(empty_documents) + " empty skipped" : "") << "\n"
+                << " tokens" << (empty_documents ? ", " + std::to_string(empty_documents) + " empty skipped" : "")
+                << "\n"
                 << "  separator: "
                 << (tokenizer.eos_id >= 0 ? "eos " + tokenizer.eos_text + " after every document"
                                           : std::string("none (the file's index keeps the boundaries)"))

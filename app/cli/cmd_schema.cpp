@@ -16,12 +16,18 @@ namespace {
 
 const char* kind_name(KeyKind kind) {
   switch (kind) {
-    case KeyKind::Bool: return "bool";
-    case KeyKind::Int: return "int";
-    case KeyKind::Size: return "size";
-    case KeyKind::Float: return "float";
-    case KeyKind::String: return "string";
-    case KeyKind::Choice: return "choice";
+    case KeyKind::Bool:
+      return "bool";
+    case KeyKind::Int:
+      return "int";
+    case KeyKind::Size:
+      return "size";
+    case KeyKind::Float:
+      return "float";
+    case KeyKind::String:
+      return "string";
+    case KeyKind::Choice:
+      return "choice";
   }
   return "?";
 }

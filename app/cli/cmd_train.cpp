@@ -36,16 +36,19 @@ extern "C" void on_stop_signal(int sig) {
   if (g_control && !g_control->stepping()) {
     // Still loading (weights, data, a checkpoint): no step to finish and nothing to save, and a
     // large model can take minutes to load. End now, as the signal's default would, but say so.
-    static const char kLoading[] = "\nodyssey train: stopped while loading, before the first step: nothing was trained\n";
+    static const char kLoading[] =
+        "\nodyssey train: stopped while loading, before the first step: nothing was trained\n";
     ssize_t ignored = ::write(STDERR_FILENO, kLoading, sizeof(kLoading) - 1);
     (void)ignored;
     ::_exit(128 + sig);
   }
   if (g_control) g_control->request_stop_from_signal();
-  static const char kInt[] = "\nodyssey train: Ctrl-C: stopping at the next step boundary with a checkpoint "
-                             "(Ctrl-C again to abort)\n";
-  static const char kTerm[] = "\nodyssey train: SIGTERM: stopping at the next step boundary with a checkpoint "
-                              "(SIGTERM again to abort)\n";
+  static const char kInt[] =
+      "\nodyssey train: Ctrl-C: stopping at the next step boundary with a checkpoint "
+      "(Ctrl-C again to abort)\n";
+  static const char kTerm[] =
+      "\nodyssey train: SIGTERM: stopping at the next step boundary with a checkpoint "
+      "(SIGTERM again to abort)\n";
   const char* msg = sig == SIGINT ? kInt : kTerm;
   const size_t len = sig == SIGINT ? sizeof(kInt) - 1 : sizeof(kTerm) - 1;
   ssize_t ignored = ::write(STDERR_FILENO, msg, len);
@@ -88,8 +91,9 @@ std::string step_line(const StepMetrics& m, const StepResult& r, int64_t total) 
     std::snprintf(text, sizeof(text), "  answer loss %.3f acc %3.0f%%", r.answer_loss, 100.0 * r.answer_accuracy);
     line += text;
   }
-  std::snprintf(text, sizeof(text), "  %s tok/s  %.0f ms  peak %s", format_size(static_cast<int64_t>(m.tokens_per_s)).c_str(),
-                1000.0 * m.step_time_s, mib(m.peak_bytes).c_str());
+  std::snprintf(text, sizeof(text), "  %s tok/s  %.0f ms  peak %s",
+                format_size(static_cast<int64_t>(m.tokens_per_s)).c_str(), 1000.0 * m.step_time_s,
+                mib(m.peak_bytes).c_str());
   line += text;
   if (!m.loss_meaningful) line += "  (rank emulation: loss meaningless)";
   return line;
@@ -118,7 +122,8 @@ int run_train(int argc, char** argv, int first) {
     return kExitBadInput;
   }
   const bool quiet = args->quiet || !lead;
-  const std::string who = lead ? std::string("odyssey train: ") : std::string("odyssey train (rank ") + std::getenv("RANK") + "): ";
+  const std::string who =
+      lead ? std::string("odyssey train: ") : std::string("odyssey train (rank ") + std::getenv("RANK") + "): ";
 
   RunOptions opt;
   opt.preset = args->positional[0];
@@ -171,9 +176,10 @@ int run_train(int argc, char** argv, int first) {
   std::optional<StopSignals> signals(&control);
   if (lead)
     std::cout << "odyssey train " << opt.preset << ": " << cfg.model.flavor << ", " << format_size(cfg.training.seq_len)
-            << " tokens x " << cfg.training.batch_size << ", " << cfg.parallel.world_size << " rank"
-            << (cfg.parallel.world_size == 1 ? "" : "s") << ", steps " << start << ".." << opt.steps << " -> "
-            << opt.out_dir << "\n" << std::flush;  // a scheduler's log shows it before loading starts
+              << " tokens x " << cfg.training.batch_size << ", " << cfg.parallel.world_size << " rank"
+              << (cfg.parallel.world_size == 1 ? "" : "s") << ", steps " << start << ".." << opt.steps << " -> "
+              << opt.out_dir << "\n"
+              << std::flush;  // a scheduler's log shows it before loading starts
   const RunOutcome outcome = run_training(cfg, opt);
   const int stop_signal = g_stop_signal;
   signals.reset();

@@ -75,8 +75,10 @@ int run_tune(int argc, char** argv, int first) {
     w.begin_object().key("preset").value(path).key("tune");
     write_tune_json(w, cfg, tuned, /*all_dropped=*/true);
     w.key("search_ms").value(search_ms).key("written");
-    if (written.empty()) w.null();
-    else w.value(written);
+    if (written.empty())
+      w.null();
+    else
+      w.value(written);
     w.end_object();
     std::cout << out << "\n";
     return kExitOk;

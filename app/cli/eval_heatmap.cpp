@@ -20,7 +20,8 @@ HeatmapImage render_heatmap(int rows, int cols, const std::vector<double>& accur
       for (int y = 0; y < kHeatmapCell; ++y)
         for (int x = 0; x < kHeatmapCell; ++x) {
           const bool frame = x == 0 || y == 0 || x == kHeatmapCell - 1 || y == kHeatmapCell - 1;
-          uint8_t* p = &image.rgba[(static_cast<size_t>(r * kHeatmapCell + y) * image.width + c * kHeatmapCell + x) * 4];
+          uint8_t* p =
+              &image.rgba[(static_cast<size_t>(r * kHeatmapCell + y) * image.width + c * kHeatmapCell + x) * 4];
           for (int k = 0; k < 3; ++k) p[k] = frame ? 40 : rgb[k];
           p[3] = 255;
         }
@@ -37,7 +38,8 @@ extern "C" void append_png_bytes(void* context, void* data, int size) {
 
 std::optional<std::string> encode_png(const HeatmapImage& image) {
   std::string bytes;
-  if (!stbi_write_png_to_func(append_png_bytes, &bytes, image.width, image.height, 4, image.rgba.data(), image.width * 4))
+  if (!stbi_write_png_to_func(append_png_bytes, &bytes, image.width, image.height, 4, image.rgba.data(),
+                              image.width * 4))
     return std::nullopt;
   return bytes;
 }

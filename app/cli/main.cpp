@@ -16,8 +16,10 @@ void print_help(std::ostream& os) {
     constexpr size_t kUsageWidth = 52;
     const std::string usage = c.usage;
     os << "  odyssey " << usage;
-    if (usage.size() >= kUsageWidth) os << "\n  " << std::string(kUsageWidth + 8, ' ');
-    else os << std::string(kUsageWidth - usage.size(), ' ');
+    if (usage.size() >= kUsageWidth)
+      os << "\n  " << std::string(kUsageWidth + 8, ' ');
+    else
+      os << std::string(kUsageWidth - usage.size(), ' ');
     os << c.summary << "\n";
   }
   os << "\nCommon options:\n"

@@ -55,9 +55,12 @@ void write_advice_json(JsonWriter& w, const std::vector<Advice>& advice) {
     w.begin_object().key("changes").begin_array();
     for (const auto& c : a.changes) w.value(c);
     w.end_array()
-        .key("slowdown").value(a.slowdown)
-        .key("peak_bytes").value(a.plan.peak_bytes)
-        .key("tokens_per_s").value(a.plan.time.tokens_per_s_per_device)
+        .key("slowdown")
+        .value(a.slowdown)
+        .key("peak_bytes")
+        .value(a.plan.peak_bytes)
+        .key("tokens_per_s")
+        .value(a.plan.time.tokens_per_s_per_device)
         .end_object();
   }
   w.end_array();
@@ -84,21 +87,34 @@ void write_categories_json(JsonWriter& w, const std::array<int64_t, kPlanCategor
 }
 
 void write_plan_verdict_json(JsonWriter& w, const MemoryPlan& plan) {
-  w.key("fits").value(plan.fits())
-      .key("fits_device").value(plan.fits_device)
-      .key("fits_host").value(plan.fits_host)
-      .key("beyond_range").value(plan.beyond_range)
-      .key("peak_bytes").value(plan.peak_bytes)
-      .key("runtime_overhead_bytes").value(plan.runtime_overhead_bytes)
-      .key("tensor_peak_bytes").value(plan.peak_bytes - plan.runtime_overhead_bytes)
-      .key("peak_phase").value(plan.peak_phase)
-      .key("host_bytes").value(plan.host_bytes)
-      .key("dominant_term").value(plan.dominant_term)
+  w.key("fits")
+      .value(plan.fits())
+      .key("fits_device")
+      .value(plan.fits_device)
+      .key("fits_host")
+      .value(plan.fits_host)
+      .key("beyond_range")
+      .value(plan.beyond_range)
+      .key("peak_bytes")
+      .value(plan.peak_bytes)
+      .key("runtime_overhead_bytes")
+      .value(plan.runtime_overhead_bytes)
+      .key("tensor_peak_bytes")
+      .value(plan.peak_bytes - plan.runtime_overhead_bytes)
+      .key("peak_phase")
+      .value(plan.peak_phase)
+      .key("host_bytes")
+      .value(plan.host_bytes)
+      .key("dominant_term")
+      .value(plan.dominant_term)
       .key("categories");
   write_categories_json(w, plan.category_bytes);
-  w.key("tokens_per_s").value(plan.time.tokens_per_s_per_device)
-      .key("mfu").value(plan.time.mfu)
-      .key("mfu_palm").value(plan.time.mfu_palm);
+  w.key("tokens_per_s")
+      .value(plan.time.tokens_per_s_per_device)
+      .key("mfu")
+      .value(plan.time.mfu)
+      .key("mfu_palm")
+      .value(plan.time.mfu_palm);
 }
 
 void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan, const std::vector<Advice>& advice,
@@ -106,20 +122,32 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
   const StepTimePlan& t = plan.time;
   w.begin_object();
   write_plan_verdict_json(w, plan);
-  w.key("device_capacity").value(plan.device_capacity)
-      .key("host_capacity").value(plan.host_capacity)
-      .key("seq_len").value(cfg.training.seq_len);
+  w.key("device_capacity")
+      .value(plan.device_capacity)
+      .key("host_capacity")
+      .value(plan.host_capacity)
+      .key("seq_len")
+      .value(cfg.training.seq_len);
   // the model's shape as planned (a flavor's or a Hugging Face config's resolved): scripts size
   // their --set values from it (bench/gpu/throughput.py: the head stages of its ablation)
-  w.key("model").begin_object()
-      .key("flavor").value(cfg.model.flavor)
-      .key("n_layers").value(cfg.model.n_layers)
-      .key("d_model").value(cfg.model.d_model)
-      .key("n_heads").value(cfg.model.n_heads)
-      .key("n_kv_heads").value(cfg.model.n_kv_heads)
-      .key("head_dim").value(cfg.model.head_dim)
-      .key("d_ffn").value(cfg.model.d_ffn)
-      .key("vocab_size").value(cfg.model.vocab_size)
+  w.key("model")
+      .begin_object()
+      .key("flavor")
+      .value(cfg.model.flavor)
+      .key("n_layers")
+      .value(cfg.model.n_layers)
+      .key("d_model")
+      .value(cfg.model.d_model)
+      .key("n_heads")
+      .value(cfg.model.n_heads)
+      .key("n_kv_heads")
+      .value(cfg.model.n_kv_heads)
+      .key("head_dim")
+      .value(cfg.model.head_dim)
+      .key("d_ffn")
+      .value(cfg.model.d_ffn)
+      .key("vocab_size")
+      .value(cfg.model.vocab_size)
       .end_object();
   // the Untied stage schedule planned ("auto" resolved at this length: planned_heads_per_stage),
   // or standard_attention where "auto" runs none (heads_per_stage null: a config's 0 means one
@@ -131,9 +159,12 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       w.value(plan.heads_per_stage);
     else
       w.null();
-    w.key("stages").value(plan.untied_stages)
-        .key("auto").value(cfg.memory.heads_per_stage == kHeadsPerStageAuto)
-        .key("standard_attention").value(plan.untied_stages == 0)
+    w.key("stages")
+        .value(plan.untied_stages)
+        .key("auto")
+        .value(cfg.memory.heads_per_stage == kHeadsPerStageAuto)
+        .key("standard_attention")
+        .value(plan.untied_stages == 0)
         .end_object();
   } else {
     w.null();
@@ -142,51 +173,86 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
   w.key("tiled_mlp");
   if (plan.mlp_tiles > 0)
     w.begin_object()
-        .key("tile_tokens").value(plan.mlp_tile_tokens)
-        .key("tiles").value(plan.mlp_tiles)
-        .key("auto").value(cfg.memory.mlp_tile_tokens == kMlpTileTokensAuto)
+        .key("tile_tokens")
+        .value(plan.mlp_tile_tokens)
+        .key("tiles")
+        .value(plan.mlp_tiles)
+        .key("auto")
+        .value(cfg.memory.mlp_tile_tokens == kMlpTileTokensAuto)
         .end_object();
   else
     w.null();
-  w.key("hfu").value(t.hfu)
-      .key("time").begin_object()
-      .key("step_s").value(t.step_s)
-      .key("compute_s").value(t.compute_s)
-      .key("attention_s").value(t.attention_s)
-      .key("attention_kernel").value(t.untied_attention ? "untied" : t.kept_attention ? "flash2" : "sdpa")
-      .key("recompute_s").value(t.recompute_s)
-      .key("all_to_all_s").value(t.all_to_all_s)
-      .key("fsdp_comm_s").value(t.fsdp_comm_s)
-      .key("offload_s").value(t.offload_s)
-      .key("host_optimizer_s").value(t.host_optimizer_s)
-      .key("optimizer_pcie_s").value(t.optimizer_pcie_s)
-      .key("optimizer_exposed_s").value(t.optimizer_exposed_s)
-      .key("model_flops_per_token").value(t.model_flops_per_token)
-      .key("tokens_per_device").value(t.tokens_per_device)
-      .key("hardware_flops_per_token").value(t.hardware_flops_per_token)
-      .key("attention_flops_per_token").value(t.attention_flops_per_token)
-      .key("attention_pair_fraction").value(t.attention_pair_fraction)
-      .key("peak_flops").value(t.peak_flops)
-      .key("convention").value(t.convention)
+  w.key("hfu")
+      .value(t.hfu)
+      .key("time")
+      .begin_object()
+      .key("step_s")
+      .value(t.step_s)
+      .key("compute_s")
+      .value(t.compute_s)
+      .key("attention_s")
+      .value(t.attention_s)
+      .key("attention_kernel")
+      .value(t.untied_attention ? "untied"
+             : t.kept_attention ? "flash2"
+                                : "sdpa")
+      .key("recompute_s")
+      .value(t.recompute_s)
+      .key("all_to_all_s")
+      .value(t.all_to_all_s)
+      .key("fsdp_comm_s")
+      .value(t.fsdp_comm_s)
+      .key("offload_s")
+      .value(t.offload_s)
+      .key("host_optimizer_s")
+      .value(t.host_optimizer_s)
+      .key("optimizer_pcie_s")
+      .value(t.optimizer_pcie_s)
+      .key("optimizer_exposed_s")
+      .value(t.optimizer_exposed_s)
+      .key("model_flops_per_token")
+      .value(t.model_flops_per_token)
+      .key("tokens_per_device")
+      .value(t.tokens_per_device)
+      .key("hardware_flops_per_token")
+      .value(t.hardware_flops_per_token)
+      .key("attention_flops_per_token")
+      .value(t.attention_flops_per_token)
+      .key("attention_pair_fraction")
+      .value(t.attention_pair_fraction)
+      .key("peak_flops")
+      .value(t.peak_flops)
+      .key("convention")
+      .value(t.convention)
       .end_object();
   w.key("terms").begin_array();
   for (const auto& term : plan.terms) {
     w.begin_object()
-        .key("category").value(to_string(term.category))
-        .key("name").value(term.name)
-        .key("bytes").value(term.bytes)
-        .key("count").value(term.count)
-        .key("formula").value(term.formula)
-        .key("host").value(term.host)
+        .key("category")
+        .value(to_string(term.category))
+        .key("name")
+        .value(term.name)
+        .key("bytes")
+        .value(term.bytes)
+        .key("count")
+        .value(term.count)
+        .key("formula")
+        .value(term.formula)
+        .key("host")
+        .value(term.host)
         .end_object();
   }
   w.end_array().key("phases").begin_array();
   for (const auto& p : plan.phases) {
     w.begin_object()
-        .key("name").value(p.name)
-        .key("resident_bytes").value(p.resident_bytes)
-        .key("host_bytes").value(p.host_bytes)
-        .key("time_s").value(p.time_s)
+        .key("name")
+        .value(p.name)
+        .key("resident_bytes")
+        .value(p.resident_bytes)
+        .key("host_bytes")
+        .value(p.host_bytes)
+        .key("time_s")
+        .value(p.time_s)
         .key("categories");
     write_categories_json(w, p.category_bytes);
     w.end_object();
@@ -225,8 +291,8 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   int hidden = 0, first_hidden = -1, last_hidden = -1;
   auto flush = [&]() {
     if (hidden == 0) return;
-    os << strf("%-34s %5.2f-%-6.2f\n", strf("  ... blocks %d-%d (%d phases)", first_hidden, last_hidden, hidden).c_str(),
-               gib(lo), gib(hi));
+    os << strf("%-34s %5.2f-%-6.2f\n",
+               strf("  ... blocks %d-%d (%d phases)", first_hidden, last_hidden, hidden).c_str(), gib(lo), gib(hi));
     hidden = 0;
   };
   for (const auto& p : plan.phases) {
@@ -250,30 +316,36 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   flush();
 
   const StepTimePlan& t = plan.time;
-  os << strf("\nstep: %.4g s (compute %.4g s of which recompute %.4g s and attention kernels %.4g s, all-to-all "
-             "%.3g s, FSDP exposed %.3g s, offload exposed %.3g s)\n",
-             t.step_s, t.compute_s, t.recompute_s, t.attention_s, t.all_to_all_s, t.fsdp_comm_s, t.offload_s);
+  os << strf(
+      "\nstep: %.4g s (compute %.4g s of which recompute %.4g s and attention kernels %.4g s, all-to-all "
+      "%.3g s, FSDP exposed %.3g s, offload exposed %.3g s)\n",
+      t.step_s, t.compute_s, t.recompute_s, t.attention_s, t.all_to_all_s, t.fsdp_comm_s, t.offload_s);
   if (t.host_optimizer_s > 0)
-    os << strf("optimizer offload: host AdamW %.3g s, PCIe (gradients down, parameters up) %.3g s; the step waits "
-               "%.3g s for them: %.1f%% of the step%s\n",
-               t.host_optimizer_s, t.optimizer_pcie_s, t.optimizer_exposed_s, 100 * t.optimizer_exposed_s / t.step_s,
-               t.optimizer_exposed_s < t.host_optimizer_s ? " (the rest runs under the next step's forward)" : "");
+    os << strf(
+        "optimizer offload: host AdamW %.3g s, PCIe (gradients down, parameters up) %.3g s; the step waits "
+        "%.3g s for them: %.1f%% of the step%s\n",
+        t.host_optimizer_s, t.optimizer_pcie_s, t.optimizer_exposed_s, 100 * t.optimizer_exposed_s / t.step_s,
+        t.optimizer_exposed_s < t.host_optimizer_s ? " (the rest runs under the next step's forward)" : "");
   os << strf("throughput: %.2f tokens/s per device; MFU %.1f%% (causal attention) / %.1f%% (PaLM count); HFU %.1f%%\n",
              t.tokens_per_s_per_device, 100 * t.mfu, 100 * t.mfu_palm, 100 * t.hfu);
   // what the step time rests on: the two achieved fractions of the peak in use (a profile's, or
   // a preset's measured figures: bench/gpu/fit_efficiency.py)
-  os << strf("at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.%s %.3g (%s attention kernels) "
-             "of %.1f TFLOP/s\n",
-             cfg.hardware.compute_efficiency,
-             t.untied_attention || t.kept_attention ? "untied_attention_efficiency" : "attention_efficiency",
-             t.attention_kernel_efficiency,
-             t.untied_attention ? "the Untied stages'" : t.kept_attention ? "FlashAttention-2's (kept attention)" : "SDPA's",
-             cfg.hardware.bf16_tflops);
+  os << strf(
+      "at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.%s %.3g (%s attention kernels) "
+      "of %.1f TFLOP/s\n",
+      cfg.hardware.compute_efficiency,
+      t.untied_attention || t.kept_attention ? "untied_attention_efficiency" : "attention_efficiency",
+      t.attention_kernel_efficiency,
+      t.untied_attention ? "the Untied stages'"
+      : t.kept_attention ? "FlashAttention-2's (kept attention)"
+                         : "SDPA's",
+      cfg.hardware.bf16_tflops);
   os << "FLOP convention: " << t.convention << "\n";
   if (t.attention_pair_fraction != 1.0)
-    os << strf("document masking: the documents' attention is %.3g%% of whole sequences' (the sum of each "
-               "document's length squared, from the data file)\n",
-               100 * t.attention_pair_fraction);
+    os << strf(
+        "document masking: the documents' attention is %.3g%% of whole sequences' (the sum of each "
+        "document's length squared, from the data file)\n",
+        100 * t.attention_pair_fraction);
   if (!advice.empty()) {
     os << "\nto make it fit (least predicted slowdown first):\n";
     for (const auto& a : advice) {
@@ -288,13 +360,15 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   print_tune(os, cfg, tuned, /*dropped_shown=*/0);
 }
 
-void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cfg, const std::vector<LadderRung>& rungs) {
+void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cfg,
+                  const std::vector<LadderRung>& rungs) {
   int64_t largest = 0;
   for (const auto& r : rungs) largest = std::max(largest, r.plan.peak_bytes);
   const Unit gib = unit_for(largest);
   os << path << ": " << setup_line(cfg) << "\n\n";
-  os << strf("%-17s %-5s %10s %7s %7s %7s %7s %7s %7s %7s %7s %9s %10s %6s  %s\n", "rung", "fits", (std::string("peak ") + gib.name).c_str(), "states",
-             "gather", "saved", "attn", "mlp", "loss", "comm", "other", "max seq", "tok/s/GPU", "MFU", "dominant term");
+  os << strf("%-17s %-5s %10s %7s %7s %7s %7s %7s %7s %7s %7s %9s %10s %6s  %s\n", "rung", "fits",
+             (std::string("peak ") + gib.name).c_str(), "states", "gather", "saved", "attn", "mlp", "loss", "comm",
+             "other", "max seq", "tok/s/GPU", "MFU", "dominant term");
   for (const auto& r : rungs) {
     const auto& p = r.plan;
     const auto& c = p.category_bytes;
@@ -302,10 +376,10 @@ void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cf
     const double states = cat(PlanCategory::Params) + cat(PlanCategory::Grads) + cat(PlanCategory::Optimizer);
     os << strf("%-17s %-5s %10.1f %7.1f %7.2f %7.1f %7.1f %7.1f %7.1f %7.1f %7.2f %9s %10.1f %5.1f%%  %s\n",
                r.name.c_str(), p.fits() ? "yes" : "OOM", gib(p.peak_bytes), states, cat(PlanCategory::GatheredParams),
-               cat(PlanCategory::SavedActivations), cat(PlanCategory::AttentionWorkspace), cat(PlanCategory::MlpWorkspace),
-               cat(PlanCategory::LossWorkspace), cat(PlanCategory::CommBuffers), cat(PlanCategory::Other),
-               format_size(r.max_seq_len).c_str(), p.time.tokens_per_s_per_device, 100 * p.time.mfu,
-               p.dominant_term.c_str());
+               cat(PlanCategory::SavedActivations), cat(PlanCategory::AttentionWorkspace),
+               cat(PlanCategory::MlpWorkspace), cat(PlanCategory::LossWorkspace), cat(PlanCategory::CommBuffers),
+               cat(PlanCategory::Other), format_size(r.max_seq_len).c_str(), p.time.tokens_per_s_per_device,
+               100 * p.time.mfu, p.dominant_term.c_str());
   }
   os << strf("\n%s per device at each rung's peak (states = params + grads + optimizer); capacity %.1f GiB.\n",
              gib.name, cfg.hardware.device_memory_gib);
@@ -336,12 +410,18 @@ void print_maxlen(std::ostream& os, const std::string& path, const RunConfig& cf
 
 void write_limit_json(JsonWriter& w, const MaxSeqLenLimit& limit) {
   w.begin_object()
-      .key("seq_len").value(limit.seq_len)
-      .key("binds").value(limit.binds())
-      .key("device_bytes").value(limit.peak.peak_bytes)
-      .key("device_capacity").value(limit.peak.device_capacity)
-      .key("host_bytes").value(limit.peak.host_bytes)
-      .key("host_capacity").value(limit.peak.host_capacity)
+      .key("seq_len")
+      .value(limit.seq_len)
+      .key("binds")
+      .value(limit.binds())
+      .key("device_bytes")
+      .value(limit.peak.peak_bytes)
+      .key("device_capacity")
+      .value(limit.peak.device_capacity)
+      .key("host_bytes")
+      .value(limit.peak.host_bytes)
+      .key("host_capacity")
+      .value(limit.peak.host_capacity)
       .end_object();
 }
 
@@ -360,48 +440,75 @@ std::string tune_figures(const TuneCandidate& c) {
 
 void write_tune_candidate_json(JsonWriter& w, const RunConfig& tuned_for, const TuneCandidate& c) {
   w.begin_object()
-      .key("techniques").value(c.summary())
-      .key("step_s").value(c.step_s)
-      .key("tokens_per_s").value(c.tokens_per_s)
-      .key("peak_bytes").value(c.peak.peak_bytes)
-      .key("host_bytes").value(c.peak.host_bytes)
-      .key("fits").value(c.fits())
-      .key("fits_device").value(c.peak.fits_device)
-      .key("fits_host").value(c.peak.fits_host)
-      .key("verdict").value(c.verdict())
-      .key("techniques_on").value(c.techniques);
+      .key("techniques")
+      .value(c.summary())
+      .key("step_s")
+      .value(c.step_s)
+      .key("tokens_per_s")
+      .value(c.tokens_per_s)
+      .key("peak_bytes")
+      .value(c.peak.peak_bytes)
+      .key("host_bytes")
+      .value(c.peak.host_bytes)
+      .key("fits")
+      .value(c.fits())
+      .key("fits_device")
+      .value(c.peak.fits_device)
+      .key("fits_host")
+      .value(c.peak.fits_host)
+      .key("verdict")
+      .value(c.verdict())
+      .key("techniques_on")
+      .value(c.techniques);
   // the [memory] table as a preset writes it (a word such as "auto" as the word)
   w.key("memory").begin_object();
   for (const KeySpec& spec : config_schema()) {
     if (spec.section != "memory") continue;
     w.key(spec.name);
     const RawValue v = spec.get(c.config);
-    if (spec.holds_word(c.config)) w.value(spec.word);
-    else if (spec.kind == KeyKind::Bool) w.value(v.b);
-    else if (spec.kind == KeyKind::Int || spec.kind == KeyKind::Size) w.value(v.i);
-    else if (spec.kind == KeyKind::Float) w.value(v.f);
-    else w.value(v.text);
+    if (spec.holds_word(c.config))
+      w.value(spec.word);
+    else if (spec.kind == KeyKind::Bool)
+      w.value(v.b);
+    else if (spec.kind == KeyKind::Int || spec.kind == KeyKind::Size)
+      w.value(v.i);
+    else if (spec.kind == KeyKind::Float)
+      w.value(v.f);
+    else
+      w.value(v.text);
   }
   w.end_object().key("changes").begin_array();
   for (const KeyChange& change : config_changes(tuned_for, c.config))
-    w.begin_object().key("key").value(change.key).key("before").value(change.before).key("after").value(change.after).end_object();
+    w.begin_object()
+        .key("key")
+        .value(change.key)
+        .key("before")
+        .value(change.before)
+        .key("after")
+        .value(change.after)
+        .end_object();
   w.end_array().end_object();
 }
 
 void write_tune_json(JsonWriter& w, const RunConfig& tuned_for, const TuneResult& tuned, bool all_dropped) {
   auto candidate = [&](const char* name, const TuneCandidate* c) {
     w.key(name);
-    if (c) write_tune_candidate_json(w, tuned_for, *c);
-    else w.null();
+    if (c)
+      write_tune_candidate_json(w, tuned_for, *c);
+    else
+      w.null();
   };
   w.begin_object();
   candidate("choice", tuned.chosen());
   candidate("runner_up", tuned.second());
   candidate("configured", &tuned.configured);
   const std::vector<const TuneCandidate*> dropped = tuned.dropped();
-  w.key("evaluated").value(tuned.evaluated)
-      .key("distinct").value(static_cast<int64_t>(tuned.candidates.size()))
-      .key("dropped").value(static_cast<int64_t>(dropped.size()));
+  w.key("evaluated")
+      .value(tuned.evaluated)
+      .key("distinct")
+      .value(static_cast<int64_t>(tuned.candidates.size()))
+      .key("dropped")
+      .value(static_cast<int64_t>(dropped.size()));
   if (all_dropped) {
     w.key("dropped_sets").begin_array();
     for (const TuneCandidate* c : dropped) write_tune_candidate_json(w, tuned_for, *c);
@@ -431,11 +538,10 @@ void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& 
     os << "as configured: the choice\n";
   else
     os << strf("as configured (%+.2f%% step time): ", 100.0 * (configured.step_s / choice->step_s - 1.0))
-       << configured.summary() << "\n    " << tune_figures(configured)
-       << (configured.fits() ? "" : ": does not fit") << "\n";
+       << configured.summary() << "\n    " << tune_figures(configured) << (configured.fits() ? "" : ": does not fit")
+       << "\n";
   const std::vector<const TuneCandidate*> dropped = tuned.dropped();
-  os << "dropped as not fitting: " << dropped.size() << " faster of " << tuned.candidates.size()
-     << " technique sets\n";
+  os << "dropped as not fitting: " << dropped.size() << " faster of " << tuned.candidates.size() << " technique sets\n";
   for (size_t i = 0; i < dropped.size() && static_cast<int>(i) < dropped_shown; ++i)
     os << strf("  step %.4g s  %s: %s\n", dropped[i]->step_s, dropped[i]->summary().c_str(),
                dropped[i]->verdict().c_str());

@@ -38,8 +38,10 @@ void walk(const std::string& dir, std::set<std::pair<dev_t, ino_t>>& seen, std::
     if (name.empty() || name[0] == '.') continue;  // hidden: .git, editors' swap files
     const std::string path = join_path(dir, name);
     if (::stat(path.c_str(), &st) != 0) continue;  // a dangling link
-    if (S_ISDIR(st.st_mode)) walk(path, seen, found);
-    else if (S_ISREG(st.st_mode) && !kind_of(path).empty()) found.push_back(path);
+    if (S_ISDIR(st.st_mode))
+      walk(path, seen, found);
+    else if (S_ISREG(st.st_mode) && !kind_of(path).empty())
+      found.push_back(path);
   }
 }
 

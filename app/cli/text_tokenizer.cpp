@@ -86,9 +86,10 @@ int64_t run_text_tokenizer(const std::string& tokenizer_json, bool append_eos, c
                            const TokenizerEvents& events) {
   const std::string python = project_python();
   if (python.empty())
-    throw PrepareError(1, "no Python to run the tokenizer: this build found none (it records the Python of its "
-                          "LibTorch wheel), and ODYSSEY_PYTHON is not set; set ODYSSEY_PYTHON to a Python with the "
-                          "tokenizers package");
+    throw PrepareError(1,
+                       "no Python to run the tokenizer: this build found none (it records the Python of its "
+                       "LibTorch wheel), and ODYSSEY_PYTHON is not set; set ODYSSEY_PYTHON to a Python with the "
+                       "tokenizers package");
   IgnoreSigpipe ignore_sigpipe;
   int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
@@ -133,13 +134,27 @@ int64_t run_text_tokenizer(const std::string& tokenizer_json, bool append_eos, c
       const char tag = p[0];
       size_t need = 0;
       switch (tag) {
-        case 'T': need = have >= 21 ? 21 + load_le<uint32_t>(p + 17) : 21; break;
-        case 'F': need = 5; break;
-        case 'D': need = have >= 5 ? 5 + 4 * static_cast<size_t>(load_le<uint32_t>(p + 1)) : 5; break;
-        case 'P': need = 13; break;
-        case 'E': need = have >= 5 ? 5 + load_le<uint32_t>(p + 1) : 5; break;
-        case 'Z': need = 9; break;
-        default: protocol_broken = true; return;
+        case 'T':
+          need = have >= 21 ? 21 + load_le<uint32_t>(p + 17) : 21;
+          break;
+        case 'F':
+          need = 5;
+          break;
+        case 'D':
+          need = have >= 5 ? 5 + 4 * static_cast<size_t>(load_le<uint32_t>(p + 1)) : 5;
+          break;
+        case 'P':
+          need = 13;
+          break;
+        case 'E':
+          need = have >= 5 ? 5 + load_le<uint32_t>(p + 1) : 5;
+          break;
+        case 'Z':
+          need = 9;
+          break;
+        default:
+          protocol_broken = true;
+          return;
       }
       if (have < need) break;
       if (tag == 'T') {
@@ -211,12 +226,15 @@ int64_t run_text_tokenizer(const std::string& tokenizer_json, bool append_eos, c
   if (!bad_input.empty()) throw PrepareError(2, bad_input, true);
   const std::string who = "the tokenizer process (" + python + " running scripts/prepare_text.py)";
   if (WIFSIGNALED(status))
-    throw PrepareError(1, who + " was killed by signal " + std::to_string(WTERMSIG(status)) + ": " + stderr_tail(errors));
+    throw PrepareError(1,
+                       who + " was killed by signal " + std::to_string(WTERMSIG(status)) + ": " + stderr_tail(errors));
   if (WEXITSTATUS(status) != 0)
-    throw PrepareError(1, who + " failed with exit " + std::to_string(WEXITSTATUS(status)) + ": " + stderr_tail(errors));
+    throw PrepareError(1,
+                       who + " failed with exit " + std::to_string(WEXITSTATUS(status)) + ": " + stderr_tail(errors));
   if (protocol_broken || documents_said != documents || parsed != stream.size())
     throw PrepareError(1, who + " ended without a complete record stream (" + std::to_string(documents) +
-                              " documents read" + (documents_said >= 0 ? ", " + std::to_string(documents_said) + " said" : "") +
+                              " documents read" +
+                              (documents_said >= 0 ? ", " + std::to_string(documents_said) + " said" : "") +
                               "): " + stderr_tail(errors));
   return documents;
 }

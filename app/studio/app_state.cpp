@@ -51,8 +51,8 @@ std::string eval_run_dir(const AppState& state) {
 bool load_preset_into(AppState& state, const std::string& path) {
   LoadedPreset loaded = load_preset(path);
   auto& e = state.edit;
-  const bool unreadable = std::any_of(loaded.issues.begin(), loaded.issues.end(),
-                                      [](const ConfigIssue& i) { return i.key.empty(); });
+  const bool unreadable =
+      std::any_of(loaded.issues.begin(), loaded.issues.end(), [](const ConfigIssue& i) { return i.key.empty(); });
   if (unreadable) {
     e.preset_message = "Could not load " + path + ":";
     for (const auto& i : loaded.issues) e.preset_message += "\n" + i.format();

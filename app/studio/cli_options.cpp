@@ -43,7 +43,9 @@ std::optional<PanelId> panel_from_name(const std::string& name) {
 
 std::string studio_usage() {
   return "usage: odyssey-studio [PRESET] [--screenshot FILE [--frames N]] [--run-steps N] [--scale S]\n"
-         "                      [--panel " + panel_names("|", "|") + "] [--size WxH]\n"
+         "                      [--panel " +
+         panel_names("|", "|") +
+         "] [--size WxH]\n"
          "                      [--set section.key=value]... [--change-at STEP:section.key=value]...\n"
          "                      [--timeout SECONDS] [--bench-samples N]\n"
          "  PRESET          preset file to open (default presets/tiny-cpu.toml)\n"
@@ -98,8 +100,9 @@ bool parse_studio_args(int argc, const char* const* argv, StudioOptions* out, st
       if (!o.panel) return fail("--panel " + v + ": unknown panel (" + panel_names(", ", ", ") + ")");
     } else if (arg == "--size") {
       const auto x = (value(&v) ? v.find('x') : std::string::npos);
-      if (x == std::string::npos || !parse_number(v.substr(0, x), &o.width) || !parse_number(v.substr(x + 1), &o.height) ||
-          o.width < 320 || o.height < 240 || o.width > 8192 || o.height > 8192)
+      if (x == std::string::npos || !parse_number(v.substr(0, x), &o.width) ||
+          !parse_number(v.substr(x + 1), &o.height) || o.width < 320 || o.height < 240 || o.width > 8192 ||
+          o.height > 8192)
         return fail("--size " + v + ": needs WIDTHxHEIGHT between 320x240 and 8192x8192, e.g. 1600x1000");
     } else if (arg == "--set") {
       if (!value(&v) || v.find('=') == std::string::npos) return fail("--set " + v + ": needs section.key=value");

@@ -80,7 +80,8 @@ FieldMessages file_issues(const std::vector<ConfigIssue>& issues, const std::set
     if (!issue.key.empty() && shown_keys.count(issue.key))
       out.by_key[issue.key].push_back(issue_message(issue));
     else
-      out.unplaced.push_back(issue.key.empty() ? issue.format() : issue.key + " = " + issue.value + ": " + issue_message(issue));
+      out.unplaced.push_back(issue.key.empty() ? issue.format()
+                                               : issue.key + " = " + issue.value + ": " + issue_message(issue));
   }
   return out;
 }
@@ -154,10 +155,14 @@ std::vector<int64_t> heads_per_stage_choices(const RunConfig& cfg) {
 
 const char* to_string(ChangeKind kind) {
   switch (kind) {
-    case ChangeKind::None: return "none";
-    case ChangeKind::PlanOnly: return "plan only";
-    case ChangeKind::Live: return "live";
-    case ChangeKind::Restart: return "restart";
+    case ChangeKind::None:
+      return "none";
+    case ChangeKind::PlanOnly:
+      return "plan only";
+    case ChangeKind::Live:
+      return "live";
+    case ChangeKind::Restart:
+      return "restart";
   }
   return "?";
 }
@@ -166,9 +171,12 @@ namespace {
 /// The schema's rule for the key (KeySpec::applies), shared with the Session's live apply.
 ChangeKind kind_of(ApplyWhen when) {
   switch (when) {
-    case ApplyWhen::PlanOnly: return ChangeKind::PlanOnly;
-    case ApplyWhen::NextStep: return ChangeKind::Live;
-    case ApplyWhen::Restart: return ChangeKind::Restart;
+    case ApplyWhen::PlanOnly:
+      return ChangeKind::PlanOnly;
+    case ApplyWhen::NextStep:
+      return ChangeKind::Live;
+    case ApplyWhen::Restart:
+      return ChangeKind::Restart;
   }
   return ChangeKind::Restart;
 }

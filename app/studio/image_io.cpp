@@ -15,7 +15,8 @@ namespace odyssey::studio {
 bool write_png(const std::string& path, const Image& image, std::string* error) {
   if (image.width <= 0 || image.height <= 0 ||
       image.rgba.size() != static_cast<size_t>(image.width) * static_cast<size_t>(image.height) * 4) {
-    if (error) *error = path + ": no image to write (" + std::to_string(image.width) + "x" + std::to_string(image.height) + ")";
+    if (error)
+      *error = path + ": no image to write (" + std::to_string(image.width) + "x" + std::to_string(image.height) + ")";
     return false;
   }
   stbi_write_png_compression_level = 9;  // screenshots are committed: smallest stb can do
@@ -30,7 +31,8 @@ bool read_png(const std::string& path, Image* image, std::string* error) {
   int w = 0, h = 0, channels = 0;
   unsigned char* data = stbi_load(path.c_str(), &w, &h, &channels, 4);
   if (!data) {
-    if (error) *error = path + ": cannot read the image: " + (stbi_failure_reason() ? stbi_failure_reason() : "unknown");
+    if (error)
+      *error = path + ": cannot read the image: " + (stbi_failure_reason() ? stbi_failure_reason() : "unknown");
     return false;
   }
   image->width = w;

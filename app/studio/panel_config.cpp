@@ -18,17 +18,46 @@
 namespace odyssey::studio {
 
 const std::set<std::string>& config_panel_keys() {
-  static const std::set<std::string> keys = {
-      "model.flavor", "model.n_layers", "model.d_model", "model.n_heads", "model.n_kv_heads",
-      "model.head_dim", "model.d_ffn", "model.vocab_size", "training.seq_len", "training.batch_size",
-      "training.steps", "training.warmup_steps", "training.lr", "training.dtype", "training.device",
-      "parallel.world_size", "parallel.ulysses_degree", "parallel.fsdp", "parallel.emulate",
-      "memory.activation_checkpointing", "memory.offload_activations", "memory.tiled_mlp",
-      "memory.mlp_tile_tokens", "memory.tiled_loss", "memory.loss_tile_tokens", "memory.untied_ulysses",
-      "memory.heads_per_stage", "memory.offload_optimizer", "hardware.profile", "hardware.device_memory_gib", "hardware.bf16_tflops",
-      "hardware.pcie_gbps", "hardware.nvlink_gbps", "hardware.host_memory_gib", "hardware.host_optimizer_gbps", "hardware.gpus_per_node",
-      "hardware.compute_efficiency", "hardware.attention_efficiency", "hardware.untied_attention_efficiency",
-      "hardware.runtime_overhead_gib"};
+  static const std::set<std::string> keys = {"model.flavor",
+                                             "model.n_layers",
+                                             "model.d_model",
+                                             "model.n_heads",
+                                             "model.n_kv_heads",
+                                             "model.head_dim",
+                                             "model.d_ffn",
+                                             "model.vocab_size",
+                                             "training.seq_len",
+                                             "training.batch_size",
+                                             "training.steps",
+                                             "training.warmup_steps",
+                                             "training.lr",
+                                             "training.dtype",
+                                             "training.device",
+                                             "parallel.world_size",
+                                             "parallel.ulysses_degree",
+                                             "parallel.fsdp",
+                                             "parallel.emulate",
+                                             "memory.activation_checkpointing",
+                                             "memory.offload_activations",
+                                             "memory.tiled_mlp",
+                                             "memory.mlp_tile_tokens",
+                                             "memory.tiled_loss",
+                                             "memory.loss_tile_tokens",
+                                             "memory.untied_ulysses",
+                                             "memory.heads_per_stage",
+                                             "memory.offload_optimizer",
+                                             "hardware.profile",
+                                             "hardware.device_memory_gib",
+                                             "hardware.bf16_tflops",
+                                             "hardware.pcie_gbps",
+                                             "hardware.nvlink_gbps",
+                                             "hardware.host_memory_gib",
+                                             "hardware.host_optimizer_gbps",
+                                             "hardware.gpus_per_node",
+                                             "hardware.compute_efficiency",
+                                             "hardware.attention_efficiency",
+                                             "hardware.untied_attention_efficiency",
+                                             "hardware.runtime_overhead_gib"};
   return keys;
 }
 
@@ -62,14 +91,16 @@ void field_label(const AppState& state, const char* label, const char* key) {
 bool begin_form(const char* id) {
   if (!ImGui::BeginTable(id, 2, ImGuiTableFlags_SizingStretchProp)) return false;
   // The label column fits the longest label; the field takes the rest.
-  ImGui::TableSetupColumn("label", ImGuiTableColumnFlags_WidthFixed, ImGui::CalcTextSize("Activation checkpointing").x + 4);
+  ImGui::TableSetupColumn("label", ImGuiTableColumnFlags_WidthFixed,
+                          ImGui::CalcTextSize("Activation checkpointing").x + 4);
   ImGui::TableSetupColumn("value", ImGuiTableColumnFlags_WidthStretch);
   return true;
 }
 
 bool input_i64(AppState& state, const char* label, const char* key, int64_t* v, int64_t step = 1) {
   field_label(state, label, key);
-  const bool changed = ImGui::InputScalar((std::string("##") + key).c_str(), ImGuiDataType_S64, v, &step, nullptr, "%lld");
+  const bool changed =
+      ImGui::InputScalar((std::string("##") + key).c_str(), ImGuiDataType_S64, v, &step, nullptr, "%lld");
   field_messages(state, key);
   return changed;
 }
@@ -90,17 +121,22 @@ void draw_mlp_tile(AppState& state, RunConfig& c) {
   bool automatic = c.memory.mlp_tile_tokens == kMlpTileTokensAuto;
   const MemoryPlan* plan = automatic ? edited_plan(state, c) : nullptr;
   const int64_t planned = !automatic ? c.memory.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
-  if (ImGui::Checkbox("auto##mlp_tile_auto", &automatic)) c.memory.mlp_tile_tokens = automatic ? kMlpTileTokensAuto : planned;
+  if (ImGui::Checkbox("auto##mlp_tile_auto", &automatic))
+    c.memory.mlp_tile_tokens = automatic ? kMlpTileTokensAuto : planned;
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("The planner picks the tile at this length: the fewest tiles whose planned peak is\n"
-                      "the lowest any tile reaches (d_model tokens doubled up to the local sequence).");
+    ImGui::SetTooltip(
+        "The planner picks the tile at this length: the fewest tiles whose planned peak is\n"
+        "the lowest any tile reaches (d_model tokens doubled up to the local sequence).");
   ImGui::SameLine();
   if (automatic) {
-    if (planned > 0) ImGui::TextDisabled("%s tokens a tile", format_size(planned).c_str());
-    else ImGui::TextDisabled("planned once valid");
+    if (planned > 0)
+      ImGui::TextDisabled("%s tokens a tile", format_size(planned).c_str());
+    else
+      ImGui::TextDisabled("planned once valid");
   } else {
     const int64_t step = 64;
-    ImGui::InputScalar("##memory.mlp_tile_tokens", ImGuiDataType_S64, &c.memory.mlp_tile_tokens, &step, nullptr, "%lld");
+    ImGui::InputScalar("##memory.mlp_tile_tokens", ImGuiDataType_S64, &c.memory.mlp_tile_tokens, &step, nullptr,
+                       "%lld");
   }
   field_messages(state, key);
 }
@@ -203,9 +239,9 @@ void draw_model(AppState& state) {
     std::snprintf(count, sizeof count, "%.0f k", params / 1e3);
   ImGui::Text("%s, %lld layers", count, (long long)c.model.n_layers);
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("d_model %lld, %lld query / %lld KV heads of %lld, d_ffn %lld, vocabulary %lld", (long long)c.model.d_model,
-                      (long long)c.model.n_heads, (long long)c.model.n_kv_heads, (long long)c.model.head_dim,
-                      (long long)c.model.d_ffn, (long long)c.model.vocab_size);
+    ImGui::SetTooltip("d_model %lld, %lld query / %lld KV heads of %lld, d_ffn %lld, vocabulary %lld",
+                      (long long)c.model.d_model, (long long)c.model.n_heads, (long long)c.model.n_kv_heads,
+                      (long long)c.model.head_dim, (long long)c.model.d_ffn, (long long)c.model.vocab_size);
   ImGui::EndTable();
   if (ImGui::TreeNode("Dimensions")) {
     if (begin_form("dims")) {
@@ -230,8 +266,8 @@ void draw_sequence(AppState& state) {
   float pos = context_to_slider(c.training.seq_len);
   std::string shown = format_size(c.training.seq_len) + " tokens";
   for (size_t i = shown.find('%'); i != std::string::npos; i = shown.find('%', i + 2)) shown.insert(i, "%");
-  if (ImGui::SliderFloat("##ctx_slider", &pos, context_to_slider(kContextSliderMin), context_to_slider(kContextSliderMax),
-                         shown.c_str())) {
+  if (ImGui::SliderFloat("##ctx_slider", &pos, context_to_slider(kContextSliderMin),
+                         context_to_slider(kContextSliderMax), shown.c_str())) {
     c.training.seq_len = slider_to_context(pos);
   }
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Log scale, 128 to 16M tokens; type any length below");
@@ -262,7 +298,8 @@ void draw_sequence(AppState& state) {
   input_f64(state, "Learning rate", "training.lr", &c.training.lr, "%.2e");
   field_label(state, "Compute dtype", "training.dtype");
   int dtype = c.training.dtype == DType::BFloat16 ? 1 : 0;
-  if (ImGui::Combo("##dtype", &dtype, "float32\0bfloat16\0")) c.training.dtype = dtype ? DType::BFloat16 : DType::Float32;
+  if (ImGui::Combo("##dtype", &dtype, "float32\0bfloat16\0"))
+    c.training.dtype = dtype ? DType::BFloat16 : DType::Float32;
   field_messages(state, "training.dtype");
   field_label(state, "Engine device", "training.device");
   int dev = static_cast<int>(c.training.device);
@@ -281,7 +318,8 @@ void draw_parallel(AppState& state) {
   const std::string preview = std::to_string(c.parallel.ulysses_degree) + (degree_ok ? "" : " (invalid here)");
   if (ImGui::BeginCombo("##ulysses", preview.c_str())) {
     for (int64_t d : degrees) {
-      const std::string label = std::to_string(d) + (d == 1 ? "  (off)" : "  (" + std::to_string(c.parallel.world_size / d) + " replicas)");
+      const std::string label =
+          std::to_string(d) + (d == 1 ? "  (off)" : "  (" + std::to_string(c.parallel.world_size / d) + " replicas)");
       if (ImGui::Selectable(label.c_str(), d == c.parallel.ulysses_degree)) c.parallel.ulysses_degree = d;
     }
     if (degrees.empty()) ImGui::TextDisabled("no degree divides heads, sequence and world size");
@@ -289,7 +327,8 @@ void draw_parallel(AppState& state) {
   }
   field_messages(state, "parallel.ulysses_degree");
   for (const Technique& t : kTechniques)  // the toggles an edit restarts the run for (FSDP)
-    if (t.toggle && applies(t) == ApplyWhen::Restart) checkbox(state, t.label, t.key, technique_flag(c, t.id), t.trades);
+    if (t.toggle && applies(t) == ApplyWhen::Restart)
+      checkbox(state, t.label, t.key, technique_flag(c, t.id), t.trades);
   checkbox(state, "Rank emulation", "parallel.emulate", &c.parallel.emulate,
            "Runs rank 0 of the world_size-rank job alone with exact shapes: measures what each GPU of a "
            "larger job holds; loss values are meaningless.");
@@ -338,16 +377,18 @@ void draw_memory(AppState& state) {
     if (ImGui::Checkbox("auto##hps_auto", &automatic))
       c.memory.heads_per_stage = automatic ? kHeadsPerStageAuto : choices[index];
     if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("The planner picks the stage size at this length: the fewest stages whose planned\n"
-                        "peak is the lowest any stage size reaches (fewer launches, the same memory), or\n"
-                        "standard attention where its peak is no higher (no q/k/v projected again in backward).");
+      ImGui::SetTooltip(
+          "The planner picks the stage size at this length: the fewest stages whose planned\n"
+          "peak is the lowest any stage size reaches (fewer launches, the same memory), or\n"
+          "standard attention where its peak is no higher (no q/k/v projected again in backward).");
     ImGui::SameLine();
     if (ImGui::SliderInt("##hps", &index, 0, static_cast<int>(choices.size()) - 1, label))
       c.memory.heads_per_stage = choices[index];
     if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("Query heads per attention stage over all Ulysses ranks; only values that split\n"
-                        "every rank's heads into whole stages are offered. Fewer heads per stage: smaller\n"
-                        "attention workspace, more (smaller) all-to-alls.");
+      ImGui::SetTooltip(
+          "Query heads per attention stage over all Ulysses ranks; only values that split\n"
+          "every rank's heads into whole stages are offered. Fewer heads per stage: smaller\n"
+          "attention workspace, more (smaller) all-to-alls.");
   }
   field_messages(state, "memory.heads_per_stage");
   ImGui::EndTable();
@@ -375,13 +416,16 @@ void draw_hardware(AppState& state) {
       input_f64(state, "NVLink GB/s", "hardware.nvlink_gbps", &c.hardware.nvlink_gbps, "%.0f");
       input_f64(state, "PCIe GB/s", "hardware.pcie_gbps", &c.hardware.pcie_gbps, "%.0f");
       input_f64(state, "Host memory (GiB)", "hardware.host_memory_gib", &c.hardware.host_memory_gib, "%.0f");
-      input_f64(state, "Host AdamW bandwidth (GB/s)", "hardware.host_optimizer_gbps", &c.hardware.host_optimizer_gbps, "%.0f");
+      input_f64(state, "Host AdamW bandwidth (GB/s)", "hardware.host_optimizer_gbps", &c.hardware.host_optimizer_gbps,
+                "%.0f");
       input_i64(state, "GPUs per node", "hardware.gpus_per_node", &c.hardware.gpus_per_node);
       input_f64(state, "Compute efficiency", "hardware.compute_efficiency", &c.hardware.compute_efficiency, "%.2f");
-      input_f64(state, "Attention efficiency (SDPA)", "hardware.attention_efficiency", &c.hardware.attention_efficiency, "%.2f");
+      input_f64(state, "Attention efficiency (SDPA)", "hardware.attention_efficiency", &c.hardware.attention_efficiency,
+                "%.2f");
       input_f64(state, "Attention efficiency (Untied stages)", "hardware.untied_attention_efficiency",
                 &c.hardware.untied_attention_efficiency, "%.2f");
-      input_f64(state, "Runtime overhead (GiB)", "hardware.runtime_overhead_gib", &c.hardware.runtime_overhead_gib, "%.1f");
+      input_f64(state, "Runtime overhead (GiB)", "hardware.runtime_overhead_gib", &c.hardware.runtime_overhead_gib,
+                "%.1f");
       ImGui::EndTable();
     }
     ImGui::TreePop();

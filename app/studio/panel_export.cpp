@@ -40,11 +40,16 @@ namespace {
 
 const char* dialog_title(FileDialog d) {
   switch (d) {
-    case FileDialog::Open: return "Open preset";
-    case FileDialog::SavePreset: return "Save preset";
-    case FileDialog::ExportTrace: return "Export trace";
-    case FileDialog::ExportMetrics: return "Export metrics";
-    case FileDialog::None: break;
+    case FileDialog::Open:
+      return "Open preset";
+    case FileDialog::SavePreset:
+      return "Save preset";
+    case FileDialog::ExportTrace:
+      return "Export trace";
+    case FileDialog::ExportMetrics:
+      return "Export metrics";
+    case FileDialog::None:
+      break;
   }
   return "";
 }
@@ -52,15 +57,19 @@ const char* dialog_title(FileDialog d) {
 std::string default_path(const AppState& state, FileDialog d) {
   const std::string dir = state.config.output.dir.empty() ? "runs/studio" : state.config.output.dir;
   switch (d) {
-    case FileDialog::Open: return state.preset_path.empty() ? "presets/" : state.preset_path;
+    case FileDialog::Open:
+      return state.preset_path.empty() ? "presets/" : state.preset_path;
     case FileDialog::SavePreset: {
       std::string stem = state.preset_path.empty() ? "presets/studio" : state.preset_path;
       if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".toml") == 0) stem.resize(stem.size() - 5);
       return stem + "-tuned.toml";
     }
-    case FileDialog::ExportTrace: return dir + "/studio-trace.json";
-    case FileDialog::ExportMetrics: return dir + "/studio-metrics.jsonl";
-    case FileDialog::None: break;
+    case FileDialog::ExportTrace:
+      return dir + "/studio-trace.json";
+    case FileDialog::ExportMetrics:
+      return dir + "/studio-metrics.jsonl";
+    case FileDialog::None:
+      break;
   }
   return "";
 }
@@ -89,12 +98,14 @@ bool run_action(AppState& state, EngineControl& engine, const std::string& path)
       // on failure); the export then reports any problem with the path itself.
       const size_t slash = path.find_last_of('/');
       if (slash != std::string::npos && slash > 0) make_dirs(path.substr(0, slash));
-      ok = state.dialog == FileDialog::ExportTrace ? engine.export_trace(path, &msg) : engine.export_metrics(path, &msg);
+      ok =
+          state.dialog == FileDialog::ExportTrace ? engine.export_trace(path, &msg) : engine.export_metrics(path, &msg);
       if (ok) msg = "Wrote " + path;
       state.history.add_log("[studio] " + (ok ? msg : "export failed: " + msg));
       break;
     }
-    case FileDialog::None: return true;
+    case FileDialog::None:
+      return true;
   }
   state.dialog_message = msg;
   state.dialog_message_error = !ok;
@@ -120,12 +131,14 @@ void draw_file_dialogs(AppState& state, EngineControl& engine) {
     ImGui::TextUnformatted("File (relative to the working directory):");
     ImGui::SetNextItemWidth(-FLT_MIN);
     if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
-    const bool enter = ImGui::InputText("##path", state.dialog_path, sizeof state.dialog_path, ImGuiInputTextFlags_EnterReturnsTrue);
+    const bool enter =
+        ImGui::InputText("##path", state.dialog_path, sizeof state.dialog_path, ImGuiInputTextFlags_EnterReturnsTrue);
     if (state.dialog == FileDialog::SavePreset)
       ImGui::TextColored(to_vec4(kColorDim), "A commented TOML preset that `odyssey train` runs unchanged.");
     if (!state.dialog_message.empty()) {
       ImGui::PushTextWrapPos(0);
-      ImGui::TextColored(to_vec4(state.dialog_message_error ? kColorBad : kColorGood), "%s", state.dialog_message.c_str());
+      ImGui::TextColored(to_vec4(state.dialog_message_error ? kColorBad : kColorGood), "%s",
+                         state.dialog_message.c_str());
       ImGui::PopTextWrapPos();
     }
     bool close = false;

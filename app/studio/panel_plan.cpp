@@ -37,13 +37,14 @@ const char* segment_name(int s) {
 
 void category_tooltip(const MemoryPlan& plan, int segment) {
   ImGui::BeginTooltip();
-  const double bytes = segment < kPlanCategoryCount
-                           ? double(plan.category_bytes[segment])
-                           : double(std::max<int64_t>(0, plan.peak_bytes - [&] {
-                               int64_t s = 0;
-                               for (int c = 0; c < kPlanCategoryCount; ++c) s += c == kOffloaded ? 0 : plan.category_bytes[c];
-                               return s;
-                             }()));
+  const double bytes = segment < kPlanCategoryCount ? double(plan.category_bytes[segment])
+                                                    : double(std::max<int64_t>(
+                                                          0, plan.peak_bytes - [&] {
+                                                            int64_t s = 0;
+                                                            for (int c = 0; c < kPlanCategoryCount; ++c)
+                                                              s += c == kOffloaded ? 0 : plan.category_bytes[c];
+                                                            return s;
+                                                          }()));
   ImGui::Text("%s: %s at the peak (%s)", segment_name(segment), plot::format_value(bytes, plot::Format::Bytes).c_str(),
               plan.peak_phase.c_str());
   ImGui::Separator();
@@ -51,7 +52,8 @@ void category_tooltip(const MemoryPlan& plan, int segment) {
   for (const auto& t : plan.terms) {
     if (static_cast<int>(t.category) != segment) continue;
     any = true;
-    ImGui::Text("%s%s: %s", t.name.c_str(), t.host ? " (host)" : "", plot::format_value(double(t.bytes), plot::Format::Bytes).c_str());
+    ImGui::Text("%s%s: %s", t.name.c_str(), t.host ? " (host)" : "",
+                plot::format_value(double(t.bytes), plot::Format::Bytes).c_str());
     ImGui::TextColored(to_vec4(kColorDim), "    = %s", t.formula.c_str());
   }
   if (!any && segment >= kPlanCategoryCount)
@@ -66,24 +68,28 @@ void draw_summary(const PlanResult& r, const RunConfig& cfg) {
   const double pct = p.device_capacity > 0 ? 100.0 * double(p.peak_bytes) / double(p.device_capacity) : 0;
   ImGui::TextColored(to_vec4(p.fits() ? kColorGood : kColorBad), "%s", p.fits() ? "FITS" : "DOES NOT FIT");
   ImGui::SameLine();
-  ImGui::TextWrapped("peak %s of %s per device (%.*f%%) in %s", plot::format_value(double(p.peak_bytes), plot::Format::Bytes).c_str(),
-              plot::format_value(double(p.device_capacity), plot::Format::Bytes).c_str(), pct < 1 ? 2 : 0, pct,
-              p.peak_phase.c_str());
-  help_marker("The planner's prediction for one rank of the configured job on the hardware target "
-              "(all ranks hold the same). Peak = the largest resident set over the step's phases, "
-              "runtime overhead included. Hover any bar segment for the terms and their formulas.");
-  const std::string max_ctx =
-      !r.extras_ready ? "(solving...)"
-                      : (r.max_seq_len > 0 ? format_size(r.max_seq_len) + " tokens" : std::string("none")) +
-                            " (limited by " + r.max_seq_len_limit.binds() + ")";
+  ImGui::TextWrapped("peak %s of %s per device (%.*f%%) in %s",
+                     plot::format_value(double(p.peak_bytes), plot::Format::Bytes).c_str(),
+                     plot::format_value(double(p.device_capacity), plot::Format::Bytes).c_str(), pct < 1 ? 2 : 0, pct,
+                     p.peak_phase.c_str());
+  help_marker(
+      "The planner's prediction for one rank of the configured job on the hardware target "
+      "(all ranks hold the same). Peak = the largest resident set over the step's phases, "
+      "runtime overhead included. Hover any bar segment for the terms and their formulas.");
+  const std::string max_ctx = !r.extras_ready
+                                  ? "(solving...)"
+                                  : (r.max_seq_len > 0 ? format_size(r.max_seq_len) + " tokens" : std::string("none")) +
+                                        " (limited by " + r.max_seq_len_limit.binds() + ")";
   ImGui::TextWrapped("host %s of %s per node%s   |   largest context that fits: %s",
-              plot::format_value(double(p.host_bytes), plot::Format::Bytes).c_str(),
-              plot::format_value(double(p.host_capacity), plot::Format::Bytes).c_str(), p.fits_host ? "" : " (over)", max_ctx.c_str());
+                     plot::format_value(double(p.host_bytes), plot::Format::Bytes).c_str(),
+                     plot::format_value(double(p.host_capacity), plot::Format::Bytes).c_str(),
+                     p.fits_host ? "" : " (over)", max_ctx.c_str());
   const StepTimePlan& t = p.time;
-  ImGui::TextWrapped("predicted %s tokens/s per device (%s total), step %s, MFU %.1f%%",
-              plot::format_value(t.tokens_per_s_per_device, plot::Format::Number).c_str(),
-              plot::format_value(t.tokens_per_s_per_device * double(cfg.parallel.world_size), plot::Format::Number).c_str(),
-              plot::format_value(t.step_s, plot::Format::Seconds).c_str(), t.mfu * 100);
+  ImGui::TextWrapped(
+      "predicted %s tokens/s per device (%s total), step %s, MFU %.1f%%",
+      plot::format_value(t.tokens_per_s_per_device, plot::Format::Number).c_str(),
+      plot::format_value(t.tokens_per_s_per_device * double(cfg.parallel.world_size), plot::Format::Number).c_str(),
+      plot::format_value(t.step_s, plot::Format::Seconds).c_str(), t.mfu * 100);
   if (ImGui::IsItemHovered()) {
     ImGui::BeginTooltip();
     ImGui::Text("compute %s (recompute %s, attention kernels %s), all-to-all %s, FSDP comm %s, offload %s",
@@ -110,7 +116,8 @@ void draw_advice(AppState& state, const PlanResult& r) {
     return;
   }
   if (r.advice.empty()) {
-    ImGui::TextColored(to_vec4(kColorWarn), "Advisor: no combination of toggles fits; shorten the context or add ranks.");
+    ImGui::TextColored(to_vec4(kColorWarn),
+                       "Advisor: no combination of toggles fits; shorten the context or add ranks.");
     return;
   }
   ImGui::TextColored(to_vec4(kColorWarn), "Advisor: the cheapest changes that fit");
@@ -122,8 +129,7 @@ void draw_advice(AppState& state, const PlanResult& r) {
     if (ImGui::SmallButton("Apply")) state.config = a.config;
     ImGui::SameLine();
     ImGui::TextWrapped("%s  ->  peak %s, step time x%.2f", changes.c_str(),
-                       plot::format_value(double(a.plan.peak_bytes), plot::Format::Bytes).c_str(),
-                       a.slowdown);
+                       plot::format_value(double(a.plan.peak_bytes), plot::Format::Bytes).c_str(), a.slowdown);
     ImGui::PopID();
   }
 }
@@ -136,10 +142,11 @@ void draw_tune(AppState& state, const PlanResult& r) {
   ImGui::BeginDisabled(!choice || is_choice);
   if (ImGui::Button("Tune: fastest that fits")) apply_tuned_memory(state.config, r.tune, &state.tune_message);
   ImGui::EndDisabled();
-  help_marker("Plans every combination of the memory techniques (checkpointing off, with kept attention or "
-              "plain; offload; tiled MLP and loss; Untied Ulysses at each stage size; optimizer offload) for "
-              "this model, length, ranks and hardware, and applies the fastest that fits device and host. "
-              "Ties go to fewer techniques, then less memory. A running engine takes it at the next step.");
+  help_marker(
+      "Plans every combination of the memory techniques (checkpointing off, with kept attention or "
+      "plain; offload; tiled MLP and loss; Untied Ulysses at each stage size; optimizer offload) for "
+      "this model, length, ranks and hardware, and applies the fastest that fits device and host. "
+      "Ties go to fewer techniques, then less memory. A running engine takes it at the next step.");
   ImGui::SameLine();
   const auto seconds = [](double s) { return plot::format_value(s, plot::Format::Seconds); };
   const auto bytes = [](int64_t b) { return plot::format_value(double(b), plot::Format::Bytes); };
@@ -149,8 +156,8 @@ void draw_tune(AppState& state, const PlanResult& r) {
     ImGui::TextColored(to_vec4(kColorWarn), "no memory techniques make it fit: %s", kNothingFitsHint);
   } else {
     ImGui::TextWrapped("%s%s: step %s, peak %s (now step %s)", is_choice ? "this is the fastest that fits: " : "",
-                       choice->summary().c_str(), seconds(choice->step_s).c_str(), bytes(choice->peak.peak_bytes).c_str(),
-                       seconds(r.plan.time.step_s).c_str());
+                       choice->summary().c_str(), seconds(choice->step_s).c_str(),
+                       bytes(choice->peak.peak_bytes).c_str(), seconds(r.plan.time.step_s).c_str());
     if (const TuneCandidate* second = r.tune.second())
       ImGui::TextColored(to_vec4(kColorDim), "runner-up: %s: step %s, peak %s", second->summary().c_str(),
                          seconds(second->step_s).c_str(), bytes(second->peak.peak_bytes).c_str());
@@ -185,11 +192,13 @@ void draw_rank_bars(AppState& state, const PlanResult& r) {
   }
   const float h = ImGui::GetFontSize() * (1.9f * static_cast<float>(bars.size()) + 2.2f);
   const std::string cap = "capacity " + plot::format_value(double(p.device_capacity), plot::Format::Bytes);
-  const plot::BarHit hit = plot::stacked_bars("##rank_bars", {0, h}, bars, labels, double(p.device_capacity), cap.c_str(),
-                                              plot::Format::Bytes, true);
-  if (hit.bar >= 0 && hit.segment >= 0 && hit.bar < (world <= 8 ? world : 1)) category_tooltip(p, hit.segment);
+  const plot::BarHit hit = plot::stacked_bars("##rank_bars", {0, h}, bars, labels, double(p.device_capacity),
+                                              cap.c_str(), plot::Format::Bytes, true);
+  if (hit.bar >= 0 && hit.segment >= 0 && hit.bar < (world <= 8 ? world : 1))
+    category_tooltip(p, hit.segment);
   else if (hit.bar >= 0 && hit.segment >= 0)
-    ImGui::SetTooltip("measured device peak of the last step: %s", plot::format_value(bars[hit.bar][0].value, plot::Format::Bytes).c_str());
+    ImGui::SetTooltip("measured device peak of the last step: %s",
+                      plot::format_value(bars[hit.bar][0].value, plot::Format::Bytes).c_str());
   // Legend: the categories present.
   std::vector<std::pair<ImU32, std::string>> items;
   for (int c = 0; c <= kPlanCategoryCount; ++c)
@@ -212,8 +221,8 @@ void draw_ladder(const PlanResult& r) {
     labels.push_back(rung.name);
     capacity = std::max(capacity, rung.plan.device_capacity);
   }
-  const plot::BarHit hit = plot::stacked_bars("##ladder", {0, ImGui::GetFontSize() * 11}, bars, labels, double(capacity),
-                                              "capacity", plot::Format::Bytes, false);
+  const plot::BarHit hit = plot::stacked_bars("##ladder", {0, ImGui::GetFontSize() * 11}, bars, labels,
+                                              double(capacity), "capacity", plot::Format::Bytes, false);
   if (hit.bar >= 0) {
     const LadderRung& rung = r.ladder[hit.bar];
     if (hit.segment >= 0) {
@@ -221,7 +230,8 @@ void draw_ladder(const PlanResult& r) {
     } else {
       ImGui::SetTooltip("%s: peak %s, %s, max context %s", rung.label.c_str(),
                         plot::format_value(double(rung.plan.peak_bytes), plot::Format::Bytes).c_str(),
-                        rung.plan.fits() ? "fits" : "OOM", rung.max_seq_len > 0 ? format_size(rung.max_seq_len).c_str() : "none");
+                        rung.plan.fits() ? "fits" : "OOM",
+                        rung.max_seq_len > 0 ? format_size(rung.max_seq_len).c_str() : "none");
     }
   }
   if (ImGui::BeginTable("ladder_table", static_cast<int>(r.ladder.size()) + 1,
@@ -276,20 +286,24 @@ void draw_phase_timeline(const PlanResult& r) {
     plt.hsegment(x_of(i), x_of(i + 1), double(p.phases[i].resident_bytes), IM_COL32(240, 240, 245, 255), 2.f);
     if (i + 1 < p.phases.size())
       plt.draw_list()->AddLine(plt.to_screen(x_of(i + 1), double(p.phases[i].resident_bytes)),
-                               plt.to_screen(x_of(i + 1), double(p.phases[i + 1].resident_bytes)), IM_COL32(240, 240, 245, 160));
+                               plt.to_screen(x_of(i + 1), double(p.phases[i + 1].resident_bytes)),
+                               IM_COL32(240, 240, 245, 160));
     if (p.phases[i].resident_bytes > p.phases[peak].resident_bytes) peak = i;
     if (plt.hovered() && plt.mouse_x() >= x_of(i) && plt.mouse_x() < x_of(i + 1)) hovered = i;
   }
   if (capacity_on_scale) {
     plt.hline(double(p.device_capacity), kColorBad, "capacity", true);
   } else {
-    const std::string cap = "capacity " + plot::format_value(double(p.device_capacity), plot::Format::Bytes) + " (off scale)";
+    const std::string cap =
+        "capacity " + plot::format_value(double(p.device_capacity), plot::Format::Bytes) + " (off scale)";
     const ImVec2 ts = ImGui::CalcTextSize(cap.c_str());
     plt.draw_list()->AddText({plt.max().x - ts.x - 4, plt.min().y + 2}, kColorBad, cap.c_str());
   }
-  const std::string peak_label =
-      "peak " + plot::format_value(double(p.phases[peak].resident_bytes), plot::Format::Bytes) + " in " + p.phases[peak].name;
-  plt.marker(0.5 * (x_of(peak) + x_of(peak + 1)), double(p.phases[peak].resident_bytes), kColorWarn, peak_label.c_str());
+  const std::string peak_label = "peak " +
+                                 plot::format_value(double(p.phases[peak].resident_bytes), plot::Format::Bytes) +
+                                 " in " + p.phases[peak].name;
+  plt.marker(0.5 * (x_of(peak) + x_of(peak + 1)), double(p.phases[peak].resident_bytes), kColorWarn,
+             peak_label.c_str());
   plt.end();
   if (hovered != SIZE_MAX) {
     const PhasePlan& ph = p.phases[hovered];
@@ -301,7 +315,9 @@ void draw_phase_timeline(const PlanResult& r) {
 }
 
 void draw_terms(const MemoryPlan& p) {
-  if (!ImGui::BeginTable("terms", 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingStretchProp)) return;
+  if (!ImGui::BeginTable("terms", 3,
+                         ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingStretchProp))
+    return;
   ImGui::TableSetupColumn("term", 0, 0.3f);
   ImGui::TableSetupColumn("bytes", 0, 0.15f);
   ImGui::TableSetupColumn("formula", 0, 0.55f);
@@ -332,24 +348,29 @@ void draw_plan_panel(AppState& state, EngineControl& engine) {
   draw_tune(state, r);
   ImGui::Separator();
   ImGui::TextUnformatted("Memory per rank at the peak");
-  help_marker("Stacked by category (the same categories the engine measures). The dashed red line is "
-              "the device capacity of the hardware target. When the engine is running this very "
-              "configuration, the measured peaks of its last step appear below the planned bars.");
+  help_marker(
+      "Stacked by category (the same categories the engine measures). The dashed red line is "
+      "the device capacity of the hardware target. When the engine is running this very "
+      "configuration, the measured peaks of its last step appear below the planned bars.");
   draw_rank_bars(state, r);
   if (ImGui::CollapsingHeader("Technique ladder", ImGuiTreeNodeFlags_DefaultOpen)) {
-    help_marker("default -> +FSDP -> +Ulysses -> +checkpointing -> +offload -> +tiling -> +Untied Ulysses, "
-                "each rung adding one technique to the one before, at this context length; 'max ctx' "
-                "is the longest context each rung fits.");
+    help_marker(
+        "default -> +FSDP -> +Ulysses -> +checkpointing -> +offload -> +tiling -> +Untied Ulysses, "
+        "each rung adding one technique to the one before, at this context length; 'max ctx' "
+        "is the longest context each rung fits.");
     draw_ladder(r);
   }
   if (ImGui::CollapsingHeader("Predicted phase timeline", ImGuiTreeNodeFlags_DefaultOpen)) {
-    help_marker("Resident device bytes in each phase of one step, in order, over predicted time; bands "
-                "colour the phase kind (forward, attention, MLP, loss, backward, optimizer).");
+    help_marker(
+        "Resident device bytes in each phase of one step, in order, over predicted time; bands "
+        "colour the phase kind (forward, attention, MLP, loss, backward, optimizer).");
     draw_phase_timeline(r);
   }
   if (ImGui::CollapsingHeader("Terms and formulas")) draw_terms(r.plan);
-  ImGui::TextColored(to_vec4(kColorDim), "plan %.2f ms in the frame; ladder, max context, advice and tune %.0f ms in the "
-                     "background; plan computations so far: %llu", r.compute_ms, r.extras_ms, (unsigned long long)state.plan.computations());
+  ImGui::TextColored(to_vec4(kColorDim),
+                     "plan %.2f ms in the frame; ladder, max context, advice and tune %.0f ms in the "
+                     "background; plan computations so far: %llu",
+                     r.compute_ms, r.extras_ms, (unsigned long long)state.plan.computations());
 }
 
 }  // namespace odyssey::studio

@@ -15,8 +15,11 @@ namespace odyssey::studio {
 namespace {
 
 std::string describe_target(const RunConfig& c) {
-  std::string where = c.training.device == DeviceKind::Cuda ? "GPU" : c.training.device == DeviceKind::Cpu ? "CPU" : "auto-device";
-  std::string out = std::to_string(c.parallel.world_size) + " " + where + " rank" + (c.parallel.world_size == 1 ? "" : "s");
+  std::string where = c.training.device == DeviceKind::Cuda  ? "GPU"
+                      : c.training.device == DeviceKind::Cpu ? "CPU"
+                                                             : "auto-device";
+  std::string out =
+      std::to_string(c.parallel.world_size) + " " + where + " rank" + (c.parallel.world_size == 1 ? "" : "s");
   if (c.parallel.emulate) out = "rank 0 of " + std::to_string(c.parallel.world_size) + " emulated on one " + where;
   return out + ", " + c.model.flavor + ", " + format_size(c.training.seq_len) + " tokens, " +
          std::to_string(c.training.steps) + " steps";
@@ -57,10 +60,11 @@ void draw_controls(AppState& state, EngineControl& engine, const SessionStatus& 
       ImGui::SetTooltip("Run it although the planner predicts it does not fit (odyssey train --force)");
   }
   ImGui::SameLine();
-  help_marker("Start trains the edited configuration on the embedded engine. While it runs, memory "
-              "toggles and heads per stage apply at the next step (no restart); model, sequence, "
-              "world-size or Ulysses edits restart the run once the edits settle. Hardware edits "
-              "change only the plan.");
+  help_marker(
+      "Start trains the edited configuration on the embedded engine. While it runs, memory "
+      "toggles and heads per stage apply at the next step (no restart); model, sequence, "
+      "world-size or Ulysses edits restart the run once the edits settle. Hardware edits "
+      "change only the plan.");
 }
 
 void draw_live_numbers(AppState& state, const SessionStatus& st) {
@@ -83,10 +87,12 @@ void draw_live_numbers(AppState& state, const SessionStatus& st) {
     };
     char loss[32];
     std::snprintf(loss, sizeof loss, "%.4f", m.loss);
-    cell("loss", m.loss_meaningful ? loss : "n/a (emulated)", m.loss_meaningful ? "global mean loss of the last step" : "rank emulation: the loss is meaningless");
+    cell("loss", m.loss_meaningful ? loss : "n/a (emulated)",
+         m.loss_meaningful ? "global mean loss of the last step" : "rank emulation: the loss is meaningless");
     cell("tokens/s", plot::format_value(m.tokens_per_s, plot::Format::Number), "global tokens per second, last step");
     cell("step time", plot::format_value(m.step_time_s, plot::Format::Seconds), nullptr);
-    cell("peak", plot::format_value(double(m.peak_bytes), plot::Format::Bytes), "max over ranks of the device peak, last step");
+    cell("peak", plot::format_value(double(m.peak_bytes), plot::Format::Bytes),
+         "max over ranks of the device peak, last step");
     ImGui::EndTable();
   }
   // Per-rank peaks of the last step, device and host, against the planned peak of the running config.
@@ -105,8 +111,8 @@ void draw_live_numbers(AppState& state, const SessionStatus& st) {
   const double planned = plan.ok ? double(plan.plan.peak_bytes) : 0.0;
   const std::string label = planned > 0 ? "planned " + plot::format_value(planned, plot::Format::Bytes) : "";
   const float h = ImGui::GetFontSize() * (1.6f * static_cast<float>(bars.size()) + 2.0f);
-  const plot::BarHit hit = plot::stacked_bars("##rank_peaks", {0, h}, bars, labels, planned, label.c_str(),
-                                              plot::Format::Bytes, true);
+  const plot::BarHit hit =
+      plot::stacked_bars("##rank_peaks", {0, h}, bars, labels, planned, label.c_str(), plot::Format::Bytes, true);
   if (hit.bar >= 0 && hit.segment >= 0)
     ImGui::SetTooltip("%s peak in the last step: %s", labels[hit.bar].c_str(),
                       plot::format_value(bars[hit.bar][0].value, plot::Format::Bytes).c_str());
@@ -123,7 +129,7 @@ void draw_run_panel(AppState& state, EngineControl& engine) {
     empty_state("No run yet: press Start", detail.c_str());
     return;
   }
-  const ImVec4 state_color = to_vec4(st.state == SessionState::Failed ? kColorBad
+  const ImVec4 state_color = to_vec4(st.state == SessionState::Failed    ? kColorBad
                                      : st.state == SessionState::Running ? kColorGood
                                                                          : kColorWarn);
   ImGui::TextColored(state_color, "%s", state_label(st.state));

@@ -23,8 +23,10 @@ std::string short_label(const std::string& what) {
     size_t end = what.find("; ", start);
     if (end == std::string::npos) end = what.size();
     std::string part = what.substr(start, end - start);
-    if (const size_t dot = part.find('.'); dot != std::string::npos && dot < part.find(':')) part = part.substr(dot + 1);
-    for (const auto& [from, to] : {std::pair<std::string, std::string>{": true -> false", " off"}, {": false -> true", " on"}, {": ", " "}})
+    if (const size_t dot = part.find('.'); dot != std::string::npos && dot < part.find(':'))
+      part = part.substr(dot + 1);
+    for (const auto& [from, to] :
+         {std::pair<std::string, std::string>{": true -> false", " off"}, {": false -> true", " on"}, {": ", " "}})
       if (const size_t at = part.find(from); at != std::string::npos) {
         part.replace(at, from.size(), to);
         break;
@@ -41,8 +43,8 @@ using PlannedFigure = double PlannedThroughputSpan::*;
 constexpr double kPlannedOffScale = 3.0;
 
 void draw_series(AppState& state, const char* id, const char* name, const std::vector<double>& steps,
-                 const std::vector<double>& values, plot::Format format, float height, plot::Range data_x, bool label_markers,
-                 const std::vector<PlannedThroughputSpan>& planned, PlannedFigure figure) {
+                 const std::vector<double>& values, plot::Format format, float height, plot::Range data_x,
+                 bool label_markers, const std::vector<PlannedThroughputSpan>& planned, PlannedFigure figure) {
   plot::Plot plt(id, {0, height}, &state.throughput.view, data_x, plot::Format::Step, format);
   std::vector<plot::Point> pts;
   plot::downsample_minmax(steps.data(), values.data(), steps.size(), plt.x(), plt.columns(), &pts);
@@ -68,7 +70,8 @@ void draw_series(AppState& state, const char* id, const char* name, const std::v
               label_markers ? ((m.restart ? "restart: " : "") + short_label(m.what)).c_str() : nullptr);
   plt.polyline(pts, IM_COL32(120, 200, 255, 255), 2.f);
   if (pts.size() < 60)
-    for (const auto& p : pts) plt.draw_list()->AddCircleFilled(plt.to_screen(p.x, p.y), 2.5f, IM_COL32(120, 200, 255, 255));
+    for (const auto& p : pts)
+      plt.draw_list()->AddCircleFilled(plt.to_screen(p.x, p.y), 2.5f, IM_COL32(120, 200, 255, 255));
   const ImVec2 ts = ImGui::CalcTextSize(title.c_str());
   plt.draw_list()->AddRectFilled({plt.min().x + 3, plt.min().y + 3}, {plt.min().x + ts.x + 9, plt.min().y + ts.y + 5},
                                  IM_COL32(0, 0, 0, 160), 2.f);
@@ -85,8 +88,8 @@ void draw_series(AppState& state, const char* id, const char* name, const std::v
                            plot::format_value(span.*figure, format).c_str());
     for (const auto& m : state.history.markers())
       if (std::abs(double(m.step) - steps[i]) < 0.5)
-        ImGui::TextColored(to_vec4(m.restart ? kColorBad : kColorWarn), "%s here: %s", m.restart ? "restart" : "live change",
-                           m.what.c_str());
+        ImGui::TextColored(to_vec4(m.restart ? kColorBad : kColorWarn), "%s here: %s",
+                           m.restart ? "restart" : "live change", m.what.c_str());
     ImGui::EndTooltip();
   }
 }
@@ -97,7 +100,8 @@ void draw_throughput_panel(AppState& state, EngineControl& engine) {
   const auto& metrics = state.history.metrics();
   if (metrics.empty()) {
     empty_state(no_data_title(state, "Waiting for the first step..."),
-                "Tokens per second, step time, MFU and (for the long-range task) answer accuracy per step appear here; every toggle you flip "
+                "Tokens per second, step time, MFU and (for the long-range task) answer accuracy per step appear here; "
+                "every toggle you flip "
                 "during the run is marked at the step where it took effect.");
     return;
   }
@@ -113,12 +117,13 @@ void draw_throughput_panel(AppState& state, EngineControl& engine) {
   }
   ImGui::Text("last: %s tokens/s, %s/step, MFU %.2f%%", plot::format_value(tps.back(), plot::Format::Number).c_str(),
               plot::format_value(step_s.back(), plot::Format::Seconds).c_str(), mfu.back() * 100);
-  help_marker("One point per step. Orange lines: a live change (toggle, tile size, heads per stage) took "
-              "effect at that step; red lines: the run restarted. Dashed white: the planner's figures for "
-              "the config of those steps (its hardware profile, compute_efficiency and the attention efficiency of "
-              "its path: attention_efficiency or untied_attention_efficiency), "
-              "drawn when the run is on the kind of device the profile describes. Wheel zooms, drag pans, "
-              "double-click fits. MFU is measured against the hardware profile the run was started with.");
+  help_marker(
+      "One point per step. Orange lines: a live change (toggle, tile size, heads per stage) took "
+      "effect at that step; red lines: the run restarted. Dashed white: the planner's figures for "
+      "the config of those steps (its hardware profile, compute_efficiency and the attention efficiency of "
+      "its path: attention_efficiency or untied_attention_efficiency), "
+      "drawn when the run is on the kind of device the profile describes. Wheel zooms, drag pans, "
+      "double-click fits. MFU is measured against the hardware profile the run was started with.");
 
   // The planner's step for each config of the run, planned once per config (not per frame).
   ThroughputState& ts = state.throughput;
@@ -137,14 +142,16 @@ void draw_throughput_panel(AppState& state, EngineControl& engine) {
   if (!planned.empty() && !profile_describes_device(planned.back().profile, device)) {
     // the planner speaks of another machine: said, not drawn over this one's curve
     ImGui::TextColored(to_vec4(kColorDim), "planned on the %s profile: %s/step (the run is on %s: not drawn)",
-                       planned.back().profile.c_str(), plot::format_value(planned.back().step_s, plot::Format::Seconds).c_str(),
+                       planned.back().profile.c_str(),
+                       plot::format_value(planned.back().step_s, plot::Format::Seconds).c_str(),
                        device.empty() ? "?" : device.c_str());
     planned.clear();
   }
   const plot::Range data_x{steps.front() - 0.5, steps.back() + 0.5};
   const float avail = ImGui::GetContentRegionAvail().y;
   const int plots = answers ? 4 : 3;
-  const float each = std::max(ImGui::GetFontSize() * 6, (avail - (plots - 1) * ImGui::GetStyle().ItemSpacing.y) / plots);
+  const float each =
+      std::max(ImGui::GetFontSize() * 6, (avail - (plots - 1) * ImGui::GetStyle().ItemSpacing.y) / plots);
   draw_series(state, "##tps", "tokens/s", steps, tps, plot::Format::Number, each, data_x, true, planned,
               &PlannedThroughputSpan::tokens_per_s);
   draw_series(state, "##step_s", "step time", steps, step_s, plot::Format::Seconds, each, data_x, false, planned,
@@ -152,8 +159,8 @@ void draw_throughput_panel(AppState& state, EngineControl& engine) {
   draw_series(state, "##mfu", "MFU", steps, mfu, plot::Format::Percent, each, data_x, false, planned,
               &PlannedThroughputSpan::mfu);
   if (answers)
-    draw_series(state, "##answer_accuracy", "answer accuracy", steps, accuracy, plot::Format::Percent, each, data_x, false,
-                {}, &PlannedThroughputSpan::mfu);
+    draw_series(state, "##answer_accuracy", "answer accuracy", steps, accuracy, plot::Format::Percent, each, data_x,
+                false, {}, &PlannedThroughputSpan::mfu);
 }
 
 }  // namespace odyssey::studio

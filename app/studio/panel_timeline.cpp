@@ -35,7 +35,8 @@ void draw_controls(AppState& state, int64_t first, int64_t latest, int ranks) {
   ImGui::SameLine();
   int step = static_cast<int>(t.step < 0 ? latest : t.step);
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 9);
-  if (ImGui::SliderInt("step", &step, static_cast<int>(first), static_cast<int>(std::max(first, latest)))) t.step = step;
+  if (ImGui::SliderInt("step", &step, static_cast<int>(first), static_cast<int>(std::max(first, latest))))
+    t.step = step;
   ImGui::EndDisabled();
   ImGui::SameLine();
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
@@ -50,10 +51,11 @@ void draw_controls(AppState& state, int64_t first, int64_t latest, int ranks) {
   ImGui::Checkbox("planned", &t.show_planned);
   ImGui::SameLine();
   ImGui::Checkbox("phase peaks", &t.show_phase_peaks);
-  help_marker("Bytes held by each rank at every phase edge (lines), the phases as bands, the planner's "
-              "bytes for each phase of the running config (dashed white) and the step's peak. Wheel: "
-              "zoom; drag: pan; double-click: fit. 'phase peaks' draws the peak inside each phase, "
-              "which edge samples can miss.");
+  help_marker(
+      "Bytes held by each rank at every phase edge (lines), the phases as bands, the planner's "
+      "bytes for each phase of the running config (dashed white) and the step's peak. Wheel: "
+      "zoom; drag: pan; double-click: fit. 'phase peaks' draws the peak inside each phase, "
+      "which edge samples can miss.");
 }
 
 void draw_group_bands(plot::Plot& plt, const RunHistory& h, const StepSpans& g, int rank) {
@@ -103,10 +105,12 @@ void hover_readout(const plot::Plot& plt, const RunHistory& h, const Selection& 
   ImGui::BeginTooltip();
   const PhaseSpan* under = nullptr;
   const auto& groups = h.span_steps();
-  const auto g = std::lower_bound(groups.begin(), groups.end(), t, [](const StepSpans& s, double x) { return s.t_max < x; });
+  const auto g =
+      std::lower_bound(groups.begin(), groups.end(), t, [](const StepSpans& s, double x) { return s.t_max < x; });
   if (g != groups.end())
     for (const auto& s : g->spans)
-      if (s.rank == sel.band_rank && s.t_begin_s <= t && t <= s.t_end_s && (!under || s.depth > under->depth)) under = &s;
+      if (s.rank == sel.band_rank && s.t_begin_s <= t && t <= s.t_end_s && (!under || s.depth > under->depth))
+        under = &s;
   ImGui::Text("t = %s%s", plot::format_value(t - x_origin, plot::Format::Seconds).c_str(),
               sel.step >= 0 ? " into the step" : " since the run started");
   if (under)
@@ -161,10 +165,11 @@ size_t draw_pool(AppState& state, const Selection& sel, bool host, float height,
     if (lines[r]) plt.polyline(*lines[r], rank_color(int(r)), 2.f);
   if (state.timeline.show_planned)
     for (const auto& seg : planned)
-      plt.hsegment(seg.t0, seg.t1, double(host ? seg.host_bytes : seg.device_bytes), IM_COL32(255, 255, 255, 200), 1.5f, true);
+      plt.hsegment(seg.t0, seg.t1, double(host ? seg.host_bytes : seg.device_bytes), IM_COL32(255, 255, 255, 200), 1.5f,
+                   true);
   if (!host && peak.found) {
-    const std::string label = "peak " + plot::format_value(double(peak.bytes), plot::Format::Bytes) + " in " + peak.phase +
-                              " (rank " + std::to_string(peak.rank) + ")";
+    const std::string label = "peak " + plot::format_value(double(peak.bytes), plot::Format::Bytes) + " in " +
+                              peak.phase + " (rank " + std::to_string(peak.rank) + ")";
     plt.marker(peak.t_s, double(peak.bytes), kColorWarn, label.c_str());
   }
   const char* title = host ? "host pool (offloaded)" : "device pool";
@@ -227,21 +232,25 @@ void draw_timeline_panel(AppState& state, EngineControl& engine) {
     const PlanResult& step_plan = state.run_plan.get(h.config_at(sel.step));
     if (step_plan.ok) planned = planned_overlay(step_plan.plan, group->spans, h.phase_names(), sel.step, sel.band_rank);
   }
-  const PeakMark peak = group ? find_peak(group->spans, h.phase_names(), sel.step, sel.rank)
-                              : sel.step < 0 ? find_run_peak(h, sel.rank) : PeakMark{};
+  const PeakMark peak = group          ? find_peak(group->spans, h.phase_names(), sel.step, sel.rank)
+                        : sel.step < 0 ? find_run_peak(h, sel.rank)
+                                       : PeakMark{};
 
   std::vector<std::pair<ImU32, std::string>> items;
   for (int c = 0; c < kPhaseClassCount - 1; ++c)
     items.emplace_back(phase_color(static_cast<PhaseClass>(c)), to_string(static_cast<PhaseClass>(c)));
   items.emplace_back(IM_COL32(255, 255, 255, 200), "planned (dashed)");
-  for (size_t r = 0; r < h.ranks().size() && r < 8; ++r) items.emplace_back(rank_color(int(r)), "rank " + std::to_string(r));
+  for (size_t r = 0; r < h.ranks().size() && r < 8; ++r)
+    items.emplace_back(rank_color(int(r)), "rank " + std::to_string(r));
   plot::legend(items);
   const float avail = ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing();
-  const size_t drawn = draw_pool(state, sel, false, std::max(avail * 0.64f, ImGui::GetFontSize() * 8), data_x, planned, peak);
-  draw_pool(state, sel, true, std::max(avail * 0.36f - ImGui::GetStyle().ItemSpacing.y, ImGui::GetFontSize() * 5), data_x,
-            planned, peak);
-  ImGui::TextColored(to_vec4(kColorDim), "%zu samples on %zu ranks; %zu points drawn for the device pool%s", h.sample_count(),
-                     h.ranks().size(), drawn, state.run.has_run() ? "" : "; no planned overlay (no run)");
+  const size_t drawn =
+      draw_pool(state, sel, false, std::max(avail * 0.64f, ImGui::GetFontSize() * 8), data_x, planned, peak);
+  draw_pool(state, sel, true, std::max(avail * 0.36f - ImGui::GetStyle().ItemSpacing.y, ImGui::GetFontSize() * 5),
+            data_x, planned, peak);
+  ImGui::TextColored(to_vec4(kColorDim), "%zu samples on %zu ranks; %zu points drawn for the device pool%s",
+                     h.sample_count(), h.ranks().size(), drawn,
+                     state.run.has_run() ? "" : "; no planned overlay (no run)");
 }
 
 }  // namespace odyssey::studio

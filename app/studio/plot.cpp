@@ -19,9 +19,7 @@ void Range::include(double v) {
   max = std::max(max, v);
 }
 
-Range Range::empty() {
-  return {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
-}
+Range Range::empty() { return {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}; }
 
 size_t downsample_minmax(const double* xs, const double* ys, size_t n, Range view, int columns,
                          std::vector<Point>* out) {
@@ -132,12 +130,14 @@ std::string format_value(double v, Format f) {
       if (a < 1e-3) return printf_string("%.0f%s", v * 1e6, " us");
       if (a < 1) return printf_string(digits_for(v * 1e3), v * 1e3, " ms");
       return printf_string(digits_for(v), v, " s");
-    case Format::Percent: return printf_string(a * 100 < 10 ? "%.1f%s" : "%.0f%s", v * 100, "%");
+    case Format::Percent:
+      return printf_string(a * 100 < 10 ? "%.1f%s" : "%.0f%s", v * 100, "%");
     case Format::Tokens:
       if (a >= 1024.0 * 1024) return printf_string(digits_for(v / (1024.0 * 1024)), v / (1024.0 * 1024), "M");
       if (a >= 1024) return printf_string(digits_for(v / 1024), v / 1024, "K");
       return printf_string("%.0f%s", v, "");
-    case Format::Step: return printf_string("%.0f%s", v, "");
+    case Format::Step:
+      return printf_string("%.0f%s", v, "");
     case Format::Number:
       if (a >= 1e6) return printf_string(digits_for(v / 1e6), v / 1e6, "M");
       if (a >= 1e4) return printf_string(digits_for(v / 1e3), v / 1e3, "k");
@@ -340,7 +340,8 @@ void Plot::end() {
   dl_->PopClipRect();
   const float font = ImGui::GetFontSize();
   dl_->AddRect(p0_, p1_, kBorder);
-  for (double t : nice_ticks(y_, std::max(2, static_cast<int>((p1_.y - p0_.y) / (font * 2.4f))), yf_ == Format::Bytes)) {
+  for (double t :
+       nice_ticks(y_, std::max(2, static_cast<int>((p1_.y - p0_.y) / (font * 2.4f))), yf_ == Format::Bytes)) {
     const std::string s = format_value(t, yf_);
     const ImVec2 ts = ImGui::CalcTextSize(s.c_str());
     const float y = to_screen(0, t).y;

@@ -63,7 +63,8 @@ bool RunDriver::restart(EngineControl& engine, const RunConfig& cfg, const std::
   return true;
 }
 
-bool RunDriver::start(EngineControl& engine, const RunConfig& cfg, RunHistory& history, std::string* error, bool force) {
+bool RunDriver::start(EngineControl& engine, const RunConfig& cfg, RunHistory& history, std::string* error,
+                      bool force) {
   if (force) forced_ = cfg;
   if (!may_run(cfg, "Not started", history)) {
     if (error) *error = unfit_reason_;
@@ -84,8 +85,8 @@ bool RunDriver::start(EngineControl& engine, const RunConfig& cfg, RunHistory& h
   restart_pending_ = false;
   failed_restart_.reset();
   held_back_.clear();
-  set_notice("Started: " + std::to_string(cfg.parallel.world_size) + " rank(s), " +
-                 std::to_string(cfg.training.steps) + " steps",
+  set_notice("Started: " + std::to_string(cfg.parallel.world_size) + " rank(s), " + std::to_string(cfg.training.steps) +
+                 " steps",
              history);
   return true;
 }
@@ -99,7 +100,7 @@ void RunDriver::stop(EngineControl& engine) {
 }
 
 void RunDriver::sync(EngineControl& engine, const RunConfig& edited, bool edited_valid, double now_s,
-                      RunHistory& history) {
+                     RunHistory& history) {
   if (!has_run_) return;
   if (!is_live_state(engine.status().state)) {
     restart_pending_ = false;

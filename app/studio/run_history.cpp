@@ -21,7 +21,6 @@ void trim_series(RankSeries& s, size_t cap) {
   cut(s.phase_id);
 }
 
-
 /// Moves the first `count` pending changes into `marker`: their texts joined, the newest config.
 template <class Pending>
 void take_pending(std::deque<Pending>& pending, int64_t count, ChangeMarker& marker) {
@@ -72,8 +71,12 @@ void RunHistory::add_log(std::string line) {
   while (log_.size() > kMaxLogLines) log_.pop_front();
 }
 
-void RunHistory::note_live_change(const std::string& what, const RunConfig& now) { pending_live_.push_back({what, now}); }
-void RunHistory::note_restart(const std::string& what, const RunConfig& now) { pending_restart_.push_back({what, now}); }
+void RunHistory::note_live_change(const std::string& what, const RunConfig& now) {
+  pending_live_.push_back({what, now});
+}
+void RunHistory::note_restart(const std::string& what, const RunConfig& now) {
+  pending_restart_.push_back({what, now});
+}
 
 void RunHistory::poll(EngineControl& engine) {
   // A cursor that comes back smaller than ours means the engine started counting afresh (a new
@@ -87,12 +90,14 @@ void RunHistory::poll(EngineControl& engine) {
     }
     cursor = next;
   };
-  fetch(metrics_cursor_, [&](size_t c, std::vector<StepMetrics>* o) { return engine.metrics_since(c, o); },
-        scratch_metrics_);
-  fetch(samples_cursor_, [&](size_t c, std::vector<MemorySample>* o) { return engine.samples_since(c, o); },
-        scratch_samples_);
-  fetch(spans_cursor_, [&](size_t c, std::vector<PhaseSpan>* o) { return engine.spans_since(c, o); },
-        scratch_spans_);
+  fetch(
+      metrics_cursor_, [&](size_t c, std::vector<StepMetrics>* o) { return engine.metrics_since(c, o); },
+      scratch_metrics_);
+  fetch(
+      samples_cursor_, [&](size_t c, std::vector<MemorySample>* o) { return engine.samples_since(c, o); },
+      scratch_samples_);
+  fetch(
+      spans_cursor_, [&](size_t c, std::vector<PhaseSpan>* o) { return engine.spans_since(c, o); }, scratch_spans_);
   // Phase names only grow; refetch when a new id shows up.
   int32_t max_id = -1;
   for (const auto& s : scratch_samples_) max_id = std::max(max_id, s.phase_id);

@@ -72,8 +72,8 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
       if (st.state == SessionState::Failed) error_ = "the run failed: " + st.message;
       if (!done && !over && now_s - t_begin_ > options_.timeout_s)
         error_ = "the run did not reach " + std::to_string(options_.run_steps) + " steps in " +
-                 std::to_string(static_cast<int>(options_.timeout_s)) + " s (state " + state_label(st.state) + ", step " +
-                 std::to_string(st.step) + ")";
+                 std::to_string(static_cast<int>(options_.timeout_s)) + " s (state " + state_label(st.state) +
+                 ", step " + std::to_string(st.step) + ")";
       if ((done && !state.run.restart_pending()) || over || failed()) {
         run_seconds_ = now_s - t_begin_;
         if (is_live_state(st.state)) state.run.pause(engine);  // a still picture, and the CPU for rendering
@@ -88,7 +88,8 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
       if (--frames_left_ > 0) return false;
       stage_ = Stage::Done;
       return true;
-    case Stage::Done: return false;
+    case Stage::Done:
+      return false;
   }
   return false;
 }

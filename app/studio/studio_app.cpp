@@ -52,19 +52,23 @@ void draw_menu_bar(AppState& state, EngineControl& engine) {
     if (ImGui::MenuItem("Open preset...")) state.dialog = FileDialog::Open;
     if (ImGui::MenuItem("Save preset as...")) state.dialog = FileDialog::SavePreset;
     ImGui::Separator();
-    if (ImGui::MenuItem("Export trace (Perfetto)...", nullptr, false, state.run.has_run())) state.dialog = FileDialog::ExportTrace;
-    if (ImGui::MenuItem("Export metrics (JSONL)...", nullptr, false, state.run.has_run())) state.dialog = FileDialog::ExportMetrics;
+    if (ImGui::MenuItem("Export trace (Perfetto)...", nullptr, false, state.run.has_run()))
+      state.dialog = FileDialog::ExportTrace;
+    if (ImGui::MenuItem("Export metrics (JSONL)...", nullptr, false, state.run.has_run()))
+      state.dialog = FileDialog::ExportMetrics;
     ImGui::Separator();
     if (ImGui::MenuItem("Quit")) state.quit_requested = true;
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("View")) {
-    for (int i = 0; i < kPanelCount; ++i) ImGui::MenuItem(panel_title(static_cast<PanelId>(i)), nullptr, &state.show[i]);
+    for (int i = 0; i < kPanelCount; ++i)
+      ImGui::MenuItem(panel_title(static_cast<PanelId>(i)), nullptr, &state.show[i]);
     ImGui::Separator();
     ImGui::MenuItem("Tiled layout", nullptr, &state.tiled);
     if (ImGui::BeginMenu("Focus")) {
       if (ImGui::MenuItem("All panels", nullptr, !state.focus)) state.focus.reset();
-      for (PanelId id : {PanelId::Plan, PanelId::Run, PanelId::Timeline, PanelId::Throughput, PanelId::Log, PanelId::Eval})
+      for (PanelId id :
+           {PanelId::Plan, PanelId::Run, PanelId::Timeline, PanelId::Throughput, PanelId::Log, PanelId::Eval})
         if (ImGui::MenuItem(panel_title(id), nullptr, state.focus == id)) {
           state.focus = id;
           state.show[static_cast<int>(id)] = true;
@@ -103,8 +107,9 @@ void draw_menu_bar(AppState& state, EngineControl& engine) {
 void draw_status_bar(AppState& state, EngineControl& engine, float x, float y, float w, float h) {
   ImGui::SetNextWindowPos({x, y});
   ImGui::SetNextWindowSize({w, h});
-  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
-                                 ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoFocusOnAppearing;
+  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
+                                 ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_NoBringToFrontOnFocus |
+                                 ImGuiWindowFlags_NoFocusOnAppearing;
   ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, {ImGui::GetFontSize() * 0.5f, ImGui::GetFontSize() * 0.2f});
   if (ImGui::Begin("##status", nullptr, flags)) {
     const SessionStatus& st = state.status;
@@ -132,8 +137,10 @@ void draw_status_bar(AppState& state, EngineControl& engine, float x, float y, f
     ImGui::SameLine(std::max(ImGui::GetCursorPosX() + 10, w - tw - ImGui::GetFontSize()));
     ImGui::TextColored(to_vec4(state.frame.max() < 16.0 ? kColorDim : kColorWarn), "%s", timing);
     if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("CPU time the UI thread spends per frame (engine work runs on its own threads).\n"
-                        "The budget is 16 ms; the max covers the last %d frames.", FrameStats::kWindow);
+      ImGui::SetTooltip(
+          "CPU time the UI thread spends per frame (engine work runs on its own threads).\n"
+          "The budget is 16 ms; the max covers the last %d frames.",
+          FrameStats::kWindow);
   }
   ImGui::End();
   ImGui::PopStyleVar();
@@ -168,7 +175,9 @@ void draw_studio(AppState& state, EngineControl& engine) {
   const float status_h = ImGui::GetFrameHeight() + ImGui::GetFontSize() * 0.4f;
   const float x = vp->WorkPos.x, y = vp->WorkPos.y, w = vp->WorkSize.x, h = vp->WorkSize.y - status_h;
   const auto rects = panel_rects(x, y, w, h, state);
-  auto visible = [&](PanelId id) { return state.shown(id) && (!state.focus || *state.focus == id || id == PanelId::Config); };
+  auto visible = [&](PanelId id) {
+    return state.shown(id) && (!state.focus || *state.focus == id || id == PanelId::Config);
+  };
 
   // The flat dispatch: one line per panel.
   if (visible(PanelId::Config)) panel_window(state, engine, PanelId::Config, rects[0], draw_config_panel);

@@ -38,8 +38,10 @@ double now_s() {
 GLFWwindow* open_window(const odyssey::studio::StudioOptions& opts) {
   glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit()) {
-    std::fprintf(stderr, "odyssey-studio: cannot open a window: %s\n  (no display? set DISPLAY, or run under "
-                 "`xvfb-run -a`; `odyssey plan|train` work without one)\n", g_glfw_error.c_str());
+    std::fprintf(stderr,
+                 "odyssey-studio: cannot open a window: %s\n  (no display? set DISPLAY, or run under "
+                 "`xvfb-run -a`; `odyssey plan|train` work without one)\n",
+                 g_glfw_error.c_str());
     return nullptr;
   }
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);

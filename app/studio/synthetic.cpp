@@ -60,16 +60,19 @@ void fill_synthetic_history(RunHistory& history, int64_t samples, int ranks) {
         const double wobble = 1.0 + 0.05 * std::sin(0.37 * step + leaf.id);
         const double begin = bytes, end = bytes + leaf.bytes_delta;
         const double spike = std::max(begin, end) + leaf.spike * wobble;
-        out_samples.push_back({tr, step, r, leaf.id, static_cast<int64_t>(begin), static_cast<int64_t>(0.5 * MiB * (leaf.id % 3))});
-        out_samples.push_back({tr + phase_s, step, r, leaf.id, static_cast<int64_t>(end), static_cast<int64_t>(0.5 * MiB * (leaf.id % 3))});
+        out_samples.push_back(
+            {tr, step, r, leaf.id, static_cast<int64_t>(begin), static_cast<int64_t>(0.5 * MiB * (leaf.id % 3))});
+        out_samples.push_back({tr + phase_s, step, r, leaf.id, static_cast<int64_t>(end),
+                               static_cast<int64_t>(0.5 * MiB * (leaf.id % 3))});
         const int depth = names[leaf.id].find("block") != std::string::npos ? 2 : 1;
-        out_spans.push_back({step, r, leaf.id, depth, tr, tr + phase_s, static_cast<int64_t>(begin), static_cast<int64_t>(end),
-                             static_cast<int64_t>(spike), 0});
+        out_spans.push_back({step, r, leaf.id, depth, tr, tr + phase_s, static_cast<int64_t>(begin),
+                             static_cast<int64_t>(end), static_cast<int64_t>(spike), 0});
         peak = std::max<int64_t>(peak, static_cast<int64_t>(spike));
         bytes = end;
         tr += phase_s;
       }
-      out_spans.push_back({step, r, 0, 0, t_step, tr, static_cast<int64_t>(base), static_cast<int64_t>(bytes), peak, 0});
+      out_spans.push_back(
+          {step, r, 0, 0, t_step, tr, static_cast<int64_t>(base), static_cast<int64_t>(bytes), peak, 0});
       m.rank_peak_bytes.push_back(peak);
       m.rank_host_peak_bytes.push_back(static_cast<int64_t>(MiB));
       m.peak_bytes = std::max(m.peak_bytes, peak);

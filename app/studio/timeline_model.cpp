@@ -9,13 +9,20 @@ namespace odyssey::studio {
 
 const char* to_string(PhaseClass c) {
   switch (c) {
-    case PhaseClass::Forward: return "forward";
-    case PhaseClass::Attention: return "attention";
-    case PhaseClass::Mlp: return "MLP";
-    case PhaseClass::Loss: return "loss";
-    case PhaseClass::Backward: return "backward";
-    case PhaseClass::Optimizer: return "optimizer";
-    case PhaseClass::Other: return "other";
+    case PhaseClass::Forward:
+      return "forward";
+    case PhaseClass::Attention:
+      return "attention";
+    case PhaseClass::Mlp:
+      return "MLP";
+    case PhaseClass::Loss:
+      return "loss";
+    case PhaseClass::Backward:
+      return "backward";
+    case PhaseClass::Optimizer:
+      return "optimizer";
+    case PhaseClass::Other:
+      return "other";
   }
   return "?";
 }
@@ -50,8 +57,7 @@ int phase_direction(std::string_view path) {
   return 0;
 }
 
-PeakMark find_peak(const std::vector<PhaseSpan>& spans, const std::vector<std::string>& names, int64_t step,
-                   int rank) {
+PeakMark find_peak(const std::vector<PhaseSpan>& spans, const std::vector<std::string>& names, int64_t step, int rank) {
   PeakMark best;
   int best_depth = -1;
   for (const auto& s : spans) {
@@ -108,7 +114,8 @@ std::vector<PlannedSegment> planned_overlay(const MemoryPlan& plan, const std::v
   std::vector<const PhaseSpan*> mine;
   for (const auto& s : spans)
     if (s.step == step && s.rank == rank) mine.push_back(&s);
-  std::stable_sort(mine.begin(), mine.end(), [](const PhaseSpan* a, const PhaseSpan* b) { return a->depth < b->depth; });
+  std::stable_sort(mine.begin(), mine.end(),
+                   [](const PhaseSpan* a, const PhaseSpan* b) { return a->depth < b->depth; });
   for (const PhaseSpan* s : mine) {
     if (s->phase_id < 0 || static_cast<size_t>(s->phase_id) >= names.size()) continue;
     const auto it = by_name.find(names[s->phase_id]);

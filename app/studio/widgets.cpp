@@ -55,11 +55,10 @@ void empty_state(const char* title, const char* detail) {
 ImU32 category_color(int category, int alpha) {
   // params, grads, optimizer, gathered_params, saved_activations, offloaded, attention_workspace,
   // mlp_workspace, loss_workspace, comm_buffers, other
-  static const ImU32 colors[] = {
-      IM_COL32(86, 140, 230, 0),  IM_COL32(120, 170, 250, 0), IM_COL32(60, 95, 170, 0),
-      IM_COL32(150, 120, 230, 0), IM_COL32(240, 160, 60, 0),  IM_COL32(160, 160, 160, 0),
-      IM_COL32(230, 90, 110, 0),  IM_COL32(90, 200, 140, 0),  IM_COL32(230, 210, 90, 0),
-      IM_COL32(80, 200, 220, 0),  IM_COL32(120, 120, 130, 0)};
+  static const ImU32 colors[] = {IM_COL32(86, 140, 230, 0),  IM_COL32(120, 170, 250, 0), IM_COL32(60, 95, 170, 0),
+                                 IM_COL32(150, 120, 230, 0), IM_COL32(240, 160, 60, 0),  IM_COL32(160, 160, 160, 0),
+                                 IM_COL32(230, 90, 110, 0),  IM_COL32(90, 200, 140, 0),  IM_COL32(230, 210, 90, 0),
+                                 IM_COL32(80, 200, 220, 0),  IM_COL32(120, 120, 130, 0)};
   const ImU32 c = colors[(category % 11 + 11) % 11];
   return c | (static_cast<ImU32>(alpha) << IM_COL32_A_SHIFT);
 }
@@ -67,13 +66,26 @@ ImU32 category_color(int category, int alpha) {
 ImU32 phase_color(PhaseClass c, int alpha) {
   ImU32 rgb = IM_COL32(120, 120, 130, 0);
   switch (c) {
-    case PhaseClass::Forward: rgb = IM_COL32(80, 130, 220, 0); break;
-    case PhaseClass::Attention: rgb = IM_COL32(230, 90, 110, 0); break;
-    case PhaseClass::Mlp: rgb = IM_COL32(90, 200, 140, 0); break;
-    case PhaseClass::Loss: rgb = IM_COL32(230, 210, 90, 0); break;
-    case PhaseClass::Backward: rgb = IM_COL32(170, 110, 220, 0); break;
-    case PhaseClass::Optimizer: rgb = IM_COL32(240, 150, 60, 0); break;
-    case PhaseClass::Other: break;
+    case PhaseClass::Forward:
+      rgb = IM_COL32(80, 130, 220, 0);
+      break;
+    case PhaseClass::Attention:
+      rgb = IM_COL32(230, 90, 110, 0);
+      break;
+    case PhaseClass::Mlp:
+      rgb = IM_COL32(90, 200, 140, 0);
+      break;
+    case PhaseClass::Loss:
+      rgb = IM_COL32(230, 210, 90, 0);
+      break;
+    case PhaseClass::Backward:
+      rgb = IM_COL32(170, 110, 220, 0);
+      break;
+    case PhaseClass::Optimizer:
+      rgb = IM_COL32(240, 150, 60, 0);
+      break;
+    case PhaseClass::Other:
+      break;
   }
   return rgb | (static_cast<ImU32>(alpha) << IM_COL32_A_SHIFT);
 }

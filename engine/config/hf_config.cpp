@@ -53,12 +53,14 @@ class ConfigReader {
                   "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
     return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
   }
-  std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi, std::optional<int64_t> fallback = std::nullopt) {
+  std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi,
+                                 std::optional<int64_t> fallback = std::nullopt) {
     return integer(json_, key, lo, hi, fallback);
   }
 
   /// A number in (0, hi]; `fallback` when absent.
-  std::optional<double> positive(const ReadJson& obj, const char* key, double hi, std::optional<double> fallback = std::nullopt) {
+  std::optional<double> positive(const ReadJson& obj, const char* key, double hi,
+                                 std::optional<double> fallback = std::nullopt) {
     if (!has(obj, key)) return fallback ? fallback : fail(key, "(missing)", "is required");
     const ReadJson& v = obj.at(key);
     if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > hi)
@@ -103,7 +105,7 @@ class ConfigReader {
 /// rope_scaling (published 4.x checkpoints, rope_theta then sits at the top level).
 struct RopeSource {
   const ReadJson* params = nullptr;  ///< null: no scaling object
-  std::string name;              ///< "rope_parameters" or "rope_scaling"
+  std::string name;                  ///< "rope_parameters" or "rope_scaling"
 };
 
 bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
@@ -122,7 +124,10 @@ bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
   const std::string prefix = src.name.empty() ? "" : src.name + ".";
   // rope_theta: inside rope_parameters (transformers 5), else at the top level, else 10000.
   if (r.has(p, "rope_theta")) {
-    if (auto v = r.positive(p, "rope_theta", 1e12)) m.rope_theta = *v; else return false;
+    if (auto v = r.positive(p, "rope_theta", 1e12))
+      m.rope_theta = *v;
+    else
+      return false;
   } else if (auto v = r.positive("rope_theta", 1e12, 10000.0)) {
     m.rope_theta = *v;
   } else {
@@ -141,9 +146,12 @@ bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
   RopeScaling& s = m.rope_scaling;
   s = RopeScaling{};
   if (type == "default") return true;
-  if (type == "linear") s.kind = RopeScalingKind::Linear;
-  else if (type == "llama3") s.kind = RopeScalingKind::Llama3;
-  else if (type == "yarn") s.kind = RopeScalingKind::Yarn;
+  if (type == "linear")
+    s.kind = RopeScalingKind::Linear;
+  else if (type == "llama3")
+    s.kind = RopeScalingKind::Llama3;
+  else if (type == "yarn")
+    s.kind = RopeScalingKind::Yarn;
   else {
     r.fail(prefix + "rope_type", "\"" + type + "\"", "is not a rope type Odyssey runs (default, linear, llama3, yarn)");
     return false;
@@ -189,7 +197,8 @@ std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError*
     if (error) *error = HfConfigError{file, "", "", rule};
     return std::nullopt;
   };
-  if (!is_directory(dir)) return fail_file("model.hf_path must name a Hugging Face model directory; " + dir + " is not a directory");
+  if (!is_directory(dir))
+    return fail_file("model.hf_path must name a Hugging Face model directory; " + dir + " is not a directory");
   // Bounded, without blocking, and only a regular file: a FIFO no one writes cannot hang the
   // loader, a link to /dev/zero cannot fill the memory.
   std::string text;
@@ -209,7 +218,8 @@ std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError*
   } catch (const ReadJson::exception& e) {  // out_of_range.406: a number such as 1e400 overflows a double
     parse_error = e.what();
   }
-  if (!json || !json->is_object()) return fail_file("is not a JSON object (" + (json ? "another JSON value" : parse_error) + ")");
+  if (!json || !json->is_object())
+    return fail_file("is not a JSON object (" + (json ? "another JSON value" : parse_error) + ")");
 
   ConfigReader r(*json, file);
   ModelConfig m;
@@ -234,14 +244,15 @@ std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError*
   }
   m.qk_norm = type == "qwen3";
   constexpr int64_t kBig = int64_t{1} << 24;
-  auto set = [&](int64_t& field, const char* key, int64_t lo, int64_t hi, std::optional<int64_t> fallback = std::nullopt) {
+  auto set = [&](int64_t& field, const char* key, int64_t lo, int64_t hi,
+                 std::optional<int64_t> fallback = std::nullopt) {
     if (auto v = r.integer(key, lo, hi, fallback)) field = *v;
     return !r.error();
   };
   if (!(set(m.n_layers, "num_hidden_layers", 1, 1024) && set(m.d_model, "hidden_size", 1, 1 << 20) &&
         set(m.n_heads, "num_attention_heads", 1, 4096) &&
-        set(m.n_kv_heads, "num_key_value_heads", 1, 4096, m.n_heads) &&
-        set(m.d_ffn, "intermediate_size", 1, 1 << 22) && set(m.vocab_size, "vocab_size", 2, kBig)))
+        set(m.n_kv_heads, "num_key_value_heads", 1, 4096, m.n_heads) && set(m.d_ffn, "intermediate_size", 1, 1 << 22) &&
+        set(m.vocab_size, "vocab_size", 2, kBig)))
     return done();
   if (m.d_model % m.n_heads != 0 && !r.has("head_dim")) {
     r.fail("num_attention_heads", std::to_string(m.n_heads),
@@ -254,8 +265,14 @@ std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError*
            "must divide num_attention_heads = " + std::to_string(m.n_heads) + " (grouped-query attention)");
     return done();
   }
-  if (auto eps = r.positive("rms_norm_eps", 1.0, 1e-6)) m.norm_eps = *eps; else return done();
-  if (auto tied = r.boolean("tie_word_embeddings", false)) m.tie_embeddings = *tied; else return done();
+  if (auto eps = r.positive("rms_norm_eps", 1.0, 1e-6))
+    m.norm_eps = *eps;
+  else
+    return done();
+  if (auto tied = r.boolean("tie_word_embeddings", false))
+    m.tie_embeddings = *tied;
+  else
+    return done();
   int64_t max_positions = 0;
   if (!set(max_positions, "max_position_embeddings", 1, int64_t{1} << 40, 8192)) return done();
   if (!read_rope(r, m, max_positions)) return done();

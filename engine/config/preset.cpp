@@ -107,8 +107,8 @@ std::string unknown_hint(std::string_view name, const std::vector<std::string>& 
 }
 
 /// Walks the parsed document: known keys become assignments, everything else an issue.
-void collect(const toml::table& root, const std::string& file, std::vector<Assignment>& out,
-             SourceMap& sources, std::vector<ConfigIssue>& issues, std::vector<std::string>& broken) {
+void collect(const toml::table& root, const std::string& file, std::vector<Assignment>& out, SourceMap& sources,
+             std::vector<ConfigIssue>& issues, std::vector<std::string>& broken) {
   for (auto&& [key, node] : root) {
     const std::string name = unshield(key.str());
     const SourceLoc loc = loc_of(key.source(), file);
@@ -125,8 +125,8 @@ void collect(const toml::table& root, const std::string& file, std::vector<Assig
         const SourceLoc child_loc = loc_of(child_key.source(), file);
         const KeySpec* spec = find_key_spec(name, child_name);
         if (!spec) {
-          issues.push_back({child_loc, name + "." + child_name, raw_of(child).text,
-                            "unknown key in [" + name + "]", unknown_hint(child_name, key_names(name))});
+          issues.push_back({child_loc, name + "." + child_name, raw_of(child).text, "unknown key in [" + name + "]",
+                            unknown_hint(child_name, key_names(name))});
           continue;
         }
         out.push_back({spec, raw_of(child), child_loc});
@@ -212,9 +212,10 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
     if (named_flavor && named_flavor->raw.type == RawValue::Type::String) {
       if (auto named = find_model_flavor(named_flavor->raw.s)) {
         if (auto diff = first_shape_difference(*named, *hf_shape))
-          issues.push_back({named_flavor->loc, "model.flavor", named_flavor->raw.text,
-                            "describes another shape than " + join_path(hf_shape->hf_path, "config.json") + ": " + *diff,
-                            "drop model.flavor (flavor = \"hf\" is implied by hf_path) or name the matching flavor"});
+          issues.push_back(
+              {named_flavor->loc, "model.flavor", named_flavor->raw.text,
+               "describes another shape than " + join_path(hf_shape->hf_path, "config.json") + ": " + *diff,
+               "drop model.flavor (flavor = \"hf\" is implied by hf_path) or name the matching flavor"});
         cfg.model.flavor = named->flavor;
       } else if (named_flavor->raw.s == "custom") {
         issues.push_back({named_flavor->loc, "model.flavor", named_flavor->raw.text,
@@ -243,7 +244,8 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
     }
   } else if (!is_broken("model")) {
     issues.push_back({table_loc("model"), "model.flavor", "(missing)", "is required",
-                      "name a flavor (tiny, llama3.2-1b, llama3.2-3b, llama3-8b, qwen3-32b, llama3-70b), \"custom\", or a Hugging Face directory as model.hf_path"});
+                      "name a flavor (tiny, llama3.2-1b, llama3.2-3b, llama3-8b, qwen3-32b, llama3-70b), \"custom\", "
+                      "or a Hugging Face directory as model.hf_path"});
   }
   // The hardware profile is the base every hardware key overrides; h100-sxm when absent.
   if (const Assignment* p = last_of(all, "hardware", "profile")) {
@@ -270,10 +272,12 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
   if (hf_shape) {
     // The checkpoint's tensors fix the shape; rope_*, norm_eps and the rest may be changed.
     for (const KeySpec* spec : model_shape_keys())
-      if (given(spec->full_name().c_str()) && toml_literal(*spec, cfg) != toml_literal(*spec, RunConfig{.model = *hf_shape}))
+      if (given(spec->full_name().c_str()) &&
+          toml_literal(*spec, cfg) != toml_literal(*spec, RunConfig{.model = *hf_shape}))
         issues.push_back({sources[spec->full_name()], spec->full_name(), toml_literal(*spec, cfg),
                           "differs from " + join_path(hf_shape->hf_path, "config.json") + " (" +
-                              toml_literal(*spec, RunConfig{.model = *hf_shape}) + "): the checkpoint's tensors fix the shape",
+                              toml_literal(*spec, RunConfig{.model = *hf_shape}) +
+                              "): the checkpoint's tensors fix the shape",
                           "drop the key; model.hf_path gives it"});
     return;
   }
@@ -285,7 +289,8 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
     if (!given("model.n_kv_heads")) m.n_kv_heads = m.n_heads;
   }
   // head_dim follows d_model / n_heads unless given, or the flavor's own differs (qwen3-32b).
-  const bool flavor_standard = custom || (flavor_shape.n_heads > 0 && flavor_shape.d_model == flavor_shape.n_heads * flavor_shape.head_dim);
+  const bool flavor_standard =
+      custom || (flavor_shape.n_heads > 0 && flavor_shape.d_model == flavor_shape.n_heads * flavor_shape.head_dim);
   // Only for values in their ranges: an absurd n_heads or d_model is reported by the range pass
   // (validate), not as a divisibility problem.
   auto in_range = [&](const char* key) {
@@ -403,7 +408,8 @@ std::optional<ConfigIssue> find_excess_nesting(std::string_view text, const std:
         } else if (c == '[' || c == '{') {
           dots = 0;
           if (++depth > kMaxTomlNesting)
-            return issue("arrays, tables or inline tables nested more than " + std::to_string(kMaxTomlNesting) + " deep");
+            return issue("arrays, tables or inline tables nested more than " + std::to_string(kMaxTomlNesting) +
+                         " deep");
         } else if (c == ']' || c == '}') {
           dots = 0;
           depth = std::max(0, depth - 1);
@@ -484,7 +490,8 @@ std::string shield(std::string_view text) {
 std::string unshield(std::string_view text) {
   return remap_code_points(text, [](char32_t cp) {
     for (const auto& r : kShieldRanges)
-      if (cp >= r.shelter && cp <= r.shelter + (r.last - r.first)) return static_cast<char32_t>(r.first + (cp - r.shelter));
+      if (cp >= r.shelter && cp <= r.shelter + (r.last - r.first))
+        return static_cast<char32_t>(r.first + (cp - r.shelter));
     return cp;
   });
 }
@@ -534,8 +541,7 @@ LoadedPreset load_document(std::string_view text, const std::string& name, const
     const toml::table root = toml::parse(shielded, std::string_view(name));
     collect(root, name, assignments, tables, result.issues, broken);
   } catch (const toml::parse_error& e) {
-    result.issues.push_back(
-        {loc_of(e.source(), name), "", "", unshield(e.description()) + " (TOML syntax)", ""});
+    result.issues.push_back({loc_of(e.source(), name), "", "", unshield(e.description()) + " (TOML syntax)", ""});
     return result;
   }
   for (const auto& o : overrides) {
@@ -543,10 +549,10 @@ LoadedPreset load_document(std::string_view text, const std::string& name, const
     if (!spec) {
       const bool known_section = std::any_of(config_sections().begin(), config_sections().end(),
                                              [&](const SectionSpec& s) { return s.name == o.section; });
-      result.issues.push_back({o.loc, o.section + "." + o.key, o.value.text,
-                               known_section ? "unknown key in [" + o.section + "]" : "unknown table [" + o.section + "]",
-                               known_section ? unknown_hint(o.key, key_names(o.section))
-                                             : unknown_hint(o.section, section_names())});
+      result.issues.push_back(
+          {o.loc, o.section + "." + o.key, o.value.text,
+           known_section ? "unknown key in [" + o.section + "]" : "unknown table [" + o.section + "]",
+           known_section ? unknown_hint(o.key, key_names(o.section)) : unknown_hint(o.section, section_names())});
       continue;
     }
     assignments.push_back({spec, o.value, o.loc});

@@ -82,7 +82,8 @@ std::optional<RopeRuleBreak> rope_scaling_rule(const RopeScaling& r) {
     return RopeRuleBreak{"model.rope_high_freq_factor",
                          "must exceed model.rope_low_freq_factor = " + std::to_string(r.low_freq_factor) + when};
   if (r.kind == RopeScalingKind::Yarn && !(r.beta_fast > r.beta_slow))
-    return RopeRuleBreak{"model.rope_beta_fast", "must exceed model.rope_beta_slow = " + std::to_string(r.beta_slow) + when};
+    return RopeRuleBreak{"model.rope_beta_fast",
+                         "must exceed model.rope_beta_slow = " + std::to_string(r.beta_slow) + when};
   return std::nullopt;
 }
 

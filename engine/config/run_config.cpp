@@ -10,10 +10,14 @@ std::string_view to_string(DType v) { return v == DType::BFloat16 ? "bfloat16" :
 
 std::string_view to_string(DatasetKind v) {
   switch (v) {
-    case DatasetKind::LongRange: return "long-range";
-    case DatasetKind::Tokens: return "tokens";
-    case DatasetKind::Bytes: return "bytes";
-    case DatasetKind::Documents: return "documents";
+    case DatasetKind::LongRange:
+      return "long-range";
+    case DatasetKind::Tokens:
+      return "tokens";
+    case DatasetKind::Bytes:
+      return "bytes";
+    case DatasetKind::Documents:
+      return "documents";
   }
   return "long-range";
 }
@@ -23,19 +27,26 @@ std::string_view to_string(DocumentPositions v) { return v == DocumentPositions:
 
 std::string_view to_string(DeviceKind v) {
   switch (v) {
-    case DeviceKind::Auto: return "auto";
-    case DeviceKind::Cpu: return "cpu";
-    case DeviceKind::Cuda: return "cuda";
+    case DeviceKind::Auto:
+      return "auto";
+    case DeviceKind::Cpu:
+      return "cpu";
+    case DeviceKind::Cuda:
+      return "cuda";
   }
   return "auto";
 }
 
 std::string_view to_string(RopeScalingKind v) {
   switch (v) {
-    case RopeScalingKind::None: return "none";
-    case RopeScalingKind::Linear: return "linear";
-    case RopeScalingKind::Llama3: return "llama3";
-    case RopeScalingKind::Yarn: return "yarn";
+    case RopeScalingKind::None:
+      return "none";
+    case RopeScalingKind::Linear:
+      return "linear";
+    case RopeScalingKind::Llama3:
+      return "llama3";
+    case RopeScalingKind::Yarn:
+      return "yarn";
   }
   return "none";
 }
@@ -57,24 +68,75 @@ namespace {
 
 std::vector<ModelFlavor> make_flavors() {
   std::vector<ModelFlavor> f = {
-      {"tiny", "4 layers, d=128: trains on a laptop CPU in seconds (the debug flavor)",
-       {.n_layers = 4, .d_model = 128, .n_heads = 8, .n_kv_heads = 2, .head_dim = 16, .d_ffn = 352,
-        .vocab_size = 256, .rope_theta = 10000.0, .norm_eps = 1e-5}},
-      {"llama3.2-1b", "Llama 3.2 1B: 16 layers, d=2048, 32/8 heads, tied embeddings",
-       {.n_layers = 16, .d_model = 2048, .n_heads = 32, .n_kv_heads = 8, .head_dim = 64, .d_ffn = 8192,
-        .vocab_size = 128256, .rope_theta = 500000.0, .norm_eps = 1e-5, .tie_embeddings = true}},
-      {"llama3.2-3b", "Llama 3.2 3B: 28 layers, d=3072, 24/8 heads, tied embeddings",
-       {.n_layers = 28, .d_model = 3072, .n_heads = 24, .n_kv_heads = 8, .head_dim = 128, .d_ffn = 8192,
-        .vocab_size = 128256, .rope_theta = 500000.0, .norm_eps = 1e-5, .tie_embeddings = true}},
-      {"llama3-8b", "Llama 3 / 3.1 8B: 32 layers, d=4096, 32/8 heads, d_ffn=14336",
-       {.n_layers = 32, .d_model = 4096, .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .d_ffn = 14336,
-        .vocab_size = 128256, .rope_theta = 500000.0, .norm_eps = 1e-5}},
-      {"qwen3-32b", "Qwen3 32B: 64 layers, d=5120, 64/8 heads of 128, QK-norm",
-       {.n_layers = 64, .d_model = 5120, .n_heads = 64, .n_kv_heads = 8, .head_dim = 128, .d_ffn = 25600,
-        .vocab_size = 151936, .rope_theta = 1000000.0, .norm_eps = 1e-6, .qk_norm = true}},
-      {"llama3-70b", "Llama 3 / 3.1 70B: 80 layers, d=8192, 64/8 heads, d_ffn=28672",
-       {.n_layers = 80, .d_model = 8192, .n_heads = 64, .n_kv_heads = 8, .head_dim = 128, .d_ffn = 28672,
-        .vocab_size = 128256, .rope_theta = 500000.0, .norm_eps = 1e-5}},
+      {"tiny",
+       "4 layers, d=128: trains on a laptop CPU in seconds (the debug flavor)",
+       {.n_layers = 4,
+        .d_model = 128,
+        .n_heads = 8,
+        .n_kv_heads = 2,
+        .head_dim = 16,
+        .d_ffn = 352,
+        .vocab_size = 256,
+        .rope_theta = 10000.0,
+        .norm_eps = 1e-5}},
+      {"llama3.2-1b",
+       "Llama 3.2 1B: 16 layers, d=2048, 32/8 heads, tied embeddings",
+       {.n_layers = 16,
+        .d_model = 2048,
+        .n_heads = 32,
+        .n_kv_heads = 8,
+        .head_dim = 64,
+        .d_ffn = 8192,
+        .vocab_size = 128256,
+        .rope_theta = 500000.0,
+        .norm_eps = 1e-5,
+        .tie_embeddings = true}},
+      {"llama3.2-3b",
+       "Llama 3.2 3B: 28 layers, d=3072, 24/8 heads, tied embeddings",
+       {.n_layers = 28,
+        .d_model = 3072,
+        .n_heads = 24,
+        .n_kv_heads = 8,
+        .head_dim = 128,
+        .d_ffn = 8192,
+        .vocab_size = 128256,
+        .rope_theta = 500000.0,
+        .norm_eps = 1e-5,
+        .tie_embeddings = true}},
+      {"llama3-8b",
+       "Llama 3 / 3.1 8B: 32 layers, d=4096, 32/8 heads, d_ffn=14336",
+       {.n_layers = 32,
+        .d_model = 4096,
+        .n_heads = 32,
+        .n_kv_heads = 8,
+        .head_dim = 128,
+        .d_ffn = 14336,
+        .vocab_size = 128256,
+        .rope_theta = 500000.0,
+        .norm_eps = 1e-5}},
+      {"qwen3-32b",
+       "Qwen3 32B: 64 layers, d=5120, 64/8 heads of 128, QK-norm",
+       {.n_layers = 64,
+        .d_model = 5120,
+        .n_heads = 64,
+        .n_kv_heads = 8,
+        .head_dim = 128,
+        .d_ffn = 25600,
+        .vocab_size = 151936,
+        .rope_theta = 1000000.0,
+        .norm_eps = 1e-6,
+        .qk_norm = true}},
+      {"llama3-70b",
+       "Llama 3 / 3.1 70B: 80 layers, d=8192, 64/8 heads, d_ffn=28672",
+       {.n_layers = 80,
+        .d_model = 8192,
+        .n_heads = 64,
+        .n_kv_heads = 8,
+        .head_dim = 128,
+        .d_ffn = 28672,
+        .vocab_size = 128256,
+        .rope_theta = 500000.0,
+        .norm_eps = 1e-5}},
   };
   for (auto& flavor : f) flavor.shape.flavor = flavor.name;
   // Llama 3.2's published config.json: rope_scaling {"rope_type": "llama3", "factor": 32,
@@ -104,21 +166,54 @@ const std::vector<HardwareProfile>& hardware_profiles() {
   // AdamW's bandwidth are per node. Where each GPU figure comes from (measurements on an H200
   // host, the published Llama3-8B runs): docs/planner.md, "Hardware profiles".
   static const std::vector<HardwareProfile> profiles = {
-      {"h100-sxm", "NVIDIA H100 SXM 80 GB, 8 per node (DGX H100: NVLink 4, PCIe Gen5, 2 TiB host)",
-       {.profile = "h100-sxm", .device_memory_gib = 79.1, .bf16_tflops = 989.4, .nvlink_gbps = 450.0,
-        .internode_gbps = 50.0, .pcie_gbps = 50.0, .host_memory_gib = 2048.0, .host_optimizer_gbps = 113.0,
-        .gpus_per_node = 8, .compute_efficiency = 0.5, .attention_efficiency = 0.5,
-        .untied_attention_efficiency = 0.5, .comm_efficiency = 0.8, .runtime_overhead_gib = 2.0}},
-      {"h200", "NVIDIA H200 SXM 141 GB, 8 per node (DGX H200: NVLink 4, PCIe Gen5, 2 TiB host)",
-       {.profile = "h200", .device_memory_gib = 139.8, .bf16_tflops = 989.4, .nvlink_gbps = 450.0,
-        .internode_gbps = 50.0, .pcie_gbps = 55.3, .host_memory_gib = 2048.0, .host_optimizer_gbps = 113.0,
-        .gpus_per_node = 8, .compute_efficiency = 0.5, .attention_efficiency = 0.5,
-        .untied_attention_efficiency = 0.5, .comm_efficiency = 0.8, .runtime_overhead_gib = 2.0}},
-      {"cpu", "This machine's CPU: ranks are threads, 'device' and host memory are the same RAM",
-       {.profile = "cpu", .device_memory_gib = 16.0, .bf16_tflops = 0.1, .nvlink_gbps = 10.0,
-        .internode_gbps = 10.0, .pcie_gbps = 10.0, .host_memory_gib = 16.0, .host_optimizer_gbps = 10.0,
-        .gpus_per_node = 8, .compute_efficiency = 0.5, .attention_efficiency = 0.5,
-        .untied_attention_efficiency = 0.5, .comm_efficiency = 0.5, .runtime_overhead_gib = 0.0}},
+      {"h100-sxm",
+       "NVIDIA H100 SXM 80 GB, 8 per node (DGX H100: NVLink 4, PCIe Gen5, 2 TiB host)",
+       {.profile = "h100-sxm",
+        .device_memory_gib = 79.1,
+        .bf16_tflops = 989.4,
+        .nvlink_gbps = 450.0,
+        .internode_gbps = 50.0,
+        .pcie_gbps = 50.0,
+        .host_memory_gib = 2048.0,
+        .host_optimizer_gbps = 113.0,
+        .gpus_per_node = 8,
+        .compute_efficiency = 0.5,
+        .attention_efficiency = 0.5,
+        .untied_attention_efficiency = 0.5,
+        .comm_efficiency = 0.8,
+        .runtime_overhead_gib = 2.0}},
+      {"h200",
+       "NVIDIA H200 SXM 141 GB, 8 per node (DGX H200: NVLink 4, PCIe Gen5, 2 TiB host)",
+       {.profile = "h200",
+        .device_memory_gib = 139.8,
+        .bf16_tflops = 989.4,
+        .nvlink_gbps = 450.0,
+        .internode_gbps = 50.0,
+        .pcie_gbps = 55.3,
+        .host_memory_gib = 2048.0,
+        .host_optimizer_gbps = 113.0,
+        .gpus_per_node = 8,
+        .compute_efficiency = 0.5,
+        .attention_efficiency = 0.5,
+        .untied_attention_efficiency = 0.5,
+        .comm_efficiency = 0.8,
+        .runtime_overhead_gib = 2.0}},
+      {"cpu",
+       "This machine's CPU: ranks are threads, 'device' and host memory are the same RAM",
+       {.profile = "cpu",
+        .device_memory_gib = 16.0,
+        .bf16_tflops = 0.1,
+        .nvlink_gbps = 10.0,
+        .internode_gbps = 10.0,
+        .pcie_gbps = 10.0,
+        .host_memory_gib = 16.0,
+        .host_optimizer_gbps = 10.0,
+        .gpus_per_node = 8,
+        .compute_efficiency = 0.5,
+        .attention_efficiency = 0.5,
+        .untied_attention_efficiency = 0.5,
+        .comm_efficiency = 0.5,
+        .runtime_overhead_gib = 0.0}},
   };
   return profiles;
 }
@@ -143,9 +238,12 @@ SequenceTile loss_tile(const MemoryConfig& memory, const ModelConfig& model, int
 
 bool runs_cuda_path(const RunConfig& cfg) {
   switch (cfg.training.device) {
-    case DeviceKind::Cuda: return true;
-    case DeviceKind::Cpu: return false;
-    case DeviceKind::Auto: break;
+    case DeviceKind::Cuda:
+      return true;
+    case DeviceKind::Cpu:
+      return false;
+    case DeviceKind::Auto:
+      break;
   }
   return profile_describes_gpu(cfg.hardware.profile);
 }

@@ -118,9 +118,12 @@ std::string KeySpec::full_name() const {
 
 const char* to_string(ApplyWhen when) {
   switch (when) {
-    case ApplyWhen::PlanOnly: return "plan only";
-    case ApplyWhen::NextStep: return "next step";
-    case ApplyWhen::Restart: return "restart";
+    case ApplyWhen::PlanOnly:
+      return "plan only";
+    case ApplyWhen::NextStep:
+      return "next step";
+    case ApplyWhen::Restart:
+      return "restart";
   }
   return "?";
 }
@@ -135,13 +138,17 @@ ApplyWhen KeySpec::applies() const {
 
 std::string KeySpec::type_rule() const {
   switch (kind) {
-    case KeyKind::Bool: return "must be true or false";
-    case KeyKind::Int: return word.empty() ? "must be an integer" : "must be an integer or " + quoted(word);
+    case KeyKind::Bool:
+      return "must be true or false";
+    case KeyKind::Int:
+      return word.empty() ? "must be an integer" : "must be an integer or " + quoted(word);
     case KeyKind::Size:
       return word.empty() ? "must be a whole count such as 4096, 512K or 3M"
                           : "must be a whole count such as 4096, 512K or 3M, or " + quoted(word);
-    case KeyKind::Float: return "must be a number";
-    case KeyKind::String: return "must be a string";
+    case KeyKind::Float:
+      return "must be a number";
+    case KeyKind::String:
+      return "must be a string";
     case KeyKind::Choice: {
       std::string s = "must be one of ";
       for (size_t k = 0; k < choices.size(); ++k) s += (k ? ", " : "") + quoted(choices[k]);
@@ -199,9 +206,7 @@ bool KeySpec::holds_word(const RunConfig& cfg) const {
   return !word.empty() && (kind == KeyKind::Int || kind == KeyKind::Size) && get(cfg).i == word_value;
 }
 
-bool KeySpec::in_range(const RunConfig& cfg) const {
-  return !range || holds_word(cfg) || range->contains(number(cfg));
-}
+bool KeySpec::in_range(const RunConfig& cfg) const { return !range || holds_word(cfg) || range->contains(number(cfg)); }
 
 namespace {
 
@@ -217,22 +222,26 @@ ValueRange closed(double lo, double hi, std::string_view unit = {}, std::string_
   return {lo, hi, false, false, unit, why};
 }
 
-#define ODY_BOOL(SEC, FIELD, NAME, DOC)                                                   \
-  KeySpec{SEC, NAME, KeyKind::Bool, DOC, {},                                              \
-          [](const RunConfig& c) { return RawValue::boolean(c.FIELD); },                \
-          [](RunConfig& c, const RawValue& v) { c.FIELD = v.b; }}
-#define ODY_INT(SEC, FIELD, NAME, DOC, RANGE)                                              \
-  KeySpec{SEC, NAME, KeyKind::Int, DOC, {},                                               \
-          [](const RunConfig& c) { return RawValue::integer(c.FIELD); },                \
-          [](RunConfig& c, const RawValue& v) { c.FIELD = v.i; }, RANGE}
-#define ODY_SIZE(SEC, FIELD, NAME, DOC, RANGE)                                             \
-  KeySpec{SEC, NAME, KeyKind::Size, DOC, {},                                              \
-          [](const RunConfig& c) { return RawValue::integer(c.FIELD); },                \
-          [](RunConfig& c, const RawValue& v) { c.FIELD = v.i; }, RANGE}
-#define ODY_FLOAT(SEC, FIELD, NAME, DOC, RANGE)                                            \
-  KeySpec{SEC, NAME, KeyKind::Float, DOC, {},                                             \
-          [](const RunConfig& c) { return RawValue::floating(c.FIELD); },               \
-          [](RunConfig& c, const RawValue& v) { c.FIELD = v.f; }, RANGE}
+#define ODY_BOOL(SEC, FIELD, NAME, DOC)                                                               \
+  KeySpec {                                                                                           \
+    SEC, NAME, KeyKind::Bool, DOC, {}, [](const RunConfig& c) { return RawValue::boolean(c.FIELD); }, \
+        [](RunConfig& c, const RawValue& v) { c.FIELD = v.b; }                                        \
+  }
+#define ODY_INT(SEC, FIELD, NAME, DOC, RANGE)                                                        \
+  KeySpec {                                                                                          \
+    SEC, NAME, KeyKind::Int, DOC, {}, [](const RunConfig& c) { return RawValue::integer(c.FIELD); }, \
+        [](RunConfig& c, const RawValue& v) { c.FIELD = v.i; }, RANGE                                \
+  }
+#define ODY_SIZE(SEC, FIELD, NAME, DOC, RANGE)                                                        \
+  KeySpec {                                                                                           \
+    SEC, NAME, KeyKind::Size, DOC, {}, [](const RunConfig& c) { return RawValue::integer(c.FIELD); }, \
+        [](RunConfig& c, const RawValue& v) { c.FIELD = v.i; }, RANGE                                 \
+  }
+#define ODY_FLOAT(SEC, FIELD, NAME, DOC, RANGE)                                                         \
+  KeySpec {                                                                                             \
+    SEC, NAME, KeyKind::Float, DOC, {}, [](const RunConfig& c) { return RawValue::floating(c.FIELD); }, \
+        [](RunConfig& c, const RawValue& v) { c.FIELD = v.f; }, RANGE                                   \
+  }
 constexpr std::string_view kWordAuto = kHeadsPerStageAutoWord;  // "auto", for every key that takes it
 
 /// An Int or Size key that also takes one word, stored as `value` outside the key's range and read
@@ -248,18 +257,23 @@ KeySpec with_word(KeySpec spec, std::string_view word, int64_t value) {
   return spec;
 }
 
-#define ODY_STRING(SEC, FIELD, NAME, DOC)                                                 \
-  KeySpec{SEC, NAME, KeyKind::String, DOC, {},                                            \
-          [](const RunConfig& c) { return RawValue::string(c.FIELD); },                 \
-          [](RunConfig& c, const RawValue& v) { c.FIELD = v.s; }}
+#define ODY_STRING(SEC, FIELD, NAME, DOC)                                                              \
+  KeySpec {                                                                                            \
+    SEC, NAME, KeyKind::String, DOC, {}, [](const RunConfig& c) { return RawValue::string(c.FIELD); }, \
+        [](RunConfig& c, const RawValue& v) { c.FIELD = v.s; }                                         \
+  }
 
 template <class Enum>
-KeySpec enum_key(std::string_view section, std::string_view name, std::string_view doc,
-                 std::vector<Enum> values, std::function<Enum&(RunConfig&)> field) {
+KeySpec enum_key(std::string_view section, std::string_view name, std::string_view doc, std::vector<Enum> values,
+                 std::function<Enum&(RunConfig&)> field) {
   std::vector<std::string> names;
   for (Enum e : values) names.emplace_back(to_string(e));
   auto cfield = [field](const RunConfig& c) { return field(const_cast<RunConfig&>(c)); };
-  return KeySpec{section, name, KeyKind::Choice, doc, names,
+  return KeySpec{section,
+                 name,
+                 KeyKind::Choice,
+                 doc,
+                 names,
                  [cfield](const RunConfig& c) { return RawValue::string(std::string(to_string(cfield(c)))); },
                  [field, values](RunConfig& c, const RawValue& v) {
                    for (Enum e : values)
@@ -282,126 +296,215 @@ std::vector<std::string> profile_choices() {
 }
 
 // The [model] keys that size a parameter (model_shape_keys).
-constexpr const char* kModelShapeKeys[] = {"model.n_layers",    "model.d_model", "model.n_heads",
-                                           "model.n_kv_heads",  "model.head_dim", "model.d_ffn",
-                                           "model.vocab_size",  "model.tie_embeddings", "model.qk_norm"};
+constexpr const char* kModelShapeKeys[] = {"model.n_layers",   "model.d_model",        "model.n_heads",
+                                           "model.n_kv_heads", "model.head_dim",       "model.d_ffn",
+                                           "model.vocab_size", "model.tie_embeddings", "model.qk_norm"};
 
 std::vector<KeySpec> make_schema() {
   std::vector<KeySpec> s;
   s.push_back(ODY_STRING("", description, "description", "One line saying what this preset is for."));
 
   // [model]
-  s.push_back(KeySpec{"model", "flavor", KeyKind::Choice,
-                      "Named shape the keys below override; \"custom\" means every shape key is given; \"hf\" takes it from hf_path.",
-                      flavor_choices(),
-                      [](const RunConfig& c) { return RawValue::string(c.model.flavor); },
-                      [](RunConfig& c, const RawValue& v) { c.model.flavor = v.s; }});
+  s.push_back(KeySpec{
+      "model", "flavor", KeyKind::Choice,
+      "Named shape the keys below override; \"custom\" means every shape key is given; \"hf\" takes it from hf_path.",
+      flavor_choices(), [](const RunConfig& c) { return RawValue::string(c.model.flavor); },
+      [](RunConfig& c, const RawValue& v) { c.model.flavor = v.s; }});
   s.push_back(ODY_INT("model", model.n_layers, "n_layers", "Decoder blocks.", between(1, 1024)));
   s.push_back(ODY_INT("model", model.d_model, "d_model", "Hidden size.", between(1, 1 << 20)));
   s.push_back(ODY_INT("model", model.n_heads, "n_heads", "Query heads.", between(1, 4096)));
-  s.push_back(ODY_INT("model", model.n_kv_heads, "n_kv_heads", "Key/value heads (GQA when fewer than n_heads); default n_heads for custom.", between(1, 4096)));
-  s.push_back(ODY_INT("model", model.head_dim, "head_dim", "Per-head width; default d_model / n_heads.", between(2, 4096)));
+  s.push_back(ODY_INT("model", model.n_kv_heads, "n_kv_heads",
+                      "Key/value heads (GQA when fewer than n_heads); default n_heads for custom.", between(1, 4096)));
+  s.push_back(
+      ODY_INT("model", model.head_dim, "head_dim", "Per-head width; default d_model / n_heads.", between(2, 4096)));
   s.push_back(ODY_INT("model", model.d_ffn, "d_ffn", "SwiGLU intermediate size.", between(1, 1 << 22)));
-  s.push_back(ODY_INT("model", model.vocab_size, "vocab_size", "Vocabulary size (256 for the bytes dataset).", between(2, 1 << 24)));
-  s.push_back(ODY_FLOAT("model", model.rope_theta, "rope_theta", "Rotary embedding base; default 10000 for custom.", positive_up_to(1e12)));
-  s.push_back(ODY_FLOAT("model", model.norm_eps, "norm_eps", "RMSNorm epsilon; default 1e-5 for custom.", strictly_between(0, 1)));
+  s.push_back(ODY_INT("model", model.vocab_size, "vocab_size", "Vocabulary size (256 for the bytes dataset).",
+                      between(2, 1 << 24)));
+  s.push_back(ODY_FLOAT("model", model.rope_theta, "rope_theta", "Rotary embedding base; default 10000 for custom.",
+                        positive_up_to(1e12)));
+  s.push_back(ODY_FLOAT("model", model.norm_eps, "norm_eps", "RMSNorm epsilon; default 1e-5 for custom.",
+                        strictly_between(0, 1)));
   s.push_back(ODY_BOOL("model", model.tie_embeddings, "tie_embeddings", "LM head shares the embedding matrix."));
   s.push_back(ODY_BOOL("model", model.qk_norm, "qk_norm", "RMSNorm on each query and key head before RoPE (Qwen3)."));
-  s.push_back(enum_key<RopeScalingKind>("model", "rope_scaling",
-                                        "RoPE context extension: none, linear, llama3 or yarn (Hugging Face's rope_type).",
-                                        {RopeScalingKind::None, RopeScalingKind::Linear, RopeScalingKind::Llama3, RopeScalingKind::Yarn},
-                                        [](RunConfig& c) -> RopeScalingKind& { return c.model.rope_scaling.kind; }));
-  s.push_back(ODY_FLOAT("model", model.rope_scaling.factor, "rope_factor", "How far rope_scaling stretches the context (8 for Llama 3.1, 32 for 3.2).", positive_up_to(1e6)));
-  s.push_back(ODY_FLOAT("model", model.rope_scaling.low_freq_factor, "rope_low_freq_factor", "llama3 scaling: wavelengths above original / this are interpolated.", positive_up_to(1e6)));
-  s.push_back(ODY_FLOAT("model", model.rope_scaling.high_freq_factor, "rope_high_freq_factor", "llama3 scaling: wavelengths below original / this are kept.", positive_up_to(1e6)));
-  s.push_back(ODY_SIZE("model", model.rope_scaling.original_max_position, "rope_original_max_position", "llama3 and yarn scaling: the pretraining context (8K for Llama 3).", between(1, kMaxTokens)));
-  s.push_back(ODY_FLOAT("model", model.rope_scaling.beta_fast, "rope_beta_fast", "yarn scaling: rotations over the original context where extrapolation ends.", positive_up_to(1e6)));
-  s.push_back(ODY_FLOAT("model", model.rope_scaling.beta_slow, "rope_beta_slow", "yarn scaling: rotations where interpolation starts.", positive_up_to(1e6)));
-  s.push_back(ODY_FLOAT("model", model.rope_scaling.attention_factor, "rope_attention_factor", "yarn scaling: factor on cos and sin; 0 = 0.1 ln(rope_factor) + 1.", closed(0, 100, "", "0 derives it from rope_factor")));
-  s.push_back(ODY_STRING("model", model.hf_path, "hf_path", "Hugging Face model directory: the shape from its config.json, the weights from its safetensors."));
+  s.push_back(enum_key<RopeScalingKind>(
+      "model", "rope_scaling", "RoPE context extension: none, linear, llama3 or yarn (Hugging Face's rope_type).",
+      {RopeScalingKind::None, RopeScalingKind::Linear, RopeScalingKind::Llama3, RopeScalingKind::Yarn},
+      [](RunConfig& c) -> RopeScalingKind& { return c.model.rope_scaling.kind; }));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.factor, "rope_factor",
+                        "How far rope_scaling stretches the context (8 for Llama 3.1, 32 for 3.2).",
+                        positive_up_to(1e6)));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.low_freq_factor, "rope_low_freq_factor",
+                        "llama3 scaling: wavelengths above original / this are interpolated.", positive_up_to(1e6)));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.high_freq_factor, "rope_high_freq_factor",
+                        "llama3 scaling: wavelengths below original / this are kept.", positive_up_to(1e6)));
+  s.push_back(ODY_SIZE("model", model.rope_scaling.original_max_position, "rope_original_max_position",
+                       "llama3 and yarn scaling: the pretraining context (8K for Llama 3).", between(1, kMaxTokens)));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.beta_fast, "rope_beta_fast",
+                        "yarn scaling: rotations over the original context where extrapolation ends.",
+                        positive_up_to(1e6)));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.beta_slow, "rope_beta_slow",
+                        "yarn scaling: rotations where interpolation starts.", positive_up_to(1e6)));
+  s.push_back(ODY_FLOAT("model", model.rope_scaling.attention_factor, "rope_attention_factor",
+                        "yarn scaling: factor on cos and sin; 0 = 0.1 ln(rope_factor) + 1.",
+                        closed(0, 100, "", "0 derives it from rope_factor")));
+  s.push_back(
+      ODY_STRING("model", model.hf_path, "hf_path",
+                 "Hugging Face model directory: the shape from its config.json, the weights from its safetensors."));
 
   // [training]
-  s.push_back(ODY_SIZE("training", training.seq_len, "seq_len", "Tokens per sequence, before sequence sharding (512K, 3M, ...).", between(2, kMaxTokens, "one input and one label at least")));
-  s.push_back(ODY_INT("training", training.batch_size, "batch_size", "Sequences per data-parallel replica per step.", between(1, 65536)));
+  s.push_back(ODY_SIZE("training", training.seq_len, "seq_len",
+                       "Tokens per sequence, before sequence sharding (512K, 3M, ...).",
+                       between(2, kMaxTokens, "one input and one label at least")));
+  s.push_back(ODY_INT("training", training.batch_size, "batch_size", "Sequences per data-parallel replica per step.",
+                      between(1, 65536)));
   s.push_back(ODY_INT("training", training.steps, "steps", "Optimizer steps.", between(1, kMaxSteps)));
   s.push_back(ODY_FLOAT("training", training.lr, "lr", "Peak learning rate (AdamW).", positive_up_to(1)));
-  s.push_back(ODY_INT("training", training.warmup_steps, "warmup_steps", "Linear warmup steps before the cosine decay.", between(0, kMaxSteps)));
-  s.push_back(ODY_FLOAT("training", training.min_lr_ratio, "min_lr_ratio", "Cosine floor as a fraction of lr.", closed(0, 1)));
-  s.push_back(ODY_FLOAT("training", training.weight_decay, "weight_decay", "AdamW decoupled weight decay on matrices.", closed(0, 10)));
+  s.push_back(ODY_INT("training", training.warmup_steps, "warmup_steps", "Linear warmup steps before the cosine decay.",
+                      between(0, kMaxSteps)));
+  s.push_back(
+      ODY_FLOAT("training", training.min_lr_ratio, "min_lr_ratio", "Cosine floor as a fraction of lr.", closed(0, 1)));
+  s.push_back(ODY_FLOAT("training", training.weight_decay, "weight_decay", "AdamW decoupled weight decay on matrices.",
+                        closed(0, 10)));
   s.push_back(ODY_FLOAT("training", training.beta1, "beta1", "AdamW first-moment decay.", from_zero_below(1)));
   s.push_back(ODY_FLOAT("training", training.beta2, "beta2", "AdamW second-moment decay.", from_zero_below(1)));
   s.push_back(ODY_FLOAT("training", training.adam_eps, "adam_eps", "AdamW epsilon.", strictly_between(0, 1)));
-  s.push_back(ODY_FLOAT("training", training.grad_clip, "grad_clip", "Clip the global gradient norm to this; 0 disables.", closed(0, 1e9, "", "0 turns clipping off")));
-  s.push_back(ODY_INT("training", training.seed, "seed", "Seeds weights and data: same preset, same seed, same losses on CPU.", at_least(0)));
-  s.push_back(enum_key<DType>("training", "dtype", "Compute dtype; bfloat16 keeps fp32 master weights and optimizer state.",
-                              {DType::Float32, DType::BFloat16},
-                              [](RunConfig& c) -> DType& { return c.training.dtype; }));
-  s.push_back(enum_key<DatasetKind>("training", "dataset",
-                                    "long-range (built-in passkey task), tokens (llm.c .bin file), bytes (any file) or documents (a file of `odyssey prepare`).",
-                                    {DatasetKind::LongRange, DatasetKind::Tokens, DatasetKind::Bytes, DatasetKind::Documents},
-                                    [](RunConfig& c) -> DatasetKind& { return c.training.dataset; }));
-  s.push_back(ODY_STRING("training", training.dataset_path, "dataset_path", "Data file for the tokens, bytes and documents datasets."));
-  s.push_back(enum_key<DocumentPacking>("training", "document_packing",
-                                        "documents dataset: split (a document longer than the space left in a sequence continues in the next) or refuse (every sequence begins at a document; one longer than seq_len + 1 tokens is bad input).",
-                                        {DocumentPacking::Split, DocumentPacking::Refuse},
-                                        [](RunConfig& c) -> DocumentPacking& { return c.training.document_packing; }));
+  s.push_back(ODY_FLOAT("training", training.grad_clip, "grad_clip",
+                        "Clip the global gradient norm to this; 0 disables.",
+                        closed(0, 1e9, "", "0 turns clipping off")));
+  s.push_back(ODY_INT("training", training.seed, "seed",
+                      "Seeds weights and data: same preset, same seed, same losses on CPU.", at_least(0)));
+  s.push_back(
+      enum_key<DType>("training", "dtype", "Compute dtype; bfloat16 keeps fp32 master weights and optimizer state.",
+                      {DType::Float32, DType::BFloat16}, [](RunConfig& c) -> DType& { return c.training.dtype; }));
+  s.push_back(
+      enum_key<DatasetKind>("training", "dataset",
+                            "long-range (built-in passkey task), tokens (llm.c .bin file), bytes (any file) or "
+                            "documents (a file of `odyssey prepare`).",
+                            {DatasetKind::LongRange, DatasetKind::Tokens, DatasetKind::Bytes, DatasetKind::Documents},
+                            [](RunConfig& c) -> DatasetKind& { return c.training.dataset; }));
+  s.push_back(ODY_STRING("training", training.dataset_path, "dataset_path",
+                         "Data file for the tokens, bytes and documents datasets."));
+  s.push_back(enum_key<DocumentPacking>(
+      "training", "document_packing",
+      "documents dataset: split (a document longer than the space left in a sequence continues in the next) or refuse "
+      "(every sequence begins at a document; one longer than seq_len + 1 tokens is bad input).",
+      {DocumentPacking::Split, DocumentPacking::Refuse},
+      [](RunConfig& c) -> DocumentPacking& { return c.training.document_packing; }));
   s.push_back(ODY_BOOL("training", training.document_mask, "document_mask",
-                       "documents dataset: attention stays within each document and no target crosses a boundary (the loss is the mean over the targets inside documents)."));
-  s.push_back(enum_key<DocumentPositions>("training", "document_positions",
-                                          "With document_mask: RoPE positions restart at 0 in each document (as Hugging Face's position ids), or continue across the sequence.",
-                                          {DocumentPositions::Restart, DocumentPositions::Continue},
-                                          [](RunConfig& c) -> DocumentPositions& { return c.training.document_positions; }));
+                       "documents dataset: attention stays within each document and no target crosses a boundary (the "
+                       "loss is the mean over the targets inside documents)."));
+  s.push_back(
+      enum_key<DocumentPositions>("training", "document_positions",
+                                  "With document_mask: RoPE positions restart at 0 in each document (as Hugging Face's "
+                                  "position ids), or continue across the sequence.",
+                                  {DocumentPositions::Restart, DocumentPositions::Continue},
+                                  [](RunConfig& c) -> DocumentPositions& { return c.training.document_positions; }));
   s.push_back(enum_key<DeviceKind>("training", "device", "Where the engine runs: auto (CUDA if present), cpu or cuda.",
                                    {DeviceKind::Auto, DeviceKind::Cpu, DeviceKind::Cuda},
                                    [](RunConfig& c) -> DeviceKind& { return c.training.device; }));
 
   // [parallel]
-  s.push_back(ODY_INT("parallel", parallel.world_size, "world_size", "Ranks in the job: data-parallel replicas x ulysses_degree.", between(1, 65536)));
-  s.push_back(ODY_BOOL("parallel", parallel.fsdp, "fsdp", "Shard parameters, gradients and optimizer state over all ranks (ZeRO-3)."));
-  s.push_back(ODY_INT("parallel", parallel.ulysses_degree, "ulysses_degree", "Ranks that share one sequence (DeepSpeed sequence_parallel_size).", between(1, 65536)));
-  s.push_back(ODY_BOOL("parallel", parallel.emulate, "emulate", "Run rank 0 of a world_size job alone: exact shapes, stand-in collectives, meaningless losses."));
-  s.push_back(ODY_FLOAT("parallel", parallel.timeout_s, "timeout_s", "Seconds before a collective fails with the rank and operation named.", positive_up_to(604800, "seconds")));
+  s.push_back(ODY_INT("parallel", parallel.world_size, "world_size",
+                      "Ranks in the job: data-parallel replicas x ulysses_degree.", between(1, 65536)));
+  s.push_back(ODY_BOOL("parallel", parallel.fsdp, "fsdp",
+                       "Shard parameters, gradients and optimizer state over all ranks (ZeRO-3)."));
+  s.push_back(ODY_INT("parallel", parallel.ulysses_degree, "ulysses_degree",
+                      "Ranks that share one sequence (DeepSpeed sequence_parallel_size).", between(1, 65536)));
+  s.push_back(
+      ODY_BOOL("parallel", parallel.emulate, "emulate",
+               "Run rank 0 of a world_size job alone: exact shapes, stand-in collectives, meaningless losses."));
+  s.push_back(ODY_FLOAT("parallel", parallel.timeout_s, "timeout_s",
+                        "Seconds before a collective fails with the rank and operation named.",
+                        positive_up_to(604800, "seconds")));
 
   // [memory]
-  s.push_back(ODY_BOOL("memory", memory.activation_checkpointing, "activation_checkpointing", "Keep only each block's input; recompute the block in backward."));
-  s.push_back(ODY_BOOL("memory", memory.offload_activations, "offload_activations", "Move checkpointed block inputs (all but the last) to host memory."));
-  s.push_back(ODY_BOOL("memory", memory.keep_attention, "keep_attention", "With checkpointing, keep each block's attention output and log-sum-exp, so backward recomputes the projections, norms and MLP but runs no attention forward again; costs one [tokens, q_dim] and its LSE per block."));
-  s.push_back(ODY_BOOL("memory", memory.tiled_mlp, "tiled_mlp", "Run the MLP over sequence tiles, recomputed tile by tile in backward."));
-  s.push_back(with_word(ODY_SIZE("memory", memory.mlp_tile_tokens, "mlp_tile_tokens", "Tokens per MLP tile; 0 = d_model (DeepSpeed's rule); \"auto\" = the fewest tiles at the lowest planned peak for the run's length.", between(0, kMaxTokens, "0 = d_model; or \"auto\"")),
+  s.push_back(ODY_BOOL("memory", memory.activation_checkpointing, "activation_checkpointing",
+                       "Keep only each block's input; recompute the block in backward."));
+  s.push_back(ODY_BOOL("memory", memory.offload_activations, "offload_activations",
+                       "Move checkpointed block inputs (all but the last) to host memory."));
+  s.push_back(ODY_BOOL(
+      "memory", memory.keep_attention, "keep_attention",
+      "With checkpointing, keep each block's attention output and log-sum-exp, so backward recomputes the projections, "
+      "norms and MLP but runs no attention forward again; costs one [tokens, q_dim] and its LSE per block."));
+  s.push_back(ODY_BOOL("memory", memory.tiled_mlp, "tiled_mlp",
+                       "Run the MLP over sequence tiles, recomputed tile by tile in backward."));
+  s.push_back(with_word(ODY_SIZE("memory", memory.mlp_tile_tokens, "mlp_tile_tokens",
+                                 "Tokens per MLP tile; 0 = d_model (DeepSpeed's rule); \"auto\" = the fewest tiles at "
+                                 "the lowest planned peak for the run's length.",
+                                 between(0, kMaxTokens, "0 = d_model; or \"auto\"")),
                         kWordAuto, kMlpTileTokensAuto));
-  s.push_back(ODY_BOOL("memory", memory.tiled_loss, "tiled_loss", "LM head + cross-entropy over sequence tiles; never the full logits."));
-  s.push_back(ODY_SIZE("memory", memory.loss_tile_tokens, "loss_tile_tokens", "Tokens per loss tile; 0 = about 1 GiB of fp32 logits per tile.", between(0, kMaxTokens, "0 = auto")));
-  s.push_back(ODY_BOOL("memory", memory.untied_ulysses, "untied_ulysses", "Attention in head stages that reuse one set of buffers (Untied Ulysses); with heads_per_stage = \"auto\", standard attention at lengths where no stage size lowers the planned peak."));
-  s.push_back(ODY_BOOL("memory", memory.offload_optimizer, "offload_optimizer", "Keep fp32 master weights, gradients and AdamW moments in host memory; AdamW runs on the host (on a GPU under the next step's forward)."));
-  s.push_back(with_word(ODY_INT("memory", memory.heads_per_stage, "heads_per_stage", "Query heads per stage over all Ulysses ranks (a multiple of ulysses_degree); 0 = ulysses_degree; \"auto\" = the fewest stages at the lowest planned peak for the run's length, or standard attention where no stage size lowers the peak.", between(0, 4096, "0 = one head per rank per stage; or \"auto\"")),
+  s.push_back(ODY_BOOL("memory", memory.tiled_loss, "tiled_loss",
+                       "LM head + cross-entropy over sequence tiles; never the full logits."));
+  s.push_back(ODY_SIZE("memory", memory.loss_tile_tokens, "loss_tile_tokens",
+                       "Tokens per loss tile; 0 = about 1 GiB of fp32 logits per tile.",
+                       between(0, kMaxTokens, "0 = auto")));
+  s.push_back(ODY_BOOL("memory", memory.untied_ulysses, "untied_ulysses",
+                       "Attention in head stages that reuse one set of buffers (Untied Ulysses); with heads_per_stage "
+                       "= \"auto\", standard attention at lengths where no stage size lowers the planned peak."));
+  s.push_back(ODY_BOOL("memory", memory.offload_optimizer, "offload_optimizer",
+                       "Keep fp32 master weights, gradients and AdamW moments in host memory; AdamW runs on the host "
+                       "(on a GPU under the next step's forward)."));
+  s.push_back(with_word(ODY_INT("memory", memory.heads_per_stage, "heads_per_stage",
+                                "Query heads per stage over all Ulysses ranks (a multiple of ulysses_degree); 0 = "
+                                "ulysses_degree; \"auto\" = the fewest stages at the lowest planned peak for the run's "
+                                "length, or standard attention where no stage size lowers the peak.",
+                                between(0, 4096, "0 = one head per rank per stage; or \"auto\"")),
                         kWordAuto, kHeadsPerStageAuto));
 
   // [hardware]
   s.push_back(KeySpec{"hardware", "profile", KeyKind::Choice, "Named target the keys below override.",
-                      profile_choices(),
-                      [](const RunConfig& c) { return RawValue::string(c.hardware.profile); },
+                      profile_choices(), [](const RunConfig& c) { return RawValue::string(c.hardware.profile); },
                       [](RunConfig& c, const RawValue& v) { c.hardware.profile = v.s; }});
-  s.push_back(ODY_FLOAT("hardware", hardware.device_memory_gib, "device_memory_gib", "Usable memory per device, GiB.", positive_up_to(65536, "GiB")));
-  s.push_back(ODY_FLOAT("hardware", hardware.bf16_tflops, "bf16_tflops", "Dense bf16 peak per device, TFLOP/s.", positive_up_to(1e6, "TFLOP/s")));
-  s.push_back(ODY_FLOAT("hardware", hardware.nvlink_gbps, "nvlink_gbps", "Intra-node bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
-  s.push_back(ODY_FLOAT("hardware", hardware.internode_gbps, "internode_gbps", "Inter-node bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
-  s.push_back(ODY_FLOAT("hardware", hardware.pcie_gbps, "pcie_gbps", "Host<->device bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
-  s.push_back(ODY_FLOAT("hardware", hardware.host_optimizer_gbps, "host_optimizer_gbps", "Memory bandwidth the host AdamW reaches per node (shared by its devices), GB/s.", positive_up_to(1e6, "GB/s")));
-  s.push_back(ODY_FLOAT("hardware", hardware.host_memory_gib, "host_memory_gib", "Host memory per node, GiB.", closed(0, 1 << 20, "GiB")));
-  s.push_back(ODY_INT("hardware", hardware.gpus_per_node, "gpus_per_node", "Devices per node sharing the host memory.", between(1, 1024)));
-  s.push_back(ODY_FLOAT("hardware", hardware.compute_efficiency, "compute_efficiency", "Achieved fraction of peak FLOP/s in everything but the attention kernels: GEMMs, with the elementwise work between them (0..1].", positive_up_to(1)));
-  s.push_back(ODY_FLOAT("hardware", hardware.attention_efficiency, "attention_efficiency", "Achieved fraction of peak FLOP/s in SDPA's attention kernels, which standard attention and Ulysses run (cuDNN's on Hopper): forward, its recompute, backward counted as 2x the forward (0..1].", positive_up_to(1)));
-  s.push_back(ODY_FLOAT("hardware", hardware.untied_attention_efficiency, "untied_attention_efficiency", "Achieved fraction of peak FLOP/s in the Untied Ulysses stages' attention kernels (FlashAttention-2, for its log-sum-exp), counted as attention_efficiency is (0..1].", positive_up_to(1)));
-  s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency", "Achieved fraction of link bandwidth in collectives (0..1].", positive_up_to(1)));
-  s.push_back(ODY_FLOAT("hardware", hardware.runtime_overhead_gib, "runtime_overhead_gib", "CUDA context, NCCL buffers and allocator fragmentation: device memory outside the tensors, GiB per device.", closed(0, 65536, "GiB")));
+  s.push_back(ODY_FLOAT("hardware", hardware.device_memory_gib, "device_memory_gib", "Usable memory per device, GiB.",
+                        positive_up_to(65536, "GiB")));
+  s.push_back(ODY_FLOAT("hardware", hardware.bf16_tflops, "bf16_tflops", "Dense bf16 peak per device, TFLOP/s.",
+                        positive_up_to(1e6, "TFLOP/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.nvlink_gbps, "nvlink_gbps",
+                        "Intra-node bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.internode_gbps, "internode_gbps",
+                        "Inter-node bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.pcie_gbps, "pcie_gbps",
+                        "Host<->device bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.host_optimizer_gbps, "host_optimizer_gbps",
+                        "Memory bandwidth the host AdamW reaches per node (shared by its devices), GB/s.",
+                        positive_up_to(1e6, "GB/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.host_memory_gib, "host_memory_gib", "Host memory per node, GiB.",
+                        closed(0, 1 << 20, "GiB")));
+  s.push_back(ODY_INT("hardware", hardware.gpus_per_node, "gpus_per_node", "Devices per node sharing the host memory.",
+                      between(1, 1024)));
+  s.push_back(ODY_FLOAT("hardware", hardware.compute_efficiency, "compute_efficiency",
+                        "Achieved fraction of peak FLOP/s in everything but the attention kernels: GEMMs, with the "
+                        "elementwise work between them (0..1].",
+                        positive_up_to(1)));
+  s.push_back(
+      ODY_FLOAT("hardware", hardware.attention_efficiency, "attention_efficiency",
+                "Achieved fraction of peak FLOP/s in SDPA's attention kernels, which standard attention and Ulysses "
+                "run (cuDNN's on Hopper): forward, its recompute, backward counted as 2x the forward (0..1].",
+                positive_up_to(1)));
+  s.push_back(ODY_FLOAT("hardware", hardware.untied_attention_efficiency, "untied_attention_efficiency",
+                        "Achieved fraction of peak FLOP/s in the Untied Ulysses stages' attention kernels "
+                        "(FlashAttention-2, for its log-sum-exp), counted as attention_efficiency is (0..1].",
+                        positive_up_to(1)));
+  s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency",
+                        "Achieved fraction of link bandwidth in collectives (0..1].", positive_up_to(1)));
+  s.push_back(ODY_FLOAT(
+      "hardware", hardware.runtime_overhead_gib, "runtime_overhead_gib",
+      "CUDA context, NCCL buffers and allocator fragmentation: device memory outside the tensors, GiB per device.",
+      closed(0, 65536, "GiB")));
 
   // [output]
-  s.push_back(ODY_STRING("output", output.dir, "dir", "Run directory: metrics.jsonl, trace.json, summary.json, checkpoints."));
+  s.push_back(
+      ODY_STRING("output", output.dir, "dir", "Run directory: metrics.jsonl, trace.json, summary.json, checkpoints."));
   s.push_back(ODY_INT("output", output.log_every, "log_every", "Steps between printed lines.", between(1, kMaxSteps)));
-  s.push_back(ODY_INT("output", output.checkpoint_every, "checkpoint_every", "Steps between checkpoints; 0 = only at the end and when stopped (Ctrl-C, SIGTERM).", between(0, kMaxSteps, "0 = at the end only")));
+  s.push_back(ODY_INT("output", output.checkpoint_every, "checkpoint_every",
+                      "Steps between checkpoints; 0 = only at the end and when stopped (Ctrl-C, SIGTERM).",
+                      between(0, kMaxSteps, "0 = at the end only")));
   s.push_back(ODY_BOOL("output", output.trace, "trace", "Write the Perfetto trace (trace.json)."));
-  s.push_back(ODY_INT("output", output.trace_steps, "trace_steps", "Steps recorded in the trace (the first N).", between(0, kMaxSteps)));
-  s.push_back(ODY_STRING("output", output.export_hf, "export_hf", "After the last step, write the final checkpoint here as a Hugging Face model (config.json + safetensors)."));
+  s.push_back(ODY_INT("output", output.trace_steps, "trace_steps", "Steps recorded in the trace (the first N).",
+                      between(0, kMaxSteps)));
+  s.push_back(ODY_STRING(
+      "output", output.export_hf, "export_hf",
+      "After the last step, write the final checkpoint here as a Hugging Face model (config.json + safetensors)."));
   // The keys a checkpoint's state depends on (parameter shapes; how shards are cut and which
   // rank files exist). rope_theta and norm_eps shape nothing: context extension changes them.
   std::vector<const char*> state_keys(std::begin(kModelShapeKeys), std::end(kModelShapeKeys));

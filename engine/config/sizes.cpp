@@ -13,10 +13,17 @@ std::optional<int64_t> parse_size(std::string_view text) {
   if (text.empty()) return std::nullopt;
   double multiplier = 1;
   switch (std::toupper(static_cast<unsigned char>(text.back()))) {
-    case 'K': multiplier = 1024.0; break;
-    case 'M': multiplier = 1024.0 * 1024.0; break;
-    case 'G': multiplier = 1024.0 * 1024.0 * 1024.0; break;
-    default: break;
+    case 'K':
+      multiplier = 1024.0;
+      break;
+    case 'M':
+      multiplier = 1024.0 * 1024.0;
+      break;
+    case 'G':
+      multiplier = 1024.0 * 1024.0 * 1024.0;
+      break;
+    default:
+      break;
   }
   if (multiplier != 1) text.remove_suffix(1);
   if (text.empty()) return std::nullopt;

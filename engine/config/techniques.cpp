@@ -36,14 +36,22 @@ template <class Config>
 auto* field_of(Config& cfg, TechniqueId id) {
   using Flag = decltype(&cfg.parallel.fsdp);
   switch (id) {
-    case TechniqueId::Fsdp: return &cfg.parallel.fsdp;
-    case TechniqueId::Ulysses: return Flag{nullptr};
-    case TechniqueId::Checkpointing: return &cfg.memory.activation_checkpointing;
-    case TechniqueId::Offload: return &cfg.memory.offload_activations;
-    case TechniqueId::TiledMlp: return &cfg.memory.tiled_mlp;
-    case TechniqueId::TiledLoss: return &cfg.memory.tiled_loss;
-    case TechniqueId::UntiedUlysses: return &cfg.memory.untied_ulysses;
-    case TechniqueId::OptimizerOffload: return &cfg.memory.offload_optimizer;
+    case TechniqueId::Fsdp:
+      return &cfg.parallel.fsdp;
+    case TechniqueId::Ulysses:
+      return Flag{nullptr};
+    case TechniqueId::Checkpointing:
+      return &cfg.memory.activation_checkpointing;
+    case TechniqueId::Offload:
+      return &cfg.memory.offload_activations;
+    case TechniqueId::TiledMlp:
+      return &cfg.memory.tiled_mlp;
+    case TechniqueId::TiledLoss:
+      return &cfg.memory.tiled_loss;
+    case TechniqueId::UntiedUlysses:
+      return &cfg.memory.untied_ulysses;
+    case TechniqueId::OptimizerOffload:
+      return &cfg.memory.offload_optimizer;
   }
   throw std::logic_error("technique registry: unknown technique id");
 }
@@ -65,7 +73,8 @@ std::string technique_summary(const RunConfig& cfg, TechniqueId id, const Memory
       return noun + " " + std::to_string(effective_heads_per_stage(cfg.memory, cfg.parallel)) + " heads/stage";
     const std::string auto_word = kHeadsPerStageAutoWord;
     if (planned == nullptr) return noun + " " + auto_word + " heads/stage";
-    if (!planned->untied_ulysses) return noun + " " + auto_word + ": off at this length (no stage size lowers the peak)";
+    if (!planned->untied_ulysses)
+      return noun + " " + auto_word + ": off at this length (no stage size lowers the peak)";
     return noun + " " + auto_word + ": " + std::to_string(planned->heads_per_stage) + " heads/stage";
   }
   return noun;

@@ -93,35 +93,37 @@ void check_training(const RunConfig& cfg, Checker& c) {
     c.fail("training.warmup_steps", "must not exceed training.steps = " + std::to_string(t.steps),
            "the cosine decay would never start");
   if (t.dataset != DatasetKind::LongRange && t.dataset_path.empty())
-    c.fail("training.dataset_path", std::string("is required when training.dataset = \"") +
-                                        std::string(to_string(t.dataset)) + "\"",
+    c.fail("training.dataset_path",
+           std::string("is required when training.dataset = \"") + std::string(to_string(t.dataset)) + "\"",
            "give the data file's path, or use dataset = \"long-range\"");
   if (t.document_mask && t.dataset != DatasetKind::Documents)
-    c.fail("training.document_mask", std::string("needs training.dataset = \"documents\" (it is \"") +
-                                         std::string(to_string(t.dataset)) + "\")",
+    c.fail("training.document_mask",
+           std::string("needs training.dataset = \"documents\" (it is \"") + std::string(to_string(t.dataset)) + "\")",
            "only a documents file (odyssey prepare) says where documents begin");
   if (t.dataset == DatasetKind::Bytes && c.in_range({"model.vocab_size"}) && cfg.model.vocab_size < 256)
     c.fail("model.vocab_size", "must be at least 256 for training.dataset = \"bytes\" (one token per byte value)");
   if (t.dataset == DatasetKind::LongRange) {
     c.require(!c.in_range({"model.vocab_size"}) || cfg.model.vocab_size >= 32, "model.vocab_size",
               "must be at least 32 for the long-range task (filler, query mark and passkey symbols)");
-    c.require(!c.in_range({"training.seq_len"}) || t.seq_len >= 32, "training.seq_len", "must be at least 32 for the long-range task");
+    c.require(!c.in_range({"training.seq_len"}) || t.seq_len >= 32, "training.seq_len",
+              "must be at least 32 for the long-range task");
   }
 }
 
 void check_parallel(const RunConfig& cfg, Checker& c) {
   const ParallelConfig& p = cfg.parallel;
   const ModelConfig& m = cfg.model;
-  if (!c.in_range({"parallel.ulysses_degree", "parallel.world_size", "model.n_heads", "model.n_kv_heads",
-                   "training.seq_len"}))
+  if (!c.in_range(
+          {"parallel.ulysses_degree", "parallel.world_size", "model.n_heads", "model.n_kv_heads", "training.seq_len"}))
     return;  // the degree's rules combine all five
   if (p.world_size % p.ulysses_degree != 0) {
     const int64_t lower = p.world_size / p.ulysses_degree * p.ulysses_degree;
     const int64_t upper = lower + p.ulysses_degree;
-    c.fail("parallel.world_size",
-           "must be a multiple of parallel.ulysses_degree = " + std::to_string(p.ulysses_degree) +
-               " so that each data-parallel replica holds whole Ulysses groups",
-           lower > 0 ? "try " + std::to_string(lower) + " or " + std::to_string(upper) : "try " + std::to_string(upper));
+    c.fail(
+        "parallel.world_size",
+        "must be a multiple of parallel.ulysses_degree = " + std::to_string(p.ulysses_degree) +
+            " so that each data-parallel replica holds whole Ulysses groups",
+        lower > 0 ? "try " + std::to_string(lower) + " or " + std::to_string(upper) : "try " + std::to_string(upper));
   }
   const auto valid = valid_ulysses_degrees(cfg);
   const std::string valid_hint = valid.empty() ? "" : "valid degrees here: " + join(valid);

@@ -46,8 +46,7 @@ std::vector<int64_t> positions_in_documents(const std::vector<int64_t>& starts, 
   return out;
 }
 
-bool label_crosses_document(const std::vector<int64_t>& starts, bool next_starts_document, int64_t p,
-                            int64_t seq_len) {
+bool label_crosses_document(const std::vector<int64_t>& starts, bool next_starts_document, int64_t p, int64_t seq_len) {
   if (p + 1 == seq_len) return next_starts_document;
   return std::binary_search(starts.begin(), starts.end(), p + 1);
 }
@@ -72,7 +71,8 @@ double DocumentLengthProfile::attention_fraction(int64_t seq_len) const {
   const double total = prefix_tokens_.back();
   if (total <= 0 || seq_len <= 0) return 1.0;
   const double S = static_cast<double>(seq_len);
-  const size_t short_ones = static_cast<size_t>(std::upper_bound(sorted_.begin(), sorted_.end(), seq_len) - sorted_.begin());
+  const size_t short_ones =
+      static_cast<size_t>(std::upper_bound(sorted_.begin(), sorted_.end(), seq_len) - sorted_.begin());
   // documents of n <= S: their triangles; longer ones: (S + 1) / 2 pairs per token, as without documents
   const double pairs = prefix_triangles_[short_ones] + (total - prefix_tokens_[short_ones]) * (S + 1) / 2;
   return pairs / (total * (S + 1) / 2);

@@ -51,7 +51,7 @@ int64_t effective_heads_per_stage(int64_t heads_per_stage, int64_t degree) {
 }
 
 std::optional<std::string> heads_per_stage_rule(int64_t n_heads, int64_t degree, int64_t heads_per_stage) {
-  if (ulysses_heads_rule(n_heads, degree)) return std::nullopt;  // the degree's rule reports it
+  if (ulysses_heads_rule(n_heads, degree)) return std::nullopt;    // the degree's rule reports it
   if (heads_per_stage == kHeadsPerStageAuto) return std::nullopt;  // the planner picks a valid value
   const int64_t hps = effective_heads_per_stage(heads_per_stage, degree);
   if (hps % degree != 0)
@@ -91,7 +91,8 @@ UntiedStagePlan plan_untied_stages(int64_t n_heads, int64_t n_kv_heads, int64_t 
                                 std::to_string(n_kv_heads) + ", degree P = " + std::to_string(degree) +
                                 ", heads_per_stage = " + std::to_string(heads_per_stage) + ": " + key + " " + rule);
   };
-  if (degree < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1 || (heads_per_stage < 0 && heads_per_stage != kHeadsPerStageAuto))
+  if (degree < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1 ||
+      (heads_per_stage < 0 && heads_per_stage != kHeadsPerStageAuto))
     fail("every count", "must be positive (heads_per_stage: 0 or more)");
   if (auto rule = gqa_heads_rule(n_heads, n_kv_heads)) fail("model.n_kv_heads", *rule);
   if (auto rule = ulysses_heads_rule(n_heads, degree)) fail("parallel.ulysses_degree", *rule);

@@ -8,50 +8,83 @@ namespace odyssey {
 
 const char* planned_buffer_name(PlannedBuffer buffer) {
   switch (buffer) {
-    case PlannedBuffer::UntiedQStage: return "untied q stage";
-    case PlannedBuffer::UntiedKvStage: return "untied kv stage";
-    case PlannedBuffer::UntiedKvGathered: return "untied kv gathered";
-    case PlannedBuffer::UntiedStaging: return "untied all-to-all staging";
-    case PlannedBuffer::UntiedLocalGrad: return "untied local-layout gradient";
-    case PlannedBuffer::UntiedKvAccum32: return "untied fp32 dK/dV accumulator";
-    case PlannedBuffer::UntiedNormTile: return "untied input norm backward tile";
-    case PlannedBuffer::MlpGate: return "MLP gate";
-    case PlannedBuffer::LossTileLogits32: return "loss tile fp32 logits";
-    case PlannedBuffer::BlockFull: return "block full";
-    case PlannedBuffer::EmbedFull: return "embedding full";
-    case PlannedBuffer::HeadFull: return "head full";
-    case PlannedBuffer::BlockShard: return "block shard";
-    case PlannedBuffer::EmbedShard: return "embedding shard";
-    case PlannedBuffer::HeadShard: return "head shard";
-    case PlannedBuffer::BlockPack: return "block packed gradients";
-    case PlannedBuffer::EmbedPack: return "embedding packed gradients";
-    case PlannedBuffer::HeadPack: return "head packed gradients";
-    case PlannedBuffer::BlockShardOut: return "block reduce-scatter output";
-    case PlannedBuffer::BlockShardCast: return "block shard cast";
-    case PlannedBuffer::BlockDeviceParams: return "block device parameters";
-    case PlannedBuffer::EmbedDeviceParams: return "embedding device parameters";
-    case PlannedBuffer::HeadDeviceParams: return "head device parameters";
-    case PlannedBuffer::OffloadSlot: return "offload host copy";
-    case PlannedBuffer::OffloadPrefetchSlot: return "offload device slot";
-    case PlannedBuffer::Count: break;
+    case PlannedBuffer::UntiedQStage:
+      return "untied q stage";
+    case PlannedBuffer::UntiedKvStage:
+      return "untied kv stage";
+    case PlannedBuffer::UntiedKvGathered:
+      return "untied kv gathered";
+    case PlannedBuffer::UntiedStaging:
+      return "untied all-to-all staging";
+    case PlannedBuffer::UntiedLocalGrad:
+      return "untied local-layout gradient";
+    case PlannedBuffer::UntiedKvAccum32:
+      return "untied fp32 dK/dV accumulator";
+    case PlannedBuffer::UntiedNormTile:
+      return "untied input norm backward tile";
+    case PlannedBuffer::MlpGate:
+      return "MLP gate";
+    case PlannedBuffer::LossTileLogits32:
+      return "loss tile fp32 logits";
+    case PlannedBuffer::BlockFull:
+      return "block full";
+    case PlannedBuffer::EmbedFull:
+      return "embedding full";
+    case PlannedBuffer::HeadFull:
+      return "head full";
+    case PlannedBuffer::BlockShard:
+      return "block shard";
+    case PlannedBuffer::EmbedShard:
+      return "embedding shard";
+    case PlannedBuffer::HeadShard:
+      return "head shard";
+    case PlannedBuffer::BlockPack:
+      return "block packed gradients";
+    case PlannedBuffer::EmbedPack:
+      return "embedding packed gradients";
+    case PlannedBuffer::HeadPack:
+      return "head packed gradients";
+    case PlannedBuffer::BlockShardOut:
+      return "block reduce-scatter output";
+    case PlannedBuffer::BlockShardCast:
+      return "block shard cast";
+    case PlannedBuffer::BlockDeviceParams:
+      return "block device parameters";
+    case PlannedBuffer::EmbedDeviceParams:
+      return "embedding device parameters";
+    case PlannedBuffer::HeadDeviceParams:
+      return "head device parameters";
+    case PlannedBuffer::OffloadSlot:
+      return "offload host copy";
+    case PlannedBuffer::OffloadPrefetchSlot:
+      return "offload device slot";
+    case PlannedBuffer::Count:
+      break;
   }
   return "?";
 }
 
 PlannedBuffer group_buffer(ParamGroupKind kind, GroupBuffer buffer) {
   const int group = static_cast<int>(kind);  // Embedding, Block, Head
-  static constexpr PlannedBuffer kFull[] = {PlannedBuffer::EmbedFull, PlannedBuffer::BlockFull, PlannedBuffer::HeadFull};
+  static constexpr PlannedBuffer kFull[] = {PlannedBuffer::EmbedFull, PlannedBuffer::BlockFull,
+                                            PlannedBuffer::HeadFull};
   static constexpr PlannedBuffer kShard[] = {PlannedBuffer::EmbedShard, PlannedBuffer::BlockShard,
                                              PlannedBuffer::HeadShard};
-  static constexpr PlannedBuffer kPack[] = {PlannedBuffer::EmbedPack, PlannedBuffer::BlockPack, PlannedBuffer::HeadPack};
+  static constexpr PlannedBuffer kPack[] = {PlannedBuffer::EmbedPack, PlannedBuffer::BlockPack,
+                                            PlannedBuffer::HeadPack};
   static constexpr PlannedBuffer kDevice[] = {PlannedBuffer::EmbedDeviceParams, PlannedBuffer::BlockDeviceParams,
                                               PlannedBuffer::HeadDeviceParams};
   switch (buffer) {
-    case GroupBuffer::Full: return kFull[group];
-    case GroupBuffer::Shard: return kShard[group];
-    case GroupBuffer::Pack: return kPack[group];
-    case GroupBuffer::DeviceParams: return kDevice[group];
-    case GroupBuffer::ShardOut: return kind == ParamGroupKind::Block ? PlannedBuffer::BlockShardOut : PlannedBuffer::Count;
+    case GroupBuffer::Full:
+      return kFull[group];
+    case GroupBuffer::Shard:
+      return kShard[group];
+    case GroupBuffer::Pack:
+      return kPack[group];
+    case GroupBuffer::DeviceParams:
+      return kDevice[group];
+    case GroupBuffer::ShardOut:
+      return kind == ParamGroupKind::Block ? PlannedBuffer::BlockShardOut : PlannedBuffer::Count;
     case GroupBuffer::ShardCast:
       return kind == ParamGroupKind::Block ? PlannedBuffer::BlockShardCast : PlannedBuffer::Count;
   }

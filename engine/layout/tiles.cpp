@@ -28,8 +28,9 @@ SequenceTile sequence_tile(int64_t positions, int64_t batch, int64_t local_posit
 
 SequenceTile mlp_sequence_tile(int64_t mlp_tile_tokens, int64_t d_model, int64_t batch, int64_t local_positions) {
   if (mlp_tile_tokens == kMlpTileTokensAuto)
-    throw std::invalid_argument("memory.mlp_tile_tokens = \"auto\" has no tile of its own: the planner picks one "
-                                "(planned_mlp_tile_tokens) before the engine or the planner's shapes read it");
+    throw std::invalid_argument(
+        "memory.mlp_tile_tokens = \"auto\" has no tile of its own: the planner picks one "
+        "(planned_mlp_tile_tokens) before the engine or the planner's shapes read it");
   return sequence_tile(mlp_tile_tokens > 0 ? mlp_tile_tokens : d_model, batch, local_positions);
 }
 
@@ -45,8 +46,9 @@ std::vector<int64_t> mlp_tile_candidates(int64_t d_model, int64_t local_position
 
 SequenceTile loss_sequence_tile(int64_t loss_tile_tokens, int64_t vocab_size, int64_t batch, int64_t local_positions) {
   constexpr int64_t kAutoLogitsBytes = int64_t{1} << 30;  // about 1 GiB of fp32 logits per tile
-  const int64_t positions =
-      loss_tile_tokens > 0 ? loss_tile_tokens : std::max<int64_t>(1, kAutoLogitsBytes / (4 * std::max<int64_t>(1, vocab_size)));
+  const int64_t positions = loss_tile_tokens > 0
+                                ? loss_tile_tokens
+                                : std::max<int64_t>(1, kAutoLogitsBytes / (4 * std::max<int64_t>(1, vocab_size)));
   return sequence_tile(positions, batch, local_positions);
 }
 

@@ -46,9 +46,7 @@ int BlockHalves::all_to_all(int& x, K from, K to, const char* recv_name, bool dr
 /// RoPE of an Untied stage's Q or K projection (engine: project_to_heads). cpu profile: RoPE's
 /// temporaries and a rotated copy. GPU profile: none, ops::rope_pack rotates while it packs the
 /// send buffer (stage_to_heads).
-int BlockHalves::stage_rope(int& x, K local) {
-  return s_.cuda_target ? x : rope(x, local, C::AttentionWorkspace);
-}
+int BlockHalves::stage_rope(int& x, K local) { return s_.cuda_target ? x : rope(x, local, C::AttentionWorkspace); }
 
 /// The all-to-all of an Untied stage's projection to the head layout. cpu profile, and v on any
 /// profile: a permute copy into the send buffer, exchanged while the projection lives. GPU profile
@@ -145,7 +143,8 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   int o = oh;
   if (s_.P > 1) {
     int src = cpu_layout_copy ? alloc("SDPA output made contiguous (CPU layout)", K::QHead, C::AttentionWorkspace) : oh;
-    o = all_to_all(src, K::QHead, K::QLocal, "attention output after all-to-all", cpu_layout_copy || (!grad && !keeping));
+    o = all_to_all(src, K::QHead, K::QLocal, "attention output after all-to-all",
+                   cpu_layout_copy || (!grad && !keeping));
     if (!grad && !keeping) {
       if (cpu_layout_copy) release(oh);
       oh = -1;  // dropped (without grad nothing keeps the SDPA output)
@@ -159,7 +158,7 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
     if (o_is_own) sv.o = o;
   } else {
     if (o_is_own || !keeping) release(o);  // (o is the kernel's output itself where it is not its own)
-    if (keeping) {  // the kernel's output outlives the block (P > 1: its all-to-all kept it)
+    if (keeping) {                         // the kernel's output outlives the block (P > 1: its all-to-all kept it)
       m_.retag(oh, C::SavedActivations, "kept attention output");
       sv.kept_out = oh;
     } else if (o_is_own) {
@@ -372,8 +371,10 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
     // fp32 accumulators when some KV range spans stages or is gathered (UntiedStagePlan::
     // any_kv_accumulated); otherwise the kernel's dK/dV are the range's gradients
     const bool accumulated = kind_bytes(K::KvStageAccum32, s_) > 0;
-    int dk_acc = accumulated ? alloc("stage dk accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
-    int dv_acc = accumulated ? alloc("stage dv accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
+    int dk_acc =
+        accumulated ? alloc("stage dk accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
+    int dv_acc =
+        accumulated ? alloc("stage dv accumulator (fp32, KV range)", K::KvStageAccum32, C::AttentionWorkspace) : -1;
     int q_rows = alloc("stage wq rows", K::QStageRows, C::AttentionWorkspace);
     int qs = alloc("stage q projection (recomputed)", K::QStageLocal, C::AttentionWorkspace);
     qs = stage_rope(qs, K::QStageLocal);
@@ -423,12 +424,10 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
     dq_local = rope_backward(dq_local, K::QStageLocal, C::AttentionWorkspace);
     release(dq_local);  // dn1 += dq Wq_rows; dWq rows = (dq * rstd)^T x * w (the norm folded)
     // end of the GQA group: K/V gradients back to the sequence layout
-    int dk_local = s_.P > 1 ? all_to_all(dk_acc, K::KvStageHead, K::KvStageLocal, "stage dk after all-to-all")
-                            : dk_acc;
+    int dk_local = s_.P > 1 ? all_to_all(dk_acc, K::KvStageHead, K::KvStageLocal, "stage dk after all-to-all") : dk_acc;
     dk_local = rope_backward(dk_local, K::KvStageLocal, C::AttentionWorkspace);
     release(dk_local);
-    int dv_local = s_.P > 1 ? all_to_all(dv_acc, K::KvStageHead, K::KvStageLocal, "stage dv after all-to-all")
-                            : dv_acc;
+    int dv_local = s_.P > 1 ? all_to_all(dv_acc, K::KvStageHead, K::KvStageLocal, "stage dv after all-to-all") : dv_acc;
     release(dv_local);
     release(kh);
     release(vh);

@@ -285,10 +285,10 @@ std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process
       const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
       const double machine = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
       if (machine > 0 && need > machine)
-        why.push_back(gib_text(static_cast<int64_t>(std::min(need, 9e18))) + " on the CPU (" + std::to_string(ranks_here) + " rank" +
-                      (ranks_here == 1 ? "" : "s") + " x " + gib_text(plan.peak_bytes) +
-                      (plan.host_bytes ? " + " + gib_text(plan.host_bytes) + " host" : "") + "), and this machine has " +
-                      gib_text(static_cast<int64_t>(machine)));
+        why.push_back(gib_text(static_cast<int64_t>(std::min(need, 9e18))) + " on the CPU (" +
+                      std::to_string(ranks_here) + " rank" + (ranks_here == 1 ? "" : "s") + " x " +
+                      gib_text(plan.peak_bytes) + (plan.host_bytes ? " + " + gib_text(plan.host_bytes) + " host" : "") +
+                      "), and this machine has " + gib_text(static_cast<int64_t>(machine)));
     }
   }
   if (why.empty()) return "";
@@ -305,8 +305,8 @@ std::string advice_text(const std::vector<Advice>& advice) {
     text += i == 0 ? " It fits with: " : "; or: ";
     for (size_t j = 0; j < advice[i].changes.size(); ++j) text += (j ? ", " : "") + advice[i].changes[j];
     char slowdown[64];
-    std::snprintf(slowdown, sizeof slowdown, " (peak %s, %.2fx the step time)", gib_text(advice[i].plan.peak_bytes).c_str(),
-                  advice[i].slowdown);
+    std::snprintf(slowdown, sizeof slowdown, " (peak %s, %.2fx the step time)",
+                  gib_text(advice[i].plan.peak_bytes).c_str(), advice[i].slowdown);
     text += slowdown;
   }
   if (advice.empty()) text += std::string(" ") + kNothingFitsHint;

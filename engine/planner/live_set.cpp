@@ -9,18 +9,30 @@ namespace odyssey::planner_detail {
 std::string phase_name(PhaseCode code) {
   const std::string block = "block." + std::to_string(code.block);
   switch (code.kind) {
-    case PhaseKind::FwdEmbed: return "fwd/embed";
-    case PhaseKind::FwdAttn: return "fwd/" + block + "/attn";
-    case PhaseKind::FwdMlp: return "fwd/" + block + "/mlp";
-    case PhaseKind::FwdLoss: return "fwd/loss";
-    case PhaseKind::BwdLoss: return "bwd/loss";
-    case PhaseKind::BwdRecompute: return "bwd/" + block + "/recompute";
-    case PhaseKind::BwdMlp: return "bwd/" + block + "/mlp";
-    case PhaseKind::BwdAttn: return "bwd/" + block + "/attn";
-    case PhaseKind::BwdReduceScatter: return "bwd/" + block + "/reduce_scatter";
-    case PhaseKind::BwdEmbed: return "bwd/embed";
-    case PhaseKind::Optimizer: return "optimizer";
-    case PhaseKind::None: break;
+    case PhaseKind::FwdEmbed:
+      return "fwd/embed";
+    case PhaseKind::FwdAttn:
+      return "fwd/" + block + "/attn";
+    case PhaseKind::FwdMlp:
+      return "fwd/" + block + "/mlp";
+    case PhaseKind::FwdLoss:
+      return "fwd/loss";
+    case PhaseKind::BwdLoss:
+      return "bwd/loss";
+    case PhaseKind::BwdRecompute:
+      return "bwd/" + block + "/recompute";
+    case PhaseKind::BwdMlp:
+      return "bwd/" + block + "/mlp";
+    case PhaseKind::BwdAttn:
+      return "bwd/" + block + "/attn";
+    case PhaseKind::BwdReduceScatter:
+      return "bwd/" + block + "/reduce_scatter";
+    case PhaseKind::BwdEmbed:
+      return "bwd/embed";
+    case PhaseKind::Optimizer:
+      return "optimizer";
+    case PhaseKind::None:
+      break;
   }
   return "step";
 }
@@ -45,8 +57,7 @@ std::vector<LiveEntry> LiveSet::live_entries(int except) const {
   return live;
 }
 
-int LiveSet::alloc(const char* name, TensorKind kind, PlanCategory category, int64_t bytes, int32_t count,
-                   bool host) {
+int LiveSet::alloc(const char* name, TensorKind kind, PlanCategory category, int64_t bytes, int32_t count, bool host) {
   LiveEntry e;
   e.name = name;
   e.bytes = sat_mul(bytes, count);

@@ -19,41 +19,63 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
   auto device = [&](const FlatShardLayout& l) { return planner_detail::sat_mul(l.shard_numel, s.c); };
   const bool sharded = s.fsdp && s.W > 1;
   switch (buffer) {
-    case PlannedBuffer::UntiedQStage: return s.untied ? bytes(K::QStageHead) : 0;
-    case PlannedBuffer::UntiedKvStage: return s.untied ? bytes(K::KvStageHead) : 0;
-    case PlannedBuffer::UntiedKvGathered: return s.untied ? bytes(K::KvStageGathered) : 0;
+    case PlannedBuffer::UntiedQStage:
+      return s.untied ? bytes(K::QStageHead) : 0;
+    case PlannedBuffer::UntiedKvStage:
+      return s.untied ? bytes(K::KvStageHead) : 0;
+    case PlannedBuffer::UntiedKvGathered:
+      return s.untied ? bytes(K::KvStageGathered) : 0;
     // the send the walk charges for the widest exchange of a stage: its queries or its KV range
     case PlannedBuffer::UntiedStaging:
       return s.untied && s.P > 1 ? std::max(bytes(K::QStageLocal), bytes(K::KvStageLocal)) : 0;
     // backward's K/V gradients in local layout get their own buffer only when wider than a stage's Q
     case PlannedBuffer::UntiedLocalGrad:
       return s.untied && s.max_kv_count > s.k ? bytes(K::KvStageLocal) : 0;
-    case PlannedBuffer::UntiedKvAccum32: return s.untied ? bytes(K::KvStageAccum32) : 0;
-    case PlannedBuffer::UntiedNormTile: return s.untied ? bytes(K::InputNormTile) : 0;
-    case PlannedBuffer::MlpGate: return bytes(s.tiled_mlp ? K::FfnTile : K::Ffn);
+    case PlannedBuffer::UntiedKvAccum32:
+      return s.untied ? bytes(K::KvStageAccum32) : 0;
+    case PlannedBuffer::UntiedNormTile:
+      return s.untied ? bytes(K::InputNormTile) : 0;
+    case PlannedBuffer::MlpGate:
+      return bytes(s.tiled_mlp ? K::FfnTile : K::Ffn);
     // a GPU target's fused kernel never holds a [tile, V] fp32 copy (FusedLossWorkspace instead)
-    case PlannedBuffer::LossTileLogits32: return s.tiled_loss && !s.cuda_target ? bytes(K::LogitsTile32) : 0;
-    case PlannedBuffer::BlockFull: return s.gathers ? bytes(K::BlockFull) : 0;
-    case PlannedBuffer::EmbedFull: return s.gathers ? bytes(K::EmbedFull) : 0;
-    case PlannedBuffer::HeadFull: return s.gathers ? bytes(K::HeadFull) : 0;
-    case PlannedBuffer::BlockShard: return shard(s.block_layout);
-    case PlannedBuffer::EmbedShard: return shard(s.embed_layout);
-    case PlannedBuffer::HeadShard: return shard(s.head_layout);
-    case PlannedBuffer::BlockPack: return bytes(K::BlockPack);
-    case PlannedBuffer::EmbedPack: return bytes(K::EmbedPack);
-    case PlannedBuffer::HeadPack: return bytes(K::HeadPack);
-    case PlannedBuffer::BlockShardOut: return sharded ? bytes(K::BlockShardOut) : 0;
-    case PlannedBuffer::BlockShardCast: return bytes(K::BlockShardCast);
-    case PlannedBuffer::BlockDeviceParams: return s.offload_optimizer ? device(s.block_layout) : 0;
-    case PlannedBuffer::EmbedDeviceParams: return s.offload_optimizer ? device(s.embed_layout) : 0;
-    case PlannedBuffer::HeadDeviceParams: return s.offload_optimizer ? device(s.head_layout) : 0;
+    case PlannedBuffer::LossTileLogits32:
+      return s.tiled_loss && !s.cuda_target ? bytes(K::LogitsTile32) : 0;
+    case PlannedBuffer::BlockFull:
+      return s.gathers ? bytes(K::BlockFull) : 0;
+    case PlannedBuffer::EmbedFull:
+      return s.gathers ? bytes(K::EmbedFull) : 0;
+    case PlannedBuffer::HeadFull:
+      return s.gathers ? bytes(K::HeadFull) : 0;
+    case PlannedBuffer::BlockShard:
+      return shard(s.block_layout);
+    case PlannedBuffer::EmbedShard:
+      return shard(s.embed_layout);
+    case PlannedBuffer::HeadShard:
+      return shard(s.head_layout);
+    case PlannedBuffer::BlockPack:
+      return bytes(K::BlockPack);
+    case PlannedBuffer::EmbedPack:
+      return bytes(K::EmbedPack);
+    case PlannedBuffer::HeadPack:
+      return bytes(K::HeadPack);
+    case PlannedBuffer::BlockShardOut:
+      return sharded ? bytes(K::BlockShardOut) : 0;
+    case PlannedBuffer::BlockShardCast:
+      return bytes(K::BlockShardCast);
+    case PlannedBuffer::BlockDeviceParams:
+      return s.offload_optimizer ? device(s.block_layout) : 0;
+    case PlannedBuffer::EmbedDeviceParams:
+      return s.offload_optimizer ? device(s.embed_layout) : 0;
+    case PlannedBuffer::HeadDeviceParams:
+      return s.offload_optimizer ? device(s.head_layout) : 0;
     // blocks 1..L-2 only (offloaded_blocks): block 0's input is looked up again, the last stays
     case PlannedBuffer::OffloadSlot:
     case PlannedBuffer::OffloadPrefetchSlot:
       return s.offload && offloaded_blocks(s.L).count > 0
                  ? bytes(buffer == PlannedBuffer::OffloadSlot ? K::OffloadedInput : K::Hidden)
                  : 0;
-    case PlannedBuffer::Count: break;
+    case PlannedBuffer::Count:
+      break;
   }
   return 0;
 }

@@ -39,10 +39,11 @@ int64_t tile_for_attention(const RunConfig& cfg) {
     candidate.memory.heads_per_stage = sizes.empty() || !cfg.memory.untied_ulysses ? 0 : sizes.front();
   }
   const int64_t local = cfg.training.seq_len / std::max<int64_t>(1, cfg.parallel.ulysses_degree);
-  return coarsest_at_lowest_peak(mlp_tile_candidates(cfg.model.d_model, local), [&](int64_t tokens) -> const RunConfig& {
-           candidate.memory.mlp_tile_tokens = tokens;
-           return candidate;
-         })
+  return coarsest_at_lowest_peak(mlp_tile_candidates(cfg.model.d_model, local),
+                                 [&](int64_t tokens) -> const RunConfig& {
+                                   candidate.memory.mlp_tile_tokens = tokens;
+                                   return candidate;
+                                 })
       .value;
 }
 

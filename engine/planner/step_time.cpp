@@ -70,7 +70,7 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // (the length profile's fraction of the pairs: the sum of each document's length squared)
   const double core_causal = 2.0 * s.q_dim * S * s.attention_pair_fraction;
   const double core_full = 4.0 * s.q_dim * S * s.attention_pair_fraction;  // the same without the causal half
-  const double mlp = 6.0 * s.d * s.f;             // gate, up, down
+  const double mlp = 6.0 * s.d * s.f;                                      // gate, up, down
   const double head = 2.0 * s.V * s.d;
   const double attn_fwd = proj + o_proj + core_causal;
   const double block_fwd = attn_fwd + mlp;
@@ -95,8 +95,8 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   const double recompute_fwd = attn_recompute + (s.tiled_mlp ? 0.0 : mlp);
   const double recompute_core_flops = recompute_core ? core_causal : 0.0;
   if (s.ckpt) recompute += L * recompute_fwd;
-  if (s.tiled_mlp) recompute += L * mlp;       // each tile's forward again in its backward
-  if (s.untied) recompute += L * proj;         // stage projections again in backward
+  if (s.tiled_mlp) recompute += L * mlp;  // each tile's forward again in its backward
+  if (s.untied) recompute += L * proj;    // stage projections again in backward
   // The tiled loss's head GEMMs, all in its forward: a GPU target's fused kernel computes the
   // logits twice over several vocabulary tiles (kernels/linear_cross_entropy_plan.h), the CPU's
   // tile once.
@@ -105,7 +105,7 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   if (s.tiled_loss) recompute += (tiled_loss_gemms - 3.0) * head;
   const double hardware = model + recompute;
 
-  const double rate = peak * hw.compute_efficiency;           // achieved FLOP/s: GEMMs and the rest
+  const double rate = peak * hw.compute_efficiency;  // achieved FLOP/s: GEMMs and the rest
   out.untied_attention = s.untied;
   out.kept_attention = s.keep_attention;
   // FlashAttention-2 wherever the engine needs the log-sum-exp: the Untied stages, kept attention
@@ -235,7 +235,8 @@ OffloadTerms offload_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTim
     const double host_bytes = kHostAdamBytesPerParam + (s.cuda_target ? 0.0 : kHostNormBytesPerParam);
     const double adamw = shard_elems * host_bytes / host_bw;
     const double params_up = shard_elems * 4.0 / pcie_bw;
-    double optimizer = std::max(adamw + largest_shard * 4.0 / pcie_bw, largest_shard * host_bytes / host_bw + params_up);
+    double optimizer =
+        std::max(adamw + largest_shard * 4.0 / pcie_bw, largest_shard * host_bytes / host_bw + params_up);
     if (host_optimizer_overlaps_forward(s.cuda_target, s.offload_optimizer)) {
       // Pipelined under the next step's forward (HostUpdatePipeline): the forward starts once the
       // embedding's and block 0's passes are done; block k's forward then waits for block k's pass
@@ -250,7 +251,8 @@ OffloadTerms offload_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTim
     }
     const double block_down = block_shard * 4.0 / pcie_bw;
     const double bwd_block = pt.of(PhaseKind::BwdRecompute) + pt.of(PhaseKind::BwdMlp) + pt.of(PhaseKind::BwdAttn);
-    pt.seconds[static_cast<int>(PhaseKind::BwdReduceScatter)] += s.cuda_target ? exposed(block_down, bwd_block) : block_down;
+    pt.seconds[static_cast<int>(PhaseKind::BwdReduceScatter)] +=
+        s.cuda_target ? exposed(block_down, bwd_block) : block_down;
     pt.seconds[static_cast<int>(PhaseKind::BwdEmbed)] += other_shards * 4.0 / pcie_bw;
     pt.seconds[static_cast<int>(PhaseKind::Optimizer)] += optimizer;
     out.host_optimizer_s = adamw;

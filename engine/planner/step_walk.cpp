@@ -23,9 +23,9 @@ using C = PlanCategory;
 struct BlockState {
   AttnSaved attn;
   MlpSaved mlp;
-  int input = -1;   ///< block input on the device (checkpoint, or autograd's saved input)
-  int host = -1;    ///< offloaded input in the host pool
-  int h = -1;       ///< attention half output (non-checkpointed: saved by the MLP half's norm)
+  int input = -1;  ///< block input on the device (checkpoint, or autograd's saved input)
+  int host = -1;   ///< offloaded input in the host pool
+  int h = -1;      ///< attention half output (non-checkpointed: saved by the MLP half's norm)
 };
 
 class Walker {
@@ -109,9 +109,11 @@ class Walker {
     const bool host = s_.offload_optimizer;
     m_.alloc("fp32 master shards", K::MasterShards, C::Params, kind_bytes(K::MasterShards, s_), 1, host);
     m_.alloc("fp32 gradient shards", K::GradShards, C::Grads, kind_bytes(K::GradShards, s_), 1, host);
-    m_.alloc("AdamW moments (exp_avg, exp_avg_sq)", K::AdamMoments, C::Optimizer, kind_bytes(K::AdamMoments, s_), 1, host);
+    m_.alloc("AdamW moments (exp_avg, exp_avg_sq)", K::AdamMoments, C::Optimizer, kind_bytes(K::AdamMoments, s_), 1,
+             host);
     if (host) alloc("compute-dtype parameter shards (device)", K::DeviceParamShards, C::Params);
-    if (s_.runtime_overhead > 0) alloc("runtime overhead (CUDA context, NCCL, fragmentation)", K::RuntimeOverhead, C::Other);
+    if (s_.runtime_overhead > 0)
+      alloc("runtime overhead (CUDA context, NCCL, fragmentation)", K::RuntimeOverhead, C::Other);
     // GPU: the rank's thread's and autograd's device thread's, made before the first step
     // (engine/layout/planned_buffers.h)
     if (kind_bytes(K::BlasWorkspaces, s_) > 0)
@@ -134,7 +136,8 @@ class Walker {
       // The last step's host AdamW was pipelined: the embedding's update goes up at its first use
       // here, through the upload's device staging (FlatParamGroup::await_update), before its
       // gather. Each block's goes up at its own, smaller than the embedding's, as this does.
-      int staging = alloc("the last step's update going up (staging, pipelined host AdamW)", K::OptimizerTemp, C::Other);
+      int staging =
+          alloc("the last step's update going up (staging, pipelined host AdamW)", K::OptimizerTemp, C::Other);
       release(staging);
     }
     int embed = gather(K::EmbedFull, "embedding (unsharded)");
@@ -184,8 +187,8 @@ class Walker {
     for (const auto& g : groups) {
       if (g.bytes == 0) continue;
       const int64_t each = g.bytes / g.count;
-      const int h = m_.alloc(g.e->name, g.e->kind, g.e->category, each, static_cast<int32_t>(g.count) * ghosts,
-                             g.e->host);
+      const int h =
+          m_.alloc(g.e->name, g.e->kind, g.e->category, each, static_cast<int32_t>(g.count) * ghosts, g.e->host);
       if (g.e->host) {
         ghost_host_ = h;
         ghost_host_unit_ = g.bytes;
@@ -255,9 +258,9 @@ class Walker {
       // everything the block's forward left alive is what autograd saved (retag_since); the block
       // output is the next block's input (or the loss's), which frees it
       b.h = h;
-      for (int handle : {b.input, b.attn.n1, b.attn.rstd, b.attn.q_pre, b.attn.k_pre, b.attn.q_h, b.attn.k_h,
-                         b.attn.v_h, b.attn.o_h, b.attn.lse, b.attn.o, b.attn.out, h, b.mlp.n2, b.mlp.rstd,
-                         b.mlp.gate, b.mlp.up, b.mlp.act, b.mlp.prod, out})
+      for (int handle : {b.input,    b.attn.n1,  b.attn.rstd, b.attn.q_pre, b.attn.k_pre, b.attn.q_h, b.attn.k_h,
+                         b.attn.v_h, b.attn.o_h, b.attn.lse,  b.attn.o,     b.attn.out,   h,          b.mlp.n2,
+                         b.mlp.rstd, b.mlp.gate, b.mlp.up,    b.mlp.act,    b.mlp.prod,   out})
         m_.retag(handle, C::SavedActivations);
     }
     release(current);  // reshard
@@ -309,7 +312,7 @@ class Walker {
         release(lp);
       }
       int dxt = alloc("tile hidden-state gradient", K::HiddenLossTile, C::LossWorkspace);
-      release(dxt);  // copied into the saved gradient
+      release(dxt);                                                       // copied into the saved gradient
       if (tile_weight_grad_needs_temporary(s_.c == 4, /*cuda=*/false)) {  // else added in place
         int dwt = alloc("tile LM-head weight gradient (before it is added)", K::HeadWeightGrad, C::LossWorkspace);
         release(dwt);
@@ -353,7 +356,7 @@ class Walker {
     release(final_rstd_);
     release(loss_input_);  // the final norm's saved input: the last block's output
     loss_input_ = -1;
-    if (s_.tied) {  // the head group packs the final norm's gradient, the embedding the LM head's
+    if (s_.tied) {                  // the head group packs the final norm's gradient, the embedding the LM head's
       reduce_scatter(K::HeadPack);  // the norm's [d] gradient: not walked
       reduce_scatter(K::EmbedPack);
     } else {
@@ -441,7 +444,7 @@ class Walker {
     reduce_scatter(K::BlockPack);
     for (int* g : grads_attn.handles()) release(*g);
     for (int* g : grads_mlp.handles()) release(*g);
-    release(b.input);  // the block's input is a saved variable of its backward until that returns
+    release(b.input);            // the block's input is a saved variable of its backward until that returns
     release(current_gathered_);  // reshard
     current_gathered_ = prefetch;
     dy_ = dx;  // the same buffer
@@ -455,8 +458,8 @@ class Walker {
   int x_ = -1, dy_ = -1;
   int next_gathered_ = -1, current_gathered_ = -1, head_gathered_ = -1, tied_embed_ = -1;
   int prefetched_input_ = -1;
-  int copying_input_ = -1;  ///< an offloaded block input on the device while its copy runs (OffloadStore::put)
-  int gather_in_flight_ = -1;                   ///< a prefetch's all-gather input shard
+  int copying_input_ = -1;     ///< an offloaded block input on the device while its copy runs (OffloadStore::put)
+  int gather_in_flight_ = -1;  ///< a prefetch's all-gather input shard
   int pending_pack_ = -1, pending_shard_ = -1;  ///< a deferred reduce-scatter's buffers
   bool collapse_ = false, ghosted_ = false;
   std::vector<int> ghost_device_;

@@ -104,8 +104,8 @@ std::string TuneCandidate::verdict() const {
     why = "device peak " + format_gib(static_cast<double>(peak.peak_bytes)) + " of " +
           format_gib(static_cast<double>(peak.device_capacity));
   if (!peak.fits_host)
-    why += (why.empty() ? "" : ", ") + std::string("host ") + format_gib(static_cast<double>(peak.host_bytes)) + " of " +
-           format_gib(static_cast<double>(peak.host_capacity)) + " per node";
+    why += (why.empty() ? "" : ", ") + std::string("host ") + format_gib(static_cast<double>(peak.host_bytes)) +
+           " of " + format_gib(static_cast<double>(peak.host_capacity)) + " per node";
   return why;
 }
 
@@ -162,12 +162,10 @@ TuneResult tune(const RunConfig& cfg) {
     }
     size_t& held = representative[static_cast<size_t>(at - seen.begin())];
     const TuneCandidate &now = all[held], &other = all[i];
-    const bool better = other.fits() != now.fits()
-                            ? other.fits()
-                            : other.fits() ? ranks_before(i, held)
-                                           : other.peak.peak_bytes != now.peak.peak_bytes
-                                                 ? other.peak.peak_bytes < now.peak.peak_bytes
-                                                 : ranks_before(i, held);
+    const bool better = other.fits() != now.fits()                     ? other.fits()
+                        : other.fits()                                 ? ranks_before(i, held)
+                        : other.peak.peak_bytes != now.peak.peak_bytes ? other.peak.peak_bytes < now.peak.peak_bytes
+                                                                       : ranks_before(i, held);
     if (better) held = i;
   }
   std::sort(representative.begin(), representative.end(), ranks_before);
@@ -175,8 +173,10 @@ TuneResult tune(const RunConfig& cfg) {
     changes(i);
     const int index = static_cast<int>(result.candidates.size());
     if (all[i].fits()) {
-      if (result.choice < 0) result.choice = index;
-      else if (result.runner_up < 0) result.runner_up = index;
+      if (result.choice < 0)
+        result.choice = index;
+      else if (result.runner_up < 0)
+        result.runner_up = index;
     }
     result.candidates.push_back(std::move(all[i]));
   }

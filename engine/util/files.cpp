@@ -96,7 +96,8 @@ std::vector<std::string> list_dir(const std::string& path) {
 }
 
 bool same_path(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
@@ -130,9 +131,12 @@ int open_regular_file(const std::string& path, const std::string& what, int64_t*
   if (fd < 0) throw refuse(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   std::string why;
-  if (::fstat(fd, &st) != 0) why = std::string("cannot stat: ") + std::strerror(errno);
-  else if (S_ISDIR(st.st_mode)) why = "is a directory, not a " + what + " file";
-  else if (!S_ISREG(st.st_mode)) why = "is not a regular file (a FIFO, socket or device); it must be a file";
+  if (::fstat(fd, &st) != 0)
+    why = std::string("cannot stat: ") + std::strerror(errno);
+  else if (S_ISDIR(st.st_mode))
+    why = "is a directory, not a " + what + " file";
+  else if (!S_ISREG(st.st_mode))
+    why = "is not a regular file (a FIFO, socket or device); it must be a file";
   if (!why.empty()) {
     ::close(fd);
     throw refuse(why);
@@ -150,7 +154,8 @@ std::string read_file_bounded(const std::string& path, int64_t max_bytes, const 
     ~Closer() { ::close(fd); }
   } closer{fd};
   if (size > max_bytes)
-    throw refuse("is " + std::to_string(size) + " bytes; a " + what + " is at most " + std::to_string(max_bytes) + " bytes");
+    throw refuse("is " + std::to_string(size) + " bytes; a " + what + " is at most " + std::to_string(max_bytes) +
+                 " bytes");
   std::string text(static_cast<size_t>(size) + 1, '\0');  // one byte more: a file that grew is seen
   size_t have = 0;
   for (;;) {
@@ -294,7 +299,7 @@ RunDirLock::RunDirLock(const std::string& dir) {
   ::gethostname(host, sizeof host - 1);
   char when[32] = "";
   const std::time_t now = std::time(nullptr);
-  std::tm tm {};
+  std::tm tm{};
   ::localtime_r(&now, &tm);
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
   const std::string me = "pid " + std::to_string(::getpid()) + " on " + host + ", since " + when + "\n";

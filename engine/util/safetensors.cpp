@@ -69,7 +69,8 @@ class HeaderHandler {
     if (mode_ == Mode::Entry && field_ == Field::Dtype) {
       dtype_ = v;
       if (safetensors_element_bits(v) == 0)
-        throw fail_tensor("\"dtype\" = " + quote_name(v) + ": not a dtype of the safetensors specification (BOOL, U8, I8, "
+        throw fail_tensor("\"dtype\" = " + quote_name(v) +
+                          ": not a dtype of the safetensors specification (BOOL, U8, I8, "
                           "I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64, C64, F4, F6_E2M3, F6_E3M2, F8_E5M2, "
                           "F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ)");
       return true;
@@ -84,7 +85,9 @@ class HeaderHandler {
 
   bool start_object(std::size_t) {
     switch (mode_) {
-      case Mode::Start: mode_ = Mode::Top; return true;
+      case Mode::Start:
+        mode_ = Mode::Top;
+        return true;
       case Mode::Top:
         if (name_ == "__metadata__") {
           mode_ = Mode::Metadata;
@@ -96,7 +99,8 @@ class HeaderHandler {
           offsets_.clear();
         }
         return true;
-      default: return container("{...}");
+      default:
+        return container("{...}");
     }
   }
   bool start_array(std::size_t) {
@@ -121,10 +125,18 @@ class HeaderHandler {
   }
   bool end_object() {
     switch (mode_) {
-      case Mode::Skip: return leave_ignored();
-      case Mode::Metadata: mode_ = Mode::Top; return true;
-      case Mode::Entry: finish_entry(); mode_ = Mode::Top; return true;
-      default: mode_ = Mode::Done; return true;  // the top object
+      case Mode::Skip:
+        return leave_ignored();
+      case Mode::Metadata:
+        mode_ = Mode::Top;
+        return true;
+      case Mode::Entry:
+        finish_entry();
+        mode_ = Mode::Top;
+        return true;
+      default:
+        mode_ = Mode::Done;
+        return true;  // the top object
     }
   }
   bool key(Json::string_t& k) {
@@ -145,7 +157,10 @@ class HeaderHandler {
         out_.metadata[meta_key_];  // present from now on: a second one is caught above
         return true;
       case Mode::Entry: {
-        field_ = k == "dtype" ? Field::Dtype : k == "shape" ? Field::Shape : k == "data_offsets" ? Field::Offsets : Field::Other;
+        field_ = k == "dtype"          ? Field::Dtype
+                 : k == "shape"        ? Field::Shape
+                 : k == "data_offsets" ? Field::Offsets
+                                       : Field::Other;
         const int bit = static_cast<int>(field_);
         if (field_ != Field::Other) {
           if (have_ & bit) throw fail_tensor("the field " + quote_name(k) + " appears twice");
@@ -153,14 +168,17 @@ class HeaderHandler {
         }
         return true;
       }
-      default: return true;  // inside an ignored field
+      default:
+        return true;  // inside an ignored field
     }
   }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
-    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 4: syntax error ..."
+    std::string what =
+        e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 4: syntax error ..."
     if (const size_t colon = what.find(": "); what.rfind("[json.exception", 0) == 0 && colon != std::string::npos)
       what = what.substr(colon + 2);
-    throw fail("the header is not valid JSON (UTF-8) at byte " + std::to_string(position) + ": " + printable(what, true, 300));
+    throw fail("the header is not valid JSON (UTF-8) at byte " + std::to_string(position) + ": " +
+               printable(what, true, 300));
   }
 
   bool done() const { return mode_ == Mode::Done; }
@@ -171,22 +189,27 @@ class HeaderHandler {
   enum class Number { None, Negative, Whole, Fraction };
 
   SafetensorsError fail(const std::string& why) const { return SafetensorsError("safetensors " + path_ + ": " + why); }
-  SafetensorsError fail_tensor(const std::string& why) const { return fail("tensor " + quote_name(name_) + ": " + why); }
+  SafetensorsError fail_tensor(const std::string& why) const {
+    return fail("tensor " + quote_name(name_) + ": " + why);
+  }
 
   /// A scalar value at the parser's position; `text` as written, `number` its kind.
   bool scalar(const std::string& text, Number number = Number::None, uint64_t whole = 0) {
     switch (mode_) {
-      case Mode::Start: throw fail("the header must be a JSON object, not " + text);
+      case Mode::Start:
+        throw fail("the header must be a JSON object, not " + text);
       case Mode::Top:
         if (name_ == "__metadata__") throw fail("\"__metadata__\" = " + text + ": must be an object of strings");
-        throw fail("tensor " + quote_name(name_) + " = " + text + ": must be an object with \"dtype\", \"shape\" and \"data_offsets\"");
+        throw fail("tensor " + quote_name(name_) + " = " + text +
+                   ": must be an object with \"dtype\", \"shape\" and \"data_offsets\"");
       case Mode::Metadata:
         throw fail("\"__metadata__\" key " + quote_name(meta_key_) + " = " + text + ": values must be strings");
       case Mode::Entry:
         if (field_ == Field::Other) return true;  // a field the format does not define: ignored
-        throw fail_tensor(std::string(field_ == Field::Dtype ? "\"dtype\" = " + text + ": must be a string naming a dtype"
-                                      : field_ == Field::Shape ? "\"shape\" = " + text + ": must be an array of whole numbers"
-                                                               : "\"data_offsets\" = " + text + ": must be [BEGIN, END]"));
+        throw fail_tensor(
+            std::string(field_ == Field::Dtype   ? "\"dtype\" = " + text + ": must be a string naming a dtype"
+                        : field_ == Field::Shape ? "\"shape\" = " + text + ": must be an array of whole numbers"
+                                                 : "\"data_offsets\" = " + text + ": must be [BEGIN, END]"));
       case Mode::Shape:
       case Mode::Offsets: {
         const char* what = mode_ == Mode::Shape ? "\"shape\"" : "\"data_offsets\"";
@@ -197,12 +220,14 @@ class HeaderHandler {
         if (mode_ == Mode::Shape) {
           shape_.push_back(static_cast<int64_t>(whole));
         } else {
-          if (offsets_.size() == 2) throw fail_tensor("\"data_offsets\" holds more than 2 numbers: it must be [BEGIN, END]");
+          if (offsets_.size() == 2)
+            throw fail_tensor("\"data_offsets\" holds more than 2 numbers: it must be [BEGIN, END]");
           offsets_.push_back(static_cast<int64_t>(whole));
         }
         return true;
       }
-      default: return true;  // Skip
+      default:
+        return true;  // Skip
     }
   }
 
@@ -228,9 +253,11 @@ class HeaderHandler {
 
   /// The end of a tensor's entry: its fields complete and consistent.
   void finish_entry() {
-    for (const auto& [bit, field] : {std::pair{Field::Dtype, "dtype"}, {Field::Shape, "shape"}, {Field::Offsets, "data_offsets"}})
+    for (const auto& [bit, field] :
+         {std::pair{Field::Dtype, "dtype"}, {Field::Shape, "shape"}, {Field::Offsets, "data_offsets"}})
       if (!(have_ & static_cast<int>(bit)))
-        throw fail_tensor(std::string("has no \"") + field + "\" (every entry needs \"dtype\", \"shape\" and \"data_offsets\")");
+        throw fail_tensor(std::string("has no \"") + field +
+                          "\" (every entry needs \"dtype\", \"shape\" and \"data_offsets\")");
     SafetensorsTensor t;
     t.name = name_;
     t.dtype = dtype_;
@@ -257,8 +284,9 @@ class HeaderHandler {
     t.begin = begin;
     t.bytes = end - begin;
     if (static_cast<uint64_t>(t.bytes) != bits / 8)
-      throw fail_tensor("\"data_offsets\" = " + offsets_text + " span " + std::to_string(t.bytes) + " bytes but its shape " +
-                        shape_text() + " of " + dtype_ + " needs " + std::to_string(bits / 8));
+      throw fail_tensor("\"data_offsets\" = " + offsets_text + " span " + std::to_string(t.bytes) +
+                        " bytes but its shape " + shape_text() + " of " + dtype_ + " needs " +
+                        std::to_string(bits / 8));
     out_.tensors.push_back(std::move(t));
   }
   std::string shape_text() const {
@@ -318,10 +346,10 @@ void check_coverage(const SafetensorsHeader& h, int64_t data_bytes, const std::s
 
 int64_t safetensors_element_bits(std::string_view dtype) {
   static const std::unordered_map<std::string_view, int64_t> bits = {
-      {"BOOL", 8},        {"F4", 4},           {"F6_E2M3", 6},      {"F6_E3M2", 6},  {"U8", 8},    {"I8", 8},
-      {"F8_E5M2", 8},     {"F8_E4M3", 8},      {"F8_E8M0", 8},      {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8},
-      {"I16", 16},        {"U16", 16},         {"F16", 16},         {"BF16", 16},    {"I32", 32},  {"U32", 32},
-      {"F32", 32},        {"C64", 64},         {"F64", 64},         {"I64", 64},     {"U64", 64}};
+      {"BOOL", 8},    {"F4", 4},      {"F6_E2M3", 6}, {"F6_E3M2", 6},     {"U8", 8},          {"I8", 8},
+      {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},
+      {"U16", 16},    {"F16", 16},    {"BF16", 16},   {"I32", 32},        {"U32", 32},        {"F32", 32},
+      {"C64", 64},    {"F64", 64},    {"I64", 64},    {"U64", 64}};
   auto it = bits.find(dtype);
   return it == bits.end() ? 0 : it->second;
 }
@@ -401,9 +429,10 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     unsigned char first8[8];
     int error = 0;
     auto changed = [&](int64_t wanted, int64_t got) {
-      return SafetensorsReadError("safetensors " + path_ + ": the file changed while it was read (" +
-                                  (error ? std::string(std::strerror(error)) : "it ended at byte " + std::to_string(got)) +
-                                  ", " + std::to_string(wanted) + " bytes expected)");
+      return SafetensorsReadError(
+          "safetensors " + path_ + ": the file changed while it was read (" +
+          (error ? std::string(std::strerror(error)) : "it ended at byte " + std::to_string(got)) + ", " +
+          std::to_string(wanted) + " bytes expected)");
     };
     if (const int64_t got = pread_full(fd_, first8, 8, 0, &error); got != 8) throw changed(8, got);
     const int64_t n = safetensors_header_length(first8, size, path_);
@@ -429,9 +458,9 @@ const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
 void SafetensorsFile::read_into(const SafetensorsTensor& t, int64_t first, int64_t count, void* dst) const {
   const int64_t element = safetensors_element_bytes(t.dtype);
   if (element == 0 || first < 0 || count < 0 || first > t.elements || count > t.elements - first)
-    throw std::out_of_range("safetensors " + path_ + ": tensor " + quote_name(t.name) + " (" + std::to_string(t.elements) +
-                            " elements of " + t.dtype + "): elements [" + std::to_string(first) + ", +" +
-                            std::to_string(count) + ") cannot be read");
+    throw std::out_of_range("safetensors " + path_ + ": tensor " + quote_name(t.name) + " (" +
+                            std::to_string(t.elements) + " elements of " + t.dtype + "): elements [" +
+                            std::to_string(first) + ", +" + std::to_string(count) + ") cannot be read");
   const int64_t offset = data_start_ + t.begin + first * element, bytes = count * element;
   int error = 0;
   const int64_t got = pread_full(fd_, dst, bytes, offset, &error);
@@ -442,7 +471,8 @@ void SafetensorsFile::read_into(const SafetensorsTensor& t, int64_t first, int64
                                ": the file changed while it was read (" +
                                (error ? std::string(std::strerror(error)) + " at byte " + std::to_string(offset + got)
                                       : "it holds " + now + " bytes now; its header places this data up to byte " +
-                                            std::to_string(offset + bytes)) + ")");
+                                            std::to_string(offset + bytes)) +
+                               ")");
   }
 }
 

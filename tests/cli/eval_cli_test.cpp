@@ -22,9 +22,9 @@ using namespace odyssey::test;
 
 namespace {
 
-const std::vector<std::string> kEvalWords = {"[UNK]", "</s>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran",
-                                             "The", "pass", "key", "is", "Remember", "it", "What", ".", "?",
-                                             "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+const std::vector<std::string> kEvalWords = {"[UNK]", "</s>", "the", "cat", "sat",      "on", "mat",  "a", "dog", "ran",
+                                             "The",   "pass", "key", "is",  "Remember", "it", "What", ".", "?",   "0",
+                                             "1",     "2",    "3",   "4",   "5",        "6",  "7",    "8", "9"};
 
 /// `count` documents of 1 to 12 words (a pattern shifted by `shift`), every tenth of 60 words, as
 /// JSON lines.
@@ -79,8 +79,13 @@ std::vector<int64_t> expected_bucket_tokens(const DocumentsBytes& d, int64_t S,
 /// The shape of a JSON document: every key path (array elements as "[]") with the types found
 /// there ("integer", "float", "string", "bool", "null", "object", "array").
 void collect_shape(const Json& v, const std::string& path, std::map<std::string, std::set<std::string>>* shape) {
-  const char* type = v.is_null() ? "null" : v.is_boolean() ? "bool" : v.is_number_integer() ? "integer"
-                   : v.is_number() ? "float" : v.is_string() ? "string" : v.is_object() ? "object" : "array";
+  const char* type = v.is_null()             ? "null"
+                     : v.is_boolean()        ? "bool"
+                     : v.is_number_integer() ? "integer"
+                     : v.is_number()         ? "float"
+                     : v.is_string()         ? "string"
+                     : v.is_object()         ? "object"
+                                             : "array";
   (*shape)[path].insert(type);
   if (v.is_object())
     for (const auto& item : v.items()) collect_shape(item.value(), path + "." + item.key(), shape);
@@ -99,13 +104,15 @@ std::map<std::string, std::set<std::string>> json_shape(const Json& v) {
 /// depend on the CPU's kernels).
 void check_studio_fixture(const std::string& name, const Json& live) {
   INFO("tests/fixtures/eval/" << name << "/eval.json: regenerate it from this test's output when the format changes");
-  const auto fixture = parse_json(read_text(std::string(ODYSSEY_SOURCE_DIR) + "/tests/fixtures/eval/" + name + "/eval.json"));
+  const auto fixture =
+      parse_json(read_text(std::string(ODYSSEY_SOURCE_DIR) + "/tests/fixtures/eval/" + name + "/eval.json"));
   REQUIRE(fixture.has_value());
   CHECK(json_shape(*fixture) == json_shape(live));
   for (const char* key : {"seq_len", "sequences", "tokens", "unused_tokens"}) CHECK(fixture->at(key) == live.at(key));
   REQUIRE(fixture->at("buckets").size() == live.at("buckets").size());
   for (size_t b = 0; b < live.at("buckets").size(); ++b)
-    for (const char* key : {"from", "to", "tokens"}) CHECK(fixture->at("buckets")[b].at(key) == live.at("buckets")[b].at(key));
+    for (const char* key : {"from", "to", "tokens"})
+      CHECK(fixture->at("buckets")[b].at(key) == live.at("buckets")[b].at(key));
   if (live.at("needle").is_null()) return;
   for (const char* key : {"trials", "seed", "answer_tokens", "lengths", "depths"})
     CHECK(fixture->at("needle").at(key) == live.at("needle").at(key));
@@ -124,14 +131,20 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   require_exit(run_odyssey("prepare " + dir + "/train.jsonl --tokenizer " + tokenizer + " --out " + train), 0);
   require_exit(run_odyssey("prepare " + dir + "/heldout.jsonl --tokenizer " + tokenizer + " --out " + heldout), 0);
   const std::string run_dir = dir + "/run";
-  require_exit(run_odyssey("train " + kShort + "--set training.seq_len=64 --set training.dataset=documents "
-                           "--set training.dataset_path=" + train + " --set training.document_mask=true --steps 2 "
-                           "--quiet --out " + run_dir),
+  require_exit(run_odyssey("train " + kShort +
+                           "--set training.seq_len=64 --set training.dataset=documents "
+                           "--set training.dataset_path=" +
+                           train +
+                           " --set training.document_mask=true --steps 2 "
+                           "--quiet --out " +
+                           run_dir),
                0);
 
   // 128 tokens, buckets from 8: [0, 8), [8, 32), [32, 128); needle at 64 and 128 tokens.
-  const std::string eval = "eval " + run_dir + " --data " + heldout + " --seq-len 128 --first-bucket 8 --needle-min 64 "
-                           "--tokenizer " + tokenizer + " --trials 2 ";
+  const std::string eval = "eval " + run_dir + " --data " + heldout +
+                           " --seq-len 128 --first-bucket 8 --needle-min 64 "
+                           "--tokenizer " +
+                           tokenizer + " --trials 2 ";
   Run r = run_odyssey(eval + "--json");
   require_exit(r, 0);
   const auto j = parse_json(r.out);
@@ -161,7 +174,8 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
     weighted += loss * static_cast<double>(buckets[b].at("tokens").get<int64_t>());
   }
   CHECK(j->at("tokens").get<int64_t>() == total);
-  CHECK(std::abs(weighted / static_cast<double>(total) - j->at("loss").get<double>()) <= 1e-9 * j->at("loss").get<double>());
+  CHECK(std::abs(weighted / static_cast<double>(total) - j->at("loss").get<double>()) <=
+        1e-9 * j->at("loss").get<double>());
 
   const auto& needle = j->at("needle");
   CHECK(needle.at("lengths") == parse_json("[64, 128]").value());
@@ -185,14 +199,18 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   // layout and on one rank: the shards put together as saved, then cut for the evaluation's
   // ranks; the same losses within the forward's rounding.
   const std::string sharded = dir + "/run_fsdp";
-  require_exit(run_odyssey("train " + kShort + "--set training.seq_len=64 --set parallel.world_size=2 "
-                           "--set parallel.ulysses_degree=2 --set parallel.fsdp=true --steps 1 --quiet --out " + sharded),
+  require_exit(run_odyssey("train " + kShort +
+                           "--set training.seq_len=64 --set parallel.world_size=2 "
+                           "--set parallel.ulysses_degree=2 --set parallel.fsdp=true --steps 1 --quiet --out " +
+                           sharded),
                0);
-  const std::string plain = "eval " + sharded + " --data " + heldout + " --seq-len 128 --first-bucket 8 --no-needle --json ";
+  const std::string plain =
+      "eval " + sharded + " --data " + heldout + " --seq-len 128 --first-bucket 8 --no-needle --json ";
   r = run_odyssey(plain + "--out " + sharded + "/eval_own");
   require_exit(r, 0);
   const auto own = parse_json(r.out);
-  r = run_odyssey(plain + "--out " + sharded + "/eval_one --set parallel.world_size=1 --set parallel.ulysses_degree=1 "
+  r = run_odyssey(plain + "--out " + sharded +
+                  "/eval_one --set parallel.world_size=1 --set parallel.ulysses_degree=1 "
                   "--set parallel.fsdp=false");
   require_exit(r, 0);
   const auto single = parse_json(r.out);
@@ -228,7 +246,8 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   // loss_tolerance of one sequence, and the buckets sum the gathered CEs in the one-rank order.
   // (Needle hits are argmaxes, compared across layouts where their margins are known:
   // tests/train/eval_test.cpp.)
-  r = run_odyssey(eval + "--json --out " + dir + "/eval_2ranks --set parallel.world_size=2 "
+  r = run_odyssey(eval + "--json --out " + dir +
+                  "/eval_2ranks --set parallel.world_size=2 "
                   "--set parallel.ulysses_degree=2 --set parallel.fsdp=true");
   require_exit(r, 0);
   const auto two = parse_json(r.out);
@@ -247,14 +266,17 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
     CHECK(std::abs(two->at("buckets")[b].at("loss").get<double>() - want) <= tol * want);
   }
   REQUIRE(two->at("needle").at("cells").size() == cells.size());
-  for (size_t c = 0; c < cells.size(); ++c) CHECK(two->at("needle").at("cells")[c].at("trials") == cells[c].at("trials"));
+  for (size_t c = 0; c < cells.size(); ++c)
+    CHECK(two->at("needle").at("cells")[c].at("trials") == cells[c].at("trials"));
 
   // The same two ranks as torchrun processes, one rank each: rank 0's process writes the same
   // evaluation (the same collectives in the same order, one intra-op thread each: the same
   // numbers), the other process prints and writes nothing.
   const std::string procs = dir + "/eval_torchrun";
-  const std::vector<pid_t> pids = spawn_torchrun(eval + "--json --quiet --out " + procs + " --set parallel.world_size=2 "
-                                                 "--set parallel.ulysses_degree=2 --set parallel.fsdp=true", procs);
+  const std::vector<pid_t> pids = spawn_torchrun(eval + "--json --quiet --out " + procs +
+                                                     " --set parallel.world_size=2 "
+                                                     "--set parallel.ulysses_degree=2 --set parallel.fsdp=true",
+                                                 procs);
   for (int rank = 0; rank < 2; ++rank) {
     const auto status = wait_exit(pids[static_cast<size_t>(rank)], 300);
     INFO("rank " << rank << ": " << read_text(procs + ".rank" + std::to_string(rank) + ".log"));
@@ -309,15 +331,22 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
        "--needle-min 16"},
       {"eval " + dir + " --data " + docs + " --seq-len 64", "neither a run directory"},
       {"eval " + dir + "/nothing --data " + docs + " --seq-len 64", "not a directory"},
-      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --preset presets/tiny-cpu.toml", "carries its own config"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --preset presets/tiny-cpu.toml",
+       "carries its own config"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --bogus", "unknown option --bogus"},
       // Rank layouts the ranks cannot run: the validator's rules, by key.
-      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --set parallel.world_size=3 "
-       "--set parallel.ulysses_degree=3", "parallel.ulysses_degree = 3"},
-      {"eval " + run_dir + " --data " + docs + " --seq-len 65 --no-needle --set parallel.world_size=2 "
-       "--set parallel.ulysses_degree=2", "training.seq_len = 65"},
-      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --tokenizer " + tokenizer + " --needle-min 41 "
-       "--set parallel.world_size=2 --set parallel.ulysses_degree=2", "--needle-min 41: the needle grid's context of 41 tokens"},
+      {"eval " + run_dir + " --data " + docs +
+           " --seq-len 64 --no-needle --set parallel.world_size=3 "
+           "--set parallel.ulysses_degree=3",
+       "parallel.ulysses_degree = 3"},
+      {"eval " + run_dir + " --data " + docs +
+           " --seq-len 65 --no-needle --set parallel.world_size=2 "
+           "--set parallel.ulysses_degree=2",
+       "training.seq_len = 65"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --tokenizer " + tokenizer +
+           " --needle-min 41 "
+           "--set parallel.world_size=2 --set parallel.ulysses_degree=2",
+       "--needle-min 41: the needle grid's context of 41 tokens"},
   };
   for (const Case& c : cases) {
     INFO(c.args);

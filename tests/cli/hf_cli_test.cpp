@@ -70,8 +70,10 @@ TEST_CASE("hf cli: check and plan read the shape from config.json, train loads i
   CHECK_THAT(saved, Catch::Contains("rope_scaling = \"llama3\""));
 }
 
-TEST_CASE("hf cli: four ranks with Ulysses, FSDP and every memory technique give the plain run's losses, and "
-          "their sharded checkpoint exports whole", "[cli][hf]") {
+TEST_CASE(
+    "hf cli: four ranks with Ulysses, FSDP and every memory technique give the plain run's losses, and "
+    "their sharded checkpoint exports whole",
+    "[cli][hf]") {
   const std::string fixture = hf_fixture("qwen3-yarn");
   const std::string preset = hf_preset("ranks", fixture);
   const std::string plain = fresh_dir("hf_ranks_plain");
@@ -173,7 +175,8 @@ TEST_CASE("hf cli: a NaN weight is refused with exit 2 naming the file, the tens
   const Run r = run_odyssey("train " + hf_preset("nan", model) + " --quiet --out " + dir);
   INFO(r.out << r.err);
   CHECK(r.code == 2);
-  CHECK_THAT(r.err, Catch::Contains(model + "/model.safetensors") && Catch::Contains("'model.layers.0.mlp.down_proj.weight'") &&
+  CHECK_THAT(r.err, Catch::Contains(model + "/model.safetensors") &&
+                        Catch::Contains("'model.layers.0.mlp.down_proj.weight'") &&
                         Catch::Contains("element 100 (at [") && Catch::Contains("is NaN"));
   CHECK_THAT(r.err, !Catch::Contains("loss is NaN"));
 }
@@ -181,8 +184,9 @@ TEST_CASE("hf cli: a NaN weight is refused with exit 2 naming the file, the tens
 TEST_CASE("hf cli: under torchrun each process loads its own FSDP shard and the losses equal the in-process run's",
           "[cli][hf][torchrun]") {
   const std::string fixture = hf_fixture("llama-gqa-llama3");
-  const std::string args = "train " + hf_preset("torchrun", fixture) +
-                           " --quiet --set parallel.world_size=2 --set parallel.ulysses_degree=2 --set parallel.fsdp=true ";
+  const std::string args =
+      "train " + hf_preset("torchrun", fixture) +
+      " --quiet --set parallel.world_size=2 --set parallel.ulysses_degree=2 --set parallel.fsdp=true ";
   const std::string threads = fresh_dir("hf_torchrun_threads");
   const Run reference = run_odyssey(args + "--out " + threads);
   INFO(reference.out << reference.err);

@@ -30,10 +30,10 @@ struct Run {
 Run run_odyssey(const std::string& args) {
   // One stderr file per process and call: CTest runs this binary's cases in parallel.
   static int calls = 0;
-  const std::string err_path = std::string(ODYSSEY_BINARY_DIR) + "/planner_cli_test." + std::to_string(getpid()) +
-                               "." + std::to_string(++calls) + ".stderr";
-  const std::string cmd = std::string("cd ") + ODYSSEY_SOURCE_DIR + " && " + ODYSSEY_BIN_DIR + "/odyssey " + args +
-                          " 2>" + err_path;
+  const std::string err_path = std::string(ODYSSEY_BINARY_DIR) + "/planner_cli_test." + std::to_string(getpid()) + "." +
+                               std::to_string(++calls) + ".stderr";
+  const std::string cmd =
+      std::string("cd ") + ODYSSEY_SOURCE_DIR + " && " + ODYSSEY_BIN_DIR + "/odyssey " + args + " 2>" + err_path;
   Run r;
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -58,8 +58,17 @@ Json parse(const Run& r) {
   return *v;
 }
 
-const char* kCategories[] = {"params",         "grads",    "optimizer",   "gathered_params",     "saved_activations", "offloaded",
-                             "attention_workspace", "mlp_workspace", "loss_workspace", "comm_buffers", "other"};
+const char* kCategories[] = {"params",
+                             "grads",
+                             "optimizer",
+                             "gathered_params",
+                             "saved_activations",
+                             "offloaded",
+                             "attention_workspace",
+                             "mlp_workspace",
+                             "loss_workspace",
+                             "comm_buffers",
+                             "other"};
 
 }  // namespace
 
@@ -102,9 +111,10 @@ TEST_CASE("odyssey plan --json: the contract's fields", "[cli][planner]") {
   CHECK(model.at("vocab_size").get<int64_t>() == 128256);
 }
 
-TEST_CASE("odyssey plan: the step time rests on the efficiencies of the kernels it runs, a measured preset's over "
-          "its profile's",
-          "[cli][planner]") {
+TEST_CASE(
+    "odyssey plan: the step time rests on the efficiencies of the kernels it runs, a measured preset's over "
+    "its profile's",
+    "[cli][planner]") {
   // The 1B preset carries the H200's fitted figures: GEMMs 0.473, SDPA's attention 0.431 (the
   // standard attention "auto" plans at 32K), the Untied stages' FlashAttention-2 0.274 (the
   // stages "auto" plans at its 128K); the profiles' 0.5 stays under them whichever is named.
@@ -158,8 +168,9 @@ TEST_CASE("odyssey plan: \"auto\" names the planner's stage size and MLP tile at
   // attention, so standard attention (no stage size lowers the peak, and it projects q, k and v
   // once); at 128K the attention reaches the peak and Untied stages run; at 2M they are finer.
   // Text and JSON say which.
-  const Run short_run = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
-                                    "--set training.seq_len=32K --json");
+  const Run short_run = run_odyssey(
+      "plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
+      "--set training.seq_len=32K --json");
   REQUIRE(short_run.code == 0);
   const Json at_32k = parse(short_run).at("untied");
   CHECK(at_32k.at("auto").get<bool>());
@@ -167,25 +178,29 @@ TEST_CASE("odyssey plan: \"auto\" names the planner's stage size and MLP tile at
   CHECK(at_32k.at("heads_per_stage").is_null());  // not 0: a config's 0 is one head a rank
   CHECK(at_32k.at("stages").get<int64_t>() == 0);
   // the same plan as Untied Ulysses off, to the byte and the second
-  const Run standard = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.untied_ulysses=false "
-                                   "--set training.seq_len=32K --json");
+  const Run standard = run_odyssey(
+      "plan presets/llama3.2-1b-1xh100.toml --set memory.untied_ulysses=false "
+      "--set training.seq_len=32K --json");
   REQUIRE(standard.code == 0);
   CHECK(parse(short_run).at("peak_bytes") == parse(standard).at("peak_bytes"));
   CHECK(parse(short_run).at("time").at("step_s") == parse(standard).at("time").at("step_s"));
-  const Run mid_run = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
-                                  "--set training.seq_len=128K --json");
+  const Run mid_run = run_odyssey(
+      "plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
+      "--set training.seq_len=128K --json");
   REQUIRE(mid_run.code == 0);
   const Json at_128k = parse(mid_run).at("untied");
   CHECK_FALSE(at_128k.at("standard_attention").get<bool>());
   CHECK(at_128k.at("stages").get<int64_t>() > 1);
-  const Run long_run = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
-                                   "--set training.seq_len=2M --json");
+  const Run long_run = run_odyssey(
+      "plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto "
+      "--set training.seq_len=2M --json");
   REQUIRE(long_run.code == 0);
   const Json at_2m = parse(long_run).at("untied");
   CHECK(at_2m.at("heads_per_stage").get<int64_t>() < 32);
   CHECK(at_2m.at("stages").get<int64_t>() == 32 / at_2m.at("heads_per_stage").get<int64_t>());
-  const Run text = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto --set "
-                               "training.seq_len=32K");
+  const Run text = run_odyssey(
+      "plan presets/llama3.2-1b-1xh100.toml --set memory.heads_per_stage=auto --set "
+      "training.seq_len=32K");
   REQUIRE(text.code == 0);
   CHECK(text.out.find("Untied Ulysses auto: off at this length (no stage size lowers the peak)") != std::string::npos);
   const Run mid_text = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set training.seq_len=128K");
@@ -207,8 +222,9 @@ TEST_CASE("odyssey plan: \"auto\" names the planner's stage size and MLP tile at
   CHECK(tile.at("tile_tokens").get<int64_t>() == 16384);
   CHECK(tile.at("tiles").get<int64_t>() == 2);
   CHECK(parse(short_run).at("peak_phase").get<std::string>() == "fwd/loss");
-  const Run d_model_tile = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.mlp_tile_tokens=0 "
-                                       "--set training.seq_len=32K --json");
+  const Run d_model_tile = run_odyssey(
+      "plan presets/llama3.2-1b-1xh100.toml --set memory.mlp_tile_tokens=0 "
+      "--set training.seq_len=32K --json");
   REQUIRE(d_model_tile.code == 0);
   CHECK(parse(d_model_tile).at("tiled_mlp").at("tiles").get<int64_t>() == 16);
   CHECK_FALSE(parse(d_model_tile).at("tiled_mlp").at("auto").get<bool>());
@@ -243,13 +259,15 @@ TEST_CASE("odyssey plan --set: 5M without Untied Ulysses does not fit and gets a
       const std::string c = change.get<std::string>();
       if (c == "memory.offload_optimizer = true" && offload_slowdown < 0)
         offload_slowdown = advice.at("slowdown").get<double>();
-      if (c == "memory.untied_ulysses = true" && untied_slowdown < 0) untied_slowdown = advice.at("slowdown").get<double>();
+      if (c == "memory.untied_ulysses = true" && untied_slowdown < 0)
+        untied_slowdown = advice.at("slowdown").get<double>();
     }
   CHECK(offload_slowdown >= 1.0);
   CHECK(offload_slowdown <= untied_slowdown);
 }
 
-TEST_CASE("odyssey plan and maxlen: a node whose host memory cannot hold the offloaded states says so", "[cli][planner]") {
+TEST_CASE("odyssey plan and maxlen: a node whose host memory cannot hold the offloaded states says so",
+          "[cli][planner]") {
   // Llama3-8B on one H100 keeps 16 B a parameter on the host with the optimizer offloaded
   // (about 120 GiB): on a node of 100 GiB nothing fits, and both commands name the host memory.
   const std::string small_host = "presets/llama3-8b-1xh100.toml --set hardware.host_memory_gib=100";
@@ -280,8 +298,8 @@ TEST_CASE("odyssey ladder --json: the contract's seven rungs in order, then opti
   const Json v = parse(r);
   const auto& rungs = v.at("rungs");
   REQUIRE(rungs.size() == 8);
-  const char* names[] = {"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses",
-                         "offload_optimizer"};
+  const char* names[] = {"default", "fsdp",   "ulysses",        "checkpointing",
+                         "offload", "tiling", "untied_ulysses", "offload_optimizer"};
   const bool fits[] = {false, false, false, false, false, true, true, true};
   for (size_t i = 0; i < 8; ++i) {
     INFO(names[i]);
@@ -382,8 +400,9 @@ TEST_CASE("odyssey check notes a compute_efficiency moved alone, which once scal
   REQUIRE(alone.code == 0);
   CHECK(alone.out.find("note: hardware.compute_efficiency = 0.35 differs from the \"h100-sxm\" profile's 0.5 while "
                        "hardware.attention_efficiency keeps its 0.5") != std::string::npos);
-  const Run both = run_odyssey("check presets/llama3-8b-3m-8xh100.toml --set hardware.compute_efficiency=0.35 "
-                               "--set hardware.attention_efficiency=0.35");
+  const Run both = run_odyssey(
+      "check presets/llama3-8b-3m-8xh100.toml --set hardware.compute_efficiency=0.35 "
+      "--set hardware.attention_efficiency=0.35");
   REQUIRE(both.code == 0);
   CHECK(both.out.find("note:") == std::string::npos);
   const Run measured = run_odyssey("check presets/llama3.2-1b-1xh100.toml");

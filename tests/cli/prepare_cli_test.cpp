@@ -50,7 +50,8 @@ std::string pyarrow_python() {
 void write_parquet(const std::string& path, const std::string& table, int row_group_size = 1024) {
   const std::string python = pyarrow_python(), script = path + ".py";
   std::ofstream(script) << "import pyarrow as pa, pyarrow.parquet as pq\n"
-                        << "pq.write_table(" << table << ", '" << path << "', row_group_size=" << row_group_size << ")\n";
+                        << "pq.write_table(" << table << ", '" << path << "', row_group_size=" << row_group_size
+                        << ")\n";
   REQUIRE(std::system(("'" + python + "' '" + script + "'").c_str()) == 0);
 }
 
@@ -78,7 +79,8 @@ TEST_CASE("odyssey prepare: JSON lines and a text directory read back token for 
                         Catch::Contains("longest document 6 tokens, median document 3 tokens, 1 empty skipped") &&
                         Catch::Contains("separator: none"));
   // Progress on stderr (one line per file when it is not a terminal).
-  CHECK_THAT(r.err, Catch::Contains("prepare: [1/1] " + dir + "/docs.jsonl") && Catch::Contains("3 documents, 10 tokens"));
+  CHECK_THAT(r.err,
+             Catch::Contains("prepare: [1/1] " + dir + "/docs.jsonl") && Catch::Contains("3 documents, 10 tokens"));
   DocumentsBytes d = read_documents(out);
   CHECK(d.vocab == 10);
   CHECK(d.index == Index{0, 3, 9, 10});
@@ -123,7 +125,8 @@ TEST_CASE("odyssey prepare: JSON lines and a text directory read back token for 
     r = run_odyssey("prepare " + dir + "/mixed --tokenizer " + tokenizer + " --out " + mixed_out);
     require_exit(r, 0);
     CHECK_THAT(r.out, Catch::Contains("4 documents, 7 tokens from 3 file(s)"));
-    CHECK_THAT(r.err, Catch::Contains("[1/3] " + dir + "/mixed/a.jsonl") && Catch::Contains("[2/3] " + dir + "/mixed/b.parquet") &&
+    CHECK_THAT(r.err, Catch::Contains("[1/3] " + dir + "/mixed/a.jsonl") &&
+                          Catch::Contains("[2/3] " + dir + "/mixed/b.parquet") &&
                           Catch::Contains("[3/3] " + dir + "/mixed/c/d.parquet"));
     d = read_documents(mixed_out);
     CHECK(d.index == Index{0, 2, 4, 5, 7});
@@ -207,8 +210,10 @@ TEST_CASE("odyssey prepare: a bad Parquet file is FILE[:row N]: rule with exit 2
       {"no_text", "pa.table({'content': ['the cat'], 'id': [7]})",
        ": no \"text\" column (the columns are \"content\", \"id\"; a Parquet input is one document a row, the row's "
        "\"text\" string)"},
-      {"number", "pa.table({'text': [5, 6]})", ":row 1: \"text\" is a number (5) in a column of int64, not a string " + rule},
-      {"null", "pa.table({'text': ['the cat', 'a dog', None, 'sat']})", ":row 3: \"text\" is null, not a string " + rule},
+      {"number", "pa.table({'text': [5, 6]})",
+       ":row 1: \"text\" is a number (5) in a column of int64, not a string " + rule},
+      {"null", "pa.table({'text': ['the cat', 'a dog', None, 'sat']})",
+       ":row 3: \"text\" is null, not a string " + rule},
       {"bytes", "pa.table({'text': pa.array([b'the cat'], pa.binary())})",
        ":row 1: \"text\" is bytes (b'the cat') in a column of binary, not a string " + rule},
       {"utf8", "pa.table({'text': pa.array([b'the cat', b'a \\xff dog'], pa.binary()).view(pa.string())})",
@@ -219,7 +224,8 @@ TEST_CASE("odyssey prepare: a bad Parquet file is FILE[:row N]: rule with exit 2
     const std::string parquet = dir + "/" + bad.name + ".parquet";
     write_parquet(parquet, bad.table);
     // After a good file: its documents are not written either.
-    const Run r = run_odyssey("prepare " + dir + "/good.jsonl " + parquet + " --tokenizer " + tokenizer + " --out " + out);
+    const Run r =
+        run_odyssey("prepare " + dir + "/good.jsonl " + parquet + " --tokenizer " + tokenizer + " --out " + out);
     require_exit(r, 2);
     CHECK_THAT(r.err, Catch::Contains(parquet + bad.message));
     CHECK_FALSE(exists(out));
@@ -237,7 +243,8 @@ TEST_CASE("odyssey prepare: a bad Parquet file is FILE[:row N]: rule with exit 2
   std::ofstream(dir + "/shadow/pyarrow/__init__.py") << "raise ImportError('no pyarrow here')\n";
   {
     const ScopedEnv shadow("PYTHONPATH", dir + "/shadow");
-    r = run_odyssey("prepare " + dir + "/good.jsonl " + dir + "/null.parquet --tokenizer " + tokenizer + " --out " + out);
+    r = run_odyssey("prepare " + dir + "/good.jsonl " + dir + "/null.parquet --tokenizer " + tokenizer + " --out " +
+                    out);
   }
   require_exit(r, 1);
   CHECK_THAT(r.err, Catch::Contains(dir + "/null.parquet is a Parquet file, and the Python at") &&
@@ -256,7 +263,8 @@ TEST_CASE("odyssey prepare and train: a tokenizer larger than the model's vocabu
   for (int i = 0; i < 200; ++i) text += "w" + std::to_string(i % 298) + " ";
   std::ofstream(dir + "/big.jsonl") << "{\"text\": \"" << text << "\"}\n";
   const std::string out = dir + "/big.odoc";
-  Run r = run_odyssey("prepare " + dir + "/big.jsonl --tokenizer " + tokenizer + " --preset presets/tiny-cpu.toml --out " + out);
+  Run r = run_odyssey("prepare " + dir + "/big.jsonl --tokenizer " + tokenizer +
+                      " --preset presets/tiny-cpu.toml --out " + out);
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("its vocabulary holds 300 tokens, more than model.vocab_size = 256 of --preset "
                                     "presets/tiny-cpu.toml"));
@@ -264,8 +272,9 @@ TEST_CASE("odyssey prepare and train: a tokenizer larger than the model's vocabu
   // Prepared without a preset, the trainer refuses it, naming the file and both vocabularies.
   r = run_odyssey("prepare " + dir + "/big.jsonl --tokenizer " + tokenizer + " --out " + out);
   require_exit(r, 0);
-  r = run_odyssey("train " + kTiny + "--set training.seq_len=64 --set training.dataset=documents --set training.dataset_path=" +
-                  out + " --steps 1 --quiet --out " + dir + "/run");
+  r = run_odyssey("train " + kTiny +
+                  "--set training.seq_len=64 --set training.dataset=documents --set training.dataset_path=" + out +
+                  " --steps 1 --quiet --out " + dir + "/run");
   require_exit(r, 2);
   CHECK_THAT(r.out + r.err, Catch::Contains(out) && Catch::Contains("vocab_size = 300 (the tokenizer's vocabulary) is "
                                                                     "larger than model.vocab_size = 256"));
@@ -287,8 +296,10 @@ TEST_CASE("odyssey train: two steps on a prepared file, split and refuse packing
   jsonl.close();
   const std::string out = dir + "/docs.odoc";
   require_exit(run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + out), 0);
-  const std::string documents = kShort + "--set training.seq_len=64 --set training.dataset=documents "
-                                         "--set training.dataset_path=" + out + " --steps 2 --quiet ";
+  const std::string documents = kShort +
+                                "--set training.seq_len=64 --set training.dataset=documents "
+                                "--set training.dataset_path=" +
+                                out + " --steps 2 --quiet ";
   for (const char* packing : {"split", "refuse"}) {
     INFO("document_packing = " << packing);
     const std::string run_dir = dir + "/run_" + packing;
@@ -332,8 +343,10 @@ TEST_CASE("odyssey train: two steps on a prepared file, split and refuse packing
     pairs += n * (n + 1) / 2;
     tokens += n;
   }
-  const std::string plan = "plan " + kTiny + "--set training.seq_len=64 --set training.dataset=documents "
-                           "--set training.dataset_path=" + out + " --json ";
+  const std::string plan = "plan " + kTiny +
+                           "--set training.seq_len=64 --set training.dataset=documents "
+                           "--set training.dataset_path=" +
+                           out + " --json ";
   const Run whole = run_odyssey(plan), documents_only = run_odyssey(plan + "--set training.document_mask=true");
   require_exit(whole, 0);
   require_exit(documents_only, 0);
@@ -346,8 +359,10 @@ TEST_CASE("odyssey train: two steps on a prepared file, split and refuse packing
   CHECK(masked_time.at("attention_flops_per_token").get<double>() ==
         Approx(whole_json->at("time").at("attention_flops_per_token").get<double>() * pairs / (tokens * 65 / 2.0)));
   // a data file the planner cannot read is refused, named
-  const Run missing = run_odyssey("plan " + kTiny + "--set training.dataset=documents --set training.document_mask=true "
-                                  "--set training.dataset_path=" + dir + "/absent.odoc");
+  const Run missing = run_odyssey("plan " + kTiny +
+                                  "--set training.dataset=documents --set training.document_mask=true "
+                                  "--set training.dataset_path=" +
+                                  dir + "/absent.odoc");
   require_exit(missing, 2);
   CHECK_THAT(missing.err, Catch::Contains("absent.odoc"));
 }

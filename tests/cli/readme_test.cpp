@@ -10,7 +10,8 @@
 using namespace odyssey::test;
 
 TEST_CASE("docs/presets.md schema section equals odyssey schema --markdown", "[cli][docs]") {
-  const std::string section = generated_section(read_text(std::string(ODYSSEY_SOURCE_DIR) + "/docs/presets.md"), "schema");
+  const std::string section =
+      generated_section(read_text(std::string(ODYSSEY_SOURCE_DIR) + "/docs/presets.md"), "schema");
   const Run generated = run_odyssey("schema --markdown");
   require_exit(generated, 0);
   CHECK(section == generated.out);

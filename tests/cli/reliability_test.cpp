@@ -91,12 +91,13 @@ TEST_CASE("reliability: corrupt checkpoint fields are refused with exit 2, never
   CHECK_THAT(r.err, Catch::Contains("exp_avg_sq' (#") && Catch::Contains("fails its CRC-32 check"));
 }
 
-TEST_CASE("reliability: latest.json with a wrong type or an absurd number names the key and value", "[cli][reliability]") {
+TEST_CASE("reliability: latest.json with a wrong type or an absurd number names the key and value",
+          "[cli][reliability]") {
   const std::string dir = checkpointed("latest");
   const std::string latest = dir + "/checkpoints/latest.json";
   const std::string good = read_text(latest);
-  for (const auto& [value, shown] : std::vector<std::pair<std::string, std::string>>{
-           {"\"ten\"", "\"step\" = \"ten\""}, {"1e300", "\"step\" = 1e+300"}}) {
+  for (const auto& [value, shown] : std::vector<std::pair<std::string, std::string>>{{"\"ten\"", "\"step\" = \"ten\""},
+                                                                                     {"1e300", "\"step\" = 1e+300"}}) {
     std::string text = good;
     text.replace(text.find("\"step\":2"), 8, "\"step\":" + value);
     std::ofstream(latest, std::ios::trunc) << text;
@@ -135,8 +136,9 @@ TEST_CASE("reliability: resume refuses another shape and states every other chan
 
 TEST_CASE("reliability: a second run into a busy directory is refused with the owner's pid", "[cli][reliability]") {
   const std::string dir = fresh_dir("busy");
-  const pid_t first = spawn_odyssey("train " + kShort + "--set training.steps=100000 --set output.checkpoint_every=1 --quiet --out " + dir,
-                                    dir + ".log");
+  const pid_t first = spawn_odyssey(
+      "train " + kShort + "--set training.steps=100000 --set output.checkpoint_every=1 --quiet --out " + dir,
+      dir + ".log");
   REQUIRE(wait_for_checkpoint(first, dir, 1));
   const std::string metrics_before = read_text(dir + "/metrics.jsonl");
   const Run second = run_odyssey("train " + kShort + "--set training.steps=3 --quiet --out " + dir);
@@ -150,8 +152,9 @@ TEST_CASE("reliability: a second run into a busy directory is refused with the o
 TEST_CASE("reliability: SIGTERM checkpoints and exits 143, a full disk is a runtime failure (exit 1)",
           "[cli][reliability]") {
   const std::string dir = fresh_dir("sigterm");
-  const pid_t pid = spawn_odyssey("train " + kShort + "--set training.steps=100000 --set output.checkpoint_every=3 --quiet --out " + dir,
-                                  dir + ".log");
+  const pid_t pid = spawn_odyssey(
+      "train " + kShort + "--set training.steps=100000 --set output.checkpoint_every=3 --quiet --out " + dir,
+      dir + ".log");
   REQUIRE(wait_for_checkpoint(pid, dir, 3));
   kill(pid, SIGTERM);
   int status = 0;
@@ -167,23 +170,28 @@ TEST_CASE("reliability: SIGTERM checkpoints and exits 143, a full disk is a runt
   // /dev/full answers writes with ENOSPC, as a full disk does: the checkpoint write fails.
   const std::string full = fresh_dir("disk_full");
   REQUIRE(std::system(("mkdir -p " + full + "/checkpoints/step_00000001 && ln -s /dev/full " + full +
-                       "/checkpoints/step_00000001/rank0.bin.tmp").c_str()) == 0);
+                       "/checkpoints/step_00000001/rank0.bin.tmp")
+                          .c_str()) == 0);
   const Run r = run_odyssey("train " + kShort + "--set training.steps=1 --quiet --out " + full);
   require_exit(r, 1);
   CHECK_THAT(r.err, Catch::Contains("rank0.bin.tmp") && Catch::Contains("disk full"));
 }
 
-TEST_CASE("reliability: more in-process ranks than a process tracks is refused before any output", "[cli][reliability]") {
+TEST_CASE("reliability: more in-process ranks than a process tracks is refused before any output",
+          "[cli][reliability]") {
   const std::string dir = fresh_dir("world65");
-  const Run r = run_odyssey("train presets/tiny-cpu.toml --set parallel.world_size=65 --set parallel.ulysses_degree=1 "
-                            "--set memory.heads_per_stage=0 --steps 1 --quiet --out " + dir);
+  const Run r = run_odyssey(
+      "train presets/tiny-cpu.toml --set parallel.world_size=65 --set parallel.ulysses_degree=1 "
+      "--set memory.heads_per_stage=0 --steps 1 --quiet --out " +
+      dir);
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("parallel.world_size = 65: one process runs at most 64 rank threads"));
   CHECK(read_text(dir + "/metrics.jsonl").empty());
   CHECK(read_text(dir + "/summary.json").empty());
 }
 
-TEST_CASE("reliability: sizes out of their physical range are refused, nothing overflows or hangs", "[cli][reliability]") {
+TEST_CASE("reliability: sizes out of their physical range are refused, nothing overflows or hangs",
+          "[cli][reliability]") {
   Run r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set hardware.device_memory_gib=9e9");
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("hardware.device_memory_gib = 9e+09: must be a number of GiB in (0, 65536]"));
@@ -191,8 +199,9 @@ TEST_CASE("reliability: sizes out of their physical range are refused, nothing o
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("hardware.runtime_overhead_gib = 1e+10: must be a number of GiB in [0, 65536]"));
   // In range but beyond any machine: the planner's saturating arithmetic says so instead of wrapping.
-  r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set training.batch_size=65536 --set training.seq_len=16G "
-                  "--set memory.tiled_loss=false --json");
+  r = run_odyssey(
+      "plan presets/llama3-8b-3m-8xh100.toml --set training.batch_size=65536 --set training.seq_len=16G "
+      "--set memory.tiled_loss=false --json");
   require_exit(r, 0);
   auto plan = parse_json(r.out);
   REQUIRE(plan.has_value());
@@ -212,8 +221,10 @@ TEST_CASE("reliability: FIFOs and malformed token files are refused at once", "[
   ::unlink(fifo.c_str());
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
   auto t0 = std::chrono::steady_clock::now();
-  Run r = run_odyssey("train " + kShort + "--set training.dataset=bytes --set model.vocab_size=256 "
-                      "--set training.dataset_path=" + fifo + " --quiet --out " + fresh_dir("fifo_data"));
+  Run r = run_odyssey("train " + kShort +
+                      "--set training.dataset=bytes --set model.vocab_size=256 "
+                      "--set training.dataset_path=" +
+                      fifo + " --quiet --out " + fresh_dir("fifo_data"));
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("not a regular file"));
   CHECK(seconds_since(t0) < 10);
@@ -231,8 +242,9 @@ TEST_CASE("reliability: FIFOs and malformed token files are refused at once", "[
   std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
   bytes += std::string(2 * 300, '\1');  // 300 tokens of value 257: fine for vocab 512
   const std::string tokens = write_file("tokens.bin", bytes);
-  r = run_odyssey("train " + kShort + "--set training.dataset=tokens --set model.vocab_size=512 --set training.dataset_path=" +
-                  tokens + " --quiet --out " + fresh_dir("trailing"));
+  r = run_odyssey("train " + kShort +
+                  "--set training.dataset=tokens --set model.vocab_size=512 --set training.dataset_path=" + tokens +
+                  " --quiet --out " + fresh_dir("trailing"));
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("the header says 200 tokens") && Catch::Contains("200 bytes would be ignored") &&
                         Catch::Contains("the body holds 300 tokens"));
@@ -276,8 +288,10 @@ TEST_CASE("reliability: a data file that shrinks during training fails the run (
   for (int i = 0; text.size() < (1 << 20); ++i) text += "line " + std::to_string(i) + " of a long text file\n";
   const std::string data = write_file("shrinking.txt", text);
   const std::string dir = fresh_dir("shrinking");
-  const pid_t pid = spawn_odyssey("train " + kShort + "--set training.dataset=bytes --set model.vocab_size=256 "
-                                  "--set training.dataset_path=" + data + " --set training.steps=100000 --out " + dir,
+  const pid_t pid = spawn_odyssey("train " + kShort +
+                                      "--set training.dataset=bytes --set model.vocab_size=256 "
+                                      "--set training.dataset_path=" +
+                                      data + " --set training.steps=100000 --out " + dir,
                                   dir + ".log");
   bool stepped = false;
   for (int i = 0; i < 12000 && !stepped; ++i) {  // 120 s at most
@@ -301,18 +315,22 @@ TEST_CASE("reliability: a data file that shrinks during training fails the run (
   CHECK(parse_json(read_text(dir + "/trace.json")).has_value());
 }
 
-TEST_CASE("reliability: export refuses overflowing shard sizes, a file as --hf and a directory as a tokenizer file, and "
-          "takes --flag=value and trailing slashes", "[cli][reliability]") {
+TEST_CASE(
+    "reliability: export refuses overflowing shard sizes, a file as --hf and a directory as a tokenizer file, and "
+    "takes --flag=value and trailing slashes",
+    "[cli][reliability]") {
   const std::string run = checkpointed("export_args");
   const std::string root = fresh_dir("export_args_out");
   REQUIRE(std::system(("mkdir -p '" + root + "'").c_str()) == 0);
   // 9300000000GB is 9.3e18 bytes: past int64, it wrapped negative and wrote one tensor per file.
-  for (const std::string& size : {std::string("9300000000GB"), std::string("=99999999999999999999"), std::string("0")}) {
+  for (const std::string& size :
+       {std::string("9300000000GB"), std::string("=99999999999999999999"), std::string("0")}) {
     const std::string arg = size[0] == '=' ? "--max-shard-size" + size : "--max-shard-size " + size;
     const Run r = run_odyssey("export " + run + " --hf " + root + "/a " + arg);
     INFO(arg);
     require_exit(r, 2);
-    CHECK_THAT(r.err, Catch::Contains("must be a positive size") && Catch::Contains("at most 9223372036854775807 bytes"));
+    CHECK_THAT(r.err,
+               Catch::Contains("must be a positive size") && Catch::Contains("at most 9223372036854775807 bytes"));
   }
   CHECK(list_dir_names(root).empty());
   // --flag=value as every other subcommand takes it, and OUT/ staged beside OUT, not inside it.

@@ -9,7 +9,6 @@
 using namespace odyssey;
 using namespace odyssey::test;
 
-
 TEST_CASE("run directory: a new run into one holding a run is refused and leaves it whole, --overwrite replaces it",
           "[cli][reliability][rundir]") {
   const std::string dir = fresh_dir("holds_run");
@@ -23,9 +22,10 @@ TEST_CASE("run directory: a new run into one holding a run is refused and leaves
     INFO(where);
     const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --steps 1 --quiet " + where);
     require_exit(r, 2);
-    CHECK_THAT(r.err, Catch::Contains("--out " + dir + " holds a run (metrics.jsonl with 3 steps, a checkpoint at step 3, "
-                                      "summary.json): continue it with --resume " + dir +
-                                      ", choose another --out, or pass --overwrite to replace it"));
+    CHECK_THAT(r.err, Catch::Contains("--out " + dir +
+                                      " holds a run (metrics.jsonl with 3 steps, a checkpoint at step 3, "
+                                      "summary.json): continue it with --resume " +
+                                      dir + ", choose another --out, or pass --overwrite to replace it"));
     CHECK(read_text(dir + "/metrics.jsonl") == metrics);
     CHECK(read_text(dir + "/summary.json") == summary);
     CHECK(checkpoint_step(dir) == 3);
@@ -37,7 +37,8 @@ TEST_CASE("run directory: a new run into one holding a run is refused and leaves
   // --resume elsewhere into a directory holding a run is refused like a fresh run.
   const std::string other = fresh_dir("holds_run_other");
   require_exit(run_odyssey("train " + kShort + "--set training.steps=6 --steps 1 --quiet --out " + other), 0);
-  Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 1 --quiet --out " + other);
+  Run r =
+      run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 1 --quiet --out " + other);
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--out " + other + " holds a run"));
   // --overwrite: the earlier run's files are replaced, and the run says what it replaced.
@@ -52,8 +53,9 @@ TEST_CASE("run directory: a new run into one holding a run is refused and leaves
   CHECK_THAT(r.err, Catch::Contains("--overwrite takes no value"));
 }
 
-TEST_CASE("run directory: --out naming a file, too deep a path, or an empty value is bad input (exit 2), never a signal",
-          "[cli][reliability][rundir]") {
+TEST_CASE(
+    "run directory: --out naming a file, too deep a path, or an empty value is bad input (exit 2), never a signal",
+    "[cli][reliability][rundir]") {
   const std::string base = fresh_dir("bad_out");
   REQUIRE(std::system(("mkdir -p " + base + " && echo x > " + base + "/file").c_str()) == 0);
   Run r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + base + "/file");
@@ -83,10 +85,11 @@ TEST_CASE("run directory: --resume from a run still writing checkpoints is refus
   // made a resumed run load a later step than it planned and run zero steps with exit 0.
   const std::string dir = fresh_dir("live_resume");
   const pid_t live = spawn_odyssey(
-      "train " + kShort + "--set training.steps=100000 --set output.checkpoint_every=1 --quiet --out " + dir, dir + ".log");
+      "train " + kShort + "--set training.steps=100000 --set output.checkpoint_every=1 --quiet --out " + dir,
+      dir + ".log");
   REQUIRE(wait_for_checkpoint(live, dir, 2));
-  const Run r = run_odyssey("train " + kShort + "--set training.steps=100000 --resume " + dir + " --steps 2 --quiet --out " +
-                            fresh_dir("live_resume_copy"));
+  const Run r = run_odyssey("train " + kShort + "--set training.steps=100000 --resume " + dir +
+                            " --steps 2 --quiet --out " + fresh_dir("live_resume_copy"));
   kill(live, SIGKILL);
   waitpid(live, nullptr, 0);
   require_exit(r, 2);
@@ -124,9 +127,10 @@ TEST_CASE("fit: a run the planner says does not fit is refused with the numbers 
   // Beyond this machine: a 70B model's 16M tokens on the CPU, refused at once (it grew the process
   // until the OOM killer ended it), with the advisor's suggestions or the reason there are none.
   const auto t0 = std::chrono::steady_clock::now();
-  r = run_odyssey("train presets/tiny-cpu.toml --set model.flavor=llama3-70b --set training.seq_len=16M "
-                  "--set parallel.world_size=1 --set parallel.ulysses_degree=1 --steps 1 --quiet --out " +
-                  fresh_dir("unfit70b"));
+  r = run_odyssey(
+      "train presets/tiny-cpu.toml --set model.flavor=llama3-70b --set training.seq_len=16M "
+      "--set parallel.world_size=1 --set parallel.ulysses_degree=1 --steps 1 --quiet --out " +
+      fresh_dir("unfit70b"));
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("the planner predicts this run does not fit"));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
@@ -138,9 +142,9 @@ TEST_CASE("signals: SIGTERM while a run is still loading ends it at once (exit 1
   const std::string dir = fresh_dir("loading_sigterm");
   const int port = free_port();
   ::unlink((dir + ".log").c_str());  // an earlier run's banner must not be read as this one's
-  const pid_t pid = spawn_odyssey("train " + kShort + "--set parallel.world_size=2 --set parallel.timeout_s=600 --steps 1 --out " + dir,
-                                  dir + ".log",
-                                  "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port));
+  const pid_t pid = spawn_odyssey(
+      "train " + kShort + "--set parallel.world_size=2 --set parallel.timeout_s=600 --steps 1 --out " + dir,
+      dir + ".log", "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port));
   // The banner is printed once the stop handlers are in place, before the rendezvous.
   bool banner = false;
   for (int i = 0; i < 3000 && !banner; ++i) {

@@ -17,7 +17,8 @@ namespace {
 /// one query head per rank per stage, checkpointing with offload, tiled MLP and loss, fp32.
 std::string job(int ranks, const std::string& device) {
   return "presets/tiny-cpu.toml --set training.seq_len=512 --set training.dtype=float32 --set training.warmup_steps=1 "
-         "--set parallel.world_size=" + std::to_string(ranks) + " --set parallel.ulysses_degree=" + std::to_string(ranks) +
+         "--set parallel.world_size=" +
+         std::to_string(ranks) + " --set parallel.ulysses_degree=" + std::to_string(ranks) +
          " --set memory.heads_per_stage=" + std::to_string(ranks) + " --set training.device=" + device + " ";
 }
 
@@ -39,7 +40,8 @@ void run_job(int ranks, const std::string& device, const std::string& dir) {
 TEST_CASE("shared GPU: torchrun ranks on one GPU equal the CPU run and meet the plan per rank", "[.cuda]") {
   for (const int ranks : {2, 4}) {
     INFO(ranks << " ranks");
-    const std::string gpu = fresh_dir("shared_gpu_" + std::to_string(ranks)), cpu = fresh_dir("shared_cpu_" + std::to_string(ranks));
+    const std::string gpu = fresh_dir("shared_gpu_" + std::to_string(ranks)),
+                      cpu = fresh_dir("shared_cpu_" + std::to_string(ranks));
     run_job(ranks, "cuda", gpu);
     run_job(ranks, "cpu", cpu);
     // The first step's loss (fp32 both): the same sums in other orders, within the model's

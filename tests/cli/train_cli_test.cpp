@@ -129,9 +129,10 @@ TEST_CASE("odyssey train: Ctrl-C stops at a step boundary with a checkpoint, res
 
 TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli][train]") {
   // 512 tokens in tiles of 64: the tiled variants really tile.
-  const Run r = run_odyssey("bench " + kTiny +
-                            "--set training.seq_len=512 --set memory.mlp_tile_tokens=64 --set memory.loss_tile_tokens=64 "
-                            "--steps 2 --json");
+  const Run r =
+      run_odyssey("bench " + kTiny +
+                  "--set training.seq_len=512 --set memory.mlp_tile_tokens=64 --set memory.loss_tile_tokens=64 "
+                  "--steps 2 --json");
   INFO(r.err);
   REQUIRE(r.code == 0);
   auto v = parse_json(r.out);
@@ -139,7 +140,8 @@ TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli]
   CHECK(v->at("rounds").get<int64_t>() == 2);
   std::map<std::string, const Json*> by_name;
   for (const auto& variant : v->at("variants")) by_name[variant.at("name").get<std::string>()] = &variant;
-  for (const char* name : {"plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all", "offload_optimizer"}) {
+  for (const char* name :
+       {"plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all", "offload_optimizer"}) {
     REQUIRE(by_name.count(name));
     CHECK(by_name[name]->at("median_step_s").get<double>() > 0);
     CHECK(by_name[name]->at("ratio").get<double>() > 0);
@@ -147,12 +149,15 @@ TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli]
   }
   CHECK(by_name["offload"]->at("baseline").get<std::string>() == "checkpointing");
   // Measured peaks: checkpointing below plain, offload below checkpointing with host bytes.
-  CHECK(by_name["checkpointing"]->at("device_peak_bytes").get<int64_t>() < by_name["plain"]->at("device_peak_bytes").get<int64_t>());
+  CHECK(by_name["checkpointing"]->at("device_peak_bytes").get<int64_t>() <
+        by_name["plain"]->at("device_peak_bytes").get<int64_t>());
   CHECK(by_name["offload"]->at("device_peak_bytes").get<int64_t>() <
         by_name["checkpointing"]->at("device_peak_bytes").get<int64_t>());
   CHECK(by_name["offload"]->at("host_peak_bytes").get<int64_t>() > 0);
-  CHECK(by_name["all"]->at("device_peak_bytes").get<int64_t>() < by_name["offload"]->at("device_peak_bytes").get<int64_t>());
-  CHECK(by_name["tiled_mlp"]->at("device_peak_bytes").get<int64_t>() < by_name["plain"]->at("device_peak_bytes").get<int64_t>());
+  CHECK(by_name["all"]->at("device_peak_bytes").get<int64_t>() <
+        by_name["offload"]->at("device_peak_bytes").get<int64_t>());
+  CHECK(by_name["tiled_mlp"]->at("device_peak_bytes").get<int64_t>() <
+        by_name["plain"]->at("device_peak_bytes").get<int64_t>());
   // The optimizer offload against plain: the fp32 states (16 B a parameter) on the host, the
   // device keeping a compute copy (4 B in fp32), so its device peak is lower and its host peak not 0.
   CHECK(by_name["offload_optimizer"]->at("baseline").get<std::string>() == "plain");
@@ -164,11 +169,12 @@ TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli]
   // Beside each measured ratio, the planner's for the same configs: `odyssey plan` of the plain
   // config (every memory toggle off) and of checkpointing alone gives the same two step times.
   // Both sides are the same double arithmetic, printed to 17 digits: relative 1e-12.
-  const std::string plain = kTiny +
-                            "--set training.seq_len=512 --set memory.mlp_tile_tokens=64 --set memory.loss_tile_tokens=64 "
-                            "--set memory.activation_checkpointing=false --set memory.offload_activations=false "
-                            "--set memory.tiled_mlp=false --set memory.tiled_loss=false --set memory.untied_ulysses=false "
-                            "--set memory.offload_optimizer=false ";
+  const std::string plain =
+      kTiny +
+      "--set training.seq_len=512 --set memory.mlp_tile_tokens=64 --set memory.loss_tile_tokens=64 "
+      "--set memory.activation_checkpointing=false --set memory.offload_activations=false "
+      "--set memory.tiled_mlp=false --set memory.tiled_loss=false --set memory.untied_ulysses=false "
+      "--set memory.offload_optimizer=false ";
   auto planned_step = [](const std::string& args) {
     const Run plan = run_odyssey("plan " + args + "--json");
     REQUIRE(plan.code == 0);
@@ -192,7 +198,8 @@ const std::string kTwoRanks = "presets/tiny-cpu.toml --set training.seq_len=128 
 
 TEST_CASE("odyssey train under torchrun: two processes equal the in-process run and resume from sharded checkpoints",
           "[cli][train][torchrun]") {
-  const std::string args = kTwoRanks + "--set training.steps=4 --set training.warmup_steps=1 --set output.checkpoint_every=2 ";
+  const std::string args =
+      kTwoRanks + "--set training.steps=4 --set training.warmup_steps=1 --set output.checkpoint_every=2 ";
   const std::string threads = fresh_dir("torchrun_reference");
   const Run reference_run = run_odyssey("train " + args + "--out " + threads);  // 2 rank threads in one process
   INFO(reference_run.out << reference_run.err);
@@ -224,8 +231,7 @@ TEST_CASE("odyssey train under torchrun: two processes equal the in-process run 
   }
   // Rank 0's outputs carry both ranks: peaks in every metrics line, a trace process per rank.
   std::istringstream lines(read_text(dir + "/metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);)
-    CHECK(parse_json(line)->at("rank_peak_bytes").size() == 2);
+  for (std::string line; std::getline(lines, line);) CHECK(parse_json(line)->at("rank_peak_bytes").size() == 2);
   auto trace = parse_json(read_text(dir + "/trace.json"));
   REQUIRE(trace.has_value());
   std::set<int64_t> pids;
@@ -273,7 +279,8 @@ TEST_CASE("odyssey train under the real torchrun launcher equals the in-process 
 TEST_CASE("odyssey train under torchrun: a killed or hung rank is named by the other within the timeout",
           "[cli][train][torchrun]") {
   // The collective that failed and the rank that caused it, in the survivor's error.
-  const std::regex collective("(all_to_all|all_gather|all_reduce_sum|all_reduce_max|reduce_scatter_sum|broadcast|barrier)");
+  const std::regex collective(
+      "(all_to_all|all_gather|all_reduce_sum|all_reduce_max|reduce_scatter_sum|broadcast|barrier)");
   constexpr double kTimeout = 4;
   const std::string args = kTwoRanks + "--set parallel.timeout_s=4 --set output.checkpoint_every=0 --steps 100000 ";
   struct Case {
@@ -281,10 +288,11 @@ TEST_CASE("odyssey train under torchrun: a killed or hung rank is named by the o
     int victim;
     int signal;
   };
-  for (const Case& c : {Case{"rank 1 killed", 1, SIGKILL}, Case{"rank 0 killed", 0, SIGKILL},
-                        Case{"rank 1 hung", 1, SIGSTOP}}) {
+  for (const Case& c :
+       {Case{"rank 1 killed", 1, SIGKILL}, Case{"rank 0 killed", 0, SIGKILL}, Case{"rank 1 hung", 1, SIGSTOP}}) {
     INFO(c.name);
-    const std::string dir = fresh_dir(std::string("torchrun_dead_") + std::to_string(c.victim) + std::to_string(c.signal));
+    const std::string dir =
+        fresh_dir(std::string("torchrun_dead_") + std::to_string(c.victim) + std::to_string(c.signal));
     const std::vector<pid_t> pids = spawn_torchrun("train " + args + "--out " + dir, dir);
     // Both are training once rank 0 has written two steps.
     bool training = false;
@@ -321,8 +329,10 @@ TEST_CASE("odyssey train under torchrun: a killed or hung rank is named by the o
 
 TEST_CASE("odyssey train --no-checkpoint: a benchmark's run writes no checkpoint at all", "[cli][train]") {
   const std::string dir = fresh_dir("no_checkpoint");
-  const Run r = run_odyssey("train " + kTiny + "--set training.steps=3 --set training.warmup_steps=1 "
-                            "--set output.checkpoint_every=1 --no-checkpoint --quiet --out " + dir);
+  const Run r = run_odyssey("train " + kTiny +
+                            "--set training.steps=3 --set training.warmup_steps=1 "
+                            "--set output.checkpoint_every=1 --no-checkpoint --quiet --out " +
+                            dir);
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   CHECK(metrics_lines(dir) == 3);
@@ -335,8 +345,10 @@ TEST_CASE("odyssey train --kernel-profile: the last step's operators in a Chrome
   // kernels too, bench/gpu/kernel_profile.py). The trace's folder is made by the run.
   const std::string dir = fresh_dir("kernel_profile");
   const std::string trace = dir + "/profiles/last_step.json";
-  const Run r = run_odyssey("train " + kTiny + "--set training.steps=2 --set training.warmup_steps=1 --no-checkpoint "
-                            "--out " + dir + "/run --kernel-profile " + trace);
+  const Run r = run_odyssey("train " + kTiny +
+                            "--set training.steps=2 --set training.warmup_steps=1 --no-checkpoint "
+                            "--out " +
+                            dir + "/run --kernel-profile " + trace);
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("kernel profile of step 2"));
@@ -359,8 +371,10 @@ TEST_CASE("odyssey train --kernel-profile: the last step's operators in a Chrome
 TEST_CASE("odyssey train --kernel-profile under a file is refused before any output", "[cli][train]") {
   const std::string dir = fresh_dir("kernel_profile_refused");
   std::system(("mkdir -p '" + dir + "' && touch '" + dir + "/a_file'").c_str());
-  const Run r = run_odyssey("train " + kTiny + "--set training.steps=1 --set training.warmup_steps=1 --no-checkpoint "
-                            "--quiet --out " + dir + "/run --kernel-profile " + dir + "/a_file/trace.json");
+  const Run r = run_odyssey("train " + kTiny +
+                            "--set training.steps=1 --set training.warmup_steps=1 --no-checkpoint "
+                            "--quiet --out " +
+                            dir + "/run --kernel-profile " + dir + "/a_file/trace.json");
   INFO(r.out << r.err);
   CHECK(r.code == 2);  // a file where the folder must be: the argument's fault, as for --out
   CHECK_THAT(r.err, Catch::Contains("--kernel-profile: ") && Catch::Contains(dir + "/a_file"));

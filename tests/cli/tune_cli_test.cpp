@@ -56,8 +56,8 @@ TEST_CASE("odyssey tune --json: the choice and the runner-up with their step tim
   for (const auto& change : choice.at("changes")) {
     const std::string key = change.at("key").get<std::string>();
     CHECK(key.rfind("memory.", 0) == 0);
-    checkpointing_off = checkpointing_off || (key == "memory.activation_checkpointing" &&
-                                              change.at("after").get<std::string>() == "false");
+    checkpointing_off = checkpointing_off ||
+                        (key == "memory.activation_checkpointing" && change.at("after").get<std::string>() == "false");
   }
   CHECK(checkpointing_off);
   CHECK(tune.at("configured").at("step_s").get<double>() > choice.at("step_s").get<double>());
@@ -71,9 +71,10 @@ TEST_CASE("odyssey tune --json: the choice and the runner-up with their step tim
   CHECK(v.at("written").is_null());
 }
 
-TEST_CASE("odyssey tune -o: the tuned preset passes check, plans fitting and tunes to itself, and an existing file is "
-          "kept unless --overwrite",
-          "[cli][tune]") {
+TEST_CASE(
+    "odyssey tune -o: the tuned preset passes check, plans fitting and tunes to itself, and an existing file is "
+    "kept unless --overwrite",
+    "[cli][tune]") {
   const std::string out = scratch("tuned.toml");
   const Run r = run_odyssey("tune " + k1bH200 + " -o " + out);
   require_exit(r, 0);

@@ -132,14 +132,34 @@ const char* const kSeeds[] = {
   "rms_norm_eps": 1e-06
 })"};
 
-const char* const kValues[] = {"0", "-1", "1e308", "-1e308", "NaN", "Infinity", "9223372036854775807", "18446744073709551616",
-                               "1e-308", "0.5", "true", "null", "\"\"", "\"llama\"", "[1, 2]", "{}", "{\"a\": 1}",
-                               "4097", "1099511627776", "2.0000001", "-0", "1e400"};
+const char* const kValues[] = {"0",
+                               "-1",
+                               "1e308",
+                               "-1e308",
+                               "NaN",
+                               "Infinity",
+                               "9223372036854775807",
+                               "18446744073709551616",
+                               "1e-308",
+                               "0.5",
+                               "true",
+                               "null",
+                               "\"\"",
+                               "\"llama\"",
+                               "[1, 2]",
+                               "{}",
+                               "{\"a\": 1}",
+                               "4097",
+                               "1099511627776",
+                               "2.0000001",
+                               "-0",
+                               "1e400"};
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   size_t start = 0;
-  for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) lines.push_back(text.substr(start, nl - start));
+  for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1)
+    lines.push_back(text.substr(start, nl - start));
   lines.push_back(text.substr(start));
   return lines;
 }
@@ -156,9 +176,15 @@ std::string mutate(const std::string& text, int kind, SplitMix& rng) {
   auto pick = [&](size_t n) { return static_cast<size_t>(rng.below(static_cast<int64_t>(std::max<size_t>(n, 1)))); };
   const size_t at = pick(lines.size());
   switch (kind) {
-    case 0: lines.erase(lines.begin() + static_cast<long>(at)); return join(lines);            // a key deleted
-    case 1: lines.insert(lines.begin() + static_cast<long>(at), lines[at]); return join(lines);  // a key duplicated
-    case 2: std::swap(lines[at], lines[pick(lines.size())]); return join(lines);              // keys moved between objects
+    case 0:
+      lines.erase(lines.begin() + static_cast<long>(at));
+      return join(lines);  // a key deleted
+    case 1:
+      lines.insert(lines.begin() + static_cast<long>(at), lines[at]);
+      return join(lines);  // a key duplicated
+    case 2:
+      std::swap(lines[at], lines[pick(lines.size())]);
+      return join(lines);  // keys moved between objects
     case 3:
     case 4: {  // a value replaced by an extreme or another type
       for (size_t tries = 0; tries < lines.size(); ++tries) {
@@ -177,8 +203,9 @@ std::string mutate(const std::string& text, int kind, SplitMix& rng) {
       for (int k = 0; k < 3; ++k) s.insert(pick(s.size() + 1), 1, bad[pick(sizeof bad)]);
       return s;
     }
-    case 6: return text.substr(0, pick(text.size() + 1));  // truncated
-    case 7: {                                              // flipped bytes
+    case 6:
+      return text.substr(0, pick(text.size() + 1));  // truncated
+    case 7: {                                        // flipped bytes
       std::string s = text;
       for (int k = 0; k < 4; ++k) s[pick(s.size())] ^= static_cast<char>(1 + rng.below(255));
       return s;
@@ -216,17 +243,20 @@ TEST_CASE("hf config: a FIFO, a link to /dev/zero, a directory or an oversized c
   // memory ran out; each read here runs in a child that the test kills after 10 s.
   const std::string fifo = fresh("fifo");
   REQUIRE(::mkfifo((fifo + "/config.json").c_str(), 0644) == 0);
-  CHECK_THAT(refusal_in_child(fifo), Catch::StartsWith(fifo + "/config.json: ") && Catch::Contains("is not a regular file"));
+  CHECK_THAT(refusal_in_child(fifo),
+             Catch::StartsWith(fifo + "/config.json: ") && Catch::Contains("is not a regular file"));
   const std::string zero = fresh("zero");
   REQUIRE(::symlink("/dev/zero", (zero + "/config.json").c_str()) == 0);
-  CHECK_THAT(refusal_in_child(zero), Catch::StartsWith(zero + "/config.json: ") && Catch::Contains("is not a regular file"));
+  CHECK_THAT(refusal_in_child(zero),
+             Catch::StartsWith(zero + "/config.json: ") && Catch::Contains("is not a regular file"));
   const std::string dir = fresh("directory");
   REQUIRE(::mkdir((dir + "/config.json").c_str(), 0755) == 0);
   CHECK_THAT(refusal_in_child(dir), Catch::Contains("is a directory"));
   const std::string big = fresh("big");
   const std::string huge = "{\"model_type\": \"" + std::string(2 << 20, 'x') + "\"}";
   std::ofstream(big + "/config.json") << huge;
-  CHECK_THAT(refusal_in_child(big), Catch::Contains("is " + std::to_string(huge.size()) + " bytes; a config.json is at most 1048576"));
+  CHECK_THAT(refusal_in_child(big),
+             Catch::Contains("is " + std::to_string(huge.size()) + " bytes; a config.json is at most 1048576"));
   const std::string missing = fresh("missing");
   CHECK_THAT(refusal_in_child(missing), Catch::Contains("cannot open") && Catch::Contains("beside its safetensors"));
 }

@@ -78,7 +78,8 @@ TEST_CASE("hf config: what Odyssey cannot run exactly is refused naming the file
     const char* says;
   };
   const Case cases[] = {
-      {"\"model_type\": \"llama\"", "\"model_type\": \"gemma2\"", "\"model_type\" = \"gemma2\": is not an architecture"},
+      {"\"model_type\": \"llama\"", "\"model_type\": \"gemma2\"",
+       "\"model_type\" = \"gemma2\": is not an architecture"},
       {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "\"hidden_act\" = \"gelu\""},
       {"\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5", "must divide num_attention_heads = 32"},
       {"\"num_hidden_layers\": 32", "\"num_hidden_layers\": -1", "\"num_hidden_layers\" = -1: must be a whole number"},
@@ -128,14 +129,15 @@ TEST_CASE("hf config: rope frequencies follow the published rules, worked by han
   m.rope_scaling = RopeScaling{.kind = RopeScalingKind::Yarn, .factor = 4.0, .original_max_position = 100};
   CHECK(rope_attention_factor(m) == Approx(0.1 * std::log(4.0) + 1.0).epsilon(1e-15));
   const std::vector<double> yarn = rope_inv_freq(m);
-  CHECK(yarn[0] == Approx(1.0).epsilon(1e-15));       // fastest dimension: extrapolated (kept)
+  CHECK(yarn[0] == Approx(1.0).epsilon(1e-15));        // fastest dimension: extrapolated (kept)
   CHECK(yarn[3] == Approx(0.001 / 4).epsilon(1e-15));  // slowest: interpolated by the factor
 }
 
 TEST_CASE("hf config: config.json written from a model reads back as the same model", "[config][hf]") {
   for (const char* flavor : {"llama3.2-1b", "llama3-8b", "qwen3-32b"}) {
     ModelConfig m = *find_model_flavor(flavor);
-    if (std::string(flavor) == "llama3-8b") m.rope_scaling = RopeScaling{.kind = RopeScalingKind::Yarn, .factor = 4.0, .attention_factor = 1.2};
+    if (std::string(flavor) == "llama3-8b")
+      m.rope_scaling = RopeScaling{.kind = RopeScalingKind::Yarn, .factor = 4.0, .attention_factor = 1.2};
     const std::string dir = write_config(std::string("roundtrip_") + flavor, hf_config_json(m, "bfloat16", 131072));
     HfConfigError error;
     const auto back = read_hf_config(dir, &error);

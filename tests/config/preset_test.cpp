@@ -158,7 +158,8 @@ TEST_CASE("set overrides parse, apply and point at themselves", "[config][overri
   REQUIRE(parse_override("output.dir=\"runs/x y\"", 4, &o, &issue));
   CHECK(o.value.s == "runs/x y");
   CHECK_FALSE(parse_override("seq_len=3M", 5, &o, &issue));
-  CHECK(issue.format() == "--set:5:1: --set seq_len=3M: expected section.key=value (for example --set training.seq_len=3M)");
+  CHECK(issue.format() ==
+        "--set:5:1: --set seq_len=3M: expected section.key=value (for example --set training.seq_len=3M)");
   CHECK_FALSE(parse_override("training.seq_len", 6, &o, &issue));
 
   const std::string preset = std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3-8b-3m-8xh100.toml";
@@ -175,10 +176,9 @@ TEST_CASE("set overrides parse, apply and point at themselves", "[config][overri
   REQUIRE(parse_override("parallel.ulysses_degree=3", 1, &bad[0], &issue));
   const LoadedPreset invalid = load_preset(preset, bad);
   REQUIRE_FALSE(invalid.ok());
-  const bool points_at_override =
-      std::any_of(invalid.issues.begin(), invalid.issues.end(), [](const ConfigIssue& i) {
-        return i.format().rfind("--set:1:1: parallel.ulysses_degree = 3: must divide model.n_heads = 32", 0) == 0;
-      });
+  const bool points_at_override = std::any_of(invalid.issues.begin(), invalid.issues.end(), [](const ConfigIssue& i) {
+    return i.format().rfind("--set:1:1: parallel.ulysses_degree = 3: must divide model.n_heads = 32", 0) == 0;
+  });
   CHECK(points_at_override);
 }
 
@@ -258,11 +258,13 @@ TEST_CASE("hostile bytes are reported with positions, Unicode strings survive", 
   REQUIRE(pua.issues.size() == 1);
   CHECK(pua.issues[0].format() == "pua.toml:1:16: private-use characters U+E000..U+EBFF are not supported in presets");
   // Not a file: a directory, a missing path.
-  CHECK(load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets").issues.at(0).rule == "is a directory, not a preset file");
+  CHECK(load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets").issues.at(0).rule ==
+        "is a directory, not a preset file");
   const LoadedPreset missing = load_preset("no/such/preset.toml");
   REQUIRE(missing.issues.size() == 1);
   CHECK(missing.issues[0].format() ==
-        "no/such/preset.toml: cannot open: No such file or directory (give the path of a .toml preset, e.g. presets/tiny-cpu.toml)");
+        "no/such/preset.toml: cannot open: No such file or directory (give the path of a .toml preset, e.g. "
+        "presets/tiny-cpu.toml)");
 }
 
 TEST_CASE("every numeric key has a physical range, values past it are refused with the schema's rule",
@@ -325,7 +327,8 @@ TEST_CASE("range rules read as the math does", "[config][validate][ranges]") {
   CHECK(find_key_spec("model.n_layers")->range->rule(KeyKind::Int) == "must be between 1 and 1024");
   CHECK(find_key_spec("training.seq_len")->range->rule(KeyKind::Size) ==
         "must be between 2 and 16G (one input and one label at least)");
-  CHECK(find_key_spec("parallel.timeout_s")->range->rule(KeyKind::Float) == "must be a number of seconds in (0, 604800]");
+  CHECK(find_key_spec("parallel.timeout_s")->range->rule(KeyKind::Float) ==
+        "must be a number of seconds in (0, 604800]");
   CHECK(find_key_spec("training.seed")->range->rule(KeyKind::Int) == "must not be negative");
   CHECK(find_key_spec("training.beta2")->range->rule(KeyKind::Float) == "must be in [0, 1)");
 }
@@ -394,8 +397,9 @@ TEST_CASE("heads_per_stage and mlp_tile_tokens = \"auto\" load, print, save and 
   REQUIRE(parse_override("memory.mlp_tile_tokens=automatic", 1, &o, &issue));
   const LoadedPreset misspelt = apply_overrides(tile.config, {o});
   REQUIRE_FALSE(misspelt.ok());
-  CHECK(misspelt.issues[0].format() ==
-        "--set:1:1: memory.mlp_tile_tokens = \"automatic\": must be a whole count such as 4096, 512K or 3M, or \"auto\"");
+  CHECK(
+      misspelt.issues[0].format() ==
+      "--set:1:1: memory.mlp_tile_tokens = \"automatic\": must be a whole count such as 4096, 512K or 3M, or \"auto\"");
   CHECK_THROWS_WITH(mlp_sequence_tile(kMlpTileTokensAuto, 64, 1, 1024),
                     Catch::Contains("the planner picks one (planned_mlp_tile_tokens)"));
   // the stage rule has nothing to say about the word (the planner picks a valid size); the
@@ -414,16 +418,17 @@ TEST_CASE("a key of 150,000 dotted parts or values nested past 64 are refused wi
   deep += "b = 1\n";
   LoadedPreset r = load_preset_text(deep, "deep.toml");
   REQUIRE(r.issues.size() == 1);
-  CHECK(r.issues[0].format() == "deep.toml:3:128: a key of more than 64 dotted parts (TOML syntax) (Odyssey's keys are "
-                                "section.key; is this a preset?)");
+  CHECK(r.issues[0].format() ==
+        "deep.toml:3:128: a key of more than 64 dotted parts (TOML syntax) (Odyssey's keys are "
+        "section.key; is this a preset?)");
   // The same depth of arrays and inline tables, and of table headers.
-  for (const std::string& nested : {"x = " + std::string(100000, '[') + std::string(100000, ']') + "\n",
-                                    "x = " + std::string(100000, '{') + "\n", "[" + std::string(20000, 'a') + "]\n",
-                                    "[" + [] {
-                                      std::string t;
-                                      for (int i = 0; i < 20000; ++i) t += "t.";
-                                      return t + "u";
-                                    }() + "]\n"}) {
+  for (const std::string& nested :
+       {"x = " + std::string(100000, '[') + std::string(100000, ']') + "\n", "x = " + std::string(100000, '{') + "\n",
+        "[" + std::string(20000, 'a') + "]\n", "[" + [] {
+          std::string t;
+          for (int i = 0; i < 20000; ++i) t += "t.";
+          return t + "u";
+        }() + "]\n"}) {
     r = load_preset_text(nested, "nested.toml");
     REQUIRE_FALSE(r.issues.empty());
     INFO(r.issues[0].format());
@@ -442,7 +447,8 @@ TEST_CASE("a key of 150,000 dotted parts or values nested past 64 are refused wi
   for (const auto& issue : r.issues) CHECK_THAT(issue.format(), !Catch::Contains("TOML syntax"));
 }
 
-TEST_CASE("list_presets skips a symlink loop and links to nothing instead of throwing", "[config][presets][reliability]") {
+TEST_CASE("list_presets skips a symlink loop and links to nothing instead of throwing",
+          "[config][presets][reliability]") {
   // std::filesystem's iterator threw filesystem_error on such an entry, and the studio aborted.
   const std::string dir = std::string(ODYSSEY_BINARY_DIR) + "/preset_listing";
   fs::remove_all(dir);

@@ -93,8 +93,10 @@ TEST_CASE("each technique's applied_in names its memory_stack step, which applie
   const std::regex heading(R"(^  // (\d)\. (.*)$)");
   bool in_function = false;
   for (std::string line; std::getline(file, line);) {
-    if (line.rfind("MemoryStack memory_stack(", 0) == 0) in_function = true;
-    else if (in_function && line == "}") break;
+    if (line.rfind("MemoryStack memory_stack(", 0) == 0)
+      in_function = true;
+    else if (in_function && line == "}")
+      break;
     std::smatch m;
     if (in_function && std::regex_match(line, m, heading)) steps.emplace_back(std::stoi(m[1]), m[2]);
   }

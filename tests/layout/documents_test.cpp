@@ -35,9 +35,9 @@ TEST_CASE("documents: a label crosses when the next token starts a document", "[
 }
 
 TEST_CASE("documents: causal attention pairs are the segments' triangles", "[documents]") {
-  CHECK(causal_attention_pairs({}, 8) == 36);                    // 8 x 9 / 2
-  CHECK(causal_attention_pairs({0, 3, 5}, 8) == 6 + 3 + 6);      // 3, 2, 3 tokens
-  CHECK(causal_attention_pairs({2, 7}, 8) == 3 + 15 + 1);        // 2, 5, 1 tokens
+  CHECK(causal_attention_pairs({}, 8) == 36);                // 8 x 9 / 2
+  CHECK(causal_attention_pairs({0, 3, 5}, 8) == 6 + 3 + 6);  // 3, 2, 3 tokens
+  CHECK(causal_attention_pairs({2, 7}, 8) == 3 + 15 + 1);    // 2, 5, 1 tokens
   DocumentSpans none, some{{{}, {4}}};
   CHECK_FALSE(none.any());
   CHECK_FALSE(DocumentSpans{{{}, {}}}.any());

@@ -19,23 +19,26 @@ TEST_CASE("untied stage plan: schedule and validation", "[layout][untied]") {
   CHECK(plan.rep == 2);
   CHECK(plan.Hkvl == 1);
   CHECK(plan.kv_new == std::vector<bool>{true, false});  // one KV head sent once for both stages
-  CHECK(plan.any_kv_accumulated);                         // ... so its gradients sum over both
+  CHECK(plan.any_kv_accumulated);                        // ... so its gradients sum over both
   CHECK_FALSE(plan.any_kv_gathered);
   const auto gqa = plan_untied_stages(32, 8, 16, 1, 1);  // P = 1, 32 stages, g = 4
   CHECK(gqa.stages == 32);
   int sends = 0;
   for (bool b : gqa.kv_new) sends += b;
-  CHECK(sends == 8);  // each KV head projected once per GQA group
+  CHECK(sends == 8);                                 // each KV head projected once per GQA group
   CHECK(plan_untied_stages(8, 8, 16, 2, 0).k == 1);  // 0 = one head per rank per stage
   const auto mha = plan_untied_stages(8, 8, 16, 2, 2);
   CHECK_FALSE(mha.any_kv_accumulated);  // every stage owns its KV head: the kernel's dK/dV are final
   CHECK(mha.kv_direct == std::vector<bool>(4, true));
-  CHECK_THROWS_WITH(plan_untied_stages(8, 8, 16, 2, 3),
-                    Catch::Contains("heads_per_stage = 3") && Catch::Contains("memory.heads_per_stage must be a multiple of "
-                                                                                 "parallel.ulysses_degree = 2"));
+  CHECK_THROWS_WITH(
+      plan_untied_stages(8, 8, 16, 2, 3),
+      Catch::Contains("heads_per_stage = 3") && Catch::Contains("memory.heads_per_stage must be a multiple of "
+                                                                "parallel.ulysses_degree = 2"));
   CHECK_THROWS_WITH(plan_untied_stages(8, 8, 16, 2, 6), Catch::Contains("must split each rank's 4 heads"));
-  CHECK_THROWS_WITH(plan_untied_stages(8, 3, 16, 2, 2), Catch::Contains("model.n_kv_heads must divide model.n_heads = 8"));
-  CHECK_THROWS_WITH(plan_untied_stages(8, 8, 16, 3, 3), Catch::Contains("parallel.ulysses_degree must divide model.n_heads = 8"));
+  CHECK_THROWS_WITH(plan_untied_stages(8, 3, 16, 2, 2),
+                    Catch::Contains("model.n_kv_heads must divide model.n_heads = 8"));
+  CHECK_THROWS_WITH(plan_untied_stages(8, 8, 16, 3, 3),
+                    Catch::Contains("parallel.ulysses_degree must divide model.n_heads = 8"));
 }
 
 TEST_CASE("untied stage plan: stages straddling two KV heads (24 query / 8 KV heads, P = 2)", "[layout][untied]") {
@@ -49,13 +52,13 @@ TEST_CASE("untied stage plan: stages straddling two KV heads (24 query / 8 KV he
     CHECK(p.kv_count == std::vector<int64_t>{1, 2, 1, 1, 2, 1});
     CHECK(p.max_kv_count == 2);                     // the planner once counted 1 here
     CHECK(p.kv_new == std::vector<bool>(6, true));  // every range differs from the one before
-    CHECK(untied_kv_slots(p, 1).empty());  // heads 2, 3 read KV heads 0, 1 one to one: no gather
+    CHECK(untied_kv_slots(p, 1).empty());           // heads 2, 3 read KV heads 0, 1 one to one: no gather
     CHECK_FALSE(p.any_kv_gathered);
     CHECK_FALSE(p.any_kv_accumulated);  // each range is one stage's: the kernel's dK/dV are final
     // B = 2 sequences of s = 64 local tokens, S = 128, hd = 16
     const UntiedStageBuffers b = untied_stage_buffers(p, 2, 64);
     CHECK(b.q_stage == 2 * 128 * 2 * 16);
-    CHECK(b.kv_stage == 2 * 128 * 2 * 16);    // two KV heads, not one
+    CHECK(b.kv_stage == 2 * 128 * 2 * 16);  // two KV heads, not one
     CHECK(b.kv_gathered == 0);
     CHECK(b.staging == 2 * 2 * 64 * 2 * 16);  // [P, B, s, max(k, 2), hd]
     CHECK(b.local_grad == 0);                 // the range is no wider than k: o_h's memory is reused
@@ -105,7 +108,7 @@ TEST_CASE("sequence tiles span the batch", "[layout][tiles]") {
   const SequenceTile mlp = mlp_sequence_tile(256, 64, 2, 1000);
   CHECK(mlp.positions == 256);
   CHECK(mlp.rows == 512);
-  CHECK(mlp.count == 4);  // 256 x 3 + 232
+  CHECK(mlp.count == 4);                                         // 256 x 3 + 232
   CHECK(mlp_sequence_tile(0, 64, 1, 1000).positions == 64);      // 0 = d_model
   CHECK(mlp_sequence_tile(4096, 64, 3, 1000).rows == 3 * 1000);  // clamped to the local sequence
   // 0 = about 1 GiB of fp32 logits: floor(2^30 / (4 x 128256)) = 2092 positions

@@ -44,8 +44,11 @@ RunConfig small_fp32() {
 /// the tiny CPU one, 8B on one GPU with optimizer offload) and a small fp32 model with KV heads
 /// fewer than the degree.
 std::vector<RunConfig> base_configs() {
-  std::vector<RunConfig> out = {preset("llama3-8b-3m-8xh100"), preset("qwen3-32b-16xh100"),
-                                preset("llama3.2-1b-1xh100"), preset("tiny-cpu"), small_fp32(),
+  std::vector<RunConfig> out = {preset("llama3-8b-3m-8xh100"),
+                                preset("qwen3-32b-16xh100"),
+                                preset("llama3.2-1b-1xh100"),
+                                preset("tiny-cpu"),
+                                small_fp32(),
                                 preset("llama3-8b-1xh100")};
   out[0].training.seq_len = 256 * 1024;  // fits at some rungs, so the properties bite on both sides
   return out;
@@ -61,8 +64,7 @@ std::vector<Technique> toggles() {
 
 }  // namespace
 
-TEST_CASE("each technique never raises the device peak, from any combination of the others",
-          "[planner][properties]") {
+TEST_CASE("each technique never raises the device peak, from any combination of the others", "[planner][properties]") {
   for (RunConfig base : base_configs()) {
     const std::vector<Technique> list = toggles();
     for (unsigned mask = 0; mask < (1u << list.size()); ++mask) {
@@ -324,7 +326,7 @@ TEST_CASE("heads_per_stage \"auto\" plans the fewest stages at the lowest peak, 
       CHECK(resolved.memory.untied_ulysses);
       const auto at = std::find(sizes.begin(), sizes.end(), picked);
       REQUIRE(at != sizes.end());
-      CHECK(peaks[at - sizes.begin()] == lowest);  // the chunking saves all it can
+      CHECK(peaks[at - sizes.begin()] == lowest);               // the chunking saves all it can
       for (auto later = at + 1; later != sizes.end(); ++later)  // and no coarser stage does
         CHECK(peaks[later - sizes.begin()] > lowest);
       // the planner's own entry points plan the picked size

@@ -52,8 +52,8 @@ constexpr int64_t kM = int64_t{1} << 20;
 TEST_CASE("ladder on Llama3-8B 3M 8xH100: the published verdicts rung by rung", "[planner][published]") {
   const auto rungs = plan_ladder(preset("llama3-8b-3m-8xh100"));
   REQUIRE(rungs.size() == 8);
-  const char* names[] = {"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses",
-                         "offload_optimizer"};
+  const char* names[] = {"default", "fsdp",   "ulysses",        "checkpointing",
+                         "offload", "tiling", "untied_ulysses", "offload_optimizer"};
   const bool fits[] = {false, false, false, false, false, true, true, true};
   for (int i = 0; i < 8; ++i) {
     INFO("rung " << names[i] << ": peak " << gib(rungs[i].plan.peak_bytes) << " GiB");
@@ -68,7 +68,8 @@ TEST_CASE("ladder on Llama3-8B 3M 8xH100: the published verdicts rung by rung", 
   // the Function's projections (docs/planner.md section 4): the comparison adds it back, and
   // Odyssey's own total is below the published one.
   const double alst = gib(rungs[5].plan.peak_bytes), untied = gib(rungs[6].plan.peak_bytes);
-  const double normed_input = gib(term_bytes(rungs[6].plan, "gradient between blocks (dy; dh, dx in place)"));  // one [s, d]
+  const double normed_input =
+      gib(term_bytes(rungs[6].plan, "gradient between blocks (dy; dh, dx in place)"));  // one [s, d]
   REQUIRE(normed_input > 0);
   CHECK(std::abs(alst / 64.6 - 1) < 0.15);
   CHECK(std::abs((untied + normed_input) / 51.1 - 1) < 0.15);
@@ -130,9 +131,10 @@ TEST_CASE("optimizer offload: Llama3-8B on one H100 past ALST's 500K, its cost u
   // embedding's and block 0's passes and the uploads only: more than those two passes' share of
   // the host AdamW, less than the whole.
   const planner_detail::PlanShapes shapes = planner_detail::make_shapes(one);
-  const double first_share = static_cast<double>(shapes.embed_layout.shard_numel + shapes.block_layout.shard_numel) /
-                             static_cast<double>(shapes.embed_layout.shard_numel + shapes.L * shapes.block_layout.shard_numel +
-                                                 shapes.head_layout.shard_numel);
+  const double first_share =
+      static_cast<double>(shapes.embed_layout.shard_numel + shapes.block_layout.shard_numel) /
+      static_cast<double>(shapes.embed_layout.shard_numel + shapes.L * shapes.block_layout.shard_numel +
+                          shapes.head_layout.shard_numel);
   CHECK(t.optimizer_exposed_s >= first_share * t.host_optimizer_s);
   CHECK(t.optimizer_exposed_s < 0.5 * t.host_optimizer_s);
   // On 8xH100 the rung adds context on top of the full stack, to issue 15's 8M (8 x 2^20 tokens).

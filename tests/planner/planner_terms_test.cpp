@@ -83,11 +83,11 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
 
   // Shapes: s = t = 1024 local tokens, S = 2048 in the head layout, H/P = 2 query heads and 1 KV
   // head per rank. fp32 so c = 4.
-  const int64_t D = 1024 * 64 * 4;          // [1, 1024, 64] hidden
-  const int64_t QH = 2048 * 2 * 16 * 4;     // [1, 2048, 2, 16] q / SDPA output / dq in the head layout
-  const int64_t KVH = 2048 * 1 * 16 * 4;    // [1, 2048, 1, 16] k, v, dk, dv
-  const int64_t LSE = 2 * 2048 * 4;         // [1, 2, 2048] fp32
-  const int64_t RSTD = 1024 * 4;            // [1, 1024] fp32
+  const int64_t D = 1024 * 64 * 4;            // [1, 1024, 64] hidden
+  const int64_t QH = 2048 * 2 * 16 * 4;       // [1, 2048, 2, 16] q / SDPA output / dq in the head layout
+  const int64_t KVH = 2048 * 1 * 16 * 4;      // [1, 2048, 1, 16] k, v, dk, dv
+  const int64_t LSE = 2 * 2048 * 4;           // [1, 2, 2048] fp32
+  const int64_t RSTD = 1024 * 4;              // [1, 1024] fp32
   const int64_t SCRATCH = 2 * 256 * 512 * 4;  // the CPU flash backward's blocks, one thread
   // Parameters: block = 64*64 + 2*64*32 + 64*64 (attention) + 3*64*160 (MLP) + 2*64 (norms) = 43136;
   // embedding 96*64 = 6144; head = final norm 64 + LM head 6144 = 6208. Shards over W = 2.
@@ -113,8 +113,8 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
   CHECK(term_bytes(plan, "SDPA log-sum-exp") == LSE);
   // the MLP's backward is over: its three projections' and its norm's weight gradients wait for
   // the block's reduce-scatter
-  for (const char* projection : {"gate-projection weight gradient", "up-projection weight gradient",
-                                 "down-projection weight gradient"})
+  for (const char* projection :
+       {"gate-projection weight gradient", "up-projection weight gradient", "down-projection weight gradient"})
     CHECK(term_bytes(plan, projection) == 64 * 160 * 4);
   CHECK(term_bytes(plan, "MLP rmsnorm weight gradient") == 64 * 4);
   // Inside the kernel's backward only o_proj's weight gradient exists: its node ran first; the
@@ -142,8 +142,7 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
   CHECK(cat(plan, PlanCategory::Optimizer) == 394496);
   CHECK(cat(plan, PlanCategory::GatheredParams) == 2 * 172544);
   CHECK(cat(plan, PlanCategory::SavedActivations) == 2 * D);
-  CHECK(cat(plan, PlanCategory::AttentionWorkspace) ==
-        D + RSTD + QH + LSE + 64 * 64 * 4 + QH + 2 * KVH + SCRATCH);
+  CHECK(cat(plan, PlanCategory::AttentionWorkspace) == D + RSTD + QH + LSE + 64 * 64 * 4 + QH + 2 * KVH + SCRATCH);
   CHECK(cat(plan, PlanCategory::MlpWorkspace) == 123136);
   CHECK(cat(plan, PlanCategory::LossWorkspace) == D);
   CHECK(cat(plan, PlanCategory::CommBuffers) == QH + 2 * KVH + QH);
@@ -181,7 +180,8 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
   const planner_detail::PlanShapes rs = planner_detail::make_shapes(ragged);
   CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::SoftmaxD, rs) == 2048 * 2 * 4);
   CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::DqAccum, rs) == 2048 * 2 * 32 * 4);
-  CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::Lse, rs) == 2000 * 2 * 4);  // the forward's own, unpadded
+  CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::Lse, rs) ==
+        2000 * 2 * 4);  // the forward's own, unpadded
 }
 
 TEST_CASE("small config with offload: two inputs on the device, the rest in the host pool", "[planner][terms]") {
@@ -597,9 +597,10 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   CHECK(plan_memory(cfg).time.attention_flops_per_token == L * 3 * core);
 }
 
-TEST_CASE("kept attention: every path on the cpu and GPU profiles keeps one output and LSE per block from the "
-          "forward, and its recompute is cheaper",
-          "[planner][terms][kept]") {
+TEST_CASE(
+    "kept attention: every path on the cpu and GPU profiles keeps one output and LSE per block from the "
+    "forward, and its recompute is cheaper",
+    "[planner][terms][kept]") {
   // One output [B, s, H*hd] (head layout on the standard path: the same bytes) in the compute dtype
   // and one [B, H/P, S] fp32 LSE per block, held from its forward through the loss; nothing else
   // stays. On each profile (its own layouts: the CPU's output copy, the GPU's views), at P = 1 and
@@ -666,9 +667,9 @@ TEST_CASE("document masking: the attention backward holds the longest segment's 
       std::shared_ptr<const DocumentLengthProfile> lengths;
       int64_t segment;
     };
-    for (const Profile& profile : {Profile{nullptr, S},
-                                   Profile{std::make_shared<DocumentLengthProfile>(std::vector<int64_t>{300, 40, 7}), 300},
-                                   Profile{std::make_shared<DocumentLengthProfile>(std::vector<int64_t>{5000, 40}), S}}) {
+    for (const Profile& profile :
+         {Profile{nullptr, S}, Profile{std::make_shared<DocumentLengthProfile>(std::vector<int64_t>{300, 40, 7}), 300},
+          Profile{std::make_shared<DocumentLengthProfile>(std::vector<int64_t>{5000, 40}), S}}) {
       RunConfig masked = plain;
       masked.training.document_mask = true;
       masked.document_lengths = profile.lengths;

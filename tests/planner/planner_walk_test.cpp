@@ -30,7 +30,6 @@ Grouped group(const std::vector<LiveEntry>& live) {
   return g;
 }
 
-
 /// Walks once to find the peaks, then again (full or collapsed) to snapshot them.
 void walk_twice(const PlanShapes& s, bool collapse, LiveSet& first, LiveSet& snap) {
   walk_step(s, first, collapse);

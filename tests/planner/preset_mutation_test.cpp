@@ -49,10 +49,30 @@ std::string join(const std::vector<std::string>& lines) {
 }
 
 /// Values no preset should hold, as TOML literals.
-const char* const kExtremes[] = {"0", "-1", "1e308", "-1e308", "nan", "inf", "-inf", "9223372036854775807",
-                                 "-9223372036854775808", "1e-308", "18446744073709551616", "\"16G\"", "\"9999999G\"",
-                                 "\"-3M\"", "1099511627776", "0.5", "true", "\"\"", "[1, 2]", "{ a = 1 }",
-                                 "\"nan\"", "65537", "4097", "1e10"};
+const char* const kExtremes[] = {"0",
+                                 "-1",
+                                 "1e308",
+                                 "-1e308",
+                                 "nan",
+                                 "inf",
+                                 "-inf",
+                                 "9223372036854775807",
+                                 "-9223372036854775808",
+                                 "1e-308",
+                                 "18446744073709551616",
+                                 "\"16G\"",
+                                 "\"9999999G\"",
+                                 "\"-3M\"",
+                                 "1099511627776",
+                                 "0.5",
+                                 "true",
+                                 "\"\"",
+                                 "[1, 2]",
+                                 "{ a = 1 }",
+                                 "\"nan\"",
+                                 "65537",
+                                 "4097",
+                                 "1e10"};
 
 /// One mutant of `text`, of kind `kind` (0..10).
 std::string mutate(const std::string& text, int kind, Rng& rng) {
@@ -88,7 +108,8 @@ std::string mutate(const std::string& text, int kind, Rng& rng) {
     }
     case 6: {  // a long string value or key
       const std::string big(50000 + rng.below(50000), static_cast<char>('a' + rng.below(26)));
-      lines.insert(lines.begin() + static_cast<long>(at), rng.below(2) ? "description = \"" + big + "\"" : big + " = 1");
+      lines.insert(lines.begin() + static_cast<long>(at),
+                   rng.below(2) ? "description = \"" + big + "\"" : big + " = 1");
       return join(lines);
     }
     case 7:  // truncated
@@ -106,8 +127,12 @@ std::string mutate(const std::string& text, int kind, Rng& rng) {
           for (size_t k = 0; k < depth; ++k) deep += "k.";
           deep += "v = 1";
           break;
-        case 1: deep = "v = " + std::string(depth, '[') + std::string(depth, ']'); break;
-        default: deep = "v = " + std::string(depth, '{'); break;
+        case 1:
+          deep = "v = " + std::string(depth, '[') + std::string(depth, ']');
+          break;
+        default:
+          deep = "v = " + std::string(depth, '{');
+          break;
       }
       lines.insert(lines.begin() + static_cast<long>(at), deep);
       return join(lines);
@@ -176,6 +201,6 @@ TEST_CASE("fuzz: 660 mutated presets and fixtures load, validate and plan withou
     CHECK(s < 1.0);
   }
   std::printf("fuzz: %d mutants loaded and planned, %d refused; slowest %.4f s\n", loaded, refused, slowest);
-  CHECK(loaded > 40);   // the mutants reach the planner, not only the parser
+  CHECK(loaded > 40);  // the mutants reach the planner, not only the parser
   CHECK(refused > 300);
 }

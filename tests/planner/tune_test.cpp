@@ -159,7 +159,8 @@ TEST_CASE("tune: ties go to fewer techniques, then less memory, and only [memory
   }
 }
 
-TEST_CASE("tune: a 1B at 32K on the H200, which fits without recompute, runs without checkpointing", "[planner][tune]") {
+TEST_CASE("tune: a 1B at 32K on the H200, which fits without recompute, runs without checkpointing",
+          "[planner][tune]") {
   const RunConfig cfg = preset("llama3.2-1b-1xh100", {"hardware.profile=h200", "training.seq_len=32K"});
   REQUIRE(cfg.memory.activation_checkpointing);
   // It fits without: the preset's own stack with checkpointing (and what needs it) off.
@@ -174,7 +175,8 @@ TEST_CASE("tune: a 1B at 32K on the H200, which fits without recompute, runs wit
   CHECK(tuned.chosen()->step_s < tuned.configured.step_s);  // the recompute it no longer runs
 }
 
-TEST_CASE("tune: a longer context turns on what it needs, and each technique it keeps pays its way", "[planner][tune]") {
+TEST_CASE("tune: a longer context turns on what it needs, and each technique it keeps pays its way",
+          "[planner][tune]") {
   const RunConfig short_cfg = preset("llama3.2-1b-1xh100", {"training.seq_len=16K"});
   const TuneResult short_tune = tune(short_cfg);
   REQUIRE(short_tune.chosen() != nullptr);
@@ -190,9 +192,10 @@ TEST_CASE("tune: a longer context turns on what it needs, and each technique it 
   for (const TuneCandidate& c : long_tune.candidates)
     if (!c.planned.activation_checkpointing) CHECK_FALSE(c.fits());
   // Each switch of the choice flipped on its own either breaks a rule, does not fit, or is no faster.
-  for (bool MemoryConfig::*flag : {&MemoryConfig::activation_checkpointing, &MemoryConfig::keep_attention,
-                                   &MemoryConfig::offload_activations, &MemoryConfig::tiled_mlp, &MemoryConfig::tiled_loss,
-                                   &MemoryConfig::untied_ulysses, &MemoryConfig::offload_optimizer}) {
+  for (bool MemoryConfig::*flag :
+       {&MemoryConfig::activation_checkpointing, &MemoryConfig::keep_attention, &MemoryConfig::offload_activations,
+        &MemoryConfig::tiled_mlp, &MemoryConfig::tiled_loss, &MemoryConfig::untied_ulysses,
+        &MemoryConfig::offload_optimizer}) {
     RunConfig flipped = choice->config;
     flipped.memory.*flag = !(flipped.memory.*flag);
     if (!validate(flipped).empty() || !plan_peak(flipped).fits()) continue;

@@ -15,9 +15,27 @@ bool parse(std::vector<const char*> args, StudioOptions* o, std::string* err) {
 TEST_CASE("studio options parse", "[studio][cli]") {
   StudioOptions o;
   std::string err;
-  REQUIRE(parse({"presets/x.toml", "--screenshot", "out.png", "--frames", "7", "--run-steps", "3", "--scale", "2",
-                 "--panel", "Timeline", "--size", "1280x720", "--set", "training.seq_len=3M", "--change-at",
-                 "20:memory.tiled_mlp=false", "--change-at", "5:memory.tiled_loss=false", "--timeout", "30"},
+  REQUIRE(parse({"presets/x.toml",
+                 "--screenshot",
+                 "out.png",
+                 "--frames",
+                 "7",
+                 "--run-steps",
+                 "3",
+                 "--scale",
+                 "2",
+                 "--panel",
+                 "Timeline",
+                 "--size",
+                 "1280x720",
+                 "--set",
+                 "training.seq_len=3M",
+                 "--change-at",
+                 "20:memory.tiled_mlp=false",
+                 "--change-at",
+                 "5:memory.tiled_loss=false",
+                 "--timeout",
+                 "30"},
                 &o, &err));
   CHECK(o.preset == "presets/x.toml");
   CHECK(o.screenshot == "out.png");

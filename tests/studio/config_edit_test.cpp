@@ -83,7 +83,8 @@ TEST_CASE("a preset that does not parse leaves the config as it was", "[studio][
   AppState state;
   REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
   const RunConfig before = state.config;
-  CHECK_FALSE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/tests/fixtures/bad_syntax_unclosed_table.toml"));
+  CHECK_FALSE(
+      load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/tests/fixtures/bad_syntax_unclosed_table.toml"));
   CHECK(state.config == before);
   CHECK(state.edit.preset_message_error);
   CHECK(state.edit.preset_message.find("Could not load") == 0);
@@ -187,7 +188,7 @@ TEST_CASE("an edit's kind is the schema's rule for its key, for every key", "[st
     const RunConfig running;
     bool changed = false;
     std::vector<RawValue> candidates = {RawValue::boolean(true), RawValue::boolean(false), RawValue::integer(3),
-                                        RawValue::integer(7),        RawValue::floating(0.5),  RawValue::integer(8192),
+                                        RawValue::integer(7),    RawValue::floating(0.5),  RawValue::integer(8192),
                                         RawValue::string("x")};
     for (const std::string& choice : spec.choices) candidates.push_back(RawValue::string(choice));
     for (const RawValue& candidate : candidates) {
@@ -202,9 +203,9 @@ TEST_CASE("an edit's kind is the schema's rule for its key, for every key", "[st
     }
     REQUIRE(changed);
     const ConfigChange change = classify_change(running, edited);
-    const ChangeKind expected = spec.applies() == ApplyWhen::NextStep  ? ChangeKind::Live
+    const ChangeKind expected = spec.applies() == ApplyWhen::NextStep   ? ChangeKind::Live
                                 : spec.applies() == ApplyWhen::PlanOnly ? ChangeKind::PlanOnly
-                                                                         : ChangeKind::Restart;
+                                                                        : ChangeKind::Restart;
     CHECK(change.kind == expected);
   }
   CHECK(find_key_spec("hardware.bf16_tflops")->applies() == ApplyWhen::PlanOnly);

@@ -77,8 +77,8 @@ TEST_CASE("the cached result carries the ladder, max context and advice", "[stud
   REQUIRE(r.extras_ready);
   std::vector<std::string> names;
   for (const auto& rung : r.ladder) names.push_back(rung.name);
-  CHECK(names == std::vector<std::string>{"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling", "untied_ulysses",
-                                         "offload_optimizer"});
+  CHECK(names == std::vector<std::string>{"default", "fsdp", "ulysses", "checkpointing", "offload", "tiling",
+                                          "untied_ulysses", "offload_optimizer"});
   CHECK(r.max_seq_len >= cfg.training.seq_len);
   // and what stops it: the first length one step past it, which does not fit
   CHECK(r.max_seq_len_limit.seq_len == r.max_seq_len + seq_len_granularity(cfg));

@@ -97,5 +97,5 @@ TEST_CASE("the planned line is drawn only on the kind of device its profile desc
   CHECK(profile_describes_device("cpu", "cpu"));
   CHECK_FALSE(profile_describes_device("h100-sxm", "cpu"));  // an H100's word over a CPU run
   CHECK_FALSE(profile_describes_device("cpu", "cuda:0"));
-  CHECK_FALSE(profile_describes_device("h100-sxm", ""));     // no device reported yet
+  CHECK_FALSE(profile_describes_device("h100-sxm", ""));  // no device reported yet
 }

@@ -33,11 +33,9 @@ TEST_CASE("the peak names the deepest phase holding it", "[studio][timeline]") {
   const std::vector<std::string> names = {"step", "bwd/block.0", "bwd/block.0/recompute", "optimizer"};
   std::vector<PhaseSpan> spans = {
       {1, 0, 0, 0, 0.0, 1.0, 0, 0, 900, 0},  // step: same peak as its child
-      {1, 0, 1, 1, 0.2, 0.6, 0, 0, 900, 0},
-      {1, 0, 2, 2, 0.3, 0.5, 0, 0, 900, 0},
-      {1, 0, 3, 1, 0.7, 0.9, 0, 0, 500, 0},
-      {1, 1, 2, 2, 0.3, 0.5, 0, 0, 950, 0},  // rank 1 is higher
-      {2, 0, 3, 1, 1.7, 1.9, 0, 0, 990, 0},  // another step
+      {1, 0, 1, 1, 0.2, 0.6, 0, 0, 900, 0}, {1, 0, 2, 2, 0.3, 0.5, 0, 0, 900, 0},
+      {1, 0, 3, 1, 0.7, 0.9, 0, 0, 500, 0}, {1, 1, 2, 2, 0.3, 0.5, 0, 0, 950, 0},  // rank 1 is higher
+      {2, 0, 3, 1, 1.7, 1.9, 0, 0, 990, 0},                                        // another step
   };
   PeakMark p = find_peak(spans, names, 1, 0);
   REQUIRE(p.found);
@@ -60,8 +58,10 @@ TEST_CASE("planned phases overlay the measured ones by name", "[studio][timeline
   plan.phases.push_back({"fwd/block.0/attn", 700, 10, {}, 0.1});
   plan.phases.push_back({"optimizer", 400, 0, {}, 0.2});
   const std::vector<std::string> names = {"step", "fwd/block.0/attn", "optimizer"};
-  std::vector<PhaseSpan> spans = {{3, 0, 0, 0, 10.0, 11.0, 0, 0, 0, 0}, {3, 0, 1, 2, 10.1, 10.4, 0, 0, 0, 0},
-                                  {3, 0, 2, 1, 10.6, 10.9, 0, 0, 0, 0}, {3, 1, 2, 1, 10.6, 10.9, 0, 0, 0, 0}};
+  std::vector<PhaseSpan> spans = {{3, 0, 0, 0, 10.0, 11.0, 0, 0, 0, 0},
+                                  {3, 0, 1, 2, 10.1, 10.4, 0, 0, 0, 0},
+                                  {3, 0, 2, 1, 10.6, 10.9, 0, 0, 0, 0},
+                                  {3, 1, 2, 1, 10.6, 10.9, 0, 0, 0, 0}};
   const auto segs = planned_overlay(plan, spans, names, 3, 0);
   REQUIRE(segs.size() == 2);
   CHECK(segs[0].phase == "optimizer");  // depth 1 before depth 2

@@ -102,7 +102,8 @@ TEST_CASE("read_file_bounded: FIFOs, devices and directories are refused at once
   CHECK_THROWS_WITH(read_file_bounded(base + "/missing", 1 << 20, "preset"), Catch::Contains("cannot open"));
   // A link to /dev/zero is judged by what it opens, not by its name.
   REQUIRE(::symlink("/dev/zero", (base + "/zero.json").c_str()) == 0);
-  CHECK_THROWS_WITH(read_file_bounded(base + "/zero.json", 1 << 20, "config.json"), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(read_file_bounded(base + "/zero.json", 1 << 20, "config.json"),
+                    Catch::Contains("not a regular file"));
   std::ofstream(base + "/big") << std::string(2000, 'x');
   CHECK_THROWS_WITH(read_file_bounded(base + "/big", 1000, "preset"),
                     Catch::Contains("is 2000 bytes; a preset is at most 1000 bytes"));

@@ -35,22 +35,35 @@ std::vector<Seed> seeds() {
                      entry("s", "I64", "[]", 32, 40) + "," + entry("u", "U8", "[3]", 40, 43) + "}",
                  std::string(43, '\x3f')});
   std::string many = "{";
-  for (int i = 0; i < 40; ++i) many += (i ? "," : "") + entry("layer." + std::to_string(i), "F32", "[1]", 4 * i, 4 * i + 4);
+  for (int i = 0; i < 40; ++i)
+    many += (i ? "," : "") + entry("layer." + std::to_string(i), "F32", "[1]", 4 * i, 4 * i + 4);
   out.push_back({many + "}", std::string(160, '\0')});
   out.push_back({"{}", ""});
   return out;
 }
 
-const char* const kNumbers[] = {"0", "1", "-1", "7", "4294967296", "9223372036854775807", "9223372036854775808",
-                                "18446744073709551615", "18446744073709551616", "1e999", "2.5", "-0", "99999999999"};
-const char* const kDtypes[] = {"F32", "BF16", "F16", "F64", "I64", "U8", "BOOL", "F4", "F6_E2M3", "C64", "F8_E4M3",
-                               "f32", "F128", "", "F32 ", "\\u0046\\u0033\\u0032"};
+const char* const kNumbers[] = {"0",
+                                "1",
+                                "-1",
+                                "7",
+                                "4294967296",
+                                "9223372036854775807",
+                                "9223372036854775808",
+                                "18446744073709551615",
+                                "18446744073709551616",
+                                "1e999",
+                                "2.5",
+                                "-0",
+                                "99999999999"};
+const char* const kDtypes[] = {"F32",     "BF16", "F16",     "F64", "I64",  "U8", "BOOL", "F4",
+                               "F6_E2M3", "C64",  "F8_E4M3", "f32", "F128", "",   "F32 ", "\\u0046\\u0033\\u0032"};
 
 /// Start offsets of every run of digits in `s`.
 std::vector<size_t> numbers_in(const std::string& s) {
   std::vector<size_t> at;
   for (size_t i = 0; i < s.size(); ++i)
-    if (std::isdigit(static_cast<unsigned char>(s[i])) && (i == 0 || !std::isdigit(static_cast<unsigned char>(s[i - 1]))))
+    if (std::isdigit(static_cast<unsigned char>(s[i])) &&
+        (i == 0 || !std::isdigit(static_cast<unsigned char>(s[i - 1]))))
       at.push_back(i);
   return at;
 }
@@ -109,7 +122,10 @@ std::string mutate(const Seed& seed, int kind, SplitMix& rng) {
       break;
     }
     case 6:  // trailing or missing data bytes
-      if (rng.below(2)) data += std::string(1 + pick(16), 'x'); else data.resize(data.size() - pick(data.size() + 1));
+      if (rng.below(2))
+        data += std::string(1 + pick(16), 'x');
+      else
+        data.resize(data.size() - pick(data.size() + 1));
       break;
     case 7: {  // another dtype, known or not
       const size_t q = h.find("\"dtype\":\"", pick(h.size()));
@@ -123,7 +139,8 @@ std::string mutate(const Seed& seed, int kind, SplitMix& rng) {
       const size_t q = h.find("\"shape\":[", pick(h.size()));
       if (q != std::string::npos) {
         const size_t v = q + 9;
-        const char* shapes[] = {"", "0", "1", "2, 3", "3, 2", "1, 1, 1, 1, 1, 1, 1, 1, 1, 1", "6", "-6", "1e1", "\"6\"", "[6]"};
+        const char* shapes[] = {"",  "0",  "1",   "2, 3",  "3, 2", "1, 1, 1, 1, 1, 1, 1, 1, 1, 1",
+                                "6", "-6", "1e1", "\"6\"", "[6]"};
         h.replace(v, h.find(']', v) - v, shapes[pick(std::size(shapes))]);
       }
       break;
@@ -138,14 +155,17 @@ std::string mutate(const Seed& seed, int kind, SplitMix& rng) {
       const size_t depth = 1 + pick(rng.below(2) ? 70 : 5000);
       const std::string nest = std::string(depth, '[') + std::string(depth, ']');
       const size_t q = h.find("\"dtype\"");
-      if (q != std::string::npos && rng.below(2)) h.insert(q, "\"x\":" + nest + ",");
-      else h.insert(1, "\"deep\":" + nest + (h.size() > 2 ? "," : ""));
+      if (q != std::string::npos && rng.below(2))
+        h.insert(q, "\"x\":" + nest + ",");
+      else
+        h.insert(1, "\"deep\":" + nest + (h.size() > 2 ? "," : ""));
       break;
     }
     case 11: {  // a corrupt header length
       std::string whole = file_bytes(h, data);
-      const uint64_t lengths[] = {0, 1, h.size() - 1, h.size() + 1, h.size() + data.size(), h.size() + data.size() + 1,
-                                  100'000'000, 100'000'001, ~uint64_t{0}, rng.next()};
+      const uint64_t lengths[] = {
+          0,           1,           h.size() - 1, h.size() + 1, h.size() + data.size(), h.size() + data.size() + 1,
+          100'000'000, 100'000'001, ~uint64_t{0}, rng.next()};
       const std::string len = le64(lengths[pick(std::size(lengths))]);
       return len + whole.substr(8);
     }
@@ -154,8 +174,12 @@ std::string mutate(const Seed& seed, int kind, SplitMix& rng) {
       const int n = 1000 + static_cast<int>(pick(4000));
       const bool valid = rng.below(2);
       for (int i = 0; i < n; ++i)
-        extra += "," + entry("z" + std::to_string(i), "U8", valid ? "[0]" : "[1]", valid ? 0 : pick(64), valid ? 0 : pick(64));
-      if (h.size() > 2) h.insert(h.size() - 1, extra); else h = "{" + extra.substr(1) + "}";
+        extra += "," + entry("z" + std::to_string(i), "U8", valid ? "[0]" : "[1]", valid ? 0 : pick(64),
+                             valid ? 0 : pick(64));
+      if (h.size() > 2)
+        h.insert(h.size() - 1, extra);
+      else
+        h = "{" + extra.substr(1) + "}";
       break;
     }
     default: {  // printable garbage
@@ -171,7 +195,8 @@ std::string mutate(const Seed& seed, int kind, SplitMix& rng) {
 void check_accepted(const SafetensorsFile& f, int64_t data_bytes) {
   std::vector<const SafetensorsTensor*> sorted;
   for (const auto& t : f.tensors()) sorted.push_back(&t);
-  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->begin != b->begin ? a->begin < b->begin : a->bytes < b->bytes; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](auto* a, auto* b) { return a->begin != b->begin ? a->begin < b->begin : a->bytes < b->bytes; });
   int64_t at = 0;
   for (const SafetensorsTensor* t : sorted) {
     INFO("tensor " << t->name);

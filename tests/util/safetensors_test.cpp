@@ -62,35 +62,65 @@ TEST_CASE("safetensors: each rule of the format is refused naming the file, the 
       {"metadata object", "{\"__metadata__\":[\"pt\"]}", 0, {"\"__metadata__\" = [...]: must be an object of strings"}},
       {"entry object", "{\"w\":5}", 0, {"tensor \"w\" = 5: must be an object"}},
       {"entry fields", "{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, {"tensor \"w\"", "has no \"dtype\""}},
-      {"field once", "{\"w\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+      {"field once",
+       "{\"w\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+       4,
        {"tensor \"w\"", "the field \"dtype\" appears twice"}},
-      {"dtype of the spec", "{" + entry("w", "F128", "[1]", 0, 4) + "}", 4,
+      {"dtype of the spec",
+       "{" + entry("w", "F128", "[1]", 0, 4) + "}",
+       4,
        {"tensor \"w\"", "\"dtype\" = \"F128\"", "not a dtype of the safetensors specification"}},
       {"shape whole numbers", "{" + entry("w", "F32", "[-1]", 0, 4) + "}", 4, {"tensor \"w\"", "\"shape\" holds -1"}},
       {"shape not fractions", "{" + entry("w", "F32", "[1.0]", 0, 4) + "}", 4, {"\"shape\" holds 1.0"}},
-      {"shape an array", "{\"w\":{\"dtype\":\"F32\",\"shape\":4,\"data_offsets\":[0,16]}}", 16,
+      {"shape an array",
+       "{\"w\":{\"dtype\":\"F32\",\"shape\":4,\"data_offsets\":[0,16]}}",
+       16,
        {"\"shape\" = 4: must be an array of whole numbers"}},
-      {"two offsets", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 8,
+      {"two offsets",
+       "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}",
+       8,
        {"tensor \"w\"", "more than 2 numbers"}},
-      {"END >= BEGIN", "{" + entry("w", "U8", "[0]", 8, 0) + "}", 8, {"tensor \"w\"", "[8, 0]: END must not be below BEGIN"}},
-      {"offsets in the data", "{" + entry("w", "F32", "[2]", 0, 8) + "}", 4,
+      {"END >= BEGIN",
+       "{" + entry("w", "U8", "[0]", 8, 0) + "}",
+       8,
+       {"tensor \"w\"", "[8, 0]: END must not be below BEGIN"}},
+      {"offsets in the data",
+       "{" + entry("w", "F32", "[2]", 0, 8) + "}",
+       4,
        {"tensor \"w\"", "reaches past the 4 bytes of the data section"}},
-      {"bytes = shape x dtype", "{" + entry("w", "F32", "[3]", 0, 8) + "}", 8,
+      {"bytes = shape x dtype",
+       "{" + entry("w", "F32", "[3]", 0, 8) + "}",
+       8,
        {"tensor \"w\"", "span 8 bytes but its shape [3] of F32 needs 12"}},
-      {"no overflow", "{" + entry("w", "F32", "[4294967296, 4294967296, 4]", 0, 8) + "}", 8,
+      {"no overflow",
+       "{" + entry("w", "F32", "[4294967296, 4294967296, 4]", 0, 8) + "}",
+       8,
        {"tensor \"w\"", "its element count overflows 64 bits"}},
-      {"bits overflow", "{" + entry("w", "F64", "[4611686018427387904]", 0, 8) + "}", 8,
+      {"bits overflow",
+       "{" + entry("w", "F64", "[4611686018427387904]", 0, 8) + "}",
+       8,
        {"tensor \"w\"", "its size in bits overflows 64 bits"}},
-      {"whole bytes", "{" + entry("w", "F4", "[3]", 0, 2) + "}", 2, {"tensor \"w\"", "12 bits: not a whole number of bytes"}},
-      {"begins at 0", "{" + entry("w", "F32", "[2]", 4, 12) + "}", 12,
+      {"whole bytes",
+       "{" + entry("w", "F4", "[3]", 0, 2) + "}",
+       2,
+       {"tensor \"w\"", "12 bits: not a whole number of bytes"}},
+      {"begins at 0",
+       "{" + entry("w", "F32", "[2]", 4, 12) + "}",
+       12,
        {"tensor \"w\" begins at data byte 4", "bytes [0, 4) belong to no tensor"}},
-      {"no holes", "{" + a + "," + entry("c", "F32", "[1]", 12, 16) + "}", 16,
+      {"no holes",
+       "{" + a + "," + entry("c", "F32", "[1]", 12, 16) + "}",
+       16,
        {"tensor \"c\" begins at data byte 12 but tensor \"a\" ends at 8", "bytes [8, 12) belong to no tensor"}},
-      {"no overlaps", "{" + a + "," + entry("c", "F32", "[2]", 4, 12) + "}", 12,
+      {"no overlaps",
+       "{" + a + "," + entry("c", "F32", "[2]", 4, 12) + "}",
+       12,
        {"tensor \"c\" [4, 12) overlaps tensor \"a\", which ends at 8"}},
       {"no trailing bytes", "{" + a + "}", 12, {"cover data bytes [0, 8) of 12", "the last 4 bytes"}},
       {"no data without tensors", "{}", 4, {"cover data bytes [0, 0) of 4"}},
-      {"nesting bounded", "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0],\"x\":" + deep + "}}", 0,
+      {"nesting bounded",
+       "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0],\"x\":" + deep + "}}",
+       0,
        {"tensor \"w\"", "nests more than 64 levels deep"}},
       {"long names shortened", "{" + entry(std::string(5000, 'n'), "F32", "[1]", 0, 8) + "}", 8, {"... (5000 bytes)"}},
   };
@@ -108,10 +138,11 @@ TEST_CASE("safetensors: what the specification allows is accepted", "[util][safe
   // Trailing spaces, metadata, a field the format does not define (ignored, as the reference
   // crate's serde does), zero-size tensors at any place, a scalar, sub-byte dtypes of whole bytes,
   // entries listed out of offset order, and an empty file.
-  const std::string header = "{\"__metadata__\":{\"format\":\"pt\",\"k\":\"v\"}," + entry("b", "BF16", "[2, 1]", 8, 12) + "," +
-                             "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"note\":{\"x\":[1,[2]]}}," +
-                             entry("empty", "F16", "[0, 7]", 8, 8) + "," + entry("s", "I64", "[]", 12, 20) + "," +
-                             entry("f4", "F4", "[2]", 20, 21) + "," + entry("last_empty", "U8", "[0]", 21, 21) + "}   ";
+  const std::string header =
+      "{\"__metadata__\":{\"format\":\"pt\",\"k\":\"v\"}," + entry("b", "BF16", "[2, 1]", 8, 12) + "," +
+      "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"note\":{\"x\":[1,[2]]}}," +
+      entry("empty", "F16", "[0, 7]", 8, 8) + "," + entry("s", "I64", "[]", 12, 20) + "," +
+      entry("f4", "F4", "[2]", 20, 21) + "," + entry("last_empty", "U8", "[0]", 21, 21) + "}   ";
   SafetensorsHeader h;
   REQUIRE_NOTHROW(h = parse_safetensors_header(header, 21, "ok.safetensors"));
   REQUIRE(h.tensors.size() == 6);
@@ -124,7 +155,8 @@ TEST_CASE("safetensors: what the specification allows is accepted", "[util][safe
   CHECK(refusal("{}" + std::string(6, ' '), 0).empty());
 }
 
-TEST_CASE("safetensors: the header length field and special files are refused before any parse", "[util][safetensors]") {
+TEST_CASE("safetensors: the header length field and special files are refused before any parse",
+          "[util][safetensors]") {
   const std::string dir = std::string(ODYSSEY_BINARY_DIR) + "/safetensors_test";
   REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "/sub'").c_str()) == 0);
   auto refused = [&](const std::string& name, const std::string& bytes) -> std::string {
@@ -141,7 +173,8 @@ TEST_CASE("safetensors: the header length field and special files are refused be
   CHECK_THAT(refused("huge", le64(100'000'001) + "{}"),
              Catch::Contains("says 100000001 bytes, more than the format's limit of 100000000"));
   CHECK_THAT(refused("long", le64(64) + "{}"), Catch::Contains("says 64 bytes but the file holds 2 after it"));
-  CHECK_THAT(refused("max", le64(~uint64_t{0}) + "{}"), Catch::Contains("18446744073709551615 bytes, more than the format's limit"));
+  CHECK_THAT(refused("max", le64(~uint64_t{0}) + "{}"),
+             Catch::Contains("18446744073709551615 bytes, more than the format's limit"));
   CHECK(refused("ok", file_bytes("{}", "")).empty());
   std::string why;
   try {
@@ -167,8 +200,9 @@ TEST_CASE("safetensors: written files read back element ranges exactly", "[util]
   const std::string path = std::string(ODYSSEY_BINARY_DIR) + "/safetensors_test_roundtrip.safetensors";
   const std::vector<float> w = {1.5f, -2.0f, 3.25f, 4.0f, 5.0f, 6.0f};
   const std::vector<uint16_t> h = {0x3F80, 0x4000, 0xC040};
-  write_safetensors(path, {{"w", "F32", {2, 3}, w.data(), 24}, {"h", "BF16", {3}, h.data(), 6}, {"none", "F32", {0}, nullptr, 0}},
-                    {{"format", "pt"}});
+  write_safetensors(
+      path, {{"w", "F32", {2, 3}, w.data(), 24}, {"h", "BF16", {3}, h.data(), 6}, {"none", "F32", {0}, nullptr, 0}},
+      {{"format", "pt"}});
   const SafetensorsFile f(path);
   REQUIRE(f.tensors().size() == 3);
   CHECK(f.metadata().at("format") == "pt");

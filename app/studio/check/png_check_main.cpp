@@ -23,19 +23,22 @@ int main(int argc, char** argv) {
     return 1;
   }
   const ImageStats st = image_stats(image, 4, 8);
-  std::printf("studio_png_check: %s is %dx%d, %zu distinct colours, dominant colour %.1f%%, %d/%d grid cells with content\n",
-              path.c_str(), image.width, image.height, st.distinct_colors, st.dominant_fraction * 100, st.busy_cells, st.cells);
+  std::printf(
+      "studio_png_check: %s is %dx%d, %zu distinct colours, dominant colour %.1f%%, %d/%d grid cells with content\n",
+      path.c_str(), image.width, image.height, st.distinct_colors, st.dominant_fraction * 100, st.busy_cells, st.cells);
   bool ok = true;
   if (image.width != want_w || image.height != want_h) {
     std::fprintf(stderr, "studio_png_check: size %dx%d, expected %dx%d\n", image.width, image.height, want_w, want_h);
     ok = false;
   }
   if (st.distinct_colors < 200) {
-    std::fprintf(stderr, "studio_png_check: only %zu distinct colours (need 200: text, plots and bars)\n", st.distinct_colors);
+    std::fprintf(stderr, "studio_png_check: only %zu distinct colours (need 200: text, plots and bars)\n",
+                 st.distinct_colors);
     ok = false;
   }
   if (st.dominant_fraction > 0.85) {
-    std::fprintf(stderr, "studio_png_check: one colour covers %.1f%% of the image (blank window?)\n", st.dominant_fraction * 100);
+    std::fprintf(stderr, "studio_png_check: one colour covers %.1f%% of the image (blank window?)\n",
+                 st.dominant_fraction * 100);
     ok = false;
   }
   if (st.busy_cells < 12) {
