@@ -3,8 +3,6 @@
 #include "app/cli/planner_format.h"
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
 #include <iostream>
 
 #include "app/cli/cli.h"
@@ -12,20 +10,11 @@
 #include "engine/config/schema.h"
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
+#include "engine/util/printf_string.h"
 
 namespace odyssey::cli {
 
 namespace {
-
-std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string strf(const char* format, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buf, sizeof buf, format, args);
-  va_end(args);
-  return buf;
-}
 
 /// The tables' unit: GiB for real targets, MiB when everything is under 1 GiB (tiny CPU configs).
 struct Unit {
@@ -72,12 +61,12 @@ std::string setup_line(const RunConfig& cfg) {
   const auto& p = cfg.parallel;
   const MemoryConfig planned = with_planned_sizes(cfg).memory;
   const std::string techniques = describe_techniques(cfg, /*memory_only=*/false, &planned);
-  return strf("%s, seq %s x batch %lld, %lld rank%s (%s), %s, %s: %.1f GiB/device, %.0f GiB host/node",
-              cfg.model.flavor.c_str(), format_size(cfg.training.seq_len).c_str(),
-              static_cast<long long>(cfg.training.batch_size), static_cast<long long>(p.world_size),
-              p.world_size == 1 ? "" : "s", techniques.empty() ? "no techniques" : techniques.c_str(),
-              std::string(to_string(cfg.training.dtype)).c_str(), cfg.hardware.profile.c_str(),
-              cfg.hardware.device_memory_gib, cfg.hardware.host_memory_gib);
+  return printf_string("%s, seq %s x batch %lld, %lld rank%s (%s), %s, %s: %.1f GiB/device, %.0f GiB host/node",
+                       cfg.model.flavor.c_str(), format_size(cfg.training.seq_len).c_str(),
+                       static_cast<long long>(cfg.training.batch_size), static_cast<long long>(p.world_size),
+                       p.world_size == 1 ? "" : "s", techniques.empty() ? "no techniques" : techniques.c_str(),
+                       std::string(to_string(cfg.training.dtype)).c_str(), cfg.hardware.profile.c_str(),
+                       cfg.hardware.device_memory_gib, cfg.hardware.host_memory_gib);
 }
 
 void write_categories_json(JsonWriter& w, const std::array<int64_t, kPlanCategoryCount>& bytes) {
@@ -268,31 +257,32 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
                 const std::vector<Advice>& advice, const TuneResult& tuned) {
   const Unit gib = unit_for(std::max(plan.peak_bytes, plan.host_bytes));
   os << path << ": " << setup_line(cfg) << "\n";
-  os << strf("verdict: %s. Peak %.2f %s of %.2f GiB per device at %s; host %.2f %s of %.0f GiB per node\n\n",
-             verdict(plan).c_str(), gib(plan.peak_bytes), gib.name, plan.device_capacity / kGiB,
-             plan.peak_phase.c_str(), gib(plan.host_bytes), gib.name, plan.host_capacity / kGiB);
-  os << strf("%-22s %12s\n", "category (at the peak)", gib.name);
+  os << printf_string("verdict: %s. Peak %.2f %s of %.2f GiB per device at %s; host %.2f %s of %.0f GiB per node\n\n",
+                      verdict(plan).c_str(), gib(plan.peak_bytes), gib.name, plan.device_capacity / kGiB,
+                      plan.peak_phase.c_str(), gib(plan.host_bytes), gib.name, plan.host_capacity / kGiB);
+  os << printf_string("%-22s %12s\n", "category (at the peak)", gib.name);
   for (int c = 0; c < kPlanCategoryCount; ++c)
-    os << strf("%-22s %12.2f%s\n", plan_category_names()[c], gib(plan.category_bytes[c]),
-               c == static_cast<int>(PlanCategory::Offloaded) ? "  (host, per rank)" : "");
-  os << strf("%-22s %12.2f\n\n", "device total", gib(plan.peak_bytes));
+    os << printf_string("%-22s %12.2f%s\n", plan_category_names()[c], gib(plan.category_bytes[c]),
+                        c == static_cast<int>(PlanCategory::Offloaded) ? "  (host, per rank)" : "");
+  os << printf_string("%-22s %12.2f\n\n", "device total", gib(plan.peak_bytes));
 
-  os << strf("%-60s %-20s %9s  %s\n", "term", "category", gib.name, "formula");
+  os << printf_string("%-60s %-20s %9s  %s\n", "term", "category", gib.name, "formula");
   for (const auto& term : plan.terms)
-    os << strf("%-60s %-20s %9.2f  %s%s\n", term.name.c_str(), to_string(term.category), gib(term.bytes),
-               term.formula.c_str(), term.host ? "  [host]" : "");
+    os << printf_string("%-60s %-20s %9.2f  %s%s\n", term.name.c_str(), to_string(term.category), gib(term.bytes),
+                        term.formula.c_str(), term.host ? "  [host]" : "");
 
   // The timeline: every phase of the first, last and peak blocks; the blocks between collapsed.
   const int last_block = static_cast<int>(cfg.model.n_layers) - 1;
   const int peak_block = phase_block(plan.peak_phase);
-  os << strf("\n%-34s %12s %10s %10s\n", "phase", (std::string("device ") + gib.name).c_str(),
-             (std::string("host ") + gib.name).c_str(), "time s");
+  os << printf_string("\n%-34s %12s %10s %10s\n", "phase", (std::string("device ") + gib.name).c_str(),
+                      (std::string("host ") + gib.name).c_str(), "time s");
   int64_t lo = 0, hi = 0;
   int hidden = 0, first_hidden = -1, last_hidden = -1;
   auto flush = [&]() {
     if (hidden == 0) return;
-    os << strf("%-34s %5.2f-%-6.2f\n",
-               strf("  ... blocks %d-%d (%d phases)", first_hidden, last_hidden, hidden).c_str(), gib(lo), gib(hi));
+    os << printf_string("%-34s %5.2f-%-6.2f\n",
+                        printf_string("  ... blocks %d-%d (%d phases)", first_hidden, last_hidden, hidden).c_str(),
+                        gib(lo), gib(hi));
     hidden = 0;
   };
   for (const auto& p : plan.phases) {
@@ -310,27 +300,28 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
       continue;
     }
     flush();
-    os << strf("%-34s %12.2f %10.2f %10.4g%s\n", p.name.c_str(), gib(p.resident_bytes), gib(p.host_bytes), p.time_s,
-               p.name == plan.peak_phase ? "  <- peak" : "");
+    os << printf_string("%-34s %12.2f %10.2f %10.4g%s\n", p.name.c_str(), gib(p.resident_bytes), gib(p.host_bytes),
+                        p.time_s, p.name == plan.peak_phase ? "  <- peak" : "");
   }
   flush();
 
   const StepTimePlan& t = plan.time;
-  os << strf(
+  os << printf_string(
       "\nstep: %.4g s (compute %.4g s of which recompute %.4g s and attention kernels %.4g s, all-to-all "
       "%.3g s, FSDP exposed %.3g s, offload exposed %.3g s)\n",
       t.step_s, t.compute_s, t.recompute_s, t.attention_s, t.all_to_all_s, t.fsdp_comm_s, t.offload_s);
   if (t.host_optimizer_s > 0)
-    os << strf(
+    os << printf_string(
         "optimizer offload: host AdamW %.3g s, PCIe (gradients down, parameters up) %.3g s; the step waits "
         "%.3g s for them: %.1f%% of the step%s\n",
         t.host_optimizer_s, t.optimizer_pcie_s, t.optimizer_exposed_s, 100 * t.optimizer_exposed_s / t.step_s,
         t.optimizer_exposed_s < t.host_optimizer_s ? " (the rest runs under the next step's forward)" : "");
-  os << strf("throughput: %.2f tokens/s per device; MFU %.1f%% (causal attention) / %.1f%% (PaLM count); HFU %.1f%%\n",
-             t.tokens_per_s_per_device, 100 * t.mfu, 100 * t.mfu_palm, 100 * t.hfu);
+  os << printf_string(
+      "throughput: %.2f tokens/s per device; MFU %.1f%% (causal attention) / %.1f%% (PaLM count); HFU %.1f%%\n",
+      t.tokens_per_s_per_device, 100 * t.mfu, 100 * t.mfu_palm, 100 * t.hfu);
   // what the step time rests on: the two achieved fractions of the peak in use (a profile's, or
   // a preset's measured figures: bench/gpu/fit_efficiency.py)
-  os << strf(
+  os << printf_string(
       "at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.%s %.3g (%s attention kernels) "
       "of %.1f TFLOP/s\n",
       cfg.hardware.compute_efficiency,
@@ -342,7 +333,7 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
       cfg.hardware.bf16_tflops);
   os << "FLOP convention: " << t.convention << "\n";
   if (t.attention_pair_fraction != 1.0)
-    os << strf(
+    os << printf_string(
         "document masking: the documents' attention is %.3g%% of whole sequences' (the sum of each "
         "document's length squared, from the data file)\n",
         100 * t.attention_pair_fraction);
@@ -351,7 +342,8 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
     for (const auto& a : advice) {
       std::string changes;
       for (const auto& c : a.changes) changes += (changes.empty() ? "" : ", ") + c;
-      os << strf("  %-70s peak %7.2f GiB, step x%.2f\n", changes.c_str(), a.plan.peak_bytes / kGiB, a.slowdown);
+      os << printf_string("  %-70s peak %7.2f GiB, step x%.2f\n", changes.c_str(), a.plan.peak_bytes / kGiB,
+                          a.slowdown);
     }
   } else if (!plan.fits()) {
     os << "\nno combination of the techniques makes this fit on this hardware\n";
@@ -366,46 +358,46 @@ void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cf
   for (const auto& r : rungs) largest = std::max(largest, r.plan.peak_bytes);
   const Unit gib = unit_for(largest);
   os << path << ": " << setup_line(cfg) << "\n\n";
-  os << strf("%-17s %-5s %10s %7s %7s %7s %7s %7s %7s %7s %7s %9s %10s %6s  %s\n", "rung", "fits",
-             (std::string("peak ") + gib.name).c_str(), "states", "gather", "saved", "attn", "mlp", "loss", "comm",
-             "other", "max seq", "tok/s/GPU", "MFU", "dominant term");
+  os << printf_string("%-17s %-5s %10s %7s %7s %7s %7s %7s %7s %7s %7s %9s %10s %6s  %s\n", "rung", "fits",
+                      (std::string("peak ") + gib.name).c_str(), "states", "gather", "saved", "attn", "mlp", "loss",
+                      "comm", "other", "max seq", "tok/s/GPU", "MFU", "dominant term");
   for (const auto& r : rungs) {
     const auto& p = r.plan;
     const auto& c = p.category_bytes;
     auto cat = [&](PlanCategory k) { return gib(c[static_cast<int>(k)]); };
     const double states = cat(PlanCategory::Params) + cat(PlanCategory::Grads) + cat(PlanCategory::Optimizer);
-    os << strf("%-17s %-5s %10.1f %7.1f %7.2f %7.1f %7.1f %7.1f %7.1f %7.1f %7.2f %9s %10.1f %5.1f%%  %s\n",
-               r.name.c_str(), p.fits() ? "yes" : "OOM", gib(p.peak_bytes), states, cat(PlanCategory::GatheredParams),
-               cat(PlanCategory::SavedActivations), cat(PlanCategory::AttentionWorkspace),
-               cat(PlanCategory::MlpWorkspace), cat(PlanCategory::LossWorkspace), cat(PlanCategory::CommBuffers),
-               cat(PlanCategory::Other), format_size(r.max_seq_len).c_str(), p.time.tokens_per_s_per_device,
-               100 * p.time.mfu, p.dominant_term.c_str());
+    os << printf_string(
+        "%-17s %-5s %10.1f %7.1f %7.2f %7.1f %7.1f %7.1f %7.1f %7.1f %7.2f %9s %10.1f %5.1f%%  %s\n", r.name.c_str(),
+        p.fits() ? "yes" : "OOM", gib(p.peak_bytes), states, cat(PlanCategory::GatheredParams),
+        cat(PlanCategory::SavedActivations), cat(PlanCategory::AttentionWorkspace), cat(PlanCategory::MlpWorkspace),
+        cat(PlanCategory::LossWorkspace), cat(PlanCategory::CommBuffers), cat(PlanCategory::Other),
+        format_size(r.max_seq_len).c_str(), p.time.tokens_per_s_per_device, 100 * p.time.mfu, p.dominant_term.c_str());
   }
-  os << strf("\n%s per device at each rung's peak (states = params + grads + optimizer); capacity %.1f GiB.\n",
-             gib.name, cfg.hardware.device_memory_gib);
+  os << printf_string("\n%s per device at each rung's peak (states = params + grads + optimizer); capacity %.1f GiB.\n",
+                      gib.name, cfg.hardware.device_memory_gib);
   for (const auto& r : rungs)
-    os << strf("  %-17s %s; peak at %s\n", r.name.c_str(), r.label.c_str(), r.plan.peak_phase.c_str());
+    os << printf_string("  %-17s %s; peak at %s\n", r.name.c_str(), r.label.c_str(), r.plan.peak_phase.c_str());
 }
 
 void print_maxlen(std::ostream& os, const std::string& path, const RunConfig& cfg, int64_t max_seq_len,
                   const MaxSeqLenLimit& limit, const std::vector<RungMaxLen>& rungs) {
   os << path << ": " << setup_line(cfg) << "\n";
-  os << strf("largest seq_len that fits: %s (%lld tokens; steps of %s = Ulysses degree x 1K)\n",
-             format_size(max_seq_len).c_str(), static_cast<long long>(max_seq_len),
-             format_size(seq_len_granularity(cfg)).c_str());
+  os << printf_string("largest seq_len that fits: %s (%lld tokens; steps of %s = Ulysses degree x 1K)\n",
+                      format_size(max_seq_len).c_str(), static_cast<long long>(max_seq_len),
+                      format_size(seq_len_granularity(cfg)).c_str());
   if (limit.seq_len > 0) {
     const PlanPeak& p = limit.peak;
-    os << strf("limited by %s: at %s, device %.3f of %.3f GiB per device, host %.3f of %.0f GiB per node\n",
-               limit.binds().c_str(), format_size(limit.seq_len).c_str(), p.peak_bytes / kGiB, p.device_capacity / kGiB,
-               p.host_bytes / kGiB, p.host_capacity / kGiB);
+    os << printf_string("limited by %s: at %s, device %.3f of %.3f GiB per device, host %.3f of %.0f GiB per node\n",
+                        limit.binds().c_str(), format_size(limit.seq_len).c_str(), p.peak_bytes / kGiB,
+                        p.device_capacity / kGiB, p.host_bytes / kGiB, p.host_capacity / kGiB);
   } else {
     os << "limited by " << limit.binds() << "\n";
   }
-  os << strf("\n%-17s %12s %14s  %-22s  %s\n", "rung", "max seq_len", "tokens", "limited by", "configuration");
+  os << printf_string("\n%-17s %12s %14s  %-22s  %s\n", "rung", "max seq_len", "tokens", "limited by", "configuration");
   for (const auto& r : rungs)
-    os << strf("%-17s %12s %14lld  %-22s  %s (steps of %s)\n", r.name.c_str(), format_size(r.max_seq_len).c_str(),
-               static_cast<long long>(r.max_seq_len), r.limit.binds().c_str(), r.label.c_str(),
-               format_size(r.granularity).c_str());
+    os << printf_string("%-17s %12s %14lld  %-22s  %s (steps of %s)\n", r.name.c_str(),
+                        format_size(r.max_seq_len).c_str(), static_cast<long long>(r.max_seq_len),
+                        r.limit.binds().c_str(), r.label.c_str(), format_size(r.granularity).c_str());
 }
 
 void write_limit_json(JsonWriter& w, const MaxSeqLenLimit& limit) {
@@ -431,9 +423,9 @@ namespace {
 
 /// "step 12.35 s, device peak 70.12 of 79.10 GiB, host 0.00 of 2048.00 GiB per node".
 std::string tune_figures(const TuneCandidate& c) {
-  return strf("step %.4g s, device peak %.2f of %.2f GiB, host %.2f of %.2f GiB per node", c.step_s,
-              c.peak.peak_bytes / kGiB, c.peak.device_capacity / kGiB, c.peak.host_bytes / kGiB,
-              c.peak.host_capacity / kGiB);
+  return printf_string("step %.4g s, device peak %.2f of %.2f GiB, host %.2f of %.2f GiB per node", c.step_s,
+                       c.peak.peak_bytes / kGiB, c.peak.device_capacity / kGiB, c.peak.host_bytes / kGiB,
+                       c.peak.host_capacity / kGiB);
 }
 
 }  // namespace
@@ -529,7 +521,7 @@ void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& 
   }
   os << "fastest that fits (odyssey tune): " << choice->summary() << "\n    " << tune_figures(*choice) << "\n";
   if (runner_up)
-    os << strf("runner-up (%+.2f%% step time): ", 100.0 * (runner_up->step_s / choice->step_s - 1.0))
+    os << printf_string("runner-up (%+.2f%% step time): ", 100.0 * (runner_up->step_s / choice->step_s - 1.0))
        << runner_up->summary() << "\n    " << tune_figures(*runner_up) << "\n";
   else
     os << "runner-up: none (no other memory table fits)\n";
@@ -537,14 +529,14 @@ void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& 
   if (configured.config.memory == choice->config.memory)
     os << "as configured: the choice\n";
   else
-    os << strf("as configured (%+.2f%% step time): ", 100.0 * (configured.step_s / choice->step_s - 1.0))
+    os << printf_string("as configured (%+.2f%% step time): ", 100.0 * (configured.step_s / choice->step_s - 1.0))
        << configured.summary() << "\n    " << tune_figures(configured) << (configured.fits() ? "" : ": does not fit")
        << "\n";
   const std::vector<const TuneCandidate*> dropped = tuned.dropped();
   os << "dropped as not fitting: " << dropped.size() << " faster of " << tuned.candidates.size() << " technique sets\n";
   for (size_t i = 0; i < dropped.size() && static_cast<int>(i) < dropped_shown; ++i)
-    os << strf("  step %.4g s  %s: %s\n", dropped[i]->step_s, dropped[i]->summary().c_str(),
-               dropped[i]->verdict().c_str());
+    os << printf_string("  step %.4g s  %s: %s\n", dropped[i]->step_s, dropped[i]->summary().c_str(),
+                        dropped[i]->verdict().c_str());
   if (static_cast<int>(dropped.size()) > dropped_shown && dropped_shown > 0)
     os << "  ... " << dropped.size() - dropped_shown << " more (--json lists them all)\n";
 }
