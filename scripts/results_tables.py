@@ -242,15 +242,24 @@ def others_text(baselines, best, text):
     return "".join("; beside %s %s" % (r.get("system"), text(r)) for r in rest)
 
 
+# The throughput row of Odyssey as `odyssey tune` configured it (bench/gpu/throughput.py's TUNED_VARIANT)
+TUNED_VARIANT = "tuned"
+
+
 def fig_throughput(rec):
+    """Per length, Odyssey against the strongest baseline: Odyssey at its fastest fitting
+    configuration (the `tuned` row, `odyssey tune`'s choice for the GPU) where the record has one
+    that ran, else its full stack, with the other beside it."""
     by_length = {}
     for r in rec.jsonl("throughput/throughput.jsonl"):
-        if not r.get("variant") and r.get("seq_len"):
-            by_length.setdefault(int(r["seq_len"]), {})[r.get("system")] = r
+        if r.get("seq_len") and r.get("variant") in (None, "", TUNED_VARIANT):
+            name = "odyssey, tuned" if r.get("variant") else r.get("system")
+            by_length.setdefault(int(r["seq_len"]), {})[name] = r
     out = []
     for seq in sorted(by_length):
-        odyssey = by_length[seq].get("odyssey")
+        full, tuned = by_length[seq].get("odyssey"), by_length[seq].get("odyssey, tuned")
         baselines = [r for name, r in by_length[seq].items() if name in BASELINES]
+        odyssey = tuned if tuned and ("error" not in tuned or not full) else full
         if not odyssey:
             continue
         baseline = strongest_baseline(baselines) or (baselines[0] if baselines else None)
@@ -260,8 +269,13 @@ def fig_throughput(rec):
             if all("error" not in r and r.get("tokens_per_s") for r in (odyssey, baseline)):
                 value += ": %.3f×" % (odyssey["tokens_per_s"] / baseline["tokens_per_s"])
             value += others_text(baselines, baseline, run_text)
-        out.append(("%s at %s: Odyssey's full stack against %s" % (
-            stem(odyssey.get("point")), tokens(seq), against_text(baselines, baseline or {"system": "pytorch"})),
+        other = full if odyssey is tuned else tuned
+        if other:
+            value += "; Odyssey's %s %s" % ("full stack" if other is full else "tuned configuration", run_text(other))
+        what = ("Odyssey tuned (%s)" % (odyssey.get("techniques") or "odyssey tune") if odyssey is tuned
+                else "Odyssey's full stack")
+        out.append(("%s at %s: %s against %s" % (
+            stem(odyssey.get("point")), tokens(seq), what, against_text(baselines, baseline or {"system": "pytorch"})),
                     "≥ %.2f× the baseline" % THROUGHPUT_TARGET, value))
     return out
 
@@ -859,6 +873,17 @@ def self_test():
     (title, _, value), = fig_throughput(TwoBaselines())
     assert title.endswith("against the strongest baseline (Hugging Face + Liger baseline)"), title
     assert value == "1500 tokens/s against 1250 tokens/s: 1.200×; beside pytorch 1000 tokens/s", value
+    tuned = {"system": "odyssey", "variant": TUNED_VARIANT, "seq_len": 32768, "point": point(32768, ["m=1"]),
+             "tokens_per_s": 1875.0, "techniques": "tiled loss"}
+    TwoBaselines.files["throughput/throughput.jsonl"].append(tuned)
+    (title, _, value), = fig_throughput(TwoBaselines())
+    assert "Odyssey tuned (tiled loss) against the strongest baseline" in title, title
+    assert value == ("1875 tokens/s against 1250 tokens/s: 1.500×; beside pytorch 1000 tokens/s; "
+                     "Odyssey's full stack 1500 tokens/s"), value
+    tuned["error"] = "oom"  # a tuned run that failed: the full stack leads, the failure beside it
+    (title, _, value), = fig_throughput(TwoBaselines())
+    assert "Odyssey's full stack against" in title and value.endswith("; Odyssey's tuned configuration out of memory"), value
+    TwoBaselines.files["throughput/throughput.jsonl"].remove(tuned)
     (title, _, value), = fig_longest(TwoBaselines())
     assert title.endswith("against the strongest baseline (PyTorch baseline)"), title
     assert value == ("Odyssey one step at 448K: ran; the baseline 96K (fails at 112K); beside hf-liger 80K "

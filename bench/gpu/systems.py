@@ -12,7 +12,7 @@ points come from the scripts' own run calls, so the predictions cover what the c
 Every measured row carries its `point` (preset, seq_len, sets), the key that pairs it with its
 prediction (point_key).
 
-defines: BASELINES, run_baseline, strongest_baseline, run_odyssey, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
+defines: BASELINES, run_baseline, strongest_baseline, run_odyssey, tune_odyssey, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
 preset_name, point_key, point_file_name, run_json, odyssey_binary, odyssey_preset, odyssey_sets, device_profile_sets,
 run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
 """
@@ -208,6 +208,23 @@ def plan_odyssey(seq, extra_sets=(), timeout_s=120, preset=None):
     """`odyssey plan --json` of the benchmark's preset (or `preset`) at `seq` tokens with its sets,
     `extra_sets` and this GPU's hardware profile (plan_point). {"error": ...} when it cannot plan."""
     return plan_point(point_of(preset or odyssey_preset(), odyssey_sets() + list(extra_sets), seq), timeout_s)
+
+
+def tune_odyssey(seq, extra_sets=(), timeout_s=120, preset=None):
+    """`odyssey tune --json` of the benchmark's preset at `seq` tokens with its sets, `extra_sets`
+    and this GPU's hardware profile: (the `--set` assignments that turn the preset into the fastest
+    technique set that fits, the choice's techniques text), or ({"error": ...}, None) when the
+    planner finds none. Planning only: it runs in prediction mode too, so the tuned point is
+    predicted exactly as it will be run."""
+    preset = preset or odyssey_preset()
+    cmd = [odyssey_binary(), "tune", preset, "--set", "training.seq_len=%d" % seq, "--json"]
+    for s in odyssey_sets() + list(extra_sets) + device_profile_sets():
+        cmd += ["--set", s]
+    try:
+        choice = run_json(cmd, timeout_s)["tune"]["choice"]
+    except (RuntimeError, ValueError, KeyError, OSError, subprocess.TimeoutExpired) as e:
+        return {"error": "odyssey tune: " + str(e)[-400:]}, None
+    return ["%s=%s" % (c["key"], c["after"]) for c in choice.get("changes", [])], choice.get("techniques")
 
 
 def predictions_dir():

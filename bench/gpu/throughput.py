@@ -33,7 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
-from systems import BASELINES, nvidia_smi, plan_odyssey, run_baseline, run_odyssey, strongest_baseline  # noqa: E402
+from systems import BASELINES, nvidia_smi, plan_odyssey, run_baseline, run_odyssey, strongest_baseline, tune_odyssey  # noqa: E402
 
 
 # Each memory technique of the preset switched off alone (name, --set assignments).
@@ -219,15 +219,52 @@ def ratio_lines(seq, pair):
     return lines
 
 
+# Odyssey at its fastest configuration that fits, as `odyssey tune` picks it for this GPU (issue
+# "Speed": each side at its fastest fitting configuration): a row of system "odyssey" with this variant.
+TUNED = "odyssey-tuned"
+TUNED_VARIANT = "tuned"
+
+
+def run_full_stack(seq, args):
+    """The preset as configured (its full memory stack), with the planner's step time beside it."""
+    row = run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d" % seq),
+                      log_path=os.path.join(args.out, "odyssey_%d.log" % seq))
+    # the planner's word beside the measurement (its step time at this GPU's profile:
+    # fit_efficiency.py calibrates the preset's two efficiencies from these rows)
+    plan = plan_odyssey(seq)
+    planned = plan.get("time") or {}
+    if planned.get("step_s"):
+        row["planned_step_s"] = planned["step_s"]
+    row.update(resolved_sizes(plan))  # "auto" resolved: what the full stack ran
+    return row
+
+
+def run_tuned(seq, args):
+    """`odyssey tune`'s choice at `seq` for this GPU run as the preset with its changes: the row
+    carries the techniques, the sets and the planned step time."""
+    sets, techniques = tune_odyssey(seq)
+    if isinstance(sets, dict):  # nothing fits: the planner's refusal is the row
+        return dict(sets, system="odyssey", seq_len=seq, variant=TUNED_VARIANT)
+    row = dict(run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_tuned" % seq),
+                           extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_tuned.log" % seq)),
+               variant=TUNED_VARIANT, sets=sets, techniques=techniques)
+    plan = plan_odyssey(seq, extra_sets=sets)
+    if (plan.get("time") or {}).get("step_s"):
+        row["planned_step_s"] = plan["time"]["step_s"]
+    row.update(resolved_sizes(plan))
+    return row
+
+
 def main():
-    systems = list(BASELINES) + ["odyssey"]
+    systems = list(BASELINES) + ["odyssey", TUNED]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", nargs="+", type=parse_tokens, default=[parse_tokens(x) for x in ("32K", "64K", "128K")])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=540, help="seconds per process")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--systems", nargs="+", choices=systems, default=systems,
-                        help="the systems run at each length, in this order (default: every baseline, then odyssey)")
+                        help="the systems run at each length, in this order (default: every baseline, then odyssey: the "
+                             "preset's full stack; odyssey-tuned: the preset as `odyssey tune` changes it for this GPU)")
     parser.add_argument("--ablate", action="store_true", help="also Odyssey with each technique off in turn")
     parser.add_argument("--self-test", action="store_true", help="check the ablation's runs from hand-made plans")
     args = parser.parse_args()
@@ -238,38 +275,40 @@ def main():
     shape = SHAPES["llama3.2-1b"]
     rows = []
     with open(os.path.join(args.out, "throughput.jsonl"), "a") as jsonl:
+        def write(name, r, baselines):
+            """One finished run's row, written at once (a deadline that cuts the stage keeps it)."""
+            if "step_time_s" in r and "error" not in r:
+                r["mfu"] = mfu(shape, seq, r["step_time_s"])  # one formula for every system
+            if name not in BASELINES:
+                r.update(versus_baselines(r, baselines))
+            jsonl.write(json.dumps(r) + "\n")
+            jsonl.flush()
+            print(json.dumps({k: r.get(k) for k in ("system", "variant", "seq_len", "tokens_per_s", "mfu", "peak_bytes",
+                                                    "checkpoint", "ratio_to_strongest", "error")}), flush=True)
+
         for seq in args.lengths:
             pair = {}
-            for name in (n for n in BASELINES if n in args.systems):
-                pair[name] = run_baseline(seq, args.steps, args.timeout, system=name,
-                                          log_path=os.path.join(args.out, "%s_%d.log" % (name, seq)))
-            baselines = list(pair.values())
-            if "odyssey" in args.systems:
-                pair["odyssey"] = run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d" % seq),
-                                              log_path=os.path.join(args.out, "odyssey_%d.log" % seq))
-                # the planner's word beside the measurement (its step time at this GPU's profile:
-                # fit_efficiency.py calibrates the preset's two efficiencies from these rows)
-                plan = plan_odyssey(seq)
-                planned = plan.get("time") or {}
-                if planned.get("step_s"):
-                    pair["odyssey"]["planned_step_s"] = planned["step_s"]
-                pair["odyssey"].update(resolved_sizes(plan))  # "auto" resolved: what the full stack ran
-                for name, sets in (ablations(seq, plan) if args.ablate else ()):
-                    tag = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")  # a plain file name for the carry back
-                    row = dict(run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_%s" % (seq, tag)),
-                                           extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_%s.log" % (seq, tag))),
-                               variant=name, sets=sets)
-                    row.update(resolved_sizes(plan_odyssey(seq, extra_sets=sets)))  # what this run ran
-                    pair["odyssey, " + name] = row
-            for name, r in pair.items():
-                if "step_time_s" in r and "error" not in r:
-                    r["mfu"] = mfu(shape, seq, r["step_time_s"])  # one formula for every system
-                if name not in BASELINES:
-                    r.update(versus_baselines(r, baselines))
-                jsonl.write(json.dumps(r) + "\n")
-                jsonl.flush()
-                print(json.dumps({k: r.get(k) for k in ("system", "variant", "seq_len", "tokens_per_s", "mfu", "peak_bytes",
-                                                        "checkpoint", "ratio_to_strongest", "error")}), flush=True)
+            # the systems in the order given: each baseline first, so every Odyssey row has them beside it
+            for name in args.systems:
+                baselines = [pair[n] for n in BASELINES if n in pair]
+                if name in BASELINES:
+                    pair[name] = run_baseline(seq, args.steps, args.timeout, system=name,
+                                              log_path=os.path.join(args.out, "%s_%d.log" % (name, seq)))
+                    write(name, pair[name], baselines)
+                elif name == TUNED:
+                    pair["odyssey, " + TUNED_VARIANT] = row = run_tuned(seq, args)
+                    write(name, row, baselines)
+                else:
+                    pair["odyssey"] = run_full_stack(seq, args)
+                    write(name, pair["odyssey"], baselines)
+                    for variant, sets in (ablations(seq, plan_odyssey(seq)) if args.ablate else ()):
+                        tag = re.sub(r"[^A-Za-z0-9]+", "_", variant).strip("_")  # a plain file name for the carry back
+                        row = dict(run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_%s" % (seq, tag)),
+                                               extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_%s.log" % (seq, tag))),
+                                   variant=variant, sets=sets)
+                        row.update(resolved_sizes(plan_odyssey(seq, extra_sets=sets)))  # what this run ran
+                        pair["odyssey, " + variant] = row
+                        write(variant, row, baselines)
             rows.append((seq, pair))
     lines = ["Throughput, Llama-3.2-1B, batch 1, bf16 (%s, %s)" % (device_name(), datetime.date.today().isoformat()),
              "Command: python3 bench/gpu/throughput.py --lengths %s --steps %d --systems %s" % (
@@ -279,6 +318,8 @@ def main():
         for name, r in pair.items():
             peak = "%.1f" % (r["peak_bytes"] / 2**30) if r.get("peak_bytes") and "error" not in r else "-"
             note = r.get("error", "")[:60] or ("checkpointing: %s" % r["checkpoint"] if r.get("checkpoint") else "")
+            if r.get("techniques"):
+                note += "odyssey tune: " + r["techniques"]
             if (r.get("liger") or {}).get("error"):
                 note += "; Liger's kernels failed, transformers' own ran"
             lines.append("| %d | %s | %s | %s | %s | %s |" % (seq, name, fmt(r, "tokens_per_s", "%.0f"),

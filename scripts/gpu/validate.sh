@@ -35,7 +35,8 @@
 # runs/validate), --label NAME (the archive's name), --record NAME (the record's folder name),
 # --predict (plan the stages' points instead of running them) with --device NAME (the GPU the call
 # will run on: h100, h200) and --records DIR (where they go: bench/results). Environment:
-# THROUGHPUT_LENGTHS (the throughput stage's lengths, "32K 64K 128K" on a GPU), LONGEST_BOX. Exit 0
+# THROUGHPUT_LENGTHS (the throughput stage's lengths, "32K 64K 128K" on a GPU), THROUGHPUT_SYSTEMS
+# (its systems in order, throughput.py --systems), LONGEST_BOX. Exit 0
 # when every stage ran to its result (with --predict: when every stage with points predicted them).
 set -uo pipefail
 
@@ -202,8 +203,11 @@ stage_kernels() {
 stage_throughput() {
   # THROUGHPUT_LENGTHS (environment) picks the lengths of this stage alone, e.g. "64K" for a call
   # that only has time for the pair not yet measured; the ablation and profile keep the first length.
+  # THROUGHPUT_SYSTEMS picks the systems and their order (throughput.py --systems; default: both
+  # baselines, Odyssey's full stack, then Odyssey as `odyssey tune` configures it for this GPU).
   # shellcheck disable=SC2086
-  "$PY" bench/gpu/throughput.py --lengths ${THROUGHPUT_LENGTHS:-$LENGTHS} --steps "$STEPS" --timeout 240 --out "$WORK/throughput" || return
+  "$PY" bench/gpu/throughput.py --lengths ${THROUGHPUT_LENGTHS:-$LENGTHS} ${THROUGHPUT_SYSTEMS:+--systems $THROUGHPUT_SYSTEMS} \
+    --steps "$STEPS" --timeout 240 --out "$WORK/throughput" || return
   [ -z "${ODYSSEY_BENCH_PREDICT:-}" ] || return 0  # predictions only: nothing measured to fit
   # On the CPU every system must run at every length (on a GPU an OOM is a result): a baseline
   # that fails there (its checkpoint refused the recompute on the H200, 2026-11-26) leaves the

@@ -67,20 +67,24 @@ def throughput(d):
     rows = read_jsonl(os.path.join(d, "throughput.jsonl"))
     by_len = {}
     for r in rows:
-        if not r.get("variant"):  # the ablation's variants have their own summary
-            by_len.setdefault(r.get("seq_len"), {})[r.get("system")] = r
+        # the ablation's variants have their own summary; the tuned run (odyssey tune's choice) is here
+        if r.get("variant") in (None, "", "tuned"):
+            name = "odyssey tuned" if r.get("variant") else r.get("system")
+            by_len.setdefault(r.get("seq_len"), {})[name] = r
     for seq in sorted(k for k in by_len if k is not None):
-        o = by_len[seq].get("odyssey", {})
         baselines = [r for name, r in by_len[seq].items() if name in BASELINES]
         best = strongest_baseline(baselines)
-        ratio = o["tokens_per_s"] / best["tokens_per_s"] if best and "tokens_per_s" in o and "error" not in o else None
-        planned = ", step %.3f s, planned %.3f s" % (o["step_time_s"], o["planned_step_s"]) \
-            if o.get("planned_step_s") and o.get("step_time_s") else ""
-        out.append("  %7d tokens: %s, odyssey %s tok/s, ratio to the strongest (%s) %s%s" % (
-            seq, ", ".join("%s %s tok/s%s" % (r.get("system"), r.get("tokens_per_s", r.get("error", "-")),
-                                              " (%s)" % r["checkpoint"] if r.get("checkpoint") else "") for r in baselines),
-            o.get("tokens_per_s", o.get("error", "-")), best["system"] if best else "-",
-            "%.3f" % ratio if ratio else "-", planned))
+        odyssey = [(name, r) for name, r in by_len[seq].items() if name not in BASELINES]
+        for name, o in odyssey or [("odyssey", {})]:
+            ratio = o["tokens_per_s"] / best["tokens_per_s"] if best and "tokens_per_s" in o and "error" not in o else None
+            planned = ", step %.3f s, planned %.3f s" % (o["step_time_s"], o["planned_step_s"]) \
+                if o.get("planned_step_s") and o.get("step_time_s") else ""
+            out.append("  %7d tokens: %s, %s %s tok/s, ratio to the strongest (%s) %s%s" % (
+                seq, ", ".join("%s %s tok/s%s" % (r.get("system"), r.get("tokens_per_s", str(r.get("error", "-"))[:80]),
+                                                  " (%s)" % r["checkpoint"] if r.get("checkpoint") else "") for r in baselines),
+                name + (" (%s)" % o["techniques"] if o.get("techniques") else ""),
+                o.get("tokens_per_s", str(o.get("error", "-"))[:120]), best["system"] if best else "-",
+                "%.3f" % ratio if ratio else "-", planned))
     fitted = read_json(os.path.join(d, "efficiency.json"))
     if fitted:
         held = fitted.get("held_out") or {}
