@@ -95,7 +95,7 @@ std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, c
     for (const DocumentRun& run : saved.documents) {
       FlashResult one = run.kernel;
       one.out = segment_of(saved.out, run);                               // [1, h, n, hd]
-      if (!one.lse.defined()) one.lse = segment_of(saved.lse, run);       // [1, h, n]
+      if (!one.lse.defined()) one.lse = segment_of(saved.lse, run);       // [1, h, n], a strided view
       auto [dq_s, dk_s, dv_s] = flash_attention_backward(segment_of(grad_out, run), segment_of(q, run),
                                                           segment_of(k, run), segment_of(v, run), one);
       segment_of(dq, run).copy_(dq_s);
@@ -109,17 +109,23 @@ std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, c
         grad_out, q, k, v, saved.out, saved.lse, /*dropout_p=*/0.0, /*is_causal=*/true);
     return {dq, dk, dv};
   }
+  // The CUDA kernels read the LSE through a bare pointer as a dense [B, h, S] (FlashAttention-2's
+  // params.softmax_lse_ptr has no strides): a view of a wider LSE (one document's segment, one
+  // stage's heads) is read at the wrong offsets for every head past the first, and the gradients
+  // come out wrong with no error. Made dense here, for every caller: [B, h, S] fp32, a copy only
+  // when it is a view (S x h x 4 B: 16 MiB for 32 heads at 128K).
+  const at::Tensor lse = saved.lse.contiguous();
   if (saved.efficient) {
     const at::Tensor ke = expand_kv(k, q.size(1)), ve = expand_kv(v, q.size(1));
     at::Tensor dbias;
     std::tie(dq, dk, dv, dbias) = at::_scaled_dot_product_efficient_attention_backward(
-        grad_out, q, ke, ve, /*attn_bias=*/at::Tensor(), saved.out, saved.lse, saved.philox_seed, saved.philox_offset,
+        grad_out, q, ke, ve, /*attn_bias=*/at::Tensor(), saved.out, lse, saved.philox_seed, saved.philox_offset,
         /*dropout_p=*/0.0, /*grad_input_mask=*/{true, true, true, false}, /*is_causal=*/true);
     return {dq, fold_kv(dk, k.size(1)), fold_kv(dv, k.size(1))};
   }
   // GQA native: mha_bwd sums the query heads' dK/dV per KV head itself (its dk_expanded/dv_expanded)
   std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
-      grad_out, q, k, v, saved.out, saved.lse, saved.cum_seq_q, saved.cum_seq_k, saved.max_q, saved.max_k,
+      grad_out, q, k, v, saved.out, lse, saved.cum_seq_q, saved.cum_seq_k, saved.max_q, saved.max_k,
       /*dropout_p=*/0.0, /*is_causal=*/true, saved.philox_seed, saved.philox_offset);
   return {dq, dk, dv};
 }
