@@ -20,6 +20,11 @@ for exe in odyssey engine_tests parallel_tests cli_tests kernel_tests odyssey_ke
   cp "build/bin/$exe" "$CARRY/bin/$exe"
   strip --strip-unneeded "$CARRY/bin/$exe"
 done
+# The host has PyTorch (LibTorch, CUDA, NCCL) and a bare system: a binary that needs any other
+# shared library would fail there at its first start ("libstb.so.0 => not found", 2026-11-28).
+extra_libs=$(for exe in "$CARRY"/bin/*; do ldd "$exe"; done | awk '$2 == "=>" {print $1}' | sort -u |
+  grep -vE '^(libc|libm|libdl|libpthread|librt|libutil|libgcc_s|libstdc\+\+)\.so|torch|c10|cuda|cudnn|cublas|cusparse|cufft|curand|cusolver|nvrtc|nvToolsExt|nccl|nvJitLink|cupti|gomp|cufile|nvshmem' || true)
+[ -z "$extra_libs" ] || { say "the binaries need shared libraries the GPU host lacks: $extra_libs (link them statically)"; exit 1; }
 # The host has PyTorch and no package registry: transformers, liger-kernel and their dependencies
 # travel as wheels (bench/gpu/carried_wheels.py unpacks them there).
 scripts/gpu/fetch_deps.sh wheels
