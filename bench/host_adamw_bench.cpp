@@ -95,8 +95,7 @@ int main(int argc, char** argv) {
     // "ran on": the threads the fused pass's range was split over (AdamW::host_threads), which is
     // the thread count unless the pass ran serially.
     std::printf("%7d %7d %9.2f %11.2f %12.2f %20.2f %15.2fx %10.2f\n", at::get_num_threads(), fused.host_threads(),
-                fused_ms,
-                traffic / fused_ms / 1e6, ops_ms, traffic / ops_ms / 1e6, fused_ms / ops_ms,
+                fused_ms, traffic / fused_ms / 1e6, ops_ms, traffic / ops_ms / 1e6, fused_ms / ops_ms,
                 8.0 * static_cast<double>(n) / copy_ms / 1e6);
   }
   return 0;

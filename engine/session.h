@@ -18,24 +18,31 @@ enum class SessionState { Idle, Starting, Running, Paused, Stopping, Finished, F
 /// Inline so that the studio's core, which does not link the engine library, names states too.
 inline const char* to_string(SessionState state) {
   switch (state) {
-    case SessionState::Idle: return "idle";
-    case SessionState::Starting: return "starting";
-    case SessionState::Running: return "running";
-    case SessionState::Paused: return "paused";
-    case SessionState::Stopping: return "stopping";
-    case SessionState::Finished: return "finished";
-    case SessionState::Failed: return "failed";
+    case SessionState::Idle:
+      return "idle";
+    case SessionState::Starting:
+      return "starting";
+    case SessionState::Running:
+      return "running";
+    case SessionState::Paused:
+      return "paused";
+    case SessionState::Stopping:
+      return "stopping";
+    case SessionState::Finished:
+      return "finished";
+    case SessionState::Failed:
+      return "failed";
   }
   return "?";
 }
 
 struct SessionStatus {
   SessionState state = SessionState::Idle;
-  std::string message;   ///< what happened last ("restarted: world size changed", the error, ...)
-  int64_t step = 0;      ///< steps completed
-  int64_t steps = 0;     ///< steps planned
+  std::string message;  ///< what happened last ("restarted: world size changed", the error, ...)
+  int64_t step = 0;     ///< steps completed
+  int64_t steps = 0;    ///< steps planned
   int world_size = 0;
-  std::string device;    ///< "cpu", "cuda:0..7"
+  std::string device;  ///< "cpu", "cuda:0..7"
   bool emulated = false;
   int64_t config_version = 0;
 };

@@ -9,8 +9,8 @@ const char* to_string(KernelDtype dtype) { return dtype == KernelDtype::F32 ? "f
 
 void check_cuda(cudaError_t status, const char* what, const char* file, int line) {
   if (status == cudaSuccess) return;
-  throw KernelError(std::string(what) + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) +
-                    ") at " + file + ":" + std::to_string(line));
+  throw KernelError(std::string(what) + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ") at " +
+                    file + ":" + std::to_string(line));
 }
 
 }  // namespace odyssey::kernels

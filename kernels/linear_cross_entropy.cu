@@ -161,7 +161,7 @@ void linear_cross_entropy(KernelDtype dtype, const void* hidden, const void* wei
   const int64_t d = shape.dim;
   char* ws = static_cast<char*>(workspace);
   float* logits = reinterpret_cast<float*>(ws + plan.logits_offset);  // [seq_tile, vocab_tile] fp32
-  void* grad = ws + plan.grad_offset;                                  // [seq_tile, vocab_tile] dtype
+  void* grad = ws + plan.grad_offset;                                 // [seq_tile, vocab_tile] dtype
   float* row_max = reinterpret_cast<float*>(ws + plan.row_max_offset);
   float* row_sum = reinterpret_cast<float*>(ws + plan.row_sum_offset);
   float* target = reinterpret_cast<float*>(ws + plan.target_offset);
@@ -183,7 +183,7 @@ void linear_cross_entropy(KernelDtype dtype, const void* hidden, const void* wei
       // logits [tt, vt] row-major = (W_tile h^T) column-major [vt x tt]
       gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, vt, tt, d, w_tile, d, h_tile, d, ab_type, 0.0f, logits, vt);
       lce_tile_stats_kernel<<<static_cast<unsigned>(tt), kThreads, 0, stream>>>(logits, vt, v0, tile_labels, row_max,
-                                                                               row_sum, target);
+                                                                                row_sum, target);
       ODYSSEY_CUDA_CHECK(cudaGetLastError());
     }
     lce_finalize_kernel<<<blocks_for(tt), kThreads, 0, stream>>>(tile_labels, shape.vocab, row_max, row_sum, target,

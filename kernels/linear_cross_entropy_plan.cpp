@@ -21,8 +21,8 @@ std::string field(const char* name, int64_t value) { return std::string(name) + 
 LinearCrossEntropyShape widest_vocab_tiles(int64_t tokens, int64_t dim, int64_t vocab) {
   require(vocab > 0 && vocab <= kMaxLceTileElements,
           "linear_cross_entropy: " + field("vocab", vocab) + " must be between 1 and 2147483647");
-  return LinearCrossEntropyShape{tokens, dim, vocab, std::max<int64_t>(1, std::min(tokens, kMaxLceTileElements / vocab)),
-                                 vocab};
+  return LinearCrossEntropyShape{tokens, dim, vocab,
+                                 std::max<int64_t>(1, std::min(tokens, kMaxLceTileElements / vocab)), vocab};
 }
 
 int64_t largest_lce_seq_tile(int64_t vocab, int64_t vocab_tile) {
@@ -37,8 +37,8 @@ LceTilePlan plan_linear_cross_entropy(KernelDtype dtype, const LinearCrossEntrop
   require(s.seq_tile >= 0 && s.vocab_tile >= 0, where + field("seq_tile", s.seq_tile) + ", " +
                                                     field("vocab_tile", s.vocab_tile) + " must be >= 0 (0 = default)");
   constexpr int64_t kIntMax = kMaxLceTileElements;  // cuBLAS dimensions and leading dimensions are int
-  require(s.dim <= kIntMax && s.vocab <= kIntMax, where + field("dim", s.dim) + ", " + field("vocab", s.vocab) +
-                                                      " must fit cuBLAS's int dimensions");
+  require(s.dim <= kIntMax && s.vocab <= kIntMax,
+          where + field("dim", s.dim) + ", " + field("vocab", s.vocab) + " must fit cuBLAS's int dimensions");
   LceTilePlan plan;
   plan.seq_tile = std::min(s.seq_tile > 0 ? s.seq_tile : kLceDefaultTile, s.tokens);
   plan.vocab_tile = lce_vocab_tile(s.vocab, s.vocab_tile);

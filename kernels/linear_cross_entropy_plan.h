@@ -63,7 +63,6 @@ constexpr int64_t kMaxLceTileElements = 0x7fffffff;
 /// a [32768, 128256] tile itself has 4.2e9 elements, past int.
 LinearCrossEntropyShape widest_vocab_tiles(int64_t tokens, int64_t dim, int64_t vocab);
 
-
 /// The largest sequence tile whose logits tile fits kMaxLceTileElements with this vocabulary tiling
 /// (vocab_tile 0 = the default): callers with a tile chosen for another reason (the training
 /// step's loss tile) clamp to it instead of being refused.

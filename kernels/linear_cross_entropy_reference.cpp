@@ -13,8 +13,8 @@ void linear_cross_entropy_reference(KernelDtype dtype, const void* hidden, const
                                     int64_t tokens, int64_t dim, int64_t vocab, float grad_scale, float* loss,
                                     void* dhidden, float* dweight) {
   require(tokens > 0 && dim > 0 && vocab > 0, "linear_cross_entropy_reference: tokens = " + std::to_string(tokens) +
-                                                  ", dim = " + std::to_string(dim) + ", vocab = " +
-                                                  std::to_string(vocab) + " must be positive");
+                                                  ", dim = " + std::to_string(dim) +
+                                                  ", vocab = " + std::to_string(vocab) + " must be positive");
   std::vector<double> logits(static_cast<size_t>(vocab));
   std::vector<double> dh(static_cast<size_t>(dim));
   std::vector<double> dw_sum(dweight ? static_cast<size_t>(vocab * dim) : 0, 0.0);  // fp64 over all tokens

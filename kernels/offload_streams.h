@@ -87,11 +87,11 @@ class OffloadEngine {
   SlotRotation rotation_;
   cudaStream_t d2h_ = nullptr;
   cudaStream_t h2d_ = nullptr;
-  cudaEvent_t source_ready_ = nullptr;         // recorded on compute just before each D2H
-  cudaEvent_t slot_ready_ = nullptr;           // recorded on compute just before each H2D
-  std::vector<cudaEvent_t> offload_done_;      // per block, on d2h
-  std::vector<cudaEvent_t> prefetch_done_;     // per block, on h2d
-  std::vector<size_t> bytes_;                  // per block, from offload
+  cudaEvent_t source_ready_ = nullptr;      // recorded on compute just before each D2H
+  cudaEvent_t slot_ready_ = nullptr;        // recorded on compute just before each H2D
+  std::vector<cudaEvent_t> offload_done_;   // per block, on d2h
+  std::vector<cudaEvent_t> prefetch_done_;  // per block, on h2d
+  std::vector<size_t> bytes_;               // per block, from offload
   std::vector<char> offload_recorded_, prefetch_recorded_;
   CopyObserver* observer_ = nullptr;
 };

@@ -30,8 +30,8 @@ size_t SlabLayout::offset(size_t region) const {
 }
 
 size_t SlabLayout::bytes(size_t region) const {
-  require(region < sizes_.size(), "SlabLayout::bytes: region " + std::to_string(region) + " of " +
-                                      std::to_string(sizes_.size()) + " regions");
+  require(region < sizes_.size(),
+          "SlabLayout::bytes: region " + std::to_string(region) + " of " + std::to_string(sizes_.size()) + " regions");
   return sizes_[region];
 }
 
@@ -47,7 +47,8 @@ PinnedSlab::PinnedSlab(SlabLayout layout, SlabMemory memory) : layout_(std::move
                         " (" + cudaGetErrorString(status) + ")");
     }
   } else {
-    const size_t align = layout_.alignment() < alignof(std::max_align_t) ? alignof(std::max_align_t) : layout_.alignment();
+    const size_t align =
+        layout_.alignment() < alignof(std::max_align_t) ? alignof(std::max_align_t) : layout_.alignment();
     base_ = std::aligned_alloc(align, (bytes + align - 1) / align * align);
     require(base_ != nullptr, "PinnedSlab: aligned_alloc of " + std::to_string(bytes) + " pageable bytes failed");
   }

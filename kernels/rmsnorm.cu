@@ -99,8 +99,8 @@ __global__ void rmsnorm_backward_columns_kernel(const float* __restrict__ partia
 }
 
 void check_shape(const char* op, int64_t rows, int64_t dim) {
-  require(rows > 0 && dim > 0, std::string(op) + ": rows = " + std::to_string(rows) + ", dim = " +
-                                   std::to_string(dim) + " must both be positive");
+  require(rows > 0 && dim > 0, std::string(op) + ": rows = " + std::to_string(rows) + ", dim = " + std::to_string(dim) +
+                                   " must both be positive");
   require(rows <= 0x7fffffff, std::string(op) + ": rows = " + std::to_string(rows) + " exceeds the grid limit 2^31-1");
 }
 
@@ -130,12 +130,13 @@ void forward_typed(const void* x, const void* w, void* y, float* rstd, int64_t r
 }
 
 template <typename T, int kVec>
-void launch_backward_rows(const T* dy, const T* x, const T* w, const float* rstd, T* dx, float* partials,
-                          int64_t rows, int64_t dim, int64_t n_partials, cudaStream_t stream) {
+void launch_backward_rows(const T* dy, const T* x, const T* w, const float* rstd, T* dx, float* partials, int64_t rows,
+                          int64_t dim, int64_t n_partials, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(dim) * sizeof(float);
   auto kernel = rmsnorm_backward_rows_kernel<T, kVec>;
   if (smem > 48 * 1024) {  // above the default dynamic limit the kernel must opt in
-    ODYSSEY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    ODYSSEY_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   kernel<<<static_cast<unsigned>(n_partials), kThreads, smem, stream>>>(dy, x, w, rstd, dx, partials, rows, dim);
   ODYSSEY_CUDA_CHECK(cudaGetLastError());
@@ -193,8 +194,8 @@ void rmsnorm_rstd(KernelDtype dtype, const void* x, float* rstd, int64_t rows, i
   }
 }
 
-void rmsnorm_backward(KernelDtype dtype, const void* dy, const void* x, const void* weight, const float* rstd,
-                      void* dx, void* dweight, float* workspace, int64_t rows, int64_t dim, cudaStream_t stream) {
+void rmsnorm_backward(KernelDtype dtype, const void* dy, const void* x, const void* weight, const float* rstd, void* dx,
+                      void* dweight, float* workspace, int64_t rows, int64_t dim, cudaStream_t stream) {
   check_shape("rmsnorm_backward", rows, dim);
   require(dim <= kRmsNormMaxDim, "rmsnorm_backward: dim = " + std::to_string(dim) + " exceeds kRmsNormMaxDim = " +
                                      std::to_string(kRmsNormMaxDim) + " (the dweight partial lives in shared memory)");

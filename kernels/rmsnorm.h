@@ -35,15 +35,15 @@ size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t dim);
 /// forward; workspace: rmsnorm_backward_workspace_bytes(rows, dim) bytes of device memory.
 /// dweight is reduced in two deterministic stages: per-block partial sums over a fixed row
 /// partition, then a column-wise sum of the partials in block order.
-void rmsnorm_backward(KernelDtype dtype, const void* dy, const void* x, const void* weight, const float* rstd,
-                      void* dx, void* dweight, float* workspace, int64_t rows, int64_t dim, cudaStream_t stream);
+void rmsnorm_backward(KernelDtype dtype, const void* dy, const void* x, const void* weight, const float* rstd, void* dx,
+                      void* dweight, float* workspace, int64_t rows, int64_t dim, cudaStream_t stream);
 
 /// CPU reference of the forward (host pointers, fp64 accumulation, results rounded to dtype).
-void rmsnorm_forward_reference(KernelDtype dtype, const void* x, const void* weight, void* y, float* rstd,
-                               int64_t rows, int64_t dim, float eps);
+void rmsnorm_forward_reference(KernelDtype dtype, const void* x, const void* weight, void* y, float* rstd, int64_t rows,
+                               int64_t dim, float eps);
 
 /// CPU reference of the backward (host pointers, fp64 accumulation, dweight overwritten).
-void rmsnorm_backward_reference(KernelDtype dtype, const void* dy, const void* x, const void* weight,
-                                const float* rstd, void* dx, void* dweight, int64_t rows, int64_t dim);
+void rmsnorm_backward_reference(KernelDtype dtype, const void* dy, const void* x, const void* weight, const float* rstd,
+                                void* dx, void* dweight, int64_t rows, int64_t dim);
 
 }  // namespace odyssey::kernels

@@ -8,8 +8,8 @@
 
 namespace odyssey::kernels {
 
-void rmsnorm_forward_reference(KernelDtype dtype, const void* x, const void* weight, void* y, float* rstd,
-                               int64_t rows, int64_t dim, float eps) {
+void rmsnorm_forward_reference(KernelDtype dtype, const void* x, const void* weight, void* y, float* rstd, int64_t rows,
+                               int64_t dim, float eps) {
   require(rows > 0 && dim > 0, "rmsnorm_forward_reference: rows = " + std::to_string(rows) +
                                    ", dim = " + std::to_string(dim) + " must both be positive");
   for (int64_t r = 0; r < rows; ++r) {
@@ -27,8 +27,8 @@ void rmsnorm_forward_reference(KernelDtype dtype, const void* x, const void* wei
   }
 }
 
-void rmsnorm_backward_reference(KernelDtype dtype, const void* dy, const void* x, const void* weight,
-                                const float* rstd, void* dx, void* dweight, int64_t rows, int64_t dim) {
+void rmsnorm_backward_reference(KernelDtype dtype, const void* dy, const void* x, const void* weight, const float* rstd,
+                                void* dx, void* dweight, int64_t rows, int64_t dim) {
   require(rows > 0 && dim > 0, "rmsnorm_backward_reference: rows = " + std::to_string(rows) +
                                    ", dim = " + std::to_string(dim) + " must both be positive");
   std::vector<double> dweight_sum(static_cast<size_t>(dim), 0.0);

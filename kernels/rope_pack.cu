@@ -95,16 +95,16 @@ unsigned threads_for(int64_t work) {
 
 void check_launch(const RopePackShape& s, const char* op, double theta, const float* inv_freq) {
   check_rope_pack_shape(s, op);
-  require(s.batch * s.seq <= 0x7fffffff, std::string(op) + ": batch*seq = " + std::to_string(s.batch * s.seq) +
-                                             " exceeds the grid limit 2^31-1");
-  require(inv_freq || theta > 1.0, std::string(op) + ": theta = " + std::to_string(theta) +
-                                       " must exceed 1 when no inv_freq table is given");
+  require(s.batch * s.seq <= 0x7fffffff,
+          std::string(op) + ": batch*seq = " + std::to_string(s.batch * s.seq) + " exceeds the grid limit 2^31-1");
+  require(inv_freq || theta > 1.0,
+          std::string(op) + ": theta = " + std::to_string(theta) + " must exceed 1 when no inv_freq table is given");
 }
 
 }  // namespace
 
-void rope_pack_forward(KernelDtype dtype, const void* x, const int64_t* positions, const float* inv_freq,
-                       double theta, const RopePackShape& s, void* send, cudaStream_t stream) {
+void rope_pack_forward(KernelDtype dtype, const void* x, const int64_t* positions, const float* inv_freq, double theta,
+                       const RopePackShape& s, void* send, cudaStream_t stream) {
   check_launch(s, "rope_pack_forward", theta, inv_freq);
   require(x && positions && send, "rope_pack_forward: x, positions and send must be device pointers, got a null one");
   const double log2_theta = inv_freq ? 0.0 : std::log2(theta);
@@ -115,8 +115,8 @@ void rope_pack_forward(KernelDtype dtype, const void* x, const int64_t* position
     rope_pack_forward_kernel<float><<<blocks, threads, smem, stream>>>(
         static_cast<const float*>(x), positions, inv_freq, log2_theta, s, static_cast<float*>(send));
   } else {
-    rope_pack_forward_kernel<Bf16><<<blocks, threads, smem, stream>>>(
-        static_cast<const Bf16*>(x), positions, inv_freq, log2_theta, s, static_cast<Bf16*>(send));
+    rope_pack_forward_kernel<Bf16><<<blocks, threads, smem, stream>>>(static_cast<const Bf16*>(x), positions, inv_freq,
+                                                                      log2_theta, s, static_cast<Bf16*>(send));
   }
   ODYSSEY_CUDA_CHECK(cudaGetLastError());
 }
@@ -124,7 +124,8 @@ void rope_pack_forward(KernelDtype dtype, const void* x, const int64_t* position
 void rope_pack_backward(KernelDtype dtype, const void* dsend, const int64_t* positions, const float* inv_freq,
                         double theta, const RopePackShape& s, void* dx, bool accumulate, cudaStream_t stream) {
   check_launch(s, "rope_pack_backward", theta, inv_freq);
-  require(dsend && positions && dx, "rope_pack_backward: dsend, positions and dx must be device pointers, got a null one");
+  require(dsend && positions && dx,
+          "rope_pack_backward: dsend, positions and dx must be device pointers, got a null one");
   const double log2_theta = inv_freq ? 0.0 : std::log2(theta);
   const unsigned blocks = static_cast<unsigned>(s.batch * s.seq);
   const unsigned threads = threads_for(s.stage_heads / s.head_repeat * s.head_dim / 2);

@@ -46,8 +46,8 @@ ODYSSEY_HD inline int64_t rope_pack_stage_head(const RopePackShape& s, int64_t i
 ///
 /// Forward: send = pack(rotate(x, positions)). positions: [batch, seq] int64 global positions.
 ///   rope_pack_forward(KernelDtype::BF16, q, pos, nullptr, 500000.0, shape, q_send, stream);
-void rope_pack_forward(KernelDtype dtype, const void* x, const int64_t* positions, const float* inv_freq,
-                       double theta, const RopePackShape& shape, void* send, cudaStream_t stream);
+void rope_pack_forward(KernelDtype dtype, const void* x, const int64_t* positions, const float* inv_freq, double theta,
+                       const RopePackShape& shape, void* send, cudaStream_t stream);
 
 /// Backward: dx[heads of the stage] (=|+=) inverse-rotate(unpack(dsend)); other heads untouched.
 /// Replicated stage heads (head_repeat > 1) are summed into their input head in a fixed order.
@@ -58,8 +58,7 @@ void rope_pack_backward(KernelDtype dtype, const void* dsend, const int64_t* pos
 /// CPU references of both (host pointers, fp64 angles and arithmetic, results rounded to dtype).
 void rope_pack_forward_reference(KernelDtype dtype, const void* x, const int64_t* positions, const float* inv_freq,
                                  double theta, const RopePackShape& shape, void* send);
-void rope_pack_backward_reference(KernelDtype dtype, const void* dsend, const int64_t* positions,
-                                  const float* inv_freq, double theta, const RopePackShape& shape, void* dx,
-                                  bool accumulate);
+void rope_pack_backward_reference(KernelDtype dtype, const void* dsend, const int64_t* positions, const float* inv_freq,
+                                  double theta, const RopePackShape& shape, void* dx, bool accumulate);
 
 }  // namespace odyssey::kernels

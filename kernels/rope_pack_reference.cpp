@@ -15,8 +15,9 @@ std::string field(const char* name, int64_t value) { return std::string(name) + 
 std::vector<double> frequencies(const float* inv_freq, double theta, int64_t head_dim) {
   std::vector<double> freq(static_cast<size_t>(head_dim / 2));
   for (int64_t k = 0; k < head_dim / 2; ++k) {
-    freq[static_cast<size_t>(k)] = inv_freq ? static_cast<double>(inv_freq[k])
-                                            : std::pow(theta, -2.0 * static_cast<double>(k) / static_cast<double>(head_dim));
+    freq[static_cast<size_t>(k)] = inv_freq
+                                       ? static_cast<double>(inv_freq[k])
+                                       : std::pow(theta, -2.0 * static_cast<double>(k) / static_cast<double>(head_dim));
   }
   return freq;
 }
@@ -36,20 +37,20 @@ size_t input_index(const RopePackShape& s, int64_t b, int64_t t, int64_t h, int6
 
 void check_rope_pack_shape(const RopePackShape& s, const char* op) {
   const std::string where = std::string(op) + ": ";
-  require(s.batch > 0 && s.seq > 0 && s.heads > 0, where + field("batch", s.batch) + ", " + field("seq", s.seq) +
-                                                       ", " + field("heads", s.heads) + " must be positive");
+  require(s.batch > 0 && s.seq > 0 && s.heads > 0, where + field("batch", s.batch) + ", " + field("seq", s.seq) + ", " +
+                                                       field("heads", s.heads) + " must be positive");
   require(s.head_dim > 0 && s.head_dim % 2 == 0, where + field("head_dim", s.head_dim) + " must be positive and even");
   require(s.ranks > 0, where + field("ranks", s.ranks) + " must be positive");
   require(s.stage_heads > 0 && s.stage_heads % s.ranks == 0,
           where + field("stage_heads", s.stage_heads) + " must be a positive multiple of " + field("ranks", s.ranks));
-  require(s.head_repeat > 0 && s.stage_heads % s.head_repeat == 0,
-          where + field("head_repeat", s.head_repeat) + " must be positive and divide " +
-              field("stage_heads", s.stage_heads));
+  require(s.head_repeat > 0 && s.stage_heads % s.head_repeat == 0, where + field("head_repeat", s.head_repeat) +
+                                                                       " must be positive and divide " +
+                                                                       field("stage_heads", s.stage_heads));
   require(s.head_stride > 0, where + field("head_stride", s.head_stride) + " must be positive");
   const int64_t last = s.head_begin + (s.stage_heads / s.head_repeat - 1) * s.head_stride;
   require(s.head_begin >= 0 && last < s.heads, where + "stage heads " + std::to_string(s.head_begin) + ".." +
-                                                   std::to_string(last) + " must lie in [0, " + field("heads", s.heads) +
-                                                   ")");
+                                                   std::to_string(last) + " must lie in [0, " +
+                                                   field("heads", s.heads) + ")");
 }
 
 int64_t rope_pack_send_elements(const RopePackShape& s) { return s.batch * s.seq * s.stage_heads * s.head_dim; }
@@ -77,9 +78,8 @@ void rope_pack_forward_reference(KernelDtype dtype, const void* x, const int64_t
         }
 }
 
-void rope_pack_backward_reference(KernelDtype dtype, const void* dsend, const int64_t* positions,
-                                  const float* inv_freq, double theta, const RopePackShape& s, void* dx,
-                                  bool accumulate) {
+void rope_pack_backward_reference(KernelDtype dtype, const void* dsend, const int64_t* positions, const float* inv_freq,
+                                  double theta, const RopePackShape& s, void* dx, bool accumulate) {
   check_rope_pack_shape(s, "rope_pack_backward_reference");
   const std::vector<double> freq = frequencies(inv_freq, theta, s.head_dim);
   const int64_t half = s.head_dim / 2;

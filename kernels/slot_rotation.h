@@ -68,9 +68,12 @@ class SlotRotation {
   }
   static const char* state_name(State s) {
     switch (s) {
-      case State::Free: return "free";
-      case State::Filling: return "filling";
-      case State::InUse: return "in use";
+      case State::Free:
+        return "free";
+      case State::Filling:
+        return "filling";
+      case State::InUse:
+        return "in use";
     }
     return "?";
   }

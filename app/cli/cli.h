@@ -56,7 +56,7 @@ std::optional<LoadedPreset> load_or_report(const std::string& path, const std::v
 
 /// A subcommand: `run` gets argv with argv[first] being the first argument after its name.
 struct Command {
-  int order;            ///< position in --help (the CLI contract's order)
+  int order;  ///< position in --help (the CLI contract's order)
   const char* name;
   const char* usage;    ///< e.g. "check PRESET..."
   const char* summary;  ///< one line for --help

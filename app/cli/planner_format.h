@@ -48,7 +48,8 @@ void write_tune_json(JsonWriter& w, const RunConfig& tuned_for, const TuneResult
 void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& tuned, int dropped_shown);
 
 /// The human ladder table (one row per rung) and its notes.
-void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cfg, const std::vector<LadderRung>& rungs);
+void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cfg,
+                  const std::vector<LadderRung>& rungs);
 
 /// One rung's answer of the max-context solver.
 struct RungMaxLen {

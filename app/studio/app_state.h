@@ -33,29 +33,29 @@ const char* panel_title(PanelId id);
 /// The configuration panel's text buffers and the validation of the edited config.
 struct ConfigEditState {
   char context_text[32] = {};
-  int64_t context_text_for = -1;   ///< seq_len the text was last filled from
-  std::string context_error;       ///< the parser's message for the typed text
-  bool context_editing = false;    ///< the text field has focus (not refilled from the config)
+  int64_t context_text_for = -1;  ///< seq_len the text was last filled from
+  std::string context_error;      ///< the parser's message for the typed text
+  bool context_editing = false;   ///< the text field has focus (not refilled from the config)
   char open_path[512] = {};
-  std::string preset_message;      ///< result of the last load/save
+  std::string preset_message;  ///< result of the last load/save
   bool preset_message_error = false;
-  std::vector<ConfigIssue> issues; ///< validate(config)
+  std::vector<ConfigIssue> issues;  ///< validate(config)
   /// The loaded file's problems that are no rule of the config (missing, unknown or mistyped
   /// keys): the fields hold defaults in their place. Cleared by the next load or a save.
   std::vector<ConfigIssue> file_problems;
-  FieldMessages messages;          ///< issues filed under their fields
-  RunConfig validated_for;         ///< config the issues belong to
+  FieldMessages messages;   ///< issues filed under their fields
+  RunConfig validated_for;  ///< config the issues belong to
   bool validated = false;
 };
 
 struct TimelineState {
   plot::View view;
-  int64_t step = -1;          ///< -1: the latest complete step
-  bool all_steps = false;     ///< show the whole run instead of one step
-  int rank = -1;              ///< -1: all ranks
+  int64_t step = -1;       ///< -1: the latest complete step
+  bool all_steps = false;  ///< show the whole run instead of one step
+  int rank = -1;           ///< -1: all ranks
   bool show_planned = true;
   bool show_phase_peaks = true;
-  int64_t shown_step = -2;    ///< selection the view last fitted (a new one refits)
+  int64_t shown_step = -2;                                      ///< selection the view last fitted (a new one refits)
   std::vector<plot::DownsampleCache> device_lines, host_lines;  ///< per rank
 };
 
@@ -110,17 +110,17 @@ struct AppState {
 
   // Layout and view.
   std::array<bool, kPanelCount> show{true, true, true, true, true, true, false};  ///< Eval: View menu or --panel eval
-  std::optional<PanelId> focus;           ///< that panel fills the content area
-  std::optional<PanelId> focus_request;   ///< bring this window to the front next frame
-  bool tiled = true;                      ///< windows follow the tiled layout each frame
-  float scale = 1.0f;                     ///< applied UI scale
-  float requested_scale = 1.0f;           ///< the frame loop rebuilds fonts when it differs
+  std::optional<PanelId> focus;                                                   ///< that panel fills the content area
+  std::optional<PanelId> focus_request;  ///< bring this window to the front next frame
+  bool tiled = true;                     ///< windows follow the tiled layout each frame
+  float scale = 1.0f;                    ///< applied UI scale
+  float requested_scale = 1.0f;          ///< the frame loop rebuilds fonts when it differs
   TimelineState timeline;
   ThroughputState throughput;
   EvalPanelState eval;
   FrameStats frame;
-  double now_s = 0;                       ///< monotonic clock at this frame
-  SessionStatus status;                   ///< the engine's status, read once per frame
+  double now_s = 0;      ///< monotonic clock at this frame
+  SessionStatus status;  ///< the engine's status, read once per frame
 
   // File dialogs.
   FileDialog dialog = FileDialog::None;

@@ -20,16 +20,16 @@ struct ScriptedChange {
 
 struct StudioOptions {
   std::string preset = "presets/tiny-cpu.toml";
-  std::string screenshot;         ///< write a PNG and exit when set
-  int frames = 5;                 ///< frames rendered before the screenshot (after the run steps)
-  int64_t run_steps = 0;          ///< train this many steps first (0: no run)
-  float scale = 1.0f;             ///< UI scale (fonts and spacing), 0.5 to 4
-  std::optional<PanelId> panel;   ///< focus one panel (it fills the content area)
+  std::string screenshot;        ///< write a PNG and exit when set
+  int frames = 5;                ///< frames rendered before the screenshot (after the run steps)
+  int64_t run_steps = 0;         ///< train this many steps first (0: no run)
+  float scale = 1.0f;            ///< UI scale (fonts and spacing), 0.5 to 4
+  std::optional<PanelId> panel;  ///< focus one panel (it fills the content area)
   int width = 1600, height = 1000;
   std::vector<std::string> sets;  ///< --set section.key=value, applied at load
   std::vector<ScriptedChange> changes;
-  double timeout_s = 600;         ///< screenshot mode: give up waiting for the run after this
-  int64_t bench_samples = 0;      ///< fill the timeline with this many synthetic samples (benchmark)
+  double timeout_s = 600;     ///< screenshot mode: give up waiting for the run after this
+  int64_t bench_samples = 0;  ///< fill the timeline with this many synthetic samples (benchmark)
   bool help = false;
 };
 

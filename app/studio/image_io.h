@@ -23,10 +23,10 @@ bool read_png(const std::string& path, Image* image, std::string* error);
 void flip_rows(Image& image);
 
 struct ImageStats {
-  size_t distinct_colors = 0;      ///< distinct RGB values over the image
-  double dominant_fraction = 0;    ///< share of the most common colour
-  int cells = 0;                   ///< grid cells examined
-  int busy_cells = 0;              ///< cells with at least `min_cell_colors` distinct colours
+  size_t distinct_colors = 0;    ///< distinct RGB values over the image
+  double dominant_fraction = 0;  ///< share of the most common colour
+  int cells = 0;                 ///< grid cells examined
+  int busy_cells = 0;            ///< cells with at least `min_cell_colors` distinct colours
 };
 /// Colour statistics over the image and a `grid` x `grid` split of it.
 ImageStats image_stats(const Image& image, int grid = 4, size_t min_cell_colors = 8);

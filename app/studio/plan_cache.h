@@ -20,18 +20,18 @@ namespace odyssey::studio {
 
 /// Everything the plan panel shows for one config.
 struct PlanResult {
-  bool ok = false;              ///< false when the config is invalid or the planner threw
-  std::string error;            ///< why not
+  bool ok = false;    ///< false when the config is invalid or the planner threw
+  std::string error;  ///< why not
   MemoryPlan plan;
-  double compute_ms = 0;        ///< plan_memory's time (in the frame)
+  double compute_ms = 0;  ///< plan_memory's time (in the frame)
   // Computed in the background; valid for this config once extras_ready.
   bool extras_ready = false;
   std::string extras_error;
   std::vector<LadderRung> ladder;
-  int64_t max_seq_len = 0;      ///< for the config as edited
+  int64_t max_seq_len = 0;           ///< for the config as edited
   MaxSeqLenLimit max_seq_len_limit;  ///< what stops it (max_seq_len_limit)
-  std::vector<Advice> advice;   ///< only when the plan does not fit
-  TuneResult tune;              ///< the fastest memory table that fits, and the runner-up
+  std::vector<Advice> advice;        ///< only when the plan does not fit
+  TuneResult tune;                   ///< the fastest memory table that fits, and the runner-up
   double extras_ms = 0;
 };
 

@@ -20,8 +20,8 @@ struct PlannedStretch {
   int64_t first_step = 0;  ///< the first step that ran with the config (the run's own: 0)
   bool ok = false;         ///< the planner planned the config; otherwise `error` says why
   std::string error;
-  double step_s = 0;       ///< the planner's step time on the config's hardware profile
-  std::string profile;     ///< hardware.profile: the device the planner speaks of
+  double step_s = 0;    ///< the planner's step time on the config's hardware profile
+  std::string profile;  ///< hardware.profile: the device the planner speaks of
 };
 
 /// The run's configs in step order (the started one, then each change marker's: live change or

@@ -45,7 +45,8 @@ size_t downsample_minmax(const double* xs, const double* ys, size_t n, Range x_v
 /// nothing per frame and a training one pays only when new samples arrive.
 class DownsampleCache {
  public:
-  const std::vector<Point>& get(const double* xs, const double* ys, size_t n, Range view, int columns, uint64_t generation);
+  const std::vector<Point>& get(const double* xs, const double* ys, size_t n, Range view, int columns,
+                                uint64_t generation);
   uint64_t recomputed() const { return recomputed_; }
 
  private:

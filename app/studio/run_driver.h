@@ -64,10 +64,10 @@ class RunDriver {
   double restart_at_s_ = 0;
   RunConfig last_edited_;
   std::string notice_;
-  std::string held_back_;  // the config summary last held back as invalid (said once)
+  std::string held_back_;                    // the config summary last held back as invalid (said once)
   std::optional<RunConfig> failed_restart_;  // not retried until the user edits again
   int notice_serial_ = 0;
-  std::optional<RunConfig> unfit_;   // refused as not fitting, offered to force
+  std::optional<RunConfig> unfit_;  // refused as not fitting, offered to force
   std::string unfit_reason_;
   std::optional<RunConfig> forced_;  // the user forced it: runs without the planner's verdict
 };

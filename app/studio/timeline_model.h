@@ -30,14 +30,13 @@ int phase_direction(std::string_view path);  // +1 forward, -1 backward, 0 other
 struct PeakMark {
   bool found = false;
   int64_t bytes = 0;
-  double t_s = 0;        ///< middle of the phase holding the peak
+  double t_s = 0;  ///< middle of the phase holding the peak
   int rank = 0;
   int64_t step = 0;
-  std::string phase;     ///< its path
+  std::string phase;  ///< its path
 };
 /// Deepest phase wins ties, so the mark names "bwd/block.0/recompute" rather than "step".
-PeakMark find_peak(const std::vector<PhaseSpan>& spans, const std::vector<std::string>& names, int64_t step,
-                   int rank);
+PeakMark find_peak(const std::vector<PhaseSpan>& spans, const std::vector<std::string>& names, int64_t step, int rank);
 
 /// The highest device peak of the whole run (rank < 0: all ranks), from each step's precomputed peak.
 PeakMark find_run_peak(const RunHistory& history, int rank);

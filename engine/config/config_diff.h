@@ -11,9 +11,9 @@ namespace odyssey {
 
 /// One key whose value differs.
 struct KeyChange {
-  std::string key;     ///< "training.lr"
-  std::string before;  ///< "0.0003"
-  std::string after;   ///< "0.001"
+  std::string key;                 ///< "training.lr"
+  std::string before;              ///< "0.0003"
+  std::string after;               ///< "0.001"
   bool resume_must_match = false;  ///< the key's KeySpec::resume_must_match
   /// "training.lr = 0.0003 -> 0.001"
   std::string describe() const { return key + " = " + before + " -> " + after; }

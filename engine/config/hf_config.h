@@ -14,10 +14,10 @@ namespace odyssey {
 /// Why a config.json cannot describe an Odyssey model: the file, the JSON key, its value and the
 /// rule, so the preset loader can report it against model.hf_path.
 struct HfConfigError {
-  std::string file;   ///< ".../config.json"
-  std::string key;    ///< "num_key_value_heads", "" for the file as a whole
-  std::string value;  ///< the value as written, or "(missing)"
-  std::string rule;   ///< "must be a positive whole number"
+  std::string file;            ///< ".../config.json"
+  std::string key;             ///< "num_key_value_heads", "" for the file as a whole
+  std::string value;           ///< the value as written, or "(missing)"
+  std::string rule;            ///< "must be a positive whole number"
   std::string format() const;  ///< "DIR/config.json: \"key\" = value: rule"
 };
 

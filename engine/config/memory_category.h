@@ -25,9 +25,17 @@ enum class MemCategory : uint8_t {
 inline constexpr int kMemCategoryCount = 11;
 
 /// The names used in JSON, traces, the CLI and the studio, in enum order.
-inline constexpr std::array<const char*, kMemCategoryCount> kMemCategoryNames = {
-    "params",        "grads",          "optimizer",    "gathered_params", "saved_activations", "offloaded",
-    "attention_workspace", "mlp_workspace", "loss_workspace", "comm_buffers",    "other"};
+inline constexpr std::array<const char*, kMemCategoryCount> kMemCategoryNames = {"params",
+                                                                                 "grads",
+                                                                                 "optimizer",
+                                                                                 "gathered_params",
+                                                                                 "saved_activations",
+                                                                                 "offloaded",
+                                                                                 "attention_workspace",
+                                                                                 "mlp_workspace",
+                                                                                 "loss_workspace",
+                                                                                 "comm_buffers",
+                                                                                 "other"};
 
 constexpr const char* to_string(MemCategory c) { return kMemCategoryNames[static_cast<int>(c)]; }
 

@@ -56,18 +56,18 @@ struct RopeScaling {
 struct ModelConfig {
   /// Named shape (tiny, llama3.2-1b, llama3.2-3b, llama3-8b, qwen3-32b, llama3-70b) or "custom".
   std::string flavor = "tiny";
-  int64_t n_layers = 4;        ///< decoder blocks
-  int64_t d_model = 128;       ///< hidden size
-  int64_t n_heads = 8;         ///< query heads
-  int64_t n_kv_heads = 4;      ///< key/value heads (GQA when fewer than n_heads)
-  int64_t head_dim = 16;       ///< per-head width; d_model / n_heads unless the flavor says otherwise
-  int64_t d_ffn = 352;         ///< SwiGLU intermediate size
-  int64_t vocab_size = 256;    ///< tokenizer vocabulary
-  double rope_theta = 10000.0; ///< rotary base
-  double norm_eps = 1e-5;      ///< RMSNorm epsilon
-  bool tie_embeddings = false; ///< LM head shares the embedding matrix
-  bool qk_norm = false;        ///< RMSNorm on each query/key head before RoPE (Qwen3)
-  RopeScaling rope_scaling;    ///< context extension of the rotary frequencies (none by default)
+  int64_t n_layers = 4;         ///< decoder blocks
+  int64_t d_model = 128;        ///< hidden size
+  int64_t n_heads = 8;          ///< query heads
+  int64_t n_kv_heads = 4;       ///< key/value heads (GQA when fewer than n_heads)
+  int64_t head_dim = 16;        ///< per-head width; d_model / n_heads unless the flavor says otherwise
+  int64_t d_ffn = 352;          ///< SwiGLU intermediate size
+  int64_t vocab_size = 256;     ///< tokenizer vocabulary
+  double rope_theta = 10000.0;  ///< rotary base
+  double norm_eps = 1e-5;       ///< RMSNorm epsilon
+  bool tie_embeddings = false;  ///< LM head shares the embedding matrix
+  bool qk_norm = false;         ///< RMSNorm on each query/key head before RoPE (Qwen3)
+  RopeScaling rope_scaling;     ///< context extension of the rotary frequencies (none by default)
   /// A Hugging Face model directory (config.json + safetensors): the shape comes from its
   /// config.json when the preset loads, the weights from its safetensors when training starts.
   std::string hf_path;
@@ -88,21 +88,21 @@ struct ModelConfig {
 
 /// [training] The step: sequence, optimizer, schedule, data, precision.
 struct TrainingConfig {
-  int64_t seq_len = 2048;           ///< tokens per sequence (global, before sequence sharding)
-  int64_t batch_size = 1;           ///< sequences per data-parallel replica per step
-  int64_t steps = 100;              ///< optimizer steps
-  double lr = 3e-4;                 ///< peak learning rate
-  int64_t warmup_steps = 10;        ///< linear warmup steps, then cosine decay
-  double min_lr_ratio = 0.1;        ///< cosine floor as a fraction of lr
-  double weight_decay = 0.1;        ///< AdamW decoupled weight decay (matrices only)
-  double beta1 = 0.9;               ///< AdamW first-moment decay
-  double beta2 = 0.95;              ///< AdamW second-moment decay
-  double adam_eps = 1e-8;           ///< AdamW epsilon
-  double grad_clip = 1.0;           ///< global gradient-norm clip; 0 disables
-  int64_t seed = 1234;              ///< seeds weights, data and dropout-free RNG streams
-  DType dtype = DType::Float32;     ///< compute dtype; bfloat16 keeps fp32 master weights
+  int64_t seq_len = 2048;                        ///< tokens per sequence (global, before sequence sharding)
+  int64_t batch_size = 1;                        ///< sequences per data-parallel replica per step
+  int64_t steps = 100;                           ///< optimizer steps
+  double lr = 3e-4;                              ///< peak learning rate
+  int64_t warmup_steps = 10;                     ///< linear warmup steps, then cosine decay
+  double min_lr_ratio = 0.1;                     ///< cosine floor as a fraction of lr
+  double weight_decay = 0.1;                     ///< AdamW decoupled weight decay (matrices only)
+  double beta1 = 0.9;                            ///< AdamW first-moment decay
+  double beta2 = 0.95;                           ///< AdamW second-moment decay
+  double adam_eps = 1e-8;                        ///< AdamW epsilon
+  double grad_clip = 1.0;                        ///< global gradient-norm clip; 0 disables
+  int64_t seed = 1234;                           ///< seeds weights, data and dropout-free RNG streams
+  DType dtype = DType::Float32;                  ///< compute dtype; bfloat16 keeps fp32 master weights
   DatasetKind dataset = DatasetKind::LongRange;  ///< long-range (built in), tokens (.bin), bytes, documents
-  std::string dataset_path;         ///< file for the tokens, bytes and documents datasets
+  std::string dataset_path;                      ///< file for the tokens, bytes and documents datasets
   /// documents dataset: split a document at a sequence's end, or refuse one longer than a sequence
   DocumentPacking document_packing = DocumentPacking::Split;
   /// documents dataset: attention stays within each document and no target crosses a boundary
@@ -116,11 +116,11 @@ struct TrainingConfig {
 
 /// [parallel] Ranks and how they split the work.
 struct ParallelConfig {
-  int64_t world_size = 1;       ///< ranks in the job (data parallel x Ulysses)
-  bool fsdp = false;            ///< shard params, grads and optimizer state over all ranks
-  int64_t ulysses_degree = 1;   ///< sequence-parallel degree (ranks sharing one sequence)
-  bool emulate = false;         ///< run rank 0 of world_size alone with exact shapes
-  double timeout_s = 300.0;     ///< every collective fails after this many seconds
+  int64_t world_size = 1;      ///< ranks in the job (data parallel x Ulysses)
+  bool fsdp = false;           ///< shard params, grads and optimizer state over all ranks
+  int64_t ulysses_degree = 1;  ///< sequence-parallel degree (ranks sharing one sequence)
+  bool emulate = false;        ///< run rank 0 of world_size alone with exact shapes
+  double timeout_s = 300.0;    ///< every collective fails after this many seconds
 
   bool operator==(const ParallelConfig&) const = default;
   int64_t data_parallel() const { return ulysses_degree > 0 ? world_size / ulysses_degree : 0; }
@@ -134,13 +134,13 @@ struct MemoryConfig {
   /// tokens per MLP tile; 0 = d_model (DeepSpeed's rule); kMlpTileTokensAuto ("auto" in a preset)
   /// = the planner's pick at the run's length (planned_mlp_tile_tokens)
   int64_t mlp_tile_tokens = 0;
-  bool tiled_loss = false;                ///< LM head + cross-entropy over sequence tiles
-  int64_t loss_tile_tokens = 0;           ///< tokens per loss tile; 0 = auto (~1 GiB fp32 logits)
-  bool untied_ulysses = false;            ///< attention in head stages that reuse one buffer set
+  bool tiled_loss = false;       ///< LM head + cross-entropy over sequence tiles
+  int64_t loss_tile_tokens = 0;  ///< tokens per loss tile; 0 = auto (~1 GiB fp32 logits)
+  bool untied_ulysses = false;   ///< attention in head stages that reuse one buffer set
   /// query heads per stage over all Ulysses ranks; 0 = degree; kHeadsPerStageAuto ("auto" in a
   /// preset) = the planner's pick at the run's length (planned_heads_per_stage)
   int64_t heads_per_stage = 0;
-  bool offload_optimizer = false;         ///< fp32 masters, gradients and AdamW moments in host memory
+  bool offload_optimizer = false;  ///< fp32 masters, gradients and AdamW moments in host memory
   /// under activation checkpointing: keep each block's attention output and log-sum-exp from its
   /// forward, so the recompute runs no attention kernel (one [tokens, q_dim] + LSE per block)
   bool keep_attention = false;
@@ -150,23 +150,23 @@ struct MemoryConfig {
 
 /// [hardware] The target the planner predicts for (the engine measures where it runs).
 struct HardwareConfig {
-  std::string profile = "h100-sxm";  ///< h100-sxm, h200, cpu or "custom"
-  double device_memory_gib = 79.1;   ///< usable memory per device
-  double bf16_tflops = 989.4;        ///< dense bf16 peak per device
-  double nvlink_gbps = 450.0;        ///< intra-node bandwidth per device and direction, GB/s
-  double internode_gbps = 50.0;      ///< inter-node bandwidth per device and direction, GB/s
-  double pcie_gbps = 50.0;           ///< host<->device bandwidth per device and direction, GB/s
-  double host_memory_gib = 2048.0;   ///< host memory per node
-  double host_optimizer_gbps = 100.0; ///< memory bandwidth the host AdamW reaches per node, GB/s
-  int64_t gpus_per_node = 8;         ///< devices sharing one host
-  double compute_efficiency = 0.5;   ///< achieved fraction of peak FLOPs in GEMMs and the rest
+  std::string profile = "h100-sxm";    ///< h100-sxm, h200, cpu or "custom"
+  double device_memory_gib = 79.1;     ///< usable memory per device
+  double bf16_tflops = 989.4;          ///< dense bf16 peak per device
+  double nvlink_gbps = 450.0;          ///< intra-node bandwidth per device and direction, GB/s
+  double internode_gbps = 50.0;        ///< inter-node bandwidth per device and direction, GB/s
+  double pcie_gbps = 50.0;             ///< host<->device bandwidth per device and direction, GB/s
+  double host_memory_gib = 2048.0;     ///< host memory per node
+  double host_optimizer_gbps = 100.0;  ///< memory bandwidth the host AdamW reaches per node, GB/s
+  int64_t gpus_per_node = 8;           ///< devices sharing one host
+  double compute_efficiency = 0.5;     ///< achieved fraction of peak FLOPs in GEMMs and the rest
   /// achieved fraction of peak FLOPs in SDPA's attention kernels (standard attention, Ulysses)
   double attention_efficiency = 0.5;
   /// achieved fraction of peak FLOPs in the Untied stages' attention kernels (FlashAttention-2,
   /// called for its log-sum-exp: another kernel than SDPA picks on Hopper, cuDNN's)
   double untied_attention_efficiency = 0.5;
-  double comm_efficiency = 0.8;      ///< achieved fraction of link bandwidth in collectives
-  double runtime_overhead_gib = 2.0; ///< CUDA context, NCCL, cuBLAS workspace, fragmentation
+  double comm_efficiency = 0.8;       ///< achieved fraction of link bandwidth in collectives
+  double runtime_overhead_gib = 2.0;  ///< CUDA context, NCCL, cuBLAS workspace, fragmentation
 
   bool operator==(const HardwareConfig&) const = default;
 };

@@ -77,11 +77,11 @@ struct KeySpec {
   std::string_view section;  ///< TOML table ("" for top-level keys)
   std::string_view name;     ///< key inside the table
   KeyKind kind;
-  std::string_view doc;      ///< one line, written as the key's comment on save
-  std::vector<std::string> choices;  ///< allowed strings for KeyKind::Choice
-  std::function<RawValue(const RunConfig&)> get;        ///< canonical value (for save/messages)
+  std::string_view doc;                                  ///< one line, written as the key's comment on save
+  std::vector<std::string> choices;                      ///< allowed strings for KeyKind::Choice
+  std::function<RawValue(const RunConfig&)> get;         ///< canonical value (for save/messages)
   std::function<void(RunConfig&, const RawValue&)> set;  ///< takes a value already coerced
-  std::optional<ValueRange> range;  ///< every Int, Size and Float key has one
+  std::optional<ValueRange> range;                       ///< every Int, Size and Float key has one
   /// The saved training state depends on this key (a parameter's shape, how state is sharded):
   /// a checkpoint resumes only under the value it was saved with. Every other key may change
   /// on resume, and the change is reported.

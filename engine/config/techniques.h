@@ -15,7 +15,16 @@
 namespace odyssey {
 
 /// The techniques, in ladder order.
-enum class TechniqueId : uint8_t { Fsdp, Ulysses, Checkpointing, Offload, TiledMlp, TiledLoss, UntiedUlysses, OptimizerOffload };
+enum class TechniqueId : uint8_t {
+  Fsdp,
+  Ulysses,
+  Checkpointing,
+  Offload,
+  TiledMlp,
+  TiledLoss,
+  UntiedUlysses,
+  OptimizerOffload
+};
 constexpr int kTechniqueCount = 8;
 
 /// One technique: what the studio shows, the ladder adds, the validator requires and the run
@@ -23,16 +32,16 @@ constexpr int kTechniqueCount = 8;
 /// the key (KeySpec::applies), read through find_key_spec(key), never restated here.
 struct Technique {
   TechniqueId id;
-  const char* name;     ///< machine name in bench variants and JSON: "offload", "tiled_mlp"
-  const char* key;      ///< the preset key: "memory.offload_activations"
-  const char* label;    ///< the studio's toggle: "Offload to host"
-  const char* noun;     ///< in run summaries and plan lines: "offload"
-  const char* trades;   ///< one line: what it saves and what it costs
+  const char* name;    ///< machine name in bench variants and JSON: "offload", "tiled_mlp"
+  const char* key;     ///< the preset key: "memory.offload_activations"
+  const char* label;   ///< the studio's toggle: "Offload to host"
+  const char* noun;    ///< in run summaries and plan lines: "offload"
+  const char* trades;  ///< one line: what it saves and what it costs
   /// The technique that must be on for this one to do anything (the validator's rule).
   std::optional<TechniqueId> requires_on;
   const char* requires_why;  ///< why it needs requires_on ("" when it needs nothing)
-  int ladder_rung;      ///< the first rung of the ladder it is on (kLadderRungNames index)
-  bool toggle;          ///< a boolean key (false: Ulysses, whose key is a degree)
+  int ladder_rung;           ///< the first rung of the ladder it is on (kLadderRungNames index)
+  bool toggle;               ///< a boolean key (false: Ulysses, whose key is a degree)
   /// Where the engine applies it: its step in memory_stack() (engine/model/memory_stack.cpp, in
   /// ladder order) and the code that then runs it, as markdown with backticked paths.
   const char* applied_in;
@@ -40,7 +49,7 @@ struct Technique {
 
 /// Rung names of the technique ladder, in order (the CLI contract's names). Each rung adds the
 /// techniques whose ladder_rung is its index; rung 0 is the config with none of them.
-constexpr std::array<const char*, 8> kLadderRungNames = {"default", "fsdp",  "ulysses",       "checkpointing",
+constexpr std::array<const char*, 8> kLadderRungNames = {"default", "fsdp",   "ulysses",        "checkpointing",
                                                          "offload", "tiling", "untied_ulysses", "offload_optimizer"};
 constexpr int kLadderRungCount = static_cast<int>(kLadderRungNames.size());
 
@@ -57,7 +66,8 @@ inline constexpr std::array<Technique, kTechniqueCount> kTechniques = {{
      std::nullopt, "", 2, false,
      "`memory_stack` step 2: each rank gets S/P tokens (`make_rank_batch`, `engine/train/data.cpp`); "
      "`attention()` all-to-alls them to heads (`ulysses_attention`, `engine/parallel/ulysses.cpp`)"},
-    {TechniqueId::Checkpointing, "checkpointing", "memory.activation_checkpointing", "Activation checkpointing", "checkpointing",
+    {TechniqueId::Checkpointing, "checkpointing", "memory.activation_checkpointing", "Activation checkpointing",
+     "checkpointing",
      "Keeps only each block's input for backward instead of all its activations; costs one extra forward "
      "of every block during backward (about +33% compute).",
      std::nullopt, "", 3, true,
@@ -72,8 +82,7 @@ inline constexpr std::array<Technique, kTechniqueCount> kTechniques = {{
     {TechniqueId::TiledMlp, "tiled_mlp", "memory.tiled_mlp", "Tiled MLP", "tiled MLP",
      "Runs the MLP over sequence tiles so the [tokens, d_ffn] intermediates exist one tile at a time; "
      "costs recomputing each tile's forward in backward.",
-     std::nullopt, "", 5, true,
-     "`memory_stack` step 5: `run_block` calls `tiled_mlp` (`engine/memory/tiled_mlp.cpp`)"},
+     std::nullopt, "", 5, true, "`memory_stack` step 5: `run_block` calls `tiled_mlp` (`engine/memory/tiled_mlp.cpp`)"},
     {TechniqueId::TiledLoss, "tiled_loss", "memory.tiled_loss", "Tiled loss", "tiled loss",
      "LM head and cross-entropy per sequence tile, never the whole [tokens, vocab] logits; costs a little "
      "per-tile overhead.",
@@ -84,7 +93,8 @@ inline constexpr std::array<Technique, kTechniqueCount> kTechniques = {{
      "heads; costs more, smaller all-to-alls and re-projection in backward.",
      std::nullopt, "", 6, true,
      "`memory_stack` step 6: `attention()` runs `untied_attention_projected` (`engine/parallel/untied_attention.cpp`)"},
-    {TechniqueId::OptimizerOffload, "offload_optimizer", "memory.offload_optimizer", "Offload optimizer", "optimizer offload",
+    {TechniqueId::OptimizerOffload, "offload_optimizer", "memory.offload_optimizer", "Offload optimizer",
+     "optimizer offload",
      "Keeps fp32 master weights, gradients and AdamW moments in host memory (the device keeps compute-dtype "
      "parameters: 2 of 16 bytes a parameter in bf16); costs PCIe traffic for gradients and parameters and "
      "the host AdamW's time, which on a GPU runs under the next step's forward (the step waits for the "

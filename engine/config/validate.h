@@ -11,8 +11,7 @@ namespace odyssey {
 
 /// Checks every rule; returns all problems (empty when the config is valid). `sources` and `file`
 /// give each issue its position; without them the issue carries only the key (as in the studio).
-std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources = {},
-                                  const std::string& file = "");
+std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources = {}, const std::string& file = "");
 
 /// Ulysses degrees that would be valid for this model, sequence and world size (for hints and the
 /// studio's selector).

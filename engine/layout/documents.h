@@ -46,8 +46,7 @@ std::vector<int64_t> positions_in_documents(const std::vector<int64_t>& starts, 
 /// True when the label at global input position p (the token at p + 1) begins another document:
 /// p + 1 is a start, or p + 1 == seq_len and `next_starts_document` (the token after the sequence
 /// begins one). Such a target is never trained: its context is another text.
-bool label_crosses_document(const std::vector<int64_t>& starts, bool next_starts_document, int64_t p,
-                            int64_t seq_len);
+bool label_crosses_document(const std::vector<int64_t>& starts, bool next_starts_document, int64_t p, int64_t seq_len);
 
 /// How many of a row's S labels cross (label_crosses_document true): the starts in (0, seq_len),
 /// and one more when `next_starts_document`.

@@ -59,12 +59,12 @@ std::vector<int64_t> valid_heads_per_stage(int64_t n_heads, int64_t degree);
 /// P = 2, 4 heads per stage: k = 2, g = 3, stage 1 reads KV heads 0 and 1).
 struct UntiedStagePlan {
   int64_t P = 1, H = 1, Hkv = 1, hd = 1;
-  int64_t Hl = 1;      ///< query heads per rank (H / P)
-  int64_t k = 1;       ///< query heads per rank per stage (heads_per_stage / P)
-  int64_t stages = 1;  ///< Hl / k
-  int64_t rep = 1;     ///< KV replication factor (P / Hkv when Hkv < P)
-  int64_t Hkvl = 1;    ///< KV heads per rank after replication
-  int64_t g = 1;       ///< query heads per KV head
+  int64_t Hl = 1;                           ///< query heads per rank (H / P)
+  int64_t k = 1;                            ///< query heads per rank per stage (heads_per_stage / P)
+  int64_t stages = 1;                       ///< Hl / k
+  int64_t rep = 1;                          ///< KV replication factor (P / Hkv when Hkv < P)
+  int64_t Hkvl = 1;                         ///< KV heads per rank after replication
+  int64_t g = 1;                            ///< query heads per KV head
   std::vector<int64_t> kv_first, kv_count;  ///< per stage: local KV range
   std::vector<bool> kv_new;                 ///< per stage: a new KV range starts (project + all-to-all)
   std::vector<bool> kv_direct;              ///< per stage: its range is its own and uniform (no dK/dV accumulator)
@@ -86,12 +86,14 @@ std::vector<int64_t> untied_kv_slots(const UntiedStagePlan& p, int64_t t);
 /// Elements of the buffers the Untied Function preallocates for B sequences of s local tokens
 /// (S = P*s): what the engine allocates and what the planner charges (its untied terms read these).
 struct UntiedStageBuffers {
-  int64_t q_stage = 0;       ///< [B, S, k, hd]: one stage of queries (also o and d o in backward)
-  int64_t kv_stage = 0;      ///< [B, S, max_kv_count, hd]: one KV range, each of K and V
-  int64_t kv_gathered = 0;   ///< [B, S, k, hd]: K or V gathered to the query heads' slots (when any stage gathers)
-  int64_t staging = 0;       ///< [P, B, s, max(k, max_kv_count), hd]: all-to-all send (recv too when B > 1); 0 when P = 1
-  int64_t local_grad = 0;    ///< [B, s, P*max(k, max_kv_count), hd]: backward's local-layout gradient when wider than q_stage, else 0
-  int64_t kv_accum_fp32 = 0; ///< [B, S, max_kv_count, hd] fp32: each of the dK/dV accumulators (when any range needs one)
+  int64_t q_stage = 0;      ///< [B, S, k, hd]: one stage of queries (also o and d o in backward)
+  int64_t kv_stage = 0;     ///< [B, S, max_kv_count, hd]: one KV range, each of K and V
+  int64_t kv_gathered = 0;  ///< [B, S, k, hd]: K or V gathered to the query heads' slots (when any stage gathers)
+  int64_t staging = 0;  ///< [P, B, s, max(k, max_kv_count), hd]: all-to-all send (recv too when B > 1); 0 when P = 1
+  int64_t local_grad =
+      0;  ///< [B, s, P*max(k, max_kv_count), hd]: backward's local-layout gradient when wider than q_stage, else 0
+  int64_t kv_accum_fp32 =
+      0;  ///< [B, S, max_kv_count, hd] fp32: each of the dK/dV accumulators (when any range needs one)
 };
 UntiedStageBuffers untied_stage_buffers(const UntiedStagePlan& p, int64_t batch, int64_t local_tokens);
 

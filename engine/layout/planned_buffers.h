@@ -21,22 +21,34 @@ enum class PlannedBuffer : uint8_t {
   UntiedQStage,      ///< [B, S, k, hd]: one stage's q, o, d o in head layout        (QStageHead)
   UntiedKvStage,     ///< [B, S, max_kv_count, hd]: one KV range's K or V              (KvStageHead)
   UntiedKvGathered,  ///< [B, S, k, hd]: K or V gathered to a stage's query heads      (KvStageGathered)
-  UntiedStaging,     ///< [P, B, s, max(k, max_kv_count), hd]: all-to-all staging      (the widest of QStageLocal, KvStageLocal)
-  UntiedLocalGrad,   ///< [B, s, P*max_kv_count, hd]: backward's local-layout K/V gradient when wider than a stage (KvStageLocal)
-  UntiedKvAccum32,   ///< [B, S, max_kv_count, hd] fp32: a dK or dV accumulator       (KvStageAccum32)
-  UntiedNormTile,    ///< [rows, d]: one full row tile of the input norm's backward    (InputNormTile)
+  UntiedStaging,  ///< [P, B, s, max(k, max_kv_count), hd]: all-to-all staging      (the widest of QStageLocal, KvStageLocal)
+  UntiedLocalGrad,  ///< [B, s, P*max_kv_count, hd]: backward's local-layout K/V gradient when wider than a stage (KvStageLocal)
+  UntiedKvAccum32,  ///< [B, S, max_kv_count, hd] fp32: a dK or dV accumulator       (KvStageAccum32)
+  UntiedNormTile,   ///< [rows, d]: one full row tile of the input norm's backward    (InputNormTile)
   // Sequence tiles (engine/layout/tiles.h)
   MlpGate,           ///< [B, n, f]: the MLP's gate projection, n = the tile or all s   (FfnTile or Ffn)
   LossTileLogits32,  ///< [B, n, V] fp32: one loss tile's logits                        (LogitsTile32)
   // Flat parameter groups (engine/parallel/flat_group.cpp), per group kind
-  BlockFull, EmbedFull, HeadFull,           ///< [padded] compute dtype: the gathered group (BlockFull, EmbedFull, HeadFull)
-  BlockShard, EmbedShard, HeadShard,        ///< [shard] fp32: master, gradient and each AdamW moment
-  BlockPack, EmbedPack, HeadPack,           ///< [padded] fp32: packed gradients for the reduction (BlockPack, EmbedPack, HeadPack)
-  BlockShardOut,                            ///< [shard] fp32: a block's reduce-scatter output (BlockShardOut)
-  BlockShardCast,                           ///< [shard] compute dtype: a block shard cast for the all-gather (BlockShardCast)
-  BlockDeviceParams, EmbedDeviceParams, HeadDeviceParams,  ///< [shard] compute dtype on the device while the fp32 states are offloaded (DeviceParamShards)
+  // [padded] compute dtype: the gathered group (BlockFull, EmbedFull, HeadFull)
+  BlockFull,
+  EmbedFull,
+  HeadFull,
+  // [shard] fp32: master, gradient and each AdamW moment
+  BlockShard,
+  EmbedShard,
+  HeadShard,
+  // [padded] fp32: packed gradients for the reduction (BlockPack, EmbedPack, HeadPack)
+  BlockPack,
+  EmbedPack,
+  HeadPack,
+  BlockShardOut,   ///< [shard] fp32: a block's reduce-scatter output (BlockShardOut)
+  BlockShardCast,  ///< [shard] compute dtype: a block shard cast for the all-gather (BlockShardCast)
+  // [shard] compute dtype on the device while the fp32 states are offloaded (DeviceParamShards)
+  BlockDeviceParams,
+  EmbedDeviceParams,
+  HeadDeviceParams,
   // Activation offload (engine/memory/offload.cpp)
-  OffloadSlot,       ///< [B, s, d] host: one checkpointed block input                  (OffloadedInput)
+  OffloadSlot,          ///< [B, s, d] host: one checkpointed block input                  (OffloadedInput)
   OffloadPrefetchSlot,  ///< [B, s, d] device: one of the two slots inputs come back into (Hidden)
   Count
 };
@@ -99,10 +111,10 @@ OffloadedBlocks offloaded_blocks(int64_t n_layers);
 /// GPU to PyTorch's Hopper and Blackwell default (CUBLAS_WORKSPACE_CONFIG=:4096:8, 4096 KiB x 8;
 /// older GPUs default to 8.125 MiB), so the planner's term holds on any device.
 struct BlasWorkspaces {
-  static constexpr int64_t kChunkKiB = 4096;  ///< CUBLAS_WORKSPACE_CONFIG's :SIZE (KiB)
-  static constexpr int64_t kChunks = 8;       ///< and :COUNT
+  static constexpr int64_t kChunkKiB = 4096;                         ///< CUBLAS_WORKSPACE_CONFIG's :SIZE (KiB)
+  static constexpr int64_t kChunks = 8;                              ///< and :COUNT
   static constexpr int64_t kBytesEach = kChunkKiB * 1024 * kChunks;  ///< 32 MiB
-  static constexpr int64_t kThreads = 2;      ///< the rank's thread and autograd's device thread
+  static constexpr int64_t kThreads = 2;                             ///< the rank's thread and autograd's device thread
   /// CUBLAS_WORKSPACE_CONFIG's value for this size: ":4096:8".
   static std::string config() { return ":" + std::to_string(kChunkKiB) + ":" + std::to_string(kChunks); }
 };

@@ -158,12 +158,12 @@ void OffloadStore::release(int64_t layer) {
   transport_->release(layer);
   for (const auto& [waiting, prefetched] : offloaded_)
     if (kernels::SlotRotation::slot_for(waiting) == slot) return;  // a block below reuses the slot
-  slots_[static_cast<size_t>(slot)] = at::Tensor();  // memory: no block left for this slot
+  slots_[static_cast<size_t>(slot)] = at::Tensor();                // memory: no block left for this slot
 }
 
 void OffloadStore::clear() {
   if (transport_) transport_->end_step();  // first: no copy may still write a slot that is freed below
-  copying_source_ = at::Tensor();           // its copy is done (end_step waited for it)
+  copying_source_ = at::Tensor();          // its copy is done (end_step waited for it)
   copying_layer_ = -1;
   offloaded_.clear();
   rotation_.reset();

@@ -97,8 +97,8 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
   void after_copy(cudaStream_t stream, int64_t block, bool to_host, size_t bytes) override {
     PhaseRecorder* recorder = PhaseRecorder::current();
     if (recorder == nullptr || copy_begin_ < 0) return;
-    recorder->add_device_span(offload_copy_span(block + blocks_.first, to_host, static_cast<int64_t>(bytes)), copy_begin_,
-                              recorder->mark_stream(stream));
+    recorder->add_device_span(offload_copy_span(block + blocks_.first, to_host, static_cast<int64_t>(bytes)),
+                              copy_begin_, recorder->mark_stream(stream));
   }
   cudaStream_t compute_stream() const { return c10::cuda::getCurrentCUDAStream(device_.index()).stream(); }
   void require_engine(const char* op) const {

@@ -40,9 +40,9 @@ void accumulate_answer_stats(const at::Tensor& logits, const at::Tensor& labels,
   at::NoGradGuard no_grad;
   CategoryScope category(MemCategory::LossWorkspace);
   const int64_t V = logits.size(-1);
-  at::Tensor rows = mask.reshape(-1).nonzero().squeeze(1);                 // [k] answer positions
+  at::Tensor rows = mask.reshape(-1).nonzero().squeeze(1);                     // [k] answer positions
   at::Tensor picked = logits.detach().reshape({-1, V}).index_select(0, rows);  // [k, V]
-  at::Tensor target = labels.reshape(-1).index_select(0, rows);             // [k]
+  at::Tensor target = labels.reshape(-1).index_select(0, rows);                // [k]
   at::Tensor ce = at::cross_entropy_loss(picked, target, {}, at::Reduction::Sum);
   at::Tensor hits = (picked.argmax(-1) == target).sum();
   add_answer_stats(stats, ce, rows.size(0), hits);
@@ -55,7 +55,7 @@ void accumulate_answer_rows(const at::Tensor& hidden, const at::Tensor& head, co
   if (chunk_rows <= 0) throw std::invalid_argument("answer statistics: chunk_rows = " + std::to_string(chunk_rows));
   at::NoGradGuard no_grad;
   CategoryScope category(MemCategory::LossWorkspace);
-  const at::Tensor rows = mask.reshape(-1).nonzero().squeeze(1);  // [k] answer positions
+  const at::Tensor rows = mask.reshape(-1).nonzero().squeeze(1);       // [k] answer positions
   const at::Tensor target = labels.reshape(-1).index_select(0, rows);  // [k]
   const at::Tensor ce = token_ce.reshape(-1).index_select(0, rows).sum();
   at::Tensor hits = at::zeros({}, target.options());
@@ -75,8 +75,8 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
   CategoryScope category(MemCategory::LossWorkspace);
   const int64_t s = normed.size(1), V = head.size(0);
   LossOutputs out;
-  out.loss = at::zeros({}, normed.options().dtype(at::kFloat));                // scalar
-  out.d_head = at::zeros(head.sizes(), head.options().dtype(at::kFloat));      // [V, d] fp32
+  out.loss = at::zeros({}, normed.options().dtype(at::kFloat));            // scalar
+  out.d_head = at::zeros(head.sizes(), head.options().dtype(at::kFloat));  // [V, d] fp32
   if (normed.is_cuda() && ops::cuda_kernels_linked()) {
     // The fused kernel (kernels/linear_cross_entropy.cu): the logits exist one fp32 [B*tile, V]
     // tile of whole rows at a time inside its workspace (the tile below, so the memory the loss
@@ -107,12 +107,12 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
   const int64_t B = normed.size(0), d = normed.size(2);
   const bool fp32 = head.scalar_type() == at::kFloat;
   constexpr int64_t kIgnoredLabel = -100;  // at::cross_entropy_loss's ignore_index
-  out.dx = at::empty_like(normed);  // [B, s, d]
+  out.dx = at::empty_like(normed);         // [B, s, d]
   for (int64_t off = 0; off < s; off += tile_tokens) {
     const int64_t n = std::min(tile_tokens, s - off);
-    const at::Tensor xt = normed.narrow(1, off, n).flatten(0, 1);        // [B n, d] (a view when B = 1)
+    const at::Tensor xt = normed.narrow(1, off, n).flatten(0, 1);       // [B n, d] (a view when B = 1)
     const at::Tensor labels_tile = labels.narrow(1, off, n).flatten();  // [B n]
-    at::Tensor logits = head_logits(xt, head);  // [B n, V] fp32: one tile only
+    at::Tensor logits = head_logits(xt, head);                          // [B n, V] fp32: one tile only
     note_planned_buffer(PlannedBuffer::LossTileLogits32, logits);
     if (answer_mask.defined())
       accumulate_answer_stats(logits.view({B, n, V}), labels.narrow(1, off, n), answer_mask.narrow(1, off, n), stats);
@@ -123,9 +123,9 @@ LossOutputs tiled_loss_forward(const at::Tensor& normed, const at::Tensor& head,
     at::Tensor d_logits = log_probs.exp_().mul_(kept_scale);  // scale softmax, in place; 0 on ignored rows
     log_probs.reset();
     d_logits.scatter_add_(1, labels_tile.clamp_min(0).unsqueeze(1), -kept_scale);  // - scale at each kept label
-    if (!fp32) d_logits = d_logits.to(head.scalar_type());  // [B n, V] in the compute dtype
-    out.dx.narrow(1, off, n).copy_(at::mm(d_logits, head).view({B, n, d}));  // [B n, d]
-    add_weight_grad_product(out.d_head, d_logits.t(), xt);                   // [V, d] += [V, B n] @ [B n, d]
+    if (!fp32) d_logits = d_logits.to(head.scalar_type());                         // [B n, V] in the compute dtype
+    out.dx.narrow(1, off, n).copy_(at::mm(d_logits, head).view({B, n, d}));        // [B n, d]
+    add_weight_grad_product(out.d_head, d_logits.t(), xt);                         // [V, d] += [V, B n] @ [B n, d]
   }
   return out;
 }
@@ -138,8 +138,8 @@ TokenLosses token_losses_forward(const at::Tensor& normed, const at::Tensor& hea
   const int64_t B = normed.size(0), s = normed.size(1), V = head.size(0);
   const int64_t tile = tile_tokens <= 0 ? s : std::min(tile_tokens, s);
   TokenLosses out;
-  out.ce = at::empty({B, s}, normed.options().dtype(at::kFloat));      // [B, s] fp32
-  out.argmax = at::empty({B, s}, normed.options().dtype(at::kLong));   // [B, s] int64
+  out.ce = at::empty({B, s}, normed.options().dtype(at::kFloat));     // [B, s] fp32
+  out.argmax = at::empty({B, s}, normed.options().dtype(at::kLong));  // [B, s] int64
   for (int64_t off = 0; off < s; off += tile) {
     const int64_t n = std::min(tile, s - off);
     at::Tensor logits = head_logits(normed.narrow(1, off, n), head);  // [B, n, V] fp32: one tile only

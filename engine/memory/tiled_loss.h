@@ -31,8 +31,7 @@ void accumulate_answer_stats(const at::Tensor& logits, const at::Tensor& labels,
 /// Memory: one [chunk_rows, V] logits chunk in the hidden states' dtype, never the [k, V] logits of
 /// all k answers at once (kernels::fused_loss_answer_rows sizes the chunk).
 void accumulate_answer_rows(const at::Tensor& hidden, const at::Tensor& head, const at::Tensor& labels,
-                            const at::Tensor& mask, const at::Tensor& token_ce, int64_t chunk_rows,
-                            AnswerStats* stats);
+                            const at::Tensor& mask, const at::Tensor& token_ce, int64_t chunk_rows, AnswerStats* stats);
 
 /// What the tiled loss computes in its forward: the loss and its gradients (for an incoming
 /// gradient of 1), already scaled by `scale`.

@@ -55,24 +55,24 @@ variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list gra
     const int64_t n = std::min(tile, s - off);
     const at::Tensor xt = x.narrow(1, off, n).flatten(0, 1);          // [B n, d] (a view when B = 1)
     const at::Tensor dyt = grad_out.narrow(1, off, n).flatten(0, 1);  // [B n, d]
-    at::Tensor gate = at::mm(xt, w_gate.t());  // [B n, f]
+    at::Tensor gate = at::mm(xt, w_gate.t());                         // [B n, f]
     note_planned_buffer(PlannedBuffer::MlpGate, gate);
-    at::Tensor up = at::mm(xt, w_up.t());      // [B n, f]
-    at::Tensor act = at::silu(gate);           // [B n, f]
-    at::Tensor h = act * up;                   // [B n, f]
+    at::Tensor up = at::mm(xt, w_up.t());           // [B n, f]
+    at::Tensor act = at::silu(gate);                // [B n, f]
+    at::Tensor h = act * up;                        // [B n, f]
     add_weight_grad_product(d_down_w, dyt.t(), h);  // [d, f] += [d, B n] @ [B n, f]
     h.reset();
-    at::Tensor dh = at::mm(dyt, w_down);       // [B n, f]
-    at::Tensor d_up = dh * act;                // [B n, f]
+    at::Tensor dh = at::mm(dyt, w_down);  // [B n, f]
+    at::Tensor d_up = dh * act;           // [B n, f]
     act.reset();
-    dh.mul_(up);                               // d silu(gate), in dh's memory
+    dh.mul_(up);  // d silu(gate), in dh's memory
     up.reset();
     at::Tensor d_gate = at::silu_backward(dh, gate);  // [B n, f]
     dh.reset();
     gate.reset();
     add_weight_grad_product(d_up_w, d_up.t(), xt);      // [f, d] += [f, B n] @ [B n, d]
     add_weight_grad_product(d_gate_w, d_gate.t(), xt);  // [f, d]
-    at::Tensor dxt = at::mm(d_up, w_up);           // [B n, d]
+    at::Tensor dxt = at::mm(d_up, w_up);                // [B n, d]
     dxt.addmm_(d_gate, w_gate);
     d_up.reset();
     d_gate.reset();
@@ -81,8 +81,8 @@ variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list gra
   variable_list result{dx};
   for (at::Tensor* sum : {&d_gate_w, &d_up_w, &d_down_w})
     result.push_back(fp32 ? *sum : sum->to(w_gate.scalar_type()));  // the compute-dtype gradients
-  result.push_back(at::Tensor());  // tile_tokens
-  result.push_back(at::Tensor());  // compute_output
+  result.push_back(at::Tensor());                                   // tile_tokens
+  result.push_back(at::Tensor());                                   // compute_output
   return result;
 }
 

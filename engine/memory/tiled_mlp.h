@@ -20,8 +20,7 @@ namespace odyssey {
 /// times (a twelfth of a 1B step's FLOPs at 32K), and the memory is the same as the computed one.
 struct TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_gate,
-                            const at::Tensor& w_up, const at::Tensor& w_down, int64_t tile_tokens,
-                            bool compute_output);
+                            const at::Tensor& w_up, const at::Tensor& w_down, int64_t tile_tokens, bool compute_output);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs);
 };

@@ -13,21 +13,19 @@
 namespace odyssey {
 
 at::Tensor attention(const at::Tensor& x, const at::Tensor& norm_weight, const AttentionWeights& w,
-                     const Positions& pos, const ModelConfig& model, const RankContext& ctx,
-                     const MemoryStack& stack) {
+                     const Positions& pos, const ModelConfig& model, const RankContext& ctx, const MemoryStack& stack) {
   CategoryScope category(MemCategory::AttentionWorkspace);
   // engine/parallel (docs/parallel.md): Untied Ulysses runs its head stages for any degree (with
   // P = 1 it is head chunking on one rank: one stage's workspace instead of all heads), the norm
   // folded into its projections; plain Ulysses for P > 1.
   if (stack.untied_attention)
     return untied_attention_projected(x, norm_weight, w, pos, model, ctx, stack.memory);  // [B, s, d]
-  at::Tensor normed = rms_norm(x, norm_weight, model.norm_eps);  // [B, s, d]
+  at::Tensor normed = rms_norm(x, norm_weight, model.norm_eps);                           // [B, s, d]
   if (stack.sequence_degree == 1) return attention_local(std::move(normed), w, pos, model);
   return at::linear(ulysses_attention(std::move(normed), w, pos, model, ctx), w.wo);  // [B, s, d]
 }
 
-at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positions& pos,
-                           const ModelConfig& model) {
+at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model) {
   CategoryScope category(MemCategory::AttentionWorkspace);
   const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, hd = model.head_dim;
   auto [q, k, v] = project_qkv(x, w, pos, model);

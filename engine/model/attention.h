@@ -21,13 +21,11 @@ namespace odyssey {
 /// ulysses_attention (engine/parallel). Without a graph to record, the normed input dies as soon
 /// as the Q/K/V projections exist.
 at::Tensor attention(const at::Tensor& x, const at::Tensor& norm_weight, const AttentionWeights& w,
-                     const Positions& pos, const ModelConfig& model, const RankContext& ctx,
-                     const MemoryStack& stack);
+                     const Positions& pos, const ModelConfig& model, const RankContext& ctx, const MemoryStack& stack);
 
 /// Single-rank attention: Q/K/V projections, optional QK-norm, RoPE, causal
 /// scaled_dot_product_attention with the KV heads NOT expanded (enable_gqa: query head j reads KV
 /// head j / (H / Hkv)), output projection. Allocations are charged to attention_workspace.
-at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positions& pos,
-                           const ModelConfig& model);
+at::Tensor attention_local(at::Tensor x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model);
 
 }  // namespace odyssey

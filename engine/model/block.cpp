@@ -33,10 +33,10 @@ std::vector<ParamSpec> block_param_specs(const ModelConfig& m) {
   const double std_in = 0.02;
   const double std_out = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
   std::vector<ParamSpec> specs = {
-      {"wq", {m.q_dim(), m.d_model}, true, std_in},      {"wk", {m.kv_dim(), m.d_model}, true, std_in},
-      {"wv", {m.kv_dim(), m.d_model}, true, std_in},     {"wo", {m.d_model, m.q_dim()}, true, std_out},
-      {"w_gate", {m.d_ffn, m.d_model}, true, std_in},    {"w_up", {m.d_ffn, m.d_model}, true, std_in},
-      {"w_down", {m.d_model, m.d_ffn}, true, std_out},   {"attn_norm", {m.d_model}, false, 0.0},
+      {"wq", {m.q_dim(), m.d_model}, true, std_in},    {"wk", {m.kv_dim(), m.d_model}, true, std_in},
+      {"wv", {m.kv_dim(), m.d_model}, true, std_in},   {"wo", {m.d_model, m.q_dim()}, true, std_out},
+      {"w_gate", {m.d_ffn, m.d_model}, true, std_in},  {"w_up", {m.d_ffn, m.d_model}, true, std_in},
+      {"w_down", {m.d_model, m.d_ffn}, true, std_out}, {"attn_norm", {m.d_model}, false, 0.0},
       {"mlp_norm", {m.d_model}, false, 0.0},
   };
   if (m.qk_norm) {
@@ -95,7 +95,7 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     // the attention's RMSNorm runs inside attention() (folded into Untied Ulysses' projections)
     at::Tensor attn = attention(g.x_leaf, w.attn_norm, w.attn, rt.positions, model, *rt.ctx, *rt.stack);  // [B, s, d]
     if (keep_graph) g.attn_root = torch::autograd::impl::gradient_edge(attn);
-    at::NoGradGuard residual;  // memory: the root is the branch's edge, so the sum records nothing
+    at::NoGradGuard residual;              // memory: the root is the branch's edge, so the sum records nothing
     const at::Tensor h = g.x_leaf + attn;  // [B, s, d]
     attn.reset();
     g.h_leaf = keep_graph ? h.detach().requires_grad_(true) : h;  // shares h's storage
@@ -129,9 +129,7 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
 
 namespace {
 
-StepRuntime* runtime_of(AutogradContext* ctx) {
-  return reinterpret_cast<StepRuntime*>(ctx->saved_data["rt"].toInt());
-}
+StepRuntime* runtime_of(AutogradContext* ctx) { return reinterpret_cast<StepRuntime*>(ctx->saved_data["rt"].toInt()); }
 
 void save_rng(AutogradContext* ctx, const RngState& rng) {
   ctx->saved_data["rng_cpu"] = rng.cpu;
@@ -190,8 +188,8 @@ at::Tensor add_mlp_residual(const at::Tensor& incoming, const at::Tensor& branch
 
 }  // namespace
 
-at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& master,
-                                  StepRuntime* rt, int64_t layer) {
+at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& master, StepRuntime* rt,
+                                  int64_t layer) {
   (void)master;  // the parameters come from the group's unsharded views; master is the graph edge
   RuntimeBinding binding(*rt);
   FlatParamGroup& group = *rt->blocks.at(layer);
@@ -279,7 +277,7 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
   const bool checkpointing = rt->stack->checkpoint_blocks;
   const at::Tensor& grad_y = grad_outputs[0];
 
-  group.unshard();  // finishes the gather the next block's backward started
+  group.unshard();                                        // finishes the gather the next block's backward started
   if (layer > 0) rt->blocks[layer - 1]->unshard_async();  // prefetch: gathers while this block computes
 
   BlockGraph g;
@@ -292,7 +290,7 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
       input_in_slot = true;
     } else if (ctx->saved_data.count("embedded_input")) {
       CategoryScope category(MemCategory::SavedActivations);  // as a prefetched input
-      x = embed_tokens(*rt, rt->ids);  // [B, s, d]: the same rows the forward looked up
+      x = embed_tokens(*rt, rt->ids);                         // [B, s, d]: the same rows the forward looked up
     } else {
       x = ctx->get_saved_variables().at(0);  // the last block's input stayed on the device
     }
@@ -331,7 +329,7 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
     inputs.insert(inputs.end(), g.mlp_leaves.begin(), g.mlp_leaves.end());
     mlp_grads = grad_from_edge(g.mlp_root, grad_y, inputs);  // [0]: d h through the MLP branch
     g.mlp_root = {};
-    g.h_leaf = at::Tensor();  // memory: h is free now (the MLP graph that saved it has run)
+    g.h_leaf = at::Tensor();                      // memory: h is free now (the MLP graph that saved it has run)
     dh = add_mlp_residual(grad_y, mlp_grads[0]);  // [B, s, d]
     mlp_grads[0] = at::Tensor();
   }

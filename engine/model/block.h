@@ -45,12 +45,12 @@ struct BlockWeights {
 /// edge, not by the root tensor, so neither branch output, h nor y stays alive for the backward
 /// (the residual additions need no saved tensor; backward adds the gradients itself).
 struct BlockGraph {
-  at::Tensor x_leaf;                  ///< [B, s, d] input (leaf when keeping the graph)
+  at::Tensor x_leaf;                                ///< [B, s, d] input (leaf when keeping the graph)
   std::vector<at::Tensor> attn_leaves, mlp_leaves;  ///< parameter leaves of each half
-  torch::autograd::Edge attn_root;    ///< gradient edge of the attention branch output [B, s, d]
-  at::Tensor h_leaf;                  ///< [B, s, d] h, detached (MLP half's input)
-  torch::autograd::Edge mlp_root;     ///< gradient edge of the MLP branch output [B, s, d]
-  at::Tensor y;                       ///< [B, s, d] block output (only when asked for: forward)
+  torch::autograd::Edge attn_root;                  ///< gradient edge of the attention branch output [B, s, d]
+  at::Tensor h_leaf;                                ///< [B, s, d] h, detached (MLP half's input)
+  torch::autograd::Edge mlp_root;                   ///< gradient edge of the MLP branch output [B, s, d]
+  at::Tensor y;                                     ///< [B, s, d] block output (only when asked for: forward)
 };
 
 /// Custom autograd Function over one block; see docs/architecture.md "One block = one autograd

@@ -27,9 +27,7 @@ std::vector<ParamSpec> head_param_specs(const ModelConfig& m) {
 
 namespace {
 
-StepRuntime* runtime_of(AutogradContext* ctx) {
-  return reinterpret_cast<StepRuntime*>(ctx->saved_data["rt"].toInt());
-}
+StepRuntime* runtime_of(AutogradContext* ctx) { return reinterpret_cast<StepRuntime*>(ctx->saved_data["rt"].toInt()); }
 
 // The head's weights: final norm from the head group, LM head from the head or embedding group.
 struct HeadWeights {
@@ -91,8 +89,7 @@ variable_list EmbedFunction::backward(AutogradContext* ctx, variable_list grad_o
   return {at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
-at::Tensor HeadFunction::forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& master,
-                                 StepRuntime* rt) {
+at::Tensor HeadFunction::forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& master, StepRuntime* rt) {
   (void)master;
   RuntimeBinding binding(*rt);
   EnginePhase phase(rt->rank, "fwd/loss");
@@ -127,9 +124,8 @@ at::Tensor HeadFunction::forward(AutogradContext* ctx, const at::Tensor& x, cons
   } else {
     at::Tensor head_leaf = w.head.detach().requires_grad_(true);
     at::Tensor logits = head_logits(normed, head_leaf);  // [B, s, V] fp32: the memory tiling removes
-    at::Tensor root =
-        at::cross_entropy_loss(logits.reshape({-1, V}), rt->labels.reshape(-1), {}, at::Reduction::Sum) *
-        rt->loss_scale;
+    at::Tensor root = at::cross_entropy_loss(logits.reshape({-1, V}), rt->labels.reshape(-1), {}, at::Reduction::Sum) *
+                      rt->loss_scale;
     accumulate_answer_stats(logits, rt->labels, rt->answer_mask, &rt->answer);
     ctx->saved_data["root"] = root;
     ctx->saved_data["leaves"] = std::vector<at::Tensor>{x_leaf, norm_leaf, head_leaf};

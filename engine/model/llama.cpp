@@ -23,9 +23,12 @@ LlamaModel::LlamaModel(const ModelConfig& model, const RankContext& ctx, const F
     FlatGroupOptions o = options;
     o.kind = g.kind;
     auto group = std::make_unique<FlatParamGroup>(g.name, std::move(g.specs), ctx_, o);
-    if (g.kind == ParamGroupKind::Embedding) embed_ = std::move(group);
-    else if (g.kind == ParamGroupKind::Head) head_ = std::move(group);
-    else blocks_.push_back(std::move(group));
+    if (g.kind == ParamGroupKind::Embedding)
+      embed_ = std::move(group);
+    else if (g.kind == ParamGroupKind::Head)
+      head_ = std::move(group);
+    else
+      blocks_.push_back(std::move(group));
   }
 }
 

@@ -21,9 +21,9 @@ class OffloadStore;
 
 /// One rank's slice of one step's batch.
 struct ModelInputs {
-  at::Tensor ids;          ///< [B, s] int64 token ids of this rank's sequence shard
-  at::Tensor labels;       ///< [B, s] int64 next-token labels (shifted before sharding)
-  at::Tensor answer_mask;  ///< [B, s] bool answer tokens of the long-range task, or undefined
+  at::Tensor ids;              ///< [B, s] int64 token ids of this rank's sequence shard
+  at::Tensor labels;           ///< [B, s] int64 next-token labels (shifted before sharding)
+  at::Tensor answer_mask;      ///< [B, s] bool answer tokens of the long-range task, or undefined
   int64_t first_position = 0;  ///< global position of the shard's first token (sp_rank x s)
   int64_t global_tokens = 1;   ///< N_global: the trained labels of the global batch (B x S x D without documents)
   /// Packed documents (training.document_mask): each row's document starts over the whole
@@ -63,8 +63,8 @@ class LlamaModel {
   /// which it applies to `rt` (apply_memory_stack) beside the step's inputs and groups. Returns
   /// loss_local (scalar fp32 with a graph back to every master shard); `rt` and `stack` must
   /// outlive the backward. `offload` is the rank's host store (read with offload_block_inputs).
-  at::Tensor forward(const ModelInputs& in, const MemoryStack& stack, OffloadStore* offload,
-                     PhaseRecorder* recorder, StepRuntime* rt);
+  at::Tensor forward(const ModelInputs& in, const MemoryStack& stack, OffloadStore* offload, PhaseRecorder* recorder,
+                     StepRuntime* rt);
 
   /// Frees every gathered buffer (after a failed step: OOM mid-forward leaves groups unsharded).
   void reshard_all();

@@ -58,7 +58,7 @@ void StepRuntime::finish_pending_gradient() {
   FlatParamGroup* group = std::exchange(pending_group, nullptr);
   FlatParamGroup::PendingGradient g = std::move(pending_gradient);
   pending_gradient = {};
-  if (g.pending) g.pending->finish();  // CPU: the host waits; GPU: the stream waits
+  if (g.pending) g.pending->finish();   // CPU: the host waits; GPU: the stream waits
   group->accumulate_gradient(g.shard);  // into the gradient, on the device or the host
 }
 

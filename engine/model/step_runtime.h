@@ -26,15 +26,15 @@ class OffloadStore;
 
 struct StepRuntime {
   const ModelConfig* model = nullptr;
-  const MemoryStack* stack = nullptr;   ///< the techniques, applied by apply_memory_stack (memory_stack.h)
+  const MemoryStack* stack = nullptr;  ///< the techniques, applied by apply_memory_stack (memory_stack.h)
   const RankContext* ctx = nullptr;
   Positions positions;                  ///< this rank's global positions and RoPE tables
   std::vector<FlatParamGroup*> blocks;  ///< one per layer
   FlatParamGroup* embed = nullptr;
-  FlatParamGroup* head = nullptr;       ///< final norm (+ LM head when untied)
-  OffloadStore* offload = nullptr;      ///< set when checkpointed inputs go to the host pool
-  PhaseRecorder* recorder = nullptr;    ///< the rank's recorder, re-bound on autograd threads
-  int rank = 0;                         ///< RankContext::slot: tracker counters and phase stack
+  FlatParamGroup* head = nullptr;     ///< final norm (+ LM head when untied)
+  OffloadStore* offload = nullptr;    ///< set when checkpointed inputs go to the host pool
+  PhaseRecorder* recorder = nullptr;  ///< the rank's recorder, re-bound on autograd threads
+  int rank = 0;                       ///< RankContext::slot: tracker counters and phase stack
   /// FSDP: a block's reduce-scatter is started at the end of its backward and finished at the
   /// end of the next block's (whose compute it overlaps); the last one after the whole backward.
   /// Memory: one more packed gradient in flight. On by default on GPUs (Trainer).
@@ -47,13 +47,13 @@ struct StepRuntime {
   /// memory.keep_attention under checkpointing: each block's kept attention result, filled by its
   /// forward and handed to its recompute's graph (one per layer; empty: nothing is kept).
   std::vector<KeptAttention> kept_attention;
-  int64_t mlp_tile_tokens = 0;          ///< resolved tile size (tiled MLP)
-  int64_t loss_tile_tokens = 0;         ///< resolved tile size (tiled loss)
-  at::Tensor ids;                       ///< [B, s] int64 token ids (block 0's input is their embedding)
-  at::Tensor labels;                    ///< [B, s] int64, already shifted
-  at::Tensor answer_mask;               ///< [B, s] bool, or undefined
-  double loss_scale = 1.0;              ///< 1 / N_global
-  AnswerStats answer;                   ///< filled by the head's forward
+  int64_t mlp_tile_tokens = 0;   ///< resolved tile size (tiled MLP)
+  int64_t loss_tile_tokens = 0;  ///< resolved tile size (tiled loss)
+  at::Tensor ids;                ///< [B, s] int64 token ids (block 0's input is their embedding)
+  at::Tensor labels;             ///< [B, s] int64, already shifted
+  at::Tensor answer_mask;        ///< [B, s] bool, or undefined
+  double loss_scale = 1.0;       ///< 1 / N_global
+  AnswerStats answer;            ///< filled by the head's forward
   /// Forward only (Trainer::forward_tokens): when set, the head writes each position's CE and
   /// argmax here (token_losses_forward) and builds no graph; nothing is kept for a backward.
   TokenLosses* token_losses = nullptr;

@@ -17,10 +17,9 @@ Positions make_positions(int64_t first, int64_t count, int64_t head_dim, double 
   CategoryScope category(MemCategory::Other);
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   Positions p;
-  at::Tensor ids = at::arange(first, first + count, at::TensorOptions().dtype(at::kLong));  // [s]
-  at::Tensor inv_freq =
-      at::pow(theta, -at::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim));  // [hd/2]
-  at::Tensor angles = ids.to(at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);        // [s, hd/2]
+  at::Tensor ids = at::arange(first, first + count, at::TensorOptions().dtype(at::kLong));                 // [s]
+  at::Tensor inv_freq = at::pow(theta, -at::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim));  // [hd/2]
+  at::Tensor angles = ids.to(at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);                            // [s, hd/2]
   p.ids = ids.to(device);
   p.cos = angles.cos().to(at::kFloat).to(device);  // [s, hd/2]
   p.sin = angles.sin().to(at::kFloat).to(device);  // [s, hd/2]
@@ -35,7 +34,7 @@ Positions rope_tables(const at::Tensor& ids, const ModelConfig& model, at::Devic
   CategoryScope category(MemCategory::Other);
   const double factor = rope_attention_factor(model);
   at::Tensor inv_freq = at::tensor(rope_inv_freq(model), at::TensorOptions().dtype(at::kDouble));  // [hd/2]
-  at::Tensor angles = ids.to(at::kDouble).unsqueeze(-1) * inv_freq;  // [..., hd/2]
+  at::Tensor angles = ids.to(at::kDouble).unsqueeze(-1) * inv_freq;                                // [..., hd/2]
   Positions p;
   p.ids = ids.to(device);
   p.cos = (angles.cos() * factor).to(at::kFloat).to(device);  // [..., hd/2]
@@ -70,7 +69,8 @@ Positions make_positions(int64_t first, int64_t count, const ModelConfig& model,
     const std::vector<int64_t> row = positions_in_documents(starts, first, count);
     ids.insert(ids.end(), row.begin(), row.end());
   }
-  Positions p = rope_tables(at::tensor(ids, at::TensorOptions().dtype(at::kLong)).view({B, count}), model, device);  // [B, s]
+  Positions p =
+      rope_tables(at::tensor(ids, at::TensorOptions().dtype(at::kLong)).view({B, count}), model, device);  // [B, s]
   p.documents = documents;
   return p;
 }
@@ -89,12 +89,12 @@ at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Ten
   const at::Tensor c = cos.dim() == 3 ? cos.unsqueeze(2) : cos.unsqueeze(0).unsqueeze(2);
   const at::Tensor sn = sin.dim() == 3 ? sin.unsqueeze(2) : sin.unsqueeze(0).unsqueeze(2);
   const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);  // [B, s, h, hd/2] views
-  at::Tensor out = at::empty(x.sizes(), x.options());  // [B, s, h, hd] contiguous
+  at::Tensor out = at::empty(x.sizes(), x.options());                          // [B, s, h, hd] contiguous
   at::Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);
-  at::mul_out(o1, x1, c);        // x1 cos
-  o1.addcmul_(x2, sn, -sign);    // -/+ x2 sin
-  at::mul_out(o2, x2, c);        // x2 cos
-  o2.addcmul_(x1, sn, sign);     // +/- x1 sin
+  at::mul_out(o1, x1, c);      // x1 cos
+  o1.addcmul_(x2, sn, -sign);  // -/+ x2 sin
+  at::mul_out(o2, x2, c);      // x2 cos
+  o2.addcmul_(x1, sn, sign);   // +/- x1 sin
   return out;
 }
 
@@ -130,7 +130,7 @@ at::Tensor apply_rope(const at::Tensor& x, const Positions& pos) {
 at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down) {
   at::Tensor gate = at::linear(x, w_gate);  // [..., f]
   note_planned_buffer(PlannedBuffer::MlpGate, gate);
-  at::Tensor up = at::linear(x, w_up);      // [..., f]
+  at::Tensor up = at::linear(x, w_up);  // [..., f]
   const bool records = at::GradMode::is_enabled() &&
                        (x.requires_grad() || w_gate.requires_grad() || w_up.requires_grad() || w_down.requires_grad());
   if (records) return at::linear(at::silu(gate) * up, w_down);  // [..., d]
@@ -159,7 +159,7 @@ LocalQKV project_qkv(at::Tensor& x, const AttentionWeights& w, const Positions& 
   out.q = at::linear(x, w.wq).view({B, s, H, hd});    // [B, s, H, hd]
   out.k = at::linear(x, w.wk).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
   out.v = at::linear(x, w.wv).view({B, s, Hkv, hd});  // [B, s, Hkv, hd]
-  x.reset();  // memory: the normed input dies here unless autograd keeps it
+  x.reset();                                          // memory: the normed input dies here unless autograd keeps it
   if (model.qk_norm) {
     out.q = rms_norm(out.q, w.q_norm, model.norm_eps);  // [B, s, H, hd]
     out.k = rms_norm(out.k, w.k_norm, model.norm_eps);  // [B, s, Hkv, hd]

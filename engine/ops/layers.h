@@ -16,9 +16,9 @@ namespace odyssey {
 
 /// The global positions of this rank's tokens and their rotary tables (category other).
 struct Positions {
-  at::Tensor ids;  ///< [s] int64 global position of each local token
-  at::Tensor cos;  ///< [s, head_dim / 2] fp32 (times the attention factor)
-  at::Tensor sin;  ///< [s, head_dim / 2] fp32 (times the attention factor)
+  at::Tensor ids;                 ///< [s] int64 global position of each local token
+  at::Tensor cos;                 ///< [s, head_dim / 2] fp32 (times the attention factor)
+  at::Tensor sin;                 ///< [s, head_dim / 2] fp32 (times the attention factor)
   at::Tensor inv_freq;            ///< [head_dim / 2] fp32 scaled frequencies for ops::rope_pack; undefined: from theta
   double attention_factor = 1.0;  ///< YaRN's scale on cos and sin (ops::rope_pack cannot apply it)
   /// Packed documents (training.document_mask): each row's document starts over the whole

@@ -26,25 +26,25 @@ constexpr int64_t kDefaultTile = 8192;
 void throw_first_bad_label(const at::Tensor& labels, int64_t vocab) {
   const at::Tensor bad = (labels != kIgnore) & ((labels < 0) | (labels >= vocab));
   const at::Tensor where = bad.nonzero();
-  TORCH_CHECK(where.numel() == 0, "ops::linear_cross_entropy: labels[", where[0][0].item<int64_t>(), "] = ",
-              labels[where[0][0].item<int64_t>()].item<int64_t>(), " must be in [0, ", vocab, ") or ", kIgnore);
+  TORCH_CHECK(where.numel() == 0, "ops::linear_cross_entropy: labels[", where[0][0].item<int64_t>(),
+              "] = ", labels[where[0][0].item<int64_t>()].item<int64_t>(), " must be in [0, ", vocab, ") or ", kIgnore);
 }
 
 LinearCrossEntropyResult reference_path(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                                        double grad_scale, at::Tensor* dweight, bool compute_dhidden,
-                                        int64_t seq_tile, int64_t vocab_tile) {
+                                        double grad_scale, at::Tensor* dweight, bool compute_dhidden, int64_t seq_tile,
+                                        int64_t vocab_tile) {
   throw_first_bad_label(labels, weight.size(0));
   const int64_t tokens = hidden.size(0), dim = hidden.size(1), vocab = weight.size(0);
   const int64_t st = std::min(seq_tile > 0 ? seq_tile : kDefaultTile, tokens);
   const int64_t vt_max = std::min(vocab_tile > 0 ? vocab_tile : kDefaultTile, vocab);
   const auto f32 = hidden.options().dtype(at::kFloat);
-  at::Tensor loss = at::empty({tokens}, f32);                                    // [T]
+  at::Tensor loss = at::empty({tokens}, f32);                                      // [T]
   at::Tensor dh = compute_dhidden ? at::empty({tokens, dim}, f32) : at::Tensor();  // [T, d] fp32
   const bool backward = compute_dhidden || dweight != nullptr;
   for (int64_t t0 = 0; t0 < tokens; t0 += st) {
     const int64_t tt = std::min(st, tokens - t0);
     const at::Tensor h = hidden.narrow(0, t0, tt).to(at::kFloat);  // [tt, d]
-    const at::Tensor lab = labels.narrow(0, t0, tt);                // [tt]
+    const at::Tensor lab = labels.narrow(0, t0, tt);               // [tt]
     const at::Tensor valid = lab != kIgnore;
     at::Tensor row_max = at::full({tt}, -std::numeric_limits<float>::infinity(), f32);
     at::Tensor row_sum = at::zeros({tt}, f32), target = at::zeros({tt}, f32);
@@ -70,7 +70,7 @@ LinearCrossEntropyResult reference_path(const at::Tensor& hidden, const at::Tens
     if (!backward) continue;
     at::Tensor dh_tile = compute_dhidden ? dh.narrow(0, t0, tt).zero_() : at::Tensor();
     const at::Tensor row_scale = valid.to(at::kFloat).unsqueeze(1) * grad_scale;  // [tt, 1]
-    for (int64_t v0 = 0; v0 < vocab; v0 += vt_max) {  // pass 2: softmax gradient per tile
+    for (int64_t v0 = 0; v0 < vocab; v0 += vt_max) {                              // pass 2: softmax gradient per tile
       const int64_t vt = std::min(vt_max, vocab - v0);
       at::Tensor grad = at::exp(logits_tile(v0, vt) - lse.unsqueeze(1));  // [tt, vt] softmax
       const auto [in_tile, column] = label_in_tile(v0, vt);
@@ -88,19 +88,19 @@ LinearCrossEntropyResult reference_path(const at::Tensor& hidden, const at::Tens
 
 LinearCrossEntropyResult linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
                                               const at::Tensor& labels, double grad_scale,
-                                              at::Tensor* dweight_accumulator, bool compute_dhidden,
-                                              int64_t seq_tile, int64_t vocab_tile, bool check_labels) {
+                                              at::Tensor* dweight_accumulator, bool compute_dhidden, int64_t seq_tile,
+                                              int64_t vocab_tile, bool check_labels) {
   constexpr const char* op = "ops::linear_cross_entropy";
   detail::check_float_dtype(hidden, op, "hidden");
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && weight.size(1) == hidden.size(1), op,
               ": hidden must be [T, d] and weight [V, d], got ", hidden.sizes(), " and ", weight.sizes());
-  TORCH_CHECK(weight.scalar_type() == hidden.scalar_type() && weight.device() == hidden.device(), op,
-              ": weight is ", weight.scalar_type(), " on ", weight.device(), ", hidden ", hidden.scalar_type(),
-              " on ", hidden.device(), "; they must match");
+  TORCH_CHECK(weight.scalar_type() == hidden.scalar_type() && weight.device() == hidden.device(), op, ": weight is ",
+              weight.scalar_type(), " on ", weight.device(), ", hidden ", hidden.scalar_type(), " on ", hidden.device(),
+              "; they must match");
   TORCH_CHECK(labels.scalar_type() == at::kLong && labels.dim() == 1 && labels.size(0) == hidden.size(0) &&
                   labels.device() == hidden.device(),
-              op, ": labels must be int64 [", hidden.size(0), "] on ", hidden.device(), ", got ",
-              labels.scalar_type(), " ", labels.sizes(), " on ", labels.device());
+              op, ": labels must be int64 [", hidden.size(0), "] on ", hidden.device(), ", got ", labels.scalar_type(),
+              " ", labels.sizes(), " on ", labels.device());
   TORCH_CHECK(seq_tile >= 0 && vocab_tile >= 0, op, ": seq_tile = ", seq_tile, ", vocab_tile = ", vocab_tile,
               " must be >= 0 (0 = 8192)");
   if (dweight_accumulator) {
@@ -111,7 +111,8 @@ LinearCrossEntropyResult linear_cross_entropy(const at::Tensor& hidden, const at
                 hidden.device(), ", got ", dw.scalar_type(), " ", dw.sizes());
   }
   if (hidden.size(0) == 0) {
-    return {at::empty({0}, hidden.options().dtype(at::kFloat)), compute_dhidden ? at::empty_like(hidden) : at::Tensor()};
+    return {at::empty({0}, hidden.options().dtype(at::kFloat)),
+            compute_dhidden ? at::empty_like(hidden) : at::Tensor()};
   }
 #ifdef ODYSSEY_WITH_CUDA
   if (hidden.is_cuda()) {
@@ -122,20 +123,19 @@ LinearCrossEntropyResult linear_cross_entropy(const at::Tensor& hidden, const at
     const at::Tensor h = hidden.contiguous(), w = weight.contiguous(), lab = labels.contiguous();
     at::Tensor workspace = at::empty({static_cast<int64_t>(plan.bytes)}, hidden.options().dtype(at::kByte));
     at::Tensor loss = at::empty({hidden.size(0)}, hidden.options().dtype(at::kFloat));  // [T]
-    at::Tensor dh = compute_dhidden ? at::empty_like(h) : at::Tensor();                  // [T, d]
+    at::Tensor dh = compute_dhidden ? at::empty_like(h) : at::Tensor();                 // [T, d]
     at::Tensor bad = at::zeros({1}, hidden.options().dtype(at::kInt));
-    kernels::linear_cross_entropy(dtype, h.data_ptr(), w.data_ptr(), lab.data_ptr<int64_t>(), shape,
-                                  static_cast<float>(grad_scale), loss.data_ptr<float>(),
-                                  compute_dhidden ? dh.data_ptr() : nullptr,
-                                  dweight_accumulator ? dweight_accumulator->data_ptr<float>() : nullptr,
-                                  workspace.data_ptr(), plan.bytes, bad.data_ptr<int32_t>(),
-                                  detail::current_stream(hidden), at::cuda::getCurrentCUDABlasHandle());
-    if (check_labels && bad.item<int32_t>() != 0) throw_first_bad_label(labels, weight.size(0));  // syncs; names the label
+    kernels::linear_cross_entropy(
+        dtype, h.data_ptr(), w.data_ptr(), lab.data_ptr<int64_t>(), shape, static_cast<float>(grad_scale),
+        loss.data_ptr<float>(), compute_dhidden ? dh.data_ptr() : nullptr,
+        dweight_accumulator ? dweight_accumulator->data_ptr<float>() : nullptr, workspace.data_ptr(), plan.bytes,
+        bad.data_ptr<int32_t>(), detail::current_stream(hidden), at::cuda::getCurrentCUDABlasHandle());
+    if (check_labels && bad.item<int32_t>() != 0)
+      throw_first_bad_label(labels, weight.size(0));  // syncs; names the label
     return {loss, dh};
   }
 #endif
-  return reference_path(hidden, weight, labels, grad_scale, dweight_accumulator, compute_dhidden, seq_tile,
-                        vocab_tile);
+  return reference_path(hidden, weight, labels, grad_scale, dweight_accumulator, compute_dhidden, seq_tile, vocab_tile);
 }
 
 }  // namespace odyssey::ops

@@ -83,7 +83,6 @@ struct LinearCrossEntropyResult {
 LinearCrossEntropyResult linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
                                               const at::Tensor& labels, double grad_scale,
                                               at::Tensor* dweight_accumulator, bool compute_dhidden = true,
-                                              int64_t seq_tile = 0, int64_t vocab_tile = 0,
-                                              bool check_labels = true);
+                                              int64_t seq_tile = 0, int64_t vocab_tile = 0, bool check_labels = true);
 
 }  // namespace odyssey::ops

@@ -84,7 +84,7 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm_forward(const at::Tensor& x, const at
     const c10::cuda::CUDAGuard guard(x.device());
     const at::Tensor xc = x.contiguous();
     const at::Tensor wc = weight.to(x.scalar_type()).contiguous();
-    at::Tensor y = at::empty_like(xc);                                // like x
+    at::Tensor y = at::empty_like(xc);                                   // like x
     at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));  // [rows]
     kernels::rmsnorm_forward(detail::kernel_dtype(x), xc.data_ptr(), wc.data_ptr(), y.data_ptr(),
                              rstd.data_ptr<float>(), rows, dim, static_cast<float>(eps), detail::current_stream(x));
@@ -93,13 +93,13 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm_forward(const at::Tensor& x, const at
 #endif
   const at::Tensor x2 = x.reshape({rows, dim});
   const at::Tensor wf = weight.to(at::kFloat);
-  at::Tensor y = at::empty({rows, dim}, x.options());            // like x
+  at::Tensor y = at::empty({rows, dim}, x.options());                  // like x
   at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));  // [rows]
   const int64_t block = fallback_block_rows(rows, dim);
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t n = std::min(block, rows - r0);
-    const at::Tensor xf = x2.narrow(0, r0, n).to(at::kFloat);   // [n, d] fp32
-    const at::Tensor r = rstd_of_rows(xf, eps);                 // [n]
+    const at::Tensor xf = x2.narrow(0, r0, n).to(at::kFloat);  // [n, d] fp32
+    const at::Tensor r = rstd_of_rows(xf, eps);                // [n]
     rstd.narrow(0, r0, n).copy_(r);
     y.narrow(0, r0, n).copy_(xf * r.unsqueeze(-1) * wf);
   }
@@ -143,7 +143,7 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm_backward(const at::Tensor& dy, const 
     const c10::cuda::CUDAGuard guard(x.device());
     const at::Tensor xc = x.contiguous(), dyc = dy.to(x.scalar_type()).contiguous(), rc = rstd.contiguous();
     const at::Tensor wc = weight.to(x.scalar_type()).contiguous();
-    at::Tensor dx = at::empty_like(xc);                 // like x
+    at::Tensor dx = at::empty_like(xc);                   // like x
     at::Tensor dweight = at::empty({dim}, wc.options());  // [d]
     at::Tensor workspace = at::empty({static_cast<int64_t>(kernels::rmsnorm_backward_workspace_bytes(rows, dim))},
                                      x.options().dtype(at::kByte));  // [partials * d] fp32 partials
@@ -155,7 +155,7 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm_backward(const at::Tensor& dy, const 
 #endif
   const at::Tensor x2 = x.reshape({rows, dim}), dy2 = dy.reshape({rows, dim});
   const at::Tensor wf = weight.to(at::kFloat);
-  at::Tensor dx = at::empty({rows, dim}, x.options());                  // like x
+  at::Tensor dx = at::empty({rows, dim}, x.options());                   // like x
   at::Tensor dweight = at::zeros({dim}, x.options().dtype(at::kFloat));  // [d] fp32 accumulator
   const int64_t block = fallback_block_rows(rows, dim);
   for (int64_t r0 = 0; r0 < rows; r0 += block) {

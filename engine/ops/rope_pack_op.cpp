@@ -31,20 +31,20 @@ StageGeometry check_stage(const at::Tensor& x_like, const at::Tensor& positions,
   TORCH_CHECK(positions.device() == x_like.device(), op, ": positions on ", positions.device(), ", x on ",
               x_like.device());
   TORCH_CHECK(hd % 2 == 0, op, ": head_dim = ", hd, " must be even");
-  TORCH_CHECK(st.ranks > 0 && st.stage_heads > 0 && st.stage_heads % st.ranks == 0, op, ": stage_heads = ",
-              st.stage_heads, " must be a positive multiple of ranks = ", st.ranks);
+  TORCH_CHECK(st.ranks > 0 && st.stage_heads > 0 && st.stage_heads % st.ranks == 0, op,
+              ": stage_heads = ", st.stage_heads, " must be a positive multiple of ranks = ", st.ranks);
   TORCH_CHECK(st.head_repeat > 0 && st.stage_heads % st.head_repeat == 0 && st.head_stride > 0, op,
               ": head_repeat = ", st.head_repeat, " must divide stage_heads = ", st.stage_heads,
               " and head_stride = ", st.head_stride, " must be positive");
   const int64_t distinct = st.stage_heads / st.head_repeat;
   const int64_t last = st.head_begin + (distinct - 1) * st.head_stride;
-  TORCH_CHECK(st.head_begin >= 0 && last < heads, op, ": stage heads ", st.head_begin, "..", last,
-              " must lie in [0, ", heads, ")");
+  TORCH_CHECK(st.head_begin >= 0 && last < heads, op, ": stage heads ", st.head_begin, "..", last, " must lie in [0, ",
+              heads, ")");
   if (inv_freq) {
-    TORCH_CHECK(inv_freq->scalar_type() == at::kFloat && inv_freq->numel() == hd / 2 &&
-                    inv_freq->device() == x_like.device(),
-                op, ": inv_freq must be float32 [", hd / 2, "] on ", x_like.device(), ", got ",
-                inv_freq->scalar_type(), " ", inv_freq->sizes(), " on ", inv_freq->device());
+    TORCH_CHECK(
+        inv_freq->scalar_type() == at::kFloat && inv_freq->numel() == hd / 2 && inv_freq->device() == x_like.device(),
+        op, ": inv_freq must be float32 [", hd / 2, "] on ", x_like.device(), ", got ", inv_freq->scalar_type(), " ",
+        inv_freq->sizes(), " on ", inv_freq->device());
   } else {
     TORCH_CHECK(theta > 1.0, op, ": theta = ", theta, " must exceed 1");
   }
@@ -58,7 +58,7 @@ std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions, int64_t hd
   const at::Tensor freq =
       inv_freq ? inv_freq->to(at::kDouble)
                : at::pow(theta, -at::arange(0, hd / 2, f64) * (2.0 / static_cast<double>(hd)));  // [hd/2]
-  const at::Tensor angle = positions.to(at::kDouble).unsqueeze(-1).unsqueeze(-1) * freq;    // [B, s, 1, hd/2]
+  const at::Tensor angle = positions.to(at::kDouble).unsqueeze(-1).unsqueeze(-1) * freq;         // [B, s, 1, hd/2]
   return {at::cos(angle).to(at::kFloat), at::sin(angle).to(at::kFloat)};
 }
 
@@ -111,10 +111,10 @@ void rope_pack_out(at::Tensor& send, const at::Tensor& x, const at::Tensor& posi
     return;
   }
 #endif
-  const auto [cos, sin] = rotary(positions, g.head_dim, theta, inv_freq);                 // [B, s, 1, hd/2]
+  const auto [cos, sin] = rotary(positions, g.head_dim, theta, inv_freq);                        // [B, s, 1, hd/2]
   const at::Tensor xs = x.index_select(2, stage_heads_index(stage, x.device())).to(at::kFloat);  // [B,s,h,hd]
   const at::Tensor a = xs.narrow(-1, 0, g.head_dim / 2), z = xs.narrow(-1, g.head_dim / 2, g.head_dim / 2);
-  const at::Tensor rotated = at::cat({a * cos - z * sin, z * cos + a * sin}, -1);         // [B, s, h, hd]
+  const at::Tensor rotated = at::cat({a * cos - z * sin, z * cos + a * sin}, -1);  // [B, s, h, hd]
   send.copy_(rotated.view({g.batch, g.seq, stage.ranks, g.per_rank, g.head_dim}).permute({2, 0, 1, 3, 4}));
 }
 
@@ -132,13 +132,14 @@ void rope_unpack_backward(at::Tensor& dx, const at::Tensor& dsend, const at::Ten
     const at::Tensor gc = dsend.to(dx.scalar_type()).contiguous(), pc = positions.contiguous();
     const at::Tensor fc = inv_freq ? inv_freq->contiguous() : at::Tensor();
     kernels::rope_pack_backward(detail::kernel_dtype(dx), gc.data_ptr(), pc.data_ptr<int64_t>(),
-                                inv_freq ? fc.data_ptr<float>() : nullptr, theta, kernel_shape(g, stage),
-                                dx.data_ptr(), accumulate, detail::current_stream(dx));
+                                inv_freq ? fc.data_ptr<float>() : nullptr, theta, kernel_shape(g, stage), dx.data_ptr(),
+                                accumulate, detail::current_stream(dx));
     return;
   }
 #endif
   const auto [cos, sin] = rotary(positions, g.head_dim, theta, inv_freq);  // [B, s, 1, hd/2]
-  const at::Tensor gs = dsend.to(at::kFloat).permute({1, 2, 0, 3, 4}).reshape({g.batch, g.seq, stage.stage_heads, g.head_dim});
+  const at::Tensor gs =
+      dsend.to(at::kFloat).permute({1, 2, 0, 3, 4}).reshape({g.batch, g.seq, stage.stage_heads, g.head_dim});
   const at::Tensor ga = gs.narrow(-1, 0, g.head_dim / 2), gz = gs.narrow(-1, g.head_dim / 2, g.head_dim / 2);
   const at::Tensor unrotated = at::cat({ga * cos + gz * sin, gz * cos - ga * sin}, -1);  // [B, s, h, hd]
   // Replicated stage heads (consecutive head_repeat of them) sum into their input head.

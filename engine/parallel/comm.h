@@ -97,15 +97,15 @@ class SoloComm final : public Comm {
 
 /// Where one rank sits in the job, and its groups. Components take what they need from it.
 struct RankContext {
-  int rank = 0;        ///< global rank
+  int rank = 0;  ///< global rank
   /// This rank's index among the ranks of this process: its memory-tracker counters, phase
   /// stack and thread-local scopes (the rank thread's index; 0 for a torchrun process, whose
   /// global rank may be any number).
   int slot = 0;
   int world_size = 1;
-  int sp_rank = 0;     ///< rank inside the Ulysses group (which sequence shard it holds)
-  int sp_size = 1;     ///< Ulysses degree P
-  int dp_rank = 0;     ///< which data-parallel replica (which sequences it trains on)
+  int sp_rank = 0;  ///< rank inside the Ulysses group (which sequence shard it holds)
+  int sp_size = 1;  ///< Ulysses degree P
+  int dp_rank = 0;  ///< which data-parallel replica (which sequences it trains on)
   int dp_size = 1;
   bool emulated = false;  ///< rank emulation: collectives are stand-ins, losses meaningless
   at::Device device = at::kCPU;

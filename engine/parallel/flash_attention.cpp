@@ -47,7 +47,7 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
       // [1, h, n, hd] over [1, hk, n, hd]: the segment alone, causal within it
       run.kernel = flash_attention_forward(segment_of(q, run), segment_of(k, run), segment_of(v, run));
       segment_of(r.out, run).copy_(run.kernel.out);
-      at::Tensor lse_slice = segment_of(r.lse, run);  // [1, h, n]
+      at::Tensor lse_slice = segment_of(r.lse, run);             // [1, h, n]
       lse_slice.copy_(run.kernel.lse.narrow(2, 0, run.length));  // the efficient kernel pads its lse's last dim
       run.kernel.out.reset();  // memory: one segment's output at a time; the whole out holds it
       if (run.kernel.lse.sizes() == lse_slice.sizes()) run.kernel.lse.reset();
@@ -84,8 +84,8 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
   return r;
 }
 
-std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, const at::Tensor& q,
-                                                   const at::Tensor& k, const at::Tensor& v, const FlashResult& saved) {
+std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                                                   const at::Tensor& v, const FlashResult& saved) {
   at::Tensor dq, dk, dv;
   if (!saved.documents.empty()) {
     // Every position lies in exactly one segment of its row: each gradient is written once.
@@ -94,10 +94,10 @@ std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, c
     dv = at::empty_like(v);
     for (const DocumentRun& run : saved.documents) {
       FlashResult one = run.kernel;
-      one.out = segment_of(saved.out, run);                               // [1, h, n, hd]
-      if (!one.lse.defined()) one.lse = segment_of(saved.lse, run);       // [1, h, n], a strided view
+      one.out = segment_of(saved.out, run);                          // [1, h, n, hd]
+      if (!one.lse.defined()) one.lse = segment_of(saved.lse, run);  // [1, h, n], a strided view
       auto [dq_s, dk_s, dv_s] = flash_attention_backward(segment_of(grad_out, run), segment_of(q, run),
-                                                          segment_of(k, run), segment_of(v, run), one);
+                                                         segment_of(k, run), segment_of(v, run), one);
       segment_of(dq, run).copy_(dq_s);
       segment_of(dk, run).copy_(dk_s);
       segment_of(dv, run).copy_(dv_s);

@@ -49,7 +49,7 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
 
 /// Gradients {dq, dk, dv} (shapes of q, k, v) from grad_out [B, h, S, hd] and the saved result
 /// (per segment when it holds document runs).
-std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, const at::Tensor& q,
-                                                   const at::Tensor& k, const at::Tensor& v, const FlashResult& saved);
+std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                                                   const at::Tensor& v, const FlashResult& saved);
 
 }  // namespace odyssey

@@ -115,7 +115,8 @@ at::Tensor host_state_tensor(int64_t numel, at::Device device, MemCategory categ
   data = holder->pinned.data_ptr();
 #endif
   MemoryTracker::instance().on_alloc(holder->rank, MemPool::Host, category, holder->bytes);
-  at::Tensor t = at::from_blob(data, {numel}, [holder](void*) mutable { holder.reset(); }, fp32_on(at::kCPU));
+  at::Tensor t = at::from_blob(
+      data, {numel}, [holder](void*) mutable { holder.reset(); }, fp32_on(at::kCPU));
   t.zero_();  // [numel] fp32 in pinned host memory
   return t;
 }
@@ -359,7 +360,7 @@ void FlatParamGroup::allocate_full_memory() {
 }
 
 void FlatParamGroup::unshard() {
-  await_update();  // the host AdamW's update of the last step, at this first use
+  await_update();         // the host AdamW's update of the last step, at this first use
   if (pending_gather_) {  // a prefetch: the gather was started, now its output is needed
     std::unique_ptr<PendingCollective> pending = std::move(pending_gather_);
     pending->finish();
@@ -417,8 +418,8 @@ void FlatParamGroup::reshard() {
 
 at::Tensor FlatParamGroup::pack_gradients(const std::vector<at::Tensor>& param_grads) const {
   if (param_grads.size() != specs_.size())
-    throw std::invalid_argument("flat group " + name_ + ": " + std::to_string(param_grads.size()) +
-                                " gradients for " + std::to_string(specs_.size()) + " parameters");
+    throw std::invalid_argument("flat group " + name_ + ": " + std::to_string(param_grads.size()) + " gradients for " +
+                                std::to_string(specs_.size()) + " parameters");
   at::Tensor flat;
   {
     CategoryScope category(MemCategory::CommBuffers);
@@ -444,7 +445,8 @@ at::Tensor FlatParamGroup::reduce_gradients(const std::vector<at::Tensor>& param
   return reduce_flat(pack_gradients(param_grads));
 }
 
-FlatParamGroup::PendingGradient FlatParamGroup::start_reduce_gradients(const std::vector<at::Tensor>& param_grads) const {
+FlatParamGroup::PendingGradient FlatParamGroup::start_reduce_gradients(
+    const std::vector<at::Tensor>& param_grads) const {
   PendingGradient out;
   if (shards_ <= 1) {
     out.shard = reduce_gradients(param_grads);  // an all-reduce (or nothing): the result is final

@@ -33,8 +33,8 @@ int64_t lay_out_flat(std::vector<ParamSpec>& specs);
 
 /// How a group is laid out over the ranks.
 struct FlatGroupOptions {
-  bool fsdp = false;                       ///< shard master/grad/moments over ctx.world
-  at::ScalarType compute = at::kFloat;     ///< dtype of `full` (the parameters the model sees)
+  bool fsdp = false;                    ///< shard master/grad/moments over ctx.world
+  at::ScalarType compute = at::kFloat;  ///< dtype of `full` (the parameters the model sees)
   at::Device device = at::kCPU;
   ParamGroupKind kind = ParamGroupKind::Block;  ///< which planner terms size its buffers (planned_buffers.h)
   bool offload_optimizer = false;  ///< master, gradient and moments start in host memory (set_states_on_host)
@@ -183,15 +183,15 @@ class FlatParamGroup {
   /// Places master/grad/moments on the host or the device (fresh tensors) and builds `full`.
   void place_states(bool on_host);
   int shards_ = 1;
-  bool full_resident_ = false;   ///< `full` is master or device_params_: (un)shard cost nothing
+  bool full_resident_ = false;  ///< `full` is master or device_params_: (un)shard cost nothing
   bool states_on_host_ = false;
   at::Tensor device_params_;     ///< [shard_numel] compute dtype on the device, with the states on the host
   bool grad_zeroed_ = true;      ///< no contribution since zero_gradient(): the next may be a copy
   bool grad_stale_ = false;      ///< ... and the buffer still holds the last step's values
   at::Tensor device_grad_norm_;  ///< [] fp32 on the device (device_grad_norm)
   std::unique_ptr<c10::Event> grad_copy_done_;  ///< recorded after an asynchronous copy down
-  std::function<void()> pending_update_;    ///< set_pending_update's wait, until await_update (empty: none)
-  std::function<bool()> pending_finished_;  ///< set_pending_update's probe: the pass is done
+  std::function<void()> pending_update_;        ///< set_pending_update's wait, until await_update (empty: none)
+  std::function<bool()> pending_finished_;      ///< set_pending_update's probe: the pass is done
   bool unsharded_ = false;
   at::Tensor full_;  ///< [padded_numel] compute dtype; its storage is swapped by (un)shard
   std::unique_ptr<PendingCollective> pending_gather_;  ///< unshard_async's all-gather in flight

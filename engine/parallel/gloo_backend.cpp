@@ -46,11 +46,11 @@ void ignore_sigpipe_once() {
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                    int size, std::chrono::milliseconds timeout,
-                                                    const std::string& hostname, const std::string& interface) {
-  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "make_gloo_backend: rank ", rank,
-              " is outside a group of size ", size);
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                    std::chrono::milliseconds timeout, const std::string& hostname,
+                                                    const std::string& interface) {
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "make_gloo_backend: rank ", rank, " is outside a group of size ",
+              size);
   // Options::create() leaves `devices` empty (the constructor would throw "No device(s)
   // specified"): add one TCP device bound to the given address or interface. Exported helpers only.
   ignore_sigpipe_once();

@@ -22,8 +22,8 @@ namespace odyssey {
 /// `timeout` bounds the rendezvous and every Gloo operation inside the backend.
 /// Blocks until all `size` members have joined. Throws c10::Error on a failed rendezvous.
 ///   auto pg = make_gloo_backend(prefix_store, rank, 4, std::chrono::seconds(30));
-c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                    int size, std::chrono::milliseconds timeout,
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                    std::chrono::milliseconds timeout,
                                                     const std::string& hostname = "127.0.0.1",
                                                     const std::string& interface = "");
 

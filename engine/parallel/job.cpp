@@ -31,7 +31,8 @@ void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::
     // A collective failed here: some other rank caused it. Name it (this may wait kSilence).
     const PeerWatch::Culprit culprit = watch ? watch->diagnose() : PeerWatch::Culprit{};
     const std::string what = e.what();
-    if (culprit.rank < 0 || what.find("abandoned: rank " + std::to_string(culprit.rank) + " failed") != std::string::npos)
+    if (culprit.rank < 0 ||
+        what.find("abandoned: rank " + std::to_string(culprit.rank) + " failed") != std::string::npos)
       throw;  // nobody else to blame, or the message already names the rank
     throw CommError(what + "; cause: " + culprit.text);
   } catch (const std::exception& e) {
@@ -49,9 +50,12 @@ JobMode job_mode(const ParallelConfig& parallel) {
 
 const char* to_string(JobMode mode) {
   switch (mode) {
-    case JobMode::Threads: return "threads";
-    case JobMode::Torchrun: return "torchrun";
-    case JobMode::Emulated: return "emulated";
+    case JobMode::Threads:
+      return "threads";
+    case JobMode::Torchrun:
+      return "torchrun";
+    case JobMode::Emulated:
+      return "emulated";
   }
   return "?";
 }

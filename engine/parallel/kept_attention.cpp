@@ -57,7 +57,8 @@ std::vector<at::Tensor> KeptAttention::tensors() const {
   return out;
 }
 
-KeptAttentionScope::KeptAttentionScope(KeptAttention* slot, Mode mode) : previous_slot_(t_slot), previous_mode_(t_mode) {
+KeptAttentionScope::KeptAttentionScope(KeptAttention* slot, Mode mode)
+    : previous_slot_(t_slot), previous_mode_(t_mode) {
   t_slot = slot;
   t_mode = mode;
 }

@@ -20,9 +20,8 @@ namespace odyssey {
 
 bool nccl_available() { return true; }
 
-c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                    int size, std::chrono::milliseconds timeout,
-                                                    c10::Device device) {
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                    std::chrono::milliseconds timeout, c10::Device device) {
   TORCH_CHECK(device.is_cuda() && device.has_index(), "make_nccl_backend: rank ", rank,
               " needs a CUDA device with an index, got ", device.str());
   c10::cuda::set_device(device.index());
@@ -41,7 +40,8 @@ bool nccl_available() { return false; }
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int rank, int,
                                                     std::chrono::milliseconds, c10::Device device) {
   throw std::runtime_error("rank " + std::to_string(rank) + ": cannot create an NCCL process group for " +
-                           device.str() + ": this build of Odyssey has no NCCL (LibTorch without CUDA, "
+                           device.str() +
+                           ": this build of Odyssey has no NCCL (LibTorch without CUDA, "
                            "or nccl.h not found at configure time)");
 }
 

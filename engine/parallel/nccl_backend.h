@@ -23,8 +23,7 @@ bool nccl_available();
 /// backend's own watchdog timeout is `timeout` plus a grace period so that Odyssey's wait loop
 /// (which names rank, group and operation) reports first. Throws std::runtime_error when
 /// nccl_available() is false.
-c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                    int size, std::chrono::milliseconds timeout,
-                                                    c10::Device device);
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                    std::chrono::milliseconds timeout, c10::Device device);
 
 }  // namespace odyssey

@@ -101,11 +101,11 @@ PeerWatch::Culprit PeerWatch::diagnose() {
     for (int r = 0; r < world_size_; ++r) {
       if (r == rank_ || after[r] != before[r]) continue;
       // Declare it on the silent rank's behalf: every survivor then names the same rank.
-      const std::string reason = "its process stopped responding (no heartbeat for " + seconds_text(kSilence) +
-                                 ": killed, crashed or hung)";
+      const std::string reason =
+          "its process stopped responding (no heartbeat for " + seconds_text(kSilence) + ": killed, crashed or hung)";
       const std::string value = std::to_string(r) + "\n" + reason;
-      const std::vector<uint8_t> now =
-          probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{}, std::vector<uint8_t>(value.begin(), value.end()));
+      const std::vector<uint8_t> now = probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{},
+                                                                std::vector<uint8_t>(value.begin(), value.end()));
       const auto [first, first_reason] = parse_failure(now);
       if (first >= 0 && first != rank_) return {first, "rank " + std::to_string(first) + " failed: " + first_reason};
       return {r, "rank " + std::to_string(r) + " failed: " + reason};

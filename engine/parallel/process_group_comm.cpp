@@ -54,8 +54,8 @@ std::string tensor_text(const at::Tensor& t) {
 
 }  // namespace
 
-BackendComm::BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec,
-                         std::shared_ptr<AbortSignal> abort, bool cuda)
+BackendComm::BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec, std::shared_ptr<AbortSignal> abort,
+                         bool cuda)
     : backend_(std::move(backend)), spec_(std::move(spec)), abort_(std::move(abort)), cuda_(cuda) {
   if (cuda_) {
     c10d::Backend* raw = backend_.get();
@@ -84,8 +84,8 @@ BackendComm::~BackendComm() {
 }
 
 std::string BackendComm::where(const char* op) const {
-  return "rank " + std::to_string(spec_.rank) + " (global rank " + std::to_string(spec_.global_rank) +
-         ") in group " + spec_.instance + " of " + std::to_string(spec_.size) + ": " + op;
+  return "rank " + std::to_string(spec_.rank) + " (global rank " + std::to_string(spec_.global_rank) + ") in group " +
+         spec_.instance + " of " + std::to_string(spec_.size) + ": " + op;
 }
 
 void BackendComm::fail(const char* op, const std::string& why) { throw CommError(where(op) + " " + why); }
@@ -93,8 +93,10 @@ void BackendComm::fail(const char* op, const std::string& why) { throw CommError
 void BackendComm::check_tensor(const char* op, const char* what, const at::Tensor& t) const {
   if (!t.defined()) throw CommError(where(op) + ": " + what + " is an undefined tensor");
   if (!t.is_contiguous())
-    throw CommError(where(op) + ": " + what + " must be contiguous (a collective on .contiguous() would write "
-                    "into a temporary), got strides " + c10::str(t.strides()));
+    throw CommError(where(op) + ": " + what +
+                    " must be contiguous (a collective on .contiguous() would write "
+                    "into a temporary), got strides " +
+                    c10::str(t.strides()));
 }
 
 void BackendComm::check_watchdog(const char* op) {
@@ -103,8 +105,8 @@ void BackendComm::check_watchdog(const char* op) {
     poisoned_ = true;
     // The failed collective is named in `why`; `op` is the one that found out.
     throw CommError("rank " + std::to_string(spec_.rank) + " (global rank " + std::to_string(spec_.global_rank) +
-                    ") in group " + spec_.instance + " of " + std::to_string(spec_.size) + ": " + *why +
-                    " (found at " + op + ")");
+                    ") in group " + spec_.instance + " of " + std::to_string(spec_.size) + ": " + *why + " (found at " +
+                    op + ")");
   }
 }
 
@@ -114,8 +116,7 @@ void BackendComm::drain() {
   check_watchdog("drain");
 }
 
-void BackendComm::begin(const char* op, const at::Tensor* in, const at::Tensor* out, bool shapes_ok,
-                        const char* rule) {
+void BackendComm::begin(const char* op, const at::Tensor* in, const at::Tensor* out, bool shapes_ok, const char* rule) {
   check_watchdog(op);
   if (poisoned_) fail(op, "refused: an earlier collective of this group failed");
   if (in != nullptr) check_tensor(op, out != nullptr ? "input" : "tensor", *in);
@@ -270,7 +271,9 @@ std::unique_ptr<PendingCollective> BackendComm::start_all_gather(at::Tensor& out
   begin(op, &in, &out, out.numel() == in.numel() * spec_.size, "output = size x input elements of one dtype");
   at::Tensor out_flat = out.view(-1);
   at::Tensor in_flat = in.view(-1);
-  if (cuda_) return std::make_unique<Pending>(*this, op, backend_->_allgather_base(out_flat, in_flat), std::vector<at::Tensor>{out_flat, in_flat});
+  if (cuda_)
+    return std::make_unique<Pending>(*this, op, backend_->_allgather_base(out_flat, in_flat),
+                                     std::vector<at::Tensor>{out_flat, in_flat});
   // Gloo: ProcessGroupGloo's _allgather_base stages through an output-sized tensor allocated on
   // its worker thread, which the memory tracker cannot attribute to this rank (and rank emulation
   // would not reproduce). An in-place SUM all-reduce of the output with only this rank's slot

@@ -43,8 +43,7 @@ struct GroupSpec {
 /// joining it would hang the caller).
 class BackendComm : public Comm {
  public:
-  BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec, std::shared_ptr<AbortSignal> abort,
-              bool cuda);
+  BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec, std::shared_ptr<AbortSignal> abort, bool cuda);
   ~BackendComm() override;
   BackendComm(const BackendComm&) = delete;
   BackendComm& operator=(const BackendComm&) = delete;

@@ -23,8 +23,7 @@ namespace odyssey {
 namespace {
 
 std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int index,
-                                 int member, int size, int global_rank, at::Device device,
-                                 const CommOptions& options) {
+                                 int member, int size, int global_rank, at::Device device, const CommOptions& options) {
   if (size == 1) return std::make_shared<SoloComm>(name);
   GroupSpec spec;
   spec.name = name;
@@ -34,7 +33,8 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& store, c
   spec.global_rank = global_rank;
   spec.timeout = options.timeout;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(spec.instance, store);
-  if (device.is_cuda() && !options.shared_device) return std::make_shared<NcclComm>(prefixed, spec, device, options.abort);
+  if (device.is_cuda() && !options.shared_device)
+    return std::make_shared<NcclComm>(prefixed, spec, device, options.abort);
   return std::make_shared<GlooComm>(prefixed, spec, options.abort, options.gloo_hostname, options.gloo_interface);
 }
 
@@ -49,17 +49,14 @@ int parse_env_int(const char* name, const char* value, int min_value) {
                               " must be an integer >= " + std::to_string(min_value));
 }
 
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
+bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
 
 }  // namespace
 
 RankLayout layout_of(int rank, int world_size, int sp_size) {
   if (world_size < 1 || sp_size < 1 || world_size % sp_size != 0)
     throw std::invalid_argument("rank layout: parallel.world_size = " + std::to_string(world_size) +
-                                " must be a positive multiple of parallel.ulysses_degree = " +
-                                std::to_string(sp_size));
+                                " must be a positive multiple of parallel.ulysses_degree = " + std::to_string(sp_size));
   if (rank < 0 || rank >= world_size)
     throw std::invalid_argument("rank layout: rank " + std::to_string(rank) + " is outside [0, " +
                                 std::to_string(world_size) + ")");
@@ -86,7 +83,8 @@ CommOptions comm_options(const ParallelConfig& parallel) {
 
 RankContext make_rank_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, const ParallelConfig& parallel,
                               at::Device device, const CommOptions& options) {
-  const RankLayout l = layout_of(rank, static_cast<int>(parallel.world_size), static_cast<int>(parallel.ulysses_degree));
+  const RankLayout l =
+      layout_of(rank, static_cast<int>(parallel.world_size), static_cast<int>(parallel.ulysses_degree));
   RankContext ctx;
   ctx.rank = l.rank;
   ctx.world_size = l.world_size;
@@ -140,8 +138,9 @@ void run_rank_threads(const ParallelConfig& parallel, at::Device device, const s
     threads.emplace_back([&, r] {
       RankScope rank_scope(r);  // the memory tracker charges this thread's allocations to rank r
       const at::Device rank_device =
-          device.is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>((device.has_index() ? device.index() : 0) + r))
-                           : device;
+          device.is_cuda()
+              ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>((device.has_index() ? device.index() : 0) + r))
+              : device;
       std::optional<RankContext> ctx;
       try {
         RankContext made = world == 1 ? make_solo_rank_context(rank_device)
@@ -179,8 +178,8 @@ std::optional<TorchrunEnv> torchrun_env() {
   env.world_size = parse_env_int("WORLD_SIZE", world, 1);
   env.rank = parse_env_int("RANK", rank, 0);
   if (env.rank >= env.world_size)
-    throw std::invalid_argument("torchrun environment: RANK=" + std::to_string(env.rank) + " must be below WORLD_SIZE=" +
-                                std::to_string(env.world_size));
+    throw std::invalid_argument("torchrun environment: RANK=" + std::to_string(env.rank) +
+                                " must be below WORLD_SIZE=" + std::to_string(env.world_size));
   if (const char* local = std::getenv("LOCAL_RANK")) env.local_rank = parse_env_int("LOCAL_RANK", local, 0);
   if (const char* local_world = std::getenv("LOCAL_WORLD_SIZE"))
     env.local_world_size = parse_env_int("LOCAL_WORLD_SIZE", local_world, 1);
@@ -198,8 +197,7 @@ std::optional<TorchrunEnv> torchrun_env() {
     if (v == "True" || v == "true" || v == "1")
       env.use_agent_store = true;
     else if (!(v == "False" || v == "false" || v == "0" || v.empty()))
-      throw std::invalid_argument("torchrun environment: TORCHELASTIC_USE_AGENT_STORE=" + v +
-                                  " must be True or False");
+      throw std::invalid_argument("torchrun environment: TORCHELASTIC_USE_AGENT_STORE=" + v + " must be True or False");
   }
   if (const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT"))
     env.restart_count = parse_env_int("TORCHELASTIC_RESTART_COUNT", restarts, 0);
@@ -208,10 +206,10 @@ std::optional<TorchrunEnv> torchrun_env() {
 
 TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device) {
   if (env.world_size != parallel.world_size)
-    throw std::invalid_argument("torchrun environment: WORLD_SIZE=" + std::to_string(env.world_size) +
-                                " must equal parallel.world_size = " + std::to_string(parallel.world_size) +
-                                " (set it in the preset or with --set parallel.world_size=" +
-                                std::to_string(env.world_size) + ")");
+    throw std::invalid_argument(
+        "torchrun environment: WORLD_SIZE=" + std::to_string(env.world_size) +
+        " must equal parallel.world_size = " + std::to_string(parallel.world_size) +
+        " (set it in the preset or with --set parallel.world_size=" + std::to_string(env.world_size) + ")");
   CommOptions options = comm_options(parallel);
   // `device` is the local rank's GPU (resolve_device: local rank modulo the GPUs); more local ranks
   // than GPUs share them, over Gloo (CommOptions::shared_device).
@@ -233,8 +231,8 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
   store_options.timeout = options.timeout;
   auto tcp_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   if (env.use_agent_store)  // the agent's store outlives restarts: one key space per attempt
-    joined.store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
-                                                          tcp_store);
+    joined.store =
+        c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), tcp_store);
   else
     joined.store = tcp_store;
   joined.ctx = make_rank_context(joined.store, env.rank, parallel, rank_device, options);

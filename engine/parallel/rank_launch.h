@@ -78,8 +78,7 @@ RankContext make_solo_rank_context(at::Device device);
 /// RankError carries the first failing rank's message, prefixed "rank R: ". world_size 1 runs
 /// `fn` on a thread too (same thread-local behaviour for every size).
 ///   run_rank_threads(cfg.parallel, at::kCPU, [&](RankContext& ctx) { train(ctx); });
-void run_rank_threads(const ParallelConfig& parallel, at::Device device,
-                      const std::function<void(RankContext&)>& fn);
+void run_rank_threads(const ParallelConfig& parallel, at::Device device, const std::function<void(RankContext&)>& fn);
 
 /// torchrun's conventions, read from the environment.
 struct TorchrunEnv {

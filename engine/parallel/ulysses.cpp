@@ -101,8 +101,9 @@ void seq_to_heads_into(at::Tensor& out, const at::Tensor& in, Comm& comm, at::Te
 
 void seq_to_heads_from_send(at::Tensor& out, const at::Tensor& send, Comm& comm, at::Tensor recv) {
   const int64_t P = comm.size();
-  require(send.dim() == 5 && send.size(0) == P && send.is_contiguous(),
-          "send must be a contiguous [P, B, s, n, hd] with P = " + std::to_string(P) + ", got " + c10::str(send.sizes()));
+  require(
+      send.dim() == 5 && send.size(0) == P && send.is_contiguous(),
+      "send must be a contiguous [P, B, s, n, hd] with P = " + std::to_string(P) + ", got " + c10::str(send.sizes()));
   const int64_t B = send.size(1), s = send.size(2), n = send.size(3), hd = send.size(4);
   require(out.sizes() == at::IntArrayRef({B, s * P, n, hd}) && out.is_contiguous(),
           "output must be contiguous [B, S, n, hd] = " + c10::str(at::IntArrayRef({B, s * P, n, hd})) + ", got " +
@@ -113,7 +114,7 @@ void seq_to_heads_from_send(at::Tensor& out, const at::Tensor& send, Comm& comm,
     return;
   }
   recv = staging(recv, {P, B, s, n, hd}, send);
-  comm.all_to_all(recv, send);                                       // [P(src seq chunk), B, s, n, hd]
+  comm.all_to_all(recv, send);                                      // [P(src seq chunk), B, s, n, hd]
   out.view({B, P, s, n, hd}).copy_(recv.permute({1, 0, 2, 3, 4}));  // [B, P*s = S, n, hd]
 }
 
@@ -121,7 +122,8 @@ void heads_to_seq_into(at::Tensor& out, const at::Tensor& in, Comm& comm, at::Te
   const int64_t P = comm.size();
   require(in.dim() == 4, "input must be [B, S, n, hd], got " + c10::str(in.sizes()));
   const int64_t B = in.size(0), S = in.size(1), n = in.size(2), hd = in.size(3);
-  require(S % P == 0, "sequence S = " + std::to_string(S) + " must be divisible by the degree P = " + std::to_string(P));
+  require(S % P == 0,
+          "sequence S = " + std::to_string(S) + " must be divisible by the degree P = " + std::to_string(P));
   const int64_t s = S / P;
   const bool out5 = out.dim() == 5;
   require(out5 ? out.sizes() == at::IntArrayRef({B, s, P, n, hd}) : out.sizes() == at::IntArrayRef({B, s, P * n, hd}),
@@ -154,14 +156,15 @@ at::Tensor heads_to_seq(const at::Tensor& x, Comm& comm) {
   return HeadsToSeq::apply(x.contiguous(), &comm);
 }
 
-at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Positions& pos,
-                             const ModelConfig& model, const RankContext& ctx) {
+at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
+                             const RankContext& ctx) {
   Comm& sp = *ctx.sp;
   const int64_t P = sp.size();
   const int64_t B = x.size(0), s = x.size(1), H = model.n_heads, Hkv = model.n_kv_heads, hd = model.head_dim;
   // the validator's rules (engine/layout/heads.h): reaching here with a config it refused is a bug
   for (const auto& broken : {ulysses_heads_rule(H, P), ulysses_kv_heads_rule(Hkv, P)})
-    if (broken) throw std::invalid_argument("ulysses_attention: the Ulysses degree " + std::to_string(P) + " " + *broken);
+    if (broken)
+      throw std::invalid_argument("ulysses_attention: the Ulysses degree " + std::to_string(P) + " " + *broken);
   auto [q, k, v] = project_qkv(x, w, pos, model);  // q [B, s, H, hd], k/v [B, s, Hkv, hd]; x released
   if (Hkv < P) {
     // Each rank must receive one KV head: replicate every KV head P/Hkv times (adjacent copies, so
@@ -181,13 +184,14 @@ at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Posi
   // SDPA (GQA without expanding K/V), or the kept result of a checkpointed forward
   // (memory.keep_attention: kept_attention.h)
   // packed documents: the starts are the whole sequence's, which each rank now holds for its heads
-  at::Tensor o = causal_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), pos.documents);  // [B, H/P, S, hd]
+  at::Tensor o =
+      causal_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), pos.documents);  // [B, H/P, S, hd]
   qh.reset();
   kh.reset();
   vh.reset();
   at::Tensor local = heads_to_seq(o.transpose(1, 2), sp);  // [B, s, H, hd]
   o.reset();
-  return local.reshape({B, s, H * hd});                    // [B, s, H*hd]
+  return local.reshape({B, s, H * hd});  // [B, s, H*hd]
 }
 
 }  // namespace odyssey

@@ -43,7 +43,7 @@ at::Tensor heads_to_seq(const at::Tensor& x, Comm& comm);
 /// [B, S, H/P, hd] and [B, S, max(Hkv,P)/P, hd] (KV heads replicated to the degree when Hkv < P;
 /// autograd sums the replicas' gradients), causal SDPA, all-to-all back. Returns the attention
 /// output BEFORE the output projection: [B, s, H*hd]. Works for P = 1 (no communication).
-at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Positions& pos,
-                             const ModelConfig& model, const RankContext& ctx);
+at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model,
+                             const RankContext& ctx);
 
 }  // namespace odyssey

@@ -150,8 +150,8 @@ at::Tensor head_transform(at::Tensor y, const at::Tensor& norm, double eps, cons
 
 /// Projection of the local tokens (normed by `in`) onto `rows` [m, hd, d] -> [B, s, m, hd], then
 /// per-head RMSNorm (if norm is defined) and RoPE (if rope).
-at::Tensor project(const at::Tensor& x, const InputNorm& in, const at::Tensor& rows, const at::Tensor& norm,
-                   double eps, const at::Tensor& cos, const at::Tensor& sin, bool rope) {
+at::Tensor project(const at::Tensor& x, const InputNorm& in, const at::Tensor& rows, const at::Tensor& norm, double eps,
+                   const at::Tensor& cos, const at::Tensor& sin, bool rope) {
   const int64_t B = x.size(0), s = x.size(1), m = rows.size(0), hd = rows.size(1);
   at::Tensor y = normed_linear(x, rows.reshape({m * hd, rows.size(2)}), in).view({B, s, m, hd});  // [B, s, m, hd]
   return head_transform(std::move(y), norm, eps, cos, sin, rope);
@@ -202,10 +202,10 @@ at::Tensor view_prefix(const at::Tensor& flat, at::IntArrayRef shape) {
 /// What the Function takes besides its differentiable inputs (UntiedInputs): RoPE's tables and
 /// positions, the group, the head shape and the norm/RoPE constants. No gradient flows to these.
 struct UntiedCall {
-  at::Tensor cos, sin;    ///< [s, hd] RoPE tables of the local tokens
-  at::Tensor position_ids;  ///< [s] int64 global positions (empty: none, rope_pack falls back)
-  at::Tensor inv_freq;      ///< [hd/2] fp32 RoPE frequencies for rope_pack (undefined: from theta)
-  Comm* comm = nullptr;   ///< the sequence-parallel group (size P)
+  at::Tensor cos, sin;                       ///< [s, hd] RoPE tables of the local tokens
+  at::Tensor position_ids;                   ///< [s] int64 global positions (empty: none, rope_pack falls back)
+  at::Tensor inv_freq;                       ///< [hd/2] fp32 RoPE frequencies for rope_pack (undefined: from theta)
+  Comm* comm = nullptr;                      ///< the sequence-parallel group (size P)
   const DocumentSpans* documents = nullptr;  ///< packed documents over the whole sequence (none: null)
   int64_t n_heads = 1, n_kv_heads = 1, head_dim = 1, heads_per_stage = 0;
   double eps = 0.0, theta = 0.0;
@@ -237,8 +237,8 @@ struct UntiedSaved {
     return v;
   }
   static UntiedSaved from(const variable_list& v) {
-    return {UntiedInputs::from(v), v[kUntiedInputCount], v[kUntiedInputCount + 1], v[kUntiedInputCount + 2],
-            v[kUntiedInputCount + 3], v[kUntiedInputCount + 4]};
+    return {UntiedInputs::from(v),    v[kUntiedInputCount],     v[kUntiedInputCount + 1],
+            v[kUntiedInputCount + 2], v[kUntiedInputCount + 3], v[kUntiedInputCount + 4]};
   }
 };
 
@@ -247,8 +247,8 @@ struct UntiedState : torch::CustomClassHolder {
   const UntiedStagePlan* plan = nullptr;  ///< cached_stage_plan's, kept for the process
   Comm* comm = nullptr;
   double eps = 0.0;
-  double theta = 0.0;  ///< RoPE base, for ops::rope_pack
-  at::Tensor inv_freq; ///< [hd/2] fp32 RoPE frequencies, for ops::rope_pack (undefined: from theta)
+  double theta = 0.0;               ///< RoPE base, for ops::rope_pack
+  at::Tensor inv_freq;              ///< [hd/2] fp32 RoPE frequencies, for ops::rope_pack (undefined: from theta)
   std::vector<FlashResult> stages;  ///< out left undefined: rebuilt from the saved output
 };
 
@@ -260,12 +260,12 @@ at::Tensor present(const at::Tensor& t) { return t.numel() ? t : at::Tensor(); }
 /// the staging, one stage of q and one KV range; backward adds the stage's saved output and its
 /// gradient in head layout, the local-layout gradient and the fp32 dK/dV accumulators.
 struct StageBuffers {
-  at::Tensor send, recv;       ///< [staging] a2a staging; undefined when P = 1; recv is send when B = 1
-  at::Tensor q_h;              ///< [B, S, k, hd] the stage's queries, head layout
-  at::Tensor k_flat, v_flat;   ///< [kv_stage] a KV range's K and V, viewed [B, S, n, hd]
-  at::Tensor o_h, do_h;        ///< backward: [B, S, k, hd] saved output and its gradient, head layout
-  at::Tensor local_flat;       ///< backward: local-layout gradients [B, s, P*(k or n), hd]; o_h's memory unless wider
-  at::Tensor dk_flat, dv_flat; ///< backward: [kv_accum_fp32] fp32 accumulators (undefined when no range needs one)
+  at::Tensor send, recv;        ///< [staging] a2a staging; undefined when P = 1; recv is send when B = 1
+  at::Tensor q_h;               ///< [B, S, k, hd] the stage's queries, head layout
+  at::Tensor k_flat, v_flat;    ///< [kv_stage] a KV range's K and V, viewed [B, S, n, hd]
+  at::Tensor o_h, do_h;         ///< backward: [B, S, k, hd] saved output and its gradient, head layout
+  at::Tensor local_flat;        ///< backward: local-layout gradients [B, s, P*(k or n), hd]; o_h's memory unless wider
+  at::Tensor dk_flat, dv_flat;  ///< backward: [kv_accum_fp32] fp32 accumulators (undefined when no range needs one)
 };
 
 enum class Pass { Forward, Backward };
@@ -319,7 +319,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     const UntiedInputs in = UntiedInputs::from(inputs.vec());
     const at::Tensor& x = in.x;
     auto state = c10::make_intrusive<UntiedState>();
-    state->plan = &cached_stage_plan(call.n_heads, call.n_kv_heads, call.head_dim, call.comm->size(), call.heads_per_stage);
+    state->plan =
+        &cached_stage_plan(call.n_heads, call.n_kv_heads, call.head_dim, call.comm->size(), call.heads_per_stage);
     state->comm = call.comm;
     state->eps = call.eps;
     state->theta = call.theta;
@@ -348,23 +349,27 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     } else {
       // Memory: the output [B, s, H*hd] is written stage by stage; the stage buffers are the whole
       // attention workspace (one stage of Q, the current KV range, staging for the a2a).
-      out = at::empty({B, s, p.H * hd}, x.options());  // [B, s, H*hd]
-      at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});           // [B, s, P, Hl, hd]
+      out = at::empty({B, s, p.H * hd}, x.options());     // [B, s, H*hd]
+      at::Tensor out5 = out.view({B, s, p.P, p.Hl, hd});  // [B, s, P, Hl, hd]
       StageBuffers buf = allocate_stage_buffers(p, x, Pass::Forward);
       at::Tensor k_h, v_h;  // [B, S, n, hd] views of the current KV range
 
       for (int64_t t = 0; t < p.stages; ++t) {
         const int64_t n = p.kv_count[t];
-        const auto q_send = view_prefix(buf.send, {p.P, B, s, p.k, hd}), q_recv = view_prefix(buf.recv, {p.P, B, s, p.k, hd});
+        const auto q_send = view_prefix(buf.send, {p.P, B, s, p.k, hd}),
+                   q_recv = view_prefix(buf.recv, {p.P, B, s, p.k, hd});
         project_to_heads(buf.q_h, x, norm, wq3.index_select(0, q_head_index_on(p, t, x.device())), qn, eps, rope,
                          /*rope=*/true, comm, q_send, q_recv);  // [B, S, k, hd]
         if (p.kv_new[t]) {  // a KV range is projected and sent once, reused by the stages sharing it
           const at::Tensor idx = kv_head_index_on(p, p.kv_first[t], n, x.device());
-          const auto kv_send = view_prefix(buf.send, {p.P, B, s, n, hd}), kv_recv = view_prefix(buf.recv, {p.P, B, s, n, hd});
+          const auto kv_send = view_prefix(buf.send, {p.P, B, s, n, hd}),
+                     kv_recv = view_prefix(buf.recv, {p.P, B, s, n, hd});
           k_h = view_prefix(buf.k_flat, {B, S, n, hd});
           v_h = view_prefix(buf.v_flat, {B, S, n, hd});
-          project_to_heads(k_h, x, norm, wk3.index_select(0, idx), kn, eps, rope, /*rope=*/true, comm, kv_send, kv_recv);
-          at::Tensor v_loc = project(x, norm, wv3.index_select(0, idx), {}, eps, call.cos, call.sin, false);  // [B, s, P*n, hd]
+          project_to_heads(k_h, x, norm, wk3.index_select(0, idx), kn, eps, rope, /*rope=*/true, comm, kv_send,
+                           kv_recv);
+          at::Tensor v_loc =
+              project(x, norm, wv3.index_select(0, idx), {}, eps, call.cos, call.sin, false);  // [B, s, P*n, hd]
           seq_to_heads_into(v_h, v_loc, comm, kv_send, kv_recv);
         }
         auto [k_use, v_use] = stage_kv(k_h, v_h, kv_slot_index_on(p, t, x.device()));  // [B, S, k or n, hd]
@@ -372,7 +377,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
         FlashResult r = flash_attention_forward(buf.q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2),
                                                 call.documents ? *call.documents : DocumentSpans{});
         at::Tensor o_h = r.out.transpose(1, 2).contiguous();  // [B, S, k, hd] (already this layout)
-        r.out.reset();  // backward rebuilds it from the saved output
+        r.out.reset();                                        // backward rebuilds it from the saved output
         state->stages.push_back(std::move(r));
         at::Tensor o_cols = out5.narrow(3, t * p.k, p.k);  // [B, s, P, k, hd] columns of this stage
         heads_to_seq_into(o_cols, o_h, comm, q_send, q_recv);
@@ -383,7 +388,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       }
     }
     const at::Tensor no_rstd = at::empty({0}, x.options().dtype(at::kFloat));  // "absent" (UntiedInputs)
-    ctx->save_for_backward(UntiedSaved{in, call.cos, call.sin, call.position_ids, out, norm.on() ? norm.rstd : no_rstd}.list());
+    ctx->save_for_backward(
+        UntiedSaved{in, call.cos, call.sin, call.position_ids, out, norm.on() ? norm.rstd : no_rstd}.list());
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     // With wo (non-empty) the output projection is part of the Function: backward then builds each
     // stage's slice of d o from dh and never holds the whole [B, s, H*hd] d o (memory: one [s, d]).
@@ -411,7 +417,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     const at::Tensor grad5 = wo.defined() ? at::Tensor() : grad.view({B, s, p.P, p.Hl, hd});
     const auto f32 = x.options().dtype(at::kFloat);
     // dWo = dh^T out [d, H*hd], one product with the saved output, as linear's backward would.
-    const at::Tensor dwo = wo.defined() ? at::mm(grad.reshape({B * s, d}).t(), out.reshape({B * s, p.H * hd})) : at::Tensor();
+    const at::Tensor dwo =
+        wo.defined() ? at::mm(grad.reshape({B * s, d}).t(), out.reshape({B * s, p.H * hd})) : at::Tensor();
     // The stage's d o in local layout [B, s, P, k, hd]: a slice of the incoming d o, or (with wo)
     // dh times the stage's wo columns ([d, P, Hl, hd] narrowed to [d, P, k, hd], a small copy).
     auto stage_grad = [&](int64_t t) -> at::Tensor {
@@ -497,9 +504,9 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       const at::Tensor q_idx = q_head_index_on(p, t, x.device());
       const at::Tensor q_rows = wq3.index_select(0, q_idx);  // [P*k, hd, d]
       project_to_heads(buf.q_h, x, norm, q_rows, q_norm, state->eps, rope, /*rope=*/true, comm, stage_send,
-                       stage_recv);                                                           // [B, S, k, hd]
-      seq_to_heads_into(buf.o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);    // saved output
-      seq_to_heads_into(buf.do_h, stage_grad(t), comm, stage_send, stage_recv);                  // its gradient
+                       stage_recv);                                                            // [B, S, k, hd]
+      seq_to_heads_into(buf.o_h, out5.narrow(3, t * p.k, p.k), comm, stage_send, stage_recv);  // saved output
+      seq_to_heads_into(buf.do_h, stage_grad(t), comm, stage_send, stage_recv);                // its gradient
       at::Tensor dq_loc = view_prefix(buf.local_flat, {B, s, p.P * p.k, hd});
       {
         const auto slots = kv_slot_index_on(p, t, x.device());
@@ -507,9 +514,10 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
         auto [k_use, v_use] = stage_kv(k_h, v_h, slots);  // [B, S, k or n, hd]
         FlashResult r = state->stages[t];
         r.out = buf.o_h.transpose(1, 2);  // [B, k, S, hd], the forward kernel's own layout
-        auto [dq, dk, dv] = flash_attention_backward(buf.do_h.transpose(1, 2), buf.q_h.transpose(1, 2), k_use.transpose(1, 2),
-                                                     v_use.transpose(1, 2), r);  // [B, k|n, S, hd]
-        if (kv_direct) {  // memory: no accumulator when one stage owns the KV range (MHA, k >= g)
+        auto [dq, dk, dv] =
+            flash_attention_backward(buf.do_h.transpose(1, 2), buf.q_h.transpose(1, 2), k_use.transpose(1, 2),
+                                     v_use.transpose(1, 2), r);  // [B, k|n, S, hd]
+        if (kv_direct) {                // memory: no accumulator when one stage owns the KV range (MHA, k >= g)
           dk_acc = dk.transpose(1, 2);  // [B, S, n, hd]
           dv_acc = dv.transpose(1, 2);
         } else if (slots) {
@@ -544,8 +552,8 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       return g.defined() ? g.view(like.sizes()).to(like.scalar_type()) : at::Tensor();
     };
     // One entry per differentiable input (UntiedInputs' order), then none for the UntiedCall.
-    return {cast(dx, x),   cast(dxn, x_norm),    cast(dwq, wq),         cast(dwk, wk),
-            cast(dwv, wv), dwo, cast(dqn, q_norm), cast(dkn, k_norm), at::Tensor()};
+    return {cast(dx, x), cast(dxn, x_norm), cast(dwq, wq),     cast(dwk, wk), cast(dwv, wv),
+            dwo,         cast(dqn, q_norm), cast(dkn, k_norm), at::Tensor()};
   }
 };
 
@@ -559,7 +567,7 @@ namespace {
 at::Tensor rope_pack_positions(const Positions& pos, const at::Tensor& x) {
   const at::Tensor none = at::empty({0}, x.options().dtype(at::kLong));
   if (!pos.ids.defined() || pos.attention_factor != 1.0) return none;
-  if (pos.ids.dim() == 1) return pos.ids;             // [s]
+  if (pos.ids.dim() == 1) return pos.ids;           // [s]
   return pos.ids.size(0) == 1 ? pos.ids[0] : none;  // [1, s] -> [s]
 }
 
@@ -571,8 +579,14 @@ at::Tensor apply_untied(const at::Tensor& x, const at::Tensor& norm_weight, cons
   if (project && !w.wo.defined())
     throw std::invalid_argument("untied_attention_projected: the output projection weight wo is missing");
   const at::Tensor none = at::empty({0}, x.options());  // "absent" (UntiedInputs)
-  const UntiedInputs in{x.contiguous(), norm_weight.defined() ? norm_weight : none, w.wq, w.wk, w.wv,
-                        project ? w.wo : none, model.qk_norm ? w.q_norm : none, model.qk_norm ? w.k_norm : none};
+  const UntiedInputs in{x.contiguous(),
+                        norm_weight.defined() ? norm_weight : none,
+                        w.wq,
+                        w.wk,
+                        w.wv,
+                        project ? w.wo : none,
+                        model.qk_norm ? w.q_norm : none,
+                        model.qk_norm ? w.k_norm : none};
   const UntiedCall call{.cos = pos.cos,
                         .sin = pos.sin,
                         .position_ids = rope_pack_positions(pos, x),

@@ -13,9 +13,9 @@ namespace odyssey::planner_detail {
 
 /// What the attention half leaves for its backward (handles; -1 = none).
 struct AttnSaved {
-  int n1 = -1, rstd = -1, q_pre = -1, k_pre = -1;  // norm output and stats, pre-qk-norm q/k
+  int n1 = -1, rstd = -1, q_pre = -1, k_pre = -1;                // norm output and stats, pre-qk-norm q/k
   int q_h = -1, k_h = -1, v_h = -1, o_h = -1, lse = -1, o = -1;  // standard: SDPA's saved set, o_proj input
-  int out = -1;                                                 // untied: the preallocated output
+  int out = -1;                                                  // untied: the preallocated output
   // memory.keep_attention: the checkpointed forward's output and LSE, kept for the recompute (which
   // replays them as o_h/out and lse)
   int kept_out = -1, kept_lse = -1;
@@ -48,8 +48,8 @@ struct AttnGrads {
 struct FlashBackwardBuffers {
   /// document masking: one segment's dq, dk, dv before they are copied into the whole ones
   int segment_dq = -1, segment_dk = -1, segment_dv = -1;
-  int softmax_d = -1;    ///< CUDA: FA-2's fp32 rowsum(dO * O), one per query row and head
-  int accumulator = -1;  ///< CUDA: FA-2's fp32 dq accumulator; CPU: the kernel's block scratch
+  int softmax_d = -1;              ///< CUDA: FA-2's fp32 rowsum(dO * O), one per query row and head
+  int accumulator = -1;            ///< CUDA: FA-2's fp32 dq accumulator; CPU: the kernel's block scratch
   int dk_wide = -1, dv_wide = -1;  ///< CUDA with GQA: dK/dV at the query-head count
 };
 

@@ -20,27 +20,84 @@ namespace odyssey::planner_detail {
 /// kTensorKindRules in tensor_kinds.cpp: one rule a kind, in this order (checked at compile time).
 enum class TensorKind : uint8_t {
   // activations, local layout [B, s, ...]
-  Hidden, RowStat, QLocal, KvLocal, KvLocalRep,
+  Hidden,
+  RowStat,
+  QLocal,
+  KvLocal,
+  KvLocalRep,
   // activations, head layout after the all-to-all [B, S, heads/P, hd]
-  QHead, KvHead, Lse, DqAccum, SoftmaxD, GqaExpanded,
+  QHead,
+  KvHead,
+  Lse,
+  DqAccum,
+  SoftmaxD,
+  GqaExpanded,
   // Untied Ulysses: one stage of heads_per_stage query heads (heads_per_stage/P per rank)
-  QStageLocal, KvStageLocal, QStageHead, KvStageHead, DqAccumStage, SoftmaxDStage, QStageRows, KvStageRows,
-  KvStageGathered, KvStageAccum32, GqaExpandedStage, InputNormTile, InputNormTile32,
+  QStageLocal,
+  KvStageLocal,
+  QStageHead,
+  KvStageHead,
+  DqAccumStage,
+  SoftmaxDStage,
+  QStageRows,
+  KvStageRows,
+  KvStageGathered,
+  KvStageAccum32,
+  GqaExpandedStage,
+  InputNormTile,
+  InputNormTile32,
   // document masking: one segment's kernel results before they are copied into the whole tensors
-  QSegment, KvSegment, LseSegment, QStageSegment, KvStageSegment, LseStageSegment,
+  QSegment,
+  KvSegment,
+  LseSegment,
+  QStageSegment,
+  KvStageSegment,
+  LseStageSegment,
   // the CPU flash-attention kernel's per-thread scratch
-  CpuFlashScratch, CpuFlashForwardScratch,
+  CpuFlashScratch,
+  CpuFlashForwardScratch,
   // MLP
-  Ffn, FfnTile, HiddenTile,
+  Ffn,
+  FfnTile,
+  HiddenTile,
   // loss
-  Logits, Logits32, LogitsTile, LogitsTile32, HiddenLossTile, FusedLossWorkspace,
+  Logits,
+  Logits32,
+  LogitsTile,
+  LogitsTile32,
+  HiddenLossTile,
+  FusedLossWorkspace,
   // step inputs
-  TokenIds, RopeTable,
+  TokenIds,
+  RopeTable,
   // parameters and their gradients
-  MasterShards, GradShards, AdamMoments, DeviceParamShards, BlockFull, EmbedFull, HeadFull, BlockShardCast,
-  AttnOutGrad, AttnProjGrads, AttnProjGrads32, AttnNormGrad, MlpWeightGrad, MlpNormGrad, MlpWeightTile,
-  MlpGradAccum, HeadWeightGrad, HeadGradAccum, EmbedGradDense, BlockPack, HeadPack, EmbedPack, BlockShardOut,
-  TiedGradBack, OptimizerTemp, BlasWorkspaces, RuntimeOverhead,
+  MasterShards,
+  GradShards,
+  AdamMoments,
+  DeviceParamShards,
+  BlockFull,
+  EmbedFull,
+  HeadFull,
+  BlockShardCast,
+  AttnOutGrad,
+  AttnProjGrads,
+  AttnProjGrads32,
+  AttnNormGrad,
+  MlpWeightGrad,
+  MlpNormGrad,
+  MlpWeightTile,
+  MlpGradAccum,
+  HeadWeightGrad,
+  HeadGradAccum,
+  EmbedGradDense,
+  BlockPack,
+  HeadPack,
+  EmbedPack,
+  BlockShardOut,
+  TiedGradBack,
+  OptimizerTemp,
+  BlasWorkspaces,
+  RuntimeOverhead,
   // host
   OffloadedInput,
   Count
@@ -76,12 +133,12 @@ struct PlanShapes {
   // step and parallelism
   int64_t B = 0, S = 0, P = 1, W = 1, c = 4;  ///< c: compute dtype bytes
   bool fsdp = false;
-  int64_t s = 0;         ///< local tokens per sequence, S / P
-  int64_t t = 0;         ///< local tokens per rank, B * s
-  int64_t Th = 0;        ///< tokens in the head layout, B * S
-  int64_t hq = 0;        ///< query heads per rank in the head layout, H / P
-  int64_t hkv_rep = 0;   ///< KV heads after replication to the degree, max(Hkv, P)
-  int64_t hkv = 0;       ///< KV heads per rank in the head layout, hkv_rep / P
+  int64_t s = 0;        ///< local tokens per sequence, S / P
+  int64_t t = 0;        ///< local tokens per rank, B * s
+  int64_t Th = 0;       ///< tokens in the head layout, B * S
+  int64_t hq = 0;       ///< query heads per rank in the head layout, H / P
+  int64_t hkv_rep = 0;  ///< KV heads after replication to the degree, max(Hkv, P)
+  int64_t hkv = 0;      ///< KV heads per rank in the head layout, hkv_rep / P
   // techniques
   bool ckpt = false, offload = false, tiled_mlp = false, tiled_loss = false, untied = false;
   bool offload_optimizer = false;  ///< master, gradient and moment shards in the host pool
@@ -104,8 +161,8 @@ struct PlanShapes {
   int64_t stages = 1;        ///< hq / k
   int64_t max_kv_count = 0;  ///< KV heads per rank per stage: the widest range a stage reads (hkv without Untied)
   UntiedStageBuffers untied_buffers;  ///< the Untied Function's buffers (engine/layout/heads.h), elements
-  SequenceTile mlp_tile, loss_tile;  ///< [B, n, f] and [B, n, V] tiles (engine/layout/tiles.h)
-  int64_t norm_tile_rows = 0;        ///< the Untied input norm's row tiles (input_norm_tile_rows)
+  SequenceTile mlp_tile, loss_tile;   ///< [B, n, f] and [B, n, V] tiles (engine/layout/tiles.h)
+  int64_t norm_tile_rows = 0;         ///< the Untied input norm's row tiles (input_norm_tile_rows)
   int64_t fused_seq_tile = 0, fused_vocab_tile = 0;  ///< the fused loss kernel's tiles (GPU profiles)
   /// the fused loss kernel's own plan of its workspace for those tiles; kPlanBytesLimit when the
   /// kernel refuses the shape (beyond range: the GPU run would refuse it too)
@@ -118,8 +175,9 @@ struct PlanShapes {
   // parameters per group (elements) and their layout over the ranks
   int64_t n_block = 0, n_embed = 0, n_head = 0;
   int64_t n_attn_proj = 0;  ///< wq, wk, wv (+ q/k norm): the attention's weights less wo and its norm
-  FlatShardLayout block_layout, embed_layout, head_layout;  ///< each group over the ranks (engine/layout/planned_buffers.h)
-  bool gathers = true;   ///< unshard() allocates a compute-dtype buffer (false: resident, keeps_gathered_copy)
+  FlatShardLayout block_layout, embed_layout,
+      head_layout;      ///< each group over the ranks (engine/layout/planned_buffers.h)
+  bool gathers = true;  ///< unshard() allocates a compute-dtype buffer (false: resident, keeps_gathered_copy)
   // hardware
   bool cuda_target = true;  ///< the run takes the engine's CUDA path (runs_cuda_path)
   int64_t runtime_overhead = 0;
@@ -135,9 +193,9 @@ struct PlanShapes {
 /// from the derived sizes. docs/planner.md's table of tensor kinds prints name, shape and meaning.
 struct TensorKindRule {
   TensorKind kind;
-  const char* name;     ///< the enumerator's name, "Hidden"
-  const char* shape;    ///< "[B, s, d]" in docs/planner.md's notation; the compute dtype unless named
-  const char* meaning;  ///< what the tensor is: "a hidden state: ..."
+  const char* name;                       ///< the enumerator's name, "Hidden"
+  const char* shape;                      ///< "[B, s, d]" in docs/planner.md's notation; the compute dtype unless named
+  const char* meaning;                    ///< what the tensor is: "a hidden state: ..."
   int64_t (*bytes)(const PlanShapes& s);  ///< bytes of one tensor, saturated at kPlanBytesLimit
   /// the bytes in words with the values plugged in: "1 x 384K tokens x 4096 x 2 B"
   std::string (*formula)(const PlanShapes& s);

@@ -37,16 +37,16 @@ struct MemoryTerm {
 
 /// Resident bytes during one phase of the step.
 struct PhasePlan {
-  std::string name;           ///< "fwd/block.31/attn", "bwd/block.0/recompute", "optimizer", ...
-  int64_t resident_bytes = 0; ///< device bytes at the phase's peak
+  std::string name;            ///< "fwd/block.31/attn", "bwd/block.0/recompute", "optimizer", ...
+  int64_t resident_bytes = 0;  ///< device bytes at the phase's peak
   int64_t host_bytes = 0;
   std::array<int64_t, kPlanCategoryCount> category_bytes{};  ///< device+host per category at that peak
-  double time_s = 0;          ///< predicted duration
+  double time_s = 0;                                         ///< predicted duration
 };
 
 /// Predicted step time.
 struct StepTimePlan {
-  double compute_s = 0;        ///< forward + backward (+ recompute) FLOPs / (peak x each part's efficiency)
+  double compute_s = 0;  ///< forward + backward (+ recompute) FLOPs / (peak x each part's efficiency)
   /// the part of compute_s in the attention kernels (FlashAttention forward, recompute, backward)
   /// at hardware.attention_efficiency; the rest of compute_s runs at compute_efficiency
   double attention_s = 0;
@@ -57,16 +57,16 @@ struct StepTimePlan {
   /// it for the log-sum-exp it keeps: kept_attention.h), at untied_attention_efficiency
   bool kept_attention = false;
   double attention_kernel_efficiency = 0;  ///< that efficiency: the one attention_s ran at
-  double recompute_s = 0;      ///< the part of compute_s spent recomputing
-  double all_to_all_s = 0;     ///< Ulysses all-to-all (not overlapped)
-  double fsdp_comm_s = 0;      ///< all-gather + reduce-scatter (overlapped part excluded)
-  double offload_s = 0;        ///< PCIe traffic not hidden behind compute
-  double host_optimizer_s = 0; ///< optimizer offload: the host AdamW over every shard
-  double optimizer_pcie_s = 0; ///< optimizer offload: gradients down, compute-dtype parameters up
+  double recompute_s = 0;                  ///< the part of compute_s spent recomputing
+  double all_to_all_s = 0;                 ///< Ulysses all-to-all (not overlapped)
+  double fsdp_comm_s = 0;                  ///< all-gather + reduce-scatter (overlapped part excluded)
+  double offload_s = 0;                    ///< PCIe traffic not hidden behind compute
+  double host_optimizer_s = 0;             ///< optimizer offload: the host AdamW over every shard
+  double optimizer_pcie_s = 0;             ///< optimizer offload: gradients down, compute-dtype parameters up
   /// optimizer offload: what the step waits for of the host AdamW and its uploads (the optimizer
   /// phase; pipelined on a GPU, only the passes the next forward catches up with and the uploads)
   double optimizer_exposed_s = 0;
-  double step_s = 0;           ///< total
+  double step_s = 0;  ///< total
   double tokens_per_s_per_device = 0;
   double model_flops_per_token = 0;  ///< the convention's FLOPs per token (see convention)
   /// What a measured step time calibrates the efficiencies against (bench/gpu/fit_efficiency.py):
@@ -78,18 +78,18 @@ struct StepTimePlan {
   /// Under document masking with a known length profile: the fraction of whole-sequence attention
   /// the documents compute (1: whole sequences)
   double attention_pair_fraction = 1.0;
-  double peak_flops = 0;                 ///< hardware.bf16_tflops x 1e12
-  double mfu = 0;              ///< model FLOPs / (time x peak), causal attention counted once
-  double mfu_palm = 0;         ///< the same with PaLM/torchtitan's non-causal attention count
-  double hfu = 0;              ///< hardware FLOPs utilisation (recompute counted)
-  std::string convention;      ///< how FLOPs were counted, in words
+  double peak_flops = 0;   ///< hardware.bf16_tflops x 1e12
+  double mfu = 0;          ///< model FLOPs / (time x peak), causal attention counted once
+  double mfu_palm = 0;     ///< the same with PaLM/torchtitan's non-causal attention count
+  double hfu = 0;          ///< hardware FLOPs utilisation (recompute counted)
+  std::string convention;  ///< how FLOPs were counted, in words
 };
 
 /// The whole prediction for one config, per rank (rank 0; all ranks are symmetric).
 struct MemoryPlan {
   std::vector<MemoryTerm> terms;
   std::array<int64_t, kPlanCategoryCount> category_bytes{};  ///< at the peak phase
-  int64_t peak_bytes = 0;       ///< device bytes at the peak, runtime overhead included
+  int64_t peak_bytes = 0;                                    ///< device bytes at the peak, runtime overhead included
   /// hardware.runtime_overhead_gib in bytes (CUDA context, the libraries' own memory, NCCL,
   /// fragmentation; cuBLAS's workspaces are allocator tensors, a term of their own): part of peak_bytes, but never a tensor, so the caching allocator's own peak
   /// (what the engine measures on a GPU) compares with peak_bytes - runtime_overhead_bytes.
@@ -104,7 +104,8 @@ struct MemoryPlan {
   /// beyond any machine, the numbers are lower bounds, and the plan never fits.
   bool beyond_range = false;
   bool fits() const { return fits_device && fits_host; }
-  std::string dominant_term;    ///< the largest device category and its largest term: "attention_workspace: flash backward dq"
+  std::string
+      dominant_term;  ///< the largest device category and its largest term: "attention_workspace: flash backward dq"
   std::vector<PhasePlan> phases;  ///< the step in order
   StepTimePlan time;
   /// The Untied stage schedule planned (heads_per_stage = "auto" resolved by
@@ -153,13 +154,13 @@ RunConfig with_planned_sizes(const RunConfig& cfg);
 /// The verdict alone: device and host peaks without terms, phases or strings. This is what the
 /// max-context solver and the advisor evaluate in their loops; plan_memory gives the same peaks.
 struct PlanPeak {
-  int64_t peak_bytes = 0;       ///< device bytes at the peak (runtime overhead included)
-  int64_t host_bytes = 0;       ///< host bytes per node
+  int64_t peak_bytes = 0;  ///< device bytes at the peak (runtime overhead included)
+  int64_t host_bytes = 0;  ///< host bytes per node
   int64_t device_capacity = 0;
   int64_t host_capacity = 0;
   bool fits_device = false;
   bool fits_host = false;
-  bool beyond_range = false;    ///< as MemoryPlan::beyond_range
+  bool beyond_range = false;  ///< as MemoryPlan::beyond_range
   bool fits() const { return fits_device && fits_host; }
 };
 PlanPeak plan_peak(const RunConfig& cfg);
@@ -177,9 +178,9 @@ const std::array<const char*, kPlanCategoryCount>& plan_category_names();
 
 /// One rung of the technique ladder: the config with techniques added cumulatively.
 struct LadderRung {
-  std::string name;       ///< default, fsdp, ulysses, checkpointing, offload, tiling, untied_ulysses
-  std::string label;      ///< "+ activation checkpointing"
-  RunConfig config;       ///< the rung's config
+  std::string name;   ///< default, fsdp, ulysses, checkpointing, offload, tiling, untied_ulysses
+  std::string label;  ///< "+ activation checkpointing"
+  RunConfig config;   ///< the rung's config
   MemoryPlan plan;
   int64_t max_seq_len = 0;  ///< largest fitting seq_len for this rung (0 if none)
 };
@@ -229,7 +230,7 @@ struct Advice {
   std::vector<std::string> changes;  ///< "memory.tiled_loss = true", ...
   RunConfig config;                  ///< the config with the changes applied
   MemoryPlan plan;
-  double slowdown = 1.0;             ///< predicted step time / the original's
+  double slowdown = 1.0;  ///< predicted step time / the original's
 };
 
 /// The cheapest toggles (least predicted slowdown) that make `cfg` fit; empty if it already fits
@@ -252,9 +253,9 @@ struct TuneCandidate {
   /// memory techniques the planned table runs (checkpointing, kept attention, offload, tiled MLP,
   /// tiled loss, Untied Ulysses, optimizer offload: each counts one)
   int techniques = 0;
-  int changes = 0;       ///< keys that differ from the config tuned (config_changes; -1: not counted, no tie needed it)
-  PlanPeak peak;         ///< device and host verdicts
-  double step_s = 0;     ///< the planner's step time (plan_step_time)
+  int changes = 0;    ///< keys that differ from the config tuned (config_changes; -1: not counted, no tie needed it)
+  PlanPeak peak;      ///< device and host verdicts
+  double step_s = 0;  ///< the planner's step time (plan_step_time)
   double tokens_per_s = 0;  ///< per device, at that step time
   bool fits() const { return peak.fits(); }
   /// The techniques as run summaries print them: "checkpointing (attention kept), tiled loss",
@@ -271,10 +272,10 @@ struct TuneResult {
   /// against the config tuned. A set stands for its variants (tile and stage sizes): the best
   /// ranked of those that fit, or, when none does, the one with the lowest device peak.
   std::vector<TuneCandidate> candidates;
-  int choice = -1;        ///< index of the fastest that fits; -1 when none does
-  int runner_up = -1;     ///< the next one that fits (another technique set); -1 when none
+  int choice = -1;           ///< index of the fastest that fits; -1 when none does
+  int runner_up = -1;        ///< the next one that fits (another technique set); -1 when none
   TuneCandidate configured;  ///< the config tuned, as it stands
-  int64_t evaluated = 0;  ///< valid memory tables planned (every variant of every set)
+  int64_t evaluated = 0;     ///< valid memory tables planned (every variant of every set)
   const TuneCandidate* chosen() const { return choice < 0 ? nullptr : &candidates[choice]; }
   const TuneCandidate* second() const { return runner_up < 0 ? nullptr : &candidates[runner_up]; }
   /// The candidates ranked before the choice (all of them when nothing fits): each was dropped

@@ -46,7 +46,7 @@ int64_t all_shards_numel(const PlanShapes& s) {
 std::string all_shards_text(const PlanShapes& s) {
   const std::string ways = s.fsdp ? printf_string(" / %lld ranks", ll(s.W)) : std::string(" (unsharded)");
   return printf_string("(%lld blocks x %s + %s embedding + %s head) params%s", ll(s.L), params(s.n_block).c_str(),
-             params(s.n_embed).c_str(), params(s.n_head).c_str(), ways.c_str());
+                       params(s.n_embed).c_str(), params(s.n_head).c_str(), ways.c_str());
 }
 
 // Formulas several kinds share (one [B, s, d], one head-layout [B, S, H/P, hd], one stage's).
@@ -54,13 +54,14 @@ std::string hidden_formula(const PlanShapes& s) {
   return printf_string("%lld x %s x %lld x %lld B", ll(s.B), local_tokens(s).c_str(), ll(s.d), ll(s.c));
 }
 std::string q_head_formula(const PlanShapes& s) {
-  return printf_string("%lld x %s x %lld heads x %lld x %lld B", ll(s.B), seq_tokens(s).c_str(), ll(s.hq), ll(s.hd), ll(s.c));
+  return printf_string("%lld x %s x %lld heads x %lld x %lld B", ll(s.B), seq_tokens(s).c_str(), ll(s.hq), ll(s.hd),
+                       ll(s.c));
 }
 /// "1 x 96K tokens (the longest segment)": one row's segment under document masking
 std::string segment_tokens(const PlanShapes& s) { return "1 x " + tokens(s.kernel_seq) + " (the longest segment)"; }
 std::string q_stage_head_formula(const PlanShapes& s) {
-  return printf_string("%lld x %s x %lld head%s x %lld x %lld B", ll(s.B), seq_tokens(s).c_str(), ll(s.k), plural(s.k), ll(s.hd),
-             ll(s.c));
+  return printf_string("%lld x %s x %lld head%s x %lld x %lld B", ll(s.B), seq_tokens(s).c_str(), ll(s.k), plural(s.k),
+                       ll(s.hd), ll(s.c));
 }
 
 /// KIND(Hidden): the enumerator and its name, so the two cannot differ.
@@ -68,6 +69,9 @@ std::string q_stage_head_formula(const PlanShapes& s) {
 
 // One rule a kind, in enum order. Shapes use docs/planner.md's notation, with hps the query heads
 // of one Untied stage over all ranks (heads_per_stage) and kvs the KV heads a stage reads per rank.
+// The table is laid out by hand, one kind to a few lines (clang-format would put every lambda on
+// three lines and double its length).
+// clang-format off
 constexpr TensorKindRule kTensorKindRules[] = {
     // activations, local layout [B, s, ...]
     {KIND(Hidden), "[B, s, d]",
@@ -453,6 +457,7 @@ constexpr TensorKindRule kTensorKindRules[] = {
      "a checkpointed block input in the host pool (CUDA path: a region of the pinned slab)",
      [](const PlanShapes& s) { return sat_product({s.t, s.d, s.c}); }, hidden_formula},
 };
+// clang-format on
 
 #undef KIND
 
@@ -466,7 +471,8 @@ constexpr bool rules_in_enum_order() {
   }
   return true;
 }
-static_assert(rules_in_enum_order(), "kTensorKindRules lists the TensorKinds in enum order, each with a shape and meaning");
+static_assert(rules_in_enum_order(),
+              "kTensorKindRules lists the TensorKinds in enum order, each with a shape and meaning");
 
 }  // namespace
 

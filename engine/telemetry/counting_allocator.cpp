@@ -20,9 +20,7 @@ constexpr size_t kHeaderBytes = sizeof(BlockHeader);
 /// Above SetCPUAllocator's default priority 0, so a later default registration cannot undo it.
 constexpr uint8_t kCountingPriority = 100;
 
-BlockHeader* header_of(void* data) {
-  return reinterpret_cast<BlockHeader*>(static_cast<char*>(data) - kHeaderBytes);
-}
+BlockHeader* header_of(void* data) { return reinterpret_cast<BlockHeader*>(static_cast<char*>(data) - kHeaderBytes); }
 
 /// The deleter: uncharges exactly what the header says, on whatever thread frees the block.
 void counting_delete(void* data) {
@@ -68,9 +66,7 @@ class CountingCpuAllocator final : public c10::Allocator {
 
   c10::DeleterFnPtr raw_deleter() const override { return &counting_delete; }
 
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 };
 
 CountingCpuAllocator g_counting_allocator;  // must outlive every tensor: static, never replaced
@@ -94,7 +90,8 @@ void MemoryTracker::install_cpu_allocator() {
   if (c10::GetCPUAllocator() != &g_counting_allocator)
     throw std::runtime_error(
         "MemoryTracker::install_cpu_allocator: c10 kept another CPU allocator (one was set with a "
-        "priority above " + std::to_string(kCountingPriority) + "); CPU bytes cannot be counted");
+        "priority above " +
+        std::to_string(kCountingPriority) + "); CPU bytes cannot be counted");
   impl_->installed.store(true);
 }
 
@@ -106,7 +103,8 @@ static std::optional<std::pair<int, uintptr_t>> cuda_block_of(const at::Tensor& 
 }
 
 bool retag_tensor(const at::Tensor& tensor, MemCategory category) {
-  if (const auto cuda = cuda_block_of(tensor)) return MemoryTracker::instance().retag_cuda(cuda->first, cuda->second, category);
+  if (const auto cuda = cuda_block_of(tensor))
+    return MemoryTracker::instance().retag_cuda(cuda->first, cuda->second, category);
   BlockHeader* block = counted_block(tensor);
   if (block == nullptr) return false;
   MemoryTracker::instance().impl().retag(block, category);

@@ -78,7 +78,7 @@ int64_t prepare_blas_workspaces(int device_index, int rank_slot) {
   // The forward's GEMM runs on this thread, its backward's on autograd's worker thread for the
   // device, which no scope binds: the tracker charges that thread's blocks to the rank counted for
   // the device (set_cuda_device), category "other" (the default outside every scope).
-  const at::Tensor y = at::mm(a, a);                                    // [8, 8]
+  const at::Tensor y = at::mm(a, a);      // [8, 8]
   torch::autograd::grad({y.sum()}, {a});  // the gradient is dropped: only the workspaces stay
   return static_cast<int64_t>(at::cuda::getChosenWorkspaceSize());
 }

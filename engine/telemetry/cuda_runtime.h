@@ -23,7 +23,7 @@ struct BlasWorkspaceSetting {
 
 /// What prepare_cuda found and did.
 struct CudaSetup {
-  bool available = false;          ///< this build has CUDA and the machine a device
+  bool available = false;  ///< this build has CUDA and the machine a device
   int device_count = 0;
   /// The allocator settings in force: the user's PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF,
   /// or kDefaultAllocatorSettings set by Odyssey.

@@ -29,9 +29,8 @@ thread_local MemPool t_pool = MemPool::Device;
 
 void check_rank(int rank, const char* where) {
   if (rank < 0 || rank >= kMaxTrackedRanks)
-    throw std::out_of_range(std::string(where) + ": rank " + std::to_string(rank) +
-                            " outside the tracked range [0, " + std::to_string(kMaxTrackedRanks) +
-                            ")");
+    throw std::out_of_range(std::string(where) + ": rank " + std::to_string(rank) + " outside the tracked range [0, " +
+                            std::to_string(kMaxTrackedRanks) + ")");
 }
 
 std::string human_bytes(int64_t bytes) {
@@ -149,10 +148,9 @@ void MemoryTracker::Impl::throw_oom(int rank, int64_t requested) {
     held = rs.pool_bytes[0].load(std::memory_order_relaxed);
     limit = rs.device_limit.load(std::memory_order_relaxed);
   }
-  TORCH_CHECK_WITH(OutOfMemoryError, false, "odyssey memory tracker: out of memory on rank ", rank,
-                   " in phase '", phase, "': tried to allocate ", requested, " bytes (",
-                   human_bytes(requested), ") with ", held, " device bytes held; the device limit is ",
-                   limit, " bytes (", human_bytes(limit), ")");
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "odyssey memory tracker: out of memory on rank ", rank, " in phase '",
+                   phase, "': tried to allocate ", requested, " bytes (", human_bytes(requested), ") with ", held,
+                   " device bytes held; the device limit is ", limit, " bytes (", human_bytes(limit), ")");
   __builtin_unreachable();
 }
 
@@ -243,8 +241,8 @@ void MemoryTracker::reset_peak(int rank) {
 
 void MemoryTracker::set_device_limit(int rank, int64_t bytes) {
   if (bytes < 0)
-    throw std::invalid_argument("MemoryTracker::set_device_limit: negative limit " +
-                                std::to_string(bytes) + " for rank " + std::to_string(rank));
+    throw std::invalid_argument("MemoryTracker::set_device_limit: negative limit " + std::to_string(bytes) +
+                                " for rank " + std::to_string(rank));
   impl_->rank(rank).device_limit.store(bytes);
 }
 
@@ -269,8 +267,8 @@ void MemoryTracker::on_alloc(int rank, MemPool pool, MemCategory category, int64
   RankState& rs = impl_->rank(rank);
   std::lock_guard<std::mutex> lock(rs.mutex);
   if (bytes < 0) {  // never below zero, whatever was freed
-    const int64_t held = std::min(rs.category_bytes[static_cast<size_t>(category)],
-                                  rs.pool_bytes[static_cast<size_t>(pool)].load());
+    const int64_t held =
+        std::min(rs.category_bytes[static_cast<size_t>(category)], rs.pool_bytes[static_cast<size_t>(pool)].load());
     bytes = -std::min(-bytes, std::max<int64_t>(held, 0));
   }
   if (bytes != 0) rs.charge(pool, category, bytes);
@@ -292,9 +290,9 @@ int MemoryTracker::open_peak_window(int rank) {
   RankState& rs = impl_->rank(rank);
   std::lock_guard<std::mutex> lock(rs.mutex);
   if (rs.window_count >= kMaxPeakWindows)
-    throw std::length_error("MemoryTracker::open_peak_window: rank " + std::to_string(rank) +
-                            " already has " + std::to_string(rs.window_count) +
-                            " nested windows (the most is " + std::to_string(kMaxPeakWindows) + ")");
+    throw std::length_error("MemoryTracker::open_peak_window: rank " + std::to_string(rank) + " already has " +
+                            std::to_string(rs.window_count) + " nested windows (the most is " +
+                            std::to_string(kMaxPeakWindows) + ")");
   const int64_t device = rs.pool_bytes[0].load(std::memory_order_relaxed);
   PeakWindow& w = rs.windows[static_cast<size_t>(rs.window_count)];
   w.device_peak = device;
@@ -307,8 +305,8 @@ PeakWindow MemoryTracker::close_peak_window(int rank, int depth) {
   RankState& rs = impl_->rank(rank);
   std::lock_guard<std::mutex> lock(rs.mutex);
   if (depth != rs.window_count - 1)
-    throw std::logic_error("MemoryTracker::close_peak_window: rank " + std::to_string(rank) +
-                           " closes window " + std::to_string(depth) + " but the innermost open one is " +
+    throw std::logic_error("MemoryTracker::close_peak_window: rank " + std::to_string(rank) + " closes window " +
+                           std::to_string(depth) + " but the innermost open one is " +
                            std::to_string(rs.window_count - 1) + " (windows close innermost first)");
   return rs.windows[static_cast<size_t>(--rs.window_count)];
 }
@@ -331,9 +329,8 @@ void MemoryTracker::set_cuda_device(int rank, int device_index) {
   // CUDA first: statistics calls on a device nobody initialised fail ("did you call init?").
   if (device_index >= 0) prepare_cuda();
   if (device_index >= 0 && !cuda_available())
-    throw std::invalid_argument("MemoryTracker::set_cuda_device: rank " + std::to_string(rank) +
-                                " asked for cuda:" + std::to_string(device_index) +
-                                " but this build or machine has no CUDA");
+    throw std::invalid_argument("MemoryTracker::set_cuda_device: rank " + std::to_string(rank) + " asked for cuda:" +
+                                std::to_string(device_index) + " but this build or machine has no CUDA");
   if (device_index >= 0 && !impl_->cuda_hook_attached.exchange(true)) attach_cuda_hook(*this);
   count_cuda_device(rank, device_index);
 }

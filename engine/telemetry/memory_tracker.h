@@ -71,15 +71,15 @@ MemPool current_pool();
 /// Bytes of one rank at one instant.
 struct MemorySnapshot {
   std::array<int64_t, kMemCategoryCount> category_bytes{};  ///< live bytes per category (both pools)
-  int64_t device_bytes = 0;       ///< live bytes in the device pool
-  int64_t host_bytes = 0;         ///< live bytes in the host pool
-  int64_t device_peak = 0;        ///< peak device bytes since the last reset_peak
-  int64_t host_peak = 0;          ///< peak host bytes since the last reset_peak
+  int64_t device_bytes = 0;                                 ///< live bytes in the device pool
+  int64_t host_bytes = 0;                                   ///< live bytes in the host pool
+  int64_t device_peak = 0;                                  ///< peak device bytes since the last reset_peak
+  int64_t host_peak = 0;                                    ///< peak host bytes since the last reset_peak
   /// Category bytes at the moment device_peak was reached.
   std::array<int64_t, kMemCategoryCount> category_at_peak{};
-  int64_t device_reserved = 0;    ///< CUDA: reserved by the caching allocator (0 on CPU)
-  int64_t alloc_retries = 0;      ///< CUDA: cudaMalloc retries
-  int64_t ooms = 0;               ///< out-of-memory errors raised (tracker limit or CUDA)
+  int64_t device_reserved = 0;  ///< CUDA: reserved by the caching allocator (0 on CPU)
+  int64_t alloc_retries = 0;    ///< CUDA: cudaMalloc retries
+  int64_t ooms = 0;             ///< out-of-memory errors raised (tracker limit or CUDA)
 };
 
 /// The peak of one window (a phase): the most bytes reached while it was open, counted at

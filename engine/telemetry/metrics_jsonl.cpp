@@ -138,8 +138,7 @@ void fill_peaks_from_tracker(StepMetrics& m, const std::vector<int>& ranks) {
   }
 }
 
-bool write_metrics_jsonl(const std::string& path, const std::vector<StepMetrics>& metrics,
-                         std::string* error) {
+bool write_metrics_jsonl(const std::string& path, const std::vector<StepMetrics>& metrics, std::string* error) {
   try {
     MetricsJsonlWriter out(path);
     for (const auto& m : metrics) out.write(m);

@@ -55,7 +55,6 @@ class MetricsJsonlWriter {
 void fill_peaks_from_tracker(StepMetrics& m, const std::vector<int>& ranks);
 
 /// Writes `metrics` as a whole file (Session::export_metrics). False with *error on failure.
-bool write_metrics_jsonl(const std::string& path, const std::vector<StepMetrics>& metrics,
-                         std::string* error);
+bool write_metrics_jsonl(const std::string& path, const std::vector<StepMetrics>& metrics, std::string* error);
 
 }  // namespace odyssey

@@ -41,12 +41,12 @@ struct PhaseRecorder::Open {
   std::string path;
   bool root_step = false;  // an outermost "step": not prefixed to its children's paths
   int depth = 0;
-  int window = 0;          // the tracker's peak window
-  int uncaught = 0;        // std::uncaught_exceptions() at open
+  int window = 0;    // the tracker's peak window
+  int uncaught = 0;  // std::uncaught_exceptions() at open
   double t_begin_s = 0;
   int64_t device_begin = 0;
   int64_t host_begin = 0;
-  int mark_begin = -1;     // the device timeline's mark at open
+  int mark_begin = -1;  // the device timeline's mark at open
 };
 
 PhaseRecorder::PhaseRecorder(int rank, int slot) : rank_(rank), slot_(slot < 0 ? rank : slot) {
@@ -71,9 +71,7 @@ PhaseRecorder::~PhaseRecorder() {
   if (t_recorder == this) t_recorder = nullptr;
 }
 
-void PhaseRecorder::add_sink(std::function<void(const PhaseRecord&)> sink) {
-  sinks_.push_back(std::move(sink));
-}
+void PhaseRecorder::add_sink(std::function<void(const PhaseRecord&)> sink) { sinks_.push_back(std::move(sink)); }
 
 void PhaseRecorder::add_edge_sink(std::function<void(const PhaseEdge&)> sink) {
   edge_sinks_.push_back(std::move(sink));
@@ -89,9 +87,7 @@ PhaseRecorder::Bind::Bind(PhaseRecorder* recorder) : previous_(t_recorder) { t_r
 PhaseRecorder::Bind::~Bind() { t_recorder = previous_; }
 PhaseRecorder* PhaseRecorder::current() { return t_recorder; }
 
-const std::string& PhaseRecorder::current_path() const {
-  return stack_.empty() ? empty_ : stack_.back()->path;
-}
+const std::string& PhaseRecorder::current_path() const { return stack_.empty() ? empty_ : stack_.back()->path; }
 
 void PhaseRecorder::note_sink_error(const char* what) {
   if (sink_errors_++ == 0) first_sink_error_ = what;

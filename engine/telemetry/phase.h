@@ -21,14 +21,14 @@ namespace odyssey {
 struct PhaseRecord {
   int rank = 0;
   int64_t step = 0;
-  int depth = 0;              ///< 0 for "step", 1 for "fwd/embed", ...
-  std::string path;           ///< "fwd/block.3/attn"
-  double t_begin_s = 0;       ///< seconds since the recorder's epoch
+  int depth = 0;         ///< 0 for "step", 1 for "fwd/embed", ...
+  std::string path;      ///< "fwd/block.3/attn"
+  double t_begin_s = 0;  ///< seconds since the recorder's epoch
   double t_end_s = 0;
   int64_t device_begin = 0, device_end = 0, device_peak = 0;
   int64_t host_begin = 0, host_end = 0, host_peak = 0;
   std::array<int64_t, kMemCategoryCount> category_at_peak{};  ///< device+host bytes per category at the peak
-  bool unwound = false;       ///< closed while an exception was unwinding (the phase failed)
+  bool unwound = false;  ///< closed while an exception was unwinding (the phase failed)
 };
 
 /// One edge (open or close) of a phase with the rank's bytes at that instant: the memory
@@ -37,9 +37,9 @@ struct PhaseEdge {
   int rank = 0;
   int64_t step = 0;
   int depth = 0;
-  bool begin = true;          ///< true when the phase opens
+  bool begin = true;                  ///< true when the phase opens
   const std::string* path = nullptr;  ///< valid during the sink call only
-  double t_s = 0;             ///< seconds since the recorder's epoch
+  double t_s = 0;                     ///< seconds since the recorder's epoch
   int64_t device_bytes = 0;
   int64_t host_bytes = 0;
   std::array<int64_t, kMemCategoryCount> category_bytes{};  ///< device+host bytes per category

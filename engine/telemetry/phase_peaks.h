@@ -20,14 +20,14 @@ class JsonWriter;
 struct PhasePeak {
   std::string path;
   int depth = 0;
-  int64_t device_peak = 0;   ///< max over ranks and occurrences
-  int peak_rank = 0;         ///< rank that reached device_peak
-  int64_t peak_step = 0;     ///< step in which it did
-  int64_t host_peak = 0;     ///< max over ranks and occurrences
+  int64_t device_peak = 0;                                    ///< max over ranks and occurrences
+  int peak_rank = 0;                                          ///< rank that reached device_peak
+  int64_t peak_step = 0;                                      ///< step in which it did
+  int64_t host_peak = 0;                                      ///< max over ranks and occurrences
   std::array<int64_t, kMemCategoryCount> category_at_peak{};  ///< of the device_peak occurrence
-  int64_t count = 0;         ///< occurrences (all ranks)
-  double total_s = 0;        ///< summed wall time (all ranks)
-  double max_s = 0;          ///< longest single occurrence
+  int64_t count = 0;                                          ///< occurrences (all ranks)
+  double total_s = 0;                                         ///< summed wall time (all ranks)
+  double max_s = 0;                                           ///< longest single occurrence
 };
 
 /// Thread-safe: rank threads may add their records concurrently. Rows keep first-seen order

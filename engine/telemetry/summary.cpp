@@ -98,11 +98,20 @@ std::string summary_json(const RunSummary& s) {
   w.key("wall_s").value(s.wall_s);
   w.key("steps").value(static_cast<int64_t>(steps.size()));
   w.key("final");
-  if (steps.empty()) w.null(); else w.raw(metrics_json_line(steps.back()));
+  if (steps.empty())
+    w.null();
+  else
+    w.raw(metrics_json_line(steps.back()));
   w.key("loss_first");
-  if (steps.empty()) w.null(); else w.value(steps.front().loss);
+  if (steps.empty())
+    w.null();
+  else
+    w.value(steps.front().loss);
   w.key("loss_final");
-  if (steps.empty()) w.null(); else w.value(steps.back().loss);
+  if (steps.empty())
+    w.null();
+  else
+    w.value(steps.back().loss);
   w.key("loss_min").value(loss_min);  // Inf (no finite loss) is written as null
   w.key("loss_meaningful").value(meaningful);
   w.key("tokens_per_s_mean").value(n > 0 ? tps / n : 0.0);
@@ -129,7 +138,10 @@ std::string summary_json(const RunSummary& s) {
   else
     s.phases->write_table_json(w, /*highest_first=*/true);
   w.key("extra");
-  if (s.extra_json.empty()) w.begin_object().end_object(); else w.raw(s.extra_json);
+  if (s.extra_json.empty())
+    w.begin_object().end_object();
+  else
+    w.raw(s.extra_json);
   w.end_object();
   return out;
 }

@@ -35,8 +35,8 @@ struct RunSummary {
   std::string status = "finished";  ///< "finished", "stopped" or "failed"
   std::string error;                ///< the failure, when status is "failed"
   double wall_s = 0;
-  std::vector<StepMetrics> steps;   ///< every step of the run, in order
-  std::vector<RankPeak> ranks;      ///< empty: per-rank peaks are taken from the steps
+  std::vector<StepMetrics> steps;  ///< every step of the run, in order
+  std::vector<RankPeak> ranks;     ///< empty: per-rank peaks are taken from the steps
   const PhasePeakTable* phases = nullptr;
   /// A JSON object the trainer adds under "extra" (config echo, planner prediction...); must
   /// parse as an object, or the write fails.

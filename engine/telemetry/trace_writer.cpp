@@ -75,10 +75,9 @@ std::string thread_name_event(int pid, int tid, const std::string& name) {
   return out;
 }
 
-std::string complete_event(const std::string& path, int rank, int64_t step, int depth, double t_begin,
-                           double t_end, int64_t device_begin, int64_t device_end, int64_t device_peak,
-                           int64_t host_peak, bool unwound,
-                           const std::array<int64_t, kMemCategoryCount>* categories) {
+std::string complete_event(const std::string& path, int rank, int64_t step, int depth, double t_begin, double t_end,
+                           int64_t device_begin, int64_t device_end, int64_t device_peak, int64_t host_peak,
+                           bool unwound, const std::array<int64_t, kMemCategoryCount>* categories) {
   std::string out;
   JsonWriter w(out);
   begin_event(w, "X", leaf_of(path), rank, t_begin);
@@ -115,8 +114,7 @@ std::string memory_counter(int rank, double t_s, int64_t device, int64_t host) {
 
 TraceWriter::TraceWriter(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "wb");
-  if (file_ == nullptr)
-    throw std::runtime_error("trace: cannot create " + path + ": " + std::strerror(errno));
+  if (file_ == nullptr) throw std::runtime_error("trace: cannot create " + path + ": " + std::strerror(errno));
   pending_ = "{\"traceEvents\":[\n";
 }
 
@@ -148,15 +146,18 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
     if (!e.contains("args") || !e.at("args").contains("step")) continue;
     const int64_t step = e.at("args").at("step").get<int64_t>();
     last_step = std::max(last_step, step);
-    const bool step_counter = e.at("ph").get<std::string>() == "C" && e.contains("name") && e.at("name").get<std::string>() == "step";
-    if (step_counter && step <= keep_through_step && e.contains("ts")) cut_us = std::max(cut_us, e.at("ts").get<double>());
+    const bool step_counter =
+        e.at("ph").get<std::string>() == "C" && e.contains("name") && e.at("name").get<std::string>() == "step";
+    if (step_counter && step <= keep_through_step && e.contains("ts"))
+      cut_us = std::max(cut_us, e.at("ts").get<double>());
   }
   if (last_step <= keep_through_step) cut_us = std::numeric_limits<double>::infinity();
   std::string kept;
   double kept_until_us = -1;
   for (const auto& [text, e] : events) {
     const bool metadata = e.at("ph").get<std::string>() == "M";
-    const bool later_step = e.contains("args") && e.at("args").contains("step") && e.at("args").at("step").get<int64_t>() > keep_through_step;
+    const bool later_step = e.contains("args") && e.at("args").contains("step") &&
+                            e.at("args").at("step").get<int64_t>() > keep_through_step;
     const double ts = e.contains("ts") ? e.at("ts").get<double>() : 0;
     if (!metadata && (later_step || ts > cut_us)) continue;
     if (metadata && e.contains("pid")) ranks_.insert(static_cast<int>(e.at("pid").get<int64_t>()));
@@ -164,8 +165,9 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
     // track takes a tid of its own (named once, not a second name on a kept tid).
     if (metadata && e.contains("name") && e.at("name") == "thread_name" && e.contains("pid") && e.contains("tid") &&
         e.contains("args") && e.at("args").contains("name"))
-      tracks_.emplace(std::make_pair(static_cast<int>(e.at("pid").get<int64_t>()), e.at("args").at("name").get<std::string>()),
-                      static_cast<int>(e.at("tid").get<int64_t>()));
+      tracks_.emplace(
+          std::make_pair(static_cast<int>(e.at("pid").get<int64_t>()), e.at("args").at("name").get<std::string>()),
+          static_cast<int>(e.at("tid").get<int64_t>()));
     if (!metadata) kept_until_us = std::max(kept_until_us, ts + (e.contains("dur") ? e.at("dur").get<double>() : 0));
     kept += (first_event_ ? "" : ",\n") + text;
     first_event_ = false;
@@ -173,8 +175,7 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
   }
   if (kept_until_us >= 0) offset_s_ = kept_until_us * 1e-6 + 1e-3;  // 1 ms after the last kept event
   file_ = std::fopen(path.c_str(), "wb");
-  if (file_ == nullptr)
-    throw std::runtime_error("trace: cannot create " + path + ": " + std::strerror(errno));
+  if (file_ == nullptr) throw std::runtime_error("trace: cannot create " + path + ": " + std::strerror(errno));
   pending_ = "{\"traceEvents\":[\n" + kept;
 }
 
@@ -266,9 +267,9 @@ void TraceWriter::emit_peak_locked(int rank, PeakCandidate& c) {
 }
 
 void TraceWriter::on_record(const PhaseRecord& r) {
-  const std::string event = complete_event(r.path, r.rank, r.step, r.depth, r.t_begin_s + offset_s_, r.t_end_s + offset_s_,
-                                           r.device_begin, r.device_end, r.device_peak, r.host_peak,
-                                           r.unwound, &r.category_at_peak);
+  const std::string event =
+      complete_event(r.path, r.rank, r.step, r.depth, r.t_begin_s + offset_s_, r.t_end_s + offset_s_, r.device_begin,
+                     r.device_end, r.device_peak, r.host_peak, r.unwound, &r.category_at_peak);
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_rank_locked(r.rank);
   emit_locked(event);
@@ -344,8 +345,7 @@ void TraceWriter::close_locked() {
   for (auto& [rank, c] : peaks_) emit_peak_locked(rank, c);
   pending_ += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"odyssey\"}}\n";
   flush_locked();
-  if (std::fclose(file_) != 0 && error_.empty())
-    error_ = "trace: cannot close " + path_ + ": " + std::strerror(errno);
+  if (std::fclose(file_) != 0 && error_.empty()) error_ = "trace: cannot close " + path_ + ": " + std::strerror(errno);
   file_ = nullptr;
 }
 

@@ -21,8 +21,8 @@ namespace odyssey {
 /// rank's live list (oldest first) for retag_since.
 struct alignas(64) BlockHeader {
   uint64_t magic = 0;
-  uint64_t seq = 0;        ///< allocation sequence number (MemoryTracker::mark)
-  int64_t bytes = 0;       ///< bytes requested and charged (the header itself is not charged)
+  uint64_t seq = 0;   ///< allocation sequence number (MemoryTracker::mark)
+  int64_t bytes = 0;  ///< bytes requested and charged (the header itself is not charged)
   BlockHeader* prev = nullptr;
   BlockHeader* next = nullptr;
   int16_t rank = 0;

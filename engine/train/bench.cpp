@@ -96,7 +96,8 @@ std::vector<BenchVariant> bench_variants(const RunConfig& cfg) {
     *technique_flag(all, t.id) = true;
   }
   v.push_back(variant("all", "plain", all));
-  if (cfg.parallel.world_size > 1) v.push_back(variant(technique(TechniqueId::Fsdp).name, "plain", none, /*fsdp=*/true));
+  if (cfg.parallel.world_size > 1)
+    v.push_back(variant(technique(TechniqueId::Fsdp).name, "plain", none, /*fsdp=*/true));
   if (cfg.parallel.ulysses_degree > 1 || cfg.memory.untied_ulysses) {
     for (int64_t hps : valid_heads_per_stage(cfg)) {
       RunConfig untied = none;

@@ -19,9 +19,9 @@ struct BenchVariant {
   /// "plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all"; on several ranks also
   /// "fsdp" and "untied_hps=K" (Ulysses degree > 1, or untied_ulysses set: head chunking)
   std::string name;
-  std::string baseline;       ///< the variant its ratio is taken against ("" for plain)
+  std::string baseline;  ///< the variant its ratio is taken against ("" for plain)
   MemoryConfig memory;
-  bool fsdp = false;          ///< stepped by the FSDP trainer
+  bool fsdp = false;           ///< stepped by the FSDP trainer
   std::vector<double> step_s;  ///< every measured step of rank 0 (after the warm-up round)
   int64_t device_peak = 0;     ///< max over its steps and the ranks, without the other trainer's states
   int64_t host_peak = 0;
@@ -37,7 +37,7 @@ struct BenchVariant {
 struct BenchResult {
   std::vector<BenchVariant> variants;
   int rounds = 0;
-  int threads = 0;  ///< intra-op threads per rank
+  int threads = 0;                             ///< intra-op threads per rank
   int64_t world_size = 1, ulysses_degree = 1;  ///< where every variant runs (plain = plain Ulysses when > 1)
   bool emulated = false;
   const BenchVariant* find(const std::string& name) const;

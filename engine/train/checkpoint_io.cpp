@@ -39,8 +39,8 @@ namespace {
 constexpr char kMagicV1[8] = {'O', 'D', 'Y', 'C', 'K', 'P', 'T', '1'};
 constexpr char kMagicV2[8] = {'O', 'D', 'Y', 'C', 'K', 'P', 'T', '2'};
 constexpr int64_t kFormat = 2;
-constexpr uint32_t kMaxEntries = 1 << 16;   // 3 + 3 per flat group; models have ~1k groups at most
-constexpr uint32_t kMaxNameBytes = 256;     // "block.1023.exp_avg_sq" and the like
+constexpr uint32_t kMaxEntries = 1 << 16;        // 3 + 3 per flat group; models have ~1k groups at most
+constexpr uint32_t kMaxNameBytes = 256;          // "block.1023.exp_avg_sq" and the like
 constexpr int64_t kMaxSmallFileBytes = 1 << 20;  // latest.json, config.toml
 
 /// Element types a checkpoint holds, with this format's own codes (LibTorch's enum numbers are
@@ -138,8 +138,9 @@ class InputFile {
     while (n > 0) {
       const ssize_t got = ::read(fd_, p, static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 30)));
       if (got < 0 && errno == EINTR) continue;
-      if (got < 0) throw CheckpointError("checkpoint " + path_ + ": read failed at byte " + std::to_string(offset_) +
-                                         " (" + std::strerror(errno) + ")");
+      if (got < 0)
+        throw CheckpointError("checkpoint " + path_ + ": read failed at byte " + std::to_string(offset_) + " (" +
+                              std::strerror(errno) + ")");
       if (got == 0) return false;
       p += got;
       n -= got;
@@ -159,8 +160,8 @@ class InputFile {
 std::string read_small_file(const std::string& path, const std::string& what) {
   InputFile in(path, what);
   if (in.size() > kMaxSmallFileBytes)
-    throw CheckpointError(what + " " + path + ": " + std::to_string(in.size()) + " bytes, more than such a file holds (" +
-                          std::to_string(kMaxSmallFileBytes) + ")");
+    throw CheckpointError(what + " " + path + ": " + std::to_string(in.size()) +
+                          " bytes, more than such a file holds (" + std::to_string(kMaxSmallFileBytes) + ")");
   std::string text(static_cast<size_t>(in.size()), '\0');
   if (!in.read(text.data(), in.size())) throw CheckpointError(what + " " + path + ": shorter than its size");
   return text;
@@ -312,11 +313,16 @@ void save_checkpoint(Trainer& trainer, const std::string& dir) {
     std::string json;
     JsonWriter w(json);
     w.begin_object()
-        .key("format").value(kFormat)
-        .key("step").value(step)
-        .key("world_size").value(static_cast<int64_t>(ctx.world_size))
-        .key("path").value(step_folder(step))
-        .key("config_crc32").value(static_cast<int64_t>(crc32_update(0, config.data(), config.size())))
+        .key("format")
+        .value(kFormat)
+        .key("step")
+        .value(step)
+        .key("world_size")
+        .value(static_cast<int64_t>(ctx.world_size))
+        .key("path")
+        .value(step_folder(step))
+        .key("config_crc32")
+        .value(static_cast<int64_t>(crc32_update(0, config.data(), config.size())))
         .end_object();
     try {
       write_file_atomically(join_path(root, "latest.json"), json + "\n");
@@ -358,8 +364,8 @@ std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
   // The folder is named by the step and nothing else: a "path" elsewhere (../..) is refused.
   if (json->at("path").get<std::string>() != step_folder(info.step))
     throw CheckpointError("checkpoint pointer " + latest + ": \"path\" = " + json_value_text(json->at("path")) +
-                          " does not name step " + std::to_string(info.step) + "'s folder \"" +
-                          step_folder(info.step) + "\"");
+                          " does not name step " + std::to_string(info.step) + "'s folder \"" + step_folder(info.step) +
+                          "\"");
   info.path = join_path(root, step_folder(info.step));
   const std::string config = join_path(info.path, "config.toml");
   if (!path_exists(config))
@@ -375,8 +381,7 @@ std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
   return info;
 }
 
-std::vector<std::string> check_resume_config(const CheckpointInfo& info, const RunConfig& run,
-                                             const std::string& dir) {
+std::vector<std::string> check_resume_config(const CheckpointInfo& info, const RunConfig& run, const std::string& dir) {
   const std::string config = join_path(info.path, "config.toml");
   const LoadedPreset saved = load_preset_text(info.config_toml, config);
   if (!saved.ok())
@@ -389,7 +394,8 @@ std::vector<std::string> check_resume_config(const CheckpointInfo& info, const R
       notes.push_back("resume: " + c.describe() + " (checkpoint -> this run)");
   }
   if (!refused.empty()) {
-    std::string why = "--resume " + dir + ": the checkpoint's state was saved under other values of keys it depends on: ";
+    std::string why =
+        "--resume " + dir + ": the checkpoint's state was saved under other values of keys it depends on: ";
     for (size_t i = 0; i < refused.size(); ++i) why += (i ? "; " : "") + refused[i] + " (checkpoint -> this run)";
     throw CheckpointError(why + ". Resume with the checkpoint's values (" + config + "), or start a fresh run");
   }
@@ -408,8 +414,8 @@ std::map<std::string, at::Tensor> read_checkpoint_masters(const CheckpointInfo& 
   for (auto& [name, tensor] : read_rank_file(file, info.format))
     if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
       if (tensor.scalar_type() != at::kFloat)
-        throw CheckpointError("checkpoint " + file + ": tensor '" + name + "' holds " + c10::toString(tensor.scalar_type()) +
-                              ", master weights are float32");
+        throw CheckpointError("checkpoint " + file + ": tensor '" + name + "' holds " +
+                              c10::toString(tensor.scalar_type()) + ", master weights are float32");
       masters.emplace(name.substr(0, name.size() - suffix.size()), std::move(tensor));
     }
   return masters;
@@ -471,7 +477,7 @@ void load_checkpoint(Trainer& trainer, const CheckpointInfo& checkpoint, const s
     r.group->exp_avg.copy_(r.exp_avg);
     r.group->exp_avg_sq.copy_(r.exp_avg_sq);
     r.group->refresh_device_params();  // optimizer offload: the device's copy from the restored master
-    r.group->reshard();  // gathered copies (if any) are refilled from the restored master at next use
+    r.group->reshard();                // gathered copies (if any) are refilled from the restored master at next use
   }
   trainer.optimizer().set_steps_taken(optimizer_steps);
   {

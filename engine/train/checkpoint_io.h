@@ -32,11 +32,11 @@ class CheckpointWriteError : public std::runtime_error {
 
 /// What DIR/checkpoints/latest.json says.
 struct CheckpointInfo {
-  int64_t format = 2;      ///< 2: CRC-32 per tensor and of config.toml; 1: older, unverified
-  int64_t step = 0;        ///< steps completed: training resumes at this step
+  int64_t format = 2;  ///< 2: CRC-32 per tensor and of config.toml; 1: older, unverified
+  int64_t step = 0;    ///< steps completed: training resumes at this step
   int64_t world_size = 1;
-  std::string path;        ///< the step's folder
-  std::string config_toml; ///< the run's config at that step (verified against its CRC)
+  std::string path;         ///< the step's folder
+  std::string config_toml;  ///< the run's config at that step (verified against its CRC)
 };
 
 /// Layout under `dir`: checkpoints/step_<N>/rank<r>.bin (every rank), checkpoints/step_<N>/
@@ -52,8 +52,7 @@ std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir);
 /// Compares the checkpoint's config with this run's. Throws CheckpointError listing every key the
 /// saved state depends on (KeySpec::resume_must_match) that differs; returns one line for each
 /// other difference ("resume: training.lr = 0.0003 -> 0.001 (checkpoint -> this run)").
-std::vector<std::string> check_resume_config(const CheckpointInfo& info, const RunConfig& run,
-                                             const std::string& dir);
+std::vector<std::string> check_resume_config(const CheckpointInfo& info, const RunConfig& run, const std::string& dir);
 
 /// The fp32 master weights in `rank`'s file of `info`'s checkpoint, by group name ("block.3"),
 /// each [shard_numel]; the file is verified as load_checkpoint verifies it. For `odyssey export`.

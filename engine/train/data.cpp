@@ -120,9 +120,8 @@ class LlmcTokenFile final : public TokenStream {
     count_ = header[2];
     const int64_t need = header_bytes + 2 * count_;
     if (count_ < 0 || have < need)
-      throw DataError("data file '" + path + "': truncated: the header says " + std::to_string(count_) +
-                      " tokens (" + std::to_string(need) + " bytes) but the file has " + std::to_string(have) +
-                      " bytes");
+      throw DataError("data file '" + path + "': truncated: the header says " + std::to_string(count_) + " tokens (" +
+                      std::to_string(need) + " bytes) but the file has " + std::to_string(have) + " bytes");
     // An llm.c file is exactly its header and its tokens; more bytes mean a wrong count or a file
     // joined to another, and training on part of it would pass unnoticed.
     if (have > need)
@@ -187,7 +186,8 @@ class ByteFile final : public TokenStream {
 }  // namespace
 
 LongRangeLayout LongRangeLayout::make(int64_t seq_len, int64_t vocab) {
-  if (seq_len < 32) throw DataError("long-range task: training.seq_len = " + std::to_string(seq_len) + " must be >= 32");
+  if (seq_len < 32)
+    throw DataError("long-range task: training.seq_len = " + std::to_string(seq_len) + " must be >= 32");
   if (vocab < 32) throw DataError("long-range task: model.vocab_size = " + std::to_string(vocab) + " must be >= 32");
   LongRangeLayout L;
   L.seq_len = seq_len;
@@ -257,8 +257,10 @@ RankBatch make_rank_batch(const Dataset& data, int64_t step, const TrainingConfi
     // an input), recorded in last_label_starts_document.
     data.document_starts(index, &starts);
     for (int64_t p : starts) {
-      if (p < S) batch.document_starts[b].push_back(p);
-      else if (p == S) batch.last_label_starts_document[b] = 1;
+      if (p < S)
+        batch.document_starts[b].push_back(p);
+      else if (p == S)
+        batch.last_label_starts_document[b] = 1;
     }
   }
   if (training.document_mask) {

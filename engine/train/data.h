@@ -52,12 +52,12 @@ std::unique_ptr<Dataset> make_dataset(const TrainingConfig& training, const Mode
 /// task uses the first 11 token ids whatever the vocabulary.
 struct LongRangeLayout {
   int64_t seq_len = 0, vocab = 0;
-  int64_t filler = 1;                             ///< the one token around everything else
-  int64_t query_mark = 2;                         ///< asks for the passkey
-  int64_t passkey_first = 3, passkey_count = 8;   ///< the passkey's symbols (chance: 1/8)
-  int64_t context = 0;  ///< S/2: tokens [0, context) hold the copies, the queries come after
-  int64_t copies = 0;   ///< passkey copies in the first half, one per 64 tokens
-  int64_t queries = 0;  ///< [QUERY_MARK answer] pairs in the second half, one per 4 tokens
+  int64_t filler = 1;                            ///< the one token around everything else
+  int64_t query_mark = 2;                        ///< asks for the passkey
+  int64_t passkey_first = 3, passkey_count = 8;  ///< the passkey's symbols (chance: 1/8)
+  int64_t context = 0;                           ///< S/2: tokens [0, context) hold the copies, the queries come after
+  int64_t copies = 0;                            ///< passkey copies in the first half, one per 64 tokens
+  int64_t queries = 0;                           ///< [QUERY_MARK answer] pairs in the second half, one per 4 tokens
   static LongRangeLayout make(int64_t seq_len, int64_t vocab);  ///< throws for seq_len < 32 or vocab < 32
 };
 

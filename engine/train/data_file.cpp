@@ -19,7 +19,8 @@ DataFile::DataFile(const std::string& path) : path_(path) {
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
-    throw DataError("data file '" + path + "': not a regular file (a FIFO, socket, device or directory); "
+    throw DataError("data file '" + path +
+                    "': not a regular file (a FIFO, socket, device or directory); "
                     "training.dataset_path must name a file");
   }
   size_ = static_cast<int64_t>(st.st_size);

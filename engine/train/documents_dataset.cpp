@@ -14,7 +14,9 @@ namespace {
 class DocumentsDataset final : public Dataset {
  public:
   DocumentsDataset(const TrainingConfig& training, const ModelConfig& model)
-      : file_(training.dataset_path, model.vocab_size), seq_len_(training.seq_len), packing_(training.document_packing) {
+      : file_(training.dataset_path, model.vocab_size),
+        seq_len_(training.seq_len),
+        packing_(training.document_packing) {
     const int64_t T = file_.token_count(), S = seq_len_;
     if (T < S + 1)
       throw DataError("documents file '" + file_.path() + "': holds " + std::to_string(T) +
@@ -28,8 +30,9 @@ class DocumentsDataset final : public Dataset {
     for (int64_t d = 0; d < file_.document_count(); ++d)
       if (file_.document_length(d) > S + 1)
         throw DataError("documents file '" + file_.path() + "': document " + std::to_string(d) + " holds " +
-                        std::to_string(file_.document_length(d)) + " tokens, more than training.seq_len + 1 = " +
-                        std::to_string(S + 1) + ", and training.document_packing = \"refuse\" never splits one "
+                        std::to_string(file_.document_length(d)) +
+                        " tokens, more than training.seq_len + 1 = " + std::to_string(S + 1) +
+                        ", and training.document_packing = \"refuse\" never splits one "
                         "(use \"split\", or a longer seq_len)");
     // f(0) = 0; f(k+1) = the first document whose end passes sequence k's end: the one cut there,
     // or the one beginning exactly at it. Every document is at most S + 1 tokens, so f increases.
@@ -64,8 +67,8 @@ class DocumentsDataset final : public Dataset {
     return "documents: " + file_.path() + " (" + std::to_string(file_.document_count()) + " documents, " +
            format_size(file_.token_count()) + " tokens, tokenizer vocabulary " + std::to_string(file_.vocab_size()) +
            "; " + std::string(to_string(packing_)) + " packing: " + std::to_string(sequences_) + " sequences of " +
-           std::to_string(seq_len_ + 1) + " tokens a pass, the last " + std::to_string(file_.token_count() - used_tokens_) +
-           " tokens unused)";
+           std::to_string(seq_len_ + 1) + " tokens a pass, the last " +
+           std::to_string(file_.token_count() - used_tokens_) + " tokens unused)";
   }
 
  private:

@@ -150,11 +150,13 @@ void DocumentsFileWriter::commit(int64_t vocab_size, bool replace) {
   append_file(tokens_fd_, fd, token_count() * 4, file_tmp_);
   if (::fsync(fd) != 0) throw write_error(file_tmp_, "fsync failed");
   if (replace) {
-    if (::rename(file_tmp_.c_str(), path_.c_str()) != 0) throw write_error(path_, "cannot rename " + file_tmp_ + " to it");
+    if (::rename(file_tmp_.c_str(), path_.c_str()) != 0)
+      throw write_error(path_, "cannot rename " + file_tmp_ + " to it");
   } else if (::link(file_tmp_.c_str(), path_.c_str()) == 0) {  // fails when `path` appeared meanwhile
     ::unlink(file_tmp_.c_str());
   } else if (errno == EEXIST) {
-    throw FileWriteError(path_ + ": a file appeared there while it was prepared; it is kept, and the prepared data is "
+    throw FileWriteError(path_ +
+                         ": a file appeared there while it was prepared; it is kept, and the prepared data is "
                          "not written (run again with --overwrite to replace it)");
   } else if (path_exists(path_) || ::rename(file_tmp_.c_str(), path_.c_str()) != 0) {  // no hard links here
     throw write_error(path_, "cannot move " + file_tmp_ + " to it");
@@ -186,7 +188,8 @@ DocumentsFile::DocumentsFile(const std::string& path, int64_t model_vocab) : fil
       std::snprintf(hex, sizeof hex, "\\x%02x", c);
       shown += c >= 0x20 && c < 0x7f ? std::string(1, static_cast<char>(c)) : std::string(hex);
     }
-    throw refuse("magic = \"" + shown + "\": not a documents file (those begin \"ODYDOCS\\x00\"; `odyssey prepare` "
+    throw refuse("magic = \"" + shown +
+                 "\": not a documents file (those begin \"ODYDOCS\\x00\"; `odyssey prepare` "
                  "writes them; use dataset = \"tokens\" for llm.c .bin files)");
   }
   if (const uint32_t version = load_le<uint32_t>(header + 8); version != kDocumentsVersion)
@@ -204,9 +207,11 @@ DocumentsFile::DocumentsFile(const std::string& path, int64_t model_vocab) : fil
     throw refuse("vocab_size = " + std::to_string(vocab) + ": must be between 1 and 2^32 (uint32 tokens)");
   vocab_size_ = static_cast<int64_t>(vocab);
   if (model_vocab > 0 && vocab_size_ > model_vocab)
-    throw refuse("vocab_size = " + std::to_string(vocab) + " (the tokenizer's vocabulary) is larger than model.vocab_size = " +
-                 std::to_string(model_vocab) + ": the file was tokenized for another model (prepare it with this "
-                 "model's tokenizer, or set model.vocab_size to at least " + std::to_string(vocab) + ")");
+    throw refuse("vocab_size = " + std::to_string(vocab) +
+                 " (the tokenizer's vocabulary) is larger than model.vocab_size = " + std::to_string(model_vocab) +
+                 ": the file was tokenized for another model (prepare it with this "
+                 "model's tokenizer, or set model.vocab_size to at least " +
+                 std::to_string(vocab) + ")");
   if (documents < 1) throw refuse("document_count = 0: the file holds no document");
   if (tokens < documents)
     throw refuse("token_count = " + std::to_string(tokens) + " is below document_count = " + std::to_string(documents) +
@@ -220,9 +225,10 @@ DocumentsFile::DocumentsFile(const std::string& path, int64_t model_vocab) : fil
                  "-byte index, and the file has " + std::to_string(body) + " bytes after the header");
   if (tokens >= kMaxCount || (documents + 1) * 8 + tokens * 4 != body) {
     const uint64_t want = tokens >= kMaxCount ? 0 : kDocumentsHeaderBytes + (documents + 1) * 8 + tokens * 4;
-    throw refuse("file size = " + std::to_string(have) + " bytes, and the header's token_count = " + std::to_string(tokens) +
-                 " and document_count = " + std::to_string(documents) + " make " +
-                 (want ? std::to_string(want) + " bytes (" + (want > static_cast<uint64_t>(have) ? "truncated" : "bytes follow the tokens") + ")"
+    throw refuse("file size = " + std::to_string(have) + " bytes, and the header's token_count = " +
+                 std::to_string(tokens) + " and document_count = " + std::to_string(documents) + " make " +
+                 (want ? std::to_string(want) + " bytes (" +
+                             (want > static_cast<uint64_t>(have) ? "truncated" : "bytes follow the tokens") + ")"
                        : std::string("more bytes than any file")));
   }
   const int64_t T = static_cast<int64_t>(tokens), D = static_cast<int64_t>(documents);
@@ -239,8 +245,8 @@ DocumentsFile::DocumentsFile(const std::string& path, int64_t model_vocab) : fil
       const std::string entry = "document index[" + std::to_string(d) + "] = " + std::to_string(v);
       if (d == 0 && v != 0) throw refuse(entry + ": must be 0 (the first document starts at token 0)");
       if (d > 0 && v <= static_cast<uint64_t>(index_[d - 1]))
-        throw refuse(entry + " is not greater than index[" + std::to_string(d - 1) + "] = " + std::to_string(index_[d - 1]) +
-                     ": offsets must strictly increase (no empty document)");
+        throw refuse(entry + " is not greater than index[" + std::to_string(d - 1) +
+                     "] = " + std::to_string(index_[d - 1]) + ": offsets must strictly increase (no empty document)");
       if (v > tokens) throw refuse(entry + " is past token_count = " + std::to_string(tokens));
       if (d == D && v != tokens)
         throw refuse(entry + ": the last entry must equal token_count = " + std::to_string(tokens) + " (the total)");

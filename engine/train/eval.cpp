@@ -31,8 +31,8 @@ RunConfig eval_config(const RunConfig& run, const std::string& data_path, int64_
 
 std::vector<PositionBucket> position_buckets(int64_t seq_len, int64_t first) {
   if (seq_len < 1 || first < 1)
-    throw std::invalid_argument("position buckets: seq_len = " + std::to_string(seq_len) + " and first = " +
-                                std::to_string(first) + " must be >= 1");
+    throw std::invalid_argument("position buckets: seq_len = " + std::to_string(seq_len) +
+                                " and first = " + std::to_string(first) + " must be >= 1");
   std::vector<PositionBucket> out;
   int64_t from = 0, to = first;
   while (from < seq_len) {
@@ -65,10 +65,10 @@ GatheredRows forward_gathered(Trainer& trainer, const ModelInputs& in) {
   const TokenLosses t = trainer.forward_tokens(in);  // [1, s] each
   CategoryScope category(MemCategory::Other);
   const int64_t s = in.ids.size(1), W = ctx.world_size, D = ctx.dp_size, L = s * ctx.sp_size;
-  at::Tensor ce = at::empty({W * s}, t.ce.options());                   // [W s] fp32
+  at::Tensor ce = at::empty({W * s}, t.ce.options());  // [W s] fp32
   ctx.world->all_gather(ce, t.ce.reshape(-1).contiguous());
   const at::Tensor mine = at::stack({t.argmax.reshape(-1), in.labels.reshape(-1).to(t.argmax.device())});  // [2, s]
-  at::Tensor longs = at::empty({W * 2 * s}, mine.options());          // [W, 2, s] int64
+  at::Tensor longs = at::empty({W * 2 * s}, mine.options());  // [W, 2, s] int64
   ctx.world->all_gather(longs, mine.contiguous());
   const at::Tensor rows = longs.cpu().view({W, 2, s});
   GatheredRows out;
@@ -151,7 +151,8 @@ NeedleSequence needle_sequence(const DocumentsFile& filler, int64_t filler_offse
                                 std::to_string(prompt.needle.size()) + " tokens), the question (" +
                                 std::to_string(prompt.question.size()) + ") and the answer (" +
                                 std::to_string(prompt.answer.size()) + ")");
-  const int64_t before = static_cast<int64_t>(std::llround(static_cast<double>(F) * static_cast<double>(depth_percent) / 100.0));
+  const int64_t before =
+      static_cast<int64_t>(std::llround(static_cast<double>(F) * static_cast<double>(depth_percent) / 100.0));
   std::vector<int64_t> stream(static_cast<size_t>(F));
   const int64_t T = filler.token_count();
   for (int64_t got = 0, at = filler_offset % T; got < F;) {  // the stream, wrapping at its end
@@ -180,8 +181,8 @@ std::vector<NeedleSequence> needle_sequences(const DocumentsFile& filler, const 
   for (int64_t depth : kNeedleDepths)
     for (size_t t = 0; t < prompts.size(); ++t) {
       // Trial t reads the stream from a place of its own: t/trials of the way through it.
-      const int64_t offset = static_cast<int64_t>(static_cast<double>(T) * static_cast<double>(t) /
-                                                  static_cast<double>(prompts.size()));
+      const int64_t offset =
+          static_cast<int64_t>(static_cast<double>(T) * static_cast<double>(t) / static_cast<double>(prompts.size()));
       out.push_back(needle_sequence(filler, offset, prompts[t], length, depth));
     }
   return out;
@@ -239,7 +240,7 @@ std::vector<NeedleCell> eval_needle_grid(Trainer& trainer, const DocumentsFile& 
       in.ids = batch.ids;
       in.labels = at::where(batch.answer_mask, batch.labels, at::full_like(batch.labels, -100));  // [1, length/P]
       in.first_position = batch.first_position;
-      in.global_tokens = sequences.front().answer_tokens * D;  // the loss's divisor: its value is not used here
+      in.global_tokens = sequences.front().answer_tokens * D;     // the loss's divisor: its value is not used here
       const GatheredRows result = forward_gathered(trainer, in);  // [D, length]
       for (int64_t d = 0; d < D && j * D + d < rows.size(); ++d) {
         const int64_t trial = j * D + d;

@@ -41,9 +41,9 @@ std::vector<PositionBucket> position_buckets(int64_t seq_len, int64_t first);
 
 struct BucketEval {
   std::vector<PositionBucket> buckets;
-  int64_t sequences = 0;   ///< sequences of seq_len + 1 tokens evaluated
-  int64_t tokens = 0;      ///< labels scored (those crossing a document boundary are not)
-  double loss = 0;         ///< mean CE over every scored label
+  int64_t sequences = 0;      ///< sequences of seq_len + 1 tokens evaluated
+  int64_t tokens = 0;         ///< labels scored (those crossing a document boundary are not)
+  double loss = 0;            ///< mean CE over every scored label
   int64_t unused_tokens = 0;  ///< tokens after the last whole sequence (not evaluated)
 };
 
@@ -81,10 +81,10 @@ std::vector<int64_t> needle_lengths(int64_t min_length, int64_t seq_len);
 /// - answer filler tokens. The filler is the documents file's token stream from `filler_offset`
 /// (wrapping at its end).
 struct NeedleSequence {
-  std::vector<int64_t> tokens;        ///< length + 1
-  int64_t answer_first_label = 0;     ///< label position (input position) of the first answer token
-  int64_t answer_tokens = 0;          ///< the answer's labels: [answer_first_label, + answer_tokens)
-  int64_t needle_at = 0;              ///< where the needle begins
+  std::vector<int64_t> tokens;     ///< length + 1
+  int64_t answer_first_label = 0;  ///< label position (input position) of the first answer token
+  int64_t answer_tokens = 0;       ///< the answer's labels: [answer_first_label, + answer_tokens)
+  int64_t needle_at = 0;           ///< where the needle begins
 };
 /// Throws std::invalid_argument when the prompt does not fit `length` (F < 0).
 NeedleSequence needle_sequence(const DocumentsFile& filler, int64_t filler_offset, const NeedlePrompt& prompt,

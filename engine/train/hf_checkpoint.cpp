@@ -41,10 +41,10 @@ constexpr int64_t kStagingBytes = int64_t{16} << 20;
 // Odyssey's block parameter names (block_param_specs) -> the Hugging Face module path.
 const std::map<std::string, std::string>& block_names() {
   static const std::map<std::string, std::string> names = {
-      {"wq", "self_attn.q_proj"},       {"wk", "self_attn.k_proj"},          {"wv", "self_attn.v_proj"},
-      {"wo", "self_attn.o_proj"},       {"w_gate", "mlp.gate_proj"},         {"w_up", "mlp.up_proj"},
-      {"w_down", "mlp.down_proj"},      {"attn_norm", "input_layernorm"},    {"mlp_norm", "post_attention_layernorm"},
-      {"q_norm", "self_attn.q_norm"},   {"k_norm", "self_attn.k_norm"}};
+      {"wq", "self_attn.q_proj"},     {"wk", "self_attn.k_proj"},       {"wv", "self_attn.v_proj"},
+      {"wo", "self_attn.o_proj"},     {"w_gate", "mlp.gate_proj"},      {"w_up", "mlp.up_proj"},
+      {"w_down", "mlp.down_proj"},    {"attn_norm", "input_layernorm"}, {"mlp_norm", "post_attention_layernorm"},
+      {"q_norm", "self_attn.q_norm"}, {"k_norm", "self_attn.k_norm"}};
   return names;
 }
 
@@ -145,10 +145,13 @@ class IndexHandler {
  private:
   enum class Mode { Start, Top, Map, Skip, Done };
   static constexpr int kMaxDepth = 64;
-  HfCheckpointError fail(const std::string& why) const { return HfCheckpointError("safetensors index " + path_ + ": " + why); }
+  HfCheckpointError fail(const std::string& why) const {
+    return HfCheckpointError("safetensors index " + path_ + ": " + why);
+  }
   bool scalar(const std::string& text) {
     if (mode_ == Mode::Start) throw fail("needs a JSON object with a \"weight_map\" object, not " + text);
-    if (mode_ == Mode::Top && key_ == "weight_map") throw fail("\"weight_map\" = " + text + ": must be an object (tensor name -> file)");
+    if (mode_ == Mode::Top && key_ == "weight_map")
+      throw fail("\"weight_map\" = " + text + ": must be an object (tensor name -> file)");
     if (mode_ == Mode::Map)
       throw fail("\"weight_map\".\"" + key_ + "\" = " + text + " must be a file name in the model directory");
     return true;  // a value of another key, skipped
@@ -265,8 +268,9 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
     handler.finish();
     file_of = std::move(handler.entries);
   } else if (!path_exists(single)) {
-    throw HfCheckpointError("Hugging Face directory " + dir +
-                            ": no model.safetensors or model.safetensors.index.json (only safetensors weights are read)");
+    throw HfCheckpointError(
+        "Hugging Face directory " + dir +
+        ": no model.safetensors or model.safetensors.index.json (only safetensors weights are read)");
   }
   std::unordered_map<std::string, const SafetensorsFile*> opened;
   auto open = [&](const std::string& name) -> const SafetensorsFile* {
@@ -292,7 +296,8 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
       const SafetensorsFile* f = open(file);
       const SafetensorsTensor* t = f->find(name);
       if (!t)
-        throw HfCheckpointError("safetensors " + f->path() + ": no tensor '" + name + "', which " + index + " places there");
+        throw HfCheckpointError("safetensors " + f->path() + ": no tensor '" + name + "', which " + index +
+                                " places there");
       offer(name, {f, t});
     }
   }
@@ -318,10 +323,10 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
     }
   for (const std::string* name : order)
     if (!wanted.count(*name) && !ignorable(*name) && !(model.tie_embeddings && *name == "lm_head.weight"))
-      throw HfCheckpointError("safetensors " + all.at(*name).file->path() + ": tensor '" + *name +
-                              "' is no parameter of this model (config.json describes " + std::to_string(model.n_layers) +
-                              " layers" + (model.tie_embeddings ? ", tied embeddings" : "") +
-                              "): the weights and config.json disagree");
+      throw HfCheckpointError(
+          "safetensors " + all.at(*name).file->path() + ": tensor '" + *name +
+          "' is no parameter of this model (config.json describes " + std::to_string(model.n_layers) + " layers" +
+          (model.tie_embeddings ? ", tied embeddings" : "") + "): the weights and config.json disagree");
 }
 
 HfWeights::~HfWeights() = default;
@@ -359,14 +364,15 @@ void HfWeights::load(const std::vector<FlatParamGroup*>& groups) const {
         if (const int64_t bad = first_non_finite(staging.data(), n, type); bad >= 0)
           throw HfCheckpointError("safetensors " + where.file->path() + ": tensor '" + t.name + "' element " +
                                   std::to_string(first + bad) + " (at " + coordinates(first + bad, t.shape) + " of " +
-                                  shape_text(t.shape) + ") is " + non_finite_text(staging.data() + bad * element, type) +
+                                  shape_text(t.shape) + ") is " +
+                                  non_finite_text(staging.data() + bad * element, type) +
                                   ": weights must be finite numbers (a corrupt or diverged checkpoint)");
         const at::Tensor source = at::from_blob(staging.data(), {n}, at::TensorOptions().dtype(type));  // [n], no copy
         master.narrow(0, pos - lo, n).copy_(source);  // converted to fp32 as it is copied
       }
     }
     g->refresh_device_params();  // optimizer offload: the device's copy from the loaded master
-    g->reshard();  // a gathered copy is refilled from the loaded master at its next use
+    g->reshard();                // a gathered copy is refilled from the loaded master at its next use
   }
 }
 
@@ -384,13 +390,14 @@ std::map<std::string, at::Tensor> read_full_masters(const CheckpointInfo& info, 
     for (int64_t r = 0; r < shards; ++r) {
       auto it = ranks[r].find(g.name);
       if (it == ranks[r].end())
-        throw CheckpointError("checkpoint " + info.path + ": rank " + std::to_string(r) + " has no '" + g.name + ".master'");
+        throw CheckpointError("checkpoint " + info.path + ": rank " + std::to_string(r) + " has no '" + g.name +
+                              ".master'");
       parts.push_back(it->second);
     }
     const at::Tensor flat = shards > 1 ? at::cat(parts) : parts.front();  // [padded numel] fp32
     if (flat.numel() < numel)
-      throw CheckpointError("checkpoint " + info.path + ": group '" + g.name + "' holds " + std::to_string(flat.numel()) +
-                            " parameters, its config needs " + std::to_string(numel));
+      throw CheckpointError("checkpoint " + info.path + ": group '" + g.name + "' holds " +
+                            std::to_string(flat.numel()) + " parameters, its config needs " + std::to_string(numel));
     out.emplace(g.name, flat.narrow(0, 0, numel));
   }
   return out;
@@ -422,7 +429,8 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   if (!info) throw CheckpointError("export: " + run_dir + " has no checkpoint (no checkpoints/latest.json)");
   const std::string config_file = join_path(info->path, "config.toml");
   const LoadedPreset saved = load_preset_text(info->config_toml, config_file);
-  if (!saved.ok()) throw CheckpointError("checkpoint config " + config_file + " does not load: " + saved.issues.front().format());
+  if (!saved.ok())
+    throw CheckpointError("checkpoint config " + config_file + " does not load: " + saved.issues.front().format());
   const RunConfig& cfg = saved.config;
   if (cfg.parallel.emulate)
     throw CheckpointError("export: " + run_dir + " is an emulated run (parallel.emulate): it saved rank 0 of " +
@@ -440,12 +448,15 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   struct stat st {};
   if (::lstat(out.c_str(), &st) == 0) {
     if (S_ISLNK(st.st_mode))
-      throw CheckpointError("export: " + out + " is a symbolic link: name the directory itself (nothing is overwritten)");
+      throw CheckpointError("export: " + out +
+                            " is a symbolic link: name the directory itself (nothing is overwritten)");
     if (!S_ISDIR(st.st_mode))
-      throw CheckpointError("export: " + out + " exists and is a file, not a directory: choose another name "
+      throw CheckpointError("export: " + out +
+                            " exists and is a file, not a directory: choose another name "
                             "(nothing is overwritten)");
     if (!list_dir(out).empty())
-      throw CheckpointError("export: " + out + " exists and is not empty: choose another directory (nothing is overwritten)");
+      throw CheckpointError("export: " + out +
+                            " exists and is not empty: choose another directory (nothing is overwritten)");
   }
   // Every tokenizer file read (bounded) before anything is written: a directory or a FIFO where a
   // file belongs is refused here, naming it, instead of exported as an empty file.
@@ -454,7 +465,8 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
     for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                              "generation_config.json"}) {
       const std::string path = join_path(options.tokenizer_dir, name);
-      if (::lstat(path.c_str(), &st) == 0) tokenizer_files.emplace_back(name, read_bounded(path, kMaxTokenizerBytes, "tokenizer file"));
+      if (::lstat(path.c_str(), &st) == 0)
+        tokenizer_files.emplace_back(name, read_bounded(path, kMaxTokenizerBytes, "tokenizer file"));
     }
 
   struct Piece {
@@ -494,17 +506,21 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   if (!make_dirs(parent, &error)) throw FileWriteError("export: " + error);
   std::string staging = out + ".partial-XXXXXX";
   if (::mkdtemp(staging.data()) == nullptr)
-    throw FileWriteError("export: cannot create a staging directory " + staging + " beside " + out + ": " + std::strerror(errno));
+    throw FileWriteError("export: cannot create a staging directory " + staging + " beside " + out + ": " +
+                         std::strerror(errno));
   ::chmod(staging.c_str(), 0777 & ~current_umask());  // mkdtemp's 0700, widened to what mkdir would give OUT
   try {
     Json weight_map = Json::object();
     for (size_t f = 0; f < files.size(); ++f) {
       char name[64];
-      if (files.size() == 1) std::snprintf(name, sizeof name, "model.safetensors");
-      else std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
+      if (files.size() == 1)
+        std::snprintf(name, sizeof name, "model.safetensors");
+      else
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
       std::vector<SafetensorsOut> out_tensors;
       for (const Piece* p : files[f]) {
-        out_tensors.push_back({p->name, out_name, p->tensor.sizes().vec(), p->tensor.data_ptr(), static_cast<int64_t>(p->tensor.nbytes())});
+        out_tensors.push_back({p->name, out_name, p->tensor.sizes().vec(), p->tensor.data_ptr(),
+                               static_cast<int64_t>(p->tensor.nbytes())});
         weight_map[p->name] = name;
       }
       write_safetensors(join_path(staging, name), out_tensors);
@@ -515,7 +531,8 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
       write_file_atomically(join_path(staging, "model.safetensors.index.json"), index.dump(2) + "\n");
       result.files.push_back("model.safetensors.index.json");
     }
-    write_file_atomically(join_path(staging, "config.json"), hf_config_json(cfg.model, result.dtype, cfg.training.seq_len));
+    write_file_atomically(join_path(staging, "config.json"),
+                          hf_config_json(cfg.model, result.dtype, cfg.training.seq_len));
     result.files.push_back("config.json");
     for (const auto& [name, text] : tokenizer_files) {
       write_file_atomically(join_path(staging, name), text);
@@ -527,8 +544,10 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
     if (::rename(staging.c_str(), out.c_str()) != 0) {
       const int err = errno;
       if (err == ENOTEMPTY || err == EEXIST)
-        throw CheckpointError("export: " + out + " was written by another export meanwhile (it was empty or absent when "
-                              "this export began): this export's files are removed, " + out + " is left as it is");
+        throw CheckpointError("export: " + out +
+                              " was written by another export meanwhile (it was empty or absent when "
+                              "this export began): this export's files are removed, " +
+                              out + " is left as it is");
       throw FileWriteError("export: cannot rename " + staging + " to " + out + ": " + std::strerror(err));
     }
   } catch (...) {

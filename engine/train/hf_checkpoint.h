@@ -71,18 +71,18 @@ std::map<std::string, at::Tensor> read_full_masters(const CheckpointInfo& info, 
 void load_full_masters(const std::map<std::string, at::Tensor>& masters, const std::vector<FlatParamGroup*>& groups);
 
 struct HfExportOptions {
-  std::string dtype;                         ///< "float32" or "bfloat16"; empty: the run's training.dtype
-  int64_t max_shard_bytes = 5'000'000'000;   ///< larger models are split with an index (transformers' 5GB)
-  std::string tokenizer_dir;  ///< copy its tokenizer files (tokenizer.json, ...) when non-empty
+  std::string dtype;                        ///< "float32" or "bfloat16"; empty: the run's training.dtype
+  int64_t max_shard_bytes = 5'000'000'000;  ///< larger models are split with an index (transformers' 5GB)
+  std::string tokenizer_dir;                ///< copy its tokenizer files (tokenizer.json, ...) when non-empty
   /// Tests: runs after the staging directory is complete, just before it is renamed onto the
   /// output directory (where another export may finish first).
   std::function<void()> before_publish;
 };
 
 struct HfExport {
-  int64_t step = 0;                 ///< the checkpoint's step
-  std::vector<std::string> files;   ///< written, relative to the output directory
-  int64_t tensor_bytes = 0;         ///< weights written
+  int64_t step = 0;                ///< the checkpoint's step
+  std::vector<std::string> files;  ///< written, relative to the output directory
+  int64_t tensor_bytes = 0;        ///< weights written
   std::string dtype;
 };
 

@@ -32,7 +32,7 @@ double lr_at(const TrainingConfig& t, int64_t step) {
 double global_grad_norm(const std::vector<FlatParamGroup*>& groups, const RankContext& ctx) {
   at::NoGradGuard no_grad;
   CategoryScope category(MemCategory::Other);
-  at::Tensor sharded = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));    // [1]
+  at::Tensor sharded = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));     // [1]
   at::Tensor replicated = at::zeros({1}, groups.front()->master.options().dtype(at::kDouble));  // [1]
   // Optimizer offload on a GPU: each group's norm was taken on the device from the tensor its copy
   // down read (device_grad_norm), so the sums are made there; a CPU run's on the host.
@@ -73,12 +73,12 @@ namespace {
 
 /// The scalars of one AdamW update, in fp32 as ATen's ops use them on fp32 tensors.
 struct AdamScalars {
-  float grad_scale;  ///< the clipping factor (1 unclipped): g is read as g x grad_scale
-  float keep;        ///< 1 - lr x weight_decay (1 on no-decay elements)
-  float avg_weight;  ///< 1 - beta1 (the lerp weight)
+  float grad_scale;        ///< the clipping factor (1 unclipped): g is read as g x grad_scale
+  float keep;              ///< 1 - lr x weight_decay (1 on no-decay elements)
+  float avg_weight;        ///< 1 - beta1 (the lerp weight)
   float beta2, sq_weight;  ///< beta2, 1 - beta2
   float bias2, eps;
-  float step;        ///< -lr / (1 - beta1^t)
+  float step;  ///< -lr / (1 - beta1^t)
 };
 
 /// One element of the fused AdamW, torch.optim.AdamW's arithmetic on the clipped gradient
@@ -100,7 +100,7 @@ inline void adamw_element(float* p, const float* g, float* m, float* v, int64_t 
 /// order without FMA, so every lane rounds as the element-by-element tail does.
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) void adamw_span_avx2(float* p, const float* g, float* m, float* v, int64_t lo,
-                                                      int64_t hi, const AdamScalars& a) {
+                                                     int64_t hi, const AdamScalars& a) {
   const __m256 scale = _mm256_set1_ps(a.grad_scale);
   const __m256 keep = _mm256_set1_ps(a.keep), w = _mm256_set1_ps(a.avg_weight), b2 = _mm256_set1_ps(a.beta2),
                c2 = _mm256_set1_ps(a.sq_weight), bias2 = _mm256_set1_ps(a.bias2), eps = _mm256_set1_ps(a.eps),
@@ -112,8 +112,8 @@ __attribute__((target("avx2"))) void adamw_span_avx2(float* p, const float* g, f
     mi = _mm256_add_ps(mi, _mm256_mul_ps(w, _mm256_sub_ps(gi, mi)));
     vi = _mm256_add_ps(_mm256_mul_ps(vi, b2), _mm256_mul_ps(c2, _mm256_mul_ps(gi, gi)));
     const __m256 denom = _mm256_add_ps(_mm256_sqrt_ps(_mm256_div_ps(vi, bias2)), eps);
-    const __m256 pi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(p + i), keep),
-                                    _mm256_mul_ps(step, _mm256_div_ps(mi, denom)));
+    const __m256 pi =
+        _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(p + i), keep), _mm256_mul_ps(step, _mm256_div_ps(mi, denom)));
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
     _mm256_storeu_ps(p + i, pi);
@@ -182,19 +182,16 @@ HostShard AdamW::host_shard(FlatParamGroup* g) {
 
 int AdamW::host_pass(const HostShard& shard, const AdamStep& s) {
   // One fused pass, decay on the elements outside the no-decay ranges.
-  AdamScalars a{static_cast<float>(s.grad_scale),
-                1.0f,
-                static_cast<float>(1.0 - training_.beta1),
-                static_cast<float>(training_.beta2),
-                static_cast<float>(1.0 - training_.beta2),
-                static_cast<float>(s.bias2),
-                static_cast<float>(training_.adam_eps),
-                static_cast<float>(-s.lr / s.bias1)};
+  AdamScalars a{static_cast<float>(s.grad_scale),          1.0f,
+                static_cast<float>(1.0 - training_.beta1), static_cast<float>(training_.beta2),
+                static_cast<float>(1.0 - training_.beta2), static_cast<float>(s.bias2),
+                static_cast<float>(training_.adam_eps),    static_cast<float>(-s.lr / s.bias1)};
   const float decay_keep = static_cast<float>(1.0 - s.lr * training_.weight_decay);
   int threads = 0;
   for_each_decay_span(shard.no_decay, shard.numel, [&](int64_t begin, int64_t end, bool decayed) {
     a.keep = decayed ? decay_keep : 1.0f;
-    threads = std::max(threads, adamw_cpu_range(shard.params, shard.grads, shard.exp_avg, shard.exp_avg_sq, begin, end, a));
+    threads =
+        std::max(threads, adamw_cpu_range(shard.params, shard.grads, shard.exp_avg, shard.exp_avg_sq, begin, end, a));
   });
   int seen = host_threads_.load();
   while (threads > seen && !host_threads_.compare_exchange_weak(seen, threads)) {
@@ -276,7 +273,7 @@ void HostUpdatePipeline::start(AdamW& optimizer, const std::vector<FlatParamGrou
   if (!worker_.joinable()) worker_ = std::thread([this] { run_worker(); });  // started once, kept
   std::vector<std::shared_ptr<Job>> jobs;
   for (FlatParamGroup* g : groups) {  // every shard first: a failure here leaves no group pending
-    g->await_update();  // a group the last forward did not use: its previous pass lands first
+    g->await_update();                // a group the last forward did not use: its previous pass lands first
     auto job = std::make_shared<Job>();
     job->optimizer = &optimizer;
     job->shard = AdamW::host_shard(g);

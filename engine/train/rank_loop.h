@@ -77,7 +77,7 @@ class StepReporter {
   PhaseRecorder& recorder_;
   bool collect_ = false;  ///< every rank's records go to rank 0 (there are outputs to write)
   bool trace_ = false;
-  bool traced_ = false;   ///< the step in flight is traced
+  bool traced_ = false;  ///< the step in flight is traced
   int64_t steps_run_ = 0;
   double flops_per_token_ = 0, peak_flops_ = 0;
   int reported_ranks_ = 1;

@@ -37,9 +37,12 @@ namespace odyssey {
 
 const char* to_string(RunOutcome::Status status) {
   switch (status) {
-    case RunOutcome::Status::Finished: return "finished";
-    case RunOutcome::Status::Stopped: return "stopped";
-    case RunOutcome::Status::Failed: return "failed";
+    case RunOutcome::Status::Finished:
+      return "finished";
+    case RunOutcome::Status::Stopped:
+      return "stopped";
+    case RunOutcome::Status::Failed:
+      return "failed";
   }
   return "?";
 }
@@ -142,7 +145,9 @@ std::vector<std::string> run_outputs_in(const std::string& dir) {
 // [section] the run -------------------------------------------------------------------------------
 
 CheckpointCadence::CheckpointCadence(const RunConfig& cfg, const RunOptions& opt, RunLog log)
-    : every_(cfg.output.checkpoint_every), enabled_(opt.checkpoints && !opt.out_dir.empty()), dir_(opt.out_dir),
+    : every_(cfg.output.checkpoint_every),
+      enabled_(opt.checkpoints && !opt.out_dir.empty()),
+      dir_(opt.out_dir),
       log_(std::move(log)) {}
 
 void CheckpointCadence::after_step(Trainer& trainer, int64_t total_steps) {
@@ -197,7 +202,8 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
 /// A directory that could not be made: a full or failing disk is the run's failure (exit 1); a
 /// file in the way, a path too long or not permitted is the argument's (exit 2).
 [[noreturn]] void throw_make_dirs_error(const std::string& option, const std::string& error, int error_number) {
-  if (error_number == ENOSPC || error_number == EDQUOT || error_number == EIO) throw FileWriteError(option + ": " + error);
+  if (error_number == ENOSPC || error_number == EDQUOT || error_number == EIO)
+    throw FileWriteError(option + ": " + error);
   throw std::invalid_argument(option + ": " + error);
 }
 
@@ -236,7 +242,8 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   Trainer trainer(cfg, ctx);
   StepReporter reporter(cfg, ctx, opt, shared, trainer.recorder());  // attaches its edge buffer first
   prepare_rank(cfg, ctx, opt, shared, trainer, log);
-  if (shared.resume && shared.separate_processes && ctx.world_size > 1) check_same_resumed_step(ctx, trainer.next_step());
+  if (shared.resume && shared.separate_processes && ctx.world_size > 1)
+    check_same_resumed_step(ctx, trainer.next_step());
   StepBoundary boundary(ctx, opt.control, log);
   CheckpointCadence checkpoints(cfg, opt, log);
 
@@ -301,9 +308,10 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     make_dataset(cfg.training, cfg.model);  // a missing or malformed data file (DataError), checked once here
     if (!opt.memory_snapshot.empty() && shared.reports) {
       if (!resolve_device(cfg.training.device, 0).is_cuda())
-        throw std::invalid_argument("--memory-snapshot " + opt.memory_snapshot +
-                                    ": it records the CUDA caching allocator, and this run is on the CPU (training.device = " +
-                                    std::string(to_string(cfg.training.device)) + ")");
+        throw std::invalid_argument(
+            "--memory-snapshot " + opt.memory_snapshot +
+            ": it records the CUDA caching allocator, and this run is on the CPU (training.device = " +
+            std::string(to_string(cfg.training.device)) + ")");
       make_parent_dirs("--memory-snapshot", opt.memory_snapshot);
     }
     if (!opt.kernel_profile.empty() && shared.reports) make_parent_dirs("--kernel-profile", opt.kernel_profile);
@@ -374,7 +382,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
             opt.log("--overwrite: replaced the run in " + opt.out_dir + " (" + what + ")");
           }
         }
-        shared.metrics = std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", continues ? resume_step : -1);
+        shared.metrics =
+            std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", continues ? resume_step : -1);
         if (cfg.output.trace && cfg.output.trace_steps > 0)
           shared.trace = continues ? std::make_unique<TraceWriter>(opt.out_dir + "/trace.json", resume_step)
                                    : std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");

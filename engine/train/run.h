@@ -80,23 +80,23 @@ FullState export_full_state(Trainer& trainer);
 void import_full_state(Trainer& trainer, const FullState& state);
 
 struct RunOptions {
-  std::string preset;          ///< preset path or name (summary.json)
+  std::string preset;  ///< preset path or name (summary.json)
   /// metrics.jsonl, trace.json, summary.json (the process running rank 0 writes them, from every
   /// rank's gathered peaks and phase records; trace: one process per rank) and checkpoints (every
   /// rank its shard); "" = none.
   std::string out_dir;
-  std::string resume_dir;      ///< continue from this directory's latest checkpoint; "" = fresh
+  std::string resume_dir;  ///< continue from this directory's latest checkpoint; "" = fresh
   /// The checkpoint of resume_dir as the caller read it (`odyssey train` reads it once for its
   /// banner): every rank of this process resumes from exactly this one. Unset: read here, once.
   std::optional<CheckpointInfo> resume_info;
-  int64_t steps = -1;          ///< run until this many steps are done (default training.steps)
+  int64_t steps = -1;  ///< run until this many steps are done (default training.steps)
   /// out_dir may hold an earlier run (metrics.jsonl, summary.json or a checkpoint): replace its
   /// files. Without it such a directory is refused (RunDirHoldsRun), unless it is resume_dir itself.
   bool overwrite = false;
   /// Start even where the planner predicts the run does not fit its device or host memory (or,
   /// on the CPU, this machine's memory). Without it such a run is refused (PlannedOutOfMemory).
   bool force = false;
-  bool checkpoints = true;     ///< write checkpoints (every output.checkpoint_every, and at the end)
+  bool checkpoints = true;  ///< write checkpoints (every output.checkpoint_every, and at the end)
   /// CUDA: record the caching allocator's history from the first step and write it here at the
   /// end (PyTorch's memory_viz pickle, Odyssey's phases as annotations); "" = none.
   std::string memory_snapshot;
@@ -104,11 +104,11 @@ struct RunOptions {
   /// write its Chrome trace here (the process running rank 0); "" = none.
   std::string kernel_profile;
   RunControl* control = nullptr;
-  Timeline* timeline = nullptr;            ///< the studio's live feed
+  Timeline* timeline = nullptr;  ///< the studio's live feed
   /// Phase times count from here (telemetry_now_s clock); < 0: the clock's zero, or under torchrun
   /// the end of a barrier of all ranks (processes do not share a clock).
   double epoch_s = -1;
-  const FullState* initial_state = nullptr;  ///< start from these weights (restart)
+  const FullState* initial_state = nullptr;           ///< start from these weights (restart)
   std::shared_ptr<FullState>* final_state = nullptr;  ///< receives the weights at the end (restart)
   /// After each step on rank 0: the metrics (step counted from 1) and rank 0's view of the step.
   std::function<void(const StepMetrics&, const StepResult&)> on_step;

@@ -179,7 +179,7 @@ std::vector<RankStepRecords> gather_step_records(const RankContext& ctx, RankSte
   }
   const std::string bytes = serialize_step_records(mine);
   const auto on_device = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).device(ctx.device); };
-  CategoryScope category(MemCategory::Other);  // between steps: no step peak sees these
+  CategoryScope category(MemCategory::Other);                            // between steps: no step peak sees these
   at::Tensor sizes = at::empty({ctx.world_size}, on_device(at::kLong));  // [W] bytes per rank
   at::Tensor my_size = at::full({1}, static_cast<int64_t>(bytes.size()), on_device(at::kLong));
   ctx.world->all_gather(sizes, my_size);

@@ -31,7 +31,12 @@ struct Trainer::Forward {
 };
 
 Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
-    : cfg_(cfg), ctx_(ctx), device_(ctx.device), optimizer_(cfg.training), offload_(ctx.device), recorder_(ctx.rank, ctx.slot) {
+    : cfg_(cfg),
+      ctx_(ctx),
+      device_(ctx.device),
+      optimizer_(cfg.training),
+      offload_(ctx.device),
+      recorder_(ctx.rank, ctx.slot) {
   MemoryTracker::instance().install_cpu_allocator();
   at::globalContext().setFlushDenormal(true);  // see configure_threads: denormals cost seconds per step
   use_portable_cpu_kernels();                  // one CPU step's memory on every x86 CPU (devices.h)
@@ -46,9 +51,9 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
     // its phases hold them as every later step's do, and as the plan does (BlasWorkspaces)
     const int64_t workspace_bytes = prepare_blas_workspaces(index, ctx_.slot);
     if (workspace_bytes != BlasWorkspaces::kBytesEach)
-      notes_.push_back("cuBLAS workspaces: " + std::to_string(workspace_bytes) + " B each (CUBLAS_WORKSPACE_CONFIG=" +
-                       prepare_cuda().blas_workspaces.config + "), the plan counts " +
-                       std::to_string(BlasWorkspaces::kBytesEach) + " B each");
+      notes_.push_back("cuBLAS workspaces: " + std::to_string(workspace_bytes) +
+                       " B each (CUBLAS_WORKSPACE_CONFIG=" + prepare_cuda().blas_workspaces.config +
+                       "), the plan counts " + std::to_string(BlasWorkspaces::kBytesEach) + " B each");
   }
   RankScope rank(ctx_.slot);
   if (auto rule = sequence_shard_rule(cfg_.training.seq_len, ctx_.sp_size))  // the validator's rule, for the real group
@@ -70,7 +75,8 @@ Trainer::~Trainer() {
 }
 
 bool Trainer::overlaps_host_optimizer() const {
-  return overlap_host_optimizer_.value_or(host_optimizer_overlaps_forward(device_.is_cuda(), cfg_.memory.offload_optimizer));
+  return overlap_host_optimizer_.value_or(
+      host_optimizer_overlaps_forward(device_.is_cuda(), cfg_.memory.offload_optimizer));
 }
 
 void Trainer::settle_host_updates() {
@@ -163,7 +169,7 @@ double Trainer::run_inputs(const ModelInputs& in, int64_t step, Forward* out) {
                           std::to_string(step + 1) + " (phase fwd/loss); stopping");
   loss.backward();
   rt.finish_pending_gradient();  // the lowest block's reduce-scatter (deferred on GPUs)
-  loss = at::Tensor();  // the graph (and what it saved) dies here
+  loss = at::Tensor();           // the graph (and what it saved) dies here
   offload_.clear();
   return out->loss;
 }
@@ -275,8 +281,8 @@ void Trainer::optimizer_phase(int64_t step, StepResult& r) {
   // passes are queued for the worker in the order the next forward uses the groups, and the step
   // ends here. The gradients are zeroed lazily now (flags only; the pass reads the values), and
   // the next backward's first contribution comes after the forward has awaited every group.
-  const bool host_states = std::all_of(groups.begin(), groups.end(),
-                                       [](const FlatParamGroup* g) { return g->master.device().is_cpu(); });
+  const bool host_states =
+      std::all_of(groups.begin(), groups.end(), [](const FlatParamGroup* g) { return g->master.device().is_cpu(); });
   if (overlaps_host_optimizer() && host_states) {
     EnginePhase queue(ctx_.slot, "host_adamw_queued");
     // groups() is the forward's order: embedding, blocks 0..L-1, head

@@ -29,17 +29,17 @@ namespace odyssey {
 /// metrics, the progress line): step N is the N-th step, after which N steps are complete
 /// (next_step() == N, the checkpoint's step). The 0-based index next_step() picks data and lr.
 struct StepResult {
-  int64_t step = 0;             ///< the step just taken, counted from 1 (= steps completed)
-  double loss = 0;              ///< global mean loss: all-reduced sum of loss_local
-  bool has_answers = false;     ///< the long-range task: answer_* are meaningful
-  double answer_loss = 0;       ///< mean CE over the answer tokens of the global batch
-  double answer_accuracy = 0;   ///< fraction of answer tokens predicted exactly
-  double grad_norm = 0;         ///< global gradient norm before clipping
+  int64_t step = 0;            ///< the step just taken, counted from 1 (= steps completed)
+  double loss = 0;             ///< global mean loss: all-reduced sum of loss_local
+  bool has_answers = false;    ///< the long-range task: answer_* are meaningful
+  double answer_loss = 0;      ///< mean CE over the answer tokens of the global batch
+  double answer_accuracy = 0;  ///< fraction of answer tokens predicted exactly
+  double grad_norm = 0;        ///< global gradient norm before clipping
   double lr = 0;
-  double step_time_s = 0;       ///< the step's duration (on a GPU, on the device's clock)
-  int64_t tokens = 0;           ///< tokens of the global batch (B x S x D)
-  int64_t device_peak = 0;      ///< this rank's device peak during the step (tracker)
-  int64_t host_peak = 0;        ///< this rank's host-pool peak during the step
+  double step_time_s = 0;   ///< the step's duration (on a GPU, on the device's clock)
+  int64_t tokens = 0;       ///< tokens of the global batch (B x S x D)
+  int64_t device_peak = 0;  ///< this rank's device peak during the step (tracker)
+  int64_t host_peak = 0;    ///< this rank's host-pool peak during the step
 };
 
 /// A step that could not complete. The trainer has cleaned up (groups resharded, offload store
@@ -55,7 +55,6 @@ class StepFailure : public std::runtime_error {
   int64_t layer;      ///< block index, -1 outside the blocks
   int64_t bytes;      ///< bytes requested (OOM), -1 if unknown
 };
-
 
 class Trainer {
  public:
@@ -148,7 +147,7 @@ class Trainer {
   /// Declared after model_ and optimizer_: destroyed first, finishing its passes over their memory.
   HostUpdatePipeline host_updates_;
   std::optional<bool> overlap_host_optimizer_;  ///< set_overlap_host_optimizer; else the rule
-  bool host_span_pending_ = false;  ///< the last pipelined passes are not in the trace yet
+  bool host_span_pending_ = false;              ///< the last pipelined passes are not in the trace yet
   OffloadStore offload_;
   /// GPU ranks: phase times on the device's own clock, and NVTX ranges (declared before
   /// recorder_, which points at it).

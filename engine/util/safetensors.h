@@ -39,7 +39,7 @@ struct SafetensorsTensor {
   std::vector<int64_t> shape;  ///< [] for a scalar
   int64_t begin = 0;           ///< byte offset of the data, from the start of the data section
   int64_t bytes = 0;
-  int64_t elements = 0;        ///< the product of shape (overflow-checked on open)
+  int64_t elements = 0;  ///< the product of shape (overflow-checked on open)
   int64_t numel() const { return elements; }
 };
 
@@ -56,8 +56,8 @@ constexpr int64_t kSafetensorsMaxHeaderBytes = 100'000'000;
 /// A parsed, checked header: tensors in the header's order, each name once.
 struct SafetensorsHeader {
   std::vector<SafetensorsTensor> tensors;
-  std::unordered_map<std::string, size_t> index;   ///< name -> position in tensors
-  std::map<std::string, std::string> metadata;     ///< "__metadata__" (string -> string)
+  std::unordered_map<std::string, size_t> index;  ///< name -> position in tensors
+  std::map<std::string, std::string> metadata;    ///< "__metadata__" (string -> string)
 };
 
 /// The header length N from a file's first 8 bytes (little-endian), checked against the format's

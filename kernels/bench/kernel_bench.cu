@@ -29,9 +29,15 @@ namespace {
 
 struct Buffer {
   void* p = nullptr;
-  explicit Buffer(size_t bytes) { ODYSSEY_CUDA_CHECK(cudaMalloc(&p, bytes)); ODYSSEY_CUDA_CHECK(cudaMemset(p, 0, bytes)); }
+  explicit Buffer(size_t bytes) {
+    ODYSSEY_CUDA_CHECK(cudaMalloc(&p, bytes));
+    ODYSSEY_CUDA_CHECK(cudaMemset(p, 0, bytes));
+  }
   ~Buffer() { cudaFree(p); }
-  template <typename T> T* as() const { return static_cast<T*>(p); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
 };
 
 // Mean milliseconds of `fn` over `iters` runs after `warmup` runs, timed with events on stream 0.
@@ -64,15 +70,17 @@ void bench_rmsnorm(int64_t tokens) {
     const size_t n = static_cast<size_t>(tokens * dim), e = dtype_bytes(dtype);
     Buffer x(n * e), w(dim * e), y(n * e), rstd(tokens * 4), dy(n * e), dx(n * e), dw(dim * e);
     Buffer ws(rmsnorm_backward_workspace_bytes(tokens, dim));
-    const double fwd = time_ms([&] { rmsnorm_forward(dtype, x.p, w.p, y.p, rstd.as<float>(), tokens, dim, 1e-5f, nullptr); });
+    const double fwd =
+        time_ms([&] { rmsnorm_forward(dtype, x.p, w.p, y.p, rstd.as<float>(), tokens, dim, 1e-5f, nullptr); });
     const double bwd = time_ms([&] {
       rmsnorm_backward(dtype, dy.p, x.p, w.p, rstd.as<float>(), dx.p, dw.p, ws.as<float>(), tokens, dim, nullptr);
     });
     const double fwd_copy = copy_ms(2 * n * e), bwd_copy = copy_ms(3 * n * e);
-    std::printf("{\"bench\":\"rmsnorm\",\"dtype\":\"%s\",\"rows\":%lld,\"dim\":%lld,\"fwd_ms\":%.4f,\"fwd_vs_copy\":%.3f,"
-                "\"bwd_ms\":%.4f,\"bwd_vs_copy\":%.3f}\n",
-                to_string(dtype), static_cast<long long>(tokens), static_cast<long long>(dim), fwd, fwd_copy / fwd, bwd,
-                bwd_copy / bwd);
+    std::printf(
+        "{\"bench\":\"rmsnorm\",\"dtype\":\"%s\",\"rows\":%lld,\"dim\":%lld,\"fwd_ms\":%.4f,\"fwd_vs_copy\":%.3f,"
+        "\"bwd_ms\":%.4f,\"bwd_vs_copy\":%.3f}\n",
+        to_string(dtype), static_cast<long long>(tokens), static_cast<long long>(dim), fwd, fwd_copy / fwd, bwd,
+        bwd_copy / bwd);
   }
 }
 
@@ -83,14 +91,15 @@ void bench_rope(int64_t tokens) {
   for (KernelDtype dtype : {KernelDtype::BF16, KernelDtype::F32}) {
     const size_t e = dtype_bytes(dtype), n_send = static_cast<size_t>(rope_pack_send_elements(s));
     Buffer x(static_cast<size_t>(s.seq * s.heads * s.head_dim) * e), pos(s.seq * 8), send(n_send * e);
-    const double fwd = time_ms([&] { rope_pack_forward(dtype, x.p, pos.as<int64_t>(), nullptr, 500000.0, s, send.p, nullptr); });
-    const double bwd = time_ms([&] {
-      rope_pack_backward(dtype, send.p, pos.as<int64_t>(), nullptr, 500000.0, s, x.p, true, nullptr);
-    });
+    const double fwd =
+        time_ms([&] { rope_pack_forward(dtype, x.p, pos.as<int64_t>(), nullptr, 500000.0, s, send.p, nullptr); });
+    const double bwd = time_ms(
+        [&] { rope_pack_backward(dtype, send.p, pos.as<int64_t>(), nullptr, 500000.0, s, x.p, true, nullptr); });
     const double copy = copy_ms(2 * n_send * e);
-    std::printf("{\"bench\":\"rope_pack\",\"dtype\":\"%s\",\"local_tokens\":%lld,\"stage_heads\":%lld,\"fwd_ms\":%.4f,"
-                "\"fwd_vs_copy\":%.3f,\"bwd_ms\":%.4f}\n",
-                to_string(dtype), static_cast<long long>(s.seq), static_cast<long long>(s.stage_heads), fwd, copy / fwd, bwd);
+    std::printf(
+        "{\"bench\":\"rope_pack\",\"dtype\":\"%s\",\"local_tokens\":%lld,\"stage_heads\":%lld,\"fwd_ms\":%.4f,"
+        "\"fwd_vs_copy\":%.3f,\"bwd_ms\":%.4f}\n",
+        to_string(dtype), static_cast<long long>(s.seq), static_cast<long long>(s.stage_heads), fwd, copy / fwd, bwd);
   }
 }
 
@@ -112,7 +121,7 @@ void bench_lce(int64_t tokens) {
   // logits twice: 4 head GEMMs), the training step's whole rows of the loss tile (3 GEMMs), and the
   // widest tiles the plan accepts (whole rows in as many tokens as cuBLAS's int allows).
   const LinearCrossEntropyShape tiled{tokens, dim, vocab, 0, 0}, step = step_tiles(tokens, dim, vocab),
-                                full = widest_vocab_tiles(tokens, dim, vocab);
+                                                                 full = widest_vocab_tiles(tokens, dim, vocab);
   const LceTilePlan plan = plan_linear_cross_entropy(dtype, tiled), step_plan = plan_linear_cross_entropy(dtype, step),
                     full_plan = plan_linear_cross_entropy(dtype, full);
   // Milliseconds of one call over `shape`, or -1 when its workspace would not leave 1 GiB free.
@@ -121,10 +130,12 @@ void bench_lce(int64_t tokens) {
     ODYSSEY_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     if (p.bytes + (size_t{1} << 30) >= free_bytes) return -1.0;
     Buffer ws(p.bytes);
-    return time_ms([&] {
-      linear_cross_entropy(dtype, h.p, w.p, labels.as<int64_t>(), shape, 1.0f, loss.as<float>(), dh.p, dw.as<float>(), ws.p,
-                           p.bytes, nullptr, nullptr);
-    }, 1, 3);
+    return time_ms(
+        [&] {
+          linear_cross_entropy(dtype, h.p, w.p, labels.as<int64_t>(), shape, 1.0f, loss.as<float>(), dh.p,
+                               dw.as<float>(), ws.p, p.bytes, nullptr, nullptr);
+        },
+        1, 3);
   };
   const double fused = time_tiling(tiled, plan), step_ms = time_tiling(step, step_plan),
                one_tile = time_tiling(full, full_plan);
@@ -132,22 +143,25 @@ void bench_lce(int64_t tokens) {
   cublasHandle_t handle;
   cublasCreate(&handle);
   const int64_t vt = plan.vocab_tile, tt = plan.seq_tile;
-  Buffer c(static_cast<size_t>(tt * vt) * 4), g(static_cast<size_t>(tt * vt) * 2), acc(static_cast<size_t>(tt * dim) * 4);
+  Buffer c(static_cast<size_t>(tt * vt) * 4), g(static_cast<size_t>(tt * vt) * 2),
+      acc(static_cast<size_t>(tt * dim) * 4);
   const float one = 1.0f, zero = 0.0f;
-  const double gemms = time_ms([&] {
-    for (int64_t t0 = 0; t0 < tokens; t0 += tt)
-      for (int64_t v0 = 0; v0 < vocab; v0 += vt) {
-        const int m = static_cast<int>(std::min(vt, vocab - v0)), n = static_cast<int>(std::min(tt, tokens - t0));
-        const char* wt = static_cast<const char*>(w.p) + v0 * dim * 2;
-        const char* ht = static_cast<const char*>(h.p) + t0 * dim * 2;
-        cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, dim, &one, wt, CUDA_R_16BF, dim, ht, CUDA_R_16BF, dim, &zero,
-                     c.p, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, dim, n, m, &one, wt, CUDA_R_16BF, dim, g.p, CUDA_R_16BF, m, &one,
-                     acc.p, CUDA_R_32F, dim, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, dim, m, n, &one, ht, CUDA_R_16BF, dim, g.p, CUDA_R_16BF, m, &one,
-                     dw.as<float>() + v0 * dim, CUDA_R_32F, dim, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      }
-  }, 1, 3);
+  const double gemms = time_ms(
+      [&] {
+        for (int64_t t0 = 0; t0 < tokens; t0 += tt)
+          for (int64_t v0 = 0; v0 < vocab; v0 += vt) {
+            const int m = static_cast<int>(std::min(vt, vocab - v0)), n = static_cast<int>(std::min(tt, tokens - t0));
+            const char* wt = static_cast<const char*>(w.p) + v0 * dim * 2;
+            const char* ht = static_cast<const char*>(h.p) + t0 * dim * 2;
+            cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, dim, &one, wt, CUDA_R_16BF, dim, ht, CUDA_R_16BF, dim,
+                         &zero, c.p, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, dim, n, m, &one, wt, CUDA_R_16BF, dim, g.p, CUDA_R_16BF, m,
+                         &one, acc.p, CUDA_R_32F, dim, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, dim, m, n, &one, ht, CUDA_R_16BF, dim, g.p, CUDA_R_16BF, m,
+                         &one, dw.as<float>() + v0 * dim, CUDA_R_32F, dim, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          }
+      },
+      1, 3);
   cublasDestroy(handle);
   const double flops = 6.0 * tokens * vocab * dim;
   // a/b as JSON, or null when either run was skipped (-1: its workspace would not fit)
@@ -157,15 +171,16 @@ void bench_lce(int64_t tokens) {
     std::snprintf(text, sizeof text, "%.3f", a / b);
     return std::string(text);
   };
-  std::printf("{\"bench\":\"linear_cross_entropy\",\"dtype\":\"bf16\",\"tokens\":%lld,\"dim\":%lld,\"vocab\":%lld,"
-              "\"fused_ms\":%.3f,\"fused_tflops_equiv\":%s,\"workspace_bytes\":%zu,\"wide_tile_tokens\":%lld,"
-              "\"wide_tile_ms\":%.3f,\"wide_tile_workspace_bytes\":%zu,\"step_tile_tokens\":%lld,"
-              "\"step_tile_ms\":%.3f,\"step_tile_workspace_bytes\":%zu,\"step_vs_fused\":%s,"
-              "\"three_gemm_floor_ms\":%.3f,\"fused_vs_floor\":%s,\"step_vs_floor\":%s}\n",
-              static_cast<long long>(tokens), static_cast<long long>(dim), static_cast<long long>(vocab), fused,
-              ratio(flops / 1e9, fused).c_str(), plan.bytes, static_cast<long long>(full_plan.seq_tile), one_tile,
-              full_plan.bytes, static_cast<long long>(step_plan.seq_tile), step_ms, step_plan.bytes,
-              ratio(step_ms, fused).c_str(), gemms, ratio(gemms, fused).c_str(), ratio(gemms, step_ms).c_str());
+  std::printf(
+      "{\"bench\":\"linear_cross_entropy\",\"dtype\":\"bf16\",\"tokens\":%lld,\"dim\":%lld,\"vocab\":%lld,"
+      "\"fused_ms\":%.3f,\"fused_tflops_equiv\":%s,\"workspace_bytes\":%zu,\"wide_tile_tokens\":%lld,"
+      "\"wide_tile_ms\":%.3f,\"wide_tile_workspace_bytes\":%zu,\"step_tile_tokens\":%lld,"
+      "\"step_tile_ms\":%.3f,\"step_tile_workspace_bytes\":%zu,\"step_vs_fused\":%s,"
+      "\"three_gemm_floor_ms\":%.3f,\"fused_vs_floor\":%s,\"step_vs_floor\":%s}\n",
+      static_cast<long long>(tokens), static_cast<long long>(dim), static_cast<long long>(vocab), fused,
+      ratio(flops / 1e9, fused).c_str(), plan.bytes, static_cast<long long>(full_plan.seq_tile), one_tile,
+      full_plan.bytes, static_cast<long long>(step_plan.seq_tile), step_ms, step_plan.bytes,
+      ratio(step_ms, fused).c_str(), gemms, ratio(gemms, fused).c_str(), ratio(gemms, step_ms).c_str());
 }
 
 void bench_offload() {
@@ -176,14 +191,19 @@ void bench_offload() {
   PinnedSlab pinned(layout);
   std::vector<unsigned char> pageable(bytes);
   Buffer dev(bytes);
-  const double d2h_pinned = time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(pinned.region(0), dev.p, bytes, cudaMemcpyDeviceToHost, nullptr)); });
-  const double h2d_pinned = time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(dev.p, pinned.region(0), bytes, cudaMemcpyHostToDevice, nullptr)); });
-  const double d2h_pageable = time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpy(pageable.data(), dev.p, bytes, cudaMemcpyDeviceToHost)); });
-  const double h2d_pageable = time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpy(dev.p, pageable.data(), bytes, cudaMemcpyHostToDevice)); });
+  const double d2h_pinned = time_ms(
+      [&] { ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(pinned.region(0), dev.p, bytes, cudaMemcpyDeviceToHost, nullptr)); });
+  const double h2d_pinned = time_ms(
+      [&] { ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(dev.p, pinned.region(0), bytes, cudaMemcpyHostToDevice, nullptr)); });
+  const double d2h_pageable =
+      time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpy(pageable.data(), dev.p, bytes, cudaMemcpyDeviceToHost)); });
+  const double h2d_pageable =
+      time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpy(dev.p, pageable.data(), bytes, cudaMemcpyHostToDevice)); });
   auto gbps = [&](double ms) { return bytes / ms / 1e6; };
-  std::printf("{\"bench\":\"offload\",\"bytes\":%zu,\"d2h_pinned_gbps\":%.1f,\"h2d_pinned_gbps\":%.1f,"
-              "\"d2h_pageable_gbps\":%.1f,\"h2d_pageable_gbps\":%.1f}\n",
-              bytes, gbps(d2h_pinned), gbps(h2d_pinned), gbps(d2h_pageable), gbps(h2d_pageable));
+  std::printf(
+      "{\"bench\":\"offload\",\"bytes\":%zu,\"d2h_pinned_gbps\":%.1f,\"h2d_pinned_gbps\":%.1f,"
+      "\"d2h_pageable_gbps\":%.1f,\"h2d_pageable_gbps\":%.1f}\n",
+      bytes, gbps(d2h_pinned), gbps(h2d_pinned), gbps(d2h_pageable), gbps(h2d_pageable));
 }
 
 }  // namespace
@@ -202,7 +222,8 @@ int main(int argc, char** argv) {
     }
   }
   if (which != "all" && which != "rmsnorm" && which != "rope" && which != "lce" && which != "offload") {
-    std::fprintf(stderr, "odyssey_kernel_bench: unknown benchmark '%s' (all, rmsnorm, rope, lce, offload)\n", which.c_str());
+    std::fprintf(stderr, "odyssey_kernel_bench: unknown benchmark '%s' (all, rmsnorm, rope, lce, offload)\n",
+                 which.c_str());
     return 2;
   }
   if (tokens <= 0) {
@@ -217,15 +238,16 @@ int main(int argc, char** argv) {
         const LceTilePlan tiled = plan_linear_cross_entropy(KernelDtype::BF16, {tokens, 2048, 128256, 0, 0});
         const LceTilePlan wide = plan_linear_cross_entropy(KernelDtype::BF16, widest_vocab_tiles(tokens, 2048, 128256));
         const LceTilePlan step = plan_linear_cross_entropy(KernelDtype::BF16, step_tiles(tokens, 2048, 128256));
-        std::printf("{\"bench\":\"linear_cross_entropy\",\"dry_run\":true,\"tokens\":%lld,\"workspace_bytes\":%zu,"
-                    "\"wide_tile_tokens\":%lld,\"wide_tile_workspace_bytes\":%zu,\"step_tile_tokens\":%lld,"
-                    "\"step_tile_workspace_bytes\":%zu,\"step_head_gemms\":%d}\n",
-                    static_cast<long long>(tokens), tiled.bytes, static_cast<long long>(wide.seq_tile), wide.bytes,
-                    static_cast<long long>(step.seq_tile), step.bytes, lce_head_gemms(step.n_vocab_tiles));
+        std::printf(
+            "{\"bench\":\"linear_cross_entropy\",\"dry_run\":true,\"tokens\":%lld,\"workspace_bytes\":%zu,"
+            "\"wide_tile_tokens\":%lld,\"wide_tile_workspace_bytes\":%zu,\"step_tile_tokens\":%lld,"
+            "\"step_tile_workspace_bytes\":%zu,\"step_head_gemms\":%d}\n",
+            static_cast<long long>(tokens), tiled.bytes, static_cast<long long>(wide.seq_tile), wide.bytes,
+            static_cast<long long>(step.seq_tile), step.bytes, lce_head_gemms(step.n_vocab_tiles));
       }
       for (const char* name : {"rmsnorm", "rope", "offload"})
-        if (which == name || which == "all") std::printf("{\"bench\":\"%s\",\"dry_run\":true,\"tokens\":%lld}\n", name,
-                                                         static_cast<long long>(tokens));
+        if (which == name || which == "all")
+          std::printf("{\"bench\":\"%s\",\"dry_run\":true,\"tokens\":%lld}\n", name, static_cast<long long>(tokens));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "odyssey_kernel_bench: %s\n", e.what());
       return 1;
@@ -235,7 +257,8 @@ int main(int argc, char** argv) {
   try {
     cudaDeviceProp prop{};
     ODYSSEY_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("{\"device\":\"%s\",\"sms\":%d,\"l2_bytes\":%d}\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize);
+    std::printf("{\"device\":\"%s\",\"sms\":%d,\"l2_bytes\":%d}\n", prop.name, prop.multiProcessorCount,
+                prop.l2CacheSize);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odyssey_kernel_bench: %s\n", e.what());
     return 1;

@@ -28,7 +28,6 @@
 
 namespace odyssey::test {
 
-
 // tiny-cpu on one rank with a short sequence: about 25 ms a step on this machine (one intra-op
 // thread: on the shared 2-core machine two threads spin against other processes, 4x slower).
 inline const std::string kTiny =
@@ -72,8 +71,8 @@ inline Run run_odyssey(const std::string& args) {
   // One stderr file per test process: CTest runs the cases in parallel.
   const std::string err_path =
       std::string(ODYSSEY_BINARY_DIR) + "/train_cli_test." + std::to_string(getpid()) + ".stderr";
-  const std::string cmd =
-      std::string("cd ") + ODYSSEY_SOURCE_DIR + " && OMP_NUM_THREADS=1 " + ODYSSEY_BIN_DIR + "/odyssey " + args + " 2>" + err_path;
+  const std::string cmd = std::string("cd ") + ODYSSEY_SOURCE_DIR + " && OMP_NUM_THREADS=1 " + ODYSSEY_BIN_DIR +
+                          "/odyssey " + args + " 2>" + err_path;
   Run r;
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -147,9 +146,9 @@ inline std::vector<pid_t> spawn_torchrun(const std::string& args, const std::str
   for (int rank = 0; rank < ranks; ++rank)
     pids.push_back(spawn_odyssey(args, dir + ".rank" + std::to_string(rank) + ".log",
                                  "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
-                                     " WORLD_SIZE=" + std::to_string(ranks) + " LOCAL_WORLD_SIZE=" +
-                                     std::to_string(ranks) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                                     std::to_string(port)));
+                                     " WORLD_SIZE=" + std::to_string(ranks) +
+                                     " LOCAL_WORLD_SIZE=" + std::to_string(ranks) +
+                                     " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port)));
   return pids;
 }
 
@@ -170,6 +169,5 @@ inline int64_t metrics_lines(const std::string& dir) {
   for (std::string line; std::getline(lines, line);) ++n;
   return n;
 }
-
 
 }  // namespace odyssey::test

@@ -29,7 +29,8 @@ inline std::string tokenizers_python() {
 /// "</s>" a special token), split on whitespace.
 /// `split_digits`: digits are words of their own ("12345" is five tokens), as the needle of
 /// `odyssey eval` needs.
-inline std::string make_tokenizer(const std::string& dir, const std::vector<std::string>& words, bool split_digits = false) {
+inline std::string make_tokenizer(const std::string& dir, const std::vector<std::string>& words,
+                                  bool split_digits = false) {
   const std::string python = tokenizers_python();
   std::string vocab = "{";
   for (size_t i = 0; i < words.size(); ++i) vocab += (i ? ", \"" : "\"") + words[i] + "\": " + std::to_string(i);

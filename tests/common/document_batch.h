@@ -18,8 +18,8 @@ namespace odyssey::test {
 
 /// B rows of S input tokens (and the token after each row, a label only) in documents.
 struct PackedBatch {
-  at::Tensor tokens;     ///< [B, S + 1] int64
-  at::Tensor labels;     ///< [B, S] int64: tokens[:, 1:], -100 where a label crosses a boundary
+  at::Tensor tokens;  ///< [B, S + 1] int64
+  at::Tensor labels;  ///< [B, S] int64: tokens[:, 1:], -100 where a label crosses a boundary
   DocumentSpans documents;
   std::vector<bool> next_starts_document;  ///< per row: the token after the row begins a document
   int64_t targets = 0;                     ///< the labels trained (not -100)
@@ -46,12 +46,12 @@ inline PackedBatch make_packed_batch(at::Tensor tokens, std::vector<std::vector<
 }
 
 /// Random tokens in [0, vocab) (seeded) with each row's document starts and last-label flag.
-inline PackedBatch make_packed_batch(std::vector<std::vector<int64_t>> starts, std::vector<bool> next_starts,
-                                     int64_t S, int64_t vocab, uint64_t seed) {
+inline PackedBatch make_packed_batch(std::vector<std::vector<int64_t>> starts, std::vector<bool> next_starts, int64_t S,
+                                     int64_t vocab, uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const int64_t B = static_cast<int64_t>(starts.size());
-  return make_packed_batch(at::randint(vocab, {B, S + 1}, gen, at::TensorOptions().dtype(at::kLong)),
-                           std::move(starts), std::move(next_starts));
+  return make_packed_batch(at::randint(vocab, {B, S + 1}, gen, at::TensorOptions().dtype(at::kLong)), std::move(starts),
+                           std::move(next_starts));
 }
 
 /// Sequences [first, first + B) of a documents dataset as a packed batch: its tokens and its own
@@ -67,8 +67,10 @@ inline PackedBatch packed_batch_of(const Dataset& data, int64_t first, int64_t B
     for (int64_t t = 0; t <= S; ++t) tokens[b][t] = row[t];
     data.document_starts(first + b, &row_starts);
     for (int64_t p : row_starts) {
-      if (p < S) starts[b].push_back(p);
-      else next[b] = true;
+      if (p < S)
+        starts[b].push_back(p);
+      else
+        next[b] = true;
     }
   }
   return make_packed_batch(tokens, std::move(starts), std::move(next));
@@ -79,8 +81,8 @@ inline PackedBatch packed_batch_of(const Dataset& data, int64_t first, int64_t B
 /// of the batch when data-parallel replicas each run it).
 inline ModelInputs packed_inputs(const PackedBatch& p, int64_t first, int64_t s, bool restart, int64_t replicas = 1) {
   ModelInputs in;
-  in.ids = p.tokens.narrow(1, first, s).contiguous();    // [B, s]
-  in.labels = p.labels.narrow(1, first, s).contiguous(); // [B, s]
+  in.ids = p.tokens.narrow(1, first, s).contiguous();     // [B, s]
+  in.labels = p.labels.narrow(1, first, s).contiguous();  // [B, s]
   in.first_position = first;
   in.global_tokens = p.targets * replicas;
   in.documents = p.documents;
@@ -98,8 +100,8 @@ inline double run_documents_alone(Trainer& t, const PackedBatch& p, bool restart
   for (int64_t b = 0; b < B; ++b)
     for (const DocumentSegment& seg : document_segments(p.documents.starts[b], S)) {
       ModelInputs in;
-      in.ids = p.tokens.narrow(0, b, 1).narrow(1, seg.begin, seg.length).contiguous();    // [1, n]
-      in.labels = p.labels.narrow(0, b, 1).narrow(1, seg.begin, seg.length).contiguous(); // [1, n]
+      in.ids = p.tokens.narrow(0, b, 1).narrow(1, seg.begin, seg.length).contiguous();     // [1, n]
+      in.labels = p.labels.narrow(0, b, 1).narrow(1, seg.begin, seg.length).contiguous();  // [1, n]
       in.first_position = restart ? 0 : seg.begin;
       in.global_tokens = p.targets;
       loss += t.forward_backward(in);

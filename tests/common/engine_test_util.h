@@ -86,9 +86,9 @@ inline std::vector<at::Tensor> group_params(Trainer& t) {
 
 /// A run's losses, gradients and parameters for the equivalence checks.
 struct Trajectory {
-  std::vector<double> losses;                       ///< each step's own loss (steps run forward)
-  std::vector<std::vector<at::Tensor>> grads;       ///< each step's own gradients, per group
-  std::vector<at::Tensor> params;                   ///< master after the steps, per group
+  std::vector<double> losses;                  ///< each step's own loss (steps run forward)
+  std::vector<std::vector<at::Tensor>> grads;  ///< each step's own gradients, per group
+  std::vector<at::Tensor> params;              ///< master after the steps, per group
 };
 
 /// This rank's part of a whole flat tensor [numel] of `g`: the shard (zero-padded) when sharded.
@@ -147,7 +147,11 @@ inline const std::vector<MemoryVariant>& memory_variants() {
       {"kept attention", [](MemoryConfig& m) { m.activation_checkpointing = m.keep_attention = true; }},
       {"offload", [](MemoryConfig& m) { m.activation_checkpointing = m.offload_activations = true; }},
       {"tiled MLP and loss", [](MemoryConfig& m) { m.tiled_mlp = m.tiled_loss = true; }},
-      {"untied stages (2 heads a stage)", [](MemoryConfig& m) { m.untied_ulysses = true; m.heads_per_stage = 2; }},
+      {"untied stages (2 heads a stage)",
+       [](MemoryConfig& m) {
+         m.untied_ulysses = true;
+         m.heads_per_stage = 2;
+       }},
       {"untied stages, kept attention",
        [](MemoryConfig& m) {
          m.untied_ulysses = true;
@@ -165,7 +169,8 @@ inline double per_param_max_relative_diff(Trainer& t, const std::vector<at::Tens
   auto groups = t.model().groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const auto& spec : groups[g]->specs()) {
-      const double d = relative_diff(a[g].narrow(0, spec.offset, spec.numel()), b[g].narrow(0, spec.offset, spec.numel()));
+      const double d =
+          relative_diff(a[g].narrow(0, spec.offset, spec.numel()), b[g].narrow(0, spec.offset, spec.numel()));
       if (d > max_diff) {
         max_diff = d;
         if (worst) *worst = groups[g]->name() + "." + spec.name;

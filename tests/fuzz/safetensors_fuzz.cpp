@@ -16,8 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 8) return 0;
     const int64_t n = safetensors_header_length(data, static_cast<int64_t>(size), path);
     const int64_t data_bytes = static_cast<int64_t>(size) - 8 - n;
-    const SafetensorsHeader h =
-        parse_safetensors_header(std::string_view(reinterpret_cast<const char*>(data) + 8, static_cast<size_t>(n)), data_bytes, path);
+    const SafetensorsHeader h = parse_safetensors_header(
+        std::string_view(reinterpret_cast<const char*>(data) + 8, static_cast<size_t>(n)), data_bytes, path);
     std::vector<const SafetensorsTensor*> sorted;
     for (const auto& t : h.tensors) sorted.push_back(&t);
     std::sort(sorted.begin(), sorted.end(),

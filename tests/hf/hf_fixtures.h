@@ -38,10 +38,12 @@ inline std::pair<int, std::string> run_python_command(const std::string& command
 inline std::string python_for_hf() {
   const std::string python = ODYSSEY_TORCH_PYTHON;
   if (python.empty())
-    throw std::runtime_error("the Hugging Face tests need the LibTorch wheel's Python with transformers "
-                             "(ODYSSEY_TORCH_PYTHON is empty: this build used its own Torch_DIR); run `make deps`");
+    throw std::runtime_error(
+        "the Hugging Face tests need the LibTorch wheel's Python with transformers "
+        "(ODYSSEY_TORCH_PYTHON is empty: this build used its own Torch_DIR); run `make deps`");
   // Offline, quiet, one thread: the 2-core CI machine runs two tests at once.
-  return "HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error OMP_NUM_THREADS=1 '" + python + "'";
+  return "HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error OMP_NUM_THREADS=1 '" + python +
+         "'";
 }
 
 /// The directory of fixture `name` ("llama-gqa-llama3", "bad-shape", ...), building all of them
@@ -57,8 +59,10 @@ inline std::string hf_fixture(const std::string& name) {
     text << in.rdbuf();
     std::remove(err.c_str());
     if (code != 0)
-      throw std::runtime_error("tests/hf/make_checkpoints.py failed (exit " + std::to_string(code) + "; `make deps` installs "
-                               "the pinned transformers):\n" + text.str());
+      throw std::runtime_error("tests/hf/make_checkpoints.py failed (exit " + std::to_string(code) +
+                               "; `make deps` installs "
+                               "the pinned transformers):\n" +
+                               text.str());
     return out;
   }();
   return root + "/" + name;
@@ -66,10 +70,12 @@ inline std::string hf_fixture(const std::string& name) {
 
 /// tests/hf/check_export.py's verdict on `export_dir` against `fixture`'s reference logits, or
 /// nullopt with *why (transformers refused the directory).
-inline std::optional<Json> hf_check_export(const std::string& export_dir, const std::string& fixture, std::string* why) {
+inline std::optional<Json> hf_check_export(const std::string& export_dir, const std::string& fixture,
+                                           std::string* why) {
   const std::string err = export_dir + ".check.stderr";
   const auto [code, out] = run_python_command(
-      python_for_hf() + " '" + ODYSSEY_SOURCE_DIR + "/tests/hf/check_export.py' '" + export_dir + "' '" + fixture + "'", err);
+      python_for_hf() + " '" + ODYSSEY_SOURCE_DIR + "/tests/hf/check_export.py' '" + export_dir + "' '" + fixture + "'",
+      err);
   std::ifstream in(err);
   std::stringstream text;
   text << in.rdbuf();
@@ -103,11 +109,14 @@ inline std::vector<HfTensor> read_hf_tensors(const std::string& file) {
 
 /// A model directory `dir` (made afresh) with `fixture`'s config.json and `tensors` as its
 /// model.safetensors. Returns `dir`.
-inline std::string write_hf_variant(const std::string& dir, const std::string& fixture, const std::vector<HfTensor>& tensors) {
-  if (std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "' && cp '" + fixture + "/config.json' '" + dir + "/'").c_str()) != 0)
+inline std::string write_hf_variant(const std::string& dir, const std::string& fixture,
+                                    const std::vector<HfTensor>& tensors) {
+  if (std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "' && cp '" + fixture + "/config.json' '" + dir + "/'")
+                      .c_str()) != 0)
     throw std::runtime_error("cannot make " + dir);
   std::vector<SafetensorsOut> out;
-  for (const HfTensor& t : tensors) out.push_back({t.name, t.dtype, t.shape, t.bytes.data(), static_cast<int64_t>(t.bytes.size())});
+  for (const HfTensor& t : tensors)
+    out.push_back({t.name, t.dtype, t.shape, t.bytes.data(), static_cast<int64_t>(t.bytes.size())});
   write_safetensors(dir + "/model.safetensors", out);
   return dir;
 }

@@ -69,7 +69,9 @@ class DeviceBuffer {
   DeviceBuffer& operator=(DeviceBuffer&&) = delete;
   void* get() const { return ptr_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t bytes() const { return bytes_; }
 
  private:

@@ -110,20 +110,23 @@ TEST_CASE("linear cross-entropy reference gradients equal finite differences", "
   linear_cross_entropy_reference(KernelDtype::F32, h.data(), w.data(), labels.data(), tokens, dim, vocab,
                                  static_cast<float>(scale), loss.data(), dh.data(), dw.data());
   const auto hv = h.values(), wv = w.values();
-  CHECK(scale * (loss[0] + loss[1] + loss[3]) == Approx(scaled_loss(hv, wv, labels, tokens, dim, vocab, scale)).epsilon(1e-6));
+  CHECK(scale * (loss[0] + loss[1] + loss[3]) ==
+        Approx(scaled_loss(hv, wv, labels, tokens, dim, vocab, scale)).epsilon(1e-6));
   const double step = 1e-6;
   for (size_t i = 0; i < hv.size(); ++i) {
     auto plus = hv, minus = hv;
     plus[i] += step, minus[i] -= step;
     const double numeric = (scaled_loss(plus, wv, labels, tokens, dim, vocab, scale) -
-                            scaled_loss(minus, wv, labels, tokens, dim, vocab, scale)) / (2 * step);
+                            scaled_loss(minus, wv, labels, tokens, dim, vocab, scale)) /
+                           (2 * step);
     CHECK(dh.at(i) == Approx(numeric).margin(1e-6).epsilon(1e-4));
   }
   for (size_t i = 0; i < wv.size(); ++i) {
     auto plus = wv, minus = wv;
     plus[i] += step, minus[i] -= step;
     const double numeric = (scaled_loss(hv, plus, labels, tokens, dim, vocab, scale) -
-                            scaled_loss(hv, minus, labels, tokens, dim, vocab, scale)) / (2 * step);
+                            scaled_loss(hv, minus, labels, tokens, dim, vocab, scale)) /
+                           (2 * step);
     CHECK(dw[i] - 1.0 == Approx(numeric).margin(1e-6).epsilon(1e-4));
   }
 }
@@ -148,8 +151,8 @@ TEST_CASE("linear cross-entropy tile plan: defaults, remainders, layout", "[kern
   CHECK(p.bytes >= tile * 4 + tile * 2 + 8192u * 2048u * 4);
   CHECK(p.bytes < tile * 4 + tile * 2 + 8192u * 2048u * 4 + 4 * 256 + 3 * 8192 * 4);
   CHECK(p.bytes * 100 < static_cast<size_t>(131072) * 128256 * 4);  // under 1% of the full fp32 logits
-  for (size_t off : {p.logits_offset, p.grad_offset, p.row_max_offset, p.row_sum_offset, p.target_offset,
-                     p.dhidden_acc_offset})
+  for (size_t off :
+       {p.logits_offset, p.grad_offset, p.row_max_offset, p.row_sum_offset, p.target_offset, p.dhidden_acc_offset})
     CHECK(off % 256 == 0);
   // fp32: the gradient overwrites the logits tile and dhidden accumulates in place.
   const LceTilePlan f = plan_linear_cross_entropy(KernelDtype::F32, LinearCrossEntropyShape{10, 4, 11, 3, 4});
@@ -169,8 +172,9 @@ TEST_CASE("linear cross-entropy tile plan: defaults, remainders, layout", "[kern
 TEST_CASE("linear cross-entropy: the widest plannable tiling of a full vocabulary", "[kernels][lce]") {
   // The benchmark's untiled comparator once asked for one [32768, 128256] tile: 4.2e9 elements,
   // past cuBLAS's int, so the plan threw and the benchmark stopped before its other stages.
-  CHECK_THROWS_WITH(plan_linear_cross_entropy(KernelDtype::BF16, LinearCrossEntropyShape{32768, 2048, 128256, 32768, 128256}),
-                    Catch::Contains("too large"));
+  CHECK_THROWS_WITH(
+      plan_linear_cross_entropy(KernelDtype::BF16, LinearCrossEntropyShape{32768, 2048, 128256, 32768, 128256}),
+      Catch::Contains("too large"));
   const LinearCrossEntropyShape wide = widest_vocab_tiles(32768, 2048, 128256);
   CHECK(wide.vocab_tile == 128256);
   CHECK(wide.seq_tile == 0x7fffffff / 128256);  // 16743 tokens of the whole vocabulary
@@ -192,7 +196,8 @@ TEST_CASE("linear cross-entropy: the training step's tiles are whole rows of the
   const FusedLossTiles llama = fused_loss_tiles(1, 2092, 128256);
   CHECK(llama.seq_tile == 2092);
   CHECK(llama.vocab_tile == 128256);
-  const LceTilePlan p = plan_linear_cross_entropy(KernelDtype::BF16, {32768, 2048, 128256, llama.seq_tile, llama.vocab_tile});
+  const LceTilePlan p =
+      plan_linear_cross_entropy(KernelDtype::BF16, {32768, 2048, 128256, llama.seq_tile, llama.vocab_tile});
   CHECK(p.n_vocab_tiles == 1);
   CHECK(p.n_seq_tiles == 16);  // ceil(32768 / 2092)
   CHECK(lce_head_gemms(p.n_vocab_tiles) == 3);
@@ -206,8 +211,10 @@ TEST_CASE("linear cross-entropy: the training step's tiles are whole rows of the
   // ... as far as cuBLAS's int allows a whole-row tile: 16743 rows of Llama's vocabulary.
   const FusedLossTiles clamped = fused_loss_tiles(16, 2092, 128256);
   CHECK(clamped.seq_tile == kMaxLceTileElements / 128256);
-  CHECK(plan_linear_cross_entropy(KernelDtype::BF16, {1 << 20, 2048, 128256, clamped.seq_tile, clamped.vocab_tile}).seq_tile *
-            128256 <= kMaxLceTileElements);
+  CHECK(plan_linear_cross_entropy(KernelDtype::BF16, {1 << 20, 2048, 128256, clamped.seq_tile, clamped.vocab_tile})
+                .seq_tile *
+            128256 <=
+        kMaxLceTileElements);
   // The answer statistics' chunk is the tile's rows: their [rows, V] compute-dtype logits fit in
   // the fp32 logits tile the kernel has just released.
   CHECK(fused_loss_answer_rows(1, 2092, 128256) == 2092);
@@ -219,7 +226,8 @@ TEST_CASE("the kernel's tiled online log-sum-exp equals the untiled reference", 
   // every vocabulary tile, ignored tokens, large logits (the online max must rescale the sums).
   const int64_t tokens = 10, dim = 5, vocab = 11;
   const float scale = 0.1f;
-  HostTensor h = random_tensor(KernelDtype::F32, tokens * dim, 5, 3.0), w = random_tensor(KernelDtype::F32, vocab * dim, 6, 2.0);
+  HostTensor h = random_tensor(KernelDtype::F32, tokens * dim, 5, 3.0),
+             w = random_tensor(KernelDtype::F32, vocab * dim, 6, 2.0);
   const std::vector<int64_t> labels = {0, 3, 4, kIgnoreIndex, 7, 8, 10, 10, kIgnoreIndex, 1};
   std::vector<float> loss_ref(tokens), dw_ref(vocab * dim, 0.0f);
   HostTensor dh_ref(KernelDtype::F32, tokens * dim);
@@ -238,10 +246,13 @@ TEST_CASE("fused linear cross-entropy kernel matches the CPU reference", "[kerne
   // Tolerances: fp32 (cuBLAS with fp32 compute) loss within 1e-4 absolute, gradients within 1e-4 of
   // their largest value; bf16 (dlogits rounded to bf16 before the GEMMs) gradients within 2/128.
   const auto dtype = GENERATE(KernelDtype::F32, KernelDtype::BF16);
-  struct Case { int64_t tokens, dim, vocab, seq_tile, vocab_tile; };
+  struct Case {
+    int64_t tokens, dim, vocab, seq_tile, vocab_tile;
+  };
   // The second and fourth run one vocabulary tile of whole rows: pass 2 reads pass 1's logits tile
   // instead of computing it again (lce_head_gemms), over one and over three sequence tiles.
-  const Case cases[] = {{300, 64, 1000, 128, 256}, {77, 96, 515, 0, 0}, {64, 128, 4096, 64, 1024}, {300, 64, 1000, 128, 1000}};
+  const Case cases[] = {
+      {300, 64, 1000, 128, 256}, {77, 96, 515, 0, 0}, {64, 128, 4096, 64, 1024}, {300, 64, 1000, 128, 1000}};
   for (const Case& c : cases) {
     CAPTURE(to_string(dtype), c.tokens, c.dim, c.vocab, c.seq_tile, c.vocab_tile);
     const LinearCrossEntropyShape shape{c.tokens, c.dim, c.vocab, c.seq_tile, c.vocab_tile};
@@ -260,12 +271,15 @@ TEST_CASE("fused linear cross-entropy kernel matches the CPU reference", "[kerne
     const LceTilePlan plan = plan_linear_cross_entropy(dtype, shape);
     DeviceBuffer hd = to_device(h), wd = to_device(w), ld = to_device(labels);
     DeviceBuffer lossd(c.tokens * sizeof(float)), dhd(c.tokens * c.dim * dtype_bytes(dtype));
-    DeviceBuffer dwd = to_device(std::vector<float>(c.vocab * c.dim, 0.5f)), ws(plan.bytes), bad = to_device(std::vector<int32_t>{0});
+    DeviceBuffer dwd = to_device(std::vector<float>(c.vocab * c.dim, 0.5f)), ws(plan.bytes),
+                 bad = to_device(std::vector<int32_t>{0});
     linear_cross_entropy(dtype, hd.get(), wd.get(), ld.as<int64_t>(), shape, scale, lossd.as<float>(), dhd.get(),
                          dwd.as<float>(), ws.get(), plan.bytes, bad.as<int32_t>(), nullptr);
     const double grad_tol = dtype == KernelDtype::F32 ? 1e-4 : 2.0 / 128;
-    CHECK(max_abs_diff(as_doubles(to_host_vector<float>(lossd, c.tokens)), as_doubles(loss_ref)) <= 1e-4 * std::max(1.0, max_abs(as_doubles(loss_ref))) * (dtype == KernelDtype::F32 ? 1 : 10));
-    CHECK(max_abs_diff(to_host(dhd, dtype, c.tokens * c.dim).values(), dh_ref.values()) <= grad_tol * max_abs(dh_ref.values()));
+    CHECK(max_abs_diff(as_doubles(to_host_vector<float>(lossd, c.tokens)), as_doubles(loss_ref)) <=
+          1e-4 * std::max(1.0, max_abs(as_doubles(loss_ref))) * (dtype == KernelDtype::F32 ? 1 : 10));
+    CHECK(max_abs_diff(to_host(dhd, dtype, c.tokens * c.dim).values(), dh_ref.values()) <=
+          grad_tol * max_abs(dh_ref.values()));
     const auto dw = as_doubles(to_host_vector<float>(dwd, c.vocab * c.dim));
     std::vector<double> dw_delta_ref(dw_ref.size()), dw_delta(dw.size());
     for (size_t i = 0; i < dw.size(); ++i) dw_delta_ref[i] = dw_ref[i] - 0.5, dw_delta[i] = dw[i] - 0.5;

@@ -48,7 +48,8 @@ TEST_CASE("rmsnorm reference backward equals finite differences of the formula",
   std::vector<float> rstd(rows);
   HostTensor y(KernelDtype::F32, rows * dim), dx(KernelDtype::F32, rows * dim), dw(KernelDtype::F32, dim);
   rmsnorm_forward_reference(KernelDtype::F32, x.data(), w.data(), y.data(), rstd.data(), rows, dim, eps);
-  rmsnorm_backward_reference(KernelDtype::F32, dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), rows, dim);
+  rmsnorm_backward_reference(KernelDtype::F32, dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), rows,
+                             dim);
 
   std::vector<double> xv = x.values(), wv = w.values(), dyv = dy.values();
   const double h = 1e-6;
@@ -56,14 +57,16 @@ TEST_CASE("rmsnorm reference backward equals finite differences of the formula",
     std::vector<double> plus = xv, minus = xv;
     plus[i] += h;
     minus[i] -= h;
-    const double numeric = (weighted_output(plus, wv, dyv, rows, dim, eps) - weighted_output(minus, wv, dyv, rows, dim, eps)) / (2 * h);
+    const double numeric =
+        (weighted_output(plus, wv, dyv, rows, dim, eps) - weighted_output(minus, wv, dyv, rows, dim, eps)) / (2 * h);
     CHECK(dx.at(i) == Approx(numeric).margin(1e-5).epsilon(1e-4));
   }
   for (int64_t j = 0; j < dim; ++j) {
     std::vector<double> plus = wv, minus = wv;
     plus[j] += h;
     minus[j] -= h;
-    const double numeric = (weighted_output(xv, plus, dyv, rows, dim, eps) - weighted_output(xv, minus, dyv, rows, dim, eps)) / (2 * h);
+    const double numeric =
+        (weighted_output(xv, plus, dyv, rows, dim, eps) - weighted_output(xv, minus, dyv, rows, dim, eps)) / (2 * h);
     CHECK(dw.at(j) == Approx(numeric).margin(1e-5).epsilon(1e-4));
   }
 }
@@ -102,17 +105,20 @@ TEST_CASE("rmsnorm kernels match the CPU reference", "[kernels][rmsnorm][.cuda]"
   CAPTURE(to_string(dtype), rows, dim);
   const double tol = dtype == KernelDtype::F32 ? 2e-5 : 1.0 / 64;
   const size_t n = static_cast<size_t>(rows * dim);
-  HostTensor x = random_tensor(dtype, n, 11), w = random_tensor(dtype, dim, 12, 0.2, 1.0), dy = random_tensor(dtype, n, 13);
+  HostTensor x = random_tensor(dtype, n, 11), w = random_tensor(dtype, dim, 12, 0.2, 1.0),
+             dy = random_tensor(dtype, n, 13);
   HostTensor y_ref(dtype, n), dx_ref(dtype, n), dw_ref(dtype, dim);
   std::vector<float> rstd_ref(rows);
   rmsnorm_forward_reference(dtype, x.data(), w.data(), y_ref.data(), rstd_ref.data(), rows, dim, 1e-5f);
-  rmsnorm_backward_reference(dtype, dy.data(), x.data(), w.data(), rstd_ref.data(), dx_ref.data(), dw_ref.data(), rows, dim);
+  rmsnorm_backward_reference(dtype, dy.data(), x.data(), w.data(), rstd_ref.data(), dx_ref.data(), dw_ref.data(), rows,
+                             dim);
 
   DeviceBuffer dx_d = to_device(x), dw_d = to_device(w), ddy = to_device(dy);
   DeviceBuffer dy_out(n * dtype_bytes(dtype)), drstd(rows * sizeof(float)), ddx(n * dtype_bytes(dtype));
   DeviceBuffer ddw(dim * dtype_bytes(dtype)), ws(rmsnorm_backward_workspace_bytes(rows, dim));
   rmsnorm_forward(dtype, dx_d.get(), dw_d.get(), dy_out.get(), drstd.as<float>(), rows, dim, 1e-5f, nullptr);
-  rmsnorm_backward(dtype, ddy.get(), dx_d.get(), dw_d.get(), drstd.as<float>(), ddx.get(), ddw.get(), ws.as<float>(), rows, dim, nullptr);
+  rmsnorm_backward(dtype, ddy.get(), dx_d.get(), dw_d.get(), drstd.as<float>(), ddx.get(), ddw.get(), ws.as<float>(),
+                   rows, dim, nullptr);
 
   const auto y = to_host(dy_out, dtype, n).values(), dx = to_host(ddx, dtype, n).values();
   const auto dw = to_host(ddw, dtype, dim).values();
@@ -124,7 +130,8 @@ TEST_CASE("rmsnorm kernels match the CPU reference", "[kernels][rmsnorm][.cuda]"
 
   // Determinism: a second backward gives bit-identical dweight.
   HostTensor first = to_host(ddw, dtype, dim);
-  rmsnorm_backward(dtype, ddy.get(), dx_d.get(), dw_d.get(), drstd.as<float>(), ddx.get(), ddw.get(), ws.as<float>(), rows, dim, nullptr);
+  rmsnorm_backward(dtype, ddy.get(), dx_d.get(), dw_d.get(), drstd.as<float>(), ddx.get(), ddw.get(), ws.as<float>(),
+                   rows, dim, nullptr);
   CHECK(to_host(ddw, dtype, dim).bytes == first.bytes);
 
   // The statistics alone (the Untied input norm's): the forward's rstd bit for bit, the same
@@ -139,8 +146,9 @@ TEST_CASE("rmsnorm kernels refuse bad shapes with the values", "[kernels][rmsnor
   CHECK_THROWS_WITH(rmsnorm_backward(KernelDtype::F32, buf.get(), buf.get(), buf.get(), buf.as<float>(), buf.get(),
                                      buf.get(), buf.as<float>(), 1, kRmsNormMaxDim + 1, nullptr),
                     Catch::Contains("dim = 49153"));
-  CHECK_THROWS_WITH(rmsnorm_forward(KernelDtype::F32, buf.get(), nullptr, buf.get(), buf.as<float>(), 1, 4, 1e-5f, nullptr),
-                    Catch::Contains("null"));
+  CHECK_THROWS_WITH(
+      rmsnorm_forward(KernelDtype::F32, buf.get(), nullptr, buf.get(), buf.as<float>(), 1, 4, 1e-5f, nullptr),
+      Catch::Contains("null"));
   CHECK_THROWS_WITH(rmsnorm_rstd(KernelDtype::F32, buf.get(), nullptr, 1, 4, 1e-5f, nullptr), Catch::Contains("null"));
   CHECK_THROWS_WITH(rmsnorm_rstd(KernelDtype::F32, buf.get(), buf.as<float>(), 0, 4, 1e-5f, nullptr),
                     Catch::Contains("rows = 0"));

@@ -39,7 +39,10 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
 
 TEST_CASE("rope pack at position 0 is the rank-major packing of the stage's heads", "[kernels][rope]") {
   // Distinct input values make every element's origin visible; position 0 rotates by nothing.
-  struct Mapping { const char* name; RopePackShape shape; };
+  struct Mapping {
+    const char* name;
+    RopePackShape shape;
+  };
   const Mapping mappings[] = {
       {"contiguous stage 1 of 4 heads", make_shape(2, 3, 8, 4, 2, 4, 4, 1, 1)},
       {"UPipe order r*g+t", make_shape(1, 2, 8, 4, 4, 4, 1, 2, 1)},
@@ -145,10 +148,14 @@ TEST_CASE("rope pack backward of the forward restores the stage heads", "[kernel
 }
 
 TEST_CASE("rope pack shape errors name the field and value", "[kernels][rope]") {
-  CHECK_THROWS_WITH(check_rope_pack_shape(make_shape(1, 1, 4, 5, 1, 1, 0, 1, 1), "op"), Catch::Contains("head_dim = 5"));
-  CHECK_THROWS_WITH(check_rope_pack_shape(make_shape(1, 1, 4, 4, 3, 4, 0, 1, 1), "op"), Catch::Contains("stage_heads = 4"));
-  CHECK_THROWS_WITH(check_rope_pack_shape(make_shape(1, 1, 4, 4, 2, 4, 1, 1, 1), "op"), Catch::Contains("stage heads 1..4"));
-  CHECK_THROWS_WITH(check_rope_pack_shape(make_shape(1, 1, 4, 4, 2, 4, 0, 1, 3), "op"), Catch::Contains("head_repeat = 3"));
+  CHECK_THROWS_WITH(check_rope_pack_shape(make_shape(1, 1, 4, 5, 1, 1, 0, 1, 1), "op"),
+                    Catch::Contains("head_dim = 5"));
+  CHECK_THROWS_WITH(check_rope_pack_shape(make_shape(1, 1, 4, 4, 3, 4, 0, 1, 1), "op"),
+                    Catch::Contains("stage_heads = 4"));
+  CHECK_THROWS_WITH(check_rope_pack_shape(make_shape(1, 1, 4, 4, 2, 4, 1, 1, 1), "op"),
+                    Catch::Contains("stage heads 1..4"));
+  CHECK_THROWS_WITH(check_rope_pack_shape(make_shape(1, 1, 4, 4, 2, 4, 0, 1, 3), "op"),
+                    Catch::Contains("head_repeat = 3"));
   CHECK_NOTHROW(check_rope_pack_shape(make_shape(1, 1, 2, 4, 8, 8, 0, 1, 4), "op"));
 }
 

@@ -45,8 +45,7 @@ TEST_CASE("answer statistics from the per-token CE equal the all-logits referenc
   const at::Tensor logits = head_logits(c.hidden.unsqueeze(0), c.head);  // [1, T, V] fp32
   AnswerStats reference;
   accumulate_answer_stats(logits, c.labels.unsqueeze(0), c.mask.unsqueeze(0), &reference);
-  const at::Tensor token_ce =
-      at::cross_entropy_loss(logits.squeeze(0), c.labels, {}, at::Reduction::None);  // [T] fp32
+  const at::Tensor token_ce = at::cross_entropy_loss(logits.squeeze(0), c.labels, {}, at::Reduction::None);  // [T] fp32
   const int64_t answers = c.mask.sum().item<int64_t>();
   REQUIRE(reference.count.item<double>() == static_cast<double>(answers));
   // Every even answer (labels = the winner) is a hit, every odd one a miss.
@@ -100,8 +99,8 @@ TEST_CASE("fused-loss answer chunks hold no more logits than the kernel's fp32 t
       const int64_t seq_tile = tiles.seq_tile, vocab_tile = tiles.vocab_tile;
       INFO("vocab " << vocab << " tile " << tile << " rows " << rows);
       CHECK(rows >= 1);
-      if (rows > 1) CHECK(rows * vocab <= seq_tile * vocab_tile);   // fits the released workspace's logits
-      CHECK((rows + 1) * vocab > seq_tile * vocab_tile);            // and is the largest that does
+      if (rows > 1) CHECK(rows * vocab <= seq_tile * vocab_tile);  // fits the released workspace's logits
+      CHECK((rows + 1) * vocab > seq_tile * vocab_tile);           // and is the largest that does
     }
   }
 }

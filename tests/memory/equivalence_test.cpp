@@ -85,7 +85,8 @@ void check_all_combinations(const RunConfig& cfg) {
     INFO("worst gradient " << worst << ": " << grad_diff << " (tolerance " << grad_tol << ")");
     CHECK(grad_diff <= grad_tol);
     const double param_diff = per_param_max_relative_diff(layout, got.params, ref.params, &worst);
-    INFO("worst parameter after " << kSteps << " steps " << worst << ": " << param_diff << " (tolerance " << param_tol << ")");
+    INFO("worst parameter after " << kSteps << " steps " << worst << ": " << param_diff << " (tolerance " << param_tol
+                                  << ")");
     CHECK(param_diff <= param_tol);
     // Offload really moved the inputs of blocks 1..L-2 (block 0's is looked up again).
     CHECK(o.offloaded == (m.offload_activations ? offloaded_blocks(cfg.model.n_layers).count : 0));
@@ -95,7 +96,8 @@ void check_all_combinations(const RunConfig& cfg) {
 
 }  // namespace
 
-TEST_CASE("equivalence: every valid technique combination matches the plain run (fp32, CPU)", "[engine][memory][equivalence]") {
+TEST_CASE("equivalence: every valid technique combination matches the plain run (fp32, CPU)",
+          "[engine][memory][equivalence]") {
   RunConfig cfg = tiny_config(3, 64);
   cfg.training.batch_size = 2;
   check_all_combinations(cfg);

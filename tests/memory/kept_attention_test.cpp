@@ -24,7 +24,8 @@ struct Path {
   bool untied;
   int64_t heads_per_stage;
 };
-constexpr Path kPaths[] = {{"standard", false, 0}, {"untied 2 heads a stage", true, 2}, {"untied 1 head a stage", true, 1}};
+constexpr Path kPaths[] = {
+    {"standard", false, 0}, {"untied 2 heads a stage", true, 2}, {"untied 1 head a stage", true, 1}};
 
 RunConfig kept_config(const Path& path, DType dtype, bool keep) {
   RunConfig c = tiny_config(/*layers=*/3, /*seq=*/64);  // 4 query heads over 2 KV heads of 8
@@ -66,7 +67,8 @@ TEST_CASE("kept attention: the step equals plain checkpointing's bit for bit on 
   }
 }
 
-TEST_CASE("kept attention: keep_attention without checkpointing is refused, naming both keys", "[engine][memory][kept]") {
+TEST_CASE("kept attention: keep_attention without checkpointing is refused, naming both keys",
+          "[engine][memory][kept]") {
   RunConfig c = kept_config(kPaths[0], DType::Float32, true);
   c.memory.activation_checkpointing = false;
   const auto issues = validate(c);
@@ -75,9 +77,10 @@ TEST_CASE("kept attention: keep_attention without checkpointing is refused, nami
   CHECK_THAT(issues[0].rule, Catch::Contains("needs memory.activation_checkpointing = true"));
 }
 
-TEST_CASE("measurement: kept attention holds each block's output and LSE from its forward, and its recompute "
-          "allocates no attention kernel's buffers (planner to the byte)",
-          "[engine][memory][measure][kept]") {
+TEST_CASE(
+    "measurement: kept attention holds each block's output and LSE from its forward, and its recompute "
+    "allocates no attention kernel's buffers (planner to the byte)",
+    "[engine][memory][measure][kept]") {
   // 8 blocks: after the forward (the loss phase's start) the kept config holds, beside the
   // checkpointed inputs, each block's attention output and LSE: [B, H, S, hd] + [B, H, S] fp32 on
   // the standard path, [B, S, H*hd] + the stages' LSEs on the Untied one. Measured and planned,
@@ -120,7 +123,8 @@ TEST_CASE("measurement: kept attention holds each block's output and LSE from it
         if (ph.name == recompute) planned_cut += ph.resident_bytes;
       for (const auto& ph : pk.phases)
         if (ph.name == recompute) planned_cut -= ph.resident_bytes;
-      INFO("the top block's recompute peak falls by " << measured_cut << " B measured, " << planned_cut << " B planned");
+      INFO("the top block's recompute peak falls by " << measured_cut << " B measured, " << planned_cut
+                                                      << " B planned");
       CHECK(measured_cut == planned_cut);
     }
   }

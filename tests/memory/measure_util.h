@@ -22,9 +22,7 @@ struct Measured {
   int64_t host_peak = 0;
   std::array<int64_t, kMemCategoryCount> category_at_peak{};
   std::map<std::string, PhaseRecord> phases;  ///< by path (the step measured)
-  int64_t model_state_bytes() const {
-    return category_at_peak[0] + category_at_peak[1] + category_at_peak[2];
-  }
+  int64_t model_state_bytes() const { return category_at_peak[0] + category_at_peak[1] + category_at_peak[2]; }
 };
 
 /// An 8-layer model whose activations dominate: d=64, 4/2 heads of 16, d_ffn 256, vocab 512,
@@ -97,8 +95,8 @@ inline const PhasePlan* planned_phase(const MemoryPlan& plan, const std::string&
 
 inline void print_comparison(const std::string& title, const RunConfig& cfg, const Measured& m,
                              const MemoryPlan& plan) {
-  std::cout << "== " << title << ": measured peak " << m.device_peak << " B (host " << m.host_peak
-            << "), planned " << plan.peak_bytes << " B (host " << plan.host_bytes << ") at " << plan.peak_phase
+  std::cout << "== " << title << ": measured peak " << m.device_peak << " B (host " << m.host_peak << "), planned "
+            << plan.peak_bytes << " B (host " << plan.host_bytes << ") at " << plan.peak_phase
             << "\n   category at peak  measured / planned:";
   for (int c = 0; c < kMemCategoryCount; ++c)
     std::cout << " " << to_string(static_cast<MemCategory>(c)) << "=" << m.category_at_peak[c] << "/"

@@ -144,8 +144,10 @@ TEST_CASE("cuda: optimizer offload keeps the states in pinned host memory and tr
   CHECK(diff <= optimizer_tolerance(on_device, 1, elements, /*ops_per_step=*/16));
 }
 
-TEST_CASE("cuda: optimizer offload in bf16 with tied embeddings: the gradients sum as on the device, the upload "
-          "casts the master", "[.cuda]") {
+TEST_CASE(
+    "cuda: optimizer offload in bf16 with tied embeddings: the gradients sum as on the device, the upload "
+    "casts the master",
+    "[.cuda]") {
   REQUIRE(prepare_cuda().available);
   RunConfig on_device = cuda_config();
   on_device.training.dtype = DType::BFloat16;
@@ -190,8 +192,8 @@ TEST_CASE("cuda: the fused loss reads its answer statistics inside the kernel's 
   const int64_t S = 8192, d = 64, V = 32768, tile = 1024, answers = S / 8;
   at::manual_seed(5);
   const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(gpu);
-  const at::Tensor normed = at::randn({1, S, d}, bf16);                                   // [1, S, d]
-  const at::Tensor head = at::randn({V, d}, bf16) * 0.1;                                  // [V, d]
+  const at::Tensor normed = at::randn({1, S, d}, bf16);   // [1, S, d]
+  const at::Tensor head = at::randn({V, d}, bf16) * 0.1;  // [V, d]
   const at::Tensor labels = at::randint(V, {1, S}, at::TensorOptions().dtype(at::kLong).device(gpu));
   const at::Tensor mask = at::arange(S, labels.options()).remainder(8).eq(0).unsqueeze(0);  // [1, S]
   AnswerStats stats;
@@ -210,8 +212,8 @@ TEST_CASE("cuda: the fused loss reads its answer statistics inside the kernel's 
   // targets int64, CE fp32) and nonzero()'s scratch over the mask (4 int64 words an entry); the
   // caching allocator rounds each of some 40 blocks up to 512 B. The chunked logits fit in the
   // released workspace (fused_loss_answer_rows), so nothing more.
-  const int64_t bound = V * d * 4 + S * d * 2 + static_cast<int64_t>(plan.bytes) + S * 4 + answers * 20 + 4 * S * 8 +
-                        40 * 512;
+  const int64_t bound =
+      V * d * 4 + S * d * 2 + static_cast<int64_t>(plan.bytes) + S * 4 + answers * 20 + 4 * S * 8 + 40 * 512;
   INFO("peak " << peak << " B, bound " << bound << " B; all answers' bf16 logits alone " << answers * V * 2 << " B");
   CHECK(peak <= bound);
   CHECK(stats.count.item<double>() == 2.0 * answers);  // two calls

@@ -20,8 +20,8 @@ class RecordingTransport final : public OffloadTransport {
  public:
   explicit RecordingTransport(std::vector<std::string>* log) : inner_(make_host_clone_transport()), log_(log) {}
   void start_step(const OffloadedBlocks& blocks, int64_t bytes) override {
-    log_->push_back("start blocks " + std::to_string(blocks.first) + ".." + std::to_string(blocks.first + blocks.count - 1) +
-                    " x " + std::to_string(bytes) + " B");
+    log_->push_back("start blocks " + std::to_string(blocks.first) + ".." +
+                    std::to_string(blocks.first + blocks.count - 1) + " x " + std::to_string(bytes) + " B");
     inner_->start_step(blocks, bytes);
   }
   void offload(int64_t layer, const at::Tensor& x) override {
@@ -51,9 +51,10 @@ class RecordingTransport final : public OffloadTransport {
 
 }  // namespace
 
-TEST_CASE("offload: a training step offloads blocks 1..L-2, prefetches each while the block above recomputes, "
-          "releases each after its backward, and looks block 0's input up again from the token ids",
-          "[offload]") {
+TEST_CASE(
+    "offload: a training step offloads blocks 1..L-2, prefetches each while the block above recomputes, "
+    "releases each after its backward, and looks block 0's input up again from the token ids",
+    "[offload]") {
   RunConfig cfg = tiny_config(/*layers=*/4, /*seq=*/64);
   cfg.memory.activation_checkpointing = cfg.memory.offload_activations = true;
   Trainer t(cfg, cpu_rank());
@@ -66,10 +67,10 @@ TEST_CASE("offload: a training step offloads blocks 1..L-2, prefetches each whil
       // forward; block 0's input is the embedding's, block 3's stays on the device; each copied
       // input is freed behind its copy once the next block's attention is queued
       "offload 1", "fence 1", "offload 2", "fence 2",
-      "prefetch 2",              // block 3 recomputes from its saved input
+      "prefetch 2",                            // block 3 recomputes from its saved input
       "acquire 2", "prefetch 1", "release 2",  // block 2 from slot 0, block 1 into slot 1
-      "acquire 1", "release 1",  // block 0 recomputes its input from the token ids: nothing to prefetch
-      "end"};  // Trainer: after the backward
+      "acquire 1", "release 1",                // block 0 recomputes its input from the token ids: nothing to prefetch
+      "end"};                                  // Trainer: after the backward
   CHECK(log == expected);
   CHECK(t.offload_store().device_bytes() == 0);
   CHECK(t.offload_store().host_bytes() == 0);
@@ -103,7 +104,7 @@ TEST_CASE("offload: the two slots hold exactly the block computing and the one p
   CHECK_THROWS_WITH(store.release(2), Catch::Contains("which is free"));
   const at::Tensor x1 = store.take(1);
   CHECK(at::equal(x1, inputs[1]));
-  store.prefetch(0);  // into slot 0, block 2's until its release
+  store.prefetch(0);                   // into slot 0, block 2's until its release
   CHECK(x2._version() == x2_version);  // its own version counter: the refill is no in-place change to it
   store.release(1);
   CHECK(store.device_bytes() == D);  // slot 1 freed: no block left for it
@@ -134,7 +135,7 @@ TEST_CASE("offload: the store holds the input it copies until release_copied_inp
   CHECK(x3.use_count() == 2);
   store.clear();  // the end of a step (or a failed one) drops it after waiting for the copies
   CHECK(x3.use_count() == 1);
-  const std::vector<std::string> expected{"start blocks 1..3 x 512 B", "offload 1", "fence 1", "offload 2",
-                                          "fence 2", "offload 3", "end"};
+  const std::vector<std::string> expected{
+      "start blocks 1..3 x 512 B", "offload 1", "fence 1", "offload 2", "fence 2", "offload 3", "end"};
   CHECK(log == expected);
 }

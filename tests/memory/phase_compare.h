@@ -77,11 +77,11 @@ struct PhaseRow {
 
 struct PhaseComparison {
   std::string label;
-  std::vector<PhaseRow> rows;          ///< the plan's phases in step order
-  std::vector<std::string> unplanned;  ///< measured phases the plan does not have (besides "step")
-  std::vector<std::string> unmeasured; ///< planned phases the engine did not record
-  PhaseRow step;                       ///< the step peak with its categories
-  int64_t host_planned = 0;            ///< the plan's host bytes per rank (offloaded inputs)
+  std::vector<PhaseRow> rows;           ///< the plan's phases in step order
+  std::vector<std::string> unplanned;   ///< measured phases the plan does not have (besides "step")
+  std::vector<std::string> unmeasured;  ///< planned phases the engine did not record
+  PhaseRow step;                        ///< the step peak with its categories
+  int64_t host_planned = 0;             ///< the plan's host bytes per rank (offloaded inputs)
 };
 
 inline PhaseComparison compare_phases(const std::string& label, const RankStep& m, const MemoryPlan& plan) {
@@ -92,8 +92,7 @@ inline PhaseComparison compare_phases(const std::string& label, const RankStep& 
   // the host peak below compares them; they are taken out of every measured breakdown here.
   std::array<int64_t, kMemCategoryCount> host_states{};
   for (const auto& t : plan.terms)
-    if (t.host && static_cast<int>(t.category) < 3)
-      host_states[static_cast<int>(t.category)] += t.bytes;
+    if (t.host && static_cast<int>(t.category) < 3) host_states[static_cast<int>(t.category)] += t.bytes;
   auto device_only = [&](std::array<int64_t, kMemCategoryCount> categories) {
     for (int k = 0; k < 3; ++k) categories[k] -= host_states[k];
     return categories;
@@ -175,16 +174,16 @@ inline void print_categories(const char* what, const std::array<int64_t, kMemCat
   std::printf("     %-10s", what);
   for (int k = 3; k < kMemCategoryCount; ++k)
     if (m[k] != 0 || p[k] != 0)
-      std::printf(" %s %lld/%lld", std::string(to_string(static_cast<MemCategory>(k))).c_str(), static_cast<long long>(m[k]),
-                  static_cast<long long>(p[k]));
+      std::printf(" %s %lld/%lld", std::string(to_string(static_cast<MemCategory>(k))).c_str(),
+                  static_cast<long long>(m[k]), static_cast<long long>(p[k]));
   std::printf("\n");
 }
 
 /// The table: every phase's activation peak measured / planned and the ratio; with `categories`,
 /// the breakdown of the phases whose ratio is off by more than `flag`.
 inline void print_phase_table(const PhaseComparison& c, bool categories = false, double flag = 0.10) {
-  std::printf("== %s\n   %-30s %12s %12s %7s\n", c.label.c_str(), "phase (activation peak, B)", "measured",
-              "planned", "p/m");
+  std::printf("== %s\n   %-30s %12s %12s %7s\n", c.label.c_str(), "phase (activation peak, B)", "measured", "planned",
+              "p/m");
   auto line = [&](const PhaseRow& r) {
     const bool off = std::abs(r.ratio() - 1.0) > flag;
     std::printf("   %-30s %12lld %12lld %7.3f%s\n", r.name.c_str(), static_cast<long long>(r.measured),

@@ -109,9 +109,10 @@ TEST_CASE("measurement: offload moves the checkpointed inputs to the host pool (
   check_close_to_planner(mo.device_peak, po.peak_bytes);
 }
 
-TEST_CASE("measurement: an offloaded input stays on the device through the next block's attention, and the "
-          "planner holds it there to the byte",
-          "[engine][memory][measure][offload]") {
+TEST_CASE(
+    "measurement: an offloaded input stays on the device through the next block's attention, and the "
+    "planner holds it there to the byte",
+    "[engine][memory][measure][offload]") {
   RunConfig cfg = measurement_config();
   cfg.memory.activation_checkpointing = cfg.memory.offload_activations = true;
   const Measured m = measure_step(cfg);
@@ -129,8 +130,8 @@ TEST_CASE("measurement: an offloaded input stays on the device through the next 
   // computes the same buffers and leaves the same residue behind (the engine: the CPU generator's
   // state each checkpointed block saves for its recompute, 5056 B, which the planner leaves out),
   // so past that residue the differences are that input exactly, measured and planned.
-  for (const auto& peak : {std::function<int64_t(const std::string&)>(measured),
-                           std::function<int64_t(const std::string&)>(planned)}) {
+  for (const auto& peak :
+       {std::function<int64_t(const std::string&)>(measured), std::function<int64_t(const std::string&)>(planned)}) {
     const int64_t residue = peak("fwd/block.2/mlp") - peak("fwd/block.1/mlp");
     INFO("one block's residue " << residue << " B");
     CHECK(residue >= 0);
@@ -151,7 +152,8 @@ struct CategoryPeaks {
 /// 15% of the planner's prediction. `header` says which technique (printed above the figures).
 /// Returns the untiled and the tiled peaks.
 static std::pair<CategoryPeaks, CategoryPeaks> check_tiling_cut(const std::string& header, const RunConfig& plain,
-                                                                const RunConfig& tiled, int64_t tiles, MemCategory category,
+                                                                const RunConfig& tiled, int64_t tiles,
+                                                                MemCategory category,
                                                                 const std::vector<std::string>& phases) {
   const Measured mp = measure_step(plain), mt = measure_step(tiled);
   const MemoryPlan pp = plan_memory(plain), pt = plan_memory(tiled);
@@ -178,22 +180,25 @@ TEST_CASE("measurement: tiled loss cuts the loss-phase workspace by half the til
   RunConfig tiled = plain;
   tiled.memory.tiled_loss = true;
   const int64_t tiles = loss_tile(tiled.memory, tiled.model, tiled.training.batch_size, tiled.training.seq_len).count;
-  check_tiling_cut("tiled loss (" + std::to_string(tiles) + " tiles of " + std::to_string(plain.memory.loss_tile_tokens) +
-                       " tokens, vocab " + std::to_string(plain.model.vocab_size) + ")",
+  check_tiling_cut("tiled loss (" + std::to_string(tiles) + " tiles of " +
+                       std::to_string(plain.memory.loss_tile_tokens) + " tokens, vocab " +
+                       std::to_string(plain.model.vocab_size) + ")",
                    plain, tiled, tiles, MemCategory::LossWorkspace, {"fwd/loss", "bwd/loss"});
 }
 
-TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count (planner within 15%, its MLP "
-          "workspace, tiled or not, to the byte)",
-          "[engine][memory][measure]") {
+TEST_CASE(
+    "measurement: tiled MLP cuts the MLP workspace by half the tile count (planner within 15%, its MLP "
+    "workspace, tiled or not, to the byte)",
+    "[engine][memory][measure]") {
   RunConfig plain = long_measurement_config();
   plain.memory.activation_checkpointing = true;  // the MLP phases then hold only their workspace
   RunConfig tiled = plain;
   tiled.memory.tiled_mlp = true;
   const int64_t tiles = mlp_tile(tiled.memory, tiled.model, tiled.training.batch_size, tiled.training.seq_len).count;
-  const auto [untiled_peaks, tiled_peaks] = check_tiling_cut("tiled MLP (" + std::to_string(tiles) + " tiles of " + std::to_string(plain.memory.mlp_tile_tokens) +
-                       " tokens, d_ffn " + std::to_string(plain.model.d_ffn) + ", checkpointing on)",
-                   plain, tiled, tiles, MemCategory::MlpWorkspace, {"/mlp", "/recompute"});
+  const auto [untiled_peaks, tiled_peaks] = check_tiling_cut(
+      "tiled MLP (" + std::to_string(tiles) + " tiles of " + std::to_string(plain.memory.mlp_tile_tokens) +
+          " tokens, d_ffn " + std::to_string(plain.model.d_ffn) + ", checkpointing on)",
+      plain, tiled, tiles, MemCategory::MlpWorkspace, {"/mlp", "/recompute"});
   // The walk's rule is the engine's to the byte: untiled, each weight gradient appears with its
   // autograd node (the down projection's at the backward's start, the gate's and up's, [512, 64]
   // fp32 = 131072 B each, with their input-gradient products after the peak, the norm's [64] last;
@@ -203,10 +208,11 @@ TEST_CASE("measurement: tiled MLP cuts the MLP workspace by half the tile count 
   CHECK(tiled_peaks.measured == tiled_peaks.planned);
 }
 
-TEST_CASE("measurement: the Untied stages' backward on one rank holds the saved output and its gradient in head "
-          "layout, the weight rows of its stage and KV range and, below fp32, fp32 sums of the q/k/v weight "
-          "gradients, and the planner walks them there",
-          "[engine][memory][measure][untied]") {
+TEST_CASE(
+    "measurement: the Untied stages' backward on one rank holds the saved output and its gradient in head "
+    "layout, the weight rows of its stage and KV range and, below fp32, fp32 sums of the q/k/v weight "
+    "gradients, and the planner walks them there",
+    "[engine][memory][measure][untied]") {
   // One rank (P = 1), 2 stages of 2 query heads, each reading 1 KV head (GQA): the backward copies
   // the stage's slice of the saved output and of its gradient into the head-layout buffers the
   // kernel reads (StageBuffers::o_h, do_h). On an H200 the plan left both out: the 1B's backward
@@ -240,8 +246,8 @@ TEST_CASE("measurement: the Untied stages' backward on one rank holds the saved 
     const int64_t c = dtype == DType::Float32 ? 4 : 2;
     const int64_t kv_range_rows = 1 * cfg.model.head_dim * cfg.model.d_model * c;  // [1, 16, 64]
     INFO((c == 4 ? "fp32" : "bf16") << ": backward attention workspace at " << cfg.training.seq_len
-                                     << " tokens: measured " << m1 << " B, planned " << p1
-                                     << " B; at twice the tokens: " << m2 << " B, " << p2 << " B");
+                                    << " tokens: measured " << m1 << " B, planned " << p1
+                                    << " B; at twice the tokens: " << m2 << " B, " << p2 << " B");
     CHECK(m2 - m1 == p2 - p1);
     CHECK(std::abs(m1 - p1) < kv_range_rows);
   }

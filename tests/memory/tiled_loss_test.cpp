@@ -43,8 +43,7 @@ TEST_CASE("tiled loss on the CPU: the hand-written tile backward equals autograd
   // The reference: autograd through the whole [B s, V] head and cross-entropy.
   const at::Tensor x_ref = normed.clone().requires_grad_(true), w_ref = head.clone().requires_grad_(true);
   const at::Tensor logits_ref = at::linear(x_ref, w_ref).reshape({-1, V});  // [B s, V]
-  const at::Tensor loss_ref =
-      at::cross_entropy_loss(logits_ref, labels.reshape(-1), {}, at::Reduction::Sum) * scale;
+  const at::Tensor loss_ref = at::cross_entropy_loss(logits_ref, labels.reshape(-1), {}, at::Reduction::Sum) * scale;
   loss_ref.backward();
 
   const LossOutputs tiled = tiled_loss_forward(normed, head, labels, at::Tensor(), scale, tile, nullptr);

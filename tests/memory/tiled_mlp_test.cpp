@@ -155,7 +155,8 @@ TEST_CASE("tiled MLP: the recompute mode runs no tile and gives the same gradien
     std::vector<at::Tensor> leaves;
     for (const at::Tensor& t : {x, w_gate, w_up, w_down}) leaves.push_back(t.detach().clone().requires_grad_(true));
     at::Tensor out;
-    *forward_matmuls = matmuls_in([&] { out = tiled_mlp(leaves[0], leaves[1], leaves[2], leaves[3], tile, compute_output); });
+    *forward_matmuls =
+        matmuls_in([&] { out = tiled_mlp(leaves[0], leaves[1], leaves[2], leaves[3], tile, compute_output); });
     REQUIRE(out.sizes() == x.sizes());
     out.backward(dy);
     std::vector<at::Tensor> grads;

@@ -38,8 +38,12 @@ TEST_CASE("attention: local path equals naive causal GQA attention with RoPE", "
   const int64_t B = 2, s = 12, d = m.d_model, H = m.n_heads, Hkv = m.n_kv_heads, hd = m.head_dim;
   at::manual_seed(3);
   at::Tensor x = at::randn({B, s, d});
-  AttentionWeights w{at::randn({H * hd, d}) * 0.2, at::randn({Hkv * hd, d}) * 0.2, at::randn({Hkv * hd, d}) * 0.2,
-                     at::randn({d, H * hd}) * 0.2, {}, {}};
+  AttentionWeights w{at::randn({H * hd, d}) * 0.2,
+                     at::randn({Hkv * hd, d}) * 0.2,
+                     at::randn({Hkv * hd, d}) * 0.2,
+                     at::randn({d, H * hd}) * 0.2,
+                     {},
+                     {}};
   const int64_t first = 100;  // a sequence shard that starts at global position 100
   const Positions pos = make_positions(first, s, hd, m.rope_theta, at::kCPU);
   at::Tensor got = attention_local(x, w, pos, m);

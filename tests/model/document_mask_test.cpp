@@ -26,7 +26,7 @@ PackedBatch two_rows(int64_t vocab) {
 RunConfig packed_config() {
   RunConfig c = tiny_config(/*layers=*/2, /*seq=*/32);
   c.training.batch_size = 2;
-  c.memory.mlp_tile_tokens = 5;   // several tiles per document, the last one short
+  c.memory.mlp_tile_tokens = 5;  // several tiles per document, the last one short
   c.memory.loss_tile_tokens = 7;
   return c;
 }
@@ -128,7 +128,9 @@ void check_segments_are_own_calls(at::Device device, at::ScalarType dtype) {
   const at::Tensor g = make({2, 4, 12, 8});
   auto [dq, dk, dv] = flash_attention_backward(g, q, k, v, r);
   for (const DocumentRun& run : r.documents) {
-    auto seg = [&](const at::Tensor& t) { return t.narrow(0, run.row, 1).narrow(2, run.begin, run.length).contiguous(); };
+    auto seg = [&](const at::Tensor& t) {
+      return t.narrow(0, run.row, 1).narrow(2, run.begin, run.length).contiguous();
+    };
     const FlashResult own = flash_attention_forward(seg(q), seg(k), seg(v));
     CHECK(at::equal(seg(r.out), own.out.contiguous()));
     CHECK(at::equal(seg(r.lse), own.lse.narrow(2, 0, run.length).contiguous()));
@@ -139,8 +141,7 @@ void check_segments_are_own_calls(at::Device device, at::ScalarType dtype) {
   }
 }
 
-TEST_CASE("documents: the attention kernel per document equals each document's own call",
-          "[documents][equivalence]") {
+TEST_CASE("documents: the attention kernel per document equals each document's own call", "[documents][equivalence]") {
   check_segments_are_own_calls(at::kCPU, at::kFloat);
 }
 

@@ -24,7 +24,8 @@ at::Tensor reference_loss(Trainer& t, const RankBatch& batch, std::vector<std::v
   for (auto* g : groups) {
     std::vector<at::Tensor> list;
     for (const auto& spec : g->specs())
-      list.push_back(g->master.detach().narrow(0, spec.offset, spec.numel()).view(spec.shape).clone().requires_grad_(true));
+      list.push_back(
+          g->master.detach().narrow(0, spec.offset, spec.numel()).view(spec.shape).clone().requires_grad_(true));
     leaves->push_back(list);
   }
   const Positions pos = make_positions(batch.first_position, batch.ids.size(1), m.head_dim, m.rope_theta, at::kCPU);
@@ -38,8 +39,7 @@ at::Tensor reference_loss(Trainer& t, const RankBatch& batch, std::vector<std::v
   at::Tensor lm = m.tie_embeddings ? (*leaves)[0][0] : head[0];
   at::Tensor norm = m.tie_embeddings ? head[0] : head[1];
   at::Tensor logits = at::linear(rms_norm(x, norm, m.norm_eps), lm);
-  return at::cross_entropy_loss(logits.reshape({-1, m.vocab_size}), batch.labels.reshape(-1), {},
-                                at::Reduction::Sum) /
+  return at::cross_entropy_loss(logits.reshape({-1, m.vocab_size}), batch.labels.reshape(-1), {}, at::Reduction::Sum) /
          static_cast<double>(batch.global_tokens);
 }
 

@@ -30,8 +30,9 @@ at::Tensor expected_pack(const at::Tensor& x, const at::Tensor& positions, doubl
   const at::Tensor xs = x.index_select(2, torch::tensor(heads)).to(at::kDouble);  // [B, s, h, hd]
   const at::Tensor freq = at::pow(theta, -at::arange(0, half, at::kDouble) * 2.0 / static_cast<double>(hd));
   const at::Tensor angle = positions.to(at::kDouble).unsqueeze(-1).unsqueeze(-1) * freq;  // [B, s, 1, half]
-  const at::Tensor z = at::view_as_complex(at::stack({xs.narrow(-1, 0, half), xs.narrow(-1, half, half)}, -1).contiguous()) *
-                       at::polar(at::ones_like(angle), angle);
+  const at::Tensor z =
+      at::view_as_complex(at::stack({xs.narrow(-1, 0, half), xs.narrow(-1, half, half)}, -1).contiguous()) *
+      at::polar(at::ones_like(angle), angle);
   const at::Tensor rotated = at::cat({at::real(z), at::imag(z)}, -1);  // [B, s, h, hd]
   return rotated.view({x.size(0), x.size(1), st.ranks, m, hd}).permute({2, 0, 1, 3, 4}).contiguous();
 }
@@ -122,14 +123,16 @@ TEST_CASE("ops::rope_unpack_backward is the adjoint of rope_pack", "[ops][rope][
     const at::Tensor outside = dx.index_select(2, (~mask).nonzero().squeeze(1));
     CHECK(max_diff(outside, torch::full(outside.sizes(), 3.0)) == 0.0);
     const at::Tensor adjoint = dx.index_select(2, torch::tensor(heads));
-    const double lhs = (send * g).sum().item<double>(), rhs = (x.index_select(2, torch::tensor(heads)) * adjoint).sum().item<double>();
+    const double lhs = (send * g).sum().item<double>(),
+                 rhs = (x.index_select(2, torch::tensor(heads)) * adjoint).sum().item<double>();
     // <send, g> = <x, adjoint>: two sums of n products (in float32 before the double sum) plus the
     // rotation's 4 ops, against the magnitudes summed (the products have mixed signs).
     const int64_t n = send.numel();
     CHECK(std::abs(lhs - rhs) <= reordering_tolerance(n + 4, 1.0) * (send * g).abs().sum().item<double>());
     at::Tensor twice = dx.clone();
     ops::rope_unpack_backward(twice, g, positions, 10000.0, st, /*accumulate=*/true);
-    CHECK(max_diff(twice.index_select(2, torch::tensor(heads)), 2 * adjoint) <= reordering_tolerance(5, 1.0) * max_abs(adjoint));
+    CHECK(max_diff(twice.index_select(2, torch::tensor(heads)), 2 * adjoint) <=
+          reordering_tolerance(5, 1.0) * max_abs(adjoint));
   }
 }
 
@@ -171,7 +174,8 @@ TEST_CASE("ops CUDA kernels match the LibTorch path", "[ops][.cuda]") {
     CAPTURE(dtype);
     const double tol = dtype == at::kFloat ? 2e-5 : 1.0 / 64;
     // RMSNorm with gradients.
-    const at::Tensor x = torch::randn({300, 2048}).to(dtype), w = torch::randn({2048}).to(dtype), g = torch::randn({300, 2048}).to(dtype);
+    const at::Tensor x = torch::randn({300, 2048}).to(dtype), w = torch::randn({2048}).to(dtype),
+                     g = torch::randn({300, 2048}).to(dtype);
     at::Tensor xc = x.to(cuda).requires_grad_(true), wc = w.to(cuda).requires_grad_(true);
     at::Tensor xh = x.clone().requires_grad_(true), wh = w.clone().requires_grad_(true);
     const at::Tensor yc = ops::rmsnorm(xc, wc, 1e-5), yh = ops::rmsnorm(xh, wh, 1e-5);
@@ -187,7 +191,8 @@ TEST_CASE("ops CUDA kernels match the LibTorch path", "[ops][.cuda]") {
     const at::Tensor q = torch::randn({2, 64, 32, 64}).to(dtype);
     const at::Tensor pos = (torch::arange(128, torch::kLong) * 9000).reshape({2, 64});
     const ops::RopeStage st{4, 8, 2, 3, 1};
-    const at::Tensor send_c = ops::rope_pack(q.to(cuda), pos.to(cuda), 500000.0, st), send_h = ops::rope_pack(q, pos, 500000.0, st);
+    const at::Tensor send_c = ops::rope_pack(q.to(cuda), pos.to(cuda), 500000.0, st),
+                     send_h = ops::rope_pack(q, pos, 500000.0, st);
     CHECK(max_diff(send_c, send_h) <= tol * 4);
     at::Tensor dq_c = torch::zeros_like(q).to(cuda), dq_h = torch::zeros_like(q);
     ops::rope_unpack_backward(dq_c, send_c, pos.to(cuda), 500000.0, st, false);
@@ -197,7 +202,8 @@ TEST_CASE("ops CUDA kernels match the LibTorch path", "[ops][.cuda]") {
     const at::Tensor h = torch::randn({513, 128}).to(dtype), hw = (torch::randn({3000, 128}) * 0.1).to(dtype);
     const at::Tensor labels = torch::randint(0, 3000, {513}, torch::kLong);
     at::Tensor dw_c = torch::zeros({3000, 128}, torch::kFloat).to(cuda), dw_h = torch::zeros({3000, 128});
-    const auto rc = ops::linear_cross_entropy(h.to(cuda), hw.to(cuda), labels.to(cuda), 1.0 / 513, &dw_c, true, 256, 1024);
+    const auto rc =
+        ops::linear_cross_entropy(h.to(cuda), hw.to(cuda), labels.to(cuda), 1.0 / 513, &dw_c, true, 256, 1024);
     const auto rh = ops::linear_cross_entropy(h, hw, labels, 1.0 / 513, &dw_h, true, 256, 1024);
     CHECK(max_diff(rc.loss, rh.loss) <= (dtype == at::kFloat ? 1e-4 : 2e-2));
     CHECK(max_diff(rc.dhidden, rh.dhidden) <= 2 * tol * max_abs(rh.dhidden));

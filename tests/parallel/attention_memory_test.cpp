@@ -30,7 +30,7 @@ struct AttentionPeak {
 enum class Kind { Ulysses, Untied, UntiedNormSeparate, UntiedNormFolded };
 
 std::vector<AttentionPeak> measure_once(Kind kind, int P, const ModelConfig& model, int64_t S,
-                                       int64_t heads_per_stage) {
+                                        int64_t heads_per_stage) {
   MemoryTracker& tracker = MemoryTracker::instance();
   tracker.install_cpu_allocator();
   ParallelConfig parallel;
@@ -46,7 +46,10 @@ std::vector<AttentionPeak> measure_once(Kind kind, int P, const ModelConfig& mod
     at::Tensor x = at::randn({1, s, d}).requires_grad_(true);
     AttentionWeights w{(at::randn({model.n_heads * hd, d}) * 0.1).requires_grad_(true),
                        (at::randn({model.n_kv_heads * hd, d}) * 0.1).requires_grad_(true),
-                       (at::randn({model.n_kv_heads * hd, d}) * 0.1).requires_grad_(true), {}, {}, {}};
+                       (at::randn({model.n_kv_heads * hd, d}) * 0.1).requires_grad_(true),
+                       {},
+                       {},
+                       {}};
     const Positions pos = make_positions(ctx.sp_rank * s, s, hd, model.rope_theta, at::kCPU);
     at::Tensor grad_out = at::randn({1, s, model.n_heads * hd});
     if (kind == Kind::UntiedNormSeparate || kind == Kind::UntiedNormFolded) grad_out = at::Tensor();  // made below
@@ -109,8 +112,9 @@ TEST_CASE("untied ulysses, one head per rank per stage, cuts the attention peak 
     CHECK(untied[r].total * 2 <= plain[r].total);
     CHECK(untied[r].forward * 2 <= plain[r].forward);
   }
-  WARN("8 stages, attention fwd+bwd peak above inputs, rank 0: plain ulysses " << plain[0].total
-       << " B, untied " << untied[0].total << " B, ratio " << static_cast<double>(plain[0].total) / untied[0].total);
+  WARN("8 stages, attention fwd+bwd peak above inputs, rank 0: plain ulysses "
+       << plain[0].total << " B, untied " << untied[0].total << " B, ratio "
+       << static_cast<double>(plain[0].total) / untied[0].total);
 
   model.n_kv_heads = model.n_heads = 8;
   model.head_dim = 128;  // 4 stages, same bytes per rank
@@ -118,7 +122,7 @@ TEST_CASE("untied ulysses, one head per rank per stage, cuts the attention peak 
   const auto untied4 = measure(Kind::Untied, P, model, S, P);
   CHECK(untied4[0].total * 3 <= plain4[0].total * 2);  // at least 1.5x with 4 stages
   WARN("4 stages: plain ulysses " << plain4[0].total << " B, untied " << untied4[0].total << " B, ratio "
-       << static_cast<double>(plain4[0].total) / untied4[0].total);
+                                  << static_cast<double>(plain4[0].total) / untied4[0].total);
 }
 
 TEST_CASE("ulysses divides the attention workspace by about the degree", "[memory]") {
@@ -135,7 +139,7 @@ TEST_CASE("ulysses divides the attention workspace by about the degree", "[memor
   const double r12 = static_cast<double>(p1[0].total) / p2[0].total;
   const double r24 = static_cast<double>(p2[0].total) / p4[0].total;
   WARN("ulysses attention peak per rank: P=1 " << p1[0].total << " B, P=2 " << p2[0].total << " B (/" << r12
-       << "), P=4 " << p4[0].total << " B (/" << r24 << " vs P=2)");
+                                               << "), P=4 " << p4[0].total << " B (/" << r24 << " vs P=2)");
   // P = 1 has no all-to-all copies, so 1 -> 2 saves less than 2x; between real degrees the
   // workspace halves up to the per-thread kernel scratch common to all.
   CHECK(r12 > 1.4);
@@ -168,6 +172,6 @@ TEST_CASE("untied ulysses: folding the input RMSNorm into the projections remove
                  << saved << " B against n1 = " << n1 << " B");
     CHECK(std::abs(saved - n1) <= staging);
   }
-  WARN("input norm folded into the Untied projections, rank 0: attention peak " << separate[0].total << " -> "
-       << folded[0].total << " B (n1 = " << n1 << " B)");
+  WARN("input norm folded into the Untied projections, rank 0: attention peak "
+       << separate[0].total << " -> " << folded[0].total << " B (n1 = " << n1 << " B)");
 }

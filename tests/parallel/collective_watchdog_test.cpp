@@ -87,7 +87,8 @@ bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds lim
 
 }  // namespace
 
-TEST_CASE("gpu group: the host issues collectives without waiting, the watchdog sees them complete", "[parallel][watchdog]") {
+TEST_CASE("gpu group: the host issues collectives without waiting, the watchdog sees them complete",
+          "[parallel][watchdog]") {
   auto backend = c10::make_intrusive<FakeBackend>();
   auto w1 = backend->queue(), w2 = backend->queue();
   BackendComm comm(backend, spec(60000ms), nullptr, /*cuda=*/true);
@@ -135,7 +136,8 @@ TEST_CASE("gpu group: a collective that failed, and another rank's failure, end 
     comm.all_gather(out, in);
     w->fail("NCCL error: unhandled system error");
     REQUIRE(eventually([&] { return backend->aborts.load() == 1; }));
-    CHECK_THROWS_WITH(comm.all_reduce_sum(in), Catch::Contains("all_gather failed: NCCL error: unhandled system error"));
+    CHECK_THROWS_WITH(comm.all_reduce_sum(in),
+                      Catch::Contains("all_gather failed: NCCL error: unhandled system error"));
   }
   {
     auto backend = c10::make_intrusive<FakeBackend>();
@@ -160,8 +162,9 @@ TEST_CASE("collective watchdog: drain waits for the pending ones and returns at 
   dog.watch("all_to_all", stuck);
   dog.drain();  // returns at the timeout of the stuck one
   REQUIRE(dog.failure().has_value());
-  CHECK(*dog.failure() == "all_to_all timed out after 0.03 s (a member of the group never joined this collective: it died, "
-                          "hung, or issued a different sequence of collectives)");
+  CHECK(*dog.failure() ==
+        "all_to_all timed out after 0.03 s (a member of the group never joined this collective: it died, "
+        "hung, or issued a different sequence of collectives)");
   CHECK(aborts == 1);
   CHECK(dog.pending() == 0);
 }

@@ -73,7 +73,8 @@ void check_all_collectives(int size, at::ScalarType dtype) {
     at::Tensor in = rank_data(r, n, dtype);
     at::Tensor gathered = at::empty({size * n}, dtype);
     comm.all_gather(gathered, in);
-    for (int j = 0; j < size; ++j) expect(at::equal(gathered.narrow(0, j * n, n), rank_data(j, n, dtype)), "all_gather slot");
+    for (int j = 0; j < size; ++j)
+      expect(at::equal(gathered.narrow(0, j * n, n), rank_data(j, n, dtype)), "all_gather slot");
 
     // reduce_scatter_sum: out = slice r of the elementwise sum over ranks.
     at::Tensor big = rank_data(r, size * n, dtype);
@@ -132,15 +133,19 @@ TEST_CASE("gloo groups: world and disjoint subgroups on their own PrefixStores",
   for (int r = 0; r < 4; ++r) {
     threads.emplace_back([&, r] {
       try {
-        GlooComm world(c10::make_intrusive<c10d::PrefixStore>("world", store), {"world", "world", r, 4, r, std::chrono::seconds(30)});
+        GlooComm world(c10::make_intrusive<c10d::PrefixStore>("world", store),
+                       {"world", "world", r, 4, r, std::chrono::seconds(30)});
         const std::string sp_name = "sp." + std::to_string(r / 2);
-        GlooComm sp(c10::make_intrusive<c10d::PrefixStore>(sp_name, store), {"sp", sp_name, r % 2, 2, r, std::chrono::seconds(30)});
+        GlooComm sp(c10::make_intrusive<c10d::PrefixStore>(sp_name, store),
+                    {"sp", sp_name, r % 2, 2, r, std::chrono::seconds(30)});
         at::Tensor t = at::full({4}, static_cast<double>(r));
         sp.all_reduce_sum(t);
         const double group_sum = r < 2 ? 0 + 1 : 2 + 3;
-        if (!at::equal(t, at::full({4}, group_sum))) throw std::runtime_error("sp sum wrong on rank " + std::to_string(r));
+        if (!at::equal(t, at::full({4}, group_sum)))
+          throw std::runtime_error("sp sum wrong on rank " + std::to_string(r));
         world.all_reduce_sum(t);  // (1+1+5+5)
-        if (!at::equal(t, at::full({4}, 12.0))) throw std::runtime_error("world sum wrong on rank " + std::to_string(r));
+        if (!at::equal(t, at::full({4}, 12.0)))
+          throw std::runtime_error("world sum wrong on rank " + std::to_string(r));
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -156,7 +161,7 @@ TEST_CASE("gloo timeout: a rank that skips a collective makes the others fail na
     std::vector<double> waited(size, 0.0);
     auto errors = on_gloo_ranks(size, timeout, [&](int r, BackendComm& comm) {
       at::Tensor t = at::ones({8});
-      comm.all_reduce_sum(t);  // everyone: the group works
+      comm.all_reduce_sum(t);     // everyone: the group works
       if (r == size - 1) return;  // the last rank skips the next collective and leaves
       const auto start = std::chrono::steady_clock::now();
       try {
@@ -214,20 +219,23 @@ TEST_CASE("gloo timeout: a hung rank yields 'timed out after' with the operation
 TEST_CASE("abort signal: a failing rank makes the others abandon their collective at once", "[comm]") {
   auto abort = std::make_shared<AbortSignal>();
   std::vector<double> waited(4, 0.0);
-  auto errors = on_gloo_ranks(4, std::chrono::seconds(60), [&](int r, BackendComm& comm) {
-    if (r == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      throw std::runtime_error("loss is NaN at step 3");
-    }
-    at::Tensor t = at::ones({8});
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      comm.all_reduce_sum(t);
-    } catch (...) {
-      waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      throw;
-    }
-  }, abort);
+  auto errors = on_gloo_ranks(
+      4, std::chrono::seconds(60),
+      [&](int r, BackendComm& comm) {
+        if (r == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          throw std::runtime_error("loss is NaN at step 3");
+        }
+        at::Tensor t = at::ones({8});
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          comm.all_reduce_sum(t);
+        } catch (...) {
+          waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          throw;
+        }
+      },
+      abort);
   CHECK(abort->rank() == 2);
   CHECK_THAT(errors[2], Catch::Contains("loss is NaN"));
   for (int r : {0, 1, 3}) {

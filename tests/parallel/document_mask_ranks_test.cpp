@@ -51,11 +51,8 @@ TEST_CASE("documents: a packed batch on 2 and 4 ranks equals its documents alone
   // global starts apply unchanged); only the order of the sums differs, which the derived
   // tolerances bound. Each replica of W = 4, P = 2 runs the same batch (the loss scaled by both).
   const PackedBatch batch = make_packed_batch({{0, 5, 13}, {7, 16}}, {true, false}, 32, 64, /*seed=*/11);
-  for (const RanksCase& c : std::vector<RanksCase>{{2, 2, false, false},
-                                                   {2, 2, true, true},
-                                                   {4, 4, true, false},
-                                                   {4, 4, false, true},
-                                                   {4, 2, true, false}}) {
+  for (const RanksCase& c : std::vector<RanksCase>{
+           {2, 2, false, false}, {2, 2, true, true}, {4, 4, true, false}, {4, 4, false, true}, {4, 2, true, false}}) {
     INFO(c.describe());
     const RunConfig cfg = ranks_config(c);
     RunConfig one = cfg;

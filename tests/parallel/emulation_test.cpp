@@ -97,7 +97,8 @@ TEST_CASE("rank emulation: Untied Ulysses over 4 ranks (Hkv < P), offload and ti
   check(cfg, "W=4 P=4 untied offload tiling");
 }
 
-TEST_CASE("rank emulation through run_training reports rank 0's peak only and marks the loss meaningless", "[emulation]") {
+TEST_CASE("rank emulation through run_training reports rank 0's peak only and marks the loss meaningless",
+          "[emulation]") {
   RunConfig cfg = emulation_config();
   cfg.parallel.world_size = 4;
   cfg.parallel.fsdp = true;

@@ -96,8 +96,12 @@ TEST_CASE("rank threads: 4 ranks, Ulysses 2 x data parallel 2, each group sums i
     at::Tensor world_sum = at::full({1}, static_cast<double>(ctx.rank));
     ctx.world->all_reduce_sum(world_sum);
     std::lock_guard<std::mutex> lock(m);
-    seen[ctx.rank] = {static_cast<double>(ctx.sp_rank), static_cast<double>(ctx.dp_rank), sp_sum.item<double>(),
-                      dp_sum.item<double>(), world_sum.item<double>(), static_cast<double>(ctx.sp->size()),
+    seen[ctx.rank] = {static_cast<double>(ctx.sp_rank),
+                      static_cast<double>(ctx.dp_rank),
+                      sp_sum.item<double>(),
+                      dp_sum.item<double>(),
+                      world_sum.item<double>(),
+                      static_cast<double>(ctx.sp->size()),
                       static_cast<double>(ctx.dp->size())};
   });
   // sp.0 = {0,1} sums 1, sp.1 = {2,3} sums 5; dp.0 = {0,2} sums 2, dp.1 = {1,3} sums 4; world 6.

@@ -54,9 +54,8 @@ Slope measure_slope(bool untied) {
 void print(const Slope& s) {
   std::printf("%-40s measured %lld -> %lld B (%.1f B/token), planned %lld -> %lld B (%.1f B/token), p/m %.3f\n",
               s.label.c_str(), static_cast<long long>(s.measured_short), static_cast<long long>(s.measured_long),
-              s.measured_per_token(), static_cast<long long>(s.planned_short),
-              static_cast<long long>(s.planned_long), s.planned_per_token(),
-              s.planned_per_token() / s.measured_per_token());
+              s.measured_per_token(), static_cast<long long>(s.planned_short), static_cast<long long>(s.planned_long),
+              s.planned_per_token(), s.planned_per_token() / s.measured_per_token());
 }
 
 /// Measured (cpu-2c, one intra-op thread): bytes per token +1.1% (ALST) and -1.4% (full stack),

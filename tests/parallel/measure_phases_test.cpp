@@ -103,8 +103,8 @@ TEST_CASE("phases: every phase's activation peak and every category at the step 
     const double step = static_cast<double>(cmp.step.measured);
     for (const PhaseRow& r : cmp.rows) {
       const double allowed = allowed_phase_difference(r, cmp.step, c.cfg.memory.untied_ulysses);
-      INFO(r.name << ": measured " << r.measured << " B, planned " << r.planned << " B (planned/measured "
-                  << r.ratio() << "), allowed difference " << allowed << " B");
+      INFO(r.name << ": measured " << r.measured << " B, planned " << r.planned << " B (planned/measured " << r.ratio()
+                  << "), allowed difference " << allowed << " B");
       CHECK(std::abs(static_cast<double>(r.planned - r.measured)) <= allowed);
     }
     INFO("step: measured " << cmp.step.measured << " B, planned " << cmp.step.planned << " B at " << cmp.step.name);

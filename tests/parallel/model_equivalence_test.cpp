@@ -188,7 +188,8 @@ void check_layout(int W, int P) {
   std::map<std::string, std::unique_ptr<Trainer>> layouts;  // parameter names and offsets for the report
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    if (!layouts.count(c.heads.name)) layouts[c.heads.name] = std::make_unique<Trainer>(model_config(c.heads), cpu_rank());
+    if (!layouts.count(c.heads.name))
+      layouts[c.heads.name] = std::make_unique<Trainer>(model_config(c.heads), cpu_rank());
     const Trajectory& ref = refs.at(c.heads.name);
     Trainer& layout = *layouts[c.heads.name];
     const RunConfig cfg = model_config(c.heads);

@@ -104,12 +104,13 @@ TEST_CASE("fsdp overlap: all-gathers prefetch the next block, deferred reduce-sc
     const int64_t compute_end = at_line(log, "end fwd/block." + std::to_string(block) + "/mlp");
     REQUIRE(start >= 0);
     REQUIRE(compute >= 0);
-    CHECK(start < compute);         // issued before this block's compute ...
-    CHECK(finish > compute_end);    // ... and only waited for after it
+    CHECK(start < compute);       // issued before this block's compute ...
+    CHECK(finish > compute_end);  // ... and only waited for after it
   }
   // Backward: block 2's reduce-scatter (the first started) finishes after block 1's backward
   // compute, and block 0's, the last, after the whole backward.
-  const int64_t rs1_start = at_line(log, "start reduce_scatter #1"), rs1_finish = at_line(log, "finish reduce_scatter #1");
+  const int64_t rs1_start = at_line(log, "start reduce_scatter #1"),
+                rs1_finish = at_line(log, "finish reduce_scatter #1");
   REQUIRE(rs1_start >= 0);
   CHECK(rs1_start < at_line(log, "begin bwd/block.1/mlp"));
   CHECK(rs1_finish > at_line(log, "end bwd/block.1/attn"));

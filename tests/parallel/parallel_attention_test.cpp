@@ -17,13 +17,12 @@ using namespace odyssey;
 
 namespace {
 
-
 struct Problem {
   ModelConfig model;
   int64_t B = 2, S = 32;
   at::Tensor x, wq, wk, wv, wo, qn, kn, R, Rd;  // full-sequence inputs; R (Rd: projected output) weights the loss
-  at::Tensor xn;            // [d] the input RMSNorm's weight
-  bool norm_input = false;  // x is the block input: the reference norms it with xn first
+  at::Tensor xn;                                // [d] the input RMSNorm's weight
+  bool norm_input = false;                      // x is the block input: the reference norms it with xn first
 };
 
 Problem make_problem(int64_t H, int64_t Hkv, bool qk_norm, int64_t B = 2, int64_t hd = 8, int64_t d = 32) {
@@ -83,8 +82,15 @@ Grads reference(const Problem& p, bool project = false) {
   at::Tensor wo = leaf(p.wo);
   if (project) out = at::linear(out, wo);  // [B, S, d]
   (out * loss_weight(p, out)).sum().backward();
-  return {out.detach(), x.grad(), wq.grad(), wk.grad(), wv.grad(), m.qk_norm ? qn.grad() : at::Tensor(),
-          m.qk_norm ? kn.grad() : at::Tensor(), wo.grad(), p.norm_input ? xn.grad() : at::Tensor()};
+  return {out.detach(),
+          x.grad(),
+          wq.grad(),
+          wk.grad(),
+          wv.grad(),
+          m.qk_norm ? qn.grad() : at::Tensor(),
+          m.qk_norm ? kn.grad() : at::Tensor(),
+          wo.grad(),
+          p.norm_input ? xn.grad() : at::Tensor()};
 }
 
 /// The same on P rank threads; outputs and dx concatenated over ranks, weight grads summed.
@@ -105,7 +111,7 @@ Grads distributed_normed(const Problem& p, int P, const NormedAttentionFn& atten
     const Positions pos = make_positions(r * s, s, p.model, at::kCPU);
     at::Tensor out = attention(x, xn, w, pos, ctx);  // [B, s, H*hd], or [B, s, d] when wo is applied
     (out * loss_weight(p, out).narrow(1, r * s, s)).sum().backward();
-    per_rank[r] = {out.detach(),     x.grad(),        w.wq.grad(), w.wk.grad(), w.wv.grad(),
+    per_rank[r] = {out.detach(),    x.grad(),        w.wq.grad(), w.wk.grad(), w.wv.grad(),
                    w.q_norm.grad(), w.k_norm.grad(), w.wo.grad(), xn.grad()};
   });
   Grads g;
@@ -135,8 +141,9 @@ Grads distributed_normed(const Problem& p, int P, const NormedAttentionFn& atten
 }
 
 Grads distributed(const Problem& p, int P, const AttentionFn& attention) {
-  return distributed_normed(p, P, [&](const at::Tensor& x, const at::Tensor&, const AttentionWeights& w,
-                                      const Positions& pos, const RankContext& ctx) { return attention(x, w, pos, ctx); });
+  return distributed_normed(p, P,
+                            [&](const at::Tensor& x, const at::Tensor&, const AttentionWeights& w, const Positions& pos,
+                                const RankContext& ctx) { return attention(x, w, pos, ctx); });
 }
 
 /// The tolerance of `p`'s outputs and gradients (../fp_tolerance.h): the reference and the
@@ -200,9 +207,10 @@ TEST_CASE("ulysses attention equals the single-rank reference (P = 1, 2, 4)", "[
     for (const auto& hc : head_cases(P)) {
       const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm);
       const Grads want = reference(p);
-      const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
-        return ulysses_attention(x, w, pos, p.model, ctx);
-      });
+      const Grads got = distributed(
+          p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+            return ulysses_attention(x, w, pos, p.model, ctx);
+          });
       require_equivalent(got, want, "P = " + std::to_string(P) + ", " + hc.name, tolerance(p));
     }
   }
@@ -221,8 +229,8 @@ at::Tensor projected_without_graph(const Problem& p) {
     at::NoGradGuard no_grad;
     AttentionWeights w{p.wq, p.wk, p.wv, p.wo, {}, {}};
     const Positions pos = make_positions(ctx.sp_rank * s, s, p.model, at::kCPU);
-    outs[ctx.sp_rank] = untied_attention_projected(p.x.narrow(1, ctx.sp_rank * s, s), p.norm_input ? p.xn : at::Tensor(),
-                                                   w, pos, p.model, ctx, memory);
+    outs[ctx.sp_rank] = untied_attention_projected(p.x.narrow(1, ctx.sp_rank * s, s),
+                                                   p.norm_input ? p.xn : at::Tensor(), w, pos, p.model, ctx, memory);
   });
   return at::cat(outs, 1);  // [B, S, d]
 }
@@ -241,12 +249,15 @@ void check_untied_every_stage_size(bool project, const std::vector<HeadCase>& ex
         MemoryConfig memory;
         memory.untied_ulysses = true;
         memory.heads_per_stage = hps;
-        const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
-          return project ? untied_attention_projected(x, {}, w, pos, p.model, ctx, memory)
-                         : untied_attention(x, w, pos, p.model, ctx, memory);
-        });
-        require_equivalent(got, want, std::string(project ? "projected, " : "") + "P = " + std::to_string(P) + ", " +
-                                          hc.name + ", heads_per_stage = " + std::to_string(hps), tolerance(p));
+        const Grads got = distributed(
+            p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+              return project ? untied_attention_projected(x, {}, w, pos, p.model, ctx, memory)
+                             : untied_attention(x, w, pos, p.model, ctx, memory);
+            });
+        require_equivalent(got, want,
+                           std::string(project ? "projected, " : "") + "P = " + std::to_string(P) + ", " + hc.name +
+                               ", heads_per_stage = " + std::to_string(hps),
+                           tolerance(p));
       }
     }
   }
@@ -254,7 +265,8 @@ void check_untied_every_stage_size(bool project, const std::vector<HeadCase>& ex
 
 }  // namespace
 
-TEST_CASE("untied ulysses equals the single-rank reference for every valid heads_per_stage", "[ulysses][untied][equivalence]") {
+TEST_CASE("untied ulysses equals the single-rank reference for every valid heads_per_stage",
+          "[ulysses][untied][equivalence]") {
   check_untied_every_stage_size(/*project=*/false, {});
 }
 
@@ -268,7 +280,8 @@ TEST_CASE("untied ulysses with the output projection fused (d o built per stage 
   CHECK(odyssey::test::rel_error(projected_without_graph(p), reference(p, /*project=*/true).out) < tolerance(p));
 }
 
-TEST_CASE("untied ulysses: stages straddling KV groups (k and g not dividing each other)", "[ulysses][untied][equivalence]") {
+TEST_CASE("untied ulysses: stages straddling KV groups (k and g not dividing each other)",
+          "[ulysses][untied][equivalence]") {
   // H = 12, Hkv = 4: g = 3 query heads per KV head. P = 1 with 2 or 4 heads per stage, P = 2 with
   // 4 (2 per rank): stages cover parts of two KV groups, so a KV head is needed by two stages.
   const Problem p = make_problem(12, 4, false);
@@ -277,10 +290,13 @@ TEST_CASE("untied ulysses: stages straddling KV groups (k and g not dividing eac
     MemoryConfig memory;
     memory.untied_ulysses = true;
     memory.heads_per_stage = hps;
-    const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+    const Grads got = distributed(
+        p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
           return untied_attention(x, w, pos, p.model, ctx, memory);
-    });
-    require_equivalent(got, want, "H 12 / Hkv 4, P = " + std::to_string(P) + ", heads_per_stage = " + std::to_string(hps), tolerance(p));
+        });
+    require_equivalent(got, want,
+                       "H 12 / Hkv 4, P = " + std::to_string(P) + ", heads_per_stage = " + std::to_string(hps),
+                       tolerance(p));
   }
 }
 
@@ -289,18 +305,22 @@ TEST_CASE("ulysses and untied with batch 1 (all-to-all straight into the output)
     for (const auto& hc : head_cases(P)) {
       const Problem p = make_problem(hc.H, hc.Hkv, hc.qk_norm, /*B=*/1);
       const Grads want = reference(p);
-      const Grads plain = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
-        return ulysses_attention(x, w, pos, p.model, ctx);
-      });
+      const Grads plain = distributed(
+          p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+            return ulysses_attention(x, w, pos, p.model, ctx);
+          });
       require_equivalent(plain, want, "B = 1, ulysses, P = " + std::to_string(P) + ", " + hc.name, tolerance(p));
       for (int64_t hps : valid_heads_per_stage(hc.H, P)) {
         MemoryConfig memory;
         memory.untied_ulysses = true;
         memory.heads_per_stage = hps;
-        const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
-          return untied_attention(x, w, pos, p.model, ctx, memory);
-        });
-        require_equivalent(got, want, "B = 1, untied, P = " + std::to_string(P) + ", " + hc.name + ", hps " + std::to_string(hps), tolerance(p));
+        const Grads got = distributed(
+            p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+              return untied_attention(x, w, pos, p.model, ctx, memory);
+            });
+        require_equivalent(got, want,
+                           "B = 1, untied, P = " + std::to_string(P) + ", " + hc.name + ", hps " + std::to_string(hps),
+                           tolerance(p));
       }
     }
   }
@@ -333,8 +353,10 @@ TEST_CASE("untied ulysses through rope_pack (RoPE written into the send buffers,
     MemoryConfig memory;
     memory.untied_ulysses = true;
     memory.heads_per_stage = P;
-    const Grads got = distributed(p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
-                                            const RankContext& ctx) { return untied_attention(x, w, pos, p.model, ctx, memory); });
+    const Grads got = distributed(
+        p, P, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+          return untied_attention(x, w, pos, p.model, ctx, memory);
+        });
     require_equivalent(got, want, "rope_pack, B = 1, P = " + std::to_string(P), tolerance(p));
   }
 }
@@ -345,23 +367,28 @@ TEST_CASE("untied ulysses with scaled RoPE (llama3, yarn): rope_pack rotates by 
   // from theta; under YaRN's attention factor it must fall back to the tables that carry it. Both
   // against the single-rank reference built from the same rule (engine/config/rope.h). The
   // original context (8) is shorter than the sequence (32), so the scaling changes the angles.
-  for (const RopeScaling& scaling : {RopeScaling{.kind = RopeScalingKind::Llama3, .factor = 4.0, .original_max_position = 8},
-                                     RopeScaling{.kind = RopeScalingKind::Yarn, .factor = 4.0, .original_max_position = 8}}) {
+  for (const RopeScaling& scaling :
+       {RopeScaling{.kind = RopeScalingKind::Llama3, .factor = 4.0, .original_max_position = 8},
+        RopeScaling{.kind = RopeScalingKind::Yarn, .factor = 4.0, .original_max_position = 8}}) {
     Problem p = make_problem(8, 2, /*qk_norm=*/false);
     p.model.rope_scaling = scaling;
     const Grads want = reference(p);
     Problem unscaled = p;
     unscaled.model.rope_scaling = RopeScaling{};
-    REQUIRE(odyssey::test::rel_error(reference(unscaled).out, want.out) > 10 * tolerance(p));  // the scaling matters here
+    REQUIRE(odyssey::test::rel_error(reference(unscaled).out, want.out) >
+            10 * tolerance(p));  // the scaling matters here
     for (bool forced : {false, true}) {
       std::optional<ForcedRopePack> pack;
       if (forced) pack.emplace();
       MemoryConfig memory;
       memory.untied_ulysses = true;
       memory.heads_per_stage = 2;
-      const Grads got = distributed(p, 2, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos,
-                                              const RankContext& ctx) { return untied_attention(x, w, pos, p.model, ctx, memory); });
-      require_equivalent(got, want, std::string(to_string(scaling.kind)) + (forced ? ", rope_pack" : ", tables"), tolerance(p));
+      const Grads got = distributed(
+          p, 2, [&](const at::Tensor& x, const AttentionWeights& w, const Positions& pos, const RankContext& ctx) {
+            return untied_attention(x, w, pos, p.model, ctx, memory);
+          });
+      require_equivalent(got, want, std::string(to_string(scaling.kind)) + (forced ? ", rope_pack" : ", tables"),
+                         tolerance(p));
     }
   }
 }
@@ -388,12 +415,13 @@ TEST_CASE("untied ulysses with the input RMSNorm folded into its projections equ
           MemoryConfig memory;
           memory.untied_ulysses = true;
           memory.heads_per_stage = hps;
-          const Grads got = distributed_normed(p, P, [&](const at::Tensor& x, const at::Tensor& xn, const AttentionWeights& w,
-                                                         const Positions& pos, const RankContext& ctx) {
-            return untied_attention_projected(x, xn, w, pos, p.model, ctx, memory);
-          });
-          require_equivalent(got, want, std::string(packed ? "rope_pack, " : "") + "input norm folded, P = " +
-                                            std::to_string(P) + ", " + hc.name + ", heads_per_stage = " + std::to_string(hps),
+          const Grads got = distributed_normed(
+              p, P,
+              [&](const at::Tensor& x, const at::Tensor& xn, const AttentionWeights& w, const Positions& pos,
+                  const RankContext& ctx) { return untied_attention_projected(x, xn, w, pos, p.model, ctx, memory); });
+          require_equivalent(got, want,
+                             std::string(packed ? "rope_pack, " : "") + "input norm folded, P = " + std::to_string(P) +
+                                 ", " + hc.name + ", heads_per_stage = " + std::to_string(hps),
                              tolerance(p));
         }
       }

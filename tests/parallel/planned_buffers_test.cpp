@@ -37,13 +37,13 @@ struct BufferCase {
 std::string describe(const RunConfig& c) {
   std::ostringstream o;
   o << "H=" << c.model.n_heads << " Hkv=" << c.model.n_kv_heads << (c.model.qk_norm ? " qk_norm" : "")
-    << (c.model.tie_embeddings ? " tied" : "") << " P=" << c.parallel.ulysses_degree
-    << " W=" << c.parallel.world_size << (c.parallel.fsdp ? " fsdp" : "") << " B=" << c.training.batch_size
-    << " S=" << c.training.seq_len << (c.training.dtype == DType::BFloat16 ? " bf16" : " fp32")
+    << (c.model.tie_embeddings ? " tied" : "") << " P=" << c.parallel.ulysses_degree << " W=" << c.parallel.world_size
+    << (c.parallel.fsdp ? " fsdp" : "") << " B=" << c.training.batch_size << " S=" << c.training.seq_len
+    << (c.training.dtype == DType::BFloat16 ? " bf16" : " fp32")
     << (c.memory.untied_ulysses ? " untied k/rank=" + std::to_string(c.memory.heads_per_stage) : "")
     << (c.memory.activation_checkpointing ? " ckpt" : "") << (c.memory.offload_activations ? " offload" : "")
-    << (c.memory.offload_optimizer ? " offload-optimizer" : "")
-    << (c.memory.tiled_mlp ? " tiled_mlp" : "") << (c.memory.tiled_loss ? " tiled_loss" : "");
+    << (c.memory.offload_optimizer ? " offload-optimizer" : "") << (c.memory.tiled_mlp ? " tiled_mlp" : "")
+    << (c.memory.tiled_loss ? " tiled_loss" : "");
   return o.str();
 }
 
@@ -127,8 +127,7 @@ std::map<PlannedBuffer, std::set<int64_t>> engine_buffers(const RunConfig& cfg) 
 
 }  // namespace
 
-TEST_CASE("buffers: every buffer the engine preallocates is the planner's bytes, byte for byte",
-          "[planner][buffers]") {
+TEST_CASE("buffers: every buffer the engine preallocates is the planner's bytes, byte for byte", "[planner][buffers]") {
   const std::vector<BufferCase> cases = buffer_cases();
   // the sweep must reach what the issue names: KV heads fewer than the degree, several KV heads
   // per stage per rank, batch 2, every degree, bf16
@@ -137,9 +136,9 @@ TEST_CASE("buffers: every buffer the engine preallocates is the planner's bytes,
     const ModelConfig& m = c.cfg.model;
     const int64_t P = c.cfg.parallel.ulysses_degree;
     few_kv |= c.cfg.memory.untied_ulysses && m.n_kv_heads < P;
-    wide_kv_stage |= c.cfg.memory.untied_ulysses &&
-                     plan_untied_stages(m.n_heads, m.n_kv_heads, m.head_dim, P, c.cfg.memory.heads_per_stage)
-                             .max_kv_count > 1;
+    wide_kv_stage |=
+        c.cfg.memory.untied_ulysses &&
+        plan_untied_stages(m.n_heads, m.n_kv_heads, m.head_dim, P, c.cfg.memory.heads_per_stage).max_kv_count > 1;
     batch2 |= c.cfg.training.batch_size == 2 && c.cfg.memory.untied_ulysses;
     p8 |= P == 8 && c.cfg.memory.untied_ulysses;
     bf16 |= c.cfg.training.dtype == DType::BFloat16;
@@ -159,7 +158,8 @@ TEST_CASE("buffers: every buffer the engine preallocates is the planner's bytes,
       const int64_t planned = planned_buffer_bytes(c.cfg, tag);
       const auto it = seen.find(tag);
       std::ostringstream engine;
-      if (it == seen.end()) engine << "none";
+      if (it == seen.end())
+        engine << "none";
       else
         for (int64_t b : it->second) engine << b << " B ";
       INFO(c.label << "\n  " << planned_buffer_name(tag) << ": planned " << planned << " B, engine " << engine.str());

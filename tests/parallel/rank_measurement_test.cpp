@@ -108,7 +108,7 @@ int64_t persistent(const RankMeasure& r, MemCategory c) { return r.persistent[st
 
 TEST_CASE("measure: FSDP divides params, grads and optimizer state by the world size", "[measure]") {
   RunConfig base = measured_config();
-  base.training.seq_len = 512;  // model states are the point here
+  base.training.seq_len = 512;        // model states are the point here
   const Measured w1 = measure(base);  // one rank, nothing sharded
   require_peaks_match_plan(w1, "W=1");
   for (int W : {2, 4}) {
@@ -153,8 +153,9 @@ TEST_CASE("measure: Ulysses divides the attention working set by about the degre
       CHECK(std::abs(divided / planned - 1.0) <= kRatioTolerance);
     }
   }
-  WARN("attention working set per rank (fwd, attention_workspace + comm_buffers): P=1 " << p1 << " B, P=2 "
-       << by_degree[1].ranks[0].fwd_attention << " B, P=4 " << by_degree[2].ranks[0].fwd_attention << " B");
+  WARN("attention working set per rank (fwd, attention_workspace + comm_buffers): P=1 "
+       << p1 << " B, P=2 " << by_degree[1].ranks[0].fwd_attention << " B, P=4 " << by_degree[2].ranks[0].fwd_attention
+       << " B");
 }
 
 TEST_CASE("measure: Untied Ulysses, one head per rank per stage (8 stages), cuts attention >= 1.25x", "[measure]") {
@@ -181,7 +182,8 @@ TEST_CASE("measure: Untied Ulysses, one head per rank per stage (8 stages), cuts
     CHECK(std::abs(cut / planned - 1.0) <= kRatioTolerance);
     CHECK(untied.ranks[r].step_peak < plain.ranks[r].step_peak);
   }
-  WARN("attention working set, rank 0: plain Ulysses " << plain.ranks[0].fwd_attention << " B, Untied (1 head/rank/stage) "
-       << untied.ranks[0].fwd_attention << " B (/" << static_cast<double>(plain.ranks[0].fwd_attention) / untied.ranks[0].fwd_attention
-       << ", planner /" << planned << "); step peaks " << plain.ranks[0].step_peak << " -> " << untied.ranks[0].step_peak << " B");
+  WARN("attention working set, rank 0: plain Ulysses "
+       << plain.ranks[0].fwd_attention << " B, Untied (1 head/rank/stage) " << untied.ranks[0].fwd_attention << " B (/"
+       << static_cast<double>(plain.ranks[0].fwd_attention) / untied.ranks[0].fwd_attention << ", planner /" << planned
+       << "); step peaks " << plain.ranks[0].step_peak << " -> " << untied.ranks[0].step_peak << " B");
 }

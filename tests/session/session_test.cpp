@@ -106,7 +106,8 @@ TEST_CASE("session: start, live feed, pause/resume, live toggles, stop", "[engin
   CHECK(st.state == SessionState::Finished);
   CHECK_THAT(st.message, Catch::Contains("stopped at step"));
   bool toggled = false;
-  for (const auto& line : session.drain_log()) toggled = toggled || line.find("memory toggles applied") != std::string::npos;
+  for (const auto& line : session.drain_log())
+    toggled = toggled || line.find("memory toggles applied") != std::string::npos;
   CHECK(toggled);
 
   const std::string trace = "/tmp/odyssey_session_test_trace.json", jsonl = "/tmp/odyssey_session_test_metrics.jsonl";
@@ -143,7 +144,8 @@ TEST_CASE("session: restart carries the weights over, a model change starts fres
   CHECK(session.status().state == SessionState::Finished);
 }
 
-TEST_CASE("session: the optimizer offload toggled live moves the measured memory bars", "[engine][session][offload_optimizer]") {
+TEST_CASE("session: the optimizer offload toggled live moves the measured memory bars",
+          "[engine][session][offload_optimizer]") {
   // What the studio's run panel draws per rank (rank_peak_bytes, rank_host_peak_bytes), before and
   // after the toggle: the four fp32 states (master, gradient, two moments: 16 B a parameter) are
   // resident on the host through the whole step, so the host peak rises by at least their bytes;

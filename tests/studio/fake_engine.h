@@ -101,8 +101,12 @@ class FakeEngine : public EngineControl {
     return true;
   }
   SessionStatus status() const override { return st; }
-  size_t metrics_since(size_t cursor, std::vector<StepMetrics>* out) const override { return copy(metrics, cursor, out); }
-  size_t samples_since(size_t cursor, std::vector<MemorySample>* out) const override { return copy(samples, cursor, out); }
+  size_t metrics_since(size_t cursor, std::vector<StepMetrics>* out) const override {
+    return copy(metrics, cursor, out);
+  }
+  size_t samples_since(size_t cursor, std::vector<MemorySample>* out) const override {
+    return copy(samples, cursor, out);
+  }
   size_t spans_since(size_t cursor, std::vector<PhaseSpan>* out) const override { return copy(spans, cursor, out); }
   std::vector<std::string> phase_names() const override { return names; }
   std::vector<std::string> drain_log() override { return std::exchange(log_lines, {}); }

@@ -13,7 +13,8 @@
 
 using namespace odyssey;
 
-TEST_CASE("cuda runtime: the allocator runs on expandable segments unless the user chose settings", "[engine][cuda_runtime]") {
+TEST_CASE("cuda runtime: the allocator runs on expandable segments unless the user chose settings",
+          "[engine][cuda_runtime]") {
   CudaSetup s = choose_allocator_settings(nullptr, nullptr);
   CHECK(s.allocator_settings == "expandable_segments:True");
   CHECK_FALSE(s.settings_from_user);
@@ -40,7 +41,8 @@ TEST_CASE("cuda runtime: device resolution follows what prepare_cuda found", "[e
   }
 }
 
-TEST_CASE("cuda runtime: cuBLAS's workspaces are Odyssey's 4096 KiB x 8 unless the user chose", "[engine][cuda_runtime]") {
+TEST_CASE("cuda runtime: cuBLAS's workspaces are Odyssey's 4096 KiB x 8 unless the user chose",
+          "[engine][cuda_runtime]") {
   BlasWorkspaceSetting s = choose_blas_workspace_config(nullptr);
   CHECK(s.config == ":4096:8");
   CHECK(BlasWorkspaces::kBytesEach == 4096 * 1024 * 8);  // the planner's term, from the same constants

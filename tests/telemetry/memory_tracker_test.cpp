@@ -46,8 +46,7 @@ TEST_CASE("tracker counts exact tensor bytes per category and pool", "[telemetry
   CHECK(mid.device_bytes - before.device_bytes == 4000 + 42);
   CHECK(mid.host_bytes - before.host_bytes == 2048);
   CHECK(mid.category_bytes[idx(MemCategory::Params)] - before.category_bytes[idx(MemCategory::Params)] == 4000);
-  CHECK(mid.category_bytes[idx(MemCategory::Offloaded)] -
-            before.category_bytes[idx(MemCategory::Offloaded)] == 2048);
+  CHECK(mid.category_bytes[idx(MemCategory::Offloaded)] - before.category_bytes[idx(MemCategory::Offloaded)] == 2048);
   CHECK(mid.category_bytes[idx(MemCategory::Other)] - before.category_bytes[idx(MemCategory::Other)] == 42);
   CHECK(t.live_blocks(40) - blocks_before == 3);
   CHECK(t.device_bytes(40) == mid.device_bytes);
@@ -79,7 +78,7 @@ TEST_CASE("tracker charges concurrent rank threads separately", "[telemetry][tra
       while (ready.load() < 3) std::this_thread::yield();  // all ranks allocate at once
       std::vector<at::Tensor> held;
       for (int k = 0; k < 200; ++k) {
-        held.push_back(floats(16 * (i + 1)));  // 64*(i+1) bytes each
+        held.push_back(floats(16 * (i + 1)));      // 64*(i+1) bytes each
         if (k % 3 == 0) held.erase(held.begin());  // frees interleave with allocations
       }
       seen[i] = t.device_bytes(ranks[i]) - base[i];
@@ -139,10 +138,10 @@ TEST_CASE("device peak and the category breakdown at the peak", "[telemetry][tra
   CHECK(s.host_peak - s0.host_bytes == (1 << 18));
   CHECK(s.host_bytes == s0.host_bytes);
   CHECK(s.category_at_peak[idx(MemCategory::SavedActivations)] -
-            s0.category_bytes[idx(MemCategory::SavedActivations)] == (2 << 20));
+            s0.category_bytes[idx(MemCategory::SavedActivations)] ==
+        (2 << 20));
   CHECK(s.category_at_peak[idx(MemCategory::Params)] - s0.category_bytes[idx(MemCategory::Params)] == (1 << 20));
-  CHECK(s.category_at_peak[idx(MemCategory::MlpWorkspace)] ==
-        s0.category_bytes[idx(MemCategory::MlpWorkspace)]);
+  CHECK(s.category_at_peak[idx(MemCategory::MlpWorkspace)] == s0.category_bytes[idx(MemCategory::MlpWorkspace)]);
   t.reset_peak(45);
   CHECK(t.snapshot(45).device_peak == t.snapshot(45).device_bytes);
 }
@@ -153,8 +152,8 @@ TEST_CASE("retag_since moves only later live allocations of one category", "[tel
   CategoryScope cat(MemCategory::AttentionWorkspace);
   at::Tensor early = floats(100);  // before the marker: stays
   const uint64_t marker = t.mark();
-  at::Tensor kept = floats(200);   // after: moves
-  at::Tensor gone = floats(300);   // freed before the retag: nothing to move
+  at::Tensor kept = floats(200);  // after: moves
+  at::Tensor gone = floats(300);  // freed before the retag: nothing to move
   at::Tensor mlp;
   {
     CategoryScope inner(MemCategory::MlpWorkspace);
@@ -165,9 +164,11 @@ TEST_CASE("retag_since moves only later live allocations of one category", "[tel
   t.retag_since(46, marker, MemCategory::AttentionWorkspace, MemCategory::SavedActivations);
   const MemorySnapshot after = t.snapshot(46);
   CHECK(after.category_bytes[idx(MemCategory::SavedActivations)] -
-            before.category_bytes[idx(MemCategory::SavedActivations)] == 800);
+            before.category_bytes[idx(MemCategory::SavedActivations)] ==
+        800);
   CHECK(before.category_bytes[idx(MemCategory::AttentionWorkspace)] -
-            after.category_bytes[idx(MemCategory::AttentionWorkspace)] == 800);
+            after.category_bytes[idx(MemCategory::AttentionWorkspace)] ==
+        800);
   CHECK(after.device_bytes == before.device_bytes);
   CHECK(tracker_category_of(early) == MemCategory::AttentionWorkspace);
   CHECK(tracker_category_of(kept) == MemCategory::SavedActivations);
@@ -177,8 +178,7 @@ TEST_CASE("retag_since moves only later live allocations of one category", "[tel
         before.category_bytes[idx(MemCategory::SavedActivations)]);
 }
 
-TEST_CASE("retag_tensor moves one storage and ignores memory the tracker did not allocate",
-          "[telemetry][tracker]") {
+TEST_CASE("retag_tensor moves one storage and ignores memory the tracker did not allocate", "[telemetry][tracker]") {
   MemoryTracker& t = tracker();
   RankScope rank(47);
   at::Tensor x = floats(64);  // 256 bytes, other
@@ -187,7 +187,8 @@ TEST_CASE("retag_tensor moves one storage and ignores memory the tracker did not
   REQUIRE(retag_tensor(view, MemCategory::SavedActivations));  // the whole storage moves
   const MemorySnapshot after = t.snapshot(47);
   CHECK(after.category_bytes[idx(MemCategory::SavedActivations)] -
-            before.category_bytes[idx(MemCategory::SavedActivations)] == 256);
+            before.category_bytes[idx(MemCategory::SavedActivations)] ==
+        256);
   CHECK(before.category_bytes[idx(MemCategory::Other)] - after.category_bytes[idx(MemCategory::Other)] == 256);
 
   std::vector<float> outside(32);
@@ -246,7 +247,8 @@ TEST_CASE("frees of memory the tracker did not allocate never make counts negati
   {
     RankScope rank(49);
     std::vector<float> outside(1024);
-    at::Tensor foreign = torch::from_blob(outside.data(), {1024}, [](void*) {}, torch::kFloat32);
+    at::Tensor foreign = torch::from_blob(
+        outside.data(), {1024}, [](void*) {}, torch::kFloat32);
     foreign.reset();  // its own deleter: never reaches the tracker
   }
   CHECK(t.snapshot(49).device_bytes == before.device_bytes);

@@ -77,7 +77,8 @@ TEST_CASE("nested phase peaks include children and edges hold the bytes", "[tele
   CHECK(fwd.device_peak == base + 24000);
   CHECK(fwd.device_peak >= block.device_peak);
   CHECK(attn.category_at_peak[static_cast<size_t>(MemCategory::Other)] -
-            fwd.category_at_peak[static_cast<size_t>(MemCategory::Other)] == 0);
+            fwd.category_at_peak[static_cast<size_t>(MemCategory::Other)] ==
+        0);
   CHECK(attn.t_begin_s >= fwd.t_begin_s);
   CHECK(attn.t_end_s <= fwd.t_end_s);
   CHECK(mlp.t_begin_s >= attn.t_end_s);
@@ -128,8 +129,7 @@ TEST_CASE("an outermost step phase is a root: its children keep their own paths"
   CHECK(r["step"].device_peak == base + 1000);
 }
 
-TEST_CASE("edge sinks see every edge in time order with bytes and record sinks see each record",
-          "[telemetry][phase]") {
+TEST_CASE("edge sinks see every edge in time order with bytes and record sinks see each record", "[telemetry][phase]") {
   MemoryTracker::instance().install_cpu_allocator();
   RankScope rank(54);
   PhaseRecorder recorder(54);
@@ -203,9 +203,7 @@ TEST_CASE("OOM inside a phase names the phase and marks the records unwound", "[
 
 TEST_CASE("phase scopes without a bound recorder record nothing", "[telemetry][phase]") {
   REQUIRE(PhaseRecorder::current() == nullptr);
-  {
-    PhaseScope orphan("fwd");
-  }
+  { PhaseScope orphan("fwd"); }
   PhaseRecorder recorder(56);
   {
     PhaseRecorder::Bind bind(&recorder);
@@ -306,17 +304,13 @@ TEST_CASE("a device timeline holds edges and records until settle, then gives th
   CHECK(records[2].t_end_s - records[2].t_begin_s == Approx(1.25));
   CHECK(sunk.size() == 3);
   // A failed step's held phases are dropped, not delivered.
-  {
-    PhaseScope step("step");
-  }
+  { PhaseScope step("step"); }
   recorder.drop_held();
   CHECK_FALSE(recorder.settle().has_value());
   CHECK(recorder.take_records().empty());
   // Without a device timeline, settle is a no-op and delivery is immediate.
   recorder.set_device_timeline(nullptr);
-  {
-    PhaseScope step("step");
-  }
+  { PhaseScope step("step"); }
   CHECK_FALSE(recorder.settle().has_value());
   CHECK(recorder.take_records().size() == 1);
 }
@@ -345,15 +339,15 @@ TEST_CASE("device spans (offload copies) are timed on the phases' clock and deli
   {
     PhaseScope step("step");  // mark 0
     {
-      PhaseScope fwd("fwd");                                // mark 1
+      PhaseScope fwd("fwd");                                 // mark 1
       const int begin = recorder.mark_stream(&copy_stream);  // mark 2, on the copy stream
       const int end = recorder.mark_stream(&copy_stream);    // mark 3
       CHECK(begin == 2);
       CHECK(end == 3);
       recorder.add_device_span(copy, begin, end);
       recorder.add_device_span(copy, -1, end);  // a mark without a clock: dropped
-    }  // mark 4
-  }  // mark 5: the step's last phase edge
+    }                                           // mark 4
+  }                                             // mark 5: the step's last phase edge
   // A copy queued after the step's last edge (its mark is the step's last) is timed, but the
   // step's span still ends at the last phase edge.
   const int late = recorder.mark_stream(&copy_stream);  // mark 6

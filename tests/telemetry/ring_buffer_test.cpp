@@ -107,8 +107,7 @@ TEST_CASE("ring buffer holds step metrics with their per-rank lists", "[telemetr
   CHECK(out[3].rank_peak_bytes == std::vector<int64_t>{50, 100});
 }
 
-TEST_CASE("timeline turns phase edges into samples and phases into spans with shared ids",
-          "[telemetry][ring]") {
+TEST_CASE("timeline turns phase edges into samples and phases into spans with shared ids", "[telemetry][ring]") {
   MemoryTracker::instance().install_cpu_allocator();
   RankScope rank(57);
   Timeline timeline(TimelineOptions{64, 64, 8});

@@ -95,13 +95,14 @@ TEST_CASE("trace has one process per rank, nested phases, counters and peak inst
   REQUIRE_FALSE(events.empty());
   std::map<int64_t, std::string> process_names;
   std::map<int64_t, std::vector<std::pair<double, double>>> spans;  // per pid: [ts, ts+dur]
-  std::map<std::pair<int64_t, int64_t>, int64_t> max_peak;        // (pid, step) -> max X peak
-  std::map<std::pair<int64_t, int64_t>, int64_t> instants;        // (pid, step) -> instant peak
+  std::map<std::pair<int64_t, int64_t>, int64_t> max_peak;          // (pid, step) -> max X peak
+  std::map<std::pair<int64_t, int64_t>, int64_t> instants;          // (pid, step) -> instant peak
   int memory_counters = 0, category_counters = 0;
   for (const auto& e : events) {
     const std::string ph = e.at("ph").get<std::string>();
     const int64_t pid = e.at("pid").get<int64_t>();
-    if (ph == "M" && e.at("name").get<std::string>() == "process_name") process_names[pid] = e.at("args").at("name").get<std::string>();
+    if (ph == "M" && e.at("name").get<std::string>() == "process_name")
+      process_names[pid] = e.at("args").at("name").get<std::string>();
     if (ph == "X") {
       const double ts = e.at("ts").get<double>(), dur = e.at("dur").get<double>();
       CHECK(dur >= 0);
@@ -120,7 +121,8 @@ TEST_CASE("trace has one process per rank, nested phases, counters and peak inst
       CHECK(e.at("args").size() == size_t(kMemCategoryCount));
       for (const auto& [name, v] : e.at("args").items()) CHECK(v.is_number());
     }
-    if (ph == "i") instants[{pid, e.at("args").at("step").get<int64_t>()}] = e.at("args").at("device_peak").get<int64_t>();
+    if (ph == "i")
+      instants[{pid, e.at("args").at("step").get<int64_t>()}] = e.at("args").at("device_peak").get<int64_t>();
   }
   CHECK(process_names == std::map<int64_t, std::string>{{60, "rank 60"}, {61, "rank 61"}, {62, "rank 62"}});
   // 4 phases (step, fwd, fwd/attn, optimizer) x 2 edges x 2 steps per rank.
@@ -134,7 +136,8 @@ TEST_CASE("trace has one process per rank, nested phases, counters and peak inst
         const auto& a = list[i];
         const auto& b = list[j];
         const bool disjoint = a.second <= b.first || b.second <= a.first;
-        const bool nested = (a.first <= b.first && b.second <= a.second) || (b.first <= a.first && a.second <= b.second);
+        const bool nested =
+            (a.first <= b.first && b.second <= a.second) || (b.first <= a.first && a.second <= b.second);
         CHECK((disjoint || nested));
       }
   }
@@ -207,7 +210,9 @@ TEST_CASE("a resumed trace keeps each copy track on its own thread", "[telemetry
     if (e.at("ph").get<std::string>() == "X" && e.contains("cat") && e.at("cat").get<std::string>() == "copy") {
       ++spans;
       const std::string name = e.at("name").get<std::string>();
-      const std::string track = name.rfind("d2h", 0) == 0 ? "offload d2h" : name.rfind("h2d", 0) == 0 ? "offload h2d" : "loss copy";
+      const std::string track = name.rfind("d2h", 0) == 0   ? "offload d2h"
+                                : name.rfind("h2d", 0) == 0 ? "offload h2d"
+                                                            : "loss copy";
       INFO(name);
       CHECK(thread_names.at(e.at("tid").get<int64_t>()) == track);
     }

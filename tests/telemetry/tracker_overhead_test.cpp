@@ -114,8 +114,7 @@ TEST_CASE("counting allocator overhead against c10's default allocator", "[.benc
     std::printf("  %-22s default %9.3f ms  counting %9.3f ms  ratio %.3f\n", l.name, p * 1e3, c * 1e3, c / p);
   }
   const double per_alloc_ns = (median(loads[0].counted) - median(loads[0].plain)) / 10000 * 1e9;
-  std::printf("  extra per allocation+free (whole path, includes malloc size-class effects): %.0f ns\n",
-              per_alloc_ns);
+  std::printf("  extra per allocation+free (whole path, includes malloc size-class effects): %.0f ns\n", per_alloc_ns);
 
   // The bookkeeping alone (lock, live list, counters, peaks with three open phase windows),
   // without malloc: what counting adds on top of whatever malloc costs.

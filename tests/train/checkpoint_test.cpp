@@ -64,7 +64,7 @@ std::string checkpointed_run(const std::string& name, const RunConfig& cfg, int6
 /// checkpoint_io.cpp, walked independently here): where a flip is most likely to mislead a parser.
 std::vector<size_t> header_offsets(const std::string& bytes) {
   std::vector<size_t> out;
-  size_t at = 8;  // magic
+  size_t at = 8;                                     // magic
   for (size_t i = 0; i < 12; ++i) out.push_back(i);  // magic + count
   uint32_t count = 0;
   std::memcpy(&count, bytes.data() + at, 4);
@@ -268,7 +268,8 @@ TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and t
     std::string error;
     REQUIRE(make_dirs(join_path(dir, "checkpoints"), &error));
     for (const auto& name : list_dir(join_path(two.out_dir, "checkpoints")))
-      REQUIRE(rename_path(join_path(join_path(two.out_dir, "checkpoints"), name), join_path(join_path(dir, "checkpoints"), name)));
+      REQUIRE(rename_path(join_path(join_path(two.out_dir, "checkpoints"), name),
+                          join_path(join_path(dir, "checkpoints"), name)));
     std::ofstream(join_path(dir, "metrics.jsonl"), std::ios::app) << "{\"step\":4,\"loss\":";  // torn by the kill
   }
   RunOptions rest;

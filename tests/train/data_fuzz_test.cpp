@@ -39,40 +39,52 @@ std::string mutate(int kind, int64_t n, SplitMix& rng) {
   for (auto& t : tokens) t = static_cast<uint16_t>(rng.below(100));
   std::string file = llmc(20240520, 1, static_cast<int32_t>(n), tokens);
   auto pick = [&](size_t k) { return static_cast<size_t>(rng.below(static_cast<int64_t>(std::max<size_t>(k, 1)))); };
-  const int32_t extremes[] = {0, -1, 1, 2, INT32_MAX, INT32_MIN, static_cast<int32_t>(n) - 1, static_cast<int32_t>(n) + 1, 65, 64};
+  const int32_t extremes[] = {
+      0, -1, 1, 2, INT32_MAX, INT32_MIN, static_cast<int32_t>(n) - 1, static_cast<int32_t>(n) + 1, 65, 64};
   switch (kind) {
-    case 0: return file.substr(0, pick(file.size() + 1));                        // truncated anywhere
-    case 1: file += std::string(1 + pick(5), '\x01'); return file;                 // trailing bytes
-    case 2: {                                                                      // a header field replaced
+    case 0:
+      return file.substr(0, pick(file.size() + 1));  // truncated anywhere
+    case 1:
+      file += std::string(1 + pick(5), '\x01');
+      return file;  // trailing bytes
+    case 2: {       // a header field replaced
       const int32_t v = extremes[pick(std::size(extremes))];
       std::memcpy(file.data() + 4 * pick(3), &v, 4);
       return file;
     }
-    case 3:                                                                        // flipped bytes anywhere
+    case 3:  // flipped bytes anywhere
       for (int k = 0; k < 3; ++k) file[pick(file.size())] ^= static_cast<char>(1 + rng.below(255));
       return file;
-    case 4: {                                                                      // tokens beyond the vocabulary
+    case 4: {  // tokens beyond the vocabulary
       const uint16_t big[] = {100, 101, 255, 256, 65535};
       const uint16_t v = big[pick(std::size(big))];
       std::memcpy(file.data() + 1024 + 2 * pick(static_cast<size_t>(n)), &v, 2);
       return file;
     }
-    case 5: return std::string(pick(2048), static_cast<char>(rng.below(256)));    // not an llm.c file at all
-    case 6: file.resize(1024 + 2 * pick(static_cast<size_t>(n))); return file;     // whole tokens cut off
-    case 7: {                                                                      // the header of a huge count alone
+    case 5:
+      return std::string(pick(2048), static_cast<char>(rng.below(256)));  // not an llm.c file at all
+    case 6:
+      file.resize(1024 + 2 * pick(static_cast<size_t>(n)));
+      return file;  // whole tokens cut off
+    case 7: {       // the header of a huge count alone
       const int32_t v = static_cast<int32_t>(1 << (20 + pick(10)));
       std::memcpy(file.data() + 8, &v, 4);
       return file.substr(0, 1024 + pick(64));
     }
-    case 8: file[pick(1024)] = static_cast<char>(rng.below(256)); return file;     // a header byte changed
-    default: return "";                                                           // empty
+    case 8:
+      file[pick(1024)] = static_cast<char>(rng.below(256));
+      return file;  // a header byte changed
+    default:
+      return "";  // empty
   }
 }
 
 }  // namespace
 
-TEST_CASE("fuzz: 500 mutated token files open and serve in-vocabulary sequences or are refused naming the file, "
-          "each within a second", "[engine][data][fuzz]") {
+TEST_CASE(
+    "fuzz: 500 mutated token files open and serve in-vocabulary sequences or are refused naming the file, "
+    "each within a second",
+    "[engine][data][fuzz]") {
   const std::string path = std::string(ODYSSEY_BINARY_DIR) + "/data_fuzz.bin";
   ModelConfig m;
   m.vocab_size = 100;

@@ -18,9 +18,7 @@ using namespace odyssey::test;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return "/tmp/odyssey_data_test_" + name;
-}
+std::string temp_path(const std::string& name) { return "/tmp/odyssey_data_test_" + name; }
 
 void write_llmc(const std::string& path, int32_t magic, int32_t version, int32_t count,
                 const std::vector<uint16_t>& tokens) {
@@ -153,11 +151,14 @@ TEST_CASE("data: llm.c .bin and raw bytes read back, bad files are named errors"
 
   t.dataset_path = temp_path("truncated.bin");
   write_llmc(t.dataset_path, 20240520, 1, 1000, tokens);
-  CHECK_THAT(error_of(t, m), Catch::Contains("truncated.bin") && Catch::Contains("truncated") &&
-                                 Catch::Contains("1000 tokens"));
+  CHECK_THAT(error_of(t, m),
+             Catch::Contains("truncated.bin") && Catch::Contains("truncated") && Catch::Contains("1000 tokens"));
 
   t.dataset_path = temp_path("header.bin");
-  { std::ofstream f(t.dataset_path, std::ios::binary); f << "short"; }
+  {
+    std::ofstream f(t.dataset_path, std::ios::binary);
+    f << "short";
+  }
   CHECK_THAT(error_of(t, m), Catch::Contains("header.bin") && Catch::Contains("shorter than the 1024-byte"));
 
   t.dataset_path = temp_path("vocab.bin");
@@ -178,7 +179,8 @@ TEST_CASE("data: llm.c .bin and raw bytes read back, bad files are named errors"
                                  Catch::Contains("40 bytes would be ignored (the body holds 40 tokens)"));
   write_llmc(t.dataset_path, 20240520, 1, 40, tokens);
   { std::ofstream(t.dataset_path, std::ios::binary | std::ios::app) << 'x'; }  // and one odd byte
-  CHECK_THAT(error_of(t, m), Catch::Contains("1 bytes would be ignored (the body is not a whole number of uint16 tokens)"));
+  CHECK_THAT(error_of(t, m),
+             Catch::Contains("1 bytes would be ignored (the body is not a whole number of uint16 tokens)"));
 
   // A FIFO would block open() until a writer came: refused at once, as any file that is not one.
   t.dataset_path = temp_path("fifo");
@@ -190,12 +192,18 @@ TEST_CASE("data: llm.c .bin and raw bytes read back, bad files are named errors"
 
   t.dataset = DatasetKind::Bytes;
   t.dataset_path = temp_path("bytes.txt");
-  { std::ofstream f(t.dataset_path, std::ios::binary); f << "hello odyssey, long context!"; }
+  {
+    std::ofstream f(t.dataset_path, std::ios::binary);
+    f << "hello odyssey, long context!";
+  }
   data = make_dataset(t, m);
   data->sequence(0, &seq, &answer);
   CHECK(seq[0] == 'h');
   CHECK(seq[4] == 'o');
-  { std::ofstream f(t.dataset_path, std::ios::binary); f << "tiny"; }
+  {
+    std::ofstream f(t.dataset_path, std::ios::binary);
+    f << "tiny";
+  }
   CHECK_THAT(error_of(t, m), Catch::Contains("bytes.txt") && Catch::Contains("fewer than"));
   m.vocab_size = 128;
   CHECK_THAT(error_of(t, m), Catch::Contains("vocab_size >= 256"));

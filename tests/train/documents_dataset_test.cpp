@@ -160,7 +160,8 @@ TEST_CASE("documents file: every malformed file is refused, naming the file and 
   };
   const auto names_file = Catch::Contains("documents file '" + path + "'");
 
-  CHECK_THAT(refused(bytes.substr(0, 40)), names_file && Catch::Contains("truncated: 40 bytes, shorter than the 64-byte header"));
+  CHECK_THAT(refused(bytes.substr(0, 40)),
+             names_file && Catch::Contains("truncated: 40 bytes, shorter than the 64-byte header"));
   CHECK_THAT(refused(bytes.substr(0, bytes.size() - 1)),
              names_file && Catch::Contains("file size = 207 bytes") && Catch::Contains("make 208 bytes (truncated)"));
   CHECK_THAT(refused(bytes + "x"), names_file && Catch::Contains("make 208 bytes (bytes follow the tokens)"));
@@ -185,8 +186,9 @@ TEST_CASE("documents file: every malformed file is refused, naming the file and 
   CHECK_THAT(refused(b), names_file && Catch::Contains("make more bytes than any file"));
   b = bytes;
   poke<uint64_t>(b, 24, 19);  // 19 documents of 20 tokens need a 160-byte index: the file has 144 bytes
-  CHECK_THAT(refused(b), names_file && Catch::Contains("document_count = 19 needs a 160-byte index, and the file has 144 "
-                                                       "bytes after the header"));
+  CHECK_THAT(refused(b),
+             names_file && Catch::Contains("document_count = 19 needs a 160-byte index, and the file has 144 "
+                                           "bytes after the header"));
 
   // The index: not ascending (an empty document), past the token count, not starting at 0, not
   // ending at the token count.
@@ -201,7 +203,8 @@ TEST_CASE("documents file: every malformed file is refused, naming the file and 
   CHECK_THAT(refused(b), names_file && Catch::Contains("document index[0] = 1: must be 0"));
   b = bytes;
   poke<uint64_t>(b, index_at + 8 * 7, 19);
-  CHECK_THAT(refused(b), names_file && Catch::Contains("document index[7] = 19: the last entry must equal token_count = 20"));
+  CHECK_THAT(refused(b),
+             names_file && Catch::Contains("document index[7] = 19: the last entry must equal token_count = 20"));
 
   // Tokens: one at or past the header's vocabulary, and a vocabulary past the model's.
   b = bytes;
@@ -236,8 +239,9 @@ TEST_CASE("documents dataset: split packing fills sequences in file order, start
   // The pass repeats: sequence 4 is sequence 0.
   CHECK(packed(*data, 4).tokens == s0.tokens);
   CHECK(packed(*data, 4).starts == s0.starts);
-  CHECK_THAT(data->describe(), Catch::Contains("7 documents") && Catch::Contains("split packing: 4 sequences of 5 "
-                                                                                "tokens a pass, the last 3 tokens unused"));
+  CHECK_THAT(data->describe(),
+             Catch::Contains("7 documents") && Catch::Contains("split packing: 4 sequences of 5 "
+                                                               "tokens a pass, the last 3 tokens unused"));
 }
 
 TEST_CASE("documents dataset: refuse packing begins every sequence at a document, refuses a longer one",

@@ -45,7 +45,7 @@ AnswerLogits answer_logits(Trainer& trainer, const NeedleSequence& s) {
   const auto longs = at::TensorOptions().dtype(at::kLong);
   ModelInputs in;
   in.ids = at::tensor(s.tokens, longs).narrow(0, 0, L).reshape({1, L}).expand({V, L}).contiguous();  // [V, L]
-  in.labels = at::full({V, L}, -100, longs);                                                           // [V, L]
+  in.labels = at::full({V, L}, -100, longs);                                                         // [V, L]
   in.labels.select(1, s.answer_first_label).copy_(at::arange(V, longs));
   in.global_tokens = V;
   const at::Tensor ce = trainer.forward_tokens(in).ce.select(1, s.answer_first_label).to(at::kDouble);  // [V]
@@ -100,9 +100,10 @@ TEST_CASE("eval: forward-only CE per position is the training loss's terms, ever
         in.ids = batch.tokens.narrow(0, b, 1).narrow(1, seg.begin, seg.length).contiguous();     // [1, n]
         in.labels = batch.labels.narrow(0, b, 1).narrow(1, seg.begin, seg.length).contiguous();  // [1, n]
         in.global_tokens = batch.targets;
-        const at::Tensor alone = eval.forward_tokens(in).ce.reshape(-1).to(at::kDouble);           // [n]
-        const at::Tensor there = t.ce[b].narrow(0, seg.begin, seg.length).to(at::kDouble);          // [n]
-        worst = std::max(worst, (alone - there).abs().max().item<double>() / std::max(1.0, there.abs().max().item<double>()));
+        const at::Tensor alone = eval.forward_tokens(in).ce.reshape(-1).to(at::kDouble);    // [n]
+        const at::Tensor there = t.ce[b].narrow(0, seg.begin, seg.length).to(at::kDouble);  // [n]
+        worst = std::max(worst,
+                         (alone - there).abs().max().item<double>() / std::max(1.0, there.abs().max().item<double>()));
       }
     CHECK(worst <= tol);
   }
@@ -252,8 +253,8 @@ TEST_CASE("eval: the position buckets and the needle grid are the same on every 
     decided_cells += expected.decided[c] ? 1 : 0;
     hits += expected.correct[c];
   }
-  CHECK(decided_cells >= static_cast<int64_t>(expected.correct.size()) - 1);  // a near tie is rare
-  CHECK(hits >= 1);                                                        // trial 0 at 32 tokens, depth 0
+  CHECK(decided_cells >= static_cast<int64_t>(expected.correct.size()) - 1);     // a near tie is rare
+  CHECK(hits >= 1);                                                              // trial 0 at 32 tokens, depth 0
   CHECK(hits < static_cast<int64_t>(expected.correct.size() * prompts.size()));  // trial 1 there
 
   auto evaluate = [&](const RunConfig& cfg) {

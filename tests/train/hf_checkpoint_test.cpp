@@ -137,8 +137,10 @@ TEST_CASE("hf: the preset takes the shape and rope scaling from config.json", "[
   CHECK(qwen.model.rope_scaling.kind == RopeScalingKind::Yarn);
 }
 
-TEST_CASE("hf: loading allocates no tensor memory: file bytes are converted through a bounded host buffer into the "
-          "master shards", "[engine][hf]") {
+TEST_CASE(
+    "hf: loading allocates no tensor memory: file bytes are converted through a bounded host buffer into the "
+    "master shards",
+    "[engine][hf]") {
   // Memory: an 8B checkpoint must never be materialised whole on a rank. The tracker counts every
   // ATen allocation of rank 0; loading a bf16 checkpoint (the converting path) adds none, so a
   // rank's load costs its own shards (already allocated by the model) and the 16 MiB staging

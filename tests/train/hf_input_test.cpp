@@ -32,9 +32,9 @@ std::string scratch(const std::string& name) {
 }
 
 RunConfig config_of(const std::string& dir) {
-  const LoadedPreset loaded = load_preset_text("[model]\nhf_path = \"" + dir +
-                                                   "\"\n[training]\nseq_len = 32\ndevice = \"cpu\"\n[parallel]\nworld_size = 1\n",
-                                               "hf-input-test.toml");
+  const LoadedPreset loaded = load_preset_text(
+      "[model]\nhf_path = \"" + dir + "\"\n[training]\nseq_len = 32\ndevice = \"cpu\"\n[parallel]\nworld_size = 1\n",
+      "hf-input-test.toml");
   INFO((loaded.issues.empty() ? std::string() : loaded.issues.front().format()));
   REQUIRE(loaded.ok());
   return loaded.config;
@@ -93,7 +93,9 @@ TEST_CASE("hf input: an older Llama checkpoint's rotary_emb.inv_freq buffers are
   const std::string fixture = hf_fixture("llama-gqa-llama3");
   std::vector<HfTensor> tensors = read_hf_tensors(fixture + "/model.safetensors");
   for (int layer = 0; layer < 2; ++layer)
-    tensors.push_back({"model.layers." + std::to_string(layer) + ".self_attn.rotary_emb.inv_freq", "F32", {4},
+    tensors.push_back({"model.layers." + std::to_string(layer) + ".self_attn.rotary_emb.inv_freq",
+                       "F32",
+                       {4},
                        std::string(16, '\0')});
   const std::string dir = write_hf_variant(scratch("inv_freq") + "/model", fixture, tensors);
   const RunConfig cfg = config_of(dir);
@@ -141,7 +143,8 @@ TEST_CASE("hf input: a NaN or infinite weight is refused while loading, naming t
 TEST_CASE("hf input: a checkpoint file that shrinks after it was checked fails the load naming it, never SIGBUS",
           "[engine][hf][input]") {
   const std::string fixture = hf_fixture("llama-gqa-llama3");
-  const std::string dir = write_hf_variant(scratch("shrink") + "/model", fixture, read_hf_tensors(fixture + "/model.safetensors"));
+  const std::string dir =
+      write_hf_variant(scratch("shrink") + "/model", fixture, read_hf_tensors(fixture + "/model.safetensors"));
   const RunConfig cfg = config_of(dir);
   Trainer trainer(cfg, cpu_rank());
   const HfWeights weights(dir, cfg.model);  // checked in full
@@ -160,7 +163,8 @@ TEST_CASE("hf input: a checkpoint file that shrinks after it was checked fails t
 TEST_CASE("hf input: a malformed safetensors index is refused naming the file, the key and the value",
           "[engine][hf][input]") {
   const std::string fixture = hf_fixture("llama-gqa-llama3");
-  const std::string dir = write_hf_variant(scratch("index") + "/model", fixture, read_hf_tensors(fixture + "/model.safetensors"));
+  const std::string dir =
+      write_hf_variant(scratch("index") + "/model", fixture, read_hf_tensors(fixture + "/model.safetensors"));
   const std::string index = dir + "/model.safetensors.index.json";
   const RunConfig cfg = config_of(dir);
   const std::string deep = std::string(1000, '[') + std::string(1000, ']');
@@ -170,7 +174,8 @@ TEST_CASE("hf input: a malformed safetensors index is refused naming the file, t
       {"{\"weight_map\":{\"a\":\"model.safetensors\",\"a\":\"model.safetensors\"}}", "names tensor 'a' twice"},
       {"{\"weight_map\":{},\"weight_map\":{}}", "\"weight_map\" appears twice"},
       {"{\"weight_map\":{\"a\":5}}", "\"weight_map\".\"a\" = 5 must be a file name"},
-      {"{\"weight_map\":{\"a\":\"../model.safetensors\"}}", "\"weight_map\".\"a\" = \"../model.safetensors\" must be a file name"},
+      {"{\"weight_map\":{\"a\":\"../model.safetensors\"}}",
+       "\"weight_map\".\"a\" = \"../model.safetensors\" must be a file name"},
       {"{\"metadata\":" + deep + ",\"weight_map\":{}}", "nests more than 64 levels deep"},
       {"{\"weight_map\":{\"a\":\"model.safetensors\"", "not valid JSON at byte"},
       {"[]", "not an array"},
@@ -178,7 +183,8 @@ TEST_CASE("hf input: a malformed safetensors index is refused naming the file, t
   for (const auto& [text, says] : cases) {
     INFO(text.substr(0, 100));
     std::ofstream(index, std::ios::trunc) << text;
-    CHECK_THROWS_WITH(HfWeights(dir, cfg.model), Catch::StartsWith("safetensors index " + index + ": ") && Catch::Contains(says));
+    CHECK_THROWS_WITH(HfWeights(dir, cfg.model),
+                      Catch::StartsWith("safetensors index " + index + ": ") && Catch::Contains(says));
   }
   std::remove(index.c_str());
   REQUIRE(::mkdir(index.c_str(), 0755) == 0);  // a directory where the index belongs
@@ -196,9 +202,13 @@ TEST_CASE("hf input: a 300k-entry index and its safetensors are read in time lin
   auto load_seconds = [&](int extra) {
     std::vector<HfTensor> tensors = model;
     for (int i = 0; i < extra; ++i)
-      tensors.push_back({"model.layers." + std::to_string(100 + i) + ".self_attn.rotary_emb.inv_freq", "F32", {1}, std::string(4, '\0')});
+      tensors.push_back({"model.layers." + std::to_string(100 + i) + ".self_attn.rotary_emb.inv_freq",
+                         "F32",
+                         {1},
+                         std::string(4, '\0')});
     const std::string dir = write_hf_variant(scratch("linear_" + std::to_string(extra)) + "/model", fixture, tensors);
-    REQUIRE(std::rename((dir + "/model.safetensors").c_str(), (dir + "/model-00001-of-00001.safetensors").c_str()) == 0);
+    REQUIRE(std::rename((dir + "/model.safetensors").c_str(), (dir + "/model-00001-of-00001.safetensors").c_str()) ==
+            0);
     std::string index = "{\"metadata\":{\"total_size\":1},\"weight_map\":{";
     for (size_t i = 0; i < tensors.size(); ++i)
       index += (i ? ",\"" : "\"") + tensors[i].name + "\":\"model-00001-of-00001.safetensors\"";
@@ -232,7 +242,8 @@ TEST_CASE("hf input: export stages beside OUT (trailing slash or not) and remove
   CHECK(names == std::vector<std::string>{"out", "out.partial"});  // no staging folder left behind
   // mkdtemp's private 0700 widened to what mkdir gives a directory under this umask.
   REQUIRE(::mkdir((root + "/reference").c_str(), 0777) == 0);
-  struct stat st {}, made {};
+  struct stat st {
+  }, made{};
   REQUIRE(::stat((root + "/out").c_str(), &st) == 0);
   REQUIRE(::stat((root + "/reference").c_str(), &made) == 0);
   CHECK((st.st_mode & 0777) == (made.st_mode & 0777));
@@ -242,13 +253,16 @@ TEST_CASE("hf input: export stages beside OUT (trailing slash or not) and remove
   CHECK_NOTHROW(export_hf(run, root + "/empty"));
   CHECK_THROWS_WITH(export_hf(run, root + "/out"), Catch::Contains("exists and is not empty"));
   std::ofstream(root + "/file") << "x";
-  CHECK_THROWS_WITH(export_hf(run, root + "/file"), Catch::Contains(root + "/file exists and is a file, not a directory"));
+  CHECK_THROWS_WITH(export_hf(run, root + "/file"),
+                    Catch::Contains(root + "/file exists and is a file, not a directory"));
   REQUIRE(::symlink((root + "/none").c_str(), (root + "/link").c_str()) == 0);
   CHECK_THROWS_WITH(export_hf(run, root + "/link"), Catch::Contains("is a symbolic link"));
 }
 
-TEST_CASE("hf input: of two exports into one folder only the first to publish succeeds, the other removes only its "
-          "own staging", "[engine][hf][input]") {
+TEST_CASE(
+    "hf input: of two exports into one folder only the first to publish succeeds, the other removes only its "
+    "own staging",
+    "[engine][hf][input]") {
   const std::string run = checkpointed_run("export_race_run");
   const std::string root = scratch("export_race");
   HfExportOptions options;

@@ -40,7 +40,8 @@ void check_bit_equal(const Trajectory& pipelined, const Trajectory& serial) {
 
 }  // namespace
 
-TEST_CASE("optimizer offload: the host AdamW gives the on-device run's losses and parameters", "[engine][offload_optimizer]") {
+TEST_CASE("optimizer offload: the host AdamW gives the on-device run's losses and parameters",
+          "[engine][offload_optimizer]") {
   // On the CPU the host AdamW is the on-device one: the same fused pass (AdamW::host_pass) on the
   // same fp32 values in the same order, and the device's compute copy holds the master's values
   // (fp32) or their bf16 rounding, as the on-device cast does: every loss and parameter is equal,
@@ -110,7 +111,8 @@ TEST_CASE("optimizer offload: the host AdamW is its own phase inside the optimiz
   CHECK(phases_of_step(true, true) == Paths{"optimizer", "optimizer/grad_norm", "optimizer/host_adamw_queued"});
 }
 
-TEST_CASE("optimizer offload: the states move to the host pool, the bytes the planner names", "[engine][offload_optimizer]") {
+TEST_CASE("optimizer offload: the states move to the host pool, the bytes the planner names",
+          "[engine][offload_optimizer]") {
   // Measurement: between steps, switching the offload on moves master, gradient and both moments
   // (16 B a parameter) from the device pool to the host pool and leaves a compute-dtype copy
   // (c B a parameter) on the device: exactly the planner's per-group buffers, byte for byte.
@@ -180,7 +182,7 @@ TEST_CASE("optimizer offload: the host AdamW pipelined under the next forward gi
       out.trajectory.losses.push_back(t.step().loss);
       for (const PhaseRecord& r : t.recorder().take_records())
         if (s == 1 && r.path.size() > 12 && r.path.compare(r.path.size() - 12, 12, "/host_update") == 0)
-          out.awaited.push_back(r.path);  // "<group>/host_update", under the phase open then
+          out.awaited.push_back(r.path);             // "<group>/host_update", under the phase open then
       if (s == 1) out.params_mid = group_params(t);  // settles step 2's passes mid-run
     }
     out.trajectory.params = group_params(t);
@@ -201,8 +203,8 @@ TEST_CASE("optimizer offload: the host AdamW pipelined under the next forward gi
     for (const auto& a : pipelined.awaited) all += a + "\n";
     return all;
   }());
-  const std::vector<std::string> expected{"fwd/embed/embedding/host_update", "block.0/host_update", "block.1/host_update",
-                                          "block.2/host_update", "fwd/loss/head/host_update"};
+  const std::vector<std::string> expected{"fwd/embed/embedding/host_update", "block.0/host_update",
+                                          "block.1/host_update", "block.2/host_update", "fwd/loss/head/host_update"};
   CHECK(pipelined.awaited == expected);
   // One span per pipelined step: three recorded by the next step, the fourth by the settle.
   CHECK(after_backward.spans == 0);
@@ -245,7 +247,7 @@ TEST_CASE("optimizer offload: a block whose host pass is still running is prefet
     REQUIRE(awaited < static_cast<std::ptrdiff_t>(opened.size()));
     REQUIRE(block0_mlp < static_cast<std::ptrdiff_t>(opened.size()));
     CHECK((awaited > block0_mlp) == running);  // after block 0's phases only while the pass runs
-    CHECK(awaited < at("fwd/block.1/attn"));    // and always before block 1 computes
+    CHECK(awaited < at("fwd/block.1/attn"));   // and always before block 1 computes
   }
 }
 

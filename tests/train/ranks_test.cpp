@@ -164,7 +164,8 @@ TEST_CASE("ranks: rank 0 writes every rank's peaks and phases and steps count fr
   REQUIRE(trace.has_value());
   std::map<int64_t, std::set<int64_t>> steps_of_rank;  // pid -> steps of its phase events
   for (const auto& e : trace->at("traceEvents"))
-    if (e.at("ph").get<std::string>() == "X") steps_of_rank[e.at("pid").get<int64_t>()].insert(e.at("args").at("step").get<int64_t>());
+    if (e.at("ph").get<std::string>() == "X")
+      steps_of_rank[e.at("pid").get<int64_t>()].insert(e.at("args").at("step").get<int64_t>());
   CHECK(steps_of_rank[0] == std::set<int64_t>{1, 2});
   CHECK(steps_of_rank[1] == std::set<int64_t>{1, 2});
   // The offload copies of both ranks, gathered to rank 0: per rank and traced step one d2h and

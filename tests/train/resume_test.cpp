@@ -3,7 +3,6 @@
 // another model is refused with the reason; live toggles and stop requests apply at step boundaries.
 #include <catch2/catch.hpp>
 
-
 #include "../common/engine_test_util.h"
 #include "engine/train/checkpoint_io.h"
 #include "engine/util/files.h"
@@ -40,8 +39,7 @@ RunConfig resume_config() {
 
 }  // namespace
 
-TEST_CASE("resume: stop between steps, resume, the losses equal the uninterrupted run bit for bit",
-          "[engine][train]") {
+TEST_CASE("resume: stop between steps, resume, the losses equal the uninterrupted run bit for bit", "[engine][train]") {
   RunConfig cfg = resume_config();
   // The host AdamW's states save and resume too, into either pool: a checkpoint written with the
   // optimizer on the host resumes with it on the device and the other way round (on the CPU both
@@ -184,5 +182,6 @@ TEST_CASE("run: optimizer offload switched on live moves the states to the host 
   ref.steps = 4;
   ref.checkpoints = false;
   const RunOutcome r = run_training(cfg, ref);
-  for (size_t i = 0; i < 4; ++i) CHECK(o.metrics[i].loss == r.metrics[i].loss);  // bit for bit (see optimizer_offload_test)
+  for (size_t i = 0; i < 4; ++i)
+    CHECK(o.metrics[i].loss == r.metrics[i].loss);  // bit for bit (see optimizer_offload_test)
 }

@@ -99,8 +99,9 @@ TEST_CASE("optimizer: the host AdamW's pass runs on every intra-op thread, bit-e
   CHECK_FALSE(at::equal(split->exp_avg, at::zeros_like(split->exp_avg)));  // a step was taken
 }
 
-TEST_CASE("optimizer: the device pass (ATen's fused AdamW kernel) equals the host pass, decay ranges and clipping included",
-          "[engine][train][equivalence]") {
+TEST_CASE(
+    "optimizer: the device pass (ATen's fused AdamW kernel) equals the host pass, decay ranges and clipping included",
+    "[engine][train][equivalence]") {
   // AdamW::device_pass is what a GPU group runs (at::_fused_adamw_); here on ATen's CPU kernel of
   // the same arithmetic, against the host's fused pass on identical shards and gradients: 3 steps,
   // the second clipped (the kernel divides by 1 / factor where the host pass multiplies), two
@@ -127,9 +128,9 @@ TEST_CASE("optimizer: the device pass (ATen's fused AdamW kernel) equals the hos
     dg.copy_(grad);
     const AdamStep hs = host.begin_step(1e-2, clip[step]), ds = device.begin_step(1e-2, clip[step]);
     CHECK(ds.t == step + 1);
-    host.host_pass(HostShard{hp.data_ptr<float>(), hg.data_ptr<float>(), hm.data_ptr<float>(), hv.data_ptr<float>(), n,
-                             no_decay},
-                   hs);
+    host.host_pass(
+        HostShard{hp.data_ptr<float>(), hg.data_ptr<float>(), hm.data_ptr<float>(), hv.data_ptr<float>(), n, no_decay},
+        hs);
     device.device_pass(dp, dg, dm, dv, no_decay, ds);
   }
   const double tol = reordering_tolerance(3 * 16, 1.0);
@@ -233,8 +234,7 @@ TEST_CASE("trainer: the long-range task learns (loss well below its start)", "[e
   CHECK(end < 0.5 * start);
 }
 
-TEST_CASE("trainer: out of memory names the phase, layer and bytes, the next step and run work",
-          "[engine][train]") {
+TEST_CASE("trainer: out of memory names the phase, layer and bytes, the next step and run work", "[engine][train]") {
   RunConfig cfg = tiny_config(4, 64);
   cfg.memory.activation_checkpointing = true;
   Trainer t(cfg, cpu_rank());
@@ -267,8 +267,7 @@ TEST_CASE("trainer: out of memory names the phase, layer and bytes, the next ste
   CHECK(fresh.step().loss == first.loss);
 }
 
-TEST_CASE("trainer: a NaN loss stops the step naming the step and phase, weights stay untouched",
-          "[engine][train]") {
+TEST_CASE("trainer: a NaN loss stops the step naming the step and phase, weights stay untouched", "[engine][train]") {
   Trainer t(tiny_config(), cpu_rank());
   t.step();
   {
@@ -328,9 +327,10 @@ TEST_CASE("trainer: heads_per_stage and mlp_tile_tokens \"auto\" run the planner
   CHECK(automatic.model_memory().heads_per_stage == planned);
 }
 
-TEST_CASE("trainer: heads_per_stage \"auto\" runs standard attention where no stage size lowers the peak, "
-          "bit-equal to Untied Ulysses off",
-          "[engine][train][untied]") {
+TEST_CASE(
+    "trainer: heads_per_stage \"auto\" runs standard attention where no stage size lowers the peak, "
+    "bit-equal to Untied Ulysses off",
+    "[engine][train][untied]") {
   // A vocabulary 16x the tiny one with the loss untiled: the loss's [S, V] logits are the step's
   // peak whatever the attention, so the planner resolves "auto" to standard attention.
   RunConfig cfg = tiny_config();
@@ -348,8 +348,8 @@ TEST_CASE("trainer: heads_per_stage \"auto\" runs standard attention where no st
     return out;
   };
   Trainer automatic(cfg, cpu_rank());
-  CHECK(automatic.config().memory.untied_ulysses);          // the config as given
-  CHECK_FALSE(automatic.model_memory().untied_ulysses);     // what the model runs
+  CHECK(automatic.config().memory.untied_ulysses);       // the config as given
+  CHECK_FALSE(automatic.model_memory().untied_ulysses);  // what the model runs
   Trainer plain(standard, cpu_rank());
   std::vector<double> automatic_losses;
   {

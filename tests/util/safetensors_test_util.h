@@ -22,13 +22,16 @@ inline std::string le64(uint64_t n) {
 }
 
 /// A whole file: the header's length, the header, the data section.
-inline std::string file_bytes(const std::string& header, const std::string& data) { return le64(header.size()) + header + data; }
+inline std::string file_bytes(const std::string& header, const std::string& data) {
+  return le64(header.size()) + header + data;
+}
 
 /// A header of `n` one-element F32 tensors "t0".."t{n-1}" covering 4n data bytes.
 inline std::string many_entries(int n) {
   std::string h = "{";
   h.reserve(static_cast<size_t>(n) * 72);
-  for (int i = 0; i < n; ++i) h += (i ? "," : "") + entry("t" + std::to_string(i), "F32", "[1]", 4 * int64_t{i}, 4 * int64_t{i} + 4);
+  for (int i = 0; i < n; ++i)
+    h += (i ? "," : "") + entry("t" + std::to_string(i), "F32", "[1]", 4 * int64_t{i}, 4 * int64_t{i} + 4);
   return h + "}";
 }
 
