@@ -60,7 +60,7 @@ const char* to_string(JobMode mode) {
   return "?";
 }
 
-void check_launchable(const RunConfig& cfg) {
+void check_launchable(const RunConfig& cfg, const std::string& command) {
   if (job_mode(cfg.parallel) != JobMode::Threads) return;
   if (cfg.parallel.world_size > 1 && cfg.training.device != DeviceKind::Cpu) {
     const at::Device device = resolve_device(cfg.training.device, 0);
@@ -72,7 +72,7 @@ void check_launchable(const RunConfig& cfg) {
           ": rank threads of one process cannot share a GPU (autograd runs every rank's backward on the "
           "GPU's one worker thread, where one rank's collective would wait for another's forever); run "
           "the ranks as processes, which share it over Gloo: torchrun --nproc-per-node " +
-          std::to_string(cfg.parallel.world_size) + " --no-python odyssey train PRESET");
+          std::to_string(cfg.parallel.world_size) + " --no-python " + command);
   }
   if (cfg.parallel.world_size <= kMaxTrackedRanks) return;
   throw std::invalid_argument("parallel.world_size = " + std::to_string(cfg.parallel.world_size) +
@@ -86,10 +86,10 @@ bool runs_rank_zero() {
   return !env || env->rank == 0;
 }
 
-void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn) {
+void run_on_ranks(const RunConfig& cfg, const std::string& command, const std::function<void(RankContext&)>& fn) {
   const JobMode mode = job_mode(cfg.parallel);
   if (mode == JobMode::Torchrun) return run_torchrun_rank(cfg, *torchrun_env(), fn);
-  check_launchable(cfg);
+  check_launchable(cfg, command);
   // The first failing rank's exception, kept with its type (run_rank_threads reports text only).
   std::mutex mutex;
   std::exception_ptr first;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "engine/config/run_config.h"
 #include "engine/parallel/comm.h"
@@ -26,7 +27,9 @@ const char* to_string(JobMode mode);
 /// this process cannot start cfg's ranks: more rank threads than the memory tracker counts per
 /// process (kMaxTrackedRanks). Torchrun processes and emulation run one rank each and always
 /// pass. Called before any output is written, so a refused run leaves nothing behind.
-void check_launchable(const RunConfig& cfg);
+/// `command` is the odyssey command the message tells the user to run under torchrun instead
+/// ("odyssey train PRESET", "odyssey eval RUN_DIR ...").
+void check_launchable(const RunConfig& cfg, const std::string& command);
 
 /// True when rank 0 of the job runs in this process (every mode but a torchrun process with
 /// RANK != 0): the process that reports the run and writes its outputs.
@@ -42,7 +45,8 @@ bool runs_rank_zero();
 ///    declared a failure, the rank whose process went silent (killed, crashed, hung), or rank 0
 ///    when the store it serves is gone. No hang: every wait is bounded by parallel.timeout_s.
 ///  - Emulated: rank 0 alone (one thread) over EmulatedComm groups.
-/// Intra-op threads are set for the ranks sharing this machine (configure_threads).
-void run_on_ranks(const RunConfig& cfg, const std::function<void(RankContext&)>& fn);
+/// Intra-op threads are set for the ranks sharing this machine (configure_threads). `command`: as
+/// check_launchable's.
+void run_on_ranks(const RunConfig& cfg, const std::string& command, const std::function<void(RankContext&)>& fn);
 
 }  // namespace odyssey

@@ -128,7 +128,7 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
   result.emulated = cfg.parallel.emulate;
   bool any_fsdp = false;
   for (const auto& v : result.variants) any_fsdp = any_fsdp || v.fsdp;
-  run_on_ranks(cfg, [&](RankContext& ctx) {
+  run_on_ranks(cfg, "odyssey bench PRESET", [&](RankContext& ctx) {
     // A variant's peak leaves out the other trainer's persistent bytes: its groups' fp32 master,
     // gradient and AdamW shards, in the device pool or, offloaded, the host pool with a compute-dtype
     // copy on the device (their `full` buffers are resharded, 0 bytes, between steps).

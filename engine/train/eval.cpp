@@ -259,7 +259,7 @@ std::vector<NeedleCell> eval_needle_grid(Trainer& trainer, const DocumentsFile& 
 
 EvalReport evaluate_on_ranks(const RunConfig& cfg, const EvalRequest& request) {
   EvalReport report;
-  run_on_ranks(cfg, [&](RankContext& ctx) {
+  run_on_ranks(cfg, "odyssey eval RUN_DIR --data FILE --seq-len N", [&](RankContext& ctx) {
     Trainer trainer(cfg, ctx);
     if (request.load_weights) request.load_weights(trainer);
     const bool lead = ctx.rank == 0;

@@ -304,7 +304,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     shared.separate_processes = job_mode(cfg.parallel) == JobMode::Torchrun;  // throws on a malformed env
     shared.reports = runs_rank_zero();
     // Everything that can refuse the run is decided before any output is touched.
-    check_launchable(cfg);
+    check_launchable(cfg, "odyssey train PRESET");
     make_dataset(cfg.training, cfg.model);  // a missing or malformed data file (DataError), checked once here
     if (!opt.memory_snapshot.empty() && shared.reports) {
       if (!resolve_device(cfg.training.device, 0).is_cuda())
@@ -391,7 +391,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     }
     if (!opt.memory_snapshot.empty() && shared.reports)
       start_memory_history();  // from before the model exists: its weights are in the history too
-    run_on_ranks(cfg, [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); });
+    run_on_ranks(cfg, "odyssey train PRESET", [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); });
     if (!cfg.output.export_hf.empty() && shared.reports && out.status == RunOutcome::Status::Finished) {
       HfExportOptions exporting;
       exporting.tokenizer_dir = cfg.model.hf_path;

@@ -36,7 +36,7 @@ struct Rank0 {
 // rank 0 alone with the intra-op threads a real rank gets (CPU kernels size scratch per thread).
 Rank0 rank0(const RunConfig& cfg) {
   Rank0 out;
-  run_on_ranks(cfg, [&](RankContext& ctx) {
+  run_on_ranks(cfg, "odyssey train PRESET", [&](RankContext& ctx) {
     Trainer t(cfg, ctx);
     t.step();
     const StepResult r = t.step();

@@ -118,7 +118,7 @@ std::vector<BufferCase> buffer_cases() {
 /// The distinct byte counts the engine allocated under each tag during one step of rank 0.
 std::map<PlannedBuffer, std::set<int64_t>> engine_buffers(const RunConfig& cfg) {
   PlannedBufferLog log;
-  run_on_ranks(cfg, [&](RankContext& ctx) {
+  run_on_ranks(cfg, "odyssey train PRESET", [&](RankContext& ctx) {
     Trainer trainer(cfg, ctx);
     trainer.step();
   });

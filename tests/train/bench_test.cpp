@@ -31,7 +31,7 @@ RunConfig two_rank_ulysses() {
 int64_t lone_peak(const RunConfig& cfg) {
   std::mutex mutex;
   int64_t peak = 0;
-  run_on_ranks(cfg, [&](RankContext& ctx) {
+  run_on_ranks(cfg, "odyssey bench PRESET", [&](RankContext& ctx) {
     Trainer t(cfg, ctx);
     for (int i = 0; i < 3; ++i) {
       const StepResult r = t.step();
