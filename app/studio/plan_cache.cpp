@@ -6,6 +6,9 @@
 
 #include <chrono>
 #include <exception>
+#include <filesystem>
+#include <stdexcept>
+#include <utility>
 
 #include "engine/config/config_diff.h"
 #include "engine/config/validate.h"
@@ -16,7 +19,54 @@ namespace {
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
+
+std::mutex g_reader_mutex;
+DocumentLengthsReader g_reader;  // set once at start-up (set_document_lengths_reader)
+
+DocumentLengthsReader document_lengths_reader() {
+  std::lock_guard<std::mutex> lock(g_reader_mutex);
+  return g_reader;
+}
+
+/// Path, vocabulary, size and modification time: a changed file gives another key.
+std::string file_key(const std::string& path, int64_t vocab_size) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  return path + "|" + std::to_string(vocab_size) + "|" + std::to_string(ec ? 0 : size) + "|" + std::to_string(mtime);
+}
 }  // namespace
+
+void set_document_lengths_reader(DocumentLengthsReader reader) {
+  std::lock_guard<std::mutex> lock(g_reader_mutex);
+  g_reader = std::move(reader);
+}
+
+bool PlanCache::with_document_lengths(RunConfig& cfg) {
+  if (!cfg.training.document_mask || cfg.training.dataset != DatasetKind::Documents || cfg.document_lengths)
+    return true;
+  const DocumentLengthsReader reader = document_lengths_reader();
+  if (!reader) {
+    result_.error = "training.document_mask: no documents reader in this program, so the plan cannot count " +
+                    cfg.training.dataset_path + "'s documents";
+    return false;
+  }
+  const std::string key = file_key(cfg.training.dataset_path, cfg.model.vocab_size);
+  if (key != lengths_key_ || !lengths_) {
+    try {
+      lengths_ = reader(cfg.training.dataset_path, cfg.model.vocab_size);
+      if (!lengths_) throw std::runtime_error("the reader returned no lengths");
+      lengths_key_ = key;
+    } catch (const std::exception& e) {
+      lengths_.reset();
+      lengths_key_.clear();
+      result_.error = "training.dataset_path = \"" + cfg.training.dataset_path + "\": " + e.what();
+      return false;
+    }
+  }
+  cfg.document_lengths = lengths_;
+  return true;
+}
 
 PlanCache::~PlanCache() {
   {
@@ -48,8 +98,11 @@ const PlanResult& PlanCache::get(const RunConfig& cfg) {
                     " in the configuration: fix the highlighted fields to see the plan";
     return result_;
   }
+  // the planner counts each document's attention from the file's lengths, as `odyssey plan` does
+  RunConfig planned = cfg;
+  if (!with_document_lengths(planned)) return result_;
   try {
-    result_.plan = plan_memory(cfg);
+    result_.plan = plan_memory(planned);
     result_.ok = true;
   } catch (const std::exception& e) {
     result_.error = std::string("the planner failed: ") + e.what();
@@ -59,7 +112,7 @@ const PlanResult& PlanCache::get(const RunConfig& cfg) {
   if (!with_extras_) return result_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    job_.emplace(generation_, cfg);
+    job_.emplace(generation_, planned);
     if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
   }
   cv_.notify_all();
@@ -123,7 +176,11 @@ bool apply_tuned_memory(RunConfig& edited, const TuneResult& tuned, std::string*
   auto say = [&](std::string text) {
     if (message) *message = std::move(text);
   };
-  if (!(tuned.configured.config == edited)) {
+  // The tune planned `edited` with its documents file's lengths attached (with_document_lengths):
+  // they are no part of what the user edited.
+  RunConfig tuned_for = tuned.configured.config;
+  tuned_for.document_lengths = edited.document_lengths;
+  if (!(tuned_for == edited)) {
     say("The tune is still running for this edit.");
     return false;
   }

@@ -2,11 +2,15 @@
 // changes. The memory plan itself (well under a millisecond) is computed in the frame of the edit;
 // the ladder, the max-context solve, the advisor and the tuner (tens of milliseconds for 32-64-layer
 // models) run on a worker thread, latest config wins, so the UI never waits for them; the tune
-// button applies the tuner's choice. defines: PlanResult, PlanCache, apply_tuned_memory
+// button applies the tuner's choice. A documents file's lengths reach the planner through the
+// reader the executable sets (set_document_lengths_reader). defines: PlanResult, PlanCache,
+// apply_tuned_memory, DocumentLengthsReader, set_document_lengths_reader
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "engine/config/run_config.h"
+#include "engine/layout/documents.h"
 #include "engine/planner/planner.h"
 
 namespace odyssey::studio {
@@ -41,6 +46,18 @@ struct PlanResult {
 /// tune of `edited` itself. *message says what changed; false, and `edited` untouched, when the
 /// tune is of another config, nothing fits, or the memory already is the choice.
 bool apply_tuned_memory(RunConfig& edited, const TuneResult& tuned, std::string* message);
+
+/// Reads a documents file's lengths (engine/train's read_document_lengths: PATH, the model's
+/// vocabulary), throwing a std::exception that names what is wrong with the file.
+using DocumentLengthsReader =
+    std::function<std::shared_ptr<const DocumentLengthProfile>(const std::string& path, int64_t vocab_size)>;
+/// The reader every PlanCache uses for a config with training.document_mask over training.dataset
+/// = "documents", as `odyssey plan` reads the file (again at an edit when the file changed since;
+/// the read runs in the frame of the edit): the planner then counts each document's
+/// attention and the longest segment's buffers. The studio's executable sets it at start-up
+/// (studio_core links no engine/train); without one such a config is not planned, and the plan's
+/// error says why.
+void set_document_lengths_reader(DocumentLengthsReader reader);
 
 class PlanCache {
  public:
@@ -75,6 +92,9 @@ class PlanCache {
   };
   void worker_loop();
   void collect();  // moves finished extras into result_
+  /// `cfg` with its documents file's lengths where the planner needs them; false with
+  /// result_.error set when the file cannot be read.
+  bool with_document_lengths(RunConfig& cfg);
 
   const bool with_extras_;
   bool valid_ = false;
@@ -82,6 +102,10 @@ class PlanCache {
   PlanResult result_;
   uint64_t computations_ = 0;
   uint64_t generation_ = 0;
+  // The last documents file read: its path, vocabulary, size and modification time, and lengths
+  // (each edit replans; the file is read again only when it changed).
+  std::string lengths_key_;
+  std::shared_ptr<const DocumentLengthProfile> lengths_;
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -17,11 +17,13 @@
 
 #include "app/studio/cli_options.h"
 #include "app/studio/fonts.h"
+#include "app/studio/plan_cache.h"
 #include "app/studio/script_runner.h"
 #include "app/studio/screenshot_run.h"
 #include "app/studio/session_engine.h"
 #include "app/studio/studio_app.h"
 #include "app/studio/synthetic.h"
+#include "engine/train/documents_file.h"
 
 namespace {
 
@@ -111,6 +113,8 @@ int main(int argc, char** argv) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
     execv("/proc/self/exe", argv);  // returns only on failure: then carry on with the default policy
   }
+  // The plan reads a documents file's lengths as `odyssey plan` does (engine/train's reader).
+  set_document_lengths_reader(odyssey::read_document_lengths);
   StudioOptions opts;
   std::string error;
   if (!parse_studio_args(argc, argv, &opts, &error)) {

@@ -480,7 +480,8 @@ void BlockHalves::flash_forward_transients(bool stage) {
 /// natively, accumulates into dq and needs one thread's attn/grad_attn blocks. Under document
 /// masking each segment's call makes its own dq, dk, dv (the longest segment's the largest), copied
 /// into the whole ones; on CUDA the FA-2 buffers stay planned at the whole sequence's size (each
-/// segment's call takes them at its own, smaller: the plan errs high there).
+/// segment's call takes them at its own, smaller: the plan errs high there, by more than the dense
+/// copy of its LSE, [heads, n] fp32, that each segment's CUDA call takes: flash_attention_backward).
 FlashBackwardBuffers BlockHalves::flash_backward_buffers(bool stage) {
   FlashBackwardBuffers b;
   if (s_.documents) {  // flash_attention.cpp: the whole dq/dk/dv first, then each segment's call makes its own
