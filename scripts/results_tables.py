@@ -246,6 +246,12 @@ def others_text(baselines, best, text):
     return "".join("; beside %s %s" % (r.get("system"), text(r)) for r in rest)
 
 
+def ratio_text(ratio):
+    """A speed ratio with three decimals, or four where three would round it onto 1 (0.9996x is
+    behind, 1.000x would not say so)."""
+    return ("%.4f×" if abs(ratio - 1.0) < 0.0005 else "%.3f×") % ratio
+
+
 # The throughput row of Odyssey as `odyssey tune` configured it (bench/gpu/throughput.py's TUNED_VARIANT)
 TUNED_VARIANT = "tuned"
 
@@ -271,7 +277,7 @@ def fig_throughput(rec):
         if baseline:
             value += " against " + run_text(baseline)
             if all("error" not in r and r.get("tokens_per_s") for r in (odyssey, baseline)):
-                value += ": %.3f×" % (odyssey["tokens_per_s"] / baseline["tokens_per_s"])
+                value += ": " + ratio_text(odyssey["tokens_per_s"] / baseline["tokens_per_s"])
             value += others_text(baselines, baseline, run_text)
         other = full if odyssey is tuned else tuned
         if other:

@@ -2,7 +2,9 @@
 """Throughput of Llama-3.2-1B on one GPU, Odyssey's full stack (presets/llama3.2-1b-1xh100.toml)
 side by side with the baselines a user would run instead (systems.BASELINES: the strong plain
 PyTorch one, pytorch_baseline.py, and Hugging Face transformers with Liger kernels, hf_baseline.py)
-in one run: for each length, each baseline's process and then Odyssey's, the same number of steps
+in one run: for each length, each baseline's process and then Odyssey's (odyssey-tuned: the preset as
+`odyssey tune` configures it for the GPU, each side at its fastest configuration that fits; odyssey:
+the preset's full stack), the same number of steps
 with the first as warm-up, every step time by the one protocol (docs/gpu.md, "Step time: one
 protocol for every system"). tokens/s and MFU of all come from one FLOP formula (llama_flops.py).
 Odyssey's ratio is reported against the strongest baseline of the length, and every baseline's
@@ -256,15 +258,16 @@ def run_tuned(seq, args):
 
 
 def main():
-    systems = list(BASELINES) + ["odyssey", TUNED]
+    systems = list(BASELINES) + [TUNED, "odyssey"]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", nargs="+", type=parse_tokens, default=[parse_tokens(x) for x in ("32K", "64K", "128K")])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=540, help="seconds per process")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--systems", nargs="+", choices=systems, default=systems,
-                        help="the systems run at each length, in this order (default: every baseline, then odyssey: the "
-                             "preset's full stack; odyssey-tuned: the preset as `odyssey tune` changes it for this GPU)")
+                        help="the systems run at each length, the baselines first, then the others in this order "
+                             "(default: every baseline, odyssey-tuned: the preset as `odyssey tune` changes it for "
+                             "this GPU, then odyssey: the preset's full stack)")
     parser.add_argument("--ablate", action="store_true", help="also Odyssey with each technique off in turn")
     parser.add_argument("--self-test", action="store_true", help="check the ablation's runs from hand-made plans")
     args = parser.parse_args()
@@ -288,8 +291,8 @@ def main():
 
         for seq in args.lengths:
             pair = {}
-            # the systems in the order given: each baseline first, so every Odyssey row has them beside it
-            for name in args.systems:
+            # the baselines first (in the order given), so every Odyssey row has them beside it
+            for name in sorted(args.systems, key=lambda n: n not in BASELINES):
                 baselines = [pair[n] for n in BASELINES if n in pair]
                 if name in BASELINES:
                     pair[name] = run_baseline(seq, args.steps, args.timeout, system=name,
@@ -319,7 +322,7 @@ def main():
             peak = "%.1f" % (r["peak_bytes"] / 2**30) if r.get("peak_bytes") and "error" not in r else "-"
             note = r.get("error", "")[:60] or ("checkpointing: %s" % r["checkpoint"] if r.get("checkpoint") else "")
             if r.get("techniques"):
-                note += "odyssey tune: " + r["techniques"]
+                note += ("; " if note else "") + "odyssey tune: " + r["techniques"]
             if (r.get("liger") or {}).get("error"):
                 note += "; Liger's kernels failed, transformers' own ran"
             lines.append("| %d | %s | %s | %s | %s | %s |" % (seq, name, fmt(r, "tokens_per_s", "%.0f"),

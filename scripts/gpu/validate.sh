@@ -36,7 +36,7 @@
 # --predict (plan the stages' points instead of running them) with --device NAME (the GPU the call
 # will run on: h100, h200) and --records DIR (where they go: bench/results). Environment:
 # THROUGHPUT_LENGTHS (the throughput stage's lengths, "32K 64K 128K" on a GPU), THROUGHPUT_SYSTEMS
-# (its systems in order, throughput.py --systems), LONGEST_BOX. Exit 0
+# (its systems, throughput.py --systems), LONGEST_BOX. Exit 0
 # when every stage ran to its result (with --predict: when every stage with points predicted them).
 set -uo pipefail
 
@@ -203,8 +203,8 @@ stage_kernels() {
 stage_throughput() {
   # THROUGHPUT_LENGTHS (environment) picks the lengths of this stage alone, e.g. "64K" for a call
   # that only has time for the pair not yet measured; the ablation and profile keep the first length.
-  # THROUGHPUT_SYSTEMS picks the systems and their order (throughput.py --systems; default: both
-  # baselines, Odyssey's full stack, then Odyssey as `odyssey tune` configures it for this GPU).
+  # THROUGHPUT_SYSTEMS picks the systems (throughput.py --systems; the baselines run first; default:
+  # both baselines, Odyssey as `odyssey tune` configures it for this GPU, then its full stack).
   # shellcheck disable=SC2086
   "$PY" bench/gpu/throughput.py --lengths ${THROUGHPUT_LENGTHS:-$LENGTHS} ${THROUGHPUT_SYSTEMS:+--systems $THROUGHPUT_SYSTEMS} \
     --steps "$STEPS" --timeout 240 --out "$WORK/throughput" || return
