@@ -54,6 +54,8 @@ def largest_gap(measured, planned):
 def self_test():
     assert largest_gap({"a": 10, "b": 5}, {"a": 9, "b": 8, "c": 1}) == (-3, "b")
     assert largest_gap({"a": 1}, {"b": 1}) == (None, None)
+    (name, _, sets, lengths), = cases("fulldepth", 2)  # every layer of the preset: no n_layers set
+    assert sets == ["parallel.emulate=true"] and lengths == [262144, 524288] and "full-depth" in name, (name, sets)
     print("planner_vs_measured self-test: ok")
 
 
@@ -67,6 +69,9 @@ def cases(which, layers):
                 ("tiny-cpu-rank0-of-8-emulated", tiny, ["parallel.emulate=true", "parallel.world_size=8",
                                                         "parallel.ulysses_degree=8", "memory.heads_per_stage=8",
                                                         "training.device=cpu", "training.warmup_steps=1"], [1024, 2048])]
+    if which == "fulldepth":  # rank 0 of the 8B on 8 GPUs with all its layers: the headline's memory, measured whole
+        return [("llama3-8b-3m-8xh100-rank0-full-depth", os.path.join(ROOT, "presets", "llama3-8b-3m-8xh100.toml"),
+                 ["parallel.emulate=true"], [256 * 1024, 512 * 1024])]
     return [("llama3-8b-3m-8xh100-rank0-%dlayers" % layers, os.path.join(ROOT, "presets", "llama3-8b-3m-8xh100.toml"),
              ["parallel.emulate=true", "model.n_layers=%d" % layers], [512 * 1024, 1024 * 1024]),
             ("llama3.2-1b-1xh100", os.path.join(ROOT, "presets", "llama3.2-1b-1xh100.toml"), [], [64 * 1024, 128 * 1024])]
@@ -181,7 +186,10 @@ def gap_text(gap, phase):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--cases", choices=["gpu", "tiny"], default="gpu")
+    parser.add_argument("--cases", choices=["gpu", "fulldepth", "tiny"], default="gpu",
+                        help="gpu: the 8B's rank 0 emulated with --layers layers at 512K and 1M, the 1B at 64K and "
+                             "128K; fulldepth: the 8B's rank 0 emulated with all 32 layers at 256K and 512K (about "
+                             "5 minutes on an H200); tiny: the CPU dry run's")
     parser.add_argument("--layers", type=int, default=2, help="layers of the emulated 8B rank")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run")

@@ -36,7 +36,8 @@
 # --predict (plan the stages' points instead of running them) with --device NAME (the GPU the call
 # will run on: h100, h200) and --records DIR (where they go: bench/results). Environment:
 # THROUGHPUT_LENGTHS (the throughput stage's lengths, "32K 64K 128K" on a GPU), THROUGHPUT_SYSTEMS
-# (its systems, throughput.py --systems), LONGEST_BOX. Exit 0
+# (its systems, throughput.py --systems), PLANNER_CASES (fulldepth: the planner stage on the 8B's
+# rank 0 with all its layers), LONGEST_BOX. Exit 0
 # when every stage ran to its result (with --predict: when every stage with points predicted them).
 set -uo pipefail
 
@@ -122,7 +123,9 @@ else
   TESTS_FILTER_CLI="[.cuda]"
   TINY_DEVICES="cuda cpu" TINY_STEPS=5
   BF16_PRESET="presets/llama3.2-1b-1xh100.toml" BF16_SETS="training.seq_len=8K training.dtype=bfloat16 training.lr=1e-5" BF16_STEPS=3
-  LENGTHS="32K 64K 128K" STEPS=3 PLANNER_CASES=gpu
+  # PLANNER_CASES=fulldepth (environment): the planner stage measures the 8B's rank 0 with all
+  # its layers at 256K and 512K instead (bench/gpu/planner_vs_measured.py --cases).
+  LENGTHS="32K 64K 128K" STEPS=3 PLANNER_CASES=${PLANNER_CASES:-gpu}
   # The first baseline's full-vocabulary logits ran out of memory at 128K on an H200 (2026-11-26):
   # the searches start at 64K; Odyssey then runs one step at 4x the strongest baseline's first
   # failing length.
@@ -146,6 +149,8 @@ else
   # Every GPU of the machine, one rank each; the 1B over 2 GPUs at 64K: 32K tokens a rank.
   COLLECTIVES_ARGS="--gpus all --seq 64K --steps 3"
 fi
+# The full-depth rank 0: two steps of about 22 s and 81 s on an H200 (the plan), with start-up.
+[ $DRY = 0 ] && [ "$PLANNER_CASES" = fulldepth ] && BOX[planner]=420
 # A short lease gives the longest stage what is left of it (deadline.sh callers): LONGEST_BOX=seconds.
 [ -n "${LONGEST_BOX:-}" ] && BOX[longest]=$LONGEST_BOX
 
