@@ -207,8 +207,9 @@ def fig_tests(rec):
             silent.append("%s (rc %s)" % (r.get("executable"), r.get("rc")))
         else:
             passed, total = passed + counts[0], total + counts[1]
-            if counts[0] < counts[1]:
-                failing.append("%s %d" % (r.get("executable"), counts[1] - counts[0]))
+            if counts[0] < counts[1]:  # named where the record has the names (scripts/gpu/catch_failures.py)
+                names = "".join(": \"%s\"" % n for n in r.get("failed") or [])
+                failing.append("%s %d%s" % (r.get("executable"), counts[1] - counts[0], names))
     value = "%d of %d pass" % (passed, total) + (" (failed: %s)" % ", ".join(failing) if failing else "") + \
         ("; no count from %s" % ", ".join(silent) if silent else "")
     names = ", ".join(str(r.get("executable")) for r in rows)
@@ -894,6 +895,13 @@ def self_test():
     (title, _, value), = fig_throughput(TwoBaselines())
     assert "Odyssey's full stack against" in title and value.endswith("; Odyssey's tuned configuration out of memory"), value
     TwoBaselines.files["throughput/throughput.jsonl"].remove(tuned)
+    TwoBaselines.files["smoke/tests.jsonl"] = [
+        {"executable": "kernel_tests", "rc": 0, "summary": "All tests passed (269 assertions in 7 test cases)"},
+        {"executable": "engine_tests", "rc": 12, "summary": "test cases:  11 |  10 passed |  1 failed",
+         "failed": ["documents: the CUDA kernels"]}]
+    (title, _, value), = fig_tests(TwoBaselines())
+    assert title == "every `[.cuda]` test case (kernel_tests, engine_tests)", title
+    assert value == '17 of 18 pass (failed: engine_tests 1: "documents: the CUDA kernels")', value
     (title, _, value), = fig_longest(TwoBaselines())
     assert title.endswith("against the strongest baseline (PyTorch baseline)"), title
     assert value == ("Odyssey one step at 448K: ran; the baseline 96K (fails at 112K); beside hf-liger 80K "

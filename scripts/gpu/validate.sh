@@ -163,8 +163,11 @@ run_test() {  # run_test DIR EXECUTABLE FILTER SECONDS: a line in results.txt, a
   local summary
   summary="$(grep -aE '^(All tests passed|test cases:)' "$log" | tail -1)"
   echo "$2 \"$3\": rc $rc $summary" >>"$1/results.txt"
-  "$PY" -c 'import json, sys; print(json.dumps({"executable": sys.argv[1], "filter": sys.argv[2], "rc": int(sys.argv[3]),
-                                                 "summary": sys.argv[4]}))' "$2" "$3" "$rc" "$summary" >>"$1/tests.jsonl"
+  # the failing test cases by name (scripts/gpu/catch_failures.py), so the record says which
+  "$PY" -c 'import json, sys; sys.path.insert(0, sys.argv[6]); from catch_failures import failed_cases
+failed = failed_cases(open(sys.argv[5], errors="replace").read())
+print(json.dumps({"executable": sys.argv[1], "filter": sys.argv[2], "rc": int(sys.argv[3]), "summary": sys.argv[4],
+                  "failed": failed}))' "$2" "$3" "$rc" "$summary" "$log" "$ROOT/scripts/gpu" >>"$1/tests.jsonl"
   return $rc
 }
 
