@@ -182,9 +182,7 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .key("attention_s")
       .value(t.attention_s)
       .key("attention_kernel")
-      .value(t.untied_attention ? "untied"
-             : t.kept_attention ? "flash2"
-                                : "sdpa")
+      .value(attention_kernel_name(t))
       .key("recompute_s")
       .value(t.recompute_s)
       .key("all_to_all_s")

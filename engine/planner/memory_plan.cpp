@@ -73,6 +73,16 @@ PlanPeak plan_peak(const RunConfig& cfg) {
 
 StepTimePlan plan_step_time(const RunConfig& cfg) { return model_step_time(make_shapes(cfg), cfg.hardware); }
 
+const char* attention_kernel_name(const StepTimePlan& t) {
+  return t.untied_attention ? "untied" : t.kept_attention ? "flash2" : "sdpa";
+}
+
+const char* attention_kernel_label(const StepTimePlan& t) {
+  return t.untied_attention ? "FlashAttention-2, Untied stages"
+         : t.kept_attention ? "FlashAttention-2, kept attention"
+                            : "SDPA";
+}
+
 MemoryPlan plan_memory(const RunConfig& cfg) {
   const PlanShapes s = make_shapes(cfg);
   LiveSet live(/*record_phases=*/true);

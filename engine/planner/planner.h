@@ -173,6 +173,15 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer);
 /// The step-time model alone (plan_memory fills MemoryPlan::time with the same numbers).
 StepTimePlan plan_step_time(const RunConfig& cfg);
 
+/// The attention kernels a plan's attention_s is charged to, as `plan --json`'s time.attention_kernel
+/// names them: "sdpa" (standard attention through SDPA, whose own choice runs: cuDNN's on Hopper),
+/// "flash2" (kept attention: FlashAttention-2, for the log-sum-exp it keeps) or "untied" (the
+/// Untied stages' FlashAttention-2).
+const char* attention_kernel_name(const StepTimePlan& t);
+/// The same for a reader (the studio): "SDPA", "FlashAttention-2, kept attention",
+/// "FlashAttention-2, Untied stages".
+const char* attention_kernel_label(const StepTimePlan& t);
+
 /// Short names of the categories in order ("params", ..., "other").
 const std::array<const char*, kPlanCategoryCount>& plan_category_names();
 

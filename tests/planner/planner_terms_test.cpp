@@ -567,6 +567,9 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   const StepTimePlan u = plan_memory(untied).time;
   CHECK_FALSE(t.untied_attention);
   CHECK(u.untied_attention);
+  CHECK(std::string(attention_kernel_name(t)) == "sdpa");  // plan --json's time.attention_kernel
+  CHECK(std::string(attention_kernel_name(u)) == "untied");
+  CHECK(std::string(attention_kernel_label(u)) == "FlashAttention-2, Untied stages");
   CHECK(u.attention_flops_per_token == attention);
   CHECK(u.attention_s == Approx(2 * t.attention_s).epsilon(1e-12));
   untied.hardware.attention_efficiency = 0.9;
@@ -582,6 +585,8 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   REQUIRE(validate(kept).empty());
   const StepTimePlan k = plan_memory(kept).time;
   CHECK(k.kept_attention);
+  CHECK(std::string(attention_kernel_name(k)) == "flash2");
+  CHECK(std::string(attention_kernel_label(k)) == "FlashAttention-2, kept attention");
   CHECK(k.attention_flops_per_token == L * 3 * core);
   CHECK(k.hardware_flops_per_token == model + L * (proj + o_proj + mlp));
   CHECK(k.attention_kernel_efficiency == 0.125);
