@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
 import record as layout  # noqa: E402  (scripts/gpu/record.py: the record's names and files)
 from fit_efficiency import is_fit_point  # noqa: E402
 from planner_vs_measured import PEAK_TOLERANCE, SLOPE_TOLERANCE  # noqa: E402
-from systems import BASELINES, point_key, strongest_baseline  # noqa: E402
+from systems import BASELINES, TUNED_VARIANT, point_key, strongest_baseline, throughput_rows_by_length  # noqa: E402
 
 RECORDS = os.path.join(ROOT, "bench", "results")
 README = os.path.join(ROOT, "README.md")
@@ -253,22 +253,14 @@ def ratio_text(ratio):
     return ("%.4f×" if abs(ratio - 1.0) < 0.0005 else "%.3f×") % ratio
 
 
-# The throughput row of Odyssey as `odyssey tune` configured it (bench/gpu/throughput.py's TUNED_VARIANT)
-TUNED_VARIANT = "tuned"
-
-
 def fig_throughput(rec):
     """Per length, Odyssey against the strongest baseline: Odyssey at its fastest fitting
     configuration (the `tuned` row, `odyssey tune`'s choice for the GPU) where the record has one
     that ran, else its full stack, with the other beside it."""
-    by_length = {}
-    for r in rec.jsonl("throughput/throughput.jsonl"):
-        if r.get("seq_len") and r.get("variant") in (None, "", TUNED_VARIANT):
-            name = "odyssey, tuned" if r.get("variant") else r.get("system")
-            by_length.setdefault(int(r["seq_len"]), {})[name] = r
+    by_length = throughput_rows_by_length(rec.jsonl("throughput/throughput.jsonl"))
     out = []
     for seq in sorted(by_length):
-        full, tuned = by_length[seq].get("odyssey"), by_length[seq].get("odyssey, tuned")
+        full, tuned = by_length[seq].get("odyssey"), by_length[seq].get("odyssey, " + TUNED_VARIANT)
         baselines = [r for name, r in by_length[seq].items() if name in BASELINES]
         odyssey = tuned if tuned and ("error" not in tuned or not full) else full
         if not odyssey:

@@ -12,7 +12,7 @@ points come from the scripts' own run calls, so the predictions cover what the c
 Every measured row carries its `point` (preset, seq_len, sets), the key that pairs it with its
 prediction (point_key).
 
-defines: BASELINES, run_baseline, strongest_baseline, run_odyssey, tune_odyssey, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
+defines: BASELINES, run_baseline, strongest_baseline, run_odyssey, tune_odyssey, TUNED_VARIANT, throughput_rows_by_length, planner_command, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
 preset_name, point_key, point_file_name, run_json, odyssey_binary, odyssey_preset, odyssey_sets, device_profile_sets,
 run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
 """
@@ -191,15 +191,21 @@ def point_file_name(point):
     return "%s-%d-%s.json" % (stem, int(point.get("seq_len", 0)), digest)
 
 
+def planner_command(verb, point):
+    """`odyssey VERB PRESET --set training.seq_len=N --json --set ...` of one point with this GPU's
+    hardware profile (device_profile_sets): `plan` and `tune` read the point alike."""
+    preset = point["preset"] if os.path.isabs(point["preset"]) else os.path.join(ROOT, point["preset"])
+    cmd = [odyssey_binary(), verb, preset, "--set", "training.seq_len=%d" % point["seq_len"], "--json"]
+    for s in list(point["sets"]) + device_profile_sets():
+        cmd += ["--set", s]
+    return cmd
+
+
 def plan_point(point, timeout_s=120):
     """`odyssey plan --json` of one point with this GPU's hardware profile (device_profile_sets):
     the planner's word beside its measurement. {"error": ...} when it cannot plan."""
-    preset = point["preset"] if os.path.isabs(point["preset"]) else os.path.join(ROOT, point["preset"])
-    cmd = [odyssey_binary(), "plan", preset, "--set", "training.seq_len=%d" % point["seq_len"], "--json"]
-    for s in list(point["sets"]) + device_profile_sets():
-        cmd += ["--set", s]
     try:
-        return run_json(cmd, timeout_s)
+        return run_json(planner_command("plan", point), timeout_s)
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         return {"error": str(e)[-400:]}
 
@@ -216,15 +222,28 @@ def tune_odyssey(seq, extra_sets=(), timeout_s=120, preset=None):
     technique set that fits, the choice's techniques text), or ({"error": ...}, None) when the
     planner finds none. Planning only: it runs in prediction mode too, so the tuned point is
     predicted exactly as it will be run."""
-    preset = preset or odyssey_preset()
-    cmd = [odyssey_binary(), "tune", preset, "--set", "training.seq_len=%d" % seq, "--json"]
-    for s in odyssey_sets() + list(extra_sets) + device_profile_sets():
-        cmd += ["--set", s]
+    point = point_of(preset or odyssey_preset(), odyssey_sets() + list(extra_sets), seq)
     try:
-        choice = run_json(cmd, timeout_s)["tune"]["choice"]
+        choice = run_json(planner_command("tune", point), timeout_s)["tune"]["choice"]
     except (RuntimeError, ValueError, KeyError, OSError, subprocess.TimeoutExpired) as e:
         return {"error": "odyssey tune: " + str(e)[-400:]}, None
     return ["%s=%s" % (c["key"], c["after"]) for c in choice.get("changes", [])], choice.get("techniques")
+
+
+# The throughput row of Odyssey as `odyssey tune` configures it for the GPU (bench/gpu/throughput.py):
+# a row of system "odyssey" with this variant.
+TUNED_VARIANT = "tuned"
+
+
+def throughput_rows_by_length(rows):
+    """{seq_len: {name: row}} of a throughput.jsonl's baselines, Odyssey's full stack ("odyssey")
+    and its tuned run ("odyssey, tuned"); the ablation's variants are left out."""
+    by_length = {}
+    for r in rows:
+        if r.get("seq_len") and r.get("variant") in (None, "", TUNED_VARIANT):
+            name = "odyssey, " + TUNED_VARIANT if r.get("variant") else r.get("system")
+            by_length.setdefault(int(r["seq_len"]), {})[name] = r
+    return by_length
 
 
 def predictions_dir():

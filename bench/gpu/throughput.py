@@ -35,7 +35,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
-from systems import BASELINES, nvidia_smi, plan_odyssey, run_baseline, run_odyssey, strongest_baseline, tune_odyssey  # noqa: E402
+from systems import (BASELINES, TUNED_VARIANT, nvidia_smi, plan_odyssey, run_baseline, run_odyssey,  # noqa: E402
+                     strongest_baseline, tune_odyssey)
 
 
 # Each memory technique of the preset switched off alone (name, --set assignments).
@@ -224,21 +225,26 @@ def ratio_lines(seq, pair):
 # Odyssey at its fastest configuration that fits, as `odyssey tune` picks it for this GPU (issue
 # "Speed": each side at its fastest fitting configuration): a row of system "odyssey" with this variant.
 TUNED = "odyssey-tuned"
-TUNED_VARIANT = "tuned"
+
+
+def planned_beside(row, seq, sets=()):
+    """The planner's word beside a measured row, at this GPU's profile: its step time
+    (fit_efficiency.py calibrates the preset's efficiencies from the full stack's) and the sizes
+    "auto" resolved to (what the run ran). Returns the plan."""
+    plan = plan_odyssey(seq, extra_sets=sets)
+    step = (plan.get("time") or {}).get("step_s")
+    if step:
+        row["planned_step_s"] = step
+    row.update(resolved_sizes(plan))
+    return plan
 
 
 def run_full_stack(seq, args):
-    """The preset as configured (its full memory stack), with the planner's step time beside it."""
+    """The preset as configured (its full memory stack): (its row with the planner's word beside
+    it, the plan)."""
     row = run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d" % seq),
                       log_path=os.path.join(args.out, "odyssey_%d.log" % seq))
-    # the planner's word beside the measurement (its step time at this GPU's profile:
-    # fit_efficiency.py calibrates the preset's two efficiencies from these rows)
-    plan = plan_odyssey(seq)
-    planned = plan.get("time") or {}
-    if planned.get("step_s"):
-        row["planned_step_s"] = planned["step_s"]
-    row.update(resolved_sizes(plan))  # "auto" resolved: what the full stack ran
-    return row
+    return row, planned_beside(row, seq)
 
 
 def run_tuned(seq, args):
@@ -250,10 +256,7 @@ def run_tuned(seq, args):
     row = dict(run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_tuned" % seq),
                            extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_tuned.log" % seq)),
                variant=TUNED_VARIANT, sets=sets, techniques=techniques)
-    plan = plan_odyssey(seq, extra_sets=sets)
-    if (plan.get("time") or {}).get("step_s"):
-        row["planned_step_s"] = plan["time"]["step_s"]
-    row.update(resolved_sizes(plan))
+    planned_beside(row, seq, sets)
     return row
 
 
@@ -302,9 +305,9 @@ def main():
                     pair["odyssey, " + TUNED_VARIANT] = row = run_tuned(seq, args)
                     write(name, row, baselines)
                 else:
-                    pair["odyssey"] = run_full_stack(seq, args)
+                    pair["odyssey"], plan = run_full_stack(seq, args)
                     write(name, pair["odyssey"], baselines)
-                    for variant, sets in (ablations(seq, plan_odyssey(seq)) if args.ablate else ()):
+                    for variant, sets in (ablations(seq, plan) if args.ablate else ()):
                         tag = re.sub(r"[^A-Za-z0-9]+", "_", variant).strip("_")  # a plain file name for the carry back
                         row = dict(run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_%s" % (seq, tag)),
                                                extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_%s.log" % (seq, tag))),

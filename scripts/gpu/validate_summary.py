@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench", "gpu"))
-from systems import BASELINES, strongest_baseline  # noqa: E402
+from systems import BASELINES, strongest_baseline, throughput_rows_by_length  # noqa: E402
 
 
 def read_json(path):
@@ -64,14 +64,9 @@ def kernels(d):
 
 def throughput(d):
     out = []
-    rows = read_jsonl(os.path.join(d, "throughput.jsonl"))
-    by_len = {}
-    for r in rows:
-        # the ablation's variants have their own summary; the tuned run (odyssey tune's choice) is here
-        if r.get("variant") in (None, "", "tuned"):
-            name = "odyssey tuned" if r.get("variant") else r.get("system")
-            by_len.setdefault(r.get("seq_len"), {})[name] = r
-    for seq in sorted(k for k in by_len if k is not None):
+    # the ablation's variants have their own summary; the tuned run (odyssey tune's choice) is here
+    by_len = throughput_rows_by_length(read_jsonl(os.path.join(d, "throughput.jsonl")))
+    for seq in sorted(by_len):
         baselines = [r for name, r in by_len[seq].items() if name in BASELINES]
         best = strongest_baseline(baselines)
         odyssey = [(name, r) for name, r in by_len[seq].items() if name not in BASELINES]
