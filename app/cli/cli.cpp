@@ -162,7 +162,7 @@ std::optional<LoadedPreset> load_or_report(const std::string& path, const std::v
     return std::nullopt;
   }
   RunConfig& cfg = loaded.config;
-  if (cfg.training.document_mask && cfg.training.dataset == DatasetKind::Documents) {
+  if (plans_document_lengths(cfg.training)) {
     // the planner counts each document's attention (its step time) from the file's lengths
     try {
       cfg.document_lengths = read_document_lengths(cfg.training.dataset_path, cfg.model.vocab_size);

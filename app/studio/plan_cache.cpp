@@ -43,8 +43,7 @@ void set_document_lengths_reader(DocumentLengthsReader reader) {
 }
 
 bool PlanCache::with_document_lengths(RunConfig& cfg) {
-  if (!cfg.training.document_mask || cfg.training.dataset != DatasetKind::Documents || cfg.document_lengths)
-    return true;
+  if (!plans_document_lengths(cfg.training) || cfg.document_lengths) return true;
   const DocumentLengthsReader reader = document_lengths_reader();
   if (!reader) {
     result_.error = "training.document_mask: no documents reader in this program, so the plan cannot count " +

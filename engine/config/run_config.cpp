@@ -236,6 +236,10 @@ SequenceTile loss_tile(const MemoryConfig& memory, const ModelConfig& model, int
   return loss_sequence_tile(memory.loss_tile_tokens, model.vocab_size, batch, local_positions);
 }
 
+bool plans_document_lengths(const TrainingConfig& training) {
+  return training.document_mask && training.dataset == DatasetKind::Documents;
+}
+
 bool runs_cuda_path(const RunConfig& cfg) {
   switch (cfg.training.device) {
     case DeviceKind::Cuda:

@@ -230,6 +230,9 @@ std::optional<HardwareConfig> find_hardware_profile(std::string_view name);
 bool runs_cuda_path(const RunConfig& cfg);
 /// Whether hardware.profile `profile` describes a GPU: every profile but "cpu" ("custom" included).
 bool profile_describes_gpu(std::string_view profile);
+/// Whether the planner needs the documents file's lengths (RunConfig::document_lengths) to plan
+/// `training`: document masking over a documents file. `odyssey plan` and the studio read them.
+bool plans_document_lengths(const TrainingConfig& training);
 
 /// Query heads per stage over all Ulysses ranks, resolving 0 to the Ulysses degree.
 int64_t effective_heads_per_stage(const MemoryConfig& memory, const ParallelConfig& parallel);
