@@ -320,15 +320,11 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   // what the step time rests on: the two achieved fractions of the peak in use (a profile's, or
   // a preset's measured figures: bench/gpu/fit_efficiency.py)
   os << printf_string(
-      "at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.%s %.3g (%s attention kernels) "
+      "at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.%s %.3g (attention kernels: %s) "
       "of %.1f TFLOP/s\n",
       cfg.hardware.compute_efficiency,
-      t.untied_attention || t.kept_attention ? "untied_attention_efficiency" : "attention_efficiency",
-      t.attention_kernel_efficiency,
-      t.untied_attention ? "the Untied stages'"
-      : t.kept_attention ? "FlashAttention-2's (kept attention)"
-                         : "SDPA's",
-      cfg.hardware.bf16_tflops);
+      t.attention_at_sdpa_efficiency ? "attention_efficiency" : "untied_attention_efficiency",
+      t.attention_kernel_efficiency, attention_kernel_label(t).c_str(), cfg.hardware.bf16_tflops);
   os << "FLOP convention: " << t.convention << "\n";
   if (t.attention_pair_fraction != 1.0)
     os << printf_string(

@@ -7,7 +7,7 @@ measured step times.
 The planner's step (engine/planner/step_time.cpp) is
     t x ((F_hw - F_att) / (peak x compute_efficiency) + F_att / (peak x e_kernel)) + rest
 where t, F_hw (hardware FLOPs per token), F_att (the attention kernels' part, which grows with the
-context), the kernel (`time.attention_kernel`: "sdpa", or "untied" and "flash2" for FlashAttention-2) and rest (communication,
+context), the kernel (`time.attention_kernel`: "sdpa" and "cudnn", or "flash2" for FlashAttention-2) and rest (communication,
 exposed copies, the offloaded optimizer) are the planner's own counts, read from `odyssey plan
 --json` at each length: the unknowns enter linearly (as 1/efficiency), so points at as many
 lengths as unknowns give them by least squares (exactly, with as many), and a given attention
@@ -70,14 +70,17 @@ def split_flops(time):
 # The unknowns, in the order of the columns: 1/efficiency of the GEMMs and the rest, of SDPA's
 # attention kernels, of the Untied stages' (engine/planner/step_time.cpp).
 UNKNOWNS = ("compute_efficiency", "attention_efficiency", "untied_attention_efficiency")
-# "flash2": kept attention on standard attention runs FlashAttention-2, as the Untied stages do
-KERNEL_COLUMN = {"sdpa": 1, "untied": 2, "flash2": 2}
+# time.attention_kernel (engine/layout/attention_kernels.h): SDPA's pick and cuDNN's kernel called
+# directly run at attention_efficiency; FlashAttention-2 and the memory-efficient kernel at
+# untied_attention_efficiency. "untied" is what plans before 2026-11-28 called the Untied stages'
+# FlashAttention-2.
+KERNEL_COLUMN = {"sdpa": 1, "cudnn": 1, "flash2": 2, "efficient": 2, "untied": 2}
 WORDS = {1: "one", 2: "two", 3: "three"}
 
 
 def given_efficiencies(attention_efficiency, untied_attention_efficiency):
     """{attention column: the efficiency given for it, or None where it is fitted}."""
-    return {KERNEL_COLUMN["sdpa"]: attention_efficiency, KERNEL_COLUMN["untied"]: untied_attention_efficiency}
+    return {KERNEL_COLUMN["sdpa"]: attention_efficiency, KERNEL_COLUMN["flash2"]: untied_attention_efficiency}
 
 
 def solve(n, a):
@@ -275,10 +278,12 @@ def self_test():
     def kernel_block(seq, kernel):
         att = att_per_s * seq
         time = dict(block(seq, hw_linear + att, att, rest=0.05), attention_kernel=kernel)
-        measured = seq * (hw_linear / (1e15 * truth_c) + att / (1e15 * (truth_a if kernel == "sdpa" else truth_u))) + 0.05
+        truth = truth_a if KERNEL_COLUMN[kernel] == KERNEL_COLUMN["sdpa"] else truth_u
+        measured = seq * (hw_linear / (1e15 * truth_c) + att / (1e15 * truth)) + 0.05
         return seq, measured, time
 
-    mixed = [kernel_block(32768, "sdpa"), kernel_block(65536, "sdpa"), kernel_block(131072, "untied"),
+    # (cuDNN's kernel called directly counts as SDPA's; "untied" is an older plan's FlashAttention-2)
+    mixed = [kernel_block(32768, "sdpa"), kernel_block(65536, "cudnn"), kernel_block(131072, "flash2"),
              kernel_block(262144, "untied")]
     f3 = fit(mixed)
     for key, truth in (("compute_efficiency", truth_c), ("attention_efficiency", truth_a),
@@ -301,7 +306,7 @@ def self_test():
     else:
         raise AssertionError("fit took three unknowns from two lengths")
     try:
-        held_out(mixed[:2] + [kernel_block(131072, "untied")], attention_efficiency=truth_a)
+        held_out(mixed[:2] + [kernel_block(131072, "flash2")], attention_efficiency=truth_a)
     except FitError as e:
         assert "no shorter point ran" in str(e), str(e)
     else:

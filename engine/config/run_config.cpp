@@ -25,6 +25,18 @@ std::string_view to_string(DatasetKind v) {
 std::string_view to_string(DocumentPacking v) { return v == DocumentPacking::Refuse ? "refuse" : "split"; }
 std::string_view to_string(DocumentPositions v) { return v == DocumentPositions::Continue ? "continue" : "restart"; }
 
+std::string_view to_string(LseKernelChoice v) {
+  switch (v) {
+    case LseKernelChoice::Auto:
+      return "auto";
+    case LseKernelChoice::Cudnn:
+      return "cudnn";
+    case LseKernelChoice::Flash2:
+      return "flash2";
+  }
+  return "auto";
+}
+
 std::string_view to_string(DeviceKind v) {
   switch (v) {
     case DeviceKind::Auto:
@@ -253,5 +265,13 @@ bool runs_cuda_path(const RunConfig& cfg) {
 }
 
 bool profile_describes_gpu(std::string_view profile) { return profile != "cpu"; }
+
+LseKernelQuery lse_kernel_query(const RunConfig& cfg) {
+  return {.cuda = runs_cuda_path(cfg),
+          .half_precision = cfg.training.dtype == DType::BFloat16,
+          .head_dim = cfg.model.head_dim,
+          .packed_documents = cfg.training.document_mask,
+          .choice = cfg.memory.lse_attention_kernel};
+}
 
 }  // namespace odyssey

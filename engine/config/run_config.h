@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/layout/attention_kernels.h"
 #include "engine/layout/documents.h"
 #include "engine/layout/heads.h"
 #include "engine/layout/tiles.h"
@@ -34,6 +35,7 @@ std::string_view to_string(DatasetKind v);
 std::string_view to_string(DocumentPacking v);
 std::string_view to_string(DocumentPositions v);
 std::string_view to_string(DeviceKind v);
+std::string_view to_string(LseKernelChoice v);
 /// Bytes per element of the compute dtype (activations, gathered weights).
 int64_t dtype_bytes(DType v);
 
@@ -144,6 +146,10 @@ struct MemoryConfig {
   /// under activation checkpointing: keep each block's attention output and log-sum-exp from its
   /// forward, so the recompute runs no attention kernel (one [tokens, q_dim] + LSE per block)
   bool keep_attention = false;
+  /// the CUDA kernel of the paths that need attention's log-sum-exp (the Untied stages, kept
+  /// attention) in fp16/bf16: auto (cuDNN's where it takes the shape), cudnn or flash2
+  /// (engine/layout/attention_kernels.h)
+  LseKernelChoice lse_attention_kernel = LseKernelChoice::Auto;
 
   bool operator==(const MemoryConfig&) const = default;
 };
@@ -160,10 +166,11 @@ struct HardwareConfig {
   double host_optimizer_gbps = 100.0;  ///< memory bandwidth the host AdamW reaches per node, GB/s
   int64_t gpus_per_node = 8;           ///< devices sharing one host
   double compute_efficiency = 0.5;     ///< achieved fraction of peak FLOPs in GEMMs and the rest
-  /// achieved fraction of peak FLOPs in SDPA's attention kernels (standard attention, Ulysses)
+  /// achieved fraction of peak FLOPs in SDPA's attention kernels (standard attention, Ulysses;
+  /// cuDNN's on Hopper) and in cuDNN's where the log-sum-exp paths call it directly
   double attention_efficiency = 0.5;
-  /// achieved fraction of peak FLOPs in the Untied stages' attention kernels (FlashAttention-2,
-  /// called for its log-sum-exp: another kernel than SDPA picks on Hopper, cuDNN's)
+  /// achieved fraction of peak FLOPs in FlashAttention-2 (or the fp32 memory-efficient kernel)
+  /// where the log-sum-exp paths call it (engine/layout/attention_kernels.h)
   double untied_attention_efficiency = 0.5;
   double comm_efficiency = 0.8;       ///< achieved fraction of link bandwidth in collectives
   double runtime_overhead_gib = 2.0;  ///< CUDA context, NCCL, cuBLAS workspace, fragmentation
@@ -233,6 +240,10 @@ bool profile_describes_gpu(std::string_view profile);
 /// Whether the planner needs the documents file's lengths (RunConfig::document_lengths) to plan
 /// `training`: document masking over a documents file. `odyssey plan` and the studio read them.
 bool plans_document_lengths(const TrainingConfig& training);
+
+/// What decides the log-sum-exp paths' kernel for a run of `cfg` (lse_attention_kernel reads it):
+/// the device path, the compute dtype, the head dim, document masking and memory.lse_attention_kernel.
+LseKernelQuery lse_kernel_query(const RunConfig& cfg);
 
 /// Query heads per stage over all Ulysses ranks, resolving 0 to the Ulysses degree.
 int64_t effective_heads_per_stage(const MemoryConfig& memory, const ParallelConfig& parallel);

@@ -426,6 +426,13 @@ std::vector<KeySpec> make_schema() {
       "memory", memory.keep_attention, "keep_attention",
       "With checkpointing, keep each block's attention output and log-sum-exp, so backward recomputes the projections, "
       "norms and MLP but runs no attention forward again; costs one [tokens, q_dim] and its LSE per block."));
+  s.push_back(enum_key<LseKernelChoice>(
+      "memory", "lse_attention_kernel",
+      "The CUDA kernel of the paths that need attention's log-sum-exp (Untied stages, kept attention) in bfloat16: "
+      "auto (cuDNN's where it takes the shape, else FlashAttention-2), cudnn (refused where cuDNN cannot run) or "
+      "flash2.",
+      {LseKernelChoice::Auto, LseKernelChoice::Cudnn, LseKernelChoice::Flash2},
+      [](RunConfig& c) -> LseKernelChoice& { return c.memory.lse_attention_kernel; }));
   s.push_back(ODY_BOOL("memory", memory.tiled_mlp, "tiled_mlp",
                        "Run the MLP over sequence tiles, recomputed tile by tile in backward."));
   s.push_back(with_word(ODY_SIZE("memory", memory.mlp_tile_tokens, "mlp_tile_tokens",
@@ -479,11 +486,14 @@ std::vector<KeySpec> make_schema() {
   s.push_back(
       ODY_FLOAT("hardware", hardware.attention_efficiency, "attention_efficiency",
                 "Achieved fraction of peak FLOP/s in SDPA's attention kernels, which standard attention and Ulysses "
-                "run (cuDNN's on Hopper): forward, its recompute, backward counted as 2x the forward (0..1].",
+                "run (cuDNN's on Hopper), and in cuDNN's kernel where the Untied stages or kept attention call it: "
+                "forward, its recompute, backward counted as 2x the forward (0..1].",
                 positive_up_to(1)));
   s.push_back(ODY_FLOAT("hardware", hardware.untied_attention_efficiency, "untied_attention_efficiency",
-                        "Achieved fraction of peak FLOP/s in the Untied Ulysses stages' attention kernels "
-                        "(FlashAttention-2, for its log-sum-exp), counted as attention_efficiency is (0..1].",
+                        "Achieved fraction of peak FLOP/s in FlashAttention-2 (and the fp32 memory-efficient kernel) "
+                        "where the engine calls it for the log-sum-exp: the Untied stages or kept attention off "
+                        "cuDNN (memory.lse_attention_kernel), packed documents; counted as attention_efficiency is "
+                        "(0..1].",
                         positive_up_to(1)));
   s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency",
                         "Achieved fraction of link bandwidth in collectives (0..1].", positive_up_to(1)));

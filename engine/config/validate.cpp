@@ -145,6 +145,15 @@ void check_memory(const RunConfig& cfg, Checker& c) {
     c.fail("memory.keep_attention", "needs memory.activation_checkpointing = true",
            "it keeps what the checkpointed recompute would run again; without checkpointing backward runs "
            "no recompute: turn checkpointing on or keep_attention off");
+  if (mem.lse_attention_kernel == LseKernelChoice::Cudnn && cfg.training.device != DeviceKind::Cpu) {
+    // the CPU path runs its own flash kernel whatever the key says; a CUDA run must get cuDNN's
+    const LseKernelQuery query = lse_kernel_query(cfg);
+    if (!query.half_precision)
+      c.fail("memory.lse_attention_kernel", "cudnn takes fp16/bf16 only, and training.dtype is float32",
+             "use auto (fp32 runs the memory-efficient kernel) or training.dtype = \"bfloat16\"");
+    else if (const std::string why = cudnn_choice_refusal(query); !why.empty())
+      c.fail("memory.lse_attention_kernel", "cudnn cannot run here: " + why, "use auto or flash2");
+  }
   if (!c.in_range({"memory.heads_per_stage", "parallel.ulysses_degree", "model.n_heads"})) return;
   if (!mem.untied_ulysses || mem.heads_per_stage == 0) return;
   // (when the degree does not divide the heads, the rule is silent: reported under the degree)

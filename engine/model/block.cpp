@@ -303,7 +303,7 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
     std::optional<KeptAttentionScope> replaying;
     if (kept) replaying.emplace(kept, KeptAttentionScope::Mode::Replay);
     g = run_block(x, group, *rt, /*phase_prefix=*/"", /*keep_graph=*/true, /*need_output=*/false);
-    if (kept) *kept = KeptAttention();  // memory: the recompute's graph holds it now, until its backward
+    if (kept) kept->release();  // memory: the recompute's graph holds it now, until its backward
   } else {
     g.x_leaf = ctx->saved_data["x_leaf"].toTensor();
     g.h_leaf = ctx->saved_data["h_leaf"].toTensor();

@@ -88,7 +88,9 @@ void apply_memory_stack(const MemoryStack& stack, const ModelConfig& model, int6
   rt->defer_reduce_scatter = stack.defer_reduce_scatter;
   // 2. Ulysses: nothing per step (the rank context holds the sequence group).
   // 3. Checkpointing: one kept-attention slot per layer, filled by the forward, taken by the recompute.
-  rt->kept_attention.assign(stack.keep_attention ? model.n_layers : 0, {});
+  KeptAttention empty_slot;
+  empty_slot.kernel_choice = stack.memory.lse_attention_kernel;
+  rt->kept_attention.assign(stack.keep_attention ? model.n_layers : 0, empty_slot);
   // 4. Offload: the blocks put their checkpointed inputs in the rank's store.
   rt->offload = stack.offload_block_inputs ? offload : nullptr;
   // 5. Tiling: the tiles' sizes for this step's inputs, [B, n, f] and [B, n, V] (engine/layout/tiles.h).

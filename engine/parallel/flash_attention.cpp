@@ -1,12 +1,20 @@
-// LibTorch's fused attention kernels with log-sum-exp, by device: CPU flash, CUDA flash (half
-// precision) or memory-efficient (fp32), per document segment with packed documents.
+// LibTorch's fused attention kernels with log-sum-exp, by the rule of attention_kernels.h: CPU
+// flash; CUDA cuDNN or FlashAttention-2 (half precision) or memory-efficient (fp32); per document segment.
 // defines: flash_attention_forward, flash_attention_backward
 #include "engine/parallel/flash_attention.h"
 
+#include <atomic>
+#include <sstream>
 #include <stdexcept>
 
 namespace odyssey {
 namespace {
+
+/// Bit i: LseKernel i ran; bit kSdpaBit: SDPA ran (attention_kernels_run).
+std::atomic<uint32_t> g_kernels_run{0};
+constexpr int kLseKernelCount = 4;
+constexpr uint32_t kSdpaBit = 1u << kLseKernelCount;
+static_assert(static_cast<int>(LseKernel::CudaCudnn) + 1 == kLseKernelCount, "one bit per LseKernel");
 
 /// The memory-efficient CUDA kernel wants equal head counts: repeat each KV head h/hk times
 /// (adjacent copies, so query head j reads KV head j / (h/hk) as with GQA). The flash kernel
@@ -24,6 +32,33 @@ at::Tensor fold_kv(const at::Tensor& grad, int64_t hk) {
   return grad.view({sz[0], hk, h / hk, sz[2], sz[3]}).sum(2);
 }
 
+std::string shape_text(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.sizes() << " " << t.scalar_type();
+  return os.str();
+}
+
+/// cuDNN's fused attention (LibTorch's _scaled_dot_product_cudnn_attention, GQA native: cuDNN reads
+/// the KV head count from k). Its LSE comes as [B, h, S, 1] fp32; held as the [B, h, S] view the
+/// other kernels' callers index, and given back with the last dim in the backward.
+void cudnn_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, FlashResult& r) {
+  c10::SymInt max_q, max_k;
+  at::Tensor debug_mask;
+  try {
+    std::tie(r.out, r.lse, r.cum_seq_q, r.cum_seq_k, max_q, max_k, r.philox_seed, r.philox_offset, debug_mask) =
+        at::_scaled_dot_product_cudnn_attention(q, k, v, /*attn_bias=*/std::nullopt, /*compute_log_sumexp=*/true,
+                                                /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false);
+  } catch (const c10::Error& e) {
+    // Called directly, the op skips SDPA's shape checks: cuDNN's graph validation is the refusal.
+    throw std::runtime_error("cuDNN's attention refused q " + shape_text(q) + " over k " + shape_text(k) + ": " +
+                             e.what_without_backtrace() +
+                             " (set memory.lse_attention_kernel = \"flash2\" to run FlashAttention-2 instead)");
+  }
+  r.lse = r.lse.squeeze(-1);  // [B, h, S] view of [B, h, S, 1]
+  r.max_q = max_q.expect_int();
+  r.max_k = max_k.expect_int();
+}
+
 /// One row's positions [begin, begin + length) of an attention tensor [B, h, S, ...]: a view.
 at::Tensor segment_of(const at::Tensor& t, const DocumentRun& run) {
   return t.narrow(0, run.row, 1).narrow(2, run.begin, run.length);
@@ -32,8 +67,8 @@ at::Tensor segment_of(const at::Tensor& t, const DocumentRun& run) {
 }  // namespace
 
 FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                    const DocumentSpans& documents) {
-  if (!documents.any()) return flash_attention_forward(q, k, v);
+                                    const DocumentSpans& documents, LseKernelChoice choice) {
+  if (!documents.any()) return flash_attention_forward(q, k, v, choice);
   const int64_t B = q.size(0), h = q.size(1), S = q.size(2), hd = q.size(3);
   if (static_cast<int64_t>(documents.starts.size()) != B)
     throw std::invalid_argument("flash_attention_forward: " + std::to_string(documents.starts.size()) +
@@ -45,7 +80,9 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
     for (const DocumentSegment& seg : document_segments(documents.starts[static_cast<size_t>(b)], S)) {
       DocumentRun run{b, seg.begin, seg.length, {}};
       // [1, h, n, hd] over [1, hk, n, hd]: the segment alone, causal within it
-      run.kernel = flash_attention_forward(segment_of(q, run), segment_of(k, run), segment_of(v, run));
+      // (the rule sends packed documents to FlashAttention-2 whatever the choice: attention_kernels.h)
+      run.kernel =
+          flash_attention_forward(segment_of(q, run), segment_of(k, run), segment_of(v, run), LseKernelChoice::Flash2);
       segment_of(r.out, run).copy_(run.kernel.out);
       at::Tensor lse_slice = segment_of(r.lse, run);             // [1, h, n]
       lse_slice.copy_(run.kernel.lse.narrow(2, 0, run.length));  // the efficient kernel pads its lse's last dim
@@ -57,21 +94,32 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
   return r;
 }
 
-FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    LseKernelChoice choice) {
   if (q.size(1) % k.size(1) != 0)
     throw std::invalid_argument("flash_attention_forward: query heads " + std::to_string(q.size(1)) +
                                 " must be a multiple of KV heads " + std::to_string(k.size(1)));
   FlashResult r;
-  if (q.is_cpu()) {
+  const at::ScalarType dtype = q.scalar_type();
+  r.kernel = lse_attention_kernel({.cuda = q.is_cuda(),
+                                   .half_precision = dtype == at::kBFloat16 || dtype == at::kHalf,
+                                   .head_dim = q.size(3),
+                                   .packed_documents = false,
+                                   .choice = choice});
+  g_kernels_run.fetch_or(1u << static_cast<int>(r.kernel), std::memory_order_relaxed);
+  if (r.kernel == LseKernel::CpuFlash) {
     std::tie(r.out, r.lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, /*dropout_p=*/0.0,
                                                                              /*is_causal=*/true);
     return r;
   }
-  if (q.scalar_type() == at::kFloat) {
+  if (r.kernel == LseKernel::CudaEfficient) {
     const at::Tensor ke = expand_kv(k, q.size(1)), ve = expand_kv(v, q.size(1));
-    r.efficient = true;
     std::tie(r.out, r.lse, r.philox_seed, r.philox_offset) = at::_scaled_dot_product_efficient_attention(
         q, ke, ve, /*attn_bias=*/std::nullopt, /*compute_log_sumexp=*/true, /*dropout_p=*/0.0, /*is_causal=*/true);
+    return r;
+  }
+  if (r.kernel == LseKernel::CudaCudnn) {
+    cudnn_forward(q, k, v, r);
     return r;
   }
   c10::SymInt max_q, max_k;
@@ -104,7 +152,7 @@ std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, c
     }
     return {dq, dk, dv};
   }
-  if (q.is_cpu()) {
+  if (saved.kernel == LseKernel::CpuFlash) {
     std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
         grad_out, q, k, v, saved.out, saved.lse, /*dropout_p=*/0.0, /*is_causal=*/true);
     return {dq, dk, dv};
@@ -115,7 +163,21 @@ std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, c
   // come out wrong with no error. Made dense here, for every caller: [B, h, S] fp32, a copy only
   // when it is a view (S x h x 4 B: 16 MiB for 32 heads at 128K).
   const at::Tensor lse = saved.lse.contiguous();
-  if (saved.efficient) {
+  if (saved.kernel == LseKernel::CudaCudnn) {
+    // cuDNN's backward graph takes the LSE as the forward gave it, [B, h, S, 1] with strides
+    // {h*S, S, 1, 1}, and caches its graph by the q/k/v layout alone: grad_out and out must keep
+    // the layout of the forward's output (the callers pass the saved output and a gradient of
+    // the same memory order, [B, S, h, hd] in memory as q's), or it reads them at the wrong offsets.
+    // Memory: a copy of grad_out [B, h, S, hd] only where its layout differs from out's.
+    const at::Tensor grad =
+        grad_out.strides() == saved.out.strides() ? grad_out : at::empty_like(saved.out).copy_(grad_out);
+    std::tie(dq, dk, dv) = at::_scaled_dot_product_cudnn_attention_backward(
+        grad, q, k, v, saved.out, lse.unsqueeze(-1), saved.philox_seed, saved.philox_offset,
+        /*attn_bias=*/at::Tensor(), saved.cum_seq_q, saved.cum_seq_k, saved.max_q, saved.max_k,
+        /*dropout_p=*/0.0, /*is_causal=*/true);  // GQA native: dk, dv at k's and v's KV heads
+    return {dq, dk, dv};
+  }
+  if (saved.kernel == LseKernel::CudaEfficient) {
     const at::Tensor ke = expand_kv(k, q.size(1)), ve = expand_kv(v, q.size(1));
     at::Tensor dbias;
     std::tie(dq, dk, dv, dbias) = at::_scaled_dot_product_efficient_attention_backward(
@@ -129,5 +191,18 @@ std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, c
       /*dropout_p=*/0.0, /*is_causal=*/true, saved.philox_seed, saved.philox_offset);
   return {dq, dk, dv};
 }
+
+void note_sdpa_attention() { g_kernels_run.fetch_or(kSdpaBit, std::memory_order_relaxed); }
+
+std::vector<std::string> attention_kernels_run() {
+  const uint32_t bits = g_kernels_run.load(std::memory_order_relaxed);
+  std::vector<std::string> out;
+  if (bits & kSdpaBit) out.emplace_back("sdpa");
+  for (int i = 0; i < kLseKernelCount; ++i)
+    if (bits & (1u << i)) out.emplace_back(lse_kernel_name(static_cast<LseKernel>(i)));
+  return out;
+}
+
+void reset_attention_kernels_run() { g_kernels_run.store(0, std::memory_order_relaxed); }
 
 }  // namespace odyssey

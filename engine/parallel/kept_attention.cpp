@@ -81,17 +81,20 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
     FlashResult r;
     {
       at::NoGradGuard no_grad;
-      r = flash_attention_forward(q.detach(), k.detach(), v.detach(), documents);  // [B, h, S, hd]
+      // packed documents run FlashAttention-2 per segment whatever the choice (attention_kernels.h)
+      r = flash_attention_forward(q.detach(), k.detach(), v.detach(), documents,
+                                  LseKernelChoice::Flash2);  // [B, h, S, hd]
     }
     return ReplayedAttention::apply(q, k, v, r);
   }
   if (slot == nullptr) {
     // Memory: GQA without expanding K/V to h heads (enable_gqa), so K/V stay [B, hk, S, hd].
+    note_sdpa_attention();
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
   }
   if (KeptAttentionScope::mode() == KeptAttentionScope::Mode::Keep) {
-    FlashResult r = flash_attention_forward(q, k, v, documents);  // [B, h, S, hd], lse [B, h, S]
+    FlashResult r = flash_attention_forward(q, k, v, documents, slot->kernel_choice);  // [B, h, S, hd], lse [B, h, S]
     slot->results.assign(1, r);
     return r.out;
   }

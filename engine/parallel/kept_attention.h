@@ -20,7 +20,15 @@ namespace odyssey {
 struct KeptAttention {
   std::vector<FlashResult> results;
   at::Tensor untied_out;
+  /// memory.lse_attention_kernel: the kernel a standard attention's Keep runs (the Untied stages
+  /// take theirs from the memory table)
+  LseKernelChoice kernel_choice = LseKernelChoice::Auto;
   bool empty() const { return results.empty(); }
+  /// Drops the kept tensors (the recompute's graph holds them from then on); keeps kernel_choice.
+  void release() {
+    results.clear();
+    untied_out.reset();
+  }
   /// The tensors it holds (the block retags them saved_activations once its forward is done).
   std::vector<at::Tensor> tensors() const;
 };

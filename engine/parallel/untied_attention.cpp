@@ -209,6 +209,7 @@ struct UntiedCall {
   const DocumentSpans* documents = nullptr;  ///< packed documents over the whole sequence (none: null)
   int64_t n_heads = 1, n_kv_heads = 1, head_dim = 1, heads_per_stage = 0;
   double eps = 0.0, theta = 0.0;
+  LseKernelChoice kernel_choice = LseKernelChoice::Auto;  ///< memory.lse_attention_kernel
 };
 
 /// The Function's differentiable inputs in their fixed order, travelling to autograd as one
@@ -375,7 +376,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
         auto [k_use, v_use] = stage_kv(k_h, v_h, kv_slot_index_on(p, t, x.device()));  // [B, S, k or n, hd]
         // [B, k, S, hd] over the whole sequence: packed documents' starts apply unchanged
         FlashResult r = flash_attention_forward(buf.q_h.transpose(1, 2), k_use.transpose(1, 2), v_use.transpose(1, 2),
-                                                call.documents ? *call.documents : DocumentSpans{});
+                                                call.documents ? *call.documents : DocumentSpans{}, call.kernel_choice);
         at::Tensor o_h = r.out.transpose(1, 2).contiguous();  // [B, S, k, hd] (already this layout)
         r.out.reset();                                        // backward rebuilds it from the saved output
         state->stages.push_back(std::move(r));
@@ -598,7 +599,8 @@ at::Tensor apply_untied(const at::Tensor& x, const at::Tensor& norm_weight, cons
                         .head_dim = model.head_dim,
                         .heads_per_stage = memory.heads_per_stage,
                         .eps = model.norm_eps,
-                        .theta = model.rope_theta};
+                        .theta = model.rope_theta,
+                        .kernel_choice = memory.lse_attention_kernel};
   return UntiedAttentionFunction::apply(at::TensorList(in.list()), call);
 }
 

@@ -74,13 +74,13 @@ PlanPeak plan_peak(const RunConfig& cfg) {
 StepTimePlan plan_step_time(const RunConfig& cfg) { return model_step_time(make_shapes(cfg), cfg.hardware); }
 
 const char* attention_kernel_name(const StepTimePlan& t) {
-  return t.untied_attention ? "untied" : t.kept_attention ? "flash2" : "sdpa";
+  return t.lse_attention ? lse_kernel_name(t.lse_kernel) : "sdpa";
 }
 
-const char* attention_kernel_label(const StepTimePlan& t) {
-  return t.untied_attention ? "FlashAttention-2, Untied stages"
-         : t.kept_attention ? "FlashAttention-2, kept attention"
-                            : "SDPA";
+std::string attention_kernel_label(const StepTimePlan& t) {
+  if (!t.lse_attention) return "SDPA";
+  const char* path = t.untied_attention ? "Untied stages" : t.kept_attention ? "kept attention" : "packed documents";
+  return std::string(lse_kernel_label(t.lse_kernel)) + ", " + path;
 }
 
 MemoryPlan plan_memory(const RunConfig& cfg) {

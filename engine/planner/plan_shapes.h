@@ -155,6 +155,11 @@ struct PlanShapes {
   /// longest segment (longest_attention_segment, engine/layout/documents.h: the longest document
   /// of the length profile, at most S; S without a profile)
   int64_t kernel_seq = 0;
+  /// The kernel of the paths that need attention's log-sum-exp (Untied stages, kept attention,
+  /// packed documents): lse_attention_kernel's answer for the run (engine/layout/attention_kernels.h).
+  /// Its backward buffers are planned as FlashAttention-2's on every CUDA kernel (cuDNN's
+  /// workspace is its own: flash_backward_buffers).
+  LseKernel lse_kernel = LseKernel::CpuFlash;
   // the Untied stage schedule's names (UntiedStagePlan, engine/layout/heads.h); without Untied
   // Ulysses one stage of all the rank's heads
   int64_t k = 0;             ///< query heads per rank per stage (heads_per_stage / P; hq without Untied)

@@ -50,12 +50,21 @@ struct StepTimePlan {
   /// the part of compute_s in the attention kernels (FlashAttention forward, recompute, backward)
   /// at hardware.attention_efficiency; the rest of compute_s runs at compute_efficiency
   double attention_s = 0;
-  /// the attention kernels are the Untied stages' FlashAttention-2, at
-  /// hardware.untied_attention_efficiency (else SDPA's, at attention_efficiency)
+  /// the attention kernels are the Untied stages' (which need the log-sum-exp)
   bool untied_attention = false;
-  /// kept attention on standard attention: its kernels are FlashAttention-2 too (the engine calls
-  /// it for the log-sum-exp it keeps: kept_attention.h), at untied_attention_efficiency
+  /// kept attention: the kernels run for the log-sum-exp they keep (kept_attention.h)
   bool kept_attention = false;
+  /// packed documents: one kernel call per document segment (flash_attention.cpp)
+  bool document_attention = false;
+  /// Any of the three: the engine calls `lse_kernel` itself (engine/layout/attention_kernels.h),
+  /// at hardware.attention_efficiency where that is cuDNN's (the kernel SDPA picks on Hopper), at
+  /// hardware.untied_attention_efficiency where it is FlashAttention-2 (or another). Else SDPA
+  /// picks, at attention_efficiency.
+  bool lse_attention = false;
+  LseKernel lse_kernel = LseKernel::CpuFlash;
+  /// attention_s ran at hardware.attention_efficiency (SDPA, or cuDNN's kernel called directly),
+  /// else at hardware.untied_attention_efficiency
+  bool attention_at_sdpa_efficiency = true;
   double attention_kernel_efficiency = 0;  ///< that efficiency: the one attention_s ran at
   double recompute_s = 0;                  ///< the part of compute_s spent recomputing
   double all_to_all_s = 0;                 ///< Ulysses all-to-all (not overlapped)
@@ -175,12 +184,12 @@ StepTimePlan plan_step_time(const RunConfig& cfg);
 
 /// The attention kernels a plan's attention_s is charged to, as `plan --json`'s time.attention_kernel
 /// names them: "sdpa" (standard attention through SDPA, whose own choice runs: cuDNN's on Hopper),
-/// "flash2" (kept attention: FlashAttention-2, for the log-sum-exp it keeps) or "untied" (the
-/// Untied stages' FlashAttention-2).
+/// else the log-sum-exp paths' kernel: "cudnn", "flash2", "efficient" (CUDA fp32) or "cpu_flash"
+/// (lse_kernel_name, engine/layout/attention_kernels.h).
 const char* attention_kernel_name(const StepTimePlan& t);
-/// The same for a reader (the studio): "SDPA", "FlashAttention-2, kept attention",
-/// "FlashAttention-2, Untied stages".
-const char* attention_kernel_label(const StepTimePlan& t);
+/// The same for a reader (the studio), with the path: "SDPA", "cuDNN attention, Untied stages",
+/// "FlashAttention-2, kept attention", "FlashAttention-2, packed documents".
+std::string attention_kernel_label(const StepTimePlan& t);
 
 /// Short names of the categories in order ("params", ..., "other").
 const std::array<const char*, kPlanCategoryCount>& plan_category_names();

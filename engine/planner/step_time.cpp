@@ -76,9 +76,10 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   const double block_fwd = attn_fwd + mlp;
   // The attention kernels' FLOPs per token (forward, its recompute, backward at 2x the forward) run
   // at the efficiency of the kernel the engine calls: SDPA's for standard attention and Ulysses
-  // (hardware.attention_efficiency), FlashAttention-2 for the Untied stages, which need its
-  // log-sum-exp (untied_attention_efficiency; engine/parallel/flash_attention.cpp). Every other
-  // FLOP runs at compute_efficiency.
+  // (hardware.attention_efficiency); the log-sum-exp paths' kernel (the Untied stages, kept
+  // attention, packed documents: engine/layout/attention_kernels.h) at attention_efficiency where it
+  // is cuDNN's, at untied_attention_efficiency where it is FlashAttention-2. Every other FLOP runs
+  // at compute_efficiency.
   // Kept attention (memory.keep_attention) replays the forward's output in the recompute: the
   // attention kernels run once forward and once backward; the Untied stages, whose projections
   // run inside them, are not run at all (backward projects each stage's Q and K/V anyway).
@@ -108,9 +109,15 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   const double rate = peak * hw.compute_efficiency;  // achieved FLOP/s: GEMMs and the rest
   out.untied_attention = s.untied;
   out.kept_attention = s.keep_attention;
-  // FlashAttention-2 wherever the engine needs the log-sum-exp: the Untied stages, kept attention
+  out.document_attention = s.documents;
+  // Wherever the engine needs the log-sum-exp (the Untied stages, kept attention) or runs one call
+  // per document, it calls the kernel itself (engine/layout/attention_kernels.h): cuDNN's runs at
+  // the efficiency SDPA's kernel (cuDNN's on Hopper) measured, FlashAttention-2 at its own.
+  out.lse_attention = s.untied || s.keep_attention || s.documents;
+  out.lse_kernel = s.lse_kernel;
+  out.attention_at_sdpa_efficiency = !out.lse_attention || s.lse_kernel == LseKernel::CudaCudnn;
   out.attention_kernel_efficiency =
-      s.untied || s.keep_attention ? hw.untied_attention_efficiency : hw.attention_efficiency;
+      out.attention_at_sdpa_efficiency ? hw.attention_efficiency : hw.untied_attention_efficiency;
   const double attn_rate = peak * out.attention_kernel_efficiency;  // achieved FLOP/s: the attention kernels
   // Seconds per token of `flops` FLOPs of which `core` are the attention kernels'.
   const auto secs = [&](double flops, double core) { return (flops - core) / rate + core / attn_rate; };

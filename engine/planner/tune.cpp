@@ -22,8 +22,9 @@ constexpr int64_t kStandardAttention = -2;
 /// Checkpointing's three settings the tuner tries.
 enum class Recompute { Off, KeptAttention, Plain };
 
-/// Every [memory] table the tuner tries for `cfg`, the config's own first. The validator drops
-/// the impossible ones (offload without checkpointing), so the loops may offer them.
+/// Every [memory] table the tuner tries for `cfg`, the config's own first, each with the
+/// config's attention kernel and, where that is cuDNN's, with FlashAttention-2 too. The validator
+/// drops the impossible ones (offload without checkpointing), so the loops may offer them.
 std::vector<MemoryConfig> memory_tables(const RunConfig& cfg) {
   std::vector<int64_t> attention = {kStandardAttention, kHeadsPerStageAuto};
   for (int64_t heads : valid_heads_per_stage(cfg)) attention.push_back(heads);
@@ -46,6 +47,17 @@ std::vector<MemoryConfig> memory_tables(const RunConfig& cfg) {
               if (m.untied_ulysses) m.heads_per_stage = heads;
               m.offload_optimizer = offload_optimizer;
               out.push_back(m);
+              // The log-sum-exp paths' kernel (engine/layout/attention_kernels.h): where "auto"
+              // gives cuDNN's, FlashAttention-2 is a candidate too (each at its own efficiency)
+              if (m.untied_ulysses || m.keep_attention) {
+                RunConfig with_table = cfg;
+                with_table.memory = m;
+                if (lse_attention_kernel(lse_kernel_query(with_table)) == LseKernel::CudaCudnn &&
+                    m.lse_attention_kernel == LseKernelChoice::Auto) {
+                  m.lse_attention_kernel = LseKernelChoice::Flash2;
+                  out.push_back(m);
+                }
+              }
             }
   return out;
 }

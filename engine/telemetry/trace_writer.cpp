@@ -343,10 +343,26 @@ void TraceWriter::on_sample(const MemorySample& s) {
 void TraceWriter::close_locked() {
   if (file_ == nullptr) return;
   for (auto& [rank, c] : peaks_) emit_peak_locked(rank, c);
-  pending_ += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"odyssey\"}}\n";
+  std::string other;
+  {
+    JsonWriter w(other);
+    w.begin_object().key("producer").value("odyssey");
+    for (const auto& [key, words] : other_data_) {
+      w.key(key).begin_array();
+      for (const std::string& word : words) w.value(word);
+      w.end_array();
+    }
+    w.end_object();
+  }
+  pending_ += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":" + other + "}\n";
   flush_locked();
   if (std::fclose(file_) != 0 && error_.empty()) error_ = "trace: cannot close " + path_ + ": " + std::strerror(errno);
   file_ = nullptr;
+}
+
+void TraceWriter::set_other_data(const std::string& key, const std::vector<std::string>& words) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  other_data_[key] = words;
 }
 
 void TraceWriter::close() {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "engine/telemetry/samples.h"
 #include "engine/telemetry/phase.h"
@@ -58,6 +59,10 @@ class TraceWriter {
   void on_span(const PhaseSpan& span, const std::string& path);
   void on_sample(const MemorySample& sample);
 
+  /// A list of words under the trace's otherData (Perfetto's trace metadata), written at close:
+  /// "attention_kernels": the kernels the run's attention ran. A key set twice keeps the last.
+  void set_other_data(const std::string& key, const std::vector<std::string>& words);
+
   /// Writes the pending peak instants and the closing brackets. Idempotent; throws
   /// std::runtime_error when the file could not be completed.
   void close();
@@ -85,6 +90,7 @@ class TraceWriter {
 
   std::string path_;
   mutable std::mutex mutex_;
+  std::map<std::string, std::vector<std::string>> other_data_;  ///< set_other_data's lists
   std::FILE* file_ = nullptr;
   std::string pending_;
   bool first_event_ = true;

@@ -17,6 +17,7 @@
 #include "engine/config/preset.h"
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
+#include "engine/parallel/flash_attention.h"
 #include "engine/parallel/job.h"
 #include "engine/planner/planner.h"
 #include "engine/telemetry/cuda_runtime.h"
@@ -390,7 +391,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       }
     }
     if (!opt.memory_snapshot.empty() && shared.reports)
-      start_memory_history();  // from before the model exists: its weights are in the history too
+      start_memory_history();       // from before the model exists: its weights are in the history too
+    reset_attention_kernels_run();  // the trace and summary name the kernels this run's attention ran
     run_on_ranks(cfg, "odyssey train PRESET", [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); });
     if (!cfg.output.export_hf.empty() && shared.reports && out.status == RunOutcome::Status::Finished) {
       HfExportOptions exporting;
@@ -446,7 +448,9 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
         out.error = why;
       }
     };
+    const std::vector<std::string> attention_kernels = attention_kernels_run();
     try {
+      if (shared.trace) shared.trace->set_other_data("attention_kernels", attention_kernels);
       if (shared.trace) shared.trace->close();
     } catch (const std::exception& e) {
       output_failed(std::string("trace: ") + e.what());
@@ -466,6 +470,9 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     std::string extra;
     JsonWriter w(extra);
     w.begin_object().key("next_step").value(out.next_step).key("memory").value(describe_memory(cfg, cfg.memory));
+    w.key("attention_kernels").begin_array();
+    for (const std::string& kernel : attention_kernels) w.value(kernel);
+    w.end_array();
     if (!out.results.empty() && out.results.front().has_answers) {
       w.key("answer_loss_first").value(out.results.front().answer_loss);
       w.key("answer_loss_final").value(out.results.back().answer_loss);

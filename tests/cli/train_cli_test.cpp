@@ -43,12 +43,17 @@ TEST_CASE("odyssey train: metrics.jsonl, trace.json, summary.json and a falling 
   REQUIRE(parse_json(trace).has_value());
   for (const char* phase : {"\"recompute\"", "\"embed\"", "\"reduce_scatter\"", "bwd/block.3/mlp", "fwd/loss"})
     CHECK_THAT(trace, Catch::Contains(phase));
+  // The kernels the attention ran, in the trace's metadata and the summary: the tiny preset's
+  // Untied stages on the CPU run its flash kernel, and nothing goes through SDPA.
+  const Json kernels = Json::array({"cpu_flash"});
+  CHECK(parse_json(trace)->at("otherData").at("attention_kernels") == kernels);
   // summary.json: finished, the loss fell well below its start.
   auto summary = parse_json(read_text(dir + "/summary.json"));
   REQUIRE(summary.has_value());
   CHECK(summary->at("status").get<std::string>() == "finished");
   CHECK(summary->at("loss_final").get<double>() < 0.6 * summary->at("loss_first").get<double>());
   CHECK(summary->at("extra").contains("answer_loss_final"));
+  CHECK(summary->at("extra").at("attention_kernels") == kernels);
   CHECK(summary->at("final").at("step").get<int64_t>() == 30);
   CHECK(checkpoint_step(dir) == 30);
 }

@@ -234,6 +234,37 @@ TEST_CASE("validation lists valid alternatives", "[config][validate]") {
         "stages (valid values here: 8, 16, 32)");
 }
 
+TEST_CASE("memory.lse_attention_kernel = cudnn is refused where cuDNN cannot run, naming why", "[config][validate]") {
+  RunConfig cfg;
+  cfg.model = *find_model_flavor("llama3.2-1b");  // hd 64
+  cfg.training.seq_len = 8192;
+  cfg.training.dtype = DType::BFloat16;
+  cfg.memory.lse_attention_kernel = LseKernelChoice::Cudnn;
+  CHECK(validate(cfg).empty());
+  auto only = [](const RunConfig& c) {
+    const auto issues = validate(c);
+    REQUIRE(issues.size() == 1);
+    CHECK(issues[0].key == "memory.lse_attention_kernel");
+    return issues[0].format();
+  };
+  RunConfig fp32 = cfg;
+  fp32.training.dtype = DType::Float32;
+  CHECK(only(fp32) ==
+        "memory.lse_attention_kernel = \"cudnn\": cudnn takes fp16/bf16 only, and training.dtype is float32 (use auto "
+        "(fp32 runs the memory-efficient kernel) or training.dtype = \"bfloat16\")");
+  RunConfig wide = cfg;
+  wide.model.head_dim = 100;
+  CHECK(only(wide).find("cudnn cannot run here: cuDNN's attention takes head dims that are multiples of 8 up to 128") !=
+        std::string::npos);
+  // the CPU path runs its own kernel whatever the key says: nothing to refuse
+  fp32.training.device = DeviceKind::Cpu;
+  CHECK(validate(fp32).empty());
+  RunConfig preset = cfg;
+  preset.memory.lse_attention_kernel = LseKernelChoice::Auto;
+  preset.model.head_dim = 100;
+  CHECK(validate(preset).empty());  // auto takes FlashAttention-2 there
+}
+
 TEST_CASE("hostile bytes are reported with positions, Unicode strings survive", "[config][robustness]") {
   const std::string ok_tail = "[model]\nflavor = \"tiny\"\n[training]\nseq_len = 1024\n";
   // Control characters: reported by position before the TOML parser sees them.

@@ -123,7 +123,7 @@ void check_segments_are_own_calls(at::Device device, at::ScalarType dtype) {
   auto make = [&](std::vector<int64_t> shape) { return at::randn(shape, gen).to(device, dtype); };
   const at::Tensor q = make({2, 4, 12, 8}), k = make({2, 2, 12, 8}), v = make({2, 2, 12, 8});
   const DocumentSpans docs{{{0, 4}, {9}}};
-  const FlashResult r = flash_attention_forward(q, k, v, docs);
+  const FlashResult r = flash_attention_forward(q, k, v, docs, LseKernelChoice::Auto);
   REQUIRE(r.documents.size() == 4);  // [0, 4), [4, 12); [0, 9), [9, 12)
   const at::Tensor g = make({2, 4, 12, 8});
   auto [dq, dk, dv] = flash_attention_backward(g, q, k, v, r);
@@ -131,7 +131,7 @@ void check_segments_are_own_calls(at::Device device, at::ScalarType dtype) {
     auto seg = [&](const at::Tensor& t) {
       return t.narrow(0, run.row, 1).narrow(2, run.begin, run.length).contiguous();
     };
-    const FlashResult own = flash_attention_forward(seg(q), seg(k), seg(v));
+    const FlashResult own = flash_attention_forward(seg(q), seg(k), seg(v), LseKernelChoice::Flash2);
     CHECK(at::equal(seg(r.out), own.out.contiguous()));
     CHECK(at::equal(seg(r.lse), own.lse.narrow(2, 0, run.length).contiguous()));
     auto [dq1, dk1, dv1] = flash_attention_backward(seg(g), seg(q), seg(k), seg(v), own);

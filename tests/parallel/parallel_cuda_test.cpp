@@ -1,7 +1,9 @@
 // The CUDA paths of engine/parallel, for a GPU host (hidden [.cuda]: `parallel_tests "[.cuda]"`):
-// Untied Ulysses with the CUDA flash (bf16) and memory-efficient (fp32) kernels against plain
-// SDPA, and an NCCL group of one. Multi-rank NCCL needs one GPU per rank (run_rank_threads on
+// Untied Ulysses with the CUDA cuDNN and FlashAttention-2 (bf16) and memory-efficient (fp32)
+// kernels against plain SDPA, the log-sum-exp kernels one against another, and an NCCL group of one. Multi-rank NCCL needs one GPU per rank (run_rank_threads on
 // cuda:0..W-1); with one GPU only the single-rank group runs. defines: test cases [.cuda]
+#include <cmath>
+
 #include <catch2/catch.hpp>
 
 #include <torch/cuda.h>
@@ -9,6 +11,7 @@
 
 #include "../common/engine_test_util.h"
 #include "engine/ops/layers.h"
+#include "engine/parallel/flash_attention.h"
 #include "engine/parallel/nccl_backend.h"
 #include "engine/parallel/process_group_comm.h"
 #include "engine/parallel/untied_attention.h"
@@ -22,7 +25,7 @@ double rel(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() / (scale > 0 ? scale : 1);
 }
 
-void check_untied_cuda(at::ScalarType dtype, double tolerance) {
+void check_untied_cuda(at::ScalarType dtype, double tolerance, LseKernelChoice choice = LseKernelChoice::Auto) {
   const at::Device gpu = odyssey::test::test_gpu();
   ModelConfig m;
   m.n_heads = 8;
@@ -55,10 +58,11 @@ void check_untied_cuda(at::ScalarType dtype, double tolerance) {
     MemoryConfig memory;
     memory.untied_ulysses = true;
     memory.heads_per_stage = hps;
+    memory.lse_attention_kernel = choice;
     at::Tensor x2 = leaf(x0), wq2 = leaf(wq0), wk2 = leaf(wk0), wv2 = leaf(wv0);
     at::Tensor out = untied_attention(x2, AttentionWeights{wq2, wk2, wv2, {}, {}, {}}, pos, m, ctx, memory);
     (out.to(at::kFloat) * R.to(at::kFloat)).sum().backward();
-    INFO(c10::toString(dtype) << " heads_per_stage " << hps);
+    INFO(c10::toString(dtype) << " heads_per_stage " << hps << " kernel choice " << to_string(choice));
     CHECK(rel(out, ref) < tolerance);
     CHECK(rel(x2.grad(), x.grad()) < tolerance);
     CHECK(rel(wq2.grad(), wq.grad()) < tolerance);
@@ -76,8 +80,52 @@ TEST_CASE("cuda: untied attention, fp32 (memory-efficient kernel) matches math S
   check_untied_cuda(at::kFloat, odyssey::test::reordering_tolerance(2 * (256 + 64 + 3 * 1024) + 1024, 2.0));
 }
 
-TEST_CASE("cuda: untied attention, bf16 (flash kernel) matches math SDPA", "[.cuda]") {
-  check_untied_cuda(at::kBFloat16, 3e-2);
+// bf16: both kernels round the probabilities to bf16 before P.V and the output to bf16 (2^-8
+// relative each), on top of bf16 inputs to the projections; 3e-2 is about 8 such roundings of the
+// largest element, the same bound for either kernel.
+TEST_CASE("cuda: untied attention, bf16 (cuDNN's kernel, auto) matches math SDPA", "[.cuda]") {
+  check_untied_cuda(at::kBFloat16, 3e-2, LseKernelChoice::Auto);
+}
+
+TEST_CASE("cuda: untied attention, bf16 (FlashAttention-2) matches math SDPA", "[.cuda]") {
+  check_untied_cuda(at::kBFloat16, 3e-2, LseKernelChoice::Flash2);
+}
+
+TEST_CASE("cuda: the cuDNN and FlashAttention-2 log-sum-exp kernels agree with fp32 math", "[.cuda]") {
+  // One Untied stage's call: q [B, h, S, hd] over k, v [B, hk, S, hd] (GQA 4/2) in the head layout's
+  // memory order [B, S, h, hd], a gradient in another order ([B, h, S, hd] contiguous: cuDNN's
+  // backward gets it copied to the output's). Each kernel against the fp32 math reference:
+  // forward out and LSE, and dq, dk, dv from the saved out and LSE.
+  const at::Device gpu = odyssey::test::test_gpu();
+  const int64_t B = 1, h = 4, hk = 2, S = 512, hd = 64;
+  at::manual_seed(5);
+  const auto opt = at::TensorOptions().device(gpu).dtype(at::kBFloat16);
+  const at::Tensor q = at::randn({B, S, h, hd}, opt).transpose(1, 2),
+                   k = at::randn({B, S, hk, hd}, opt).transpose(1, 2),
+                   v = at::randn({B, S, hk, hd}, opt).transpose(1, 2), g = at::randn({B, h, S, hd}, opt);
+  // fp32 reference with KV repeated to h heads; its gradients folded back per KV head
+  auto leaf = [](const at::Tensor& t) { return t.to(at::kFloat).detach().requires_grad_(true); };
+  at::Tensor qf = leaf(q), kf = leaf(k), vf = leaf(v);
+  const at::Tensor scores = at::matmul(qf, kf.repeat_interleave(h / hk, 1).transpose(-2, -1)) / std::sqrt(double(hd));
+  const at::Tensor causal = at::ones({S, S}, opt.dtype(at::kBool)).tril();
+  const at::Tensor masked = scores.masked_fill(causal.logical_not(), -INFINITY);
+  const at::Tensor lse_ref = at::logsumexp(masked, -1);  // [B, h, S], natural log
+  const at::Tensor out_ref = at::matmul(at::softmax(masked, -1), vf.repeat_interleave(h / hk, 1));
+  (out_ref * g.to(at::kFloat)).sum().backward();
+  for (LseKernelChoice choice : {LseKernelChoice::Cudnn, LseKernelChoice::Flash2}) {
+    INFO("kernel choice " << to_string(choice));
+    const FlashResult r = flash_attention_forward(q, k, v, choice);
+    CHECK(r.kernel == (choice == LseKernelChoice::Cudnn ? LseKernel::CudaCudnn : LseKernel::CudaFlash2));
+    REQUIRE(r.lse.sizes() == at::IntArrayRef({B, h, S}));
+    auto [dq, dk, dv] = flash_attention_backward(g, q, k, v, r);
+    REQUIRE(dk.sizes() == k.sizes());
+    // bf16 output and probabilities (2^-8 relative), fp32 LSE: the same bound as the Untied case
+    CHECK(rel(r.out, out_ref) < 3e-2);
+    CHECK((r.lse - lse_ref).abs().max().item<double>() < 1e-2);  // a log: absolute, fp32 sums of bf16 scores
+    CHECK(rel(dq, qf.grad()) < 3e-2);
+    CHECK(rel(dk, kf.grad()) < 3e-2);
+    CHECK(rel(dv, vf.grad()) < 3e-2);
+  }
 }
 
 TEST_CASE("cuda: an NCCL group of one runs every collective", "[.cuda]") {

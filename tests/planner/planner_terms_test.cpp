@@ -556,9 +556,10 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   CHECK(g.attention_s == t.attention_s);
   CHECK(g.step_s - t.step_s == Approx(t.compute_s - t.attention_s).epsilon(1e-9));
 
-  // The Untied stages call FlashAttention-2 (for its log-sum-exp), not SDPA's kernel: their
-  // attention FLOPs, the same count, run at untied_attention_efficiency, and SDPA's figure no
-  // longer counts. (The stages also project q, k, v again in backward: that is compute_s.)
+  // The Untied stages call a kernel that gives the log-sum-exp (engine/layout/attention_kernels.h):
+  // in fp32 on a GPU the memory-efficient kernel, at untied_attention_efficiency, where SDPA's
+  // figure no longer counts. (The stages also project q, k, v again in backward: that is compute_s.)
+  REQUIRE(cfg.training.dtype == DType::Float32);
   RunConfig untied = cfg;
   untied.memory.untied_ulysses = true;
   untied.memory.heads_per_stage = 2;
@@ -568,12 +569,29 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   CHECK_FALSE(t.untied_attention);
   CHECK(u.untied_attention);
   CHECK(std::string(attention_kernel_name(t)) == "sdpa");  // plan --json's time.attention_kernel
-  CHECK(std::string(attention_kernel_name(u)) == "untied");
-  CHECK(std::string(attention_kernel_label(u)) == "FlashAttention-2, Untied stages");
+  CHECK(std::string(attention_kernel_name(u)) == "efficient");
+  CHECK(attention_kernel_label(u) == "memory-efficient attention, Untied stages");
   CHECK(u.attention_flops_per_token == attention);
   CHECK(u.attention_s == Approx(2 * t.attention_s).epsilon(1e-12));
   untied.hardware.attention_efficiency = 0.9;
   CHECK(plan_memory(untied).time.attention_s == u.attention_s);
+  // In bf16 (hd 16: a head dim cuDNN takes) "auto" calls cuDNN's kernel, SDPA's pick on Hopper, at
+  // attention_efficiency; FlashAttention-2, asked for by name, at untied_attention_efficiency.
+  untied.training.dtype = DType::BFloat16;
+  REQUIRE(validate(untied).empty());
+  const StepTimePlan uc = plan_memory(untied).time;
+  CHECK(std::string(attention_kernel_name(uc)) == "cudnn");
+  CHECK(attention_kernel_label(uc) == "cuDNN attention, Untied stages");
+  CHECK(uc.attention_at_sdpa_efficiency);
+  CHECK(uc.attention_kernel_efficiency == 0.9);
+  untied.memory.lse_attention_kernel = LseKernelChoice::Flash2;
+  const StepTimePlan uf = plan_memory(untied).time;
+  CHECK(std::string(attention_kernel_name(uf)) == "flash2");
+  CHECK_FALSE(uf.attention_at_sdpa_efficiency);
+  CHECK(uf.attention_kernel_efficiency == 0.125);
+  CHECK(uf.attention_s == Approx(uc.attention_s * 0.9 / 0.125).epsilon(1e-12));
+  untied.training.dtype = DType::Float32;
+  untied.memory.lse_attention_kernel = LseKernelChoice::Auto;
 
   // Kept attention replays the forward's output in the recompute: the kernels run forward and
   // backward only, as FlashAttention-2 (the kernel that gives the kept LSE); the recompute keeps
@@ -585,8 +603,8 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   REQUIRE(validate(kept).empty());
   const StepTimePlan k = plan_memory(kept).time;
   CHECK(k.kept_attention);
-  CHECK(std::string(attention_kernel_name(k)) == "flash2");
-  CHECK(std::string(attention_kernel_label(k)) == "FlashAttention-2, kept attention");
+  CHECK(std::string(attention_kernel_name(k)) == "efficient");  // fp32 on a GPU
+  CHECK(attention_kernel_label(k) == "memory-efficient attention, kept attention");
   CHECK(k.attention_flops_per_token == L * 3 * core);
   CHECK(k.hardware_flops_per_token == model + L * (proj + o_proj + mlp));
   CHECK(k.attention_kernel_efficiency == 0.125);
