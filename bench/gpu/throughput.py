@@ -40,6 +40,7 @@ from systems import (BASELINES, TUNED_VARIANT, nvidia_smi, plan_odyssey, run_bas
 
 
 # Each memory technique of the preset switched off alone (name, --set assignments).
+FLASH2_ABLATION = "FlashAttention-2 for the log-sum-exp"
 ABLATIONS = (("no offload", ["memory.offload_activations=false"]),
              ("no tiled MLP", ["memory.tiled_mlp=false"]),
              ("no tiled loss", ["memory.tiled_loss=false"]),
@@ -131,7 +132,12 @@ def ablations(seq, plan):
             runs.append((name, sets + attention))
         else:
             runs.append((name, sets + attention + tile))
-    return tuple(runs) + tuple((name, sets + tile) for name, sets in stage_ablations(int(heads), planned))
+    runs += [(name, sets + tile) for name, sets in stage_ablations(int(heads), planned)]
+    # the full stack's log-sum-exp paths on cuDNN's kernel: the same run on FlashAttention-2, for the
+    # two kernels' efficiencies at the stages' shape (engine/layout/attention_kernels.h)
+    if (plan.get("time") or {}).get("attention_kernel") == "cudnn":
+        runs.append((FLASH2_ABLATION, ["memory.lse_attention_kernel=flash2"] + attention + tile))
+    return tuple(runs)
 
 
 def self_test():
@@ -164,6 +170,12 @@ def self_test():
     assert runs["no head chunks (standard attention)"] == ["memory.untied_ulysses=false"], runs  # no tile: none pinned
     assert runs["no tiled loss"] == ["memory.tiled_loss=false", "memory.heads_per_stage=16"], runs
     assert list(runs)[5:] == ["1 stage of 32 heads", "8 stages of 4 heads", "32 stages of 1 head"], list(runs)
+    # the stages on cuDNN's kernel: the same stack on FlashAttention-2 beside it; SDPA's: none
+    on_cudnn = dict(chunked, time={"attention_kernel": "cudnn"})
+    runs = dict(ablations(131072, on_cudnn))
+    assert list(runs)[-1] == FLASH2_ABLATION, list(runs)
+    assert runs[FLASH2_ABLATION] == ["memory.lse_attention_kernel=flash2", "memory.heads_per_stage=16"], runs
+    assert FLASH2_ABLATION not in dict(ablations(32768, dict(standard, time={"attention_kernel": "sdpa"})))
     one_stage = {"model": {"n_heads": 32}, "untied": {"heads_per_stage": 32, "stages": 1, "standard_attention": False}}
     assert planned_attention(one_stage) == "1 stage of 32 heads"
     assert names(ablations(65536, one_stage))[5:] == ["8 stages of 4 heads", "32 stages of 1 head",
