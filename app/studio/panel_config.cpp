@@ -391,6 +391,17 @@ void draw_memory(AppState& state) {
           "attention workspace, more (smaller) all-to-alls.");
   }
   field_messages(state, "memory.heads_per_stage");
+  // the kernel the Untied stages and kept attention call for the log-sum-exp (attention_kernels.h)
+  field_label(state, "Log-sum-exp kernel", "memory.lse_attention_kernel");
+  int kernel = static_cast<int>(c.memory.lse_attention_kernel);
+  if (ImGui::Combo("##lse_kernel", &kernel, "auto\0cudnn\0flash2\0"))
+    c.memory.lse_attention_kernel = static_cast<LseKernelChoice>(kernel);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "The CUDA kernel of the Untied stages and kept attention in bfloat16: auto takes cuDNN's\n"
+        "where it takes the head dim (the kernel SDPA picks on Hopper), else FlashAttention-2;\n"
+        "the plan's step time charges each at its own efficiency.");
+  field_messages(state, "memory.lse_attention_kernel");
   ImGui::EndTable();
 }
 
@@ -420,9 +431,9 @@ void draw_hardware(AppState& state) {
                 "%.0f");
       input_i64(state, "GPUs per node", "hardware.gpus_per_node", &c.hardware.gpus_per_node);
       input_f64(state, "Compute efficiency", "hardware.compute_efficiency", &c.hardware.compute_efficiency, "%.2f");
-      input_f64(state, "Attention efficiency (SDPA)", "hardware.attention_efficiency", &c.hardware.attention_efficiency,
-                "%.2f");
-      input_f64(state, "Attention efficiency (Untied stages)", "hardware.untied_attention_efficiency",
+      input_f64(state, "Attention efficiency (SDPA, cuDNN)", "hardware.attention_efficiency",
+                &c.hardware.attention_efficiency, "%.2f");
+      input_f64(state, "Attention efficiency (FlashAttention-2)", "hardware.untied_attention_efficiency",
                 &c.hardware.untied_attention_efficiency, "%.2f");
       input_f64(state, "Runtime overhead (GiB)", "hardware.runtime_overhead_gib", &c.hardware.runtime_overhead_gib,
                 "%.1f");

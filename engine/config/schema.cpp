@@ -490,10 +490,10 @@ std::vector<KeySpec> make_schema() {
                 "forward, its recompute, backward counted as 2x the forward (0..1].",
                 positive_up_to(1)));
   s.push_back(ODY_FLOAT("hardware", hardware.untied_attention_efficiency, "untied_attention_efficiency",
-                        "Achieved fraction of peak FLOP/s in FlashAttention-2 (and the fp32 memory-efficient kernel) "
-                        "where the engine calls it for the log-sum-exp: the Untied stages or kept attention off "
-                        "cuDNN (memory.lse_attention_kernel), packed documents; counted as attention_efficiency is "
-                        "(0..1].",
+                        "Achieved fraction of peak FLOP/s in the kernels other than cuDNN's that the engine calls for "
+                        "the log-sum-exp (FlashAttention-2, the fp32 memory-efficient kernel, the CPU's flash "
+                        "kernel): the Untied stages or kept attention off cuDNN (memory.lse_attention_kernel), "
+                        "packed documents; counted as attention_efficiency is (0..1].",
                         positive_up_to(1)));
   s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency",
                         "Achieved fraction of link bandwidth in collectives (0..1].", positive_up_to(1)));

@@ -89,12 +89,14 @@ std::string describe_techniques(const RunConfig& cfg, bool memory_only, const Me
     // kept attention is part of checkpointing (no ladder rung of its own: it spends memory)
     if (t.id == TechniqueId::Checkpointing && cfg.memory.keep_attention) out += " (attention kept)";
   }
-  // a kernel pinned for the paths that need the log-sum-exp (engine/layout/attention_kernels.h)
+  // a kernel pinned for the paths that need the log-sum-exp, where the pin decides what runs: on
+  // CUDA in half precision without packed documents (engine/layout/attention_kernels.h)
   const MemoryConfig& runs = planned != nullptr ? *planned : cfg.memory;
   const bool lse_paths = runs.untied_ulysses || (runs.activation_checkpointing && runs.keep_attention);
-  if (lse_paths && cfg.memory.lse_attention_kernel != LseKernelChoice::Auto)
-    out += std::string(out.empty() ? "" : ", ") + "attention on " +
-           (cfg.memory.lse_attention_kernel == LseKernelChoice::Flash2 ? "FlashAttention-2" : "cuDNN");
+  const LseKernelQuery query = lse_kernel_query(cfg);
+  const bool pin_decides = query.cuda && query.half_precision && !query.packed_documents;
+  if (lse_paths && pin_decides && cfg.memory.lse_attention_kernel != LseKernelChoice::Auto)
+    out += std::string(out.empty() ? "" : ", ") + "attention on " + lse_kernel_label(lse_attention_kernel(query));
   return out;
 }
 

@@ -145,9 +145,9 @@ void check_memory(const RunConfig& cfg, Checker& c) {
     c.fail("memory.keep_attention", "needs memory.activation_checkpointing = true",
            "it keeps what the checkpointed recompute would run again; without checkpointing backward runs "
            "no recompute: turn checkpointing on or keep_attention off");
-  if (mem.lse_attention_kernel == LseKernelChoice::Cudnn && cfg.training.device != DeviceKind::Cpu) {
+  const LseKernelQuery query = lse_kernel_query(cfg);
+  if (mem.lse_attention_kernel == LseKernelChoice::Cudnn && query.cuda) {
     // the CPU path runs its own flash kernel whatever the key says; a CUDA run must get cuDNN's
-    const LseKernelQuery query = lse_kernel_query(cfg);
     if (!query.half_precision)
       c.fail("memory.lse_attention_kernel", "cudnn takes fp16/bf16 only, and training.dtype is float32",
              "use auto (fp32 runs the memory-efficient kernel) or training.dtype = \"bfloat16\"");

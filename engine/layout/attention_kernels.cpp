@@ -1,6 +1,7 @@
 // The log-sum-exp paths' attention kernel rule (attention_kernels.h), shared by the engine's
 // dispatch (engine/parallel/flash_attention.cpp), the validator and the planner's step time.
-// defines: lse_attention_kernel, cudnn_takes_head_dim, cudnn_choice_refusal, lse_kernel_name, lse_kernel_label
+// defines: lse_attention_kernel, cudnn_takes_head_dim, cudnn_choice_refusal, documents_run_varlen,
+// lse_kernel_name, lse_kernel_label
 #include "engine/layout/attention_kernels.h"
 
 namespace odyssey {
@@ -9,11 +10,13 @@ bool cudnn_takes_head_dim(int64_t head_dim) { return head_dim > 0 && head_dim % 
 
 const char* cudnn_choice_refusal(const LseKernelQuery& q) {
   if (q.packed_documents)
-    return "packed documents run one kernel call per document, through FlashAttention-2 (cuDNN's ragged "
-           "attention is not reachable from LibTorch's C++ API)";
+    return "packed documents run FlashAttention-2's variable-length kernel (cuDNN's ragged attention is not "
+           "reachable from LibTorch's C++ API)";
   if (!cudnn_takes_head_dim(q.head_dim)) return "cuDNN's attention takes head dims that are multiples of 8 up to 128";
   return "";
 }
+
+bool documents_run_varlen(const LseKernelQuery& q) { return q.cuda && q.half_precision && q.packed_documents; }
 
 LseKernel lse_attention_kernel(const LseKernelQuery& q) {
   if (!q.cuda) return LseKernel::CpuFlash;

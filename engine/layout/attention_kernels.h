@@ -1,6 +1,7 @@
 // Which fused attention kernel runs where the engine needs attention's log-sum-exp (the Untied
 // stages, kept attention, packed documents): the one rule the engine, the validator and the planner read.
-// defines: LseKernelChoice, LseKernel, lse_attention_kernel, cudnn_takes_head_dim, lse_kernel_name
+// defines: LseKernelChoice, LseKernel, lse_attention_kernel, cudnn_takes_head_dim, lse_kernel_name,
+// documents_run_varlen
 #pragma once
 
 #include <cstdint>
@@ -34,11 +35,16 @@ struct LseKernelQuery {
 bool cudnn_takes_head_dim(int64_t head_dim);
 
 /// The rule. CPU: CpuFlash. CUDA fp32: CudaEfficient. CUDA half precision: CudaFlash2 with packed
-/// documents (each segment's call is short; cuDNN's ragged path is not reachable from LibTorch's C++
-/// API in 2.11) or where cuDNN does not take the head dim or the choice is Flash2; else CudaCudnn.
-/// A Cudnn choice the rule cannot honour is refused by validate (cudnn_choice_refusal), never
-/// silently turned into another kernel.
+/// documents (one variable-length call over every segment, documents_run_varlen; cuDNN's ragged
+/// path is not reachable from LibTorch's C++ API in 2.11) or where cuDNN does not take the head dim
+/// or the choice is Flash2; else CudaCudnn. A Cudnn choice the rule cannot honour is refused by
+/// validate (cudnn_choice_refusal), never silently turned into another kernel.
 LseKernel lse_attention_kernel(const LseKernelQuery& q);
+
+/// Packed documents run FlashAttention-2's variable-length kernel, one call over every document
+/// segment of every row (cum_seq_q/k), on CUDA in half precision; elsewhere (the CPU, CUDA fp32)
+/// one kernel call per segment. The engine's dispatch and the planner's buffers follow it.
+bool documents_run_varlen(const LseKernelQuery& q);
 
 /// Why a Cudnn choice cannot run on CUDA in half precision (empty: it can): the rule above.
 const char* cudnn_choice_refusal(const LseKernelQuery& q);

@@ -3,7 +3,9 @@
 // defines: flash_attention_forward, flash_attention_backward
 #include "engine/parallel/flash_attention.h"
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -32,6 +34,8 @@ at::Tensor fold_kv(const at::Tensor& grad, int64_t hk) {
   return grad.view({sz[0], hk, h / hk, sz[2], sz[3]}).sum(2);
 }
 
+constexpr const char* kFlash2Hint = " (set memory.lse_attention_kernel = \"flash2\" to run FlashAttention-2 instead)";
+
 std::string shape_text(const at::Tensor& t) {
   std::ostringstream os;
   os << t.sizes() << " " << t.scalar_type();
@@ -51,12 +55,62 @@ void cudnn_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   } catch (const c10::Error& e) {
     // Called directly, the op skips SDPA's shape checks: cuDNN's graph validation is the refusal.
     throw std::runtime_error("cuDNN's attention refused q " + shape_text(q) + " over k " + shape_text(k) + ": " +
-                             e.what_without_backtrace() +
-                             " (set memory.lse_attention_kernel = \"flash2\" to run FlashAttention-2 instead)");
+                             e.what_without_backtrace() + kFlash2Hint);
   }
   r.lse = r.lse.squeeze(-1);  // [B, h, S] view of [B, h, S, 1]
   r.max_q = max_q.expect_int();
   r.max_k = max_k.expect_int();
+}
+
+/// [B, h, S, hd] (memory [B, S, h, hd] as the kernels write it) as FlashAttention-2's variable-length
+/// layout [B*S, h, hd]: a view where the memory is that order, else a copy.
+at::Tensor tokens_major(const at::Tensor& t) {
+  return t.transpose(1, 2).reshape({t.size(0) * t.size(2), t.size(1), t.size(3)});
+}
+
+/// Packed documents in one FlashAttention-2 variable-length call: every segment of every row is a
+/// sequence of its own over the B*S tokens (cum_seq_q = cum_seq_k: int32 boundaries on q's device).
+FlashResult flash_varlen_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const DocumentSpans& documents) {
+  const int64_t B = q.size(0), h = q.size(1), S = q.size(2), hd = q.size(3);
+  std::vector<int32_t> bounds = {0};
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (const DocumentSegment& seg : document_segments(documents.starts[static_cast<size_t>(b)], S)) {
+      bounds.push_back(static_cast<int32_t>(b * S + seg.begin + seg.length));
+      longest = std::max(longest, seg.length);
+    }
+  if (B * S > std::numeric_limits<int32_t>::max())
+    throw std::invalid_argument("flash_attention_forward: " + std::to_string(B * S) +
+                                " packed tokens exceed the variable-length kernel's int32 offsets");
+  FlashResult r;
+  r.kernel = LseKernel::CudaFlash2;
+  r.varlen = true;
+  r.cum_seq_q = at::tensor(bounds, at::TensorOptions().dtype(at::kInt)).to(q.device());
+  r.cum_seq_k = r.cum_seq_q;
+  r.max_q = r.max_k = longest;
+  at::Tensor out, lse, debug_mask;
+  // out [B*S, h, hd]; lse [h, B*S] fp32; philox_seed/offset: the kernel's rng state and "unused"
+  std::tie(out, lse, r.philox_seed, r.philox_offset, debug_mask) = at::_flash_attention_forward(
+      tokens_major(q), tokens_major(k), tokens_major(v), r.cum_seq_q, r.cum_seq_k, longest, longest,
+      /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false);  // GQA native
+  r.out = out.view({B, S, h, hd}).transpose(1, 2);                          // [B, h, S, hd], memory [B, S, h, hd]
+  r.lse = lse.view({h, B, S}).permute({1, 0, 2});                           // [B, h, S] view of [h, B*S]
+  return r;
+}
+
+std::array<at::Tensor, 3> flash_varlen_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                                                const at::Tensor& v, const FlashResult& saved) {
+  const int64_t B = q.size(0), S = q.size(2);
+  // the kernel reads the LSE as a dense [h, B*S] through a bare pointer: the forward's own tensor
+  // (the [B, h, S] view permuted back), a copy only if a caller handed in another layout
+  const at::Tensor lse = saved.lse.permute({1, 0, 2}).reshape({q.size(1), B * S}).contiguous();
+  auto [dq, dk, dv] = at::_flash_attention_backward(
+      tokens_major(grad_out), tokens_major(q), tokens_major(k), tokens_major(v), tokens_major(saved.out), lse,
+      saved.cum_seq_q, saved.cum_seq_k, saved.max_q, saved.max_k, /*dropout_p=*/0.0, /*is_causal=*/true,
+      saved.philox_seed, saved.philox_offset);  // [B*S, h or hk, hd]
+  auto back = [&](const at::Tensor& t) { return t.view({B, S, t.size(1), t.size(2)}).transpose(1, 2); };
+  return {back(dq), back(dk), back(dv)};
 }
 
 /// One row's positions [begin, begin + length) of an attention tensor [B, h, S, ...]: a view.
@@ -68,12 +122,32 @@ at::Tensor segment_of(const at::Tensor& t, const DocumentRun& run) {
 
 FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const DocumentSpans& documents, LseKernelChoice choice) {
-  if (!documents.any()) return flash_attention_forward(q, k, v, choice);
+  // Masking on (a row per sequence) but no boundary in this batch: one call per row over the
+  // whole sequence, on FlashAttention-2 still, the kernel the planner charges packed documents at
+  if (!documents.any())
+    return flash_attention_forward(q, k, v, documents.starts.empty() ? choice : LseKernelChoice::Flash2);
   const int64_t B = q.size(0), h = q.size(1), S = q.size(2), hd = q.size(3);
   if (static_cast<int64_t>(documents.starts.size()) != B)
     throw std::invalid_argument("flash_attention_forward: " + std::to_string(documents.starts.size()) +
                                 " rows of document starts for a batch of " + std::to_string(B));
+  if (q.size(1) % k.size(1) != 0)
+    throw std::invalid_argument("flash_attention_forward: query heads " + std::to_string(q.size(1)) +
+                                " must be a multiple of KV heads " + std::to_string(k.size(1)));
+  const at::ScalarType dtype = q.scalar_type();
+  if (documents_run_varlen({.cuda = q.is_cuda(),
+                            .half_precision = dtype == at::kBFloat16 || dtype == at::kHalf,
+                            .head_dim = hd,
+                            .packed_documents = true,
+                            .choice = choice})) {
+    FlashResult r = flash_varlen_forward(q, k, v, documents);
+    g_kernels_run.fetch_or(1u << static_cast<int>(r.kernel), std::memory_order_relaxed);
+    return r;
+  }
   FlashResult r;
+  r.kernel = lse_attention_kernel({.cuda = q.is_cuda(),
+                                   .half_precision = false,  // (half precision ran the call above)
+                                   .head_dim = hd,
+                                   .packed_documents = true});    // the segments' kernel, for readers
   r.out = at::empty({B, S, h, hd}, q.options()).transpose(1, 2);  // [B, h, S, hd], memory [B, S, h, hd] as the kernels'
   r.lse = at::empty({B, h, S}, q.options().dtype(at::kFloat));    // [B, h, S] fp32
   for (int64_t b = 0; b < B; ++b) {
@@ -135,6 +209,7 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
 std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
                                                    const at::Tensor& v, const FlashResult& saved) {
   at::Tensor dq, dk, dv;
+  if (saved.varlen) return flash_varlen_backward(grad_out, q, k, v, saved);
   if (!saved.documents.empty()) {
     // Every position lies in exactly one segment of its row: each gradient is written once.
     dq = at::empty_like(q);  // [B, h, S, hd]
@@ -171,10 +246,15 @@ std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, c
     // Memory: a copy of grad_out [B, h, S, hd] only where its layout differs from out's.
     const at::Tensor grad =
         grad_out.strides() == saved.out.strides() ? grad_out : at::empty_like(saved.out).copy_(grad_out);
-    std::tie(dq, dk, dv) = at::_scaled_dot_product_cudnn_attention_backward(
-        grad, q, k, v, saved.out, lse.unsqueeze(-1), saved.philox_seed, saved.philox_offset,
-        /*attn_bias=*/at::Tensor(), saved.cum_seq_q, saved.cum_seq_k, saved.max_q, saved.max_k,
-        /*dropout_p=*/0.0, /*is_causal=*/true);  // GQA native: dk, dv at k's and v's KV heads
+    try {
+      std::tie(dq, dk, dv) = at::_scaled_dot_product_cudnn_attention_backward(
+          grad, q, k, v, saved.out, lse.unsqueeze(-1), saved.philox_seed, saved.philox_offset,
+          /*attn_bias=*/at::Tensor(), saved.cum_seq_q, saved.cum_seq_k, saved.max_q, saved.max_k,
+          /*dropout_p=*/0.0, /*is_causal=*/true);  // GQA native: dk, dv at k's and v's KV heads
+    } catch (const c10::Error& e) {
+      throw std::runtime_error("cuDNN's attention backward refused q " + shape_text(q) + " over k " + shape_text(k) +
+                               ": " + e.what_without_backtrace() + kFlash2Hint);
+    }
     return {dq, dk, dv};
   }
   if (saved.kernel == LseKernel::CudaEfficient) {

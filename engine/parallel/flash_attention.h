@@ -27,6 +27,10 @@ struct FlashResult {
   at::Tensor cum_seq_q, cum_seq_k, philox_seed, philox_offset;  ///< CUDA only
   int64_t max_q = 0, max_k = 0;                                 ///< CUDA flash and cuDNN only
   LseKernel kernel = LseKernel::CpuFlash;                       ///< the kernel that ran (its backward runs the same)
+  /// Packed documents in one FlashAttention-2 variable-length call (documents_run_varlen): the
+  /// kernel's lse is [h, B*S], held in `lse` as its [B, h, S] view; cum_seq_q/k its segment
+  /// boundaries over the B*S tokens (int32), max_q/max_k the longest segment.
+  bool varlen = false;
   /// Packed documents: one kernel call per segment of each row, out and lse written into the
   /// whole tensors above. Empty without documents (one call over the whole sequence).
   std::vector<DocumentRun> documents;
@@ -49,9 +53,11 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
                                     LseKernelChoice choice);
 
 /// The same with packed documents: row b's query at position p attends to the keys of p's segment
-/// only (document_segments of documents.starts[b] over S), one kernel call per segment, so no
-/// score across a boundary is ever computed. Without documents (documents.any() false): the call
-/// above. Memory: the whole out and lse, and one segment's kernel output at a time besides.
+/// only (document_segments of documents.starts[b] over S), so no score across a boundary is ever
+/// computed. CUDA half precision: one FlashAttention-2 variable-length call over every segment
+/// (documents_run_varlen; memory: the whole out and lse, no more). Elsewhere one kernel call per
+/// segment (memory: one segment's kernel output at a time besides). Without documents
+/// (documents.any() false): the call above.
 FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const DocumentSpans& documents, LseKernelChoice choice);
 

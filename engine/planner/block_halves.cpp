@@ -450,7 +450,8 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
   return dn1;  // now the block input's gradient through the attention
 }
 
-/// Under document masking (flash_attention.cpp) the whole output and LSE come first, then each
+/// Under document masking with one call per segment (flash_attention.cpp; not the CUDA
+/// half-precision variable-length call) the whole output and LSE come first, then each
 /// segment's kernel call makes its own output and LSE, copied in and dropped before the next
 /// segment's: the longest segment's are the most alive at once (on the CPU exactly those bytes
 /// above the whole-sequence call at equal kernel blocks, parallel_tests "documents: the planner
@@ -459,7 +460,7 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
 /// (the measurement runs one intra-op thread); CUDA: none beyond those.
 void BlockHalves::flash_forward_transients(bool stage) {
   int segment_out = -1, segment_lse = -1;
-  if (s_.documents) {
+  if (s_.segment_calls) {
     segment_out = alloc("document segment's attention output (before its copy in)",
                         stage ? K::QStageSegment : K::QSegment, C::AttentionWorkspace);
     segment_lse = alloc("document segment's log-sum-exp (before its copy in)",
@@ -478,13 +479,16 @@ void BlockHalves::flash_forward_transients(bool stage) {
 /// them per KV head (softmax_d measured on an H200, 2026-11-27: Llama3-8B's rank 0 held 16 B a
 /// token above the plan in its backward attention, 4 heads x 4 B); PyTorch's CPU kernel takes GQA
 /// natively, accumulates into dq and needs one thread's attn/grad_attn blocks. Under document
-/// masking each segment's call makes its own dq, dk, dv (the longest segment's the largest), copied
-/// into the whole ones; on CUDA the FA-2 buffers stay planned at the whole sequence's size (each
-/// segment's call takes them at its own, smaller: the plan errs high there, by more than the dense
-/// copy of its LSE, [heads, n] fp32, that each segment's CUDA call takes: flash_attention_backward).
+/// masking with one call per segment (the CPU, CUDA fp32) each segment's call makes its own dq, dk,
+/// dv (the longest segment's the largest), copied into the whole ones; CUDA's memory-efficient
+/// kernel's buffers stay planned at the whole sequence's size (each segment's call takes them at
+/// its own, smaller: the plan errs high there, by more than the dense copy of its LSE, [heads, n]
+/// fp32, each call takes). In half precision one FlashAttention-2 variable-length call takes the
+/// whole sequence's buffers and no segment's copies (its dq accumulator and softmax_d pad the B*S
+/// tokens by 128 per segment where the dense kernel pads S to 128: the plan leaves that uncharged).
 FlashBackwardBuffers BlockHalves::flash_backward_buffers(bool stage) {
   FlashBackwardBuffers b;
-  if (s_.documents) {  // flash_attention.cpp: the whole dq/dk/dv first, then each segment's call makes its own
+  if (s_.segment_calls) {  // flash_attention.cpp: the whole dq/dk/dv first, then each segment's call makes its own
     b.segment_dq = alloc("document segment's dq (before its copy in)", stage ? K::QStageSegment : K::QSegment,
                          C::AttentionWorkspace);
     b.segment_dk = alloc("document segment's dk (before its copy in)", stage ? K::KvStageSegment : K::KvSegment,

@@ -151,6 +151,10 @@ struct PlanShapes {
   /// training.document_mask: attention runs one kernel call per document segment of each row
   /// (engine/parallel/flash_attention.cpp), one segment's results beside the whole tensors at a time
   bool documents = false;
+  /// documents run one kernel call per segment (the CPU, CUDA fp32), each segment's results beside
+  /// the whole tensors; false where one variable-length call runs them all (documents_run_varlen,
+  /// engine/layout/attention_kernels.h: CUDA half precision)
+  bool segment_calls = false;
   /// The query length of the longest attention kernel call: S, or under document masking the
   /// longest segment (longest_attention_segment, engine/layout/documents.h: the longest document
   /// of the length profile, at most S; S without a profile)

@@ -47,8 +47,8 @@ struct PhasePlan {
 /// Predicted step time.
 struct StepTimePlan {
   double compute_s = 0;  ///< forward + backward (+ recompute) FLOPs / (peak x each part's efficiency)
-  /// the part of compute_s in the attention kernels (FlashAttention forward, recompute, backward)
-  /// at hardware.attention_efficiency; the rest of compute_s runs at compute_efficiency
+  /// the part of compute_s in the attention kernels (forward, recompute, backward) at
+  /// attention_kernel_efficiency; the rest of compute_s runs at compute_efficiency
   double attention_s = 0;
   /// the attention kernels are the Untied stages' (which need the log-sum-exp)
   bool untied_attention = false;

@@ -205,37 +205,38 @@ constexpr TensorKindRule kTensorKindRules[] = {
      }},
     // Document masking (engine/parallel/flash_attention.cpp): one kernel call per segment of a row,
     // n = kernel_seq tokens at most; its results exist beside the whole output, LSE or gradients
-    // until copied into them. 0 bytes without document masking (the kernel writes the whole ones).
+    // until copied into them. 0 bytes without document masking and on CUDA in half precision, where
+    // one variable-length call writes the whole ones (PlanShapes::segment_calls).
     {KIND(QSegment), "[n, H/P, hd]",
      "document masking: one segment's attention output (forward) or dq (backward) before it is copied "
      "into the whole tensor; n the longest segment",
-     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.hq, s.hd, s.c}) : 0; },
+     [](const PlanShapes& s) { return s.segment_calls ? sat_product({s.kernel_seq, s.hq, s.hd, s.c}) : 0; },
      [](const PlanShapes& s) {
        return printf_string("%s x %lld heads x %lld x %lld B", segment_tokens(s).c_str(), ll(s.hq), ll(s.hd), ll(s.c));
      }},
     {KIND(KvSegment), "[n, max(1, Hkv/P), hd]", "document masking: one segment's dK or dV before it is copied in",
-     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.hkv, s.hd, s.c}) : 0; },
+     [](const PlanShapes& s) { return s.segment_calls ? sat_product({s.kernel_seq, s.hkv, s.hd, s.c}) : 0; },
      [](const PlanShapes& s) {
        return printf_string("%s x %lld KV head%s x %lld x %lld B", segment_tokens(s).c_str(), ll(s.hkv), plural(s.hkv),
                   ll(s.hd), ll(s.c));
      }},
     {KIND(LseSegment), "[H/P, n] fp32", "document masking: one segment's log-sum-exp before it is copied in",
-     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.hq, 4}) : 0; },
+     [](const PlanShapes& s) { return s.segment_calls ? sat_product({s.kernel_seq, s.hq, 4}) : 0; },
      [](const PlanShapes& s) { return printf_string("%lld heads x %s x 4 B", ll(s.hq), segment_tokens(s).c_str()); }},
     {KIND(QStageSegment), "[n, hps/P, hd]", "document masking: one Untied stage's segment output or dq",
-     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.k, s.hd, s.c}) : 0; },
+     [](const PlanShapes& s) { return s.segment_calls ? sat_product({s.kernel_seq, s.k, s.hd, s.c}) : 0; },
      [](const PlanShapes& s) {
        return printf_string("%s x %lld head%s x %lld x %lld B", segment_tokens(s).c_str(), ll(s.k), plural(s.k), ll(s.hd),
                   ll(s.c));
      }},
     {KIND(KvStageSegment), "[n, kvs, hd]", "document masking: one Untied stage's segment dK or dV",
-     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.max_kv_count, s.hd, s.c}) : 0; },
+     [](const PlanShapes& s) { return s.segment_calls ? sat_product({s.kernel_seq, s.max_kv_count, s.hd, s.c}) : 0; },
      [](const PlanShapes& s) {
        return printf_string("%s x %lld KV head%s x %lld x %lld B", segment_tokens(s).c_str(), ll(s.max_kv_count),
                   plural(s.max_kv_count), ll(s.hd), ll(s.c));
      }},
     {KIND(LseStageSegment), "[hps/P, n] fp32", "document masking: one Untied stage's segment log-sum-exp",
-     [](const PlanShapes& s) { return s.documents ? sat_product({s.kernel_seq, s.k, 4}) : 0; },
+     [](const PlanShapes& s) { return s.segment_calls ? sat_product({s.kernel_seq, s.k, 4}) : 0; },
      [](const PlanShapes& s) {
        return printf_string("%lld head%s x %s x 4 B", ll(s.k), plural(s.k), segment_tokens(s).c_str());
      }},

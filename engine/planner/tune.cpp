@@ -23,7 +23,7 @@ constexpr int64_t kStandardAttention = -2;
 enum class Recompute { Off, KeptAttention, Plain };
 
 /// Every [memory] table the tuner tries for `cfg`, the config's own first, each with the
-/// config's attention kernel and, where that is cuDNN's, with FlashAttention-2 too. The validator
+/// config's attention kernel and, where cuDNN's could run, with the other kernel too. The validator
 /// drops the impossible ones (offload without checkpointing), so the loops may offer them.
 std::vector<MemoryConfig> memory_tables(const RunConfig& cfg) {
   std::vector<int64_t> attention = {kStandardAttention, kHeadsPerStageAuto};
@@ -47,14 +47,15 @@ std::vector<MemoryConfig> memory_tables(const RunConfig& cfg) {
               if (m.untied_ulysses) m.heads_per_stage = heads;
               m.offload_optimizer = offload_optimizer;
               out.push_back(m);
-              // The log-sum-exp paths' kernel (engine/layout/attention_kernels.h): where "auto"
-              // gives cuDNN's, FlashAttention-2 is a candidate too (each at its own efficiency)
+              // The log-sum-exp paths' kernel (engine/layout/attention_kernels.h): where cuDNN's
+              // could run, the other kernel is a candidate too (each at its own efficiency)
               if (m.untied_ulysses || m.keep_attention) {
                 RunConfig with_table = cfg;
                 with_table.memory = m;
-                if (lse_attention_kernel(lse_kernel_query(with_table)) == LseKernel::CudaCudnn &&
-                    m.lse_attention_kernel == LseKernelChoice::Auto) {
-                  m.lse_attention_kernel = LseKernelChoice::Flash2;
+                const LseKernelQuery query = lse_kernel_query(with_table);
+                if (query.cuda && query.half_precision && *cudnn_choice_refusal(query) == '\0') {
+                  m.lse_attention_kernel = m.lse_attention_kernel == LseKernelChoice::Flash2 ? LseKernelChoice::Auto
+                                                                                             : LseKernelChoice::Flash2;
                   out.push_back(m);
                 }
               }

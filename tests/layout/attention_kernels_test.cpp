@@ -40,6 +40,16 @@ TEST_CASE("lse kernel rule: CPU flash, fp32 memory-efficient, cuDNN where it tak
   q.packed_documents = true;
   CHECK(lse_attention_kernel(q) == LseKernel::CudaFlash2);
   CHECK(std::string(cudnn_choice_refusal(q)).find("packed documents") != std::string::npos);
+  // ... in one variable-length call on CUDA in half precision; one call per segment elsewhere
+  CHECK(documents_run_varlen(q));
+  q.half_precision = false;
+  CHECK_FALSE(documents_run_varlen(q));
+  q.half_precision = true;
+  q.cuda = false;
+  CHECK_FALSE(documents_run_varlen(q));
+  q.cuda = true;
+  q.packed_documents = false;
+  CHECK_FALSE(documents_run_varlen(q));
 }
 
 TEST_CASE("lse kernel names: plan --json's and the studio's words", "[layout][kernels]") {

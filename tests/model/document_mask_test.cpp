@@ -116,28 +116,39 @@ TEST_CASE("documents: a documents file's first step with document_mask equals it
   remove_tree(path);
 }
 
-/// Each segment of the per-document kernel call against the document's own call, forward and
-/// backward, bit for bit: the same kernel on the same values (device and dtype as given).
-void check_segments_are_own_calls(at::Device device, at::ScalarType dtype) {
+/// Each segment of the per-document kernel call (or, CUDA bf16, of the one variable-length call)
+/// against the document's own call, forward and backward: bit for bit where the same kernel runs
+/// on the same values (the CPU's, CUDA fp32's per segment); within `tolerance` of the largest
+/// element where the variable-length kernel runs instead of the dense one (its own tiling).
+void check_segments_are_own_calls(at::Device device, at::ScalarType dtype, double tolerance = 0.0) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(3);
   auto make = [&](std::vector<int64_t> shape) { return at::randn(shape, gen).to(device, dtype); };
-  const at::Tensor q = make({2, 4, 12, 8}), k = make({2, 2, 12, 8}), v = make({2, 2, 12, 8});
+  // q, k, v in the kernels' memory order [B, S, h, hd], as the engine's projections leave them
+  auto heads_view = [&](int64_t heads) { return make({2, 12, heads, 8}).transpose(1, 2); };
+  const at::Tensor q = heads_view(4), k = heads_view(2), v = heads_view(2);
   const DocumentSpans docs{{{0, 4}, {9}}};
   const FlashResult r = flash_attention_forward(q, k, v, docs, LseKernelChoice::Auto);
-  REQUIRE(r.documents.size() == 4);  // [0, 4), [4, 12); [0, 9), [9, 12)
+  const bool varlen = device.is_cuda() && dtype != at::kFloat;
+  CHECK(r.varlen == varlen);
+  if (!varlen) REQUIRE(r.documents.size() == 4);  // [0, 4), [4, 12); [0, 9), [9, 12)
   const at::Tensor g = make({2, 4, 12, 8});
   auto [dq, dk, dv] = flash_attention_backward(g, q, k, v, r);
-  for (const DocumentRun& run : r.documents) {
-    auto seg = [&](const at::Tensor& t) {
-      return t.narrow(0, run.row, 1).narrow(2, run.begin, run.length).contiguous();
-    };
+  auto same = [&](const at::Tensor& a, const at::Tensor& b) {
+    if (tolerance == 0.0) return at::equal(a, b);
+    const double scale = std::max(b.abs().max().item<double>(), 1e-30);
+    return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() <= tolerance * scale;
+  };
+  const std::vector<std::array<int64_t, 3>> segments = {{0, 0, 4}, {0, 4, 8}, {1, 0, 9}, {1, 9, 3}};
+  for (const auto& [row, begin, length] : segments) {
+    INFO("row " << row << " segment [" << begin << ", " << begin + length << ")");
+    auto seg = [&](const at::Tensor& t) { return t.narrow(0, row, 1).narrow(2, begin, length).contiguous(); };
     const FlashResult own = flash_attention_forward(seg(q), seg(k), seg(v), LseKernelChoice::Flash2);
-    CHECK(at::equal(seg(r.out), own.out.contiguous()));
-    CHECK(at::equal(seg(r.lse), own.lse.narrow(2, 0, run.length).contiguous()));
+    CHECK(same(seg(r.out), own.out.contiguous()));
+    CHECK(same(seg(r.lse), own.lse.narrow(2, 0, length).contiguous()));
     auto [dq1, dk1, dv1] = flash_attention_backward(seg(g), seg(q), seg(k), seg(v), own);
-    CHECK(at::equal(seg(dq), dq1.contiguous()));
-    CHECK(at::equal(seg(dk), dk1.contiguous()));
-    CHECK(at::equal(seg(dv), dv1.contiguous()));
+    CHECK(same(seg(dq), dq1.contiguous()));
+    CHECK(same(seg(dk), dk1.contiguous()));
+    CHECK(same(seg(dv), dv1.contiguous()));
   }
 }
 
@@ -146,6 +157,8 @@ TEST_CASE("documents: the attention kernel per document equals each document's o
 }
 
 TEST_CASE("documents: the CUDA kernels per document equal each document's own call", "[.cuda][documents]") {
-  check_segments_are_own_calls(test_gpu(), at::kBFloat16);  // FlashAttention-2
-  check_segments_are_own_calls(test_gpu(), at::kFloat);     // memory-efficient (its LSE padded)
+  // FlashAttention-2's variable-length call against the dense call per document: the same sums
+  // in another tiling, each output rounded to bf16 once (2^-8 relative), so two roundings apart
+  check_segments_are_own_calls(test_gpu(), at::kBFloat16, 2.0 / 256);
+  check_segments_are_own_calls(test_gpu(), at::kFloat);  // memory-efficient per segment (its LSE padded)
 }

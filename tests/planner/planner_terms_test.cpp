@@ -594,7 +594,8 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   untied.memory.lse_attention_kernel = LseKernelChoice::Auto;
 
   // Kept attention replays the forward's output in the recompute: the kernels run forward and
-  // backward only, as FlashAttention-2 (the kernel that gives the kept LSE); the recompute keeps
+  // backward only, on the kernel that gives the kept LSE (fp32 on a GPU: the memory-efficient
+  // kernel, at untied_attention_efficiency); the recompute keeps
   // its projections and MLP. With the Untied stages it runs no stage at all: their projections
   // (proj, which the backward runs again anyway) leave the recompute too.
   RunConfig kept = cfg;
@@ -700,6 +701,15 @@ TEST_CASE("document masking: the attention backward holds the longest segment's 
       CHECK(planner_detail::make_shapes(masked).kernel_seq == profile.segment);
       CHECK(backward_attention(plan_memory(masked)) - backward_attention(p) ==
             profile.segment * (q_heads + 2 * kv_heads) * hd * c);
+      // bf16 on the GPU: one FlashAttention-2 variable-length call over every segment
+      // (documents_run_varlen) writes the whole tensors: no segment's copies, the same phase peak
+      RunConfig plain16 = plain, masked16 = masked;
+      plain16.training.dtype = masked16.training.dtype = DType::BFloat16;
+      const planner_detail::PlanShapes varlen = planner_detail::make_shapes(masked16);
+      CHECK_FALSE(varlen.segment_calls);
+      CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::QSegment, varlen) == 0);
+      CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::KvStageSegment, varlen) == 0);
+      CHECK(backward_attention(plan_memory(masked16)) == backward_attention(plan_memory(plain16)));
     }
   }
 }
