@@ -34,6 +34,26 @@ at::Tensor fold_kv(const at::Tensor& grad, int64_t hk) {
   return grad.view({sz[0], hk, h / hk, sz[2], sz[3]}).sum(2);
 }
 
+void note_kernel_run(LseKernel kernel) {
+  g_kernels_run.fetch_or(1u << static_cast<int>(kernel), std::memory_order_relaxed);
+}
+
+/// What decides the kernel of a call on q (attention_kernels.h): its device, dtype and head dim.
+LseKernelQuery query_of(const at::Tensor& q, bool packed_documents, LseKernelChoice choice) {
+  const at::ScalarType dtype = q.scalar_type();
+  return {.cuda = q.is_cuda(),
+          .half_precision = dtype == at::kBFloat16 || dtype == at::kHalf,
+          .head_dim = q.size(3),
+          .packed_documents = packed_documents,
+          .choice = choice};
+}
+
+void require_whole_kv_groups(const at::Tensor& q, const at::Tensor& k) {
+  if (q.size(1) % k.size(1) != 0)
+    throw std::invalid_argument("flash_attention_forward: query heads " + std::to_string(q.size(1)) +
+                                " must be a multiple of KV heads " + std::to_string(k.size(1)));
+}
+
 constexpr const char* kFlash2Hint = " (set memory.lse_attention_kernel = \"flash2\" to run FlashAttention-2 instead)";
 
 std::string shape_text(const at::Tensor& t) {
@@ -73,6 +93,9 @@ at::Tensor tokens_major(const at::Tensor& t) {
 FlashResult flash_varlen_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const DocumentSpans& documents) {
   const int64_t B = q.size(0), h = q.size(1), S = q.size(2), hd = q.size(3);
+  if (B * S > std::numeric_limits<int32_t>::max())
+    throw std::invalid_argument("flash_attention_forward: " + std::to_string(B * S) +
+                                " packed tokens exceed the variable-length kernel's int32 offsets");
   std::vector<int32_t> bounds = {0};
   int64_t longest = 0;
   for (int64_t b = 0; b < B; ++b)
@@ -80,9 +103,6 @@ FlashResult flash_varlen_forward(const at::Tensor& q, const at::Tensor& k, const
       bounds.push_back(static_cast<int32_t>(b * S + seg.begin + seg.length));
       longest = std::max(longest, seg.length);
     }
-  if (B * S > std::numeric_limits<int32_t>::max())
-    throw std::invalid_argument("flash_attention_forward: " + std::to_string(B * S) +
-                                " packed tokens exceed the variable-length kernel's int32 offsets");
   FlashResult r;
   r.kernel = LseKernel::CudaFlash2;
   r.varlen = true;
@@ -130,24 +150,15 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
   if (static_cast<int64_t>(documents.starts.size()) != B)
     throw std::invalid_argument("flash_attention_forward: " + std::to_string(documents.starts.size()) +
                                 " rows of document starts for a batch of " + std::to_string(B));
-  if (q.size(1) % k.size(1) != 0)
-    throw std::invalid_argument("flash_attention_forward: query heads " + std::to_string(q.size(1)) +
-                                " must be a multiple of KV heads " + std::to_string(k.size(1)));
-  const at::ScalarType dtype = q.scalar_type();
-  if (documents_run_varlen({.cuda = q.is_cuda(),
-                            .half_precision = dtype == at::kBFloat16 || dtype == at::kHalf,
-                            .head_dim = hd,
-                            .packed_documents = true,
-                            .choice = choice})) {
+  require_whole_kv_groups(q, k);
+  const LseKernelQuery query = query_of(q, /*packed_documents=*/true, choice);
+  if (documents_run_varlen(query)) {
     FlashResult r = flash_varlen_forward(q, k, v, documents);
-    g_kernels_run.fetch_or(1u << static_cast<int>(r.kernel), std::memory_order_relaxed);
+    note_kernel_run(r.kernel);
     return r;
   }
   FlashResult r;
-  r.kernel = lse_attention_kernel({.cuda = q.is_cuda(),
-                                   .half_precision = false,  // (half precision ran the call above)
-                                   .head_dim = hd,
-                                   .packed_documents = true});    // the segments' kernel, for readers
+  r.kernel = lse_attention_kernel(query);                         // the segments' kernel, for readers
   r.out = at::empty({B, S, h, hd}, q.options()).transpose(1, 2);  // [B, h, S, hd], memory [B, S, h, hd] as the kernels'
   r.lse = at::empty({B, h, S}, q.options().dtype(at::kFloat));    // [B, h, S] fp32
   for (int64_t b = 0; b < B; ++b) {
@@ -170,17 +181,10 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
 
 FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     LseKernelChoice choice) {
-  if (q.size(1) % k.size(1) != 0)
-    throw std::invalid_argument("flash_attention_forward: query heads " + std::to_string(q.size(1)) +
-                                " must be a multiple of KV heads " + std::to_string(k.size(1)));
+  require_whole_kv_groups(q, k);
   FlashResult r;
-  const at::ScalarType dtype = q.scalar_type();
-  r.kernel = lse_attention_kernel({.cuda = q.is_cuda(),
-                                   .half_precision = dtype == at::kBFloat16 || dtype == at::kHalf,
-                                   .head_dim = q.size(3),
-                                   .packed_documents = false,
-                                   .choice = choice});
-  g_kernels_run.fetch_or(1u << static_cast<int>(r.kernel), std::memory_order_relaxed);
+  r.kernel = lse_attention_kernel(query_of(q, /*packed_documents=*/false, choice));
+  note_kernel_run(r.kernel);
   if (r.kernel == LseKernel::CpuFlash) {
     std::tie(r.out, r.lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, /*dropout_p=*/0.0,
                                                                              /*is_causal=*/true);

@@ -59,8 +59,9 @@ PlanShapes make_shapes(const RunConfig& cfg) {
     s.attention_pair_fraction = cfg.document_lengths->attention_fraction(cfg.training.seq_len);
   s.documents = cfg.training.document_mask;
   s.kernel_seq = s.documents ? longest_attention_segment(cfg.document_lengths.get(), s.S) : s.S;
-  s.lse_kernel = lse_attention_kernel(lse_kernel_query(cfg));
-  s.segment_calls = s.documents && !documents_run_varlen(lse_kernel_query(cfg));
+  const LseKernelQuery lse_query = lse_kernel_query(cfg);
+  s.lse_kernel = lse_attention_kernel(lse_query);
+  s.segment_calls = s.documents && !documents_run_varlen(lse_query);
   if (s.untied) {
     // The engine's own schedule (engine/layout/heads.h; a config that breaks its rules was refused
     // by validate() and throws here): k query heads per rank per stage, and the widest KV range a
