@@ -460,6 +460,8 @@ void write_tune_candidate_json(JsonWriter& w, const RunConfig& tuned_for, const 
       w.value(v.i);
     else if (spec.kind == KeyKind::Float)
       w.value(v.f);
+    else if (spec.kind == KeyKind::String || spec.kind == KeyKind::Choice)
+      w.value(v.s);  // the word itself ("auto"), not its TOML text ("\"auto\"")
     else
       w.value(v.text);
   }

@@ -52,6 +52,8 @@ TEST_CASE("odyssey tune --json: the choice and the runner-up with their step tim
   CHECK(choice.at("techniques").get<std::string>() != runner_up.at("techniques").get<std::string>());
   // fits without recompute, so it runs none: the changes turn checkpointing off, and only [memory] changes
   CHECK_FALSE(choice.at("memory").at("activation_checkpointing").get<bool>());
+  // a word key is its word, as a preset spells it, not the word's TOML text
+  CHECK(choice.at("memory").at("lse_attention_kernel").get<std::string>() == "auto");
   bool checkpointing_off = false;
   for (const auto& change : choice.at("changes")) {
     const std::string key = change.at("key").get<std::string>();
