@@ -33,7 +33,8 @@ const char* kind_name(KeyKind kind) {
 }
 
 /// The technique registry (kTechniques) as a markdown table, one row a technique in ladder order,
-/// then memory.keep_attention from its schema entry (a key that spends memory for time: no rung).
+/// then memory.keep_attention, memory.keep_attention_blocks and memory.offload_kept_attention from
+/// their schema entries (keys that spend memory for time: no rung).
 std::string techniques_markdown() {
   std::ostringstream os;
   os << "| technique | key | studio label | what it trades | requires | ladder rung | an edit applies | applied in |\n"
@@ -50,6 +51,13 @@ std::string techniques_markdown() {
   if (kept) {
     os << "\n`" << kept->full_name() << "` is a memory key, not a technique of the ladder: it spends memory to save "
        << "time (an edit applies: " << to_string(kept->applies()) << "). " << kept->doc << "\n";
+  }
+  // where and by how many blocks it is kept
+  for (const char* name : {"keep_attention_blocks", "offload_kept_attention"}) {
+    const KeySpec* spec = find_key_spec("memory", name);
+    if (spec)
+      os << "\n`" << spec->full_name() << "` says how it keeps (an edit applies: " << to_string(spec->applies())
+         << "). " << spec->doc << "\n";
   }
   return os.str();
 }

@@ -345,6 +345,13 @@ void draw_memory(AppState& state) {
                "Keeps each block's attention output and log-sum-exp, so the recompute runs no attention "
                "forward (about a third of attention's time at long context); costs one [tokens, q_dim] "
                "and its LSE per block.");
+    if (t.id == TechniqueId::Checkpointing && c.memory.keep_attention)  // 0: every block
+      input_i64(state, "    Blocks keeping it", "memory.keep_attention_blocks", &c.memory.keep_attention_blocks, 1);
+    if (t.id == TechniqueId::Offload && c.memory.keep_attention)
+      checkbox(state, "  Kept attention too", "memory.offload_kept_attention", &c.memory.offload_kept_attention,
+               "Sends each block's kept attention output and log-sum-exp to host memory beside its input: "
+               "the device holds two blocks' worth instead of every block's; costs host memory and PCIe "
+               "copies that overlap compute.");
     if (t.id == TechniqueId::TiledMlp && c.memory.tiled_mlp) draw_mlp_tile(state, c);
     if (t.id == TechniqueId::TiledLoss && c.memory.tiled_loss)
       input_i64(state, "  Loss tile tokens", "memory.loss_tile_tokens", &c.memory.loss_tile_tokens, 64);

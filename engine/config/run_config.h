@@ -146,6 +146,13 @@ struct MemoryConfig {
   /// under activation checkpointing: keep each block's attention output and log-sum-exp from its
   /// forward, so the recompute runs no attention kernel (one [tokens, q_dim] + LSE per block)
   bool keep_attention = false;
+  /// with keep_attention: how many blocks keep theirs, the top ones (their backward runs first);
+  /// the others recompute their attention. 0 = every block (kept_attention_blocks, engine/layout/planned_buffers.h)
+  int64_t keep_attention_blocks = 0;
+  /// with keep_attention and offload_activations: what the keeping blocks but the last keep goes
+  /// to host memory beside the block inputs and comes back one block ahead of their backward
+  /// (kept_attention_offloaded_blocks, engine/layout/planned_buffers.h)
+  bool offload_kept_attention = false;
   /// the CUDA kernel of the paths that need attention's log-sum-exp (the Untied stages, kept
   /// attention) in fp16/bf16: auto (cuDNN's where it takes the shape), cudnn or flash2
   /// (engine/layout/attention_kernels.h)

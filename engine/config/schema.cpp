@@ -426,6 +426,14 @@ std::vector<KeySpec> make_schema() {
       "memory", memory.keep_attention, "keep_attention",
       "With checkpointing, keep each block's attention output and log-sum-exp, so backward recomputes the projections, "
       "norms and MLP but runs no attention forward again; costs one [tokens, q_dim] and its LSE per block."));
+  s.push_back(ODY_INT("memory", memory.keep_attention_blocks, "keep_attention_blocks",
+                      "With keep_attention, how many blocks keep theirs: the top ones, whose backward runs first; "
+                      "the others recompute their attention. 0 = every block.",
+                      between(0, 1024)));
+  s.push_back(ODY_BOOL(
+      "memory", memory.offload_kept_attention, "offload_kept_attention",
+      "With keep_attention and offload_activations, send the kept attention output and log-sum-exp of each keeping "
+      "block but the last to host memory beside its input; it comes back one block ahead of its backward."));
   s.push_back(enum_key<LseKernelChoice>(
       "memory", "lse_attention_kernel",
       "The CUDA kernel of the paths that need attention's log-sum-exp (Untied stages, kept attention) in bfloat16: "

@@ -87,7 +87,13 @@ std::string describe_techniques(const RunConfig& cfg, bool memory_only, const Me
     if (!technique_on(cfg, t.id)) continue;
     out += (out.empty() ? "" : ", ") + technique_summary(cfg, t.id, planned);
     // kept attention is part of checkpointing (no ladder rung of its own: it spends memory)
-    if (t.id == TechniqueId::Checkpointing && cfg.memory.keep_attention) out += " (attention kept)";
+    if (t.id == TechniqueId::Checkpointing && cfg.memory.keep_attention) {
+      const MemoryConfig& m = cfg.memory;
+      const bool some = m.keep_attention_blocks > 0 && m.keep_attention_blocks < cfg.model.n_layers;
+      out += std::string(" (attention kept") +
+             (some ? " in the top " + std::to_string(m.keep_attention_blocks) + " blocks" : std::string()) +
+             (m.offload_kept_attention && m.offload_activations ? " on the host" : "") + ")";
+    }
   }
   // a kernel pinned for the paths that need the log-sum-exp, where the pin decides what runs: on
   // CUDA in half precision without packed documents (engine/layout/attention_kernels.h)

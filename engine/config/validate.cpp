@@ -145,6 +145,20 @@ void check_memory(const RunConfig& cfg, Checker& c) {
     c.fail("memory.keep_attention", "needs memory.activation_checkpointing = true",
            "it keeps what the checkpointed recompute would run again; without checkpointing backward runs "
            "no recompute: turn checkpointing on or keep_attention off");
+  if (mem.keep_attention_blocks != 0 && !mem.keep_attention)
+    c.fail("memory.keep_attention_blocks", "needs memory.keep_attention = true",
+           "it says how many blocks keep their attention: turn keep_attention on, or set it to 0");
+  else if (c.in_range({"memory.keep_attention_blocks", "model.n_layers"}) &&
+           mem.keep_attention_blocks > cfg.model.n_layers)
+    c.fail("memory.keep_attention_blocks",
+           "at most model.n_layers (" + std::to_string(cfg.model.n_layers) + ") blocks can keep their attention",
+           "use " + std::to_string(cfg.model.n_layers) + " or 0 (every block)");
+  if (mem.offload_kept_attention && !(mem.keep_attention && mem.offload_activations))
+    c.fail("memory.offload_kept_attention",
+           std::string("needs memory.keep_attention = true and memory.offload_activations = true (") +
+               (mem.keep_attention ? "offload_activations" : "keep_attention") + " is false)",
+           "it sends the kept attention to the host beside the offloaded block inputs: turn both on, or "
+           "offload_kept_attention off");
   const LseKernelQuery query = lse_kernel_query(cfg);
   if (mem.lse_attention_kernel == LseKernelChoice::Cudnn && query.cuda) {
     // the CPU path runs its own flash kernel whatever the key says; a CUDA run must get cuDNN's

@@ -58,6 +58,10 @@ const char* planned_buffer_name(PlannedBuffer buffer) {
       return "offload host copy";
     case PlannedBuffer::OffloadPrefetchSlot:
       return "offload device slot";
+    case PlannedBuffer::KeptAttentionHostCopy:
+      return "kept attention host copy";
+    case PlannedBuffer::KeptAttentionSlot:
+      return "kept attention device slot";
     case PlannedBuffer::Count:
       break;
   }
@@ -109,6 +113,37 @@ OffloadedBlocks offloaded_blocks(int64_t n_layers) {
   b.n_layers = n_layers;
   b.count = n_layers > 2 ? n_layers - 2 : 0;
   return b;
+}
+
+KeptAttentionBlocks kept_attention_blocks(int64_t n_layers, int64_t keep_attention_blocks) {
+  KeptAttentionBlocks k;
+  k.n_layers = std::max<int64_t>(0, n_layers);
+  const int64_t keeping = keep_attention_blocks <= 0 ? k.n_layers : std::min(keep_attention_blocks, k.n_layers);
+  k.first = k.n_layers - keeping;
+  return k;
+}
+
+OffloadedBlocks kept_attention_offloaded_blocks(int64_t n_layers, int64_t keep_attention_blocks) {
+  const KeptAttentionBlocks keeping = kept_attention_blocks(n_layers, keep_attention_blocks);
+  OffloadedBlocks b;
+  b.n_layers = n_layers;
+  b.first = keeping.first;
+  b.count = std::max<int64_t>(0, keeping.count() - 1);
+  return b;
+}
+
+int64_t KeptAttentionPayload::offset(int64_t index) const {
+  auto aligned = [](int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; };
+  if (index <= 0) return 0;
+  return aligned(out_bytes) + (index - 1) * aligned(lse_bytes);
+}
+
+KeptAttentionPayload kept_attention_payload(int64_t out_bytes, int64_t lse_bytes, int64_t lse_parts) {
+  KeptAttentionPayload p;
+  p.out_bytes = out_bytes;
+  p.lse_bytes = lse_bytes;
+  p.lse_parts = lse_parts;
+  return p;
 }
 
 }  // namespace odyssey

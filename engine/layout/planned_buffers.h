@@ -2,7 +2,8 @@
 // the flat parameter groups' shard layout: defined once, for the engine, the planner and the test.
 // defines: PlannedBuffer, kPlannedBufferCount, planned_buffer_name, ParamGroupKind, group_buffer,
 //          FlatShardLayout, flat_shard_layout, keeps_gathered_copy, OffloadedBlocks, offloaded_blocks,
-//          BlasWorkspaces
+//          KeptAttentionBlocks, kept_attention_blocks, kept_attention_offloaded_blocks,
+//          KeptAttentionPayload, kept_attention_payload, BlasWorkspaces
 //
 // No LibTorch. The engine notes each buffer it allocates under its tag (engine/telemetry/
 // planned_buffer_log.h); the planner answers planned_buffer_bytes(cfg, tag) from the TensorKind its
@@ -50,6 +51,10 @@ enum class PlannedBuffer : uint8_t {
   // Activation offload (engine/memory/offload.cpp)
   OffloadSlot,          ///< [B, s, d] host: one checkpointed block input                  (OffloadedInput)
   OffloadPrefetchSlot,  ///< [B, s, d] device: one of the two slots inputs come back into (Hidden)
+  // Kept attention offloaded with the block inputs (memory.offload_kept_attention): one block's
+  // kept output and log-sum-exp packed into bytes (KeptAttentionPayload)
+  KeptAttentionHostCopy,  ///< [payload] uint8 host: one block's kept attention   (OffloadedKeptAttention)
+  KeptAttentionSlot,  ///< [payload] uint8 device: packed for the copy, or one of the two slots it comes back into (KeptAttentionPayload)
   Count
 };
 constexpr int kPlannedBufferCount = static_cast<int>(PlannedBuffer::Count);
@@ -96,9 +101,43 @@ struct OffloadedBlocks {
   int64_t count = 0;  ///< blocks first..first+count-1 (the CUDA slab's regions)
   bool holds(int64_t layer) const { return layer >= first && layer < first + count; }
   /// Block `layer`'s input is recomputed from the token ids instead of offloaded.
-  bool embeds(int64_t layer) const { return layer == 0 && n_layers > 1; }
+  bool embeds(int64_t layer) const { return layer == 0 && first == 1 && n_layers > 1; }
 };
 OffloadedBlocks offloaded_blocks(int64_t n_layers);
+
+/// Kept attention (memory.keep_attention): which blocks keep their attention output and
+/// log-sum-exp, the top `memory.keep_attention_blocks` (0: every block). The top ones because their
+/// backward runs first: what they keep is freed first. The others recompute their attention.
+struct KeptAttentionBlocks {
+  int64_t n_layers = 0;
+  int64_t first = 0;  ///< the lowest block that keeps
+  bool keeps(int64_t layer) const { return layer >= first && layer < n_layers; }
+  int64_t count() const { return n_layers - first; }
+};
+KeptAttentionBlocks kept_attention_blocks(int64_t n_layers, int64_t keep_attention_blocks);
+
+/// Kept attention offloaded beside the inputs (memory.offload_kept_attention): the keeping blocks
+/// but the last send what they keep to the host; the last block's stays on the device (its
+/// backward comes first). Block 0 is offloaded too when it keeps: unlike its input, its attention
+/// cannot be looked up again.
+OffloadedBlocks kept_attention_offloaded_blocks(int64_t n_layers, int64_t keep_attention_blocks);
+
+/// How one block's kept attention travels to the host and back as one byte buffer: the output
+/// first, then each log-sum-exp part (one per Untied stage, or one), each part starting at a
+/// multiple of kAlignment bytes (memory: one copy per block each way, and every part's pointer
+/// aligned as cuDNN's and FlashAttention's kernels read it). Pure arithmetic: the engine packs by
+/// it (pack_kept_attention, engine/parallel/kept_attention.h), the planner charges its bytes.
+struct KeptAttentionPayload {
+  static constexpr int64_t kAlignment = 256;
+  int64_t out_bytes = 0;  ///< the kept output, [B, h, S, hd] or Untied's [B, s, H*hd], compute dtype
+  int64_t lse_bytes = 0;  ///< one log-sum-exp part, [B, k, S] fp32
+  int64_t lse_parts = 0;  ///< how many (the Untied stages; 1 for standard attention)
+  /// Where part `index` starts: 0 the output, 1.. the log-sum-exp parts.
+  int64_t offset(int64_t index) const;
+  /// The whole buffer: the end of the last part.
+  int64_t bytes() const { return offset(lse_parts + 1); }
+};
+KeptAttentionPayload kept_attention_payload(int64_t out_bytes, int64_t lse_bytes, int64_t lse_parts);
 
 /// cuBLAS's workspaces on a CUDA rank. LibTorch gives each (cuBLAS handle, stream) pair one
 /// workspace from the caching allocator, which cuBLASLt shares, and keeps it for the process's

@@ -11,11 +11,13 @@
 
 namespace odyssey {
 
-DeviceSpan offload_copy_span(int64_t layer, bool to_host, int64_t bytes) {
+DeviceSpan offload_copy_span(OffloadedKind kind, int64_t layer, bool to_host, int64_t bytes) {
+  const bool inputs = kind == OffloadedKind::BlockInputs;
+  const std::string direction = to_host ? "d2h" : "h2d";
   DeviceSpan span;
-  span.name = std::string(to_host ? "d2h" : "h2d") + " block." + std::to_string(layer);
+  span.name = direction + (inputs ? " block." : " attention.") + std::to_string(layer);
   span.category = "copy";
-  span.track = to_host ? "offload d2h" : "offload h2d";
+  span.track = (inputs ? "offload " : "kept attention ") + direction;
   span.bytes = bytes;
   return span;
 }
@@ -23,10 +25,10 @@ DeviceSpan offload_copy_span(int64_t layer, bool to_host, int64_t bytes) {
 namespace {
 
 /// The CPU's copies are synchronous on the rank thread: timed on the host clock from t_begin_s.
-void note_host_copy(int64_t layer, bool to_host, int64_t bytes, double t_begin_s) {
+void note_host_copy(OffloadedKind kind, int64_t layer, bool to_host, int64_t bytes, double t_begin_s) {
   PhaseRecorder* recorder = PhaseRecorder::current();
   if (recorder == nullptr) return;
-  DeviceSpan span = offload_copy_span(layer, to_host, bytes);
+  DeviceSpan span = offload_copy_span(kind, layer, to_host, bytes);
   span.t_begin_s = t_begin_s;
   span.t_end_s = telemetry_now_s();
   recorder->add_host_span(std::move(span));
@@ -37,16 +39,19 @@ void note_host_copy(int64_t layer, bool to_host, int64_t bytes, double t_begin_s
 /// copied back into its slot.
 class HostCloneTransport final : public OffloadTransport {
  public:
+  explicit HostCloneTransport(OffloadedKind kind) : kind_(kind) {}
   void start_step(const OffloadedBlocks&, int64_t) override {}
   void offload(int64_t layer, const at::Tensor& x) override {
     const double t_begin = telemetry_now_s();
     {
       PoolScope pool(MemPool::Host);
       CategoryScope category(MemCategory::Offloaded);
-      host_[layer] = x.detach().clone();  // [B, s, d] host
+      host_[layer] = x.detach().clone();  // [B, s, d] host (kept attention: [payload] uint8)
     }
-    note_host_copy(layer, /*to_host=*/true, static_cast<int64_t>(x.nbytes()), t_begin);
-    note_planned_buffer(PlannedBuffer::OffloadSlot, host_[layer]);
+    note_host_copy(kind_, layer, /*to_host=*/true, static_cast<int64_t>(x.nbytes()), t_begin);
+    note_planned_buffer(
+        kind_ == OffloadedKind::BlockInputs ? PlannedBuffer::OffloadSlot : PlannedBuffer::KeptAttentionHostCopy,
+        host_[layer]);
   }
   void prefetch(int64_t layer, const at::Tensor& slot) override {
     auto it = host_.find(layer);
@@ -55,7 +60,7 @@ class HostCloneTransport final : public OffloadTransport {
     at::NoGradGuard no_grad;
     const double t_begin = telemetry_now_s();
     at::Tensor(slot).copy_(it->second);
-    note_host_copy(layer, /*to_host=*/false, static_cast<int64_t>(it->second.nbytes()), t_begin);
+    note_host_copy(kind_, layer, /*to_host=*/false, static_cast<int64_t>(it->second.nbytes()), t_begin);
     host_.erase(it);  // memory: the host copy is not needed once the device has it
   }
   void fence_copy(int64_t) override {}  // the clone is done: nothing reads x any more
@@ -69,17 +74,20 @@ class HostCloneTransport final : public OffloadTransport {
   }
 
  private:
+  OffloadedKind kind_;
   std::map<int64_t, at::Tensor> host_;
 };
 
 }  // namespace
 
-std::unique_ptr<OffloadTransport> make_host_clone_transport() { return std::make_unique<HostCloneTransport>(); }
+std::unique_ptr<OffloadTransport> make_host_clone_transport(OffloadedKind kind) {
+  return std::make_unique<HostCloneTransport>(kind);
+}
 
-OffloadStore::OffloadStore(at::Device device) : device_(device) {}
+OffloadStore::OffloadStore(at::Device device, OffloadedKind kind) : device_(device), kind_(kind) {}
 
-OffloadStore::OffloadStore(at::Device device, std::unique_ptr<OffloadTransport> transport)
-    : device_(device), transport_(std::move(transport)) {}
+OffloadStore::OffloadStore(at::Device device, std::unique_ptr<OffloadTransport> transport, OffloadedKind kind)
+    : device_(device), kind_(kind), transport_(std::move(transport)) {}
 
 OffloadStore::~OffloadStore() {
   try {
@@ -93,15 +101,15 @@ void OffloadStore::set_transport(std::unique_ptr<OffloadTransport> transport) {
   transport_ = std::move(transport);
 }
 
-void OffloadStore::start_step(int64_t n_layers, at::IntArrayRef input_sizes, at::ScalarType dtype) {
+void OffloadStore::start_step(const OffloadedBlocks& blocks, at::IntArrayRef input_sizes, at::ScalarType dtype) {
   if (!offloaded_.empty() || slots_[0].defined() || slots_[1].defined()) clear();  // a step left half-way
   if (!transport_)  // made at the first step that offloads: a run without offload never needs one
-    transport_ = device_.is_cuda() ? make_cuda_transport(device_) : make_host_clone_transport();
+    transport_ = device_.is_cuda() ? make_cuda_transport(device_, kind_) : make_host_clone_transport(kind_);
   input_sizes_.assign(input_sizes.begin(), input_sizes.end());
   dtype_ = dtype;
   int64_t bytes = static_cast<int64_t>(c10::elementSize(dtype));
   for (int64_t n : input_sizes_) bytes *= n;
-  transport_->start_step(offloaded_blocks(n_layers), bytes);
+  transport_->start_step(blocks, bytes);
 }
 
 void OffloadStore::put(int64_t layer, const at::Tensor& x) {
@@ -132,7 +140,9 @@ void OffloadStore::prefetch(int64_t layer) {
     PoolScope pool(MemPool::Device);
     CategoryScope category(MemCategory::SavedActivations);
     memory = at::empty(input_sizes_, at::TensorOptions().dtype(dtype_).device(device_));  // [B, s, d]
-    note_planned_buffer(PlannedBuffer::OffloadPrefetchSlot, memory);
+    note_planned_buffer(
+        kind_ == OffloadedKind::BlockInputs ? PlannedBuffer::OffloadPrefetchSlot : PlannedBuffer::KeptAttentionSlot,
+        memory);
   }
   transport_->prefetch(layer, memory);
   it->second = true;
@@ -168,6 +178,7 @@ void OffloadStore::clear() {
   offloaded_.clear();
   rotation_.reset();
   for (at::Tensor& s : slots_) s = at::Tensor();
+  if (kind_ == OffloadedKind::KeptAttention) input_sizes_.clear();  // sized again by the next step's first put
 }
 
 int64_t OffloadStore::host_bytes() const { return transport_ ? transport_->host_bytes() : 0; }

@@ -1,7 +1,7 @@
-// Offload of checkpointed block inputs to the host: put() after a block's forward, take() before
-// its recompute (while the block below is prefetched), release() when its backward is done.
-// defines: OffloadTransport, OffloadStore, make_host_clone_transport, make_cuda_transport,
-// offload_copy_span
+// Offload of checkpointed block inputs (and of kept attention) to the host: put() after a block's
+// forward, take() before its recompute (while the block below is prefetched), release() when its
+// backward is done. defines: OffloadedKind, OffloadTransport, OffloadStore,
+// make_host_clone_transport, make_cuda_transport, offload_copy_span
 #pragma once
 
 #include <array>
@@ -19,9 +19,16 @@ namespace odyssey {
 
 struct DeviceSpan;
 
-/// The trace's span of one offload copy (category "copy", track "offload d2h" or "offload h2d",
-/// named "d2h block.N" / "h2d block.N"), untimed: each transport times it on its own clock.
-DeviceSpan offload_copy_span(int64_t layer, bool to_host, int64_t bytes);
+/// What a store carries to the host.
+///   BlockInputs:   the checkpointed block inputs [B, s, d] of offloaded_blocks (memory.offload_activations).
+///   KeptAttention: each block's kept attention packed into bytes (KeptAttentionPayload) of
+///                  kept_attention_offloaded_blocks (memory.offload_kept_attention).
+enum class OffloadedKind : uint8_t { BlockInputs, KeptAttention };
+
+/// The trace's span of one offload copy (category "copy"), untimed: each transport times it on
+/// its own clock. Block inputs: track "offload d2h" / "offload h2d", named "d2h block.N" /
+/// "h2d block.N". Kept attention: track "kept attention d2h" / "... h2d", named "d2h attention.N".
+DeviceSpan offload_copy_span(OffloadedKind kind, int64_t layer, bool to_host, int64_t bytes);
 
 /// How the bytes of the offloaded inputs move between the device and the host. The store decides
 /// when (the schedule and the two device slots); a transport only copies.
@@ -55,12 +62,14 @@ class OffloadTransport {
 };
 
 /// The CPU transport: each offload is a clone in the host pool, freed once prefetched.
-std::unique_ptr<OffloadTransport> make_host_clone_transport();
-/// The CUDA transport on `device` (kernels::PinnedSlab + kernels::OffloadEngine); throws
-/// std::runtime_error on a build without the CUDA kernels.
-std::unique_ptr<OffloadTransport> make_cuda_transport(at::Device device);
+std::unique_ptr<OffloadTransport> make_host_clone_transport(OffloadedKind kind = OffloadedKind::BlockInputs);
+/// The CUDA transport on `device` (kernels::PinnedSlab + kernels::OffloadEngine, one slab and one
+/// pair of copy streams per store); throws std::runtime_error on a build without the CUDA kernels.
+std::unique_ptr<OffloadTransport> make_cuda_transport(at::Device device,
+                                                      OffloadedKind kind = OffloadedKind::BlockInputs);
 
-/// The offloaded inputs of one step, keyed by layer, and the two device slots that bring them back
+/// The offloaded inputs (or kept attention payloads) of one step, keyed by layer, and the two
+/// device slots that bring them back
 /// (kernels::SlotRotation: block i uses slot i % 2, so block i-1 is prefetched into the other slot
 /// while block i recomputes). Memory: a slot is allocated at the first prefetch that needs it and
 /// freed when no offloaded block is left to use it, so during the backward of block i the device
@@ -69,9 +78,10 @@ class OffloadStore {
  public:
   /// The host-clone transport on CPU devices, the pinned-slab transport on CUDA (made at the first
   /// start_step: a run without offload never pins anything).
-  explicit OffloadStore(at::Device device);
+  explicit OffloadStore(at::Device device, OffloadedKind kind = OffloadedKind::BlockInputs);
   /// A given transport (tests).
-  OffloadStore(at::Device device, std::unique_ptr<OffloadTransport> transport);
+  OffloadStore(at::Device device, std::unique_ptr<OffloadTransport> transport,
+               OffloadedKind kind = OffloadedKind::BlockInputs);
   ~OffloadStore();
   OffloadStore(const OffloadStore&) = delete;
   OffloadStore& operator=(const OffloadStore&) = delete;
@@ -79,9 +89,11 @@ class OffloadStore {
   /// Replaces the transport (tests: a recording one); only between steps.
   void set_transport(std::unique_ptr<OffloadTransport> transport);
 
-  /// A step with offload starts: n_layers blocks whose inputs are [input_sizes] of `dtype`, of
-  /// which offloaded_blocks(n_layers) go to the host (drops what a previous step left).
-  void start_step(int64_t n_layers, at::IntArrayRef input_sizes, at::ScalarType dtype);
+  /// A step with offload starts: the inputs of `blocks` (offloaded_blocks, or
+  /// kept_attention_offloaded_blocks) go to the host, each [input_sizes] of `dtype` (drops what a
+  /// previous step left). Kept attention: [payload bytes] uint8, sized at the first block's put
+  /// (its bytes are known then).
+  void start_step(const OffloadedBlocks& blocks, at::IntArrayRef input_sizes, at::ScalarType dtype);
   /// Starts copying x [B, s, d] to the host. The caller drops its device reference; the store
   /// keeps x until release_copied_input(), which the next block's forward calls after its
   /// attention.
@@ -104,6 +116,9 @@ class OffloadStore {
 
   /// `layer`'s input is on the host (put and not yet taken).
   bool holds(int64_t layer) const { return offloaded_.count(layer) > 0; }
+  /// Whether start_step has sized this step (kept attention: at the first put of a step).
+  bool started() const { return !input_sizes_.empty(); }
+  OffloadedKind kind() const { return kind_; }
   /// Drops everything, after waiting for copies in flight (end of step, or after a failed step).
   void clear();
   /// Bytes in the host pool (CUDA: the whole slab) / in the device slots.
@@ -114,6 +129,7 @@ class OffloadStore {
 
  private:
   at::Device device_;
+  OffloadedKind kind_;
   std::unique_ptr<OffloadTransport> transport_;
   std::vector<int64_t> input_sizes_;  ///< [B, s, d] of this step's inputs
   at::ScalarType dtype_ = at::kFloat;

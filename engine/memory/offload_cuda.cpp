@@ -30,7 +30,7 @@ namespace {
 /// engine's CopyObserver), on the clock of the rank's phases (PhaseRecorder::mark_stream).
 class CudaTransport final : public OffloadTransport, private kernels::CopyObserver {
  public:
-  explicit CudaTransport(at::Device device) : device_(device) {}
+  CudaTransport(at::Device device, OffloadedKind kind) : device_(device), kind_(kind) {}
   ~CudaTransport() override { drop_slab(); }
 
   void start_step(const OffloadedBlocks& blocks, int64_t input_bytes) override {
@@ -44,9 +44,12 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
     try {
       slab_ = std::make_unique<kernels::PinnedSlab>(std::move(layout));
     } catch (const kernels::KernelError& e) {
+      const bool inputs = kind_ == OffloadedKind::BlockInputs;
       throw std::runtime_error("offload: cannot pin host memory for " + std::to_string(blocks.count) +
-                               " block inputs of " + std::to_string(input_bytes) + " bytes (" + e.what() +
-                               "); turn memory.offload_activations off or give the node more host memory");
+                               (inputs ? " block inputs of " : " blocks' kept attention of ") +
+                               std::to_string(input_bytes) + " bytes (" + e.what() + "); turn " +
+                               (inputs ? "memory.offload_activations" : "memory.offload_kept_attention") +
+                               " off or give the node more host memory");
     }
     // the engine's blocks are the slab's regions: region r holds block first + r; its last
     // "block" (count) is the one that stays on the device
@@ -97,7 +100,7 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
   void after_copy(cudaStream_t stream, int64_t block, bool to_host, size_t bytes) override {
     PhaseRecorder* recorder = PhaseRecorder::current();
     if (recorder == nullptr || copy_begin_ < 0) return;
-    recorder->add_device_span(offload_copy_span(block + blocks_.first, to_host, static_cast<int64_t>(bytes)),
+    recorder->add_device_span(offload_copy_span(kind_, block + blocks_.first, to_host, static_cast<int64_t>(bytes)),
                               copy_begin_, recorder->mark_stream(stream));
   }
   cudaStream_t compute_stream() const { return c10::cuda::getCurrentCUDAStream(device_.index()).stream(); }
@@ -125,6 +128,7 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
     charged_ = 0;
   }
   at::Device device_;
+  OffloadedKind kind_;
   std::unique_ptr<kernels::PinnedSlab> slab_;
   std::unique_ptr<kernels::OffloadEngine> engine_;
   OffloadedBlocks blocks_;
@@ -135,13 +139,13 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
 
 }  // namespace
 
-std::unique_ptr<OffloadTransport> make_cuda_transport(at::Device device) {
-  return std::make_unique<CudaTransport>(device);
+std::unique_ptr<OffloadTransport> make_cuda_transport(at::Device device, OffloadedKind kind) {
+  return std::make_unique<CudaTransport>(device, kind);
 }
 
 #else
 
-std::unique_ptr<OffloadTransport> make_cuda_transport(at::Device device) {
+std::unique_ptr<OffloadTransport> make_cuda_transport(at::Device device, OffloadedKind) {
   throw std::runtime_error("offload: " + device.str() +
                            " needs the CUDA kernels (pinned slab, copy streams), which this build does not link");
 }

@@ -102,6 +102,7 @@ BlockGraph run_block(const at::Tensor& x, const FlatParamGroup& group, const Ste
     // Memory: the block input offloaded last (the previous block's) is freed once this attention
     // is queued, its copy to the host having overlapped it (OffloadStore::put); no-op otherwise.
     if (rt.offload != nullptr) rt.offload->release_copied_input();
+    if (rt.kept_offload != nullptr) rt.kept_offload->release_copied_input();  // the same for kept attention
   }
   {
     std::optional<EnginePhase> phase;
@@ -147,6 +148,21 @@ RngState load_rng(AutogradContext* ctx, at::Device device) {
 }
 
 std::vector<at::Tensor> tensor_list(const c10::IValue& v) { return v.toTensorVector(); }
+
+/// memory.keep_attention: `layer`'s kept-attention slot, or null where it keeps nothing (no kept
+/// attention, or a block below the top memory.keep_attention_blocks: it recomputes its attention).
+KeptAttention* kept_slot(StepRuntime& rt, int64_t layer) {
+  if (rt.kept_attention.empty()) return nullptr;
+  const auto n_layers = static_cast<int64_t>(rt.kept_attention.size());
+  return kept_attention_blocks(n_layers, rt.stack->memory.keep_attention_blocks).keeps(layer)
+             ? &rt.kept_attention.at(layer)
+             : nullptr;
+}
+
+/// memory.offload_kept_attention: the blocks whose kept attention goes to the host.
+OffloadedBlocks kept_blocks_on_host(const StepRuntime& rt, int64_t n_layers) {
+  return kept_attention_offloaded_blocks(n_layers, rt.stack->memory.keep_attention_blocks);
+}
 
 /// The two branch roots of a block kept between its forward and backward without a graph
 /// checkpoint (their gradient edges keep the graphs alive; no tensor is held for them).
@@ -216,15 +232,27 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
   if (checkpointing) {
     save_rng(ctx, capture_rng_state(x.device()));
     // memory.keep_attention: the attention's output and LSE outlive the block (kept_attention.h)
-    KeptAttention* kept = rt->kept_attention.empty() ? nullptr : &rt->kept_attention.at(layer);
+    KeptAttention* kept = kept_slot(*rt, layer);
     {
       at::NoGradGuard no_grad;  // nothing inside the block is saved (but what kept_attention keeps)
       std::optional<KeptAttentionScope> keeping;
       if (kept) keeping.emplace(kept, KeptAttentionScope::Mode::Keep);
       y = run_block(x, group, *rt, prefix, /*keep_graph=*/false).y;
     }
-    if (kept)  // what the block keeps for its backward beside its input
+    if (kept && rt->kept_offload && kept_blocks_on_host(*rt, n_layers).holds(layer)) {
+      // memory.offload_kept_attention: packed into one buffer and sent to the host beside the
+      // input; the device copy lives until the next block's attention is queued (OffloadStore::put)
+      at::Tensor payload;
+      {
+        CategoryScope category(MemCategory::SavedActivations);
+        payload = pack_kept_attention(*kept);  // [payload] uint8
+      }
+      if (!rt->kept_offload->started())
+        rt->kept_offload->start_step(kept_blocks_on_host(*rt, n_layers), {payload.numel()}, at::kByte);
+      rt->kept_offload->put(layer, payload);
+    } else if (kept) {  // what the block keeps for its backward beside its input
       for (const at::Tensor& t : kept->tensors()) retag_tensor(t, MemCategory::SavedActivations);
+    }
     const OffloadedBlocks offloaded = offloaded_blocks(n_layers);
     if (rt->offload && offloaded.holds(layer)) {
       rt->offload->put(layer, x);  // the device copy lives until the next block's attention is queued
@@ -282,6 +310,7 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
 
   BlockGraph g;
   bool input_in_slot = false;  // x is the offload store's device slot until release(layer)
+  bool kept_in_slot = false;   // the kept attention is its store's device slot until release(layer)
   if (checkpointing) {
     EnginePhase phase(rt->rank, block_phase("bwd", layer, "recompute"));
     at::Tensor x;
@@ -298,8 +327,15 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
     if (rt->offload && layer > 0) rt->offload->prefetch(layer - 1);
     RngFork rng(load_rng(ctx, x.device()));
     at::AutoGradMode enable_grad(true);
-    // memory.keep_attention: the attention replays its kept result (no attention kernel runs)
-    KeptAttention* kept = rt->kept_attention.empty() ? nullptr : &rt->kept_attention.at(layer);
+    // memory.keep_attention: the attention replays its kept result (no attention kernel runs),
+    // brought back from the host where it went there (memory.offload_kept_attention), and the
+    // block below's comes back while this one recomputes
+    KeptAttention* kept = kept_slot(*rt, layer);
+    if (kept && rt->kept_offload && rt->kept_offload->holds(layer)) {
+      unpack_kept_attention(*kept, rt->kept_offload->take(layer));
+      kept_in_slot = true;
+    }
+    if (rt->kept_offload && layer > 0) rt->kept_offload->prefetch(layer - 1);
     std::optional<KeptAttentionScope> replaying;
     if (kept) replaying.emplace(kept, KeptAttentionScope::Mode::Replay);
     g = run_block(x, group, *rt, /*phase_prefix=*/"", /*keep_graph=*/true, /*need_output=*/false);
@@ -367,6 +403,7 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
   group.reshard();
   // Every read of x is queued: its slot may take block layer - 2 (the planner frees the input here).
   if (input_in_slot) rt->offload->release(layer);
+  if (kept_in_slot) rt->kept_offload->release(layer);
   return {attn_grads[0], at::Tensor(), at::Tensor(), at::Tensor()};  // master: accumulated above
 }
 

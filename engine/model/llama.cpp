@@ -44,7 +44,7 @@ std::vector<FlatParamGroup*> LlamaModel::groups() {
   return out;
 }
 
-at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryStack& stack, OffloadStore* offload,
+at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryStack& stack, const OffloadStores& offload,
                                PhaseRecorder* recorder, StepRuntime* rt) {
   const int64_t batch = in.ids.size(0), s = in.ids.size(1);
   apply_memory_stack(stack, model_, batch, s, offload, rt);  // the techniques, in the ladder's order
@@ -64,7 +64,8 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryStack& stack, 
   rt->answer = AnswerStats();
 
   if (rt->offload)  // sizes the host copies (CUDA: the pinned slab, once) before anything runs
-    rt->offload->start_step(model_.n_layers, {in.ids.size(0), s, model_.d_model}, embed_->compute_dtype());
+    rt->offload->start_step(offloaded_blocks(model_.n_layers), {in.ids.size(0), s, model_.d_model},
+                            embed_->compute_dtype());
   at::Tensor x = EmbedFunction::apply(embed_->master, in.ids, rt);  // [B, s, d]
   for (int64_t i = 0; i < model_.n_layers; ++i) {
     // Reassigning x drops this scope's reference: an offloaded input's device copy dies here.

@@ -63,8 +63,8 @@ class LlamaModel {
   /// which it applies to `rt` (apply_memory_stack) beside the step's inputs and groups. Returns
   /// loss_local (scalar fp32 with a graph back to every master shard); `rt` and `stack` must
   /// outlive the backward. `offload` is the rank's host store (read with offload_block_inputs).
-  at::Tensor forward(const ModelInputs& in, const MemoryStack& stack, OffloadStore* offload, PhaseRecorder* recorder,
-                     StepRuntime* rt);
+  at::Tensor forward(const ModelInputs& in, const MemoryStack& stack, const OffloadStores& offload,
+                     PhaseRecorder* recorder, StepRuntime* rt);
 
   /// Frees every gathered buffer (after a failed step: OOM mid-forward leaves groups unsharded).
   void reshard_all();

@@ -47,8 +47,11 @@ MemoryStack memory_stack(const RunConfig& cfg, const MemoryConfig& resolved, con
 
   // 4. Offload (memory.offload_activations). The checkpointed block inputs go to the host pool
   //    while the next block computes and come back one block ahead of the backward (OffloadStore,
-  //    from BlockFunction).
+  //    from BlockFunction). With memory.offload_kept_attention the kept attention goes too, packed
+  //    into one buffer per block (pack_kept_attention), through a store of its own.
   stack.offload_block_inputs = resolved.offload_activations;
+  stack.offload_kept_attention =
+      stack.keep_attention && resolved.offload_activations && resolved.offload_kept_attention;
 
   // 5. Tiling (memory.tiled_mlp, memory.tiled_loss). The MLP runs over sequence tiles of
   //    memory.mlp_tile_tokens (tiled_mlp, from run_block); the LM head and the cross-entropy over
@@ -78,11 +81,13 @@ MemoryStack forward_only_stack(MemoryStack stack) {
   stack.memory.offload_activations = false;
   stack.keep_attention = false;
   stack.memory.keep_attention = false;
+  stack.offload_kept_attention = false;
+  stack.memory.offload_kept_attention = false;
   return stack;
 }
 
 void apply_memory_stack(const MemoryStack& stack, const ModelConfig& model, int64_t batch, int64_t local_tokens,
-                        OffloadStore* offload, StepRuntime* rt) {
+                        const OffloadStores& offload, StepRuntime* rt) {
   rt->stack = &stack;
   // 1. FSDP: the deferred reduce-scatter's pending gradient lives in the runtime.
   rt->defer_reduce_scatter = stack.defer_reduce_scatter;
@@ -91,8 +96,9 @@ void apply_memory_stack(const MemoryStack& stack, const ModelConfig& model, int6
   KeptAttention empty_slot;
   empty_slot.kernel_choice = stack.memory.lse_attention_kernel;
   rt->kept_attention.assign(stack.keep_attention ? model.n_layers : 0, empty_slot);
-  // 4. Offload: the blocks put their checkpointed inputs in the rank's store.
-  rt->offload = stack.offload_block_inputs ? offload : nullptr;
+  // 4. Offload: the blocks put their checkpointed inputs (and their kept attention) in the rank's stores.
+  rt->offload = stack.offload_block_inputs ? offload.block_inputs : nullptr;
+  rt->kept_offload = stack.offload_kept_attention ? offload.kept_attention : nullptr;
   // 5. Tiling: the tiles' sizes for this step's inputs, [B, n, f] and [B, n, V] (engine/layout/tiles.h).
   rt->mlp_tile_tokens = mlp_tile(stack.memory, model, batch, local_tokens).positions;
   rt->loss_tile_tokens = loss_tile(stack.memory, model, batch, local_tokens).positions;

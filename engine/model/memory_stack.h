@@ -14,6 +14,13 @@ namespace odyssey {
 class OffloadStore;
 struct StepRuntime;
 
+/// The rank's host stores (engine/memory/offload.h): the checkpointed block inputs', and the kept
+/// attention's (memory.offload_kept_attention). Null: the rank has none (a forward-only pass).
+struct OffloadStores {
+  OffloadStore* block_inputs = nullptr;
+  OffloadStore* kept_attention = nullptr;
+};
+
 /// How one rank runs the config's memory stack: one decision per technique, in the ladder's order
 /// (kLadderRungNames, engine/config/techniques.h). Built only by memory_stack(); the trainer keeps
 /// one per memory config (at construction and at each set_memory) and every step reads it.
@@ -30,8 +37,10 @@ struct MemoryStack {
   bool checkpoint_blocks = false;
   /// 3. ... and, with memory.keep_attention, its attention output and log-sum-exp too.
   bool keep_attention = false;
-  /// 4. Offload: the checkpointed block inputs go to the host pool.
+  /// 4. Offload: the checkpointed block inputs go to the host pool ...
   bool offload_block_inputs = false;
+  /// 4. ... and, with memory.offload_kept_attention, the kept attention beside them.
+  bool offload_kept_attention = false;
   /// 5. Tiling: the MLP over sequence tiles; the LM head and loss over sequence tiles.
   bool tiled_mlp = false;
   bool tiled_loss = false;
@@ -55,8 +64,8 @@ MemoryStack forward_only_stack(MemoryStack stack);
 
 /// Puts `stack` into one step's runtime `rt` for inputs of [batch, local_tokens] tokens: the
 /// techniques' per-step settings (deferred reduce-scatter, kept attention slots, the offload
-/// store, the tiles' sizes). `offload` is the rank's store (used only with offload_block_inputs).
+/// stores, the tiles' sizes). `offload` holds the rank's stores (each used only where its technique is on).
 void apply_memory_stack(const MemoryStack& stack, const ModelConfig& model, int64_t batch, int64_t local_tokens,
-                        OffloadStore* offload, StepRuntime* rt);
+                        const OffloadStores& offload, StepRuntime* rt);
 
 }  // namespace odyssey

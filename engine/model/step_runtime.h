@@ -31,10 +31,11 @@ struct StepRuntime {
   Positions positions;                  ///< this rank's global positions and RoPE tables
   std::vector<FlatParamGroup*> blocks;  ///< one per layer
   FlatParamGroup* embed = nullptr;
-  FlatParamGroup* head = nullptr;     ///< final norm (+ LM head when untied)
-  OffloadStore* offload = nullptr;    ///< set when checkpointed inputs go to the host pool
-  PhaseRecorder* recorder = nullptr;  ///< the rank's recorder, re-bound on autograd threads
-  int rank = 0;                       ///< RankContext::slot: tracker counters and phase stack
+  FlatParamGroup* head = nullptr;        ///< final norm (+ LM head when untied)
+  OffloadStore* offload = nullptr;       ///< set when checkpointed inputs go to the host pool
+  OffloadStore* kept_offload = nullptr;  ///< set when the kept attention goes there too (memory.offload_kept_attention)
+  PhaseRecorder* recorder = nullptr;     ///< the rank's recorder, re-bound on autograd threads
+  int rank = 0;                          ///< RankContext::slot: tracker counters and phase stack
   /// FSDP: a block's reduce-scatter is started at the end of its backward and finished at the
   /// end of the next block's (whose compute it overlaps); the last one after the whole backward.
   /// Memory: one more packed gradient in flight. On by default on GPUs (Trainer).

@@ -1,6 +1,6 @@
 // Kept attention: the thread's slot scope and the standard attention core that keeps or replays
 // its flash result (see kept_attention.h). defines: KeptAttention::tensors, KeptAttentionScope,
-// causal_attention
+// causal_attention, pack_kept_attention, unpack_kept_attention
 #include "engine/parallel/kept_attention.h"
 
 #include <stdexcept>
@@ -102,6 +102,78 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
     throw std::logic_error("kept attention: the recompute found " + std::to_string(slot->results.size()) +
                            " kept results for a standard attention (1 expected)");
   return ReplayedAttention::apply(q, k, v, slot->results[0]);
+}
+
+namespace {
+
+/// Part `part` of a payload, as the tensor it holds: a view at the layout's offset.
+at::Tensor payload_part(const at::Tensor& payload, const KeptAttentionPayload& layout, int64_t index,
+                        const KeptAttention::PackedPart& part) {
+  int64_t numel = 1;
+  for (int64_t n : part.sizes) numel *= n;
+  const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(part.dtype));
+  return payload.narrow(0, layout.offset(index), bytes).view(part.dtype).as_strided(part.sizes, part.strides);
+}
+
+/// The kept tensors in payload order: the output (Untied's whole output, or the one result's),
+/// then each result's log-sum-exp.
+std::vector<at::Tensor*> payload_tensors(KeptAttention& kept, bool untied) {
+  std::vector<at::Tensor*> out;
+  out.push_back(untied || kept.results.empty() ? &kept.untied_out : &kept.results[0].out);
+  for (FlashResult& r : kept.results) out.push_back(&r.lse);
+  return out;
+}
+
+KeptAttentionPayload payload_layout(const std::vector<KeptAttention::PackedPart>& parts) {
+  auto bytes = [](const KeptAttention::PackedPart& p) {
+    int64_t n = static_cast<int64_t>(c10::elementSize(p.dtype));
+    for (int64_t s : p.sizes) n *= s;
+    return n;
+  };
+  return kept_attention_payload(bytes(parts.at(0)), parts.size() > 1 ? bytes(parts[1]) : 0,
+                                static_cast<int64_t>(parts.size()) - 1);
+}
+
+}  // namespace
+
+at::Tensor pack_kept_attention(KeptAttention& kept) {
+  kept.packed_untied = kept.untied_out.defined();
+  std::vector<at::Tensor*> tensors = payload_tensors(kept, kept.packed_untied);
+  std::vector<at::Tensor> dense;
+  kept.packed_parts.clear();
+  for (at::Tensor* t : tensors) {
+    if (!t->defined())
+      throw std::logic_error("kept attention: nothing kept to pack (the block's forward kept no result)");
+    // a dense tensor (the kernels' permuted layouts) travels with its strides: its elements fill
+    // [0, numel) of its part whatever their order, and come back in the layout the backward reads
+    dense.push_back(t->is_non_overlapping_and_dense() ? *t : t->contiguous());
+    kept.packed_parts.push_back({dense.back().sizes().vec(), dense.back().strides().vec(), dense.back().scalar_type()});
+  }
+  const KeptAttentionPayload layout = payload_layout(kept.packed_parts);
+  for (size_t i = 1; i < dense.size(); ++i)
+    if (dense[i].nbytes() != dense[1].nbytes())
+      throw std::logic_error("kept attention: the log-sum-exp parts differ in size (" +
+                             std::to_string(dense[i].nbytes()) + " and " + std::to_string(dense[1].nbytes()) +
+                             " bytes)");
+  at::NoGradGuard no_grad;
+  at::Tensor payload = at::empty({layout.bytes()}, dense[0].options().dtype(at::kByte));  // [payload] uint8
+  for (size_t i = 0; i < dense.size(); ++i)
+    payload_part(payload, layout, static_cast<int64_t>(i), kept.packed_parts[i]).copy_(dense[i]);
+  for (at::Tensor* t : tensors) t->reset();  // memory: only the payload holds the kept attention now
+  return payload;
+}
+
+void unpack_kept_attention(KeptAttention& kept, const at::Tensor& payload) {
+  std::vector<at::Tensor*> tensors = payload_tensors(kept, kept.packed_untied);
+  if (kept.packed_parts.size() != tensors.size())
+    throw std::logic_error("kept attention: " + std::to_string(kept.packed_parts.size()) + " packed parts for " +
+                           std::to_string(tensors.size()) + " kept tensors");
+  const KeptAttentionPayload layout = payload_layout(kept.packed_parts);
+  if (payload.numel() != layout.bytes())
+    throw std::logic_error("kept attention: a payload of " + std::to_string(payload.numel()) +
+                           " bytes for a layout of " + std::to_string(layout.bytes()));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    *tensors[i] = payload_part(payload, layout, static_cast<int64_t>(i), kept.packed_parts[i]);
 }
 
 }  // namespace odyssey

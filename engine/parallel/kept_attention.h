@@ -1,12 +1,13 @@
 // Kept attention (memory.keep_attention): a checkpointed block's attention output and log-sum-exp
 // kept from its forward for its backward, so the block's recompute runs no attention kernel.
-// defines: KeptAttention, KeptAttentionScope, causal_attention
+// defines: KeptAttention, KeptAttentionScope, causal_attention, pack_kept_attention, unpack_kept_attention
 #pragma once
 
 #include <vector>
 
 #include <ATen/ATen.h>
 
+#include "engine/layout/planned_buffers.h"
 #include "engine/parallel/flash_attention.h"
 
 namespace odyssey {
@@ -24,10 +25,20 @@ struct KeptAttention {
   /// take theirs from the memory table)
   LseKernelChoice kernel_choice = LseKernelChoice::Auto;
   bool empty() const { return results.empty(); }
+  /// One kept tensor's layout while it travels packed (memory.offload_kept_attention).
+  struct PackedPart {
+    std::vector<int64_t> sizes, strides;
+    at::ScalarType dtype = at::kFloat;
+  };
+  /// Set by pack_kept_attention: the output's part, then each result's log-sum-exp part.
+  std::vector<PackedPart> packed_parts;
+  bool packed_untied = false;  ///< the output part is untied_out (else results[0].out)
   /// Drops the kept tensors (the recompute's graph holds them from then on); keeps kernel_choice.
   void release() {
     results.clear();
     untied_out.reset();
+    packed_parts.clear();
+    packed_untied = false;
   }
   /// The tensors it holds (the block retags them saved_activations once its forward is done).
   std::vector<at::Tensor> tensors() const;
@@ -61,5 +72,16 @@ class KeptAttentionScope {
 /// segment attends within itself (flash_attention_forward's document overload), in every mode.
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const DocumentSpans& documents);
+
+/// memory.offload_kept_attention: `kept`'s output and log-sum-exps copied into one [payload]
+/// uint8 buffer on their device, laid out by KeptAttentionPayload (engine/layout/planned_buffers.h),
+/// and dropped from `kept` (which remembers each part's shape and strides). Memory: the buffer and
+/// the kept tensors are live together for the copy, then only the buffer, until its copy to the
+/// host has run (OffloadStore::put).
+at::Tensor pack_kept_attention(KeptAttention& kept);
+
+/// The inverse, on the buffer's way back: `kept`'s output and log-sum-exps become views of
+/// `payload` [payload] uint8 (the store's device slot), with the shapes and strides they had.
+void unpack_kept_attention(KeptAttention& kept, const at::Tensor& payload);
 
 }  // namespace odyssey

@@ -108,9 +108,10 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   }
   // Kept attention (kept_attention.h): the checkpointed forward keeps the kernel's output and LSE;
   // the recompute replays them instead of running the kernel.
-  const bool keeping = !grad && s_.keep_attention, replay = grad && s_.keep_attention;
+  const bool keeping = !grad && keeps_, replay = grad && keeps_;
   int oh, lse;
   if (replay) {
+    // -1 both where they are views of the kept attention's device slot (the walk frees the slot)
     oh = std::exchange(sv.kept_out, -1);
     lse = std::exchange(sv.kept_lse, -1);
   } else {
@@ -184,7 +185,7 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
   }
   // Kept attention (kept_attention.h): the checkpointed forward keeps the output and the stages'
   // LSEs; the recompute replays them and runs no stage at all.
-  const bool keeping = !grad && s_.keep_attention, replay = grad && s_.keep_attention;
+  const bool keeping = !grad && keeps_, replay = grad && keeps_;
   if (replay) {
     sv.out = std::exchange(sv.kept_out, -1);
     sv.lse = std::exchange(sv.kept_lse, -1);

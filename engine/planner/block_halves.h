@@ -57,8 +57,10 @@ struct FlashBackwardBuffers {
 class BlockHalves {
  public:
   BlockHalves(const PlanShapes& s, LiveSet& m) : s_(s), m_(m) {}
-  /// rmsnorm -> attention -> residual; returns h. With grad, `sv` gets what autograd keeps. Under
-  /// kept attention (PlanShapes::keep_attention) the forward without grad keeps its output and LSE
+  /// The halves walked next are block `i`'s (whether it keeps its attention: PlanShapes::kept).
+  void begin_block(int32_t i) { keeps_ = s_.keep_attention && s_.kept.keeps(i); }
+  /// rmsnorm -> attention -> residual; returns h. With grad, `sv` gets what autograd keeps. Where
+  /// the block keeps its attention (begin_block) the forward without grad keeps its output and LSE
   /// in `sv` (kept_out, kept_lse: saved_activations), and the recompute replays them: no kernel.
   int attention_forward(bool grad, AttnSaved& sv);
   /// From dh: frees `sv`, returns dx (written into dh); `grads` gets the attention weight gradients.
@@ -98,6 +100,7 @@ class BlockHalves {
 
   const PlanShapes& s_;
   LiveSet& m_;
+  bool keeps_ = false;  ///< the block walked keeps its attention (begin_block)
 };
 
 }  // namespace odyssey::planner_detail

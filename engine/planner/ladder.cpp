@@ -39,6 +39,9 @@ RunConfig ladder_rung_config(const RunConfig& cfg, int rung) {
   }
   // kept attention is part of checkpointing: from its rung on, as the config asks
   r.memory.keep_attention = cfg.memory.keep_attention && r.memory.activation_checkpointing;
+  r.memory.offload_kept_attention =
+      cfg.memory.offload_kept_attention && r.memory.keep_attention && r.memory.offload_activations;
+  if (!r.memory.keep_attention) r.memory.keep_attention_blocks = 0;
   // a stage size the rung's degree cannot split falls back to one head per rank per stage
   if (heads_per_stage_rule(r.model.n_heads, r.parallel.ulysses_degree, r.memory.heads_per_stage))
     r.memory.heads_per_stage = 0;

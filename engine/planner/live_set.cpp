@@ -49,11 +49,12 @@ void LiveSet::snapshot_at(PhaseCode phase, int64_t device_bytes, int64_t host_by
   snapshot_host_ = host_bytes;
 }
 
-std::vector<LiveEntry> LiveSet::live_entries(int except) const {
+std::vector<LiveEntry> LiveSet::live_entries(int except, int except_too) const {
   std::vector<LiveEntry> live;
   live.reserve(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i)
-    if (entries_[i].live && static_cast<int>(i) != except) live.push_back(entries_[i]);
+    if (entries_[i].live && static_cast<int>(i) != except && static_cast<int>(i) != except_too)
+      live.push_back(entries_[i]);
   return live;
 }
 

@@ -55,6 +55,9 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.tiled_loss = mem.tiled_loss;
   s.untied = mem.untied_ulysses;
   s.keep_attention = s.ckpt && mem.keep_attention;
+  s.offload_kept = s.keep_attention && s.offload && mem.offload_kept_attention;
+  s.kept = kept_attention_blocks(s.L, mem.keep_attention_blocks);
+  s.kept_count = s.keep_attention ? s.kept.count() : 0;
   if (cfg.training.document_mask && cfg.document_lengths)
     s.attention_pair_fraction = cfg.document_lengths->attention_fraction(cfg.training.seq_len);
   s.documents = cfg.training.document_mask;

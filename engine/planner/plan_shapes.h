@@ -98,8 +98,10 @@ enum class TensorKind : uint8_t {
   OptimizerTemp,
   BlasWorkspaces,
   RuntimeOverhead,
+  KeptAttentionPayload,
   // host
   OffloadedInput,
+  OffloadedKeptAttention,
   Count
 };
 constexpr int kTensorKindCount = static_cast<int>(TensorKind::Count);
@@ -145,6 +147,14 @@ struct PlanShapes {
   /// memory.keep_attention under checkpointing: each block's attention output and LSE kept from
   /// its forward; the recompute runs no attention kernel (Untied: no stage at all)
   bool keep_attention = false;
+  /// memory.keep_attention_blocks: which blocks keep (the top ones; every block at 0), and how
+  /// many (0 without kept attention): the others recompute their attention
+  KeptAttentionBlocks kept;
+  int64_t kept_count = 0;
+  /// memory.offload_kept_attention (with kept attention and offload): the keeping blocks but the
+  /// last send their kept attention to the host packed into one buffer (KeptAttentionPayload), and it comes back
+  /// one block ahead of their backward (kept_attention_offloaded_blocks)
+  bool offload_kept = false;
   /// Document masking with a known length profile: the fraction of whole-sequence causal attention
   /// pairs the documents compute (DocumentLengthProfile::attention_fraction at S); 1 otherwise
   double attention_pair_fraction = 1.0;

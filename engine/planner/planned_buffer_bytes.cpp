@@ -74,6 +74,13 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
       return s.offload && offloaded_blocks(s.L).count > 0
                  ? bytes(buffer == PlannedBuffer::OffloadSlot ? K::OffloadedInput : K::Hidden)
                  : 0;
+    // the keeping blocks but the last (kept_attention_offloaded_blocks): the last one's stays on the device
+    case PlannedBuffer::KeptAttentionHostCopy:
+    case PlannedBuffer::KeptAttentionSlot:
+      return s.offload_kept && kept_attention_offloaded_blocks(s.L, s.kept.count()).count > 0
+                 ? bytes(buffer == PlannedBuffer::KeptAttentionHostCopy ? K::OffloadedKeptAttention
+                                                                        : K::KeptAttentionPayload)
+                 : 0;
     case PlannedBuffer::Count:
       break;
   }

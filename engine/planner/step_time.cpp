@@ -83,8 +83,10 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // Kept attention (memory.keep_attention) replays the forward's output in the recompute: the
   // attention kernels run once forward and once backward; the Untied stages, whose projections
   // run inside them, are not run at all (backward projects each stage's Q and K/V anyway).
-  const bool recompute_core = s.ckpt && !s.keep_attention;
-  const double core_passes = 1.0 + (recompute_core ? 1.0 : 0.0) + 2.0;
+  // With memory.keep_attention_blocks only the top blocks keep theirs: per block on average, a
+  // fraction `kept` of the recompute replays and the rest runs the attention again.
+  const double kept = s.ckpt ? static_cast<double>(s.kept_count) / L : 0.0;
+  const double core_passes = 1.0 + (s.ckpt ? 1.0 - kept : 0.0) + 2.0;
   const double attention = L * core_passes * core_causal;
 
   const double model = 3.0 * (L * block_fwd + head);
@@ -92,9 +94,10 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   double recompute = 0;
   // The block's forward again in backward; with a tiled MLP the recompute runs no tile (its
   // backward recomputes each tile: tiled_mlp.h), so the MLP's forward runs twice a step either way.
-  const double attn_recompute = !s.keep_attention ? attn_fwd : s.untied ? o_proj : proj + o_proj;
+  const double attn_replay = s.untied ? o_proj : proj + o_proj;  // a kept block's recompute of its attention half
+  const double attn_recompute = kept * attn_replay + (1.0 - kept) * attn_fwd;
   const double recompute_fwd = attn_recompute + (s.tiled_mlp ? 0.0 : mlp);
-  const double recompute_core_flops = recompute_core ? core_causal : 0.0;
+  const double recompute_core_flops = s.ckpt ? (1.0 - kept) * core_causal : 0.0;
   if (s.ckpt) recompute += L * recompute_fwd;
   if (s.tiled_mlp) recompute += L * mlp;  // each tile's forward again in its backward
   if (s.untied) recompute += L * proj;    // stage projections again in backward
@@ -154,12 +157,14 @@ void communication_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes
     const double pass = (2.0 * kind_bytes(TensorKind::QLocal, s) + 2.0 * kind_bytes(TensorKind::KvLocalRep, s)) *
                         (s.P - 1) / s.P / a2a_bw;
     const double bwd_passes = s.untied ? 2.0 : 1.0;
-    // the recompute's all-to-alls, none where the kept attention replays the Untied stages
-    const bool recompute_a2a = s.ckpt && !(s.keep_attention && s.untied);
+    // the recompute's all-to-alls, none where the kept attention replays the Untied stages (per
+    // block on average: the fraction of blocks that keep theirs)
+    const double replayed = s.untied ? static_cast<double>(s.kept_count) / L : 0.0;
+    const double recompute_a2a = s.ckpt ? 1.0 - replayed : 0.0;
     pt.seconds[static_cast<int>(PhaseKind::FwdAttn)] += pass;
-    if (recompute_a2a) pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += pass;
+    pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += recompute_a2a * pass;
     pt.seconds[static_cast<int>(PhaseKind::BwdAttn)] += bwd_passes * pass;
-    out.all_to_all_s = L * pass * (1.0 + (recompute_a2a ? 1.0 : 0.0) + bwd_passes);
+    out.all_to_all_s = L * pass * (1.0 + recompute_a2a + bwd_passes);
   }
 
   // FSDP: all-gathers are prefetched behind the previous block's compute. On a CUDA target each
@@ -211,18 +216,43 @@ OffloadTerms offload_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTim
   const PlanShapes& s = c.s;
   const HardwareConfig& hw = c.hw;
   const double L = c.L, pcie_bw = c.pcie_bw;
+  // the windows the copies hide behind: a block's forward, its recompute (before any exposure)
+  const double fwd_window = pt.of(PhaseKind::FwdAttn) + pt.of(PhaseKind::FwdMlp);
+  const double bwd_window = pt.of(PhaseKind::BwdRecompute);
   // Offload: one block input D2H per offloaded block in forward (offloaded_blocks: 1..L-2), one
   // H2D prefetch per offloaded block in backward, on side streams behind the block's compute.
   const int64_t offloaded = s.offload ? offloaded_blocks(s.L).count : 0;
   double offload_per_block = 0;
   if (s.offload) {
     const double copy = kind_bytes(TensorKind::Hidden, s) / pcie_bw;
-    const double fwd_exposed = exposed(copy, pt.of(PhaseKind::FwdAttn) + pt.of(PhaseKind::FwdMlp));
-    const double bwd_exposed = exposed(copy, pt.of(PhaseKind::BwdRecompute));
+    const double fwd_exposed = exposed(copy, fwd_window);
+    const double bwd_exposed = exposed(copy, bwd_window);
     pt.seconds[static_cast<int>(PhaseKind::FwdMlp)] += fwd_exposed;
     pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += bwd_exposed;
     offload_per_block = fwd_exposed + bwd_exposed;
     out.offload_s = static_cast<double>(offloaded) * offload_per_block;
+  }
+  // Kept attention offloaded too (memory.offload_kept_attention): each keeping block but the last
+  // sends its payload down in forward and brings it back in backward on copy streams of its own, sharing
+  // the link with the inputs' copies: a block with both exposes what the two together outlast
+  // beyond what the input alone did; block 0 (whose input is looked up again) its payload alone. Spread over
+  // the L blocks' phases, as the step sums them.
+  if (s.offload_kept) {
+    const double input = kind_bytes(TensorKind::Hidden, s) / pcie_bw;
+    const double kept = kind_bytes(TensorKind::KeptAttentionPayload, s) / pcie_bw;
+    const OffloadedBlocks kept_blocks = kept_attention_offloaded_blocks(s.L, s.kept.count());
+    double fwd = 0, bwd = 0;
+    for (const bool with_input : {true, false}) {
+      int64_t blocks = 0;  // of kept_blocks, those whose input is offloaded too, then the others
+      for (int64_t b = kept_blocks.first; b < kept_blocks.first + kept_blocks.count; ++b)
+        blocks += (offloaded_blocks(s.L).holds(b) == with_input) ? 1 : 0;
+      const double alone = with_input ? input : 0.0;  // the input's copy, whose exposure is counted above
+      fwd += static_cast<double>(blocks) * (exposed(alone + kept, fwd_window) - exposed(alone, fwd_window));
+      bwd += static_cast<double>(blocks) * (exposed(alone + kept, bwd_window) - exposed(alone, bwd_window));
+    }
+    pt.seconds[static_cast<int>(PhaseKind::FwdMlp)] += fwd / L;
+    pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += bwd / L;
+    out.offload_s += fwd + bwd;
   }
 
   // Optimizer offload: each reduced gradient shard goes down to the host as its backward produces

@@ -5,6 +5,7 @@
 // dies when the node that saved it has run its backward.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "engine/layout/schedule_rules.h"
@@ -23,15 +24,21 @@ using C = PlanCategory;
 struct BlockState {
   AttnSaved attn;
   MlpSaved mlp;
-  int input = -1;  ///< block input on the device (checkpoint, or autograd's saved input)
-  int host = -1;   ///< offloaded input in the host pool
-  int h = -1;      ///< attention half output (non-checkpointed: saved by the MLP half's norm)
+  int input = -1;      ///< block input on the device (checkpoint, or autograd's saved input)
+  int host = -1;       ///< offloaded input in the host pool
+  int kept_host = -1;  ///< offloaded kept attention in the host pool (CPU: one clone a block)
+  int kept_slot = -1;  ///< the kept attention back on the device for the backward (its slot)
+  int h = -1;          ///< attention half output (non-checkpointed: saved by the MLP half's norm)
 };
 
 class Walker {
  public:
   Walker(const PlanShapes& s, LiveSet& m, bool collapse)
-      : s_(s), m_(m), halves_(s, m), blocks_(static_cast<size_t>(s.L)), collapse_(collapse && s.L >= 5) {}
+      : s_(s),
+        m_(m),
+        halves_(s, m),
+        blocks_(static_cast<size_t>(s.L)),
+        collapse_(collapse && s.L >= 5 && blocks_alike()) {}
 
   void run() {
     setup();
@@ -51,6 +58,14 @@ class Walker {
   int batch_ = -1, rope_ = -1;  ///< the step's token ids and RoPE tables
   /// Offloaded inputs live in one pinned slab for the whole run (GPU), not one host clone each.
   bool slab() const { return s_.offload && s_.cuda_target; }
+  /// The same for the kept attention's payloads (a slab of their own, memory.offload_kept_attention).
+  bool kept_slab() const { return s_.offload_kept && s_.cuda_target; }
+  /// Block `i`'s kept attention goes to the host (kept_attention_offloaded_blocks: the keeping
+  /// blocks but the last).
+  bool kept_offloaded(int32_t i) const { return s_.offload_kept && kept_offloaded_.holds(i); }
+  /// The walk may collapse blocks 2..L-3 into block 1's residue (ghost_forward) only where they
+  /// all walk alike: each keeps its attention as block 1 does (memory.keep_attention_blocks).
+  bool blocks_alike() const { return !s_.keep_attention || s_.kept.keeps(1) || !s_.kept.keeps(s_.L - 3); }
 
   // --- parameters -------------------------------------------------------------------------------
 
@@ -126,6 +141,12 @@ class Walker {
     if (slab() && offloaded_.count > 0)
       m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded, kind_bytes(K::OffloadedInput, s_),
                static_cast<int32_t>(offloaded_.count), /*host=*/true);
+    // GPU: the kept attention's own slab, one region per keeping block but the last (made at the
+    // first step's first such block and kept, as the inputs' slab)
+    if (kept_slab() && kept_offloaded_.count > 0)
+      m_.alloc("offloaded kept attention", K::OffloadedKeptAttention, C::Offloaded,
+               kind_bytes(K::OffloadedKeptAttention, s_), static_cast<int32_t>(kept_offloaded_.count),
+               /*host=*/true);
   }
 
   // --- the step ------------------------------------------------------------------------------------
@@ -162,7 +183,8 @@ class Walker {
     };
     std::vector<Group> groups;
     // block 1's input, held for its copy, is the one every middle block holds at its end: no residue
-    const std::vector<LiveEntry> after = m_.live_entries(copying_input_);
+    // (and its kept attention's payload, likewise)
+    const std::vector<LiveEntry> after = m_.live_entries(copying_input_, copying_kept_);
     auto add = [&](const std::vector<LiveEntry>& entries, int sign) {
       for (const auto& e : entries) {
         auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
@@ -206,6 +228,7 @@ class Walker {
     for (int& h : ghost_device_) release(h);
     release(ghost_host_);
     release(blocks_[1].host);
+    release(blocks_[1].kept_host);
   }
 
   /// Frees block j's offloaded input (its prefetch moved it back to the device).
@@ -216,6 +239,12 @@ class Walker {
       return;
     }
     release(blocks_[j].host);
+  }
+
+  /// Frees block j's offloaded kept attention (its prefetch moved it back to the device).
+  void free_host_kept(int32_t j) {
+    if (kept_slab()) return;  // the slab region stays
+    release(blocks_[j].kept_host);
   }
 
   void block_forward(int32_t i) {
@@ -234,15 +263,27 @@ class Walker {
     next_gathered_ =
         i + 1 < s_.L ? gather(K::BlockFull, "block parameters (unsharded, prefetch)", &gather_in_flight_) : -1;
     b.input = x_;
+    halves_.begin_block(i);
     int h = halves_.attention_forward(grad, b.attn);
     // the block input offloaded last (the previous block's) is freed once this attention is
     // queued: its copy to the host overlapped it (OffloadStore::put)
     release(copying_input_);
     copying_input_ = -1;
+    release(copying_kept_);  // the same for the kept attention packed last
     m_.begin_phase(PhaseKind::FwdMlp, i);
     int out = halves_.mlp_forward(grad, b.mlp);
     if (s_.ckpt) {
       release(h);
+      if (kept_offloaded(i)) {
+        // pack_kept_attention: one buffer beside the kept output and LSE, then only the buffer,
+        // on the device until the next block's attention is queued (OffloadStore::put)
+        copying_kept_ = alloc("kept attention packed for the host", K::KeptAttentionPayload, C::SavedActivations);
+        release(b.attn.kept_out);
+        release(b.attn.kept_lse);
+        if (!kept_slab())
+          b.kept_host = m_.alloc("offloaded kept attention", K::OffloadedKeptAttention, C::Offloaded,
+                                 kind_bytes(K::OffloadedKeptAttention, s_), 1, /*host=*/true);
+      }
       if (s_.offload && offloaded_.holds(i)) {
         if (!slab())
           b.host = m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded,
@@ -429,6 +470,14 @@ class Walker {
           release(embed);
         }
       }
+      if (s_.offload_kept) {  // the kept attention likewise: this block's from its slot, the next one's coming
+        if (kept_offloaded(i)) b.kept_slot = std::exchange(prefetched_kept_, -1);
+        if (i > 0 && kept_offloaded(i - 1)) {
+          prefetched_kept_ = alloc("prefetched kept attention", K::KeptAttentionPayload, C::SavedActivations);
+          free_host_kept(i - 1);
+        }
+      }
+      halves_.begin_block(i);
       h = halves_.attention_forward(true, b.attn);
       halves_.mlp_forward(true, b.mlp, /*need_output=*/false);  // the graph is kept by its root's edge
       m_.begin_phase(PhaseKind::BwdMlp, i);
@@ -445,6 +494,7 @@ class Walker {
     for (int* g : grads_attn.handles()) release(*g);
     for (int* g : grads_mlp.handles()) release(*g);
     release(b.input);            // the block's input is a saved variable of its backward until that returns
+    release(b.kept_slot);        // the kept attention's slot: free for block i-2, or freed (OffloadStore::release)
     release(current_gathered_);  // reshard
     current_gathered_ = prefetch;
     dy_ = dx;  // the same buffer
@@ -453,12 +503,16 @@ class Walker {
   const PlanShapes& s_;
   LiveSet& m_;
   const OffloadedBlocks offloaded_ = offloaded_blocks(s_.L);  ///< which inputs go to the host (engine/layout)
+  /// which blocks' kept attention goes there (engine/layout)
+  const OffloadedBlocks kept_offloaded_ = kept_attention_offloaded_blocks(s_.L, s_.kept.count());
   BlockHalves halves_;
   std::vector<BlockState> blocks_;
   int x_ = -1, dy_ = -1;
   int next_gathered_ = -1, current_gathered_ = -1, head_gathered_ = -1, tied_embed_ = -1;
   int prefetched_input_ = -1;
   int copying_input_ = -1;     ///< an offloaded block input on the device while its copy runs (OffloadStore::put)
+  int copying_kept_ = -1;      ///< a packed kept attention on the device while its copy runs
+  int prefetched_kept_ = -1;   ///< the kept attention of the block below, coming back
   int gather_in_flight_ = -1;  ///< a prefetch's all-gather input shard
   int pending_pack_ = -1, pending_shard_ = -1;  ///< a deferred reduce-scatter's buffers
   bool collapse_ = false, ghosted_ = false;

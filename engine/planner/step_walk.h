@@ -73,9 +73,9 @@ class LiveSet {
   void snapshot_at(PhaseCode phase, int64_t device_bytes, int64_t host_bytes);
   bool device_snapshot_taken() const { return device_snapshot_taken_; }
 
-  /// The live entries now but `except` (a handle; -1: none): the walk's collapse compares them
-  /// around one block.
-  std::vector<LiveEntry> live_entries(int except = -1) const;
+  /// The live entries now but `except` and `except_too` (handles; -1: none): the walk's collapse
+  /// compares them around one block.
+  std::vector<LiveEntry> live_entries(int except = -1, int except_too = -1) const;
 
   int alloc(const char* name, TensorKind kind, PlanCategory category, int64_t bytes, int32_t count = 1,
             bool host = false);

@@ -64,6 +64,18 @@ std::string q_stage_head_formula(const PlanShapes& s) {
                        ll(s.hd), ll(s.c));
 }
 
+/// One block's kept attention as it travels (KeptAttentionPayload, engine/layout/planned_buffers.h):
+/// the output [B, S, H/P, hd] (Untied's [B, s, H*hd], the same bytes), then one [B, k, S] fp32
+/// log-sum-exp per stage (one stage of all the rank's heads without Untied Ulysses).
+KeptAttentionPayload kept_payload(const PlanShapes& s) {
+  return kept_attention_payload(sat_product({s.Th, s.hq, s.hd, s.c}), sat_product({s.Th, s.k, 4}), s.stages);
+}
+std::string kept_payload_formula(const PlanShapes& s) {
+  return printf_string("(%s) + %lld stage%s x (%lld x %s x %lld head%s x 4 B), each part from a multiple of %lld B",
+                       q_head_formula(s).c_str(), ll(s.stages), plural(s.stages), ll(s.B), seq_tokens(s).c_str(),
+                       ll(s.k), plural(s.k), ll(KeptAttentionPayload::kAlignment));
+}
+
 /// KIND(Hidden): the enumerator and its name, so the two cannot differ.
 #define KIND(name) TensorKind::name, #name
 
@@ -453,10 +465,16 @@ constexpr TensorKindRule kTensorKindRules[] = {
      "the CUDA context, NCCL and fragmentation: device memory outside the allocator (hardware profile)",
      [](const PlanShapes& s) { return s.runtime_overhead; },
      [](const PlanShapes&) -> std::string { return "hardware.runtime_overhead_gib"; }},
+    {KIND(KeptAttentionPayload), "[payload] uint8",
+     "one block's kept attention packed for the host: while its copy runs, or in a device slot it comes back into",
+     [](const PlanShapes& s) { return kept_payload(s).bytes(); }, kept_payload_formula},
     // host
     {KIND(OffloadedInput), "[B, s, d] host",
      "a checkpointed block input in the host pool (CUDA path: a region of the pinned slab)",
      [](const PlanShapes& s) { return sat_product({s.t, s.d, s.c}); }, hidden_formula},
+    {KIND(OffloadedKeptAttention), "[payload] uint8 host",
+     "one block's kept attention in the host pool (CUDA path: a region of its own pinned slab)",
+     [](const PlanShapes& s) { return kept_payload(s).bytes(); }, kept_payload_formula},
 };
 // clang-format on
 

@@ -19,8 +19,9 @@ namespace {
 /// stage size (the value itself).
 constexpr int64_t kStandardAttention = -2;
 
-/// Checkpointing's three settings the tuner tries.
-enum class Recompute { Off, KeptAttention, Plain };
+/// Checkpointing's settings the tuner tries: off, with the attention kept on the device or on the
+/// host beside the offloaded inputs (memory.offload_kept_attention), or plain.
+enum class Recompute { Off, KeptAttention, KeptOnHost, Plain };
 
 /// Every [memory] table the tuner tries for `cfg`, the config's own first, each with the
 /// config's attention kernel and, where cuDNN's could run, with the other kernel too. The validator
@@ -29,7 +30,7 @@ std::vector<MemoryConfig> memory_tables(const RunConfig& cfg) {
   std::vector<int64_t> attention = {kStandardAttention, kHeadsPerStageAuto};
   for (int64_t heads : valid_heads_per_stage(cfg)) attention.push_back(heads);
   std::vector<MemoryConfig> out = {cfg.memory};
-  for (Recompute recompute : {Recompute::Off, Recompute::KeptAttention, Recompute::Plain})
+  for (Recompute recompute : {Recompute::Off, Recompute::KeptAttention, Recompute::KeptOnHost, Recompute::Plain})
     for (bool offload : {false, true})
       for (bool tiled_mlp : {false, true})
         for (bool tiled_loss : {false, true})
@@ -37,7 +38,8 @@ std::vector<MemoryConfig> memory_tables(const RunConfig& cfg) {
             for (bool offload_optimizer : {false, true}) {
               MemoryConfig m = cfg.memory;
               m.activation_checkpointing = recompute != Recompute::Off;
-              m.keep_attention = recompute == Recompute::KeptAttention;
+              m.keep_attention = recompute == Recompute::KeptAttention || recompute == Recompute::KeptOnHost;
+              m.offload_kept_attention = recompute == Recompute::KeptOnHost;  // refused without offload
               m.offload_activations = offload;
               m.tiled_mlp = tiled_mlp;
               if (tiled_mlp) m.mlp_tile_tokens = kMlpTileTokensAuto;
@@ -63,8 +65,8 @@ std::vector<MemoryConfig> memory_tables(const RunConfig& cfg) {
   return out;
 }
 
-/// The memory techniques a planned config runs, one bit each (kept attention its own), and
-/// their count.
+/// The memory techniques a planned config runs, one bit each (kept attention and its offload
+/// their own), and their count.
 struct TechniqueSet {
   unsigned bits = 0;
   int count = 0;
@@ -76,6 +78,7 @@ TechniqueSet technique_set(const RunConfig& planned) {
     if (id != TechniqueId::Fsdp && id != TechniqueId::Ulysses && technique_on(planned, id)) set.bits |= 1u << i;
   }
   if (planned.memory.keep_attention) set.bits |= 1u << kTechniques.size();
+  if (planned.memory.offload_kept_attention) set.bits |= 1u << (kTechniques.size() + 1);
   set.count = __builtin_popcount(set.bits);
   return set;
 }
@@ -149,6 +152,24 @@ TuneResult tune(const RunConfig& cfg) {
     unsigned bits = 0;
     all.push_back(plan_candidate(cfg, table, &bits));
     sets.push_back(bits);
+    // Kept attention that does not fit in every block: the most top blocks that fit keep theirs
+    // (memory.keep_attention_blocks; each block more holds more memory, so the counts that fit
+    // are 1..n, found by bisection), the others recompute
+    if (table.keep_attention && table.keep_attention_blocks == 0 && !all.back().fits() &&
+        !all.back().peak.beyond_range) {
+      int64_t fits = 0, overflows = cfg.model.n_layers;
+      MemoryConfig partial = table;
+      while (overflows - fits > 1) {
+        partial.keep_attention_blocks = (fits + overflows) / 2;
+        candidate.memory = partial;
+        (plan_peak(with_planned_sizes(candidate)).fits() ? fits : overflows) = partial.keep_attention_blocks;
+      }
+      if (fits > 0) {
+        partial.keep_attention_blocks = fits;
+        all.push_back(plan_candidate(cfg, partial, &bits));
+        sets.push_back(bits);
+      }
+    }
   }
   result.evaluated = static_cast<int64_t>(all.size());
   auto changes = [&](size_t i) {

@@ -36,6 +36,7 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
       device_(ctx.device),
       optimizer_(cfg.training),
       offload_(ctx.device),
+      kept_offload_(ctx.device, OffloadedKind::KeptAttention),
       recorder_(ctx.rank, ctx.slot) {
   MemoryTracker::instance().install_cpu_allocator();
   at::globalContext().setFlushDenormal(true);  // see configure_threads: denormals cost seconds per step
@@ -141,7 +142,7 @@ double Trainer::run_forward_backward(int64_t step, Forward* out) {
 
 double Trainer::run_inputs(const ModelInputs& in, int64_t step, Forward* out) {
   StepRuntime rt;
-  at::Tensor loss = model_->forward(in, stack_, &offload_, &recorder_, &rt);
+  at::Tensor loss = model_->forward(in, stack_, OffloadStores{&offload_, &kept_offload_}, &recorder_, &rt);
 
   // Global loss and answer statistics: one all-reduce of four sums over the world.
   at::Tensor sums;
@@ -171,6 +172,7 @@ double Trainer::run_inputs(const ModelInputs& in, int64_t step, Forward* out) {
   rt.finish_pending_gradient();  // the lowest block's reduce-scatter (deferred on GPUs)
   loss = at::Tensor();           // the graph (and what it saved) dies here
   offload_.clear();
+  kept_offload_.clear();
   return out->loss;
 }
 
@@ -214,7 +216,7 @@ TokenLosses Trainer::forward_tokens(const ModelInputs& in, double* loss) {
     StepRuntime rt;
     TokenLosses out;
     rt.token_losses = &out;
-    const at::Tensor local = model_->forward(in, stack, nullptr, &recorder_, &rt);  // scalar
+    const at::Tensor local = model_->forward(in, stack, OffloadStores{}, &recorder_, &rt);  // scalar
     const double value = local.to(at::kDouble).item<double>();
     if (!std::isfinite(value))
       throw StepFailure(StepFailure::Kind::NonFinite, next_step_ + 1, "fwd/loss", -1, -1,
@@ -319,6 +321,7 @@ StepResult Trainer::apply_gradients() {
 void Trainer::cleanup_after_failure() {
   recorder_.drop_held();  // a failed step's device may be in error: its held phases are not settled
   offload_.clear();
+  kept_offload_.clear();
   model_->reshard_all();
   // After the failed step's buffers are released: a pass queued by the last step is finished,
   // never dropped, and its upload's staging buffer finds the memory the failure held. An upload

@@ -117,6 +117,7 @@ class Trainer {
   bool overlaps_host_optimizer() const;
   const OffloadStore& offload_store() const { return offload_; }
   OffloadStore& offload_store() { return offload_; }
+  const OffloadStore& kept_attention_store() const { return kept_offload_; }
   /// Lines worth showing the user (dispatch notes, dataset description), taken once.
   std::vector<std::string> take_notes();
 
@@ -148,7 +149,8 @@ class Trainer {
   HostUpdatePipeline host_updates_;
   std::optional<bool> overlap_host_optimizer_;  ///< set_overlap_host_optimizer; else the rule
   bool host_span_pending_ = false;              ///< the last pipelined passes are not in the trace yet
-  OffloadStore offload_;
+  OffloadStore offload_;       ///< the checkpointed block inputs on the host (memory.offload_activations)
+  OffloadStore kept_offload_;  ///< the kept attention on the host (memory.offload_kept_attention)
   /// GPU ranks: phase times on the device's own clock, and NVTX ranges (declared before
   /// recorder_, which points at it).
   std::unique_ptr<DeviceTimeline> timeline_;

@@ -1,7 +1,9 @@
 // Kept attention (memory.keep_attention) on one rank: with checkpointing, the step that keeps each
 // block's attention output and log-sum-exp gives the loss and gradients of the step that
 // recomputes them, bit for bit, on every attention path (standard, Untied stages, GQA, fp32 and
-// bf16); the kept bytes are the planner's, and the recompute runs no attention kernel.
+// bf16); the kept bytes are the planner's, and the recompute runs no attention kernel. Kept on
+// the host (memory.offload_kept_attention): the same step bit for bit, the payload's layout, and
+// the device and host bytes it moves, the planner's to the byte.
 // defines: test cases [engine][memory][kept]
 #include <catch2/catch.hpp>
 
@@ -10,6 +12,8 @@
 
 #include "../common/engine_test_util.h"
 #include "engine/config/validate.h"
+#include "engine/layout/planned_buffers.h"
+#include "engine/parallel/kept_attention.h"
 #include "measure_util.h"
 
 using namespace odyssey;
@@ -27,13 +31,14 @@ struct Path {
 constexpr Path kPaths[] = {
     {"standard", false, 0}, {"untied 2 heads a stage", true, 2}, {"untied 1 head a stage", true, 1}};
 
-RunConfig kept_config(const Path& path, DType dtype, bool keep) {
+RunConfig kept_config(const Path& path, DType dtype, bool keep, bool on_host = false) {
   RunConfig c = tiny_config(/*layers=*/3, /*seq=*/64);  // 4 query heads over 2 KV heads of 8
   c.training.dtype = dtype;
   c.memory.activation_checkpointing = true;
   c.memory.untied_ulysses = path.untied;
   c.memory.heads_per_stage = path.heads_per_stage;
   c.memory.keep_attention = keep;
+  c.memory.offload_activations = c.memory.offload_kept_attention = on_host;
   return c;
 }
 
@@ -127,5 +132,220 @@ TEST_CASE(
                                                       << " B planned");
       CHECK(measured_cut == planned_cut);
     }
+  }
+}
+
+TEST_CASE(
+    "kept attention on the host and in the top blocks only: the step equals every block's kept on the device "
+    "bit for bit on every path",
+    "[engine][memory][kept][equivalence]") {
+  // All runs offload the block inputs and keep the attention of some blocks: every block's on the
+  // device (the reference), every block's packed and sent to the host pool and back, only the top
+  // two blocks' (on the host) or the top one's (on the device) while the others recompute. Packing
+  // and the copies move bytes without arithmetic, the replay reads them in the strides the kernel
+  // wrote, and a block that recomputes runs the kernel the keeping one ran in its forward on the
+  // same input, so the loss and every gradient are equal exactly on any CPU (the same kernels run
+  // in every run).
+  struct Variant {
+    const char* name;
+    bool on_host;
+    int64_t blocks;
+    int64_t offloaded_per_step;  // kept_attention_offloaded_blocks(3, blocks).count on the host
+  };
+  constexpr Variant kVariants[] = {
+      {"every block's on the host", true, 0, 2}, {"the top two on the host", true, 2, 1}, {"the top one", false, 1, 0}};
+  for (const Path& path : kPaths) {
+    for (const DType dtype : {DType::Float32, DType::BFloat16}) {
+      for (const Variant& variant : kVariants) {
+        INFO(path.name << (dtype == DType::Float32 ? ", fp32, " : ", bf16, ") << variant.name);
+        RunConfig device_cfg = kept_config(path, dtype, true, true);
+        device_cfg.memory.offload_kept_attention = false;
+        REQUIRE(validate(device_cfg).empty());
+        RunConfig variant_cfg = kept_config(path, dtype, true, variant.on_host);
+        variant_cfg.memory.offload_activations = true;
+        variant_cfg.memory.keep_attention_blocks = variant.blocks;
+        REQUIRE(validate(variant_cfg).empty());
+        const int64_t L = variant_cfg.model.n_layers;
+        // the keeping blocks are the top ones; the host takes all of them but the last
+        CHECK(kept_attention_blocks(L, variant.blocks).first == (variant.blocks == 0 ? 0 : L - variant.blocks));
+        if (variant.on_host)
+          CHECK(kept_attention_offloaded_blocks(L, variant.blocks).count == variant.offloaded_per_step);
+        Trainer on_device(device_cfg, cpu_rank());
+        Trainer other(variant_cfg, cpu_rank());
+        for (int step = 0; step < 2; ++step) {
+          const double loss_device = on_device.forward_backward(on_device.next_step());
+          const double loss_other = other.forward_backward(other.next_step());
+          CHECK(loss_other == loss_device);
+          const auto a = group_grads(on_device), b = group_grads(other);
+          REQUIRE(a.size() == b.size());
+          for (size_t g = 0; g < a.size(); ++g) {
+            INFO("group " << g << " at step " << step + 1);
+            CHECK(at::equal(a[g], b[g]));
+          }
+          on_device.apply_gradients();
+          other.apply_gradients();
+        }
+        // the keeping blocks but the last sent theirs each step; the device run none
+        CHECK(other.kept_attention_store().total_offloaded() == 2 * variant.offloaded_per_step);
+        CHECK(on_device.kept_attention_store().total_offloaded() == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("kept attention on the host: the payload holds each part at its offset, in the strides it had",
+          "[engine][memory][kept]") {
+  // Standard attention: the output in a kernel's permuted layout ([B, S, h, hd] in memory, seen as
+  // [B, h, S, hd]) and one LSE. Untied: the whole output and two stages' LSEs. Copies only, so
+  // every value comes back exactly.
+  const int64_t B = 2, h = 4, S = 9, hd = 6;  // odd sizes: parts that do not end on the alignment
+  auto arange = [](std::vector<int64_t> sizes, at::ScalarType dtype) {
+    int64_t n = 1;
+    for (int64_t d : sizes) n *= d;
+    return at::arange(n, at::TensorOptions().dtype(at::kFloat)).reshape(sizes).to(dtype);
+  };
+  for (const bool untied : {false, true}) {
+    INFO((untied ? "untied" : "standard"));
+    KeptAttention kept;
+    std::vector<at::Tensor> lses;
+    at::Tensor out;
+    if (untied) {
+      out = arange({B, S, h * hd}, at::kBFloat16);
+      kept.untied_out = out;
+      for (int stage = 0; stage < 2; ++stage) {
+        FlashResult r;
+        r.lse = arange({B, h / 2, S}, at::kFloat) + stage;
+        lses.push_back(r.lse);
+        kept.results.push_back(r);
+      }
+    } else {
+      out = arange({B, S, h, hd}, at::kBFloat16).transpose(1, 2);  // [B, h, S, hd], not contiguous
+      REQUIRE_FALSE(out.is_contiguous());
+      FlashResult r;
+      r.out = out;
+      r.lse = arange({B, h, S}, at::kFloat);
+      lses.push_back(r.lse);
+      kept.results.push_back(r);
+    }
+    const at::Tensor payload = pack_kept_attention(kept);
+    const KeptAttentionPayload layout = kept_attention_payload(
+        static_cast<int64_t>(out.nbytes()), static_cast<int64_t>(lses[0].nbytes()), static_cast<int64_t>(lses.size()));
+    CHECK(payload.scalar_type() == at::kByte);
+    CHECK(payload.numel() == layout.bytes());
+    CHECK(layout.offset(1) % KeptAttentionPayload::kAlignment == 0);
+    CHECK(layout.offset(1) >= layout.out_bytes);
+    CHECK_FALSE(kept.untied_out.defined());  // only the payload holds them now
+    for (const FlashResult& r : kept.results) {
+      CHECK_FALSE(r.out.defined());
+      CHECK_FALSE(r.lse.defined());
+    }
+    const at::Tensor back = payload.clone();  // the payload's trip to the host and back
+    unpack_kept_attention(kept, back);
+    const at::Tensor kept_out = untied ? kept.untied_out : kept.results[0].out;
+    CHECK(kept_out.strides().vec() == out.strides().vec());
+    CHECK(at::equal(kept_out, out));
+    for (size_t i = 0; i < lses.size(); ++i) {
+      CHECK(at::equal(kept.results[i].lse, lses[i]));
+      CHECK(kept.results[i].lse.data_ptr() ==
+            static_cast<void*>(static_cast<uint8_t*>(back.data_ptr()) + layout.offset(static_cast<int64_t>(i) + 1)));
+    }
+  }
+}
+
+TEST_CASE("kept attention on the host and by the top blocks: a key without what it needs is refused, naming it",
+          "[engine][memory][kept]") {
+  RunConfig c = kept_config(kPaths[0], DType::Float32, true, true);
+  c.memory.offload_activations = false;
+  auto issues = validate(c);
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "memory.offload_kept_attention");
+  CHECK_THAT(issues[0].rule, Catch::Contains("offload_activations is false"));
+  c = kept_config(kPaths[0], DType::Float32, false, true);
+  issues = validate(c);
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "memory.offload_kept_attention");
+  CHECK_THAT(issues[0].rule, Catch::Contains("keep_attention is false"));
+  // keep_attention_blocks: only with kept attention, and no more blocks than the model has
+  c = kept_config(kPaths[0], DType::Float32, false);
+  c.memory.keep_attention_blocks = 2;
+  issues = validate(c);
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "memory.keep_attention_blocks");
+  CHECK_THAT(issues[0].rule, Catch::Contains("needs memory.keep_attention = true"));
+  c = kept_config(kPaths[0], DType::Float32, true);
+  c.memory.keep_attention_blocks = c.model.n_layers + 1;
+  issues = validate(c);
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "memory.keep_attention_blocks");
+  CHECK_THAT(issues[0].rule, Catch::Contains("at most model.n_layers (3)"));
+}
+
+TEST_CASE(
+    "measurement: kept attention on the host moves all but the last block's payload from the device to the host "
+    "(planner to the byte)",
+    "[engine][memory][measure][kept]") {
+  // 8 blocks, inputs offloaded, attention kept. At the loss (the forward's end) the device run
+  // holds every block's output and LSE; the host run only the last block's: blocks 0..6 sent
+  // theirs, and the last payload sent (block 6's) was freed when block 7's attention was queued.
+  // The host pool holds those 7 payloads at its peak. Measured and planned, to the byte.
+  for (const Path& path : kPaths) {
+    INFO(path.name);
+    RunConfig on_device = long_measurement_config();  // 8 layers, 1024 tokens, 4/2 heads of 16, d 64, fp32
+    on_device.memory.activation_checkpointing = on_device.memory.offload_activations = true;
+    on_device.memory.keep_attention = true;
+    on_device.memory.untied_ulysses = path.untied;
+    on_device.memory.heads_per_stage = path.heads_per_stage;
+    RunConfig on_host = on_device;
+    on_host.memory.offload_kept_attention = true;
+    const Measured md = measure_step(on_device), mh = measure_step(on_host);
+    const MemoryPlan pd = plan_memory(on_device), ph = plan_memory(on_host);
+    const int64_t S = on_device.training.seq_len, H = on_device.model.n_heads, hd = on_device.model.head_dim;
+    const int64_t L = on_device.model.n_layers;
+    const int64_t per_block = S * H * hd * 4 + H * S * 4;  // output + fp32 LSE (B = 1, P = 1, fp32)
+    const int64_t stages = path.untied ? H / path.heads_per_stage : 1;
+    const int64_t payload = kept_attention_payload(S * H * hd * 4, H * S * 4 / stages, stages).bytes();
+    auto saved_at_loss = [](const Measured& m) {
+      return m.phases.at("fwd/loss").category_at_peak[static_cast<int>(MemCategory::SavedActivations)];
+    };
+    auto planned_saved_at_loss = [](const MemoryPlan& p) {
+      const PhasePlan* loss = planned_phase(p, "fwd/loss");
+      return loss ? loss->category_bytes[static_cast<int>(MemCategory::SavedActivations)] : int64_t{-1};
+    };
+    INFO("saved at the loss: measured " << saved_at_loss(md) << " -> " << saved_at_loss(mh) << " B; planned "
+                                        << planned_saved_at_loss(pd) << " -> " << planned_saved_at_loss(ph) << " B");
+    CHECK(saved_at_loss(md) - saved_at_loss(mh) == (L - 1) * per_block);
+    CHECK(planned_saved_at_loss(pd) - planned_saved_at_loss(ph) == (L - 1) * per_block);
+    INFO("host peak: measured " << md.host_peak << " -> " << mh.host_peak << " B; planned " << pd.host_bytes << " -> "
+                                << ph.host_bytes << " B");
+    CHECK(mh.host_peak - md.host_peak == (L - 1) * payload);
+    CHECK(ph.host_bytes - pd.host_bytes == (L - 1) * payload);
+    CHECK(mh.host_peak == ph.host_bytes);  // one rank: the node's host bytes are the rank's
+
+    // Kept on the device by the top 3 blocks only: 5 blocks' output and LSE fewer at the loss, and
+    // the lowest block's recompute allocates its attention kernel's buffers again, as plain
+    // checkpointing's does (the planner's bytes, measured)
+    RunConfig top3 = on_device;
+    top3.memory.keep_attention_blocks = 3;
+    const Measured mt = measure_step(top3);
+    const MemoryPlan pt = plan_memory(top3);
+    INFO("saved at the loss, top 3: measured " << saved_at_loss(mt) << " B, planned " << planned_saved_at_loss(pt));
+    CHECK(saved_at_loss(md) - saved_at_loss(mt) == (L - 3) * per_block);
+    CHECK(planned_saved_at_loss(pd) - planned_saved_at_loss(pt) == (L - 3) * per_block);
+    RunConfig plain = on_device;
+    plain.memory.keep_attention = false;
+    const Measured mp = measure_step(plain);
+    const MemoryPlan pp = plan_memory(plain);
+    auto recompute_peak = [](const Measured& m, const std::string& phase) { return m.phases.at(phase).device_peak; };
+    auto planned_recompute_peak = [](const MemoryPlan& p, const std::string& phase) {
+      const PhasePlan* r = planned_phase(p, phase);
+      return r ? r->resident_bytes : int64_t{-1};
+    };
+    // block 0 (recomputes; the top blocks' kept tensors died with their backward): as plain checkpointing
+    const std::string lowest = "bwd/block.0/recompute", top = "bwd/block." + std::to_string(L - 1) + "/recompute";
+    CHECK(recompute_peak(mt, lowest) == recompute_peak(mp, lowest));
+    CHECK(planned_recompute_peak(pt, lowest) == planned_recompute_peak(pp, lowest));
+    // the top block (replays): as every block kept, less the 5 lower blocks' kept tensors
+    CHECK(recompute_peak(md, top) - recompute_peak(mt, top) == (L - 3) * per_block);
+    CHECK(planned_recompute_peak(pd, top) - planned_recompute_peak(pt, top) == (L - 3) * per_block);
   }
 }

@@ -76,6 +76,47 @@ TEST_CASE("cuda: kept attention equals plain checkpointing on every one-device p
   }
 }
 
+TEST_CASE(
+    "cuda: kept attention on the host equals kept attention on the device, bit for bit; in the top block, "
+    "plain checkpointing's step",
+    "[.cuda]") {
+  // The device run and the host run compute the same kernels on the same inputs; the host run only
+  // packs what it keeps, copies it through its pinned slab on its own streams and replays views of
+  // the slot: loss and gradients are equal exactly. With the top block keeping only, the lower
+  // blocks run SDPA (which may pick another kernel than the kept path's): the step equals within
+  // the tolerance of kept attention against plain checkpointing (fp32).
+  REQUIRE(prepare_cuda().available);
+  for (const DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (const bool untied : {false, true}) {
+      INFO((untied ? "Untied stages" : "standard attention") << (dtype == DType::Float32 ? ", fp32" : ", bf16"));
+      RunConfig on_device = cuda_config();
+      on_device.training.dtype = dtype;
+      on_device.memory.activation_checkpointing = on_device.memory.offload_activations = true;
+      on_device.memory.keep_attention = true;
+      on_device.memory.untied_ulysses = untied;
+      RunConfig on_host = on_device;
+      on_host.memory.offload_kept_attention = true;
+      Trainer a(on_device, cuda_rank()), b(on_host, cuda_rank());
+      const double la = a.forward_backward(0), lb = b.forward_backward(0);
+      CHECK(lb == la);
+      CHECK(b.kept_attention_store().total_offloaded() ==
+            kept_attention_offloaded_blocks(on_device.model.n_layers, 0).count);
+      std::vector<at::Tensor> ga, gb;
+      for (auto* g : a.model().groups()) ga.push_back(g->grad().cpu());
+      for (auto* g : b.model().groups()) gb.push_back(g->grad().cpu());
+      for (size_t i = 0; i < ga.size(); ++i) {
+        INFO("group " << i);
+        CHECK(at::equal(ga[i], gb[i]));
+      }
+      if (dtype != DType::Float32) continue;
+      RunConfig top_block = on_device;
+      top_block.memory.keep_attention_blocks = 1;
+      Trainer d(on_device, cuda_rank()), c(top_block, cuda_rank());
+      check_same_step(d, c, on_device);
+    }
+  }
+}
+
 TEST_CASE("cuda: bf16 trains, checkpointing and offload lower the measured peak", "[.cuda]") {
   REQUIRE(prepare_cuda().available);
   RunConfig cfg = cuda_config();

@@ -79,7 +79,7 @@ TEST_CASE(
 TEST_CASE("offload: the two slots hold exactly the block computing and the one prefetched, and refuse misuse",
           "[offload]") {
   OffloadStore store(at::kCPU);
-  store.start_step(4, {1, 8, 16}, at::kFloat);
+  store.start_step(offloaded_blocks(4), {1, 8, 16}, at::kFloat);
   const int64_t D = 8 * 16 * 4;  // one input, fp32
   std::vector<at::Tensor> inputs;
   for (int64_t i = 0; i < 3; ++i) {
@@ -121,7 +121,7 @@ TEST_CASE("offload: the store holds the input it copies until release_copied_inp
           "[offload]") {
   std::vector<std::string> log;
   OffloadStore store(at::kCPU, std::make_unique<RecordingTransport>(&log));
-  store.start_step(5, {1, 8, 16}, at::kFloat);
+  store.start_step(offloaded_blocks(5), {1, 8, 16}, at::kFloat);
   at::Tensor x1 = at::full({1, 8, 16}, 1.0), x2 = at::full({1, 8, 16}, 2.0);
   store.put(1, x1);
   CHECK(x1.use_count() == 2);  // the caller's and the store's: its copy may still read it

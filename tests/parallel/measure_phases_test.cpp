@@ -1,9 +1,9 @@
 // The planner against the engine phase by phase: every phase's activation peak (device peak minus
 // params, grads and optimizer state) measured by the memory tracker on rank threads beside
 // plan_memory's, and every category at the step peak, for plain, each technique, Ulysses P=2,
-// Untied Ulysses with one head per rank per stage (each also with kept attention), FSDP W=2, and
-// optimizer offload (the host pool
-// holds the fp32 states). defines: [measure][phases]
+// Untied Ulysses with one head per rank per stage (each also with kept attention, on the device and
+// offloaded beside the inputs), FSDP W=2, and optimizer offload (the host pool holds the fp32
+// states). defines: [measure][phases]
 // Print the tables: parallel_tests "[.phases-table]" -s
 #include <catch2/catch.hpp>
 
@@ -65,6 +65,20 @@ std::vector<Case> cases() {
   out.back().cfg.memory.keep_attention = true;
   parallel("Untied P=2, 1 head/rank/stage + checkpointing + kept attention", 2, 2, false, true, true);
   out.back().cfg.memory.keep_attention = true;
+  // the kept attention packed and sent to the host beside the offloaded inputs (its own slots)
+  for (const bool untied : {false, true}) {
+    parallel(std::string(untied ? "Untied P=2, 1 head/rank/stage" : "Ulysses P=2") +
+                 " + checkpointing + offload + kept attention on the host",
+             2, 2, false, true, untied);
+    out.back().cfg.memory.offload_activations = true;
+    out.back().cfg.memory.keep_attention = out.back().cfg.memory.offload_kept_attention = true;
+  }
+  // ... by the top two blocks of four only (blocks 0 and 1 recompute their attention)
+  parallel("Ulysses P=2 + checkpointing + offload + kept attention on the host in the top 2 blocks", 2, 2, false, true,
+           false);
+  out.back().cfg.memory.offload_activations = true;
+  out.back().cfg.memory.keep_attention = out.back().cfg.memory.offload_kept_attention = true;
+  out.back().cfg.memory.keep_attention_blocks = 2;
   parallel("FSDP W=2", 2, 1, true, false, false);
   parallel("FSDP W=2 + checkpointing", 2, 1, true, true, false);
   parallel("Untied P=1 (head chunks of 2)", 1, 1, false, true, true);

@@ -75,7 +75,9 @@ struct Case {
                     (untied ? " untied(hps=" + std::to_string(heads_per_stage) + ")" : "") +
                     (defer_reduce_scatter ? " deferred-reduce-scatter" : "");
     if (memory.activation_checkpointing) s += " ckpt";
-    if (memory.keep_attention) s += " kept-attention";
+    if (memory.keep_attention)
+      s += std::string(memory.offload_kept_attention ? " kept-attention-on-host" : " kept-attention") +
+           (memory.keep_attention_blocks > 0 ? "(top " + std::to_string(memory.keep_attention_blocks) + ")" : "");
     if (memory.offload_activations) s += " offload";
     if (memory.tiled_mlp) s += " tiling";
     if (memory.offload_optimizer) s += " offload-optimizer";
@@ -106,6 +108,10 @@ std::vector<Case> cases_for(int W, int P) {
           // stages, so each attention path meets it with and without offload and tiling.
           c.memory.keep_attention =
               c.memory.activation_checkpointing && (k + (untied ? 1 : 0) + (fsdp ? 1 : 0)) % 2 == 1;
+          // ... on the host beside the offloaded inputs without FSDP; with it on the device, in
+          // the top block only (the others recompute theirs)
+          c.memory.offload_kept_attention = c.memory.keep_attention && c.memory.offload_activations && !fsdp;
+          c.memory.keep_attention_blocks = c.memory.keep_attention && fsdp ? 1 : 0;
           c.memory.untied_ulysses = untied;
           c.memory.heads_per_stage = hps;
           cases.push_back(c);

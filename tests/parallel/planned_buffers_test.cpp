@@ -42,6 +42,8 @@ std::string describe(const RunConfig& c) {
     << (c.training.dtype == DType::BFloat16 ? " bf16" : " fp32")
     << (c.memory.untied_ulysses ? " untied k/rank=" + std::to_string(c.memory.heads_per_stage) : "")
     << (c.memory.activation_checkpointing ? " ckpt" : "") << (c.memory.offload_activations ? " offload" : "")
+    << (c.memory.offload_kept_attention ? " kept-attention-offload" : "")
+    << (c.memory.keep_attention_blocks > 0 ? " kept-top-" + std::to_string(c.memory.keep_attention_blocks) : "")
     << (c.memory.offload_optimizer ? " offload-optimizer" : "") << (c.memory.tiled_mlp ? " tiled_mlp" : "")
     << (c.memory.tiled_loss ? " tiled_loss" : "");
   return o.str();
@@ -94,6 +96,10 @@ std::vector<BufferCase> buffer_cases() {
           stack.memory.activation_checkpointing = stack.memory.offload_activations = true;
           stack.memory.tiled_mlp = stack.memory.tiled_loss = true;
           stack.memory.offload_optimizer = batch == 2;  // the device parameter copies, half the stacks
+          // the kept attention's payload (KeptAttentionPayload) beside the inputs, the other half
+          stack.memory.keep_attention = stack.memory.offload_kept_attention = batch == 1;
+          // ... at P = 2 by the top two blocks only: one payload to the host (block 1's)
+          stack.memory.keep_attention_blocks = batch == 1 && P == 2 ? 2 : 0;
           add(stack);
 
           RunConfig untied = stack;
@@ -132,6 +138,7 @@ TEST_CASE("buffers: every buffer the engine preallocates is the planner's bytes,
   // the sweep must reach what the issue names: KV heads fewer than the degree, several KV heads
   // per stage per rank, batch 2, every degree, bf16
   bool few_kv = false, wide_kv_stage = false, batch2 = false, p8 = false, bf16 = false;
+  bool kept_offload_standard = false, kept_offload_untied = false;
   for (const BufferCase& c : cases) {
     const ModelConfig& m = c.cfg.model;
     const int64_t P = c.cfg.parallel.ulysses_degree;
@@ -142,7 +149,11 @@ TEST_CASE("buffers: every buffer the engine preallocates is the planner's bytes,
     batch2 |= c.cfg.training.batch_size == 2 && c.cfg.memory.untied_ulysses;
     p8 |= P == 8 && c.cfg.memory.untied_ulysses;
     bf16 |= c.cfg.training.dtype == DType::BFloat16;
+    kept_offload_standard |= c.cfg.memory.offload_kept_attention && !c.cfg.memory.untied_ulysses;
+    kept_offload_untied |= c.cfg.memory.offload_kept_attention && c.cfg.memory.untied_ulysses && P > 1;
   }
+  CHECK(kept_offload_standard);
+  CHECK(kept_offload_untied);
   CHECK(few_kv);
   CHECK(wide_kv_stage);
   CHECK(batch2);

@@ -51,14 +51,14 @@ RunConfig small_model() {
   return c;
 }
 
-/// This test's own enumeration of the search space: every combination of the seven memory
-/// switches, Untied Ulysses at "auto" and at every valid stage size, the tiles at "auto";
+/// This test's own enumeration of the search space: every combination of the eight memory
+/// switches, kept attention in every block or in each count of top blocks, Untied Ulysses at "auto" and at every valid stage size, the tiles at "auto";
 /// the validator decides what is a config.
 std::vector<RunConfig> brute_force_space(const RunConfig& base) {
   std::vector<int64_t> stages = {kHeadsPerStageAuto};
   for (int64_t h : valid_heads_per_stage(base)) stages.push_back(h);
   std::vector<RunConfig> out;
-  for (unsigned bits = 0; bits < 128; ++bits)
+  for (unsigned bits = 0; bits < 256; ++bits)
     for (int64_t heads : stages) {
       RunConfig c = base;
       MemoryConfig& m = c.memory;
@@ -72,8 +72,13 @@ std::vector<RunConfig> brute_force_space(const RunConfig& base) {
       m.untied_ulysses = bits & 32;
       m.heads_per_stage = heads;
       m.offload_optimizer = bits & 64;
+      m.offload_kept_attention = bits & 128;
       if (!m.untied_ulysses && heads != kHeadsPerStageAuto) continue;  // the stage size of no stages
-      if (validate(c).empty()) out.push_back(c);
+      // kept attention in every block, or in the top 1..L-1
+      for (int64_t kept = 0; kept < (m.keep_attention ? c.model.n_layers : 1); ++kept) {
+        m.keep_attention_blocks = kept;
+        if (validate(c).empty()) out.push_back(c);
+      }
     }
   return out;
 }
@@ -195,7 +200,7 @@ TEST_CASE("tune: a longer context turns on what it needs, and each technique it 
   for (bool MemoryConfig::*flag :
        {&MemoryConfig::activation_checkpointing, &MemoryConfig::keep_attention, &MemoryConfig::offload_activations,
         &MemoryConfig::tiled_mlp, &MemoryConfig::tiled_loss, &MemoryConfig::untied_ulysses,
-        &MemoryConfig::offload_optimizer}) {
+        &MemoryConfig::offload_optimizer, &MemoryConfig::offload_kept_attention}) {
     RunConfig flipped = choice->config;
     flipped.memory.*flag = !(flipped.memory.*flag);
     if (!validate(flipped).empty() || !plan_peak(flipped).fits()) continue;
@@ -247,5 +252,49 @@ TEST_CASE("tune: the log-sum-exp paths' kernel is a candidate, chosen by its eff
             (faster == LseKernelChoice::Flash2));
     }
     CHECK(lse_sets > 1);
+  }
+}
+
+TEST_CASE(
+    "tune: where the device cannot hold every block's kept attention, the host holds it, or the most top "
+    "blocks that fit there",
+    "[planner][tune]") {
+  // The 8B on 8 H100s (the h100-sxm profile): at 2M every block's kept attention (1 GiB a rank)
+  // does not fit beside the rest on the device but does on the host beside the offloaded inputs;
+  // at 5M the host holds it for some blocks only, and the top ones that fit keep it. Each choice
+  // is faster than every fitting table that recomputes every block's attention: what the kept
+  // attention spends on the host buys time.
+  for (const char* length : {"2M", "5M"}) {
+    INFO(length);
+    const RunConfig cfg = preset("llama3-8b-5m-8xh100-untied", {std::string("training.seq_len=") + length});
+    const TuneResult tuned = tune(cfg);
+    const TuneCandidate* choice = tuned.chosen();
+    REQUIRE(choice != nullptr);
+    const MemoryConfig& m = choice->config.memory;
+    INFO(choice->summary());
+    CHECK(m.keep_attention);
+    CHECK(m.offload_kept_attention);
+    CHECK(plan_memory(choice->config).fits());
+    if (std::string(length) == "2M") {
+      CHECK(m.keep_attention_blocks == 0);  // every block
+    } else {
+      CHECK(m.keep_attention_blocks > 0);
+      CHECK(m.keep_attention_blocks < cfg.model.n_layers);
+      RunConfig one_more = choice->config;  // one block more does not fit on the host
+      one_more.memory.keep_attention_blocks += 1;
+      const MemoryPlan over = plan_memory(one_more);
+      CHECK_FALSE(over.fits());
+      CHECK(over.fits_device);
+    }
+    // every block kept on the device does not fit
+    RunConfig on_device = choice->config;
+    on_device.memory.offload_kept_attention = false;
+    on_device.memory.keep_attention_blocks = 0;
+    CHECK_FALSE(plan_peak(on_device).fits());
+    for (const TuneCandidate& c : tuned.candidates) {
+      if (!c.fits() || c.planned.keep_attention) continue;
+      INFO(c.summary());
+      CHECK(choice->step_s < c.step_s);
+    }
   }
 }

@@ -80,7 +80,7 @@ void check_against_transformers(const std::string& name) {
   // The training forward (flat groups, block Functions, tiled loss) and its backward.
   StepRuntime rt;
   const ModelInputs in{ids, labels, at::Tensor(), 0, ids.numel()};
-  at::Tensor loss = t.model().forward(in, t.stack(), nullptr, nullptr, &rt);
+  at::Tensor loss = t.model().forward(in, t.stack(), OffloadStores{}, nullptr, &rt);
   loss.backward();
   const double mine = loss.item<double>(), theirs = ref.at("loss").item<double>();
   INFO(name << ": loss " << mine << ", transformers " << theirs);
