@@ -345,9 +345,10 @@ void draw_memory(AppState& state) {
                "Keeps each block's attention output and log-sum-exp, so the recompute runs no attention "
                "forward (about a third of attention's time at long context); costs one [tokens, q_dim] "
                "and its LSE per block.");
-    if (t.id == TechniqueId::Checkpointing && c.memory.keep_attention)  // 0: every block
+    // shown while kept attention is on, or while a value it needs is left (the validator marks it)
+    if (t.id == TechniqueId::Checkpointing && (c.memory.keep_attention || c.memory.keep_attention_blocks != 0))
       input_i64(state, "    Blocks keeping it", "memory.keep_attention_blocks", &c.memory.keep_attention_blocks, 1);
-    if (t.id == TechniqueId::Offload && c.memory.keep_attention)
+    if (t.id == TechniqueId::Offload && (c.memory.keep_attention || c.memory.offload_kept_attention))
       checkbox(state, "  Kept attention too", "memory.offload_kept_attention", &c.memory.offload_kept_attention,
                "Sends each block's kept attention output and log-sum-exp to host memory beside its input: "
                "the device holds two blocks' worth instead of every block's; costs host memory and PCIe "

@@ -10,6 +10,7 @@
 #include "engine/config/rope.h"
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
+#include "engine/layout/planned_buffers.h"
 
 namespace odyssey {
 
@@ -159,6 +160,12 @@ void check_memory(const RunConfig& cfg, Checker& c) {
                (mem.keep_attention ? "offload_activations" : "keep_attention") + " is false)",
            "it sends the kept attention to the host beside the offloaded block inputs: turn both on, or "
            "offload_kept_attention off");
+  else if (mem.offload_kept_attention && c.in_range({"memory.keep_attention_blocks", "model.n_layers"}) &&
+           kept_attention_offloaded_blocks(cfg.model.n_layers, mem.keep_attention_blocks).count == 0)
+    c.fail("memory.offload_kept_attention",
+           "sends nothing: only the top block keeps its attention, and the top block's stays on the device "
+           "(its backward comes first)",
+           "keep it in more blocks (memory.keep_attention_blocks) or turn offload_kept_attention off");
   const LseKernelQuery query = lse_kernel_query(cfg);
   if (mem.lse_attention_kernel == LseKernelChoice::Cudnn && query.cuda) {
     // the CPU path runs its own flash kernel whatever the key says; a CUDA run must get cuDNN's

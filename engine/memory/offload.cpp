@@ -2,6 +2,7 @@
 // transport is in offload_cuda.cpp. defines: OffloadStore methods, make_host_clone_transport
 #include "engine/memory/offload.h"
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -172,13 +173,22 @@ void OffloadStore::release(int64_t layer) {
 }
 
 void OffloadStore::clear() {
-  if (transport_) transport_->end_step();  // first: no copy may still write a slot that is freed below
-  copying_source_ = at::Tensor();          // its copy is done (end_step waited for it)
+  // first: no copy may still write a slot that is freed below. A wait that fails (a device in
+  // error) still leaves the store empty, then reports.
+  std::exception_ptr failed;
+  if (transport_) {
+    try {
+      transport_->end_step();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  copying_source_ = at::Tensor();  // its copy is done (end_step waited for it)
   copying_layer_ = -1;
   offloaded_.clear();
   rotation_.reset();
   for (at::Tensor& s : slots_) s = at::Tensor();
-  if (kind_ == OffloadedKind::KeptAttention) input_sizes_.clear();  // sized again by the next step's first put
+  if (failed) std::rethrow_exception(failed);
 }
 
 int64_t OffloadStore::host_bytes() const { return transport_ ? transport_->host_bytes() : 0; }

@@ -91,8 +91,8 @@ class OffloadStore {
 
   /// A step with offload starts: the inputs of `blocks` (offloaded_blocks, or
   /// kept_attention_offloaded_blocks) go to the host, each [input_sizes] of `dtype` (drops what a
-  /// previous step left). Kept attention: [payload bytes] uint8, sized at the first block's put
-  /// (its bytes are known then).
+  /// previous step left). Kept attention: [payload bytes] uint8, started by the first offloaded
+  /// block's forward (its bytes are known then).
   void start_step(const OffloadedBlocks& blocks, at::IntArrayRef input_sizes, at::ScalarType dtype);
   /// Starts copying x [B, s, d] to the host. The caller drops its device reference; the store
   /// keeps x until release_copied_input(), which the next block's forward calls after its
@@ -116,8 +116,6 @@ class OffloadStore {
 
   /// `layer`'s input is on the host (put and not yet taken).
   bool holds(int64_t layer) const { return offloaded_.count(layer) > 0; }
-  /// Whether start_step has sized this step (kept attention: at the first put of a step).
-  bool started() const { return !input_sizes_.empty(); }
   OffloadedKind kind() const { return kind_; }
   /// Drops everything, after waiting for copies in flight (end of step, or after a failed step).
   void clear();

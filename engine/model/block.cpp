@@ -247,8 +247,9 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
         CategoryScope category(MemCategory::SavedActivations);
         payload = pack_kept_attention(*kept);  // [payload] uint8
       }
-      if (!rt->kept_offload->started())
-        rt->kept_offload->start_step(kept_blocks_on_host(*rt, n_layers), {payload.numel()}, at::kByte);
+      const OffloadedBlocks on_host = kept_blocks_on_host(*rt, n_layers);
+      if (layer == on_host.first)  // the step's first: sizes the host copies, drops what a failed step left
+        rt->kept_offload->start_step(on_host, {payload.numel()}, at::kByte);
       rt->kept_offload->put(layer, payload);
     } else if (kept) {  // what the block keeps for its backward beside its input
       for (const at::Tensor& t : kept->tensors()) retag_tensor(t, MemCategory::SavedActivations);

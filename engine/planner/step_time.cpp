@@ -88,6 +88,10 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   const double kept = s.ckpt ? static_cast<double>(s.kept_count) / L : 0.0;
   const double core_passes = 1.0 + (s.ckpt ? 1.0 - kept : 0.0) + 2.0;
   const double attention = L * core_passes * core_causal;
+  // The blocks that keep call the log-sum-exp paths' kernel forward and backward; the others the
+  // kernel of their attention path: the same where the Untied stages or packed documents need it
+  // too, SDPA's otherwise (standard attention recomputing under checkpointing)
+  const bool others_lse = s.untied || s.documents || s.kept_count == s.L;
 
   const double model = 3.0 * (L * block_fwd + head);
   const double model_palm = 3.0 * (L * (proj + o_proj + core_full + mlp) + head);
@@ -121,22 +125,32 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   out.attention_at_sdpa_efficiency = !out.lse_attention || s.lse_kernel == LseKernel::CudaCudnn;
   out.attention_kernel_efficiency =
       out.attention_at_sdpa_efficiency ? hw.attention_efficiency : hw.untied_attention_efficiency;
-  const double attn_rate = peak * out.attention_kernel_efficiency;  // achieved FLOP/s: the attention kernels
-  // Seconds per token of `flops` FLOPs of which `core` are the attention kernels'.
-  const auto secs = [&](double flops, double core) { return (flops - core) / rate + core / attn_rate; };
+  // achieved FLOP/s of the attention kernels: the keeping blocks' (the log-sum-exp kernel's where
+  // any path needs it), and the other blocks' (SDPA's where they run standard attention)
+  const double lse_rate = peak * out.attention_kernel_efficiency;
+  const double other_rate = others_lse ? lse_rate : peak * hw.attention_efficiency;
+  const double kept_share = static_cast<double>(s.kept_count) / L;  // of the forward's and backward's kernels
+  // Seconds per FLOP of the kernels of a pass over every block (forward, backward), and of the
+  // recompute (only the blocks that do not keep run it)
+  const double pass_s_per_flop = kept_share / lse_rate + (1.0 - kept_share) / other_rate;
+  const double recompute_s_per_flop = 1.0 / other_rate;
+  // Seconds per token of `flops` FLOPs of which `core` are the attention kernels', at `core_s` a FLOP.
+  const auto secs = [&](double flops, double core, double core_s) { return (flops - core) / rate + core * core_s; };
 
   // Compute per phase kind (per block where the phase is per block).
   auto set = [&](PhaseKind k, double v) { pt.seconds[static_cast<int>(k)] = v; };
-  set(PhaseKind::FwdAttn, t * secs(attn_fwd, core_causal));
+  set(PhaseKind::FwdAttn, t * secs(attn_fwd, core_causal, pass_s_per_flop));
   set(PhaseKind::FwdMlp, t * mlp / rate);
-  set(PhaseKind::BwdRecompute, s.ckpt ? t * secs(recompute_fwd, recompute_core_flops) : 0.0);
+  set(PhaseKind::BwdRecompute, s.ckpt ? t * secs(recompute_fwd, recompute_core_flops, recompute_s_per_flop) : 0.0);
   set(PhaseKind::BwdMlp, t * (2.0 * mlp + (s.tiled_mlp ? mlp : 0.0)) / rate);
-  set(PhaseKind::BwdAttn, t * secs(2.0 * attn_fwd + (s.untied ? proj : 0.0), 2.0 * core_causal));
+  set(PhaseKind::BwdAttn, t * secs(2.0 * attn_fwd + (s.untied ? proj : 0.0), 2.0 * core_causal, pass_s_per_flop));
   set(PhaseKind::FwdLoss, t * (s.tiled_loss ? tiled_loss_gemms * head : head) / rate);
   set(PhaseKind::BwdLoss, s.tiled_loss ? 0.0 : t * 2.0 * head / rate);
-  out.compute_s = t * secs(hardware, attention);
-  out.recompute_s = t * secs(recompute, L * recompute_core_flops);
-  out.attention_s = t * attention / attn_rate;
+  const double attention_s_per_token =
+      L * (3.0 * core_causal * pass_s_per_flop + recompute_core_flops * recompute_s_per_flop);
+  out.compute_s = t * ((hardware - attention) / rate + attention_s_per_token);
+  out.recompute_s = t * secs(recompute, L * recompute_core_flops, recompute_s_per_flop);
+  out.attention_s = t * attention_s_per_token;
   out.tokens_per_device = s.t;
   out.hardware_flops_per_token = hardware;
   out.attention_flops_per_token = attention;

@@ -167,7 +167,8 @@ class Walker {
     std::vector<LiveEntry> before;
     for (int32_t i = 0; i < s_.L; ++i) {
       if (collapse_ && i == 2 && ghost_forward(before)) i = s_.L - 2;  // blocks 2..L-3 collapsed
-      if (collapse_ && i == 1) before = m_.live_entries();
+      // (block 0's kept attention, held for its copy, is gone by block 1's end: no residue)
+      if (collapse_ && i == 1) before = m_.live_entries(copying_input_, copying_kept_);
       block_forward(i);
     }
     loss_forward();

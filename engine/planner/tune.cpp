@@ -40,6 +40,7 @@ std::vector<MemoryConfig> memory_tables(const RunConfig& cfg) {
               m.activation_checkpointing = recompute != Recompute::Off;
               m.keep_attention = recompute == Recompute::KeptAttention || recompute == Recompute::KeptOnHost;
               m.offload_kept_attention = recompute == Recompute::KeptOnHost;  // refused without offload
+              m.keep_attention_blocks = 0;  // every block; fewer only where that does not fit (tune)
               m.offload_activations = offload;
               m.tiled_mlp = tiled_mlp;
               if (tiled_mlp) m.mlp_tile_tokens = kMlpTileTokensAuto;
@@ -164,8 +165,9 @@ TuneResult tune(const RunConfig& cfg) {
         candidate.memory = partial;
         (plan_peak(with_planned_sizes(candidate)).fits() ? fits : overflows) = partial.keep_attention_blocks;
       }
-      if (fits > 0) {
-        partial.keep_attention_blocks = fits;
+      partial.keep_attention_blocks = fits;
+      candidate.memory = partial;
+      if (fits > 0 && validate(candidate).empty()) {  // (the top block alone on the host sends nothing)
         all.push_back(plan_candidate(cfg, partial, &bits));
         sets.push_back(bits);
       }

@@ -123,6 +123,10 @@ void Trainer::set_memory(const MemoryConfig& memory) {
   settle_host_updates();
   cfg_.memory = memory;
   stack_ = std::move(stack);
+  // A host store the new stack no longer uses lets its memory go (CUDA: its pinned slab, which the
+  // new table's plan no longer counts); a later table that uses it again makes a new one.
+  if (!stack_.offload_block_inputs) offload_.set_transport(nullptr);
+  if (!stack_.offload_kept_attention) kept_offload_.set_transport(nullptr);
   // Optimizer offload moves the fp32 states between host and device memory here, at the step
   // boundary (no graph holds the parameter views).
   for (FlatParamGroup* g : model_->groups()) g->set_states_on_host(stack_.optimizer_states_on_host);
@@ -320,8 +324,14 @@ StepResult Trainer::apply_gradients() {
 
 void Trainer::cleanup_after_failure() {
   recorder_.drop_held();  // a failed step's device may be in error: its held phases are not settled
-  offload_.clear();
-  kept_offload_.clear();
+  // each store is cleared even where the other's wait fails (a device in error): the step's own
+  // failure is the one reported, and neither store keeps the failed step's blocks
+  for (OffloadStore* store : {&offload_, &kept_offload_}) {
+    try {
+      store->clear();
+    } catch (const std::exception&) {
+    }
+  }
   model_->reshard_all();
   // After the failed step's buffers are released: a pass queued by the last step is finished,
   // never dropped, and its upload's staging buffer finds the memory the failure held. An upload

@@ -42,6 +42,23 @@ RunConfig kept_config(const Path& path, DType dtype, bool keep, bool on_host = f
   return c;
 }
 
+/// The saved activations at the loss phase's peak (the forward's end): measured, and planned.
+int64_t saved_at_loss(const Measured& m) {
+  return m.phases.at("fwd/loss").category_at_peak[static_cast<int>(MemCategory::SavedActivations)];
+}
+int64_t planned_saved_at_loss(const MemoryPlan& p) {
+  const PhasePlan* loss = planned_phase(p, "fwd/loss");
+  return loss ? loss->category_bytes[static_cast<int>(MemCategory::SavedActivations)] : int64_t{-1};
+}
+
+/// `c` is refused once, under `key`, by a rule that says `rule`.
+void check_refused(const RunConfig& c, const char* key, const char* rule) {
+  const auto issues = validate(c);
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == key);
+  CHECK_THAT(issues[0].rule, Catch::Contains(rule));
+}
+
 }  // namespace
 
 TEST_CASE("kept attention: the step equals plain checkpointing's bit for bit on every one-rank path",
@@ -76,10 +93,7 @@ TEST_CASE("kept attention: keep_attention without checkpointing is refused, nami
           "[engine][memory][kept]") {
   RunConfig c = kept_config(kPaths[0], DType::Float32, true);
   c.memory.activation_checkpointing = false;
-  const auto issues = validate(c);
-  REQUIRE(issues.size() == 1);
-  CHECK(issues[0].key == "memory.keep_attention");
-  CHECK_THAT(issues[0].rule, Catch::Contains("needs memory.activation_checkpointing = true"));
+  check_refused(c, "memory.keep_attention", "needs memory.activation_checkpointing = true");
 }
 
 TEST_CASE(
@@ -106,14 +120,6 @@ TEST_CASE(
       const int64_t S = plain.training.seq_len, H = plain.model.n_heads, hd = plain.model.head_dim;
       const int64_t per_block = S * H * hd * c + H * S * 4;  // output + fp32 LSE (B = 1, P = 1)
       const int64_t L = plain.model.n_layers;
-      auto saved_at_loss = [](const Measured& m) {
-        return m.phases.at("fwd/loss").category_at_peak[static_cast<int>(MemCategory::SavedActivations)];
-      };
-      auto planned_saved_at_loss = [](const MemoryPlan& p) {
-        for (const auto& ph : p.phases)
-          if (ph.name == "fwd/loss") return ph.category_bytes[static_cast<int>(MemCategory::SavedActivations)];
-        return int64_t{-1};
-      };
       INFO("measured saved at the loss: " << saved_at_loss(mp) << " -> " << saved_at_loss(mk) << " B; planned "
                                           << planned_saved_at_loss(pp) << " -> " << planned_saved_at_loss(pk) << " B");
       CHECK(saved_at_loss(mk) - saved_at_loss(mp) == L * per_block);
@@ -256,28 +262,20 @@ TEST_CASE("kept attention on the host and by the top blocks: a key without what 
           "[engine][memory][kept]") {
   RunConfig c = kept_config(kPaths[0], DType::Float32, true, true);
   c.memory.offload_activations = false;
-  auto issues = validate(c);
-  REQUIRE(issues.size() == 1);
-  CHECK(issues[0].key == "memory.offload_kept_attention");
-  CHECK_THAT(issues[0].rule, Catch::Contains("offload_activations is false"));
+  check_refused(c, "memory.offload_kept_attention", "offload_activations is false");
   c = kept_config(kPaths[0], DType::Float32, false, true);
-  issues = validate(c);
-  REQUIRE(issues.size() == 1);
-  CHECK(issues[0].key == "memory.offload_kept_attention");
-  CHECK_THAT(issues[0].rule, Catch::Contains("keep_attention is false"));
+  check_refused(c, "memory.offload_kept_attention", "keep_attention is false");
   // keep_attention_blocks: only with kept attention, and no more blocks than the model has
   c = kept_config(kPaths[0], DType::Float32, false);
   c.memory.keep_attention_blocks = 2;
-  issues = validate(c);
-  REQUIRE(issues.size() == 1);
-  CHECK(issues[0].key == "memory.keep_attention_blocks");
-  CHECK_THAT(issues[0].rule, Catch::Contains("needs memory.keep_attention = true"));
+  check_refused(c, "memory.keep_attention_blocks", "needs memory.keep_attention = true");
   c = kept_config(kPaths[0], DType::Float32, true);
   c.memory.keep_attention_blocks = c.model.n_layers + 1;
-  issues = validate(c);
-  REQUIRE(issues.size() == 1);
-  CHECK(issues[0].key == "memory.keep_attention_blocks");
-  CHECK_THAT(issues[0].rule, Catch::Contains("at most model.n_layers (3)"));
+  check_refused(c, "memory.keep_attention_blocks", "at most model.n_layers (3)");
+  // the top block alone keeps, and its kept attention stays on the device: nothing would go
+  c = kept_config(kPaths[0], DType::Float32, true, true);
+  c.memory.keep_attention_blocks = 1;
+  check_refused(c, "memory.offload_kept_attention", "sends nothing");
 }
 
 TEST_CASE(
@@ -304,13 +302,6 @@ TEST_CASE(
     const int64_t per_block = S * H * hd * 4 + H * S * 4;  // output + fp32 LSE (B = 1, P = 1, fp32)
     const int64_t stages = path.untied ? H / path.heads_per_stage : 1;
     const int64_t payload = kept_attention_payload(S * H * hd * 4, H * S * 4 / stages, stages).bytes();
-    auto saved_at_loss = [](const Measured& m) {
-      return m.phases.at("fwd/loss").category_at_peak[static_cast<int>(MemCategory::SavedActivations)];
-    };
-    auto planned_saved_at_loss = [](const MemoryPlan& p) {
-      const PhasePlan* loss = planned_phase(p, "fwd/loss");
-      return loss ? loss->category_bytes[static_cast<int>(MemCategory::SavedActivations)] : int64_t{-1};
-    };
     INFO("saved at the loss: measured " << saved_at_loss(md) << " -> " << saved_at_loss(mh) << " B; planned "
                                         << planned_saved_at_loss(pd) << " -> " << planned_saved_at_loss(ph) << " B");
     CHECK(saved_at_loss(md) - saved_at_loss(mh) == (L - 1) * per_block);

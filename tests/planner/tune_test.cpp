@@ -264,6 +264,8 @@ TEST_CASE(
   // at 5M the host holds it for some blocks only, and the top ones that fit keep it. Each choice
   // is faster than every fitting table that recomputes every block's attention: what the kept
   // attention spends on the host buys time.
+  MemoryConfig five_m_choice;
+  double two_m_step = 0;
   for (const char* length : {"2M", "5M"}) {
     INFO(length);
     const RunConfig cfg = preset("llama3-8b-5m-8xh100-untied", {std::string("training.seq_len=") + length});
@@ -277,7 +279,9 @@ TEST_CASE(
     CHECK(plan_memory(choice->config).fits());
     if (std::string(length) == "2M") {
       CHECK(m.keep_attention_blocks == 0);  // every block
+      two_m_step = choice->step_s;
     } else {
+      five_m_choice = m;
       CHECK(m.keep_attention_blocks > 0);
       CHECK(m.keep_attention_blocks < cfg.model.n_layers);
       RunConfig one_more = choice->config;  // one block more does not fit on the host
@@ -297,4 +301,11 @@ TEST_CASE(
       CHECK(choice->step_s < c.step_s);
     }
   }
+  // The tables tried do not inherit the config's keep_attention_blocks: the 2M config with the 5M
+  // choice applied (21 blocks) tunes to the fresh 2M choice's step
+  RunConfig applied = preset("llama3-8b-5m-8xh100-untied", {"training.seq_len=2M"});
+  applied.memory = five_m_choice;
+  const TuneResult again = tune(applied);
+  REQUIRE(again.chosen() != nullptr);
+  CHECK(again.chosen()->step_s == Approx(two_m_step).epsilon(1e-12));
 }
