@@ -12,13 +12,29 @@
 
 namespace odyssey {
 
+const OffloadedKindNames& offloaded_kind_names(OffloadedKind kind) {
+  static const OffloadedKindNames kInputs{"block",
+                                          "offload",
+                                          PlannedBuffer::OffloadSlot,
+                                          PlannedBuffer::OffloadPrefetchSlot,
+                                          "block inputs",
+                                          "memory.offload_activations"};
+  static const OffloadedKindNames kKept{"attention",
+                                        "kept attention",
+                                        PlannedBuffer::KeptAttentionHostCopy,
+                                        PlannedBuffer::KeptAttentionSlot,
+                                        "blocks' kept attention",
+                                        "memory.offload_kept_attention"};
+  return kind == OffloadedKind::BlockInputs ? kInputs : kKept;
+}
+
 DeviceSpan offload_copy_span(OffloadedKind kind, int64_t layer, bool to_host, int64_t bytes) {
-  const bool inputs = kind == OffloadedKind::BlockInputs;
+  const OffloadedKindNames& names = offloaded_kind_names(kind);
   const std::string direction = to_host ? "d2h" : "h2d";
   DeviceSpan span;
-  span.name = direction + (inputs ? " block." : " attention.") + std::to_string(layer);
+  span.name = direction + " " + names.span_word + "." + std::to_string(layer);
   span.category = "copy";
-  span.track = (inputs ? "offload " : "kept attention ") + direction;
+  span.track = std::string(names.track) + " " + direction;
   span.bytes = bytes;
   return span;
 }
@@ -50,9 +66,7 @@ class HostCloneTransport final : public OffloadTransport {
       host_[layer] = x.detach().clone();  // [B, s, d] host (kept attention: [payload] uint8)
     }
     note_host_copy(kind_, layer, /*to_host=*/true, static_cast<int64_t>(x.nbytes()), t_begin);
-    note_planned_buffer(
-        kind_ == OffloadedKind::BlockInputs ? PlannedBuffer::OffloadSlot : PlannedBuffer::KeptAttentionHostCopy,
-        host_[layer]);
+    note_planned_buffer(offloaded_kind_names(kind_).host_copy, host_[layer]);
   }
   void prefetch(int64_t layer, const at::Tensor& slot) override {
     auto it = host_.find(layer);
@@ -141,9 +155,7 @@ void OffloadStore::prefetch(int64_t layer) {
     PoolScope pool(MemPool::Device);
     CategoryScope category(MemCategory::SavedActivations);
     memory = at::empty(input_sizes_, at::TensorOptions().dtype(dtype_).device(device_));  // [B, s, d]
-    note_planned_buffer(
-        kind_ == OffloadedKind::BlockInputs ? PlannedBuffer::OffloadPrefetchSlot : PlannedBuffer::KeptAttentionSlot,
-        memory);
+    note_planned_buffer(offloaded_kind_names(kind_).slot, memory);
   }
   transport_->prefetch(layer, memory);
   it->second = true;

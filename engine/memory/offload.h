@@ -1,6 +1,6 @@
 // Offload of checkpointed block inputs (and of kept attention) to the host: put() after a block's
 // forward, take() before its recompute (while the block below is prefetched), release() when its
-// backward is done. defines: OffloadedKind, OffloadTransport, OffloadStore,
+// backward is done. defines: OffloadedKind, offloaded_kind_names, OffloadTransport, OffloadStore,
 // make_host_clone_transport, make_cuda_transport, offload_copy_span
 #pragma once
 
@@ -24,6 +24,17 @@ struct DeviceSpan;
 ///   KeptAttention: each block's kept attention packed into bytes (KeptAttentionPayload) of
 ///                  kept_attention_offloaded_blocks (memory.offload_kept_attention).
 enum class OffloadedKind : uint8_t { BlockInputs, KeptAttention };
+/// What differs between the kinds, in one place: the trace's names, the planned-buffer tags and
+/// the key that turns the offload on.
+struct OffloadedKindNames {
+  const char* span_word;    ///< "block" / "attention": span "d2h block.3"
+  const char* track;        ///< "offload" / "kept attention": track "offload d2h"
+  PlannedBuffer host_copy;  ///< the host copy's tag (CPU transport)
+  PlannedBuffer slot;       ///< the device slot's tag
+  const char* what;         ///< "block inputs" / "blocks' kept attention"
+  const char* key;          ///< "memory.offload_activations" / "memory.offload_kept_attention"
+};
+const OffloadedKindNames& offloaded_kind_names(OffloadedKind kind);
 
 /// The trace's span of one offload copy (category "copy"), untimed: each transport times it on
 /// its own clock. Block inputs: track "offload d2h" / "offload h2d", named "d2h block.N" /
@@ -116,7 +127,6 @@ class OffloadStore {
 
   /// `layer`'s input is on the host (put and not yet taken).
   bool holds(int64_t layer) const { return offloaded_.count(layer) > 0; }
-  OffloadedKind kind() const { return kind_; }
   /// Drops everything, after waiting for copies in flight (end of step, or after a failed step).
   void clear();
   /// Bytes in the host pool (CUDA: the whole slab) / in the device slots.

@@ -44,12 +44,10 @@ class CudaTransport final : public OffloadTransport, private kernels::CopyObserv
     try {
       slab_ = std::make_unique<kernels::PinnedSlab>(std::move(layout));
     } catch (const kernels::KernelError& e) {
-      const bool inputs = kind_ == OffloadedKind::BlockInputs;
-      throw std::runtime_error("offload: cannot pin host memory for " + std::to_string(blocks.count) +
-                               (inputs ? " block inputs of " : " blocks' kept attention of ") +
-                               std::to_string(input_bytes) + " bytes (" + e.what() + "); turn " +
-                               (inputs ? "memory.offload_activations" : "memory.offload_kept_attention") +
-                               " off or give the node more host memory");
+      const OffloadedKindNames& names = offloaded_kind_names(kind_);
+      throw std::runtime_error("offload: cannot pin host memory for " + std::to_string(blocks.count) + " " +
+                               names.what + " of " + std::to_string(input_bytes) + " bytes (" + e.what() + "); turn " +
+                               names.key + " off or give the node more host memory");
     }
     // the engine's blocks are the slab's regions: region r holds block first + r; its last
     // "block" (count) is the one that stays on the device

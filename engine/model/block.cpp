@@ -239,7 +239,8 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
       if (kept) keeping.emplace(kept, KeptAttentionScope::Mode::Keep);
       y = run_block(x, group, *rt, prefix, /*keep_graph=*/false).y;
     }
-    if (kept && rt->kept_offload && kept_blocks_on_host(*rt, n_layers).holds(layer)) {
+    const OffloadedBlocks kept_on_host = kept_blocks_on_host(*rt, n_layers);
+    if (kept && rt->kept_offload && kept_on_host.holds(layer)) {
       // memory.offload_kept_attention: packed into one buffer and sent to the host beside the
       // input; the device copy lives until the next block's attention is queued (OffloadStore::put)
       at::Tensor payload;
@@ -247,9 +248,8 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
         CategoryScope category(MemCategory::SavedActivations);
         payload = pack_kept_attention(*kept);  // [payload] uint8
       }
-      const OffloadedBlocks on_host = kept_blocks_on_host(*rt, n_layers);
-      if (layer == on_host.first)  // the step's first: sizes the host copies, drops what a failed step left
-        rt->kept_offload->start_step(on_host, {payload.numel()}, at::kByte);
+      if (layer == kept_on_host.first)  // the step's first: sizes the host copies, drops what a failed step left
+        rt->kept_offload->start_step(kept_on_host, {payload.numel()}, at::kByte);
       rt->kept_offload->put(layer, payload);
     } else if (kept) {  // what the block keeps for its backward beside its input
       for (const at::Tensor& t : kept->tensors()) retag_tensor(t, MemCategory::SavedActivations);

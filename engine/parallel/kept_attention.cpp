@@ -106,13 +106,19 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 namespace {
 
+/// The bytes of one packed part: its elements at its dtype's size.
+int64_t part_bytes(const KeptAttention::PackedPart& part) {
+  int64_t bytes = static_cast<int64_t>(c10::elementSize(part.dtype));
+  for (int64_t n : part.sizes) bytes *= n;
+  return bytes;
+}
+
 /// Part `part` of a payload, as the tensor it holds: a view at the layout's offset.
 at::Tensor payload_part(const at::Tensor& payload, const KeptAttentionPayload& layout, int64_t index,
                         const KeptAttention::PackedPart& part) {
-  int64_t numel = 1;
-  for (int64_t n : part.sizes) numel *= n;
-  const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(part.dtype));
-  return payload.narrow(0, layout.offset(index), bytes).view(part.dtype).as_strided(part.sizes, part.strides);
+  return payload.narrow(0, layout.offset(index), part_bytes(part))
+      .view(part.dtype)
+      .as_strided(part.sizes, part.strides);
 }
 
 /// The kept tensors in payload order: the output (Untied's whole output, or the one result's),
@@ -125,12 +131,7 @@ std::vector<at::Tensor*> payload_tensors(KeptAttention& kept, bool untied) {
 }
 
 KeptAttentionPayload payload_layout(const std::vector<KeptAttention::PackedPart>& parts) {
-  auto bytes = [](const KeptAttention::PackedPart& p) {
-    int64_t n = static_cast<int64_t>(c10::elementSize(p.dtype));
-    for (int64_t s : p.sizes) n *= s;
-    return n;
-  };
-  return kept_attention_payload(bytes(parts.at(0)), parts.size() > 1 ? bytes(parts[1]) : 0,
+  return kept_attention_payload(part_bytes(parts.at(0)), parts.size() > 1 ? part_bytes(parts[1]) : 0,
                                 static_cast<int64_t>(parts.size()) - 1);
 }
 

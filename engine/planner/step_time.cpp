@@ -91,7 +91,7 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // The blocks that keep call the log-sum-exp paths' kernel forward and backward; the others the
   // kernel of their attention path: the same where the Untied stages or packed documents need it
   // too, SDPA's otherwise (standard attention recomputing under checkpointing)
-  const bool others_lse = s.untied || s.documents || s.kept_count == s.L;
+  const bool others_lse = s.untied || s.documents;
 
   const double model = 3.0 * (L * block_fwd + head);
   const double model_palm = 3.0 * (L * (proj + o_proj + core_full + mlp) + head);
@@ -129,10 +129,9 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // any path needs it), and the other blocks' (SDPA's where they run standard attention)
   const double lse_rate = peak * out.attention_kernel_efficiency;
   const double other_rate = others_lse ? lse_rate : peak * hw.attention_efficiency;
-  const double kept_share = static_cast<double>(s.kept_count) / L;  // of the forward's and backward's kernels
   // Seconds per FLOP of the kernels of a pass over every block (forward, backward), and of the
   // recompute (only the blocks that do not keep run it)
-  const double pass_s_per_flop = kept_share / lse_rate + (1.0 - kept_share) / other_rate;
+  const double pass_s_per_flop = kept / lse_rate + (1.0 - kept) / other_rate;
   const double recompute_s_per_flop = 1.0 / other_rate;
   // Seconds per token of `flops` FLOPs of which `core` are the attention kernels', at `core_s` a FLOP.
   const auto secs = [&](double flops, double core, double core_s) { return (flops - core) / rate + core * core_s; };
@@ -255,11 +254,12 @@ OffloadTerms offload_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTim
     const double input = kind_bytes(TensorKind::Hidden, s) / pcie_bw;
     const double kept = kind_bytes(TensorKind::KeptAttentionPayload, s) / pcie_bw;
     const OffloadedBlocks kept_blocks = kept_attention_offloaded_blocks(s.L, s.kept.count());
+    const OffloadedBlocks input_blocks = offloaded_blocks(s.L);
     double fwd = 0, bwd = 0;
     for (const bool with_input : {true, false}) {
       int64_t blocks = 0;  // of kept_blocks, those whose input is offloaded too, then the others
       for (int64_t b = kept_blocks.first; b < kept_blocks.first + kept_blocks.count; ++b)
-        blocks += (offloaded_blocks(s.L).holds(b) == with_input) ? 1 : 0;
+        blocks += (input_blocks.holds(b) == with_input) ? 1 : 0;
       const double alone = with_input ? input : 0.0;  // the input's copy, whose exposure is counted above
       fwd += static_cast<double>(blocks) * (exposed(alone + kept, fwd_window) - exposed(alone, fwd_window));
       bwd += static_cast<double>(blocks) * (exposed(alone + kept, bwd_window) - exposed(alone, bwd_window));
