@@ -82,7 +82,8 @@ TEST_CASE(
     "[.cuda]") {
   // The device run and the host run compute the same kernels on the same inputs; the host run only
   // packs what it keeps, copies it through its pinned slab on its own streams and replays views of
-  // the slot: loss and gradients are equal exactly. With the top block keeping only, the lower
+  // the slot: loss and gradients are equal exactly. (The embedding's gradient adds its repeated
+  // tokens' rows in one fixed order on CUDA, add_embedding_rows in head.cpp; atomics would not.) With the top block keeping only, the lower
   // blocks run SDPA (which may pick another kernel than the kept path's): the step equals within
   // the tolerance of kept attention against plain checkpointing (fp32).
   REQUIRE(prepare_cuda().available);
