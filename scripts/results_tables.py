@@ -109,6 +109,7 @@ class Record:
         if problems:
             raise RecordError("%s: %s" % (path, "; ".join(problems)))
         self.gpu = m["device_slug"].upper()
+        self.group = [self]  # load_records: this record and the earlier ones of its record_group
         self.predictions_manifest = read_json(os.path.join(self.path, layout.PREDICTIONS, layout.MANIFEST))
         self.predictions = {}  # (stage, point_key) -> {"point", "device", "plan", "file"}
         folder = os.path.join(self.path, layout.PREDICTIONS)
@@ -146,7 +147,16 @@ def load_records(root, allow_dry_run=False):
             records.append(Record(folder, allow_dry_run))
         except RecordError as e:
             problems.append(str(e))
-    return sorted(records, key=Record.order), problems
+    records.sort(key=Record.order)
+    for record in records:
+        record.group = [r for r in records if record_group(r) == record_group(record) and r.order() <= record.order()]
+    return records, problems
+
+
+def record_group(record):
+    """DATE-DEVICE-COMMIT of a record's name: the calls of one build on one GPU that day (a call
+    split into several records, -2, -3, ..., by the configuration it measures)."""
+    return layout.RECORD_NAME.match(record.name).group(1, 2, 3)
 
 
 # [section] figures: each reads one record's raw JSON into rows (label, target, value) ----------------
@@ -275,11 +285,17 @@ def fig_throughput(rec):
         other = full if odyssey is tuned else tuned
         if other:
             value += "; Odyssey's %s %s" % ("full stack" if other is full else "tuned configuration", run_text(other))
-        what = ("Odyssey tuned (%s)" % (odyssey.get("techniques") or "odyssey tune") if odyssey is tuned
-                else "Odyssey's full stack")
-        out.append(("%s at %s: %s against %s" % (
-            stem(odyssey.get("point")), tokens(seq), what, against_text(baselines, baseline or {"system": "pytorch"})),
-                    "≥ %.2f× the baseline" % THROUGHPUT_TARGET, value))
+        if odyssey is tuned:
+            what = "Odyssey tuned (%s)" % (odyssey.get("techniques") or "odyssey tune")
+        else:  # the call's own sets (ODYSSEY_BENCH_SETS) make it another configuration: named
+            sets = (odyssey.get("point") or {}).get("sets") or []
+            what = "Odyssey's full stack" + (" with %s" % ", ".join(sets) if sets else "")
+        label = "%s at %s: %s" % (stem(odyssey.get("point")), tokens(seq), what)
+        if baseline:
+            out.append((label + " against " + against_text(baselines, baseline),
+                        "≥ %.2f× the baseline" % THROUGHPUT_TARGET, value))
+        else:
+            out.append((label, "(no baseline in its call)", value))
     return out
 
 
@@ -391,15 +407,16 @@ def fig_collectives(rec):
 
 
 def fig_accuracy(rec):
-    """The planner's accuracy over this record's predicted points: step time over the points not
-    fitted, peak over every point."""
-    ran = [s for s in COMPARED_STAGES if rec.stage(s)]
+    """The planner's accuracy over the predicted points of this record's call group (it and the
+    earlier records of its date, GPU and commit: a lease's calls, record_group): step time over the
+    points not fitted, peak over every point."""
+    ran = [s for r in rec.group for s in COMPARED_STAGES if r.stage(s)]
     if not ran:
         return []
-    rows = comparisons(rec)
+    rows = [row for r in rec.group for row in comparisons(r)]
     step_label = "the planner's step time against the measured step (points not fitted)"
     peak_label = "the planner's tensor peak against the allocator's peak (every point)"
-    if not rec.predictions:
+    if not any(r.predictions for r in rec.group):
         return [(step_label, "(accuracy)", "no committed predictions"), (peak_label, "(accuracy)", "no committed predictions")]
     return [(step_label, "(accuracy)", accuracy_text(rows, "step")), (peak_label, "(accuracy)", accuracy_text(rows, "peak"))]
 
@@ -445,7 +462,9 @@ def measured_throughput(rec, stage):
     """Each Odyssey run of a throughput.jsonl (the throughput and ablation stages)."""
     for r in rec.jsonl("%s/throughput.jsonl" % stage):
         if r.get("system") == "odyssey":
-            yield r.get("point"), r.get("variant") or "full stack", r, is_fit_point(r)
+            sets = (r.get("point") or {}).get("sets") or []
+            label = r.get("variant") or "full stack" + (" with %s" % ", ".join(sets) if sets else "")
+            yield r.get("point"), label, r, is_fit_point(r)
 
 
 def measured_planner(rec, stage):
@@ -591,23 +610,26 @@ def results_parts(records):
               "steps after the first, the plan's tensor peak against the allocator's peak. Step times of the points "
               "the planner's efficiencies are fitted to (`bench/gpu/fit_efficiency.py`: the full stack's runs of the "
               "throughput stages) are marked fitted and left out of the accuracy quoted; no memory figure is fitted, "
-              "so every point's peak counts. Not compared: %s." % "; ".join(
+              "so every point's peak counts. Shown for each GPU: its newest call group, the records of one date, "
+              "GPU and commit (`-2`, `-3`: further calls of the same build), their points counted together. "
+              "Not compared: %s." % "; ".join(
                   "%s (%s)" % (stage, why) for stage, why in NOT_COMPARED.items()))]
     newest = {}
     for record in records:
         if any(record.stage(s) for s in COMPARED_STAGES):
             newest[record.gpu] = record
     for gpu in sorted(newest):
-        record = newest[gpu]
-        rows = comparisons(record)
-        heading = "`%s` (%s)" % (record.name, gpu)
+        group = [r for r in newest[gpu].group if any(r.stage(s) for s in COMPARED_STAGES)]
+        rows = [(record, row) for record in group for row in comparisons(record)]
+        heading = "%s (%s)" % (", ".join("`%s`" % r.name for r in group), gpu)
         parts += ["", "### " + heading, "",
-                  prose("Step time: %s. Peak: %s." % (accuracy_text(rows, "step"), accuracy_text(rows, "peak"))), ""]
-        table = Table(heading, ["stage", "point", "step predicted", "step measured", "error", "peak predicted",
-                                "peak measured", "error", "note"], (0, 1))
-        for row in rows:
+                  prose("Step time: %s. Peak: %s." % (accuracy_text([row for _, row in rows], "step"),
+                                                      accuracy_text([row for _, row in rows], "peak"))), ""]
+        table = Table(heading, ["record", "stage", "point", "step predicted", "step measured", "error",
+                                "peak predicted", "peak measured", "error", "note"], (0, 1, 2))
+        for record, row in rows:
             step, peak = row["step"], row["peak"]
-            table.add([row["stage"], point_text(row),
+            table.add(["`%s`" % record.name, row["stage"], point_text(row),
                        "%.3f s" % step[0] if step else "-", "%.3f s" % step[1] if step else "-",
                        "%+.2f%%" % (100 * step[2]) if step else "-",
                        gib(peak[0]) if peak else "-", gib(peak[1]) if peak else "-",
@@ -887,6 +909,14 @@ def self_test():
     (title, _, value), = fig_throughput(TwoBaselines())
     assert "Odyssey's full stack against" in title and value.endswith("; Odyssey's tuned configuration out of memory"), value
     TwoBaselines.files["throughput/throughput.jsonl"].remove(tuned)
+
+    class Alone(TwoBaselines):  # a call of Odyssey alone, its configuration changed by the call's sets
+        files = {"throughput/throughput.jsonl": [
+            {"system": "odyssey", "seq_len": 131072, "point": point(131072, ["k=flash2"]), "tokens_per_s": 900.0}]}
+
+    (title, target, value), = fig_throughput(Alone())
+    assert title == "llama3.2-1b-1xh100 at 128K: Odyssey's full stack with k=flash2", title
+    assert target == "(no baseline in its call)" and value == "900 tokens/s", (target, value)
     TwoBaselines.files["smoke/tests.jsonl"] = [
         {"executable": "kernel_tests", "rc": 0, "summary": "All tests passed (269 assertions in 7 test cases)"},
         {"executable": "engine_tests", "rc": 12, "summary": "test cases:  11 |  10 passed |  1 failed",
@@ -918,6 +948,8 @@ def self_test():
         make_record(root, "2026-11-20-h200-aaaaaaa", "2026-11-20", "NVIDIA H200", "aaaaaaa", 1500.0, 1.0300)
         make_record(root, "2026-11-27-h200-bbbbbbb", "2026-11-27", "NVIDIA H200", "bbbbbbb", 2000.0, 1.0001)
         make_record(root, "2026-11-27-h100-bbbbbbb", "2026-11-27", "NVIDIA H100 80GB HBM3", "bbbbbbb", 1800.0, 1.0100)
+        # a further call of the same build that day: one group with the first, its points counted together
+        make_record(root, "2026-11-27-h200-bbbbbbb-2", "2026-11-27", "NVIDIA H200", "bbbbbbb", 2000.0, 1.0001)
         write_tables(root, readme, results_md)
         text, results = open(readme).read(), open(results_md).read()
         assert text.startswith("intro kept\n\n" + BEGIN) and text.endswith(END + "\nafter kept\n"), text
@@ -927,9 +959,11 @@ def self_test():
         assert "1.0001×" in block and "1.0300×" not in block, block
         assert not re.search(r"\b[0-9a-f]{7}\b", block), block  # no commit in a cell
         assert "`2026-11-27-h200-bbbbbbb`" in results and "`2026-11-20-h200-aaaaaaa`" not in results, results
+        assert "### `2026-11-27-h200-bbbbbbb`, `2026-11-27-h200-bbbbbbb-2` (H200)" in results, results
         # the accuracy: the fitted full stack (predicted 50% short) left out of the step time, the
-        # offload run +10.0%, the checkpointing run without prediction
-        assert "within ±10.0% (mean absolute 10.0%) over 1 point; 1 fitted left out" in block, block
+        # offload run +10.0%, the checkpointing run without prediction; on the H200 over both calls
+        assert "within ±10.0% (mean absolute 10.0%) over 2 points; 2 fitted left out | H200" in block, block
+        assert "within ±10.0% (mean absolute 10.0%) over 1 point; 1 fitted left out | H100" in block, block
         assert "fitted (step time)" in results and "no committed prediction" in results, results
         assert "| -50.00% |" in results, results  # the fitted point's error is shown, not quoted
         assert check_tables(root, readme, results_md) == []
