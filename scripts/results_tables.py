@@ -179,7 +179,7 @@ def stem(point):
 
 def short_error(error):
     text = str(error)
-    return "out of memory" if text == "oom" or "out of memory" in text.lower() else text.strip()[:70]
+    return "out of memory" if text == "oom" or "out of memory" in text.lower() else text.strip()[:70].rstrip()
 
 
 def run_text(r):
@@ -295,7 +295,7 @@ def fig_throughput(rec):
             out.append((label + " against " + against_text(baselines, baseline),
                         "≥ %.2f× the baseline" % THROUGHPUT_TARGET, value))
         else:
-            out.append((label, "(no baseline in its call)", value))
+            out.append((label, NO_BASELINE, value))
     return out
 
 
@@ -408,7 +408,7 @@ def fig_collectives(rec):
 
 def fig_accuracy(rec):
     """The planner's accuracy over the predicted points of this record's call group (it and the
-    earlier records of its date, GPU and commit: a lease's calls, record_group): step time over the
+    earlier records of its date, GPU and commit: one build's calls on one host, record_group): step time over the
     points not fitted, peak over every point."""
     ran = [s for r in rec.group for s in COMPARED_STAGES if r.stage(s)]
     if not ran:
@@ -433,6 +433,17 @@ FIGURES = (
     ("throughput", fig_efficiency, False), ("collectives", fig_collectives, False))
 
 
+def label_order(label):
+    """A figure's rows by the length they name ("... at 128K: ..." after "... at 32K: ..."), then by
+    their text."""
+    length = re.search(r" at (\d+)([KM]?)\b", label)
+    tokens_named = int(length.group(1)) << {"": 0, "K": 10, "M": 20}[length.group(2)] if length else 0
+    return (tokens_named, label)
+
+
+NO_BASELINE = "(no baseline in its call)"
+
+
 def current_rows(records, readme_only=False):
     """[(label, target, value, gpu, record)]: each figure's newest record on each GPU, in FIGURES
     order (a figure family's rows in their own order), GPUs in name order."""
@@ -443,11 +454,13 @@ def current_rows(records, readme_only=False):
             if readme_only and not in_readme:
                 continue
             for position, (label, target, value) in enumerate(figure(record)):
+                if readme_only and target == NO_BASELINE:  # README's short table: comparisons only
+                    continue
                 key = (label, record.gpu)
                 if key not in rows:
                     order.append((index, position, label, record.gpu))
                 rows[key] = (label, target, value, record.gpu, record)
-    order.sort(key=lambda o: (o[0], o[1], o[2], o[3]))
+    order.sort(key=lambda o: (o[0], o[1], label_order(o[2]), o[3]))
     seen, out = set(), []
     for _, _, label, gpu in order:
         if (label, gpu) not in seen:
@@ -917,6 +930,9 @@ def self_test():
     (title, target, value), = fig_throughput(Alone())
     assert title == "llama3.2-1b-1xh100 at 128K: Odyssey's full stack with k=flash2", title
     assert target == "(no baseline in its call)" and value == "900 tokens/s", (target, value)
+    assert [label for _, label, _, _ in measured_throughput(Alone(), "throughput")] == ["full stack with k=flash2"]
+    assert sorted(["m at 128K: x", "m at 32K: x", "m at 1M: x", "n"], key=label_order) == [
+        "n", "m at 32K: x", "m at 128K: x", "m at 1M: x"]
     TwoBaselines.files["smoke/tests.jsonl"] = [
         {"executable": "kernel_tests", "rc": 0, "summary": "All tests passed (269 assertions in 7 test cases)"},
         {"executable": "engine_tests", "rc": 12, "summary": "test cases:  11 |  10 passed |  1 failed",

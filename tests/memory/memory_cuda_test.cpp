@@ -83,9 +83,10 @@ TEST_CASE(
   // The device run and the host run compute the same kernels on the same inputs; the host run only
   // packs what it keeps, copies it through its pinned slab on its own streams and replays views of
   // the slot: loss and gradients are equal exactly. (The embedding's gradient adds its repeated
-  // tokens' rows in one fixed order on CUDA, add_embedding_rows in head.cpp; atomics would not.) With the top block keeping only, the lower
-  // blocks run SDPA (which may pick another kernel than the kept path's): the step equals within
-  // the tolerance of kept attention against plain checkpointing (fp32).
+  // tokens' rows in one fixed order on CUDA, add_embedding_rows in head.cpp; atomics would not.)
+  // With the top block keeping only, the lower blocks run SDPA (which may pick another kernel than
+  // the kept path's): the step equals within the tolerance of kept attention against plain
+  // checkpointing (fp32).
   REQUIRE(prepare_cuda().available);
   for (const DType dtype : {DType::Float32, DType::BFloat16}) {
     for (const bool untied : {false, true}) {
