@@ -62,6 +62,8 @@ const char* planned_buffer_name(PlannedBuffer buffer) {
       return "kept attention host copy";
     case PlannedBuffer::KeptAttentionSlot:
       return "kept attention device slot";
+    case PlannedBuffer::EmbedGradRows32:
+      return "embedding gradient rows fp32";
     case PlannedBuffer::Count:
       break;
   }

@@ -55,6 +55,8 @@ enum class PlannedBuffer : uint8_t {
   // kept output and log-sum-exp packed into bytes (KeptAttentionPayload)
   KeptAttentionHostCopy,  ///< [payload] uint8 host: one block's kept attention   (OffloadedKeptAttention)
   KeptAttentionSlot,  ///< [payload] uint8 device: packed for the copy, or one of the two slots it comes back into (KeptAttentionPayload)
+  // The embedding's backward (engine/model/head.cpp)
+  EmbedGradRows32,  ///< [B*s, d] fp32: dx's rows cast for the scatter, a copy only in bf16 (EmbedGradRows32)
   Count
 };
 constexpr int kPlannedBufferCount = static_cast<int>(PlannedBuffer::Count);

@@ -93,13 +93,16 @@ variable_list EmbedFunction::backward(AutogradContext* ctx, variable_list grad_o
   const at::Tensor ids = ctx->get_saved_variables().at(0);
   const at::Tensor& dx = grad_outputs[0];  // [B, s, d]
   const int64_t V = rt->model->vocab_size, d = rt->model->d_model;
-  at::Tensor flat;
+  at::Tensor flat, rows;
   {
     CategoryScope category(MemCategory::Other);
     flat = at::zeros({rt->embed->padded_numel()}, dx.options().dtype(at::kFloat));  // [padded] fp32 dense gradient
     note_planned_buffer(PlannedBuffer::EmbedPack, flat);
+    rows = dx.reshape({-1, d}).to(at::kFloat);  // [B*s, d] fp32: a copy in bf16, dx itself in fp32
+    if (rows.data_ptr() != dx.data_ptr()) note_planned_buffer(PlannedBuffer::EmbedGradRows32, rows);
   }
-  add_embedding_rows(flat.narrow(0, 0, V * d).view({V, d}), ids.reshape(-1), dx.reshape({-1, d}).to(at::kFloat));
+  add_embedding_rows(flat.narrow(0, 0, V * d).view({V, d}), ids.reshape(-1), rows);
+  rows.reset();                                                  // freed before the reduction's buffers
   rt->embed->accumulate_gradient(rt->embed->reduce_flat(flat));  // [shard] fp32, not through autograd
   return {at::Tensor(), at::Tensor(), at::Tensor()};
 }

@@ -90,6 +90,7 @@ enum class TensorKind : uint8_t {
   HeadWeightGrad,
   HeadGradAccum,
   EmbedGradDense,
+  EmbedGradRows32,
   BlockPack,
   HeadPack,
   EmbedPack,

@@ -81,6 +81,8 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
                  ? bytes(buffer == PlannedBuffer::KeptAttentionHostCopy ? K::OffloadedKeptAttention
                                                                         : K::KeptAttentionPayload)
                  : 0;
+    case PlannedBuffer::EmbedGradRows32:
+      return bytes(K::EmbedGradRows32);
     case PlannedBuffer::Count:
       break;
   }

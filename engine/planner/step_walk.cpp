@@ -423,6 +423,10 @@ class Walker {
     // the engine scatters dx into the fp32 flat buffer itself: that buffer is the reduce-scatter's
     // input, no second pack
     int dense = alloc("embedding gradient (dense fp32, the reduce-scatter input)", K::EmbedGradDense, C::Other);
+    if (kind_bytes(K::EmbedGradRows32, s_) > 0) {  // bf16: dx's rows cast for the scatter, freed after it
+      int rows = alloc("embedding gradient's rows in fp32, for the scatter", K::EmbedGradRows32, C::Other);
+      release(rows);
+    }
     if (kind_bytes(K::TiedGradBack, s_) > 0) {  // tied, offloaded, GPU: the sum made on the device
       int back = alloc("tied embedding's first gradient, back from the host for the sum", K::TiedGradBack, C::Grads);
       release(back);
