@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Where the device time of one training step goes, Odyssey's full stack beside the plain PyTorch
-baseline at one length (issue 13: where the gap to the baseline's tokens/s comes from). Each
+"""Where the device time of one training step goes, Odyssey beside the PyTorch baseline at one
+length: Odyssey as `odyssey tune` configures it for the GPU (the configuration the throughput
+figures compare; --odyssey full: the preset's full stack), where the gap to the baseline's tokens/s
+and the MFU left on the table come from. Each
 system's last step is profiled by Kineto (`odyssey train --kernel-profile FILE`; the baseline under
 torch.profiler, pytorch_baseline.py --kernel-profile FILE), and each trace is summed here: every
 kernel, copy and fill by kind (attention forward and backward, GEMM, NCCL, copies, Odyssey's own
@@ -9,6 +11,7 @@ step's span (the rest is the device idle: host waits, launch gaps), the kernels 
 the device time by the ATen operator that launched it (through Kineto's correlation ids).
 
     python3 bench/gpu/kernel_profile.py --seq 32K --out $OUT/profile
+    python3 bench/gpu/kernel_profile.py --seq 32K --odyssey full --out $OUT/profile   # the full stack
     python3 bench/gpu/kernel_profile.py --summarize TRACE.json     # one trace, any source
     python3 bench/gpu/kernel_profile.py --self-test                 # the arithmetic, no run
 
@@ -25,7 +28,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import parse_tokens  # noqa: E402
-from systems import merge_intervals, nvidia_smi, run_baseline, run_odyssey, summarize_trace  # noqa: E402
+from systems import (merge_intervals, nvidia_smi, run_baseline, run_odyssey, summarize_trace,  # noqa: E402
+                     tune_odyssey)
 
 # The kinds of device work, first match wins (lowercased kernel names). FlashAttention-2 in ATen:
 # flash_fwd_* / flash_bwd_*; memory-efficient: fmha_cutlassF / fmha_cutlassB; cuDNN: *fprop* /
@@ -229,6 +233,8 @@ def main():
     parser.add_argument("--timeout", type=int, default=150, help="seconds per process")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--top", type=int, default=12, help="kernels listed per system")
+    parser.add_argument("--odyssey", choices=("tuned", "full"), default="tuned",
+                        help="Odyssey as `odyssey tune` configures it (default), or the preset's full stack")
     parser.add_argument("--summarize", metavar="TRACE", help="print one trace's summary and exit")
     parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()
@@ -241,21 +247,34 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     traces = {"pytorch": os.path.join(args.out, "pytorch_trace.json"),
               "odyssey": os.path.join(args.out, "odyssey_trace.json")}
+    # Odyssey's configuration: the tuner's choice for this GPU (planning only), or the full stack
+    configuration = {"odyssey": args.odyssey, "sets": [], "techniques": "the preset's full stack"}
+    if args.odyssey == "tuned":
+        sets, techniques = tune_odyssey(args.seq)
+        if isinstance(sets, dict):  # the planner found no configuration: say so, profile nothing
+            print("kernel_profile: %s" % sets["error"], file=sys.stderr)
+            with open(os.path.join(args.out, "kernel_profile.json"), "w") as f:
+                json.dump({"seq_len": args.seq, "error": sets["error"]}, f, indent=1)
+            return 1
+        configuration.update(sets=sets, techniques=techniques or "no memory techniques")
     # One warm-up step each, then the profiled step (the profiler's own cost is in its step time).
     runs = {"pytorch": run_baseline(args.seq, 2, args.timeout,
                                     extra_args=["--kernel-profile", traces["pytorch"]],
                                     log_path=os.path.join(args.out, "pytorch.log")),
             "odyssey": run_odyssey(args.seq, 2, args.timeout, os.path.join(args.out, "odyssey"),
-                                   extra_args=["--kernel-profile", traces["odyssey"]],
+                                   extra_sets=configuration["sets"], extra_args=["--kernel-profile", traces["odyssey"]],
                                    log_path=os.path.join(args.out, "odyssey.log"))}
     summaries = {name: summarize(path, args.top) for name, path in traces.items()}
     device = (nvidia_smi("--query-gpu=name,memory.total,driver_version", "csv,noheader") or "cpu").strip()
-    result = {"seq_len": args.seq, "device": device, "runs": runs, "profiles": summaries}
+    result = {"seq_len": args.seq, "device": device, "odyssey_configuration": configuration, "runs": runs,
+              "profiles": summaries}
     with open(os.path.join(args.out, "kernel_profile.json"), "w") as f:
         json.dump(result, f, indent=1)
     lines = ["Device time of one step, Llama-3.2-1B at %d tokens (%s, %s)" % (args.seq, device,
                                                                           datetime.date.today().isoformat()),
-             "Command: python3 bench/gpu/kernel_profile.py --seq %d" % args.seq, ""]
+             "Command: python3 bench/gpu/kernel_profile.py --seq %d --odyssey %s" % (args.seq, args.odyssey),
+             "Odyssey: %s%s" % (configuration["techniques"],
+                                " (%s)" % " ".join(configuration["sets"]) if configuration["sets"] else ""), ""]
     readable = {n: s for n, s in summaries.items() if "error" not in s and s.get("events")}
     lines += table(readable) if readable else ["no readable profile"]
     for name, s in summaries.items():
