@@ -109,7 +109,10 @@ class Record:
         if problems:
             raise RecordError("%s: %s" % (path, "; ".join(problems)))
         self.gpu = m["device_slug"].upper()
-        self.group = [self]  # load_records: this record and the earlier ones of its record_group
+        # DATE-DEVICE-COMMIT of the name: the calls of one build on one GPU that day (a call split
+        # into several records, -2, -3, ..., by the configuration each measures)
+        self.group_key = named.group(1, 2, 3)
+        self.group = [self]  # load_records: this record and the earlier ones of its group_key
         self.predictions_manifest = read_json(os.path.join(self.path, layout.PREDICTIONS, layout.MANIFEST))
         self.predictions = {}  # (stage, point_key) -> {"point", "device", "plan", "file"}
         folder = os.path.join(self.path, layout.PREDICTIONS)
@@ -131,6 +134,10 @@ class Record:
     def stage(self, name):
         return next((s for s in self.manifest["stages"] if s.get("name") == name), None)
 
+    def compares(self):
+        """Whether a stage ran whose Odyssey runs are set against their predictions (COMPARED_STAGES)."""
+        return any(self.stage(s) for s in COMPARED_STAGES)
+
     def order(self):
         return (self.manifest["date"], self.manifest.get("started_utc", ""), self.name)
 
@@ -149,14 +156,8 @@ def load_records(root, allow_dry_run=False):
             problems.append(str(e))
     records.sort(key=Record.order)
     for record in records:
-        record.group = [r for r in records if record_group(r) == record_group(record) and r.order() <= record.order()]
+        record.group = [r for r in records if r.group_key == record.group_key and r.order() <= record.order()]
     return records, problems
-
-
-def record_group(record):
-    """DATE-DEVICE-COMMIT of a record's name: the calls of one build on one GPU that day (a call
-    split into several records, -2, -3, ..., by the configuration it measures)."""
-    return layout.RECORD_NAME.match(record.name).group(1, 2, 3)
 
 
 # [section] figures: each reads one record's raw JSON into rows (label, target, value) ----------------
@@ -263,6 +264,13 @@ def ratio_text(ratio):
     return ("%.4f×" if abs(ratio - 1.0) < 0.0005 else "%.3f×") % ratio
 
 
+def full_stack_label(row):
+    """"full stack", or "full stack with k=v, ..." where the call's own sets (ODYSSEY_BENCH_SETS,
+    the run's point) make it another configuration."""
+    sets = (row.get("point") or {}).get("sets") or []
+    return "full stack" + (" with %s" % ", ".join(sets) if sets else "")
+
+
 def fig_throughput(rec):
     """Per length, Odyssey against the strongest baseline: Odyssey at its fastest fitting
     configuration (the `tuned` row, `odyssey tune`'s choice for the GPU) where the record has one
@@ -287,9 +295,8 @@ def fig_throughput(rec):
             value += "; Odyssey's %s %s" % ("full stack" if other is full else "tuned configuration", run_text(other))
         if odyssey is tuned:
             what = "Odyssey tuned (%s)" % (odyssey.get("techniques") or "odyssey tune")
-        else:  # the call's own sets (ODYSSEY_BENCH_SETS) make it another configuration: named
-            sets = (odyssey.get("point") or {}).get("sets") or []
-            what = "Odyssey's full stack" + (" with %s" % ", ".join(sets) if sets else "")
+        else:
+            what = "Odyssey's " + full_stack_label(odyssey)
         label = "%s at %s: %s" % (stem(odyssey.get("point")), tokens(seq), what)
         if baseline:
             out.append((label + " against " + against_text(baselines, baseline),
@@ -408,10 +415,9 @@ def fig_collectives(rec):
 
 def fig_accuracy(rec):
     """The planner's accuracy over the predicted points of this record's call group (it and the
-    earlier records of its date, GPU and commit: one build's calls on one host, record_group): step time over the
-    points not fitted, peak over every point."""
-    ran = [s for r in rec.group for s in COMPARED_STAGES if r.stage(s)]
-    if not ran:
+    earlier records of its date, GPU and commit: Record.group_key): step time over the points not
+    fitted, peak over every point."""
+    if not any(r.compares() for r in rec.group):
         return []
     rows = [row for r in rec.group for row in comparisons(r)]
     step_label = "the planner's step time against the measured step (points not fitted)"
@@ -475,9 +481,7 @@ def measured_throughput(rec, stage):
     """Each Odyssey run of a throughput.jsonl (the throughput and ablation stages)."""
     for r in rec.jsonl("%s/throughput.jsonl" % stage):
         if r.get("system") == "odyssey":
-            sets = (r.get("point") or {}).get("sets") or []
-            label = r.get("variant") or "full stack" + (" with %s" % ", ".join(sets) if sets else "")
-            yield r.get("point"), label, r, is_fit_point(r)
+            yield r.get("point"), r.get("variant") or full_stack_label(r), r, is_fit_point(r)
 
 
 def measured_planner(rec, stage):
@@ -629,15 +633,16 @@ def results_parts(records):
                   "%s (%s)" % (stage, why) for stage, why in NOT_COMPARED.items()))]
     newest = {}
     for record in records:
-        if any(record.stage(s) for s in COMPARED_STAGES):
+        if record.compares():
             newest[record.gpu] = record
     for gpu in sorted(newest):
-        group = [r for r in newest[gpu].group if any(r.stage(s) for s in COMPARED_STAGES)]
+        group = [r for r in newest[gpu].group if r.compares()]
         rows = [(record, row) for record in group for row in comparisons(record)]
+        compared = [row for _, row in rows]
         heading = "%s (%s)" % (", ".join("`%s`" % r.name for r in group), gpu)
         parts += ["", "### " + heading, "",
-                  prose("Step time: %s. Peak: %s." % (accuracy_text([row for _, row in rows], "step"),
-                                                      accuracy_text([row for _, row in rows], "peak"))), ""]
+                  prose("Step time: %s. Peak: %s." % (accuracy_text(compared, "step"), accuracy_text(compared, "peak"))),
+                  ""]
         table = Table(heading, ["record", "stage", "point", "step predicted", "step measured", "error",
                                 "peak predicted", "peak measured", "error", "note"], (0, 1, 2))
         for record, row in rows:

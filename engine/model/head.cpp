@@ -54,7 +54,8 @@ void reshard_head(const StepRuntime& rt) {
 /// CUDA through index_put_'s accumulating kernel, which sorts the ids and adds each row's
 /// duplicates in one fixed order, so a rerun's fp32 gradient is equal bit for bit; index_add_'s
 /// atomics there add in arrival order. Its extra memory is the sort's: a few [N] int64 tensors and
-/// cub's scratch (a few MiB at 128K tokens), beside the rows' own fp32 copy. On the CPU index_add_ is serial, deterministic.
+/// cub's scratch (a few MiB at 128K tokens), beside the rows' own fp32 copy. On the CPU index_add_
+/// is serial, deterministic.
 void add_embedding_rows(const at::Tensor& dense, const at::Tensor& ids, const at::Tensor& rows) {
   if (dense.is_cuda()) {
     c10::List<std::optional<at::Tensor>> index;
