@@ -1,7 +1,9 @@
 // RMSNorm, rotary embeddings, the SwiGLU MLP and the Q/K/V projection as pure functions (see
 // layers.h). defines: make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp,
-// add_weight_grad_product, project_qkv
+// add_weight_grad_product, index_add_in_order, project_qkv
 #include "engine/ops/layers.h"
+
+#include <algorithm>
 
 #include <torch/autograd.h>
 
@@ -151,6 +153,17 @@ void add_weight_grad_product(at::Tensor& sum, const at::Tensor& mat1, const at::
     sum.addmm_(mat1, mat2);
   else
     at::addmm_out(sum, sum, mat1, mat2, at::kFloat);
+}
+
+void index_add_in_order(const at::Tensor& dest, int64_t dim, const std::vector<int64_t>& values,
+                        const at::Tensor& index, const at::Tensor& src) {
+  std::vector<int64_t> sorted = values;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) {
+    dest.index_add_(dim, index, src);  // no destination twice: no order to keep
+    return;
+  }
+  for (size_t i = 0; i < values.size(); ++i) dest.select(dim, values[i]).add_(src.select(dim, static_cast<int64_t>(i)));
 }
 
 LocalQKV project_qkv(at::Tensor& x, const AttentionWeights& w, const Positions& pos, const ModelConfig& model) {

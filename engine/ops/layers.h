@@ -2,10 +2,11 @@
 // RMSNorm, rotary embeddings from global position ids, the SwiGLU MLP, the Q/K/V projection that
 // every attention path (local, Ulysses, Untied) starts from. Below model, memory and parallel.
 // defines: Positions, make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp,
-// add_weight_grad_product, AttentionWeights, LocalQKV, project_qkv
+// add_weight_grad_product, index_add_in_order, AttentionWeights, LocalQKV, project_qkv
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -65,6 +66,16 @@ at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& 
 /// allows: fp32 products by a GEMM with beta = 1, bf16 products on CUDA by a bf16 GEMM writing into
 /// the fp32 sum; else (bf16 on the CPU) through an [r, c] temporary in the compute dtype.
 void add_weight_grad_product(at::Tensor& sum, const at::Tensor& mat1, const at::Tensor& mat2);
+
+/// dest.index_add_(dim, index, src), each destination slice's additions made in the order of
+/// `index` on every device. `values` is index's host copy ([m] int64, m = src.size(dim)).
+/// index_add_ sums a repeated destination (a replicated KV head's weight rows, the query heads
+/// that share a gathered KV slot) by CUDA atomics in arrival order, so an fp32 gradient would
+/// differ from run to run. Where `values` repeats, each source slice is added by itself, in
+/// order: m small kernels, no copy (memory: nothing beyond dest and src); on the CPU that is the
+/// order its serial index_add_ adds in. Without a repeat, index_add_ (each slice written once).
+void index_add_in_order(const at::Tensor& dest, int64_t dim, const std::vector<int64_t>& values,
+                        const at::Tensor& index, const at::Tensor& src);
 
 /// One block's attention parameters (views into the block's flat group, or leaves of them).
 struct AttentionWeights {

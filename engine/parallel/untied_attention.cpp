@@ -33,22 +33,23 @@ using torch::autograd::variable_list;
 
 /// Global query heads of stage t in the a2a's send order: (destination rank j, head i) ->
 /// j*Hl + t*k + i. [P*k] int64.
-at::Tensor q_head_index(const UntiedStagePlan& p, int64_t t) {
+std::vector<int64_t> q_head_values(const UntiedStagePlan& p, int64_t t) {
   std::vector<int64_t> idx;
   idx.reserve(p.P * p.k);
   for (int64_t j = 0; j < p.P; ++j)
     for (int64_t i = 0; i < p.k; ++i) idx.push_back(j * p.Hl + t * p.k + i);
-  return at::tensor(idx, at::kLong);
+  return idx;
 }
 
 /// Original (unreplicated) KV heads of the local KV range [first, first+count) on every
 /// destination rank j: replicated head j*Hkvl + first + i is original head (...)/rep. [P*count].
-at::Tensor kv_head_index(const UntiedStagePlan& p, int64_t first, int64_t count) {
+/// A head repeats when KV heads are replicated (rep > 1).
+std::vector<int64_t> kv_head_values(const UntiedStagePlan& p, int64_t first, int64_t count) {
   std::vector<int64_t> idx;
   idx.reserve(p.P * count);
   for (int64_t j = 0; j < p.P; ++j)
     for (int64_t i = 0; i < count; ++i) idx.push_back((j * p.Hkvl + first + i) / p.rep);
-  return at::tensor(idx, at::kLong);
+  return idx;
 }
 
 /// The schedule of one configuration, built once and kept (every block of every step asks for it).
@@ -84,10 +85,11 @@ at::Tensor on_device(const UntiedStagePlan& p, int kind, int64_t t, int64_t a, i
 }
 
 at::Tensor q_head_index_on(const UntiedStagePlan& p, int64_t t, at::Device device) {
-  return on_device(p, 0, t, 0, 0, device, [&] { return q_head_index(p, t); });
+  return on_device(p, 0, t, 0, 0, device, [&] { return at::tensor(q_head_values(p, t), at::kLong); });
 }
 at::Tensor kv_head_index_on(const UntiedStagePlan& p, int64_t first, int64_t count, at::Device device) {
-  return on_device(p, 1, 0, first, count, device, [&] { return kv_head_index(p, first, count); });
+  return on_device(p, 1, 0, first, count, device,
+                   [&] { return at::tensor(kv_head_values(p, first, count), at::kLong); });
 }
 /// Stage t's KV slot per query head (untied_kv_slots) as an index tensor; nullopt when the stage
 /// reads its range uniformly (native GQA).
@@ -441,20 +443,23 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
 
     StageBuffers buf = allocate_stage_buffers(p, x, Pass::Backward);
     at::Tensor k_h, v_h, dk_acc, dv_acc, kv_idx, k_rows, v_rows;
-    bool kv_direct = false;  // the range is one stage: the kernel's dk/dv are the range's gradients
+    std::vector<int64_t> kv_heads;  // kv_idx on the host
+    bool kv_direct = false;         // the range is one stage: the kernel's dk/dv are the range's gradients
 
     const at::Tensor qn_leaf = q_norm.defined() ? q_norm.detach().requires_grad_(true) : at::Tensor();
     const at::Tensor kn_leaf = k_norm.defined() ? k_norm.detach().requires_grad_(true) : at::Tensor();
 
     // Gradients of one projection from the local-layout gradient of its output (after RoPE when
-    // `rope`): accumulate dx, the rows' gradient (replicas sum in index_add_) and the QK-norm's.
+    // `rope`): accumulate dx, the rows' gradient (replicas sum in index order: index_add_in_order)
+    // and the QK-norm's.
     // First d_lin, the gradient of the linear output: without QK-norm RoPE's backward is the
     // inverse rotation; with it, the head transform is recomputed from the linear output in a
     // graph that lives only inside this call. Then dx += d_lin @ rows in place (no [B, s, d]
     // temporary) and d(rows) = d_lin^T @ normed x = ((d_lin * rstd)^T @ x) * weight with the norm
     // folded (the normed x is never made).
-    auto project_backward = [&](const at::Tensor& rows, const at::Tensor& idx, const at::Tensor& norm_leaf, bool rope,
-                                const at::Tensor& grad_loc, at::Tensor& dw, at::Tensor& dnorm) {
+    auto project_backward = [&](const at::Tensor& rows, const std::vector<int64_t>& heads, const at::Tensor& idx,
+                                const at::Tensor& norm_leaf, bool rope, const at::Tensor& grad_loc, at::Tensor& dw,
+                                at::Tensor& dnorm) {
       const int64_t m = rows.size(0);
       const at::Tensor rows2 = rows.reshape({m * hd, d});  // [m*hd, d]
       at::Tensor d_lin;                                    // [B, s, m, hd]
@@ -479,7 +484,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       }
       at::Tensor d_rows = at::mm(d2.t(), x.reshape({B * s, d}));  // [m*hd, d]
       if (norm.on()) d_rows.mul_(norm.weight);
-      dw.index_add_(0, idx, d_rows.view({m, hd, d}).to(at::kFloat));
+      index_add_in_order(dw, 0, heads, idx, d_rows.view({m, hd, d}).to(at::kFloat));
     };
 
     for (int64_t t = 0; t < p.stages; ++t) {
@@ -489,6 +494,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       const auto kv_send = view_prefix(buf.send, {p.P, B, s, n, hd});
       const auto kv_recv = view_prefix(buf.recv, {p.P, B, s, n, hd});
       if (p.kv_new[t]) {  // recompute the range's K/V and their input all-to-all
+        kv_heads = kv_head_values(p, p.kv_first[t], n);
         kv_idx = kv_head_index_on(p, p.kv_first[t], n, x.device());
         k_rows = wk3.index_select(0, kv_idx);  // [P*n, hd, d]
         v_rows = wv3.index_select(0, kv_idx);
@@ -522,15 +528,16 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
           dk_acc = dk.transpose(1, 2);  // [B, S, n, hd]
           dv_acc = dv.transpose(1, 2);
         } else if (slots) {
-          dk_acc.index_add_(2, dev_slots, dk.transpose(1, 2).to(at::kFloat));
-          dv_acc.index_add_(2, dev_slots, dv.transpose(1, 2).to(at::kFloat));
+          const std::vector<int64_t> slot_values = untied_kv_slots(p, t);  // query heads sharing a slot repeat
+          index_add_in_order(dk_acc, 2, slot_values, dev_slots, dk.transpose(1, 2).to(at::kFloat));
+          index_add_in_order(dv_acc, 2, slot_values, dev_slots, dv.transpose(1, 2).to(at::kFloat));
         } else {
           dk_acc.add_(dk.transpose(1, 2));
           dv_acc.add_(dv.transpose(1, 2));
         }
         heads_to_seq_into(dq_loc, dq.transpose(1, 2).contiguous(), comm, stage_send, stage_recv);  // [B, s, P*k, hd]
       }
-      project_backward(q_rows, q_idx, qn_leaf, true, dq_loc, dwq, dqn);
+      project_backward(q_rows, q_head_values(p, t), q_idx, qn_leaf, true, dq_loc, dwq, dqn);
 
       const bool range_ends = t + 1 == p.stages || p.kv_new[t + 1];
       if (!range_ends) continue;
@@ -538,11 +545,11 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       at::Tensor d_loc = view_prefix(buf.local_flat, {B, s, p.P * n, hd});  // [B, s, P*n, hd]
       heads_to_seq_into(d_loc, dk_acc.to(x.scalar_type()).contiguous(), comm, kv_send, kv_recv);
       dk_acc.reset();
-      project_backward(k_rows, kv_idx, kn_leaf, true, d_loc, dwk, dkn);
+      project_backward(k_rows, kv_heads, kv_idx, kn_leaf, true, d_loc, dwk, dkn);
       heads_to_seq_into(d_loc, dv_acc.to(x.scalar_type()).contiguous(), comm, kv_send, kv_recv);
       dv_acc.reset();
       at::Tensor no_norm;
-      project_backward(v_rows, kv_idx, {}, false, d_loc, dwv, no_norm);
+      project_backward(v_rows, kv_heads, kv_idx, {}, false, d_loc, dwv, no_norm);
     }
     at::Tensor dxn;  // [d] fp32: the input norm's weight gradient
     if (norm.on()) {

@@ -5,6 +5,7 @@
 
 #include "../common/engine_test_util.h"
 #include "../fp_tolerance.h"
+#include "engine/ops/layers.h"
 #include "engine/ops/ops.h"
 
 using namespace odyssey;
@@ -164,6 +165,77 @@ TEST_CASE("ops::linear_cross_entropy equals cross_entropy with autograd", "[ops]
   at::Tensor bad = labels.clone();
   bad[7] = vocab;
   CHECK_THROWS_WITH(ops::linear_cross_entropy(h0, w0, bad, scale, nullptr), Catch::Contains("labels[7] = 50"));
+}
+
+namespace {
+
+// The case whose fp32 sum tells the order of its additions: destination 0 of dim 1 receives 1,
+// then A = 2^24, then -A (index [0, 1, 0, 0]). In index order ((0 + 1) + A) rounds 2^24 + 1 to
+// the even 2^24 and -A leaves 0; the reverse order leaves exactly 1. Every addition is one
+// correctly rounded fp32 add (IEEE 754), the same on any CPU's vector width and on CUDA.
+struct OrderedSumCase {
+  std::vector<int64_t> values{0, 1, 0, 0};
+  at::Tensor src;   // [2, 4, 3] fp32
+  at::Tensor dest;  // [2, 2, 3] fp32 zeros
+  OrderedSumCase() {
+    const float A = 16777216.0f;
+    src = torch::zeros({2, 4, 3});
+    src.select(1, 0).fill_(1.0f);
+    src.select(1, 1).fill_(5.0f);
+    src.select(1, 2).fill_(A);
+    src.select(1, 3).fill_(-A);
+    dest = torch::zeros({2, 2, 3});
+  }
+  /// Destination 0's value when the additions run in index order, and in the reverse order.
+  static float in_order() {
+    volatile float sum = 0.0f;  // volatile: each add rounded to fp32, as the tensors' are
+    for (const float term : {1.0f, 16777216.0f, -16777216.0f}) sum = sum + term;
+    return sum;
+  }
+  static float reversed() {
+    volatile float sum = 0.0f;
+    for (const float term : {-16777216.0f, 16777216.0f, 1.0f}) sum = sum + term;
+    return sum;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("index_add_in_order adds a repeated destination's slices in index order", "[ops][equivalence]") {
+  // A repeated destination: the additions in index order, told apart from another order.
+  REQUIRE(OrderedSumCase::in_order() == 0.0f);
+  REQUIRE(OrderedSumCase::reversed() == 1.0f);
+  OrderedSumCase c;
+  index_add_in_order(c.dest, 1, c.values, torch::tensor(c.values, at::kLong), c.src);
+  CHECK(at::equal(c.dest.select(1, 0), torch::full({2, 3}, OrderedSumCase::in_order())));
+  CHECK(at::equal(c.dest.select(1, 1), torch::full({2, 3}, 5.0f)));
+  // Without a repeat it is index_add_: each destination receives its one slice, into what it held.
+  const std::vector<int64_t> unique{2, 0, 1};
+  const at::Tensor src = torch::randn({4, 3, 5}), held = torch::randn({4, 3, 5});
+  at::Tensor dest = held.clone();
+  index_add_in_order(dest, 1, unique, torch::tensor(unique, at::kLong), src);
+  for (int64_t i = 0; i < 3; ++i)
+    CHECK(at::equal(dest.select(1, unique[i]), held.select(1, unique[i]) + src.select(1, i)));
+}
+
+TEST_CASE("cuda: index_add_in_order sums repeats in index order, equal to the CPU and to a rerun", "[ops][.cuda]") {
+  const at::Device cuda = odyssey::test::test_gpu();
+  OrderedSumCase c;
+  at::Tensor dest = c.dest.to(cuda);
+  index_add_in_order(dest, 1, c.values, torch::tensor(c.values, at::kLong).to(cuda), c.src.to(cuda));
+  CHECK(at::equal(dest.select(1, 0).cpu(), torch::full({2, 3}, OrderedSumCase::in_order())));
+  // Many repeats of mixed sign (8 query heads over 2 KV slots, a replicated KV head's rows): the
+  // CPU's bits, and the same bits again, where index_add_'s atomics add in arrival order.
+  torch::manual_seed(11);
+  const std::vector<int64_t> slots{0, 0, 0, 0, 1, 1, 1, 1};
+  const at::Tensor src = torch::randn({1, 4096, 8, 64}) * 1000, index = torch::tensor(slots, at::kLong);
+  at::Tensor on_cpu = torch::zeros({1, 4096, 2, 64});
+  index_add_in_order(on_cpu, 2, slots, index, src);
+  for (int run = 0; run < 2; ++run) {
+    at::Tensor on_gpu = torch::zeros({1, 4096, 2, 64}).to(cuda);
+    index_add_in_order(on_gpu, 2, slots, index.to(cuda), src.to(cuda));
+    CHECK(at::equal(on_gpu.cpu(), on_cpu));
+  }
 }
 
 TEST_CASE("ops CUDA kernels match the LibTorch path", "[ops][.cuda]") {
