@@ -95,13 +95,12 @@ std::string describe_techniques(const RunConfig& cfg, bool memory_only, const Me
              (m.offload_kept_attention && m.offload_activations ? " on the host" : "") + ")";
     }
   }
-  // a kernel pinned for the paths that need the log-sum-exp, where the pin decides what runs: on
-  // CUDA in half precision without packed documents (engine/layout/attention_kernels.h)
+  // a kernel pinned for the paths that need the log-sum-exp, where the pin decides what runs:
+  // where cuDNN's could run (engine/layout/attention_kernels.h)
   const MemoryConfig& runs = planned != nullptr ? *planned : cfg.memory;
   const bool lse_paths = runs.untied_ulysses || (runs.activation_checkpointing && runs.keep_attention);
   const LseKernelQuery query = lse_kernel_query(cfg);
-  const bool pin_decides = query.cuda && query.half_precision && !query.packed_documents;
-  if (lse_paths && pin_decides && cfg.memory.lse_attention_kernel != LseKernelChoice::Auto)
+  if (lse_paths && cudnn_could_run(query) && cfg.memory.lse_attention_kernel != LseKernelChoice::Auto)
     out += std::string(out.empty() ? "" : ", ") + "attention on " + lse_kernel_label(lse_attention_kernel(query));
   return out;
 }

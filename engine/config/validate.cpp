@@ -172,8 +172,9 @@ void check_memory(const RunConfig& cfg, Checker& c) {
     if (!query.half_precision)
       c.fail("memory.lse_attention_kernel", "cudnn takes fp16/bf16 only, and training.dtype is float32",
              "use auto (fp32 runs the memory-efficient kernel) or training.dtype = \"bfloat16\"");
-    else if (const std::string why = cudnn_choice_refusal(query); !why.empty())
-      c.fail("memory.lse_attention_kernel", "cudnn cannot run here: " + why, "use auto or flash2");
+    else if (!cudnn_could_run(query))
+      c.fail("memory.lse_attention_kernel", std::string("cudnn cannot run here: ") + cudnn_choice_refusal(query),
+             "use auto or flash2");
   }
   if (!c.in_range({"memory.heads_per_stage", "parallel.ulysses_degree", "model.n_heads"})) return;
   if (!mem.untied_ulysses || mem.heads_per_stage == 0) return;

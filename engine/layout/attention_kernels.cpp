@@ -1,6 +1,6 @@
 // The log-sum-exp paths' attention kernel rule (attention_kernels.h), shared by the engine's
 // dispatch (engine/parallel/flash_attention.cpp), the validator and the planner's step time.
-// defines: lse_attention_kernel, cudnn_takes_head_dim, cudnn_choice_refusal, documents_run_varlen,
+// defines: lse_attention_kernel, cudnn_takes_head_dim, cudnn_choice_refusal, cudnn_could_run, documents_run_varlen,
 // lse_kernel_name, lse_kernel_label
 #include "engine/layout/attention_kernels.h"
 
@@ -16,12 +16,14 @@ const char* cudnn_choice_refusal(const LseKernelQuery& q) {
   return "";
 }
 
+bool cudnn_could_run(const LseKernelQuery& q) { return q.cuda && q.half_precision && *cudnn_choice_refusal(q) == '\0'; }
+
 bool documents_run_varlen(const LseKernelQuery& q) { return q.cuda && q.half_precision && q.packed_documents; }
 
 LseKernel lse_attention_kernel(const LseKernelQuery& q) {
   if (!q.cuda) return LseKernel::CpuFlash;
   if (!q.half_precision) return LseKernel::CudaEfficient;
-  if (q.choice == LseKernelChoice::Flash2 || *cudnn_choice_refusal(q) != '\0') return LseKernel::CudaFlash2;
+  if (q.choice == LseKernelChoice::Flash2 || !cudnn_could_run(q)) return LseKernel::CudaFlash2;
   return LseKernel::CudaCudnn;
 }
 

@@ -1,6 +1,6 @@
 // Which fused attention kernel runs where the engine needs attention's log-sum-exp (the Untied
 // stages, kept attention, packed documents): the one rule the engine, the validator and the planner read.
-// defines: LseKernelChoice, LseKernel, lse_attention_kernel, cudnn_takes_head_dim, lse_kernel_name,
+// defines: LseKernelChoice, LseKernel, lse_attention_kernel, cudnn_takes_head_dim, cudnn_could_run, lse_kernel_name,
 // documents_run_varlen
 #pragma once
 
@@ -48,6 +48,11 @@ bool documents_run_varlen(const LseKernelQuery& q);
 
 /// Why a Cudnn choice cannot run on CUDA in half precision (empty: it can): the rule above.
 const char* cudnn_choice_refusal(const LseKernelQuery& q);
+
+/// cuDNN's kernel could run this query: CUDA, half precision, and no refusal. Only there does the
+/// choice between cuDNN's and FlashAttention-2 decide what runs (the rule, the tuner's candidate
+/// kernels, the describe text).
+bool cudnn_could_run(const LseKernelQuery& q);
 
 /// "cpu_flash", "efficient", "flash2", "cudnn": plan --json's time.attention_kernel for the log-sum-exp
 /// paths, the trace's and the studio's.

@@ -56,7 +56,7 @@ std::vector<MemoryConfig> memory_tables(const RunConfig& cfg) {
                 RunConfig with_table = cfg;
                 with_table.memory = m;
                 const LseKernelQuery query = lse_kernel_query(with_table);
-                if (query.cuda && query.half_precision && *cudnn_choice_refusal(query) == '\0') {
+                if (cudnn_could_run(query)) {
                   m.lse_attention_kernel = m.lse_attention_kernel == LseKernelChoice::Flash2 ? LseKernelChoice::Auto
                                                                                              : LseKernelChoice::Flash2;
                   out.push_back(m);

@@ -9,15 +9,20 @@
 
 using namespace odyssey;
 
+// cudnn_could_run is checked beside each case: the one condition the rule, the tuner and the
+// describe text share.
 TEST_CASE("lse kernel rule: CPU flash, fp32 memory-efficient, cuDNN where it takes the shape", "[layout][kernels]") {
   LseKernelQuery q{.cuda = false, .half_precision = true, .head_dim = 64};
   for (LseKernelChoice c : {LseKernelChoice::Auto, LseKernelChoice::Cudnn, LseKernelChoice::Flash2}) {
     q.choice = c;
     CHECK(lse_attention_kernel(q) == LseKernel::CpuFlash);  // the CPU has one kernel, whatever is asked
   }
+  CHECK_FALSE(cudnn_could_run(q));
   q = {.cuda = true, .half_precision = false, .head_dim = 64};
   CHECK(lse_attention_kernel(q) == LseKernel::CudaEfficient);  // flash and cuDNN take fp16/bf16 only
+  CHECK_FALSE(cudnn_could_run(q));
   q.half_precision = true;
+  CHECK(cudnn_could_run(q));
   CHECK(lse_attention_kernel(q) == LseKernel::CudaCudnn);
   q.choice = LseKernelChoice::Flash2;
   CHECK(lse_attention_kernel(q) == LseKernel::CudaFlash2);
@@ -28,18 +33,21 @@ TEST_CASE("lse kernel rule: CPU flash, fp32 memory-efficient, cuDNN where it tak
     INFO("hd " << hd);
     CHECK(lse_attention_kernel(q) == LseKernel::CudaCudnn);
     CHECK(std::string(cudnn_choice_refusal(q)).empty());
+    CHECK(cudnn_could_run(q));
   }
   for (int64_t hd : {12, 100, 136, 256}) {
     q.head_dim = hd;
     INFO("hd " << hd);
     CHECK(lse_attention_kernel(q) == LseKernel::CudaFlash2);
     CHECK(std::string(cudnn_choice_refusal(q)).find("multiples of 8 up to 128") != std::string::npos);
+    CHECK_FALSE(cudnn_could_run(q));
   }
   // packed documents: FlashAttention-2 per segment
   q.head_dim = 64;
   q.packed_documents = true;
   CHECK(lse_attention_kernel(q) == LseKernel::CudaFlash2);
   CHECK(std::string(cudnn_choice_refusal(q)).find("packed documents") != std::string::npos);
+  CHECK_FALSE(cudnn_could_run(q));
   // ... in one variable-length call on CUDA in half precision; one call per segment elsewhere
   CHECK(documents_run_varlen(q));
   q.half_precision = false;
