@@ -491,12 +491,12 @@ std::vector<KeySpec> make_schema() {
                         "Achieved fraction of peak FLOP/s in everything but the attention kernels: GEMMs, with the "
                         "elementwise work between them (0..1].",
                         positive_up_to(1)));
-  s.push_back(
-      ODY_FLOAT("hardware", hardware.attention_efficiency, "attention_efficiency",
-                "Achieved fraction of peak FLOP/s in SDPA's attention kernels, which standard attention and Ulysses "
-                "run (cuDNN's on Hopper), and in cuDNN's kernel where the Untied stages or kept attention call it: "
-                "forward, its recompute, backward counted as 2x the forward (0..1].",
-                positive_up_to(1)));
+  s.push_back(ODY_FLOAT(
+      "hardware", hardware.attention_efficiency, "attention_efficiency",
+      "Achieved fraction of peak FLOP/s in SDPA's attention kernels, which standard attention and Ulysses "
+      "run (cuDNN's on Hopper), and in cuDNN's kernel where the Untied stages or kept attention call it: "
+      "forward, its recompute, backward counted as 2.5 forwards (its five products to the forward's two) (0..1].",
+      positive_up_to(1)));
   s.push_back(ODY_FLOAT("hardware", hardware.untied_attention_efficiency, "untied_attention_efficiency",
                         "Achieved fraction of peak FLOP/s in the kernels other than cuDNN's that the engine calls for "
                         "the log-sum-exp (FlashAttention-2, the fp32 memory-efficient kernel, the CPU's flash "

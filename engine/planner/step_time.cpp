@@ -26,6 +26,11 @@ double exposed(double comm_s, double overlap_s) { return std::max(0.0, comm_s - 
 constexpr double kHostAdamBytesPerParam = 32.0;
 constexpr double kHostNormBytesPerParam = 4.0;
 
+/// Hardware FLOPs of the attention kernel's backward per forward: FlashAttention's and cuDNN's
+/// backward run five [S, S]-sized products (QK^T again, dP = dO V^T, dV = P^T dO, dQ = dS K,
+/// dK = dS^T Q) to the forward's two (QK^T, PV).
+constexpr double kAttentionBackwardPerForward = 2.5;
+
 /// What every term of the step time reads: the shapes, the hardware and the figures derived from
 /// them once (tokens, bandwidths in bytes/s).
 struct StepTimeContext {
@@ -74,7 +79,12 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   const double head = 2.0 * s.V * s.d;
   const double attn_fwd = proj + o_proj + core_causal;
   const double block_fwd = attn_fwd + mlp;
-  // The attention kernels' FLOPs per token (forward, its recompute, backward at 2x the forward) run
+  // The attention kernel's backward runs five products of the forward's size (QK^T again, dP =
+  // dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q) to the forward's two: 2.5 forwards of hardware
+  // FLOPs, where the model FLOPs (MFU's) count 2 as for a GEMM. Counted at 2 the efficiencies
+  // fitted to steps that recompute (2 forwards to a backward) charge steps that do not short.
+  const double backward_core = kAttentionBackwardPerForward * core_causal;
+  // The attention kernels' FLOPs per token (forward, its recompute, backward at 2.5x the forward) run
   // at the efficiency of the kernel the engine calls: SDPA's for standard attention and Ulysses
   // (hardware.attention_efficiency); the log-sum-exp paths' kernel (the Untied stages, kept
   // attention, packed documents: engine/layout/attention_kernels.h) at attention_efficiency where it
@@ -86,7 +96,7 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // With memory.keep_attention_blocks only the top blocks keep theirs: per block on average, a
   // fraction `kept` of the recompute replays and the rest runs the attention again.
   const double kept = s.ckpt ? static_cast<double>(s.kept_count) / L : 0.0;
-  const double core_passes = 1.0 + (s.ckpt ? 1.0 - kept : 0.0) + 2.0;
+  const double core_passes = 1.0 + (s.ckpt ? 1.0 - kept : 0.0) + kAttentionBackwardPerForward;
   const double attention = L * core_passes * core_causal;
   // The blocks that keep call the log-sum-exp paths' kernel forward and backward; the others the
   // kernel of their attention path: the same where the Untied stages or packed documents need it
@@ -111,7 +121,8 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   const int64_t fused_vocab_tiles = s.fused_vocab_tile > 0 ? (s.V + s.fused_vocab_tile - 1) / s.fused_vocab_tile : 1;
   const double tiled_loss_gemms = s.cuda_target ? static_cast<double>(kernels::lce_head_gemms(fused_vocab_tiles)) : 3.0;
   if (s.tiled_loss) recompute += (tiled_loss_gemms - 3.0) * head;
-  const double hardware = model + recompute;
+  // the backward's products beyond the model count's 2 forwards
+  const double hardware = model + recompute + L * (backward_core - 2.0 * core_causal);
 
   const double rate = peak * hw.compute_efficiency;  // achieved FLOP/s: GEMMs and the rest
   out.untied_attention = s.untied;
@@ -142,11 +153,12 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   set(PhaseKind::FwdMlp, t * mlp / rate);
   set(PhaseKind::BwdRecompute, s.ckpt ? t * secs(recompute_fwd, recompute_core_flops, recompute_s_per_flop) : 0.0);
   set(PhaseKind::BwdMlp, t * (2.0 * mlp + (s.tiled_mlp ? mlp : 0.0)) / rate);
-  set(PhaseKind::BwdAttn, t * secs(2.0 * attn_fwd + (s.untied ? proj : 0.0), 2.0 * core_causal, pass_s_per_flop));
+  set(PhaseKind::BwdAttn, t * secs(2.0 * (attn_fwd - core_causal) + backward_core + (s.untied ? proj : 0.0),
+                                   backward_core, pass_s_per_flop));
   set(PhaseKind::FwdLoss, t * (s.tiled_loss ? tiled_loss_gemms * head : head) / rate);
   set(PhaseKind::BwdLoss, s.tiled_loss ? 0.0 : t * 2.0 * head / rate);
   const double attention_s_per_token =
-      L * (3.0 * core_causal * pass_s_per_flop + recompute_core_flops * recompute_s_per_flop);
+      L * ((core_causal + backward_core) * pass_s_per_flop + recompute_core_flops * recompute_s_per_flop);
   out.compute_s = t * ((hardware - attention) / rate + attention_s_per_token);
   out.recompute_s = t * secs(recompute, L * recompute_core_flops, recompute_s_per_flop);
   out.attention_s = t * attention_s_per_token;

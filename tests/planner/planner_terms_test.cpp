@@ -529,16 +529,20 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   const double proj = 16384, o_proj = 8192, mlp = 61440, core = 262144, head = 12288;
   const double model = 3 * (L * (proj + o_proj + core + mlp) + head);
   const double recompute = L * (proj + o_proj + core + mlp);  // checkpointing: each block's forward again
-  const double attention = L * 4 * core;  // forward, the recompute's forward, backward at 2x the forward
+  // The attention backward's five products to the forward's two: 2.5 forwards of hardware FLOPs,
+  // where the model FLOPs count 2 (as for a GEMM).
+  const double backward = 2.5 * core, backward_beyond_model = L * (backward - 2 * core);
+  const double attention = L * (core + core + backward);  // forward, the recompute's forward, backward
+  const double hardware = model + recompute + backward_beyond_model;
   CHECK(t.tokens_per_device == 2048);
   CHECK(t.peak_flops == peak);
   CHECK(t.model_flops_per_token == model);
-  CHECK(t.hardware_flops_per_token == model + recompute);
+  CHECK(t.hardware_flops_per_token == hardware);
   CHECK(t.attention_flops_per_token == attention);
   // Relative 1e-12: a few dozen double operations on each side, each within 2^-53 of exact.
   const double attention_s = tokens * attention / (peak * 0.25);
   CHECK(t.attention_s == Approx(attention_s).epsilon(1e-12));
-  CHECK(t.compute_s == Approx(tokens * (model + recompute - attention) / (peak * 0.4) + attention_s).epsilon(1e-12));
+  CHECK(t.compute_s == Approx(tokens * (hardware - attention) / (peak * 0.4) + attention_s).epsilon(1e-12));
   CHECK(t.recompute_s ==
         Approx(tokens * ((recompute - L * core) / (peak * 0.4) + L * core / (peak * 0.25))).epsilon(1e-12));
   CHECK(t.step_s == Approx(t.compute_s).epsilon(1e-12));  // one rank, no offload: nothing but compute
@@ -606,19 +610,19 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   CHECK(k.kept_attention);
   CHECK(std::string(attention_kernel_name(k)) == "efficient");  // fp32 on a GPU
   CHECK(attention_kernel_label(k) == "memory-efficient attention, kept attention");
-  CHECK(k.attention_flops_per_token == L * 3 * core);
-  CHECK(k.hardware_flops_per_token == model + L * (proj + o_proj + mlp));
+  CHECK(k.attention_flops_per_token == L * (core + backward));
+  CHECK(k.hardware_flops_per_token == model + L * (proj + o_proj + mlp) + backward_beyond_model);
   CHECK(k.attention_kernel_efficiency == 0.125);
   CHECK(k.recompute_s == Approx(tokens * L * (proj + o_proj + mlp) / (peak * 0.4)).epsilon(1e-12));
   untied.memory.activation_checkpointing = untied.memory.keep_attention = true;
   const StepTimePlan ku = plan_memory(untied).time;
   // the Untied backward's own projections (proj) stay: the recompute is o_proj and the MLP
-  CHECK(ku.hardware_flops_per_token == model + L * (o_proj + mlp) + L * proj);
-  CHECK(ku.attention_flops_per_token == L * 3 * core);
+  CHECK(ku.hardware_flops_per_token == model + L * (o_proj + mlp) + L * proj + backward_beyond_model);
+  CHECK(ku.attention_flops_per_token == L * (core + backward));
 
   // Without checkpointing the attention kernels run forward and backward only.
   cfg.memory.activation_checkpointing = false;
-  CHECK(plan_memory(cfg).time.attention_flops_per_token == L * 3 * core);
+  CHECK(plan_memory(cfg).time.attention_flops_per_token == L * (core + backward));
 }
 
 TEST_CASE(
