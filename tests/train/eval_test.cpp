@@ -221,7 +221,8 @@ TEST_CASE("eval: the position buckets and the needle grid are the same on every 
   }
   const std::vector<int64_t> lengths = needle_lengths(32, S);  // 32, 64
   for (size_t t = 0; t < prompts.size(); ++t)
-    prompts[t].answer = {(answer_logits(reference, needle_sequences(filler, prompts, 32)[t]).argmax + t) % V};
+    prompts[t].answer = {
+        (answer_logits(reference, needle_sequences(filler, prompts, 32)[t]).argmax + static_cast<int64_t>(t)) % V};
 
   // Each CE is the forward's arithmetic on both sides in other orders (other slices, tiles, shard
   // gathers): within loss_tolerance of each other (relative, one sequence's chain). A bucket is a
