@@ -170,15 +170,15 @@ struct HardwareConfig {
   double internode_gbps = 50.0;        ///< inter-node bandwidth per device and direction, GB/s
   double pcie_gbps = 50.0;             ///< host<->device bandwidth per device and direction, GB/s
   double host_memory_gib = 2048.0;     ///< host memory per node
-  double host_optimizer_gbps = 100.0;  ///< memory bandwidth the host AdamW reaches per node, GB/s
+  double host_optimizer_gbps = 113.0;  ///< memory bandwidth the host AdamW reaches per node, GB/s
   int64_t gpus_per_node = 8;           ///< devices sharing one host
   double compute_efficiency = 0.5;     ///< achieved fraction of peak FLOPs in GEMMs and the rest
   /// achieved fraction of peak FLOPs in SDPA's attention kernels (standard attention, Ulysses;
   /// cuDNN's on Hopper) and in cuDNN's where the log-sum-exp paths call it directly
-  double attention_efficiency = 0.5;
+  double attention_efficiency = 0.55;
   /// achieved fraction of peak FLOPs in FlashAttention-2 (or the fp32 memory-efficient kernel)
   /// where the log-sum-exp paths call it (engine/layout/attention_kernels.h)
-  double untied_attention_efficiency = 0.5;
+  double untied_attention_efficiency = 0.55;
   double comm_efficiency = 0.8;       ///< achieved fraction of link bandwidth in collectives
   double runtime_overhead_gib = 2.0;  ///< CUDA context, NCCL, cuBLAS workspace, fragmentation
 

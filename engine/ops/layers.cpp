@@ -157,6 +157,9 @@ void add_weight_grad_product(at::Tensor& sum, const at::Tensor& mat1, const at::
 
 void index_add_in_order(const at::Tensor& dest, int64_t dim, const std::vector<int64_t>& values,
                         const at::Tensor& index, const at::Tensor& src) {
+  TORCH_CHECK(static_cast<int64_t>(values.size()) == src.size(dim) && index.numel() == src.size(dim),
+              "index_add_in_order: ", values.size(), " host indices and ", index.numel(), " device indices for ",
+              src.size(dim), " source slices");
   std::vector<int64_t> sorted = values;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) {

@@ -82,7 +82,7 @@ struct StepTimePlan {
   /// compute_s = t x ((hardware - attention) / (peak x compute_efficiency) + attention / (peak x
   /// the attention kernel's efficiency: untied_attention)).
   int64_t tokens_per_device = 0;         ///< t: tokens a device computes per step
-  double hardware_flops_per_token = 0;   ///< model FLOPs plus the recompute the engine runs
+  double hardware_flops_per_token = 0;   ///< model FLOPs, the recompute, the attention backward's half forward beyond 2
   double attention_flops_per_token = 0;  ///< the part of it in the attention kernels
   /// Under document masking with a known length profile: the fraction of whole-sequence attention
   /// the documents compute (1: whole sequences)

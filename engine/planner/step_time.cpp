@@ -1,7 +1,8 @@
 // Step time and MFU. FLOP convention (docs/planner.md): model FLOPs per token are 3 x the forward
 // matmul FLOPs of every block and the LM head (2 FLOPs per multiply-add; embeddings not counted)
 // plus causal attention counted once (Megatron: 6 L H hd S per token); mfu_palm counts attention
-// non-causally (PaLM, torchtitan: 12 L H hd S). Hardware FLOPs add the recompute the engine runs.
+// non-causally (PaLM, torchtitan: 12 L H hd S). Hardware FLOPs add the recompute the engine runs
+// and the attention backward's products beyond 2 forwards (it runs 2.5).
 // Three terms: compute (FLOPs at two efficiencies), communication (all-to-all, FSDP) and offload
 // (activations, optimizer). defines: model_step_time
 #include "engine/planner/step_time.h"
@@ -354,8 +355,8 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   out.convention =
       "model FLOPs/token = 3 x (forward matmuls of all blocks and the LM head, 2 per multiply-add) + causal "
       "attention counted once (6 L H hd S, Megatron); mfu_palm counts attention non-causally (12 L H hd S, "
-      "PaLM/torchtitan); hfu adds the recompute (checkpointing, tiled MLP, Untied projections); FlashAttention's "
-      "internal recompute is not counted";
+      "PaLM/torchtitan); hfu adds the recompute (checkpointing, tiled MLP, Untied projections) and the attention "
+      "backward's half forward beyond 2 (its five products, QK^T again among them: 2.5 forwards)";
   if (phases) *phases = pt;
   return out;
 }

@@ -493,3 +493,10 @@ TEST_CASE("list_presets skips a symlink loop and links to nothing instead of thr
   CHECK(found[0] == dir + "/good.toml");
   CHECK(list_presets(dir + "/missing").empty());
 }
+
+TEST_CASE("a [hardware] table without a profile plans at the h100-sxm profile it is labelled with",
+          "[config][presets]") {
+  const std::optional<HardwareConfig> h100 = find_hardware_profile("h100-sxm");
+  REQUIRE(h100.has_value());
+  CHECK(HardwareConfig{} == *h100);
+}

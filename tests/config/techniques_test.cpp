@@ -81,6 +81,28 @@ TEST_CASE("run summaries list the techniques on, in registry order", "[config][t
   CHECK(describe_techniques(RunConfig{}).empty());
 }
 
+TEST_CASE("run summaries name a pinned attention kernel only where the pin decides what runs", "[config][techniques]") {
+  // The Untied stages on CUDA in bf16 call the log-sum-exp kernel the pin names; where cuDNN's
+  // cannot run (a head dim it does not take, packed documents) FlashAttention-2 runs whatever the
+  // pin, so the summary names none (engine/layout/attention_kernels.h: cudnn_could_run).
+  RunConfig cfg;
+  cfg.training.device = DeviceKind::Cuda;
+  cfg.training.dtype = DType::BFloat16;
+  cfg.memory.untied_ulysses = true;
+  cfg.memory.lse_attention_kernel = LseKernelChoice::Flash2;
+  cfg.model.head_dim = 64;
+  CHECK(describe_techniques(cfg, /*memory_only=*/true) ==
+        "Untied Ulysses 1 heads/stage, attention on FlashAttention-2");
+  cfg.model.head_dim = 256;  // cuDNN takes multiples of 8 up to 128
+  CHECK(describe_techniques(cfg, /*memory_only=*/true) == "Untied Ulysses 1 heads/stage");
+  cfg.model.head_dim = 64;
+  cfg.training.document_mask = true;
+  CHECK(describe_techniques(cfg, /*memory_only=*/true) == "Untied Ulysses 1 heads/stage");
+  cfg.training.document_mask = false;
+  cfg.training.dtype = DType::Float32;  // the memory-efficient kernel, whatever the pin
+  CHECK(describe_techniques(cfg, /*memory_only=*/true) == "Untied Ulysses 1 heads/stage");
+}
+
 // The registry says where each technique is applied; the claim is checked against the source:
 // engine/model/memory_stack.cpp applies the stack in numbered steps, one per ladder rung in
 // order, each naming the keys of its techniques, and every path a registry entry names exists.
