@@ -29,7 +29,9 @@ constexpr double kHostNormBytesPerParam = 4.0;
 
 /// Hardware FLOPs of the attention kernel's backward per forward: FlashAttention's and cuDNN's
 /// backward run five [S, S]-sized products (QK^T again, dP = dO V^T, dV = P^T dO, dQ = dS K,
-/// dK = dS^T Q) to the forward's two (QK^T, PV).
+/// dK = dS^T Q) to the forward's two (QK^T, PV). The model FLOPs (MFU's) count 2, as for a GEMM.
+/// Counted at 2 here too, efficiencies fitted to steps that recompute (2 forwards to a backward)
+/// would charge the steps that do not short.
 constexpr double kAttentionBackwardPerForward = 2.5;
 
 /// What every term of the step time reads: the shapes, the hardware and the figures derived from
@@ -80,11 +82,7 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   const double head = 2.0 * s.V * s.d;
   const double attn_fwd = proj + o_proj + core_causal;
   const double block_fwd = attn_fwd + mlp;
-  // The attention kernel's backward runs five products of the forward's size (QK^T again, dP =
-  // dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q) to the forward's two: 2.5 forwards of hardware
-  // FLOPs, where the model FLOPs (MFU's) count 2 as for a GEMM. Counted at 2 the efficiencies
-  // fitted to steps that recompute (2 forwards to a backward) charge steps that do not short.
-  const double backward_core = kAttentionBackwardPerForward * core_causal;
+  const double backward_core = kAttentionBackwardPerForward * core_causal;  // hardware FLOPs, not the model count
   // The attention kernels' FLOPs per token (forward, its recompute, backward at 2.5x the forward) run
   // at the efficiency of the kernel the engine calls: SDPA's for standard attention and Ulysses
   // (hardware.attention_efficiency); the log-sum-exp paths' kernel (the Untied stages, kept
