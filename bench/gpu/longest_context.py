@@ -19,6 +19,14 @@ check against the strongest baseline, made with a single trial of a length that 
 for every other system (no wall-clock spent on a bisection whose steps grow quadratically with the
 context).
 
+A step grows quadratically with the context, so the one trial at F times a baseline's bound can
+take longer than a call holds (the 1B at 1.75M on an H200: 35 minutes a step by the plan). Before
+that trial, Odyssey's full depth is planned at the target (`odyssey plan --json`, this GPU's
+profile); where its step, with a margin for the process's start, exceeds the trial's time, the
+trial runs the most layers whose planned step fits instead, the full depth's resolved sizes pinned
+(the Untied stage size and the MLP tile), and the result records the layer count with the planner's
+full-depth figures beside it ("depth": layers, model_layers, planned, planned_full_depth).
+
 A trial that times out stops the search ("stopped": "timeout at N"), as does the whole search passing
 --budget seconds ("stopped": "budget"): longest_ok is then a lower bound and first_fail (if any) an
 upper one. Each trial's time limit never exceeds what is left of the budget.
@@ -31,7 +39,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import parse_tokens  # noqa: E402
-from systems import BASELINES, run_baseline, run_odyssey  # noqa: E402
+from systems import BASELINES, full_stack_pins, plan_odyssey, run_baseline, run_odyssey  # noqa: E402
+
+# A trial's process starts (CUDA, the model's weights) and runs its one step: a layer count is
+# chosen when its planned step times STEP_MARGIN plus START_S fits the trial's time. The margin
+# holds the planner's step-time error (within 5% on the H200's unfitted points) and the first
+# step's own setup (kernel plans, the allocator's first segments).
+STEP_MARGIN = 1.25
+START_S = 30
 
 
 class Stop(Exception):
@@ -98,6 +113,56 @@ def strongest_target(others, factor, granularity):
     return max(targets) if targets else (None, None)
 
 
+def fits_in_time(step_s, seconds):
+    """Whether a planned step of `step_s` seconds (None: no plan) runs in a trial of `seconds`."""
+    return step_s is not None and STEP_MARGIN * step_s + START_S <= seconds
+
+
+def layers_for_time(step_at, model_layers, seconds):
+    """The most layers, model_layers down to 1, whose one step as planned (step_at(layers): seconds,
+    None where the planner refuses) runs in a trial of `seconds`; 1 where none does (the trial then
+    says how far the plan was off)."""
+    for layers in range(model_layers, 0, -1):
+        if fits_in_time(step_at(layers), seconds):
+            return layers
+    return 1
+
+
+def plan_figures(plan):
+    """The planner's figures a depth choice records: step time, tensor peak, peak and whether it fits."""
+    return {"step_s": (plan.get("time") or {}).get("step_s"), "tensor_peak_bytes": plan.get("tensor_peak_bytes"),
+            "peak_bytes": plan.get("peak_bytes"), "fits": plan.get("fits"), "error": plan.get("error")}
+
+
+def depth_for_trial(seq, seconds, preset=None):
+    """Odyssey's depth for one trial at `seq` tokens in `seconds`: {"layers", "model_layers", "sets"
+    (the --set assignments of a shallower run: the layer count and the full depth's resolved sizes),
+    "planned", "planned_full_depth"}, the full depth where its planned step fits (no sets), or {"error"}
+    where the full depth cannot be planned (the trial then runs as configured)."""
+    full = plan_odyssey(seq, preset=preset)
+    model_layers = (full.get("model") or {}).get("n_layers")
+    if "error" in full or not model_layers:
+        return {"error": "no full-depth plan: %s" % full.get("error", "no layer count")}
+    attention, tile = full_stack_pins(full)
+    plans = {model_layers: full}
+
+    def step_at(layers):
+        if layers not in plans:
+            plans[layers] = plan_odyssey(seq, extra_sets=depth_sets(layers, attention + tile), preset=preset)
+        return plan_figures(plans[layers])["step_s"]
+
+    layers = layers_for_time(step_at, model_layers, seconds)
+    out = {"layers": layers, "model_layers": model_layers, "trial_s": seconds,
+           "planned": plan_figures(plans[layers]), "planned_full_depth": plan_figures(full)}
+    out["sets"] = depth_sets(layers, attention + tile) if layers < model_layers else []
+    return out
+
+
+def depth_sets(layers, pins):
+    """The --set assignments of a run with `layers` layers and the full depth's sizes pinned."""
+    return ["model.n_layers=%d" % layers] + list(pins)
+
+
 def self_test():
     calls = []
 
@@ -125,6 +190,15 @@ def self_test():
     broken = {"system": "hf-liger", "longest_ok": 0, "first_fail": 32768, "trials": defect}
     assert strongest_target([pytorch, broken], 4, 32768) == (360448, "pytorch")
     assert strongest_target([broken], 4, 32768) == (None, None)
+    # the depth of one trial: the full depth where its planned step fits with the margin; else the
+    # most layers that do (a step of 30 s + 130 s a layer in 560 s: 3 layers, 1.25 x 420 + 30 = 555)
+    step_at = lambda layers: 30.0 + 130.0 * layers  # noqa: E731
+    assert layers_for_time(step_at, 16, 560) == 3
+    assert layers_for_time(step_at, 16, 1e9) == 16
+    assert layers_for_time(step_at, 16, 10) == 1  # none fits: one layer, and the trial says how far off
+    assert layers_for_time(lambda layers: None if layers > 2 else 1.0, 16, 100) == 2  # refusals skipped
+    assert fits_in_time(100.0, 155.0) and not fits_in_time(100.0, 154.9) and not fits_in_time(None, 1e9)
+    assert depth_sets(2, ["memory.heads_per_stage=4"]) == ["model.n_layers=2", "memory.heads_per_stage=4"]
     print(json.dumps({"self_test": "ok", "trials_first_case": calls}))
 
 
@@ -141,6 +215,8 @@ def main():
     parser.add_argument("--of", nargs="+", default=None,
                         help="other systems' longest_<system>.json (with --factor): the strongest one's bound")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--full-depth", action="store_true",
+                        help="Odyssey's --factor trial at the full depth even where its planned step exceeds the trial's time")
     parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()
     if args.self_test:
@@ -165,6 +241,10 @@ def main():
             sys.exit("longest_context: %s give no bound to multiply (no first failure was out of"
                      " memory, or nothing ran)" % " ".join(args.of))
         args.start = args.limit = target
+    depth = None
+    if args.system == "odyssey" and target is not None and not args.full_depth:
+        depth = depth_for_trial(target, args.trial_timeout, args.preset)
+        print("longest_context: depth %s" % json.dumps(depth), file=sys.stderr)
     trials = []
     stopped = None
     deadline = time.time() + args.budget if args.budget > 0 else None
@@ -184,7 +264,8 @@ def main():
                              extra_args=["--checkpoint", "least-memory"])
         else:
             kw = {"preset": args.preset} if args.preset else {}
-            r = run_odyssey(n, 1, timeout, os.path.join(args.out, "odyssey_%d" % n), log_path=log, **kw)
+            r = run_odyssey(n, 1, timeout, os.path.join(args.out, "odyssey_%d" % n), log_path=log,
+                            extra_sets=(depth or {}).get("sets", []), **kw)
         trials.append(r)
         print(json.dumps({k: r.get(k) for k in ("system", "seq_len", "error", "step_time_s", "peak_bytes")}), flush=True)
         if str(r.get("error", "")).startswith("timeout"):
@@ -205,6 +286,8 @@ def main():
               "granularity": args.granularity, "limit": args.limit, "trials": trials}
     if target is not None:
         result.update(factor=args.factor, of=args.of, factor_of=against, factor_target=target, factor_met=ok >= target)
+    if depth is not None:
+        result["depth"] = depth
     with open(os.path.join(args.out, "longest_%s.json" % args.system), "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps({k: result[k] for k in ("system", "longest_ok", "first_fail", "stopped")}))

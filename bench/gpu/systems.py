@@ -216,6 +216,22 @@ def plan_odyssey(seq, extra_sets=(), timeout_s=120, preset=None):
     return plan_point(point_of(preset or odyssey_preset(), odyssey_sets() + list(extra_sets), seq), timeout_s)
 
 
+def full_stack_pins(plan):
+    """The full stack's "auto" sizes as `plan` resolved them, as --set assignments: (attention,
+    tile). Each ablation run pins the ones it does not vary, so it differs from the full stack in
+    its one technique: "auto" resolved again for a config without, say, the tiled MLP picks other
+    sizes (Untied stages where the full stack runs standard attention), and the longest stage's
+    trial with fewer layers keeps the full depth's sizes."""
+    untied = plan.get("untied") or {}
+    attention = []
+    if untied.get("standard_attention"):
+        attention = ["memory.untied_ulysses=false"]
+    elif untied.get("heads_per_stage"):
+        attention = ["memory.heads_per_stage=%d" % untied["heads_per_stage"]]
+    tile = (plan.get("tiled_mlp") or {}).get("tile_tokens")
+    return attention, (["memory.mlp_tile_tokens=%d" % tile] if tile else [])
+
+
 def tune_odyssey(seq, extra_sets=(), timeout_s=120, preset=None):
     """`odyssey tune --json` of the benchmark's preset at `seq` tokens with its sets, `extra_sets`
     and this GPU's hardware profile: (the `--set` assignments that turn the preset into the fastest

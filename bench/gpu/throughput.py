@@ -13,6 +13,13 @@ ratio_to_strongest).
 
     python3 bench/gpu/throughput.py --lengths 32K 64K 128K --steps 3 --out $OUT/throughput
     python3 bench/gpu/throughput.py --lengths 32K --ablate --systems pytorch odyssey --out $OUT/ablation
+    python3 bench/gpu/throughput.py --at-longest-of $OUT/longest/longest_pytorch.json \
+        $OUT/longest/longest_hf-liger.json --steps 2 --systems pytorch hf-liger odyssey-tuned --out $OUT/at_longest
+
+--at-longest-of takes the lengths from the baselines' longest contexts (longest_context.py's
+results): at each baseline's longest fitting length, where it must recompute everything to fit,
+every system runs as at any length (issue "Speed": Odyssey at >= 1.25x the strongest baseline
+there). Each row of such a length names the baselines whose longest context it is (longest_of).
 
 --ablate adds, after each length's full-stack run, one Odyssey run per memory technique with that
 technique off (ABLATIONS), then one per Untied stage size fixed by hand (stage_ablations: all heads
@@ -35,8 +42,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
-from systems import (BASELINES, TUNED_VARIANT, nvidia_smi, plan_odyssey, run_baseline, run_odyssey,  # noqa: E402
-                     strongest_baseline, tune_odyssey)
+from systems import (BASELINES, TUNED_VARIANT, full_stack_pins, nvidia_smi, plan_odyssey, run_baseline,  # noqa: E402
+                     run_odyssey, strongest_baseline, tune_odyssey)
 
 
 # Each memory technique of the preset switched off alone (name, --set assignments).
@@ -92,21 +99,6 @@ def resolved_sizes(plan):
     return {k: v for k, v in out.items() if v}
 
 
-def full_stack_pins(plan):
-    """The full stack's "auto" sizes as `plan` resolved them, as --set assignments: (attention,
-    tile). Each ablation run pins the ones it does not vary, so it differs from the full stack in
-    its one technique: "auto" resolved again for a config without, say, the tiled MLP picks other
-    sizes (Untied stages where the full stack runs standard attention)."""
-    untied = plan.get("untied") or {}
-    attention = []
-    if untied.get("standard_attention"):
-        attention = ["memory.untied_ulysses=false"]
-    elif untied.get("heads_per_stage"):
-        attention = ["memory.heads_per_stage=%d" % untied["heads_per_stage"]]
-    tile = (plan.get("tiled_mlp") or {}).get("tile_tokens")
-    return attention, (["memory.mlp_tile_tokens=%d" % tile] if tile else [])
-
-
 def ablations(seq, plan):
     """ABLATIONS, then stage_ablations for the preset's model (its head count and the planned stage
     size from `plan`, the full stack's `odyssey plan --json` at `seq`: a flavor's shape and "auto"
@@ -138,6 +130,33 @@ def ablations(seq, plan):
     if (plan.get("time") or {}).get("attention_kernel") == "cudnn":
         runs.append((FLASH2_ABLATION, ["memory.lse_attention_kernel=flash2"] + attention + tile))
     return tuple(runs)
+
+
+def baseline_longest_lengths(results):
+    """{tokens: {baseline: its search's bounds}} from longest_context.py's results (dicts, None for a
+    file that is missing): each baseline's longest context that ran, with the first length that
+    failed (None where nothing failed up to the search's limit: a lower bound) and why the search
+    stopped early, if it did. Odyssey's results and searches where nothing ran are left out."""
+    out = {}
+    for r in results:
+        if r and r.get("system") in BASELINES and r.get("longest_ok"):
+            out.setdefault(int(r["longest_ok"]), {})[r["system"]] = {
+                "first_fail": r.get("first_fail"), "stopped": r.get("stopped")}
+    return out
+
+
+def read_longest(paths):
+    """Each of longest_context.py's result files as a dict, None (with a line on stderr) for one
+    that is missing or unreadable: a baseline whose search left no result has no length here."""
+    out = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                out.append(json.load(f))
+        except (OSError, ValueError) as e:
+            print("throughput: %s: no longest-context result (%s)" % (path, e), file=sys.stderr)
+            out.append(None)
+    return out
 
 
 def self_test():
@@ -197,6 +216,18 @@ def self_test():
     lines = ratio_lines(32768, {"pytorch": pytorch, "hf-liger": hf, "odyssey": odyssey})
     assert lines == ["| 32768 | ratio odyssey / hf-liger (strongest) | 1.200 | | | |",
                      "| 32768 | ratio odyssey / pytorch | 1.500 | | | |"], lines
+    # the lengths at the baselines' longest contexts: one length for two baselines that share it,
+    # a lower bound kept with its missing failure, Odyssey's search and a search without a result left out
+    lengths = baseline_longest_lengths([
+        {"system": "pytorch", "longest_ok": 458752, "first_fail": 475136, "stopped": None},
+        {"system": "hf-liger", "longest_ok": 393216, "first_fail": 409600, "stopped": None},
+        {"system": "odyssey", "longest_ok": 1835008}, None, {"system": "hf-liger", "longest_ok": 0}])
+    assert lengths == {458752: {"pytorch": {"first_fail": 475136, "stopped": None}},
+                       393216: {"hf-liger": {"first_fail": 409600, "stopped": None}}}, lengths
+    both = baseline_longest_lengths([{"system": s, "longest_ok": 524288, "first_fail": None, "stopped": None}
+                                     for s in BASELINES])
+    assert list(both) == [524288] and sorted(both[524288]) == sorted(BASELINES), both
+    assert baseline_longest_lengths([None, {"system": "pytorch", "longest_ok": 0, "first_fail": 65536}]) == {}
     print("throughput.py self-test: ok")
 
 
@@ -283,12 +314,23 @@ def main():
                         help="the systems run at each length, the baselines first, then the others in this order "
                              "(default: every baseline, odyssey-tuned: the preset as `odyssey tune` changes it for "
                              "this GPU, then odyssey: the preset's full stack)")
+    parser.add_argument("--at-longest-of", nargs="+", metavar="LONGEST_JSON",
+                        help="instead of --lengths: each baseline's longest context in these longest_context.py "
+                             "results (its longest_ok), every system run at each")
     parser.add_argument("--ablate", action="store_true", help="also Odyssey with each technique off in turn")
     parser.add_argument("--self-test", action="store_true", help="check the ablation's runs from hand-made plans")
     args = parser.parse_args()
     if args.self_test:
         self_test()
         return
+    longest_of = {}
+    if args.at_longest_of:
+        longest_of = baseline_longest_lengths(read_longest(args.at_longest_of))
+        if not longest_of:
+            print("throughput: no baseline's longest context in %s (each needs a longest_ok above 0): run the "
+                  "longest stage first, or give --lengths" % " ".join(args.at_longest_of), file=sys.stderr)
+            sys.exit(2)
+        args.lengths = sorted(longest_of)
     os.makedirs(args.out, exist_ok=True)
     shape = SHAPES["llama3.2-1b"]
     rows = []
@@ -297,6 +339,8 @@ def main():
             """One finished run's row, written at once (a deadline that cuts the stage keeps it)."""
             if "step_time_s" in r and "error" not in r:
                 r["mfu"] = mfu(shape, seq, r["step_time_s"])  # one formula for every system
+            if seq in longest_of:
+                r["longest_of"] = longest_of[seq]
             if name not in BASELINES:
                 r.update(versus_baselines(r, baselines))
             jsonl.write(json.dumps(r) + "\n")

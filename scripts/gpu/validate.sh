@@ -25,7 +25,8 @@
 # Llama-3.2-1B in bf16 for 3 steps with a falling loss), kernels (odyssey_kernel_bench), throughput
 # (1B at 32K/64K/128K against both baselines, the strong PyTorch one and Hugging Face with Liger),
 # planner (planned against measured peaks and bytes per token), longest (longest context of each
-# system), offload (offload on top of checkpointing: step-time ratio and overlap), ablation (the
+# system), at_longest (every system at each baseline's longest context, where the baseline must
+# recompute everything to fit), offload (offload on top of checkpointing: step-time ratio and overlap), ablation (the
 # full stack with each technique off in turn at the first length, beside the PyTorch baseline), optimizer (the offloaded optimizer on the full
 # stack at a long context: step-time ratio, host AdamW and upload phases), profile (one step of each
 # system at the first length under Kineto: device time by kernel kind, busy and idle), collectives
@@ -37,7 +38,10 @@
 # will run on: h100, h200) and --records DIR (where they go: bench/results). Environment:
 # THROUGHPUT_LENGTHS (the throughput stage's lengths, "32K 64K 128K" on a GPU), THROUGHPUT_SYSTEMS
 # (its systems, throughput.py --systems), PLANNER_CASES (fulldepth: the planner stage on the 8B's
-# rank 0 with all its layers), LONGEST_BOX. Exit 0
+# rank 0 with all its layers), LONGEST_BOX, AT_LONGEST_FROM (the folder of the longest stage's
+# results that at_longest takes its lengths from: this call's record by default, a committed
+# record's bench/results/<record>/longest to predict them first), AT_LONGEST_LENGTHS (the lengths
+# themselves), AT_LONGEST_SYSTEMS, AT_LONGEST_STEPS. Exit 0
 # when every stage ran to its result (with --predict: when every stage with points predicted them).
 set -uo pipefail
 
@@ -73,8 +77,9 @@ while [ $# -gt 0 ]; do
     call1) stages+=(smoke kernels) ;;
     call2) stages+=(throughput planner) ;;
     call3) stages+=(longest offload) ;;
-    all) stages+=(smoke kernels throughput planner longest offload ablation optimizer profile collectives) ;;
-    smoke | kernels | throughput | planner | longest | offload | ablation | optimizer | profile | collectives) stages+=("$1") ;;
+    all) stages+=(smoke kernels throughput planner longest at_longest offload ablation optimizer profile collectives) ;;
+    smoke | kernels | throughput | planner | longest | at_longest | offload | ablation | optimizer | profile | collectives)
+      stages+=("$1") ;;
     -h | --help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
     *) echo "validate: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -114,8 +119,9 @@ if [ $DRY = 1 ]; then
   LENGTHS="256 512" STEPS=2 PLANNER_CASES=tiny
   LONG_BASELINES="--start 256 --limit 512 --granularity 256" LONG_ODYSSEY="--granularity 256"
   OFFLOAD_SEQ=512 OPTIMIZER_SEQ=512 HOST_ADAMW_ARGS="2 2 1 2"
-  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=240 [planner]=150 [longest]=200 [offload]=90 [ablation]=120
-                  [optimizer]=90 [profile]=90 [collectives]=60)
+  AT_LONGEST_STEPS=2 AT_LONGEST_TIMEOUT=60
+  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=240 [planner]=150 [longest]=200 [at_longest]=150 [offload]=90
+                  [ablation]=120 [optimizer]=90 [profile]=90 [collectives]=60)
   COLLECTIVES_ARGS="--cpu --gpus 2 --seq 512 --steps 2"
 else
   TESTS_FILTER_KERNEL="[.cuda]" TESTS_FILTER_ENGINE="[.cuda]" TESTS_FILTER_PARALLEL="[.cuda]"
@@ -144,8 +150,14 @@ else
   # one compiling its blocks (Inductor) in each process and trying its checkpointing modes in turn:
   # unmeasured (330 s and 360 s held one eager baseline); a call with less time runs fewer lengths
   # (THROUGHPUT_LENGTHS) or the longest stage alone (LONGEST_BOX).
-  declare -A BOX=([smoke]=510 [kernels]=150 [throughput]=560 [planner]=180 [longest]=540 [offload]=150 [ablation]=260
-                  [optimizer]=260 [profile]=120 [collectives]=240)
+  # At a baseline's longest context a step takes minutes: the plan for the 1B on an H200 at 512K is
+  # 142 s for Odyssey as `odyssey tune` configures it and 179 s with every block recomputed (what a
+  # baseline at its limit runs). Two steps a system (one warm-up, one timed) and 480 s a process:
+  # with both baselines about 20 minutes, longer than one device call (AT_LONGEST_SYSTEMS="pytorch
+  # odyssey-tuned" runs one baseline).
+  AT_LONGEST_STEPS=${AT_LONGEST_STEPS:-2} AT_LONGEST_TIMEOUT=480
+  declare -A BOX=([smoke]=510 [kernels]=150 [throughput]=560 [planner]=180 [longest]=540 [at_longest]=1500 [offload]=150
+                  [ablation]=260 [optimizer]=260 [profile]=120 [collectives]=240)
   # Every GPU of the machine, one rank each; the 1B over 2 GPUs at 64K: 32K tokens a rank.
   COLLECTIVES_ARGS="--gpus all --seq 64K --steps 3"
 fi
@@ -208,6 +220,17 @@ stage_kernels() {
   fi
 }
 
+every_system_ran() {  # every_system_ran THROUGHPUT_JSONL
+  # On the CPU every system must run at every length (on a GPU an OOM is a result): a baseline
+  # that fails there (its checkpoint refused the recompute on the H200, 2026-11-26) leaves the
+  # stage without a result, so the dry run fails.
+  if [ $DRY = 1 ] && [ -z "${ODYSSEY_BENCH_PREDICT:-}" ] && grep -q '"error"' "$1"; then
+    grep '"error"' "$1" | cut -c1-400
+    mv "$1" "${1%.jsonl}.failed.jsonl"
+    return 1
+  fi
+}
+
 stage_throughput() {
   # THROUGHPUT_LENGTHS (environment) picks the lengths of this stage alone, e.g. "64K" for a call
   # that only has time for the pair not yet measured; the ablation and profile keep the first length.
@@ -217,15 +240,8 @@ stage_throughput() {
   "$PY" bench/gpu/throughput.py --lengths ${THROUGHPUT_LENGTHS:-$LENGTHS} ${THROUGHPUT_SYSTEMS:+--systems $THROUGHPUT_SYSTEMS} \
     --steps "$STEPS" --timeout 240 --out "$WORK/throughput" || return
   [ -z "${ODYSSEY_BENCH_PREDICT:-}" ] || return 0  # predictions only: nothing measured to fit
-  # On the CPU every system must run at every length (on a GPU an OOM is a result): a baseline
-  # that fails there (its checkpoint refused the recompute on the H200, 2026-11-26) leaves the
-  # stage without a result, so the dry run fails.
   local result="$WORK/throughput/throughput.jsonl"
-  if [ $DRY = 1 ] && grep -q '"error"' "$result"; then
-    grep '"error"' "$result" | cut -c1-400
-    mv "$result" "$WORK/throughput/throughput.failed.jsonl"
-    return 1
-  fi
+  every_system_ran "$result" || return
   # The planner's two efficiencies fitted to the full stack's steps (two lengths or more; one length
   # says why it cannot: status 3 is that reported "cannot fit", any other nonzero status a failure
   # of the script).
@@ -259,6 +275,23 @@ stage_longest() {
   "$PY" bench/gpu/longest_context.py --system odyssey $LONG_ODYSSEY --factor 4 \
     --of "$d/longest_pytorch.json" "$d/longest_hf-liger.json" --trial-timeout "$trial" --out "$d" || rc=1
   return $rc
+}
+
+stage_at_longest() {
+  # Every system at each baseline's longest context (issue "Speed": there Odyssey must reach 1.25x
+  # the strongest baseline that fits): the lengths of the longest stage's results, this call's own
+  # (its record, the longest stage run before) or the folder AT_LONGEST_FROM names (a committed
+  # record's, so that its points are predicted before the call), or AT_LONGEST_LENGTHS.
+  local lengths=(--lengths ${AT_LONGEST_LENGTHS:-})
+  if [ -z "${AT_LONGEST_LENGTHS:-}" ]; then
+    local from="${AT_LONGEST_FROM:-${ODYSSEY_RECORD_DIR:-$WORK}/longest}" system
+    lengths=(--at-longest-of)
+    for system in pytorch hf-liger; do lengths+=("$from/longest_$system.json"); done
+  fi
+  # shellcheck disable=SC2086
+  "$PY" bench/gpu/throughput.py "${lengths[@]}" --systems ${AT_LONGEST_SYSTEMS:-pytorch hf-liger odyssey-tuned} \
+    --steps "$AT_LONGEST_STEPS" --timeout "$AT_LONGEST_TIMEOUT" --out "$WORK/at_longest" || return
+  every_system_ran "$WORK/at_longest/throughput.jsonl"
 }
 
 stage_ablation() {
@@ -309,6 +342,7 @@ results_of() {
     throughput) echo "throughput/throughput.jsonl throughput/efficiency.json" ;;
     planner) echo "planner/planner_vs_measured.json" ;;
     longest) echo "longest/longest_odyssey.json longest/longest_pytorch.json longest/longest_hf-liger.json" ;;
+    at_longest) echo "at_longest/throughput.jsonl" ;;
     offload) echo "offload/offload_overlap.json" ;;
     ablation) echo "ablation/throughput.jsonl" ;;
     optimizer) echo "optimizer/optimizer_offload.json" ;;
@@ -324,6 +358,9 @@ declare -A NOT_PREDICTED=(
   [kernels]="the kernels against copy bandwidth and GEMM floors: no planner figure"
   [longest]="the Odyssey trial's length is a multiple of the baseline's first failure, known only during the call"
   [collectives]="its ranks are the GPUs of the machine the call gets, counted during the call")
+# at_longest's lengths are known before the call only from a committed record or by hand
+[ -n "${AT_LONGEST_FROM:-}${AT_LONGEST_LENGTHS:-}" ] ||
+  NOT_PREDICTED[at_longest]="its lengths are the baselines' longest contexts, found by this call's longest stage (AT_LONGEST_FROM=bench/results/<record>/longest predicts them from a committed record)"
 
 if [ -n "$ONE_STAGE" ]; then
   "stage_$ONE_STAGE"
@@ -342,6 +379,7 @@ else
   RECORDS="$OUT_DIR/records"
 fi
 RECORD_DIR="$RECORDS/$RECORD"
+export ODYSSEY_RECORD_DIR="$RECORD_DIR"  # the stages' processes: at_longest reads the longest stage's results there
 
 record_stage() {  # record_stage STAGE STATUS [RC SECONDS]: the stage's raw files into the record
   "$PY" "$ROOT/scripts/gpu/record.py" stage --work "$WORK" --into "$RECORD_DIR" --name "$1" --status "$2" \

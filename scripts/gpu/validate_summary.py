@@ -135,6 +135,14 @@ def longest(d):
                     r["factor"], r.get("factor_of") or "the baseline", r["factor_target"],
                     "met" if r.get("factor_met") else "NOT met")
                 if "factor_target" in r else ""))
+            depth = r.get("depth") or {}
+            if depth.get("layers"):  # the factor trial's depth, with the full depth's plan
+                full = depth.get("planned_full_depth") or {}
+                out.append("    depth: %s of %s layers in a %s s trial (planned step %s s; the full depth planned at "
+                           "%s s a step, tensor peak %s bytes, fits %s)" % (
+                               depth["layers"], depth["model_layers"], depth.get("trial_s"),
+                               (depth.get("planned") or {}).get("step_s"), full.get("step_s"),
+                               full.get("tensor_peak_bytes"), full.get("fits")))
     best = strongest_baseline([r for name, r in found.items() if name in BASELINES], key="longest_ok")
     if best:
         out.append("  odyssey / %s (the strongest baseline) longest context: %.2fx (target >= 4x)" % (
@@ -202,8 +210,8 @@ def collectives(d):
 def main():
     work = sys.argv[1]
     for stage, fn in (("smoke", smoke), ("kernels", kernels), ("throughput", throughput), ("planner", planner),
-                      ("longest", longest), ("offload", offload), ("ablation", ablation), ("optimizer", optimizer),
-                      ("profile", profile), ("collectives", collectives)):
+                      ("longest", longest), ("at_longest", throughput), ("offload", offload), ("ablation", ablation),
+                      ("optimizer", optimizer), ("profile", profile), ("collectives", collectives)):
         d = os.path.join(work, stage)
         if os.path.isdir(d):
             lines = fn(d)
