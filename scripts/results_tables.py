@@ -356,6 +356,10 @@ def fig_longest(rec):
             "ran" if odyssey.get("longest_ok") else short_error(failed["error"]) if failed else "no result"))
         if baseline and baseline.get("longest_ok") and odyssey.get("longest_ok"):
             parts.append("≥ %.2f×" % (odyssey["longest_ok"] / baseline["longest_ok"]))
+        elif not baselines and odyssey.get("factor_of"):  # the baselines' searches ran in another call
+            parts.append("%d× the bound of %s's search in %s" % (
+                odyssey.get("factor", 0), odyssey["factor_of"],
+                os.path.dirname(next((p for p in odyssey.get("of") or [] if odyssey["factor_of"] in p), "another call"))))
     target = "≥ %d× the baseline" % odyssey["factor"] if odyssey and odyssey.get("factor") else "longer than the baseline"
     return [("longest context on one GPU (%s): Odyssey's full stack against %s" % (
         stem(point), against_text(baselines, baseline or {"system": "pytorch"})), target, "; ".join(parts))]
@@ -1021,6 +1025,16 @@ def self_test():
     (_, _, value), = fig_longest(TwoBaselines())
     assert value.startswith("Odyssey one step at 448K with 3 of 16 layers (the full depth planned: "), value
     del TwoBaselines.files["longest/longest_odyssey.json"]["depth"]
+    # the baselines' searches in an earlier call (LONGEST_OF): Odyssey's trial names where its bound is from
+
+    class OdysseyTrialAlone(TwoBaselines):
+        files = {"longest/longest_odyssey.json": {
+            "system": "odyssey", "longest_ok": 1835008, "factor": 4, "factor_target": 1835008, "factor_of": "pytorch",
+            "of": ["bench/results/r1/longest/longest_pytorch.json", "bench/results/r1/longest/longest_hf-liger.json"],
+            "trials": [{"seq_len": 1835008}]}}
+
+    (_, _, value), = fig_longest(OdysseyTrialAlone())
+    assert value == "Odyssey one step at 1792K: ran; 4× the bound of pytorch's search in bench/results/r1/longest", value
 
     readme_text = "intro kept\n\n%s\nold text\n%s\nafter kept\n" % (BEGIN, END)
     with tempfile.TemporaryDirectory() as tmp:

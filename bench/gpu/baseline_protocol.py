@@ -250,6 +250,8 @@ def step_figures(system, args, shape, device, timed):
         out["peak_bytes"] = max(timed["peaks"])  # the most over the steps, as Odyssey's peak_bytes
         out["step_peak_bytes"] = timed["peaks"]
         out["reserved_bytes"] = max(timed["reserved"])
+        # what the longest-context search extrapolates the peaks towards (longest_context.py)
+        out["device_total_bytes"] = torch.cuda.mem_get_info(device)[1]
     return out
 
 

@@ -11,7 +11,11 @@ activation checkpointing: a length fits when that mode does), Odyssey as
     python3 bench/gpu/longest_context.py --system odyssey --start 128K --limit 2M --out $OUT/longest
     python3 bench/gpu/longest_context.py --self-test        # the search logic, no GPU
 
-Writes OUT/longest_<system>.json: {"system", "longest_ok", "first_fail", "stopped", "trials": [...]}.
+Writes OUT/longest_<system>.json: {"system", "longest_ok", "first_fail", "stopped", "trials": [...],
+"estimate"}. Once two trials have run with their peaks (a baseline's JSON has peak_bytes and
+device_total_bytes on a GPU), the search extrapolates the peaks to the device's capacity and goes
+to 0.93x that length, then to the length itself, instead of doubling (estimate_longest): at a
+baseline's limit a step takes minutes, and each trial saved is one such step.
 With --factor F --of FILE... (other systems' longest_<system>.json), the search is one trial at F
 times the strongest one's upper bound (the largest of their first failing lengths, or limits when
 nothing failed), rounded up to --granularity: the "at least F times the baseline's longest context"
@@ -57,9 +61,51 @@ def round_down(n, g):
     return max(g, n // g * g)
 
 
-def search(fits, start, limit, granularity):
+def round_up(n, g):
+    return -(-n // g) * g
+
+
+# Where the peaks of two trials point at the device's capacity (estimate_longest), the search goes
+# to GUESS_BELOW of that length, then to the length itself, instead of doubling: a baseline's step
+# at its limit takes minutes on an H200 (the 1B at 512K with every block recomputed: 179 s by the
+# plan), so each trial saved is one such step. The length itself overestimates (the CUDA context,
+# library workspaces and the allocator's reserve are not in the peaks): expected to fail, it
+# brackets the limit from above.
+GUESS_BELOW = 0.93
+
+
+def estimate_longest(trials):
+    """The length at which a step's peak reaches the device's capacity, by a line through the peaks
+    (peak_bytes) of the two longest trials that ran, towards their device_total_bytes: with full
+    checkpointing and memory-linear attention a baseline's peak grows linearly with the context.
+    None with fewer than two such trials or peaks that do not grow."""
+    ran = sorted({t["seq_len"]: t for t in trials if "error" not in t and t.get("peak_bytes")
+                  and t.get("device_total_bytes")}.values(), key=lambda t: t["seq_len"])[-2:]
+    if len(ran) < 2:
+        return None
+    (s1, p1), (s2, p2) = ((t["seq_len"], t["peak_bytes"]) for t in ran)
+    slope = (p2 - p1) / (s2 - s1)
+    if slope <= 0:
+        return None
+    return int(s2 + (ran[-1]["device_total_bytes"] - p2) / slope)
+
+
+def next_length(ok, granularity, limit, guess=None):
+    """The trial after `ok` fitted: twice it, or, with an estimate of the longest length (guess),
+    the first of GUESS_BELOW x guess and guess (rounded to granularity) above ok; never past the
+    limit."""
+    after = [2 * ok]
+    if guess:
+        after = [n for n in (round_down(int(guess * GUESS_BELOW), granularity), round_up(guess, granularity))
+                 if n > ok] or after
+    return min(after[0], round_down(limit, granularity))
+
+
+def search(fits, start, limit, granularity, guess=lambda: None):
     """Largest multiple of granularity in [granularity, limit] for which fits() holds, for a monotone
-    fits; returns (longest_ok or 0, first_fail or None). fits may raise Stop to end the search early."""
+    fits; returns (longest_ok or 0, first_fail or None). fits may raise Stop to end the search early.
+    guess() (after each trial that fits) estimates the longest length from the trials so far, or
+    None: the search then doubles."""
     ok, bad = 0, None
     n = round_down(start, granularity)
     while n <= limit:
@@ -67,7 +113,7 @@ def search(fits, start, limit, granularity):
             ok = n
             if n == limit:
                 return ok, None
-            n = min(n * 2, round_down(limit, granularity))
+            n = next_length(ok, granularity, limit, guess())
             if n == ok:
                 return ok, None
         else:
@@ -175,6 +221,31 @@ def self_test():
     assert search(lambda n: False, 16384, 1 << 20, 8192) == (0, 8192)  # nothing fits
     lo, hi = search(lambda n: n <= 9000, 16384, 1 << 20, 4096)
     assert (lo, hi) == (8192, 12288), (lo, hi)
+    # seeded by the peaks: 64K and 128K ran with peaks on a line that reaches the 140 GiB device
+    # at 448K; the search goes to 0.93 x 448K (416K), then to 448K (expected to fail), then bisects
+    gib = 2**30
+    peak = lambda n: 28 * gib + n * 256 * 1024  # noqa: E731 -- 140 GiB at 448K
+    seen = []
+
+    def seeded_fits(n):
+        seen.append({"seq_len": n, "peak_bytes": peak(n), "device_total_bytes": 140 * gib})
+        if n > 440 * 1024:  # the real limit a little below the line's: context and reserve
+            seen[-1] = {"seq_len": n, "error": "oom"}
+            return False
+        return True
+
+    k = 1024
+    assert search(seeded_fits, 64 * k, 512 * k, 16 * k, lambda: estimate_longest(seen)) == (432 * k, 448 * k)
+    assert [t["seq_len"] // k for t in seen] == [64, 128, 416, 448, 432], seen
+    assert abs(estimate_longest(seen[:2]) - 448 * k) <= 1, estimate_longest(seen[:2])
+    assert estimate_longest(seen[:1]) is None  # one point: no line
+    flat = [{"seq_len": n, "peak_bytes": gib, "device_total_bytes": 140 * gib} for n in (65536, 131072)]
+    assert estimate_longest(flat) is None
+    assert next_length(131072, 16384, 524288) == 262144  # no guess: doubling
+    assert next_length(131072, 16384, 524288, 448 * k) == 416 * k
+    assert next_length(416 * k, 16384, 524288, 448 * k) == 448 * k
+    assert next_length(448 * k, 16384, 524288, 448 * k) == 512 * k  # both fitted: doubling, to the limit
+    assert next_length(131072, 16384, 524288, 100 * k) == 262144  # a guess below what fitted: doubling
     oom = [{"seq_len": 131072, "error": "oom"}, {"seq_len": 90112, "error": "oom"}]
     assert factor_target({"longest_ok": 81920, "first_fail": 90112, "trials": oom}, 4, 32768) == 360448
     assert factor_target({"longest_ok": 1 << 20, "first_fail": None, "limit": 1 << 20}, 4, 32768) == 4 << 20
@@ -277,13 +348,14 @@ def main():
         if target is not None:  # one trial: a failure at the target is the answer, not a bisection
             ok, bad = (target, None) if fits(target) else (0, target)
         else:
-            ok, bad = search(fits, args.start, args.limit, args.granularity)
+            ok, bad = search(fits, args.start, args.limit, args.granularity, lambda: estimate_longest(trials))
     except Stop:
         ok = max([t["seq_len"] for t in trials if "error" not in t] or [0])
         fails = [t["seq_len"] for t in trials if "error" in t and not str(t["error"]).startswith("timeout")]
         bad = min(fails) if fails else None
     result = {"system": args.system, "longest_ok": ok, "first_fail": bad, "stopped": stopped,
-              "granularity": args.granularity, "limit": args.limit, "trials": trials}
+              "granularity": args.granularity, "limit": args.limit, "trials": trials,
+              "estimate": estimate_longest(trials)}  # where the peaks' line met the device's capacity
     if target is not None:
         result.update(factor=args.factor, of=args.of, factor_of=against, factor_target=target, factor_met=ok >= target)
     if depth is not None:

@@ -38,7 +38,10 @@
 # will run on: h100, h200) and --records DIR (where they go: bench/results). Environment:
 # THROUGHPUT_LENGTHS (the throughput stage's lengths, "32K 64K 128K" on a GPU), THROUGHPUT_SYSTEMS
 # (its systems, throughput.py --systems), PLANNER_CASES (fulldepth: the planner stage on the 8B's
-# rank 0 with all its layers), LONGEST_BOX, AT_LONGEST_FROM (the folder of the longest stage's
+# rank 0 with all its layers), LONGEST_BOX, LONGEST_SYSTEMS (the longest stage's systems: default
+# "pytorch hf-liger odyssey"), LONGEST_OF (the folder of the baselines' results the Odyssey trial
+# multiplies: this call's by default, a committed record's longest/ when the baselines ran in an
+# earlier call), AT_LONGEST_FROM (the folder of the longest stage's
 # results that at_longest takes its lengths from: this call's record by default, a committed
 # record's bench/results/<record>/longest to predict them first), AT_LONGEST_LENGTHS (the lengths
 # themselves), AT_LONGEST_SYSTEMS, AT_LONGEST_STEPS. Exit 0
@@ -117,7 +120,7 @@ if [ $DRY = 1 ]; then
   TINY_DEVICES="cpu cpu" TINY_STEPS=2
   BF16_PRESET="presets/tiny-cpu.toml" BF16_SETS="$ONE_RANK training.seq_len=256" BF16_STEPS=4
   LENGTHS="256 512" STEPS=2 PLANNER_CASES=tiny
-  LONG_BASELINES="--start 256 --limit 512 --granularity 256" LONG_ODYSSEY="--granularity 256"
+  LONG_BASELINES="--start 256 --limit 512 --granularity 256" LONG_ODYSSEY="--granularity 256" LONG_TRIAL=150
   OFFLOAD_SEQ=512 OPTIMIZER_SEQ=512 HOST_ADAMW_ARGS="2 2 1 2"
   AT_LONGEST_STEPS=2 AT_LONGEST_TIMEOUT=60
   declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=240 [planner]=150 [longest]=200 [at_longest]=150 [offload]=90
@@ -135,7 +138,11 @@ else
   # The first baseline's full-vocabulary logits ran out of memory at 128K on an H200 (2026-11-26):
   # the searches start at 64K; Odyssey then runs one step at 4x the strongest baseline's first
   # failing length.
-  LONG_BASELINES="--start 64K --limit 512K --granularity 16K" LONG_ODYSSEY="--granularity 32K"
+  # A baseline's search: 64K and 128K, then (its peaks on a line towards the device's capacity) 0.93x
+  # the length where the line meets it, then that length, then a bisection to 16K; the long trials
+  # take minutes each (the 1B at 512K with every block recomputed: 179 s a step by the plan, with
+  # the compile before it), so about 9 minutes a baseline and 300 s a trial.
+  LONG_BASELINES="--start 64K --limit 1M --granularity 16K" LONG_ODYSSEY="--granularity 32K" LONG_TRIAL=300
   OFFLOAD_SEQ=64K
   # The offloaded optimizer where it matters: 128K, about 20 s a step of the 1B full stack on an
   # H200 (2026-11-26), so the host AdamW's few seconds are measured against a long step.
@@ -156,7 +163,7 @@ else
   # with both baselines about 20 minutes, longer than one device call (AT_LONGEST_SYSTEMS="pytorch
   # odyssey-tuned" runs one baseline).
   AT_LONGEST_STEPS=${AT_LONGEST_STEPS:-2} AT_LONGEST_TIMEOUT=480
-  declare -A BOX=([smoke]=510 [kernels]=150 [throughput]=560 [planner]=180 [longest]=540 [at_longest]=1500 [offload]=150
+  declare -A BOX=([smoke]=510 [kernels]=150 [throughput]=560 [planner]=180 [longest]=1500 [at_longest]=1500 [offload]=150
                   [ablation]=260 [optimizer]=260 [profile]=120 [collectives]=240)
   # Every GPU of the machine, one rank each; the 1B over 2 GPUs at 64K: 32K tokens a rank.
   COLLECTIVES_ARGS="--gpus all --seq 64K --steps 3"
@@ -256,24 +263,35 @@ stage_planner() {
 }
 
 stage_longest() {
-  local d="$WORK/longest" rc=0 box=${BOX[longest]} system
+  local d="$WORK/longest" rc=0 box=${BOX[longest]} system baselines=() odyssey=0 reserve=0
   local start=$SECONDS
-  # Each baseline's search (found as Odyssey's: one step a trial, in its least-memory mode) with
-  # three tenths of the box; a trial of the PyTorch baseline compiles its blocks first.
-  for system in pytorch hf-liger; do
-    # shellcheck disable=SC2086
-    "$PY" bench/gpu/longest_context.py --system "$system" $LONG_BASELINES --trial-timeout 150 --budget $((box * 3 / 10)) \
-      --out "$d" || rc=1
+  for system in ${LONGEST_SYSTEMS:-pytorch hf-liger odyssey}; do
+    case "$system" in
+      odyssey) odyssey=1 ;;
+      pytorch | hf-liger) baselines+=("$system") ;;
+      *) echo "validate: LONGEST_SYSTEMS: unknown system '$system' (pytorch, hf-liger, odyssey)" >&2; return 2 ;;
+    esac
   done
+  # The Odyssey trial keeps three tenths of the box; the baselines share the rest.
+  [ $odyssey = 1 ] && reserve=$((box * 3 / 10))
+  # Each baseline's search (found as Odyssey's: one step a trial, in its least-memory mode); a trial
+  # of the PyTorch baseline compiles its blocks first.
+  for system in "${baselines[@]}"; do
+    # shellcheck disable=SC2086
+    "$PY" bench/gpu/longest_context.py --system "$system" $LONG_BASELINES --trial-timeout "$LONG_TRIAL" \
+      --budget $(((box - reserve) / ${#baselines[@]})) --out "$d" || rc=1
+  done
+  [ $odyssey = 1 ] || return $rc
   # The target (issue 13): Odyssey's full stack trains at 4x the strongest baseline's longest
   # context. One trial at 4x the largest first failing length of the baselines (a step grows
   # quadratically with the context: a bisection upwards would not fit a lease), with what is left of
   # the box.
   local trial=$((box - (SECONDS - start) - 10))
   [ "$trial" -ge 10 ] || trial=10
+  local of="${LONGEST_OF:-$d}"
   # shellcheck disable=SC2086
   "$PY" bench/gpu/longest_context.py --system odyssey $LONG_ODYSSEY --factor 4 \
-    --of "$d/longest_pytorch.json" "$d/longest_hf-liger.json" --trial-timeout "$trial" --out "$d" || rc=1
+    --of "$of/longest_pytorch.json" "$of/longest_hf-liger.json" --trial-timeout "$trial" --out "$d" || rc=1
   return $rc
 }
 
@@ -341,7 +359,13 @@ results_of() {
     kernels) echo "kernels/kernel_bench.jsonl" ;;
     throughput) echo "throughput/throughput.jsonl throughput/efficiency.json" ;;
     planner) echo "planner/planner_vs_measured.json" ;;
-    longest) echo "longest/longest_odyssey.json longest/longest_pytorch.json longest/longest_hf-liger.json" ;;
+    longest)  # the result: Odyssey's trial where it runs, else the first baseline of LONGEST_SYSTEMS
+      local first=odyssey system
+      # shellcheck disable=SC2086
+      case " ${LONGEST_SYSTEMS:-odyssey} " in *" odyssey "*) ;; *) set -- $LONGEST_SYSTEMS; first=$1 ;; esac
+      printf 'longest/longest_%s.json' "$first"
+      for system in odyssey pytorch hf-liger; do [ "$system" = "$first" ] || printf ' longest/longest_%s.json' "$system"; done
+      echo ;;
     at_longest) echo "at_longest/throughput.jsonl" ;;
     offload) echo "offload/offload_overlap.json" ;;
     ablation) echo "ablation/throughput.jsonl" ;;

@@ -144,7 +144,7 @@ def longest(d):
                                (depth.get("planned") or {}).get("step_s"), full.get("step_s"),
                                full.get("tensor_peak_bytes"), full.get("fits")))
     best = strongest_baseline([r for name, r in found.items() if name in BASELINES], key="longest_ok")
-    if best:
+    if best and "odyssey" in found:
         out.append("  odyssey / %s (the strongest baseline) longest context: %.2fx (target >= 4x)" % (
             best["system"], (found.get("odyssey") or {}).get("longest_ok", 0) / best["longest_ok"]))
     return out
