@@ -188,8 +188,8 @@ def plan_points(measured, extra_sets=()):
 
 def is_fit_point(row):
     """Whether a throughput.jsonl row is one the fit takes: a full-stack Odyssey run (no variant)
-    with a step time. scripts/results_tables.py marks these as fitted and leaves them out of the
-    planner's step-time accuracy."""
+    with a step time. The points a committed efficiency was fitted to are listed in
+    bench/fitted_points.json, which scripts/results_tables.py marks as fitted."""
     return row.get("system") == "odyssey" and not row.get("variant") and "error" not in row and bool(row.get("step_time_s"))
 
 
