@@ -321,12 +321,15 @@ def longest_of_text(rows):
     at_longest stage's length is, from its rows' longest_of (throughput.py --at-longest-of), with
     "no failure up to its limit" where the search found none (the length is then a lower bound)."""
     longest_of = next((r["longest_of"] for r in rows if r.get("longest_of")), {})
-    if not longest_of:
-        return ""
+    if not longest_of:  # lengths given by hand (AT_LONGEST_LENGTHS): still this stage's row, not throughput's
+        return ", a length given for the baselines' longest context"
+
+    def bound(b):
+        text = "fails at %s" % tokens(b["first_fail"]) if b.get("first_fail") else "no failure up to its limit"
+        return text + ("; its search stopped: %s" % b["stopped"] if b.get("stopped") else "")
+
     return ", the longest context of " + " and ".join(
-        "%s (%s)" % (BASELINES.get(system, {}).get("label", system),
-                     "fails at %s" % tokens(bounds["first_fail"]) if bounds.get("first_fail") else "no failure up to its limit")
-        for system, bounds in sorted(longest_of.items()))
+        "%s (%s)" % (BASELINES.get(system, {}).get("label", system), bound(b)) for system, b in sorted(longest_of.items()))
 
 
 def fig_at_longest(rec):
@@ -363,8 +366,14 @@ def fig_longest(rec):
                 odyssey.get("factor", 0), odyssey["factor_of"],
                 os.path.dirname(next((p for p in odyssey.get("of") or [] if odyssey["factor_of"] in p), "another call"))))
     target = "≥ %d× the baseline" % odyssey["factor"] if odyssey and odyssey.get("factor") else "longer than the baseline"
+    if not odyssey:  # the baselines' searches alone (LONGEST_SYSTEMS): Odyssey's trial is another call's
+        config = next((t.get("config") for r in baselines for t in r.get("trials", []) if t.get("config")), "?")
+        return [("longest context on one GPU (%s): the baselines' searches" % config, "(Odyssey's trial: its own call)",
+                 "; ".join(parts))]
+    # Odyssey's trial alone names the baseline whose bound it multiplied (LONGEST_OF)
+    against = baseline or {"system": odyssey.get("factor_of") or "pytorch"}
     return [("longest context on one GPU (%s): Odyssey's full stack against %s" % (
-        stem(point), against_text(baselines, baseline or {"system": "pytorch"})), target, "; ".join(parts))]
+        stem(point), against_text(baselines, against)), target, "; ".join(parts))]
 
 
 def depth_text(depth):
@@ -538,14 +547,20 @@ def fitted_points(path=None):
 
 
 def is_fitted(point, run, fitted):
-    """Whether a measured run is one of the `fitted` points (fitted_points): the same preset, length
-    and settings (point_key), and where the fitted point names its resolved attention ("standard
-    attention", "2 stages of 16 heads"), the run's the same: a re-measurement of a fitted
+    """Whether a measured run is one of the `fitted` points (fitted_points): the same preset and
+    length, the settings the fitted run had or another spelling of its configuration (its
+    also_sets), and where the fitted point names them, the same resolved attention ("standard
+    attention", "2 stages of 16 heads") and attention kernel: a re-measurement of a fitted
     configuration is fitted too, and "auto" resolved otherwise by a later build is another point."""
     if not point:
         return False
     key = point_key(point)
-    return any(point_key(p) == key and ("attention" not in p or run.get("attention") == p["attention"]) for p in fitted)
+
+    def spellings(p):
+        return [point_key(p)] + [point_key(dict(p, sets=sets)) for sets in p.get("also_sets", [])]
+
+    return any(key in spellings(p) and all(run.get(k) == p[k] for k in ("attention", "attention_kernel") if k in p)
+               for p in fitted)
 
 
 def measured_throughput(rec, stage):
@@ -1040,7 +1055,9 @@ def self_test():
     lower = {"hf-liger": {"first_fail": None, "stopped": None}}
     assert longest_of_text([{"longest_of": lower}]) == (
         ", the longest context of the Hugging Face + Liger baseline (no failure up to its limit)")
-    assert longest_of_text([{}]) == ""
+    assert longest_of_text([{}]) == ", a length given for the baselines' longest context"
+    assert longest_of_text([{"longest_of": {"pytorch": {"first_fail": 458752, "stopped": "budget"}}}]) == (
+        ", the longest context of the PyTorch baseline (fails at 448K; its search stopped: budget)")
     (title, _, value), = fig_longest(TwoBaselines())
     assert title.endswith("against the strongest baseline (PyTorch baseline)"), title
     assert value == ("Odyssey one step at 448K: ran; the baseline 96K (fails at 112K); beside hf-liger 80K "
@@ -1064,6 +1081,18 @@ def self_test():
 
     (_, _, value), = fig_longest(OdysseyTrialAlone())
     assert value == "Odyssey one step at 1792K: ran; 4× the bound of pytorch's search in bench/results/r1/longest", value
+    OdysseyTrialAlone.files["longest/longest_odyssey.json"]["factor_of"] = "hf-liger"
+    (title, _, value), = fig_longest(OdysseyTrialAlone())
+    assert title.endswith("against the Hugging Face + Liger baseline") and "hf-liger's search in bench/results/r1" in value, \
+        (title, value)
+
+    class BaselineSearchAlone(TwoBaselines):  # LONGEST_SYSTEMS=pytorch: no Odyssey trial in the call
+        files = {"longest/longest_pytorch.json": {"system": "pytorch", "longest_ok": 458752, "first_fail": 475136,
+                                                  "trials": [{"config": "llama3.2-1b", "seq_len": 458752}]}}
+
+    (title, target, value), = fig_longest(BaselineSearchAlone())
+    assert title == "longest context on one GPU (llama3.2-1b): the baselines' searches", title
+    assert value == "the baseline 448K (fails at 464K)", value
 
     readme_text = "intro kept\n\n%s\nold text\n%s\nafter kept\n" % (BEGIN, END)
     committed_fits = FITTED_POINTS
@@ -1071,11 +1100,21 @@ def self_test():
         # the fits of this test: the full stack at 32K (make_record's), standard attention named for
         # a second point; a run that resolved other attention is another point
         FITTED_POINTS = os.path.join(tmp, "fitted_points.json")
-        write(FITTED_POINTS, {"fits": [{"points": [point(32768), dict(point(65536), attention="standard attention")]}]})
+        write(FITTED_POINTS, {"fits": [{"points": [
+            point(32768), dict(point(65536), attention="standard attention"),
+            dict(point(131072), attention="2 stages of 16 heads", attention_kernel="flash2",
+                 also_sets=[["memory.heads_per_stage=16", "memory.lse_attention_kernel=flash2"]])]}]})
         fitted = fitted_points()
         assert is_fitted(point(32768), {}, fitted) and is_fitted(point(32768), {"attention": "x"}, fitted)
         assert is_fitted(point(65536), {"attention": "standard attention"}, fitted)
         assert not is_fitted(point(65536), {"attention": "2 stages of 16 heads"}, fitted)
+        # the kernel named: the same stages on another kernel are another point; the configuration
+        # spelled by its own settings is the fitted one
+        stages = {"attention": "2 stages of 16 heads", "attention_kernel": "flash2"}
+        assert is_fitted(point(131072), stages, fitted)
+        assert not is_fitted(point(131072), dict(stages, attention_kernel="cudnn"), fitted)
+        assert not is_fitted(point(131072), {"attention": "2 stages of 16 heads"}, fitted)  # a record without the kernel
+        assert is_fitted(point(131072, ["memory.lse_attention_kernel=flash2", "memory.heads_per_stage=16"]), stages, fitted)
         assert not is_fitted(point(32768, ["memory.tiled_loss=false"]), {}, fitted) and not is_fitted(None, {}, fitted)
         try:
             fitted_points(os.path.join(tmp, "missing.json"))

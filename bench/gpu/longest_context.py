@@ -51,6 +51,9 @@ from systems import BASELINES, full_stack_pins, plan_odyssey, run_baseline, run_
 # step's own setup (kernel plans, the allocator's first segments).
 STEP_MARGIN = 1.25
 START_S = 30
+# The plans that choose a trial's depth (depth_for_trial: a few `odyssey plan` runs) come out of the
+# trial's time: the depth is sized on the time less this.
+PLANNING_S = 15
 
 
 class Stop(Exception):
@@ -92,12 +95,15 @@ def estimate_longest(trials):
 
 def next_length(ok, granularity, limit, guess=None):
     """The trial after `ok` fitted: twice it, or, with an estimate of the longest length (guess),
-    the first of GUESS_BELOW x guess and guess (rounded to granularity) above ok; never past the
-    limit."""
+    the first of GUESS_BELOW x guess and guess (rounded to granularity) above ok. Where both are at
+    or below ok the estimate fell short of what ran: just short (guess at least GUESS_BELOW x ok,
+    the limit is near) an eighth more than ok, not a doubling whose trial near the limit would take
+    minutes more; far short (the line says nothing) doubling. Never past the limit."""
     after = [2 * ok]
     if guess:
+        near = [max(ok + granularity, round_up(ok + ok // 8, granularity))] if guess >= ok * GUESS_BELOW else after
         after = [n for n in (round_down(int(guess * GUESS_BELOW), granularity), round_up(guess, granularity))
-                 if n > ok] or after
+                 if n > ok] or near
     return min(after[0], round_down(limit, granularity))
 
 
@@ -167,11 +173,21 @@ def fits_in_time(step_s, seconds):
 def layers_for_time(step_at, model_layers, seconds):
     """The most layers, model_layers down to 1, whose one step as planned (step_at(layers): seconds,
     None where the planner refuses) runs in a trial of `seconds`; 1 where none does (the trial then
-    says how far the plan was off)."""
-    for layers in range(model_layers, 0, -1):
-        if fits_in_time(step_at(layers), seconds):
-            return layers
-    return 1
+    says how far the plan was off). A step grows about linearly with the layers: the count is
+    estimated from the full depth's and one layer's plans, then checked against its own plan and
+    its neighbours', a few plans of the trial's time rather than one per layer."""
+    if fits_in_time(step_at(model_layers), seconds):
+        return model_layers
+    full, one = step_at(model_layers), step_at(1)
+    layers = model_layers - 1
+    if full is not None and one is not None and full > one:
+        step_budget = (seconds - START_S) / STEP_MARGIN
+        layers = max(1, min(model_layers - 1, 1 + int((step_budget - one) * (model_layers - 1) / (full - one))))
+    while layers > 1 and not fits_in_time(step_at(layers), seconds):
+        layers -= 1
+    while layers + 1 < model_layers and fits_in_time(step_at(layers + 1), seconds):
+        layers += 1
+    return layers
 
 
 def plan_figures(plan):
@@ -204,12 +220,29 @@ def depth_for_trial(seq, seconds, preset=None):
     return out
 
 
+def depth_met(depth):
+    """Whether a trial at `depth` counts for the longest context: the full depth, or fewer layers with
+    the full depth planned to fit the device (the issue's "the layer count stated with the planner's
+    full-depth figure beside it")."""
+    if not depth or "error" in depth or depth.get("layers") == depth.get("model_layers"):
+        return True
+    return bool((depth.get("planned_full_depth") or {}).get("fits"))
+
+
+def bounds(trials):
+    """(the longest length that ran or 0, the shortest that failed other than by a timeout or None)."""
+    ok = max([t["seq_len"] for t in trials if "error" not in t] or [0])
+    fails = [t["seq_len"] for t in trials if "error" in t and not str(t["error"]).startswith("timeout")]
+    return ok, (min(fails) if fails else None)
+
+
 def depth_sets(layers, pins):
     """The --set assignments of a run with `layers` layers and the full depth's sizes pinned."""
     return ["model.n_layers=%d" % layers] + list(pins)
 
 
 def self_test():
+    global plan_odyssey
     calls = []
 
     def fits(n):
@@ -244,8 +277,9 @@ def self_test():
     assert next_length(131072, 16384, 524288) == 262144  # no guess: doubling
     assert next_length(131072, 16384, 524288, 448 * k) == 416 * k
     assert next_length(416 * k, 16384, 524288, 448 * k) == 448 * k
-    assert next_length(448 * k, 16384, 524288, 448 * k) == 512 * k  # both fitted: doubling, to the limit
-    assert next_length(131072, 16384, 524288, 100 * k) == 262144  # a guess below what fitted: doubling
+    assert next_length(448 * k, 16384, 1 << 20, 448 * k) == 512 * k  # both fitted: an eighth more (504K rounded up)
+    assert next_length(448 * k, 16384, 480 * k, 448 * k) == 480 * k  # never past the limit
+    assert next_length(131072, 16384, 524288, 100 * k) == 262144  # a guess far below what fitted: doubling
     oom = [{"seq_len": 131072, "error": "oom"}, {"seq_len": 90112, "error": "oom"}]
     assert factor_target({"longest_ok": 81920, "first_fail": 90112, "trials": oom}, 4, 32768) == 360448
     assert factor_target({"longest_ok": 1 << 20, "first_fail": None, "limit": 1 << 20}, 4, 32768) == 4 << 20
@@ -264,10 +298,47 @@ def self_test():
     # the depth of one trial: the full depth where its planned step fits with the margin; else the
     # most layers that do (a step of 30 s + 130 s a layer in 560 s: 3 layers, 1.25 x 420 + 30 = 555)
     step_at = lambda layers: 30.0 + 130.0 * layers  # noqa: E731
-    assert layers_for_time(step_at, 16, 560) == 3
+    planned = []
+
+    def counted_step_at(layers):
+        planned.append(layers)
+        return step_at(layers)
+
+    assert layers_for_time(counted_step_at, 16, 560) == 3
+    assert len(planned) <= 5, planned  # the full depth, one layer, the estimate and its neighbours
     assert layers_for_time(step_at, 16, 1e9) == 16
     assert layers_for_time(step_at, 16, 10) == 1  # none fits: one layer, and the trial says how far off
     assert layers_for_time(lambda layers: None if layers > 2 else 1.0, 16, 100) == 2  # refusals skipped
+    bent = lambda layers: 30.0 + 100.0 * layers + 10.0 * layers ** 2  # noqa: E731 -- not linear: checked
+    assert layers_for_time(bent, 16, 1000) == max(n for n in range(1, 17) if fits_in_time(bent(n), 1000))
+    assert depth_met(None) and depth_met({"error": "x"}) and depth_met({"layers": 16, "model_layers": 16})
+    assert depth_met({"layers": 3, "model_layers": 16, "planned_full_depth": {"fits": True}})
+    assert not depth_met({"layers": 3, "model_layers": 16, "planned_full_depth": {"fits": False}})
+    # depth_for_trial on a stand-in planner: 16 layers, 30 s + 130 s a layer, the full depth's stage
+    # size and tile pinned in the shallower run's settings; no full-depth plan, no depth
+    planner, plans_made = plan_odyssey, []
+
+    def stand_in_plan(seq, extra_sets=(), preset=None):
+        plans_made.append(list(extra_sets))
+        layers = next((int(s.split("=")[1]) for s in extra_sets if s.startswith("model.n_layers=")), 16)
+        return {"model": {"n_layers": 16}, "untied": {"heads_per_stage": 4, "standard_attention": False},
+                "tiled_mlp": {"tile_tokens": 2048}, "time": {"step_s": 30.0 + 130.0 * layers},
+                "tensor_peak_bytes": 10 * layers, "fits": True}
+
+    plan_odyssey = stand_in_plan
+    try:
+        depth = depth_for_trial(1835008, 560)
+        assert depth["layers"] == 3 and depth["model_layers"] == 16, depth
+        assert depth["sets"] == ["model.n_layers=3", "memory.heads_per_stage=4", "memory.mlp_tile_tokens=2048"], depth
+        assert depth["planned"]["step_s"] == 420.0 and depth["planned_full_depth"]["step_s"] == 2110.0, depth
+        assert plans_made[0] == [] and len(plans_made) <= 5, plans_made
+        assert depth_for_trial(1835008, 1e9)["sets"] == []  # the full depth fits: no settings
+        plan_odyssey = lambda seq, extra_sets=(), preset=None: {"error": "no binary"}  # noqa: E731
+        assert "error" in depth_for_trial(1835008, 560)
+    finally:
+        plan_odyssey = planner
+    assert bounds([{"seq_len": 65536}, {"seq_len": 131072, "error": "oom"}, {"seq_len": 98304, "error": "timeout"}]) \
+        == (65536, 131072)
     assert fits_in_time(100.0, 155.0) and not fits_in_time(100.0, 154.9) and not fits_in_time(None, 1e9)
     assert depth_sets(2, ["memory.heads_per_stage=4"]) == ["model.n_layers=2", "memory.heads_per_stage=4"]
     print(json.dumps({"self_test": "ok", "trials_first_case": calls}))
@@ -314,11 +385,29 @@ def main():
         args.start = args.limit = target
     depth = None
     if args.system == "odyssey" and target is not None and not args.full_depth:
-        depth = depth_for_trial(target, args.trial_timeout, args.preset)
+        # the plans take seconds of the trial's time: the depth is sized on what they leave
+        planning_start = time.time()
+        depth = depth_for_trial(target, args.trial_timeout - PLANNING_S, args.preset)
+        args.trial_timeout -= int(time.time() - planning_start)
         print("longest_context: depth %s" % json.dumps(depth), file=sys.stderr)
     trials = []
     stopped = None
     deadline = time.time() + args.budget if args.budget > 0 else None
+
+    def write_result(ok, bad, stopped_now):
+        """longest_<system>.json as the search stands: after every trial (a call cut in the middle of
+        a search keeps what it ran, "stopped" saying so), and once at its end."""
+        result = {"system": args.system, "longest_ok": ok, "first_fail": bad, "stopped": stopped_now,
+                  "granularity": args.granularity, "limit": args.limit, "trials": trials,
+                  "estimate": estimate_longest(trials)}  # where the peaks' line met the device's capacity
+        if target is not None:
+            result.update(factor=args.factor, of=args.of, factor_of=against, factor_target=target,
+                          factor_met=ok >= target and depth_met(depth))
+        if depth is not None:
+            result["depth"] = depth
+        with open(os.path.join(args.out, "longest_%s.json" % args.system), "w") as f:
+            json.dump(result, f, indent=1)
+        return result
 
     def fits(n):
         nonlocal stopped
@@ -338,6 +427,7 @@ def main():
             r = run_odyssey(n, 1, timeout, os.path.join(args.out, "odyssey_%d" % n), log_path=log,
                             extra_sets=(depth or {}).get("sets", []), **kw)
         trials.append(r)
+        write_result(*bounds(trials), "cut before the search ended")
         print(json.dumps({k: r.get(k) for k in ("system", "seq_len", "error", "step_time_s", "peak_bytes")}), flush=True)
         if str(r.get("error", "")).startswith("timeout"):
             stopped = "timeout at %d" % n
@@ -350,18 +440,8 @@ def main():
         else:
             ok, bad = search(fits, args.start, args.limit, args.granularity, lambda: estimate_longest(trials))
     except Stop:
-        ok = max([t["seq_len"] for t in trials if "error" not in t] or [0])
-        fails = [t["seq_len"] for t in trials if "error" in t and not str(t["error"]).startswith("timeout")]
-        bad = min(fails) if fails else None
-    result = {"system": args.system, "longest_ok": ok, "first_fail": bad, "stopped": stopped,
-              "granularity": args.granularity, "limit": args.limit, "trials": trials,
-              "estimate": estimate_longest(trials)}  # where the peaks' line met the device's capacity
-    if target is not None:
-        result.update(factor=args.factor, of=args.of, factor_of=against, factor_target=target, factor_met=ok >= target)
-    if depth is not None:
-        result["depth"] = depth
-    with open(os.path.join(args.out, "longest_%s.json" % args.system), "w") as f:
-        json.dump(result, f, indent=1)
+        ok, bad = bounds(trials)
+    result = write_result(ok, bad, stopped)
     print(json.dumps({k: result[k] for k in ("system", "longest_ok", "first_fail", "stopped")}))
 
 

@@ -94,8 +94,10 @@ def planned_attention(plan):
 
 def resolved_sizes(plan):
     """A run's "auto" sizes as `plan` (its `odyssey plan --json`) resolved them, for its jsonl row:
-    attention (planned_attention) and mlp_tile_tokens, each only where the plan has it."""
-    out = {"attention": planned_attention(plan), "mlp_tile_tokens": (plan.get("tiled_mlp") or {}).get("tile_tokens")}
+    attention (planned_attention), mlp_tile_tokens and attention_kernel (the kernel the planner
+    times its attention on), each only where the plan has it."""
+    out = {"attention": planned_attention(plan), "mlp_tile_tokens": (plan.get("tiled_mlp") or {}).get("tile_tokens"),
+           "attention_kernel": (plan.get("time") or {}).get("attention_kernel")}
     return {k: v for k, v in out.items() if v}
 
 
@@ -136,9 +138,15 @@ def baseline_longest_lengths(results):
     """{tokens: {baseline: its search's bounds}} from longest_context.py's results (dicts, None for a
     file that is missing): each baseline's longest context that ran, with the first length that
     failed (None where nothing failed up to the search's limit: a lower bound) and why the search
-    stopped early, if it did. Odyssey's results and searches where nothing ran are left out."""
+    stopped early, if it did. Odyssey's results and searches where nothing ran are left out, and so
+    is a search that stopped (its time, or a cut call) before any length failed: its longest_ok is
+    only a lower bound, not the length where the baseline stops fitting."""
     out = {}
     for r in results:
+        if r and r.get("system") in BASELINES and r.get("stopped") and not r.get("first_fail"):
+            print("throughput: %s's search stopped (%s) before a length failed: no longest context" % (
+                r["system"], r["stopped"]), file=sys.stderr)
+            continue
         if r and r.get("system") in BASELINES and r.get("longest_ok"):
             out.setdefault(int(r["longest_ok"]), {})[r["system"]] = {
                 "first_fail": r.get("first_fail"), "stopped": r.get("stopped")}
@@ -228,6 +236,12 @@ def self_test():
                                      for s in BASELINES])
     assert list(both) == [524288] and sorted(both[524288]) == sorted(BASELINES), both
     assert baseline_longest_lengths([None, {"system": "pytorch", "longest_ok": 0, "first_fail": 65536}]) == {}
+    # a search stopped before any failure bounds nothing; one stopped after a failure keeps its bounds
+    assert baseline_longest_lengths([{"system": "pytorch", "longest_ok": 262144, "first_fail": None,
+                                      "stopped": "timeout at 524288"}]) == {}
+    stopped = baseline_longest_lengths([{"system": "pytorch", "longest_ok": 425984, "first_fail": 458752,
+                                         "stopped": "budget"}])
+    assert stopped == {425984: {"pytorch": {"first_fail": 458752, "stopped": "budget"}}}, stopped
     print("throughput.py self-test: ok")
 
 

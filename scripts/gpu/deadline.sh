@@ -15,6 +15,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export ODYSSEY_RECORD_COMMAND="scripts/gpu/deadline.sh $*"
 export ODYSSEY_CALL_ID="deadline-$(date -u +%Y%m%dT%H%M%SZ)-$$"
 deadline=$(( $(date +%s) + $1 ))
+# each stage's boxes are cut to what is left before it (validate.sh), so a search or a trial is sized
+# on the call's time and writes its result before the deadline
+export ODYSSEY_STAGE_DEADLINE=$deadline
 shift
 OUT="${OUT:-$ROOT/runs/gpu}"
 WORK="$(mktemp -d /tmp/odyssey-session.XXXXXX)"

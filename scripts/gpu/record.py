@@ -32,7 +32,8 @@ PREDICTIONS = "predictions"
 RECORD_NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})-([a-z0-9]+)-([0-9a-f]{7})(?:-(\d+))?$")
 # The environment that changes what a call measures, kept in its manifest when set.
 RECORDED_ENVIRONMENT = ("THROUGHPUT_LENGTHS", "THROUGHPUT_SYSTEMS", "PLANNER_CASES", "LONGEST_BOX",
-                        "ODYSSEY_BENCH_SETS")
+                        "LONGEST_SYSTEMS", "LONGEST_OF", "AT_LONGEST_FROM", "AT_LONGEST_LENGTHS",
+                        "AT_LONGEST_SYSTEMS", "AT_LONGEST_STEPS", "ODYSSEY_BENCH_SETS")
 # A raw file larger than this stays in the call's archive only (the manifest names it).
 MAX_FILE_BYTES = 4 << 20
 

@@ -40,10 +40,10 @@
 # (its systems, throughput.py --systems), PLANNER_CASES (fulldepth: the planner stage on the 8B's
 # rank 0 with all its layers), LONGEST_BOX, LONGEST_SYSTEMS (the longest stage's systems: default
 # "pytorch hf-liger odyssey"), LONGEST_OF (the folder of the baselines' results the Odyssey trial
-# multiplies: this call's by default, a committed record's longest/ when the baselines ran in an
-# earlier call), AT_LONGEST_FROM (the folder of the longest stage's
-# results that at_longest takes its lengths from: this call's record by default, a committed
-# record's bench/results/<record>/longest to predict them first), AT_LONGEST_LENGTHS (the lengths
+# multiplies: this call's by default, committed records' longest/ folders, space-separated, when
+# the baselines ran in earlier calls), AT_LONGEST_FROM (the folders of the longest stage's
+# results that at_longest takes its lengths from: this call's record by default, committed
+# records' bench/results/<record>/longest to predict them first), AT_LONGEST_LENGTHS (the lengths
 # themselves), AT_LONGEST_SYSTEMS, AT_LONGEST_STEPS. Exit 0
 # when every stage ran to its result (with --predict: when every stage with points predicted them).
 set -uo pipefail
@@ -172,6 +172,14 @@ fi
 [ $DRY = 0 ] && [ "$PLANNER_CASES" = fulldepth ] && BOX[planner]=420
 # A short lease gives the longest stage what is left of it (deadline.sh callers): LONGEST_BOX=seconds.
 [ -n "${LONGEST_BOX:-}" ] && BOX[longest]=$LONGEST_BOX
+# Under deadline.sh no box outlasts its deadline (ODYSSEY_STAGE_DEADLINE, seconds since the epoch, less
+# 10 s to pack): a stage sizes its searches and trials on the time the call has, not on its box.
+if [ -n "${ODYSSEY_STAGE_DEADLINE:-}" ]; then
+  left=$((ODYSSEY_STAGE_DEADLINE - $(date +%s) - 10))
+  for stage_name in "${!BOX[@]}"; do
+    [ "${BOX[$stage_name]}" -le "$left" ] || BOX[$stage_name]=$((left > 10 ? left : 10))
+  done
+fi
 
 # [section] the stages (each writes under $WORK/<stage>; a nonzero status means it did not run to its result)
 
@@ -262,6 +270,14 @@ stage_planner() {
   "$PY" bench/gpu/planner_vs_measured.py --cases "$PLANNER_CASES" --out "$WORK/planner"
 }
 
+baseline_results() {  # baseline_results "FOLDER..." : each folder's longest_<baseline>.json
+  # (folders separated by spaces: baselines searched in separate calls lie in separate records)
+  local folder system
+  for folder in $1; do
+    for system in pytorch hf-liger; do echo "$folder/longest_$system.json"; done
+  done
+}
+
 stage_longest() {
   local d="$WORK/longest" rc=0 box=${BOX[longest]} system baselines=() odyssey=0 reserve=0
   local start=$SECONDS
@@ -288,10 +304,9 @@ stage_longest() {
   # the box.
   local trial=$((box - (SECONDS - start) - 10))
   [ "$trial" -ge 10 ] || trial=10
-  local of="${LONGEST_OF:-$d}"
-  # shellcheck disable=SC2086
+  # shellcheck disable=SC2086,SC2046
   "$PY" bench/gpu/longest_context.py --system odyssey $LONG_ODYSSEY --factor 4 \
-    --of "$of/longest_pytorch.json" "$of/longest_hf-liger.json" --trial-timeout "$trial" --out "$d" || rc=1
+    --of $(baseline_results "${LONGEST_OF:-$d}") --trial-timeout "$trial" --out "$d" || rc=1
   return $rc
 }
 
@@ -302,9 +317,8 @@ stage_at_longest() {
   # record's, so that its points are predicted before the call), or AT_LONGEST_LENGTHS.
   local lengths=(--lengths ${AT_LONGEST_LENGTHS:-})
   if [ -z "${AT_LONGEST_LENGTHS:-}" ]; then
-    local from="${AT_LONGEST_FROM:-${ODYSSEY_RECORD_DIR:-$WORK}/longest}" system
-    lengths=(--at-longest-of)
-    for system in pytorch hf-liger; do lengths+=("$from/longest_$system.json"); done
+    # shellcheck disable=SC2207
+    lengths=(--at-longest-of $(baseline_results "${AT_LONGEST_FROM:-${ODYSSEY_RECORD_DIR:-$WORK}/longest}"))
   fi
   # shellcheck disable=SC2086
   "$PY" bench/gpu/throughput.py "${lengths[@]}" --systems ${AT_LONGEST_SYSTEMS:-pytorch hf-liger odyssey-tuned} \
@@ -362,7 +376,7 @@ results_of() {
     longest)  # the result: Odyssey's trial where it runs, else the first baseline of LONGEST_SYSTEMS
       local first=odyssey system
       # shellcheck disable=SC2086
-      case " ${LONGEST_SYSTEMS:-odyssey} " in *" odyssey "*) ;; *) set -- $LONGEST_SYSTEMS; first=$1 ;; esac
+      case " ${LONGEST_SYSTEMS:-odyssey} " in *" odyssey "*) ;; *) set -- $LONGEST_SYSTEMS odyssey; first=$1 ;; esac
       printf 'longest/longest_%s.json' "$first"
       for system in odyssey pytorch hf-liger; do [ "$system" = "$first" ] || printf ' longest/longest_%s.json' "$system"; done
       echo ;;
