@@ -484,7 +484,18 @@ def fig_accuracy(rec):
     return [(step_label, "(accuracy)", accuracy_text(rows, "step")), (peak_label, "(accuracy)", accuracy_text(rows, "peak"))]
 
 
+def documents_detail(r):
+    """" (planned 0.773×; 60 documents, 4197 tokens median, 46555 the longest)"."""
+    docs, planned = r.get("documents") or {}, r.get("planned_step_time_ratio")
+    parts = (["planned %.3f×" % planned] if planned else []) + (
+        ["%d documents, %d tokens median, %d the longest" % (docs["count"], docs["median"], docs["longest"])]
+        if docs.get("count") else [])
+    return " (%s)" % "; ".join(parts) if parts else ""
+
+
 fig_offload = side_by_side_figure("offload/offload_overlap.json", "offload on top of checkpointing", offload_detail)
+fig_documents = side_by_side_figure("documents/document_masking.json",
+                                    "packed documents, masked against the same tokens unmasked", documents_detail)
 fig_optimizer = side_by_side_figure("optimizer/optimizer_offload.json", "the offloaded optimizer", optimizer_detail)
 
 # The figures of the tables, in order: (the stage whose raw JSON the reader reads, or None for
@@ -493,7 +504,8 @@ FIGURES = (
     ("smoke", fig_tests, False), ("smoke", fig_tiny, False), ("smoke", fig_bf16, False),
     ("throughput", fig_throughput, True), ("longest", fig_longest, True), ("at_longest", fig_at_longest, True),
     (None, fig_accuracy, True),
-    ("planner", fig_planner, False), ("offload", fig_offload, True), ("optimizer", fig_optimizer, True),
+    ("planner", fig_planner, False), ("documents", fig_documents, True), ("offload", fig_offload, True),
+    ("optimizer", fig_optimizer, True),
     ("throughput", fig_efficiency, False), ("collectives", fig_collectives, False))
 
 
@@ -588,6 +600,7 @@ def measured_side_by_side(file_name):
 COMPARED_STAGES = {"throughput": measured_throughput, "ablation": measured_throughput,
                    "at_longest": measured_throughput, "planner": measured_planner,
                    "offload": measured_side_by_side("offload_overlap.json"),
+                   "documents": measured_side_by_side("document_masking.json"),
                    "optimizer": measured_side_by_side("optimizer_offload.json")}
 # The stages with Odyssey runs that are not, and why.
 NOT_COMPARED = {"profile": "its step runs under Kineto, whose cost is in the step",
@@ -1062,6 +1075,14 @@ def self_test():
     assert title.endswith("against the strongest baseline (PyTorch baseline)"), title
     assert value == ("Odyssey one step at 448K: ran; the baseline 96K (fails at 112K); beside hf-liger 80K "
                      "(fails at 88K); ≥ 4.67×"), value
+    # packed documents: the ratio against its target, the plan's ratio and the documents beside it
+    TwoBaselines.files["documents/document_masking.json"] = {
+        "seq_len": 131072, "step_time_ratio": 0.6125, "target_step_time_ratio": 1.0, "planned_step_time_ratio": 0.773,
+        "documents": {"count": 60, "median": 4197.0, "longest": 46555}, "runs": {}}
+    (title, target, value), = fig_documents(TwoBaselines())
+    assert (title, target) == ("packed documents, masked against the same tokens unmasked at 128K: step time ratio",
+                               "≤ 1.00×"), (title, target)
+    assert value == "0.6125× (planned 0.773×; 60 documents, 4197 tokens median, 46555 the longest)", value
     # a trial with fewer layers than the model: the count and the full depth's plan beside it
     depth = {"layers": 3, "model_layers": 16, "planned_full_depth": {"tensor_peak_bytes": 68.8 * 2**30, "fits": True,
                                                                      "step_s": 2106.9}}

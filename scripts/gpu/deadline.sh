@@ -2,8 +2,8 @@
 # One device call that spends a short lease well: the runbook's stages (validate.sh) in the order
 # given, each its own validate run, none started past a deadline, all packed into ONE archive.
 # Usage: scripts/gpu/deadline.sh SECONDS STAGE...   (run from a call whose timeout_s exceeds SECONDS
-#        by 20 or more; stages: smoke kernels throughput planner longest at_longest offload ablation
-#        optimizer profile collectives; binaries from gpu-carry, as scripts/gpu/pack.sh leaves them). Writes
+#        by 20 or more; stages: smoke kernels throughput planner longest at_longest documents offload
+#        ablation optimizer profile collectives; binaries from gpu-carry, as scripts/gpu/pack.sh leaves them). Writes
 #        $OUT/gpu-session.tar.gz; exits 0 once it is written (each stage's status is in the output
 #        and the archive). The call's ONE record (records/<record>/ in the archive: every stage's
 #        raw JSON under one manifest.json) is named RECORD (environment: the name its predictions

@@ -26,7 +26,8 @@
 # (1B at 32K/64K/128K against both baselines, the strong PyTorch one and Hugging Face with Liger),
 # planner (planned against measured peaks and bytes per token), longest (longest context of each
 # system), at_longest (every system at each baseline's longest context, where the baseline must
-# recompute everything to fit), offload (offload on top of checkpointing: step-time ratio and overlap), ablation (the
+# recompute everything to fit), documents (packed documents with document masking against the same
+# tokens unmasked: step-time ratio and each run's peak against the plan), offload (offload on top of checkpointing: step-time ratio and overlap), ablation (the
 # full stack with each technique off in turn at the first length, beside the PyTorch baseline), optimizer (the offloaded optimizer on the full
 # stack at a long context: step-time ratio, host AdamW and upload phases), profile (one step of each
 # system at the first length under Kineto: device time by kernel kind, busy and idle), collectives
@@ -80,8 +81,8 @@ while [ $# -gt 0 ]; do
     call1) stages+=(smoke kernels) ;;
     call2) stages+=(throughput planner) ;;
     call3) stages+=(longest offload) ;;
-    all) stages+=(smoke kernels throughput planner longest at_longest offload ablation optimizer profile collectives) ;;
-    smoke | kernels | throughput | planner | longest | at_longest | offload | ablation | optimizer | profile | collectives)
+    all) stages+=(smoke kernels throughput planner longest at_longest documents offload ablation optimizer profile collectives) ;;
+    smoke | kernels | throughput | planner | longest | at_longest | documents | offload | ablation | optimizer | profile | collectives)
       stages+=("$1") ;;
     -h | --help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
     *) echo "validate: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -121,9 +122,9 @@ if [ $DRY = 1 ]; then
   BF16_PRESET="presets/tiny-cpu.toml" BF16_SETS="$ONE_RANK training.seq_len=256" BF16_STEPS=4
   LENGTHS="256 512" STEPS=2 PLANNER_CASES=tiny
   LONG_BASELINES="--start 256 --limit 512 --granularity 256" LONG_ODYSSEY="--granularity 256" LONG_TRIAL=150
-  OFFLOAD_SEQ=512 OPTIMIZER_SEQ=512 HOST_ADAMW_ARGS="2 2 1 2"
+  OFFLOAD_SEQ=512 OPTIMIZER_SEQ=512 HOST_ADAMW_ARGS="2 2 1 2" DOCUMENTS_SEQ=512
   AT_LONGEST_STEPS=2 AT_LONGEST_TIMEOUT=60
-  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=240 [planner]=150 [longest]=200 [at_longest]=150 [offload]=90
+  declare -A BOX=([smoke]=150 [kernels]=30 [throughput]=240 [planner]=150 [longest]=200 [at_longest]=150 [documents]=90 [offload]=90
                   [ablation]=120 [optimizer]=90 [profile]=90 [collectives]=60)
   COLLECTIVES_ARGS="--cpu --gpus 2 --seq 512 --steps 2"
 else
@@ -144,6 +145,9 @@ else
   # the compile before it), so about 9 minutes a baseline and 300 s a trial.
   LONG_BASELINES="--start 64K --limit 1M --granularity 16K" LONG_ODYSSEY="--granularity 32K" LONG_TRIAL=300
   OFFLOAD_SEQ=64K
+  # Packed documents at 128K: the full stack's step there is about 14 s on an H200 (2026-11-28), two
+  # runs of 3 steps with their starts in 300 s.
+  DOCUMENTS_SEQ=128K
   # The offloaded optimizer where it matters: 128K, about 20 s a step of the 1B full stack on an
   # H200 (2026-11-26), so the host AdamW's few seconds are measured against a long step.
   OPTIMIZER_SEQ=128K
@@ -163,7 +167,7 @@ else
   # with both baselines about 20 minutes, longer than one device call (AT_LONGEST_SYSTEMS="pytorch
   # odyssey-tuned" runs one baseline).
   AT_LONGEST_STEPS=${AT_LONGEST_STEPS:-2} AT_LONGEST_TIMEOUT=480
-  declare -A BOX=([smoke]=510 [kernels]=150 [throughput]=560 [planner]=180 [longest]=1500 [at_longest]=1500 [offload]=150
+  declare -A BOX=([smoke]=510 [kernels]=150 [throughput]=560 [planner]=180 [longest]=1500 [at_longest]=1500 [documents]=300 [offload]=150
                   [ablation]=260 [optimizer]=260 [profile]=120 [collectives]=240)
   # Every GPU of the machine, one rank each; the 1B over 2 GPUs at 64K: 32K tokens a rank.
   COLLECTIVES_ARGS="--gpus all --seq 64K --steps 3"
@@ -335,6 +339,11 @@ stage_ablation() {
     --out "$WORK/ablation"
 }
 
+stage_documents() {
+  "$PY" bench/gpu/document_masking.py --seq "$DOCUMENTS_SEQ" --steps 3 --timeout $((${BOX[documents]} / 2 - 10)) \
+    --out "$WORK/documents"
+}
+
 stage_offload() {
   "$PY" bench/gpu/offload_overlap.py --seq "$OFFLOAD_SEQ" --steps 4 --out "$WORK/offload"
 }
@@ -381,6 +390,7 @@ results_of() {
       for system in odyssey pytorch hf-liger; do [ "$system" = "$first" ] || printf ' longest/longest_%s.json' "$system"; done
       echo ;;
     at_longest) echo "at_longest/throughput.jsonl" ;;
+    documents) echo "documents/document_masking.json" ;;
     offload) echo "offload/offload_overlap.json" ;;
     ablation) echo "ablation/throughput.jsonl" ;;
     optimizer) echo "optimizer/optimizer_offload.json" ;;

@@ -150,6 +150,18 @@ def longest(d):
     return out
 
 
+def documents(d):
+    r = read_json(os.path.join(d, "document_masking.json"))
+    if not r:
+        return []
+    runs = r.get("runs", {})
+    return ["  %s: step %s s, peak %s bytes%s" % (name, x.get("step_time_s"), x.get("peak_bytes"),
+                                                   ", " + str(x["error"])[:120] if "error" in x else "")
+            for name, x in runs.items()] + [
+        "  masked / unmasked step time: %s (planned %s, target <= %s); documents %s" % (
+            r.get("step_time_ratio"), r.get("planned_step_time_ratio"), r.get("target_step_time_ratio"), r.get("documents"))]
+
+
 def offload(d):
     r = read_json(os.path.join(d, "offload_overlap.json"))
     if not r:
@@ -210,7 +222,7 @@ def collectives(d):
 def main():
     work = sys.argv[1]
     for stage, fn in (("smoke", smoke), ("kernels", kernels), ("throughput", throughput), ("planner", planner),
-                      ("longest", longest), ("at_longest", throughput), ("offload", offload), ("ablation", ablation),
+                      ("longest", longest), ("at_longest", throughput), ("documents", documents), ("offload", offload), ("ablation", ablation),
                       ("optimizer", optimizer), ("profile", profile), ("collectives", collectives)):
         d = os.path.join(work, stage)
         if os.path.isdir(d):
