@@ -485,10 +485,10 @@ def fig_accuracy(rec):
 
 
 def documents_detail(r):
-    """" (planned 0.773×; 60 documents, 4197 tokens median, 46555 the longest)"."""
+    """" (planned 0.497×; 7 documents a sequence, 14599 tokens median, 46555 the longest)"."""
     docs, planned = r.get("documents") or {}, r.get("planned_step_time_ratio")
     parts = (["planned %.3f×" % planned] if planned else []) + (
-        ["%d documents, %d tokens median, %d the longest" % (docs["count"], docs["median"], docs["longest"])]
+        ["%d documents a sequence, %g tokens median, %d the longest" % (docs["count"], docs["median"], docs["longest"])]
         if docs.get("count") else [])
     return " (%s)" % "; ".join(parts) if parts else ""
 
@@ -1077,12 +1077,12 @@ def self_test():
                      "(fails at 88K); ≥ 4.67×"), value
     # packed documents: the ratio against its target, the plan's ratio and the documents beside it
     TwoBaselines.files["documents/document_masking.json"] = {
-        "seq_len": 131072, "step_time_ratio": 0.6125, "target_step_time_ratio": 1.0, "planned_step_time_ratio": 0.773,
-        "documents": {"count": 60, "median": 4197.0, "longest": 46555}, "runs": {}}
+        "seq_len": 131072, "step_time_ratio": 0.6125, "target_step_time_ratio": 1.0, "planned_step_time_ratio": 0.497,
+        "documents": {"count": 7, "median": 14599.5, "longest": 46555}, "runs": {}}
     (title, target, value), = fig_documents(TwoBaselines())
     assert (title, target) == ("packed documents, masked against the same tokens unmasked at 128K: step time ratio",
                                "≤ 1.00×"), (title, target)
-    assert value == "0.6125× (planned 0.773×; 60 documents, 4197 tokens median, 46555 the longest)", value
+    assert value == "0.6125× (planned 0.497×; 7 documents a sequence, 14599.5 tokens median, 46555 the longest)", value
     # a trial with fewer layers than the model: the count and the full depth's plan beside it
     depth = {"layers": 3, "model_layers": 16, "planned_full_depth": {"tensor_peak_bytes": 68.8 * 2**30, "fits": True,
                                                                      "step_s": 2106.9}}

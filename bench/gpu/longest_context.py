@@ -386,9 +386,16 @@ def main():
     depth = None
     if args.system == "odyssey" and target is not None and not args.full_depth:
         # the plans take seconds of the trial's time: the depth is sized on what they leave
-        planning_start = time.time()
-        depth = depth_for_trial(target, args.trial_timeout - PLANNING_S, args.preset)
-        args.trial_timeout -= int(time.time() - planning_start)
+        start, budget = time.time(), args.trial_timeout
+        depth = depth_for_trial(target, budget - PLANNING_S, args.preset)
+        left = budget - int(time.time() - start)
+        if "error" not in depth and depth["layers"] > 1 and not fits_in_time(depth["planned"]["step_s"], left):
+            # the plans took longer than PLANNING_S: sized again on the time they left
+            depth = depth_for_trial(target, left - PLANNING_S, args.preset)
+            left = budget - int(time.time() - start)
+        args.trial_timeout = left
+        if "error" not in depth:
+            depth["trial_s"] = left
         print("longest_context: depth %s" % json.dumps(depth), file=sys.stderr)
     trials = []
     stopped = None

@@ -340,8 +340,13 @@ stage_ablation() {
 }
 
 stage_documents() {
-  "$PY" bench/gpu/document_masking.py --seq "$DOCUMENTS_SEQ" --steps 3 --timeout $((${BOX[documents]} / 2 - 10)) \
-    --out "$WORK/documents"
+  # two processes of a box each, less 10 s; under a deadline that leaves no real run, none starts
+  local per_run=$((${BOX[documents]} / 2 - 10))
+  if [ "$per_run" -lt 30 ]; then
+    echo "validate: documents: ${BOX[documents]} s left, too little for its two runs" >&2
+    return 1
+  fi
+  "$PY" bench/gpu/document_masking.py --seq "$DOCUMENTS_SEQ" --steps 3 --timeout "$per_run" --out "$WORK/documents"
 }
 
 stage_offload() {
