@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -165,6 +166,20 @@ def strongest_target(others, factor, granularity):
     return max(targets) if targets else (None, None)
 
 
+def read_results(paths, who="longest_context"):
+    """Each readable longest_<system>.json of `paths` as a dict, in order; one that is missing or
+    unreadable is left out with a line on stderr naming it (a search that left no result bounds
+    nothing). `who` names the script in that line."""
+    out = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                out.append(json.load(f))
+        except (OSError, ValueError) as e:
+            print("%s: %s: no longest-context result (%s)" % (who, path, e), file=sys.stderr)
+    return out
+
+
 def fits_in_time(step_s, seconds):
     """Whether a planned step of `step_s` seconds (None: no plan) runs in a trial of `seconds`."""
     return step_s is not None and STEP_MARGIN * step_s + START_S <= seconds
@@ -176,9 +191,10 @@ def layers_for_time(step_at, model_layers, seconds):
     says how far the plan was off). A step grows about linearly with the layers: the count is
     estimated from the full depth's and one layer's plans, then checked against its own plan and
     its neighbours', a few plans of the trial's time rather than one per layer."""
-    if fits_in_time(step_at(model_layers), seconds):
+    full = step_at(model_layers)
+    if fits_in_time(full, seconds):
         return model_layers
-    full, one = step_at(model_layers), step_at(1)
+    one = step_at(1)
     layers = model_layers - 1
     if full is not None and one is not None and full > one:
         step_budget = (seconds - START_S) / STEP_MARGIN
@@ -341,6 +357,12 @@ def self_test():
         == (65536, 131072)
     assert fits_in_time(100.0, 155.0) and not fits_in_time(100.0, 154.9) and not fits_in_time(None, 1e9)
     assert depth_sets(2, ["memory.heads_per_stage=4"]) == ["model.n_layers=2", "memory.heads_per_stage=4"]
+    # the results read: a missing file left out, the others in order
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "longest_pytorch.json")
+        with open(path, "w") as f:
+            json.dump({"system": "pytorch", "longest_ok": 65536}, f)
+        assert read_results([os.path.join(tmp, "missing.json"), path]) == [{"system": "pytorch", "longest_ok": 65536}]
     print(json.dumps({"self_test": "ok", "trials_first_case": calls}))
 
 
@@ -371,14 +393,7 @@ def main():
     if args.factor or args.of:
         if not (args.factor > 0 and args.of):
             parser.error("--factor and --of go together")
-        others = []
-        for path in args.of:
-            try:
-                with open(path) as f:
-                    others.append(json.load(f))
-            except (OSError, ValueError) as e:
-                print("longest_context: cannot read --of %s: %s" % (path, e), file=sys.stderr)
-        target, against = strongest_target(others, args.factor, args.granularity)
+        target, against = strongest_target(read_results(args.of), args.factor, args.granularity)
         if target is None:
             sys.exit("longest_context: %s give no bound to multiply (no first failure was out of"
                      " memory, or nothing ran)" % " ".join(args.of))

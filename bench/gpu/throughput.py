@@ -42,6 +42,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
+from longest_context import read_results  # noqa: E402
 from systems import (BASELINES, TUNED_VARIANT, full_stack_pins, nvidia_smi, plan_odyssey, run_baseline,  # noqa: E402
                      run_odyssey, strongest_baseline, tune_odyssey)
 
@@ -135,8 +136,8 @@ def ablations(seq, plan):
 
 
 def baseline_longest_lengths(results):
-    """{tokens: {baseline: its search's bounds}} from longest_context.py's results (dicts, None for a
-    file that is missing): each baseline's longest context that ran, with the first length that
+    """{tokens: {baseline: its search's bounds}} from longest_context.py's results (read_results;
+    a None is skipped): each baseline's longest context that ran, with the first length that
     failed (None where nothing failed up to the search's limit: a lower bound) and why the search
     stopped early, if it did. Odyssey's results and searches where nothing ran are left out, and so
     is a search that stopped (its time, or a cut call) before any length failed: its longest_ok is
@@ -150,20 +151,6 @@ def baseline_longest_lengths(results):
         if r and r.get("system") in BASELINES and r.get("longest_ok"):
             out.setdefault(int(r["longest_ok"]), {})[r["system"]] = {
                 "first_fail": r.get("first_fail"), "stopped": r.get("stopped")}
-    return out
-
-
-def read_longest(paths):
-    """Each of longest_context.py's result files as a dict, None (with a line on stderr) for one
-    that is missing or unreadable: a baseline whose search left no result has no length here."""
-    out = []
-    for path in paths:
-        try:
-            with open(path) as f:
-                out.append(json.load(f))
-        except (OSError, ValueError) as e:
-            print("throughput: %s: no longest-context result (%s)" % (path, e), file=sys.stderr)
-            out.append(None)
     return out
 
 
@@ -339,7 +326,7 @@ def main():
         return
     longest_of = {}
     if args.at_longest_of:
-        longest_of = baseline_longest_lengths(read_longest(args.at_longest_of))
+        longest_of = baseline_longest_lengths(read_results(args.at_longest_of, "throughput"))
         if not longest_of:
             print("throughput: no baseline's longest context in %s (each needs a longest_ok above 0): run the "
                   "longest stage first, or give --lengths" % " ".join(args.at_longest_of), file=sys.stderr)
