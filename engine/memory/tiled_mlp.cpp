@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/ops/layers.h"
+#include "engine/ops/ops.h"
 #include "engine/telemetry/planned_buffer_log.h"
 
 namespace odyssey {
@@ -33,10 +34,10 @@ at::Tensor TiledMlpFunction::forward(AutogradContext* ctx, const at::Tensor& x, 
 
 variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list grad_outputs) {
   // The SwiGLU's backward written out per tile: gate = x Wg^T, up = x Wu^T, h = silu(gate) * up,
-  // y = h Wd^T; dWd += dy^T h, dh = dy Wd, d up = dh * silu(gate), d gate = silu'(gate) * dh * up,
-  // dWu += (d up)^T x, dWg += (d gate)^T x, dx = (d up) Wu + (d gate) Wg. Memory: one tile's
-  // [B n, f] intermediates, at most five at a time, freed as soon as read; the weight gradients
-  // accumulate in place (tile_grad_rules.h) instead of three [f, d] per tile.
+  // y = h Wd^T; dWd += dy^T h, dh = dy Wd, d up = dh * silu(gate), d gate = silu'(gate) * dh * up
+  // (ops::swiglu_backward_), dWu += (d up)^T x, dWg += (d gate)^T x, dx = (d up) Wu + (d gate) Wg.
+  // Memory: one tile's [B n, f] intermediates, three at a time (four on the CPU), freed as soon as
+  // read; the weight gradients accumulate in place (tile_grad_rules.h), not three [f, d] per tile.
   at::NoGradGuard no_grad;
   const auto saved = ctx->get_saved_variables();
   const at::Tensor& x = saved[0];
@@ -58,18 +59,15 @@ variable_list TiledMlpFunction::backward(AutogradContext* ctx, variable_list gra
     at::Tensor gate = at::mm(xt, w_gate.t());                         // [B n, f]
     note_planned_buffer(PlannedBuffer::MlpGate, gate);
     at::Tensor up = at::mm(xt, w_up.t());           // [B n, f]
-    at::Tensor act = at::silu(gate);                // [B n, f]
-    at::Tensor h = act * up;                        // [B n, f]
+    at::Tensor h = ops::swiglu_forward(gate, up);   // [B n, f]
     add_weight_grad_product(d_down_w, dyt.t(), h);  // [d, f] += [d, B n] @ [B n, f]
     h.reset();
     at::Tensor dh = at::mm(dyt, w_down);  // [B n, f]
-    at::Tensor d_up = dh * act;           // [B n, f]
-    act.reset();
-    dh.mul_(up);  // d silu(gate), in dh's memory
-    up.reset();
-    at::Tensor d_gate = at::silu_backward(dh, gate);  // [B n, f]
+    // d gate in gate's memory, d up in up's (on the CPU in one new [B n, f]; up's then dies)
+    auto [d_gate, d_up] = ops::swiglu_backward_(dh, gate, up);
     dh.reset();
     gate.reset();
+    up.reset();
     add_weight_grad_product(d_up_w, d_up.t(), xt);      // [f, d] += [f, B n] @ [B n, d]
     add_weight_grad_product(d_gate_w, d_gate.t(), xt);  // [f, d]
     at::Tensor dxt = at::mm(d_up, w_up);                // [B n, d]

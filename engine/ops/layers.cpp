@@ -135,12 +135,13 @@ at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& 
   at::Tensor up = at::linear(x, w_up);  // [..., f]
   const bool records = at::GradMode::is_enabled() &&
                        (x.requires_grad() || w_gate.requires_grad() || w_up.requires_grad() || w_down.requires_grad());
-  if (records) return at::linear(at::silu(gate) * up, w_down);  // [..., d]
-  // memory: without a graph, the input dies here (when the caller moved it in) and silu and the
-  // product run in gate's memory: two [..., f] at most instead of four
+  // memory: with a graph the SwiGLU node keeps gate and up, not silu(gate) (ops::swiglu), and
+  // the down projection keeps the product: three [..., f] until the backward
+  if (records) return at::linear(ops::swiglu(gate, up), w_down);  // [..., d]
+  // memory: without a graph, the input dies here (when the caller moved it in) and the product
+  // is written into gate's memory: two [..., f] at most
   x.reset();
-  at::silu_(gate);
-  gate.mul_(up);
+  ops::swiglu_forward_(gate, up);
   up.reset();
   return at::linear(gate, w_down);  // [..., d]
 }

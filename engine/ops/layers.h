@@ -57,8 +57,8 @@ at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Ten
 
 /// SwiGLU MLP: (silu(x Wg^T) * (x Wu^T)) Wd^T. x: [..., d], w_gate/w_up: [f, d], w_down: [d, f].
 /// Without a graph to record, x is released after the two projections (pass it by std::move) and
-/// silu and the product run in place: two [..., f] at most. With a graph autograd keeps gate, up,
-/// silu(gate) and the product.
+/// the product is written into gate's memory: two [..., f] at most. With a graph autograd keeps
+/// gate and up (ops::swiglu's node) and the product (the down projection's input).
 at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down);
 
 /// sum [r, c] (fp32) += mat1 [r, k] @ mat2 [k, c]: a tile's weight-gradient product added into its

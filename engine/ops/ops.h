@@ -2,7 +2,8 @@
 // CUDA and the kernels are linked (ODYSSEY_WITH_CUDA), else a LibTorch implementation of the same
 // algorithm (fp32 compute), so CPU runs and GPU runs share one call site.
 // defines: ops::rmsnorm, rmsnorm_forward, rmsnorm_rstd, rmsnorm_backward, RopeStage, rope_pack, rope_pack_out,
-//          rope_unpack_backward, LinearCrossEntropyResult, linear_cross_entropy, cuda_kernels_linked
+//          rope_unpack_backward, swiglu, swiglu_forward, swiglu_forward_, swiglu_backward_,
+//          LinearCrossEntropyResult, linear_cross_entropy, cuda_kernels_linked
 #pragma once
 
 #include <ATen/ATen.h>
@@ -65,6 +66,26 @@ void rope_pack_out(at::Tensor& send, const at::Tensor& x, const at::Tensor& posi
 void rope_unpack_backward(at::Tensor& dx, const at::Tensor& dsend, const at::Tensor& positions, double theta,
                           const RopeStage& stage, bool accumulate,
                           const std::optional<at::Tensor>& inv_freq = std::nullopt);
+
+// --- SwiGLU's elementwise part -----------------------------------------------------------------
+
+/// h = silu(gate) * up, differentiable in gate and up ([..., f] float32 or bfloat16, alike). One
+/// node that keeps gate and up only (not silu(gate)); its backward writes d gate and, on CUDA, d up
+/// into their memory. CUDA: one kernel each way (kernels/swiglu.h), the eager ops' values; else
+/// ATen's silu and mul, bit for bit the eager ops'.
+///   at::Tensor h = ops::swiglu(gate, up);   // [..., f]
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
+
+/// The forward without autograd: a new h [..., f] like gate.
+at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up);
+
+/// The forward without autograd, written into gate's memory (no [..., f] allocated).
+void swiglu_forward_(at::Tensor& gate, const at::Tensor& up);
+
+/// The backward without autograd from dh [..., f]: (d gate, d up). Overwrites both inputs: d gate
+/// is written into gate's memory; d up into up's memory on CUDA, elsewhere into one new [..., f]
+/// (up's memory then holds dh * up, dead once the caller drops up).
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_(const at::Tensor& dh, at::Tensor& gate, at::Tensor& up);
 
 // --- Fused tiled LM head + cross-entropy --------------------------------------------------------
 

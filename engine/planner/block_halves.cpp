@@ -548,13 +548,12 @@ int BlockHalves::mlp_forward(bool grad, MlpSaved& sv, bool need_output) {
   sv.n2 = alloc("MLP rmsnorm output", K::Hidden, C::MlpWorkspace);
   sv.rstd = alloc("MLP rmsnorm 1/rms", K::RowStat, C::MlpWorkspace);
   int y;
-  if (!s_.tiled_mlp && grad) {  // autograd keeps gate, up, silu(gate) and the product
+  if (!s_.tiled_mlp && grad) {  // autograd keeps gate and up (ops::swiglu's node) and the product
     sv.gate = alloc("gate projection", K::Ffn, C::MlpWorkspace);
     sv.up = alloc("up projection", K::Ffn, C::MlpWorkspace);
-    sv.act = alloc("silu(gate)", K::Ffn, C::MlpWorkspace);
     sv.prod = alloc("silu(gate) * up", K::Ffn, C::MlpWorkspace);
     y = alloc("down projection output", K::Hidden, C::MlpWorkspace);
-  } else if (!s_.tiled_mlp) {  // without a graph: the input moved in, silu and the product in place
+  } else if (!s_.tiled_mlp) {  // without a graph: the input moved in, the product in gate's memory
     int gate = alloc("gate projection", K::Ffn, C::MlpWorkspace);
     int up = alloc("up projection", K::Ffn, C::MlpWorkspace);
     release(sv.n2);
@@ -602,14 +601,17 @@ int BlockHalves::mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy) {
     int dp = alloc("d(silu(gate) * up)", K::Ffn, C::MlpWorkspace);
     down_grad();
     release(sv.prod);
-    int da = alloc("d silu(gate)", K::Ffn, C::MlpWorkspace);
-    int dup = alloc("d up", K::Ffn, C::MlpWorkspace);
+    // ops::swiglu's backward writes d gate into gate's memory and d up into up's; the CPU path
+    // makes d up anew (silu(gate) recomputed in it), and up's memory dies with the node
+    int dg = sv.gate, dup = sv.up;
+    sv.gate = sv.up = -1;
+    int up = -1;
+    if (!s_.cuda_target) {
+      up = dup;
+      dup = alloc("d up", K::Ffn, C::MlpWorkspace);
+    }
     release(dp);
-    release(sv.act);
-    release(sv.up);
-    int dg = alloc("d gate", K::Ffn, C::MlpWorkspace);
-    release(da);
-    release(sv.gate);
+    release(up);
     dn2 = alloc("MLP rmsnorm output gradient", K::Hidden, C::MlpWorkspace);
     gate_grad();
     int part = alloc("up-projection input gradient (partial)", K::Hidden, C::MlpWorkspace);
@@ -632,19 +634,17 @@ int BlockHalves::mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy) {
       int product = alloc(what, K::MlpWeightTile, C::MlpWorkspace);
       release(product);
     };
-    int g = alloc("tile gate", K::FfnTile, C::MlpWorkspace);
-    int u = alloc("tile up", K::FfnTile, C::MlpWorkspace);
-    int act = alloc("tile silu(gate)", K::FfnTile, C::MlpWorkspace);
+    int g = alloc("tile gate, then d gate in its memory", K::FfnTile, C::MlpWorkspace);
+    int u = alloc("tile up, then d up in its memory (CUDA)", K::FfnTile, C::MlpWorkspace);
     int p = alloc("tile silu(gate) * up", K::FfnTile, C::MlpWorkspace);
     add_product("tile down-projection weight gradient");
     release(p);
-    int dp = alloc("tile d(silu(gate) * up), then d silu(gate) in place", K::FfnTile, C::MlpWorkspace);
-    int dup = alloc("tile d up", K::FfnTile, C::MlpWorkspace);
-    release(act);
-    release(u);
-    int dg = alloc("tile d gate", K::FfnTile, C::MlpWorkspace);
+    int dp = alloc("tile d(silu(gate) * up)", K::FfnTile, C::MlpWorkspace);
+    // ops::swiglu_backward_: in place on CUDA; the CPU path makes d up anew, and up's memory dies
+    int dg = g, dup = u;
+    if (!s_.cuda_target) dup = alloc("tile d up", K::FfnTile, C::MlpWorkspace);
     release(dp);
-    release(g);
+    if (!s_.cuda_target) release(u);
     add_product("tile up weight gradient");
     add_product("tile gate weight gradient");
     int dxt = alloc("tile input gradient", K::HiddenTile, C::MlpWorkspace);

@@ -32,7 +32,7 @@ struct MlpGrads {
 
 /// What the MLP half leaves for its backward.
 struct MlpSaved {
-  int n2 = -1, rstd = -1, gate = -1, up = -1, act = -1, prod = -1;
+  int n2 = -1, rstd = -1, gate = -1, up = -1, prod = -1;
 };
 
 /// The attention weight gradients of one block, each made when autograd (or the Untied Function)

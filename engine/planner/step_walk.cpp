@@ -300,9 +300,9 @@ class Walker {
       // everything the block's forward left alive is what autograd saved (retag_since); the block
       // output is the next block's input (or the loss's), which frees it
       b.h = h;
-      for (int handle : {b.input,    b.attn.n1,  b.attn.rstd, b.attn.q_pre, b.attn.k_pre, b.attn.q_h, b.attn.k_h,
-                         b.attn.v_h, b.attn.o_h, b.attn.lse,  b.attn.o,     b.attn.out,   h,          b.mlp.n2,
-                         b.mlp.rstd, b.mlp.gate, b.mlp.up,    b.mlp.act,    b.mlp.prod,   out})
+      for (int handle :
+           {b.input, b.attn.n1, b.attn.rstd, b.attn.q_pre, b.attn.k_pre, b.attn.q_h, b.attn.k_h, b.attn.v_h, b.attn.o_h,
+            b.attn.lse, b.attn.o, b.attn.out, h, b.mlp.n2, b.mlp.rstd, b.mlp.gate, b.mlp.up, b.mlp.prod, out})
         m_.retag(handle, C::SavedActivations);
     }
     release(current);  // reshard

@@ -277,7 +277,7 @@ constexpr TensorKindRule kTensorKindRules[] = {
                           : "");
      }},
     // MLP
-    {KIND(Ffn), "[B, s, f]", "an MLP intermediate: gate, up, silu(gate), their product and their gradients",
+    {KIND(Ffn), "[B, s, f]", "an MLP intermediate: gate, up, their product and their gradients",
      [](const PlanShapes& s) { return sat_product({s.t, s.f, s.c}); },
      [](const PlanShapes& s) {
        return printf_string("%lld x %s x %lld x %lld B", ll(s.B), local_tokens(s).c_str(), ll(s.f), ll(s.c));

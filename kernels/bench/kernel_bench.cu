@@ -1,12 +1,13 @@
 // Kernel micro-benchmarks on a GPU, each against a baseline measured side by side in the same run:
-//   rmsnorm / rope: achieved bytes/s as a fraction of a device-to-device cudaMemcpy of equal bytes;
+//   rmsnorm / rope / swiglu: achieved bytes/s as a fraction of a device-to-device cudaMemcpy of
+//            equal bytes (swiglu at Llama-3.2-1B's d_ffn 8192: 3 and 5 tensors' bytes a pass);
 //   lce:     fused tiled linear+CE on the kernel's default 8192 x 8192 tiles, on the training
 //            step's tiles (whole rows of the loss tile: kernels::fused_loss_tiles) and on the widest
 //            whole-row tiles the plan accepts, vs the floor of three plain GEMMs (what an unfused
 //            head must at least run), with workspace bytes;
 //   offload: D2H/H2D bandwidth from the pinned slab vs pageable memory.
 // Each benchmark stands alone: one that fails prints {"bench":..., "error":...} and the rest run.
-// Usage: odyssey_kernel_bench [rmsnorm|rope|lce|offload|all] [--tokens N] [--dry-run]
+// Usage: odyssey_kernel_bench [rmsnorm|rope|swiglu|lce|offload|all] [--tokens N] [--dry-run]
 //        (one JSON object per line; --dry-run: the host-side plans only, no device call)
 // defines: main
 #include <cublas_v2.h>
@@ -21,6 +22,7 @@
 #include "kernels/offload_streams.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_pack.h"
+#include "kernels/swiglu.h"
 #include "engine/layout/tiles.h"
 
 using namespace odyssey::kernels;
@@ -80,6 +82,23 @@ void bench_rmsnorm(int64_t tokens) {
         "{\"bench\":\"rmsnorm\",\"dtype\":\"%s\",\"rows\":%lld,\"dim\":%lld,\"fwd_ms\":%.4f,\"fwd_vs_copy\":%.3f,"
         "\"bwd_ms\":%.4f,\"bwd_vs_copy\":%.3f}\n",
         to_string(dtype), static_cast<long long>(tokens), static_cast<long long>(dim), fwd, fwd_copy / fwd, bwd,
+        bwd_copy / bwd);
+  }
+}
+
+void bench_swiglu(int64_t tokens) {
+  const int64_t d_ffn = 8192;  // Llama-3.2-1B's MLP width
+  for (KernelDtype dtype : {KernelDtype::BF16, KernelDtype::F32}) {
+    const size_t n = static_cast<size_t>(tokens * d_ffn), e = dtype_bytes(dtype);
+    Buffer gate(n * e), up(n * e), h(n * e), dh(n * e), d_gate(n * e), d_up(n * e);
+    const int64_t count = static_cast<int64_t>(n);
+    const double fwd = time_ms([&] { swiglu_forward(dtype, gate.p, up.p, h.p, count, nullptr); });
+    const double bwd = time_ms([&] { swiglu_backward(dtype, dh.p, gate.p, up.p, d_gate.p, d_up.p, count, nullptr); });
+    const double fwd_copy = copy_ms(3 * n * e), bwd_copy = copy_ms(5 * n * e);
+    std::printf(
+        "{\"bench\":\"swiglu\",\"dtype\":\"%s\",\"tokens\":%lld,\"d_ffn\":%lld,\"fwd_ms\":%.4f,\"fwd_vs_copy\":%.3f,"
+        "\"bwd_ms\":%.4f,\"bwd_vs_copy\":%.3f}\n",
+        to_string(dtype), static_cast<long long>(tokens), static_cast<long long>(d_ffn), fwd, fwd_copy / fwd, bwd,
         bwd_copy / bwd);
   }
 }
@@ -221,8 +240,9 @@ int main(int argc, char** argv) {
       which = argv[i];
     }
   }
-  if (which != "all" && which != "rmsnorm" && which != "rope" && which != "lce" && which != "offload") {
-    std::fprintf(stderr, "odyssey_kernel_bench: unknown benchmark '%s' (all, rmsnorm, rope, lce, offload)\n",
+  if (which != "all" && which != "rmsnorm" && which != "rope" && which != "swiglu" && which != "lce" &&
+      which != "offload") {
+    std::fprintf(stderr, "odyssey_kernel_bench: unknown benchmark '%s' (all, rmsnorm, rope, swiglu, lce, offload)\n",
                  which.c_str());
     return 2;
   }
@@ -245,7 +265,7 @@ int main(int argc, char** argv) {
             static_cast<long long>(tokens), tiled.bytes, static_cast<long long>(wide.seq_tile), wide.bytes,
             static_cast<long long>(step.seq_tile), step.bytes, lce_head_gemms(step.n_vocab_tiles));
       }
-      for (const char* name : {"rmsnorm", "rope", "offload"})
+      for (const char* name : {"rmsnorm", "rope", "swiglu", "offload"})
         if (which == name || which == "all")
           std::printf("{\"bench\":\"%s\",\"dry_run\":true,\"tokens\":%lld}\n", name, static_cast<long long>(tokens));
     } catch (const std::exception& e) {
@@ -280,6 +300,7 @@ int main(int argc, char** argv) {
   };
   stage("rmsnorm", [&] { bench_rmsnorm(tokens); });
   stage("rope", [&] { bench_rope(tokens); });
+  stage("swiglu", [&] { bench_swiglu(tokens); });
   stage("lce", [&] { bench_lce(tokens); });
   stage("offload", [&] { bench_offload(); });
   return failed == 0 ? 0 : 1;

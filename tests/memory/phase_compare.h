@@ -1,6 +1,6 @@
 // The per-phase comparison harness: one training step measured by the memory tracker on every rank
 // (rank threads, one intra-op thread) laid beside plan_memory phase by phase and category by
-// category. defines: RankSteps, measure_ranks, PhaseRow, PhaseComparison, compare_phases,
+// category. defines: RankSteps, measure_ranks, PhaseRow, PhaseComparison, measured_peak_row, compare_phases,
 //          print_phase_table, model_state_bytes, the phase tolerances, allowed_phase_difference
 #pragma once
 
@@ -83,6 +83,21 @@ struct PhaseComparison {
   PhaseRow step;                        ///< the step peak with its categories
   int64_t host_planned = 0;             ///< the plan's host bytes per rank (offloaded inputs)
 };
+
+/// The phase in which the measured step peak lies: the row with the largest measured activation
+/// peak (the first of equals). Where two phases nearly tie (the loss's backward and the top
+/// block's), the plan's step peak may lie in the other one, so categories are compared there,
+/// phase against phase.
+inline const PhaseRow& measured_peak_row(const PhaseComparison& c) {
+  const PhaseRow* best = &c.step;
+  int64_t most = -1;
+  for (const PhaseRow& r : c.rows)
+    if (r.measured > most) {
+      most = r.measured;
+      best = &r;
+    }
+  return *best;
+}
 
 inline PhaseComparison compare_phases(const std::string& label, const RankStep& m, const MemoryPlan& plan) {
   PhaseComparison c;

@@ -100,10 +100,19 @@ TEST_CASE("measurement: offload moves the checkpointed inputs to the host pool (
   CHECK(mo.host_peak == offloaded * input_bytes);
   CHECK(mc.host_peak == 0);
   CHECK(mo.phases.at("fwd/loss").host_begin == offloaded * input_bytes);
-  // Device bytes fall by what moved and by block 0's input (looked up again in its backward); at
-  // the peak by one input less (block i-1's input is prefetched while block i recomputes).
+  // Device bytes fall by what moved and by block 0's input (looked up again in its backward):
+  // after the forward and through the loss's backward; in the top block's backward by one input
+  // less (block L-2's input is prefetched while block L-1 recomputes). The step's peak lies in one
+  // of those phases (in the loss's backward for this model), so it falls by one of the two.
+  auto fall_in = [&](const std::string& phase) {
+    return mc.phases.at(phase).device_peak - mo.phases.at(phase).device_peak;
+  };
+  const std::string top_block = "bwd/block." + std::to_string(L - 1) + "/mlp";
   CHECK(fall_after_forward == (L - 1) * input_bytes);
-  CHECK(mc.device_peak - mo.device_peak == (L - 2) * input_bytes);
+  CHECK(fall_in("bwd/loss") == (L - 1) * input_bytes);
+  CHECK(fall_in(top_block) == (L - 2) * input_bytes);
+  const int64_t peak_fall = mc.device_peak - mo.device_peak;
+  CHECK((peak_fall == (L - 1) * input_bytes || peak_fall == (L - 2) * input_bytes));
   check_close_to_planner(mo.host_peak, po.host_bytes);
   check_close_to_planner(mc.device_peak - mo.device_peak, pc.peak_bytes - po.peak_bytes);
   check_close_to_planner(mo.device_peak, po.peak_bytes);

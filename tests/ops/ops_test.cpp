@@ -7,6 +7,7 @@
 #include "../fp_tolerance.h"
 #include "engine/ops/layers.h"
 #include "engine/ops/ops.h"
+#include "engine/telemetry/memory_tracker.h"
 
 using namespace odyssey;
 using odyssey::test::reordering_tolerance;
@@ -200,6 +201,101 @@ struct OrderedSumCase {
 };
 
 }  // namespace
+
+TEST_CASE("ops::swiglu equals autograd of silu(gate) * up bit for bit, and its gradients take the inputs' memory",
+          "[ops][swiglu][equivalence]") {
+  // The CPU path runs ATen's silu, mul and silu_backward on the same contiguous tensors of the
+  // same shape as the composite does, so each element takes the same code path (vector body or
+  // scalar tail, thread chunk) on any CPU and ISA; a product's operands are swapped, and an
+  // IEEE product rounds the same either way. Hence equality, not a tolerance.
+  torch::manual_seed(11);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype);
+    const at::Tensor g0 = (torch::randn({2, 37, 24}) * 3).to(dtype), u0 = torch::randn({2, 37, 24}).to(dtype);
+    const at::Tensor dh = torch::randn({2, 37, 24}).to(dtype);
+    at::Tensor g1 = g0.clone().requires_grad_(true), u1 = u0.clone().requires_grad_(true);
+    at::Tensor g2 = g0.clone().requires_grad_(true), u2 = u0.clone().requires_grad_(true);
+    const at::Tensor fused = ops::swiglu(g1 * 1, u1 * 1);  // non-leaf inputs, as the projections' outputs
+    const at::Tensor composite = at::silu(g2 * 1) * (u2 * 1);
+    CHECK(at::equal(fused, composite));
+    fused.backward(dh);
+    composite.backward(dh);
+    CHECK(at::equal(g1.grad(), g2.grad()));
+    CHECK(at::equal(u1.grad(), u2.grad()));
+    // Without autograd: d gate in gate's memory; on the CPU d up is new and up holds dh * up.
+    at::Tensor gate = g0.clone(), up = u0.clone();
+    const void* gate_memory = gate.data_ptr();
+    auto [d_gate, d_up] = ops::swiglu_backward_(dh, gate, up);
+    CHECK(d_gate.data_ptr() == gate_memory);
+    CHECK(at::equal(d_gate, g2.grad()));
+    CHECK(at::equal(d_up, u2.grad()));
+    CHECK(at::equal(up, dh * u0));
+    // The in-place forward writes the product into gate.
+    at::Tensor in_place = g0.clone();
+    ops::swiglu_forward_(in_place, u0);
+    CHECK(at::equal(in_place, composite));
+  }
+  CHECK_THROWS_WITH(ops::swiglu(torch::zeros({4, 8}), torch::zeros({4, 9})),
+                    Catch::Contains("ops::swiglu: up is") && Catch::Contains("[4, 9]") && Catch::Contains("[4, 8]"));
+  CHECK_THROWS_WITH(ops::swiglu_forward(torch::zeros({4}, torch::kLong), torch::zeros({4}, torch::kLong)),
+                    Catch::Contains("gate has dtype Long"));
+}
+
+TEST_CASE("ops::swiglu keeps gate and up for its backward, not silu(gate)", "[ops][swiglu][memory]") {
+  // Measured by the counting CPU allocator: what the forward leaves alive is the result and the
+  // saved gate and up; autograd of the composite keeps silu(gate) besides (one [n, f] more).
+  MemoryTracker& tracker = MemoryTracker::instance();
+  tracker.install_cpu_allocator();
+  const RankScope rank(0);
+  const int64_t n = 512, f = 256, bytes = n * f * 4;  // one [n, f] fp32
+  auto kept_after_forward = [&](bool fused) {
+    at::Tensor w = torch::randn({f, f}).requires_grad_(true), x = torch::randn({n, f});
+    const int64_t before = tracker.device_bytes(0);
+    at::Tensor h;
+    {
+      at::Tensor gate = at::mm(x, w), up = at::mm(x, w);  // [n, f] each, outputs of a graph
+      h = fused ? ops::swiglu(gate, up) : at::silu(gate) * up;
+    }
+    const int64_t kept = tracker.device_bytes(0) - before;
+    h.sum().backward();
+    return kept;
+  };
+  CHECK(kept_after_forward(true) == 3 * bytes);   // h, gate, up
+  CHECK(kept_after_forward(false) == 4 * bytes);  // h, gate, up, silu(gate)
+}
+
+TEST_CASE("cuda: ops::swiglu's kernels give the eager CUDA ops' values and the gradients in gate's and up's memory",
+          "[ops][swiglu][.cuda]") {
+  // The kernels round where ATen's eager silu and mul round and use ATen's fp32 formulas, so they
+  // are compared with the eager CUDA composite within a few roundings of the compute dtype: a
+  // different fused multiply-add contraction can move an fp32 intermediate by an ulp, which can
+  // flip the bf16 rounding of silu(gate) (up to 2^-7 of it) and then of the result: 1e-6 of the
+  // largest value for fp32 (16 ulps), 2^-6 for bf16.
+  REQUIRE(ops::cuda_kernels_linked());
+  const at::Device cuda = odyssey::test::test_gpu();
+  torch::manual_seed(12);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype);
+    const double tol = dtype == at::kFloat ? 1e-6 : 1.0 / 64;
+    const at::Tensor g0 = (torch::randn({3, 1001, 96}) * 3).to(cuda, dtype),
+                     u0 = torch::randn({3, 1001, 96}).to(cuda, dtype), dh = torch::randn({3, 1001, 96}).to(cuda, dtype);
+    at::Tensor g1 = g0.clone().requires_grad_(true), u1 = u0.clone().requires_grad_(true);
+    at::Tensor g2 = g0.clone().requires_grad_(true), u2 = u0.clone().requires_grad_(true);
+    const at::Tensor fused = ops::swiglu(g1 * 1, u1 * 1), composite = at::silu(g2 * 1) * (u2 * 1);
+    CHECK(max_diff(fused, composite) <= tol * max_abs(composite));
+    fused.backward(dh);
+    composite.backward(dh);
+    CHECK(max_diff(g1.grad(), g2.grad()) <= tol * max_abs(g2.grad()));
+    CHECK(max_diff(u1.grad(), u2.grad()) <= tol * max_abs(u2.grad()));
+    at::Tensor gate = g0.clone(), up = u0.clone();
+    const void *gate_memory = gate.data_ptr(), *up_memory = up.data_ptr();
+    auto [d_gate, d_up] = ops::swiglu_backward_(dh, gate, up);
+    CHECK(d_gate.data_ptr() == gate_memory);
+    CHECK(d_up.data_ptr() == up_memory);
+    CHECK(at::equal(d_gate, g1.grad()));
+    CHECK(at::equal(d_up, u1.grad()));
+  }
+}
 
 TEST_CASE("index_add_in_order adds a repeated destination's slices in index order", "[ops][equivalence]") {
   // A repeated destination: the additions in index order, told apart from another order.

@@ -410,17 +410,22 @@ TEST_CASE("mlp_tile_tokens \"auto\" plans the fewest tiles at the lowest peak, b
     CHECK(plan_peak(c).peak_bytes == lowest);
     CHECK(plan_peak(resolved).peak_bytes == lowest);
   }
-  // at 64K standard attention runs with its own tile: 8 of 8K, where the finest stages take 16K
+  // at 64K standard attention runs with its own tile: 4 of 16K, where the finest stages take 32K
   // tiles (with which standard attention's MLP backward would raise the peak)
   CHECK(standard_runs >= 2);
   c.training.seq_len = 64 * K;
   CHECK_FALSE(planned_untied_ulysses(c));
-  CHECK(planned_mlp_tile_tokens(c) == 8 * K);
+  CHECK(planned_mlp_tile_tokens(c) == 16 * K);
+  RunConfig finest = c;
+  finest.memory.untied_ulysses = true;
+  finest.memory.heads_per_stage = valid_heads_per_stage(c).front();
+  CHECK(planned_mlp_tile_tokens(finest) == 32 * K);
   // at 32K the step's peak is the fused loss's workspace (whole rows of the loss tile), which the
-  // MLP stays under up to 16K tokens a tile: 2 tiles instead of 16
+  // MLP stays under with one tile of all 32K tokens (three [tile, f] at once on CUDA) instead of 32
+  // tiles of d_model
   c.training.seq_len = 32 * K;
   CHECK(plan_memory(c).peak_phase == "fwd/loss");
-  CHECK(planned_mlp_tile_tokens(c) == 16 * K);
+  CHECK(planned_mlp_tile_tokens(c) == 32 * K);
   // a fixed tile and the tiled MLP off are left as they are
   RunConfig fixed = c;
   fixed.memory.mlp_tile_tokens = 4096;
