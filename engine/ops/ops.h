@@ -69,10 +69,12 @@ void rope_unpack_backward(at::Tensor& dx, const at::Tensor& dsend, const at::Ten
 
 // --- SwiGLU's elementwise part -----------------------------------------------------------------
 
-/// h = silu(gate) * up, differentiable in gate and up ([..., f] float32 or bfloat16, alike). One
-/// node that keeps gate and up only (not silu(gate)); its backward writes d gate and, on CUDA, d up
-/// into their memory. CUDA: one kernel each way (kernels/swiglu.h), the eager ops' values; else
-/// ATen's silu and mul, bit for bit the eager ops'.
+/// h = silu(gate) * up, differentiable in gate and up ([..., f] float32 or bfloat16, alike, not
+/// sharing memory). One node that keeps gate and up only (not silu(gate)); its backward writes
+/// d gate and, on CUDA, d up into their memory, so gate and up must be this node's alone (fresh
+/// outputs such as the projections'; a leaf is copied first), and it runs once, without
+/// create_graph. CUDA: one kernel each way (kernels/swiglu.h), the eager ops' values; else ATen's
+/// silu and mul, bit for bit the eager ops'.
 ///   at::Tensor h = ops::swiglu(gate, up);   // [..., f]
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
 

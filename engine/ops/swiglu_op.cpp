@@ -3,6 +3,7 @@
 // mul elsewhere (the eager ops' values bit for bit). Memory reason: autograd of silu(gate) * up keeps
 // silu(gate) too, one [tokens, d_ffn] per block, and its backward makes three more.
 // defines: swiglu, swiglu_forward, swiglu_forward_, swiglu_backward_
+#include <ATen/MemoryOverlap.h>
 #include <torch/torch.h>
 
 #include "engine/ops/ops.h"
@@ -23,6 +24,12 @@ void check_swiglu_args(const at::Tensor& gate, const at::Tensor& up, const char*
               gate.scalar_type(), " ", gate.sizes(), " on ", gate.device());
 }
 
+/// The in-place passes write gate (and up) while reading the other: they must not share memory.
+void check_separate(const at::Tensor& gate, const at::Tensor& up, const char* op) {
+  TORCH_CHECK(at::get_overlap_status(gate, up) == at::MemOverlapStatus::No, op,
+              ": gate and up share memory; the in-place passes write one while reading the other");
+}
+
 /// True when the kernels take these tensors: linked kernels, CUDA, and memory they can index flat.
 bool kernel_takes(const at::Tensor& gate, const at::Tensor& up) {
   return uses_cuda_kernel(gate) && gate.is_contiguous() && up.is_contiguous();
@@ -37,10 +44,19 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "ops::swiglu: a backward that records a graph (create_graph) is not supported: the "
+                "backward overwrites gate and up");
+    TORCH_CHECK(!ctx->saved_data.count("spent"),
+                "ops::swiglu: a second backward through one node (retain_graph): the first wrote the "
+                "gradients into gate's and up's memory");
+    ctx->saved_data["spent"] = true;
     const auto saved = ctx->get_saved_variables();
     // memory: gate and up are this node's alone (the projections keep their inputs, not their
-    // outputs) and die with it, so the gradients take their memory (detached aliases: no graph)
-    at::Tensor gate = saved[0].detach(), up = saved[1].detach();
+    // outputs) and die with it, so the gradients take their memory (detached aliases: no graph).
+    // A leaf is the caller's to keep: it is copied first.
+    at::Tensor gate = saved[0].is_leaf() ? saved[0].detach().clone() : saved[0].detach();
+    at::Tensor up = saved[1].is_leaf() ? saved[1].detach().clone() : saved[1].detach();
     auto [d_gate, d_up] = swiglu_backward_(grads[0], gate, up);
     return {d_gate, d_up};
   }
@@ -50,6 +66,7 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
 
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
   check_swiglu_args(gate, up, "ops::swiglu");
+  check_separate(gate, up, "ops::swiglu");
   return SwigluFunction::apply(gate, up);
 }
 
@@ -71,6 +88,7 @@ at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up) {
 
 void swiglu_forward_(at::Tensor& gate, const at::Tensor& up) {
   check_swiglu_args(gate, up, "ops::swiglu_forward_");
+  check_separate(gate, up, "ops::swiglu_forward_");
 #ifdef ODYSSEY_WITH_CUDA
   if (kernel_takes(gate, up)) {
     const c10::cuda::CUDAGuard guard(gate.device());
@@ -85,6 +103,7 @@ void swiglu_forward_(at::Tensor& gate, const at::Tensor& up) {
 
 std::tuple<at::Tensor, at::Tensor> swiglu_backward_(const at::Tensor& dh, at::Tensor& gate, at::Tensor& up) {
   check_swiglu_args(gate, up, "ops::swiglu_backward_");
+  check_separate(gate, up, "ops::swiglu_backward_");
   TORCH_CHECK(dh.sizes() == gate.sizes() && dh.device() == gate.device(), "ops::swiglu_backward_: dh is ", dh.sizes(),
               " on ", dh.device(), "; expected gate's ", gate.sizes(), " on ", gate.device());
   const at::NoGradGuard no_grad;

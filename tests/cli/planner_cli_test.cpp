@@ -219,12 +219,12 @@ TEST_CASE("odyssey plan: \"auto\" names the planner's stage size and MLP tile at
   const Run off = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --set memory.untied_ulysses=false --json");
   REQUIRE(off.code == 0);
   CHECK(parse(off).at("untied").is_null());
-  // the preset's MLP tile is "auto" too: 2 tiles of 16K at 32K, where the fused loss's whole-row
+  // the preset's MLP tile is "auto" too: one tile of all 32K, where the fused loss's whole-row
   // workspace is the peak that the MLP stays under (16 of d_model = 2048 fixed)
   const Json tile = parse(short_run).at("tiled_mlp");
   CHECK(tile.at("auto").get<bool>());
-  CHECK(tile.at("tile_tokens").get<int64_t>() == 16384);
-  CHECK(tile.at("tiles").get<int64_t>() == 2);
+  CHECK(tile.at("tile_tokens").get<int64_t>() == 32768);
+  CHECK(tile.at("tiles").get<int64_t>() == 1);
   CHECK(parse(short_run).at("peak_phase").get<std::string>() == "fwd/loss");
   const Run d_model_tile = run_odyssey(
       "plan presets/llama3.2-1b-1xh100.toml --set memory.mlp_tile_tokens=0 "

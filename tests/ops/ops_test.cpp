@@ -241,6 +241,30 @@ TEST_CASE("ops::swiglu equals autograd of silu(gate) * up bit for bit, and its g
                     Catch::Contains("gate has dtype Long"));
 }
 
+TEST_CASE("ops::swiglu refuses what its in-place backward cannot serve, and keeps a leaf intact", "[ops][swiglu]") {
+  torch::manual_seed(13);
+  const at::Tensor g0 = torch::randn({5, 8}), u0 = torch::randn({5, 8}), dh = torch::randn({5, 8});
+  // gate and up in one memory: the passes would write one while reading the other
+  const at::Tensor both = torch::randn({5, 8});
+  CHECK_THROWS_WITH(ops::swiglu(both, both), Catch::Contains("gate and up share memory"));
+  at::Tensor alias = both;
+  CHECK_THROWS_WITH(ops::swiglu_forward_(alias, both), Catch::Contains("share memory"));
+  // leaves are the caller's: the backward copies them, so they keep their values
+  at::Tensor g = g0.clone().requires_grad_(true), u = u0.clone().requires_grad_(true);
+  ops::swiglu(g, u).backward(dh);
+  CHECK(at::equal(g, g0));
+  CHECK(at::equal(u, u0));
+  at::Tensor gc = g0.clone().requires_grad_(true), uc = u0.clone().requires_grad_(true);
+  (at::silu(gc) * uc).backward(dh);
+  CHECK(at::equal(g.grad(), gc.grad()));
+  CHECK(at::equal(u.grad(), uc.grad()));
+  // the first backward wrote into gate's and up's memory: a second through the same node is refused
+  at::Tensor g2 = g0.clone().requires_grad_(true), u2 = u0.clone().requires_grad_(true);
+  const at::Tensor h = ops::swiglu(g2 * 1, u2 * 1);
+  h.backward(dh, /*retain_graph=*/true);
+  CHECK_THROWS_WITH(h.backward(dh), Catch::Contains("a second backward through one node"));
+}
+
 TEST_CASE("ops::swiglu keeps gate and up for its backward, not silu(gate)", "[ops][swiglu][memory]") {
   // Measured by the counting CPU allocator: what the forward leaves alive is the result and the
   // saved gate and up; autograd of the composite keeps silu(gate) besides (one [n, f] more).
