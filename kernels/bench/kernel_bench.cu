@@ -66,6 +66,25 @@ double copy_ms(size_t bytes_moved) {
   return time_ms([&] { ODYSSEY_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, half, cudaMemcpyDeviceToDevice, nullptr)); });
 }
 
+/// What a bandwidth-bound pair of passes ran on: the benchmark, the dtype and its two sizes.
+struct PassShape {
+  const char* bench;
+  KernelDtype dtype;
+  const char* rows_key;
+  int64_t rows;
+  const char* width_key;
+  int64_t width;
+};
+
+/// One JSON line: each pass's milliseconds and its speed against a copy of the bytes it moves.
+void print_passes(const PassShape& s, double fwd_ms, double fwd_copy_ms, double bwd_ms, double bwd_copy_ms) {
+  std::printf(
+      "{\"bench\":\"%s\",\"dtype\":\"%s\",\"%s\":%lld,\"%s\":%lld,\"fwd_ms\":%.4f,\"fwd_vs_copy\":%.3f,"
+      "\"bwd_ms\":%.4f,\"bwd_vs_copy\":%.3f}\n",
+      s.bench, to_string(s.dtype), s.rows_key, static_cast<long long>(s.rows), s.width_key,
+      static_cast<long long>(s.width), fwd_ms, fwd_copy_ms / fwd_ms, bwd_ms, bwd_copy_ms / bwd_ms);
+}
+
 void bench_rmsnorm(int64_t tokens) {
   const int64_t dim = 2048;
   for (KernelDtype dtype : {KernelDtype::BF16, KernelDtype::F32}) {
@@ -77,12 +96,7 @@ void bench_rmsnorm(int64_t tokens) {
     const double bwd = time_ms([&] {
       rmsnorm_backward(dtype, dy.p, x.p, w.p, rstd.as<float>(), dx.p, dw.p, ws.as<float>(), tokens, dim, nullptr);
     });
-    const double fwd_copy = copy_ms(2 * n * e), bwd_copy = copy_ms(3 * n * e);
-    std::printf(
-        "{\"bench\":\"rmsnorm\",\"dtype\":\"%s\",\"rows\":%lld,\"dim\":%lld,\"fwd_ms\":%.4f,\"fwd_vs_copy\":%.3f,"
-        "\"bwd_ms\":%.4f,\"bwd_vs_copy\":%.3f}\n",
-        to_string(dtype), static_cast<long long>(tokens), static_cast<long long>(dim), fwd, fwd_copy / fwd, bwd,
-        bwd_copy / bwd);
+    print_passes({"rmsnorm", dtype, "rows", tokens, "dim", dim}, fwd, copy_ms(2 * n * e), bwd, copy_ms(3 * n * e));
   }
 }
 
@@ -94,12 +108,7 @@ void bench_swiglu(int64_t tokens) {
     const int64_t count = static_cast<int64_t>(n);
     const double fwd = time_ms([&] { swiglu_forward(dtype, gate.p, up.p, h.p, count, nullptr); });
     const double bwd = time_ms([&] { swiglu_backward(dtype, dh.p, gate.p, up.p, d_gate.p, d_up.p, count, nullptr); });
-    const double fwd_copy = copy_ms(3 * n * e), bwd_copy = copy_ms(5 * n * e);
-    std::printf(
-        "{\"bench\":\"swiglu\",\"dtype\":\"%s\",\"tokens\":%lld,\"d_ffn\":%lld,\"fwd_ms\":%.4f,\"fwd_vs_copy\":%.3f,"
-        "\"bwd_ms\":%.4f,\"bwd_vs_copy\":%.3f}\n",
-        to_string(dtype), static_cast<long long>(tokens), static_cast<long long>(d_ffn), fwd, fwd_copy / fwd, bwd,
-        bwd_copy / bwd);
+    print_passes({"swiglu", dtype, "tokens", tokens, "d_ffn", d_ffn}, fwd, copy_ms(3 * n * e), bwd, copy_ms(5 * n * e));
   }
 }
 
