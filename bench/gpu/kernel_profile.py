@@ -40,7 +40,7 @@ KINDS = (
     ("attention forward", r"flash_fwd|fmha_cutlassf|flash_attention|fprop|sdpa"),
     ("GEMM", r"gemm|nvjet|cutlass|xmma|cublas|matmul|aten::mm|aten::addmm|aten::bmm"),
     ("NCCL", r"nccl"),
-    ("Odyssey kernels", r"rmsnorm_|rope_pack_|lce_|convert_f32_to_bf16"),
+    ("Odyssey kernels", r"rmsnorm_|rope_pack_|swiglu_|lce_|convert_f32_to_bf16"),
     ("copies and fills", r"memcpy|memset|copy|fill"),
     ("elementwise and reductions", r"elementwise|vectorized|reduce|unrolled|softmax|index|cat|where|pow|mul|add"),
 )
@@ -174,6 +174,8 @@ def self_test():
     assert classify("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN") == "GEMM"
     assert classify("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "NCCL"
     assert classify("rmsnorm_backward_rows_kernel") == "Odyssey kernels"
+    assert classify("void odyssey::kernels::(anonymous namespace)::swiglu_backward_kernel<__nv_bfloat16, 8>"
+                    "(__nv_bfloat16 const*, ...)") == "Odyssey kernels"
     assert classify("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy") == "copies and fills"
     assert classify("void at::native::vectorized_elementwise_kernel<4, ...>") == "elementwise and reductions"
     assert classify("some_custom_kernel") == "other"
