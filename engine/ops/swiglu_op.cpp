@@ -35,6 +35,21 @@ bool kernel_takes(const at::Tensor& gate, const at::Tensor& up) {
   return uses_cuda_kernel(gate) && gate.is_contiguous() && up.is_contiguous();
 }
 
+/// h = silu(gate) * up into `out` (a new tensor, or gate itself): the kernel on CUDA; else ATen's
+/// silu into out, then the product in its memory (the eager ops' bits, silu(gate) stored first).
+void forward_into(const at::Tensor& gate, const at::Tensor& up, at::Tensor& out) {
+#ifdef ODYSSEY_WITH_CUDA
+  if (kernel_takes(gate, up)) {
+    const c10::cuda::CUDAGuard guard(gate.device());
+    kernels::swiglu_forward(detail::kernel_dtype(gate), gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(),
+                            detail::current_stream(gate));
+    return;
+  }
+#endif
+  at::silu_out(out, gate);
+  out.mul_(up);
+}
+
 class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
@@ -72,33 +87,15 @@ at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
 
 at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up) {
   check_swiglu_args(gate, up, "ops::swiglu_forward");
-#ifdef ODYSSEY_WITH_CUDA
-  if (kernel_takes(gate, up)) {
-    const c10::cuda::CUDAGuard guard(gate.device());
-    at::Tensor h = at::empty_like(gate);  // [..., f]
-    kernels::swiglu_forward(detail::kernel_dtype(gate), gate.data_ptr(), up.data_ptr(), h.data_ptr(), gate.numel(),
-                            detail::current_stream(gate));
-    return h;
-  }
-#endif
-  at::Tensor h = at::silu(gate);  // [..., f]: silu(gate), then the product in its memory
-  h.mul_(up);
+  at::Tensor h = at::empty_like(gate);  // [..., f]
+  forward_into(gate, up, h);
   return h;
 }
 
 void swiglu_forward_(at::Tensor& gate, const at::Tensor& up) {
   check_swiglu_args(gate, up, "ops::swiglu_forward_");
   check_separate(gate, up, "ops::swiglu_forward_");
-#ifdef ODYSSEY_WITH_CUDA
-  if (kernel_takes(gate, up)) {
-    const c10::cuda::CUDAGuard guard(gate.device());
-    kernels::swiglu_forward(detail::kernel_dtype(gate), gate.data_ptr(), up.data_ptr(), gate.data_ptr(), gate.numel(),
-                            detail::current_stream(gate));
-    return;
-  }
-#endif
-  at::silu_(gate);
-  gate.mul_(up);
+  forward_into(gate, up, gate);
 }
 
 std::tuple<at::Tensor, at::Tensor> swiglu_backward_(const at::Tensor& dh, at::Tensor& gate, at::Tensor& up) {

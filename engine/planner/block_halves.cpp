@@ -581,6 +581,22 @@ int BlockHalves::mlp_forward(bool grad, MlpSaved& sv, bool need_output) {
   return out;
 }
 
+/// ops::swiglu_backward_ (engine/ops/swiglu_op.cpp) from dp, the product's gradient: d gate is
+/// written into gate's memory (the caller keeps gate's handle as d gate's), d up into up's on CUDA
+/// and into a new `kind` on the CPU (silu(gate) recomputed in it), where up's memory dies with the
+/// call. Frees dp and sets `up` to -1; returns d up's handle.
+int BlockHalves::swiglu_backward(int& dp, int& up, K kind, const char* d_up_name) {
+  const int old_up = up;
+  up = -1;
+  const int d_up = s_.cuda_target ? old_up : alloc(d_up_name, kind, C::MlpWorkspace);
+  release(dp);
+  if (d_up != old_up) {
+    int dead = old_up;
+    release(dead);
+  }
+  return d_up;
+}
+
 /// The MLP half's backward from dy; returns dh = dy + d(MLP branch), written into dy (the
 /// engine adds the residual into the incoming gradient when that is its own). Frees `sv`. Untiled,
 /// each weight gradient appears with its autograd node (the down projection's first, the gate's
@@ -601,17 +617,9 @@ int BlockHalves::mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy) {
     int dp = alloc("d(silu(gate) * up)", K::Ffn, C::MlpWorkspace);
     down_grad();
     release(sv.prod);
-    // ops::swiglu's backward writes d gate into gate's memory and d up into up's; the CPU path
-    // makes d up anew (silu(gate) recomputed in it), and up's memory dies with the node
-    int dg = sv.gate, dup = sv.up;
-    sv.gate = sv.up = -1;
-    int up = -1;
-    if (!s_.cuda_target) {
-      up = dup;
-      dup = alloc("d up", K::Ffn, C::MlpWorkspace);
-    }
-    release(dp);
-    release(up);
+    int dg = sv.gate;  // d gate in gate's memory
+    sv.gate = -1;
+    int dup = swiglu_backward(dp, sv.up, K::Ffn, "d up");
     dn2 = alloc("MLP rmsnorm output gradient", K::Hidden, C::MlpWorkspace);
     gate_grad();
     int part = alloc("up-projection input gradient (partial)", K::Hidden, C::MlpWorkspace);
@@ -640,11 +648,8 @@ int BlockHalves::mlp_backward(MlpSaved& sv, MlpGrads& grads, int dy) {
     add_product("tile down-projection weight gradient");
     release(p);
     int dp = alloc("tile d(silu(gate) * up)", K::FfnTile, C::MlpWorkspace);
-    // ops::swiglu_backward_: in place on CUDA; the CPU path makes d up anew, and up's memory dies
-    int dg = g, dup = u;
-    if (!s_.cuda_target) dup = alloc("tile d up", K::FfnTile, C::MlpWorkspace);
-    release(dp);
-    if (!s_.cuda_target) release(u);
+    int dg = g;  // d gate in gate's memory
+    int dup = swiglu_backward(dp, u, K::FfnTile, "tile d up");
     add_product("tile up weight gradient");
     add_product("tile gate weight gradient");
     int dxt = alloc("tile input gradient", K::HiddenTile, C::MlpWorkspace);

@@ -93,6 +93,8 @@ class BlockHalves {
   /// Untied stage's sizes): under document masking one segment's output and LSE, and on the CPU
   /// the kernel's per-thread buffer; all released when it returns.
   void flash_forward_transients(bool stage);
+  /// ops::swiglu_backward_'s buffers: d up in up's memory (CUDA) or a new one (CPU); frees dp.
+  int swiglu_backward(int& dp, int& up, TensorKind kind, const char* d_up_name);
   /// The fp32 CUDA kernel's K and V repeated to a stage's query heads (none when the kernel takes
   /// GQA natively: flash in half precision, and the CPU kernel).
   void repeated_stage_kv(int& k, int& v);
