@@ -2,6 +2,7 @@
 #include "app/cli/cli.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <iostream>
 
 #include "engine/config/sizes.h"
@@ -25,6 +26,12 @@ CommandRegistration::CommandRegistration(Command command) {
 
 const std::vector<Command>& commands() { return registry(); }
 
+std::string OnceFlags::give(const std::string& flag, const std::string& value) {
+  const auto [earlier, first] = given_.emplace(flag, value);
+  if (first) return "";
+  return flag + " given twice (" + earlier->second + ", then " + value + "): give it once";
+}
+
 std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, int argc, char** argv, int first,
                                std::ostream& err) {
   Args args;
@@ -37,6 +44,7 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
     return argv[++i];
   };
   bool options_ended = false;
+  OnceFlags values_given;
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     if (options_ended) {
@@ -57,8 +65,13 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
       }
     }
     auto value = [&](const std::string& flag) -> const char* {
-      if (has_inline) return inline_value.c_str();
-      return need_value(i, flag);
+      const char* v = has_inline ? inline_value.c_str() : need_value(i, flag);
+      if (!v) return nullptr;
+      if (const std::string twice = values_given.give(flag == "--output" ? "-o" : flag, v); !twice.empty()) {
+        err << "odyssey " << command << ": " << twice << "\n";
+        return nullptr;
+      }
+      return v;
     };
     // A switch given a value (--force=no) is refused, not read as on.
     auto switch_on = [&](bool& flag) {
@@ -101,6 +114,13 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
       const char* v = value(a);
       if (!v) return std::nullopt;
       auto n = parse_size(v);
+      const std::string text = v;
+      const bool digits =
+          !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!n && digits) {
+        err << "odyssey " << command << ": --steps " << v << ": out of range (at most " << INT64_MAX << ")\n";
+        return std::nullopt;
+      }
       if (!n || *n < 1) {
         err << "odyssey " << command << ": --steps " << v << ": must be a positive integer\n";
         return std::nullopt;
@@ -125,10 +145,18 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
     } else if (a == "--memory-snapshot" && spec.memory_snapshot) {
       const char* v = value(a);
       if (!v) return std::nullopt;
+      if (!*v) {
+        err << "odyssey " << command << ": --memory-snapshot needs a file name, got an empty value\n";
+        return std::nullopt;
+      }
       args.memory_snapshot = v;
     } else if (a == "--kernel-profile" && spec.kernel_profile) {
       const char* v = value(a);
       if (!v) return std::nullopt;
+      if (!*v) {
+        err << "odyssey " << command << ": --kernel-profile needs a file name, got an empty value\n";
+        return std::nullopt;
+      }
       args.kernel_profile = v;
     } else if (a == "--resume" && spec.resume) {
       const char* v = value(a);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,17 @@ struct Args {
   bool overwrite = false;               ///< --overwrite: replace the run in --out
   bool force = false;                   ///< --force: start what the planner says does not fit
   std::string output;                   ///< -o FILE / --output FILE: a file the command writes
+};
+
+/// The value flags of one command line, each given once: `--resume A --resume B` would otherwise
+/// use B without a word about A. Switches (--json) and --set may repeat.
+class OnceFlags {
+ public:
+  /// "" the first time `flag` is given; else the message naming both values.
+  std::string give(const std::string& flag, const std::string& value);
+
+ private:
+  std::map<std::string, std::string> given_;  // flag -> its first value
 };
 
 /// Which options a subcommand accepts.

@@ -40,6 +40,7 @@ int run_export(int argc, char** argv, int first) {
                  "[--max-shard-size 5GB] [--tokenizer HF_DIR] [--json]\n";
     return kExitBadInput;
   };
+  OnceFlags given;
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
     // --flag=value is --flag value, as every other subcommand's parser takes it (cli.cpp parse_args).
@@ -60,6 +61,7 @@ int run_export(int argc, char** argv, int first) {
     } else if (arg == "--hf" || arg == "--dtype" || arg == "--max-shard-size" || arg == "--tokenizer") {
       const auto v = value();
       if (!v || v->empty()) return bad(arg + " needs a value");
+      if (const std::string twice = given.give(arg, *v); !twice.empty()) return bad(twice);
       if (arg == "--hf") out_dir = *v;
       if (arg == "--dtype") {
         if (*v != "float32" && *v != "bfloat16") return bad("--dtype " + *v + ": must be float32 or bfloat16");

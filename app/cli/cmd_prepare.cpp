@@ -133,6 +133,7 @@ std::optional<PrepareArgs> parse_prepare_args(int argc, char** argv, int first) 
     return std::nullopt;
   };
   bool options_ended = false;
+  OnceFlags given;
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
     if (options_ended || arg.empty() || arg[0] != '-') {
@@ -158,6 +159,8 @@ std::optional<PrepareArgs> parse_prepare_args(int argc, char** argv, int first) 
       else if (i + 1 < argc)
         value = argv[++i];
       if (value.empty()) return bad(arg + " needs a value");
+      if (arg != "--set")
+        if (const std::string twice = given.give(arg, value); !twice.empty()) return bad(twice);
       if (arg == "--set") {
         Override o;
         ConfigIssue issue;

@@ -27,7 +27,8 @@ namespace odyssey::cli {
 namespace {
 
 RunControl* g_control = nullptr;
-volatile std::sig_atomic_t g_stop_signal = 0;  // the signal that asked the run to stop (0: none)
+volatile std::sig_atomic_t g_stop_signal = 0;        // the signal that asked the run to stop (0: none)
+volatile std::sig_atomic_t g_writes_checkpoint = 1;  // 0 under --no-checkpoint: the stop message says so
 
 // SIGINT (Ctrl-C) and SIGTERM (what cluster schedulers send before a kill) stop at the next step
 // boundary, where the run writes its checkpoint; the same signal again kills at once.
@@ -43,16 +44,28 @@ extern "C" void on_stop_signal(int sig) {
     ::_exit(128 + sig);
   }
   if (g_control) g_control->request_stop_from_signal();
-  static const char kInt[] =
-      "\nodyssey train: Ctrl-C: stopping at the next step boundary with a checkpoint "
-      "(Ctrl-C again to abort)\n";
-  static const char kTerm[] =
-      "\nodyssey train: SIGTERM: stopping at the next step boundary with a checkpoint "
-      "(SIGTERM again to abort)\n";
-  const char* msg = sig == SIGINT ? kInt : kTerm;
-  const size_t len = sig == SIGINT ? sizeof(kInt) - 1 : sizeof(kTerm) - 1;
-  ssize_t ignored = ::write(STDERR_FILENO, msg, len);
-  (void)ignored;
+  static const char kInt[] = "\nodyssey train: Ctrl-C: stopping at the next step boundary";
+  static const char kTerm[] = "\nodyssey train: SIGTERM: stopping at the next step boundary";
+  static const char kCheckpoint[] = " with a checkpoint";
+  static const char kNoCheckpoint[] = " (--no-checkpoint: no checkpoint)";
+  static const char kAgainInt[] = " (Ctrl-C again to abort)\n";
+  static const char kAgainTerm[] = " (SIGTERM again to abort)\n";
+  auto say = [](const char* text, size_t len) {
+    ssize_t ignored = ::write(STDERR_FILENO, text, len);
+    (void)ignored;
+  };
+  if (sig == SIGINT)
+    say(kInt, sizeof(kInt) - 1);
+  else
+    say(kTerm, sizeof(kTerm) - 1);
+  if (g_writes_checkpoint)
+    say(kCheckpoint, sizeof(kCheckpoint) - 1);
+  else
+    say(kNoCheckpoint, sizeof(kNoCheckpoint) - 1);
+  if (sig == SIGINT)
+    say(kAgainInt, sizeof(kAgainInt) - 1);
+  else
+    say(kAgainTerm, sizeof(kAgainTerm) - 1);
   std::signal(sig, SIG_DFL);  // a second one kills
 }
 
@@ -132,6 +145,7 @@ int run_train(int argc, char** argv, int first) {
   opt.force = args->force;
   // A benchmark's run: no checkpoint at all (the 1B model's is 15 GB, and a device disk is 64 GiB).
   opt.checkpoints = !args->no_checkpoint;
+  g_writes_checkpoint = opt.checkpoints ? 1 : 0;
   opt.memory_snapshot = args->memory_snapshot;
   opt.kernel_profile = args->kernel_profile;
   opt.out_dir = !args->out.empty() ? args->out : !args->resume.empty() ? args->resume : clean_path(cfg.output.dir);
@@ -151,6 +165,10 @@ int run_train(int argc, char** argv, int first) {
     }
   }
   opt.steps = args->steps ? start + *args->steps : cfg.training.steps;
+  if (opt.steps > cfg.training.steps && lead)
+    std::cout << "odyssey train: note: --steps runs to step " << opt.steps
+              << ", past training.steps = " << cfg.training.steps << ": the learning-rate schedule ends at step "
+              << cfg.training.steps << ", and the steps after it run at its floor (training.min_lr_ratio x lr)\n";
 
   const bool tty = ::isatty(STDOUT_FILENO) && !quiet;
   const int64_t log_every = std::max<int64_t>(1, cfg.output.log_every);

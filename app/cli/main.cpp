@@ -1,5 +1,7 @@
 // odyssey: the headless CLI. Dispatches to the subcommands registered by cmd_*.cpp; the contract
 // (names, flags, JSON fields, exit codes 0/1/2) is in DESIGN.md and README.md.
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 
@@ -48,12 +50,21 @@ int main(int argc, char** argv) {
         return 0;
       }
     }
+    int code = odyssey::cli::kExitRuntime;
     try {
-      return c.run(argc, argv, 2);
+      code = c.run(argc, argv, 2);
     } catch (const std::exception& e) {
       std::cerr << "odyssey " << c.name << ": " << e.what() << "\n";
       return odyssey::cli::kExitRuntime;
     }
+    // Output the system refused (a full disk, a closed pipe's reader gone) is the command's
+    // failure: a script reading a plan or JSON from a file must not take a cut one for a success.
+    std::cout.flush();
+    if (!std::cout.good() || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      std::cerr << "odyssey " << c.name << ": cannot write to standard output (" << std::strerror(errno) << ")\n";
+      return code == odyssey::cli::kExitOk ? odyssey::cli::kExitRuntime : code;
+    }
+    return code;
   }
   std::cerr << "odyssey: unknown command '" << argv[1] << "'\n\n";
   print_help(std::cerr);

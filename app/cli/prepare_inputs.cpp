@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -71,6 +72,17 @@ std::vector<TextInput> list_text_inputs(const std::vector<std::string>& argument
     } else {
       throw bad("input " + argument + ": not a regular file or a directory (a FIFO, socket or device)");
     }
+  }
+  // One file reached twice (named twice, through a link, or inside a directory also named) would
+  // write its documents twice.
+  std::map<std::pair<dev_t, ino_t>, std::string> files;
+  for (const auto& input : inputs) {
+    struct stat st {};
+    if (::stat(input.path.c_str(), &st) != 0) continue;  // gone meanwhile: reading it says so
+    const auto [earlier, first] = files.emplace(std::make_pair(st.st_dev, st.st_ino), input.path);
+    if (!first)
+      throw bad("input " + input.path + " is the file " + earlier->second +
+                " again (named twice, linked, or inside a directory also named): its documents would be written twice");
   }
   return inputs;
 }

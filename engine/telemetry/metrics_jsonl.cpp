@@ -81,6 +81,8 @@ MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path, int64_t keep_thr
         kept += line;
         kept += '\n';
         ++lines_;
+      } else if (!line.empty()) {
+        ++dropped_;
       }
       line.clear();
       if (c == EOF) break;

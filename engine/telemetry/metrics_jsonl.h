@@ -41,12 +41,16 @@ class MetricsJsonlWriter {
   void close();
   const std::string& path() const { return path_; }
   int64_t lines() const;
+  /// Lines of the old file a resumed run did not keep (steps after keep_through_step, torn or
+  /// unreadable lines), for the run's log.
+  int64_t dropped() const { return dropped_; }
 
  private:
   std::string path_;
   mutable std::mutex mutex_;
   std::FILE* file_ = nullptr;
   int64_t lines_ = 0;
+  int64_t dropped_ = 0;
 };
 
 /// Sets rank_peak_bytes / rank_host_peak_bytes (indexed by position in `ranks`) and peak_bytes

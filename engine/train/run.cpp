@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <optional>
 #include <cstdio>
+#include <cstring>
 
 #include "engine/config/preset.h"
 #include "engine/config/sizes.h"
@@ -121,6 +123,38 @@ void remove_run_outputs(const std::string& dir) {
   remove_tree(join_path(dir, "checkpoints"));
 }
 
+/// A run directory's files (kRunFiles) as a run found them: each one's bytes, nullopt where absent.
+using RunFilesAsFound = std::vector<std::pair<std::string, std::optional<std::string>>>;
+
+// A trace larger than this is not copied aside (nullopt from run_files_as_found): a refused
+// resume then leaves the files as its writers left them, as before this copy existed.
+constexpr int64_t kMaxFileKeptAside = int64_t{1} << 30;
+
+std::optional<RunFilesAsFound> run_files_as_found(const std::string& dir) {
+  RunFilesAsFound files;
+  try {
+    for (const char* name : kRunFiles) {
+      const std::string path = join_path(dir, name);
+      files.emplace_back(path, path_exists(path)
+                                   ? std::optional<std::string>(read_file_bounded(path, kMaxFileKeptAside, name))
+                                   : std::nullopt);
+    }
+  } catch (const FileReadError&) {  // too large, or not a regular file: the writers say which
+    return std::nullopt;
+  }
+  return files;
+}
+
+/// Writes each file back as it was found (atomically), or removes it where there was none.
+void put_back(const RunFilesAsFound& files) {
+  for (const auto& [path, bytes] : files) {
+    if (bytes)
+      write_file_atomically(path, *bytes);
+    else
+      ::unlink(path.c_str());
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> run_outputs_in(const std::string& dir) {
@@ -140,6 +174,19 @@ std::vector<std::string> run_outputs_in(const std::string& dir) {
     }
   }
   if (::lstat(join_path(dir, "summary.json").c_str(), &st) == 0) found.push_back("summary.json");
+  // A run writes its trace as a regular file (a link planted there, to /dev/full say, is no run's).
+  if (::lstat(join_path(dir, "trace.json").c_str(), &st) == 0 && S_ISREG(st.st_mode)) found.push_back("trace.json");
+  // Step folders without latest.json (a run killed in its first checkpoint, a copy cut short) are
+  // a run's too, when they hold a file it wrote (a regular file: not a link planted there).
+  if (!path_exists(join_path(dir, "checkpoints/latest.json"))) {
+    bool written = false;
+    const std::string checkpoints = join_path(dir, "checkpoints");
+    for (const std::string& step : list_dir(checkpoints))
+      for (const std::string& name : list_dir(join_path(checkpoints, step)))
+        written = written ||
+                  (::lstat(join_path(join_path(checkpoints, step), name).c_str(), &st) == 0 && S_ISREG(st.st_mode));
+    if (written) found.push_back("checkpoints/ without latest.json");
+  }
   return found;
 }
 
@@ -222,14 +269,47 @@ void check_same_resumed_step(const RankContext& ctx, int64_t step) {
                           " to " + std::to_string(highest) + "): another run wrote them meanwhile; resume again");
 }
 
+/// Refuses, before any output, a file that `option` (--memory-snapshot, --kernel-profile) names
+/// when writing it would lose something: a directory, one of a run directory's own files
+/// (metrics.jsonl, summary.json, trace.json, checkpoints/, the lock) of --out or --resume, the
+/// preset, the file the other option names, or an existing file without --overwrite.
+void check_output_file(const std::string& option, const std::string& path, const RunOptions& opt,
+                       const std::string& other_option, const std::string& other_path) {
+  if (is_directory(path)) throw std::invalid_argument(option + " " + path + " is a directory; name the file to write");
+  const std::string file = resolve_path(path);
+  for (const std::string& dir : {opt.out_dir, opt.resume_dir}) {
+    if (dir.empty()) continue;
+    const std::string run = resolve_path(dir);
+    for (const char* name : {"metrics.jsonl", "summary.json", "trace.json", "checkpoints", ".odyssey.lock"}) {
+      const std::string own = join_path(run, name);
+      if (file == own || file.rfind(own + "/", 0) == 0)
+        throw std::invalid_argument(option + " " + path + " is the run's own " + name + " in " + dir +
+                                    ": name a file beside the run's outputs");
+    }
+  }
+  if (!opt.preset.empty() && resolve_path(opt.preset) == file)
+    throw std::invalid_argument(option + " " + path + " is the preset " + opt.preset + ": name another file");
+  if (!other_path.empty() && resolve_path(other_path) == file)
+    throw std::invalid_argument(option + " " + path + " is also " + other_option + "'s file: name two files");
+  if (path_exists(path) && !opt.overwrite)
+    throw std::invalid_argument(option + " " + path +
+                                " exists: pass --overwrite to replace it (and the run in --out, if any), or name "
+                                "another file");
+}
+
 /// Makes the folder of a file that `option` names (--memory-snapshot, --kernel-profile) now, so a
 /// run that could not write the file is refused before any output (FileWriteError).
 void make_parent_dirs(const std::string& option, const std::string& path) {
   const size_t slash = path.find_last_of('/');
   std::string error;
   int error_number = 0;
-  if (slash != std::string::npos && slash > 0 && !make_dirs(path.substr(0, slash), &error, &error_number))
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (folder != "." && folder != "/" && !make_dirs(folder, &error, &error_number))
     throw_make_dirs_error(option, error, error_number);
+  // The file is written after the last step: a folder it cannot be written into is found now.
+  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    throw std::invalid_argument(option + " " + path + ": the folder " + folder + " is not writable (" +
+                                std::strerror(errno) + ")");
 }
 
 // The step loop of one rank (the one loop of every launch mode): the boundary every rank decides
@@ -249,6 +329,7 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   CheckpointCadence checkpoints(cfg, opt, log);
 
   const int64_t total = opt.steps >= 0 ? opt.steps : cfg.training.steps;
+  std::string profile_error;
   while (trainer.next_step() < total) {
     if (!boundary.next(trainer, cfg)) {
       if (owns_outcome) out.status = RunOutcome::Status::Stopped;
@@ -272,9 +353,13 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
       throw;
     }
     if (profiled) {
-      save_kernel_profile(opt.kernel_profile);
-      log("kernel profile of step " + std::to_string(trainer.next_step()) + " (open it in Perfetto; " +
-          "bench/gpu/kernel_profile.py sums it): " + opt.kernel_profile);
+      try {
+        save_kernel_profile(opt.kernel_profile);
+        log("kernel profile of step " + std::to_string(trainer.next_step()) + " (open it in Perfetto; " +
+            "bench/gpu/kernel_profile.py sums it): " + opt.kernel_profile);
+      } catch (const std::exception& e) {
+        profile_error = e.what();  // the run's failure, after its checkpoint: the steps are not lost
+      }
     }
     reporter.report(r, boundary.config_version(), out);
     checkpoints.after_step(trainer, total);
@@ -285,6 +370,7 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
     auto state = std::make_shared<FullState>(export_full_state(trainer));  // collective
     if (lead) *opt.final_state = std::move(state);
   }
+  if (!profile_error.empty()) throw FileWriteError(profile_error + " (the steps and their checkpoint are kept)");
 }
 
 }  // namespace
@@ -295,6 +381,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   RunShared shared;
   std::string write_error;
   std::unique_ptr<RunDirLock> lock;
+  std::optional<RunFilesAsFound> as_found;  // the run directory's files before this run wrote any
   auto fail = [&](const std::exception& e, bool bad_input) {
     out.status = RunOutcome::Status::Failed;
     out.bad_input = bad_input;
@@ -313,9 +400,13 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
             "--memory-snapshot " + opt.memory_snapshot +
             ": it records the CUDA caching allocator, and this run is on the CPU (training.device = " +
             std::string(to_string(cfg.training.device)) + ")");
+      check_output_file("--memory-snapshot", opt.memory_snapshot, opt, "--kernel-profile", opt.kernel_profile);
       make_parent_dirs("--memory-snapshot", opt.memory_snapshot);
     }
-    if (!opt.kernel_profile.empty() && shared.reports) make_parent_dirs("--kernel-profile", opt.kernel_profile);
+    if (!opt.kernel_profile.empty() && shared.reports) {
+      check_output_file("--kernel-profile", opt.kernel_profile, opt, "--memory-snapshot", opt.memory_snapshot);
+      make_parent_dirs("--kernel-profile", opt.kernel_profile);
+    }
     if (!cfg.model.hf_path.empty() && opt.resume_dir.empty())
       HfWeights(cfg.model.hf_path, cfg.model);  // every tensor found and checked before the model is allocated
     if (!cfg.output.export_hf.empty() && !(opt.checkpoints && !opt.out_dir.empty()))
@@ -342,6 +433,12 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       if (shared.reports && opt.log)
         for (const auto& note : notes) opt.log(note);
       resume_step = shared.resume->step;
+      const int64_t last = opt.steps >= 0 ? opt.steps : cfg.training.steps;
+      if (resume_step >= last)
+        throw std::invalid_argument("--resume " + opt.resume_dir + ": its checkpoint is at step " +
+                                    std::to_string(resume_step) + ", and this run ends at step " +
+                                    std::to_string(last) +
+                                    " (training.steps): nothing to train; --steps N trains N more steps");
     }
     if (!opt.out_dir.empty()) {
       // A resumed run in its own directory continues its files from the checkpoint's step: the
@@ -383,8 +480,13 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
             opt.log("--overwrite: replaced the run in " + opt.out_dir + " (" + what + ")");
           }
         }
+        as_found = run_files_as_found(opt.out_dir);
         shared.metrics =
             std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", continues ? resume_step : -1);
+        if (shared.metrics->dropped() > 0 && opt.log)
+          opt.log("metrics.jsonl: kept " + std::to_string(shared.metrics->lines()) + " lines through step " +
+                  std::to_string(resume_step) + ", dropped " + std::to_string(shared.metrics->dropped()) +
+                  " (steps after the checkpoint, which run again, or lines cut or unreadable)");
         if (cfg.output.trace && cfg.output.trace_steps > 0)
           shared.trace = continues ? std::make_unique<TraceWriter>(opt.out_dir + "/trace.json", resume_step)
                                    : std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
@@ -436,7 +538,25 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   if (!out.metrics.empty() && out.next_step == 0) out.next_step = out.metrics.back().step;
 
   // summary.json only from the run that holds the directory: a refused run (busy directory, bad
-  // checkpoint, bad preset) leaves the directory exactly as it found it.
+  // checkpoint, bad preset) leaves the directory exactly as it found it. A checkpoint found bad
+  // only while the ranks load it is refused after the files were opened: they are put back.
+  const bool refused = out.status == RunOutcome::Status::Failed && out.bad_input && out.metrics.empty();
+  if (lock && refused && as_found) {
+    try {
+      if (shared.trace) shared.trace->close();
+    } catch (const std::exception&) {  // its file is put back below
+    }
+    try {
+      if (shared.metrics) shared.metrics->close();
+    } catch (const std::exception&) {
+    }
+    try {
+      put_back(*as_found);
+    } catch (const std::exception& e) {
+      out.error += std::string("; and the run directory's files could not be put back: ") + e.what();
+    }
+    return out;
+  }
   if (lock) {
     // The outputs a finished run leaves must be whole: a trace or summary the disk refused is the
     // run's failure (exit 1), never a success with a truncated file.

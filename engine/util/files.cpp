@@ -1,6 +1,6 @@
 // POSIX implementations of the file helpers (see files.h for why not std::filesystem).
 // defines: make_dirs, path_exists, is_directory, rename_path, remove_tree, list_dir, same_path,
-// join_path, clean_path, read_file_bounded, AtomicFile, write_file_atomically, RunDirLock
+// resolve_path, join_path, clean_path, read_file_bounded, AtomicFile, write_file_atomically, RunDirLock
 #include "engine/util/files.h"
 
 #include <dirent.h>
@@ -101,6 +101,23 @@ bool same_path(const std::string& a, const std::string& b) {
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+std::string resolve_path(const std::string& path) {
+  std::string head = clean_path(path.empty() ? std::string(".") : path), tail;
+  for (;;) {
+    char resolved[PATH_MAX];
+    if (::realpath(head.c_str(), resolved) != nullptr) return tail.empty() ? resolved : join_path(resolved, tail);
+    const size_t slash = head.find_last_of('/');
+    const std::string name = slash == std::string::npos ? head : head.substr(slash + 1);
+    tail = tail.empty() ? name : join_path(name, tail);
+    if (slash == std::string::npos)
+      head = ".";
+    else if (slash == 0)
+      head = "/";
+    else
+      head = head.substr(0, slash);
+  }
+}
+
 std::string join_path(const std::string& a, const std::string& b) {
   if (a.empty()) return b;
   return a.back() == '/' ? a + b : a + "/" + b;
@@ -195,6 +212,12 @@ std::string parent_dir(const std::string& path) {
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw FileWriteError(system_error("cannot create", tmp_));
+  // A file replaced keeps its permissions (a preset kept private stays private).
+  struct stat target {
+  }, written{};
+  if (::stat(path_.c_str(), &target) == 0 && S_ISREG(target.st_mode) && ::fstat(fd_, &written) == 0 &&
+      S_ISREG(written.st_mode))
+    ::fchmod(fd_, target.st_mode & 07777);
 }
 
 AtomicFile::~AtomicFile() {

@@ -1,7 +1,7 @@
 // Small POSIX file helpers for checkpoints and run outputs. Not std::filesystem: libtorch.so
 // exports its own copies of std::filesystem functions, and calls that bind to them crash
 // (remove_all jumps to a null pointer). defines: make_dirs, path_exists, is_directory,
-// rename_path, remove_tree, list_dir, same_path, join_path, clean_path, FileReadError,
+// rename_path, remove_tree, list_dir, same_path, resolve_path, join_path, clean_path, FileReadError,
 // open_regular_file, read_file_bounded, FileWriteError, AtomicFile, RunDirBusy, RunDirLock
 #pragma once
 
@@ -28,6 +28,10 @@ void remove_tree(const std::string& path);
 std::vector<std::string> list_dir(const std::string& path);
 /// True when both exist and are the same file or directory.
 bool same_path(const std::string& a, const std::string& b);
+/// `path` absolute, with links, "." and ".." resolved as far as it exists (realpath of its longest
+/// existing prefix, the rest appended as written), so that two spellings of one file compare equal
+/// as text even before it is made ("runs/a/../a/x" and "/abs/runs/a/x").
+std::string resolve_path(const std::string& path);
 /// a + "/" + b (no doubled slash).
 std::string join_path(const std::string& a, const std::string& b);
 /// A path argument as a shell may spell it, without what changes nothing: repeated slashes

@@ -187,6 +187,15 @@ TEST_CASE("odyssey prepare: a bad line is FILE:LINE: rule with exit 2, and nothi
   r = run_odyssey("prepare " + dir + "/type.jsonl --tokenizer " + dir + "/model --out " + out);
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("a directory without tokenizer.json"));
+  // One file reached twice (named twice, or inside a directory also named) would be written twice;
+  // a value flag given twice names both values.
+  std::ofstream(dir + "/twice.jsonl") << "{\"text\": \"the cat\"}\n";
+  r = run_odyssey("prepare " + dir + "/twice.jsonl " + dir + "/twice.jsonl --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("input " + dir + "/twice.jsonl is the file " + dir + "/twice.jsonl again"));
+  r = run_odyssey("prepare " + dir + "/twice.jsonl --tokenizer " + tokenizer + " --out " + out + " --out " + out + "2");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--out given twice"));
   // No tokenizer at all: --preset without model.hf_path names what is missing.
   r = run_odyssey("prepare " + dir + "/type.jsonl --preset presets/tiny-cpu.toml --out " + out);
   require_exit(r, 2);

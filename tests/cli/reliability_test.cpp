@@ -75,10 +75,18 @@ TEST_CASE("reliability: corrupt checkpoint fields are refused with exit 2, never
     INFO(c.what);
     const std::string dir = checkpointed("corrupt");
     patch(rank_file(dir), c.offset, &c.value, c.width);
+    // Found only while the ranks load it, after the run opened its files: they are put back.
+    std::vector<std::string> before;
+    for (const char* file : {"/summary.json", "/trace.json", "/metrics.jsonl"}) before.push_back(read_text(dir + file));
     const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 2 --quiet");
     require_exit(r, 2);
     CHECK_THAT(r.err, Catch::Contains(rank_file(dir)) && Catch::Contains(c.expect));
     CHECK(r.err.find("Exception raised from") == std::string::npos);  // no LibTorch stack trace
+    size_t i = 0;
+    for (const char* file : {"/summary.json", "/trace.json", "/metrics.jsonl"}) {
+      INFO(file);
+      CHECK(read_text(dir + file) == before[i++]);
+    }
   }
   // Weights overwritten with 1e30: the tensor named, exit 2.
   const std::string dir = checkpointed("overwritten");
@@ -316,8 +324,8 @@ TEST_CASE("reliability: a data file that shrinks during training fails the run (
 }
 
 TEST_CASE(
-    "reliability: export refuses overflowing shard sizes, a file as --hf and a directory as a tokenizer file, and "
-    "takes --flag=value and trailing slashes",
+    "reliability: export refuses overflowing shard sizes, a flag given twice, a file as --hf and a directory as a "
+    "tokenizer file, and takes --flag=value and trailing slashes",
     "[cli][reliability]") {
   const std::string run = checkpointed("export_args");
   const std::string root = fresh_dir("export_args_out");
@@ -332,6 +340,11 @@ TEST_CASE(
     CHECK_THAT(r.err,
                Catch::Contains("must be a positive size") && Catch::Contains("at most 9223372036854775807 bytes"));
   }
+  CHECK(list_dir_names(root).empty());
+  // A value flag given twice names both values; the last no longer wins silently.
+  Run twice = run_odyssey("export " + run + " --hf " + root + "/a --dtype bfloat16 --dtype=float32");
+  require_exit(twice, 2);
+  CHECK_THAT(twice.err, Catch::Contains("--dtype given twice (bfloat16, then float32): give it once"));
   CHECK(list_dir_names(root).empty());
   // --flag=value as every other subcommand takes it, and OUT/ staged beside OUT, not inside it.
   Run r = run_odyssey("export " + run + " --hf=" + root + "/b/ --max-shard-size=1KB --json");

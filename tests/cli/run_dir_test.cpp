@@ -1,7 +1,8 @@
 // What `odyssey train` does with its run directory and with runs it should not start, through the
 // real binary: an earlier run is never overwritten unasked (--overwrite, --resume), --out paths in
 // every spelling and depth, a busy --resume, outputs the disk refused, a plan that does not fit
-// (--force), and a signal while loading. defines: test cases [cli][reliability][rundir]
+// (--force), a signal while loading, and the files --kernel-profile may write. defines: test cases
+// [cli][reliability][rundir]
 #include <sys/stat.h>
 
 #include "cli_test_util.h"
@@ -24,7 +25,7 @@ TEST_CASE("run directory: a new run into one holding a run is refused and leaves
     require_exit(r, 2);
     CHECK_THAT(r.err, Catch::Contains("--out " + dir +
                                       " holds a run (metrics.jsonl with 3 steps, a checkpoint at step 3, "
-                                      "summary.json): continue it with --resume " +
+                                      "summary.json, trace.json): continue it with --resume " +
                                       dir + ", choose another --out, or pass --overwrite to replace it"));
     CHECK(read_text(dir + "/metrics.jsonl") == metrics);
     CHECK(read_text(dir + "/summary.json") == summary);
@@ -51,6 +52,76 @@ TEST_CASE("run directory: a new run into one holding a run is refused and leaves
   r = run_odyssey("train " + kShort + "--steps 1 --overwrite=no --out " + dir);
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--overwrite takes no value"));
+}
+
+TEST_CASE(
+    "run directory: leftover checkpoints or a lone trace.json count as a run, and a finished run resumes with --steps",
+    "[cli][reliability][rundir]") {
+  // A step folder without latest.json (a run killed in its first checkpoint) was removed unasked.
+  const std::string leftover = fresh_dir("leftover_checkpoint");
+  REQUIRE(std::system(("mkdir -p " + leftover + "/checkpoints/step_00000007 && echo kept > " + leftover +
+                       "/checkpoints/step_00000007/rank0.bin && mkdir -p " + leftover + "_trace && echo kept > " +
+                       leftover + "_trace/trace.json")
+                          .c_str()) == 0);
+  Run r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + leftover);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--out " + leftover + " holds a run (checkpoints/ without latest.json)"));
+  CHECK(read_text(leftover + "/checkpoints/step_00000007/rank0.bin") == "kept\n");
+  r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + leftover + "_trace");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("holds a run (trace.json)"));
+  CHECK(read_text(leftover + "_trace/trace.json") == "kept\n");
+
+  // A finished run resumed without --steps has nothing to train: refused, its summary kept (it
+  // was rewritten as a run of 0 steps).
+  const std::string done = fresh_dir("finished_resume");
+  require_exit(run_odyssey("train " + kShort + "--set training.steps=2 --quiet --out " + done), 0);
+  const std::string summary = read_text(done + "/summary.json");
+  r = run_odyssey("train " + kShort + "--set training.steps=2 --quiet --resume " + done);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--resume " + done +
+                                    ": its checkpoint is at step 2, and this run ends at step 2 (training.steps): "
+                                    "nothing to train; --steps N trains N more steps"));
+  CHECK(read_text(done + "/summary.json") == summary);
+  // --steps past training.steps runs, and says the schedule has ended.
+  r = run_odyssey("train " + kShort + "--set training.steps=2 --resume " + done + " --steps 1");
+  require_exit(r, 0);
+  CHECK_THAT(r.out, Catch::Contains("past training.steps = 2"));
+  CHECK(metrics_lines(done) == 3);
+}
+
+TEST_CASE("run directory: --kernel-profile never replaces a file unasked, nor the run's own files",
+          "[cli][reliability][rundir]") {
+  const std::string base = fresh_dir("profile_file");
+  REQUIRE(std::system(("mkdir -p " + base + "/folder && echo kept > " + base + "/existing.json").c_str()) == 0);
+  struct Case {
+    std::string path, expect;
+  };
+  // Each refused before any output: no run directory is made.
+  for (const Case& c : {Case{base + "/existing.json", "exists: pass --overwrite to replace it"},
+                        Case{base + "/run/metrics.jsonl", "is the run's own metrics.jsonl in " + base + "/run"},
+                        Case{base + "/run/checkpoints/latest.json", "is the run's own checkpoints in"},
+                        Case{base + "/folder", "is a directory"},
+                        Case{"presets/tiny-cpu.toml", "is the preset presets/tiny-cpu.toml"}}) {
+    INFO(c.path);
+    const Run r =
+        run_odyssey("train " + kShort + "--steps 1 --quiet --out " + base + "/run --kernel-profile " + c.path);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("--kernel-profile " + c.path + " " + c.expect) ||
+                          Catch::Contains("--kernel-profile " + c.path + ": " + c.expect));
+    CHECK_FALSE(std::ifstream(base + "/run/metrics.jsonl").good());
+  }
+  CHECK(read_text(base + "/existing.json") == "kept\n");
+  Run r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + base + "/run --kernel-profile=");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--kernel-profile needs a file name, got an empty value"));
+  // A value flag given twice is refused, naming both values; the last no longer wins silently.
+  r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + base + "/a --out " + base + "/b");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--out given twice (" + base + "/a, then " + base + "/b): give it once"));
+  r = run_odyssey("train " + kShort + "--steps 1 --steps=2 --quiet --out " + base + "/a");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--steps given twice (1, then 2)"));
 }
 
 TEST_CASE(
