@@ -1,6 +1,8 @@
 // odyssey tune PRESET [--set k=v]... [-o OUT.toml [--overwrite]] [--json]: the fastest [memory]
 // table that fits (engine/planner tune()), the runner-up, the changes against the preset, and the
 // tuned preset written with -o. Nothing fits: exit 2 with the advisor's word (the input must change).
+#include <sys/stat.h>
+
 #include <chrono>
 #include <iostream>
 
@@ -16,7 +18,16 @@ namespace {
 /// directory that exists. "" when it may, else why not.
 std::string output_problem(const std::string& path, bool overwrite) {
   if (is_directory(path)) return path + " is a directory; give a file name such as " + join_path(path, "tuned.toml");
-  if (path_exists(path) && !overwrite) return path + " exists; pass --overwrite to replace it";
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    // The file is replaced by a new one (written beside it, then renamed): a link would lose its
+    // target's name, a FIFO or device its nature, so only a regular file is replaced.
+    if (S_ISLNK(st.st_mode)) return path + " is a symbolic link; name the file it points to, or another name";
+    if (!S_ISREG(st.st_mode)) return path + " is not a regular file (a FIFO, socket or device); name a file";
+    if (!overwrite) return path + " exists; pass --overwrite to replace it";
+  }
+  if (::lstat((path + ".tmp").c_str(), &st) == 0)
+    return path + ".tmp exists, and -o writes through that name before renaming it: remove it, or choose another name";
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
   if (!is_directory(dir)) return "the directory " + dir + " of " + path + " does not exist";

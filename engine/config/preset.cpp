@@ -601,7 +601,14 @@ LoadedPreset apply_overrides(const RunConfig& base, const std::vector<Override>&
 std::string preset_to_toml(const RunConfig& cfg) {
   std::ostringstream out;
   out << "# Odyssey preset";
-  if (!cfg.description.empty()) out << ": " << cfg.description;
+  if (!cfg.description.empty()) {
+    // A comment ends at the line's end and TOML allows no control character in it: the
+    // description's own are shown as spaces here (the key below keeps them, escaped).
+    std::string shown = cfg.description;
+    for (char& c : shown)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+    out << ": " << shown;
+  }
   out << "\n# Load with `odyssey check|plan|train FILE`; every key is documented in docs/presets.md.\n\n";
   if (!cfg.description.empty()) {
     const KeySpec* d = find_key_spec("", "description");

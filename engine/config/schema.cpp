@@ -215,6 +215,10 @@ constexpr double kMaxTokens = double(int64_t{1} << 34);  // 16G tokens: sequence
 constexpr double kMaxSteps = 1e9;                        // steps and step counts
 ValueRange between(double lo, double hi, std::string_view why = {}) { return {lo, hi, false, false, {}, why}; }
 ValueRange at_least(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, false, {}, {}}; }
+// The planner divides work by the hardware rates and efficiencies: a denormal one (5e-324) made
+// every time infinite or NaN, so each starts at a thousandth, slower than any device it models.
+constexpr double kSlowestRate = 1e-3;
+
 ValueRange positive_up_to(double hi, std::string_view unit = {}) { return {0, hi, true, false, unit, {}}; }
 ValueRange strictly_between(double lo, double hi) { return {lo, hi, true, true, {}, {}}; }
 ValueRange from_zero_below(double hi) { return {0, hi, false, true, {}, {}}; }
@@ -473,38 +477,38 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_FLOAT("hardware", hardware.device_memory_gib, "device_memory_gib", "Usable memory per device, GiB.",
                         positive_up_to(65536, "GiB")));
   s.push_back(ODY_FLOAT("hardware", hardware.bf16_tflops, "bf16_tflops", "Dense bf16 peak per device, TFLOP/s.",
-                        positive_up_to(1e6, "TFLOP/s")));
+                        closed(kSlowestRate, 1e6, "TFLOP/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.nvlink_gbps, "nvlink_gbps",
-                        "Intra-node bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
+                        "Intra-node bandwidth per device and direction, GB/s.", closed(kSlowestRate, 1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.internode_gbps, "internode_gbps",
-                        "Inter-node bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
+                        "Inter-node bandwidth per device and direction, GB/s.", closed(kSlowestRate, 1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.pcie_gbps, "pcie_gbps",
-                        "Host<->device bandwidth per device and direction, GB/s.", positive_up_to(1e6, "GB/s")));
+                        "Host<->device bandwidth per device and direction, GB/s.", closed(kSlowestRate, 1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.host_optimizer_gbps, "host_optimizer_gbps",
                         "Memory bandwidth the host AdamW reaches per node (shared by its devices), GB/s.",
-                        positive_up_to(1e6, "GB/s")));
+                        closed(kSlowestRate, 1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.host_memory_gib, "host_memory_gib", "Host memory per node, GiB.",
                         closed(0, 1 << 20, "GiB")));
   s.push_back(ODY_INT("hardware", hardware.gpus_per_node, "gpus_per_node", "Devices per node sharing the host memory.",
                       between(1, 1024)));
   s.push_back(ODY_FLOAT("hardware", hardware.compute_efficiency, "compute_efficiency",
                         "Achieved fraction of peak FLOP/s in everything but the attention kernels: GEMMs, with the "
-                        "elementwise work between them (0..1].",
-                        positive_up_to(1)));
-  s.push_back(ODY_FLOAT(
-      "hardware", hardware.attention_efficiency, "attention_efficiency",
-      "Achieved fraction of peak FLOP/s in SDPA's attention kernels, which standard attention and Ulysses "
-      "run (cuDNN's on Hopper), and in cuDNN's kernel where the Untied stages or kept attention call it: "
-      "forward, its recompute, backward counted as 2.5 forwards (its five products to the forward's two) (0..1].",
-      positive_up_to(1)));
+                        "elementwise work between them.",
+                        closed(kSlowestRate, 1, {})));
+  s.push_back(
+      ODY_FLOAT("hardware", hardware.attention_efficiency, "attention_efficiency",
+                "Achieved fraction of peak FLOP/s in SDPA's attention kernels, which standard attention and Ulysses "
+                "run (cuDNN's on Hopper), and in cuDNN's kernel where the Untied stages or kept attention call it: "
+                "forward, its recompute, backward counted as 2.5 forwards (its five products to the forward's two).",
+                closed(kSlowestRate, 1, {})));
   s.push_back(ODY_FLOAT("hardware", hardware.untied_attention_efficiency, "untied_attention_efficiency",
                         "Achieved fraction of peak FLOP/s in the kernels other than cuDNN's that the engine calls for "
                         "the log-sum-exp (FlashAttention-2, the fp32 memory-efficient kernel, the CPU's flash "
                         "kernel): the Untied stages or kept attention off cuDNN (memory.lse_attention_kernel), "
-                        "packed documents; counted as attention_efficiency is (0..1].",
-                        positive_up_to(1)));
+                        "packed documents; counted as attention_efficiency is.",
+                        closed(kSlowestRate, 1, {})));
   s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency",
-                        "Achieved fraction of link bandwidth in collectives (0..1].", positive_up_to(1)));
+                        "Achieved fraction of link bandwidth in collectives.", closed(kSlowestRate, 1, {})));
   s.push_back(ODY_FLOAT(
       "hardware", hardware.runtime_overhead_gib, "runtime_overhead_gib",
       "CUDA context, NCCL buffers and allocator fragmentation: device memory outside the tensors, GiB per device.",

@@ -1,12 +1,17 @@
 // odyssey tune as scripts use it, through the built binary: the choice, the runner-up and the
 // changes (text and --json); -o writes a preset that check accepts, plan shows fitting and tune
 // leaves as it is; an existing -o is refused without --overwrite; bad arguments and a config that
-// nothing makes fit exit 2; plan shows the tuner's choice and runner-up.
+// nothing makes fit exit 2; plan shows the tuner's choice and runner-up; -o never writes through a
+// link, a FIFO or a planted temporary; output the system refuses is exit 1.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "cli_test_util.h"
@@ -106,6 +111,69 @@ TEST_CASE(
   std::remove(out.c_str());
 }
 
+TEST_CASE("odyssey tune -o: links, FIFOs and a file in the way of its temporary are refused, a mode is kept",
+          "[cli][tune]") {
+  const std::string target = scratch("victim.txt"), link = scratch("link.toml"), dangling = scratch("dangling.toml"),
+                    fifo = scratch("fifo.toml"), out = scratch("out.toml");
+  std::remove(link.c_str());
+  std::remove(dangling.c_str());
+  std::remove((out + ".tmp").c_str());
+  { std::ofstream(target) << "kept\n"; }
+  REQUIRE(::symlink(target.c_str(), link.c_str()) == 0);
+  REQUIRE(::symlink((target + ".none").c_str(), dangling.c_str()) == 0);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // A link planted where -o writes its temporary would have been followed.
+  REQUIRE(::symlink(target.c_str(), (out + ".tmp").c_str()) == 0);
+  const struct {
+    std::string args, says;
+  } cases[] = {
+      {"-o " + link + " --overwrite", link + " is a symbolic link"},
+      {"-o " + dangling, dangling + " is a symbolic link"},
+      {"-o " + fifo + " --overwrite", fifo + " is not a regular file"},
+      {"-o " + out, out + ".tmp exists, and -o writes through that name"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args);
+    const Run r = run_odyssey("tune presets/tiny-cpu.toml " + c.args);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains(c.says));
+  }
+  CHECK(read_text(target) == "kept\n");
+  struct stat st {};
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  std::remove((out + ".tmp").c_str());
+  // A private preset replaced stays private.
+  { std::ofstream(out) << "old\n"; }
+  REQUIRE(::chmod(out.c_str(), 0600) == 0);
+  require_exit(run_odyssey("tune presets/tiny-cpu.toml -o " + out + " --overwrite"), 0);
+  REQUIRE(::stat(out.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  // A description with a line break and a control character: the header comment stays one line.
+  const std::string preset = scratch("newline.toml"), tuned = scratch("newline-tuned.toml");
+  {
+    std::ofstream(preset)
+        << "description = \"first\\nsecond\\u0001\"\n[model]\nflavor = \"tiny\"\n[training]\nseq_len = 512\n";
+  }
+  require_exit(run_odyssey("tune " + preset + " -o " + tuned), 0);
+  require_exit(run_odyssey("check " + tuned), 0);
+  CHECK_THAT(read_text(tuned), Catch::StartsWith("# Odyssey preset: first second \n"));
+  for (const std::string& path : {target, link, dangling, fifo, out, preset, tuned}) std::remove(path.c_str());
+}
+
+TEST_CASE("odyssey plan: standard output the system refuses is a failure (exit 1), not a success", "[cli][tune]") {
+  // /dev/full refuses every write with ENOSPC, as a full disk does.
+  for (const std::string& command :
+       {std::string("plan presets/tiny-cpu.toml --json"), std::string("check presets/tiny-cpu.toml")}) {
+    INFO(command);
+    const int status = std::system((std::string("cd ") + ODYSSEY_SOURCE_DIR + " && " + ODYSSEY_BIN_DIR + "/odyssey " +
+                                    command + " > /dev/full 2> /dev/null")
+                                       .c_str());
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 1);
+  }
+}
+
 TEST_CASE("odyssey tune: bad arguments exit 2 with the reason and nothing on stdout", "[cli][tune]") {
   const std::string missing_dir = scratch("no-such-dir") + "/tuned.toml";
   const struct {
@@ -116,6 +184,7 @@ TEST_CASE("odyssey tune: bad arguments exit 2 with the reason and nothing on std
       {"tune presets/tiny-cpu.toml presets/tiny-cpu.toml", "expected one preset, got 2"},
       {"tune presets/tiny-cpu.toml --steps 3", "unknown option --steps"},
       {"tune presets/tiny-cpu.toml -o", "-o needs a value"},
+      {"tune presets/tiny-cpu.toml -o a.toml --output b.toml", "-o given twice (a.toml, then b.toml): give it once"},
       {"tune presets/tiny-cpu.toml --overwrite", "--overwrite needs -o OUT.toml"},
       {"tune presets/tiny-cpu.toml -o " + missing_dir, "does not exist"},
       {"tune presets/tiny-cpu.toml -o " + std::string(ODYSSEY_BINARY_DIR), "is a directory"},
