@@ -7,22 +7,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include "app/cli/cli.h"
 #include "app/cli/eval_heatmap.h"
 #include "app/cli/prepare_inputs.h"
 #include "app/cli/text_tokenizer.h"
+#include "engine/config/config_diff.h"
+#include "engine/config/schema.h"
 #include "engine/config/sizes.h"
+#include "engine/parallel/job.h"
 #include "engine/train/checkpoint_io.h"
+#include "engine/train/documents_dataset.h"
 #include "engine/train/eval.h"
 #include "engine/train/hf_checkpoint.h"
 #include "engine/util/files.h"
 #include "engine/util/json.h"
+#include "engine/util/json_read.h"
 #include "engine/util/splitmix.h"
 
 namespace odyssey::cli {
@@ -41,6 +49,7 @@ struct BadInput : std::runtime_error {
 struct EvalArgs {
   std::string source, data, out, preset, tokenizer;
   std::vector<Override> overrides;
+  std::vector<std::string> set_texts;  ///< each --set as given ("model.flavor=llama3-8b"), for messages
   int64_t seq_len = 0, trials = 3, first_bucket = 1024, needle_min = 1024, max_sequences = 0;
   uint64_t seed = 1234;
   bool json = false, overwrite = false, needle = true, quiet = false;
@@ -49,6 +58,7 @@ struct EvalArgs {
 EvalArgs parse(int argc, char** argv, int first) {
   EvalArgs a;
   int set_index = 0;
+  OnceFlags given;
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
     std::optional<std::string> inline_value;
@@ -57,10 +67,16 @@ EvalArgs parse(int argc, char** argv, int first) {
         inline_value = arg.substr(eq + 1);
         arg = arg.substr(0, eq);
       }
-    auto value = [&]() -> std::string {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= argc) throw BadInput(arg + " needs a value");
-      return argv[++i];
+    auto value = [&](bool once = true) -> std::string {  // once: a flag of one value (--set repeats)
+      std::string v;
+      if (inline_value)
+        v = *inline_value;
+      else if (i + 1 >= argc)
+        throw BadInput(arg + " needs a value");
+      else
+        v = argv[++i];
+      if (const std::string twice = once ? given.give(arg, v) : std::string(); !twice.empty()) throw BadInput(twice);
+      return v;
     };
     auto count = [&](int64_t min) -> int64_t {
       const std::string v = value();
@@ -88,6 +104,10 @@ EvalArgs parse(int argc, char** argv, int first) {
       a.seq_len = count(2);
     } else if (arg == "--trials") {
       a.trials = count(1);
+      if (a.trials > kMaxNeedleTrials)
+        throw BadInput("--trials " + std::to_string(a.trials) + ": at most " + std::to_string(kMaxNeedleTrials) +
+                       " a cell (a cell's accuracy then resolves 0.1%; each trial is one forward of every "
+                       "length at every depth)");
     } else if (arg == "--seed") {
       a.seed = static_cast<uint64_t>(count(0));
     } else if (arg == "--first-bucket") {
@@ -97,11 +117,12 @@ EvalArgs parse(int argc, char** argv, int first) {
     } else if (arg == "--max-sequences") {
       a.max_sequences = count(1);
     } else if (arg == "--set" || arg.rfind("--set=", 0) == 0) {
-      const std::string v = arg == "--set" ? value() : arg.substr(6);
+      const std::string v = arg == "--set" ? value(/*once=*/false) : arg.substr(6);
       Override o;
       ConfigIssue issue;
       if (!parse_override(v, ++set_index, &o, &issue)) throw BadInput(issue.format());
       a.overrides.push_back(o);
+      a.set_texts.push_back(v);
     } else if (!arg.empty() && arg[0] == '-') {
       throw BadInput("unknown option " + std::string(argv[i]));
     } else if (a.source.empty()) {
@@ -124,6 +145,56 @@ bool exists(const std::string& path) {
 std::string base_name(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+/// The --set arguments that name a [model] key, as given: "--set model.flavor=llama3-8b".
+std::string model_sets(const EvalArgs& a) {
+  std::string out;
+  for (size_t i = 0; i < a.overrides.size(); ++i)
+    if (a.overrides[i].section == "model") out += (out.empty() ? "--set " : ", --set ") + a.set_texts[i];
+  return out.empty() ? "--set" : out;
+}
+
+/// `model`'s shape as its keys say it: flavor "tiny" (n_layers 4, d_model 128, ...).
+std::string shape_text(const RunConfig& cfg) {
+  std::string out = "flavor \"" + cfg.model.flavor + "\" (";
+  for (size_t i = 0; i < model_shape_keys().size(); ++i) {
+    const KeySpec& spec = *model_shape_keys()[i];
+    out += (i ? ", " : "") + std::string(spec.name) + " " + value_text(spec, cfg);
+  }
+  return out + ")";
+}
+
+/// Eval runs the model whose weights it reads: the --set keys may change how it runs (RoPE
+/// scaling and theta for a context extension, norm_eps, the device and dtype, the ranks, the memory
+/// techniques), never a parameter's shape. Refused here, before the weights are read or a model
+/// built, naming each key that differs with the model's value and the asked one.
+void check_own_model(const RunConfig& own, const RunConfig& asked, const std::string& own_source, const EvalArgs& a) {
+  std::string changed;
+  for (const KeyChange& c : config_changes(own, asked))
+    for (const KeySpec* spec : model_shape_keys())
+      if (c.key == spec->full_name()) changed += (changed.empty() ? "" : ", ") + c.describe();
+  if (changed.empty()) return;
+  throw BadInput(model_sets(a) + ": " + own_source + " gives the model " + shape_text(own) + ", and the --set makes " +
+                 changed +
+                 ": eval runs the model whose weights it reads (keys that shape no weight may change: "
+                 "model.rope_theta, model.rope_scaling and model.rope_*, model.norm_eps; and training.device, "
+                 "training.dtype, parallel.*, memory.*)");
+}
+
+/// HF_DIR's config.json must parse before the preset loader reads it, so that the message names
+/// that file and says "parse error" rather than the override eval made of it.
+void check_hf_config_json(const std::string& dir) {
+  const std::string path = join_path(dir, "config.json");
+  std::string text, error;
+  try {
+    text = read_file_bounded(path, int64_t{64} << 20, "Hugging Face config.json");
+  } catch (const std::exception& e) {
+    throw BadInput("HF_DIR " + dir + ": " + e.what());
+  }
+  if (!parse_json(text, &error))
+    throw BadInput("HF_DIR " + dir + ": " + path + ": parse error, not JSON (" + error +
+                   "): a Hugging Face model directory holds its config.json as a JSON object");
 }
 
 /// The model to evaluate: its config and where its weights are.
@@ -164,19 +235,27 @@ Source open_source(const EvalArgs& a) {
     const LoadedPreset saved = load_preset_text(s.info->config_toml, s.info->path + "/config.toml");
     if (!saved.ok()) throw BadInput("the checkpoint's config does not load: " + saved.issues.front().format());
     s.saved = saved.config;
+    if (loaded.ok()) check_own_model(s.saved, loaded.config, s.info->path + "/config.toml", a);
     if (loaded.ok() && s.saved.parallel.emulate)
       throw BadInput(a.source + " is an emulated run (parallel.emulate): it saved rank 0 of " +
                      std::to_string(s.info->world_size) + " only, not the whole model");
   } else if (exists(join_path(a.source, "config.json"))) {
+    check_hf_config_json(a.source);
     std::vector<Override> overrides;
     Override hf;
     ConfigIssue issue;
     if (!parse_override("model.hf_path=\"" + a.source + "\"", 0, &hf, &issue)) throw BadInput(issue.format());
+    hf.loc = SourceLoc{"HF_DIR " + a.source, 0, 0};  // a message about it names the directory, not --set
     overrides.push_back(hf);
-    overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
     // Without --preset: the defaults, with the one key a preset must name (eval_config sets it again).
     const std::string defaults = "[training]\nseq_len = " + std::to_string(a.seq_len) + "\n";
-    loaded = a.preset.empty() ? load_preset_text(defaults, "(defaults)", overrides) : load_preset(a.preset, overrides);
+    auto load = [&](const std::vector<Override>& with) {
+      return a.preset.empty() ? load_preset_text(defaults, "(defaults)", with) : load_preset(a.preset, with);
+    };
+    const LoadedPreset own = load(overrides);  // HF_DIR's model as its config.json gives it
+    overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
+    loaded = load(overrides);
+    if (own.ok() && loaded.ok()) check_own_model(own.config, loaded.config, join_path(a.source, "config.json"), a);
   } else {
     throw BadInput(a.source +
                    ": neither a run directory (no checkpoints/latest.json) nor a Hugging Face model "
@@ -191,9 +270,18 @@ Source open_source(const EvalArgs& a) {
   return s;
 }
 
-/// One tokenizer process over `texts`: their tokens, in order.
-std::vector<std::vector<int64_t>> tokenize(const std::string& tokenizer_json, const std::vector<std::string>& texts,
-                                           int64_t model_vocab) {
+/// The needle's tokenizer: its tokenizer.json and how messages name it ("--tokenizer T", or the
+/// model directory's own).
+struct NeedleTokenizer {
+  std::string json;
+  std::string label;
+};
+
+/// One tokenizer process over `texts`: their tokens, in order. The tokenizer's vocabulary must be
+/// the one `data` was prepared with (its header's vocab_size: the filler and the prompts then mean
+/// the same tokens) and fit the model's.
+std::vector<std::vector<int64_t>> tokenize(const NeedleTokenizer& tokenizer, const std::vector<std::string>& texts,
+                                           int64_t model_vocab, const DocumentsFile& data) {
   char path[] = "/tmp/odyssey-eval-XXXXXX.jsonl";
   const int fd = ::mkstemps(path, 6);
   if (fd < 0) throw std::runtime_error(std::string("cannot create a temporary file ") + path);
@@ -212,13 +300,19 @@ std::vector<std::vector<int64_t>> tokenize(const std::string& tokenizer_json, co
   TokenizerEvents events;
   events.tokenizer = [&](const TokenizerInfo& info) {
     if (info.vocab_size > model_vocab)
-      throw PrepareError(2, "--tokenizer " + tokenizer_json + ": its vocabulary holds " +
-                                std::to_string(info.vocab_size) + " tokens, more than the model's model.vocab_size = " +
-                                std::to_string(model_vocab) + ": the tokenizer does not match the model");
+      throw PrepareError(2, tokenizer.label + ": its vocabulary holds " + std::to_string(info.vocab_size) +
+                                " tokens, more than the model's model.vocab_size = " + std::to_string(model_vocab) +
+                                ": the tokenizer does not match the model");
+    if (info.vocab_size != data.vocab_size())
+      throw PrepareError(2, tokenizer.label + ": its vocabulary holds " + std::to_string(info.vocab_size) +
+                                " tokens, and --data " + data.path() + " was prepared with a vocabulary of " +
+                                std::to_string(data.vocab_size()) +
+                                " (its header's vocab_size): the needle's prompts and the file's filler would be "
+                                "tokens of two tokenizers (pass the tokenizer the file was prepared with)");
   };
   events.document = [&](const uint32_t* ids, int64_t n) { out.emplace_back(ids, ids + n); };
   try {
-    run_text_tokenizer(tokenizer_json, false, {TextInput{path, "jsonl", 0}}, events);
+    run_text_tokenizer(tokenizer.json, false, {TextInput{path, "jsonl", 0}}, events);
   } catch (...) {
     ::unlink(path);
     throw;
@@ -230,9 +324,40 @@ std::vector<std::vector<int64_t>> tokenize(const std::string& tokenizer_json, co
   return out;
 }
 
-/// One passkey per trial, tokenized: the needle sentence, the question and the answer.
-std::vector<NeedlePrompt> needle_prompts(const std::string& tokenizer_json, int64_t trials, uint64_t seed,
-                                         int64_t model_vocab) {
+/// The id of the tokenizer's unknown token: its model's `unk_token` looked up in the model's
+/// vocabulary or the added tokens (WordLevel, WordPiece, BPE), or a Unigram model's `unk_id`; -1
+/// when it has none (byte-level BPE encodes every text) or the file does not say.
+int64_t unknown_token_id(const std::string& tokenizer_json) {
+  std::ifstream in(tokenizer_json, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::optional<Json> j = parse_json(text.str());
+  if (!j || !j->is_object() || !j->contains("model") || !j->at("model").is_object()) return -1;
+  const Json& model = j->at("model");
+  if (model.contains("unk_id") && model.at("unk_id").is_number_integer()) return model.at("unk_id").get<int64_t>();
+  if (!model.contains("unk_token") || !model.at("unk_token").is_string()) return -1;
+  const std::string unk = model.at("unk_token").get<std::string>();
+  if (model.contains("vocab") && model.at("vocab").is_object() && model.at("vocab").contains(unk) &&
+      model.at("vocab").at(unk).is_number_integer())
+    return model.at("vocab").at(unk).get<int64_t>();
+  if (j->contains("added_tokens") && j->at("added_tokens").is_array())
+    for (const Json& t : j->at("added_tokens"))
+      if (t.is_object() && t.value("content", "") == unk && t.contains("id") && t.at("id").is_number_integer())
+        return t.at("id").get<int64_t>();
+  return -1;
+}
+
+std::string tokens_text(const std::vector<int64_t>& tokens) {
+  std::string out = "[";
+  for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + std::to_string(tokens[i]);
+  return out + "]";
+}
+
+/// One passkey per trial, tokenized: the needle sentence, the question and the answer. A passkey
+/// the tokenizer cannot spell (an unknown token in its answer, or the same tokens as another
+/// passkey's) would make the grid score nothing meaningful: bad input.
+std::vector<NeedlePrompt> needle_prompts(const NeedleTokenizer& tokenizer, int64_t trials, uint64_t seed,
+                                         int64_t model_vocab, const DocumentsFile& data) {
   SplitMix rng(seed);
   std::vector<std::string> keys, texts{"What is the pass key? The pass key is"};
   for (int64_t t = 0; t < trials; ++t) {
@@ -242,7 +367,9 @@ std::vector<NeedlePrompt> needle_prompts(const std::string& tokenizer_json, int6
     texts.push_back(" The pass key is " + key + ". Remember it. " + key + " is the pass key. ");
     texts.push_back(" " + key);
   }
-  const auto tokens = tokenize(tokenizer_json, texts, model_vocab);
+  const auto tokens = tokenize(tokenizer, texts, model_vocab, data);
+  const int64_t unknown = unknown_token_id(tokenizer.json);
+  std::map<std::vector<int64_t>, std::string> spelled;  // answer tokens -> the passkey they spell
   std::vector<NeedlePrompt> out;
   for (int64_t t = 0; t < trials; ++t) {
     NeedlePrompt p;
@@ -250,8 +377,19 @@ std::vector<NeedlePrompt> needle_prompts(const std::string& tokenizer_json, int6
     p.question = tokens[0];
     p.needle = tokens[static_cast<size_t>(1 + 2 * t)];
     p.answer = tokens[static_cast<size_t>(2 + 2 * t)];
-    if (p.answer.empty())
-      throw BadInput("--tokenizer " + tokenizer_json + ": the passkey " + p.passkey + " gives no token");
+    if (p.answer.empty()) throw BadInput(tokenizer.label + ": the passkey " + p.passkey + " gives no token");
+    if (unknown >= 0 && std::find(p.answer.begin(), p.answer.end(), unknown) != p.answer.end())
+      throw BadInput(tokenizer.label + ": the passkey " + p.passkey + " (its answer \" " + p.passkey +
+                     "\") encodes to " + tokens_text(p.answer) + ", which holds the unknown token (id " +
+                     std::to_string(unknown) +
+                     "): the tokenizer cannot spell a passkey, so no trial could be answered (a tokenizer with "
+                     "the digits in its vocabulary, or --no-needle)");
+    const auto [other, first] = spelled.emplace(p.answer, p.passkey);
+    if (!first && other->second != p.passkey)
+      throw BadInput(tokenizer.label + ": the passkeys " + other->second + " and " + p.passkey + " both encode to " +
+                     tokens_text(p.answer) +
+                     ": the tokenizer cannot tell passkeys apart, so the grid would score nothing meaningful "
+                     "(a tokenizer that spells digits, or --no-needle)");
     out.push_back(std::move(p));
   }
   return out;
@@ -289,6 +427,11 @@ int run_eval(int argc, char** argv, int first) {
       throw BadInput(text);
     }
     const RunConfig& cfg = evaluated.config;
+    struct stat data_st {};
+    if (::stat(a.data.c_str(), &data_st) == 0 && !S_ISREG(data_st.st_mode))
+      throw BadInput("--data " + a.data + ": " +
+                     (S_ISDIR(data_st.st_mode) ? "a directory" : "not a regular file (a FIFO, socket or device)") +
+                     ", not a documents file (`odyssey prepare ... --out FILE` writes one)");
     std::optional<DocumentsFile> data;
     try {
       data.emplace(a.data, cfg.model.vocab_size);
@@ -299,17 +442,41 @@ int run_eval(int argc, char** argv, int first) {
       throw BadInput("--data " + a.data + " holds " + std::to_string(data->token_count()) +
                      " tokens, fewer than --seq-len " + std::to_string(a.seq_len) +
                      " + 1: evaluate a shorter --seq-len or give more held-out text");
+    // The sequences as the ranks will pack them: one without a target inside a document (its loss
+    // 0 / 0) is skipped, and a file of nothing else is bad input.
+    try {
+      const auto packed = make_documents_dataset(cfg.training, cfg.model, UntargetedSequences::Skip);
+      if (packed->skipped() > 0 && runs_rank_zero())  // under torchrun, rank 0's process says it
+        std::cerr << "odyssey eval: note: " << packed->skipped() << " of the "
+                  << packed->skipped() + packed->sequences() << " sequences of " << a.seq_len + 1
+                  << " tokens of --data " << a.data
+                  << " hold no target inside a document (one-token documents in a row) and are skipped\n";
+    } catch (const DataError& e) {
+      throw BadInput(std::string("--data: ") + e.what());
+    }
     // The needle's tokenizer: --tokenizer, else the model directory's own.
-    std::string tokenizer_json;
+    NeedleTokenizer tokenizer;
     std::vector<int64_t> lengths;
     if (a.needle) {
-      std::string tokenizer = a.tokenizer;
-      if (tokenizer.empty()) tokenizer = source.run ? cfg.model.hf_path : a.source;
-      if (tokenizer.empty())
-        throw BadInput("the needle grid needs a tokenizer and " + a.source +
-                       " names none (no model.hf_path): pass "
-                       "--tokenizer PATH (a tokenizer.json or a model directory), or --no-needle");
-      tokenizer_json = find_tokenizer_json(tokenizer);
+      if (!a.tokenizer.empty()) {
+        tokenizer.json = find_tokenizer_json(a.tokenizer);
+        tokenizer.label = "--tokenizer " + tokenizer.json;
+      } else {
+        const std::string dir = source.run ? cfg.model.hf_path : a.source;
+        const std::string where = source.run ? "model.hf_path " + dir : "HF_DIR " + dir;
+        if (dir.empty())
+          throw BadInput("the needle grid needs a tokenizer and " + a.source +
+                         " names none (no model.hf_path): pass "
+                         "--tokenizer PATH (a tokenizer.json or a model directory), or --no-needle");
+        tokenizer.json = is_directory(dir) ? join_path(dir, "tokenizer.json") : dir;
+        struct stat st {};
+        if (::stat(tokenizer.json.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+          throw BadInput("the needle grid needs a tokenizer: none was given (--tokenizer), and it was looked for in " +
+                         where +
+                         ", which holds no tokenizer.json: pass --tokenizer PATH (a tokenizer.json or a "
+                         "directory holding one), or --no-needle");
+        tokenizer.label = "the tokenizer " + tokenizer.json + " (" + where + "'s own)";
+      }
       lengths = needle_lengths(std::min(a.needle_min, a.seq_len), a.seq_len);
       // Each context length runs on the ranks as --seq-len does: the validator's rules for it.
       for (int64_t length : lengths) {
@@ -329,13 +496,21 @@ int run_eval(int argc, char** argv, int first) {
                                 : source.run   ? join_path(a.source, "eval")
                                                : "eval-" + base_name(a.source);
     const std::string json_path = join_path(out_dir, "eval.json"), png_path = join_path(out_dir, "needle.png");
-    for (const std::string& path : {json_path, png_path})
-      if (!a.overwrite && exists(path))
+    for (const std::string& path : {json_path, png_path}) {
+      if (!exists(path)) continue;
+      if (!a.overwrite)
         throw BadInput("--out " + out_dir + ": " + path +
                        " exists; pass --overwrite to replace it (nothing was written)");
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+        throw BadInput("--out " + out_dir + ": " + path + " is " +
+                       (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file") +
+                       ", and eval writes a file there (--overwrite replaces files only): remove it, or "
+                       "choose another --out (nothing was written)");
+    }
     std::vector<NeedlePrompt> prompts;
     if (a.needle) {
-      prompts = needle_prompts(tokenizer_json, a.trials, a.seed, cfg.model.vocab_size);
+      prompts = needle_prompts(tokenizer, a.trials, a.seed, cfg.model.vocab_size, *data);
       const NeedlePrompt& p = prompts.front();
       const int64_t fixed_tokens = static_cast<int64_t>(p.needle.size() + p.question.size() + p.answer.size());
       for (const NeedlePrompt& q : prompts)
@@ -348,6 +523,14 @@ int run_eval(int argc, char** argv, int first) {
     std::string error;
     int error_number = 0;
     if (!make_dirs(out_dir, &error, &error_number)) throw BadInput("--out " + out_dir + ": " + error);
+    {  // the outputs can be written there, known before the evaluation rather than after it
+      std::string probe = join_path(out_dir, ".eval-write-check-XXXXXX");
+      const int fd = ::mkstemp(probe.data());
+      if (fd < 0)
+        throw BadInput("--out " + out_dir + ": cannot write there (" + std::strerror(errno) + "; nothing was written)");
+      ::close(fd);
+      ::unlink(probe.c_str());
+    }
 
     // The weights, read here once for every rank of this process: a run's checkpoint whole (each
     // rank copies its FSDP slice; host memory: the model's fp32 parameters once), or the Hugging
@@ -497,7 +680,11 @@ int run_eval(int argc, char** argv, int first) {
     std::cout << "odyssey eval " << weights << " on " << a.data << " (" << report.device << ", " << ranks_text(cfg)
               << ", memory " << report.memory << ")\n"
               << "loss by position in document: " << buckets.sequences << " sequences of " << a.seq_len << " tokens, "
-              << buckets.tokens << " tokens scored, mean loss " << fixed(buckets.loss, 4) << "\n";
+              << buckets.tokens << " tokens scored, mean loss " << fixed(buckets.loss, 4)
+              << (buckets.skipped > 0
+                      ? " (" + std::to_string(buckets.skipped) + " without a target inside a document skipped)"
+                      : std::string())
+              << "\n";
     std::printf("  %-17s %10s %9s\n", "positions", "tokens", "loss");
     std::fflush(stdout);
     for (const PositionBucket& b : buckets.buckets) {

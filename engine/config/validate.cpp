@@ -97,10 +97,25 @@ void check_training(const RunConfig& cfg, Checker& c) {
     c.fail("training.dataset_path",
            std::string("is required when training.dataset = \"") + std::string(to_string(t.dataset)) + "\"",
            "give the data file's path, or use dataset = \"long-range\"");
+  if (t.dataset == DatasetKind::LongRange && !t.dataset_path.empty())
+    c.fail("training.dataset_path", "is set, and training.dataset = \"long-range\" reads no file (it is built in)",
+           "set training.dataset to \"tokens\", \"bytes\" or \"documents\" for the file, or remove dataset_path");
+  // The documents keys do nothing on another dataset: a value set away from its default is refused
+  // as document_mask is, never ignored (the defaults, which every preset carries, pass).
+  const std::string not_documents =
+      std::string("needs training.dataset = \"documents\" (it is \"") + std::string(to_string(t.dataset)) + "\")";
   if (t.document_mask && t.dataset != DatasetKind::Documents)
-    c.fail("training.document_mask",
-           std::string("needs training.dataset = \"documents\" (it is \"") + std::string(to_string(t.dataset)) + "\")",
+    c.fail("training.document_mask", not_documents,
            "only a documents file (odyssey prepare) says where documents begin");
+  if (t.document_packing != DocumentPacking::Split && t.dataset != DatasetKind::Documents)
+    c.fail("training.document_packing", not_documents, "only a documents file has documents to pack");
+  if (t.document_positions != DocumentPositions::Restart) {
+    if (t.dataset != DatasetKind::Documents)
+      c.fail("training.document_positions", not_documents, "only a documents file says where documents begin");
+    else if (!t.document_mask)
+      c.fail("training.document_positions",
+             "needs training.document_mask = true (without it positions always continue across the sequence)");
+  }
   if (t.dataset == DatasetKind::Bytes && c.in_range({"model.vocab_size"}) && cfg.model.vocab_size < 256)
     c.fail("model.vocab_size", "must be at least 256 for training.dataset = \"bytes\" (one token per byte value)");
   if (t.dataset == DatasetKind::LongRange) {

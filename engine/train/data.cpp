@@ -118,8 +118,11 @@ class LlmcTokenFile final : public TokenStream {
       throw DataError("data file '" + path + "': unsupported version " + std::to_string(header[1]) +
                       " (expected 1: uint16 tokens)");
     count_ = header[2];
+    if (count_ < 0)
+      throw DataError("data file '" + path + "': the header's token count = " + std::to_string(count_) +
+                      " is invalid: a count of tokens is 0 or more (header int 2 of an llm.c .bin)");
     const int64_t need = header_bytes + 2 * count_;
-    if (count_ < 0 || have < need)
+    if (have < need)
       throw DataError("data file '" + path + "': truncated: the header says " + std::to_string(count_) + " tokens (" +
                       std::to_string(need) + " bytes) but the file has " + std::to_string(have) + " bytes");
     // An llm.c file is exactly its header and its tokens; more bytes mean a wrong count or a file

@@ -186,7 +186,10 @@ DocumentsFile::DocumentsFile(const std::string& path, int64_t model_vocab) : fil
       const auto c = static_cast<unsigned char>(header[i]);
       char hex[8];
       std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      shown += c >= 0x20 && c < 0x7f ? std::string(1, static_cast<char>(c)) : std::string(hex);
+      if (c == '"' || c == '\\')
+        shown += std::string("\\") + static_cast<char>(c);  // escaped, so the quoted value reads back
+      else
+        shown += c >= 0x20 && c < 0x7f ? std::string(1, static_cast<char>(c)) : std::string(hex);
     }
     throw refuse("magic = \"" + shown +
                  "\": not a documents file (those begin \"ODYDOCS\\x00\"; `odyssey prepare` "

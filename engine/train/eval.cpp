@@ -1,7 +1,7 @@
 // Evaluation forward passes on the run's ranks: loss by position bucket over packed held-out
 // documents and the needle-in-a-haystack grid by teacher forcing, from each forward's gathered rows.
 // defines: eval_config, position_buckets, eval_position_buckets, needle_lengths, needle_sequence,
-// needle_sequences, eval_needle_grid, evaluate_on_ranks
+// needle_trial, needle_sequences, eval_needle_grid, evaluate_on_ranks
 #include "engine/train/eval.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "engine/parallel/job.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/train/data.h"
+#include "engine/train/documents_dataset.h"
 #include "engine/train/rank_loop.h"
 
 namespace odyssey {
@@ -85,18 +86,20 @@ BucketEval eval_position_buckets(Trainer& trainer, int64_t first_bucket, int64_t
   const RunConfig& cfg = trainer.config();
   const TrainingConfig& training = cfg.training;
   const int64_t S = training.seq_len;
-  if (!trainer.dataset().has_documents())
+  const auto* documents = dynamic_cast<const DocumentsDataset*>(&trainer.dataset());
+  if (documents == nullptr)
     throw std::invalid_argument("eval: the position buckets need the documents dataset (eval_config)");
   if (training.batch_size != 1)
     throw std::invalid_argument("eval: one sequence per replica (eval_config), not training.batch_size = " +
                                 std::to_string(training.batch_size));
   BucketEval out;
   out.buckets = position_buckets(S, first_bucket);
-  // Split packing: sequence k is the stream's tokens [kS, kS + S + 1), those that end in the file.
-  const int64_t T = DocumentsFile(training.dataset_path, cfg.model.vocab_size).token_count();
-  const int64_t sequences = std::max<int64_t>(0, (T - 1) / S);
+  // Split packing: sequence k is the stream's tokens [kS, kS + S + 1), those that end in the file,
+  // less those without a target inside a document (skipped by the dataset).
+  const int64_t sequences = documents->sequences();
   out.sequences = max_sequences > 0 ? std::min(sequences, max_sequences) : sequences;
-  out.unused_tokens = T - std::min(T, sequences * S + 1);
+  out.skipped = documents->skipped();
+  out.unused_tokens = documents->unused_tokens();
   const bool restart = training.document_positions == DocumentPositions::Restart;
   const RankContext& ctx = trainer.rank_context();
   const int64_t D = ctx.dp_size;
@@ -174,17 +177,21 @@ NeedleSequence needle_sequence(const DocumentsFile& filler, int64_t filler_offse
   return s;
 }
 
+NeedleSequence needle_trial(const DocumentsFile& filler, const std::vector<NeedlePrompt>& prompts, int64_t length,
+                            int64_t index) {
+  const int64_t trials = static_cast<int64_t>(prompts.size());
+  const int64_t depth = kNeedleDepths.at(static_cast<size_t>(index / trials)), t = index % trials;
+  // Trial t reads the stream from a place of its own: t/trials of the way through it.
+  const int64_t offset = static_cast<int64_t>(static_cast<double>(filler.token_count()) * static_cast<double>(t) /
+                                              static_cast<double>(trials));
+  return needle_sequence(filler, offset, prompts[static_cast<size_t>(t)], length, depth);
+}
+
 std::vector<NeedleSequence> needle_sequences(const DocumentsFile& filler, const std::vector<NeedlePrompt>& prompts,
                                              int64_t length) {
   std::vector<NeedleSequence> out;
-  const int64_t T = filler.token_count();
-  for (int64_t depth : kNeedleDepths)
-    for (size_t t = 0; t < prompts.size(); ++t) {
-      // Trial t reads the stream from a place of its own: t/trials of the way through it.
-      const int64_t offset =
-          static_cast<int64_t>(static_cast<double>(T) * static_cast<double>(t) / static_cast<double>(prompts.size()));
-      out.push_back(needle_sequence(filler, offset, prompts[t], length, depth));
-    }
+  const int64_t trials = static_cast<int64_t>(kNeedleDepths.size() * prompts.size());
+  for (int64_t i = 0; i < trials; ++i) out.push_back(needle_trial(filler, prompts, length, i));
   return out;
 }
 
@@ -192,21 +199,25 @@ namespace {
 
 /// The trials of one length as a dataset, so that make_rank_batch cuts their rows as it cuts
 /// training's: trial `index` (the last one past the end), its answer labels marked as answers.
+/// Memory: each trial is built when make_rank_batch asks for it (needle_trial), never all at once.
 class NeedleRows final : public Dataset {
  public:
-  explicit NeedleRows(const std::vector<NeedleSequence>& trials) : trials_(trials) {}
+  NeedleRows(const DocumentsFile& filler, const std::vector<NeedlePrompt>& prompts, int64_t length)
+      : filler_(filler), prompts_(prompts), length_(length) {}
   void sequence(int64_t index, std::vector<int64_t>* tokens, std::vector<uint8_t>* answer) const override {
-    const NeedleSequence& s = trials_.at(static_cast<size_t>(std::min<int64_t>(index, size() - 1)));
-    *tokens = s.tokens;
-    answer->assign(s.tokens.size() - 1, 0);
+    NeedleSequence s = needle_trial(filler_, prompts_, length_, std::min<int64_t>(index, size() - 1));
+    *tokens = std::move(s.tokens);
+    answer->assign(tokens->size() - 1, 0);
     std::fill(answer->begin() + s.answer_first_label, answer->begin() + s.answer_first_label + s.answer_tokens, 1);
   }
   bool has_answers() const override { return true; }
   std::string describe() const override { return "needle trials: " + std::to_string(size()); }
-  int64_t size() const { return static_cast<int64_t>(trials_.size()); }
+  int64_t size() const { return static_cast<int64_t>(kNeedleDepths.size() * prompts_.size()); }
 
  private:
-  const std::vector<NeedleSequence>& trials_;
+  const DocumentsFile& filler_;
+  const std::vector<NeedlePrompt>& prompts_;
+  int64_t length_;
 };
 
 }  // namespace
@@ -220,8 +231,7 @@ std::vector<NeedleCell> eval_needle_grid(Trainer& trainer, const DocumentsFile& 
   const int64_t total = static_cast<int64_t>(lengths.size() * kNeedleDepths.size()) * trials;
   int64_t done = 0;
   for (int64_t length : lengths) {
-    const std::vector<NeedleSequence> sequences = needle_sequences(filler, prompts, length);
-    const NeedleRows rows(sequences);
+    const NeedleRows rows(filler, prompts, length);
     const size_t first_cell = cells.size();
     for (int64_t depth : kNeedleDepths) {
       NeedleCell cell;
@@ -240,7 +250,8 @@ std::vector<NeedleCell> eval_needle_grid(Trainer& trainer, const DocumentsFile& 
       in.ids = batch.ids;
       in.labels = at::where(batch.answer_mask, batch.labels, at::full_like(batch.labels, -100));  // [1, length/P]
       in.first_position = batch.first_position;
-      in.global_tokens = sequences.front().answer_tokens * D;     // the loss's divisor: its value is not used here
+      // The loss's divisor: its value is not used here.
+      in.global_tokens = static_cast<int64_t>(prompts.front().answer.size()) * D;
       const GatheredRows result = forward_gathered(trainer, in);  // [D, length]
       for (int64_t d = 0; d < D && j * D + d < rows.size(); ++d) {
         const int64_t trial = j * D + d;
@@ -260,6 +271,8 @@ std::vector<NeedleCell> eval_needle_grid(Trainer& trainer, const DocumentsFile& 
 EvalReport evaluate_on_ranks(const RunConfig& cfg, const EvalRequest& request) {
   EvalReport report;
   run_on_ranks(cfg, "odyssey eval RUN_DIR --data FILE --seq-len N", [&](RankContext& ctx) {
+    // The trainer opens the documents dataset: a sequence without a target is left out, not refused.
+    const UntargetedSequencesScope skip(UntargetedSequences::Skip);
     Trainer trainer(cfg, ctx);
     if (request.load_weights) request.load_weights(trainer);
     const bool lead = ctx.rank == 0;

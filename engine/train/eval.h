@@ -3,8 +3,8 @@
 // teacher forcing, both forward only through Trainer::forward_tokens under the run's memory stack,
 // on the run's ranks (Ulysses slices and FSDP shards), every position's result gathered to each rank.
 // defines: eval_config, PositionBucket, position_buckets, BucketEval, eval_position_buckets,
-// NeedlePrompt, NeedleSequence, needle_lengths, kNeedleDepths, needle_sequence, needle_sequences,
-// NeedleCell, eval_needle_grid, EvalRequest, EvalReport, evaluate_on_ranks
+// NeedlePrompt, kMaxNeedleTrials, NeedleSequence, needle_lengths, kNeedleDepths, needle_sequence,
+// needle_trial, needle_sequences, NeedleCell, eval_needle_grid, EvalRequest, EvalReport, evaluate_on_ranks
 #pragma once
 
 #include <cstdint>
@@ -42,13 +42,16 @@ std::vector<PositionBucket> position_buckets(int64_t seq_len, int64_t first);
 struct BucketEval {
   std::vector<PositionBucket> buckets;
   int64_t sequences = 0;      ///< sequences of seq_len + 1 tokens evaluated
+  int64_t skipped = 0;        ///< sequences without a target inside a document, left out (not counted above)
   int64_t tokens = 0;         ///< labels scored (those crossing a document boundary are not)
   double loss = 0;            ///< mean CE over every scored label
   int64_t unused_tokens = 0;  ///< tokens after the last whole sequence (not evaluated)
 };
 
 /// Runs every sequence of the trainer's documents dataset (eval_config: split packing, masking)
-/// once, at most `max_sequences` (0: all), forward only, and sums each scored label's CE into the
+/// once, at most `max_sequences` (0: all), forward only (a sequence without a target inside a
+/// document, whose loss would be 0 / 0, is left out of the dataset: evaluate_on_ranks builds it
+/// under UntargetedSequences::Skip), and sums each scored label's CE into the
 /// bucket of its input's position: its offset within its document's part of the sequence (a
 /// document begun in an earlier sequence restarts at the sequence's start, as attention does), or
 /// its offset in the sequence with training.document_positions = "continue".
@@ -67,6 +70,12 @@ struct NeedlePrompt {
   std::string passkey;  ///< the digits, for reports
   std::vector<int64_t> needle, question, answer;
 };
+
+/// The most trials a needle cell runs (`--trials`): a cell's accuracy then resolves 0.1%, finer than
+/// any difference between two runs worth reading, and the grid costs 5 x 1000 forwards a length.
+/// The prompts are held for the whole grid (a few dozen tokens each), the sequences one forward at
+/// a time (needle_trial).
+constexpr int64_t kMaxNeedleTrials = 1000;
 
 /// Depths of the needle in percent of the filler: 0, 25, 50, 75, 100.
 inline const std::vector<int64_t> kNeedleDepths = {0, 25, 50, 75, 100};
@@ -90,8 +99,13 @@ struct NeedleSequence {
 NeedleSequence needle_sequence(const DocumentsFile& filler, int64_t filler_offset, const NeedlePrompt& prompt,
                                int64_t length, int64_t depth_percent);
 
-/// The trials of one context length in the grid's order: depths outer (kNeedleDepths), prompts
-/// inner; trial t's filler starts t/trials of the way through the stream.
+/// Trial `index` of one context length in the grid's order: depths outer (kNeedleDepths), prompts
+/// inner (index = depth index x prompts + t); trial t's filler starts t/trials of the way through
+/// the stream. Built when asked: eval_needle_grid holds one sequence a replica at a time.
+NeedleSequence needle_trial(const DocumentsFile& filler, const std::vector<NeedlePrompt>& prompts, int64_t length,
+                            int64_t index);
+
+/// Every trial of one context length (needle_trial's, in its order).
 std::vector<NeedleSequence> needle_sequences(const DocumentsFile& filler, const std::vector<NeedlePrompt>& prompts,
                                              int64_t length);
 

@@ -3,7 +3,9 @@
 // buckets and token counts against what the held-out file's index implies, the needle grid's
 // shape, the heatmap PNG's size; the same weights exported to a Hugging Face directory give the
 // same losses, and so does the run evaluated on two ranks (Ulysses 2, FSDP); bad input exits 2
-// naming the flag or file (a rank layout the validator refuses included) and writes nothing. The
+// naming the flag or file (a rank layout the validator refuses, a --set that reshapes the model, a
+// tokenizer that is not the file's or cannot spell a passkey included) before any weight is read,
+// and writes nothing; one-token documents: train refuses them, eval skips their sequences. The
 // studio's Eval panel is tested on fixtures of this output (tests/fixtures/eval/): they keep its shape.
 #include <sys/stat.h>
 
@@ -36,6 +38,14 @@ void write_jsonl(const std::string& path, int count, int shift) {
     for (int w = 0; w < words; ++w) text += kEvalWords[2 + (d * 7 + w * 3 + shift) % 8] + " ";
     out << "{\"text\": \"" << text << "\"}\n";
   }
+}
+
+/// `count` one-word documents ("cat"), as JSON lines: under document masking no label of theirs is
+/// a target.
+std::string one_word_lines(int count) {
+  std::string out;
+  for (int d = 0; d < count; ++d) out += "{\"text\": \"cat\"}\n";
+  return out;
 }
 
 /// Width and height from a PNG's IHDR (bytes 16..23, big-endian), after its signature.
@@ -334,6 +344,8 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --preset presets/tiny-cpu.toml",
        "carries its own config"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --bogus", "unknown option --bogus"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --seq-len=128 --no-needle",
+       "--seq-len given twice (64, then 128): give it once"},
       // Rank layouts the ranks cannot run: the validator's rules, by key.
       {"eval " + run_dir + " --data " + docs +
            " --seq-len 64 --no-needle --set parallel.world_size=3 "
@@ -356,4 +368,161 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
   }
   struct stat st {};
   CHECK(::stat((run_dir + "/eval/eval.json").c_str(), &st) != 0);  // nothing written by a refusal
+}
+
+TEST_CASE("odyssey eval: a reshaping --set, a tokenizer not the data's, an unwritable output exit 2 first",
+          "[cli][eval]") {
+  const std::string dir = fresh_dir("eval_refused");
+  REQUIRE(std::system(("mkdir -p '" + dir + "'").c_str()) == 0);
+  const std::string tokenizer = make_tokenizer(dir, kEvalWords, true);
+  write_jsonl(dir + "/docs.jsonl", 30, 0);
+  const std::string docs = dir + "/docs.odoc";
+  require_exit(run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + docs), 0);
+  const std::string run_dir = dir + "/run";
+  require_exit(run_odyssey("train " + kShort + "--set training.seq_len=64 --steps 1 --quiet --out " + run_dir), 0);
+  const std::string eval = "eval " + run_dir + " --data " + docs + " --seq-len 64 ";
+  auto refused = [](const std::string& args) {
+    INFO(args);
+    const Run r = run_odyssey(args);
+    require_exit(r, 2);
+    return r.err;
+  };
+
+  // The model is the run's own: a --set of a shape key is refused before a weight is read or a
+  // model built (llama3-8b's would not fit this machine's memory), naming the --set, the run's
+  // config, its value and the asked one.
+  std::string err = refused(eval + "--no-needle --set model.flavor=llama3-8b");
+  CHECK_THAT(err, Catch::Contains("--set model.flavor=llama3-8b: " + run_dir + "/checkpoints/") &&
+                      Catch::Contains("config.toml gives the model flavor \"tiny\" (n_layers 4, d_model 128, ") &&
+                      Catch::Contains("model.n_layers = 4 -> 32") && Catch::Contains("model.d_model = 128 -> 4096") &&
+                      Catch::Contains("eval runs the model whose weights it reads"));
+  err = refused(eval + "--no-needle --set memory.tiled_mlp=false --set model.vocab_size=512");
+  CHECK_THAT(err, Catch::Contains("--set model.vocab_size=512: ") && Catch::Contains("model.vocab_size = 256 -> 512") &&
+                      !Catch::Contains("tiled_mlp"));
+  // What shapes no weight may change: RoPE and the norm's epsilon (a context extension evaluated).
+  Run r = run_odyssey(eval + "--no-needle --json --out " + dir +
+                      "/rope --set model.rope_theta=500000 --set model.norm_eps=1e-6 --set memory.tiled_mlp=false");
+  require_exit(r, 0);
+  const auto rope = parse_json(r.out);
+  REQUIRE(rope.has_value());
+  CHECK(rope->at("tokens").get<int64_t>() > 0);
+  CHECK(std::isfinite(rope->at("loss").get<double>()));
+
+  // --trials has a bound, said before a prompt is built.
+  CHECK_THAT(refused(eval + "--tokenizer " + tokenizer + " --trials 99999999999"),
+             Catch::Contains("--trials 99999999999: at most 1000 a cell"));
+  CHECK_THAT(refused(eval + "--tokenizer " + tokenizer + " --trials 1001"),
+             Catch::Contains("--trials 1001: at most 1000"));
+
+  // Tokenizers the needle cannot use: a 3-word vocabulary (the file's has 29), the file's size
+  // without the digits (a passkey is unknown tokens), the file's size with every digit one token
+  // (every passkey the same tokens).
+  auto tokenizer_in = [&](const std::string& name, const std::vector<std::string>& words) {
+    REQUIRE(std::system(("mkdir -p '" + dir + "/" + name + "'").c_str()) == 0);
+    return make_tokenizer(dir + "/" + name, words, true);
+  };
+  const std::string small = tokenizer_in("tok_small", {"[UNK]", "</s>", "cat"});
+  std::vector<std::string> no_digits = kEvalWords;
+  for (size_t i = 19; i < no_digits.size(); ++i)
+    no_digits[i] = "word" + std::string(1, static_cast<char>('a' + i - 19));
+  const std::string unknown = tokenizer_in("tok_no_digits", no_digits);
+  const std::string same = tokenizer_in("tok_same_digits", kEvalWords);
+  std::string text = read_text(same);
+  for (int d = 1; d < 10; ++d) {  // "1": 20 ... "9": 28 all become id 19, the vocabulary still 29 words
+    const std::string from = "\"" + std::to_string(d) + "\": " + std::to_string(19 + d);
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), "\"" + std::to_string(d) + "\": 19");
+  }
+  std::ofstream(same, std::ios::trunc) << text;
+  CHECK_THAT(refused(eval + "--tokenizer " + small),
+             Catch::Contains("--tokenizer " + small + ": its vocabulary holds 3 tokens, and --data " + docs +
+                             " was prepared with a vocabulary of 29"));
+  CHECK_THAT(refused(eval + "--tokenizer " + unknown), Catch::Contains("--tokenizer " + unknown + ": the passkey ") &&
+                                                           Catch::Contains("which holds the unknown token (id 0)"));
+  CHECK_THAT(
+      refused(eval + "--tokenizer " + same + " --trials 2"),
+      Catch::Contains("--tokenizer " + same + ": the passkeys ") && Catch::Contains("both encode to [19 19 19 19 19]"));
+
+  // Messages that name what the user gave: --data a directory; an HF_DIR whose config.json does
+  // not parse, or without a tokenizer.json (no --tokenizer given).
+  CHECK_THAT(refused("eval " + run_dir + " --data " + dir + " --seq-len 64 --no-needle"),
+             Catch::Contains("--data " + dir + ": a directory, not a documents file"));
+  const std::string broken = dir + "/hf_broken";
+  REQUIRE(std::system(("mkdir -p '" + broken + "'").c_str()) == 0);
+  std::ofstream(broken + "/config.json") << "{broken";
+  err = refused("eval " + broken + " --data " + docs + " --seq-len 64 --no-needle");
+  CHECK_THAT(err, Catch::Contains("HF_DIR " + broken + ": " + broken + "/config.json: parse error") &&
+                      !Catch::Contains("--set"));
+  const std::string hf = dir + "/hf_no_tokenizer";
+  require_exit(run_odyssey("export " + run_dir + " --hf " + hf + " --dtype float32"), 0);
+  err = refused("eval " + hf + " --data " + docs + " --seq-len 64");
+  CHECK_THAT(err, Catch::Contains("none was given (--tokenizer), and it was looked for in HF_DIR " + hf) &&
+                      Catch::Contains("pass --tokenizer PATH") && Catch::Contains("--no-needle") &&
+                      !Catch::Contains("--tokenizer " + hf));
+
+  // An output that cannot be written is refused before the evaluation, not after it: eval.json a
+  // directory, even with --overwrite.
+  const std::string out = dir + "/out";
+  REQUIRE(std::system(("mkdir -p '" + out + "/eval.json'").c_str()) == 0);
+  CHECK_THAT(refused(eval + "--no-needle --overwrite --out " + out),
+             Catch::Contains("--out " + out + ": " + out + "/eval.json is a directory"));
+  struct stat st {};
+  CHECK(::stat((out + "/needle.png").c_str(), &st) != 0);
+}
+
+TEST_CASE("one-token documents: odyssey train refuses a sequence without a target, odyssey eval skips it",
+          "[cli][eval]") {
+  const std::string dir = fresh_dir("eval_one_token");
+  REQUIRE(std::system(("mkdir -p '" + dir + "'").c_str()) == 0);
+  const std::string tokenizer = make_tokenizer(dir, kEvalWords, true);
+  // 200 documents of one token; and 65 of them before 40 ordinary ones: at --seq-len 64 the first
+  // sequence, tokens [0, 65), holds no target (each label begins a document), the others do.
+  std::ofstream(dir + "/ones.jsonl") << one_word_lines(200);
+  write_jsonl(dir + "/text.jsonl", 40, 0);
+  std::ofstream(dir + "/mixed.jsonl") << one_word_lines(65) << read_text(dir + "/text.jsonl");
+  const std::string ones = dir + "/ones.odoc", mixed = dir + "/mixed.odoc";
+  require_exit(run_odyssey("prepare " + dir + "/ones.jsonl --tokenizer " + tokenizer + " --out " + ones), 0);
+  require_exit(run_odyssey("prepare " + dir + "/mixed.jsonl --tokenizer " + tokenizer + " --out " + mixed), 0);
+
+  // Training with document masking: refused as the file opens, before anything is written (exit
+  // 2, not "loss is NaN at step 1").
+  const std::string refused_run = dir + "/run_ones";
+  Run r = run_odyssey("train " + kShort + "--set training.seq_len=64 --set training.dataset=documents " +
+                      "--set training.dataset_path=" + ones + " --set training.document_mask=true --steps 1 --out " +
+                      refused_run);
+  require_exit(r, 2);
+  CHECK_THAT(r.err,
+             Catch::Contains("documents file '" + ones + "'") &&
+                 Catch::Contains("sequence 0 (tokens [0, 65) of the stream) holds no target inside a document") &&
+                 Catch::Contains("a document of 2 tokens or more") && Catch::Contains("3 of the 3 sequences"));
+  CHECK_THAT(r.out + r.err, !Catch::Contains("NaN"));
+  struct stat st {};
+  CHECK(::stat(refused_run.c_str(), &st) != 0);  // refused before the run directory is made: nothing written
+
+  // Eval skips the sequence, says so, and scores the others (no NaN); a file of nothing else is
+  // bad input.
+  const std::string run_dir = dir + "/run";
+  require_exit(run_odyssey("train " + kShort + "--set training.seq_len=64 --steps 1 --quiet --out " + run_dir), 0);
+  r = run_odyssey("eval " + run_dir + " --data " + mixed + " --seq-len 64 --first-bucket 8 --no-needle --json");
+  require_exit(r, 0);
+  const DocumentsBytes d = read_documents(mixed);
+  const int64_t sequences = (static_cast<int64_t>(d.tokens.size()) - 1) / 64;
+  REQUIRE(sequences >= 3);
+  CHECK_THAT(r.err,
+             Catch::Contains("note: 1 of the " + std::to_string(sequences) + " sequences of 65 tokens of --data " +
+                             mixed + " hold no target inside a document"));
+  const auto j = parse_json(r.out);
+  REQUIRE(j.has_value());
+  CHECK(j->at("sequences").get<int64_t>() == sequences - 1);
+  CHECK(std::isfinite(j->at("loss").get<double>()));
+  // The scored labels are those of the kept sequences: every label of sequences 1.. whose next
+  // token begins no document.
+  int64_t scored = 0;
+  for (int64_t q = 64; q < sequences * 64; ++q)
+    if (std::find(d.index.begin(), d.index.end(), static_cast<uint64_t>(q + 1)) == d.index.end()) ++scored;
+  CHECK(j->at("tokens").get<int64_t>() == scored);
+  r = run_odyssey("eval " + run_dir + " --data " + ones + " --seq-len 64 --no-needle");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--data: documents file '" + ones + "': none of its 3 sequences of 65 tokens"));
 }

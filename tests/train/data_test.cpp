@@ -154,6 +154,13 @@ TEST_CASE("data: llm.c .bin and raw bytes read back, bad files are named errors"
   CHECK_THAT(error_of(t, m),
              Catch::Contains("truncated.bin") && Catch::Contains("truncated") && Catch::Contains("1000 tokens"));
 
+  // A negative count is no count at all: said so, not "truncated".
+  t.dataset_path = temp_path("negative.bin");
+  write_llmc(t.dataset_path, 20240520, 1, -1, tokens);
+  CHECK_THAT(error_of(t, m), Catch::Contains("negative.bin") &&
+                                 Catch::Contains("the header's token count = -1 is invalid") &&
+                                 !Catch::Contains("truncated"));
+
   t.dataset_path = temp_path("header.bin");
   {
     std::ofstream f(t.dataset_path, std::ios::binary);

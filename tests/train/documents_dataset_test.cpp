@@ -1,6 +1,7 @@
 // The documents file of `odyssey prepare` and the documents dataset: a write/read round trip, every
 // malformed file refused with the file named, split and refuse packing with each sequence's exact
-// document starts, and make_rank_batch's starts on Ulysses shards and data-parallel replicas.
+// document starts, a sequence without a target under document masking (refused by training,
+// skipped by eval), and make_rank_batch's starts on Ulysses shards and data-parallel replicas.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -11,6 +12,7 @@
 
 #include "../common/engine_test_util.h"
 #include "engine/train/data.h"
+#include "engine/train/documents_dataset.h"
 #include "engine/train/documents_file.h"
 #include "engine/util/files.h"
 
@@ -170,6 +172,10 @@ TEST_CASE("documents file: every malformed file is refused, naming the file and 
   b[0] = 'X';
   CHECK_THAT(refused(b), names_file && Catch::Contains("magic = \"XDYDOCS\\x00\": not a documents file"));
   b = bytes;
+  b[1] = '"';  // a quote (and a backslash) inside the quoted value is escaped: the value reads back
+  b[2] = '\\';
+  CHECK_THAT(refused(b), names_file && Catch::Contains("magic = \"O\\\"\\\\DOCS\\x00\": not a documents file"));
+  b = bytes;
   poke<uint32_t>(b, 8, 2);
   CHECK_THAT(refused(b), names_file && Catch::Contains("version = 2: unsupported (this build reads version 1)"));
   b = bytes;
@@ -273,6 +279,52 @@ TEST_CASE("documents dataset: refuse packing begins every sequence at a document
   CHECK_NOTHROW(make_dataset(documents_training(long_path, 4, DocumentPacking::Split), vocab_model()));
   CHECK_THROWS_WITH(make_dataset(documents_training(long_path, 32, DocumentPacking::Split), vocab_model()),
                     Catch::Contains("holds 20 tokens, fewer than training.seq_len + 1 = 33"));
+}
+
+TEST_CASE("documents dataset: under document_mask a sequence without a target is refused by training, skipped by eval",
+          "[engine][data]") {
+  // Documents of 4, 1, 1, 1, 1, 4, 4 tokens begin at 0, 4, 5, 6, 7, 8, 12 (16 tokens). Split at
+  // S = 4: sequence 1 is tokens [4, 9), whose labels (tokens 5..8) each begin a document: no target.
+  const std::string path = write_documents("untargeted.odoc", {4, 1, 1, 1, 1, 4, 4});
+  TrainingConfig t = documents_training(path, 4, DocumentPacking::Split);
+  CHECK_NOTHROW(make_dataset(t, vocab_model()));  // without the mask every label is a target
+  t.document_mask = true;
+  CHECK_THROWS_WITH(make_dataset(t, vocab_model()),
+                    Catch::Contains("documents file '" + path + "'") &&
+                        Catch::Contains("sequence 1 (tokens [4, 9) of the stream) holds no target inside a document") &&
+                        Catch::Contains("a document of 2 tokens or more") &&
+                        Catch::Contains("1 of the 3 sequences hold none"));
+  // Eval's policy: the sequence is left out of the pass; the others keep their order and tokens.
+  const auto skipping = make_documents_dataset(t, vocab_model(), UntargetedSequences::Skip);
+  CHECK(skipping->sequences() == 2);
+  CHECK(skipping->skipped() == 1);
+  CHECK(skipping->unused_tokens() == 3);
+  CHECK(packed(*skipping, 0).tokens == iota_tokens(0, 5));
+  CHECK(packed(*skipping, 1).tokens == iota_tokens(8, 5));
+  CHECK(packed(*skipping, 1).starts == Starts{0, 4});
+  CHECK(packed(*skipping, 2).tokens == iota_tokens(0, 5));  // the pass wraps over the kept ones
+  for (int64_t step = 0; step < 2; ++step) CHECK(trained_labels(*skipping, step, t, 1) > 0);
+  CHECK_THAT(skipping->describe(), Catch::Contains("1 without a target inside a document skipped"));
+  // make_dataset (the trainer's) takes the thread's policy while a scope holds it, and only then.
+  {
+    const UntargetedSequencesScope scope(UntargetedSequences::Skip);
+    CHECK(dynamic_cast<const DocumentsDataset&>(*make_dataset(t, vocab_model())).skipped() == 1);
+  }
+  CHECK_THROWS_AS(make_dataset(t, vocab_model()), DataError);
+
+  // Refuse packing: sequence 1 begins at document 2 (token 5); tokens 6..9 each begin a document.
+  const std::string refuse_path = write_documents("untargeted_refuse.odoc", {4, 1, 1, 1, 1, 1, 4});
+  TrainingConfig r = documents_training(refuse_path, 4, DocumentPacking::Refuse);
+  r.document_mask = true;
+  CHECK_THROWS_WITH(make_dataset(r, vocab_model()), Catch::Contains("sequence 1 (tokens [5, 10) of the stream)"));
+
+  // Nothing but one-token documents: no sequence holds a target, refused under either policy.
+  const std::string ones = write_documents("ones.odoc", std::vector<int64_t>(20, 1));
+  TrainingConfig o = documents_training(ones, 4, DocumentPacking::Split);
+  o.document_mask = true;
+  CHECK_THROWS_WITH(make_dataset(o, vocab_model()), Catch::Contains("4 of the 4 sequences hold none"));
+  CHECK_THROWS_WITH(make_documents_dataset(o, vocab_model(), UntargetedSequences::Skip),
+                    Catch::Contains("none of its 4 sequences of 5 tokens holds a target inside a document"));
 }
 
 TEST_CASE("data: a rank's batch carries its sequences' whole document starts on every shard and replica",

@@ -154,6 +154,25 @@ TEST_CASE("eval: a needle sequence holds filler, needle, question and answer whe
     CHECK(s.tokens[first_filler] == 10 + 45 % 40);
   }
   CHECK_THROWS_AS(needle_sequence(filler, 0, p, 5, 50), std::invalid_argument);
+
+  // The grid builds each trial alone when its forward runs (memory: one sequence a replica, never
+  // the grid): trial i of two prompts is depth i / 2's with prompt i % 2, its filler from
+  // (i % 2) / 2 of the 50-token stream; needle_sequences lists the same trials in that order.
+  NeedlePrompt q = p;
+  q.answer = {8, 9, 10};
+  const std::vector<NeedlePrompt> prompts = {p, q};
+  const std::vector<NeedleSequence> all = needle_sequences(filler, prompts, 40);
+  REQUIRE(all.size() == 2 * kNeedleDepths.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
+    INFO("trial " << i);
+    const NeedleSequence want =
+        needle_sequence(filler, 25 * (i % 2), prompts[static_cast<size_t>(i % 2)], 40, kNeedleDepths[i / 2]);
+    const NeedleSequence one = needle_trial(filler, prompts, 40, i);
+    CHECK(one.tokens == want.tokens);
+    CHECK(one.answer_first_label == want.answer_first_label);
+    CHECK(one.answer_tokens == static_cast<int64_t>(prompts[static_cast<size_t>(i % 2)].answer.size()));
+    CHECK(all[static_cast<size_t>(i)].tokens == want.tokens);
+  }
   ::unlink(path.c_str());
 }
 
