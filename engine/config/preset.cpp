@@ -37,6 +37,16 @@ bool parse_override(std::string_view text, int index, Override* out, ConfigIssue
   const auto eq = text.find('=');
   const std::string_view name = eq == std::string_view::npos ? text : text.substr(0, eq);
   const auto dot = name.find('.');
+  // A top-level key (description) has no section to name.
+  const bool top_level =
+      eq != std::string_view::npos && dot == std::string_view::npos && find_key_spec("", std::string(name)) != nullptr;
+  if (top_level) {
+    out->section.clear();
+    out->key = std::string(name);
+    out->value = RawValue::from_text(text.substr(eq + 1));
+    out->loc = loc;
+    return true;
+  }
   if (eq == std::string_view::npos || dot == std::string_view::npos || dot == 0 || dot + 1 == name.size()) {
     if (issue)
       *issue = ConfigIssue{loc, "", "", "--set " + std::string(text) + ": expected section.key=value",

@@ -129,6 +129,25 @@ void check_studio_fixture(const std::string& name, const Json& live) {
   CHECK(fixture->at("needle").at("cells").size() == live.at("needle").at("cells").size());
 }
 
+/// A tokenizer, a documents file of 30 documents and a run of one step at 64 tokens, in a fresh
+/// folder: what the refusal cases evaluate.
+struct EvalRun {
+  std::string dir, tokenizer, docs, run_dir;
+};
+
+EvalRun one_step_run(const std::string& name) {
+  EvalRun r;
+  r.dir = fresh_dir(name);
+  REQUIRE(std::system(("mkdir -p '" + r.dir + "'").c_str()) == 0);
+  r.tokenizer = make_tokenizer(r.dir, kEvalWords, true);
+  write_jsonl(r.dir + "/docs.jsonl", 30, 0);
+  r.docs = r.dir + "/docs.odoc";
+  require_exit(run_odyssey("prepare " + r.dir + "/docs.jsonl --tokenizer " + r.tokenizer + " --out " + r.docs), 0);
+  r.run_dir = r.dir + "/run";
+  require_exit(run_odyssey("train " + kShort + "--set training.seq_len=64 --steps 1 --quiet --out " + r.run_dir), 0);
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid and heatmap", "[cli][eval]") {
@@ -319,14 +338,9 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
 }
 
 TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][eval]") {
-  const std::string dir = fresh_dir("eval_bad");
-  REQUIRE(std::system(("mkdir -p '" + dir + "'").c_str()) == 0);
-  const std::string tokenizer = make_tokenizer(dir, kEvalWords, true);
-  write_jsonl(dir + "/docs.jsonl", 30, 0);
-  const std::string docs = dir + "/docs.odoc";
-  require_exit(run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + docs), 0);
-  const std::string run_dir = dir + "/run";
-  require_exit(run_odyssey("train " + kShort + "--set training.seq_len=64 --steps 1 --quiet --out " + run_dir), 0);
+  const EvalRun fixture = one_step_run("eval_bad");
+  const std::string &dir = fixture.dir, &tokenizer = fixture.tokenizer, &docs = fixture.docs,
+                    &run_dir = fixture.run_dir;
   struct Case {
     std::string args, message;
   };
@@ -372,14 +386,9 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
 
 TEST_CASE("odyssey eval: a reshaping --set, a tokenizer not the data's, an unwritable output exit 2 first",
           "[cli][eval]") {
-  const std::string dir = fresh_dir("eval_refused");
-  REQUIRE(std::system(("mkdir -p '" + dir + "'").c_str()) == 0);
-  const std::string tokenizer = make_tokenizer(dir, kEvalWords, true);
-  write_jsonl(dir + "/docs.jsonl", 30, 0);
-  const std::string docs = dir + "/docs.odoc";
-  require_exit(run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + docs), 0);
-  const std::string run_dir = dir + "/run";
-  require_exit(run_odyssey("train " + kShort + "--set training.seq_len=64 --steps 1 --quiet --out " + run_dir), 0);
+  const EvalRun fixture = one_step_run("eval_refused");
+  const std::string &dir = fixture.dir, &tokenizer = fixture.tokenizer, &docs = fixture.docs,
+                    &run_dir = fixture.run_dir;
   const std::string eval = "eval " + run_dir + " --data " + docs + " --seq-len 64 ";
   auto refused = [](const std::string& args) {
     INFO(args);

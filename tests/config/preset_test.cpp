@@ -161,6 +161,10 @@ TEST_CASE("set overrides parse, apply and point at themselves", "[config][overri
   CHECK(issue.format() ==
         "--set:5:1: --set seq_len=3M: expected section.key=value (for example --set training.seq_len=3M)");
   CHECK_FALSE(parse_override("training.seq_len", 6, &o, &issue));
+  // The one top-level key takes no section.
+  REQUIRE(parse_override("description=\"a 3M run\"", 7, &o, &issue));
+  CHECK(o.section.empty());
+  CHECK(o.key == "description");
 
   const std::string preset = std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3-8b-3m-8xh100.toml";
   std::vector<Override> sets(2);
@@ -171,6 +175,11 @@ TEST_CASE("set overrides parse, apply and point at themselves", "[config][overri
   CHECK(loaded.config.training.seq_len == 5 * 1024 * 1024);
   CHECK(loaded.config.memory.untied_ulysses);
   CHECK(loaded.sources.at("training.seq_len").file == "--set");
+  std::vector<Override> described(1);
+  REQUIRE(parse_override("description=\"the 3M preset at 5M\"", 1, &described[0], &issue));
+  const LoadedPreset renamed = load_preset(preset, described);
+  REQUIRE(renamed.ok());
+  CHECK(renamed.config.description == "the 3M preset at 5M");
 
   std::vector<Override> bad(1);
   REQUIRE(parse_override("parallel.ulysses_degree=3", 1, &bad[0], &issue));
