@@ -189,17 +189,26 @@ std::optional<LoadedPreset> load_or_report(const std::string& path, const std::v
     for (const auto& issue : loaded.issues) err << issue.format() << "\n";
     return std::nullopt;
   }
-  RunConfig& cfg = loaded.config;
-  if (plans_document_lengths(cfg.training)) {
-    // the planner counts each document's attention (its step time) from the file's lengths
-    try {
-      cfg.document_lengths = read_document_lengths(cfg.training.dataset_path, cfg.model.vocab_size);
-    } catch (const DataError& e) {
-      err << path << ": training.dataset_path: " << e.what() << "\n";
-      return std::nullopt;
-    }
+  if (const std::optional<ConfigIssue> issue = read_planned_documents(loaded)) {
+    err << issue->format() << "\n";
+    return std::nullopt;
   }
   return loaded;
+}
+
+std::optional<ConfigIssue> read_planned_documents(LoadedPreset& loaded) {
+  RunConfig& cfg = loaded.config;
+  if (!plans_document_lengths(cfg.training)) return std::nullopt;
+  // the planner counts each document's attention (its step time) from the file's lengths
+  try {
+    cfg.document_lengths = read_document_lengths(cfg.training.dataset_path, cfg.model.vocab_size);
+    return std::nullopt;
+  } catch (const DataError& e) {
+    const auto at = loaded.sources.find("training.dataset_path");
+    return ConfigIssue{at != loaded.sources.end() ? at->second : SourceLoc{}, "training.dataset_path",
+                       "\"" + cfg.training.dataset_path + "\"", e.what(),
+                       "the planner reads the documents' lengths from this file"};
+  }
 }
 
 }  // namespace odyssey::cli

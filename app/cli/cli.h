@@ -66,6 +66,10 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
 std::optional<LoadedPreset> load_or_report(const std::string& path, const std::vector<Override>& overrides,
                                            std::ostream& err);
 
+/// A documents preset's file read for the planner (the lengths its step time counts) into
+/// `loaded.config.document_lengths`; the issue, at training.dataset_path's line, when it cannot be.
+std::optional<ConfigIssue> read_planned_documents(LoadedPreset& loaded);
+
 /// A subcommand: `run` gets argv with argv[first] being the first argument after its name.
 struct Command {
   int order;  ///< position in --help (the CLI contract's order)

@@ -23,7 +23,9 @@ int run_check(int argc, char** argv, int first) {
   JsonWriter w(json);
   w.begin_object().key("presets").begin_array();
   for (const auto& path : args->positional) {
-    const LoadedPreset loaded = load_preset(path, args->overrides);
+    LoadedPreset loaded = load_preset(path, args->overrides);
+    if (loaded.ok())  // what plan and train read besides the preset: its documents file
+      if (std::optional<ConfigIssue> issue = read_planned_documents(loaded)) loaded.issues.push_back(std::move(*issue));
     all_ok = all_ok && loaded.ok();
     w.begin_object().key("path").value(path).key("ok").value(loaded.ok()).key("issues").begin_array();
     for (const auto& issue : loaded.issues) {

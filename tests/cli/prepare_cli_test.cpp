@@ -375,3 +375,20 @@ TEST_CASE("odyssey train: two steps on a prepared file, split and refuse packing
   require_exit(missing, 2);
   CHECK_THAT(missing.err, Catch::Contains("absent.odoc"));
 }
+
+TEST_CASE("odyssey check and plan: a documents preset whose file is missing is FILE:LINE:COL, exit 2",
+          "[cli][prepare]") {
+  // check validated the preset's text only and passed what plan and train refuse (the planner
+  // reads the documents' lengths); both now name the key's line.
+  const std::string dir = make_dir("check_documents");
+  const std::string preset = dir + "/documents.toml";
+  std::ofstream(preset) << "[model]\nflavor = \"tiny\"\n[training]\nseq_len = 512\ndataset = \"documents\"\n"
+                           "dataset_path = \""
+                        << dir << "/absent.odoc\"\ndocument_mask = true\n";
+  for (const std::string& command : {std::string("check "), std::string("plan ")}) {
+    INFO(command);
+    const Run r = run_odyssey(command + preset);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains(preset + ":6:1: training.dataset_path = \"" + dir + "/absent.odoc\": data file"));
+  }
+}
