@@ -257,6 +257,23 @@ std::vector<std::string> config_notes(const RunConfig& cfg) {
          "scaled the whole step); set both to scale the whole step";
     notes.push_back(o.str());
   }
+  // A technique's size kept while the technique is off (the studio keeps it across a toggle): not
+  // an error, but it sizes nothing until the technique is on again.
+  const MemoryConfig defaults;
+  const struct {
+    bool off, moved;
+    const char *size_key, *technique_key;
+  } idle_sizes[] = {
+      {!cfg.memory.tiled_mlp, cfg.memory.mlp_tile_tokens != defaults.mlp_tile_tokens, "mlp_tile_tokens", "tiled_mlp"},
+      {!cfg.memory.tiled_loss, cfg.memory.loss_tile_tokens != defaults.loss_tile_tokens, "loss_tile_tokens",
+       "tiled_loss"},
+      {!cfg.memory.untied_ulysses, cfg.memory.heads_per_stage != defaults.heads_per_stage, "heads_per_stage",
+       "untied_ulysses"},
+  };
+  for (const auto& idle : idle_sizes)
+    if (idle.off && idle.moved)
+      notes.push_back(std::string("memory.") + idle.size_key + " is set while memory." + idle.technique_key +
+                      " = false: it sizes nothing until " + idle.technique_key + " is on");
   return notes;
 }
 

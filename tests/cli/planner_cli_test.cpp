@@ -396,6 +396,27 @@ TEST_CASE("odyssey check notes a device that takes the other path than its profi
   CHECK(parse(plain_json).at("presets")[0].at("notes").empty());
 }
 
+TEST_CASE("odyssey check notes a tile or stage size kept while its technique is off", "[cli][planner]") {
+  // Not an error (the studio keeps the size across a toggle), but it sizes nothing meanwhile.
+  const Run on = run_odyssey("check presets/tiny-cpu.toml --set memory.mlp_tile_tokens=64");
+  REQUIRE(on.code == 0);
+  CHECK(on.out.find("note:") == std::string::npos);
+  const struct {
+    std::string sets, note;
+  } cases[] = {
+      {"--set memory.tiled_mlp=false --set memory.mlp_tile_tokens=64",
+       "note: memory.mlp_tile_tokens is set while memory.tiled_mlp = false: it sizes nothing until tiled_mlp is on"},
+      {"--set memory.tiled_loss=false --set memory.loss_tile_tokens=64", "note: memory.loss_tile_tokens is set"},
+      {"--set memory.untied_ulysses=false --set memory.heads_per_stage=2", "note: memory.heads_per_stage is set"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.sets);
+    const Run r = run_odyssey("check presets/tiny-cpu.toml " + c.sets);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find(c.note) != std::string::npos);
+  }
+}
+
 TEST_CASE("odyssey check notes a compute_efficiency moved alone, which once scaled the whole step", "[cli][planner]") {
   // The 8B preset plans at its profile's 0.5 and 0.55; compute_efficiency alone moved leaves the
   // attention kernels (most of a long step) at 0.55: a note, exit 0. Both moved, or the 1B preset's
