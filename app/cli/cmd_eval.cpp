@@ -14,7 +14,6 @@
 #include <iostream>
 #include <map>
 #include <optional>
-#include <sstream>
 
 #include "app/cli/cli.h"
 #include "app/cli/eval_heatmap.h"
@@ -328,10 +327,13 @@ std::vector<std::vector<int64_t>> tokenize(const NeedleTokenizer& tokenizer, con
 /// vocabulary or the added tokens (WordLevel, WordPiece, BPE), or a Unigram model's `unk_id`; -1
 /// when it has none (byte-level BPE encodes every text) or the file does not say.
 int64_t unknown_token_id(const std::string& tokenizer_json) {
-  std::ifstream in(tokenizer_json, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::optional<Json> j = parse_json(text.str());
+  std::string text;
+  try {  // bounded as every input file is (the largest published tokenizer.json is tens of MB)
+    text = read_file_bounded(tokenizer_json, int64_t{1} << 30, "tokenizer.json");
+  } catch (const FileReadError&) {  // unreadable: the tokenizer's own run says why
+    return -1;
+  }
+  const std::optional<Json> j = parse_json(text);
   if (!j || !j->is_object() || !j->contains("model") || !j->at("model").is_object()) return -1;
   const Json& model = j->at("model");
   if (model.contains("unk_id") && model.at("unk_id").is_number_integer()) return model.at("unk_id").get<int64_t>();
@@ -468,13 +470,14 @@ int run_eval(int argc, char** argv, int first) {
           throw BadInput("the needle grid needs a tokenizer and " + a.source +
                          " names none (no model.hf_path): pass "
                          "--tokenizer PATH (a tokenizer.json or a model directory), or --no-needle");
-        tokenizer.json = is_directory(dir) ? join_path(dir, "tokenizer.json") : dir;
-        struct stat st {};
-        if (::stat(tokenizer.json.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+        try {
+          tokenizer.json = find_tokenizer_json(dir);  // its message would name a --tokenizer not given
+        } catch (const PrepareError&) {
           throw BadInput("the needle grid needs a tokenizer: none was given (--tokenizer), and it was looked for in " +
                          where +
                          ", which holds no tokenizer.json: pass --tokenizer PATH (a tokenizer.json or a "
                          "directory holding one), or --no-needle");
+        }
         tokenizer.label = "the tokenizer " + tokenizer.json + " (" + where + "'s own)";
       }
       lengths = needle_lengths(std::min(a.needle_min, a.seq_len), a.seq_len);

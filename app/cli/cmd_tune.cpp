@@ -26,8 +26,8 @@ std::string output_problem(const std::string& path, bool overwrite) {
     if (!S_ISREG(st.st_mode)) return path + " is not a regular file (a FIFO, socket or device); name a file";
     if (!overwrite) return path + " exists; pass --overwrite to replace it";
   }
-  if (::lstat((path + ".tmp").c_str(), &st) == 0)
-    return path + ".tmp exists, and -o writes through that name before renaming it: remove it, or choose another name";
+  if (const std::string tmp = AtomicFile::temporary_path(path); ::lstat(tmp.c_str(), &st) == 0)
+    return tmp + " exists, and -o writes through that name before renaming it: remove it, or choose another name";
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
   if (!is_directory(dir)) return "the directory " + dir + " of " + path + " does not exist";

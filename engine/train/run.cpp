@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <optional>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "engine/config/preset.h"
 #include "engine/config/sizes.h"
@@ -123,6 +123,15 @@ void remove_run_outputs(const std::string& dir) {
   remove_tree(join_path(dir, "checkpoints"));
 }
 
+/// Every path a run owns in `dir`: its files (kRunFiles), its checkpoints folder and its lock.
+std::vector<std::string> run_owned_paths(const std::string& dir) {
+  std::vector<std::string> owned;
+  for (const char* name : kRunFiles) owned.push_back(join_path(dir, name));
+  owned.push_back(join_path(dir, "checkpoints"));
+  owned.push_back(RunDirLock::lock_path(dir));
+  return owned;
+}
+
 /// A run directory's files (kRunFiles) as a run found them: each one's bytes, nullopt where absent.
 using RunFilesAsFound = std::vector<std::pair<std::string, std::optional<std::string>>>;
 
@@ -178,15 +187,16 @@ std::vector<std::string> run_outputs_in(const std::string& dir) {
   if (::lstat(join_path(dir, "trace.json").c_str(), &st) == 0 && S_ISREG(st.st_mode)) found.push_back("trace.json");
   // Step folders without latest.json (a run killed in its first checkpoint, a copy cut short) are
   // a run's too, when they hold a file it wrote (a regular file: not a link planted there).
-  if (!path_exists(join_path(dir, "checkpoints/latest.json"))) {
-    bool written = false;
+  auto holds_written_step = [&] {
     const std::string checkpoints = join_path(dir, "checkpoints");
     for (const std::string& step : list_dir(checkpoints))
       for (const std::string& name : list_dir(join_path(checkpoints, step)))
-        written = written ||
-                  (::lstat(join_path(join_path(checkpoints, step), name).c_str(), &st) == 0 && S_ISREG(st.st_mode));
-    if (written) found.push_back("checkpoints/ without latest.json");
-  }
+        if (::lstat(join_path(join_path(checkpoints, step), name).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+          return true;
+    return false;
+  };
+  if (!path_exists(join_path(dir, "checkpoints/latest.json")) && holds_written_step())
+    found.push_back("checkpoints/ without latest.json");
   return found;
 }
 
@@ -279,13 +289,11 @@ void check_output_file(const std::string& option, const std::string& path, const
   const std::string file = resolve_path(path);
   for (const std::string& dir : {opt.out_dir, opt.resume_dir}) {
     if (dir.empty()) continue;
-    const std::string run = resolve_path(dir);
-    for (const char* name : {"metrics.jsonl", "summary.json", "trace.json", "checkpoints", ".odyssey.lock"}) {
-      const std::string own = join_path(run, name);
-      if (file == own || file.rfind(own + "/", 0) == 0)
-        throw std::invalid_argument(option + " " + path + " is the run's own " + name + " in " + dir +
+    for (const std::string& owned : run_owned_paths(resolve_path(dir)))
+      if (file == owned || file.rfind(owned + "/", 0) == 0)
+        throw std::invalid_argument(option + " " + path + " is the run's own " +
+                                    owned.substr(owned.find_last_of('/') + 1) + " in " + dir +
                                     ": name a file beside the run's outputs");
-    }
   }
   if (!opt.preset.empty() && resolve_path(opt.preset) == file)
     throw std::invalid_argument(option + " " + path + " is the preset " + opt.preset + ": name another file");

@@ -209,7 +209,7 @@ std::string parent_dir(const std::string& path) {
 
 // [section] AtomicFile ------------------------------------------------------------------------------
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(temporary_path(path_)) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw FileWriteError(system_error("cannot create", tmp_));
   // A file replaced keeps its permissions (a preset kept private stays private).

@@ -81,6 +81,8 @@ class AtomicFile {
   void write(const std::string& text) { write(text.data(), text.size()); }
   void commit();
   const std::string& path() const { return path_; }
+  /// The name a file at `path` is written through before the rename ("PATH.tmp").
+  static std::string temporary_path(const std::string& path) { return path + ".tmp"; }
 
  private:
   std::string path_, tmp_;
