@@ -59,7 +59,17 @@ std::vector<LiveEntry> LiveSet::live_entries(int except, int except_too) const {
 }
 
 int LiveSet::alloc(const char* name, TensorKind kind, PlanCategory category, int64_t bytes, int32_t count, bool host) {
-  LiveEntry e;
+  int handle;
+  if (!free_slots_.empty()) {
+    handle = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    handle = static_cast<int>(entries_.size());
+    entries_.emplace_back();
+  }
+  // written field by field in place: the walk's hottest line (a whole-entry copy from the stack
+  // stalls on its own byte-sized stores)
+  LiveEntry& e = entries_[handle];
   e.name = name;
   e.bytes = sat_mul(bytes, count);
   e.count = count;
@@ -67,19 +77,12 @@ int LiveSet::alloc(const char* name, TensorKind kind, PlanCategory category, int
   e.category = category;
   e.host = host;
   e.live = true;
-  int handle;
-  if (!free_slots_.empty()) {
-    handle = free_slots_.back();
-    free_slots_.pop_back();
-    entries_[handle] = e;
-  } else {
-    handle = static_cast<int>(entries_.size());
-    entries_.push_back(e);
-  }
-  int64_t& pool = host ? host_ : device_;
-  pool = sat_add(pool, e.bytes);
+  int64_t device_total = device_, host_total = host_;
+  (host ? host_total : device_total) = sat_add(host ? host_total : device_total, e.bytes);
+  device_ = device_total;
+  host_ = host_total;
   categories_[static_cast<int>(category)] = sat_add(categories_[static_cast<int>(category)], e.bytes);
-  after_change();
+  after_change(device_total, host_total);
   return handle;
 }
 
@@ -122,24 +125,25 @@ bool LiveSet::shrink(int handle, int64_t bytes) {
   return false;
 }
 
-void LiveSet::after_change() {
-  if (in_phase_ && device_ > current_.device_peak) {
-    current_.device_peak = device_;
-    current_.host_at_peak = host_;
+void LiveSet::after_change(int64_t device, int64_t host) {
+  // the totals come in registers: reloading them just after storing them stalls the walk
+  if (in_phase_ && device > current_.device_peak) {
+    current_.device_peak = device;
+    current_.host_at_peak = host;
     if (record_phases_) current_.categories = categories_;
   }
-  if (device_ > device_peak) {
-    device_peak = device_;
+  if (device > device_peak) {
+    device_peak = device;
     device_peak_phase = in_phase_ ? current_.code : PhaseCode{};
   }
-  if (host_ > host_peak) host_peak = host_;
+  if (host > host_peak) host_peak = host;
   if (snapshots_) {
-    if (!device_snapshot_taken_ && device_ == snapshot_device_ && in_phase_ &&
+    if (!device_snapshot_taken_ && device == snapshot_device_ && in_phase_ &&
         current_.code.kind == snapshot_phase_.kind && current_.code.block == snapshot_phase_.block) {
       device_snapshot = live_entries();
       device_snapshot_taken_ = true;
     }
-    if (!host_snapshot_taken_ && host_ == snapshot_host_) {
+    if (!host_snapshot_taken_ && host == snapshot_host_) {
       host_snapshot = live_entries();
       host_snapshot_taken_ = true;
     }

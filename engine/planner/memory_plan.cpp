@@ -105,7 +105,8 @@ MemoryPlan plan_memory(const RunConfig& cfg) {
   std::stable_sort(plan.terms.begin(), plan.terms.end(), [](const MemoryTerm& x, const MemoryTerm& y) {
     if (x.host != y.host) return !x.host;
     if (x.category != y.category) return x.category < y.category;
-    return x.bytes > y.bytes;
+    if (x.bytes != y.bytes) return x.bytes > y.bytes;
+    return x.name < y.name;  // equal sizes by name: the same order whichever walk took the snapshot
   });
   for (const auto& term : plan.terms)
     if (!term.host) plan.category_bytes[static_cast<int>(term.category)] += term.bytes;

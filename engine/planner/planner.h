@@ -264,6 +264,12 @@ std::string advice_text(const std::vector<Advice>& advice);
 
 // [section] tune: the fastest memory table that fits (tune.cpp) -----------------------------------
 
+/// Every [memory] table the tuner tries for `cfg`, the config's own first, each with the
+/// config's attention kernel and, where cuDNN's could run, with the other kernel too. The validator
+/// drops the impossible ones (offload without checkpointing), so the list may hold them. Kept
+/// attention is offered in every block; tune() tries fewer blocks where that does not fit.
+std::vector<MemoryConfig> tune_memory_tables(const RunConfig& cfg);
+
 /// One memory table the tuner planned.
 struct TuneCandidate {
   RunConfig config;      ///< the config with this [memory] table, "auto" sizes as a preset writes them

@@ -20,6 +20,18 @@ namespace {
 using K = TensorKind;
 using C = PlanCategory;
 
+/// A run of blocks that walk alike (Walker::find_ghost_runs): the first and the last are walked,
+/// the ones between collapsed into the first one's residue.
+struct GhostRun {
+  int32_t first = 0, last = 0;
+  std::vector<LiveEntry> before;  ///< the live set as the first block begins
+  bool ghosted = false;           ///< the blocks between were collapsed (ghost_forward succeeded)
+  std::vector<int> device;        ///< the collapsed residue on the device, one entry per tensor
+  int host = -1;                  ///< and in the host pool (one kind at most)
+  TensorKind host_kind = TensorKind::OffloadedInput;
+  int64_t host_unit = 0;  ///< one block's share of `host`
+};
+
 /// One block's forward results kept for its backward.
 struct BlockState {
   AttnSaved attn;
@@ -34,11 +46,9 @@ struct BlockState {
 class Walker {
  public:
   Walker(const PlanShapes& s, LiveSet& m, bool collapse)
-      : s_(s),
-        m_(m),
-        halves_(s, m),
-        blocks_(static_cast<size_t>(s.L)),
-        collapse_(collapse && s.L >= 5 && blocks_alike()) {}
+      : s_(s), m_(m), halves_(s, m), blocks_(static_cast<size_t>(s.L)) {
+    if (collapse) find_ghost_runs();
+  }
 
   void run() {
     setup();
@@ -63,9 +73,27 @@ class Walker {
   /// Block `i`'s kept attention goes to the host (kept_attention_offloaded_blocks: the keeping
   /// blocks but the last).
   bool kept_offloaded(int32_t i) const { return s_.offload_kept && kept_offloaded_.holds(i); }
-  /// The walk may collapse blocks 2..L-3 into block 1's residue (ghost_forward) only where they
-  /// all walk alike: each keeps its attention as block 1 does (memory.keep_attention_blocks).
-  bool blocks_alike() const { return !s_.keep_attention || s_.kept.keeps(1) || !s_.kept.keeps(s_.L - 3); }
+  /// What makes block i's walk differ from another's: whether it keeps its attention
+  /// (memory.keep_attention_blocks), sends that to the host, and offloads or re-embeds its input.
+  /// A block's backward also reads its lower neighbour's, which inside a run is alike too.
+  std::array<bool, 4> block_signature(int32_t i) const {
+    return {s_.keep_attention && s_.kept.keeps(i), kept_offloaded(i), offloaded_.holds(i), offloaded_.embeds(i)};
+  }
+
+  /// The runs of alike blocks between block 1 and block L-2 with at least one block inside them:
+  /// the walk goes through each run's first and last block and adds the residue of the blocks
+  /// between as (count) x the first one's (ghost_forward). Block 0 and block L-1 are always walked.
+  /// Every ghosted block's peaks are reached again by its run's last block (forward: the same
+  /// transient over more residue) or first one (backward, where residue only falls), so the
+  /// peaks are the full walk's.
+  void find_ghost_runs() {
+    for (int32_t first = 1; first + 2 <= s_.L - 2;) {
+      int32_t last = first;
+      while (last + 1 <= s_.L - 2 && block_signature(last + 1) == block_signature(first)) ++last;
+      if (last - first >= 2) runs_.push_back(GhostRun{first, last});
+      first = last + 1;
+    }
+  }
 
   // --- parameters -------------------------------------------------------------------------------
 
@@ -164,28 +192,31 @@ class Walker {
     int embed = gather(K::EmbedFull, "embedding (unsharded)");
     x_ = alloc("embedding output", K::Hidden, C::Other);
     release(embed);
-    std::vector<LiveEntry> before;
     for (int32_t i = 0; i < s_.L; ++i) {
-      if (collapse_ && i == 2 && ghost_forward(before)) i = s_.L - 2;  // blocks 2..L-3 collapsed
-      // (block 0's kept attention, held for its copy, is gone by block 1's end: no residue)
-      if (collapse_ && i == 1) before = m_.live_entries(copying_input_, copying_kept_);
+      for (GhostRun& run : runs_) {
+        if (i == run.first + 1 && ghost_forward(run)) i = run.last;  // blocks first+1..last-1 collapsed
+        // (the previous block's input and kept attention, held for their copies, are gone by
+        // this block's end: no residue)
+        if (i == run.first) run.before = m_.live_entries(copying_input_, copying_kept_);
+      }
       block_forward(i);
     }
     loss_forward();
   }
 
-  /// Adds the residue of blocks 2..L-3 at once: (L-4) x what block 1 left behind, tensor by
-  /// tensor (same names, kinds and categories, so terms group with the walked blocks'). Falls
-  /// back to walking them when block 1's residue is not a plain addition.
-  bool ghost_forward(const std::vector<LiveEntry>& before) {
+  /// Adds the residue of a run's blocks first+1..last-1 at once: (last-first-1) x what its first
+  /// block left behind, tensor by tensor (same names, kinds and categories, so terms group with the
+  /// walked blocks'). Falls back to walking them when that residue is not a plain addition.
+  bool ghost_forward(GhostRun& run) {
     struct Group {
       const LiveEntry* e;
       int64_t bytes = 0, count = 0;
     };
     std::vector<Group> groups;
-    // block 1's input, held for its copy, is the one every middle block holds at its end: no residue
-    // (and its kept attention's payload, likewise)
+    // the first block's input, held for its copy, is the one every ghosted block holds at its end:
+    // no residue (and its kept attention's payload, likewise)
     const std::vector<LiveEntry> after = m_.live_entries(copying_input_, copying_kept_);
+    const std::vector<LiveEntry>& before = run.before;
     auto add = [&](const std::vector<LiveEntry>& entries, int sign) {
       for (const auto& e : entries) {
         auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
@@ -206,46 +237,58 @@ class Walker {
       host_groups += g.e->host ? 1 : 0;
     }
     if (host_groups > 1) return false;
-    const int32_t ghosts = static_cast<int32_t>(s_.L - 4);
+    const int32_t ghosts = run.last - run.first - 1;
     for (const auto& g : groups) {
       if (g.bytes == 0) continue;
       const int64_t each = g.bytes / g.count;
       const int h =
           m_.alloc(g.e->name, g.e->kind, g.e->category, each, static_cast<int32_t>(g.count) * ghosts, g.e->host);
       if (g.e->host) {
-        ghost_host_ = h;
-        ghost_host_unit_ = g.bytes;
+        run.host = h;
+        run.host_kind = g.e->kind;
+        run.host_unit = g.bytes;
       } else {
-        ghost_device_.push_back(h);
+        run.device.push_back(h);
       }
     }
-    ghosted_ = true;
+    run.ghosted = true;
     return true;
   }
 
-  /// Backward of the collapsed blocks L-3..2: each frees its own residue, and block 2's
-  /// prefetch frees block 1's offloaded input.
-  void ghost_backward() {
-    for (int& h : ghost_device_) release(h);
-    release(ghost_host_);
-    release(blocks_[1].host);
-    release(blocks_[1].kept_host);
+  /// The ghosted run whose collapsed blocks hold block j (nullptr: block j was walked).
+  GhostRun* ghost_holding(int32_t j) {
+    for (GhostRun& run : runs_)
+      if (run.ghosted && j > run.first && j < run.last) return &run;
+    return nullptr;
+  }
+
+  /// Backward of a run's collapsed blocks last-1..first+1: each frees its own residue, and the
+  /// lowest one's prefetch frees the run's first block's offloaded input and kept attention.
+  void ghost_backward(GhostRun& run) {
+    for (int& h : run.device) release(h);
+    release(run.host);
+    release(blocks_[run.first].host);
+    release(blocks_[run.first].kept_host);
+  }
+
+  /// Frees block j's host copy of `kind` (its prefetch moved it back to the device): one block's
+  /// share of its run's collapsed residue, or its own entry.
+  void free_host_copy(int32_t j, K kind, int& own) {
+    GhostRun* run = ghost_holding(j);
+    if (run == nullptr || run->host_kind != kind) return release(own);
+    if (m_.shrink(run->host, run->host_unit)) run->host = -1;
   }
 
   /// Frees block j's offloaded input (its prefetch moved it back to the device).
   void free_host_input(int32_t j) {
     if (slab()) return;  // the slab region stays; only the device copy is new
-    if (ghosted_ && j >= 2 && j <= s_.L - 3) {
-      if (m_.shrink(ghost_host_, ghost_host_unit_)) ghost_host_ = -1;
-      return;
-    }
-    release(blocks_[j].host);
+    free_host_copy(j, K::OffloadedInput, blocks_[j].host);
   }
 
   /// Frees block j's offloaded kept attention (its prefetch moved it back to the device).
   void free_host_kept(int32_t j) {
     if (kept_slab()) return;  // the slab region stays
-    release(blocks_[j].kept_host);
+    free_host_copy(j, K::OffloadedKeptAttention, blocks_[j].kept_host);
   }
 
   void block_forward(int32_t i) {
@@ -412,9 +455,10 @@ class Walker {
   void backward() {
     if (!s_.tiled_loss) loss_backward();
     for (int32_t i = s_.L - 1; i >= 0; --i) {
-      if (ghosted_ && i == s_.L - 3) {
-        ghost_backward();
-        i = 2;  // continue with block 1
+      GhostRun* run = ghost_holding(i);
+      if (run != nullptr) {
+        ghost_backward(*run);
+        i = run->first + 1;  // continue with the run's first block
         continue;
       }
       block_backward(i);
@@ -520,10 +564,7 @@ class Walker {
   int prefetched_kept_ = -1;   ///< the kept attention of the block below, coming back
   int gather_in_flight_ = -1;  ///< a prefetch's all-gather input shard
   int pending_pack_ = -1, pending_shard_ = -1;  ///< a deferred reduce-scatter's buffers
-  bool collapse_ = false, ghosted_ = false;
-  std::vector<int> ghost_device_;
-  int ghost_host_ = -1;
-  int64_t ghost_host_unit_ = 0;
+  std::vector<GhostRun> runs_;                  ///< empty: every block walked
   int loss_input_ = -1, final_norm_ = -1, final_rstd_ = -1, log_probs_ = -1, saved_dx_ = -1, head_grad_ = -1;
 };
 

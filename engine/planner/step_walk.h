@@ -90,6 +90,8 @@ class LiveSet {
 
   int64_t device() const { return device_; }
   int64_t host() const { return host_; }
+  /// Allocations and frees so far: how much walking a walk took (a collapsed one, far fewer).
+  int64_t events() const { return event_; }
   const CategoryBytes& categories() const { return categories_; }
 
   // results
@@ -101,7 +103,8 @@ class LiveSet {
   std::vector<LiveEntry> host_snapshot;    ///< live set at the host snapshot target
 
  private:
-  void after_change();
+  /// The peaks and snapshots after an allocation that left the totals at `device` and `host`.
+  void after_change(int64_t device, int64_t host);
   bool record_phases_;
   bool snapshots_ = false, device_snapshot_taken_ = false, host_snapshot_taken_ = false;
   PhaseCode snapshot_phase_;
@@ -114,11 +117,12 @@ class LiveSet {
   PhasePeak current_;
 };
 
-/// Replays one training step of rank 0 for `shapes` into `live`. With `collapse`, blocks
-/// 2..L-3 are not walked one by one: every middle block leaves the same residue and has the same
-/// transient, so their residue is added in one entry and the walked block L-2 carries the
-/// largest middle-block peak. The device and host peaks are exactly those of the full walk
-/// (tested); phases and snapshots need the full walk.
+/// Replays one training step of rank 0 for `shapes` into `live`. With `collapse`, the blocks
+/// inside each run of alike blocks (all of 1..L-2, or, with kept attention in the top blocks only,
+/// the recomputing ones and the keeping ones) are not walked one by one: each leaves the same
+/// residue and has the same transient, so their residue is added in one entry and the run's walked
+/// last block carries their largest peak. The device and host peaks are exactly those of the full
+/// walk (tested); phases need the full walk.
 void walk_step(const PlanShapes& shapes, LiveSet& live, bool collapse = false);
 
 }  // namespace odyssey::planner_detail

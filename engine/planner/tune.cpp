@@ -1,6 +1,7 @@
 // The tuner: over the [memory] tables that fit the device and the host, the fastest by the
 // planner's step time (ties: fewer techniques, then less device memory). defines: tune,
-// TuneCandidate::summary, TuneCandidate::verdict, TuneResult::dropped, TuneResult::lowest_peak
+// tune_memory_tables, TuneCandidate::summary, TuneCandidate::verdict, TuneResult::dropped,
+// TuneResult::lowest_peak
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -22,49 +23,6 @@ constexpr int64_t kStandardAttention = -2;
 /// Checkpointing's settings the tuner tries: off, with the attention kept on the device or on the
 /// host beside the offloaded inputs (memory.offload_kept_attention), or plain.
 enum class Recompute { Off, KeptAttention, KeptOnHost, Plain };
-
-/// Every [memory] table the tuner tries for `cfg`, the config's own first, each with the
-/// config's attention kernel and, where cuDNN's could run, with the other kernel too. The validator
-/// drops the impossible ones (offload without checkpointing), so the loops may offer them.
-std::vector<MemoryConfig> memory_tables(const RunConfig& cfg) {
-  std::vector<int64_t> attention = {kStandardAttention, kHeadsPerStageAuto};
-  for (int64_t heads : valid_heads_per_stage(cfg)) attention.push_back(heads);
-  std::vector<MemoryConfig> out = {cfg.memory};
-  for (Recompute recompute : {Recompute::Off, Recompute::KeptAttention, Recompute::KeptOnHost, Recompute::Plain})
-    for (bool offload : {false, true})
-      for (bool tiled_mlp : {false, true})
-        for (bool tiled_loss : {false, true})
-          for (int64_t heads : attention)
-            for (bool offload_optimizer : {false, true}) {
-              MemoryConfig m = cfg.memory;
-              m.activation_checkpointing = recompute != Recompute::Off;
-              m.keep_attention = recompute == Recompute::KeptAttention || recompute == Recompute::KeptOnHost;
-              m.offload_kept_attention = recompute == Recompute::KeptOnHost;  // refused without offload
-              m.keep_attention_blocks = 0;  // every block; fewer only where that does not fit (tune)
-              m.offload_activations = offload;
-              m.tiled_mlp = tiled_mlp;
-              if (tiled_mlp) m.mlp_tile_tokens = kMlpTileTokensAuto;
-              m.tiled_loss = tiled_loss;
-              if (tiled_loss) m.loss_tile_tokens = 0;  // the tiled loss's own auto: about 1 GiB of fp32 logits a tile
-              m.untied_ulysses = heads != kStandardAttention;
-              if (m.untied_ulysses) m.heads_per_stage = heads;
-              m.offload_optimizer = offload_optimizer;
-              out.push_back(m);
-              // The log-sum-exp paths' kernel (engine/layout/attention_kernels.h): where cuDNN's
-              // could run, the other kernel is a candidate too (each at its own efficiency)
-              if (m.untied_ulysses || m.keep_attention) {
-                RunConfig with_table = cfg;
-                with_table.memory = m;
-                const LseKernelQuery query = lse_kernel_query(with_table);
-                if (cudnn_could_run(query)) {
-                  m.lse_attention_kernel = m.lse_attention_kernel == LseKernelChoice::Flash2 ? LseKernelChoice::Auto
-                                                                                             : LseKernelChoice::Flash2;
-                  out.push_back(m);
-                }
-              }
-            }
-  return out;
-}
 
 /// The memory techniques a planned config runs, one bit each (kept attention and its offload
 /// their own), and their count.
@@ -108,6 +66,46 @@ TuneCandidate plan_candidate(const RunConfig& tuned_for, const MemoryConfig& tab
 
 }  // namespace
 
+std::vector<MemoryConfig> tune_memory_tables(const RunConfig& cfg) {
+  std::vector<int64_t> attention = {kStandardAttention, kHeadsPerStageAuto};
+  for (int64_t heads : valid_heads_per_stage(cfg)) attention.push_back(heads);
+  std::vector<MemoryConfig> out = {cfg.memory};
+  for (Recompute recompute : {Recompute::Off, Recompute::KeptAttention, Recompute::KeptOnHost, Recompute::Plain})
+    for (bool offload : {false, true})
+      for (bool tiled_mlp : {false, true})
+        for (bool tiled_loss : {false, true})
+          for (int64_t heads : attention)
+            for (bool offload_optimizer : {false, true}) {
+              MemoryConfig m = cfg.memory;
+              m.activation_checkpointing = recompute != Recompute::Off;
+              m.keep_attention = recompute == Recompute::KeptAttention || recompute == Recompute::KeptOnHost;
+              m.offload_kept_attention = recompute == Recompute::KeptOnHost;  // refused without offload
+              m.keep_attention_blocks = 0;  // every block; fewer only where that does not fit (tune)
+              m.offload_activations = offload;
+              m.tiled_mlp = tiled_mlp;
+              if (tiled_mlp) m.mlp_tile_tokens = kMlpTileTokensAuto;
+              m.tiled_loss = tiled_loss;
+              if (tiled_loss) m.loss_tile_tokens = 0;  // the tiled loss's own auto: about 1 GiB of fp32 logits a tile
+              m.untied_ulysses = heads != kStandardAttention;
+              if (m.untied_ulysses) m.heads_per_stage = heads;
+              m.offload_optimizer = offload_optimizer;
+              out.push_back(m);
+              // The log-sum-exp paths' kernel (engine/layout/attention_kernels.h): where cuDNN's
+              // could run, the other kernel is a candidate too (each at its own efficiency)
+              if (m.untied_ulysses || m.keep_attention) {
+                RunConfig with_table = cfg;
+                with_table.memory = m;
+                const LseKernelQuery query = lse_kernel_query(with_table);
+                if (cudnn_could_run(query)) {
+                  m.lse_attention_kernel = m.lse_attention_kernel == LseKernelChoice::Flash2 ? LseKernelChoice::Auto
+                                                                                             : LseKernelChoice::Flash2;
+                  out.push_back(m);
+                }
+              }
+            }
+  return out;
+}
+
 std::string TuneCandidate::summary() const {
   const std::string text = describe_techniques(config, /*memory_only=*/true, &planned);
   return text.empty() ? "no memory techniques" : text;
@@ -146,7 +144,7 @@ TuneResult tune(const RunConfig& cfg) {
   result.configured.changes = 0;
   std::vector<TuneCandidate> all;
   std::vector<unsigned> sets;
-  for (const MemoryConfig& table : memory_tables(cfg)) {
+  for (const MemoryConfig& table : tune_memory_tables(cfg)) {
     RunConfig candidate = cfg;
     candidate.memory = table;
     if (!validate(candidate).empty()) continue;
