@@ -1,13 +1,37 @@
 // odyssey: the headless CLI. Dispatches to the subcommands registered by cmd_*.cpp; the contract
-// (names, flags, JSON fields, exit codes 0/1/2) is in DESIGN.md and README.md.
+// (names, flags, JSON fields, exit codes 0/1/2) is in DESIGN.md and README.md. Built twice:
+// `odyssey` (no LibTorch) hands the commands it lacks to `odyssey-engine` (all of them).
+#include <unistd.h>
+
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <string>
 
 #include "app/cli/cli.h"
 
 namespace {
+
+#ifdef ODYSSEY_CLI_ENGINE_EXE
+/// Replaces this process with odyssey-engine from this executable's folder, same arguments: the
+/// pid, signals, standard streams and exit code are the command's own, as if it ran here.
+/// Returns only when the exec fails, with the exit code of that failure.
+int run_in_engine(char** argv) {
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+  dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
+  const std::string engine = dir + "/" + ODYSSEY_CLI_ENGINE_EXE;
+  execv(engine.c_str(), argv);
+  const std::string what = argv[1] == nullptr ? "odyssey" : std::string("odyssey ") + argv[1];
+  std::cerr << what << ": cannot run " << engine << " (" << std::strerror(errno)
+            << "): the training commands (train, bench, eval, export) and the full help are in "
+            << ODYSSEY_CLI_ENGINE_EXE << ", which is built and installed beside odyssey\n";
+  return odyssey::cli::kExitRuntime;
+}
+#endif
 
 void print_help(std::ostream& os) {
   os << "odyssey: long-context training memory studio, headless\n\n"
@@ -35,6 +59,9 @@ void print_help(std::ostream& os) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+#ifdef ODYSSEY_CLI_ENGINE_EXE
+    return run_in_engine(argv);  // the help lists every command
+#endif
     print_help(std::cout);
     return argc < 2 ? odyssey::cli::kExitBadInput : odyssey::cli::kExitOk;
   }
@@ -66,6 +93,9 @@ int main(int argc, char** argv) {
     }
     return code;
   }
+#ifdef ODYSSEY_CLI_ENGINE_EXE
+  return run_in_engine(argv);  // a training command, or one neither knows (the engine says so)
+#endif
   std::cerr << "odyssey: unknown command '" << argv[1] << "'\n\n";
   print_help(std::cerr);
   return odyssey::cli::kExitBadInput;

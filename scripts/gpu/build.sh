@@ -4,14 +4,14 @@
 # on the build machine), no studio, CUDA required. Builds the test executables, the CLI and the
 # kernel benchmark.
 # Usage: scripts/gpu/build.sh            env: BUILD_DIR (build-gpu), JOBS (nproc), ODYSSEY_PYTHON
-#        (python3), EXTRA_CMAKE_ARGS, TARGETS ("kernel_tests engine_tests odyssey odyssey_kernel_bench")
+#        (python3), EXTRA_CMAKE_ARGS, TARGETS ("kernel_tests engine_tests odyssey odyssey-engine odyssey_kernel_bench")
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 PY="${ODYSSEY_PYTHON:-python3}"
-TARGETS="${TARGETS:-kernel_tests engine_tests odyssey odyssey_kernel_bench}"
+TARGETS="${TARGETS:-kernel_tests engine_tests odyssey odyssey-engine odyssey_kernel_bench}"
 say() { printf 'gpu-build: %s\n' "$*"; }
 cd "$ROOT"
 

@@ -9,8 +9,8 @@
 #
 # Writes DIR/predictions.json before anything runs, then DIR/node_acceptance.json (the record,
 # rewritten after each point) and DIR/node_acceptance.md (rendered from it); each point's run and
-# log under DIR/points, the profiled run under DIR/profile. --bin: the folder holding `odyssey`
-# (default build/bin); --carried DIR: binaries packed by scripts/gpu/pack.sh (DIR/bin). Everything
+# log under DIR/points, the profiled run under DIR/profile. --bin: the folder holding `odyssey` and
+# `odyssey-engine` (default build/bin); --carried DIR: binaries packed by scripts/gpu/pack.sh (DIR/bin). Everything
 # else goes to bench/gpu/node_acceptance.py (--help there). Exit 0 when every point gave its figures,
 # 1 when one did not (recorded with its reason), 2 on bad input.
 set -uo pipefail
@@ -28,7 +28,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$BIN" in "") BIN="$ROOT/build/bin" ;; /*) ;; *) BIN="$(pwd)/$BIN" ;; esac
-[ -x "$BIN/odyssey" ] || { echo "node_acceptance: $BIN/odyssey missing (make build, or --carried from scripts/gpu/pack.sh)" >&2; exit 2; }
+for exe in odyssey odyssey-engine; do
+  [ -x "$BIN/$exe" ] || { echo "node_acceptance: $BIN/$exe missing (make build, or --carried from scripts/gpu/pack.sh)" >&2; exit 2; }
+done
 
 # The machine's own LibTorch, NCCL and CUDA libraries for binaries built elsewhere (env.sh), and
 # the binary every rank runs.

@@ -16,7 +16,7 @@ say() { printf 'pack: %s\n' "$*"; }
 grep -q "CUDA kernels: ON" build/configure.log || { say "build/ has no CUDA kernels (nvcc missing?): nothing to carry"; exit 1; }
 rm -rf "$CARRY"
 mkdir -p "$CARRY/bin"
-for exe in odyssey engine_tests parallel_tests cli_tests kernel_tests odyssey_kernel_bench host_adamw_bench; do
+for exe in odyssey odyssey-engine engine_tests parallel_tests cli_tests kernel_tests odyssey_kernel_bench host_adamw_bench; do
   cp "build/bin/$exe" "$CARRY/bin/$exe"
   strip --strip-unneeded "$CARRY/bin/$exe"
 done

@@ -93,7 +93,7 @@ done
 [ ${#stages[@]} -gt 0 ] || [ -n "$ONE_STAGE" ] || [ -n "$RECORD_STAGE" ] ||
   { echo "validate: name the stages or a call (call1, call2, call3, all)" >&2; exit 2; }
 case "$BIN" in "" ) BIN="$ROOT/build/bin" ;; /*) ;; *) BIN="$ROOT/$BIN" ;; esac
-needed="odyssey engine_tests parallel_tests kernel_tests odyssey_kernel_bench"
+needed="odyssey odyssey-engine engine_tests parallel_tests kernel_tests odyssey_kernel_bench"
 [ $PREDICT = 1 ] && needed="odyssey"  # predictions only plan
 for exe in $needed; do
   [ -x "$BIN/$exe" ] || { echo "validate: $BIN/$exe missing (scripts/gpu/pack.sh builds and gathers them)" >&2; exit 2; }
