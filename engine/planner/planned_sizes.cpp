@@ -2,6 +2,8 @@
 // attention where no stage size lowers the peak) and the tiled MLP's tile at a run's length.
 #include <algorithm>
 #include <limits>
+#include <functional>
+#include <stdexcept>
 
 #include "engine/config/validate.h"
 #include "engine/planner/planner.h"
@@ -17,11 +19,14 @@ struct CoarsestPick {
   int64_t value = 0;
   int64_t peak_bytes = 0;
 };
+/// plan_peak through `memo` when there is one.
+PlanPeak peak_of(const RunConfig& cfg, PeakMemo* memo) { return memo ? memo->peak(cfg) : plan_peak(cfg); }
+
 template <class With>
-CoarsestPick coarsest_at_lowest_peak(const std::vector<int64_t>& values, With with) {
+CoarsestPick coarsest_at_lowest_peak(const std::vector<int64_t>& values, With with, PeakMemo* memo) {
   std::vector<int64_t> peaks;
   peaks.reserve(values.size());
-  for (int64_t v : values) peaks.push_back(plan_peak(with(v)).peak_bytes);
+  for (int64_t v : values) peaks.push_back(peak_of(with(v), memo).peak_bytes);
   const int64_t lowest = *std::min_element(peaks.begin(), peaks.end());
   for (size_t i = values.size(); i-- > 0;)
     if (peaks[i] == lowest) return {values[i], lowest};
@@ -30,7 +35,7 @@ CoarsestPick coarsest_at_lowest_peak(const std::vector<int64_t>& values, With wi
 
 /// The MLP tile "auto" picks for `cfg` as its attention stands (a fixed stage size, standard
 /// attention, or "auto" stages at their finest: the lowest stage memory); cfg's own tile when fixed.
-int64_t tile_for_attention(const RunConfig& cfg) {
+int64_t tile_for_attention(const RunConfig& cfg, PeakMemo* memo) {
   if (cfg.memory.mlp_tile_tokens != kMlpTileTokensAuto) return cfg.memory.mlp_tile_tokens;
   if (!cfg.memory.tiled_mlp) return 0;
   RunConfig candidate = cfg;
@@ -39,11 +44,13 @@ int64_t tile_for_attention(const RunConfig& cfg) {
     candidate.memory.heads_per_stage = sizes.empty() || !cfg.memory.untied_ulysses ? 0 : sizes.front();
   }
   const int64_t local = cfg.training.seq_len / std::max<int64_t>(1, cfg.parallel.ulysses_degree);
-  return coarsest_at_lowest_peak(mlp_tile_candidates(cfg.model.d_model, local),
-                                 [&](int64_t tokens) -> const RunConfig& {
-                                   candidate.memory.mlp_tile_tokens = tokens;
-                                   return candidate;
-                                 })
+  return coarsest_at_lowest_peak(
+             mlp_tile_candidates(cfg.model.d_model, local),
+             [&](int64_t tokens) -> const RunConfig& {
+               candidate.memory.mlp_tile_tokens = tokens;
+               return candidate;
+             },
+             memo)
       .value;
 }
 
@@ -61,24 +68,27 @@ struct PlannedSizes {
 /// the coarsest choice of all (no stages, and no re-projection of q, k and v in backward: the
 /// Untied Function keeps none of them), so it runs, with the tile "auto" picks for it, wherever its
 /// planned peak is no higher than the lowest a stage size reaches.
-PlannedSizes planned_sizes(const RunConfig& cfg) {
+PlannedSizes planned_sizes(const RunConfig& cfg, PeakMemo* memo = nullptr) {
   const MemoryConfig& m = cfg.memory;
-  const int64_t tile = tile_for_attention(cfg);
+  const int64_t tile = tile_for_attention(cfg, memo);
   if (m.heads_per_stage != kHeadsPerStageAuto) return {m.untied_ulysses, m.heads_per_stage, tile};  // as given
   if (!m.untied_ulysses) return {false, 0, tile};
   const std::vector<int64_t> sizes = valid_heads_per_stage(cfg);  // increasing: most stages first
   if (sizes.empty()) return {true, 0, tile};                      // the validator reports why
   RunConfig chunked_cfg = cfg;
   chunked_cfg.memory.mlp_tile_tokens = tile;
-  const CoarsestPick chunked = coarsest_at_lowest_peak(sizes, [&](int64_t heads) -> const RunConfig& {
-    chunked_cfg.memory.heads_per_stage = heads;
-    return chunked_cfg;
-  });
+  const CoarsestPick chunked = coarsest_at_lowest_peak(
+      sizes,
+      [&](int64_t heads) -> const RunConfig& {
+        chunked_cfg.memory.heads_per_stage = heads;
+        return chunked_cfg;
+      },
+      memo);
   RunConfig standard = cfg;
   standard.memory.untied_ulysses = false;
   standard.memory.heads_per_stage = 0;
-  standard.memory.mlp_tile_tokens = tile_for_attention(standard);
-  if (plan_peak(standard).peak_bytes <= chunked.peak_bytes) return {false, 0, standard.memory.mlp_tile_tokens};
+  standard.memory.mlp_tile_tokens = tile_for_attention(standard, memo);
+  if (peak_of(standard, memo).peak_bytes <= chunked.peak_bytes) return {false, 0, standard.memory.mlp_tile_tokens};
   return {true, chunked.value, tile};
 }
 
@@ -90,13 +100,44 @@ int64_t planned_heads_per_stage(const RunConfig& cfg) { return planned_sizes(cfg
 
 bool planned_untied_ulysses(const RunConfig& cfg) { return planned_sizes(cfg).untied; }
 
-RunConfig with_planned_sizes(const RunConfig& cfg) {
-  const PlannedSizes sizes = planned_sizes(cfg);
+namespace {
+
+RunConfig with_sizes(const RunConfig& cfg, const PlannedSizes& sizes) {
   RunConfig out = cfg;
   out.memory.untied_ulysses = sizes.untied;
   out.memory.heads_per_stage = sizes.heads_per_stage;
   out.memory.mlp_tile_tokens = sizes.mlp_tile_tokens;
   return out;
+}
+
+}  // namespace
+
+RunConfig with_planned_sizes(const RunConfig& cfg) { return with_sizes(cfg, planned_sizes(cfg)); }
+
+RunConfig with_planned_sizes(const RunConfig& cfg, PeakMemo& memo) {
+  return with_sizes(cfg, planned_sizes(cfg, &memo));
+}
+
+size_t PeakMemo::TableHash::operator()(const MemoryConfig& m) const {
+  size_t h = 0;
+  for (int64_t field :
+       {int64_t{m.activation_checkpointing}, int64_t{m.offload_activations}, int64_t{m.tiled_mlp}, m.mlp_tile_tokens,
+        int64_t{m.tiled_loss}, m.loss_tile_tokens, int64_t{m.untied_ulysses}, m.heads_per_stage,
+        int64_t{m.offload_optimizer}, int64_t{m.keep_attention}, m.keep_attention_blocks,
+        int64_t{m.offload_kept_attention}, static_cast<int64_t>(m.lse_attention_kernel)})
+    h = h * 1000003u ^ std::hash<int64_t>{}(field);
+  return h;
+}
+
+PlanPeak PeakMemo::peak(const RunConfig& cfg) {
+  RunConfig outside_memory = cfg;
+  outside_memory.memory = base_.memory;
+  if (!(outside_memory == base_))
+    throw std::logic_error("PeakMemo: a config that differs from the memo's outside [memory]");
+  const auto found = peaks_.find(cfg.memory);
+  if (found != peaks_.end()) return found->second;
+  ++walks_;
+  return peaks_.emplace(cfg.memory, plan_peak(cfg)).first->second;
 }
 
 }  // namespace odyssey

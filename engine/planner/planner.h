@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/config/memory_category.h"
@@ -173,6 +174,29 @@ struct PlanPeak {
   bool fits() const { return fits_device && fits_host; }
 };
 PlanPeak plan_peak(const RunConfig& cfg);
+
+/// plan_peak for many [memory] tables of one config, each table walked once: what the tuner asks
+/// (resolving "auto" sizes walks each candidate tile and stage size, and tables that differ only
+/// in their stage size resolve the same tiles). Every config asked must equal `base` outside
+/// [memory] (std::logic_error otherwise).
+class PeakMemo {
+ public:
+  explicit PeakMemo(const RunConfig& base) : base_(base) {}
+  PlanPeak peak(const RunConfig& cfg);
+  int64_t walks() const { return walks_; }  ///< tables walked (the rest were answered from the memo)
+
+ private:
+  /// Spreads tables over buckets; equality is MemoryConfig's own (every field), so a field left
+  /// out here costs only a collision.
+  struct TableHash {
+    size_t operator()(const MemoryConfig& m) const;
+  };
+  RunConfig base_;
+  std::unordered_map<MemoryConfig, PlanPeak, TableHash> peaks_;
+  int64_t walks_ = 0;
+};
+/// with_planned_sizes, its walks through `memo`.
+RunConfig with_planned_sizes(const RunConfig& cfg, PeakMemo& memo);
 
 /// Bytes of one `buffer` the engine preallocates for a (valid) config, as the step walk charges it
 /// (the TensorKind behind the buffer's tag in engine/layout/planned_buffers.h), or 0 when the

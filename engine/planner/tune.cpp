@@ -46,17 +46,18 @@ TechniqueSet technique_set(const RunConfig& planned) {
 /// order): the rank is the logarithm in steps of 1e-9.
 double step_rank(double step_s) { return std::round(std::log(std::max(step_s, 1e-300)) * 1e9); }
 
-TuneCandidate plan_candidate(const RunConfig& tuned_for, const MemoryConfig& table, unsigned* set_bits) {
+TuneCandidate plan_candidate(const RunConfig& tuned_for, const MemoryConfig& table, unsigned* set_bits,
+                             PeakMemo& memo) {
   TuneCandidate c;
   c.config = tuned_for;
   c.config.memory = table;
   // "auto" resolved once; the peak and the step time then read the resolved config directly.
-  const RunConfig planned = with_planned_sizes(c.config);
+  const RunConfig planned = with_planned_sizes(c.config, memo);
   c.planned = planned.memory;
   const TechniqueSet set = technique_set(planned);
   c.techniques = set.count;
   if (set_bits) *set_bits = set.bits;
-  c.peak = plan_peak(planned);
+  c.peak = memo.peak(planned);
   const StepTimePlan time = plan_step_time(planned);
   c.step_s = time.step_s;
   c.tokens_per_s = time.tokens_per_s_per_device;
@@ -140,7 +141,10 @@ const TuneCandidate* TuneResult::lowest_peak() const {
 
 TuneResult tune(const RunConfig& cfg) {
   TuneResult result;
-  result.configured = plan_candidate(cfg, cfg.memory, nullptr);
+  // every table walked once: the "auto" sizes of tables that differ only in their stage size, and
+  // the bisection below, ask for the same tables again
+  PeakMemo memo(cfg);
+  result.configured = plan_candidate(cfg, cfg.memory, nullptr, memo);
   result.configured.changes = 0;
   std::vector<TuneCandidate> all;
   std::vector<unsigned> sets;
@@ -149,7 +153,7 @@ TuneResult tune(const RunConfig& cfg) {
     candidate.memory = table;
     if (!validate(candidate).empty()) continue;
     unsigned bits = 0;
-    all.push_back(plan_candidate(cfg, table, &bits));
+    all.push_back(plan_candidate(cfg, table, &bits, memo));
     sets.push_back(bits);
     // Kept attention that does not fit in every block: the most top blocks that fit keep theirs
     // (memory.keep_attention_blocks; each block more holds more memory, so the counts that fit
@@ -161,12 +165,12 @@ TuneResult tune(const RunConfig& cfg) {
       while (overflows - fits > 1) {
         partial.keep_attention_blocks = (fits + overflows) / 2;
         candidate.memory = partial;
-        (plan_peak(with_planned_sizes(candidate)).fits() ? fits : overflows) = partial.keep_attention_blocks;
+        (memo.peak(with_planned_sizes(candidate, memo)).fits() ? fits : overflows) = partial.keep_attention_blocks;
       }
       partial.keep_attention_blocks = fits;
       candidate.memory = partial;
       if (fits > 0 && validate(candidate).empty()) {  // (the top block alone on the host sends nothing)
-        all.push_back(plan_candidate(cfg, partial, &bits));
+        all.push_back(plan_candidate(cfg, partial, &bits, memo));
         sets.push_back(bits);
       }
     }

@@ -4,12 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/config/config_diff.h"
 #include "engine/config/preset.h"
+#include "engine/config/techniques.h"
 #include "engine/config/validate.h"
 #include "engine/planner/planner.h"
 #include "test_paths.h"
@@ -308,4 +310,34 @@ TEST_CASE(
   const TuneResult again = tune(applied);
   REQUIRE(again.chosen() != nullptr);
   CHECK(again.chosen()->step_s == Approx(two_m_step).epsilon(1e-12));
+}
+
+TEST_CASE("tune's memo: each table's peak as plan_peak gives it, each walked once, one config only",
+          "[planner][tune]") {
+  const RunConfig cfg = preset("llama3-8b-5m-8xh100-untied");
+  PeakMemo memo(cfg);
+  std::vector<int64_t> walks_after;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const MemoryConfig& table : tune_memory_tables(cfg)) {
+      RunConfig c = cfg;
+      c.memory = table;
+      if (!validate(c).empty()) continue;
+      INFO(describe_techniques(c, true));
+      // "auto" resolved through the memo and without it: the same sizes, so the same table
+      const RunConfig planned = with_planned_sizes(c, memo);
+      CHECK(planned.memory == with_planned_sizes(c).memory);
+      const PlanPeak remembered = memo.peak(planned), walked = plan_peak(planned);
+      CHECK(remembered.peak_bytes == walked.peak_bytes);
+      CHECK(remembered.host_bytes == walked.host_bytes);
+      CHECK(remembered.fits() == walked.fits());
+    }
+    walks_after.push_back(memo.walks());
+  }
+  // the first pass walked each table it met once; the second met only those
+  CHECK(walks_after[0] > 0);
+  CHECK(walks_after[1] == walks_after[0]);
+  // a config that differs outside [memory] is another config's memo: refused, not answered wrong
+  RunConfig longer = cfg;
+  longer.training.seq_len *= 2;
+  CHECK_THROWS_AS(memo.peak(longer), std::logic_error);
 }
