@@ -1,8 +1,10 @@
-// odyssey schema [--markdown | --techniques-markdown | --tensor-kinds-markdown]: prints every preset
-// table and key with its type, physical range, default and doc line, the technique registry or the
-// planner's tensor kinds as a markdown table. docs/presets.md's schema section is the --markdown
-// output, docs/architecture.md's technique table the --techniques-markdown output, docs/planner.md's
-// tensor kinds the --tensor-kinds-markdown output (tests keep each equal).
+// odyssey schema [--markdown | --json | --techniques-markdown | --tensor-kinds-markdown]: prints
+// every preset table and key with its type, physical range, default and doc line (as text, a
+// markdown table or JSON for tools), the technique registry or the planner's tensor kinds as a
+// markdown table. docs/presets.md's schema section is the --markdown output, docs/architecture.md's
+// technique table the --techniques-markdown output, docs/planner.md's tensor kinds the
+// --tensor-kinds-markdown output (tests keep each equal).
+#include <cmath>
 #include <iostream>
 #include <sstream>
 
@@ -10,6 +12,7 @@
 #include "engine/config/schema.h"
 #include "engine/config/techniques.h"
 #include "engine/planner/planner.h"
+#include "engine/util/json.h"
 
 namespace odyssey::cli {
 namespace {
@@ -30,6 +33,74 @@ const char* kind_name(KeyKind kind) {
       return "choice";
   }
   return "?";
+}
+
+/// Where a key's default comes from: "built-in" (RunConfig's own), "flavor" ([model]: the
+/// flavor's shape), "profile" ([hardware]: the device profile's figures) or "required" (no default).
+const char* default_source(const KeySpec& key) {
+  if (key.section == "model") return key.name == "flavor" ? "required" : "flavor";
+  if (key.section == "training" && key.name == "seq_len") return "required";
+  if (key.section == "hardware" && key.name != "profile") return "profile";
+  return "built-in";
+}
+
+/// Every preset key as one JSON object for tools that write or check presets: the same facts as
+/// the markdown table, each in its own field, numbers as numbers.
+std::string schema_json(const RunConfig& defaults) {
+  std::string out;
+  JsonWriter w(out);
+  w.begin_object().key("sections").begin_array();
+  for (const auto& section : config_sections())
+    w.begin_object().key("name").value(section.name).key("doc").value(section.doc).end_object();
+  w.end_array().key("keys").begin_array();
+  for (const auto& key : config_schema()) {
+    w.begin_object().key("key").value(key.full_name()).key("section").value(key.section);
+    w.key("name").value(key.name).key("type").value(kind_name(key.kind));
+    if (key.kind == KeyKind::Choice) {
+      w.key("choices").begin_array();
+      for (const auto& choice : key.choices) w.value(choice);
+      w.end_array();
+    }
+    w.key("word");
+    key.word.empty() ? w.null() : w.value(key.word);  // the one value written as a word: "auto"
+    w.key("range");
+    if (key.range) {
+      const ValueRange& r = *key.range;
+      const bool whole = key.kind == KeyKind::Int || key.kind == KeyKind::Size;  // counts as integers
+      auto bound = [&](double v) { whole ? w.value(static_cast<int64_t>(v)) : w.value(v); };
+      w.begin_object().key("min");
+      bound(r.lo);
+      w.key("max");
+      if (std::isinf(r.hi))
+        w.null();  // no bound beyond the type's own
+      else
+        bound(r.hi);
+      w.key("min_open").value(r.lo_open).key("max_open").value(r.hi_open).key("unit").value(r.unit);
+      w.key("text").value(r.interval(key.kind)).end_object();
+    } else {
+      w.null();
+    }
+    const char* source = default_source(key);
+    w.key("default");
+    const RawValue value = key.get(defaults);
+    if (std::string(source) != "built-in")
+      w.null();
+    else if (value.type == RawValue::Type::Bool)
+      w.value(value.b);
+    else if (value.type == RawValue::Type::Int)
+      w.value(value.i);
+    else if (value.type == RawValue::Type::Float)
+      w.value(value.f);
+    else if (value.type == RawValue::Type::String)
+      w.value(value.s);
+    else
+      w.value(toml_literal(key, defaults));
+    w.key("default_from").value(source).key("doc").value(key.doc);
+    w.key("applies").value(to_string(key.applies())).key("resume_must_match").value(key.resume_must_match);
+    w.end_object();
+  }
+  w.end_array().end_object();
+  return out + "\n";
 }
 
 /// The technique registry (kTechniques) as a markdown table, one row a technique in ladder order,
@@ -77,12 +148,14 @@ int run_schema(int argc, char** argv, int first) {
     const std::string arg = argv[i];
     if (arg == "--markdown") {
       markdown = true;
-    } else if (arg == "--techniques-markdown" || arg == "--tensor-kinds-markdown") {
+    } else if (arg == "--json" || arg == "--techniques-markdown" || arg == "--tensor-kinds-markdown") {
       if (argc - first != 1) {
         std::cerr << "odyssey schema: " << arg << " takes no other argument\n";
         return kExitBadInput;
       }
-      std::cout << (arg == "--techniques-markdown" ? techniques_markdown() : tensor_kinds_markdown());
+      std::cout << (arg == "--json"                  ? schema_json(RunConfig{})
+                    : arg == "--techniques-markdown" ? techniques_markdown()
+                                                     : tensor_kinds_markdown());
       return kExitOk;
     } else {
       std::cerr << "odyssey schema: unknown argument " << argv[i] << "\n";
@@ -104,11 +177,10 @@ int run_schema(int argc, char** argv, int first) {
           type.clear();
           for (size_t i = 0; i < key.choices.size(); ++i) type += (i ? " \\| " : "") + key.choices[i];
         }
-        std::string def = toml_literal(key, defaults);
-        if (section.name == "model" && key.name != "flavor") def = "from flavor";
-        if (section.name == "model" && key.name == "flavor") def = "required";
-        if (section.name == "training" && key.name == "seq_len") def = "required";
-        if (section.name == "hardware" && key.name != "profile") def = "from profile";
+        const std::string source = default_source(key);
+        const std::string def = source == "built-in"   ? toml_literal(key, defaults)
+                                : source == "required" ? source
+                                                       : "from " + source;
         const std::string range = key.range ? key.range->interval(key.kind) : "";
         const std::string unit = key.range && !key.range->unit.empty() ? " " + std::string(key.range->unit) : "";
         os << "| `" << key.name << "` | " << type << " | " << range << unit << " | `" << def << "` | " << key.doc
@@ -134,9 +206,9 @@ int run_schema(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{
-    Command{70, "schema", "schema [--markdown | --techniques-markdown | --tensor-kinds-markdown]",
-            "print every preset key (docs/presets.md), the technique table (docs/architecture.md) or the "
-            "tensor kinds (docs/planner.md)",
+    Command{70, "schema", "schema [--markdown | --json | --techniques-markdown | --tensor-kinds-markdown]",
+            "print every preset key (docs/presets.md; --json for tools), the technique table "
+            "(docs/architecture.md) or the tensor kinds (docs/planner.md)",
             run_schema}};
 
 }  // namespace

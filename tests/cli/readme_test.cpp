@@ -1,8 +1,10 @@
 // Keeps docs/presets.md honest: its schema section is exactly `odyssey schema --markdown`, and
-// every preset key appears in it.
+// every preset key appears in it; `odyssey schema --json` states each key as the schema holds it.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "cli_test_util.h"
 #include "engine/config/schema.h"
@@ -19,4 +21,45 @@ TEST_CASE("docs/presets.md schema section equals odyssey schema --markdown", "[c
     INFO(key.full_name());
     CHECK(section.find("`" + std::string(key.name) + "`") != std::string::npos);
   }
+}
+
+TEST_CASE("odyssey schema --json: every preset key with the schema's own type, range, default and doc", "[cli][docs]") {
+  const Run generated = run_odyssey("schema --json");
+  require_exit(generated, 0);
+  const auto parsed = odyssey::parse_json(generated.out);
+  REQUIRE(parsed.has_value());
+  const auto& keys = parsed->at("keys");
+  REQUIRE(keys.size() == odyssey::config_schema().size());
+  CHECK(parsed->at("sections").size() == odyssey::config_sections().size());
+  const odyssey::RunConfig defaults;
+  size_t i = 0;
+  for (const auto& spec : odyssey::config_schema()) {
+    const auto& key = keys.at(i++);
+    INFO(spec.full_name());
+    CHECK(key.at("key").get<std::string>() == spec.full_name());
+    CHECK(key.at("doc").get<std::string>() == spec.doc);
+    CHECK(key.at("applies").get<std::string>() == odyssey::to_string(spec.applies()));
+    CHECK(key.at("resume_must_match").get<bool>() == spec.resume_must_match);
+    if (spec.kind == odyssey::KeyKind::Choice) CHECK(key.at("choices").get<std::vector<std::string>>() == spec.choices);
+    if (spec.range) {
+      CHECK(key.at("range").at("min").get<double>() == spec.range->lo);
+      if (!std::isinf(spec.range->hi)) CHECK(key.at("range").at("max").get<double>() == spec.range->hi);
+      CHECK(key.at("range").at("text").get<std::string>() == spec.range->interval(spec.kind));
+    } else {
+      CHECK(key.at("range").is_null());
+    }
+    // a built-in default written as the TOML literal a preset would hold
+    if (key.at("default_from").get<std::string>() == "built-in") {
+      const std::string literal = odyssey::toml_literal(spec, defaults);
+      const auto& value = key.at("default");
+      if (value.is_number())  // the same number, whichever way each writes it (3e+02, 300.0)
+        CHECK(value.get<double>() == std::stod(literal));
+      else
+        CHECK((value.is_string() ? "\"" + value.get<std::string>() + "\"" : value.dump()) == literal);
+    } else {
+      CHECK(key.at("default").is_null());
+    }
+  }
+  // one output at a time
+  require_exit(run_odyssey("schema --json --markdown"), 2);
 }
