@@ -3,7 +3,6 @@
 #include "engine/telemetry/summary.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +11,7 @@
 
 #include "engine/telemetry/metrics_jsonl.h"
 #include "engine/telemetry/phase_peaks.h"
+#include "engine/util/files.h"
 #include "engine/util/json.h"
 #include "engine/util/json_read.h"
 
@@ -158,19 +158,10 @@ bool write_summary_json(const std::string& path, const RunSummary& summary, std:
     return fail(e.what());
   }
   text += '\n';
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return fail("summary.json: cannot create " + tmp + ": " + std::strerror(errno));
-  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!wrote || !closed) {
-    std::remove(tmp.c_str());
-    return fail("summary.json: cannot write " + tmp + ": " + std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    return fail("summary.json: cannot rename " + tmp + " to " + path + ": " + why);
+  try {
+    write_file_atomically(path, text);  // a reader sees the old summary or the new, never half
+  } catch (const std::exception& e) {
+    return fail(std::string("summary.json: ") + e.what());
   }
   return true;
 }
