@@ -32,6 +32,10 @@ std::string ConfigIssue::format() const {
   return out;
 }
 
+namespace {
+RawValue override_value(std::string_view text);
+}  // namespace
+
 bool parse_override(std::string_view text, int index, Override* out, ConfigIssue* issue) {
   const SourceLoc loc{"--set", index, 1};
   const auto eq = text.find('=');
@@ -43,7 +47,7 @@ bool parse_override(std::string_view text, int index, Override* out, ConfigIssue
   if (top_level) {
     out->section.clear();
     out->key = std::string(name);
-    out->value = RawValue::from_text(text.substr(eq + 1));
+    out->value = override_value(text.substr(eq + 1));
     out->loc = loc;
     return true;
   }
@@ -55,7 +59,7 @@ bool parse_override(std::string_view text, int index, Override* out, ConfigIssue
   }
   out->section = std::string(name.substr(0, dot));
   out->key = std::string(name.substr(dot + 1));
-  out->value = RawValue::from_text(text.substr(eq + 1));
+  out->value = override_value(text.substr(eq + 1));
   out->loc = loc;
   return true;
 }
@@ -93,6 +97,21 @@ RawValue raw_of(const toml::node& node) {
   else if (auto dt = node.as_date_time())
     os << *dt;
   return RawValue::other(unshield(os.str()));
+}
+
+/// A --set value as a preset's TOML would read it (integers in any base, floats, booleans, quoted
+/// strings: the same value on the command line and in a file), else as from_text reads it (the
+/// bare words and sizes TOML has no literal for: auto, llama3-8b, 512K).
+RawValue override_value(std::string_view text) {
+  try {
+    const toml::table root = toml::parse("v = " + std::string(text));
+    const toml::node* node = root.get("v");
+    if (node != nullptr && root.size() == 1 &&
+        (node->is_boolean() || node->is_integer() || node->is_floating_point() || node->is_string()))
+      return raw_of(*node);
+  } catch (const toml::parse_error&) {
+  }
+  return RawValue::from_text(text);
 }
 
 std::vector<std::string> section_names() {

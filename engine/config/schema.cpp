@@ -104,8 +104,10 @@ RawValue RawValue::from_text(std::string_view text) {
     errno = 0;
     const long long as_int = std::strtoll(t.c_str(), &end, 10);
     if (end && *end == '\0' && errno == 0) return integer(as_int);
-    const double as_double = std::strtod(t.c_str(), &end);
-    if (end && *end == '\0' && t.find_first_of("0123456789") != std::string::npos) return floating(as_double);
+    errno = 0;
+    const double as_double = std::strtod(t.c_str(), &end);  // out of range (1e400): the text, as typed
+    if (end && *end == '\0' && errno == 0 && t.find_first_of("0123456789") != std::string::npos)
+      return floating(as_double);
   }
   return string(std::string(text));
 }

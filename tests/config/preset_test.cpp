@@ -161,6 +161,22 @@ TEST_CASE("set overrides parse, apply and point at themselves", "[config][overri
   CHECK(issue.format() ==
         "--set:5:1: --set seq_len=3M: expected section.key=value (for example --set training.seq_len=3M)");
   CHECK_FALSE(parse_override("training.seq_len", 6, &o, &issue));
+  // A value reads as a preset's TOML reads it: the same number on the command line and in a file
+  // (hex, underscores), and a value TOML cannot hold is echoed as typed, not as what strtod made of it
+  REQUIRE(parse_override("training.seq_len=0x200", 8, &o, &issue));
+  CHECK(o.value.type == RawValue::Type::Int);
+  CHECK(o.value.i == 512);
+  REQUIRE(parse_override("training.steps=1_000", 8, &o, &issue));
+  CHECK(o.value.type == RawValue::Type::Int);
+  CHECK(o.value.i == 1000);
+  REQUIRE(parse_override("training.steps=1e400", 8, &o, &issue));
+  CHECK(o.value.type == RawValue::Type::String);
+  CHECK(o.value.s == "1e400");
+  REQUIRE(parse_override("hardware.compute_efficiency=.5", 8, &o, &issue));  // no TOML literal: as before
+  CHECK(o.value.type == RawValue::Type::Float);
+  CHECK(o.value.f == 0.5);
+  REQUIRE(parse_override("training.steps=5\nx = 1", 8, &o, &issue));  // one value, never two keys
+  CHECK(o.value.type == RawValue::Type::String);
   // The one top-level key takes no section.
   REQUIRE(parse_override("description=\"a 3M run\"", 7, &o, &issue));
   CHECK(o.section.empty());
