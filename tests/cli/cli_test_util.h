@@ -1,6 +1,7 @@
 // Helpers of the CLI tests that run the real `odyssey` binary: run it and read its output, start
 // it as a child (one per torchrun rank), wait for checkpoints and exits, read metrics.jsonl.
-// defines: kTiny, kShort, read_text, generated_section, fresh_dir, Run, run_odyssey, require_exit, spawn_odyssey,
+// defines: kTiny, kShort, read_text, generated_section, fresh_dir, Run, run_shell, run_odyssey, require_exit,
+// spawn_odyssey,
 // spawn_torchrun, checkpoint_step, losses, wait_for_checkpoint, wait_exit, metrics_lines
 #pragma once
 
@@ -67,12 +68,9 @@ struct Run {
   std::string out, err;
 };
 
-inline Run run_odyssey(const std::string& args) {
-  // One stderr file per test process: CTest runs the cases in parallel.
-  const std::string err_path =
-      std::string(ODYSSEY_BINARY_DIR) + "/train_cli_test." + std::to_string(getpid()) + ".stderr";
-  const std::string cmd = std::string("cd ") + ODYSSEY_SOURCE_DIR + " && OMP_NUM_THREADS=1 " + ODYSSEY_BIN_DIR +
-                          "/odyssey " + args + " 2>" + err_path;
+/// Runs `command` in sh from the source tree: its stdout and exit code (-1 when a signal ended it).
+inline Run run_shell(const std::string& command) {
+  const std::string cmd = std::string("cd ") + ODYSSEY_SOURCE_DIR + " && " + command;
   Run r;
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -81,6 +79,14 @@ inline Run run_odyssey(const std::string& args) {
   while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
   const int status = pclose(pipe);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+inline Run run_odyssey(const std::string& args) {
+  // One stderr file per test process: CTest runs the cases in parallel.
+  const std::string err_path =
+      std::string(ODYSSEY_BINARY_DIR) + "/train_cli_test." + std::to_string(getpid()) + ".stderr";
+  Run r = run_shell(std::string("OMP_NUM_THREADS=1 ") + ODYSSEY_BIN_DIR + "/odyssey " + args + " 2>" + err_path);
   r.err = read_text(err_path);
   return r;
 }

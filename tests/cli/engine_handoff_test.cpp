@@ -10,34 +10,16 @@
 using namespace odyssey;
 using namespace odyssey::test;
 
-namespace {
-
-/// Runs `command` in sh from the source tree; stdout and stderr together.
-Run run_shell(const std::string& command) {
-  const std::string cmd = std::string("cd ") + ODYSSEY_SOURCE_DIR + " && " + command + " 2>&1";
-  Run r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-}  // namespace
-
 TEST_CASE("odyssey links no LibTorch, odyssey-engine does", "[cli][handoff]") {
   // ldd lists what the dynamic loader maps at start: loading LibTorch costs every process its
   // operator registry (0.8 s and 470 MB on a 2-core host) before main() runs
-  const Run light = run_shell(std::string("ldd ") + ODYSSEY_BIN_DIR + "/odyssey");
+  const Run light = run_shell(std::string("ldd ") + ODYSSEY_BIN_DIR + "/odyssey 2>&1");
   INFO(light.out);
   REQUIRE(light.code == 0);
   CHECK(light.out.find("libc.so") != std::string::npos);
   CHECK(light.out.find("libtorch") == std::string::npos);
   CHECK(light.out.find("libc10") == std::string::npos);
-  const Run engine = run_shell(std::string("ldd ") + ODYSSEY_BIN_DIR + "/odyssey-engine");
+  const Run engine = run_shell(std::string("ldd ") + ODYSSEY_BIN_DIR + "/odyssey-engine 2>&1");
   INFO(engine.out);
   REQUIRE(engine.code == 0);
   CHECK(engine.out.find("libtorch") != std::string::npos);
@@ -66,11 +48,11 @@ TEST_CASE("odyssey without odyssey-engine beside it plans, and names the engine 
           "[cli][handoff]") {
   const std::string dir = fresh_dir("handoff_alone");
   REQUIRE(std::system(("mkdir -p '" + dir + "' && cp '" + ODYSSEY_BIN_DIR + "/odyssey' '" + dir + "/'").c_str()) == 0);
-  const Run plan = run_shell("'" + dir + "/odyssey' plan presets/tiny-cpu.toml --json");
+  const Run plan = run_shell("'" + dir + "/odyssey' plan presets/tiny-cpu.toml --json 2>&1");
   INFO(plan.out);
   CHECK(plan.code == 0);
   CHECK(plan.out.find("\"peak_bytes\"") != std::string::npos);
-  const Run train = run_shell("'" + dir + "/odyssey' train presets/tiny-cpu.toml --steps 1");
+  const Run train = run_shell("'" + dir + "/odyssey' train presets/tiny-cpu.toml --steps 1 2>&1");
   INFO(train.out);
   CHECK(train.code == 1);
   // the path it looked at: odyssey's own folder as the kernel resolves it (/proc/self/exe)

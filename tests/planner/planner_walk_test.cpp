@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "engine/config/preset.h"
 #include "engine/config/techniques.h"
@@ -40,6 +41,22 @@ void walk_twice(const PlanShapes& s, bool collapse, LiveSet& first, LiveSet& sna
   walk_step(s, snap, collapse);
 }
 
+/// The collapsed walk against the full one: the same device and host peaks, the same peak phase
+/// and the same live set at both peaks. Returns how many allocations and frees each took (full,
+/// collapsed).
+std::pair<int64_t, int64_t> require_collapse_exact(const PlanShapes& s) {
+  LiveSet full_first(false), full_snap(false), fast_first(false), fast_snap(false);
+  walk_twice(s, false, full_first, full_snap);
+  walk_twice(s, true, fast_first, fast_snap);
+  REQUIRE(fast_first.device_peak == full_first.device_peak);
+  REQUIRE(fast_first.host_peak == full_first.host_peak);
+  REQUIRE(phase_name(fast_first.device_peak_phase) == phase_name(full_first.device_peak_phase));
+  REQUIRE(fast_snap.device_snapshot_taken());
+  REQUIRE(group(fast_snap.device_snapshot) == group(full_snap.device_snapshot));
+  if (full_first.host_peak > 0) REQUIRE(group(fast_snap.host_snapshot) == group(full_snap.host_snapshot));
+  return {full_first.events(), fast_first.events()};
+}
+
 }  // namespace
 
 TEST_CASE("collapsed walk: same peaks and the same live set at both peaks as the full walk", "[planner][walk]") {
@@ -55,16 +72,7 @@ TEST_CASE("collapsed walk: same peaks and the same live set at both peaks as the
       base.model.n_layers = layers;
       for (int rung = 0; rung < kLadderRungCount; ++rung) {
         INFO(base.model.flavor << " with " << layers << " layers, rung " << kLadderRungNames[rung]);
-        const PlanShapes s = make_shapes(ladder_rung_config(base, rung));
-        LiveSet full_first(false), full_snap(false), fast_first(false), fast_snap(false);
-        walk_twice(s, false, full_first, full_snap);
-        walk_twice(s, true, fast_first, fast_snap);
-        CHECK(fast_first.device_peak == full_first.device_peak);
-        CHECK(fast_first.host_peak == full_first.host_peak);
-        CHECK(phase_name(fast_first.device_peak_phase) == phase_name(full_first.device_peak_phase));
-        REQUIRE(fast_snap.device_snapshot_taken());
-        CHECK(group(fast_snap.device_snapshot) == group(full_snap.device_snapshot));
-        if (full_first.host_peak > 0) CHECK(group(fast_snap.host_snapshot) == group(full_snap.host_snapshot));
+        require_collapse_exact(make_shapes(ladder_rung_config(base, rung)));
       }
     }
   }
@@ -109,20 +117,12 @@ TEST_CASE("collapsed walk: every table tune tries, kept attention in any number 
           INFO(b.preset << " with " << layers << " layers, " << describe_techniques(cfg, true) << ", kept in "
                         << (top == 0 ? layers : top) << " top blocks");
           const PlanShapes s = make_shapes(cfg);
-          LiveSet full_first(false), full_snap(false), fast_first(false), fast_snap(false);
-          walk_twice(s, false, full_first, full_snap);
-          walk_twice(s, true, fast_first, fast_snap);
-          REQUIRE(fast_first.device_peak == full_first.device_peak);
-          REQUIRE(fast_first.host_peak == full_first.host_peak);
-          REQUIRE(phase_name(fast_first.device_peak_phase) == phase_name(full_first.device_peak_phase));
-          REQUIRE(fast_snap.device_snapshot_taken());
-          REQUIRE(group(fast_snap.device_snapshot) == group(full_snap.device_snapshot));
-          if (full_first.host_peak > 0) REQUIRE(group(fast_snap.host_snapshot) == group(full_snap.host_snapshot));
+          const auto [full_events, fast_events] = require_collapse_exact(s);
           ++walked;
-          if (fast_first.events() < full_first.events()) ++collapsed;
+          if (fast_events < full_events) ++collapsed;
           // a GPU target's offloaded payloads sit in pinned slabs: every run's residue is a plain
           // addition, so every walk with a run of 3 blocks or more collapses
-          if (s.cuda_target && layers >= 9) REQUIRE(fast_first.events() < full_first.events());
+          if (s.cuda_target && layers >= 9) REQUIRE(fast_events < full_events);
         }
       }
     }
