@@ -6,6 +6,15 @@
 
 namespace odyssey::planner_detail {
 
+namespace {
+
+/// `total` less `bytes`, except that a total saturated at the planner's ceiling stays there: the
+/// bytes it stands for are unknown, and taking a real size off the ceiling would show a plan
+/// beyond range with smaller, even negative, figures after its first free.
+int64_t sat_sub(int64_t total, int64_t bytes) { return total >= kPlanBytesLimit ? total : total - bytes; }
+
+}  // namespace
+
 std::string phase_name(PhaseCode code) {
   const std::string block = "block." + std::to_string(code.block);
   switch (code.kind) {
@@ -91,8 +100,10 @@ void LiveSet::free(int handle) {
   if (handle >= static_cast<int>(entries_.size()) || !entries_[handle].live)
     throw std::logic_error("planner walk: free of a tensor that is not live (handle " + std::to_string(handle) + ")");
   LiveEntry& e = entries_[handle];
-  (e.host ? host_ : device_) -= e.bytes;
-  categories_[static_cast<int>(e.category)] -= e.bytes;
+  int64_t& pool = e.host ? host_ : device_;
+  pool = sat_sub(pool, e.bytes);
+  int64_t& category = categories_[static_cast<int>(e.category)];
+  category = sat_sub(category, e.bytes);
   e.live = false;
   free_slots_.push_back(handle);
   ++event_;
@@ -103,7 +114,8 @@ void LiveSet::retag(int handle, PlanCategory category, const char* name) {
   LiveEntry& e = entries_.at(handle);
   if (!e.live) throw std::logic_error("planner walk: retag of a tensor that is not live");
   if (name) e.name = name;
-  categories_[static_cast<int>(e.category)] -= e.bytes;
+  int64_t& from = categories_[static_cast<int>(e.category)];
+  from = sat_sub(from, e.bytes);
   e.category = category;
   categories_[static_cast<int>(category)] = sat_add(categories_[static_cast<int>(category)], e.bytes);
 }
@@ -117,8 +129,10 @@ bool LiveSet::shrink(int handle, int64_t bytes) {
     free(handle);
     return true;
   }
-  (e.host ? host_ : device_) -= bytes;
-  categories_[static_cast<int>(e.category)] -= bytes;
+  int64_t& pool = e.host ? host_ : device_;
+  pool = sat_sub(pool, bytes);
+  int64_t& category = categories_[static_cast<int>(e.category)];
+  category = sat_sub(category, bytes);
   e.bytes -= bytes;
   e.count -= 1;
   ++event_;

@@ -206,16 +206,26 @@ TEST_CASE("reliability: sizes out of their physical range are refused, nothing o
   r = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml --set hardware.runtime_overhead_gib=1e10");
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("hardware.runtime_overhead_gib = 1e+10: must be a number of GiB in [0, 65536]"));
-  // In range but beyond any machine: the planner's saturating arithmetic says so instead of wrapping.
-  r = run_odyssey(
-      "plan presets/llama3-8b-3m-8xh100.toml --set training.batch_size=65536 --set training.seq_len=16G "
-      "--set memory.tiled_loss=false --json");
-  require_exit(r, 0);
-  auto plan = parse_json(r.out);
-  REQUIRE(plan.has_value());
-  CHECK(plan->at("beyond_range").get<bool>());
-  CHECK_FALSE(plan->at("fits").get<bool>());
-  CHECK(plan->at("peak_bytes").get<int64_t>() > 0);
+  // In range but beyond any machine: the planner's saturating arithmetic says so instead of wrapping,
+  // and a total at its ceiling stays there through the frees after it (phases once went negative)
+  for (const char* extra : {"--set memory.tiled_loss=false", "--set model.n_layers=1024"}) {
+    INFO(extra);
+    r = run_odyssey(
+        "plan presets/llama3-8b-3m-8xh100.toml --set training.batch_size=65536 --set training.seq_len=16G --json " +
+        std::string(extra));
+    require_exit(r, 0);
+    auto plan = parse_json(r.out);
+    REQUIRE(plan.has_value());
+    CHECK(plan->at("beyond_range").get<bool>());
+    CHECK_FALSE(plan->at("fits").get<bool>());
+    CHECK(plan->at("peak_bytes").get<int64_t>() > 0);
+    for (const auto& phase : plan->at("phases")) {
+      INFO(phase.at("name").get<std::string>());
+      CHECK(phase.at("resident_bytes").get<int64_t>() >= 0);
+      CHECK(phase.at("host_bytes").get<int64_t>() >= 0);
+      for (const auto& [category, bytes] : phase.at("categories").items()) CHECK(bytes.get<int64_t>() >= 0);
+    }
+  }
   // A huge head count once computed its hint's divisors one by one for an hour.
   const auto t0 = std::chrono::steady_clock::now();
   r = run_odyssey("check presets/qwen3-32b-16xh100.toml --set model.n_heads=1099511627776");
