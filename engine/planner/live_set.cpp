@@ -86,8 +86,8 @@ int LiveSet::alloc(const char* name, TensorKind kind, PlanCategory category, int
   e.category = category;
   e.host = host;
   e.live = true;
-  int64_t device_total = device_, host_total = host_;
-  (host ? host_total : device_total) = sat_add(host ? host_total : device_total, e.bytes);
+  const int64_t device_total = host ? device_ : sat_add(device_, e.bytes);
+  const int64_t host_total = host ? sat_add(host_, e.bytes) : host_;
   device_ = device_total;
   host_ = host_total;
   categories_[static_cast<int>(category)] = sat_add(categories_[static_cast<int>(category)], e.bytes);
@@ -100,13 +100,17 @@ void LiveSet::free(int handle) {
   if (handle >= static_cast<int>(entries_.size()) || !entries_[handle].live)
     throw std::logic_error("planner walk: free of a tensor that is not live (handle " + std::to_string(handle) + ")");
   LiveEntry& e = entries_[handle];
-  int64_t& pool = e.host ? host_ : device_;
-  pool = sat_sub(pool, e.bytes);
-  int64_t& category = categories_[static_cast<int>(e.category)];
-  category = sat_sub(category, e.bytes);
+  take_off(e, e.bytes);
   e.live = false;
   free_slots_.push_back(handle);
   ++event_;
+}
+
+void LiveSet::take_off(const LiveEntry& e, int64_t bytes) {
+  int64_t& pool = e.host ? host_ : device_;
+  pool = sat_sub(pool, bytes);
+  int64_t& category = categories_[static_cast<int>(e.category)];
+  category = sat_sub(category, bytes);
 }
 
 void LiveSet::retag(int handle, PlanCategory category, const char* name) {
@@ -129,10 +133,7 @@ bool LiveSet::shrink(int handle, int64_t bytes) {
     free(handle);
     return true;
   }
-  int64_t& pool = e.host ? host_ : device_;
-  pool = sat_sub(pool, bytes);
-  int64_t& category = categories_[static_cast<int>(e.category)];
-  category = sat_sub(category, bytes);
+  take_off(e, bytes);
   e.bytes -= bytes;
   e.count -= 1;
   ++event_;

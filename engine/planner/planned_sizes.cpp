@@ -1,8 +1,8 @@
 // The memory sizes a preset may leave to the planner ("auto"): the Untied stage size (standard
 // attention where no stage size lowers the peak) and the tiled MLP's tile at a run's length.
 #include <algorithm>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 
 #include "engine/config/validate.h"

@@ -105,6 +105,8 @@ class LiveSet {
  private:
   /// The peaks and snapshots after an allocation that left the totals at `device` and `host`.
   void after_change(int64_t device, int64_t host);
+  /// Takes `bytes` of live entry `e` off its pool's total and its category's.
+  void take_off(const LiveEntry& e, int64_t bytes);
   bool record_phases_;
   bool snapshots_ = false, device_snapshot_taken_ = false, host_snapshot_taken_ = false;
   PhaseCode snapshot_phase_;
