@@ -31,20 +31,24 @@ int64_t largest_lce_seq_tile(int64_t vocab, int64_t vocab_tile) {
 }
 
 LceTilePlan plan_linear_cross_entropy(KernelDtype dtype, const LinearCrossEntropyShape& s) {
-  const std::string where = "linear_cross_entropy: ";
-  require(s.tokens > 0 && s.dim > 0 && s.vocab > 0, where + field("tokens", s.tokens) + ", " + field("dim", s.dim) +
-                                                        ", " + field("vocab", s.vocab) + " must be positive");
-  require(s.seq_tile >= 0 && s.vocab_tile >= 0, where + field("seq_tile", s.seq_tile) + ", " +
-                                                    field("vocab_tile", s.vocab_tile) + " must be >= 0 (0 = default)");
+  // The messages are built only for a refusal: the planner asks for this plan in every walk.
+  constexpr const char* where = "linear_cross_entropy: ";
+  if (!(s.tokens > 0 && s.dim > 0 && s.vocab > 0))
+    throw KernelError(where + field("tokens", s.tokens) + ", " + field("dim", s.dim) + ", " + field("vocab", s.vocab) +
+                      " must be positive");
+  if (!(s.seq_tile >= 0 && s.vocab_tile >= 0))
+    throw KernelError(where + field("seq_tile", s.seq_tile) + ", " + field("vocab_tile", s.vocab_tile) +
+                      " must be >= 0 (0 = default)");
   constexpr int64_t kIntMax = kMaxLceTileElements;  // cuBLAS dimensions and leading dimensions are int
-  require(s.dim <= kIntMax && s.vocab <= kIntMax,
-          where + field("dim", s.dim) + ", " + field("vocab", s.vocab) + " must fit cuBLAS's int dimensions");
+  if (!(s.dim <= kIntMax && s.vocab <= kIntMax))
+    throw KernelError(where + field("dim", s.dim) + ", " + field("vocab", s.vocab) +
+                      " must fit cuBLAS's int dimensions");
   LceTilePlan plan;
   plan.seq_tile = std::min(s.seq_tile > 0 ? s.seq_tile : kLceDefaultTile, s.tokens);
   plan.vocab_tile = lce_vocab_tile(s.vocab, s.vocab_tile);
-  require(plan.seq_tile * plan.vocab_tile <= kIntMax && plan.seq_tile * s.dim <= (int64_t{1} << 40),
-          where + "tile " + std::to_string(plan.seq_tile) + " x " + std::to_string(plan.vocab_tile) +
-              " is too large; pick smaller seq_tile/vocab_tile");
+  if (!(plan.seq_tile * plan.vocab_tile <= kIntMax && plan.seq_tile * s.dim <= (int64_t{1} << 40)))
+    throw KernelError(std::string(where) + "tile " + std::to_string(plan.seq_tile) + " x " +
+                      std::to_string(plan.vocab_tile) + " is too large; pick smaller seq_tile/vocab_tile");
   plan.n_seq_tiles = (s.tokens + plan.seq_tile - 1) / plan.seq_tile;
   plan.n_vocab_tiles = (s.vocab + plan.vocab_tile - 1) / plan.vocab_tile;
   const size_t tile = static_cast<size_t>(plan.seq_tile * plan.vocab_tile);
