@@ -1,7 +1,7 @@
 // planner_bench: how long the planner takes for what the studio and the CLI ask of it: one
 // plan_memory, one plan_peak, the full ladder plus every max-context solve (the 5 ms target), and
 // tune, the fastest memory table that fits (the studio's button: well under a second).
-// Usage: planner_bench [PRESET...] (default: the shipped 8xH100 presets). Prints median and best
+// Usage: planner_bench [PRESET...] (default: every shipped preset). Prints median and best
 // of repeated runs in one process, so figures taken side by side are comparable.
 #include <algorithm>
 #include <chrono>
@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> presets;
   for (int i = 1; i < argc; ++i) presets.push_back(argv[i]);
   if (presets.empty())
-    for (const char* name : {"llama3-8b-3m-8xh100", "llama3-8b-5m-8xh100-untied", "qwen3-32b-16xh100"})
+    for (const char* name : {"llama3-8b-3m-8xh100", "llama3-8b-5m-8xh100-untied", "qwen3-32b-16xh100",
+                             "llama3-8b-1xh100", "llama3.2-1b-1xh100", "tiny-cpu"})
       presets.push_back(std::string(ODYSSEY_SOURCE_DIR) + "/presets/" + name + ".toml");
   constexpr double kTargetMs = 5.0;
   constexpr double kTuneTargetMs = 250.0;

@@ -147,10 +147,11 @@ std::string MaxSeqLenLimit::binds() const {
   return peak.fits_device ? "host memory" : "device memory";
 }
 
-std::string ladder_rung_label(const RunConfig& cfg, int rung) {
+namespace {
+
+/// Rung `rung`'s label for its config `r`, whose "auto" sizes resolve to `planned`.
+std::string rung_label(const RunConfig& r, int rung, const MemoryConfig& planned) {
   if (rung <= 0) return "default (no sharding)";
-  const RunConfig r = ladder_rung_config(cfg, rung);
-  const MemoryConfig planned = with_planned_sizes(r).memory;  // "auto" resolved once for the rung
   std::string added;
   for (const Technique& t : kTechniques) {
     if (t.ladder_rung != rung) continue;
@@ -161,15 +162,26 @@ std::string ladder_rung_label(const RunConfig& cfg, int rung) {
   return "+ " + added;
 }
 
+}  // namespace
+
+std::string ladder_rung_label(const RunConfig& cfg, int rung) {
+  if (rung <= 0) return rung_label(cfg, rung, cfg.memory);
+  const RunConfig r = ladder_rung_config(cfg, rung);
+  return rung_label(r, rung, with_planned_sizes(r).memory);
+}
+
 std::vector<LadderRung> plan_ladder(const RunConfig& cfg) {
   std::vector<LadderRung> rungs;
   rungs.reserve(kLadderRungCount);
   for (int i = 0; i < kLadderRungCount; ++i) {
     LadderRung rung;
     rung.name = kLadderRungNames[i];
-    rung.label = ladder_rung_label(cfg, i);
     rung.config = ladder_rung_config(cfg, i);
-    rung.plan = plan_memory(rung.config);
+    // "auto" resolved once for the label and the plan: plan_memory plans a config's resolved sizes
+    // (make_shapes), so the resolved config plans the same and walks no candidate again
+    const RunConfig planned = with_planned_sizes(rung.config);
+    rung.label = rung_label(rung.config, i, planned.memory);
+    rung.plan = plan_memory(planned);
     rung.max_seq_len = solve_max_seq_len(rung.config);
     rungs.push_back(std::move(rung));
   }

@@ -435,6 +435,52 @@ TEST_CASE("mlp_tile_tokens \"auto\" plans the fewest tiles at the lowest peak, b
   CHECK(planned_mlp_tile_tokens(fixed) == 0);
 }
 
+TEST_CASE("the device peak never falls as the MLP tile grows, whatever else runs", "[planner][properties][stages]") {
+  // mlp_tile_tokens = "auto" bisects the tile candidates for the end of the lowest peak's prefix
+  // (planned_sizes.cpp): exact only while the peak never falls as the tile grows. It holds by
+  // construction (the tile sizes only its own [B, tile, f] and [B, tile, d] activations; the
+  // walk's events are the same for every tile), and this checks it on every technique set, both
+  // attentions and three lengths, then that "auto" picks what the exhaustive rule picks.
+  int64_t sets = 0;
+  for (RunConfig base : base_configs()) {
+    const std::vector<Technique> list = toggles();
+    for (unsigned mask = 0; mask < (1u << list.size()); ++mask) {
+      RunConfig c = base;
+      for (size_t i = 0; i < list.size(); ++i) *technique_flag(c, list[i].id) = mask & (1u << i);
+      if (!c.memory.tiled_mlp || !technique_requirement_issues(c).empty()) continue;
+      for (const bool keep : {false, true}) {
+        c.memory.keep_attention = keep && c.memory.activation_checkpointing;
+        for (const int64_t scale : {1, 4, 16}) {
+          RunConfig at = c;
+          at.training.seq_len = base.training.seq_len * scale / 4;
+          if (!validate(at).empty()) continue;
+          const std::vector<int64_t> stages =
+              at.memory.untied_ulysses ? valid_heads_per_stage(at) : std::vector<int64_t>{};
+          const int64_t stage = stages.empty() ? 0 : stages.front();
+          at.memory.heads_per_stage = stage;
+          at.memory.untied_ulysses = stage > 0;
+          const int64_t local = at.training.seq_len / at.parallel.ulysses_degree;
+          std::vector<int64_t> peaks;
+          const std::vector<int64_t> tiles = mlp_tile_candidates(at.model.d_model, local);
+          for (int64_t tokens : tiles) {
+            at.memory.mlp_tile_tokens = tokens;
+            peaks.push_back(plan_peak(at).peak_bytes);
+          }
+          INFO(base.model.flavor << " mask " << mask << (keep ? " keeping attention" : "") << " at "
+                                 << at.training.seq_len << ", " << stage << " heads a stage");
+          CHECK(std::is_sorted(peaks.begin(), peaks.end()));
+          // the last tile at the lowest peak, found by walking them all
+          const size_t last_lowest = std::upper_bound(peaks.begin(), peaks.end(), peaks.front()) - peaks.begin() - 1;
+          at.memory.mlp_tile_tokens = kMlpTileTokensAuto;
+          CHECK(planned_mlp_tile_tokens(at) == tiles[last_lowest]);
+          ++sets;
+        }
+      }
+    }
+  }
+  CHECK(sets > 500);  // the sweep ran: six configs, dozens of technique sets each
+}
+
 TEST_CASE("\"auto\" stage size and MLP tile reach the longest context of the best fixed sizes",
           "[planner][properties][stages][maxlen]") {
   // At each length "auto" plans the lowest peak of every stage size, standard attention and tile
