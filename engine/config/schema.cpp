@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,13 +23,37 @@ std::string SourceLoc::str() const {
 
 namespace {
 
+/// The fewest significant digits of any decimal that reads back as `v` (std::to_chars's shortest
+/// round trip): no "%.*g" with fewer digits can read back as `v`.
+int shortest_digits(double v) {
+  char buf[40];
+  const auto [end, error] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  if (error != std::errc()) return 1;
+  int digits = 0;
+  for (const char* c = buf; c != end && *c != 'e'; ++c) digits += *c >= '0' && *c <= '9';
+  return std::max(digits, 1);
+}
+
+/// `v` in "%g" with the fewest digits that read back as `v`. The search starts at the shortest
+/// round trip's digit count and is exact from there: "%g" rounds to nearest, and beside a power of
+/// two the nearest decimal of that many digits may read back as a neighbour, so it goes on up.
+/// std::to_chars with a precision writes what printf's "%.*g" writes, and from_chars reads as strtod
+/// does, both without the locale and the stream machinery (the tuner formats every float key of
+/// every table it compares).
 std::string shortest_double(double v) {
   char buf[40];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
+  if (!std::isfinite(v)) {
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
   }
-  return buf;
+  char* end = buf;
+  for (int precision = shortest_digits(v); precision <= 17; ++precision) {
+    end = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, precision).ptr;
+    double back = 0;
+    const auto read = std::from_chars(buf, end, back);
+    if (read.ec == std::errc() && back == v) break;
+  }
+  return std::string(buf, end);
 }
 
 std::string float_literal(double v) {

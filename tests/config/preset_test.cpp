@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <limits>
+#include <random>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -524,4 +527,53 @@ TEST_CASE("a [hardware] table without a profile plans at the h100-sxm profile it
   const std::optional<HardwareConfig> h100 = find_hardware_profile("h100-sxm");
   REQUIRE(h100.has_value());
   CHECK(HardwareConfig{} == *h100);
+}
+
+TEST_CASE("a float prints as the shortest \"%g\" that reads back as it", "[config][sizes]") {
+  // The reference: every precision from 1 up, the first whose text reads back. RawValue::floating
+  // starts at the shortest round trip's digit count instead; the two agree on every double (no
+  // fewer digits can read back). glibc's printf and strtod round correctly whatever the CPU, so the
+  // texts compared are the same on every machine.
+  auto reference = [](double v) {
+    char buf[40];
+    for (int precision = 1; precision <= 17; ++precision) {
+      std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+      if (std::strtod(buf, nullptr) == v) break;
+    }
+    std::string s = buf;
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+    return s;
+  };
+  std::vector<double> values = {0.0,
+                                -0.0,
+                                0.473,
+                                1e-3,
+                                5e-324,
+                                1e308,
+                                989e12,
+                                0.1,
+                                2.5,
+                                1e15,
+                                120000.0,
+                                std::numeric_limits<double>::max(),
+                                std::numeric_limits<double>::min()};
+  for (int e = -1074; e <= 1023; ++e) {  // every power of two: where the nearest decimal may not read back
+    const double p = std::ldexp(1.0, e);
+    values.insert(values.end(), {p, std::nextafter(p, 0.0), std::nextafter(p, 2 * p + 1), -p});
+  }
+  std::mt19937_64 bits(20261129);
+  for (int i = 0; i < 200000; ++i) {
+    const uint64_t b = bits();
+    double v;
+    std::memcpy(&v, &b, sizeof v);
+    if (std::isfinite(v)) values.push_back(v);
+  }
+  for (int i = 1; i <= 20000; ++i) values.push_back(i / 1000.0);  // short decimals, as presets hold
+  int differing = 0;
+  for (double v : values)
+    if (RawValue::floating(v).text != reference(v) && ++differing <= 5)
+      FAIL_CHECK(RawValue::floating(v).text << " against " << reference(v) << " for bits of " << v);
+  CHECK(differing == 0);
+  CHECK(RawValue::floating(0.473).text == "0.473");
+  CHECK(RawValue::floating(1e-3).text == "0.001");
 }
