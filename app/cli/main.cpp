@@ -31,8 +31,8 @@ int run_in_engine(char** argv) {
             << ODYSSEY_CLI_ENGINE_EXE << ", which is built and installed beside odyssey\n";
   return odyssey::cli::kExitRuntime;
 }
-#endif
-
+#else
+/// The full help: every command of this executable (odyssey-engine, which has them all).
 void print_help(std::ostream& os) {
   os << "odyssey: long-context training memory studio, headless\n\n"
      << "usage: odyssey COMMAND [ARGS]\n\n";
@@ -54,6 +54,7 @@ void print_help(std::ostream& os) {
      << "Exit codes: 0 ok, 1 runtime failure, 2 bad input (every problem printed as FILE:LINE:COL: ...).\n"
      << "Run `odyssey COMMAND --help` for a command's own options.\n";
 }
+#endif
 
 }  // namespace
 
@@ -61,9 +62,10 @@ int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
 #ifdef ODYSSEY_CLI_ENGINE_EXE
     return run_in_engine(argv);  // the help lists every command
-#endif
+#else
     print_help(std::cout);
     return argc < 2 ? odyssey::cli::kExitBadInput : odyssey::cli::kExitOk;
+#endif
   }
   if (!std::strcmp(argv[1], "--version")) {
     std::cout << "odyssey 0.1.0\n";
@@ -95,8 +97,9 @@ int main(int argc, char** argv) {
   }
 #ifdef ODYSSEY_CLI_ENGINE_EXE
   return run_in_engine(argv);  // a training command, or one neither knows (the engine says so)
-#endif
+#else
   std::cerr << "odyssey: unknown command '" << argv[1] << "'\n\n";
   print_help(std::cerr);
   return odyssey::cli::kExitBadInput;
+#endif
 }
