@@ -3,8 +3,9 @@
 what it claims: the held-out loss falls in every position bucket, the extended positions included.
 
 Usage: check_readme_example.py --bin BUILD_BIN --work DIR
-The README's first code block under that heading runs in bash (-e) in DIR (made empty first, with
-presets/ and scripts/ linked from the repository), with BUILD_BIN first on PATH. Then:
+The README's first code block under that heading runs in bash (-e) in DIR (a new folder, or one this
+script made before, emptied first; presets/ and scripts/ linked from the repository), with
+BUILD_BIN first on PATH. Then:
 - before training (the model made by transformers, randomly initialised) every bucket's loss is
   that of a uniform guess over the vocabulary, ln(1024) = 6.93, within 0.1: the initial logits have
   a standard deviation of about sqrt(64) x 0.02 = 0.16 (unit-RMS hidden states against embedding
@@ -16,7 +17,7 @@ presets/ and scripts/ linked from the repository), with BUILD_BIN first on PATH.
   trajectory by thousandths;
 - both evaluations scored the same tokens in the same buckets, and the export holds the linear RoPE
   scaling of factor 4 the run trained with.
-Exit 0 when all hold, 1 with the failures listed.
+Exit 0 when all hold, 1 with the failures listed, 2 for a --work it did not make.
 """
 import argparse
 import json
@@ -48,13 +49,19 @@ def main():
     parser.add_argument("--work", required=True)
     args = parser.parse_args()
     work = os.path.abspath(args.work)
+    marker = os.path.join(work, ".check_readme_example")  # what this script made, and may empty again
+    if os.path.exists(work) and not os.path.exists(marker):
+        print(f"check_readme_example.py: --work {work} exists and was not made by this script; "
+              "choose a new folder (nothing was removed)", file=sys.stderr)
+        return 2
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    open(marker, "w").close()
     for name in ("presets", "scripts"):
         os.symlink(os.path.join(ROOT, name), os.path.join(work, name))
     env = dict(os.environ, PATH=os.path.abspath(args.bin) + os.pathsep + os.environ.get("PATH", ""))
     block = readme_block()
-    print(block)
+    print(block, flush=True)
     run = subprocess.run(["bash", "-e", "-c", block], cwd=work, env=env)
     if run.returncode != 0:
         print(f"check_readme_example.py: the README's block exited {run.returncode}", file=sys.stderr)

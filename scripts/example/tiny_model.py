@@ -9,11 +9,14 @@ Writes, from nothing but installed packages:
                           Hugging Face `tokenizers`; config.json and model.safetensors: a 2-layer
                           Llama made by `transformers` (randomly initialised, GQA, tied embeddings), whose
                           RoPE was made for --context positions (max_position_embeddings)
-The same arguments write the same files. An OUT_DIR that holds any of them is refused (exit 2).
+The same arguments write the same files with the same Python and packages (Python 3.11's
+pydoc_data holds 79 topics). An OUT_DIR that holds any of the three is refused (exit 2); the three
+appear together or not at all.
 """
 import argparse
 import os
 import sys
+import tempfile
 
 import pydoc_data.topics
 import torch
@@ -57,10 +60,25 @@ def main():
         if os.path.exists(path):
             print(f"tiny_model.py: {path} exists; choose another OUT_DIR (nothing was written)", file=sys.stderr)
             return 2
-    for sub in ("text", "held-out", "model"):
-        os.makedirs(os.path.join(args.out_dir, sub))
-    train, held_out = write_topics(args.out_dir)
-    model_dir = os.path.join(args.out_dir, "model")
+    # Everything is written into a private folder beside OUT_DIR's three and moved in at the end,
+    # so a failure (or Ctrl-C) leaves nothing that would refuse the next try.
+    os.makedirs(args.out_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".tiny_model.", dir=args.out_dir) as staging:
+        for sub in ("text", "held-out", "model"):
+            os.makedirs(os.path.join(staging, sub))
+        train, held_out, parameters, vocab = make(staging, args)
+        for sub in ("text", "held-out", "model"):
+            os.rename(os.path.join(staging, sub), os.path.join(args.out_dir, sub))
+    print(f"{len(train)} training and {len(held_out)} held-out documents in {args.out_dir}/text and "
+          f"{args.out_dir}/held-out; a Llama of {parameters} parameters and a tokenizer of {vocab} tokens in "
+          f"{args.out_dir}/model")
+    return 0
+
+
+def make(out_dir, args):
+    """Writes text/, held-out/ and model/ into out_dir: (train paths, held-out paths, parameters, vocabulary)."""
+    train, held_out = write_topics(out_dir)
+    model_dir = os.path.join(out_dir, "model")
     tokenizer = train_tokenizer(train, args.vocab)
     tokenizer.save(os.path.join(model_dir, "tokenizer.json"))
     torch.manual_seed(args.seed)
@@ -71,10 +89,7 @@ def main():
     transformers_logging.disable_progress_bar()
     model = LlamaForCausalLM(config)
     model.save_pretrained(model_dir)
-    print(f"{len(train)} training and {len(held_out)} held-out documents in {args.out_dir}/text and "
-          f"{args.out_dir}/held-out; a Llama of {sum(p.numel() for p in model.parameters())} "
-          f"parameters and a tokenizer of {tokenizer.get_vocab_size()} tokens in {model_dir}")
-    return 0
+    return train, held_out, sum(p.numel() for p in model.parameters()), tokenizer.get_vocab_size()
 
 
 if __name__ == "__main__":
