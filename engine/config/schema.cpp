@@ -37,9 +37,9 @@ int shortest_digits(double v) {
 /// `v` in "%g" with the fewest digits that read back as `v`. The search starts at the shortest
 /// round trip's digit count and is exact from there: "%g" rounds to nearest, and beside a power of
 /// two the nearest decimal of that many digits may read back as a neighbour, so it goes on up.
-/// std::to_chars with a precision writes what printf's "%.*g" writes, and from_chars reads as strtod
-/// does, both without the locale and the stream machinery (the tuner formats every float key of
-/// every table it compares).
+/// std::to_chars with a precision writes what printf's "%.*g" writes, and from_chars reads what
+/// strtod reads (a text beyond the double range is an error to it, so no read-back), both without
+/// the locale (the tuner formats every float key of every table it compares).
 std::string shortest_double(double v) {
   char buf[40];
   if (!std::isfinite(v)) {

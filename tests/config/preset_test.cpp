@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -572,7 +573,8 @@ TEST_CASE("a float prints as the shortest \"%g\" that reads back as it", "[confi
   int differing = 0;
   for (double v : values)
     if (RawValue::floating(v).text != reference(v) && ++differing <= 5)
-      FAIL_CHECK(RawValue::floating(v).text << " against " << reference(v) << " for bits of " << v);
+      FAIL_CHECK(RawValue::floating(v).text << " against " << reference(v) << " for the double of bits 0x" << std::hex
+                                            << std::bit_cast<uint64_t>(v));
   CHECK(differing == 0);
   CHECK(RawValue::floating(0.473).text == "0.473");
   CHECK(RawValue::floating(1e-3).text == "0.001");
