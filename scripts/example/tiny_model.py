@@ -55,6 +55,10 @@ def main():
     parser.add_argument("--vocab", type=int, default=1024, help="the tokenizer's vocabulary")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.vocab < 257:  # a byte-level BPE holds the 256 bytes and the end-of-text token at least
+        parser.error(f"--vocab {args.vocab}: must be at least 257 (the 256 bytes and <|end_of_text|>)")
+    if args.context < 1:
+        parser.error(f"--context {args.context}: must be at least 1")
     for sub in ("text", "held-out", "model"):
         path = os.path.join(args.out_dir, sub)
         if os.path.exists(path):
@@ -62,13 +66,18 @@ def main():
             return 2
     # Everything is written into a private folder beside OUT_DIR's three and moved in at the end,
     # so a failure (or Ctrl-C) leaves nothing that would refuse the next try.
-    os.makedirs(args.out_dir, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".tiny_model.", dir=args.out_dir) as staging:
-        for sub in ("text", "held-out", "model"):
-            os.makedirs(os.path.join(staging, sub))
-        train, held_out, parameters, vocab = make(staging, args)
-        for sub in ("text", "held-out", "model"):
-            os.rename(os.path.join(staging, sub), os.path.join(args.out_dir, sub))
+    try:
+        os.makedirs(args.out_dir, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".tiny_model.", dir=args.out_dir) as staging:
+            for sub in ("text", "held-out", "model"):
+                os.makedirs(os.path.join(staging, sub))
+            train, held_out, parameters, vocab = make(staging, args)
+            for sub in ("text", "held-out", "model"):
+                os.rename(os.path.join(staging, sub), os.path.join(args.out_dir, sub))
+    except OSError as e:
+        print(f"tiny_model.py: cannot write {args.out_dir}: {e.strerror} ({e.filename}); nothing was left there",
+              file=sys.stderr)
+        return 1
     print(f"{len(train)} training and {len(held_out)} held-out documents in {args.out_dir}/text and "
           f"{args.out_dir}/held-out; a Llama of {parameters} parameters and a tokenizer of {vocab} tokens in "
           f"{args.out_dir}/model")
