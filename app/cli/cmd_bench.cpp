@@ -136,7 +136,7 @@ int run_bench_command(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{
-    Command{60, "bench", "bench PRESET [--set k=v]... [--steps ROUNDS] [--json]",
+    Command{60, "bench", "bench PRESET [--set k=v]... [--steps ROUNDS] [--json] [--quiet]",
             "step-time ratios of each memory and parallel technique, interleaved in one run", run_bench_command}};
 
 }  // namespace

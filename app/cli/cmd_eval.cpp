@@ -40,6 +40,28 @@ constexpr const char* kUsage =
     "[--set k=v]... [--tokenizer PATH] [--trials N] [--seed N] [--first-bucket N] [--needle-min N] "
     "[--max-sequences N] [--no-needle] [--quiet]";
 
+/// `odyssey eval --help`: every option (docs/eval.md says more).
+constexpr const char* kHelp =
+    "usage: odyssey eval RUN_DIR|HF_DIR --data FILE --seq-len N [options]\n"
+    "  RUN_DIR          a run's --out (its latest checkpoint and that checkpoint's config), or\n"
+    "  HF_DIR           a Hugging Face model directory (config.json, safetensors)\n"
+    "  --data FILE      a documents file of held-out text (odyssey prepare), at least N + 1 tokens\n"
+    "  --seq-len N      the longest context evaluated (K and M suffixes)\n"
+    "  --preset P       for HF_DIR: the rest of the config (ranks, memory stack); else the defaults\n"
+    "  --set k=v        change how the model runs (rope_*, device, dtype, parallel.*, memory.*), never a shape\n"
+    "  --json           print one JSON object on stdout\n"
+    "  --out DIR        where eval.json and needle.png go (RUN_DIR/eval, or ./eval-<HF_DIR's name>)\n"
+    "  --overwrite      replace eval.json and needle.png in --out\n"
+    "  --tokenizer PATH the needle's tokenizer: a tokenizer.json or a directory holding one (default: HF_DIR's,\n"
+    "                   or the run's model.hf_path)\n"
+    "  --trials N       needle trials a cell, one passkey each (3; at most 1000)\n"
+    "  --seed N         the passkeys' seed (1234)\n"
+    "  --first-bucket N the loss buckets: [0, N), [N, 4N), [4N, 16N), ... up to --seq-len (1K)\n"
+    "  --needle-min N   the needle grid's shortest context, doubled up to --seq-len (1K)\n"
+    "  --max-sequences N  evaluate only the file's first N sequences\n"
+    "  --no-needle      the loss by position only\n"
+    "  --quiet          no progress on stderr\n";
+
 /// Bad input: the message names the flag or file, its value and the rule.
 struct BadInput : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -742,10 +764,12 @@ int run_eval(int argc, char** argv, int first) {
 
 const CommandRegistration registration{Command{
     74, "eval",
-    "eval RUN_DIR|HF_DIR --data FILE --seq-len N [--set k=v]... [--json] [--out DIR] [--tokenizer PATH] [--trials N]",
+    "eval RUN_DIR|HF_DIR --data FILE --seq-len N [--preset P] [--set k=v]... [--json] [--out DIR] [--overwrite] "
+    "[--tokenizer PATH] [--trials N] [--seed N] [--first-bucket N] [--needle-min N] [--max-sequences N] "
+    "[--no-needle] [--quiet]",
     "loss by position bucket and a needle grid on held-out documents, forward only, on the run's ranks (--set "
     "parallel.*)",
-    run_eval}};
+    run_eval, kHelp}};
 
 }  // namespace
 }  // namespace odyssey::cli

@@ -125,7 +125,7 @@ int run_export(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{
-    Command{75, "export", "export RUN_DIR --hf OUT_DIR [--dtype D] [--max-shard-size 5GB] [--tokenizer DIR]",
+    Command{75, "export", "export RUN_DIR --hf OUT_DIR [--dtype D] [--max-shard-size 5GB] [--tokenizer DIR] [--json]",
             "write a run's latest checkpoint as a Hugging Face model (config.json + safetensors)", run_export}};
 
 }  // namespace

@@ -31,7 +31,8 @@ constexpr const char* kUsage =
     "              either way the tokenizer's vocabulary must fit its model.vocab_size (--set overrides its keys)\n"
     "  --out       the documents file to write (training.dataset = \"documents\", training.dataset_path = FILE)\n"
     "  --append-eos  the tokenizer's eos token after every document (no separator otherwise)\n"
-    "  --overwrite   replace an existing FILE\n";
+    "  --overwrite   replace an existing FILE\n"
+    "  --json        print the counts as one JSON object on stdout\n";
 
 volatile sig_atomic_t g_stop_signal = 0;
 void on_stop_signal(int sig) { g_stop_signal = sig; }
@@ -348,8 +349,10 @@ int run_prepare(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{
-    Command{72, "prepare", "prepare INPUT... --tokenizer PATH|--preset PRESET --out FILE [--append-eos]",
-            "tokenize text (JSON lines, plain text, Parquet) into a documents file to train on", run_prepare}};
+    Command{72, "prepare",
+            "prepare INPUT... --tokenizer PATH|--preset PRESET [--set k=v]... --out FILE [--append-eos] [--overwrite] "
+            "[--json]",
+            "tokenize text (JSON lines, plain text, Parquet) into a documents file to train on", run_prepare, kUsage}};
 
 }  // namespace
 }  // namespace odyssey::cli

@@ -240,7 +240,7 @@ int run_train(int argc, char** argv, int first) {
 const CommandRegistration registration{Command{
     50, "train",
     "train PRESET [--set k=v]... [--steps N] [--out DIR] [--resume DIR] [--overwrite] [--force] [--no-checkpoint] "
-    "[--memory-snapshot FILE] [--kernel-profile FILE]",
+    "[--memory-snapshot FILE] [--kernel-profile FILE] [--quiet]",
     "train on this machine: metrics.jsonl, trace.json, summary.json, checkpoints; Ctrl-C stops cleanly", run_train}};
 
 }  // namespace

@@ -75,7 +75,10 @@ int main(int argc, char** argv) {
     if (c.name != std::string(argv[1])) continue;
     for (int i = 2; i < argc; ++i) {
       if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-        std::cout << "usage: odyssey " << c.usage << "\n\n" << c.summary << "\n";
+        if (c.help)
+          std::cout << c.help << (c.help[std::strlen(c.help) - 1] == '\n' ? "" : "\n");
+        else
+          std::cout << "usage: odyssey " << c.usage << "\n\n" << c.summary << "\n";
         return 0;
       }
     }

@@ -288,6 +288,52 @@ TEST_CASE("reliability: odyssey --help keeps every command apart from its descri
   CHECK(commands >= 7);
 }
 
+TEST_CASE("reliability: each command's --help names every option it takes", "[cli][reliability]") {
+  // The README sends users to `odyssey COMMAND --help` for every option. Each flag below is both in
+  // the command's help and taken by the command (given alone, it is never an unknown option: the
+  // command stops at a missing argument or value instead, before any work).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+      {"check", {"--set", "--json"}},
+      {"plan", {"--set", "--json"}},
+      {"ladder", {"--set", "--json"}},
+      {"maxlen", {"--set", "--json"}},
+      {"tune", {"--set", "-o", "--overwrite", "--json"}},
+      {"train",
+       {"--set", "--steps", "--out", "--resume", "--overwrite", "--force", "--no-checkpoint", "--memory-snapshot",
+        "--kernel-profile", "--quiet"}},
+      {"bench", {"--set", "--steps", "--json", "--quiet"}},
+      {"schema", {"--markdown", "--json", "--techniques-markdown", "--tensor-kinds-markdown"}},
+      {"prepare", {"--tokenizer", "--preset", "--set", "--out", "--append-eos", "--overwrite", "--json"}},
+      {"eval",
+       {"--data", "--seq-len", "--preset", "--set", "--json", "--out", "--overwrite", "--tokenizer", "--trials",
+        "--seed", "--first-bucket", "--needle-min", "--max-sequences", "--no-needle", "--quiet"}},
+      {"export", {"--hf", "--dtype", "--max-shard-size", "--tokenizer", "--json"}},
+  };
+  // `flag` as a word of the help: between spaces, brackets, parentheses, bars or line ends
+  auto names_flag = [](const std::string& text, const std::string& flag) {
+    const std::string before = " [(|\n", after = " ])|\n";
+    for (size_t at = text.find(flag); at != std::string::npos; at = text.find(flag, at + 1)) {
+      const size_t end = at + flag.size();
+      if ((at == 0 || before.find(text[at - 1]) != std::string::npos) &&
+          (end == text.size() || after.find(text[end]) != std::string::npos))
+        return true;
+    }
+    return false;
+  };
+  for (const auto& [command, flags] : commands) {
+    const Run help = run_odyssey(command + " --help");
+    require_exit(help, 0);
+    for (const std::string& flag : flags) {
+      INFO("odyssey " << command << " " << flag);
+      CHECK(names_flag(help.out, flag));
+      if (command == "schema") continue;  // a flag of schema prints the schema: taken, as the help says
+      const Run alone = run_odyssey(command + " " + flag);
+      CHECK(alone.code != 0);  // nothing to work on
+      CHECK_THAT(alone.err, !Catch::Contains("unknown option " + flag) && !Catch::Contains("unknown argument " + flag));
+    }
+  }
+}
+
 TEST_CASE("reliability: --memory-snapshot on a CPU run is refused before any output", "[cli][reliability]") {
   // It records the CUDA caching allocator's history; a CPU run has none to record.
   const std::string dir = fresh_dir("snapshot_cpu");
