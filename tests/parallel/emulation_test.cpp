@@ -1,13 +1,19 @@
 // Rank emulation end to end: rank 0 of a W-rank job run alone with EmulatedComm holds exactly
-// what rank 0 of the real multi-rank run holds: step peak within 2%, same persistent categories.
-// defines: test cases [emulation]
+// what rank 0 of the real multi-rank run holds: step peak within 2%, same persistent categories,
+// also under document masking. defines: test cases [emulation]
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "../common/engine_test_util.h"
 #include "engine/parallel/job.h"
+#include "engine/train/documents_file.h"
 #include "engine/train/run.h"
+#include "engine/util/files.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -95,6 +101,41 @@ TEST_CASE("rank emulation: Untied Ulysses over 4 ranks (Hkv < P), offload and ti
   cfg.memory.activation_checkpointing = cfg.memory.offload_activations = true;
   cfg.memory.tiled_mlp = cfg.memory.tiled_loss = true;
   check(cfg, "W=4 P=4 untied offload tiling");
+}
+
+TEST_CASE("rank emulation: document masking on packed documents under Untied Ulysses over 4 ranks",
+          "[emulation][documents]") {
+  // Documents of mixed lengths (3 to 300 tokens) packed into the sequences: each attention call
+  // runs per document segment, whose scratch the emulated rank must hold as the real one does.
+  const std::string path = "/tmp/odyssey_emulation_documents_" + std::to_string(::getpid()) + ".odoc";
+  remove_tree(path);
+  {
+    DocumentsFileWriter w(path);
+    std::vector<uint32_t> ids(300);
+    int64_t written = 0;
+    for (int64_t d = 0; written < 6 * 513; ++d) {
+      const int64_t length = 3 + (d * 97) % 298;
+      for (int64_t i = 0; i < length; ++i) ids[static_cast<size_t>(i)] = static_cast<uint32_t>((d + 5 * i) % 128);
+      w.add_document(ids.data(), length);
+      written += length;
+    }
+    w.commit(/*vocab_size=*/128, /*replace=*/false);
+  }
+  RunConfig cfg = emulation_config();
+  cfg.parallel.world_size = 4;
+  cfg.parallel.ulysses_degree = 4;
+  cfg.memory.untied_ulysses = true;
+  cfg.memory.heads_per_stage = 4;
+  cfg.memory.activation_checkpointing = true;
+  cfg.training.dataset = DatasetKind::Documents;
+  cfg.training.dataset_path = path;
+  cfg.training.document_mask = true;
+  check(cfg, "W=4 P=4 untied, packed documents masked");
+  // the masked path ran: its per-segment attention calls hold another peak than one call a sequence
+  RunConfig unmasked = cfg;
+  unmasked.training.document_mask = false;
+  CHECK(real_rank0(cfg).step_peak != real_rank0(unmasked).step_peak);
+  remove_tree(path);
 }
 
 TEST_CASE("rank emulation through run_training reports rank 0's peak only and marks the loss meaningless",
