@@ -250,6 +250,41 @@ TEST_CASE("odyssey train under torchrun: two processes equal the in-process run 
   CHECK(summary->at("final").at("rank_peak_bytes").size() == 2);
 }
 
+TEST_CASE("odyssey train under torchrun: four processes run the shared-GPU job's CPU half as rank threads do",
+          "[cli][train][torchrun]") {
+  // tests/cli/shared_gpu_test.cpp's job at its widest (world = Ulysses degree 4, FSDP, one query
+  // head per rank per stage over 2 KV heads replicated to the degree, checkpointing with offload,
+  // tiled MLP and loss, fp32) is compared there on a GPU against its CPU run under torchrun; here
+  // that CPU run itself, 4 processes over Gloo, equals the same job as 4 rank threads bit for bit.
+  const std::string job =
+      "presets/tiny-cpu.toml --set training.seq_len=512 --set training.dtype=float32 --set "
+      "training.warmup_steps=1 --set parallel.world_size=4 --set parallel.ulysses_degree=4 --set "
+      "memory.heads_per_stage=4 --set training.device=cpu --steps 2 --no-checkpoint --quiet ";
+  const std::string threads = fresh_dir("torchrun4_reference");
+  const Run reference_run = run_odyssey("train " + job + "--out " + threads);
+  INFO(reference_run.out << reference_run.err);
+  REQUIRE(reference_run.code == 0);
+  const auto reference = losses(threads);
+  REQUIRE(reference.size() == 2);
+  const std::string dir = fresh_dir("torchrun4");
+  const std::vector<pid_t> pids = spawn_torchrun("train " + job + "--out " + dir, dir, 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto status = wait_exit(pids[rank], 300);
+    INFO("rank " << rank << ": " << read_text(dir + ".rank" + std::to_string(rank) + ".log"));
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 0);
+  }
+  const auto got = losses(dir);
+  REQUIRE(got.size() == 2);
+  for (const auto& [step, loss] : reference) {
+    INFO("step " << step << ": threads " << loss << ", processes " << got.at(step));
+    CHECK(got.at(step) == loss);  // the same collectives in the same order, one intra-op thread a rank
+  }
+  std::istringstream lines(read_text(dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) CHECK(parse_json(line)->at("rank_peak_bytes").size() == 4);
+}
+
 TEST_CASE("odyssey train under the real torchrun launcher equals the in-process run", "[cli][train][torchrun]") {
   // torch.distributed.run from the wheel LibTorch came from: its elastic agent serves the store
   // (TORCHELASTIC_USE_AGENT_STORE=True) and sets every variable itself, as on a cluster.
