@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "../hf/hf_fixtures.h"
 #include "cli_test_util.h"
 #include "tokenizer_test_util.h"
 
@@ -201,6 +202,30 @@ TEST_CASE("odyssey prepare: a bad line is FILE:LINE: rule with exit 2, and nothi
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--preset presets/tiny-cpu.toml has no model.hf_path"));
   CHECK_FALSE(exists(out));
+}
+
+TEST_CASE("odyssey prepare --preset: the tokenizer of the preset's model.hf_path, as --tokenizer gives it",
+          "[cli][prepare]") {
+  // A Hugging Face model directory (a tied Llama built by transformers, vocabulary 128) with a
+  // tokenizer.json of its own, named by the preset's model.hf_path: prepare finds the tokenizer
+  // there and writes the file that --tokenizer on the same directory writes, byte for byte.
+  const std::string dir = make_dir("preset_hf_path"), model = dir + "/model";
+  REQUIRE(std::system(("cp -r '" + hf_fixture("llama-tied-bf16-sharded") + "' '" + model + "'").c_str()) == 0);
+  make_tokenizer(model, kWords);
+  std::ofstream(dir + "/in.jsonl") << "{\"text\": \"the cat sat on a mat\"}\n{\"text\": \"a dog ran\"}\n";
+  const Run by_preset = run_odyssey("prepare " + dir +
+                                    "/in.jsonl --preset presets/tiny-cpu.toml --set model.flavor=hf "
+                                    "--set model.hf_path=" +
+                                    model + " --out " + dir + "/by_preset.odoc");
+  require_exit(by_preset, 0);
+  CHECK_THAT(by_preset.out + by_preset.err, Catch::Contains(model + "/tokenizer.json"));
+  const Run by_tokenizer =
+      run_odyssey("prepare " + dir + "/in.jsonl --tokenizer " + model + " --out " + dir + "/by_tokenizer.odoc");
+  require_exit(by_tokenizer, 0);
+  const std::string a = read_text(dir + "/by_preset.odoc"), b = read_text(dir + "/by_tokenizer.odoc");
+  CHECK(a.size() > 64);
+  CHECK(a == b);
+  CHECK(read_documents(dir + "/by_preset.odoc").tokens == std::vector<uint32_t>{2, 3, 4, 5, 7, 6, 7, 8, 9});
 }
 
 TEST_CASE("odyssey prepare: a bad Parquet file is FILE[:row N]: rule with exit 2, and nothing is written",
