@@ -2,7 +2,7 @@
 // it as a child (one per torchrun rank), wait for checkpoints and exits, read metrics.jsonl.
 // defines: kTiny, kShort, read_text, generated_section, fresh_dir, Run, run_shell, run_odyssey, require_exit,
 // spawn_odyssey,
-// spawn_torchrun, checkpoint_step, losses, wait_for_checkpoint, wait_exit, metrics_lines
+// spawn_torchrun, checkpoint_step, losses, wait_for_checkpoint, wait_exit, require_ranks_exit_zero, metrics_lines
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -167,6 +167,18 @@ inline std::optional<int> wait_exit(pid_t pid, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return std::nullopt;
+}
+
+/// Waits for every torchrun rank of `pids` (started by spawn_torchrun into `dir`) to exit 0 within
+/// `seconds` each; a rank that does not shows its log (DIR.rankN.log) in the failure.
+inline void require_ranks_exit_zero(const std::vector<pid_t>& pids, const std::string& dir, double seconds = 300) {
+  for (size_t rank = 0; rank < pids.size(); ++rank) {
+    const auto status = wait_exit(pids[rank], seconds);
+    INFO("rank " << rank << ": " << read_text(dir + ".rank" + std::to_string(rank) + ".log"));
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 0);
+  }
 }
 
 inline int64_t metrics_lines(const std::string& dir) {

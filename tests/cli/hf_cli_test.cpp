@@ -192,14 +192,7 @@ TEST_CASE("hf cli: under torchrun each process loads its own FSDP shard and the 
   INFO(reference.out << reference.err);
   REQUIRE(reference.code == 0);
   const std::string dir = fresh_dir("hf_torchrun");
-  const std::vector<pid_t> pids = spawn_torchrun(args + "--out " + dir, dir);
-  for (int rank = 0; rank < 2; ++rank) {
-    const auto status = wait_exit(pids[rank], 300);
-    INFO("rank " << rank << ": " << read_text(dir + ".rank" + std::to_string(rank) + ".log"));
-    REQUIRE(status.has_value());
-    CHECK(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 0);
-  }
+  require_ranks_exit_zero(spawn_torchrun(args + "--out " + dir, dir), dir);
   CHECK_THAT(read_text(dir + ".rank0.log"), Catch::Contains("weights: " + fixture));
   const auto want = losses(threads), got = losses(dir);
   REQUIRE(want.size() == 2);

@@ -267,14 +267,7 @@ TEST_CASE("odyssey train under torchrun: four processes run the shared-GPU job's
   const auto reference = losses(threads);
   REQUIRE(reference.size() == 2);
   const std::string dir = fresh_dir("torchrun4");
-  const std::vector<pid_t> pids = spawn_torchrun("train " + job + "--out " + dir, dir, 4);
-  for (int rank = 0; rank < 4; ++rank) {
-    const auto status = wait_exit(pids[rank], 300);
-    INFO("rank " << rank << ": " << read_text(dir + ".rank" + std::to_string(rank) + ".log"));
-    REQUIRE(status.has_value());
-    CHECK(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 0);
-  }
+  require_ranks_exit_zero(spawn_torchrun("train " + job + "--out " + dir, dir, 4), dir);
   const auto got = losses(dir);
   REQUIRE(got.size() == 2);
   for (const auto& [step, loss] : reference) {
