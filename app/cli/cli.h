@@ -77,8 +77,8 @@ struct Command {
   const char* usage;    ///< e.g. "check PRESET..."
   const char* summary;  ///< one line for --help
   std::function<int(int argc, char** argv, int first)> run;
-  /// What `odyssey NAME --help` prints: every option with what it does. Null: the usage and the
-  /// summary (the usage then names every option the command takes).
+  /// What `odyssey NAME --help` prints (ending in a newline): every option with what it does.
+  /// Null: the usage and the summary (the usage then names every option the command takes).
   const char* help = nullptr;
 };
 

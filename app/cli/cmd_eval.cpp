@@ -35,10 +35,11 @@
 namespace odyssey::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: odyssey eval RUN_DIR|HF_DIR --data FILE --seq-len N [--json] [--out DIR] [--overwrite] [--preset P] "
-    "[--set k=v]... [--tokenizer PATH] [--trials N] [--seed N] [--first-bucket N] [--needle-min N] "
-    "[--max-sequences N] [--no-needle] [--quiet]";
+/// The one-line usage: `odyssey --help` lists it, and a refused command line prints it.
+constexpr const char* kSynopsis =
+    "eval RUN_DIR|HF_DIR --data FILE --seq-len N [--preset P] [--set k=v]... [--json] [--out DIR] [--overwrite] "
+    "[--tokenizer PATH] [--trials N] [--seed N] [--first-bucket N] [--needle-min N] [--max-sequences N] "
+    "[--no-needle] [--quiet]";
 
 /// `odyssey eval --help`: every option (docs/eval.md says more).
 constexpr const char* kHelp =
@@ -438,7 +439,7 @@ int run_eval(int argc, char** argv, int first) {
   try {
     a = parse(argc, argv, first);
   } catch (const BadInput& e) {
-    std::cerr << "odyssey eval: " << e.what() << "\n" << kUsage << "\n";
+    std::cerr << "odyssey eval: " << e.what() << "\nusage: odyssey " << kSynopsis << "\n";
     return kExitBadInput;
   }
   try {
@@ -762,14 +763,11 @@ int run_eval(int argc, char** argv, int first) {
   }
 }
 
-const CommandRegistration registration{Command{
-    74, "eval",
-    "eval RUN_DIR|HF_DIR --data FILE --seq-len N [--preset P] [--set k=v]... [--json] [--out DIR] [--overwrite] "
-    "[--tokenizer PATH] [--trials N] [--seed N] [--first-bucket N] [--needle-min N] [--max-sequences N] "
-    "[--no-needle] [--quiet]",
-    "loss by position bucket and a needle grid on held-out documents, forward only, on the run's ranks (--set "
-    "parallel.*)",
-    run_eval, kHelp}};
+const CommandRegistration registration{
+    Command{74, "eval", kSynopsis,
+            "loss by position bucket and a needle grid on held-out documents, forward only, on the run's ranks (--set "
+            "parallel.*)",
+            run_eval, kHelp}};
 
 }  // namespace
 }  // namespace odyssey::cli

@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) {
       if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
         if (c.help)
-          std::cout << c.help << (c.help[std::strlen(c.help) - 1] == '\n' ? "" : "\n");
+          std::cout << c.help;
         else
           std::cout << "usage: odyssey " << c.usage << "\n\n" << c.summary << "\n";
         return 0;

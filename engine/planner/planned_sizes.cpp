@@ -31,7 +31,7 @@ class ResolutionPeaks {
 
  private:
   PeakMemo* memo_;
-  std::vector<std::pair<MemoryConfig, PlanPeak>> walked_;  // a resolution walks about 20 tables
+  std::vector<std::pair<MemoryConfig, PlanPeak>> walked_;  // a resolution walks about a dozen tables
 };
 
 /// The largest of `values` (increasing) whose peak under `with(value)` is the lowest of all, and
