@@ -54,7 +54,7 @@ constexpr const char* kHelp =
     "  --out DIR        where eval.json and needle.png go (RUN_DIR/eval, or ./eval-<HF_DIR's name>)\n"
     "  --overwrite      replace eval.json and needle.png in --out\n"
     "  --tokenizer PATH the needle's tokenizer: a tokenizer.json or a directory holding one (default: HF_DIR's,\n"
-    "                   or the run's model.hf_path)\n"
+    "                   or the one RUN_DIR's checkpoint carries from the model.hf_path it was trained from)\n"
     "  --trials N       needle trials a cell, one passkey each (3; at most 1000)\n"
     "  --seed N         the passkeys' seed (1234)\n"
     "  --first-bucket N the loss buckets: [0, N), [N, 4N), [4N, 16N), ... up to --seq-len (1K)\n"
@@ -487,12 +487,17 @@ int run_eval(int argc, char** argv, int first) {
         tokenizer.json = find_tokenizer_json(a.tokenizer);
         tokenizer.label = "--tokenizer " + tokenizer.json;
       } else {
-        const std::string dir = source.run ? cfg.model.hf_path : a.source;
-        const std::string where = source.run ? "model.hf_path " + dir : "HF_DIR " + dir;
-        if (dir.empty())
+        // HF_DIR's own; for a run, a --set model.hf_path's, else the one its checkpoint carries
+        // (the model directory's, copied into every checkpoint of a run trained from one).
+        const bool named = !source.run || !cfg.model.hf_path.empty();
+        const std::string dir = !source.run ? a.source : named ? cfg.model.hf_path : source.info->path;
+        const std::string where = !source.run ? "HF_DIR " + dir
+                                  : named     ? "model.hf_path " + dir
+                                              : "the checkpoint " + dir;
+        if (!named && !exists(join_path(dir, "tokenizer.json")))
           throw BadInput("the needle grid needs a tokenizer and " + a.source +
-                         " names none (no model.hf_path): pass "
-                         "--tokenizer PATH (a tokenizer.json or a model directory), or --no-needle");
+                         " has none (its run named no model.hf_path, whose tokenizer its checkpoints would "
+                         "carry): pass --tokenizer PATH (a tokenizer.json or a model directory), or --no-needle");
         try {
           tokenizer.json = find_tokenizer_json(dir);  // its message would name a --tokenizer not given
         } catch (const PrepareError&) {

@@ -126,7 +126,9 @@ int run_export(int argc, char** argv, int first) {
 
 const CommandRegistration registration{
     Command{75, "export", "export RUN_DIR --hf OUT_DIR [--dtype D] [--max-shard-size 5GB] [--tokenizer DIR] [--json]",
-            "write a run's latest checkpoint as a Hugging Face model (config.json + safetensors)", run_export}};
+            "write a run's latest checkpoint as a Hugging Face model (config.json, safetensors and the "
+            "tokenizer files the run carries; --tokenizer DIR: DIR's instead)",
+            run_export}};
 
 }  // namespace
 }  // namespace odyssey::cli

@@ -269,7 +269,7 @@ at::Tensor cpu_rng_state() {
 
 // [section] save ------------------------------------------------------------------------------------
 
-void save_checkpoint(Trainer& trainer, const std::string& dir) {
+void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector<CarriedFile>& carried) {
   CategoryScope category(MemCategory::Other);
   const RankContext& ctx = trainer.rank_context();
   const int64_t step = trainer.next_step();
@@ -304,6 +304,7 @@ void save_checkpoint(Trainer& trainer, const std::string& dir) {
   if (ctx.rank == 0) {
     try {
       write_file_atomically(join_path(folder, "config.toml"), config);
+      for (const CarriedFile& file : carried) write_file_atomically(join_path(folder, file.name), file.bytes);
     } catch (const FileWriteError& e) {
       throw CheckpointWriteError(std::string("checkpoint at step ") + std::to_string(step) + ": " + e.what());
     }

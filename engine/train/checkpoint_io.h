@@ -1,7 +1,7 @@
 // Training checkpoints: per-rank model shards, AdamW moments, step counter (the data position),
 // RNG state, and the run's config, written atomically (temporary file, fsync, rename; a pointer
 // file last), every tensor with a CRC-32, and read back for --resume, verified before use.
-// defines: CheckpointError, CheckpointWriteError, CheckpointInfo, save_checkpoint,
+// defines: CheckpointError, CheckpointWriteError, CheckpointInfo, CarriedFile, save_checkpoint,
 // read_checkpoint_info, check_resume_config, load_checkpoint
 #pragma once
 
@@ -39,11 +39,19 @@ struct CheckpointInfo {
   std::string config_toml;  ///< the run's config at that step (verified against its CRC)
 };
 
+/// A small file a checkpoint carries beside its tensors: its name in the step's folder and its bytes.
+struct CarriedFile {
+  std::string name;
+  std::string bytes;
+};
+
 /// Layout under `dir`: checkpoints/step_<N>/rank<r>.bin (every rank), checkpoints/step_<N>/
-/// config.toml, and checkpoints/latest.json (rank 0, after every rank wrote; the previous step's
-/// folder is removed after it). Collective: every rank calls it (a barrier over ctx.world).
-/// Throws CheckpointWriteError naming the file when a write fails; the previous checkpoint stays.
-void save_checkpoint(Trainer& trainer, const std::string& dir);
+/// config.toml and `carried` (rank 0: the model directory's tokenizer files, so that eval and
+/// export find them without it), and checkpoints/latest.json (rank 0, after every rank wrote; the
+/// previous step's folder is removed after it). Collective: every rank calls it (a barrier over
+/// ctx.world). Throws CheckpointWriteError naming the file when a write fails; the previous
+/// checkpoint stays.
+void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector<CarriedFile>& carried = {});
 
 /// nullopt when `dir` has no checkpoint. Throws CheckpointError on a malformed pointer file or
 /// config.toml (each field checked for type and range, the config against its CRC).

@@ -1,6 +1,6 @@
 // Hugging Face weights in (HfWeights: find, check, then copy each rank's slice) and out
 // (export_hf: a run's rank files assembled per parameter, written as safetensors). See
-// hf_checkpoint.h. defines: hf_tensor_name, HfWeights, export_hf
+// hf_checkpoint.h. defines: hf_tensor_name, HfWeights, read_tokenizer_files, export_hf
 #include "engine/train/hf_checkpoint.h"
 
 #include <fcntl.h>
@@ -424,6 +424,18 @@ void load_full_masters(const std::map<std::string, at::Tensor>& masters, const s
   }
 }
 
+std::vector<CarriedFile> read_tokenizer_files(const std::string& dir) {
+  std::vector<CarriedFile> files;
+  struct stat st {};
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                           "generation_config.json"}) {
+    const std::string path = join_path(dir, name);
+    if (::lstat(path.c_str(), &st) == 0)
+      files.push_back({name, read_bounded(path, kMaxTokenizerBytes, "tokenizer file")});
+  }
+  return files;
+}
+
 HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const HfExportOptions& options) {
   const auto info = read_checkpoint_info(run_dir);
   if (!info) throw CheckpointError("export: " + run_dir + " has no checkpoint (no checkpoints/latest.json)");
@@ -460,14 +472,8 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   }
   // Every tokenizer file read (bounded) before anything is written: a directory or a FIFO where a
   // file belongs is refused here, naming it, instead of exported as an empty file.
-  std::vector<std::pair<std::string, std::string>> tokenizer_files;
-  if (!options.tokenizer_dir.empty())
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                             "generation_config.json"}) {
-      const std::string path = join_path(options.tokenizer_dir, name);
-      if (::lstat(path.c_str(), &st) == 0)
-        tokenizer_files.emplace_back(name, read_bounded(path, kMaxTokenizerBytes, "tokenizer file"));
-    }
+  const std::vector<CarriedFile> tokenizer_files =
+      read_tokenizer_files(options.tokenizer_dir.empty() ? info->path : options.tokenizer_dir);
 
   struct Piece {
     std::string name;
@@ -534,9 +540,9 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
     write_file_atomically(join_path(staging, "config.json"),
                           hf_config_json(cfg.model, result.dtype, cfg.training.seq_len));
     result.files.push_back("config.json");
-    for (const auto& [name, text] : tokenizer_files) {
-      write_file_atomically(join_path(staging, name), text);
-      result.files.push_back(name);
+    for (const CarriedFile& file : tokenizer_files) {
+      write_file_atomically(join_path(staging, file.name), file.bytes);
+      result.files.push_back(file.name);
     }
     if (options.before_publish) options.before_publish();
     // Published by one rename(2): onto a missing or empty OUT it succeeds, onto a non-empty one it

@@ -1,8 +1,8 @@
 // Hugging Face checkpoints in and out: a model directory's safetensors (one file or a sharded
 // index) loaded into the flat groups, each rank reading only the elements of its FSDP shard; and a
 // run's checkpoint written back as config.json + safetensors that transformers loads unchanged.
-// defines: HfCheckpointError, hf_tensor_name, HfWeights, read_full_masters, load_full_masters, HfExportOptions,
-// HfExport, export_hf
+// defines: HfCheckpointError, hf_tensor_name, HfWeights, read_full_masters, load_full_masters,
+// read_tokenizer_files, HfExportOptions, HfExport, export_hf
 #pragma once
 
 #include <cstdint>
@@ -70,10 +70,19 @@ std::map<std::string, at::Tensor> read_full_masters(const CheckpointInfo& info, 
 /// saved with). A missing group or one of another size throws CheckpointError.
 void load_full_masters(const std::map<std::string, at::Tensor>& masters, const std::vector<FlatParamGroup*>& groups);
 
+/// The tokenizer files of a Hugging Face model directory (or of a checkpoint's step folder, which
+/// carries them): tokenizer.json, tokenizer_config.json, special_tokens_map.json, tokenizer.model
+/// and generation_config.json, each that `dir` holds, read whole (bounded). What a run's checkpoints
+/// carry and what an export copies. A name that is a directory, a FIFO or an oversized file throws
+/// HfCheckpointError naming it, before anything is written.
+std::vector<CarriedFile> read_tokenizer_files(const std::string& dir);
+
 struct HfExportOptions {
   std::string dtype;                        ///< "float32" or "bfloat16"; empty: the run's training.dtype
   int64_t max_shard_bytes = 5'000'000'000;  ///< larger models are split with an index (transformers' 5GB)
-  std::string tokenizer_dir;                ///< copy its tokenizer files (tokenizer.json, ...) when non-empty
+  /// Copy this directory's tokenizer files (tokenizer.json, ...); empty: the checkpoint's own (the
+  /// ones its run carried from model.hf_path), if it has any.
+  std::string tokenizer_dir;
   /// Tests: runs after the staging directory is complete, just before it is renamed onto the
   /// output directory (where another export may finish first).
   std::function<void()> before_publish;
@@ -88,8 +97,8 @@ struct HfExport {
 
 /// Writes the latest checkpoint of `run_dir` as a Hugging Face model directory `out_dir`:
 /// config.json, model.safetensors (or model-0000k-of-0000n.safetensors and
-/// model.safetensors.index.json above max_shard_bytes), and options.tokenizer_dir's tokenizer
-/// files when it names one. The directory appears whole or not at all: written into a private
+/// model.safetensors.index.json above max_shard_bytes), and the tokenizer files of
+/// options.tokenizer_dir, else the checkpoint's own. The directory appears whole or not at all: written into a private
 /// `OUT.partial-XXXXXX` beside it (mkdtemp), then published by one rename(2), which fails when
 /// another export filled OUT meanwhile (this one then removes only its own staging). An existing
 /// non-empty `out_dir`, a file or a symbolic link there is refused, never overwritten.

@@ -28,6 +28,9 @@ struct RunShared {
   bool separate_processes = false;  ///< torchrun: each rank's RunOutcome is its own process's
   /// The checkpoint this run resumes from, read once for every rank of this process (unset: fresh).
   std::optional<CheckpointInfo> resume;
+  /// The tokenizer files every checkpoint carries (rank 0's process): model.hf_path's, or on a
+  /// resume without one the resumed checkpoint's. Read once before any output is written.
+  std::vector<CarriedFile> tokenizer_files;
   std::unique_ptr<MetricsJsonlWriter> metrics;
   std::unique_ptr<TraceWriter> trace;
   PhasePeakTable run_peaks;  ///< summary.json: every rank's phases (gathered to rank 0)
@@ -88,7 +91,7 @@ class StepReporter {
 /// Checkpoints every output.checkpoint_every steps and at the end (every rank its shard).
 class CheckpointCadence {
  public:
-  CheckpointCadence(const RunConfig& cfg, const RunOptions& opt, RunLog log);
+  CheckpointCadence(const RunConfig& cfg, const RunOptions& opt, const RunShared& shared, RunLog log);
   /// After a step: a checkpoint when the cadence falls here (not on the last step: at_end writes it).
   void after_step(Trainer& trainer, int64_t total_steps);
   void at_end(Trainer& trainer);
@@ -97,6 +100,7 @@ class CheckpointCadence {
   int64_t every_ = 0;
   bool enabled_ = false;
   std::string dir_;
+  const std::vector<CarriedFile>& carried_;
   RunLog log_;
 };
 

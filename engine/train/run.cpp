@@ -202,21 +202,22 @@ std::vector<std::string> run_outputs_in(const std::string& dir) {
 
 // [section] the run -------------------------------------------------------------------------------
 
-CheckpointCadence::CheckpointCadence(const RunConfig& cfg, const RunOptions& opt, RunLog log)
+CheckpointCadence::CheckpointCadence(const RunConfig& cfg, const RunOptions& opt, const RunShared& shared, RunLog log)
     : every_(cfg.output.checkpoint_every),
       enabled_(opt.checkpoints && !opt.out_dir.empty()),
       dir_(opt.out_dir),
+      carried_(shared.tokenizer_files),
       log_(std::move(log)) {}
 
 void CheckpointCadence::after_step(Trainer& trainer, int64_t total_steps) {
   if (!enabled_ || every_ <= 0 || trainer.next_step() % every_ != 0 || trainer.next_step() >= total_steps) return;
-  save_checkpoint(trainer, dir_);
+  save_checkpoint(trainer, dir_, carried_);
   log_("checkpoint at step " + std::to_string(trainer.next_step()));
 }
 
 void CheckpointCadence::at_end(Trainer& trainer) {
   if (!enabled_) return;
-  save_checkpoint(trainer, dir_);
+  save_checkpoint(trainer, dir_, carried_);
   log_("checkpoint at step " + std::to_string(trainer.next_step()) + " in " + dir_ + "/checkpoints");
 }
 
@@ -334,7 +335,7 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   if (shared.resume && shared.separate_processes && ctx.world_size > 1)
     check_same_resumed_step(ctx, trainer.next_step());
   StepBoundary boundary(ctx, opt.control, log);
-  CheckpointCadence checkpoints(cfg, opt, log);
+  CheckpointCadence checkpoints(cfg, opt, shared, log);
 
   const int64_t total = opt.steps >= 0 ? opt.steps : cfg.training.steps;
   std::string profile_error;
@@ -448,6 +449,15 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
                                     std::to_string(last) +
                                     " (training.steps): nothing to train; --steps N trains N more steps");
     }
+    // The model directory's tokenizer goes into every checkpoint, so that eval and export of this
+    // run find it without the directory (a checkpoint stands alone); a resume without model.hf_path
+    // carries on the resumed checkpoint's. Read now: a bad file is refused before any output.
+    if (shared.reports && opt.checkpoints && !opt.out_dir.empty()) {
+      if (!cfg.model.hf_path.empty())
+        shared.tokenizer_files = read_tokenizer_files(cfg.model.hf_path);
+      else if (shared.resume)
+        shared.tokenizer_files = read_tokenizer_files(shared.resume->path);
+    }
     if (!opt.out_dir.empty()) {
       // A resumed run in its own directory continues its files from the checkpoint's step: the
       // steps a killed run took after it are run again and must not appear twice.
@@ -505,9 +515,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     reset_attention_kernels_run();  // the trace and summary name the kernels this run's attention ran
     run_on_ranks(cfg, "odyssey train PRESET", [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); });
     if (!cfg.output.export_hf.empty() && shared.reports && out.status == RunOutcome::Status::Finished) {
-      HfExportOptions exporting;
-      exporting.tokenizer_dir = cfg.model.hf_path;
-      const HfExport done = export_hf(opt.out_dir, cfg.output.export_hf, exporting);
+      const HfExport done = export_hf(opt.out_dir, cfg.output.export_hf);  // with the checkpoint's tokenizer
       if (opt.log)
         opt.log("exported step " + std::to_string(done.step) + " as a Hugging Face model (" + done.dtype + ", " +
                 std::to_string(done.files.size()) + " files) to " + cfg.output.export_hf);

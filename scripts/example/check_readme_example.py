@@ -16,8 +16,9 @@ BUILD_BIN first on PATH. Then:
   statistics of 300 steps, tenths of a nat or more, and another CPU's kernels move them by
   hundredths: ATEN_CPU_CAPABILITY=default against AVX2 moved each bucket's loss after training by
   at most 0.012 (5.2041 / 5.0201 / 5.0583 against 5.1951 / 5.0320 / 5.0683);
-- both evaluations scored the same tokens in the same buckets, and the export holds the linear RoPE
-  scaling of factor 4 the run trained with.
+- both evaluations scored the same tokens in the same buckets (the second finding its tokenizer in
+  the run's checkpoint), and the export holds the linear RoPE scaling of factor 4 the run trained
+  with and the model directory's tokenizer files.
 Exit 0 when all hold, 1 with the failures listed, 2 for a --work it did not make.
 """
 import argparse
@@ -91,6 +92,17 @@ def main():
         failures.append(f"example/extended/config.json: rope_scaling {scaling}, not linear with factor 4")
     if not os.path.isfile(os.path.join(work, "example/extended/model.safetensors")):
         failures.append("example/extended holds no model.safetensors")
+    # The run carried the model directory's tokenizer: the export holds it, byte for byte.
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        if name != "tokenizer.json" and not os.path.isfile(os.path.join(work, "example/model", name)):
+            continue  # tiny_model.py writes tokenizer.json; the others are copied where they exist
+        with open(os.path.join(work, "example/model", name), "rb") as f:
+            given = f.read()
+        path = os.path.join(work, "example/extended", name)
+        if not os.path.isfile(path):
+            failures.append(f"example/extended holds no {name} (the model directory's was not carried)")
+        elif open(path, "rb").read() != given:
+            failures.append(f"example/extended/{name} differs from example/model/{name}")
     for failure in failures:
         print("check_readme_example.py: " + failure, file=sys.stderr)
     return 1 if failures else 0

@@ -335,6 +335,38 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   CHECK(std::abs(h->at("loss").get<double>() - j->at("loss").get<double>()) <= 1e-4 * j->at("loss").get<double>());
   CHECK(h->at("needle").is_null());
   check_studio_fixture("hf_no_needle", *h);
+
+  // A run trained from that directory carries its tokenizer files in every checkpoint: eval of the
+  // run finds the tokenizer without --tokenizer (the grid --tokenizer gave above), a resume from the
+  // checkpoint's own config (no model.hf_path) carries it on, and export copies it.
+  const std::string tokenizer_bytes = read_text(tokenizer);
+  REQUIRE(read_text(hf + "/tokenizer.json") == tokenizer_bytes);
+  const std::string from_hf = dir + "/run_from_hf";
+  require_exit(run_odyssey("train " + kShort + "--set model.flavor=hf --set model.hf_path=" + hf +
+                           " --set training.seq_len=64 --steps 1 --quiet --out " + from_hf),
+               0);
+  const std::string first_checkpoint = from_hf + "/checkpoints/step_00000001";
+  CHECK(read_text(first_checkpoint + "/tokenizer.json") == tokenizer_bytes);
+  CHECK_THAT(read_text(first_checkpoint + "/config.toml"), !Catch::Contains(hf));  // the shape, not the folder
+  r = run_odyssey("eval " + from_hf + " --data " + heldout +
+                  " --seq-len 128 --first-bucket 8 --needle-min 64 --trials 2 --json --out " + dir + "/from_hf_eval");
+  require_exit(r, 0);
+  const auto f = parse_json(r.out);
+  REQUIRE(f.has_value());
+  REQUIRE(f->at("needle").is_object());
+  CHECK(f->at("needle").at("cells").size() == cells.size());
+  const std::string resumed = dir + "/run_from_hf_resumed";
+  require_exit(run_odyssey("train " + first_checkpoint + "/config.toml --resume " + from_hf +
+                           " --set training.steps=2 --quiet --out " + resumed),
+               0);
+  const auto latest = parse_json(read_text(resumed + "/checkpoints/latest.json"));
+  REQUIRE(latest.has_value());
+  CHECK(latest->at("step").get<int64_t>() == 2);
+  CHECK(read_text(resumed + "/checkpoints/" + latest->at("path").get<std::string>() + "/tokenizer.json") ==
+        tokenizer_bytes);
+  const std::string exported = dir + "/hf_from_resumed";
+  require_exit(run_odyssey("export " + resumed + " --hf " + exported), 0);
+  CHECK(read_text(exported + "/tokenizer.json") == tokenizer_bytes);
 }
 
 TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][eval]") {

@@ -181,6 +181,23 @@ TEST_CASE("hf cli: a NaN weight is refused with exit 2 naming the file, the tens
   CHECK_THAT(r.err, !Catch::Contains("loss is NaN"));
 }
 
+TEST_CASE("hf cli: a tokenizer file of the model directory that is not a regular file is refused before the run",
+          "[cli][hf]") {
+  // The run copies the directory's tokenizer files into its checkpoints, read before any output:
+  // a directory where tokenizer.json belongs is named with exit 2, not found at the first checkpoint.
+  const std::string fixture = hf_fixture("llama-gqa-llama3");
+  const std::string model =
+      write_hf_variant(fresh_dir("hf_tokenizer_dir_model"), fixture, read_hf_tensors(fixture + "/model.safetensors"));
+  REQUIRE(std::system(("mkdir -p '" + model + "/tokenizer.json'").c_str()) == 0);
+  const std::string dir = fresh_dir("hf_tokenizer_dir_run");
+  const Run r = run_odyssey("train " + hf_preset("tokenizer_dir", model) + " --quiet --out " + dir);
+  INFO(r.out << r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains(model + "/tokenizer.json") && Catch::Contains("is a directory"));
+  CHECK(!std::ifstream(dir + "/metrics.jsonl").good());
+  CHECK(!std::ifstream(dir + "/checkpoints/latest.json").good());
+}
+
 TEST_CASE("hf cli: under torchrun each process loads its own FSDP shard and the losses equal the in-process run's",
           "[cli][hf][torchrun]") {
   const std::string fixture = hf_fixture("llama-gqa-llama3");
