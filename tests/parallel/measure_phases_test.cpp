@@ -2,8 +2,8 @@
 // params, grads and optimizer state) measured by the memory tracker on rank threads beside
 // plan_memory's, and every category at the step peak, for plain, each technique, Ulysses P=2,
 // Untied Ulysses with one head per rank per stage (each also with kept attention, on the device and
-// offloaded beside the inputs), FSDP W=2, and optimizer offload (the host pool holds the fp32
-// states). defines: [measure][phases]
+// offloaded beside the inputs), FSDP W=2, optimizer offload (the host pool holds the fp32 states),
+// and Qwen3's qk-norm in standard and Untied attention. defines: [measure][phases]
 // Print the tables: parallel_tests "[.phases-table]" -s
 #include <catch2/catch.hpp>
 
@@ -96,6 +96,15 @@ std::vector<Case> cases() {
   }
   single("all four + optimizer offload", true, true, true, true);
   out.back().cfg.memory.offload_optimizer = true;
+  // Qwen3's per-head RMSNorm of q and k (model.qk_norm), in standard Ulysses and in the Untied stages
+  parallel("qk-norm: Ulysses P=2", 2, 2, false, false, false);
+  out.back().cfg.model.qk_norm = true;
+  parallel("qk-norm: Ulysses P=2 + checkpointing", 2, 2, false, true, false);
+  out.back().cfg.model.qk_norm = true;
+  parallel("qk-norm: Untied P=2, 1 head/rank/stage", 2, 2, false, false, true);
+  out.back().cfg.model.qk_norm = true;
+  parallel("qk-norm: Untied P=2, 1 head/rank/stage + checkpointing", 2, 2, false, true, true);
+  out.back().cfg.model.qk_norm = true;
   return out;
 }
 
