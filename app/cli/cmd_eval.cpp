@@ -495,9 +495,10 @@ int run_eval(int argc, char** argv, int first) {
                                   : named     ? "model.hf_path " + dir
                                               : "the checkpoint " + dir;
         if (!named && !exists(join_path(dir, "tokenizer.json")))
-          throw BadInput("the needle grid needs a tokenizer and " + a.source +
-                         " has none (its run named no model.hf_path, whose tokenizer its checkpoints would "
-                         "carry): pass --tokenizer PATH (a tokenizer.json or a model directory), or --no-needle");
+          throw BadInput("the needle grid needs a tokenizer: none was given (--tokenizer), and the checkpoint " + dir +
+                         " holds no tokenizer.json (a run trained from a model.hf_path directory that has one "
+                         "carries it there): pass --tokenizer PATH (a tokenizer.json or a model directory), or "
+                         "--no-needle");
         try {
           tokenizer.json = find_tokenizer_json(dir);  // its message would name a --tokenizer not given
         } catch (const PrepareError&) {

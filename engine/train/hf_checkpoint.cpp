@@ -430,8 +430,7 @@ std::vector<CarriedFile> read_tokenizer_files(const std::string& dir) {
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                            "generation_config.json"}) {
     const std::string path = join_path(dir, name);
-    if (::lstat(path.c_str(), &st) == 0)
-      files.push_back({name, read_bounded(path, kMaxTokenizerBytes, "tokenizer file")});
+    if (::lstat(path.c_str(), &st) == 0) files.push_back({name, read_bounded(path, kMaxTokenizerBytes, "tokenizer")});
   }
   return files;
 }

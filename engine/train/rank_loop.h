@@ -28,7 +28,7 @@ struct RunShared {
   bool separate_processes = false;  ///< torchrun: each rank's RunOutcome is its own process's
   /// The checkpoint this run resumes from, read once for every rank of this process (unset: fresh).
   std::optional<CheckpointInfo> resume;
-  /// The tokenizer files every checkpoint carries (rank 0's process): model.hf_path's, or on a
+  /// The tokenizer files every checkpoint carries (rank 0 writes them): model.hf_path's, or on a
   /// resume without one the resumed checkpoint's. Read once before any output is written.
   std::vector<CarriedFile> tokenizer_files;
   std::unique_ptr<MetricsJsonlWriter> metrics;

@@ -449,10 +449,11 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
                                     std::to_string(last) +
                                     " (training.steps): nothing to train; --steps N trains N more steps");
     }
-    // The model directory's tokenizer goes into every checkpoint, so that eval and export of this
-    // run find it without the directory (a checkpoint stands alone); a resume without model.hf_path
-    // carries on the resumed checkpoint's. Read now: a bad file is refused before any output.
-    if (shared.reports && opt.checkpoints && !opt.out_dir.empty()) {
+    // The model directory's tokenizer goes into every checkpoint (rank 0 writes it), so that eval
+    // and export of this run find it without the directory (a checkpoint stands alone); a resume
+    // without model.hf_path carries on the resumed checkpoint's. Read now, by every process of a
+    // torchrun job too: a bad file is refused by each before any output, none left waiting.
+    if (opt.checkpoints && !opt.out_dir.empty()) {
       if (!cfg.model.hf_path.empty())
         shared.tokenizer_files = read_tokenizer_files(cfg.model.hf_path);
       else if (shared.resume)

@@ -382,7 +382,7 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
       {"eval " + run_dir + " --data " + dir + "/missing.odoc --seq-len 64 --no-needle", dir + "/missing.odoc"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 4096 --no-needle", "fewer than --seq-len 4096 + 1"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --trials 0", "--trials 0: must be a whole number >= 1"},
-      {"eval " + run_dir + " --data " + docs + " --seq-len 64", "needs a tokenizer"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64", "holds no tokenizer.json (a run trained from"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --tokenizer " + tokenizer + " --needle-min 16",
        "--needle-min 16"},
       {"eval " + dir + " --data " + docs + " --seq-len 64", "neither a run directory"},

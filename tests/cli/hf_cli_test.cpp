@@ -4,6 +4,7 @@
 // directories (a NaN weight among them) refused with exit 2, naming the file and the tensor.
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstring>
 #include <fstream>
 
@@ -196,6 +197,21 @@ TEST_CASE("hf cli: a tokenizer file of the model directory that is not a regular
   CHECK_THAT(r.err, Catch::Contains(model + "/tokenizer.json") && Catch::Contains("is a directory"));
   CHECK(!std::ifstream(dir + "/metrics.jsonl").good());
   CHECK(!std::ifstream(dir + "/checkpoints/latest.json").good());
+  // Under torchrun every process reads the files and refuses on its own: none is left waiting for
+  // a rank 0 that has exited (the collectives' timeout would be its only way out).
+  const std::string procs = fresh_dir("hf_tokenizer_dir_torchrun");
+  const std::vector<pid_t> pids =
+      spawn_torchrun("train " + hf_preset("tokenizer_dir_torchrun", model) +
+                         " --quiet --set parallel.world_size=2 --set parallel.ulysses_degree=2 --out " + procs,
+                     procs);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto status = wait_exit(pids[static_cast<size_t>(rank)], 60);
+    if (!status) ::kill(pids[static_cast<size_t>(rank)], SIGKILL);  // left waiting: fail, never linger
+    INFO("rank " << rank << ": " << read_text(procs + ".rank" + std::to_string(rank) + ".log"));
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 2);
+  }
 }
 
 TEST_CASE("hf cli: under torchrun each process loads its own FSDP shard and the losses equal the in-process run's",
