@@ -34,10 +34,12 @@ int BlockHalves::rope(int& x, K kind, C cat) {
 }
 
 /// Ulysses all-to-all (either direction): a contiguous send copy and a receive buffer, both
-/// comm_buffers; the input is dropped, the receive buffer is the result.
+/// comm_buffers; the input is dropped, the receive buffer is the result. Inside an Untied pass the
+/// send copy is the pass's staging, held already (staged_), and the result lands in one of the
+/// Function's own stage buffers (attention workspace, as the engine allocates them).
 int BlockHalves::all_to_all(int& x, K from, K to, const char* recv_name, bool drop_input) {
-  int send = alloc("all-to-all send buffer", from, C::CommBuffers);
-  const int recv = alloc(recv_name, to, C::CommBuffers);
+  int send = staged_ ? -1 : alloc("all-to-all send buffer", from, C::CommBuffers);
+  const int recv = alloc(recv_name, to, staged_ ? C::AttentionWorkspace : C::CommBuffers);
   release(send);
   if (drop_input) release(x);
   return recv;
@@ -48,6 +50,22 @@ int BlockHalves::all_to_all(int& x, K from, K to, const char* recv_name, bool dr
 /// send buffer (stage_to_heads).
 int BlockHalves::stage_rope(int& x, K local) { return s_.cuda_target ? x : rope(x, local, C::AttentionWorkspace); }
 
+/// The Untied Function's all-to-all staging (engine: allocate_stage_buffers), allocated once at
+/// the start of its forward's or backward's stage loop and held to the loop's end: the send
+/// buffer of every exchange, and at B > 1 a receive buffer beside it (at B = 1 the exchange
+/// writes the head layout directly). None at P = 1. Measured on the CPU at P = 2: without it the
+/// plan missed one [S, hd] of every Untied attention phase.
+int BlockHalves::hold_stage_staging() {
+  if (s_.P == 1) return -1;
+  staged_ = true;
+  return alloc("Untied all-to-all staging (preallocated)", K::StageStaging, C::CommBuffers, s_.B == 1 ? 1 : 2);
+}
+
+void BlockHalves::drop_stage_staging(int& staging) {
+  staged_ = false;
+  release(staging);
+}
+
 /// The all-to-all of an Untied stage's projection to the head layout. cpu profile, and v on any
 /// profile: a permute copy into the send buffer, exchanged while the projection lives. GPU profile
 /// with RoPE (`packed`): ops::rope_pack writes the send buffer and the projection dies before the
@@ -55,9 +73,9 @@ int BlockHalves::stage_rope(int& x, K local) { return s_.cuda_target ? x : rope(
 int BlockHalves::stage_to_heads(int& x, K local, K head, const char* recv_name, bool packed) {
   if (s_.P == 1) return x;
   if (!(packed && s_.cuda_target)) return all_to_all(x, local, head, recv_name);
-  int send = alloc("all-to-all send buffer", local, C::CommBuffers);
+  int send = staged_ ? -1 : alloc("all-to-all send buffer", local, C::CommBuffers);
   release(x);
-  const int recv = alloc(recv_name, head, C::CommBuffers);
+  const int recv = alloc(recv_name, head, staged_ ? C::AttentionWorkspace : C::CommBuffers);
   release(send);
   return recv;
 }
@@ -194,6 +212,7 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     sv.lse = alloc("per-stage log-sum-exp", K::Lse, C::AttentionWorkspace);
   }
   if (!replay) {  // one stage: K/V of its GQA group, then Q, attention, output all-to-all
+    int staging = hold_stage_staging();
     int ks = alloc("stage k projection", K::KvStageLocal, C::AttentionWorkspace);
     ks = stage_rope(ks, K::KvStageLocal);
     int vs = alloc("stage v projection", K::KvStageLocal, C::AttentionWorkspace);
@@ -226,6 +245,7 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     }
     release(kh);
     release(vh);
+    drop_stage_staging(staging);
   }
   if (!grad) {
     release(sv.rstd);
@@ -362,6 +382,7 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
   else
     grads.projections = alloc("q/k/v weight gradients", K::AttnProjGrads, C::AttentionWorkspace);
   {  // one stage (the first of its GQA group: it also recomputes and accumulates K/V)
+    int staging = hold_stage_staging();
     int k_rows = alloc("stage wk rows (KV range)", K::KvStageRows, C::AttentionWorkspace);
     int v_rows = alloc("stage wv rows (KV range)", K::KvStageRows, C::AttentionWorkspace);
     int ks = alloc("stage k projection (recomputed)", K::KvStageLocal, C::AttentionWorkspace);
@@ -435,6 +456,7 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
     release(q_rows);  // the stage's, at the end of its loop iteration
     release(k_rows);  // the range's, replaced by the next range's
     release(v_rows);
+    drop_stage_staging(staging);  // the engine drops its stage buffers before the input norm's backward
   }
   // the input norm's backward over the accumulator, in place, a row tile at a time; its weight's
   // gradient (summed in fp32 over the tiles, [d]) cast to the weight's dtype

@@ -103,6 +103,11 @@ class BlockHalves {
   const PlanShapes& s_;
   LiveSet& m_;
   bool keeps_ = false;  ///< the block walked keeps its attention (begin_block)
+  /// Inside an Untied pass at P > 1: the all-to-alls send through the pass's staging (held from
+  /// its start to its end, hold_stage_staging), not through a send buffer of their own.
+  bool staged_ = false;
+  int hold_stage_staging();
+  void drop_stage_staging(int& staging);
 };
 
 }  // namespace odyssey::planner_detail

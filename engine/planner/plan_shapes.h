@@ -43,6 +43,7 @@ enum class TensorKind : uint8_t {
   KvStageRows,
   KvStageGathered,
   KvStageAccum32,
+  StageStaging,
   GqaExpandedStage,
   InputNormTile,
   InputNormTile32,

@@ -25,9 +25,9 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
       return s.untied ? bytes(K::KvStageHead) : 0;
     case PlannedBuffer::UntiedKvGathered:
       return s.untied ? bytes(K::KvStageGathered) : 0;
-    // the send the walk charges for the widest exchange of a stage: its queries or its KV range
+    // the staging the walk holds through each pass of the stages: the widest exchange, queries or a KV range
     case PlannedBuffer::UntiedStaging:
-      return s.untied && s.P > 1 ? std::max(bytes(K::QStageLocal), bytes(K::KvStageLocal)) : 0;
+      return s.untied && s.P > 1 ? bytes(K::StageStaging) : 0;
     // backward's K/V gradients in local layout get their own buffer only when wider than a stage's Q
     case PlannedBuffer::UntiedLocalGrad:
       return s.untied && s.max_kv_count > s.k ? bytes(K::KvStageLocal) : 0;

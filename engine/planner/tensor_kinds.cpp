@@ -201,6 +201,14 @@ constexpr TensorKindRule kTensorKindRules[] = {
        return printf_string("%lld x %s x %lld KV head%s x %lld x 4 B (fp32)", ll(s.B), seq_tokens(s).c_str(),
                   ll(s.max_kv_count), plural(s.max_kv_count), ll(s.hd));
      }},
+    {KIND(StageStaging), "[P, B, s, max(hps/P, kvs), hd]",
+     "the Untied stages' all-to-all staging: allocated once per pass, every exchange goes through it (0 at P = 1)",
+     [](const PlanShapes& s) { return sat_product({s.untied_buffers.staging, s.c}); },
+     [](const PlanShapes& s) {
+       const int64_t widest = s.P > 0 ? s.untied_buffers.staging / std::max<int64_t>(1, s.P * s.B * s.s * s.hd) : 0;
+       return printf_string("%lld ranks x %lld x %s x %lld head%s x %lld x %lld B", ll(s.P), ll(s.B),
+                  local_tokens(s).c_str(), ll(widest), plural(widest), ll(s.hd), ll(s.c));
+     }},
     {KIND(GqaExpandedStage), "[B, S, hps/P, hd]",
      "one stage's dK or dV at its query-head count (GQA); its K or V repeated to the query heads",
      [](const PlanShapes& s) { return sat_product({s.Th, s.k, s.hd, s.c}); }, q_stage_head_formula},
