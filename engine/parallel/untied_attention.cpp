@@ -553,7 +553,13 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
     }
     at::Tensor dxn;  // [d] fp32: the input norm's weight gradient
     if (norm.on()) {
-      buf = StageBuffers();  // memory: the stage buffers are dead before the norm's backward runs
+      // memory: the stage buffers, the last KV range's views of them and its weight rows are dead
+      // before the norm's backward runs (the planner's walk frees them there)
+      buf = StageBuffers();
+      k_h.reset();
+      v_h.reset();
+      k_rows.reset();
+      v_rows.reset();
       dxn = input_norm_backward_in_place(dx, x, norm);
     }
     auto cast = [](const at::Tensor& g, const at::Tensor& like) {

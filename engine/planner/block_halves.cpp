@@ -236,13 +236,11 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
       release(oh);
       oh = copy;
     }
+    // The output goes back through the staging straight into the preallocated output (P > 1) or
+    // is copied into it (P = 1): nothing is allocated; the stage's q, k and v buffers live to the
+    // end of the pass.
+    release(oh);
     release(qh);
-    if (s_.P > 1) {
-      int back = all_to_all(oh, K::QStageHead, K::QStageLocal, "stage output after all-to-all");
-      release(back);  // copied into the preallocated output
-    } else {
-      release(oh);
-    }
     release(kh);
     release(vh);
     drop_stage_staging(staging);
@@ -424,8 +422,12 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
     int kg = -1, vg = -1;
     gathered_stage_kv(kg, vg);
     int dq = alloc("stage flash backward dq", K::QStageHead, C::AttentionWorkspace);
-    int dk = alloc("stage flash backward dk", K::KvStageHead, C::AttentionWorkspace);
-    int dv = alloc("stage flash backward dv", K::KvStageHead, C::AttentionWorkspace);
+    // the kernel's dK/dV at the heads it read: the range's, or the query heads' where a stage
+    // gathered K/V to their slots (KvStageGathered, 0 when none does)
+    const K dkv =
+        kind_bytes(K::KvStageGathered, s_) > kind_bytes(K::KvStageHead, s_) ? K::KvStageGathered : K::KvStageHead;
+    int dk = alloc("stage flash backward dk", dkv, C::AttentionWorkspace);
+    int dv = alloc("stage flash backward dv", dkv, C::AttentionWorkspace);
     FlashBackwardBuffers kernel = flash_backward_buffers(/*stage=*/true);
     free_flash_buffers(kernel);
     release(ke);

@@ -3,7 +3,8 @@
 // plan_memory's, and every category at the step peak, for plain, each technique, Ulysses P=2,
 // Untied Ulysses with one head per rank per stage (each also with kept attention, on the device and
 // offloaded beside the inputs), FSDP W=2, optimizer offload (the host pool holds the fp32 states),
-// and Qwen3's qk-norm in standard and Untied attention. defines: [measure][phases]
+// Qwen3's qk-norm in standard and Untied attention, and Untied stages that gather K/V.
+// defines: [measure][phases]
 // Print the tables: parallel_tests "[.phases-table]" -s
 #include <catch2/catch.hpp>
 
@@ -105,6 +106,12 @@ std::vector<Case> cases() {
   out.back().cfg.model.qk_norm = true;
   parallel("qk-norm: Untied P=2, 1 head/rank/stage + checkpointing", 2, 2, false, true, true);
   out.back().cfg.model.qk_norm = true;
+  // stages whose query heads read their KV range unevenly: K/V gathered to the query heads' slots
+  // (24 query / 8 KV heads, 8 per stage: 4 per rank over a range of 3 KV heads)
+  parallel("Untied P=2, K/V gathered (24/8 heads, 8 per stage)", 2, 2, false, false, true);
+  out.back().cfg.model.n_heads = 24;
+  out.back().cfg.model.n_kv_heads = 8;
+  out.back().cfg.memory.heads_per_stage = 8;
   return out;
 }
 
