@@ -661,7 +661,15 @@ int run_eval(int argc, char** argv, int first) {
     }
     w.end_array().key("needle");
     if (a.needle) {
-      w.begin_object().key("trials").value(a.trials).key("seed").value(a.seed).key("passkeys").begin_array();
+      w.begin_object()
+          .key("tokenizer")
+          .value(tokenizer.json)
+          .key("trials")
+          .value(a.trials)
+          .key("seed")
+          .value(a.seed)
+          .key("passkeys")
+          .begin_array();
       for (const NeedlePrompt& p : prompts) w.value(p.passkey);
       w.end_array()
           .key("answer_tokens")
@@ -727,6 +735,7 @@ int run_eval(int argc, char** argv, int first) {
     if (a.needle) {
       std::printf("needle in a haystack: passkey of %zu token(s), %lld trial(s) a cell, exact match (correct/trials)\n",
                   prompts.front().answer.size(), static_cast<long long>(a.trials));
+      std::printf("  tokenized by %s\n", tokenizer.json.c_str());
       std::printf("  %-8s", "length");
       for (int64_t d : kNeedleDepths) std::printf(" %7lld%%", static_cast<long long>(d));
       std::printf("\n");

@@ -184,6 +184,7 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   CHECK(j->at("sequences").get<int64_t>() == (T - 1) / 128);
   CHECK(j->at("source").at("kind").get<std::string>() == "run");
   CHECK(j->at("source").at("step").get<int64_t>() == 2);
+  CHECK(j->at("needle").at("tokenizer").get<std::string>() == tokenizer);  // the one --tokenizer named
   const std::vector<std::pair<int64_t, int64_t>> edges = {{0, 8}, {8, 32}, {32, 128}};
   const std::vector<int64_t> expected = expected_bucket_tokens(d, 128, edges);
   const auto& buckets = j->at("buckets");
@@ -349,12 +350,14 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   CHECK(read_text(first_checkpoint + "/tokenizer.json") == tokenizer_bytes);
   CHECK_THAT(read_text(first_checkpoint + "/config.toml"), !Catch::Contains(hf));  // the shape, not the folder
   r = run_odyssey("eval " + from_hf + " --data " + heldout +
-                  " --seq-len 128 --first-bucket 8 --needle-min 64 --trials 2 --json --out " + dir + "/from_hf_eval");
+                  " --seq-len 128 --first-bucket 8 --needle-min 64 --trials 2 --out " + dir + "/from_hf_eval");
   require_exit(r, 0);
-  const auto f = parse_json(r.out);
+  const auto f = parse_json(read_text(dir + "/from_hf_eval/eval.json"));
   REQUIRE(f.has_value());
   REQUIRE(f->at("needle").is_object());
   CHECK(f->at("needle").at("cells").size() == cells.size());
+  CHECK(f->at("needle").at("tokenizer").get<std::string>() == first_checkpoint + "/tokenizer.json");
+  CHECK_THAT(r.out, Catch::Contains("tokenized by " + first_checkpoint + "/tokenizer.json"));
   const std::string resumed = dir + "/run_from_hf_resumed";
   require_exit(run_odyssey("train " + first_checkpoint + "/config.toml --resume " + from_hf +
                            " --set training.steps=2 --quiet --out " + resumed),
