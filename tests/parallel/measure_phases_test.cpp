@@ -98,14 +98,13 @@ std::vector<Case> cases() {
   single("all four + optimizer offload", true, true, true, true);
   out.back().cfg.memory.offload_optimizer = true;
   // Qwen3's per-head RMSNorm of q and k (model.qk_norm), in standard Ulysses and in the Untied stages
-  parallel("qk-norm: Ulysses P=2", 2, 2, false, false, false);
-  out.back().cfg.model.qk_norm = true;
-  parallel("qk-norm: Ulysses P=2 + checkpointing", 2, 2, false, true, false);
-  out.back().cfg.model.qk_norm = true;
-  parallel("qk-norm: Untied P=2, 1 head/rank/stage", 2, 2, false, false, true);
-  out.back().cfg.model.qk_norm = true;
-  parallel("qk-norm: Untied P=2, 1 head/rank/stage + checkpointing", 2, 2, false, true, true);
-  out.back().cfg.model.qk_norm = true;
+  for (const bool untied : {false, true})
+    for (const bool ckpt : {false, true}) {
+      parallel(std::string("qk-norm: ") + (untied ? "Untied P=2, 1 head/rank/stage" : "Ulysses P=2") +
+                   (ckpt ? " + checkpointing" : ""),
+               2, 2, false, ckpt, untied);
+      out.back().cfg.model.qk_norm = true;
+    }
   // stages whose query heads read their KV range unevenly: K/V gathered to the query heads' slots
   // (24 query / 8 KV heads, 8 per stage: 4 per rank over a range of 3 KV heads)
   parallel("Untied P=2, K/V gathered (24/8 heads, 8 per stage)", 2, 2, false, false, true);
