@@ -494,18 +494,14 @@ int run_eval(int argc, char** argv, int first) {
         const std::string where = !source.run ? "HF_DIR " + dir
                                   : named     ? "model.hf_path " + dir
                                               : "the checkpoint " + dir;
-        if (!named && !exists(join_path(dir, "tokenizer.json")))
-          throw BadInput("the needle grid needs a tokenizer: none was given (--tokenizer), and the checkpoint " + dir +
-                         " holds no tokenizer.json (a run trained from a model.hf_path directory that has one "
-                         "carries it there): pass --tokenizer PATH (a tokenizer.json or a model directory), or "
-                         "--no-needle");
         try {
           tokenizer.json = find_tokenizer_json(dir);  // its message would name a --tokenizer not given
         } catch (const PrepareError&) {
-          throw BadInput("the needle grid needs a tokenizer: none was given (--tokenizer), and it was looked for in " +
-                         where +
-                         ", which holds no tokenizer.json: pass --tokenizer PATH (a tokenizer.json or a "
-                         "directory holding one), or --no-needle");
+          throw BadInput(
+              "the needle grid needs a tokenizer: none was given (--tokenizer), and it was looked for in " + where +
+              ", which holds no tokenizer.json" +
+              (named ? "" : " (a run trained from a model.hf_path directory that has one carries it there)") +
+              ": pass --tokenizer PATH (a tokenizer.json or a directory holding one), or --no-needle");
         }
         tokenizer.label = "the tokenizer " + tokenizer.json + " (" + where + "'s own)";
       }

@@ -205,7 +205,8 @@ constexpr TensorKindRule kTensorKindRules[] = {
      "the Untied stages' all-to-all staging: allocated once per pass, every exchange goes through it (0 at P = 1)",
      [](const PlanShapes& s) { return sat_product({s.untied_buffers.staging, s.c}); },
      [](const PlanShapes& s) {
-       const int64_t widest = s.P > 0 ? s.untied_buffers.staging / std::max<int64_t>(1, s.P * s.B * s.s * s.hd) : 0;
+       // the heads of the widest exchange, from the staging the layout sized (0 at P = 1)
+       const int64_t widest = s.untied_buffers.staging / std::max<int64_t>(1, s.P * s.B * s.s * s.hd);
        return printf_string("%lld ranks x %lld x %s x %lld head%s x %lld x %lld B", ll(s.P), ll(s.B),
                   local_tokens(s).c_str(), ll(widest), plural(widest), ll(s.hd), ll(s.c));
      }},
