@@ -1,9 +1,13 @@
 // The rank-launch seam: threads, torchrun (with the peer watch) or emulation, with the first
-// failing rank's exception kept with its type. defines: job_mode, runs_rank_zero, run_on_ranks
+// failing rank's exception kept with its type; a torchrun job's processes agreeing to start.
+// defines: job_mode, runs_rank_zero, JobStart, run_on_ranks
 #include "engine/parallel/job.h"
 
+#include <cstdio>
 #include <exception>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -17,9 +21,11 @@ namespace odyssey {
 namespace {
 
 // This process's rank of a torchrun job, its peers watched through the job's store.
-void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::function<void(RankContext&)>& fn) {
+void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::function<void(RankContext&)>& fn,
+                       const c10::intrusive_ptr<c10d::Store>& store) {
   configure_threads(1);
-  TorchrunRank joined = join_torchrun_rank(env, cfg.parallel, resolve_device(cfg.training.device, env.local_rank));
+  TorchrunRank joined =
+      join_torchrun_rank(env, cfg.parallel, resolve_device(cfg.training.device, env.local_rank), store);
   RankScope rank(joined.ctx.slot);  // slot 0: the one rank of this process, whatever its global rank
   std::unique_ptr<PeerWatch> watch;
   if (joined.store)
@@ -81,14 +87,95 @@ void check_launchable(const RunConfig& cfg, const std::string& command) {
                               "under torchrun (one process each) or measure rank 0 with parallel.emulate = true");
 }
 
+JobStart::JobStart(const RunConfig& cfg) {
+  if (const std::optional<TorchrunEnv> env = torchrun_env()) join(*env, comm_options(cfg.parallel).timeout);
+}
+
+JobStart::JobStart(const TorchrunEnv& env, std::chrono::milliseconds timeout) { join(env, timeout); }
+
+void JobStart::join(const TorchrunEnv& env, std::chrono::milliseconds timeout) {
+  if (env.world_size <= 1) return;
+  rank_ = env.rank;
+  world_size_ = env.world_size;
+  timeout_ = timeout;
+  store_ = connect_job_store(env, timeout_);
+}
+
+JobStart::~JobStart() = default;
+
+void JobStart::agree(const std::exception_ptr& refusal, bool bad_input) {
+  if (!store_) {
+    if (refusal) std::rethrow_exception(refusal);
+    return;
+  }
+  auto bytes = [](const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); };
+  // "0": this process can start; "1"/"2" and the reason: it refused (the exit status it takes).
+  std::string verdict = "0";
+  if (refusal) {
+    try {
+      std::rethrow_exception(refusal);
+    } catch (const std::exception& e) {
+      verdict = std::string(bad_input ? "2" : "1") + e.what();
+    } catch (...) {
+      verdict = std::string(bad_input ? "2" : "1") + "an unknown error";
+    }
+  }
+  const std::string round = "odyssey/start/" + std::to_string(round_++) + "/";
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size_; ++r) keys.push_back(round + std::to_string(r));
+  std::optional<RankRefused> first;  // the lowest other rank that refused
+  try {
+    store_->set(keys[static_cast<size_t>(rank_)], bytes(verdict));
+    try {
+      store_->wait(keys, timeout_);
+    } catch (const c10::Error&) {
+      std::vector<std::string> missing;
+      for (int r = 0; r < world_size_; ++r)
+        if (!store_->check({keys[static_cast<size_t>(r)]})) missing.push_back(std::to_string(r));
+      std::string ranks = missing.size() == 1 ? "rank " : "ranks ";
+      for (size_t i = 0; i < missing.size(); ++i) ranks += (i ? ", " : "") + missing[i];
+      char waited[32];
+      std::snprintf(waited, sizeof waited, "%g", static_cast<double>(timeout_.count()) / 1000.0);
+      throw CommError("torchrun job: rank " + std::to_string(rank_) + " waited " + waited +
+                      " s (parallel.timeout_s) for " + ranks +
+                      " to say whether it can start: its process ended before the run, or is stuck (see its output)");
+    }
+    for (int r = 0; r < world_size_ && !first; ++r) {
+      if (r == rank_) continue;
+      const std::vector<uint8_t> got = store_->get(keys[static_cast<size_t>(r)]);
+      if (!got.empty() && got.front() != '0')
+        first.emplace(r, std::string(got.begin() + 1, got.end()), got.front() == '2');
+    }
+    if (refusal || first) {
+      // Every process ends now. Rank 0's process may serve the store: it stays until all have read.
+      if (store_->add(round + "read", 1) == world_size_) store_->set(round + "all_read", bytes("1"));
+      if (rank_ == 0) {
+        try {
+          store_->wait({round + "all_read"}, timeout_);
+        } catch (const c10::Error&) {  // a reader gone: nothing more to wait for
+        }
+      }
+    }
+  } catch (const c10::Error& e) {
+    std::string text = e.what_without_backtrace();
+    if (const size_t cut = text.find('\n'); cut != std::string::npos) text.resize(cut);
+    throw CommError("torchrun job: rank " + std::to_string(rank_) +
+                    " lost the job's store while the processes agreed to start: " + text);
+  }
+  if (refusal) std::rethrow_exception(refusal);
+  if (first) throw *first;
+}
+
 bool runs_rank_zero() {
   const auto env = torchrun_env();
   return !env || env->rank == 0;
 }
 
-void run_on_ranks(const RunConfig& cfg, const std::string& command, const std::function<void(RankContext&)>& fn) {
+void run_on_ranks(const RunConfig& cfg, const std::string& command, const std::function<void(RankContext&)>& fn,
+                  const JobStart* start) {
   const JobMode mode = job_mode(cfg.parallel);
-  if (mode == JobMode::Torchrun) return run_torchrun_rank(cfg, *torchrun_env(), fn);
+  if (mode == JobMode::Torchrun)
+    return run_torchrun_rank(cfg, *torchrun_env(), fn, start ? start->store() : c10::intrusive_ptr<c10d::Store>());
   check_launchable(cfg, command);
   // The first failing rank's exception, kept with its type (run_rank_threads reports text only).
   std::mutex mutex;

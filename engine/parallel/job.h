@@ -1,15 +1,25 @@
 // Where a job's ranks start, however they run: parallel.world_size rank threads in this process,
 // this process's rank of a torchrun job (one rank per process, peers watched through the job's
 // store), or rank 0 alone under rank emulation. The one training loop (engine/train/run.h's
-// run_training) and odyssey bench run on it. defines: JobMode, job_mode, runs_rank_zero, run_on_ranks,
-// check_launchable
+// run_training) and odyssey bench run on it. defines: JobMode, job_mode, runs_rank_zero, RankRefused,
+// JobStart, run_on_ranks, check_launchable
 #pragma once
 
+#include <chrono>
+#include <exception>
 #include <functional>
+#include <stdexcept>
 #include <string>
+
+#include <c10/util/intrusive_ptr.h>
 
 #include "engine/config/run_config.h"
 #include "engine/parallel/comm.h"
+#include "engine/parallel/rank_launch.h"
+
+namespace c10d {
+class Store;
+}
 
 namespace odyssey {
 
@@ -35,6 +45,58 @@ void check_launchable(const RunConfig& cfg, const std::string& command);
 /// RANK != 0): the process that reports the run and writes its outputs.
 bool runs_rank_zero();
 
+/// Another process of this torchrun job refused the run (JobStart::agree): its rank, its reason,
+/// and whether that process classed it as the input's fault (exit 2) or the run's (exit 1).
+class RankRefused : public std::runtime_error {
+ public:
+  RankRefused(int rank, const std::string& reason, bool bad_input)
+      : std::runtime_error("rank " + std::to_string(rank) + " refused the run: " + reason),
+        rank(rank),
+        bad_input(bad_input) {}
+  int rank;
+  bool bad_input;
+};
+
+/// The processes of a torchrun job (WORLD_SIZE > 1) agreeing, before any of them writes or starts,
+/// that every one can: at the same points, in the same order, each posts its verdict in the job's
+/// store and reads everyone's. A refusal that only one process can see (rank 0's checks of --out
+/// and its lock, a file that another node lacks) then ends every process at once with that
+/// reason, where the others used to wait for the refusing process on the store or in a collective
+/// until parallel.timeout_s. Outside torchrun (rank threads, emulation, one process) it holds
+/// nothing, and `agree` returns or rethrows at once.
+///   JobStart start(cfg);                       // connects this process to the job's store
+///   start.agree(own_refusal, bad_input);       // every process, at the same points
+///   run_on_ranks(cfg, command, fn, &start);    // joins the job over the same store
+class JobStart {
+ public:
+  /// Under torchrun with WORLD_SIZE > 1: connects the job's store (connect_job_store; throws
+  /// CommError when it cannot). Throws std::invalid_argument for a malformed torchrun variable or
+  /// parallel.timeout_s.
+  explicit JobStart(const RunConfig& cfg);
+  /// The process of rank env.rank in a job of env.world_size (> 1: connects, as above).
+  JobStart(const TorchrunEnv& env, std::chrono::milliseconds timeout);
+  ~JobStart();
+  JobStart(const JobStart&) = delete;
+  JobStart& operator=(const JobStart&) = delete;
+
+  /// `refusal`: this process's own (null: it can start), `bad_input` its class. Returns when no
+  /// process refused; else rethrows this process's own refusal, or throws RankRefused for the
+  /// lowest rank that refused. When one refused, rank 0 leaves only once every process has read
+  /// the verdicts (its process may serve the store). Every wait is bounded by parallel.timeout_s;
+  /// a process that never posts (it ended before this point) is named in the CommError.
+  void agree(const std::exception_ptr& refusal, bool bad_input);
+
+  /// The job's store; null outside a torchrun job of several processes.
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+
+ private:
+  void join(const TorchrunEnv& env, std::chrono::milliseconds timeout);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_ = 0, world_size_ = 1, round_ = 0;
+  std::chrono::milliseconds timeout_{0};
+};
+
 /// Runs `fn` once per rank of `cfg` that lives in this process, with that rank's context (device,
 /// groups, the memory tracker's RankScope bound):
 ///  - Threads: one thread per rank; a failing rank ends the others' collectives at once and its
@@ -46,7 +108,9 @@ bool runs_rank_zero();
 ///    when the store it serves is gone. No hang: every wait is bounded by parallel.timeout_s.
 ///  - Emulated: rank 0 alone (one thread) over EmulatedComm groups.
 /// Intra-op threads are set for the ranks sharing this machine (configure_threads). `command`: as
-/// check_launchable's.
-void run_on_ranks(const RunConfig& cfg, const std::string& command, const std::function<void(RankContext&)>& fn);
+/// check_launchable's. `start`: the JobStart this process agreed through, whose store a torchrun
+/// process joins the job over (null: it connects its own).
+void run_on_ranks(const RunConfig& cfg, const std::string& command, const std::function<void(RankContext&)>& fn,
+                  const JobStart* start = nullptr);
 
 }  // namespace odyssey

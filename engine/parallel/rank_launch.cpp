@@ -1,7 +1,8 @@
 // Rank launch: group layout, RankContext over a store (Gloo/NCCL), in-process rank threads with
 // error propagation, torchrun's environment and TCPStore, rank emulation's context.
 // defines: layout_of, comm_options, make_rank_context, make_emulated_rank_context,
-//          make_solo_rank_context, run_rank_threads, torchrun_env, join_torchrun_rank, join_torchrun
+//          make_solo_rank_context, run_rank_threads, torchrun_env, connect_job_store, join_torchrun_rank,
+//          join_torchrun
 #include "engine/parallel/rank_launch.h"
 
 #include <cstdlib>
@@ -204,7 +205,40 @@ std::optional<TorchrunEnv> torchrun_env() {
   return env;
 }
 
-TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device) {
+c10::intrusive_ptr<c10d::Store> connect_job_store(const TorchrunEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0 && !env.use_agent_store;
+  store_options.numWorkers = env.world_size;
+  store_options.waitWorkers = true;  // a client only counts itself in; the server (rank 0) waits for all
+  store_options.timeout = timeout;
+  const auto t0 = std::chrono::steady_clock::now();
+  c10::intrusive_ptr<c10d::TCPStore> tcp_store;
+  try {
+    tcp_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const c10::Error& e) {
+    const auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string address = env.master_addr + ":" + std::to_string(env.master_port);
+    const std::string serves =
+        env.use_agent_store ? "The torchrun agent serves the store"
+        : store_options.isServer
+            ? "This process serves the store and waits for all " + std::to_string(env.world_size) +
+                  " processes of WORLD_SIZE: one has not started, or it ended first (see its output)"
+            : "Rank 0's process serves the store: it has not started, or it ended first (see its output)";
+    std::string text = e.what_without_backtrace();
+    if (const size_t cut = text.find('\n'); cut != std::string::npos) text.resize(cut);
+    if (!text.empty() && text.back() != '.') text += '.';
+    throw CommError("torchrun job: rank " + std::to_string(env.rank) + " could not join the job's store at " + address +
+                    " in " + std::to_string(static_cast<int64_t>(waited + 0.5)) + " s: " + text + " " + serves +
+                    "; parallel.timeout_s bounds the wait");
+  }
+  if (env.use_agent_store)  // the agent's store outlives restarts: one key space per attempt
+    return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), tcp_store);
+  return tcp_store;
+}
+
+TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device,
+                                c10::intrusive_ptr<c10d::Store> store) {
   if (env.world_size != parallel.world_size)
     throw std::invalid_argument(
         "torchrun environment: WORLD_SIZE=" + std::to_string(env.world_size) +
@@ -223,18 +257,7 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
   }
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) options.gloo_interface = ifname;
   options.gloo_hostname = is_loopback(env.master_addr) ? "127.0.0.1" : "";
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0 && !env.use_agent_store;
-  store_options.numWorkers = env.world_size;
-  store_options.waitWorkers = true;  // a client only counts itself in; the server (rank 0) waits for all
-  store_options.timeout = options.timeout;
-  auto tcp_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-  if (env.use_agent_store)  // the agent's store outlives restarts: one key space per attempt
-    joined.store =
-        c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), tcp_store);
-  else
-    joined.store = tcp_store;
+  joined.store = store ? std::move(store) : connect_job_store(env, options.timeout);
   joined.ctx = make_rank_context(joined.store, env.rank, parallel, rank_device, options);
   return joined;
 }

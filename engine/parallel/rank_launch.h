@@ -1,7 +1,8 @@
 // Ranks of a job: the group layout (SP = contiguous rank blocks, DP = strided), RankContext
 // construction over a c10d store, in-process rank threads, torchrun's environment, emulation.
 // defines: RankLayout, layout_of, RankError, make_rank_context, make_emulated_rank_context,
-//          run_rank_threads, TorchrunEnv, torchrun_env, TorchrunRank, join_torchrun_rank, join_torchrun
+//          run_rank_threads, TorchrunEnv, torchrun_env, connect_job_store, TorchrunRank, join_torchrun_rank,
+//          join_torchrun
 #pragma once
 
 #include <chrono>
@@ -105,10 +106,20 @@ struct TorchrunRank {
   std::shared_ptr<AbortSignal> abort;
 };
 
-/// Joins the torchrun job: a TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 serves it), then this
-/// rank's context. WORLD_SIZE must equal parallel.world_size. CPU: Gloo bound to loopback when
-/// MASTER_ADDR is local, else GLOO_SOCKET_IFNAME or this host's name; CUDA: cuda:LOCAL_RANK.
-TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device);
+/// This process's connection to its torchrun job's store (WORLD_SIZE > 1): a TCPStore at
+/// MASTER_ADDR:MASTER_PORT that rank 0's process serves, waiting for every process to connect, or,
+/// under torchrun's agent, a client of the agent's store under the attempt's prefix. Every wait on
+/// it is bounded by `timeout`. Throws CommError naming the rank, the address, who serves the store
+/// and the time waited when it cannot be reached (rank 0's process never started, or ended first)
+/// or not every process connected; LibTorch's own text follows without its stack trace.
+c10::intrusive_ptr<c10d::Store> connect_job_store(const TorchrunEnv& env, std::chrono::milliseconds timeout);
+
+/// Joins the torchrun job: its store (connect_job_store, or `store` when this process already
+/// holds it), then this rank's context. WORLD_SIZE must equal parallel.world_size. CPU: Gloo bound
+/// to loopback when MASTER_ADDR is local, else GLOO_SOCKET_IFNAME or this host's name; CUDA:
+/// cuda:LOCAL_RANK.
+TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device,
+                                c10::intrusive_ptr<c10d::Store> store = {});
 /// join_torchrun_rank's context alone.
 RankContext join_torchrun(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device);
 

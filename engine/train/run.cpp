@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <optional>
 
 #include "engine/config/preset.h"
@@ -382,6 +384,48 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   if (!profile_error.empty()) throw FileWriteError(profile_error + " (the steps and their checkpoint are kept)");
 }
 
+/// Whether a refusal or failure is the input's fault (exit 2: the preset, a data file, a
+/// checkpoint, the run directory, a plan that does not fit) or the run's (exit 1: a step, a
+/// write, a collective). One list for the refusals the processes agree on and the run's outcome.
+bool is_bad_input(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const StepFailure&) {
+    return false;
+  } catch (const DataError&) {
+    return true;
+  } catch (const CheckpointError&) {
+    return true;
+  } catch (const RunDirBusy&) {
+    return true;
+  } catch (const RunDirHoldsRun&) {
+    return true;
+  } catch (const PlannedOutOfMemory&) {
+    return true;
+  } catch (const FileReadError&) {  // an input that is not a readable regular file
+    return true;
+  } catch (const RankRefused& e) {  // another torchrun process refused: as it classed it
+    return e.bad_input;
+  } catch (const std::invalid_argument&) {
+    return true;
+  } catch (...) {  // CheckpointWriteError, FileWriteError, CommError, ...: the run's
+    return false;
+  }
+}
+
+/// Runs `step` (checks, or the set-up of the outputs) in this process, then agrees its outcome with
+/// the job's other processes (JobStart::agree): throws this process's refusal or the first
+/// other process's, so that every process of a torchrun job refuses together.
+void agreed(JobStart& start, const std::function<void()>& step) {
+  std::exception_ptr refusal;
+  try {
+    step();
+  } catch (...) {
+    refusal = std::current_exception();
+  }
+  start.agree(refusal, refusal && is_bad_input(refusal));
+}
+
 }  // namespace
 
 RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
@@ -391,154 +435,145 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   std::string write_error;
   std::unique_ptr<RunDirLock> lock;
   std::optional<RunFilesAsFound> as_found;  // the run directory's files before this run wrote any
-  auto fail = [&](const std::exception& e, bool bad_input) {
-    out.status = RunOutcome::Status::Failed;
-    out.bad_input = bad_input;
-    out.error = e.what();
-  };
+  std::optional<JobStart> start;
   try {
     MemoryTracker::instance().install_cpu_allocator();
     shared.separate_processes = job_mode(cfg.parallel) == JobMode::Torchrun;  // throws on a malformed env
     shared.reports = runs_rank_zero();
-    // Everything that can refuse the run is decided before any output is touched.
-    check_launchable(cfg, "odyssey train PRESET");
-    make_dataset(cfg.training, cfg.model);  // a missing or malformed data file (DataError), checked once here
-    if (!opt.memory_snapshot.empty() && shared.reports) {
-      if (!resolve_device(cfg.training.device, 0).is_cuda())
-        throw std::invalid_argument(
-            "--memory-snapshot " + opt.memory_snapshot +
-            ": it records the CUDA caching allocator, and this run is on the CPU (training.device = " +
-            std::string(to_string(cfg.training.device)) + ")");
-      check_output_file("--memory-snapshot", opt.memory_snapshot, opt, "--kernel-profile", opt.kernel_profile);
-      make_parent_dirs("--memory-snapshot", opt.memory_snapshot);
-    }
-    if (!opt.kernel_profile.empty() && shared.reports) {
-      check_output_file("--kernel-profile", opt.kernel_profile, opt, "--memory-snapshot", opt.memory_snapshot);
-      make_parent_dirs("--kernel-profile", opt.kernel_profile);
-    }
-    if (!cfg.model.hf_path.empty() && opt.resume_dir.empty())
-      HfWeights(cfg.model.hf_path, cfg.model);  // every tensor found and checked before the model is allocated
-    if (!cfg.output.export_hf.empty() && !(opt.checkpoints && !opt.out_dir.empty()))
-      throw std::invalid_argument("output.export_hf = \"" + cfg.output.export_hf +
-                                  "\" exports the final checkpoint, and this run writes none (no --out directory)");
-    // Nothing is started that the planner says cannot fit: the OOM killer or LibTorch's raw
-    // allocation failure mid-step would be the user's only answer otherwise.
-    if (!opt.force)
-      if (const std::string why = planned_out_of_memory(cfg, ranks_in_process(cfg)); !why.empty())
-        throw PlannedOutOfMemory(why);
+    // Under torchrun the processes agree twice before the first step: once every check is done,
+    // and once the outputs are set up. Rank 0's process alone checks and locks --out: a refusal
+    // there ends every process at once with its reason (the others waited for it until
+    // parallel.timeout_s, twice over, and ended with the store's stack trace).
+    start.emplace(cfg);
     int64_t resume_step = -1;
-    if (!opt.resume_dir.empty()) {
-      // A run still writing checkpoints there would move latest.json under this one's feet. Asked
-      // by rank 0's process only, before it locks its own --out: under torchrun the other
-      // processes would see rank 0's lock when they resume into the same directory.
-      if (const std::string owner = shared.reports ? RunDirLock::live_owner(opt.resume_dir) : std::string();
-          !owner.empty())
-        throw RunDirBusy("--resume " + opt.resume_dir + " is in use by a live run (" + owner +
-                         "): resume it after that run ends (its last checkpoint is then final)");
-      shared.resume = opt.resume_info ? opt.resume_info : read_checkpoint_info(opt.resume_dir);
-      if (!shared.resume)
-        throw CheckpointError("--resume " + opt.resume_dir + ": no checkpoint there (no checkpoints/latest.json)");
-      const std::vector<std::string> notes = check_resume_config(*shared.resume, cfg, opt.resume_dir);
-      if (shared.reports && opt.log)
-        for (const auto& note : notes) opt.log(note);
-      resume_step = shared.resume->step;
-      const int64_t last = opt.steps >= 0 ? opt.steps : cfg.training.steps;
-      if (resume_step >= last)
-        throw std::invalid_argument("--resume " + opt.resume_dir + ": its checkpoint is at step " +
-                                    std::to_string(resume_step) + ", and this run ends at step " +
-                                    std::to_string(last) +
-                                    " (training.steps): nothing to train; --steps N trains N more steps");
-    }
-    // The model directory's tokenizer goes into every checkpoint (rank 0 writes it), so that eval
-    // and export of this run find it without the directory (a checkpoint stands alone); a resume
-    // without model.hf_path carries on the resumed checkpoint's. Read now, by every process of a
-    // torchrun job too: a bad file is refused by each before any output, none left waiting.
-    if (opt.checkpoints && !opt.out_dir.empty()) {
-      if (!cfg.model.hf_path.empty())
-        shared.tokenizer_files = read_tokenizer_files(cfg.model.hf_path);
-      else if (shared.resume)
-        shared.tokenizer_files = read_tokenizer_files(shared.resume->path);
-    }
-    if (!opt.out_dir.empty()) {
-      // A resumed run in its own directory continues its files from the checkpoint's step: the
-      // steps a killed run took after it are run again and must not appear twice.
-      const bool continues = resume_step >= 0 && same_path(opt.resume_dir, opt.out_dir);
-      // Another run's outputs are never replaced unasked: refused before the directory is touched,
-      // and again under the lock (a run that finished in between).
-      auto refuse_earlier_run = [&] {
-        if (continues || opt.overwrite || !shared.reports) return;
-        const std::vector<std::string> found = run_outputs_in(opt.out_dir);
-        if (found.empty()) return;
-        std::string what;
-        for (size_t i = 0; i < found.size(); ++i) what += (i ? ", " : "") + found[i];
-        throw RunDirHoldsRun("--out " + opt.out_dir + " holds a run (" + what + "): continue it with --resume " +
-                             opt.out_dir + ", choose another --out, or pass --overwrite to replace it");
-      };
-      if (shared.reports)
+    // A resumed run in its own directory continues its files from the checkpoint's step: the
+    // steps a killed run took after it are run again and must not appear twice.
+    const bool continues = !opt.resume_dir.empty() && !opt.out_dir.empty() && same_path(opt.resume_dir, opt.out_dir);
+    // Another run's outputs are never replaced unasked: refused before the directory is touched,
+    // and again under the lock (a run that finished in between).
+    auto refuse_earlier_run = [&] {
+      if (continues || opt.overwrite || !shared.reports) return;
+      const std::vector<std::string> found = run_outputs_in(opt.out_dir);
+      if (found.empty()) return;
+      std::string what;
+      for (size_t i = 0; i < found.size(); ++i) what += (i ? ", " : "") + found[i];
+      throw RunDirHoldsRun("--out " + opt.out_dir + " holds a run (" + what + "): continue it with --resume " +
+                           opt.out_dir + ", choose another --out, or pass --overwrite to replace it");
+    };
+    // Everything that can refuse the run is decided before any output is touched.
+    agreed(*start, [&] {
+      check_launchable(cfg, "odyssey train PRESET");
+      make_dataset(cfg.training, cfg.model);  // a missing or malformed data file (DataError), checked once here
+      if (!opt.memory_snapshot.empty() && shared.reports) {
+        if (!resolve_device(cfg.training.device, 0).is_cuda())
+          throw std::invalid_argument(
+              "--memory-snapshot " + opt.memory_snapshot +
+              ": it records the CUDA caching allocator, and this run is on the CPU (training.device = " +
+              std::string(to_string(cfg.training.device)) + ")");
+        check_output_file("--memory-snapshot", opt.memory_snapshot, opt, "--kernel-profile", opt.kernel_profile);
+      }
+      if (!opt.kernel_profile.empty() && shared.reports)
+        check_output_file("--kernel-profile", opt.kernel_profile, opt, "--memory-snapshot", opt.memory_snapshot);
+      if (!cfg.model.hf_path.empty() && opt.resume_dir.empty())
+        HfWeights(cfg.model.hf_path, cfg.model);  // every tensor found and checked before the model is allocated
+      if (!cfg.output.export_hf.empty() && !(opt.checkpoints && !opt.out_dir.empty()))
+        throw std::invalid_argument("output.export_hf = \"" + cfg.output.export_hf +
+                                    "\" exports the final checkpoint, and this run writes none (no --out directory)");
+      // Nothing is started that the planner says cannot fit: the OOM killer or LibTorch's raw
+      // allocation failure mid-step would be the user's only answer otherwise.
+      if (!opt.force)
+        if (const std::string why = planned_out_of_memory(cfg, ranks_in_process(cfg)); !why.empty())
+          throw PlannedOutOfMemory(why);
+      if (!opt.resume_dir.empty()) {
+        // A run still writing checkpoints there would move latest.json under this one's feet. Asked
+        // by rank 0's process only, before it locks its own --out: under torchrun the other
+        // processes would see rank 0's lock when they resume into the same directory.
+        if (const std::string owner = shared.reports ? RunDirLock::live_owner(opt.resume_dir) : std::string();
+            !owner.empty())
+          throw RunDirBusy("--resume " + opt.resume_dir + " is in use by a live run (" + owner +
+                           "): resume it after that run ends (its last checkpoint is then final)");
+        shared.resume = opt.resume_info ? opt.resume_info : read_checkpoint_info(opt.resume_dir);
+        if (!shared.resume)
+          throw CheckpointError("--resume " + opt.resume_dir + ": no checkpoint there (no checkpoints/latest.json)");
+        const std::vector<std::string> notes = check_resume_config(*shared.resume, cfg, opt.resume_dir);
+        if (shared.reports && opt.log)
+          for (const auto& note : notes) opt.log(note);
+        resume_step = shared.resume->step;
+        const int64_t last = opt.steps >= 0 ? opt.steps : cfg.training.steps;
+        if (resume_step >= last)
+          throw std::invalid_argument("--resume " + opt.resume_dir + ": its checkpoint is at step " +
+                                      std::to_string(resume_step) + ", and this run ends at step " +
+                                      std::to_string(last) +
+                                      " (training.steps): nothing to train; --steps N trains N more steps");
+      }
+      // The model directory's tokenizer goes into every checkpoint (rank 0 writes it), so that eval
+      // and export of this run find it without the directory (a checkpoint stands alone); a resume
+      // without model.hf_path carries on the resumed checkpoint's.
+      if (opt.checkpoints && !opt.out_dir.empty()) {
+        if (!cfg.model.hf_path.empty())
+          shared.tokenizer_files = read_tokenizer_files(cfg.model.hf_path);
+        else if (shared.resume)
+          shared.tokenizer_files = read_tokenizer_files(shared.resume->path);
+      }
+      if (!opt.out_dir.empty() && shared.reports) {
         if (const std::string owner = RunDirLock::live_owner(opt.out_dir); !owner.empty())
           throw RunDirBusy("--out " + opt.out_dir + " is in use by another run (" + owner +
                            "); wait for it to end, or write to another directory");
-      refuse_earlier_run();
+        refuse_earlier_run();
+      }
+    });
+    // The outputs, set up by rank 0's process (every process makes --out: another node's ranks
+    // write their checkpoint shards there).
+    agreed(*start, [&] {
+      if (!opt.memory_snapshot.empty() && shared.reports) make_parent_dirs("--memory-snapshot", opt.memory_snapshot);
+      if (!opt.kernel_profile.empty() && shared.reports) make_parent_dirs("--kernel-profile", opt.kernel_profile);
+      if (opt.out_dir.empty()) return;
       std::string error;
       int error_number = 0;
       if (!make_dirs(opt.out_dir, &error, &error_number)) throw_make_dirs_error("--out", error, error_number);
-      if (shared.reports) {
-        // One writer per run directory: a second run into it would interleave both files.
-        lock = std::make_unique<RunDirLock>(opt.out_dir);
-        if (!lock->unguarded().empty() && opt.log) opt.log("--out " + opt.out_dir + ": " + lock->unguarded());
-        if (!lock->previous_owner().empty() && opt.log)
-          opt.log("--out " + opt.out_dir + ": took over the lock of a run that ended without releasing it (" +
-                  lock->previous_owner() + ")");
-        refuse_earlier_run();
-        if (opt.overwrite && !continues) {
-          const std::vector<std::string> replaced = run_outputs_in(opt.out_dir);
-          remove_run_outputs(opt.out_dir);
-          if (!replaced.empty() && opt.log) {
-            std::string what;
-            for (size_t i = 0; i < replaced.size(); ++i) what += (i ? ", " : "") + replaced[i];
-            opt.log("--overwrite: replaced the run in " + opt.out_dir + " (" + what + ")");
-          }
+      if (!shared.reports) return;
+      // One writer per run directory: a second run into it would interleave both files.
+      lock = std::make_unique<RunDirLock>(opt.out_dir);
+      if (!lock->unguarded().empty() && opt.log) opt.log("--out " + opt.out_dir + ": " + lock->unguarded());
+      if (!lock->previous_owner().empty() && opt.log)
+        opt.log("--out " + opt.out_dir + ": took over the lock of a run that ended without releasing it (" +
+                lock->previous_owner() + ")");
+      refuse_earlier_run();
+      if (opt.overwrite && !continues) {
+        const std::vector<std::string> replaced = run_outputs_in(opt.out_dir);
+        remove_run_outputs(opt.out_dir);
+        if (!replaced.empty() && opt.log) {
+          std::string what;
+          for (size_t i = 0; i < replaced.size(); ++i) what += (i ? ", " : "") + replaced[i];
+          opt.log("--overwrite: replaced the run in " + opt.out_dir + " (" + what + ")");
         }
-        as_found = run_files_as_found(opt.out_dir);
-        shared.metrics =
-            std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", continues ? resume_step : -1);
-        if (shared.metrics->dropped() > 0 && opt.log)
-          opt.log("metrics.jsonl: kept " + std::to_string(shared.metrics->lines()) + " lines through step " +
-                  std::to_string(resume_step) + ", dropped " + std::to_string(shared.metrics->dropped()) +
-                  " (steps after the checkpoint, which run again, or lines cut or unreadable)");
-        if (cfg.output.trace && cfg.output.trace_steps > 0)
-          shared.trace = continues ? std::make_unique<TraceWriter>(opt.out_dir + "/trace.json", resume_step)
-                                   : std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
       }
-    }
+      as_found = run_files_as_found(opt.out_dir);
+      shared.metrics =
+          std::make_unique<MetricsJsonlWriter>(opt.out_dir + "/metrics.jsonl", continues ? resume_step : -1);
+      if (shared.metrics->dropped() > 0 && opt.log)
+        opt.log("metrics.jsonl: kept " + std::to_string(shared.metrics->lines()) + " lines through step " +
+                std::to_string(resume_step) + ", dropped " + std::to_string(shared.metrics->dropped()) +
+                " (steps after the checkpoint, which run again, or lines cut or unreadable)");
+      if (cfg.output.trace && cfg.output.trace_steps > 0)
+        shared.trace = continues ? std::make_unique<TraceWriter>(opt.out_dir + "/trace.json", resume_step)
+                                 : std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
+    });
     if (!opt.memory_snapshot.empty() && shared.reports)
       start_memory_history();       // from before the model exists: its weights are in the history too
     reset_attention_kernels_run();  // the trace and summary name the kernels this run's attention ran
-    run_on_ranks(cfg, "odyssey train PRESET", [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); });
+    run_on_ranks(
+        cfg, "odyssey train PRESET", [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); }, &*start);
     if (!cfg.output.export_hf.empty() && shared.reports && out.status == RunOutcome::Status::Finished) {
       const HfExport done = export_hf(opt.out_dir, cfg.output.export_hf);  // with the checkpoint's tokenizer
       if (opt.log)
         opt.log("exported step " + std::to_string(done.step) + " as a Hugging Face model (" + done.dtype + ", " +
                 std::to_string(done.files.size()) + " files) to " + cfg.output.export_hf);
     }
-  } catch (const StepFailure& e) {
-    fail(e, false);
-  } catch (const DataError& e) {
-    fail(e, true);
-  } catch (const CheckpointError& e) {
-    fail(e, true);
-  } catch (const RunDirBusy& e) {
-    fail(e, true);
-  } catch (const RunDirHoldsRun& e) {
-    fail(e, true);
-  } catch (const PlannedOutOfMemory& e) {
-    fail(e, true);
-  } catch (const FileReadError& e) {  // an input that is not a readable regular file
-    fail(e, true);
-  } catch (const std::invalid_argument& e) {
-    fail(e, true);
-  } catch (const std::exception& e) {  // CheckpointWriteError, FileWriteError, CommError, ...: the run's
-    fail(e, false);
+  } catch (const std::exception& e) {
+    out.status = RunOutcome::Status::Failed;
+    out.bad_input = is_bad_input(std::current_exception());
+    out.error = e.what();
   }
   if (memory_history_active()) {  // whatever the outcome: a failed run's history is the one to read
     try {

@@ -149,7 +149,9 @@ std::vector<std::string> run_outputs_in(const std::string& dir);
 /// Runs training for `cfg` (which must be valid) on the ranks run_on_ranks starts here. Never
 /// throws: failures come back in the outcome (OOM and NaN with step and phase; bad data /
 /// checkpoint files as bad_input; a peer's failure under torchrun naming the rank and the
-/// collective). A torchrun process with RANK != 0 gets next_step and status only (no metrics).
+/// collective). Under torchrun the processes agree to start (JobStart): a refusal of one process,
+/// such as rank 0's of --out, is every process's, with its reason and class. A torchrun process
+/// with RANK != 0 gets next_step and status only (no metrics).
 /// A pause is for in-process ranks (the Session): torchrun processes other than rank 0 would wait
 /// in the next boundary's collective and time out after parallel.timeout_s.
 RunOutcome run_training(const RunConfig& cfg, const RunOptions& options);

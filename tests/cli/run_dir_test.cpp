@@ -1,8 +1,8 @@
 // What `odyssey train` does with its run directory and with runs it should not start, through the
-// real binary: an earlier run is never overwritten unasked (--overwrite, --resume), --out paths in
-// every spelling and depth, a busy --resume, outputs the disk refused, a plan that does not fit
-// (--force), a signal while loading, and the files --kernel-profile may write. defines: test cases
-// [cli][reliability][rundir]
+// real binary: an earlier run is never overwritten unasked (--overwrite, --resume; every torchrun
+// process refuses with rank 0), --out paths in every spelling and depth, a busy --resume, outputs
+// the disk refused, a plan that does not fit (--force), a signal while loading, and the files
+// --kernel-profile may write. defines: test cases [cli][reliability][rundir]
 #include <sys/stat.h>
 
 #include "cli_test_util.h"
@@ -52,6 +52,31 @@ TEST_CASE("run directory: a new run into one holding a run is refused and leaves
   r = run_odyssey("train " + kShort + "--steps 1 --overwrite=no --out " + dir);
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--overwrite takes no value"));
+}
+
+TEST_CASE("run directory: under torchrun, rank 0's refusal of --out ends every process at once with its reason",
+          "[cli][reliability][rundir]") {
+  // Rank 0's process alone checks and locks --out. The other processes used to wait for it on the
+  // job's store until parallel.timeout_s (twice over) and end with the store's stack trace; now the
+  // processes agree before any starts, so each exits 2 well inside the 120 s timeout.
+  const std::string dir = fresh_dir("holds_run_torchrun");
+  require_exit(run_odyssey("train " + kShort + "--steps 1 --quiet --out " + dir), 0);
+  const std::string metrics = read_text(dir + "/metrics.jsonl"), summary = read_text(dir + "/summary.json");
+  const std::vector<pid_t> pids = spawn_torchrun(
+      "train " + kShort + "--set parallel.world_size=2 --set parallel.timeout_s=120 --steps 1 --quiet --out " + dir,
+      dir);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto status = wait_exit(pids[static_cast<size_t>(rank)], 60);
+    if (!status) ::kill(pids[static_cast<size_t>(rank)], SIGKILL);  // left waiting: fail, never linger
+    const std::string log = read_text(dir + ".rank" + std::to_string(rank) + ".log");
+    INFO("rank " << rank << ": " << log);
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 2);
+    CHECK_THAT(log, Catch::Contains((rank == 0 ? "--out " : "rank 0 refused the run: --out ") + dir + " holds a run"));
+  }
+  CHECK(read_text(dir + "/metrics.jsonl") == metrics);
+  CHECK(read_text(dir + "/summary.json") == summary);
 }
 
 TEST_CASE(

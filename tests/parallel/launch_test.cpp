@@ -1,5 +1,5 @@
-// Rank launch: group layout, in-process rank threads with world/sp/dp groups, error propagation,
-// rank emulation's context, torchrun's environment and a TCPStore join on loopback.
+// Rank launch: group layout, rank threads with world/sp/dp groups, error propagation, emulation's
+// context, torchrun's environment, a TCPStore join on loopback and the start its processes agree on.
 // defines: test cases [launch]
 #include <catch2/catch.hpp>
 
@@ -13,10 +13,12 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "engine/parallel/job.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/telemetry/memory_tracker.h"
 
@@ -268,4 +270,63 @@ TEST_CASE("torchrun join: with torchrun's agent store every rank is a client und
   INFO(errors[0] << " | " << errors[1]);
   CHECK(sums == std::vector<double>{3.0, 3.0});
   CHECK(agent->check({"/worker/attempt_1/probe.0", "/worker/attempt_1/probe.1"}));
+}
+
+TEST_CASE("torchrun start: a refusal one process sees ends every process at once with its reason and class",
+          "[launch]") {
+  // Rank 0's process alone checks and locks --out; another node may lack a file. The processes
+  // agree before any starts (JobStart::agree): the refusing one rethrows its own error, the others
+  // throw RankRefused naming its rank, reason and exit class, each well inside the 60 s timeout
+  // (before, the others waited for the refusing process until the timeout, twice over).
+  const auto timeout = std::chrono::milliseconds(60000);
+  for (int refusing : {0, 1}) {
+    INFO("refusing rank " << refusing);
+    const int port = free_port();
+    std::vector<int> refused_rank(2, -1);
+    std::vector<bool> bad_input(2, false);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto errors = run_two_rank_threads([&](int r) {
+      JobStart start(TorchrunEnv{r, 2, r, "127.0.0.1", port}, timeout);
+      start.agree(nullptr, false);  // a first round all pass
+      std::exception_ptr own;
+      if (r == refusing) own = std::make_exception_ptr(std::invalid_argument("--out D holds a run"));
+      try {
+        start.agree(own, r == refusing);
+      } catch (const RankRefused& e) {
+        refused_rank[r] = e.rank;
+        bad_input[r] = e.bad_input;
+        throw;
+      }
+      // The refusing rank's JobStart (rank 0's serves the store) goes away as its process would.
+    });
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+    const int other = 1 - refusing;
+    CHECK(errors[refusing] == "--out D holds a run");  // its own error, rethrown as it was
+    CHECK(errors[other] == "rank " + std::to_string(refusing) + " refused the run: --out D holds a run");
+    CHECK(refused_rank[other] == refusing);
+    CHECK(bad_input[other]);  // exit 2, as the refusing process classed it
+    CHECK(refused_rank[refusing] == -1);
+  }
+}
+
+TEST_CASE("torchrun start: a process that never says whether it can start is named when the wait ends", "[launch]") {
+  const int port = free_port();
+  std::atomic<bool> rank0_done{false};
+  const auto errors = run_two_rank_threads([&](int r) {
+    JobStart start(TorchrunEnv{r, 2, r, "127.0.0.1", port}, std::chrono::milliseconds(r == 0 ? 1000 : 60000));
+    if (r == 0) {
+      try {
+        start.agree(nullptr, false);
+      } catch (...) {
+        rank0_done = true;
+        throw;
+      }
+      rank0_done = true;
+      return;
+    }
+    while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // stuck before agreeing
+  });
+  CHECK_THAT(errors[0], Catch::Contains("torchrun job: rank 0 waited 1 s (parallel.timeout_s) for rank 1 to say "
+                                        "whether it can start"));
+  CHECK(errors[1].empty());
 }
