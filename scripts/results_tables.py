@@ -35,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "gpu"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
 import record as layout  # noqa: E402  (scripts/gpu/record.py: the record's names and files)
+from record import read_json, read_jsonl  # noqa: E402
 from planner_vs_measured import PEAK_TOLERANCE, SLOPE_TOLERANCE  # noqa: E402
 from systems import BASELINES, TUNED_VARIANT, point_key, strongest_baseline, throughput_rows_by_length  # noqa: E402
 
@@ -57,30 +58,6 @@ class RecordError(ValueError):
 
 
 # [section] reading a record ------------------------------------------------------------------------
-
-def read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def read_jsonl(path):
-    rows = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return rows
-
 
 class Record:
     """One record folder: its manifest, its raw files and its predictions. Raises RecordError naming

@@ -12,8 +12,8 @@ predictions/manifest.json and predictions/<stage>/<point>.json, each `odyssey pl
 point the stage measures). validate.sh adds each stage as it ends (`stage`), so a call cut short
 keeps what it measured; the manifest's call_id keeps two calls from sharing one folder.
 
-defines: RECORD_NAME, MANIFEST, PREDICTIONS, device_name, device_slug, binaries_commit, record_name, add_stage,
-write_predictions_manifest
+defines: RECORD_NAME, MANIFEST, PREDICTIONS, device_name, device_slug, binaries_commit, record_name, read_json,
+read_jsonl, add_stage, write_predictions_manifest
 """
 import argparse
 import datetime
@@ -85,6 +85,32 @@ def today():
 
 def now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def read_json(path):
+    """A raw JSON file of a record, or None when it is missing or unreadable (a stage cut short)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read_jsonl(path):
+    """The JSON objects of a JSONL file, one a line; lines that are not whole objects are skipped."""
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return rows
 
 
 def read_manifest(path):

@@ -5,36 +5,12 @@ measured, and which targets it met.
 
     python3 scripts/gpu/validate_summary.py RUNS/validate-smoke-kernels
 """
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench", "gpu"))
 from systems import BASELINES, strongest_baseline, throughput_rows_by_length  # noqa: E402
-
-
-def read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def read_jsonl(path):
-    rows = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return rows
+from record import read_json, read_jsonl  # noqa: E402  (scripts/gpu/record.py, beside this script)
 
 
 def smoke(d):
