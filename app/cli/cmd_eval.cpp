@@ -434,6 +434,28 @@ std::string fixed(double v, int digits) {
   return text;
 }
 
+/// The exit status of what ended an evaluation: 2 for bad input (the arguments, a file, a
+/// checkpoint; another torchrun process's refusal as it classed it), 1 for the run's failure.
+int eval_exit_code(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const BadInput&) {
+    return kExitBadInput;
+  } catch (const PrepareError& e) {
+    return e.exit_code;
+  } catch (const CheckpointError&) {
+    return kExitBadInput;
+  } catch (const DataError&) {
+    return kExitBadInput;
+  } catch (const RankRefused& e) {
+    return e.bad_input ? kExitBadInput : kExitRuntime;
+  } catch (const std::invalid_argument&) {
+    return kExitBadInput;
+  } catch (...) {
+    return kExitRuntime;
+  }
+}
+
 int run_eval(int argc, char** argv, int first) {
   EvalArgs a;
   try {
@@ -442,6 +464,13 @@ int run_eval(int argc, char** argv, int first) {
     std::cerr << "odyssey eval: " << e.what() << "\nusage: odyssey " << kSynopsis << "\n";
     return kExitBadInput;
   }
+  // Under torchrun: the processes agree before the forward, so a refusal of one process (a file
+  // another node lacks) ends every process at once with its reason (JobStart).
+  std::optional<JobStart> start;
+  bool agreed = false;
+  auto tell_peers = [&](const std::string& reason, int code) {
+    if (start && !agreed) start->refuse(reason, code == kExitBadInput);
+  };
   try {
     const Source source = open_source(a);
     // The config the forward runs: the run's ranks and memory stack, the data and length asked.
@@ -452,6 +481,7 @@ int run_eval(int argc, char** argv, int first) {
       throw BadInput(text);
     }
     const RunConfig& cfg = evaluated.config;
+    start.emplace(cfg);
     struct stat data_st {};
     if (::stat(a.data.c_str(), &data_st) == 0 && !S_ISREG(data_st.st_mode))
       throw BadInput("--data " + a.data + ": " +
@@ -595,6 +625,9 @@ int run_eval(int argc, char** argv, int first) {
     request.bucket_progress = progress("sequences");
     request.needle_progress = progress("needle forwards");
     // Every rank of the run (threads here, or this process's rank under torchrun).
+    agreed = true;  // from here a refusal is the agreement's own, or a rank's in the forward
+    start->agree(nullptr, false);
+    request.start = &*start;
     const EvalReport report = evaluate_on_ranks(cfg, request);
     if (!report.lead) return kExitOk;  // a torchrun process of another rank: rank 0's process reports
     const BucketEval& buckets = report.buckets;
@@ -753,24 +786,11 @@ int run_eval(int argc, char** argv, int first) {
       std::cout << " (no heatmap: this build has no PNG encoder, libstb)";
     std::cout << "\n";
     return kExitOk;
-  } catch (const BadInput& e) {
-    std::cerr << "odyssey eval: " << e.what() << "\n";
-    return kExitBadInput;
-  } catch (const PrepareError& e) {
-    std::cerr << "odyssey eval: " << e.what() << "\n";
-    return e.exit_code;
-  } catch (const CheckpointError& e) {
-    std::cerr << "odyssey eval: " << e.what() << "\n";
-    return kExitBadInput;
-  } catch (const DataError& e) {
-    std::cerr << "odyssey eval: " << e.what() << "\n";
-    return kExitBadInput;
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "odyssey eval: " << e.what() << "\n";
-    return kExitBadInput;
   } catch (const std::exception& e) {
+    const int code = eval_exit_code(std::current_exception());
+    tell_peers(e.what(), code);
     std::cerr << "odyssey eval: " << e.what() << "\n";
-    return kExitRuntime;
+    return code;
   }
 }
 

@@ -103,29 +103,60 @@ void JobStart::join(const TorchrunEnv& env, std::chrono::milliseconds timeout) {
 
 JobStart::~JobStart() = default;
 
-void JobStart::agree(const std::exception_ptr& refusal, bool bad_input) {
-  if (!store_) {
-    if (refusal) std::rethrow_exception(refusal);
-    return;
+namespace {
+
+std::vector<uint8_t> store_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
+std::string first_line(const c10::Error& e) {
+  std::string text = e.what_without_backtrace();
+  if (const size_t cut = text.find('\n'); cut != std::string::npos) text.resize(cut);
+  return text;
+}
+
+}  // namespace
+
+std::string JobStart::next_round() { return "odyssey/start/" + std::to_string(round_++) + "/"; }
+
+void JobStart::acknowledge(const std::string& round) {
+  // Every process ends now. Rank 0's process may serve the store: it stays until all have read.
+  if (store_->add(round + "read", 1) == world_size_) store_->set(round + "all_read", store_bytes("1"));
+  if (rank_ != 0) return;
+  try {
+    store_->wait({round + "all_read"}, timeout_);
+  } catch (const c10::Error&) {  // a process gone before reading: nothing more to wait for
   }
-  auto bytes = [](const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); };
-  // "0": this process can start; "1"/"2" and the reason: it refused (the exit status it takes).
-  std::string verdict = "0";
+}
+
+void JobStart::refuse(const std::string& reason, bool bad_input) noexcept {
+  if (!store_) return;
+  try {
+    const std::string round = next_round();
+    // "1"/"2" and the reason: this process refused, with the exit status it takes.
+    store_->set(round + std::to_string(rank_), store_bytes(std::string(bad_input ? "2" : "1") + reason));
+    acknowledge(round);
+  } catch (...) {  // the store gone: the others' waits end on their own
+  }
+}
+
+void JobStart::agree(const std::exception_ptr& refusal, bool bad_input) {
   if (refusal) {
+    std::string reason = "an unknown error";
     try {
       std::rethrow_exception(refusal);
     } catch (const std::exception& e) {
-      verdict = std::string(bad_input ? "2" : "1") + e.what();
+      reason = e.what();
     } catch (...) {
-      verdict = std::string(bad_input ? "2" : "1") + "an unknown error";
     }
+    refuse(reason, bad_input);
+    std::rethrow_exception(refusal);
   }
-  const std::string round = "odyssey/start/" + std::to_string(round_++) + "/";
+  if (!store_) return;
+  const std::string round = next_round();
   std::vector<std::string> keys;
   for (int r = 0; r < world_size_; ++r) keys.push_back(round + std::to_string(r));
   std::optional<RankRefused> first;  // the lowest other rank that refused
   try {
-    store_->set(keys[static_cast<size_t>(rank_)], bytes(verdict));
+    store_->set(keys[static_cast<size_t>(rank_)], store_bytes("0"));  // "0": this process can start
     try {
       store_->wait(keys, timeout_);
     } catch (const c10::Error&) {
@@ -146,23 +177,11 @@ void JobStart::agree(const std::exception_ptr& refusal, bool bad_input) {
       if (!got.empty() && got.front() != '0')
         first.emplace(r, std::string(got.begin() + 1, got.end()), got.front() == '2');
     }
-    if (refusal || first) {
-      // Every process ends now. Rank 0's process may serve the store: it stays until all have read.
-      if (store_->add(round + "read", 1) == world_size_) store_->set(round + "all_read", bytes("1"));
-      if (rank_ == 0) {
-        try {
-          store_->wait({round + "all_read"}, timeout_);
-        } catch (const c10::Error&) {  // a reader gone: nothing more to wait for
-        }
-      }
-    }
+    if (first) acknowledge(round);
   } catch (const c10::Error& e) {
-    std::string text = e.what_without_backtrace();
-    if (const size_t cut = text.find('\n'); cut != std::string::npos) text.resize(cut);
     throw CommError("torchrun job: rank " + std::to_string(rank_) +
-                    " lost the job's store while the processes agreed to start: " + text);
+                    " lost the job's store while the processes agreed to start: " + first_line(e));
   }
-  if (refusal) std::rethrow_exception(refusal);
   if (first) throw *first;
 }
 

@@ -45,12 +45,12 @@ void check_launchable(const RunConfig& cfg, const std::string& command);
 /// RANK != 0): the process that reports the run and writes its outputs.
 bool runs_rank_zero();
 
-/// Another process of this torchrun job refused the run (JobStart::agree): its rank, its reason,
+/// Another process of this torchrun job refused to start (JobStart::agree): its rank, its reason,
 /// and whether that process classed it as the input's fault (exit 2) or the run's (exit 1).
 class RankRefused : public std::runtime_error {
  public:
   RankRefused(int rank, const std::string& reason, bool bad_input)
-      : std::runtime_error("rank " + std::to_string(rank) + " refused the run: " + reason),
+      : std::runtime_error("rank " + std::to_string(rank) + " refused to start: " + reason),
         rank(rank),
         bad_input(bad_input) {}
   int rank;
@@ -79,18 +79,26 @@ class JobStart {
   JobStart(const JobStart&) = delete;
   JobStart& operator=(const JobStart&) = delete;
 
-  /// `refusal`: this process's own (null: it can start), `bad_input` its class. Returns when no
-  /// process refused; else rethrows this process's own refusal, or throws RankRefused for the
-  /// lowest rank that refused. When one refused, rank 0 leaves only once every process has read
-  /// the verdicts (its process may serve the store). Every wait is bounded by parallel.timeout_s;
-  /// a process that never posts (it ended before this point) is named in the CommError.
+  /// `refusal`: this process's own (null: it can start), `bad_input` its class. A refusal is
+  /// posted (refuse) and rethrown. Otherwise returns once every process posted and none refused,
+  /// or throws RankRefused for the lowest rank that refused. Every wait is bounded by
+  /// parallel.timeout_s; a process that never posts (it ended before this point) is named in the
+  /// CommError.
   void agree(const std::exception_ptr& refusal, bool bad_input);
+
+  /// This process refuses at the next agreement point, with `reason` and its class, for a caller
+  /// whose refusal is caught later than the point where it would call agree. Rank 0 returns once
+  /// every process has read it (its process may serve the store), at most parallel.timeout_s.
+  /// Never throws.
+  void refuse(const std::string& reason, bool bad_input) noexcept;
 
   /// The job's store; null outside a torchrun job of several processes.
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
  private:
   void join(const TorchrunEnv& env, std::chrono::milliseconds timeout);
+  std::string next_round();                    ///< "odyssey/start/<n>/", n counting the points
+  void acknowledge(const std::string& round);  ///< a refusal was seen: count this process out
 
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_ = 0, world_size_ = 1, round_ = 0;

@@ -270,7 +270,7 @@ std::vector<NeedleCell> eval_needle_grid(Trainer& trainer, const DocumentsFile& 
 
 EvalReport evaluate_on_ranks(const RunConfig& cfg, const EvalRequest& request) {
   EvalReport report;
-  run_on_ranks(cfg, "odyssey eval RUN_DIR --data FILE --seq-len N", [&](RankContext& ctx) {
+  const auto evaluate_rank = [&](RankContext& ctx) {
     // The trainer opens the documents dataset: a sequence without a target is left out, not refused.
     const UntargetedSequencesScope skip(UntargetedSequences::Skip);
     Trainer trainer(cfg, ctx);
@@ -291,7 +291,8 @@ EvalReport evaluate_on_ranks(const RunConfig& cfg, const EvalRequest& request) {
     report.cells = std::move(cells);
     report.memory = describe_memory(cfg, trainer.model_memory());
     report.device = ctx.device.str();
-  });
+  };
+  run_on_ranks(cfg, "odyssey eval RUN_DIR --data FILE --seq-len N", evaluate_rank, request.start);
   return report;
 }
 

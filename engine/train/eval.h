@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/config/run_config.h"
+#include "engine/parallel/job.h"
 #include "engine/train/documents_file.h"
 #include "engine/train/trainer.h"
 
@@ -139,6 +140,8 @@ struct EvalRequest {
   std::function<void(Trainer&)> load_weights;
   /// Rank 0's progress (done, total): sequences of the buckets, then trials of the grid.
   std::function<void(int64_t, int64_t)> bucket_progress, needle_progress;
+  /// The agreement this torchrun process's checks ended in: the job is joined over its store.
+  const JobStart* start = nullptr;
 };
 
 /// Rank 0's results, in the process that runs rank 0.

@@ -321,6 +321,20 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   CHECK(processes->at("buckets") == two->at("buckets"));
   CHECK(processes->at("loss") == two->at("loss"));
   CHECK(processes->at("needle").at("cells") == two->at("needle").at("cells"));
+  // Again into the same --out: every process refuses (eval.json exists), and each tells the
+  // others (JobStart::refuse); all exit 2 at once with the 300 s timeout.
+  const std::vector<pid_t> again = spawn_torchrun(
+      eval + "--json --quiet --out " + procs + " --set parallel.world_size=2 --set parallel.timeout_s=300", procs);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto status = wait_exit(again[static_cast<size_t>(rank)], 60);
+    if (!status) ::kill(again[static_cast<size_t>(rank)], SIGKILL);  // left waiting: fail, never linger
+    const std::string log = read_text(procs + ".rank" + std::to_string(rank) + ".log");
+    INFO("rank " << rank << ": " << log);
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 2);
+    CHECK_THAT(log, Catch::Contains("eval.json exists"));
+  }
 
   // The same weights as a Hugging Face directory: the same losses (fp32 both ways; the sums'
   // order may differ with the memory techniques, far below 1e-4).

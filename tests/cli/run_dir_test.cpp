@@ -73,7 +73,7 @@ TEST_CASE("run directory: under torchrun, rank 0's refusal of --out ends every p
     REQUIRE(status.has_value());
     CHECK(WIFEXITED(*status));
     CHECK(WEXITSTATUS(*status) == 2);
-    CHECK_THAT(log, Catch::Contains((rank == 0 ? "--out " : "rank 0 refused the run: --out ") + dir + " holds a run"));
+    CHECK_THAT(log, Catch::Contains((rank == 0 ? "--out " : "rank 0 refused to start: --out ") + dir + " holds a run"));
   }
   CHECK(read_text(dir + "/metrics.jsonl") == metrics);
   CHECK(read_text(dir + "/summary.json") == summary);

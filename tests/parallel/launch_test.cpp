@@ -275,38 +275,44 @@ TEST_CASE("torchrun join: with torchrun's agent store every rank is a client und
 TEST_CASE("torchrun start: a refusal one process sees ends every process at once with its reason and class",
           "[launch]") {
   // Rank 0's process alone checks and locks --out; another node may lack a file. The processes
-  // agree before any starts (JobStart::agree): the refusing one rethrows its own error, the others
-  // throw RankRefused naming its rank, reason and exit class, each well inside the 60 s timeout
-  // (before, the others waited for the refusing process until the timeout, twice over).
+  // agree before any starts: the refusing one rethrows its own error (agree) or has caught it
+  // already (refuse, as odyssey eval does), the others throw RankRefused naming its rank, reason
+  // and exit class, each well inside the 60 s timeout (before, the others waited for the refusing
+  // process until the timeout, twice over).
   const auto timeout = std::chrono::milliseconds(60000);
-  for (int refusing : {0, 1}) {
-    INFO("refusing rank " << refusing);
-    const int port = free_port();
-    std::vector<int> refused_rank(2, -1);
-    std::vector<bool> bad_input(2, false);
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto errors = run_two_rank_threads([&](int r) {
-      JobStart start(TorchrunEnv{r, 2, r, "127.0.0.1", port}, timeout);
-      start.agree(nullptr, false);  // a first round all pass
-      std::exception_ptr own;
-      if (r == refusing) own = std::make_exception_ptr(std::invalid_argument("--out D holds a run"));
-      try {
-        start.agree(own, r == refusing);
-      } catch (const RankRefused& e) {
-        refused_rank[r] = e.rank;
-        bad_input[r] = e.bad_input;
-        throw;
-      }
-      // The refusing rank's JobStart (rank 0's serves the store) goes away as its process would.
-    });
-    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
-    const int other = 1 - refusing;
-    CHECK(errors[refusing] == "--out D holds a run");  // its own error, rethrown as it was
-    CHECK(errors[other] == "rank " + std::to_string(refusing) + " refused the run: --out D holds a run");
-    CHECK(refused_rank[other] == refusing);
-    CHECK(bad_input[other]);  // exit 2, as the refusing process classed it
-    CHECK(refused_rank[refusing] == -1);
-  }
+  for (bool caught_first : {false, true})
+    for (int refusing : {0, 1}) {
+      INFO("refusing rank " << refusing << (caught_first ? ", through refuse" : ", through agree"));
+      const int port = free_port();
+      std::vector<int> refused_rank(2, -1);
+      std::vector<bool> bad_input(2, false);
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto errors = run_two_rank_threads([&](int r) {
+        JobStart start(TorchrunEnv{r, 2, r, "127.0.0.1", port}, timeout);
+        start.agree(nullptr, false);  // a first round all pass
+        if (r == refusing && caught_first) {
+          start.refuse("--data D is missing", true);
+          throw std::invalid_argument("--data D is missing");
+        }
+        std::exception_ptr own;
+        if (r == refusing) own = std::make_exception_ptr(std::invalid_argument("--data D is missing"));
+        try {
+          start.agree(own, r == refusing);
+        } catch (const RankRefused& e) {
+          refused_rank[r] = e.rank;
+          bad_input[r] = e.bad_input;
+          throw;
+        }
+        // The refusing rank's JobStart (rank 0's serves the store) goes away as its process would.
+      });
+      CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+      const int other = 1 - refusing;
+      CHECK(errors[refusing] == "--data D is missing");  // its own error, rethrown as it was
+      CHECK(errors[other] == "rank " + std::to_string(refusing) + " refused to start: --data D is missing");
+      CHECK(refused_rank[other] == refusing);
+      CHECK(bad_input[other]);  // exit 2, as the refusing process classed it
+      CHECK(refused_rank[refusing] == -1);
+    }
 }
 
 TEST_CASE("torchrun start: a process that never says whether it can start is named when the wait ends", "[launch]") {
