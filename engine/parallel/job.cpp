@@ -3,6 +3,7 @@
 // defines: job_mode, runs_rank_zero, JobStart, run_on_ranks
 #include "engine/parallel/job.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <mutex>
@@ -88,17 +89,20 @@ void check_launchable(const RunConfig& cfg, const std::string& command) {
 }
 
 JobStart::JobStart(const RunConfig& cfg) {
-  if (const std::optional<TorchrunEnv> env = torchrun_env()) join(*env, comm_options(cfg.parallel).timeout);
+  const std::optional<TorchrunEnv> env = torchrun_env();
+  if (!env) return;
+  check_torchrun_world(*env, cfg.parallel);  // every process alike: refused before any waits
+  join(*env, comm_options(cfg.parallel).timeout);
 }
 
 JobStart::JobStart(const TorchrunEnv& env, std::chrono::milliseconds timeout) { join(env, timeout); }
 
 void JobStart::join(const TorchrunEnv& env, std::chrono::milliseconds timeout) {
   if (env.world_size <= 1) return;
+  env_ = env;
   rank_ = env.rank;
   world_size_ = env.world_size;
   timeout_ = timeout;
-  store_ = connect_job_store(env, timeout_);
 }
 
 JobStart::~JobStart() = default;
@@ -128,9 +132,12 @@ void JobStart::acknowledge(const std::string& round) {
 }
 
 void JobStart::refuse(const std::string& reason, bool bad_input) noexcept {
-  if (!store_) return;
+  if (!env_) return;
+  const std::string round = next_round();
   try {
-    const std::string round = next_round();
+    // A refusing process waits for the store at most kRefusalWait: one started alone (a stray
+    // RANK in the shell) reports its own error, not the store's.
+    if (!store_) store_ = connect_job_store(*env_, std::min(timeout_, kRefusalWait));
     // "1"/"2" and the reason: this process refused, with the exit status it takes.
     store_->set(round + std::to_string(rank_), store_bytes(std::string(bad_input ? "2" : "1") + reason));
     acknowledge(round);
@@ -150,7 +157,8 @@ void JobStart::agree(const std::exception_ptr& refusal, bool bad_input) {
     refuse(reason, bad_input);
     std::rethrow_exception(refusal);
   }
-  if (!store_) return;
+  if (!env_) return;
+  if (!store_) store_ = connect_job_store(*env_, timeout_);
   const std::string round = next_round();
   std::vector<std::string> keys;
   for (int r = 0; r < world_size_; ++r) keys.push_back(round + std::to_string(r));

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -69,30 +70,34 @@ class RankRefused : public std::runtime_error {
 ///   run_on_ranks(cfg, command, fn, &start);    // joins the job over the same store
 class JobStart {
  public:
-  /// Under torchrun with WORLD_SIZE > 1: connects the job's store (connect_job_store; throws
-  /// CommError when it cannot). Throws std::invalid_argument for a malformed torchrun variable or
-  /// parallel.timeout_s.
+  /// Under torchrun with WORLD_SIZE > 1, the job this process belongs to; its store is connected
+  /// at the first agreement point. Throws std::invalid_argument for a malformed torchrun variable,
+  /// a WORLD_SIZE other than parallel.world_size or a bad parallel.timeout_s: every process alike.
   explicit JobStart(const RunConfig& cfg);
-  /// The process of rank env.rank in a job of env.world_size (> 1: connects, as above).
+  /// The process of rank env.rank in a job of env.world_size (nothing when 1).
   JobStart(const TorchrunEnv& env, std::chrono::milliseconds timeout);
+
+  /// How long a refusing process waits for the job's store before it gives up telling the others.
+  static constexpr std::chrono::milliseconds kRefusalWait{30000};
   ~JobStart();
   JobStart(const JobStart&) = delete;
   JobStart& operator=(const JobStart&) = delete;
 
   /// `refusal`: this process's own (null: it can start), `bad_input` its class. A refusal is
-  /// posted (refuse) and rethrown. Otherwise returns once every process posted and none refused,
-  /// or throws RankRefused for the lowest rank that refused. Every wait is bounded by
-  /// parallel.timeout_s; a process that never posts (it ended before this point) is named in the
-  /// CommError.
+  /// posted (refuse) and rethrown. Otherwise connects the store if not yet (CommError when it
+  /// cannot), and returns once every process posted and none refused, or throws RankRefused for
+  /// the lowest rank that refused. Every wait is bounded by parallel.timeout_s; a process that
+  /// never posts (it ended before this point) is named in the CommError.
   void agree(const std::exception_ptr& refusal, bool bad_input);
 
   /// This process refuses at the next agreement point, with `reason` and its class, for a caller
   /// whose refusal is caught later than the point where it would call agree. Rank 0 returns once
-  /// every process has read it (its process may serve the store), at most parallel.timeout_s.
-  /// Never throws.
+  /// every process has read it (its process may serve the store), at most parallel.timeout_s; a
+  /// store not reached within kRefusalWait is given up. Never throws.
   void refuse(const std::string& reason, bool bad_input) noexcept;
 
-  /// The job's store; null outside a torchrun job of several processes.
+  /// The job's store once an agreement point connected it; null before, and outside a torchrun
+  /// job of several processes.
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
  private:
@@ -100,6 +105,7 @@ class JobStart {
   std::string next_round();                    ///< "odyssey/start/<n>/", n counting the points
   void acknowledge(const std::string& round);  ///< a refusal was seen: count this process out
 
+  std::optional<TorchrunEnv> env_;  ///< set for a torchrun job of several processes
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_ = 0, world_size_ = 1, round_ = 0;
   std::chrono::milliseconds timeout_{0};

@@ -1,8 +1,8 @@
 // Rank launch: group layout, RankContext over a store (Gloo/NCCL), in-process rank threads with
 // error propagation, torchrun's environment and TCPStore, rank emulation's context.
 // defines: layout_of, comm_options, make_rank_context, make_emulated_rank_context,
-//          make_solo_rank_context, run_rank_threads, torchrun_env, connect_job_store, join_torchrun_rank,
-//          join_torchrun
+//          make_solo_rank_context, run_rank_threads, torchrun_env, check_torchrun_world, connect_job_store,
+//          join_torchrun_rank, join_torchrun
 #include "engine/parallel/rank_launch.h"
 
 #include <cstdlib>
@@ -205,6 +205,14 @@ std::optional<TorchrunEnv> torchrun_env() {
   return env;
 }
 
+void check_torchrun_world(const TorchrunEnv& env, const ParallelConfig& parallel) {
+  if (env.world_size != parallel.world_size)
+    throw std::invalid_argument(
+        "torchrun environment: WORLD_SIZE=" + std::to_string(env.world_size) +
+        " must equal parallel.world_size = " + std::to_string(parallel.world_size) +
+        " (set it in the preset or with --set parallel.world_size=" + std::to_string(env.world_size) + ")");
+}
+
 c10::intrusive_ptr<c10d::Store> connect_job_store(const TorchrunEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(env.master_port);
@@ -239,11 +247,7 @@ c10::intrusive_ptr<c10d::Store> connect_job_store(const TorchrunEnv& env, std::c
 
 TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& parallel, at::Device device,
                                 c10::intrusive_ptr<c10d::Store> store) {
-  if (env.world_size != parallel.world_size)
-    throw std::invalid_argument(
-        "torchrun environment: WORLD_SIZE=" + std::to_string(env.world_size) +
-        " must equal parallel.world_size = " + std::to_string(parallel.world_size) +
-        " (set it in the preset or with --set parallel.world_size=" + std::to_string(env.world_size) + ")");
+  check_torchrun_world(env, parallel);
   CommOptions options = comm_options(parallel);
   // `device` is the local rank's GPU (resolve_device: local rank modulo the GPUs); more local ranks
   // than GPUs share them, over Gloo (CommOptions::shared_device).

@@ -1,8 +1,8 @@
 // Ranks of a job: the group layout (SP = contiguous rank blocks, DP = strided), RankContext
 // construction over a c10d store, in-process rank threads, torchrun's environment, emulation.
 // defines: RankLayout, layout_of, RankError, make_rank_context, make_emulated_rank_context,
-//          run_rank_threads, TorchrunEnv, torchrun_env, connect_job_store, TorchrunRank, join_torchrun_rank,
-//          join_torchrun
+//          run_rank_threads, TorchrunEnv, torchrun_env, check_torchrun_world, connect_job_store, TorchrunRank,
+//          join_torchrun_rank, join_torchrun
 #pragma once
 
 #include <chrono>
@@ -105,6 +105,9 @@ struct TorchrunRank {
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<AbortSignal> abort;
 };
+
+/// Throws std::invalid_argument naming both values when WORLD_SIZE is not parallel.world_size.
+void check_torchrun_world(const TorchrunEnv& env, const ParallelConfig& parallel);
 
 /// This process's connection to its torchrun job's store (WORLD_SIZE > 1): a TCPStore at
 /// MASTER_ADDR:MASTER_PORT that rank 0's process serves, waiting for every process to connect, or,

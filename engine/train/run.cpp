@@ -440,10 +440,10 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     MemoryTracker::instance().install_cpu_allocator();
     shared.separate_processes = job_mode(cfg.parallel) == JobMode::Torchrun;  // throws on a malformed env
     shared.reports = runs_rank_zero();
-    // Under torchrun the processes agree twice before the first step: once every check is done,
-    // and once the outputs are set up. Rank 0's process alone checks and locks --out: a refusal
-    // there ends every process at once with its reason (the others waited for it until
-    // parallel.timeout_s, twice over, and ended with the store's stack trace).
+    // Under torchrun the processes agree three times before the first step: once every check is
+    // done, once --out is made, once the outputs are set up. Rank 0's process alone checks and
+    // locks --out: a refusal there ends every process at once with its reason (the others waited
+    // for it until parallel.timeout_s, twice over, and ended with the store's stack trace).
     start.emplace(cfg);
     int64_t resume_step = -1;
     // A resumed run in its own directory continues its files from the checkpoint's step: the
@@ -522,8 +522,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
         refuse_earlier_run();
       }
     });
-    // The outputs, set up by rank 0's process (every process makes --out: another node's ranks
-    // write their checkpoint shards there).
+    // The folders: every process makes --out (another node's ranks write their checkpoint shards
+    // there), rank 0's the folders of its --memory-snapshot and --kernel-profile files.
     agreed(*start, [&] {
       if (!opt.memory_snapshot.empty() && shared.reports) make_parent_dirs("--memory-snapshot", opt.memory_snapshot);
       if (!opt.kernel_profile.empty() && shared.reports) make_parent_dirs("--kernel-profile", opt.kernel_profile);
@@ -531,7 +531,11 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       std::string error;
       int error_number = 0;
       if (!make_dirs(opt.out_dir, &error, &error_number)) throw_make_dirs_error("--out", error, error_number);
-      if (!shared.reports) return;
+    });
+    // The outputs, set up by rank 0's process once every process can write: an earlier run is
+    // replaced (--overwrite) only when none refused.
+    agreed(*start, [&] {
+      if (opt.out_dir.empty() || !shared.reports) return;
       // One writer per run directory: a second run into it would interleave both files.
       lock = std::make_unique<RunDirLock>(opt.out_dir);
       if (!lock->unguarded().empty() && opt.log) opt.log("--out " + opt.out_dir + ": " + lock->unguarded());
@@ -593,7 +597,10 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   // checkpoint, bad preset) leaves the directory exactly as it found it. A checkpoint found bad
   // only while the ranks load it is refused after the files were opened: they are put back.
   const bool refused = out.status == RunOutcome::Status::Failed && out.bad_input && out.metrics.empty();
-  if (lock && refused && as_found) {
+  // Refused under the lock before the files were opened (a run that ended in --out meanwhile):
+  // nothing to put back, and no summary.json over that run's.
+  if (lock && refused && !as_found) return out;
+  if (lock && refused) {
     try {
       if (shared.trace) shared.trace->close();
     } catch (const std::exception&) {  // its file is put back below

@@ -1,7 +1,7 @@
 // torchrun conventions end to end on loopback: two processes (this test binary re-executed as a
 // hidden worker) with RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT join one job
 // through a TCPStore and train with run_training (the one loop); their losses equal the in-process
-// rank threads' losses.
+// rank threads' losses. Rank 0 alone under an agent store: a run that ends in --out meanwhile.
 // defines: test cases [torchrun]
 #include <catch2/catch.hpp>
 
@@ -13,6 +13,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "../common/engine_test_util.h"
 #include "../common/free_port.h"
@@ -139,4 +142,72 @@ TEST_CASE("torchrun: two processes on loopback match the in-process rank threads
     // elements' gradients times lr: negligible against it.
     CHECK(std::abs(processes[i] - threads[i]) <= loss_tolerance(job_config(), 1) * std::abs(threads[i]));
   }
+}
+
+TEST_CASE("torchrun: a run that ends in --out while rank 0 waits for its peers is refused and left whole",
+          "[torchrun]") {
+  // Rank 0 of a 2-process job, in this process, under torchrun's agent store (served here); the
+  // test posts rank 1's verdicts. Between rank 0's check of --out (first agreement point) and its
+  // lock (third), another run ends there. Rank 0 refuses under the lock before opening any file:
+  // it used to write a failed summary.json over the run it found.
+  const int port = free_port();
+  c10d::TCPStoreOptions agent_options;
+  agent_options.port = static_cast<uint16_t>(port);
+  agent_options.isServer = true;
+  agent_options.waitWorkers = false;
+  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
+  struct TorchrunVariables {  // set for rank 0, unset again whatever happens
+    explicit TorchrunVariables(int port) {
+      ::setenv("RANK", "0", 1);
+      ::setenv("LOCAL_RANK", "0", 1);
+      ::setenv("WORLD_SIZE", "2", 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    }
+    ~TorchrunVariables() {
+      for (const char* v :
+           {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE"})
+        ::unsetenv(v);
+    }
+  } variables(port);
+  const std::string dir = std::string(ODYSSEY_BIN_DIR) + "/torchrun_ended_meanwhile_" + std::to_string(::getpid());
+  REQUIRE(std::system(("rm -rf '" + dir + "'").c_str()) == 0);
+  RunOptions opt;
+  opt.out_dir = dir;
+  opt.steps = 1;
+  opt.checkpoints = false;
+  RunOutcome outcome;
+  std::thread rank0([&] { outcome = run_training(job_config(), opt); });
+  const std::string round = "/worker/attempt_0/odyssey/start/";
+  const std::vector<uint8_t> can_start{'0'};
+  const std::string earlier = "{\"step\":1,\"loss\":5.5}\n";
+  std::vector<uint8_t> verdict;
+  try {
+    const auto wait = std::chrono::milliseconds(60000);
+    agent->wait({round + "0/0"}, wait);  // rank 0 checked --out: empty
+    agent->set(round + "0/1", can_start);
+    agent->wait({round + "1/0"}, wait);                // rank 0 made --out
+    std::ofstream(dir + "/metrics.jsonl") << earlier;  // another run ends there now
+    agent->set(round + "1/1", can_start);
+    agent->wait({round + "2/0"}, wait);  // rank 0's verdict under the lock
+    verdict = agent->get(round + "2/0");
+    if (agent->add(round + "2/read", 1) == 2) agent->set(round + "2/all_read", can_start);  // rank 1 read it
+  } catch (...) {
+    rank0.join();  // it ends within the job's 60 s timeout
+    INFO(outcome.error);
+    throw;
+  }
+  rank0.join();
+  const std::string posted(verdict.begin(), verdict.end());
+  CHECK(posted.rfind("2--out " + dir + " holds a run", 0) == 0);  // refused, exit 2, with the reason
+  CHECK(outcome.status == RunOutcome::Status::Failed);
+  CHECK(outcome.bad_input);
+  CHECK_THAT(outcome.error, Catch::Contains("holds a run"));
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  std::stringstream kept;
+  kept << metrics.rdbuf();
+  CHECK(kept.str() == earlier);
+  CHECK(!std::ifstream(dir + "/summary.json").good());  // no failed summary over the run it found
+  CHECK(std::system(("rm -rf '" + dir + "'").c_str()) == 0);
 }
