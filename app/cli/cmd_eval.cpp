@@ -469,7 +469,11 @@ int run_eval(int argc, char** argv, int first) {
   std::optional<JobStart> start;
   bool agreed = false;
   auto tell_peers = [&](const std::string& reason, int code) {
-    if (start && !agreed) start->refuse(reason, code == kExitBadInput);
+    if (agreed) return;
+    if (start)
+      start->refuse(reason, code == kExitBadInput);
+    else  // refused before the config was known (RUN_DIR or its checkpoint unreadable here)
+      refuse_torchrun_start(reason, code == kExitBadInput);
   };
   try {
     const Source source = open_source(a);

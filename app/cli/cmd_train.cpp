@@ -151,16 +151,23 @@ int run_train(int argc, char** argv, int first) {
   opt.out_dir = !args->out.empty() ? args->out : !args->resume.empty() ? args->resume : clean_path(cfg.output.dir);
   int64_t start = 0;
   if (!opt.resume_dir.empty()) {
+    std::string refusal;
     try {
       auto info = read_checkpoint_info(opt.resume_dir);
-      if (!info) {
-        std::cerr << who << "--resume " << opt.resume_dir << ": no checkpoint there (no checkpoints/latest.json)\n";
-        return kExitBadInput;
+      if (info) {
+        start = info->step;
+        opt.resume_info = info;  // the one read every rank of this process resumes from
+      } else {
+        refusal = "--resume " + opt.resume_dir + ": no checkpoint there (no checkpoints/latest.json)";
       }
-      start = info->step;
-      opt.resume_info = info;  // the one read every rank of this process resumes from
     } catch (const std::exception& e) {
-      std::cerr << who << e.what() << "\n";
+      refusal = e.what();
+    }
+    if (!refusal.empty()) {
+      std::cerr << who << refusal << "\n";
+      // Another node may hold the checkpoint (rank 0 writes latest.json): its processes learn this
+      // refusal at their first agreement point instead of waiting for this one.
+      refuse_torchrun_start(refusal, true);
       return kExitBadInput;
     }
   }

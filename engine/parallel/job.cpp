@@ -1,6 +1,6 @@
 // The rank-launch seam: threads, torchrun (with the peer watch) or emulation, with the first
 // failing rank's exception kept with its type; a torchrun job's processes agreeing to start.
-// defines: job_mode, runs_rank_zero, JobStart, run_on_ranks
+// defines: job_mode, runs_rank_zero, JobStart, refuse_torchrun_start, run_on_ranks
 #include "engine/parallel/job.h"
 
 #include <algorithm>
@@ -191,6 +191,14 @@ void JobStart::agree(const std::exception_ptr& refusal, bool bad_input) {
                     " lost the job's store while the processes agreed to start: " + first_line(e));
   }
   if (first) throw *first;
+}
+
+void refuse_torchrun_start(const std::string& reason, bool bad_input) noexcept {
+  try {
+    if (const std::optional<TorchrunEnv> env = torchrun_env())
+      JobStart(*env, JobStart::kRefusalWait).refuse(reason, bad_input);
+  } catch (...) {  // a malformed torchrun variable: every process refuses it on its own
+  }
 }
 
 bool runs_rank_zero() {

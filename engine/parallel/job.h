@@ -2,7 +2,7 @@
 // this process's rank of a torchrun job (one rank per process, peers watched through the job's
 // store), or rank 0 alone under rank emulation. The one training loop (engine/train/run.h's
 // run_training) and odyssey bench run on it. defines: JobMode, job_mode, runs_rank_zero, RankRefused,
-// JobStart, run_on_ranks, check_launchable
+// JobStart, refuse_torchrun_start, run_on_ranks, check_launchable
 #pragma once
 
 #include <chrono>
@@ -110,6 +110,12 @@ class JobStart {
   int rank_ = 0, world_size_ = 1, round_ = 0;
   std::chrono::milliseconds timeout_{0};
 };
+
+/// For a refusal found before the job's config is known (a command's own reading of its inputs):
+/// tells the other processes of this torchrun job at their first agreement point, as
+/// JobStart::refuse does, waiting at most JobStart::kRefusalWait. Nothing outside torchrun; never
+/// throws.
+void refuse_torchrun_start(const std::string& reason, bool bad_input) noexcept;
 
 /// Runs `fn` once per rank of `cfg` that lives in this process, with that rank's context (device,
 /// groups, the memory tracker's RankScope bound):

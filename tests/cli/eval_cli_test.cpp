@@ -335,6 +335,29 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
     CHECK(WEXITSTATUS(*status) == 2);
     CHECK_THAT(log, Catch::Contains("eval.json exists"));
   }
+  // Inputs only rank 0's process finds (another node without them): the shell gives rank 1 a path
+  // that does not exist, for RUN_DIR (refused before the config is known) and for --data (after).
+  // Rank 0 exits 2 at once with rank 1's reason, where it used to wait for it until the timeout.
+  const std::string missing = "$([ \"$RANK\" = 1 ] && echo " + dir + "/nowhere || echo ";
+  for (const std::string& args :
+       {"eval " + missing + run_dir + ") --data " + heldout + " --seq-len 128 --no-needle --out " + dir + "/asym_run",
+        "eval " + run_dir + " --data " + missing + heldout + ") --seq-len 128 --no-needle --out " + dir +
+            "/asym_data"}) {
+    INFO(args);
+    const std::vector<pid_t> pids =
+        spawn_torchrun(args + " --quiet --set parallel.world_size=2 --set parallel.timeout_s=300", procs + "_asym");
+    for (int rank = 0; rank < 2; ++rank) {
+      const auto status = wait_exit(pids[static_cast<size_t>(rank)], 60);
+      if (!status) ::kill(pids[static_cast<size_t>(rank)], SIGKILL);  // left waiting: fail, never linger
+      const std::string log = read_text(procs + "_asym.rank" + std::to_string(rank) + ".log");
+      INFO("rank " << rank << ": " << log);
+      REQUIRE(status.has_value());
+      CHECK(WIFEXITED(*status));
+      CHECK(WEXITSTATUS(*status) == 2);
+      CHECK_THAT(log, Catch::Contains(rank == 0 ? "rank 1 refused to start: " : "odyssey eval: ") &&
+                          Catch::Contains(dir + "/nowhere"));
+    }
+  }
 
   // The same weights as a Hugging Face directory: the same losses (fp32 both ways; the sums'
   // order may differ with the memory techniques, far below 1e-4).

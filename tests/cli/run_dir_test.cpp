@@ -77,6 +77,30 @@ TEST_CASE("run directory: under torchrun, rank 0's refusal of --out ends every p
   }
   CHECK(read_text(dir + "/metrics.jsonl") == metrics);
   CHECK(read_text(dir + "/summary.json") == summary);
+
+  // A --resume only rank 0's process finds (another node without the checkpoint: rank 0 writes
+  // latest.json); the shell gives rank 1 a path that holds none. Rank 1 refuses before its run
+  // starts and tells rank 0, which used to wait for it until the timeout.
+  const std::string two = fresh_dir("holds_run_torchrun_two");
+  const std::string job = "train " + kShort + "--set parallel.world_size=2 --set parallel.timeout_s=120 --quiet ";
+  require_exit(run_odyssey(job + "--set training.steps=4 --steps 1 --out " + two), 0);
+  const std::string two_metrics = read_text(two + "/metrics.jsonl");
+  const std::vector<pid_t> resumed =
+      spawn_torchrun(job + "--set training.steps=4 --steps 1 --resume $([ \"$RANK\" = 1 ] && echo " + two +
+                         "_elsewhere || echo " + two + ")",
+                     two);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto status = wait_exit(resumed[static_cast<size_t>(rank)], 60);
+    if (!status) ::kill(resumed[static_cast<size_t>(rank)], SIGKILL);
+    const std::string log = read_text(two + ".rank" + std::to_string(rank) + ".log");
+    INFO("rank " << rank << ": " << log);
+    REQUIRE(status.has_value());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 2);
+    CHECK_THAT(log, Catch::Contains((rank == 0 ? "rank 1 refused to start: --resume " : "--resume ") + two +
+                                    "_elsewhere: no checkpoint there"));
+  }
+  CHECK(read_text(two + "/metrics.jsonl") == two_metrics);
 }
 
 TEST_CASE(
