@@ -1,8 +1,8 @@
 // Helpers of the CLI tests that run the real `odyssey` binary: run it and read its output, start
 // it as a child (one per torchrun rank), wait for checkpoints and exits, read metrics.jsonl.
 // defines: kTiny, kShort, read_text, generated_section, fresh_dir, Run, run_shell, run_odyssey, require_exit,
-// spawn_odyssey,
-// spawn_torchrun, checkpoint_step, losses, wait_for_checkpoint, wait_exit, require_ranks_exit_zero, metrics_lines
+// spawn_odyssey, spawn_torchrun, checkpoint_step, losses, wait_for_checkpoint, wait_exit, require_ranks_exit,
+// require_ranks_exit_zero, metrics_lines
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -169,16 +169,29 @@ inline std::optional<int> wait_exit(pid_t pid, double seconds) {
   return std::nullopt;
 }
 
-/// Waits for every torchrun rank of `pids` (started by spawn_torchrun into `dir`) to exit 0 within
-/// `seconds` each; a rank that does not shows its log (DIR.rankN.log) in the failure.
-inline void require_ranks_exit_zero(const std::vector<pid_t>& pids, const std::string& dir, double seconds = 300) {
+/// Waits for every torchrun rank of `pids` (started by spawn_torchrun into `dir`) to exit with
+/// `code` within `seconds` each (a rank still running then is killed: the test fails, nothing
+/// lingers); a rank that does not shows its log (DIR.rankN.log) in the failure. Returns the logs.
+inline std::vector<std::string> require_ranks_exit(const std::vector<pid_t>& pids, const std::string& dir, int code,
+                                                   double seconds = 300) {
+  std::vector<std::string> logs;
   for (size_t rank = 0; rank < pids.size(); ++rank) {
     const auto status = wait_exit(pids[rank], seconds);
-    INFO("rank " << rank << ": " << read_text(dir + ".rank" + std::to_string(rank) + ".log"));
+    if (!status) {
+      ::kill(pids[rank], SIGKILL);
+      waitpid(pids[rank], nullptr, 0);
+    }
+    logs.push_back(read_text(dir + ".rank" + std::to_string(rank) + ".log"));
+    INFO("rank " << rank << ": " << logs.back());
     REQUIRE(status.has_value());
     CHECK(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 0);
+    CHECK(WEXITSTATUS(*status) == code);
   }
+  return logs;
+}
+
+inline void require_ranks_exit_zero(const std::vector<pid_t>& pids, const std::string& dir, double seconds = 300) {
+  require_ranks_exit(pids, dir, 0, seconds);
 }
 
 inline int64_t metrics_lines(const std::string& dir) {

@@ -325,16 +325,8 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   // others (JobStart::refuse); all exit 2 at once with the 300 s timeout.
   const std::vector<pid_t> again = spawn_torchrun(
       eval + "--json --quiet --out " + procs + " --set parallel.world_size=2 --set parallel.timeout_s=300", procs);
-  for (int rank = 0; rank < 2; ++rank) {
-    const auto status = wait_exit(again[static_cast<size_t>(rank)], 60);
-    if (!status) ::kill(again[static_cast<size_t>(rank)], SIGKILL);  // left waiting: fail, never linger
-    const std::string log = read_text(procs + ".rank" + std::to_string(rank) + ".log");
-    INFO("rank " << rank << ": " << log);
-    REQUIRE(status.has_value());
-    CHECK(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 2);
+  for (const std::string& log : require_ranks_exit(again, procs, 2, 60))
     CHECK_THAT(log, Catch::Contains("eval.json exists"));
-  }
   // Inputs only rank 0's process finds (another node without them): the shell gives rank 1 a path
   // that does not exist, for RUN_DIR (refused before the config is known) and for --data (after).
   // Rank 0 exits 2 at once with rank 1's reason, where it used to wait for it until the timeout.
@@ -346,17 +338,9 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
     INFO(args);
     const std::vector<pid_t> pids =
         spawn_torchrun(args + " --quiet --set parallel.world_size=2 --set parallel.timeout_s=300", procs + "_asym");
-    for (int rank = 0; rank < 2; ++rank) {
-      const auto status = wait_exit(pids[static_cast<size_t>(rank)], 60);
-      if (!status) ::kill(pids[static_cast<size_t>(rank)], SIGKILL);  // left waiting: fail, never linger
-      const std::string log = read_text(procs + "_asym.rank" + std::to_string(rank) + ".log");
-      INFO("rank " << rank << ": " << log);
-      REQUIRE(status.has_value());
-      CHECK(WIFEXITED(*status));
-      CHECK(WEXITSTATUS(*status) == 2);
-      CHECK_THAT(log, Catch::Contains(rank == 0 ? "rank 1 refused to start: " : "odyssey eval: ") &&
-                          Catch::Contains(dir + "/nowhere"));
-    }
+    const std::vector<std::string> logs = require_ranks_exit(pids, procs + "_asym", 2, 60);
+    CHECK_THAT(logs[0], Catch::Contains("rank 1 refused to start: ") && Catch::Contains(dir + "/nowhere"));
+    CHECK_THAT(logs[1], Catch::Contains("odyssey eval: ") && Catch::Contains(dir + "/nowhere"));
   }
 
   // The same weights as a Hugging Face directory: the same losses (fp32 both ways; the sums'

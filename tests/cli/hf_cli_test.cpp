@@ -204,14 +204,7 @@ TEST_CASE("hf cli: a tokenizer file of the model directory that is not a regular
       spawn_torchrun("train " + hf_preset("tokenizer_dir_torchrun", model) +
                          " --quiet --set parallel.world_size=2 --set parallel.ulysses_degree=2 --out " + procs,
                      procs);
-  for (int rank = 0; rank < 2; ++rank) {
-    const auto status = wait_exit(pids[static_cast<size_t>(rank)], 60);
-    if (!status) ::kill(pids[static_cast<size_t>(rank)], SIGKILL);  // left waiting: fail, never linger
-    INFO("rank " << rank << ": " << read_text(procs + ".rank" + std::to_string(rank) + ".log"));
-    REQUIRE(status.has_value());
-    CHECK(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 2);
-  }
+  require_ranks_exit(pids, procs, 2, 60);
 }
 
 TEST_CASE("hf cli: under torchrun each process loads its own FSDP shard and the losses equal the in-process run's",

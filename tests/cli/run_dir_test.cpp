@@ -65,16 +65,9 @@ TEST_CASE("run directory: under torchrun, rank 0's refusal of --out ends every p
   const std::vector<pid_t> pids = spawn_torchrun(
       "train " + kShort + "--set parallel.world_size=2 --set parallel.timeout_s=120 --steps 1 --quiet --out " + dir,
       dir);
-  for (int rank = 0; rank < 2; ++rank) {
-    const auto status = wait_exit(pids[static_cast<size_t>(rank)], 60);
-    if (!status) ::kill(pids[static_cast<size_t>(rank)], SIGKILL);  // left waiting: fail, never linger
-    const std::string log = read_text(dir + ".rank" + std::to_string(rank) + ".log");
-    INFO("rank " << rank << ": " << log);
-    REQUIRE(status.has_value());
-    CHECK(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 2);
-    CHECK_THAT(log, Catch::Contains((rank == 0 ? "--out " : "rank 0 refused to start: --out ") + dir + " holds a run"));
-  }
+  const std::vector<std::string> logs = require_ranks_exit(pids, dir, 2, 60);
+  CHECK_THAT(logs[0], Catch::Contains("--out " + dir + " holds a run"));
+  CHECK_THAT(logs[1], Catch::Contains("rank 0 refused to start: --out " + dir + " holds a run"));
   CHECK(read_text(dir + "/metrics.jsonl") == metrics);
   CHECK(read_text(dir + "/summary.json") == summary);
 
@@ -89,17 +82,9 @@ TEST_CASE("run directory: under torchrun, rank 0's refusal of --out ends every p
       spawn_torchrun(job + "--set training.steps=4 --steps 1 --resume $([ \"$RANK\" = 1 ] && echo " + two +
                          "_elsewhere || echo " + two + ")",
                      two);
-  for (int rank = 0; rank < 2; ++rank) {
-    const auto status = wait_exit(resumed[static_cast<size_t>(rank)], 60);
-    if (!status) ::kill(resumed[static_cast<size_t>(rank)], SIGKILL);
-    const std::string log = read_text(two + ".rank" + std::to_string(rank) + ".log");
-    INFO("rank " << rank << ": " << log);
-    REQUIRE(status.has_value());
-    CHECK(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 2);
-    CHECK_THAT(log, Catch::Contains((rank == 0 ? "rank 1 refused to start: --resume " : "--resume ") + two +
-                                    "_elsewhere: no checkpoint there"));
-  }
+  const std::vector<std::string> resume_logs = require_ranks_exit(resumed, two, 2, 60);
+  CHECK_THAT(resume_logs[0], Catch::Contains("rank 1 refused to start: --resume " + two + "_elsewhere: no checkpoint"));
+  CHECK_THAT(resume_logs[1], Catch::Contains("--resume " + two + "_elsewhere: no checkpoint there"));
   CHECK(read_text(two + "/metrics.jsonl") == two_metrics);
 }
 

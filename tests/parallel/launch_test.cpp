@@ -16,8 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
+#include "../common/agent_store.h"
 #include "engine/parallel/job.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -250,11 +249,7 @@ TEST_CASE("torchrun join: with torchrun's agent store every rank is a client und
   // What torchrun does by default: its elastic agent serves the store at MASTER_PORT before the
   // workers start (TORCHELASTIC_USE_AGENT_STORE=True), so rank 0 must not try to serve it too.
   const int port = free_port();
-  c10d::TCPStoreOptions agent_options;
-  agent_options.port = static_cast<uint16_t>(port);
-  agent_options.isServer = true;
-  agent_options.waitWorkers = false;
-  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
+  auto agent = test::serve_agent_store(port);
   agent->set("/worker/attempt_0/stale", std::vector<uint8_t>{1});  // a previous attempt's keys
   std::vector<double> sums(2, 0.0);
   const auto errors = run_two_rank_threads([&](int r) {
@@ -319,11 +314,7 @@ TEST_CASE("torchrun start: a process that never says whether it can start is nam
   // torchrun's agent serves the store, so rank 0 joins it at once; rank 1 never comes (it ended
   // before its first agreement point, or is stuck).
   const int port = free_port();
-  c10d::TCPStoreOptions agent_options;
-  agent_options.port = static_cast<uint16_t>(port);
-  agent_options.isServer = true;
-  agent_options.waitWorkers = false;
-  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
+  auto agent = test::serve_agent_store(port);
   TorchrunEnv env{0, 2, 0, "127.0.0.1", port};
   env.use_agent_store = true;
   JobStart start(env, std::chrono::milliseconds(1000));

@@ -15,8 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
+#include "../common/agent_store.h"
 #include "../common/engine_test_util.h"
 #include "../common/free_port.h"
 #include "engine/train/run.h"
@@ -151,11 +150,7 @@ TEST_CASE("torchrun: a run that ends in --out while rank 0 waits for its peers i
   // lock (third), another run ends there. Rank 0 refuses under the lock before opening any file:
   // it used to write a failed summary.json over the run it found.
   const int port = free_port();
-  c10d::TCPStoreOptions agent_options;
-  agent_options.port = static_cast<uint16_t>(port);
-  agent_options.isServer = true;
-  agent_options.waitWorkers = false;
-  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
+  auto agent = serve_agent_store(port);
   struct TorchrunVariables {  // set for rank 0, unset again whatever happens
     explicit TorchrunVariables(int port) {
       ::setenv("RANK", "0", 1);
