@@ -22,26 +22,30 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// Gloo's worker thread drops its reference to a finished collective (and so to the tensors it was
-/// given) a moment after wait() has returned here. Until then a buffer the caller releases next
-/// stays allocated: the planner's walk frees it at once, and on the CPU the measured phase peaks
-/// caught it now and then (a Ulysses all-to-all's send buffer, 1 MiB of a 5 MiB attention working
-/// set). Waits for the worker to let go, at most 5 ms (only the memory's timing depends on it).
-/// Gloo only: NCCL's watchdog holds its works for longer, and the caching allocator orders reuse.
-void await_worker_release(const at::Tensor& t) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(5);
-  while (t.use_count() > 1 && Clock::now() < deadline) std::this_thread::yield();
-}
+/// Gloo's worker thread drops its references to a finished collective's Work (and so to the
+/// tensors it was given) only after it has woken the waiting rank, and a rank that shares the
+/// worker's CPU runs first: the Work, and a buffer the engine released after the collective, lived
+/// on into whatever came next. The planner's walk frees the buffer at once, and the measured phase
+/// peaks caught it (a Ulysses all-to-all's send buffer, 1 MiB of a 5 MiB attention working set; a
+/// 2-rank FSDP run's 256 KiB embedding gradient pack in the optimizer phase; the same gradient,
+/// all-reduced, in a Ulysses run's optimizer phase on a loaded 2-core host). So every Gloo
+/// collective returns only when this side owns its Work alone, and the caller's drop frees it
+/// here. Yields first (the worker is a few instructions from letting go), then sleeps, which frees
+/// this CPU for a worker that waits for it; at most kWorkerReleaseWait (only the memory's timing
+/// depends on it). Gloo only: NCCL's watchdog holds its works for longer, and the caching allocator
+/// orders reuse.
+constexpr auto kWorkerReleaseWait = std::chrono::milliseconds(200);
 
-/// The same for a finished Work that holds the tensors of a collective the engine keeps going
-/// (FlatParamGroup's reduce-scatter through an all-reduce): Gloo's worker drops its reference to
-/// the Work after finishing it, and the Work's tensors (a packed gradient the engine frees next)
-/// were freed whenever that happened, by the worker, sometimes a phase later: the optimizer
-/// phase of a 2-rank FSDP run measured the embedding's 256 KiB gradient pack in 2 of 6 runs.
-/// Waits until this side owns the Work alone, at most 5 ms, so the release happens here.
 void await_sole_owner(const c10::intrusive_ptr<c10d::Work>& work) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(5);
-  while (work && work.use_count() > 1 && Clock::now() < deadline) std::this_thread::yield();
+  const auto start = Clock::now();
+  while (work && work.use_count() > 1) {
+    const auto waited = Clock::now() - start;
+    if (waited >= kWorkerReleaseWait) return;
+    if (waited < std::chrono::microseconds(50))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 constexpr const char* kMissingPeer =
@@ -128,9 +132,10 @@ void BackendComm::begin(const char* op, const at::Tensor* in, const at::Tensor* 
 }
 
 void BackendComm::finish(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
-  if (!cuda_)
+  if (!cuda_) {
     wait_gloo(op, work);
-  else if (std::string(op) == "barrier")
+    await_sole_owner(work);  // the caller's reference is the last: dropping it frees the tensors
+  } else if (std::string(op) == "barrier")
     wait_cuda_host(op, work);  // a barrier's purpose is the host's: it must wait
   else
     wait_cuda(op, work);
@@ -251,7 +256,6 @@ class BackendComm::Pending final : public PendingCollective {
     if (done_) return;
     done_ = true;
     comm_.finish(op_, work_);
-    if (!comm_.cuda_) await_sole_owner(work_);
     work_.reset();  // with it the Work's references to the collective's tensors, on this thread
     if (after_) after_();
     keep_.clear();
@@ -334,10 +338,6 @@ void BackendComm::all_to_all(at::Tensor& out, const at::Tensor& in) {
   opts.timeout = spec_.timeout;
   auto work = backend_->alltoall_base(out_rows, in_rows, equal_splits, equal_splits, opts);
   finish(op, work);
-  if (!cuda_) {
-    work.reset();
-    await_worker_release(in_rows);
-  }
 }
 
 void BackendComm::all_reduce(const char* op, at::Tensor& tensor, Reduce reduce) {

@@ -40,7 +40,8 @@ struct GroupSpec {
 /// blocks the host, deadline-bounded). A group whose collective was abandoned is "poisoned": later
 /// collectives fail immediately, and at destruction the backend is aborted (NCCL) or deliberately
 /// leaked (Gloo has no abort; its worker thread stays blocked until the backend's own timeout and
-/// joining it would hang the caller).
+/// joining it would hang the caller). On the CPU a collective's tensors are released by the
+/// caller, when it drops them, never later by Gloo's worker thread.
 class BackendComm : public Comm {
  public:
   BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec, std::shared_ptr<AbortSignal> abort, bool cuda);
@@ -83,6 +84,8 @@ class BackendComm : public Comm {
   enum class Reduce { Sum, Max };
   void all_reduce(const char* op, at::Tensor& tensor, Reduce reduce);
   /// Waits for `work` (at most the timeout, abort-aware) and turns every failure into CommError.
+  /// Gloo: returns once the caller's reference to `work` is the only one, so that the caller's
+  /// drop releases the collective's tensors on this thread (process_group_comm.cpp).
   void finish(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
   void wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
   /// While waiting: throws (and poisons the group) when another rank raised the abort signal or

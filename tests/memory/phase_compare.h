@@ -31,9 +31,10 @@ using RankStep = Measured;
 /// intra-op thread (the CPU flash kernels size their scratch by the thread count, and the planner's
 /// CPU model counts one thread's): one warm-up step, then `steps` measured ones, keeping each
 /// phase's smallest peak. Reason: Gloo's worker thread drops its reference to a finished
-/// collective's tensors a moment after the waiting rank resumes, so a staging buffer the engine has
-/// released can outlive its last use by microseconds and, now and then, land in the next phase's
-/// peak (seen on reduce-scatter and embedding phases: +2 [s, d] in one run of five).
+/// collective's tensors only after it has woken the waiting rank; BackendComm waits for it (at most
+/// 200 ms, process_group_comm.cpp), and the smallest of three steps covers a wait that ran out on
+/// an overloaded host (seen before that wait: +2 [s, d] in reduce-scatter and embedding phases in
+/// one run of five, and the all-reduced embedding gradient in an optimizer phase).
 inline std::vector<RankStep> measure_ranks(const RunConfig& cfg, int steps = 3) {
   std::vector<RankStep> out(static_cast<size_t>(cfg.parallel.world_size));
   const int threads_before = at::get_num_threads();
