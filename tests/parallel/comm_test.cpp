@@ -27,13 +27,34 @@ void expect(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("expectation failed: " + what);
 }
 
+/// Where the rank threads and Gloo's worker threads run. WorkersLoseRaces: all on one CPU, each
+/// GlooComm made on a helper thread of policy SCHED_IDLE, so that its worker threads (which
+/// inherit the policy) run only while no rank thread can, and a rank woken by its worker preempts
+/// it at once: the schedule a loaded host gives now and then, made certain. Setting it up needs no
+/// privilege (a thread may pin itself to one of its CPUs and lower its own policy); a failure to
+/// do so fails the rank.
+enum class Schedule { Free, WorkersLoseRaces };
+
+/// One of the CPUs this process may run on.
+cpu_set_t one_allowed_cpu() {
+  cpu_set_t allowed, one;
+  CPU_ZERO(&one);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) throw std::runtime_error("sched_getaffinity failed");
+  int first = 0;
+  while (!CPU_ISSET(first, &allowed)) ++first;
+  CPU_SET(first, &one);
+  return one;
+}
+
 /// Runs body(rank, comm) on `size` threads, one GlooComm each over one shared HashStore; returns
 /// each rank's exception message ("" when it finished). Like run_rank_threads, a failing rank
 /// raises `abort` before its group is destroyed.
 std::vector<std::string> on_gloo_ranks(int size, std::chrono::milliseconds timeout,
                                        const std::function<void(int, BackendComm&)>& body,
-                                       std::shared_ptr<AbortSignal> abort = nullptr) {
+                                       std::shared_ptr<AbortSignal> abort = nullptr,
+                                       Schedule schedule = Schedule::Free) {
   auto store = c10::make_intrusive<c10d::HashStore>();
+  const cpu_set_t one_cpu = schedule == Schedule::WorkersLoseRaces ? one_allowed_cpu() : cpu_set_t{};
   std::vector<std::string> errors(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
@@ -41,7 +62,24 @@ std::vector<std::string> on_gloo_ranks(int size, std::chrono::milliseconds timeo
       std::optional<GlooComm> comm;
       try {
         GroupSpec spec{"world", "world", r, size, r, timeout};
-        comm.emplace(c10::make_intrusive<c10d::PrefixStore>("world", store), spec, abort);
+        auto make = [&] { comm.emplace(c10::make_intrusive<c10d::PrefixStore>("world", store), spec, abort); };
+        if (schedule == Schedule::Free) {
+          make();
+        } else {
+          expect(pthread_setaffinity_np(pthread_self(), sizeof(one_cpu), &one_cpu) == 0, "pinning the rank thread");
+          std::string made;
+          std::thread maker([&] {  // inherits the rank thread's CPU
+            try {
+              sched_param idle{};
+              expect(pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle) == 0, "SCHED_IDLE for the maker");
+              make();
+            } catch (const std::exception& e) {
+              made = e.what();
+            }
+          });
+          maker.join();
+          expect(made.empty(), made);
+        }
         body(r, *comm);
       } catch (const std::exception& e) {
         if (abort) abort->raise(r, e.what());
@@ -113,51 +151,6 @@ void check_all_collectives(int size, at::ScalarType dtype) {
     comm.barrier();
   });
   require_no_errors(errors);
-}
-
-/// Returns body(rank, comm)'s errors like on_gloo_ranks, under the schedule in which Gloo's worker
-/// loses every race against its rank: all threads on one CPU, each GlooComm made on a helper
-/// thread of policy SCHED_IDLE, so that its worker threads (which inherit the policy) run only
-/// while no rank thread can, and a rank woken by its worker preempts it at once. The schedule a
-/// loaded host gives now and then, made certain. Setting it up needs no privilege (a thread may
-/// pin itself to one of its CPUs and lower its own policy); a failure to do so fails the caller.
-std::vector<std::string> on_gloo_ranks_with_idle_workers(int size, const std::function<void(int, BackendComm&)>& body) {
-  cpu_set_t allowed, one_cpu;
-  CPU_ZERO(&one_cpu);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return {"sched_getaffinity failed"};
-  int first = 0;
-  while (!CPU_ISSET(first, &allowed)) ++first;
-  CPU_SET(first, &one_cpu);
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::string> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      std::optional<GlooComm> comm;
-      try {
-        expect(pthread_setaffinity_np(pthread_self(), sizeof(one_cpu), &one_cpu) == 0, "pinning the rank thread");
-        std::string made;
-        std::thread maker([&] {  // inherits the rank thread's CPU
-          try {
-            sched_param idle{};
-            expect(pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle) == 0, "SCHED_IDLE for the maker");
-            comm.emplace(c10::make_intrusive<c10d::PrefixStore>("world", store),
-                         GroupSpec{"world", "world", r, size, r, std::chrono::seconds(30)});
-          } catch (const std::exception& e) {
-            made = e.what();
-          }
-        });
-        maker.join();
-        expect(made.empty(), made);
-        body(r, *comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-      comm.reset();
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
 }
 
 }  // namespace
@@ -322,37 +315,40 @@ TEST_CASE("gloo collectives: the caller holds the only reference to its tensors 
   const int64_t n = 4096;  // 16 KiB of fp32
   constexpr int kRounds = 20;
   std::vector<std::vector<std::string>> held(2);
-  auto errors = on_gloo_ranks_with_idle_workers(2, [&](int r, BackendComm& comm) {
-    // the caller's handle is the tensor's only one, and no view of its storage lives elsewhere
-    auto sole = [&](const char* what, const at::Tensor& t) {
-      if (t.use_count() != 1 || t.storage().use_count() != 1)
-        held[r].push_back(std::string(what) + ": " + std::to_string(t.use_count()) + " handles, " +
-                          std::to_string(t.storage().use_count()) + " views");
-    };
-    for (int i = 0; i < kRounds; ++i) {
-      at::Tensor sum = at::ones({n});
-      comm.all_reduce_sum(sum);
-      sole("all_reduce_sum", sum);
-      at::Tensor max = at::ones({n});
-      comm.all_reduce_max(max);
-      sole("all_reduce_max", max);
-      at::Tensor b = at::ones({n});
-      comm.broadcast(b, 0);
-      sole("broadcast", b);
-      at::Tensor in = at::ones({n}), out = at::empty({2 * n});
-      comm.all_gather(out, in);
-      sole("all_gather input", in);
-      sole("all_gather output", out);
-      at::Tensor big = at::ones({2 * n}), slice = at::empty({n});
-      comm.reduce_scatter_sum(slice, big);
-      sole("reduce_scatter_sum input", big);
-      sole("reduce_scatter_sum output", slice);
-      at::Tensor a2a_in = at::ones({2, n}), a2a_out = at::empty({2, n});
-      comm.all_to_all(a2a_out, a2a_in);
-      sole("all_to_all input", a2a_in);
-      sole("all_to_all output", a2a_out);
-    }
-  });
+  auto errors = on_gloo_ranks(
+      2, std::chrono::seconds(30),
+      [&](int r, BackendComm& comm) {
+        // the caller's handle is the tensor's only one, and no view of its storage lives elsewhere
+        auto sole = [&](const char* what, const at::Tensor& t) {
+          if (t.use_count() != 1 || t.storage().use_count() != 1)
+            held[r].push_back(std::string(what) + ": " + std::to_string(t.use_count()) + " handles, " +
+                              std::to_string(t.storage().use_count()) + " views");
+        };
+        for (int i = 0; i < kRounds; ++i) {
+          at::Tensor sum = at::ones({n});
+          comm.all_reduce_sum(sum);
+          sole("all_reduce_sum", sum);
+          at::Tensor max = at::ones({n});
+          comm.all_reduce_max(max);
+          sole("all_reduce_max", max);
+          at::Tensor b = at::ones({n});
+          comm.broadcast(b, 0);
+          sole("broadcast", b);
+          at::Tensor in = at::ones({n}), out = at::empty({2 * n});
+          comm.all_gather(out, in);
+          sole("all_gather input", in);
+          sole("all_gather output", out);
+          at::Tensor big = at::ones({2 * n}), slice = at::empty({n});
+          comm.reduce_scatter_sum(slice, big);
+          sole("reduce_scatter_sum input", big);
+          sole("reduce_scatter_sum output", slice);
+          at::Tensor a2a_in = at::ones({2, n}), a2a_out = at::empty({2, n});
+          comm.all_to_all(a2a_out, a2a_in);
+          sole("all_to_all input", a2a_in);
+          sole("all_to_all output", a2a_out);
+        }
+      },
+      nullptr, Schedule::WorkersLoseRaces);
   require_no_errors(errors);
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << held[r].size() << " of " << 11 * kRounds << " checks found the tensor held elsewhere"
