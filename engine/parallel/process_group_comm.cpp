@@ -31,16 +31,13 @@ using Clock = std::chrono::steady_clock;
 /// all-reduced, in a Ulysses run's optimizer phase on a loaded 2-core host). So every Gloo
 /// collective returns only when this side owns its Work alone, and the caller's drop frees it
 /// here. Yields first (the worker is a few instructions from letting go), then sleeps, which frees
-/// this CPU for a worker that waits for it; at most kWorkerReleaseWait (only the memory's timing
-/// depends on it). Gloo only: NCCL's watchdog holds its works for longer, and the caching allocator
-/// orders reuse.
-constexpr auto kWorkerReleaseWait = std::chrono::milliseconds(200);
-
+/// this CPU for a worker that waits for it; at most BackendComm::kWorkerReleaseWait. Gloo only:
+/// NCCL's watchdog holds its works for longer, and the caching allocator orders reuse.
 void await_sole_owner(const c10::intrusive_ptr<c10d::Work>& work) {
   const auto start = Clock::now();
   while (work && work.use_count() > 1) {
     const auto waited = Clock::now() - start;
-    if (waited >= kWorkerReleaseWait) return;
+    if (waited >= BackendComm::kWorkerReleaseWait) return;
     if (waited < std::chrono::microseconds(50))
       std::this_thread::yield();
     else
@@ -155,8 +152,8 @@ void BackendComm::give_up_if_aborted_or_late(const char* op, std::chrono::steady
 // Gloo: wait in 20 ms slices so that the loop also watches the abort flag and the deadline. The
 // slices wait on a condition variable that the work's future signals through a callback (no
 // exception per slice: Work::wait(timeout) throws c10::Error, backtrace and all, every time a
-// slice ends early, which cost seconds of system time per test run). Works without a future
-// (Gloo's barrier) fall back to Work::wait(slice). Either way the outcome is read with a final
+// slice ends early, which cost seconds of system time per test run). A work without a future
+// (getFuture() throws) falls back to Work::wait(slice). Either way the outcome is read with a final
 // Work::wait() once the work has completed.
 void BackendComm::wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
   struct Done {

@@ -41,9 +41,14 @@ struct GroupSpec {
 /// collectives fail immediately, and at destruction the backend is aborted (NCCL) or deliberately
 /// leaked (Gloo has no abort; its worker thread stays blocked until the backend's own timeout and
 /// joining it would hang the caller). On the CPU a collective's tensors are released by the
-/// caller, when it drops them, never later by Gloo's worker thread.
+/// caller when it drops them, not later by Gloo's worker thread (unless the worker took longer
+/// than kWorkerReleaseWait to let go, or the collective failed).
 class BackendComm : public Comm {
  public:
+  /// The longest a Gloo collective waits, after completing, for the worker thread to drop its
+  /// references to the Work (only the memory's timing depends on it).
+  static constexpr std::chrono::milliseconds kWorkerReleaseWait{200};
+
   BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec, std::shared_ptr<AbortSignal> abort, bool cuda);
   ~BackendComm() override;
   BackendComm(const BackendComm&) = delete;
@@ -84,8 +89,9 @@ class BackendComm : public Comm {
   enum class Reduce { Sum, Max };
   void all_reduce(const char* op, at::Tensor& tensor, Reduce reduce);
   /// Waits for `work` (at most the timeout, abort-aware) and turns every failure into CommError.
-  /// Gloo: returns once the caller's reference to `work` is the only one, so that the caller's
-  /// drop releases the collective's tensors on this thread (process_group_comm.cpp).
+  /// Gloo: then waits, at most kWorkerReleaseWait, until the caller's reference to `work` is the
+  /// only one, so that the caller's drop releases the collective's tensors on this thread
+  /// (process_group_comm.cpp).
   void finish(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
   void wait_gloo(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
   /// While waiting: throws (and poisons the group) when another rank raised the abort signal or
