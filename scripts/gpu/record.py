@@ -113,14 +113,6 @@ def read_jsonl(path):
     return rows
 
 
-def read_manifest(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def write_json(path, value):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -133,7 +125,7 @@ def start_record(into, args):
     """The manifest of the call adding to `into`: the one there when it is this call's, else a new
     one (a scratch folder left by an earlier call is emptied, its predictions kept)."""
     path = os.path.join(into, MANIFEST)
-    manifest = read_manifest(path)
+    manifest = read_json(path)
     call_id = os.environ.get("ODYSSEY_CALL_ID", "")
     if manifest is not None and manifest.get("call_id") == call_id:
         return manifest
