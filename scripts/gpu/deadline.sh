@@ -11,10 +11,15 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 [ $# -ge 2 ] || { sed -n '2,10p' "$0"; exit 2; }
-# The call, as its record's manifest names it: the command, the environment that changes it
+# The call, as its record's manifest names it: the command, the environment that changes it, and
+# when it began (one clock reading: the call id's stamp and call_started_utc, which
+# scripts/results_tables.py --check holds the predictions' making and first commit to)
 export ODYSSEY_RECORD_COMMAND="scripts/gpu/deadline.sh $*"
-export ODYSSEY_CALL_ID="deadline-$(date -u +%Y%m%dT%H%M%SZ)-$$"
-deadline=$(( $(date +%s) + $1 ))
+began=$(date +%s)
+ODYSSEY_CALL_ID="deadline-$(date -u -d "@$began" +%Y%m%dT%H%M%SZ)-$$"
+ODYSSEY_CALL_STARTED_UTC="$(date -u -d "@$began" +%Y-%m-%dT%H:%M:%SZ)"
+export ODYSSEY_CALL_ID ODYSSEY_CALL_STARTED_UTC
+deadline=$(( began + $1 ))
 # each stage's boxes are cut to what is left before it (validate.sh), so a search or a trial is sized
 # on the call's time and writes its result before the deadline
 export ODYSSEY_STAGE_DEADLINE=$deadline

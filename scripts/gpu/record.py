@@ -10,10 +10,13 @@ A record folder: manifest.json, then each stage's raw JSON at the path it has in
 folder (throughput/throughput.jsonl, ...), and predictions/ (committed before the call:
 predictions/manifest.json and predictions/<stage>/<point>.json, each `odyssey plan --json` of one
 point the stage measures). validate.sh adds each stage as it ends (`stage`), so a call cut short
-keeps what it measured; the manifest's call_id keeps two calls from sharing one folder.
+keeps what it measured; the manifest's call_id keeps two calls from sharing one folder. The
+manifest's call_started_utc is when the call began (ODYSSEY_CALL_STARTED_UTC, which deadline.sh and
+validate.sh set before the first stage; else the stamp in the call id), so that
+scripts/results_tables.py can hold the predictions' made_utc and their first commit to before it.
 
 defines: RECORD_NAME, MANIFEST, PREDICTIONS, device_name, device_slug, binaries_commit, record_name, read_json,
-read_jsonl, add_stage, write_predictions_manifest
+read_jsonl, parse_utc, call_id_start, call_started_utc, add_stage, write_predictions_manifest
 """
 import argparse
 import datetime
@@ -87,6 +90,42 @@ def now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# UTC as the manifests write it (2026-11-28T14:00:19Z), and the stamp of a call id
+# ("deadline-20261128T140019Z-2989": the moment deadline.sh or validate.sh began).
+UTC_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+CALL_ID_STAMP = re.compile(r"-(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z-")
+
+
+def parse_utc(text):
+    """An aware datetime of an ISO 8601 time ("...Z", or git's "...+01:00"), None when text is none."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
+
+
+def call_id_start(call_id):
+    """The start a call id carries, as "2026-11-28T14:00:19Z", or None."""
+    stamp = CALL_ID_STAMP.search(call_id or "")
+    return "%s-%s-%sT%s:%s:%sZ" % stamp.groups() if stamp else None
+
+
+def call_started_utc(environ=None):
+    """When this call began: ODYSSEY_CALL_STARTED_UTC where set and well formed, else the stamp of
+    ODYSSEY_CALL_ID, else None (then the manifest says nothing of it)."""
+    environ = os.environ if environ is None else environ
+    given = environ.get("ODYSSEY_CALL_STARTED_UTC", "")
+    if UTC_TEXT.match(given):
+        return given
+    if given:
+        print("record: ODYSSEY_CALL_STARTED_UTC=%r is not YYYY-MM-DDTHH:MM:SSZ: the call id's stamp stands in"
+              % given, file=sys.stderr)
+    return call_id_start(environ.get("ODYSSEY_CALL_ID", ""))
+
+
 def read_json(path):
     """A raw JSON file of a record, or None when it is missing or unreadable (a stage cut short)."""
     try:
@@ -139,7 +178,10 @@ def start_record(into, args):
                 shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
     name = device_name()
     commit, dirty = binaries_commit(args.bin)
-    return {"record": os.path.basename(os.path.abspath(into)), "date": today(), "started_utc": now(),
+    started = call_started_utc()
+    # started_utc: the call's start where known, else (a caller that sets neither) this first stage's end
+    start = {"started_utc": started, "call_started_utc": started} if started else {"started_utc": now()}
+    return {"record": os.path.basename(os.path.abspath(into)), "date": today(), **start,
             "device": name, "device_slug": device_slug(name), "commit": commit[:7], "commit_full": commit,
             "uncommitted_changes": dirty, "binaries": os.path.relpath(os.path.abspath(args.bin), ROOT),
             "dry_run": bool(args.dry_run), "command": os.environ.get("ODYSSEY_RECORD_COMMAND", ""),

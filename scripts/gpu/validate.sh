@@ -490,6 +490,9 @@ if [ $DRY = 1 ]; then
   rm -rf "$RECORD_DIR"
   predict "${stages[@]}" || { echo "validate: the dry run's predictions failed" >&2; status=1; }
 fi
+# The call begins here, after the dry run's own predictions (deadline.sh's start where it runs
+# this): each record's manifest keeps it as call_started_utc (scripts/gpu/record.py)
+export ODYSSEY_CALL_STARTED_UTC="${ODYSSEY_CALL_STARTED_UTC:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}"
 summary="$WORK/summary.txt"
 {
   echo "odyssey validate $( [ $DRY = 1 ] && echo '(CPU dry run)' ) $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
