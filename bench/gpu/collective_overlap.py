@@ -14,8 +14,11 @@ compute counts as overlapped: the step time is the measure of the cost, this is 
     python3 bench/gpu/collective_overlap.py --summarize TRACE.json   # one trace, any source
     python3 bench/gpu/collective_overlap.py --self-test              # the arithmetic, no run
 
-Needs 2 GPUs or more: with fewer it writes {"not_run": ...} and exits 3 (the device tool lends
-one GPU: this stage waits for a session with several). --cpu runs N CPU rank threads instead (the
+Needs 2 GPUs or more, counted as the ranks will see them (nvidia-smi's through CUDA_VISIBLE_DEVICES):
+with fewer it writes {"not_run": ...} and exits 3 (the device tool lends one GPU: this stage waits
+for a session with several). The ranks are one Ulysses group, so a count the model's heads refuse
+(3 or 6 GPUs and the 1B's 32 heads) is refused before the run: {"error": ...}, exit 2, naming the
+count, the rule and a count that fits. --cpu runs N CPU rank threads instead (the
 CPU dry run): a CPU trace has no device events, so it checks the run, the profile and the
 plumbing, and says so. Writes OUT/collective_overlap.json and OUT/collective_overlap.md.
 """
@@ -28,7 +31,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import parse_tokens  # noqa: E402
 from kernel_profile import DEVICE_CATEGORIES  # noqa: E402
-from systems import covered, merge_intervals, nvidia_smi, run_odyssey, summarize_trace  # noqa: E402
+from systems import covered, merge_intervals, nvidia_smi, plan_odyssey, run_odyssey, summarize_trace  # noqa: E402
 
 # NCCL's kernels by collective, first match wins, in this order (lowercased names:
 # ncclDevKernel_AllGather_RING_LL, ncclKernel_ReduceScatter_..., ncclDevKernel_SendRecv, ...).
@@ -119,12 +122,112 @@ def self_test():
     cpu = overlap_of_events([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5}])
     assert cpu["source"] == "cpu" and cpu["devices"] == {}, cpu
     assert table(r)[2].startswith("| 0 | all-gather | 1 | 0.08 | 37.5% |"), table(r)
+    # The GPUs the ranks see: nvidia-smi's eight through CUDA_VISIBLE_DEVICES, read as CUDA reads it.
+    eight = [{"index": i, "uuid": "GPU-%d0aa" % i, "name": "NVIDIA H100"} for i in range(8)]
+    counts = {None: 8, "0,1,2,3": 4, "": 0, "-1": 0, "3,9,1": 1, "0,0": 0, "1gpu,2": 2, " 4, 5": 2}
+    for visible, count in counts.items():  # 9 names no GPU and ends the list; a repeat empties it
+        environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+        assert gpu_count(environ, eight) == count, (visible, gpu_count(environ, eight))
+    assert [g["index"] for g in visible_gpus("GPU-50,GPU-3", eight)] == [5, 3]
+    assert visible_gpus("GPU-,1", eight) == [] and len(visible_gpus("MIG-a,MIG-b", eight)) == 2
+    # --gpus all on 3 or 6 GPUs: refused with the count and the rule, the count that fits named.
+    one_b = {"flavor": "llama3.2-1b", "n_heads": 32, "n_kv_heads": 8}
+    assert all(refuse_rank_count("all", n, one_b, 65536) is None for n in (2, 4, 8, 16)), "a fitting count refused"
+    six = refuse_rank_count("all", 6, one_b, 65536)
+    assert six.startswith("--gpus all: this machine shows 6 GPUs") and "= 6 must divide model.n_heads = 32" in six, six
+    assert "give --gpus 4" in six, six
+    three = refuse_rank_count(3, 3, one_b, 65536)
+    assert "3 ranks asked" in three and "must divide training.seq_len = 65536" in three and "--gpus 2" in three, three
+    assert "n_kv_heads = 6" in ulysses_rank_problem(4, 24, 6, 12288) and ulysses_rank_problem(12, 24, 6, 12288) is None
     print("collective_overlap self-test: ok")
 
 
-def gpu_count():
-    listed = nvidia_smi("--query-gpu=index") or ""
-    return len([l for l in listed.splitlines() if l.strip()])
+def listed_gpus():
+    """Every GPU of the machine as nvidia-smi lists it, [{"index", "uuid", "name"}]; nvidia-smi
+    ignores CUDA_VISIBLE_DEVICES, so this is the machine's, not what a process sees (visible_gpus)."""
+    gpus = []
+    for line in (nvidia_smi("--query-gpu=index,uuid,name") or "").splitlines():
+        fields = [f.strip() for f in line.split(",", 2)]
+        if len(fields) == 3 and fields[0].isdigit():
+            gpus.append({"index": int(fields[0]), "uuid": fields[1], "name": fields[2]})
+    return gpus
+
+
+def _leading_number(text):
+    """The whole number `text` starts with (strtoul's reading: "1gpu" is 1), or -1 when none."""
+    digits = re.match(r"\+?(\d+)", text.strip())
+    return int(digits.group(1)) if digits else -1
+
+
+def visible_gpus(visible, listed):
+    """The GPUs a CUDA process sees, in its order, as entries of `listed` (listed_gpus), when
+    CUDA_VISIBLE_DEVICES is `visible` (None: unset, all of them). CUDA's reading, as
+    torch.cuda.device_count follows it: a comma-separated list of ordinals (each read like strtoul)
+    or of GPU UUIDs (a unique prefix is enough); the list ends at the first entry that names no GPU
+    (a negative or absent ordinal, a UUID that matches none or several), and an entry repeated
+    empties it. A MIG UUID stands for one device of its own (nvidia-smi's GPU list does not name it)."""
+    if visible is None:
+        return list(listed)
+    seen = []
+    for entry in visible.split(","):
+        entry = entry.strip()
+        if entry.startswith("MIG-"):
+            gpu = {"index": None, "uuid": entry, "name": "MIG device"}
+        elif entry.startswith("GPU-"):
+            matches = [g for g in listed if g["uuid"].startswith(entry)]
+            if len(matches) != 1:
+                break
+            gpu = matches[0]
+        else:
+            ordinal = _leading_number(entry)
+            if ordinal < 0 or ordinal >= len(listed):
+                break
+            gpu = listed[ordinal]
+        if any(g["uuid"] == gpu["uuid"] for g in seen):
+            return []
+        seen.append(gpu)
+    return seen
+
+
+def gpu_count(environ=None, listed=None):
+    """How many GPUs a process started here sees: nvidia-smi's list (or `listed`) through
+    CUDA_VISIBLE_DEVICES of `environ` (default this process's, which the ranks inherit)."""
+    environ = os.environ if environ is None else environ
+    return len(visible_gpus(environ.get("CUDA_VISIBLE_DEVICES"), listed_gpus() if listed is None else listed))
+
+
+def ulysses_rank_problem(ranks, n_heads, n_kv_heads, seq):
+    """Why `ranks` GPUs cannot form the one Ulysses group this run puts them in, or None: the
+    degree's rules (engine/layout/heads.cpp, checked by the config validator) are that it divides
+    model.n_heads, divides model.n_kv_heads or is a multiple of it, and divides the sequence."""
+    rules = []
+    if n_heads % ranks:
+        rules.append("must divide model.n_heads = %d because attention is split by heads" % n_heads)
+    elif n_kv_heads % ranks and ranks % n_kv_heads:
+        rules.append("must divide model.n_kv_heads = %d or be a multiple of it" % n_kv_heads)
+    if seq % ranks:
+        rules.append("must divide training.seq_len = %d so every rank holds an equal shard" % seq)
+    return ", and ".join(rules) or None
+
+
+def fitting_counts(n_heads, n_kv_heads, seq, most):
+    """The GPU counts from 2 to `most` that ulysses_rank_problem accepts."""
+    return [n for n in range(2, most + 1) if ulysses_rank_problem(n, n_heads, n_kv_heads, seq) is None]
+
+
+def refuse_rank_count(asked, ranks, model, seq):
+    """The refusal of a rank count the model cannot take (ulysses_rank_problem), or None."""
+    problem = ulysses_rank_problem(ranks, model["n_heads"], model["n_kv_heads"], seq)
+    if problem is None:
+        return None
+    fit = fitting_counts(model["n_heads"], model["n_kv_heads"], seq, ranks)
+    counted = ("this machine shows %d GPUs (CUDA_VISIBLE_DEVICES honoured)" % ranks if asked == "all"
+               else "%d ranks asked" % ranks)
+    return ("--gpus %s: %s, and the run makes them one Ulysses group over %s: parallel.ulysses_degree = %d %s; %s"
+            % (asked, counted, model.get("flavor", "the bench preset's model"), ranks, problem,
+               "give --gpus %d%s" % (fit[-1], " (or CUDA_VISIBLE_DEVICES naming %d GPUs)" % fit[-1] if asked == "all" else "")
+               if fit
+               else "no count from 2 to %d fits" % ranks))
 
 
 def rank_count(text):
@@ -161,11 +264,21 @@ def main():
     available = None if args.cpu else gpu_count()
     ranks = (available or 0) if args.gpus == "all" else args.gpus
     if not args.cpu and (ranks < 2 or available < ranks):
-        result = {"not_run": "needs 2 GPUs or more (asked for %s): this machine has %d" % (args.gpus, available)}
+        result = {"not_run": "needs 2 GPUs or more (asked for %s): this machine shows %d (CUDA_VISIBLE_DEVICES "
+                             "honoured)" % (args.gpus, available)}
         with open(result_path, "w") as f:
             json.dump(result, f, indent=1)
         print(json.dumps(result))
         return 3
+    # The ranks are one Ulysses group: a count the model's heads refuse is refused here, before the
+    # run, not by the run's config check (3 or 6 GPUs and the 1B's 32 heads).
+    model = plan_odyssey(args.seq).get("model")
+    refusal = refuse_rank_count(args.gpus, ranks, model, args.seq) if model else None
+    if refusal:
+        with open(result_path, "w") as f:
+            json.dump({"ranks": ranks, "seq_len": args.seq, "error": refusal}, f, indent=1)
+        print("collective_overlap: %s" % refusal, file=sys.stderr)
+        return 2
     profile = os.path.join(args.out, "kernel_profile.json")
     sets = ["parallel.world_size=%d" % ranks, "parallel.ulysses_degree=%d" % ranks, "parallel.fsdp=true"]
     if args.cpu:

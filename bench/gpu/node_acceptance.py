@@ -10,17 +10,20 @@ Called by scripts/gpu/node_acceptance.sh (which finds the binary and the host's 
     python3 bench/gpu/node_acceptance.py --render DIR       # the markdown again from the JSON
     python3 bench/gpu/node_acceptance.py --self-test        # the report arithmetic, no run
 
-In order: (1) `odyssey plan --json` of every point into DIR/predictions.json (per-rank peak, step
-time, tokens/s per GPU); (2) each point `torchrun --nproc-per-node W --no-python odyssey train PRESET
---set training.seq_len=N --steps S --no-checkpoint` in a time box of its own (a failure or a timeout
-is recorded with its reason, and the next point runs); (3) from each point's metrics.jsonl, every
-rank's allocator peak against the planned per-rank peak, the step time against the planned one and
-the tokens/s per GPU against the planner's and UPipe's (docs/published-results.md); then one point
-again under --kernel-profile, whose trace gives the NCCL kernels' overlap with compute on rank 0's
-device (collective_overlap.py); (4) DIR/node_acceptance.json, the record, rewritten after every
-point, and DIR/node_acceptance.md, rendered from that JSON by render_markdown.
+In order: (1) `odyssey plan --json` of every point and of the profiled length (--profile-point,
+128K by default, any length) into DIR/predictions.json (per-rank peak, step time, tokens/s per GPU);
+(2) each point `torchrun --nproc-per-node W --no-python odyssey train PRESET --set training.seq_len=N
+--steps S --no-checkpoint` in a time box of its own (a failure or a timeout is recorded with its
+reason, and the next point runs); (3) from each point's metrics.jsonl, every rank's allocator peak
+against the planned per-rank peak, the step time against the planned one and the tokens/s per GPU
+against the planner's and UPipe's (docs/published-results.md); then the profiled length under
+--kernel-profile, whose trace gives the NCCL kernels' overlap with compute on rank 0's device
+(collective_overlap.py); (4) DIR/node_acceptance.json, the record, rewritten after every point, and
+DIR/node_acceptance.md, rendered from that JSON by render_markdown. The record names the collective
+backend (NCCL, a GPU a rank; Gloo in the dry run) and the binaries' commit (scripts/gpu/record.py).
 Exit 0 when every point and the profile ran to their figures, 1 when one did not (all recorded),
-2 on bad input (arguments, a missing binary or launcher, fewer GPUs than ranks, a used DIR).
+2 on bad input (arguments, a missing binary or launcher, fewer GPUs visible than ranks, counted
+through CUDA_VISIBLE_DEVICES, a used DIR).
 """
 import argparse
 import datetime
@@ -36,20 +39,28 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from collective_overlap import gpu_count, overlap_of_events, table as overlap_table  # noqa: E402
+from collective_overlap import gpu_count, listed_gpus, overlap_of_events, table as overlap_table  # noqa: E402
+from collective_overlap import visible_gpus  # noqa: E402
 from llama_flops import parse_tokens  # noqa: E402
-from systems import ROOT, device_profile_sets, nvidia_smi, odyssey_binary, odyssey_run_figures, plan_odyssey  # noqa: E402
+from systems import ROOT, device_profile_sets, odyssey_binary, odyssey_run_figures, odyssey_sets, plan_odyssey  # noqa: E402
 from systems import odyssey_failure, run_odyssey, summarize_trace  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "scripts", "gpu"))
+from record import binaries_commit  # noqa: E402  (the GPU records' rule for the binaries' commit)
 
 # [section] the two modes: one node of 8 GPUs, and its CPU dry run ---------------------------------
 
 # Each point: (tokens, the published length it stands for). The node runs the published lengths
 # themselves; the dry run the same five at a scale two CPU ranks step in well under a second.
+# The profiled length (--profile-point's default) is the one standing for 128K: a Kineto trace of a
+# 128K step is seconds and megabytes, of a 3M step hours and gigabytes.
 NODE = {"name": "node", "preset": "presets/llama3-8b-5m-8xh100-untied.toml", "world_size": 8, "sets": [],
-        "points": [("128K", "128K"), ("512K", "512K"), ("1M", "1M"), ("3M", "3M"), ("5M", "5M")], "steps": 2}
+        "points": [("128K", "128K"), ("512K", "512K"), ("1M", "1M"), ("3M", "3M"), ("5M", "5M")], "steps": 2,
+        "profile_point": "128K"}
 DRY_RUN = {"name": "cpu-dry-run", "preset": "presets/tiny-cpu.toml", "world_size": 2,
            "sets": ["training.device=cpu", "training.warmup_steps=1"],
-           "points": [("256", "128K"), ("512", "512K"), ("768", "1M"), ("1024", "3M"), ("1280", "5M")], "steps": 3}
+           "points": [("256", "128K"), ("512", "512K"), ("768", "1M"), ("1024", "3M"), ("1280", "5M")], "steps": 3,
+           "profile_point": "256"}
 # A node point's time box: start-up (8 processes load the model, pin the offload slab) plus each
 # step at twice its planned time; without a plan, two hours. The dry run's: 90 s a point.
 NODE_STARTUP_S, NODE_STEP_MARGIN, NODE_UNPLANNED_BOX_S, DRY_RUN_BOX_S = 600, 2.0, 7200, 90
@@ -207,10 +218,15 @@ def render_markdown(record):
     out = ["# Node acceptance: %s, %d ranks%s" % (record["preset"], record["world_size"],
                                                    " (CPU dry run: the plumbing, not the figures)" if dry else ""), "",
            "- host: %s" % record["host"],
-           "- commit %s, started %s, finished %s" % (record["commit"], record["started"], record.get("finished") or "-"),
+           "- collectives: %s" % backend_text(record.get("collectives")),
+           "- commit %s (the binaries'%s), started %s, finished %s" % (
+               record["commit"], ", with uncommitted changes" if record.get("uncommitted_changes") else "",
+               record["started"], record.get("finished") or "-"),
            "- launcher: `%s`" % " ".join(record["launcher"]),
-           "- every point: `--steps %d --no-checkpoint`, extra sets `%s`; the figures are the steps after the first"
-           % (record["steps"], " ".join(record["sets"]) or "-"),
+           "- every point: `--steps %d --no-checkpoint`, extra sets `%s`%s; the figures are the steps after the first"
+           % (record["steps"], " ".join(record["sets"]) or "-",
+              " (from ODYSSEY_BENCH_SETS: `%s`)" % " ".join(record["environment_sets"])
+              if record.get("environment_sets") else ""),
            "- the planner's predictions were written first: `%s` at %s" % (PREDICTIONS_FILE, record["predictions_written"]),
            "",
            "## Planned against measured, per point", "",
@@ -242,13 +258,17 @@ def render_markdown(record):
             fmt(cmp_.get("planned_tokens_per_s_per_gpu_over_upipe"), "%.3f")))
     out += ["", "## NCCL overlap with compute", ""]
     overlap = record.get("overlap")
-    if not overlap:
-        out.append("Not run.")
+    if not overlap or not overlap.get("run"):
+        out.append("Not run%s." % (" yet: %s, planned step %s s, time box %s s" % (
+            point_name(overlap, dry), fmt(overlap["planned"].get("step_s"), "%.2f"), overlap.get("box_s", "-"))
+            if overlap else ""))
     else:
         run = overlap["run"]
         out.append("One run of %s under `--kernel-profile` (the last step's trace, rank 0's device): each NCCL "
                    "kernel by collective and the part of its time a kernel that is not NCCL's ran beside it "
-                   "(collective_overlap.py). Run: %s." % (point_name(overlap, dry), run["status"]))
+                   "(collective_overlap.py). Planned step %s s, time box %s s. Run: %s." % (
+                       point_name(overlap, dry), fmt((overlap.get("planned") or {}).get("step_s"), "%.2f"),
+                       overlap.get("box_s", "-"), run["status"]))
         summary = overlap.get("overlap") or {}
         if run["status"] != "ok":
             out.append("")
@@ -262,10 +282,12 @@ def render_markdown(record):
             if summary.get("note"):
                 out += ["", summary["note"] + "."]
     failures = []
+    point_lengths = [p["seq_len"] for p in record["points"]]
     for p in record["points"] + ([overlap] if overlap else []):
         me = p.get("measured") or p.get("run") or {}
-        if "error" in p.get("planned", {}):
-            failures.append("- %s: plan failed: %s" % (point_name(p, dry), p["planned"]["error"]))
+        if "error" in p.get("planned", {}) and not ("run" in p and p["seq_len"] in point_lengths):
+            failures.append("- %s%s: plan failed: %s" % (point_name(p, dry), " (profile)" if "run" in p else "",
+                                                          p["planned"]["error"]))
         if me.get("status") not in (None, "ok"):
             finished = " (%d steps finished, their figures above)" % me["steps"] if me.get("steps") else ""
             failures.append("- %s%s: %s after %.0f s%s: %s" % (point_name(p, dry), " (profile)" if "run" in p else "",
@@ -273,6 +295,13 @@ def render_markdown(record):
     out += ["", "## Runs without figures", ""]
     out += failures or ["None: every point and the profile ran to their figures."]
     return "\n".join(out) + "\n"
+
+
+def backend_text(collectives):
+    """The report's line on the collective backend (collective_backend's record)."""
+    if not collectives:
+        return "-"
+    return "%s (%s)" % (collectives["backend"], collectives["why"])
 
 
 def point_name(point, dry):
@@ -311,7 +340,9 @@ def check_report(out_dir):
     """Problems (strings) with the report in out_dir; none when the predictions were written before
     the first point ran, the record lists every requested point with its planned figures, a run
     that gave every rank's peak, the step time and tokens/s, comparisons that follow from those
-    figures, the profile's trace read, and the markdown is the record rendered."""
+    figures, the profiled length planned among the predictions, its trace read (on a node: device
+    events holding NCCL's all-gather and reduce-scatter kernels, profile_trace_problems), and the
+    markdown is the record rendered."""
     problems = []
     try:
         with open(os.path.join(out_dir, RECORD_FILE)) as f:
@@ -352,13 +383,46 @@ def check_report(out_dir):
         if published.get(p["stands_for"]) is not None and p["comparison"].get("tokens_per_s_per_gpu_over_upipe") is None:
             problems.append("%s: no comparison with UPipe's %s" % (name, p["stands_for"]))
     overlap = record.get("overlap") or {}
-    if overlap.get("run", {}).get("status") != "ok":
-        problems.append("profile run: %s" % overlap.get("run", {}).get("reason", "not run"))
-    elif "error" in overlap.get("overlap", {}) or "devices" not in overlap.get("overlap", {}):
-        problems.append("profile trace: %s" % overlap.get("overlap", {}).get("error", "no summary"))
+    profile_plan = predictions.get("profile") or {}
+    if not overlap or profile_plan.get("seq_len") != overlap.get("seq_len") or not profile_plan.get("plan"):
+        problems.append("predictions.json does not hold the profiled length's plan")
+    elif overlap.get("planned") != profile_plan.get("planned"):
+        problems.append("profile: its planned figures are not its prediction's")
+    run_ = overlap.get("run") or {}
+    if run_.get("status") != "ok":
+        problems.append("profile run: %s" % run_.get("reason", "not run"))
+    else:
+        problems += profile_trace_problems(overlap.get("overlap") or {}, record.get("mode") == NODE["name"])
+    if record.get("mode") == NODE["name"] and (record.get("collectives") or {}).get("backend") != "NCCL":
+        problems.append("collectives: %s, not NCCL with a GPU a rank" % backend_text(record.get("collectives")))
     if report != render_markdown(record):
         problems.append("%s is not the record rendered (edited by hand, or stale)" % REPORT_FILE)
     return problems
+
+
+# The NCCL collectives a node's profile must show: FSDP's, which every step of the 8B preset runs.
+NODE_TRACE_COLLECTIVES = ("all-gather", "reduce-scatter")
+
+
+def profile_trace_problems(summary, node):
+    """Problems with the profiled run's overlap summary (collective_overlap.overlap_of_events):
+    unreadable or without a "devices" block; on a node also a summary without device events
+    (source "cpu": a trace with no kernels at all) or none of whose devices lists NCCL kernels of
+    each NODE_TRACE_COLLECTIVES (at least one kernel of each, on one device: rank 0's). The dry
+    run's CPU ranks trace no device, so there a summary that says so passes."""
+    if "error" in summary or "devices" not in summary:
+        return ["profile trace: %s" % summary.get("error", "no summary")]
+    if not node:
+        return []
+    if summary.get("source") != "device" or not summary["devices"]:
+        return ["profile trace: no device events (source %s): a node's trace must hold NCCL's %s kernels"
+                % (summary.get("source"), " and ".join(NODE_TRACE_COLLECTIVES))]
+    has = lambda d, kind: (d.get("collectives", {}).get(kind) or {}).get("kernels", 0) > 0  # noqa: E731
+    if not any(all(has(d, kind) for kind in NODE_TRACE_COLLECTIVES) for d in summary["devices"].values()):
+        found = sorted({k for d in summary["devices"].values() for k in d.get("collectives", {})})
+        return ["profile trace: no device holds NCCL %s kernels (found: %s)"
+                % (" and ".join(NODE_TRACE_COLLECTIVES), ", ".join(found) or "no NCCL kernel")]
+    return []
 
 
 # [section] the run ------------------------------------------------------------------------------
@@ -394,18 +458,49 @@ def free_port():
 
 
 def host_description(mode):
+    """The GPUs the ranks see (CUDA_VISIBLE_DEVICES honoured), or the CPU of the dry run."""
     if mode["name"] == NODE["name"]:
-        gpus = (nvidia_smi("--query-gpu=name,memory.total", "csv,noheader") or "").strip().splitlines()
-        return "%d x %s" % (len(gpus), gpus[0].strip()) if gpus else "no GPU listed by nvidia-smi"
+        listed = listed_gpus()
+        visible = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), listed)
+        chosen = "" if "CUDA_VISIBLE_DEVICES" not in os.environ else \
+            " (CUDA_VISIBLE_DEVICES=%s of the %d nvidia-smi lists)" % (os.environ["CUDA_VISIBLE_DEVICES"], len(listed))
+        return "%d x %s%s" % (len(visible), visible[0]["name"], chosen) if visible else "no GPU visible" + chosen
     return "CPU (%d cores), ranks over Gloo" % (os.cpu_count() or 0)
 
 
-def commit():
+def collective_backend(ranks, gpus_visible):
+    """The backend the ranks' collectives run on, as the engine picks it (engine/parallel/rank_launch.cpp,
+    join_torchrun_rank): NCCL when each rank has a GPU of its own; Gloo when more ranks than the
+    GPUs they see share them; Gloo on CPU ranks (gpus_visible None: the dry run)."""
+    record = {"ranks": ranks, "gpus_visible": gpus_visible}
+    if gpus_visible is None:
+        return dict(record, backend="Gloo", why="CPU ranks, no device")
+    if ranks <= gpus_visible:
+        return dict(record, backend="NCCL", why="%d ranks, a GPU each, of %d visible" % (ranks, gpus_visible))
+    return dict(record, backend="Gloo", why="%d ranks share %d visible GPUs" % (ranks, gpus_visible))
+
+
+def node_gpu_refusal(ranks, gpus_visible, gpus_listed, visible_devices):
+    """Why the node run cannot run here (BadInput's message), or None: each rank needs a GPU of its
+    own, counted as the ranks see them; ranks that share GPUs would run over Gloo, no NCCL node."""
+    if gpus_visible >= ranks:
+        return None
+    seen = "nvidia-smi lists %d%s" % (gpus_listed, "" if visible_devices is None else
+                                      ", CUDA_VISIBLE_DEVICES=%s leaves %d" % (visible_devices, gpus_visible))
+    shared = ("" if gpus_visible == 0 else ": ranks sharing GPUs run their collectives over Gloo, not NCCL "
+              "(engine/parallel/rank_launch.cpp), so the report would not be an NCCL node's")
+    return ("the node run needs %d GPUs, one a rank, and its ranks would see %d (%s)%s. On a machine without them, "
+            "--dry-run runs the same path on CPU ranks" % (ranks, gpus_visible, seen, shared))
+
+
+def binaries_of(binary):
+    """The record's commit fields: the commit of the binaries run (scripts/gpu/record.py's rule:
+    pack.sh's manifest.txt beside a carried bin/, else the checkout's HEAD)."""
     try:
-        proc = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    except OSError:
-        return "unknown (no git)"
-    return proc.stdout.strip() if proc.returncode == 0 else "unknown (not a git checkout)"
+        full, dirty = binaries_commit(os.path.dirname(os.path.abspath(binary)))
+    except OSError as e:  # no git
+        return {"commit": "unknown (%s)" % e.strerror, "commit_full": None, "uncommitted_changes": None}
+    return {"commit": full[:7], "commit_full": full, "uncommitted_changes": dirty}
 
 
 def now_text():
@@ -425,7 +520,8 @@ def parse_args(argv):
     parser.add_argument("--steps", type=positive, help="steps a point (default 2 on a node, 3 in the dry run)")
     parser.add_argument("--point-timeout", type=positive, help="seconds a point (default: from its planned step)")
     parser.add_argument("--profile-point", type=token_count,
-                        help="the length run again under --kernel-profile (default: the first point)")
+                        help="the length run once more under --kernel-profile, planned like the points, any length "
+                             "(default 128K; the dry run: 256, standing for 128K)")
     return parser.parse_args(argv)
 
 
@@ -457,13 +553,15 @@ def prepare(args):
     except FileNotFoundError as e:
         raise BadInput(str(e))
     world = mode["world_size"]
-    if mode is NODE and gpu_count() < world:
-        raise BadInput("the node run needs %d GPUs, one a rank; nvidia-smi lists %d here. On a machine without "
-                       "them, --dry-run runs the same path on CPU ranks" % (world, gpu_count()))
+    gpus_visible = None
+    if mode is NODE:
+        listed = listed_gpus()
+        gpus_visible = gpu_count(listed=listed)
+        refusal = node_gpu_refusal(world, gpus_visible, len(listed), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if refusal:
+            raise BadInput(refusal)
     launcher = torchrun_launcher(world)
-    profile_seq = args.profile_point or points[0][0]
-    if profile_seq not in [n for n, _ in points]:
-        raise BadInput("--profile-point %d is not one of the points %s" % (profile_seq, [n for n, _ in points]))
+    profile = profile_point(mode, points, args.profile_point)
     out = args.out or os.path.join(ROOT, "runs", "node-acceptance-" + now_text().replace(":", ""))
     if os.path.exists(os.path.join(out, RECORD_FILE)) or os.path.exists(os.path.join(out, PREDICTIONS_FILE)):
         if not args.overwrite:
@@ -474,40 +572,76 @@ def prepare(args):
         for name in ("points", "profile"):
             shutil.rmtree(os.path.join(out, name), ignore_errors=True)
     sets = ["parallel.world_size=%d" % world] + mode["sets"]
-    return mode, points, binary, launcher, out, sets, profile_seq
+    return mode, points, binary, launcher, out, sets, profile, collective_backend(world, gpus_visible)
+
+
+def profile_point(mode, points, asked=None):
+    """(tokens, the length it stands for) of the run profiled under Kineto: `asked` (--profile-point,
+    any length) or the mode's profile_point (128K; the dry run's 256, standing for 128K). A length
+    among the points stands for what that point stands for, one of the dry run's own lengths for
+    what it stands for there, any other for itself."""
+    seq = asked or parse_tokens(mode["profile_point"])
+    stands_for = dict((parse_tokens(n), label) for n, label in mode["points"])
+    stands_for.update(dict(points))
+    return seq, stands_for.get(seq, format_tokens(seq))
+
+
+def plan_predictions(points, profile, plan):
+    """predictions.json's points and profiled length, each with `plan(tokens)` (odyssey plan --json)
+    and its planned_figures; the profiled length is planned like a point, once (a point's own plan
+    where it is one of them)."""
+    planned = {}
+    for seq, _ in points + [profile]:
+        if seq not in planned:
+            planned[seq] = plan(seq)
+    entry = lambda seq, stands_for: {"seq_len": seq, "stands_for": stands_for,  # noqa: E731
+                                     "planned": planned_figures(planned[seq]), "plan": planned[seq]}
+    return [entry(seq, stands_for) for seq, stands_for in points], entry(*profile)
+
+
+def recorded_sets(sets):
+    """(every `--set` a point's `odyssey train` gets, in its order, the part of them that
+    ODYSSEY_BENCH_SETS adds): systems.run_odyssey puts the environment's before the script's own."""
+    return odyssey_sets() + list(sets), odyssey_sets()
 
 
 def run(args):
-    mode, points, binary, launcher, out, sets, profile_seq = prepare(args)
+    mode, points, binary, launcher, out, sets, profile, collectives = prepare(args)
     steps = args.steps or mode["steps"]
     preset = os.path.join(ROOT, mode["preset"])
     os.makedirs(os.path.join(out, "points"), exist_ok=True)
     published = published_figures()
-    # (1) The planner's word on every point, written before anything runs.
+    # (1) The planner's word on every point and on the profiled length, written before anything runs.
     profile_sets = device_profile_sets() if mode is NODE else []
-    predictions = {"preset": os.path.relpath(preset, ROOT), "sets": sets + profile_sets, "points": []}
-    for seq, stands_for in points:
-        plan = plan_odyssey(seq, sets + profile_sets, preset=preset)
-        predictions["points"].append({"seq_len": seq, "stands_for": stands_for, "planned": planned_figures(plan),
-                                      "plan": plan})
+    all_sets, environment_sets = recorded_sets(sets)
+    predictions = {"preset": os.path.relpath(preset, ROOT), "sets": all_sets + profile_sets}
+    predictions["points"], predictions["profile"] = plan_predictions(
+        points, profile, lambda seq: plan_odyssey(seq, sets + profile_sets, preset=preset))
     predictions["written_at"] = time.time()
     predictions["written"] = now_text()
     with open(os.path.join(out, PREDICTIONS_FILE), "w") as f:
         json.dump(predictions, f, indent=1)
     record = {"kind": "odyssey node acceptance", "mode": mode["name"], "preset": predictions["preset"],
-              "world_size": mode["world_size"], "sets": sets, "planner_sets": profile_sets, "steps": steps,
-              "launcher": launcher, "binary": binary, "host": host_description(mode), "commit": commit(),
+              "world_size": mode["world_size"], "sets": all_sets, "environment_sets": environment_sets,
+              "planner_sets": profile_sets, "steps": steps, "launcher": launcher, "binary": binary,
+              "host": host_description(mode), "collectives": collectives, **binaries_of(binary),
               "started": now_text(), "finished": None, "predictions_written": predictions["written"],
-              "requested_points": [seq for seq, _ in points], "published": published, "points": [], "overlap": None}
+              "requested_points": [seq for seq, _ in points], "published": published, "points": []}
     for p in predictions["points"]:
         record["points"].append({"seq_len": p["seq_len"], "stands_for": p["stands_for"], "planned": p["planned"],
                                  "box_s": point_box_s(p["planned"], steps, mode, args.point_timeout),
                                  "started": None, "measured": None, "comparison": None})
+    prof = predictions["profile"]
+    record["overlap"] = {"seq_len": prof["seq_len"], "stands_for": prof["stands_for"], "planned": prof["planned"],
+                         "box_s": point_box_s(prof["planned"], steps, mode, args.point_timeout),
+                         "trace": os.path.join("profile", "kernel_profile.json"), "started": None, "run": None}
     write_report(out, record)
-    planned_s = sum(steps * (p["planned"].get("step_s") or 0) for p in record["points"])
-    print("node acceptance (%s): %d points, predictions in %s; planned %.0f s of steps, time boxes %d s in all"
-          % (mode["name"], len(points), os.path.join(out, PREDICTIONS_FILE), planned_s,
-             sum(p["box_s"] for p in record["points"])), flush=True)
+    runs = record["points"] + [record["overlap"]]
+    planned_s = sum(steps * (p["planned"].get("step_s") or 0) for p in runs)
+    print("node acceptance (%s, collectives over %s): %d points and the profile at %s, predictions in %s; planned "
+          "%.0f s of steps, time boxes %d s in all"
+          % (mode["name"], collectives["backend"], len(points), format_tokens(profile[0]),
+             os.path.join(out, PREDICTIONS_FILE), planned_s, sum(p["box_s"] for p in runs)), flush=True)
 
     # (2, 3) Each point under torchrun, in its own box, set against its prediction as it ends.
     for p in record["points"]:
@@ -520,20 +654,20 @@ def run(args):
         write_report(out, record)
         print_point(p, mode)
 
-    # The NCCL overlap: the profile point again, its last step under Kineto.
-    profiled = next(p for p in record["points"] if p["seq_len"] == profile_seq)
-    trace = os.path.join(out, "profile", "kernel_profile.json")
+    # The NCCL overlap: the profiled length, planned above, its last step under Kineto.
+    profiled = record["overlap"]
+    trace = os.path.join(out, profiled["trace"])
     os.makedirs(os.path.dirname(trace), exist_ok=True)
-    result = run_odyssey(profile_seq, steps, profiled["box_s"], os.path.join(out, "profile", "run"), preset=preset,
-                         extra_sets=sets, log_path=os.path.join(out, "profile", "run.log"),
+    profiled["started"] = time.time()
+    result = run_odyssey(profiled["seq_len"], steps, profiled["box_s"], os.path.join(out, "profile", "run"),
+                         preset=preset, extra_sets=sets, log_path=os.path.join(out, "profile", "run.log"),
                          extra_args=["--kernel-profile", trace], launcher=with_port(launcher))
-    record["overlap"] = {"seq_len": profile_seq, "stands_for": profiled["stands_for"], "trace": os.path.relpath(trace, out),
-                         "run": measured_figures(result, mode["world_size"])}
+    profiled["run"] = measured_figures(result, mode["world_size"])
     if record["overlap"]["run"]["status"] == "ok":
         record["overlap"]["overlap"] = summarize_trace(trace, overlap_of_events)
     record["finished"] = now_text()
     write_report(out, record)
-    print("profile at %s: %s; report %s" % (format_tokens(profile_seq), record["overlap"]["run"]["status"],
+    print("profile at %s: %s; report %s" % (format_tokens(profiled["seq_len"]), record["overlap"]["run"]["status"],
                                             os.path.join(out, REPORT_FILE)), flush=True)
     ok = all(p["measured"]["status"] == "ok" for p in record["points"]) and record["overlap"]["run"]["status"] == "ok"
     return 0 if ok else 1
@@ -646,7 +780,88 @@ def self_test():
     assert "| 512K | 87.38 | 109.23 | 0.800 | 867.17 | 0.101 | 0.126 |" in md, md
     assert "| 5M | timed out | 40.00 | - | - (-) | 600.00 | - | - | 9000 |" in md, md
     assert "- 5M: timed out after 9000 s: timeout after 9000s" in md, md
+    self_test_node_rules(record, plan, planned, measured)
     print("node_acceptance self-test: ok")
+
+
+def self_test_node_rules(record, plan, planned, measured):
+    """The audit's fixes, each checked where a CPU can: the node's trace rule, the GPUs the ranks
+    see and the backend, the profiled length, the binaries' commit, ODYSSEY_BENCH_SETS shown."""
+    # (1) --check on a node: a profile summary without device events, or without NCCL's all-gather
+    # and reduce-scatter kernels, is a problem; the dry run's CPU summary is not one there.
+    k = lambda name, ts: {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": 10, "args": {"device": 0}}  # noqa: E731
+    cpu = overlap_of_events([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5}])
+    fsdp = overlap_of_events([k("gemm", 0), k("ncclDevKernel_AllGather_RING_LL", 5),
+                              k("ncclKernel_ReduceScatter_Sum", 20)])
+    gather_only = overlap_of_events([k("gemm", 0), k("ncclDevKernel_AllGather_RING_LL", 5)])
+    profiled = {"seq_len": 524288, "stands_for": "512K", "planned": planned, "box_s": 3000, "trace": "t", "started": 1.0,
+                "run": measured}
+
+    def problems_of(mode, summary, collectives=None, profile_plan=True):
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, PREDICTIONS_FILE), "w") as f:
+                json.dump({"points": [], "written_at": 0.0, "profile": {"seq_len": 524288, "planned": planned,
+                                                                         "plan": plan} if profile_plan else None}, f)
+            write_report(folder, dict(record, mode=mode, overlap=dict(profiled, overlap=summary),
+                                      collectives=collectives or collective_backend(8, 8)))
+            kept = ("profile trace", "collectives", "profile", "predictions.json does not hold the profiled length's plan")
+            return [p for p in check_report(folder) if p.split(":")[0] in kept]
+    assert problems_of("node", fsdp) == [], problems_of("node", fsdp)
+    assert problems_of("node", cpu) == ["profile trace: no device events (source cpu): a node's trace must hold NCCL's "
+                                        "all-gather and reduce-scatter kernels"], problems_of("node", cpu)
+    assert problems_of("node", gather_only) == ["profile trace: no device holds NCCL all-gather and reduce-scatter kernels "
+                                                "(found: all-gather)"], problems_of("node", gather_only)
+    assert problems_of(DRY_RUN["name"], cpu, collective_backend(2, None)) == [], "the dry run's CPU trace refused"
+    assert problems_of("node", {"source": "device", "devices": {}}) != []
+    # (2) The GPUs the ranks see, not nvidia-smi's: 4 of 8 visible is refused (they would share GPUs
+    # over Gloo); the record says which backend ran, and --check wants NCCL on a node.
+    eight = [{"index": i, "uuid": "GPU-%d" % i, "name": "NVIDIA H100"} for i in range(8)]
+    assert node_gpu_refusal(8, gpu_count({}, eight), 8, None) is None
+    refusal = node_gpu_refusal(8, gpu_count({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, eight), 8, "0,1,2,3")
+    assert refusal and "its ranks would see 4 (nvidia-smi lists 8, CUDA_VISIBLE_DEVICES=0,1,2,3 leaves 4)" in refusal, refusal
+    assert "over Gloo, not NCCL" in refusal, refusal
+    assert [collective_backend(*a)["backend"] for a in ((8, 8), (8, 4), (2, None))] == ["NCCL", "Gloo", "Gloo"]
+    assert collective_backend(8, 4)["why"] == "8 ranks share 4 visible GPUs"
+    md = render_markdown(dict(record, collectives=collective_backend(8, 8)))
+    assert "- collectives: NCCL (8 ranks, a GPU each, of 8 visible)\n" in md, md
+    assert problems_of("node", fsdp, collective_backend(8, 4)) == ["collectives: Gloo (8 ranks share 4 visible GPUs), "
+                                                                   "not NCCL with a GPU a rank"]
+    # (3) The profiled length: 128K by default whatever --points holds, any length allowed, planned
+    # like a point (once, where it is one) and its prediction among predictions.json's.
+    long_only = [(3 * 2 ** 20, "3M"), (5 * 2 ** 20, "5M")]
+    assert profile_point(NODE, long_only) == (131072, "128K") and profile_point(NODE, long_only, 65536) == (65536, "64K")
+    assert profile_point(DRY_RUN, [(512, "128K")]) == (256, "128K"), profile_point(DRY_RUN, [(512, "128K")])
+    assert profile_point(DRY_RUN, [(512, "128K")], 512) == (512, "128K")
+    asked = []
+    planner = lambda seq: asked.append(seq) or dict(plan, time={"step_s": seq / 1e4})  # noqa: E731
+    points, profile = plan_predictions(long_only, profile_point(NODE, long_only), planner)
+    assert asked == [3 * 2 ** 20, 5 * 2 ** 20, 131072] and [p["seq_len"] for p in points] == asked[:2], asked
+    assert profile["seq_len"] == 131072 and profile["planned"]["step_s"] == 13.1072 and profile["plan"], profile
+    del asked[:]
+    plan_predictions([(131072, "128K"), (524288, "512K")], (131072, "128K"), planner)
+    assert asked == [131072, 524288], asked
+    assert problems_of("node", fsdp, profile_plan=False) == ["predictions.json does not hold the profiled length's plan"]
+    # (5) The commit is the binaries': pack.sh's manifest.txt beside a carried bin/ wins over HEAD.
+    with tempfile.TemporaryDirectory() as carried:
+        os.makedirs(os.path.join(carried, "bin"))
+        with open(os.path.join(carried, "manifest.txt"), "w") as f:
+            f.write("commit %s (with uncommitted changes)\nbuilt ...\n" % ("ab12cd3" + "0" * 33))
+        assert binaries_of(os.path.join(carried, "bin", "odyssey")) == {
+            "commit": "ab12cd3", "commit_full": "ab12cd3" + "0" * 33, "uncommitted_changes": True}
+    # (6) ODYSSEY_BENCH_SETS, which systems.py adds to every plan and run, shown in the record's sets.
+    saved = os.environ.get("ODYSSEY_BENCH_SETS")
+    os.environ["ODYSSEY_BENCH_SETS"] = "training.seed=3 memory.tiled_loss=false"
+    try:
+        shown, from_environment = recorded_sets(["parallel.world_size=8"])
+    finally:
+        if saved is None:
+            del os.environ["ODYSSEY_BENCH_SETS"]
+        else:
+            os.environ["ODYSSEY_BENCH_SETS"] = saved
+    assert shown == ["training.seed=3", "memory.tiled_loss=false", "parallel.world_size=8"], shown
+    md = render_markdown(dict(record, sets=shown, environment_sets=from_environment))
+    assert "extra sets `training.seed=3 memory.tiled_loss=false parallel.world_size=8` (from ODYSSEY_BENCH_SETS: " \
+           "`training.seed=3 memory.tiled_loss=false`)" in md, md
 
 
 def main(argv):

@@ -4,6 +4,8 @@
 #
 #   scripts/gpu/node_acceptance.sh [--bin DIR | --carried DIR] [--out DIR] [--overwrite]
 #       [--points 128K 512K 1M 3M 5M] [--steps 2] [--point-timeout SECONDS] [--profile-point 128K]
+#   (--profile-point: any length, planned with the points; the node needs 8 GPUs visible to its ranks,
+#   CUDA_VISIBLE_DEVICES honoured: ranks sharing GPUs would run over Gloo, and it refuses, exit 2)
 #   scripts/gpu/node_acceptance.sh --dry-run --out DIR     # the same path on 2 CPU ranks, about a minute
 #   scripts/gpu/node_acceptance.sh --check DIR             # every point planned and measured, or the problems
 #
