@@ -23,13 +23,18 @@ validate.sh --predict the points are planned into their prediction files and not
     python3 bench/gpu/planner_vs_measured.py --out /tmp/p --cases tiny           # the CPU dry run
     python3 bench/gpu/planner_vs_measured.py --self-test                           # the arithmetic
 
-Writes OUT/planner_vs_measured.json and .md (a table for docs/log/).
+Writes OUT/planner_vs_measured.json and .md (a table for docs/log/) after every point, each whole
+(a temporary file renamed over it): a stage cut by its deadline during the full-depth case's 512K
+point keeps its 256K point (the case marked "unfinished").
 """
 import argparse
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from systems import (NOT_RUN, ROOT, odyssey_binary, plan_point, point_of, predict_point,  # noqa: E402
@@ -56,7 +61,36 @@ def self_test():
     assert largest_gap({"a": 1}, {"b": 1}) == (None, None)
     (name, _, sets, lengths), = cases("fulldepth", 2)  # every layer of the preset: no n_layers set
     assert sets == ["parallel.emulate=true"] and lengths == [262144, 524288] and "full-depth" in name, (name, sets)
+    self_test_written_per_point(name, sets, lengths)
     print("planner_vs_measured self-test: ok")
+
+
+def self_test_written_per_point(name, sets, lengths):
+    """The full-depth case cut during its 512K point: the record on disk holds the 256K point."""
+    gib = 2 ** 30
+
+    def fake_point(case, preset, sets_, seq, steps, out, timeout):
+        if seq == lengths[1]:  # the deadline's kill, as the second point runs: read what is on disk
+            with open(os.path.join(out, "planner_vs_measured.json")) as f:
+                on_disk.append(json.load(f))
+            raise KeyboardInterrupt
+        return {"case": case, "seq_len": seq, "planned_tensor_peak_bytes": 40 * gib, "measured_peak_bytes": 41 * gib,
+                "ratio": 41 / 40, "planned_peak_bytes": 42 * gib, "planned_overhead_bytes": 2 * gib, "peak_ok": True}
+    on_disk = []
+    with tempfile.TemporaryDirectory() as out:
+        results = [{}]
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # the point's line, printed as it comes
+                measure(name, "p.toml", sets, lengths, 2, out, 1, case=results[0],
+                        save=lambda: write_results(out, results), measure_point=fake_point)
+        except KeyboardInterrupt:
+            pass
+        assert sorted(os.listdir(out)) == ["planner_vs_measured.json", "planner_vs_measured.md"], os.listdir(out)
+        with open(os.path.join(out, "planner_vs_measured.md")) as f:
+            assert "| %s | 262144 | 40.000 (None) | 41.000 | 1.025 |" % name in f.read()
+    (case,), = on_disk
+    assert [p["seq_len"] for p in case["points"]] == [262144] and case["points"][0]["measured_peak_bytes"] == 41 * gib
+    assert case["ok"] is False and case["error"].startswith("unfinished: 1 of 2 points"), case
 
 
 def cases(which, layers):
@@ -124,19 +158,30 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     return point
 
 
-def measure(name, preset, sets, lengths, steps, out, timeout):
-    case = {"case": name, "preset": preset, "sets": sets, "points": []}
+def measure(name, preset, sets, lengths, steps, out, timeout, case=None, save=lambda: None, measure_point=None):
+    """One case: each length measured (measure_point, default measure_one) into `case` (a new dict
+    unless given), then its bytes per token. `save()` runs after every point: the record written
+    as it comes, so a stage cut by its deadline during the second point keeps the first."""
+    case = case if case is not None else {}
+    case.update({"case": name, "preset": preset, "sets": sets, "points": []})
     if predictions_dir():  # before the call: each point planned into its file, nothing run
         for seq in lengths:
             predict_point(point_of(preset, sets, seq))
-        return dict(case, ok=False, error=NOT_RUN)
+        case.update(ok=False, error=NOT_RUN)
+        return case
+    measure_point = measure_point or measure_one
     try:
         for seq in lengths:
-            point = measure_one(name, preset, sets, seq, steps, out, timeout)
+            point = measure_point(name, preset, sets, seq, steps, out, timeout)
             case["points"].append(point)
             # As it comes: a stage cut by a deadline keeps what it measured (the H200's
             # second session lost its runtime-overhead figures to a write at the stage's end only).
+            if len(case["points"]) < len(lengths):
+                case.update(ok=False, error="unfinished: %d of %d points measured (the run stopped during the next)"
+                            % (len(case["points"]), len(lengths)))
+            save()
             print(json.dumps({k: point.get(k) for k in POINT_KEYS}), flush=True)
+        case.pop("error", None)
         a, b = case["points"]
         tokens = b["seq_len"] - a["seq_len"]
         case["planned_bytes_per_token"] = (b["planned_tensor_peak_bytes"] - a["planned_tensor_peak_bytes"]) / tokens
@@ -147,6 +192,17 @@ def measure(name, preset, sets, lengths, steps, out, timeout):
     except (RuntimeError, OSError, ValueError, KeyError, ZeroDivisionError, subprocess.TimeoutExpired) as e:
         case.update(ok=False, error=str(e))
     return case
+
+
+def write_results(out, results):
+    """OUT/planner_vs_measured.json and .md of the cases so far, each written whole (a temporary
+    file renamed over it: a run killed mid-write leaves the previous version, never half a file)."""
+    for name, text in (("planner_vs_measured.json", json.dumps(results, indent=1)),
+                       ("planner_vs_measured.md", "\n".join(table(results)) + "\n")):
+        path = os.path.join(out, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
 
 
 def table(results):
@@ -201,14 +257,12 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     results = []
     for name, preset, sets, lengths in cases(args.cases, args.layers):
-        results.append(measure(name, preset, sets, lengths, args.steps, args.out, args.timeout))
+        results.append({})  # filled by measure, written after each of its points
+        measure(name, preset, sets, lengths, args.steps, args.out, args.timeout, case=results[-1],
+                save=lambda: write_results(args.out, results))
         print(json.dumps({k: results[-1].get(k) for k in ("case", "slope_ratio", "ok", "error")}), flush=True)
-        with open(os.path.join(args.out, "planner_vs_measured.json"), "w") as f:  # after every case
-            json.dump(results, f, indent=1)
-    lines = table(results)
-    with open(os.path.join(args.out, "planner_vs_measured.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        write_results(args.out, results)  # after every case too (a failed first point, predictions)
+    print("\n".join(table(results)))
     sys.exit(0 if all(r.get("ok") for r in results) else 1)
 
 
