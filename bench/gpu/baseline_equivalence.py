@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """The baselines' CPU dry run (make test): each baseline's whole path with the tiny shape, one process
-per configuration, and what must hold between the runs: every checkpointing mode and attention kernel
-of a baseline trains the same losses (each block compiled too, by dynamo and AOT autograd without
-Inductor's code generation), the selective policy saves the attention, the PyTorch and the
-Hugging Face baselines train the same model (the same losses from the same tokens, weights drawn in
-the same order), Liger patched in falls back to transformers' kernels where its own cannot run, the
-CPU's choices are recorded with their reasons, and the 1B shape is the preset's.
+per configuration, and what must hold between the runs: every checkpointing mode of a baseline's
+ladder (the tiny model's two blocks: no block, the first, both; selective then full for the PyTorch
+one) and every attention kernel trains the same losses (each block compiled too, by dynamo and AOT
+autograd without Inductor's code generation), each mode recomputes its blocks and the selective
+policy saves their attention, the search for the fastest mode that fits escalates past modes out of
+memory (simulated) and keeps the trace of the mode it keeps, the PyTorch and the Hugging Face
+baselines train the same model (the same losses from the same tokens, weights drawn in the same
+order), Liger patched in falls back to transformers' kernels where its own cannot run, the CPU's
+choices are recorded with their reasons, and the 1B shape is the preset's.
 
     python3 bench/gpu/baseline_equivalence.py [--odyssey build/bin/odyssey]
 
@@ -16,11 +19,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from llama_flops import SHAPES, timed_mean  # noqa: E402
+
+# The tiny model's ladders, every mode of each (baseline_protocol.checkpoint_ladder of its 2 blocks;
+# --checkpoint auto's checkpoint_search counts them), with the blocks each mode recomputes and, for
+# the PyTorch baseline, how many of them are under the selective policy.
+PYTORCH_MODES = {"none": (0, 0), "selective:1": (1, 1), "selective": (2, 2), "full:1+selective:1": (2, 1), "full": (2, 0)}
+HF_MODES = {"none": 0, "full:1": 1, "full": 2}
 
 # Between runs of one baseline the losses agree to fp32 rounding; a wrong RoPE scaling in one
 # baseline moves the tiny model's first loss by 8e-6 relative (measured 2026-11-27), the baselines
@@ -53,42 +63,65 @@ def check(odyssey):
             failures.append(what)
 
     pytorch = {"auto": run("pytorch_baseline.py")}
-    for mode in ("none", "selective", "full"):  # CPU flash: the selective policy has an attention op to save
+    for mode in PYTORCH_MODES:  # CPU flash: the selective policy has an attention op to save
         pytorch[mode] = run("pytorch_baseline.py", "--checkpoint", mode, "--attention", "flash", "--loss-chunk-tokens", "96")
-    for mode in ("selective", "full"):  # each block through dynamo and AOT autograd, SAC's partition included
+    # each block through dynamo and AOT autograd, SAC's partition included, and blocks of two policies side by side
+    for mode in ("selective:1", "selective", "full:1+selective:1", "full"):
         pytorch["compiled " + mode] = run("pytorch_baseline.py", "--checkpoint", mode, "--attention", "flash",
                                           "--compile", "aot-eager")
     auto = pytorch["auto"]
-    expect(auto["checkpoint"] == "none" and auto["attempts"] == [{"checkpoint": "none"}],
-           "pytorch: --checkpoint auto fits without checkpointing first (%s)" % auto["attempts"])
+    expect(auto["checkpoint"] == "none" and [a["checkpoint"] for a in auto["attempts"]] == ["none"]
+           and auto["checkpoint_search"] == {"modes": len(PYTORCH_MODES), "trials": 1},
+           "pytorch: --checkpoint auto fits without checkpointing first, one trial (%s)" % auto["attempts"])
     expect(auto["attention"]["backend"] == "math" and auto["attention"]["refused"].get("cudnn"),
            "pytorch: on the CPU cuDNN is refused with its reason and MATH pinned (%s)" % auto["attention"])
     expect(auto["compile"]["blocks"] is False and "CPU" in auto["compile"].get("reason", ""),
            "pytorch: torch.compile skipped on the CPU, the reason recorded (%s)" % auto["compile"])
-    for mode in ("none", "selective", "full"):
-        expect(pytorch[mode]["checkpoint"] == mode and same_losses(pytorch[mode], auto),
+    steps = int(TINY[TINY.index("--steps") + 1])
+    for mode, (recomputed, selective) in PYTORCH_MODES.items():
+        r = pytorch[mode]
+        expect(r["checkpoint"] == mode and same_losses(r, auto),
                "pytorch: checkpoint %s, flash, 96-token loss chunks trains the losses of none, math, one chunk (%s, %s)" % (
-                   mode, pytorch[mode]["losses"], auto["losses"]))
-    for mode in ("selective", "full"):
+                   mode, r["losses"], auto["losses"]))
+        expect(r.get("recomputed_blocks") == recomputed and r.get("selective_attention_saves", 0) == selective * steps,
+               "pytorch: checkpoint %s recomputes %d of 2 blocks, %d of them selective, saving their attention once "
+               "a step (%s, %s)" % (mode, recomputed, selective, r.get("recomputed_blocks"),
+                                    r.get("selective_attention_saves")))
+    for mode in ("selective:1", "selective", "full:1+selective:1", "full"):
         r = pytorch["compiled " + mode]
         expect(r["compile"] == {"blocks": True, "backend": "aot_eager"} and same_losses(r, auto),
                "pytorch: checkpoint %s with each block compiled (aot_eager) trains the same losses (%s, %s)" % (
                    mode, r["compile"], r["losses"]))
-    expect(pytorch["compiled selective"].get("selective_attention_saves", 0) > 0,
-           "pytorch: the selective policy saves attention outputs under torch.compile too")
-    expect(pytorch["selective"].get("selective_attention_saves", 0) > 0,
-           "pytorch: the selective policy saved attention outputs (%s)" % pytorch["selective"].get("selective_attention_saves"))
+        expect((r.get("selective_attention_saves", 0) > 0) == (PYTORCH_MODES[mode][1] > 0),
+               "pytorch: under torch.compile the selective policy saves attention outputs where checkpoint %s has "
+               "selective blocks (%s)" % (mode, r.get("selective_attention_saves")))
+    # The search past modes out of memory: none and selective:1 fail (simulated), selective fits; the
+    # kept mode's trace is the one asked for, the others' removed.
+    with tempfile.TemporaryDirectory() as traces:
+        trace = os.path.join(traces, "trace.json")
+        r = run("pytorch_baseline.py", "--simulate-oom", "none,selective:1", "--kernel-profile", trace)
+        expect(r["checkpoint"] == "selective" and [(a["checkpoint"], a.get("error")) for a in r["attempts"]] == [
+            ("none", "oom"), ("selective:1", "oom"), ("selective", None)] and same_losses(r, auto)
+               and os.listdir(traces) == ["trace.json"],
+               "pytorch: --checkpoint auto past none and selective:1 out of memory keeps selective, its losses and "
+               "its trace alone (%s, %s)" % (r["attempts"], os.listdir(traces)))
     expect(auto["loss_chunk_tokens"] >= 256 and pytorch["full"]["loss_chunk_tokens"] == 96,
            "pytorch: the loss chunk is the rule's, or the one asked for")
 
-    hf = {mode: run("hf_baseline.py", "--checkpoint", mode) for mode in ("none", "alternate", "full")}
+    hf = {mode: run("hf_baseline.py", "--checkpoint", mode) for mode in HF_MODES}
     layers = SHAPES["tiny"]["n_layers"]
-    for mode, recomputed in (("none", 0), ("alternate", (layers + 1) // 2), ("full", layers)):
+    for mode, recomputed in HF_MODES.items():
         r = hf[mode]
         expect(r["checkpoint"] == mode and same_losses(r, hf["none"]),
                "hf-liger: checkpoint %s trains the losses of none (%s, %s)" % (mode, r["losses"], hf["none"]["losses"]))
         expect(r["recomputed_layers"] == recomputed,
                "hf-liger: checkpoint %s recomputes %d of %d layers (%s)" % (mode, recomputed, layers, r["recomputed_layers"]))
+    r = run("hf_baseline.py", "--simulate-oom", "none")
+    expect(r["checkpoint"] == "full:1" and [(a["checkpoint"], a.get("error")) for a in r["attempts"]] == [
+        ("none", "oom"), ("full:1", None)] and r["checkpoint_search"] == {"modes": len(HF_MODES), "trials": 2}
+           and r["recomputed_layers"] == 1 and same_losses(r, hf["none"]),
+           "hf-liger: --checkpoint auto past none out of memory keeps full:1 of its %d modes, with its losses (%s)" % (
+               len(HF_MODES), r["attempts"]))
     r = hf["none"]
     expect(r["liger"]["enabled"] is False and "GPU" in r["liger"].get("reason", ""),
            "hf-liger: runs without Liger on the CPU and says so (%s)" % r["liger"])

@@ -8,14 +8,17 @@ On the CPU the host clock stands in. Each step: forward under bf16 autocast over
 (fp32 on the CPU), backward, the global gradient norm clipped to Odyssey's training.grad_clip, AdamW
 with Odyssey's defaults (weight decay on matrices only), zero_grad. The CUDA allocator and cuBLAS
 workspaces are set as Odyssey's prepare_cuda sets them, before torch starts CUDA, unless the user
-chose (engine/telemetry/cuda_runtime.h). A baseline tries its activation-checkpointing modes fastest
-first (none, then selective, then full) in its one process: a mode that runs out of memory is freed
-and the next one tried, and the JSON names the mode that fit and every attempt.
+chose (engine/telemetry/cuda_runtime.h). A baseline searches its ladder of activation-checkpointing
+modes (checkpoint_ladder: no block checkpointed, then one block more at a time, selective before
+full) in its one process for the fastest that fits (run_fastest_fitting): a mode that runs out of
+memory is freed and another tried, a mode that fits only through the allocator's retries is raced
+against the next, and the JSON names the mode kept and every trial.
 
 defines: ODYSSEY_TRAINING, DEFAULT_ALLOCATOR_SETTINGS, DEFAULT_CUBLAS_WORKSPACE_CONFIG,
-choose_allocator_settings, CUDA_SETUP, baseline_args, checkpoint_order, random_tokens, make_adamw,
-training_step, time_steps, is_oom, AllModesOutOfMemory, run_fastest_fitting, release_memory,
-step_figures, device_name, run_baseline_main, self_test
+choose_allocator_settings, CUDA_SETUP, BLOCK_POLICIES, checkpoint_ladder, block_policies, baseline_args,
+checkpoint_order, random_tokens, make_adamw, training_step, time_steps, is_oom, AllModesOutOfMemory,
+run_fastest_fitting, search_checkpointing, trial_profile_path, release_memory, settle_memory, step_figures,
+device_name, run_baseline_main, self_test
 """
 import argparse
 import contextlib
@@ -66,30 +69,89 @@ from llama_flops import SHAPES, mfu, parse_tokens, timed_mean  # noqa: E402
 ODYSSEY_TRAINING = dict(lr=3e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
 TOKEN_SEED = 1234  # the same random tokens for every baseline
 
+# A block's activation checkpointing, least recompute first, each holding less than the one before:
+# none keeps every activation; selective (the PyTorch baseline's) keeps the block's input and its
+# attention kernel's outputs and recomputes the rest; full keeps the input alone.
+BLOCK_POLICIES = ("none", "selective", "full")
 
-def baseline_args(description, checkpoint_modes):
+
+def _mode_name(policy, count, below, n_layers):
+    """The name of the mode with the first `count` blocks under `policy` and the others under `below`."""
+    if count == n_layers:
+        return policy
+    if below == "none":
+        return "%s:%d" % (policy, count)
+    return "%s:%d+%s:%d" % (policy, count, below, n_layers - count)
+
+
+def checkpoint_ladder(policies, n_layers):
+    """Every checkpointing mode of a baseline whose block policies are `policies` (BLOCK_POLICIES past
+    none, least recompute first), expected fastest first, each holding no more than the one before:
+    no block checkpointed, then one block at a time, from the first, moved to the next policy. For
+    ("selective", "full") and 16 blocks: none, selective:1 ... selective:15, selective (every block),
+    full:1+selective:15 ... full:15+selective:1, full (every block), 33 modes; for ("full",): none,
+    full:1 ... full:15, full, 17 modes. The first blocks are the ones checkpointed: the backward reaches
+    them last, once the blocks after them have freed their activations, so no recompute runs while a
+    block without checkpointing holds its own, and k checkpointed blocks peak lowest there."""
+    ladder, below = ["none"], "none"
+    for policy in policies:
+        ladder += [_mode_name(policy, count, below, n_layers) for count in range(1, n_layers + 1)]
+        below = policy
+    return ladder
+
+
+def block_policies(mode, n_layers):
+    """Each block's policy (BLOCK_POLICIES) under `mode`, a checkpoint_ladder name, from the first block:
+    "selective:3" is 3 selective blocks then none, "full:4+selective:12" 4 full then 12 selective,
+    "full" every block full. Raises ValueError on a name it cannot read."""
+    policies = []
+    for part in mode.split("+"):
+        policy, _, count = part.partition(":")
+        if policy not in BLOCK_POLICIES or (count and not count.isdigit()):
+            raise ValueError("checkpointing mode %r: %r is not a policy (%s) or policy:count" % (
+                mode, part, ", ".join(BLOCK_POLICIES)))
+        policies += [policy] * (int(count) if count else n_layers - len(policies))
+    if len(policies) > n_layers:
+        raise ValueError("checkpointing mode %r names %d blocks of %d" % (mode, len(policies), n_layers))
+    return policies + ["none"] * (n_layers - len(policies))
+
+
+def baseline_args(description, checkpoint_policies):
     """The command line every baseline shares; a script adds its own options to the parser returned.
-    --checkpoint auto tries `checkpoint_modes` in order (fastest first); least-memory runs the last
-    alone (the longest-context search: a length fits when the leanest mode does)."""
+    --checkpoint auto searches the ladder of `checkpoint_policies` (checkpoint_ladder) for the fastest
+    mode that fits (run_fastest_fitting); least-memory runs its last mode alone (the longest-context
+    search: a length fits when the leanest mode does); any mode of the ladder runs alone."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seq", type=parse_tokens, default=parse_tokens("32K"))
     parser.add_argument("--steps", type=int, default=3,
                         help="steps in all, the first one warm-up (as `odyssey train --steps`)")
     parser.add_argument("--config", choices=sorted(SHAPES), default="llama3.2-1b")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--checkpoint", choices=["auto", "least-memory"] + list(checkpoint_modes), default="auto",
-                        help="activation checkpointing: auto tries %s in turn" % ", then ".join(checkpoint_modes))
+    parser.add_argument("--checkpoint", default="auto",
+                        help="activation checkpointing: auto (the fastest mode that fits), least-memory (%s on "
+                             "every block), or one mode: none, %s on every block, or POLICY:K (the first K "
+                             "blocks)%s" % (checkpoint_policies[-1], " or ".join(checkpoint_policies),
+                                            ", full:K+selective:M (K full, then M selective)"
+                                            if len(checkpoint_policies) > 1 else ""))
+    parser.add_argument("--simulate-oom", metavar="MODE,...", default="",
+                        help="these checkpointing modes fail as out of memory before their first step (the CPU "
+                             "dry run's check of the search, on a machine with memory to spare)")
     parser.add_argument("--kernel-profile", metavar="FILE", help="profile the last step; its Chrome trace here")
     parser.add_argument("--self-test", action="store_true", help="the script's own arithmetic, no run")
+    parser.set_defaults(checkpoint_policies=tuple(checkpoint_policies))
     return parser
 
 
 def checkpoint_order(choice, modes):
-    """The modes a run tries, in order, for --checkpoint `choice`."""
+    """The modes a run searches for --checkpoint `choice`, `modes` being the baseline's ladder: all of
+    them for auto, the last alone for least-memory, the one named otherwise (ValueError if none)."""
     if choice == "auto":
         return list(modes)
     if choice == "least-memory":
         return [modes[-1]]
+    if choice not in modes:
+        raise ValueError("--checkpoint %s: not auto, least-memory or a mode of this baseline's ladder (%s)" % (
+            choice, ", ".join(modes)))
     return [choice]
 
 
@@ -150,16 +212,19 @@ def _profiled(step, device, path):
 
 def time_steps(step, steps, device, profile_path=None):
     """Runs `step` `steps` times; returns {"times": seconds of each step, "peaks" and "reserved": the
-    allocator's peak allocated and reserved bytes of each step (None on the CPU), "losses": each
-    step's loss, read once its end was reached}. On a GPU each step lies between two CUDA events on the current stream (the device's time,
-    as Odyssey's step_time_s) and the allocator's peaks are reset before it (as Odyssey's tracker
-    resets its peak per step); the CPU's host clock stands in. With profile_path, the last step runs
-    under the profiler."""
-    out = {"times": [], "peaks": [], "reserved": [], "losses": []}
+    allocator's peak allocated and reserved bytes of each step, "retries": the allocator's
+    num_alloc_retries in each step (each a cudaFree of its cache and a retry: slow and synchronising;
+    these three None on the CPU), "losses": each step's loss, read once its end was reached}. On a GPU
+    each step lies between two CUDA events on the current stream (the device's time, as Odyssey's
+    step_time_s) and the allocator's peaks are reset before it (as Odyssey's tracker resets its peak
+    per step); the CPU's host clock stands in. With profile_path, the last step runs under the
+    profiler."""
+    out = {"times": [], "peaks": [], "reserved": [], "retries": [], "losses": []}
     for i in range(steps):
         run = (lambda: _profiled(step, device, profile_path)) if profile_path and i == steps - 1 else step
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
+            retries_before = torch.cuda.memory_stats().get("num_alloc_retries", 0)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             loss = run()
@@ -168,12 +233,14 @@ def time_steps(step, steps, device, profile_path=None):
             out["times"].append(start.elapsed_time(end) / 1e3)
             out["peaks"].append(torch.cuda.max_memory_allocated())
             out["reserved"].append(torch.cuda.max_memory_reserved())
+            out["retries"].append(torch.cuda.memory_stats().get("num_alloc_retries", 0) - retries_before)
         else:
             begin = time.perf_counter()
             loss = run()
             out["times"].append(time.perf_counter() - begin)
             out["peaks"].append(None)
             out["reserved"].append(None)
+            out["retries"].append(None)
         out["losses"].append(float(loss))
     return out
 
@@ -211,25 +278,121 @@ def release_memory():
         torch.cuda.empty_cache()
 
 
+def settle_memory():
+    """Between a mode that fit and the next trial: the allocator's cache emptied, so the next mode
+    starts from the device as a fresh process would (the compiled graphs are kept: a block's graph
+    depends on its own policy alone, so the next mode's blocks reuse them)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def run_fastest_fitting(modes, attempt, release=release_memory):
-    """attempt(mode) for each mode in order until one runs without running out of memory; returns
-    its result with "checkpoint" (the mode that fit) and "attempts" ({"checkpoint", "error"?} each).
-    Raises AllModesOutOfMemory when none fits; any other error propagates."""
-    attempts = []
-    for mode in modes:
+    """The fastest mode that fits, of `modes`: a ladder (checkpoint_ladder: expected fastest first, each
+    holding no more than the one before) or one mode. Each trial is attempt(mode), the protocol's steps
+    timed; release() follows a trial that ran out of memory, settle_memory() one that fit when another
+    trial comes after it.
+
+    The order: modes[0] (no checkpointing); when it runs out of memory, the rungs 1, 2, 4, 8, ... and
+    the last, doubling until one fits, then bisection between the last that ran out of memory and the
+    first that fit, for the first rung that fits (every rung past it fits, as it holds less). The fewest
+    checkpointed blocks come first, so where a few suffice (the throughput lengths) the expected
+    fastest mode that fits is the first found, after one or two trials, and modes that run out of
+    memory, which stop within their first step, are most of the rest. A fitting mode whose timed steps
+    retried the allocator (num_alloc_retries > 0: cudaFree of its cache and a retry, slow and
+    synchronising) is not trusted to be the fastest: the next rung runs too. Of the modes that fit,
+    the fastest (step_time_s) is kept.
+    Trials: 1 where modes[0] fits without retries; at worst 12 of the PyTorch baseline's 33 modes
+    (1 + 6 doubling + 4 bisecting + 1 past retries: self_test counts every case) and 10 of the
+    Hugging Face baseline's 17.
+
+    Returns the kept trial's result with "checkpoint" (its mode), "attempts" (every trial in order:
+    {"checkpoint", "step_time_s", and on a GPU "num_alloc_retries" and "peak_bytes"}, or {"checkpoint",
+    "error": "oom", "detail"}) and "checkpoint_search" ({"modes", "trials"}). Raises AllModesOutOfMemory when
+    none fits; any other error propagates."""
+    attempts, fitting = [], {}
+
+    def fits(i):
+        if attempts and "error" not in attempts[-1]:
+            settle_memory()
         failed = None
         try:
-            result = attempt(mode)
+            result = attempt(modes[i])
         except Exception as e:  # noqa: BLE001 -- only out-of-memory errors are handled
             if not is_oom(e):
                 raise
             failed = str(e).splitlines()[0][:240] if str(e) else type(e).__name__
         if failed is None:
-            attempts.append({"checkpoint": mode})
-            return dict(result, checkpoint=mode, attempts=attempts)
-        attempts.append({"checkpoint": mode, "error": "oom", "detail": failed})
+            fitting[i] = result
+            attempts.append(dict({"checkpoint": modes[i], "step_time_s": result["step_time_s"]},
+                                 **{k: result[k] for k in ("num_alloc_retries", "peak_bytes") if k in result}))
+            return True
+        attempts.append({"checkpoint": modes[i], "error": "oom", "detail": failed})
         release()  # after the except block: the exception and its frames' tensors are gone
-    raise AllModesOutOfMemory(attempts)
+        return False
+
+    first = 0
+    if not fits(0):
+        fails, fit, probe = 0, len(modes), 1  # modes[fails] ran out of memory; modes[fit] is the first known to fit
+        while fit == len(modes):  # doubling
+            rung = min(probe, len(modes) - 1)
+            if rung <= fails:
+                break
+            if fits(rung):
+                fit = rung
+            else:
+                fails = rung
+            probe *= 2
+        while fit - fails > 1:  # bisection
+            middle = (fails + fit) // 2
+            if fits(middle):
+                fit = middle
+            else:
+                fails = middle
+        if fit == len(modes):
+            raise AllModesOutOfMemory(attempts)
+        first = fit
+    if (fitting[first].get("num_alloc_retries") or 0) > 0 and first + 1 < len(modes) and first + 1 not in fitting:
+        fits(first + 1)
+    kept = min(fitting, key=lambda i: fitting[i]["step_time_s"])
+    return dict(fitting[kept], checkpoint=modes[kept], attempts=attempts,
+                checkpoint_search={"modes": len(modes), "trials": len(attempts)})
+
+
+def trial_profile_path(path, mode):
+    """Where the trial of `mode` writes its --kernel-profile trace (None without one): beside `path`,
+    named for the mode, until the search keeps one of them."""
+    if not path:
+        return None
+    root, ext = os.path.splitext(path)
+    return "%s.%s%s" % (root, mode.replace(":", "-").replace("+", "_"), ext)
+
+
+def search_checkpointing(args, n_layers, attempt, release=release_memory):
+    """run_fastest_fitting over the modes --checkpoint names (the ladder of the baseline's block
+    policies for `n_layers` blocks), each trial attempt(mode, profile_path): with --kernel-profile,
+    each trial traces to its own file and the kept trial's becomes the one asked for (the others are
+    removed, whatever the search's outcome). The modes of --simulate-oom fail as out of memory before
+    their first step."""
+    simulated, tried = set(filter(None, args.simulate_oom.split(","))), []
+
+    def trial(mode):
+        tried.append(mode)
+        if mode in simulated:
+            raise torch.OutOfMemoryError("simulated out of memory (--simulate-oom %s)" % args.simulate_oom)
+        return attempt(mode, trial_profile_path(args.kernel_profile, mode))
+
+    modes = checkpoint_order(args.checkpoint, checkpoint_ladder(args.checkpoint_policies, n_layers))
+    try:
+        result = run_fastest_fitting(modes, trial, release)
+        if args.kernel_profile:
+            os.replace(trial_profile_path(args.kernel_profile, result["checkpoint"]), args.kernel_profile)
+    finally:
+        for mode in tried:  # the traces not kept, also where the search failed
+            path = trial_profile_path(args.kernel_profile, mode)
+            if path and os.path.exists(path):
+                os.remove(path)
+    return result
 
 
 def device_name(device):
@@ -250,6 +413,9 @@ def step_figures(system, args, shape, device, timed):
         out["peak_bytes"] = max(timed["peaks"])  # the most over the steps, as Odyssey's peak_bytes
         out["step_peak_bytes"] = timed["peaks"]
         out["reserved_bytes"] = max(timed["reserved"])
+        # the allocator's cudaFree-and-retry count in the timed steps (those timed_mean averages), each step's beside
+        out["num_alloc_retries"] = sum(timed["retries"][1:] or timed["retries"])
+        out["step_alloc_retries"] = timed["retries"]
         # what the longest-context search extrapolates the peaks towards (longest_context.py)
         out["device_total_bytes"] = torch.cuda.mem_get_info(device)[1]
     return out
@@ -265,6 +431,14 @@ def run_baseline_main(system, parser, run, self_test):
         return
     if args.seq <= 0 or args.steps <= 0:
         parser.error("--seq and --steps must be positive")
+    ladder = checkpoint_ladder(args.checkpoint_policies, SHAPES[args.config]["n_layers"])
+    try:
+        checkpoint_order(args.checkpoint, ladder)
+    except ValueError as e:
+        parser.error(str(e))
+    unknown = [m for m in filter(None, args.simulate_oom.split(",")) if m not in ladder]
+    if unknown:
+        parser.error("--simulate-oom %s: not modes of this baseline's ladder (%s)" % (",".join(unknown), ", ".join(ladder)))
     try:
         print(json.dumps(run(args)), flush=True)
     except AllModesOutOfMemory as e:
@@ -278,8 +452,10 @@ def run_baseline_main(system, parser, run, self_test):
 
 
 def self_test():
-    """The protocol's rules on hand-made cases: the allocator setting, the mode order, the step-time
-    mean, out-of-memory detection through a wrapper, and the escalation from a mode that does not fit."""
+    """The protocol's rules on hand-made cases: the allocator setting, the checkpointing ladder and its
+    names, the step-time mean, out-of-memory detection through a wrapper, and the search for the
+    fastest mode that fits in every case of every ladder size (its worst-case trial counts), past a
+    mode that fits only through the allocator's retries too."""
     assert choose_allocator_settings(None, None) == ("expandable_segments:True", False)
     assert choose_allocator_settings(None, "backend:cudaMallocAsync") == ("backend:cudaMallocAsync", True)
     assert choose_allocator_settings("max_split_size_mb:128", "expandable_segments:False") == ("max_split_size_mb:128", True)
@@ -290,24 +466,80 @@ def self_test():
     env = {}
     _prepare_cuda_environment(env)
     assert env["PYTORCH_ALLOC_CONF"] == "expandable_segments:True", env
-    modes = ["none", "selective", "full"]
-    assert checkpoint_order("auto", modes) == modes
-    assert checkpoint_order("least-memory", modes) == ["full"]
-    assert checkpoint_order("selective", modes) == ["selective"]
+    ladder = checkpoint_ladder(("selective", "full"), 16)
+    assert len(ladder) == 33 and ladder[:2] == ["none", "selective:1"] and ladder[15:18] == [
+        "selective:15", "selective", "full:1+selective:15"] and ladder[-2:] == ["full:15+selective:1", "full"], ladder
+    assert checkpoint_ladder(("full",), 16)[7:10] == ["full:7", "full:8", "full:9"]
+    assert checkpoint_ladder(("selective", "full"), 2) == ["none", "selective:1", "selective", "full:1+selective:1", "full"]
+    for policies in (("selective", "full"), ("full",)):  # each rung moves one block to a leaner policy
+        rungs = [[BLOCK_POLICIES.index(p) for p in block_policies(m, 16)] for m in checkpoint_ladder(policies, 16)]
+        for before, after in zip(rungs, rungs[1:]):
+            changed = [b for b in range(16) if before[b] != after[b]]
+            assert len(changed) == 1 and after[changed[0]] > before[changed[0]], (before, after)
+    assert block_policies("selective:3", 5) == ["selective"] * 3 + ["none"] * 2
+    assert block_policies("full:1+selective:4", 5) == ["full"] + ["selective"] * 4
+    assert block_policies("none", 2) == ["none"] * 2
+    for bad in ("alternate", "full:x", "full:9"):
+        try:
+            block_policies(bad, 5)
+            raise AssertionError("ValueError expected for %r" % bad)
+        except ValueError:
+            pass
+    assert checkpoint_order("auto", ladder) == ladder and checkpoint_order("least-memory", ladder) == ["full"]
+    assert checkpoint_order("selective:3", ladder) == ["selective:3"]
+    try:
+        checkpoint_order("alternate", ladder)
+        raise AssertionError("ValueError expected")
+    except ValueError:
+        pass
     assert abs(timed_mean([9.0, 2.0, 4.0]) - 3.0) < 1e-12 and timed_mean([5.0]) == 5.0
     wrapped = RuntimeError("backend compiler failed")
     wrapped.__cause__ = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     assert is_oom(wrapped) and not is_oom(RuntimeError("shape mismatch"))
-    released = []
 
-    def attempt(mode):
-        if mode == "none":
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
-        return {"tokens_per_s": 1.0}
+    def search(modes, first_fitting, retrying=(), seconds=lambda i: 1.0 + 0.01 * i):
+        """run_fastest_fitting where modes[first_fitting:] fit, those of `retrying` with allocator retries."""
+        released = []
 
-    result = run_fastest_fitting(modes, attempt, release=lambda: released.append(True))
-    assert result["checkpoint"] == "selective" and released == [True], result
-    assert result["attempts"][0]["error"] == "oom" and result["attempts"][1] == {"checkpoint": "selective"}, result
+        def attempt(mode):
+            i = modes.index(mode)
+            if i < first_fitting:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+            return {"step_time_s": seconds(i), "num_alloc_retries": 3 if i in retrying else 0}
+
+        result = run_fastest_fitting(modes, attempt, release=lambda: released.append(True))
+        assert len(released) == sum(1 for a in result["attempts"] if "error" in a), (result, released)
+        return result
+
+    # every case of every ladder size: the first mode that fits is found; worst-case trials as documented
+    for n, worst in ((1, 1), (3, 3), (5, 5), (17, 10), (33, 12)):
+        modes, most = ["m%d" % i for i in range(n)], 0
+        for first_fitting in range(n + 1):
+            for retrying in ((), range(n)):
+                try:
+                    result = search(modes, first_fitting, retrying)
+                except AllModesOutOfMemory as e:
+                    assert first_fitting == n and [a["checkpoint"] for a in e.attempts][-1] == modes[-1], e.attempts
+                    most = max(most, len(e.attempts))
+                    continue
+                tried = [a["checkpoint"] for a in result["attempts"]]
+                assert result["checkpoint"] == modes[first_fitting] and len(set(tried)) == len(tried), (n, result)
+                assert result["checkpoint_search"] == {"modes": n, "trials": len(tried)}, result
+                most = max(most, len(tried))
+        assert most == worst, (n, most, worst)
+    # the throughput lengths' case: no checkpointing runs out of memory, the first rung fits: two trials
+    result = search(ladder, 1)
+    assert [a["checkpoint"] for a in result["attempts"]] == ["none", "selective:1"] and result["checkpoint"] == "selective:1"
+    assert result["attempts"][0]["error"] == "oom" and result["attempts"][1] == {
+        "checkpoint": "selective:1", "step_time_s": 1.01, "num_alloc_retries": 0}, result["attempts"]
+    result = search(ladder, 9)  # doubling to 16 (selective on every block), then bisection down to 9
+    assert [a["checkpoint"] for a in result["attempts"]] == [ladder[i] for i in (0, 1, 2, 4, 8, 16, 12, 10, 9)], result
+    # a mode that fits only through the allocator's retries: the next one runs too, the faster kept
+    result = search(ladder, 1, retrying=(1,), seconds=lambda i: 2.0 if i == 1 else 1.5)
+    tried = [(a["checkpoint"], a.get("num_alloc_retries")) for a in result["attempts"]]
+    assert result["checkpoint"] == "selective:2" and tried == [("none", None), ("selective:1", 3), ("selective:2", 0)], tried
+    result = search(ladder, 0, retrying=(0,))
+    assert result["checkpoint"] == "none" and result["num_alloc_retries"] == 3 and len(result["attempts"]) == 2, result
     try:
         run_fastest_fitting(["full"], lambda mode: (_ for _ in ()).throw(torch.OutOfMemoryError("out of memory")),
                             release=lambda: None)
@@ -315,7 +547,9 @@ def self_test():
     except AllModesOutOfMemory as e:
         assert [a["checkpoint"] for a in e.attempts] == ["full"], e.attempts
     try:
-        run_fastest_fitting(modes, lambda mode: (_ for _ in ()).throw(ValueError("a defect")), release=lambda: None)
+        run_fastest_fitting(ladder, lambda mode: (_ for _ in ()).throw(ValueError("a defect")), release=lambda: None)
         raise AssertionError("a defect must propagate")
     except ValueError:
         pass
+    assert trial_profile_path(None, "none") is None
+    assert trial_profile_path("out/trace.json", "full:1+selective:15") == "out/trace.full-1_selective-15.json"

@@ -5,8 +5,11 @@ preset shape (llama_flops.SHAPES: presets/llama3.2-1b-1xh100.toml's model, rando
 downloaded) with SDPA attention (PyTorch's own kernel choice, GQA without repeated KV heads), Liger
 kernels on a GPU (liger-kernel: RMSNorm, RoPE, SwiGLU and the fused linear cross-entropy, so no
 [tokens, vocab] logits), bf16 autocast over fp32 master weights, fused AdamW and clipping as the
-Trainer's bf16 defaults do, and activation checkpointing only where it is needed: none, then every
-other layer (activation_checkpointing_enable(every_n_layers=2)), then every layer. On the CPU (the
+Trainer's bf16 defaults do, and activation checkpointing only where it is needed, on as few layers as
+fit: the fastest mode that fits of a ladder (baseline_protocol.checkpoint_ladder) from none through
+full checkpointing of the first k layers (activation_checkpointing_enable, then each later layer's
+gradient_checkpointing switched off) to every layer, searched by doubling k then bisection
+(baseline_protocol.run_fastest_fitting). On the CPU (the
 dry run) it runs without Liger (Triton's kernels need a GPU) and says so in its JSON. Where Liger's
 kernels fail, the run goes on with transformers' own and records the error in its JSON.
 
@@ -18,7 +21,8 @@ carried in gpu-carry/wheels (carried_wheels.py) are put on sys.path before anyth
     python3 bench/gpu/hf_baseline.py --self-test
 
 Output: baseline_protocol.step_figures' fields ("system": "hf-liger", ...) with "checkpoint",
-"attempts", "recomputed_layers", "attention", "liger", "packages"; exit 1 with {"error": "oom", "attempts"} when no mode fits.
+"attempts", "checkpoint_search", "recomputed_layers", "attention", "liger", "packages"; exit 1 with
+{"error": "oom", "attempts"} when no mode fits.
 
 defines: llama_config, build_model, set_checkpointing, sdpa_choice, run, self_test
 """
@@ -51,8 +55,10 @@ import torch  # noqa: E402
 from torch.nn.attention import SDPBackend  # noqa: E402
 
 SYSTEM = "hf-liger"
-CHECKPOINT_MODES = ("none", "alternate", "full")  # fastest first: no layer, every other layer, every layer
-CHECKPOINT_EVERY_N = {"alternate": 2, "full": 1}
+# The block policy of the checkpointing ladder: transformers checkpoints a whole layer (its
+# activation_checkpointing_enable has no selective policy), so the ladder is none, full on the first
+# k layers, full on every layer.
+CHECKPOINT_POLICIES = ("full",)
 
 
 def llama_config(shape, seq):
@@ -98,12 +104,17 @@ def build_model(shape, seq, device, liger):
 
 
 def set_checkpointing(model, mode):
-    """The model's activation checkpointing for `mode` (CHECKPOINT_MODES), non-reentrant as the
-    Trainer's default."""
-    if mode == "none":
+    """The model's activation checkpointing for `mode` (a ladder name: baseline_protocol.block_policies),
+    non-reentrant as the Trainer's default: enabled on every layer, then switched off past the first k
+    by each decoder layer's own gradient_checkpointing flag (every_n_layers spaces them out instead,
+    so a layer is recomputed while earlier layers without checkpointing still hold their activations)."""
+    policies = protocol.block_policies(mode, len(model.model.layers))
+    if "full" not in policies:
         model.activation_checkpointing_disable()
-    else:
-        model.activation_checkpointing_enable({"use_reentrant": False}, every_n_layers=CHECKPOINT_EVERY_N[mode])
+        return
+    model.activation_checkpointing_enable({"use_reentrant": False})
+    for layer, policy in zip(model.model.layers, policies):
+        layer.gradient_checkpointing = policy == "full"
 
 
 def sdpa_choice(shape, device, tokens):
@@ -118,7 +129,7 @@ def sdpa_choice(shape, device, tokens):
 
 
 def measure(args, shape, device, liger):
-    """The run's figures with Liger's kernels or without (run_fastest_fitting's result)."""
+    """The run's figures with Liger's kernels or without (search_checkpointing's result)."""
     model = build_model(shape, args.seq, device, liger)
     opt, adamw = protocol.make_adamw(model.named_parameters(), device)
     inputs, labels = protocol.random_tokens(shape["vocab"], args.seq, device)
@@ -132,12 +143,12 @@ def measure(args, shape, device, liger):
     for i, layer in enumerate(model.model.layers):
         layer.mlp.register_forward_pre_hook(lambda module, inputs, i=i: mlp_calls.__setitem__(i, mlp_calls[i] + 1))
 
-    def attempt(mode):
+    def attempt(mode, profile_path):
         set_checkpointing(model, mode)
         step = protocol.training_step(loss_of_batch, model.parameters(), opt, device)
         mlp_calls[:] = [0] * len(mlp_calls)
         out = protocol.step_figures(SYSTEM, args, shape, device,
-                                    protocol.time_steps(step, args.steps, device, args.kernel_profile))
+                                    protocol.time_steps(step, args.steps, device, profile_path))
         out["recomputed_layers"] = sum(1 for calls in mlp_calls if calls > args.steps)
         return out
 
@@ -145,7 +156,7 @@ def measure(args, shape, device, liger):
         opt.zero_grad(set_to_none=True)
         protocol.release_memory()
 
-    result = protocol.run_fastest_fitting(protocol.checkpoint_order(args.checkpoint, CHECKPOINT_MODES), attempt, release)
+    result = protocol.search_checkpointing(args, len(model.model.layers), attempt, release)
     tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     result.update(attention={"implementation": model.config._attn_implementation, "enable_gqa": True,
                              "sdpa_choice": sdpa_choice(shape, device, min(args.seq, 1024)),
@@ -198,7 +209,7 @@ def self_test():
 
 
 def main():
-    parser = protocol.baseline_args(__doc__.split("\n\n")[0], CHECKPOINT_MODES)
+    parser = protocol.baseline_args(__doc__.split("\n\n")[0], CHECKPOINT_POLICIES)
     parser.add_argument("--liger", choices=["auto", "on", "off"], default="auto",
                         help="Liger's kernels: auto on a GPU; on: the CPU too (its Triton kernels fail there and "
                              "the run goes on with transformers' own, the error recorded: the dry run's check)")

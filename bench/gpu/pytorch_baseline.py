@@ -11,8 +11,12 @@ model of presets/llama3.2-1b-1xh100.toml: 16 layers, d=2048, 32/8 heads of 64, S
 - a chunked fused linear + cross-entropy: `loss_chunk_tokens` rows of logits at a time, gradients
   made in the forward, never the whole [tokens, vocab] fp32 logits;
 - bf16 autocast over fp32 master weights, the residual stream in bf16, fused AdamW, clipping;
-- activation checkpointing only where it is needed: none, then selective (torch.utils.checkpoint with
-  a policy that saves every attention output, create_selective_checkpoint_contexts), then full.
+- activation checkpointing only where it is needed, on as few blocks as fit: the fastest mode that
+  fits of a ladder (baseline_protocol.checkpoint_ladder): none, selective on the first k of the
+  blocks (torch.utils.checkpoint with a policy that saves every attention output,
+  create_selective_checkpoint_contexts) for k = 1 to all, then full on the first k with the others
+  selective, to full on every block; searched by doubling k then bisection
+  (baseline_protocol.run_fastest_fitting).
 On the CPU (make test's dry run): fp32, no torch.compile (the reason recorded; --compile aot-eager
 traces the blocks without Inductor's code generation), attention pinned to MATH over forward and
 backward after cuDNN's refusal is recorded.
@@ -23,8 +27,9 @@ backward after cuDNN's refusal is recorded.
     python3 bench/gpu/pytorch_baseline.py --self-test                  # the loss and RoPE arithmetic
 
 Output: baseline_protocol.step_figures' fields ("system": "pytorch", seq_len, step_time_s,
-tokens_per_s, mfu, peak_bytes, ...) with "checkpoint", "attempts", "attention", "compile",
-"loss_chunk_tokens"; exit 1 with {"error": "oom", "attempts"} when no mode fits.
+tokens_per_s, mfu, peak_bytes, num_alloc_retries, ...) with "checkpoint", "attempts",
+"checkpoint_search", "attention", "compile", "loss_chunk_tokens" (and where the blocks run eagerly,
+"recomputed_blocks"); exit 1 with {"error": "oom", "attempts"} when no mode fits.
 
 defines: RMSNorm, rope_inv_freq, Block, CheckpointedBlock, Llama, ChunkedLinearCrossEntropy,
 loss_chunk_tokens, choose_attention, run, self_test
@@ -45,7 +50,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts  # noqa: E402
 
 SYSTEM = "pytorch"
-CHECKPOINT_MODES = ("none", "selective", "full")  # fastest first
+# The block policies of the checkpointing ladder, least recompute first. Full goes on top of selective,
+# never beside blocks without checkpointing: full on k blocks beside blocks without holds more than
+# selective on k + 1 until k nears the block count, and recomputes k attention kernels where that
+# recomputes none (at the 1B's 128K none needed over 139 GiB where selective on all 16 blocks peaked at
+# 50, record 2026-11-28-h200-d4355c8: a block without checkpointing holds at least 5.5 GiB more than a
+# selective one, 11 times the 0.5 GiB of attention output a selective block keeps). Past selective on
+# every block, a full block helps only in place of a selective one.
+CHECKPOINT_POLICIES = ("selective", "full")
 ATTENTION_BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                       "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
 # The kernels tried in order where --attention is auto. The CPU has no cuDNN: its refusal is recorded,
@@ -123,9 +135,10 @@ class Block(nn.Module):
 
 
 class CheckpointedBlock(nn.Module):
-    """A block under one checkpointing mode: "none" keeps every activation, "full" only the block's
-    input (torch.utils.checkpoint), "selective" the input and each attention kernel's outputs
-    (`saved_attention` counts the policy's saves: at trace time under torch.compile)."""
+    """A block under one checkpointing policy (baseline_protocol.BLOCK_POLICIES): "none" keeps every
+    activation, "full" only the block's input (torch.utils.checkpoint), "selective" the input and each
+    attention kernel's outputs (`saved_attention` counts the policy's saves: at trace time under
+    torch.compile)."""
 
     def __init__(self, block, mode):
         super().__init__()
@@ -213,10 +226,11 @@ class Llama(nn.Module):
         self.runners = [CheckpointedBlock(b, "none") for b in self.blocks]  # a list: not registered twice
 
     def configure(self, mode, compile_backend):
-        """Each block's runner under checkpointing `mode`, compiled by `compile_backend` (one
-        torch.compile per block: "inductor", or "aot_eager" to trace without generating code) or not
-        (None)."""
-        runners = [CheckpointedBlock(b, mode) for b in self.blocks]
+        """Each block's runner under its policy of checkpointing `mode` (a ladder name:
+        baseline_protocol.block_policies), compiled by `compile_backend` (one torch.compile per block:
+        "inductor", or "aot_eager" to trace without generating code) or not (None)."""
+        policies = protocol.block_policies(mode, len(self.blocks))
+        runners = [CheckpointedBlock(b, policy) for b, policy in zip(self.blocks, policies)]
         self.checkpointed = runners
         self.runners = [torch.compile(r, backend=compile_backend) for r in runners] if compile_backend else runners
 
@@ -282,19 +296,30 @@ def run(args):
                               "skipped on the CPU: Inductor's C++ build of every graph takes minutes on the dry "
                               "run's cores; on a GPU each block is compiled")
 
-    def steps(mode):
+    # Each block's MLP calls where the blocks run eagerly from the start (a hook in a compiled block
+    # would not see the recompute inside its backward graph): twice a step where the block is
+    # checkpointed (the recompute), so the JSON shows which blocks the mode recomputed.
+    mlp_calls = None
+    if backend is None:
+        mlp_calls = [0] * len(model.blocks)
+        for i, block in enumerate(model.blocks):
+            block.w_down.register_forward_pre_hook(lambda module, inputs, i=i: mlp_calls.__setitem__(i, mlp_calls[i] + 1))
+
+    def steps(mode, profile_path):
         model.configure(mode, compiled["backend"])
+        if mlp_calls is not None:
+            mlp_calls[:] = [0] * len(mlp_calls)
         step = protocol.training_step(lambda: model(inputs, labels), model.parameters(), opt, device, around=pin)
-        return protocol.time_steps(step, args.steps, device, args.kernel_profile)
+        return protocol.time_steps(step, args.steps, device, profile_path)
 
     def release():
         opt.zero_grad(set_to_none=True)
         protocol.release_memory()
 
-    def attempt(mode):
+    def attempt(mode, profile_path):
         failure = None
         try:
-            timed = steps(mode)
+            timed = steps(mode, profile_path)
         except Exception as e:  # noqa: BLE001 -- a block that does not compile runs eagerly
             if not compiled["blocks"] or protocol.is_oom(e):
                 raise
@@ -302,13 +327,15 @@ def run(args):
         if failure:
             compiled.update(blocks=False, backend=None, error=failure)
             release()
-            timed = steps(mode)
+            timed = steps(mode, profile_path)
         out = protocol.step_figures(SYSTEM, args, shape, device, timed)
-        if mode == "selective":
+        if "selective" in protocol.block_policies(mode, len(model.blocks)):
             out["selective_attention_saves"] = sum(r.saved_attention for r in model.checkpointed)
+        if mlp_calls is not None:
+            out["recomputed_blocks"] = sum(1 for calls in mlp_calls if calls > args.steps)
         return out
 
-    result = protocol.run_fastest_fitting(protocol.checkpoint_order(args.checkpoint, CHECKPOINT_MODES), attempt, release)
+    result = protocol.search_checkpointing(args, len(model.blocks), attempt, release)
     result.update(attention={"backend": attention, "refused": refused, "enable_gqa": True,
                              "pinned": "forward and backward (the checkpoint's recompute too)"},
                   compile=compiled, loss_chunk_tokens=chunk, adamw=adamw)
@@ -355,7 +382,7 @@ def self_test():
 
 
 def main():
-    parser = protocol.baseline_args(__doc__.split("\n\n")[0], CHECKPOINT_MODES)
+    parser = protocol.baseline_args(__doc__.split("\n\n")[0], CHECKPOINT_POLICIES)
     parser.add_argument("--attention", choices=["auto"] + list(ATTENTION_BACKENDS), default="auto",
                         help="auto: the first of %s that runs (CPU: %s)" % (
                             ", ".join(ATTENTION_PREFERENCE["cuda"]), ", ".join(ATTENTION_PREFERENCE["cpu"])))
