@@ -27,6 +27,7 @@
 #include "engine/train/documents_dataset.h"
 #include "engine/train/eval.h"
 #include "engine/train/hf_checkpoint.h"
+#include "engine/train/run.h"
 #include "engine/util/files.h"
 #include "engine/util/json.h"
 #include "engine/util/json_read.h"
@@ -49,7 +50,8 @@ constexpr const char* kHelp =
     "  --data FILE      a documents file of held-out text (odyssey prepare), at least N + 1 tokens\n"
     "  --seq-len N      the longest context evaluated (K and M suffixes)\n"
     "  --preset P       for HF_DIR: the rest of the config (ranks, memory stack); else the defaults\n"
-    "  --set k=v        change how the model runs (rope_*, device, dtype, parallel.*, memory.*), never a shape\n"
+    "  --set k=v        change how the model runs (model.rope_*, training.device, dtype, document_positions,\n"
+    "                   parallel.*, memory.*), never a shape or what eval sets itself\n"
     "  --json           print one JSON object on stdout\n"
     "  --out DIR        where eval.json and needle.png go (RUN_DIR/eval, or ./eval-<HF_DIR's name>)\n"
     "  --overwrite      replace eval.json and needle.png in --out\n"
@@ -177,6 +179,37 @@ std::string model_sets(const EvalArgs& a) {
   return out.empty() ? "--set" : out;
 }
 
+/// Why `odyssey eval` refuses a --set of `section.key`, or empty when it takes it. Eval sets the
+/// step itself (eval_config: --seq-len, the documents of --data packed split under masking, one
+/// sequence a replica), runs no optimizer and writes no run: a --set of those keys would be ignored.
+std::string eval_refuses(const std::string& section, const std::string& key) {
+  if (section == "output") return "odyssey eval writes no run (its results go to --out DIR)";
+  if (section == "memory" && key == "offload_optimizer") return "odyssey eval runs no optimizer";
+  if (section == "parallel" && key == "emulate")
+    return "odyssey eval runs every rank of the model (rank emulation computes rank 0 only)";
+  if (section != "training") return "";
+  if (key == "seq_len") return "odyssey eval takes the longest context from --seq-len";
+  if (key == "dataset" || key == "dataset_path") return "odyssey eval reads the documents file of --data";
+  if (key == "batch_size") return "odyssey eval runs one sequence a data-parallel replica";
+  if (key == "document_mask" || key == "document_packing")
+    return "odyssey eval packs the documents split, with document masking (the loss of each document alone)";
+  if (key == "seed") return "the passkeys' seed is --seed";
+  if (key == "dtype" || key == "device" || key == "document_positions") return "";
+  return "odyssey eval runs no optimizer or schedule";  // steps, lr, warmup_steps, betas, grad_clip, ...
+}
+
+/// Refuses each --set that eval_refuses, naming it and the keys eval takes.
+void check_eval_sets(const EvalArgs& a) {
+  for (size_t i = 0; i < a.overrides.size(); ++i) {
+    const std::string why = eval_refuses(a.overrides[i].section, a.overrides[i].key);
+    if (!why.empty())
+      throw BadInput("--set " + a.set_texts[i] + ": " + why +
+                     "; --set takes the keys that change how the model runs: model.rope_*, model.norm_eps, "
+                     "training.device, training.dtype, training.document_positions, parallel.*, memory.*, "
+                     "hardware.*");
+  }
+}
+
 /// `model`'s shape as its keys say it: flavor "tiny" (n_layers 4, d_model 128, ...).
 std::string shape_text(const RunConfig& cfg) {
   std::string out = "flavor \"" + cfg.model.flavor + "\" (";
@@ -227,7 +260,28 @@ struct Source {
   RunConfig saved;                     ///< a run's config as its checkpoint saved it: how its shards join
 };
 
+/// The keys eval_config sets, as overrides loaded before the --set ones, so that the config is
+/// validated as eval runs it (training.document_positions is checked against eval's documents, not
+/// the run's dataset) and a message names the flag that gave the value.
+std::vector<Override> eval_step_overrides(const EvalArgs& a) {
+  auto set = [](const char* key, RawValue value, const std::string& from) {
+    Override o;
+    o.section = "training";
+    o.key = key;
+    o.value = std::move(value);
+    o.loc = SourceLoc{from, 0, 0};
+    return o;
+  };
+  return {set("seq_len", RawValue::integer(a.seq_len), "--seq-len"),
+          set("dataset", RawValue::string("documents"), "--data"),
+          set("dataset_path", RawValue::string(a.data), "--data"),
+          set("document_mask", RawValue::boolean(true), "--data"),
+          set("document_packing", RawValue::string("split"), "--data"),
+          set("batch_size", RawValue::integer(1), "odyssey eval")};
+}
+
 Source open_source(const EvalArgs& a) {
+  check_eval_sets(a);
   struct stat st {};
   if (::stat(a.source.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw BadInput(a.source + ": not a directory (RUN_DIR: a run's --out; HF_DIR: a Hugging Face model directory)");
@@ -244,14 +298,8 @@ Source open_source(const EvalArgs& a) {
     } catch (const CheckpointError& e) {
       throw BadInput(e.what());
     }
-    // Validated at the length evaluated (a Ulysses degree must divide it, not the trained one).
-    std::vector<Override> overrides;
-    Override length;
-    ConfigIssue issue;
-    if (!parse_override("training.seq_len=" + std::to_string(a.seq_len), 0, &length, &issue))
-      throw BadInput(issue.format());
-    length.loc = SourceLoc{"--seq-len", 0, 0};  // a message about it names the flag
-    overrides.push_back(length);
+    // Validated as evaluated (a Ulysses degree must divide --seq-len, not the trained length).
+    std::vector<Override> overrides = eval_step_overrides(a);
     overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
     loaded = load_preset_text(s.info->config_toml, s.info->path + "/config.toml", overrides);
     const LoadedPreset saved = load_preset_text(s.info->config_toml, s.info->path + "/config.toml");
@@ -263,11 +311,12 @@ Source open_source(const EvalArgs& a) {
                      std::to_string(s.info->world_size) + " only, not the whole model");
   } else if (exists(join_path(a.source, "config.json"))) {
     check_hf_config_json(a.source);
-    std::vector<Override> overrides;
     Override hf;
-    ConfigIssue issue;
-    if (!parse_override("model.hf_path=\"" + a.source + "\"", 0, &hf, &issue)) throw BadInput(issue.format());
+    hf.section = "model";
+    hf.key = "hf_path";
+    hf.value = RawValue::string(a.source);
     hf.loc = SourceLoc{"HF_DIR " + a.source, 0, 0};  // a message about it names the directory, not --set
+    std::vector<Override> overrides = eval_step_overrides(a);
     overrides.push_back(hf);
     // Without --preset: the defaults, with the one key a preset must name (eval_config sets it again).
     const std::string defaults = "[training]\nseq_len = " + std::to_string(a.seq_len) + "\n";
@@ -434,8 +483,8 @@ std::string fixed(double v, int digits) {
   return text;
 }
 
-/// The exit status of what ended an evaluation: 2 for bad input (the arguments, a file, a
-/// checkpoint; another torchrun process's refusal as it classed it), 1 for the run's failure.
+/// The exit status of what ended an evaluation: 2 for bad input (the arguments, the text inputs,
+/// and what training classes as the input's: is_bad_input), 1 for the run's failure.
 int eval_exit_code(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -443,16 +492,8 @@ int eval_exit_code(const std::exception_ptr& error) {
     return kExitBadInput;
   } catch (const PrepareError& e) {
     return e.exit_code;
-  } catch (const CheckpointError&) {
-    return kExitBadInput;
-  } catch (const DataError&) {
-    return kExitBadInput;
-  } catch (const RankRefused& e) {
-    return e.bad_input ? kExitBadInput : kExitRuntime;
-  } catch (const std::invalid_argument&) {
-    return kExitBadInput;
   } catch (...) {
-    return kExitRuntime;
+    return is_bad_input(error) ? kExitBadInput : kExitRuntime;
   }
 }
 

@@ -384,9 +384,8 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   if (!profile_error.empty()) throw FileWriteError(profile_error + " (the steps and their checkpoint are kept)");
 }
 
-/// Whether a refusal or failure is the input's fault (exit 2: the preset, a data file, a
-/// checkpoint, the run directory, a plan that does not fit) or the run's (exit 1: a step, a
-/// write, a collective). One list for the refusals the processes agree on and the run's outcome.
+}  // namespace
+
 bool is_bad_input(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -412,6 +411,8 @@ bool is_bad_input(const std::exception_ptr& error) {
     return false;
   }
 }
+
+namespace {
 
 /// Runs `step` (checks, or the set-up of the outputs) in this process, then agrees its outcome with
 /// the job's other processes (JobStart::agree): throws this process's refusal or the first

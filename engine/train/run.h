@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -145,6 +146,12 @@ class PlannedOutOfMemory : public std::runtime_error {
 /// The run outputs in `dir` that a new run would replace ("metrics.jsonl (40 steps)", "a
 /// checkpoint at step 40", "summary.json"); empty when it holds none.
 std::vector<std::string> run_outputs_in(const std::string& dir);
+
+/// Whether a refusal or failure is the input's fault (exit 2: the preset, a data file, a
+/// checkpoint, the run directory, a plan that does not fit) or the run's (exit 1: a step, a
+/// write, a collective). The one list for train's outcome, the refusals torchrun processes agree
+/// on, and `odyssey eval`'s exit status.
+bool is_bad_input(const std::exception_ptr& error);
 
 /// Runs training for `cfg` (which must be valid) on the ranks run_on_ranks starts here. Never
 /// throws: failures come back in the outcome (OOM and NaN with step and phase; bad data /

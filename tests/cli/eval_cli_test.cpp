@@ -429,6 +429,15 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
            " --needle-min 41 "
            "--set parallel.world_size=2 --set parallel.ulysses_degree=2",
        "--needle-min 41: the needle grid's context of 41 tokens"},
+      // Keys eval sets itself, or never reads, are refused rather than ignored.
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --set training.seq_len=32",
+       "--set training.seq_len=32: odyssey eval takes the longest context from --seq-len"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --set training.document_mask=false",
+       "--set training.document_mask=false: odyssey eval packs the documents split, with document masking"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --set training.lr=0.5",
+       "--set training.lr=0.5: odyssey eval runs no optimizer"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --set memory.offload_optimizer=true",
+       "--set memory.offload_optimizer=true: odyssey eval runs no optimizer"},
   };
   for (const Case& c : cases) {
     INFO(c.args);
@@ -525,6 +534,14 @@ TEST_CASE("odyssey eval: a reshaping --set, a tokenizer not the data's, an unwri
   CHECK_THAT(err, Catch::Contains("none was given (--tokenizer), and it was looked for in HF_DIR " + hf) &&
                       Catch::Contains("pass --tokenizer PATH") && Catch::Contains("--no-needle") &&
                       !Catch::Contains("--tokenizer " + hf));
+  // Positions that continue across documents are validated against eval's documents file, not
+  // the defaults' built-in dataset (which has no documents): the HF_DIR evaluates with them.
+  r = run_odyssey("eval " + hf + " --data " + docs + " --seq-len 64 --no-needle --json --out " + dir +
+                  "/continue --set training.document_positions=continue");
+  require_exit(r, 0);
+  const auto continued = parse_json(r.out);
+  REQUIRE(continued.has_value());
+  CHECK(continued->at("tokens").get<int64_t>() > 0);
 
   // An output that cannot be written is refused before the evaluation, not after it: eval.json a
   // directory, even with --overwrite.
