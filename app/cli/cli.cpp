@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "engine/config/sizes.h"
+#include "engine/train/dataset.h"
 #include "engine/train/documents_file.h"
 #include "engine/util/files.h"
 
@@ -194,6 +195,20 @@ std::optional<LoadedPreset> load_or_report(const std::string& path, const std::v
     return std::nullopt;
   }
   return loaded;
+}
+
+std::optional<ConfigIssue> check_dataset(const LoadedPreset& loaded) {
+  const TrainingConfig& training = loaded.config.training;
+  if (training.dataset == DatasetKind::LongRange) return std::nullopt;
+  try {
+    make_dataset(training, loaded.config.model);  // opened, checked and closed
+    return std::nullopt;
+  } catch (const DataError& e) {
+    const auto at = loaded.sources.find("training.dataset_path");
+    return ConfigIssue{at != loaded.sources.end() ? at->second : SourceLoc{}, "training.dataset_path",
+                       "\"" + training.dataset_path + "\"", e.what(),
+                       "odyssey train opens the data file with these checks before its first step"};
+  }
 }
 
 std::optional<ConfigIssue> read_planned_documents(LoadedPreset& loaded) {

@@ -70,6 +70,12 @@ std::optional<LoadedPreset> load_or_report(const std::string& path, const std::v
 /// `loaded.config.document_lengths`; the issue, at training.dataset_path's line, when it cannot be.
 std::optional<ConfigIssue> read_planned_documents(LoadedPreset& loaded);
 
+/// The preset's data file opened as `odyssey train` opens it (make_dataset: the file's header and
+/// fields, every token below the vocabulary, tokens for one sequence, the packing's rule, a target
+/// in every sequence under document masking); the issue, at training.dataset_path's line, when
+/// train would refuse it. Nothing for the built-in long-range task (the validator's rules).
+std::optional<ConfigIssue> check_dataset(const LoadedPreset& loaded);
+
 /// A subcommand: `run` gets argv with argv[first] being the first argument after its name.
 struct Command {
   int order;  ///< position in --help (the CLI contract's order)

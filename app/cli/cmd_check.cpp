@@ -1,6 +1,7 @@
-// odyssey check PRESET...: validates each preset (with any --set overrides) and prints every
-// problem as FILE:LINE:COL: key = value: rule (hint), and for a valid one its notes (config_notes:
-// what it does that its author may not expect). Exit 0 when all are valid, else 2.
+// odyssey check PRESET...: validates each preset (with any --set overrides) and its data file as
+// `odyssey train` opens it, prints every problem as FILE:LINE:COL: key = value: rule (hint), and
+// for a valid one its notes (config_notes: what it does that its author may not expect). Exit 0
+// when all are valid, else 2.
 #include <iostream>
 
 #include "app/cli/cli.h"
@@ -24,8 +25,8 @@ int run_check(int argc, char** argv, int first) {
   w.begin_object().key("presets").begin_array();
   for (const auto& path : args->positional) {
     LoadedPreset loaded = load_preset(path, args->overrides);
-    if (loaded.ok())  // what plan and train read besides the preset: its documents file
-      if (std::optional<ConfigIssue> issue = read_planned_documents(loaded)) loaded.issues.push_back(std::move(*issue));
+    if (loaded.ok())  // what train reads besides the preset: its data file, with train's checks
+      if (std::optional<ConfigIssue> issue = check_dataset(loaded)) loaded.issues.push_back(std::move(*issue));
     all_ok = all_ok && loaded.ok();
     w.begin_object().key("path").value(path).key("ok").value(loaded.ok()).key("issues").begin_array();
     for (const auto& issue : loaded.issues) {

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "engine/config/run_config.h"
-#include "engine/train/data.h"
+#include "engine/train/dataset.h"
 
 namespace odyssey {
 

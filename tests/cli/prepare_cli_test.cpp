@@ -3,7 +3,8 @@
 // them these tests fail, they never skip): JSON lines, Parquet and a directory of text read back
 // token for token from the documents file, --append-eos, a bad line named FILE:LINE (a bad Parquet
 // row FILE:row N) with exit 2, an existing --out refused and untouched, a tokenizer larger than the
-// preset's vocabulary refused; then odyssey train on the prepared file.
+// preset's vocabulary refused; then odyssey train on the prepared file, and odyssey check refusing
+// what train would of a data file, every dataset kind.
 #include <sys/stat.h>
 
 #include <cmath>
@@ -416,4 +417,52 @@ TEST_CASE("odyssey check and plan: a documents preset whose file is missing is F
     require_exit(r, 2);
     CHECK_THAT(r.err, Catch::Contains(preset + ":6:1: training.dataset_path = \"" + dir + "/absent.odoc\": data file"));
   }
+}
+
+TEST_CASE("odyssey check: a data file odyssey train would refuse is refused at its line, every dataset kind",
+          "[cli][prepare]") {
+  // check read a documents file only for the planner (under document masking), and no token or
+  // byte file at all, so it passed presets whose data train refuses before its first step. It now
+  // opens the data as train does (make_dataset), naming the preset's training.dataset_path line.
+  const std::string dir = make_dir("check_data");
+  const std::string tokenizer = make_tokenizer(dir, kWords);
+  std::ofstream(dir + "/docs.jsonl") << "{\"text\": \"the cat sat on the mat\"}\n"
+                                     << "{\"text\": \"a dog ran on the mat the cat sat on a mat a dog ran\"}\n";
+  const std::string docs = dir + "/docs.odoc";  // documents of 6 and 15 tokens: 21 tokens in all
+  require_exit(run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + docs), 0);
+  std::ofstream(dir + "/bytes.txt") << "twelve bytes";
+  std::ofstream(dir + "/not_llmc.bin") << std::string(2048, 'x');  // no llm.c magic
+  struct Case {
+    std::string dataset, path, sets, rule;
+  };
+  const std::vector<Case> cases = {
+      {"documents", dir + "/absent.odoc", "", "absent.odoc"},  // no masking: the planner never read it
+      {"documents", docs, "seq_len = 32\n", "holds 21 tokens, fewer than training.seq_len + 1 = 33"},
+      {"documents", docs, "seq_len = 8\ndocument_packing = \"refuse\"\n",
+       "document 1 holds 15 tokens, more than training.seq_len + 1 = 9"},
+      {"bytes", dir + "/bytes.txt", "seq_len = 16\n", "holds 12 tokens, fewer than training.seq_len + 1 = 17"},
+      {"tokens", dir + "/not_llmc.bin", "seq_len = 16\n", "wrong magic"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    INFO(c.dataset << " " << c.path << " " << c.sets);
+    const std::string preset = dir + "/preset" + std::to_string(i) + ".toml";
+    std::ofstream(preset) << "[model]\nflavor = \"tiny\"\n[training]\ndataset = \"" << c.dataset
+                          << "\"\ndataset_path = \"" << c.path << "\"\n"
+                          << (c.sets.empty() ? "seq_len = 16\n" : c.sets);
+    const Run r = run_odyssey("check " + preset);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains(preset + ":5:1: training.dataset_path = \"" + c.path + "\": ") &&
+                          Catch::Contains(c.rule));
+    const Run json = run_odyssey("check " + preset + " --json");
+    require_exit(json, 2);
+    const auto v = parse_json(json.out);
+    REQUIRE(v.has_value());
+    CHECK(v->at("presets")[0].at("issues")[0].at("key").get<std::string>() == "training.dataset_path");
+  }
+  // The same file where train takes it: split packing of a sequence the file holds.
+  const std::string good = dir + "/good.toml";
+  std::ofstream(good) << "[model]\nflavor = \"tiny\"\n[training]\ndataset = \"documents\"\ndataset_path = \"" << docs
+                      << "\"\nseq_len = 8\n";
+  require_exit(run_odyssey("check " + good), 0);
 }
