@@ -168,6 +168,10 @@ TEST_CASE("torchrun: a run that ends in --out while rank 0 waits for its peers i
   } variables(port);
   const std::string dir = std::string(ODYSSEY_BIN_DIR) + "/torchrun_ended_meanwhile_" + std::to_string(::getpid());
   REQUIRE(std::system(("rm -rf '" + dir + "'").c_str()) == 0);
+  struct RemovedAtEnd {  // the run directory goes whether the case passes, fails or throws
+    std::string dir;
+    ~RemovedAtEnd() { (void)std::system(("rm -rf '" + dir + "'").c_str()); }
+  } removed_at_end{dir};
   RunOptions opt;
   opt.out_dir = dir;
   opt.steps = 1;
@@ -204,5 +208,4 @@ TEST_CASE("torchrun: a run that ends in --out while rank 0 waits for its peers i
   kept << metrics.rdbuf();
   CHECK(kept.str() == earlier);
   CHECK(!std::ifstream(dir + "/summary.json").good());  // no failed summary over the run it found
-  CHECK(std::system(("rm -rf '" + dir + "'").c_str()) == 0);
 }
