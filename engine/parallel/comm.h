@@ -41,6 +41,9 @@ class Comm {
   virtual std::string name() const = 0;
   /// True when collectives are stand-ins (rank emulation): numbers are meaningless, shapes exact.
   virtual bool emulated() const { return false; }
+  /// The library that runs the collectives: "nccl", "gloo"; "none" for a group of one (copies),
+  /// "emulated" for rank emulation's stand-ins. summary.json names the world group's.
+  virtual std::string backend() const = 0;
 
   /// out[size * in.numel()] = concatenation of every rank's `in` in rank order.
   virtual void all_gather(at::Tensor& out, const at::Tensor& in) = 0;
@@ -80,6 +83,7 @@ class SoloComm final : public Comm {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string name() const override { return name_; }
+  std::string backend() const override { return "none"; }
   void all_gather(at::Tensor& out, const at::Tensor& in) override { copy_into(out, in); }
   void reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) override { copy_into(out, in); }
   void all_to_all(at::Tensor& out, const at::Tensor& in) override { copy_into(out, in); }

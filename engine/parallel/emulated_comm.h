@@ -21,6 +21,7 @@ class EmulatedComm final : public Comm {
   int size() const override { return size_; }
   std::string name() const override { return name_; }
   bool emulated() const override { return true; }
+  std::string backend() const override { return "emulated"; }
 
   void all_gather(at::Tensor& out, const at::Tensor& in) override;
   void reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) override;

@@ -64,6 +64,8 @@ BackendComm::BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec sp
   }
 }
 
+std::string BackendComm::backend() const { return backend_->getBackendName(); }
+
 BackendComm::~BackendComm() {
   if (watchdog_) {
     poisoned_ = poisoned_ || watchdog_->failure().has_value();

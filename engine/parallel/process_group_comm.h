@@ -57,6 +57,7 @@ class BackendComm : public Comm {
   int rank() const override { return spec_.rank; }
   int size() const override { return spec_.size; }
   std::string name() const override { return spec_.name; }
+  std::string backend() const override;  ///< "gloo", "nccl": the c10d backend's own name
   const GroupSpec& spec() const { return spec_; }
   bool poisoned() const { return poisoned_; }
   /// GPU groups: the collectives issued and not yet complete (0 on the CPU, where each waits).

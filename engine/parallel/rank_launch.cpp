@@ -73,6 +73,8 @@ RankLayout layout_of(int rank, int world_size, int sp_size) {
   return l;
 }
 
+bool local_ranks_share_gpus(int local_ranks, int visible_gpus) { return local_ranks > visible_gpus; }
+
 CommOptions comm_options(const ParallelConfig& parallel) {
   if (!(parallel.timeout_s > 0))
     throw std::invalid_argument("parallel.timeout_s = " + std::to_string(parallel.timeout_s) + " must be positive");
@@ -252,7 +254,7 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
   // `device` is the local rank's GPU (resolve_device: local rank modulo the GPUs); more local ranks
   // than GPUs share them, over Gloo (CommOptions::shared_device).
   const at::Device rank_device = device;
-  options.shared_device = device.is_cuda() && env.local_world_size > prepare_cuda().device_count;
+  options.shared_device = device.is_cuda() && local_ranks_share_gpus(env.local_world_size, prepare_cuda().device_count);
   TorchrunRank joined;
   joined.abort = options.abort;
   if (env.world_size == 1) {

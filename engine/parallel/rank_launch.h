@@ -60,6 +60,11 @@ struct CommOptions {
 };
 CommOptions comm_options(const ParallelConfig& parallel);
 
+/// Whether a node's torchrun ranks share GPUs (CommOptions::shared_device): more local ranks than
+/// GPUs the processes see (CUDA_VISIBLE_DEVICES counted; each takes GPU LOCAL_RANK mod the count).
+/// Then every group runs on Gloo: NCCL refuses two ranks on one device.
+bool local_ranks_share_gpus(int local_ranks, int visible_gpus);
+
 /// The RankContext of `rank` in a job of `parallel.world_size` ranks, with its world, sp and dp
 /// groups over `store` (prefixes "world", "sp.<i>", "dp.<j>"; groups of one are SoloComm). Gloo on
 /// a CPU `device`, NCCL on a CUDA one (Gloo when options.shared_device). Blocks until the members of each group have joined.

@@ -33,7 +33,8 @@ struct RunShared {
   std::vector<CarriedFile> tokenizer_files;
   std::unique_ptr<MetricsJsonlWriter> metrics;
   std::unique_ptr<TraceWriter> trace;
-  PhasePeakTable run_peaks;  ///< summary.json: every rank's phases (gathered to rank 0)
+  PhasePeakTable run_peaks;        ///< summary.json: every rank's phases (gathered to rank 0)
+  std::string collective_backend;  ///< summary.json: rank 0's world group's (Comm::backend), set by rank 0
 };
 
 using RunLog = std::function<void(const std::string&)>;

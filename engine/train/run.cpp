@@ -331,6 +331,7 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   const RunLog log = [&](const std::string& line) {
     if (lead && opt.log) opt.log(line);
   };
+  if (lead) shared.collective_backend = ctx.world->backend();  // read after the ranks joined
   Trainer trainer(cfg, ctx);
   StepReporter reporter(cfg, ctx, opt, shared, trainer.recorder());  // attaches its edge buffer first
   prepare_rank(cfg, ctx, opt, shared, trainer, log);
@@ -653,6 +654,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     w.key("attention_kernels").begin_array();
     for (const std::string& kernel : attention_kernels) w.value(kernel);
     w.end_array();
+    if (!shared.collective_backend.empty()) w.key("collective_backend").value(shared.collective_backend);
     if (!out.results.empty() && out.results.front().has_answers) {
       w.key("answer_loss_first").value(out.results.front().answer_loss);
       w.key("answer_loss_final").value(out.results.back().answer_loss);

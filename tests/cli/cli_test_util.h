@@ -145,8 +145,9 @@ inline bool wait_for_checkpoint(pid_t pid, const std::string& dir, int64_t step)
 }
 
 // One `odyssey train ARGS` process per rank of a `ranks`-rank torchrun job on loopback, one node
-// (LOCAL_WORLD_SIZE = ranks); logs DIR.rank<r>.log.
-inline std::vector<pid_t> spawn_torchrun(const std::string& args, const std::string& dir, int ranks = 2) {
+// (LOCAL_WORLD_SIZE = ranks); logs DIR.rank<r>.log. `env`: more "NAME=VALUE" words for every rank.
+inline std::vector<pid_t> spawn_torchrun(const std::string& args, const std::string& dir, int ranks = 2,
+                                         const std::string& env = "") {
   const int port = free_port();
   std::vector<pid_t> pids;
   for (int rank = 0; rank < ranks; ++rank)
@@ -154,7 +155,7 @@ inline std::vector<pid_t> spawn_torchrun(const std::string& args, const std::str
                                  "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
                                      " WORLD_SIZE=" + std::to_string(ranks) +
                                      " LOCAL_WORLD_SIZE=" + std::to_string(ranks) +
-                                     " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port)));
+                                     " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " + env));
   return pids;
 }
 

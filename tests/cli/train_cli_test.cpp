@@ -8,6 +8,7 @@
 #include <set>
 
 #include "cli_test_util.h"
+#include "shared_gpu_jobs.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -54,6 +55,7 @@ TEST_CASE("odyssey train: metrics.jsonl, trace.json, summary.json and a falling 
   CHECK(summary->at("loss_final").get<double>() < 0.6 * summary->at("loss_first").get<double>());
   CHECK(summary->at("extra").contains("answer_loss_final"));
   CHECK(summary->at("extra").at("attention_kernels") == kernels);
+  CHECK(summary->at("extra").at("collective_backend").get<std::string>() == "none");  // one rank: no collective
   CHECK(summary->at("final").at("step").get<int64_t>() == 30);
   CHECK(checkpoint_step(dir) == 30);
 }
@@ -248,34 +250,39 @@ TEST_CASE("odyssey train under torchrun: two processes equal the in-process run 
   CHECK(summary->at("status").get<std::string>() == "finished");
   CHECK(summary->at("final").at("step").get<int64_t>() == 4);
   CHECK(summary->at("final").at("rank_peak_bytes").size() == 2);
+  CHECK(summary->at("extra").at("collective_backend").get<std::string>() == "gloo");  // CPU ranks
 }
 
-TEST_CASE("odyssey train under torchrun: four processes run the shared-GPU job's CPU half as rank threads do",
+TEST_CASE("odyssey train under torchrun: the shared-GPU jobs' CPU halves run as rank threads do",
           "[cli][train][torchrun]") {
-  // tests/cli/shared_gpu_test.cpp's job at its widest (world = Ulysses degree 4, FSDP, one query
-  // head per rank per stage over 2 KV heads replicated to the degree, checkpointing with offload,
-  // tiled MLP and loss, fp32) is compared there on a GPU against its CPU run under torchrun; here
-  // that CPU run itself, 4 processes over Gloo, equals the same job as 4 rank threads bit for bit.
-  const std::string job =
-      "presets/tiny-cpu.toml --set training.seq_len=512 --set training.dtype=float32 --set "
-      "training.warmup_steps=1 --set parallel.world_size=4 --set parallel.ulysses_degree=4 --set "
-      "memory.heads_per_stage=4 --set training.device=cpu --steps 2 --no-checkpoint --quiet ";
-  const std::string threads = fresh_dir("torchrun4_reference");
-  const Run reference_run = run_odyssey("train " + job + "--out " + threads);
-  INFO(reference_run.out << reference_run.err);
-  REQUIRE(reference_run.code == 0);
-  const auto reference = losses(threads);
-  REQUIRE(reference.size() == 2);
-  const std::string dir = fresh_dir("torchrun4");
-  require_ranks_exit_zero(spawn_torchrun("train " + job + "--out " + dir, dir, 4), dir);
-  const auto got = losses(dir);
-  REQUIRE(got.size() == 2);
-  for (const auto& [step, loss] : reference) {
-    INFO("step " << step << ": threads " << loss << ", processes " << got.at(step));
-    CHECK(got.at(step) == loss);  // the same collectives in the same order, one intra-op thread a rank
+  // tests/cli/shared_gpu_test.cpp's jobs (shared_gpu_jobs.h: Untied stages over 2 and 1 KV heads,
+  // plain Ulysses over 1, each with FSDP, checkpointing with offload, tiled MLP and loss, fp32) are
+  // compared there on a GPU against their CPU runs under torchrun; here those CPU runs themselves,
+  // 2 and 4 processes over Gloo, equal the same jobs as rank threads bit for bit.
+  for (const SharedGpuSetup& setup : kSharedGpuSetups) {
+    for (const int ranks : {2, 4}) {
+      INFO(setup.name << ", " << ranks << " ranks");
+      const std::string job = shared_gpu_job(ranks, "cpu", setup) + "--steps 2 --no-checkpoint --quiet ";
+      const std::string tag = std::to_string(&setup - kSharedGpuSetups.data()) + "_" + std::to_string(ranks);
+      const std::string threads = fresh_dir("torchrun_shared_reference_" + tag);
+      const Run reference_run = run_odyssey("train " + job + "--out " + threads);
+      INFO(reference_run.out << reference_run.err);
+      REQUIRE(reference_run.code == 0);
+      const auto reference = losses(threads);
+      REQUIRE(reference.size() == 2);
+      const std::string dir = fresh_dir("torchrun_shared_" + tag);
+      require_ranks_exit_zero(spawn_torchrun("train " + job + "--out " + dir, dir, ranks), dir);
+      const auto got = losses(dir);
+      REQUIRE(got.size() == 2);
+      for (const auto& [step, loss] : reference) {
+        INFO("step " << step << ": threads " << loss << ", processes " << got.at(step));
+        CHECK(got.at(step) == loss);  // the same collectives in the same order, one intra-op thread a rank
+      }
+      std::istringstream lines(read_text(dir + "/metrics.jsonl"));
+      for (std::string line; std::getline(lines, line);)
+        CHECK(parse_json(line)->at("rank_peak_bytes").size() == static_cast<size_t>(ranks));
+    }
   }
-  std::istringstream lines(read_text(dir + "/metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);) CHECK(parse_json(line)->at("rank_peak_bytes").size() == 4);
 }
 
 TEST_CASE("odyssey train under the real torchrun launcher equals the in-process run", "[cli][train][torchrun]") {

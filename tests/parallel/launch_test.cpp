@@ -113,6 +113,25 @@ TEST_CASE("rank threads: 4 ranks, Ulysses 2 x data parallel 2, each group sums i
   CHECK(bound_rank == std::vector<int>{0, 1, 2, 3});
 }
 
+TEST_CASE("collective backends: each group names its library, and ranks share GPUs only when more than them",
+          "[launch]") {
+  std::mutex m;
+  std::vector<std::string> names;
+  run_rank_threads(parallel_config(4, 2), at::kCPU, [&](RankContext& ctx) {
+    std::lock_guard<std::mutex> lock(m);
+    names.push_back(ctx.world->backend() + " " + ctx.sp->backend() + " " + ctx.dp->backend());
+  });
+  CHECK(names == std::vector<std::string>(4, "gloo gloo gloo"));  // CPU ranks: Gloo in every group
+  CHECK(make_solo_rank_context(at::kCPU).world->backend() == "none");
+  CHECK(make_emulated_rank_context(parallel_config(8, 4), at::kCPU).sp->backend() == "emulated");
+  // A node's torchrun ranks take GPU LOCAL_RANK mod the GPUs they see: more ranks than GPUs share
+  // (their groups then run on Gloo, as NCCL refuses two ranks on one device).
+  CHECK(!local_ranks_share_gpus(8, 8));
+  CHECK(!local_ranks_share_gpus(2, 8));
+  CHECK(local_ranks_share_gpus(2, 1));
+  CHECK(local_ranks_share_gpus(8, 4));
+}
+
 TEST_CASE("rank threads: world size 1 runs on a thread with solo groups", "[launch]") {
   int calls = 0;
   run_rank_threads(parallel_config(1, 1), at::kCPU, [&](RankContext& ctx) {

@@ -27,6 +27,7 @@ class LoggingComm final : public Comm {
   int size() const override { return 2; }
   std::string name() const override { return name_; }
   bool emulated() const override { return true; }
+  std::string backend() const override { return "emulated"; }
   void all_gather(at::Tensor& out, const at::Tensor& in) override { inner_.all_gather(out, in); }
   void reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) override { inner_.reduce_scatter_sum(out, in); }
   void all_to_all(at::Tensor& out, const at::Tensor& in) override { inner_.all_to_all(out, in); }
