@@ -969,6 +969,7 @@ def first_commits(folder):
     """{path under folder: when the commit that first added it was committed} from `git log
     --diff-filter=A --format=%cI`, or None where git cannot say: folder in no git checkout, or one
     git ignores (a dry run's record under build/)."""
+    folder = os.path.realpath(folder)  # git names paths under its resolved top: a symlinked checkout too
     top = subprocess.run(["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True)
     if top.returncode != 0:
         return None
