@@ -179,6 +179,9 @@ def measure(name, preset, sets, lengths, steps, out, timeout, case=None, save=la
             if len(case["points"]) < len(lengths):
                 case.update(ok=False, error="unfinished: %d of %d points measured (the run stopped during the next)"
                             % (len(case["points"]), len(lengths)))
+            else:  # every point measured: what the case holds is its figures, not an unfinished one
+                case.pop("error", None)
+                case.pop("ok", None)
             save()
             print(json.dumps({k: point.get(k) for k in POINT_KEYS}), flush=True)
         case.pop("error", None)
