@@ -89,7 +89,13 @@ def value_kind(value):
     if value is None:
         return "null"
     return {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object",
-            bytes: "bytes"}.get(type(value), "a " + type(value).__name__)
+            str: "a string", bytes: "bytes"}.get(type(value), "a " + type(value).__name__)
+
+
+def shown_json(value, limit=60):
+    """A value as JSON, cut to `limit` characters, for a message."""
+    text = json.dumps(value)  # \u escapes: a lone surrogate (no Unicode character) cannot break the message
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def checked_text(text, where):
@@ -132,8 +138,8 @@ def jsonl_documents(path, file_number):
                 raise BadInput("%s: invalid JSON: %s%s" % (where, getattr(e, "msg", str(e)) if not isinstance(e, RecursionError)
                                                             else "nested too deeply", hint))
             if not isinstance(value, dict):
-                raise BadInput("%s: a JSON object with a \"text\" string field is expected, got %s" %
-                               (where, type(value).__name__.replace("dict", "object").replace("list", "an array")))
+                raise BadInput("%s: a JSON object with a \"text\" string field is expected, got %s: %s" %
+                               (where, value_kind(value), shown_json(value)))
             if "text" not in value:
                 keys = ", ".join(json.dumps(k) for k in list(value)[:8])
                 raise BadInput("%s: no \"text\" field (the object has %s)" % (where, keys or "no keys"))
@@ -256,7 +262,9 @@ def main(argv):
     documents = 0
     try:
         tokenizer = load_tokenizer(tokenizer_path)
-        eos_id, eos_text = find_eos(tokenizer, tokenizer_path)
+        # The eos token is looked for only when it is appended: without --append-eos a
+        # tokenizer_config.json beside the tokenizer is not read, so a bad one cannot stop prepare.
+        eos_id, eos_text = find_eos(tokenizer, tokenizer_path) if append_eos else (-1, "")
         if append_eos and eos_id < 0:
             raise BadInput("--append-eos: the tokenizer has no eos token: " + eos_text)
         appended = eos_id if append_eos else -1

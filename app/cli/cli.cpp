@@ -203,7 +203,7 @@ std::optional<ConfigIssue> check_dataset(const LoadedPreset& loaded) {
   try {
     make_dataset(training, loaded.config.model);  // opened, checked and closed
     return std::nullopt;
-  } catch (const DataError& e) {
+  } catch (const std::runtime_error& e) {  // DataError; DataChangedError: the file changed while read
     const auto at = loaded.sources.find("training.dataset_path");
     return ConfigIssue{at != loaded.sources.end() ? at->second : SourceLoc{}, "training.dataset_path",
                        "\"" + training.dataset_path + "\"", e.what(),

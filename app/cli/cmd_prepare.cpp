@@ -14,6 +14,7 @@
 #include "app/cli/prepare_inputs.h"
 #include "app/cli/text_tokenizer.h"
 #include "engine/train/documents_file.h"
+#include "engine/train/tokenizer_vocabulary.h"
 #include "engine/util/files.h"
 #include "engine/util/json.h"
 
@@ -251,6 +252,16 @@ int run_prepare(int argc, char** argv, int first) {
                                   "the tokenizer from: pass --tokenizer PATH");
     }
     const std::string tokenizer_json = find_tokenizer_json(tokenizer_path);
+    // The preset's model's own tokenizer, when its model.hf_path holds one: a --tokenizer of
+    // another vocabulary would write ids that are not this model's tokens.
+    std::optional<int64_t> model_vocabulary;
+    if (preset) {
+      try {
+        model_vocabulary = model_tokenizer_vocabulary(preset->config.model.hf_path);
+      } catch (const std::exception& e) {
+        throw PrepareError(2, "--preset " + a.preset + ": model.hf_path's " + e.what());
+      }
+    }
     std::optional<DocumentsFileWriter> writer;
     try {
       writer.emplace(a.out);
@@ -272,6 +283,12 @@ int run_prepare(int argc, char** argv, int first) {
                                   std::to_string(preset->config.model.vocab_size) + " of --preset " + a.preset +
                                   ": the tokenizer does not match the model (use the "
                                   "model's own tokenizer, or raise model.vocab_size)");
+      if (model_vocabulary && info.vocab_size != *model_vocabulary)
+        throw PrepareError(2, "--tokenizer " + tokenizer_json + ": its vocabulary holds " +
+                                  std::to_string(info.vocab_size) + " tokens, and the tokenizer.json of --preset " +
+                                  a.preset + "'s model.hf_path " + preset->config.model.hf_path + " holds " +
+                                  std::to_string(*model_vocabulary) +
+                                  ": the tokenizer is not the model's (drop --tokenizer to use the model's own)");
     };
     events.file = [&](int64_t file) { progress.begin_file(file); };
     events.document = [&](const uint32_t* ids, int64_t n) {

@@ -5,9 +5,12 @@
 #include "engine/train/documents_dataset.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "engine/config/sizes.h"
 #include "engine/train/documents_file.h"
+#include "engine/train/tokenizer_vocabulary.h"
 
 namespace odyssey {
 namespace {
@@ -20,6 +23,7 @@ class PackedDocuments final : public DocumentsDataset {
       : file_(training.dataset_path, model.vocab_size),
         seq_len_(training.seq_len),
         packing_(training.document_packing) {
+    check_model_tokenizer(model.hf_path);
     const int64_t T = file_.token_count(), S = seq_len_;
     if (T < S + 1)
       throw DataError("documents file '" + file_.path() + "': holds " + std::to_string(T) +
@@ -63,6 +67,24 @@ class PackedDocuments final : public DocumentsDataset {
   }
 
  private:
+  /// A file prepared with another tokenizer than model.hf_path's (when that directory holds a
+  /// tokenizer.json) holds ids that are not this model's tokens: refused, both vocabularies named.
+  void check_model_tokenizer(const std::string& hf_path) const {
+    std::optional<int64_t> model_vocabulary;
+    try {
+      model_vocabulary = model_tokenizer_vocabulary(hf_path);
+    } catch (const std::exception& e) {
+      throw DataError(std::string("model.hf_path's ") + e.what());
+    }
+    if (model_vocabulary && *model_vocabulary != file_.vocab_size())
+      throw DataError("documents file '" + file_.path() + "': prepared with a tokenizer of " +
+                      std::to_string(file_.vocab_size()) + " tokens, and model.hf_path " + hf_path +
+                      " holds a tokenizer.json of " + std::to_string(*model_vocabulary) +
+                      ": its ids are another tokenizer's, not this model's tokens (prepare it with "
+                      "`odyssey prepare --preset` or `--tokenizer " +
+                      hf_path + "`)");
+  }
+
   /// Refuse packing: every sequence begins at a document (documents_dataset.h).
   void pack_refusing() {
     const int64_t T = file_.token_count(), S = seq_len_;

@@ -177,6 +177,29 @@ TEST_CASE("odyssey prepare: a bad line is FILE:LINE: rule with exit 2, and nothi
   r = run_odyssey("prepare " + dir + "/field.jsonl --tokenizer " + tokenizer + " --out " + out);
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains(dir + "/field.jsonl:1: no \"text\" field (the object has \"content\")"));
+  // A line that is JSON but not an object is named with its value; bytes that are not UTF-8 with
+  // their line and column, in JSON lines and in a plain text file; a \ud800 escape (a lone
+  // surrogate, no Unicode character) with its place.
+  const std::vector<std::pair<std::string, std::string>> bad_lines = {
+      {"string.jsonl", "a JSON object with a \"text\" string field is expected, got a string: \"the cat\""},
+      {"array.jsonl", "a JSON object with a \"text\" string field is expected, got an array: [\"the\", 1]"},
+      {"null.jsonl", "a JSON object with a \"text\" string field is expected, got null: null"},
+      {"latin1.jsonl", "latin1.jsonl:2: not UTF-8: byte 0xe9 at column 14 is invalid"},
+      {"latin1.txt", "latin1.txt:2: not UTF-8: byte 0xe9 at column 4 is invalid"},
+      {"surrogate.jsonl", "surrogate.jsonl:1: \"text\" holds a lone surrogate \\ud800 at character 4"},
+  };
+  std::ofstream(dir + "/string.jsonl") << "{\"text\": \"the\"}\n\"the cat\"\n";
+  std::ofstream(dir + "/array.jsonl") << "[\"the\", 1]\n";
+  std::ofstream(dir + "/null.jsonl") << "null\n";
+  std::ofstream(dir + "/latin1.jsonl") << "{\"text\": \"the\"}\n{\"text\": \"caf\xe9\"}\n";
+  std::ofstream(dir + "/latin1.txt") << "the cat\ncaf\xe9 sat\n";
+  std::ofstream(dir + "/surrogate.jsonl") << "{\"text\": \"the \\ud800\"}\n";
+  for (const auto& [file, message] : bad_lines) {
+    INFO(file);
+    r = run_odyssey("prepare " + dir + "/" + file + " --tokenizer " + tokenizer + " --out " + out);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains(message));
+  }
   CHECK_FALSE(exists(out));
   // Nor a temporary beside it.
   CHECK(std::system(("ls -A '" + dir + "' | grep -q '^\\.out\\.odoc'").c_str()) != 0);
@@ -203,6 +226,17 @@ TEST_CASE("odyssey prepare: a bad line is FILE:LINE: rule with exit 2, and nothi
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--preset presets/tiny-cpu.toml has no model.hf_path"));
   CHECK_FALSE(exists(out));
+  // A tokenizer_config.json beside the tokenizer is read for its eos_token only with --append-eos:
+  // a broken one stops that run alone.
+  REQUIRE(std::system(("mkdir -p '" + dir + "/with_config'").c_str()) == 0);
+  const std::string configured = make_tokenizer(dir + "/with_config", kWords);
+  std::ofstream(dir + "/with_config/tokenizer_config.json") << "{broken";
+  r = run_odyssey("prepare " + dir + "/twice.jsonl --tokenizer " + configured + " --out " + out + " --append-eos");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/with_config/tokenizer_config.json: not a JSON object"));
+  CHECK_FALSE(exists(out));
+  require_exit(run_odyssey("prepare " + dir + "/twice.jsonl --tokenizer " + configured + " --out " + out), 0);
+  CHECK(exists(out));
 }
 
 TEST_CASE("odyssey prepare --preset: the tokenizer of the preset's model.hf_path, as --tokenizer gives it",
@@ -227,6 +261,40 @@ TEST_CASE("odyssey prepare --preset: the tokenizer of the preset's model.hf_path
   CHECK(a.size() > 64);
   CHECK(a == b);
   CHECK(read_documents(dir + "/by_preset.odoc").tokens == std::vector<uint32_t>{2, 3, 4, 5, 7, 6, 7, 8, 9});
+
+  // Another tokenizer than the model's (12 words, not its 10): its ids are not the model's tokens.
+  // prepare --preset refuses it before a document is written; a file made with it is refused by
+  // check and train against the preset's model.hf_path, naming both vocabularies.
+  REQUIRE(std::system(("mkdir -p '" + dir + "/other'").c_str()) == 0);
+  std::vector<std::string> other_words = kWords;
+  other_words.push_back("bird");
+  other_words.push_back("flew");
+  const std::string other = make_tokenizer(dir + "/other", other_words);
+  const std::string preset = "--preset presets/tiny-cpu.toml --set model.flavor=hf --set model.hf_path=" + model;
+  Run r =
+      run_odyssey("prepare " + dir + "/in.jsonl " + preset + " --tokenizer " + other + " --out " + dir + "/mixed.odoc");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("its vocabulary holds 12 tokens, and the tokenizer.json of --preset "
+                                    "presets/tiny-cpu.toml's model.hf_path " +
+                                    model + " holds 10"));
+  CHECK_FALSE(exists(dir + "/mixed.odoc"));
+  require_exit(run_odyssey("prepare " + dir + "/in.jsonl --tokenizer " + other + " --out " + dir + "/other.odoc"), 0);
+  auto on = [&](const std::string& file) {  // the tiny preset on the model directory, trained on `file`
+    return "presets/tiny-cpu.toml --set model.flavor=hf --set model.hf_path=" + model +
+           " --set parallel.world_size=1 --set parallel.ulysses_degree=1 --set parallel.fsdp=false --set "
+           "training.seq_len=8 --set training.dataset=documents --set training.dataset_path=" +
+           dir + "/" + file;
+  };
+  const std::string train_sets = on("other.odoc");
+  const std::string refused =
+      "prepared with a tokenizer of 12 tokens, and model.hf_path " + model + " holds a tokenizer.json of 10";
+  r = run_odyssey("check " + train_sets);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(refused));
+  r = run_odyssey("train " + train_sets + " --steps 1 --quiet --out " + dir + "/run");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(refused));
+  require_exit(run_odyssey("check " + on("by_preset.odoc")), 0);  // the model's own tokenizer
 }
 
 TEST_CASE("odyssey prepare: a bad Parquet file is FILE[:row N]: rule with exit 2, and nothing is written",

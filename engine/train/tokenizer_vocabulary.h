@@ -1,0 +1,28 @@
+// The vocabulary of a Hugging Face tokenizer.json, counted as `tokenizers` counts it, so that a
+// documents file prepared with another tokenizer than the model's is refused. No LibTorch.
+// defines: kMaxTokenizerJsonBytes, tokenizer_vocabulary, model_tokenizer_vocabulary
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace odyssey {
+
+/// The largest tokenizer.json read: published ones (256k vocabularies with their merges) are tens of MB.
+constexpr int64_t kMaxTokenizerJsonBytes = int64_t{128} << 20;
+
+/// The ids the tokenizer.json text `json` can produce: the larger of one more than its largest id
+/// and its count of distinct tokens, over its model's vocabulary (BPE, WordPiece, WordLevel: an
+/// object of token -> id; Unigram: a list of [token, score] pairs, each id its index) and its added
+/// tokens, as scripts/prepare_text.py's vocabulary_size counts it with `tokenizers` (the header
+/// vocab_size of the documents files it writes). Throws std::invalid_argument naming `path` and what
+/// is missing or malformed.
+int64_t tokenizer_vocabulary(const std::string& json, const std::string& path);
+
+/// model.hf_path's tokenizer.json vocabulary (tokenizer_vocabulary), or nullopt when `hf_path` is
+/// empty or holds no tokenizer.json. Throws FileReadError or std::invalid_argument for one that
+/// cannot be read.
+std::optional<int64_t> model_tokenizer_vocabulary(const std::string& hf_path);
+
+}  // namespace odyssey

@@ -1,0 +1,42 @@
+// A tokenizer.json's vocabulary counted as `tokenizers` counts it (engine/train/tokenizer_vocabulary.h):
+// the model's vocabulary of each kind and the added tokens, sparse ids, and malformed files named.
+// defines: test cases [tokenizer]
+#include <catch2/catch.hpp>
+
+#include "engine/train/tokenizer_vocabulary.h"
+
+using namespace odyssey;
+
+TEST_CASE("tokenizer vocabulary: the largest id plus one or the distinct tokens, whichever is more", "[tokenizer]") {
+  // WordLevel/BPE: token -> id; added tokens beyond it (Llama 3's 128000 + 256 specials).
+  CHECK(tokenizer_vocabulary(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2}},
+                                 "added_tokens": [{"id": 3, "content": "<s>"}, {"id": 4, "content": "</s>"}]})",
+                             "t.json") == 5);
+  // An added token that is also in the vocabulary counts once.
+  CHECK(tokenizer_vocabulary(
+            R"({"model": {"vocab": {"a": 0, "<s>": 1}}, "added_tokens": [{"id": 1, "content": "<s>"}]})", "t.json") ==
+        2);
+  // Sparse ids: an id past the count sets the size (every id below it is one the file may hold).
+  CHECK(tokenizer_vocabulary(R"({"model": {"vocab": {"a": 0, "b": 7}}, "added_tokens": []})", "t.json") == 8);
+  // Unigram: [token, score] pairs, each id its index; added tokens after them.
+  CHECK(tokenizer_vocabulary(R"({"model": {"type": "Unigram", "vocab": [["<unk>", 0.0], ["a", -1.5], ["b", -2.0]]},
+                                 "added_tokens": [{"id": 3, "content": "<pad>"}]})",
+                             "t.json") == 4);
+  // No added_tokens at all: the model's vocabulary alone.
+  CHECK(tokenizer_vocabulary(R"({"model": {"vocab": {"a": 0, "b": 1}}})", "t.json") == 2);
+}
+
+TEST_CASE("tokenizer vocabulary: a malformed tokenizer.json names the file and what is wrong", "[tokenizer]") {
+  CHECK_THROWS_WITH(tokenizer_vocabulary("{broken", "m/tokenizer.json"),
+                    Catch::Contains("m/tokenizer.json: parse error, not JSON"));
+  CHECK_THROWS_WITH(tokenizer_vocabulary(R"({"added_tokens": []})", "m/tokenizer.json"),
+                    Catch::Contains("m/tokenizer.json: no \"model\" object"));
+  CHECK_THROWS_WITH(tokenizer_vocabulary(R"({"model": {"vocab": {"a": -1}}})", "t.json"),
+                    Catch::Contains("maps a to -1, not an id >= 0"));
+  CHECK_THROWS_WITH(tokenizer_vocabulary(R"({"model": {"vocab": 3}})", "t.json"),
+                    Catch::Contains("neither an object nor a list"));
+  CHECK_THROWS_WITH(tokenizer_vocabulary(R"({"model": {"vocab": {}}, "added_tokens": [{"content": "x"}]})", "t.json"),
+                    Catch::Contains("without an \"id\" >= 0 and a \"content\""));
+  CHECK(!model_tokenizer_vocabulary("").has_value());                    // no model directory
+  CHECK(!model_tokenizer_vocabulary("/nonexistent/model").has_value());  // none in it
+}
