@@ -179,6 +179,7 @@ int run_train(int argc, char** argv, int first) {
 
   const bool tty = ::isatty(STDOUT_FILENO) && !quiet;
   const int64_t log_every = std::max<int64_t>(1, cfg.output.log_every);
+  opt.log_failure = false;  // the outcome's error is printed below, on stderr, once
   opt.log = [&](const std::string& line) {
     if (!lead) return;
     if (tty) std::cout << "\r\033[K";

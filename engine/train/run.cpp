@@ -592,7 +592,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       }
     }
   }
-  if (out.status == RunOutcome::Status::Failed && opt.log && shared.reports) opt.log("error: " + out.error);
+  if (out.status == RunOutcome::Status::Failed && opt.log && opt.log_failure && shared.reports)
+    opt.log("error: " + out.error);
   if (!out.metrics.empty() && out.next_step == 0) out.next_step = out.metrics.back().step;
 
   // summary.json only from the run that holds the directory: a refused run (busy directory, bad

@@ -115,6 +115,9 @@ struct RunOptions {
   std::function<void(const StepMetrics&, const StepResult&)> on_step;
   /// Log lines (rank 0): dispatch notes, data, resume, checkpoints, failures.
   std::function<void(const std::string&)> log;
+  /// Whether `log` gets the failure's "error: ..." line (the studio's log does; `odyssey train`
+  /// prints RunOutcome::error itself, once, on stderr).
+  bool log_failure = true;
 };
 
 struct RunOutcome {

@@ -74,6 +74,12 @@ TEST_CASE("odyssey train: bad input exits 2 naming the problem", "[cli][train]")
                   " --quiet --out " + fresh_dir("bad"));
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("train_cli_test_bad.bin") && Catch::Contains("wrong magic 1234"));
+  // Printed once, on stderr, also without --quiet (the log's "error:" line is the studio's).
+  r = run_odyssey("train " + kTiny + "--set training.dataset=tokens --set training.dataset_path=" + bad_bin +
+                  " --out " + fresh_dir("bad_loud"));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("wrong magic 1234"));
+  CHECK_THAT(r.out, !Catch::Contains("wrong magic 1234"));
   r = run_odyssey("train " + kTiny + "--resume " + fresh_dir("no_checkpoint"));
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("no checkpoint there"));
