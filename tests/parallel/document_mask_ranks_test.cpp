@@ -1,6 +1,6 @@
 // Document masking across ranks (fp32, CPU, in-process rank threads over Gloo): a packed batch on
-// 2 and 4 Ulysses ranks, with FSDP, the Untied stages, checkpointing with kept attention, offload
-// and tiling, gives the loss and every gradient of its documents run alone on one rank, within
+// 2 and 4 Ulysses ranks, with FSDP, the Untied stages, checkpointing with kept or recomputed
+// attention, offload and tiling, gives the loss and every gradient of its documents run alone on one rank, within
 // the tolerances derived in model_tolerance.h; tagged [equivalence], the CPU capability reruns run
 // them too. defines: test cases [documents]
 #include <catch2/catch.hpp>
@@ -17,9 +17,10 @@ namespace {
 struct RanksCase {
   int W, P;
   bool fsdp, untied;
+  bool keep_attention = true;  ///< false: checkpointing recomputes attention over the documents' spans
   std::string describe() const {
     return "W=" + std::to_string(W) + " P=" + std::to_string(P) + (fsdp ? " fsdp" : "") +
-           (untied ? " untied" : (P > 1 ? " ulysses" : ""));
+           (untied ? " untied" : (P > 1 ? " ulysses" : "")) + (keep_attention ? " kept attention" : " recompute");
   }
 };
 
@@ -34,9 +35,10 @@ RunConfig ranks_config(const RanksCase& c) {
   cfg.parallel.timeout_s = 60;
   cfg.memory.untied_ulysses = c.untied;
   cfg.memory.heads_per_stage = c.untied ? c.P : 0;
-  // every technique at once: the blocks checkpointed with their attention kept and their inputs
-  // offloaded, the MLP and the loss tiled
-  cfg.memory.activation_checkpointing = cfg.memory.keep_attention = cfg.memory.offload_activations = true;
+  // every technique at once: the blocks checkpointed with their attention kept (or recomputed, in
+  // the document spans) and their inputs offloaded, the MLP and the loss tiled
+  cfg.memory.activation_checkpointing = cfg.memory.offload_activations = true;
+  cfg.memory.keep_attention = c.keep_attention;
   cfg.memory.tiled_mlp = cfg.memory.tiled_loss = true;
   cfg.memory.mlp_tile_tokens = 3;
   cfg.memory.loss_tile_tokens = 5;
@@ -51,8 +53,13 @@ TEST_CASE("documents: a packed batch on 2 and 4 ranks equals its documents alone
   // global starts apply unchanged); only the order of the sums differs, which the derived
   // tolerances bound. Each replica of W = 4, P = 2 runs the same batch (the loss scaled by both).
   const PackedBatch batch = make_packed_batch({{0, 5, 13}, {7, 16}}, {true, false}, 32, 64, /*seed=*/11);
-  for (const RanksCase& c : std::vector<RanksCase>{
-           {2, 2, false, false}, {2, 2, true, true}, {4, 4, true, false}, {4, 4, false, true}, {4, 2, true, false}}) {
+  for (const RanksCase& c : std::vector<RanksCase>{{2, 2, false, false},
+                                                   {2, 2, true, true},
+                                                   {4, 4, true, false},
+                                                   {4, 4, false, true},
+                                                   {4, 2, true, false},
+                                                   {2, 2, true, false, /*keep_attention=*/false},
+                                                   {4, 4, false, true, /*keep_attention=*/false}}) {
     INFO(c.describe());
     const RunConfig cfg = ranks_config(c);
     RunConfig one = cfg;

@@ -377,6 +377,40 @@ TEST_CASE("data: a rank's batch carries its sequences' whole document starts on 
   CHECK(next.document_starts[0] == Starts{0, 3});
   CHECK(next.last_label_starts_document == std::vector<uint8_t>{1, 1});
 
+  // Under document masking the replicas hold different numbers of targets: sequences 0 and 1
+  // (replica 0) 2 + 3, sequences 2 and 3 (replica 1) 3 + 3, a label crossing into the next
+  // document not one (tokens 3, 4, 8, 10, 16 begin documents). Every rank divides by the world's
+  // 11, never by its replica's own count (5 or 6), so the replicas' summed gradients are the
+  // global batch's mean whatever each replica holds.
+  TrainingConfig masked = t;
+  masked.document_mask = true;
+  const auto masked_data = make_dataset(masked, vocab_model());
+  CHECK(trained_labels(*masked_data, 0, masked, 2) == 11);
+  // The -100 labels of each (replica, shard): [dp_rank][sp_rank] lists (row, column) pairs.
+  const std::vector<std::vector<std::vector<std::pair<int64_t, int64_t>>>> crossing = {
+      {{}, {{0, 0}, {0, 1}, {1, 1}}},  // sequence 0: inputs 2, 3; sequence 1: input 3
+      {{{0, 1}}, {{1, 1}}},            // sequence 2: input 1; sequence 3: input 3
+  };
+  for (int dp_rank = 0; dp_rank < 2; ++dp_rank) {
+    for (int sp_rank = 0; sp_rank < 2; ++sp_rank) {
+      INFO("masked: dp_rank " << dp_rank << ", sp_rank " << sp_rank);
+      RankContext ctx;
+      ctx.world_size = 4;
+      ctx.dp_size = 2;
+      ctx.dp_rank = dp_rank;
+      ctx.sp_size = 2;
+      ctx.sp_rank = sp_rank;
+      ctx.rank = dp_rank * 2 + sp_rank;
+      const RankBatch batch = make_rank_batch(*masked_data, 0, masked, ctx, at::kCPU);
+      CHECK(batch.global_tokens == 11);
+      std::vector<std::pair<int64_t, int64_t>> ignored;
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t c = 0; c < 2; ++c)
+          if (batch.labels[b][c].item<int64_t>() == -100) ignored.emplace_back(b, c);
+      CHECK(ignored == crossing[dp_rank][sp_rank]);
+    }
+  }
+
   // Datasets without documents: one empty list and a 0 per row.
   RunConfig plain = tiny_config(2, 64);
   plain.training.batch_size = 3;
