@@ -55,6 +55,21 @@ void write_advice_json(JsonWriter& w, const std::vector<Advice>& advice) {
   w.end_array();
 }
 
+/// [{"blocks", "path", "kernel"}]: each attention path of the step's blocks and its kernel.
+void write_attention_kernels(JsonWriter& w, const StepTimePlan& t) {
+  w.begin_array();
+  for (const AttentionKernelUse& use : attention_kernel_uses(t))
+    w.begin_object()
+        .key("blocks")
+        .value(use.blocks)
+        .key("path")
+        .value(use.path)
+        .key("kernel")
+        .value(use.kernel)
+        .end_object();
+  w.end_array();
+}
+
 }  // namespace
 
 std::string setup_line(const RunConfig& cfg) {
@@ -183,7 +198,9 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .value(t.attention_s)
       .key("attention_kernel")
       .value(attention_kernel_name(t))
-      .key("recompute_s")
+      .key("attention_kernels");
+  write_attention_kernels(w, t);
+  w.key("recompute_s")
       .value(t.recompute_s)
       .key("all_to_all_s")
       .value(t.all_to_all_s)
@@ -445,7 +462,9 @@ void write_tune_candidate_json(JsonWriter& w, const RunConfig& tuned_for, const 
       .key("verdict")
       .value(c.verdict())
       .key("techniques_on")
-      .value(c.techniques);
+      .value(c.techniques)
+      .key("attention_kernels");  // what "auto" resolves to where this candidate runs
+  write_attention_kernels(w, plan_step_time(c.config));
   // the [memory] table as a preset writes it (a word such as "auto" as the word)
   w.key("memory").begin_object();
   for (const KeySpec& spec : config_schema()) {

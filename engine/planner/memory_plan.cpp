@@ -77,10 +77,36 @@ const char* attention_kernel_name(const StepTimePlan& t) {
   return t.lse_attention ? lse_kernel_name(t.lse_kernel) : "sdpa";
 }
 
+std::vector<AttentionKernelUse> attention_kernel_uses(const StepTimePlan& t) {
+  // The path of a block that does not keep its attention: its own, whose kernel the Untied stages
+  // and packed documents call themselves (the log-sum-exp kernel), else SDPA's standard attention.
+  const bool own_lse = t.untied_attention || t.document_attention;
+  const AttentionKernelUse own{0,
+                               t.untied_attention     ? "Untied stages"
+                               : t.document_attention ? "packed documents"
+                                                      : "standard attention",
+                               own_lse ? lse_kernel_name(t.lse_kernel) : "sdpa"};
+  const int64_t kept = t.kept_attention ? t.kept_blocks : 0;
+  std::vector<AttentionKernelUse> uses;
+  // a keeping block runs its own path forward and keeps the output: named with it where it is not
+  // standard attention
+  const std::string kept_path = own.path == "standard attention" ? "kept attention" : own.path + ", attention kept";
+  if (kept > 0) uses.push_back({kept, kept_path, lse_kernel_name(t.lse_kernel)});
+  if (kept < t.attention_blocks) uses.push_back({t.attention_blocks - kept, own.path, own.kernel});
+  return uses;
+}
+
 std::string attention_kernel_label(const StepTimePlan& t) {
-  if (!t.lse_attention) return "SDPA";
-  const char* path = t.untied_attention ? "Untied stages" : t.kept_attention ? "kept attention" : "packed documents";
-  return std::string(lse_kernel_label(t.lse_kernel)) + ", " + path;
+  // every path but SDPA's calls the one log-sum-exp kernel
+  auto kernel = [&](const std::string& name) {
+    return name == "sdpa" ? std::string("SDPA") : std::string(lse_kernel_label(t.lse_kernel));
+  };
+  const std::vector<AttentionKernelUse> uses = attention_kernel_uses(t);
+  if (uses.size() == 1) return uses[0].kernel == "sdpa" ? "SDPA" : kernel(uses[0].kernel) + ", " + uses[0].path;
+  return kernel(uses[0].kernel) + ", " + uses[0].path + " in " + std::to_string(uses[0].blocks) + " of " +
+         std::to_string(t.attention_blocks) + " blocks; " + kernel(uses[1].kernel) +
+         (uses[1].path == "standard attention" ? "" : ", " + uses[1].path) + " in the other " +
+         std::to_string(uses[1].blocks);
 }
 
 MemoryPlan plan_memory(const RunConfig& cfg) {

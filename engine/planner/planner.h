@@ -67,12 +67,17 @@ struct StepTimePlan {
   /// else at hardware.untied_attention_efficiency
   bool attention_at_sdpa_efficiency = true;
   double attention_kernel_efficiency = 0;  ///< that efficiency: the one attention_s ran at
-  double recompute_s = 0;                  ///< the part of compute_s spent recomputing
-  double all_to_all_s = 0;                 ///< Ulysses all-to-all (not overlapped)
-  double fsdp_comm_s = 0;                  ///< all-gather + reduce-scatter (overlapped part excluded)
-  double offload_s = 0;                    ///< PCIe traffic not hidden behind compute
-  double host_optimizer_s = 0;             ///< optimizer offload: the host AdamW over every shard
-  double optimizer_pcie_s = 0;             ///< optimizer offload: gradients down, compute-dtype parameters up
+  int64_t attention_blocks = 0;            ///< the blocks (model.n_layers)
+  /// of them, those that keep their attention (memory.keep_attention: the top
+  /// memory.keep_attention_blocks, or all); the others run their own path: the Untied stages or
+  /// packed documents (`lse_kernel`), else standard attention through SDPA
+  int64_t kept_blocks = 0;
+  double recompute_s = 0;       ///< the part of compute_s spent recomputing
+  double all_to_all_s = 0;      ///< Ulysses all-to-all (not overlapped)
+  double fsdp_comm_s = 0;       ///< all-gather + reduce-scatter (overlapped part excluded)
+  double offload_s = 0;         ///< PCIe traffic not hidden behind compute
+  double host_optimizer_s = 0;  ///< optimizer offload: the host AdamW over every shard
+  double optimizer_pcie_s = 0;  ///< optimizer offload: gradients down, compute-dtype parameters up
   /// optimizer offload: what the step waits for of the host AdamW and its uploads (the optimizer
   /// phase; pipelined on a GPU, only the passes the next forward catches up with and the uploads)
   double optimizer_exposed_s = 0;
@@ -212,8 +217,20 @@ StepTimePlan plan_step_time(const RunConfig& cfg);
 /// (lse_kernel_name, engine/layout/attention_kernels.h).
 const char* attention_kernel_name(const StepTimePlan& t);
 /// The same for a reader (the studio), with the path: "SDPA", "cuDNN attention, Untied stages",
-/// "FlashAttention-2, kept attention", "FlashAttention-2, packed documents".
+/// "FlashAttention-2, kept attention", "FlashAttention-2, packed documents"; where only the top
+/// blocks keep their attention, both kernels: "cuDNN attention, kept attention in 4 of 16
+/// blocks; SDPA in the other 12".
 std::string attention_kernel_label(const StepTimePlan& t);
+
+/// One attention path of a step's blocks and the kernel it runs.
+struct AttentionKernelUse {
+  int64_t blocks = 0;
+  std::string path;    ///< "Untied stages", "kept attention", "packed documents", "standard attention"
+  std::string kernel;  ///< as attention_kernel_name: "cudnn", "flash2", "efficient", "cpu_flash", "sdpa"
+};
+/// Every path the blocks run with its kernel (`plan --json`'s time.attention_kernels, the tuner's
+/// candidates): one entry, or two where only the top blocks keep their attention.
+std::vector<AttentionKernelUse> attention_kernel_uses(const StepTimePlan& t);
 
 /// Short names of the categories in order ("params", ..., "other").
 const std::array<const char*, kPlanCategoryCount>& plan_category_names();

@@ -135,6 +135,8 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   out.attention_at_sdpa_efficiency = !out.lse_attention || s.lse_kernel == LseKernel::CudaCudnn;
   out.attention_kernel_efficiency =
       out.attention_at_sdpa_efficiency ? hw.attention_efficiency : hw.untied_attention_efficiency;
+  out.attention_blocks = s.L;
+  out.kept_blocks = s.kept_count;  // 0 without kept attention
   // achieved FLOP/s of the attention kernels: the keeping blocks' (the log-sum-exp kernel's where
   // any path needs it), and the other blocks' (SDPA's where they run standard attention)
   const double lse_rate = peak * out.attention_kernel_efficiency;

@@ -150,6 +150,10 @@ TEST_CASE(
       CHECK(tokens == l.tokens);  // batch 1, one rank
       CHECK(peak == 989.4e12);
       CHECK(t.at("attention_kernel").get<std::string>() == l.kernel);
+      // every block on one path: one entry, all 16 blocks, its kernel
+      REQUIRE(t.at("attention_kernels").size() == 1);
+      CHECK(t.at("attention_kernels")[0].at("blocks").get<int64_t>() == 16);
+      CHECK(t.at("attention_kernels")[0].at("kernel").get<std::string>() == l.kernel);
       REQUIRE(att > 0);
       REQUIRE(att < hw);
       // The JSON carries 17 significant digits: the sum below is exact to a few 1e-16.
@@ -161,6 +165,26 @@ TEST_CASE(
       REQUIRE(text.code == 0);
       CHECK(text.out.find(l.text) != std::string::npos);
     }
+  // Kept attention in the top 4 blocks only, at 32K (standard attention elsewhere): the keeping
+  // blocks call the log-sum-exp kernel, the other 12 recompute through SDPA; both are named.
+  const std::string kept_top =
+      "plan presets/llama3.2-1b-1xh100.toml --set training.seq_len=32K --set "
+      "memory.activation_checkpointing=true --set memory.keep_attention=true --set "
+      "memory.keep_attention_blocks=4";
+  const Run kept = run_odyssey(kept_top + " --json");
+  REQUIRE(kept.code == 0);
+  const Json uses = parse(kept).at("time").at("attention_kernels");
+  REQUIRE(uses.size() == 2);
+  CHECK(uses[0].at("blocks").get<int64_t>() == 4);
+  CHECK(uses[0].at("path").get<std::string>() == "kept attention");
+  CHECK(uses[0].at("kernel").get<std::string>() == "cudnn");
+  CHECK(uses[1].at("blocks").get<int64_t>() == 12);
+  CHECK(uses[1].at("path").get<std::string>() == "standard attention");
+  CHECK(uses[1].at("kernel").get<std::string>() == "sdpa");
+  const Run kept_text = run_odyssey(kept_top);
+  REQUIRE(kept_text.code == 0);
+  CHECK_THAT(kept_text.out, Catch::Contains("(attention kernels: cuDNN attention, kept attention in 4 of 16 blocks; "
+                                            "SDPA in the other 12)"));
   const Run profile = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml");
   REQUIRE(profile.code == 0);
   CHECK(profile.out.find("at hardware.compute_efficiency 0.5 (GEMMs and the rest) and hardware.attention_efficiency "

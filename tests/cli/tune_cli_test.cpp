@@ -59,6 +59,21 @@ TEST_CASE("odyssey tune --json: the choice and the runner-up with their step tim
   CHECK_FALSE(choice.at("memory").at("activation_checkpointing").get<bool>());
   // a word key is its word, as a preset spells it, not the word's TOML text
   CHECK(choice.at("memory").at("lse_attention_kernel").get<std::string>() == "auto");
+  // and what "auto" resolves to where the candidate runs: each path's kernel, as `plan --json`
+  // gives it for the preset with the candidate's changes
+  for (const Json* candidate : {&choice, &runner_up}) {
+    std::string sets;
+    for (const auto& change : candidate->at("changes"))
+      sets += " --set " + change.at("key").get<std::string>() + "=" + change.at("after").get<std::string>();
+    const Run plan = run_odyssey("plan " + k1bH200 + sets + " --json");
+    require_exit(plan, 0);
+    const Json planned = parse_out(plan).at("time").at("attention_kernels");
+    INFO(candidate->at("techniques").get<std::string>() << ":" << sets);
+    CHECK(candidate->at("attention_kernels") == planned);
+    int64_t blocks = 0;
+    for (const auto& use : planned) blocks += use.at("blocks").get<int64_t>();
+    CHECK(blocks == 16);
+  }
   bool checkpointing_off = false;
   for (const auto& change : choice.at("changes")) {
     const std::string key = change.at("key").get<std::string>();

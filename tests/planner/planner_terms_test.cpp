@@ -620,6 +620,33 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   CHECK(ku.hardware_flops_per_token == model + L * (o_proj + mlp) + L * proj + backward_beyond_model);
   CHECK(ku.attention_flops_per_token == L * (core + backward));
 
+  // Each path with its blocks and kernel (plan --json's time.attention_kernels): every block keeps
+  // on its own path; with the top block alone keeping, the others run theirs, the Untied stages on
+  // the same kernel, standard attention through SDPA.
+  auto uses_text = [](const StepTimePlan& plan) {
+    std::string text;
+    for (const AttentionKernelUse& use : attention_kernel_uses(plan))
+      text += std::to_string(use.blocks) + " " + use.path + " " + use.kernel + "; ";
+    return text;
+  };
+  const std::string blocks = std::to_string(static_cast<int64_t>(L));
+  CHECK(uses_text(k) == blocks + " kept attention efficient; ");
+  CHECK(uses_text(ku) == blocks + " Untied stages, attention kept efficient; ");
+  CHECK(uses_text(u) == blocks + " Untied stages efficient; ");
+  CHECK(uses_text(t) == blocks + " standard attention sdpa; ");
+  untied.memory.keep_attention_blocks = kept.memory.keep_attention_blocks = 1;
+  REQUIRE(validate(untied).empty());
+  REQUIRE(validate(kept).empty());
+  const std::string others = std::to_string(static_cast<int64_t>(L) - 1);
+  CHECK(uses_text(plan_memory(untied).time) ==
+        "1 Untied stages, attention kept efficient; " + others + " Untied stages efficient; ");
+  CHECK(uses_text(plan_memory(kept).time) == "1 kept attention efficient; " + others + " standard attention sdpa; ");
+  CHECK(attention_kernel_label(plan_memory(kept).time) ==
+        "memory-efficient attention, kept attention in 1 of " + blocks + " blocks; SDPA in the other " + others);
+  CHECK(attention_kernel_label(plan_memory(untied).time) ==
+        "memory-efficient attention, Untied stages, attention kept in 1 of " + blocks +
+            " blocks; memory-efficient attention, Untied stages in the other " + others);
+
   // Without checkpointing the attention kernels run forward and backward only.
   cfg.memory.activation_checkpointing = false;
   CHECK(plan_memory(cfg).time.attention_flops_per_token == L * (core + backward));
