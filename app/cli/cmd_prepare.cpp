@@ -255,7 +255,7 @@ int run_prepare(int argc, char** argv, int first) {
     // The preset's model's own tokenizer, when its model.hf_path holds one: a --tokenizer of
     // another vocabulary would write ids that are not this model's tokens.
     std::optional<int64_t> model_vocabulary;
-    if (preset) {
+    if (preset && !a.tokenizer.empty()) {  // without --tokenizer the tokenizer is that one
       try {
         model_vocabulary = model_tokenizer_vocabulary(preset->config.model.hf_path);
       } catch (const std::exception& e) {

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "engine/util/files.h"
 #include "engine/util/json_read.h"
@@ -24,36 +24,56 @@ int64_t tokenizer_vocabulary(const std::string& json, const std::string& path) {
   if (model == doc->end() || !model->is_object()) throw refuse("no \"model\" object");
   const auto vocab = model->find("vocab");
   if (vocab == model->end()) throw refuse("no \"model\".\"vocab\"");
-  int64_t largest = -1;
-  std::unordered_set<std::string> tokens;
+  // The model's vocabulary: token -> id, and its size as the model counts it (its entries).
+  std::unordered_map<std::string, int64_t> model_ids;
+  int64_t model_size = 0;
   if (vocab->is_object()) {  // BPE, WordPiece, WordLevel: token -> id
     for (const auto& [token, id] : vocab->items()) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0)
         throw refuse("\"model\".\"vocab\" maps " + token + " to " + json_value_text(id) + ", not an id >= 0");
-      largest = std::max(largest, id.get<int64_t>());
-      tokens.insert(token);
+      model_ids[token] = id.get<int64_t>();
     }
+    model_size = static_cast<int64_t>(vocab->size());
   } else if (vocab->is_array()) {  // Unigram: [token, score] pairs, the id each one's index
     for (const auto& entry : *vocab) {
       if (!entry.is_array() || entry.empty() || !entry[0].is_string())
         throw refuse("\"model\".\"vocab\" holds " + json_value_text(entry) + ", not a [token, score] pair");
-      tokens.insert(entry[0].get<std::string>());
+      model_ids.emplace(entry[0].get<std::string>(), model_size++);  // a repeated token keeps its first id
     }
-    largest = static_cast<int64_t>(vocab->size()) - 1;
   } else {
     throw refuse("\"model\".\"vocab\" is " + json_value_text(*vocab) + ", neither an object nor a list");
   }
+  // The added tokens get their ids as `tokenizers` gives them when it loads the file, whatever the
+  // file's "id" says: a token of the model's vocabulary keeps its id; another takes the model's
+  // size if it is the first, else one past the largest added id when that is at or past the
+  // model's size (or the model is empty), else the model's size. Empty tokens are left out.
+  std::unordered_map<std::string, int64_t> added_ids;
+  int64_t largest_added = -1;
   if (const auto added = doc->find("added_tokens"); added != doc->end() && added->is_array())
     for (const auto& token : *added) {
-      const auto id = token.find("id");
       const auto content = token.find("content");
-      if (id == token.end() || !id->is_number_integer() || id->get<int64_t>() < 0 || content == token.end() ||
-          !content->is_string())
-        throw refuse("\"added_tokens\" holds " + json_value_text(token) + ", without an \"id\" >= 0 and a \"content\"");
-      largest = std::max(largest, id->get<int64_t>());
-      tokens.insert(content->get<std::string>());
+      if (content == token.end() || !content->is_string())
+        throw refuse("\"added_tokens\" holds " + json_value_text(token) + ", without a \"content\" string");
+      const std::string text = content->get<std::string>();
+      if (text.empty() || added_ids.count(text)) continue;
+      int64_t id;
+      if (const auto in_model = model_ids.find(text); in_model != model_ids.end())
+        id = in_model->second;
+      else if (added_ids.empty())
+        id = model_size;
+      else
+        id = largest_added >= model_size || model_size == 0 ? largest_added + 1 : model_size;
+      added_ids[text] = id;
+      largest_added = std::max(largest_added, id);
     }
-  return std::max(largest + 1, static_cast<int64_t>(tokens.size()));
+  // get_vocab(with_added_tokens=True): the model's tokens and the added ones, by token
+  int64_t largest = -1, distinct = static_cast<int64_t>(model_ids.size());
+  for (const auto& [text, id] : model_ids) largest = std::max(largest, id);
+  for (const auto& [text, id] : added_ids) {
+    largest = std::max(largest, id);
+    if (!model_ids.count(text)) ++distinct;
+  }
+  return std::max(largest + 1, distinct);
 }
 
 std::optional<int64_t> model_tokenizer_vocabulary(const std::string& hf_path) {

@@ -12,11 +12,12 @@ namespace odyssey {
 /// The largest tokenizer.json read: published ones (256k vocabularies with their merges) are tens of MB.
 constexpr int64_t kMaxTokenizerJsonBytes = int64_t{128} << 20;
 
-/// The ids the tokenizer.json text `json` can produce: the larger of one more than its largest id
-/// and its count of distinct tokens, over its model's vocabulary (BPE, WordPiece, WordLevel: an
-/// object of token -> id; Unigram: a list of [token, score] pairs, each id its index) and its added
-/// tokens, as scripts/prepare_text.py's vocabulary_size counts it with `tokenizers` (the header
-/// vocab_size of the documents files it writes). Throws std::invalid_argument naming `path` and what
+/// The ids the tokenizer.json text `json` can produce, as scripts/prepare_text.py's vocabulary_size
+/// counts them with `tokenizers` (the header vocab_size of the documents files it writes): the
+/// larger of one more than the largest id and the count of distinct tokens, over the model's
+/// vocabulary (BPE, WordPiece, WordLevel: an object of token -> id; Unigram: a list of [token,
+/// score] pairs, each id its index) and the added tokens with the ids `tokenizers` gives them on
+/// loading (not the file's "id": see the .cpp). Throws std::invalid_argument naming `path` and what
 /// is missing or malformed.
 int64_t tokenizer_vocabulary(const std::string& json, const std::string& path);
 

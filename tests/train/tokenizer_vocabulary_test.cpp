@@ -24,6 +24,15 @@ TEST_CASE("tokenizer vocabulary: the largest id plus one or the distinct tokens,
                              "t.json") == 4);
   // No added_tokens at all: the model's vocabulary alone.
   CHECK(tokenizer_vocabulary(R"({"model": {"vocab": {"a": 0, "b": 1}}})", "t.json") == 2);
+  // An added token's "id" is the file's word, not the library's: `tokenizers` gives the first new
+  // one the model's size (2, not 10) and the next one past it; an empty one is left out.
+  CHECK(tokenizer_vocabulary(R"({"model": {"vocab": {"a": 0, "b": 1}},
+                                 "added_tokens": [{"id": 10, "content": "<s>"}, {"id": 3, "content": ""},
+                                                  {"id": 50, "content": "</s>"}]})",
+                             "t.json") == 4);
+  // Behind a sparse vocabulary (size 2, largest id 7) the first new added token takes the size, 2.
+  CHECK(tokenizer_vocabulary(R"({"model": {"vocab": {"a": 0, "b": 7}}, "added_tokens": [{"id": 8, "content": "<s>"}]})",
+                             "t.json") == 8);
 }
 
 TEST_CASE("tokenizer vocabulary: a malformed tokenizer.json names the file and what is wrong", "[tokenizer]") {
@@ -35,8 +44,8 @@ TEST_CASE("tokenizer vocabulary: a malformed tokenizer.json names the file and w
                     Catch::Contains("maps a to -1, not an id >= 0"));
   CHECK_THROWS_WITH(tokenizer_vocabulary(R"({"model": {"vocab": 3}})", "t.json"),
                     Catch::Contains("neither an object nor a list"));
-  CHECK_THROWS_WITH(tokenizer_vocabulary(R"({"model": {"vocab": {}}, "added_tokens": [{"content": "x"}]})", "t.json"),
-                    Catch::Contains("without an \"id\" >= 0 and a \"content\""));
+  CHECK_THROWS_WITH(tokenizer_vocabulary(R"({"model": {"vocab": {}}, "added_tokens": [{"id": 1}]})", "t.json"),
+                    Catch::Contains("without a \"content\" string"));
   CHECK(!model_tokenizer_vocabulary("").has_value());                    // no model directory
   CHECK(!model_tokenizer_vocabulary("/nonexistent/model").has_value());  // none in it
 }
