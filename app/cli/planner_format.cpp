@@ -336,12 +336,21 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
       t.tokens_per_s_per_device, 100 * t.mfu, 100 * t.mfu_palm, 100 * t.hfu);
   // what the step time rests on: the two achieved fractions of the peak in use (a profile's, or
   // a preset's measured figures: bench/gpu/fit_efficiency.py)
+  // blocks on SDPA beside blocks on FlashAttention-2 (kept attention in the top blocks only): the
+  // SDPA blocks' efficiency too
+  bool sdpa_beside = false;
+  for (const AttentionKernelUse& use : attention_kernel_uses(t))
+    sdpa_beside = sdpa_beside || (use.kernel == "sdpa" && !t.attention_at_sdpa_efficiency);
   os << printf_string(
-      "at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.%s %.3g (attention kernels: %s) "
+      "at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.%s %.3g (attention kernels: %s%s) "
       "of %.1f TFLOP/s\n",
       cfg.hardware.compute_efficiency,
       t.attention_at_sdpa_efficiency ? "attention_efficiency" : "untied_attention_efficiency",
-      t.attention_kernel_efficiency, attention_kernel_label(t).c_str(), cfg.hardware.bf16_tflops);
+      t.attention_kernel_efficiency, attention_kernel_label(t).c_str(),
+      sdpa_beside
+          ? printf_string("; SDPA's at hardware.attention_efficiency %.3g", cfg.hardware.attention_efficiency).c_str()
+          : "",
+      cfg.hardware.bf16_tflops);
   os << "FLOP convention: " << t.convention << "\n";
   if (t.attention_pair_fraction != 1.0)
     os << printf_string(

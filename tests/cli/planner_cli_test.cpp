@@ -185,6 +185,13 @@ TEST_CASE(
   REQUIRE(kept_text.code == 0);
   CHECK_THAT(kept_text.out, Catch::Contains("(attention kernels: cuDNN attention, kept attention in 4 of 16 blocks; "
                                             "SDPA in the other 12)"));
+  // On FlashAttention-2 the keeping blocks run at untied_attention_efficiency, the others at SDPA's:
+  // the line names both
+  const Run kept_flash = run_odyssey(kept_top + " --set memory.lse_attention_kernel=flash2");
+  REQUIRE(kept_flash.code == 0);
+  CHECK_THAT(kept_flash.out, Catch::Contains("hardware.untied_attention_efficiency 0.309 (attention kernels: "
+                                             "FlashAttention-2, kept attention in 4 of 16 blocks; SDPA in the "
+                                             "other 12; SDPA's at hardware.attention_efficiency 0.485)"));
   const Run profile = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml");
   REQUIRE(profile.code == 0);
   CHECK(profile.out.find("at hardware.compute_efficiency 0.5 (GEMMs and the rest) and hardware.attention_efficiency "
