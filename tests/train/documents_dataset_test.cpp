@@ -335,16 +335,20 @@ TEST_CASE("data: a rank's batch carries its sequences' whole document starts on 
   const auto data = make_dataset(t, vocab_model());
   // Two replicas of two Ulysses ranks: at step 0, replica 0 trains sequences 0 and 1, replica 1
   // sequences 2 and 3; sequence shard r holds positions [2r, 2r + 2).
+  auto two_by_two = [](int dp_rank, int sp_rank) {
+    RankContext ctx;
+    ctx.world_size = 4;
+    ctx.dp_size = 2;
+    ctx.dp_rank = dp_rank;
+    ctx.sp_size = 2;
+    ctx.sp_rank = sp_rank;
+    ctx.rank = dp_rank * 2 + sp_rank;
+    return ctx;
+  };
   for (int dp_rank = 0; dp_rank < 2; ++dp_rank) {
     for (int sp_rank = 0; sp_rank < 2; ++sp_rank) {
       INFO("dp_rank " << dp_rank << ", sp_rank " << sp_rank);
-      RankContext ctx;
-      ctx.world_size = 4;
-      ctx.dp_size = 2;
-      ctx.dp_rank = dp_rank;
-      ctx.sp_size = 2;
-      ctx.sp_rank = sp_rank;
-      ctx.rank = dp_rank * 2 + sp_rank;
+      const RankContext ctx = two_by_two(dp_rank, sp_rank);
       const RankBatch batch = make_rank_batch(*data, 0, t, ctx, at::kCPU);
       REQUIRE(batch.document_starts.size() == 2);
       REQUIRE(batch.last_label_starts_document.size() == 2);
@@ -394,13 +398,7 @@ TEST_CASE("data: a rank's batch carries its sequences' whole document starts on 
   for (int dp_rank = 0; dp_rank < 2; ++dp_rank) {
     for (int sp_rank = 0; sp_rank < 2; ++sp_rank) {
       INFO("masked: dp_rank " << dp_rank << ", sp_rank " << sp_rank);
-      RankContext ctx;
-      ctx.world_size = 4;
-      ctx.dp_size = 2;
-      ctx.dp_rank = dp_rank;
-      ctx.sp_size = 2;
-      ctx.sp_rank = sp_rank;
-      ctx.rank = dp_rank * 2 + sp_rank;
+      const RankContext ctx = two_by_two(dp_rank, sp_rank);
       const RankBatch batch = make_rank_batch(*masked_data, 0, masked, ctx, at::kCPU);
       CHECK(batch.global_tokens == 11);
       std::vector<std::pair<int64_t, int64_t>> ignored;
