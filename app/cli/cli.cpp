@@ -197,6 +197,17 @@ std::optional<LoadedPreset> load_or_report(const std::string& path, const std::v
   return loaded;
 }
 
+namespace {
+
+/// The preset's data file refused: the issue at training.dataset_path's line, with `rule` and `hint`.
+ConfigIssue dataset_path_issue(const LoadedPreset& loaded, const std::string& rule, const std::string& hint) {
+  const auto at = loaded.sources.find("training.dataset_path");
+  return ConfigIssue{at != loaded.sources.end() ? at->second : SourceLoc{}, "training.dataset_path",
+                     "\"" + loaded.config.training.dataset_path + "\"", rule, hint};
+}
+
+}  // namespace
+
 std::optional<ConfigIssue> check_dataset(const LoadedPreset& loaded) {
   const TrainingConfig& training = loaded.config.training;
   if (training.dataset == DatasetKind::LongRange) return std::nullopt;
@@ -204,10 +215,8 @@ std::optional<ConfigIssue> check_dataset(const LoadedPreset& loaded) {
     make_dataset(training, loaded.config.model);  // opened, checked and closed
     return std::nullopt;
   } catch (const std::runtime_error& e) {  // DataError; DataChangedError: the file changed while read
-    const auto at = loaded.sources.find("training.dataset_path");
-    return ConfigIssue{at != loaded.sources.end() ? at->second : SourceLoc{}, "training.dataset_path",
-                       "\"" + training.dataset_path + "\"", e.what(),
-                       "odyssey train opens the data file with these checks before its first step"};
+    return dataset_path_issue(loaded, e.what(),
+                              "odyssey train opens the data file with these checks before its first step");
   }
 }
 
@@ -219,10 +228,7 @@ std::optional<ConfigIssue> read_planned_documents(LoadedPreset& loaded) {
     cfg.document_lengths = read_document_lengths(cfg.training.dataset_path, cfg.model.vocab_size);
     return std::nullopt;
   } catch (const DataError& e) {
-    const auto at = loaded.sources.find("training.dataset_path");
-    return ConfigIssue{at != loaded.sources.end() ? at->second : SourceLoc{}, "training.dataset_path",
-                       "\"" + cfg.training.dataset_path + "\"", e.what(),
-                       "the planner reads the documents' lengths from this file"};
+    return dataset_path_issue(loaded, e.what(), "the planner reads the documents' lengths from this file");
   }
 }
 
