@@ -5,7 +5,8 @@ ladder (the tiny model's two blocks: no block, the first, both; selective then f
 one) and every attention kernel trains the same losses (each block compiled too, by dynamo and AOT
 autograd without Inductor's code generation), each mode recomputes its blocks and the selective
 policy saves their attention, the search for the fastest mode that fits escalates past modes out of
-memory (simulated) and keeps the trace of the mode it keeps, the PyTorch and the Hugging Face
+memory (simulated) and keeps the trace of the mode it keeps, a search out of time keeps the mode
+that fit and names the ones it left untried, the PyTorch and the Hugging Face
 baselines train the same model (the same losses from the same tokens, weights drawn in the same
 order), Liger patched in falls back to transformers' kernels where its own cannot run, the CPU's
 choices are recorded with their reasons, and the 1B shape is the preset's.
@@ -105,6 +106,15 @@ def check(odyssey):
                and os.listdir(traces) == ["trace.json"],
                "pytorch: --checkpoint auto past none and selective:1 out of memory keeps selective, its losses and "
                "its trace alone (%s, %s)" % (r["attempts"], os.listdir(traces)))
+    # A search out of time: none, selective:1 and selective fail (simulated), full fits; with no time
+    # left (--time-budget 0) the bisection's trial of full:1+selective:1 does not start, and the run
+    # keeps full, saying what it left untried
+    r = run("pytorch_baseline.py", "--simulate-oom", "none,selective:1,selective", "--time-budget", "0")
+    expect(r["checkpoint"] == "full" and [a["checkpoint"] for a in r["attempts"]] == ["none", "selective:1", "selective", "full"]
+           and r["checkpoint_search"].get("cut", "").endswith("untried: full:1+selective:1") and same_losses(r, auto)
+           and all(a["trial_s"] >= 0 for a in r["attempts"]),
+           "pytorch: --checkpoint auto out of time keeps the mode that fit, its losses, and names the untried one (%s)" % (
+               r["checkpoint_search"]))
     expect(auto["loss_chunk_tokens"] >= 256 and pytorch["full"]["loss_chunk_tokens"] == 96,
            "pytorch: the loss chunk is the rule's, or the one asked for")
 

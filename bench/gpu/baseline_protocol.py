@@ -12,12 +12,14 @@ chose (engine/telemetry/cuda_runtime.h). A baseline searches its ladder of activ
 modes (checkpoint_ladder: no block checkpointed, then one block more at a time, selective before
 full) in its one process for the fastest that fits (run_fastest_fitting): a mode that runs out of
 memory is freed and another tried, a mode that fits only through the allocator's retries is raced
-against the next, and the JSON names the mode kept and every trial.
+against the next, and the JSON names the mode kept and every trial. The search keeps to the time
+its caller gives it (--time-budget): once a mode fits, no trial starts that would outlast it, and
+the JSON says the search was cut and which modes it left untried.
 
 defines: ODYSSEY_TRAINING, DEFAULT_ALLOCATOR_SETTINGS, DEFAULT_CUBLAS_WORKSPACE_CONFIG,
 choose_allocator_settings, CUDA_SETUP, BLOCK_POLICIES, checkpoint_ladder, block_policies, baseline_args,
 checkpoint_order, random_tokens, make_adamw, training_step, time_steps, is_oom, AllModesOutOfMemory,
-run_fastest_fitting, search_checkpointing, trial_profile_path, release_memory, settle_memory, step_figures,
+SEARCH_STARTS, PROCESS_START, run_fastest_fitting, search_checkpointing, trial_profile_path, release_memory, settle_memory, step_figures,
 device_name, run_baseline_main, self_test
 """
 import argparse
@@ -28,6 +30,8 @@ import os
 import sys
 import time
 import traceback
+
+PROCESS_START = time.monotonic()  # --time-budget counts from here: the model's build is in the process's time
 
 # Odyssey's CUDA settings (engine/telemetry/cuda_runtime.h): the allocator on expandable segments and
 # 32 MiB cuBLAS workspaces, each unless the user set its variable. Set here, before torch is imported
@@ -136,6 +140,14 @@ def baseline_args(description, checkpoint_policies):
     parser.add_argument("--simulate-oom", metavar="MODE,...", default="",
                         help="these checkpointing modes fail as out of memory before their first step (the CPU "
                              "dry run's check of the search, on a machine with memory to spare)")
+    parser.add_argument("--time-budget", metavar="SECONDS", type=float,
+                        help="seconds this process may take, from its start (the caller's timeout less its "
+                             "margin): once a mode fits, --checkpoint auto starts no trial with less than its "
+                             "longest trial so far left, and keeps the fastest mode found (default: no limit)")
+    parser.add_argument("--search-start", choices=SEARCH_STARTS, default="fewest",
+                        help="--checkpoint auto's first trial: fewest (no checkpointing, then more blocks, doubling) "
+                             "or leanest (the leanest mode, then fewer blocks, bisecting: at a length where few "
+                             "modes fit, such as the baseline's longest context)")
     parser.add_argument("--kernel-profile", metavar="FILE", help="profile the last step; its Chrome trace here")
     parser.add_argument("--self-test", action="store_true", help="the script's own arithmetic, no run")
     parser.set_defaults(checkpoint_policies=tuple(checkpoint_policies))
@@ -287,7 +299,15 @@ def settle_memory():
         torch.cuda.empty_cache()
 
 
-def run_fastest_fitting(modes, attempt, release=release_memory):
+class _SearchCut(Exception):
+    """Raised inside run_fastest_fitting when the time left cannot hold another trial."""
+
+
+SEARCH_STARTS = ("fewest", "leanest")  # --search-start: where run_fastest_fitting's first trial is
+
+
+def run_fastest_fitting(modes, attempt, release=release_memory, time_left=None, clock=time.monotonic,
+                        start="fewest"):
     """The fastest mode that fits, of `modes`: a ladder (checkpoint_ladder: expected fastest first, each
     holding no more than the one before) or one mode. Each trial is attempt(mode), the protocol's steps
     timed; release() follows a trial that ran out of memory, settle_memory() one that fit when another
@@ -306,57 +326,94 @@ def run_fastest_fitting(modes, attempt, release=release_memory):
     (1 + 6 doubling + 4 bisecting + 1 past retries: self_test counts every case) and 10 of the
     Hugging Face baseline's 17.
 
+    start="leanest" (the at_longest lengths: a baseline's longest context, found with its leanest
+    mode, where few modes fit and a fitting trial takes minutes) tries the last mode first, then
+    bisects between it and none: the first trial is the one expected to fit, so a search the time
+    cuts after it still keeps a mode (at worst 7 trials of 33, 6 of 17: self_test counts every case).
+
+    time_left() (None: no limit) gives the seconds the caller still allows. Once a mode fits, a trial
+    starts only with the longest trial so far left (a fitting trial runs every step, so it is the
+    longest kind): a trial the caller's timeout cut would lose the whole search, the mode that fits
+    with it. A cut search keeps the fastest mode that fit, which may checkpoint more blocks than the
+    fewest that fit. Until a mode fits the search goes on, having nothing to keep. clock() times the
+    trials (the self-test's is a fake).
+
     Returns the kept trial's result with "checkpoint" (its mode), "attempts" (every trial in order:
-    {"checkpoint", "step_time_s", and on a GPU "num_alloc_retries" and "peak_bytes"}, or {"checkpoint",
-    "error": "oom", "detail"}) and "checkpoint_search" ({"modes", "trials"}). Raises AllModesOutOfMemory when
-    none fits; any other error propagates."""
-    attempts, fitting = [], {}
+    {"checkpoint", "step_time_s", "trial_s", and on a GPU "num_alloc_retries" and "peak_bytes"}, or
+    {"checkpoint", "error": "oom", "detail", "trial_s"}) and "checkpoint_search" ({"modes", "trials"},
+    and "cut": why and what was left untried, where time cut it). Raises AllModesOutOfMemory when none
+    fits; any other error propagates."""
+    attempts, fitting, bounds = [], {}, {"fails": 0, "fit": len(modes)}
 
     def fits(i):
+        if fitting and time_left is not None:
+            left, longest = time_left(), max(a["trial_s"] for a in attempts)
+            if left < longest:
+                raise _SearchCut("%.0f s left, a trial took up to %.0f s" % (max(left, 0.0), longest))
         if attempts and "error" not in attempts[-1]:
             settle_memory()
-        failed = None
+        failed, began = None, clock()
         try:
             result = attempt(modes[i])
         except Exception as e:  # noqa: BLE001 -- only out-of-memory errors are handled
             if not is_oom(e):
                 raise
             failed = str(e).splitlines()[0][:240] if str(e) else type(e).__name__
+        seconds = round(clock() - began, 3)
         if failed is None:
             fitting[i] = result
             attempts.append(dict({"checkpoint": modes[i], "step_time_s": result["step_time_s"]},
-                                 **{k: result[k] for k in ("num_alloc_retries", "peak_bytes") if k in result}))
+                                 **{k: result[k] for k in ("num_alloc_retries", "peak_bytes") if k in result},
+                                 trial_s=seconds))
             return True
-        attempts.append({"checkpoint": modes[i], "error": "oom", "detail": failed})
+        attempts.append({"checkpoint": modes[i], "error": "oom", "detail": failed, "trial_s": seconds})
         release()  # after the except block: the exception and its frames' tensors are gone
         return False
 
-    first = 0
-    if not fits(0):
-        fails, fit, probe = 0, len(modes), 1  # modes[fails] ran out of memory; modes[fit] is the first known to fit
-        while fit == len(modes):  # doubling
+    def search():
+        if start == "leanest":
+            if not fits(len(modes) - 1):
+                raise AllModesOutOfMemory(attempts)
+            bounds.update(fails=-1, fit=len(modes) - 1)  # nothing known to run out of memory yet
+            while bounds["fit"] - bounds["fails"] > 1:
+                middle = (bounds["fails"] + bounds["fit"]) // 2
+                bounds["fit" if fits(middle) else "fails"] = middle
+            return bounds["fit"]
+        if fits(0):
+            return 0
+        probe = 1  # modes[bounds["fails"]] ran out of memory; modes[bounds["fit"]] is the first known to fit
+        while bounds["fit"] == len(modes):  # doubling
             rung = min(probe, len(modes) - 1)
-            if rung <= fails:
+            if rung <= bounds["fails"]:
                 break
-            if fits(rung):
-                fit = rung
-            else:
-                fails = rung
+            bounds["fit" if fits(rung) else "fails"] = rung
             probe *= 2
-        while fit - fails > 1:  # bisection
-            middle = (fails + fit) // 2
-            if fits(middle):
-                fit = middle
-            else:
-                fails = middle
-        if fit == len(modes):
+        while bounds["fit"] - bounds["fails"] > 1:  # bisection
+            middle = (bounds["fails"] + bounds["fit"]) // 2
+            bounds["fit" if fits(middle) else "fails"] = middle
+        if bounds["fit"] == len(modes):
             raise AllModesOutOfMemory(attempts)
-        first = fit
-    if (fitting[first].get("num_alloc_retries") or 0) > 0 and first + 1 < len(modes) and first + 1 not in fitting:
-        fits(first + 1)
+        return bounds["fit"]
+
+    cut = None
+    try:
+        first = search()
+        if (fitting[first].get("num_alloc_retries") or 0) > 0 and first + 1 < len(modes) and first + 1 not in fitting:
+            fits(first + 1)
+    except _SearchCut as e:
+        low, high = bounds["fails"] + 1, min(fitting) - 1  # the rungs between the last failure and the first fit
+        if low < high:
+            untried = "%s to %s" % (modes[low], modes[high])
+        elif low == high:
+            untried = modes[low]
+        else:  # the bisection had closed: the race past a mode that retried the allocator was cut
+            untried = "%s, after a mode that fit through the allocator's retries" % modes[min(fitting) + 1]
+        cut = "time: %s; untried: %s" % (e, untried)
     kept = min(fitting, key=lambda i: fitting[i]["step_time_s"])
-    return dict(fitting[kept], checkpoint=modes[kept], attempts=attempts,
-                checkpoint_search={"modes": len(modes), "trials": len(attempts)})
+    search_record = {"modes": len(modes), "trials": len(attempts)}
+    if cut:
+        search_record["cut"] = cut
+    return dict(fitting[kept], checkpoint=modes[kept], attempts=attempts, checkpoint_search=search_record)
 
 
 def trial_profile_path(path, mode):
@@ -373,7 +430,7 @@ def search_checkpointing(args, n_layers, attempt, release=release_memory):
     policies for `n_layers` blocks), each trial attempt(mode, profile_path): with --kernel-profile,
     each trial traces to its own file and the kept trial's becomes the one asked for (the others are
     removed, whatever the search's outcome). The modes of --simulate-oom fail as out of memory before
-    their first step."""
+    their first step. --time-budget bounds the search, counted from the process's start."""
     simulated, tried = set(filter(None, args.simulate_oom.split(","))), []
 
     def trial(mode):
@@ -384,7 +441,9 @@ def search_checkpointing(args, n_layers, attempt, release=release_memory):
 
     modes = checkpoint_order(args.checkpoint, checkpoint_ladder(args.checkpoint_policies, n_layers))
     try:
-        result = run_fastest_fitting(modes, trial, release)
+        budget = args.time_budget
+        time_left = None if budget is None else (lambda: budget - (time.monotonic() - PROCESS_START))
+        result = run_fastest_fitting(modes, trial, release, time_left, start=args.search_start)
         if args.kernel_profile:
             os.replace(trial_profile_path(args.kernel_profile, result["checkpoint"]), args.kernel_profile)
     finally:
@@ -431,6 +490,8 @@ def run_baseline_main(system, parser, run, self_test):
         return
     if args.seq <= 0 or args.steps <= 0:
         parser.error("--seq and --steps must be positive")
+    if args.time_budget is not None and not args.time_budget >= 0:
+        parser.error("--time-budget %s: seconds, 0 or more" % args.time_budget)
     ladder = checkpoint_ladder(args.checkpoint_policies, SHAPES[args.config]["n_layers"])
     try:
         checkpoint_order(args.checkpoint, ladder)
@@ -527,11 +588,33 @@ def self_test():
                 assert result["checkpoint_search"] == {"modes": n, "trials": len(tried)}, result
                 most = max(most, len(tried))
         assert most == worst, (n, most, worst)
+    # the same from the leanest mode: the first fitting mode found in every case, the worst-case trials
+    for n, worst in ((1, 1), (3, 3), (5, 4), (17, 6), (33, 7)):
+        modes, most = ["m%d" % i for i in range(n)], 0
+        for first_fitting in range(n + 1):
+            for retrying in ((), range(n)):
+                def attempt(mode):
+                    i = modes.index(mode)
+                    if i < first_fitting:
+                        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+                    return {"step_time_s": 1.0 + 0.01 * i, "num_alloc_retries": 3 if i in retrying else 0}
+                try:
+                    result = run_fastest_fitting(modes, attempt, release=lambda: None, start="leanest")
+                except AllModesOutOfMemory as e:
+                    assert first_fitting == n and [a["checkpoint"] for a in e.attempts] == [modes[-1]], e.attempts
+                    most = max(most, len(e.attempts))
+                    continue
+                tried = [a["checkpoint"] for a in result["attempts"]]
+                assert tried[0] == modes[-1] and result["checkpoint"] == modes[first_fitting], (n, result)
+                assert len(set(tried)) == len(tried), (n, tried)
+                most = max(most, len(tried))
+        assert most == worst, (n, most, worst)
     # the throughput lengths' case: no checkpointing runs out of memory, the first rung fits: two trials
     result = search(ladder, 1)
     assert [a["checkpoint"] for a in result["attempts"]] == ["none", "selective:1"] and result["checkpoint"] == "selective:1"
-    assert result["attempts"][0]["error"] == "oom" and result["attempts"][1] == {
-        "checkpoint": "selective:1", "step_time_s": 1.01, "num_alloc_retries": 0}, result["attempts"]
+    assert result["attempts"][0]["error"] == "oom" and result["attempts"][1]["trial_s"] >= 0 and dict(
+        result["attempts"][1], trial_s=None) == {"checkpoint": "selective:1", "step_time_s": 1.01, "num_alloc_retries": 0,
+                                                  "trial_s": None}, result["attempts"]
     result = search(ladder, 9)  # doubling to 16 (selective on every block), then bisection down to 9
     assert [a["checkpoint"] for a in result["attempts"]] == [ladder[i] for i in (0, 1, 2, 4, 8, 16, 12, 10, 9)], result
     # a mode that fits only through the allocator's retries: the next one runs too, the faster kept
@@ -540,6 +623,44 @@ def self_test():
     assert result["checkpoint"] == "selective:2" and tried == [("none", None), ("selective:1", 3), ("selective:2", 0)], tried
     result = search(ladder, 0, retrying=(0,))
     assert result["checkpoint"] == "none" and result["num_alloc_retries"] == 3 and len(result["attempts"]) == 2, result
+
+    def timed_search(first_fitting, budget, retrying=(), start="fewest"):
+        """run_fastest_fitting over the ladder within `budget` seconds of a fake clock that a trial out of
+        memory advances by 10 s and a fitting one by 50 s."""
+        now = [0.0]
+
+        def attempt(mode):
+            i = ladder.index(mode)
+            now[0] += 10.0 if i < first_fitting else 50.0
+            if i < first_fitting:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+            return {"step_time_s": 1.0 + 0.01 * i, "num_alloc_retries": 3 if i in retrying else 0}
+
+        return run_fastest_fitting(ladder, attempt, release=lambda: None, time_left=lambda: budget - now[0],
+                                   clock=lambda: now[0], start=start)
+
+    # time enough: the whole search, as without a budget, each trial's seconds recorded
+    result = timed_search(7, 1000.0)
+    assert result["checkpoint"] == "selective:7" and result["checkpoint_search"] == {"modes": 33, "trials": 7}, result
+    assert [a["trial_s"] for a in result["attempts"]] == [10.0] * 4 + [50.0, 10.0, 50.0], result["attempts"]
+    # 120 s: 40 s of failures, then selective:8 fits at 90 s; 30 s left holds no 50-s trial: cut, selective:8 kept
+    result = timed_search(7, 120.0)
+    assert result["checkpoint"] == "selective:8" and result["checkpoint_search"] == {
+        "modes": 33, "trials": 5, "cut": "time: 30 s left, a trial took up to 50 s; untried: selective:5 to selective:7"}, result
+    # no time at all: the search goes on until a mode fits (nothing to keep before), then stops
+    result = timed_search(3, 0.0)
+    assert result["checkpoint"] == "selective:4" and result["checkpoint_search"]["cut"].endswith("untried: selective:3"), result
+    # the race past a mode that retried the allocator, cut: the retrying mode kept, the cut saying so
+    result = timed_search(1, 65.0, retrying=(1,))
+    assert result["checkpoint"] == "selective:1" and result["num_alloc_retries"] == 3 and result["checkpoint_search"][
+        "cut"] == "time: 5 s left, a trial took up to 50 s; untried: selective:2, after a mode that fit through the " \
+                  "allocator's retries", result
+    # from the leanest mode at a baseline's longest context: full fits at 50 s, selective:15 fails at 60 s,
+    # and 40 s hold no 50-s trial: full kept, every mode between selective:15 and full untried
+    result = timed_search(30, 100.0, start="leanest")
+    assert result["checkpoint"] == "full" and [a["checkpoint"] for a in result["attempts"]] == ["full", "selective:15"]
+    assert result["checkpoint_search"]["cut"] == "time: 40 s left, a trial took up to 50 s; untried: selective to " \
+                                                 "full:15+selective:1", result
     try:
         run_fastest_fitting(["full"], lambda mode: (_ for _ in ()).throw(torch.OutOfMemoryError("out of memory")),
                             release=lambda: None)

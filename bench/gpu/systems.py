@@ -12,7 +12,7 @@ points come from the scripts' own run calls, so the predictions cover what the c
 Every measured row carries its `point` (preset, seq_len, sets), the key that pairs it with its
 prediction (point_key).
 
-defines: BASELINES, run_baseline, strongest_baseline, run_odyssey, tune_odyssey, TUNED_VARIANT, throughput_rows_by_length, planner_command, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
+defines: BASELINES, BASELINE_EXIT_MARGIN_S, PACKING_MARGIN_S, baseline_time_budget, run_baseline, strongest_baseline, run_odyssey, tune_odyssey, TUNED_VARIANT, throughput_rows_by_length, planner_command, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
 preset_name, point_key, point_file_name, run_json, odyssey_binary, odyssey_preset, odyssey_sets, device_profile_sets,
 run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
 """
@@ -342,12 +342,32 @@ BASELINES = {"pytorch": {"script": "pytorch_baseline.py", "label": "the PyTorch 
              "hf-liger": {"script": "hf_baseline.py", "label": "the Hugging Face + Liger baseline"}}
 
 
+# Seconds a baseline's time budget leaves before its process's timeout: its last trial's teardown,
+# the JSON line and the exit.
+BASELINE_EXIT_MARGIN_S = 15
+# Seconds validate.sh keeps before a stage deadline (ODYSSEY_STAGE_DEADLINE) to pack the call's record:
+# its own "less 10 s to pack", which cuts the stages' boxes.
+PACKING_MARGIN_S = 10
+
+
+def baseline_time_budget(timeout_s, environ=os.environ, now=time.time):
+    """The --time-budget of a baseline process that `timeout_s` ends: what its checkpointing search
+    may spend, BASELINE_EXIT_MARGIN_S short of the timeout and of the stage's deadline (deadline.sh's
+    ODYSSEY_STAGE_DEADLINE, seconds since the epoch, less PACKING_MARGIN_S), 0 at the least: a
+    search cut short keeps the fastest mode it found fitting, a process killed keeps nothing."""
+    budget = timeout_s - BASELINE_EXIT_MARGIN_S
+    if environ.get("ODYSSEY_STAGE_DEADLINE"):
+        budget = min(budget, int(environ["ODYSSEY_STAGE_DEADLINE"]) - PACKING_MARGIN_S - now() - BASELINE_EXIT_MARGIN_S)
+    return max(0, int(budget))
+
+
 def run_baseline(seq, steps, timeout_s, log_path=None, extra_args=(), system="pytorch"):
     """One process of the baseline `system` (BASELINES) running `steps` steps (the first warm-up, as
-    `odyssey train --steps`); returns its JSON dict (with "error" on failure). ODYSSEY_BENCH_BASELINE_ARGS
-    appends arguments (e.g. "--config tiny --device cpu" to check the scripts on a CPU machine), then
-    `extra_args` (e.g. --kernel-profile FILE)."""
-    cmd = [sys.executable, os.path.join(HERE, BASELINES[system]["script"]), "--seq", str(seq), "--steps", str(steps)] + \
+    `odyssey train --steps`) within baseline_time_budget(timeout_s); returns its JSON dict (with "error"
+    on failure). ODYSSEY_BENCH_BASELINE_ARGS appends arguments (e.g. "--config tiny --device cpu" to
+    check the scripts on a CPU machine), then `extra_args` (e.g. --kernel-profile FILE)."""
+    cmd = [sys.executable, os.path.join(HERE, BASELINES[system]["script"]), "--seq", str(seq), "--steps", str(steps),
+           "--time-budget", str(baseline_time_budget(timeout_s))] + \
         os.environ.get("ODYSSEY_BENCH_BASELINE_ARGS", "").split() + list(extra_args)
     if predictions_dir():  # the planner has no word on the baseline
         return {"system": system, "seq_len": seq, "error": NOT_RUN}

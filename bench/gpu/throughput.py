@@ -2,14 +2,16 @@
 """Throughput of Llama-3.2-1B on one GPU, Odyssey's full stack (presets/llama3.2-1b-1xh100.toml)
 side by side with the baselines a user would run instead (systems.BASELINES: the strong plain
 PyTorch one, pytorch_baseline.py, and Hugging Face transformers with Liger kernels, hf_baseline.py)
-in one run: for each length, each baseline's process and then Odyssey's (odyssey-tuned: the preset as
-`odyssey tune` configures it for the GPU, each side at its fastest configuration that fits; odyssey:
-the preset's full stack), the same number of steps
-with the first as warm-up, every step time by the one protocol (docs/gpu.md, "Step time: one
-protocol for every system"). tokens/s and MFU of all come from one FLOP formula (llama_flops.py).
-Odyssey's ratio is reported against the strongest baseline of the length, and every baseline's
-tokens/s is recorded beside it (its jsonl row: baselines_tokens_per_s, strongest_baseline,
-ratio_to_strongest).
+in one run: for each length, Odyssey's processes (odyssey-tuned: the preset as `odyssey tune`
+configures it for the GPU, each side at its fastest configuration that fits; odyssey: the preset's
+full stack) and then each baseline's, the same number of steps with the first as warm-up, every
+step time by the one protocol (docs/gpu.md, "Step time: one protocol for every system"). tokens/s
+and MFU of all come from one FLOP formula (llama_flops.py). Odyssey's ratio to each baseline of
+the length, the strongest first, is in throughput.md (scripts/results_tables.py computes its own
+from the rows). Odyssey runs first because its time is known (its plan's steps, a minute at 128K)
+while a baseline's search for the fewest checkpointed blocks that fit is not: each baseline's
+search keeps to the time its process has (systems.baseline_time_budget), and a stage the call's
+deadline cuts keeps Odyssey's rows with the baselines that finished.
 
     python3 bench/gpu/throughput.py --lengths 32K 64K 128K --steps 3 --out $OUT/throughput
     python3 bench/gpu/throughput.py --lengths 32K --ablate --systems pytorch odyssey --out $OUT/ablation
@@ -19,7 +21,9 @@ ratio_to_strongest).
 --at-longest-of takes the lengths from the baselines' longest contexts (longest_context.py's
 results): at each baseline's longest fitting length, where it must recompute everything to fit,
 every system runs as at any length (issue "Speed": Odyssey at >= 1.25x the strongest baseline
-there). Each row of such a length names the baselines whose longest context it is (longest_of).
+there), each baseline's search starting from its leanest mode (--search-start leanest: the mode
+expected to fit comes first, so a search its time cuts keeps one). Each row of such a length names
+the baselines whose longest context it is (longest_of).
 
 --ablate adds, after each length's full-stack run, one Odyssey run per memory technique with that
 technique off (ABLATIONS), then one per Untied stage size fixed by hand (stage_ablations: all heads
@@ -43,8 +47,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
 from longest_context import read_results  # noqa: E402
-from systems import (BASELINES, TUNED_VARIANT, full_stack_pins, nvidia_smi, plan_odyssey, run_baseline,  # noqa: E402
-                     run_odyssey, strongest_baseline, tune_odyssey)
+from systems import (BASELINES, TUNED_VARIANT, baseline_time_budget, full_stack_pins, nvidia_smi,  # noqa: E402
+                     plan_odyssey, run_baseline, run_odyssey, strongest_baseline, tune_odyssey)
 
 
 # Each memory technique of the preset switched off alone (name, --set assignments).
@@ -196,18 +200,15 @@ def self_test():
                                                       "4 stages of 8 heads"], names(ablations(65536, one_stage))
     assert ablations(32768, {"error": "no binary"}) == ABLATIONS
     assert planned_attention({"untied": None}) is None
-    # Odyssey against the strongest baseline of its length, every baseline recorded beside it
+    # a baseline's search budget: its timeout less the exit margin, or the stage deadline's less packing
+    assert baseline_time_budget(240, environ={}) == 225
+    assert baseline_time_budget(240, environ={"ODYSSEY_STAGE_DEADLINE": "1000"}, now=lambda: 900.0) == 75
+    assert baseline_time_budget(240, environ={"ODYSSEY_STAGE_DEADLINE": "1000"}, now=lambda: 500.0) == 225
+    assert baseline_time_budget(240, environ={"ODYSSEY_STAGE_DEADLINE": "1000"}, now=lambda: 990.0) == 0
+    # Odyssey against each baseline of its length, the strongest first
     pytorch = {"system": "pytorch", "tokens_per_s": 1000.0}
     hf = {"system": "hf-liger", "tokens_per_s": 1250.0}
-    failed = {"system": "hf-liger", "error": "oom"}
     odyssey = {"system": "odyssey", "tokens_per_s": 1500.0}
-    beside = versus_baselines(odyssey, [pytorch, hf])
-    assert beside == {"baselines_tokens_per_s": {"pytorch": 1000.0, "hf-liger": 1250.0},
-                      "strongest_baseline": "hf-liger", "ratio_to_strongest": 1.2}, beside
-    beside = versus_baselines(odyssey, [pytorch, failed])
-    assert beside["strongest_baseline"] == "pytorch" and beside["baselines_tokens_per_s"]["hf-liger"] is None, beside
-    assert versus_baselines({"system": "odyssey", "error": "oom"}, [pytorch]) == {"baselines_tokens_per_s": {"pytorch": 1000.0}}
-    assert versus_baselines(odyssey, [failed]) == {"baselines_tokens_per_s": {"hf-liger": None}}
     lines = ratio_lines(32768, {"pytorch": pytorch, "hf-liger": hf, "odyssey": odyssey})
     assert lines == ["| 32768 | ratio odyssey / hf-liger (strongest) | 1.200 | | | |",
                      "| 32768 | ratio odyssey / pytorch | 1.500 | | | |"], lines
@@ -238,17 +239,6 @@ def device_name():
 
 def fmt(r, key, pattern):
     return pattern % r[key] if r.get(key) is not None and "error" not in r else "-"
-
-
-def versus_baselines(row, baselines):
-    """The fields an Odyssey row gets beside its length's baselines (rows of systems.BASELINES):
-    each baseline's tokens/s (None where it failed), the strongest one's name and Odyssey's tokens/s
-    over it; only the first where no baseline ran or Odyssey failed."""
-    out = {"baselines_tokens_per_s": {r["system"]: (None if "error" in r else r.get("tokens_per_s")) for r in baselines}}
-    best = strongest_baseline(baselines)
-    if best and "error" not in row and row.get("tokens_per_s"):
-        out.update(strongest_baseline=best["system"], ratio_to_strongest=row["tokens_per_s"] / best["tokens_per_s"])
-    return out
 
 
 def ratio_lines(seq, pair):
@@ -336,34 +326,34 @@ def main():
     shape = SHAPES["llama3.2-1b"]
     rows = []
     with open(os.path.join(args.out, "throughput.jsonl"), "a") as jsonl:
-        def write(name, r, baselines):
+        def write(name, r):
             """One finished run's row, written at once (a deadline that cuts the stage keeps it)."""
             if "step_time_s" in r and "error" not in r:
                 r["mfu"] = mfu(shape, seq, r["step_time_s"])  # one formula for every system
             if seq in longest_of:
                 r["longest_of"] = longest_of[seq]
-            if name not in BASELINES:
-                r.update(versus_baselines(r, baselines))
             jsonl.write(json.dumps(r) + "\n")
             jsonl.flush()
             print(json.dumps({k: r.get(k) for k in ("system", "variant", "seq_len", "tokens_per_s", "mfu", "peak_bytes",
-                                                    "checkpoint", "ratio_to_strongest", "error")}), flush=True)
+                                                    "checkpoint", "error")}), flush=True)
 
         for seq in args.lengths:
             pair = {}
-            # the baselines first (in the order given), so every Odyssey row has them beside it
-            for name in sorted(args.systems, key=lambda n: n not in BASELINES):
-                baselines = [pair[n] for n in BASELINES if n in pair]
+            # Odyssey's runs first (in the order given), then the baselines' bounded searches
+            for name in sorted(args.systems, key=lambda n: n in BASELINES):
                 if name in BASELINES:
+                    # at a baseline's longest context few modes fit and a step takes minutes: the
+                    # search starts from the leanest mode, so a search the time cuts keeps one
                     pair[name] = run_baseline(seq, args.steps, args.timeout, system=name,
-                                              log_path=os.path.join(args.out, "%s_%d.log" % (name, seq)))
-                    write(name, pair[name], baselines)
+                                              log_path=os.path.join(args.out, "%s_%d.log" % (name, seq)),
+                                              extra_args=("--search-start", "leanest") if seq in longest_of else ())
+                    write(name, pair[name])
                 elif name == TUNED:
                     pair["odyssey, " + TUNED_VARIANT] = row = run_tuned(seq, args)
-                    write(name, row, baselines)
+                    write(name, row)
                 else:
                     pair["odyssey"], plan = run_full_stack(seq, args)
-                    write(name, pair["odyssey"], baselines)
+                    write(name, pair["odyssey"])
                     for variant, sets in (ablations(seq, plan) if args.ablate else ()):
                         tag = re.sub(r"[^A-Za-z0-9]+", "_", variant).strip("_")  # a plain file name for the carry back
                         row = dict(run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_%s" % (seq, tag)),
@@ -371,7 +361,7 @@ def main():
                                    variant=variant, sets=sets)
                         row.update(resolved_sizes(plan_odyssey(seq, extra_sets=sets)))  # what this run ran
                         pair["odyssey, " + variant] = row
-                        write(variant, row, baselines)
+                        write(variant, row)
             rows.append((seq, pair))
     lines = ["Throughput, Llama-3.2-1B, batch 1, bf16 (%s, %s)" % (device_name(), datetime.date.today().isoformat()),
              "Command: python3 bench/gpu/throughput.py --lengths %s --steps %d --systems %s" % (
