@@ -34,10 +34,10 @@ cd "$ROOT"
   python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1
   cat gpu-carry/manifest.txt 2>&1
   source scripts/gpu/env.sh
-  ldd gpu-carry/bin/odyssey-engine | grep -E "not found|cublas|torch_cuda" 2>&1
+  ldd "$(scripts/gpu/carried_bin.sh gpu-carry)/odyssey-engine" | grep -E "not found|cublas|torch_cuda" 2>&1
 } >"$WORK/environment.txt" 2>&1
 cat "$WORK/environment.txt"
-RECORD="${RECORD:-$("$PY" scripts/gpu/record.py name --bin gpu-carry/bin)}"
+RECORD="${RECORD:-$("$PY" scripts/gpu/record.py name --bin gpu-carry/bin)}"  # the commit from gpu-carry/manifest.txt
 validate=(scripts/gpu/validate.sh --carried gpu-carry --out "$WORK" --record "$RECORD")
 for stage in "$@"; do
   left=$(( deadline - $(date +%s) ))

@@ -12,8 +12,9 @@
 # Writes DIR/predictions.json before anything runs, then DIR/node_acceptance.json (the record,
 # rewritten after each point) and DIR/node_acceptance.md (rendered from it); each point's run and
 # log under DIR/points, the profiled run under DIR/profile. --bin: the folder holding `odyssey` and
-# `odyssey-engine` (default build/bin); --carried DIR: binaries packed by scripts/gpu/pack.sh (DIR/bin). Everything
-# else goes to bench/gpu/node_acceptance.py (--help there). Exit 0 when every point gave its figures,
+# `odyssey-engine` (default build/bin); --carried DIR: binaries packed by scripts/gpu/pack.sh
+# (scripts/gpu/carried_bin.sh unpacks them). Everything else goes to bench/gpu/node_acceptance.py
+# (--help there). Exit 0 when every point gave its figures,
 # 1 when one did not (recorded with its reason), 2 on bad input.
 set -uo pipefail
 
@@ -23,7 +24,8 @@ forwarded=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) [ $# -ge 2 ] || { echo "node_acceptance: --bin needs a folder" >&2; exit 2; }; BIN="$2"; shift ;;
-    --carried) [ $# -ge 2 ] || { echo "node_acceptance: --carried needs a folder" >&2; exit 2; }; BIN="$2/bin"; shift ;;
+    --carried) [ $# -ge 2 ] || { echo "node_acceptance: --carried needs a folder" >&2; exit 2; }
+      BIN="$("$ROOT/scripts/gpu/carried_bin.sh" "$2")" || exit 2; shift ;;
     -h | --help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
     *) forwarded+=("$1") ;;
   esac

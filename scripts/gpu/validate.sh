@@ -34,7 +34,7 @@
 # system at the first length under Kineto: device time by kernel kind, busy and idle), collectives
 # (FSDP and Ulysses over every GPU of the machine, the collectives' kernels against the compute; 2
 # GPUs or more, status 3 with fewer). Groups: call1, call2, call3, all.
-# Options: --cpu-dry-run, --carried DIR (binaries in DIR/bin), --bin DIR, --out DIR ($OUT or
+# Options: --cpu-dry-run, --carried DIR (pack.sh's folder: scripts/gpu/carried_bin.sh), --bin DIR, --out DIR ($OUT or
 # runs/validate), --label NAME (the archive's name), --record NAME (the record's folder name),
 # --predict (plan the stages' points instead of running them) with --device NAME (the GPU the call
 # will run on: h100, h200) and --records DIR (where they go: bench/results). Environment:
@@ -53,6 +53,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DRY=0
 BIN=""
+CARRIED=""
 OUT_DIR="${OUT:-$ROOT/runs/validate}"
 LABEL=""
 ONE_STAGE=""
@@ -70,7 +71,7 @@ while [ $# -gt 0 ]; do
     --cpu-dry-run) DRY=1 ;;
     --one-stage) ONE_STAGE="$2"; shift ;;  # internal: run one stage in this process (see the loop below)
     --work) WORK="$2"; shift ;;            # internal: with --one-stage, the call's folder
-    --carried) BIN="$2/bin"; export ODYSSEY_BENCH_WHEELS="$2/wheels"; shift ;;  # hf_baseline.py's packages
+    --carried) CARRIED="$2"; export ODYSSEY_BENCH_WHEELS="$2/wheels"; shift ;;  # hf_baseline.py's packages
     --bin) BIN="$2"; shift ;;
     --out) OUT_DIR="$2"; shift ;;
     --label) LABEL="$2"; shift ;;
@@ -92,6 +93,8 @@ while [ $# -gt 0 ]; do
 done
 [ ${#stages[@]} -gt 0 ] || [ -n "$ONE_STAGE" ] || [ -n "$RECORD_STAGE" ] ||
   { echo "validate: name the stages or a call (call1, call2, call3, all)" >&2; exit 2; }
+# pack.sh's binaries travel compressed: carried_bin.sh gives the folder they are unpacked in
+if [ -n "$CARRIED" ]; then BIN="$("$ROOT/scripts/gpu/carried_bin.sh" "$CARRIED")" || exit 2; fi
 case "$BIN" in "" ) BIN="$ROOT/build/bin" ;; /*) ;; *) BIN="$ROOT/$BIN" ;; esac
 needed="odyssey odyssey-engine engine_tests parallel_tests kernel_tests odyssey_kernel_bench"
 [ $PREDICT = 1 ] && needed="odyssey"  # predictions only plan
