@@ -8,9 +8,27 @@
 #        and the archive). The call's ONE record (records/<record>/ in the archive: every stage's
 #        raw JSON under one manifest.json) is named RECORD (environment: the name its predictions
 #        were made under, scripts/gpu/validate.sh --predict), else DATE-DEVICE-COMMIT.
+#        Environment: CARRY (the packed folder, default gpu-carry); DEADLINE_CPU_DRY_RUN=1 runs each
+#        stage as validate.sh --cpu-dry-run does (tiny shapes on the CPU: make test's rehearsal).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-[ $# -ge 2 ] || { sed -n '2,10p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,12p' "$0"; exit 2; }
+OUT="${OUT:-$ROOT/runs/gpu}"
+CARRY="${CARRY:-gpu-carry}"
+WORK="$(mktemp -d /tmp/odyssey-session.XXXXXX)"
+mkdir -p "$OUT"
+cd "$ROOT"
+rehearsal=()
+if [ "${DEADLINE_CPU_DRY_RUN:-0}" = 1 ]; then
+  # The rehearsal's predictions come first, as a user's come before a call (validate.sh --predict),
+  # here into the call's own record; each stage then runs as the dry run runs it, without its own.
+  source scripts/gpu/env.sh
+  RECORD="${RECORD:-$("$PY" scripts/gpu/record.py name --bin "$CARRY/bin")}"
+  scripts/gpu/validate.sh --cpu-dry-run --predict --carried "$CARRY" --out "$WORK" --record "$RECORD" "${@:2}" \
+    >"$WORK/predict.out" 2>&1 || { cat "$WORK/predict.out"; echo "deadline: the rehearsal's predictions failed" >&2; exit 1; }
+  rehearsal=(--cpu-dry-run --predicted)
+  sleep 1  # the predictions' second is before the call's
+fi
 # The call, as its record's manifest names it: the command, the environment that changes it, and
 # when it began (one clock reading: the call id's stamp and call_started_utc, which
 # scripts/results_tables.py --check holds the predictions' making and first commit to)
@@ -24,21 +42,17 @@ deadline=$(( began + $1 ))
 # on the call's time and writes its result before the deadline
 export ODYSSEY_STAGE_DEADLINE=$deadline
 shift
-OUT="${OUT:-$ROOT/runs/gpu}"
-WORK="$(mktemp -d /tmp/odyssey-session.XXXXXX)"
-mkdir -p "$OUT"
-cd "$ROOT"
 {
   echo "deadline.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) stages: $*"
   nvidia-smi 2>&1 | head -20
   python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1
-  cat gpu-carry/manifest.txt 2>&1
+  cat "$CARRY/manifest.txt" 2>&1
   source scripts/gpu/env.sh
-  ldd "$(scripts/gpu/carried_bin.sh gpu-carry)/odyssey-engine" | grep -E "not found|cublas|torch_cuda" 2>&1
+  ldd "$(scripts/gpu/carried_bin.sh "$CARRY")/odyssey-engine" | grep -E "not found|cublas|torch_cuda" 2>&1
 } >"$WORK/environment.txt" 2>&1
 cat "$WORK/environment.txt"
-RECORD="${RECORD:-$("$PY" scripts/gpu/record.py name --bin gpu-carry/bin)}"  # the commit from gpu-carry/manifest.txt
-validate=(scripts/gpu/validate.sh --carried gpu-carry --out "$WORK" --record "$RECORD")
+RECORD="${RECORD:-$("$PY" scripts/gpu/record.py name --bin "$CARRY/bin")}"  # the commit from $CARRY/manifest.txt
+validate=(scripts/gpu/validate.sh --carried "$CARRY" --out "$WORK" --record "$RECORD" "${rehearsal[@]}")
 for stage in "$@"; do
   left=$(( deadline - $(date +%s) ))
   if [ "$left" -lt 30 ]; then

@@ -59,6 +59,7 @@ LABEL=""
 ONE_STAGE=""
 WORK=""
 PREDICT=0
+PREDICTED=0
 DEVICE=""
 RECORDS=""
 RECORD=""
@@ -69,6 +70,7 @@ args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-dry-run) DRY=1 ;;
+    --predicted) PREDICTED=1 ;;            # internal: a dry run whose points were predicted first (deadline.sh's rehearsal)
     --one-stage) ONE_STAGE="$2"; shift ;;  # internal: run one stage in this process (see the loop below)
     --work) WORK="$2"; shift ;;            # internal: with --one-stage, the call's folder
     --carried) CARRIED="$2"; export ODYSSEY_BENCH_WHEELS="$2/wheels"; shift ;;  # hf_baseline.py's packages
@@ -488,7 +490,7 @@ WORK="$OUT_DIR/$LABEL"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 status=0
-if [ $DRY = 1 ]; then
+if [ $DRY = 1 ] && [ $PREDICTED = 0 ]; then
   # The dry run predicts its own points first, as a user does before a call, into a fresh record.
   rm -rf "$RECORD_DIR"
   predict "${stages[@]}" || { echo "validate: the dry run's predictions failed" >&2; status=1; }
