@@ -12,7 +12,7 @@ points come from the scripts' own run calls, so the predictions cover what the c
 Every measured row carries its `point` (preset, seq_len, sets), the key that pairs it with its
 prediction (point_key).
 
-defines: BASELINES, BASELINE_EXIT_MARGIN_S, PACKING_MARGIN_S, baseline_time_budget, run_baseline, strongest_baseline, run_odyssey, tune_odyssey, TUNED_VARIANT, throughput_rows_by_length, planner_command, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
+defines: BASELINES, BASELINE_EXIT_MARGIN_S, PACKING_MARGIN_S, baseline_time_budget, baseline_command, run_baseline, strongest_baseline, run_odyssey, tune_odyssey, TUNED_VARIANT, throughput_rows_by_length, planner_command, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
 preset_name, point_key, point_file_name, run_json, odyssey_binary, odyssey_preset, odyssey_sets, device_profile_sets,
 run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
 """
@@ -342,9 +342,10 @@ BASELINES = {"pytorch": {"script": "pytorch_baseline.py", "label": "the PyTorch 
              "hf-liger": {"script": "hf_baseline.py", "label": "the Hugging Face + Liger baseline"}}
 
 
-# Seconds a baseline's time budget leaves before its process's timeout: its last trial's teardown,
-# the JSON line and the exit.
-BASELINE_EXIT_MARGIN_S = 15
+# Seconds a baseline's time budget leaves before its process's timeout: the interpreter's start and
+# the carried wheels' first unpacking (before baseline_protocol starts the budget's clock), its last
+# trial's teardown, the JSON line and the exit.
+BASELINE_EXIT_MARGIN_S = 20
 # Seconds validate.sh keeps before a stage deadline (ODYSSEY_STAGE_DEADLINE) to pack the call's record:
 # its own "less 10 s to pack", which cuts the stages' boxes.
 PACKING_MARGIN_S = 10
@@ -361,14 +362,20 @@ def baseline_time_budget(timeout_s, environ=os.environ, now=time.time):
     return max(0, int(budget))
 
 
+def baseline_command(seq, steps, timeout_s, system, extra_args=(), environ=os.environ):
+    """The command of one process of the baseline `system` (run_baseline): its script, the length,
+    the steps, the search's time budget, ODYSSEY_BENCH_BASELINE_ARGS, then `extra_args`."""
+    return [sys.executable, os.path.join(HERE, BASELINES[system]["script"]), "--seq", str(seq), "--steps", str(steps),
+            "--time-budget", str(baseline_time_budget(timeout_s, environ))] + \
+        environ.get("ODYSSEY_BENCH_BASELINE_ARGS", "").split() + list(extra_args)
+
+
 def run_baseline(seq, steps, timeout_s, log_path=None, extra_args=(), system="pytorch"):
     """One process of the baseline `system` (BASELINES) running `steps` steps (the first warm-up, as
     `odyssey train --steps`) within baseline_time_budget(timeout_s); returns its JSON dict (with "error"
     on failure). ODYSSEY_BENCH_BASELINE_ARGS appends arguments (e.g. "--config tiny --device cpu" to
     check the scripts on a CPU machine), then `extra_args` (e.g. --kernel-profile FILE)."""
-    cmd = [sys.executable, os.path.join(HERE, BASELINES[system]["script"]), "--seq", str(seq), "--steps", str(steps),
-           "--time-budget", str(baseline_time_budget(timeout_s))] + \
-        os.environ.get("ODYSSEY_BENCH_BASELINE_ARGS", "").split() + list(extra_args)
+    cmd = baseline_command(seq, steps, timeout_s, system, extra_args)
     if predictions_dir():  # the planner has no word on the baseline
         return {"system": system, "seq_len": seq, "error": NOT_RUN}
     proc, err, wall = _run(cmd, timeout_s, log_path)

@@ -47,8 +47,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
 from longest_context import read_results  # noqa: E402
-from systems import (BASELINES, TUNED_VARIANT, baseline_time_budget, full_stack_pins, nvidia_smi,  # noqa: E402
-                     plan_odyssey, run_baseline, run_odyssey, strongest_baseline, tune_odyssey)
+from systems import (BASELINES, TUNED_VARIANT, baseline_command, baseline_time_budget,  # noqa: E402
+                     full_stack_pins, nvidia_smi, plan_odyssey, run_baseline, run_odyssey, strongest_baseline,
+                     tune_odyssey)
 
 
 # Each memory technique of the preset switched off alone (name, --set assignments).
@@ -201,10 +202,16 @@ def self_test():
     assert ablations(32768, {"error": "no binary"}) == ABLATIONS
     assert planned_attention({"untied": None}) is None
     # a baseline's search budget: its timeout less the exit margin, or the stage deadline's less packing
-    assert baseline_time_budget(240, environ={}) == 225
-    assert baseline_time_budget(240, environ={"ODYSSEY_STAGE_DEADLINE": "1000"}, now=lambda: 900.0) == 75
-    assert baseline_time_budget(240, environ={"ODYSSEY_STAGE_DEADLINE": "1000"}, now=lambda: 500.0) == 225
+    assert baseline_time_budget(240, environ={}) == 220
+    assert baseline_time_budget(240, environ={"ODYSSEY_STAGE_DEADLINE": "1000"}, now=lambda: 900.0) == 70
+    assert baseline_time_budget(240, environ={"ODYSSEY_STAGE_DEADLINE": "1000"}, now=lambda: 500.0) == 220
     assert baseline_time_budget(240, environ={"ODYSSEY_STAGE_DEADLINE": "1000"}, now=lambda: 990.0) == 0
+    # each baseline process gets its budget, then the call's baseline arguments, then the search's start
+    cmd = baseline_command(131072, 3, 240, "hf-liger", baseline_search_args(131072, {131072: {}}),
+                           environ={"ODYSSEY_BENCH_BASELINE_ARGS": "--device cpu"})
+    assert cmd[1].endswith("hf_baseline.py") and cmd[2:] == ["--seq", "131072", "--steps", "3", "--time-budget", "220",
+                                                             "--device", "cpu", "--search-start", "leanest"], cmd
+    assert baseline_search_args(32768, {131072: {}}) == ()
     # Odyssey against each baseline of its length, the strongest first
     pytorch = {"system": "pytorch", "tokens_per_s": 1000.0}
     hf = {"system": "hf-liger", "tokens_per_s": 1250.0}
@@ -239,6 +246,13 @@ def device_name():
 
 def fmt(r, key, pattern):
     return pattern % r[key] if r.get(key) is not None and "error" not in r else "-"
+
+
+def baseline_search_args(seq, longest_of):
+    """A baseline's extra arguments at `seq`: at a baseline's longest context (a length of
+    `longest_of`) few modes fit and a step takes minutes, so the search starts from the leanest mode,
+    and a search its time cuts keeps one."""
+    return ("--search-start", "leanest") if seq in longest_of else ()
 
 
 def ratio_lines(seq, pair):
@@ -302,7 +316,7 @@ def main():
     parser.add_argument("--timeout", type=int, default=540, help="seconds per process")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--systems", nargs="+", choices=systems, default=systems,
-                        help="the systems run at each length, the baselines first, then the others in this order "
+                        help="the systems run at each length, Odyssey's first, then the baselines, each in this order "
                              "(default: every baseline, odyssey-tuned: the preset as `odyssey tune` changes it for "
                              "this GPU, then odyssey: the preset's full stack)")
     parser.add_argument("--at-longest-of", nargs="+", metavar="LONGEST_JSON",
@@ -342,11 +356,9 @@ def main():
             # Odyssey's runs first (in the order given), then the baselines' bounded searches
             for name in sorted(args.systems, key=lambda n: n in BASELINES):
                 if name in BASELINES:
-                    # at a baseline's longest context few modes fit and a step takes minutes: the
-                    # search starts from the leanest mode, so a search the time cuts keeps one
                     pair[name] = run_baseline(seq, args.steps, args.timeout, system=name,
                                               log_path=os.path.join(args.out, "%s_%d.log" % (name, seq)),
-                                              extra_args=("--search-start", "leanest") if seq in longest_of else ())
+                                              extra_args=baseline_search_args(seq, longest_of))
                     write(name, pair[name])
                 elif name == TUNED:
                     pair["odyssey, " + TUNED_VARIANT] = row = run_tuned(seq, args)

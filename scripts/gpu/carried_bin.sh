@@ -49,6 +49,12 @@ fi
   exit 2
 }
 into="${CARRIED_BIN_INTO:-$ROOT/build-carried}"
+mkdir -p "$(dirname "$into")"
+# One unpacker at a time (two runs started together): the second finds the first's binaries
+if command -v flock >/dev/null; then
+  exec 9>"${TMPDIR:-/tmp}/odyssey-carried-bin-$(printf '%s' "$into" | md5sum | cut -c1-12).lock"  # not in the tree
+  flock 9
+fi
 if ! cmp -s "$dir/manifest.txt" "$into/manifest.txt"; then
   # whole in a sibling folder first, then renamed: a process cut off mid-way leaves nothing half-unpacked
   rm -rf "$into.partial"

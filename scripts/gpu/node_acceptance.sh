@@ -25,7 +25,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bin) [ $# -ge 2 ] || { echo "node_acceptance: --bin needs a folder" >&2; exit 2; }; BIN="$2"; shift ;;
     --carried) [ $# -ge 2 ] || { echo "node_acceptance: --carried needs a folder" >&2; exit 2; }
-      BIN="$("$ROOT/scripts/gpu/carried_bin.sh" "$2")" || exit 2; shift ;;
+      # relative to this directory, as --bin is
+      BIN="$("$ROOT/scripts/gpu/carried_bin.sh" "$(cd "$2" 2>/dev/null && pwd || echo "$2")")" || exit 2; shift ;;
     -h | --help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
     *) forwarded+=("$1") ;;
   esac

@@ -259,7 +259,7 @@ every_system_ran() {  # every_system_ran THROUGHPUT_JSONL
 stage_throughput() {
   # THROUGHPUT_LENGTHS (environment) picks the lengths of this stage alone, e.g. "64K" for a call
   # that only has time for the pair not yet measured; the ablation and profile keep the first length.
-  # THROUGHPUT_SYSTEMS picks the systems (throughput.py --systems; the baselines run first; default:
+  # THROUGHPUT_SYSTEMS picks the systems (throughput.py --systems; Odyssey's run first, then the baselines; default:
   # both baselines, Odyssey as `odyssey tune` configures it for this GPU, then its full stack).
   # shellcheck disable=SC2086
   "$PY" bench/gpu/throughput.py --lengths ${THROUGHPUT_LENGTHS:-$LENGTHS} ${THROUGHPUT_SYSTEMS:+--systems $THROUGHPUT_SYSTEMS} \
