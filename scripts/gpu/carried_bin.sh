@@ -59,8 +59,9 @@ if ! cmp -s "$dir/manifest.txt" "$into/manifest.txt"; then
   # whole in a sibling folder first, then renamed: a process cut off mid-way leaves nothing half-unpacked
   rm -rf "$into.partial"
   mkdir -p "$into.partial"
+  # Python's lzma, else xz through tar: either one unpacks it
   "${ODYSSEY_PYTHON:-python3}" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-    "$dir/bin.tar.xz" "$into.partial" >&2
+    "$dir/bin.tar.xz" "$into.partial" >&2 || tar -xJf "$dir/bin.tar.xz" -C "$into.partial" >&2
   cp "$dir/manifest.txt" "$into.partial/manifest.txt"
   rm -rf "$into"
   mv "$into.partial" "$into"
