@@ -19,7 +19,8 @@ the JSON says the search was cut and which modes it left untried.
 defines: ODYSSEY_TRAINING, DEFAULT_ALLOCATOR_SETTINGS, DEFAULT_CUBLAS_WORKSPACE_CONFIG,
 choose_allocator_settings, CUDA_SETUP, BLOCK_POLICIES, checkpoint_ladder, block_policies, baseline_args,
 checkpoint_order, random_tokens, make_adamw, training_step, time_steps, is_oom, AllModesOutOfMemory,
-SEARCH_STARTS, PROCESS_START, run_fastest_fitting, search_checkpointing, trial_profile_path, release_memory, settle_memory, step_figures,
+SEARCH_STARTS, PROCESS_START, run_fastest_fitting, search_checkpointing, trial_profile_path, release_memory,
+settle_memory, step_figures,
 device_name, run_baseline_main, self_test
 """
 import argparse
@@ -371,18 +372,15 @@ def run_fastest_fitting(modes, attempt, release=release_memory, time_left=None, 
         return False
 
     def search():
+        # modes[bounds["fails"]] ran out of memory (-1: none known to); modes[bounds["fit"]] is the first known to fit
         if start == "leanest":
             if not fits(len(modes) - 1):
                 raise AllModesOutOfMemory(attempts)
-            bounds.update(fails=-1, fit=len(modes) - 1)  # nothing known to run out of memory yet
-            while bounds["fit"] - bounds["fails"] > 1:
-                middle = (bounds["fails"] + bounds["fit"]) // 2
-                bounds["fit" if fits(middle) else "fails"] = middle
-            return bounds["fit"]
-        if fits(0):
+            bounds.update(fails=-1, fit=len(modes) - 1)
+        elif fits(0):
             return 0
-        probe = 1  # modes[bounds["fails"]] ran out of memory; modes[bounds["fit"]] is the first known to fit
-        while bounds["fit"] == len(modes):  # doubling
+        probe = 1
+        while bounds["fit"] == len(modes):  # doubling (from no checkpointing)
             rung = min(probe, len(modes) - 1)
             if rung <= bounds["fails"]:
                 break
