@@ -181,10 +181,10 @@ def run_text(r):
     if "error" in r or not r.get("tokens_per_s"):
         return short_error(r.get("error", "no tokens/s"))
     text = "%.0f tokens/s" % r["tokens_per_s"] + (" (MFU %.1f%%)" % (100 * r["mfu"]) if r.get("mfu") else "")
-    cut = (r.get("checkpoint_search") or {}).get("cut")
-    if cut:
+    search = r.get("checkpoint_search") or {}
+    if search.get("cut"):
         text += " [its checkpointing search cut by time, keeping %s; untried: %s]" % (
-            r.get("checkpoint"), cut.rpartition("untried: ")[2])
+            r.get("checkpoint"), search["untried"])
     return text
 
 
@@ -1325,7 +1325,7 @@ def self_test():
     assert title.endswith("against the strongest baseline (Hugging Face + Liger baseline)"), title
     assert value == "1500 tokens/s against 1250 tokens/s: 1.200×; beside pytorch 1000 tokens/s", value
     cut_search = dict(TwoBaselines.files["throughput/throughput.jsonl"][1], checkpoint="full:8", checkpoint_search={
-        "modes": 17, "trials": 5, "cut": "time: 30 s left, a trial took up to 50 s; untried: full:5 to full:7"})
+        "modes": 17, "trials": 5, "cut": "time: 30 s left, a trial took up to 50 s", "untried": "full:5 to full:7"})
     TwoBaselines.files["throughput/throughput.jsonl"][1] = cut_search  # a baseline whose search time cut
     (title, _, value), = fig_throughput(TwoBaselines())
     assert value == ("1500 tokens/s against 1250 tokens/s [its checkpointing search cut by time, keeping full:8; "

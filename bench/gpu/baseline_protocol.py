@@ -342,7 +342,7 @@ def run_fastest_fitting(modes, attempt, release=release_memory, time_left=None, 
     Returns the kept trial's result with "checkpoint" (its mode), "attempts" (every trial in order:
     {"checkpoint", "step_time_s", "trial_s", and on a GPU "num_alloc_retries" and "peak_bytes"}, or
     {"checkpoint", "error": "oom", "detail", "trial_s"}) and "checkpoint_search" ({"modes", "trials"},
-    and "cut": why and what was left untried, where time cut it). Raises AllModesOutOfMemory when none
+    and where time cut it, "cut": why, and "untried": the modes it did not try). Raises AllModesOutOfMemory when none
     fits; any other error propagates."""
     attempts, fitting, bounds = [], {}, {"fails": 0, "fit": len(modes)}
 
@@ -406,11 +406,10 @@ def run_fastest_fitting(modes, attempt, release=release_memory, time_left=None, 
             untried = modes[low]
         else:  # the bisection had closed: the race past a mode that retried the allocator was cut
             untried = "%s, after a mode that fit through the allocator's retries" % modes[min(fitting) + 1]
-        cut = "time: %s; untried: %s" % (e, untried)
+        cut = {"cut": "time: %s" % e, "untried": untried}
     kept = min(fitting, key=lambda i: fitting[i]["step_time_s"])
     search_record = {"modes": len(modes), "trials": len(attempts)}
-    if cut:
-        search_record["cut"] = cut
+    search_record.update(cut or {})
     return dict(fitting[kept], checkpoint=modes[kept], attempts=attempts, checkpoint_search=search_record)
 
 
@@ -644,21 +643,22 @@ def self_test():
     # 120 s: 40 s of failures, then selective:8 fits at 90 s; 30 s left holds no 50-s trial: cut, selective:8 kept
     result = timed_search(7, 120.0)
     assert result["checkpoint"] == "selective:8" and result["checkpoint_search"] == {
-        "modes": 33, "trials": 5, "cut": "time: 30 s left, a trial took up to 50 s; untried: selective:5 to selective:7"}, result
+        "modes": 33, "trials": 5, "cut": "time: 30 s left, a trial took up to 50 s",
+        "untried": "selective:5 to selective:7"}, result
     # no time at all: the search goes on until a mode fits (nothing to keep before), then stops
     result = timed_search(3, 0.0)
-    assert result["checkpoint"] == "selective:4" and result["checkpoint_search"]["cut"].endswith("untried: selective:3"), result
+    assert result["checkpoint"] == "selective:4" and result["checkpoint_search"]["untried"] == "selective:3", result
     # the race past a mode that retried the allocator, cut: the retrying mode kept, the cut saying so
     result = timed_search(1, 65.0, retrying=(1,))
-    assert result["checkpoint"] == "selective:1" and result["num_alloc_retries"] == 3 and result["checkpoint_search"][
-        "cut"] == "time: 5 s left, a trial took up to 50 s; untried: selective:2, after a mode that fit through the " \
-                  "allocator's retries", result
+    assert result["checkpoint"] == "selective:1" and result["num_alloc_retries"] == 3 and result["checkpoint_search"] == {
+        "modes": 33, "trials": 2, "cut": "time: 5 s left, a trial took up to 50 s",
+        "untried": "selective:2, after a mode that fit through the allocator's retries"}, result
     # from the leanest mode at a baseline's longest context: full fits at 50 s, selective:15 fails at 60 s,
     # and 40 s hold no 50-s trial: full kept, every mode between selective:15 and full untried
     result = timed_search(30, 100.0, start="leanest")
     assert result["checkpoint"] == "full" and [a["checkpoint"] for a in result["attempts"]] == ["full", "selective:15"]
-    assert result["checkpoint_search"]["cut"] == "time: 40 s left, a trial took up to 50 s; untried: selective to " \
-                                                 "full:15+selective:1", result
+    assert result["checkpoint_search"] == {"modes": 33, "trials": 2, "cut": "time: 40 s left, a trial took up to 50 s",
+                                           "untried": "selective to full:15+selective:1"}, result
     try:
         run_fastest_fitting(["full"], lambda mode: (_ for _ in ()).throw(torch.OutOfMemoryError("out of memory")),
                             release=lambda: None)
