@@ -12,6 +12,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "engine/parallel/gloo_backend.h"
@@ -371,14 +372,57 @@ void BackendComm::barrier() {
   finish(op, backend_->barrier(opts));
 }
 
+// Why a group's setup ends in a barrier. Gloo connects each pair of members by having the one with
+// the higher listening port connect and send a greeting, and that member's side of the pair is
+// ready as soon as the greeting is sent, before the other member has read its peers' addresses
+// from the store. A member whose setup ended so, and which then left (a rank with no collective to
+// run, one that failed, a test body that only makes groups), closed a socket that the slower
+// member took over next: its setup failed with "Connection closed by peer" from connectFullMesh
+// (once in about ten test runs on a loaded 2-core host; comm_test's "gloo group setup" case makes
+// it happen on demand). torch.distributed's init_process_group and new_group end with the same
+// store-based barrier. Each member adds itself to a counter and marks its own key (for the message
+// naming those that never came); the round a member waits for is the one its own arrival falls in,
+// so a group made twice over one store would still wait for its own round.
+void BackendComm::wait_for_every_member(const c10::intrusive_ptr<c10d::Store>& store) {
+  if (spec_.size <= 1) return;
+  constexpr const char* op = "group setup";
+  const std::string arrivals = "odyssey_setup/arrivals";
+  const std::string member_key = "odyssey_setup/member_";
+  store->set(member_key + std::to_string(spec_.rank), std::vector<uint8_t>{1});
+  const int64_t arrived = store->add(arrivals, 1);
+  const int64_t round_complete = (arrived + spec_.size - 1) / spec_.size * spec_.size;
+  const auto deadline = Clock::now() + spec_.timeout;
+  auto nap = std::chrono::microseconds(50);
+  while (store->add(arrivals, 0) < round_complete) {
+    if (abort_ && abort_->raised())
+      fail(op, "abandoned: rank " + std::to_string(abort_->rank()) + " failed: " + first_line(abort_->reason()));
+    if (Clock::now() >= deadline) {
+      std::string missing;
+      for (int member = 0; member < spec_.size; ++member)
+        if (!store->check({member_key + std::to_string(member)}))
+          missing += (missing.empty() ? "" : ", ") + std::to_string(member);
+      fail(op, "timed out after " + seconds_text(spec_.timeout) + ": member(s) " +
+                   (missing.empty() ? std::string("?") : missing) +
+                   " of the group never finished making it (they died, hung, or never started; their output says "
+                   "why)");
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(20000));
+  }
+}
+
 GlooComm::GlooComm(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec& spec,
                    std::shared_ptr<AbortSignal> abort, const std::string& hostname, const std::string& interface)
     : BackendComm(make_gloo_backend(store, spec.rank, spec.size, spec.timeout, hostname, interface), spec,
-                  std::move(abort), /*cuda=*/false) {}
+                  std::move(abort), /*cuda=*/false) {
+  wait_for_every_member(store);
+}
 
 NcclComm::NcclComm(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec& spec, c10::Device device,
                    std::shared_ptr<AbortSignal> abort)
     : BackendComm(make_nccl_backend(store, spec.rank, spec.size, spec.timeout, device), spec, std::move(abort),
-                  /*cuda=*/true) {}
+                  /*cuda=*/true) {
+  wait_for_every_member(store);
+}
 
 }  // namespace odyssey

@@ -78,6 +78,12 @@ class BackendComm : public Comm {
   std::unique_ptr<PendingCollective> start_all_gather(at::Tensor& out, const at::Tensor& in) override;
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(at::Tensor& out, const at::Tensor& in) override;
 
+ protected:
+  /// The end of a group's setup, once this member's backend exists: returns when every member's
+  /// does (a barrier over the group's `store`, at most the timeout, abort-aware), or throws
+  /// CommError naming the members that never arrived (process_group_comm.cpp says why).
+  void wait_for_every_member(const c10::intrusive_ptr<c10d::Store>& store);
+
  private:
   class Pending;
   /// "rank 1 (global 3) in group sp.0 of 2: all_to_all"
@@ -115,7 +121,7 @@ class BackendComm : public Comm {
 };
 
 /// CPU group over ProcessGroupGloo. `store` must be this group's own PrefixStore, shared by all
-/// members; blocks until every member has joined (at most spec.timeout).
+/// members; blocks until every member has made the group (at most spec.timeout).
 ///   GlooComm sp(prefix_store, {"sp", "sp.0", sp_rank, 2, rank, 30s}, abort);
 class GlooComm final : public BackendComm {
  public:
@@ -124,7 +130,8 @@ class GlooComm final : public BackendComm {
            const std::string& interface = "");
 };
 
-/// CUDA group over ProcessGroupNCCL, one GPU (`device`) per member.
+/// CUDA group over ProcessGroupNCCL, one GPU (`device`) per member; like GlooComm, blocks until
+/// every member has made the group.
 class NcclComm final : public BackendComm {
  public:
   NcclComm(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec& spec, c10::Device device,

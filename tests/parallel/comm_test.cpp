@@ -13,10 +13,12 @@
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "engine/parallel/emulated_comm.h"
+#include "engine/parallel/gloo_backend.h"
 #include "engine/parallel/process_group_comm.h"
 
 using namespace odyssey;
@@ -201,6 +203,148 @@ TEST_CASE("gloo groups: world and disjoint subgroups on their own PrefixStores",
   }
   for (auto& t : threads) t.join();
   require_no_errors(errors);
+}
+
+/// An in-process store whose first read by one chosen thread waits `delay` first: that member has
+/// published its own address and looks its peers' up late, as a member a loaded host deschedules
+/// in the middle of its group setup does. Records when that late read went on.
+class LateReaderStore : public c10d::Store {
+ public:
+  explicit LateReaderStore(std::chrono::milliseconds delay) : delay_(delay) {}
+  /// The calling thread's first read from now on is the late one.
+  void make_this_thread_late() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    late_thread_ = std::this_thread::get_id();
+  }
+  std::optional<std::chrono::steady_clock::time_point> late_read_went_on() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return late_read_went_on_;
+  }
+
+  c10::intrusive_ptr<c10d::Store> clone() override { return c10::intrusive_ptr<c10d::Store>::reclaim_copy(this); }
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { inner_->set(key, value); }
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    return inner_->compareSet(key, expected, desired);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    late_if_chosen();
+    return inner_->get(key);
+  }
+  int64_t add(const std::string& key, int64_t value) override {
+    late_if_chosen();
+    return inner_->add(key, value);
+  }
+  bool deleteKey(const std::string& key) override { return inner_->deleteKey(key); }
+  bool check(const std::vector<std::string>& keys) override {
+    late_if_chosen();
+    return inner_->check(keys);
+  }
+  int64_t getNumKeys() override { return inner_->getNumKeys(); }
+  void wait(const std::vector<std::string>& keys) override {
+    late_if_chosen();
+    inner_->wait(keys);
+  }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    late_if_chosen();
+    inner_->wait(keys, timeout);
+  }
+  void setTimeout(const std::chrono::milliseconds& timeout) override {
+    c10d::Store::setTimeout(timeout);
+    inner_->setTimeout(timeout);
+  }
+
+ private:
+  void late_if_chosen() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (late_thread_ != std::this_thread::get_id() || late_read_went_on_) return;
+    }
+    std::this_thread::sleep_for(delay_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    late_read_went_on_ = std::chrono::steady_clock::now();
+  }
+
+  const std::chrono::milliseconds delay_;
+  c10::intrusive_ptr<c10d::HashStore> inner_ = c10::make_intrusive<c10d::HashStore>();
+  mutable std::mutex mutex_;
+  std::optional<std::thread::id> late_thread_;
+  std::optional<std::chrono::steady_clock::time_point> late_read_went_on_;
+};
+
+TEST_CASE("gloo group setup: no member leaves it before every member has made the group", "[comm]") {
+  // Rank 1 reads rank 0's address 150 ms late; rank 0 runs nothing and destroys its group as soon
+  // as it has one. Gloo picks the side of a pair that connects by comparing the two listening
+  // ports, which the kernel draws: when rank 0 connects, its setup ends once it has sent its
+  // greeting, and without a barrier at the end of setup it closed that socket before rank 1 took
+  // it over, whose setup then failed ("Connection closed by peer"). So each of the 8 rounds would
+  // fail with probability about 1/2 without the barrier; with it, rank 0's setup cannot end before
+  // rank 1 has arrived at the barrier, which it does only after its late read (a causal order, so
+  // no timing tolerance is involved).
+  for (int round = 0; round < 8; ++round) {
+    auto store = c10::make_intrusive<LateReaderStore>(std::chrono::milliseconds(150));
+    std::vector<std::string> errors(2);
+    std::optional<std::chrono::steady_clock::time_point> rank0_made;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          if (r == 1) store->make_this_thread_late();
+          GlooComm comm(c10::make_intrusive<c10d::PrefixStore>("world", store),
+                        {"world", "world", r, 2, r, std::chrono::seconds(30)});
+          if (r == 0) rank0_made = std::chrono::steady_clock::now();
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    INFO("round " << round);
+    require_no_errors(errors);
+    const auto late_read = store->late_read_went_on();
+    REQUIRE(late_read.has_value());
+    REQUIRE(rank0_made.has_value());
+    CHECK(*rank0_made >= *late_read);
+  }
+}
+
+TEST_CASE("gloo group setup: a member that never ends it is named, and an abort ends the wait at once", "[comm]") {
+  // Member 1 makes its Gloo backend alone (make_gloo_backend, not GlooComm), so Gloo's own setup
+  // completes on both sides and member 0 waits in GlooComm's closing barrier for a member 1 that
+  // never comes: either until the 1 s timeout, or until member 1 raises the job's abort signal.
+  for (const bool member1_aborts : {false, true}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    auto abort = std::make_shared<AbortSignal>();
+    std::string error0;
+    double waited0 = 0;
+    std::mutex member0_done;
+    member0_done.lock();  // member 1 keeps its backend (and sockets) until member 0 has finished
+    std::thread member1([&] {
+      auto backend =
+          make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("world", store), 1, 2, std::chrono::seconds(30));
+      if (member1_aborts) abort->raise(1, "tokenizer.json not found\nsecond line");
+      std::lock_guard<std::mutex> wait_for_member0(member0_done);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      GlooComm comm(c10::make_intrusive<c10d::PrefixStore>("world", store),
+                    {"world", "world", 0, 2, 0, std::chrono::milliseconds(1000)}, abort);
+    } catch (const CommError& e) {
+      error0 = e.what();
+    }
+    waited0 = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    member0_done.unlock();
+    member1.join();
+    INFO("member 1 aborts: " << member1_aborts << "; member 0: " << error0);
+    CHECK_THAT(error0, Catch::StartsWith("rank 0 (global rank 0) in group world of 2: group setup "));
+    if (member1_aborts) {
+      CHECK_THAT(error0, Catch::EndsWith("abandoned: rank 1 failed: tokenizer.json not found"));
+    } else {
+      CHECK_THAT(error0, Catch::Contains("timed out after 1 s: member(s) 1 of the group never finished making it"));
+      CHECK(waited0 >= 1.0);  // the deadline starts once member 0's own backend exists
+    }
+    CHECK(waited0 < 1.0 + 10.0);  // Gloo's setup and scheduling on a loaded host, far below 30 s
+  }
 }
 
 TEST_CASE("gloo timeout: a rank that skips a collective makes the others fail naming it", "[comm]") {
