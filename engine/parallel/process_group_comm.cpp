@@ -372,42 +372,49 @@ void BackendComm::barrier() {
   finish(op, backend_->barrier(opts));
 }
 
-// Why a group's setup ends in a barrier. Gloo connects each pair of members by having the one with
-// the higher listening port connect and send a greeting, and that member's side of the pair is
-// ready as soon as the greeting is sent, before the other member has read its peers' addresses
-// from the store. A member whose setup ended so, and which then left (a rank with no collective to
-// run, one that failed, a test body that only makes groups), closed a socket that the slower
-// member took over next: its setup failed with "Connection closed by peer" from connectFullMesh
-// (once in about ten test runs on a loaded 2-core host; comm_test's "gloo group setup" case makes
-// it happen on demand). torch.distributed's init_process_group and new_group end with the same
-// store-based barrier. Each member adds itself to a counter and marks its own key (for the message
-// naming those that never came); the round a member waits for is the one its own arrival falls in,
-// so a group made twice over one store would still wait for its own round.
+// Why a group's setup ends in a barrier. Of each pair of members, Gloo has the one whose listening
+// address compares higher (Device::isInitiator) connect and send a greeting, and that member's side
+// of the pair is ready once the greeting is sent, before the other member may even have read its
+// peers' addresses from the store. A member whose setup ended so and which then left (a rank with
+// no collective to run, one that failed, a test body that only makes groups) closed a socket that
+// the slower member took over next, whose setup then usually failed with "Connection closed by
+// peer" from connectFullMesh (comm_test's "gloo group setup" case makes the schedule happen on
+// demand). torch.distributed has the same store-based barrier after a group's init, on under
+// TORCH_DIST_INIT_BARRIER=1. NCCL opens nothing at construction (its communicators start at the
+// first collective), so there the barrier only gives both backends one contract. Each member adds
+// itself to a counter and marks its own key (for the message naming those that never came). The
+// group's store prefix must be fresh: Gloo's own keys and these markers would be stale otherwise.
 void BackendComm::wait_for_every_member(const c10::intrusive_ptr<c10d::Store>& store) {
   if (spec_.size <= 1) return;
-  constexpr const char* op = "group setup";
-  const std::string arrivals = "odyssey_setup/arrivals";
-  const std::string member_key = "odyssey_setup/member_";
-  store->set(member_key + std::to_string(spec_.rank), std::vector<uint8_t>{1});
-  const int64_t arrived = store->add(arrivals, 1);
-  const int64_t round_complete = (arrived + spec_.size - 1) / spec_.size * spec_.size;
-  const auto deadline = Clock::now() + spec_.timeout;
-  auto nap = std::chrono::microseconds(50);
-  while (store->add(arrivals, 0) < round_complete) {
-    if (abort_ && abort_->raised())
-      fail(op, "abandoned: rank " + std::to_string(abort_->rank()) + " failed: " + first_line(abort_->reason()));
-    if (Clock::now() >= deadline) {
-      std::string missing;
-      for (int member = 0; member < spec_.size; ++member)
-        if (!store->check({member_key + std::to_string(member)}))
-          missing += (missing.empty() ? "" : ", ") + std::to_string(member);
-      fail(op, "timed out after " + seconds_text(spec_.timeout) + ": member(s) " +
-                   (missing.empty() ? std::string("?") : missing) +
-                   " of the group never finished making it (they died, hung, or never started; their output says "
-                   "why)");
+  constexpr const char* kOp = "group setup";
+  const std::string kArrivals = "odyssey_setup/arrivals";
+  const std::string kMemberKey = "odyssey_setup/member_";
+  try {
+    store->set(kMemberKey + std::to_string(spec_.rank), std::vector<uint8_t>{1});
+    const int64_t everyone = spec_.size;
+    store->add(kArrivals, 1);
+    const auto deadline = Clock::now() + spec_.timeout;
+    auto nap = std::chrono::microseconds(50);
+    while (store->add(kArrivals, 0) < everyone) {
+      if (abort_ && abort_->raised())
+        fail(kOp, "abandoned: rank " + std::to_string(abort_->rank()) + " failed: " + first_line(abort_->reason()));
+      if (Clock::now() >= deadline) {
+        std::string missing;
+        for (int member = 0; member < spec_.size; ++member)
+          if (!store->check({kMemberKey + std::to_string(member)}))
+            missing += (missing.empty() ? "" : ", ") + std::to_string(member);
+        fail(kOp, "timed out after " + seconds_text(spec_.timeout) + ": member(s) " +
+                      (missing.empty() ? std::string("?") : missing) +
+                      " of the group never finished making it (they died, hung, or never started; their output "
+                      "says why)");
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(20000));
     }
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(20000));
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {  // the job's store failed or went away (a TCPStore's server ended)
+    fail(kOp, "the group's store failed: " + first_line(e.what()));
   }
 }
 

@@ -80,8 +80,9 @@ class BackendComm : public Comm {
 
  protected:
   /// The end of a group's setup, once this member's backend exists: returns when every member's
-  /// does (a barrier over the group's `store`, at most the timeout, abort-aware), or throws
-  /// CommError naming the members that never arrived (process_group_comm.cpp says why).
+  /// does (a barrier over the group's fresh `store` prefix, at most the timeout, abort-aware), or
+  /// throws CommError naming the members that never arrived (process_group_comm.cpp says why).
+  ///   GlooComm::GlooComm(...) : BackendComm(make_gloo_backend(...), ...) { wait_for_every_member(store); }
   void wait_for_every_member(const c10::intrusive_ptr<c10d::Store>& store);
 
  private:
