@@ -27,6 +27,7 @@ through CUDA_VISIBLE_DEVICES, a used DIR).
 """
 import argparse
 import datetime
+import itertools
 import json
 import os
 import re
@@ -443,6 +444,7 @@ def torchrun_launcher(world_size):
 
 
 PORT_FIELD = "{free port}"
+PORT_CALLS = itertools.count()
 
 
 def with_port(launcher):
@@ -452,9 +454,30 @@ def with_port(launcher):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free on 127.0.0.1 now, below the kernel's ephemeral range where one is left below it.
+
+    torchrun binds it a moment later; a port the kernel picks (bind to port 0) lies inside
+    ip_local_port_range, where other processes' listeners and outgoing connections may take it in
+    between. Below the range only an explicit bind takes a port. The walk starts at an offset drawn
+    from the process id, so processes running together seldom try the same port."""
+    lowest, needed_room = 10000, 4000
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    room = ephemeral_low - lowest
+    start = os.getpid() * 2654435761 + next(PORT_CALLS) * 256  # a fresh stretch each call
+    candidates = [lowest + (start + i) % room for i in range(256)] if room >= needed_room else []
+    for port in candidates + [0]:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise BadInput("no free TCP port on 127.0.0.1 for the torchrun rendezvous")
 
 
 def host_description(mode):

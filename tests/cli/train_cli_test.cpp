@@ -367,8 +367,9 @@ TEST_CASE("odyssey train under torchrun: a killed or hung rank is named by the o
     CHECK_THAT(log, Catch::Contains(named));
     CHECK(std::regex_search(log, collective));
     // A death is seen at once (the connection closes) and named after the heartbeat check (1.5 s);
-    // a hang is seen when the collective times out.
-    CHECK(waited < kTimeout + 1.5 + 3);
+    // a hang is seen when the collective times out. Then the process ends: 10 s for the teardown
+    // and a loaded host's scheduling, far below the 60 s a survivor that waited on would take.
+    CHECK(waited < kTimeout + 1.5 + 10);
     if (c.signal == SIGSTOP) CHECK_THAT(log, Catch::Contains("timed out after 4 s"));
   }
 }

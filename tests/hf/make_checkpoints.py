@@ -122,6 +122,19 @@ def main():
     out_dir = sys.argv[1]
     if os.path.exists(os.path.join(out_dir, STAMP)):
         return 0
+    if os.path.exists(out_dir):  # a copy left unfinished by an older version: move it aside, then delete it
+        stale = out_dir + ".stale-%d" % os.getpid()
+        try:
+            os.rename(out_dir, stale)
+        except OSError:
+            pass
+        if os.path.exists(os.path.join(stale, STAMP)):  # another process finished it in between: put it back
+            try:
+                os.rename(stale, out_dir)
+                return 0
+            except OSError:
+                pass
+        shutil.rmtree(stale, ignore_errors=True)
     staging = out_dir + ".tmp-%d" % os.getpid()
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
@@ -130,8 +143,8 @@ def main():
         build(staging, name, cls, config, opts, 1000 + 10 * seed)
     broken_copies(staging)
     open(os.path.join(staging, STAMP), "w").write("built by tests/hf/make_checkpoints.py\n")
-    # Another test process may have finished first: its copy is as good as this one.
-    shutil.rmtree(out_dir, ignore_errors=True) if not os.path.exists(os.path.join(out_dir, STAMP)) else None
+    # Another test process may have finished first: its copy is as good as this one. Renaming onto a
+    # directory that holds files fails, so a finished copy another test reads is never replaced.
     try:
         os.rename(staging, out_dir)
     except OSError:

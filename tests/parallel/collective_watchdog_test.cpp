@@ -114,8 +114,9 @@ TEST_CASE("gpu group: a collective past the timeout aborts the communicator and 
   BackendComm comm(backend, spec(300ms), nullptr, /*cuda=*/true);
   at::Tensor in = at::ones({4}), out = at::empty({8});
   const auto t0 = std::chrono::steady_clock::now();
+  // The host does not wait for it (the case above checks it pending under a 60 s timeout; here a
+  // loaded host may stall this thread past the 0.3 s deadline before a pending count is read).
   comm.all_gather(out, in);
-  CHECK(comm.pending_collectives() == 1);  // issued; the host did not wait for it
   REQUIRE(eventually([&] { return backend->aborts.load() == 1; }));
   CHECK(std::chrono::steady_clock::now() - t0 >= 300ms);  // not before its deadline
   CHECK_THROWS_WITH(comm.all_reduce_sum(in), Catch::Contains("rank 0 (global rank 0) in group world of 2: all_gather "

@@ -3,25 +3,24 @@
 // defines: test cases [launch]
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
 #include "../common/agent_store.h"
+#include "../common/free_port.h"
 #include "engine/parallel/job.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/telemetry/memory_tracker.h"
 
 using namespace odyssey;
+using odyssey::test::free_port;
 
 namespace {
 
@@ -31,20 +30,6 @@ ParallelConfig parallel_config(int world, int degree, double timeout_s = 30.0) {
   p.ulysses_degree = degree;
   p.timeout_s = timeout_s;
   return p;
-}
-
-/// A loopback TCP port that was free a moment ago (bind to port 0, read it back, close).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 /// Runs `rank_fn(r)` on two threads, one per rank of a loopback job; each rank's exception text
@@ -171,14 +156,24 @@ TEST_CASE("rank threads: a throwing rank aborts the others and is reported with 
 }
 
 TEST_CASE("rank threads: a rank that hangs yields a timeout naming rank, group and collective", "[launch]") {
+  // Rank 1 hangs (keeps its groups open, so rank 0 cannot see a closed connection instead) until
+  // rank 0 has failed, or 30 s at most should rank 0 never fail.
+  std::atomic<bool> rank0_failed{false};
   try {
     run_rank_threads(parallel_config(2, 2, /*timeout_s=*/1.0), at::kCPU, [&](RankContext& ctx) {
       at::Tensor out = at::empty({2, 3}), in = at::ones({2, 3});
       if (ctx.rank == 1) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // hung past the timeout
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!rank0_failed && std::chrono::steady_clock::now() < give_up)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
         return;
       }
-      ctx.sp->all_to_all(out, in);
+      try {
+        ctx.sp->all_to_all(out, in);
+      } catch (...) {
+        rank0_failed = true;
+        throw;
+      }
     });
     FAIL("no error although rank 1 never joined the all_to_all");
   } catch (const RankError& e) {
@@ -247,6 +242,23 @@ TEST_CASE("torchrun environment: parsed, validated, absent", "[launch]") {
     ::unsetenv(v);
   CHECK_THROWS_WITH(join_torchrun({0, 2, 0, "127.0.0.1", 29555}, parallel_config(4, 2), at::kCPU),
                     Catch::Contains("WORLD_SIZE=2 must equal parallel.world_size = 4"));
+}
+
+TEST_CASE("free_port: below the kernel's ephemeral range, free, a fresh one each call", "[launch]") {
+  // The torchrun tests' MASTER_PORT: below the range no port-0 bind of a test running beside this
+  // one can take it before the child binds it. Linux's default range starts at 32768; a range that
+  // leaves under 4000 ports above 10000 below it gets the kernel's pick, inside the range.
+  int ephemeral_low = 0;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  REQUIRE(ephemeral_low > 0);
+  const bool room_below = ephemeral_low - 10000 >= 4000;
+  std::set<int> seen;
+  for (int i = 0; i < 8; ++i) {
+    const int port = free_port();
+    INFO("port " << port << ", ephemeral range from " << ephemeral_low);
+    CHECK((room_below ? port >= 10000 && port < ephemeral_low : port >= ephemeral_low));
+    CHECK((seen.insert(port).second || !room_below));  // the kernel's picks may repeat
+  }
 }
 
 TEST_CASE("torchrun join: two ranks meet through a TCPStore on loopback and run collectives", "[launch]") {

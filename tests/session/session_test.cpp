@@ -17,7 +17,9 @@ using namespace odyssey::test;
 
 namespace {
 
-RunConfig session_config(int64_t steps = 400) {
+// More steps than any case runs before it stops the session itself: a run that finished on its
+// own while a loaded host stalled the polling thread would leave nothing to pause or toggle.
+RunConfig session_config(int64_t steps = 1'000'000) {
   RunConfig cfg = tiny_config(2, 64);
   cfg.training.steps = steps;
   cfg.training.warmup_steps = 2;
