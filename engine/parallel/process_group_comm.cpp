@@ -382,35 +382,49 @@ void BackendComm::barrier() {
 // demand). torch.distributed has the same store-based barrier after a group's init, on under
 // TORCH_DIST_INIT_BARRIER=1. NCCL opens nothing at construction (its communicators start at the
 // first collective), so there the barrier only gives both backends one contract. Each member adds
-// itself to a counter and marks its own key (for the message naming those that never came). The
-// group's store prefix must be fresh: Gloo's own keys and these markers would be stale otherwise.
+// itself to a counter and marks its own key (for the message naming those that never came), then
+// counts itself out once it has seen everyone in. Member 0 leaves last: under torchrun rank 0's
+// process may serve the store (rank 0 is member 0 of each group it is in), and a member still
+// polling when that process ended, which a rank 0 failing at once would, got a store error instead
+// of the failure rank 0 reports (JobStart::acknowledge waits so too). The group's store prefix must
+// be fresh: Gloo's own keys and these markers would be stale otherwise.
 void BackendComm::wait_for_every_member(const c10::intrusive_ptr<c10d::Store>& store) {
   if (spec_.size <= 1) return;
   constexpr const char* kOp = "group setup";
   const std::string kArrivals = "odyssey_setup/arrivals";
+  const std::string kDepartures = "odyssey_setup/departures";
   const std::string kMemberKey = "odyssey_setup/member_";
-  try {
-    store->set(kMemberKey + std::to_string(spec_.rank), std::vector<uint8_t>{1});
-    const int64_t everyone = spec_.size;
-    store->add(kArrivals, 1);
-    const auto deadline = Clock::now() + spec_.timeout;
+  const int64_t everyone = spec_.size;
+  const auto deadline = Clock::now() + spec_.timeout;
+  // Polls `counter` until it reaches everyone; false once the deadline has passed. Abort-aware.
+  auto wait_for_all = [&](const std::string& counter) {
     auto nap = std::chrono::microseconds(50);
-    while (store->add(kArrivals, 0) < everyone) {
+    while (store->add(counter, 0) < everyone) {
       if (abort_ && abort_->raised())
         fail(kOp, "abandoned: rank " + std::to_string(abort_->rank()) + " failed: " + first_line(abort_->reason()));
-      if (Clock::now() >= deadline) {
-        std::string missing;
-        for (int member = 0; member < spec_.size; ++member)
-          if (!store->check({kMemberKey + std::to_string(member)}))
-            missing += (missing.empty() ? "" : ", ") + std::to_string(member);
-        fail(kOp, "timed out after " + seconds_text(spec_.timeout) + ": member(s) " +
-                      (missing.empty() ? std::string("?") : missing) +
-                      " of the group never finished making it (they died, hung, or never started; their output "
-                      "says why)");
-      }
+      if (Clock::now() >= deadline) return false;
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(20000));
     }
+    return true;
+  };
+  try {
+    store->set(kMemberKey + std::to_string(spec_.rank), std::vector<uint8_t>{1});
+    store->add(kArrivals, 1);
+    if (!wait_for_all(kArrivals)) {
+      std::string missing;
+      for (int member = 0; member < spec_.size; ++member)
+        if (!store->check({kMemberKey + std::to_string(member)}))
+          missing += (missing.empty() ? "" : ", ") + std::to_string(member);
+      fail(kOp, "timed out after " + seconds_text(spec_.timeout) + ": member(s) " +
+                    (missing.empty() ? std::string("?") : missing) +
+                    " of the group never finished making it (they died, hung, or never started; their output "
+                    "says why)");
+    }
+    store->add(kDepartures, 1);
+    // A member gone between the two counts leaves member 0 waiting until the deadline, then going
+    // on: its next collective reports the member.
+    if (spec_.rank == 0) wait_for_all(kDepartures);
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {  // the job's store failed or went away (a TCPStore's server ended)

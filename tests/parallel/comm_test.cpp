@@ -220,6 +220,11 @@ class LateReaderStore : public c10d::Store {
     std::lock_guard<std::mutex> lock(mutex_);
     return late_read_went_on_;
   }
+  /// When the late thread last began to count itself in (an add of 1 to any key).
+  std::optional<std::chrono::steady_clock::time_point> late_thread_last_count_in() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return late_thread_last_count_in_;
+  }
 
   c10::intrusive_ptr<c10d::Store> clone() override { return c10::intrusive_ptr<c10d::Store>::reclaim_copy(this); }
   void set(const std::string& key, const std::vector<uint8_t>& value) override { inner_->set(key, value); }
@@ -233,6 +238,10 @@ class LateReaderStore : public c10d::Store {
   }
   int64_t add(const std::string& key, int64_t value) override {
     late_if_chosen();
+    if (value == 1) {  // stamped before the add, so that anyone who sees the count sees a later time
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (late_thread_ == std::this_thread::get_id()) late_thread_last_count_in_ = std::chrono::steady_clock::now();
+    }
     return inner_->add(key, value);
   }
   bool deleteKey(const std::string& key) override { return inner_->deleteKey(key); }
@@ -270,6 +279,7 @@ class LateReaderStore : public c10d::Store {
   mutable std::mutex mutex_;
   std::optional<std::thread::id> late_thread_;
   std::optional<std::chrono::steady_clock::time_point> late_read_went_on_;
+  std::optional<std::chrono::steady_clock::time_point> late_thread_last_count_in_;
 };
 
 TEST_CASE("gloo group setup: no member leaves it before every member has made the group", "[comm]") {
@@ -305,6 +315,11 @@ TEST_CASE("gloo group setup: no member leaves it before every member has made th
     REQUIRE(late_read.has_value());
     REQUIRE(rank0_made.has_value());
     CHECK(*rank0_made >= *late_read);
+    // Member 0 leaves last (under torchrun its process may serve the store): after rank 1 has
+    // counted itself out, which it does only after seeing everyone in.
+    const auto rank1_out = store->late_thread_last_count_in();
+    REQUIRE(rank1_out.has_value());
+    CHECK(*rank0_made >= *rank1_out);
   }
 }
 
