@@ -384,10 +384,11 @@ void BackendComm::barrier() {
 // first collective), so there the barrier only gives both backends one contract. Each member adds
 // itself to a counter and marks its own key (for the message naming those that never came), then
 // counts itself out once it has seen everyone in. Member 0 leaves last: under torchrun rank 0's
-// process may serve the store (rank 0 is member 0 of each group it is in), and a member still
-// polling when that process ended, which a rank 0 failing at once would, got a store error instead
-// of the failure rank 0 reports (JobStart::acknowledge waits so too). The group's store prefix must
-// be fresh: Gloo's own keys and these markers would be stale otherwise.
+// process may serve the store (rank 0 is member 0 of each group it is in, and make_rank_context
+// makes the world group last). If that process ended while a member still polled, that member
+// would report a store error instead of rank 0's failure (JobStart::acknowledge waits so too).
+// The group's store prefix must be fresh: Gloo's own keys and these markers would be stale
+// otherwise.
 void BackendComm::wait_for_every_member(const c10::intrusive_ptr<c10d::Store>& store) {
   if (spec_.size <= 1) return;
   constexpr const char* kOp = "group setup";

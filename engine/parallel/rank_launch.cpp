@@ -96,10 +96,13 @@ RankContext make_rank_context(const c10::intrusive_ptr<c10d::Store>& store, int 
   ctx.dp_rank = l.dp_rank;
   ctx.dp_size = l.dp_size;
   ctx.device = device;
-  // Same creation order on every rank (world, sp, dp), so no two ranks wait on each other's groups.
-  ctx.world = make_group(store, "world", 0, l.rank, l.world_size, l.rank, device, options);
+  // Same creation order on every rank (sp, dp, world), so no two ranks wait on each other's groups.
+  // World last: rank 0, its member 0, leaves a setup barrier last (BackendComm::
+  // wait_for_every_member), so it leaves the world's only after every rank has made all of its
+  // groups and is done with the store; under torchrun rank 0's process may serve that store.
   ctx.sp = make_group(store, "sp", l.sp_group, l.sp_rank, l.sp_size, l.rank, device, options);
   ctx.dp = make_group(store, "dp", l.dp_group, l.dp_rank, l.dp_size, l.rank, device, options);
+  ctx.world = make_group(store, "world", 0, l.rank, l.world_size, l.rank, device, options);
   return ctx;
 }
 

@@ -68,7 +68,7 @@ bool local_ranks_share_gpus(int local_ranks, int visible_gpus);
 /// The RankContext of `rank` in a job of `parallel.world_size` ranks, with its world, sp and dp
 /// groups over `store` (prefixes "world", "sp.<i>", "dp.<j>"; groups of one are SoloComm). Gloo on
 /// a CPU `device`, NCCL on a CUDA one (Gloo when options.shared_device). Blocks until the members of each group have joined.
-/// Every member must call it; creation order is world, sp, dp on every rank.
+/// Every member must call it; creation order is sp, dp, world on every rank.
 RankContext make_rank_context(const c10::intrusive_ptr<c10d::Store>& store, int rank, const ParallelConfig& parallel,
                               at::Device device, const CommOptions& options);
 

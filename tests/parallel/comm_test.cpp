@@ -220,10 +220,10 @@ class LateReaderStore : public c10d::Store {
     std::lock_guard<std::mutex> lock(mutex_);
     return late_read_went_on_;
   }
-  /// When the late thread last began to count itself in (an add of 1 to any key).
-  std::optional<std::chrono::steady_clock::time_point> late_thread_last_count_in() const {
+  /// When the late thread began its last call to this store (any call, stamped before it runs).
+  std::optional<std::chrono::steady_clock::time_point> late_thread_last_call() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return late_thread_last_count_in_;
+    return late_thread_last_call_;
   }
 
   c10::intrusive_ptr<c10d::Store> clone() override { return c10::intrusive_ptr<c10d::Store>::reclaim_copy(this); }
@@ -238,10 +238,6 @@ class LateReaderStore : public c10d::Store {
   }
   int64_t add(const std::string& key, int64_t value) override {
     late_if_chosen();
-    if (value == 1) {  // stamped before the add, so that anyone who sees the count sees a later time
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (late_thread_ == std::this_thread::get_id()) late_thread_last_count_in_ = std::chrono::steady_clock::now();
-    }
     return inner_->add(key, value);
   }
   bool deleteKey(const std::string& key) override { return inner_->deleteKey(key); }
@@ -264,10 +260,14 @@ class LateReaderStore : public c10d::Store {
   }
 
  private:
+  // Every read and every add passes here first. The late thread's calls are stamped before they
+  // run, so that whoever sees a call's effect sees a later time.
   void late_if_chosen() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (late_thread_ != std::this_thread::get_id() || late_read_went_on_) return;
+      if (late_thread_ != std::this_thread::get_id()) return;
+      late_thread_last_call_ = std::chrono::steady_clock::now();
+      if (late_read_went_on_) return;
     }
     std::this_thread::sleep_for(delay_);
     std::lock_guard<std::mutex> lock(mutex_);
@@ -279,7 +279,7 @@ class LateReaderStore : public c10d::Store {
   mutable std::mutex mutex_;
   std::optional<std::thread::id> late_thread_;
   std::optional<std::chrono::steady_clock::time_point> late_read_went_on_;
-  std::optional<std::chrono::steady_clock::time_point> late_thread_last_count_in_;
+  std::optional<std::chrono::steady_clock::time_point> late_thread_last_call_;
 };
 
 TEST_CASE("gloo group setup: no member leaves it before every member has made the group", "[comm]") {
@@ -315,19 +315,27 @@ TEST_CASE("gloo group setup: no member leaves it before every member has made th
     REQUIRE(late_read.has_value());
     REQUIRE(rank0_made.has_value());
     CHECK(*rank0_made >= *late_read);
-    // Member 0 leaves last (under torchrun its process may serve the store): after rank 1 has
-    // counted itself out, which it does only after seeing everyone in.
-    const auto rank1_out = store->late_thread_last_count_in();
-    REQUIRE(rank1_out.has_value());
-    CHECK(*rank0_made >= *rank1_out);
+    // Member 0 leaves last (under torchrun its process may serve the store): after rank 1's last
+    // call to the store, its count out. Without member 0's wait, rank 1's last poll of the
+    // arrivals would often begin after rank 0 had gone.
+    const auto rank1_last_call = store->late_thread_last_call();
+    REQUIRE(rank1_last_call.has_value());
+    CHECK(*rank0_made >= *rank1_last_call);
   }
 }
 
-TEST_CASE("gloo group setup: a member that never ends it is named, and an abort ends the wait at once", "[comm]") {
+TEST_CASE(
+    "gloo group setup: a member that never ends it is named, an abort ends the wait at once, and one "
+    "that never counts out costs member 0 the timeout only",
+    "[comm]") {
   // Member 1 makes its Gloo backend alone (make_gloo_backend, not GlooComm), so Gloo's own setup
   // completes on both sides and member 0 waits in GlooComm's closing barrier for a member 1 that
   // never comes: either until the 1 s timeout, or until member 1 raises the job's abort signal.
-  for (const bool member1_aborts : {false, true}) {
+  // Or member 1 counts itself in by the barrier's keys and never out (it died between the two):
+  // member 0 waits for it until the deadline, then goes on without an error (its next collective
+  // would name the member).
+  enum class Member1 { NeverArrives, Aborts, NeverLeaves };
+  for (const Member1 member1_does : {Member1::NeverArrives, Member1::Aborts, Member1::NeverLeaves}) {
     auto store = c10::make_intrusive<c10d::HashStore>();
     auto abort = std::make_shared<AbortSignal>();
     std::string error0;
@@ -337,9 +345,13 @@ TEST_CASE("gloo group setup: a member that never ends it is named, and an abort 
     std::string error1;
     std::thread member1([&] {
       try {
-        auto backend =
-            make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("world", store), 1, 2, std::chrono::seconds(30));
-        if (member1_aborts) abort->raise(1, "tokenizer.json not found\nsecond line");
+        auto prefixed = c10::make_intrusive<c10d::PrefixStore>("world", store);
+        auto backend = make_gloo_backend(prefixed, 1, 2, std::chrono::seconds(30));
+        if (member1_does == Member1::Aborts) abort->raise(1, "tokenizer.json not found\nsecond line");
+        if (member1_does == Member1::NeverLeaves) {
+          prefixed->set("odyssey_setup/member_1", std::vector<uint8_t>{1});
+          prefixed->add("odyssey_setup/arrivals", 1);
+        }
         std::lock_guard<std::mutex> wait_for_member0(member0_done);
       } catch (const std::exception& e) {
         error1 = e.what();
@@ -355,14 +367,19 @@ TEST_CASE("gloo group setup: a member that never ends it is named, and an abort 
     waited0 = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     member0_done.unlock();
     member1.join();
-    INFO("member 1 aborts: " << member1_aborts << "; member 0: " << error0 << "; member 1: " << error1);
+    INFO("member 1 does " << static_cast<int>(member1_does) << "; member 0: " << error0 << "; member 1: " << error1);
     CHECK(error1.empty());
-    CHECK_THAT(error0, Catch::StartsWith("rank 0 (global rank 0) in group world of 2: group setup "));
-    if (member1_aborts) {
-      CHECK_THAT(error0, Catch::EndsWith("abandoned: rank 1 failed: tokenizer.json not found"));
-    } else {
-      CHECK_THAT(error0, Catch::Contains("timed out after 1 s: member(s) 1 of the group never finished making it"));
+    if (member1_does == Member1::NeverLeaves) {
+      CHECK(error0.empty());
       CHECK(waited0 >= 1.0);  // the deadline starts once member 0's own backend exists
+    } else {
+      CHECK_THAT(error0, Catch::StartsWith("rank 0 (global rank 0) in group world of 2: group setup "));
+    }
+    if (member1_does == Member1::Aborts)
+      CHECK_THAT(error0, Catch::EndsWith("abandoned: rank 1 failed: tokenizer.json not found"));
+    if (member1_does == Member1::NeverArrives) {
+      CHECK_THAT(error0, Catch::Contains("timed out after 1 s: member(s) 1 of the group never finished making it"));
+      CHECK(waited0 >= 1.0);
     }
     CHECK(waited0 < 1.0 + 10.0);  // Gloo's setup and scheduling on a loaded host, far below 30 s
   }
