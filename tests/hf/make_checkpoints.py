@@ -122,19 +122,6 @@ def main():
     out_dir = sys.argv[1]
     if os.path.exists(os.path.join(out_dir, STAMP)):
         return 0
-    if os.path.exists(out_dir):  # a copy left unfinished by an older version: move it aside, then delete it
-        stale = out_dir + ".stale-%d" % os.getpid()
-        try:
-            os.rename(out_dir, stale)
-        except OSError:
-            pass
-        if os.path.exists(os.path.join(stale, STAMP)):  # another process finished it in between: put it back
-            try:
-                os.rename(stale, out_dir)
-                return 0
-            except OSError:
-                pass
-        shutil.rmtree(stale, ignore_errors=True)
     staging = out_dir + ".tmp-%d" % os.getpid()
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
@@ -144,10 +131,20 @@ def main():
     broken_copies(staging)
     open(os.path.join(staging, STAMP), "w").write("built by tests/hf/make_checkpoints.py\n")
     # Another test process may have finished first: its copy is as good as this one. Renaming onto a
-    # directory that holds files fails, so a finished copy another test reads is never replaced.
+    # directory that holds files fails, so a finished copy another test reads is never replaced. A
+    # finished copy only ever arrives by such a rename, so a directory there without the stamp is
+    # one an older version left unfinished: it is moved aside and this copy put in its place.
     try:
         os.rename(staging, out_dir)
     except OSError:
+        if not os.path.exists(os.path.join(out_dir, STAMP)):
+            stale = out_dir + ".stale-%d" % os.getpid()
+            try:
+                os.rename(out_dir, stale)
+                os.rename(staging, out_dir)
+            except OSError:
+                pass
+            shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(staging, ignore_errors=True)
     return 0
 

@@ -247,16 +247,16 @@ TEST_CASE("torchrun environment: parsed, validated, absent", "[launch]") {
 TEST_CASE("free_port: below the kernel's ephemeral range, free, a fresh one each call", "[launch]") {
   // The torchrun tests' MASTER_PORT: below the range no port-0 bind of a test running beside this
   // one can take it before the child binds it. Linux's default range starts at 32768; a range that
-  // leaves under 4000 ports above 10000 below it gets the kernel's pick, inside the range.
+  // leaves fewer ports below it gets the kernel's pick, inside the range.
   int ephemeral_low = 0;
   std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
   REQUIRE(ephemeral_low > 0);
-  const bool room_below = ephemeral_low - 10000 >= 4000;
+  const bool room_below = ephemeral_low - odyssey::test::kLowestTestPort >= odyssey::test::kNeededPortRoom;
   std::set<int> seen;
   for (int i = 0; i < 8; ++i) {
     const int port = free_port();
     INFO("port " << port << ", ephemeral range from " << ephemeral_low);
-    CHECK((room_below ? port >= 10000 && port < ephemeral_low : port >= ephemeral_low));
+    CHECK((room_below ? port >= odyssey::test::kLowestTestPort && port < ephemeral_low : port >= ephemeral_low));
     CHECK((seen.insert(port).second || !room_below));  // the kernel's picks may repeat
   }
 }
