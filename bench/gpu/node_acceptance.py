@@ -454,12 +454,14 @@ def with_port(launcher):
 
 
 def free_port():
-    """A port free on 127.0.0.1 now, below the kernel's ephemeral range where one is left below it.
+    """A port free on every address now, below the kernel's ephemeral range where one is left below it.
 
     torchrun binds it a moment later; a port the kernel picks (bind to port 0) lies inside
     ip_local_port_range, where other processes' listeners and outgoing connections may take it in
     between. Below the range only an explicit bind takes a port. The walk starts at an offset drawn
-    from the process id, so processes running together seldom try the same port."""
+    from the process id, so processes running together seldom try the same port. Each port is
+    checked as TCPStore's server binds it (the IPv6 wildcard, dual-stack, else IPv4's), as
+    tests/common/free_port.h checks it."""
     lowest, needed_room = 10000, 4000
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
@@ -469,15 +471,18 @@ def free_port():
     room = ephemeral_low - lowest
     start = os.getpid() * 2654435761 + next(PORT_CALLS) * 256  # a fresh stretch each call
     candidates = [lowest + (start + i) % room for i in range(256)] if room >= needed_room else []
+    dual_stack = socket.has_ipv6
     for port in candidates + [0]:
-        with socket.socket() as s:
+        with socket.socket(socket.AF_INET6 if dual_stack else socket.AF_INET) as s:
+            if dual_stack:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                s.bind(("127.0.0.1", port))
+                s.bind(("::" if dual_stack else "0.0.0.0", port))
             except OSError:
                 continue
             return s.getsockname()[1]
-    raise BadInput("no free TCP port on 127.0.0.1 for the torchrun rendezvous")
+    raise BadInput("no free TCP port for the torchrun rendezvous")
 
 
 def host_description(mode):

@@ -78,10 +78,9 @@ inline int kernel_picked_port() {
 /// drawn from the process id, so test processes running together seldom try the same port. Falls
 /// back to the kernel's pick when the range starts too low to leave kNeededPortRoom below it.
 inline int free_port() {
-  int ephemeral_low = 32768;
-  int ephemeral_high = 60999;
+  int ephemeral_low = 32768;  // Linux's default, where the file cannot be read
   std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
-  if (range) range >> ephemeral_low >> ephemeral_high;
+  if (range) range >> ephemeral_low;
   const int room = ephemeral_low - kLowestTestPort;
   if (room < kNeededPortRoom) return detail::kernel_picked_port();
   static std::atomic<int> calls{0};
