@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/layout/sdpa_fallback.h"
+
 namespace odyssey {
 namespace {
 
@@ -274,6 +276,10 @@ std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, c
       grad_out, q, k, v, saved.out, lse, saved.cum_seq_q, saved.cum_seq_k, saved.max_q, saved.max_k,
       /*dropout_p=*/0.0, /*is_causal=*/true, saved.philox_seed, saved.philox_offset);
   return {dq, dk, dv};
+}
+
+bool sdpa_has_only_math_for(const at::Tensor& q, const at::Tensor& k) {
+  return sdpa_has_only_math(query_of(q, /*packed_documents=*/false, LseKernelChoice::Auto), q.size(1), k.size(1));
 }
 
 void note_sdpa_attention() { g_kernels_run.fetch_or(kSdpaBit, std::memory_order_relaxed); }

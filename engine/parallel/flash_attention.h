@@ -2,7 +2,7 @@
 // and log-sum-exp (no second forward): LibTorch's fused kernels, chosen by the rule of
 // engine/layout/attention_kernels.h (CPU flash; CUDA cuDNN, FlashAttention-2 or memory-efficient).
 // With packed documents (engine/layout/documents.h) each document's segment attends within itself.
-// defines: FlashResult, DocumentRun, flash_attention_forward, flash_attention_backward,
+// defines: FlashResult, DocumentRun, flash_attention_forward, flash_attention_backward, sdpa_has_only_math_for,
 // note_sdpa_attention, attention_kernels_run, reset_attention_kernels_run
 #pragma once
 
@@ -65,6 +65,11 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
 /// (per segment when it holds document runs), through the backward of the kernel that ran.
 std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
                                                    const at::Tensor& v, const FlashResult& saved);
+
+/// SDPA would run standard attention of q [B, h, S, hd] over k [B, hk, S, hd] on its math backend
+/// only (sdpa_has_only_math, engine/layout/attention_kernels.h: CUDA fp32 with hk < h), making the
+/// [B, h, S, S] scores: the caller runs flash_attention_forward instead.
+bool sdpa_has_only_math_for(const at::Tensor& q, const at::Tensor& k);
 
 /// The attention kernels this process ran since the last reset, for the run's trace and
 /// summary.json: "sdpa" (standard attention, SDPA's own pick) and each lse_kernel_name that

@@ -75,13 +75,16 @@ KeptAttentionScope::Mode KeptAttentionScope::mode() { return t_mode; }
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const DocumentSpans& documents) {
   KeptAttention* slot = KeptAttentionScope::slot();
-  if (slot == nullptr && documents.any()) {
-    // SDPA has no per-row segments: the flash kernel per segment, then its backward from q, k, v,
-    // the output and the LSE (what SDPA's flash node saves too)
+  if (slot == nullptr && (documents.any() || sdpa_has_only_math_for(q, k))) {
+    // SDPA has no per-row segments, and on CUDA in fp32 over GQA only its math backend (the
+    // [B, h, S, S] scores): the kernel the rule picks (per segment with documents; the
+    // memory-efficient kernel over K/V repeated for the call in fp32), then its backward from q,
+    // k, v, the output and the LSE (what SDPA's fused nodes save too)
     FlashResult r;
     {
       at::NoGradGuard no_grad;
-      // packed documents run FlashAttention-2 per segment whatever the choice (attention_kernels.h)
+      // packed documents run FlashAttention-2 per segment whatever the choice (attention_kernels.h);
+      // without documents the choice decides nothing in fp32
       r = flash_attention_forward(q.detach(), k.detach(), v.detach(), documents,
                                   LseKernelChoice::Flash2);  // [B, h, S, hd]
     }

@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "engine/layout/sdpa_fallback.h"
 #include "engine/layout/tile_grad_rules.h"
 
 namespace odyssey::planner_detail {
@@ -133,9 +134,13 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
     oh = std::exchange(sv.kept_out, -1);
     lse = std::exchange(sv.kept_lse, -1);
   } else {
+    int ke = -1, ve = -1;
+    repeated_kv(/*stage=*/false, ke, ve);
     oh = alloc("SDPA output (head layout)", K::QHead, C::AttentionWorkspace);
     lse = alloc("SDPA log-sum-exp", K::Lse, C::AttentionWorkspace);
     flash_forward_transients(/*stage=*/false);
+    release(ke);
+    release(ve);
   }
   if (grad) {
     sv.q_h = qh;
@@ -222,7 +227,7 @@ int BlockHalves::untied_forward(bool grad, AttnSaved& sv) {
     qs = stage_rope(qs, K::QStageLocal);
     int qh = stage_to_heads(qs, K::QStageLocal, K::QStageHead, "stage q (head layout)", /*packed=*/true);
     int ke = -1, ve = -1;
-    repeated_stage_kv(ke, ve);
+    repeated_kv(/*stage=*/true, ke, ve);
     int kg = -1, vg = -1;
     gathered_stage_kv(kg, vg);
     int oh = alloc("stage attention output", K::QStageHead, C::AttentionWorkspace);
@@ -303,11 +308,15 @@ int BlockHalves::standard_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
   int d_oh = d_o;
   if (s_.P > 1) d_oh = all_to_all(d_o, K::QLocal, K::QHead, "d o after all-to-all (head layout)");
   // flash-attention backward: dq, dk, dv and the kernel's own buffers
+  int ke = -1, ve = -1;  // as in forward
+  repeated_kv(/*stage=*/false, ke, ve);
   int dq = alloc("flash backward dq", K::QHead, C::AttentionWorkspace);
   int dk = alloc("flash backward dk", K::KvHead, C::AttentionWorkspace);
   int dv = alloc("flash backward dv", K::KvHead, C::AttentionWorkspace);
   FlashBackwardBuffers kernel = flash_backward_buffers(/*stage=*/false);
   free_flash_buffers(kernel);
+  release(ke);
+  release(ve);
   release(sv.q_h);
   release(sv.k_h);
   release(sv.v_h);
@@ -418,7 +427,7 @@ int BlockHalves::untied_backward(int dh, AttnSaved& sv, AttnGrads& grads) {
       release(do_slice);
     }
     int ke = -1, ve = -1;  // as in forward
-    repeated_stage_kv(ke, ve);
+    repeated_kv(/*stage=*/true, ke, ve);
     int kg = -1, vg = -1;
     gathered_stage_kv(kg, vg);
     int dq = alloc("stage flash backward dq", K::QStageHead, C::AttentionWorkspace);
@@ -548,12 +557,20 @@ void BlockHalves::free_flash_buffers(FlashBackwardBuffers& b) {
   release(b.segment_dv);
 }
 
-/// The memory-efficient CUDA kernel (fp32) takes equal head counts: a stage with more query than
-/// KV heads repeats K/V to its query heads for it (flash_attention.cpp's expand_kv).
-void BlockHalves::repeated_stage_kv(int& k, int& v) {
-  if (!(s_.cuda_target && s_.c == 4 && s_.k > s_.max_kv_count)) return;
-  k = alloc("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
-  v = alloc("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+/// The memory-efficient CUDA kernel (fp32) takes equal head counts: a call with more query than KV
+/// heads repeats K/V to its query heads for the call (kernel_repeats_kv; flash_attention.cpp's
+/// expand_kv). Under document masking each segment's call repeats its segment's: charged at the
+/// whole sequence, the plan errs high there (as for that kernel's other buffers).
+void BlockHalves::repeated_kv(bool stage, int& k, int& v) {
+  if (stage) {
+    if (!kernel_repeats_kv(s_.lse_kernel, s_.k, s_.max_kv_count)) return;
+    k = alloc("stage k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+    v = alloc("stage v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpandedStage, C::AttentionWorkspace);
+    return;
+  }
+  if (!kernel_repeats_kv(s_.lse_kernel, s_.hq, s_.hkv)) return;
+  k = alloc("k repeated to the query heads (fp32 CUDA kernel)", K::GqaExpanded, C::AttentionWorkspace);
+  v = alloc("v repeated to the query heads (fp32 CUDA kernel)", K::GqaExpanded, C::AttentionWorkspace);
 }
 
 /// A stage whose query heads do not map uniformly onto its KV range (k and g not dividing each

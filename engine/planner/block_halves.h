@@ -95,9 +95,9 @@ class BlockHalves {
   void flash_forward_transients(bool stage);
   /// ops::swiglu_backward_'s buffers: d up in up's memory (CUDA) or a new one (CPU); frees dp.
   int swiglu_backward(int& dp, int& up, TensorKind kind, const char* d_up_name);
-  /// The fp32 CUDA kernel's K and V repeated to a stage's query heads (none when the kernel takes
-  /// GQA natively: flash in half precision, and the CPU kernel).
-  void repeated_stage_kv(int& k, int& v);
+  /// The fp32 CUDA kernel's K and V repeated to the query heads of a stage (`stage`) or of the
+  /// standard call, for the call (none when the kernel takes GQA natively: kernel_repeats_kv).
+  void repeated_kv(bool stage, int& k, int& v);
   void gathered_stage_kv(int& k, int& v);
 
   const PlanShapes& s_;

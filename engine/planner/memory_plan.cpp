@@ -79,8 +79,9 @@ const char* attention_kernel_name(const StepTimePlan& t) {
 
 std::vector<AttentionKernelUse> attention_kernel_uses(const StepTimePlan& t) {
   // The path of a block that does not keep its attention: its own, whose kernel the Untied stages
-  // and packed documents call themselves (the log-sum-exp kernel), else SDPA's standard attention.
-  const bool own_lse = t.untied_attention || t.document_attention;
+  // and packed documents call themselves (the log-sum-exp kernel), else standard attention: SDPA's,
+  // or the log-sum-exp kernel where SDPA has only its math backend.
+  const bool own_lse = t.untied_attention || t.document_attention || t.standard_on_lse_kernel;
   const AttentionKernelUse own{0,
                                t.untied_attention     ? "Untied stages"
                                : t.document_attention ? "packed documents"

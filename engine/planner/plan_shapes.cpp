@@ -8,6 +8,7 @@
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
 #include "engine/layout/documents.h"
+#include "engine/layout/sdpa_fallback.h"
 #include "engine/planner/planner.h"
 #include "kernels/linear_cross_entropy_plan.h"
 
@@ -64,6 +65,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.kernel_seq = s.documents ? longest_attention_segment(cfg.document_lengths.get(), s.S) : s.S;
   const LseKernelQuery lse_query = lse_kernel_query(cfg);
   s.lse_kernel = lse_attention_kernel(lse_query);
+  s.standard_on_lse_kernel = sdpa_has_only_math(lse_query, s.hq, s.hkv);
   s.segment_calls = s.documents && !documents_run_varlen(lse_query);
   if (s.untied) {
     // The engine's own schedule (engine/layout/heads.h; a config that breaks its rules was refused

@@ -176,6 +176,9 @@ struct PlanShapes {
   /// Its backward buffers are planned as FlashAttention-2's on every CUDA kernel (cuDNN's
   /// workspace is its own: flash_backward_buffers).
   LseKernel lse_kernel = LseKernel::CpuFlash;
+  /// Standard attention runs lse_kernel too, not SDPA: SDPA has only its math backend for the call
+  /// (sdpa_has_only_math: CUDA fp32 with fewer KV than query heads per rank)
+  bool standard_on_lse_kernel = false;
   // the Untied stage schedule's names (UntiedStagePlan, engine/layout/heads.h); without Untied
   // Ulysses one stage of all the rank's heads
   int64_t k = 0;             ///< query heads per rank per stage (heads_per_stage / P; hq without Untied)

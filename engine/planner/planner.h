@@ -57,7 +57,10 @@ struct StepTimePlan {
   bool kept_attention = false;
   /// packed documents: one kernel call per document segment (flash_attention.cpp)
   bool document_attention = false;
-  /// Any of the three: the engine calls `lse_kernel` itself (engine/layout/attention_kernels.h),
+  /// standard attention where SDPA has only its math backend (CUDA fp32 over GQA: sdpa_has_only_math,
+  /// engine/layout/attention_kernels.h): the engine calls `lse_kernel` for it
+  bool standard_on_lse_kernel = false;
+  /// Any of the four: the engine calls `lse_kernel` itself (engine/layout/attention_kernels.h),
   /// at hardware.attention_efficiency where that is cuDNN's (the kernel SDPA picks on Hopper), at
   /// hardware.untied_attention_efficiency where it is FlashAttention-2 (or another). Else SDPA
   /// picks, at attention_efficiency.

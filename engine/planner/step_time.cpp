@@ -100,7 +100,7 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // The blocks that keep call the log-sum-exp paths' kernel forward and backward; the others the
   // kernel of their attention path: the same where the Untied stages or packed documents need it
   // too, SDPA's otherwise (standard attention recomputing under checkpointing)
-  const bool others_lse = s.untied || s.documents;
+  const bool others_lse = s.untied || s.documents || s.standard_on_lse_kernel;
 
   const double model = 3.0 * (L * block_fwd + head);
   const double model_palm = 3.0 * (L * (proj + o_proj + core_full + mlp) + head);
@@ -127,10 +127,12 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   out.untied_attention = s.untied;
   out.kept_attention = s.keep_attention;
   out.document_attention = s.documents;
-  // Wherever the engine needs the log-sum-exp (the Untied stages, kept attention) or runs one call
-  // per document, it calls the kernel itself (engine/layout/attention_kernels.h): cuDNN's runs at
-  // the efficiency SDPA's kernel (cuDNN's on Hopper) measured, FlashAttention-2 at its own.
-  out.lse_attention = s.untied || s.keep_attention || s.documents;
+  out.standard_on_lse_kernel = s.standard_on_lse_kernel;
+  // Wherever the engine needs the log-sum-exp (the Untied stages, kept attention), runs one call
+  // per document or leaves SDPA's math backend, it calls the kernel itself
+  // (engine/layout/attention_kernels.h): cuDNN's runs at the efficiency SDPA's kernel (cuDNN's on
+  // Hopper) measured, FlashAttention-2 and the others at their own.
+  out.lse_attention = s.untied || s.keep_attention || s.documents || s.standard_on_lse_kernel;
   out.lse_kernel = s.lse_kernel;
   out.attention_at_sdpa_efficiency = !out.lse_attention || s.lse_kernel == LseKernel::CudaCudnn;
   out.attention_kernel_efficiency =

@@ -1,6 +1,7 @@
 // The CUDA paths of engine/parallel, for a GPU host (hidden [.cuda]: `parallel_tests "[.cuda]"`):
 // Untied Ulysses with the CUDA cuDNN and FlashAttention-2 (bf16) and memory-efficient (fp32)
-// kernels against plain SDPA, the log-sum-exp kernels one against another, and an NCCL group of one. Multi-rank NCCL needs one GPU per rank (run_rank_threads on
+// kernels against plain SDPA, the log-sum-exp kernels one against another, standard attention off
+// SDPA's math backend (fp32 over GQA), and an NCCL group of one. Multi-rank NCCL needs one GPU per rank (run_rank_threads on
 // cuda:0..W-1); with one GPU only the single-rank group runs. defines: test cases [.cuda]
 #include <cmath>
 #include <string>
@@ -14,6 +15,7 @@
 #include "../common/engine_test_util.h"
 #include "engine/ops/layers.h"
 #include "engine/parallel/flash_attention.h"
+#include "engine/parallel/kept_attention.h"
 #include "engine/parallel/nccl_backend.h"
 #include "engine/parallel/process_group_comm.h"
 #include "engine/parallel/untied_attention.h"
@@ -95,6 +97,41 @@ TEST_CASE("cuda: untied attention, bf16 (cuDNN's kernel, auto) matches math SDPA
 
 TEST_CASE("cuda: untied attention, bf16 (FlashAttention-2) matches math SDPA", "[.cuda]") {
   check_untied_cuda(at::kBFloat16, 3e-2, LseKernelChoice::Flash2);
+}
+
+TEST_CASE("cuda: standard attention over fewer KV heads in fp32 runs the memory-efficient kernel, not SDPA's math",
+          "[.cuda]") {
+  // SDPA has only its math backend for fp32 over GQA (sdpa_has_only_math), whose [B, h, S, S]
+  // scores the planner does not charge: causal_attention calls the memory-efficient kernel over K/V
+  // repeated for the call (kernel_repeats_kv), and its backward from the saved output and LSE.
+  // Against math over repeated K/V: the same sums in other orders (../fp_tolerance.h), the
+  // gradient's chain twice the forward's (hd for QK^T, 3 S for the softmax's max and sum and P.V)
+  // plus the sums over S query positions and the h/hk query heads of a KV head; inputs of mixed
+  // sign, kappa 2.
+  const at::Device gpu = odyssey::test::test_gpu();
+  const int64_t B = 1, h = 4, hk = 1, S = 1024, hd = 64;
+  at::manual_seed(11);
+  const auto opt = at::TensorOptions().device(gpu).dtype(at::kFloat);
+  auto leaf = [](const at::Tensor& t) { return t.detach().clone().requires_grad_(true); };
+  const at::Tensor q0 = at::randn({B, h, S, hd}, opt), k0 = at::randn({B, hk, S, hd}, opt),
+                   v0 = at::randn({B, hk, S, hd}, opt), g = at::randn({B, h, S, hd}, opt);
+  at::Tensor q = leaf(q0), k = leaf(k0), v = leaf(v0);
+  REQUIRE(sdpa_has_only_math_for(q, k));
+  reset_attention_kernels_run();
+  const at::Tensor out = causal_attention(q, k, v, DocumentSpans{});  // [B, h, S, hd]
+  (out * g).sum().backward();
+  CHECK(attention_kernels_run() == std::vector<std::string>{"efficient"});  // neither "sdpa" nor math
+  at::Tensor qr = leaf(q0), kr = leaf(k0), vr = leaf(v0);
+  const at::Tensor ref = std::get<0>(at::_scaled_dot_product_attention_math(
+      qr, kr.repeat_interleave(h / hk, 1), vr.repeat_interleave(h / hk, 1), {}, 0.0, /*is_causal=*/true));
+  (ref * g).sum().backward();
+  const double tolerance = odyssey::test::reordering_tolerance(2 * (hd + 3 * S) + S + h / hk, 2.0);
+  CHECK(rel(out, ref) < tolerance);
+  CHECK(rel(q.grad(), qr.grad()) < tolerance);
+  CHECK(rel(k.grad(), kr.grad()) < tolerance);
+  CHECK(rel(v.grad(), vr.grad()) < tolerance);
+  // equal head counts stay with SDPA (its memory-efficient kernel takes them)
+  CHECK_FALSE(sdpa_has_only_math_for(q, q));
 }
 
 TEST_CASE("cuda: the cuDNN and FlashAttention-2 log-sum-exp kernels agree with fp32 math", "[.cuda]") {

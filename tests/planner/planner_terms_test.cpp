@@ -14,6 +14,7 @@
 #include "engine/layout/heads.h"
 #include "engine/planner/plan_shapes.h"
 #include "engine/planner/planner.h"
+#include "engine/planner/step_walk.h"
 #include "kernels/linear_cross_entropy_plan.h"
 #include "test_paths.h"
 
@@ -416,6 +417,47 @@ TEST_CASE("Untied stages straddling KV heads: the planner charges the engine's s
   }
 }
 
+TEST_CASE("standard attention in fp32 on a GPU over GQA: planned on the memory-efficient kernel, K/V repeated",
+          "[planner][terms]") {
+  // SDPA has only its math backend there (engine/layout/sdpa_fallback.h): the engine calls the
+  // memory-efficient kernel over K and V repeated to the query heads for each call, forward and
+  // backward. The plan names that kernel and charges the two [B, S, hq, hd] copies beside each call.
+  RunConfig cfg = small_config();  // S = 2048, P = 2: 2 query heads and 1 KV head per rank, fp32
+  cfg.hardware = *find_hardware_profile("h100-sxm");
+  REQUIRE(validate(cfg).empty());
+  const planner_detail::PlanShapes s = planner_detail::make_shapes(cfg);
+  CHECK(s.standard_on_lse_kernel);
+  CHECK(s.lse_kernel == LseKernel::CudaEfficient);
+  CHECK(std::string(attention_kernel_name(plan_step_time(cfg))) == "efficient");
+  // the same walk with a kernel that takes GQA natively: each attention call's phase peak holds
+  // exactly the two repeated tensors fewer
+  planner_detail::PlanShapes native = s;
+  native.lse_kernel = LseKernel::CudaFlash2;
+  const int64_t repeated = 2 * planner_detail::kind_bytes(planner_detail::TensorKind::GqaExpanded, s);
+  CHECK(repeated == 2 * 2048 * 2 * 16 * 4);  // [B, S, hq = 2, hd] fp32, K and V
+  auto phase_peaks = [](const planner_detail::PlanShapes& shapes) {
+    planner_detail::LiveSet live(/*record_phases=*/true);
+    planner_detail::walk_step(shapes, live);
+    std::map<std::string, int64_t> peaks;
+    for (const auto& p : live.phases) peaks[planner_detail::phase_name(p.code)] = p.device_peak;
+    return peaks;
+  };
+  const auto with = phase_peaks(s), without = phase_peaks(native);
+  // the backward's kernel call is its phase's peak (dq, dk, dv and the kernel's buffers all live);
+  // the forward's copies live during its call only, which may lie below a peak elsewhere in the phase
+  CHECK(with.at("bwd/block.0/attn") - without.at("bwd/block.0/attn") == repeated);
+  const int64_t forward = with.at("fwd/block.0/attn") - without.at("fwd/block.0/attn");
+  CHECK(forward > 0);
+  CHECK(forward <= repeated);
+  // its time at the log-sum-exp kernels' efficiency, not SDPA's
+  cfg.hardware.untied_attention_efficiency = 0.125;
+  CHECK(plan_step_time(cfg).attention_kernel_efficiency == 0.125);
+  // bf16: flash and cuDNN take GQA, SDPA runs it
+  cfg.training.dtype = DType::BFloat16;
+  CHECK_FALSE(planner_detail::make_shapes(cfg).standard_on_lse_kernel);
+  CHECK(std::string(attention_kernel_name(plan_step_time(cfg))) == "sdpa");
+}
+
 TEST_CASE("tiles span the batch: B = 2 doubles every [tile, f] and [tile, V] term", "[planner][terms]") {
   RunConfig cfg = small_config();  // s = 1024 local positions, MLP tiles of 32, loss tiles of 64
   const planner_detail::PlanShapes one = planner_detail::make_shapes(cfg);
@@ -513,10 +555,13 @@ TEST_CASE("optimizer offload: the host AdamW's seconds and the optimizer's PCIe 
 TEST_CASE("step time: the attention kernels at attention_efficiency, every other FLOP at compute_efficiency",
           "[planner][terms][time]") {
   // One rank, no communication, no offload: the step is compute alone, so each efficiency's share
-  // is exact. FLOPs per token and layer (2 a multiply-add), small_config's shape at S = 2048: q, k,
-  // v projections 2·64·(64 + 2·32) = 16384, o_proj 2·64·64 = 8192, MLP 6·64·160 = 61440, causal
-  // attention 2·64·2048 = 262144 (QKᵀ and PV over S/2 keys on average); LM head 2·96·64 = 12288.
+  // is exact. FLOPs per token and layer (2 a multiply-add), small_config's shape at S = 2048 with
+  // as many KV heads as query heads: q, k, v projections 2·64·(64 + 2·64) = 24576, o_proj 2·64·64
+  // = 8192, MLP 6·64·160 = 61440, causal attention 2·64·2048 = 262144 (QKᵀ and PV over S/2 keys on
+  // average); LM head 2·96·64 = 12288.
   RunConfig cfg = small_config_one_rank();
+  // (fp32 over GQA would leave SDPA on a GPU: sdpa_fallback.h, the case above; here SDPA runs)
+  cfg.model.n_kv_heads = 4;
   cfg.memory.tiled_mlp = false;   // the recompute is then the whole block's forward
   cfg.memory.tiled_loss = false;  // the head's three GEMMs, no kernel of its own
   cfg.hardware = *find_hardware_profile("h100-sxm");
@@ -526,7 +571,7 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   const StepTimePlan t = plan_memory(cfg).time;
 
   const double L = 2, tokens = 2048, peak = 989.4e12;
-  const double proj = 16384, o_proj = 8192, mlp = 61440, core = 262144, head = 12288;
+  const double proj = 24576, o_proj = 8192, mlp = 61440, core = 262144, head = 12288;
   const double model = 3 * (L * (proj + o_proj + core + mlp) + head);
   const double recompute = L * (proj + o_proj + core + mlp);  // checkpointing: each block's forward again
   // The attention backward's five products to the forward's two: 2.5 forwards of hardware FLOPs,
