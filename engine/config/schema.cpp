@@ -444,9 +444,10 @@ std::vector<KeySpec> make_schema() {
   s.push_back(
       ODY_BOOL("parallel", parallel.emulate, "emulate",
                "Run rank 0 of a world_size job alone: exact shapes, stand-in collectives, meaningless losses."));
-  s.push_back(ODY_FLOAT("parallel", parallel.timeout_s, "timeout_s",
-                        "Seconds before a collective fails with the rank and operation named.",
-                        positive_up_to(604800, "seconds")));
+  s.push_back(ODY_FLOAT(
+      "parallel", parallel.timeout_s, "timeout_s",
+      "Seconds before a collective fails with the rank and operation named.",
+      closed(0.001, 604800, "seconds", "a collective's timeout is whole milliseconds, and 0 ms would wait forever")));
 
   // [memory]
   s.push_back(ODY_BOOL("memory", memory.activation_checkpointing, "activation_checkpointing",

@@ -40,6 +40,17 @@ std::optional<int64_t> parse_size(std::string_view text) {
   for (char c : text)
     if (c != '_') digits.push_back(c);
   if (digits.empty() || digits == ".") return std::nullopt;
+  if (!seen_dot) {
+    // Whole digits: exact in int64 (a double would round 9007199254740993 to ...992 unsaid), and
+    // refused past INT64_MAX, suffix included.
+    const auto factor = static_cast<int64_t>(multiplier);
+    int64_t value = 0;
+    for (char c : digits)
+      if (__builtin_mul_overflow(value, int64_t{10}, &value) || __builtin_add_overflow(value, int64_t{c - '0'}, &value))
+        return std::nullopt;
+    if (__builtin_mul_overflow(value, factor, &value)) return std::nullopt;
+    return value;
+  }
   const double value = std::stod(digits) * multiplier;
   if (value > 9.0e18 || value != std::floor(value)) return std::nullopt;  // 1.3K is not whole
   return static_cast<int64_t>(value);

@@ -5,6 +5,8 @@
 //          join_torchrun_rank, join_torchrun
 #include "engine/parallel/rank_launch.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -79,7 +81,10 @@ CommOptions comm_options(const ParallelConfig& parallel) {
   if (!(parallel.timeout_s > 0))
     throw std::invalid_argument("parallel.timeout_s = " + std::to_string(parallel.timeout_s) + " must be positive");
   CommOptions o;
-  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(parallel.timeout_s * 1000.0 + 0.5));
+  // Whole milliseconds, rounded up and at least 1: c10d and Gloo read a timeout of 0 ms as none at
+  // all, so a rounded-down sub-millisecond timeout would make every wait endless.
+  o.timeout =
+      std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(parallel.timeout_s * 1000.0))));
   o.abort = std::make_shared<AbortSignal>();
   return o;
 }

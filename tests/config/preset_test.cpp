@@ -139,6 +139,13 @@ TEST_CASE("size literals parse as powers of 1024 and format back", "[config][siz
   CHECK_FALSE(parse_size("3 M"));
   CHECK_FALSE(parse_size("abc"));
   CHECK_FALSE(parse_size("1.5"));
+  // whole digits are exact to INT64_MAX (a double would round the first to ...992), refused past it
+  CHECK(parse_size("9007199254740993") == int64_t{9007199254740993});
+  CHECK(parse_size("9223372036854775807") == std::numeric_limits<int64_t>::max());
+  CHECK_FALSE(parse_size("9223372036854775808"));
+  CHECK_FALSE(parse_size("18446744073709551615"));
+  CHECK(parse_size("8589934591G") == int64_t{8589934591} << 30);
+  CHECK_FALSE(parse_size("8589934592G"));
   CHECK(format_size(3 * 1024 * 1024) == "3M");
   CHECK(format_size(512 * 1024) == "512K");
   CHECK(format_size(1000) == "1000");
@@ -388,7 +395,8 @@ TEST_CASE("range rules read as the math does", "[config][validate][ranges]") {
   CHECK(find_key_spec("training.seq_len")->range->rule(KeyKind::Size) ==
         "must be between 2 and 16G (one input and one label at least)");
   CHECK(find_key_spec("parallel.timeout_s")->range->rule(KeyKind::Float) ==
-        "must be a number of seconds in (0, 604800]");
+        "must be a number of seconds in [0.001, 604800] (a collective's timeout is whole milliseconds, and 0 ms "
+        "would wait forever)");
   CHECK(find_key_spec("training.seed")->range->rule(KeyKind::Int) == "must not be negative");
   CHECK(find_key_spec("training.beta2")->range->rule(KeyKind::Float) == "must be in [0, 1)");
 }

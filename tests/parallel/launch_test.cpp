@@ -12,6 +12,8 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "../common/agent_store.h"
 #include "../common/free_port.h"
@@ -115,6 +117,18 @@ TEST_CASE("collective backends: each group names its library, and ranks share GP
   CHECK(!local_ranks_share_gpus(2, 8));
   CHECK(local_ranks_share_gpus(2, 1));
   CHECK(local_ranks_share_gpus(8, 4));
+}
+
+TEST_CASE("comm options: a timeout is whole milliseconds rounded up, never 0 (which c10d reads as none)", "[launch]") {
+  // parallel.timeout_s below a millisecond is refused by the schema; the rounding still never
+  // makes a positive timeout 0 ms, an endless wait (0.0004 s rounded to nearest gave 0 and hung).
+  ParallelConfig parallel;
+  for (const auto& [seconds, ms] : std::vector<std::pair<double, int64_t>>{
+           {0.0004, 1}, {0.001, 1}, {0.0015, 2}, {1.0, 1000}, {2.0001, 2001}, {300.0, 300000}}) {
+    parallel.timeout_s = seconds;
+    INFO(seconds << " s");
+    CHECK(comm_options(parallel).timeout == std::chrono::milliseconds(ms));
+  }
 }
 
 TEST_CASE("rank threads: world size 1 runs on a thread with solo groups", "[launch]") {
