@@ -156,14 +156,17 @@ bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
     r.fail(prefix + "rope_type", "\"" + type + "\"", "is not a rope type Odyssey runs (default, linear, llama3, yarn)");
     return false;
   }
-  auto number = [&](const char* key, double fallback, double& out) {
+  // nullopt: required. transformers refuses a scaling without these keys (its
+  // rope_config_validation: factor for every type, the two frequency factors for llama3), so a
+  // default here would train positions that no Hugging Face load of the model reproduces.
+  auto number = [&](const char* key, std::optional<double> fallback, double& out) {
     auto v = r.positive(p, key, 1e12, fallback);
     if (v) out = *v;
     return v.has_value();
   };
-  if (!number("factor", 1.0, s.factor)) return false;
-  if (s.kind == RopeScalingKind::Llama3 &&
-      !(number("low_freq_factor", 1.0, s.low_freq_factor) && number("high_freq_factor", 4.0, s.high_freq_factor)))
+  if (!number("factor", std::nullopt, s.factor)) return false;
+  if (s.kind == RopeScalingKind::Llama3 && !(number("low_freq_factor", std::nullopt, s.low_freq_factor) &&
+                                             number("high_freq_factor", std::nullopt, s.high_freq_factor)))
     return false;
   if (s.kind == RopeScalingKind::Yarn &&
       !(number("beta_fast", 32.0, s.beta_fast) && number("beta_slow", 1.0, s.beta_slow)))

@@ -11,6 +11,7 @@
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
 #include "engine/layout/planned_buffers.h"
+#include "engine/util/files.h"
 
 namespace odyssey {
 
@@ -36,6 +37,14 @@ class Checker {
     issue.rule = std::move(rule);
     issue.hint = std::move(hint);
     issue.loc = locate(key);
+    // A [model] key the preset does not set took its value from model.hf_path's config.json: the
+    // issue points at model.hf_path and names that file, the place to look.
+    if (key.rfind("model.", 0) == 0 && !sources_.count(key) && !cfg_.model.hf_path.empty()) {
+      if (auto it = sources_.find("model.hf_path"); it != sources_.end()) {
+        issue.loc = it->second;
+        issue.rule += " (the value of " + join_path(cfg_.model.hf_path, "config.json") + ")";
+      }
+    }
     issues_.push_back(std::move(issue));
   }
   void require(bool ok, const std::string& key, std::string rule, std::string hint = "") {

@@ -86,6 +86,15 @@ TEST_CASE("hf config: what Odyssey cannot run exactly is refused naming the file
       {"\"rope_type\": \"llama3\"", "\"rope_type\": \"dynamic\"", "\"dynamic\": is not a rope type Odyssey runs"},
       {"\"factor\": 8.0", "\"factor\": 0.5", "model.rope_factor must be at least 1"},
       {"\"hidden_size\": 4096,", "", "\"hidden_size\" = (missing): is required"},
+      // transformers refuses a scaling without its required keys: no default stands in for them
+      {"\"factor\": 8.0, ", "", "\"factor\" = (missing): is required"},
+      {"\"high_freq_factor\": 4.0,", "", "\"high_freq_factor\" = (missing): is required"},
+      {"\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,\n                   "
+       "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"",
+       "\"rope_type\": \"linear\"", "\"factor\" = (missing): is required"},
+      {"\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,\n                   "
+       "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"",
+       "\"rope_type\": \"yarn\", \"original_max_position_embeddings\": 8192", "\"factor\" = (missing): is required"},
   };
   for (const Case& c : cases) {
     std::string json = kLlama31;
@@ -104,6 +113,25 @@ TEST_CASE("hf config: what Odyssey cannot run exactly is refused naming the file
   const std::string broken = write_config("not_json", "{ \"model_type\": ");
   CHECK(!read_hf_config(broken, &error));
   CHECK_THAT(error.format(), Catch::Contains("not a JSON object"));
+}
+
+TEST_CASE("hf config: a value of config.json that a rule refuses is named with that file, at model.hf_path",
+          "[config][hf]") {
+  // The preset sets no head_dim: the odd one is config.json's, so the issue points there, not at [model].
+  std::string json = kLlama31;
+  json.replace(json.find("\"hidden_size\": 4096,"), std::string("\"hidden_size\": 4096,").size(),
+               "\"hidden_size\": 4096, \"head_dim\": 7,");
+  const std::string dir = write_config("odd_head_dim", json);
+  const LoadedPreset p = load("hf_path = \"" + dir + "\"");
+  int named = 0;
+  for (const auto& issue : p.issues)
+    if (issue.key == "model.head_dim") {
+      ++named;
+      CHECK(issue.loc.line == 2);  // hf_path's line
+      CHECK_THAT(issue.format(),
+                 Catch::Contains("must be even") && Catch::Contains("(the value of " + dir + "/config.json)"));
+    }
+  CHECK(named == 1);
 }
 
 TEST_CASE("hf config: rope frequencies follow the published rules, worked by hand", "[config][hf]") {
