@@ -119,6 +119,17 @@ def utf8(data, where_line):
                        (where_line(line), data[e.start], e.start - start + 1, e.reason))
 
 
+class JsonObject(dict):
+    """A JSON object that counts how often its "text" key was written (json.loads keeps the last)."""
+    text_given = 0
+
+
+def json_object(pairs):
+    obj = JsonObject(pairs)
+    obj.text_given = sum(1 for key, _ in pairs if key == "text")
+    return obj
+
+
 def jsonl_documents(path, file_number):
     """(text, bytes read) for each non-blank line of a JSON-lines file."""
     done = 0
@@ -132,7 +143,7 @@ def jsonl_documents(path, file_number):
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = json.loads(line, object_pairs_hook=json_object)
             except (ValueError, RecursionError) as e:
                 hint = " (a .json file is read as JSON lines: one object per line)" if path.endswith(".json") else ""
                 raise BadInput("%s: invalid JSON: %s%s" % (where, getattr(e, "msg", str(e)) if not isinstance(e, RecursionError)
@@ -140,6 +151,9 @@ def jsonl_documents(path, file_number):
             if not isinstance(value, dict):
                 raise BadInput("%s: a JSON object with a \"text\" string field is expected, got %s: %s" %
                                (where, value_kind(value), shown_json(value)))
+            if value.text_given > 1:  # which one was meant is unknowable: the last would win unsaid
+                raise BadInput("%s: \"text\" is given %d times in one object: give it once"
+                               % (where, value.text_given))
             if "text" not in value:
                 keys = ", ".join(json.dumps(k) for k in list(value)[:8])
                 raise BadInput("%s: no \"text\" field (the object has %s)" % (where, keys or "no keys"))

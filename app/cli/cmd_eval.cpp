@@ -12,8 +12,10 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "app/cli/cli.h"
 #include "app/cli/eval_heatmap.h"
@@ -83,6 +85,7 @@ EvalArgs parse(int argc, char** argv, int first) {
   EvalArgs a;
   int set_index = 0;
   OnceFlags given;
+  std::vector<std::string> needle_flags;  // the needle grid's options given, in order
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
     std::optional<std::string> inline_value;
@@ -106,8 +109,8 @@ EvalArgs parse(int argc, char** argv, int first) {
       const std::string v = value();
       const std::optional<int64_t> n = parse_size(v);
       if (!n || *n < min)
-        throw BadInput(arg + " " + v + ": must be a whole number >= " + std::to_string(min) +
-                       " (K and M suffixes: 1024s)");
+        throw BadInput(arg + " " + v + ": must be a whole number from " + std::to_string(min) + " to " +
+                       std::to_string(std::numeric_limits<int64_t>::max()) + " (K and M suffixes: 1024s)");
       return *n;
     };
     if (arg == "--json" || arg == "--overwrite" || arg == "--no-needle" || arg == "--quiet") {
@@ -124,20 +127,24 @@ EvalArgs parse(int argc, char** argv, int first) {
       a.preset = value();
     } else if (arg == "--tokenizer") {
       a.tokenizer = value();
+      needle_flags.push_back(arg);
     } else if (arg == "--seq-len") {
       a.seq_len = count(2);
     } else if (arg == "--trials") {
       a.trials = count(1);
+      needle_flags.push_back(arg);
       if (a.trials > kMaxNeedleTrials)
         throw BadInput("--trials " + std::to_string(a.trials) + ": at most " + std::to_string(kMaxNeedleTrials) +
                        " a cell (a cell's accuracy then resolves 0.1%; each trial is one forward of every "
                        "length at every depth)");
     } else if (arg == "--seed") {
       a.seed = static_cast<uint64_t>(count(0));
+      needle_flags.push_back(arg);
     } else if (arg == "--first-bucket") {
       a.first_bucket = count(1);
     } else if (arg == "--needle-min") {
       a.needle_min = count(1);
+      needle_flags.push_back(arg);
     } else if (arg == "--max-sequences") {
       a.max_sequences = count(1);
     } else if (arg == "--set" || arg.rfind("--set=", 0) == 0) {
@@ -158,6 +165,8 @@ EvalArgs parse(int argc, char** argv, int first) {
   if (a.source.empty()) throw BadInput("no RUN_DIR or HF_DIR");
   if (a.data.empty()) throw BadInput("--data FILE (a documents file of `odyssey prepare`) is required");
   if (a.seq_len == 0) throw BadInput("--seq-len N (the longest context to evaluate) is required");
+  if (!a.needle && !needle_flags.empty())
+    throw BadInput(needle_flags.front() + " sets up the needle grid, and --no-needle runs none: drop one of them");
   return a;
 }
 

@@ -87,6 +87,11 @@ int run_export(int argc, char** argv, int first) {
   if (out_dir.empty()) return bad("--hf OUT_DIR is required (the only export format)");
   if (!options.tokenizer_dir.empty() && !is_directory(options.tokenizer_dir))
     return bad("--tokenizer " + options.tokenizer_dir + ": not a directory");
+  // A directory without a tokenizer would export none, and drop the one the run carries.
+  if (!options.tokenizer_dir.empty() && !path_exists(join_path(options.tokenizer_dir, "tokenizer.json")) &&
+      !path_exists(join_path(options.tokenizer_dir, "tokenizer.model")))
+    return bad("--tokenizer " + options.tokenizer_dir +
+               ": holds no tokenizer.json or tokenizer.model; name the model directory the tokenizer is in");
   try {
     const HfExport done = export_hf(run_dir, out_dir, options);
     if (json) {

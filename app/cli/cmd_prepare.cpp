@@ -191,8 +191,9 @@ std::optional<PrepareArgs> parse_prepare_args(int argc, char** argv, int first) 
 }
 
 /// Refuses an --out that would lose something: a directory, a missing folder, an existing file
-/// without --overwrite, or one of the inputs (it would be replaced while it is read).
-void check_out(const PrepareArgs& a, const std::vector<TextInput>& inputs) {
+/// without --overwrite, or a file the command reads: one of the inputs (it would be replaced while
+/// it is read), the tokenizer or the preset (each would be lost, --overwrite or not).
+void check_out(const PrepareArgs& a, const std::vector<TextInput>& inputs, const std::string& tokenizer_json) {
   const auto slash = a.out.rfind('/');
   const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : a.out.substr(0, slash);
   if (is_directory(a.out)) throw PrepareError(2, "--out " + a.out + " is a directory; name the file to write");
@@ -201,6 +202,12 @@ void check_out(const PrepareArgs& a, const std::vector<TextInput>& inputs) {
     if (same_path(input.path, a.out))
       throw PrepareError(2,
                          "--out " + a.out + " is the input " + input.path + ": it would be replaced while it is read");
+  if (same_path(tokenizer_json, a.out))
+    throw PrepareError(2, "--out " + a.out + " is the tokenizer " + tokenizer_json +
+                              ": it would be replaced by the documents file; choose another name");
+  if (!a.preset.empty() && same_path(a.preset, a.out))
+    throw PrepareError(2, "--out " + a.out + " is the preset " + a.preset +
+                              ": it would be replaced by the documents file; choose another name");
   if (path_exists(a.out) && !a.overwrite)
     throw PrepareError(2, "--out " + a.out + " exists: pass --overwrite to replace it, or choose another name");
 }
@@ -242,7 +249,6 @@ int run_prepare(int argc, char** argv, int first) {
   }
   try {
     const std::vector<TextInput> inputs = list_text_inputs(a.inputs);
-    check_out(a, inputs);
     std::string tokenizer_path = a.tokenizer;
     if (tokenizer_path.empty()) {
       tokenizer_path = preset->config.model.hf_path;
@@ -252,6 +258,7 @@ int run_prepare(int argc, char** argv, int first) {
                                   "the tokenizer from: pass --tokenizer PATH");
     }
     const std::string tokenizer_json = find_tokenizer_json(tokenizer_path);
+    check_out(a, inputs, tokenizer_json);
     // The preset's model's own tokenizer, when its model.hf_path holds one: a --tokenizer of
     // another vocabulary would write ids that are not this model's tokens.
     std::optional<int64_t> model_vocabulary;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -20,11 +21,14 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-/// How a file is read, from its name; "" for a name a directory walk skips.
+/// How a file is read, from its name's extension in any case (notes.TXT is text); "" for a name a
+/// directory walk skips.
 std::string kind_of(const std::string& path) {
-  if (ends_with(path, ".jsonl") || ends_with(path, ".json")) return "jsonl";
-  if (ends_with(path, ".parquet")) return "parquet";
-  if (ends_with(path, ".txt")) return "text";
+  std::string lower = path;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ends_with(lower, ".jsonl") || ends_with(lower, ".json")) return "jsonl";
+  if (ends_with(lower, ".parquet")) return "parquet";
+  if (ends_with(lower, ".txt")) return "text";
   return "";
 }
 
@@ -38,11 +42,18 @@ void walk(const std::string& dir, std::set<std::pair<dev_t, ino_t>>& seen, std::
   for (const auto& name : list_dir(dir)) {
     if (name.empty() || name[0] == '.') continue;  // hidden: .git, editors' swap files
     const std::string path = join_path(dir, name);
-    if (::stat(path.c_str(), &st) != 0) continue;  // a dangling link
-    if (S_ISDIR(st.st_mode))
+    const bool reached = ::stat(path.c_str(), &st) == 0;
+    if (reached && S_ISDIR(st.st_mode)) {
       walk(path, seen, found);
-    else if (S_ISREG(st.st_mode) && !kind_of(path).empty())
+    } else if (!kind_of(path).empty()) {
+      // A text input's name that is no file to read is refused, not skipped: its documents would
+      // be missing from the output unsaid.
+      if (!reached) throw bad("input " + path + ": cannot read it (" + std::strerror(errno) + "; a dangling link?)");
+      if (!S_ISREG(st.st_mode))
+        throw bad("input " + path +
+                  ": not a regular file (a FIFO, socket or device); remove it or name the files to read");
       found.push_back(path);
+    }
   }
 }
 

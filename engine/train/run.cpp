@@ -459,8 +459,17 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       if (found.empty()) return;
       std::string what;
       for (size_t i = 0; i < found.size(); ++i) what += (i ? ", " : "") + found[i];
-      throw RunDirHoldsRun("--out " + opt.out_dir + " holds a run (" + what + "): continue it with --resume " +
-                           opt.out_dir + ", choose another --out, or pass --overwrite to replace it");
+      // --resume is offered only where it can start: a run that ended before its first
+      // checkpoint (refused, failed or killed early) has none to continue from.
+      bool resumable = false;
+      try {
+        resumable = read_checkpoint_info(opt.out_dir).has_value();
+      } catch (const std::exception&) {  // unreadable: named in `what`, and --resume would refuse it
+      }
+      throw RunDirHoldsRun("--out " + opt.out_dir + " holds a run (" + what + "): " +
+                           (resumable ? "continue it with --resume " + opt.out_dir + ", choose another --out,"
+                                      : "it has no checkpoint to continue from: choose another --out,") +
+                           " or pass --overwrite to replace it");
     };
     // Everything that can refuse the run is decided before any output is touched.
     agreed(*start, [&] {

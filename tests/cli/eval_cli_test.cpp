@@ -405,7 +405,10 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
       {"eval " + run_dir + " --seq-len 64", "--data FILE"},
       {"eval " + run_dir + " --data " + dir + "/missing.odoc --seq-len 64 --no-needle", dir + "/missing.odoc"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 4096 --no-needle", "fewer than --seq-len 4096 + 1"},
-      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --trials 0", "--trials 0: must be a whole number >= 1"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --trials 0",
+       "--trials 0: must be a whole number from 1 to 9223372036854775807"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --seed 18446744073709551615",
+       "--seed 18446744073709551615: must be a whole number from 0 to 9223372036854775807"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64", "holds no tokenizer.json (a run trained from"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --tokenizer " + tokenizer + " --needle-min 16",
        "--needle-min 16"},
@@ -416,6 +419,12 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --bogus", "unknown option --bogus"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --seq-len=128 --no-needle",
        "--seq-len given twice (64, then 128): give it once"},
+      // a needle option beside --no-needle would be ignored: refused, naming the first
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --tokenizer " + dir +
+           "/nonexistent --trials 3",
+       "--tokenizer sets up the needle grid, and --no-needle runs none: drop one of them"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --seed 5 --no-needle",
+       "--seed sets up the needle grid, and --no-needle runs none"},
       // Rank layouts the ranks cannot run: the validator's rules, by key.
       {"eval " + run_dir + " --data " + docs +
            " --seq-len 64 --no-needle --set parallel.world_size=3 "

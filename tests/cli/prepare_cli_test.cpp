@@ -148,6 +148,19 @@ TEST_CASE("odyssey prepare: JSON lines and a text directory read back token for 
     CHECK(d.index == Index{0, 3, 5, 6});
     CHECK(d.tokens == Tokens{7, 3, 4, 2, 6, 8});
   }
+  SECTION("a directory: extensions in any case; a text input's name that is no file is refused, not skipped") {
+    REQUIRE(std::system(("mkdir -p '" + dir + "/cased' && ln -sf /nonexistent '" + dir + "/cased/gone.txt'").c_str()) ==
+            0);
+    std::ofstream(dir + "/cased/A.TXT") << "a cat";
+    r = run_odyssey("prepare " + dir + "/cased --tokenizer " + tokenizer + " --out " + dir + "/cased.odoc");
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("input " + dir + "/cased/gone.txt: cannot read it"));
+    CHECK_FALSE(std::ifstream(dir + "/cased.odoc").good());
+    REQUIRE(std::remove((dir + "/cased/gone.txt").c_str()) == 0);
+    r = run_odyssey("prepare " + dir + "/cased --tokenizer " + tokenizer + " --out " + dir + "/cased.odoc");
+    require_exit(r, 0);
+    CHECK_THAT(r.out, Catch::Contains("1 documents, 2 tokens from 1 file(s)"));
+  }
   SECTION("an existing --out is refused and left as it was; --overwrite replaces it") {
     const std::string before = read_text(out);
     std::ofstream(dir + "/other.jsonl") << "{\"text\": \"dog dog\"}\n";
@@ -158,6 +171,21 @@ TEST_CASE("odyssey prepare: JSON lines and a text directory read back token for 
     r = run_odyssey("prepare " + dir + "/other.jsonl --tokenizer " + tokenizer + " --out " + out + " --overwrite");
     require_exit(r, 0);
     CHECK(read_documents(out).tokens == Tokens{8, 8});
+  }
+  SECTION("an --out that is the tokenizer or the preset is refused, --overwrite or not, and left as it was") {
+    const std::string tokenizer_before = read_text(tokenizer);
+    r = run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + tokenizer + " --overwrite");
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("--out " + tokenizer + " is the tokenizer " + tokenizer));
+    CHECK(read_text(tokenizer) == tokenizer_before);
+    const std::string preset = dir + "/preset.toml";
+    std::ofstream(preset) << read_text(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml");
+    const std::string preset_before = read_text(preset);
+    r = run_odyssey("prepare " + dir + "/docs.jsonl --preset " + preset + " --tokenizer " + tokenizer + " --out " +
+                    preset + " --overwrite");
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("--out " + preset + " is the preset " + preset));
+    CHECK(read_text(preset) == preset_before);
   }
 }
 
@@ -177,6 +205,12 @@ TEST_CASE("odyssey prepare: a bad line is FILE:LINE: rule with exit 2, and nothi
   r = run_odyssey("prepare " + dir + "/field.jsonl --tokenizer " + tokenizer + " --out " + out);
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains(dir + "/field.jsonl:1: no \"text\" field (the object has \"content\")"));
+  // "text" twice in one object: JSON parsers keep the last, which one was meant is unknowable
+  std::ofstream(dir + "/twice.jsonl")
+      << "{\"text\": \"the cat\"}\n{\"text\": \"a\", \"meta\": {\"text\": 1}, \"text\": \"b\"}\n";
+  r = run_odyssey("prepare " + dir + "/twice.jsonl --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/twice.jsonl:2: \"text\" is given 2 times in one object: give it once"));
   // A line that is JSON but not an object is named with its value; bytes that are not UTF-8 with
   // their line and column, in JSON lines and in a plain text file; a \ud800 escape (a lone
   // surrogate, no Unicode character) with its place.

@@ -380,8 +380,8 @@ TEST_CASE("reliability: a data file that shrinks during training fails the run (
 }
 
 TEST_CASE(
-    "reliability: export refuses overflowing shard sizes, a flag given twice, a file as --hf and a directory as a "
-    "tokenizer file, and takes --flag=value and trailing slashes",
+    "reliability: export refuses overflowing shard sizes, a flag given twice, a file as --hf, a directory as a "
+    "tokenizer file and a tokenizer directory without one, and takes --flag=value and trailing slashes",
     "[cli][reliability]") {
   const std::string run = checkpointed("export_args");
   const std::string root = fresh_dir("export_args_out");
@@ -422,4 +422,10 @@ TEST_CASE(
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains(root + "/tok/tokenizer.json") && Catch::Contains("is a directory"));
   CHECK(list_dir_names(root) == std::vector<std::string>{"b", "tok"});
+  // A directory with no tokenizer in it: refused, not an export without one.
+  REQUIRE(std::system(("mkdir -p '" + root + "/empty_tok'").c_str()) == 0);
+  r = run_odyssey("export " + run + " --hf " + root + "/d --tokenizer " + root + "/empty_tok");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--tokenizer " + root + "/empty_tok: holds no tokenizer.json or tokenizer.model"));
+  CHECK(list_dir_names(root) == std::vector<std::string>{"b", "empty_tok", "tok"});
 }

@@ -103,7 +103,9 @@ TEST_CASE(
   CHECK(read_text(leftover + "/checkpoints/step_00000007/rank0.bin") == "kept\n");
   r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + leftover + "_trace");
   require_exit(r, 2);
-  CHECK_THAT(r.err, Catch::Contains("holds a run (trace.json)"));
+  // without a checkpoint, --resume (which would refuse) is not offered
+  CHECK_THAT(r.err, Catch::Contains("holds a run (trace.json): it has no checkpoint to continue from: choose "
+                                    "another --out, or pass --overwrite to replace it"));
   CHECK(read_text(leftover + "_trace/trace.json") == "kept\n");
 
   // A finished run resumed without --steps has nothing to train: refused, its summary kept (it
