@@ -12,6 +12,7 @@
 #include "engine/parallel/job.h"
 #include "engine/train/bench.h"
 #include "engine/train/data.h"
+#include "engine/train/run.h"
 #include "engine/train/trainer.h"
 #include "engine/util/json.h"
 
@@ -41,6 +42,9 @@ int run_bench_command(int argc, char** argv, int first) {
   } catch (const StepFailure& e) {
     std::cerr << "odyssey bench: " << e.what() << "\n";
     return kExitRuntime;
+  } catch (const PlannedOutOfMemory& e) {  // refused before anything is allocated
+    std::cerr << "odyssey bench: " << e.what() << "\n";
+    return kExitBadInput;
   } catch (const DataError& e) {
     std::cerr << "odyssey bench: " << e.what() << "\n";
     return kExitBadInput;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -15,6 +16,37 @@
 namespace {
 
 #ifdef ODYSSEY_CLI_ENGINE_EXE
+/// LibTorch reads the caching allocator's settings while its libraries load, before any code of
+/// odyssey-engine runs, and aborts on an item without a value ("expandable_segments" for
+/// "expandable_segments:True") with an internal assert and a backtrace. Checked here, where no
+/// LibTorch is loaded: every comma-separated item (outside [..] lists) must be KEY:VALUE. "" when it is.
+std::string allocator_setting_problem(const char* name) {
+  const char* set = std::getenv(name);
+  if (set == nullptr || *set == '\0') return "";
+  const std::string value = set;
+  std::string item;
+  int depth = 0;
+  auto item_ok = [](const std::string& text) {
+    const size_t colon = text.find(':');
+    return colon != std::string::npos && colon > 0 && colon + 1 < text.size();
+  };
+  for (size_t i = 0; i <= value.size(); ++i) {
+    const char c = i < value.size() ? value[i] : ',';
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) {
+      if (!item_ok(item))
+        return std::string(name) + "=" + value + ": the item \"" + item +
+               "\" is not KEY:VALUE (PyTorch's format, e.g. expandable_segments:True); LibTorch aborts on it "
+               "before odyssey starts";
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  return "";
+}
+
 /// Replaces this process with odyssey-engine from this executable's folder, same arguments: the
 /// pid, signals, standard streams and exit code are the command's own, as if it ran here.
 /// Returns only when the exec fails, with the exit code of that failure.
@@ -24,6 +56,11 @@ int run_in_engine(char** argv) {
   std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
   dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
   const std::string engine = dir + "/" + ODYSSEY_CLI_ENGINE_EXE;
+  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"})
+    if (const std::string problem = allocator_setting_problem(name); !problem.empty()) {
+      std::cerr << (argv[1] == nullptr ? "odyssey" : std::string("odyssey ") + argv[1]) << ": " << problem << "\n";
+      return odyssey::cli::kExitBadInput;
+    }
   execv(engine.c_str(), argv);
   const std::string what = argv[1] == nullptr ? "odyssey" : std::string("odyssey ") + argv[1];
   std::cerr << what << ": cannot run " << engine << " (" << std::strerror(errno)

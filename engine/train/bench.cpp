@@ -14,6 +14,7 @@
 #include "engine/model/llama.h"
 #include "engine/planner/planner.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/train/run.h"
 #include "engine/train/trainer.h"
 
 namespace odyssey {
@@ -121,6 +122,21 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
       v.planned_step_s = 0;
       v.planned_error = e.what();
     }
+  }
+  // Nothing is started that the planner says cannot fit, as `odyssey train` refuses it: the OOM
+  // killer or LibTorch's raw allocation failure mid-step would be the only answer otherwise. Every
+  // variant runs, "plain" (no memory technique: the most memory) included. A variant the planner
+  // cannot plan is measured as it is (its planned_error).
+  for (const auto& v : result.variants) {
+    std::string why;
+    try {
+      why = planned_out_of_memory(variant_config(cfg, v), ranks_in_process(cfg));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (!why.empty())
+      throw PlannedOutOfMemory("the variant \"" + v.name + "\" (bench measures every technique against \"plain\", " +
+                               "which has none): " + why);
   }
   result.rounds = rounds;
   result.world_size = cfg.parallel.world_size;

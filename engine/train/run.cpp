@@ -112,11 +112,6 @@ int64_t count_lines(const std::string& path) {
   return lines;
 }
 
-/// Ranks whose memory this process holds: every rank thread, or one torchrun process's own rank.
-int64_t ranks_in_process(const RunConfig& cfg) {
-  return job_mode(cfg.parallel) == JobMode::Threads ? cfg.parallel.world_size : 1;
-}
-
 // The files a run writes into its --out directory (checkpoints/ is a folder of them).
 constexpr const char* kRunFiles[] = {"metrics.jsonl", "summary.json", "trace.json"};
 
@@ -167,6 +162,10 @@ void put_back(const RunFilesAsFound& files) {
 }
 
 }  // namespace
+
+int64_t ranks_in_process(const RunConfig& cfg) {
+  return job_mode(cfg.parallel) == JobMode::Threads ? cfg.parallel.world_size : 1;
+}
 
 std::vector<std::string> run_outputs_in(const std::string& dir) {
   std::vector<std::string> found;

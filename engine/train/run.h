@@ -146,6 +146,10 @@ class PlannedOutOfMemory : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Ranks whose memory this process holds: every rank thread, or one torchrun process's own rank
+/// (planned_out_of_memory's second argument).
+int64_t ranks_in_process(const RunConfig& cfg);
+
 /// The run outputs in `dir` that a new run would replace ("metrics.jsonl (40 steps)", "a
 /// checkpoint at step 40", "summary.json"); empty when it holds none.
 std::vector<std::string> run_outputs_in(const std::string& dir);

@@ -58,6 +58,27 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+TEST_CASE("reliability: an allocator setting LibTorch would abort on is refused by odyssey before it loads LibTorch",
+          "[cli][reliability]") {
+  // LibTorch parses PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF while its libraries load and
+  // aborted (SIGABRT, an internal assert) on an item without a value, before odyssey-engine's code.
+  const std::string err = fresh_dir("alloc_conf") + ".stderr";
+  for (const std::string& bad : {std::string("PYTORCH_CUDA_ALLOC_CONF=expandable_segments"),
+                                 std::string("PYTORCH_ALLOC_CONF=expandable_segments:True,max_split_size_mb")}) {
+    INFO(bad);
+    Run r = run_shell(bad + " " + ODYSSEY_BIN_DIR + "/odyssey train " + kShort + "--steps 1 --quiet 2>" + err);
+    r.err = read_text(err);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains(bad + ": the item") && Catch::Contains("is not KEY:VALUE"));
+  }
+  // a well-formed one, lists included, goes through (the CPU run does not use it)
+  Run ok = run_shell("PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True,roundup_power2_divisions:[256:1,512:2]' " +
+                     std::string(ODYSSEY_BIN_DIR) + "/odyssey train " + kShort + "--steps 1 --quiet --out " +
+                     fresh_dir("alloc_conf_run") + " 2>" + err);
+  ok.err = read_text(err);
+  require_exit(ok, 0);
+}
+
 TEST_CASE("reliability: corrupt checkpoint fields are refused with exit 2, never a signal", "[cli][reliability]") {
   // The first entry ("step") begins at byte 12: name length, "step", then the type code and numel.
   const size_t code_at = 12 + 4 + 4, numel_at = code_at + 4;

@@ -231,6 +231,12 @@ TEST_CASE("fit: a run the planner says does not fit is refused with the numbers 
   r = run_odyssey("train " + unfit + " --force");
   require_exit(r, 0);
   CHECK(metrics_lines(dir) == 1);
+  // bench runs every variant, "plain" (no memory technique) included: refused the same way before
+  // any step (batch 65536 ran until the OOM killer ended it)
+  r = run_odyssey("bench " + kShort + "--set hardware.device_memory_gib=0.001 --steps 1 --quiet");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("odyssey bench: the variant \"plain\"") &&
+                        Catch::Contains("the planner predicts this run does not fit: a device peak of "));
   // Beyond this machine: a 70B model's 16M tokens on the CPU, refused at once (it grew the process
   // until the OOM killer ended it), with the advisor's suggestions or the reason there are none.
   const auto t0 = std::chrono::steady_clock::now();
