@@ -45,6 +45,7 @@ from collective_overlap import visible_gpus  # noqa: E402
 from llama_flops import parse_tokens  # noqa: E402
 from systems import ROOT, device_profile_sets, odyssey_binary, odyssey_run_figures, odyssey_sets, plan_odyssey  # noqa: E402
 from systems import odyssey_failure, run_odyssey, summarize_trace  # noqa: E402
+import systems  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "scripts", "gpu"))
 from record import binaries_commit  # noqa: E402  (the GPU records' rule for the binaries' commit)
@@ -157,6 +158,16 @@ def measured_figures(run, world_size, finished=None):
                 tokens_per_s_per_gpu=run["job_tokens_per_s"] / world_size, loss=run.get("loss"))
 
 
+def run_backend(run_dir):
+    """The collective backend a run's ranks used, as its summary.json says ("nccl", "gloo"; the
+    engine's extra.collective_backend), or None: measured, where collective_backend() infers it."""
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            return (json.load(f).get("extra") or {}).get("collective_backend")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def relative_error(measured, planned):
     """(measured - planned) / planned, or None where either is missing or planned is 0."""
     if measured is None or not planned:
@@ -183,6 +194,16 @@ def compare(planned, measured, upipe_tokens_per_s_per_gpu):
 
 def ratio(a, b):
     return a / b if a is not None and b else None
+
+
+def collective_timeout_sets(box_s, mode, given=()):
+    """On a node, each point's collectives may wait as long as its box: a collective's deadline runs
+    from when the host queues it, behind every GPU kernel queued before it (at 5M about 180 s of one
+    block's recompute and backward against the default parallel.timeout_s of 300 s), and a spurious
+    timeout would blame a peer. None where the user's sets (`given`, ODYSSEY_BENCH_SETS) name one."""
+    if mode["name"] != NODE["name"] or any(s.startswith("parallel.timeout_s=") for s in given):
+        return []
+    return ["parallel.timeout_s=%d" % box_s]
 
 
 def point_box_s(planned, steps, mode, fixed=None):
@@ -379,6 +400,10 @@ def check_report(out_dir):
         for key in ("step_time_s", "tokens_per_s_per_gpu"):
             if not me.get(key) or me[key] <= 0:
                 problems.append("%s: no measured %s" % (name, key))
+        expected = (record.get("collectives") or {}).get("backend", "").lower()
+        if me.get("collective_backend") != expected:
+            problems.append("%s: its ranks' collectives ran over %s (its summary.json), not %s"
+                            % (name, me.get("collective_backend"), expected or "a recorded backend"))
         if p.get("comparison") != compare(pl, me, published.get(p["stands_for"])):
             problems.append("%s: the comparisons do not follow from the planned and measured figures" % name)
         if published.get(p["stands_for"]) is not None and p["comparison"].get("tokens_per_s_per_gpu_over_upipe") is None:
@@ -471,7 +496,13 @@ def free_port():
     room = ephemeral_low - lowest
     start = os.getpid() * 2654435761 + next(PORT_CALLS) * 256  # a fresh stretch each call
     candidates = [lowest + (start + i) % room for i in range(256)] if room >= needed_room else []
+    # socket.has_ipv6 is how Python was built, not whether this kernel has IPv6 (ipv6.disable=1)
     dual_stack = socket.has_ipv6
+    if dual_stack:
+        try:
+            socket.socket(socket.AF_INET6).close()
+        except OSError:
+            dual_stack = False
     for port in candidates + [0]:
         with socket.socket(socket.AF_INET6 if dual_stack else socket.AF_INET) as s:
             if dual_stack:
@@ -633,9 +664,27 @@ def recorded_sets(sets):
     return odyssey_sets() + list(sets), odyssey_sets()
 
 
+def shm_warning(path="/dev/shm", least=1 << 30):
+    """A warning where `path` (shared memory) holds less than `least` bytes, else None. NCCL's
+    intra-node setup takes shared memory; a container's default /dev/shm (64 MiB under Docker) fails
+    it, and every point would fail at its first collective."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    size = st.f_frsize * st.f_blocks
+    if size >= least:
+        return None
+    return ("%s holds %d MiB: NCCL's intra-node setup may fail for want of shared memory (in a container run it "
+            "with --ipc=host or --shm-size=16g)" % (path, size >> 20))
+
+
 def run(args):
     mode, points, binary, launcher, out, sets, profile, collectives = prepare(args)
     steps = args.steps or mode["steps"]
+    warning = shm_warning() if mode is NODE else None
+    if warning:
+        print("node acceptance: warning: %s" % warning, file=sys.stderr, flush=True)
     preset = os.path.join(ROOT, mode["preset"])
     os.makedirs(os.path.join(out, "points"), exist_ok=True)
     published = published_figures()
@@ -675,9 +724,12 @@ def run(args):
     for p in record["points"]:
         p["started"] = time.time()
         run_dir = os.path.join(out, "points", str(p["seq_len"]))
-        result = run_odyssey(p["seq_len"], steps, p["box_s"], run_dir, preset=preset, extra_sets=sets,
+        result = run_odyssey(p["seq_len"], steps, p["box_s"], run_dir, preset=preset,
+                             extra_sets=collective_timeout_sets(p["box_s"], mode, odyssey_sets() + sets) + sets,
                              log_path=run_dir + ".log", launcher=with_port(launcher))
         p["measured"] = measured_figures(result, mode["world_size"], odyssey_run_figures(run_dir, p["seq_len"]))
+        if p["measured"].get("status") == "ok":
+            p["measured"]["collective_backend"] = run_backend(run_dir)
         p["comparison"] = compare(p["planned"], p["measured"], published["tokens_per_s_per_gpu"].get(p["stands_for"]))
         write_report(out, record)
         print_point(p, mode)
@@ -687,8 +739,10 @@ def run(args):
     trace = os.path.join(out, profiled["trace"])
     os.makedirs(os.path.dirname(trace), exist_ok=True)
     profiled["started"] = time.time()
+    profile_timeout = collective_timeout_sets(profiled["box_s"], mode, odyssey_sets() + sets)
     result = run_odyssey(profiled["seq_len"], steps, profiled["box_s"], os.path.join(out, "profile", "run"),
-                         preset=preset, extra_sets=sets, log_path=os.path.join(out, "profile", "run.log"),
+                         preset=preset, extra_sets=profile_timeout + sets,
+                         log_path=os.path.join(out, "profile", "run.log"),
                          extra_args=["--kernel-profile", trace], launcher=with_port(launcher))
     profiled["run"] = measured_figures(result, mode["world_size"])
     if record["overlap"]["run"]["status"] == "ok":
@@ -772,6 +826,8 @@ def self_test():
     assert compare(planned, measured, None)["tokens_per_s_per_gpu_over_upipe"] is None
     # Time boxes: 600 s start-up + 2 steps x 2 x 600 s planned = 3000 s; the override wins; the dry run's fixed.
     assert point_box_s(planned, 2, NODE) == 3000 and point_box_s(planned, 2, NODE, fixed=77) == 77
+    assert collective_timeout_sets(3000, NODE) == ["parallel.timeout_s=3000"] and not collective_timeout_sets(90, DRY_RUN)
+    assert not collective_timeout_sets(3000, NODE, ["training.steps=2", "parallel.timeout_s=900"])
     assert point_box_s({}, 2, NODE) == NODE_UNPLANNED_BOX_S and point_box_s(planned, 2, DRY_RUN) == DRY_RUN_BOX_S
     assert [format_tokens(n) for n in (131072, 3 * 2 ** 20, 768)] == ["128K", "3M", "768"]
 
@@ -809,7 +865,36 @@ def self_test():
     assert "| 5M | timed out | 40.00 | - | - (-) | 600.00 | - | - | 9000 |" in md, md
     assert "- 5M: timed out after 9000 s: timeout after 9000s" in md, md
     self_test_node_rules(record, plan, planned, measured)
+    self_test_time_box()
+    assert shm_warning(ROOT, least=0) is None and "holds" in shm_warning(ROOT, least=1 << 62)
+    assert shm_warning(os.path.join(ROOT, "no such folder")) is None
     print("node_acceptance self-test: ok")
+
+
+def process_alive(pid):
+    """The process exists and is no zombie (an orphan's zombie waits for a reaper that may never come)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def self_test_time_box():
+    """A point's time box ends every process of its job: torchrun starts each worker in a session
+    of its own, out of reach of a kill of torchrun's session, and an odyssey rank given SIGTERM
+    ends its step first (hours at 5M). A stand-in worker in its own session that ignores SIGTERM."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pid_file = os.path.join(tmp, "worker.pid")
+        worker = "trap '' TERM; echo \\$\\$ > %s; exec sleep 300" % pid_file
+        launcher = ["sh", "-c", "setsid sh -c \"%s\" >/dev/null 2>&1 & sleep 300" % worker]
+        proc, err, _ = systems._run(launcher, 2, own_session=True)
+        assert proc is None and err == "timeout after 2s", err
+        worker_pid = int(open(pid_file).read())
+        deadline = time.time() + 5
+        while process_alive(worker_pid) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not process_alive(worker_pid), "the worker outlived its point's time box"
 
 
 def self_test_node_rules(record, plan, planned, measured):
@@ -911,7 +996,8 @@ def main(argv):
         render_report(args.render)
         return 0
     # A SIGTERM (a scheduler's, or an outer time box's) ends the run like Ctrl-C: the point being
-    # run is killed with its whole torchrun session (systems._run's own_session), nothing outlives it.
+    # run is killed with every process of its job, torchrun's workers in their own sessions too
+    # (systems._run's own_session, kill_tree).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         return run(args)

@@ -107,22 +107,56 @@ def _run(cmd, timeout_s, log_path=None, own_session=False):
     return proc, None, time.time() - start
 
 
+def descendant_pids(pid):
+    """Every process below `pid`, children first, from /proc (empty where it is gone). torchrun
+    starts each worker in a session of its own (torch 2.11's subprocess_handler), so a kill of
+    torchrun's session never reaches them: they must be found through their parent while it lives."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            with open("/proc/%d/task/%d/children" % (parent, parent)) as f:
+                children = [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            children = []
+        found += children
+        todo += children
+    return found
+
+
+def kill_tree(pid, sig, known=()):
+    """`sig` to the process group of `pid`, of each process below it and of each of `known` (found
+    earlier: once `pid` has died its orphans are no longer below it). Returns every pid signalled."""
+    tree = list(dict.fromkeys([pid] + descendant_pids(pid) + list(known)))
+    for target in tree:
+        try:
+            os.killpg(os.getpgid(target), sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return tree
+
+
 def _run_own_session(cmd, timeout_s, log_path, start):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     err = None
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        # SIGTERM stops an odyssey rank at its next step boundary only (hours at 5M): after 10 s
+        # every process of the job is killed, the workers in their own sessions too
         err = "timeout after %ds" % timeout_s
-        os.killpg(proc.pid, signal.SIGTERM)
+        tree = kill_tree(proc.pid, signal.SIGTERM)
         try:
             stdout, stderr = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            stdout = stderr = None
+        # whatever SIGTERM left running (an odyssey rank ends its step first, or holds no pipe of ours)
+        kill_tree(proc.pid, signal.SIGKILL, known=tree)
+        if stdout is None:
             stdout, stderr = proc.communicate()
     finally:
-        if proc.poll() is None:  # interrupted while waiting: nothing of the session outlives this script
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:  # interrupted while waiting: nothing of the job outlives this script
+            kill_tree(proc.pid, signal.SIGKILL)
             proc.wait()
     if log_path:
         with open(log_path, "w") as f:
