@@ -5,6 +5,8 @@
 //          join_torchrun_rank, join_torchrun
 #include "engine/parallel/rank_launch.h"
 
+#include <net/if.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -42,14 +44,20 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& store, c
 }
 
 int parse_env_int(const char* name, const char* value, int min_value) {
+  constexpr long kMaxValue = 1 << 20;  // ranks, ports and restarts all lie far below
+  const std::string text = value;
+  // digits only: std::stol would also take " 2" or "+0"
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
   try {
-    size_t used = 0;
-    const long v = std::stol(value, &used);
-    if (used == std::string(value).size() && v >= min_value && v <= 1 << 20) return static_cast<int>(v);
+    if (digits) {
+      const long v = std::stol(text);
+      if (v >= min_value && v <= kMaxValue) return static_cast<int>(v);
+    }
   } catch (const std::exception&) {
   }
-  throw std::invalid_argument(std::string("torchrun environment: ") + name + "=" + value +
-                              " must be an integer >= " + std::to_string(min_value));
+  throw std::invalid_argument(std::string("torchrun environment: ") + name + "=" + text +
+                              " must be a whole number from " + std::to_string(min_value) + " to " +
+                              std::to_string(kMaxValue));
 }
 
 bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
@@ -197,7 +205,13 @@ std::optional<TorchrunEnv> torchrun_env() {
   if (env.local_rank >= env.local_world_size && std::getenv("LOCAL_WORLD_SIZE"))
     throw std::invalid_argument("torchrun environment: LOCAL_RANK=" + std::to_string(env.local_rank) +
                                 " must be below LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size));
-  if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
+  if (const char* addr = std::getenv("MASTER_ADDR")) {
+    if (*addr == '\0')
+      throw std::invalid_argument(
+          "torchrun environment: MASTER_ADDR is set but empty: name the host that serves the "
+          "job's store (rank 0's), or unset it for 127.0.0.1");
+    env.master_addr = addr;
+  }
   if (const char* port = std::getenv("MASTER_PORT")) {
     env.master_port = parse_env_int("MASTER_PORT", port, 1);
     if (env.master_port > 65535)
@@ -269,7 +283,13 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
     joined.ctx = make_solo_rank_context(rank_device);
     return joined;
   }
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) options.gloo_interface = ifname;
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+    // Gloo would stop in its device setup with "Unable to find address for: NAME", naming no variable
+    if (::if_nametoindex(ifname) == 0)
+      throw std::invalid_argument(std::string("torchrun environment: GLOO_SOCKET_IFNAME=") + ifname +
+                                  " is no network interface of this host (see `ip link`)");
+    options.gloo_interface = ifname;
+  }
   options.gloo_hostname = is_loopback(env.master_addr) ? "127.0.0.1" : "";
   joined.store = store ? std::move(store) : connect_job_store(env, options.timeout);
   joined.ctx = make_rank_context(joined.store, env.rank, parallel, rank_device, options);

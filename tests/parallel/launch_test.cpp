@@ -227,8 +227,20 @@ TEST_CASE("torchrun environment: parsed, validated, absent", "[launch]") {
   CHECK(env->local_rank == 1);
   CHECK(env->master_port == 29555);
   ::setenv("MASTER_PORT", "port", 1);
-  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("MASTER_PORT=port must be an integer"));
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("MASTER_PORT=port must be a whole number from 1 to 1048576"));
   ::setenv("MASTER_PORT", "29555", 1);
+  // the bound the message names is the one refused; signs and spaces are not numbers here
+  ::setenv("WORLD_SIZE", "2000000", 1);
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("WORLD_SIZE=2000000 must be a whole number from 1 to 1048576"));
+  ::setenv("WORLD_SIZE", " 2", 1);
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("WORLD_SIZE= 2 must be a whole number"));
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("RANK", "+1", 1);
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("RANK=+1 must be a whole number"));
+  ::setenv("RANK", "1", 1);
+  ::setenv("MASTER_ADDR", "", 1);
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("MASTER_ADDR is set but empty"));
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("RANK", "2", 1);
   CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("RANK=2 must be below WORLD_SIZE=2"));
   ::unsetenv("WORLD_SIZE");
@@ -250,12 +262,17 @@ TEST_CASE("torchrun environment: parsed, validated, absent", "[launch]") {
   ::setenv("LOCAL_WORLD_SIZE", "1", 1);
   CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("LOCAL_RANK=1 must be below LOCAL_WORLD_SIZE=1"));
   ::setenv("LOCAL_WORLD_SIZE", "four", 1);
-  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("LOCAL_WORLD_SIZE=four must be an integer"));
+  CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("LOCAL_WORLD_SIZE=four must be a whole number"));
   for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                         "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT"})
     ::unsetenv(v);
   CHECK_THROWS_WITH(join_torchrun({0, 2, 0, "127.0.0.1", 29555}, parallel_config(4, 2), at::kCPU),
                     Catch::Contains("WORLD_SIZE=2 must equal parallel.world_size = 4"));
+  // an interface Gloo could not find is named with its variable, before any store is joined
+  ::setenv("GLOO_SOCKET_IFNAME", "no_such_if0", 1);
+  CHECK_THROWS_WITH(join_torchrun({0, 2, 0, "127.0.0.1", 29555}, parallel_config(2, 2), at::kCPU),
+                    Catch::Contains("GLOO_SOCKET_IFNAME=no_such_if0 is no network interface of this host"));
+  ::unsetenv("GLOO_SOCKET_IFNAME");
 }
 
 TEST_CASE("free_port: below the kernel's ephemeral range, free, a fresh one each call", "[launch]") {
