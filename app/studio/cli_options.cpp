@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "engine/util/files.h"
+
 namespace odyssey::studio {
 
 namespace {
@@ -82,6 +84,12 @@ bool parse_studio_args(int argc, const char* const* argv, StudioOptions* out, st
       o.help = true;
     } else if (arg == "--screenshot") {
       if (!value(&v) || v.empty()) return fail("--screenshot needs a file name");
+      // Checked now, not after the frames (and --run-steps' training) were spent on a picture
+      // that cannot be written.
+      const size_t slash = v.rfind('/');
+      const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : v.substr(0, slash);
+      if (is_directory(v)) return fail("--screenshot " + v + ": is a folder; name the PNG file to write");
+      if (!is_directory(folder)) return fail("--screenshot " + v + ": the folder " + folder + " does not exist");
       o.screenshot = v;
     } else if (arg == "--frames") {
       if (!value(&v) || !parse_number(v, &o.frames) || o.frames < 1 || o.frames > 100000)

@@ -77,6 +77,11 @@ TEST_CASE("studio options name what is wrong", "[studio][cli]") {
   CHECK_FALSE(parse({"--size", "10x10"}, &o, &err));
   CHECK_FALSE(parse({"--screenshot"}, &o, &err));
   CHECK(err == "--screenshot needs a file name");
+  // a PNG that could not be written is refused before any frame (or --run-steps' training) runs
+  CHECK_FALSE(parse({"--screenshot", "/nonexistent_folder/s.png"}, &o, &err));
+  CHECK(err == "--screenshot /nonexistent_folder/s.png: the folder /nonexistent_folder does not exist");
+  CHECK_FALSE(parse({"--screenshot", "/tmp"}, &o, &err));
+  CHECK(err == "--screenshot /tmp: is a folder; name the PNG file to write");
   CHECK_FALSE(parse({"a.toml", "b.toml"}, &o, &err));
   CHECK(err == "unexpected argument b.toml (one preset at most)");
   CHECK_FALSE(parse({"--bogus"}, &o, &err));
