@@ -80,6 +80,16 @@ class Record:
             raise RecordError("%s: no readable %s" % (path, layout.MANIFEST))
         m = self.manifest
         problems = ["%s missing" % k for k in ("date", "device", "device_slug", "commit", "command", "stages") if k not in m]
+        # each field of the type the manifest's writer gives it (record.py): an edited one is named, never a traceback
+        problems += ["%s is %s, not a string" % (k, json.dumps(m[k])) for k in ("date", "device", "device_slug", "commit")
+                     if k in m and not isinstance(m[k], str)]
+        stages = m.get("stages", [])
+        if not isinstance(stages, list) or not all(
+                isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("files", []), list)
+                and all(isinstance(f, str) for f in s.get("files", [])) for s in stages):
+            problems.append("stages is not a list of objects each with a name and a list of file names (%s)"
+                            % json.dumps(stages)[:80])
+            stages = []
         named = layout.RECORD_NAME.match(self.name)
         if not named:
             problems.append("the name is not DATE-DEVICE-COMMIT (2026-11-27-h200-5407020)")
@@ -92,7 +102,7 @@ class Record:
                 problems.append("named for %s, after the call's date %s" % (named.group(1), m["date"]))
         if not allow_dry_run and (m.get("dry_run") or m.get("device_slug") == "cpu"):
             problems.append("a CPU dry run, not a GPU record")
-        for stage in m.get("stages", []):
+        for stage in stages:
             for rel in stage.get("files", []):
                 if not os.path.isfile(os.path.join(self.path, rel)):
                     problems.append("%s listed for stage %s but not there" % (rel, stage.get("name")))
@@ -919,7 +929,7 @@ def check_record(path, allow_dry_run=False):
                 if not figure(rec):
                     messages.append("%s: stage %s: a figure reads nothing from %s" % (
                         rec.name, stage["name"], ", ".join(stage.get("files", []))))
-            except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError) as e:
                 messages.append("%s: stage %s: a figure fails on its raw JSON: %r" % (rec.name, stage["name"], e))
     for row in comparisons(rec):
         if row["note"] in ("no committed prediction", "the run names no point (preset, length, sets)") or \
@@ -938,11 +948,19 @@ def check_predictions(path):
     if not isinstance(manifest, dict):
         return ["%s: no readable %s/%s" % (path, layout.PREDICTIONS, layout.MANIFEST)]
     messages = []
-    for stage, files in manifest.get("stages", {}).items():
+    stages = manifest.get("stages", {})
+    if not isinstance(stages, dict) or not all(
+            isinstance(files, list) and all(isinstance(f, str) for f in files) for files in stages.values()):
+        return ["%s: %s/%s: stages is not an object of stage names to lists of files" % (path, layout.PREDICTIONS,
+                                                                                        layout.MANIFEST)]
+    for stage, files in stages.items():
         if not files:
             messages.append("%s: stage %s: no point predicted" % (path, stage))
         for rel in files:
-            prediction = read_json(os.path.join(folder, rel)) or {}
+            prediction = read_json(os.path.join(folder, rel))
+            if not isinstance(prediction, dict):
+                messages.append("%s: %s: not a JSON object of a prediction" % (path, rel))
+                continue
             plan = prediction.get("plan") or {}
             if "error" in plan or "tensor_peak_bytes" not in plan or not (plan.get("time") or {}).get("step_s"):
                 messages.append("%s: %s: no plan (%s)" % (path, rel, short_error(plan.get("error", "no peak or step"))))
@@ -1582,7 +1600,29 @@ def self_test():
     assert key == point_key({"preset": preset, "seq_len": 8, "sets": ["b=2", "a=0", "a=1"]})
     assert key != point_key({"preset": preset, "seq_len": 8, "sets": ["a=1", "b=3"]})
     assert key != point_key({"preset": preset, "seq_len": 16, "sets": ["a=1", "b=2"]})
+    self_test_edited_manifests()
     print("results_tables self-test: ok")
+
+
+def self_test_edited_manifests():
+    """A committed record whose manifest was edited to other types is refused naming the field
+    (it raised AttributeError and TypeError tracebacks)."""
+    source = os.path.join(ROOT, "bench", "results", "2026-11-28-h200-5c7fc4c")
+    edits = {"stages": ("a string", "stages is not a list"), "commit": (5, "commit is 5, not a string"),
+             "date": (20261128, "date is 20261128, not a string")}
+    with tempfile.TemporaryDirectory() as tmp:
+        for field, (value, says) in edits.items():
+            path = os.path.join(tmp, field, os.path.basename(source))
+            shutil.copytree(source, path)
+            manifest = read_json(os.path.join(path, layout.MANIFEST))
+            manifest[field] = value
+            with open(os.path.join(path, layout.MANIFEST), "w") as f:
+                json.dump(manifest, f)
+            try:
+                Record(path)
+                raise AssertionError("a manifest with %s = %r was taken" % (field, value))
+            except RecordError as e:
+                assert says in str(e), (field, str(e))
 
 
 def main():

@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import parse_tokens  # noqa: E402
@@ -139,6 +140,14 @@ def self_test():
     three = refuse_rank_count(3, 3, one_b, 65536)
     assert "3 ranks asked" in three and "must divide training.seq_len = 65536" in three and "--gpus 2" in three, three
     assert "n_kv_heads = 6" in ulysses_rank_problem(4, 24, 6, 12288) and ulysses_rank_problem(12, 24, 6, 12288) is None
+    # a file that is no Chrome trace is named as such, never a traceback
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in (("number.json", '{"traceEvents": 5}'), ("list.json", "[1, 2]"), ("cut.json", '{"trace')):
+            path = os.path.join(tmp, name)
+            with open(path, "w") as f:
+                f.write(text)
+            assert "error" in summarize_trace(path, overlap_of_events) and path in summarize_trace(
+                path, overlap_of_events)["error"], name
     print("collective_overlap self-test: ok")
 
 
@@ -256,8 +265,10 @@ def main():
     if args.self_test or args.summarize:
         if args.self_test:
             self_test()
-        else:
-            print(json.dumps(summarize_trace(args.summarize, overlap_of_events), indent=1))
+        else:  # a trace that cannot be read is bad input: its error printed, exit 2
+            summary = summarize_trace(args.summarize, overlap_of_events)
+            print(json.dumps(summary, indent=1))
+            return 2 if "error" in summary else 0
         return 0
     os.makedirs(args.out, exist_ok=True)
     result_path = os.path.join(args.out, "collective_overlap.json")

@@ -243,9 +243,10 @@ def main():
     if args.self_test:
         self_test()
         return 0
-    if args.summarize:
-        print(json.dumps(summarize(args.summarize, args.top), indent=1))
-        return 0
+    if args.summarize:  # a trace that cannot be read is bad input: its error printed, exit 2
+        summary = summarize(args.summarize, args.top)
+        print(json.dumps(summary, indent=1))
+        return 2 if "error" in summary else 0
     os.makedirs(args.out, exist_ok=True)
     traces = {"pytorch": os.path.join(args.out, "pytorch_trace.json"),
               "odyssey": os.path.join(args.out, "odyssey_trace.json")}

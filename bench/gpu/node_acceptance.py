@@ -44,7 +44,7 @@ from collective_overlap import gpu_count, listed_gpus, overlap_of_events, table 
 from collective_overlap import visible_gpus  # noqa: E402
 from llama_flops import parse_tokens  # noqa: E402
 from systems import ROOT, device_profile_sets, odyssey_binary, odyssey_run_figures, odyssey_sets, plan_odyssey  # noqa: E402
-from systems import odyssey_failure, run_odyssey, summarize_trace  # noqa: E402
+from systems import odyssey_failure, positive_int, run_odyssey, summarize_trace  # noqa: E402
 import systems  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "scripts", "gpu"))
@@ -576,8 +576,8 @@ def parse_args(argv):
     parser.add_argument("--out", help="the report's folder (default runs/node-acceptance-<UTC time>)")
     parser.add_argument("--overwrite", action="store_true", help="replace a report already in --out")
     parser.add_argument("--points", nargs="+", type=token_count, help="context lengths (default: the mode's five)")
-    parser.add_argument("--steps", type=positive, help="steps a point (default 2 on a node, 3 in the dry run)")
-    parser.add_argument("--point-timeout", type=positive, help="seconds a point (default: from its planned step)")
+    parser.add_argument("--steps", type=positive_int, help="steps a point (default 2 on a node, 3 in the dry run)")
+    parser.add_argument("--point-timeout", type=positive_int, help="seconds a point (default: from its planned step)")
     parser.add_argument("--profile-point", type=token_count,
                         help="the length run once more under --kernel-profile, planned like the points, any length "
                              "(default 128K; the dry run: 256, standing for 128K)")
@@ -592,12 +592,6 @@ def token_count(text):
     if n <= 0:
         raise argparse.ArgumentTypeError("'%s': expected a token count such as 512K, 3M or 4096" % text)
     return n
-
-
-def positive(text):
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError("'%s': expected a whole number of 1 or more" % text)
-    return int(text)
 
 
 def prepare(args):

@@ -16,6 +16,7 @@ defines: BASELINES, BASELINE_EXIT_MARGIN_S, PACKING_MARGIN_S, baseline_time_budg
 preset_name, point_key, point_file_name, run_json, odyssey_binary, odyssey_preset, odyssey_sets, device_profile_sets,
 run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
 """
+import argparse
 import bisect
 import hashlib
 import json
@@ -84,8 +85,11 @@ def summarize_trace(path, summarize_events):
     {"error": ...} naming the file when it is missing or unreadable."""
     try:
         with open(path) as f:
-            return summarize_events(json.load(f)["traceEvents"])
-    except (OSError, ValueError, KeyError) as e:
+            events = json.load(f)["traceEvents"]
+        if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+            return {"error": "%s: traceEvents is not a list of event objects (not a Chrome trace)" % path}
+        return summarize_events(events)
+    except (OSError, ValueError, KeyError, TypeError) as e:
         return {"error": "cannot read %s: %s" % (path, e)}
 
 
@@ -105,6 +109,24 @@ def _run(cmd, timeout_s, log_path=None, own_session=False):
         with open(log_path, "w") as f:
             f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
     return proc, None, time.time() - start
+
+
+def positive_int(text):
+    """argparse type: a whole number of 1 or more (a count of steps, seconds), else a usage error (exit 2)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError("'%s': expected a whole number of 1 or more" % text)
+    return int(text)
+
+
+def positive_float(text):
+    """argparse type: a finite number above 0 (a tolerance), else a usage error (exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError("'%s': expected a number above 0" % text)
+    return value
 
 
 def descendant_pids(pid):

@@ -47,6 +47,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
 from longest_context import read_results  # noqa: E402
+from systems import positive_int  # noqa: E402
 from systems import (BASELINES, TUNED_VARIANT, baseline_command, baseline_time_budget,  # noqa: E402
                      full_stack_pins, nvidia_smi, plan_odyssey, run_baseline, run_odyssey, strongest_baseline,
                      tune_odyssey)
@@ -312,8 +313,8 @@ def main():
     systems = list(BASELINES) + [TUNED, "odyssey"]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", nargs="+", type=parse_tokens, default=[parse_tokens(x) for x in ("32K", "64K", "128K")])
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--timeout", type=int, default=540, help="seconds per process")
+    parser.add_argument("--steps", type=positive_int, default=3)
+    parser.add_argument("--timeout", type=positive_int, default=540, help="seconds per process")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--systems", nargs="+", choices=systems, default=systems,
                         help="the systems run at each length, Odyssey's first, then the baselines, each in this order "

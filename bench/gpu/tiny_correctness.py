@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from systems import ROOT, odyssey_binary  # noqa: E402
+from systems import ROOT, odyssey_binary, positive_float, positive_int  # noqa: E402
 
 # One rank of the tiny preset: its 2-rank layout (Ulysses 2, FSDP, 2 heads per stage) folded to 1.
 ONE_RANK = ["parallel.world_size=1", "parallel.ulysses_degree=1", "parallel.fsdp=false", "memory.heads_per_stage=0",
@@ -39,10 +39,10 @@ def losses(device, label, steps, out, timeout):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--rtol", type=float, default=1e-3)
+    parser.add_argument("--steps", type=positive_int, default=5)
+    parser.add_argument("--rtol", type=positive_float, default=1e-3)
     parser.add_argument("--devices", nargs=2, default=["cuda", "cpu"], metavar=("UNDER_TEST", "REFERENCE"))
-    parser.add_argument("--timeout", type=int, default=240, help="seconds per run")
+    parser.add_argument("--timeout", type=positive_int, default=240, help="seconds per run")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     result = {"devices": args.devices, "rtol": args.rtol, "steps": args.steps}
