@@ -194,8 +194,7 @@ std::optional<PrepareArgs> parse_prepare_args(int argc, char** argv, int first) 
 /// without --overwrite, or a file the command reads: one of the inputs (it would be replaced while
 /// it is read), the tokenizer or the preset (each would be lost, --overwrite or not).
 void check_out(const PrepareArgs& a, const std::vector<TextInput>& inputs, const std::string& tokenizer_json) {
-  const auto slash = a.out.rfind('/');
-  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : a.out.substr(0, slash);
+  const std::string folder = folder_of(a.out);
   if (is_directory(a.out)) throw PrepareError(2, "--out " + a.out + " is a directory; name the file to write");
   if (!is_directory(folder)) throw PrepareError(2, "--out " + a.out + ": the folder " + folder + " does not exist");
   for (const auto& input : inputs)

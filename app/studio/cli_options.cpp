@@ -86,8 +86,7 @@ bool parse_studio_args(int argc, const char* const* argv, StudioOptions* out, st
       if (!value(&v) || v.empty()) return fail("--screenshot needs a file name");
       // Checked now, not after the frames (and --run-steps' training) were spent on a picture
       // that cannot be written.
-      const size_t slash = v.rfind('/');
-      const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : v.substr(0, slash);
+      const std::string folder = folder_of(v);
       if (is_directory(v)) return fail("--screenshot " + v + ": is a folder; name the PNG file to write");
       if (!is_directory(folder)) return fail("--screenshot " + v + ": the folder " + folder + " does not exist");
       o.screenshot = v;

@@ -28,12 +28,6 @@ constexpr int64_t kScanEntries = int64_t{1} << 18;
 // Counts above this cannot describe a file (8 bytes an index entry): refused before any arithmetic.
 constexpr uint64_t kMaxCount = uint64_t{1} << 60;
 
-std::string folder_of(const std::string& path) {
-  const auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 std::string name_of(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);

@@ -1,6 +1,6 @@
 // POSIX implementations of the file helpers (see files.h for why not std::filesystem).
 // defines: make_dirs, path_exists, is_directory, rename_path, remove_tree, list_dir, same_path,
-// resolve_path, join_path, clean_path, read_file_bounded, AtomicFile, write_file_atomically, RunDirLock
+// resolve_path, join_path, folder_of, clean_path, read_file_bounded, AtomicFile, write_file_atomically, RunDirLock
 #include "engine/util/files.h"
 
 #include <dirent.h>
@@ -121,6 +121,12 @@ std::string resolve_path(const std::string& path) {
 std::string join_path(const std::string& a, const std::string& b) {
   if (a.empty()) return b;
   return a.back() == '/' ? a + b : a + "/" + b;
+}
+
+std::string folder_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
 }
 
 std::string clean_path(const std::string& path) {

@@ -1,7 +1,7 @@
 // Small POSIX file helpers for checkpoints and run outputs. Not std::filesystem: libtorch.so
 // exports its own copies of std::filesystem functions, and calls that bind to them crash
 // (remove_all jumps to a null pointer). defines: make_dirs, path_exists, is_directory,
-// rename_path, remove_tree, list_dir, same_path, resolve_path, join_path, clean_path, FileReadError,
+// rename_path, remove_tree, list_dir, same_path, resolve_path, join_path, folder_of, clean_path, FileReadError,
 // open_regular_file, read_file_bounded, FileWriteError, AtomicFile, RunDirBusy, RunDirLock
 #pragma once
 
@@ -34,6 +34,8 @@ bool same_path(const std::string& a, const std::string& b);
 std::string resolve_path(const std::string& path);
 /// a + "/" + b (no doubled slash).
 std::string join_path(const std::string& a, const std::string& b);
+/// The folder a file path names its file in: "a/b.png" -> "a", "b.png" -> ".", "/b.png" -> "/".
+std::string folder_of(const std::string& path);
 /// A path argument as a shell may spell it, without what changes nothing: repeated slashes
 /// collapsed, trailing slashes and "/." dropped ("runs//a/" -> "runs/a", "/" stays "/"), so
 /// names derived from it ("OUT.partial") land beside it, not inside it.
