@@ -119,6 +119,23 @@ std::string first_line(const c10::Error& e) {
 
 }  // namespace
 
+bool JobStart::connect(std::chrono::milliseconds wait) {
+  if (store_) return !duplicate_;
+  store_ = connect_job_store(*env_, wait);
+  // torchrun gives each process its own RANK; two with one (a RANK left set in a shell, two
+  // launches with one --node-rank) would both post this rank's verdict and join its collectives,
+  // where they would take each other's messages. The first to claim the rank keeps it.
+  duplicate_ = store_->add("odyssey/rank_claims/" + std::to_string(rank_), 1) > 1;
+  return !duplicate_;
+}
+
+std::string JobStart::duplicate_message() const {
+  return "RANK=" + std::to_string(rank_) + ": another process of this torchrun job (its store at " + env_->master_addr +
+         ":" + std::to_string(env_->master_port) + ") started as rank " + std::to_string(rank_) +
+         " first; each process needs its own RANK (a RANK left set in the shell, or two launches with one "
+         "--node-rank)";
+}
+
 std::string JobStart::next_round() { return "odyssey/start/" + std::to_string(round_++) + "/"; }
 
 void JobStart::acknowledge(const std::string& round) {
@@ -137,7 +154,7 @@ void JobStart::refuse(const std::string& reason, bool bad_input) noexcept {
   try {
     // A refusing process waits for the store at most kRefusalWait: one started alone (a stray
     // RANK in the shell) reports its own error, not the store's.
-    if (!store_) store_ = connect_job_store(*env_, std::min(timeout_, kRefusalWait));
+    if (!connect(std::min(timeout_, kRefusalWait))) return;  // the rank's first claimant speaks for it
     // "1"/"2" and the reason: this process refused, with the exit status it takes.
     store_->set(round + std::to_string(rank_), store_bytes(std::string(bad_input ? "2" : "1") + reason));
     acknowledge(round);
@@ -158,7 +175,7 @@ void JobStart::agree(const std::exception_ptr& refusal, bool bad_input) {
     std::rethrow_exception(refusal);
   }
   if (!env_) return;
-  if (!store_) store_ = connect_job_store(*env_, timeout_);
+  if (!connect(timeout_)) throw std::invalid_argument(duplicate_message());  // posts nothing: the job goes on
   const std::string round = next_round();
   std::vector<std::string> keys;
   for (int r = 0; r < world_size_; ++r) keys.push_back(round + std::to_string(r));

@@ -87,7 +87,9 @@ class JobStart {
   /// posted (refuse) and rethrown. Otherwise connects the store if not yet (CommError when it
   /// cannot), and returns once every process posted and none refused, or throws RankRefused for
   /// the lowest rank that refused. Every wait is bounded by parallel.timeout_s; a process that
-  /// never posts (it ended before this point) is named in the CommError.
+  /// never posts (it ended before this point) is named in the CommError. A process whose RANK
+  /// another process of the job claimed first throws std::invalid_argument naming it, and posts
+  /// nothing: the job goes on with the first.
   void agree(const std::exception_ptr& refusal, bool bad_input);
 
   /// This process refuses at the next agreement point, with `reason` and its class, for a caller
@@ -102,12 +104,17 @@ class JobStart {
 
  private:
   void join(const TorchrunEnv& env, std::chrono::milliseconds timeout);
+  /// Connects the store (once, waiting at most `wait`) and claims this process's rank in it; false
+  /// when another process claimed the rank first (a duplicate RANK).
+  bool connect(std::chrono::milliseconds wait);
+  std::string duplicate_message() const;
   std::string next_round();                    ///< "odyssey/start/<n>/", n counting the points
   void acknowledge(const std::string& round);  ///< a refusal was seen: count this process out
 
   std::optional<TorchrunEnv> env_;  ///< set for a torchrun job of several processes
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_ = 0, world_size_ = 1, round_ = 0;
+  bool duplicate_ = false;  ///< another process of the job claimed this rank first
   std::chrono::milliseconds timeout_{0};
 };
 

@@ -34,12 +34,12 @@ ParallelConfig parallel_config(int world, int degree, double timeout_s = 30.0) {
   return p;
 }
 
-/// Runs `rank_fn(r)` on two threads, one per rank of a loopback job; each rank's exception text
-/// ("" when it finished).
-std::vector<std::string> run_two_rank_threads(const std::function<void(int)>& rank_fn) {
-  std::vector<std::string> errors(2);
+/// Runs `rank_fn(i)` on `count` threads, one per process of a loopback job; each one's exception
+/// text ("" when it finished).
+std::vector<std::string> run_process_threads(int count, const std::function<void(int)>& rank_fn) {
+  std::vector<std::string> errors(static_cast<size_t>(count));
   std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < count; ++r)
     ranks.emplace_back([&, r] {
       try {
         rank_fn(r);
@@ -49,6 +49,11 @@ std::vector<std::string> run_two_rank_threads(const std::function<void(int)>& ra
     });
   for (auto& t : ranks) t.join();
   return errors;
+}
+
+/// Runs `rank_fn(r)` on two threads, one per rank of a loopback job; each rank's exception text.
+std::vector<std::string> run_two_rank_threads(const std::function<void(int)>& rank_fn) {
+  return run_process_threads(2, rank_fn);
 }
 
 }  // namespace
@@ -370,6 +375,39 @@ TEST_CASE("torchrun start: a refusal one process sees ends every process at once
       CHECK(bad_input[other]);  // exit 2, as the refusing process classed it
       CHECK(refused_rank[refusing] == -1);
     }
+}
+
+TEST_CASE("torchrun start: a second process with a RANK already taken is refused alone, and the job goes on",
+          "[launch]") {
+  // Three processes of a world of 2, two of them started with RANK=1: without the claim both
+  // posted rank 1's verdict, the agreement passed and both joined rank 1's collectives. Now the
+  // later of the two (whichever that is) refuses at once with the rank named and posts nothing;
+  // rank 0 and the first rank 1 agree twice, as a job's start does.
+  const int port = free_port();
+  const auto timeout = std::chrono::milliseconds(60000);
+  const int ranks[] = {0, 1, 1};
+  std::atomic<int> agreed{0}, rank_one_done{0};
+  const auto errors = run_process_threads(3, [&](int i) {
+    struct Done {  // counts a rank-1 process out however it ends
+      std::atomic<int>* count;
+      ~Done() {
+        if (count) ++*count;
+      }
+    } done{ranks[i] == 1 ? &rank_one_done : nullptr};
+    JobStart start(TorchrunEnv{ranks[i], 2, ranks[i], "127.0.0.1", port}, timeout);
+    start.agree(nullptr, false);
+    start.agree(nullptr, false);
+    ++agreed;
+    // Rank 0's process serves the store: it stays until both rank-1 processes have ended.
+    for (int waited = 0; ranks[i] == 0 && rank_one_done < 2 && waited < 600; ++waited)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  });
+  INFO(errors[0] << " | " << errors[1] << " | " << errors[2]);
+  CHECK(errors[0].empty());
+  CHECK(agreed == 2);
+  CHECK(errors[1].empty() != errors[2].empty());  // exactly one of the two rank-1 processes refused
+  CHECK_THAT(errors[1] + errors[2], Catch::Contains("RANK=1: another process of this torchrun job") &&
+                                        Catch::Contains("127.0.0.1:" + std::to_string(port)));
 }
 
 TEST_CASE("torchrun start: a process that never says whether it can start is named when the wait ends", "[launch]") {
