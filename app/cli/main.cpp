@@ -3,6 +3,7 @@
 // `odyssey` (no LibTorch) hands the commands it lacks to `odyssey-engine` (all of them).
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -47,6 +48,37 @@ std::string allocator_setting_problem(const char* name) {
   return "";
 }
 
+/// OpenMP (libgomp, loaded with LibTorch) reads OMP_NUM_THREADS as positive whole numbers, one per
+/// nesting level ("4" or "4,2"), and ignores any other value with a warning, running on every core;
+/// odyssey's own reading (configure_threads) would take "4x" as 4. Checked here for both to agree.
+/// "" when it is unset or well formed.
+std::string thread_setting_problem() {
+  const char* set = std::getenv("OMP_NUM_THREADS");
+  if (set == nullptr) return "";
+  const std::string value = set;
+  size_t i = 0;
+  auto skip_spaces = [&] {
+    while (i < value.size() && std::isspace(static_cast<unsigned char>(value[i]))) ++i;
+  };
+  for (bool first = true; first || (i < value.size() && value[i] == ','); first = false) {
+    if (!first) ++i;
+    skip_spaces();
+    const size_t digits = i;
+    while (i < value.size() && std::isdigit(static_cast<unsigned char>(value[i]))) ++i;
+    const std::string number = value.substr(digits, i - digits);
+    if (number.empty() || number.find_first_not_of('0') == std::string::npos || number.size() > 9)
+      return "OMP_NUM_THREADS=" + value +
+             ": not a thread count (a whole number from 1 to 999999999, or a comma-separated list of them, one per "
+             "OpenMP nesting level); OpenMP would ignore it and run on every core. Unset it to let odyssey share the "
+             "cores between its ranks";
+    skip_spaces();
+  }
+  if (i == value.size()) return "";
+  return "OMP_NUM_THREADS=" + value + ": \"" + value.substr(i) +
+         "\" follows the thread count (a whole number, or a comma-separated list of them); OpenMP would ignore the "
+         "value and run on every core";
+}
+
 /// Replaces this process with odyssey-engine from this executable's folder, same arguments: the
 /// pid, signals, standard streams and exit code are the command's own, as if it ran here.
 /// Returns only when the exec fails, with the exit code of that failure.
@@ -56,8 +88,9 @@ int run_in_engine(char** argv) {
   std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
   dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
   const std::string engine = dir + "/" + ODYSSEY_CLI_ENGINE_EXE;
-  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"})
-    if (const std::string problem = allocator_setting_problem(name); !problem.empty()) {
+  for (const std::string& problem : {allocator_setting_problem("PYTORCH_CUDA_ALLOC_CONF"),
+                                     allocator_setting_problem("PYTORCH_ALLOC_CONF"), thread_setting_problem()})
+    if (!problem.empty()) {
       std::cerr << (argv[1] == nullptr ? "odyssey" : std::string("odyssey ") + argv[1]) << ": " << problem << "\n";
       return odyssey::cli::kExitBadInput;
     }

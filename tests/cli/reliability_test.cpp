@@ -79,6 +79,27 @@ TEST_CASE("reliability: an allocator setting LibTorch would abort on is refused 
   require_exit(ok, 0);
 }
 
+TEST_CASE("reliability: an OMP_NUM_THREADS that OpenMP would ignore is refused before LibTorch loads",
+          "[cli][reliability]") {
+  // libgomp ignores a malformed value with a warning and runs on every core, while odyssey's own
+  // reading took "4x" as 4 threads: the two disagreed. Refused by the LibTorch-free front end.
+  const std::string err = fresh_dir("omp_threads") + ".stderr";
+  for (const std::string& bad : {"abc", "0", "4x", "4,", ""}) {
+    INFO("OMP_NUM_THREADS='" << bad << "'");
+    Run r = run_shell("OMP_NUM_THREADS='" + bad + "' " + ODYSSEY_BIN_DIR + "/odyssey train " + kShort +
+                      "--steps 1 --quiet 2>" + err);
+    r.err = read_text(err);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("odyssey train: OMP_NUM_THREADS=" + bad + ": ") &&
+                          Catch::Contains("OpenMP would ignore"));
+  }
+  // one count per nesting level, spaces around them, goes through
+  Run ok = run_shell("OMP_NUM_THREADS=' 1, 1 ' " + std::string(ODYSSEY_BIN_DIR) + "/odyssey train " + kShort +
+                     "--steps 1 --quiet --out " + fresh_dir("omp_threads_run") + " 2>" + err);
+  ok.err = read_text(err);
+  require_exit(ok, 0);
+}
+
 TEST_CASE("reliability: corrupt checkpoint fields are refused with exit 2, never a signal", "[cli][reliability]") {
   // The first entry ("step") begins at byte 12: name length, "step", then the type code and numel.
   const size_t code_at = 12 + 4 + 4, numel_at = code_at + 4;
