@@ -3,6 +3,7 @@
 #include "engine/telemetry/metrics_jsonl.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -24,6 +25,41 @@ void write_list(JsonWriter& w, const std::vector<int64_t>& values) {
 
 std::string io_error(const std::string& what, const std::string& path) {
   return "metrics.jsonl: cannot " + what + " " + path + ": " + std::strerror(errno);
+}
+
+/// A kept line read back (the inverse of metrics_json_line; phase_peak_bytes is not kept). A
+/// field that is absent or not of its type reads as StepMetrics' default; a null loss as NaN.
+StepMetrics step_metrics_from_json(const Json& v) {
+  StepMetrics m;
+  auto number = [&](const char* key, double fallback) {
+    return v.contains(key) && v.at(key).is_number() ? v.at(key).get<double>() : fallback;
+  };
+  auto whole = [&](const char* key) {
+    return v.contains(key) && v.at(key).is_number_integer() ? v.at(key).get<int64_t>() : int64_t{0};
+  };
+  auto list = [&](const char* key) {
+    std::vector<int64_t> out;
+    if (v.contains(key) && v.at(key).is_array())
+      for (const Json& x : v.at(key)) out.push_back(x.is_number_integer() ? x.get<int64_t>() : 0);
+    return out;
+  };
+  m.step = whole("step");
+  m.loss = number("loss", std::nan(""));
+  m.loss_meaningful =
+      !(v.contains("loss_meaningful") && v.at("loss_meaningful").is_boolean()) || v.at("loss_meaningful").get<bool>();
+  m.tokens_per_s = number("tokens_per_s", 0);
+  m.step_time_s = number("step_time_s", 0);
+  m.peak_bytes = whole("peak_bytes");
+  m.rank_peak_bytes = list("rank_peak_bytes");
+  m.rank_host_peak_bytes = list("rank_host_peak_bytes");
+  m.lr = number("lr", 0);
+  m.grad_norm = number("grad_norm", 0);
+  m.mfu = number("mfu", 0);
+  m.config_version = whole("config_version");
+  m.has_answers = v.contains("answer_loss");
+  m.answer_loss = number("answer_loss", 0);
+  m.answer_accuracy = number("answer_accuracy", 0);
+  return m;
 }
 }  // namespace
 
@@ -80,6 +116,7 @@ MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path, int64_t keep_thr
           v->at("step").get<int64_t>() <= keep_through_step) {
         kept += line;
         kept += '\n';
+        kept_steps_.push_back(step_metrics_from_json(*v));
         ++lines_;
       } else if (!line.empty()) {
         ++dropped_;

@@ -44,6 +44,9 @@ class MetricsJsonlWriter {
   /// Lines of the old file a resumed run did not keep (steps after keep_through_step, torn or
   /// unreadable lines), for the run's log.
   int64_t dropped() const { return dropped_; }
+  /// The steps of the lines a resumed run kept, read back (phase_peak_bytes aside): with this
+  /// process's own they make the whole run's summary.
+  const std::vector<StepMetrics>& kept_steps() const { return kept_steps_; }
 
  private:
   std::string path_;
@@ -51,6 +54,7 @@ class MetricsJsonlWriter {
   std::FILE* file_ = nullptr;
   int64_t lines_ = 0;
   int64_t dropped_ = 0;
+  std::vector<StepMetrics> kept_steps_;
 };
 
 /// Sets rank_peak_bytes / rank_host_peak_bytes (indexed by position in `ranks`) and peak_bytes

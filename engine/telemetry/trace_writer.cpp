@@ -3,6 +3,8 @@
 // instants, buffered streaming and a close that always leaves valid JSON. defines: TraceWriter
 #include "engine/telemetry/trace_writer.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -174,9 +176,23 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
     ++events_;
   }
   if (kept_until_us >= 0) offset_s_ = kept_until_us * 1e-6 + 1e-3;  // 1 ms after the last kept event
-  file_ = std::fopen(path.c_str(), "wb");
-  if (file_ == nullptr) throw std::runtime_error("trace: cannot create " + path + ": " + std::strerror(errno));
-  pending_ = "{\"traceEvents\":[\n" + kept;
+  // The kept events, closed, replace the old file whole (temporary, fsync, rename): a process
+  // ended before it writes more (a signal while loading) leaves a valid trace of them, and a
+  // write that fails leaves the old file. Truncating it in place lost every earlier step to a
+  // kill or a full disk before the first flush. This process writes over the closing lines.
+  const std::string head = "{\"traceEvents\":[\n" + kept;
+  try {
+    write_file_atomically(path, head + closing_locked());
+  } catch (const FileWriteError& e) {
+    throw std::runtime_error(std::string("trace: ") + e.what());
+  }
+  file_ = std::fopen(path.c_str(), "r+b");
+  if (file_ == nullptr || std::fseek(file_, static_cast<long>(head.size()), SEEK_SET) != 0) {
+    const std::string why = std::strerror(errno);
+    if (file_ != nullptr) std::fclose(file_);
+    file_ = nullptr;
+    throw std::runtime_error("trace: cannot write " + path + ": " + why);
+  }
 }
 
 TraceWriter::~TraceWriter() {
@@ -340,9 +356,7 @@ void TraceWriter::on_sample(const MemorySample& s) {
   last_t_s_ = std::max(last_t_s_, s.t_s);
 }
 
-void TraceWriter::close_locked() {
-  if (file_ == nullptr) return;
-  for (auto& [rank, c] : peaks_) emit_peak_locked(rank, c);
+std::string TraceWriter::closing_locked() const {
   std::string other;
   {
     JsonWriter w(other);
@@ -354,8 +368,17 @@ void TraceWriter::close_locked() {
     }
     w.end_object();
   }
-  pending_ += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":" + other + "}\n";
+  return "\n],\"displayTimeUnit\":\"ms\",\"otherData\":" + other + "}\n";
+}
+
+void TraceWriter::close_locked() {
+  if (file_ == nullptr) return;
+  for (auto& [rank, c] : peaks_) emit_peak_locked(rank, c);
+  pending_ += closing_locked();
   flush_locked();
+  // A resumed trace was written over its kept closing lines: whatever of them is left goes.
+  if (error_.empty() && (std::fflush(file_) != 0 || ::ftruncate(::fileno(file_), ::ftell(file_)) != 0))
+    error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
   if (std::fclose(file_) != 0 && error_.empty()) error_ = "trace: cannot close " + path_ + ": " + std::strerror(errno);
   file_ = nullptr;
 }
@@ -363,6 +386,13 @@ void TraceWriter::close_locked() {
 void TraceWriter::set_other_data(const std::string& key, const std::vector<std::string>& words) {
   std::lock_guard<std::mutex> lock(mutex_);
   other_data_[key] = words;
+}
+
+void TraceWriter::flush() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  flush_locked();
+  if (file_ != nullptr && error_.empty() && std::fflush(file_) != 0)
+    error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
 }
 
 void TraceWriter::close() {

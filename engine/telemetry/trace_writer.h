@@ -33,7 +33,10 @@ class TraceWriter {
   /// Continues the trace of a resumed run in its own directory: keeps the old file's events up
   /// to the end of step `keep_through_step` (a killed run's later steps are run again; a line
   /// torn by the kill is dropped) and shifts this process's times to follow them, so the file
-  /// reads as one run and no step appears twice. A missing old file starts afresh.
+  /// reads as one run and no step appears twice. A missing old file starts afresh. The kept
+  /// events, closed, replace the old file atomically before anything is written after them: a
+  /// kill or a full disk afterwards loses none of them, and a process that ends before its first
+  /// flush leaves them as valid JSON (throws std::runtime_error naming the file, the old one left).
   TraceWriter(const std::string& path, int64_t keep_through_step);
   /// Closes the file (valid JSON), also while an exception unwinds. Never throws.
   ~TraceWriter();
@@ -63,6 +66,9 @@ class TraceWriter {
   /// "attention_kernels": the kernels the run's attention ran. A key set twice keeps the last.
   void set_other_data(const std::string& key, const std::vector<std::string>& words);
 
+  /// Writes the buffered events to the file now (a checkpoint's steps then survive a kill: a
+  /// resume keeps them). A failure is kept as error(), as the sinks' are. Never throws.
+  void flush();
   /// Writes the pending peak instants and the closing brackets. Idempotent; throws
   /// std::runtime_error when the file could not be completed.
   void close();
@@ -87,6 +93,8 @@ class TraceWriter {
   void emit_peak_locked(int rank, PeakCandidate& candidate);
   void flush_locked();
   void close_locked();
+  /// The lines after the last event: the events' array closed, the display unit, otherData.
+  std::string closing_locked() const;
 
   std::string path_;
   mutable std::mutex mutex_;

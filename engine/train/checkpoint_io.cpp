@@ -448,6 +448,14 @@ void load_checkpoint(Trainer& trainer, const CheckpointInfo& checkpoint, const s
     throw CheckpointError("checkpoint " + file + ": optimizer_steps = " + std::to_string(optimizer_steps) +
                           " must be between 0 and the step, " + std::to_string(step));
   const at::Tensor rng = take(e, "rng_cpu", at::kByte, cpu_rng_state().numel(), file);
+  try {  // set on a scratch generator first: ATen refuses a state it cannot resume from
+    at::make_generator<at::CPUGeneratorImpl>().set_state(rng);
+  } catch (const c10::Error& bad) {
+    std::string why = bad.what_without_backtrace();
+    if (const size_t cut = why.find('\n'); cut != std::string::npos) why.resize(cut);
+    throw CheckpointError("checkpoint " + file + ": tensor 'rng_cpu' is not a random generator's state (" + why +
+                          "): the file is damaged");
+  }
   struct Restore {
     FlatParamGroup* group;
     at::Tensor master, exp_avg, exp_avg_sq;

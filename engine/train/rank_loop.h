@@ -102,6 +102,7 @@ class CheckpointCadence {
   bool enabled_ = false;
   std::string dir_;
   const std::vector<CarriedFile>& carried_;
+  TraceWriter* trace_ = nullptr;  ///< flushed at each checkpoint (null: no trace)
   RunLog log_;
 };
 

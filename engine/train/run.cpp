@@ -208,10 +208,14 @@ CheckpointCadence::CheckpointCadence(const RunConfig& cfg, const RunOptions& opt
       enabled_(opt.checkpoints && !opt.out_dir.empty()),
       dir_(opt.out_dir),
       carried_(shared.tokenizer_files),
+      trace_(shared.trace.get()),
       log_(std::move(log)) {}
 
 void CheckpointCadence::after_step(Trainer& trainer, int64_t total_steps) {
   if (!enabled_ || every_ <= 0 || trainer.next_step() % every_ != 0 || trainer.next_step() >= total_steps) return;
+  // The trace's events through this step reach its file before the checkpoint does: a run killed
+  // later resumes from it, and its resume keeps them (flushed after, a kill in between lost them).
+  if (trace_ != nullptr) trace_->flush();
   save_checkpoint(trainer, dir_, carried_);
   log_("checkpoint at step " + std::to_string(trainer.next_step()));
 }
@@ -376,7 +380,9 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
     checkpoints.after_step(trainer, total);
   }
   if (owns_outcome) out.next_step = trainer.next_step();
-  checkpoints.at_end(trainer);
+  // A resumed run stopped before its first step holds the checkpoint's state: writing it again
+  // would only replace that checkpoint's config.toml with this run's.
+  if (!(shared.resume && trainer.next_step() == shared.resume->step)) checkpoints.at_end(trainer);
   if (opt.final_state) {
     auto state = std::make_shared<FullState>(export_full_state(trainer));  // collective
     if (lead) *opt.final_state = std::move(state);
@@ -437,6 +443,10 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   std::unique_ptr<RunDirLock> lock;
   std::optional<RunFilesAsFound> as_found;  // the run directory's files before this run wrote any
   std::optional<JobStart> start;
+  // A resumed run in its own directory continues its files from the checkpoint's step: the
+  // steps a killed run took after it are run again and must not appear twice.
+  const bool continues = !opt.resume_dir.empty() && !opt.out_dir.empty() && same_path(opt.resume_dir, opt.out_dir);
+  int64_t resume_step = -1;
   try {
     MemoryTracker::instance().install_cpu_allocator();
     shared.separate_processes = job_mode(cfg.parallel) == JobMode::Torchrun;  // throws on a malformed env
@@ -446,10 +456,6 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     // locks --out: a refusal there ends every process at once with its reason (the others waited
     // for it until parallel.timeout_s, twice over, and ended with the store's stack trace).
     start.emplace(cfg);
-    int64_t resume_step = -1;
-    // A resumed run in its own directory continues its files from the checkpoint's step: the
-    // steps a killed run took after it are run again and must not appear twice.
-    const bool continues = !opt.resume_dir.empty() && !opt.out_dir.empty() && same_path(opt.resume_dir, opt.out_dir);
     // Another run's outputs are never replaced unasked: refused before the directory is touched,
     // and again under the lock (a run that finished in between).
     auto refuse_earlier_run = [&] {
@@ -607,7 +613,10 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
   // summary.json only from the run that holds the directory: a refused run (busy directory, bad
   // checkpoint, bad preset) leaves the directory exactly as it found it. A checkpoint found bad
   // only while the ranks load it is refused after the files were opened: they are put back.
-  const bool refused = out.status == RunOutcome::Status::Failed && out.bad_input && out.metrics.empty();
+  // A resumed run that trained no step in its own directory (a runtime failure or a stop while it
+  // loaded) leaves it as it found it too: its summary.json would replace the whole run's.
+  const bool refused = out.metrics.empty() && ((out.status == RunOutcome::Status::Failed && out.bad_input) ||
+                                               (continues && out.status != RunOutcome::Status::Finished));
   // Refused under the lock before the files were opened (a run that ended in --out meanwhile):
   // nothing to put back, and no summary.json over that run's.
   if (lock && refused && !as_found) return out;
@@ -643,7 +652,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       if (shared.trace) shared.trace->set_other_data("attention_kernels", attention_kernels);
       if (shared.trace) shared.trace->close();
     } catch (const std::exception& e) {
-      output_failed(std::string("trace: ") + e.what());
+      output_failed(e.what());  // "trace: cannot write ..."
     }
     try {
       if (shared.metrics) shared.metrics->close();
@@ -655,11 +664,15 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     summary.status = to_string(out.status);
     summary.error = out.error;
     summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    summary.steps = out.metrics;
+    // A continued run's summary is the whole run's: the steps its file kept, then this process's.
+    // (wall_s and the phase table are this process's.)
+    if (continues && shared.metrics) summary.steps = shared.metrics->kept_steps();
+    summary.steps.insert(summary.steps.end(), out.metrics.begin(), out.metrics.end());
     summary.phases = &shared.run_peaks;
     std::string extra;
     JsonWriter w(extra);
     w.begin_object().key("next_step").value(out.next_step).key("memory").value(describe_memory(cfg, cfg.memory));
+    if (resume_step >= 0) w.key("resumed_at_step").value(resume_step);
     w.key("attention_kernels").begin_array();
     for (const std::string& kernel : attention_kernels) w.value(kernel);
     w.end_array();

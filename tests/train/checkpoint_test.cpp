@@ -16,6 +16,7 @@
 #include "engine/telemetry/metrics_jsonl.h"
 #include "engine/telemetry/trace_writer.h"
 #include "engine/train/checkpoint_io.h"
+#include "engine/train/checksum.h"
 #include "engine/train/run.h"
 #include "engine/util/files.h"
 #include "engine/util/json_read.h"
@@ -183,6 +184,34 @@ TEST_CASE("checkpoint: hostile header fields give a clear refusal, never a crash
   CHECK_THROWS_WITH(load_checkpoint(t, dir), Catch::Contains("fails its CRC-32 check"));
 }
 
+TEST_CASE("checkpoint: a random generator state ATen refuses is refused by name, the trainer untouched",
+          "[engine][checkpoint]") {
+  // A forged rng_cpu entry with a valid CRC (or a format-1 file, which has none): every byte 0xff,
+  // which CPUGeneratorImpl::set_state refuses. That error escaped with a LibTorch stack trace
+  // (exit 1) after the weights had been copied into the trainer.
+  const RunConfig cfg = small_config();
+  const std::string dir = checkpointed_run("rng", cfg, 1);
+  const std::string file = join_path(read_checkpoint_info(dir)->path, "rank0.bin");
+  std::string bytes = read_bytes(file);
+  const std::string name = "rng_cpu";
+  const size_t name_at = bytes.find(name);
+  REQUIRE(name_at != std::string::npos);
+  const size_t head_at = name_at - 4, code_at = name_at + name.size(), crc_at = code_at + 4 + 8;
+  int64_t numel = 0;
+  std::memcpy(&numel, bytes.data() + code_at + 4, 8);
+  REQUIRE(numel > 0);
+  std::memset(bytes.data() + crc_at + 4, 0xff, static_cast<size_t>(numel));  // the state, one byte each
+  uint32_t crc = crc32_update(0, bytes.data() + head_at, crc_at - head_at);
+  crc = crc32_update(crc, bytes.data() + crc_at + 4, static_cast<size_t>(numel));
+  std::memcpy(bytes.data() + crc_at, &crc, 4);
+  write_bytes(file, bytes);
+  Trainer t(cfg, cpu_rank());
+  const auto before = masters(t);
+  CHECK_THROWS_WITH(load_checkpoint(t, dir), Catch::Contains(file) && Catch::Contains("tensor 'rng_cpu' is not a "
+                                                                                      "random generator's state"));
+  CHECK(same(masters(t), before));
+}
+
 TEST_CASE("checkpoint: the pointer file's fields are checked for type and range", "[engine][checkpoint]") {
   const std::string dir = checkpointed_run("pointer", small_config(), 1);
   const std::string latest = join_path(join_path(dir, "checkpoints"), "latest.json");
@@ -303,6 +332,72 @@ TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and t
   }
   CHECK(traced_steps == std::set<int64_t>{1, 2, 3, 4});
   CHECK(first_begin_step3 > last_end_step2);
+  // summary.json is the whole run's: the kept steps 1 and 2 read back, then this process's.
+  auto summary = parse_json(read_bytes(join_path(dir, "summary.json")));
+  REQUIRE(summary);
+  CHECK(summary->at("steps").get<int64_t>() == 4);
+  CHECK(summary->at("extra").at("resumed_at_step").get<int64_t>() == 2);
+  std::istringstream first_line(read_bytes(join_path(dir, "metrics.jsonl")));
+  std::string line;
+  std::getline(first_line, line);
+  CHECK(summary->at("loss_first").get<double>() == parse_json(line)->at("loss").get<double>());
+}
+
+TEST_CASE("checkpoint: a resume that fails before its first step leaves the run's files as it found them",
+          "[engine][checkpoint]") {
+  // A runtime failure (not bad input) while the resumed run opens its files: summary.json was
+  // replaced by a failed, zero-step one, and the whole run's summary lost.
+  const RunConfig cfg = small_config();
+  const std::string dir = checkpointed_run("resume_fails", cfg, 2);
+  std::vector<std::string> before;
+  for (const char* name : {"summary.json", "metrics.jsonl", "trace.json"})
+    before.push_back(read_bytes(join_path(dir, name)));
+  std::string error;
+  REQUIRE(make_dirs(join_path(dir, "metrics.jsonl.tmp"), &error));  // metrics.jsonl cannot be rewritten
+  RunOptions again;
+  again.out_dir = dir;
+  again.resume_dir = dir;
+  again.steps = 3;
+  const RunOutcome o = run_training(cfg, again);
+  CHECK(o.status == RunOutcome::Status::Failed);
+  CHECK_FALSE(o.bad_input);
+  CHECK_THAT(o.error, Catch::Contains("metrics.jsonl.tmp"));
+  size_t i = 0;
+  for (const char* name : {"summary.json", "metrics.jsonl", "trace.json"}) {
+    INFO(name);
+    CHECK(read_bytes(join_path(dir, name)) == before[i++]);
+  }
+}
+
+TEST_CASE("trace: a resumed trace is valid JSON on disk before this process writes, and flush() writes",
+          "[engine][checkpoint]") {
+  // The resume constructor truncated the file and held the kept events in memory: a process killed
+  // (or stopped while loading) before its first flush left an empty trace, every step lost.
+  const RunConfig cfg = small_config();
+  const std::string dir = checkpointed_run("trace_resume", cfg, 2);
+  const std::string path = join_path(dir, "trace.json");
+  auto count_x = [](const Json& trace) {
+    int64_t n = 0;
+    for (const auto& e : trace.at("traceEvents")) n += e.at("ph") == "X";
+    return n;
+  };
+  const auto old_trace = parse_json(read_bytes(path));
+  REQUIRE(old_trace);
+  TraceWriter trace(path, 2);  // keeps both steps
+  const auto on_disk = parse_json(read_bytes(path));
+  REQUIRE(on_disk);  // closed and whole, before anything else is written
+  CHECK(count_x(*on_disk) == count_x(*old_trace));
+  PhaseRecord record;
+  record.path = "forward";
+  record.step = 3;
+  record.t_end_s = 0.001;
+  trace.on_record(record);
+  trace.flush();
+  CHECK(read_bytes(path).find("\"forward\"") != std::string::npos);  // on disk before close
+  trace.close();
+  const auto closed = parse_json(read_bytes(path));  // the closing lines written over: one document
+  REQUIRE(closed);
+  CHECK(count_x(*closed) == count_x(*old_trace) + 1);
 }
 
 TEST_CASE("run directory: one writer at a time, a dead owner's lock is taken over", "[engine][checkpoint]") {
