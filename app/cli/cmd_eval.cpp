@@ -393,6 +393,14 @@ std::vector<std::vector<int64_t>> tokenize(const NeedleTokenizer& tokenizer, con
   events.document = [&](const uint32_t* ids, int64_t n) { out.emplace_back(ids, ids + n); };
   try {
     run_text_tokenizer(tokenizer.json, false, {TextInput{path, "jsonl", 0}}, events);
+  } catch (const PrepareError& e) {
+    ::unlink(path);
+    // The tokenizer process names its file as prepare's --tokenizer; here it may be a directory's
+    // or a checkpoint's own, which the label says.
+    const std::string named = "--tokenizer " + tokenizer.json;
+    std::string what = e.what();
+    if (what.rfind(named, 0) == 0) what = tokenizer.label + what.substr(named.size());
+    throw PrepareError(e.exit_code, what, e.located);
   } catch (...) {
     ::unlink(path);
     throw;
@@ -525,6 +533,7 @@ int run_eval(int argc, char** argv, int first) {
     else  // refused before the config was known (RUN_DIR or its checkpoint unreadable here)
       refuse_torchrun_start(reason, code == kExitBadInput);
   };
+  std::vector<std::string> made_folders;  // the folders of --out this eval made, innermost first
   try {
     const Source source = open_source(a);
     // The config the forward runs: the run's ranks and memory stack, the data and length asked.
@@ -606,7 +615,7 @@ int run_eval(int argc, char** argv, int first) {
     }
     const std::string out_dir = !a.out.empty() ? a.out
                                 : source.run   ? join_path(a.source, "eval")
-                                               : "eval-" + base_name(a.source);
+                                             : "eval-" + base_name(resolve_path(a.source));  // "." by its folder's name
     const std::string json_path = join_path(out_dir, "eval.json"), png_path = join_path(out_dir, "needle.png");
     for (const std::string& path : {json_path, png_path}) {
       if (!exists(path)) continue;
@@ -634,6 +643,9 @@ int run_eval(int argc, char** argv, int first) {
     }
     std::string error;
     int error_number = 0;
+    for (std::string folder = clean_path(out_dir); !folder.empty() && folder != "." && !path_exists(folder);
+         folder = folder_of(folder))
+      made_folders.push_back(folder);
     if (!make_dirs(out_dir, &error, &error_number)) throw BadInput("--out " + out_dir + ": " + error);
     {  // the outputs can be written there, known before the evaluation rather than after it
       std::string probe = join_path(out_dir, ".eval-write-check-XXXXXX");
@@ -842,6 +854,9 @@ int run_eval(int argc, char** argv, int first) {
     return kExitOk;
   } catch (const std::exception& e) {
     const int code = eval_exit_code(std::current_exception());
+    // A refused or failed eval leaves no folder behind that it made and wrote nothing into
+    // (rmdir removes only an empty one).
+    for (const std::string& folder : made_folders) ::rmdir(folder.c_str());
     tell_peers(e.what(), code);
     std::cerr << "odyssey eval: " << e.what() << "\n";
     return code;

@@ -119,6 +119,24 @@ bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
       src = {&r.json().at(key), key};
       break;
     }
+  // Both keys (a config edited by hand): transformers lets rope_scaling override rope_parameters,
+  // so they must agree on every key rope_scaling sets ("type" being the old name of "rope_type").
+  if (src.name == "rope_parameters" && r.has("rope_scaling")) {
+    const ReadJson& scaling = r.json().at("rope_scaling");
+    if (!scaling.is_object()) {
+      r.fail("rope_scaling", value_text(scaling), "must be an object of rope parameters");
+      return false;
+    }
+    for (const auto& [key, value] : scaling.items()) {
+      const std::string same = key == "type" ? "rope_type" : key;
+      if (src.params->contains(same) && src.params->at(same) == value) continue;
+      r.fail("rope_scaling." + key, value_text(value),
+             "differs from rope_parameters." + same + " = " +
+                 (src.params->contains(same) ? value_text(src.params->at(same)) : std::string("(missing)")) +
+                 ", and transformers would take rope_scaling's: keep one of the two keys");
+      return false;
+    }
+  }
   const ReadJson empty = ReadJson::object();
   const ReadJson& p = src.params ? *src.params : empty;
   const std::string prefix = src.name.empty() ? "" : src.name + ".";

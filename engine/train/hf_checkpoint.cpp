@@ -7,12 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <set>
 #include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -258,8 +260,9 @@ std::string hf_tensor_name(const std::string& group, const std::string& param) {
 HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(dir) {
   const std::string index = join_path(dir, "model.safetensors.index.json");
   const std::string single = join_path(dir, "model.safetensors");
-  // Which file holds each tensor, in the index's order.
-  const bool indexed = path_exists(index);
+  // Which file holds each tensor, in the index's order. transformers reads model.safetensors
+  // when it is there, before any index beside it: so does this.
+  const bool indexed = !path_exists(single) && path_exists(index);
   std::vector<std::pair<std::string, std::string>> file_of;
   if (indexed) {
     const std::string text = read_bounded(index, kMaxIndexBytes, "safetensors index");
@@ -300,6 +303,11 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
                                 " places there");
       offer(name, {f, t});
     }
+    // A shard's tensors the index does not list are still in the directory's weights (transformers
+    // loads every tensor of each shard): offered after the index's, so each is checked below as
+    // a single file's would be, never skipped.
+    for (const auto& file : files_)
+      for (const SafetensorsTensor& t : file->tensors()) offer(t.name, {file.get(), &t});
   }
   // Every parameter of the model, with its shape and a dtype the copy converts.
   std::set<std::string> wanted;
@@ -321,12 +329,41 @@ HfWeights::HfWeights(const std::string& dir, const ModelConfig& model) : dir_(di
                                 "; weights are read from F32, BF16 or F16");
       tensors_[name] = it->second;
     }
+  if (model.tie_embeddings)
+    if (auto head = all.find("lm_head.weight"); head != all.end())
+      check_tied_head(head->second, all.at("model.embed_tokens.weight"));
   for (const std::string* name : order)
     if (!wanted.count(*name) && !ignorable(*name) && !(model.tie_embeddings && *name == "lm_head.weight"))
       throw HfCheckpointError(
           "safetensors " + all.at(*name).file->path() + ": tensor '" + *name +
           "' is no parameter of this model (config.json describes " + std::to_string(model.n_layers) + " layers" +
           (model.tie_embeddings ? ", tied embeddings" : "") + "): the weights and config.json disagree");
+}
+
+void HfWeights::check_tied_head(const Located& head, const Located& embedding) {
+  // config.json ties the head to the embedding, and the file has a head of its own: transformers 5
+  // then loads that head untied, a different model, unless it is the embedding's very bytes (a
+  // tool that saved both). Compared a slab at a time, in the file's dtype.
+  const SafetensorsTensor& h = *head.tensor;
+  const SafetensorsTensor& e = *embedding.tensor;
+  const std::string where = "safetensors " + head.file->path() + ": tensor 'lm_head.weight' ";
+  const std::string untie =
+      ": config.json ties them (tie_word_embeddings: true), and transformers would load this head untied; set "
+      "tie_word_embeddings to false to train it as its own, or remove the tensor";
+  if (h.shape != e.shape || h.dtype != e.dtype)
+    throw HfCheckpointError(where + "is " + h.dtype + " " + shape_text(h.shape) + ", 'model.embed_tokens.weight' " +
+                            e.dtype + " " + shape_text(e.shape) + untie);
+  const int64_t element = safetensors_element_bits(h.dtype) / 8;  // the embedding's dtype: F32, BF16 or F16
+  const int64_t slab = std::max<int64_t>(1, kStagingBytes / element);
+  std::vector<std::byte> a(static_cast<size_t>(std::min(slab, h.numel()) * element)), b(a.size());
+  for (int64_t first = 0; first < h.numel(); first += slab) {
+    const int64_t count = std::min(slab, h.numel() - first);
+    head.file->read_into(h, first, count, a.data());
+    embedding.file->read_into(e, first, count, b.data());
+    if (std::memcmp(a.data(), b.data(), static_cast<size_t>(count * element)) != 0)
+      throw HfCheckpointError(where + "differs from 'model.embed_tokens.weight' (from element " +
+                              std::to_string(first) + " on)" + untie);
+  }
 }
 
 HfWeights::~HfWeights() = default;
@@ -430,7 +467,25 @@ std::vector<CarriedFile> read_tokenizer_files(const std::string& dir) {
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                            "generation_config.json"}) {
     const std::string path = join_path(dir, name);
-    if (::lstat(path.c_str(), &st) == 0) files.push_back({name, read_bounded(path, kMaxTokenizerBytes, "tokenizer")});
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    files.push_back({name, read_bounded(path, kMaxTokenizerBytes, "tokenizer")});
+    // A JSON file cut short or garbled would be carried into every checkpoint and export, and
+    // fail only when transformers or eval reads it: refused here, where it is read.
+    // Checked without a document tree (accept: linear in the size; a 128k-entry vocabulary in an
+    // ordered_json would insert each key with a linear scan).
+    const std::string& text = files.back().bytes;
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    const bool object = first != std::string::npos && text[first] == '{' && nlohmann::json::accept(text);
+    if (std::string_view(name).ends_with(".json") && !object) {
+      std::string why = "not a JSON object";
+      try {
+        (void)nlohmann::json::parse(text);
+      } catch (const nlohmann::json::exception& e) {
+        why = e.what();
+      }
+      throw HfCheckpointError("tokenizer " + path + ": " + why +
+                              " (the file is damaged: take it again from the model's repository)");
+    }
   }
   return files;
 }
@@ -469,6 +524,20 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
       throw CheckpointError("export: " + out +
                             " exists and is not empty: choose another directory (nothing is overwritten)");
   }
+  // OUT's folder made and writable before the weights are read: a path that cannot be is the
+  // user's to change (exit 2), a disk that fails the run's (exit 1).
+  const size_t slash = out.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : out.substr(0, slash);
+  auto refuse_path = [&](const std::string& what, int error_number) {
+    if (error_number == ENOSPC || error_number == EDQUOT || error_number == EIO)
+      throw FileWriteError("export: " + what);
+    throw CheckpointError("export: --hf " + out_dir + ": " + what);
+  };
+  std::string error;
+  int error_number = 0;
+  if (!make_dirs(parent, &error, &error_number)) refuse_path(error, error_number);
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    refuse_path("the folder " + parent + " is not writable (" + std::strerror(errno) + ")", errno);
   // Every tokenizer file read (bounded) before anything is written: a directory or a FIFO where a
   // file belongs is refused here, naming it, instead of exported as an empty file.
   const std::vector<CarriedFile> tokenizer_files =
@@ -505,14 +574,9 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   }
   // A private staging directory beside OUT (mkdtemp: a fresh name no other export shares), so an
   // export removes only what it made, never another's folder or a leftover it did not create.
-  const size_t slash = out.find_last_of('/');
-  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : out.substr(0, slash);
-  std::string error;
-  if (!make_dirs(parent, &error)) throw FileWriteError("export: " + error);
   std::string staging = out + ".partial-XXXXXX";
   if (::mkdtemp(staging.data()) == nullptr)
-    throw FileWriteError("export: cannot create a staging directory " + staging + " beside " + out + ": " +
-                         std::strerror(errno));
+    refuse_path("cannot create a staging directory " + staging + " beside " + out + ": " + std::strerror(errno), errno);
   ::chmod(staging.c_str(), 0777 & ~current_umask());  // mkdtemp's 0700, widened to what mkdir would give OUT
   try {
     Json weight_map = Json::object();

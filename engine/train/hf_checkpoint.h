@@ -55,6 +55,9 @@ class HfWeights {
     const SafetensorsFile* file = nullptr;
     const SafetensorsTensor* tensor = nullptr;
   };
+  /// A tied model's file that also holds lm_head.weight: accepted only as the embedding's very
+  /// bytes (shape, dtype and every element); otherwise HfCheckpointError naming both.
+  static void check_tied_head(const Located& head, const Located& embedding);
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, Located> tensors_;  ///< by Hugging Face name, the model's parameters only

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -456,6 +457,26 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
   }
   struct stat st {};
   CHECK(::stat((run_dir + "/eval/eval.json").c_str(), &st) != 0);  // nothing written by a refusal
+  // A checkpoint found damaged after --out was made (its folders new): they are removed again,
+  // where an empty folder was left behind.
+  std::string rank_file;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(run_dir + "/checkpoints"))
+    if (entry.path().filename() == "rank0.bin") rank_file = entry.path().string();
+  REQUIRE(!rank_file.empty());
+  {
+    std::fstream f(rank_file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-8, std::ios::end);
+    char byte = 0;
+    f.read(&byte, 1);
+    f.seekp(-8, std::ios::end);
+    byte = static_cast<char>(byte ^ 0x5a);
+    f.write(&byte, 1);
+  }
+  const Run r =
+      run_odyssey("eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --out " + dir + "/new/eval_out");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(rank_file));
+  CHECK(::stat((dir + "/new").c_str(), &st) != 0);
 }
 
 TEST_CASE("odyssey eval: a reshaping --set, a tokenizer not the data's, an unwritable output exit 2 first",

@@ -115,6 +115,31 @@ TEST_CASE("hf config: what Odyssey cannot run exactly is refused naming the file
   CHECK_THAT(error.format(), Catch::Contains("not a JSON object"));
 }
 
+TEST_CASE("hf config: rope_parameters and rope_scaling both present must agree, as transformers takes rope_scaling",
+          "[config][hf]") {
+  // Odyssey read rope_parameters and ignored rope_scaling, while transformers 5 lets rope_scaling
+  // override it: a config edited by hand trained unscaled positions where transformers scales.
+  std::string json = kLlama31;
+  json.replace(json.find("\"rope_theta\""), 0,
+               "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500000.0}, ");
+  HfConfigError error;
+  CHECK(!read_hf_config(write_config("rope_both", json), &error));
+  CHECK_THAT(error.format(), Catch::Contains("\"rope_scaling.factor\" = 8") &&
+                                 Catch::Contains("differs from rope_parameters.factor = (missing)") &&
+                                 Catch::Contains("keep one of the two keys"));
+  // the same parameters under both keys (the old name "type" for "rope_type" too) are one scaling
+  json = kLlama31;
+  json.replace(json.find("\"rope_theta\""), 0,
+               "\"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+               "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, \"rope_theta\": 500000.0}, ");
+  json.replace(json.find("\"rope_type\": \"llama3\"}}"), 11, "\"type\"");
+  const auto agreed = read_hf_config(write_config("rope_both_same", json), &error);
+  INFO(error.format());
+  REQUIRE(agreed);
+  CHECK(agreed->rope_scaling.kind == RopeScalingKind::Llama3);
+  CHECK(agreed->rope_scaling.factor == 8.0);
+}
+
 TEST_CASE("hf config: a value of config.json that a rule refuses is named with that file, at model.hf_path",
           "[config][hf]") {
   // The preset sets no head_dim: the odd one is config.json's, so the issue points there, not at [model].

@@ -165,6 +165,8 @@ TEST_CASE("hf input: a malformed safetensors index is refused naming the file, t
   const std::string fixture = hf_fixture("llama-gqa-llama3");
   const std::string dir =
       write_hf_variant(scratch("index") + "/model", fixture, read_hf_tensors(fixture + "/model.safetensors"));
+  // a shard, not model.safetensors: beside a single file the index is not read (as transformers)
+  REQUIRE(std::rename((dir + "/model.safetensors").c_str(), (dir + "/model-00001-of-00001.safetensors").c_str()) == 0);
   const std::string index = dir + "/model.safetensors.index.json";
   const RunConfig cfg = config_of(dir);
   const std::string deep = std::string(1000, '[') + std::string(1000, ']');
@@ -189,6 +191,90 @@ TEST_CASE("hf input: a malformed safetensors index is refused naming the file, t
   std::remove(index.c_str());
   REQUIRE(::mkdir(index.c_str(), 0755) == 0);  // a directory where the index belongs
   CHECK_THROWS_WITH(HfWeights(dir, cfg.model), Catch::Contains(index) && Catch::Contains("is a directory"));
+}
+
+TEST_CASE(
+    "hf input: the weights transformers would load, never others: single file first, every shard tensor, a "
+    "tied head",
+    "[engine][hf][input]") {
+  const std::string fixture = hf_fixture("llama-gqa-llama3");
+  const std::vector<HfTensor> model = read_hf_tensors(fixture + "/model.safetensors");
+  const RunConfig cfg = config_of(fixture);
+  auto masters_of = [&](const std::string& dir) {
+    Trainer t(cfg, cpu_rank());
+    HfWeights(dir, cfg.model).load(t.model().groups());
+    std::vector<at::Tensor> out;
+    for (auto* g : t.model().groups()) out.push_back(g->master.detach().clone());
+    return out;
+  };
+  auto same = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!at::equal(a[i], b[i])) return false;
+    return true;
+  };
+  const auto reference = masters_of(fixture);
+  // 1. model.safetensors beside an index whose shard differs: transformers reads the single file,
+  //    and so does this (the shards were read, a different model).
+  {
+    std::vector<HfTensor> other = model;
+    set_element<float>(tensor_named(other, "model.norm.weight"), 0, 0.25f);
+    const std::string dir = write_hf_variant(scratch("single_and_index") + "/model", fixture, other);
+    REQUIRE(std::rename((dir + "/model.safetensors").c_str(), (dir + "/shard.safetensors").c_str()) == 0);
+    std::string index = "{\"weight_map\":{";
+    for (size_t i = 0; i < other.size(); ++i) index += (i ? ",\"" : "\"") + other[i].name + "\":\"shard.safetensors\"";
+    std::ofstream(dir + "/model.safetensors.index.json") << index << "}}";
+    REQUIRE(std::system(("cp '" + fixture + "/model.safetensors' '" + dir + "/'").c_str()) == 0);
+    CHECK(same(masters_of(dir), reference));
+  }
+  // 2. a shard tensor the index does not list is checked as a single file's is: refused as no
+  //    parameter (it was skipped unseen).
+  {
+    std::vector<HfTensor> tensors = model;
+    tensors.push_back({"foo.bar", "F32", {1}, std::string(4, '\0')});
+    const std::string dir = write_hf_variant(scratch("unlisted") + "/model", fixture, tensors);
+    REQUIRE(std::rename((dir + "/model.safetensors").c_str(), (dir + "/shard.safetensors").c_str()) == 0);
+    std::string index = "{\"weight_map\":{";
+    for (size_t i = 0; i < model.size(); ++i) index += (i ? ",\"" : "\"") + model[i].name + "\":\"shard.safetensors\"";
+    std::ofstream(dir + "/model.safetensors.index.json") << index << "}}";
+    CHECK_THROWS_WITH(HfWeights(dir, cfg.model), Catch::Contains(dir + "/shard.safetensors") &&
+                                                     Catch::Contains("'foo.bar' is no parameter of this model"));
+  }
+  // 3. a tied model (the fixture's config with tie_word_embeddings true, no lm_head) whose file
+  //    also holds lm_head.weight: its very bytes load, another head is refused (transformers would
+  //    load it untied, a different model), as is one of another shape.
+  {
+    std::vector<HfTensor> tied;
+    for (const HfTensor& t : model)
+      if (t.name != "lm_head.weight") tied.push_back(t);
+    HfTensor head = tensor_named(tied, "model.embed_tokens.weight");
+    head.name = "lm_head.weight";
+    auto tied_dir = [&](const std::string& name, const std::vector<HfTensor>& tensors) {
+      const std::string dir = write_hf_variant(scratch(name) + "/model", fixture, tensors);
+      std::ifstream in(dir + "/config.json");
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const size_t at = text.find("\"tie_word_embeddings\": false");
+      REQUIRE(at != std::string::npos);
+      text.replace(at, 28, "\"tie_word_embeddings\": true");
+      std::ofstream(dir + "/config.json", std::ios::trunc) << text;
+      return dir;
+    };
+    std::vector<HfTensor> same_head = tied;
+    same_head.push_back(head);
+    const std::string ok = tied_dir("tied_same_head", same_head);
+    const RunConfig tied_cfg = config_of(ok);
+    REQUIRE(tied_cfg.model.tie_embeddings);
+    CHECK_NOTHROW(HfWeights(ok, tied_cfg.model));
+    std::vector<HfTensor> other_head = same_head;
+    set_element<float>(other_head.back(), 7, 0.5f);
+    CHECK_THROWS_WITH(
+        HfWeights(tied_dir("tied_other_head", other_head), tied_cfg.model),
+        Catch::Contains("'lm_head.weight' differs from 'model.embed_tokens.weight' (from element 0 on)") &&
+            Catch::Contains("set tie_word_embeddings to false"));
+    std::vector<HfTensor> short_head = tied;
+    short_head.push_back({"lm_head.weight", "F32", {3}, std::string(12, '\0')});
+    CHECK_THROWS_WITH(HfWeights(tied_dir("tied_short_head", short_head), tied_cfg.model),
+                      Catch::Contains("'lm_head.weight' is F32 [3], 'model.embed_tokens.weight' F32 ["));
+  }
 }
 
 TEST_CASE("hf input: a 300k-entry index and its safetensors are read in time linear in their size",
@@ -304,7 +390,21 @@ TEST_CASE("hf input: a tokenizer file that is a directory or a FIFO is refused n
   CHECK(seconds_since(t0) < 10);  // a FIFO with no writer is never opened for a blocking read
   CHECK(list_dir(root) == std::vector<std::string>{"tok"});  // no OUT, no staging
   REQUIRE(std::remove((root + "/tok/tokenizer_config.json").c_str()) == 0);
-  std::ofstream(root + "/tok/tokenizer.json") << "{\"version\": \"1.0\"}";
+  // A tokenizer.json cut short, or JSON that is no object: it was carried into every checkpoint
+  // and export, and failed only when transformers read it.
+  for (const char* damaged : {"{\"version\": \"1.0\", \"model\": {\"vocab\": {\"a\": 0", "[1, 2]"}) {
+    INFO(damaged);
+    std::ofstream(root + "/tok/tokenizer.json", std::ios::trunc) << damaged;
+    CHECK_THROWS_WITH(
+        export_hf(run, root + "/out", options),
+        Catch::StartsWith("tokenizer " + root + "/tok/tokenizer.json: ") && Catch::Contains("the file is damaged"));
+    CHECK_THROWS_AS(read_tokenizer_files(root + "/tok"), HfCheckpointError);  // train's carry: exit 2
+  }
+  CHECK(list_dir(root) == std::vector<std::string>{"tok"});
+  // An OUT whose folder cannot be made is the user's to change (exit 2), found before the weights.
+  std::ofstream(root + "/file") << "x";
+  CHECK_THROWS_AS(export_hf(run, root + "/file/out", options), CheckpointError);
+  std::ofstream(root + "/tok/tokenizer.json", std::ios::trunc) << "{\"version\": \"1.0\"}";
   const HfExport done = export_hf(run, root + "/out", options);
   CHECK(read_file_bounded(root + "/out/tokenizer.json", 100, "tokenizer") == "{\"version\": \"1.0\"}");
   CHECK(std::find(done.files.begin(), done.files.end(), "tokenizer.json") != done.files.end());
