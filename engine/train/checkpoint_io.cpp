@@ -259,6 +259,30 @@ at::Tensor take(Entries& e, const std::string& name, at::ScalarType type, int64_
   return t;
 }
 
+/// Takes a rank file's "rank" ([rank, world size]) and "config_crc32" entries and checks them
+/// against the rank it is read as and the checkpoint's config.toml: FSDP shards of one shape fit
+/// every rank, so a renamed or swapped file, or one of another checkpoint at the same step, would
+/// otherwise load silently. Files written before these entries have none: nothing to check.
+void take_owner(Entries& e, const std::string& file, int64_t rank, const CheckpointInfo& info) {
+  if (e.count("rank")) {
+    const at::Tensor owner = take(e, "rank", at::kLong, 2, file);
+    const int64_t written_by = owner[0].item<int64_t>(), world = owner[1].item<int64_t>();
+    if (written_by != rank || world != info.world_size)
+      throw CheckpointError("checkpoint " + file + ": was written by rank " + std::to_string(written_by) + " of " +
+                            std::to_string(world) + ", and is read as rank " + std::to_string(rank) + " of " +
+                            std::to_string(info.world_size) +
+                            "'s: the checkpoint's rank files were renamed, moved or mixed");
+  }
+  if (e.count("config_crc32")) {
+    const int64_t crc = take(e, "config_crc32", at::kLong, 1, file).item<int64_t>();
+    const int64_t expected = crc32_update(0, info.config_toml.data(), info.config_toml.size());
+    if (crc != expected)
+      throw CheckpointError("checkpoint " + file + ": belongs to a checkpoint of another config (config CRC-32 " +
+                            std::to_string(crc) + ", this checkpoint's config.toml " + std::to_string(expected) +
+                            "): rank files of two checkpoints were mixed");
+  }
+}
+
 at::Tensor cpu_rng_state() {
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
@@ -275,14 +299,27 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
   const int64_t step = trainer.next_step();
   const std::string root = join_path(dir, "checkpoints");
   const std::string folder = join_path(root, step_folder(step));
+  // A checkpoint stands alone: its config names the shape, not the Hugging Face directory the
+  // weights first came from (which may be gone when the run resumes or is exported).
+  RunConfig saved = trainer.config();
+  if (!saved.model.hf_path.empty()) {
+    saved.model.hf_path.clear();
+    if (saved.model.flavor == "hf") saved.model.flavor = "custom";
+  }
+  const std::string config = preset_to_toml(saved);
+  const int64_t config_crc = crc32_update(0, config.data(), config.size());
   try {
     std::string error;
     if (!make_dirs(folder, &error)) throw FileWriteError(error);
     auto groups = trainer.model().groups();
     RankFileWriter file(join_path(folder, "rank" + std::to_string(ctx.rank) + ".bin"),
-                        static_cast<uint32_t>(3 + 3 * groups.size()));
+                        static_cast<uint32_t>(5 + 3 * groups.size()));
     file.entry("step", at::tensor({step}, at::kLong));
     file.entry("optimizer_steps", at::tensor({trainer.optimizer().steps_taken()}, at::kLong));
+    // Whose file this is: FSDP shards of one shape fit every rank, so a renamed or swapped file,
+    // or one of another checkpoint at the same step, would otherwise load as this rank's.
+    file.entry("rank", at::tensor({int64_t{ctx.rank}, int64_t{ctx.world_size}}, at::kLong));
+    file.entry("config_crc32", at::tensor({config_crc}, at::kLong));
     file.entry("rng_cpu", cpu_rng_state());
     for (auto* g : groups) {
       file.entry(g->name() + ".master", g->master);
@@ -293,14 +330,6 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
   } catch (const FileWriteError& e) {
     throw CheckpointWriteError(std::string("checkpoint at step ") + std::to_string(step) + ": " + e.what());
   }
-  // A checkpoint stands alone: its config names the shape, not the Hugging Face directory the
-  // weights first came from (which may be gone when the run resumes or is exported).
-  RunConfig saved = trainer.config();
-  if (!saved.model.hf_path.empty()) {
-    saved.model.hf_path.clear();
-    if (saved.model.flavor == "hf") saved.model.flavor = "custom";
-  }
-  const std::string config = preset_to_toml(saved);
   if (ctx.rank == 0) {
     try {
       write_file_atomically(join_path(folder, "config.toml"), config);
@@ -323,7 +352,7 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
         .key("path")
         .value(step_folder(step))
         .key("config_crc32")
-        .value(static_cast<int64_t>(crc32_update(0, config.data(), config.size())))
+        .value(config_crc)
         .end_object();
     try {
       write_file_atomically(join_path(root, "latest.json"), json + "\n");
@@ -412,7 +441,9 @@ std::map<std::string, at::Tensor> read_checkpoint_masters(const CheckpointInfo& 
   CategoryScope category(MemCategory::Other);
   std::map<std::string, at::Tensor> masters;
   const std::string suffix = ".master";
-  for (auto& [name, tensor] : read_rank_file(file, info.format))
+  Entries entries = read_rank_file(file, info.format);
+  take_owner(entries, file, rank, info);
+  for (auto& [name, tensor] : entries)
     if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
       if (tensor.scalar_type() != at::kFloat)
         throw CheckpointError("checkpoint " + file + ": tensor '" + name + "' holds " +
@@ -443,6 +474,7 @@ void load_checkpoint(Trainer& trainer, const CheckpointInfo& checkpoint, const s
   if (step != info->step)
     throw CheckpointError("checkpoint " + file + ": holds step " + std::to_string(step) + " but latest.json says " +
                           std::to_string(info->step));
+  take_owner(e, file, ctx.rank, *info);
   const int64_t optimizer_steps = take(e, "optimizer_steps", at::kLong, 1, file).item<int64_t>();
   if (optimizer_steps < 0 || optimizer_steps > step)
     throw CheckpointError("checkpoint " + file + ": optimizer_steps = " + std::to_string(optimizer_steps) +

@@ -17,6 +17,7 @@
 #include "engine/telemetry/trace_writer.h"
 #include "engine/train/checkpoint_io.h"
 #include "engine/train/checksum.h"
+#include "engine/train/hf_checkpoint.h"
 #include "engine/train/run.h"
 #include "engine/util/files.h"
 #include "engine/util/json_read.h"
@@ -210,6 +211,43 @@ TEST_CASE("checkpoint: a random generator state ATen refuses is refused by name,
   CHECK_THROWS_WITH(load_checkpoint(t, dir), Catch::Contains(file) && Catch::Contains("tensor 'rng_cpu' is not a "
                                                                                       "random generator's state"));
   CHECK(same(masters(t), before));
+}
+
+TEST_CASE("checkpoint: a rank file read as another rank's, or of another checkpoint, is refused by name",
+          "[engine][checkpoint]") {
+  // FSDP shards of one shape fit every rank: swapped rank files, or one of another run's
+  // checkpoint at the same step, resumed silently on the wrong weights.
+  RunConfig cfg = small_config();
+  cfg.parallel.world_size = 2;
+  cfg.parallel.fsdp = true;
+  const std::string dir = checkpointed_run("owner", cfg, 2);
+  const auto info = read_checkpoint_info(dir);
+  REQUIRE(info);
+  const std::string rank0 = join_path(info->path, "rank0.bin"), rank1 = join_path(info->path, "rank1.bin");
+  const std::string bytes0 = read_bytes(rank0), bytes1 = read_bytes(rank1);
+  RunOptions again;
+  again.out_dir = dir;
+  again.resume_dir = dir;
+  again.steps = 3;
+  write_bytes(rank0, bytes1);
+  write_bytes(rank1, bytes0);
+  RunOutcome o = run_training(cfg, again);
+  CHECK(o.status == RunOutcome::Status::Failed);
+  CHECK(o.bad_input);
+  CHECK_THAT(o.error, Catch::Contains(rank0) && Catch::Contains("was written by rank 1 of 2, and is read as rank 0 "
+                                                                "of 2's"));
+  CHECK_THROWS_WITH(read_full_masters(*info, cfg), Catch::Contains("was written by rank 1 of 2"));  // export, eval
+  // rank 1's file of a run with another seed, at the same step
+  RunConfig other_cfg = cfg;
+  other_cfg.training.seed = 99;
+  const std::string other = checkpointed_run("owner_other", other_cfg, 2);
+  write_bytes(rank0, bytes0);
+  write_bytes(rank1, read_bytes(join_path(read_checkpoint_info(other)->path, "rank1.bin")));
+  o = run_training(cfg, again);
+  CHECK(o.bad_input);
+  CHECK_THAT(o.error, Catch::Contains(rank1) && Catch::Contains("belongs to a checkpoint of another config"));
+  write_bytes(rank1, bytes1);
+  CHECK(run_training(cfg, again).status == RunOutcome::Status::Finished);
 }
 
 TEST_CASE("checkpoint: the pointer file's fields are checked for type and range", "[engine][checkpoint]") {
