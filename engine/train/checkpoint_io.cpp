@@ -368,10 +368,26 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
 
 // [section] read and verify ---------------------------------------------------------------------------
 
+namespace {
+
+/// Whether `path` is there to be read: false when nothing is there (no entry, not even a link);
+/// a path that cannot be looked at (a folder this user may not read, a link to nothing) throws
+/// CheckpointError naming it and why, rather than reading as absent ("no checkpoint there").
+bool checkpoint_file_there(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return true;
+  const int err = errno;
+  if (err == ENOENT && ::lstat(path.c_str(), &st) != 0) return false;
+  throw CheckpointError(what + " " + path + ": cannot be read (" +
+                        (err == ENOENT ? std::string("a symbolic link to nothing") : std::strerror(err)) + ")");
+}
+
+}  // namespace
+
 std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
   const std::string root = join_path(dir, "checkpoints");
   const std::string latest = join_path(root, "latest.json");
-  if (!path_exists(latest)) return std::nullopt;
+  if (!checkpoint_file_there(latest, "checkpoint pointer")) return std::nullopt;
   std::string error;
   const auto json = parse_json(read_small_file(latest, "checkpoint pointer"), &error);
   if (!json || !json->is_object())
@@ -398,7 +414,7 @@ std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
                           "\"");
   info.path = join_path(root, step_folder(info.step));
   const std::string config = join_path(info.path, "config.toml");
-  if (!path_exists(config))
+  if (!checkpoint_file_there(config, "checkpoint config"))
     throw CheckpointError("checkpoint " + info.path + ": no config.toml (the checkpoint is incomplete)");
   info.config_toml = read_small_file(config, "checkpoint config");
   if (info.format >= 2) {

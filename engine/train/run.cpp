@@ -271,6 +271,24 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
   throw std::invalid_argument(option + ": " + error);
 }
 
+/// Refuses (std::invalid_argument, before any output) an existing --out this user cannot write
+/// into, or one where a file the run writes (kRunFiles) is a directory, FIFO or socket: found at
+/// the lock, or when summary.json is written after the last step (exit 1, the steps' time spent).
+void check_run_dir_writable(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return;  // made later, in a folder checked then
+  if (S_ISDIR(st.st_mode) && ::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw std::invalid_argument("--out " + dir + ": the folder is not writable (" + std::strerror(errno) +
+                                "): choose another --out");
+  for (const char* name : kRunFiles) {
+    const std::string path = join_path(dir, name);
+    if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)) continue;
+    throw std::invalid_argument("--out " + dir + ": " + name + " is " +
+                                (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file (a FIFO or socket)") +
+                                ", where the run writes its " + name + ": remove it or choose another --out");
+  }
+}
+
 /// Under torchrun each process reads latest.json itself: every rank must have resumed from the
 /// same step (another process rewriting the checkpoints meanwhile would split them), checked by
 /// one max all-reduce of {step, -step} before the first step. Throws CheckpointError.
@@ -536,6 +554,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
           throw RunDirBusy("--out " + opt.out_dir + " is in use by another run (" + owner +
                            "); wait for it to end, or write to another directory");
         refuse_earlier_run();
+        check_run_dir_writable(opt.out_dir);
       }
     });
     // The folders: every process makes --out (another node's ranks write their checkpoint shards

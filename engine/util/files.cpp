@@ -297,6 +297,10 @@ std::string RunDirLock::live_owner(const std::string& dir) {
 RunDirLock::RunDirLock(const std::string& dir) {
   const std::string path = lock_path(dir);
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // A folder the user cannot write, or something planted where the lock belongs, is the user's
+  // to change (exit 2); a disk that fails is the run's (exit 1).
+  if (fd_ < 0 && (errno == EACCES || errno == EPERM || errno == EROFS || errno == EISDIR || errno == ENOTDIR))
+    throw std::invalid_argument(system_error("cannot create the run lock", path) + ": choose another --out");
   if (fd_ < 0) throw FileWriteError(system_error("cannot create the run lock", path));
   auto read_owner = [&] {
     std::string text(512, '\0');

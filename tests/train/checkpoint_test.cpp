@@ -407,6 +407,45 @@ TEST_CASE("checkpoint: a resume that fails before its first step leaves the run'
   }
 }
 
+TEST_CASE("run directory: what a run cannot write there is refused first, as bad input, naming it",
+          "[engine][checkpoint]") {
+  // Each of these was a runtime failure (exit 1): a directory planted as the lock, at the lock;
+  // summary.json a directory, after the last step (the steps' time spent). A latest.json that is a
+  // link to nothing read as "no checkpoint there". (A folder this user may not write is refused
+  // the same way, by access(2): not testable as root, who may write anywhere.)
+  const RunConfig cfg = small_config();
+  const std::string dir = checkpointed_run("unwritable", cfg, 2);
+  RunOptions again;
+  again.out_dir = dir;
+  again.resume_dir = dir;
+  again.steps = 3;
+  const std::string summary = read_bytes(join_path(dir, "summary.json"));
+  REQUIRE(std::remove(join_path(dir, "summary.json").c_str()) == 0);
+  std::string error;
+  REQUIRE(make_dirs(join_path(dir, "summary.json"), &error));
+  RunOutcome o = run_training(cfg, again);
+  CHECK(o.bad_input);
+  CHECK_THAT(o.error, Catch::Contains("summary.json is a directory, where the run writes its summary.json"));
+  REQUIRE(::rmdir(join_path(dir, "summary.json").c_str()) == 0);
+  write_bytes(join_path(dir, "summary.json"), summary);
+
+  RunOptions fresh;
+  fresh.out_dir = fresh_dir("planted_lock");
+  REQUIRE(make_dirs(join_path(fresh.out_dir, ".odyssey.lock"), &error));
+  o = run_training(cfg, fresh);
+  CHECK(o.bad_input);
+  CHECK_THAT(o.error, Catch::Contains("cannot create the run lock") && Catch::Contains("Is a directory"));
+
+  const std::string latest = join_path(dir, "checkpoints/latest.json");
+  REQUIRE(std::rename(latest.c_str(), (latest + ".kept").c_str()) == 0);
+  REQUIRE(::symlink("nothing", latest.c_str()) == 0);
+  CHECK_THROWS_WITH(read_checkpoint_info(dir),
+                    Catch::Contains(latest + ": cannot be read (a symbolic link to nothing)"));
+  REQUIRE(std::remove(latest.c_str()) == 0);
+  REQUIRE(std::rename((latest + ".kept").c_str(), latest.c_str()) == 0);
+  CHECK(run_training(cfg, again).status == RunOutcome::Status::Finished);
+}
+
 TEST_CASE("trace: a resumed trace is valid JSON on disk before this process writes, and flush() writes",
           "[engine][checkpoint]") {
   // The resume constructor truncated the file and held the kept events in memory: a process killed
