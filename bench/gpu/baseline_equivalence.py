@@ -8,7 +8,7 @@ policy saves their attention, the search for the fastest mode that fits escalate
 memory (simulated) and keeps the trace of the mode it keeps, a search out of time keeps the mode
 that fit and names the ones it left untried, the PyTorch and the Hugging Face
 baselines train the same model (the same losses from the same tokens, weights drawn in the same
-order), Liger patched in falls back to transformers' kernels where its own cannot run, the CPU's
+order, the same RoPE frequencies), Liger patched in falls back to transformers' kernels where its own cannot run, the CPU's
 choices are recorded with their reasons, and the 1B shape is the preset's.
 
     python3 bench/gpu/baseline_equivalence.py [--odyssey build/bin/odyssey]
@@ -17,6 +17,7 @@ Exit 0 when everything holds, 1 naming each failure.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,11 +34,42 @@ from llama_flops import SHAPES, timed_mean  # noqa: E402
 PYTORCH_MODES = {"none": (0, 0), "selective:1": (1, 1), "selective": (2, 2), "full:1+selective:1": (2, 1), "full": (2, 0)}
 HF_MODES = {"none": 0, "full:1": 1, "full": 2}
 
-# Between runs of one baseline the losses agree to fp32 rounding; a wrong RoPE scaling in one
-# baseline moves the tiny model's first loss by 8e-6 relative (measured 2026-11-27), the baselines
-# agree to 1e-7.
-LOSS_RTOL = 2e-6
 TINY = ["--config", "tiny", "--device", "cpu", "--seq", "256", "--steps", "2"]
+FP32_ROUNDOFF = 2.0 ** -24  # u
+ROUNDING_LAMBDA = 8.0  # standard deviations the probabilistic rounding model allows (tests/fp_tolerance.h)
+
+
+def loss_rtol(s, seq):
+    """The relative tolerance between two fp32 runs of one model that round in different orders (other
+    attention kernels, loss chunks, a compiled block, another framework's layers), derived as the
+    engine's equivalence suites derive theirs (tests/model_tolerance.h, loss_tolerance): each run is
+    within lambda sqrt(n) u kappa of the exact loss, n the rounded operations on the loss's longest
+    dependency chain (every block's reductions over d four times, head_dim, the sequence twice, the
+    query width and d_ffn; the final norm and head over d; the vocabulary's log-sum-exp; the mean over
+    the tokens), kappa = 2 for a randomly initialised model's mixed-sign terms. Step 2's loss adds
+    AdamW's sign flips of near-zero gradients, which move it by those elements' gradients times lr:
+    negligible against this. Independent of the CPU: it bounds any summation order."""
+    block = 4 * s["d_model"] + s["head_dim"] + 2 * seq + s["n_heads"] * s["head_dim"] + s["d_ffn"]
+    chain = s["n_layers"] * block + 2 * s["d_model"] + s["vocab"] + seq
+    return 2 * ROUNDING_LAMBDA * math.sqrt(chain) * FP32_ROUNDOFF * 2.0
+
+
+def rope_freq_rtol(theta, scaling):
+    """The relative tolerance between the RoPE frequencies of the PyTorch baseline (fp64) and
+    transformers' (fp32): i/d rounded to fp32 moves theta^(i/d) by up to ln(theta) u, the pow and the
+    reciprocal add an ulp each (2u + u). Llama 3's blend band then computes smooth =
+    (original/wavelength - low) / (high - low) from an inverse frequency of error e (and 3 more
+    roundings), whose error, up to high / (high - low) times e + 3u, weighs `factor` times against
+    the blended frequency (at least inv / factor), which adds its own e + 3u."""
+    e = (math.log(theta) + 3) * FP32_ROUNDOFF
+    if not scaling or scaling.get("rope_type") != "llama3":
+        return e
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    smooth = high / (high - low) * (e + 3 * FP32_ROUNDOFF)
+    return scaling["factor"] * (smooth + e + 3 * FP32_ROUNDOFF)
+
+
+LOSS_RTOL = loss_rtol(SHAPES["tiny"], int(TINY[TINY.index("--seq") + 1]))
 
 
 def run(script, *args):
@@ -146,6 +178,15 @@ def check(odyssey):
            "hf-liger: tied embeddings, SDPA attention (%s)" % r["attention"])
     expect(same_losses(r, auto),
            "the PyTorch and Hugging Face baselines train the same model: losses %s and %s" % (auto["losses"], r["losses"]))
+    # The RoPE frequencies each ran, compared directly: a wrong scaling (factor 8 on the tiny shape's
+    # low frequencies) moves the first loss by only ~8e-6, inside the loss's rounding bound.
+    tiny = SHAPES["tiny"]
+    rtol = rope_freq_rtol(tiny["theta"], tiny.get("rope_scaling"))
+    ours, theirs = auto.get("rope_inv_freq", []), r.get("rope_inv_freq", [])
+    expect(len(ours) == tiny["head_dim"] // 2 and len(ours) == len(theirs)
+           and all(abs(a - b) <= rtol * abs(b) for a, b in zip(ours, theirs)),
+           "the PyTorch and Hugging Face baselines run the same RoPE frequencies within %.1e relative: %s and %s" % (
+               rtol, ours, theirs))
     for name, x in (("pytorch", auto), ("hf-liger", r)):
         expect(abs(x["step_time_s"] - timed_mean(x["step_times_s"])) < 1e-12 and x["clock"] == "host"
                and x["tokens_per_s"] == 256 / x["step_time_s"],

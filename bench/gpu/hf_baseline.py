@@ -161,7 +161,8 @@ def measure(args, shape, device, liger):
     result.update(attention={"implementation": model.config._attn_implementation, "enable_gqa": True,
                              "sdpa_choice": sdpa_choice(shape, device, min(args.seq, 1024)),
                              "pinned": "no: SDPA's own choice, as users run it"},
-                  adamw=adamw, tied_embeddings=tied, parameters=sum(p.numel() for p in model.parameters()))
+                  adamw=adamw, tied_embeddings=tied, parameters=sum(p.numel() for p in model.parameters()),
+                  rope_inv_freq=model.model.rotary_emb.inv_freq.double().tolist())  # transformers' own, fp32
     return result
 
 

@@ -338,7 +338,8 @@ def run(args):
     result = protocol.search_checkpointing(args, len(model.blocks), attempt, release)
     result.update(attention={"backend": attention, "refused": refused, "enable_gqa": True,
                              "pinned": "forward and backward (the checkpoint's recompute too)"},
-                  compile=compiled, loss_chunk_tokens=chunk, adamw=adamw)
+                  compile=compiled, loss_chunk_tokens=chunk, adamw=adamw,
+                  rope_inv_freq=model.inv_freq.tolist())  # [head_dim/2] the RoPE frequencies it ran
     return result
 
 
