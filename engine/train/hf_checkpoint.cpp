@@ -1,6 +1,6 @@
 // Hugging Face weights in (HfWeights: find, check, then copy each rank's slice) and out
 // (export_hf: a run's rank files assembled per parameter, written as safetensors). See
-// hf_checkpoint.h. defines: hf_tensor_name, HfWeights, read_tokenizer_files, export_hf
+// hf_checkpoint.h. defines: hf_tensor_name, HfWeights, read_carried_files, export_hf
 #include "engine/train/hf_checkpoint.h"
 
 #include <fcntl.h>
@@ -461,14 +461,23 @@ void load_full_masters(const std::map<std::string, at::Tensor>& masters, const s
   }
 }
 
-std::vector<CarriedFile> read_tokenizer_files(const std::string& dir) {
+std::vector<CarriedFile> read_carried_files(const std::string& dir) {
   std::vector<CarriedFile> files;
   struct stat st {};
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                           "generation_config.json"}) {
+  // (the file in `dir`, the name it is carried under)
+  const std::pair<const char*, const char*> carried[] = {
+      {"tokenizer.json", "tokenizer.json"},
+      {"tokenizer_config.json", "tokenizer_config.json"},
+      {"special_tokens_map.json", "special_tokens_map.json"},
+      {"tokenizer.model", "tokenizer.model"},
+      {"generation_config.json", "generation_config.json"},
+      {"config.json", kSourceConfigName},     // a model directory's
+      {kSourceConfigName, kSourceConfigName}  // a checkpoint's, carried on
+  };
+  for (const auto& [name, as] : carried) {
     const std::string path = join_path(dir, name);
     if (::lstat(path.c_str(), &st) != 0) continue;
-    files.push_back({name, read_bounded(path, kMaxTokenizerBytes, "tokenizer")});
+    files.push_back({as, read_bounded(path, kMaxTokenizerBytes, "tokenizer")});
     // A JSON file cut short or garbled would be carried into every checkpoint and export, and
     // fail only when transformers or eval reads it: refused here, where it is read.
     // Checked without a document tree (accept: linear in the size; a 128k-entry vocabulary in an
@@ -476,7 +485,7 @@ std::vector<CarriedFile> read_tokenizer_files(const std::string& dir) {
     const std::string& text = files.back().bytes;
     const size_t first = text.find_first_not_of(" \t\r\n");
     const bool object = first != std::string::npos && text[first] == '{' && nlohmann::json::accept(text);
-    if (std::string_view(name).ends_with(".json") && !object) {
+    if (std::string_view(as).ends_with(".json") && !object) {
       std::string why = "not a JSON object";
       try {
         (void)nlohmann::json::parse(text);
@@ -541,7 +550,17 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   // Every tokenizer file read (bounded) before anything is written: a directory or a FIFO where a
   // file belongs is refused here, naming it, instead of exported as an empty file.
   const std::vector<CarriedFile> tokenizer_files =
-      read_tokenizer_files(options.tokenizer_dir.empty() ? info->path : options.tokenizer_dir);
+      read_carried_files(options.tokenizer_dir.empty() ? info->path : options.tokenizer_dir);
+  // The context the exported config advertises: the longest the run trained, or the model it came
+  // from advertised (its config.json, carried by the checkpoint), whichever is longer. A fine-tune
+  // at 32K of a 128K model stays a 128K model for the tools that read max_position_embeddings.
+  int64_t max_positions = cfg.training.seq_len;
+  for (const CarriedFile& file : read_carried_files(info->path))
+    if (file.name == std::string(kSourceConfigName)) {
+      const Json source = Json::parse(file.bytes);  // checked as a JSON object when read
+      if (source.contains("max_position_embeddings") && source.at("max_position_embeddings").is_number_integer())
+        max_positions = std::max(max_positions, source.at("max_position_embeddings").get<int64_t>());
+    }
 
   struct Piece {
     std::string name;
@@ -600,10 +619,10 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
       write_file_atomically(join_path(staging, "model.safetensors.index.json"), index.dump(2) + "\n");
       result.files.push_back("model.safetensors.index.json");
     }
-    write_file_atomically(join_path(staging, "config.json"),
-                          hf_config_json(cfg.model, result.dtype, cfg.training.seq_len));
+    write_file_atomically(join_path(staging, "config.json"), hf_config_json(cfg.model, result.dtype, max_positions));
     result.files.push_back("config.json");
     for (const CarriedFile& file : tokenizer_files) {
+      if (file.name == std::string(kSourceConfigName)) continue;  // the model's config.json is the one above
       write_file_atomically(join_path(staging, file.name), file.bytes);
       result.files.push_back(file.name);
     }

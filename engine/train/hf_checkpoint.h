@@ -2,7 +2,7 @@
 // index) loaded into the flat groups, each rank reading only the elements of its FSDP shard; and a
 // run's checkpoint written back as config.json + safetensors that transformers loads unchanged.
 // defines: HfCheckpointError, hf_tensor_name, HfWeights, read_full_masters, load_full_masters,
-// read_tokenizer_files, HfExportOptions, HfExport, export_hf
+// read_carried_files, kSourceConfigName, HfExportOptions, HfExport, export_hf
 #pragma once
 
 #include <cstdint>
@@ -73,12 +73,18 @@ std::map<std::string, at::Tensor> read_full_masters(const CheckpointInfo& info, 
 /// saved with). A missing group or one of another size throws CheckpointError.
 void load_full_masters(const std::map<std::string, at::Tensor>& masters, const std::vector<FlatParamGroup*>& groups);
 
-/// The tokenizer files of a Hugging Face model directory (or of a checkpoint's step folder, which
-/// carries them): tokenizer.json, tokenizer_config.json, special_tokens_map.json, tokenizer.model
-/// and generation_config.json, each that `dir` holds, read whole (bounded). What a run's checkpoints
-/// carry and what an export copies. A name that is a directory, a FIFO or an oversized file throws
-/// HfCheckpointError naming it, before anything is written.
-std::vector<CarriedFile> read_tokenizer_files(const std::string& dir);
+/// The name under which a checkpoint carries its model directory's config.json: export reads the
+/// context that model advertises there (max_position_embeddings). Never copied into an export.
+inline constexpr const char* kSourceConfigName = "source_config.json";
+
+/// The files a Hugging Face model directory (or a checkpoint's step folder, which carries them)
+/// hands on: tokenizer.json, tokenizer_config.json, special_tokens_map.json, tokenizer.model and
+/// generation_config.json, each that `dir` holds, and its config.json as kSourceConfigName (or a
+/// checkpoint's kSourceConfigName), read whole (bounded). What a run's checkpoints carry and what an
+/// export copies (kSourceConfigName aside). A name that is a directory, a FIFO or an oversized
+/// file, or a JSON file that is damaged, throws HfCheckpointError naming it, before anything is
+/// written.
+std::vector<CarriedFile> read_carried_files(const std::string& dir);
 
 struct HfExportOptions {
   std::string dtype;                        ///< "float32" or "bfloat16"; empty: the run's training.dtype

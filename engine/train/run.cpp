@@ -545,9 +545,9 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       // without model.hf_path carries on the resumed checkpoint's.
       if (opt.checkpoints && !opt.out_dir.empty()) {
         if (!cfg.model.hf_path.empty())
-          shared.tokenizer_files = read_tokenizer_files(cfg.model.hf_path);
+          shared.tokenizer_files = read_carried_files(cfg.model.hf_path);
         else if (shared.resume)
-          shared.tokenizer_files = read_tokenizer_files(shared.resume->path);
+          shared.tokenizer_files = read_carried_files(shared.resume->path);
       }
       if (!opt.out_dir.empty() && shared.reports) {
         if (const std::string owner = RunDirLock::live_owner(opt.out_dir); !owner.empty())

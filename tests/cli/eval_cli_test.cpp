@@ -364,6 +364,12 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   // checkpoint's own config (no model.hf_path) carries it on, and export copies it.
   const std::string tokenizer_bytes = read_text(tokenizer);
   REQUIRE(read_text(hf + "/tokenizer.json") == tokenizer_bytes);
+  {  // the model advertises a longer context than the runs below train (as Llama 3.2's 128K)
+    auto config = parse_json(read_text(hf + "/config.json"));
+    REQUIRE(config);
+    (*config)["max_position_embeddings"] = 4096;
+    std::ofstream(hf + "/config.json", std::ios::trunc) << config->dump(2);
+  }
   const std::string from_hf = dir + "/run_from_hf";
   require_exit(run_odyssey("train " + kShort + "--set model.flavor=hf --set model.hf_path=" + hf +
                            " --set training.seq_len=64 --steps 1 --quiet --out " + from_hf),
@@ -392,6 +398,15 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   const std::string exported = dir + "/hf_from_resumed";
   require_exit(run_odyssey("export " + resumed + " --hf " + exported), 0);
   CHECK(read_text(exported + "/tokenizer.json") == tokenizer_bytes);
+  // The model's own config.json rides along too (source_config.json, never exported): the export
+  // advertises the longer of the model's context and the run's, not the 64 tokens it trained.
+  CHECK(read_text(first_checkpoint + "/source_config.json") == read_text(hf + "/config.json"));
+  struct stat st {};
+  CHECK(::stat((exported + "/source_config.json").c_str(), &st) != 0);
+  const auto source_config = parse_json(read_text(hf + "/config.json"));
+  const auto exported_config = parse_json(read_text(exported + "/config.json"));
+  REQUIRE((source_config && exported_config));
+  CHECK(exported_config->at("max_position_embeddings").get<int64_t>() == 4096);
 }
 
 TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][eval]") {

@@ -398,7 +398,7 @@ TEST_CASE("hf input: a tokenizer file that is a directory or a FIFO is refused n
     CHECK_THROWS_WITH(
         export_hf(run, root + "/out", options),
         Catch::StartsWith("tokenizer " + root + "/tok/tokenizer.json: ") && Catch::Contains("the file is damaged"));
-    CHECK_THROWS_AS(read_tokenizer_files(root + "/tok"), HfCheckpointError);  // train's carry: exit 2
+    CHECK_THROWS_AS(read_carried_files(root + "/tok"), HfCheckpointError);  // train's carry: exit 2
   }
   CHECK(list_dir(root) == std::vector<std::string>{"tok"});
   // An OUT whose folder cannot be made is the user's to change (exit 2), found before the weights.
