@@ -133,7 +133,9 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
       }
       std::string text = line;
       while (!text.empty() && (text.back() == ',' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
-      if (c == '\n' && !text.empty() && text.front() == '{' && text.rfind("{\"traceEvents\"", 0) != 0)
+      // The last line may lack its newline: a process killed after a flush (events are written
+      // ",\n" first) leaves its last event so. A line the kill tore never parses as an event.
+      if (!text.empty() && text.front() == '{' && text.rfind("{\"traceEvents\"", 0) != 0)
         if (auto v = parse_json(text); v && well_formed_event(*v)) events.emplace_back(std::move(text), std::move(*v));
       line.clear();
       if (c == EOF) break;

@@ -307,7 +307,15 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
     if (saved.model.flavor == "hf") saved.model.flavor = "custom";
   }
   const std::string config = preset_to_toml(saved);
-  const int64_t config_crc = crc32_update(0, config.data(), config.size());
+  // Every rank file names rank 0's config.toml (the one written): under torchrun another process's
+  // config may differ in keys that change no state (output.log_every on one node), and its own
+  // CRC would make the checkpoint read as mixed. One max all-reduce of 8 bytes a checkpoint.
+  int64_t config_crc = crc32_update(0, config.data(), config.size());
+  {
+    at::Tensor crc = at::tensor({ctx.rank == 0 ? config_crc : int64_t{-1}}, at::kLong).to(ctx.device);  // [1]
+    ctx.world->all_reduce_max(crc);
+    config_crc = crc.cpu().item<int64_t>();
+  }
   try {
     std::string error;
     if (!make_dirs(folder, &error)) throw FileWriteError(error);

@@ -398,9 +398,11 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
     checkpoints.after_step(trainer, total);
   }
   if (owns_outcome) out.next_step = trainer.next_step();
-  // A resumed run stopped before its first step holds the checkpoint's state: writing it again
-  // would only replace that checkpoint's config.toml with this run's.
-  if (!(shared.resume && trainer.next_step() == shared.resume->step)) checkpoints.at_end(trainer);
+  // A run resumed in its own directory and stopped before its first step holds that checkpoint's
+  // state: writing it again would only replace the checkpoint's config.toml with this run's.
+  const bool nothing_new = shared.resume && trainer.next_step() == shared.resume->step && !opt.resume_dir.empty() &&
+                           same_path(opt.resume_dir, opt.out_dir);
+  if (!nothing_new) checkpoints.at_end(trainer);
   if (opt.final_state) {
     auto state = std::make_shared<FullState>(export_full_state(trainer));  // collective
     if (lead) *opt.final_state = std::move(state);
@@ -696,10 +698,10 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     for (const std::string& kernel : attention_kernels) w.value(kernel);
     w.end_array();
     if (!shared.collective_backend.empty()) w.key("collective_backend").value(shared.collective_backend);
-    if (!out.results.empty() && out.results.front().has_answers) {
-      w.key("answer_loss_first").value(out.results.front().answer_loss);
-      w.key("answer_loss_final").value(out.results.back().answer_loss);
-      w.key("answer_accuracy_final").value(out.results.back().answer_accuracy);
+    if (!summary.steps.empty() && summary.steps.front().has_answers) {  // the whole run's, as the steps
+      w.key("answer_loss_first").value(summary.steps.front().answer_loss);
+      w.key("answer_loss_final").value(summary.steps.back().answer_loss);
+      w.key("answer_accuracy_final").value(summary.steps.back().answer_accuracy);
     }
     w.end_object();
     summary.extra_json = extra;

@@ -386,7 +386,11 @@ TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and t
   std::istringstream first_line(read_bytes(join_path(dir, "metrics.jsonl")));
   std::string line;
   std::getline(first_line, line);
-  CHECK(summary->at("loss_first").get<double>() == parse_json(line)->at("loss").get<double>());
+  const auto first = parse_json(line);
+  CHECK(summary->at("loss_first").get<double>() == first->at("loss").get<double>());
+  // the long-range task's answer loss too (it was this process's first step's)
+  REQUIRE(first->contains("answer_loss"));
+  CHECK(summary->at("extra").at("answer_loss_first").get<double>() == first->at("answer_loss").get<double>());
 }
 
 TEST_CASE("checkpoint: a resume that fails before its first step leaves the run's files as it found them",
@@ -472,11 +476,19 @@ TEST_CASE("trace: a resumed trace is valid JSON on disk before this process writ
   record.t_end_s = 0.001;
   trace.on_record(record);
   trace.flush();
-  CHECK(read_bytes(path).find("\"forward\"") != std::string::npos);  // on disk before close
+  const std::string killed = read_bytes(path);             // what a process killed now leaves
+  CHECK(killed.find("\"forward\"") != std::string::npos);  // on disk before close
   trace.close();
   const auto closed = parse_json(read_bytes(path));  // the closing lines written over: one document
   REQUIRE(closed);
   CHECK(count_x(*closed) == count_x(*old_trace) + 1);
+  // Resumed from the killed file: its last event, written without a newline after it, is kept
+  // (the reader took only lines that ended in one, and dropped a checkpoint step's last event).
+  write_bytes(path, killed);
+  TraceWriter(path, 3).close();
+  const auto resumed = parse_json(read_bytes(path));
+  REQUIRE(resumed);
+  CHECK(count_x(*resumed) == count_x(*old_trace) + 1);
 }
 
 TEST_CASE("run directory: one writer at a time, a dead owner's lock is taken over", "[engine][checkpoint]") {
