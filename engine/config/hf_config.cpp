@@ -119,23 +119,40 @@ bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
       src = {&r.json().at(key), key};
       break;
     }
-  // Both keys (a config edited by hand): transformers lets rope_scaling override rope_parameters,
-  // so they must agree on every key rope_scaling sets ("type" being the old name of "rope_type").
+  // Both keys (a config edited by hand): transformers 5 replaces rope_parameters with rope_scaling
+  // whole, its rope_theta then the top level's (else 10000) and its other keys their defaults. So
+  // the two must be one scaling: the same keys and values ("type" being the old name of
+  // "rope_type"), rope_parameters' rope_theta that top-level value.
   if (src.name == "rope_parameters" && r.has("rope_scaling")) {
     const ReadJson& scaling = r.json().at("rope_scaling");
     if (!scaling.is_object()) {
       r.fail("rope_scaling", value_text(scaling), "must be an object of rope parameters");
       return false;
     }
-    for (const auto& [key, value] : scaling.items()) {
-      const std::string same = key == "type" ? "rope_type" : key;
-      if (src.params->contains(same) && src.params->at(same) == value) continue;
-      r.fail("rope_scaling." + key, value_text(value),
-             "differs from rope_parameters." + same + " = " +
-                 (src.params->contains(same) ? value_text(src.params->at(same)) : std::string("(missing)")) +
-                 ", and transformers would take rope_scaling's: keep one of the two keys");
-      return false;
+    const std::string keep = ", and transformers reads rope_scaling alone: keep one of the two keys";
+    ReadJson params = *src.params, legacy = ReadJson::object();
+    for (const auto& [key, value] : scaling.items()) legacy[key == "type" ? "rope_type" : key] = value;
+    if (params.contains("rope_theta")) {
+      const ReadJson top = r.has("rope_theta") ? r.json().at("rope_theta") : ReadJson(10000.0);
+      if (!legacy.contains("rope_theta") && params.at("rope_theta") != top) {
+        r.fail("rope_parameters.rope_theta", value_text(params.at("rope_theta")),
+               "differs from the rope_theta transformers takes beside rope_scaling (" + value_text(top) + ")" + keep);
+        return false;
+      }
+      if (!legacy.contains("rope_theta")) params.erase("rope_theta");
     }
+    for (const auto& [key, value] : params.items())
+      if (!legacy.contains(key) || legacy.at(key) != value) {
+        r.fail("rope_parameters." + key, value_text(value),
+               "differs from rope_scaling." + key + " = " +
+                   (legacy.contains(key) ? value_text(legacy.at(key)) : std::string("(missing)")) + keep);
+        return false;
+      }
+    for (const auto& [key, value] : legacy.items())
+      if (!params.contains(key)) {
+        r.fail("rope_scaling." + key, value_text(value), "is not in rope_parameters" + keep);
+        return false;
+      }
   }
   const ReadJson empty = ReadJson::object();
   const ReadJson& p = src.params ? *src.params : empty;

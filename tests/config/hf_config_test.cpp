@@ -124,9 +124,28 @@ TEST_CASE("hf config: rope_parameters and rope_scaling both present must agree, 
                "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500000.0}, ");
   HfConfigError error;
   CHECK(!read_hf_config(write_config("rope_both", json), &error));
-  CHECK_THAT(error.format(), Catch::Contains("\"rope_scaling.factor\" = 8") &&
-                                 Catch::Contains("differs from rope_parameters.factor = (missing)") &&
+  CHECK_THAT(error.format(), Catch::Contains("\"rope_parameters.rope_type\" = \"default\"") &&
+                                 Catch::Contains("differs from rope_scaling.rope_type = \"llama3\"") &&
                                  Catch::Contains("keep one of the two keys"));
+  // transformers replaces rope_parameters whole: a key only rope_parameters sets is dropped, and
+  // rope_theta is the top level's
+  struct Case {
+    const char* parameters;
+    const char* says;
+  };
+  for (const Case& c :
+       {Case{"\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+             "\"original_max_position_embeddings\": 8192, \"rope_theta\": 10000.0",
+             "\"rope_parameters.rope_theta\" = 10000.0: differs from the rope_theta transformers takes"},
+        Case{"\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+             "\"original_max_position_embeddings\": 8192, \"rope_theta\": 500000.0, \"attention_factor\": 1.0",
+             "\"rope_parameters.attention_factor\" = 1.0: differs from rope_scaling.attention_factor = (missing)"}}) {
+    json = kLlama31;
+    json.replace(json.find("\"rope_theta\""), 0, std::string("\"rope_parameters\": {") + c.parameters + "}, ");
+    INFO(c.parameters);
+    CHECK(!read_hf_config(write_config("rope_both_case", json), &error));
+    CHECK_THAT(error.format(), Catch::Contains(c.says));
+  }
   // the same parameters under both keys (the old name "type" for "rope_type" too) are one scaling
   json = kLlama31;
   json.replace(json.find("\"rope_theta\""), 0,
