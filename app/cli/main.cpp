@@ -3,6 +3,7 @@
 // `odyssey` (no LibTorch) hands the commands it lacks to `odyssey-engine` (all of them).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <climits>
@@ -49,9 +50,10 @@ std::string allocator_setting_problem(const char* name) {
 }
 
 /// OpenMP (libgomp, loaded with LibTorch) reads OMP_NUM_THREADS as positive whole numbers, one per
-/// nesting level ("4" or "4,2"), and ignores any other value with a warning, running on every core;
-/// odyssey's own reading (configure_threads) would take "4x" as 4. Checked here for both to agree.
-/// "" when it is unset or well formed.
+/// nesting level ("4" or "4,2"; strtoul's spelling: spaces around, a leading "+" or zeros), and
+/// ignores any other value with a warning, running on every core; odyssey's own reading
+/// (configure_threads, an int) would take "4x" as 4. Checked here for both to agree. "" when it is
+/// unset or well formed.
 std::string thread_setting_problem() {
   const char* set = std::getenv("OMP_NUM_THREADS");
   if (set == nullptr) return "";
@@ -63,14 +65,16 @@ std::string thread_setting_problem() {
   for (bool first = true; first || (i < value.size() && value[i] == ','); first = false) {
     if (!first) ++i;
     skip_spaces();
+    if (i < value.size() && value[i] == '+') ++i;
     const size_t digits = i;
     while (i < value.size() && std::isdigit(static_cast<unsigned char>(value[i]))) ++i;
-    const std::string number = value.substr(digits, i - digits);
-    if (number.empty() || number.find_first_not_of('0') == std::string::npos || number.size() > 9)
-      return "OMP_NUM_THREADS=" + value +
-             ": not a thread count (a whole number from 1 to 999999999, or a comma-separated list of them, one per "
-             "OpenMP nesting level); OpenMP would ignore it and run on every core. Unset it to let odyssey share the "
-             "cores between its ranks";
+    std::string number = value.substr(digits, i - digits);
+    number.erase(0, std::min(number.find_first_not_of('0'), number.size()));  // leading zeros
+    const std::string most = std::to_string(INT_MAX);
+    if (number.empty() || number.size() > most.size() || (number.size() == most.size() && number > most))
+      return "OMP_NUM_THREADS=" + value + ": not a thread count (a whole number from 1 to " + most +
+             ", or a comma-separated list of them, one per OpenMP nesting level); OpenMP would ignore it and run on "
+             "every core. Unset it to let odyssey share the cores between its ranks";
     skip_spaces();
   }
   if (i == value.size()) return "";

@@ -84,7 +84,7 @@ TEST_CASE("reliability: an OMP_NUM_THREADS that OpenMP would ignore is refused b
   // libgomp ignores a malformed value with a warning and runs on every core, while odyssey's own
   // reading took "4x" as 4 threads: the two disagreed. Refused by the LibTorch-free front end.
   const std::string err = fresh_dir("omp_threads") + ".stderr";
-  for (const std::string& bad : {"abc", "0", "4x", "4,", ""}) {
+  for (const std::string& bad : {"abc", "0", "000", "4x", "4,", "", "-1", "2147483648"}) {
     INFO("OMP_NUM_THREADS='" << bad << "'");
     Run r = run_shell("OMP_NUM_THREADS='" + bad + "' " + ODYSSEY_BIN_DIR + "/odyssey train " + kShort +
                       "--steps 1 --quiet 2>" + err);
@@ -93,8 +93,8 @@ TEST_CASE("reliability: an OMP_NUM_THREADS that OpenMP would ignore is refused b
     CHECK_THAT(r.err, Catch::Contains("odyssey train: OMP_NUM_THREADS=" + bad + ": ") &&
                           Catch::Contains("OpenMP would ignore"));
   }
-  // one count per nesting level, spaces around them, goes through
-  Run ok = run_shell("OMP_NUM_THREADS=' 1, 1 ' " + std::string(ODYSSEY_BIN_DIR) + "/odyssey train " + kShort +
+  // one count per nesting level, in strtoul's spelling (spaces around, "+", leading zeros), goes through
+  Run ok = run_shell("OMP_NUM_THREADS=' +1, 001 ' " + std::string(ODYSSEY_BIN_DIR) + "/odyssey train " + kShort +
                      "--steps 1 --quiet --out " + fresh_dir("omp_threads_run") + " 2>" + err);
   ok.err = read_text(err);
   require_exit(ok, 0);
