@@ -260,6 +260,15 @@ c10::intrusive_ptr<c10d::Store> connect_job_store(const TorchrunEnv& env, std::c
     std::string text = e.what_without_backtrace();
     if (const size_t cut = text.find('\n'); cut != std::string::npos) text.resize(cut);
     if (!text.empty() && text.back() != '.') text += '.';
+    // Rank 0 cannot serve: another process holds the port (a second RANK=0 of this job, another job
+    // on MASTER_PORT). The launch's to change, not a wait that ran out.
+    if (store_options.isServer &&
+        (text.find("EADDRINUSE") != std::string::npos || text.find("ddress already in use") != std::string::npos))
+      throw std::invalid_argument("torchrun job: rank 0 cannot serve the job's store at " + address +
+                                  ": another process already serves one on that port (a second process started "
+                                  "with RANK=0, or another job on MASTER_PORT=" +
+                                  std::to_string(env.master_port) +
+                                  "); each process needs its own RANK, each job its own MASTER_PORT");
     throw CommError("torchrun job: rank " + std::to_string(env.rank) + " could not join the job's store at " + address +
                     " in " + std::to_string(static_cast<int64_t>(waited + 0.5)) + " s: " + text + " " + serves +
                     "; parallel.timeout_s bounds the wait");

@@ -410,6 +410,32 @@ TEST_CASE("torchrun start: a second process with a RANK already taken is refused
                                         Catch::Contains("127.0.0.1:" + std::to_string(port)));
 }
 
+TEST_CASE("torchrun join: a second RANK=0 that cannot serve the store is refused as the launch's mistake", "[launch]") {
+  // It failed like a wait that ran out (exit 1, "one has not started"); the port is held by the
+  // first RANK=0, which serves the store and waits for the job's processes.
+  const int port = free_port();
+  std::string first_error;
+  std::thread first([&] {
+    try {
+      connect_job_store(TorchrunEnv{0, 2, 0, "127.0.0.1", port}, std::chrono::milliseconds(4000));
+    } catch (const std::exception& e) {
+      first_error = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // it holds the port by now
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_MATCHES(
+      connect_job_store(TorchrunEnv{0, 2, 0, "127.0.0.1", port}, std::chrono::milliseconds(4000)),
+      std::invalid_argument,
+      Catch::Message("torchrun job: rank 0 cannot serve the job's store at 127.0.0.1:" + std::to_string(port) +
+                     ": another process already serves one on that port (a second process started "
+                     "with RANK=0, or another job on MASTER_PORT=" +
+                     std::to_string(port) + "); each process needs its own RANK, each job its own MASTER_PORT"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));  // at once, not after the wait
+  first.join();
+  CHECK_THAT(first_error, Catch::Contains("one has not started"));  // the first waited for rank 1 in vain
+}
+
 TEST_CASE("torchrun start: a process that never says whether it can start is named when the wait ends", "[launch]") {
   // torchrun's agent serves the store, so rank 0 joins it at once; rank 1 never comes (it ended
   // before its first agreement point, or is stuck).
