@@ -542,11 +542,13 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
       throw FileWriteError("export: " + what);
     throw CheckpointError("export: --hf " + out_dir + ": " + what);
   };
-  std::string error;
-  int error_number = 0;
-  if (!make_dirs(parent, &error, &error_number)) refuse_path(error, error_number);
-  if (::access(parent.c_str(), W_OK | X_OK) != 0)
-    refuse_path("the folder " + parent + " is not writable (" + std::strerror(errno) + ")", errno);
+  // Checked on the deepest folder that exists, nothing made yet: a refusal below leaves no folder.
+  std::string existing = parent;
+  while (!path_exists(existing) && existing != "." && existing != "/") existing = folder_of(existing);
+  if (!is_directory(existing))
+    refuse_path("cannot create a folder under " + existing + ": a file of that name is there", ENOTDIR);
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    refuse_path("the folder " + existing + " is not writable (" + std::strerror(errno) + ")", errno);
   // Every tokenizer file read (bounded) before anything is written: a directory or a FIFO where a
   // file belongs is refused here, naming it, instead of exported as an empty file.
   const std::vector<CarriedFile> tokenizer_files =
@@ -593,6 +595,9 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   }
   // A private staging directory beside OUT (mkdtemp: a fresh name no other export shares), so an
   // export removes only what it made, never another's folder or a leftover it did not create.
+  std::string error;
+  int error_number = 0;
+  if (!make_dirs(parent, &error, &error_number)) refuse_path(error, error_number);
   std::string staging = out + ".partial-XXXXXX";
   if (::mkdtemp(staging.data()) == nullptr)
     refuse_path("cannot create a staging directory " + staging + " beside " + out + ": " + std::strerror(errno), errno);

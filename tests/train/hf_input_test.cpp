@@ -399,8 +399,9 @@ TEST_CASE("hf input: a tokenizer file that is a directory or a FIFO is refused n
         export_hf(run, root + "/out", options),
         Catch::StartsWith("tokenizer " + root + "/tok/tokenizer.json: ") && Catch::Contains("the file is damaged"));
     CHECK_THROWS_AS(read_carried_files(root + "/tok"), HfCheckpointError);  // train's carry: exit 2
+    CHECK_THROWS_AS(export_hf(run, root + "/new/deep/out", options), HfCheckpointError);
   }
-  CHECK(list_dir(root) == std::vector<std::string>{"tok"});
+  CHECK(list_dir(root) == std::vector<std::string>{"tok"});  // no OUT, and no folder made for one
   // An OUT whose folder cannot be made is the user's to change (exit 2), found before the weights.
   std::ofstream(root + "/file") << "x";
   CHECK_THROWS_AS(export_hf(run, root + "/file/out", options), CheckpointError);
