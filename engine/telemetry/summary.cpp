@@ -74,15 +74,16 @@ std::string summary_json(const RunSummary& s) {
     meaningful = meaningful && m.loss_meaningful;
   }
 
-  std::vector<int64_t> rank_peaks, rank_host_peaks;
-  if (!s.ranks.empty()) {
-    for (const auto& r : s.ranks) {
-      rank_peaks.push_back(r.device_peak);
-      rank_host_peaks.push_back(r.host_peak);
-    }
-  } else {
-    rank_peaks = max_per_rank(steps, false);
-    rank_host_peaks = max_per_rank(steps, true);
+  // Per rank, the most of the steps' peaks and of `ranks` (which may hold only some ranks: a
+  // torchrun process's own, the steps of this process of a continued run).
+  std::vector<int64_t> rank_peaks = max_per_rank(steps, false), rank_host_peaks = max_per_rank(steps, true);
+  for (const auto& r : s.ranks) {
+    if (r.rank < 0) continue;
+    const size_t at = static_cast<size_t>(r.rank);
+    if (rank_peaks.size() <= at) rank_peaks.resize(at + 1, 0);
+    if (rank_host_peaks.size() <= at) rank_host_peaks.resize(at + 1, 0);
+    rank_peaks[at] = std::max(rank_peaks[at], r.device_peak);
+    rank_host_peaks[at] = std::max(rank_host_peaks[at], r.host_peak);
   }
   int64_t peak = 0, host_peak = 0;
   for (int64_t v : rank_peaks) peak = std::max(peak, v);

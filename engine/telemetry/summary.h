@@ -36,7 +36,7 @@ struct RunSummary {
   std::string error;                ///< the failure, when status is "failed"
   double wall_s = 0;
   std::vector<StepMetrics> steps;  ///< every step of the run, in order
-  std::vector<RankPeak> ranks;     ///< empty: per-rank peaks are taken from the steps
+  std::vector<RankPeak> ranks;     ///< the ranks known in detail (any subset); per-rank peaks also from the steps
   const PhasePeakTable* phases = nullptr;
   /// A JSON object the trainer adds under "extra" (config echo, planner prediction...); must
   /// parse as an object, or the write fails.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "engine/config/run_config.h"
 #include "engine/telemetry/metrics_jsonl.h"
 #include "engine/telemetry/phase_peaks.h"
+#include "engine/telemetry/summary.h"
 #include "engine/telemetry/trace_writer.h"
 #include "engine/train/checkpoint_io.h"
 #include "engine/train/run.h"
@@ -35,6 +37,10 @@ struct RunShared {
   std::unique_ptr<TraceWriter> trace;
   PhasePeakTable run_peaks;        ///< summary.json: every rank's phases (gathered to rank 0)
   std::string collective_backend;  ///< summary.json: rank 0's world group's (Comm::backend), set by rank 0
+  /// summary.json's "ranks": the run peak of each rank of this process, with the categories at
+  /// it (every rank under rank threads; a torchrun process its own), appended as each rank ends.
+  std::mutex rank_peaks_mutex;
+  std::vector<RankPeak> rank_peaks;
 };
 
 using RunLog = std::function<void(const std::string&)>;

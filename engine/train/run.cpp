@@ -363,6 +363,8 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
 
   const int64_t total = opt.steps >= 0 ? opt.steps : cfg.training.steps;
   std::string profile_error;
+  RankPeak run_peak;  // summary.json's "ranks": this rank's highest step peak, its categories then
+  run_peak.rank = ctx.rank;
   while (trainer.next_step() < total) {
     if (!boundary.next(trainer, cfg)) {
       if (owns_outcome) out.status = RunOutcome::Status::Stopped;
@@ -394,8 +396,21 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
         profile_error = e.what();  // the run's failure, after its checkpoint: the steps are not lost
       }
     }
+    {  // the step's tracker window, as r.device_peak read it (nothing was allocated since)
+      const MemorySnapshot window = MemoryTracker::instance().snapshot(ctx.slot);
+      const int64_t host_peak = std::max(run_peak.host_peak, window.host_peak);
+      const int64_t reserved = std::max(run_peak.device_reserved, window.device_reserved);
+      if (window.device_peak >= run_peak.device_peak) run_peak = RankPeak::from(ctx.rank, window);
+      run_peak.host_peak = host_peak;
+      run_peak.device_reserved = reserved;
+      run_peak.ooms = window.ooms;
+    }
     reporter.report(r, boundary.config_version(), out);
     checkpoints.after_step(trainer, total);
+  }
+  if (trainer.next_step() > (shared.resume ? shared.resume->step : 0)) {
+    std::lock_guard<std::mutex> lock(shared.rank_peaks_mutex);
+    shared.rank_peaks.push_back(run_peak);
   }
   if (owns_outcome) out.next_step = trainer.next_step();
   // A run resumed in its own directory and stopped before its first step holds that checkpoint's
@@ -690,6 +705,9 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     if (continues && shared.metrics) summary.steps = shared.metrics->kept_steps();
     summary.steps.insert(summary.steps.end(), out.metrics.begin(), out.metrics.end());
     summary.phases = &shared.run_peaks;
+    summary.ranks = shared.rank_peaks;
+    std::sort(summary.ranks.begin(), summary.ranks.end(),
+              [](const RankPeak& a, const RankPeak& b) { return a.rank < b.rank; });
     std::string extra;
     JsonWriter w(extra);
     w.begin_object().key("next_step").value(out.next_step).key("memory").value(describe_memory(cfg, cfg.memory));

@@ -258,6 +258,33 @@ TEST_CASE("checkpoint: a rank file read as another rank's, or of another checkpo
   CHECK(run_training(cfg, again).status == RunOutcome::Status::Finished);
 }
 
+TEST_CASE("summary: each rank's run peak with its categories, the peaks of metrics.jsonl's steps",
+          "[engine][checkpoint]") {
+  // "ranks" was always empty, though the docs promised each rank's peaks and categories.
+  RunConfig cfg = small_config();
+  cfg.parallel.world_size = 2;
+  cfg.parallel.fsdp = true;
+  const std::string dir = checkpointed_run("summary_ranks", cfg, 2);
+  const auto summary = parse_json(read_bytes(join_path(dir, "summary.json")));
+  REQUIRE(summary);
+  std::vector<int64_t> most(2, 0);
+  std::istringstream lines(read_bytes(join_path(dir, "metrics.jsonl")));
+  for (std::string line; std::getline(lines, line);)
+    for (size_t r = 0; r < 2; ++r)
+      most[r] = std::max(most[r], parse_json(line)->at("rank_peak_bytes").at(r).get<int64_t>());
+  const Json& ranks = summary->at("ranks");
+  REQUIRE(ranks.size() == 2);
+  for (size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(ranks[r].at("rank").get<int64_t>() == static_cast<int64_t>(r));
+    CHECK(ranks[r].at("device_peak").get<int64_t>() == most[r]);  // the same tracker windows
+    int64_t categories = 0;
+    for (const auto& [name, bytes] : ranks[r].at("category_at_peak").items()) categories += bytes.get<int64_t>();
+    CHECK(categories >= most[r]);  // both pools' bytes at the device peak
+    CHECK(summary->at("rank_peak_bytes").at(r).get<int64_t>() == most[r]);
+  }
+}
+
 TEST_CASE("checkpoint: the pointer file's fields are checked for type and range", "[engine][checkpoint]") {
   const std::string dir = checkpointed_run("pointer", small_config(), 1);
   const std::string latest = join_path(join_path(dir, "checkpoints"), "latest.json");
