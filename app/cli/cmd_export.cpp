@@ -30,6 +30,9 @@ std::optional<int64_t> parse_bytes(const std::string& text) {
   return std::nullopt;
 }
 
+/// export_hf's messages begin "export: ", which the command's own prefix already says.
+std::string without_prefix(const std::string& what) { return what.rfind("export: ", 0) == 0 ? what.substr(8) : what; }
+
 int run_export(int argc, char** argv, int first) {
   std::string run_dir, out_dir;
   HfExportOptions options;
@@ -121,10 +124,10 @@ int run_export(int argc, char** argv, int first) {
     }
     return kExitOk;
   } catch (const CheckpointError& e) {
-    std::cerr << "odyssey export: " << e.what() << "\n";
+    std::cerr << "odyssey export: " << without_prefix(e.what()) << "\n";
     return kExitBadInput;
   } catch (const std::invalid_argument& e) {
-    std::cerr << "odyssey export: " << e.what() << "\n";
+    std::cerr << "odyssey export: " << without_prefix(e.what()) << "\n";
     return kExitBadInput;
   }
 }

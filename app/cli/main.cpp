@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : odyssey::cli::commands()) {
     if (c.name != std::string(argv[1])) continue;
-    for (int i = 2; i < argc; ++i) {
+    for (int i = 2; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {  // after "--", -h is a file's name
       if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
         if (c.help)
           std::cout << c.help;

@@ -374,6 +374,11 @@ TEST_CASE("reliability: each command's --help names every option it takes", "[cl
       CHECK_THAT(alone.err, !Catch::Contains("unknown option " + flag) && !Catch::Contains("unknown argument " + flag));
     }
   }
+  // After "--" an argument is a name, "-h" too: a preset named -h is looked for, no help printed
+  const Run named = run_odyssey("plan -- -h");
+  require_exit(named, 2);
+  CHECK(named.out.empty());
+  CHECK_THAT(named.err, Catch::Contains("-h: cannot open"));
 }
 
 TEST_CASE("reliability: --memory-snapshot on a CPU run is refused before any output", "[cli][reliability]") {
