@@ -34,7 +34,8 @@ def record(tag, payload=b""):
 
 
 def text_payload(text):
-    data = text.encode("utf-8")
+    # surrogateescape: a file name that is not UTF-8 (os.fsdecode's lone surrogates) goes out as its bytes
+    data = text.encode("utf-8", "surrogateescape")
     return struct.pack("<I", len(data)) + data
 
 
@@ -63,6 +64,9 @@ def find_eos(tokenizer, path):
             raise BadInput("%s: not a JSON object (%s)" % (config, e))
         if isinstance(eos, dict):
             eos = eos.get("content")
+        if eos is not None and not isinstance(eos, str):  # neither absent nor a token: not a silent fallback
+            raise BadInput("%s: eos_token %s is not a token (a string, or an object whose \"content\" is one)"
+                           % (config, shown_json(eos)))
         if isinstance(eos, str):
             eos_id = tokenizer.token_to_id(eos)
             if eos_id is None:
@@ -88,6 +92,8 @@ def value_kind(value):
     """How a message names a value that should have been a string (JSON's words where they fit)."""
     if value is None:
         return "null"
+    if isinstance(value, dict):  # json_object, the reader's dict with its key count
+        return "an object"
     return {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object",
             str: "a string", bytes: "bytes"}.get(type(value), "a " + type(value).__name__)
 
@@ -140,14 +146,15 @@ def jsonl_documents(path, file_number):
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # a byte-order mark is not text
             line = utf8(raw, lambda _: where)
-            if not line.strip():
+            if not line.strip(" \t\r\n"):  # JSON's whitespace: U+0085 or \v is no blank line
                 continue
             try:
                 value = json.loads(line, object_pairs_hook=json_object)
             except (ValueError, RecursionError) as e:
                 hint = " (a .json file is read as JSON lines: one object per line)" if path.endswith(".json") else ""
-                raise BadInput("%s: invalid JSON: %s%s" % (where, getattr(e, "msg", str(e)) if not isinstance(e, RecursionError)
-                                                            else "nested too deeply", hint))
+                what = "nested too deeply" if isinstance(e, RecursionError) else (
+                    "%s (column %d)" % (e.msg, e.colno) if hasattr(e, "colno") else str(e))
+                raise BadInput("%s: invalid JSON: %s%s" % (where, what, hint))
             if not isinstance(value, dict):
                 raise BadInput("%s: a JSON object with a \"text\" string field is expected, got %s: %s" %
                                (where, value_kind(value), shown_json(value)))

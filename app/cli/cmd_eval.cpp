@@ -102,6 +102,8 @@ EvalArgs parse(int argc, char** argv, int first) {
         throw BadInput(arg + " needs a value");
       else
         v = argv[++i];
+      // "" is no value: `--out ""` wrote to the default folder, `--tokenizer ""` took the default
+      if (v.empty()) throw BadInput(arg + " needs a value (got an empty one)");
       if (const std::string twice = once ? given.give(arg, v) : std::string(); !twice.empty()) throw BadInput(twice);
       return v;
     };
@@ -502,6 +504,40 @@ std::string fixed(double v, int digits) {
 
 /// The exit status of what ended an evaluation: 2 for bad input (the arguments, the text inputs,
 /// and what training classes as the input's: is_bad_input), 1 for the run's failure.
+/// Writes `bytes` to `path`, which must not exist: through a temporary beside it and link(2),
+/// which fails where a file appeared since the checks (another eval into this --out), rather than
+/// replace it as a rename would. Throws BadInput for that, std::runtime_error for a failed write.
+void write_new_file(const std::string& path, const std::string& bytes, const std::string& out_dir) {
+  std::string temporary = path + ".XXXXXX";
+  const int fd = ::mkstemp(temporary.data());
+  if (fd < 0) throw std::runtime_error("cannot create " + temporary + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);  // mkstemp's 0600, widened to what creating the file would give
+  const bool written = done == bytes.size() && ::fsync(fd) == 0;
+  const int write_error = errno;
+  ::close(fd);
+  if (!written) {
+    ::unlink(temporary.c_str());
+    throw std::runtime_error("cannot write " + temporary + ": " + std::strerror(write_error));
+  }
+  const int linked = ::link(temporary.c_str(), path.c_str());
+  const int link_error = errno;
+  ::unlink(temporary.c_str());
+  if (linked == 0) return;
+  if (link_error == EEXIST)
+    throw BadInput("--out " + out_dir + ": " + path +
+                   " was written by another eval meanwhile (it was not there when this eval began): it is left as "
+                   "it is; pass --overwrite to replace it");
+  throw std::runtime_error("cannot write " + path + ": " + std::strerror(link_error));
+}
+
 int eval_exit_code(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -805,8 +841,16 @@ int run_eval(int argc, char** argv, int first) {
       w.null();
     }
     w.end_object();
-    write_file_atomically(json_path, text + "\n");
-    if (png) write_file_atomically(png_path, *png);
+    if (a.overwrite) {
+      write_file_atomically(json_path, text + "\n");
+      if (png) write_file_atomically(png_path, *png);
+      // an earlier eval's heatmap would describe another evaluation than this eval.json
+      struct stat old_png {};
+      if (!png && ::lstat(png_path.c_str(), &old_png) == 0 && S_ISREG(old_png.st_mode)) ::unlink(png_path.c_str());
+    } else {  // never over a file another eval into this --out wrote meanwhile
+      write_new_file(json_path, text + "\n", out_dir);
+      if (png) write_new_file(png_path, *png, out_dir);
+    }
 
     if (a.json) {
       std::cout << text << "\n";

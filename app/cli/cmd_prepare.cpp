@@ -2,6 +2,7 @@
 // documents file for training.dataset = "documents", tokenized by Hugging Face `tokenizers` in the
 // project's Python (text_tokenizer.h), with a progress bar and the counts at the end.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -207,7 +208,16 @@ void check_out(const PrepareArgs& a, const std::vector<TextInput>& inputs, const
   if (!a.preset.empty() && same_path(a.preset, a.out))
     throw PrepareError(2, "--out " + a.out + " is the preset " + a.preset +
                               ": it would be replaced by the documents file; choose another name");
-  if (path_exists(a.out) && !a.overwrite)
+  // The entry itself (lstat): a link, even one to nothing, or a FIFO or device is no documents
+  // file to replace; found before the tokenizing, not by the publish after it.
+  struct stat st {};
+  if (::lstat(a.out.c_str(), &st) != 0) return;
+  if (!S_ISREG(st.st_mode))
+    throw PrepareError(2, "--out " + a.out + " is " +
+                              (S_ISLNK(st.st_mode) ? std::string("a symbolic link") : "not a regular file") +
+                              ": prepare writes a regular file there and replaces regular files only (--overwrite); "
+                              "name the file itself, or choose another name");
+  if (!a.overwrite)
     throw PrepareError(2, "--out " + a.out + " exists: pass --overwrite to replace it, or choose another name");
 }
 

@@ -1,6 +1,7 @@
 // odyssey: the headless CLI. Dispatches to the subcommands registered by cmd_*.cpp; the contract
 // (names, flags, JSON fields, exit codes 0/1/2) is in DESIGN.md and README.md. Built twice:
 // `odyssey` (no LibTorch) hands the commands it lacks to `odyssey-engine` (all of them).
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -133,6 +134,13 @@ void print_help(std::ostream& os) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Descriptors 0-2 closed by the caller (`2>&-`) would be the next files opened: a documents
+  // file's temporary, a run's lock, which then received stderr's text. /dev/null holds them.
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      const int null_fd = ::open("/dev/null", O_RDWR);
+      if (null_fd >= 0 && null_fd != fd) ::close(null_fd);  // taken in order: it is fd unless that was open
+    }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
 #ifdef ODYSSEY_CLI_ENGINE_EXE
     return run_in_engine(argv);  // the help lists every command

@@ -270,6 +270,12 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   require_exit(r, 0);
   CHECK_THAT(r.out, Catch::Contains("loss by position in document") && Catch::Contains("needle in a haystack") &&
                         Catch::Contains("32-128") && Catch::Contains("(cpu, 1 rank, memory"));
+  // Replaced by an eval without the grid: the earlier heatmap goes with the eval.json it belonged to.
+  struct stat heatmap {};
+  REQUIRE(::stat((run_dir + "/eval/needle.png").c_str(), &heatmap) == 0);
+  r = run_odyssey("eval " + run_dir + " --data " + heldout + " --seq-len 128 --first-bucket 8 --no-needle --overwrite");
+  require_exit(r, 0);
+  CHECK(::stat((run_dir + "/eval/needle.png").c_str(), &heatmap) != 0);
 
   // The run (trained on one rank) evaluated on two that share each sequence (Ulysses 2), its
   // weights sharded (FSDP): the same JSON shape and counts, and the losses within the forward's
@@ -433,6 +439,9 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --preset presets/tiny-cpu.toml",
        "carries its own config"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --bogus", "unknown option --bogus"},
+      // an empty value is none: it took the default folder, tokenizer or config
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --out \"\"", "--out needs a value"},
+      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --tokenizer \"\"", "--tokenizer needs a value"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --seq-len=128 --no-needle",
        "--seq-len given twice (64, then 128): give it once"},
       // a needle option beside --no-needle would be ignored: refused, naming the first

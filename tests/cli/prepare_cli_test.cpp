@@ -88,6 +88,18 @@ TEST_CASE("odyssey prepare: JSON lines and a text directory read back token for 
   CHECK(d.index == Index{0, 3, 9, 10});
   CHECK(d.tokens == Tokens{2, 3, 4, 7, 8, 9, 5, 2, 6, 3});
 
+  SECTION("with stderr closed (2>&-) the same file, byte for byte") {
+    // The documents file's temporary took descriptor 2, and the progress lines went into its
+    // token area: a corrupt file, exit 0. The standard descriptors are held open on /dev/null.
+    const std::string closed_out = dir + "/closed.odoc";
+    const Run closed = run_shell(std::string(ODYSSEY_BIN_DIR) + "/odyssey prepare " + dir + "/docs.jsonl --tokenizer " +
+                                 tokenizer + " --out " + closed_out + " 2>&- >/dev/null");
+    require_exit(closed, 0);
+    std::ifstream a(out, std::ios::binary), b(closed_out, std::ios::binary);
+    const std::string want((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>()),
+        got((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+    CHECK(got == want);
+  }
   SECTION("--append-eos puts the tokenizer's </s> after every document, and --json says so") {
     const std::string eos_out = dir + "/eos.odoc";
     r = run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + dir + " --out " + eos_out + " --append-eos --json");
@@ -200,7 +212,7 @@ TEST_CASE("odyssey prepare: a bad line is FILE:LINE: rule with exit 2, and nothi
   std::ofstream(dir + "/syntax.jsonl") << "{\"text\": \"the cat\"}\n\n{\"text\": \"sat\"\n";
   r = run_odyssey("prepare " + dir + "/syntax.jsonl --tokenizer " + tokenizer + " --out " + out);
   require_exit(r, 2);
-  CHECK_THAT(r.err, Catch::Contains(dir + "/syntax.jsonl:3: invalid JSON"));
+  CHECK_THAT(r.err, Catch::Contains(dir + "/syntax.jsonl:3: invalid JSON") && Catch::Contains("(column "));
   std::ofstream(dir + "/field.jsonl") << "{\"content\": \"the cat\"}\n";
   r = run_odyssey("prepare " + dir + "/field.jsonl --tokenizer " + tokenizer + " --out " + out);
   require_exit(r, 2);
@@ -221,7 +233,16 @@ TEST_CASE("odyssey prepare: a bad line is FILE:LINE: rule with exit 2, and nothi
       {"latin1.jsonl", "latin1.jsonl:2: not UTF-8: byte 0xe9 at column 14 is invalid"},
       {"latin1.txt", "latin1.txt:2: not UTF-8: byte 0xe9 at column 4 is invalid"},
       {"surrogate.jsonl", "surrogate.jsonl:1: \"text\" holds a lone surrogate \\ud800 at character 4"},
+      // an object named as one (the reader's own dict class was named), and a line of a vertical
+      // tab, which is no JSON whitespace, refused where it was skipped as blank
+      {"object.jsonl", "object.jsonl:1: \"text\" is an object, not a string"},
+      {"vtab.jsonl", "vtab.jsonl:2: invalid JSON"},
+      // a file name that is not UTF-8: its line named, where the name broke the message (exit 1)
+      {"name\xff.jsonl", ".jsonl:2: invalid JSON"},
   };
+  std::ofstream(dir + "/object.jsonl") << "{\"text\": {\"a\": \"b\"}}\n";
+  std::ofstream(dir + "/vtab.jsonl") << "{\"text\": \"the\"}\n\v\n";
+  std::ofstream(dir + "/name\xff.jsonl") << "{\"text\": \"the\"}\nnot json\n";
   std::ofstream(dir + "/string.jsonl") << "{\"text\": \"the\"}\n\"the cat\"\n";
   std::ofstream(dir + "/array.jsonl") << "[\"the\", 1]\n";
   std::ofstream(dir + "/null.jsonl") << "null\n";
@@ -269,6 +290,18 @@ TEST_CASE("odyssey prepare: a bad line is FILE:LINE: rule with exit 2, and nothi
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains(dir + "/with_config/tokenizer_config.json: not a JSON object"));
   CHECK_FALSE(exists(out));
+  // an eos_token that is no token is refused, not passed over for another special token
+  std::ofstream(dir + "/with_config/tokenizer_config.json", std::ios::trunc) << "{\"eos_token\": 5}";
+  r = run_odyssey("prepare " + dir + "/twice.jsonl --tokenizer " + configured + " --out " + out + " --append-eos");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("tokenizer_config.json: eos_token 5 is not a token"));
+  CHECK_FALSE(exists(out));
+  // an --out that is a link (to nothing here) is refused before the tokenizing, --overwrite or not
+  REQUIRE(::symlink((dir + "/nowhere/x.odoc").c_str(), (dir + "/link.odoc").c_str()) == 0);
+  r = run_odyssey("prepare " + dir + "/twice.jsonl --tokenizer " + tokenizer + " --out " + dir +
+                  "/link.odoc --overwrite");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--out " + dir + "/link.odoc is a symbolic link"));
   require_exit(run_odyssey("prepare " + dir + "/twice.jsonl --tokenizer " + configured + " --out " + out), 0);
   CHECK(exists(out));
 }
