@@ -62,6 +62,14 @@ std::string checkpointed_run(const std::string& name, const RunConfig& cfg, int6
   return opt.out_dir;
 }
 
+/// small_config on two rank threads, each holding half of every parameter group (FSDP).
+RunConfig two_rank_config() {
+  RunConfig cfg = small_config();
+  cfg.parallel.world_size = 2;
+  cfg.parallel.fsdp = true;
+  return cfg;
+}
+
 /// Options that resume the run in `dir` into itself, up to step `steps`.
 RunOptions resumed_in(const std::string& dir, int64_t steps) {
   RunOptions opt;
@@ -226,9 +234,7 @@ TEST_CASE("checkpoint: a rank file read as another rank's, or of another checkpo
           "[engine][checkpoint]") {
   // FSDP shards of one shape fit every rank: swapped rank files, or one of another run's
   // checkpoint at the same step, resumed silently on the wrong weights.
-  RunConfig cfg = small_config();
-  cfg.parallel.world_size = 2;
-  cfg.parallel.fsdp = true;
+  const RunConfig cfg = two_rank_config();
   const std::string dir = checkpointed_run("owner", cfg, 2);
   const auto info = read_checkpoint_info(dir);
   REQUIRE(info);
@@ -261,10 +267,7 @@ TEST_CASE("checkpoint: a rank file read as another rank's, or of another checkpo
 TEST_CASE("summary: each rank's run peak with its categories, the peaks of metrics.jsonl's steps",
           "[engine][checkpoint]") {
   // "ranks" was always empty, though the docs promised each rank's peaks and categories.
-  RunConfig cfg = small_config();
-  cfg.parallel.world_size = 2;
-  cfg.parallel.fsdp = true;
-  const std::string dir = checkpointed_run("summary_ranks", cfg, 2);
+  const std::string dir = checkpointed_run("summary_ranks", two_rank_config(), 2);
   const auto summary = parse_json(read_bytes(join_path(dir, "summary.json")));
   REQUIRE(summary);
   std::vector<int64_t> most(2, 0);
