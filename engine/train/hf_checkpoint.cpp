@@ -488,7 +488,8 @@ std::vector<CarriedFile> read_carried_files(const std::string& dir) {
     if (std::string_view(as).ends_with(".json") && !object) {
       std::string why = "not a JSON object";
       try {
-        (void)nlohmann::json::parse(text);
+        const nlohmann::json parsed = nlohmann::json::parse(text);  // throws, naming the place
+        (void)parsed;
       } catch (const nlohmann::json::exception& e) {
         why = e.what();
       }
@@ -551,13 +552,14 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
     refuse_path("the folder " + existing + " is not writable (" + std::strerror(errno) + ")", errno);
   // Every tokenizer file read (bounded) before anything is written: a directory or a FIFO where a
   // file belongs is refused here, naming it, instead of exported as an empty file.
+  const std::vector<CarriedFile> carried = read_carried_files(info->path);  // read (and checked) once
   const std::vector<CarriedFile> tokenizer_files =
-      read_carried_files(options.tokenizer_dir.empty() ? info->path : options.tokenizer_dir);
+      options.tokenizer_dir.empty() ? carried : read_carried_files(options.tokenizer_dir);
   // The context the exported config advertises: the longest the run trained, or the model it came
   // from advertised (its config.json, carried by the checkpoint), whichever is longer. A fine-tune
   // at 32K of a 128K model stays a 128K model for the tools that read max_position_embeddings.
   int64_t max_positions = cfg.training.seq_len;
-  for (const CarriedFile& file : read_carried_files(info->path))
+  for (const CarriedFile& file : carried)
     if (file.name == std::string(kSourceConfigName)) {
       const Json source = Json::parse(file.bytes);  // checked as a JSON object when read
       if (source.contains("max_position_embeddings") && source.at("max_position_embeddings").is_number_integer())
