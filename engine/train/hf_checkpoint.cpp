@@ -482,10 +482,10 @@ std::vector<CarriedFile> read_carried_files(const std::string& dir) {
     // fail only when transformers or eval reads it: refused here, where it is read.
     // Checked without a document tree (accept: linear in the size; a 128k-entry vocabulary in an
     // ordered_json would insert each key with a linear scan).
+    if (!std::string_view(as).ends_with(".json")) continue;  // tokenizer.model: SentencePiece's binary
     const std::string& text = files.back().bytes;
     const size_t first = text.find_first_not_of(" \t\r\n");
-    const bool object = first != std::string::npos && text[first] == '{' && nlohmann::json::accept(text);
-    if (std::string_view(as).ends_with(".json") && !object) {
+    if (first == std::string::npos || text[first] != '{' || !nlohmann::json::accept(text)) {
       std::string why = "not a JSON object";
       try {
         const nlohmann::json parsed = nlohmann::json::parse(text);  // throws, naming the place
