@@ -4,10 +4,13 @@
 // held-out documents and a needle-in-a-haystack grid, forward only under the run's memory stack on
 // the run's ranks (engine/train/eval.h); a table on stdout (or --json), DIR/eval.json and DIR/needle.png.
 // Exit 0, 1 (runtime failure), 2 (bad input).
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -66,6 +69,63 @@ constexpr const char* kHelp =
     "  --max-sequences N  evaluate only the file's first N sequences\n"
     "  --no-needle      the loss by position only\n"
     "  --quiet          no progress on stderr\n";
+
+// [section] Signals ----------------------------------------------------------------------------
+
+// eval writes nothing until its results are whole, so SIGINT and SIGTERM end it at once (exit 130
+// or 143), wherever it is: reading weights, in the torchrun rendezvous, in the forwards. The
+// handler removes what eval made before it wrote a result (the --out folders, a write probe) with
+// async-signal-safe calls. While the results are written the signal waits for them to be whole.
+std::atomic<const std::vector<std::string>*> g_made_folders{nullptr};  ///< innermost first; set once built
+char g_write_probe[4096] = "";                                         ///< a probe file being checked, or ""
+volatile std::sig_atomic_t g_publishing = 0;                           ///< 1 while eval.json and needle.png are written
+volatile std::sig_atomic_t g_deferred_signal = 0;                      ///< a signal that came while publishing
+
+extern "C" void on_eval_stop_signal(int sig) {
+  if (g_publishing) {
+    g_deferred_signal = sig;
+    return;
+  }
+  if (g_write_probe[0] != '\0') ::unlink(g_write_probe);
+  if (const std::vector<std::string>* made = g_made_folders.load())
+    for (const std::string& folder : *made) ::rmdir(folder.c_str());  // only empty ones go
+  static const char kInt[] = "\nodyssey eval: stopped by Ctrl-C before its results were written: nothing was written\n";
+  static const char kTerm[] =
+      "\nodyssey eval: stopped by SIGTERM before its results were written: nothing was written\n";
+  const ssize_t ignored =
+      sig == SIGINT ? ::write(STDERR_FILENO, kInt, sizeof(kInt) - 1) : ::write(STDERR_FILENO, kTerm, sizeof(kTerm) - 1);
+  (void)ignored;
+  ::_exit(128 + sig);
+}
+
+/// Installs on_eval_stop_signal for SIGINT and SIGTERM for the command's life; restores the
+/// previous handlers when destroyed.
+class EvalStopSignals {
+ public:
+  EvalStopSignals() {
+    g_made_folders.store(nullptr);
+    g_write_probe[0] = '\0';
+    g_publishing = 0;
+    g_deferred_signal = 0;
+    struct sigaction on {};
+    on.sa_handler = on_eval_stop_signal;
+    on.sa_flags = SA_RESTART;  // the writes of a deferred stop go on
+    ::sigemptyset(&on.sa_mask);
+    ::sigaction(SIGINT, &on, &old_int_);
+    ::sigaction(SIGTERM, &on, &old_term_);
+  }
+  ~EvalStopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    g_made_folders.store(nullptr);
+  }
+  EvalStopSignals(const EvalStopSignals&) = delete;
+  EvalStopSignals& operator=(const EvalStopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {
+  }, old_term_{};
+};
 
 /// Bad input: the message names the flag or file, its value and the rule.
 struct BadInput : std::runtime_error {
@@ -570,6 +630,7 @@ int run_eval(int argc, char** argv, int first) {
       refuse_torchrun_start(reason, code == kExitBadInput);
   };
   std::vector<std::string> made_folders;  // the folders of --out this eval made, innermost first
+  std::optional<EvalStopSignals> stop_signals(std::in_place);
   try {
     const Source source = open_source(a);
     // The config the forward runs: the run's ranks and memory stack, the data and length asked.
@@ -682,14 +743,22 @@ int run_eval(int argc, char** argv, int first) {
     for (std::string folder = clean_path(out_dir); !folder.empty() && folder != "." && !path_exists(folder);
          folder = folder_of(folder))
       made_folders.push_back(folder);
+    g_made_folders.store(&made_folders);  // complete: the stop handler may read it from here
     if (!make_dirs(out_dir, &error, &error_number)) throw BadInput("--out " + out_dir + ": " + error);
     {  // the outputs can be written there, known before the evaluation rather than after it
-      std::string probe = join_path(out_dir, ".eval-write-check-XXXXXX");
-      const int fd = ::mkstemp(probe.data());
-      if (fd < 0)
+      const std::string probe = join_path(out_dir, ".eval-write-check-XXXXXX");
+      if (probe.size() >= sizeof(g_write_probe))
+        throw BadInput("--out " + out_dir + ": a path of " + std::to_string(probe.size()) + " bytes, longer than " +
+                       std::to_string(sizeof(g_write_probe) - 1) + " (nothing was written)");
+      std::memcpy(g_write_probe, probe.c_str(), probe.size() + 1);
+      const int fd = ::mkstemp(g_write_probe);  // the handler unlinks the name it fills in
+      if (fd < 0) {
+        g_write_probe[0] = '\0';
         throw BadInput("--out " + out_dir + ": cannot write there (" + std::strerror(errno) + "; nothing was written)");
+      }
       ::close(fd);
-      ::unlink(probe.c_str());
+      ::unlink(g_write_probe);
+      g_write_probe[0] = '\0';
     }
 
     // The weights, read here once for every rank of this process: a run's checkpoint whole (each
@@ -841,6 +910,7 @@ int run_eval(int argc, char** argv, int first) {
       w.null();
     }
     w.end_object();
+    g_publishing = 1;  // a signal from here waits until both files are whole
     if (a.overwrite) {
       write_file_atomically(json_path, text + "\n");
       if (png) write_file_atomically(png_path, *png);
@@ -850,6 +920,12 @@ int run_eval(int argc, char** argv, int first) {
     } else {  // never over a file another eval into this --out wrote meanwhile
       write_new_file(json_path, text + "\n", out_dir);
       if (png) write_new_file(png_path, *png, out_dir);
+    }
+    stop_signals.reset();                     // whole results: a signal from here ends the process as it would anywhere
+    if (const int sig = g_deferred_signal) {  // the results are whole; the stop is still honoured
+      std::cerr << "odyssey eval: stopped by " << (sig == SIGINT ? "Ctrl-C" : "SIGTERM") << " after writing "
+                << json_path << (png ? " and " + png_path : std::string()) << "\n";
+      return 128 + sig;
     }
 
     if (a.json) {
@@ -897,6 +973,7 @@ int run_eval(int argc, char** argv, int first) {
     std::cout << "\n";
     return kExitOk;
   } catch (const std::exception& e) {
+    g_publishing = 0;  // a failed write: a signal from here ends the process at once
     const int code = eval_exit_code(std::current_exception());
     // A refused or failed eval leaves no folder behind that it made and wrote nothing into
     // (rmdir removes only an empty one).

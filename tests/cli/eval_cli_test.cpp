@@ -5,11 +5,13 @@
 // same losses, and so does the run evaluated on two ranks (Ulysses 2, FSDP); bad input exits 2
 // naming the flag or file (a rank layout the validator refuses, a --set that reshapes the model, a
 // tokenizer that is not the file's or cannot spell a passkey included) before any weight is read,
-// and writes nothing; one-token documents: train refuses them, eval skips their sequences. The
+// and writes nothing; SIGINT or SIGTERM ends it at once and removes the folders it made; one-token
+// documents: train refuses them, eval skips their sequences. The
 // studio's Eval panel is tested on fixtures of this output (tests/fixtures/eval/): they keep its shape.
 #include <sys/stat.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -413,6 +415,47 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   const auto exported_config = parse_json(read_text(exported + "/config.json"));
   REQUIRE((source_config && exported_config));
   CHECK(exported_config->at("max_position_embeddings").get<int64_t>() == 4096);
+}
+
+TEST_CASE("odyssey eval: SIGINT and SIGTERM end it at once, removing the folders it made (exit 130, 143)",
+          "[cli][eval][signals]") {
+  // Rank 0 of a two-process torchrun job whose rank 1 never starts waits in the rendezvous, after
+  // it made --out's folders and before any result: a stop used to end eval silently (the signal's
+  // default) and leave those folders behind.
+  const EvalRun fixture = one_step_run("eval_signal");
+  for (const int sig : {SIGINT, SIGTERM}) {
+    INFO("signal " << sig);
+    const std::string top = fixture.dir + "/stopped_" + std::to_string(sig), out = top + "/inner";
+    const std::string log = fixture.dir + "/stopped_" + std::to_string(sig) + ".log";
+    const pid_t pid = spawn_odyssey(
+        "eval " + fixture.run_dir + " --data " + fixture.docs + " --seq-len 64 --no-needle --out " + out +
+            " --set parallel.world_size=2 --set parallel.fsdp=true "
+            "--set parallel.timeout_s=600",
+        log, "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()));
+    struct stat st {};
+    bool made = false;
+    for (int i = 0; i < 6000 && !made; ++i) {
+      made = ::stat(out.c_str(), &st) == 0;
+      if (!made) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    REQUIRE(made);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the rendezvous
+    ::kill(pid, sig);
+    const auto status = wait_exit(pid, 10);
+    if (!status) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    INFO(read_text(log));
+    REQUIRE(status.has_value());
+    REQUIRE(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 128 + sig);
+    CHECK_THAT(read_text(log),
+               Catch::Contains(std::string("odyssey eval: stopped by ") + (sig == SIGINT ? "Ctrl-C" : "SIGTERM") +
+                               " before its results were written: nothing was written"));
+    CHECK(::stat(top.c_str(), &st) != 0);  // both folders it made are gone, the fixture's kept
+    CHECK(::stat(fixture.dir.c_str(), &st) == 0);
+  }
 }
 
 TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][eval]") {
