@@ -1,15 +1,23 @@
 // odyssey check PRESET...: validates each preset (with any --set overrides) and its data file as
 // `odyssey train` opens it, prints every problem as FILE:LINE:COL: key = value: rule (hint), and
 // for a valid one its notes (config_notes: what it does that its author may not expect). Exit 0
-// when all are valid, else 2.
+// when all are valid, else 2. A model.hf_path directory's weights are opened as train opens them
+// (model_weights_check.h: in odyssey-engine, to which `odyssey` hands such a check).
 #include <iostream>
 
 #include "app/cli/cli.h"
+#include "app/cli/model_weights_check.h"
 #include "engine/config/sizes.h"
 #include "engine/config/validate.h"
 #include "engine/util/json.h"
 
 namespace odyssey::cli {
+
+ModelWeightsCheck& model_weights_check() {
+  static ModelWeightsCheck check = nullptr;
+  return check;
+}
+
 namespace {
 
 int run_check(int argc, char** argv, int first) {
@@ -23,10 +31,20 @@ int run_check(int argc, char** argv, int first) {
   std::string json;
   JsonWriter w(json);
   w.begin_object().key("presets").begin_array();
+  std::vector<LoadedPreset> presets;
   for (const auto& path : args->positional) {
-    LoadedPreset loaded = load_preset(path, args->overrides);
-    if (loaded.ok())  // what train reads besides the preset: its data file, with train's checks
-      if (std::optional<ConfigIssue> issue = check_dataset(loaded)) loaded.issues.push_back(std::move(*issue));
+    presets.push_back(load_preset(path, args->overrides));
+    // A model directory's weights are read where LibTorch is: before anything is printed here.
+    if (presets.back().ok() && !presets.back().config.model.hf_path.empty() && !model_weights_check())
+      return kRunInEngine;
+  }
+  for (size_t p = 0; p < presets.size(); ++p) {
+    const std::string& path = args->positional[p];
+    LoadedPreset& loaded = presets[p];
+    if (loaded.ok())  // what train reads besides the preset: its data file and weights, with train's checks
+      for (auto check : {check_dataset, model_weights_check()})
+        if (check)
+          if (std::optional<ConfigIssue> issue = check(loaded)) loaded.issues.push_back(std::move(*issue));
     all_ok = all_ok && loaded.ok();
     w.begin_object().key("path").value(path).key("ok").value(loaded.ok()).key("issues").begin_array();
     for (const auto& issue : loaded.issues) {

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "app/cli/cli.h"
+#include "app/cli/model_weights_check.h"
 
 namespace {
 
@@ -170,6 +171,14 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       std::cerr << "odyssey " << c.name << ": " << e.what() << "\n";
       return odyssey::cli::kExitRuntime;
+    }
+    if (code == odyssey::cli::kRunInEngine) {  // it needs what only odyssey-engine has, said before any output
+#ifdef ODYSSEY_CLI_ENGINE_EXE
+      return run_in_engine(argv);
+#else
+      std::cerr << "odyssey " << c.name << ": asked for odyssey-engine, which this is\n";
+      return odyssey::cli::kExitRuntime;
+#endif
     }
     // Output the system refused (a full disk, a closed pipe's reader gone) is the command's
     // failure: a script reading a plan or JSON from a file must not take a cut one for a success.

@@ -1,7 +1,8 @@
 // A Hugging Face directory through the CLI as a user runs it: planned and checked from its
 // config.json, trained (one rank, and four with Ulysses + FSDP + every memory technique, which must
 // give the same loss), exported, and loaded back into transformers with the same logits; broken
-// directories (a NaN weight among them) refused with exit 2, naming the file and the tensor.
+// directories (a NaN weight among them) refused with exit 2 by train, and by check where train
+// refuses them before it builds the model, naming the file and the tensor.
 #include <catch2/catch.hpp>
 
 #include <csignal>
@@ -154,6 +155,14 @@ TEST_CASE("hf cli: broken directories are refused with exit 2 naming the file, k
     for (const auto& text : c.says) CHECK_THAT(r.err, Catch::Contains(text));
     // Refused before the run started: no metrics, no checkpoint.
     CHECK(!std::ifstream(dir + "/metrics.jsonl").good());
+    if (std::string(c.command) != "train") continue;
+    // What train refuses before it builds the model, check refuses too, at model.hf_path's line
+    // (it read config.json alone and passed these).
+    const Run checked = run_odyssey("check " + hf_preset(std::string(c.fixture) + "_check", hf_fixture(c.fixture)));
+    INFO("check: " << checked.out << checked.err);
+    CHECK(checked.code == 2);
+    CHECK_THAT(checked.err, Catch::Contains(".toml:3:1: model.hf_path = \"" + hf_fixture(c.fixture) + "\": "));
+    for (const auto& text : c.says) CHECK_THAT(checked.err, Catch::Contains(text));
   }
   const Run missing = run_odyssey("check " + hf_preset("nowhere", "/nonexistent/model"));
   CHECK(missing.code == 2);
