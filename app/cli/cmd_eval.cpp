@@ -36,6 +36,7 @@
 #include "engine/util/files.h"
 #include "engine/util/json.h"
 #include "engine/util/json_read.h"
+#include "engine/util/publish_file.h"
 #include "engine/util/splitmix.h"
 
 namespace odyssey::cli {
@@ -564,13 +565,13 @@ std::string fixed(double v, int digits) {
 
 /// The exit status of what ended an evaluation: 2 for bad input (the arguments, the text inputs,
 /// and what training classes as the input's: is_bad_input), 1 for the run's failure.
-/// Writes `bytes` to `path`, which must not exist: through a temporary beside it and link(2),
-/// which fails where a file appeared since the checks (another eval into this --out), rather than
-/// replace it as a rename would. Throws BadInput for that, std::runtime_error for a failed write.
+/// Writes `bytes` to `path`, which must not exist: through a temporary beside it published with
+/// publish_new_file, which fails where a file appeared since the checks (another eval into this
+/// --out) rather than replace it. Throws BadInput for that, FileWriteError for a failed write.
 void write_new_file(const std::string& path, const std::string& bytes, const std::string& out_dir) {
   std::string temporary = path + ".XXXXXX";
   const int fd = ::mkstemp(temporary.data());
-  if (fd < 0) throw std::runtime_error("cannot create " + temporary + ": " + std::strerror(errno));
+  if (fd < 0) throw FileWriteError("cannot create " + temporary + ": " + std::strerror(errno));
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -585,17 +586,12 @@ void write_new_file(const std::string& path, const std::string& bytes, const std
   ::close(fd);
   if (!written) {
     ::unlink(temporary.c_str());
-    throw std::runtime_error("cannot write " + temporary + ": " + std::strerror(write_error));
+    throw FileWriteError("cannot write " + temporary + ": " + std::strerror(write_error));
   }
-  const int linked = ::link(temporary.c_str(), path.c_str());
-  const int link_error = errno;
-  ::unlink(temporary.c_str());
-  if (linked == 0) return;
-  if (link_error == EEXIST)
+  if (!publish_new_file(temporary, path))
     throw BadInput("--out " + out_dir + ": " + path +
                    " was written by another eval meanwhile (it was not there when this eval began): it is left as "
                    "it is; pass --overwrite to replace it");
-  throw std::runtime_error("cannot write " + path + ": " + std::strerror(link_error));
 }
 
 int eval_exit_code(const std::exception_ptr& error) {

@@ -15,6 +15,7 @@
 
 #include "engine/util/files.h"
 #include "engine/util/le_bytes.h"
+#include "engine/util/publish_file.h"
 
 namespace odyssey {
 
@@ -143,18 +144,16 @@ void DocumentsFileWriter::commit(int64_t vocab_size, bool replace) {
   }
   append_file(tokens_fd_, fd, token_count() * 4, file_tmp_);
   if (::fsync(fd) != 0) throw write_error(file_tmp_, "fsync failed");
-  if (replace) {
-    if (::rename(file_tmp_.c_str(), path_.c_str()) != 0)
-      throw write_error(path_, "cannot rename " + file_tmp_ + " to it");
-  } else if (::link(file_tmp_.c_str(), path_.c_str()) == 0) {  // fails when `path` appeared meanwhile
-    ::unlink(file_tmp_.c_str());
-  } else if (errno == EEXIST) {
-    throw FileWriteError(path_ +
-                         ": a file appeared there while it was prepared; it is kept, and the prepared data is "
-                         "not written (run again with --overwrite to replace it)");
-  } else if (path_exists(path_) || ::rename(file_tmp_.c_str(), path_.c_str()) != 0) {  // no hard links here
-    throw write_error(path_, "cannot move " + file_tmp_ + " to it");
+  if (!replace) {
+    if (!publish_new_file(file_tmp_, path_))  // never over a file that appeared meanwhile
+      throw FileWriteError(path_ +
+                           ": a file appeared there while it was prepared; it is kept, and the prepared data is "
+                           "not written (run again with --overwrite to replace it)");
+    committed_ = true;
+    return;
   }
+  if (::rename(file_tmp_.c_str(), path_.c_str()) != 0)
+    throw write_error(path_, "cannot rename " + file_tmp_ + " to it");
   committed_ = true;
   const int dir = ::open(folder_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {  // the rename itself survives a power cut

@@ -1,0 +1,50 @@
+// publish_new_file: a finished temporary becomes the new name, or is dropped when a file is already
+// there (left as it was), and is never left behind. defines: test cases [util][publish]
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "engine/util/files.h"
+#include "engine/util/publish_file.h"
+#include "test_paths.h"
+
+using namespace odyssey;
+
+namespace {
+
+std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("publish_new_file: the temporary takes a free name, never an existing one", "[util][publish]") {
+  const std::string dir = std::string(ODYSSEY_BINARY_DIR) + "/publish_file_test";
+  remove_tree(dir);
+  REQUIRE(make_dirs(dir));
+  const std::string path = dir + "/eval.json", temporary = path + ".tmp1";
+  std::ofstream(temporary) << "first";
+  REQUIRE(publish_new_file(temporary, path));
+  CHECK(text_of(path) == "first");
+  CHECK(!path_exists(temporary));
+
+  // A second writer's file finds the name taken: the first file stays, the second is dropped.
+  std::ofstream(temporary) << "second";
+  CHECK(!publish_new_file(temporary, path));
+  CHECK(text_of(path) == "first");
+  CHECK(!path_exists(temporary));
+
+  // A folder that is gone: a FileWriteError naming the path, and no temporary left.
+  const std::string gone = dir + "/gone/eval.json";
+  std::ofstream(temporary) << "third";
+  CHECK_THROWS_WITH(publish_new_file(temporary, gone), Catch::Contains(gone + ": cannot publish"));
+  CHECK(!path_exists(temporary));
+  remove_tree(dir);
+}
