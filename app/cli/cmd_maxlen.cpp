@@ -1,5 +1,6 @@
 // odyssey maxlen PRESET [--set k=v]... [--json]: the largest seq_len that fits device and host
-// memory for the preset and for every rung of the technique ladder (steps of P x 1K tokens).
+// memory for the preset and for every rung of the technique ladder (steps of P x 1K tokens, or of P
+// below one such step).
 #include <iostream>
 
 #include "app/cli/cli.h"
@@ -15,7 +16,7 @@ int maxlen_body(const std::string& path, const RunConfig& cfg, bool json) {
   for (int i = 0; i < kLadderRungCount; ++i) {
     const RunConfig rung = ladder_rung_config(cfg, i);
     const int64_t answer = solve_max_seq_len(rung);
-    rungs.push_back({kLadderRungNames[i], ladder_rung_label(cfg, i), answer, seq_len_granularity(rung),
+    rungs.push_back({kLadderRungNames[i], ladder_rung_label(cfg, i), answer, seq_len_granularity(rung, answer),
                      max_seq_len_limit(rung, answer)});
   }
   if (!json) {
@@ -28,7 +29,7 @@ int maxlen_body(const std::string& path, const RunConfig& cfg, bool json) {
       .key("max_seq_len")
       .value(max_seq_len)
       .key("granularity")
-      .value(seq_len_granularity(cfg))
+      .value(seq_len_granularity(cfg, max_seq_len))
       .key("limit");
   write_limit_json(w, limit);
   w.key("rungs").begin_array();

@@ -402,9 +402,10 @@ void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cf
 void print_maxlen(std::ostream& os, const std::string& path, const RunConfig& cfg, int64_t max_seq_len,
                   const MaxSeqLenLimit& limit, const std::vector<RungMaxLen>& rungs) {
   os << path << ": " << setup_line(cfg) << "\n";
-  os << printf_string("largest seq_len that fits: %s (%lld tokens; steps of %s = Ulysses degree x 1K)\n",
-                      format_size(max_seq_len).c_str(), static_cast<long long>(max_seq_len),
-                      format_size(seq_len_granularity(cfg)).c_str());
+  const int64_t step = seq_len_granularity(cfg, max_seq_len);
+  os << printf_string("largest seq_len that fits: %s (%lld tokens; steps of %s = Ulysses degree%s)\n",
+                      format_size(max_seq_len).c_str(), static_cast<long long>(max_seq_len), format_size(step).c_str(),
+                      step > std::max<int64_t>(1, cfg.parallel.ulysses_degree) ? " x 1K" : "");
   if (limit.seq_len > 0) {
     const PlanPeak& p = limit.peak;
     os << printf_string("limited by %s: at %s, device %.3f of %.3f GiB per device, host %.3f of %.0f GiB per node\n",

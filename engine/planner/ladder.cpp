@@ -19,6 +19,7 @@ namespace {
 
 constexpr int64_t kMaxSeqLen = int64_t{1} << 34;  // validate's upper bound
 constexpr int64_t kTokensPerRankStep = 1024;
+constexpr int64_t kMinSeqLen = 32;  // validate's lower bound
 
 }  // namespace
 
@@ -48,8 +49,22 @@ RunConfig ladder_rung_config(const RunConfig& cfg, int rung) {
   return r;
 }
 
-int64_t seq_len_granularity(const RunConfig& cfg) {
-  return std::max<int64_t>(1, cfg.parallel.ulysses_degree) * kTokensPerRankStep;
+namespace {
+
+int64_t ulysses_degree_of(const RunConfig& cfg) { return std::max<int64_t>(1, cfg.parallel.ulysses_degree); }
+
+/// The solver's step above its fine range: P x 1024 tokens.
+int64_t coarse_step(const RunConfig& cfg) { return ulysses_degree_of(cfg) * kTokensPerRankStep; }
+
+}  // namespace
+
+int64_t seq_len_granularity(const RunConfig& cfg, int64_t max_seq_len) {
+  return max_seq_len >= coarse_step(cfg) ? coarse_step(cfg) : ulysses_degree_of(cfg);
+}
+
+int64_t shortest_solver_seq_len(const RunConfig& cfg) {
+  const int64_t p = ulysses_degree_of(cfg);
+  return (kMinSeqLen + p - 1) / p * p;
 }
 
 namespace {
@@ -81,7 +96,7 @@ int64_t solve_max_seq_len(const RunConfig& cfg) {
   // The peak is monotone in seq_len and close to affine once tiles saturate, so the bracket is
   // found by extrapolating the slack and then narrowed by interpolation, with a bisection step
   // whenever interpolation stops halving the bracket. Typically 5-8 plan_peak calls.
-  const int64_t step = seq_len_granularity(cfg);
+  const int64_t step = coarse_step(cfg);
   const int64_t max_k = std::max<int64_t>(1, kMaxSeqLen / step);
   RunConfig probe_cfg = cfg;
   auto probe = [&](int64_t k) {
@@ -90,7 +105,21 @@ int64_t solve_max_seq_len(const RunConfig& cfg) {
     return Probe{k, p.device_capacity - p.peak_bytes, p.host_capacity - p.host_bytes};
   };
   Probe lo = probe(1);
-  if (!lo.fits()) return 0;
+  if (!lo.fits()) {
+    // Below one coarse step: bisect in steps of P tokens, from the shortest length on.
+    const int64_t fine = ulysses_degree_of(cfg);
+    auto fits = [&](int64_t k) {
+      probe_cfg.training.seq_len = k * fine;
+      return plan_peak(probe_cfg).fits();
+    };
+    int64_t fits_k = shortest_solver_seq_len(cfg) / fine, fails_k = step / fine;
+    if (!fits(fits_k)) return 0;
+    while (fails_k - fits_k > 1) {
+      const int64_t mid = fits_k + (fails_k - fits_k) / 2;
+      (fits(mid) ? fits_k : fails_k) = mid;
+    }
+    return fits_k * fine;
+  }
   if (max_k == 1) return step;
   // Bracket: lo fits, hi does not.
   Probe prev = lo, hi;
@@ -130,7 +159,8 @@ int64_t solve_max_seq_len(const RunConfig& cfg) {
 
 MaxSeqLenLimit max_seq_len_limit(const RunConfig& cfg, int64_t max_seq_len) {
   MaxSeqLenLimit limit;
-  const int64_t next = max_seq_len + seq_len_granularity(cfg);
+  const int64_t next =
+      max_seq_len == 0 ? shortest_solver_seq_len(cfg) : max_seq_len + seq_len_granularity(cfg, max_seq_len);
   if (next > kMaxSeqLen) return limit;  // the solver's ceiling fits
   RunConfig probe = cfg;
   probe.training.seq_len = next;

@@ -3,7 +3,7 @@
 // Pure C++ (no LibTorch): instant in the studio. defines: MemoryTerm, MemoryPlan, PhasePlan,
 // StepTimePlan, LadderRung, PlanPeak, plan_memory, planned_heads_per_stage, planned_untied_ulysses,
 // planned_mlp_tile_tokens, with_planned_sizes, plan_peak, planned_buffer_bytes, plan_step_time,
-// plan_ladder, ladder_rung_config, seq_len_granularity, solve_max_seq_len, max_seq_len_limit, advise,
+// plan_ladder, ladder_rung_config, seq_len_granularity, shortest_solver_seq_len, solve_max_seq_len, max_seq_len_limit, advise,
 // planned_out_of_memory, TensorKindDoc, tensor_kind_docs.
 // The model: docs/planner.md.
 #pragma once
@@ -265,16 +265,23 @@ std::string ladder_rung_label(const RunConfig& cfg, int rung);
 /// largest valid one when the config has none).
 std::vector<LadderRung> plan_ladder(const RunConfig& cfg);
 
-/// The step of the max-context solver: seq_len must stay divisible by the Ulysses degree P, and
-/// the solver answers in steps of P x 1024 tokens (1K per rank of a Ulysses group).
-int64_t seq_len_granularity(const RunConfig& cfg);
+/// The step of the max-context solver at its answer `max_seq_len`: seq_len must stay divisible by
+/// the Ulysses degree P, and the solver answers in steps of P x 1024 tokens (1K per rank of a
+/// Ulysses group); an answer below one such step (a small device or model: tiny-cpu's 512 tokens)
+/// is found in steps of P tokens instead, so no length `plan` says fits is answered as 0.
+///   seq_len_granularity(cfg with P = 2, 6144) -> 2048;  seq_len_granularity(cfg with P = 2, 512) -> 2
+int64_t seq_len_granularity(const RunConfig& cfg, int64_t max_seq_len);
 
-/// Largest seq_len (a multiple of the required granularity) at which `cfg` fits device and host
-/// memory; 0 if not even the granularity fits. Bisection over the monotone peak.
+/// The shortest seq_len the solver tries: the validator's least (32 tokens), rounded up to a
+/// multiple of the Ulysses degree.
+int64_t shortest_solver_seq_len(const RunConfig& cfg);
+
+/// Largest seq_len (a multiple of seq_len_granularity at the answer) at which `cfg` fits device
+/// and host memory; 0 if not even shortest_solver_seq_len fits. Bisection over the monotone peak.
 int64_t solve_max_seq_len(const RunConfig& cfg);
 
 /// What stops the context at solve_max_seq_len's answer: the verdict at the first length past it
-/// (one granularity step on; the first step itself when nothing fits). A user extending a context
+/// (one granularity step on; shortest_solver_seq_len when nothing fits). A user extending a context
 /// learns which memory to free: the device's (a technique, a larger Ulysses degree) or the
 /// node's host memory (the offloaded block inputs and optimizer states).
 struct MaxSeqLenLimit {

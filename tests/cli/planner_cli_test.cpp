@@ -320,11 +320,11 @@ TEST_CASE("odyssey plan and maxlen: a node whose host memory cannot hold the off
   CHECK(m.at("max_seq_len").get<int64_t>() == 0);
   const Json& limit = m.at("limit");
   CHECK(limit.at("binds").get<std::string>() == "host memory");
-  CHECK(limit.at("seq_len").get<int64_t>() == 1024);  // not even the first step fits
+  CHECK(limit.at("seq_len").get<int64_t>() == 32);  // not even the shortest length fits
   CHECK(limit.at("host_bytes").get<int64_t>() > limit.at("host_capacity").get<int64_t>());
   CHECK(limit.at("host_capacity").get<int64_t>() == int64_t{100} << 30);
   const Run maxlen_human = run_odyssey("maxlen " + small_host);
-  CHECK_THAT(maxlen_human.out, Catch::Contains("limited by host memory: at 1K"));
+  CHECK_THAT(maxlen_human.out, Catch::Contains("limited by host memory: at 32,"));
 }
 
 TEST_CASE("odyssey ladder --json: the contract's seven rungs in order, then optimizer offload", "[cli][planner]") {

@@ -91,7 +91,7 @@ TEST_CASE("maxlen: the planner's bytes per token and longest context match the e
     const Slope& s = untied ? full : alst;
     RunConfig cfg = stack_config(untied, kShort);
     cfg.hardware.device_memory_gib = double(capacity) / double(int64_t{1} << 30);
-    const int64_t solved = solve_max_seq_len(cfg), step = seq_len_granularity(cfg);
+    const int64_t solved = solve_max_seq_len(cfg), step = seq_len_granularity(cfg, solved);
     const double measured = measured_max_context(s, capacity);
     const double planned = double(kShort) + double(capacity - s.planned_short) / s.planned_per_token();
     INFO(s.label << ": capacity " << capacity << " B; context fitting it: planned " << planned << ", measured "

@@ -162,8 +162,8 @@ TEST_CASE("the max-context solver's answer fits and one granularity step more do
   for (const RunConfig& base : base_configs()) {
     for (int rung = 0; rung < kLadderRungCount; ++rung) {
       RunConfig c = ladder_rung_config(base, rung);
-      const int64_t step = seq_len_granularity(c);
       const int64_t best = solve_max_seq_len(c);
+      const int64_t step = seq_len_granularity(c, best);
       INFO(base.model.flavor << " rung " << kLadderRungNames[rung] << " answer " << best);
       CHECK(best % step == 0);
       CHECK(step % c.parallel.ulysses_degree == 0);
@@ -171,10 +171,34 @@ TEST_CASE("the max-context solver's answer fits and one granularity step more do
         c.training.seq_len = best;
         CHECK(plan_peak(c).fits());
       }
-      c.training.seq_len = best + step;
+      c.training.seq_len = best == 0 ? shortest_solver_seq_len(c) : best + step;
       CHECK_FALSE(plan_peak(c).fits());
     }
   }
+}
+
+TEST_CASE("the max-context solver answers below one step of P x 1K where only that fits", "[planner][properties]") {
+  // tiny-cpu (P = 2, 512 tokens) on a device of 9.5 MiB: its own 512 tokens fit, 2K (one coarse
+  // step) does not. The solver answered 0 there; it now steps by P tokens below 2K.
+  RunConfig c = preset("tiny-cpu");
+  c.hardware.device_memory_gib = 0.0095;
+  REQUIRE(plan_peak(c).fits());
+  const int64_t P = c.parallel.ulysses_degree;
+  const int64_t best = solve_max_seq_len(c);
+  INFO("answer " << best);
+  CHECK(best >= c.training.seq_len);
+  CHECK(best < P * 1024);
+  CHECK(seq_len_granularity(c, best) == P);
+  CHECK(best % P == 0);
+  c.training.seq_len = best;
+  CHECK(plan_peak(c).fits());
+  c.training.seq_len = best + P;
+  CHECK_FALSE(plan_peak(c).fits());
+  // Nothing fits at all: 0, and the first length tried is the shortest valid one.
+  c.hardware.device_memory_gib = 0.0001;
+  CHECK(solve_max_seq_len(c) == 0);
+  CHECK(shortest_solver_seq_len(c) == 32);
+  CHECK(max_seq_len_limit(c, 0).seq_len == 32);
 }
 
 TEST_CASE("the peak grows monotonically with the sequence", "[planner][properties]") {

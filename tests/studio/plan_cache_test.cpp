@@ -87,7 +87,7 @@ TEST_CASE("the cached result carries the ladder, max context and advice", "[stud
                                           "untied_ulysses", "offload_optimizer"});
   CHECK(r.max_seq_len >= cfg.training.seq_len);
   // and what stops it: the first length one step past it, which does not fit
-  CHECK(r.max_seq_len_limit.seq_len == r.max_seq_len + seq_len_granularity(cfg));
+  CHECK(r.max_seq_len_limit.seq_len == r.max_seq_len + seq_len_granularity(cfg, r.max_seq_len));
   CHECK_FALSE(r.max_seq_len_limit.peak.fits());
   CHECK(r.max_seq_len_limit.binds() == "device memory");
   CHECK(r.advice.empty());  // it fits
