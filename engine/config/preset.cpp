@@ -33,7 +33,7 @@ std::string ConfigIssue::format() const {
 }
 
 namespace {
-RawValue override_value(std::string_view text);
+std::optional<RawValue> override_value(std::string_view text, std::string* why);
 }  // namespace
 
 bool parse_override(std::string_view text, int index, Override* out, ConfigIssue* issue) {
@@ -44,22 +44,24 @@ bool parse_override(std::string_view text, int index, Override* out, ConfigIssue
   // A top-level key (description) has no section to name.
   const bool top_level =
       eq != std::string_view::npos && dot == std::string_view::npos && find_key_spec("", std::string(name)) != nullptr;
-  if (top_level) {
-    out->section.clear();
-    out->key = std::string(name);
-    out->value = override_value(text.substr(eq + 1));
-    out->loc = loc;
-    return true;
-  }
-  if (eq == std::string_view::npos || dot == std::string_view::npos || dot == 0 || dot + 1 == name.size()) {
+  if (!top_level &&
+      (eq == std::string_view::npos || dot == std::string_view::npos || dot == 0 || dot + 1 == name.size())) {
     if (issue)
       *issue = ConfigIssue{loc, "", "", "--set " + std::string(text) + ": expected section.key=value",
                            "for example --set training.seq_len=3M"};
     return false;
   }
-  out->section = std::string(name.substr(0, dot));
-  out->key = std::string(name.substr(dot + 1));
-  out->value = override_value(text.substr(eq + 1));
+  std::string why;
+  const std::optional<RawValue> value = override_value(text.substr(eq + 1), &why);
+  if (!value) {
+    if (issue)
+      *issue = ConfigIssue{loc, std::string(name), std::string(text.substr(eq + 1)), why,
+                           "quote a string whole (--set 'output.dir=\"runs/a b\"'), or write it bare (runs/a)"};
+    return false;
+  }
+  out->section = top_level ? std::string() : std::string(name.substr(0, dot));
+  out->key = top_level ? std::string(name) : std::string(name.substr(dot + 1));
+  out->value = *value;
   out->loc = loc;
   return true;
 }
@@ -100,22 +102,39 @@ RawValue raw_of(const toml::node& node) {
 }
 
 /// A --set value as a preset's TOML would read it (integers in any base, floats, booleans, quoted
-/// strings: the same value on the command line and in a file), else as from_text reads it (the
-/// bare words and sizes TOML has no literal for: auto, llama3-8b, 512K).
-RawValue override_value(std::string_view text) {
+/// strings, and arrays, tables and dates, which no key takes: the same value on the command line
+/// and in a file), else as from_text reads it (the bare words and sizes TOML has no literal for:
+/// auto, llama3-8b, 512K). A value that opens a TOML string or array and does not read as one
+/// (`"a`, `[1,`) is nullopt with *why: read as a bare word it would become another value.
+std::optional<RawValue> override_value(std::string_view text, std::string* why) {
   try {
     const toml::table root = toml::parse("v = " + std::string(text));
     const toml::node* node = root.get("v");
-    if (node != nullptr && root.size() == 1 &&
-        (node->is_boolean() || node->is_integer() || node->is_floating_point() || node->is_string()))
-      return raw_of(*node);
-  } catch (const toml::parse_error&) {
+    if (node != nullptr && root.size() == 1) return raw_of(*node);
+  } catch (const toml::parse_error& e) {
+    if (!text.empty() && std::string_view("\"'[{").find(text.front()) != std::string_view::npos) {
+      *why = "the value opens a TOML " +
+             std::string(text.front() == '['   ? "array"
+                         : text.front() == '{' ? "table"
+                                               : "string") +
+             " and does not read as one (" + unshield(e.description()) + ")";
+      return std::nullopt;
+    }
   }
   return RawValue::from_text(text);
 }
 
 std::vector<std::string> section_names() {
   std::vector<std::string> names;
+  for (const auto& s : config_sections()) names.emplace_back(s.name);
+  return names;
+}
+
+/// What may stand at a preset's top level: its keys (description) and its tables.
+std::vector<std::string> top_level_names() {
+  std::vector<std::string> names;
+  for (const auto& k : config_schema())
+    if (k.section.empty()) names.emplace_back(k.name);
   for (const auto& s : config_sections()) names.emplace_back(s.name);
   return names;
 }
@@ -174,7 +193,7 @@ void collect(const toml::table& root, const std::string& file, std::vector<Assig
       if (is_section) broken.push_back(name);
       issues.push_back({loc, name, raw_of(node).text,
                         is_section ? "must be a table [" + name + "]" : "unknown top-level key",
-                        is_section ? "" : unknown_hint(name, section_names())});
+                        is_section ? "" : unknown_hint(name, top_level_names())});
       continue;
     }
     out.push_back({spec, raw_of(node), loc});

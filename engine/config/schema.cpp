@@ -131,8 +131,11 @@ RawValue RawValue::from_text(std::string_view text) {
     if (end && *end == '\0' && errno == 0) return integer(as_int);
     errno = 0;
     const double as_double = std::strtod(t.c_str(), &end);  // out of range (1e400): the text, as typed
-    if (end && *end == '\0' && errno == 0 && t.find_first_of("0123456789") != std::string::npos)
-      return floating(as_double);
+    if (end && *end == '\0' && errno == 0 && t.find_first_of("0123456789") != std::string::npos) {
+      RawValue v = floating(as_double);
+      v.text = t;  // echoed as typed: 18446744073709551615, not 1.8446744073709552e+19
+      return v;
+    }
   }
   return string(std::string(text));
 }
@@ -645,6 +648,11 @@ std::optional<RawValue> coerce_value(const KeySpec& spec, const RawValue& raw, s
       if (raw.type == RawValue::Type::Int) return raw;
       if (raw.type == RawValue::Type::Float && std::floor(raw.f) == raw.f && std::fabs(raw.f) < 9e18)
         return RawValue::integer(static_cast<int64_t>(raw.f));
+      if (raw.type == RawValue::Type::Float && std::floor(raw.f) == raw.f) {  // whole, past int64: its bound
+        if (spec.range && !std::isinf(spec.range->hi)) return fail(spec.range->rule(spec.kind));
+        return fail(raw.f > 0 ? "must be at most 9223372036854775807 (a 64-bit integer)"
+                              : "must be at least -9223372036854775808 (a 64-bit integer)");
+      }
       return fail(spec.type_rule());
     case KeyKind::Size:
       if (raw.type == RawValue::Type::Int) {

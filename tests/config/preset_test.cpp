@@ -188,6 +188,37 @@ TEST_CASE("set overrides parse, apply and point at themselves", "[config][overri
   CHECK(o.value.f == 0.5);
   REQUIRE(parse_override("training.steps=5\nx = 1", 8, &o, &issue));  // one value, never two keys
   CHECK(o.value.type == RawValue::Type::String);
+  // A value that opens a TOML string or array and does not close it is refused: read as a word,
+  // `"runs/a` became the directory "\"runs/a".
+  for (const char* open : {"output.dir=\"runs/a", "description='it's", "description=[1, 2"}) {
+    INFO(open);
+    CHECK_FALSE(parse_override(open, 9, &o, &issue));
+    CHECK_THAT(issue.format(), Catch::Contains("--set:9:1: ") && Catch::Contains("and does not read as one"));
+  }
+  // TOML values no key takes (an array, a date) are what they are in a file: refused by the key's type.
+  for (const char* other : {"description=[1, 2]", "description=1979-05-27"}) {
+    INFO(other);
+    std::vector<Override> sets(1);
+    REQUIRE(parse_override(other, 1, &sets[0], &issue));
+    const LoadedPreset refused = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml", sets);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.issues.front().format(),
+               Catch::Contains("description = ") && Catch::Contains("must be a string"));
+  }
+  // A whole number past int64 is echoed as typed, and refused by the key's bound, not its type.
+  {
+    std::vector<Override> sets(1);
+    REQUIRE(parse_override("training.seed=18446744073709551615", 1, &sets[0], &issue));
+    const LoadedPreset refused = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml", sets);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.issues.front().format(),
+               Catch::Contains("training.seed = 18446744073709551615: must be at most 9223372036854775807"));
+  }
+  // An unknown top-level key is offered what may stand there: the top-level key too.
+  const LoadedPreset stray = load_preset_text("zzz = 1\n", "stray.toml");
+  REQUIRE_FALSE(stray.ok());
+  CHECK_THAT(stray.issues.front().format(),
+             Catch::Contains("unknown top-level key") && Catch::Contains("description") && Catch::Contains("training"));
   // The one top-level key takes no section.
   REQUIRE(parse_override("description=\"a 3M run\"", 7, &o, &issue));
   CHECK(o.section.empty());
