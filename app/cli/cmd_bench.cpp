@@ -1,4 +1,4 @@
-// odyssey bench PRESET [--set k=v]... [--steps ROUNDS] [--json]: the preset's model stepped plain,
+// odyssey bench PRESET [--set k=v]... [--steps ROUNDS] [--json] [--force]: the preset's model stepped plain,
 // with each memory technique alone and with all together, and on several ranks with FSDP and
 // Untied Ulysses at each valid heads_per_stage, interleaved in one run; prints the median step
 // time per variant, its ratio to the baseline (with the per-round spread) beside the planner's
@@ -23,7 +23,7 @@ constexpr int kDefaultRounds = 10;
 
 int run_bench_command(int argc, char** argv, int first) {
   ArgSpec spec;
-  spec.set = spec.json = spec.steps = spec.quiet = true;
+  spec.set = spec.json = spec.steps = spec.quiet = spec.force = true;
   auto args = parse_args("bench", spec, argc, argv, first, std::cerr);
   if (!args) return kExitBadInput;
   auto loaded = load_or_report(args->positional[0], args->overrides, std::cerr);
@@ -35,9 +35,12 @@ int run_bench_command(int argc, char** argv, int first) {
   bool prints = true;  // a torchrun process with RANK != 0 prints errors only
   try {
     prints = runs_rank_zero();
-    result = run_bench(cfg, rounds, [&](const std::string& line) {
-      if (prints && !args->json && !args->quiet) std::cerr << "\r" << line << std::flush;
-    });
+    result = run_bench(
+        cfg, rounds,
+        [&](const std::string& line) {
+          if (prints && !args->json && !args->quiet) std::cerr << "\r" << line << std::flush;
+        },
+        args->force);
     if (prints && !args->json && !args->quiet) std::cerr << "\n";
   } catch (const StepFailure& e) {
     std::cerr << "odyssey bench: " << e.what() << "\n";
@@ -140,7 +143,7 @@ int run_bench_command(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{
-    Command{60, "bench", "bench PRESET [--set k=v]... [--steps ROUNDS] [--json] [--quiet]",
+    Command{60, "bench", "bench PRESET [--set k=v]... [--steps ROUNDS] [--json] [--quiet] [--force]",
             "step-time ratios of each memory and parallel technique, interleaved in one run", run_bench_command}};
 
 }  // namespace

@@ -2,6 +2,7 @@
 // table that fits (engine/planner tune()), the runner-up, the changes against the preset, and the
 // tuned preset written with -o. Nothing fits: exit 2 with the advisor's word (the input must change).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <iostream>
@@ -26,11 +27,19 @@ std::string output_problem(const std::string& path, bool overwrite) {
     if (!S_ISREG(st.st_mode)) return path + " is not a regular file (a FIFO, socket or device); name a file";
     if (!overwrite) return path + " exists; pass --overwrite to replace it";
   }
-  if (const std::string tmp = AtomicFile::temporary_path(path); ::lstat(tmp.c_str(), &st) == 0)
+  const std::string tmp = AtomicFile::temporary_path(path);
+  if (::lstat(tmp.c_str(), &st) == 0)
     return tmp + " exists, and -o writes through that name before renaming it: remove it, or choose another name";
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
   if (!is_directory(dir)) return "the directory " + dir + " of " + path + " does not exist";
+  // The temporary's name is the file's and 4 bytes more: a name the folder takes, its temporary not.
+  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  const size_t tmp_name = tmp.size() - (slash == std::string::npos ? 0 : slash + 1);
+  if (name_max > 0 && tmp_name > static_cast<size_t>(name_max))
+    return path + ": a file name of " + std::to_string(tmp_name - 4) + " bytes, and -o writes through " +
+           tmp.substr(slash == std::string::npos ? 0 : slash + 1) + ", longer than the " + std::to_string(name_max) +
+           " bytes a name may have there: choose a shorter name";
   return "";
 }
 

@@ -110,7 +110,8 @@ std::vector<BenchVariant> bench_variants(const RunConfig& cfg) {
   return v;
 }
 
-BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void(const std::string&)>& log) {
+BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void(const std::string&)>& log,
+                      bool force) {
   BenchResult result;
   result.variants = bench_variants(cfg);
   // The planner's word for each variant, beside what it measures (a config the planner refuses
@@ -126,8 +127,11 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
   // Nothing is started that the planner says cannot fit, as `odyssey train` refuses it: the OOM
   // killer or LibTorch's raw allocation failure mid-step would be the only answer otherwise. Every
   // variant runs, "plain" (no memory technique: the most memory) included. A variant the planner
-  // cannot plan is measured as it is (its planned_error).
+  // cannot plan is measured as it is (its planned_error). A layout this process cannot launch (more
+  // rank threads than it runs) is said first: no memory would make it run.
+  check_launchable(cfg, "odyssey bench PRESET");
   for (const auto& v : result.variants) {
+    if (force) break;
     std::string why;
     try {
       why = planned_out_of_memory(variant_config(cfg, v), ranks_in_process(cfg));

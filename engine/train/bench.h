@@ -65,7 +65,10 @@ RunConfig variant_config(const RunConfig& cfg, const BenchVariant& v);
 /// Steps the model on cfg's ranks (run_on_ranks: threads, torchrun, emulation): one warm-up round,
 /// then `rounds` rounds of one step per variant in turn, the ranks in lockstep. Two trainers
 /// when FSDP variants exist (one sharded, one not); each variant's peak leaves out the other
-/// trainer's persistent bytes. Throws on bad input; a failing step (OOM) propagates as StepFailure.
-BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void(const std::string&)>& log);
+/// trainer's persistent bytes. Throws on bad input (a layout the process cannot launch first, then
+/// PlannedOutOfMemory for a variant the planner says does not fit, unless `force`); a failing step
+/// (OOM) propagates as StepFailure.
+BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void(const std::string&)>& log,
+                      bool force = false);
 
 }  // namespace odyssey

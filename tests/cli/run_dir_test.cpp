@@ -236,7 +236,15 @@ TEST_CASE("fit: a run the planner says does not fit is refused with the numbers 
   r = run_odyssey("bench " + kShort + "--set hardware.device_memory_gib=0.001 --steps 1 --quiet");
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("odyssey bench: the variant \"plain\"") &&
-                        Catch::Contains("the planner predicts this run does not fit: a device peak of "));
+                        Catch::Contains("the planner predicts this run does not fit: a device peak of ") &&
+                        Catch::Contains("Pass --force"));
+  // ... and --force, which the message offers, runs it (bench once refused the flag)
+  r = run_odyssey("bench " + kShort + "--set hardware.device_memory_gib=0.001 --steps 1 --quiet --force");
+  require_exit(r, 0);
+  // More rank threads than a process runs: said as such, not as memory that more devices would fix.
+  r = run_odyssey("bench " + kShort + "--set parallel.world_size=4096 --set parallel.fsdp=false --steps 1 --quiet");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("one process runs at most 64 rank threads") && !Catch::Contains("does not fit"));
   // Beyond this machine: a 70B model's 16M tokens on the CPU, refused at once (it grew the process
   // until the OOM killer ended it), with the advisor's suggestions or the reason there are none.
   const auto t0 = std::chrono::steady_clock::now();

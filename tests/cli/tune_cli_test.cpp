@@ -146,6 +146,9 @@ TEST_CASE("odyssey tune -o: links, FIFOs and a file in the way of its temporary 
       {"-o " + dangling, dangling + " is a symbolic link"},
       {"-o " + fifo + " --overwrite", fifo + " is not a regular file"},
       {"-o " + out, out + ".tmp exists, and -o writes through that name"},
+      // a name the folder takes whose temporary (4 bytes more) it does not: said first, naming it
+      {"-o " + out.substr(0, out.rfind('/')) + "/" + std::string(248, 'a') + ".tom",
+       std::string(248, 'a') + ".tom: a file name of 252 bytes, and -o writes through"},
   };
   for (const auto& c : cases) {
     INFO(c.args);
