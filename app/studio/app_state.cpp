@@ -48,6 +48,25 @@ std::string eval_run_dir(const AppState& state) {
 
 // [SECTION] updates ------------------------------------------------------------------------------
 
+std::vector<ConfigIssue> problems_beyond_rules(const LoadedPreset& loaded) {
+  const auto rule_issues = validate(loaded.config);
+  std::vector<ConfigIssue> out;
+  for (const auto& i : loaded.issues) {
+    const bool again = std::any_of(rule_issues.begin(), rule_issues.end(),
+                                   [&](const ConfigIssue& r) { return r.key == i.key && r.rule == i.rule; });
+    if (!again) out.push_back(i);
+  }
+  return out;
+}
+
+std::string start_blocker(const AppState& state) {
+  if (!state.edit.issues.empty()) return "Fix the configuration first (fields marked in red)";
+  if (!state.edit.file_problems.empty())
+    return "The preset file has problems (listed under its name) and the fields hold defaults there: fix the file "
+           "and open it again, or save the configuration as shown";
+  return "";
+}
+
 bool load_preset_into(AppState& state, const std::string& path) {
   LoadedPreset loaded = load_preset(path);
   auto& e = state.edit;
@@ -61,16 +80,9 @@ bool load_preset_into(AppState& state, const std::string& path) {
   }
   // Rules the validator will show at their fields are not repeated here; the rest (unknown keys,
   // wrong types) are listed under the preset.
-  const auto rule_issues = validate(loaded.config);
   std::string extra;
-  e.file_problems.clear();
-  for (const auto& i : loaded.issues) {
-    const bool again = std::any_of(rule_issues.begin(), rule_issues.end(),
-                                   [&](const ConfigIssue& r) { return r.key == i.key && r.rule == i.rule; });
-    if (again) continue;
-    extra += "\n" + i.format();
-    e.file_problems.push_back(i);
-  }
+  e.file_problems = problems_beyond_rules(loaded);
+  for (const auto& i : e.file_problems) extra += "\n" + i.format();
   state.config = loaded.config;
   state.preset_path = path;
   e.preset_message = "Loaded " + path + (extra.empty() ? "" : " with problems:" + extra);

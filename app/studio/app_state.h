@@ -128,6 +128,7 @@ struct AppState {
   char dialog_path[512] = {};
   std::string dialog_message;
   bool dialog_message_error = false;
+  std::string dialog_replace_path;  ///< the existing file the last action refused: Replace writes over it
 
   bool quit_requested = false;
   bool shown(PanelId id) const { return show[static_cast<int>(id)]; }
@@ -140,6 +141,14 @@ std::string eval_run_dir(const AppState& state);
 /// Loads a preset file into the edited config. A file that cannot be parsed leaves the config as
 /// it was and says why; a file that parses but breaks rules loads and shows each rule at its field.
 bool load_preset_into(AppState& state, const std::string& path);
+/// A loaded preset's issues that are no rule of its config (validate() would not repeat them at a
+/// field): unknown or mistyped keys, a model.hf_path that is no model directory. Where these are,
+/// the config holds defaults in their place.
+std::vector<ConfigIssue> problems_beyond_rules(const LoadedPreset& loaded);
+/// Why Start is not offered for the edited config ("" when it is): fields the validator marks, or
+/// the loaded file's problems (the fields hold defaults there) until the file is fixed and opened
+/// again or the config is saved as shown.
+std::string start_blocker(const AppState& state);
 /// The configuration panel's one-line verdict: "Valid configuration" only when neither the edited
 /// config breaks a rule nor the file it came from had problems; else how many, and where.
 std::string validity_headline(const ConfigEditState& edit, bool* valid);

@@ -1,6 +1,7 @@
 // odyssey-studio's command line: preset, screenshot mode (--screenshot FILE --frames N), a short
 // run before it (--run-steps N), UI scale, the focused panel, overrides and scripted live changes.
-// defines: StudioOptions, ScriptedChange, parse_studio_args, studio_usage, panel_from_name
+// defines: StudioOptions, ScriptedChange, kMaxBenchSamples, parse_assignment, parse_studio_args,
+// studio_usage, panel_from_name
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "app/studio/app_state.h"
+#include "engine/config/preset.h"
 
 namespace odyssey::studio {
 
@@ -32,6 +34,14 @@ struct StudioOptions {
   int64_t bench_samples = 0;  ///< fill the timeline with this many synthetic samples (benchmark)
   bool help = false;
 };
+
+/// The most synthetic samples --bench-samples builds (each about 190 bytes before the history's
+/// caps apply: 1.9 GB at this bound).
+constexpr int64_t kMaxBenchSamples = 10'000'000;
+
+/// One `section.key=value` as `--set` reads it, its key known and its value of the key's type.
+/// False with *error naming the key, value and rule (a rule that combines keys is the validator's).
+bool parse_assignment(const std::string& assignment, Override* out, std::string* error);
 
 /// Parses argv. False with *error naming the bad argument and the rule.
 bool parse_studio_args(int argc, const char* const* argv, StudioOptions* out, std::string* error);

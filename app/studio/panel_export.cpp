@@ -1,8 +1,9 @@
 // Export: save the edited config as a commented TOML preset (verified by loading it back, so
 // `odyssey train FILE` runs exactly what the studio shows), open any preset file, and export the
-// run's Perfetto trace and metrics JSONL through the engine. defines: export_preset,
-// draw_file_dialogs
+// run's Perfetto trace and metrics JSONL through the engine; an existing file only by Replace.
+// defines: output_refusal, export_preset, run_file_dialog_action, draw_file_dialogs
 #include <imgui.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstring>
@@ -13,25 +14,38 @@
 
 namespace odyssey::studio {
 
-bool export_preset(const RunConfig& cfg, const std::string& path, std::string* message) {
+std::string output_refusal(const std::string& path, bool replace) {
+  if (path.empty()) return "give a file name, e.g. presets/my-run.toml";
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return "";  // a new file (its folder is the writer's to check)
+  if (S_ISDIR(st.st_mode)) return path + " is a directory: give a file name inside it";
+  // The file is replaced by a new one (written beside it, then renamed): a link would lose its
+  // target's name, a FIFO or device its nature, so only a regular file is replaced.
+  if (S_ISLNK(st.st_mode)) return path + " is a symbolic link: name the file it points to, or another name";
+  if (!S_ISREG(st.st_mode)) return path + " is not a regular file (a FIFO, socket or device): name a file";
+  if (!replace) return path + " exists: press Replace to overwrite it, or give another name";
+  return "";
+}
+
+bool export_preset(const RunConfig& cfg, const std::string& path, std::string* message, bool replace) {
+  auto refuse = [&](const std::string& why) {
+    if (message) *message = why;
+    return false;
+  };
+  if (path.empty()) return refuse(output_refusal(path, replace));
+  // What the file will hold, checked before a byte is written: a config that does not load back
+  // whole never replaces a file (the edited config's problems show in the Config panel).
+  const LoadedPreset text = load_preset_text(preset_to_toml(cfg), path);
+  if (!text.ok()) return refuse("not saved: this config does not load cleanly: " + text.issues.front().format());
+  if (!(text.config == cfg))
+    return refuse("not saved: this config would load back as a different one (please report this)");
+  if (const std::string why = output_refusal(path, replace); !why.empty()) return refuse(why);
   std::string error;
-  if (path.empty()) {
-    if (message) *message = "give a file name, e.g. presets/my-run.toml";
-    return false;
-  }
-  if (!save_preset(path, cfg, &error)) {
-    if (message) *message = error;
-    return false;
-  }
+  if (!save_preset(path, cfg, &error)) return refuse(error);
   const LoadedPreset back = load_preset(path);
-  if (!back.ok()) {
-    if (message) *message = path + " was written but does not load cleanly: " + back.issues.front().format();
-    return false;
-  }
-  if (!(back.config == cfg)) {
-    if (message) *message = path + " was written but loads back to a different config (please report this)";
-    return false;
-  }
+  if (!back.ok()) return refuse(path + " was written but does not load cleanly: " + back.issues.front().format());
+  if (!(back.config == cfg))
+    return refuse(path + " was written but loads back to a different config (please report this)");
   if (message) *message = "Saved " + path + "; run it with: odyssey train " + path;
   return true;
 }
@@ -74,17 +88,19 @@ std::string default_path(const AppState& state, FileDialog d) {
   return "";
 }
 
-/// Runs the dialog's action. True when the dialog can close.
-bool run_action(AppState& state, EngineControl& engine, const std::string& path) {
+}  // namespace
+
+bool run_file_dialog_action(AppState& state, EngineControl& engine, const std::string& path, bool replace) {
   std::string msg;
   bool ok = false;
+  state.dialog_replace_path.clear();
   switch (state.dialog) {
     case FileDialog::Open:
       ok = load_preset_into(state, path);
       msg = state.edit.preset_message;
       break;
     case FileDialog::SavePreset:
-      ok = export_preset(state.config, path, &msg);
+      ok = export_preset(state.config, path, &msg, replace);
       if (ok) {
         state.preset_path = path;
         state.edit.file_problems.clear();  // the saved file has none
@@ -96,6 +112,7 @@ bool run_action(AppState& state, EngineControl& engine, const std::string& path)
     case FileDialog::ExportMetrics: {
       // The folder first (make_dirs: one level at a time, bounded by PATH_MAX, nothing left behind
       // on failure); the export then reports any problem with the path itself.
+      if (msg = output_refusal(path, replace); !msg.empty()) break;  // never over a file unasked
       const size_t slash = path.find_last_of('/');
       if (slash != std::string::npos && slash > 0) make_dirs(path.substr(0, slash));
       ok =
@@ -107,12 +124,14 @@ bool run_action(AppState& state, EngineControl& engine, const std::string& path)
     case FileDialog::None:
       return true;
   }
+  // A regular file in the way: the dialog offers Replace for exactly this path.
+  struct stat st {};
+  if (!ok && !replace && state.dialog != FileDialog::Open && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    state.dialog_replace_path = path;
   state.dialog_message = msg;
   state.dialog_message_error = !ok;
   return ok;
 }
-
-}  // namespace
 
 void draw_file_dialogs(AppState& state, EngineControl& engine) {
   if (state.dialog == FileDialog::None) return;
@@ -120,6 +139,7 @@ void draw_file_dialogs(AppState& state, EngineControl& engine) {
   if (!state.dialog_opened) {
     std::snprintf(state.dialog_path, sizeof state.dialog_path, "%s", default_path(state, state.dialog).c_str());
     state.dialog_message.clear();
+    state.dialog_replace_path.clear();
     ImGui::OpenPopup(title);
     state.dialog_opened = true;
   }
@@ -142,8 +162,12 @@ void draw_file_dialogs(AppState& state, EngineControl& engine) {
       ImGui::PopTextWrapPos();
     }
     bool close = false;
-    if (ImGui::Button("OK") || enter) close = run_action(state, engine, state.dialog_path);
+    if (ImGui::Button("OK") || enter) close = run_file_dialog_action(state, engine, state.dialog_path, false);
     ImGui::SameLine();
+    if (!state.dialog_replace_path.empty() && state.dialog_replace_path == state.dialog_path) {
+      if (ImGui::Button("Replace")) close = run_file_dialog_action(state, engine, state.dialog_path, true);
+      ImGui::SameLine();
+    }
     if (ImGui::Button("Cancel")) close = true;
     if (close) ImGui::CloseCurrentPopup();
     ImGui::EndPopup();

@@ -27,15 +27,15 @@ std::string describe_target(const RunConfig& c) {
 
 void draw_controls(AppState& state, EngineControl& engine, const SessionStatus& st) {
   const bool live = state.run.has_run() && is_live_state(st.state);
-  const bool valid = state.edit.issues.empty();
-  ImGui::BeginDisabled(live || !valid);
+  const std::string blocker = start_blocker(state);
+  ImGui::BeginDisabled(live || !blocker.empty());
   if (ImGui::Button("Start")) {
     std::string err;
     state.run.start(engine, state.config, state.history, &err);
   }
   ImGui::EndDisabled();
-  if (!valid && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
-    ImGui::SetTooltip("Fix the configuration first (fields marked in red)");
+  if (!blocker.empty() && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("%s", blocker.c_str());
   ImGui::SameLine();
   ImGui::BeginDisabled(!live);
   if (st.state == SessionState::Paused) {

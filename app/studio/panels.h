@@ -1,7 +1,8 @@
 // The panels, one file each (panel_<name>.cpp), as free functions over the UI state and the engine.
 // Each draws inside a window the dispatcher has begun. Their non-rendering logic lives in
 // config_edit.h, run_driver.h, plan_cache.h, timeline_model.h, eval_results.h and here (export).
-// defines: draw_*_panel, draw_file_dialogs, export_preset, StudioPalette helpers
+// defines: draw_*_panel, draw_file_dialogs, output_refusal, export_preset, run_file_dialog_action,
+// StudioPalette helpers
 #pragma once
 
 #include <imgui.h>
@@ -28,9 +29,17 @@ void draw_eval_panel(AppState& state, EngineControl& engine);
 /// The File menu's modal dialogs (open, save preset, export trace/metrics).
 void draw_file_dialogs(AppState& state, EngineControl& engine);
 
+/// Why the File dialogs may not write `path` ("" when they may): no name; a directory, link, FIFO
+/// or device; an existing regular file unless `replace` (the dialog's Replace button).
+std::string output_refusal(const std::string& path, bool replace);
 /// Saves `cfg` as a commented preset and loads it back to prove `odyssey train` reads the same
-/// config. False with *message when writing fails or the file does not load back identical.
-bool export_preset(const RunConfig& cfg, const std::string& path, std::string* message);
+/// config. Nothing is written when its text does not load back identical (a config the validator
+/// refuses) or output_refusal refuses the path. False with *message then, or when writing fails.
+bool export_preset(const RunConfig& cfg, const std::string& path, std::string* message, bool replace = false);
+/// The open dialog's action on `path` (OK, or Replace with `replace`): opens, saves or exports. A
+/// refusal because a regular file is there sets state.dialog_replace_path (the dialog then offers
+/// Replace). True when the dialog can close; its message in state.dialog_message.
+bool run_file_dialog_action(AppState& state, EngineControl& engine, const std::string& path, bool replace);
 
 // --- shared widgets (widgets.cpp) -------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 // ScriptRunner: the screenshot mode's steps in order. Edits go through the same AppState config
 // the panels edit, so RunDriver applies them live or restarts exactly as for a user.
-// defines: ScriptRunner::step, apply_assignment
+// defines: ScriptRunner::step, apply_assignment, scripted_run_problem
 #include "app/studio/script_runner.h"
 
 #include "engine/config/preset.h"
@@ -10,27 +10,30 @@ namespace odyssey::studio {
 
 bool apply_assignment(AppState& state, const std::string& assignment, std::string* error) {
   Override ov;
-  ConfigIssue issue;
-  if (!parse_override(assignment, 0, &ov, &issue)) {
-    if (error) *error = issue.format();
-    return false;
-  }
-  const std::string key = ov.section + "." + ov.key;
-  const KeySpec* spec = find_key_spec(ov.section, ov.key);
-  if (!spec) {
-    if (error) *error = "unknown key " + key;
-    return false;
-  }
-  std::string rule;
-  if (!coerce_value(*spec, ov.value, &rule)) {
-    if (error) *error = key + " = " + ov.value.text + ": " + rule;
-    return false;
-  }
-  // Rule violations are not refused: they show at their fields, as for an edit in the panel.
+  if (!parse_assignment(assignment, &ov, error)) return false;
+  // Rule violations are not refused: they show at their fields, as for an edit in the panel. What
+  // no field shows (a model.hf_path that is no model directory) is refused, as train refuses it.
   const LoadedPreset applied = apply_overrides(state.config, {ov});
+  if (const std::vector<ConfigIssue> problems = problems_beyond_rules(applied); !problems.empty()) {
+    if (error) *error = problems.front().format();
+    return false;
+  }
   state.config = applied.config;
   refresh_validation(state);
   return true;
+}
+
+std::string scripted_run_problem(const StudioOptions& options, const AppState& state) {
+  if (options.run_steps == 0) return "";
+  if (!state.edit.file_problems.empty())
+    return "--run-steps " + std::to_string(options.run_steps) + ": " + state.preset_path +
+           " has problems its fields cannot show, where the config holds defaults (" +
+           state.edit.file_problems.front().format() + "): fix the file first";
+  if (options.run_steps > state.config.training.steps)
+    return "--run-steps " + std::to_string(options.run_steps) + ": the preset trains " +
+           std::to_string(state.config.training.steps) + " steps (training.steps): ask for at most that, or --set " +
+           "training.steps=" + std::to_string(options.run_steps);
+  return "";
 }
 
 bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
@@ -39,6 +42,12 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
       t_begin_ = now_s;
       if (options_.run_steps > 0) {
         std::string err;
+        if (const std::string problem = scripted_run_problem(options_, state); !problem.empty()) {
+          error_ = "the run did not start: " + problem;
+          stage_ = Stage::Settling;
+          frames_left_ = options_.frames;
+          return false;
+        }
         if (!state.run.start(engine, state.config, state.history, &err)) {
           error_ = "the run did not start: " + err;
           stage_ = Stage::Settling;
@@ -60,7 +69,8 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
         std::string err;
         const RunConfig before = state.config;
         if (!apply_assignment(state, options_.changes[next_change_].assignment, &err))
-          state.history.add_log("[studio] --change-at ignored: " + err);
+          error_ = "--change-at " + std::to_string(options_.changes[next_change_].step) + ":" +
+                   options_.changes[next_change_].assignment + ": " + err;
         else if (!(before == state.config) && state.edit.issues.empty() &&
                  classify_change(before, state.config).kind >= ChangeKind::Live)
           markers_wanted_ = state.history.markers().size() + 1;
@@ -76,6 +86,13 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
                  ", step " + std::to_string(st.step) + ")";
       if ((done && !state.run.restart_pending()) || over || failed()) {
         run_seconds_ = now_s - t_begin_;
+        if (error_.empty() && next_change_ < options_.changes.size())  // the run ended before its step
+          error_ = "--change-at " + std::to_string(options_.changes[next_change_].step) + ":" +
+                   options_.changes[next_change_].assignment + ": not made: the run ended at step " +
+                   std::to_string(st.step);
+        else if (error_.empty() && state.history.markers().size() < markers_wanted_)
+          error_ = "a --change-at edit was made but never took effect before the run ended at step " +
+                   std::to_string(st.step);
         if (is_live_state(st.state)) state.run.pause(engine);  // a still picture, and the CPU for rendering
         stage_ = Stage::Settling;
         frames_left_ = options_.frames;

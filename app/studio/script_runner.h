@@ -1,7 +1,7 @@
 // Screenshot mode's schedule, without rendering: start the run, make the scripted edits
 // (--change-at) when their step arrives, wait for --run-steps steps, pause the run, let the UI
 // settle for --frames frames, then say "capture now". Testable against a fake engine.
-// defines: ScriptRunner, apply_assignment
+// defines: ScriptRunner, apply_assignment, scripted_run_problem
 #pragma once
 
 #include <cstddef>
@@ -14,8 +14,14 @@
 namespace odyssey::studio {
 
 /// Edits the studio's config with one `section.key=value` as `--set` would (validation issues
-/// then show at their fields). False with *error when the text or the key is wrong.
+/// then show at their fields). False with *error when the text, the key or its value is wrong, or
+/// the edit has a problem no field shows (problems_beyond_rules: a model.hf_path that is no model
+/// directory), as `odyssey train --set` refuses it.
 bool apply_assignment(AppState& state, const std::string& assignment, std::string* error);
+
+/// Why screenshot mode must not start --run-steps' run on `state` ("" when it may): the preset's
+/// file problems (the config holds defaults where they are), or more steps than training.steps.
+std::string scripted_run_problem(const StudioOptions& options, const AppState& state);
 
 class ScriptRunner {
  public:

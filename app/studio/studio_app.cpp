@@ -88,7 +88,7 @@ void draw_menu_bar(AppState& state, EngineControl& engine) {
   if (ImGui::BeginMenu("Run")) {
     const SessionState st = state.status.state;
     const bool live = state.run.has_run() && is_live_state(st);
-    if (ImGui::MenuItem("Start", nullptr, false, !live && state.edit.issues.empty())) {
+    if (ImGui::MenuItem("Start", nullptr, false, !live && start_blocker(state).empty())) {
       std::string err;
       state.run.start(engine, state.config, state.history, &err);
     }

@@ -71,12 +71,20 @@ bool open_state(const odyssey::studio::StudioOptions& opts, odyssey::studio::App
     std::fprintf(stderr, "odyssey-studio: %s\n", state.edit.preset_message.c_str());
     return false;
   }
+  // The file's problems no field shows, said here too: a headless screenshot holds them only in
+  // its pixels.
+  for (const auto& problem : state.edit.file_problems)
+    std::fprintf(stderr, "odyssey-studio: %s\n", problem.format().c_str());
   std::string error;
   for (const auto& set : opts.sets)
     if (!apply_assignment(state, set, &error)) {
       std::fprintf(stderr, "odyssey-studio: --set %s: %s\n", set.c_str(), error.c_str());
       return false;
     }
+  if (const std::string problem = scripted_run_problem(opts, state); !problem.empty()) {
+    std::fprintf(stderr, "odyssey-studio: %s\n", problem.c_str());
+    return false;
+  }
   if (opts.bench_samples > 0) {
     fill_synthetic_history(state.history, opts.bench_samples, 2);
     state.timeline.all_steps = true;  // the worst case: every sample in view

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "app/studio/cli_options.h"
+#include "test_paths.h"
 
 using namespace odyssey::studio;
 
@@ -21,7 +22,7 @@ TEST_CASE("studio options parse", "[studio][cli]") {
                  "--frames",
                  "7",
                  "--run-steps",
-                 "3",
+                 "30",
                  "--scale",
                  "2",
                  "--panel",
@@ -40,7 +41,7 @@ TEST_CASE("studio options parse", "[studio][cli]") {
   CHECK(o.preset == "presets/x.toml");
   CHECK(o.screenshot == "out.png");
   CHECK(o.frames == 7);
-  CHECK(o.run_steps == 3);
+  CHECK(o.run_steps == 30);
   CHECK(o.scale == 2.0f);
   REQUIRE(o.panel);
   CHECK(*o.panel == PanelId::Timeline);
@@ -86,6 +87,30 @@ TEST_CASE("studio options name what is wrong", "[studio][cli]") {
   CHECK(err == "unexpected argument b.toml (one preset at most)");
   CHECK_FALSE(parse({"--bogus"}, &o, &err));
   CHECK(err == "unknown option --bogus");
+  // A screenshot replaces only an earlier PNG: never the preset it opened, a FIFO or a device.
+  const std::string preset = std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml";
+  CHECK_FALSE(parse({preset.c_str(), "--screenshot", preset.c_str()}, &o, &err));
+  CHECK(err == "--screenshot " + preset +
+                   ": exists and is not a PNG; a screenshot replaces only an earlier picture: remove it, or name "
+                   "another file");
+  CHECK_FALSE(parse({"--screenshot", "/dev/null"}, &o, &err));
+  CHECK_THAT(err, Catch::Contains("is not a regular file"));
+  // What screenshot mode reads is refused without it (it was dropped unseen), and a scripted edit
+  // is checked now: its key, its value, and a step the run still trains.
+  CHECK_FALSE(parse({"--run-steps", "5"}, &o, &err));
+  CHECK(err == "--run-steps works in screenshot mode only: add --screenshot FILE (or leave it out)");
+  CHECK_FALSE(parse({"--screenshot", "s.png", "--run-steps", "3", "--change-at", "1:memory.bogus=1"}, &o, &err));
+  CHECK(err == "--change-at 1:memory.bogus=1: unknown key memory.bogus");
+  CHECK_FALSE(
+      parse({"--screenshot", "s.png", "--run-steps", "3", "--change-at", "1:memory.tiled_mlp=maybe"}, &o, &err));
+  CHECK_THAT(err, Catch::StartsWith("--change-at 1:memory.tiled_mlp=maybe: memory.tiled_mlp = \"maybe\": must be"));
+  CHECK_FALSE(
+      parse({"--screenshot", "s.png", "--run-steps", "2", "--change-at", "50:memory.tiled_mlp=false"}, &o, &err));
+  CHECK_THAT(err, Catch::Contains("step 50 is not before --run-steps 2"));
+  CHECK_FALSE(parse({"--screenshot", "s.png", "--change-at", "1:memory.tiled_mlp=false"}, &o, &err));
+  CHECK(err == "--change-at needs --run-steps N: its edits are made while those steps train");
+  CHECK_FALSE(parse({"--bench-samples", "100000000"}, &o, &err));
+  CHECK_THAT(err, Catch::Contains("between 1 and 10000000"));
   // NaN passes every comparison; it once reached ImGui's font scale and aborted the app.
   for (const char* bad : {"nan", "NaN", "inf", "-inf", "1e999"}) {
     INFO(bad);

@@ -4,9 +4,10 @@
 // reached the "engine" and when. defines: FakeEngine
 #pragma once
 
+#include <fstream>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/studio/engine_control.h"
@@ -110,10 +111,17 @@ class FakeEngine : public EngineControl {
   size_t spans_since(size_t cursor, std::vector<PhaseSpan>* out) const override { return copy(spans, cursor, out); }
   std::vector<std::string> phase_names() const override { return names; }
   std::vector<std::string> drain_log() override { return std::exchange(log_lines, {}); }
-  bool export_trace(const std::string& path, std::string* error) const override { return false; }
-  bool export_metrics(const std::string& path, std::string* error) const override { return false; }
+  /// Each export writes its kind ("trace", "metrics") to the path and records the path.
+  bool export_trace(const std::string& path, std::string* error) const override { return write(path, "trace"); }
+  bool export_metrics(const std::string& path, std::string* error) const override { return write(path, "metrics"); }
+  mutable std::vector<std::string> exports;
 
  private:
+  bool write(const std::string& path, const char* kind) const {
+    exports.push_back(path);
+    std::ofstream(path) << kind;
+    return true;
+  }
   template <typename T>
   static size_t copy(const std::vector<T>& from, size_t cursor, std::vector<T>* out) {
     for (size_t i = cursor; i < from.size(); ++i) out->push_back(from[i]);

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "app/studio/script_runner.h"
@@ -104,4 +106,76 @@ TEST_CASE("scripted assignments go through the schema", "[studio][script]") {
   CHECK(err.find("memory.tiled_mlp = ") == 0);
   CHECK(state.config.memory.tiled_mlp == false);
   CHECK_FALSE(apply_assignment(state, "nonsense", &err));
+}
+
+TEST_CASE("--set and screenshot runs refuse what odyssey train refuses", "[studio][script]") {
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  std::string err;
+  // A model.hf_path that is no directory: no field shows it, and the studio trained the flavor's
+  // model as if it were not there.
+  const RunConfig before = state.config;
+  CHECK_FALSE(apply_assignment(state, "model.hf_path=nope", &err));
+  CHECK_THAT(err, Catch::Contains("model.hf_path") && Catch::Contains("nope is not a directory"));
+  CHECK(state.config == before);
+
+  // More --run-steps than the preset trains: refused before the run, not cut short silently.
+  StudioOptions o;
+  o.run_steps = state.config.training.steps + 1;
+  CHECK_THAT(scripted_run_problem(o, state),
+             Catch::Contains("the preset trains " + std::to_string(state.config.training.steps) + " steps"));
+  o.run_steps = 2;
+  CHECK(scripted_run_problem(o, state).empty());
+  // A preset with a mistyped key opens (to be fixed), but neither runs nor offers Start.
+  const std::string typo = std::string(ODYSSEY_BINARY_DIR) + "/studio_typo.toml";
+  {
+    std::ifstream in(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string preset = text.str();
+    const size_t at = preset.find("\nsteps = ");
+    REQUIRE(at != std::string::npos);
+    preset.replace(at, 9, "\nstepz = ");  // a typo: training.steps keeps its default
+    std::ofstream(typo) << preset;
+  }
+  AppState broken;
+  REQUIRE(load_preset_into(broken, typo));
+  REQUIRE_FALSE(broken.edit.file_problems.empty());
+  CHECK_THAT(scripted_run_problem(o, broken), Catch::Contains("has problems its fields cannot show"));
+  CHECK_THAT(start_blocker(broken), Catch::Contains("The preset file has problems"));
+  CHECK(start_blocker(state).empty());
+  FakeEngine engine;
+  ScriptRunner script(o);
+  frame_update(broken, engine, 0);
+  CHECK_FALSE(script.step(broken, engine, 0));
+  CHECK(script.failed());
+  CHECK(engine.starts.empty());
+}
+
+TEST_CASE("a scripted edit the run ends before fails the screenshot run", "[studio][script]") {
+  // The run finishes (training.steps = 2) before step 3's edit: the screenshot run fails, naming it.
+  StudioOptions o;
+  o.run_steps = 2;
+  o.frames = 1;
+  o.changes = {{3, "memory.tiled_mlp=false"}};
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  state.config.training.steps = 2;
+  state.config.training.warmup_steps = 1;
+  refresh_validation(state);
+  REQUIRE(state.edit.issues.empty());
+  FakeEngine engine;
+  ScriptRunner script(o);
+  double t = 0;
+  bool captured = false;
+  for (int frame = 0; frame < 5000 && !captured; ++frame) {
+    if (engine.status().state == SessionState::Running) engine.advance_step();
+    frame_update(state, engine, t);
+    captured = script.step(state, engine, t);
+    t += 0.016;
+    if (!captured) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(captured);
+  CHECK(script.failed());
+  CHECK_THAT(script.error(), Catch::Contains("--change-at 3:memory.tiled_mlp=false: not made: the run ended at step"));
 }
