@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <limits>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -106,6 +107,8 @@ std::vector<EvalBucket> read_buckets(const Reader& r, const Json& root) {
     if (!list[i].is_object()) r.fail(where, &list[i], "must be an object {from, to, tokens, loss}");
     EvalBucket b;
     b.from = r.integer(list[i], where, "from", 0);
+    if (b.from == std::numeric_limits<int64_t>::max())  // no position follows it: no `to` above it
+      r.fail(where + ".from", &list[i].at("from"), "leaves no position for the bucket");
     b.to = r.integer(list[i], where, "to", b.from + 1);
     b.tokens = r.integer(list[i], where, "tokens", 0);
     if (i == 0 && b.from != 0) r.fail(where + ".from", &list[i].at("from"), "the first bucket begins at position 0");
@@ -266,7 +269,9 @@ std::vector<std::string> find_eval_files(const std::string& run_dir) {
     if (entry.empty() || entry[0] == '.') continue;
     if (entry == "eval.json") {
       names.push_back(entry);
-    } else if (is_directory(join_path(run_dir, entry)) && path_exists(join_path(run_dir, entry + "/eval.json"))) {
+    } else if (struct stat st{};  // a dangling link counts: it is listed, unreadable, not skipped
+               is_directory(join_path(run_dir, entry)) &&
+               ::lstat(join_path(run_dir, entry + "/eval.json").c_str(), &st) == 0) {
       names.push_back(entry + "/eval.json");
     }
   }

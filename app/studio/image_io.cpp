@@ -10,7 +10,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/util/files.h"
+
 namespace odyssey::studio {
+
+namespace {
+constexpr int64_t kMaxPngBytes = int64_t{256} << 20;  // an 8192x8192 RGBA screenshot, uncompressed, is 256 MiB
+}  // namespace
 
 bool write_png(const std::string& path, const Image& image, std::string* error) {
   if (image.width <= 0 || image.height <= 0 ||
@@ -28,8 +34,16 @@ bool write_png(const std::string& path, const Image& image, std::string* error) 
 }
 
 bool read_png(const std::string& path, Image* image, std::string* error) {
+  std::string bytes;  // a regular file, read whole (a FIFO is refused, never waited on)
+  try {
+    bytes = read_file_bounded(path, kMaxPngBytes, "PNG");
+  } catch (const std::exception& e) {
+    if (error) *error = path + ": cannot read the image (" + e.what() + ")";
+    return false;
+  }
   int w = 0, h = 0, channels = 0;
-  unsigned char* data = stbi_load(path.c_str(), &w, &h, &channels, 4);
+  unsigned char* data = stbi_load_from_memory(reinterpret_cast<const unsigned char*>(bytes.data()),
+                                              static_cast<int>(bytes.size()), &w, &h, &channels, 4);
   if (!data) {
     if (error)
       *error = path + ": cannot read the image: " + (stbi_failure_reason() ? stbi_failure_reason() : "unknown");

@@ -10,6 +10,7 @@
 #include <ctime>
 
 #include "app/studio/panels.h"
+#include "engine/util/files.h"
 #include "engine/config/sizes.h"
 
 namespace odyssey::studio {
@@ -73,6 +74,13 @@ void draw_directory(AppState& state, const std::string& dir) {
 void draw_no_eval(const AppState& state, const EvalLibrary& lib) {
   const std::string& dir = lib.run_dir();
   ImGui::Spacing();
+  if (!lib.dir_exists() && path_exists(dir)) {  // a file, say: no run can be trained into it
+    ImGui::Text("%s is not a directory", dir.c_str());
+    wrapped(kColorDim,
+            "A run directory is where odyssey train --out writes: set output.dir to a folder, or type one "
+            "above.");
+    return;
+  }
   if (!lib.dir_exists())
     ImGui::Text("No run directory %s yet", dir.c_str());
   else

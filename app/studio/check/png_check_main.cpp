@@ -2,9 +2,11 @@
 // checks its size and that it is not blank: many distinct colours, no colour covering most of it,
 // and content in most cells of a 4x4 grid (the panels were drawn). Exit 0 ok, 1 failed, 2 usage.
 // defines: main
+#include <charconv>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "app/studio/image_io.h"
 
@@ -15,7 +17,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string path = argv[1];
-  const int want_w = std::atoi(argv[2]), want_h = std::atoi(argv[3]);
+  int want_w = 0, want_h = 0;
+  for (const auto& [text, out] : {std::pair{argv[2], &want_w}, std::pair{argv[3], &want_h}}) {
+    const char* end = text + std::strlen(text);
+    if (auto [p, ec] = std::from_chars(text, end, *out); ec != std::errc() || p != end || *out < 1) {
+      std::fprintf(stderr, "studio_png_check: %s: WIDTH and HEIGHT are whole numbers of pixels from 1\n", text);
+      return 2;
+    }
+  }
   Image image;
   std::string error;
   if (!read_png(path, &image, &error)) {
