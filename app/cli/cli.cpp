@@ -184,13 +184,19 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
 }
 
 std::optional<LoadedPreset> load_or_report(const std::string& path, const std::vector<Override>& overrides,
-                                           std::ostream& err) {
+                                           std::ostream& err, PresetData data) {
   LoadedPreset loaded = load_preset(path, overrides);
   if (!loaded.ok()) {
     for (const auto& issue : loaded.issues) err << issue.format() << "\n";
     return std::nullopt;
   }
-  if (const std::optional<ConfigIssue> issue = read_planned_documents(loaded)) {
+  if (data == PresetData::Skip) return loaded;
+  // The file train opens, checked where the planner reads it anyway (a documents file's lengths);
+  // a preset whose data lives elsewhere (a cluster's) is still planned without it.
+  std::optional<ConfigIssue> issue;
+  if (data == PresetData::Checked && plans_document_lengths(loaded.config.training)) issue = check_dataset(loaded);
+  if (!issue) issue = read_planned_documents(loaded);
+  if (issue) {
     err << issue->format() << "\n";
     return std::nullopt;
   }

@@ -61,10 +61,18 @@ struct ArgSpec {
 std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, int argc, char** argv, int first,
                                std::ostream& err);
 
-/// Loads and validates a preset with the overrides; prints every issue to `err` and returns
-/// nullopt when there is any.
+/// What load_or_report reads besides the preset.
+enum class PresetData {
+  Planned,  ///< a documents preset's lengths for the planner (read_planned_documents): train, bench
+  Checked,  ///< those, and the file as train opens it (check_dataset): plan, ladder, maxlen and tune
+            ///< refuse what check and train refuse (one-token documents under masking, say)
+  Skip,     ///< nothing: `prepare --preset` writes that file
+};
+
+/// Loads and validates a preset with the overrides and reads its data as `data` says; prints every
+/// issue to `err` and returns nullopt when there is any.
 std::optional<LoadedPreset> load_or_report(const std::string& path, const std::vector<Override>& overrides,
-                                           std::ostream& err);
+                                           std::ostream& err, PresetData data = PresetData::Planned);
 
 /// A documents preset's file read for the planner (the lengths its step time counts) into
 /// `loaded.config.document_lengths`; the issue, at training.dataset_path's line, when it cannot be.

@@ -253,7 +253,7 @@ int run_prepare(int argc, char** argv, int first) {
   const char* after_bar = terminal ? "\n" : "";  // a message never continues the progress bar's line
   std::optional<LoadedPreset> preset;
   if (!a.preset.empty()) {
-    preset = load_or_report(a.preset, a.overrides, std::cerr);
+    preset = load_or_report(a.preset, a.overrides, std::cerr, PresetData::Skip);  // its data file is --out
     if (!preset) return kExitBadInput;
   }
   try {

@@ -53,7 +53,7 @@ int run_tune(int argc, char** argv, int first) {
     return kExitBadInput;
   }
   const std::string& path = args->positional.front();
-  auto loaded = load_or_report(path, args->overrides, std::cerr);
+  auto loaded = load_or_report(path, args->overrides, std::cerr, PresetData::Checked);
   if (!loaded) return kExitBadInput;
   if (!args->output.empty()) {  // refuse before the search: a refused file is the user's to fix first
     if (const std::string why = output_problem(args->output, args->overwrite); !why.empty()) {

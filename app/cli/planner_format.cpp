@@ -574,7 +574,7 @@ int run_planner_command(const char* name, int argc, char** argv, int first,
   auto args = parse_args(name, spec, argc, argv, first, std::cerr);
   if (!args) return kExitBadInput;
   const std::string& path = args->positional.front();
-  auto loaded = load_or_report(path, args->overrides, std::cerr);
+  auto loaded = load_or_report(path, args->overrides, std::cerr, PresetData::Checked);
   if (!loaded) return kExitBadInput;
   return body(path, loaded->config, args->json);
 }

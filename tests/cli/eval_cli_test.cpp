@@ -650,7 +650,7 @@ TEST_CASE("odyssey eval: a reshaping --set, a tokenizer not the data's, an unwri
   CHECK(::stat((out + "/needle.png").c_str(), &st) != 0);
 }
 
-TEST_CASE("one-token documents: odyssey train refuses a sequence without a target, odyssey eval skips it",
+TEST_CASE("one-token documents: train, check and the planner refuse a sequence without a target, eval skips it",
           "[cli][eval]") {
   const std::string dir = fresh_dir("eval_one_token");
   REQUIRE(std::system(("mkdir -p '" + dir + "'").c_str()) == 0);
@@ -678,6 +678,16 @@ TEST_CASE("one-token documents: odyssey train refuses a sequence without a targe
   CHECK_THAT(r.out + r.err, !Catch::Contains("NaN"));
   struct stat st {};
   CHECK(::stat(refused_run.c_str(), &st) != 0);  // refused before the run directory is made: nothing written
+  // check refuses it, and so do the planner's commands, which read the file's lengths: they
+  // planned it (exit 0) where check and train refuse it.
+  const std::string masked_ones = kShort + "--set training.seq_len=64 --set training.dataset=documents " +
+                                  "--set training.dataset_path=" + ones + " --set training.document_mask=true";
+  for (const char* command : {"check", "plan", "tune", "maxlen", "ladder"}) {
+    INFO(command);
+    r = run_odyssey(std::string(command) + " " + masked_ones);
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("training.dataset_path") && Catch::Contains("holds no target inside a document"));
+  }
 
   // Eval skips the sequence, says so, and scores the others (no NaN); a file of nothing else is
   // bad input.

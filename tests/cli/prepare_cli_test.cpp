@@ -328,6 +328,14 @@ TEST_CASE("odyssey prepare --preset: the tokenizer of the preset's model.hf_path
   CHECK(a.size() > 64);
   CHECK(a == b);
   CHECK(read_documents(dir + "/by_preset.odoc").tokens == std::vector<uint32_t>{2, 3, 4, 5, 7, 6, 7, 8, 9});
+  // A preset that names the file prepare is about to write, as a user writes them (preset first):
+  // its data file is not read (prepare refused it as missing).
+  const Run first = run_odyssey(
+      "prepare " + dir + "/in.jsonl --preset presets/tiny-cpu.toml --set model.flavor=hf --set model.hf_path=" + model +
+      " --set training.dataset=documents --set training.document_mask=true " + "--set training.dataset_path=" + dir +
+      "/first.odoc --out " + dir + "/first.odoc");
+  require_exit(first, 0);
+  CHECK(read_text(dir + "/first.odoc") == a);
 
   // Another tokenizer than the model's (12 words, not its 10): its ids are not the model's tokens.
   // prepare --preset refuses it before a document is written; a file made with it is refused by
