@@ -108,7 +108,7 @@ TEST_CASE("scripted assignments go through the schema", "[studio][script]") {
   CHECK_FALSE(apply_assignment(state, "nonsense", &err));
 }
 
-TEST_CASE("--set and screenshot runs refuse what odyssey train refuses", "[studio][script]") {
+TEST_CASE("screenshot runs and --set refuse what odyssey train refuses", "[studio][script]") {
   AppState state;
   REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
   std::string err;
