@@ -43,7 +43,7 @@ extern "C" void on_stop_signal(int sig) {
     (void)ignored;
     ::_exit(128 + sig);
   }
-  if (g_control) g_control->request_stop_from_signal();
+  if (g_control) g_control->request_stop_from_signal(sig);
   static const char kInt[] = "\nodyssey train: Ctrl-C: stopping at the next step boundary";
   static const char kTerm[] = "\nodyssey train: SIGTERM: stopping at the next step boundary";
   static const char kCheckpoint[] = " with a checkpoint";
@@ -122,10 +122,20 @@ int run_train(int argc, char** argv, int first) {
   ArgSpec spec;
   spec.set = spec.steps = spec.out = spec.resume = spec.quiet = spec.no_checkpoint = spec.memory_snapshot =
       spec.kernel_profile = spec.overwrite = spec.force = true;
-  auto args = parse_args("train", spec, argc, argv, first, std::cerr);
-  if (!args) return kExitBadInput;
-  auto loaded = load_or_report(args->positional[0], args->overrides, std::cerr);
-  if (!loaded) return kExitBadInput;
+  // Refused here, under torchrun, the other processes learn why at once (they waited for this one
+  // until parallel.timeout_s, then blamed the store).
+  std::ostringstream refused;
+  auto refuse = [&] {
+    std::cerr << refused.str() << std::flush;
+    std::string reason = refused.str();
+    while (!reason.empty() && reason.back() == '\n') reason.pop_back();
+    refuse_torchrun_start(reason, true);
+    return kExitBadInput;
+  };
+  auto args = parse_args("train", spec, argc, argv, first, refused);
+  if (!args) return refuse();
+  auto loaded = load_or_report(args->positional[0], args->overrides, refused);
+  if (!loaded) return refuse();
   const RunConfig& cfg = loaded->config;
   bool lead = true;  // this process runs rank 0 (not a torchrun process with RANK != 0)
   try {
@@ -212,7 +222,9 @@ int run_train(int argc, char** argv, int first) {
   if (tty) std::cout << "\r\033[K";
   // A run stopped by a signal exits 128 + its number (130 Ctrl-C, 143 SIGTERM), as shells report
   // a process the signal ended, so a scheduler sees it did not finish; its checkpoint is written.
-  const int stopped_code = outcome.status == RunOutcome::Status::Stopped && stop_signal ? 128 + stop_signal : kExitOk;
+  // Under torchrun the signal may have come to another process: the job stopped all the same.
+  const int job_signal = outcome.stop_signal ? outcome.stop_signal : stop_signal;
+  const int stopped_code = outcome.status == RunOutcome::Status::Stopped && job_signal ? 128 + job_signal : kExitOk;
 
   if (outcome.status == RunOutcome::Status::Failed) {
     std::cerr << who << outcome.error << "\n";

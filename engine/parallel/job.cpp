@@ -15,6 +15,7 @@
 #include "engine/parallel/devices.h"
 #include "engine/parallel/peer_watch.h"
 #include "engine/parallel/rank_launch.h"
+#include "engine/parallel/store_deadline.h"
 #include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/memory_tracker.h"
 
@@ -30,8 +31,9 @@ void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::
   RankScope rank(joined.ctx.slot);  // slot 0: the one rank of this process, whatever its global rank
   std::unique_ptr<PeerWatch> watch;
   if (joined.store)
-    watch = std::make_unique<PeerWatch>(joined.store, env.rank, env.world_size, joined.abort,
-                                        env.master_addr + ":" + std::to_string(env.master_port));
+    watch = std::make_unique<PeerWatch>(
+        joined.store, env.rank, env.world_size, joined.abort, env.master_addr + ":" + std::to_string(env.master_port),
+        store_deadline_for(std::chrono::milliseconds(static_cast<int64_t>(cfg.parallel.timeout_s * 1000.0))));
   try {
     fn(joined.ctx);
   } catch (const CommError& e) {
@@ -125,6 +127,7 @@ bool JobStart::connect(std::chrono::milliseconds wait) {
   // torchrun gives each process its own RANK; two with one (a RANK left set in a shell, two
   // launches with one --node-rank) would both post this rank's verdict and join its collectives,
   // where they would take each other's messages. The first to claim the rank keeps it.
+  const StoreDeadline deadline(store_deadline_for(timeout_), "this process's rank claim", store_address());
   duplicate_ = store_->add("odyssey/rank_claims/" + std::to_string(rank_), 1) > 1;
   return !duplicate_;
 }
@@ -138,8 +141,13 @@ std::string JobStart::duplicate_message() const {
 
 std::string JobStart::next_round() { return "odyssey/start/" + std::to_string(round_++) + "/"; }
 
+std::string JobStart::store_address() const {
+  return env_ ? env_->master_addr + ":" + std::to_string(env_->master_port) : std::string();
+}
+
 void JobStart::acknowledge(const std::string& round) {
   // Every process ends now. Rank 0's process may serve the store: it stays until all have read.
+  const StoreDeadline deadline(store_deadline_for(timeout_), "the acknowledgement of a refusal", store_address());
   if (store_->add(round + "read", 1) == world_size_) store_->set(round + "all_read", store_bytes("1"));
   if (rank_ != 0) return;
   try {
@@ -156,10 +164,19 @@ void JobStart::refuse(const std::string& reason, bool bad_input) noexcept {
     // RANK in the shell) reports its own error, not the store's.
     if (!connect(std::min(timeout_, kRefusalWait))) return;  // the rank's first claimant speaks for it
     // "1"/"2" and the reason: this process refused, with the exit status it takes.
-    store_->set(round + std::to_string(rank_), store_bytes(std::string(bad_input ? "2" : "1") + reason));
+    {
+      const StoreDeadline deadline(store_deadline_for(timeout_), "this process's refusal", store_address());
+      store_->set(round + std::to_string(rank_), store_bytes(std::string(bad_input ? "2" : "1") + reason));
+    }
     acknowledge(round);
   } catch (...) {  // the store gone: the others' waits end on their own
   }
+}
+
+void JobStart::expect_same(std::string text,
+                           std::function<std::string(const std::string&, const std::string&)> describe) {
+  same_text_ = std::move(text);
+  describe_difference_ = std::move(describe);
 }
 
 void JobStart::agree(const std::exception_ptr& refusal, bool bad_input) {
@@ -181,7 +198,9 @@ void JobStart::agree(const std::exception_ptr& refusal, bool bad_input) {
   for (int r = 0; r < world_size_; ++r) keys.push_back(round + std::to_string(r));
   std::optional<RankRefused> first;  // the lowest other rank that refused
   try {
-    store_->set(keys[static_cast<size_t>(rank_)], store_bytes("0"));  // "0": this process can start
+    const StoreDeadline deadline(store_deadline_for(timeout_), "the processes' agreement to start", store_address());
+    // "0": this process can start, then what it runs (expect_same), compared once every process posted
+    store_->set(keys[static_cast<size_t>(rank_)], store_bytes("0" + same_text_));
     try {
       store_->wait(keys, timeout_);
     } catch (const c10::Error&) {
@@ -196,12 +215,24 @@ void JobStart::agree(const std::exception_ptr& refusal, bool bad_input) {
                       " s (parallel.timeout_s) for " + ranks +
                       " to say whether it can start: its process ended before the run, or is stuck (see its output)");
     }
+    std::vector<std::string> runs(static_cast<size_t>(world_size_));  // each process's expect_same text
     for (int r = 0; r < world_size_ && !first; ++r) {
-      if (r == rank_) continue;
+      if (r == rank_) {
+        runs[static_cast<size_t>(r)] = same_text_;
+        continue;
+      }
       const std::vector<uint8_t> got = store_->get(keys[static_cast<size_t>(r)]);
       if (!got.empty() && got.front() != '0')
         first.emplace(r, std::string(got.begin() + 1, got.end()), got.front() == '2');
+      else if (!got.empty())
+        runs[static_cast<size_t>(r)] = std::string(got.begin() + 1, got.end());
     }
+    // Every process read the same texts: each refuses the same rank with the same words.
+    if (!first && !same_text_.empty())
+      for (int r = 1; r < world_size_ && !first; ++r)
+        if (runs[static_cast<size_t>(r)] != runs[0])
+          first.emplace(r, describe_difference_(runs[0], runs[static_cast<size_t>(r)]), true);
+    same_text_.clear();
     if (first) acknowledge(round);
   } catch (const c10::Error& e) {
     throw CommError("torchrun job: rank " + std::to_string(rank_) +

@@ -92,6 +92,15 @@ class JobStart {
   /// nothing: the job goes on with the first.
   void agree(const std::exception_ptr& refusal, bool bad_input);
 
+  /// What this process runs, which every process of the job must run alike (its config as a
+  /// preset, and the options of its command line that shape the job: --out, --steps, --resume),
+  /// compared at the next agreement point where no process refused: the lowest rank whose text
+  /// differs from rank 0's is refused as bad input, in every process alike, with
+  /// `describe(rank 0's text, that rank's text)` as the reason. Ranks running other shapes crashed
+  /// in Gloo (a size mismatch), other values trained in silence, other --out folders split a
+  /// checkpoint between them.
+  void expect_same(std::string text, std::function<std::string(const std::string&, const std::string&)> describe);
+
   /// This process refuses at the next agreement point, with `reason` and its class, for a caller
   /// whose refusal is caught later than the point where it would call agree. Rank 0 returns once
   /// every process has read it (its process may serve the store), at most parallel.timeout_s; a
@@ -108,6 +117,7 @@ class JobStart {
   /// when another process claimed the rank first (a duplicate RANK).
   bool connect(std::chrono::milliseconds wait);
   std::string duplicate_message() const;
+  std::string store_address() const;           ///< "MASTER_ADDR:MASTER_PORT", for messages
   std::string next_round();                    ///< "odyssey/start/<n>/", n counting the points
   void acknowledge(const std::string& round);  ///< a refusal was seen: count this process out
 
@@ -115,6 +125,8 @@ class JobStart {
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_ = 0, world_size_ = 1, round_ = 0;
   bool duplicate_ = false;  ///< another process of the job claimed this rank first
+  std::string same_text_;   ///< expect_same's text, until an agreement point compared it
+  std::function<std::string(const std::string&, const std::string&)> describe_difference_;
   std::chrono::milliseconds timeout_{0};
 };
 

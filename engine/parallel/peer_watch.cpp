@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "engine/parallel/collective_watchdog.h"  // seconds_text
+#include "engine/parallel/store_deadline.h"
 
 namespace odyssey {
 namespace {
@@ -31,8 +32,13 @@ std::pair<int, std::string> parse_failure(const std::vector<uint8_t>& value) {
 }  // namespace
 
 PeerWatch::PeerWatch(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-                     std::shared_ptr<AbortSignal> abort, std::string store_address)
-    : rank_(rank), world_size_(world_size), abort_(std::move(abort)), store_address_(std::move(store_address)) {
+                     std::shared_ptr<AbortSignal> abort, std::string store_address, std::chrono::milliseconds deadline)
+    : rank_(rank),
+      world_size_(world_size),
+      abort_(std::move(abort)),
+      store_address_(std::move(store_address)),
+      deadline_(deadline) {
+  const StoreDeadline bound(deadline_, "the peer watch's set-up", store_address_);
   beat_store_ = store->clone();
   probe_store_ = store->clone();
   for (auto* s : {&beat_store_, &probe_store_}) (*s)->setTimeout(kSilence);
@@ -42,14 +48,15 @@ PeerWatch::PeerWatch(const c10::intrusive_ptr<c10d::Store>& store, int rank, int
 
 PeerWatch::~PeerWatch() {
   stop_ = true;
-  // The thread sleeps in kBeat slices; a store operation it is in ends within kSilence (the
-  // clients' timeout), so the join is bounded.
+  // The thread sleeps in kBeat slices, and each call into the store is bounded (StoreDeadline: a
+  // store that never answers ends the process), so the join is bounded.
   if (thread_.joinable()) thread_.join();
 }
 
 void PeerWatch::beat_loop() {
   while (!stop_) {
     try {
+      const StoreDeadline bound(deadline_, "a heartbeat", store_address_);
       beat_store_->add(beat_key(rank_), 1);
       if (beat_store_->check({kFailureKey})) {
         const auto [rank, reason] = parse_failure(beat_store_->get(kFailureKey));
@@ -68,6 +75,7 @@ void PeerWatch::beat_loop() {
 void PeerWatch::declare_failure(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   try {
+    const StoreDeadline bound(deadline_, "this process's failure report", store_address_);
     const std::string value = std::to_string(rank_) + "\n" + reason;
     probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{}, std::vector<uint8_t>(value.begin(), value.end()));
   } catch (const std::exception&) {
@@ -85,6 +93,8 @@ PeerWatch::Culprit PeerWatch::declared_locked() {
 PeerWatch::Culprit PeerWatch::diagnose() {
   std::lock_guard<std::mutex> lock(mutex_);
   try {
+    // kSilence of it is the heartbeats' window below
+    const StoreDeadline bound(deadline_ + kSilence, "the questions after a failed collective", store_address_);
     Culprit declared = declared_locked();
     if (declared.rank >= 0) return declared;
     auto beats = [&] {

@@ -23,7 +23,7 @@ namespace odyssey {
 
 /// One per torchrun process (world size > 1), alive while its rank trains. Store keys:
 /// "odyssey/beat/<r>" (a counter, bumped every kBeat) and "odyssey/failure" ("<rank>\n<reason>").
-///   PeerWatch watch(store, rank, world, abort, "127.0.0.1:29500");
+///   PeerWatch watch(store, rank, world, abort, "127.0.0.1:29500", store_deadline_for(timeout));
 ///   try { train(); } catch (const CommError& e) { throw CommError(e.what() + watch.diagnose().text); }
 class PeerWatch {
  public:
@@ -32,9 +32,10 @@ class PeerWatch {
   static constexpr std::chrono::milliseconds kSilence{1500};
 
   /// Starts the heartbeat thread. `store` is the job's store (each user gets its own clone);
-  /// `abort` is the signal this process's groups watch; `store_address` names the store in messages.
+  /// `abort` is the signal this process's groups watch; `store_address` names the store in messages;
+  /// `deadline` bounds each call into the store (StoreDeadline: a stopped rank 0 never answers).
   PeerWatch(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size, std::shared_ptr<AbortSignal> abort,
-            std::string store_address);
+            std::string store_address, std::chrono::milliseconds deadline);
   ~PeerWatch();  // stops the thread; never throws
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
@@ -61,6 +62,7 @@ class PeerWatch {
   int rank_, world_size_;
   std::shared_ptr<AbortSignal> abort_;
   std::string store_address_;
+  std::chrono::milliseconds deadline_;
   c10::intrusive_ptr<c10d::Store> beat_store_;   // the thread's own client
   c10::intrusive_ptr<c10d::Store> probe_store_;  // diagnose / declare (under mutex_)
   std::mutex mutex_;

@@ -12,20 +12,31 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "engine/parallel/emulated_comm.h"
+#include "engine/parallel/store_deadline.h"
 #include "engine/telemetry/cuda_runtime.h"
 #include "engine/parallel/process_group_comm.h"
 #include "engine/telemetry/memory_tracker.h"
 
 namespace odyssey {
 namespace {
+
+// c10d's store logs each connection it retries with the c10::Error it caught, whose text carries
+// LibTorch's C++ stack (34 "frame #N" lines a retry). Odyssey's messages name the failure; the
+// stacks are no user's to read. Set once, before main.
+const bool kNoLibTorchStacks = [] {
+  c10::SetStackTraceFetcher([] { return std::string(); });
+  return true;
+}();
 
 std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int index,
                                  int member, int size, int global_rank, at::Device device, const CommOptions& options) {
@@ -247,6 +258,12 @@ c10::intrusive_ptr<c10d::Store> connect_job_store(const TorchrunEnv& env, std::c
   const auto t0 = std::chrono::steady_clock::now();
   c10::intrusive_ptr<c10d::TCPStore> tcp_store;
   try {
+    // A client connects within `timeout`, then waits for the server's answer to its first request,
+    // unbounded: a stopped rank 0 (the kernel accepts for it) would hold it forever.
+    std::optional<StoreDeadline> deadline;
+    if (!store_options.isServer)
+      deadline.emplace(store_deadline_for(timeout), "this process's joining",
+                       env.master_addr + ":" + std::to_string(env.master_port));
     tcp_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const c10::Error& e) {
     const auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -301,7 +318,11 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
   }
   options.gloo_hostname = is_loopback(env.master_addr) ? "127.0.0.1" : "";
   joined.store = store ? std::move(store) : connect_job_store(env, options.timeout);
-  joined.ctx = make_rank_context(joined.store, env.rank, parallel, rank_device, options);
+  {  // the groups' rendezvous goes through the store (Gloo's and NCCL's pairs)
+    const StoreDeadline deadline(store_deadline_for(options.timeout), "the collective groups' set-up",
+                                 env.master_addr + ":" + std::to_string(env.master_port));
+    joined.ctx = make_rank_context(joined.store, env.rank, parallel, rank_device, options);
+  }
   return joined;
 }
 

@@ -58,13 +58,17 @@ class StepBoundary {
   bool next(Trainer& trainer, const RunConfig& cfg);
   /// The version of the live toggles the next step runs with (0: the config's own).
   int64_t config_version() const { return config_version_; }
+  /// Once next() returned false: the signal that stopped the job, in whichever process it came
+  /// (the highest of those that came at this boundary); 0 for a stop not from a signal.
+  int stop_signal() const { return stop_signal_; }
 
  private:
   const RankContext& ctx_;
   RunControl* control_;
   RunLog log_;
-  at::Tensor decision_;  ///< [3] int64: stop, pause, version
+  at::Tensor decision_;  ///< [3] int64: stop (1, or the stopping signal's number + 1), pause, version
   int64_t config_version_ = 0;
+  int stop_signal_ = 0;
 };
 
 /// After each step: every rank's device and host peaks and phase records go to rank 0, which

@@ -17,7 +17,9 @@
 #include <exception>
 #include <functional>
 #include <optional>
+#include <sstream>
 
+#include "engine/config/config_diff.h"
 #include "engine/config/preset.h"
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
@@ -367,7 +369,10 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   run_peak.rank = ctx.rank;
   while (trainer.next_step() < total) {
     if (!boundary.next(trainer, cfg)) {
-      if (owns_outcome) out.status = RunOutcome::Status::Stopped;
+      if (owns_outcome) {
+        out.status = RunOutcome::Status::Stopped;
+        out.stop_signal = boundary.stop_signal();
+      }
       break;
     }
     reporter.begin_step();
@@ -455,6 +460,54 @@ bool is_bad_input(const std::exception_ptr& error) {
 
 namespace {
 
+/// Where a torchrun process's job text turns from its config to its options.
+constexpr const char* kJobOptionsMark = "\n# the command line's options, alike in every process\n";
+
+/// What a torchrun process runs, for JobStart::expect_same: its config as a preset and the options
+/// that shape the job. Left out: what only the plan or rank 0's printing reads (description,
+/// [hardware], output.log_every) and output.dir, which --out stands for.
+std::string job_text(const RunConfig& cfg, const RunOptions& opt) {
+  RunConfig shown = cfg;
+  shown.description.clear();
+  shown.hardware = RunConfig{}.hardware;
+  shown.output.log_every = RunConfig{}.output.log_every;
+  shown.output.dir = RunConfig{}.output.dir;
+  auto none = [](const std::string& v) { return v.empty() ? std::string("(none)") : clean_path(v); };
+  return preset_to_toml(shown) + kJobOptionsMark + "--out\t" + none(opt.out_dir) + "\n--resume\t" +
+         none(opt.resume_dir) + "\nthe last step (--steps)\t" + std::to_string(opt.steps) + "\ncheckpoints\t" +
+         (opt.checkpoints ? "on" : "off (--no-checkpoint)") + "\n--force\t" + (opt.force ? "on" : "off") + "\n";
+}
+
+/// How rank `other`'s job text differs from rank 0's `lead`: the keys, or the options, with rank
+/// 0's value first.
+std::string job_difference(const std::string& lead, const std::string& other) {
+  auto split = [](const std::string& text) {
+    const size_t at = text.find(kJobOptionsMark);
+    return at == std::string::npos ? std::pair{text, std::string()}
+                                   : std::pair{text.substr(0, at), text.substr(at + std::strlen(kJobOptionsMark))};
+  };
+  const auto [lead_config, lead_options] = split(lead);
+  const auto [other_config, other_options] = split(other);
+  std::vector<std::string> changes;
+  if (lead_config != other_config) {
+    const LoadedPreset a = load_preset_text(lead_config, "rank 0's preset"),
+                       b = load_preset_text(other_config, "its preset");
+    for (const KeyChange& c : config_changes(a.config, b.config)) changes.push_back(c.describe());
+  }
+  std::istringstream la(lead_options), lb(other_options);
+  for (std::string x, y; std::getline(la, x) && std::getline(lb, y);)  // "name\tvalue" lines
+    if (x != y)
+      changes.push_back(x.substr(0, x.find('\t')) + " " + x.substr(x.find('\t') + 1) + " -> " +
+                        y.substr(y.find('\t') + 1));
+  std::string text;
+  for (size_t i = 0; i < changes.size() && i < 4; ++i) text += (i ? "; " : "") + changes[i];
+  if (changes.size() > 4) text += "; and " + std::to_string(changes.size() - 4) + " more";
+  if (text.empty()) text = "its preset differs from rank 0's";
+  return "its process runs another job than rank 0's (" + text +
+         ", rank 0's value first): every process of a torchrun job runs one preset with the same --set, --out, "
+         "--steps and --resume";
+}
+
 /// Runs `step` (checks, or the set-up of the outputs) in this process, then agrees its outcome with
 /// the job's other processes (JobStart::agree): throws this process's refusal or the first
 /// other process's, so that every process of a torchrun job refuses together.
@@ -491,6 +544,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     // locks --out: a refusal there ends every process at once with its reason (the others waited
     // for it until parallel.timeout_s, twice over, and ended with the store's stack trace).
     start.emplace(cfg);
+    start->expect_same(job_text(cfg, opt), job_difference);
     // Another run's outputs are never replaced unasked: refused before the directory is touched,
     // and again under the lock (a run that finished in between).
     auto refuse_earlier_run = [&] {

@@ -34,10 +34,15 @@ class Timeline;
 class RunControl {
  public:
   void request_stop();
-  /// Async-signal-safe form (a SIGINT handler): sets the flag only; the run sees it at the next
-  /// step boundary.
-  void request_stop_from_signal() { stop_.store(true); }
+  /// Async-signal-safe form (a SIGINT handler): sets the flag and the signal only; the run sees it
+  /// at the next step boundary.
+  void request_stop_from_signal(int signal) {
+    signal_.store(signal);
+    stop_.store(true);
+  }
   bool stop_requested() const { return stop_.load(); }
+  /// The signal that asked this process's run to stop (0: none, or a stop not from a signal).
+  int stop_signal() const { return signal_.load(); }
   /// Every rank has loaded its weights and reached the step loop: from here a stop waits for the
   /// next step boundary (and its checkpoint); before it, there is nothing to save, and a signal
   /// handler may end the process at once (`odyssey train` does).
@@ -59,6 +64,7 @@ class RunControl {
 
  private:
   std::atomic<bool> stop_{false};
+  std::atomic<int> signal_{0};
   std::atomic<bool> stepping_{false};
   std::atomic<bool> paused_{false};
   mutable std::mutex mutex_;
@@ -126,6 +132,9 @@ struct RunOutcome {
   bool bad_input = false;  ///< the failure is the input's (exit code 2), not the run's
   std::string error;       ///< why it failed
   int64_t next_step = 0;   ///< steps completed when it ended
+  /// Stopped by a signal in any process of the job (under torchrun, another rank's): its number,
+  /// the highest when several came (SIGTERM over SIGINT); 0 otherwise.
+  int stop_signal = 0;
   std::vector<StepMetrics> metrics;
   std::vector<StepResult> results;  ///< rank 0's step results
 };

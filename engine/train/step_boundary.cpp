@@ -63,7 +63,8 @@ bool StepBoundary::next(Trainer& trainer, const RunConfig& cfg) {
   for (;;) {
     int64_t stop = 0, pause = 0, version = config_version_;
     if (control_) {
-      stop = control_->stop_requested() ? 1 : 0;
+      // 1 + the signal's number: the all-reduce's max carries a signal to every process of the job
+      stop = control_->stop_requested() ? 1 + control_->stop_signal() : 0;
       if (lead) {
         pause = control_->paused() ? 1 : 0;
         version = control_->memory_version();
@@ -76,7 +77,10 @@ bool StepBoundary::next(Trainer& trainer, const RunConfig& cfg) {
     // Every rank is here, so every rank has loaded: a stop now waits for this boundary's checkpoint.
     if (control_) control_->mark_stepping();
     const at::Tensor d = decision_.cpu();
-    if (d[0].item<int64_t>()) return false;
+    if (const int64_t stopped = d[0].item<int64_t>()) {
+      stop_signal_ = static_cast<int>(stopped - 1);
+      return false;
+    }
     if (d[1].item<int64_t>()) {
       // Every in-process rank waits on the shared control (a pause comes from the Session, which
       // runs rank threads), then the boundary is decided again.

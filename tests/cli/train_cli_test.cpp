@@ -338,8 +338,8 @@ TEST_CASE("odyssey train under torchrun: a killed or hung rank is named by the o
     int victim;
     int signal;
   };
-  for (const Case& c :
-       {Case{"rank 1 killed", 1, SIGKILL}, Case{"rank 0 killed", 0, SIGKILL}, Case{"rank 1 hung", 1, SIGSTOP}}) {
+  for (const Case& c : {Case{"rank 1 killed", 1, SIGKILL}, Case{"rank 0 killed", 0, SIGKILL},
+                        Case{"rank 1 hung", 1, SIGSTOP}, Case{"rank 0 hung", 0, SIGSTOP}}) {
     INFO(c.name);
     const std::string dir =
         fresh_dir(std::string("torchrun_dead_") + std::to_string(c.victim) + std::to_string(c.signal));
@@ -367,6 +367,15 @@ TEST_CASE("odyssey train under torchrun: a killed or hung rank is named by the o
     REQUIRE(status.has_value());  // no hang
     CHECK(WIFEXITED(*status));
     CHECK(WEXITSTATUS(*status) == 1);
+    if (c.victim == 0 && c.signal == SIGSTOP) {
+      // The store's host stopped: the kernel keeps its connections open and no reply ever comes
+      // (rank 1 waited in recv() for good). Each call into the store is bounded: parallel.timeout_s
+      // + 10 s, then the process ends naming rank 0's process.
+      CHECK_THAT(log, Catch::Contains("gave no answer to") &&
+                          Catch::Contains("rank 0's process, which serves it, is stopped or hung"));
+      CHECK(waited < kTimeout + 10 + 1.5 + 10);
+      continue;
+    }
     const std::string named = "rank " + std::to_string(c.victim) + " failed";
     CHECK_THAT(log, Catch::Contains(named));
     CHECK(std::regex_search(log, collective));
@@ -376,6 +385,55 @@ TEST_CASE("odyssey train under torchrun: a killed or hung rank is named by the o
     CHECK(waited < kTimeout + 1.5 + 10);
     if (c.signal == SIGSTOP) CHECK_THAT(log, Catch::Contains("timed out after 4 s"));
   }
+}
+
+TEST_CASE("odyssey train under torchrun: processes that run other jobs, a refusal in one, a stop in one end all alike",
+          "[cli][train][torchrun]") {
+  // One process per rank, each with its own arguments (`common` for both, then rank r's own).
+  auto spawn_pair = [](const std::string& common, const std::string& rank0, const std::string& rank1,
+                       const std::string& dir) {
+    const int port = free_port();
+    std::vector<pid_t> pids;
+    const std::string own[2] = {rank0, rank1};
+    for (int rank = 0; rank < 2; ++rank)
+      pids.push_back(spawn_odyssey("train " + common + own[rank], dir + ".rank" + std::to_string(rank) + ".log",
+                                   "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
+                                       " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                                       std::to_string(port)));
+    return pids;
+  };
+  const std::string common = kTwoRanks + "--set parallel.timeout_s=60 --set training.warmup_steps=1 ";
+  // Another learning rate in rank 1's process: it trained in silence (another model, exit 0); another
+  // shape crashed Gloo (SIGABRT); another --out split the checkpoint. Every process exits 2 now,
+  // naming the difference, long before the 60 s timeout.
+  const std::string lr = fresh_dir("torchrun_other_lr");
+  auto t0 = std::chrono::steady_clock::now();
+  auto logs = require_ranks_exit(spawn_pair(common + "--steps 2 --out " + lr, "", " --set training.lr=0.01", lr), lr,
+                                 2, 50);
+  for (const std::string& log : logs)
+    CHECK_THAT(log, Catch::Contains("rank 1 refused to start: its process runs another job than rank 0's "
+                                    "(training.lr = 0.005 -> 0.01, rank 0's value first)"));
+  const std::string a = fresh_dir("torchrun_out_a"), b = fresh_dir("torchrun_out_b");
+  logs = require_ranks_exit(spawn_pair(common + "--steps 2", " --out " + a, " --out " + b, a), a, 2, 50);
+  for (const std::string& log : logs) CHECK_THAT(log, Catch::Contains("--out " + a + " -> " + b));
+  // A refusal of rank 1's own command line (an unknown key): rank 0 learns it at once.
+  const std::string bad = fresh_dir("torchrun_bad_set");
+  logs = require_ranks_exit(spawn_pair(common + "--steps 2 --out " + bad, "", " --set memory.bogus=1", bad), bad, 2, 50);
+  CHECK_THAT(logs[0], Catch::Contains("rank 1 refused to start") && Catch::Contains("unknown key in [memory]"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(150));
+  // SIGTERM to rank 1's process alone stops the job at a step boundary: both exit 143 (rank 0 said
+  // 0, "every step asked for ran", for a run that stopped).
+  const std::string stop = fresh_dir("torchrun_stop_one");
+  const std::vector<pid_t> pids = spawn_pair(common + "--steps 100000 --out " + stop, "", "", stop);
+  bool training = false;
+  for (int i = 0; i < 120000 && !training; ++i) {
+    training = metrics_lines(stop) >= 2;
+    if (!training) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(training);
+  ::kill(pids[1], SIGTERM);
+  logs = require_ranks_exit(pids, stop, 143, 60);
+  CHECK_THAT(logs[0], Catch::Contains("stopped at step"));
 }
 
 TEST_CASE("odyssey train --no-checkpoint: a benchmark's run writes no checkpoint at all", "[cli][train]") {

@@ -184,10 +184,10 @@ TEST_CASE("torchrun: a run that ends in --out while rank 0 waits for its peers i
   std::vector<uint8_t> verdict;
   try {
     const auto wait = std::chrono::milliseconds(60000);
-    agent->wait({round + "0/0"}, wait);  // rank 0 checked --out: empty
-    agent->set(round + "0/1", can_start);
-    agent->wait({round + "1/0"}, wait);                // rank 0 made --out
-    std::ofstream(dir + "/metrics.jsonl") << earlier;  // another run ends there now
+    agent->wait({round + "0/0"}, wait);                    // rank 0 checked --out: empty
+    agent->set(round + "0/1", agent->get(round + "0/0"));  // rank 1 can start, running rank 0's job
+    agent->wait({round + "1/0"}, wait);                    // rank 0 made --out
+    std::ofstream(dir + "/metrics.jsonl") << earlier;      // another run ends there now
     agent->set(round + "1/1", can_start);
     agent->wait({round + "2/0"}, wait);  // rank 0's verdict under the lock
     verdict = agent->get(round + "2/0");
