@@ -277,6 +277,12 @@ c10::intrusive_ptr<c10d::Store> connect_job_store(const TorchrunEnv& env, std::c
     std::string text = e.what_without_backtrace();
     if (const size_t cut = text.find('\n'); cut != std::string::npos) text.resize(cut);
     if (!text.empty() && text.back() != '.') text += '.';
+    // Something answered, and not as a store does (c10d's ping got another value back): another
+    // program holds the port, not a process of this job that has yet to start.
+    if (!store_options.isServer && text.find("Ping failed") != std::string::npos)
+      throw CommError("torchrun job: rank " + std::to_string(env.rank) + " could not join the job's store at " +
+                      address + ": " + text + " Another program (no torchrun job's store) answers on that port: " +
+                      "choose another MASTER_PORT, or stop that program");
     // Rank 0 cannot serve: another process holds the port (a second RANK=0 of this job, another job
     // on MASTER_PORT). The launch's to change, not a wait that ran out.
     if (store_options.isServer &&
