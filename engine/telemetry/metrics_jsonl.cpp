@@ -117,6 +117,8 @@ MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path, int64_t keep_thr
         kept += line;
         kept += '\n';
         kept_steps_.push_back(step_metrics_from_json(*v));
+        if (v->contains("first_of_process") && v->at("first_of_process") == true)
+          kept_process_starts_.push_back(kept_steps_.back().step);
         ++lines_;
       } else if (!line.empty()) {
         ++dropped_;
@@ -144,12 +146,14 @@ MetricsJsonlWriter::~MetricsJsonlWriter() {
 
 void MetricsJsonlWriter::write(const StepMetrics& m, const PhasePeakTable* phase_peaks) {
   std::string line = metrics_json_line(m, phase_peaks);
-  line += '\n';
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!wrote_) line.insert(line.size() - 1, ",\"first_of_process\":true");  // inside the object's closing brace
+  line += '\n';
   if (file_ == nullptr) throw std::runtime_error("metrics.jsonl: " + path_ + " is already closed");
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     throw std::runtime_error(io_error("write", path_));
   ++lines_;
+  wrote_ = true;
 }
 
 void MetricsJsonlWriter::close() {

@@ -35,7 +35,8 @@ class MetricsJsonlWriter {
   MetricsJsonlWriter(const MetricsJsonlWriter&) = delete;
   MetricsJsonlWriter& operator=(const MetricsJsonlWriter&) = delete;
 
-  /// Writes and flushes one line.
+  /// Writes and flushes one line. The first line this writer writes carries "first_of_process":
+  /// true (a process's first step runs its warm-up: the allocator's first blocks, lazy set-up).
   void write(const StepMetrics& m, const PhasePeakTable* phase_peaks = nullptr);
   /// Idempotent; the destructor calls it.
   void close();
@@ -47,6 +48,8 @@ class MetricsJsonlWriter {
   /// The steps of the lines a resumed run kept, read back (phase_peak_bytes aside): with this
   /// process's own they make the whole run's summary.
   const std::vector<StepMetrics>& kept_steps() const { return kept_steps_; }
+  /// The kept lines' steps marked "first_of_process": where each earlier process began.
+  const std::vector<int64_t>& kept_process_starts() const { return kept_process_starts_; }
 
  private:
   std::string path_;
@@ -55,6 +58,8 @@ class MetricsJsonlWriter {
   int64_t lines_ = 0;
   int64_t dropped_ = 0;
   std::vector<StepMetrics> kept_steps_;
+  std::vector<int64_t> kept_process_starts_;
+  bool wrote_ = false;  ///< this writer wrote a line (the next is no process's first)
 };
 
 /// Sets rank_peak_bytes / rank_host_peak_bytes (indexed by position in `ranks`) and peak_bytes

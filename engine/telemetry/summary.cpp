@@ -59,14 +59,21 @@ std::string summary_json(const RunSummary& s) {
                                   (why.empty() ? std::string() : " (" + why + ")"));
   }
   const std::vector<StepMetrics>& steps = s.steps;
-  // Throughput and step time without the first step (allocator warm-up, lazy init) when possible.
-  const size_t from = steps.size() > 1 ? 1 : 0;
+  // Throughput and step time without each process's first step (allocator warm-up, lazy set-up)
+  // when other steps remain.
+  auto warm_up = [&](size_t i) {
+    return i == 0 ||
+           std::find(s.process_starts.begin(), s.process_starts.end(), steps[i].step) != s.process_starts.end();
+  };
+  size_t counted = 0;
+  for (size_t i = 0; i < steps.size(); ++i) counted += warm_up(i) ? 0 : 1;
   double tps = 0, st = 0;
-  for (size_t i = from; i < steps.size(); ++i) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (counted > 0 && warm_up(i)) continue;
     tps += steps[i].tokens_per_s;
     st += steps[i].step_time_s;
   }
-  const double n = static_cast<double>(steps.size() - from);
+  const double n = static_cast<double>(counted > 0 ? counted : steps.size());
   double loss_min = std::numeric_limits<double>::infinity();
   bool meaningful = !steps.empty();
   for (const auto& m : steps) {

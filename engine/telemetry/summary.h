@@ -36,7 +36,10 @@ struct RunSummary {
   std::string error;                ///< the failure, when status is "failed"
   double wall_s = 0;
   std::vector<StepMetrics> steps;  ///< every step of the run, in order
-  std::vector<RankPeak> ranks;     ///< the ranks known in detail (any subset); per-rank peaks also from the steps
+  /// The step each process of the run began with (a continued run: the first process's and each
+  /// resume's), left out of the means with the first step as warm-up; empty: the first step only.
+  std::vector<int64_t> process_starts;
+  std::vector<RankPeak> ranks;  ///< the ranks known in detail (any subset); per-rank peaks also from the steps
   const PhasePeakTable* phases = nullptr;
   /// A JSON object the trainer adds under "extra" (config echo, planner prediction...); must
   /// parse as an object, or the write fails.
@@ -45,7 +48,7 @@ struct RunSummary {
 
 /// The document: {"status", "preset", "error", "wall_s", "steps", "final" (the last step's
 /// metrics.jsonl object), "loss_first", "loss_final", "loss_min", "loss_meaningful",
-/// "tokens_per_s_mean", "step_time_s_mean" (both without the first step when there are more),
+/// "tokens_per_s_mean", "step_time_s_mean" (both without each process's first step, when there are more),
 /// "peak_bytes", "host_peak_bytes", "rank_peak_bytes", "rank_host_peak_bytes",
 /// "ranks" [{"rank", "device_peak", "host_peak", "device_reserved", "ooms", "category_at_peak"}],
 /// "phases" [PhasePeakTable rows, highest peak first], "extra"}. Throws std::invalid_argument

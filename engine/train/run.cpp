@@ -756,7 +756,11 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // A continued run's summary is the whole run's: the steps its file kept, then this process's.
     // (wall_s and the phase table are this process's.)
-    if (continues && shared.metrics) summary.steps = shared.metrics->kept_steps();
+    if (continues && shared.metrics) {
+      summary.steps = shared.metrics->kept_steps();
+      summary.process_starts = shared.metrics->kept_process_starts();
+    }
+    if (!out.metrics.empty()) summary.process_starts.push_back(out.metrics.front().step);
     summary.steps.insert(summary.steps.end(), out.metrics.begin(), out.metrics.end());
     summary.phases = &shared.run_peaks;
     summary.ranks = shared.rank_peaks;

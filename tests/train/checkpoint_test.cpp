@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -384,13 +385,17 @@ TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and t
   REQUIRE(o.status == RunOutcome::Status::Finished);
   CHECK(o.metrics.front().step == 3);
   std::istringstream lines(read_bytes(join_path(dir, "metrics.jsonl")));
-  std::vector<int64_t> steps;
+  std::vector<int64_t> steps, process_starts;
+  std::map<int64_t, double> step_times;
   for (std::string line; std::getline(lines, line);) {
     auto v = parse_json(line);
     REQUIRE(v);
     steps.push_back(v->at("step").get<int64_t>());
+    step_times[steps.back()] = v->at("step_time_s").get<double>();
+    if (v->contains("first_of_process")) process_starts.push_back(steps.back());
   }
   CHECK(steps == std::vector<int64_t>{1, 2, 3, 4});
+  CHECK(process_starts == std::vector<int64_t>{1, 3});  // where each process began: its warm-up step
   // The trace: every (rank, step, phase path) once: the first process's steps 1 and 2 (its step 3
   // is cut), then the resumed process's first trace_steps steps (3 and 4), after them in time.
   auto trace = parse_json(read_bytes(join_path(dir, "trace.json")));
@@ -413,6 +418,9 @@ TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and t
   REQUIRE(summary);
   CHECK(summary->at("steps").get<int64_t>() == 4);
   CHECK(summary->at("extra").at("resumed_at_step").get<int64_t>() == 2);
+  // The means leave out each process's first step (steps 1 and 3): the mean of steps 2 and 4, the
+  // one sum and division summary_json makes of the values the lines print (round-trip exact).
+  CHECK(summary->at("step_time_s_mean").get<double>() == (step_times[2] + step_times[4]) / 2);
   std::istringstream first_line(read_bytes(join_path(dir, "metrics.jsonl")));
   std::string line;
   std::getline(first_line, line);
