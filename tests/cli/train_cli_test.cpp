@@ -396,10 +396,10 @@ TEST_CASE("odyssey train under torchrun: processes that run other jobs, a refusa
     std::vector<pid_t> pids;
     const std::string own[2] = {rank0, rank1};
     for (int rank = 0; rank < 2; ++rank)
-      pids.push_back(spawn_odyssey("train " + common + own[rank], dir + ".rank" + std::to_string(rank) + ".log",
-                                   "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
-                                       " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                                       std::to_string(port)));
+      pids.push_back(spawn_odyssey(
+          "train " + common + own[rank], dir + ".rank" + std::to_string(rank) + ".log",
+          "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
+              " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port)));
     return pids;
   };
   const std::string common = kTwoRanks + "--set parallel.timeout_s=60 --set training.warmup_steps=1 ";
@@ -408,8 +408,8 @@ TEST_CASE("odyssey train under torchrun: processes that run other jobs, a refusa
   // naming the difference, long before the 60 s timeout.
   const std::string lr = fresh_dir("torchrun_other_lr");
   auto t0 = std::chrono::steady_clock::now();
-  auto logs = require_ranks_exit(spawn_pair(common + "--steps 2 --out " + lr, "", " --set training.lr=0.01", lr), lr,
-                                 2, 50);
+  auto logs =
+      require_ranks_exit(spawn_pair(common + "--steps 2 --out " + lr, "", " --set training.lr=0.01", lr), lr, 2, 50);
   for (const std::string& log : logs)
     CHECK_THAT(log, Catch::Contains("rank 1 refused to start: its process runs another job than rank 0's "
                                     "(training.lr = 0.005 -> 0.01, rank 0's value first)"));
@@ -418,7 +418,8 @@ TEST_CASE("odyssey train under torchrun: processes that run other jobs, a refusa
   for (const std::string& log : logs) CHECK_THAT(log, Catch::Contains("--out " + a + " -> " + b));
   // A refusal of rank 1's own command line (an unknown key): rank 0 learns it at once.
   const std::string bad = fresh_dir("torchrun_bad_set");
-  logs = require_ranks_exit(spawn_pair(common + "--steps 2 --out " + bad, "", " --set memory.bogus=1", bad), bad, 2, 50);
+  logs =
+      require_ranks_exit(spawn_pair(common + "--steps 2 --out " + bad, "", " --set memory.bogus=1", bad), bad, 2, 50);
   CHECK_THAT(logs[0], Catch::Contains("rank 1 refused to start") && Catch::Contains("unknown key in [memory]"));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(150));
   // SIGTERM to rank 1's process alone stops the job at a step boundary: both exit 143 (rank 0 said
