@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../common/file_text.h"
 #include "engine/config/preset.h"
 #include "engine/config/schema.h"
 #include "engine/config/sizes.h"
@@ -30,13 +31,6 @@ std::vector<std::string> files_in(const std::string& dir, const std::string& ext
     if (e.path().extension() == ext) out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   return out;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -85,8 +79,8 @@ TEST_CASE("save_preset writes atomically and the file loads back", "[config][pre
   const LoadedPreset back = load_preset(path);
   REQUIRE(back.ok());
   CHECK(back.config == loaded.config);
-  CHECK(read_file(path).find("seq_len = \"3M\"") != std::string::npos);
-  CHECK(read_file(path).find("# Tokens per sequence") != std::string::npos);
+  CHECK(odyssey::test::file_text(path).find("seq_len = \"3M\"") != std::string::npos);
+  CHECK(odyssey::test::file_text(path).find("# Tokens per sequence") != std::string::npos);
   CHECK_FALSE(save_preset((dir / "no-such-dir" / "x.toml").string(), loaded.config, &error));
   CHECK(error.find("cannot create " + (dir / "no-such-dir" / "x.toml").string()) != std::string::npos);
 }
@@ -99,7 +93,7 @@ TEST_CASE("bad-preset fixtures report their exact messages", "[config][fixtures]
     // Header lines: "# expect: LINE:COL: message" (path prefix implied), "# set: section.key=value".
     std::vector<std::string> expected;
     std::vector<Override> overrides;
-    std::istringstream lines(read_file(path));
+    std::istringstream lines(odyssey::test::file_text(path));
     std::string line;
     const std::string rel = "tests/fixtures/" + fs::path(path).filename().string();
     while (std::getline(lines, line)) {

@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include "../common/file_text.h"
 #include "app/studio/app_state.h"
 #include "app/studio/panels.h"
 #include "engine/config/preset.h"
@@ -48,17 +49,6 @@ TEST_CASE("saving to an impossible path says so", "[studio][export]") {
   CHECK(msg == "give a file name, e.g. presets/my-run.toml");
 }
 
-namespace {
-
-std::string text_of(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
-
 TEST_CASE("the file dialogs replace an existing file only when asked, and never with a config that fails",
           "[studio][export]") {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "odyssey_studio_replace_test";
@@ -75,7 +65,7 @@ TEST_CASE("the file dialogs replace an existing file only when asked, and never 
   CHECK_FALSE(run_file_dialog_action(state, engine, kept, false));
   CHECK_THAT(state.dialog_message, Catch::Contains(kept + " exists: press Replace"));
   CHECK(state.dialog_replace_path == kept);
-  CHECK(text_of(kept) == "# the user's own preset, with comments\n");
+  CHECK(odyssey::test::file_text(kept) == "# the user's own preset, with comments\n");
   // A config the validator refuses (3 ranks, Ulysses 2) is not written, even with Replace: the
   // studio once wrote it over the preset and then said it "does not load cleanly".
   const int64_t ranks = state.config.parallel.world_size;
@@ -84,7 +74,7 @@ TEST_CASE("the file dialogs replace an existing file only when asked, and never 
   CHECK_FALSE(run_file_dialog_action(state, engine, kept, true));
   CHECK_THAT(state.dialog_message,
              Catch::Contains("not saved: this config does not load cleanly") && Catch::Contains("world_size = 3"));
-  CHECK(text_of(kept) == "# the user's own preset, with comments\n");
+  CHECK(odyssey::test::file_text(kept) == "# the user's own preset, with comments\n");
   state.config.parallel.world_size = ranks;
   CHECK(run_file_dialog_action(state, engine, kept, true));  // Replace: the studio's preset now
   CHECK(load_preset(kept).config == state.config);
@@ -95,7 +85,7 @@ TEST_CASE("the file dialogs replace an existing file only when asked, and never 
   CHECK(engine.exports.empty());
   CHECK(state.dialog_replace_path == kept);
   CHECK(run_file_dialog_action(state, engine, kept, true));
-  CHECK(text_of(kept) == "trace");
+  CHECK(odyssey::test::file_text(kept) == "trace");
 
   // A FIFO, a directory and a link are never replaced: no Replace is offered.
   const std::string fifo = (dir / "fifo.toml").string(), link = (dir / "link.toml").string();
@@ -111,7 +101,7 @@ TEST_CASE("the file dialogs replace an existing file only when asked, and never 
     }
   }
   CHECK(std::filesystem::is_fifo(fifo));
-  CHECK(text_of(kept) == "trace");
+  CHECK(odyssey::test::file_text(kept) == "trace");
   CHECK(engine.exports.size() == 1);
   std::filesystem::remove_all(dir);
 }

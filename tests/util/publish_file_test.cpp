@@ -5,25 +5,14 @@
 #include <sys/stat.h>
 
 #include <fstream>
-#include <sstream>
 #include <string>
 
+#include "../common/file_text.h"
 #include "engine/util/files.h"
 #include "engine/util/publish_file.h"
 #include "test_paths.h"
 
 using namespace odyssey;
-
-namespace {
-
-std::string text_of(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-}  // namespace
 
 TEST_CASE("publish_new_file: the temporary takes a free name, never an existing one", "[util][publish]") {
   const std::string dir = std::string(ODYSSEY_BINARY_DIR) + "/publish_file_test";
@@ -32,13 +21,13 @@ TEST_CASE("publish_new_file: the temporary takes a free name, never an existing 
   const std::string path = dir + "/eval.json", temporary = path + ".tmp1";
   std::ofstream(temporary) << "first";
   REQUIRE(publish_new_file(temporary, path));
-  CHECK(text_of(path) == "first");
+  CHECK(odyssey::test::file_text(path) == "first");
   CHECK(!path_exists(temporary));
 
   // A second writer's file finds the name taken: the first file stays, the second is dropped.
   std::ofstream(temporary) << "second";
   CHECK(!publish_new_file(temporary, path));
-  CHECK(text_of(path) == "first");
+  CHECK(odyssey::test::file_text(path) == "first");
   CHECK(!path_exists(temporary));
 
   // A folder that is gone: a FileWriteError naming the path, and no temporary left.
