@@ -11,6 +11,7 @@
 #include "app/cli/planner_format.h"
 #include "engine/config/config_diff.h"
 #include "engine/util/files.h"
+#include "engine/util/publish_file.h"
 
 namespace odyssey::cli {
 namespace {
@@ -18,15 +19,9 @@ namespace {
 /// Where -o may write: not an existing file unless --overwrite, never a directory, and into a
 /// directory that exists. "" when it may, else why not.
 std::string output_problem(const std::string& path, bool overwrite) {
-  if (is_directory(path)) return path + " is a directory; give a file name such as " + join_path(path, "tuned.toml");
+  if (std::string why = output_file_refusal(path, overwrite, "pass --overwrite to replace it"); !why.empty())
+    return why;
   struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0) {
-    // The file is replaced by a new one (written beside it, then renamed): a link would lose its
-    // target's name, a FIFO or device its nature, so only a regular file is replaced.
-    if (S_ISLNK(st.st_mode)) return path + " is a symbolic link; name the file it points to, or another name";
-    if (!S_ISREG(st.st_mode)) return path + " is not a regular file (a FIFO, socket or device); name a file";
-    if (!overwrite) return path + " exists; pass --overwrite to replace it";
-  }
   const std::string tmp = AtomicFile::temporary_path(path);
   if (::lstat(tmp.c_str(), &st) == 0)
     return tmp + " exists, and -o writes through that name before renaming it: remove it, or choose another name";

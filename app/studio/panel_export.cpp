@@ -11,20 +11,13 @@
 #include "app/studio/panels.h"
 #include "engine/config/preset.h"
 #include "engine/util/files.h"
+#include "engine/util/publish_file.h"
 
 namespace odyssey::studio {
 
 std::string output_refusal(const std::string& path, bool replace) {
   if (path.empty()) return "give a file name, e.g. presets/my-run.toml";
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return "";  // a new file (its folder is the writer's to check)
-  if (S_ISDIR(st.st_mode)) return path + " is a directory: give a file name inside it";
-  // The file is replaced by a new one (written beside it, then renamed): a link would lose its
-  // target's name, a FIFO or device its nature, so only a regular file is replaced.
-  if (S_ISLNK(st.st_mode)) return path + " is a symbolic link: name the file it points to, or another name";
-  if (!S_ISREG(st.st_mode)) return path + " is not a regular file (a FIFO, socket or device): name a file";
-  if (!replace) return path + " exists: press Replace to overwrite it, or give another name";
-  return "";
+  return output_file_refusal(path, replace, "press Replace to overwrite it, or give another name");
 }
 
 bool export_preset(const RunConfig& cfg, const std::string& path, std::string* message, bool replace) {

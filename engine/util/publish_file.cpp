@@ -1,9 +1,10 @@
 // publish_new_file: link(2) where the file system has it, a checked rename where it has not, then
-// a sync of the folder.
-// defines: publish_new_file
+// a sync of the folder; output_file_refusal: the kinds of path a written file never replaces.
+// defines: publish_new_file, output_file_refusal
 #include "engine/util/publish_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -43,6 +44,16 @@ bool publish_new_file(const std::string& temporary, const std::string& path) {
     ::close(folder);
   }
   return true;
+}
+
+std::string output_file_refusal(const std::string& path, bool replace, const std::string& how_to_replace) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return "";
+  if (S_ISDIR(st.st_mode)) return path + " is a directory; give a file name inside it";
+  if (S_ISLNK(st.st_mode)) return path + " is a symbolic link; name the file it points to, or another name";
+  if (!S_ISREG(st.st_mode)) return path + " is not a regular file (a FIFO, socket or device); name a file";
+  if (!replace) return path + " exists; " + how_to_replace;
+  return "";
 }
 
 }  // namespace odyssey

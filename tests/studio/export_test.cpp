@@ -63,7 +63,7 @@ TEST_CASE("the file dialogs replace an existing file only when asked, and never 
   // Save preset over it: refused, Replace offered for that path, the file as it was.
   state.dialog = FileDialog::SavePreset;
   CHECK_FALSE(run_file_dialog_action(state, engine, kept, false));
-  CHECK_THAT(state.dialog_message, Catch::Contains(kept + " exists: press Replace"));
+  CHECK_THAT(state.dialog_message, Catch::Contains(kept + " exists; press Replace"));
   CHECK(state.dialog_replace_path == kept);
   CHECK(odyssey::test::file_text(kept) == "# the user's own preset, with comments\n");
   // A config the validator refuses (3 ranks, Ulysses 2) is not written, even with Replace: the
