@@ -1,7 +1,5 @@
 // `odyssey check`'s reading of a model.hf_path directory's weights, in odyssey-engine (HfWeights
 // needs LibTorch's types): what train refuses before it builds the model, check refuses too.
-#include <typeinfo>
-
 #include "app/cli/model_weights_check.h"
 #include "engine/train/hf_checkpoint.h"
 #include "engine/util/safetensors.h"

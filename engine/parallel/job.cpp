@@ -31,9 +31,9 @@ void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::
   RankScope rank(joined.ctx.slot);  // slot 0: the one rank of this process, whatever its global rank
   std::unique_ptr<PeerWatch> watch;
   if (joined.store)
-    watch = std::make_unique<PeerWatch>(
-        joined.store, env.rank, env.world_size, joined.abort, env.master_addr + ":" + std::to_string(env.master_port),
-        store_deadline_for(std::chrono::milliseconds(static_cast<int64_t>(cfg.parallel.timeout_s * 1000.0))));
+    watch = std::make_unique<PeerWatch>(joined.store, env.rank, env.world_size, joined.abort,
+                                        env.master_addr + ":" + std::to_string(env.master_port),
+                                        store_deadline_for(comm_options(cfg.parallel).timeout));
   try {
     fn(joined.ctx);
   } catch (const CommError& e) {

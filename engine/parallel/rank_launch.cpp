@@ -256,18 +256,16 @@ c10::intrusive_ptr<c10d::Store> connect_job_store(const TorchrunEnv& env, std::c
   store_options.waitWorkers = true;  // a client only counts itself in; the server (rank 0) waits for all
   store_options.timeout = timeout;
   const auto t0 = std::chrono::steady_clock::now();
+  const std::string address = env.master_addr + ":" + std::to_string(env.master_port);
   c10::intrusive_ptr<c10d::TCPStore> tcp_store;
   try {
     // A client connects within `timeout`, then waits for the server's answer to its first request,
     // unbounded: a stopped rank 0 (the kernel accepts for it) would hold it forever.
     std::optional<StoreDeadline> deadline;
-    if (!store_options.isServer)
-      deadline.emplace(store_deadline_for(timeout), "this process's joining",
-                       env.master_addr + ":" + std::to_string(env.master_port));
+    if (!store_options.isServer) deadline.emplace(store_deadline_for(timeout), "this process's joining", address);
     tcp_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const c10::Error& e) {
     const auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const std::string address = env.master_addr + ":" + std::to_string(env.master_port);
     const std::string serves =
         env.use_agent_store ? "The torchrun agent serves the store"
         : store_options.isServer
