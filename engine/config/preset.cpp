@@ -668,11 +668,14 @@ std::string preset_to_toml(const RunConfig& cfg) {
     out << "# [" << section.name << "] " << section.doc << "\n[" << section.name << "]\n";
     for (const auto& key : config_schema()) {
       if (key.section != section.name) continue;
-      // Keys equal to the named base are implied by it; write only what differs.
+      // Keys equal to the named base are implied by it; write only what differs. head_dim is
+      // written with a d_model or n_heads of its own: the loader would derive it from them.
       if (section.name == "model" && key.name != "flavor" && flavor) {
         RunConfig base = cfg;
         base.model = *flavor;
-        if (toml_literal(key, base) == toml_literal(key, cfg)) continue;
+        const bool derived_otherwise =
+            key.name == "head_dim" && (cfg.model.d_model != flavor->d_model || cfg.model.n_heads != flavor->n_heads);
+        if (!derived_otherwise && toml_literal(key, base) == toml_literal(key, cfg)) continue;
       }
       if (section.name == "hardware" && key.name != "profile" && profile) {
         RunConfig base = cfg;

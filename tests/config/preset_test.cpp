@@ -62,6 +62,28 @@ TEST_CASE("load -> save -> load is the identity for every preset", "[config][pre
   }
 }
 
+TEST_CASE("a saved preset keeps a head_dim its d_model or n_heads would not give", "[config][presets]") {
+  // The loader derives head_dim = d_model / n_heads when either is given and head_dim is not: a
+  // head_dim equal to the flavor's beside a d_model or n_heads of its own must be written too.
+  const LoadedPreset tiny = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml");
+  REQUIRE(tiny.ok());
+  const int64_t flavor_head_dim = tiny.config.model.head_dim;
+  for (const bool wider : {true, false}) {
+    RunConfig edited = tiny.config;
+    if (wider)
+      edited.model.d_model *= 2;  // derived, head_dim would double
+    else
+      edited.model.n_heads /= 2;  // derived, head_dim would double
+    INFO((wider ? "d_model " : "n_heads ") << (wider ? edited.model.d_model : edited.model.n_heads));
+    const std::string text = preset_to_toml(edited);
+    CHECK(text.find("\nhead_dim = " + std::to_string(flavor_head_dim) + "\n") != std::string::npos);
+    const LoadedPreset back = load_preset_text(text, "saved.toml");
+    REQUIRE(back.ok());
+    CHECK(back.config.model.head_dim == flavor_head_dim);
+    CHECK(back.config == edited);
+  }
+}
+
 TEST_CASE("save_preset writes atomically and the file loads back", "[config][presets]") {
   const fs::path dir = fs::temp_directory_path() / "odyssey_save_test";
   fs::create_directories(dir);
