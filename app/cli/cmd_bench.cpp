@@ -20,12 +20,18 @@ namespace odyssey::cli {
 namespace {
 
 constexpr int kDefaultRounds = 10;
+constexpr int64_t kMaxRounds = 1000000;  // a round steps every variant once: a million is days on a GPU
 
 int run_bench_command(int argc, char** argv, int first) {
   ArgSpec spec;
   spec.set = spec.json = spec.steps = spec.quiet = spec.force = true;
   auto args = parse_args("bench", spec, argc, argv, first, std::cerr);
   if (!args) return kExitBadInput;
+  if (args->steps && *args->steps > kMaxRounds) {
+    std::cerr << "odyssey bench: --steps " << *args->steps << ": at most " << kMaxRounds
+              << " rounds (each round steps every variant once)\n";
+    return kExitBadInput;
+  }
   auto loaded = load_or_report(args->positional[0], args->overrides, std::cerr);
   if (!loaded) return kExitBadInput;
   const RunConfig& cfg = loaded->config;

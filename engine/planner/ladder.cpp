@@ -308,7 +308,7 @@ std::string gib_text(int64_t bytes) {
 }
 }  // namespace
 
-std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process) {
+std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process, bool with_advice) {
   const MemoryPlan plan = plan_memory(cfg);
   std::vector<std::string> why;
   const std::string profile = "hardware.profile = " + cfg.hardware.profile;
@@ -340,7 +340,7 @@ std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process
   std::string text = "the planner predicts this run does not fit: ";
   for (size_t i = 0; i < why.size(); ++i) text += (i ? "; " : "") + why[i];
   text += " (odyssey plan shows where the bytes go).";
-  text += advice_text(plan.beyond_range ? std::vector<Advice>{} : advise(cfg));
+  if (with_advice) text += advice_text(plan.beyond_range ? std::vector<Advice>{} : advise(cfg));
   return text + " Pass --force to start it anyway.";
 }
 

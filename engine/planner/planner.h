@@ -372,9 +372,10 @@ TuneResult tune(const RunConfig& cfg);
 
 /// Why a run of `cfg` should not start: the plan's device and host verdicts and, for a CPU run,
 /// `ranks_in_process` ranks' planned peaks plus the host bytes against this machine's physical
-/// memory, each with its numbers, then the advisor's cheapest fixes; "" when it fits. What
-/// `odyssey train` and the studio refuse unless forced (--force, "Start anyway").
-std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process);
+/// memory, each with its numbers, then the advisor's cheapest fixes (unless !with_advice: a caller
+/// that sets the memory techniques itself, as bench does); "" when it fits. What `odyssey train`
+/// and the studio refuse unless forced (--force, "Start anyway").
+std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process, bool with_advice = true);
 
 /// One kind of tensor the planner charges, as its rule defines it (engine/planner/tensor_kinds.cpp):
 /// docs/planner.md's table of tensor kinds (`odyssey schema --tensor-kinds-markdown`).

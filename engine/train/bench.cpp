@@ -74,6 +74,10 @@ std::vector<BenchVariant> bench_variants(const RunConfig& cfg) {
   RunConfig none = cfg;
   for (const Technique& t : kTechniques)
     if (memory_toggle(t)) *technique_flag(none, t.id) = false;
+  // Keeping attention is a choice within checkpointing, not a technique of its own: every variant
+  // checkpoints plainly, and a preset that keeps attention gets the row "keep_attention" against
+  // "checkpointing" (its kept attention offloaded too where the preset offloads it).
+  none.memory.keep_attention = none.memory.offload_kept_attention = false;
   auto variant = [&](std::string name, std::string baseline, const RunConfig& with, bool fsdp = false) {
     BenchVariant v;
     v.name = std::move(name);
@@ -97,6 +101,12 @@ std::vector<BenchVariant> bench_variants(const RunConfig& cfg) {
     *technique_flag(all, t.id) = true;
   }
   v.push_back(variant("all", "plain", all));
+  if (cfg.memory.keep_attention && cfg.memory.activation_checkpointing) {
+    RunConfig kept = none;
+    kept.memory.activation_checkpointing = kept.memory.keep_attention = true;
+    kept.memory.offload_activations = kept.memory.offload_kept_attention = cfg.memory.offload_kept_attention;
+    v.push_back(variant("keep_attention", technique(TechniqueId::Checkpointing).name, kept));
+  }
   if (cfg.parallel.world_size > 1)
     v.push_back(variant(technique(TechniqueId::Fsdp).name, "plain", none, /*fsdp=*/true));
   if (cfg.parallel.ulysses_degree > 1 || cfg.memory.untied_ulysses) {
@@ -130,17 +140,26 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
   // cannot plan is measured as it is (its planned_error). A layout this process cannot launch (more
   // rank threads than it runs) is said first: no memory would make it run.
   check_launchable(cfg, "odyssey bench PRESET");
+  for (const auto& v : result.variants) {  // each variant is a config `odyssey check` would pass
+    const std::vector<ConfigIssue> issues = validate(variant_config(cfg, v));
+    if (!issues.empty())
+      throw std::invalid_argument("the variant \"" + v.name + "\" of this preset breaks a rule: " +
+                                  issues.front().format() + " (bench sets each variant's memory techniques itself)");
+  }
   for (const auto& v : result.variants) {
     if (force) break;
     std::string why;
     try {
-      why = planned_out_of_memory(variant_config(cfg, v), ranks_in_process(cfg));
+      why = planned_out_of_memory(variant_config(cfg, v), ranks_in_process(cfg), /*with_advice=*/false);
     } catch (const std::exception&) {
       continue;
     }
+    // No [memory] key helps: bench sets each variant's techniques itself, plain's to none.
     if (!why.empty())
       throw PlannedOutOfMemory("the variant \"" + v.name + "\" (bench measures every technique against \"plain\", " +
-                               "which has none): " + why);
+                               "which has none): " + why +
+                               " No [memory] setting changes it (bench sets each variant's own): a shorter "
+                               "training.seq_len or fewer model.n_layers make it fit.");
   }
   result.rounds = rounds;
   result.world_size = cfg.parallel.world_size;

@@ -16,8 +16,9 @@ namespace odyssey {
 
 /// One configuration of the techniques and what it measured.
 struct BenchVariant {
-  /// "plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "all"; on several ranks also
-  /// "fsdp" and "untied_hps=K" (Ulysses degree > 1, or untied_ulysses set: head chunking)
+  /// "plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss", "offload_optimizer", "all",
+  /// "keep_attention" (a preset that keeps attention); on several ranks also "fsdp" and
+  /// "untied_hps=K" (Ulysses degree > 1, or untied_ulysses set: head chunking)
   std::string name;
   std::string baseline;  ///< the variant its ratio is taken against ("" for plain)
   MemoryConfig memory;
@@ -52,9 +53,11 @@ struct BenchResult {
 
 /// On cfg's ranks, without FSDP and without Untied Ulysses unless named: plain; checkpointing;
 /// offload (= checkpointing + offload, against checkpointing); tiled MLP; tiled loss; all four
-/// together; with world_size > 1 fsdp (plain + FSDP); with Ulysses degree > 1 (or untied_ulysses
-/// set) untied_hps=K for every valid heads_per_stage K (largest = one stage). Every ratio is
-/// against plain but offload's. Tile sizes come from cfg.memory.
+/// together; where cfg keeps attention, keep_attention (checkpointing that keeps it, offloaded as
+/// cfg offloads it; every other variant checkpoints plainly); with world_size > 1 fsdp (plain +
+/// FSDP); with Ulysses degree > 1 (or untied_ulysses set) untied_hps=K for every valid
+/// heads_per_stage K (largest = one stage). Every ratio is against plain but offload's and
+/// keep_attention's (against checkpointing). Tile sizes come from cfg.memory.
 std::vector<BenchVariant> bench_variants(const RunConfig& cfg);
 
 /// The config a variant steps with, as the planner plans it: cfg with the variant's memory
@@ -65,9 +68,10 @@ RunConfig variant_config(const RunConfig& cfg, const BenchVariant& v);
 /// Steps the model on cfg's ranks (run_on_ranks: threads, torchrun, emulation): one warm-up round,
 /// then `rounds` rounds of one step per variant in turn, the ranks in lockstep. Two trainers
 /// when FSDP variants exist (one sharded, one not); each variant's peak leaves out the other
-/// trainer's persistent bytes. Throws on bad input (a layout the process cannot launch first, then
-/// PlannedOutOfMemory for a variant the planner says does not fit, unless `force`); a failing step
-/// (OOM) propagates as StepFailure.
+/// trainer's persistent bytes. Throws on bad input (a layout the process cannot launch first, a
+/// variant whose config breaks a rule (std::invalid_argument), then PlannedOutOfMemory for a
+/// variant the planner says does not fit, unless `force`); a failing step (OOM) propagates as
+/// StepFailure.
 BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void(const std::string&)>& log,
                       bool force = false);
 

@@ -48,19 +48,24 @@ TEST_CASE("bench: the techniques and on two ranks FSDP and Untied Ulysses per st
   RunConfig cfg = two_rank_ulysses();
   cfg.parallel.fsdp = true;  // the preset's own setting does not matter: plain has none
   cfg.memory.activation_checkpointing = cfg.memory.tiled_loss = cfg.memory.untied_ulysses = true;
+  cfg.memory.keep_attention = true;  // its own row against checkpointing; the other rows checkpoint plainly
   const BenchResult result = run_bench(cfg, /*rounds=*/2, nullptr);
   CHECK(result.world_size == 2);
   CHECK(result.ulysses_degree == 2);
   std::vector<std::string> names;
   for (const auto& v : result.variants) names.push_back(v.name);
   CHECK(names == std::vector<std::string>{"plain", "checkpointing", "offload", "tiled_mlp", "tiled_loss",
-                                          "offload_optimizer", "all", "fsdp", "untied_hps=2", "untied_hps=4"});
+                                          "offload_optimizer", "all", "keep_attention", "fsdp", "untied_hps=2",
+                                          "untied_hps=4"});
   for (const auto& v : result.variants) {
     INFO(v.name);
     CHECK(v.step_s.size() == 2);
     CHECK(v.median_s() > 0);
     CHECK(v.device_peak > 0);
-    CHECK(v.baseline == (v.name == "plain" ? "" : v.name == "offload" ? "checkpointing" : "plain"));
+    const bool against_checkpointing = v.name == "offload" || v.name == "keep_attention";
+    CHECK(v.baseline == (v.name == "plain" ? "" : against_checkpointing ? "checkpointing" : "plain"));
+    CHECK(v.memory.keep_attention == (v.name == "keep_attention"));
+    CHECK_FALSE(v.memory.offload_kept_attention);  // the preset offloads none
     CHECK(v.fsdp == (v.name == "fsdp"));
     CHECK(v.memory.untied_ulysses == (v.name.rfind("untied", 0) == 0));
   }
