@@ -9,6 +9,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <set>
 
 #include "engine/config/schema.h"
 #include "engine/util/files.h"
@@ -97,8 +99,19 @@ bool parse_studio_args(int argc, const char* const* argv, StudioOptions* out, st
     if (error) *error = msg;
     return false;
   };
+  // An option that takes one value, given twice: refused as odyssey's commands refuse it (the
+  // last one silently won).
+  static const std::set<std::string> kOnce = {"--screenshot", "--frames", "--run-steps",     "--scale",
+                                              "--panel",      "--size",   "--bench-samples", "--timeout"};
+  std::map<std::string, std::string> given;  // such an option -> its first value
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (kOnce.count(arg)) {
+      const std::string next = i + 1 < argc ? argv[i + 1] : "";
+      if (const auto first = given.find(arg); first != given.end())
+        return fail(arg + " given twice (" + first->second + ", then " + next + "): give it once");
+      given.emplace(arg, next);
+    }
     auto value = [&](std::string* v) {
       if (i + 1 >= argc) return false;
       *v = argv[++i];

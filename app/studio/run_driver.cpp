@@ -17,8 +17,14 @@ void RunDriver::set_notice(std::string text, RunHistory& history) {
 bool RunDriver::may_run(const RunConfig& cfg, const std::string& what, RunHistory& history) {
   if (forced_ && *forced_ == cfg) return true;
   if (unfit_ && *unfit_ == cfg) return false;  // refused already (sync asks every frame; the advisor is not free)
-  // The studio's engine runs every rank as a thread of this process (one under emulation).
-  const std::string why = planned_out_of_memory(cfg, cfg.parallel.emulate ? 1 : cfg.parallel.world_size);
+  // The studio's engine runs every rank as a thread of this process (one under emulation). A config
+  // that breaks a rule cannot be planned (the planner throws): refused with the planner's reason.
+  std::string why;
+  try {
+    why = planned_out_of_memory(cfg, cfg.parallel.emulate ? 1 : cfg.parallel.world_size);
+  } catch (const std::exception& e) {
+    why = std::string("the planner cannot plan this config: ") + e.what();
+  }
   if (why.empty()) return true;
   unfit_ = cfg;
   unfit_reason_ = why;

@@ -42,7 +42,10 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
       t_begin_ = now_s;
       if (options_.run_steps > 0) {
         std::string err;
-        if (const std::string problem = scripted_run_problem(options_, state); !problem.empty()) {
+        std::string problem = scripted_run_problem(options_, state);
+        if (problem.empty() && !state.edit.issues.empty())  // shown at its field, as Start is off for a user
+          problem = "the config breaks a rule: " + state.edit.issues.front().format();
+        if (!problem.empty()) {
           error_ = "the run did not start: " + problem;
           stage_ = Stage::Settling;
           frames_left_ = options_.frames;
@@ -71,6 +74,10 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
         if (!apply_assignment(state, options_.changes[next_change_].assignment, &err))
           error_ = "--change-at " + std::to_string(options_.changes[next_change_].step) + ":" +
                    options_.changes[next_change_].assignment + ": " + err;
+        else if (!state.edit.issues.empty())  // shown at its field and held back, as a user's edit is
+          error_ = "--change-at " + std::to_string(options_.changes[next_change_].step) + ":" +
+                   options_.changes[next_change_].assignment + ": not made: the config breaks a rule (" +
+                   state.edit.issues.front().format() + ")";
         else if (!(before == state.config) && state.edit.issues.empty() &&
                  classify_change(before, state.config).kind >= ChangeKind::Live)
           markers_wanted_ = state.history.markers().size() + 1;

@@ -87,6 +87,12 @@ TEST_CASE("studio options name what is wrong", "[studio][cli]") {
   CHECK(err == "unexpected argument b.toml (one preset at most)");
   CHECK_FALSE(parse({"--bogus"}, &o, &err));
   CHECK(err == "unknown option --bogus");
+  // An option of one value given twice is refused, as odyssey's commands refuse it (the last won).
+  CHECK_FALSE(parse({"--frames", "5", "--frames", "7"}, &o, &err));
+  CHECK(err == "--frames given twice (5, then 7): give it once");
+  CHECK_FALSE(parse({"--screenshot", "/tmp/a.png", "--screenshot", "/tmp/b.png"}, &o, &err));
+  CHECK(err == "--screenshot given twice (/tmp/a.png, then /tmp/b.png): give it once");
+  CHECK(parse({"--set", "training.steps=3", "--set", "training.lr=0.1"}, &o, &err));  // --set adds up
   // A screenshot replaces only an earlier PNG: never the preset it opened, a FIFO or a device.
   const std::string preset = std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml";
   CHECK_FALSE(parse({preset.c_str(), "--screenshot", preset.c_str()}, &o, &err));

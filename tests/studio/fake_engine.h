@@ -20,7 +20,8 @@ class FakeEngine : public EngineControl {
   // --- what the studio called -------------------------------------------------------------------
   std::vector<RunConfig> starts, live_calls, restarts;
   int pauses = 0, resumes = 0, stops = 0;
-  bool refuse_live = false;  ///< answer apply_live with "needs a restart"
+  bool refuse_live = false;   ///< answer apply_live with "needs a restart"
+  bool refuse_start = false;  ///< answer start with "cannot start here" (a valid config the engine cannot run)
 
   // --- what the engine runs --------------------------------------------------------------------
   RunConfig active;
@@ -57,8 +58,8 @@ class FakeEngine : public EngineControl {
 
   bool start(const RunConfig& cfg, std::string* error) override {
     starts.push_back(cfg);
-    if (!validate(cfg).empty()) {
-      if (error) *error = "invalid config";
+    if (refuse_start || !validate(cfg).empty()) {
+      if (error) *error = refuse_start ? "cannot start here" : "invalid config";
       return false;
     }
     active = cfg;

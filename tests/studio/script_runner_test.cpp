@@ -84,15 +84,22 @@ TEST_CASE("screenshot mode reports a run that cannot start and still captures", 
   o.run_steps = 2;
   o.frames = 1;
   AppState state;
-  state.config.parallel.world_size = 3;  // invalid: the fake refuses it as Session would
-  state.config.parallel.ulysses_degree = 2;
   FakeEngine engine;
+  engine.refuse_start = true;  // a valid config the engine cannot start (a Session that fails to build)
   ScriptRunner script(o);
   frame_update(state, engine, 0);
+  REQUIRE(state.edit.issues.empty());
   CHECK_FALSE(script.step(state, engine, 0));
   CHECK(script.failed());
-  CHECK(script.error() == "the run did not start: invalid config");
-  CHECK(script.step(state, engine, 0.1));
+  CHECK(script.error() == "the run did not start: cannot start here");
+  // The picture is still taken, once the planner's ladder and advice are in.
+  bool captured = false;
+  for (int frame = 1; frame < 5000 && !captured; ++frame) {
+    frame_update(state, engine, 0.016 * frame);
+    captured = script.step(state, engine, 0.016 * frame);
+    if (!captured) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(captured);
 }
 
 TEST_CASE("scripted assignments go through the schema", "[studio][script]") {
@@ -178,4 +185,57 @@ TEST_CASE("a scripted edit the run ends before fails the screenshot run", "[stud
   REQUIRE(captured);
   CHECK(script.failed());
   CHECK_THAT(script.error(), Catch::Contains("--change-at 3:memory.tiled_mlp=false: not made: the run ended at step"));
+}
+
+TEST_CASE("a scripted run of a config that breaks a rule fails to start, and so does such an edit",
+          "[studio][script]") {
+  // ulysses_degree 3 does not divide tiny's 8 heads: the planner cannot plan it (it threw through
+  // the run's start and aborted the studio), and a user's Start is off for it.
+  StudioOptions o;
+  o.run_steps = 2;
+  o.frames = 1;
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  std::string err;
+  REQUIRE(apply_assignment(state, "parallel.ulysses_degree=3", &err));
+  REQUIRE_FALSE(state.edit.issues.empty());
+  CHECK(scripted_run_problem(o, state).empty());  // no input error: the picture shows the field
+  FakeEngine engine;
+  ScriptRunner script(o);
+  frame_update(state, engine, 0);
+  CHECK_FALSE(script.step(state, engine, 0));
+  CHECK(script.failed());
+  CHECK_THAT(script.error(), Catch::Contains("the run did not start: the config breaks a rule: ") &&
+                                 Catch::Contains("parallel.ulysses_degree"));
+  CHECK(engine.starts.empty());
+  // The run's own start refuses it too, with the planner's reason, rather than throwing.
+  RunDriver driver;
+  CHECK_FALSE(driver.start(engine, state.config, state.history, &err));
+  CHECK_THAT(err, Catch::Contains("the planner cannot plan this config"));
+  CHECK(engine.starts.empty());
+
+  // An edit at step 1 that breaks the rule: held back at its field, and the screenshot run fails.
+  o.run_steps = 3;
+  o.changes = {{1, "parallel.ulysses_degree=3"}};
+  AppState live;
+  REQUIRE(load_preset_into(live, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  live.config.training.steps = 3;
+  live.config.training.warmup_steps = 1;
+  refresh_validation(live);
+  REQUIRE(live.edit.issues.empty());
+  FakeEngine live_engine;
+  ScriptRunner edits(o);
+  double t = 0;
+  bool captured = false;
+  for (int frame = 0; frame < 5000 && !captured; ++frame) {
+    if (live_engine.status().state == SessionState::Running) live_engine.advance_step();
+    frame_update(live, live_engine, t);
+    captured = edits.step(live, live_engine, t);
+    t += 0.016;
+    if (!captured) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(captured);
+  CHECK(edits.failed());
+  CHECK_THAT(edits.error(),
+             Catch::Contains("--change-at 1:parallel.ulysses_degree=3: not made: the config breaks a rule"));
 }
