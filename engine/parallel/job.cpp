@@ -31,8 +31,7 @@ void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::
   RankScope rank(joined.ctx.slot);  // slot 0: the one rank of this process, whatever its global rank
   std::unique_ptr<PeerWatch> watch;
   if (joined.store)
-    watch = std::make_unique<PeerWatch>(joined.store, env.rank, env.world_size, joined.abort,
-                                        env.master_addr + ":" + std::to_string(env.master_port),
+    watch = std::make_unique<PeerWatch>(joined.store, env.rank, env.world_size, joined.abort, env.store_address(),
                                         store_deadline_for(comm_options(cfg.parallel).timeout));
   try {
     fn(joined.ctx);
@@ -133,17 +132,15 @@ bool JobStart::connect(std::chrono::milliseconds wait) {
 }
 
 std::string JobStart::duplicate_message() const {
-  return "RANK=" + std::to_string(rank_) + ": another process of this torchrun job (its store at " + env_->master_addr +
-         ":" + std::to_string(env_->master_port) + ") started as rank " + std::to_string(rank_) +
+  return "RANK=" + std::to_string(rank_) + ": another process of this torchrun job (its store at " +
+         env_->store_address() + ") started as rank " + std::to_string(rank_) +
          " first; each process needs its own RANK (a RANK left set in the shell, or two launches with one "
          "--node-rank)";
 }
 
 std::string JobStart::next_round() { return "odyssey/start/" + std::to_string(round_++) + "/"; }
 
-std::string JobStart::store_address() const {
-  return env_ ? env_->master_addr + ":" + std::to_string(env_->master_port) : std::string();
-}
+std::string JobStart::store_address() const { return env_ ? env_->store_address() : std::string(); }
 
 void JobStart::acknowledge(const std::string& round) {
   // Every process ends now. Rank 0's process may serve the store: it stays until all have read.

@@ -197,6 +197,8 @@ void run_rank_threads(const ParallelConfig& parallel, at::Device device, const s
   }
 }
 
+std::string TorchrunEnv::store_address() const { return master_addr + ":" + std::to_string(master_port); }
+
 std::optional<TorchrunEnv> torchrun_env() {
   const char* rank = std::getenv("RANK");
   const char* world = std::getenv("WORLD_SIZE");
@@ -241,6 +243,12 @@ std::optional<TorchrunEnv> torchrun_env() {
 }
 
 void check_torchrun_world(const TorchrunEnv& env, const ParallelConfig& parallel) {
+  if (parallel.emulate)  // else each process would run a real rank, and measure no emulated one
+    throw std::invalid_argument(
+        "torchrun environment (RANK=" + std::to_string(env.rank) + ", WORLD_SIZE=" + std::to_string(env.world_size) +
+        "): parallel.emulate = true runs rank 0 of the job alone, in one process started without torchrun; "
+        "under torchrun every process is a real rank (unset RANK and WORLD_SIZE to emulate, or set "
+        "parallel.emulate = false to run the job)");
   if (env.world_size != parallel.world_size)
     throw std::invalid_argument(
         "torchrun environment: WORLD_SIZE=" + std::to_string(env.world_size) +
@@ -256,7 +264,7 @@ c10::intrusive_ptr<c10d::Store> connect_job_store(const TorchrunEnv& env, std::c
   store_options.waitWorkers = true;  // a client only counts itself in; the server (rank 0) waits for all
   store_options.timeout = timeout;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string address = env.master_addr + ":" + std::to_string(env.master_port);
+  const std::string address = env.store_address();
   c10::intrusive_ptr<c10d::TCPStore> tcp_store;
   try {
     // A client connects within `timeout`, then waits for the server's answer to its first request,
@@ -324,7 +332,7 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
   joined.store = store ? std::move(store) : connect_job_store(env, options.timeout);
   {  // the groups' rendezvous goes through the store (Gloo's and NCCL's pairs)
     const StoreDeadline deadline(store_deadline_for(options.timeout), "the collective groups' set-up",
-                                 env.master_addr + ":" + std::to_string(env.master_port));
+                                 env.store_address());
     joined.ctx = make_rank_context(joined.store, env.rank, parallel, rank_device, options);
   }
   return joined;

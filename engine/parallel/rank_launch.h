@@ -98,6 +98,8 @@ struct TorchrunEnv {
   bool use_agent_store = false;
   int restart_count = 0;
   int local_world_size = 1;  ///< LOCAL_WORLD_SIZE: this node's ranks (more than its GPUs: they share)
+  /// "MASTER_ADDR:MASTER_PORT", as messages name the job's store.
+  std::string store_address() const;
 };
 /// nullopt when RANK and WORLD_SIZE are both unset (not under torchrun); throws
 /// std::invalid_argument naming the variable, its value and the rule when one is malformed.
@@ -111,7 +113,8 @@ struct TorchrunRank {
   std::shared_ptr<AbortSignal> abort;
 };
 
-/// Throws std::invalid_argument naming both values when WORLD_SIZE is not parallel.world_size.
+/// Throws std::invalid_argument naming both values when WORLD_SIZE is not parallel.world_size, and
+/// when parallel.emulate is set (an emulated rank 0 runs in one process, never under torchrun).
 void check_torchrun_world(const TorchrunEnv& env, const ParallelConfig& parallel);
 
 /// This process's connection to its torchrun job's store (WORLD_SIZE > 1): a TCPStore at

@@ -273,6 +273,12 @@ TEST_CASE("torchrun environment: parsed, validated, absent", "[launch]") {
     ::unsetenv(v);
   CHECK_THROWS_WITH(join_torchrun({0, 2, 0, "127.0.0.1", 29555}, parallel_config(4, 2), at::kCPU),
                     Catch::Contains("WORLD_SIZE=2 must equal parallel.world_size = 4"));
+  // an emulated rank 0 runs in one process of its own: under torchrun it would be a real rank
+  ParallelConfig emulated = parallel_config(2, 2);
+  emulated.emulate = true;
+  CHECK_THROWS_WITH(join_torchrun({0, 2, 0, "127.0.0.1", 29555}, emulated, at::kCPU),
+                    Catch::Contains("parallel.emulate = true runs rank 0 of the job alone") &&
+                        Catch::Contains("RANK=0, WORLD_SIZE=2"));
   // an interface Gloo could not find is named with its variable, before any store is joined
   ::setenv("GLOO_SOCKET_IFNAME", "no_such_if0", 1);
   CHECK_THROWS_WITH(join_torchrun({0, 2, 0, "127.0.0.1", 29555}, parallel_config(2, 2), at::kCPU),
