@@ -53,7 +53,16 @@ std::string shortest_double(double v) {
     const auto read = std::from_chars(buf, end, back);
     if (read.ec == std::errc() && back == v) break;
   }
-  return std::string(buf, end);
+  // A whole-looking value below a million is written out ("300", not "3e+02"): "%g" goes to an
+  // exponent once it passes the digits asked for, and the digits added are the value's own zeros.
+  const std::string text(buf, end);
+  const size_t e = text.find('e');
+  if (e != std::string::npos) {
+    const int exponent = std::atoi(text.c_str() + e + 1);
+    if (exponent >= 0 && exponent < 6)
+      return std::string(buf, std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, exponent + 1).ptr);
+  }
+  return text;
 }
 
 std::string float_literal(double v) {
@@ -553,8 +562,9 @@ std::vector<KeySpec> make_schema() {
                       "Steps between checkpoints; 0 = only at the end and when stopped (Ctrl-C, SIGTERM).",
                       between(0, kMaxSteps, "0 = at the end only")));
   s.push_back(ODY_BOOL("output", output.trace, "trace", "Write the Perfetto trace (trace.json)."));
-  s.push_back(ODY_INT("output", output.trace_steps, "trace_steps", "Steps recorded in the trace (the first N).",
-                      between(0, kMaxSteps)));
+  s.push_back(ODY_INT("output", output.trace_steps, "trace_steps",
+                      "Steps recorded in the trace (the first N); 0 writes no trace.json, as trace = false does.",
+                      between(0, kMaxSteps, "0 = no trace")));
   s.push_back(ODY_STRING(
       "output", output.export_hf, "export_hf",
       "After the last step, write the final checkpoint here as a Hugging Face model (config.json + safetensors)."));

@@ -158,7 +158,8 @@ void check_parallel(const RunConfig& cfg, Checker& c) {
     c.fail("parallel.ulysses_degree", *kv_rule, valid_hint);
   if (auto rule = sequence_shard_rule(cfg.training.seq_len, p.ulysses_degree)) {
     const int64_t down = cfg.training.seq_len / p.ulysses_degree * p.ulysses_degree;
-    c.fail("training.seq_len", *rule, "try " + format_size(down) + " or " + format_size(down + p.ulysses_degree));
+    const std::string up = format_size(down + p.ulysses_degree);
+    c.fail("training.seq_len", *rule, down > 0 ? "try " + format_size(down) + " or " + up : "try " + up);
   }
 }
 
@@ -189,7 +190,9 @@ void check_memory(const RunConfig& cfg, Checker& c) {
     c.fail("memory.offload_kept_attention",
            "sends nothing: only the top block keeps its attention, and the top block's stays on the device "
            "(its backward comes first)",
-           "keep it in more blocks (memory.keep_attention_blocks) or turn offload_kept_attention off");
+           cfg.model.n_layers > 1
+               ? "keep it in more blocks (memory.keep_attention_blocks) or turn offload_kept_attention off"
+               : "one block has only the top block: turn offload_kept_attention off");
   const LseKernelQuery query = lse_kernel_query(cfg);
   if (mem.lse_attention_kernel == LseKernelChoice::Cudnn && query.cuda) {
     // the CPU path runs its own flash kernel whatever the key says; a CUDA run must get cuDNN's

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -585,7 +586,8 @@ TEST_CASE("a [hardware] table without a profile plans at the h100-sxm profile it
   CHECK(HardwareConfig{} == *h100);
 }
 
-TEST_CASE("a float prints as the shortest \"%g\" that reads back as it", "[config][sizes]") {
+TEST_CASE("a float prints as the shortest \"%g\" that reads back as it, units written out below a million",
+          "[config][sizes]") {
   // The reference: every precision from 1 up, the first whose text reads back. RawValue::floating
   // starts at the shortest round trip's digit count instead; the two agree on every double (no
   // fewer digits can read back). glibc's printf and strtod round correctly whatever the CPU, so the
@@ -596,6 +598,9 @@ TEST_CASE("a float prints as the shortest \"%g\" that reads back as it", "[confi
       std::snprintf(buf, sizeof buf, "%.*g", precision, v);
       if (std::strtod(buf, nullptr) == v) break;
     }
+    // A whole-looking value below a million is written out: "%g" with the digits up to its units.
+    if (const char* e = std::strchr(buf, 'e'); e != nullptr && std::atoi(e + 1) >= 0 && std::atoi(e + 1) < 6)
+      std::snprintf(buf, sizeof buf, "%.*g", std::atoi(e + 1) + 1, v);
     std::string s = buf;
     if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
     return s;
@@ -633,4 +638,6 @@ TEST_CASE("a float prints as the shortest \"%g\" that reads back as it", "[confi
   CHECK(differing == 0);
   CHECK(RawValue::floating(0.473).text == "0.473");
   CHECK(RawValue::floating(1e-3).text == "0.001");
+  CHECK(RawValue::floating(300.0).text == "300.0");  // not 3e+02
+  CHECK(RawValue::floating(1e6).text == "1e+06");
 }

@@ -334,7 +334,7 @@ TEST_CASE("checkpoint: resume refuses a different shape and names every other ch
   changed.model.rope_theta = 500000;  // context extension: allowed
   const auto notes = check_resume_config(*info, changed, dir);
   REQUIRE(notes.size() == 4);
-  CHECK(notes[0] == "resume: model.rope_theta = 1e+04 -> 5e+05 (checkpoint -> this run)");
+  CHECK(notes[0] == "resume: model.rope_theta = 10000.0 -> 500000.0 (checkpoint -> this run)");
   CHECK(notes[1] == "resume: training.seq_len = 64 -> 128 (checkpoint -> this run)");
   CHECK(notes[2] == "resume: training.lr = 0.001 -> 0.002 (checkpoint -> this run)");
   CHECK(notes[3] == "resume: training.seed = 7 -> 8 (checkpoint -> this run)");
