@@ -14,11 +14,25 @@
 import array
 import json
 import os
+import re
 import struct
 import sys
 
 BATCH_DOCUMENTS = 512            # documents per encode_batch call (tokenizers runs them in parallel)
 BATCH_BYTES = 8 << 20            # or this many bytes of text, whichever comes first
+# Memory: `tokenizers` holds about 150 bytes for each byte of the text one encode call is given
+# (ids, offsets, token strings), so a 1 GB document encoded whole would need about 150 GB. A
+# document longer than PIECE_CHARS is encoded in pieces of about that many characters, cut only
+# where the text around the cut (SEAM_CHARS each side) tokenizes the same together and apart.
+# ODYSSEY_PREPARE_PIECE_CHARS sets it (the tests cut small documents with it).
+PIECE_CHARS = os.environ.get("ODYSSEY_PREPARE_PIECE_CHARS", str(1 << 20))
+SEAM_CHARS = 4096
+SEAM_TRIES = 8  # cuts refused before any was accepted: the document is encoded whole
+# A cut goes after a line break between two non-space characters: the pre-tokenizers of byte-level
+# BPE (GPT-2's, Llama 3's) end a token there and begin one after it, whatever came before (a blank
+# line is no cut: GPT-2's tokenizes "\n\n" at the end of a text otherwise than before a word).
+# The seam check covers the tokenizers this does not hold for.
+CUT_AFTER = re.compile(r"(?<=\S)\r?\n(?=\S)")
 # Spellings of an end-of-sequence token, used when no tokenizer_config.json names one.
 EOS_SPELLINGS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>")
 
@@ -47,10 +61,15 @@ def load_tokenizer(path):
                          "(pip install tokenizers) or set ODYSSEY_PYTHON to a Python that has it\n" % (sys.executable, e))
         sys.exit(1)
     try:
-        return Tokenizer.from_file(path)
+        tokenizer = Tokenizer.from_file(path)
     except Exception as e:  # the library's own parse errors: one line, the file named
         raise BadInput("--tokenizer %s: not a tokenizer.json the tokenizers library reads (%s)" %
                        (path, str(e).splitlines()[0] if str(e) else type(e).__name__))
+    # A tokenizer.json saved with truncation or padding on would cut every document to its
+    # max_length, or add pad tokens: a training file holds each document whole, as written.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
 
 
 def find_eos(tokenizer, path):
@@ -251,11 +270,62 @@ def parquet_documents(path, file_number):
 READERS = {"jsonl": jsonl_documents, "text": text_documents, "parquet": parquet_documents}
 
 
+def same_tokens_apart(tokenizer, text, cut):
+    """Whether `text` cut at `cut` tokenizes as the two sides apart, judged on SEAM_CHARS each side."""
+    left, right = text[max(0, cut - SEAM_CHARS):cut], text[cut:cut + SEAM_CHARS]
+    whole, left_ids, right_ids = (e.ids for e in tokenizer.encode_batch([left + right, left, right],
+                                                                        add_special_tokens=False))
+    return whole == left_ids + right_ids
+
+
+def pieces(tokenizer, text):
+    """`text` as pieces of about PIECE_CHARS characters (made one at a time) whose tokens, one after
+    the other, are the tokens of `text` encoded whole. A stretch without a cut the seam check accepts
+    makes its piece longer; a tokenizer that accepts none of a document's first SEAM_TRIES cuts (one
+    that marks the start of a text, say) encodes the document whole."""
+    start, end, accepted, refused = 0, PIECE_CHARS, 0, 0
+    while len(text) - start > PIECE_CHARS and end < len(text):
+        # The last accepted cut in the piece's second half: a piece never shrinks below half.
+        cuts = [m.end() for m in CUT_AFTER.finditer(text, max(start, end - PIECE_CHARS // 2), end)][-SEAM_TRIES:]
+        cut = None
+        for candidate in reversed(cuts):
+            if same_tokens_apart(tokenizer, text, candidate):
+                cut = candidate
+                break
+            refused += 1
+        if cut is None:
+            if accepted == 0 and refused >= SEAM_TRIES:
+                break
+            end += PIECE_CHARS // 2  # no cut here: the next stretch's line breaks
+            continue
+        accepted += 1
+        yield text[start:cut]
+        start, end = cut, cut + PIECE_CHARS
+    yield text[start:] if start else text
+
+
 def encode(tokenizer, texts, eos_id):
-    """The records of a batch of documents: their tokens, the eos after each when eos_id >= 0."""
+    """The records of a batch of documents: their tokens, the eos after each when eos_id >= 0.
+    Each encode_batch call gets at most about BATCH_BYTES of text (a long document's pieces in turn)."""
+    documents = [array.array("I") for _ in texts]
+    call, size = [], 0
+
+    def run(call):
+        encodings = tokenizer.encode_batch([piece for _, piece in call], add_special_tokens=False)
+        for (number, _), encoding in zip(call, encodings):
+            documents[number].extend(encoding.ids)
+
+    for number, text in enumerate(texts):
+        for piece in pieces(tokenizer, text):
+            if call and size + len(piece) > BATCH_BYTES:
+                run(call)
+                call, size = [], 0
+            call.append((number, piece))
+            size += len(piece)
+    if call:
+        run(call)
     chunk = bytearray()
-    for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
-        ids = array.array("I", encoding.ids)
+    for ids in documents:
         if len(ids) and eos_id >= 0:
             ids.append(eos_id)
         if sys.byteorder == "big":
@@ -278,6 +348,12 @@ def main(argv):
             sys.stderr.write("prepare_text.py: unknown argument %r\n" % argv[i])
             return 1
     assert array.array("I").itemsize == 4, "array('I') is not 32-bit here"
+    global PIECE_CHARS
+    if not PIECE_CHARS.isdigit() or int(PIECE_CHARS) < 1:
+        sys.stderr.write("odyssey prepare: ODYSSEY_PREPARE_PIECE_CHARS=%s: must be a whole number of characters "
+                         "above 0 (the longest text one tokenizer call is given)\n" % PIECE_CHARS)
+        return 1
+    PIECE_CHARS = int(PIECE_CHARS)
     parts = sys.stdin.buffer.read().split(b"\0")
     inputs = [(parts[k].decode(), os.fsdecode(parts[k + 1])) for k in range(0, len(parts) - 1, 2)]
     documents = 0

@@ -3,14 +3,16 @@
 // them these tests fail, they never skip): JSON lines, Parquet and a directory of text read back
 // token for token from the documents file, --append-eos, a bad line named FILE:LINE (a bad Parquet
 // row FILE:row N) with exit 2, an existing --out refused and untouched, a tokenizer larger than the
-// preset's vocabulary refused; then odyssey train on the prepared file, and odyssey check refusing
-// what train would of a data file, every dataset kind.
+// preset's vocabulary refused, a long document encoded in pieces (byte-level BPE) token for token;
+// then odyssey train on the prepared file, and odyssey check refusing what train would of a data
+// file, every dataset kind.
 #include <sys/stat.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "../hf/hf_fixtures.h"
 #include "cli_test_util.h"
@@ -608,4 +610,82 @@ TEST_CASE("odyssey check: a data file odyssey train would refuse is refused at i
   std::ofstream(good) << "[model]\nflavor = \"tiny\"\n[training]\ndataset = \"documents\"\ndataset_path = \"" << docs
                       << "\"\nseq_len = 8\n";
   require_exit(run_odyssey("check " + good), 0);
+}
+
+TEST_CASE("odyssey prepare: a long document in pieces gives its own tokens, and a saved truncation cuts nothing",
+          "[cli][prepare]") {
+  // Independent of the CPU: the tokens are integers from the tokenizers library, compared exactly.
+  const std::string dir = make_dir("pieces"), python = tokenizers_python();
+  // A byte-level BPE (GPT-2's pre-tokenizer) and a Metaspace one (it marks the start of a text:
+  // no cut gives the same tokens), trained here; a 30 000-character text of words, digits, blank
+  // and indented lines, whose whole encoding is the expected file. The script also checks the
+  // cutting itself (scripts/prepare_text.py's pieces): several pieces for the BPE, one for Metaspace.
+  std::ofstream(dir + "/make.py")
+      << "import importlib.util, os, random, sys\n"
+      << "from tokenizers import Tokenizer, models, pre_tokenizers, trainers\n"
+      << "dir = sys.argv[1]\n"
+      << "random.seed(7)\n"
+      << "words = ['alpha', 'beta', 'gamma', 'delta', '12345', 'x', 'déjà', '(', ')', ':', '!']\n"
+      << "lines = []\n"
+      << "while sum(len(l) + 1 for l in lines) < 30000:\n"
+      << "    k = random.randrange(6)\n"
+      << "    lines.append('' if k == 0 else ('    ' if k == 1 else '') + ' '.join(random.choice(words) "
+         "for _ in range(random.randrange(1, 9))))\n"
+      << "text = '\\n'.join(lines) + '\\n'\n"
+      << "open(os.path.join(dir, 'long.txt'), 'w', encoding='utf-8').write(text)\n"
+      << "spec = importlib.util.spec_from_file_location('prep', sys.argv[2])\n"
+      << "prep = importlib.util.module_from_spec(spec); spec.loader.exec_module(prep)\n"
+      << "prep.PIECE_CHARS = 500\n"
+      << "for name, pre in (('bpe', pre_tokenizers.ByteLevel(add_prefix_space=False)),\n"
+      << "                  ('metaspace', pre_tokenizers.Metaspace(prepend_scheme='first'))):\n"
+      << "    tok = Tokenizer(models.BPE())\n"
+      << "    tok.pre_tokenizer = pre\n"
+      << "    alphabet = pre_tokenizers.ByteLevel.alphabet() if name == 'bpe' else []\n"
+      << "    tok.train_from_iterator([text], trainers.BpeTrainer(vocab_size=300, initial_alphabet=alphabet, "
+         "show_progress=False))\n"
+      << "    tok.save(os.path.join(dir, name + '.json'))\n"
+      << "    pieces = list(prep.pieces(tok, text))\n"
+      << "    assert ''.join(pieces) == text\n"
+      << "    assert (len(pieces) > 10) if name == 'bpe' else (len(pieces) == 1), (name, len(pieces))\n"
+      << "    ids = tok.encode(text, add_special_tokens=False).ids\n"
+      << "    open(os.path.join(dir, name + '.ids'), 'w').write(' '.join(map(str, ids)))\n"
+      << "# A WordLevel tokenizer saved with truncation to 2 tokens and padding to 6\n"
+      << "tok = Tokenizer(models.WordLevel({'[UNK]': 0, '[PAD]': 1, 'a': 2, 'b': 3}, unk_token='[UNK]'))\n"
+      << "tok.pre_tokenizer = pre_tokenizers.Whitespace()\n"
+      << "tok.enable_truncation(max_length=2)\n"
+      << "tok.enable_padding(length=6, pad_id=1, pad_token='[PAD]')\n"
+      << "tok.save(os.path.join(dir, 'truncating.json'))\n";
+  REQUIRE(std::system(("'" + python + "' '" + dir + "/make.py' '" + dir + "' '" + ODYSSEY_SOURCE_DIR +
+                       "/scripts/prepare_text.py'")
+                          .c_str()) == 0);
+  const ScopedEnv pieces("ODYSSEY_PREPARE_PIECE_CHARS", "500");
+  for (const std::string name : {"bpe", "metaspace"}) {
+    INFO(name);
+    const Run r = run_odyssey("prepare " + dir + "/long.txt --tokenizer " + dir + "/" + name + ".json --out " + dir +
+                              "/" + name + ".odoc");
+    require_exit(r, 0);
+    std::istringstream expected_text(read_text(dir + "/" + name + ".ids"));
+    Tokens expected;
+    for (uint32_t id = 0; expected_text >> id;) expected.push_back(id);
+    REQUIRE(expected.size() > 1000);
+    const DocumentsBytes d = read_documents(dir + "/" + name + ".odoc");
+    CHECK(d.index == Index{0, expected.size()});  // one document, its tokens whole
+    CHECK(d.tokens == expected);
+  }
+  // Truncation and padding saved in the tokenizer.json would cut "a b a b a" to 2 tokens and pad
+  // "b" to 6: every document is kept as written.
+  std::ofstream(dir + "/ab.jsonl") << "{\"text\": \"a b a b a\"}\n{\"text\": \"b\"}\n";
+  const Run r =
+      run_odyssey("prepare " + dir + "/ab.jsonl --tokenizer " + dir + "/truncating.json --out " + dir + "/ab.odoc");
+  require_exit(r, 0);
+  const DocumentsBytes d = read_documents(dir + "/ab.odoc");
+  CHECK(d.index == Index{0, 5, 6});
+  CHECK(d.tokens == Tokens{2, 3, 2, 3, 2, 3});
+  // A piece length that is no number is a runtime failure that names the variable.
+  const ScopedEnv bad("ODYSSEY_PREPARE_PIECE_CHARS", "lots");
+  const Run refused =
+      run_odyssey("prepare " + dir + "/ab.jsonl --tokenizer " + dir + "/truncating.json --out " + dir + "/never.odoc");
+  CHECK(refused.code == 1);
+  CHECK_THAT(refused.err, Catch::Contains("ODYSSEY_PREPARE_PIECE_CHARS=lots: must be a whole number"));
+  CHECK_FALSE(exists(dir + "/never.odoc"));
 }
