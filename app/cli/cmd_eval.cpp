@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "app/cli/cli.h"
+#include "app/cli/stop_signal_scope.h"
 #include "app/cli/eval_heatmap.h"
 #include "app/cli/prepare_inputs.h"
 #include "app/cli/text_tokenizer.h"
@@ -99,33 +100,23 @@ extern "C" void on_eval_stop_signal(int sig) {
   ::_exit(128 + sig);
 }
 
-/// Installs on_eval_stop_signal for SIGINT and SIGTERM for the command's life; restores the
-/// previous handlers when destroyed.
+/// Installs on_eval_stop_signal for the command's life, its state cleared first (SA_RESTART: the
+/// writes of a deferred stop go on).
 class EvalStopSignals {
  public:
-  EvalStopSignals() {
+  EvalStopSignals() : scope_(handler_with_state_cleared(), /*restart=*/true) {}
+  ~EvalStopSignals() { g_made_folders.store(nullptr); }
+
+ private:
+  /// Clears the handler's state before the handler is installed, so no signal is lost between.
+  static void (*handler_with_state_cleared())(int) {
     g_made_folders.store(nullptr);
     g_write_probe[0] = '\0';
     g_publishing = 0;
     g_deferred_signal = 0;
-    struct sigaction on {};
-    on.sa_handler = on_eval_stop_signal;
-    on.sa_flags = SA_RESTART;  // the writes of a deferred stop go on
-    ::sigemptyset(&on.sa_mask);
-    ::sigaction(SIGINT, &on, &old_int_);
-    ::sigaction(SIGTERM, &on, &old_term_);
+    return on_eval_stop_signal;
   }
-  ~EvalStopSignals() {
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-    g_made_folders.store(nullptr);
-  }
-  EvalStopSignals(const EvalStopSignals&) = delete;
-  EvalStopSignals& operator=(const EvalStopSignals&) = delete;
-
- private:
-  struct sigaction old_int_ {
-  }, old_term_{};
+  StopSignalScope scope_;
 };
 
 /// Bad input: the message names the flag or file, its value and the rule.
@@ -929,7 +920,7 @@ int run_eval(int argc, char** argv, int first) {
       return kExitOk;
     }
     std::cout << "odyssey eval " << weights << " on " << a.data << " (" << report.device << ", " << ranks_text(cfg)
-              << ", memory " << report.memory << ")\n"
+              << ", " << report.memory << ")\n"
               << "loss by position in document: " << buckets.sequences << " sequences of " << a.seq_len << " tokens, "
               << buckets.tokens << " tokens scored, mean loss " << fixed(buckets.loss, 4)
               << (buckets.skipped > 0

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "app/cli/cli.h"
+#include "app/cli/stop_signal_scope.h"
 #include "app/cli/prepare_inputs.h"
 #include "app/cli/text_tokenizer.h"
 #include "engine/train/documents_file.h"
@@ -38,22 +39,6 @@ constexpr const char* kUsage =
 
 volatile sig_atomic_t g_stop_signal = 0;
 void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-/// SIGINT and SIGTERM ask the tokenizer loop to stop (no SA_RESTART: poll wakes up); restored after.
-struct StopSignals {
-  struct sigaction old_int {
-  }, old_term{};
-  StopSignals() {
-    struct sigaction on {};
-    on.sa_handler = on_stop_signal;
-    ::sigaction(SIGINT, &on, &old_int);
-    ::sigaction(SIGTERM, &on, &old_term);
-  }
-  ~StopSignals() {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGTERM, &old_term, nullptr);
-  }
-};
 
 std::string megabytes(int64_t bytes) {
   char buf[32];
@@ -284,8 +269,10 @@ int run_prepare(int argc, char** argv, int first) {
     } catch (const FileWriteError& e) {  // a folder not permitted: the --out given is wrong
       throw PrepareError(2, std::string("--out: ") + e.what());
     }
-    StopSignals stop_signals;
+    // SIGINT and SIGTERM ask the tokenizer loop to stop (no SA_RESTART: its poll wakes up). The
+    // flag is cleared before the handler goes in, so no signal is lost between.
     g_stop_signal = 0;
+    const StopSignalScope stop_signals(on_stop_signal, /*restart=*/false);
     PrepareProgress progress(inputs, terminal);
     TokenizerInfo tokenizer;
     int64_t empty_documents = 0;

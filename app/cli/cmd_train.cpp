@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "app/cli/cli.h"
+#include "app/cli/stop_signal_scope.h"
 #include "engine/config/sizes.h"
 #include "engine/parallel/job.h"
 #include "engine/train/checkpoint_io.h"
@@ -69,24 +70,20 @@ extern "C" void on_stop_signal(int sig) {
   std::signal(sig, SIG_DFL);  // a second one kills
 }
 
-/// Installs on_stop_signal for SIGINT and SIGTERM; restores the previous handlers when destroyed.
+/// Installs on_stop_signal for SIGINT and SIGTERM with the run's control; restores both after.
 class StopSignals {
  public:
-  explicit StopSignals(RunControl* control) {
-    g_control = control;
-    g_stop_signal = 0;
-    previous_int_ = std::signal(SIGINT, on_stop_signal);
-    previous_term_ = std::signal(SIGTERM, on_stop_signal);
-  }
-  ~StopSignals() {
-    std::signal(SIGINT, previous_int_);
-    std::signal(SIGTERM, previous_term_);
-    g_control = nullptr;
-  }
+  explicit StopSignals(RunControl* control) : scope_(handler_bound_to(control), /*restart=*/true) {}
+  ~StopSignals() { g_control = nullptr; }
 
  private:
-  void (*previous_int_)(int) = SIG_DFL;
-  void (*previous_term_)(int) = SIG_DFL;
+  /// Binds the handler to the run's control before it is installed, so no signal is lost between.
+  static void (*handler_bound_to(RunControl* control))(int) {
+    g_control = control;
+    g_stop_signal = 0;
+    return on_stop_signal;
+  }
+  StopSignalScope scope_;
 };
 
 std::string mib(int64_t bytes) {

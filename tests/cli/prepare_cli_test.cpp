@@ -8,11 +8,15 @@
 // file, every dataset kind.
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "../hf/hf_fixtures.h"
 #include "cli_test_util.h"
@@ -688,4 +692,44 @@ TEST_CASE("odyssey prepare: a long document in pieces gives its own tokens, and 
   CHECK(refused.code == 1);
   CHECK_THAT(refused.err, Catch::Contains("ODYSSEY_PREPARE_PIECE_CHARS=lots: must be a whole number"));
   CHECK_FALSE(exists(dir + "/never.odoc"));
+}
+
+TEST_CASE("odyssey prepare: SIGINT and SIGTERM end it at once, exit 130 / 143, nothing written",
+          "[cli][prepare][signals]") {
+  // The tokenizer process is a stand-in that never answers (ODYSSEY_PYTHON): prepare is in its
+  // loop, its handler installed, when the stand-in starts, so the signal lands there every time.
+  const std::string dir = make_dir("signals");
+  const std::string tokenizer = make_tokenizer(dir, kWords);
+  std::ofstream(dir + "/docs.jsonl") << "{\"text\": \"the cat sat\"}\n";
+  const std::string stand_in = dir + "/silent_python.sh", started = dir + "/started";
+  std::ofstream(stand_in) << "#!/bin/sh\n: > '" << started << "'\nexec sleep 600\n";
+  REQUIRE(::chmod(stand_in.c_str(), 0755) == 0);
+  for (const int sig : {SIGINT, SIGTERM}) {
+    INFO("signal " << sig);
+    ::unlink(started.c_str());
+    const std::string out = dir + "/stopped_" + std::to_string(sig) + ".odoc", log = out + ".log";
+    const pid_t pid = spawn_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + out, log,
+                                    "ODYSSEY_PYTHON=" + stand_in);
+    for (int i = 0; i < 6000 && !exists(started); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    REQUIRE(exists(started));
+    ::kill(pid, sig);
+    const auto status = wait_exit(pid, 10);
+    if (!status) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    INFO(read_text(log));
+    REQUIRE(status.has_value());
+    REQUIRE(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 128 + sig);
+    CHECK_THAT(read_text(log), Catch::Contains(std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM")));
+    CHECK_FALSE(exists(out));
+  }
+  // Nothing beside the inputs: no temporary of either --out was left.
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    INFO(name);
+    const bool log = name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0;
+    CHECK((log || name.find(".odoc") == std::string::npos));
+  }
 }
