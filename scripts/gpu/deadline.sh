@@ -53,6 +53,12 @@ shift
 cat "$WORK/environment.txt"
 RECORD="${RECORD:-$("$PY" scripts/gpu/record.py name --bin "$CARRY/bin")}"  # the commit from $CARRY/manifest.txt
 validate=(scripts/gpu/validate.sh --carried "$CARRY" --out "$WORK" --record "$RECORD" "${rehearsal[@]}")
+# The archive is made anew after every stage (written aside, then renamed): a call that an outer
+# limit kills before the end (a host that took long to start) still returns every finished stage.
+pack_session() {
+  rm -f "$WORK"/*.tar.gz  # each stage's own archive: the same files again
+  tar -czf "$OUT/gpu-session.tar.gz.part" -C "$WORK" . && mv -f "$OUT/gpu-session.tar.gz.part" "$OUT/gpu-session.tar.gz"
+}
 for stage in "$@"; do
   left=$(( deadline - $(date +%s) ))
   if [ "$left" -lt 30 ]; then
@@ -79,8 +85,8 @@ for stage in "$@"; do
   # A stage the deadline cut keeps what its scripts wrote (listed only if validate.sh did not)
   "${validate[@]}" --label "$stage" --record-stage "$stage" "$ended after $(( $(date +%s) + left - deadline )) s (rc $rc)"
   tail -25 "$WORK/$stage.out"
+  pack_session
 done
-rm -f "$WORK"/*.tar.gz
-tar -czf "$OUT/gpu-session.tar.gz" -C "$WORK" .
+pack_session
 echo "record: records/$RECORD in the archive ($(ls "$WORK/records/$RECORD" 2>/dev/null | tr '\n' ' '))"
 echo "archive: $OUT/gpu-session.tar.gz ($(du -h "$OUT/gpu-session.tar.gz" | cut -f1))"

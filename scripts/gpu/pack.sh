@@ -34,7 +34,7 @@ scripts/gpu/fetch_deps.sh wheels
 mkdir -p "$CARRY/wheels"
 cp .deps/wheels/*.whl "$CARRY/wheels/"
 {
-  echo "commit $(git rev-parse HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
+  echo "commit $(git rev-parse HEAD)$(git diff HEAD --quiet || echo ' (with uncommitted changes)')"
   echo "packed $(date -u +%Y-%m-%dT%H:%M:%S.%NZ)"  # each packing's manifest differs: carried_bin.sh unpacks anew
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(grep -o 'LibTorch [0-9.]*' build/configure.log | head -1), $(nvcc --version | tail -1)"
   (cd "$CARRY/bin" && ls -l)
