@@ -1,8 +1,8 @@
 // Helpers of the CLI tests that run the real `odyssey` binary: run it and read its output, start
 // it as a child (one per torchrun rank), wait for checkpoints and exits, read metrics.jsonl.
 // defines: kTiny, kShort, read_text, generated_section, fresh_dir, Run, run_shell, run_odyssey, require_exit,
-// spawn_odyssey, spawn_torchrun, checkpoint_step, losses, wait_for_checkpoint, wait_exit, require_ranks_exit,
-// require_ranks_exit_zero, metrics_lines
+// spawn_odyssey, spawn_torchrun, checkpoint_step, losses, wait_for_checkpoint, wait_exit, wait_exit_or_kill,
+// exit_code_after_signal, require_ranks_exit, require_ranks_exit_zero, metrics_lines
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -168,6 +168,28 @@ inline std::optional<int> wait_exit(pid_t pid, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return std::nullopt;
+}
+
+/// wait_exit, and a process still running after `seconds` killed and reaped (nullopt then): a
+/// failing test leaves nothing running.
+inline std::optional<int> wait_exit_or_kill(pid_t pid, double seconds) {
+  const std::optional<int> status = wait_exit(pid, seconds);
+  if (!status) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  return status;
+}
+
+/// Sends `sig` to `pid` and returns the exit code it ends with; a process still running 10 s later
+/// (killed), or one the signal ended, fails the test with `log` shown.
+inline int exit_code_after_signal(pid_t pid, int sig, const std::string& log) {
+  ::kill(pid, sig);
+  const auto status = wait_exit_or_kill(pid, 10);
+  INFO(read_text(log));
+  REQUIRE(status.has_value());
+  REQUIRE(WIFEXITED(*status));
+  return WEXITSTATUS(*status);
 }
 
 /// Waits for every torchrun rank of `pids` (started by spawn_torchrun into `dir`) to exit with

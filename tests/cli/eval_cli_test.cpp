@@ -441,16 +441,7 @@ TEST_CASE("odyssey eval: SIGINT and SIGTERM end it at once, removing the folders
     }
     REQUIRE(made);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the rendezvous
-    ::kill(pid, sig);
-    const auto status = wait_exit(pid, 10);
-    if (!status) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-    INFO(read_text(log));
-    REQUIRE(status.has_value());
-    REQUIRE(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 128 + sig);
+    CHECK(exit_code_after_signal(pid, sig, log) == 128 + sig);
     CHECK_THAT(read_text(log),
                Catch::Contains(std::string("odyssey eval: stopped by ") + (sig == SIGINT ? "Ctrl-C" : "SIGTERM") +
                                " before its results were written: nothing was written"));

@@ -712,16 +712,7 @@ TEST_CASE("odyssey prepare: SIGINT and SIGTERM end it at once, exit 130 / 143, n
                                     "ODYSSEY_PYTHON=" + stand_in);
     for (int i = 0; i < 6000 && !exists(started); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     REQUIRE(exists(started));
-    ::kill(pid, sig);
-    const auto status = wait_exit(pid, 10);
-    if (!status) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-    INFO(read_text(log));
-    REQUIRE(status.has_value());
-    REQUIRE(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) == 128 + sig);
+    CHECK(exit_code_after_signal(pid, sig, log) == 128 + sig);
     CHECK_THAT(read_text(log), Catch::Contains(std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM")));
     CHECK_FALSE(exists(out));
   }

@@ -15,6 +15,35 @@ using namespace odyssey;
 using namespace odyssey::studio;
 using odyssey::studio::testing::FakeEngine;
 
+namespace {
+
+/// Frames of `script` against the fake engine, which steps once every `frames_per_step` frames
+/// while it runs, until the picture is taken (at most 5000 frames, 1 ms apart: the capture waits
+/// for the planner's background ladder, which needs real time). Whether it was taken.
+bool run_until_captured(AppState& state, FakeEngine& engine, ScriptRunner& script, int frames_per_step = 1) {
+  double t = 0;
+  for (int frame = 0; frame < 5000; ++frame) {
+    if (engine.status().state == SessionState::Running && frame % frames_per_step == frames_per_step - 1)
+      engine.advance_step();
+    frame_update(state, engine, t);
+    if (script.step(state, engine, t)) return true;
+    t += 0.016;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+/// The tiny preset opened into `state` as the studio opens it, training `steps` steps (warm-up 1).
+void open_tiny(AppState& state, int64_t steps) {
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  state.config.training.steps = steps;
+  state.config.training.warmup_steps = 1;
+  refresh_validation(state);
+  REQUIRE(state.edit.issues.empty());
+}
+
+}  // namespace
+
 TEST_CASE("screenshot mode trains the steps, applies scripted changes live, then captures", "[studio][script]") {
   StudioOptions o;
   o.run_steps = 4;
@@ -63,16 +92,7 @@ TEST_CASE("scripted edits for the same step land one at a time, each marked at i
   REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
   FakeEngine engine;
   ScriptRunner script(o);
-  double t = 0;
-  bool captured = false;
-  for (int frame = 0; frame < 5000 && !captured; ++frame) {
-    if (engine.status().state == SessionState::Running && frame % 3 == 2) engine.advance_step();
-    frame_update(state, engine, t);
-    captured = script.step(state, engine, t);
-    t += 0.016;
-    if (!captured) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  REQUIRE(captured);
+  REQUIRE(run_until_captured(state, engine, script, /*frames_per_step=*/3));
   REQUIRE(state.history.markers().size() == 2);
   CHECK(state.history.markers()[0].what == "memory.tiled_mlp: true -> false");
   CHECK(state.history.markers()[1].what == "memory.tiled_loss: true -> false");
@@ -92,14 +112,7 @@ TEST_CASE("screenshot mode reports a run that cannot start and still captures", 
   CHECK_FALSE(script.step(state, engine, 0));
   CHECK(script.failed());
   CHECK(script.error() == "the run did not start: cannot start here");
-  // The picture is still taken, once the planner's ladder and advice are in.
-  bool captured = false;
-  for (int frame = 1; frame < 5000 && !captured; ++frame) {
-    frame_update(state, engine, 0.016 * frame);
-    captured = script.step(state, engine, 0.016 * frame);
-    if (!captured) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  CHECK(captured);
+  CHECK(run_until_captured(state, engine, script));  // the picture is still taken
 }
 
 TEST_CASE("scripted assignments go through the schema", "[studio][script]") {
@@ -166,23 +179,10 @@ TEST_CASE("a scripted edit the run ends before fails the screenshot run", "[stud
   o.frames = 1;
   o.changes = {{3, "memory.tiled_mlp=false"}};
   AppState state;
-  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
-  state.config.training.steps = 2;
-  state.config.training.warmup_steps = 1;
-  refresh_validation(state);
-  REQUIRE(state.edit.issues.empty());
+  open_tiny(state, /*steps=*/2);
   FakeEngine engine;
   ScriptRunner script(o);
-  double t = 0;
-  bool captured = false;
-  for (int frame = 0; frame < 5000 && !captured; ++frame) {
-    if (engine.status().state == SessionState::Running) engine.advance_step();
-    frame_update(state, engine, t);
-    captured = script.step(state, engine, t);
-    t += 0.016;
-    if (!captured) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  REQUIRE(captured);
+  REQUIRE(run_until_captured(state, engine, script));
   CHECK(script.failed());
   CHECK_THAT(script.error(), Catch::Contains("--change-at 3:memory.tiled_mlp=false: not made: the run ended at step"));
 }
@@ -218,23 +218,10 @@ TEST_CASE("a scripted run of a config that breaks a rule fails to start, and so 
   o.run_steps = 3;
   o.changes = {{1, "parallel.ulysses_degree=3"}};
   AppState live;
-  REQUIRE(load_preset_into(live, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
-  live.config.training.steps = 3;
-  live.config.training.warmup_steps = 1;
-  refresh_validation(live);
-  REQUIRE(live.edit.issues.empty());
+  open_tiny(live, /*steps=*/3);
   FakeEngine live_engine;
   ScriptRunner edits(o);
-  double t = 0;
-  bool captured = false;
-  for (int frame = 0; frame < 5000 && !captured; ++frame) {
-    if (live_engine.status().state == SessionState::Running) live_engine.advance_step();
-    frame_update(live, live_engine, t);
-    captured = edits.step(live, live_engine, t);
-    t += 0.016;
-    if (!captured) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  REQUIRE(captured);
+  REQUIRE(run_until_captured(live, live_engine, edits));
   CHECK(edits.failed());
   CHECK_THAT(edits.error(),
              Catch::Contains("--change-at 1:parallel.ulysses_degree=3: not made: the config breaks a rule"));
