@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "app/cli/cli.h"
-#include "app/cli/stop_signal_scope.h"
 #include "app/cli/eval_heatmap.h"
 #include "app/cli/prepare_inputs.h"
+#include "app/cli/stop_signal_scope.h"
 #include "app/cli/text_tokenizer.h"
 #include "engine/config/config_diff.h"
 #include "engine/config/schema.h"

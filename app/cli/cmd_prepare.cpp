@@ -12,8 +12,8 @@
 #include <optional>
 
 #include "app/cli/cli.h"
-#include "app/cli/stop_signal_scope.h"
 #include "app/cli/prepare_inputs.h"
+#include "app/cli/stop_signal_scope.h"
 #include "app/cli/text_tokenizer.h"
 #include "engine/train/documents_file.h"
 #include "engine/train/tokenizer_vocabulary.h"

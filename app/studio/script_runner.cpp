@@ -36,6 +36,15 @@ std::string scripted_run_problem(const StudioOptions& options, const AppState& s
   return "";
 }
 
+namespace {
+
+/// "--change-at S:k=v", as the option was given: the start of every message about the edit.
+std::string change_label(const ScriptedChange& change) {
+  return "--change-at " + std::to_string(change.step) + ":" + change.assignment;
+}
+
+}  // namespace
+
 bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
   switch (stage_) {
     case Stage::Begin:
@@ -71,15 +80,13 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
       if (previous_landed && next_change_ < options_.changes.size() && options_.changes[next_change_].step <= st.step) {
         std::string err;
         const RunConfig before = state.config;
-        if (!apply_assignment(state, options_.changes[next_change_].assignment, &err))
-          error_ = "--change-at " + std::to_string(options_.changes[next_change_].step) + ":" +
-                   options_.changes[next_change_].assignment + ": " + err;
+        const ScriptedChange& change = options_.changes[next_change_];
+        if (!apply_assignment(state, change.assignment, &err))
+          error_ = change_label(change) + ": " + err;
         else if (!state.edit.issues.empty())  // shown at its field and held back, as a user's edit is
-          error_ = "--change-at " + std::to_string(options_.changes[next_change_].step) + ":" +
-                   options_.changes[next_change_].assignment + ": not made: the config breaks a rule (" +
+          error_ = change_label(change) + ": not made: the config breaks a rule (" +
                    state.edit.issues.front().format() + ")";
-        else if (!(before == state.config) && state.edit.issues.empty() &&
-                 classify_change(before, state.config).kind >= ChangeKind::Live)
+        else if (!(before == state.config) && classify_change(before, state.config).kind >= ChangeKind::Live)
           markers_wanted_ = state.history.markers().size() + 1;
         ++next_change_;
       }
@@ -94,8 +101,7 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
       if ((done && !state.run.restart_pending()) || over || failed()) {
         run_seconds_ = now_s - t_begin_;
         if (error_.empty() && next_change_ < options_.changes.size())  // the run ended before its step
-          error_ = "--change-at " + std::to_string(options_.changes[next_change_].step) + ":" +
-                   options_.changes[next_change_].assignment + ": not made: the run ended at step " +
+          error_ = change_label(options_.changes[next_change_]) + ": not made: the run ended at step " +
                    std::to_string(st.step);
         else if (error_.empty() && state.history.markers().size() < markers_wanted_)
           error_ = "a --change-at edit was made but never took effect before the run ended at step " +
