@@ -141,6 +141,23 @@ class Record:
     def order(self):
         return (self.manifest["date"], self.manifest.get("started_utc", ""), self.name)
 
+    def adopt_group_predictions(self):
+        """A further call of the group (`-2`, ...) measures points an earlier call of the same build
+        predicted and did not reach: each earlier record's predictions made and first committed before
+        THIS call began (prediction_order against its start) stand for it too, its own first. A call
+        whose manifest does not say when it began adopts none."""
+        if call_start(self.manifest)[0] is None:
+            return
+        for earlier in self.group:
+            if earlier is self or not earlier.predictions:
+                continue
+            if prediction_order(self.manifest, os.path.join(earlier.path, layout.PREDICTIONS), self.name):
+                continue
+            for key, prediction in earlier.predictions.items():
+                if key not in self.predictions:
+                    self.predictions[key] = dict(prediction, record=earlier.name,
+                                                 file="../%s/%s" % (earlier.name, prediction["file"]))
+
 
 def load_records(root, allow_dry_run=False):
     """(records oldest first, problems): every folder under root with a manifest.json is a record;
@@ -157,6 +174,7 @@ def load_records(root, allow_dry_run=False):
     records.sort(key=Record.order)
     for record in records:
         record.group = [r for r in records if r.group_key == record.group_key and r.order() <= record.order()]
+        record.adopt_group_predictions()
     return records, problems
 
 
@@ -645,6 +663,8 @@ def comparisons(rec):
                         row[key] = (planned, measured, planned / measured - 1.0)
                 if fitted:
                     row["note"] = "fitted (step time)"
+            if prediction and prediction.get("record"):
+                row["note"] = "; ".join(filter(None, [row["note"], "predicted with `%s`" % prediction["record"]]))
             out.append(row)
     return out
 
@@ -1504,6 +1524,26 @@ def self_test():
         assert "fitted (step time)" in results and "no committed prediction" in results, results
         assert "| -50.00% |" in results, results  # the fitted point's error is shown, not quoted
         assert check_tables(root, readme, results_md) == []
+        # a further call with no predictions of its own measures points the group predicted before it
+        # began: those predictions stand for it, named; predictions made after it began do not
+        third = make_record(root, "2026-11-27-h200-bbbbbbb-3", "2026-11-27", "NVIDIA H200", "bbbbbbb", 2000.0, 1.0)
+        shutil.rmtree(os.path.join(third, layout.PREDICTIONS))
+        manifest = read_json(os.path.join(third, layout.MANIFEST))
+        write(os.path.join(third, layout.MANIFEST), dict(manifest, call_started_utc="2026-11-27T12:00:00Z"))
+
+        def third_notes():
+            record, = [r for r in load_records(root)[0] if r.name == "2026-11-27-h200-bbbbbbb-3"]
+            return [(row["stage"], row["step"] is not None, row["note"]) for row in comparisons(record)]
+
+        assert ("offload", True, "predicted with `2026-11-27-h200-bbbbbbb`") in third_notes(), third_notes()
+        for earlier in ("2026-11-27-h200-bbbbbbb", "2026-11-27-h200-bbbbbbb-2"):
+            write(os.path.join(root, earlier, layout.PREDICTIONS, layout.MANIFEST), {"made_utc": "2026-11-27T12:00:01Z"})
+        assert ("offload", False, "no committed prediction") in third_notes(), third_notes()
+        write(os.path.join(third, layout.MANIFEST), manifest)  # no start: nothing to hold them to, none adopted
+        for earlier in ("2026-11-27-h200-bbbbbbb", "2026-11-27-h200-bbbbbbb-2"):
+            os.remove(os.path.join(root, earlier, layout.PREDICTIONS, layout.MANIFEST))
+        assert ("offload", False, "no committed prediction") in third_notes(), third_notes()
+        shutil.rmtree(third)
         # a cell edited by hand fails the check, naming the cell and the record
         with open(readme, "w") as f:
             f.write(text.replace("1.0001×", "1.0002×"))
