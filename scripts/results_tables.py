@@ -43,7 +43,8 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
 import record as layout  # noqa: E402  (scripts/gpu/record.py: the record's names and files)
 from record import read_json, read_jsonl  # noqa: E402
 from planner_vs_measured import PEAK_TOLERANCE, SLOPE_TOLERANCE  # noqa: E402
-from systems import BASELINES, TUNED_VARIANT, point_key, strongest_baseline, throughput_rows_by_length  # noqa: E402
+from systems import (BASELINES, RUNNER_UP_VARIANT, TUNED_VARIANT, point_key, strongest_baseline,  # noqa: E402
+                     throughput_rows_by_length)
 
 RECORDS = os.path.join(ROOT, "bench", "results")
 # The measured steps the planner's efficiencies are fitted to (is_fitted)
@@ -320,6 +321,9 @@ def throughput_figure(rec, rel, target, where=lambda rows: ""):
         other = full if odyssey is tuned else tuned
         if other:
             value += "; Odyssey's %s %s" % ("full stack" if other is full else "tuned configuration", run_text(other))
+        runner_up = by_length[seq].get("odyssey, " + RUNNER_UP_VARIANT)
+        if runner_up and odyssey is tuned:  # the planner's second choice, measured: is the ranking the GPU's?
+            value += "; the tune's runner-up (%s) %s" % (runner_up.get("techniques") or "?", run_text(runner_up))
         if odyssey is tuned:
             what = "Odyssey tuned (%s)" % (odyssey.get("techniques") or "odyssey tune")
         else:
@@ -1376,6 +1380,14 @@ def self_test():
     assert "Odyssey tuned (tiled loss) against the strongest baseline" in title, title
     assert value == ("1875 tokens/s against 1250 tokens/s: 1.500×; beside pytorch 1000 tokens/s; "
                      "Odyssey's full stack 1500 tokens/s"), value
+    # the tune's runner-up, measured beside its choice: faster on the GPU, the ranking was wrong
+    runner_up = dict(tuned, variant=RUNNER_UP_VARIANT, point=point(32768, ["m=2"]), tokens_per_s=1900.0,
+                     techniques="tiled MLP")
+    TwoBaselines.files["throughput/throughput.jsonl"].append(runner_up)
+    (title, _, value), = fig_throughput(TwoBaselines())
+    assert value.endswith("; the tune's runner-up (tiled MLP) 1900 tokens/s"), value
+    assert RUNNER_UP_VARIANT in [label for _, label, _ in measured_throughput(TwoBaselines(), "throughput")]
+    TwoBaselines.files["throughput/throughput.jsonl"].remove(runner_up)
     tuned["error"] = "oom"  # a tuned run that failed: the full stack leads, the failure beside it
     (title, _, value), = fig_throughput(TwoBaselines())
     assert "Odyssey's full stack against" in title and value.endswith("; Odyssey's tuned configuration out of memory"), value

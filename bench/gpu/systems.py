@@ -12,9 +12,10 @@ points come from the scripts' own run calls, so the predictions cover what the c
 Every measured row carries its `point` (preset, seq_len, sets), the key that pairs it with its
 prediction (point_key).
 
-defines: BASELINES, BASELINE_EXIT_MARGIN_S, PACKING_MARGIN_S, baseline_time_budget, baseline_command, run_baseline, strongest_baseline, run_odyssey, tune_odyssey, TUNED_VARIANT, throughput_rows_by_length, planner_command, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
+defines: BASELINES, BASELINE_EXIT_MARGIN_S, PACKING_MARGIN_S, baseline_time_budget, baseline_command, run_baseline, strongest_baseline, run_odyssey, tune_odyssey, TUNED_VARIANT, RUNNER_UP_VARIANT, throughput_rows_by_length, planner_command, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
 preset_name, point_key, point_file_name, run_json, odyssey_binary, odyssey_preset, odyssey_sets, device_profile_sets,
-run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side
+run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side,
+phase_kind, traced_phase_seconds, planned_phase_seconds
 """
 import argparse
 import bisect
@@ -288,32 +289,37 @@ def full_stack_pins(plan):
     return attention, (["memory.mlp_tile_tokens=%d" % tile] if tile else [])
 
 
-def tune_odyssey(seq, extra_sets=(), timeout_s=120, preset=None):
+def tune_odyssey(seq, extra_sets=(), timeout_s=120, preset=None, pick="choice"):
     """`odyssey tune --json` of the benchmark's preset at `seq` tokens with its sets, `extra_sets`
     and this GPU's hardware profile: (the `--set` assignments that turn the preset into the fastest
     technique set that fits, the choice's techniques text), or ({"error": ...}, None) when the
-    planner finds none. Planning only: it runs in prediction mode too, so the tuned point is
-    predicted exactly as it will be run."""
+    planner finds none. `pick="runner_up"`: the second fastest instead (its step time the next
+    after the choice's), to measure whether the planner ranks the two as the GPU does. Planning
+    only: it runs in prediction mode too, so the tuned point is predicted exactly as it will be run."""
     point = point_of(preset or odyssey_preset(), odyssey_sets() + list(extra_sets), seq)
     try:
-        choice = run_json(planner_command("tune", point), timeout_s)["tune"]["choice"]
+        picked = run_json(planner_command("tune", point), timeout_s)["tune"][pick]
+        if not picked:
+            raise KeyError("no %s among the technique sets that fit" % pick.replace("_", "-"))
     except (RuntimeError, ValueError, KeyError, OSError, subprocess.TimeoutExpired) as e:
         return {"error": "odyssey tune: " + str(e)[-400:]}, None
-    return ["%s=%s" % (c["key"], c["after"]) for c in choice.get("changes", [])], choice.get("techniques")
+    return ["%s=%s" % (c["key"], c["after"]) for c in picked.get("changes", [])], picked.get("techniques")
 
 
 # The throughput row of Odyssey as `odyssey tune` configures it for the GPU (bench/gpu/throughput.py):
-# a row of system "odyssey" with this variant.
+# a row of system "odyssey" with this variant; its runner-up's (the next fastest that fits) with the other.
 TUNED_VARIANT = "tuned"
+RUNNER_UP_VARIANT = "runner-up"
 
 
 def throughput_rows_by_length(rows):
-    """{seq_len: {name: row}} of a throughput.jsonl's baselines, Odyssey's full stack ("odyssey")
-    and its tuned run ("odyssey, tuned"); the ablation's variants are left out."""
+    """{seq_len: {name: row}} of a throughput.jsonl's baselines, Odyssey's full stack ("odyssey"),
+    its tuned run ("odyssey, tuned") and the tune's runner-up ("odyssey, runner-up"); the
+    ablation's variants are left out."""
     by_length = {}
     for r in rows:
-        if r.get("seq_len") and r.get("variant") in (None, "", TUNED_VARIANT):
-            name = "odyssey, " + TUNED_VARIANT if r.get("variant") else r.get("system")
+        if r.get("seq_len") and r.get("variant") in (None, "", TUNED_VARIANT, RUNNER_UP_VARIANT):
+            name = "odyssey, " + r["variant"] if r.get("variant") else r.get("system")
             by_length.setdefault(int(r["seq_len"]), {})[name] = r
     return by_length
 
@@ -520,11 +526,59 @@ def odyssey_run_figures(out_dir, seq):
     timed = rows[1:] or rows
     step_time = timed_mean([r["step_time_s"] for r in rows])
     rank_peaks = [r.get("rank_peak_bytes") or [] for r in rows]
-    return dict(steps=len(rows), step_time_s=step_time, step_times_s=[r["step_time_s"] for r in rows],
-                tokens_per_s=seq / step_time, job_tokens_per_s=sum(r.get("tokens_per_s", 0) for r in timed) / len(timed),
-                rank_peak_bytes=[max(p[k] for p in rank_peaks if len(p) > k) for k in range(max(map(len, rank_peaks)))],
-                peak_bytes=max(r.get("peak_bytes", 0) for r in rows),
-                host_peak_bytes=max(r.get("host_peak_bytes", 0) for r in rows), loss=rows[-1].get("loss"))
+    figures = dict(steps=len(rows), step_time_s=step_time, step_times_s=[r["step_time_s"] for r in rows],
+                   tokens_per_s=seq / step_time,
+                   job_tokens_per_s=sum(r.get("tokens_per_s", 0) for r in timed) / len(timed),
+                   rank_peak_bytes=[max(p[k] for p in rank_peaks if len(p) > k)
+                                    for k in range(max(map(len, rank_peaks)))],
+                   peak_bytes=max(r.get("peak_bytes", 0) for r in rows),
+                   host_peak_bytes=max(r.get("host_peak_bytes", 0) for r in rows), loss=rows[-1].get("loss"))
+    phases = traced_phase_seconds(os.path.join(out_dir, "trace.json"))
+    if phases:
+        figures["phase_s"] = phases
+    return figures
+
+
+def phase_kind(path):
+    """A phase path with its block's number taken out ("bwd/block.7/attn" -> "bwd/block.*/attn"): the
+    trace's and the plan's phases summed per kind, so the two can be set side by side."""
+    return re.sub(r"block\.\d+", "block.*", path)
+
+
+def traced_phase_seconds(trace_path):
+    """Rank 0's last traced step from an `odyssey train` trace.json (Chrome trace events, a phase's
+    `args.path` and `args.step`): {"step": its step, "seconds": {phase kind: seconds, summed over the
+    blocks}}; each nested phase (depth 3: "fwd/embed/embedding/host_update") is counted under its own
+    path too, inside its parent's. None without a readable trace or a traced step. What a refit of
+    the planner's efficiencies per phase reads beside `planned_phase_s` (throughput.py)."""
+    try:
+        with open(trace_path) as f:
+            trace = json.load(f)
+    except (OSError, ValueError):
+        return None
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    phases = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and e.get("pid", 0) == 0
+              and isinstance(e.get("args"), dict) and "path" in e["args"] and "step" in e["args"]]
+    if not phases:
+        return None
+    last = max(e["args"]["step"] for e in phases)
+    seconds = {}
+    for e in phases:
+        if e["args"]["step"] == last:
+            kind = phase_kind(e["args"]["path"])
+            seconds[kind] = seconds.get(kind, 0.0) + e.get("dur", 0) / 1e6
+    return {"step": last, "seconds": seconds}
+
+
+def planned_phase_seconds(plan):
+    """The plan's step time per phase kind (`odyssey plan --json`'s phases, summed over the blocks
+    as traced_phase_seconds sums the trace's), or None where the plan has none."""
+    seconds = {}
+    for phase in plan.get("phases") or []:
+        if isinstance(phase, dict) and "name" in phase and phase.get("time_s") is not None:
+            kind = phase_kind(phase["name"])
+            seconds[kind] = seconds.get(kind, 0.0) + phase["time_s"]
+    return seconds or None
 
 
 # [section] side-by-side benchmarks: one setting off and on, each a fresh `odyssey train` --------------

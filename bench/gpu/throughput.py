@@ -48,9 +48,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
 from longest_context import read_results  # noqa: E402
 from systems import positive_int  # noqa: E402
-from systems import (BASELINES, TUNED_VARIANT, baseline_command, baseline_time_budget,  # noqa: E402
-                     full_stack_pins, nvidia_smi, plan_odyssey, run_baseline, run_odyssey, strongest_baseline,
-                     tune_odyssey)
+from systems import (BASELINES, RUNNER_UP_VARIANT, TUNED_VARIANT, baseline_command, baseline_time_budget,  # noqa: E402
+                     full_stack_pins, nvidia_smi, plan_odyssey, planned_phase_seconds, run_baseline, run_odyssey,
+                     strongest_baseline, traced_phase_seconds, tune_odyssey)
 
 
 # Each memory technique of the preset switched off alone (name, --set assignments).
@@ -238,6 +238,26 @@ def self_test():
     stopped = baseline_longest_lengths([{"system": "pytorch", "longest_ok": 425984, "first_fail": 458752,
                                          "stopped": "budget"}])
     assert stopped == {425984: {"pytorch": {"first_fail": 458752, "stopped": "budget"}}}, stopped
+    # the phases side by side: the trace's last step on rank 0 and the plan's, each summed per kind
+    # over the blocks; another rank, an earlier step and an event without a path are not counted
+    import tempfile
+    phase = lambda path, step, dur_us, pid=0: {"ph": "X", "pid": pid, "dur": dur_us,  # noqa: E731
+                                               "args": {"path": path, "step": step}}
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "trace.json")
+        with open(trace, "w") as f:
+            host = {"ph": "X", "pid": 0, "dur": 4e6, "name": "host adamw", "args": {}}
+            json.dump({"traceEvents": [phase("bwd/block.0/attn", 1, 9e6), phase("bwd/block.0/attn", 2, 2e6),
+                                       phase("bwd/block.11/attn", 2, 3e6), phase("bwd/block.0/attn", 2, 7e6, pid=1),
+                                       phase("fwd/embed", 2, 5e5), host]}, f)
+        assert traced_phase_seconds(trace) == {"step": 2, "seconds": {"bwd/block.*/attn": 5.0, "fwd/embed": 0.5}}, \
+            traced_phase_seconds(trace)
+        assert traced_phase_seconds(os.path.join(tmp, "none.json")) is None
+    planned = planned_phase_seconds({"phases": [{"name": "bwd/block.0/attn", "time_s": 1.5},
+                                                {"name": "bwd/block.1/attn", "time_s": 1.5},
+                                                {"name": "fwd/embed", "time_s": 0.0}]})
+    assert planned == {"bwd/block.*/attn": 3.0, "fwd/embed": 0.0}, planned
+    assert planned_phase_seconds({"error": "no binary"}) is None
     print("throughput.py self-test: ok")
 
 
@@ -272,8 +292,10 @@ def ratio_lines(seq, pair):
 
 
 # Odyssey at its fastest configuration that fits, as `odyssey tune` picks it for this GPU (issue
-# "Speed": each side at its fastest fitting configuration): a row of system "odyssey" with this variant.
+# "Speed": each side at its fastest fitting configuration): a row of system "odyssey" with this variant;
+# the tune's runner-up (the next fastest by the plan) beside it tests the planner's ranking.
 TUNED = "odyssey-tuned"
+RUNNER_UP = "odyssey-runner-up"
 
 
 def planned_beside(row, seq, sets=()):
@@ -284,6 +306,9 @@ def planned_beside(row, seq, sets=()):
     step = (plan.get("time") or {}).get("step_s")
     if step:
         row["planned_step_s"] = step
+    phases = planned_phase_seconds(plan)
+    if phases:
+        row["planned_phase_s"] = phases  # beside the run's traced phase_s: where the step's error lies
     row.update(resolved_sizes(plan))
     return plan
 
@@ -296,15 +321,17 @@ def run_full_stack(seq, args):
     return row, planned_beside(row, seq)
 
 
-def run_tuned(seq, args):
-    """`odyssey tune`'s choice at `seq` for this GPU run as the preset with its changes: the row
-    carries the techniques, the sets and the planned step time."""
-    sets, techniques = tune_odyssey(seq)
+def run_tuned(seq, args, variant=TUNED_VARIANT):
+    """`odyssey tune`'s choice (or, variant RUNNER_UP_VARIANT, its runner-up) at `seq` for this GPU
+    run as the preset with its changes: the row carries the techniques, the sets and the planned
+    step time."""
+    sets, techniques = tune_odyssey(seq, pick="runner_up" if variant == RUNNER_UP_VARIANT else "choice")
     if isinstance(sets, dict):  # nothing fits: the planner's refusal is the row
-        return dict(sets, system="odyssey", seq_len=seq, variant=TUNED_VARIANT)
-    row = dict(run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, "odyssey_%d_tuned" % seq),
-                           extra_sets=sets, log_path=os.path.join(args.out, "odyssey_%d_tuned.log" % seq)),
-               variant=TUNED_VARIANT, sets=sets, techniques=techniques)
+        return dict(sets, system="odyssey", seq_len=seq, variant=variant)
+    tag = "odyssey_%d_%s" % (seq, variant.replace("-", "_"))
+    row = dict(run_odyssey(seq, args.steps, args.timeout, os.path.join(args.out, tag), extra_sets=sets,
+                           log_path=os.path.join(args.out, tag + ".log")),
+               variant=variant, sets=sets, techniques=techniques)
     planned_beside(row, seq, sets)
     return row
 
@@ -316,10 +343,11 @@ def main():
     parser.add_argument("--steps", type=positive_int, default=3)
     parser.add_argument("--timeout", type=positive_int, default=540, help="seconds per process")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--systems", nargs="+", choices=systems, default=systems,
+    parser.add_argument("--systems", nargs="+", choices=systems + [RUNNER_UP], default=systems,
                         help="the systems run at each length, Odyssey's first, then the baselines, each in this order "
                              "(default: every baseline, odyssey-tuned: the preset as `odyssey tune` changes it for "
-                             "this GPU, then odyssey: the preset's full stack)")
+                             "this GPU, then odyssey: the preset's full stack; odyssey-runner-up, asked for: the "
+                             "tune's next fastest technique set that fits)")
     parser.add_argument("--at-longest-of", nargs="+", metavar="LONGEST_JSON",
                         help="instead of --lengths: each baseline's longest context in these longest_context.py "
                              "results (its longest_ok), every system run at each")
@@ -361,8 +389,9 @@ def main():
                                               log_path=os.path.join(args.out, "%s_%d.log" % (name, seq)),
                                               extra_args=baseline_search_args(seq, longest_of))
                     write(name, pair[name])
-                elif name == TUNED:
-                    pair["odyssey, " + TUNED_VARIANT] = row = run_tuned(seq, args)
+                elif name in (TUNED, RUNNER_UP):
+                    variant = TUNED_VARIANT if name == TUNED else RUNNER_UP_VARIANT
+                    pair["odyssey, " + variant] = row = run_tuned(seq, args, variant)
                     write(name, row)
                 else:
                     pair["odyssey"], plan = run_full_stack(seq, args)
