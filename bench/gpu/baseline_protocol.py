@@ -66,13 +66,13 @@ CUDA_SETUP = _prepare_cuda_environment(os.environ)
 import torch  # noqa: E402  (after the allocator settings, which the allocator reads when CUDA starts)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_tokens import token_ids  # noqa: E402
 from llama_flops import SHAPES, mfu, parse_tokens, timed_mean  # noqa: E402
 
 # Odyssey's training defaults (engine/config/run_config.h; presets/llama3.2-1b-1xh100.toml sets none
 # of them): AdamW's, the gradient clip. The learning-rate schedule is not reproduced: it does not
 # change a step's work.
 ODYSSEY_TRAINING = dict(lr=3e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
-TOKEN_SEED = 1234  # the same random tokens for every baseline
 
 # A block's activation checkpointing, least recompute first, each holding less than the one before:
 # none keeps every activation; selective (the PyTorch baseline's) keeps the block's input and its
@@ -169,9 +169,10 @@ def checkpoint_order(choice, modes):
 
 
 def random_tokens(vocab, seq, device):
-    """(inputs, labels) [1, seq] each: seq + 1 random tokens from TOKEN_SEED, shifted by one."""
-    generator = torch.Generator().manual_seed(TOKEN_SEED)
-    tokens = torch.randint(0, vocab, (1, seq + 1), generator=generator).to(device)
+    """(inputs, labels) [1, seq] each: the benchmark's seq + 1 random ids (bench_tokens.token_ids,
+    the ids Odyssey's runs read from their tokens file), shifted by one."""
+    ids = token_ids(seq + 1, vocab)
+    tokens = torch.frombuffer(ids, dtype=torch.int32).to(torch.long).view(1, seq + 1).to(device)  # ids < 2^31
     return tokens[:, :-1], tokens[:, 1:]
 
 

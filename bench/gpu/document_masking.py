@@ -21,24 +21,17 @@ the run on the GPU host name the same point and plan the same lengths.
 Writes OUT/document_masking.json: both runs, step_time_ratio (masked over unmasked), no_slower, the
 documents' figures and the planner's step-time ratio for the same two points.
 """
-import array
 import hashlib
 import math
 import os
 import random
 import statistics
-import struct
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_tokens import odoc_bytes, write_whole  # noqa: E402
 from systems import ROOT, finish_side_by_side, plan_odyssey, run_side_by_side, side_by_side_args  # noqa: E402
 
-# docs/data.md, "The documents file": magic, version 1, uint32 tokens, then the counts and the vocabulary
-MAGIC = b"ODYDOCS\0"
-VERSION = 1
-UINT32_TOKENS = 1
-HEADER = struct.Struct("<8sIIQQQ24x")
 SEED = 20261128
 # sha256 of the file of 5 sequences of 512 tokens over a vocabulary of 256 (self_test), first 16 digits
 PINNED_512_DIGEST = "60626dc6029a86d7"
@@ -58,17 +51,10 @@ def document_lengths(seq, seed=SEED):
 
 
 def documents_bytes(lengths, vocab, seed=SEED):
-    """A documents file's bytes: the header, the index (where each document begins, then the token
-    count) and uniform random tokens below `vocab`."""
+    """A documents file's bytes (bench_tokens.odoc_bytes): the header, the index and uniform random
+    tokens below `vocab`."""
     rng = random.Random(seed + 1)
-    index = [0]
-    for length in lengths:
-        index.append(index[-1] + length)
-    tokens = array.array("I", (rng.randrange(vocab) for _ in range(index[-1])))
-    if sys.byteorder != "little":
-        tokens.byteswap()
-    return HEADER.pack(MAGIC, VERSION, UINT32_TOKENS, index[-1], len(lengths), vocab) + \
-        struct.pack("<%dQ" % len(index), *index) + tokens.tobytes()
+    return odoc_bytes(lengths, [rng.randrange(vocab) for _ in range(sum(lengths))], vocab)
 
 
 def write_documents(seq, lengths, vocab):
@@ -77,13 +63,7 @@ def write_documents(seq, lengths, vocab):
     vocabulary and a digest of the content."""
     data = documents_bytes(lengths, vocab)
     path = os.path.join("runs", "bench-data", "documents-%d-%d-%s.odoc" % (seq, vocab, hashlib.sha256(data).hexdigest()[:10]))
-    full = os.path.join(ROOT, path)
-    os.makedirs(os.path.dirname(full), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(full), prefix=".documents-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, full)
+    write_whole(os.path.join(ROOT, path), data)
     return path
 
 

@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 
+from bench_tokens import tokens_sets
 from llama_flops import timed_mean
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -466,8 +467,16 @@ def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_
     most over the steps. `extra_args`: more options (e.g. --kernel-profile FILE). `launcher`: a
     command that runs it, e.g. torchrun's `... --no-python` (then one process per rank, killed
     together on a timeout). The result carries its `point`; in prediction mode (predictions_dir)
-    the point is planned into its file instead and nothing runs."""
+    the point is planned into its file instead and nothing runs. Unless its sets choose a dataset,
+    the run reads the benchmark's random ids (bench_tokens.py: the ids the baselines train on), not
+    the preset's own data."""
     sets = odyssey_sets() + list(extra_sets)
+    if not any(s.split("=", 1)[0].strip() == "training.dataset" for s in sets):
+        vocab = (plan_point(point_of(preset or odyssey_preset(), sets, seq)).get("model") or {}).get("vocab_size")
+        if not vocab:
+            return {"system": "odyssey", "seq_len": seq, "point": point_of(preset or odyssey_preset(), sets, seq),
+                    "error": "no vocabulary from odyssey plan for the benchmark's tokens"}
+        sets = tokens_sets(seq, vocab) + sets  # the run's own sets after: a later --set wins
     point = point_of(preset or odyssey_preset(), sets, seq)
     if predictions_dir():
         predict_point(point)
