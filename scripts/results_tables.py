@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
 import record as layout  # noqa: E402  (scripts/gpu/record.py: the record's names and files)
 from record import read_json, read_jsonl  # noqa: E402
 from planner_vs_measured import PEAK_TOLERANCE, SLOPE_TOLERANCE  # noqa: E402
+from bench_tokens import without_tokens_sets  # noqa: E402
 from systems import (BASELINES, RUNNER_UP_VARIANT, TUNED_VARIANT, point_key, strongest_baseline,  # noqa: E402
                      throughput_rows_by_length)
 
@@ -591,7 +592,7 @@ def is_fitted(point, run, fitted):
     configuration is fitted too, and "auto" resolved otherwise by a later build is another point."""
     if not point:
         return False
-    key = point_key(point)
+    key = point_key(dict(point, sets=without_tokens_sets(point.get("sets", []))))  # the same config on any ids
 
     def spellings(p):
         return [point_key(p)] + [point_key(dict(p, sets=sets)) for sets in p.get("also_sets", [])]
@@ -1494,6 +1495,11 @@ def self_test():
         assert not is_fitted(point(131072), {"attention": "2 stages of 16 heads"}, fitted)  # a record without the kernel
         assert is_fitted(point(131072, ["memory.lse_attention_kernel=flash2", "memory.heads_per_stage=16"]), stages, fitted)
         assert not is_fitted(point(32768, ["memory.tiled_loss=false"]), {}, fitted) and not is_fitted(None, {}, fitted)
+        # measured again on the benchmark's ids (bench_tokens.tokens_sets): the same configuration
+        on_ids = ["training.dataset=documents", "training.dataset_path=runs/bench-data/tokens-32769-128256-1.odoc",
+                  "training.document_mask=false"]
+        assert is_fitted(point(32768, on_ids), {}, fitted)
+        assert not is_fitted(point(32768, on_ids[:2]), {}, fitted)  # masking unnamed: not the benchmark's
         try:
             fitted_points(os.path.join(tmp, "missing.json"))
         except RecordError as e:

@@ -14,12 +14,13 @@ digest), so a prediction made on the build machine and the run on the GPU host n
 for the same point. The file lives under runs/bench-data/ in the checkout (ignored by git), named by
 its length, vocabulary and seed, written whole or not at all.
 
-defines: TOKENS_SEED, token_ids, odoc_bytes, tokens_file, tokens_sets, self_test
+defines: TOKENS_SEED, token_ids, odoc_bytes, write_whole, tokens_file, tokens_sets, without_tokens_sets, self_test
 """
 import array
 import hashlib
 import os
 import random
+import re
 import struct
 import sys
 import tempfile
@@ -87,6 +88,18 @@ def tokens_sets(seq, vocab, seed=TOKENS_SEED):
             "training.document_mask=false"]
 
 
+def without_tokens_sets(sets):
+    """`sets` less the assignments tokens_sets adds (a documents file under runs/bench-data/ named
+    tokens-*, unmasked): the configuration a run trains, whatever ids it reads. A fitted point
+    measured again on the benchmark's ids is the same configuration (scripts/results_tables.py)."""
+    sets = list(sets)
+    paths = [s for s in sets if re.fullmatch(r"training\.dataset_path=(.*/)?runs/bench-data/tokens-\d+-\d+-\d+\.odoc", s)]
+    if not paths or "training.dataset=documents" not in sets or "training.document_mask=false" not in sets:
+        return sets
+    drop = {"training.dataset=documents", "training.document_mask=false", paths[0]}
+    return [s for s in sets if s not in drop]
+
+
 def self_test():
     """The ids pinned (the same on every machine: a prediction and its run name one file), the
     file's layout at its byte offsets, and a file written once and kept."""
@@ -118,6 +131,11 @@ def self_test():
             assert tokens_sets(16, 256) == ["training.dataset=documents", "training.dataset_path=" + path,
                                             "training.document_mask=false"]
             assert os.stat(full).st_mtime_ns == before  # kept, not written again
+            mine = ["memory.tiled_mlp=false"]
+            assert without_tokens_sets(tokens_sets(16, 256) + mine) == mine
+            assert without_tokens_sets(["training.dataset=documents", "training.dataset_path=d.odoc",
+                                        "training.document_mask=false"]) == [
+                "training.dataset=documents", "training.dataset_path=d.odoc", "training.document_mask=false"]
         finally:
             ROOT = saved
     print("bench_tokens.py self-test: ok")
