@@ -156,7 +156,7 @@ class Record:
             if prediction_order(self.manifest, os.path.join(earlier.path, layout.PREDICTIONS), self.name):
                 continue
             for key, prediction in earlier.predictions.items():
-                if key not in self.predictions:
+                if key not in self.predictions and not prediction.get("record"):  # its own, not adopted
                     self.predictions[key] = dict(prediction, record=earlier.name,
                                                  file="../%s/%s" % (earlier.name, prediction["file"]))
 
@@ -927,18 +927,30 @@ def add_record(source, root=RECORDS, readme=README, results_md=RESULTS_MD):
         for name in files:
             shutil.copyfile(os.path.join(folder, name), os.path.join(destination, rel, name))
     notes = []
-    added = Record(destination)
+    added = with_group(destination)
     if not added.predictions:
         notes.append("%s: no predictions were committed for this call: its figures go without the planner's" % destination)
     write_tables(root, readme, results_md)
     return notes
 
 
+def with_group(path, allow_dry_run=False):
+    """The record at `path` as load_records reads it among the records beside it: with its group,
+    so a later call's points find the earlier calls' predictions (Record.adopt_group_predictions).
+    Raises RecordError for a folder that is no record."""
+    records, _ = load_records(os.path.dirname(os.path.abspath(path)), allow_dry_run)
+    for record in records:
+        if os.path.samefile(record.path, path):
+            return record
+    return Record(path, allow_dry_run)  # raises, naming what is wrong with it
+
+
 def check_record(path, allow_dry_run=False):
     """One record as the tables read it: the manifest, every stage that ran with its result and at
-    least one figure where it has figures, and every compared point predicted. Messages ([] = ok)."""
+    least one figure where it has figures, and every compared point predicted (by its own
+    predictions or its group's). Messages ([] = ok)."""
     try:
-        rec = Record(path, allow_dry_run)
+        rec = with_group(path, allow_dry_run)
     except RecordError as e:
         return [str(e)]
     messages = prediction_order(rec.manifest, os.path.join(rec.path, layout.PREDICTIONS), rec.name)
@@ -1554,6 +1566,10 @@ def self_test():
             return [(row["stage"], row["step"] is not None, row["note"]) for row in comparisons(record)]
 
         assert ("offload", True, "predicted with `2026-11-27-h200-bbbbbbb`") in third_notes(), third_notes()
+        # --check-record reads it with its group too: only the checkpointing run, predicted nowhere, lacks one
+        assert [m for m in check_record(third) if "no committed prediction" in m] == [
+            "2026-11-27-h200-bbbbbbb-3: stage offload, llama3.2-1b-1xh100 at 64K, checkpointing: no committed prediction"
+        ], check_record(third)
         for earlier in ("2026-11-27-h200-bbbbbbb", "2026-11-27-h200-bbbbbbb-2"):
             write(os.path.join(root, earlier, layout.PREDICTIONS, layout.MANIFEST), {"made_utc": "2026-11-27T12:00:01Z"})
         assert ("offload", False, "no committed prediction") in third_notes(), third_notes()

@@ -64,10 +64,14 @@ def write_whole(full_path, data):
     whole file or none."""
     os.makedirs(os.path.dirname(full_path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(full_path), prefix=".bench-data-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, full_path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, full_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)  # a write that failed leaves nothing beside the file
 
 
 def tokens_file(seq, vocab, seed=TOKENS_SEED):
@@ -93,7 +97,7 @@ def without_tokens_sets(sets):
     tokens-*, unmasked): the configuration a run trains, whatever ids it reads. A fitted point
     measured again on the benchmark's ids is the same configuration (scripts/results_tables.py)."""
     sets = list(sets)
-    paths = [s for s in sets if re.fullmatch(r"training\.dataset_path=(.*/)?runs/bench-data/tokens-\d+-\d+-\d+\.odoc", s)]
+    paths = [s for s in sets if re.fullmatch(r"training\.dataset_path=(.*/)?(bench-data/)?tokens-\d+-\d+-\d+\.odoc", s)]
     if not paths or "training.dataset=documents" not in sets or "training.document_mask=false" not in sets:
         return sets
     drop = {"training.dataset=documents", "training.document_mask=false", paths[0]}
@@ -133,6 +137,10 @@ def self_test():
             assert os.stat(full).st_mtime_ns == before  # kept, not written again
             mine = ["memory.tiled_mlp=false"]
             assert without_tokens_sets(tokens_sets(16, 256) + mine) == mine
+            for where in ("/abs/runs/bench-data/", "bench-data/", ""):  # relative to any working directory
+                on = ["training.dataset=documents", "training.dataset_path=%stokens-17-256-1.odoc" % where,
+                      "training.document_mask=false"]
+                assert without_tokens_sets(on + mine) == mine, where
             assert without_tokens_sets(["training.dataset=documents", "training.dataset_path=d.odoc",
                                         "training.document_mask=false"]) == [
                 "training.dataset=documents", "training.dataset_path=d.odoc", "training.document_mask=false"]

@@ -653,8 +653,10 @@ def plan_predictions(points, profile, plan):
 
 
 def recorded_sets(sets):
-    """(every `--set` a point's `odyssey train` gets, in its order, the part of them that
-    ODYSSEY_BENCH_SETS adds): systems.run_odyssey puts the environment's before the script's own."""
+    """(every `--set` a point's `odyssey train` gets beside the benchmark's tokens file, in its order,
+    the part of them that ODYSSEY_BENCH_SETS adds): systems.run_odyssey puts the environment's before
+    the script's own, and before both the sets of the benchmark's ids (bench_tokens.tokens_sets, per
+    length: each point's recorded command names its file)."""
     return odyssey_sets() + list(sets), odyssey_sets()
 
 

@@ -15,7 +15,7 @@ prediction (point_key).
 defines: BASELINES, BASELINE_EXIT_MARGIN_S, PACKING_MARGIN_S, baseline_time_budget, baseline_command, run_baseline, strongest_baseline, run_odyssey, tune_odyssey, TUNED_VARIANT, RUNNER_UP_VARIANT, throughput_rows_by_length, planner_command, odyssey_run_figures, odyssey_failure, plan_odyssey, plan_point, predict_point, predictions_dir, NOT_RUN, point_of,
 preset_name, point_key, point_file_name, run_json, odyssey_binary, odyssey_preset, odyssey_sets, device_profile_sets,
 run_sampling_device_use, nvidia_smi, merge_intervals, side_by_side_args, run_side_by_side, finish_side_by_side,
-phase_kind, traced_phase_seconds, planned_phase_seconds
+phase_kind, traced_phase_seconds, planned_phase_seconds, bench_tokens_sets
 """
 import argparse
 import bisect
@@ -467,16 +467,12 @@ def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_
     most over the steps. `extra_args`: more options (e.g. --kernel-profile FILE). `launcher`: a
     command that runs it, e.g. torchrun's `... --no-python` (then one process per rank, killed
     together on a timeout). The result carries its `point`; in prediction mode (predictions_dir)
-    the point is planned into its file instead and nothing runs. Unless its sets choose a dataset,
-    the run reads the benchmark's random ids (bench_tokens.py: the ids the baselines train on), not
-    the preset's own data."""
+    the point is planned into its file instead and nothing runs. Unless its sets or its preset
+    choose a dataset, the run reads the benchmark's random ids (bench_tokens.py: the ids the
+    baselines train on; bench_tokens_sets), not the preset's own data."""
     sets = odyssey_sets() + list(extra_sets)
-    if not any(s.split("=", 1)[0].strip() == "training.dataset" for s in sets):
-        vocab = (plan_point(point_of(preset or odyssey_preset(), sets, seq)).get("model") or {}).get("vocab_size")
-        if not vocab:
-            return {"system": "odyssey", "seq_len": seq, "point": point_of(preset or odyssey_preset(), sets, seq),
-                    "error": "no vocabulary from odyssey plan for the benchmark's tokens"}
-        sets = tokens_sets(seq, vocab) + sets  # the run's own sets after: a later --set wins
+    tokens, tokens_note = bench_tokens_sets(preset or odyssey_preset(), sets, seq)
+    sets = tokens + sets  # the run's own sets after: a later --set wins
     point = point_of(preset or odyssey_preset(), sets, seq)
     if predictions_dir():
         predict_point(point)
@@ -490,11 +486,44 @@ def run_odyssey(seq, steps, timeout_s, out_dir, preset=None, extra_sets=(), log_
         cmd += ["--set", s]
     proc, err, wall = _run(cmd, timeout_s, log_path, own_session=bool(launcher))
     base = {"system": "odyssey", "seq_len": seq, "point": point, "wall_s": wall, "command": " ".join(cmd)}
+    if tokens_note:
+        base["tokens"] = tokens_note
     if err:
         return dict(base, error=err)
     if proc.returncode != 0:
         return dict(base, error="rc %d: %s" % (proc.returncode, odyssey_failure(proc.stderr or proc.stdout)))
     return dict(base, **odyssey_run_figures(out_dir, seq))
+
+
+_VOCABULARIES = {}  # (preset, its model.* sets) -> vocab_size: one plan a configuration, not one a run
+
+
+def bench_tokens_sets(preset, sets, seq):
+    """(the `--set`s that make a run read the benchmark's ids (bench_tokens.tokens_sets), why not or
+    None): none where the sets choose a dataset or the preset a data file (any dataset but the
+    built-in long-range task), or where no vocabulary or no file can be had; the run then trains
+    the preset's data and its row says why (`tokens`)."""
+    if any(s.split("=", 1)[0].strip() == "training.dataset" for s in sets):
+        return [], None
+    try:
+        import tomllib
+        with open(preset, "rb") as f:
+            chosen = (tomllib.load(f).get("training") or {}).get("dataset", "long-range")
+        if chosen != "long-range":
+            return [], "the preset's own training.dataset = %s" % chosen
+    except (OSError, ValueError):
+        pass  # the run itself says what is wrong with its preset
+    key = (preset, tuple(s for s in sets if s.strip().startswith("model.")))
+    if key not in _VOCABULARIES:
+        plan = plan_point(point_of(preset, sets, seq))
+        _VOCABULARIES[key] = (plan.get("model") or {}).get("vocab_size") or plan.get("error") or "no model in the plan"
+    vocab = _VOCABULARIES[key]
+    if not isinstance(vocab, int):
+        return [], "the preset's own data: no vocabulary from odyssey plan (%s)" % str(vocab)[-200:]
+    try:
+        return tokens_sets(seq, vocab), None
+    except OSError as e:
+        return [], "the preset's own data: the benchmark's tokens file could not be written (%s)" % e
 
 
 def odyssey_failure(output):

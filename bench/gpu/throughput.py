@@ -47,6 +47,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_flops import SHAPES, mfu, parse_tokens  # noqa: E402
 from longest_context import read_results  # noqa: E402
+from bench_tokens import TOKENS_SEED  # noqa: E402
 from systems import positive_int  # noqa: E402
 from systems import (BASELINES, RUNNER_UP_VARIANT, TUNED_VARIANT, baseline_command, baseline_time_budget,  # noqa: E402
                      full_stack_pins, nvidia_smi, plan_odyssey, planned_phase_seconds, run_baseline, run_odyssey,
@@ -258,6 +259,31 @@ def self_test():
                                                 {"name": "fwd/embed", "time_s": 0.0}]})
     assert planned == {"bwd/block.*/attn": 3.0, "fwd/embed": 0.0}, planned
     assert planned_phase_seconds({"error": "no binary"}) is None
+    # the benchmark's ids unless the sets or the preset choose a dataset; the plan's vocabulary asked
+    # once a configuration; without one the preset's data, and the row says why
+    import bench_tokens
+    import systems
+    saved, saved_root, asked = systems.plan_point, bench_tokens.ROOT, []
+    systems.plan_point = lambda point, timeout_s=120: asked.append(point) or {"model": {"vocab_size": 256}}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            bench_tokens.ROOT = tmp  # the tokens file under tmp/runs/bench-data/, not the checkout's
+            plain, chosen = os.path.join(tmp, "plain.toml"), os.path.join(tmp, "chosen.toml")
+            with open(plain, "w") as f:
+                f.write("[training]\ndataset = \"long-range\"\n")  # the built-in task, named: replaced
+            with open(chosen, "w") as f:
+                f.write("[training]\ndataset = \"bytes\"\n")
+            assert systems.bench_tokens_sets(plain, ["training.dataset=tokens"], 16) == ([], None)
+            assert systems.bench_tokens_sets(chosen, [], 16) == ([], "the preset's own training.dataset = bytes")
+            sets, note = systems.bench_tokens_sets(plain, ["x=1"], 16)
+            assert note is None and sets[0] == "training.dataset=documents" and sets[1].endswith("tokens-17-256-%d.odoc"
+                                                                                               % TOKENS_SEED), sets
+            assert systems.bench_tokens_sets(plain, ["x=2"], 32)[1] is None and len(asked) == 1, asked  # one plan
+            systems.plan_point = lambda point, timeout_s=120: {"error": "no binary"}
+            sets, note = systems.bench_tokens_sets(plain, ["model.d_model=64"], 16)
+            assert sets == [] and note == "the preset's own data: no vocabulary from odyssey plan (no binary)", note
+    finally:
+        systems.plan_point, bench_tokens.ROOT = saved, saved_root
     print("throughput.py self-test: ok")
 
 
