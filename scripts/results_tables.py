@@ -295,7 +295,7 @@ def ratio_text(ratio):
 def full_stack_label(row):
     """"full stack", or "full stack with k=v, ..." where the call's own sets (ODYSSEY_BENCH_SETS,
     the run's point) make it another configuration."""
-    sets = (row.get("point") or {}).get("sets") or []
+    sets = without_tokens_sets((row.get("point") or {}).get("sets") or [])  # the ids are no configuration
     return "full stack" + (" with %s" % ", ".join(sets) if sets else "")
 
 
@@ -313,26 +313,27 @@ def throughput_figure(rec, rel, target, where=lambda rows: ""):
         if not odyssey:
             continue
         baseline = strongest_baseline(baselines) or (baselines[0] if baselines else None)
-        value = run_text(odyssey)
+        # the configuration in the value, not the label: a later call's row replaces an earlier one's
+        # at the same length, whatever `odyssey tune` chose and whichever baseline led
+        value = ("%s: " % (odyssey.get("techniques") or "odyssey tune") if odyssey is tuned else "") + run_text(odyssey)
         if baseline:
-            value += " against " + run_text(baseline)
+            value += " against %s %s" % (BASELINES[baseline["system"]]["label"], run_text(baseline))
             if all("error" not in r and r.get("tokens_per_s") for r in (odyssey, baseline)):
                 value += ": " + ratio_text(odyssey["tokens_per_s"] / baseline["tokens_per_s"])
             value += others_text(baselines, baseline, run_text)
+            missing = [name for name in BASELINES if name not in by_length[seq]]
+            if missing:  # "the strongest" of the baselines that ran: say which did not
+                value += "; %s not measured at this length" % " and ".join(missing)
         other = full if odyssey is tuned else tuned
         if other:
             value += "; Odyssey's %s %s" % ("full stack" if other is full else "tuned configuration", run_text(other))
         runner_up = by_length[seq].get("odyssey, " + RUNNER_UP_VARIANT)
         if runner_up and odyssey is tuned:  # the planner's second choice, measured: is the ranking the GPU's?
             value += "; the tune's runner-up (%s) %s" % (runner_up.get("techniques") or "?", run_text(runner_up))
-        if odyssey is tuned:
-            what = "Odyssey tuned (%s)" % (odyssey.get("techniques") or "odyssey tune")
-        else:
-            what = "Odyssey's " + full_stack_label(odyssey)
+        what = "Odyssey tuned" if odyssey is tuned else "Odyssey's " + full_stack_label(odyssey)
         label = "%s at %s%s: %s" % (stem(odyssey.get("point")), tokens(seq), where(by_length[seq].values()), what)
         if baseline:
-            out.append((label + " against " + against_text(baselines, baseline),
-                        "≥ %.2f× the baseline" % target, value))
+            out.append((label + " against the strongest baseline", "≥ %.2f× the baseline" % target, value))
         else:
             out.append((label, NO_BASELINE, value))
     return out
@@ -726,15 +727,16 @@ def no_records(runbook):
 
 
 def readme_parts(records):
-    """README.md's block, markers included: the current figures, no dates, no commits."""
+    """README.md's block, markers included: the current figures, no dates, no commits; a comparison
+    against the strongest baseline without the others beside it (docs/results.md has them)."""
     rows = current_rows(records, readme_only=True)
     if not rows:
         return [BEGIN, no_records("[docs/gpu.md](docs/gpu.md)"), END]
     table = Table("README.md results", ["figure", "target", "measured", "GPU"], (0, 3))
     for label, target, value, gpu, record in rows:
-        table.add([label, target, value, gpu], record)
+        table.add([label, target, re.sub(r"; beside [^;]*", "", value), gpu], record)
     return [BEGIN, table, "",
-            prose("Each figure's record (date, GPU, commit, command) and the planner's predictions against the "
+            prose("Each figure's record, the other baselines and the planner's predictions against the "
                   "measurements: [docs/results.md](docs/results.md)."), END]
 
 
@@ -1377,22 +1379,23 @@ def self_test():
             return self.files.get(rel, [])
 
     (title, _, value), = fig_throughput(TwoBaselines())
-    assert title.endswith("against the strongest baseline (Hugging Face + Liger baseline)"), title
-    assert value == "1500 tokens/s against 1250 tokens/s: 1.200×; beside pytorch 1000 tokens/s", value
+    assert title == "llama3.2-1b-1xh100 at 32K: Odyssey's full stack against the strongest baseline", title
+    assert value == ("1500 tokens/s against the Hugging Face + Liger baseline 1250 tokens/s: 1.200×; beside pytorch "
+                     "1000 tokens/s"), value
     cut_search = dict(TwoBaselines.files["throughput/throughput.jsonl"][1], checkpoint="full:8", checkpoint_search={
         "modes": 17, "trials": 5, "cut": "time: 30 s left, a trial took up to 50 s", "untried": "full:5 to full:7"})
     TwoBaselines.files["throughput/throughput.jsonl"][1] = cut_search  # a baseline whose search time cut
     (title, _, value), = fig_throughput(TwoBaselines())
-    assert value == ("1500 tokens/s against 1250 tokens/s [its checkpointing search cut by time, keeping full:8; "
-                     "untried: full:5 to full:7]: 1.200×; beside pytorch 1000 tokens/s"), value
+    assert value == ("1500 tokens/s against the Hugging Face + Liger baseline 1250 tokens/s [its checkpointing search "
+                     "cut by time, keeping full:8; untried: full:5 to full:7]: 1.200×; beside pytorch 1000 tokens/s"), value
     TwoBaselines.files["throughput/throughput.jsonl"][1] = dict(cut_search, checkpoint_search={"modes": 17, "trials": 7})
     tuned = {"system": "odyssey", "variant": TUNED_VARIANT, "seq_len": 32768, "point": point(32768, ["m=1"]),
              "tokens_per_s": 1875.0, "techniques": "tiled loss"}
     TwoBaselines.files["throughput/throughput.jsonl"].append(tuned)
     (title, _, value), = fig_throughput(TwoBaselines())
-    assert "Odyssey tuned (tiled loss) against the strongest baseline" in title, title
-    assert value == ("1875 tokens/s against 1250 tokens/s: 1.500×; beside pytorch 1000 tokens/s; "
-                     "Odyssey's full stack 1500 tokens/s"), value
+    assert title == "llama3.2-1b-1xh100 at 32K: Odyssey tuned against the strongest baseline", title
+    assert value == ("tiled loss: 1875 tokens/s against the Hugging Face + Liger baseline 1250 tokens/s: 1.500×; "
+                     "beside pytorch 1000 tokens/s; Odyssey's full stack 1500 tokens/s"), value
     # the tune's runner-up, measured beside its choice: faster on the GPU, the ranking was wrong
     runner_up = dict(tuned, variant=RUNNER_UP_VARIANT, point=point(32768, ["m=2"]), tokens_per_s=1900.0,
                      techniques="tiled MLP")
@@ -1432,9 +1435,10 @@ def self_test():
          "tokens_per_s": 2600.0, "techniques": "tiled loss", "longest_of": longest_of}]
     (title, target, value), = fig_at_longest(TwoBaselines())
     assert title == ("llama3.2-1b-1xh100 at 448K, the longest context of the PyTorch baseline (fails at 464K): "
-                     "Odyssey tuned (tiled loss) against the strongest baseline (PyTorch baseline)"), title
+                     "Odyssey tuned against the strongest baseline"), title
     assert target == "≥ 1.25× the baseline" and value == (
-        "2600 tokens/s against 2000 tokens/s: 1.300×; beside hf-liger out of memory"), (target, value)
+        "tiled loss: 2600 tokens/s against the PyTorch baseline 2000 tokens/s: 1.300×; beside hf-liger out of memory"
+    ), (target, value)
     lower = {"hf-liger": {"first_fail": None, "stopped": None}}
     assert longest_of_text([{"longest_of": lower}]) == (
         ", the longest context of the Hugging Face + Liger baseline (no failure up to its limit)")
@@ -1534,15 +1538,20 @@ def self_test():
         # two records of one GPU and one of another: the newest of each GPU gives each figure
         make_record(root, "2026-11-20-h200-aaaaaaa", "2026-11-20", "NVIDIA H200", "aaaaaaa", 1500.0, 1.0300)
         make_record(root, "2026-11-27-h200-bbbbbbb", "2026-11-27", "NVIDIA H200", "bbbbbbb", 2000.0, 1.0001)
-        make_record(root, "2026-11-27-h100-bbbbbbb", "2026-11-27", "NVIDIA H100 80GB HBM3", "bbbbbbb", 1800.0, 1.0100)
+        h100 = make_record(root, "2026-11-27-h100-bbbbbbb", "2026-11-27", "NVIDIA H100 80GB HBM3", "bbbbbbb", 1800.0, 1.0100)
+        with open(os.path.join(h100, "throughput", "throughput.jsonl"), "a") as f:  # a second, slower baseline
+            f.write(json.dumps({"system": "hf-liger", "seq_len": 32768, "tokens_per_s": 900.0, "mfu": 0.18}) + "\n")
         # a further call of the same build that day: one group with the first, its points counted together
         make_record(root, "2026-11-27-h200-bbbbbbb-2", "2026-11-27", "NVIDIA H200", "bbbbbbb", 2000.0, 1.0001)
         write_tables(root, readme, results_md)
         text, results = open(readme).read(), open(results_md).read()
         assert text.startswith("intro kept\n\n" + BEGIN) and text.endswith(END + "\nafter kept\n"), text
         block = text[text.index(BEGIN):text.index(END)]
-        assert "2000 tokens/s (MFU 30.0%) against 1000 tokens/s (MFU 20.0%): 2.000×" in block, block
+        assert "2000 tokens/s (MFU 30.0%) against the PyTorch baseline 1000 tokens/s (MFU 20.0%): 2.000×; " \
+            "hf-liger not measured at this length" in block, block  # the one baseline of its call, said so
         assert "1800 tokens/s" in block and "1500 tokens/s" not in block, block  # the H100's own; no history
+        # the README names the strongest baseline alone, docs/results.md the others beside it
+        assert "beside hf-liger" not in block and "beside hf-liger 900 tokens/s (MFU 18.0%)" in results, results
         assert "1.0001×" in block and "1.0300×" not in block, block
         assert not re.search(r"\b[0-9a-f]{7}\b", block), block  # no commit in a cell
         assert "`2026-11-27-h200-bbbbbbb`" in results and "`2026-11-20-h200-aaaaaaa`" not in results, results
