@@ -42,6 +42,22 @@ void open_tiny(AppState& state, int64_t steps) {
   REQUIRE(state.edit.issues.empty());
 }
 
+/// A screenshot run of the tiny preset for `steps` steps with one scripted edit `assignment` at
+/// step `at`, run until its picture is taken; the run must have failed: its error.
+std::string failed_edit_error(int64_t steps, int64_t at, const std::string& assignment) {
+  StudioOptions o;
+  o.run_steps = steps;
+  o.frames = 1;
+  o.changes = {{at, assignment}};
+  AppState state;
+  open_tiny(state, steps);
+  FakeEngine engine;
+  ScriptRunner script(o);
+  REQUIRE(run_until_captured(state, engine, script));
+  CHECK(script.failed());
+  return script.error();
+}
+
 }  // namespace
 
 TEST_CASE("screenshot mode trains the steps, applies scripted changes live, then captures", "[studio][script]") {
@@ -174,17 +190,8 @@ TEST_CASE("screenshot runs and --set refuse what odyssey train refuses", "[studi
 
 TEST_CASE("a scripted edit the run ends before fails the screenshot run", "[studio][script]") {
   // The run finishes (training.steps = 2) before step 3's edit: the screenshot run fails, naming it.
-  StudioOptions o;
-  o.run_steps = 2;
-  o.frames = 1;
-  o.changes = {{3, "memory.tiled_mlp=false"}};
-  AppState state;
-  open_tiny(state, /*steps=*/2);
-  FakeEngine engine;
-  ScriptRunner script(o);
-  REQUIRE(run_until_captured(state, engine, script));
-  CHECK(script.failed());
-  CHECK_THAT(script.error(), Catch::Contains("--change-at 3:memory.tiled_mlp=false: not made: the run ended at step"));
+  CHECK_THAT(failed_edit_error(/*steps=*/2, /*at=*/3, "memory.tiled_mlp=false"),
+             Catch::Contains("--change-at 3:memory.tiled_mlp=false: not made: the run ended at step"));
 }
 
 TEST_CASE("a scripted run of a config that breaks a rule fails to start, and so does such an edit",
@@ -215,14 +222,6 @@ TEST_CASE("a scripted run of a config that breaks a rule fails to start, and so 
   CHECK(engine.starts.empty());
 
   // An edit at step 1 that breaks the rule: held back at its field, and the screenshot run fails.
-  o.run_steps = 3;
-  o.changes = {{1, "parallel.ulysses_degree=3"}};
-  AppState live;
-  open_tiny(live, /*steps=*/3);
-  FakeEngine live_engine;
-  ScriptRunner edits(o);
-  REQUIRE(run_until_captured(live, live_engine, edits));
-  CHECK(edits.failed());
-  CHECK_THAT(edits.error(),
+  CHECK_THAT(failed_edit_error(/*steps=*/3, /*at=*/1, "parallel.ulysses_degree=3"),
              Catch::Contains("--change-at 1:parallel.ulysses_degree=3: not made: the config breaks a rule"));
 }
