@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 
 from bench_tokens import tokens_sets
 from llama_flops import timed_mean
@@ -506,7 +507,6 @@ def bench_tokens_sets(preset, sets, seq):
     if any(s.split("=", 1)[0].strip() == "training.dataset" for s in sets):
         return [], None
     try:
-        import tomllib
         with open(preset, "rb") as f:
             chosen = (tomllib.load(f).get("training") or {}).get("dataset", "long-range")
         if chosen != "long-range":
@@ -589,23 +589,21 @@ def traced_phase_seconds(trace_path):
     blocks}}; each nested phase (depth 3: "fwd/embed/embedding/host_update") is counted under its own
     path too, inside its parent's. None without a readable trace or a traced step. What a refit of
     the planner's efficiencies per phase reads beside `planned_phase_s` (throughput.py)."""
-    try:
-        with open(trace_path) as f:
-            trace = json.load(f)
-    except (OSError, ValueError):
-        return None
-    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
-    phases = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and e.get("pid", 0) == 0
-              and isinstance(e.get("args"), dict) and "path" in e["args"] and "step" in e["args"]]
-    if not phases:
-        return None
-    last = max(e["args"]["step"] for e in phases)
-    seconds = {}
-    for e in phases:
-        if e["args"]["step"] == last:
-            kind = phase_kind(e["args"]["path"])
-            seconds[kind] = seconds.get(kind, 0.0) + e.get("dur", 0) / 1e6
-    return {"step": last, "seconds": seconds}
+    def last_step(events):
+        phases = [e for e in events if e.get("ph") == "X" and e.get("pid", 0) == 0
+                  and isinstance(e.get("args"), dict) and "path" in e["args"] and "step" in e["args"]]
+        if not phases:
+            return {"error": "no traced step"}
+        last = max(e["args"]["step"] for e in phases)
+        seconds = {}
+        for e in phases:
+            if e["args"]["step"] == last:
+                kind = phase_kind(e["args"]["path"])
+                seconds[kind] = seconds.get(kind, 0.0) + e.get("dur", 0) / 1e6
+        return {"step": last, "seconds": seconds}
+
+    traced = summarize_trace(trace_path, last_step)
+    return None if "error" in traced else traced
 
 
 def planned_phase_seconds(plan):
