@@ -269,24 +269,39 @@ std::vector<std::string> config_notes(const RunConfig& cfg) {
          "scaled the whole step); set both to scale the whole step";
     notes.push_back(o.str());
   }
-  // A technique's size kept while the technique is off (the studio keeps it across a toggle): not
-  // an error, but it sizes nothing until the technique is on again.
-  const MemoryConfig defaults;
-  const struct {
-    bool off, moved;
-    const char *size_key, *technique_key;
-  } idle_sizes[] = {
-      {!cfg.memory.tiled_mlp, cfg.memory.mlp_tile_tokens != defaults.mlp_tile_tokens, "mlp_tile_tokens", "tiled_mlp"},
-      {!cfg.memory.tiled_loss, cfg.memory.loss_tile_tokens != defaults.loss_tile_tokens, "loss_tile_tokens",
-       "tiled_loss"},
-      {!cfg.memory.untied_ulysses, cfg.memory.heads_per_stage != defaults.heads_per_stage, "heads_per_stage",
-       "untied_ulysses"},
-  };
-  for (const auto& idle : idle_sizes)
-    if (idle.off && idle.moved)
-      notes.push_back(std::string("memory.") + idle.size_key + " is set while memory." + idle.technique_key +
-                      " = false: it sizes nothing until " + idle.technique_key + " is on");
+  for (const IdleSizeKey& idle : idle_size_keys(cfg.memory))
+    notes.push_back(std::string("memory.") + idle.size_key + " is set while memory." + idle.technique_key +
+                    " = false: it sizes nothing until " + idle.technique_key + " is on");
   return notes;
+}
+
+namespace {
+
+/// Each technique's size key beside its switch, defined once for the notes and the tuner.
+struct SizeOfTechnique {
+  IdleSizeKey keys;
+  bool MemoryConfig::*on;
+  int64_t MemoryConfig::*size;
+};
+constexpr SizeOfTechnique kSizesOfTechniques[] = {
+    {{"mlp_tile_tokens", "tiled_mlp"}, &MemoryConfig::tiled_mlp, &MemoryConfig::mlp_tile_tokens},
+    {{"loss_tile_tokens", "tiled_loss"}, &MemoryConfig::tiled_loss, &MemoryConfig::loss_tile_tokens},
+    {{"heads_per_stage", "untied_ulysses"}, &MemoryConfig::untied_ulysses, &MemoryConfig::heads_per_stage},
+};
+
+}  // namespace
+
+std::vector<IdleSizeKey> idle_size_keys(const MemoryConfig& m) {
+  std::vector<IdleSizeKey> out;
+  for (const SizeOfTechnique& size : kSizesOfTechniques)
+    if (!(m.*size.on) && m.*size.size != MemoryConfig{}.*size.size) out.push_back(size.keys);
+  return out;
+}
+
+MemoryConfig without_idle_sizes(MemoryConfig m) {
+  for (const SizeOfTechnique& size : kSizesOfTechniques)
+    if (!(m.*size.on)) m.*size.size = MemoryConfig{}.*size.size;
+  return m;
 }
 
 }  // namespace odyssey

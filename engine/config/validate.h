@@ -23,7 +23,20 @@ std::vector<int64_t> valid_heads_per_stage(const RunConfig& cfg);
 /// (`odyssey check` prints them as notes; they change no exit code): a training.device that takes
 /// the other path than hardware.profile describes, so the plan walks one device's kernels against
 /// the other's capacity and runtime overhead (runs_cuda_path); a compute_efficiency moved from the
-/// profile's while attention_efficiency keeps the profile's (it used to scale the whole step).
+/// profile's while attention_efficiency keeps the profile's (it used to scale the whole step); a
+/// technique's size set while the technique is off (idle_size_keys).
 std::vector<std::string> config_notes(const RunConfig& cfg);
+
+/// A technique's size key set away from its default while the technique is off: it sizes nothing
+/// until the technique is on again (the studio keeps it across a toggle).
+struct IdleSizeKey {
+  const char* size_key;       ///< in [memory]: "mlp_tile_tokens", "loss_tile_tokens", "heads_per_stage"
+  const char* technique_key;  ///< in [memory]: "tiled_mlp", "tiled_loss", "untied_ulysses"
+};
+/// The idle sizes of `m`, in [memory]'s key order.
+std::vector<IdleSizeKey> idle_size_keys(const MemoryConfig& m);
+/// `m` with every idle size back at its default: what a table written as a new preset carries
+/// (`odyssey tune -o`), so that `odyssey check` has nothing to note about it.
+MemoryConfig without_idle_sizes(MemoryConfig m);
 
 }  // namespace odyssey

@@ -90,6 +90,9 @@ std::vector<MemoryConfig> tune_memory_tables(const RunConfig& cfg) {
               m.untied_ulysses = heads != kStandardAttention;
               if (m.untied_ulysses) m.heads_per_stage = heads;
               m.offload_optimizer = offload_optimizer;
+              // a size of a technique the table turns off goes back to its default: it would size
+              // nothing, and a preset written from the table (tune -o) would carry it as a note
+              m = without_idle_sizes(m);
               out.push_back(m);
               // The log-sum-exp paths' kernel (engine/layout/attention_kernels.h): where cuDNN's
               // could run, the other kernel is a candidate too (each at its own efficiency)

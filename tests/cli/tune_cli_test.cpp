@@ -1,6 +1,6 @@
 // odyssey tune as scripts use it, through the built binary: the choice, the runner-up and the
 // changes (text and --json); -o writes a preset that check accepts, plan shows fitting and tune
-// leaves as it is; an existing -o is refused without --overwrite; bad arguments and a config that
+// leaves as it is, with no size of a technique it turned off; an existing -o is refused without --overwrite; bad arguments and a config that
 // nothing makes fit exit 2; plan shows the tuner's choice and runner-up; -o never writes through a
 // link, a FIFO or a planted temporary; output the system refuses is exit 1.
 #include <catch2/catch.hpp>
@@ -123,6 +123,21 @@ TEST_CASE(
   require_exit(run_odyssey("tune presets/tiny-cpu.toml -o " + out + " --overwrite"), 0);
   CHECK(read_text(out) != written);
   CHECK(read_text(out).find("flavor = \"tiny\"") != std::string::npos);
+  std::remove(out.c_str());
+}
+
+TEST_CASE("odyssey tune -o: a technique the choice turns off leaves no size behind for check to note", "[cli][tune]") {
+  // The 8B Untied preset (heads_per_stage = 8) at 128K, where the choice runs standard attention.
+  const std::string out = scratch("turned_off.toml");
+  const Run r = run_odyssey("tune presets/llama3-8b-5m-8xh100-untied.toml --set training.seq_len=128K -o " + out);
+  require_exit(r, 0);
+  CHECK(r.out.find("memory.untied_ulysses = true -> false") != std::string::npos);
+  CHECK(r.out.find("memory.heads_per_stage = 8 -> ") != std::string::npos);
+  const Run check = run_odyssey("check " + out);
+  require_exit(check, 0);
+  INFO(check.out << check.err);
+  CHECK(check.out.find("note:") == std::string::npos);
+  CHECK(check.err.find("note:") == std::string::npos);
   std::remove(out.c_str());
 }
 

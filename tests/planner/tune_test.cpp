@@ -166,6 +166,33 @@ TEST_CASE("tune: ties go to fewer techniques, then less memory, and only [memory
   }
 }
 
+TEST_CASE("tune: a technique the choice turns off keeps no size, so its preset has nothing to note",
+          "[planner][tune]") {
+  // The 8B Untied preset at 128K: it sets memory.heads_per_stage (8) for its Untied stages, and the
+  // fastest table that fits there runs standard attention (tune_memory_tables turns Untied off).
+  RunConfig cfg = preset("llama3-8b-5m-8xh100-untied", {"training.seq_len=128K"});
+  REQUIRE(cfg.memory.untied_ulysses);
+  REQUIRE(cfg.memory.heads_per_stage != MemoryConfig{}.heads_per_stage);
+  const TuneResult tuned = tune(cfg);
+  const TuneCandidate* choice = tuned.chosen();
+  REQUIRE(choice != nullptr);
+  REQUIRE_FALSE(choice->config.memory.untied_ulysses);
+  CHECK(choice->config.memory.heads_per_stage == MemoryConfig{}.heads_per_stage);
+  CHECK(idle_size_keys(choice->config.memory).empty());
+  CHECK(config_notes(choice->config).empty());
+  // every table but the config's own (kept as written: "changes: none" when it is the choice)
+  // sizes only the techniques it runs; the config's own with Untied off is noted
+  const std::vector<MemoryConfig> tables = tune_memory_tables(cfg);
+  for (size_t i = 1; i < tables.size(); ++i) CHECK(idle_size_keys(tables[i]).empty());
+  cfg.memory.untied_ulysses = false;
+  cfg.memory.mlp_tile_tokens = 4096;  // tiled MLP on: its size is not idle
+  const std::vector<IdleSizeKey> idle = idle_size_keys(cfg.memory);
+  REQUIRE(idle.size() == 1);
+  CHECK(std::string(idle[0].size_key) == "heads_per_stage");
+  CHECK(without_idle_sizes(cfg.memory).heads_per_stage == MemoryConfig{}.heads_per_stage);
+  CHECK(without_idle_sizes(cfg.memory).mlp_tile_tokens == 4096);
+}
+
 TEST_CASE("tune: a 1B at 32K on the H200, which fits without recompute, runs without checkpointing",
           "[planner][tune]") {
   const RunConfig cfg = preset("llama3.2-1b-1xh100", {"hardware.profile=h200", "training.seq_len=32K"});
