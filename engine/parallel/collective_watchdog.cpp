@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace odyssey {
@@ -20,8 +21,9 @@ std::string first_line(const std::string& text) {
 }
 
 CollectiveWatchdog::CollectiveWatchdog(std::chrono::milliseconds timeout, std::shared_ptr<AbortSignal> abort,
-                                       std::function<void()> abort_group, std::chrono::microseconds poll)
-    : timeout_(timeout), abort_(std::move(abort)), abort_group_(std::move(abort_group)), poll_(poll) {}
+                                       std::function<void()> abort_group, std::chrono::microseconds poll,
+                                       std::optional<c10::Device> device)
+    : timeout_(timeout), abort_(std::move(abort)), abort_group_(std::move(abort_group)), poll_(poll), device_(device) {}
 
 CollectiveWatchdog::~CollectiveWatchdog() {
   {
@@ -61,6 +63,9 @@ void CollectiveWatchdog::fail_locked(std::string why) {
 }
 
 void CollectiveWatchdog::loop() {
+  // isCompleted() queries a CUDA event on the current device of this thread: the rank's GPU, not
+  // device 0, where the query would open a context of this process
+  const c10::OptionalDeviceGuard on_rank_device(device_);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     cv_.wait_for(lock, poll_, [&] { return stop_; });

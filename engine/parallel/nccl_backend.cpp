@@ -30,6 +30,11 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
   // whose collective it abandoned; the watchdog only backs that up.
   options->timeout = timeout + std::chrono::seconds(30);
   auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+  // The device c10d's calls without a tensor (barrier) run on. Unbound, ProcessGroupNCCL guesses
+  // it as the rank of the process's first group modulo the GPUs it sees: the Ulysses group's rank
+  // (r mod P, created first), so at world 8 with P = 4 ranks 4-7 would pick GPUs 0-3, another
+  // rank's, and NCCL stops on a duplicate GPU.
+  backend->setBoundDeviceId(device);
   return c10::static_intrusive_pointer_cast<c10d::Backend>(backend);
 }
 

@@ -57,11 +57,12 @@ std::string tensor_text(const at::Tensor& t) {
 }  // namespace
 
 BackendComm::BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec, std::shared_ptr<AbortSignal> abort,
-                         bool cuda)
+                         bool cuda, std::optional<c10::Device> device)
     : backend_(std::move(backend)), spec_(std::move(spec)), abort_(std::move(abort)), cuda_(cuda) {
   if (cuda_) {
     c10d::Backend* raw = backend_.get();
-    watchdog_ = std::make_unique<CollectiveWatchdog>(spec_.timeout, abort_, [raw] { raw->abort(); });
+    watchdog_ = std::make_unique<CollectiveWatchdog>(
+        spec_.timeout, abort_, [raw] { raw->abort(); }, std::chrono::microseconds(500), device);
   }
 }
 
@@ -443,7 +444,7 @@ GlooComm::GlooComm(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec
 NcclComm::NcclComm(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec& spec, c10::Device device,
                    std::shared_ptr<AbortSignal> abort)
     : BackendComm(make_nccl_backend(store, spec.rank, spec.size, spec.timeout, device), spec, std::move(abort),
-                  /*cuda=*/true) {
+                  /*cuda=*/true, device) {
   wait_for_every_member(store);
 }
 

@@ -49,7 +49,10 @@ class BackendComm : public Comm {
   /// references to the Work (only the memory's timing depends on it).
   static constexpr std::chrono::milliseconds kWorkerReleaseWait{200};
 
-  BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec, std::shared_ptr<AbortSignal> abort, bool cuda);
+  /// `cuda`: a GPU group (collectives watched, not waited on from the host); `device`: its rank's
+  /// GPU, the watchdog thread's current device (CollectiveWatchdog)
+  BackendComm(c10::intrusive_ptr<c10d::Backend> backend, GroupSpec spec, std::shared_ptr<AbortSignal> abort, bool cuda,
+              std::optional<c10::Device> device = std::nullopt);
   ~BackendComm() override;
   BackendComm(const BackendComm&) = delete;
   BackendComm& operator=(const BackendComm&) = delete;
