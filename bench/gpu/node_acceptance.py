@@ -6,6 +6,7 @@ Called by scripts/gpu/node_acceptance.sh (which finds the binary and the host's 
 
     scripts/gpu/node_acceptance.sh [--out DIR] [--points 128K 512K 1M 3M 5M] [--steps 2]
     scripts/gpu/node_acceptance.sh --dry-run --out DIR      # the same path: 2 CPU ranks over Gloo, tiny shapes
+    scripts/gpu/node_acceptance.sh --resume DIR             # finish a run cut short: what has no figures
     python3 bench/gpu/node_acceptance.py --check DIR        # the report holds every point, planned and measured
     python3 bench/gpu/node_acceptance.py --render DIR       # the markdown again from the JSON
     python3 bench/gpu/node_acceptance.py --self-test        # the report arithmetic, no run
@@ -14,7 +15,10 @@ In order: (1) `odyssey plan --json` of every point and of the profiled length (-
 128K by default, any length) into DIR/predictions.json (per-rank peak, step time, tokens/s per GPU);
 (2) each point `torchrun --nproc-per-node W --no-python odyssey train PRESET --set training.seq_len=N
 --steps S --no-checkpoint` in a time box of its own (a failure or a timeout is recorded with its
-reason, and the next point runs); (3) from each point's metrics.jsonl, every rank's allocator peak
+reason, and the next point runs; skipped without running: a point whose planned host memory the node
+lacks, and every point after a first one that finished no step; Ctrl-C or SIGTERM records the point
+as interrupted, and `--resume DIR` finishes the run), the profiled length right after the point of
+its length; (3) from each point's metrics.jsonl, every rank's allocator peak
 against the planned per-rank peak, the step time against the planned one and the tokens/s per GPU
 against the planner's and UPipe's (docs/published-results.md); then the profiled length under
 --kernel-profile, whose trace gives the NCCL kernels' overlap with compute on rank 0's device
@@ -56,7 +60,11 @@ from record import binaries_commit  # noqa: E402  (the GPU records' rule for the
 # themselves; the dry run the same five at a scale two CPU ranks step in well under a second.
 # The profiled length (--profile-point's default) is the one standing for 128K: a Kineto trace of a
 # 128K step is seconds and megabytes, of a 3M step hours and gigabytes.
-NODE = {"name": "node", "preset": "presets/llama3-8b-5m-8xh100-untied.toml", "world_size": 8, "sets": [],
+# The node's ranks train on CUDA or stop at once ("no CUDA device is available"): training.device =
+# "auto" would fall back to the CPU where the binaries' LibTorch has no CUDA, and every point would
+# spend its box (hours) on CPU ranks.
+NODE = {"name": "node", "preset": "presets/llama3-8b-5m-8xh100-untied.toml", "world_size": 8,
+        "sets": ["training.device=cuda"],
         "points": [("128K", "128K"), ("512K", "512K"), ("1M", "1M"), ("3M", "3M"), ("5M", "5M")], "steps": 2,
         "profile_point": "128K"}
 DRY_RUN = {"name": "cpu-dry-run", "preset": "presets/tiny-cpu.toml", "world_size": 2,
@@ -139,6 +147,9 @@ def planned_figures(plan):
             "step_s": time_plan.get("step_s"), "tokens_per_s_per_gpu": plan.get("tokens_per_s"), "mfu": plan.get("mfu")}
 
 
+INTERRUPTED = "the run was cut short (Ctrl-C or SIGTERM) during this point"
+
+
 def measured_figures(run, world_size, finished=None):
     """One point's measurement from systems.run_odyssey's result: status "ok", "failed" or
     "timed out" (with the reason), each rank's allocator peak, the step time (the steps after the
@@ -147,7 +158,8 @@ def measured_figures(run, world_size, finished=None):
     a 5M point cut by its box after step 1 still gives its peaks), its status saying so."""
     base = {"wall_s": run.get("wall_s"), "command": run.get("command")}
     if "error" in run:
-        status = "timed out" if run["error"].startswith("timeout") else "failed"
+        status = ("timed out" if run["error"].startswith("timeout") else
+                  "interrupted" if run["error"] == INTERRUPTED else "failed")
         base.update(status=status, reason=run["error"])
         if not finished or "error" in finished:
             return base
@@ -245,12 +257,18 @@ def render_markdown(record):
                record["commit"], ", with uncommitted changes" if record.get("uncommitted_changes") else "",
                record["started"], record.get("finished") or "-"),
            "- launcher: `%s`" % " ".join(record["launcher"]),
-           "- every point: `--steps %d --no-checkpoint`, extra sets `%s`%s; the figures are the steps after the first"
+           "- every point: `--steps %d --no-checkpoint`, extra sets `%s`%s; %s"
            % (record["steps"], " ".join(record["sets"]) or "-",
               " (from ODYSSEY_BENCH_SETS: `%s`)" % " ".join(record["environment_sets"])
-              if record.get("environment_sets") else ""),
-           "- the planner's predictions were written first: `%s` at %s" % (PREDICTIONS_FILE, record["predictions_written"]),
-           "",
+              if record.get("environment_sets") else "",
+              "the figures are the steps after the first" if record["steps"] > 1 else "the figures are its one step's"),
+           "- planned with %s; host memory the runs may use: %s" % (
+               "`%s`" % " ".join(record["planner_sets"]) if record.get("planner_sets") else "the preset's hardware profile",
+               host_text(record.get("host_memory"))),
+           "- the planner's predictions were written first: `%s` at %s" % (PREDICTIONS_FILE, record["predictions_written"])]
+    out += ["- resumed at %s" % ", ".join(record["resumed"])] if record.get("resumed") else []
+    out += ["- warning: %s" % w for w in record.get("warnings") or []]
+    out += ["",
            "## Planned against measured, per point", "",
            "Peak: the planner's per-rank tensor peak (its peak less the runtime overhead no allocator sees) "
            "against each rank's allocator peak (`rank_peak_bytes`), the highest rank's error first. Step: the "
@@ -307,16 +325,28 @@ def render_markdown(record):
     point_lengths = [p["seq_len"] for p in record["points"]]
     for p in record["points"] + ([overlap] if overlap else []):
         me = p.get("measured") or p.get("run") or {}
+        if not me:
+            failures.append("- %s%s: not run%s" % (point_name(p, dry), " (profile)" if "run" in p else "", (
+                " (the run was cut short at %s)" % record["interrupted"] if record.get("interrupted") else
+                "" if record.get("finished") else " yet")))
         if "error" in p.get("planned", {}) and not ("run" in p and p["seq_len"] in point_lengths):
             failures.append("- %s%s: plan failed: %s" % (point_name(p, dry), " (profile)" if "run" in p else "",
                                                           p["planned"]["error"]))
         if me.get("status") not in (None, "ok"):
             finished = " (%d steps finished, their figures above)" % me["steps"] if me.get("steps") else ""
-            failures.append("- %s%s: %s after %.0f s%s: %s" % (point_name(p, dry), " (profile)" if "run" in p else "",
-                                                             me["status"], me.get("wall_s") or 0, finished, me.get("reason")))
+            after = "" if me["status"] == "skipped" else " after %.0f s" % (me.get("wall_s") or 0)
+            failures.append("- %s%s: %s%s%s: %s" % (point_name(p, dry), " (profile)" if "run" in p else "",
+                                                  me["status"], after, finished, me.get("reason")))
     out += ["", "## Runs without figures", ""]
     out += failures or ["None: every point and the profile ran to their figures."]
     return "\n".join(out) + "\n"
+
+
+def host_text(host):
+    """The report's word on the host memory the runs may use (node_host_memory's record)."""
+    if not host or not host.get("bytes"):
+        return "unknown (%s)" % (host or {}).get("source", "not read")
+    return "%s (%s)" % (size_text(host["bytes"]), host["source"])
 
 
 def backend_text(collectives):
@@ -574,7 +604,11 @@ def parse_args(argv):
     task.add_argument("--render", metavar="DIR", help="write DIR's markdown again from its JSON")
     task.add_argument("--self-test", action="store_true", help="the report arithmetic, no run")
     parser.add_argument("--out", help="the report's folder (default runs/node-acceptance-<UTC time>)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a report already in --out")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start afresh in an --out that holds a report, its files set aside in DIR/replaced-<time>")
+    parser.add_argument("--resume", metavar="DIR",
+                        help="finish the run in DIR: the points and profile without figures run again (with the "
+                             "same binaries, mode and options), the others are kept")
     parser.add_argument("--points", nargs="+", type=token_count, help="context lengths (default: the mode's five)")
     parser.add_argument("--steps", type=positive_int, help="steps a point (default 2 on a node, 3 in the dry run)")
     parser.add_argument("--point-timeout", type=positive_int, help="seconds a point (default: from its planned step)")
@@ -615,15 +649,26 @@ def prepare(args):
             raise BadInput(refusal)
     launcher = torchrun_launcher(world)
     profile = profile_point(mode, points, args.profile_point)
-    out = args.out or os.path.join(ROOT, "runs", "node-acceptance-" + now_text().replace(":", ""))
-    if os.path.exists(os.path.join(out, RECORD_FILE)) or os.path.exists(os.path.join(out, PREDICTIONS_FILE)):
+    if args.resume:
+        if args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
+            raise BadInput("--resume %s writes into that folder: leave out --out %s" % (args.resume, args.out))
+        if args.overwrite:
+            raise BadInput("--resume %s keeps what ran there: leave out --overwrite" % args.resume)
+        if not os.path.isfile(os.path.join(args.resume, RECORD_FILE)):
+            raise BadInput("--resume %s: it holds no %s (the --out of a run)" % (args.resume, RECORD_FILE))
+        out = args.resume
+    else:
+        out = args.out or os.path.join(ROOT, "runs", "node-acceptance-" + now_text().replace(":", ""))
+    if not args.resume and (os.path.exists(os.path.join(out, RECORD_FILE)) or
+                            os.path.exists(os.path.join(out, PREDICTIONS_FILE))):
         if not args.overwrite:
-            raise BadInput("%s already holds a report: another --out, or --overwrite to replace it" % out)
-        for name in (RECORD_FILE, REPORT_FILE, PREDICTIONS_FILE):
-            if os.path.exists(os.path.join(out, name)):
-                os.remove(os.path.join(out, name))
-        for name in ("points", "profile"):
-            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+            raise BadInput("%s already holds a report: --resume %s to finish it, another --out, or --overwrite to "
+                           "start afresh there (the earlier files are set aside, not deleted)" % (out, out))
+        aside = "replaced-" + now_text().replace(":", "")
+        os.makedirs(os.path.join(out, aside))
+        for name in (RECORD_FILE, REPORT_FILE, PREDICTIONS_FILE, "points", "profile"):
+            if os.path.lexists(os.path.join(out, name)):
+                os.rename(os.path.join(out, name), os.path.join(out, aside, name))
     sets = ["parallel.world_size=%d" % world] + mode["sets"]
     return mode, points, binary, launcher, out, sets, profile, collective_backend(world, gpus_visible)
 
@@ -675,16 +720,160 @@ def shm_warning(path="/dev/shm", least=1 << 30):
             "with --ipc=host or --shm-size=16g)" % (path, size >> 20))
 
 
-def run(args):
-    mode, points, binary, launcher, out, sets, profile, collectives = prepare(args)
-    steps = args.steps or mode["steps"]
-    warning = shm_warning() if mode is NODE else None
-    if warning:
-        print("node acceptance: warning: %s" % warning, file=sys.stderr, flush=True)
-    preset = os.path.join(ROOT, mode["preset"])
-    os.makedirs(os.path.join(out, "points"), exist_ok=True)
+# [section] what may stop a point before it runs: the node's host memory, the first point's failure
+
+# Of the host memory the runs may use, the most a point's planned host bytes (offloaded block
+# inputs, kept attention, the optimizer state where offloaded; pinned, per node) may take: the rest
+# is the 8 ranks' own processes (LibTorch, the model's load) and the system's.
+HOST_SHARE = 0.9
+
+
+def node_host_memory(environ=None, proc="/proc", cgroup_root="/sys/fs/cgroup"):
+    """{"bytes", "source"} of the host memory this run's processes may use: the least of `proc`'s
+    meminfo MemTotal and the memory limits of this process's cgroup and its parents (cgroup v2
+    memory.max; v1 memory.limit_in_bytes), a scheduler's (Slurm's --mem) among them;
+    ODYSSEY_NODE_HOST_BYTES of `environ` where set. bytes None where nothing can be read."""
+    environ = os.environ if environ is None else environ
+    if environ.get("ODYSSEY_NODE_HOST_BYTES"):
+        return {"bytes": int(environ["ODYSSEY_NODE_HOST_BYTES"]), "source": "ODYSSEY_NODE_HOST_BYTES"}
+    found = []
+    try:
+        with open(os.path.join(proc, "meminfo")) as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    found.append((int(line.split()[1]) * 1024, "MemTotal"))
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(os.path.join(proc, "self", "cgroup")) as f:
+            entries = [line.strip().split(":", 2) for line in f if line.strip()]
+    except OSError:
+        entries = []
+    for entry in entries:
+        if len(entry) != 3:
+            continue
+        v2 = entry[0] == "0" and entry[1] == ""
+        if not v2 and "memory" not in entry[1].split(","):
+            continue
+        base = cgroup_root if v2 else os.path.join(cgroup_root, "memory")
+        name = "memory.max" if v2 else "memory.limit_in_bytes"
+        path = entry[2].strip("/")
+        while True:  # this cgroup and each parent: the least limit binds
+            try:
+                with open(os.path.join(base, path, name)) as f:
+                    text = f.read().strip()
+                if text.isdigit() and int(text) < 2 ** 60:
+                    found.append((int(text), "cgroup %s of /%s" % (name, path)))
+            except OSError:
+                pass
+            if not path:
+                break
+            path = os.path.dirname(path)
+    if not found:
+        return {"bytes": None, "source": "no MemTotal and no cgroup limit readable"}
+    least = min(found)
+    return {"bytes": least[0], "source": least[1]}
+
+
+def host_refusal(planned, host):
+    """Why a point is skipped for want of host memory, or None: its planned host bytes above
+    HOST_SHARE of what the runs may use (node_host_memory; unknown: never skipped)."""
+    need, have = planned.get("host_bytes") or 0, (host or {}).get("bytes")
+    if not have or need <= HOST_SHARE * have:
+        return None
+    return ("needs %s of host memory per node (the plan's host_bytes: pinned offload), more than %d%% of the %s "
+            "the runs may use here (%s); not started" % (size_text(need), round(100 * HOST_SHARE), size_text(have),
+                                                         host["source"]))
+
+
+def size_text(n):
+    """Bytes as GiB from 1 GiB up, else as MiB (the dry run's tiny plans)."""
+    return "%.1f GiB" % (n / GIB) if n >= GIB else "%.1f MiB" % (n / MIB)
+
+
+def gate_reason(name, measured):
+    """Why the points after the first one run are skipped, or None: the first finished no step (a
+    broken launcher, library or NCCL setup fails every length alike, and each would spend its
+    whole box, hours at 5M)."""
+    if measured.get("status") in ("ok", "skipped") or measured.get("steps"):
+        return None
+    return ("the first point run, %s, finished no step (%s: %s); the later points would most likely fail the same "
+            "way: --resume this run's folder once that is fixed, or --points to try them anyway"
+            % (name, measured.get("status"), (measured.get("reason") or "-")[:200]))
+
+
+def gpu_warnings(host):
+    """The report's warnings on the GPUs: the planner's profiles are the H100 SXM's (the presets')
+    and the H200's (device_profile_sets), and UPipe's figures are H100 SXM's."""
+    if "H200" in host:
+        return ["an H200 node: the plans use the h200 profile, and UPipe's figures are 8 x H100 SXM's"]
+    if "H100" in host and "HBM3" in host:
+        return []
+    return ["the GPUs (%s) are neither H100 SXM nor H200: the plans use the preset's h100-sxm profile, so the "
+            "planned figures and the comparison with UPipe's H100 SXM figures are approximate" % host]
+
+
+# [section] running the points ---------------------------------------------------------------------
+
+def set_aside(out, names, suffix):
+    """Moves each of `names` (files or folders in `out`) that exists to NAME + suffix, never over
+    anything (a numbered name where that exists too): nothing of an earlier run is deleted. The
+    names they went to."""
+    moved = []
+    for name in names:
+        src = os.path.join(out, name)
+        if not os.path.lexists(src):
+            continue
+        stem, ext = (src[:-4], ".log") if src.endswith(".log") else (src, "")
+        dst, n = stem + suffix + ext, 2
+        while os.path.lexists(dst):
+            dst, n = "%s%s.%d%s" % (stem, suffix, n, ext), n + 1
+        os.rename(src, dst)
+        moved.append(os.path.relpath(dst, out))
+    return moved
+
+
+def resumed_record(out, mode, steps, all_sets, binary, args):
+    """The record of the run in `out` to finish: the same mode, preset, steps, sets and binaries'
+    commit (BadInput naming what differs), every point and the profile that ran to their figures
+    kept, each other one's run folder and log set aside (NAME.attempt-N) and its entry reset; the
+    predictions stay the ones written before that run's first point."""
+    with open(os.path.join(out, RECORD_FILE)) as f:
+        record = json.load(f)
+    commit = binaries_of(binary)
+    asked = {"mode": mode["name"], "world_size": mode["world_size"], "steps": steps, "sets": all_sets,
+             "commit_full": commit["commit_full"], "uncommitted_changes": commit["uncommitted_changes"]}
+    for key, value in asked.items():
+        if record.get(key) != value:
+            raise BadInput("--resume %s: its %s is %s, this run's %s: finish it with the same binaries and options, "
+                           "or start another --out" % (out, key, json.dumps(record.get(key)), json.dumps(value)))
+    if args.points and list(args.points) != record["requested_points"]:
+        raise BadInput("--resume %s: it measures the points %s, not %s" % (
+            out, " ".join(format_tokens(n) for n in record["requested_points"]),
+            " ".join(format_tokens(n) for n in args.points)))
+    if args.profile_point and args.profile_point != record["overlap"]["seq_len"]:
+        raise BadInput("--resume %s: its profiled length is %s" % (out, format_tokens(record["overlap"]["seq_len"])))
+    attempt = ".attempt-%d" % (len(record.get("resumed") or []) + 1)
+    for p in record["points"]:
+        if (p.get("measured") or {}).get("status") != "ok":
+            name = os.path.join("points", str(p["seq_len"]))
+            set_aside(out, [name, name + ".log"], attempt)
+            p.update(started=None, measured=None, comparison=None,
+                     box_s=point_box_s(p["planned"], steps, mode, args.point_timeout))
+    prof = record["overlap"]
+    if (prof.get("run") or {}).get("status") != "ok":
+        set_aside(out, ["profile"], attempt)
+        prof.update(started=None, run=None, box_s=point_box_s(prof["planned"], steps, mode, args.point_timeout))
+        prof.pop("overlap", None)
+    record["resumed"] = (record.get("resumed") or []) + [now_text()]
+    record["finished"] = record["interrupted"] = None
+    return record
+
+
+def new_record(out, mode, points, profile, preset, sets, steps, binary, launcher, collectives, host, args):
+    """predictions.json (the planner's word on every point and the profiled length, written before
+    anything runs) and the record that sets each point against it, written once."""
     published = published_figures()
-    # (1) The planner's word on every point and on the profiled length, written before anything runs.
     profile_sets = device_profile_sets() if mode is NODE else []
     all_sets, environment_sets = recorded_sets(sets)
     predictions = {"preset": os.path.relpath(preset, ROOT), "sets": all_sets + profile_sets}
@@ -694,11 +883,14 @@ def run(args):
     predictions["written"] = now_text()
     with open(os.path.join(out, PREDICTIONS_FILE), "w") as f:
         json.dump(predictions, f, indent=1)
+    host_line = host_description(mode)
     record = {"kind": "odyssey node acceptance", "mode": mode["name"], "preset": predictions["preset"],
               "world_size": mode["world_size"], "sets": all_sets, "environment_sets": environment_sets,
               "planner_sets": profile_sets, "steps": steps, "launcher": launcher, "binary": binary,
-              "host": host_description(mode), "collectives": collectives, **binaries_of(binary),
-              "started": now_text(), "finished": None, "predictions_written": predictions["written"],
+              "host": host_line, "host_memory": host, "collectives": collectives, **binaries_of(binary),
+              "warnings": gpu_warnings(host_line) if mode is NODE else [],
+              "started": now_text(), "finished": None, "interrupted": None,
+              "predictions_written": predictions["written"],
               "requested_points": [seq for seq, _ in points], "published": published, "points": []}
     for p in predictions["points"]:
         record["points"].append({"seq_len": p["seq_len"], "stands_for": p["stands_for"], "planned": p["planned"],
@@ -708,54 +900,157 @@ def run(args):
     record["overlap"] = {"seq_len": prof["seq_len"], "stands_for": prof["stands_for"], "planned": prof["planned"],
                          "box_s": point_box_s(prof["planned"], steps, mode, args.point_timeout),
                          "trace": os.path.join("profile", "kernel_profile.json"), "started": None, "run": None}
-    write_report(out, record)
-    runs = record["points"] + [record["overlap"]]
-    planned_s = sum(steps * (p["planned"].get("step_s") or 0) for p in runs)
-    print("node acceptance (%s, collectives over %s): %d points and the profile at %s, predictions in %s; planned "
-          "%.0f s of steps, time boxes %d s in all"
-          % (mode["name"], collectives["backend"], len(points), format_tokens(profile[0]),
-             os.path.join(out, PREDICTIONS_FILE), planned_s, sum(p["box_s"] for p in runs)), flush=True)
+    return record
 
-    # (2, 3) Each point under torchrun, in its own box, set against its prediction as it ends.
-    for p in record["points"]:
+
+def profile_position(points, profile_seq):
+    """The index of the point after which the profile runs: the last point not longer than the
+    profiled length (the profile, a minute at 128K, is not left behind the hours of 3M and 5M), -1
+    for before every point."""
+    shorter = [i for i, p in enumerate(points) if p["seq_len"] <= profile_seq]
+    return shorter[-1] if shorter else -1
+
+
+def hours(seconds):
+    return "%.1f h" % (seconds / 3600.0)
+
+
+def run(args):
+    mode, points, binary, launcher, out, sets, profile, collectives = prepare(args)
+    steps = args.steps or mode["steps"]
+    warning = shm_warning() if mode is NODE else None
+    if warning:
+        print("node acceptance: warning: %s" % warning, file=sys.stderr, flush=True)
+    preset = os.path.join(ROOT, mode["preset"])
+    os.makedirs(os.path.join(out, "points"), exist_ok=True)
+    host = node_host_memory()
+    all_sets, _ = recorded_sets(sets)
+    if args.resume:
+        record = resumed_record(out, mode, steps, all_sets, binary, args)
+        record["host_memory"] = host
+    else:
+        record = new_record(out, mode, points, profile, preset, sets, steps, binary, launcher, collectives, host, args)
+    for w in record.get("warnings") or []:
+        print("node acceptance: warning: %s" % w, file=sys.stderr, flush=True)
+    write_report(out, record)
+    to_run = [p for p in record["points"] if not p.get("measured")] + ([record["overlap"]] if not record["overlap"].get(
+        "run") else [])
+    planned_s = sum(steps * (p["planned"].get("step_s") or 0) for p in to_run)
+    boxes_s = sum(p["box_s"] for p in to_run)
+    print("node acceptance (%s, collectives over %s): %d points and the profile at %s, predictions in %s; %s: "
+          "planned %s of steps (%.0f s), time boxes %s in all, so done by %s UTC at the latest; host memory %s"
+          % (mode["name"], collectives["backend"], len(record["points"]), format_tokens(record["overlap"]["seq_len"]),
+             os.path.join(out, PREDICTIONS_FILE), "resumed: %d to run" % len(to_run) if args.resume else "to run",
+             hours(planned_s), planned_s, hours(boxes_s),
+             (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=boxes_s)).strftime("%Y-%m-%d %H:%M"),
+             host_text(host)), flush=True)
+    execute(record, out, mode, preset, sets, launcher, host)
+    ok = all(p["measured"]["status"] == "ok" for p in record["points"]) and record["overlap"]["run"]["status"] == "ok"
+    return 0 if ok else 1
+
+
+def execute(record, out, mode, preset, sets, launcher, host):
+    """Runs each point and the profile that has no figures yet, in the record's order with the
+    profile after the last point not longer than it: each under torchrun in its own box, set against
+    its prediction as it ends, the record rewritten after each. Skipped without running: a point
+    whose planned host memory the node lacks (host_refusal), and every one after a first point run
+    that finished no step (gate_reason). Ctrl-C or SIGTERM: the point being run is recorded as
+    interrupted with the steps it finished, and the record says when, before the exit goes on."""
+    world = mode["world_size"]
+    published = record["published"]["tokens_per_s_per_gpu"]
+    profiled = record["overlap"]
+    current = []  # the entry being run and its run folder, while it runs
+    gate = None
+    first_run = [True]
+
+    def run_point(p):
+        nonlocal gate
         p["started"] = time.time()
-        run_dir = os.path.join(out, "points", str(p["seq_len"]))
-        result = run_odyssey(p["seq_len"], steps, p["box_s"], run_dir, preset=preset,
-                             extra_sets=collective_timeout_sets(p["box_s"], mode, odyssey_sets() + sets) + sets,
-                             log_path=run_dir + ".log", launcher=with_port(launcher))
-        p["measured"] = measured_figures(result, mode["world_size"], odyssey_run_figures(run_dir, p["seq_len"]))
-        if p["measured"].get("status") == "ok":
-            p["measured"]["collective_backend"] = run_backend(run_dir)
-        p["comparison"] = compare(p["planned"], p["measured"], published["tokens_per_s_per_gpu"].get(p["stands_for"]))
+        refusal = host_refusal(p["planned"], host)
+        if gate or refusal:
+            p["measured"] = {"status": "skipped", "reason": gate or refusal, "wall_s": None, "command": None}
+        else:
+            run_dir = os.path.join(out, "points", str(p["seq_len"]))
+            current[:] = [p, run_dir]
+            result = run_odyssey(p["seq_len"], record["steps"], p["box_s"], run_dir, preset=preset,
+                                 extra_sets=collective_timeout_sets(p["box_s"], mode, odyssey_sets() + sets) + sets,
+                                 log_path=run_dir + ".log", launcher=with_port(launcher))
+            current[:] = []
+            p["measured"] = measured_figures(result, world, odyssey_run_figures(run_dir, p["seq_len"]))
+            if p["measured"].get("status") == "ok":
+                p["measured"]["collective_backend"] = run_backend(run_dir)
+            if first_run[0]:
+                gate = gate_reason(format_tokens(p["seq_len"]), p["measured"])
+            first_run[0] = False
+        p["comparison"] = compare(p["planned"], p["measured"], published.get(p["stands_for"]))
         write_report(out, record)
         print_point(p, mode)
 
-    # The NCCL overlap: the profiled length, planned above, its last step under Kineto.
-    profiled = record["overlap"]
-    trace = os.path.join(out, profiled["trace"])
-    os.makedirs(os.path.dirname(trace), exist_ok=True)
-    profiled["started"] = time.time()
-    profile_timeout = collective_timeout_sets(profiled["box_s"], mode, odyssey_sets() + sets)
-    result = run_odyssey(profiled["seq_len"], steps, profiled["box_s"], os.path.join(out, "profile", "run"),
-                         preset=preset, extra_sets=profile_timeout + sets,
-                         log_path=os.path.join(out, "profile", "run.log"),
-                         extra_args=["--kernel-profile", trace], launcher=with_port(launcher))
-    profiled["run"] = measured_figures(result, mode["world_size"])
-    if record["overlap"]["run"]["status"] == "ok":
-        record["overlap"]["overlap"] = summarize_trace(trace, overlap_of_events)
+    def run_profile():
+        # the NCCL overlap: the profiled length, planned with the points, its last step under Kineto
+        if profiled.get("run"):
+            return
+        nonlocal gate
+        trace = os.path.join(out, profiled["trace"])
+        profiled["started"] = time.time()
+        refusal = host_refusal(profiled["planned"], host)
+        if gate or refusal:
+            profiled["run"] = {"status": "skipped", "reason": gate or refusal, "wall_s": None, "command": None}
+        else:
+            os.makedirs(os.path.dirname(trace), exist_ok=True)
+            run_dir = os.path.join(out, "profile", "run")
+            current[:] = [profiled, run_dir]
+            result = run_odyssey(profiled["seq_len"], record["steps"], profiled["box_s"], run_dir, preset=preset,
+                                 extra_sets=collective_timeout_sets(profiled["box_s"], mode, odyssey_sets() + sets) + sets,
+                                 log_path=os.path.join(out, "profile", "run.log"),
+                                 extra_args=["--kernel-profile", trace], launcher=with_port(launcher))
+            current[:] = []
+            profiled["run"] = measured_figures(result, world)
+            if profiled["run"]["status"] == "ok":
+                profiled["overlap"] = summarize_trace(trace, overlap_of_events)
+            if first_run[0]:
+                gate = gate_reason("the profile at " + format_tokens(profiled["seq_len"]), profiled["run"])
+            first_run[0] = False
+        write_report(out, record)
+        print("profile at %s: %s" % (format_tokens(profiled["seq_len"]), profiled["run"]["status"]), flush=True)
+
+    after = profile_position(record["points"], profiled["seq_len"])
+    try:
+        if after < 0:
+            run_profile()
+        for i, p in enumerate(record["points"]):
+            if not p.get("measured"):
+                run_point(p)
+            if i == after:
+                run_profile()
+    except (KeyboardInterrupt, SystemExit):
+        if current:
+            entry, run_dir = current
+            cut = measured_figures({"error": INTERRUPTED, "wall_s": time.time() - entry["started"], "command": None},
+                                   world, odyssey_run_figures(run_dir, entry["seq_len"]))
+            if "run" in entry:
+                entry["run"] = cut
+            else:
+                entry["measured"] = cut
+                entry["comparison"] = compare(entry["planned"], cut, published.get(entry["stands_for"]))
+        record["interrupted"] = now_text()
+        write_report(out, record)
+        print("node acceptance: cut short; the record keeps what ran (%s), --resume %s runs the rest"
+              % (os.path.join(out, REPORT_FILE), out), file=sys.stderr, flush=True)
+        raise
     record["finished"] = now_text()
     write_report(out, record)
-    print("profile at %s: %s; report %s" % (format_tokens(profiled["seq_len"]), record["overlap"]["run"]["status"],
-                                            os.path.join(out, REPORT_FILE)), flush=True)
-    ok = all(p["measured"]["status"] == "ok" for p in record["points"]) and record["overlap"]["run"]["status"] == "ok"
-    return 0 if ok else 1
+    print("report %s" % os.path.join(out, REPORT_FILE), flush=True)
 
 
 def print_point(p, mode):
     me, cmp_ = p["measured"], p["comparison"]
     name = point_name(p, mode is not NODE)
+    if me["status"] == "skipped":
+        print("%s: skipped: %s" % (name, me["reason"]), flush=True)
+        return
     if me["status"] != "ok":
-        print("%s: %s after %.0f s (%d steps finished): %s" % (name, me["status"], me["wall_s"] or 0,
+        print("%s: %s after %.0f s (%d steps finished): %s" % (name, me["status"], me.get("wall_s") or 0,
                                                             me.get("steps", 0), me["reason"]), flush=True)
         return
     print("%s: peak %s (highest rank), step %.3f s %s, %.1f tokens/s per GPU (%s of UPipe's), %.0f s"
@@ -861,6 +1156,7 @@ def self_test():
     assert "| 5M | timed out | 40.00 | - | - (-) | 600.00 | - | - | 9000 |" in md, md
     assert "- 5M: timed out after 9000 s: timeout after 9000s" in md, md
     self_test_node_rules(record, plan, planned, measured)
+    self_test_cut_short(record, planned, measured, c, run)
     self_test_time_box()
     assert shm_warning(ROOT, least=0) is None and "holds" in shm_warning(ROOT, least=1 << 62)
     assert shm_warning(os.path.join(ROOT, "no such folder")) is None
@@ -891,6 +1187,79 @@ def self_test_time_box():
         while process_alive(worker_pid) and time.time() < deadline:
             time.sleep(0.05)
         assert not process_alive(worker_pid), "the worker outlived its point's time box"
+
+
+def self_test_cut_short(record, planned, measured, c, run):
+    """What stops a point before or during its run: the host memory a node has (MemTotal, its
+    cgroups' limits), the first point that finished no step, Ctrl-C; and the report's words on a
+    run cut short and on points never run."""
+    # The host memory: the least of MemTotal and every limit up the process's cgroup (v2 and v1).
+    with tempfile.TemporaryDirectory() as root:
+        proc, cg = os.path.join(root, "proc"), os.path.join(root, "cgroup")
+        os.makedirs(os.path.join(proc, "self"))
+        with open(os.path.join(proc, "meminfo"), "w") as f:
+            f.write("MemTotal:       2113929216 kB\nMemFree: 1 kB\n")  # 2016 GiB
+        with open(os.path.join(proc, "self", "cgroup"), "w") as f:
+            f.write("0::/slurm/job_7/step_0\n")
+        for folder, limit in (("slurm", "max"), ("slurm/job_7", str(1024 * 2 ** 30)), ("slurm/job_7/step_0", "max")):
+            os.makedirs(os.path.join(cg, folder))
+            with open(os.path.join(cg, folder, "memory.max"), "w") as f:
+                f.write(limit + "\n")
+        host = node_host_memory({}, proc, cg)
+        assert host == {"bytes": 1024 * 2 ** 30, "source": "cgroup memory.max of /slurm/job_7"}, host
+        with open(os.path.join(proc, "self", "cgroup"), "w") as f:
+            f.write("4:cpu,cpuacct:/x\n3:memory:/docker/ab\n")
+        os.makedirs(os.path.join(cg, "memory", "docker", "ab"))
+        with open(os.path.join(cg, "memory", "docker", "ab", "memory.limit_in_bytes"), "w") as f:
+            f.write("9223372036854771712\n")  # v1's "no limit"
+        assert node_host_memory({}, proc, cg) == {"bytes": 2016 * 2 ** 30, "source": "MemTotal"}
+        assert node_host_memory({"ODYSSEY_NODE_HOST_BYTES": "5"}, proc, cg)["bytes"] == 5
+        assert node_host_memory({}, os.path.join(root, "none"), cg)["bytes"] is None
+    # 5M's 1200 GiB of pinned offload against a node of 1 TiB: skipped, saying both; 2 TiB: runs.
+    need = dict(planned, host_bytes=1200 * 2 ** 30)
+    why = host_refusal(need, {"bytes": 1024 * 2 ** 30, "source": "MemTotal"})
+    assert why.startswith("needs 1200.0 GiB of host memory per node") and "90% of the 1024.0 GiB" in why, why
+    assert host_refusal(need, {"bytes": 2048 * 2 ** 30, "source": "MemTotal"}) is None
+    assert host_refusal(need, {"bytes": None, "source": "unread"}) is None
+    # The gate: a first point that finished no step stops the rest; one step finished, or ok, does not.
+    timed_out = measured_figures({"error": "timeout after 900s", "wall_s": 900.0, "command": "c"}, 8)
+    assert "the first point run, 128K, finished no step (timed out: timeout after 900s)" in gate_reason("128K", timed_out)
+    assert gate_reason("128K", measured) is None and gate_reason("128K", dict(timed_out, steps=1)) is None
+    # Ctrl-C during a point: "interrupted", with the figures of the steps it finished.
+    cut = measured_figures({"error": INTERRUPTED, "wall_s": 50.0, "command": None}, 8, dict(run, steps=1))
+    assert cut["status"] == "interrupted" and cut["steps"] == 1 and cut["reason"] == INTERRUPTED, cut
+    # The report of a run cut short during its second point, the third never run: no claim that
+    # everything ran, each point's state named; a run going on says "not run yet".
+    third = {"seq_len": 2 ** 20, "stands_for": "1M", "planned": planned, "measured": None, "comparison": None,
+             "box_s": 900}
+    short = dict(record, finished=None, interrupted="2026-11-30T10:00:00Z", steps=1,
+                 points=[dict(record["points"][0], measured=measured, comparison=c),
+                         dict(record["points"][1], measured=cut), third])
+    md = render_markdown(short)
+    assert "None: every point" not in md and "- 1M: not run (the run was cut short at 2026-11-30T10:00:00Z)" in md, md
+    assert "- 5M: interrupted after 50 s (1 steps finished, their figures above): %s" % INTERRUPTED in md, md
+    assert "the figures are its one step's" in md, md
+    assert "- 1M: not run yet" in render_markdown(dict(short, interrupted=None)), md
+    skipped = dict(short, interrupted=None, finished="f", points=[dict(third, measured={
+        "status": "skipped", "reason": "needs more", "wall_s": None, "command": None})])
+    assert "- 1M: skipped: needs more" in render_markdown(skipped), render_markdown(skipped)
+    # Set aside, never over anything: NAME.attempt-1, then NAME.attempt-1.2.
+    with tempfile.TemporaryDirectory() as out:
+        for _ in range(2):
+            os.makedirs(os.path.join(out, "points", "256"))
+            open(os.path.join(out, "points", "256.log"), "w").close()
+            assert set_aside(out, [os.path.join("points", "256"), os.path.join("points", "256.log"), "absent"],
+                             ".attempt-1") != []
+        assert sorted(os.listdir(os.path.join(out, "points"))) == [
+            "256.attempt-1", "256.attempt-1.2", "256.attempt-1.2.log", "256.attempt-1.log"], os.listdir(out + "/points")
+    # The profile runs after the last point not longer than it: 128K's after 128K, before 3M.
+    pts = [{"seq_len": n} for n in (131072, 524288, 3 * 2 ** 20)]
+    assert profile_position(pts, 131072) == 0 and profile_position(pts, 65536) == -1
+    assert profile_position(pts, 2 ** 20) == 1
+    # The GPUs: an H100 SXM has no warning, an H200 and an H100 PCIe say what the plans assume.
+    assert gpu_warnings("8 x NVIDIA H100 80GB HBM3") == []
+    assert "h200 profile" in gpu_warnings("8 x NVIDIA H200")[0]
+    assert "neither H100 SXM nor H200" in gpu_warnings("8 x NVIDIA H100 PCIe")[0]
 
 
 def self_test_node_rules(record, plan, planned, measured):

@@ -162,8 +162,19 @@ def kill_tree(pid, sig, known=()):
 
 
 def _run_own_session(cmd, timeout_s, log_path, start):
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    """_run's own_session case. With `log_path` the output goes straight to that file as it comes
+    (stderr merged into stdout), so a run of hours shows its progress there, and is read back at
+    the end as the result's stdout; without one it is piped."""
+    log = open(log_path, "w") if log_path else None
+    if log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+    header = log.tell() if log else 0
+    out = log if log else subprocess.PIPE
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.PIPE, text=True,
+                            start_new_session=True)
     err = None
+    stdout = stderr = None
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -177,15 +188,21 @@ def _run_own_session(cmd, timeout_s, log_path, start):
             stdout = stderr = None
         # whatever SIGTERM left running (an odyssey rank ends its step first, or holds no pipe of ours)
         kill_tree(proc.pid, signal.SIGKILL, known=tree)
-        if stdout is None:
+        if stdout is None and not log:
             stdout, stderr = proc.communicate()
     finally:
         if proc.poll() is None:  # interrupted while waiting: nothing of the job outlives this script
             kill_tree(proc.pid, signal.SIGKILL)
             proc.wait()
-    if log_path:
-        with open(log_path, "w") as f:
-            f.write("$ " + " ".join(cmd) + "\n" + stdout + stderr + ("\n(%s: session killed)\n" % err if err else ""))
+        if log:
+            log.close()
+    if log:
+        with open(log_path) as f:
+            f.seek(header)
+            stdout, stderr = f.read(), ""
+        if err:
+            with open(log_path, "a") as f:
+                f.write("\n(%s: session killed)\n" % err)
     if err:
         return None, err, time.time() - start
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr), None, time.time() - start

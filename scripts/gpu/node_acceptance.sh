@@ -4,6 +4,7 @@
 #
 #   scripts/gpu/node_acceptance.sh [--bin DIR | --carried DIR] [--out DIR] [--overwrite]
 #       [--points 128K 512K 1M 3M 5M] [--steps 2] [--point-timeout SECONDS] [--profile-point 128K]
+#   scripts/gpu/node_acceptance.sh [--bin DIR | --carried DIR] --resume DIR   # finish a run cut short
 #   (--profile-point: any length, planned with the points; the node needs 8 GPUs visible to its ranks,
 #   CUDA_VISIBLE_DEVICES honoured: ranks sharing GPUs would run over Gloo, and it refuses, exit 2)
 #   scripts/gpu/node_acceptance.sh --dry-run --out DIR     # the same path on 2 CPU ranks, about a minute
@@ -12,7 +13,8 @@
 # Writes DIR/predictions.json before anything runs, then DIR/node_acceptance.json (the record,
 # rewritten after each point) and DIR/node_acceptance.md (rendered from it); each point's run and
 # log under DIR/points, the profiled run under DIR/profile. --bin: the folder holding `odyssey` and
-# `odyssey-engine` (default build/bin); --carried DIR: binaries packed by scripts/gpu/pack.sh
+# `odyssey-engine` (default build/bin, else build-gpu/bin where scripts/gpu/build.sh built them);
+# --carried DIR: binaries packed by scripts/gpu/pack.sh
 # (scripts/gpu/carried_bin.sh unpacks them). Everything else goes to bench/gpu/node_acceptance.py
 # (--help there). Exit 0 when every point gave its figures,
 # 1 when one did not (recorded with its reason), 2 on bad input.
@@ -32,7 +34,11 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-case "$BIN" in "") BIN="$ROOT/build/bin" ;; /*) ;; *) BIN="$(pwd)/$BIN" ;; esac
+if [ -z "$BIN" ]; then
+  BIN="$ROOT/build/bin"
+  [ -x "$BIN/odyssey" ] || [ ! -x "$ROOT/build-gpu/bin/odyssey" ] || BIN="$ROOT/build-gpu/bin"
+fi
+case "$BIN" in /*) ;; *) BIN="$(pwd)/$BIN" ;; esac
 for exe in odyssey odyssey-engine; do
   [ -x "$BIN/$exe" ] || { echo "node_acceptance: $BIN/$exe missing (make build, or --carried from scripts/gpu/pack.sh)" >&2; exit 2; }
 done
@@ -42,4 +48,9 @@ done
 export BUILD_DIR="$(dirname "$BIN")" OUT="${OUT:-$ROOT/runs}"
 source "$ROOT/scripts/gpu/env.sh"
 export ODYSSEY_BIN="$BIN/odyssey" PYTHONUNBUFFERED=1
-exec "$PY" "$ROOT/bench/gpu/node_acceptance.py" "${forwarded[@]}"
+# the scripts read TOML with tomllib (Python 3.11); Ubuntu 22.04's python3 is 3.10
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+  echo "node_acceptance: $PY is Python $("$PY" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo '(not runnable)'); these scripts need 3.11 or newer (tomllib): set ODYSSEY_PYTHON to one, with PyTorch for torchrun" >&2
+  exit 2
+fi
+exec "$PY" "$ROOT/bench/gpu/node_acceptance.py" ${forwarded[@]+"${forwarded[@]}"}
