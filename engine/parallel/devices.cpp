@@ -26,7 +26,7 @@ at::Device resolve_device(DeviceKind kind, int local_rank) {
 
 at::ScalarType compute_dtype(DType dtype) { return dtype == DType::BFloat16 ? at::kBFloat16 : at::kFloat; }
 
-void configure_threads(int ranks_in_process) {
+void configure_threads(int ranks_on_machine) {
   // An explicit OMP_NUM_THREADS wins (LibTorch read it at start-up); else share the cores.
   const char* env = std::getenv("OMP_NUM_THREADS");
   if (env == nullptr || std::atoi(env) <= 0) {
@@ -34,7 +34,7 @@ void configure_threads(int ranks_in_process) {
     // OpenMP workers spin-wait, and on a shared 2-core machine two threads per rank made steps
     // 4x slower than one (measured: tiny-cpu at 512 tokens, 115 vs 520 ms median).
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    at::set_num_threads(std::max(1, cores / std::max(1, ranks_in_process) - 1));
+    at::set_num_threads(std::max(1, cores / std::max(1, ranks_on_machine) - 1));
   }
   // Denormal floats (softmax tails, tiny gradients) run 10-100x slower on x86 CPUs and made
   // single steps take seconds; flush them to zero like torch.set_flush_denormal(True).

@@ -12,9 +12,10 @@ namespace odyssey {
 /// and absent.
 at::Device resolve_device(DeviceKind kind, int local_rank);
 at::ScalarType compute_dtype(DType dtype);
-/// Intra-op threads for `ranks_in_process` rank threads sharing this machine's cores (cores /
-/// ranks - 1, at least 1; OMP_NUM_THREADS wins), and flush-to-zero for denormal floats.
-void configure_threads(int ranks_in_process);
+/// Intra-op threads for `ranks_on_machine` ranks sharing this machine's cores, as threads of this
+/// process or as processes of their own (cores / ranks - 1, at least 1; OMP_NUM_THREADS wins), and
+/// flush-to-zero for denormal floats.
+void configure_threads(int ranks_on_machine);
 
 /// The CPU kernels every x86 CPU runs alike: ATen's own, with oneDNN (mkldnn) turned off. With it
 /// on, what a bf16 step allocates depends on the CPU: oneDNN's matmul scratchpads (through c10's

@@ -25,7 +25,9 @@ namespace {
 // This process's rank of a torchrun job, its peers watched through the job's store.
 void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::function<void(RankContext&)>& fn,
                        const c10::intrusive_ptr<c10d::Store>& store) {
-  configure_threads(1);
+  // the cores are shared by every rank process torchrun started on this machine (torchrun sets
+  // OMP_NUM_THREADS=1 unless told otherwise; other launchers may not)
+  configure_threads(std::max(1, env.local_world_size));
   TorchrunRank joined =
       join_torchrun_rank(env, cfg.parallel, resolve_device(cfg.training.device, env.local_rank), store);
   RankScope rank(joined.ctx.slot);  // slot 0: the one rank of this process, whatever its global rank
