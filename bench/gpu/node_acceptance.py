@@ -48,7 +48,7 @@ from collective_overlap import gpu_count, listed_gpus, overlap_of_events, table 
 from collective_overlap import visible_gpus  # noqa: E402
 from llama_flops import parse_tokens  # noqa: E402
 from systems import ROOT, device_profile_sets, odyssey_binary, odyssey_run_figures, odyssey_sets, plan_odyssey  # noqa: E402
-from systems import odyssey_failure, positive_int, run_odyssey, summarize_trace  # noqa: E402
+from systems import nvidia_smi, odyssey_failure, positive_int, run_odyssey, summarize_trace  # noqa: E402
 import systems  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "scripts", "gpu"))
@@ -157,6 +157,8 @@ def measured_figures(run, world_size, finished=None):
     keeps the figures of the steps it did (`finished`: systems.odyssey_run_figures of its folder;
     a 5M point cut by its box after step 1 still gives its peaks), its status saying so."""
     base = {"wall_s": run.get("wall_s"), "command": run.get("command")}
+    if run.get("tokens"):  # the run trained the preset's own data, not the benchmark's ids: why
+        base["tokens"] = run["tokens"]
     if "error" in run:
         status = ("timed out" if run["error"].startswith("timeout") else
                   "interrupted" if run["error"] == INTERRUPTED else "failed")
@@ -574,12 +576,49 @@ def node_gpu_refusal(ranks, gpus_visible, gpus_listed, visible_devices):
     own, counted as the ranks see them; ranks that share GPUs would run over Gloo, no NCCL node."""
     if gpus_visible >= ranks:
         return None
-    seen = "nvidia-smi lists %d%s" % (gpus_listed, "" if visible_devices is None else
-                                      ", CUDA_VISIBLE_DEVICES=%s leaves %d" % (visible_devices, gpus_visible))
+    seen = ("nvidia-smi is missing or failed: no GPU could be listed" if gpus_listed == 0 and nvidia_smi("--query-gpu=name") is None
+            else "nvidia-smi lists %d%s" % (gpus_listed, "" if visible_devices is None else
+                                            ", CUDA_VISIBLE_DEVICES=%s leaves %d" % (visible_devices, gpus_visible)))
     shared = ("" if gpus_visible == 0 else ": ranks sharing GPUs run their collectives over Gloo, not NCCL "
               "(engine/parallel/rank_launch.cpp), so the report would not be an NCCL node's")
     return ("the node run needs %d GPUs, one a rank, and its ranks would see %d (%s)%s. On a machine without them, "
             "--dry-run runs the same path on CPU ranks" % (ranks, gpus_visible, seen, shared))
+
+
+def gpu_processes():
+    """[(GPU uuid, pid, name)] of the processes nvidia-smi sees computing on the machine's GPUs
+    (empty where it lists none or cannot answer)."""
+    rows = []
+    for line in (nvidia_smi("--query-compute-apps=gpu_uuid,pid,process_name") or "").splitlines():
+        fields = [f.strip() for f in line.split(",", 2)]
+        if len(fields) == 3 and fields[1].isdigit():
+            rows.append((fields[0], int(fields[1]), fields[2]))
+    return rows
+
+
+def busy_gpu_refusal(processes, visible_uuids):
+    """Why the run cannot start while other processes hold its GPUs (BadInput's message), or None:
+    an earlier run's ranks still tearing down, or another job, would take memory the plan gives
+    the ranks and make the first points fail or measure another workload."""
+    mine = [(uuid, pid, name) for uuid, pid, name in processes if uuid in visible_uuids]
+    if not mine:
+        return None
+    return ("%d processes compute on this run's GPUs (%s): wait until they end (nvidia-smi "
+            "--query-compute-apps=pid,process_name lists them), or stop them" % (
+                len(mine), ", ".join("pid %d %s" % (pid, name) for _, pid, name in mine[:4]) +
+                (", ..." if len(mine) > 4 else "")))
+
+
+def affinity_warning(ranks, cores=None):
+    """A warning where this process may run on fewer than 2 cores a rank (Slurm's default of one CPU
+    a task, a taskset): the ranks' host work (the offload copies' staging, the host AdamW, NCCL's
+    proxy threads) would queue on a few cores and the step times would be the host's, not the
+    GPUs'. None otherwise."""
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    if cores >= 2 * ranks:
+        return None
+    return ("this process may run on %d cores for %d ranks: give the job the node's cores (under Slurm "
+            "--cpus-per-task), or the step times measure the host" % (cores, ranks))
 
 
 def binaries_of(binary):
@@ -647,6 +686,10 @@ def prepare(args):
         refusal = node_gpu_refusal(world, gpus_visible, len(listed), os.environ.get("CUDA_VISIBLE_DEVICES"))
         if refusal:
             raise BadInput(refusal)
+        visible = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), listed)
+        busy = busy_gpu_refusal(gpu_processes(), {g["uuid"] for g in visible})
+        if busy:
+            raise BadInput(busy)
     launcher = torchrun_launcher(world)
     profile = profile_point(mode, points, args.profile_point)
     if args.resume:
@@ -888,7 +931,8 @@ def new_record(out, mode, points, profile, preset, sets, steps, binary, launcher
               "world_size": mode["world_size"], "sets": all_sets, "environment_sets": environment_sets,
               "planner_sets": profile_sets, "steps": steps, "launcher": launcher, "binary": binary,
               "host": host_line, "host_memory": host, "collectives": collectives, **binaries_of(binary),
-              "warnings": gpu_warnings(host_line) if mode is NODE else [],
+              "warnings": [w for w in gpu_warnings(host_line) + [affinity_warning(mode["world_size"])] if w]
+              if mode is NODE else [],
               "started": now_text(), "finished": None, "interrupted": None,
               "predictions_written": predictions["written"],
               "requested_points": [seq for seq, _ in points], "published": published, "points": []}
@@ -918,9 +962,11 @@ def hours(seconds):
 def run(args):
     mode, points, binary, launcher, out, sets, profile, collectives = prepare(args)
     steps = args.steps or mode["steps"]
-    warning = shm_warning() if mode is NODE else None
-    if warning:
-        print("node acceptance: warning: %s" % warning, file=sys.stderr, flush=True)
+    if mode is NODE:  # NCCL's own warnings (a transport it fell back from, a failed setup) into each point's log
+        os.environ.setdefault("NCCL_DEBUG", "WARN")
+    for warning in [shm_warning(), affinity_warning(mode["world_size"])] if mode is NODE else []:
+        if warning:
+            print("node acceptance: warning: %s" % warning, file=sys.stderr, flush=True)
     preset = os.path.join(ROOT, mode["preset"])
     os.makedirs(os.path.join(out, "points"), exist_ok=True)
     host = node_host_memory()
@@ -971,6 +1017,10 @@ def execute(record, out, mode, preset, sets, launcher, host):
             p["measured"] = {"status": "skipped", "reason": gate or refusal, "wall_s": None, "command": None}
         else:
             run_dir = os.path.join(out, "points", str(p["seq_len"]))
+            print("%s: started, box %d s (until %s UTC), output in %s" % (
+                point_name(p, mode is not NODE), p["box_s"],
+                (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=p["box_s"])).strftime("%H:%M"),
+                run_dir + ".log"), flush=True)
             current[:] = [p, run_dir]
             result = run_odyssey(p["seq_len"], record["steps"], p["box_s"], run_dir, preset=preset,
                                  extra_sets=collective_timeout_sets(p["box_s"], mode, odyssey_sets() + sets) + sets,
@@ -1256,6 +1306,11 @@ def self_test_cut_short(record, planned, measured, c, run):
     pts = [{"seq_len": n} for n in (131072, 524288, 3 * 2 ** 20)]
     assert profile_position(pts, 131072) == 0 and profile_position(pts, 65536) == -1
     assert profile_position(pts, 2 ** 20) == 1
+    # Busy GPUs refuse the run (only this run's); too few cores for the ranks is a warning.
+    procs = [("GPU-a", 11, "odyssey"), ("GPU-z", 12, "python")]
+    assert busy_gpu_refusal(procs, {"GPU-b"}) is None
+    assert busy_gpu_refusal(procs, {"GPU-a", "GPU-b"}).startswith("1 processes compute on this run's GPUs (pid 11 odyssey)")
+    assert affinity_warning(8, cores=16) is None and "1 cores for 8 ranks" in affinity_warning(8, cores=1)
     # The GPUs: an H100 SXM has no warning, an H200 and an H100 PCIe say what the plans assume.
     assert gpu_warnings("8 x NVIDIA H100 80GB HBM3") == []
     assert "h200 profile" in gpu_warnings("8 x NVIDIA H200")[0]
