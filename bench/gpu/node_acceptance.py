@@ -301,7 +301,9 @@ def render_markdown(record):
     out += ["", "## NCCL overlap with compute", ""]
     overlap = record.get("overlap")
     if not overlap or not overlap.get("run"):
-        out.append("Not run%s." % (" yet: %s, planned step %s s, time box %s s" % (
+        state = (" (the run was cut short)" if record.get("interrupted") else
+                 " yet" if not record.get("finished") else "")
+        out.append("Not run%s%s." % (state, ": %s, planned step %s s, time box %s s" % (
             point_name(overlap, dry), fmt(overlap["planned"].get("step_s"), "%.2f"), overlap.get("box_s", "-"))
             if overlap else ""))
     else:
@@ -705,12 +707,16 @@ def prepare(args):
     if not args.resume and (os.path.exists(os.path.join(out, RECORD_FILE)) or
                             os.path.exists(os.path.join(out, PREDICTIONS_FILE))):
         if not args.overwrite:
-            raise BadInput("%s already holds a report: --resume %s to finish it, another --out, or --overwrite to "
-                           "start afresh there (the earlier files are set aside, not deleted)" % (out, out))
-        aside = "replaced-" + now_text().replace(":", "")
+            finish = ("--resume %s to finish it, " % out if os.path.exists(os.path.join(out, RECORD_FILE)) else
+                      "(its predictions only: it stopped before its first point) ")
+            raise BadInput("%s already holds a report: %sanother --out, or --overwrite to start afresh there (the "
+                           "earlier files are set aside, not deleted)" % (out, finish))
+        aside, n = "replaced-" + now_text().replace(":", ""), 2
+        while os.path.lexists(os.path.join(out, aside)):
+            aside, n = "replaced-%s.%d" % (now_text().replace(":", ""), n), n + 1
         os.makedirs(os.path.join(out, aside))
-        for name in (RECORD_FILE, REPORT_FILE, PREDICTIONS_FILE, "points", "profile"):
-            if os.path.lexists(os.path.join(out, name)):
+        for name in os.listdir(out):  # the report, its runs and their set-aside attempts
+            if not name.startswith("replaced-"):
                 os.rename(os.path.join(out, name), os.path.join(out, aside, name))
     sets = ["parallel.world_size=%d" % world] + mode["sets"]
     return mode, points, binary, launcher, out, sets, profile, collective_backend(world, gpus_visible)
@@ -778,7 +784,10 @@ def node_host_memory(environ=None, proc="/proc", cgroup_root="/sys/fs/cgroup"):
     ODYSSEY_NODE_HOST_BYTES of `environ` where set. bytes None where nothing can be read."""
     environ = os.environ if environ is None else environ
     if environ.get("ODYSSEY_NODE_HOST_BYTES"):
-        return {"bytes": int(environ["ODYSSEY_NODE_HOST_BYTES"]), "source": "ODYSSEY_NODE_HOST_BYTES"}
+        text = environ["ODYSSEY_NODE_HOST_BYTES"]
+        if not text.isdigit():
+            raise BadInput("ODYSSEY_NODE_HOST_BYTES=%s: expected a whole number of bytes" % text)
+        return {"bytes": int(text), "source": "ODYSSEY_NODE_HOST_BYTES"}
     found = []
     try:
         with open(os.path.join(proc, "meminfo")) as f:
@@ -885,7 +894,9 @@ def resumed_record(out, mode, steps, all_sets, binary, args):
         record = json.load(f)
     commit = binaries_of(binary)
     asked = {"mode": mode["name"], "world_size": mode["world_size"], "steps": steps, "sets": all_sets,
-             "commit_full": commit["commit_full"], "uncommitted_changes": commit["uncommitted_changes"]}
+             "commit_full": commit["commit_full"], "uncommitted_changes": commit["uncommitted_changes"],
+             # the GPU's planner profile: the points run here are set against predictions made for it
+             "planner_sets": device_profile_sets() if mode is NODE else []}
     for key, value in asked.items():
         if record.get(key) != value:
             raise BadInput("--resume %s: its %s is %s, this run's %s: finish it with the same binaries and options, "
@@ -897,16 +908,20 @@ def resumed_record(out, mode, steps, all_sets, binary, args):
     if args.profile_point and args.profile_point != record["overlap"]["seq_len"]:
         raise BadInput("--resume %s: its profiled length is %s" % (out, format_tokens(record["overlap"]["seq_len"])))
     attempt = ".attempt-%d" % (len(record.get("resumed") or []) + 1)
+    # the boxes of what runs again are this invocation's: its --point-timeout, else from the plan
+    # (a box too short for the first attempt is not carried into the next)
+    timeout = args.point_timeout
+    record["point_timeout"] = timeout
     for p in record["points"]:
         if (p.get("measured") or {}).get("status") != "ok":
             name = os.path.join("points", str(p["seq_len"]))
             set_aside(out, [name, name + ".log"], attempt)
             p.update(started=None, measured=None, comparison=None,
-                     box_s=point_box_s(p["planned"], steps, mode, args.point_timeout))
+                     box_s=point_box_s(p["planned"], steps, mode, timeout))
     prof = record["overlap"]
-    if (prof.get("run") or {}).get("status") != "ok":
+    if (prof.get("run") or {}).get("status") != "ok" or profile_trace_problems(prof.get("overlap") or {}, mode is NODE):
         set_aside(out, ["profile"], attempt)
-        prof.update(started=None, run=None, box_s=point_box_s(prof["planned"], steps, mode, args.point_timeout))
+        prof.update(started=None, run=None, box_s=point_box_s(prof["planned"], steps, mode, timeout))
         prof.pop("overlap", None)
     record["resumed"] = (record.get("resumed") or []) + [now_text()]
     record["finished"] = record["interrupted"] = None
@@ -933,7 +948,7 @@ def new_record(out, mode, points, profile, preset, sets, steps, binary, launcher
               "host": host_line, "host_memory": host, "collectives": collectives, **binaries_of(binary),
               "warnings": [w for w in gpu_warnings(host_line) + [affinity_warning(mode["world_size"])] if w]
               if mode is NODE else [],
-              "started": now_text(), "finished": None, "interrupted": None,
+              "started": now_text(), "finished": None, "interrupted": None, "point_timeout": args.point_timeout,
               "predictions_written": predictions["written"],
               "requested_points": [seq for seq, _ in points], "published": published, "points": []}
     for p in predictions["points"]:
@@ -964,16 +979,26 @@ def run(args):
     steps = args.steps or mode["steps"]
     if mode is NODE:  # NCCL's own warnings (a transport it fell back from, a failed setup) into each point's log
         os.environ.setdefault("NCCL_DEBUG", "WARN")
-    for warning in [shm_warning(), affinity_warning(mode["world_size"])] if mode is NODE else []:
-        if warning:
-            print("node acceptance: warning: %s" % warning, file=sys.stderr, flush=True)
+    warning = shm_warning() if mode is NODE else None
+    if warning:
+        print("node acceptance: warning: %s" % warning, file=sys.stderr, flush=True)
     preset = os.path.join(ROOT, mode["preset"])
     os.makedirs(os.path.join(out, "points"), exist_ok=True)
     host = node_host_memory()
     all_sets, _ = recorded_sets(sets)
     if args.resume:
+        with open(os.path.join(out, RECORD_FILE)) as f:
+            before = json.load(f)
+        if all((p.get("measured") or {}).get("status") == "ok" for p in before["points"]) and \
+                (before["overlap"].get("run") or {}).get("status") == "ok" and \
+                not profile_trace_problems(before["overlap"].get("overlap") or {}, mode is NODE):
+            print("node acceptance: %s: every point and the profile have their figures; nothing to run" % out)
+            return 0
         record = resumed_record(out, mode, steps, all_sets, binary, args)
-        record["host_memory"] = host
+        record["host_memory"] = host  # this host's, which the skips below read
+        record["host"] = host_description(mode)
+        record["warnings"] = [w for w in gpu_warnings(record["host"]) + [affinity_warning(mode["world_size"])]
+                              if w] if mode is NODE else []
     else:
         record = new_record(out, mode, points, profile, preset, sets, steps, binary, launcher, collectives, host, args)
     for w in record.get("warnings") or []:
@@ -1007,7 +1032,9 @@ def execute(record, out, mode, preset, sets, launcher, host):
     profiled = record["overlap"]
     current = []  # the entry being run and its run folder, while it runs
     gate = None
-    first_run = [True]
+    # the gate reads the first point run in this run's folder: none when an earlier attempt's points ran
+    first_run = [not any((e.get("measured") or e.get("run") or {}).get("steps")
+                         for e in record["points"] + [profiled])]
 
     def run_point(p):
         nonlocal gate
@@ -1025,8 +1052,8 @@ def execute(record, out, mode, preset, sets, launcher, host):
             result = run_odyssey(p["seq_len"], record["steps"], p["box_s"], run_dir, preset=preset,
                                  extra_sets=collective_timeout_sets(p["box_s"], mode, odyssey_sets() + sets) + sets,
                                  log_path=run_dir + ".log", launcher=with_port(launcher))
-            current[:] = []
             p["measured"] = measured_figures(result, world, odyssey_run_figures(run_dir, p["seq_len"]))
+            current[:] = []
             if p["measured"].get("status") == "ok":
                 p["measured"]["collective_backend"] = run_backend(run_dir)
             if first_run[0]:
@@ -1054,15 +1081,17 @@ def execute(record, out, mode, preset, sets, launcher, host):
                                  extra_sets=collective_timeout_sets(profiled["box_s"], mode, odyssey_sets() + sets) + sets,
                                  log_path=os.path.join(out, "profile", "run.log"),
                                  extra_args=["--kernel-profile", trace], launcher=with_port(launcher))
-            current[:] = []
             profiled["run"] = measured_figures(result, world)
+            current[:] = []
             if profiled["run"]["status"] == "ok":
                 profiled["overlap"] = summarize_trace(trace, overlap_of_events)
             if first_run[0]:
                 gate = gate_reason("the profile at " + format_tokens(profiled["seq_len"]), profiled["run"])
             first_run[0] = False
         write_report(out, record)
-        print("profile at %s: %s" % (format_tokens(profiled["seq_len"]), profiled["run"]["status"]), flush=True)
+        print("profile at %s: %s%s" % (format_tokens(profiled["seq_len"]), profiled["run"]["status"],
+                                        ": " + profiled["run"]["reason"] if profiled["run"].get("reason") else ""),
+              flush=True)
 
     after = profile_position(record["points"], profiled["seq_len"])
     try:
@@ -1073,10 +1102,12 @@ def execute(record, out, mode, preset, sets, launcher, host):
                 run_point(p)
             if i == after:
                 run_profile()
-    except (KeyboardInterrupt, SystemExit):
+    except BaseException as e:  # Ctrl-C, SIGTERM, or the script's own failure (a full disk): recorded first
+        why = INTERRUPTED if isinstance(e, (KeyboardInterrupt, SystemExit)) else \
+            "the acceptance script failed during this point: %s: %s" % (type(e).__name__, e)
         if current:
             entry, run_dir = current
-            cut = measured_figures({"error": INTERRUPTED, "wall_s": time.time() - entry["started"], "command": None},
+            cut = measured_figures({"error": why, "wall_s": time.time() - entry["started"], "command": None},
                                    world, odyssey_run_figures(run_dir, entry["seq_len"]))
             if "run" in entry:
                 entry["run"] = cut
@@ -1421,6 +1452,8 @@ def main(argv):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         return run(args)
+    except KeyboardInterrupt:  # recorded by execute(); the shell's code for Ctrl-C
+        return 130
     except BadInput as e:
         print("node_acceptance: %s" % e, file=sys.stderr)
         return 2

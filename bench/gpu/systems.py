@@ -172,7 +172,7 @@ def _run_own_session(cmd, timeout_s, log_path, start):
     header = log.tell() if log else 0
     out = log if log else subprocess.PIPE
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            errors="replace", start_new_session=True)
     err = None
     stdout = stderr = None
     try:
@@ -197,7 +197,7 @@ def _run_own_session(cmd, timeout_s, log_path, start):
         if log:
             log.close()
     if log:
-        with open(log_path) as f:
+        with open(log_path, errors="replace") as f:  # a byte cut by SIGKILL mid-character is no error
             f.seek(header)
             stdout, stderr = f.read(), ""
         if err:

@@ -17,7 +17,8 @@
 # --carried DIR: binaries packed by scripts/gpu/pack.sh
 # (scripts/gpu/carried_bin.sh unpacks them). Everything else goes to bench/gpu/node_acceptance.py
 # (--help there). Exit 0 when every point gave its figures,
-# 1 when one did not (recorded with its reason), 2 on bad input.
+# 1 when one did not (recorded with its reason), 2 on bad input, 130 / 143 when Ctrl-C / SIGTERM
+# cut it short (recorded; --resume DIR runs the rest).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
