@@ -171,12 +171,12 @@ void run_rank_threads(const ParallelConfig& parallel, at::Device device, const s
           device.is_cuda()
               ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>((device.has_index() ? device.index() : 0) + r))
               : device;
-      std::optional<RankContext> ctx;
+      std::unique_ptr<RankContext> ctx;  // (an optional here draws GCC 12's false -Wmaybe-uninitialized)
       try {
         RankContext made = world == 1 ? make_solo_rank_context(rank_device)
                                       : make_rank_context(store, r, parallel, rank_device, options);
         made.slot = r;  // rank thread r counts in tracker slot r
-        ctx = std::move(made);
+        ctx = std::make_unique<RankContext>(std::move(made));
         fn(*ctx);
       } catch (const std::exception& e) {
         options.abort->raise(r, e.what());  // before ctx's groups go away: peers see "rank r failed"
