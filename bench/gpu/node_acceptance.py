@@ -74,6 +74,19 @@ DRY_RUN = {"name": "cpu-dry-run", "preset": "presets/tiny-cpu.toml", "world_size
 # A node point's time box: start-up (8 processes load the model, pin the offload slab) plus each
 # step at twice its planned time; without a plan, two hours. The dry run's: 90 s a point.
 NODE_STARTUP_S, NODE_STEP_MARGIN, NODE_UNPLANNED_BOX_S, DRY_RUN_BOX_S = 600, 2.0, 7200, 90
+# From 3M a node point runs one step unless --steps says otherwise: a step of 45 minutes (3M) or
+# two hours (5M) has no warm-up worth a second step (the first step's one-off work, NCCL's setup
+# and the offload slab pinned, is seconds to a minute), and the second would cost 3 of the run's
+# 6 hours of steps.
+NODE_ONE_STEP_FROM = 3 * 2 ** 20
+
+
+def point_steps(seq, mode, asked=None):
+    """The steps a point runs: --steps (`asked`) where given; on a node one from NODE_ONE_STEP_FROM
+    tokens, else the mode's (2; the dry run's 3)."""
+    if asked:
+        return asked
+    return 1 if mode["name"] == NODE["name"] and seq >= NODE_ONE_STEP_FROM else mode["steps"]
 
 PUBLISHED_FILE = os.path.join(ROOT, "docs", "published-results.md")
 PUBLISHED_SECTION = "## Maximum context and throughput"
@@ -259,11 +272,11 @@ def render_markdown(record):
                record["commit"], ", with uncommitted changes" if record.get("uncommitted_changes") else "",
                record["started"], record.get("finished") or "-"),
            "- launcher: `%s`" % " ".join(record["launcher"]),
-           "- every point: `--steps %d --no-checkpoint`, extra sets `%s`%s; %s"
-           % (record["steps"], " ".join(record["sets"]) or "-",
+           "- every point: `--steps %s --no-checkpoint`, extra sets `%s`%s; the figures are the steps after the "
+           "first, of a point of one step that step's"
+           % (steps_text(record), " ".join(record["sets"]) or "-",
               " (from ODYSSEY_BENCH_SETS: `%s`)" % " ".join(record["environment_sets"])
-              if record.get("environment_sets") else "",
-              "the figures are the steps after the first" if record["steps"] > 1 else "the figures are its one step's"),
+              if record.get("environment_sets") else ""),
            "- planned with %s; host memory the runs may use: %s" % (
                "`%s`" % " ".join(record["planner_sets"]) if record.get("planner_sets") else "the preset's hardware profile",
                host_text(record.get("host_memory"))),
@@ -344,6 +357,15 @@ def render_markdown(record):
     out += ["", "## Runs without figures", ""]
     out += failures or ["None: every point and the profile ran to their figures."]
     return "\n".join(out) + "\n"
+
+
+def steps_text(record):
+    """The steps of the record's points: "2", or "2 (1 at 3M, 5M)" where some differ."""
+    base = record["steps"]
+    other = [p for p in record["points"] if p.get("steps", base) != base]
+    if not other:
+        return str(base)
+    return "%d (%s)" % (base, ", ".join("%d at %s" % (p["steps"], format_tokens(p["seq_len"])) for p in other))
 
 
 def host_text(host):
@@ -651,7 +673,8 @@ def parse_args(argv):
                         help="finish the run in DIR: the points and profile without figures run again (with the "
                              "same binaries, mode and options), the others are kept")
     parser.add_argument("--points", nargs="+", type=token_count, help="context lengths (default: the mode's five)")
-    parser.add_argument("--steps", type=positive_int, help="steps a point (default 2 on a node, 3 in the dry run)")
+    parser.add_argument("--steps", type=positive_int,
+                        help="steps a point (default on a node 2 up to 1M and 1 from 3M; 3 in the dry run)")
     parser.add_argument("--point-timeout", type=positive_int, help="seconds a point (default: from its planned step)")
     parser.add_argument("--profile-point", type=token_count,
                         help="the length run once more under --kernel-profile, planned like the points, any length "
@@ -917,7 +940,7 @@ def resumed_record(out, mode, steps, all_sets, binary, args):
             name = os.path.join("points", str(p["seq_len"]))
             set_aside(out, [name, name + ".log"], attempt)
             p.update(started=None, measured=None, comparison=None,
-                     box_s=point_box_s(p["planned"], steps, mode, timeout))
+                     box_s=point_box_s(p["planned"], p.get("steps", steps), mode, timeout))
     prof = record["overlap"]
     if (prof.get("run") or {}).get("status") != "ok" or profile_trace_problems(prof.get("overlap") or {}, mode is NODE):
         set_aside(out, ["profile"], attempt)
@@ -952,8 +975,10 @@ def new_record(out, mode, points, profile, preset, sets, steps, binary, launcher
               "predictions_written": predictions["written"],
               "requested_points": [seq for seq, _ in points], "published": published, "points": []}
     for p in predictions["points"]:
+        point_steps_n = point_steps(p["seq_len"], mode, args.steps)
         record["points"].append({"seq_len": p["seq_len"], "stands_for": p["stands_for"], "planned": p["planned"],
-                                 "box_s": point_box_s(p["planned"], steps, mode, args.point_timeout),
+                                 "steps": point_steps_n,
+                                 "box_s": point_box_s(p["planned"], point_steps_n, mode, args.point_timeout),
                                  "started": None, "measured": None, "comparison": None})
     prof = predictions["profile"]
     record["overlap"] = {"seq_len": prof["seq_len"], "stands_for": prof["stands_for"], "planned": prof["planned"],
@@ -1006,7 +1031,7 @@ def run(args):
     write_report(out, record)
     to_run = [p for p in record["points"] if not p.get("measured")] + ([record["overlap"]] if not record["overlap"].get(
         "run") else [])
-    planned_s = sum(steps * (p["planned"].get("step_s") or 0) for p in to_run)
+    planned_s = sum(p.get("steps", steps) * (p["planned"].get("step_s") or 0) for p in to_run)
     boxes_s = sum(p["box_s"] for p in to_run)
     print("node acceptance (%s, collectives over %s): %d points and the profile at %s, predictions in %s; %s: "
           "planned %s of steps (%.0f s), time boxes %s in all, so done by %s UTC at the latest; host memory %s"
@@ -1049,7 +1074,7 @@ def execute(record, out, mode, preset, sets, launcher, host):
                 (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=p["box_s"])).strftime("%H:%M"),
                 run_dir + ".log"), flush=True)
             current[:] = [p, run_dir]
-            result = run_odyssey(p["seq_len"], record["steps"], p["box_s"], run_dir, preset=preset,
+            result = run_odyssey(p["seq_len"], p.get("steps", record["steps"]), p["box_s"], run_dir, preset=preset,
                                  extra_sets=collective_timeout_sets(p["box_s"], mode, odyssey_sets() + sets) + sets,
                                  log_path=run_dir + ".log", launcher=with_port(launcher))
             p["measured"] = measured_figures(result, world, odyssey_run_figures(run_dir, p["seq_len"]))
@@ -1319,7 +1344,7 @@ def self_test_cut_short(record, planned, measured, c, run):
     md = render_markdown(short)
     assert "None: every point" not in md and "- 1M: not run (the run was cut short at 2026-11-30T10:00:00Z)" in md, md
     assert "- 5M: interrupted after 50 s (1 steps finished, their figures above): %s" % INTERRUPTED in md, md
-    assert "the figures are its one step's" in md, md
+    assert "`--steps 1 --no-checkpoint`" in md and "of a point of one step that step's" in md, md
     assert "- 1M: not run yet" in render_markdown(dict(short, interrupted=None)), md
     skipped = dict(short, interrupted=None, finished="f", points=[dict(third, measured={
         "status": "skipped", "reason": "needs more", "wall_s": None, "command": None})])
@@ -1342,6 +1367,12 @@ def self_test_cut_short(record, planned, measured, c, run):
     assert busy_gpu_refusal(procs, {"GPU-b"}) is None
     assert busy_gpu_refusal(procs, {"GPU-a", "GPU-b"}).startswith("1 processes compute on this run's GPUs (pid 11 odyssey)")
     assert affinity_warning(8, cores=16) is None and "1 cores for 8 ranks" in affinity_warning(8, cores=1)
+    # Steps: 2 a point on a node up to 1M, 1 from 3M; --steps wins; the dry run 3 throughout.
+    assert [point_steps(parse_tokens(n), NODE) for n in ("128K", "1M", "3M", "5M")] == [2, 2, 1, 1]
+    assert point_steps(5 * 2 ** 20, NODE, 2) == 2 and point_steps(1280, DRY_RUN) == 3
+    mixed = dict(record, steps=2, points=[dict(p, steps=n) for p, n in zip(record["points"], (2, 1))])
+    assert steps_text(mixed) == "2 (1 at 5M)" and steps_text(dict(record, steps=3)) == "3", steps_text(mixed)
+    assert "`--steps 2 (1 at 5M) --no-checkpoint`" in render_markdown(mixed), render_markdown(mixed)
     # The GPUs: an H100 SXM has no warning, an H200 and an H100 PCIe say what the plans assume.
     assert gpu_warnings("8 x NVIDIA H100 80GB HBM3") == []
     assert "h200 profile" in gpu_warnings("8 x NVIDIA H200")[0]

@@ -3,7 +3,7 @@
 # tokens against the planner's predictions (written first) and UPipe's published tokens/s per GPU.
 #
 #   scripts/gpu/node_acceptance.sh [--bin DIR | --carried DIR] [--out DIR] [--overwrite]
-#       [--points 128K 512K 1M 3M 5M] [--steps 2] [--point-timeout SECONDS] [--profile-point 128K]
+#       [--points 128K 512K 1M 3M 5M] [--steps N] [--point-timeout SECONDS] [--profile-point 128K]
 #   scripts/gpu/node_acceptance.sh [--bin DIR | --carried DIR] --resume DIR   # finish a run cut short
 #   (--profile-point: any length, planned with the points; the node needs 8 GPUs visible to its ranks,
 #   CUDA_VISIBLE_DEVICES honoured: ranks sharing GPUs would run over Gloo, and it refuses, exit 2)
