@@ -734,13 +734,11 @@ def prepare(args):
                       "(its predictions only: it stopped before its first point) ")
             raise BadInput("%s already holds a report: %sanother --out, or --overwrite to start afresh there (the "
                            "earlier files are set aside, not deleted)" % (out, finish))
-        aside, n = "replaced-" + now_text().replace(":", ""), 2
-        while os.path.lexists(os.path.join(out, aside)):
-            aside, n = "replaced-%s.%d" % (now_text().replace(":", ""), n), n + 1
-        os.makedirs(os.path.join(out, aside))
+        aside = unused_path(os.path.join(out, "replaced-"), now_text().replace(":", ""))
+        os.makedirs(aside)
         for name in os.listdir(out):  # the report, its runs and their set-aside attempts
             if not name.startswith("replaced-"):
-                os.rename(os.path.join(out, name), os.path.join(out, aside, name))
+                os.rename(os.path.join(out, name), os.path.join(aside, name))
     sets = ["parallel.world_size=%d" % world] + mode["sets"]
     return mode, points, binary, launcher, out, sets, profile, collective_backend(world, gpus_visible)
 
@@ -888,33 +886,53 @@ def gpu_warnings(host):
             "planned figures and the comparison with UPipe's H100 SXM figures are approximate" % host]
 
 
+def run_warnings(mode, host_line):
+    """The record's warnings on what the run is measured on (gpu_warnings, affinity_warning): on a
+    node only."""
+    if mode is not NODE:
+        return []
+    return [w for w in gpu_warnings(host_line) + [affinity_warning(mode["world_size"])] if w]
+
+
 # [section] running the points ---------------------------------------------------------------------
+
+def unused_path(stem, suffix, ext=""):
+    """STEM + suffix + ext, or STEM + suffix + ".N" + ext (N from 2) where that exists: a name that
+    takes the place of nothing."""
+    path, n = stem + suffix + ext, 2
+    while os.path.lexists(path):
+        path, n = "%s%s.%d%s" % (stem, suffix, n, ext), n + 1
+    return path
+
 
 def set_aside(out, names, suffix):
     """Moves each of `names` (files or folders in `out`) that exists to NAME + suffix, never over
-    anything (a numbered name where that exists too): nothing of an earlier run is deleted. The
-    names they went to."""
+    anything (unused_path): nothing of an earlier run is deleted. The names they went to."""
     moved = []
     for name in names:
         src = os.path.join(out, name)
         if not os.path.lexists(src):
             continue
-        stem, ext = (src[:-4], ".log") if src.endswith(".log") else (src, "")
-        dst, n = stem + suffix + ext, 2
-        while os.path.lexists(dst):
-            dst, n = "%s%s.%d%s" % (stem, suffix, n, ext), n + 1
+        dst = unused_path(*((src[:-4], suffix, ".log") if src.endswith(".log") else (src, suffix)))
         os.rename(src, dst)
         moved.append(os.path.relpath(dst, out))
     return moved
 
 
-def resumed_record(out, mode, steps, all_sets, binary, args):
-    """The record of the run in `out` to finish: the same mode, preset, steps, sets and binaries'
-    commit (BadInput naming what differs), every point and the profile that ran to their figures
-    kept, each other one's run folder and log set aside (NAME.attempt-N) and its entry reset; the
-    predictions stay the ones written before that run's first point."""
-    with open(os.path.join(out, RECORD_FILE)) as f:
-        record = json.load(f)
+def lacks_figures(entry, node):
+    """A point (its "measured") or the profile (its "run", and the overlap read from its trace) that
+    a resume runs again: anything but a run to its figures."""
+    if "run" in entry:
+        return (entry.get("run") or {}).get("status") != "ok" or bool(profile_trace_problems(entry.get("overlap") or {},
+                                                                                              node))
+    return (entry.get("measured") or {}).get("status") != "ok"
+
+
+def resumed_record(out, record, mode, steps, all_sets, binary, args):
+    """`record`, the record of the run in `out`, to finish: the same mode, preset, steps, sets and
+    binaries' commit (BadInput naming what differs), every point and the profile that ran to their
+    figures kept, each other one's run folder and log set aside (NAME.attempt-N) and its entry
+    reset; the predictions stay the ones written before that run's first point."""
     commit = binaries_of(binary)
     asked = {"mode": mode["name"], "world_size": mode["world_size"], "steps": steps, "sets": all_sets,
              "commit_full": commit["commit_full"], "uncommitted_changes": commit["uncommitted_changes"],
@@ -936,13 +954,13 @@ def resumed_record(out, mode, steps, all_sets, binary, args):
     timeout = args.point_timeout
     record["point_timeout"] = timeout
     for p in record["points"]:
-        if (p.get("measured") or {}).get("status") != "ok":
+        if lacks_figures(p, mode is NODE):
             name = os.path.join("points", str(p["seq_len"]))
             set_aside(out, [name, name + ".log"], attempt)
             p.update(started=None, measured=None, comparison=None,
                      box_s=point_box_s(p["planned"], p.get("steps", steps), mode, timeout))
     prof = record["overlap"]
-    if (prof.get("run") or {}).get("status") != "ok" or profile_trace_problems(prof.get("overlap") or {}, mode is NODE):
+    if lacks_figures(prof, mode is NODE):
         set_aside(out, ["profile"], attempt)
         prof.update(started=None, run=None, box_s=point_box_s(prof["planned"], steps, mode, timeout))
         prof.pop("overlap", None)
@@ -969,8 +987,7 @@ def new_record(out, mode, points, profile, preset, sets, steps, binary, launcher
               "world_size": mode["world_size"], "sets": all_sets, "environment_sets": environment_sets,
               "planner_sets": profile_sets, "steps": steps, "launcher": launcher, "binary": binary,
               "host": host_line, "host_memory": host, "collectives": collectives, **binaries_of(binary),
-              "warnings": [w for w in gpu_warnings(host_line) + [affinity_warning(mode["world_size"])] if w]
-              if mode is NODE else [],
+              "warnings": run_warnings(mode, host_line),
               "started": now_text(), "finished": None, "interrupted": None, "point_timeout": args.point_timeout,
               "predictions_written": predictions["written"],
               "requested_points": [seq for seq, _ in points], "published": published, "points": []}
@@ -999,6 +1016,11 @@ def hours(seconds):
     return "%.1f h" % (seconds / 3600.0)
 
 
+def utc_in(seconds, pattern):
+    """The UTC wall clock `seconds` from now, as strftime's `pattern` writes it (where a box ends)."""
+    return (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)).strftime(pattern)
+
+
 def run(args):
     mode, points, binary, launcher, out, sets, profile, collectives = prepare(args)
     steps = args.steps or mode["steps"]
@@ -1013,17 +1035,14 @@ def run(args):
     all_sets, _ = recorded_sets(sets)
     if args.resume:
         with open(os.path.join(out, RECORD_FILE)) as f:
-            before = json.load(f)
-        if all((p.get("measured") or {}).get("status") == "ok" for p in before["points"]) and \
-                (before["overlap"].get("run") or {}).get("status") == "ok" and \
-                not profile_trace_problems(before["overlap"].get("overlap") or {}, mode is NODE):
+            record = json.load(f)
+        if not any(lacks_figures(e, mode is NODE) for e in record["points"] + [record["overlap"]]):
             print("node acceptance: %s: every point and the profile have their figures; nothing to run" % out)
             return 0
-        record = resumed_record(out, mode, steps, all_sets, binary, args)
+        record = resumed_record(out, record, mode, steps, all_sets, binary, args)
         record["host_memory"] = host  # this host's, which the skips below read
         record["host"] = host_description(mode)
-        record["warnings"] = [w for w in gpu_warnings(record["host"]) + [affinity_warning(mode["world_size"])]
-                              if w] if mode is NODE else []
+        record["warnings"] = run_warnings(mode, record["host"])
     else:
         record = new_record(out, mode, points, profile, preset, sets, steps, binary, launcher, collectives, host, args)
     for w in record.get("warnings") or []:
@@ -1038,7 +1057,7 @@ def run(args):
           % (mode["name"], collectives["backend"], len(record["points"]), format_tokens(record["overlap"]["seq_len"]),
              os.path.join(out, PREDICTIONS_FILE), "resumed: %d to run" % len(to_run) if args.resume else "to run",
              hours(planned_s), planned_s, hours(boxes_s),
-             (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=boxes_s)).strftime("%Y-%m-%d %H:%M"),
+             utc_in(boxes_s, "%Y-%m-%d %H:%M"),
              host_text(host)), flush=True)
     execute(record, out, mode, preset, sets, launcher, host)
     ok = all(p["measured"]["status"] == "ok" for p in record["points"]) and record["overlap"]["run"]["status"] == "ok"
@@ -1058,20 +1077,27 @@ def execute(record, out, mode, preset, sets, launcher, host):
     current = []  # the entry being run and its run folder, while it runs
     gate = None
     # the gate reads the first point run in this run's folder: none when an earlier attempt's points ran
-    first_run = [not any((e.get("measured") or e.get("run") or {}).get("steps")
-                         for e in record["points"] + [profiled])]
+    first_run = not any((e.get("measured") or e.get("run") or {}).get("steps") for e in record["points"] + [profiled])
+
+    def skipped(entry):
+        """The entry's record where it does not run (the gate, or the host memory it lacks), else None."""
+        reason = gate or host_refusal(entry["planned"], host)
+        return {"status": "skipped", "reason": reason, "wall_s": None, "command": None} if reason else None
+
+    def ran(name, figures):
+        nonlocal gate, first_run
+        if first_run:
+            gate = gate_reason(name, figures)
+        first_run = False
 
     def run_point(p):
-        nonlocal gate
         p["started"] = time.time()
-        refusal = host_refusal(p["planned"], host)
-        if gate or refusal:
-            p["measured"] = {"status": "skipped", "reason": gate or refusal, "wall_s": None, "command": None}
-        else:
+        p["measured"] = skipped(p)
+        if not p["measured"]:
             run_dir = os.path.join(out, "points", str(p["seq_len"]))
             print("%s: started, box %d s (until %s UTC), output in %s" % (
                 point_name(p, mode is not NODE), p["box_s"],
-                (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=p["box_s"])).strftime("%H:%M"),
+                utc_in(p["box_s"], "%H:%M"),
                 run_dir + ".log"), flush=True)
             current[:] = [p, run_dir]
             result = run_odyssey(p["seq_len"], p.get("steps", record["steps"]), p["box_s"], run_dir, preset=preset,
@@ -1081,9 +1107,7 @@ def execute(record, out, mode, preset, sets, launcher, host):
             current[:] = []
             if p["measured"].get("status") == "ok":
                 p["measured"]["collective_backend"] = run_backend(run_dir)
-            if first_run[0]:
-                gate = gate_reason(format_tokens(p["seq_len"]), p["measured"])
-            first_run[0] = False
+            ran(format_tokens(p["seq_len"]), p["measured"])
         p["comparison"] = compare(p["planned"], p["measured"], published.get(p["stands_for"]))
         write_report(out, record)
         print_point(p, mode)
@@ -1092,13 +1116,10 @@ def execute(record, out, mode, preset, sets, launcher, host):
         # the NCCL overlap: the profiled length, planned with the points, its last step under Kineto
         if profiled.get("run"):
             return
-        nonlocal gate
         trace = os.path.join(out, profiled["trace"])
         profiled["started"] = time.time()
-        refusal = host_refusal(profiled["planned"], host)
-        if gate or refusal:
-            profiled["run"] = {"status": "skipped", "reason": gate or refusal, "wall_s": None, "command": None}
-        else:
+        profiled["run"] = skipped(profiled)
+        if not profiled["run"]:
             os.makedirs(os.path.dirname(trace), exist_ok=True)
             run_dir = os.path.join(out, "profile", "run")
             current[:] = [profiled, run_dir]
@@ -1110,9 +1131,7 @@ def execute(record, out, mode, preset, sets, launcher, host):
             current[:] = []
             if profiled["run"]["status"] == "ok":
                 profiled["overlap"] = summarize_trace(trace, overlap_of_events)
-            if first_run[0]:
-                gate = gate_reason("the profile at " + format_tokens(profiled["seq_len"]), profiled["run"])
-            first_run[0] = False
+            ran("the profile at " + format_tokens(profiled["seq_len"]), profiled["run"])
         write_report(out, record)
         print("profile at %s: %s%s" % (format_tokens(profiled["seq_len"]), profiled["run"]["status"],
                                         ": " + profiled["run"]["reason"] if profiled["run"].get("reason") else ""),
