@@ -62,6 +62,7 @@ def self_test():
     (name, _, sets, lengths), = cases("fulldepth", 2)  # every layer of the preset: no n_layers set
     assert sets == ["parallel.emulate=true"] and lengths == [262144, 524288] and "full-depth" in name, (name, sets)
     self_test_written_per_point(name, sets, lengths)
+    self_test_one_length(name, sets, lengths)
     print("planner_vs_measured self-test: ok")
 
 
@@ -91,6 +92,26 @@ def self_test_written_per_point(name, sets, lengths):
     (case,), = on_disk
     assert [p["seq_len"] for p in case["points"]] == [262144] and case["points"][0]["measured_peak_bytes"] == 41 * gib
     assert case["ok"] is False and case["error"].startswith("unfinished: 1 of 2 points"), case
+
+
+def self_test_one_length(name, sets, lengths):
+    """--lengths: the 512K point alone, judged by its peak (no slope from one point); a length the
+    case lacks stops the script."""
+    assert chosen_lengths(lengths, "", name) == lengths and chosen_lengths(lengths, " 524288 ", name) == [524288]
+    for wrong in ("1000", "512K"):
+        try:
+            chosen_lengths(lengths, wrong, name)
+            raise AssertionError("--lengths %s was taken" % wrong)
+        except SystemExit as e:
+            assert wrong in str(e), e
+    point = {"seq_len": 524288, "planned_tensor_peak_bytes": 40, "measured_peak_bytes": 41, "peak_ok": True}
+    with contextlib.redirect_stdout(io.StringIO()):
+        case = measure(name, "p.toml", sets, [524288], 1, "unused", 1, measure_point=lambda *args: dict(point))
+    assert case["ok"] is True and "error" not in case and "slope_ratio" not in case, case
+    point["peak_ok"] = False
+    with contextlib.redirect_stdout(io.StringIO()):
+        case = measure(name, "p.toml", sets, [524288], 1, "unused", 1, measure_point=lambda *args: dict(point))
+    assert case["ok"] is False, case
 
 
 def cases(which, layers):
@@ -158,6 +179,22 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     return point
 
 
+def chosen_lengths(lengths, given, name):
+    """The lengths of `given` ("524288", space-separated) among the case's `lengths`, all of them
+    when none is given; a length the case does not have stops the script, naming both."""
+    if not given.strip():
+        return lengths
+    try:
+        chosen = [int(word) for word in given.split()]
+    except ValueError:
+        sys.exit("planner_vs_measured: --lengths %r: lengths are tokens (262144), space-separated" % given)
+    unknown = [seq for seq in chosen if seq not in lengths]
+    if unknown:
+        sys.exit("planner_vs_measured: --lengths %s: case %s measures %s only"
+                 % (" ".join(map(str, unknown)), name, " ".join(map(str, lengths))))
+    return chosen
+
+
 def measure(name, preset, sets, lengths, steps, out, timeout, case=None, save=lambda: None, measure_point=None):
     """One case: each length measured (measure_point, default measure_one) into `case` (a new dict
     unless given), then its bytes per token. `save()` runs after every point: the record written
@@ -185,6 +222,9 @@ def measure(name, preset, sets, lengths, steps, out, timeout, case=None, save=la
             save()
             print(json.dumps({k: point.get(k) for k in POINT_KEYS}), flush=True)
         case.pop("error", None)
+        if len(case["points"]) < 2:  # one length (--lengths): its peak against the plan, no slope to take
+            case["ok"] = all(p["peak_ok"] for p in case["points"])
+            return case
         a, b = case["points"]
         tokens = b["seq_len"] - a["seq_len"]
         case["planned_bytes_per_token"] = (b["planned_tensor_peak_bytes"] - a["planned_tensor_peak_bytes"]) / tokens
@@ -250,7 +290,11 @@ def main():
                              "128K; fulldepth: the 8B's rank 0 emulated with all 32 layers at 256K and 512K (about "
                              "5 minutes on an H200); tiny: the CPU dry run's")
     parser.add_argument("--layers", type=int, default=2, help="layers of the emulated 8B rank")
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=2,
+                        help="steps a point (1: its peak and step 1's time, which holds the first step's warm-up)")
+    parser.add_argument("--lengths", default="",
+                        help="the case's lengths to measure, in tokens, space-separated (default all): the point "
+                             "a deadline left unmeasured, measured by a later call on its own")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
     parser.add_argument("--self-test", action="store_true", help="check the gap arithmetic, run nothing")
     args = parser.parse_args()
@@ -260,6 +304,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     results = []
     for name, preset, sets, lengths in cases(args.cases, args.layers):
+        lengths = chosen_lengths(lengths, args.lengths, name)
         results.append({})  # filled by measure, written after each of its points
         measure(name, preset, sets, lengths, args.steps, args.out, args.timeout, case=results[-1],
                 save=lambda: write_results(args.out, results))

@@ -40,7 +40,8 @@
 # will run on: h100, h200) and --records DIR (where they go: bench/results). Environment:
 # THROUGHPUT_LENGTHS (the throughput stage's lengths, "32K 64K 128K" on a GPU), THROUGHPUT_SYSTEMS
 # (its systems, throughput.py --systems), PLANNER_CASES (fulldepth: the planner stage on the 8B's
-# rank 0 with all its layers), LONGEST_BOX, LONGEST_SYSTEMS (the longest stage's systems: default
+# rank 0 with all its layers), PLANNER_LENGTHS (some of its lengths only, in tokens: the point an
+# earlier call's deadline left), PLANNER_STEPS (steps a planner point: 2), LONGEST_BOX, LONGEST_SYSTEMS (the longest stage's systems: default
 # "pytorch hf-liger odyssey"), LONGEST_OF (the folder of the baselines' results the Odyssey trial
 # multiplies: this call's by default, committed records' longest/ folders, space-separated, when
 # the baselines ran in earlier calls), AT_LONGEST_FROM (the folders of the longest stage's
@@ -277,7 +278,8 @@ stage_throughput() {
 }
 
 stage_planner() {
-  "$PY" bench/gpu/planner_vs_measured.py --cases "$PLANNER_CASES" --out "$WORK/planner"
+  "$PY" bench/gpu/planner_vs_measured.py --cases "$PLANNER_CASES" --lengths "${PLANNER_LENGTHS:-}" \
+    --steps "${PLANNER_STEPS:-2}" --out "$WORK/planner"
 }
 
 baseline_results() {  # baseline_results "FOLDER..." : each folder's longest_<baseline>.json
