@@ -441,6 +441,7 @@ def fig_planner(rec):
         measured = [m for m, _ in overheads]
         out.append(("runtime overhead: the driver's count less the allocator's peak",
                     "(planner input: %.2f GiB)" % (overheads[0][1] / 2**30),
+                    "%.2f GiB in 1 run" % (measured[0] / 2**30) if len(measured) == 1 else
                     "%.2f to %.2f GiB over %d runs" % (min(measured) / 2**30, max(measured) / 2**30, len(measured))))
     return out
 
