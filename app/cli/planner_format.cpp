@@ -202,6 +202,10 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
   write_attention_kernels(w, t);
   w.key("recompute_s")
       .value(t.recompute_s)
+      .key("loss_traffic_s")
+      .value(t.loss_traffic_s)
+      .key("device_optimizer_s")
+      .value(t.device_optimizer_s)
       .key("all_to_all_s")
       .value(t.all_to_all_s)
       .key("fsdp_comm_s")
@@ -322,9 +326,10 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
 
   const StepTimePlan& t = plan.time;
   os << printf_string(
-      "\nstep: %.4g s (compute %.4g s of which recompute %.4g s and attention kernels %.4g s, all-to-all "
-      "%.3g s, FSDP exposed %.3g s, offload exposed %.3g s)\n",
-      t.step_s, t.compute_s, t.recompute_s, t.attention_s, t.all_to_all_s, t.fsdp_comm_s, t.offload_s);
+      "\nstep: %.4g s (compute %.4g s of which recompute %.4g s and attention kernels %.4g s, loss's logit "
+      "passes %.3g s, device AdamW %.3g s, all-to-all %.3g s, FSDP exposed %.3g s, offload exposed %.3g s)\n",
+      t.step_s, t.compute_s, t.recompute_s, t.attention_s, t.loss_traffic_s, t.device_optimizer_s, t.all_to_all_s,
+      t.fsdp_comm_s, t.offload_s);
   if (t.host_optimizer_s > 0)
     os << printf_string(
         "optimizer offload: host AdamW %.3g s, PCIe (gradients down, parameters up) %.3g s; the step waits "

@@ -50,6 +50,7 @@ const std::set<std::string>& config_panel_keys() {
                                              "hardware.device_memory_gib",
                                              "hardware.bf16_tflops",
                                              "hardware.pcie_gbps",
+                                             "hardware.device_memory_gbps",
                                              "hardware.nvlink_gbps",
                                              "hardware.host_memory_gib",
                                              "hardware.host_optimizer_gbps",
@@ -434,6 +435,7 @@ void draw_hardware(AppState& state) {
       input_f64(state, "bf16 TFLOP/s", "hardware.bf16_tflops", &c.hardware.bf16_tflops, "%.1f");
       input_f64(state, "NVLink GB/s", "hardware.nvlink_gbps", &c.hardware.nvlink_gbps, "%.0f");
       input_f64(state, "PCIe GB/s", "hardware.pcie_gbps", &c.hardware.pcie_gbps, "%.0f");
+      input_f64(state, "Device memory GB/s", "hardware.device_memory_gbps", &c.hardware.device_memory_gbps, "%.0f");
       input_f64(state, "Host memory (GiB)", "hardware.host_memory_gib", &c.hardware.host_memory_gib, "%.0f");
       input_f64(state, "Host AdamW bandwidth (GB/s)", "hardware.host_optimizer_gbps", &c.hardware.host_optimizer_gbps,
                 "%.0f");

@@ -163,12 +163,15 @@ struct MemoryConfig {
 
 /// [hardware] The target the planner predicts for (the engine measures where it runs).
 struct HardwareConfig {
-  std::string profile = "h100-sxm";    ///< h100-sxm, h200, cpu or "custom"
-  double device_memory_gib = 79.1;     ///< usable memory per device
-  double bf16_tflops = 989.4;          ///< dense bf16 peak per device
-  double nvlink_gbps = 450.0;          ///< intra-node bandwidth per device and direction, GB/s
-  double internode_gbps = 50.0;        ///< inter-node bandwidth per device and direction, GB/s
-  double pcie_gbps = 50.0;             ///< host<->device bandwidth per device and direction, GB/s
+  std::string profile = "h100-sxm";  ///< h100-sxm, h200, cpu or "custom"
+  double device_memory_gib = 79.1;   ///< usable memory per device
+  double bf16_tflops = 989.4;        ///< dense bf16 peak per device
+  double nvlink_gbps = 450.0;        ///< intra-node bandwidth per device and direction, GB/s
+  double internode_gbps = 50.0;      ///< inter-node bandwidth per device and direction, GB/s
+  double pcie_gbps = 50.0;           ///< host<->device bandwidth per device and direction, GB/s
+  /// device-memory bandwidth the memory-bound kernels reach (the loss's passes over the logits,
+  /// the device AdamW), GB/s
+  double device_memory_gbps = 2930.0;
   double host_memory_gib = 2048.0;     ///< host memory per node
   double host_optimizer_gbps = 113.0;  ///< memory bandwidth the host AdamW reaches per node, GB/s
   int64_t gpus_per_node = 8;           ///< devices sharing one host

@@ -524,6 +524,10 @@ std::vector<KeySpec> make_schema() {
                         "Inter-node bandwidth per device and direction, GB/s.", closed(kSlowestRate, 1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.pcie_gbps, "pcie_gbps",
                         "Host<->device bandwidth per device and direction, GB/s.", closed(kSlowestRate, 1e6, "GB/s")));
+  s.push_back(ODY_FLOAT("hardware", hardware.device_memory_gbps, "device_memory_gbps",
+                        "Device-memory bandwidth the memory-bound kernels reach (the loss's passes over the logits, "
+                        "the device AdamW), GB/s.",
+                        closed(kSlowestRate, 1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.host_optimizer_gbps, "host_optimizer_gbps",
                         "Memory bandwidth the host AdamW reaches per node (shared by its devices), GB/s.",
                         closed(kSlowestRate, 1e6, "GB/s")));

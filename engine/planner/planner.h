@@ -75,7 +75,11 @@ struct StepTimePlan {
   /// memory.keep_attention_blocks, or all); the others run their own path: the Untied stages or
   /// packed documents (`lse_kernel`), else standard attention through SDPA
   int64_t kept_blocks = 0;
-  double recompute_s = 0;       ///< the part of compute_s spent recomputing
+  double recompute_s = 0;  ///< the part of compute_s spent recomputing
+  /// the loss's elementwise passes over the logits at hardware.device_memory_gbps (beyond its GEMMs)
+  double loss_traffic_s = 0;
+  /// the device AdamW and gradient norm over the rank's shards (none under optimizer offload)
+  double device_optimizer_s = 0;
   double all_to_all_s = 0;      ///< Ulysses all-to-all (not overlapped)
   double fsdp_comm_s = 0;       ///< all-gather + reduce-scatter (overlapped part excluded)
   double offload_s = 0;         ///< PCIe traffic not hidden behind compute

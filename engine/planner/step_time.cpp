@@ -3,12 +3,14 @@
 // plus causal attention counted once (Megatron: 6 L H hd S per token); mfu_palm counts attention
 // non-causally (PaLM, torchtitan: 12 L H hd S). Hardware FLOPs add the recompute the engine runs
 // and the attention backward's products beyond 2 forwards (it runs 2.5).
-// Three terms: compute (FLOPs at two efficiencies), communication (all-to-all, FSDP) and offload
-// (activations, optimizer). defines: model_step_time
+// Four terms: compute (FLOPs at two efficiencies), memory-bound work (the loss's passes over the
+// logits, the device AdamW), communication (all-to-all, FSDP) and offload (activations,
+// optimizer). defines: model_step_time
 #include "engine/planner/step_time.h"
 
 #include <algorithm>
 
+#include "engine/layout/loss_traffic.h"
 #include "engine/layout/schedule_rules.h"
 
 #include "kernels/linear_cross_entropy_plan.h"
@@ -27,6 +29,12 @@ double exposed(double comm_s, double overlap_s) { return std::max(0.0, comm_s - 
 constexpr double kHostAdamBytesPerParam = 32.0;
 constexpr double kHostNormBytesPerParam = 4.0;
 
+/// Device memory traffic of one parameter through the device's AdamW (engine/train/optimizer.cpp:
+/// at::_fused_adamw_ reads p, g, m, v and writes p, m, v in fp32, the clipping folded in: 28) and
+/// the gradient norm before it (reads g: 4).
+constexpr double kDeviceAdamBytesPerParam = 28.0;
+constexpr double kDeviceNormBytesPerParam = 4.0;
+
 /// Hardware FLOPs of the attention kernel's backward per forward: FlashAttention's and cuDNN's
 /// backward run five [S, S]-sized products (QK^T again, dP = dO V^T, dV = P^T dO, dQ = dS K,
 /// dK = dS^T Q) to the forward's two (QK^T, PV). The model FLOPs (MFU's) count 2, as for a GEMM.
@@ -44,6 +52,7 @@ struct StepTimeContext {
   double comm_bw = 0;          ///< FSDP's collectives over the W ranks
   double a2a_bw = 0;           ///< Ulysses' all-to-all over the P ranks
   double pcie_bw = 0;          ///< host <-> device copies
+  double memory_bw = 0;        ///< device memory, as memory-bound kernels reach it
 
   StepTimeContext(const PlanShapes& shapes, const HardwareConfig& hardware) : s(shapes), hw(hardware) {
     t = static_cast<double>(s.t);
@@ -57,6 +66,7 @@ struct StepTimeContext {
     comm_bw = link(static_cast<double>(s.W));
     a2a_bw = link(static_cast<double>(s.P));
     pcie_bw = hw.pcie_gbps * 1e9;
+    memory_bw = hw.device_memory_gbps * 1e9;
   }
 };
 
@@ -171,6 +181,27 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   out.attention_pair_fraction = s.attention_pair_fraction;
   out.peak_flops = peak;
   return {model, model_palm, hardware};
+}
+
+/// The memory-bound term: work whose time is the bytes it moves through device memory rather than
+/// its FLOPs, into `pt` and `out`: the loss's elementwise passes over the [t, V] logits (the fused
+/// kernel's, the tile loop's or the untiled autograd chain's: engine/layout/loss_traffic.h) and,
+/// where the optimizer stays on the device, its AdamW and gradient norm over the rank's shards.
+void memory_bound_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes& pt) {
+  const PlanShapes& s = c.s;
+  const double logits = c.t * static_cast<double>(s.V);
+  const LossLogitBytes loss = !s.tiled_loss   ? unfused_loss_logit_bytes(s.c)
+                              : s.cuda_target ? fused_loss_logit_bytes(s.c)
+                                              : tiled_loss_by_hand_logit_bytes(s.c);
+  pt.seconds[static_cast<int>(PhaseKind::FwdLoss)] += logits * loss.forward / c.memory_bw;
+  pt.seconds[static_cast<int>(PhaseKind::BwdLoss)] += logits * loss.backward / c.memory_bw;
+  out.loss_traffic_s = logits * loss.total() / c.memory_bw;
+  if (!s.offload_optimizer) {
+    const double shard_elems = c.L * static_cast<double>(s.block_layout.shard_numel) +
+                               static_cast<double>(s.embed_layout.shard_numel + s.head_layout.shard_numel);
+    out.device_optimizer_s = shard_elems * (kDeviceAdamBytesPerParam + kDeviceNormBytesPerParam) / c.memory_bw;
+    pt.seconds[static_cast<int>(PhaseKind::Optimizer)] += out.device_optimizer_s;
+  }
 }
 
 /// The communication term: Ulysses' all-to-alls and FSDP's collectives (or the all-reduce without
@@ -335,6 +366,7 @@ StepTimePlan model_step_time(const PlanShapes& s, const HardwareConfig& hw, Phas
   StepTimePlan out;
   PhaseTimes pt;
   const FlopTerms flops = compute_terms(c, out, pt);
+  memory_bound_terms(c, out, pt);
   communication_terms(c, out, pt);
   const OffloadTerms offload = offload_terms(c, out, pt);
 

@@ -552,6 +552,64 @@ TEST_CASE("optimizer offload: the host AdamW's seconds and the optimizer's PCIe 
   CHECK(off.optimizer_pcie_s == 0);
 }
 
+TEST_CASE("step time: the loss's passes over the logits and the device AdamW at device_memory_gbps",
+          "[planner][terms][time]") {
+  // The 1B preset at 32K on the H200 profile, one rank: t = 32768 tokens, V = 128256 logits each,
+  // in bf16. Bytes a logit (engine/layout/loss_traffic.h): the untiled chain 22 forward + 26
+  // backward, the fused kernel 10 in the forward; the device AdamW 28 + 4 B a parameter.
+  // Relative 1e-12: a product and a quotient of exact doubles on each side.
+  LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3.2-1b-1xh100.toml");
+  REQUIRE(loaded.ok());
+  RunConfig cfg = loaded.config;
+  cfg.hardware = *find_hardware_profile("h200");
+  cfg.training.seq_len = 32768;
+  cfg.memory.activation_checkpointing = false;
+  cfg.memory.offload_activations = false;
+  cfg.memory.tiled_mlp = false;
+  cfg.memory.untied_ulysses = false;
+  cfg.memory.heads_per_stage = 0;
+  cfg.memory.offload_optimizer = false;
+  cfg.memory.tiled_loss = false;
+  REQUIRE(validate(cfg).empty());
+  REQUIRE(runs_cuda_path(cfg));
+  const double bw = 4200e9, logits = 32768.0 * 128256.0;
+  // the predicted seconds of the step's phase `name` ("optimizer", "bwd/loss")
+  const auto phase_s = [](const MemoryPlan& plan, const std::string& name) {
+    for (const PhasePlan& p : plan.phases)
+      if (p.name == name) return p.time_s;
+    FAIL("no phase " << name);
+    return -1.0;
+  };
+  const MemoryPlan untiled_plan = plan_memory(cfg);
+  const StepTimePlan& untiled = untiled_plan.time;
+  CHECK(untiled.loss_traffic_s == Approx(logits * 48 / bw).epsilon(1e-12));
+  // every parameter is on the one rank: the 1B's 1,235,814,400 (the head tied to the embedding);
+  // relative 1e-6: a shard's padding to its alignment is a few hundred elements at most
+  CHECK(untiled.device_optimizer_s == Approx(1235814400.0 * 32 / bw).epsilon(1e-6));
+  CHECK(phase_s(untiled_plan, "optimizer") == untiled.device_optimizer_s);
+
+  cfg.memory.tiled_loss = true;
+  REQUIRE(validate(cfg).empty());
+  const MemoryPlan fused_plan = plan_memory(cfg);
+  const StepTimePlan& fused = fused_plan.time;
+  CHECK(fused.loss_traffic_s == Approx(logits * 10 / bw).epsilon(1e-12));
+  for (const PhasePlan& p : fused_plan.phases)  // the fused kernel's backward runs in its forward
+    CHECK(p.name != "bwd/loss");
+  // One vocabulary tile at 32K (kernels::fused_loss_tiles): as many head GEMMs as the untiled
+  // loss, so the 38 B a logit between them are the whole difference in the two steps.
+  REQUIRE(fused.hardware_flops_per_token == untiled.hardware_flops_per_token);
+  CHECK(untiled.step_s - fused.step_s == Approx(logits * 38 / bw).epsilon(1e-9));
+
+  // Under optimizer offload the device runs no AdamW; a slower device memory slows only the term.
+  cfg.memory.offload_optimizer = true;
+  CHECK(plan_step_time(cfg).device_optimizer_s == 0);
+  cfg.memory.offload_optimizer = false;
+  cfg.hardware.device_memory_gbps = 2100;
+  const StepTimePlan slower = plan_step_time(cfg);
+  CHECK(slower.loss_traffic_s == Approx(2 * fused.loss_traffic_s).epsilon(1e-12));
+  CHECK(slower.step_s - fused.step_s == Approx(fused.loss_traffic_s + fused.device_optimizer_s).epsilon(1e-9));
+}
+
 TEST_CASE("step time: the attention kernels at attention_efficiency, every other FLOP at compute_efficiency",
           "[planner][terms][time]") {
   // One rank, no communication, no offload: the step is compute alone, so each efficiency's share
@@ -590,7 +648,8 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   CHECK(t.compute_s == Approx(tokens * (hardware - attention) / (peak * 0.4) + attention_s).epsilon(1e-12));
   CHECK(t.recompute_s ==
         Approx(tokens * ((recompute - L * core) / (peak * 0.4) + L * core / (peak * 0.25))).epsilon(1e-12));
-  CHECK(t.step_s == Approx(t.compute_s).epsilon(1e-12));  // one rank, no offload: nothing but compute
+  // one rank, no offload: compute and the memory-bound work (the case below)
+  CHECK(t.step_s == Approx(t.compute_s + t.loss_traffic_s + t.device_optimizer_s).epsilon(1e-12));
 
   // Each efficiency moves its own share of the step and nothing else. (The differences cancel
   // about half of each operand: relative 1e-9 keeps far clear of the 1e-16 rounding.)
