@@ -65,17 +65,18 @@ TEST_CASE("documents: a packed batch equals its documents run alone, every techn
 
 TEST_CASE("documents: without masking the packed batch differs from its documents", "[documents][equivalence]") {
   // The check above can fail: attention across the boundaries moves the gradients by far more
-  // than the tolerance (the loss of a random model near log V moves less: its attention is near
-  // uniform either way, so the gradients are the sharper witness).
+  // than the tolerance (over 100 tolerances with either initial draw of the weights the engine has
+  // made). The loss is no witness: a random model's is near log V and its attention near uniform
+  // either way, so how far it moves depends on the draw (1.3e-4 relative with the chunked draw,
+  // under the 2.2e-4 tolerance; above it with the whole-group draw before it).
   RunConfig cfg = packed_config();
   const PackedBatch batch = two_rows(cfg.model.vocab_size);
   ModelInputs unmasked = packed_inputs(batch, 0, 32, /*restart=*/true);
   unmasked.documents = DocumentSpans{};
   Trainer packed(cfg, cpu_rank());
-  const double leaky = packed.forward_backward(unmasked);
+  packed.forward_backward(unmasked);
   Trainer alone(cfg, cpu_rank());
-  const double reference = run_documents_alone(alone, batch, true);
-  CHECK(std::abs(leaky - reference) > loss_tolerance(cfg, 2) * std::abs(reference));
+  run_documents_alone(alone, batch, true);
   const double grad_diff = per_param_max_relative_diff(alone, group_grads(packed), group_grads(alone));
   INFO("gradient difference " << grad_diff << ", tolerance " << gradient_tolerance(cfg, 2));
   CHECK(grad_diff > 100 * gradient_tolerance(cfg, 2));

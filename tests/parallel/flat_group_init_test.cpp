@@ -50,7 +50,8 @@ TEST_CASE("flat group init: every rank's shard is the single-rank run's slice, a
   CHECK_FALSE(at::equal(shard_of(0, 1, 8), whole));  // another seed, other weights
 }
 
-TEST_CASE("flat group init: normal weights with the spec's std, chunk by chunk; norms of ones", "[parallel][init]") {
+TEST_CASE("flat group init: normal weights with the spec's std, chunk by chunk, and norms of ones",
+          "[parallel][init]") {
   const at::Tensor w = shard_of(0, 1, 11).to(at::kDouble);
   const int64_t n1 = 1500 * 1000, n2 = 2300 * 1000;
   const at::Tensor w1 = w.narrow(0, 0, n1), norm = w.narrow(0, n1, 1000), w2 = w.narrow(0, n1 + 1000, n2);
