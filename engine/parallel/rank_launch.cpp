@@ -212,7 +212,16 @@ std::optional<TorchrunEnv> torchrun_env() {
   if (env.rank >= env.world_size)
     throw std::invalid_argument("torchrun environment: RANK=" + std::to_string(env.rank) +
                                 " must be below WORLD_SIZE=" + std::to_string(env.world_size));
-  if (const char* local = std::getenv("LOCAL_RANK")) env.local_rank = parse_env_int("LOCAL_RANK", local, 0);
+  if (const char* local = std::getenv("LOCAL_RANK")) {
+    env.local_rank = parse_env_int("LOCAL_RANK", local, 0);
+  } else if (env.world_size > 1) {
+    // A launcher other than torchrun (srun, mpirun, a script) that sets RANK and WORLD_SIZE alone:
+    // every process of a node would take its first GPU.
+    throw std::invalid_argument(
+        "torchrun environment: LOCAL_RANK is unset while WORLD_SIZE=" + std::to_string(env.world_size) +
+        ": set it to the process's index on its node (torchrun sets it; under srun "
+        "LOCAL_RANK=$SLURM_LOCALID), or every process of a node takes its first GPU");
+  }
   if (const char* local_world = std::getenv("LOCAL_WORLD_SIZE"))
     env.local_world_size = parse_env_int("LOCAL_WORLD_SIZE", local_world, 1);
   if (env.local_rank >= env.local_world_size && std::getenv("LOCAL_WORLD_SIZE"))

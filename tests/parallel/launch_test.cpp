@@ -252,6 +252,16 @@ TEST_CASE("torchrun environment: parsed, validated, absent", "[launch]") {
   CHECK_THROWS_WITH(torchrun_env(), Catch::Contains("WORLD_SIZE is unset while RANK is set"));
   ::setenv("WORLD_SIZE", "2", 1);
   ::setenv("RANK", "1", 1);
+  // a launcher that sets RANK and WORLD_SIZE alone: each process would take the node's first GPU
+  ::unsetenv("LOCAL_RANK");
+  CHECK_THROWS_WITH(torchrun_env(),
+                    Catch::Contains("LOCAL_RANK is unset while WORLD_SIZE=2") && Catch::Contains("SLURM_LOCALID"));
+  ::setenv("WORLD_SIZE", "1", 1);  // one process: its GPU is the first
+  ::setenv("RANK", "0", 1);
+  CHECK(torchrun_env()->local_rank == 0);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("RANK", "1", 1);
+  ::setenv("LOCAL_RANK", "1", 1);
   CHECK_FALSE(torchrun_env()->use_agent_store);
   ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
   ::setenv("TORCHELASTIC_RESTART_COUNT", "3", 1);
