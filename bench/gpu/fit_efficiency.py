@@ -28,9 +28,11 @@ benchmarks' (systems.py: ODYSSEY_BENCH_PRESET, ODYSSEY_BENCH_SETS, the GPU's pro
 
 What the fit assumes: `rest` is the plan's at its current efficiencies, while the terms that
 overlap compute (exposed FSDP collectives and offload copies, the pipelined host AdamW's waits)
-would shrink as compute slows; it is zero for the 1B on one GPU, and under rank emulation it holds
-collectives the emulated run does not pay (0.7% of the 8B's 2-layer step at 512K). A cost per step
-that the planner does not model (the on-device AdamW, launches) lands in the efficiencies. The
+would shrink as compute slows; for the 1B on one GPU it is the memory-bound work alone (the loss's
+passes over the logits, the device AdamW: `loss_traffic_s`, `device_optimizer_s`), and under rank
+emulation it holds collectives the emulated run does not pay (0.7% of the 8B's 2-layer step at
+512K). A cost per step that the planner does not model (launches, a block's elementwise work
+between its GEMMs) lands in the efficiencies. The
 squares are of seconds, so the longest lengths weigh most.
 """
 import argparse

@@ -37,6 +37,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_flops import parse_tokens  # noqa: E402
 from systems import (NOT_RUN, ROOT, odyssey_binary, plan_point, point_of, predict_point,  # noqa: E402
                      predictions_dir, run_sampling_device_use)
 
@@ -97,10 +98,15 @@ def self_test_written_per_point(name, sets, lengths):
 def self_test_one_length(name, sets, lengths):
     """--lengths: the 512K point alone, judged by its peak (no slope from one point); a length the
     case lacks stops the script."""
-    assert chosen_lengths(lengths, "", name) == lengths and chosen_lengths(lengths, " 524288 ", name) == [524288]
-    for wrong in ("1000", "512K"):
+    full = [(name, "p.toml", sets, lengths)]
+    assert chosen_lengths(full, "") == {name: lengths}
+    assert chosen_lengths(full, " 524288 ") == {name: [524288]} == chosen_lengths(full, "512K")
+    # two cases of other lengths (the gpu cases): a length picks its case, the other is left out
+    two = cases("gpu", 2)
+    assert chosen_lengths(two, "64K") == {"llama3.2-1b-1xh100": [65536]}, chosen_lengths(two, "64K")
+    for wrong in ("1000", "5x"):
         try:
-            chosen_lengths(lengths, wrong, name)
+            chosen_lengths(full, wrong)
             raise AssertionError("--lengths %s was taken" % wrong)
         except SystemExit as e:
             assert wrong in str(e), e
@@ -157,8 +163,10 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
         rows = [json.loads(l) for l in f if l.strip()]
     point["measured_peak_bytes"] = max(r["peak_bytes"] for r in rows)
     timed = [r["step_time_s"] for r in rows if "step_time_s" in r]
-    if timed:  # the first step is warm-up where there are others
-        point["measured_step_s"] = sum(timed[1:] or timed) / len(timed[1:] or timed)
+    if len(timed) > 1:  # the first step is warm-up: the others' mean is the step time
+        point["measured_step_s"] = sum(timed[1:]) / len(timed[1:])
+    elif timed:  # one step (--steps 1): its warm-up is in it, so it is no step time to set against the plan
+        point["first_step_s"] = timed[0]
     per_step = [r["phase_peak_bytes"] for r in rows if r.get("phase_peak_bytes")]
     if len(per_step) > 1:
         point["step1_gap_bytes"], point["step1_gap_phase"] = largest_gap(per_step[-1], per_step[0])
@@ -179,20 +187,23 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     return point
 
 
-def chosen_lengths(lengths, given, name):
-    """The lengths of `given` ("524288", space-separated) among the case's `lengths`, all of them
-    when none is given; a length the case does not have stops the script, naming both."""
+def chosen_lengths(all_cases, given):
+    """Each case's lengths among `given` ("512K 1M" or tokens, space-separated; every length when
+    none is given), as {case name: [lengths]}, a case with none of them left out; a length no case
+    measures stops the script, naming the cases' lengths."""
     if not given.strip():
-        return lengths
+        return {name: lengths for name, _, _, lengths in all_cases}
     try:
-        chosen = [int(word) for word in given.split()]
+        chosen = [parse_tokens(word) for word in given.split()]
     except ValueError:
-        sys.exit("planner_vs_measured: --lengths %r: lengths are tokens (262144), space-separated" % given)
-    unknown = [seq for seq in chosen if seq not in lengths]
+        sys.exit("planner_vs_measured: --lengths %r: lengths are tokens (524288 or 512K), space-separated" % given)
+    measured = {seq for _, _, _, lengths in all_cases for seq in lengths}
+    unknown = [seq for seq in chosen if seq not in measured]
     if unknown:
-        sys.exit("planner_vs_measured: --lengths %s: case %s measures %s only"
-                 % (" ".join(map(str, unknown)), name, " ".join(map(str, lengths))))
-    return chosen
+        sys.exit("planner_vs_measured: --lengths %s: the cases measure %s only"
+                 % (" ".join(map(str, unknown)), " ".join(map(str, sorted(measured)))))
+    picked = {name: [seq for seq in lengths if seq in chosen] for name, _, _, lengths in all_cases}
+    return {name: lengths for name, lengths in picked.items() if lengths}
 
 
 def measure(name, preset, sets, lengths, steps, out, timeout, case=None, save=lambda: None, measure_point=None):
@@ -293,8 +304,9 @@ def main():
     parser.add_argument("--steps", type=int, default=2,
                         help="steps a point (1: its peak and step 1's time, which holds the first step's warm-up)")
     parser.add_argument("--lengths", default="",
-                        help="the case's lengths to measure, in tokens, space-separated (default all): the point "
-                             "a deadline left unmeasured, measured by a later call on its own")
+                        help="the lengths to measure, in tokens (524288 or 512K), space-separated (default all): "
+                             "the point a deadline left unmeasured, measured by a later call on its own; a case "
+                             "with none of them is left out")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
     parser.add_argument("--self-test", action="store_true", help="check the gap arithmetic, run nothing")
     args = parser.parse_args()
@@ -303,8 +315,12 @@ def main():
         return
     os.makedirs(args.out, exist_ok=True)
     results = []
-    for name, preset, sets, lengths in cases(args.cases, args.layers):
-        lengths = chosen_lengths(lengths, args.lengths, name)
+    all_cases = cases(args.cases, args.layers)
+    picked = chosen_lengths(all_cases, args.lengths)
+    for name, preset, sets, _ in all_cases:
+        if name not in picked:
+            continue  # none of --lengths is this case's
+        lengths = picked[name]
         results.append({})  # filled by measure, written after each of its points
         measure(name, preset, sets, lengths, args.steps, args.out, args.timeout, case=results[-1],
                 save=lambda: write_results(args.out, results))

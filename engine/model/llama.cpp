@@ -34,7 +34,11 @@ LlamaModel::LlamaModel(const ModelConfig& model, const RankContext& ctx, const F
 
 void LlamaModel::init(uint64_t seed) {
   auto all = groups();
-  for (size_t g = 0; g < all.size(); ++g) all[g]->init(seed * 1000003ULL + g);
+  int64_t first_chunk = 0;  // the groups' initialisation chunks numbered over the model
+  for (FlatParamGroup* group : all) {
+    group->init(seed, first_chunk);
+    first_chunk += group->init_chunks();
+  }
 }
 
 std::vector<FlatParamGroup*> LlamaModel::groups() {

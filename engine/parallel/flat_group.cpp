@@ -38,9 +38,6 @@ uint64_t mix_seed(uint64_t seed, uint64_t salt) {
   return z ^ (z >> 31);
 }
 
-/// Elements of a tensor one initialisation generator draws (FlatParamGroup::init): 4 MiB of fp32.
-constexpr int64_t kInitChunkElements = int64_t{1} << 20;
-
 at::TensorOptions fp32_on(at::Device device) { return at::TensorOptions().dtype(at::kFloat).device(device); }
 
 }  // namespace
@@ -331,13 +328,30 @@ void FlatParamGroup::await_update() {
 
 FlatParamGroup::~FlatParamGroup() = default;
 
-void FlatParamGroup::init(uint64_t seed) {
-  // Rule: tensor i's values are drawn in chunks of kInitChunkElements, chunk k from its own
-  // generator (mix_seed(mix_seed(seed, i), k)), so a rank draws only the chunks its shard overlaps
-  // and every rank's slice equals the single-rank run's, whatever the world size. Time and memory
-  // reason: drawing the whole group on every rank made the 8B's setup about 50 s a rank (8 ranks'
-  // 32 GB of fp32 on one thread under emulation); the shard is an eighth of it, its chunks drawn
-  // in parallel.
+uint32_t init_chunk_seed(uint64_t seed, int64_t chunk) {
+  uint32_t x = static_cast<uint32_t>(chunk);  // murmur3's fmix32: a bijection of 32-bit numbers
+  x ^= x >> 16;
+  x *= 0x85EBCA6BU;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35U;
+  x ^= x >> 16;
+  return x ^ static_cast<uint32_t>(mix_seed(seed, 0));
+}
+
+int64_t FlatParamGroup::init_chunks() const {
+  int64_t chunks = 0;
+  for (const ParamSpec& spec : specs_)
+    if (spec.init_std > 0) chunks += (spec.numel() + kInitChunkElements - 1) / kInitChunkElements;
+  return chunks;
+}
+
+void FlatParamGroup::init(uint64_t seed, int64_t first_chunk) {
+  // Rule: each tensor's values are drawn in chunks of kInitChunkElements, chunk n (numbered over
+  // the model from the embedding's first) from its own generator seeded init_chunk_seed(seed, n),
+  // so a rank draws only the chunks its shard overlaps and every rank's slice equals the
+  // single-rank run's, whatever the world size. Time and memory reason: drawing the whole group
+  // on every rank made the 8B's setup about 50 s a rank (8 ranks' 32 GB of fp32 on one thread
+  // under emulation); the shard is an eighth of it, its chunks drawn in parallel.
   at::Tensor shard;  // [shard] fp32 on the CPU, padding zero
   {
     CategoryScope category(MemCategory::Other);
@@ -346,27 +360,33 @@ void FlatParamGroup::init(uint64_t seed) {
   const int64_t lo = shard_offset_, hi = shard_offset_ + shard_numel_;
   struct Chunk {
     size_t spec;
-    int64_t index;  // k: the tensor's elements [k C, (k + 1) C)
+    int64_t index;   // k: the tensor's elements [k C, (k + 1) C)
+    int64_t number;  // over the model: its generator's seed
   };
   std::vector<Chunk> chunks;
+  int64_t number = first_chunk;
   for (size_t i = 0; i < specs_.size(); ++i) {
     const ParamSpec& spec = specs_[i];
-    const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
-    if (begin >= end) continue;  // none of this tensor on this rank
-    if (spec.init_std <= 0) {
-      shard.narrow(0, begin - lo, end - begin).fill_(1.0);
+    if (spec.init_std <= 0) {  // norms: ones, no generator
+      const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
+      if (begin < end) shard.narrow(0, begin - lo, end - begin).fill_(1.0);
       continue;
     }
-    for (int64_t k = (begin - spec.offset) / kInitChunkElements; k * kInitChunkElements < end - spec.offset; ++k)
-      chunks.push_back({i, k});
+    for (int64_t k = 0; k * kInitChunkElements < spec.numel(); ++k, ++number) {
+      const int64_t begin = spec.offset + k * kInitChunkElements;
+      const int64_t end = std::min(begin + kInitChunkElements, spec.offset + spec.numel());
+      if (begin < hi && end > lo) chunks.push_back({i, k, number});  // some of it on this rank
+    }
   }
+  const int rank_slot = ctx_.slot;  // the workers' allocations count as this rank's
   at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t first, int64_t last) {
+    RankScope rank(rank_slot);
+    CategoryScope category(MemCategory::Other);
     for (int64_t c = first; c < last; ++c) {
       const ParamSpec& spec = specs_[chunks[c].spec];
       const int64_t chunk_begin = spec.offset + chunks[c].index * kInitChunkElements;  // in the group
       const int64_t chunk_numel = std::min(kInitChunkElements, spec.offset + spec.numel() - chunk_begin);
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(
-          mix_seed(mix_seed(seed, chunks[c].spec), static_cast<uint64_t>(chunks[c].index)));
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(init_chunk_seed(seed, chunks[c].number));
       const int64_t begin = std::max(lo, chunk_begin), end = std::min(hi, chunk_begin + chunk_numel);
       at::Tensor target = shard.narrow(0, begin - lo, end - begin);
       if (begin == chunk_begin && end == chunk_begin + chunk_numel) {

@@ -32,6 +32,16 @@ struct ParamSpec {
 int64_t lay_out_flat(std::vector<ParamSpec>& specs);
 
 /// How a group is laid out over the ranks.
+/// Elements of a tensor one initialisation generator draws (FlatParamGroup::init): 4 MiB of fp32.
+constexpr int64_t kInitChunkElements = int64_t{1} << 20;
+
+/// The 32-bit seed of initialisation chunk `chunk` (numbered over the whole model) of a run
+/// seeded `seed`: ATen's CPU generator keeps 32 bits of its seed, so the chunks' seeds are a
+/// bijection of their numbers (murmur3's finaliser) offset by the run's: distinct for every chunk
+/// of a model below 2^32 chunks, where hashing each chunk's 64-bit seed would collide (about 1
+/// in 150 runs of the 8B's 7.7k chunks).
+uint32_t init_chunk_seed(uint64_t seed, int64_t chunk);
+
 struct FlatGroupOptions {
   bool fsdp = false;                    ///< shard master/grad/moments over ctx.world
   at::ScalarType compute = at::kFloat;  ///< dtype of `full` (the parameters the model sees)
@@ -119,8 +129,13 @@ class FlatParamGroup {
   void await_update();
   at::ScalarType compute_dtype() const { return options_.compute; }
 
-  /// Deterministic Llama-style init of the whole group from `seed`, then this rank's shard.
-  void init(uint64_t seed);
+  /// Deterministic Llama-style init of this rank's shard from the run's `seed`: each tensor in
+  /// chunks of kInitChunkElements, numbered model-wide from `first_chunk` (init_chunk_seed), so a
+  /// rank's values are the single-rank run's slice at any world size.
+  void init(uint64_t seed, int64_t first_chunk = 0);
+  /// The initialisation chunks of this group's tensors: the next group's `first_chunk` is this
+  /// group's plus these.
+  int64_t init_chunks() const;
 
   at::Tensor master;      ///< [shard_numel] fp32 leaf, requires grad; master.grad() is `grad`
   at::Tensor exp_avg;     ///< [shard_numel] fp32, AdamW first moment
