@@ -34,11 +34,8 @@ LlamaModel::LlamaModel(const ModelConfig& model, const RankContext& ctx, const F
 
 void LlamaModel::init(uint64_t seed) {
   auto all = groups();
-  int64_t first_chunk = 0;  // the groups' initialisation chunks numbered over the model
-  for (FlatParamGroup* group : all) {
-    group->init(seed, first_chunk);
-    first_chunk += group->init_chunks();
-  }
+  int64_t next_chunk = 0;  // the groups' initialisation chunks numbered over the model
+  for (FlatParamGroup* group : all) next_chunk = group->init(seed, next_chunk);
 }
 
 std::vector<FlatParamGroup*> LlamaModel::groups() {

@@ -338,14 +338,7 @@ uint32_t init_chunk_seed(uint64_t seed, int64_t chunk) {
   return x ^ static_cast<uint32_t>(mix_seed(seed, 0));
 }
 
-int64_t FlatParamGroup::init_chunks() const {
-  int64_t chunks = 0;
-  for (const ParamSpec& spec : specs_)
-    if (spec.init_std > 0) chunks += (spec.numel() + kInitChunkElements - 1) / kInitChunkElements;
-  return chunks;
-}
-
-void FlatParamGroup::init(uint64_t seed, int64_t first_chunk) {
+int64_t FlatParamGroup::init(uint64_t seed, int64_t first_chunk) {
   // Rule: each tensor's values are drawn in chunks of kInitChunkElements, chunk n (numbered over
   // the model from the embedding's first) from its own generator seeded init_chunk_seed(seed, n),
   // so a rank draws only the chunks its shard overlaps and every rank's slice equals the
@@ -359,23 +352,22 @@ void FlatParamGroup::init(uint64_t seed, int64_t first_chunk) {
   }
   const int64_t lo = shard_offset_, hi = shard_offset_ + shard_numel_;
   struct Chunk {
-    size_t spec;
-    int64_t index;   // k: the tensor's elements [k C, (k + 1) C)
+    int64_t begin, end;  // group elements [begin, end)
+    double std;
     int64_t number;  // over the model: its generator's seed
   };
-  std::vector<Chunk> chunks;
+  std::vector<Chunk> chunks;  // those this rank's shard overlaps
   int64_t number = first_chunk;
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    const ParamSpec& spec = specs_[i];
+  for (const ParamSpec& spec : specs_) {
+    const int64_t spec_end = spec.offset + spec.numel();
     if (spec.init_std <= 0) {  // norms: ones, no generator
-      const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
+      const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec_end);
       if (begin < end) shard.narrow(0, begin - lo, end - begin).fill_(1.0);
       continue;
     }
-    for (int64_t k = 0; k * kInitChunkElements < spec.numel(); ++k, ++number) {
-      const int64_t begin = spec.offset + k * kInitChunkElements;
-      const int64_t end = std::min(begin + kInitChunkElements, spec.offset + spec.numel());
-      if (begin < hi && end > lo) chunks.push_back({i, k, number});  // some of it on this rank
+    for (int64_t begin = spec.offset; begin < spec_end; begin += kInitChunkElements, ++number) {
+      const int64_t end = std::min(begin + kInitChunkElements, spec_end);
+      if (begin < hi && end > lo) chunks.push_back({begin, end, spec.init_std, number});
     }
   }
   const int rank_slot = ctx_.slot;  // the workers' allocations count as this rank's
@@ -383,17 +375,15 @@ void FlatParamGroup::init(uint64_t seed, int64_t first_chunk) {
     RankScope rank(rank_slot);
     CategoryScope category(MemCategory::Other);
     for (int64_t c = first; c < last; ++c) {
-      const ParamSpec& spec = specs_[chunks[c].spec];
-      const int64_t chunk_begin = spec.offset + chunks[c].index * kInitChunkElements;  // in the group
-      const int64_t chunk_numel = std::min(kInitChunkElements, spec.offset + spec.numel() - chunk_begin);
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(init_chunk_seed(seed, chunks[c].number));
-      const int64_t begin = std::max(lo, chunk_begin), end = std::min(hi, chunk_begin + chunk_numel);
+      const Chunk& chunk = chunks[c];
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(init_chunk_seed(seed, chunk.number));
+      const int64_t begin = std::max(lo, chunk.begin), end = std::min(hi, chunk.end);
       at::Tensor target = shard.narrow(0, begin - lo, end - begin);
-      if (begin == chunk_begin && end == chunk_begin + chunk_numel) {
-        target.normal_(0.0, spec.init_std, gen);  // the whole chunk is this rank's
-      } else {                                    // a chunk across the shard's edge: drawn whole, this rank's part kept
-        at::Tensor drawn = at::empty({chunk_numel}, fp32_on(at::kCPU)).normal_(0.0, spec.init_std, gen);
-        target.copy_(drawn.narrow(0, begin - chunk_begin, end - begin));
+      if (begin == chunk.begin && end == chunk.end) {
+        target.normal_(0.0, chunk.std, gen);  // the whole chunk is this rank's
+      } else {                                // a chunk across the shard's edge: drawn whole, this rank's part kept
+        at::Tensor drawn = at::empty({chunk.end - chunk.begin}, fp32_on(at::kCPU)).normal_(0.0, chunk.std, gen);
+        target.copy_(drawn.narrow(0, begin - chunk.begin, end - begin));
       }
     }
   });
@@ -404,6 +394,7 @@ void FlatParamGroup::init(uint64_t seed, int64_t first_chunk) {
     unsharded_ = false;  // refill from the new master
     unshard();
   }
+  return number;
 }
 
 void FlatParamGroup::allocate_full_memory() {

@@ -31,7 +31,6 @@ struct ParamSpec {
 /// group's parameter count. The one layout rule: FlatParamGroup and `odyssey export` read it.
 int64_t lay_out_flat(std::vector<ParamSpec>& specs);
 
-/// How a group is laid out over the ranks.
 /// Elements of a tensor one initialisation generator draws (FlatParamGroup::init): 4 MiB of fp32.
 constexpr int64_t kInitChunkElements = int64_t{1} << 20;
 
@@ -42,6 +41,7 @@ constexpr int64_t kInitChunkElements = int64_t{1} << 20;
 /// in 150 runs of the 8B's 7.7k chunks).
 uint32_t init_chunk_seed(uint64_t seed, int64_t chunk);
 
+/// How a group is laid out over the ranks.
 struct FlatGroupOptions {
   bool fsdp = false;                    ///< shard master/grad/moments over ctx.world
   at::ScalarType compute = at::kFloat;  ///< dtype of `full` (the parameters the model sees)
@@ -131,11 +131,9 @@ class FlatParamGroup {
 
   /// Deterministic Llama-style init of this rank's shard from the run's `seed`: each tensor in
   /// chunks of kInitChunkElements, numbered model-wide from `first_chunk` (init_chunk_seed), so a
-  /// rank's values are the single-rank run's slice at any world size.
-  void init(uint64_t seed, int64_t first_chunk = 0);
-  /// The initialisation chunks of this group's tensors: the next group's `first_chunk` is this
-  /// group's plus these.
-  int64_t init_chunks() const;
+  /// rank's values are the single-rank run's slice at any world size. Returns the number after
+  /// the group's last chunk: the next group's `first_chunk`.
+  int64_t init(uint64_t seed, int64_t first_chunk = 0);
 
   at::Tensor master;      ///< [shard_numel] fp32 leaf, requires grad; master.grad() is `grad`
   at::Tensor exp_avg;     ///< [shard_numel] fp32, AdamW first moment

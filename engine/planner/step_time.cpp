@@ -53,6 +53,7 @@ struct StepTimeContext {
   double a2a_bw = 0;           ///< Ulysses' all-to-all over the P ranks
   double pcie_bw = 0;          ///< host <-> device copies
   double memory_bw = 0;        ///< device memory, as memory-bound kernels reach it
+  double shard_elems = 0;      ///< parameters in this rank's shards: every block's, the embedding's, the head's
 
   StepTimeContext(const PlanShapes& shapes, const HardwareConfig& hardware) : s(shapes), hw(hardware) {
     t = static_cast<double>(s.t);
@@ -67,6 +68,8 @@ struct StepTimeContext {
     a2a_bw = link(static_cast<double>(s.P));
     pcie_bw = hw.pcie_gbps * 1e9;
     memory_bw = hw.device_memory_gbps * 1e9;
+    shard_elems = L * static_cast<double>(s.block_layout.shard_numel) +
+                  static_cast<double>(s.embed_layout.shard_numel + s.head_layout.shard_numel);
   }
 };
 
@@ -197,9 +200,7 @@ void memory_bound_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   pt.seconds[static_cast<int>(PhaseKind::BwdLoss)] += logits * loss.backward / c.memory_bw;
   out.loss_traffic_s = logits * loss.total() / c.memory_bw;
   if (!s.offload_optimizer) {
-    const double shard_elems = c.L * static_cast<double>(s.block_layout.shard_numel) +
-                               static_cast<double>(s.embed_layout.shard_numel + s.head_layout.shard_numel);
-    out.device_optimizer_s = shard_elems * (kDeviceAdamBytesPerParam + kDeviceNormBytesPerParam) / c.memory_bw;
+    out.device_optimizer_s = c.shard_elems * (kDeviceAdamBytesPerParam + kDeviceNormBytesPerParam) / c.memory_bw;
     pt.seconds[static_cast<int>(PhaseKind::Optimizer)] += out.device_optimizer_s;
   }
 }
@@ -325,7 +326,7 @@ OffloadTerms offload_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTim
   if (s.offload_optimizer) {
     const double block_shard = static_cast<double>(s.block_layout.shard_numel);
     const double other_shards = static_cast<double>(s.embed_layout.shard_numel + s.head_layout.shard_numel);
-    const double shard_elems = L * block_shard + other_shards;
+    const double shard_elems = c.shard_elems;
     const double largest_shard = static_cast<double>(
         std::max({s.block_layout.shard_numel, s.embed_layout.shard_numel, s.head_layout.shard_numel}));
     const double host_bw = hw.host_optimizer_gbps * 1e9 / static_cast<double>(s.ranks_per_node);

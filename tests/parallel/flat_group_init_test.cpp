@@ -30,8 +30,8 @@ at::Tensor shard_of(int rank, int world, uint64_t seed, int64_t first_chunk = 0)
   FlatGroupOptions options;
   options.fsdp = world > 1;
   auto group = std::make_unique<FlatParamGroup>("g", specs(), ctx, options);
-  REQUIRE(group->init_chunks() == 2 + 3);  // w1's 1.5M in 2 chunks, w2's 2.3M in 3; the norm none
-  group->init(seed, first_chunk);
+  // w1's 1.5M elements in 2 chunks, w2's 2.3M in 3, the norm none: the next group's first chunk
+  REQUIRE(group->init(seed, first_chunk) == first_chunk + 2 + 3);
   return group->master.detach().clone();
 }
 
