@@ -179,7 +179,7 @@ else
   # Every GPU of the machine, one rank each; the 1B over 2 GPUs at 64K: 32K tokens a rank.
   COLLECTIVES_ARGS="--gpus all --seq 64K --steps 3"
 fi
-# The full-depth rank 0: two steps of about 22 s and 81 s on an H200 (the plan), with start-up.
+# The full-depth rank 0: two steps of about 23 s and 83 s on an H200 (the plan), with start-up.
 [ $DRY = 0 ] && [ "$PLANNER_CASES" = fulldepth ] && BOX[planner]=420
 # A short lease gives the longest stage what is left of it (deadline.sh callers): LONGEST_BOX=seconds.
 [ -n "${LONGEST_BOX:-}" ] && BOX[longest]=$LONGEST_BOX
