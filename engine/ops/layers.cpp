@@ -1,5 +1,5 @@
 // RMSNorm, rotary embeddings, the SwiGLU MLP and the Q/K/V projection as pure functions (see
-// layers.h). defines: make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp,
+// layers.h). defines: make_positions, rms_norm, apply_rope, swiglu_mlp,
 // add_weight_grad_product, index_add_in_order, project_qkv
 #include "engine/ops/layers.h"
 
@@ -32,18 +32,28 @@ namespace {
 
 /// `model`'s RoPE tables at positions `ids` (int64, [s] or [B, s]): angles in float64 so positions
 /// in the millions keep their precision, cos and sin in fp32 times YaRN's factor, [..., hd/2].
+/// Computed on `device`: on a GPU the host neither evaluates s x hd/2 fp64 cosines and sines nor
+/// copies the tables each step (measured at the step's start on an H200: 5-7 ms at 32K tokens,
+/// about 25 ms at 128K, the device idle meanwhile). Memory: at most angles, one fp64 table and its
+/// fp32 copy at once (20 bytes a pair, the tables' 8 kept), before the step's activations exist.
 Positions rope_tables(const at::Tensor& ids, const ModelConfig& model, at::Device device) {
   CategoryScope category(MemCategory::Other);
   const double factor = rope_attention_factor(model);
-  at::Tensor inv_freq = at::tensor(rope_inv_freq(model), at::TensorOptions().dtype(at::kDouble));  // [hd/2]
-  at::Tensor angles = ids.to(at::kDouble).unsqueeze(-1) * inv_freq;                                // [..., hd/2]
+  const at::Tensor inv_freq =
+      at::tensor(rope_inv_freq(model), at::TensorOptions().dtype(at::kDouble)).to(device);  // [hd/2]
   Positions p;
   p.ids = ids.to(device);
-  p.cos = (angles.cos() * factor).to(at::kFloat).to(device);  // [..., hd/2]
-  p.sin = (angles.sin() * factor).to(at::kFloat).to(device);  // [..., hd/2]
+  at::Tensor angles = p.ids.to(at::kDouble).unsqueeze(-1) * inv_freq;  // [..., hd/2] fp64
+  at::Tensor table = angles.cos();                                     // [..., hd/2] fp64
+  if (factor != 1.0) table.mul_(factor);
+  p.cos = table.to(at::kFloat);  // [..., hd/2]
+  table = at::Tensor();
+  angles.sin_();
+  if (factor != 1.0) angles.mul_(factor);
+  p.sin = angles.to(at::kFloat);  // [..., hd/2]
   // Unscaled, rope_pack derives the frequencies from theta in float64 (exact at millions of
   // positions); a float32 table would move angles by ~position x 6e-8 rad.
-  if (model.rope_scaling.kind != RopeScalingKind::None) p.inv_freq = inv_freq.to(at::kFloat).to(device);  // [hd/2]
+  if (model.rope_scaling.kind != RopeScalingKind::None) p.inv_freq = inv_freq.to(at::kFloat);  // [hd/2]
   p.attention_factor = factor;
   return p;
 }
@@ -52,7 +62,8 @@ Positions rope_tables(const at::Tensor& ids, const ModelConfig& model, at::Devic
 
 Positions make_positions(int64_t first, int64_t count, const ModelConfig& model, at::Device device) {
   CategoryScope category(MemCategory::Other);
-  return rope_tables(at::arange(first, first + count, at::TensorOptions().dtype(at::kLong)), model, device);  // [s]
+  return rope_tables(at::arange(first, first + count, at::TensorOptions().dtype(at::kLong).device(device)), model,
+                     device);  // [s]
 }
 
 Positions make_positions(int64_t first, int64_t count, const ModelConfig& model, at::Device device,
@@ -84,25 +95,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return ops::rmsnorm(x, weight, eps);  // [..., n] like x
 }
 
-at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse) {
-  const double sign = inverse ? -1.0 : 1.0;
-  const int64_t half = x.size(-1) / 2;
-  // [1, s, 1, hd/2], or [B, s, 1, hd/2] when each row has its own positions (packed documents)
-  const at::Tensor c = cos.dim() == 3 ? cos.unsqueeze(2) : cos.unsqueeze(0).unsqueeze(2);
-  const at::Tensor sn = sin.dim() == 3 ? sin.unsqueeze(2) : sin.unsqueeze(0).unsqueeze(2);
-  const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);  // [B, s, h, hd/2] views
-  at::Tensor out = at::empty(x.sizes(), x.options());                          // [B, s, h, hd] contiguous
-  at::Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);
-  at::mul_out(o1, x1, c);      // x1 cos
-  o1.addcmul_(x2, sn, -sign);  // -/+ x2 sin
-  at::mul_out(o2, x2, c);      // x2 cos
-  o2.addcmul_(x1, sn, sign);   // +/- x1 sin
-  return out;
-}
-
 namespace {
 
-/// RoPE as one autograd node: forward rotates, backward applies the transposed map (rope_rotate's
+/// RoPE as one autograd node: forward rotates, backward applies the transposed map (ops::rope_rotate's
 /// inverse, which is the transpose also for tables scaled by YaRN's factor), and it keeps only the
 /// shared cos/sin tables. Memory: the composite form (fp32 copy of x, six
 /// fp32 products and a concatenation) held about 8 x-sized bf16 buffers at its peak and kept fp32
@@ -113,12 +108,12 @@ class RopeFunction : public torch::autograd::Function<RopeFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
                             const at::Tensor& sin) {
     ctx->save_for_backward({cos, sin});
-    return rope_rotate(x, cos, sin, /*inverse=*/false);  // [B, s, h, hd]
+    return ops::rope_rotate(x, cos, sin, /*inverse=*/false);  // [B, s, h, hd]
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    return {rope_rotate(grad_outputs[0], saved[0], saved[1], /*inverse=*/true), at::Tensor(), at::Tensor()};
+    return {ops::rope_rotate(grad_outputs[0], saved[0], saved[1], /*inverse=*/true), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -126,7 +121,7 @@ class RopeFunction : public torch::autograd::Function<RopeFunction> {
 
 at::Tensor apply_rope(const at::Tensor& x, const Positions& pos) {
   if (at::GradMode::is_enabled() && x.requires_grad()) return RopeFunction::apply(x, pos.cos, pos.sin);
-  return rope_rotate(x, pos.cos, pos.sin, /*inverse=*/false);  // [B, s, h, hd]
+  return ops::rope_rotate(x, pos.cos, pos.sin, /*inverse=*/false);  // [B, s, h, hd]
 }
 
 at::Tensor swiglu_mlp(at::Tensor x, const at::Tensor& w_gate, const at::Tensor& w_up, const at::Tensor& w_down) {

@@ -1,7 +1,7 @@
 // The Llama decoder's building blocks as pure functions over tensors (no modules, no state):
 // RMSNorm, rotary embeddings from global position ids, the SwiGLU MLP, the Q/K/V projection that
 // every attention path (local, Ulysses, Untied) starts from. Below model, memory and parallel.
-// defines: Positions, make_positions, rms_norm, apply_rope, rope_rotate, swiglu_mlp,
+// defines: Positions, make_positions, rms_norm, apply_rope, swiglu_mlp,
 // add_weight_grad_product, index_add_in_order, AttentionWeights, LocalQKV, project_qkv
 #pragma once
 
@@ -49,11 +49,6 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 /// roundings an element). One autograd node whose backward is the transposed rotation. Memory: the
 /// result only, and nothing kept for the backward but the tables.
 at::Tensor apply_rope(const at::Tensor& x, const Positions& pos);
-
-/// The rotation apply_rope performs, without autograd: x [B, s, h, hd] by the tables cos, sin
-/// [s, hd/2] (or [B, s, hd/2]: a row's own positions); `inverse` rotates back (RoPE's backward: the rotation is orthogonal). Memory: only
-/// the result [B, s, h, hd] (x's dtype) is allocated, no fp32 temporaries.
-at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse);
 
 /// SwiGLU MLP: (silu(x Wg^T) * (x Wu^T)) Wd^T. x: [..., d], w_gate/w_up: [f, d], w_down: [d, f].
 /// Without a graph to record, x is released after the two projections (pass it by std::move) and

@@ -2,7 +2,7 @@
 // CUDA and the kernels are linked (ODYSSEY_WITH_CUDA), else a LibTorch implementation of the same
 // algorithm (fp32 compute), so CPU runs and GPU runs share one call site.
 // defines: ops::rmsnorm, rmsnorm_forward, rmsnorm_rstd, rmsnorm_backward, RopeStage, rope_pack, rope_pack_out,
-//          rope_unpack_backward, swiglu, swiglu_forward, swiglu_forward_, swiglu_backward_,
+//          rope_unpack_backward, rope_rotate, swiglu, swiglu_forward, swiglu_forward_, swiglu_backward_,
 //          LinearCrossEntropyResult, linear_cross_entropy, cuda_kernels_linked
 #pragma once
 
@@ -66,6 +66,18 @@ void rope_pack_out(at::Tensor& send, const at::Tensor& x, const at::Tensor& posi
 void rope_unpack_backward(at::Tensor& dx, const at::Tensor& dsend, const at::Tensor& positions, double theta,
                           const RopeStage& stage, bool accumulate,
                           const std::optional<at::Tensor>& inv_freq = std::nullopt);
+
+// --- RoPE's rotation by tables (the paths that rotate q and k where they lie) -----------------
+
+/// x [B, s, h, hd] (any strides) rotated by the fp32 tables cos, sin [s, hd/2] (or [B, s, hd/2]:
+/// each row its own positions); `inverse` multiplies by the transpose instead (RoPE's backward,
+/// the transpose also for tables scaled by YaRN's factor). Returns a new contiguous [B, s, h, hd]
+/// in x's dtype, no autograd. CUDA (fp32 or bf16, a contiguous last dim, contiguous tables): one
+/// kernel, fp32 arithmetic rounded once (kernels/rope_rotate.h); else ATen's products and
+/// multiply-adds over the halves, rounded after the first product and after the sum. Memory: the
+/// result only, no temporaries, on either path.
+///   at::Tensor q_rotated = ops::rope_rotate(q, pos.cos, pos.sin, /*inverse=*/false);
+at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse);
 
 // --- SwiGLU's elementwise part -----------------------------------------------------------------
 

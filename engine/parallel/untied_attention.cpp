@@ -464,7 +464,7 @@ struct UntiedAttentionFunction : torch::autograd::Function<UntiedAttentionFuncti
       const at::Tensor rows2 = rows.reshape({m * hd, d});  // [m*hd, d]
       at::Tensor d_lin;                                    // [B, s, m, hd]
       if (!norm_leaf.defined()) {
-        d_lin = rope ? rope_rotate(grad_loc, cos, sin, /*inverse=*/true) : grad_loc;
+        d_lin = rope ? ops::rope_rotate(grad_loc, cos, sin, /*inverse=*/true) : grad_loc;
       } else {
         // the linear output again (backward runs with grad mode off: no graph), then the head
         // transform with grad

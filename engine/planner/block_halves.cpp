@@ -25,11 +25,11 @@ void BlockHalves::release(int& h) {
 // --- attention half ----------------------------------------------------------------------------
 
 /// RoPE (engine/ops/layers.cpp, apply_rope): one output of x's size in x's dtype, written by
-/// rope_rotate without temporaries on CUDA and in fp32 (a bf16 CPU run converts through fp32
+/// ops::rope_rotate without temporaries on CUDA (one kernel) and in fp32 (a bf16 CPU run converts through fp32
 /// temporaries that are not walked); x is freed (RoPE saves only the tables). Its backward is the
 /// same rotation inverted: one output again.
 int BlockHalves::rope(int& x, K kind, C cat) {
-  const int out = alloc("RoPE output", kind, cat);  // engine/ops/layers.cpp: rope_rotate writes it, no temporaries
+  const int out = alloc("RoPE output", kind, cat);  // ops::rope_rotate writes it, no temporaries
   release(x);
   return out;
 }

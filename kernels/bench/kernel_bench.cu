@@ -1,6 +1,8 @@
 // Kernel micro-benchmarks on a GPU, each against a baseline measured side by side in the same run:
 //   rmsnorm / rope / swiglu: achieved bytes/s as a fraction of a device-to-device cudaMemcpy of
-//            equal bytes (swiglu at Llama-3.2-1B's d_ffn 8192: 3 and 5 tensors' bytes a pass);
+//            equal bytes (swiglu at Llama-3.2-1B's d_ffn 8192: 3 and 5 tensors' bytes a pass; rope:
+//            the Untied stage's pack and the rotation by tables of the 1B's q, the transposed
+//            layout of a gradient included);
 //   lce:     fused tiled linear+CE on the kernel's default 8192 x 8192 tiles, on the training
 //            step's tiles (whole rows of the loss tile: kernels::fused_loss_tiles) and on the widest
 //            whole-row tiles the plan accepts, vs the floor of three plain GEMMs (what an unfused
@@ -22,6 +24,7 @@
 #include "kernels/offload_streams.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_pack.h"
+#include "kernels/rope_rotate.h"
 #include "kernels/swiglu.h"
 #include "engine/layout/tiles.h"
 
@@ -128,6 +131,26 @@ void bench_rope(int64_t tokens) {
         "{\"bench\":\"rope_pack\",\"dtype\":\"%s\",\"local_tokens\":%lld,\"stage_heads\":%lld,\"fwd_ms\":%.4f,"
         "\"fwd_vs_copy\":%.3f,\"bwd_ms\":%.4f}\n",
         to_string(dtype), static_cast<long long>(s.seq), static_cast<long long>(s.stage_heads), fwd, copy / fwd, bwd);
+  }
+}
+
+void bench_rope_rotate(int64_t tokens) {
+  // Llama-3.2-1B q: 32 heads of 64 at every token; tables [tokens, 32] fp32. Forward reads the
+  // contiguous q; the inverse reads the transposed view of a [1, 32, tokens, 64] gradient.
+  const int64_t heads = 32, hd = 64;
+  const RopeRotateShape plain = rope_rotate_contiguous(1, tokens, heads, hd);
+  RopeRotateShape transposed = plain;
+  transposed.stride_head = tokens * hd, transposed.stride_seq = hd;
+  for (KernelDtype dtype : {KernelDtype::BF16, KernelDtype::F32}) {
+    const size_t n = static_cast<size_t>(tokens * heads * hd), e = dtype_bytes(dtype);
+    Buffer x(n * e), out(n * e), cos(static_cast<size_t>(tokens * hd / 2) * 4),
+        sin(static_cast<size_t>(tokens * hd / 2) * 4);
+    const double fwd =
+        time_ms([&] { rope_rotate(dtype, x.p, cos.as<float>(), sin.as<float>(), plain, false, out.p, nullptr); });
+    const double bwd =
+        time_ms([&] { rope_rotate(dtype, x.p, cos.as<float>(), sin.as<float>(), transposed, true, out.p, nullptr); });
+    print_passes({"rope_rotate", dtype, "tokens", tokens, "heads", heads}, fwd, copy_ms(2 * n * e), bwd,
+                 copy_ms(2 * n * e));
   }
 }
 
@@ -308,7 +331,10 @@ int main(int argc, char** argv) {
     }
   };
   stage("rmsnorm", [&] { bench_rmsnorm(tokens); });
-  stage("rope", [&] { bench_rope(tokens); });
+  stage("rope", [&] {
+    bench_rope(tokens);
+    bench_rope_rotate(tokens);
+  });
   stage("swiglu", [&] { bench_swiglu(tokens); });
   stage("lce", [&] { bench_lce(tokens); });
   stage("offload", [&] { bench_offload(); });

@@ -1,13 +1,16 @@
 // apply_rope, one autograd node since the first GPU run: its output and its gradient against the
-// composite rotate-half formula under plain autograd in fp64, and its bf16 rounding against fp32.
-// The engine's own reference paths call apply_rope too, so this is the independent check.
+// composite rotate-half formula under plain autograd in fp64, its bf16 rounding against fp32, and
+// on CUDA (ops::rope_rotate's kernel) against the CPU. The engine's own reference paths call
+// apply_rope too, so this is the independent check.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
 #include <ATen/ATen.h>
 
+#include "../common/engine_test_util.h"
 #include "engine/ops/layers.h"
+#include "engine/ops/ops.h"
 
 using namespace odyssey;
 
@@ -74,4 +77,53 @@ TEST_CASE("rope: bf16 input rounds at most twice against the same values rotated
   const at::Tensor err = (out.to(at::kDouble) - ref).abs();
   INFO("largest error / bound " << (err / (bound + 1e-30)).max().item<double>());
   CHECK((err <= bound).all().item<bool>());
+}
+
+TEST_CASE("rope: an empty shard rotates to an empty result in its shape", "[rope]") {
+  const at::Tensor tables = at::zeros({0, 4});  // [s = 0, hd/2]
+  const at::Tensor out = ops::rope_rotate(at::zeros({1, 0, 2, 8}), tables, tables, /*inverse=*/false);
+  CHECK(out.sizes() == at::IntArrayRef({1, 0, 2, 8}));
+}
+
+TEST_CASE("rope: the CUDA kernel's rotation and gradient equal the CPU's within their roundings", "[rope][.cuda]") {
+  // The kernel rounds each value once (fp32 arithmetic); the CPU's ATen ops round the first product
+  // and then the sum. With S = |x1 c| + |x2 s| per pair: bf16 sides differ by at most 2^-8 S
+  // (kernel) + 2 x 2^-8 S (CPU) + fp32 terms; fp32 sides by a few 2^-24 S: 3 x 2^-8 S and
+  // 8 x 2^-24 S bound them. Independent of the CPU's kernels: any ATen CPU path rounds at most
+  // where the eager ops store (the bound counts every such rounding).
+  REQUIRE(ops::cuda_kernels_linked());
+  const at::Device cuda = odyssey::test::test_gpu();
+  at::manual_seed(8);
+  const int64_t B = 2, s = 96, h = 4, hd = 64;
+  const at::Tensor angles = at::arange(s, at::kDouble).unsqueeze(1) * at::rand({hd / 2}, at::kDouble) * 50;
+  const at::Tensor cos = angles.cos().to(at::kFloat), sin = angles.sin().to(at::kFloat);  // [s, hd/2]
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    const double units = dtype == at::kFloat ? 8 * std::ldexp(1.0, -24) : 3 * std::ldexp(1.0, -8);
+    for (const bool transposed : {false, true}) {
+      CAPTURE(dtype, transposed);
+      // a transposed view as the Ulysses path and SDPA's gradients hand it on
+      const at::Tensor x =
+          transposed ? at::randn({B, h, s, hd}).to(dtype).transpose(1, 2) : at::randn({B, s, h, hd}).to(dtype);
+      const at::Tensor g = at::randn({B, h, s, hd}).to(dtype).transpose(1, 2);  // non-contiguous gradient
+      const at::Tensor xd = x.to(at::kDouble);
+      const at::Tensor scale =
+          xd.narrow(-1, 0, hd / 2).abs() + xd.narrow(-1, hd / 2, hd / 2).abs();  // |cos|, |sin| <= 1
+      const at::Tensor bound = at::cat({scale, scale}, -1) * units * 1.01;
+      for (const bool inverse : {false, true}) {
+        const at::Tensor on_cpu = ops::rope_rotate(x, cos, sin, inverse);
+        const at::Tensor on_gpu = ops::rope_rotate(x.to(cuda), cos.to(cuda), sin.to(cuda), inverse).cpu();
+        CHECK(on_gpu.is_contiguous());
+        CHECK(((on_gpu.to(at::kDouble) - on_cpu.to(at::kDouble)).abs() <= bound).all().item<bool>());
+      }
+      // through autograd: the backward is the inverse rotation of the incoming gradient
+      at::Tensor xc = x.detach().clone().to(cuda).requires_grad_(true);
+      at::Tensor xh = x.detach().clone().requires_grad_(true);
+      apply_rope(xc, Positions{at::Tensor(), cos.to(cuda), sin.to(cuda)}).backward(g.to(cuda));
+      apply_rope(xh, Positions{at::Tensor(), cos, sin}).backward(g);
+      const at::Tensor gd = g.to(at::kDouble);
+      const at::Tensor gscale = gd.narrow(-1, 0, hd / 2).abs() + gd.narrow(-1, hd / 2, hd / 2).abs();
+      const at::Tensor gbound = at::cat({gscale, gscale}, -1) * units * 1.01;
+      CHECK(((xc.grad().cpu().to(at::kDouble) - xh.grad().to(at::kDouble)).abs() <= gbound).all().item<bool>());
+    }
+  }
 }
