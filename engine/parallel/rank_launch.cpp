@@ -27,6 +27,10 @@
 #include "engine/parallel/process_group_comm.h"
 #include "engine/telemetry/memory_tracker.h"
 
+#if defined(ODYSSEY_WITH_CUDA)
+#include <ATen/cuda/CUDAContextLight.h>
+#endif
+
 namespace odyssey {
 namespace {
 
@@ -94,7 +98,47 @@ RankLayout layout_of(int rank, int world_size, int sp_size) {
   return l;
 }
 
-bool local_ranks_share_gpus(int local_ranks, int visible_gpus) { return local_ranks > visible_gpus; }
+namespace {
+
+/// The UUID of CUDA device `index` as nvidia-smi prints it ("GPU-" and 32 hex digits in groups of
+/// 8-4-4-4-12): what names one physical GPU however CUDA_VISIBLE_DEVICES numbered it.
+std::string gpu_uuid(c10::DeviceIndex index) {
+#if defined(ODYSSEY_WITH_CUDA)
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(index);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    const auto byte = static_cast<unsigned char>(props->uuid.bytes[i]);
+    text += kHex[byte >> 4];
+    text += kHex[byte & 15];
+  }
+  return text;
+#else
+  throw std::runtime_error("CUDA device " + std::to_string(index) + ": this build of Odyssey has no CUDA");
+#endif
+}
+
+}  // namespace
+
+bool any_gpu_shared(const std::vector<std::string>& gpus) {
+  std::vector<std::string> named;
+  for (const std::string& g : gpus)
+    if (!g.empty()) named.push_back(g);
+  std::sort(named.begin(), named.end());
+  return std::adjacent_find(named.begin(), named.end()) != named.end();
+}
+
+bool ranks_share_gpus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size, const std::string& gpu) {
+  const auto key = [](int r) { return "odyssey/gpu_uuid/" + std::to_string(r); };
+  store->set(key(rank), std::vector<uint8_t>(gpu.begin(), gpu.end()));
+  std::vector<std::string> gpus;
+  for (int r = 0; r < world_size; ++r) {
+    const std::vector<uint8_t> value = store->get(key(r));  // waits for rank r's
+    gpus.emplace_back(value.begin(), value.end());
+  }
+  return any_gpu_shared(gpus);
+}
 
 CommOptions comm_options(const ParallelConfig& parallel) {
   if (!(parallel.timeout_s > 0))
@@ -320,10 +364,9 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
                                 c10::intrusive_ptr<c10d::Store> store) {
   check_torchrun_world(env, parallel);
   CommOptions options = comm_options(parallel);
-  // `device` is the local rank's GPU (resolve_device: local rank modulo the GPUs); more local ranks
-  // than GPUs share them, over Gloo (CommOptions::shared_device).
+  // `device` is the local rank's GPU (resolve_device: local rank modulo the GPUs it sees); ranks
+  // whose GPUs are one device share it, over Gloo (CommOptions::shared_device, ranks_share_gpus).
   const at::Device rank_device = device;
-  options.shared_device = device.is_cuda() && local_ranks_share_gpus(env.local_world_size, prepare_cuda().device_count);
   TorchrunRank joined;
   joined.abort = options.abort;
   if (env.world_size == 1) {
@@ -342,6 +385,8 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
   {  // the groups' rendezvous goes through the store (Gloo's and NCCL's pairs)
     const StoreDeadline deadline(store_deadline_for(options.timeout), "the collective groups' set-up",
                                  env.store_address());
+    options.shared_device =
+        ranks_share_gpus(joined.store, env.rank, env.world_size, device.is_cuda() ? gpu_uuid(device.index()) : "");
     joined.ctx = make_rank_context(joined.store, env.rank, parallel, rank_device, options);
   }
   return joined;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <c10/util/intrusive_ptr.h>
 
@@ -60,10 +61,16 @@ struct CommOptions {
 };
 CommOptions comm_options(const ParallelConfig& parallel);
 
-/// Whether a node's torchrun ranks share GPUs (CommOptions::shared_device): more local ranks than
-/// GPUs the processes see (CUDA_VISIBLE_DEVICES counted; each takes GPU LOCAL_RANK mod the count).
-/// Then every group runs on Gloo: NCCL refuses two ranks on one device.
-bool local_ranks_share_gpus(int local_ranks, int visible_gpus);
+/// Whether any two of the GPUs named (gpu_uuid; "" for a rank without one) are the same device.
+bool any_gpu_shared(const std::vector<std::string>& gpus);
+
+/// Whether ranks of the job share a GPU (CommOptions::shared_device), decided by what the ranks
+/// see, not by counting: every rank writes the UUID of its own GPU (`gpu`, "" on a CPU) into the
+/// job's store and reads all `world_size` of them, so every rank reaches the same answer. A
+/// launcher that shows each process one GPU (srun's --gpus-per-task) has distinct ones; ranks
+/// that took GPU LOCAL_RANK mod a smaller count, or one device for all, repeat one. Then every
+/// group runs on Gloo: NCCL refuses two ranks on one device. Blocks until every rank has written.
+bool ranks_share_gpus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size, const std::string& gpu);
 
 /// The RankContext of `rank` in a job of `parallel.world_size` ranks, with its world, sp and dp
 /// groups over `store` (prefixes "world", "sp.<i>", "dp.<j>"; groups of one are SoloComm). Gloo on

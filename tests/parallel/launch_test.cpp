@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
 #include "../common/agent_store.h"
 #include "../common/free_port.h"
 #include "engine/parallel/job.h"
@@ -105,7 +107,7 @@ TEST_CASE("rank threads: 4 ranks, Ulysses 2 x data parallel 2, each group sums i
   CHECK(bound_rank == std::vector<int>{0, 1, 2, 3});
 }
 
-TEST_CASE("collective backends: each group names its library, and ranks share GPUs only when more than them",
+TEST_CASE("collective backends: each group names its library, and ranks share GPUs only when they name one twice",
           "[launch]") {
   std::mutex m;
   std::vector<std::string> names;
@@ -116,12 +118,32 @@ TEST_CASE("collective backends: each group names its library, and ranks share GP
   CHECK(names == std::vector<std::string>(4, "gloo gloo gloo"));  // CPU ranks: Gloo in every group
   CHECK(make_solo_rank_context(at::kCPU).world->backend() == "none");
   CHECK(make_emulated_rank_context(parallel_config(8, 4), at::kCPU).sp->backend() == "emulated");
-  // A node's torchrun ranks take GPU LOCAL_RANK mod the GPUs they see: more ranks than GPUs share
-  // (their groups then run on Gloo, as NCCL refuses two ranks on one device).
-  CHECK(!local_ranks_share_gpus(8, 8));
-  CHECK(!local_ranks_share_gpus(2, 8));
-  CHECK(local_ranks_share_gpus(2, 1));
-  CHECK(local_ranks_share_gpus(8, 4));
+  // Ranks share a GPU when two of them name the same device (their groups then run on Gloo, as
+  // NCCL refuses two ranks on one device); a rank without a GPU names none.
+  CHECK_FALSE(any_gpu_shared({"GPU-a", "GPU-b", "GPU-c"}));
+  CHECK(any_gpu_shared({"GPU-a", "GPU-b", "GPU-a"}));
+  CHECK_FALSE(any_gpu_shared({"", "", ""}));
+  CHECK_FALSE(any_gpu_shared({}));
+
+  // Through the job's store, every rank reaches the same answer from what each rank sees: four
+  // ranks each shown its own GPU (srun's --gpus-per-task: each sees "GPU 0", distinct devices)
+  // do not share; four ranks on two GPUs (LOCAL_RANK mod 2) do, and so does one device for all.
+  const std::vector<std::vector<std::string>> layouts = {{"GPU-0a", "GPU-1b", "GPU-2c", "GPU-3d"},
+                                                         {"GPU-0a", "GPU-1b", "GPU-0a", "GPU-1b"},
+                                                         {"GPU-x", "GPU-x", "GPU-x", "GPU-x"}};
+  const std::vector<bool> expected = {false, true, true};
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::vector<int> answers(4, -1);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 4; ++r)
+      ranks.emplace_back([&, r] {
+        answers[static_cast<size_t>(r)] = ranks_share_gpus(store, r, 4, layouts[i][static_cast<size_t>(r)]) ? 1 : 0;
+      });
+    for (auto& t : ranks) t.join();
+    CAPTURE(i);
+    CHECK(answers == std::vector<int>(4, expected[i] ? 1 : 0));
+  }
 }
 
 TEST_CASE("comm options: a timeout is whole milliseconds rounded up, never 0 (which c10d reads as none)", "[launch]") {
