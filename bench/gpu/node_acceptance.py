@@ -1257,6 +1257,10 @@ def self_test():
         assert figures["rank_peak_bytes"] == [70, 60] and figures["steps"] == 2, figures
         assert figures["step_time_s"] == 4.0 and figures["job_tokens_per_s"] == 131072.0, figures
         assert measured_figures(dict(figures, wall_s=1, command="c"), 2)["tokens_per_s_per_gpu"] == 65536.0
+        assert "setup_s" not in figures, figures  # no summary.json: a run killed before its end
+        with open(os.path.join(folder, "summary.json"), "w") as f:
+            f.write('{"status": "finished", "setup_s": 57.5}')
+        assert odyssey_run_figures(folder, 524288)["setup_s"] == 57.5
         assert "error" in odyssey_run_figures(os.path.join(folder, "absent"), 524288)
     killed = ("odyssey train /p.toml: llama3-8b, 512K tokens x 1, 8 ranks\n"
               "odyssey train: stopped while loading, before the first step: nothing was trained\n" * 2 +

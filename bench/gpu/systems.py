@@ -568,7 +568,8 @@ def odyssey_run_figures(out_dir, seq):
     stopped early: the steps it finished): steps, step_time_s and tokens_per_s (llama_flops.timed_mean:
     the mean over the steps after the first, all if only one), step_times_s (each step's), job_tokens_per_s (the metrics' own: batch x sequence
     x data-parallel ranks a second), rank_peak_bytes (each rank's most over the steps), peak_bytes,
-    host_peak_bytes, loss; {"error": ...} when the file holds no step."""
+    host_peak_bytes, loss, and setup_s (summary.json's: the seconds before the first step, where the
+    run wrote one); {"error": ...} when the file holds no step."""
     metrics_path = os.path.join(out_dir, "metrics.jsonl")
     try:
         with open(metrics_path) as f:
@@ -591,6 +592,13 @@ def odyssey_run_figures(out_dir, seq):
     phases = traced_phase_seconds(os.path.join(out_dir, "trace.json"))
     if phases:
         figures["phase_s"] = phases
+    try:
+        with open(os.path.join(out_dir, "summary.json")) as f:
+            setup_s = json.load(f).get("setup_s")
+        if isinstance(setup_s, (int, float)):
+            figures["setup_s"] = setup_s
+    except (OSError, ValueError):
+        pass  # a run killed before its end writes none: its steps still count
     return figures
 
 

@@ -104,6 +104,11 @@ std::string summary_json(const RunSummary& s) {
   w.key("preset").value(s.preset);
   w.key("error").value(s.error);
   w.key("wall_s").value(s.wall_s);
+  w.key("setup_s");
+  if (s.setup_s < 0)
+    w.null();
+  else
+    w.value(s.setup_s);
   w.key("steps").value(static_cast<int64_t>(steps.size()));
   w.key("final");
   if (steps.empty())

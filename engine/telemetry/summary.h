@@ -35,6 +35,9 @@ struct RunSummary {
   std::string status = "finished";  ///< "finished", "stopped" or "failed"
   std::string error;                ///< the failure, when status is "failed"
   double wall_s = 0;
+  /// Seconds from the run's start to this process's first step (checks, groups, the model built
+  /// and initialised or loaded, the data opened); negative when no step started (written as null).
+  double setup_s = -1;
   std::vector<StepMetrics> steps;  ///< every step of the run, in order
   /// The step each process of the run began with (a continued run: the first process's and each
   /// resume's), left out of the means with the first step as warm-up; empty: the first step only.
@@ -46,7 +49,7 @@ struct RunSummary {
   std::string extra_json;
 };
 
-/// The document: {"status", "preset", "error", "wall_s", "steps", "final" (the last step's
+/// The document: {"status", "preset", "error", "wall_s", "setup_s", "steps", "final" (the last step's
 /// metrics.jsonl object), "loss_first", "loss_final", "loss_min", "loss_meaningful",
 /// "tokens_per_s_mean", "step_time_s_mean" (both without each process's first step, when there are more),
 /// "peak_bytes", "host_peak_bytes", "rank_peak_bytes", "rank_host_peak_bytes",

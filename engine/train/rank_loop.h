@@ -3,6 +3,7 @@
 // defines: RunShared, describe_memory, StepBoundary, StepReporter, CheckpointCadence
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,6 +42,10 @@ struct RunShared {
   /// it (every rank under rank threads; a torchrun process its own), appended as each rank ends.
   std::mutex rank_peaks_mutex;
   std::vector<RankPeak> rank_peaks;
+  /// When run_training began, and summary.json's "setup_s": the seconds from then to the start of
+  /// this process's first step (set by rank 0's thread; negative until a step starts).
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  double setup_s = -1;
 };
 
 using RunLog = std::function<void(const std::string&)>;

@@ -39,6 +39,7 @@
 #include "engine/train/step_records.h"
 #include "engine/util/files.h"
 #include "engine/util/json.h"
+#include "engine/util/printf_string.h"
 
 namespace odyssey {
 
@@ -346,6 +347,10 @@ void make_parent_dirs(const std::string& option, const std::string& path) {
                                 std::strerror(errno) + ")");
 }
 
+/// A setup this long is said in the run's log (the 8B's: about a minute); a shorter one is left to
+/// summary.json, so a quick run's output stays as it was.
+constexpr double kSetupWorthSayingS = 10.0;
+
 // The step loop of one rank (the one loop of every launch mode): the boundary every rank decides
 // together, the step, its report to rank 0's outputs, the checkpoint cadence.
 void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, RunShared& shared, RunOutcome& out) {
@@ -376,6 +381,14 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
       break;
     }
     reporter.begin_step();
+    if (lead && shared.setup_s < 0) {
+      // Setup: the checks, the groups joined, the model built and initialised (or loaded), the
+      // data opened. A long one (the 8B's init drawn on the CPU) is said, a short one is not.
+      shared.setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - shared.started).count();
+      if (shared.setup_s >= kSetupWorthSayingS)
+        log(printf_string("setup: %.1f s before step %lld (summary.json's setup_s)", shared.setup_s,
+                          static_cast<long long>(trainer.next_step() + 1)));
+    }
     // --kernel-profile: rank 0 records the run's last step (warm: its caches and plans are made).
     const bool profiled = lead && !opt.kernel_profile.empty() && trainer.next_step() == total - 1;
     if (profiled) start_kernel_profile(ctx.device.is_cuda() ? ctx.device.index() : -1);
@@ -754,6 +767,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     summary.status = to_string(out.status);
     summary.error = out.error;
     summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    summary.setup_s = shared.setup_s;
     // A continued run's summary is the whole run's: the steps its file kept, then this process's.
     // (wall_s and the phase table are this process's.)
     if (continues && shared.metrics) {

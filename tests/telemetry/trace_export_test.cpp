@@ -369,6 +369,10 @@ TEST_CASE("summary.json holds final metrics, rank peaks and the phase table", "[
   CHECK(phases[0].at("path").get<std::string>() == "fwd/block.0/mlp");  // highest first
   CHECK(phases[0].at("category_at_peak").at("mlp_workspace").get<int64_t>() == 300);
   CHECK(doc.at("extra").at("planner_peak_bytes").get<int64_t>() == 800);
+  CHECK(doc.at("setup_s").is_null());  // no step started: no setup figure
+  s.setup_s = 2.5;
+  REQUIRE(write_summary_json(path, s, &error));
+  CHECK(parse_file(path).at("setup_s").get<double>() == 2.5);
   s.extra_json = "[1, 2";
   CHECK_FALSE(write_summary_json(path, s, &error));
   CHECK_THAT(error, Catch::Contains("extra_json"));

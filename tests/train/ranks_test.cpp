@@ -150,6 +150,12 @@ TEST_CASE("ranks: rank 0 writes every rank's peaks and phases and steps count fr
   auto summary = parse_json(read_file(opt.out_dir + "/summary.json"));
   REQUIRE(summary.has_value());
   CHECK(summary->at("final").at("step").get<int64_t>() == 3);
+  // setup (groups, model, data) ends where step 1 begins: within the run, before its steps
+  const double setup_s = summary->at("setup_s").get<double>(), wall_s = summary->at("wall_s").get<double>();
+  double steps_s = 0;
+  for (const StepMetrics& m : o.metrics) steps_s += m.step_time_s;
+  CHECK(setup_s > 0);
+  CHECK(setup_s + steps_s <= wall_s);
   std::set<int64_t> peak_ranks, peak_steps;
   for (const auto& row : summary->at("phases")) {
     peak_ranks.insert(row.at("peak_rank").get<int64_t>());
