@@ -35,6 +35,11 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
   // (r mod P, created first), so at world 8 with P = 4 ranks 4-7 would pick GPUs 0-3, another
   // rank's, and NCCL stops on a duplicate GPU.
   backend->setBoundDeviceId(device);
+  // The communicator now, every member making this group (torch.distributed does the same when
+  // init_process_group is given device_id), not at the group's first collective: its buffers
+  // exist before step 1, whose time and peak are then every later step's, and a failure to
+  // connect ends the setup, which the store's deadline bounds and names.
+  backend->eagerConnectSingleDevice(device);
   return c10::static_intrusive_pointer_cast<c10d::Backend>(backend);
 }
 

@@ -135,7 +135,8 @@ class GlooComm final : public BackendComm {
 };
 
 /// CUDA group over ProcessGroupNCCL, one GPU (`device`) per member; like GlooComm, blocks until
-/// every member has made the group.
+/// every member has made the group; its NCCL communicator is connected as it is made
+/// (make_nccl_backend), not at the first collective.
 class NcclComm final : public BackendComm {
  public:
   NcclComm(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec& spec, c10::Device device,
