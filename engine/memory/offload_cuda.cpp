@@ -22,7 +22,7 @@ namespace odyssey {
 namespace {
 
 /// Memory: one exact pinned slab of the offloaded blocks' inputs (offloaded_blocks: blocks
-/// 1..n_layers-2, region = block - first; block 0's input is recomputed), allocated at the first step and
+/// 1..n_layers-2, region = block - first; block 0's input is recomputed), allocated at setup (the Trainer) or the first step and
 /// kept (LibTorch's pinned host allocator would round each 1.2 GiB input up to 2 GiB, and pageable
 /// memory would make every copy synchronous). It is charged to the tracker's host pool, category
 /// offloaded, for as long as it exists: the host memory a node must have.

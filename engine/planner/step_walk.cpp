@@ -164,7 +164,7 @@ class Walker {
     batch_ = alloc("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
     rope_ = alloc("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
     // GPU: one pinned slab of the offloaded blocks' inputs (1..L-2, offloaded_blocks), allocated at
-    // the first step and kept (engine/memory/offload_cuda.cpp); the copies go straight into it, no
+    // setup and kept (engine/train/trainer.cpp, engine/memory/offload_cuda.cpp); the copies go straight into it, no
     // staging. CPU: one clone per block.
     if (slab() && offloaded_.count > 0)
       m_.alloc("offloaded block inputs", K::OffloadedInput, C::Offloaded, kind_bytes(K::OffloadedInput, s_),

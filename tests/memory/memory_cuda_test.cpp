@@ -9,6 +9,7 @@
 #include <torch/cuda.h>
 
 #include "../common/engine_test_util.h"
+#include "engine/layout/planned_buffers.h"
 #include "engine/memory/tiled_loss.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "kernels/linear_cross_entropy_plan.h"
@@ -138,7 +139,17 @@ TEST_CASE("cuda: bf16 trains, checkpointing and offload lower the measured peak"
     CHECK(last < 0.8 * first);
   }
   cfg.memory.activation_checkpointing = cfg.memory.offload_activations = true;
+  const int slot = cuda_rank().slot;
+  const auto offloaded_bytes = [&] {
+    return MemoryTracker::instance().snapshot(slot).category_bytes[static_cast<size_t>(MemCategory::Offloaded)];
+  };
+  const int64_t before = offloaded_bytes();
   Trainer t(cfg, cuda_rank());
+  // the pinned slab of the offloaded inputs exists before the first step (made at setup), one
+  // [B, s, d] bf16 region per offloaded block (1..L-2), charged to "offloaded"
+  const int64_t slab = offloaded_bytes() - before;
+  const OffloadedBlocks offloaded = offloaded_blocks(cfg.model.n_layers);
+  CHECK(slab >= offloaded.count * cfg.training.batch_size * cfg.training.seq_len * cfg.model.d_model * 2);
   t.step();
   const StepResult r = t.step();
   INFO("plain peak " << plain_peak << ", checkpointing + offload peak " << r.device_peak);
