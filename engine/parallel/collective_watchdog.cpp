@@ -34,9 +34,11 @@ CollectiveWatchdog::~CollectiveWatchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
-void CollectiveWatchdog::watch(const char* op, c10::intrusive_ptr<c10d::Work> work) {
+void CollectiveWatchdog::watch(const char* op, c10::intrusive_ptr<c10d::Work> work, Runnable runnable) {
   std::lock_guard<std::mutex> lock(mutex_);
-  watched_.push_back({op, std::move(work), std::chrono::steady_clock::now() + timeout_});
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (!runnable) deadline = std::chrono::steady_clock::now() + timeout_;
+  watched_.push_back({op, std::move(work), std::move(runnable), deadline});
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   cv_.notify_all();
 }
@@ -72,7 +74,9 @@ void CollectiveWatchdog::loop() {
     if (stop_) return;
     if (!failure_ && abort_ && abort_->raised())
       fail_locked("abandoned: rank " + std::to_string(abort_->rank()) + " failed: " + first_line(abort_->reason()));
-    // Collectives of one group complete in issue order: look at the oldest.
+    // Collectives of one group complete in issue order: look at the oldest. It can run once its
+    // probe says the work queued before it is done (the earlier ones of the group are): its
+    // deadline starts then.
     while (!failure_ && !watched_.empty()) {
       Watched& w = watched_.front();
       bool done = false;
@@ -80,6 +84,7 @@ void CollectiveWatchdog::loop() {
         done = w.work->isCompleted();
         if (done)
           if (std::exception_ptr error = w.work->exception()) std::rethrow_exception(error);
+        if (!done && !w.deadline && w.runnable()) w.deadline = std::chrono::steady_clock::now() + timeout_;
       } catch (const std::exception& e) {
         fail_locked(w.op + " failed: " + first_line(e.what()));
         break;
@@ -88,7 +93,7 @@ void CollectiveWatchdog::loop() {
         watched_.pop_front();
         continue;
       }
-      if (std::chrono::steady_clock::now() >= w.deadline)
+      if (w.deadline && std::chrono::steady_clock::now() >= *w.deadline)
         fail_locked(w.op + " timed out after " + seconds_text(timeout_) +
                     " (a member of the group never joined this collective: it died, hung, or issued a "
                     "different sequence of collectives)");

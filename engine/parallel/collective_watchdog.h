@@ -4,6 +4,10 @@
 // parallel.timeout_s, a failed one, or the job's abort signal (another rank failed) poisons the
 // group and aborts its communicator (freeing GPU work stuck in the collective); the rank learns
 // it at its next collective or step boundary, with the operation, the group and the reason.
+// A collective's deadline runs from when it can run: the GPU work queued before it done (its
+// `runnable` probe, an event recorded behind that work) and the group's earlier collectives
+// complete. The host queues work far ahead of the GPU (a whole forward or backward: over an hour
+// for the 8B at 5M), so a deadline from the issue would fail healthy collectives.
 // defines: CollectiveWatchdog
 #pragma once
 
@@ -50,8 +54,13 @@ class CollectiveWatchdog {
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
-  /// Watches `work` (issued as `op`) from now until it completes or its deadline passes.
-  void watch(const char* op, c10::intrusive_ptr<c10d::Work> work);
+  /// True once the GPU work queued before a collective is done (a CUDA event's query); throws on
+  /// a device error.
+  using Runnable = std::function<bool()>;
+  /// Watches `work` (issued as `op`) until it completes or its deadline passes. The deadline is
+  /// the timeout from the moment the watchdog sees it can run: `runnable` true while every
+  /// collective watched before it has completed; without a probe, from now.
+  void watch(const char* op, c10::intrusive_ptr<c10d::Work> work, Runnable runnable = nullptr);
   /// Why the group failed ("all_gather timed out after 300 s (...)", "abandoned: rank 3 failed:
   /// ...", "all_to_all failed: ..."), or nullopt while none has.
   std::optional<std::string> failure() const;
@@ -64,7 +73,8 @@ class CollectiveWatchdog {
   struct Watched {
     std::string op;
     c10::intrusive_ptr<c10d::Work> work;
-    std::chrono::steady_clock::time_point deadline;
+    Runnable runnable;                                              ///< empty: runnable from the watch
+    std::optional<std::chrono::steady_clock::time_point> deadline;  ///< set once it can run
   };
   void loop();
   void fail_locked(std::string why);

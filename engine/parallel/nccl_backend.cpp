@@ -18,6 +18,11 @@ namespace odyssey {
 
 #ifdef ODYSSEY_WITH_NCCL
 
+namespace {
+/// How much longer than Odyssey's timeout c10d's own watchdog waits (make_nccl_backend).
+constexpr std::chrono::hours kNcclBackstop{24};
+}  // namespace
+
 bool nccl_available() { return true; }
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -26,9 +31,11 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
               " needs a CUDA device with an index, got ", device.str());
   c10::cuda::set_device(device.index());
   auto options = c10d::ProcessGroupNCCL::Options::create();
-  // Odyssey's wait loop enforces `timeout` per collective and aborts the communicator of a group
-  // whose collective it abandoned; the watchdog only backs that up.
-  options->timeout = timeout + std::chrono::seconds(30);
+  // Odyssey's watchdog enforces `timeout` per collective from when it can run, and aborts the
+  // communicator of a group whose collective it abandoned. c10d's watchdog counts from when the
+  // host queued it, and the host queues a whole forward or backward ahead of the GPU (over an hour
+  // for the 8B at 5M): a backstop a day longer, for a collective that never became runnable.
+  options->timeout = timeout + kNcclBackstop;
   auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
   // The device c10d's calls without a tensor (barrier) run on. Unbound, ProcessGroupNCCL guesses
   // it as the rank of the process's first group modulo the GPUs it sees: the Ulysses group's rank

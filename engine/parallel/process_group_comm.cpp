@@ -15,6 +15,11 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#if defined(ODYSSEY_WITH_CUDA)
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#endif
+
 #include "engine/parallel/gloo_backend.h"
 #include "engine/parallel/nccl_backend.h"
 
@@ -216,7 +221,22 @@ void BackendComm::wait_cuda(const char* op, const c10::intrusive_ptr<c10d::Work>
     poisoned_ = true;
     fail(op, std::string("failed: ") + first_line(e.what()));
   }
-  watchdog_->watch(op, work);
+}
+
+// GPU groups: the watchdog watches a collective from its issue, its deadline from when it can run.
+// NCCL's stream waits, at the issue, for the work queued on the current stream; an event recorded
+// there now, before anything else is queued on it, completes when that work is done.
+void BackendComm::watch_issued(const char* op, const c10::intrusive_ptr<c10d::Work>& work, const at::Tensor& on) {
+  if (!watchdog_) return;
+  CollectiveWatchdog::Runnable runnable;  // none (a CPU tensor: the tests' fake backend): from now
+#if defined(ODYSSEY_WITH_CUDA)
+  if (on.is_cuda()) {
+    auto ready = std::make_shared<at::cuda::CUDAEvent>();
+    ready->record(at::cuda::getCurrentCUDAStream(on.device().index()));
+    runnable = [ready] { return ready->query(); };
+  }
+#endif
+  watchdog_->watch(op, work, std::move(runnable));
 }
 
 // NCCL barrier: poll completion (Work::wait with a timeout would block inside the backend), then
@@ -276,9 +296,11 @@ std::unique_ptr<PendingCollective> BackendComm::start_all_gather(at::Tensor& out
   begin(op, &in, &out, out.numel() == in.numel() * spec_.size, "output = size x input elements of one dtype");
   at::Tensor out_flat = out.view(-1);
   at::Tensor in_flat = in.view(-1);
-  if (cuda_)
-    return std::make_unique<Pending>(*this, op, backend_->_allgather_base(out_flat, in_flat),
-                                     std::vector<at::Tensor>{out_flat, in_flat});
+  if (cuda_) {
+    c10::intrusive_ptr<c10d::Work> work = backend_->_allgather_base(out_flat, in_flat);
+    watch_issued(op, work, in_flat);
+    return std::make_unique<Pending>(*this, op, std::move(work), std::vector<at::Tensor>{out_flat, in_flat});
+  }
   // Gloo: ProcessGroupGloo's _allgather_base stages through an output-sized tensor allocated on
   // its worker thread, which the memory tracker cannot attribute to this rank (and rank emulation
   // would not reproduce). An in-place SUM all-reduce of the output with only this rank's slot
@@ -306,8 +328,9 @@ std::unique_ptr<PendingCollective> BackendComm::start_reduce_scatter_sum(at::Ten
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
     opts.timeout = spec_.timeout;
-    return std::make_unique<Pending>(*this, op, backend_->_reduce_scatter_base(out_flat, in_flat, opts),
-                                     std::vector<at::Tensor>{out_flat, in_flat});
+    c10::intrusive_ptr<c10d::Work> work = backend_->_reduce_scatter_base(out_flat, in_flat, opts);
+    watch_issued(op, work, in_flat);
+    return std::make_unique<Pending>(*this, op, std::move(work), std::vector<at::Tensor>{out_flat, in_flat});
   }
   // Gloo: _reduce_scatter_base stages through an input-sized tensor on its worker thread (see
   // all_gather). Reduce `in` itself with an in-place all-reduce instead (Comm allows it to be
@@ -338,6 +361,7 @@ void BackendComm::all_to_all(at::Tensor& out, const at::Tensor& in) {
   c10d::AllToAllOptions opts;
   opts.timeout = spec_.timeout;
   auto work = backend_->alltoall_base(out_rows, in_rows, equal_splits, equal_splits, opts);
+  if (cuda_) watch_issued(op, work, in);
   finish(op, work);
 }
 
@@ -347,7 +371,9 @@ void BackendComm::all_reduce(const char* op, at::Tensor& tensor, Reduce reduce) 
   c10d::AllreduceOptions opts;
   opts.reduceOp = reduce == Reduce::Max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
   opts.timeout = spec_.timeout;
-  finish(op, backend_->allreduce(tensors, opts));
+  auto work = backend_->allreduce(tensors, opts);
+  if (cuda_) watch_issued(op, work, tensor);
+  finish(op, work);
 }
 
 void BackendComm::all_reduce_sum(at::Tensor& tensor) { all_reduce("all_reduce_sum", tensor, Reduce::Sum); }
@@ -362,7 +388,9 @@ void BackendComm::broadcast(at::Tensor& tensor, int root) {
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   opts.timeout = spec_.timeout;
-  finish(op, backend_->broadcast(tensors, opts));
+  auto work = backend_->broadcast(tensors, opts);
+  if (cuda_) watch_issued(op, work, tensor);
+  finish(op, work);
 }
 
 void BackendComm::barrier() {

@@ -97,6 +97,9 @@ class BackendComm : public Comm {
   /// contiguous; for two-tensor collectives `shapes_ok` else the `rule` with both shapes.
   void begin(const char* op, const at::Tensor* in, const at::Tensor* out = nullptr, bool shapes_ok = true,
              const char* rule = nullptr);
+  /// GPU groups: hands the collective just issued on `on`'s device to the watchdog, with an event
+  /// behind the work queued before it (its deadline starts when that work is done).
+  void watch_issued(const char* op, const c10::intrusive_ptr<c10d::Work>& work, const at::Tensor& on);
   enum class Reduce { Sum, Max };
   void all_reduce(const char* op, at::Tensor& tensor, Reduce reduce);
   /// Waits for `work` (at most the timeout, abort-aware) and turns every failure into CommError.
@@ -108,7 +111,8 @@ class BackendComm : public Comm {
   /// While waiting: throws (and poisons the group) when another rank raised the abort signal or
   /// the collective's deadline has passed.
   void give_up_if_aborted_or_late(const char* op, std::chrono::steady_clock::time_point deadline);
-  /// NCCL: the current stream waits for `work`, the watchdog takes it over; the host goes on.
+  /// NCCL: the current stream waits for `work` (the watchdog has it from its issue); the host
+  /// goes on.
   void wait_cuda(const char* op, const c10::intrusive_ptr<c10d::Work>& work);
   /// NCCL barrier: the host waits (polling, deadline- and abort-bounded).
   void wait_cuda_host(const char* op, const c10::intrusive_ptr<c10d::Work>& work);

@@ -169,3 +169,39 @@ TEST_CASE("collective watchdog: drain waits for the pending ones and returns at 
   CHECK(aborts == 1);
   CHECK(dog.pending() == 0);
 }
+
+TEST_CASE("collective watchdog: a deadline runs from when the collective can run, not from its issue",
+          "[parallel][watchdog]") {
+  // The host queues collectives far ahead of the GPU: one whose preceding GPU work is still
+  // running (its probe false) is not late however long it waits; once it can run, it has the
+  // whole timeout. A later collective of the group can run only after the earlier completed, so
+  // its clock starts then, though its own probe was true all along. (Only lower bounds on times:
+  // a loaded host may run this thread late, never the watchdog early.)
+  std::atomic<int> aborts{0};
+  std::atomic<bool> first_ready{false};
+  CollectiveWatchdog dog(
+      400ms, nullptr, [&] { ++aborts; }, std::chrono::microseconds(500));
+  auto first = c10::make_intrusive<FakeWork>(), second = c10::make_intrusive<FakeWork>();
+  dog.watch("all_gather", first, [&] { return first_ready.load(); });
+  dog.watch("reduce_scatter_sum", second, [] { return true; });
+  std::this_thread::sleep_for(1200ms);  // three timeouts queued behind GPU work: not a failure
+  CHECK_FALSE(dog.failure().has_value());
+  CHECK(dog.pending() == 2);
+  const auto first_done = std::chrono::steady_clock::now();
+  first_ready = true;
+  first->complete();  // the GPU reached the gather, which completed
+  REQUIRE(eventually([&] { return dog.failure().has_value(); }));
+  CHECK(std::chrono::steady_clock::now() - first_done >= 400ms);  // the second's whole timeout
+  CHECK_THAT(*dog.failure(), Catch::StartsWith("reduce_scatter_sum timed out after 0.4 s"));
+  CHECK(aborts == 1);
+}
+
+TEST_CASE("collective watchdog: a probe that fails (a device error) fails the group", "[parallel][watchdog]") {
+  std::atomic<int> aborts{0};
+  CollectiveWatchdog dog(60000ms, nullptr, [&] { ++aborts; });
+  dog.watch("all_to_all", c10::make_intrusive<FakeWork>(),
+            []() -> bool { throw std::runtime_error("CUDA error: an illegal memory access was encountered"); });
+  REQUIRE(eventually([&] { return dog.failure().has_value(); }));
+  CHECK(*dog.failure() == "all_to_all failed: CUDA error: an illegal memory access was encountered");
+  CHECK(aborts == 1);
+}
