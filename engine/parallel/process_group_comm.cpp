@@ -232,7 +232,12 @@ void BackendComm::watch_issued(const char* op, const c10::intrusive_ptr<c10d::Wo
 #if defined(ODYSSEY_WITH_CUDA)
   if (on.is_cuda()) {
     auto ready = std::make_shared<at::cuda::CUDAEvent>();
-    ready->record(at::cuda::getCurrentCUDAStream(on.device().index()));
+    try {
+      ready->record(at::cuda::getCurrentCUDAStream(on.device().index()));
+    } catch (const std::exception& e) {  // a device already in error: the collective cannot be watched
+      poisoned_ = true;
+      fail(op, std::string("failed: ") + first_line(e.what()));
+    }
     runnable = [ready] { return ready->query(); };
   }
 #endif
@@ -409,8 +414,8 @@ void BackendComm::barrier() {
 // the slower member took over next, whose setup then usually failed with "Connection closed by
 // peer" from connectFullMesh (comm_test's "gloo group setup" case makes the schedule happen on
 // demand). torch.distributed has the same store-based barrier after a group's init, on under
-// TORCH_DIST_INIT_BARRIER=1. NCCL opens nothing at construction (its communicators start at the
-// first collective), so there the barrier only gives both backends one contract. Each member adds
+// TORCH_DIST_INIT_BARRIER=1. NCCL has connected its communicator by then (make_nccl_backend), so
+// there the barrier only gives both backends one contract. Each member adds
 // itself to a counter and marks its own key (for the message naming those that never came), then
 // counts itself out once it has seen everyone in. Member 0 leaves last: under torchrun rank 0's
 // process may serve the store (rank 0 is member 0 of each group it is in, and make_rank_context

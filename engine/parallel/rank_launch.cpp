@@ -134,8 +134,24 @@ bool ranks_share_gpus(const c10::intrusive_ptr<c10d::Store>& store, int rank, in
   store->set(key(rank), std::vector<uint8_t>(gpu.begin(), gpu.end()));
   std::vector<std::string> gpus;
   for (int r = 0; r < world_size; ++r) {
-    const std::vector<uint8_t> value = store->get(key(r));  // waits for rank r's
-    gpus.emplace_back(value.begin(), value.end());
+    try {
+      const std::vector<uint8_t> value = store->get(key(r));  // waits for rank r's, up to the store's timeout
+      gpus.emplace_back(value.begin(), value.end());
+    } catch (const c10::Error&) {
+      // The first wait of the job's ranks for one another: name the ranks that never wrote
+      std::string missing;
+      for (int m = 0; m < world_size; ++m) {
+        bool there = false;
+        try {
+          there = store->check({key(m)});
+        } catch (const c10::Error&) {  // the store itself is gone: every rank counts as missing
+        }
+        if (!there) missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+      }
+      throw CommError("rank " + std::to_string(rank) + ": ranks " + missing +
+                      " never reached the collective groups' set-up (they failed or hung before it, "
+                      "see their output)");
+    }
   }
   return any_gpu_shared(gpus);
 }
@@ -383,7 +399,8 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
   options.gloo_hostname = is_loopback(env.master_addr) ? "127.0.0.1" : "";
   joined.store = store ? std::move(store) : connect_job_store(env, options.timeout);
   {  // the groups' rendezvous goes through the store (Gloo's and NCCL's pairs)
-    const StoreDeadline deadline(store_deadline_for(options.timeout), "the collective groups' set-up",
+    const StoreDeadline deadline(store_deadline_for(options.timeout),
+                                 "the collective groups' set-up (the GPUs' exchange, the groups, NCCL's connect)",
                                  env.store_address());
     options.shared_device =
         ranks_share_gpus(joined.store, env.rank, env.world_size, device.is_cuda() ? gpu_uuid(device.index()) : "");

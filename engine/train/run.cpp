@@ -363,6 +363,7 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   Trainer trainer(cfg, ctx);
   StepReporter reporter(cfg, ctx, opt, shared, trainer.recorder());  // attaches its edge buffer first
   prepare_rank(cfg, ctx, opt, shared, trainer, log);
+  trainer.pin_offload_slab();  // at setup, not inside step 1 (setup_s holds it)
   if (shared.resume && shared.separate_processes && ctx.world_size > 1)
     check_same_resumed_step(ctx, trainer.next_step());
   StepBoundary boundary(ctx, opt.control, log);

@@ -66,15 +66,19 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
   stack_ = memory_stack(cfg_, with_planned_sizes(cfg_).memory, ctx_);
   model_ = std::make_unique<LlamaModel>(cfg_.model, ctx_, stack_.groups);
   model_->init(static_cast<uint64_t>(cfg_.training.seed));
-  // CUDA: the block inputs' pinned slab now, at setup, sized as every step's forward sizes it
+}
+
+void Trainer::pin_offload_slab() {
+  // CUDA: the block inputs' pinned slab now, sized as every step's forward sizes it
   // (LlamaModel::forward: [B, s, d] of the compute dtype), so step 1 finds it made. Pinning takes
   // seconds per tens of GiB (about 150 GiB a rank at 5M, 8 processes at once), which a
-  // measurement of one step would have counted as the step's; a node short of host memory now
-  // fails here, before any step. The kept attention's slab is sized by its first payload, in step 1.
-  if (device_.is_cuda() && stack_.offload_block_inputs)
-    offload_.start_step(offloaded_blocks(cfg_.model.n_layers),
-                        {cfg_.training.batch_size, cfg_.training.seq_len / ctx_.sp_size, cfg_.model.d_model},
-                        model_->groups().front()->compute_dtype());
+  // measurement of one step would have counted as the step's; a node short of host memory fails
+  // here, before any step. The kept attention's slab is sized by its first payload, in step 1.
+  if (!device_.is_cuda() || !stack_.offload_block_inputs) return;
+  RankScope rank(ctx_.slot);
+  offload_.start_step(offloaded_blocks(cfg_.model.n_layers),
+                      {cfg_.training.batch_size, cfg_.training.seq_len / ctx_.sp_size, cfg_.model.d_model},
+                      model_->groups().front()->compute_dtype());
 }
 
 Trainer::~Trainer() {

@@ -63,6 +63,12 @@ class Trainer {
   Trainer(const RunConfig& cfg, const RankContext& ctx);
   ~Trainer();
 
+  /// CUDA with memory.offload_activations: pins the offloaded block inputs' host slab now, as
+  /// step 1 would (about 150 GiB a rank for the 8B at 5M), so that a training run's setup holds
+  /// the pinning and step 1 does not; no-op otherwise. The training loop calls it once its
+  /// weights are loaded; a Trainer that only evaluates never pins.
+  void pin_offload_slab();
+
   /// Runs the step of index next_step() (reported as step next_step() + 1): forward, backward,
   /// clip, AdamW. Throws StepFailure, or CommError (with step and phase) when a collective failed.
   /// With the host AdamW pipelined (overlaps_host_optimizer) the step returns once the passes are

@@ -145,6 +145,8 @@ TEST_CASE("cuda: bf16 trains, checkpointing and offload lower the measured peak"
   };
   const int64_t before = offloaded_bytes();
   Trainer t(cfg, cuda_rank());
+  CHECK(offloaded_bytes() == before);  // a Trainer pins nothing until asked (an evaluation never is)
+  t.pin_offload_slab();
   // the pinned slab of the offloaded inputs exists before the first step (made at setup), one
   // [B, s, d] bf16 region per offloaded block (1..L-2), charged to "offloaded"
   const int64_t slab = offloaded_bytes() - before;

@@ -144,6 +144,11 @@ TEST_CASE("collective backends: each group names its library, and ranks share GP
     CAPTURE(i);
     CHECK(answers == std::vector<int>(4, expected[i] ? 1 : 0));
   }
+  // the job's first wait of its ranks for one another: ranks that never came are named
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  store->setTimeout(std::chrono::milliseconds(200));
+  CHECK_THROWS_WITH(ranks_share_gpus(store, 0, 3, "GPU-a"),
+                    Catch::Contains("rank 0: ranks 1, 2 never reached the collective groups' set-up"));
 }
 
 TEST_CASE("comm options: a timeout is whole milliseconds rounded up, never 0 (which c10d reads as none)", "[launch]") {
