@@ -1,9 +1,11 @@
 // Device-side helpers shared by the .cu files (nvcc only): typed loads/stores that convert to and
 // from fp32, and warp/block reductions in fp32.
-// defines: Bf16, load_f32, store_f32, warp_sum, warp_max, block_sum, block_max, kWarpSize
+// defines: Bf16, load_f32, store_f32, warp_sum, warp_max, block_sum, block_max, kWarpSize, all_aligned_16,
+//          grid_stride_blocks
 #pragma once
 
 #include <cuda_bf16.h>
+#include <initializer_list>
 #include <cuda_runtime.h>
 
 #include "kernels/kernel_common.h"
@@ -94,6 +96,21 @@ __device__ __forceinline__ void store_vec(T* p, size_t i, const float (&in)[kVec
 /// True when p is aligned to `bytes`.
 __host__ __device__ inline bool is_aligned(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+/// True when every pointer is 16-byte aligned: a 128-bit vector path may take them all.
+inline bool all_aligned_16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (!is_aligned(p, 16)) return false;
+  return true;
+}
+
+/// Blocks of `threads` for a grid-stride loop over `items` work items: one item a thread, at least
+/// one block and at most 65535 (enough to fill the device several times over; the loop takes the
+/// rest).
+inline int grid_stride_blocks(int64_t items, int threads) {
+  const int64_t blocks = (items + threads - 1) / threads;
+  return static_cast<int>(blocks < 1 ? 1 : blocks > 65535 ? 65535 : blocks);
 }
 
 }  // namespace odyssey::kernels::device

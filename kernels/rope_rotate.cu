@@ -5,10 +5,6 @@
 // Test:  build/bin/kernel_tests "[rope_rotate]" (CPU reference) and "[rope_rotate][.cuda]" on a GPU.
 // Bench: build/bin/odyssey_kernel_bench rope (bytes moved per second vs the device's copy bandwidth).
 // defines: rope_rotate
-#include <algorithm>
-#include <initializer_list>
-#include <string>
-
 #include "kernels/kernel_device.cuh"
 #include "kernels/rope_rotate.h"
 
@@ -53,11 +49,6 @@ __global__ void rope_rotate_kernel(const T* __restrict__ x, const float* __restr
   }
 }
 
-int blocks_for(int64_t vectors) {
-  const int64_t blocks = (vectors + kThreads - 1) / kThreads;
-  return static_cast<int>(std::min<int64_t>(std::max<int64_t>(blocks, 1), 65535));
-}
-
 template <typename T>
 void launch(const void* x, const float* cos, const float* sin, const RopeRotateShape& s, float sign, void* out,
             cudaStream_t stream) {
@@ -65,16 +56,17 @@ void launch(const void* x, const float* cos, const float* sin, const RopeRotateS
   const int64_t half = s.head_dim / 2;
   // 128-bit accesses need every vector's first element on a 16-byte boundary: aligned bases, and
   // half, the strides and hence every offset multiples of kVec elements.
-  bool vector = half % kVec == 0 && s.stride_batch % kVec == 0 && s.stride_seq % kVec == 0 && s.stride_head % kVec == 0;
-  for (const void* p : {x, static_cast<const void*>(cos), static_cast<const void*>(sin), static_cast<const void*>(out)})
-    vector = vector && device::is_aligned(p, 16);
+  const bool vector = half % kVec == 0 && s.stride_batch % kVec == 0 && s.stride_seq % kVec == 0 &&
+                      s.stride_head % kVec == 0 && device::all_aligned_16({x, cos, sin, out});
   const T* in = static_cast<const T*>(x);
   T* result = static_cast<T*>(out);
   const int64_t pairs = s.batch * s.seq * s.heads * half;
   if (vector)
-    rope_rotate_kernel<T, kVec><<<blocks_for(pairs / kVec), kThreads, 0, stream>>>(in, cos, sin, s, sign, result);
+    rope_rotate_kernel<T, kVec>
+        <<<device::grid_stride_blocks(pairs / kVec, kThreads), kThreads, 0, stream>>>(in, cos, sin, s, sign, result);
   else
-    rope_rotate_kernel<T, 1><<<blocks_for(pairs), kThreads, 0, stream>>>(in, cos, sin, s, sign, result);
+    rope_rotate_kernel<T, 1>
+        <<<device::grid_stride_blocks(pairs, kThreads), kThreads, 0, stream>>>(in, cos, sin, s, sign, result);
   ODYSSEY_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -4,7 +4,6 @@
 // Test:  build/bin/kernel_tests "[swiglu]" (CPU reference) and "[swiglu][.cuda]" on a GPU.
 // Bench: build/bin/odyssey_kernel_bench swiglu (bandwidth vs the device's copy bandwidth).
 // defines: swiglu_forward, swiglu_backward
-#include <algorithm>
 #include <initializer_list>
 #include <string>
 
@@ -79,19 +78,8 @@ __global__ void swiglu_backward_kernel(const T* dh, const T* gate, const T* up, 
   }
 }
 
-/// Blocks for n elements in vectors of kVec: enough to fill the device several times over, the
-/// grid-stride loops take the rest.
-int blocks_for(int64_t n, int vec) {
-  const int64_t vectors = (n + vec - 1) / vec;
-  const int64_t blocks = (vectors + kThreads - 1) / kThreads;
-  return static_cast<int>(std::min<int64_t>(std::max<int64_t>(blocks, 1), 65535));
-}
-
-bool all_aligned(std::initializer_list<const void*> pointers) {
-  for (const void* p : pointers)
-    if (!device::is_aligned(p, 16)) return false;
-  return true;
-}
+/// Blocks for n elements in vectors of `vec`.
+int blocks_for(int64_t n, int vec) { return device::grid_stride_blocks((n + vec - 1) / vec, kThreads); }
 
 void check_args(int64_t n, std::initializer_list<const void*> pointers, const char* op) {
   require(n >= 0, std::string(op) + ": n = " + std::to_string(n) + " elements; expected 0 or more");
@@ -105,7 +93,7 @@ void launch_forward(const void* gate, const void* up, void* h, int64_t n, cudaSt
   constexpr int kVec = 16 / sizeof(T);
   const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up);
   T* out = static_cast<T*>(h);
-  if (all_aligned({gate, up, h}))
+  if (device::all_aligned_16({gate, up, h}))
     swiglu_forward_kernel<T, kVec><<<blocks_for(n, kVec), kThreads, 0, stream>>>(g, u, out, n);
   else
     swiglu_forward_kernel<T, 1><<<blocks_for(n, 1), kThreads, 0, stream>>>(g, u, out, n);
@@ -118,7 +106,7 @@ void launch_backward(const void* dh, const void* gate, const void* up, void* d_g
   constexpr int kVec = 16 / sizeof(T);
   const T *dy = static_cast<const T*>(dh), *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up);
   T *dg = static_cast<T*>(d_gate), *du = static_cast<T*>(d_up);
-  if (all_aligned({dh, gate, up, d_gate, d_up}))
+  if (device::all_aligned_16({dh, gate, up, d_gate, d_up}))
     swiglu_backward_kernel<T, kVec><<<blocks_for(n, kVec), kThreads, 0, stream>>>(dy, g, u, dg, du, n);
   else
     swiglu_backward_kernel<T, 1><<<blocks_for(n, 1), kThreads, 0, stream>>>(dy, g, u, dg, du, n);
