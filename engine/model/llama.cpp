@@ -64,15 +64,17 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryStack& stack, 
   rt->loss_scale = 1.0 / static_cast<double>(in.global_tokens);
   rt->answer = AnswerStats();
 
-  if (rt->offload)  // sizes the host copies (CUDA: the pinned slab, once) before anything runs
-    rt->offload->start_step(offloaded_blocks(model_.n_layers), {in.ids.size(0), s, model_.d_model},
-                            embed_->compute_dtype());
+  if (rt->offload) start_offload_step(*rt->offload, batch, s);      // before anything runs
   at::Tensor x = EmbedFunction::apply(embed_->master, in.ids, rt);  // [B, s, d]
   for (int64_t i = 0; i < model_.n_layers; ++i) {
     // Reassigning x drops this scope's reference: an offloaded input's device copy dies here.
     x = BlockFunction::apply(x, blocks_[i]->master, rt, i);  // [B, s, d]
   }
   return HeadFunction::apply(x, head_->master, rt);  // scalar loss_local
+}
+
+void LlamaModel::start_offload_step(OffloadStore& store, int64_t batch, int64_t local_tokens) {
+  store.start_step(offloaded_blocks(model_.n_layers), {batch, local_tokens, model_.d_model}, embed_->compute_dtype());
 }
 
 void LlamaModel::reshard_all() {

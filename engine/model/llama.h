@@ -66,6 +66,12 @@ class LlamaModel {
   at::Tensor forward(const ModelInputs& in, const MemoryStack& stack, const OffloadStores& offload,
                      PhaseRecorder* recorder, StepRuntime* rt);
 
+  /// Sizes `store` for a step of `batch` x `local_tokens` tokens: the offloaded blocks' inputs
+  /// (offloaded_blocks), each [batch, local_tokens, d_model] of the compute dtype (CUDA: the pinned
+  /// slab, made once). The one sizing rule: forward calls it at each step's start, and the trainer
+  /// at setup (Trainer::pin_offload_slab), so that step 1 finds the slab made.
+  void start_offload_step(OffloadStore& store, int64_t batch, int64_t local_tokens);
+
   /// Frees every gathered buffer (after a failed step: OOM mid-forward leaves groups unsharded).
   void reshard_all();
 

@@ -69,16 +69,14 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
 }
 
 void Trainer::pin_offload_slab() {
-  // CUDA: the block inputs' pinned slab now, sized as every step's forward sizes it
-  // (LlamaModel::forward: [B, s, d] of the compute dtype), so step 1 finds it made. Pinning takes
+  // CUDA: the block inputs' pinned slab now, sized by the rule every step's forward applies
+  // (LlamaModel::start_offload_step), so step 1 finds it made. Pinning takes
   // seconds per tens of GiB (about 150 GiB a rank at 5M, 8 processes at once), which a
   // measurement of one step would have counted as the step's; a node short of host memory fails
   // here, before any step. The kept attention's slab is sized by its first payload, in step 1.
   if (!device_.is_cuda() || !stack_.offload_block_inputs) return;
   RankScope rank(ctx_.slot);
-  offload_.start_step(offloaded_blocks(cfg_.model.n_layers),
-                      {cfg_.training.batch_size, cfg_.training.seq_len / ctx_.sp_size, cfg_.model.d_model},
-                      model_->groups().front()->compute_dtype());
+  model_->start_offload_step(offload_, cfg_.training.batch_size, cfg_.training.seq_len / ctx_.sp_size);
 }
 
 Trainer::~Trainer() {
