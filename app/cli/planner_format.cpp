@@ -206,6 +206,10 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .value(t.loss_traffic_s)
       .key("device_optimizer_s")
       .value(t.device_optimizer_s)
+      .key("block_traffic_s")
+      .value(t.block_traffic_s)
+      .key("parameter_passes_s")
+      .value(t.parameter_passes_s)
       .key("all_to_all_s")
       .value(t.all_to_all_s)
       .key("fsdp_comm_s")
@@ -326,10 +330,11 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
 
   const StepTimePlan& t = plan.time;
   os << printf_string(
-      "\nstep: %.4g s (compute %.4g s of which recompute %.4g s and attention kernels %.4g s, loss's logit "
-      "passes %.3g s, device AdamW %.3g s, all-to-all %.3g s, FSDP exposed %.3g s, offload exposed %.3g s)\n",
-      t.step_s, t.compute_s, t.recompute_s, t.attention_s, t.loss_traffic_s, t.device_optimizer_s, t.all_to_all_s,
-      t.fsdp_comm_s, t.offload_s);
+      "\nstep: %.4g s (compute %.4g s of which recompute %.4g s and attention kernels %.4g s, blocks' elementwise "
+      "passes %.3g s, parameter casts and gradient packing %.3g s, loss's logit passes %.3g s, device AdamW %.3g s, "
+      "all-to-all %.3g s, FSDP exposed %.3g s, offload exposed %.3g s)\n",
+      t.step_s, t.compute_s, t.recompute_s, t.attention_s, t.block_traffic_s, t.parameter_passes_s, t.loss_traffic_s,
+      t.device_optimizer_s, t.all_to_all_s, t.fsdp_comm_s, t.offload_s);
   if (t.host_optimizer_s > 0)
     os << printf_string(
         "optimizer offload: host AdamW %.3g s, PCIe (gradients down, parameters up) %.3g s; the step waits "
@@ -347,7 +352,7 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   for (const AttentionKernelUse& use : attention_kernel_uses(t))
     sdpa_beside = sdpa_beside || (use.kernel == "sdpa" && !t.attention_at_sdpa_efficiency);
   os << printf_string(
-      "at hardware.compute_efficiency %.3g (GEMMs and the rest) and hardware.%s %.3g (attention kernels: %s%s) "
+      "at hardware.compute_efficiency %.3g (the GEMMs) and hardware.%s %.3g (attention kernels: %s%s) "
       "of %.1f TFLOP/s\n",
       cfg.hardware.compute_efficiency,
       t.attention_at_sdpa_efficiency ? "attention_efficiency" : "untied_attention_efficiency",

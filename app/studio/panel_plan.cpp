@@ -92,12 +92,16 @@ void draw_summary(const PlanResult& r, const RunConfig& cfg) {
       plot::format_value(t.step_s, plot::Format::Seconds).c_str(), t.mfu * 100);
   if (ImGui::IsItemHovered()) {
     ImGui::BeginTooltip();
-    ImGui::Text("compute %s (recompute %s, attention kernels %s: %s), loss's logit passes %s, device AdamW %s",
-                plot::format_value(t.compute_s, plot::Format::Seconds).c_str(),
-                plot::format_value(t.recompute_s, plot::Format::Seconds).c_str(),
-                plot::format_value(t.attention_s, plot::Format::Seconds).c_str(), attention_kernel_label(t).c_str(),
-                plot::format_value(t.loss_traffic_s, plot::Format::Seconds).c_str(),
-                plot::format_value(t.device_optimizer_s, plot::Format::Seconds).c_str());
+    ImGui::Text(
+        "compute %s (recompute %s, attention kernels %s: %s), blocks' elementwise passes %s, "
+        "parameter casts and gradient packing %s, loss's logit passes %s, device AdamW %s",
+        plot::format_value(t.compute_s, plot::Format::Seconds).c_str(),
+        plot::format_value(t.recompute_s, plot::Format::Seconds).c_str(),
+        plot::format_value(t.attention_s, plot::Format::Seconds).c_str(), attention_kernel_label(t).c_str(),
+        plot::format_value(t.block_traffic_s, plot::Format::Seconds).c_str(),
+        plot::format_value(t.parameter_passes_s, plot::Format::Seconds).c_str(),
+        plot::format_value(t.loss_traffic_s, plot::Format::Seconds).c_str(),
+        plot::format_value(t.device_optimizer_s, plot::Format::Seconds).c_str());
     ImGui::Text("all-to-all %s, FSDP comm %s, offload %s",
                 plot::format_value(t.all_to_all_s, plot::Format::Seconds).c_str(),
                 plot::format_value(t.fsdp_comm_s, plot::Format::Seconds).c_str(),

@@ -7,6 +7,7 @@
 
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
+#include "engine/layout/block_traffic.h"
 #include "engine/layout/documents.h"
 #include "engine/layout/sdpa_fallback.h"
 #include "engine/planner/planner.h"
@@ -76,6 +77,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
     s.stages = plan.stages;
     s.max_kv_count = plan.max_kv_count;
     s.untied_buffers = untied_stage_buffers(plan, s.B, s.s);
+    s.untied_kv_accum_token_bytes = untied_kv_accumulator_token_bytes(plan, s.c);
   } else {
     s.k = s.hq;
     s.stages = 1;

@@ -185,8 +185,11 @@ struct PlanShapes {
   int64_t stages = 1;        ///< hq / k
   int64_t max_kv_count = 0;  ///< KV heads per rank per stage: the widest range a stage reads (hkv without Untied)
   UntiedStageBuffers untied_buffers;  ///< the Untied Function's buffers (engine/layout/heads.h), elements
-  SequenceTile mlp_tile, loss_tile;   ///< [B, n, f] and [B, n, V] tiles (engine/layout/tiles.h)
-  int64_t norm_tile_rows = 0;         ///< the Untied input norm's row tiles (input_norm_tile_rows)
+  /// the Untied backward's fp32 dK/dV accumulators' traffic, bytes a local token
+  /// (untied_kv_accumulator_token_bytes, engine/layout/block_traffic.h); 0 without them
+  double untied_kv_accum_token_bytes = 0;
+  SequenceTile mlp_tile, loss_tile;                  ///< [B, n, f] and [B, n, V] tiles (engine/layout/tiles.h)
+  int64_t norm_tile_rows = 0;                        ///< the Untied input norm's row tiles (input_norm_tile_rows)
   int64_t fused_seq_tile = 0, fused_vocab_tile = 0;  ///< the fused loss kernel's tiles (GPU profiles)
   /// the fused loss kernel's own plan of its workspace for those tiles; kPlanBytesLimit when the
   /// kernel refuses the shape (beyond range: the GPU run would refuse it too)

@@ -80,6 +80,12 @@ struct StepTimePlan {
   double loss_traffic_s = 0;
   /// the device AdamW and gradient norm over the rank's shards (none under optimizer offload)
   double device_optimizer_s = 0;
+  /// the blocks' elementwise work (norms, RoPE, SwiGLU, residual sums, layout copies) at
+  /// hardware.device_memory_gbps: engine/layout/block_traffic.h's bytes per token, every pass
+  double block_traffic_s = 0;
+  /// the parameter groups' casts to the compute dtype and their gradients' packing into the
+  /// shards, at hardware.device_memory_gbps (engine/parallel/flat_group.cpp)
+  double parameter_passes_s = 0;
   double all_to_all_s = 0;      ///< Ulysses all-to-all (not overlapped)
   double fsdp_comm_s = 0;       ///< all-gather + reduce-scatter (overlapped part excluded)
   double offload_s = 0;         ///< PCIe traffic not hidden behind compute

@@ -3,13 +3,15 @@
 // plus causal attention counted once (Megatron: 6 L H hd S per token); mfu_palm counts attention
 // non-causally (PaLM, torchtitan: 12 L H hd S). Hardware FLOPs add the recompute the engine runs
 // and the attention backward's products beyond 2 forwards (it runs 2.5).
-// Four terms: compute (FLOPs at two efficiencies), memory-bound work (the loss's passes over the
-// logits, the device AdamW), communication (all-to-all, FSDP) and offload (activations,
-// optimizer). defines: model_step_time
+// Four terms: compute (FLOPs at two efficiencies), memory-bound work (the blocks' elementwise
+// passes, the parameters' casts and gradient packing, the loss's passes over the logits, the
+// device AdamW), communication (all-to-all, FSDP) and offload (activations, optimizer).
+// defines: model_step_time
 #include "engine/planner/step_time.h"
 
 #include <algorithm>
 
+#include "engine/layout/block_traffic.h"
 #include "engine/layout/loss_traffic.h"
 #include "engine/layout/schedule_rules.h"
 
@@ -34,6 +36,48 @@ constexpr double kHostNormBytesPerParam = 4.0;
 /// the gradient norm before it (reads g: 4).
 constexpr double kDeviceAdamBytesPerParam = 28.0;
 constexpr double kDeviceNormBytesPerParam = 4.0;
+
+/// Device memory traffic of one flat parameter group a step outside its GEMMs
+/// (engine/parallel/flat_group.cpp), bytes: the casts of the fp32 master (or its shard) to the
+/// compute dtype, and the gradient's way from the backward's tensors to the shard.
+struct GroupPassBytes {
+  double casts = 0;      ///< unshard's casts (or the upload's one, under optimizer offload)
+  double reduction = 0;  ///< the gradient packed (or made dense), then accumulated into the shard's
+};
+
+/// How a group is used in a step: how many times it is unsharded, how many of its gradients are
+/// packed from per-parameter tensors, and whether one more comes as a zero-filled fp32 dense
+/// buffer (the embedding's: EmbedFunction::backward).
+struct GroupUse {
+  int64_t unshards = 2;  ///< a block's: its forward and its backward
+  int64_t packs = 1;
+  bool dense_fp32 = false;
+};
+
+/// A group of `layout` on a rank. Casts (read 4, write c): one at each unshard in a compute dtype
+/// narrower than fp32 (fp32 gathers the master as it is; under FSDP the shard is cast before its
+/// all-gather); with the states on the host, one at the upload instead (refresh_device_params; the
+/// unshards then read the device's compute-dtype copy). Reduction: each packed gradient written
+/// into one fp32 buffer (read c, write 4 a parameter), a dense one zero-filled (4), then the
+/// reduced shard copied into the gradient on the device (read 4, write 4; a later contribution
+/// added: 12), or on its way to the host its norm taken (read 4; the copy is PCIe's).
+GroupPassBytes group_pass_bytes(const FlatShardLayout& layout, const PlanShapes& s, const GroupUse& use) {
+  const double c = static_cast<double>(s.c);
+  const double full = static_cast<double>(layout.padded_numel), shard = static_cast<double>(layout.shard_numel);
+  const double contributions = static_cast<double>(use.packs) + (use.dense_fp32 ? 1.0 : 0.0);
+  GroupPassBytes out;
+  if (s.c != 4) out.casts = (s.offload_optimizer ? 1.0 : static_cast<double>(use.unshards)) * (4.0 + c) * shard;
+  out.reduction = static_cast<double>(use.packs) * (c + 4.0) * full + (use.dense_fp32 ? 4.0 * full : 0.0) +
+                  (s.offload_optimizer ? 4.0 : 8.0) * shard + std::max(0.0, contributions - 1.0) * 12.0 * shard;
+  return out;
+}
+
+/// Device memory traffic of the embedding's backward per token beyond its dense gradient's fill:
+/// the rows' fp32 copy (read c, write 4 a model dimension) and index_put_'s sum of them into the
+/// dense gradient (read the row, read and write the gradient's: 12).
+double embedding_backward_token_bytes(const PlanShapes& s) {
+  return static_cast<double>(s.d) * (static_cast<double>(s.c) + 4.0 + 12.0);
+}
 
 /// Hardware FLOPs of the attention kernel's backward per forward: FlashAttention's and cuDNN's
 /// backward run five [S, S]-sized products (QK^T again, dP = dO V^T, dV = P^T dO, dQ = dS K,
@@ -136,7 +180,8 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // the backward's products beyond the model count's 2 forwards
   const double hardware = model + recompute + L * (backward_core - 2.0 * core_causal);
 
-  const double rate = peak * hw.compute_efficiency;  // achieved FLOP/s: GEMMs and the rest
+  // achieved FLOP/s of the GEMMs (the elementwise work between them: memory_bound_terms)
+  const double rate = peak * hw.compute_efficiency;
   out.untied_attention = s.untied;
   out.kept_attention = s.keep_attention;
   out.document_attention = s.documents;
@@ -187,11 +232,74 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
 }
 
 /// The memory-bound term: work whose time is the bytes it moves through device memory rather than
-/// its FLOPs, into `pt` and `out`: the loss's elementwise passes over the [t, V] logits (the fused
-/// kernel's, the tile loop's or the untiled autograd chain's: engine/layout/loss_traffic.h) and,
-/// where the optimizer stays on the device, its AdamW and gradient norm over the rank's shards.
+/// its FLOPs, into `pt` and `out`: each block's elementwise passes (engine/layout/block_traffic.h),
+/// the parameter groups' casts and gradient packing (group_pass_bytes), the loss's over the [t, V]
+/// logits (the fused kernel's, the tile loop's or the untiled autograd chain's:
+/// engine/layout/loss_traffic.h) and, where the optimizer stays on the device, its AdamW and
+/// gradient norm over the rank's shards.
 void memory_bound_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes& pt) {
   const PlanShapes& s = c.s;
+  const double kept_on_host =
+      s.offload_kept ? static_cast<double>(kept_attention_offloaded_blocks(s.L, s.kept.count()).count) / c.L : 0.0;
+  BlockShapeForTraffic shape{.d = s.d,
+                             .q_dim = s.q_dim,
+                             .kv_dim = s.kv_dim,
+                             .f = s.f,
+                             .c = s.c,
+                             .P = s.P,
+                             .untied = s.untied,
+                             .tiled_mlp = s.tiled_mlp,
+                             .qk_norm = s.qk_norm,
+                             .kept_packed_fraction = kept_on_host,
+                             .untied_kv_accumulation = s.untied_kv_accum_token_bytes};
+  const BlockTokenBytes block = block_token_bytes(shape);
+  shape.kept_replay = true;
+  const BlockTokenBytes keeping = block_token_bytes(shape);
+  const double kept = s.ckpt ? static_cast<double>(s.kept_count) / c.L : 0.0;  // of the blocks, those that replay
+  const double recompute = s.ckpt ? kept * keeping.recompute + (1.0 - kept) * block.recompute : 0.0;
+  const double per_byte = c.t / c.memory_bw;  // seconds per byte a token of every block
+  const auto add = [&](PhaseKind k, double bytes) { pt.seconds[static_cast<int>(k)] += bytes * per_byte; };
+  add(PhaseKind::FwdAttn, block.forward_attention);
+  add(PhaseKind::FwdMlp, block.forward_mlp);
+  add(PhaseKind::BwdRecompute, recompute);
+  add(PhaseKind::BwdMlp, block.backward_mlp);
+  add(PhaseKind::BwdAttn, block.backward_attention);
+  out.block_traffic_s =
+      c.L * per_byte *
+      (block.forward_attention + block.forward_mlp + recompute + block.backward_mlp + block.backward_attention);
+  // The parameter groups' casts and gradient passes, in the phases where the engine runs them: a
+  // block's forward cast just before its attention, its backward's before its first backward
+  // phase, its reduction in its own phase; the embedding's forward cast and its reduction with the
+  // embedding, the head's (and a tied embedding's, which the head unshards forward and backward)
+  // in the loss's phases; under optimizer offload each group's one cast before its forward.
+  const bool on_host = s.offload_optimizer;
+  const bool re_embeds = s.offload && offloaded_blocks(s.L).embeds(0);  // block 0's recompute looks it up again
+  const GroupPassBytes block_passes = group_pass_bytes(s.block_layout, s, GroupUse{});
+  const GroupPassBytes embed_passes = group_pass_bytes(
+      s.embed_layout, s,
+      GroupUse{.unshards = 1 + (s.tied ? 2 : 0) + (re_embeds ? 1 : 0), .packs = s.tied ? 1 : 0, .dense_fp32 = true});
+  const GroupPassBytes head_passes = group_pass_bytes(s.head_layout, s, GroupUse{});
+  const double bw = c.memory_bw;
+  const PhaseKind loss_backward = s.tiled_loss ? PhaseKind::FwdLoss : PhaseKind::BwdLoss;
+  const auto add_s = [&](PhaseKind k, double bytes) { pt.seconds[static_cast<int>(k)] += bytes / bw; };
+  add_s(PhaseKind::FwdAttn, (on_host ? 1.0 : 0.5) * block_passes.casts);
+  add_s(s.ckpt ? PhaseKind::BwdRecompute : PhaseKind::BwdMlp, (on_host ? 0.0 : 0.5) * block_passes.casts);
+  add_s(PhaseKind::BwdReduceScatter, block_passes.reduction);
+  // the embedding's casts a step, each of which is a third (tied) or all of them
+  const double embed_cast = embed_passes.casts / (on_host ? 1.0 : 1.0 + (s.tied ? 2.0 : 0.0) + (re_embeds ? 1.0 : 0.0));
+  add_s(PhaseKind::FwdEmbed, embed_cast);
+  if (!on_host && s.tied) {
+    add_s(PhaseKind::FwdLoss, embed_cast);
+    add_s(loss_backward, embed_cast);
+  }
+  add_s(PhaseKind::BwdEmbed,
+        (!on_host && re_embeds ? embed_cast : 0.0) + embed_passes.reduction + c.t * embedding_backward_token_bytes(s));
+  add_s(PhaseKind::FwdLoss, (on_host ? 1.0 : 0.5) * head_passes.casts);
+  add_s(loss_backward, (on_host ? 0.0 : 0.5) * head_passes.casts + head_passes.reduction);
+  out.parameter_passes_s =
+      (c.L * (block_passes.casts + block_passes.reduction) + embed_passes.casts + embed_passes.reduction +
+       c.t * embedding_backward_token_bytes(s) + head_passes.casts + head_passes.reduction) /
+      bw;
   const double logits = c.t * static_cast<double>(s.V);
   const LossLogitBytes loss = !s.tiled_loss   ? unfused_loss_logit_bytes(s.c)
                               : s.cuda_target ? fused_loss_logit_bytes(s.c)
@@ -210,7 +318,8 @@ void memory_bound_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
 void communication_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes& pt) {
   const PlanShapes& s = c.s;
   const double L = c.L, comm_bw = c.comm_bw, a2a_bw = c.a2a_bw;
-  auto set = [&](PhaseKind k, double v) { pt.seconds[static_cast<int>(k)] = v; };
+  // added to what the memory-bound terms put in the same phases (the parameters' passes)
+  auto add = [&](PhaseKind k, double v) { pt.seconds[static_cast<int>(k)] += v; };
   // Ulysses all-to-all: q, k, v in and o out per pass (d o in, dq, dk, dv out backward); not
   // overlapped. Untied backward moves twice as much (recomputed q/k/v, o, d o, then dq/dk/dv).
   if (s.P > 1) {
@@ -247,15 +356,15 @@ void communication_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes
     const double last_reduce = deferred ? reduce : 0.0;  // the lowest block's, overlapping nothing
     pt.seconds[static_cast<int>(PhaseKind::FwdAttn)] += fwd_exposed;
     pt.seconds[static_cast<int>(PhaseKind::BwdRecompute)] += bwd_exposed;
-    set(PhaseKind::BwdReduceScatter, reduce_phase);
+    add(PhaseKind::BwdReduceScatter, reduce_phase);
     const double embed_gather = s.fsdp ? s.n_embed * s.c * frac / comm_bw : 0.0;
     const double embed_reduce = s.n_embed * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
     const double head_reduce = (s.n_head + (s.tied ? s.n_embed : 0)) * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
     // under offload block 0's input is looked up again (offloaded_blocks): one more embedding
     // gather, exposed, in block 0's recompute; counted here with the embedding's backward
     const double embed_regather = s.offload && offloaded_blocks(s.L).embeds(0) ? embed_gather : 0.0;
-    set(PhaseKind::FwdEmbed, embed_gather);
-    set(PhaseKind::BwdEmbed, embed_reduce + last_reduce + embed_regather);
+    add(PhaseKind::FwdEmbed, embed_gather);
+    add(PhaseKind::BwdEmbed, embed_reduce + last_reduce + embed_regather);
     pt.seconds[static_cast<int>(s.tiled_loss ? PhaseKind::FwdLoss : PhaseKind::BwdLoss)] += head_reduce;
     fsdp = L * (fwd_exposed + bwd_exposed + reduce_phase) + last_reduce + embed_gather + embed_regather + embed_reduce +
            head_reduce;

@@ -290,15 +290,18 @@ TEST_CASE("FSDP overlap: a prefetch's all-gather input and a deferred reduce-sca
   // 0's backward; block 1's own backward has none in flight and block 0's prefetches nothing.
   CHECK(comm("bwd/block.0/mlp") - comm("bwd/block.1/mlp") == (43136 + 21568) * 4 - 21568 * 2);
 
-  // Time: the deferred reduce-scatters take no phase of their own; the lowest block's is exposed
-  // after the embedding backward.
+  // Time: the deferred reduce-scatters take no phase of their own (the phase holds only the
+  // gradient's pack, read 2 and write 4 B a parameter of the padded block, and its copy into the
+  // shard, 8 B a shard element, at device_memory_gbps); the lowest block's is exposed after the
+  // embedding backward.
   auto phase_time = [](const MemoryPlan& p, const std::string& phase) {
     for (const auto& ph : p.phases)
       if (ph.name == phase) return ph.time_s;
     FAIL("no phase " << phase);
     return 0.0;
   };
-  CHECK(phase_time(plan, "bwd/block.1/reduce_scatter") == 0.0);
+  CHECK(phase_time(plan, "bwd/block.1/reduce_scatter") ==
+        Approx((6.0 * 43136 + 8.0 * 21568) / (cfg.hardware.device_memory_gbps * 1e9)).epsilon(1e-12));
   CHECK(phase_time(plan, "bwd/embed") > 0.0);
 
   // The cpu profile runs the blocking reduce-scatter: nothing in flight in block 0's backward,
@@ -552,12 +555,11 @@ TEST_CASE("optimizer offload: the host AdamW's seconds and the optimizer's PCIe 
   CHECK(off.optimizer_pcie_s == 0);
 }
 
-TEST_CASE("step time: the loss's passes over the logits and the device AdamW at device_memory_gbps",
-          "[planner][terms][time]") {
-  // The 1B preset at 32K on the H200 profile, one rank: t = 32768 tokens, V = 128256 logits each,
-  // in bf16. Bytes a logit (engine/layout/loss_traffic.h): the untiled chain 22 forward + 26
-  // backward, the fused kernel 10 in the forward; the device AdamW 28 + 4 B a parameter.
-  // Relative 1e-12: a product and a quotient of exact doubles on each side.
+namespace {
+
+/// The 1B preset at 32K on the H200 profile, one rank, without a memory technique but the tiled
+/// loss: the configuration the memory-bound terms are counted on by hand below.
+RunConfig llama_1b_one_rank_at_32k() {
   LoadedPreset loaded = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3.2-1b-1xh100.toml");
   REQUIRE(loaded.ok());
   RunConfig cfg = loaded.config;
@@ -569,6 +571,18 @@ TEST_CASE("step time: the loss's passes over the logits and the device AdamW at 
   cfg.memory.untied_ulysses = false;
   cfg.memory.heads_per_stage = 0;
   cfg.memory.offload_optimizer = false;
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("step time: the loss's passes over the logits and the device AdamW at device_memory_gbps",
+          "[planner][terms][time]") {
+  // The 1B preset at 32K on the H200 profile, one rank: t = 32768 tokens, V = 128256 logits each,
+  // in bf16. Bytes a logit (engine/layout/loss_traffic.h): the untiled chain 22 forward + 26
+  // backward, the fused kernel 10 in the forward; the device AdamW 28 + 4 B a parameter.
+  // Relative 1e-12: a product and a quotient of exact doubles on each side.
+  RunConfig cfg = llama_1b_one_rank_at_32k();
   cfg.memory.tiled_loss = false;
   REQUIRE(validate(cfg).empty());
   REQUIRE(runs_cuda_path(cfg));
@@ -607,7 +621,79 @@ TEST_CASE("step time: the loss's passes over the logits and the device AdamW at 
   cfg.hardware.device_memory_gbps = 2100;
   const StepTimePlan slower = plan_step_time(cfg);
   CHECK(slower.loss_traffic_s == Approx(2 * fused.loss_traffic_s).epsilon(1e-12));
-  CHECK(slower.step_s - fused.step_s == Approx(fused.loss_traffic_s + fused.device_optimizer_s).epsilon(1e-9));
+  CHECK(slower.step_s - fused.step_s ==
+        Approx(fused.loss_traffic_s + fused.device_optimizer_s + fused.block_traffic_s + fused.parameter_passes_s)
+            .epsilon(1e-9));
+}
+
+TEST_CASE("step time: the blocks' elementwise passes and the parameters' passes at device_memory_gbps",
+          "[planner][terms][time]") {
+  // The 1B preset at 32K on the H200 profile, one rank, bf16 (c = 2): d = 2048, q_dim = 2048,
+  // kv_dim = 512, d_ffn = 8192. Bytes a token and block, counted by hand from the engine's ops
+  // (engine/layout/block_traffic.h says which):
+  //   forward attention: norm 2cd 8192 + RoPE 2c(q + kv) 10240 + residual 3cd 12288 = 30720
+  //   forward MLP: norm 8192 + SwiGLU 3cf 49152 + residual 12288 = 69632
+  //   backward MLP: SwiGLU 5cf 81920 + gate/up sum 12288 + norm 3cd 12288 + residual 12288 = 118784
+  //   backward attention: RoPE 10240 + two q/k/v sums 24576 + norm 12288 + residual 12288 = 59392
+  // 278528 in all; the recompute under checkpointing adds the attention's 30720 and the MLP's
+  // norm and SwiGLU (57344): 88064. Parameters (engine/parallel/flat_group.cpp, head.cpp): a
+  // block's 60,821,504 cast from fp32 (4 + 2 B) at its forward and backward, their gradients packed
+  // (2 + 4) and copied into the master's (4 + 4): 26 B each; the embedding's 128256 x 2048 cast
+  // three times (its forward, and the tied head's forward and backward: 18), its dense fp32
+  // gradient zero-filled (4), the head's contribution packed (6), both accumulated (8 + 12): 48 B
+  // each; the final norm's 2048 as a block's; and per token the embedding's backward rows in fp32
+  // (2 + 4) summed into the dense gradient (12): 18 x 2048.
+  RunConfig cfg = llama_1b_one_rank_at_32k();
+  REQUIRE(validate(cfg).empty());
+  const double bw = 4200e9, tokens = 32768, layers = 16;
+  const double block = 60821504, embedding = 128256.0 * 2048, norm = 2048;
+  const StepTimePlan plain = plan_step_time(cfg);
+  // Relative 1e-12: products and sums of exact doubles on each side.
+  CHECK(plain.block_traffic_s == Approx(layers * tokens * 278528 / bw).epsilon(1e-12));
+  // relative 1e-6: each group's padding to its shard alignment is a few hundred elements at most
+  const double embedding_rows = tokens * 18 * 2048;
+  CHECK(plain.parameter_passes_s ==
+        Approx((layers * block * 26 + embedding * 48 + norm * 26 + embedding_rows) / bw).epsilon(1e-6));
+
+  cfg.memory.activation_checkpointing = true;
+  REQUIRE(validate(cfg).empty());
+  CHECK(plan_step_time(cfg).block_traffic_s == Approx(layers * tokens * (278528 + 88064) / bw).epsilon(1e-12));
+  cfg.memory.activation_checkpointing = false;
+
+  // The tiled MLP copies each tile's output into the whole (2cd = 8192 a token) and its backward
+  // runs each tile's SwiGLU forward again (3cf = 49152)
+  cfg.memory.tiled_mlp = true;
+  REQUIRE(validate(cfg).empty());
+  CHECK(plan_step_time(cfg).block_traffic_s == Approx(layers * tokens * (278528 + 8192 + 49152) / bw).epsilon(1e-12));
+  cfg.memory.tiled_mlp = false;
+
+  // Under optimizer offload the device casts each parameter once (the upload's), packs its
+  // gradient and takes its norm on the way to the host: 6 + 6 + 4 = 16 B; the embedding 6 + 4
+  // (dense) + 6 (the head's, packed) + 4 + 12 (the second contribution added) = 32 B
+  cfg.memory.offload_optimizer = true;
+  REQUIRE(validate(cfg).empty());
+  CHECK(plan_step_time(cfg).parameter_passes_s ==
+        Approx((layers * block * 16 + embedding * 32 + norm * 16 + embedding_rows) / bw).epsilon(1e-6));
+  cfg.memory.offload_optimizer = false;
+
+  // The Untied stages move more (the projections scaled by the folded norm, the layout copies
+  // between the local and the stage layouts, the backward's projections again)
+  cfg.memory.untied_ulysses = true;
+  cfg.memory.heads_per_stage = 32;
+  REQUIRE(validate(cfg).empty());
+  CHECK(plan_step_time(cfg).block_traffic_s > plain.block_traffic_s);
+  cfg.memory.untied_ulysses = false;
+  cfg.memory.heads_per_stage = 0;
+
+  // Both terms are in the step and in the phases, and only they move with device_memory_gbps
+  // besides the loss's passes and the device AdamW
+  cfg.hardware.device_memory_gbps = 2100;
+  const StepTimePlan slower = plan_step_time(cfg);
+  CHECK(slower.block_traffic_s == Approx(2 * plain.block_traffic_s).epsilon(1e-12));
+  CHECK(slower.parameter_passes_s == Approx(2 * plain.parameter_passes_s).epsilon(1e-12));
+  CHECK(slower.step_s - plain.step_s ==
+        Approx(plain.block_traffic_s + plain.parameter_passes_s + plain.loss_traffic_s + plain.device_optimizer_s)
+            .epsilon(1e-9));
 }
 
 TEST_CASE("step time: the attention kernels at attention_efficiency, every other FLOP at compute_efficiency",
@@ -648,8 +734,10 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   CHECK(t.compute_s == Approx(tokens * (hardware - attention) / (peak * 0.4) + attention_s).epsilon(1e-12));
   CHECK(t.recompute_s ==
         Approx(tokens * ((recompute - L * core) / (peak * 0.4) + L * core / (peak * 0.25))).epsilon(1e-12));
-  // one rank, no offload: compute and the memory-bound work (the case below)
-  CHECK(t.step_s == Approx(t.compute_s + t.loss_traffic_s + t.device_optimizer_s).epsilon(1e-12));
+  // one rank, no offload: compute and the memory-bound work (the cases above)
+  CHECK(t.step_s ==
+        Approx(t.compute_s + t.block_traffic_s + t.parameter_passes_s + t.loss_traffic_s + t.device_optimizer_s)
+            .epsilon(1e-12));
 
   // Each efficiency moves its own share of the step and nothing else. (The differences cancel
   // about half of each operand: relative 1e-9 keeps far clear of the 1e-16 rounding.)
