@@ -169,13 +169,15 @@ struct HardwareConfig {
   double nvlink_gbps = 450.0;        ///< intra-node bandwidth per device and direction, GB/s
   double internode_gbps = 50.0;      ///< inter-node bandwidth per device and direction, GB/s
   double pcie_gbps = 50.0;           ///< host<->device bandwidth per device and direction, GB/s
-  /// device-memory bandwidth the memory-bound kernels reach (the loss's passes over the logits,
-  /// the device AdamW), GB/s
+  /// device-memory bandwidth the memory-bound kernels reach (the blocks' elementwise passes, the
+  /// parameters' casts and gradient packing, the loss's passes over the logits, the device AdamW), GB/s
   double device_memory_gbps = 2930.0;
   double host_memory_gib = 2048.0;     ///< host memory per node
   double host_optimizer_gbps = 113.0;  ///< memory bandwidth the host AdamW reaches per node, GB/s
   int64_t gpus_per_node = 8;           ///< devices sharing one host
-  double compute_efficiency = 0.5;     ///< achieved fraction of peak FLOPs in GEMMs and the rest
+  /// achieved fraction of peak FLOPs in the GEMMs (and every FLOP outside the attention kernels;
+  /// the elementwise work between them is charged by its bytes at device_memory_gbps)
+  double compute_efficiency = 0.595;
   /// achieved fraction of peak FLOPs in SDPA's attention kernels (standard attention, Ulysses;
   /// cuDNN's on Hopper) and in cuDNN's where the log-sum-exp paths call it directly
   double attention_efficiency = 0.55;

@@ -525,8 +525,9 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_FLOAT("hardware", hardware.pcie_gbps, "pcie_gbps",
                         "Host<->device bandwidth per device and direction, GB/s.", closed(kSlowestRate, 1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.device_memory_gbps, "device_memory_gbps",
-                        "Device-memory bandwidth the memory-bound kernels reach (the loss's passes over the logits, "
-                        "the device AdamW), GB/s.",
+                        "Device-memory bandwidth the memory-bound kernels reach (the blocks' elementwise passes, the "
+                        "parameters' casts and gradient packing, the loss's passes over the logits, the device "
+                        "AdamW), GB/s.",
                         closed(kSlowestRate, 1e6, "GB/s")));
   s.push_back(ODY_FLOAT("hardware", hardware.host_optimizer_gbps, "host_optimizer_gbps",
                         "Memory bandwidth the host AdamW reaches per node (shared by its devices), GB/s.",
@@ -536,8 +537,8 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_INT("hardware", hardware.gpus_per_node, "gpus_per_node", "Devices per node sharing the host memory.",
                       between(1, 1024)));
   s.push_back(ODY_FLOAT("hardware", hardware.compute_efficiency, "compute_efficiency",
-                        "Achieved fraction of peak FLOP/s in everything but the attention kernels: GEMMs, with the "
-                        "elementwise work between them.",
+                        "Achieved fraction of peak FLOP/s in everything but the attention kernels: the GEMMs (the "
+                        "elementwise work between them is charged by its bytes at device_memory_gbps).",
                         closed(kSlowestRate, 1, {})));
   s.push_back(
       ODY_FLOAT("hardware", hardware.attention_efficiency, "attention_efficiency",

@@ -115,9 +115,10 @@ TEST_CASE(
     "odyssey plan: the step time rests on the efficiencies of the kernels it runs, a measured preset's over "
     "its profile's",
     "[cli][planner]") {
-  // The 1B preset carries the H200's fitted figures: GEMMs 0.473, SDPA's attention 0.485 (the
-  // standard attention "auto" plans at 32K), the Untied stages' FlashAttention-2 0.309 (the
-  // stages "auto" plans at its 128K); the profiles' 0.5 and 0.55 stay under them whichever is named.
+  // The 1B preset carries the H200's fitted figures: GEMMs 0.807, SDPA's attention 0.422 (the
+  // standard attention "auto" plans at 32K), the Untied stages' FlashAttention-2 0.294 (the
+  // stages "auto" plans at its 128K); they stay whichever profile is named (the profiles' 0.595
+  // and 0.55).
   struct Length {
     const char* set;
     int64_t tokens;
@@ -127,14 +128,14 @@ TEST_CASE(
   };
   const Length lengths[] = {
       // the Untied stages call cuDNN's kernel (bf16, hd 64: attention_kernels.h), at SDPA's efficiency
-      {"", 131072, "cudnn", 0.485,
-       "at hardware.compute_efficiency 0.473 (the GEMMs) and hardware.attention_efficiency 0.485 "
+      {"", 131072, "cudnn", 0.422,
+       "at hardware.compute_efficiency 0.807 (the GEMMs) and hardware.attention_efficiency 0.422 "
        "(attention kernels: cuDNN attention, Untied stages) of 989.4 TFLOP/s"},
-      {" --set memory.lse_attention_kernel=flash2", 131072, "flash2", 0.309,
-       "at hardware.compute_efficiency 0.473 (the GEMMs) and hardware.untied_attention_efficiency 0.309 "
+      {" --set memory.lse_attention_kernel=flash2", 131072, "flash2", 0.294,
+       "at hardware.compute_efficiency 0.807 (the GEMMs) and hardware.untied_attention_efficiency 0.294 "
        "(attention kernels: FlashAttention-2, Untied stages) of 989.4 TFLOP/s"},
-      {" --set training.seq_len=32K", 32768, "sdpa", 0.485,
-       "at hardware.compute_efficiency 0.473 (the GEMMs) and hardware.attention_efficiency 0.485 "
+      {" --set training.seq_len=32K", 32768, "sdpa", 0.422,
+       "at hardware.compute_efficiency 0.807 (the GEMMs) and hardware.attention_efficiency 0.422 "
        "(attention kernels: SDPA) of 989.4 TFLOP/s"}};
   for (const char* profile : {"", " --set hardware.profile=h200"})
     for (const Length& l : lengths) {
@@ -160,7 +161,7 @@ TEST_CASE(
       const double e = l.attention_efficiency;
       CHECK(t.at("attention_s").get<double>() == Approx(tokens * att / (peak * e)).epsilon(1e-12));
       CHECK(t.at("compute_s").get<double>() ==
-            Approx(tokens * ((hw - att) / (peak * 0.473) + att / (peak * e))).epsilon(1e-12));
+            Approx(tokens * ((hw - att) / (peak * 0.807) + att / (peak * e))).epsilon(1e-12));
       const Run text = run_odyssey(cmd);
       REQUIRE(text.code == 0);
       CHECK(text.out.find(l.text) != std::string::npos);
@@ -189,12 +190,12 @@ TEST_CASE(
   // the line names both
   const Run kept_flash = run_odyssey(kept_top + " --set memory.lse_attention_kernel=flash2");
   REQUIRE(kept_flash.code == 0);
-  CHECK_THAT(kept_flash.out, Catch::Contains("hardware.untied_attention_efficiency 0.309 (attention kernels: "
+  CHECK_THAT(kept_flash.out, Catch::Contains("hardware.untied_attention_efficiency 0.294 (attention kernels: "
                                              "FlashAttention-2, kept attention in 4 of 16 blocks; SDPA in the "
-                                             "other 12; SDPA's at hardware.attention_efficiency 0.485)"));
+                                             "other 12; SDPA's at hardware.attention_efficiency 0.422)"));
   const Run profile = run_odyssey("plan presets/llama3-8b-3m-8xh100.toml");
   REQUIRE(profile.code == 0);
-  CHECK(profile.out.find("at hardware.compute_efficiency 0.5 (the GEMMs) and hardware.attention_efficiency "
+  CHECK(profile.out.find("at hardware.compute_efficiency 0.595 (the GEMMs) and hardware.attention_efficiency "
                          "0.55 (attention kernels: SDPA)") != std::string::npos);
 }
 
@@ -449,12 +450,12 @@ TEST_CASE("odyssey check notes a tile or stage size kept while its technique is 
 }
 
 TEST_CASE("odyssey check notes a compute_efficiency moved alone, which once scaled the whole step", "[cli][planner]") {
-  // The 8B preset plans at its profile's 0.5 and 0.55; compute_efficiency alone moved leaves the
+  // The 8B preset plans at its profile's 0.595 and 0.55; compute_efficiency alone moved leaves the
   // attention kernels (most of a long step) at 0.55: a note, exit 0. Both moved, or the 1B preset's
   // measured pair: no note.
   const Run alone = run_odyssey("check presets/llama3-8b-3m-8xh100.toml --set hardware.compute_efficiency=0.35");
   REQUIRE(alone.code == 0);
-  CHECK(alone.out.find("note: hardware.compute_efficiency = 0.35 differs from the \"h100-sxm\" profile's 0.5 while "
+  CHECK(alone.out.find("note: hardware.compute_efficiency = 0.35 differs from the \"h100-sxm\" profile's 0.595 while "
                        "hardware.attention_efficiency keeps its 0.55") != std::string::npos);
   const Run both = run_odyssey(
       "check presets/llama3-8b-3m-8xh100.toml --set hardware.compute_efficiency=0.35 "
