@@ -285,7 +285,9 @@ void memory_bound_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   add_s(PhaseKind::FwdAttn, (on_host ? 1.0 : 0.5) * block_passes.casts);
   add_s(s.ckpt ? PhaseKind::BwdRecompute : PhaseKind::BwdMlp, (on_host ? 0.0 : 0.5) * block_passes.casts);
   add_s(PhaseKind::BwdReduceScatter, block_passes.reduction);
-  // the embedding's casts a step, each of which is a third (tied) or all of them
+  // one unshard's cast of the embedding (of its 1 to 4 a step: its forward, the tied head's
+  // forward and backward, block 0's input looked up again under offload; under optimizer offload
+  // its one upload's)
   const double embed_cast = embed_passes.casts / (on_host ? 1.0 : 1.0 + (s.tied ? 2.0 : 0.0) + (re_embeds ? 1.0 : 0.0));
   add_s(PhaseKind::FwdEmbed, embed_cast);
   if (!on_host && s.tied) {
