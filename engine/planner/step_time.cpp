@@ -41,7 +41,8 @@ constexpr double kDeviceNormBytesPerParam = 4.0;
 /// (engine/parallel/flat_group.cpp), bytes: the casts of the fp32 master (or its shard) to the
 /// compute dtype, and the gradient's way from the backward's tensors to the shard.
 struct GroupPassBytes {
-  double casts = 0;      ///< unshard's casts (or the upload's one, under optimizer offload)
+  double one_cast = 0;   ///< one cast of the group (0 where none runs)
+  double casts = 0;      ///< a step's: one at each unshard, or the upload's one under optimizer offload
   double reduction = 0;  ///< the gradient packed (or made dense), then accumulated into the shard's
 };
 
@@ -66,7 +67,8 @@ GroupPassBytes group_pass_bytes(const FlatShardLayout& layout, const PlanShapes&
   const double full = static_cast<double>(layout.padded_numel), shard = static_cast<double>(layout.shard_numel);
   const double contributions = static_cast<double>(use.packs) + (use.dense_fp32 ? 1.0 : 0.0);
   GroupPassBytes out;
-  if (s.c != 4) out.casts = (s.offload_optimizer ? 1.0 : static_cast<double>(use.unshards)) * (4.0 + c) * shard;
+  if (s.c != 4) out.one_cast = (4.0 + c) * shard;
+  out.casts = (s.offload_optimizer ? 1.0 : static_cast<double>(use.unshards)) * out.one_cast;
   out.reduction = static_cast<double>(use.packs) * (c + 4.0) * full + (use.dense_fp32 ? 4.0 * full : 0.0) +
                   (s.offload_optimizer ? 4.0 : 8.0) * shard + std::max(0.0, contributions - 1.0) * 12.0 * shard;
   return out;
@@ -98,6 +100,8 @@ struct StepTimeContext {
   double pcie_bw = 0;          ///< host <-> device copies
   double memory_bw = 0;        ///< device memory, as memory-bound kernels reach it
   double shard_elems = 0;      ///< parameters in this rank's shards: every block's, the embedding's, the head's
+  /// of the blocks, those whose recompute replays a kept attention result (0 without checkpointing)
+  double kept = 0;
 
   StepTimeContext(const PlanShapes& shapes, const HardwareConfig& hardware) : s(shapes), hw(hardware) {
     t = static_cast<double>(s.t);
@@ -114,6 +118,7 @@ struct StepTimeContext {
     memory_bw = hw.device_memory_gbps * 1e9;
     shard_elems = L * static_cast<double>(s.block_layout.shard_numel) +
                   static_cast<double>(s.embed_layout.shard_numel + s.head_layout.shard_numel);
+    kept = s.ckpt ? static_cast<double>(s.kept_count) / L : 0.0;
   }
 };
 
@@ -151,7 +156,7 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // run inside them, are not run at all (backward projects each stage's Q and K/V anyway).
   // With memory.keep_attention_blocks only the top blocks keep theirs: per block on average, a
   // fraction `kept` of the recompute replays and the rest runs the attention again.
-  const double kept = s.ckpt ? static_cast<double>(s.kept_count) / L : 0.0;
+  const double kept = c.kept;
   const double core_passes = 1.0 + (s.ckpt ? 1.0 - kept : 0.0) + kAttentionBackwardPerForward;
   const double attention = L * core_passes * core_causal;
   // The blocks that keep call the log-sum-exp paths' kernel forward and backward; the others the
@@ -255,8 +260,7 @@ void memory_bound_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   const BlockTokenBytes block = block_token_bytes(shape);
   shape.kept_replay = true;
   const BlockTokenBytes keeping = block_token_bytes(shape);
-  const double kept = s.ckpt ? static_cast<double>(s.kept_count) / c.L : 0.0;  // of the blocks, those that replay
-  const double recompute = s.ckpt ? kept * keeping.recompute + (1.0 - kept) * block.recompute : 0.0;
+  const double recompute = s.ckpt ? c.kept * keeping.recompute + (1.0 - c.kept) * block.recompute : 0.0;
   const double per_byte = c.t / c.memory_bw;  // seconds per byte a token of every block
   const auto add = [&](PhaseKind k, double bytes) { pt.seconds[static_cast<int>(k)] += bytes * per_byte; };
   add(PhaseKind::FwdAttn, block.forward_attention);
@@ -272,7 +276,6 @@ void memory_bound_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // phase, its reduction in its own phase; the embedding's forward cast and its reduction with the
   // embedding, the head's (and a tied embedding's, which the head unshards forward and backward)
   // in the loss's phases; under optimizer offload each group's one cast before its forward.
-  const bool on_host = s.offload_optimizer;
   const bool re_embeds = s.offload && offloaded_blocks(s.L).embeds(0);  // block 0's recompute looks it up again
   const GroupPassBytes block_passes = group_pass_bytes(s.block_layout, s, GroupUse{});
   const GroupPassBytes embed_passes = group_pass_bytes(
@@ -282,22 +285,21 @@ void memory_bound_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   const double bw = c.memory_bw;
   const PhaseKind loss_backward = s.tiled_loss ? PhaseKind::FwdLoss : PhaseKind::BwdLoss;
   const auto add_s = [&](PhaseKind k, double bytes) { pt.seconds[static_cast<int>(k)] += bytes / bw; };
-  add_s(PhaseKind::FwdAttn, (on_host ? 1.0 : 0.5) * block_passes.casts);
-  add_s(s.ckpt ? PhaseKind::BwdRecompute : PhaseKind::BwdMlp, (on_host ? 0.0 : 0.5) * block_passes.casts);
+  // The first cast of each group (the only one under optimizer offload) before its forward use,
+  // the rest where the engine unshards again
+  add_s(PhaseKind::FwdAttn, block_passes.one_cast);
+  add_s(s.ckpt ? PhaseKind::BwdRecompute : PhaseKind::BwdMlp, block_passes.casts - block_passes.one_cast);
   add_s(PhaseKind::BwdReduceScatter, block_passes.reduction);
-  // one unshard's cast of the embedding (of its 1 to 4 a step: its forward, the tied head's
-  // forward and backward, block 0's input looked up again under offload; under optimizer offload
-  // its one upload's)
-  const double embed_cast = embed_passes.casts / (on_host ? 1.0 : 1.0 + (s.tied ? 2.0 : 0.0) + (re_embeds ? 1.0 : 0.0));
-  add_s(PhaseKind::FwdEmbed, embed_cast);
-  if (!on_host && s.tied) {
-    add_s(PhaseKind::FwdLoss, embed_cast);
-    add_s(loss_backward, embed_cast);
+  add_s(PhaseKind::FwdEmbed, embed_passes.one_cast);
+  const bool casts_again = !s.offload_optimizer;
+  if (casts_again && s.tied) {  // the head's forward and backward unshard the tied embedding
+    add_s(PhaseKind::FwdLoss, embed_passes.one_cast);
+    add_s(loss_backward, embed_passes.one_cast);
   }
-  add_s(PhaseKind::BwdEmbed,
-        (!on_host && re_embeds ? embed_cast : 0.0) + embed_passes.reduction + c.t * embedding_backward_token_bytes(s));
-  add_s(PhaseKind::FwdLoss, (on_host ? 1.0 : 0.5) * head_passes.casts);
-  add_s(loss_backward, (on_host ? 0.0 : 0.5) * head_passes.casts + head_passes.reduction);
+  add_s(PhaseKind::BwdEmbed, (casts_again && re_embeds ? embed_passes.one_cast : 0.0) + embed_passes.reduction +
+                                 c.t * embedding_backward_token_bytes(s));
+  add_s(PhaseKind::FwdLoss, head_passes.one_cast);
+  add_s(loss_backward, head_passes.casts - head_passes.one_cast + head_passes.reduction);
   out.parameter_passes_s =
       (c.L * (block_passes.casts + block_passes.reduction) + embed_passes.casts + embed_passes.reduction +
        c.t * embedding_backward_token_bytes(s) + head_passes.casts + head_passes.reduction) /
