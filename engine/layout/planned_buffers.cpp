@@ -3,6 +3,7 @@
 #include "engine/layout/planned_buffers.h"
 
 #include <algorithm>
+#include <initializer_list>
 
 namespace odyssey {
 
@@ -146,6 +147,21 @@ KeptAttentionPayload kept_attention_payload(int64_t out_bytes, int64_t lse_bytes
   p.lse_bytes = lse_bytes;
   p.lse_parts = lse_parts;
   return p;
+}
+
+KeptAttentionPayload kept_attention_step_payload(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                                 int64_t dtype_bytes, int64_t stage_heads) {
+  constexpr int64_t kLimit = int64_t{1} << 62;
+  const auto product = [](std::initializer_list<int64_t> factors) {
+    int64_t out = 1;
+    for (int64_t f : factors)
+      if (__builtin_mul_overflow(out, f, &out) || out > kLimit) return kLimit;
+    return out;
+  };
+  const int64_t per_stage = std::max<int64_t>(1, stage_heads);
+  return kept_attention_payload(product({batch, seq, heads, head_dim, dtype_bytes}),  // [B, S, heads, hd]
+                                product({batch, per_stage, seq, 4}),                  // [B, k, S] fp32
+                                std::max<int64_t>(1, heads / per_stage));
 }
 
 }  // namespace odyssey

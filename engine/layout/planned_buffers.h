@@ -3,7 +3,7 @@
 // defines: PlannedBuffer, kPlannedBufferCount, planned_buffer_name, ParamGroupKind, group_buffer,
 //          FlatShardLayout, flat_shard_layout, keeps_gathered_copy, OffloadedBlocks, offloaded_blocks,
 //          KeptAttentionBlocks, kept_attention_blocks, kept_attention_offloaded_blocks,
-//          KeptAttentionPayload, kept_attention_payload, BlasWorkspaces
+//          KeptAttentionPayload, kept_attention_payload, kept_attention_step_payload, BlasWorkspaces
 //
 // No LibTorch. The engine notes each buffer it allocates under its tag (engine/telemetry/
 // planned_buffer_log.h); the planner answers planned_buffer_bytes(cfg, tag) from the TensorKind its
@@ -140,6 +140,15 @@ struct KeptAttentionPayload {
   int64_t bytes() const { return offset(lse_parts + 1); }
 };
 KeptAttentionPayload kept_attention_payload(int64_t out_bytes, int64_t lse_bytes, int64_t lse_parts);
+/// One block's kept attention on a rank, for `batch` sequences of `seq` tokens in the head layout
+/// (the whole sequence, S = P x s): the output [B, S, heads, hd] at `dtype_bytes` (the Untied
+/// stages' [B, s, P x heads x hd], the same bytes), then one [B, stage_heads, S] fp32 log-sum-exp per
+/// stage, heads / stage_heads of them (one without the Untied stages: stage_heads = heads). The
+/// planner charges it; the engine sizes the host store by it at setup and at each step, and the
+/// store refuses a packed payload of other bytes (memory: the pinned slab is made once, before step
+/// 1, and never again). Products saturate at 2^62 bytes (the planner's limit on absurd shapes).
+KeptAttentionPayload kept_attention_step_payload(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                                 int64_t dtype_bytes, int64_t stage_heads);
 
 /// cuBLAS's workspaces on a CUDA rank. LibTorch gives each (cuBLAS handle, stream) pair one
 /// workspace from the caching allocator, which cuBLASLt shares, and keeps it for the process's

@@ -102,8 +102,7 @@ class OffloadStore {
 
   /// A step with offload starts: the inputs of `blocks` (offloaded_blocks, or
   /// kept_attention_offloaded_blocks) go to the host, each [input_sizes] of `dtype` (drops what a
-  /// previous step left). Kept attention: [payload bytes] uint8, started by the first offloaded
-  /// block's forward (its bytes are known then).
+  /// previous step left). Kept attention: [payload bytes] uint8 (LlamaModel::start_kept_offload_step).
   void start_step(const OffloadedBlocks& blocks, at::IntArrayRef input_sizes, at::ScalarType dtype);
   /// Starts copying x [B, s, d] to the host. The caller drops its device reference; the store
   /// keeps x until release_copied_input(), which the next block's forward calls after its

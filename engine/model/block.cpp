@@ -248,8 +248,8 @@ at::Tensor BlockFunction::forward(AutogradContext* ctx, const at::Tensor& x, con
         CategoryScope category(MemCategory::SavedActivations);
         payload = pack_kept_attention(*kept);  // [payload] uint8
       }
-      if (layer == kept_on_host.first)  // the step's first: sizes the host copies, drops what a failed step left
-        rt->kept_offload->start_step(kept_on_host, {payload.numel()}, at::kByte);
+      // the store was sized at the step's start (LlamaModel::start_kept_offload_step): a payload
+      // of other bytes than the rule's is refused there
       rt->kept_offload->put(layer, payload);
     } else if (kept) {  // what the block keeps for its backward beside its input
       for (const at::Tensor& t : kept->tensors()) retag_tensor(t, MemCategory::SavedActivations);

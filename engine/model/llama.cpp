@@ -2,6 +2,8 @@
 // nodes (see llama.h). defines: LlamaModel
 #include "engine/model/llama.h"
 
+#include "engine/layout/heads.h"
+#include "engine/layout/planned_buffers.h"
 #include "engine/memory/offload.h"
 #include "engine/model/block.h"
 #include "engine/model/head.h"
@@ -64,7 +66,8 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryStack& stack, 
   rt->loss_scale = 1.0 / static_cast<double>(in.global_tokens);
   rt->answer = AnswerStats();
 
-  if (rt->offload) start_offload_step(*rt->offload, batch, s);      // before anything runs
+  if (rt->offload) start_offload_step(*rt->offload, batch, s);  // before anything runs
+  if (rt->kept_offload) start_kept_offload_step(*rt->kept_offload, stack, batch, s);
   at::Tensor x = EmbedFunction::apply(embed_->master, in.ids, rt);  // [B, s, d]
   for (int64_t i = 0; i < model_.n_layers; ++i) {
     // Reassigning x drops this scope's reference: an offloaded input's device copy dies here.
@@ -75,6 +78,19 @@ at::Tensor LlamaModel::forward(const ModelInputs& in, const MemoryStack& stack, 
 
 void LlamaModel::start_offload_step(OffloadStore& store, int64_t batch, int64_t local_tokens) {
   store.start_step(offloaded_blocks(model_.n_layers), {batch, local_tokens, model_.d_model}, embed_->compute_dtype());
+}
+
+void LlamaModel::start_kept_offload_step(OffloadStore& store, const MemoryStack& stack, int64_t batch,
+                                         int64_t local_tokens) {
+  const int64_t P = stack.sequence_degree;
+  const int64_t heads = model_.n_heads / P;  // the rank's query heads in the head layout
+  const int64_t stage_heads =
+      stack.untied_attention ? effective_heads_per_stage(stack.memory.heads_per_stage, P) / P : heads;
+  const KeptAttentionPayload payload =
+      kept_attention_step_payload(batch, local_tokens * P, heads, model_.head_dim,
+                                  static_cast<int64_t>(c10::elementSize(embed_->compute_dtype())), stage_heads);
+  store.start_step(kept_attention_offloaded_blocks(model_.n_layers, stack.memory.keep_attention_blocks),
+                   {payload.bytes()}, at::kByte);  // [payload] uint8 a block
 }
 
 void LlamaModel::reshard_all() {

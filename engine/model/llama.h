@@ -72,6 +72,14 @@ class LlamaModel {
   /// at setup (Trainer::pin_offload_slab), so that step 1 finds the slab made.
   void start_offload_step(OffloadStore& store, int64_t batch, int64_t local_tokens);
 
+  /// Sizes the kept attention's host `store` (memory.offload_kept_attention) for a step of `batch`
+  /// x `local_tokens` tokens under `stack`: the keeping blocks that send theirs to the host
+  /// (kept_attention_offloaded_blocks), each one payload of kept_attention_step_payload bytes (the
+  /// output of the rank's H/P heads over the whole sequence and one log-sum-exp per stage). Called
+  /// where start_offload_step is, so that the second pinned slab too is made before step 1; a
+  /// block's packed payload of other bytes is refused by the store (OffloadStore::put).
+  void start_kept_offload_step(OffloadStore& store, const MemoryStack& stack, int64_t batch, int64_t local_tokens);
+
   /// Frees every gathered buffer (after a failed step: OOM mid-forward leaves groups unsharded).
   void reshard_all();
 

@@ -68,7 +68,7 @@ std::string q_stage_head_formula(const PlanShapes& s) {
 /// the output [B, S, H/P, hd] (Untied's [B, s, H*hd], the same bytes), then one [B, k, S] fp32
 /// log-sum-exp per stage (one stage of all the rank's heads without Untied Ulysses).
 KeptAttentionPayload kept_payload(const PlanShapes& s) {
-  return kept_attention_payload(sat_product({s.Th, s.hq, s.hd, s.c}), sat_product({s.Th, s.k, 4}), s.stages);
+  return kept_attention_step_payload(s.B, s.S, s.hq, s.hd, s.c, s.k);
 }
 std::string kept_payload_formula(const PlanShapes& s) {
   return printf_string("(%s) + %lld stage%s x (%lld x %s x %lld head%s x 4 B), each part from a multiple of %lld B",

@@ -69,14 +69,18 @@ Trainer::Trainer(const RunConfig& cfg, const RankContext& ctx)
 }
 
 void Trainer::pin_offload_slab() {
-  // CUDA: the block inputs' pinned slab now, sized by the rule every step's forward applies
-  // (LlamaModel::start_offload_step), so step 1 finds it made. Pinning takes
-  // seconds per tens of GiB (about 150 GiB a rank at 5M, 8 processes at once), which a
+  // CUDA: the block inputs' pinned slab now, and the kept attention's
+  // (memory.offload_kept_attention), each sized by the rule every step's forward applies
+  // (LlamaModel::start_offload_step, start_kept_offload_step), so step 1 finds both made. Pinning
+  // takes seconds per tens of GiB (about 150 GiB a rank at 5M, 8 processes at once), which a
   // measurement of one step would have counted as the step's; a node short of host memory fails
-  // here, before any step. The kept attention's slab is sized by its first payload, in step 1.
+  // here, before any step.
   if (!device_.is_cuda() || !stack_.offload_block_inputs) return;
   RankScope rank(ctx_.slot);
-  model_->start_offload_step(offload_, cfg_.training.batch_size, cfg_.training.seq_len / ctx_.sp_size);
+  const int64_t local_tokens = cfg_.training.seq_len / ctx_.sp_size;
+  model_->start_offload_step(offload_, cfg_.training.batch_size, local_tokens);
+  if (stack_.offload_kept_attention)
+    model_->start_kept_offload_step(kept_offload_, stack_, cfg_.training.batch_size, local_tokens);
 }
 
 Trainer::~Trainer() {

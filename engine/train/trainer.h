@@ -64,7 +64,8 @@ class Trainer {
   ~Trainer();
 
   /// CUDA with memory.offload_activations: pins the offloaded block inputs' host slab now, as
-  /// step 1 would (about 150 GiB a rank for the 8B at 5M), so that a training run's setup holds
+  /// step 1 would (about 150 GiB a rank for the 8B at 5M), and the kept attention's with
+  /// memory.offload_kept_attention, so that a training run's setup holds
   /// the pinning and step 1 does not; no-op otherwise. The training loop calls it once its
   /// weights are loaded; a Trainer that only evaluates never pins.
   void pin_offload_slab();
@@ -124,6 +125,7 @@ class Trainer {
   const OffloadStore& offload_store() const { return offload_; }
   OffloadStore& offload_store() { return offload_; }
   const OffloadStore& kept_attention_store() const { return kept_offload_; }
+  OffloadStore& kept_attention_store() { return kept_offload_; }
   /// Lines worth showing the user (dispatch notes, dataset description), taken once.
   std::vector<std::string> take_notes();
 

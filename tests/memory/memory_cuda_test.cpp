@@ -100,7 +100,20 @@ TEST_CASE(
       RunConfig on_host = on_device;
       on_host.memory.offload_kept_attention = true;
       Trainer a(on_device, cuda_rank()), b(on_host, cuda_rank());
+      // the kept attention's pinned slab is made at setup, one payload of the rule's bytes a block
+      // that sends its own (kept_attention_step_payload); step 1 finds it the right size
+      b.pin_offload_slab();
+      const OffloadedBlocks sent = kept_attention_offloaded_blocks(on_host.model.n_layers, 0);
+      // heads_per_stage 0 = P = 1: one head a stage under Untied; all H heads in one otherwise
+      const int64_t H = on_host.model.n_heads, stage_heads = untied ? 1 : H;
+      const int64_t payload =
+          kept_attention_step_payload(on_host.training.batch_size, on_host.training.seq_len, H, on_host.model.head_dim,
+                                      dtype == DType::Float32 ? 4 : 2, stage_heads)
+              .bytes();
+      const int64_t slab = b.kept_attention_store().host_bytes();
+      CHECK(slab >= sent.count * payload);
       const double la = a.forward_backward(0), lb = b.forward_backward(0);
+      CHECK(b.kept_attention_store().host_bytes() == slab);  // the same slab: not pinned again
       CHECK(lb == la);
       CHECK(b.kept_attention_store().total_offloaded() ==
             kept_attention_offloaded_blocks(on_device.model.n_layers, 0).count);

@@ -3,11 +3,13 @@
 // memory call by call, including the misuses the slot rotation refuses. defines: test cases [offload]
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "../common/engine_test_util.h"
+#include "engine/layout/planned_buffers.h"
 #include "engine/memory/offload.h"
 
 using namespace odyssey;
@@ -18,7 +20,8 @@ namespace {
 /// Moves the bytes with the CPU transport and logs each call: "offload 0", "prefetch 2", ...
 class RecordingTransport final : public OffloadTransport {
  public:
-  explicit RecordingTransport(std::vector<std::string>* log) : inner_(make_host_clone_transport()), log_(log) {}
+  explicit RecordingTransport(std::vector<std::string>* log, OffloadedKind kind = OffloadedKind::BlockInputs)
+      : inner_(make_host_clone_transport(kind)), log_(log) {}
   void start_step(const OffloadedBlocks& blocks, int64_t bytes) override {
     log_->push_back("start blocks " + std::to_string(blocks.first) + ".." +
                     std::to_string(blocks.first + blocks.count - 1) + " x " + std::to_string(bytes) + " B");
@@ -74,6 +77,51 @@ TEST_CASE(
   CHECK(log == expected);
   CHECK(t.offload_store().device_bytes() == 0);
   CHECK(t.offload_store().host_bytes() == 0);
+}
+
+TEST_CASE(
+    "offload: the kept attention's store is sized by the payload rule before any block runs, and every block's "
+    "packed payload has those bytes",
+    "[offload][kept]") {
+  // memory.offload_kept_attention. The store is sized at the step's start from the run's shapes
+  // (LlamaModel::start_kept_offload_step: kept_attention_step_payload), before any block has packed
+  // anything, so that on a GPU the trainer pins the same slab at setup and no step pins again; a
+  // packed payload of other bytes would be refused by put(). The bytes by hand: the output of the 4
+  // query heads over 64 tokens, then one fp32 [1, k, 64] log-sum-exp per stage of k heads, each
+  // part from a multiple of 256 B. Pure shapes: no kernel's choice enters them.
+  struct Path {
+    const char* name;
+    bool untied;
+    int64_t heads_per_stage;
+  };
+  for (const Path& path :
+       {Path{"standard", false, 0}, Path{"untied 2 heads a stage", true, 2}, Path{"untied 1 head a stage", true, 1}}) {
+    INFO(path.name);
+    RunConfig cfg = tiny_config(/*layers=*/4, /*seq=*/64);  // 4 query heads over 2 KV heads of 8, fp32
+    cfg.memory.activation_checkpointing = cfg.memory.offload_activations = true;
+    cfg.memory.keep_attention = cfg.memory.offload_kept_attention = true;
+    cfg.memory.untied_ulysses = path.untied;
+    cfg.memory.heads_per_stage = path.heads_per_stage;
+    Trainer t(cfg, cpu_rank());
+    std::vector<std::string> log;
+    t.kept_attention_store().set_transport(std::make_unique<RecordingTransport>(&log, OffloadedKind::KeptAttention));
+    const int64_t H = cfg.model.n_heads, hd = cfg.model.head_dim, S = 64;
+    const int64_t stage_heads = path.untied ? path.heads_per_stage : H;
+    const auto aligned = [](int64_t n) { return (n + 255) / 256 * 256; };
+    const int64_t payload = aligned(S * H * hd * 4) + (H / stage_heads) * aligned(stage_heads * S * 4);
+    CHECK(kept_attention_step_payload(1, S, H, hd, 4, stage_heads).bytes() == payload);
+    for (int step = 0; step < 2; ++step) {  // the second step finds the store sized the same
+      log.clear();
+      t.forward_backward(t.next_step());
+      // blocks 0..2 send theirs (block 3's, the last, stays on the device): one start, first
+      REQUIRE(!log.empty());
+      CHECK(log.front() == "start blocks 0..2 x " + std::to_string(payload) + " B");
+      CHECK(std::count_if(log.begin(), log.end(), [](const std::string& e) { return e.rfind("start", 0) == 0; }) == 1);
+      CHECK(std::count(log.begin(), log.end(), "offload 0") == 1);
+      CHECK(std::count(log.begin(), log.end(), "offload 2") == 1);
+    }
+    CHECK(t.kept_attention_store().total_offloaded() == 2 * 3);  // put() took each packed payload
+  }
 }
 
 TEST_CASE("offload: the two slots hold exactly the block computing and the one prefetched, and refuse misuse",
