@@ -230,6 +230,10 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .value(t.hardware_flops_per_token)
       .key("attention_flops_per_token")
       .value(t.attention_flops_per_token)
+      .key("attention_backward_flops_per_token")
+      .value(t.attention_backward_flops_per_token)
+      .key("attention_backward_ratio")
+      .value(t.attention_backward_ratio)
       .key("attention_pair_fraction")
       .value(t.attention_pair_fraction)
       .key("peak_flops")
@@ -352,13 +356,18 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   for (const AttentionKernelUse& use : attention_kernel_uses(t))
     sdpa_beside = sdpa_beside || (use.kernel == "sdpa" && !t.attention_at_sdpa_efficiency);
   os << printf_string(
-      "at hardware.compute_efficiency %.3g (the GEMMs) and hardware.%s %.3g (attention kernels: %s%s) "
+      "at hardware.compute_efficiency %.3g (the GEMMs) and hardware.%s %.3g (attention kernels: %s%s%s) "
       "of %.1f TFLOP/s\n",
       cfg.hardware.compute_efficiency,
       t.attention_at_sdpa_efficiency ? "attention_efficiency" : "untied_attention_efficiency",
       t.attention_kernel_efficiency, attention_kernel_label(t).c_str(),
       sdpa_beside
           ? printf_string("; SDPA's at hardware.attention_efficiency %.3g", cfg.hardware.attention_efficiency).c_str()
+          : "",
+      t.attention_backward_ratio != 1.0
+          ? printf_string("; their backward at %.3g times it, hardware.attention_backward_ratio",
+                          t.attention_backward_ratio)
+                .c_str()
           : "",
       cfg.hardware.bf16_tflops);
   os << "FLOP convention: " << t.convention << "\n";

@@ -58,6 +58,7 @@ const std::set<std::string>& config_panel_keys() {
                                              "hardware.compute_efficiency",
                                              "hardware.attention_efficiency",
                                              "hardware.untied_attention_efficiency",
+                                             "hardware.attention_backward_ratio",
                                              "hardware.runtime_overhead_gib"};
   return keys;
 }
@@ -445,6 +446,8 @@ void draw_hardware(AppState& state) {
                 &c.hardware.attention_efficiency, "%.2f");
       input_f64(state, "Attention efficiency (FlashAttention-2)", "hardware.untied_attention_efficiency",
                 &c.hardware.untied_attention_efficiency, "%.2f");
+      input_f64(state, "Attention backward / forward", "hardware.attention_backward_ratio",
+                &c.hardware.attention_backward_ratio, "%.3f");
       input_f64(state, "Runtime overhead (GiB)", "hardware.runtime_overhead_gib", &c.hardware.runtime_overhead_gib,
                 "%.1f");
       ImGui::EndTable();

@@ -121,7 +121,8 @@ void draw_throughput_panel(AppState& state, EngineControl& engine) {
       "One point per step. Orange lines: a live change (toggle, tile size, heads per stage) took "
       "effect at that step; red lines: the run restarted. Dashed white: the planner's figures for "
       "the config of those steps (its hardware profile, compute_efficiency and the attention efficiency of "
-      "its path: attention_efficiency or untied_attention_efficiency), "
+      "its path: attention_efficiency or untied_attention_efficiency, the backward at "
+      "attention_backward_ratio times it), "
       "drawn when the run is on the kind of device the profile describes. Wheel zooms, drag pans, "
       "double-click fits. MFU is measured against the hardware profile the run was started with.");
 

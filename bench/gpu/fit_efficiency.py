@@ -5,9 +5,10 @@ and Ulysses run; hardware.untied_attention_efficiency for the Untied stages' Fla
 measured step times.
 
 The planner's step (engine/planner/step_time.cpp) is
-    t x ((F_hw - F_att) / (peak x compute_efficiency) + F_att / (peak x e_kernel)) + rest
+    t x ((F_hw - F_att) / (peak x compute_efficiency) + (F_att - F_bwd + F_bwd / r) / (peak x e_kernel)) + rest
 where t, F_hw (hardware FLOPs per token), F_att (the attention kernels' part, which grows with the
-context), the kernel (`time.attention_kernel`: "sdpa" and "cudnn", or "flash2" for
+context), F_bwd (their backward's part, at r = hardware.attention_backward_ratio times the forward's
+efficiency, so that e_kernel is the kernel's forward efficiency), the kernel (`time.attention_kernel`: "sdpa" and "cudnn", or "flash2" for
 FlashAttention-2) and rest (the memory-bound passes charged by their bytes, communication, exposed
 copies, the offloaded optimizer) are the planner's own counts, read from `odyssey plan --json` at
 each length: the unknowns enter linearly (as 1/efficiency), so points at as many lengths as
@@ -22,7 +23,12 @@ unknown fewer. Nothing is re-derived here: the FLOPs are the planner's.
     python3 bench/gpu/fit_efficiency.py --phases-from R/throughput/throughput.jsonl --set hardware.profile=h200 \
         --mlp-row 131072:tuned --attention-row 131072:runner-up   # per phase: the GEMMs from the MLP's phases
     python3 bench/gpu/fit_efficiency.py --point 128K=19.26 --compute-efficiency 0.807 --attention-efficiency 0.422
+    python3 bench/gpu/fit_efficiency.py --kernel-profile R/profile/kernel_profile.json --set hardware.profile=h200
     python3 bench/gpu/fit_efficiency.py --self-test                               # the arithmetic, no run
+
+From a kernel profile (--kernel-profile): the attention kernels' device seconds forward and
+backward against the planner's FLOPs of the profiled point give each direction's efficiency, and
+their ratio, hardware.attention_backward_ratio (held fixed by the fits above).
 
 Per phase (--phases-from): each traced block phase (throughput.py's phase_s) is set against the
 planner's split of the same phase into its GEMMs, its attention kernels and the rest (three plans at
@@ -77,7 +83,11 @@ def split_flops(time):
     kernel = time.get("attention_kernel", "sdpa")
     if kernel not in KERNEL_COLUMN:
         raise FitError("the plan's attention kernel %r is none of %s" % (kernel, ", ".join(KERNEL_COLUMN)))
-    return t * (hw - att) / peak, t * att / peak, rest, KERNEL_COLUMN[kernel]
+    # the kernels' backward runs at the forward's efficiency times the ratio (plans before
+    # 2026-12-01 ran both at one efficiency: no backward part, ratio 1)
+    backward = time.get("attention_backward_flops_per_token", 0.0)
+    ratio = time.get("attention_backward_ratio", 1.0)
+    return t * (hw - att) / peak, t * (att - backward + backward / ratio) / peak, rest, KERNEL_COLUMN[kernel]
 
 
 # The unknowns, in the order of the columns: 1/efficiency of the GEMMs, of SDPA's
@@ -394,6 +404,28 @@ def self_test():
     assert all(abs(p["residual"]) < 1e-9 for p in f["points"]), f
     h = held_out(points)
     assert h and abs(h["relative_error"]) < 1e-9 and h["seq_len"] == 131072, h
+
+    # The kernels' backward (2.5 of every 3.5 attention FLOPs here) at the forward's efficiency
+    # times the plans' ratio: the fit gives the forward's efficiency, exact
+    ratio, backward_share = 0.885, 2.5 / 3.5
+    ratio_points = []
+    for seq in (32768, 65536, 131072):
+        att = att_per_s * seq
+        time = dict(block(seq, hw_linear + att, att, rest=0.05), attention_backward_flops_per_token=att * backward_share,
+                    attention_backward_ratio=ratio)
+        kernel_s = att * (1 - backward_share) / truth_a + att * backward_share / (truth_a * ratio)
+        ratio_points.append((seq, seq * (hw_linear / truth_c + kernel_s) / 1e15 + 0.05, time))
+    f = fit(ratio_points)
+    assert abs(f["attention_efficiency"] - truth_a) < 1e-9 and abs(f["compute_efficiency"] - truth_c) < 1e-9, f
+    # and a profile's seconds by kind give both efficiencies back, and their ratio
+    time = ratio_points[0][2]
+    t, att = time["tokens_per_device"], time["attention_flops_per_token"]
+    kinds = {"attention forward": t * att * (1 - backward_share) / (1e15 * truth_a),
+             "attention backward": t * att * backward_share / (1e15 * truth_a * ratio), "GEMM": 1.0}
+    k = kernel_profile_efficiencies(kinds, time)
+    assert abs(k["forward_efficiency"] - truth_a) < 1e-12 and abs(k["attention_backward_ratio"] - ratio) < 1e-12, k
+    expect_fit_error(lambda: kernel_profile_efficiencies({"GEMM": 1.0}, time), "no attention forward and backward",
+                     "a profile without attention kernels gave efficiencies")
     assert held_out(points[:2]) is None  # two points fit two unknowns: none left to hold out
     # one point with the attention efficiency given: the compute efficiency alone, and a second
     # point held out against it
@@ -467,6 +499,49 @@ def self_test():
     else:
         raise AssertionError("held out a point of a kernel the fit never saw")
     print(json.dumps({"self_test": "ok"}))
+
+
+def kernel_profile_efficiencies(kinds_s, time):
+    """The attention kernels' achieved forward and backward efficiencies of one profiled step:
+    `kinds_s` its device seconds by kernel kind (kernel_profile.py's "attention forward" and
+    "attention backward"), `time` the `plan --json` time block of the same point, whose FLOPs are
+    the planner's (attention_flops_per_token, of them attention_backward_flops_per_token; the
+    forward's include a recompute's). Their ratio is hardware.attention_backward_ratio."""
+    try:
+        t, peak = time["tokens_per_device"], time["peak_flops"]
+        attention, backward = time["attention_flops_per_token"], time["attention_backward_flops_per_token"]
+    except KeyError as e:
+        raise FitError("the plan's time block has no %s: an odyssey binary from before the attention's backward "
+                       "ratio (2026-12-01)" % e)
+    forward_s, backward_s = kinds_s.get("attention forward", 0.0), kinds_s.get("attention backward", 0.0)
+    if forward_s <= 0 or backward_s <= 0 or backward <= 0 or attention <= backward:
+        raise FitError("the profile holds no attention forward and backward to set against the plan (forward "
+                       "%g s, backward %g s)" % (forward_s, backward_s))
+    forward_e = t * (attention - backward) / (peak * forward_s)
+    backward_e = t * backward / (peak * backward_s)
+    return {"forward_s": forward_s, "backward_s": backward_s, "forward_efficiency": forward_e,
+            "backward_efficiency": backward_e, "attention_backward_ratio": backward_e / forward_e}
+
+
+def main_kernel_profile(args):
+    """--kernel-profile: the attention kernels' forward and backward efficiencies of each profiled
+    system (kernel_profile.json), planned at the point Odyssey's profiled step ran. One JSON object."""
+    command = " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+    try:
+        with open(args.kernel_profile) as f:
+            record = json.load(f)
+        point = record["runs"]["odyssey"]["point"]
+        plan = plan_point(dict(point, sets=point["sets"] + args.set))
+        if "error" in plan:
+            raise FitError("odyssey plan of the profiled point: %s" % plan["error"])
+        result = {name: kernel_profile_efficiencies(profile["kinds_s"], plan["time"])
+                  for name, profile in sorted(record["profiles"].items())}
+    except (OSError, KeyError, ValueError) as e:
+        print(json.dumps({"error": "%s: %s" % (args.kernel_profile, e), "command": command}))
+        return CANNOT_FIT
+    print(json.dumps({"seq_len": record.get("seq_len"), "device": record.get("device"), "systems": result,
+                      "command": command}))
+    return 0
 
 
 def main_phases(args):
@@ -633,12 +708,17 @@ def main():
                         help="a row whose MLP phases fit hardware.compute_efficiency (the GEMMs), e.g. 32768:tuned")
     parser.add_argument("--attention-row", action="append", default=[], metavar="TOKENS:VARIANT",
                         help="a row whose attention phases fit the attention kernel's efficiency")
+    parser.add_argument("--kernel-profile", metavar="JSON",
+                        help="instead: the attention kernels' forward and backward efficiencies in a kernel_profile.json "
+                             "(bench/gpu/kernel_profile.py), their ratio hardware.attention_backward_ratio")
     parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()
     if args.self_test:
         self_test()
         phase_self_test()
         return 0
+    if args.kernel_profile:
+        return main_kernel_profile(args)
     if args.phases_from:
         if args.from_jsonl or args.point:
             parser.error("--phases-from fits per phase: --from and --point fit whole steps")

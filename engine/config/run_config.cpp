@@ -193,6 +193,7 @@ const std::vector<HardwareProfile>& hardware_profiles() {
         .compute_efficiency = 0.595,
         .attention_efficiency = 0.55,
         .untied_attention_efficiency = 0.55,
+        .attention_backward_ratio = 1.0,
         .comm_efficiency = 0.8,
         .runtime_overhead_gib = 2.0}},
       {"h200",
@@ -210,6 +211,7 @@ const std::vector<HardwareProfile>& hardware_profiles() {
         .compute_efficiency = 0.595,
         .attention_efficiency = 0.55,
         .untied_attention_efficiency = 0.55,
+        .attention_backward_ratio = 1.0,
         .comm_efficiency = 0.8,
         .runtime_overhead_gib = 2.0}},
       {"cpu",
@@ -227,6 +229,7 @@ const std::vector<HardwareProfile>& hardware_profiles() {
         .compute_efficiency = 0.5,
         .attention_efficiency = 0.5,
         .untied_attention_efficiency = 0.5,
+        .attention_backward_ratio = 1.0,
         .comm_efficiency = 0.5,
         .runtime_overhead_gib = 0.0}},
   };

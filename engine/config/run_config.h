@@ -179,11 +179,15 @@ struct HardwareConfig {
   /// the elementwise work between them is charged by its bytes at device_memory_gbps)
   double compute_efficiency = 0.595;
   /// achieved fraction of peak FLOPs in SDPA's attention kernels (standard attention, Ulysses;
-  /// cuDNN's on Hopper) and in cuDNN's where the log-sum-exp paths call it directly
+  /// cuDNN's on Hopper) and in cuDNN's where the log-sum-exp paths call it directly: their forward
   double attention_efficiency = 0.55;
   /// achieved fraction of peak FLOPs in FlashAttention-2 (or the fp32 memory-efficient kernel)
-  /// where the log-sum-exp paths call it (engine/layout/attention_kernels.h)
+  /// where the log-sum-exp paths call it (engine/layout/attention_kernels.h): its forward
   double untied_attention_efficiency = 0.55;
+  /// the attention kernels' backward efficiency over their forward's (both kernels' backward runs
+  /// at its forward's efficiency times this); 1: one efficiency for both, as the efficiencies
+  /// above were fitted (docs/planner.md, "The attention's backward")
+  double attention_backward_ratio = 1.0;
   double comm_efficiency = 0.8;       ///< achieved fraction of link bandwidth in collectives
   double runtime_overhead_gib = 2.0;  ///< CUDA context, NCCL, cuBLAS workspace, fragmentation
 

@@ -544,7 +544,8 @@ std::vector<KeySpec> make_schema() {
       ODY_FLOAT("hardware", hardware.attention_efficiency, "attention_efficiency",
                 "Achieved fraction of peak FLOP/s in SDPA's attention kernels, which standard attention and Ulysses "
                 "run (cuDNN's on Hopper), and in cuDNN's kernel where the Untied stages or kept attention call it: "
-                "forward, its recompute, backward counted as 2.5 forwards (its five products to the forward's two).",
+                "the forward and its recompute (the backward's, counted as 2.5 forwards for its five products to "
+                "the forward's two, at attention_backward_ratio times this).",
                 closed(kSlowestRate, 1, {})));
   s.push_back(ODY_FLOAT("hardware", hardware.untied_attention_efficiency, "untied_attention_efficiency",
                         "Achieved fraction of peak FLOP/s in the kernels other than cuDNN's that the engine calls for "
@@ -552,6 +553,12 @@ std::vector<KeySpec> make_schema() {
                         "kernel): the Untied stages or kept attention off cuDNN (memory.lse_attention_kernel), "
                         "packed documents; counted as attention_efficiency is.",
                         closed(kSlowestRate, 1, {})));
+  s.push_back(ODY_FLOAT("hardware", hardware.attention_backward_ratio, "attention_backward_ratio",
+                        "The attention kernels' backward efficiency over their forward's: the backward of either "
+                        "kernel above runs at its efficiency times this (from a kernel profile: "
+                        "bench/gpu/fit_efficiency.py --kernel-profile); 1 runs both at one efficiency, as the "
+                        "profiles' and the presets' figures were fitted.",
+                        closed(0.1, 4, {})));
   s.push_back(ODY_FLOAT("hardware", hardware.comm_efficiency, "comm_efficiency",
                         "Achieved fraction of link bandwidth in collectives.", closed(kSlowestRate, 1, {})));
   s.push_back(ODY_FLOAT(

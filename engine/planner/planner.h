@@ -98,11 +98,15 @@ struct StepTimePlan {
   double tokens_per_s_per_device = 0;
   double model_flops_per_token = 0;  ///< the convention's FLOPs per token (see convention)
   /// What a measured step time calibrates the efficiencies against (bench/gpu/fit_efficiency.py):
-  /// compute_s = t x ((hardware - attention) / (peak x compute_efficiency) + attention / (peak x
-  /// the attention kernel's efficiency: untied_attention)).
+  /// compute_s = t x ((hardware - attention) / (peak x compute_efficiency) + (attention - backward +
+  /// backward / attention_backward_ratio) / (peak x the attention kernel's efficiency)).
   int64_t tokens_per_device = 0;         ///< t: tokens a device computes per step
   double hardware_flops_per_token = 0;   ///< model FLOPs, the recompute, the attention backward's half forward beyond 2
   double attention_flops_per_token = 0;  ///< the part of it in the attention kernels
+  /// of them, the backward's (at attention_backward_ratio times the forward's efficiency), so that
+  /// attention_s = t x (attention - backward + backward / ratio) / (peak x the kernel's efficiency)
+  double attention_backward_flops_per_token = 0;
+  double attention_backward_ratio = 1.0;  ///< hardware.attention_backward_ratio
   /// Under document masking with a known length profile: the fraction of whole-sequence attention
   /// the documents compute (1: whole sequences)
   double attention_pair_fraction = 1.0;

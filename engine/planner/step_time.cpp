@@ -206,9 +206,11 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // any path needs it), and the other blocks' (SDPA's where they run standard attention)
   const double lse_rate = peak * out.attention_kernel_efficiency;
   const double other_rate = others_lse ? lse_rate : peak * hw.attention_efficiency;
-  // Seconds per FLOP of the kernels of a pass over every block (forward, backward), and of the
-  // recompute (only the blocks that do not keep run it)
+  // Seconds per FLOP of the kernels of a forward pass over every block, of the backward's (each
+  // kernel's backward at its forward's efficiency times hardware.attention_backward_ratio), and of
+  // the recompute (a forward; only the blocks that do not keep run it)
   const double pass_s_per_flop = kept / lse_rate + (1.0 - kept) / other_rate;
+  const double backward_s_per_flop = pass_s_per_flop / hw.attention_backward_ratio;
   const double recompute_s_per_flop = 1.0 / other_rate;
   // Seconds per token of `flops` FLOPs of which `core` are the attention kernels', at `core_s` a FLOP.
   const auto secs = [&](double flops, double core, double core_s) { return (flops - core) / rate + core * core_s; };
@@ -220,17 +222,19 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   set(PhaseKind::BwdRecompute, s.ckpt ? t * secs(recompute_fwd, recompute_core_flops, recompute_s_per_flop) : 0.0);
   set(PhaseKind::BwdMlp, t * (2.0 * mlp + (s.tiled_mlp ? mlp : 0.0)) / rate);
   set(PhaseKind::BwdAttn, t * secs(2.0 * (attn_fwd - core_causal) + backward_core + (s.untied ? proj : 0.0),
-                                   backward_core, pass_s_per_flop));
+                                   backward_core, backward_s_per_flop));
   set(PhaseKind::FwdLoss, t * (s.tiled_loss ? tiled_loss_gemms * head : head) / rate);
   set(PhaseKind::BwdLoss, s.tiled_loss ? 0.0 : t * 2.0 * head / rate);
-  const double attention_s_per_token =
-      L * ((core_causal + backward_core) * pass_s_per_flop + recompute_core_flops * recompute_s_per_flop);
+  const double attention_s_per_token = L * (core_causal * pass_s_per_flop + backward_core * backward_s_per_flop +
+                                            recompute_core_flops * recompute_s_per_flop);
   out.compute_s = t * ((hardware - attention) / rate + attention_s_per_token);
   out.recompute_s = t * secs(recompute, L * recompute_core_flops, recompute_s_per_flop);
   out.attention_s = t * attention_s_per_token;
   out.tokens_per_device = s.t;
   out.hardware_flops_per_token = hardware;
   out.attention_flops_per_token = attention;
+  out.attention_backward_flops_per_token = L * backward_core;
+  out.attention_backward_ratio = hw.attention_backward_ratio;
   out.attention_pair_fraction = s.attention_pair_fraction;
   out.peak_flops = peak;
   return {model, model_palm, hardware};

@@ -376,9 +376,10 @@ stage_optimizer() {
 
 stage_profile() {
   # One step of the baseline and of Odyssey as `odyssey tune` configures it, at the first length
-  # under Kineto: where each system's device time goes (the gap to the baseline and the MFU left,
-  # by kernel kind), each trace kept.
-  "$PY" bench/gpu/kernel_profile.py --seq "${LENGTHS%% *}" --timeout 55 --out "$WORK/profile"
+  # (PROFILE_LENGTH: another) under Kineto: where each system's device time goes (the gap to the
+  # baseline and the MFU left, by kernel kind; the attention's forward and backward apart), each
+  # trace kept.
+  "$PY" bench/gpu/kernel_profile.py --seq "${PROFILE_LENGTH:-${LENGTHS%% *}}" --timeout 55 --out "$WORK/profile"
 }
 
 stage_collectives() {

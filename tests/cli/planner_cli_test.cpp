@@ -197,6 +197,25 @@ TEST_CASE(
   REQUIRE(profile.code == 0);
   CHECK(profile.out.find("at hardware.compute_efficiency 0.595 (the GEMMs) and hardware.attention_efficiency "
                          "0.55 (attention kernels: SDPA)") != std::string::npos);
+  // hardware.attention_backward_ratio: the kernels' backward at 0.885 of their forward's efficiency,
+  // the JSON's attention_s from its own counts (the fits read the same fields), the line says so
+  const std::string ratio =
+      "plan presets/llama3.2-1b-1xh100.toml --set training.seq_len=32K --set "
+      "hardware.attention_backward_ratio=0.885";
+  const Run ratio_json = run_odyssey(ratio + " --json");
+  REQUIRE(ratio_json.code == 0);
+  const Json rt = parse(ratio_json).at("time");
+  const double att = rt.at("attention_flops_per_token").get<double>();
+  const double bwd = rt.at("attention_backward_flops_per_token").get<double>();
+  CHECK(rt.at("attention_backward_ratio").get<double>() == 0.885);
+  // the preset checkpoints: the forward, the recompute's forward, the backward at 2.5 forwards
+  CHECK(bwd == Approx(att * 2.5 / 4.5).epsilon(1e-12));
+  CHECK(rt.at("attention_s").get<double>() ==
+        Approx(32768 * (att - bwd + bwd / 0.885) / (989.4e12 * 0.422)).epsilon(1e-12));
+  const Run ratio_text = run_odyssey(ratio);
+  REQUIRE(ratio_text.code == 0);
+  CHECK_THAT(ratio_text.out, Catch::Contains("(attention kernels: SDPA; their backward at 0.885 times it, "
+                                             "hardware.attention_backward_ratio)"));
 }
 
 TEST_CASE("odyssey plan: \"auto\" names the planner's stage size and MLP tile at each length", "[cli][planner]") {

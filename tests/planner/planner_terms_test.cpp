@@ -752,6 +752,30 @@ TEST_CASE("step time: the attention kernels at attention_efficiency, every other
   CHECK(g.attention_s == t.attention_s);
   CHECK(g.step_s - t.step_s == Approx(t.compute_s - t.attention_s).epsilon(1e-9));
 
+  // hardware.attention_backward_ratio: the kernels' backward (2.5 forwards a block) at 0.25 x 0.8,
+  // their forward and the recompute's at 0.25; plan --json carries the backward's FLOPs and the
+  // ratio for the fits. The forward phases keep their time, the backward's grows by its kernels'.
+  REQUIRE(t.attention_backward_ratio == 1.0);  // the profiles' (their figures blend both directions)
+  CHECK(t.attention_backward_flops_per_token == L * backward);
+  RunConfig slower_backward = cfg;
+  slower_backward.hardware.attention_backward_ratio = 0.8;
+  const MemoryPlan rb = plan_memory(slower_backward), r1 = plan_memory(cfg);
+  CHECK(rb.time.attention_backward_ratio == 0.8);
+  const double backward_s = tokens * L * backward / (peak * 0.25);  // at the forward's efficiency
+  CHECK(rb.time.attention_s == Approx(attention_s - backward_s + backward_s / 0.8).epsilon(1e-12));
+  CHECK(rb.time.step_s - t.step_s == Approx(backward_s / 0.8 - backward_s).epsilon(1e-9));
+  CHECK(rb.time.recompute_s == t.recompute_s);
+  const auto phase_s = [](const MemoryPlan& p, const std::string& name) {
+    for (const PhasePlan& phase : p.phases)
+      if (phase.name == name) return phase.time_s;
+    FAIL("no planned phase " << name);
+    return 0.0;
+  };
+  for (const char* phase : {"fwd/block.1/attn", "bwd/block.1/recompute", "bwd/block.1/mlp"})
+    CHECK(phase_s(rb, phase) == phase_s(r1, phase));
+  CHECK(phase_s(rb, "bwd/block.1/attn") - phase_s(r1, "bwd/block.1/attn") ==
+        Approx((backward_s / 0.8 - backward_s) / L).epsilon(1e-9));
+
   // The Untied stages call a kernel that gives the log-sum-exp (engine/layout/attention_kernels.h):
   // in fp32 on a GPU the memory-efficient kernel, at untied_attention_efficiency, where SDPA's
   // figure no longer counts. (The stages also project q, k, v again in backward: that is compute_s.)
