@@ -27,6 +27,12 @@ LseKernel lse_attention_kernel(const LseKernelQuery& q) {
   return LseKernel::CudaCudnn;
 }
 
+int64_t lse_positions(LseKernel k, int64_t positions) {
+  constexpr int64_t kEfficientLseAlignment = 32;  // ATen's kAlignLSE (mem_eff_attention)
+  if (k != LseKernel::CudaEfficient) return positions;
+  return (positions + kEfficientLseAlignment - 1) / kEfficientLseAlignment * kEfficientLseAlignment;
+}
+
 const char* lse_kernel_name(LseKernel k) {
   switch (k) {
     case LseKernel::CpuFlash:

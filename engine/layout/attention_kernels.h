@@ -1,7 +1,7 @@
 // Which fused attention kernel runs where the engine needs attention's log-sum-exp (the Untied
 // stages, kept attention, packed documents): the one rule the engine, the validator and the planner read.
 // defines: LseKernelChoice, LseKernel, lse_attention_kernel, cudnn_takes_head_dim, cudnn_could_run, lse_kernel_name,
-// documents_run_varlen
+// documents_run_varlen, lse_positions
 #pragma once
 
 #include <cstdint>
@@ -53,6 +53,12 @@ const char* cudnn_choice_refusal(const LseKernelQuery& q);
 /// choice between cuDNN's and FlashAttention-2 decide what runs (the rule, the tuner's candidate
 /// kernels, the describe text).
 bool cudnn_could_run(const LseKernelQuery& q);
+
+/// The log-sum-exp's last dim of one call of `k` over `positions` query positions: the
+/// memory-efficient kernel rounds it up to a multiple of 32 (ATen's kAlignLSE), the others return
+/// it exact. What a kept log-sum-exp holds (kept_attention_step_payload) and what the packed
+/// documents' whole one is allocated with, so that both shapes agree on every batch.
+int64_t lse_positions(LseKernel k, int64_t positions);
 
 /// "cpu_flash", "efficient", "flash2", "cudnn": plan --json's time.attention_kernel for the log-sum-exp
 /// paths, the trace's and the studio's.

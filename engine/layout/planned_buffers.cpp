@@ -150,7 +150,7 @@ KeptAttentionPayload kept_attention_payload(int64_t out_bytes, int64_t lse_bytes
 }
 
 KeptAttentionPayload kept_attention_step_payload(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                                                 int64_t dtype_bytes, int64_t stage_heads) {
+                                                 int64_t dtype_bytes, int64_t stage_heads, int64_t lse_seq) {
   constexpr int64_t kLimit = int64_t{1} << 62;
   const auto product = [](std::initializer_list<int64_t> factors) {
     int64_t out = 1;
@@ -160,7 +160,7 @@ KeptAttentionPayload kept_attention_step_payload(int64_t batch, int64_t seq, int
   };
   const int64_t per_stage = std::max<int64_t>(1, stage_heads);
   return kept_attention_payload(product({batch, seq, heads, head_dim, dtype_bytes}),  // [B, S, heads, hd]
-                                product({batch, per_stage, seq, 4}),                  // [B, k, S] fp32
+                                product({batch, per_stage, lse_seq, 4}),              // [B, k, S'] fp32
                                 std::max<int64_t>(1, heads / per_stage));
 }
 

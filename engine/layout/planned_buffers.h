@@ -142,13 +142,15 @@ struct KeptAttentionPayload {
 KeptAttentionPayload kept_attention_payload(int64_t out_bytes, int64_t lse_bytes, int64_t lse_parts);
 /// One block's kept attention on a rank, for `batch` sequences of `seq` tokens in the head layout
 /// (the whole sequence, S = P x s): the output [B, S, heads, hd] at `dtype_bytes` (the Untied
-/// stages' [B, s, P x heads x hd], the same bytes), then one [B, stage_heads, S] fp32 log-sum-exp per
-/// stage, heads / stage_heads of them (one without the Untied stages: stage_heads = heads). The
-/// planner charges it; the engine sizes the host store by it at setup and at each step, and the
-/// store refuses a packed payload of other bytes (memory: the pinned slab is made once, before step
-/// 1, and never again). Products saturate at 2^62 bytes (the planner's limit on absurd shapes).
+/// stages' [B, s, P x heads x hd], the same bytes), then one [B, stage_heads, lse_seq] fp32
+/// log-sum-exp per stage, heads / stage_heads of them (one without the Untied stages: stage_heads =
+/// heads); lse_seq is lse_positions(the kernel, S) (engine/layout/attention_kernels.h: the
+/// memory-efficient kernel pads it). The planner charges it; the engine sizes the host store by it
+/// at setup and at each step, and the store refuses a packed payload of other bytes (memory: the
+/// pinned slab is made at setup and again only when a live memory change alters it). Products
+/// saturate at 2^62 bytes (the planner's limit on absurd shapes).
 KeptAttentionPayload kept_attention_step_payload(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                                                 int64_t dtype_bytes, int64_t stage_heads);
+                                                 int64_t dtype_bytes, int64_t stage_heads, int64_t lse_seq);
 
 /// cuBLAS's workspaces on a CUDA rank. LibTorch gives each (cuBLAS handle, stream) pair one
 /// workspace from the caching allocator, which cuBLASLt shares, and keeps it for the process's

@@ -129,8 +129,10 @@ void OffloadStore::start_step(const OffloadedBlocks& blocks, at::IntArrayRef inp
 
 void OffloadStore::put(int64_t layer, const at::Tensor& x) {
   if (!transport_ || !x.sizes().equals(input_sizes_) || x.scalar_type() != dtype_)
-    throw std::logic_error("offload: block " + std::to_string(layer) + "'s input is " + std::string(x.toString()) +
-                           " of another shape than the step's (start_step)");
+    throw std::logic_error("offload: block " + std::to_string(layer) + "'s " +
+                           (kind_ == OffloadedKind::KeptAttention ? "packed kept attention" : "input") + " is " +
+                           std::string(x.toString()) + " of another shape than the step's " +
+                           c10::str(at::IntArrayRef(input_sizes_)) + " (start_step)");
   release_copied_input();  // at most one input waits for its copy
   copying_source_ = x.is_contiguous() ? x : x.contiguous();
   copying_layer_ = layer;

@@ -2,6 +2,7 @@
 // nodes (see llama.h). defines: LlamaModel
 #include "engine/model/llama.h"
 
+#include "engine/layout/attention_kernels.h"
 #include "engine/layout/heads.h"
 #include "engine/layout/planned_buffers.h"
 #include "engine/memory/offload.h"
@@ -86,9 +87,18 @@ void LlamaModel::start_kept_offload_step(OffloadStore& store, const MemoryStack&
   const int64_t heads = model_.n_heads / P;  // the rank's query heads in the head layout
   const int64_t stage_heads =
       stack.untied_attention ? effective_heads_per_stage(stack.memory.heads_per_stage, P) / P : heads;
+  const at::ScalarType dtype = embed_->compute_dtype();
+  // The kernel the kept attention calls decides only whether its log-sum-exp is padded (the
+  // memory-efficient kernel's, CUDA fp32); packed documents run another kernel in half precision,
+  // where none pads, and allocate their whole log-sum-exp by the same rule (flash_attention.cpp).
+  const LseKernel kernel = lse_attention_kernel({.cuda = ctx_.device.is_cuda(),
+                                                 .half_precision = dtype != at::kFloat,
+                                                 .head_dim = model_.head_dim,
+                                                 .choice = stack.memory.lse_attention_kernel});
+  const int64_t S = local_tokens * P;
   const KeptAttentionPayload payload =
-      kept_attention_step_payload(batch, local_tokens * P, heads, model_.head_dim,
-                                  static_cast<int64_t>(c10::elementSize(embed_->compute_dtype())), stage_heads);
+      kept_attention_step_payload(batch, S, heads, model_.head_dim, static_cast<int64_t>(c10::elementSize(dtype)),
+                                  stage_heads, lse_positions(kernel, S));
   store.start_step(kept_attention_offloaded_blocks(model_.n_layers, stack.memory.keep_attention_blocks),
                    {payload.bytes()}, at::kByte);  // [payload] uint8 a block
 }

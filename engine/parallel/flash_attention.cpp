@@ -162,7 +162,9 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
   FlashResult r;
   r.kernel = lse_attention_kernel(query);                         // the segments' kernel, for readers
   r.out = at::empty({B, S, h, hd}, q.options()).transpose(1, 2);  // [B, h, S, hd], memory [B, S, h, hd] as the kernels'
-  r.lse = at::empty({B, h, S}, q.options().dtype(at::kFloat));    // [B, h, S] fp32
+  // [B, h, S'] fp32, S' = S padded as a whole-sequence call of this kernel pads it (lse_positions),
+  // so that a kept log-sum-exp has one size with and without boundaries in the batch
+  r.lse = at::empty({B, h, lse_positions(r.kernel, S)}, q.options().dtype(at::kFloat));
   for (int64_t b = 0; b < B; ++b) {
     for (const DocumentSegment& seg : document_segments(documents.starts[static_cast<size_t>(b)], S)) {
       DocumentRun run{b, seg.begin, seg.length, {}};
@@ -171,7 +173,7 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
       run.kernel =
           flash_attention_forward(segment_of(q, run), segment_of(k, run), segment_of(v, run), LseKernelChoice::Flash2);
       segment_of(r.out, run).copy_(run.kernel.out);
-      at::Tensor lse_slice = segment_of(r.lse, run);             // [1, h, n]
+      at::Tensor lse_slice = segment_of(r.lse, run);             // [1, h, n] (within the first S)
       lse_slice.copy_(run.kernel.lse.narrow(2, 0, run.length));  // the efficient kernel pads its lse's last dim
       run.kernel.out.reset();  // memory: one segment's output at a time; the whole out holds it
       if (run.kernel.lse.sizes() == lse_slice.sizes()) run.kernel.lse.reset();

@@ -66,14 +66,18 @@ std::string q_stage_head_formula(const PlanShapes& s) {
 
 /// One block's kept attention as it travels (KeptAttentionPayload, engine/layout/planned_buffers.h):
 /// the output [B, S, H/P, hd] (Untied's [B, s, H*hd], the same bytes), then one [B, k, S] fp32
-/// log-sum-exp per stage (one stage of all the rank's heads without Untied Ulysses).
+/// log-sum-exp per stage (one stage of all the rank's heads without Untied Ulysses; S padded to 32
+/// on the memory-efficient kernel: lse_positions).
 KeptAttentionPayload kept_payload(const PlanShapes& s) {
-  return kept_attention_step_payload(s.B, s.S, s.hq, s.hd, s.c, s.k);
+  return kept_attention_step_payload(s.B, s.S, s.hq, s.hd, s.c, s.k, lse_positions(s.lse_kernel, s.S));
 }
 std::string kept_payload_formula(const PlanShapes& s) {
+  const int64_t lse_seq = lse_positions(s.lse_kernel, s.S);
+  const std::string lse_tokens =
+      lse_seq == s.S ? seq_tokens(s) : tokens(lse_seq) + " (the sequence padded to 32 by the memory-efficient kernel)";
   return printf_string("(%s) + %lld stage%s x (%lld x %s x %lld head%s x 4 B), each part from a multiple of %lld B",
-                       q_head_formula(s).c_str(), ll(s.stages), plural(s.stages), ll(s.B), seq_tokens(s).c_str(),
-                       ll(s.k), plural(s.k), ll(KeptAttentionPayload::kAlignment));
+                       q_head_formula(s).c_str(), ll(s.stages), plural(s.stages), ll(s.B), lse_tokens.c_str(), ll(s.k),
+                       plural(s.k), ll(KeptAttentionPayload::kAlignment));
 }
 
 /// KIND(Hidden): the enumerator and its name, so the two cannot differ.

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/layout/attention_kernels.h"
+#include "engine/layout/planned_buffers.h"
 
 using namespace odyssey;
 
@@ -67,4 +68,34 @@ TEST_CASE("lse kernel names: plan --json's and the studio's words", "[layout][ke
   CHECK(std::string(lse_kernel_name(LseKernel::CudaCudnn)) == "cudnn");
   CHECK(std::string(lse_kernel_label(LseKernel::CudaCudnn)) == "cuDNN attention");
   CHECK(std::string(lse_kernel_label(LseKernel::CudaFlash2)) == "FlashAttention-2");
+}
+
+TEST_CASE(
+    "lse positions: the memory-efficient kernel pads the log-sum-exp to 32, the others do not; a kept "
+    "payload counts the padded length",
+    "[layout][kernels]") {
+  // ATen's memory-efficient kernel returns its log-sum-exp as [B, h, ceil(S / 32) x 32] (kAlignLSE);
+  // a kept one travels so (memory.offload_kept_attention on CUDA in fp32), and the store sized by
+  // the rule must hold it. Pure integer arithmetic.
+  for (const LseKernel k : {LseKernel::CpuFlash, LseKernel::CudaFlash2, LseKernel::CudaCudnn}) {
+    CHECK(lse_positions(k, 1000) == 1000);
+    CHECK(lse_positions(k, 1024) == 1024);
+  }
+  CHECK(lse_positions(LseKernel::CudaEfficient, 1000) == 1024);
+  CHECK(lse_positions(LseKernel::CudaEfficient, 1024) == 1024);
+  CHECK(lse_positions(LseKernel::CudaEfficient, 1) == 32);
+  // 2 rows, 4 heads of 8 over 1000 tokens in fp32, stages of 2 heads: the output 2 x 1000 x 4 x 8 x
+  // 4 B = 256000 B (a multiple of 256), then 2 stages of 2 x 2 x 1024 x 4 B = 16384 B each
+  const KeptAttentionPayload p =
+      kept_attention_step_payload(2, 1000, 4, 8, 4, 2, lse_positions(LseKernel::CudaEfficient, 1000));
+  CHECK(p.out_bytes == 256000);
+  CHECK(p.lse_bytes == 16384);
+  CHECK(p.lse_parts == 2);
+  CHECK(p.bytes() == 256000 + 2 * 16384);
+  // on the CPU's kernel the same shape's log-sum-exp is 2 x 2 x 1000 x 4 B = 16000 B, each part
+  // starting at a multiple of 256 B: 256000, 256000 + 16128
+  const KeptAttentionPayload cpu = kept_attention_step_payload(2, 1000, 4, 8, 4, 2, 1000);
+  CHECK(cpu.lse_bytes == 16000);
+  CHECK(cpu.offset(2) == 256000 + 16128);
+  CHECK(cpu.bytes() == 256000 + 2 * 16128);
 }

@@ -9,6 +9,8 @@
 #include <torch/cuda.h>
 
 #include "../common/engine_test_util.h"
+#include "engine/config/validate.h"
+#include "engine/layout/attention_kernels.h"
 #include "engine/layout/planned_buffers.h"
 #include "engine/memory/tiled_loss.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -106,9 +108,12 @@ TEST_CASE(
       const OffloadedBlocks sent = kept_attention_offloaded_blocks(on_host.model.n_layers, 0);
       // heads_per_stage 0 = P = 1: one head a stage under Untied; all H heads in one otherwise
       const int64_t H = on_host.model.n_heads, stage_heads = untied ? 1 : H;
+      // fp32 runs the memory-efficient kernel, whose log-sum-exp is padded to 32 (256 already is one)
+      const int64_t S = on_host.training.seq_len;
       const int64_t payload =
-          kept_attention_step_payload(on_host.training.batch_size, on_host.training.seq_len, H, on_host.model.head_dim,
-                                      dtype == DType::Float32 ? 4 : 2, stage_heads)
+          kept_attention_step_payload(
+              on_host.training.batch_size, S, H, on_host.model.head_dim, dtype == DType::Float32 ? 4 : 2, stage_heads,
+              lse_positions(dtype == DType::Float32 ? LseKernel::CudaEfficient : LseKernel::CudaCudnn, S))
               .bytes();
       const int64_t slab = b.kept_attention_store().host_bytes();
       CHECK(slab >= sent.count * payload);
@@ -131,6 +136,32 @@ TEST_CASE(
       check_same_step(d, c, on_device);
     }
   }
+}
+
+TEST_CASE("cuda: kept attention on the host in fp32 over a length the memory-efficient kernel pads", "[.cuda]") {
+  // 200 tokens: the memory-efficient kernel's log-sum-exp is [1, h, 224] (a multiple of 32), and the
+  // kept payload carries it so (lse_positions): the slab pinned at setup holds it, no step pins
+  // again, and the step equals the one that keeps it on the device exactly (the same kernels on
+  // the same inputs; the host run only copies the bytes).
+  REQUIRE(prepare_cuda().available);
+  RunConfig on_device = cuda_config();
+  on_device.training.seq_len = 200;
+  on_device.memory.activation_checkpointing = on_device.memory.offload_activations = true;
+  on_device.memory.keep_attention = true;
+  RunConfig on_host = on_device;
+  on_host.memory.offload_kept_attention = true;
+  REQUIRE(validate(on_host).empty());
+  Trainer a(on_device, cuda_rank()), b(on_host, cuda_rank());
+  b.pin_offload_slab();
+  const OffloadedBlocks sent = kept_attention_offloaded_blocks(on_host.model.n_layers, 0);
+  const int64_t H = on_host.model.n_heads, hd = on_host.model.head_dim;
+  const int64_t payload = kept_attention_step_payload(1, 200, H, hd, 4, H, 224).bytes();
+  const int64_t slab = b.kept_attention_store().host_bytes();
+  CHECK(slab >= sent.count * payload);
+  const double la = a.forward_backward(0), lb = b.forward_backward(0);
+  CHECK(lb == la);
+  CHECK(b.kept_attention_store().host_bytes() == slab);
+  CHECK(b.kept_attention_store().total_offloaded() == sent.count);
 }
 
 TEST_CASE("cuda: bf16 trains, checkpointing and offload lower the measured peak", "[.cuda]") {

@@ -109,7 +109,8 @@ TEST_CASE(
     const int64_t stage_heads = path.untied ? path.heads_per_stage : H;
     const auto aligned = [](int64_t n) { return (n + 255) / 256 * 256; };
     const int64_t payload = aligned(S * H * hd * 4) + (H / stage_heads) * aligned(stage_heads * S * 4);
-    CHECK(kept_attention_step_payload(1, S, H, hd, 4, stage_heads).bytes() == payload);
+    CHECK(kept_attention_step_payload(1, S, H, hd, 4, stage_heads, S).bytes() ==
+          payload);                         // the CPU's kernel: no padding
     for (int step = 0; step < 2; ++step) {  // the second step finds the store sized the same
       log.clear();
       t.forward_backward(t.next_step());
