@@ -1167,7 +1167,9 @@ def check_fitted_efficiencies(fits_path=None, root=ROOT, run_config=None):
         rel = os.path.relpath(path, root)
         hardware = preset_hardware(rel)
         for field, value in sorted(hardware.items() if isinstance(hardware, dict) else []):
-            if field.endswith("_efficiency") and (rel, "hardware." + field) not in given:
+            # the efficiencies, and the attention's backward ratio they are fitted under
+            fitted_field = field.endswith("_efficiency") or field == "attention_backward_ratio"
+            if fitted_field and (rel, "hardware." + field) not in given:
                 messages.append("%s sets hardware.%s = %s, but no fit in %s gives it: the points it was fitted to "
                                 "would count as held out" % (rel, field, value, name))
     return messages
@@ -1311,6 +1313,9 @@ def self_test_fitted_efficiencies(tmp):
     message, = inputs(agreed + "\nuntied_attention_efficiency = 0.3", "0.55", [preset_fit, profile_fit])
     assert message == ("presets/a.toml sets hardware.untied_attention_efficiency = 0.3, but no fit in "
                        "fitted_points.json gives it: the points it was fitted to would count as held out"), message
+    # the attention's backward ratio the efficiencies were fitted under, the same
+    message, = inputs(agreed + "\nattention_backward_ratio = 0.885", "0.55", [preset_fit, profile_fit])
+    assert message.startswith("presets/a.toml sets hardware.attention_backward_ratio = 0.885, but no fit"), message
     messages = inputs(agreed, "0.55", [preset_fit, {"hardware profiles h200 and h100-sxm": {"hardware.attention_efficiency": 0.55}}])
     assert len(messages) == 1 and "has no profile h100-sxm" in messages[0], messages
     message, = inputs("compute_efficiency = 0.473", "0.55", [preset_fit])

@@ -426,6 +426,30 @@ def self_test():
     assert abs(k["forward_efficiency"] - truth_a) < 1e-12 and abs(k["attention_backward_ratio"] - ratio) < 1e-12, k
     expect_fit_error(lambda: kernel_profile_efficiencies({"GEMM": 1.0}, time), "no attention forward and backward",
                      "a profile without attention kernels gave efficiencies")
+    expect_fit_error(lambda: kernel_profile_efficiencies(kinds, dict(time, attention_backward_flops_per_token=0.0)),
+                     "the plan counts no attention", "a plan without a backward count gave efficiencies")
+    # a record: Odyssey's point planned as it ran, a baseline without checkpointing planned without
+    # it, one that checkpointed refused by name, a failed profile reported beside the others
+    planned_sets = []
+
+    def plan_at(sets):
+        planned_sets.append(list(sets))
+        return {"time": time}
+    record = {"runs": {"odyssey": {"point": {"preset": "p.toml", "seq_len": 32768, "sets": ["a=1"]}},
+                       "pytorch": {"checkpoint": "none"}, "hf-liger": {"checkpoint": "full"}},
+              "profiles": {"odyssey": {"kinds_s": kinds}, "pytorch": {"kinds_s": kinds},
+                           "hf-liger": {"kinds_s": kinds}, "other": {"error": "timed out"}}}
+    systems = profiled_systems(record, plan_at)
+    assert abs(systems["odyssey"]["attention_backward_ratio"] - ratio) < 1e-12, systems
+    assert abs(systems["pytorch"]["attention_backward_ratio"] - ratio) < 1e-12, systems
+    assert "checkpointing 'full'" in systems["hf-liger"]["error"], systems
+    assert "kinds_s" in systems["other"]["error"], systems
+    assert planned_sets == [["a=1"], ["a=1", "memory.activation_checkpointing=false", "memory.keep_attention=false"]], \
+        planned_sets
+    for bad, words in (([], "not a kernel_profile.json record"), ({"error": "no GPU"}, "the profile failed"),
+                       ({"runs": {}, "profiles": {}}, "no runs or no profiles"),
+                       ({"runs": {"pytorch": {}}, "profiles": {"pytorch": {}}}, "names no point")):
+        expect_fit_error(lambda: profiled_systems(bad, plan_at), words, "a bad record was read: %r" % (bad,))
     assert held_out(points[:2]) is None  # two points fit two unknowns: none left to hold out
     # one point with the attention efficiency given: the compute efficiency alone, and a second
     # point held out against it
@@ -513,8 +537,11 @@ def kernel_profile_efficiencies(kinds_s, time):
     except KeyError as e:
         raise FitError("the plan's time block has no %s: an odyssey binary from before the attention's backward "
                        "ratio (2026-12-01)" % e)
+    if backward <= 0 or attention <= backward:
+        raise FitError("the plan counts no attention forward and backward to set the profile against (%g attention "
+                       "FLOPs a token, %g of them backward)" % (attention, backward))
     forward_s, backward_s = kinds_s.get("attention forward", 0.0), kinds_s.get("attention backward", 0.0)
-    if forward_s <= 0 or backward_s <= 0 or backward <= 0 or attention <= backward:
+    if forward_s <= 0 or backward_s <= 0:
         raise FitError("the profile holds no attention forward and backward to set against the plan (forward "
                        "%g s, backward %g s)" % (forward_s, backward_s))
     forward_e = t * (attention - backward) / (peak * forward_s)
@@ -523,25 +550,64 @@ def kernel_profile_efficiencies(kinds_s, time):
             "backward_efficiency": backward_e, "attention_backward_ratio": backward_e / forward_e}
 
 
+def profiled_systems(record, plan_at):
+    """{system: its attention efficiencies, or {"error": why}} of a kernel_profile.json record.
+    plan_at(sets) plans Odyssey's profiled point with more sets. Odyssey's step is its point's plan;
+    a baseline's attention FLOPs are the same model's at the same length without a recompute (the
+    point planned without checkpointing), so only a baseline that ran without checkpointing
+    (its run's "checkpoint": "none") is set against them."""
+    if not isinstance(record, dict):
+        raise FitError("not a kernel_profile.json record (a JSON object with runs and profiles)")
+    if "error" in record:
+        raise FitError("the profile failed: %s" % record["error"])
+    runs, profiles = record.get("runs"), record.get("profiles")
+    if not isinstance(runs, dict) or not isinstance(profiles, dict) or not profiles:
+        raise FitError("the record has no runs or no profiles")
+    point = (runs.get("odyssey") or {}).get("point")
+    if not isinstance(point, dict) or "sets" not in point:
+        raise FitError("the record names no point for Odyssey's run (runs.odyssey.point)")
+
+    def time_of(sets):
+        plan = plan_at(point["sets"] + sets)
+        if "error" in plan:
+            raise FitError("odyssey plan of the profiled point: %s" % plan["error"])
+        return plan["time"]
+
+    out = {}
+    for name, profile in sorted(profiles.items()):
+        try:
+            if not isinstance(profile, dict) or not isinstance(profile.get("kinds_s"), dict):
+                raise FitError("its profile holds no device time by kernel kind (kinds_s): it failed")
+            if name == "odyssey":
+                time = time_of([])
+            else:
+                checkpoint = (runs.get(name) or {}).get("checkpoint")
+                if checkpoint != "none":
+                    raise FitError("it ran with checkpointing %r: its attention forward FLOPs are not planned here"
+                                   % checkpoint)
+                time = time_of(["memory.activation_checkpointing=false", "memory.keep_attention=false"])
+            out[name] = kernel_profile_efficiencies(profile["kinds_s"], time)
+        except FitError as e:
+            out[name] = {"error": str(e)}
+    return out
+
+
 def main_kernel_profile(args):
     """--kernel-profile: the attention kernels' forward and backward efficiencies of each profiled
-    system (kernel_profile.json), planned at the point Odyssey's profiled step ran. One JSON object."""
+    system (kernel_profile.json), against the planner's FLOPs of the profiled point. One JSON
+    object; exit 3 when no system gives them."""
     command = " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
     try:
         with open(args.kernel_profile) as f:
             record = json.load(f)
-        point = record["runs"]["odyssey"]["point"]
-        plan = plan_point(dict(point, sets=point["sets"] + args.set))
-        if "error" in plan:
-            raise FitError("odyssey plan of the profiled point: %s" % plan["error"])
-        result = {name: kernel_profile_efficiencies(profile["kinds_s"], plan["time"])
-                  for name, profile in sorted(record["profiles"].items())}
-    except (OSError, KeyError, ValueError) as e:
+        systems = profiled_systems(record, lambda sets: plan_point(dict(record["runs"]["odyssey"]["point"],
+                                                                        sets=sets + args.set)))
+    except (OSError, ValueError) as e:  # FitError is a ValueError, as is a JSON syntax error
         print(json.dumps({"error": "%s: %s" % (args.kernel_profile, e), "command": command}))
         return CANNOT_FIT
-    print(json.dumps({"seq_len": record.get("seq_len"), "device": record.get("device"), "systems": result,
+    print(json.dumps({"seq_len": record.get("seq_len"), "device": record.get("device"), "systems": systems,
                       "command": command}))
-    return 0
+    return 0 if any("error" not in s for s in systems.values()) else CANNOT_FIT
 
 
 def main_phases(args):
