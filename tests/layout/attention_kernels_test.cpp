@@ -71,7 +71,7 @@ TEST_CASE("lse kernel names: plan --json's and the studio's words", "[layout][ke
 }
 
 TEST_CASE(
-    "lse positions: the memory-efficient kernel pads the log-sum-exp to 32, the others do not; a kept "
+    "lse positions: the memory-efficient kernel pads the log-sum-exp to 32, the others do not, and a kept "
     "payload counts the padded length",
     "[layout][kernels]") {
   // ATen's memory-efficient kernel returns its log-sum-exp as [B, h, ceil(S / 32) x 32] (kAlignLSE);
