@@ -3,7 +3,8 @@
 #include "engine/layout/planned_buffers.h"
 
 #include <algorithm>
-#include <initializer_list>
+
+#include "engine/layout/saturating_bytes.h"
 
 namespace odyssey {
 
@@ -151,16 +152,9 @@ KeptAttentionPayload kept_attention_payload(int64_t out_bytes, int64_t lse_bytes
 
 KeptAttentionPayload kept_attention_step_payload(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                                                  int64_t dtype_bytes, int64_t stage_heads, int64_t lse_seq) {
-  constexpr int64_t kLimit = int64_t{1} << 62;
-  const auto product = [](std::initializer_list<int64_t> factors) {
-    int64_t out = 1;
-    for (int64_t f : factors)
-      if (__builtin_mul_overflow(out, f, &out) || out > kLimit) return kLimit;
-    return out;
-  };
   const int64_t per_stage = std::max<int64_t>(1, stage_heads);
-  return kept_attention_payload(product({batch, seq, heads, head_dim, dtype_bytes}),  // [B, S, heads, hd]
-                                product({batch, per_stage, lse_seq, 4}),              // [B, k, S'] fp32
+  return kept_attention_payload(sat_product({batch, seq, heads, head_dim, dtype_bytes}),  // [B, S, heads, hd]
+                                sat_product({batch, per_stage, lse_seq, 4}),              // [B, k, S'] fp32
                                 std::max<int64_t>(1, heads / per_stage));
 }
 

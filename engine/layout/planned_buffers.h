@@ -148,7 +148,7 @@ KeptAttentionPayload kept_attention_payload(int64_t out_bytes, int64_t lse_bytes
 /// memory-efficient kernel pads it). The planner charges it; the engine sizes the host store by it
 /// at setup and at each step, and the store refuses a packed payload of other bytes (memory: the
 /// pinned slab is made at setup and again only when a live memory change alters it). Products
-/// saturate at 2^62 bytes (the planner's limit on absurd shapes).
+/// saturate at kPlanBytesLimit (engine/layout/saturating_bytes.h).
 KeptAttentionPayload kept_attention_step_payload(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                                                  int64_t dtype_bytes, int64_t stage_heads, int64_t lse_seq);
 

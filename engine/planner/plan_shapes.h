@@ -5,15 +5,21 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 
 #include "engine/config/run_config.h"
 #include "engine/layout/heads.h"
 #include "engine/layout/planned_buffers.h"
+#include "engine/layout/saturating_bytes.h"
 #include "engine/layout/tiles.h"
 
 namespace odyssey::planner_detail {
+
+// the saturating byte arithmetic every planner count uses (engine/layout/saturating_bytes.h)
+using ::odyssey::kPlanBytesLimit;
+using ::odyssey::sat_add;
+using ::odyssey::sat_mul;
+using ::odyssey::sat_product;
 
 /// Every kind of tensor the step walk allocates. What each kind is, its shape, its bytes (fixed by
 /// the config: kind_bytes) and its formula with the values plugged in (kind_formula) are its rule,
@@ -107,27 +113,6 @@ enum class TensorKind : uint8_t {
   Count
 };
 constexpr int kTensorKindCount = static_cast<int>(TensorKind::Count);
-
-/// The planner's byte ceiling: 4 EiB, millions of times any machine's memory. Every byte count
-/// is computed with saturating arithmetic that stops here, so no product or sum of an absurd (but
-/// validated) config overflows int64; a plan that reaches it is beyond range and never fits.
-constexpr int64_t kPlanBytesLimit = int64_t{1} << 62;
-/// a x b, or kPlanBytesLimit when the product passes it (operands are non-negative).
-inline int64_t sat_mul(int64_t a, int64_t b) {
-  int64_t out = 0;
-  return __builtin_mul_overflow(a, b, &out) || out > kPlanBytesLimit ? kPlanBytesLimit : out;
-}
-/// The product of every factor, saturated as sat_mul.
-inline int64_t sat_product(std::initializer_list<int64_t> factors) {
-  int64_t out = 1;
-  for (int64_t f : factors) out = sat_mul(out, f);
-  return out;
-}
-/// a + b, or kPlanBytesLimit when the sum passes it (operands are non-negative).
-inline int64_t sat_add(int64_t a, int64_t b) {
-  int64_t out = 0;
-  return __builtin_add_overflow(a, b, &out) || out > kPlanBytesLimit ? kPlanBytesLimit : out;
-}
 
 /// Per-rank sizes of one config. All counts are elements unless named *_bytes.
 struct PlanShapes {
