@@ -165,6 +165,9 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
   // [B, h, S'] fp32, S' = S padded as a whole-sequence call of this kernel pads it (lse_positions),
   // so that a kept log-sum-exp has one size with and without boundaries in the batch
   r.lse = at::empty({B, h, lse_positions(r.kernel, S)}, q.options().dtype(at::kFloat));
+  // the padding past S is never read, but a kept log-sum-exp is copied whole (to the host slab):
+  // zeroed, so that copy reads defined bytes, as the whole-sequence kernel's own padding is
+  if (r.lse.size(2) > S) r.lse.narrow(2, S, r.lse.size(2) - S).zero_();
   for (int64_t b = 0; b < B; ++b) {
     for (const DocumentSegment& seg : document_segments(documents.starts[static_cast<size_t>(b)], S)) {
       DocumentRun run{b, seg.begin, seg.length, {}};
