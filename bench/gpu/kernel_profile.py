@@ -12,6 +12,7 @@ the device time by the ATen operator that launched it (through Kineto's correlat
 
     python3 bench/gpu/kernel_profile.py --seq 32K --out $OUT/profile
     python3 bench/gpu/kernel_profile.py --seq 32K --odyssey full --out $OUT/profile   # the full stack
+    python3 bench/gpu/kernel_profile.py --seq 128K --systems odyssey --out $OUT/profile   # Odyssey alone
     python3 bench/gpu/kernel_profile.py --summarize TRACE.json     # one trace, any source
     python3 bench/gpu/kernel_profile.py --self-test                 # the arithmetic, no run
 
@@ -35,6 +36,8 @@ from systems import (merge_intervals, nvidia_smi, run_baseline, run_odyssey, sum
 # flash_fwd_* / flash_bwd_*; memory-efficient: fmha_cutlassF / fmha_cutlassB; cuDNN: *fprop* /
 # *bprop*. GEMMs: cuBLAS(Lt) names (sm90_xmma_gemm_*, nvjet_*, cutlass_*). Odyssey's kernels:
 # kernels/*.cu.
+# The systems a profile may run, in the order of its table's columns.
+SYSTEMS = ("pytorch", "odyssey")
 KINDS = (
     ("attention backward", r"flash_bwd|fmha_cutlassb|attention_backward|bprop"),
     ("attention forward", r"flash_fwd|fmha_cutlassf|flash_attention|fprop|sdpa"),
@@ -237,6 +240,10 @@ def main():
     parser.add_argument("--top", type=int, default=12, help="kernels listed per system")
     parser.add_argument("--odyssey", choices=("tuned", "full"), default="tuned",
                         help="Odyssey as `odyssey tune` configures it (default), or the preset's full stack")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
+                        help="the systems profiled (default both; the baseline's attention is set against the "
+                             "planner only where it fits without checkpointing, so a length where it recomputes "
+                             "profiles Odyssey alone)")
     parser.add_argument("--summarize", metavar="TRACE", help="print one trace's summary and exit")
     parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()
@@ -248,8 +255,7 @@ def main():
         print(json.dumps(summary, indent=1))
         return 2 if "error" in summary else 0
     os.makedirs(args.out, exist_ok=True)
-    traces = {"pytorch": os.path.join(args.out, "pytorch_trace.json"),
-              "odyssey": os.path.join(args.out, "odyssey_trace.json")}
+    traces = {name: os.path.join(args.out, "%s_trace.json" % name) for name in SYSTEMS if name in args.systems}
     # Odyssey's configuration: the tuner's choice for this GPU (planning only), or the full stack
     configuration = {"odyssey": args.odyssey, "sets": [], "techniques": "the preset's full stack"}
     if args.odyssey == "tuned":
@@ -261,12 +267,14 @@ def main():
             return 1
         configuration.update(sets=sets, techniques=techniques or "no memory techniques")
     # One warm-up step each, then the profiled step (the profiler's own cost is in its step time).
-    runs = {"pytorch": run_baseline(args.seq, 2, args.timeout,
-                                    extra_args=["--kernel-profile", traces["pytorch"]],
-                                    log_path=os.path.join(args.out, "pytorch.log")),
-            "odyssey": run_odyssey(args.seq, 2, args.timeout, os.path.join(args.out, "odyssey"),
-                                   extra_sets=configuration["sets"], extra_args=["--kernel-profile", traces["odyssey"]],
-                                   log_path=os.path.join(args.out, "odyssey.log"))}
+    runs = {}
+    if "pytorch" in traces:
+        runs["pytorch"] = run_baseline(args.seq, 2, args.timeout, extra_args=["--kernel-profile", traces["pytorch"]],
+                                       log_path=os.path.join(args.out, "pytorch.log"))
+    if "odyssey" in traces:
+        runs["odyssey"] = run_odyssey(args.seq, 2, args.timeout, os.path.join(args.out, "odyssey"),
+                                      extra_sets=configuration["sets"], extra_args=["--kernel-profile", traces["odyssey"]],
+                                      log_path=os.path.join(args.out, "odyssey.log"))
     summaries = {name: summarize(path, args.top) for name, path in traces.items()}
     device = (nvidia_smi("--query-gpu=name,memory.total,driver_version", "csv,noheader") or "cpu").strip()
     result = {"seq_len": args.seq, "device": device, "odyssey_configuration": configuration, "runs": runs,
@@ -275,7 +283,8 @@ def main():
         json.dump(result, f, indent=1)
     lines = ["Device time of one step, Llama-3.2-1B at %d tokens (%s, %s)" % (args.seq, device,
                                                                           datetime.date.today().isoformat()),
-             "Command: python3 bench/gpu/kernel_profile.py --seq %d --odyssey %s" % (args.seq, args.odyssey),
+             "Command: python3 bench/gpu/kernel_profile.py --seq %d --odyssey %s --systems %s"
+             % (args.seq, args.odyssey, " ".join(traces)),
              "Odyssey: %s%s" % (configuration["techniques"],
                                 " (%s)" % " ".join(configuration["sets"]) if configuration["sets"] else ""), ""]
     readable = {n: s for n, s in summaries.items() if "error" not in s and s.get("events")}
@@ -291,7 +300,7 @@ def main():
     with open(os.path.join(args.out, "kernel_profile.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return 0 if len(readable) == 2 else 1
+    return 0 if len(readable) == len(traces) else 1
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ RECORD_NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})-([a-z0-9]+)-([0-9a-f]{7})(?:-(\d
 RECORDED_ENVIRONMENT = ("THROUGHPUT_LENGTHS", "THROUGHPUT_SYSTEMS", "PLANNER_CASES", "PLANNER_LENGTHS",
                         "PLANNER_STEPS", "LONGEST_BOX",
                         "LONGEST_SYSTEMS", "LONGEST_OF", "AT_LONGEST_FROM", "AT_LONGEST_LENGTHS",
-                        "AT_LONGEST_SYSTEMS", "AT_LONGEST_STEPS", "ODYSSEY_BENCH_SETS")
+                        "AT_LONGEST_SYSTEMS", "AT_LONGEST_STEPS", "PROFILE_LENGTH", "PROFILE_SYSTEMS",
+                        "PROFILE_TIMEOUT", "ODYSSEY_BENCH_SETS")
 # A raw file larger than this stays in the call's archive only (the manifest names it).
 MAX_FILE_BYTES = 4 << 20
 

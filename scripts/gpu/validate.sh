@@ -41,7 +41,9 @@
 # THROUGHPUT_LENGTHS (the throughput stage's lengths, "32K 64K 128K" on a GPU), THROUGHPUT_SYSTEMS
 # (its systems, throughput.py --systems), PLANNER_CASES (fulldepth: the planner stage on the 8B's
 # rank 0 with all its layers), PLANNER_LENGTHS (some of its lengths only, in tokens: the point an
-# earlier call's deadline left), PLANNER_STEPS (steps a planner point: 2), LONGEST_BOX, LONGEST_SYSTEMS (the longest stage's systems: default
+# earlier call's deadline left), PLANNER_STEPS (steps a planner point: 2; one step's time holds the
+# warm-up, so it is set against no plan), PROFILE_LENGTH, PROFILE_SYSTEMS and PROFILE_TIMEOUT (the
+# profile stage's length, systems and seconds a process), LONGEST_BOX, LONGEST_SYSTEMS (the longest stage's systems: default
 # "pytorch hf-liger odyssey"), LONGEST_OF (the folder of the baselines' results the Odyssey trial
 # multiplies: this call's by default, committed records' longest/ folders, space-separated, when
 # the baselines ran in earlier calls), AT_LONGEST_FROM (the folders of the longest stage's
@@ -179,6 +181,13 @@ else
   # Every GPU of the machine, one rank each; the 1B over 2 GPUs at 64K: 32K tokens a rank.
   COLLECTIVES_ARGS="--gpus all --seq 64K --steps 3"
 fi
+# The profile's processes: 55 s each at 32K (39 s for both on an H200, 2026-11-30); at 128K
+# Odyssey's tuned run took 42-60 s for 3 steps with its setup and the baseline 150 s with its
+# checkpointing search, so a longer PROFILE_LENGTH names its PROFILE_TIMEOUT (docs/gpu.md). The box
+# holds one process a system profiled.
+PROFILE_TIMEOUT=${PROFILE_TIMEOUT:-55}
+read -r -a profile_systems <<<"${PROFILE_SYSTEMS:-pytorch odyssey}"
+[ $DRY = 0 ] && BOX[profile]=$((PROFILE_TIMEOUT * ${#profile_systems[@]} + 10))
 # The full-depth rank 0: two steps of about 23 s and 83 s on an H200 (the plan), with start-up.
 [ $DRY = 0 ] && [ "$PLANNER_CASES" = fulldepth ] && BOX[planner]=420
 # A short lease gives the longest stage what is left of it (deadline.sh callers): LONGEST_BOX=seconds.
@@ -378,8 +387,11 @@ stage_profile() {
   # One step of the baseline and of Odyssey as `odyssey tune` configures it, at the first length
   # (PROFILE_LENGTH: another) under Kineto: where each system's device time goes (the gap to the
   # baseline and the MFU left, by kernel kind; the attention's forward and backward apart), each
-  # trace kept.
-  "$PY" bench/gpu/kernel_profile.py --seq "${PROFILE_LENGTH:-${LENGTHS%% *}}" --timeout 55 --out "$WORK/profile"
+  # trace kept. PROFILE_SYSTEMS=odyssey profiles Odyssey alone (at 128K the baseline recomputes,
+  # so its attention is not set against the planner), PROFILE_TIMEOUT its seconds a process.
+  # shellcheck disable=SC2086
+  "$PY" bench/gpu/kernel_profile.py --seq "${PROFILE_LENGTH:-${LENGTHS%% *}}" ${PROFILE_SYSTEMS:+--systems $PROFILE_SYSTEMS} \
+    --timeout "$PROFILE_TIMEOUT" --out "$WORK/profile"
 }
 
 stage_collectives() {
