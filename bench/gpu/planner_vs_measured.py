@@ -45,7 +45,7 @@ PEAK_TOLERANCE, SLOPE_TOLERANCE = 0.10, 0.05
 POINT_KEYS = ("case", "seq_len", "planned_tensor_peak_bytes", "planned_peak_phase", "measured_peak_bytes", "ratio",
               "planned_peak_bytes", "measured_device_used_bytes", "measured_runtime_overhead_bytes",
               "planned_overhead_bytes", "measured_step_s", "planned_step_s", "phase_gap_bytes", "phase_gap_phase",
-              "step1_gap_bytes", "step1_gap_phase")
+              "step1_gap_bytes", "step1_gap_phase", "first_step_s", "setup_s")
 
 
 def largest_gap(measured, planned):
@@ -173,7 +173,10 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     summary_path = os.path.join(run_dir, "summary.json")
     if os.path.exists(summary_path):
         with open(summary_path) as f:
-            point["measured_phases"] = json.load(f).get("phases")
+            summary = json.load(f)
+        point["measured_phases"] = summary.get("phases")
+        if isinstance(summary.get("setup_s"), (int, float)):  # the seconds before step 1: model, weights, slabs
+            point["setup_s"] = summary["setup_s"]
         measured = {ph["path"]: ph["device_peak"] for ph in point["measured_phases"] or [] if "device_peak" in ph}
         point["phase_gap_bytes"], point["phase_gap_phase"] = largest_gap(measured, planned_phases)
     # The driver's count (None off a GPU): what hardware.runtime_overhead_gib models is the part of
