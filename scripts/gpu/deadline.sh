@@ -10,9 +10,13 @@
 #        were made under, scripts/gpu/validate.sh --predict), else DATE-DEVICE-COMMIT.
 #        Environment: CARRY (the packed folder, default gpu-carry); DEADLINE_CPU_DRY_RUN=1 runs each
 #        stage as validate.sh --cpu-dry-run does (tiny shapes on the CPU: make test's rehearsal).
+#        Before the first stage the call's points are planned under its environment and each must
+#        have a prediction in bench/results (its record's or an earlier call's of its group), else
+#        it exits 2 at once; DEADLINE_UNPREDICTED=1 runs it without (DEADLINE_DEVICE: the GPU to
+#        plan for, where nvidia-smi cannot say; DEADLINE_RECORDS: the records, not bench/results).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-[ $# -ge 2 ] || { sed -n '2,12p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,16p' "$0"; exit 2; }
 OUT="${OUT:-$ROOT/runs/gpu}"
 CARRY="${CARRY:-gpu-carry}"
 WORK="$(mktemp -d /tmp/odyssey-session.XXXXXX)"
@@ -52,6 +56,32 @@ shift
 } >"$WORK/environment.txt" 2>&1
 cat "$WORK/environment.txt"
 RECORD="${RECORD:-$("$PY" scripts/gpu/record.py name --bin "$CARRY/bin")}"  # the commit from $CARRY/manifest.txt
+# Every point the call measures is predicted before it (docs/gpu.md, "The next call"): the stages'
+# points planned now, under this call's environment, against the predictions of its record's group
+# (bench/results; the rehearsal's own, made above). A call that would measure a point without one
+# stops here, before its first stage (DEADLINE_UNPREDICTED=1 measures it anyway); where the points
+# cannot be planned here, the call goes on and says so.
+if [ "${DEADLINE_UNPREDICTED:-0}" != 1 ]; then
+  if [ ${#rehearsal[@]} -gt 0 ]; then
+    planned_now=(--cpu-dry-run) committed="$WORK/records"
+  else
+    planned_now=(--device "${DEADLINE_DEVICE:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)}"
+                 --records "$WORK/predicted-now/records") committed="${DEADLINE_RECORDS:-$ROOT/bench/results}"
+  fi
+  if scripts/gpu/validate.sh --predict "${planned_now[@]}" --carried "$CARRY" --out "$WORK/predicted-now" \
+       --record "$RECORD" "$@" >"$WORK/predicted-now.out" 2>&1; then
+    "$PY" scripts/gpu/record.py covered --predicted "$WORK/predicted-now/records/$RECORD/predictions" \
+      --records "$committed" --record "$RECORD" || {
+      echo "deadline: refused before the first stage: predict these points on the build machine under this" \
+        "environment and commit them (docs/gpu.md, \"The next call\"), or set DEADLINE_UNPREDICTED=1" >&2
+      exit 2
+    }
+  else
+    echo "deadline: the call's points could not be planned here, so their predictions are not checked:"
+    tail -5 "$WORK/predicted-now.out"
+  fi
+  rm -rf "$WORK/predicted-now"  # planned to be compared only: the archive keeps the call's record alone
+fi
 validate=(scripts/gpu/validate.sh --carried "$CARRY" --out "$WORK" --record "$RECORD" "${rehearsal[@]}")
 # The archive is made anew after every stage (written aside, then renamed): a call that an outer
 # limit kills before the end (a host that took long to start) still returns every finished stage.

@@ -5,6 +5,7 @@ command, stages run), laid out as it is committed under bench/results/<record>/;
     python3 scripts/gpu/record.py name --bin gpu-carry/bin [--device h200]   # DATE-DEVICE-COMMIT
     python3 scripts/gpu/record.py stage --work W --into R --name S --status ran --bin DIR FILE...
     python3 scripts/gpu/record.py predictions --into R --device h200 --bin DIR [--not-predicted S=WHY]...
+    python3 scripts/gpu/record.py covered --predicted P --records bench/results --record NAME
 
 A record folder: manifest.json, then each stage's raw JSON at the path it has in the call's work
 folder (throughput/throughput.jsonl, ...), and predictions/ (committed before the call:
@@ -16,7 +17,8 @@ validate.sh set before the first stage; else the stamp in the call id), so that
 scripts/results_tables.py can hold the predictions' made_utc and their first commit to before it.
 
 defines: RECORD_NAME, MANIFEST, PREDICTIONS, device_name, device_slug, binaries_commit, record_name, read_json,
-read_jsonl, parse_utc, call_id_start, call_started_utc, add_stage, write_predictions_manifest
+read_jsonl, parse_utc, call_id_start, call_started_utc, add_stage, write_predictions_manifest, group_prediction_dirs,
+prediction_files, check_covered
 """
 import argparse
 import datetime
@@ -220,8 +222,8 @@ def add_stage(args):
 
 def write_predictions_manifest(args):
     """predictions/manifest.json over the prediction files the stages wrote (predictions/<stage>/*.json):
-    for which GPU and binaries they were made, by what command, and the stages with no prediction
-    and why."""
+    for which GPU and binaries they were made, by what command under which environment (the call's
+    must give the same points: check_covered), and the stages with no prediction and why."""
     root = os.path.join(args.into, PREDICTIONS)
     os.makedirs(root, exist_ok=True)
     stages = {}
@@ -233,8 +235,49 @@ def write_predictions_manifest(args):
     write_json(os.path.join(root, MANIFEST), {
         "date": today(), "made_utc": now(), "device": args.device, "device_slug": device_slug(args.device),
         "commit": commit[:7], "commit_full": commit, "uncommitted_changes": dirty,
-        "command": os.environ.get("ODYSSEY_RECORD_COMMAND", ""), "stages": stages, "not_predicted": reasons})
+        "command": os.environ.get("ODYSSEY_RECORD_COMMAND", ""),
+        "environment": {k: os.environ[k] for k in RECORDED_ENVIRONMENT if os.environ.get(k)},
+        "stages": stages, "not_predicted": reasons})
     print("predictions: %s (%s)" % (root, ", ".join("%s %d" % (s, len(f)) for s, f in stages.items()) or "none"))
+    return 0
+
+
+def group_prediction_dirs(records, name):
+    """The predictions/ folders a call named `name` may measure against: its record's and those of
+    the earlier calls of its group (the same date, device and commit, a lower -N), as
+    scripts/results_tables.py adopts them."""
+    named = RECORD_NAME.match(name)
+    if not named:
+        return [os.path.join(records, name, PREDICTIONS)]
+    number = int(named.group(4) or 1)
+    folders = sorted(os.listdir(records)) if os.path.isdir(records) else []
+    return [os.path.join(records, folder, PREDICTIONS) for folder in folders
+            if RECORD_NAME.match(folder) and RECORD_NAME.match(folder).group(1, 2, 3) == named.group(1, 2, 3)
+            and int(RECORD_NAME.match(folder).group(4) or 1) <= number]
+
+
+def prediction_files(root):
+    """{(stage, file name)} of the prediction files under a predictions/ folder."""
+    return {(os.path.basename(os.path.dirname(p)), os.path.basename(p))
+            for p in glob.glob(os.path.join(root, "*", "*.json"))}
+
+
+def check_covered(args):
+    """Whether every point a call is about to measure has a prediction committed before it: the
+    points planned now under the call's environment (`validate.sh --predict` into args.predicted)
+    against those of its record's group under args.records, by file name (point_file_name: the
+    preset, the length and a digest of the point's settings). Prints the points without one;
+    status 1 when any."""
+    wanted = prediction_files(args.predicted)
+    have = set().union(*[prediction_files(d) for d in group_prediction_dirs(args.records, args.record)])
+    missing = sorted(wanted - have)
+    if missing:
+        print("the call would measure %d point(s) with no prediction under %s for %s or an earlier call of its "
+              "group:" % (len(missing), args.records, args.record))
+        for stage, name in missing:
+            print("  %s/%s" % (stage, name))
+        return 1
+    print("predictions: all %d point(s) of the call predicted before it" % len(wanted))
     return 0
 
 
@@ -260,7 +303,13 @@ def main():
     predictions.add_argument("--device", required=True)
     predictions.add_argument("--bin", required=True)
     predictions.add_argument("--not-predicted", action="append", default=[], metavar="STAGE=WHY")
+    covered = sub.add_parser("covered", help="whether the points a call will measure have predictions")
+    covered.add_argument("--predicted", required=True, help="a predictions/ folder of the call's points, planned now")
+    covered.add_argument("--records", required=True, help="the records holding the committed predictions")
+    covered.add_argument("--record", required=True, help="the call's record name")
     args = parser.parse_args()
+    if args.command == "covered":
+        return check_covered(args)
     if args.command == "name":
         print(record_name(today(), device_name(args.device), binaries_commit(args.bin)[0]))
         return 0

@@ -467,6 +467,18 @@ predict() {  # predict STAGE...: each stage's points planned into $RECORD_DIR/pr
     echo "validate: $RECORD_DIR holds a call's measurements already: predictions come before the call" >&2
     return 2
   fi
+  # Predictions of a GPU call are the carried binaries' plans: binaries of another commit than the
+  # checkout's would run (and name the record after) other code than the one being predicted.
+  if [ -n "$CARRIED" ] && [ $DRY = 0 ]; then
+    local carried head
+    carried="$(sed -n 's/^commit \([0-9a-f]*\).*/\1/p' "$CARRIED/manifest.txt" 2>/dev/null | head -1)"
+    head="$(git -C "$ROOT" rev-parse HEAD 2>/dev/null)"
+    if [ -n "$head" ] && [ "$carried" != "$head" ]; then
+      echo "validate: --predict: $CARRIED/manifest.txt names commit ${carried:-(none)}, the checkout is at $head:" \
+        "pack the binaries again (SKIP_BUILD=1 scripts/gpu/pack.sh) so that the call runs what is predicted" >&2
+      return 2
+    fi
+  fi
   rm -rf "$RECORD_DIR/predictions"
   scratch="$(mktemp -d)"
   export ODYSSEY_BENCH_DEVICE="$DEVICE"
