@@ -203,8 +203,8 @@ fi
 
 # [section] the stages (each writes under $WORK/<stage>; a nonzero status means it did not run to its result)
 
-run_test() {  # run_test DIR EXECUTABLE FILTER SECONDS: a line in results.txt, a JSON line in tests.jsonl
-  local log="$1/$2.txt"
+run_test() {  # run_test DIR EXECUTABLE FILTER SECONDS [LOG]: a line in results.txt, a JSON line in tests.jsonl
+  local log="$1/${5:-$2}.txt"
   timeout --kill-after=5 "$4" "$BIN/$2" "$3" --durations yes >"$log" 2>&1
   local rc=$?
   local summary
@@ -225,6 +225,18 @@ stage_smoke() {
   run_test "$d" engine_tests "$TESTS_FILTER_ENGINE" 80 || rc=1
   run_test "$d" parallel_tests "$TESTS_FILTER_PARALLEL" 60 || rc=1
   run_test "$d" cli_tests "$TESTS_FILTER_CLI" 240 || rc=1
+  # The node's collectives on NCCL, a GPU a rank (cli_tests "[.multigpu]"), where the host has 2
+  # GPUs or more; with fewer, tests.jsonl says it did not run and why.
+  if [ $DRY = 0 ]; then
+    local gpus
+    gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -c .)
+    if [ "$gpus" -ge 2 ]; then
+      run_test "$d" cli_tests "[.multigpu]" 300 cli_tests_multigpu || rc=1
+    else
+      printf '{"executable": "cli_tests", "filter": "[.multigpu]", "not_run": "%s GPU: one a rank needs 2 or more"}\n' \
+        "$gpus" >>"$d/tests.jsonl"
+    fi
+  fi
   # shellcheck disable=SC2086
   timeout 90 "$PY" bench/gpu/tiny_correctness.py --out "$d/tiny" --devices $TINY_DEVICES --steps "$TINY_STEPS" \
     >"$d/tiny.txt" 2>&1 || rc=1
