@@ -166,8 +166,8 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
   // so that a kept log-sum-exp has one size with and without boundaries in the batch
   r.lse = at::empty({B, h, lse_positions(r.kernel, S)}, q.options().dtype(at::kFloat));
   // the padding past S is never read, but a kept log-sum-exp is copied whole (to the host slab):
-  // zeroed, so that copy reads defined bytes, as the whole-sequence kernel's own padding is
-  if (r.lse.size(2) > S) r.lse.narrow(2, S, r.lse.size(2) - S).zero_();
+  // +inf, as the whole-sequence kernel writes its own padding, so that copy reads defined bytes
+  if (r.lse.size(2) > S) r.lse.narrow(2, S, r.lse.size(2) - S).fill_(std::numeric_limits<float>::infinity());
   for (int64_t b = 0; b < B; ++b) {
     for (const DocumentSegment& seg : document_segments(documents.starts[static_cast<size_t>(b)], S)) {
       DocumentRun run{b, seg.begin, seg.length, {}};
@@ -178,8 +178,10 @@ FlashResult flash_attention_forward(const at::Tensor& q, const at::Tensor& k, co
       segment_of(r.out, run).copy_(run.kernel.out);
       at::Tensor lse_slice = segment_of(r.lse, run);             // [1, h, n] (within the first S)
       lse_slice.copy_(run.kernel.lse.narrow(2, 0, run.length));  // the efficient kernel pads its lse's last dim
-      run.kernel.out.reset();  // memory: one segment's output at a time; the whole out holds it
-      if (run.kernel.lse.sizes() == lse_slice.sizes()) run.kernel.lse.reset();
+      // memory: one segment's output and lse at a time; the whole tensors hold them (the planner
+      // charges those alone, and only they go to the host when the attention is kept there)
+      run.kernel.out.reset();
+      run.kernel.lse.reset();
       r.documents.push_back(std::move(run));
     }
   }
@@ -228,8 +230,17 @@ std::array<at::Tensor, 3> flash_attention_backward(const at::Tensor& grad_out, c
     dv = at::empty_like(v);
     for (const DocumentRun& run : saved.documents) {
       FlashResult one = run.kernel;
-      one.out = segment_of(saved.out, run);                          // [1, h, n, hd]
-      if (!one.lse.defined()) one.lse = segment_of(saved.lse, run);  // [1, h, n], a strided view
+      one.out = segment_of(saved.out, run);  // [1, h, n, hd]
+      one.lse = segment_of(saved.lse, run);  // [1, h, n], a strided view
+      const int64_t padded = lse_positions(one.kernel, run.length);
+      if (padded > run.length) {
+        // The memory-efficient kernel reads its lse as its forward wrote it, [1, h, n'] with n'
+        // padded (lse_positions) and the padding +inf: that, for this segment's backward alone.
+        at::Tensor lse =
+            at::full({1, one.lse.size(1), padded}, std::numeric_limits<float>::infinity(), one.lse.options());
+        lse.narrow(2, 0, run.length).copy_(one.lse);
+        one.lse = lse;
+      }
       auto [dq_s, dk_s, dv_s] = flash_attention_backward(segment_of(grad_out, run), segment_of(q, run),
                                                          segment_of(k, run), segment_of(v, run), one);
       segment_of(dq, run).copy_(dq_s);

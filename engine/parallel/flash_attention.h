@@ -37,8 +37,8 @@ struct FlashResult {
 };
 
 /// One segment's kernel call: row `row`, positions [begin, begin + length). `kernel` holds the
-/// call's bookkeeping; its out is left undefined (a slice of the whole output), its lse too unless
-/// the kernel's own differs in shape from the slice (CUDA's memory-efficient kernel pads it).
+/// call's bookkeeping; its out and lse are left undefined (slices of the whole tensors: the
+/// backward pads the lse again where the kernel reads it padded, CUDA's memory-efficient kernel).
 struct DocumentRun {
   int64_t row = 0, begin = 0, length = 0;
   FlashResult kernel;
