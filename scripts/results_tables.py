@@ -255,7 +255,7 @@ def fig_tests(rec):
     value = "%d of %d pass" % (passed, total) + (" (failed: %s)" % ", ".join(failing) if failing else "") + \
         ("; no count from %s" % ", ".join(silent) if silent else "") + \
         ("; not run: %s" % ", ".join(not_run) if not_run else "")
-    names = ", ".join(str(r.get("executable")) for r in rows if not r.get("not_run"))
+    names = ", ".join(dict.fromkeys(str(r.get("executable")) for r in rows if not r.get("not_run")))  # each once
     return [("every `[.cuda]` test case (%s)" % names, "all pass", value)]
 
 

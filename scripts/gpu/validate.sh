@@ -225,18 +225,6 @@ stage_smoke() {
   run_test "$d" engine_tests "$TESTS_FILTER_ENGINE" 80 || rc=1
   run_test "$d" parallel_tests "$TESTS_FILTER_PARALLEL" 60 || rc=1
   run_test "$d" cli_tests "$TESTS_FILTER_CLI" 240 || rc=1
-  # The node's collectives on NCCL, a GPU a rank (cli_tests "[.multigpu]"), where the host has 2
-  # GPUs or more; with fewer, tests.jsonl says it did not run and why.
-  if [ $DRY = 0 ]; then
-    local gpus
-    gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -c .)
-    if [ "$gpus" -ge 2 ]; then
-      run_test "$d" cli_tests "[.multigpu]" 300 cli_tests_multigpu || rc=1
-    else
-      printf '{"executable": "cli_tests", "filter": "[.multigpu]", "not_run": "%s GPU: one a rank needs 2 or more"}\n' \
-        "$gpus" >>"$d/tests.jsonl"
-    fi
-  fi
   # shellcheck disable=SC2086
   timeout 90 "$PY" bench/gpu/tiny_correctness.py --out "$d/tiny" --devices $TINY_DEVICES --steps "$TINY_STEPS" \
     >"$d/tiny.txt" 2>&1 || rc=1
@@ -255,6 +243,22 @@ with open(sys.argv[2], "w") as f:
 print("bf16 losses %s: %s" % (losses, "falling" if ok else "NOT falling"))
 sys.exit(0 if ok else 1)
 PYEOF
+  # The node's collectives on NCCL, a GPU a rank (cli_tests "[.multigpu]"), last (it takes the
+  # longest), where 2 GPUs or more are visible (CUDA_VISIBLE_DEVICES where set: nvidia-smi lists
+  # every GPU); with fewer, tests.jsonl says it did not run and why.
+  if [ $DRY = 0 ]; then
+    local gpus
+    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)
+    if [ "$gpus" -gt 0 ] && [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+      gpus=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+    fi
+    if [ "$gpus" -ge 2 ]; then
+      run_test "$d" cli_tests "[.multigpu]" 300 cli_tests_multigpu || rc=1
+    else
+      printf '{"executable": "cli_tests", "filter": "[.multigpu]", "not_run": "%s GPU: one a rank needs 2 or more"}\n' \
+        "$gpus" >>"$d/tests.jsonl"
+    fi
+  fi
   return $rc
 }
 

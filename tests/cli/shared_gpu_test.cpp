@@ -81,11 +81,22 @@ void check_job_against_cpu_and_plan(int ranks, const SharedGpuSetup& setup, cons
   }
 }
 
-/// The GPUs this process sees, as nvidia-smi lists them under its CUDA_VISIBLE_DEVICES (0 where
-/// nvidia-smi cannot say).
-int visible_gpus() {
-  const Run r = run_shell("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -c .");
-  return r.out.empty() ? 0 : std::atoi(r.out.c_str());
+/// The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries: that variable's own where it
+/// is set (nvidia-smi lists every GPU whatever it says), else each GPU nvidia-smi lists by index;
+/// none where nvidia-smi cannot say.
+std::vector<std::string> visible_gpus() {
+  const Run listed = run_shell("nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null");
+  std::vector<std::string> ids;
+  std::istringstream lines(listed.out);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty()) ids.push_back(line);
+  if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES"); env != nullptr && ids.size() > 0) {
+    ids.clear();
+    std::istringstream entries(env);
+    for (std::string id; std::getline(entries, id, ',');)
+      if (!id.empty()) ids.push_back(id);
+  }
+  return ids;
 }
 
 }  // namespace
@@ -96,13 +107,28 @@ TEST_CASE("shared GPU: torchrun ranks on one GPU equal the CPU run and meet the 
     for (const int ranks : {2, 4}) check_job_against_cpu_and_plan(ranks, setup, "0", "gloo");
 }
 
+TEST_CASE("shared GPU: rank threads of one process on one GPU are refused, naming the torchrun command", "[.cuda]") {
+  // Autograd runs every thread's backward on the GPU's one worker thread: a rank waiting in a
+  // collective there would wait for the other rank's backward forever.
+  const Run r = run_odyssey("train " + shared_gpu_job(2, "cuda", kSharedGpuSetups.front()) +
+                            "--steps 1 --quiet --out " + fresh_dir("shared_threads"));
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("rank threads of one process cannot share a GPU") &&
+                        Catch::Contains("torchrun --nproc-per-node 2 --no-python odyssey train PRESET"));
+}
+
 TEST_CASE("GPUs a rank: torchrun ranks on NCCL equal the CPU run and meet the plan per rank", "[.multigpu]") {
   // A GPU a rank: every group on NCCL, at 2 ranks and, on a host with 4 GPUs or more, at 4. Run on
   // purpose (the hidden tag): a host with one GPU fails here rather than pass with nothing run.
-  const int gpus = visible_gpus();
-  INFO("GPUs visible: " << gpus);
-  REQUIRE(gpus >= 2);
-  for (const SharedGpuSetup& setup : kSharedGpuSetups)
-    for (const int ranks : {2, 4})
-      if (ranks <= gpus) check_job_against_cpu_and_plan(ranks, setup, ranks == 2 ? "0,1" : "0,1,2,3", "nccl");
+  const std::vector<std::string> gpus = visible_gpus();
+  INFO("GPUs visible: " << gpus.size());
+  REQUIRE(gpus.size() >= 2);
+  for (const SharedGpuSetup& setup : kSharedGpuSetups) {
+    for (const size_t ranks : {2u, 4u}) {
+      if (ranks > gpus.size()) continue;
+      std::string visible = gpus[0];  // the first `ranks` of them, one a rank (LOCAL_RANK's)
+      for (size_t g = 1; g < ranks; ++g) visible += "," + gpus[g];
+      check_job_against_cpu_and_plan(static_cast<int>(ranks), setup, visible, "nccl");
+    }
+  }
 }
