@@ -57,28 +57,40 @@ shift
 cat "$WORK/environment.txt"
 RECORD="${RECORD:-$("$PY" scripts/gpu/record.py name --bin "$CARRY/bin")}"  # the commit from $CARRY/manifest.txt
 # Every point the call measures is predicted before it (docs/gpu.md, "The next call"): the stages'
-# points planned now, under this call's environment, against the predictions of its record's group
-# (bench/results; the rehearsal's own, made above). A call that would measure a point without one
-# stops here, before its first stage (DEADLINE_UNPREDICTED=1 measures it anyway); where the points
-# cannot be planned here, the call goes on and says so.
+# points planned now, under this call's environment, against the committed predictions of its
+# record's group (bench/results; the rehearsal's own, made above). A call that would measure a
+# point without one stops here, before its first stage (DEADLINE_UNPREDICTED=1 measures it
+# anyway), as it does when the planning refuses (status 2: binaries of other code than the
+# checkout's). Where nothing can be planned here (no GPU named), the call goes on and says so.
 if [ "${DEADLINE_UNPREDICTED:-0}" != 1 ]; then
+  refuse() {
+    echo "deadline: refused before the first stage: $1 (docs/gpu.md, \"The next call\"), or set" \
+      "DEADLINE_UNPREDICTED=1" >&2
+    exit 2
+  }
+  device="${DEADLINE_DEVICE:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)}"
   if [ ${#rehearsal[@]} -gt 0 ]; then
     planned_now=(--cpu-dry-run) committed="$WORK/records"
   else
-    planned_now=(--device "${DEADLINE_DEVICE:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)}"
-                 --records "$WORK/predicted-now/records") committed="${DEADLINE_RECORDS:-$ROOT/bench/results}"
+    planned_now=(--device "$device" --records "$WORK/predicted-now/records")
+    committed="${DEADLINE_RECORDS:-$ROOT/bench/results}"
   fi
-  if scripts/gpu/validate.sh --predict "${planned_now[@]}" --carried "$CARRY" --out "$WORK/predicted-now" \
-       --record "$RECORD" "$@" >"$WORK/predicted-now.out" 2>&1; then
-    "$PY" scripts/gpu/record.py covered --predicted "$WORK/predicted-now/records/$RECORD/predictions" \
-      --records "$committed" --record "$RECORD" || {
-      echo "deadline: refused before the first stage: predict these points on the build machine under this" \
-        "environment and commit them (docs/gpu.md, \"The next call\"), or set DEADLINE_UNPREDICTED=1" >&2
-      exit 2
-    }
+  if [ ${#rehearsal[@]} = 0 ] && [ -z "$device" ]; then
+    echo "deadline: no GPU named (nvidia-smi, DEADLINE_DEVICE): the call's predictions are not checked"
   else
-    echo "deadline: the call's points could not be planned here, so their predictions are not checked:"
-    tail -5 "$WORK/predicted-now.out"
+    scripts/gpu/validate.sh --predict "${planned_now[@]}" --carried "$CARRY" --out "$WORK/predicted-now" \
+      --record "$RECORD" "$@" >"$WORK/predicted-now.out" 2>&1
+    planned=$?
+    [ $planned = 2 ] && { cat "$WORK/predicted-now.out"; refuse "the call's points could not be planned"; }
+    if [ -d "$WORK/predicted-now/records/$RECORD/predictions" ]; then
+      "$PY" scripts/gpu/record.py covered --predicted "$WORK/predicted-now/records/$RECORD/predictions" \
+        --records "$committed" --record "$RECORD" ||
+        refuse "predict these points on the build machine under this environment and commit them"
+    fi
+    if [ $planned != 0 ]; then  # a stage with no point planned: the others checked, it not
+      echo "deadline: some of the call's points could not be planned here, so not checked:"
+      tail -5 "$WORK/predicted-now.out"
+    fi
   fi
   rm -rf "$WORK/predicted-now"  # planned to be compared only: the archive keeps the call's record alone
 fi

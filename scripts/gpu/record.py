@@ -18,7 +18,7 @@ scripts/results_tables.py can hold the predictions' made_utc and their first com
 
 defines: RECORD_NAME, MANIFEST, PREDICTIONS, device_name, device_slug, binaries_commit, record_name, read_json,
 read_jsonl, parse_utc, call_id_start, call_started_utc, add_stage, write_predictions_manifest, group_prediction_dirs,
-prediction_files, check_covered
+prediction_files, uncommitted, check_covered
 """
 import argparse
 import datetime
@@ -243,41 +243,66 @@ def write_predictions_manifest(args):
 
 
 def group_prediction_dirs(records, name):
-    """The predictions/ folders a call named `name` may measure against: its record's and those of
-    the earlier calls of its group (the same date, device and commit, a lower -N), as
-    scripts/results_tables.py adopts them."""
+    """The predictions/ folders a call named `name` may measure against: its record's, and those of
+    the earlier calls of its group (the same date, device and commit, a lower -N) that ran (a
+    manifest.json beside them), as scripts/results_tables.py adopts them."""
     named = RECORD_NAME.match(name)
     if not named:
         return [os.path.join(records, name, PREDICTIONS)]
     number = int(named.group(4) or 1)
-    folders = sorted(os.listdir(records)) if os.path.isdir(records) else []
-    return [os.path.join(records, folder, PREDICTIONS) for folder in folders
-            if RECORD_NAME.match(folder) and RECORD_NAME.match(folder).group(1, 2, 3) == named.group(1, 2, 3)
-            and int(RECORD_NAME.match(folder).group(4) or 1) <= number]
+    out = []
+    for folder in sorted(os.listdir(records)) if os.path.isdir(records) else []:
+        other = RECORD_NAME.match(folder)
+        if not other or other.group(1, 2, 3) != named.group(1, 2, 3) or int(other.group(4) or 1) > number:
+            continue
+        if folder == name or os.path.exists(os.path.join(records, folder, MANIFEST)):
+            out.append(os.path.join(records, folder, PREDICTIONS))
+    return out
 
 
 def prediction_files(root):
-    """{(stage, file name)} of the prediction files under a predictions/ folder."""
-    return {(os.path.basename(os.path.dirname(p)), os.path.basename(p))
+    """{(stage, file name): path} of the prediction files under a predictions/ folder."""
+    return {(os.path.basename(os.path.dirname(p)), os.path.basename(p)): p
             for p in glob.glob(os.path.join(root, "*", "*.json"))}
+
+
+def uncommitted(paths, folder):
+    """The paths among `paths` (files under `folder`) that git does not hold as committed: untracked,
+    or changed since HEAD. Empty where `folder` is in no git checkout (a copy of the tree without
+    its history: nothing to ask)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True)
+
+    if not paths or git("rev-parse", "--is-inside-work-tree").stdout.strip() != "true":
+        return []
+    rel = [os.path.relpath(p, folder) for p in paths]
+    tracked = set(git("ls-files", "--", *rel).stdout.split("\n"))
+    changed = set(git("diff", "--name-only", "--relative", "HEAD", "--", *rel).stdout.split("\n"))
+    return [p for p, r in zip(paths, rel) if r not in tracked or r in changed]
 
 
 def check_covered(args):
     """Whether every point a call is about to measure has a prediction committed before it: the
     points planned now under the call's environment (`validate.sh --predict` into args.predicted)
-    against those of its record's group under args.records, by file name (point_file_name: the
-    preset, the length and a digest of the point's settings). Prints the points without one;
-    status 1 when any."""
+    against those of its record's group under args.records (group_prediction_dirs), by file name
+    (point_file_name: the preset, the length and a digest of the point's settings), each committed
+    where the records are in a git checkout. Prints the points without one; status 1 when any."""
     wanted = prediction_files(args.predicted)
-    have = set().union(*[prediction_files(d) for d in group_prediction_dirs(args.records, args.record)])
-    missing = sorted(wanted - have)
-    if missing:
-        print("the call would measure %d point(s) with no prediction under %s for %s or an earlier call of its "
-              "group:" % (len(missing), args.records, args.record))
+    have = {}
+    for folder in group_prediction_dirs(args.records, args.record):
+        have.update(prediction_files(folder))
+    missing = sorted(set(wanted) - set(have))
+    matched = [have[k] for k in sorted(set(wanted) & set(have))]
+    loose = uncommitted(matched, args.records)
+    if missing or loose:
+        print("the call would measure %d point(s) with no committed prediction under %s for %s or an earlier call "
+              "of its group that ran:" % (len(missing) + len(loose), args.records, args.record))
         for stage, name in missing:
             print("  %s/%s" % (stage, name))
+        for path in loose:
+            print("  %s (predicted, not committed)" % os.path.relpath(path, args.records))
         return 1
-    print("predictions: all %d point(s) of the call predicted before it" % len(wanted))
+    print("predictions: all %d point(s) of the call predicted and committed before it" % len(wanted))
     return 0
 
 

@@ -483,15 +483,17 @@ predict() {  # predict STAGE...: each stage's points planned into $RECORD_DIR/pr
     echo "validate: $RECORD_DIR holds a call's measurements already: predictions come before the call" >&2
     return 2
   fi
-  # Predictions of a GPU call are the carried binaries' plans: binaries of another commit than the
-  # checkout's would run (and name the record after) other code than the one being predicted.
-  if [ -n "$CARRIED" ] && [ $DRY = 0 ]; then
-    local carried head
+  # Predictions of a GPU call are the carried binaries' plans: binaries built from other code than
+  # the checkout's would run (and name the record after) something else than is predicted. Commits
+  # since the packing that touch only records and docs (the predictions' own) change no code.
+  if [ -n "$CARRIED" ] && [ $DRY = 0 ] && git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1; then
+    local carried
     carried="$(sed -n 's/^commit \([0-9a-f]*\).*/\1/p' "$CARRIED/manifest.txt" 2>/dev/null | head -1)"
-    head="$(git -C "$ROOT" rev-parse HEAD 2>/dev/null)"
-    if [ -n "$head" ] && [ "$carried" != "$head" ]; then
-      echo "validate: --predict: $CARRIED/manifest.txt names commit ${carried:-(none)}, the checkout is at $head:" \
-        "pack the binaries again (SKIP_BUILD=1 scripts/gpu/pack.sh) so that the call runs what is predicted" >&2
+    if ! git -C "$ROOT" diff --quiet "${carried:-none}" HEAD -- . ':(exclude)bench/results' ':(exclude)docs' \
+      ':(exclude)README.md' 2>/dev/null; then
+      echo "validate: --predict: $CARRIED/manifest.txt names commit ${carried:-(none)}, whose code differs from" \
+        "the checkout's (HEAD $(git -C "$ROOT" rev-parse --short HEAD)): build and pack again (make build &&" \
+        "SKIP_BUILD=1 scripts/gpu/pack.sh) so that the call runs what is predicted" >&2
       return 2
     fi
   fi
