@@ -325,7 +325,10 @@ def throughput_figure(rec, rel, target, where=lambda rows: ""):
             if all("error" not in r and r.get("tokens_per_s") for r in (odyssey, baseline)):
                 value += ": " + ratio_text(odyssey["tokens_per_s"] / baseline["tokens_per_s"])
             value += others_text(baselines, baseline, run_text)
-            missing = [name for name in BASELINES if name not in by_length[seq]]
+            # measured: a row with its tokens/s, or out of memory (a baseline that does not fit is
+            # a result); a timeout or a crash measured nothing
+            missing = [name for name in BASELINES if name not in by_length[seq] or
+                       ("error" in by_length[seq][name] and short_error(by_length[seq][name]["error"]) != "out of memory")]
             if missing:  # "the strongest" of the baselines that ran: say which did not
                 value += "; %s not measured at this length" % " and ".join(missing)
         other = full if odyssey is tuned else tuned
@@ -1395,6 +1398,18 @@ def self_test():
     assert title == "llama3.2-1b-1xh100 at 32K: Odyssey's full stack against the strongest baseline", title
     assert value == ("1500 tokens/s against the Hugging Face + Liger baseline 1250 tokens/s: 1.200×; beside pytorch "
                      "1000 tokens/s"), value
+    # a baseline that timed out measured nothing: the row is the other's; out of memory is a result
+    class OneTimedOut(TwoBaselines):
+        files = dict(TwoBaselines.files, **{"throughput/throughput.jsonl": [
+            dict(TwoBaselines.files["throughput/throughput.jsonl"][0]),
+            {"system": "hf-liger", "seq_len": 32768, "error": "timeout after 240 s"},
+            dict(TwoBaselines.files["throughput/throughput.jsonl"][2])]})
+    (title, _, value), = fig_throughput(OneTimedOut())
+    assert title == "llama3.2-1b-1xh100 at 32K: Odyssey's full stack against the PyTorch baseline", title
+    assert value.endswith("; hf-liger not measured at this length"), value
+    OneTimedOut.files["throughput/throughput.jsonl"][1]["error"] = "oom"
+    (title, _, value), = fig_throughput(OneTimedOut())
+    assert title.endswith("against the strongest baseline") and "not measured" not in value, (title, value)
     cut_search = dict(TwoBaselines.files["throughput/throughput.jsonl"][1], checkpoint="full:8", checkpoint_search={
         "modes": 17, "trials": 5, "cut": "time: 30 s left, a trial took up to 50 s", "untried": "full:5 to full:7"})
     TwoBaselines.files["throughput/throughput.jsonl"][1] = cut_search  # a baseline whose search time cut
