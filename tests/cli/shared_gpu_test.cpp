@@ -99,19 +99,33 @@ std::vector<std::string> visible_gpus() {
   return ids;
 }
 
+/// The first GPU this process may use (visible_gpus), "0" where none is listed.
+std::string first_gpu() {
+  const std::vector<std::string> gpus = visible_gpus();
+  return gpus.empty() ? "0" : gpus.front();
+}
+
 }  // namespace
 
 TEST_CASE("shared GPU: torchrun ranks on one GPU equal the CPU run and meet the plan per rank", "[.cuda]") {
   // More ranks than the one GPU they see: every group on Gloo, CUDA tensors staged on the host.
   for (const SharedGpuSetup& setup : kSharedGpuSetups)
-    for (const int ranks : {2, 4}) check_job_against_cpu_and_plan(ranks, setup, "0", "gloo");
+    for (const int ranks : {2, 4}) check_job_against_cpu_and_plan(ranks, setup, first_gpu(), "gloo");
 }
 
 TEST_CASE("shared GPU: rank threads of one process on one GPU are refused, naming the torchrun command", "[.cuda]") {
   // Autograd runs every thread's backward on the GPU's one worker thread: a rank waiting in a
-  // collective there would wait for the other rank's backward forever.
+  // collective there would wait for the other rank's backward forever. One GPU visible, as on a
+  // host of several it would be one rank's each and nothing to refuse.
+  const char* before = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string restore = before ? before : "";
+  setenv("CUDA_VISIBLE_DEVICES", first_gpu().c_str(), 1);
   const Run r = run_odyssey("train " + shared_gpu_job(2, "cuda", kSharedGpuSetups.front()) +
                             "--steps 1 --quiet --out " + fresh_dir("shared_threads"));
+  if (before)
+    setenv("CUDA_VISIBLE_DEVICES", restore.c_str(), 1);
+  else
+    unsetenv("CUDA_VISIBLE_DEVICES");
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("rank threads of one process cannot share a GPU") &&
                         Catch::Contains("torchrun --nproc-per-node 2 --no-python odyssey train PRESET"));
