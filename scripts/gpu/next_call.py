@@ -8,7 +8,7 @@ pre-flight check and measures nothing unpredicted.
     python3 scripts/gpu/next_call.py --bin build/bin          # exit 0, or 1 naming what disagrees
     python3 scripts/gpu/next_call.py --self-test              # the parsing, on a section of its own
 
-defines: section, code_blocks, commands, parse_call, check
+defines: section, code_blocks, commands, parse_call, find_calls, environment, plan, check
 """
 import argparse
 import os
@@ -28,11 +28,17 @@ RECORD = "2000-01-01-h200-0000000"  # a name of the right shape: the check's own
 
 
 def section(text, heading=HEADING):
-    """The text under `heading` up to the next heading of its level or above."""
-    start = text.index(heading)
-    rest = text[start + len(heading):]
-    end = re.search(r"^#{1,%d} " % heading.count("#"), rest, re.M)
-    return rest[:end.start()] if end else rest
+    """The text under the line `heading` up to the next heading of its level or above (a `#` line
+    inside a fenced code block is a shell comment, no heading)."""
+    lines = text.split("\n")
+    start = lines.index(heading)  # ValueError without that exact line
+    level, fenced = heading.count("#"), False
+    for i in range(start + 1, len(lines)):
+        if lines[i].startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,%d} " % level, lines[i]):
+            return "\n".join(lines[start + 1:i])
+    return "\n".join(lines[start + 1:])
 
 
 def code_blocks(text):
@@ -81,13 +87,18 @@ def find_calls(text):
     return predict_env, predict, host_env, host
 
 
+def environment(env):
+    """This process's environment with `env`'s variables (RECORD aside: the check names its own)."""
+    full_env = {k: v for k, v in os.environ.items() if k not in env and k != "RECORD"}
+    full_env.update({k: v for k, v in env.items() if k != "RECORD"})
+    return full_env
+
+
 def plan(env, stages, bin_dir, records, record):
     """validate.sh --predict of `stages` under `env` (the build's binaries) into records/record."""
     cmd = [os.path.join(ROOT, "scripts", "gpu", "validate.sh"), "--predict", "--device", "h200", "--bin", bin_dir,
            "--records", records, "--record", record] + stages
-    full_env = {k: v for k, v in os.environ.items() if k not in env and k != "RECORD"}
-    full_env.update({k: v for k, v in env.items() if k != "RECORD"})
-    proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=environment(env), capture_output=True, text=True)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -100,6 +111,11 @@ def check(text, bin_dir):
                                                                        else "deadline.sh")]
     problems = [] if set(host) <= set(predict) else [
         "the host runs stages %s that the predictions leave out" % sorted(set(host) - set(predict))]
+    # One environment for both: what the points do not show (the steps of a point, the baselines
+    # beside Odyssey) the call must still run as predicted
+    call_env = {k: v for k, v in host_env.items() if k != "RECORD"}
+    if call_env != predict_env:
+        problems.append("the host command's environment %s is not the predict command's %s" % (call_env, predict_env))
     with tempfile.TemporaryDirectory() as tmp:
         rc, out = plan(predict_env, predict, bin_dir, os.path.join(tmp, "committed"), RECORD)
         if rc != 0:
@@ -110,7 +126,7 @@ def check(text, bin_dir):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu", "record.py"), "covered",
                                "--predicted", os.path.join(tmp, "now", RECORD, "predictions"),
                                "--records", os.path.join(tmp, "committed"), "--record", RECORD],
-                              capture_output=True, text=True)
+                              env=environment(host_env), capture_output=True, text=True)
         print(proc.stdout.strip())
         if proc.returncode != 0:
             problems.append("the host command measures points the predict command does not plan: " + proc.stdout)
@@ -147,6 +163,10 @@ scripts/gpu/deadline.sh 555 planner
     assert predict == ["smoke", "throughput"], predict
     assert host_env == {"RECORD": "N", "A": "1", "B": "two words"} and host == ["throughput"], (host_env, host)
     assert "## Next" not in section(doc) and len(code_blocks(section(doc))) == 2
+    commented = doc.replace("make build\n", "# a comment line first\nmake build\n")
+    assert len(code_blocks(section(commented))) == 2, section(commented)  # a shell comment is no heading
+    assert check(doc.replace('RECORD=N A=1 B="two words"', 'RECORD=N A=1'), "bin")[0].startswith(
+        "the host command's environment"), "a variable left out of the host command passed"
     assert check(doc.replace("validate.sh --predict", "validate.sh"), "bin")[0].endswith("no validate.sh --predict "
                                                                                       "command found")
     print("next_call self-test: ok")

@@ -276,8 +276,8 @@ def uncommitted(paths, folder):
     if not paths or git("rev-parse", "--is-inside-work-tree").stdout.strip() != "true":
         return []
     rel = [os.path.relpath(p, folder) for p in paths]
-    tracked = set(git("ls-files", "--", *rel).stdout.split("\n"))
-    changed = set(git("diff", "--name-only", "--relative", "HEAD", "--", *rel).stdout.split("\n"))
+    tracked = set(git("ls-files", "-z", "--", *rel).stdout.split("\0"))  # -z: names unquoted
+    changed = set(git("diff", "-z", "--name-only", "--relative", "HEAD", "--", *rel).stdout.split("\0"))
     return [p for p, r in zip(paths, rel) if r not in tracked or r in changed]
 
 
@@ -303,6 +303,14 @@ def check_covered(args):
             print("  %s (predicted, not committed)" % os.path.relpath(path, args.records))
         return 1
     print("predictions: all %d point(s) of the call predicted and committed before it" % len(wanted))
+    # What the points do not show (the steps of a point, the baselines beside Odyssey): said, not refused,
+    # since a later call of the group may measure a part of what was predicted
+    for folder in group_prediction_dirs(args.records, args.record)[:1]:
+        made = (read_json(os.path.join(folder, MANIFEST)) or {}).get("environment")
+        now = {k: os.environ[k] for k in RECORDED_ENVIRONMENT if os.environ.get(k)}
+        for key in sorted(set(made or {}) | set(now)) if made is not None else []:
+            if (made or {}).get(key) != now.get(key):
+                print("  note: %s is %r here, %r where the predictions were made" % (key, now.get(key), made.get(key)))
     return 0
 
 

@@ -244,15 +244,13 @@ print("bf16 losses %s: %s" % (losses, "falling" if ok else "NOT falling"))
 sys.exit(0 if ok else 1)
 PYEOF
   # The node's collectives on NCCL, a GPU a rank (cli_tests "[.multigpu]"), last (it takes the
-  # longest), where 2 GPUs or more are visible (CUDA_VISIBLE_DEVICES where set: nvidia-smi lists
-  # every GPU); with fewer, tests.jsonl says it did not run and why.
+  # longest), where 2 GPUs or more are visible (nvidia-smi's list through CUDA_VISIBLE_DEVICES, by
+  # CUDA's rules: collective_overlap.py's gpu_count); with fewer, tests.jsonl says it did not run and why.
   if [ $DRY = 0 ]; then
     local gpus
-    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)
-    if [ "$gpus" -gt 0 ] && [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
-      gpus=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
-    fi
-    if [ "$gpus" -ge 2 ]; then
+    gpus=$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); from collective_overlap import gpu_count
+print(gpu_count())' "$ROOT/bench/gpu" 2>/dev/null || echo 0)
+    if [ "${gpus:-0}" -ge 2 ]; then
       run_test "$d" cli_tests "[.multigpu]" 300 cli_tests_multigpu || rc=1
     else
       printf '{"executable": "cli_tests", "filter": "[.multigpu]", "not_run": "%s GPU: one a rank needs 2 or more"}\n' \
@@ -487,13 +485,17 @@ predict() {  # predict STAGE...: each stage's points planned into $RECORD_DIR/pr
   # the checkout's would run (and name the record after) something else than is predicted. Commits
   # since the packing that touch only records and docs (the predictions' own) change no code.
   if [ -n "$CARRIED" ] && [ $DRY = 0 ] && git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1; then
-    local carried
+    local carried why=""
     carried="$(sed -n 's/^commit \([0-9a-f]*\).*/\1/p' "$CARRIED/manifest.txt" 2>/dev/null | head -1)"
-    if ! git -C "$ROOT" diff --quiet "${carried:-none}" HEAD -- . ':(exclude)bench/results' ':(exclude)docs' \
+    if grep -q '^commit .*uncommitted' "$CARRIED/manifest.txt" 2>/dev/null; then
+      why="built with uncommitted changes"  # pack.sh's mark: no commit says what they run
+    elif ! git -C "$ROOT" diff --quiet "${carried:-none}" HEAD -- . ':(exclude)bench/results' ':(exclude)docs' \
       ':(exclude)README.md' 2>/dev/null; then
-      echo "validate: --predict: $CARRIED/manifest.txt names commit ${carried:-(none)}, whose code differs from" \
-        "the checkout's (HEAD $(git -C "$ROOT" rev-parse --short HEAD)): build and pack again (make build &&" \
-        "SKIP_BUILD=1 scripts/gpu/pack.sh) so that the call runs what is predicted" >&2
+      why="whose code differs from the checkout's (HEAD $(git -C "$ROOT" rev-parse --short HEAD))"
+    fi
+    if [ -n "$why" ]; then
+      echo "validate: --predict: $CARRIED/manifest.txt names commit ${carried:-(none)}, $why: build and pack" \
+        "again (make build && SKIP_BUILD=1 scripts/gpu/pack.sh) so that the call runs what is predicted" >&2
       return 2
     fi
   fi
