@@ -32,6 +32,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,36 @@ POINT_KEYS = ("case", "seq_len", "planned_tensor_peak_bytes", "planned_peak_phas
               "planned_peak_bytes", "measured_device_used_bytes", "measured_runtime_overhead_bytes",
               "planned_overhead_bytes", "measured_step_s", "planned_step_s", "phase_gap_bytes", "phase_gap_phase",
               "step1_gap_bytes", "step1_gap_phase", "first_step_s", "setup_s")
+
+
+class PointCut(RuntimeError):
+    """A point's run that ended before its figures (its timeout, a failure): `point` holds the plan
+    and what the run wrote before it ended (cut_figures)."""
+
+    def __init__(self, point, why):
+        super().__init__(why)
+        self.point = dict(point, error=why)
+
+
+def cut_figures(run_dir, stdout):
+    """What a run that ended early tells: setup_s from its "setup: S s before step 1" line (printed
+    when the setup takes 10 s or more), the steps it finished, step 1's time and the peak of those
+    steps from its metrics.jsonl. A long point cut by its time box still says where the time went."""
+    figures = {}
+    said = re.search(r"^setup: ([0-9.]+) s before step", stdout or "", re.M)
+    if said:
+        figures["setup_s"] = float(said.group(1))
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            rows = [json.loads(l) for l in f if l.strip()]
+    except (OSError, ValueError):
+        rows = []
+    steps = [r for r in rows if "step_time_s" in r]
+    figures["steps_finished"] = len(steps)
+    if steps:
+        figures["first_step_s"] = steps[0]["step_time_s"]
+        figures["cut_peak_bytes"] = max(r.get("peak_bytes", 0) for r in steps)
+    return figures
 
 
 def largest_gap(measured, planned):
@@ -64,7 +95,29 @@ def self_test():
     assert sets == ["parallel.emulate=true"] and lengths == [262144, 524288] and "full-depth" in name, (name, sets)
     self_test_written_per_point(name, sets, lengths)
     self_test_one_length(name, sets, lengths)
+    self_test_cut_point(name, sets, lengths)
     print("planner_vs_measured self-test: ok")
+
+
+def self_test_cut_point(name, sets, lengths):
+    """A point cut by its timeout after its setup and one step: setup_s from its line, step 1 and
+    its peak from metrics.jsonl, kept beside the case's error; the table says where the time went."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        assert cut_figures(run_dir, "") == {"steps_finished": 0}
+        with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+            f.write(json.dumps({"step": 1, "step_time_s": 95.25, "peak_bytes": 70 * 2**30}) + "\n")
+        figures = cut_figures(run_dir, "odyssey train: ...\nsetup: 61.2 s before step 1 (summary.json's setup_s)\n")
+    assert figures == {"setup_s": 61.2, "steps_finished": 1, "first_step_s": 95.25, "cut_peak_bytes": 70 * 2**30}, figures
+    planned = {"case": name, "seq_len": lengths[1], "planned_tensor_peak_bytes": 40 * 2**30}
+
+    def cut(*args):
+        raise PointCut(dict(planned, **figures), "timed out after 270 s")
+    with contextlib.redirect_stdout(io.StringIO()):
+        case = measure(name, "p.toml", sets, [lengths[1]], 2, "unused", 270, measure_point=cut)
+    assert case["ok"] is False and case["error"] == "timed out after 270 s" and case["points"] == [], case
+    assert case["cut_point"]["setup_s"] == 61.2 and case["cut_point"]["error"] == "timed out after 270 s", case
+    row, = [l for l in table([case]) if l.startswith("| %s |" % name)]
+    assert "timed out after 270 s: setup 61.2 s, 1 step(s) finished, step 1 95.2 s" in row, row
 
 
 def self_test_written_per_point(name, sets, lengths):
@@ -156,9 +209,13 @@ def measure_one(name, preset, sets, seq, steps, out, timeout):
     cmd = [odyssey, "train", preset, *set_args, "--steps", str(steps), "--out", run_dir, "--no-checkpoint", "--quiet",
            "--force", "--overwrite"]  # measured whatever the plan says, into a scratch directory
     point["command"] = " ".join(cmd)
-    proc, device_used = run_sampling_device_use(cmd, timeout)
+    try:
+        proc, device_used = run_sampling_device_use(cmd, timeout)
+    except subprocess.TimeoutExpired as e:
+        raise PointCut(dict(point, **cut_figures(run_dir, e.output)), "timed out after %d s" % timeout)
     if proc.returncode != 0:
-        raise RuntimeError("train rc %d: %s" % (proc.returncode, (proc.stderr or proc.stdout)[-400:]))
+        raise PointCut(dict(point, **cut_figures(run_dir, proc.stdout)),
+                       "train rc %d: %s" % (proc.returncode, (proc.stderr or proc.stdout)[-400:]))
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         rows = [json.loads(l) for l in f if l.strip()]
     point["measured_peak_bytes"] = max(r["peak_bytes"] for r in rows)
@@ -246,6 +303,8 @@ def measure(name, preset, sets, lengths, steps, out, timeout, case=None, save=la
         case["slope_ratio"] = case["measured_bytes_per_token"] / case["planned_bytes_per_token"]
         case["slope_ok"] = abs(case["slope_ratio"] - 1.0) <= SLOPE_TOLERANCE
         case["ok"] = case["slope_ok"] and all(p["peak_ok"] for p in case["points"])
+    except PointCut as e:  # the point's plan and what its run wrote, beside the measured points
+        case.update(ok=False, error=str(e), cut_point=e.point)
     except (RuntimeError, OSError, ValueError, KeyError, ZeroDivisionError, subprocess.TimeoutExpired) as e:
         case.update(ok=False, error=str(e))
     return case
@@ -268,7 +327,14 @@ def table(results):
              " | step s measured / planned |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        if "error" in r and not r["points"]:
+        if "cut_point" in r:  # a point that ended early: where its time went
+            c = r["cut_point"]
+            setup = "setup %.1f s" % c["setup_s"] if "setup_s" in c else "no setup line (under 10 s, or not reached)"
+            lines.append("| %s | %d | %.3f (%s) | - | - | %s: %s, %d step(s) finished%s |" % (
+                r["case"], c["seq_len"], c["planned_tensor_peak_bytes"] / 2**30, c.get("planned_peak_phase"),
+                c["error"][:60], setup, c.get("steps_finished", 0),
+                ", step 1 %.1f s" % c["first_step_s"] if "first_step_s" in c else ""))
+        elif "error" in r and not r["points"]:
             lines.append("| %s | - | - | - | - | error: %s |" % (r["case"], r["error"][:80]))
         for i, p in enumerate(r["points"]):
             slope = ("%.1f / %.1f (%.3f)" % (r["planned_bytes_per_token"], r["measured_bytes_per_token"], r["slope_ratio"])

@@ -385,7 +385,8 @@ def run_sampling_device_use(cmd, timeout_s, period_s=0.2):
     planner's hardware.runtime_overhead_gib stands for (context, workspaces, fragmentation): this
     count holds it. Where the driver does not list the child's PID (a container's PID namespace),
     the GPU's whole use less its use before the launch stands in (the benchmark GPU is the run's
-    alone). Raises subprocess.TimeoutExpired (the child killed) like subprocess.run."""
+    alone). Raises subprocess.TimeoutExpired (the child killed, its output and stderr on the exception)
+    like subprocess.run."""
     idle = _device_use_mib(-1)[1]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     most = {"process": None, "gpu": None}
@@ -402,8 +403,12 @@ def run_sampling_device_use(cmd, timeout_s, period_s=0.2):
     sampler.start()
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:  # the child killed; what it printed goes with the exception
+        proc.kill()
+        e.output, e.stderr = proc.communicate()
+        raise
     finally:
-        if proc.poll() is None:  # a timeout, or anything else that interrupts the wait
+        if proc.poll() is None:  # anything else that interrupts the wait
             proc.kill()
             proc.communicate()
         done.set()
