@@ -22,7 +22,7 @@ first committed before the manifest's call_started_utc: prediction_order) and th
 presets and the GPU profiles carry to the fits that list their points (check_fitted_efficiencies).
 
 defines: FIGURES, COMPARED_STAGES, NOT_COMPARED, Record, load_records, current_rows, comparisons, readme_parts,
-results_parts, write_tables, check_tables, add_record, check_record, check_predictions, call_start,
+results_parts, newest_comparison, write_tables, check_tables, add_record, check_record, check_predictions, call_start,
 prediction_order, profile_efficiencies, check_fitted_efficiencies, self_test
 """
 import argparse
@@ -737,18 +737,38 @@ def no_records(runbook):
     return prose("No measured records yet; run the GPU runbook (%s) and add its record under `bench/results/`." % runbook)
 
 
+def newest_comparison(rows):
+    """README's short table: of the rows that set one figure against different baselines ("... against
+    the strongest baseline", "... against the PyTorch baseline": calls that ran both, or one), the
+    newest call's alone, in the first one's place; docs/results.md keeps them all."""
+    def key(label, gpu):  # a throughput comparison's label less its baseline; any other row its own
+        return (label.rsplit(" against ", 1)[0] if label.endswith(" baseline") else label, gpu)
+
+    newest = {}
+    for row in rows:
+        label, _, _, gpu, record = row
+        if key(label, gpu) not in newest or record.order() > newest[key(label, gpu)][4].order():
+            newest[key(label, gpu)] = row
+    out, seen = [], set()
+    for label, _, _, gpu, _ in rows:
+        if key(label, gpu) not in seen:
+            seen.add(key(label, gpu))
+            out.append(newest[key(label, gpu)])
+    return out
+
+
 def readme_parts(records):
     """README.md's block, markers included: the current figures, no dates, no commits; a comparison
     against the strongest baseline without the others beside it (docs/results.md has them)."""
-    rows = current_rows(records, readme_only=True)
+    rows = newest_comparison(current_rows(records, readme_only=True))
     if not rows:
         return [BEGIN, no_records("[docs/gpu.md](docs/gpu.md)"), END]
     table = Table("README.md results", ["figure", "target", "measured", "GPU"], (0, 3))
     for label, target, value, gpu, record in rows:
         table.add([label, target, re.sub(r"; beside [^;]*", "", value), gpu], record)
     return [BEGIN, table, "",
-            prose("Each figure's record, the other baselines and the planner's predictions against the "
-                  "measurements: [docs/results.md](docs/results.md)."), END]
+            prose("Each figure's record, the other baselines and calls, and the planner's predictions: "
+                  "[docs/results.md](docs/results.md)."), END]
 
 
 def results_parts(records):
@@ -1398,6 +1418,18 @@ def self_test():
     assert title == "llama3.2-1b-1xh100 at 32K: Odyssey's full stack against the strongest baseline", title
     assert value == ("1500 tokens/s against the Hugging Face + Liger baseline 1250 tokens/s: 1.200×; beside pytorch "
                      "1000 tokens/s"), value
+    # README: of one figure against two baselines in two calls, the newer call's row alone
+    class Older:
+        def order(self):
+            return ("2026-11-28", "", "a")
+
+    class Newer:
+        def order(self):
+            return ("2026-11-30", "", "b")
+    both = [("m at 32K: x against the strongest baseline", "t", "v1", "H200", Older()),
+            ("m at 32K: x against the PyTorch baseline", "t", "v2", "H200", Newer()),
+            ("the planner's step time against the measured step", "t", "v3", "H200", Older())]
+    assert [r[2] for r in newest_comparison(both)] == ["v2", "v3"], newest_comparison(both)
     # a baseline that timed out measured nothing: the row is the other's; out of memory is a result
     class OneTimedOut(TwoBaselines):
         files = dict(TwoBaselines.files, **{"throughput/throughput.jsonl": [
