@@ -744,17 +744,14 @@ def newest_comparison(rows):
     def key(label, gpu):  # a throughput comparison's label less its baseline; any other row its own
         return (label.rsplit(" against ", 1)[0] if label.endswith(" baseline") else label, gpu)
 
-    newest = {}
+    newest, order = {}, []  # each figure's newest row, the figures in the order they first come
     for row in rows:
-        label, _, _, gpu, record = row
-        if key(label, gpu) not in newest or record.order() > newest[key(label, gpu)][4].order():
-            newest[key(label, gpu)] = row
-    out, seen = [], set()
-    for label, _, _, gpu, _ in rows:
-        if key(label, gpu) not in seen:
-            seen.add(key(label, gpu))
-            out.append(newest[key(label, gpu)])
-    return out
+        figure = key(row[0], row[3])
+        if figure not in newest:
+            order.append(figure)
+        if figure not in newest or row[4].order() > newest[figure][4].order():
+            newest[figure] = row
+    return [newest[figure] for figure in order]
 
 
 def readme_parts(records):

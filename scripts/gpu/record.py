@@ -16,7 +16,7 @@ manifest's call_started_utc is when the call began (ODYSSEY_CALL_STARTED_UTC, wh
 validate.sh set before the first stage; else the stamp in the call id), so that
 scripts/results_tables.py can hold the predictions' made_utc and their first commit to before it.
 
-defines: RECORD_NAME, MANIFEST, PREDICTIONS, device_name, device_slug, binaries_commit, record_name, read_json,
+defines: RECORD_NAME, MANIFEST, PREDICTIONS, recorded_environment, device_name, device_slug, binaries_commit, record_name, read_json,
 read_jsonl, parse_utc, call_id_start, call_started_utc, add_stage, write_predictions_manifest, group_prediction_dirs,
 prediction_files, uncommitted, check_covered
 """
@@ -41,6 +41,11 @@ RECORDED_ENVIRONMENT = ("THROUGHPUT_LENGTHS", "THROUGHPUT_SYSTEMS", "PLANNER_CAS
                         "LONGEST_SYSTEMS", "LONGEST_OF", "AT_LONGEST_FROM", "AT_LONGEST_LENGTHS",
                         "AT_LONGEST_SYSTEMS", "AT_LONGEST_STEPS", "PROFILE_LENGTH", "PROFILE_SYSTEMS",
                         "PROFILE_TIMEOUT", "ODYSSEY_BENCH_SETS")
+def recorded_environment():
+    """The variables of RECORDED_ENVIRONMENT this process has set: {name: value}."""
+    return {k: os.environ[k] for k in RECORDED_ENVIRONMENT if os.environ.get(k)}
+
+
 # A raw file larger than this stays in the call's archive only (the manifest names it).
 MAX_FILE_BYTES = 4 << 20
 
@@ -189,7 +194,7 @@ def start_record(into, args):
             "device": name, "device_slug": device_slug(name), "commit": commit[:7], "commit_full": commit,
             "uncommitted_changes": dirty, "binaries": os.path.relpath(os.path.abspath(args.bin), ROOT),
             "dry_run": bool(args.dry_run), "command": os.environ.get("ODYSSEY_RECORD_COMMAND", ""),
-            "environment": {k: os.environ[k] for k in RECORDED_ENVIRONMENT if os.environ.get(k)},
+            "environment": recorded_environment(),
             "call_id": call_id, "stages": [], "files_left_out": []}
 
 
@@ -236,7 +241,7 @@ def write_predictions_manifest(args):
         "date": today(), "made_utc": now(), "device": args.device, "device_slug": device_slug(args.device),
         "commit": commit[:7], "commit_full": commit, "uncommitted_changes": dirty,
         "command": os.environ.get("ODYSSEY_RECORD_COMMAND", ""),
-        "environment": {k: os.environ[k] for k in RECORDED_ENVIRONMENT if os.environ.get(k)},
+        "environment": recorded_environment(),
         "stages": stages, "not_predicted": reasons})
     print("predictions: %s (%s)" % (root, ", ".join("%s %d" % (s, len(f)) for s, f in stages.items()) or "none"))
     return 0
@@ -307,7 +312,7 @@ def check_covered(args):
     # since a later call of the group may measure a part of what was predicted
     for folder in group_prediction_dirs(args.records, args.record)[:1]:
         made = (read_json(os.path.join(folder, MANIFEST)) or {}).get("environment")
-        now = {k: os.environ[k] for k in RECORDED_ENVIRONMENT if os.environ.get(k)}
+        now = recorded_environment()
         for key in sorted(set(made or {}) | set(now)) if made is not None else []:
             if (made or {}).get(key) != now.get(key):
                 print("  note: %s is %r here, %r where the predictions were made" % (key, now.get(key), made.get(key)))
