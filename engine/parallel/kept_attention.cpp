@@ -161,8 +161,14 @@ at::Tensor pack_kept_attention(KeptAttention& kept) {
                              " bytes)");
   at::NoGradGuard no_grad;
   at::Tensor payload = at::empty({layout.bytes()}, dense[0].options().dtype(at::kByte));  // [payload] uint8
-  for (size_t i = 0; i < dense.size(); ++i)
-    payload_part(payload, layout, static_cast<int64_t>(i), kept.packed_parts[i]).copy_(dense[i]);
+  for (size_t i = 0; i < dense.size(); ++i) {
+    const int64_t index = static_cast<int64_t>(i);
+    payload_part(payload, layout, index, kept.packed_parts[i]).copy_(dense[i]);
+    // the gap to the next part's alignment (under kAlignment bytes) is written too: the whole
+    // payload crosses to the host, and none of its bytes is left unwritten
+    const int64_t end = layout.offset(index) + part_bytes(kept.packed_parts[i]);
+    if (const int64_t gap = layout.offset(index + 1) - end; gap > 0) payload.narrow(0, end, gap).zero_();
+  }
   for (at::Tensor* t : tensors) t->reset();  // memory: only the payload holds the kept attention now
   return payload;
 }

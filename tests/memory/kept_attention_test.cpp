@@ -16,6 +16,11 @@
 #include "engine/parallel/kept_attention.h"
 #include "measure_util.h"
 
+#include <c10/util/Flags.h>
+
+// c10's CPU allocator fills each new block with a junk pattern while this is set (alloc_cpu.cpp)
+C10_DECLARE_bool(caffe2_cpu_allocator_do_junk_fill);
+
 using namespace odyssey;
 using namespace odyssey::test;
 
@@ -233,11 +238,30 @@ TEST_CASE("kept attention on the host: the payload holds each part at its offset
       lses.push_back(r.lse);
       kept.results.push_back(r);
     }
-    const at::Tensor payload = pack_kept_attention(kept);
     const KeptAttentionPayload layout = kept_attention_payload(
         static_cast<int64_t>(out.nbytes()), static_cast<int64_t>(lses[0].nbytes()), static_cast<int64_t>(lses.size()));
+    // c10's CPU allocator fills each new block with a junk pattern meanwhile, so a byte the
+    // packing left unwritten shows (copies and fills only: no kernel choice of the CPU matters)
+    struct JunkFill {
+      bool before = FLAGS_caffe2_cpu_allocator_do_junk_fill;
+      JunkFill() { FLAGS_caffe2_cpu_allocator_do_junk_fill = true; }
+      ~JunkFill() { FLAGS_caffe2_cpu_allocator_do_junk_fill = before; }
+    };
+    const at::Tensor payload = [&] {
+      const JunkFill junk;
+      // the fill is on: a fresh block holds no zero byte (the pattern 0x7fedbeef has none)
+      REQUIRE(at::empty({layout.bytes()}, at::TensorOptions().dtype(at::kByte)).ne(0).all().item<bool>());
+      return pack_kept_attention(kept);
+    }();
     CHECK(payload.scalar_type() == at::kByte);
     CHECK(payload.numel() == layout.bytes());
+    // every byte is written: the gaps to each part's alignment are zeros (the copy to the host reads them)
+    for (int64_t part = 0; part <= layout.lse_parts; ++part) {
+      const int64_t end = layout.offset(part) + (part == 0 ? layout.out_bytes : layout.lse_bytes);
+      CAPTURE(part, end, layout.offset(part + 1));
+      REQUIRE(layout.offset(part + 1) > end);  // these odd sizes leave a gap after every part
+      CHECK(payload.narrow(0, end, layout.offset(part + 1) - end).eq(0).all().item<bool>());
+    }
     CHECK(layout.offset(1) % KeptAttentionPayload::kAlignment == 0);
     CHECK(layout.offset(1) >= layout.out_bytes);
     CHECK_FALSE(kept.untied_out.defined());  // only the payload holds them now
