@@ -4,6 +4,10 @@
 #include "engine/ops/layers.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include <torch/autograd.h>
 
@@ -30,6 +34,28 @@ Positions make_positions(int64_t first, int64_t count, int64_t head_dim, double 
 
 namespace {
 
+/// `model`'s RoPE frequencies, [hd/2] fp64 on `device`. On a GPU uploaded once per (frequencies,
+/// device) and kept: ATen makes the host wait for a copy from pageable memory, one wait a forward
+/// fewer. The upload runs outside the lock, so a rank thread whose stream still holds a collective
+/// never blocks the others' lookups. Memory: 8 bytes a pair for the process, charged to "other" on
+/// the rank that uploads first (a map never destroyed, as LibTorch's caching allocator is never).
+at::Tensor rope_frequencies_on(const ModelConfig& model, at::Device device) {
+  std::vector<double> values = rope_inv_freq(model);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  if (!device.is_cuda()) return at::tensor(values, f64);  // [hd/2]
+  using Key = std::pair<std::vector<double>, c10::DeviceIndex>;
+  static auto* mutex = new std::mutex();
+  static auto* uploaded = new std::map<Key, at::Tensor>();
+  Key key{std::move(values), device.index()};
+  {
+    std::lock_guard<std::mutex> lock(*mutex);
+    if (auto it = uploaded->find(key); it != uploaded->end()) return it->second;
+  }
+  at::Tensor on_device = at::tensor(key.first, f64).to(device);  // [hd/2]; waits for this thread's stream
+  std::lock_guard<std::mutex> lock(*mutex);
+  return uploaded->try_emplace(std::move(key), std::move(on_device)).first->second;  // another thread's if first
+}
+
 /// `model`'s RoPE tables at positions `ids` (int64, [s] or [B, s]): angles in float64 so positions
 /// in the millions keep their precision, cos and sin in fp32 times YaRN's factor, [..., hd/2].
 /// Computed on `device`: on a GPU the host neither evaluates s x hd/2 fp64 cosines and sines nor
@@ -39,8 +65,7 @@ namespace {
 Positions rope_tables(const at::Tensor& ids, const ModelConfig& model, at::Device device) {
   CategoryScope category(MemCategory::Other);
   const double factor = rope_attention_factor(model);
-  const at::Tensor inv_freq =
-      at::tensor(rope_inv_freq(model), at::TensorOptions().dtype(at::kDouble)).to(device);  // [hd/2]
+  const at::Tensor inv_freq = rope_frequencies_on(model, device);  // [hd/2] fp64
   Positions p;
   p.ids = ids.to(device);
   at::Tensor angles = p.ids.to(at::kDouble).unsqueeze(-1) * inv_freq;  // [..., hd/2] fp64

@@ -1,7 +1,7 @@
 // prepare_cuda: CUDA initialised lazily-but-first and the caching allocator's and cuBLAS's settings
 // chosen once per process; a rank's cuBLAS workspaces made before its first step (see
 // cuda_runtime.h). defines: prepare_cuda, choose_allocator_settings, choose_blas_workspace_config,
-// prepare_blas_workspaces
+// prepare_blas_workspaces, the memory history's calls, HostSyncRefusal
 #include "engine/telemetry/cuda_runtime.h"
 
 #include <ATen/Context.h>
@@ -21,6 +21,7 @@
 #if defined(ODYSSEY_WITH_CUDA)
 #include <ATen/cuda/CUDAContextLight.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/cuda/memory_snapshot.h>
@@ -101,6 +102,16 @@ std::string take_memory_snapshot() {
   torch::cuda::_record_memory_history(std::nullopt);  // stop
   return pickle;
 }
+
+HostSyncRefusal::HostSyncRefusal() {
+  if (!prepare_cuda().available) throw std::runtime_error("HostSyncRefusal: this machine has no CUDA device");
+  previous_mode_ = static_cast<int>(c10::cuda::warning_state().get_sync_debug_mode());
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+}
+
+HostSyncRefusal::~HostSyncRefusal() {
+  c10::cuda::warning_state().set_sync_debug_mode(static_cast<c10::cuda::SyncDebugMode>(previous_mode_));
+}
 #else
 int64_t prepare_blas_workspaces(int, int) {
   throw std::runtime_error("prepare_blas_workspaces: this build of Odyssey has no CUDA");
@@ -112,6 +123,8 @@ void annotate_memory_history(const std::string&, bool) {}
 std::string take_memory_snapshot() {
   throw std::runtime_error("take_memory_snapshot: this build of Odyssey has no CUDA");
 }
+HostSyncRefusal::HostSyncRefusal() { throw std::runtime_error("HostSyncRefusal: this build of Odyssey has no CUDA"); }
+HostSyncRefusal::~HostSyncRefusal() = default;
 #endif
 
 bool memory_history_active() { return g_history.load(); }

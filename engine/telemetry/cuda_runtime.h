@@ -7,7 +7,8 @@
 // PyTorch's memory_viz (odyssey train --memory-snapshot).
 // defines: CudaSetup, BlasWorkspaceSetting, prepare_cuda, kDefaultAllocatorSettings,
 // choose_allocator_settings, choose_blas_workspace_config, prepare_blas_workspaces,
-// start_memory_history, memory_history_active, annotate_memory_history, take_memory_snapshot
+// start_memory_history, memory_history_active, annotate_memory_history, take_memory_snapshot,
+// HostSyncRefusal
 #pragma once
 
 #include <cstdint>
@@ -70,5 +71,20 @@ void annotate_memory_history(const std::string& phase, bool start);
 /// The history as the pickle PyTorch's memory_viz opens (pytorch.org/memory_viz), and stops
 /// recording. Throws std::runtime_error without CUDA or when not recording.
 std::string take_memory_snapshot();
+
+/// While one is alive, a CUDA operation that makes the host wait for the device throws
+/// c10::Error (PyTorch's sync debug mode "error", torch.cuda.set_sync_debug_mode): the [.cuda]
+/// tests' proof that a path launches its work without waiting. Process-wide, as PyTorch's setting
+/// is; the mode before it comes back when it ends. Throws std::runtime_error without CUDA.
+class HostSyncRefusal {
+ public:
+  HostSyncRefusal();
+  ~HostSyncRefusal();
+  HostSyncRefusal(const HostSyncRefusal&) = delete;
+  HostSyncRefusal& operator=(const HostSyncRefusal&) = delete;
+
+ private:
+  int previous_mode_ = 0;
+};
 
 }  // namespace odyssey

@@ -9,8 +9,10 @@
 #include <ATen/ATen.h>
 
 #include "../common/engine_test_util.h"
+#include "engine/config/rope.h"
 #include "engine/ops/layers.h"
 #include "engine/ops/ops.h"
+#include "engine/telemetry/cuda_runtime.h"
 
 using namespace odyssey;
 
@@ -126,4 +128,34 @@ TEST_CASE("rope: the CUDA kernel's rotation and gradient equal the CPU's within 
       CHECK(((xc.grad().cpu().to(at::kDouble) - xh.grad().to(at::kDouble)).abs() <= gbound).all().item<bool>());
     }
   }
+}
+
+TEST_CASE("rope: a step's tables are made on the GPU without the host waiting for it", "[rope][.cuda]") {
+  // The frequencies cross from host memory once per (model, device): a copy from pageable memory
+  // makes the host wait for the device (ATen synchronises it). Under PyTorch's sync debug mode
+  // "error" an operation that waits throws; the first upload of another RoPE shows that it does.
+  // (The mode flags ATen's explicit waits; the caching allocator's own calls are not among them.)
+  const at::Device cuda = odyssey::test::test_gpu();
+  ModelConfig model;
+  model.head_dim = 64;
+  model.rope_theta = 500000.0;
+  model.rope_scaling = RopeScaling{.kind = RopeScalingKind::Llama3, .factor = 8.0, .original_max_position = 8192};
+  (void)make_positions(0, 128, model, cuda);  // uploads this model's frequencies
+  Positions again;
+  {
+    const HostSyncRefusal refusal;
+    CHECK_NOTHROW(again = make_positions(128, 128, model, cuda));
+    ModelConfig other = model;
+    other.rope_theta = 12345.678;  // a theta no other case uses: its frequencies are not on the device yet
+    CHECK_THROWS_WITH(make_positions(0, 128, other, cuda), Catch::Contains("synchronizing CUDA operation"));
+  }
+  REQUIRE(again.cos.defined());
+  CHECK(again.cos.device() == cuda);
+  // scaled RoPE: the kernel's fp32 frequencies, from the kept upload, equal the rule's own
+  REQUIRE(again.inv_freq.defined());
+  CHECK(at::equal(again.inv_freq.cpu(), at::tensor(rope_inv_freq(model), at::kDouble).to(at::kFloat)));
+  // the kept frequencies give one call's tables at every offset: positions 128.. of one call of 256
+  const Positions whole = make_positions(0, 256, model, cuda);
+  CHECK(at::equal(again.cos.cpu(), whole.cos.narrow(0, 128, 128).cpu()));
+  CHECK(at::equal(again.sin.cpu(), whole.sin.narrow(0, 128, 128).cpu()));
 }
