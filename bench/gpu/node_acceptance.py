@@ -16,7 +16,7 @@ In order: (1) `odyssey plan --json` of every point and of the profiled length (-
 (2) each point `torchrun --nproc-per-node W --no-python odyssey train PRESET --set training.seq_len=N
 --steps S --no-checkpoint` in a time box of its own (a failure or a timeout is recorded with its
 reason, and the next point runs; skipped without running: a point whose planned host memory the node
-lacks, and every point after a first one that finished no step; Ctrl-C or SIGTERM records the point
+lacks, and every point after a first one that finished no step; Ctrl-C, SIGTERM or SIGHUP records the point
 as interrupted, and `--resume DIR` finishes the run), the profiled length right after the point of
 its length; (3) from each point's metrics.jsonl, every rank's allocator peak
 against the planned per-rank peak, the step time against the planned one and the tokens/s per GPU
@@ -34,14 +34,18 @@ import datetime
 import itertools
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from collective_overlap import gpu_count, listed_gpus, overlap_of_events, table as overlap_table  # noqa: E402
@@ -74,11 +78,20 @@ DRY_RUN = {"name": "cpu-dry-run", "preset": "presets/tiny-cpu.toml", "world_size
 # A node point's time box: start-up (8 processes load the model, pin the offload slab) plus each
 # step at twice its planned time; without a plan, two hours. The dry run's: 90 s a point.
 NODE_STARTUP_S, NODE_STEP_MARGIN, NODE_UNPLANNED_BOX_S, DRY_RUN_BOX_S = 600, 2.0, 7200, 90
+# The least a node point's collectives may wait for their slowest member (collective_timeout_sets).
+NODE_LEAST_COLLECTIVE_S = 300
 # From 3M a node point runs one step unless --steps says otherwise: a step of 45 minutes (3M) or
-# two hours (5M) has no warm-up worth a second step (the first step's one-off work, NCCL's setup
-# and the offload slab pinned, is seconds to a minute), and the second would cost 3 of the run's
-# 6 hours of steps.
+# two hours (5M) has no warm-up worth a second step (NCCL's connections, the pinned offload slab
+# and cuBLAS's workspaces are made during the start-up, before step 1; what step 1 does once more
+# than step 2 is seconds against its hours), and the second would cost 3 of the run's 6 hours of
+# steps.
 NODE_ONE_STEP_FROM = 3 * 2 ** 20
+
+
+def profile_steps(steps):
+    """The steps of the profiled run: the run's, and at least 2, so the step its trace keeps (the
+    last) is not the first, which holds the one-off work."""
+    return max(2, steps)
 
 
 def point_steps(seq, mode, asked=None):
@@ -160,24 +173,28 @@ def planned_figures(plan):
             "step_s": time_plan.get("step_s"), "tokens_per_s_per_gpu": plan.get("tokens_per_s"), "mfu": plan.get("mfu")}
 
 
-INTERRUPTED = "the run was cut short (Ctrl-C or SIGTERM) during this point"
+INTERRUPTED = "the run was cut short (Ctrl-C, SIGTERM or a hang-up) during this point"
 
 
-def measured_figures(run, world_size, finished=None):
+def measured_figures(run, world_size, finished=None, steps_asked=None):
     """One point's measurement from systems.run_odyssey's result: status "ok", "failed" or
     "timed out" (with the reason), each rank's allocator peak, the step time (the steps after the
     first) and the tokens/s per GPU (the job's tokens/s over its ranks). A run that did not finish
     keeps the figures of the steps it did (`finished`: systems.odyssey_run_figures of its folder;
-    a 5M point cut by its box after step 1 still gives its peaks), its status saying so."""
+    a 5M point cut by its box after step 1 still gives its peaks), its status saying so. A run
+    that finished every step it was asked (`steps_asked`) and then failed, hung or was cut (NCCL's
+    teardown, the files written at the end) is "ok", its exit kept as `after_last_step`: its
+    figures are whole, and a --resume would spend the point's hours again for nothing."""
     base = {"wall_s": run.get("wall_s"), "command": run.get("command")}
     if run.get("tokens"):  # the run trained the preset's own data, not the benchmark's ids: why
         base["tokens"] = run["tokens"]
     if "error" in run:
-        status = ("timed out" if run["error"].startswith("timeout") else
-                  "interrupted" if run["error"] == INTERRUPTED else "failed")
-        base.update(status=status, reason=run["error"])
+        error = run["error"]
+        status = "timed out" if error.startswith("timeout") else "interrupted" if error == INTERRUPTED else "failed"
         if not finished or "error" in finished:
-            return base
+            return dict(base, status=status, reason=error)
+        whole = bool(steps_asked) and finished["steps"] >= steps_asked
+        base.update({"status": "ok", "after_last_step": error} if whole else {"status": status, "reason": error})
         run = finished
     else:
         base["status"] = "ok"
@@ -223,14 +240,27 @@ def ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def collective_timeout_sets(box_s, mode, given=()):
-    """On a node, each point's collectives may wait as long as its box: a collective's deadline runs
-    from when the host queues it, behind every GPU kernel queued before it (at 5M about 180 s of one
-    block's recompute and backward against the default parallel.timeout_s of 300 s), and a spurious
-    timeout would blame a peer. None where the user's sets (`given`, ODYSSEY_BENCH_SETS) name one."""
+def collective_timeout_sets(box_s, mode, preset_timeout_s, given=()):
+    """On a node, how long a point's collectives may wait for their slowest member: the preset's
+    parallel.timeout_s (`preset_timeout_s`; an hour in the 8B presets, for stragglers), counted from
+    when a collective can run (the GPU work queued before it done), cut to what the box leaves after
+    the start-up, never under NODE_LEAST_COLLECTIVE_S. So a hung collective ends its point with the
+    engine's error naming the group, operation and rank before the box kills the ranks without a
+    word. None where the preset's value stands, in the dry run, or where the user's sets (`given`,
+    ODYSSEY_BENCH_SETS) name one."""
     if mode["name"] != NODE["name"] or any(s.startswith("parallel.timeout_s=") for s in given):
         return []
-    return ["parallel.timeout_s=%d" % box_s]
+    cap = max(NODE_LEAST_COLLECTIVE_S, box_s - NODE_STARTUP_S)
+    if preset_timeout_s is not None and preset_timeout_s <= cap:
+        return []
+    return ["parallel.timeout_s=%d" % cap]
+
+
+def preset_collective_timeout_s(preset):
+    """The preset's parallel.timeout_s, or None where it leaves the engine's default."""
+    with open(preset, "rb") as f:
+        value = (tomllib.load(f).get("parallel") or {}).get("timeout_s")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def point_box_s(planned, steps, mode, fixed=None):
@@ -356,6 +386,12 @@ def render_markdown(record):
                                                   me["status"], after, finished, me.get("reason")))
     out += ["", "## Runs without figures", ""]
     out += failures or ["None: every point and the profile ran to their figures."]
+    after_last = ["- %s: %s" % (point_name(p, dry), p["measured"]["after_last_step"])
+                  for p in record["points"] if (p.get("measured") or {}).get("after_last_step")]
+    if after_last:
+        out += ["", "## Runs that ended badly after their last step", "",
+                "Their figures are whole (every step asked finished and was written); what ended the run then:", ""]
+        out += after_last
     return "\n".join(out) + "\n"
 
 
@@ -457,7 +493,9 @@ def check_report(out_dir):
             if not me.get(key) or me[key] <= 0:
                 problems.append("%s: no measured %s" % (name, key))
         expected = (record.get("collectives") or {}).get("backend", "").lower()
-        if me.get("collective_backend") != expected:
+        # a run that ended badly after its last step wrote no summary.json, which names the backend
+        unread = me.get("after_last_step") and me.get("collective_backend") is None
+        if me.get("collective_backend") != expected and not unread:
             problems.append("%s: its ranks' collectives ran over %s (its summary.json), not %s"
                             % (name, me.get("collective_backend"), expected or "a recorded backend"))
         if p.get("comparison") != compare(pl, me, published.get(p["stands_for"])):
@@ -570,6 +608,15 @@ def free_port():
                 continue
             return s.getsockname()[1]
     raise BadInput("no free TCP port for the torchrun rendezvous")
+
+
+def gpu_model(mode):
+    """The name of the GPUs the ranks see (the first visible one's, as nvidia-smi gives it), or None
+    (the dry run, or none visible)."""
+    if mode["name"] != NODE["name"]:
+        return None
+    visible = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), listed_gpus())
+    return visible[0]["name"] if visible else None
 
 
 def host_description(mode):
@@ -696,6 +743,9 @@ def prepare(args):
     """The run's mode, points, binary, launcher and folder; BadInput for what cannot run here."""
     mode = DRY_RUN if args.dry_run else NODE
     defaults = [(parse_tokens(n), stands_for) for n, stands_for in mode["points"]]
+    twice = sorted({n for n in args.points or [] if list(args.points).count(n) > 1})
+    if twice:  # a point's run folder is points/<tokens>: the second would write over the first
+        raise BadInput("--points: %s given twice; each length runs once" % ", ".join(format_tokens(n) for n in twice))
     # A length of the user's own stands for itself (the dry run: for the default point it replaces).
     points = defaults if not args.points else [
         (n, defaults[i][1] if args.dry_run and i < len(defaults) else format_tokens(n)) for i, n in enumerate(args.points)]
@@ -936,8 +986,11 @@ def resumed_record(out, record, mode, steps, all_sets, binary, args):
     commit = binaries_of(binary)
     asked = {"mode": mode["name"], "world_size": mode["world_size"], "steps": steps, "sets": all_sets,
              "commit_full": commit["commit_full"], "uncommitted_changes": commit["uncommitted_changes"],
-             # the GPU's planner profile: the points run here are set against predictions made for it
-             "planner_sets": device_profile_sets() if mode is NODE else []}
+             # the GPU's planner profile and the GPU itself: the points run here are set against
+             # predictions made for it (an H100 PCIe or an A100 shares the H100 SXM's profile)
+             "planner_sets": device_profile_sets() if mode is NODE else [], "gpu_model": gpu_model(mode)}
+    if "gpu_model" not in record:  # a record written before the GPU's name was kept
+        asked.pop("gpu_model")
     for key, value in asked.items():
         if record.get(key) != value:
             raise BadInput("--resume %s: its %s is %s, this run's %s: finish it with the same binaries and options, "
@@ -962,7 +1015,7 @@ def resumed_record(out, record, mode, steps, all_sets, binary, args):
     prof = record["overlap"]
     if lacks_figures(prof, mode is NODE):
         set_aside(out, ["profile"], attempt)
-        prof.update(started=None, run=None, box_s=point_box_s(prof["planned"], steps, mode, timeout))
+        prof.update(started=None, run=None, box_s=point_box_s(prof["planned"], profile_steps(steps), mode, timeout))
         prof.pop("overlap", None)
     record["resumed"] = (record.get("resumed") or []) + [now_text()]
     record["finished"] = record["interrupted"] = None
@@ -985,7 +1038,8 @@ def new_record(out, mode, points, profile, preset, sets, steps, binary, launcher
     host_line = host_description(mode)
     record = {"kind": "odyssey node acceptance", "mode": mode["name"], "preset": predictions["preset"],
               "world_size": mode["world_size"], "sets": all_sets, "environment_sets": environment_sets,
-              "planner_sets": profile_sets, "steps": steps, "launcher": launcher, "binary": binary,
+              "planner_sets": profile_sets, "gpu_model": gpu_model(mode), "steps": steps, "launcher": launcher,
+              "binary": binary,
               "host": host_line, "host_memory": host, "collectives": collectives, **binaries_of(binary),
               "warnings": run_warnings(mode, host_line),
               "started": now_text(), "finished": None, "interrupted": None, "point_timeout": args.point_timeout,
@@ -999,7 +1053,7 @@ def new_record(out, mode, points, profile, preset, sets, steps, binary, launcher
                                  "started": None, "measured": None, "comparison": None})
     prof = predictions["profile"]
     record["overlap"] = {"seq_len": prof["seq_len"], "stands_for": prof["stands_for"], "planned": prof["planned"],
-                         "box_s": point_box_s(prof["planned"], steps, mode, args.point_timeout),
+                         "box_s": point_box_s(prof["planned"], profile_steps(steps), mode, args.point_timeout),
                          "trace": os.path.join("profile", "kernel_profile.json"), "started": None, "run": None}
     return record
 
@@ -1024,6 +1078,9 @@ def utc_in(seconds, pattern):
 def run(args):
     mode, points, binary, launcher, out, sets, profile, collectives = prepare(args)
     steps = args.steps or mode["steps"]
+    if args.resume and not args.steps:  # the run's own, which a resume finishes
+        with open(os.path.join(out, RECORD_FILE)) as f:
+            steps = json.load(f).get("steps") or steps
     if mode is NODE:  # NCCL's own warnings (a transport it fell back from, a failed setup) into each point's log
         os.environ.setdefault("NCCL_DEBUG", "WARN")
     warning = shm_warning() if mode is NODE else None
@@ -1050,7 +1107,8 @@ def run(args):
     write_report(out, record)
     to_run = [p for p in record["points"] if not p.get("measured")] + ([record["overlap"]] if not record["overlap"].get(
         "run") else [])
-    planned_s = sum(p.get("steps", steps) * (p["planned"].get("step_s") or 0) for p in to_run)
+    # a point's own steps; the profile (no "steps" of its own) runs profile_steps
+    planned_s = sum(p.get("steps", profile_steps(steps)) * (p["planned"].get("step_s") or 0) for p in to_run)
     boxes_s = sum(p["box_s"] for p in to_run)
     print("node acceptance (%s, collectives over %s): %d points and the profile at %s, predictions in %s; %s: "
           "planned %s of steps (%.0f s), time boxes %s in all, so done by %s UTC at the latest; host memory %s"
@@ -1069,11 +1127,12 @@ def execute(record, out, mode, preset, sets, launcher, host):
     profile after the last point not longer than it: each under torchrun in its own box, set against
     its prediction as it ends, the record rewritten after each. Skipped without running: a point
     whose planned host memory the node lacks (host_refusal), and every one after a first point run
-    that finished no step (gate_reason). Ctrl-C or SIGTERM: the point being run is recorded as
+    that finished no step (gate_reason). Ctrl-C, SIGTERM or SIGHUP: the point being run is recorded as
     interrupted with the steps it finished, and the record says when, before the exit goes on."""
     world = mode["world_size"]
     published = record["published"]["tokens_per_s_per_gpu"]
     profiled = record["overlap"]
+    preset_timeout_s = preset_collective_timeout_s(preset)
     current = []  # the entry being run and its run folder, while it runs
     gate = None
     # the gate reads the first point run in this run's folder: none when an earlier attempt's points ran
@@ -1101,9 +1160,10 @@ def execute(record, out, mode, preset, sets, launcher, host):
                 run_dir + ".log"), flush=True)
             current[:] = [p, run_dir]
             result = run_odyssey(p["seq_len"], p.get("steps", record["steps"]), p["box_s"], run_dir, preset=preset,
-                                 extra_sets=collective_timeout_sets(p["box_s"], mode, odyssey_sets() + sets) + sets,
+                                 extra_sets=collective_timeout_sets(p["box_s"], mode, preset_timeout_s, odyssey_sets() + sets) + sets,
                                  log_path=run_dir + ".log", launcher=with_port(launcher))
-            p["measured"] = measured_figures(result, world, odyssey_run_figures(run_dir, p["seq_len"]))
+            p["measured"] = measured_figures(result, world, odyssey_run_figures(run_dir, p["seq_len"]),
+                                             p.get("steps", record["steps"]))
             current[:] = []
             if p["measured"].get("status") == "ok":
                 p["measured"]["collective_backend"] = run_backend(run_dir)
@@ -1123,8 +1183,10 @@ def execute(record, out, mode, preset, sets, launcher, host):
             os.makedirs(os.path.dirname(trace), exist_ok=True)
             run_dir = os.path.join(out, "profile", "run")
             current[:] = [profiled, run_dir]
-            result = run_odyssey(profiled["seq_len"], record["steps"], profiled["box_s"], run_dir, preset=preset,
-                                 extra_sets=collective_timeout_sets(profiled["box_s"], mode, odyssey_sets() + sets) + sets,
+            result = run_odyssey(profiled["seq_len"], profile_steps(record["steps"]), profiled["box_s"], run_dir,
+                                 preset=preset,
+                                 extra_sets=collective_timeout_sets(profiled["box_s"], mode, preset_timeout_s,
+                                                                   odyssey_sets() + sets) + sets,
                                  log_path=os.path.join(out, "profile", "run.log"),
                                  extra_args=["--kernel-profile", trace], launcher=with_port(launcher))
             profiled["run"] = measured_figures(result, world)
@@ -1146,13 +1208,15 @@ def execute(record, out, mode, preset, sets, launcher, host):
                 run_point(p)
             if i == after:
                 run_profile()
-    except BaseException as e:  # Ctrl-C, SIGTERM, or the script's own failure (a full disk): recorded first
+    except BaseException as e:  # Ctrl-C, SIGTERM, SIGHUP, or the script's own failure (a full disk): recorded first
         why = INTERRUPTED if isinstance(e, (KeyboardInterrupt, SystemExit)) else \
             "the acceptance script failed during this point: %s: %s" % (type(e).__name__, e)
         if current:
             entry, run_dir = current
+            # a point whose every step finished keeps them ("ok"); the profile still lacks its trace
             cut = measured_figures({"error": why, "wall_s": time.time() - entry["started"], "command": None},
-                                   world, odyssey_run_figures(run_dir, entry["seq_len"]))
+                                   world, odyssey_run_figures(run_dir, entry["seq_len"]),
+                                   None if "run" in entry else entry.get("steps", record["steps"]))
             if "run" in entry:
                 entry["run"] = cut
             else:
@@ -1236,14 +1300,25 @@ def self_test():
     assert cut["status"] == "timed out" and cut["steps"] == 1 and cut["reason"] == "timeout after 3000s", cut
     assert close(compare(planned, cut, None)["step_time_error"], 0.5), cut  # 900 against 600
     assert close(compare(planned, cut, None)["peak_error"], 0.025), cut
+    # Every step asked finished, then the run hung in its teardown: its figures stand, the exit noted.
+    hung = {"error": "timeout after 3000s", "wall_s": 3000.0, "command": "c"}
+    after = measured_figures(hung, 8, dict(run, steps=2), steps_asked=2)
+    assert after["status"] == "ok" and after["after_last_step"] == "timeout after 3000s" and "reason" not in after, after
+    assert measured_figures(hung, 8, dict(run, steps=2), steps_asked=3)["status"] == "timed out"
     nothing = compare(planned_figures({"error": "plan: rc 2"}), timed_out, None)
     assert all(v in (None, []) for v in nothing.values()), nothing
     # A 1M point UPipe published (472.53) but not in the table above: no UPipe ratio without a figure.
     assert compare(planned, measured, None)["tokens_per_s_per_gpu_over_upipe"] is None
     # Time boxes: 600 s start-up + 2 steps x 2 x 600 s planned = 3000 s; the override wins; the dry run's fixed.
     assert point_box_s(planned, 2, NODE) == 3000 and point_box_s(planned, 2, NODE, fixed=77) == 77
-    assert collective_timeout_sets(3000, NODE) == ["parallel.timeout_s=3000"] and not collective_timeout_sets(90, DRY_RUN)
-    assert not collective_timeout_sets(3000, NODE, ["training.steps=2", "parallel.timeout_s=900"])
+    # the preset's hour where the box leaves more after the start-up (3M: 6060 s), cut to what it
+    # leaves (1M: 1856 - 600), never under 300 s (128K's 627 s box); the user's own value stands
+    assert not collective_timeout_sets(6060, NODE, 3600.0) and not collective_timeout_sets(90, DRY_RUN, 3600.0)
+    assert collective_timeout_sets(1856, NODE, 3600.0) == ["parallel.timeout_s=1256"]
+    assert collective_timeout_sets(627, NODE, 3600.0) == ["parallel.timeout_s=300"]
+    assert not collective_timeout_sets(627, NODE, 300.0) and collective_timeout_sets(900, NODE, None)
+    assert not collective_timeout_sets(3000, NODE, 3600.0, ["training.steps=2", "parallel.timeout_s=900"])
+    assert preset_collective_timeout_s(os.path.join(ROOT, NODE["preset"])) == 3600.0
     assert point_box_s({}, 2, NODE) == NODE_UNPLANNED_BOX_S and point_box_s(planned, 2, DRY_RUN) == DRY_RUN_BOX_S
     assert [format_tokens(n) for n in (131072, 3 * 2 ** 20, 768)] == ["128K", "3M", "768"]
 
@@ -1284,21 +1359,17 @@ def self_test():
     assert "| 512K | 87.38 | 109.23 | 0.800 | 867.17 | 0.101 | 0.126 |" in md, md
     assert "| 5M | timed out | 40.00 | - | - (-) | 600.00 | - | - | 9000 |" in md, md
     assert "- 5M: timed out after 9000 s: timeout after 9000s" in md, md
+    assert "after their last step" not in md, md
+    torn_down = dict(measured, after_last_step="rc 1: NCCL error in the teardown")
+    md = render_markdown(dict(record, points=[dict(record["points"][0], measured=torn_down)]))
+    assert "| 512K | ok | 40.00 |" in md and "- 512K: rc 1: NCCL error in the teardown" in md, md
     self_test_node_rules(record, plan, planned, measured)
     self_test_cut_short(record, planned, measured, c, run)
     self_test_time_box()
+    self_test_hang_up()
     assert shm_warning(ROOT, least=0) is None and "holds" in shm_warning(ROOT, least=1 << 62)
     assert shm_warning(os.path.join(ROOT, "no such folder")) is None
     print("node_acceptance self-test: ok")
-
-
-def process_alive(pid):
-    """The process exists and is no zombie (an orphan's zombie waits for a reaper that may never come)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def self_test_time_box():
@@ -1311,11 +1382,51 @@ def self_test_time_box():
         launcher = ["sh", "-c", "setsid sh -c \"%s\" >/dev/null 2>&1 & sleep 300" % worker]
         proc, err, _ = systems._run(launcher, 2, own_session=True)
         assert proc is None and err == "timeout after 2s", err
-        worker_pid = int(open(pid_file).read())
-        deadline = time.time() + 5
-        while process_alive(worker_pid) and time.time() < deadline:
-            time.sleep(0.05)
-        assert not process_alive(worker_pid), "the worker outlived its point's time box"
+        # gone when _run returns (systems.wait_gone): the next point never starts beside it
+        assert systems.process_gone(int(open(pid_file).read())), "the worker outlived its point's time box"
+    # A process whose main thread has ended while another still runs (a killed rank's last thread
+    # unpinning memory) shows Z in /proc, and has not ended until that thread has.
+    ready_r, ready_w = os.pipe()
+    threads = subprocess.Popen([sys.executable, "-c", "import ctypes, os, threading, time\n"
+                                "threading.Thread(target=time.sleep, args=(5,)).start()\n"
+                                "os.write(%d, b'r')\nctypes.CDLL(None).pthread_exit(None)" % ready_w],
+                               pass_fds=[ready_w])
+    os.close(ready_w)
+    assert os.read(ready_r, 1) == b"r"
+    os.close(ready_r)
+
+    def state():
+        with open("/proc/%d/stat" % threads.pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    deadline = time.time() + 4
+    while state() != "Z" and time.time() < deadline:
+        time.sleep(0.02)
+    assert state() == "Z", state()  # the main thread has exited; the other sleeps on
+    assert not systems.process_gone(threads.pid), "a process with a thread still running counted as ended"
+    assert systems.wait_gone([threads.pid], within_s=30) == [], "the process outlived its last thread"
+    threads.wait()
+
+
+def self_test_hang_up():
+    """A SIGHUP after the terminal has gone: the record is written (here: a line to stderr, which
+    is that terminal) and the exit is 129, not the I/O error of writing to a hung-up terminal. The
+    child says it is ready through a pipe of its own, so nothing is written to the terminal while
+    it goes away."""
+    ready_r, ready_w = os.pipe()
+    child = ("import os, signal, sys, time\nsys.path.insert(0, %r)\nimport node_acceptance\n"
+             "signal.signal(signal.SIGHUP, node_acceptance.hang_up)\nos.write(%d, b'r')\n"
+             "try:\n    time.sleep(60)\nexcept BaseException:\n    print('cut short', file=sys.stderr, flush=True)\n"
+             "    raise\n" % (os.path.dirname(os.path.abspath(__file__)), ready_w))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", child], stdin=slave, stdout=slave, stderr=slave, pass_fds=[ready_w])
+    os.close(slave)
+    os.close(ready_w)
+    assert select.select([ready_r], [], [], 60)[0] and os.read(ready_r, 1) == b"r", "the child never got ready"
+    os.close(ready_r)
+    os.close(master)  # the terminal goes away
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=20) == 129, proc.returncode
 
 
 def self_test_cut_short(record, planned, measured, c, run):
@@ -1482,6 +1593,22 @@ def self_test_node_rules(record, plan, planned, measured):
            "`training.seed=3 memory.tiled_loss=false`)" in md, md
 
 
+def hang_up(*_):
+    """SIGHUP's handler: the run ends as on SIGTERM, exit 129. Output to the terminal that hung up
+    goes to /dev/null from here: a write to it fails (EIO), which would replace the exit; a file or
+    pipe stays. The record keeps what the lost lines said."""
+    for fd in (1, 2):
+        try:
+            terminal = stat.S_ISCHR(os.fstat(fd).st_mode)
+        except OSError:
+            continue
+        if terminal:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+    sys.exit(129)
+
+
 def main(argv):
     args = parse_args(argv)
     if args.self_test:
@@ -1500,10 +1627,14 @@ def main(argv):
     if args.render:
         render_report(args.render)
         return 0
-    # A SIGTERM (a scheduler's, or an outer time box's) ends the run like Ctrl-C: the point being
-    # run is killed with every process of its job, torchrun's workers in their own sessions too
-    # (systems._run's own_session, kill_tree).
+    # A SIGTERM (a scheduler's, or an outer time box's) or a SIGHUP (the ssh session or terminal it
+    # ran in closed) ends the run like Ctrl-C: the point being run is killed with every process of
+    # its job, torchrun's workers in their own sessions too (systems._run's own_session,
+    # kill_tree), so no rank lives on holding its GPU, and the record says so. Under nohup, which
+    # ignores SIGHUP, a hang-up stays ignored.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, hang_up)
     try:
         return run(args)
     except KeyboardInterrupt:  # recorded by execute(); the shell's code for Ctrl-C

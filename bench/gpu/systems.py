@@ -36,6 +36,9 @@ from llama_flops import timed_mean
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_PRESET = os.path.join(ROOT, "presets", "llama3.2-1b-1xh100.toml")
+# How long a run's killed processes may take to end before the next run starts anyway (wait_gone),
+# and before an interrupted script goes on to record the cut.
+KILLED_GONE_S, INTERRUPTED_GONE_S = 60, 10
 
 
 def odyssey_preset():
@@ -161,6 +164,32 @@ def kill_tree(pid, sig, known=()):
     return tree
 
 
+def process_gone(pid):
+    """Whether `pid` has ended: no /proc entry, or dead and not yet reaped (Z, X: its memory and
+    GPU context freed; an orphan's zombie waits for a reaper that may never come). A process whose
+    main thread has exited shows Z while its other threads still run (a killed rank's last thread
+    unpinning memory): it has ended only once no other thread is left."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                return False
+        return len(os.listdir("/proc/%d/task" % pid)) <= 1
+    except (OSError, IndexError):
+        return True
+
+
+def wait_gone(pids, within_s=KILLED_GONE_S, poll_s=0.2):
+    """Waits until every one of `pids` has ended, at most `within_s` seconds; returns those still
+    alive. A killed rank's GPU memory and pinned host memory are free only once it has ended: the
+    next run must not start beside it."""
+    deadline = time.time() + within_s
+    alive = [p for p in pids if not process_gone(p)]
+    while alive and time.time() < deadline:
+        time.sleep(poll_s)
+        alive = [p for p in alive if not process_gone(p)]
+    return alive
+
+
 def _run_own_session(cmd, timeout_s, log_path, start):
     """_run's own_session case. With `log_path` the output goes straight to that file as it comes
     (stderr merged into stdout), so a run of hours shows its progress there, and is read back at
@@ -187,13 +216,19 @@ def _run_own_session(cmd, timeout_s, log_path, start):
         except subprocess.TimeoutExpired:
             stdout = stderr = None
         # whatever SIGTERM left running (an odyssey rank ends its step first, or holds no pipe of ours)
-        kill_tree(proc.pid, signal.SIGKILL, known=tree)
+        tree = kill_tree(proc.pid, signal.SIGKILL, known=tree)
         if stdout is None and not log:
             stdout, stderr = proc.communicate()
+        left = wait_gone(tree)
+        if left:
+            err += "; %d of its processes still alive %d s after SIGKILL (pids %s)" % (
+                len(left), KILLED_GONE_S, " ".join(map(str, left)))
     finally:
         if proc.poll() is None:  # interrupted while waiting: nothing of the job outlives this script
-            kill_tree(proc.pid, signal.SIGKILL)
+            tree = kill_tree(proc.pid, signal.SIGKILL)
             proc.wait()
+            # briefly: the caller records the cut next, inside a scheduler's grace (Slurm: 30 s)
+            wait_gone(tree, within_s=INTERRUPTED_GONE_S)
         if log:
             log.close()
     if log:
