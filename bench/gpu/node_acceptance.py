@@ -1015,7 +1015,8 @@ def resumed_record(out, record, mode, steps, all_sets, binary, args):
     prof = record["overlap"]
     if lacks_figures(prof, mode is NODE):
         set_aside(out, ["profile"], attempt)
-        prof.update(started=None, run=None, box_s=point_box_s(prof["planned"], profile_steps(steps), mode, timeout))
+        prof.update(started=None, run=None, steps=profile_steps(steps),
+                    box_s=point_box_s(prof["planned"], profile_steps(steps), mode, timeout))
         prof.pop("overlap", None)
     record["resumed"] = (record.get("resumed") or []) + [now_text()]
     record["finished"] = record["interrupted"] = None
@@ -1053,6 +1054,7 @@ def new_record(out, mode, points, profile, preset, sets, steps, binary, launcher
                                  "started": None, "measured": None, "comparison": None})
     prof = predictions["profile"]
     record["overlap"] = {"seq_len": prof["seq_len"], "stands_for": prof["stands_for"], "planned": prof["planned"],
+                         "steps": profile_steps(steps),
                          "box_s": point_box_s(prof["planned"], profile_steps(steps), mode, args.point_timeout),
                          "trace": os.path.join("profile", "kernel_profile.json"), "started": None, "run": None}
     return record
@@ -1077,10 +1079,11 @@ def utc_in(seconds, pattern):
 
 def run(args):
     mode, points, binary, launcher, out, sets, profile, collectives = prepare(args)
-    steps = args.steps or mode["steps"]
-    if args.resume and not args.steps:  # the run's own, which a resume finishes
+    earlier = None  # the record of the run a resume finishes
+    if args.resume:
         with open(os.path.join(out, RECORD_FILE)) as f:
-            steps = json.load(f).get("steps") or steps
+            earlier = json.load(f)
+    steps = args.steps or (earlier or {}).get("steps") or mode["steps"]  # a resume: the run's own
     if mode is NODE:  # NCCL's own warnings (a transport it fell back from, a failed setup) into each point's log
         os.environ.setdefault("NCCL_DEBUG", "WARN")
     warning = shm_warning() if mode is NODE else None
@@ -1090,9 +1093,8 @@ def run(args):
     os.makedirs(os.path.join(out, "points"), exist_ok=True)
     host = node_host_memory()
     all_sets, _ = recorded_sets(sets)
-    if args.resume:
-        with open(os.path.join(out, RECORD_FILE)) as f:
-            record = json.load(f)
+    if earlier:
+        record = earlier
         if not any(lacks_figures(e, mode is NODE) for e in record["points"] + [record["overlap"]]):
             print("node acceptance: %s: every point and the profile have their figures; nothing to run" % out)
             return 0
@@ -1107,8 +1109,7 @@ def run(args):
     write_report(out, record)
     to_run = [p for p in record["points"] if not p.get("measured")] + ([record["overlap"]] if not record["overlap"].get(
         "run") else [])
-    # a point's own steps; the profile (no "steps" of its own) runs profile_steps
-    planned_s = sum(p.get("steps", profile_steps(steps)) * (p["planned"].get("step_s") or 0) for p in to_run)
+    planned_s = sum(p.get("steps", steps) * (p["planned"].get("step_s") or 0) for p in to_run)
     boxes_s = sum(p["box_s"] for p in to_run)
     print("node acceptance (%s, collectives over %s): %d points and the profile at %s, predictions in %s; %s: "
           "planned %s of steps (%.0f s), time boxes %s in all, so done by %s UTC at the latest; host memory %s"
@@ -1183,7 +1184,7 @@ def execute(record, out, mode, preset, sets, launcher, host):
             os.makedirs(os.path.dirname(trace), exist_ok=True)
             run_dir = os.path.join(out, "profile", "run")
             current[:] = [profiled, run_dir]
-            result = run_odyssey(profiled["seq_len"], profile_steps(record["steps"]), profiled["box_s"], run_dir,
+            result = run_odyssey(profiled["seq_len"], profiled["steps"], profiled["box_s"], run_dir,
                                  preset=preset,
                                  extra_sets=collective_timeout_sets(profiled["box_s"], mode, preset_timeout_s,
                                                                    odyssey_sets() + sets) + sets,
