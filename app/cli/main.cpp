@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
 #endif
   }
   if (!std::strcmp(argv[1], "--version")) {
-    std::cout << "odyssey 0.1.0\n";
+    std::cout << "odyssey " ODYSSEY_VERSION "\n";
     return 0;
   }
   for (const auto& c : odyssey::cli::commands()) {

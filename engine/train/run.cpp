@@ -26,6 +26,7 @@
 #include "engine/parallel/flash_attention.h"
 #include "engine/parallel/job.h"
 #include "engine/planner/planner.h"
+#include "engine/telemetry/build_info.h"
 #include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/kernel_profile.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -789,6 +790,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     for (const std::string& kernel : attention_kernels) w.value(kernel);
     w.end_array();
     if (!shared.collective_backend.empty()) w.key("collective_backend").value(shared.collective_backend);
+    w.key("build");  // the binaries that ran: LibTorch, its CUDA, Odyssey's kernels linked or not
+    write_engine_build_json(w, engine_build());
     if (!summary.steps.empty() && summary.steps.front().has_answers) {  // the whole run's, as the steps
       w.key("answer_loss_first").value(summary.steps.front().answer_loss);
       w.key("answer_loss_final").value(summary.steps.back().answer_loss);

@@ -1,7 +1,7 @@
 // The two executables behind one command line: `odyssey` links no LibTorch and plans in
 // milliseconds; it hands the training commands and the full help to `odyssey-engine` beside it by
 // exec (same process, arguments and exit code), and says where it looked when that is missing.
-// defines: test cases [cli][handoff]
+// `odyssey version` names the engine's build. defines: test cases [cli][handoff]
 #include <cstdio>
 #include <string>
 
@@ -42,6 +42,38 @@ TEST_CASE("a training command runs in odyssey-engine with its own arguments and 
   const Run unknown = run_odyssey("no-such-command");
   require_exit(unknown, 2);
   CHECK(unknown.err.find("unknown command 'no-such-command'") != std::string::npos);
+}
+
+TEST_CASE("odyssey version names the engine's LibTorch, its CUDA and whether Odyssey's kernels are linked",
+          "[cli][handoff]") {
+  const Run light = run_odyssey("--version");  // odyssey's own: the version alone, no LibTorch loaded
+  require_exit(light, 0);
+  const Run text = run_odyssey("version");
+  require_exit(text, 0);
+  CHECK(text.out.rfind(light.out, 0) == 0);
+  const Run json = run_odyssey("version --json");
+  require_exit(json, 0);
+  const auto build = parse_json(json.out);
+  REQUIRE(build.has_value());
+  CHECK("odyssey " + build->at("odyssey").get<std::string>() + "\n" == light.out);
+  CHECK(build->at("libtorch").get<std::string>().rfind("2.", 0) == 0);
+  CHECK(build->at("cuda_devices").get<int64_t>() >= 0);
+  // what CMake decided (tests/CMakeLists.txt passes it to this file), as the engine reports it:
+  // independent of the machine, which decides only libtorch_cuda (the wheel) and the devices
+  CHECK(build->at("cuda_kernels").get<bool>() == (ODYSSEY_TEST_CUDA_KERNELS_LINKED != 0));
+  if (ODYSSEY_TEST_CUDA_KERNELS_LINKED != 0) {
+    CHECK(build->at("cuda_architectures").get<std::string>() == ODYSSEY_TEST_CUDA_ARCHITECTURES);
+    CHECK_THAT(text.out, Catch::Contains("Odyssey's CUDA kernels: linked"));
+  } else {
+    CHECK(build->at("cuda_architectures").is_null());
+    CHECK_THAT(text.out, Catch::Contains("Odyssey's CUDA kernels: not linked"));
+  }
+  CHECK_THAT(text.out, Catch::Contains(build->at("libtorch_cuda").is_null()
+                                           ? std::string("CPU only")
+                                           : "with CUDA " + build->at("libtorch_cuda").get<std::string>()));
+  const Run bad = run_odyssey("version --jsn");
+  require_exit(bad, 2);
+  CHECK_THAT(bad.err, Catch::Contains("unknown argument --jsn"));
 }
 
 TEST_CASE("odyssey without odyssey-engine beside it plans, and names the engine a training command needs",

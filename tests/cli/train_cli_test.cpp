@@ -56,6 +56,8 @@ TEST_CASE("odyssey train: metrics.jsonl, trace.json, summary.json and a falling 
   CHECK(summary->at("extra").contains("answer_loss_final"));
   CHECK(summary->at("extra").at("attention_kernels") == kernels);
   CHECK(summary->at("extra").at("collective_backend").get<std::string>() == "none");  // one rank: no collective
+  // the binaries that ran, as `odyssey version --json` names them
+  CHECK(summary->at("extra").at("build") == *parse_json(run_odyssey("version --json").out));
   CHECK(summary->at("final").at("step").get<int64_t>() == 30);
   CHECK(checkpoint_step(dir) == 30);
 }
