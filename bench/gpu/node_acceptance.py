@@ -52,7 +52,7 @@ from collective_overlap import gpu_count, listed_gpus, overlap_of_events, table 
 from collective_overlap import visible_gpus  # noqa: E402
 from llama_flops import parse_tokens  # noqa: E402
 from systems import ROOT, device_profile_sets, odyssey_binary, odyssey_run_figures, odyssey_sets, plan_odyssey  # noqa: E402
-from systems import nvidia_smi, odyssey_failure, positive_int, run_odyssey, summarize_trace  # noqa: E402
+from systems import nvidia_smi, odyssey_failure, positive_int, run_json, run_odyssey, summarize_trace  # noqa: E402
 import systems  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "scripts", "gpu"))
@@ -76,8 +76,9 @@ DRY_RUN = {"name": "cpu-dry-run", "preset": "presets/tiny-cpu.toml", "world_size
            "points": [("256", "128K"), ("512", "512K"), ("768", "1M"), ("1024", "3M"), ("1280", "5M")], "steps": 3,
            "profile_point": "256"}
 # A node point's time box: start-up (8 processes load the model, pin the offload slab) plus each
-# step at twice its planned time; without a plan, two hours. The dry run's: 90 s a point.
-NODE_STARTUP_S, NODE_STEP_MARGIN, NODE_UNPLANNED_BOX_S, DRY_RUN_BOX_S = 600, 2.0, 7200, 90
+# step at twice its planned time; a point without a planned step time has none unless
+# --point-timeout gives one (unplanned_reason). The dry run's: 90 s a point.
+NODE_STARTUP_S, NODE_STEP_MARGIN, DRY_RUN_BOX_S = 600, 2.0, 90
 # The least a node point's collectives may wait for their slowest member (collective_timeout_sets).
 NODE_LEAST_COLLECTIVE_S = 300
 # From 3M a node point runs one step unless --steps says otherwise: a step of 45 minutes (3M) or
@@ -265,14 +266,26 @@ def preset_collective_timeout_s(preset):
 
 def point_box_s(planned, steps, mode, fixed=None):
     """A point's time box in seconds: `fixed` (--point-timeout) if given; on a node start-up plus
-    every step at NODE_STEP_MARGIN times its planned time; in the dry run DRY_RUN_BOX_S."""
+    every step at NODE_STEP_MARGIN times its planned time, None without a planned step time
+    (unplanned_reason); in the dry run DRY_RUN_BOX_S."""
     if fixed:
         return fixed
     if mode["name"] != NODE["name"]:
         return DRY_RUN_BOX_S
     if not planned.get("step_s"):
-        return NODE_UNPLANNED_BOX_S
+        return None
     return int(NODE_STARTUP_S + steps * NODE_STEP_MARGIN * planned["step_s"])
+
+
+def unplanned_reason(entry):
+    """Why a point (or the profile) is skipped for want of a box, or None: on a node the box comes
+    from the planned step time, and a fixed guess would cut a long point short (5M plans 2 hours a
+    step) or hold a hung short one for hours."""
+    if entry.get("box_s"):
+        return None
+    return ("the planner gave no step time for it (%s), so its time box cannot be sized; not started: "
+            "--resume this folder with --point-timeout SECONDS to run it in a box of that length"
+            % (entry["planned"].get("error") or "its plan has no step_s")[:300])
 
 
 # [section] the report: markdown rendered from the JSON record ------------------------------------
@@ -301,6 +314,7 @@ def render_markdown(record):
            "- commit %s (the binaries'%s), started %s, finished %s" % (
                record["commit"], ", with uncommitted changes" if record.get("uncommitted_changes") else "",
                record["started"], record.get("finished") or "-"),
+           "- binaries: %s" % build_text(record.get("build")),
            "- launcher: `%s`" % " ".join(record["launcher"]),
            "- every point: `--steps %s --no-checkpoint`, extra sets `%s`%s; the figures are the steps after the "
            "first, of a point of one step that step's"
@@ -329,7 +343,7 @@ def render_markdown(record):
             "%.2f (%.2f)" % (max(ranks) / scale, min(ranks) / scale) if ranks else "-", percent(cmp_.get("peak_error")),
             ", ".join(percent(e) for e in cmp_.get("rank_peak_errors") or []) or "-",
             fmt(pl.get("step_s"), "%.2f"), fmt(me.get("step_time_s"), "%.2f"), percent(cmp_.get("step_time_error")),
-            p.get("box_s", "-")))
+            p.get("box_s") or "-"))
     out += ["", "## Tokens/s per GPU: measured, planned and UPipe's published", "",
             "UPipe's figures: %s; %s." % (pub["source"], pub["paper"]), "",
             "| point | measured | planned | measured / planned | UPipe | measured / UPipe | planned / UPipe |",
@@ -347,7 +361,7 @@ def render_markdown(record):
         state = (" (the run was cut short)" if record.get("interrupted") else
                  " yet" if not record.get("finished") else "")
         out.append("Not run%s%s." % (state, ": %s, planned step %s s, time box %s s" % (
-            point_name(overlap, dry), fmt(overlap["planned"].get("step_s"), "%.2f"), overlap.get("box_s", "-"))
+            point_name(overlap, dry), fmt(overlap["planned"].get("step_s"), "%.2f"), overlap.get("box_s") or "-")
             if overlap else ""))
     else:
         run = overlap["run"]
@@ -355,7 +369,7 @@ def render_markdown(record):
                    "kernel by collective and the part of its time a kernel that is not NCCL's ran beside it "
                    "(collective_overlap.py). Planned step %s s, time box %s s. Run: %s." % (
                        point_name(overlap, dry), fmt((overlap.get("planned") or {}).get("step_s"), "%.2f"),
-                       overlap.get("box_s", "-"), run["status"]))
+                       overlap.get("box_s") or "-", run["status"]))
         summary = overlap.get("overlap") or {}
         if run["status"] != "ok":
             out.append("")
@@ -642,12 +656,17 @@ def collective_backend(ranks, gpus_visible):
     return dict(record, backend="Gloo", why="%d ranks share %d visible GPUs" % (ranks, gpus_visible))
 
 
-def node_gpu_refusal(ranks, gpus_visible, gpus_listed, visible_devices):
+def node_gpu_refusal(ranks, gpus_visible, gpus_listed, visible_devices, smi_failed=None):
     """Why the node run cannot run here (BadInput's message), or None: each rank needs a GPU of its
-    own, counted as the ranks see them; ranks that share GPUs would run over Gloo, no NCCL node."""
+    own, counted as the ranks see them; ranks that share GPUs would run over Gloo, no NCCL node.
+    `smi_failed`: nvidia-smi absent or failing (None: asked here when it listed no GPU)."""
     if gpus_visible >= ranks:
         return None
-    seen = ("nvidia-smi is missing or failed: no GPU could be listed" if gpus_listed == 0 and nvidia_smi("--query-gpu=name") is None
+    if smi_failed is None:
+        smi_failed = gpus_listed == 0 and nvidia_smi("--query-gpu=name") is None
+    seen = ("nvidia-smi is missing or failed: no GPU could be listed; the run reads the GPUs, their model and the "
+            "processes on them from nvidia-smi, which a container gets when NVIDIA_DRIVER_CAPABILITIES includes "
+            "utility (compute alone leaves it out)" if smi_failed
             else "nvidia-smi lists %d%s" % (gpus_listed, "" if visible_devices is None else
                                             ", CUDA_VISIBLE_DEVICES=%s leaves %d" % (visible_devices, gpus_visible)))
     shared = ("" if gpus_visible == 0 else ": ranks sharing GPUs run their collectives over Gloo, not NCCL "
@@ -700,6 +719,52 @@ def binaries_of(binary):
     except OSError as e:  # no git
         return {"commit": "unknown (%s)" % e.strerror, "commit_full": None, "uncommitted_changes": None}
     return {"commit": full[:7], "commit_full": full, "uncommitted_changes": dirty}
+
+
+def binaries_build(binary):
+    """`odyssey version --json` of the binaries the ranks will run (their LibTorch and its CUDA,
+    Odyssey's CUDA kernels linked or not, the CUDA devices they see), or {"error": ...}."""
+    try:
+        return run_json([binary, "version", "--json"], 120)
+    except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+        return {"error": "%s version --json: %s" % (binary, e)}
+
+
+def build_refusal(build, ranks):
+    """Why the node run cannot run these binaries (BadInput's message), or None: every point would
+    stop at its start (a LibTorch without CUDA; fewer CUDA devices than ranks, as a driver older than
+    LibTorch's CUDA shows them: none) after the minutes of loading the model."""
+    if "error" in build:
+        return "the binaries cannot say what they were built with: %s" % build["error"]
+    if not build.get("libtorch_cuda"):
+        return ("the binaries' LibTorch %s has no CUDA (`odyssey version`): build them on the node against PyTorch "
+                "with CUDA (make build, or scripts/gpu/build.sh into build-gpu)" % build.get("libtorch"))
+    if (build.get("cuda_devices") or 0) < ranks:
+        return ("the binaries see %d CUDA devices (`odyssey version`), and the run needs %d: nvidia-smi lists them, "
+                "so CUDA itself cannot reach them (a driver older than LibTorch's CUDA %s, or a container without "
+                "the GPUs' device files)" % (build.get("cuda_devices") or 0, ranks, build["libtorch_cuda"]))
+    return None
+
+
+def build_warning(build):
+    """The record's warning where the binaries run without Odyssey's CUDA kernels, else None."""
+    if "error" in build or build.get("cuda_kernels"):
+        return None
+    return ("the binaries lack Odyssey's CUDA kernels (`odyssey version`: built without nvcc, or with nvcc of another "
+            "CUDA major than LibTorch's %s): RMSNorm, RoPE, SwiGLU and the loss run LibTorch's operators, slower than "
+            "the planned step times" % build.get("libtorch_cuda"))
+
+
+def build_text(build):
+    """The report's line on the binaries' build."""
+    if not build:
+        return "not recorded"
+    if "error" in build:
+        return build["error"]
+    return "odyssey %s, LibTorch %s%s, Odyssey's CUDA kernels %s" % (
+        build.get("odyssey"), build.get("libtorch"),
+        " with CUDA %s" % build["libtorch_cuda"] if build.get("libtorch_cuda") else " (CPU only)",
+        "linked (CUDA architectures %s)" % build.get("cuda_architectures") if build.get("cuda_kernels") else "not linked")
 
 
 def now_text():
@@ -765,6 +830,10 @@ def prepare(args):
         busy = busy_gpu_refusal(gpu_processes(), {g["uuid"] for g in visible})
         if busy:
             raise BadInput(busy)
+    build = binaries_build(binary)
+    refusal = build_refusal(build, world) if mode is NODE else None
+    if refusal:
+        raise BadInput(refusal)
     launcher = torchrun_launcher(world)
     profile = profile_point(mode, points, args.profile_point)
     if args.resume:
@@ -790,7 +859,7 @@ def prepare(args):
             if not name.startswith("replaced-"):
                 os.rename(os.path.join(out, name), os.path.join(aside, name))
     sets = ["parallel.world_size=%d" % world] + mode["sets"]
-    return mode, points, binary, launcher, out, sets, profile, collective_backend(world, gpus_visible)
+    return mode, points, binary, build, launcher, out, sets, profile, collective_backend(world, gpus_visible)
 
 
 def profile_point(mode, points, asked=None):
@@ -936,12 +1005,12 @@ def gpu_warnings(host):
             "planned figures and the comparison with UPipe's H100 SXM figures are approximate" % host]
 
 
-def run_warnings(mode, host_line):
-    """The record's warnings on what the run is measured on (gpu_warnings, affinity_warning): on a
-    node only."""
+def run_warnings(mode, host_line, build):
+    """The record's warnings on what the run is measured on (gpu_warnings, affinity_warning,
+    build_warning): on a node only."""
     if mode is not NODE:
         return []
-    return [w for w in gpu_warnings(host_line) + [affinity_warning(mode["world_size"])] if w]
+    return [w for w in gpu_warnings(host_line) + [affinity_warning(mode["world_size"]), build_warning(build)] if w]
 
 
 # [section] running the points ---------------------------------------------------------------------
@@ -1023,7 +1092,7 @@ def resumed_record(out, record, mode, steps, all_sets, binary, args):
     return record
 
 
-def new_record(out, mode, points, profile, preset, sets, steps, binary, launcher, collectives, host, args):
+def new_record(out, mode, points, profile, preset, sets, steps, binary, build, launcher, collectives, host, args):
     """predictions.json (the planner's word on every point and the profiled length, written before
     anything runs) and the record that sets each point against it, written once."""
     published = published_figures()
@@ -1040,9 +1109,9 @@ def new_record(out, mode, points, profile, preset, sets, steps, binary, launcher
     record = {"kind": "odyssey node acceptance", "mode": mode["name"], "preset": predictions["preset"],
               "world_size": mode["world_size"], "sets": all_sets, "environment_sets": environment_sets,
               "planner_sets": profile_sets, "gpu_model": gpu_model(mode), "steps": steps, "launcher": launcher,
-              "binary": binary,
+              "binary": binary, "build": build,
               "host": host_line, "host_memory": host, "collectives": collectives, **binaries_of(binary),
-              "warnings": run_warnings(mode, host_line),
+              "warnings": run_warnings(mode, host_line, build),
               "started": now_text(), "finished": None, "interrupted": None, "point_timeout": args.point_timeout,
               "predictions_written": predictions["written"],
               "requested_points": [seq for seq, _ in points], "published": published, "points": []}
@@ -1078,7 +1147,7 @@ def utc_in(seconds, pattern):
 
 
 def run(args):
-    mode, points, binary, launcher, out, sets, profile, collectives = prepare(args)
+    mode, points, binary, build, launcher, out, sets, profile, collectives = prepare(args)
     earlier = None  # the record of the run a resume finishes
     if args.resume:
         with open(os.path.join(out, RECORD_FILE)) as f:
@@ -1101,16 +1170,17 @@ def run(args):
         record = resumed_record(out, record, mode, steps, all_sets, binary, args)
         record["host_memory"] = host  # this host's, which the skips below read
         record["host"] = host_description(mode)
-        record["warnings"] = run_warnings(mode, record["host"])
+        record["warnings"] = run_warnings(mode, record["host"], build)
     else:
-        record = new_record(out, mode, points, profile, preset, sets, steps, binary, launcher, collectives, host, args)
+        record = new_record(out, mode, points, profile, preset, sets, steps, binary, build, launcher, collectives, host,
+                            args)
     for w in record.get("warnings") or []:
         print("node acceptance: warning: %s" % w, file=sys.stderr, flush=True)
     write_report(out, record)
     to_run = [p for p in record["points"] if not p.get("measured")] + ([record["overlap"]] if not record["overlap"].get(
         "run") else [])
     planned_s = sum(p.get("steps", steps) * (p["planned"].get("step_s") or 0) for p in to_run)
-    boxes_s = sum(p["box_s"] for p in to_run)
+    boxes_s = sum(p["box_s"] or 0 for p in to_run)
     print("node acceptance (%s, collectives over %s): %d points and the profile at %s, predictions in %s; %s: "
           "planned %s of steps (%.0f s), time boxes %s in all, so done by %s UTC at the latest; host memory %s"
           % (mode["name"], collectives["backend"], len(record["points"]), format_tokens(record["overlap"]["seq_len"]),
@@ -1141,7 +1211,7 @@ def execute(record, out, mode, preset, sets, launcher, host):
 
     def skipped(entry):
         """The entry's record where it does not run (the gate, or the host memory it lacks), else None."""
-        reason = gate or host_refusal(entry["planned"], host)
+        reason = gate or unplanned_reason(entry) or host_refusal(entry["planned"], host)
         return {"status": "skipped", "reason": reason, "wall_s": None, "command": None} if reason else None
 
     def ran(name, figures):
@@ -1320,7 +1390,12 @@ def self_test():
     assert not collective_timeout_sets(627, NODE, 300.0) and collective_timeout_sets(900, NODE, None)
     assert not collective_timeout_sets(3000, NODE, 3600.0, ["training.steps=2", "parallel.timeout_s=900"])
     assert preset_collective_timeout_s(os.path.join(ROOT, NODE["preset"])) == 3600.0
-    assert point_box_s({}, 2, NODE) == NODE_UNPLANNED_BOX_S and point_box_s(planned, 2, DRY_RUN) == DRY_RUN_BOX_S
+    assert point_box_s({}, 2, NODE) is None and point_box_s(planned, 2, DRY_RUN) == DRY_RUN_BOX_S
+    # without a planned step time a node point is not run: the reason names the plan's error and the way out
+    unplanned = {"planned": {"error": "odyssey plan -> rc 1: timed out"}, "box_s": point_box_s({}, 1, NODE)}
+    why = unplanned_reason(unplanned)
+    assert why and "timed out" in why and "--point-timeout SECONDS" in why, why
+    assert unplanned_reason({"planned": {}, "box_s": point_box_s({}, 1, NODE, fixed=3600)}) is None
     assert [format_tokens(n) for n in (131072, 3 * 2 ** 20, 768)] == ["128K", "3M", "768"]
 
     # systems.py's reading of a run: each rank's most over the steps, the steps after the first
@@ -1368,6 +1443,7 @@ def self_test():
     self_test_cut_short(record, planned, measured, c, run)
     self_test_time_box()
     self_test_hang_up()
+    self_test_wrapper_binaries()
     assert shm_warning(ROOT, least=0) is None and "holds" in shm_warning(ROOT, least=1 << 62)
     assert shm_warning(os.path.join(ROOT, "no such folder")) is None
     print("node_acceptance self-test: ok")
@@ -1406,6 +1482,45 @@ def self_test_time_box():
     assert not systems.process_gone(threads.pid), "a process with a thread still running counted as ended"
     assert systems.wait_gone([threads.pid], within_s=30) == [], "the process outlived its last thread"
     threads.wait()
+
+
+def self_test_wrapper_binaries():
+    """scripts/gpu/node_acceptance.sh without --bin: build/bin or build-gpu/bin, the newer engine
+    where both are built, named when it chose. Run on a copy of the wrapper in a folder of stubs
+    whose node_acceptance.py prints the binary it was given."""
+    with tempfile.TemporaryDirectory() as root:
+        for rel in ("scripts/gpu/node_acceptance.sh", "scripts/gpu/env.sh"):
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+            shutil.copy(os.path.join(ROOT, rel), os.path.join(root, rel))
+        os.makedirs(os.path.join(root, "bench", "gpu"))
+        with open(os.path.join(root, "bench", "gpu", "node_acceptance.py"), "w") as f:
+            f.write("import os\nprint(os.environ['ODYSSEY_BIN'])\n")
+
+        def build(folder, mtime):
+            os.makedirs(os.path.join(root, folder, "bin"), exist_ok=True)
+            for exe in ("odyssey", "odyssey-engine"):
+                path = os.path.join(root, folder, "bin", exe)
+                with open(path, "w") as f:
+                    f.write("#!/bin/sh\n")
+                os.chmod(path, 0o755)
+                os.utime(path, (mtime, mtime))
+
+        def chosen():
+            env = dict(os.environ, ODYSSEY_PYTHON=sys.executable, ODYSSEY_GPU_LIBS="", OUT=os.path.join(root, "out"))
+            env.pop("ODYSSEY_BIN", None)
+            proc = subprocess.run([os.path.join(root, "scripts", "gpu", "node_acceptance.sh"), "--dry-run"],
+                                  capture_output=True, text=True, env=env, timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            return os.path.relpath(proc.stdout.strip(), root), "the newer of build/bin and build-gpu/bin" in proc.stderr
+
+        build("build", 1000)
+        assert chosen() == ("build/bin/odyssey", False), chosen()
+        build("build-gpu", 2000)
+        assert chosen() == ("build-gpu/bin/odyssey", True), chosen()
+        build("build", 3000)
+        assert chosen() == ("build/bin/odyssey", True), chosen()
+        shutil.rmtree(os.path.join(root, "build"))
+        assert chosen() == ("build-gpu/bin/odyssey", False), chosen()
 
 
 def self_test_hang_up():
@@ -1512,6 +1627,17 @@ def self_test_cut_short(record, planned, measured, c, run):
     assert gpu_warnings("8 x NVIDIA H100 80GB HBM3") == []
     assert "h200 profile" in gpu_warnings("8 x NVIDIA H200")[0]
     assert "neither H100 SXM nor H200" in gpu_warnings("8 x NVIDIA H100 PCIe")[0]
+    # the binaries' build (odyssey version --json): refused where every point would stop at its start,
+    # warned where they lack the kernels, named in the report
+    built = {"odyssey": "0.1.0", "libtorch": "2.11.0", "libtorch_cuda": "13.0", "cuda_kernels": True,
+             "cuda_architectures": "90", "cuda_devices": 8}
+    assert build_refusal(built, 8) is None and build_warning(built) is None
+    assert "has no CUDA" in build_refusal(dict(built, libtorch_cuda=None, cuda_devices=0), 8)
+    assert "see 0 CUDA devices" in build_refusal(dict(built, cuda_devices=0), 8)
+    assert "cannot say" in build_refusal({"error": "odyssey version --json: rc 1"}, 8)
+    assert "lack Odyssey's CUDA kernels" in build_warning(dict(built, cuda_kernels=False, cuda_architectures=None))
+    assert build_text(built) == "odyssey 0.1.0, LibTorch 2.11.0 with CUDA 13.0, Odyssey's CUDA kernels linked (CUDA architectures 90)"
+    assert build_text(None) == "not recorded"
 
 
 def self_test_node_rules(record, plan, planned, measured):
@@ -1550,6 +1676,9 @@ def self_test_node_rules(record, plan, planned, measured):
     refusal = node_gpu_refusal(8, gpu_count({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, eight), 8, "0,1,2,3")
     assert refusal and "its ranks would see 4 (nvidia-smi lists 8, CUDA_VISIBLE_DEVICES=0,1,2,3 leaves 4)" in refusal, refusal
     assert "over Gloo, not NCCL" in refusal, refusal
+    # a container without nvidia-smi (NVIDIA_DRIVER_CAPABILITIES=compute): refused, naming the capability
+    no_smi = node_gpu_refusal(8, 0, 0, None, smi_failed=True)
+    assert no_smi and "nvidia-smi is missing" in no_smi and "includes utility" in no_smi, no_smi
     assert [collective_backend(*a)["backend"] for a in ((8, 8), (8, 4), (2, None))] == ["NCCL", "Gloo", "Gloo"]
     assert collective_backend(8, 4)["why"] == "8 ranks share 4 visible GPUs"
     md = render_markdown(dict(record, collectives=collective_backend(8, 8)))

@@ -15,7 +15,8 @@
 # Writes DIR/predictions.json before anything runs, then DIR/node_acceptance.json (the record,
 # rewritten after each point) and DIR/node_acceptance.md (rendered from it); each point's run and
 # log under DIR/points, the profiled run under DIR/profile. --bin: the folder holding `odyssey` and
-# `odyssey-engine` (default build/bin, else build-gpu/bin where scripts/gpu/build.sh built them);
+# `odyssey-engine` (default build/bin, or build-gpu/bin where scripts/gpu/build.sh built them: the newer
+# engine of the two);
 # --carried DIR: binaries packed by scripts/gpu/pack.sh
 # (scripts/gpu/carried_bin.sh unpacks them). Everything else goes to bench/gpu/node_acceptance.py
 # (--help there). Exit 0 when every point gave its figures,
@@ -52,9 +53,14 @@ fi
 if [ -n "$CARRIED" ]; then  # relative to this directory, as --bin is
   BIN="$("$ROOT/scripts/gpu/carried_bin.sh" "$(cd "$CARRIED" 2>/dev/null && pwd || echo "$CARRIED")")" || exit 2
 fi
-if [ -z "$BIN" ]; then
+if [ -z "$BIN" ]; then  # build/bin (make build) or build-gpu/bin (scripts/gpu/build.sh): the newer engine when both
   BIN="$ROOT/build/bin"
-  [ -x "$BIN/odyssey" ] || [ ! -x "$ROOT/build-gpu/bin/odyssey" ] || BIN="$ROOT/build-gpu/bin"
+  if [ -x "$ROOT/build-gpu/bin/odyssey" ] && { [ ! -x "$BIN/odyssey" ] ||
+       [ "$ROOT/build-gpu/bin/odyssey-engine" -nt "$BIN/odyssey-engine" ]; }; then
+    BIN="$ROOT/build-gpu/bin"
+  fi
+  [ ! -x "$ROOT/build/bin/odyssey" ] || [ ! -x "$ROOT/build-gpu/bin/odyssey" ] ||
+    echo "node_acceptance: binaries in $BIN, the newer of build/bin and build-gpu/bin (--bin DIR chooses)" >&2
 fi
 case "$BIN" in /*) ;; *) BIN="$(pwd)/$BIN" ;; esac
 for exe in odyssey odyssey-engine; do
