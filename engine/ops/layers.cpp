@@ -43,6 +43,9 @@ at::Tensor rope_frequencies_on(const ModelConfig& model, at::Device device) {
   std::vector<double> values = rope_inv_freq(model);
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   if (!device.is_cuda()) return at::tensor(values, f64);  // [hd/2]
+  // the key's device: an unindexed CUDA device would give every rank thread's GPU one entry, on
+  // whichever device the first upload found current
+  TORCH_CHECK(device.has_index(), "rope_frequencies_on: ", device, " names no device index");
   using Key = std::pair<std::vector<double>, c10::DeviceIndex>;
   static auto* mutex = new std::mutex();
   static auto* uploaded = new std::map<Key, at::Tensor>();

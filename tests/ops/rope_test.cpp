@@ -158,4 +158,7 @@ TEST_CASE("rope: a step's tables are made on the GPU without the host waiting fo
   const Positions whole = make_positions(0, 256, model, cuda);
   CHECK(at::equal(again.cos.cpu(), whole.cos.narrow(0, 128, 128).cpu()));
   CHECK(at::equal(again.sin.cpu(), whole.sin.narrow(0, 128, 128).cpu()));
+  // the cache is keyed by device index: a device without one (which rank threads on several GPUs
+  // would share as one key) is refused, not cached on whichever GPU is current
+  CHECK_THROWS_WITH(make_positions(0, 128, model, at::Device(at::kCUDA)), Catch::Contains("names no device index"));
 }
