@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -135,6 +136,9 @@ void print_help(std::ostream& os) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file size limit (ulimit -f) would end the process with SIGXFSZ mid-write, without a word and
+  // with temporaries left; ignored, the write fails with EFBIG and the file's writer says which.
+  std::signal(SIGXFSZ, SIG_IGN);
   // Descriptors 0-2 closed by the caller (`2>&-`) would be the next files opened: a documents
   // file's temporary, a run's lock, which then received stderr's text. /dev/null holds them.
   for (int fd = 0; fd <= 2; ++fd)

@@ -8,6 +8,7 @@
 
 #include <cfloat>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -112,6 +113,9 @@ void render_frame(GLFWwindow* window, odyssey::studio::AppState& state, odyssey:
 
 int main(int argc, char** argv) {
   using namespace odyssey::studio;
+  // A file size limit (ulimit -f): a run's write fails naming its file, as in odyssey train,
+  // instead of SIGXFSZ ending the studio without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   // LibTorch's OpenMP threads spin at every barrier (libgomp's default wait policy). Beside a UI
   // thread on a few cores, the spinning starves the thread everyone waits for: 7 tiny-cpu steps took
   // 72 s in the studio against 3 s with OMP_WAIT_POLICY=passive (2-core machine). libgomp reads the

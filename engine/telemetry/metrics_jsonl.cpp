@@ -2,6 +2,8 @@
 // MetricsJsonlWriter members, write_metrics_jsonl, fill_peaks_from_tracker
 #include "engine/telemetry/metrics_jsonl.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cerrno>
@@ -133,7 +135,7 @@ MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path, int64_t keep_thr
       throw std::runtime_error(std::string("metrics.jsonl: ") + e.what());
     }
   }
-  file_ = std::fopen(path.c_str(), keep_through_step >= 0 ? "ab" : "wb");
+  file_ = open_output_stream(path, keep_through_step >= 0 ? "ab" : "wb");
   if (file_ == nullptr) throw std::runtime_error(io_error("open", path));
 }
 
@@ -154,6 +156,12 @@ void MetricsJsonlWriter::write(const StepMetrics& m, const PhasePeakTable* phase
     throw std::runtime_error(io_error("write", path_));
   ++lines_;
   wrote_ = true;
+}
+
+void MetricsJsonlWriter::sync() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (file_ == nullptr) return;
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) throw std::runtime_error(io_error("sync", path_));
 }
 
 void MetricsJsonlWriter::close() {

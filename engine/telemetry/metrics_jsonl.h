@@ -38,6 +38,9 @@ class MetricsJsonlWriter {
   /// Writes and flushes one line. The first line this writer writes carries "first_of_process":
   /// true (a process's first step runs its warm-up: the allocator's first blocks, lazy set-up).
   void write(const StepMetrics& m, const PhasePeakTable* phase_peaks = nullptr);
+  /// The lines written so far on the disk (fsync), before a checkpoint that counts them: after a
+  /// power loss the checkpoint's steps have their lines (a resume then finds none missing).
+  void sync();
   /// Idempotent; the destructor calls it.
   void close();
   const std::string& path() const { return path_; }

@@ -115,7 +115,7 @@ std::string memory_counter(int rank, double t_s, int64_t device, int64_t host) {
 }  // namespace
 
 TraceWriter::TraceWriter(const std::string& path) : path_(path) {
-  file_ = std::fopen(path.c_str(), "wb");
+  file_ = open_output_stream(path, "wb");
   if (file_ == nullptr) throw std::runtime_error("trace: cannot create " + path + ": " + std::strerror(errno));
   pending_ = "{\"traceEvents\":[\n";
 }
@@ -188,7 +188,7 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
   } catch (const FileWriteError& e) {
     throw std::runtime_error(std::string("trace: ") + e.what());
   }
-  file_ = std::fopen(path.c_str(), "r+b");
+  file_ = open_output_stream(path, "r+b");
   if (file_ == nullptr || std::fseek(file_, static_cast<long>(head.size()), SEEK_SET) != 0) {
     const std::string why = std::strerror(errno);
     if (file_ != nullptr) std::fclose(file_);

@@ -75,6 +75,17 @@ std::string step_folder(int64_t step) {
   return name;
 }
 
+/// Whether `name` in `root` is a folder a save made: a directory (not a link) named as
+/// step_folder names one, step_ and at least 8 digits with no other character.
+bool is_step_folder(const std::string& root, const std::string& name) {
+  const std::string digits = name.rfind("step_", 0) == 0 ? name.substr(5) : "";
+  if (digits.size() < 8 || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  if (step_folder(std::stoll(digits)) != name) return false;  // 9 digits with a leading zero: not ours
+  struct stat st {};
+  return ::lstat(join_path(root, name).c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 std::string hex32(uint32_t v) {
   char text[16];
   std::snprintf(text, sizeof text, "0x%08x", v);
@@ -367,9 +378,10 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
     } catch (const FileWriteError& e) {
       throw CheckpointWriteError(std::string("checkpoint at step ") + std::to_string(step) + ": " + e.what());
     }
+    // older checkpoints, superseded: the folders a save names (step_folder) and nothing else of
+    // checkpoints/ (a copy kept as step_00000002.keep, notes beside them are the user's)
     for (const auto& name : list_dir(root))
-      if (name.rfind("step_", 0) == 0 && name != step_folder(step))
-        remove_tree(join_path(root, name));  // older checkpoints: superseded
+      if (is_step_folder(root, name) && name != step_folder(step)) remove_tree(join_path(root, name));
   }
   ctx.world->barrier();
 }
@@ -390,9 +402,16 @@ bool checkpoint_file_there(const std::string& path, const std::string& what) {
                         (err == ENOENT ? std::string("a symbolic link to nothing") : std::strerror(err)) + ")");
 }
 
-}  // namespace
+/// latest.json's bytes as they are now, "" when it cannot be read (absent, unreadable).
+std::string pointer_bytes(const std::string& dir) {
+  try {
+    return read_file_bounded(join_path(join_path(dir, "checkpoints"), "latest.json"), 4096, "checkpoint pointer");
+  } catch (const std::exception&) {
+    return "";
+  }
+}
 
-std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
+std::optional<CheckpointInfo> read_checkpoint_info_once(const std::string& dir) {
   const std::string root = join_path(dir, "checkpoints");
   const std::string latest = join_path(root, "latest.json");
   if (!checkpoint_file_there(latest, "checkpoint pointer")) return std::nullopt;
@@ -433,6 +452,34 @@ std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
                             hex32(expected) + ", the file gives " + hex32(crc) + ")");
   }
   return info;
+}
+
+}  // namespace
+
+std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
+  for (int attempt = 1;; ++attempt) {
+    const std::string before = pointer_bytes(dir);
+    try {
+      return read_checkpoint_info_once(dir);
+    } catch (const CheckpointError&) {
+      if (attempt >= 3 || pointer_bytes(dir) == before) throw;  // not a pointer that moved: the error stands
+    }
+  }
+}
+
+std::string checkpoint_superseded_note(const CheckpointInfo& info) {
+  const std::string dir = folder_of(folder_of(info.path));  // DIR of DIR/checkpoints/step_N
+  std::optional<CheckpointInfo> now;
+  try {
+    now = read_checkpoint_info_once(dir);
+  } catch (const std::exception&) {
+    return "";
+  }
+  if (!now || now->step == info.step) return "";
+  return " (latest.json has moved on to step " + std::to_string(now->step) +
+         " meanwhile: a live run is saving "
+         "checkpoints in " +
+         dir + "; run again to read step " + std::to_string(now->step) + ")";
 }
 
 std::vector<std::string> check_resume_config(const CheckpointInfo& info, const RunConfig& run, const std::string& dir) {

@@ -110,14 +110,18 @@ class CheckpointCadence {
   CheckpointCadence(const RunConfig& cfg, const RunOptions& opt, const RunShared& shared, RunLog log);
   /// After a step: a checkpoint when the cadence falls here (not on the last step: at_end writes it).
   void after_step(Trainer& trainer, int64_t total_steps);
+  /// At the run's end (its last step, a stop, a pause's end): a checkpoint unless the cadence
+  /// wrote this very step (a stop right after one), which would write the same state again.
   void at_end(Trainer& trainer);
 
  private:
   int64_t every_ = 0;
+  int64_t saved_step_ = -1;  ///< the step after_step last saved
   bool enabled_ = false;
   std::string dir_;
   const std::vector<CarriedFile>& carried_;
-  TraceWriter* trace_ = nullptr;  ///< flushed at each checkpoint (null: no trace)
+  TraceWriter* trace_ = nullptr;           ///< flushed at each checkpoint (null: no trace)
+  MetricsJsonlWriter* metrics_ = nullptr;  ///< synced to the disk before each checkpoint (null: none)
   RunLog log_;
 };
 

@@ -213,6 +213,7 @@ CheckpointCadence::CheckpointCadence(const RunConfig& cfg, const RunOptions& opt
       dir_(opt.out_dir),
       carried_(shared.tokenizer_files),
       trace_(shared.trace.get()),
+      metrics_(shared.metrics.get()),
       log_(std::move(log)) {}
 
 void CheckpointCadence::after_step(Trainer& trainer, int64_t total_steps) {
@@ -220,13 +221,20 @@ void CheckpointCadence::after_step(Trainer& trainer, int64_t total_steps) {
   // The trace's events through this step reach its file before the checkpoint does: a run killed
   // later resumes from it, and its resume keeps them (flushed after, a kill in between lost them).
   if (trace_ != nullptr) trace_->flush();
+  if (metrics_ != nullptr) metrics_->sync();
   save_checkpoint(trainer, dir_, carried_);
+  saved_step_ = trainer.next_step();
   log_("checkpoint at step " + std::to_string(trainer.next_step()));
 }
 
 void CheckpointCadence::at_end(Trainer& trainer) {
   if (!enabled_) return;
-  save_checkpoint(trainer, dir_, carried_);
+  // A stop right after the cadence's checkpoint: that one holds this state. Written again it
+  // would double the time to exit (minutes for a large model) within a scheduler's grace period.
+  if (saved_step_ != trainer.next_step()) {
+    if (metrics_ != nullptr) metrics_->sync();
+    save_checkpoint(trainer, dir_, carried_);
+  }
   log_("checkpoint at step " + std::to_string(trainer.next_step()) + " in " + dir_ + "/checkpoints");
 }
 
@@ -276,20 +284,23 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
 }
 
 /// Refuses (std::invalid_argument, before any output) an existing --out this user cannot write
-/// into, or one where a file the run writes (kRunFiles) is a directory, FIFO or socket: found at
-/// the lock, or when summary.json is written after the last step (exit 1, the steps' time spent).
+/// into, or one where a file the run writes (kRunFiles, or the temporary it is written through) is
+/// a directory, FIFO or socket: found at the lock, or when summary.json is written after the last
+/// step (exit 1, the steps' time spent).
 void check_run_dir_writable(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return;  // made later, in a folder checked then
   if (S_ISDIR(st.st_mode) && ::access(dir.c_str(), W_OK | X_OK) != 0)
     throw std::invalid_argument("--out " + dir + ": the folder is not writable (" + std::strerror(errno) +
                                 "): choose another --out");
-  for (const char* name : kRunFiles) {
-    const std::string path = join_path(dir, name);
-    if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)) continue;
-    throw std::invalid_argument("--out " + dir + ": " + name + " is " +
-                                (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file (a FIFO or socket)") +
-                                ", where the run writes its " + name + ": remove it or choose another --out");
+  for (const char* file : kRunFiles) {
+    for (const std::string& name : {std::string(file), AtomicFile::temporary_path(file)}) {
+      const std::string path = join_path(dir, name);
+      if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)) continue;
+      throw std::invalid_argument("--out " + dir + ": " + name + " is " +
+                                  (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file (a FIFO or socket)") +
+                                  ", where the run writes its " + file + ": remove it or choose another --out");
+    }
   }
 }
 
@@ -664,6 +675,17 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
         opt.log("--out " + opt.out_dir + ": took over the lock of a run that ended without releasing it (" +
                 lock->previous_owner() + ")");
       refuse_earlier_run();
+      // latest.json was read before the lock: a run that held the directory meanwhile (another
+      // resume) may have saved a newer checkpoint and removed the one read. Resumed, its steps
+      // would be taken again and its files found gone.
+      if (continues) {
+        const std::optional<CheckpointInfo> now = read_checkpoint_info(opt.out_dir);
+        if (!now || now->step != shared.resume->step || now->config_toml != shared.resume->config_toml)
+          throw RunDirBusy("--resume " + opt.resume_dir + ": its checkpoint moved on from step " +
+                           std::to_string(shared.resume->step) + " to " +
+                           (now ? "step " + std::to_string(now->step) : std::string("none")) +
+                           " while this run started (another run held the directory meanwhile): resume again");
+      }
       if (opt.overwrite && !continues) {
         const std::vector<std::string> replaced = run_outputs_in(opt.out_dir);
         remove_run_outputs(opt.out_dir);

@@ -211,12 +211,43 @@ std::string parent_dir(const std::string& path) {
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
 }
+
+/// An output file opened without blocking (O_NONBLOCK), refused when it is a FIFO or socket: one
+/// without a reader fails the open (ENXIO), one with a reader would take the run's bytes. -1 with
+/// errno set where the open fails otherwise.
+int open_output_fd(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_NONBLOCK | O_CLOEXEC, 0644);
+  struct stat st {};
+  const bool planted =
+      fd < 0 ? errno == ENXIO : ::fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+  if (planted) {
+    if (fd >= 0) ::close(fd);
+    throw FileWriteError(path + " is a FIFO or a socket, where Odyssey writes a file of its own: remove it");
+  }
+  if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // a device written through blocks as usual
+  return fd;
+}
 }  // namespace
+
+std::FILE* open_output_stream(const std::string& path, const char* mode) {
+  const std::string m = mode;
+  const int flags = m == "ab" ? O_WRONLY | O_CREAT | O_APPEND : m == "r+b" ? O_RDWR : O_WRONLY | O_CREAT | O_TRUNC;
+  if (m != "ab" && m != "r+b" && m != "wb") throw std::logic_error("open_output_stream: mode " + m);
+  const int fd = open_output_fd(path, flags);
+  if (fd < 0) return nullptr;
+  std::FILE* file = ::fdopen(fd, mode);
+  if (file == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+  }
+  return file;
+}
 
 // [section] AtomicFile ------------------------------------------------------------------------------
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(temporary_path(path_)) {
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = open_output_fd(tmp_, O_WRONLY | O_CREAT | O_TRUNC);
   if (fd_ < 0) throw FileWriteError(system_error("cannot create", tmp_));
   // A file replaced keeps its permissions (a preset kept private stays private).
   struct stat target {
@@ -238,7 +269,11 @@ void AtomicFile::write(const void* data, size_t bytes) {
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw FileWriteError(system_error("cannot write", tmp_) + (errno == ENOSPC ? " (disk full)" : ""));
+    if (n <= 0)
+      throw FileWriteError(system_error("cannot write", tmp_) +
+                           (errno == ENOSPC  ? " (disk full)"
+                            : errno == EFBIG ? " (the file size limit of this process: ulimit -f)"
+                                             : ""));
     p += n;
     bytes -= static_cast<size_t>(n);
   }
@@ -296,12 +331,24 @@ std::string RunDirLock::live_owner(const std::string& dir) {
 
 RunDirLock::RunDirLock(const std::string& dir) {
   const std::string path = lock_path(dir);
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Not through a link (the lock's owner line would be written into its target), and without
+  // blocking on a FIFO planted there.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   // A folder the user cannot write, or something planted where the lock belongs, is the user's
   // to change (exit 2); a disk that fails is the run's (exit 1).
+  if (fd_ < 0 && errno == ELOOP)
+    throw std::invalid_argument(path + " is a symbolic link, where a run keeps its lock file: remove it");
   if (fd_ < 0 && (errno == EACCES || errno == EPERM || errno == EROFS || errno == EISDIR || errno == ENOTDIR))
     throw std::invalid_argument(system_error("cannot create the run lock", path) + ": choose another --out");
   if (fd_ < 0) throw FileWriteError(system_error("cannot create the run lock", path));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw std::invalid_argument(path +
+                                " is not a regular file (a FIFO, a socket or a device), where a run keeps "
+                                "its lock file: remove it");
+  }
   auto read_owner = [&] {
     std::string text(512, '\0');
     const ssize_t n = ::pread(fd_, text.data(), text.size(), 0);

@@ -2,11 +2,12 @@
 // exports its own copies of std::filesystem functions, and calls that bind to them crash
 // (remove_all jumps to a null pointer). defines: make_dirs, path_exists, is_directory,
 // rename_path, remove_tree, list_dir, same_path, resolve_path, join_path, folder_of, clean_path, FileReadError,
-// open_regular_file, read_file_bounded, FileWriteError, AtomicFile, RunDirBusy, RunDirLock
+// open_regular_file, read_file_bounded, FileWriteError, open_output_stream, AtomicFile, RunDirBusy, RunDirLock
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -68,6 +69,12 @@ class FileWriteError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// `path` opened for writing as std::fopen(path, mode) opens it ("wb", "ab" or "r+b"), except that a
+/// FIFO or socket found there is refused (FileWriteError naming it) instead of blocking the open
+/// until something reads it, forever. A link is followed, as fopen does (a trace sent to
+/// /dev/null). nullptr with errno set where the open itself fails.
+std::FILE* open_output_stream(const std::string& path, const char* mode);
 
 /// A file that appears whole or not at all: bytes go to `path.tmp`; commit() flushes them to the
 /// disk (fsync), renames over `path` and syncs the directory, so a crash or power loss leaves

@@ -2,8 +2,11 @@
 // real binary: an earlier run is never overwritten unasked (--overwrite, --resume; every torchrun
 // process refuses with rank 0), --out paths in every spelling and depth, a busy --resume, outputs
 // the disk refused, a plan that does not fit (--force), a signal while loading, and the files
-// --kernel-profile may write. defines: test cases [cli][reliability][rundir]
+// --kernel-profile may write, links and FIFOs planted where it writes, a file size limit.
+// defines: test cases [cli][reliability][rundir]
 #include <sys/stat.h>
+
+#include <fstream>
 
 #include "cli_test_util.h"
 
@@ -214,6 +217,62 @@ TEST_CASE("run directory: a trace or summary the disk refuses fails the run (exi
     CHECK_THAT(r.err, Catch::Contains(std::string(file) == "trace.json" ? "trace" : "summary"));
     CHECK_THAT(r.err, Catch::Contains("No space left on device"));
   }
+}
+
+TEST_CASE("run directory: a link or FIFO where the lock belongs is refused, a FIFO where a run writes never hangs it",
+          "[cli][reliability][rundir]") {
+  // The lock: through a link its owner line would overwrite the target; a FIFO is no lock file.
+  // Either is the user's to remove: exit 2, the target untouched.
+  const std::string victim = fresh_dir("lock_victim") + ".txt";
+  { std::ofstream(victim) << "kept\n"; }
+  for (const std::string plant : {"ln -s '" + victim + "'", std::string("mkfifo")}) {
+    INFO(plant);
+    const std::string dir = fresh_dir("planted_lock");
+    REQUIRE(std::system(("mkdir -p '" + dir + "' && " + plant + " '" + dir + "/.odyssey.lock'").c_str()) == 0);
+    const Run r = run_odyssey("train " + kShort + "--steps 1 --no-checkpoint --quiet --out " + dir);
+    require_exit(r, 2);
+    CHECK_THAT(r.err,
+               Catch::Contains(dir + "/.odyssey.lock is ") && Catch::Contains("where a run keeps its lock file"));
+  }
+  CHECK(read_text(victim) == "kept\n");
+  // A FIFO at the trace or at the summary's temporary: refused before the run starts (exit 2); one
+  // where a checkpoint writes (its folder is made by the run, a FIFO there is planted mid-run or
+  // left by a copy) is opened without blocking and refused by name (exit 1), where the open waited
+  // for a reader forever, deaf to SIGTERM. `timeout` turns a regression into a failure here
+  // instead of a hung suite.
+  const struct {
+    std::string file, says;
+    int code;
+  } fifos[] = {
+      {"trace.json", "trace.json is not a regular file (a FIFO or socket), where the run writes its trace.json", 2},
+      {"summary.json.tmp",
+       "summary.json.tmp is not a regular file (a FIFO or socket), where the run writes its summary", 2},
+      {"checkpoints/step_00000001/rank0.bin.tmp",
+       "step_00000001/rank0.bin.tmp is a FIFO or a socket, where Odyssey writes a file of its own", 1},
+  };
+  for (const auto& f : fifos) {
+    INFO(f.file);
+    const std::string dir = fresh_dir("fifo_" + std::to_string(&f - fifos));
+    const std::string path = dir + "/" + f.file;
+    REQUIRE(std::system(("mkdir -p \"$(dirname '" + path + "')\" && mkfifo '" + path + "'").c_str()) == 0);
+    const Run r = run_shell("OMP_NUM_THREADS=1 timeout -s KILL 300 " + std::string(ODYSSEY_BIN_DIR) +
+                            "/odyssey train " + kShort + "--steps 1 --quiet --out " + dir + " 2>&1");
+    INFO(r.out);
+    CHECK(r.code == f.code);
+    CHECK_THAT(r.out, Catch::Contains(f.says));
+  }
+}
+
+TEST_CASE("run directory: a file size limit (ulimit -f) fails the run naming the file, never kills it with SIGXFSZ",
+          "[cli][reliability][rundir]") {
+  // 16 KiB: the tiny run's metrics fit, its trace and checkpoint do not. Without SIGXFSZ ignored
+  // the shell reports 153 (128 + SIGXFSZ) and nothing says which file.
+  const std::string dir = fresh_dir("file_size_limit");
+  const Run r = run_shell("ulimit -f 16; OMP_NUM_THREADS=1 " + std::string(ODYSSEY_BIN_DIR) + "/odyssey train " +
+                          kShort + "--steps 2 --quiet --out " + dir + " 2>&1");
+  INFO(r.out);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Catch::Contains("rank0.bin.tmp: File too large (the file size limit of this process: ulimit -f)"));
 }
 
 TEST_CASE("fit: a run the planner says does not fit is refused with the numbers and the fixes, --force runs it",

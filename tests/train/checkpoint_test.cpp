@@ -5,6 +5,7 @@
 // once. defines: test cases [checkpoint]
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -440,8 +441,9 @@ TEST_CASE("checkpoint: a resume that fails before its first step leaves the run'
   std::vector<std::string> before;
   for (const char* name : {"summary.json", "metrics.jsonl", "trace.json"})
     before.push_back(read_bytes(join_path(dir, name)));
-  std::string error;
-  REQUIRE(make_dirs(join_path(dir, "metrics.jsonl.tmp"), &error));  // metrics.jsonl cannot be rewritten
+  // metrics.jsonl cannot be rewritten: its temporary answers with ENOSPC, as a full disk does (a
+  // directory there would be refused before the run starts, as bad input)
+  REQUIRE(::symlink("/dev/full", join_path(dir, "metrics.jsonl.tmp").c_str()) == 0);
   const RunOptions again = resumed_in(dir, 3);
   const RunOutcome o = run_training(cfg, again);
   CHECK(o.status == RunOutcome::Status::Failed);
@@ -552,6 +554,56 @@ TEST_CASE("run directory: one writer at a time, a dead owner's lock is taken ove
   write_bytes(RunDirLock::lock_path(dir), "pid 999999 on elsewhere, since 2026-01-01 00:00:00\n");
   RunDirLock again(dir);
   CHECK_THAT(again.previous_owner(), Catch::Contains("pid 999999"));
+}
+
+TEST_CASE("checkpoint: a save removes the checkpoint it supersedes and nothing else of checkpoints/",
+          "[engine][checkpoint]") {
+  const RunConfig cfg = small_config();
+  const std::string dir = checkpointed_run("supersede", cfg, 1);
+  const std::string root = join_path(dir, "checkpoints");
+  // what a user keeps beside the saves: a copy of one, notes, a folder the save's name rule never
+  // makes (nine digits with a leading zero), a link named as a save to the kept copy
+  REQUIRE(std::system(("cp -r '" + root + "/step_00000001' '" + root + "/step_00000001.keep' && echo notes > '" + root +
+                       "/step_notes.txt' && mkdir '" + root + "/step_000000001' && ln -s step_00000001.keep '" + root +
+                       "/step_00000000'")
+                          .c_str()) == 0);
+  const RunOutcome o = run_training(cfg, resumed_in(dir, 2));
+  REQUIRE(o.status == RunOutcome::Status::Finished);
+  REQUIRE(read_checkpoint_info(dir)->step == 2);
+  CHECK(!path_exists(join_path(root, "step_00000001")));  // superseded by step 2
+  CHECK(path_exists(join_path(root, "step_00000002/config.toml")));
+  CHECK(path_exists(join_path(root, "step_00000001.keep/config.toml")));
+  CHECK(read_file_bounded(join_path(root, "step_notes.txt"), 64, "notes") == "notes\n");
+  CHECK(path_exists(join_path(root, "step_000000001")));
+  struct stat st {};
+  CHECK((::lstat(join_path(root, "step_00000000").c_str(), &st) == 0 && S_ISLNK(st.st_mode)));
+}
+
+TEST_CASE("checkpoint: a checkpoint read before another run replaced it is named as superseded, never resumed",
+          "[engine][checkpoint]") {
+  // What a second process sees when a live run saves meanwhile: it read latest.json (step 1), and
+  // the run then saved step 2 and removed step 1's folder.
+  const RunConfig cfg = small_config();
+  const std::string dir = checkpointed_run("superseded", cfg, 1);
+  const std::optional<CheckpointInfo> stale = read_checkpoint_info(dir);
+  REQUIRE(stale->step == 1);
+  CHECK(checkpoint_superseded_note(*stale).empty());  // still the pointer's
+  REQUIRE(run_training(cfg, resumed_in(dir, 2)).status == RunOutcome::Status::Finished);
+  // export and eval: the missing rank file, and why it is missing
+  CHECK_THROWS_WITH(read_full_masters(*stale, cfg),
+                    Catch::Contains("step_00000001/rank0.bin") &&
+                        Catch::Contains("latest.json has moved on to step 2 meanwhile: a live run is saving "
+                                        "checkpoints in " +
+                                        dir));
+  // a resume that read step 1 before it held the directory: refused once it holds it (exit 2),
+  // not resumed from a step already trained past
+  RunOptions late = resumed_in(dir, 3);
+  late.resume_info = stale;
+  const RunOutcome o = run_training(cfg, late);
+  CHECK(o.status == RunOutcome::Status::Failed);
+  CHECK(o.bad_input);
+  CHECK_THAT(o.error, Catch::Contains("its checkpoint moved on from step 1 to step 2 while this run started"));
+  CHECK(read_checkpoint_info(dir)->step == 2);  // untouched
 }
 
 TEST_CASE("checkpoint: a write that fails is a runtime failure naming the file, the old checkpoint kept",

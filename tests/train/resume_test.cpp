@@ -3,6 +3,10 @@
 // another model is refused with the reason; live toggles and stop requests apply at step boundaries.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
+#include <algorithm>
+
 #include "../common/engine_test_util.h"
 #include "engine/train/checkpoint_io.h"
 #include "engine/util/files.h"
@@ -89,6 +93,39 @@ TEST_CASE("resume: stop between steps, resume, the losses equal the uninterrupte
   // The metrics file continues from the checkpoint's step, the summary says finished.
   CHECK(path_exists(join_path(part.out_dir, "summary.json")));
   CHECK(path_exists(join_path(part.out_dir, "trace.json")));
+}
+
+TEST_CASE("run: a stop right after the cadence's checkpoint does not write it again", "[engine][train]") {
+  // checkpoint_every = 2 saves after step 4; a stop asked during step 4 ends the run there, and
+  // the end's checkpoint would be the same state written twice (minutes for a large model, within
+  // a scheduler's grace period). The files the cadence wrote stay: same inode, never replaced.
+  RunConfig cfg = resume_config();
+  RunControl control;
+  RunOptions opt;
+  opt.control = &control;
+  opt.out_dir = fresh_dir("stop_after_cadence");
+  std::vector<std::string> log;
+  ino_t cadence_inode = 0;
+  opt.log = [&](const std::string& line) {
+    log.push_back(line);
+    struct stat st {};
+    if (line == "checkpoint at step 4" &&
+        ::stat(join_path(opt.out_dir, "checkpoints/step_00000004/rank0.bin").c_str(), &st) == 0)
+      cadence_inode = st.st_ino;
+  };
+  opt.on_step = [&](const StepMetrics& m, const StepResult&) {
+    if (m.step == 4) control.request_stop();  // before the cadence's save of step 4
+  };
+  const RunOutcome o = run_training(cfg, opt);
+  CHECK(o.status == RunOutcome::Status::Stopped);
+  REQUIRE(o.next_step == 4);
+  REQUIRE(cadence_inode != 0);
+  struct stat st {};
+  REQUIRE(::stat(join_path(opt.out_dir, "checkpoints/step_00000004/rank0.bin").c_str(), &st) == 0);
+  CHECK(st.st_ino == cadence_inode);
+  CHECK(read_checkpoint_info(opt.out_dir)->step == 4);
+  // the end still says where the checkpoint is
+  CHECK(std::count(log.begin(), log.end(), "checkpoint at step 4 in " + opt.out_dir + "/checkpoints") == 1);
 }
 
 TEST_CASE("resume: a checkpoint of another model or world size is refused with the reason", "[engine][train]") {
