@@ -155,13 +155,19 @@ std::optional<RunFilesAsFound> run_files_as_found(const std::string& dir) {
   return files;
 }
 
-/// Writes each file back as it was found (atomically), or removes it where there was none.
+/// Writes each file back as it was found (atomically), or removes it where there was none; a file
+/// still as found is left alone (on a full disk its rewrite would fail for nothing).
 void put_back(const RunFilesAsFound& files) {
   for (const auto& [path, bytes] : files) {
-    if (bytes)
-      write_file_atomically(path, *bytes);
-    else
+    if (!bytes) {
       ::unlink(path.c_str());
+      continue;
+    }
+    try {
+      if (read_file_bounded(path, kMaxFileKeptAside, path) == *bytes) continue;
+    } catch (const FileReadError&) {  // gone or replaced by something unreadable: written back
+    }
+    write_file_atomically(path, *bytes);
   }
 }
 

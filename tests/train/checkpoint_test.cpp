@@ -439,8 +439,13 @@ TEST_CASE("checkpoint: a resume that fails before its first step leaves the run'
   const RunConfig cfg = small_config();
   const std::string dir = checkpointed_run("resume_fails", cfg, 2);
   std::vector<std::string> before;
-  for (const char* name : {"summary.json", "metrics.jsonl", "trace.json"})
+  std::vector<ino_t> inodes;  // a file still as found is left alone, not rewritten (a full disk)
+  for (const char* name : {"summary.json", "metrics.jsonl", "trace.json"}) {
     before.push_back(read_bytes(join_path(dir, name)));
+    struct stat st {};
+    REQUIRE(::stat(join_path(dir, name).c_str(), &st) == 0);
+    inodes.push_back(st.st_ino);
+  }
   // metrics.jsonl cannot be rewritten: its temporary answers with ENOSPC, as a full disk does (a
   // directory there would be refused before the run starts, as bad input)
   REQUIRE(::symlink("/dev/full", join_path(dir, "metrics.jsonl.tmp").c_str()) == 0);
@@ -452,6 +457,9 @@ TEST_CASE("checkpoint: a resume that fails before its first step leaves the run'
   size_t i = 0;
   for (const char* name : {"summary.json", "metrics.jsonl", "trace.json"}) {
     INFO(name);
+    struct stat st {};
+    REQUIRE(::stat(join_path(dir, name).c_str(), &st) == 0);
+    CHECK(st.st_ino == inodes[i]);
     CHECK(read_bytes(join_path(dir, name)) == before[i++]);
   }
 }
