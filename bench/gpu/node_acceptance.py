@@ -733,9 +733,10 @@ def binaries_build(binary):
 def build_refusal(build, ranks):
     """Why the node run cannot run these binaries (BadInput's message), or None: every point would
     stop at its start (a LibTorch without CUDA; fewer CUDA devices than ranks, as a driver older than
-    LibTorch's CUDA shows them: none) after the minutes of loading the model."""
+    LibTorch's CUDA shows them: none) after the minutes of loading the model. Binaries that cannot
+    answer (built before `odyssey version`) are not refused: build_warning says so."""
     if "error" in build:
-        return "the binaries cannot say what they were built with: %s" % build["error"]
+        return None
     if not build.get("libtorch_cuda"):
         return ("the binaries' LibTorch %s has no CUDA (`odyssey version`): build them on the node against PyTorch "
                 "with CUDA (make build, or scripts/gpu/build.sh into build-gpu)" % build.get("libtorch"))
@@ -747,8 +748,13 @@ def build_refusal(build, ranks):
 
 
 def build_warning(build):
-    """The record's warning where the binaries run without Odyssey's CUDA kernels, else None."""
-    if "error" in build or build.get("cuda_kernels"):
+    """The record's warning where the binaries run without Odyssey's CUDA kernels or cannot say
+    what they were built with, else None."""
+    if "error" in build:
+        return ("the binaries cannot say what they were built with (%s): built before `odyssey version`? Their "
+                "LibTorch's CUDA and Odyssey's CUDA kernels are not checked; rebuild to have them checked"
+                % build["error"][:300])
+    if build.get("cuda_kernels"):
         return None
     return ("the binaries lack Odyssey's CUDA kernels (`odyssey version`: built without nvcc, or with nvcc of another "
             "CUDA major than LibTorch's %s): RMSNorm, RoPE, SwiGLU and the loss run LibTorch's operators, slower than "
@@ -1170,6 +1176,7 @@ def run(args):
         record = resumed_record(out, record, mode, steps, all_sets, binary, args)
         record["host_memory"] = host  # this host's, which the skips below read
         record["host"] = host_description(mode)
+        record["build"] = build  # this attempt's binaries (their commit is the first attempt's, checked)
         record["warnings"] = run_warnings(mode, record["host"], build)
     else:
         record = new_record(out, mode, points, profile, preset, sets, steps, binary, build, launcher, collectives, host,
@@ -1634,7 +1641,8 @@ def self_test_cut_short(record, planned, measured, c, run):
     assert build_refusal(built, 8) is None and build_warning(built) is None
     assert "has no CUDA" in build_refusal(dict(built, libtorch_cuda=None, cuda_devices=0), 8)
     assert "see 0 CUDA devices" in build_refusal(dict(built, cuda_devices=0), 8)
-    assert "cannot say" in build_refusal({"error": "odyssey version --json: rc 1"}, 8)
+    assert build_refusal({"error": "odyssey version --json: rc 2"}, 8) is None  # older binaries run, warned
+    assert "cannot say what they were built with" in build_warning({"error": "odyssey version --json: rc 2"})
     assert "lack Odyssey's CUDA kernels" in build_warning(dict(built, cuda_kernels=False, cuda_architectures=None))
     assert build_text(built) == "odyssey 0.1.0, LibTorch 2.11.0 with CUDA 13.0, Odyssey's CUDA kernels linked (CUDA architectures 90)"
     assert build_text(None) == "not recorded"
