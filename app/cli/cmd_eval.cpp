@@ -428,7 +428,12 @@ std::vector<std::vector<int64_t>> tokenize(const NeedleTokenizer& tokenizer, con
       w.begin_object().key("text").value(t).end_object();
       lines += body + "\n";
     }
-    std::ofstream(path) << lines;
+    std::ofstream out(path, std::ios::binary);
+    out << lines;
+    out.close();
+    if (!out)  // a full disk, a file size limit: the tokenizer would read a cut list
+      throw std::runtime_error(std::string("cannot write the texts to tokenize to ") + path + ": " +
+                               std::strerror(errno));
   }
   std::vector<std::vector<int64_t>> out;
   TokenizerEvents events;

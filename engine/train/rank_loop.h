@@ -110,7 +110,7 @@ class CheckpointCadence {
   CheckpointCadence(const RunConfig& cfg, const RunOptions& opt, const RunShared& shared, RunLog log);
   /// After a step: a checkpoint when the cadence falls here (not on the last step: at_end writes it).
   void after_step(Trainer& trainer, int64_t total_steps);
-  /// At the run's end (its last step, a stop, a pause's end): a checkpoint unless the cadence
+  /// At the run's end (its last step, or a stop): a checkpoint unless the cadence
   /// wrote this very step (a stop right after one), which would write the same state again.
   void at_end(Trainer& trainer);
 

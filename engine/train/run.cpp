@@ -270,7 +270,13 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
     log("weights: " + weights.describe());
   }
   if (shared.resume) {
-    load_checkpoint(trainer, *shared.resume, opt.resume_dir);
+    try {
+      load_checkpoint(trainer, *shared.resume, opt.resume_dir);
+    } catch (const CheckpointError& e) {  // --resume A --out B: A is not locked, a run there may save meanwhile
+      if (const std::string note = checkpoint_superseded_note(*shared.resume); !note.empty())
+        throw CheckpointError(e.what() + note);
+      throw;
+    }
     log("resumed from " + shared.resume->path + " at step " + std::to_string(shared.resume->step));
   }
   for (const auto& note : trainer.take_notes()) log(note);
@@ -290,9 +296,9 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
 }
 
 /// Refuses (std::invalid_argument, before any output) an existing --out this user cannot write
-/// into, or one where a file the run writes (kRunFiles, or the temporary it is written through) is
-/// a directory, FIFO or socket: found at the lock, or when summary.json is written after the last
-/// step (exit 1, the steps' time spent).
+/// into, or one where a file the run writes (kRunFiles) is a directory, FIFO or socket, or the
+/// temporary it is written through a directory: found at the lock, or when summary.json is
+/// written after the last step (exit 1, the steps' time spent).
 void check_run_dir_writable(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return;  // made later, in a folder checked then
@@ -303,6 +309,7 @@ void check_run_dir_writable(const std::string& dir) {
     for (const std::string& name : {std::string(file), AtomicFile::temporary_path(file)}) {
       const std::string path = join_path(dir, name);
       if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)) continue;
+      if (name != file && !S_ISDIR(st.st_mode)) continue;  // a temporary in the way is replaced (AtomicFile)
       throw std::invalid_argument("--out " + dir + ": " + name + " is " +
                                   (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file (a FIFO or socket)") +
                                   ", where the run writes its " + file + ": remove it or choose another --out");

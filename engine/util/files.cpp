@@ -216,7 +216,7 @@ std::string parent_dir(const std::string& path) {
 /// without a reader fails the open (ENXIO), one with a reader would take the run's bytes. -1 with
 /// errno set where the open fails otherwise.
 int open_output_fd(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags | O_NONBLOCK | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), flags | O_NONBLOCK | O_CLOEXEC, 0666);  // less the umask, as fopen
   struct stat st {};
   const bool planted =
       fd < 0 ? errno == ENXIO : ::fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
@@ -247,7 +247,16 @@ std::FILE* open_output_stream(const std::string& path, const char* mode) {
 // [section] AtomicFile ------------------------------------------------------------------------------
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(temporary_path(path_)) {
-  fd_ = open_output_fd(tmp_, O_WRONLY | O_CREAT | O_TRUNC);
+  // The temporary is this writer's own name: whatever is found there (a killed writer's leftover,
+  // a link, a FIFO) is removed and the file made afresh, never written through, so a link there
+  // cannot send the bytes into its target (which the rename would then name). Only a link to a
+  // character device (/dev/null, /dev/full) is written through: it holds no file to overwrite.
+  struct stat found {
+  }, device{};
+  const bool device_link = ::lstat(tmp_.c_str(), &found) == 0 && S_ISLNK(found.st_mode) &&
+                           ::stat(tmp_.c_str(), &device) == 0 && S_ISCHR(device.st_mode);
+  if (!device_link) ::unlink(tmp_.c_str());  // ENOENT when none; a directory stays, and the open names it
+  fd_ = open_output_fd(tmp_, device_link ? O_WRONLY | O_TRUNC : O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW);
   if (fd_ < 0) throw FileWriteError(system_error("cannot create", tmp_));
   // A file replaced keeps its permissions (a preset kept private stays private).
   struct stat target {
@@ -349,6 +358,7 @@ RunDirLock::RunDirLock(const std::string& dir) {
                                 " is not a regular file (a FIFO, a socket or a device), where a run keeps "
                                 "its lock file: remove it");
   }
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   auto read_owner = [&] {
     std::string text(512, '\0');
     const ssize_t n = ::pread(fd_, text.data(), text.size(), 0);

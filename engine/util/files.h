@@ -76,7 +76,8 @@ class FileWriteError : public std::runtime_error {
 /// /dev/null). nullptr with errno set where the open itself fails.
 std::FILE* open_output_stream(const std::string& path, const char* mode);
 
-/// A file that appears whole or not at all: bytes go to `path.tmp`; commit() flushes them to the
+/// A file that appears whole or not at all: bytes go to `path.tmp` (made afresh: a leftover, link
+/// or FIFO there is removed first, never written through; a link to a character device is); commit() flushes them to the
 /// disk (fsync), renames over `path` and syncs the directory, so a crash or power loss leaves
 /// either the old file or the new one. Destroyed uncommitted, it removes the temporary.
 /// Usage: AtomicFile f(path); f.write(p, n); ...; f.commit();   (throws FileWriteError)

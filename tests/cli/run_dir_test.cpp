@@ -225,7 +225,7 @@ TEST_CASE("run directory: a link or FIFO where the lock belongs is refused, a FI
   // Either is the user's to remove: exit 2, the target untouched.
   const std::string victim = fresh_dir("lock_victim") + ".txt";
   { std::ofstream(victim) << "kept\n"; }
-  for (const std::string plant : {"ln -s '" + victim + "'", std::string("mkfifo")}) {
+  for (const std::string& plant : {"ln -s '" + victim + "'", std::string("mkfifo")}) {
     INFO(plant);
     const std::string dir = fresh_dir("planted_lock");
     REQUIRE(std::system(("mkdir -p '" + dir + "' && " + plant + " '" + dir + "/.odyssey.lock'").c_str()) == 0);
@@ -235,32 +235,38 @@ TEST_CASE("run directory: a link or FIFO where the lock belongs is refused, a FI
                Catch::Contains(dir + "/.odyssey.lock is ") && Catch::Contains("where a run keeps its lock file"));
   }
   CHECK(read_text(victim) == "kept\n");
-  // A FIFO at the trace or at the summary's temporary: refused before the run starts (exit 2); one
-  // where a checkpoint writes (its folder is made by the run, a FIFO there is planted mid-run or
-  // left by a copy) is opened without blocking and refused by name (exit 1), where the open waited
-  // for a reader forever, deaf to SIGTERM. `timeout` turns a regression into a failure here
-  // instead of a hung suite.
+  // A FIFO at the trace: refused before the run starts (exit 2), where the open waited for a
+  // reader forever, deaf to SIGTERM. A directory at the summary's temporary cannot be replaced:
+  // refused too. A FIFO or a link at a temporary (the summary's, a checkpoint's, its folder made
+  // by a copy) is the writer's own name: replaced, never written through nor waited on, the link's
+  // target kept. `timeout` turns a regression into a failure here instead of a hung suite.
   const struct {
-    std::string file, says;
+    std::string file, plant, says;
     int code;
-  } fifos[] = {
-      {"trace.json", "trace.json is not a regular file (a FIFO or socket), where the run writes its trace.json", 2},
-      {"summary.json.tmp",
-       "summary.json.tmp is not a regular file (a FIFO or socket), where the run writes its summary", 2},
-      {"checkpoints/step_00000001/rank0.bin.tmp",
-       "step_00000001/rank0.bin.tmp is a FIFO or a socket, where Odyssey writes a file of its own", 1},
+  } planted[] = {
+      {"trace.json", "mkfifo", "trace.json is not a regular file (a FIFO or socket), where the run writes its", 2},
+      {"summary.json.tmp", "mkdir", "summary.json.tmp is a directory, where the run writes its summary.json", 2},
+      {"summary.json.tmp", "mkfifo", "", 0},
+      {"summary.json.tmp", "ln -s '" + victim + "'", "", 0},
+      {"checkpoints/step_00000001/rank0.bin.tmp", "mkfifo", "", 0},
   };
-  for (const auto& f : fifos) {
-    INFO(f.file);
-    const std::string dir = fresh_dir("fifo_" + std::to_string(&f - fifos));
-    const std::string path = dir + "/" + f.file;
-    REQUIRE(std::system(("mkdir -p \"$(dirname '" + path + "')\" && mkfifo '" + path + "'").c_str()) == 0);
+  for (const auto& p : planted) {
+    INFO(p.plant << " " << p.file);
+    const std::string dir = fresh_dir("planted_" + std::to_string(&p - planted));
+    const std::string path = dir + "/" + p.file;
+    REQUIRE(std::system(("mkdir -p \"$(dirname '" + path + "')\" && " + p.plant + " '" + path + "'").c_str()) == 0);
     const Run r = run_shell("OMP_NUM_THREADS=1 timeout -s KILL 300 " + std::string(ODYSSEY_BIN_DIR) +
                             "/odyssey train " + kShort + "--steps 1 --quiet --out " + dir + " 2>&1");
     INFO(r.out);
-    CHECK(r.code == f.code);
-    CHECK_THAT(r.out, Catch::Contains(f.says));
+    CHECK(r.code == p.code);
+    CHECK_THAT(r.out, Catch::Contains(p.says));
+    if (p.code == 0) {
+      struct stat st {};
+      CHECK((::lstat((dir + "/summary.json").c_str(), &st) == 0 && S_ISREG(st.st_mode)));
+      CHECK(checkpoint_step(dir) == 1);
+    }
   }
+  CHECK(read_text(victim) == "kept\n");
 }
 
 TEST_CASE("run directory: a file size limit (ulimit -f) fails the run naming the file, never kills it with SIGXFSZ",
@@ -273,6 +279,21 @@ TEST_CASE("run directory: a file size limit (ulimit -f) fails the run naming the
   INFO(r.out);
   CHECK(r.code == 1);
   CHECK_THAT(r.out, Catch::Contains("rank0.bin.tmp: File too large (the file size limit of this process: ulimit -f)"));
+  // A kernel profile (the tiny run's is far above the limit; no trace, no checkpoint): its writer
+  // reports no failure, so the run checks the file; nothing cut is left behind
+  const std::string profiled = fresh_dir("file_size_limit_profile"), trace = profiled + ".json";
+  const Run p = run_shell("ulimit -f 64; OMP_NUM_THREADS=1 " + std::string(ODYSSEY_BIN_DIR) + "/odyssey train " +
+                          kShort + "--set output.trace=false --steps 2 --no-checkpoint --quiet --out " + profiled +
+                          " --kernel-profile " + trace + " 2>&1");
+  INFO(p.out);
+  CHECK(p.code == 1);
+  CHECK_THAT(p.out, Catch::Contains("--kernel-profile " + trace + ": the trace could not be written") ||
+                        Catch::Contains("--kernel-profile " + trace + ": the trace was cut short"));
+  struct stat st {};
+  for (const std::string& left : {trace, trace + ".partial", trace + ".partial.tmp"}) {
+    INFO(left);
+    CHECK(::lstat(left.c_str(), &st) != 0);
+  }
 }
 
 TEST_CASE("fit: a run the planner says does not fit is refused with the numbers and the fixes, --force runs it",

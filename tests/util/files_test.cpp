@@ -113,6 +113,51 @@ TEST_CASE("read_file_bounded: FIFOs, devices and directories are refused at once
   CHECK(read_file_bounded(base + "/empty", 5, "preset").empty());
 }
 
+TEST_CASE("AtomicFile: what is found at its temporary is replaced, never written through nor waited on",
+          "[util][files]") {
+  const std::string base = scratch("atomic_tmp");
+  const std::string victim = base + "/victim.txt", out = base + "/out.json";
+  std::ofstream(victim) << "kept\n";
+  // a link to a regular file: its target would receive the bytes and the rename would leave the
+  // link as out.json
+  REQUIRE(::symlink(victim.c_str(), (out + ".tmp").c_str()) == 0);
+  write_file_atomically(out, "new\n");
+  struct stat st {};
+  REQUIRE(::lstat(out.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK(read_file_bounded(out, 64, "out") == "new\n");
+  CHECK(read_file_bounded(victim, 64, "victim") == "kept\n");
+  // a FIFO: opening it to write would wait for a reader forever
+  REQUIRE(::mkfifo((out + ".tmp").c_str(), 0644) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  write_file_atomically(out, "newer\n");
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK(read_file_bounded(out, 64, "out") == "newer\n");
+  // a link to a character device is written through: /dev/full refuses as a full disk does
+  REQUIRE(::symlink("/dev/full", (out + ".tmp").c_str()) == 0);
+  CHECK_THROWS_WITH(write_file_atomically(out, std::string(4096, 'x')), Catch::Contains("(disk full)"));
+  CHECK(read_file_bounded(out, 64, "out") == "newer\n");  // the old file stands
+  // a directory cannot be replaced: named
+  REQUIRE(make_dirs(out + ".tmp"));
+  CHECK_THROWS_WITH(write_file_atomically(out, "x"), Catch::Contains("cannot create " + out + ".tmp"));
+}
+
+TEST_CASE("open_output_stream: a FIFO where a file is written is refused at once, a file opens as fopen would",
+          "[util][files]") {
+  const std::string base = scratch("output_stream");
+  const std::string fifo = base + "/trace.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(open_output_stream(fifo, "wb"), Catch::Contains(fifo + " is a FIFO or a socket"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));  // no wait for a reader
+  std::FILE* file = open_output_stream(base + "/metrics.jsonl", "ab");
+  REQUIRE(file != nullptr);
+  CHECK(std::fputs("line\n", file) >= 0);
+  CHECK(std::fclose(file) == 0);
+  CHECK(read_file_bounded(base + "/metrics.jsonl", 64, "metrics") == "line\n");
+  CHECK(open_output_stream(base + "/missing/x", "wb") == nullptr);  // errno set, as fopen
+}
+
 TEST_CASE("RunDirLock::live_owner: a live holder is named, a dead one's or none is empty, nothing created",
           "[util][files]") {
   const std::string base = scratch("live_owner");
