@@ -467,7 +467,11 @@ std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir) {
   }
 }
 
-std::string checkpoint_superseded_note(const CheckpointInfo& info) {
+namespace {
+
+/// " (latest.json has moved on to step N meanwhile: ...)" when `info`'s checkpoint is no longer
+/// the one its run directory points at (a live run saved a newer one and removed this one), else "".
+std::string superseded_note(const CheckpointInfo& info) {
   const std::string dir = folder_of(folder_of(info.path));  // DIR of DIR/checkpoints/step_N
   std::optional<CheckpointInfo> now;
   try {
@@ -476,11 +480,25 @@ std::string checkpoint_superseded_note(const CheckpointInfo& info) {
     return "";
   }
   if (!now || now->step == info.step) return "";
-  return " (latest.json has moved on to step " + std::to_string(now->step) +
-         " meanwhile: a live run is saving "
-         "checkpoints in " +
-         dir + "; run again to read step " + std::to_string(now->step) + ")";
+  return " (latest.json has moved on to step " + std::to_string(now->step) + " meanwhile: a live run is saving " +
+         "checkpoints in " + dir + "; run again to read step " + std::to_string(now->step) + ")";
 }
+
+/// Rank `rank`'s file of `info`'s checkpoint, read and verified (read_rank_file). A file missing
+/// or cut short is named, and said superseded where a live run (export or eval of it, a resume
+/// from a folder this run does not lock) saved a newer checkpoint and removed this one meanwhile.
+Entries read_checkpoint_rank(const CheckpointInfo& info, int64_t rank, const std::string& missing_why) {
+  const std::string file = join_path(info.path, "rank" + std::to_string(rank) + ".bin");
+  try {
+    if (!path_exists(file)) throw CheckpointError("checkpoint " + info.path + ": no " + file + missing_why);
+    return read_rank_file(file, info.format);
+  } catch (const CheckpointError& e) {
+    if (const std::string note = superseded_note(info); !note.empty()) throw CheckpointError(e.what() + note);
+    throw;
+  }
+}
+
+}  // namespace
 
 std::vector<std::string> check_resume_config(const CheckpointInfo& info, const RunConfig& run, const std::string& dir) {
   const std::string config = join_path(info.path, "config.toml");
@@ -506,13 +524,12 @@ std::vector<std::string> check_resume_config(const CheckpointInfo& info, const R
 
 std::map<std::string, at::Tensor> read_checkpoint_masters(const CheckpointInfo& info, int64_t rank) {
   const std::string file = join_path(info.path, "rank" + std::to_string(rank) + ".bin");
-  if (!path_exists(file))
-    throw CheckpointError("checkpoint " + info.path + ": no " + file + " (the checkpoint has " +
-                          std::to_string(info.world_size) + " ranks; an emulated run saves rank 0 only)");
   CategoryScope category(MemCategory::Other);
   std::map<std::string, at::Tensor> masters;
   const std::string suffix = ".master";
-  Entries entries = read_rank_file(file, info.format);
+  Entries entries = read_checkpoint_rank(
+      info, rank,
+      " (the checkpoint has " + std::to_string(info.world_size) + " ranks; an emulated run saves rank 0 only)");
   take_owner(entries, file, rank, info);
   for (auto& [name, tensor] : entries)
     if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
@@ -539,7 +556,7 @@ void load_checkpoint(Trainer& trainer, const CheckpointInfo& checkpoint, const s
                           " ranks, this run " + std::to_string(ctx.world_size));
   const std::string file = join_path(info->path, "rank" + std::to_string(ctx.rank) + ".bin");
   CategoryScope category(MemCategory::Other);
-  Entries e = read_rank_file(file, info->format);
+  Entries e = read_checkpoint_rank(*info, ctx.rank, "");
   // Everything is taken and checked before the trainer changes.
   const int64_t step = take(e, "step", at::kLong, 1, file).item<int64_t>();
   if (step != info->step)

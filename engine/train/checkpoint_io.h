@@ -2,7 +2,7 @@
 // RNG state, and the run's config, written atomically (temporary file, fsync, rename; a pointer
 // file last), every tensor with a CRC-32, and read back for --resume, verified before use.
 // defines: CheckpointError, CheckpointWriteError, CheckpointInfo, CarriedFile, save_checkpoint,
-// read_checkpoint_info, checkpoint_superseded_note, check_resume_config, load_checkpoint
+// read_checkpoint_info, check_resume_config, load_checkpoint
 #pragma once
 
 #include <cstdint>
@@ -58,11 +58,6 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
 /// saving into `dir` moves latest.json and then removes the folder it pointed at: a read caught
 /// between the two is made again from the new pointer (up to 3 times).
 std::optional<CheckpointInfo> read_checkpoint_info(const std::string& dir);
-
-/// " (latest.json has moved on to step N meanwhile: ...)" when `info`'s checkpoint is no longer
-/// the one its run directory points at (a live run saved a newer one and removed it), else "":
-/// for a reader's message when one of its files is gone.
-std::string checkpoint_superseded_note(const CheckpointInfo& info);
 
 /// Compares the checkpoint's config with this run's. Throws CheckpointError listing every key the
 /// saved state depends on (KeySpec::resume_must_match) that differs; returns one line for each

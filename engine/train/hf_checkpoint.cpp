@@ -418,13 +418,7 @@ void HfWeights::load(const std::vector<FlatParamGroup*>& groups) const {
 std::map<std::string, at::Tensor> read_full_masters(const CheckpointInfo& info, const RunConfig& cfg) {
   // Every rank's master shards, then each group's flat parameters in rank order.
   std::vector<std::map<std::string, at::Tensor>> ranks;
-  try {
-    for (int64_t r = 0; r < info.world_size; ++r) ranks.push_back(read_checkpoint_masters(info, r));
-  } catch (const CheckpointError& e) {  // a live run may have replaced the checkpoint meanwhile
-    if (const std::string note = checkpoint_superseded_note(info); !note.empty())
-      throw CheckpointError(e.what() + note);
-    throw;
-  }
+  for (int64_t r = 0; r < info.world_size; ++r) ranks.push_back(read_checkpoint_masters(info, r));
   const int64_t shards = cfg.parallel.fsdp ? info.world_size : 1;
   std::map<std::string, at::Tensor> out;
   for (GroupSpecs& g : model_group_specs(cfg.model)) {

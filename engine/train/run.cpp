@@ -270,13 +270,7 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
     log("weights: " + weights.describe());
   }
   if (shared.resume) {
-    try {
-      load_checkpoint(trainer, *shared.resume, opt.resume_dir);
-    } catch (const CheckpointError& e) {  // --resume A --out B: A is not locked, a run there may save meanwhile
-      if (const std::string note = checkpoint_superseded_note(*shared.resume); !note.empty())
-        throw CheckpointError(e.what() + note);
-      throw;
-    }
+    load_checkpoint(trainer, *shared.resume, opt.resume_dir);
     log("resumed from " + shared.resume->path + " at step " + std::to_string(shared.resume->step));
   }
   for (const auto& note : trainer.take_notes()) log(note);
