@@ -15,24 +15,31 @@ using device::Bf16;
 constexpr int kThreads = 256;
 
 // One thread per kVec consecutive pairs (k, k + half) of one head of one token. `sign` is +1
-// forward, -1 for the transpose.
-template <typename T, int kVec>
+// forward, -1 for the transpose. `Index` holds the vector's number and its (b, t, h, k) split:
+// uint32_t wherever the vectors number below 2^31 (every length a GPU holds: 5M tokens x 32 heads
+// x 4 vectors is 2^29.3), int64_t beyond. Time: each vector's split takes four divisions, which in
+// 64 bits the GPU runs as a software routine of dozens of instructions, against one 32-bit one;
+// the offsets, products of the split with the strides, stay 64-bit.
+template <typename T, int kVec, typename Index>
 __global__ void rope_rotate_kernel(const T* __restrict__ x, const float* __restrict__ cos_table,
                                    const float* __restrict__ sin_table, RopeRotateShape s, float sign,
                                    T* __restrict__ out) {
   const int64_t half = s.head_dim / 2;
-  const int64_t per_half = half / kVec;  // vectors in each half of a head
-  const int64_t n = s.batch * s.seq * s.heads * per_half;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < n; v += stride) {
-    const int64_t k0 = (v % per_half) * kVec;
-    const int64_t token_head = v / per_half;  // (b, t, h) in out's order
-    const int64_t h = token_head % s.heads;
-    const int64_t token = token_head / s.heads;  // b * seq + t
-    const int64_t t = token % s.seq, b = token / s.seq;
-    const size_t in = static_cast<size_t>(b * s.stride_batch + t * s.stride_seq + h * s.stride_head + k0);
-    const size_t o = static_cast<size_t>(token_head * s.head_dim + k0);
-    const size_t row = static_cast<size_t>((s.table_per_row ? token : t) * half + k0);
+  const Index per_half = static_cast<Index>(half / kVec);  // vectors in each half of a head
+  const Index heads = static_cast<Index>(s.heads), seq = static_cast<Index>(s.seq);
+  const Index n = static_cast<Index>(s.batch * s.seq * s.heads * (half / kVec));
+  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  for (Index v = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; v < n; v += stride) {
+    const int64_t k0 = static_cast<int64_t>(v % per_half) * kVec;
+    const Index token_head = v / per_half;  // (b, t, h) in out's order
+    const Index h = token_head % heads;
+    const Index token = token_head / heads;  // b * seq + t
+    const Index t = token % seq, b = token / seq;
+    const size_t in =
+        static_cast<size_t>(static_cast<int64_t>(b) * s.stride_batch + static_cast<int64_t>(t) * s.stride_seq +
+                            static_cast<int64_t>(h) * s.stride_head + k0);
+    const size_t o = static_cast<size_t>(static_cast<int64_t>(token_head) * s.head_dim + k0);
+    const size_t row = static_cast<size_t>(static_cast<int64_t>(s.table_per_row ? token : t) * half + k0);
     float x1[kVec], x2[kVec], c[kVec], sn[kVec], o1[kVec], o2[kVec];
     device::load_vec<T, kVec>(x, in, x1);
     device::load_vec<T, kVec>(x, in + half, x2);
@@ -49,6 +56,19 @@ __global__ void rope_rotate_kernel(const T* __restrict__ x, const float* __restr
   }
 }
 
+/// Launches the kernel with vectors of kVec pairs, in 32-bit index arithmetic where the vectors
+/// and the loop's last step past them fit in 2^31.
+template <typename T, int kVec>
+void launch_vectors(const T* in, const float* cos, const float* sin, const RopeRotateShape& s, float sign, T* out,
+                    cudaStream_t stream) {
+  const int64_t vectors = s.batch * s.seq * s.heads * (s.head_dim / 2 / kVec);
+  const int blocks = device::grid_stride_blocks(vectors, kThreads);
+  if (vectors + static_cast<int64_t>(blocks) * kThreads < (int64_t{1} << 31))
+    rope_rotate_kernel<T, kVec, uint32_t><<<blocks, kThreads, 0, stream>>>(in, cos, sin, s, sign, out);
+  else
+    rope_rotate_kernel<T, kVec, int64_t><<<blocks, kThreads, 0, stream>>>(in, cos, sin, s, sign, out);
+}
+
 template <typename T>
 void launch(const void* x, const float* cos, const float* sin, const RopeRotateShape& s, float sign, void* out,
             cudaStream_t stream) {
@@ -60,13 +80,10 @@ void launch(const void* x, const float* cos, const float* sin, const RopeRotateS
                       s.stride_head % kVec == 0 && device::all_aligned_16({x, cos, sin, out});
   const T* in = static_cast<const T*>(x);
   T* result = static_cast<T*>(out);
-  const int64_t pairs = s.batch * s.seq * s.heads * half;
   if (vector)
-    rope_rotate_kernel<T, kVec>
-        <<<device::grid_stride_blocks(pairs / kVec, kThreads), kThreads, 0, stream>>>(in, cos, sin, s, sign, result);
+    launch_vectors<T, kVec>(in, cos, sin, s, sign, result, stream);
   else
-    rope_rotate_kernel<T, 1>
-        <<<device::grid_stride_blocks(pairs, kThreads), kThreads, 0, stream>>>(in, cos, sin, s, sign, result);
+    launch_vectors<T, 1>(in, cos, sin, s, sign, result, stream);
   ODYSSEY_CUDA_CHECK(cudaGetLastError());
 }
 
