@@ -10,6 +10,7 @@
 
 #include "../common/engine_test_util.h"
 #include "engine/config/rope.h"
+#include "engine/layout/documents.h"
 #include "engine/ops/layers.h"
 #include "engine/ops/ops.h"
 #include "engine/telemetry/cuda_runtime.h"
@@ -161,4 +162,33 @@ TEST_CASE("rope: a step's tables are made on the GPU without the host waiting fo
   // the cache is keyed by device index: a device without one (which rank threads on several GPUs
   // would share as one key) is refused, not cached on whichever GPU is current
   CHECK_THROWS_WITH(make_positions(0, 128, model, at::Device(at::kCUDA)), Catch::Contains("names no device index"));
+}
+
+TEST_CASE("rope: per-document positions reach the GPU without the host waiting for it", "[rope][.cuda]") {
+  // document_positions = "restart": each row's positions are written on the host and uploaded from
+  // pinned memory without a wait (a pageable copy would throw under the sync debug mode's "error").
+  const at::Device cuda = odyssey::test::test_gpu();
+  ModelConfig model;
+  model.head_dim = 64;
+  model.rope_theta = 500000.0;
+  (void)make_positions(0, 8, model, cuda);  // this model's frequencies uploaded: not the wait under test
+  DocumentSpans documents;
+  documents.starts = {{0, 40, 100}, {7}};  // [B = 2] rows: three documents, and a leading segment then one
+  Positions on_gpu;
+  {
+    const HostSyncRefusal refusal;
+    CHECK_NOTHROW(on_gpu = make_positions(0, 128, model, cuda, documents, /*restart=*/true));
+  }
+  REQUIRE(on_gpu.ids.defined());
+  CHECK(on_gpu.ids.device() == cuda);
+  CHECK(on_gpu.documents == documents);
+  const Positions on_cpu = make_positions(0, 128, model, at::kCPU, documents, /*restart=*/true);
+  for (int64_t row = 0; row < 2; ++row)
+    CHECK(at::equal(on_gpu.ids[row].cpu(), at::tensor(positions_in_documents(documents.starts[row], 0, 128))));
+  // the same integer positions: the GPU's and the CPU's fp64 cosines and sines differ by a few
+  // fp64 units in the last place, so their fp32 roundings are equal or one fp32 unit apart, at
+  // most 2^-24 for values of magnitude below 1
+  const double one_unit = std::ldexp(1.0, -24);
+  CHECK((on_gpu.cos.cpu() - on_cpu.cos).abs().max().item<double>() <= one_unit);
+  CHECK((on_gpu.sin.cpu() - on_cpu.sin).abs().max().item<double>() <= one_unit);
 }
