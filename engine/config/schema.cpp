@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "engine/config/sizes.h"
+#include "engine/config/validate.h"
 
 namespace odyssey {
 
@@ -397,7 +398,7 @@ std::vector<KeySpec> make_schema() {
   // [training]
   s.push_back(ODY_SIZE("training", training.seq_len, "seq_len",
                        "Tokens per sequence, before sequence sharding (512K, 3M, ...).",
-                       between(2, kMaxTokens, "one input and one label at least")));
+                       between(kSeqLenMin, double(kSeqLenMax), "one input and one label at least")));
   s.push_back(ODY_INT("training", training.batch_size, "batch_size", "Sequences per data-parallel replica per step.",
                       between(1, 65536)));
   s.push_back(ODY_INT("training", training.steps, "steps", "Optimizer steps.", between(1, kMaxSteps)));

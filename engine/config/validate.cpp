@@ -130,8 +130,8 @@ void check_training(const RunConfig& cfg, Checker& c) {
   if (t.dataset == DatasetKind::LongRange) {
     c.require(!c.in_range({"model.vocab_size"}) || cfg.model.vocab_size >= 32, "model.vocab_size",
               "must be at least 32 for the long-range task (filler, query mark and passkey symbols)");
-    c.require(!c.in_range({"training.seq_len"}) || t.seq_len >= 32, "training.seq_len",
-              "must be at least 32 for the long-range task");
+    c.require(!c.in_range({"training.seq_len"}) || t.seq_len >= kLongRangeSeqLenMin, "training.seq_len",
+              "must be at least " + std::to_string(kLongRangeSeqLenMin) + " for the long-range task");
   }
 }
 
@@ -211,6 +211,10 @@ void check_memory(const RunConfig& cfg, Checker& c) {
 }
 
 }  // namespace
+
+int64_t shortest_seq_len(const RunConfig& cfg) {
+  return cfg.training.dataset == DatasetKind::LongRange ? kLongRangeSeqLenMin : kSeqLenMin;
+}
 
 std::vector<int64_t> valid_ulysses_degrees(const RunConfig& cfg) {
   std::vector<int64_t> out;

@@ -13,6 +13,15 @@ namespace odyssey {
 /// give each issue its position; without them the issue carries only the key (as in the studio).
 std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources = {}, const std::string& file = "");
 
+/// training.seq_len's bounds: the schema's range (one input and one label at least, 16G tokens at
+/// most) and the long-range task's shortest (its filler, query mark and passkey).
+constexpr int64_t kSeqLenMin = 2;
+constexpr int64_t kSeqLenMax = int64_t{1} << 34;
+constexpr int64_t kLongRangeSeqLenMin = 32;
+/// The shortest training.seq_len validate takes for this config's dataset: where the max-length
+/// solver starts.
+int64_t shortest_seq_len(const RunConfig& cfg);
+
 /// Ulysses degrees that would be valid for this model, sequence and world size (for hints and the
 /// studio's selector).
 std::vector<int64_t> valid_ulysses_degrees(const RunConfig& cfg);

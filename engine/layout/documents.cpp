@@ -46,6 +46,8 @@ std::vector<int64_t> positions_in_documents(const std::vector<int64_t>& starts, 
   return out;
 }
 
+int64_t rope_position_rows(int64_t batch, bool per_document) { return per_document ? batch : 1; }
+
 bool label_crosses_document(const std::vector<int64_t>& starts, bool next_starts_document, int64_t p, int64_t seq_len) {
   if (p + 1 == seq_len) return next_starts_document;
   return std::binary_search(starts.begin(), starts.end(), p + 1);

@@ -1,8 +1,8 @@
 // Packed documents as segments of a sequence: the one rule document masking applies to attention
 // (each segment attends within itself), RoPE positions (restarting per segment) and the loss (no
 // target across a boundary). defines: DocumentSpans, DocumentSegment, document_segments,
-// document_starts_rule, positions_in_documents, label_crosses_document, crossing_label_count,
-// causal_attention_pairs, DocumentLengthProfile, longest_attention_segment
+// document_starts_rule, positions_in_documents, rope_position_rows, label_crosses_document,
+// crossing_label_count, causal_attention_pairs, DocumentLengthProfile, longest_attention_segment
 #pragma once
 
 #include <cstdint>
@@ -42,6 +42,16 @@ std::vector<DocumentSegment> document_segments(const std::vector<int64_t>& start
 /// RoPE position of each of the global positions [first, first + count) of a row: its offset in
 /// its segment (a document's first token is at 0, as Hugging Face's per-document position ids).
 std::vector<int64_t> positions_in_documents(const std::vector<int64_t>& starts, int64_t first, int64_t count);
+
+/// Rows of a step's RoPE positions and tables for `batch` sequences: one row all sequences share,
+/// or one per sequence where positions restart in each packed document (`per_document`). The
+/// engine's make_positions holds positions [rows, s] int64 and cos and sin [rows, s, hd/2] fp32
+/// (kRopeTableBytes an element) for the whole step; the planner charges those (PositionIds,
+/// RopeTable).
+int64_t rope_position_rows(int64_t batch, bool per_document);
+/// Bytes of one element of the RoPE cos and sin tables: fp32 whatever the compute dtype (angles in
+/// fp64, rounded once).
+constexpr int64_t kRopeTableBytes = 4;
 
 /// True when the label at global input position p (the token at p + 1) begins another document:
 /// p + 1 is a start, or p + 1 == seq_len and `next_starts_document` (the token after the sequence

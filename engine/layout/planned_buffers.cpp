@@ -48,8 +48,16 @@ const char* planned_buffer_name(PlannedBuffer buffer) {
       return "head packed gradients";
     case PlannedBuffer::BlockShardOut:
       return "block reduce-scatter output";
+    case PlannedBuffer::EmbedShardOut:
+      return "embedding reduce-scatter output";
+    case PlannedBuffer::HeadShardOut:
+      return "head reduce-scatter output";
     case PlannedBuffer::BlockShardCast:
       return "block shard cast";
+    case PlannedBuffer::EmbedShardCast:
+      return "embedding shard cast";
+    case PlannedBuffer::HeadShardCast:
+      return "head shard cast";
     case PlannedBuffer::BlockDeviceParams:
       return "block device parameters";
     case PlannedBuffer::EmbedDeviceParams:
@@ -82,6 +90,10 @@ PlannedBuffer group_buffer(ParamGroupKind kind, GroupBuffer buffer) {
                                             PlannedBuffer::HeadPack};
   static constexpr PlannedBuffer kDevice[] = {PlannedBuffer::EmbedDeviceParams, PlannedBuffer::BlockDeviceParams,
                                               PlannedBuffer::HeadDeviceParams};
+  static constexpr PlannedBuffer kShardOut[] = {PlannedBuffer::EmbedShardOut, PlannedBuffer::BlockShardOut,
+                                                PlannedBuffer::HeadShardOut};
+  static constexpr PlannedBuffer kShardCast[] = {PlannedBuffer::EmbedShardCast, PlannedBuffer::BlockShardCast,
+                                                 PlannedBuffer::HeadShardCast};
   switch (buffer) {
     case GroupBuffer::Full:
       return kFull[group];
@@ -92,11 +104,15 @@ PlannedBuffer group_buffer(ParamGroupKind kind, GroupBuffer buffer) {
     case GroupBuffer::DeviceParams:
       return kDevice[group];
     case GroupBuffer::ShardOut:
-      return kind == ParamGroupKind::Block ? PlannedBuffer::BlockShardOut : PlannedBuffer::Count;
+      return kShardOut[group];
     case GroupBuffer::ShardCast:
-      return kind == ParamGroupKind::Block ? PlannedBuffer::BlockShardCast : PlannedBuffer::Count;
+      return kShardCast[group];
   }
   return PlannedBuffer::Count;
+}
+
+bool gathers_from_cast(int64_t shards, int64_t compute_dtype_bytes, bool states_on_host) {
+  return shards > 1 && compute_dtype_bytes != 4 && !states_on_host;
 }
 
 FlatShardLayout flat_shard_layout(int64_t numel, int64_t shards) {

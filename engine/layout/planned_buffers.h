@@ -42,8 +42,14 @@ enum class PlannedBuffer : uint8_t {
   BlockPack,
   EmbedPack,
   HeadPack,
-  BlockShardOut,   ///< [shard] fp32: a block's reduce-scatter output (BlockShardOut)
-  BlockShardCast,  ///< [shard] compute dtype: a block shard cast for the all-gather (BlockShardCast)
+  // [shard] fp32: the reduce-scatter's output (BlockShardOut, EmbedShardOut, HeadShardOut)
+  BlockShardOut,
+  EmbedShardOut,
+  HeadShardOut,
+  // [shard] compute dtype: the shard cast for the all-gather (BlockShardCast, EmbedShardCast, HeadShardCast)
+  BlockShardCast,
+  EmbedShardCast,
+  HeadShardCast,
   // [shard] compute dtype on the device while the fp32 states are offloaded (DeviceParamShards)
   BlockDeviceParams,
   EmbedDeviceParams,
@@ -70,8 +76,7 @@ enum class ParamGroupKind : uint8_t { Embedding, Block, Head };
 /// The buffers every flat group has, by group kind.
 enum class GroupBuffer : uint8_t { Full, Shard, Pack, ShardOut, ShardCast, DeviceParams };
 
-/// The tag of `buffer` in a group of `kind`; ShardOut and ShardCast are tagged for blocks only
-/// (Count for the others: the planner charges the embedding's and head's reductions otherwise).
+/// The tag of `buffer` in a group of `kind`.
 PlannedBuffer group_buffer(ParamGroupKind kind, GroupBuffer buffer);
 
 /// How a flat group of `numel` parameters is laid out over `shards` ranks: each rank owns
@@ -90,6 +95,12 @@ FlatShardLayout flat_shard_layout(int64_t numel, int64_t shards);
 /// resident: the master itself (memory: no second copy of the parameters at W = 1, FSDP or not),
 /// or, with the optimizer states offloaded (`states_on_host`), the device's compute-dtype copy.
 bool keeps_gathered_copy(int64_t shards, int64_t compute_dtype_bytes, bool states_on_host = false);
+
+/// Whether a sharded flat group's all-gather reads its shard cast to the compute dtype, a [shard]
+/// buffer of its own (ShardCast): sharded, and neither fp32 (the gather reads the master shard)
+/// nor the states offloaded (it reads the device's compute-dtype copy). FlatParamGroup::unshard_async
+/// casts by it; the planner charges it for every group kind.
+bool gathers_from_cast(int64_t shards, int64_t compute_dtype_bytes, bool states_on_host);
 
 /// Activation offload: which checkpointed block inputs go to the host. Block 0's input is the
 /// embedding of the token ids, so its backward looks it up again (one gather of the embedding)

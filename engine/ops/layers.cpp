@@ -74,6 +74,7 @@ Positions rope_tables(const at::Tensor& ids, const ModelConfig& model, at::Devic
   at::Tensor angles = p.ids.to(at::kDouble).unsqueeze(-1) * inv_freq;  // [..., hd/2] fp64
   at::Tensor table = angles.cos();                                     // [..., hd/2] fp64
   if (factor != 1.0) table.mul_(factor);
+  static_assert(kRopeTableBytes == sizeof(float), "the planner charges the tables at kRopeTableBytes");
   p.cos = table.to(at::kFloat);  // [..., hd/2]
   table = at::Tensor();
   angles.sin_();
@@ -106,8 +107,8 @@ Positions make_positions(int64_t first, int64_t count, const ModelConfig& model,
   // into pinned memory and uploaded without a wait (ATen's caching host allocator keeps the block
   // until the copy has run), where a copy from pageable memory made the host wait for the device
   // to drain the previous step's work before it queued this step's first kernel.
-  const int64_t B = static_cast<int64_t>(documents.starts.size());
-  at::Tensor ids = at::empty({B, count}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  const int64_t rows = rope_position_rows(static_cast<int64_t>(documents.starts.size()), /*per_document=*/true);
+  at::Tensor ids = at::empty({rows, count}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
   int64_t* out = ids.data_ptr<int64_t>();  // [B, s] int64 on the host
   for (const auto& starts : documents.starts) {
     const std::vector<int64_t> row = positions_in_documents(starts, first, count);

@@ -442,10 +442,10 @@ void FlatParamGroup::unshard_async() {
   at::Tensor writer = at::empty({0}, full_.options());
   writer.set_(full_.storage(), 0, {padded_numel_}, {1});
   at::NoGradGuard no_grad;
-  if (states_on_host_) {
-    gather_staging_ = device_params_;  // already the compute dtype, on the device
-  } else if (options_.compute == at::kFloat) {
-    gather_staging_ = master.detach();
+  const int64_t element = static_cast<int64_t>(c10::elementSize(options_.compute));
+  if (!gathers_from_cast(shards_, element, states_on_host_)) {
+    // the device's compute-dtype copy of offloaded states, or the fp32 master itself
+    gather_staging_ = states_on_host_ ? device_params_ : master.detach();
   } else {
     CategoryScope category(MemCategory::CommBuffers);
     gather_staging_ = master.detach().to(options_.compute);  // [shard] compute dtype staging for the all-gather

@@ -17,9 +17,7 @@ namespace odyssey {
 
 namespace {
 
-constexpr int64_t kMaxSeqLen = int64_t{1} << 34;  // validate's upper bound
 constexpr int64_t kTokensPerRankStep = 1024;
-constexpr int64_t kMinSeqLen = 32;  // validate's lower bound
 
 }  // namespace
 
@@ -64,7 +62,7 @@ int64_t seq_len_granularity(const RunConfig& cfg, int64_t max_seq_len) {
 
 int64_t shortest_solver_seq_len(const RunConfig& cfg) {
   const int64_t p = ulysses_degree_of(cfg);
-  return (kMinSeqLen + p - 1) / p * p;
+  return (shortest_seq_len(cfg) + p - 1) / p * p;
 }
 
 namespace {
@@ -97,7 +95,7 @@ int64_t solve_max_seq_len(const RunConfig& cfg) {
   // found by extrapolating the slack and then narrowed by interpolation, with a bisection step
   // whenever interpolation stops halving the bracket. Typically 5-8 plan_peak calls.
   const int64_t step = coarse_step(cfg);
-  const int64_t max_k = std::max<int64_t>(1, kMaxSeqLen / step);
+  const int64_t max_k = std::max<int64_t>(1, kSeqLenMax / step);
   RunConfig probe_cfg = cfg;
   auto probe = [&](int64_t k) {
     probe_cfg.training.seq_len = k * step;
@@ -161,7 +159,7 @@ MaxSeqLenLimit max_seq_len_limit(const RunConfig& cfg, int64_t max_seq_len) {
   MaxSeqLenLimit limit;
   const int64_t next =
       max_seq_len == 0 ? shortest_solver_seq_len(cfg) : max_seq_len + seq_len_granularity(cfg, max_seq_len);
-  if (next > kMaxSeqLen) return limit;  // the solver's ceiling fits
+  if (next > kSeqLenMax) return limit;  // the solver's ceiling fits
   RunConfig probe = cfg;
   probe.training.seq_len = next;
   limit.seq_len = next;

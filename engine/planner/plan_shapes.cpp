@@ -63,6 +63,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   if (cfg.training.document_mask && cfg.document_lengths)
     s.attention_pair_fraction = cfg.document_lengths->attention_fraction(cfg.training.seq_len);
   s.documents = cfg.training.document_mask;
+  s.rope_rows = rope_position_rows(s.B, s.documents && cfg.training.document_positions == DocumentPositions::Restart);
   s.kernel_seq = s.documents ? longest_attention_segment(cfg.document_lengths.get(), s.S) : s.S;
   const LseKernelQuery lse_query = lse_kernel_query(cfg);
   s.lse_kernel = lse_attention_kernel(lse_query);

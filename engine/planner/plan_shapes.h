@@ -76,6 +76,7 @@ enum class TensorKind : uint8_t {
   FusedLossWorkspace,
   // step inputs
   TokenIds,
+  PositionIds,
   RopeTable,
   // parameters and their gradients
   MasterShards,
@@ -86,6 +87,8 @@ enum class TensorKind : uint8_t {
   EmbedFull,
   HeadFull,
   BlockShardCast,
+  EmbedShardCast,
+  HeadShardCast,
   AttnOutGrad,
   AttnProjGrads,
   AttnProjGrads32,
@@ -102,6 +105,8 @@ enum class TensorKind : uint8_t {
   HeadPack,
   EmbedPack,
   BlockShardOut,
+  EmbedShardOut,
+  HeadShardOut,
   TiedGradBack,
   OptimizerTemp,
   BlasWorkspaces,
@@ -148,6 +153,9 @@ struct PlanShapes {
   /// training.document_mask: attention runs one kernel call per document segment of each row
   /// (engine/parallel/flash_attention.cpp), one segment's results beside the whole tensors at a time
   bool documents = false;
+  /// rows of the RoPE positions and tables: 1, or B where positions restart in each document
+  /// (rope_position_rows, engine/layout/documents.h)
+  int64_t rope_rows = 1;
   /// documents run one kernel call per segment (the CPU, CUDA fp32), each segment's results beside
   /// the whole tensors; false where one variable-length call runs them all (documents_run_varlen,
   /// engine/layout/attention_kernels.h: CUDA half precision)

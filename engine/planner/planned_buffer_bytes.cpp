@@ -17,7 +17,6 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
   auto bytes = [&](K kind) { return kind_bytes(kind, s); };
   auto shard = [&](const FlatShardLayout& l) { return planner_detail::sat_mul(l.shard_numel, 4); };
   auto device = [&](const FlatShardLayout& l) { return planner_detail::sat_mul(l.shard_numel, s.c); };
-  const bool sharded = s.fsdp && s.W > 1;
   switch (buffer) {
     case PlannedBuffer::UntiedQStage:
       return s.untied ? bytes(K::QStageHead) : 0;
@@ -59,9 +58,17 @@ int64_t planned_buffer_bytes(const RunConfig& cfg, PlannedBuffer buffer) {
     case PlannedBuffer::HeadPack:
       return bytes(K::HeadPack);
     case PlannedBuffer::BlockShardOut:
-      return sharded ? bytes(K::BlockShardOut) : 0;
+      return bytes(K::BlockShardOut);
+    case PlannedBuffer::EmbedShardOut:
+      return bytes(K::EmbedShardOut);
+    case PlannedBuffer::HeadShardOut:
+      return bytes(K::HeadShardOut);
     case PlannedBuffer::BlockShardCast:
       return bytes(K::BlockShardCast);
+    case PlannedBuffer::EmbedShardCast:
+      return bytes(K::EmbedShardCast);
+    case PlannedBuffer::HeadShardCast:
+      return bytes(K::HeadShardCast);
     case PlannedBuffer::BlockDeviceParams:
       return s.offload_optimizer ? device(s.block_layout) : 0;
     case PlannedBuffer::EmbedDeviceParams:

@@ -65,7 +65,7 @@ class Walker {
     h = -1;
   }
   bool grouped() const { return s_.gathers; }
-  int batch_ = -1, rope_ = -1;  ///< the step's token ids and RoPE tables
+  int batch_ = -1, positions_ = -1, rope_ = -1;  ///< the step's token ids, RoPE positions and tables
   /// Offloaded inputs live in one pinned slab for the whole run (GPU), not one host clone each.
   bool slab() const { return s_.offload && s_.cuda_target; }
   /// The same for the kept attention's payloads (a slab of their own, memory.offload_kept_attention).
@@ -103,8 +103,11 @@ class Walker {
   int gather(K full_kind, const char* name, int* in_flight = nullptr) {
     if (!grouped()) return -1;
     int cast = -1;
-    if (full_kind == K::BlockFull && kind_bytes(K::BlockShardCast, s_) > 0)
-      cast = alloc("all-gather input (shard in compute dtype)", K::BlockShardCast, C::CommBuffers);
+    const K cast_kind = full_kind == K::BlockFull   ? K::BlockShardCast
+                        : full_kind == K::EmbedFull ? K::EmbedShardCast
+                                                    : K::HeadShardCast;
+    if (kind_bytes(cast_kind, s_) > 0)
+      cast = alloc("all-gather input (shard in compute dtype)", cast_kind, C::CommBuffers);
     const int full = alloc(name, full_kind, C::GatheredParams);
     if (in_flight != nullptr)
       *in_flight = cast;
@@ -121,8 +124,11 @@ class Walker {
   /// lowest block's until the end of the backward), while the gradients die at once: the caller
   /// frees them right after.
   void reduce_scatter(K pack_kind) {
-    const bool sharded_block = pack_kind == K::BlockPack && kind_bytes(K::BlockShardOut, s_) > 0;
-    const bool deferred = sharded_block && s_.cuda_target;
+    const K shard_out_kind = pack_kind == K::BlockPack   ? K::BlockShardOut
+                             : pack_kind == K::EmbedPack ? K::EmbedShardOut
+                                                         : K::HeadShardOut;
+    const bool sharded = kind_bytes(shard_out_kind, s_) > 0;
+    const bool deferred = sharded && pack_kind == K::BlockPack && s_.cuda_target;
     if (deferred) finish_pending_reduction();  // the block above's, which this backward overlapped
     // the engine packs from its list of weight gradients, which it holds until the backward
     // function returns: pack, output shard and gradients are live together
@@ -132,7 +138,7 @@ class Walker {
                                                         : "gradient pack for reduce-scatter (fp32)";
     int pack = alloc(pack_name, pack_kind, C::CommBuffers);
     int shard_out = -1;
-    if (sharded_block) shard_out = alloc("reduce-scatter output shard (fp32)", K::BlockShardOut, C::CommBuffers);
+    if (sharded) shard_out = alloc("reduce-scatter output shard (fp32)", shard_out_kind, C::CommBuffers);
     if (deferred) {
       pending_pack_ = pack;
       pending_shard_ = shard_out;
@@ -161,8 +167,9 @@ class Walker {
     // (engine/layout/planned_buffers.h)
     if (kind_bytes(K::BlasWorkspaces, s_) > 0)
       alloc("cuBLAS workspaces", K::BlasWorkspaces, C::Other, static_cast<int32_t>(BlasWorkspaces::kThreads));
-    batch_ = alloc("token ids, labels, positions (int64)", K::TokenIds, C::Other, 3);
-    rope_ = alloc("RoPE cos/sin tables", K::RopeTable, C::Other, 2);
+    batch_ = alloc("token ids, labels (int64)", K::TokenIds, C::Other, 2);
+    positions_ = alloc("RoPE positions (int64)", K::PositionIds, C::Other);
+    rope_ = alloc("RoPE cos/sin tables (fp32)", K::RopeTable, C::Other, 2);
     // GPU: one pinned slab of the offloaded blocks' inputs (1..L-2, offloaded_blocks), allocated at
     // setup and kept (engine/train/trainer.cpp, engine/memory/offload_cuda.cpp); the copies go straight into it, no
     // staging. CPU: one clone per block.
@@ -471,15 +478,21 @@ class Walker {
       int rows = alloc("embedding gradient's rows in fp32, for the scatter", K::EmbedGradRows32, C::Other);
       release(rows);
     }
+    // sharded: the reduce-scatter's output beside its input until it is added into the gradient
+    int shard_out = -1;
+    if (kind_bytes(K::EmbedShardOut, s_) > 0)
+      shard_out = alloc("reduce-scatter output shard (fp32)", K::EmbedShardOut, C::CommBuffers);
     if (kind_bytes(K::TiedGradBack, s_) > 0) {  // tied, offloaded, GPU: the sum made on the device
       int back = alloc("tied embedding's first gradient, back from the host for the sum", K::TiedGradBack, C::Grads);
       release(back);
     }
+    release(shard_out);
     release(dense);
     release(dy_);
     finish_pending_reduction();  // the lowest block's (Trainer: after loss.backward() returns)
     // the step's batch and RoPE tables die with the forward-backward call, before the optimizer
     release(batch_);
+    release(positions_);
     release(rope_);
     m_.begin_phase(PhaseKind::Optimizer);
     // 0 B but for the offloaded upload's staging on a GPU (both AdamW passes are fused), which

@@ -8,6 +8,7 @@
 
 #include "engine/config/sizes.h"
 #include "engine/util/printf_string.h"
+#include "engine/layout/documents.h"
 #include "engine/layout/tile_grad_rules.h"
 #include "engine/planner/plan_shapes.h"
 #include "engine/planner/planner.h"
@@ -38,6 +39,19 @@ std::string tile_text(const PlanShapes& s, const SequenceTile& tile) {
   return s.B == 1 ? tokens(tile.positions) : printf_string("%lld x %s", ll(s.B), tokens(tile.positions).c_str());
 }
 
+/// A sharded group's reduce-scatter output, [shard] fp32 (0 unsharded: the pack is the result).
+int64_t shard_out_bytes(const PlanShapes& s, const FlatShardLayout& layout) {
+  return layout.shards > 1 ? sat_product({layout.shard_numel, 4}) : 0;
+}
+/// A sharded group's shard cast for the all-gather, [shard] compute dtype (gathers_from_cast).
+int64_t shard_cast_bytes(const PlanShapes& s, const FlatShardLayout& layout) {
+  return gathers_from_cast(layout.shards, s.c, s.offload_optimizer) ? sat_product({layout.shard_numel, s.c}) : 0;
+}
+/// "218.1M params / 8 ranks x 4 B"
+std::string shard_text(const PlanShapes& s, int64_t numel, int64_t element_bytes) {
+  return printf_string("%s params / %lld ranks x %lld B", params(numel).c_str(), ll(s.W), ll(element_bytes));
+}
+
 /// Every group's shard, summed: L blocks, the embedding and the head (elements).
 int64_t all_shards_numel(const PlanShapes& s) {
   return sat_add(sat_mul(s.L, s.block_layout.shard_numel), s.embed_layout.shard_numel + s.head_layout.shard_numel);
@@ -64,20 +78,27 @@ std::string q_stage_head_formula(const PlanShapes& s) {
                        ll(s.hd), ll(s.c));
 }
 
+/// A log-sum-exp's last dim over `positions` query positions as the rank's kernel returns it
+/// (lse_positions: the memory-efficient kernel pads it to a multiple of 32), and its text.
+int64_t lse_seq(const PlanShapes& s, int64_t positions) { return lse_positions(s.lse_kernel, positions); }
+std::string lse_tokens(const PlanShapes& s, int64_t positions) {
+  const int64_t padded = lse_seq(s, positions);
+  return padded == positions
+             ? tokens(positions)
+             : tokens(padded) + " (" + tokens(positions) + " padded to 32 by the memory-efficient kernel)";
+}
+
 /// One block's kept attention as it travels (KeptAttentionPayload, engine/layout/planned_buffers.h):
 /// the output [B, S, H/P, hd] (Untied's [B, s, H*hd], the same bytes), then one [B, k, S] fp32
 /// log-sum-exp per stage (one stage of all the rank's heads without Untied Ulysses; S padded to 32
 /// on the memory-efficient kernel: lse_positions).
 KeptAttentionPayload kept_payload(const PlanShapes& s) {
-  return kept_attention_step_payload(s.B, s.S, s.hq, s.hd, s.c, s.k, lse_positions(s.lse_kernel, s.S));
+  return kept_attention_step_payload(s.B, s.S, s.hq, s.hd, s.c, s.k, lse_seq(s, s.S));
 }
 std::string kept_payload_formula(const PlanShapes& s) {
-  const int64_t lse_seq = lse_positions(s.lse_kernel, s.S);
-  const std::string lse_tokens =
-      lse_seq == s.S ? seq_tokens(s) : tokens(lse_seq) + " (the sequence padded to 32 by the memory-efficient kernel)";
   return printf_string("(%s) + %lld stage%s x (%lld x %s x %lld head%s x 4 B), each part from a multiple of %lld B",
-                       q_head_formula(s).c_str(), ll(s.stages), plural(s.stages), ll(s.B), lse_tokens.c_str(), ll(s.k),
-                       plural(s.k), ll(KeptAttentionPayload::kAlignment));
+                       q_head_formula(s).c_str(), ll(s.stages), plural(s.stages), ll(s.B), lse_tokens(s, s.S).c_str(),
+                       ll(s.k), plural(s.k), ll(KeptAttentionPayload::kAlignment));
 }
 
 /// KIND(Hidden): the enumerator and its name, so the two cannot differ.
@@ -125,10 +146,10 @@ constexpr TensorKindRule kTensorKindRules[] = {
        return printf_string("%lld x %s x %lld KV head%s x %lld x %lld B", ll(s.B), seq_tokens(s).c_str(), ll(s.hkv),
                   plural(s.hkv), ll(s.hd), ll(s.c));
      }},
-    {KIND(Lse), "[B, H/P, S] fp32", "flash attention's log-sum-exp",
-     [](const PlanShapes& s) { return sat_product({s.Th, s.hq, 4}); },
+    {KIND(Lse), "[B, H/P, S'] fp32", "flash attention's log-sum-exp (S' = S padded as its kernel pads it)",
+     [](const PlanShapes& s) { return sat_product({s.B, lse_seq(s, s.S), s.hq, 4}); },
      [](const PlanShapes& s) {
-       return printf_string("%lld x %lld heads x %s x 4 B", ll(s.B), ll(s.hq), seq_tokens(s).c_str());
+       return printf_string("%lld x %lld heads x %s x 4 B", ll(s.B), ll(s.hq), lse_tokens(s, s.S).c_str());
      }},
     // FlashAttention-2's backward pads its own fp32 buffers (PlanShapes::fa2_seq, fa2_head_dim)
     {KIND(DqAccum), "[B, S, H/P, hd] fp32",
@@ -245,9 +266,11 @@ constexpr TensorKindRule kTensorKindRules[] = {
        return printf_string("%s x %lld KV head%s x %lld x %lld B", segment_tokens(s).c_str(), ll(s.hkv), plural(s.hkv),
                   ll(s.hd), ll(s.c));
      }},
-    {KIND(LseSegment), "[H/P, n] fp32", "document masking: one segment's log-sum-exp before it is copied in",
-     [](const PlanShapes& s) { return s.segment_calls ? sat_product({s.kernel_seq, s.hq, 4}) : 0; },
-     [](const PlanShapes& s) { return printf_string("%lld heads x %s x 4 B", ll(s.hq), segment_tokens(s).c_str()); }},
+    {KIND(LseSegment), "[H/P, n'] fp32", "document masking: one segment's log-sum-exp before it is copied in",
+     [](const PlanShapes& s) { return s.segment_calls ? sat_product({lse_seq(s, s.kernel_seq), s.hq, 4}) : 0; },
+     [](const PlanShapes& s) {
+       return printf_string("%lld heads x 1 x %s (the longest segment) x 4 B", ll(s.hq), lse_tokens(s, s.kernel_seq).c_str());
+     }},
     {KIND(QStageSegment), "[n, hps/P, hd]", "document masking: one Untied stage's segment output or dq",
      [](const PlanShapes& s) { return s.segment_calls ? sat_product({s.kernel_seq, s.k, s.hd, s.c}) : 0; },
      [](const PlanShapes& s) {
@@ -260,10 +283,11 @@ constexpr TensorKindRule kTensorKindRules[] = {
        return printf_string("%s x %lld KV head%s x %lld x %lld B", segment_tokens(s).c_str(), ll(s.max_kv_count),
                   plural(s.max_kv_count), ll(s.hd), ll(s.c));
      }},
-    {KIND(LseStageSegment), "[hps/P, n] fp32", "document masking: one Untied stage's segment log-sum-exp",
-     [](const PlanShapes& s) { return s.segment_calls ? sat_product({s.kernel_seq, s.k, 4}) : 0; },
+    {KIND(LseStageSegment), "[hps/P, n'] fp32", "document masking: one Untied stage's segment log-sum-exp",
+     [](const PlanShapes& s) { return s.segment_calls ? sat_product({lse_seq(s, s.kernel_seq), s.k, 4}) : 0; },
      [](const PlanShapes& s) {
-       return printf_string("%lld head%s x %s x 4 B", ll(s.k), plural(s.k), segment_tokens(s).c_str());
+       return printf_string("%lld head%s x 1 x %s (the longest segment) x 4 B", ll(s.k), plural(s.k),
+                            lse_tokens(s, s.kernel_seq).c_str());
      }},
     // the CPU flash-attention kernel's per-thread scratch (blocks: PlanShapes::cpu_q_block)
     {KIND(CpuFlashScratch), "[2, q block, kv block] fp32",
@@ -343,13 +367,19 @@ constexpr TensorKindRule kTensorKindRules[] = {
                   s.c != 4 ? printf_string(" + %s x %lld fp32 dhidden", rows.c_str(), ll(s.d)).c_str() : "");
      }},
     // step inputs
-    {KIND(TokenIds), "[B, s] int64", "token ids, labels or positions",
+    {KIND(TokenIds), "[B, s] int64", "token ids or labels",
      [](const PlanShapes& s) { return sat_product({s.t, 8}); },
      [](const PlanShapes& s) { return printf_string("%lld x %s x 8 B", ll(s.B), local_tokens(s).c_str()); }},
-    {KIND(RopeTable), "[B, s, hd]", "the RoPE cos or sin table",
-     [](const PlanShapes& s) { return sat_product({s.t, s.hd, s.c}); },
+    // one row all sequences share, or one a sequence where positions restart in each document
+    // (rope_position_rows, engine/layout/documents.h)
+    {KIND(PositionIds), "[rows, s] int64", "the RoPE positions (rows: 1, or B where they restart per document)",
+     [](const PlanShapes& s) { return sat_product({s.rope_rows, s.s, 8}); },
+     [](const PlanShapes& s) { return printf_string("%lld x %s x 8 B", ll(s.rope_rows), local_tokens(s).c_str()); }},
+    {KIND(RopeTable), "[rows, s, hd/2] fp32", "the RoPE cos or sin table (rows as the positions')",
+     [](const PlanShapes& s) { return sat_product({s.rope_rows, s.s, s.hd / 2, kRopeTableBytes}); },
      [](const PlanShapes& s) {
-       return printf_string("%lld x %s x %lld x %lld B", ll(s.B), local_tokens(s).c_str(), ll(s.hd), ll(s.c));
+       return printf_string("%lld x %s x %lld x %lld B", ll(s.rope_rows), local_tokens(s).c_str(), ll(s.hd / 2),
+                            ll(kRopeTableBytes));
      }},
     // parameters and their gradients: every group's shard (FlatShardLayout, engine/layout/planned_buffers.h)
     {KIND(MasterShards), "[Σ_g ceil(N_g/W)] fp32", "the fp32 master shards of every group",
@@ -377,14 +407,16 @@ constexpr TensorKindRule kTensorKindRules[] = {
      [](const PlanShapes& s) { return printf_string("%s params x %lld B", params(s.n_head).c_str(), ll(s.c)); }},
     // fp32 compute gathers straight from the master shard, an offloaded optimizer from the device's
     // compute-dtype shard (FlatParamGroup::unshard_async): no cast
+    // (gathers_from_cast, engine/layout/planned_buffers.h)
     {KIND(BlockShardCast), "[ceil(N_block/W)]", "a block shard cast to the compute dtype for the all-gather",
-     [](const PlanShapes& s) {
-       return s.fsdp && s.W > 1 && s.c != 4 && !s.offload_optimizer ? sat_product({s.block_layout.shard_numel, s.c})
-                                                                    : 0;
-     },
-     [](const PlanShapes& s) {
-       return printf_string("%s params / %lld ranks x %lld B", params(s.n_block).c_str(), ll(s.W), ll(s.c));
-     }},
+     [](const PlanShapes& s) { return shard_cast_bytes(s, s.block_layout); },
+     [](const PlanShapes& s) { return shard_text(s, s.n_block, s.c); }},
+    {KIND(EmbedShardCast), "[ceil(N_embed/W)]", "the embedding's shard cast to the compute dtype for the all-gather",
+     [](const PlanShapes& s) { return shard_cast_bytes(s, s.embed_layout); },
+     [](const PlanShapes& s) { return shard_text(s, s.n_embed, s.c); }},
+    {KIND(HeadShardCast), "[ceil(N_head/W)]", "the head group's shard cast to the compute dtype for the all-gather",
+     [](const PlanShapes& s) { return shard_cast_bytes(s, s.head_layout); },
+     [](const PlanShapes& s) { return shard_text(s, s.n_head, s.c); }},
     {KIND(AttnOutGrad), "[d, H*hd]", "the o_proj weight's gradient (the attention backward's first)",
      [](const PlanShapes& s) { return sat_product({s.d, s.q_dim, s.c}); },
      [](const PlanShapes& s) { return printf_string("%lld x %lld x %lld B", ll(s.d), ll(s.q_dim), ll(s.c)); }},
@@ -422,9 +454,13 @@ constexpr TensorKindRule kTensorKindRules[] = {
     {KIND(HeadGradAccum), "[V, d] fp32", "the LM-head gradient accumulated over the loss tiles",
      [](const PlanShapes& s) { return sat_product({s.V, s.d, 4}); },
      [](const PlanShapes& s) { return printf_string("%lld vocab x %lld x 4 B (fp32)", ll(s.V), ll(s.d)); }},
-    {KIND(EmbedGradDense), "[V, d] fp32", "the dense embedding gradient, the reduce-scatter's input",
-     [](const PlanShapes& s) { return sat_product({s.n_embed, 4}); },
-     [](const PlanShapes& s) { return printf_string("%lld vocab x %lld x 4 B", ll(s.V), ll(s.d)); }},
+    // the engine's [padded] flat buffer, whose first V x d elements the scatter writes
+    {KIND(EmbedGradDense), "[ceil(V*d/W)*W] fp32", "the dense embedding gradient, the reduce-scatter's input",
+     [](const PlanShapes& s) { return sat_product({s.embed_layout.padded_numel, 4}); },
+     [](const PlanShapes& s) {
+       return printf_string("%lld vocab x %lld%s x 4 B", ll(s.V), ll(s.d),
+                            s.embed_layout.padded_numel > s.n_embed ? " (padded to a multiple of the ranks)" : "");
+     }},
     {KIND(EmbedGradRows32), "[B*s, d] fp32",
      "the embedding gradient's rows cast to fp32 for the scatter (0 in fp32: the rows themselves)",
      [](const PlanShapes& s) { return s.c == 4 ? 0 : sat_product({s.t, s.d, 4}); },
@@ -439,11 +475,15 @@ constexpr TensorKindRule kTensorKindRules[] = {
     {KIND(EmbedPack), "[ceil(N_embed/W)*W] fp32", "the embedding's packed gradients",
      [](const PlanShapes& s) { return sat_product({s.embed_layout.padded_numel, 4}); },
      [](const PlanShapes& s) { return printf_string("%s params x 4 B", params(s.n_embed).c_str()); }},
-    {KIND(BlockShardOut), "[ceil(N_block/W)] fp32", "the reduce-scatter's output before it is added into grad",
-     [](const PlanShapes& s) { return s.fsdp && s.W > 1 ? sat_product({s.block_layout.shard_numel, 4}) : 0; },
-     [](const PlanShapes& s) {
-       return printf_string("%s params / %lld ranks x 4 B", params(s.n_block).c_str(), ll(s.W));
-     }},
+    {KIND(BlockShardOut), "[ceil(N_block/W)] fp32", "a block's reduce-scatter output before it is added into grad",
+     [](const PlanShapes& s) { return shard_out_bytes(s, s.block_layout); },
+     [](const PlanShapes& s) { return shard_text(s, s.n_block, 4); }},
+    {KIND(EmbedShardOut), "[ceil(N_embed/W)] fp32", "the embedding's reduce-scatter output before it is added into grad",
+     [](const PlanShapes& s) { return shard_out_bytes(s, s.embed_layout); },
+     [](const PlanShapes& s) { return shard_text(s, s.n_embed, 4); }},
+    {KIND(HeadShardOut), "[ceil(N_head/W)] fp32", "the head group's reduce-scatter output before it is added into grad",
+     [](const PlanShapes& s) { return shard_out_bytes(s, s.head_layout); },
+     [](const PlanShapes& s) { return shard_text(s, s.n_head, 4); }},
     // The tied embedding's second gradient contribution on a GPU with the states offloaded: the
     // first (the LM head's, already on the host) comes back up for the sum (accumulate_gradient).
     {KIND(TiedGradBack), "[ceil(N_embed/W)] fp32",

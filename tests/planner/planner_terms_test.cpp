@@ -134,8 +134,10 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
   CHECK(term_bytes(plan, "CPU flash backward scratch") == SCRATCH);
   CHECK(term_bytes(plan, "flash backward dq accumulator (fp32)") == 0);
   CHECK(term_bytes(plan, "flash backward dk at query-head count (GQA)") == 0);
-  CHECK(term_bytes(plan, "token ids, labels, positions (int64)") == 3 * 1024 * 8);
-  CHECK(term_bytes(plan, "RoPE cos/sin tables") == 2 * 1024 * 16 * 4);
+  CHECK(term_bytes(plan, "token ids, labels (int64)") == 2 * 1024 * 8);
+  // one row of positions and of cos and sin tables [1024, hd/2 = 8] fp32, shared by the batch
+  CHECK(term_bytes(plan, "RoPE positions (int64)") == 1024 * 8);
+  CHECK(term_bytes(plan, "RoPE cos/sin tables (fp32)") == 2 * 1024 * 8 * 4);
 
   // Categories at the peak, summed by hand.
   CHECK(cat(plan, PlanCategory::Params) == 197248);
@@ -147,9 +149,9 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
   CHECK(cat(plan, PlanCategory::MlpWorkspace) == 123136);
   CHECK(cat(plan, PlanCategory::LossWorkspace) == D);
   CHECK(cat(plan, PlanCategory::CommBuffers) == QH + 2 * KVH + QH);
-  CHECK(cat(plan, PlanCategory::Other) == 3 * 1024 * 8 + 2 * 1024 * 16 * 4);
+  CHECK(cat(plan, PlanCategory::Other) == 3 * 1024 * 8 + 2 * 1024 * 8 * 4);
   CHECK(cat(plan, PlanCategory::Offloaded) == 0);
-  CHECK(plan.peak_bytes == 5119744);  // the sum of the above, added up by hand
+  CHECK(plan.peak_bytes == 5054208);  // the sum of the above, added up by hand
   int64_t device_terms = 0;
   for (const auto& t : plan.terms)
     if (!t.host) device_terms += t.bytes;
@@ -181,8 +183,41 @@ TEST_CASE("small config: every term at the peak matches the hand computation", "
   const planner_detail::PlanShapes rs = planner_detail::make_shapes(ragged);
   CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::SoftmaxD, rs) == 2048 * 2 * 4);
   CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::DqAccum, rs) == 2048 * 2 * 32 * 4);
-  CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::Lse, rs) ==
-        2000 * 2 * 4);  // the forward's own, unpadded
+  // the forward's own log-sum-exp: fp32 on a GPU runs the memory-efficient kernel, which pads its
+  // positions to a multiple of 32 (lse_positions): 2000 -> 2016, as the engine allocates it
+  CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::Lse, rs) == 2016 * 2 * 4);
+  // in bf16 FlashAttention-2 or cuDNN returns it exact
+  RunConfig ragged_bf16 = ragged;
+  ragged_bf16.training.dtype = DType::BFloat16;
+  REQUIRE(validate(ragged_bf16).empty());
+  CHECK(planner_detail::kind_bytes(planner_detail::TensorKind::Lse, planner_detail::make_shapes(ragged_bf16)) ==
+        2000 * 2 * 4);
+}
+
+TEST_CASE("the RoPE positions and tables have one row, or one a sequence where positions restart per document",
+          "[planner][terms]") {
+  // rope_position_rows (engine/layout/documents.h), the rows make_positions builds: fp32 tables
+  // [rows, s, hd/2] whatever the compute dtype, int64 positions [rows, s]
+  RunConfig cfg = small_config();
+  cfg.training.batch_size = 3;
+  cfg.training.dtype = DType::BFloat16;
+  REQUIRE(validate(cfg).empty());
+  namespace pd = planner_detail;
+  const pd::PlanShapes shared = pd::make_shapes(cfg);
+  CHECK(pd::kind_bytes(pd::TensorKind::PositionIds, shared) == 1024 * 8);
+  CHECK(pd::kind_bytes(pd::TensorKind::RopeTable, shared) == 1024 * 8 * 4);
+  CHECK(pd::kind_bytes(pd::TensorKind::TokenIds, shared) == 3 * 1024 * 8);
+  RunConfig documents = cfg;
+  documents.training.dataset = DatasetKind::Documents;
+  documents.training.dataset_path = "unused.odoc";
+  documents.training.document_mask = true;
+  for (const DocumentPositions positions : {DocumentPositions::Restart, DocumentPositions::Continue}) {
+    documents.training.document_positions = positions;
+    const int64_t rows = positions == DocumentPositions::Restart ? 3 : 1;
+    const pd::PlanShapes s = pd::make_shapes(documents);
+    CHECK(pd::kind_bytes(pd::TensorKind::PositionIds, s) == rows * 1024 * 8);
+    CHECK(pd::kind_bytes(pd::TensorKind::RopeTable, s) == rows * 1024 * 8 * 4);
+  }
 }
 
 TEST_CASE("small config with offload: two inputs on the device, the rest in the host pool", "[planner][terms]") {
