@@ -187,8 +187,14 @@ int main(int argc, char** argv) {
     // Output the system refused (a full disk, a closed pipe's reader gone) is the command's
     // failure: a script reading a plan or JSON from a file must not take a cut one for a success.
     std::cout.flush();
-    if (!std::cout.good() || std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      std::cerr << "odyssey " << c.name << ": cannot write to standard output (" << std::strerror(errno) << ")\n";
+    errno = 0;
+    const bool flushed = std::fflush(stdout) == 0;
+    const int flush_errno = errno;
+    if (!std::cout.good() || !flushed || std::ferror(stdout)) {
+      // the reason is the failed call's: a write that failed earlier in the run left no errno
+      // that still holds (a long command makes many calls after it)
+      const std::string reason = !flushed && flush_errno != 0 ? std::strerror(flush_errno) : "an earlier write failed";
+      std::cerr << "odyssey " << c.name << ": cannot write to standard output (" << reason << ")\n";
       return code == odyssey::cli::kExitOk ? odyssey::cli::kExitRuntime : code;
     }
     return code;

@@ -3,6 +3,7 @@
 // instants, buffered streaming and a close that always leaves valid JSON. defines: TraceWriter
 #include "engine/telemetry/trace_writer.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -358,6 +359,19 @@ void TraceWriter::on_sample(const MemorySample& s) {
   last_t_s_ = std::max(last_t_s_, s.t_s);
 }
 
+namespace {
+
+/// Truncates a regular file at its stream's position; anything else (a device, a pipe) is left
+/// as it is. False with errno set when the truncation fails.
+bool cut_at_position(std::FILE* file) {
+  struct stat st {};
+  if (::fstat(::fileno(file), &st) != 0) return false;
+  if (!S_ISREG(st.st_mode)) return true;
+  return ::ftruncate(::fileno(file), ::ftell(file)) == 0;
+}
+
+}  // namespace
+
 std::string TraceWriter::closing_locked() const {
   std::string other;
   {
@@ -378,8 +392,9 @@ void TraceWriter::close_locked() {
   for (auto& [rank, c] : peaks_) emit_peak_locked(rank, c);
   pending_ += closing_locked();
   flush_locked();
-  // A resumed trace was written over its kept closing lines: whatever of them is left goes.
-  if (error_.empty() && (std::fflush(file_) != 0 || ::ftruncate(::fileno(file_), ::ftell(file_)) != 0))
+  // A resumed trace was written over its kept closing lines: whatever of them is left goes. Only
+  // a regular file has a length to cut: a trace linked to /dev/null or a terminal has none.
+  if (error_.empty() && (std::fflush(file_) != 0 || !cut_at_position(file_)))
     error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
   if (std::fclose(file_) != 0 && error_.empty()) error_ = "trace: cannot close " + path_ + ": " + std::strerror(errno);
   file_ = nullptr;

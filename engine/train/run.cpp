@@ -238,6 +238,9 @@ void CheckpointCadence::at_end(Trainer& trainer) {
   // A stop right after the cadence's checkpoint: that one holds this state. Written again it
   // would double the time to exit (minutes for a large model) within a scheduler's grace period.
   if (saved_step_ != trainer.next_step()) {
+    // as after_step: the trace and the metrics hold every step this checkpoint does before it
+    // exists (a kill right after it, a closed pipe, a scheduler's second signal, keeps them)
+    if (trace_ != nullptr) trace_->flush();
     if (metrics_ != nullptr) metrics_->sync();
     save_checkpoint(trainer, dir_, carried_);
   }
@@ -616,7 +619,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
         HfWeights(cfg.model.hf_path, cfg.model);  // every tensor found and checked before the model is allocated
       if (!cfg.output.export_hf.empty() && !(opt.checkpoints && !opt.out_dir.empty()))
         throw std::invalid_argument("output.export_hf = \"" + cfg.output.export_hf +
-                                    "\" exports the final checkpoint, and this run writes none (no --out directory)");
+                                    "\" exports the final checkpoint, and this run writes none (" +
+                                    (opt.out_dir.empty() ? "no --out directory" : "--no-checkpoint") + ")");
       // Nothing is started that the planner says cannot fit: the OOM killer or LibTorch's raw
       // allocation failure mid-step would be the user's only answer otherwise.
       if (!opt.force)

@@ -219,6 +219,19 @@ TEST_CASE("run directory: a trace or summary the disk refuses fails the run (exi
   }
 }
 
+TEST_CASE("run directory: a trace linked to /dev/null is discarded, the run whole", "[cli][reliability][rundir]") {
+  // The trace is cut at its end when it closes (a resumed trace drops its old closing lines): a
+  // character device has no length to cut, and its truncation failing once failed the run.
+  const std::string dir = fresh_dir("null_trace");
+  REQUIRE(std::system(("mkdir -p " + dir + " && ln -s /dev/null " + dir + "/trace.json").c_str()) == 0);
+  const Run r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + dir);
+  require_exit(r, 0);
+  CHECK(r.err.empty());
+  struct stat st {};
+  CHECK(::stat((dir + "/summary.json").c_str(), &st) == 0);
+  CHECK(::stat((dir + "/checkpoints/latest.json").c_str(), &st) == 0);
+}
+
 TEST_CASE("run directory: a link or FIFO where the lock belongs is refused, a FIFO where a run writes never hangs it",
           "[cli][reliability][rundir]") {
   // The lock: through a link its owner line would overwrite the target; a FIFO is no lock file.

@@ -450,6 +450,11 @@ TEST_CASE("odyssey train --no-checkpoint: a benchmark's run writes no checkpoint
   CHECK(metrics_lines(dir) == 3);
   CHECK(checkpoint_step(dir) == -1);
   CHECK_FALSE(std::ifstream(dir + "/checkpoints/latest.json").good());
+  // output.export_hf exports the final checkpoint: refused before the run, naming why there is none
+  const Run exporting = run_odyssey("train " + kTiny + "--set output.export_hf=" + fresh_dir("no_checkpoint_export") +
+                                    " --no-checkpoint --quiet --out " + fresh_dir("no_checkpoint_export_run"));
+  require_exit(exporting, 2);
+  CHECK_THAT(exporting.err, Catch::Contains("and this run writes none (--no-checkpoint)"));
 }
 
 TEST_CASE("odyssey train --kernel-profile: the last step's operators in a Chrome trace", "[cli][train]") {

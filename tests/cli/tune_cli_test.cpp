@@ -205,6 +205,14 @@ TEST_CASE("odyssey plan: standard output the system refuses is a failure (exit 1
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 1);
   }
+  // A run writes its progress as it goes: the message gives the failed call's reason, never a
+  // stale errno of a later call ("No such file or directory" once).
+  const Run train = run_shell(std::string("cd ") + ODYSSEY_SOURCE_DIR + " && " + ODYSSEY_BIN_DIR +
+                              "/odyssey train presets/tiny-cpu.toml --steps 1 --no-checkpoint --out " +
+                              scratch("stdout_full_run") + " 2>&1 > /dev/full");  // stderr read
+  CHECK(train.code == 1);
+  CHECK_THAT(train.out, Catch::Contains("odyssey train: cannot write to standard output (") &&
+                            (Catch::Contains("No space left on device") || Catch::Contains("an earlier write failed")));
 }
 
 TEST_CASE("odyssey tune: bad arguments exit 2 with the reason and nothing on stdout", "[cli][tune]") {

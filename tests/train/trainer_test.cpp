@@ -4,7 +4,14 @@
 
 #include <cmath>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+
 #include "../common/engine_test_util.h"
+#include "../common/file_text.h"
+#include "test_paths.h"
 #include "engine/config/validate.h"
 #include "engine/planner/planner.h"
 #include "engine/telemetry/memory_tracker.h"
@@ -368,4 +375,29 @@ TEST_CASE(
   PlannedBufferLog log;
   automatic.step();
   CHECK(log.seen().count(PlannedBuffer::UntiedQStage) == 1);  // the log sees the Function when it runs
+}
+
+TEST_CASE("checkpoints: the trace holds every step a checkpoint does before it is written, the last one too",
+          "[engine][train][checkpoint]") {
+  // A process killed right after its final or stop checkpoint (a closed pipe, a scheduler's second
+  // signal) resumes from it; the resume keeps the trace's events through that step only if they
+  // reached the file first. Read here while the writer is open, as a kill would leave it.
+  const std::string dir = std::string(ODYSSEY_BINARY_DIR) + "/trace_before_checkpoint." + std::to_string(getpid());
+  REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()) == 0);
+  const RunConfig cfg = tiny_config();
+  Trainer trainer(cfg, cpu_rank());
+  trainer.step();
+  RunShared shared;
+  shared.trace = std::make_unique<TraceWriter>(dir + "/trace.json");
+  StepMetrics metrics;
+  metrics.step = 1;
+  shared.trace->on_step(metrics);  // far below the writer's own flush size: still buffered
+  RunOptions opt;
+  opt.out_dir = dir;
+  CheckpointCadence cadence(cfg, opt, shared, [](const std::string&) {});
+  cadence.at_end(trainer);
+  CHECK_THAT(file_text(dir + "/checkpoints/latest.json"), Catch::Contains("step_00000001"));
+  CHECK_THAT(file_text(dir + "/trace.json"), Catch::Contains("\"step\":1"));
+  shared.trace->close();
+  REQUIRE(std::system(("rm -rf '" + dir + "'").c_str()) == 0);
 }
