@@ -370,6 +370,8 @@ void Trainer::fail(const std::exception& e, int64_t index) {
   int64_t layer = -1;
   std::smatch m;
   if (std::regex_search(phase, m, std::regex("block\\.(\\d+)"))) layer = std::stoll(m[1]);
+  // which rank: rank threads report the first failure with its type, not the launcher's "rank R:"
+  const std::string on_rank = ctx_.world_size > 1 ? " on rank " + std::to_string(ctx_.rank) : std::string();
   if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) {
     std::string what = e.what();
     if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) what = c10_error->what_without_backtrace();
@@ -379,15 +381,15 @@ void Trainer::fail(const std::exception& e, int64_t index) {
     throw StepFailure(StepFailure::Kind::OutOfMemory, step, phase, layer, bytes,
                       "out of memory at step " + std::to_string(step) + " in phase " +
                           (phase.empty() ? std::string("(none)") : phase) +
-                          (layer >= 0 ? " (layer " + std::to_string(layer) + ")" : std::string()) +
+                          (layer >= 0 ? " (layer " + std::to_string(layer) + ")" : std::string()) + on_rank +
                           (bytes >= 0 ? ", " + std::to_string(bytes) + " bytes requested" : std::string()) + ": " +
                           first_line);
   }
   std::string what = e.what();
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) what = c10_error->what_without_backtrace();
   throw StepFailure(StepFailure::Kind::Other, step, phase, layer, -1,
-                    "step " + std::to_string(step) + " failed" + (phase.empty() ? "" : " in phase " + phase) + ": " +
-                        what.substr(0, what.find('\n')));
+                    "step " + std::to_string(step) + " failed" + (phase.empty() ? "" : " in phase " + phase) + on_rank +
+                        ": " + what.substr(0, what.find('\n')));
 }
 
 }  // namespace odyssey

@@ -18,10 +18,12 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "../common/agent_store.h"
+#include "../common/engine_test_util.h"
 #include "../common/free_port.h"
 #include "engine/parallel/job.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/telemetry/memory_tracker.h"
+#include "engine/train/trainer.h"
 
 using namespace odyssey;
 using odyssey::test::free_port;
@@ -199,6 +201,33 @@ TEST_CASE("rank threads: a throwing rank aborts the others and is reported with 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(abandoned == 3);
   CHECK(seconds < 20.0);  // the 120 s collective timeout was not waited out
+}
+
+TEST_CASE("rank threads: a rank's failed step keeps its type and names the rank", "[launch]") {
+  // run_on_ranks rethrows the first failing rank's own exception (its exit class), not the
+  // launcher's "rank R:" text: the step's failure names the rank itself. Rank 1 alone runs out of
+  // its tracked memory in step 2; rank 0's collective is abandoned after it.
+  struct ResetLimit {
+    ~ResetLimit() { MemoryTracker::instance().set_device_limit(1, 0); }  // slot 1's, whatever happens
+  } reset;
+  RunConfig cfg = odyssey::test::tiny_config();
+  cfg.parallel.world_size = 2;
+  cfg.parallel.fsdp = true;
+  try {
+    run_on_ranks(cfg, "odyssey train PRESET", [&](RankContext& ctx) {
+      Trainer trainer(cfg, ctx);
+      trainer.step();
+      MemoryTracker& tracker = MemoryTracker::instance();
+      if (ctx.rank == 1) tracker.set_device_limit(ctx.slot, tracker.device_bytes(ctx.slot) + 1);
+      trainer.step();
+    });
+    FAIL("the step should have run out of memory on rank 1");
+  } catch (const StepFailure& e) {
+    INFO(e.what());
+    CHECK(e.kind == StepFailure::Kind::OutOfMemory);
+    CHECK(e.step == 2);
+    CHECK_THAT(e.what(), Catch::StartsWith("out of memory at step 2 in phase ") && Catch::Contains(" on rank 1"));
+  }
 }
 
 TEST_CASE("rank threads: a rank that hangs yields a timeout naming rank, group and collective", "[launch]") {
