@@ -24,7 +24,8 @@ namespace {
 
 // This process's rank of a torchrun job, its peers watched through the job's store.
 void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::function<void(RankContext&)>& fn,
-                       const c10::intrusive_ptr<c10d::Store>& store) {
+                       const c10::intrusive_ptr<c10d::Store>& store,
+                       const std::function<bool(const std::exception_ptr&)>& bad_input) {
   // the cores are shared by every rank process torchrun started on this machine (torchrun sets
   // OMP_NUM_THREADS=1 unless told otherwise; other launchers may not)
   configure_threads(std::max(1, env.local_world_size));
@@ -41,12 +42,15 @@ void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::
     // A collective failed here: some other rank caused it. Name it (this may wait kSilence).
     const PeerWatch::Culprit culprit = watch ? watch->diagnose() : PeerWatch::Culprit{};
     const std::string what = e.what();
-    if (culprit.rank < 0 ||
-        what.find("abandoned: rank " + std::to_string(culprit.rank) + " failed") != std::string::npos)
-      throw;  // nobody else to blame, or the message already names the rank
-    throw CommError(what + "; cause: " + culprit.text);
+    if (culprit.rank < 0) throw;  // nobody else to blame
+    const bool named = what.find("abandoned: rank " + std::to_string(culprit.rank) + " failed") != std::string::npos;
+    const std::string message = named ? what : what + "; cause: " + culprit.text;
+    if (culprit.bad_input) throw RankFailedOnInput(message);  // the job exits as that process does
+    if (named) throw;                                         // the message already names the rank
+    throw CommError(message);
   } catch (const std::exception& e) {
-    if (watch) watch->declare_failure(e.what());  // before this process's groups go away
+    // before this process's groups go away
+    if (watch) watch->declare_failure(e.what(), bad_input && bad_input(std::current_exception()));
     throw;
   }
 }
@@ -254,10 +258,11 @@ bool runs_rank_zero() {
 }
 
 void run_on_ranks(const RunConfig& cfg, const std::string& command, const std::function<void(RankContext&)>& fn,
-                  const JobStart* start) {
+                  const JobStart* start, const std::function<bool(const std::exception_ptr&)>& bad_input) {
   const JobMode mode = job_mode(cfg.parallel);
   if (mode == JobMode::Torchrun)
-    return run_torchrun_rank(cfg, *torchrun_env(), fn, start ? start->store() : c10::intrusive_ptr<c10d::Store>());
+    return run_torchrun_rank(cfg, *torchrun_env(), fn, start ? start->store() : c10::intrusive_ptr<c10d::Store>(),
+                             bad_input);
   check_launchable(cfg, command);
   // The first failing rank's exception, kept with its type (run_rank_threads reports text only).
   std::mutex mutex;

@@ -2,7 +2,7 @@
 // this process's rank of a torchrun job (one rank per process, peers watched through the job's
 // store), or rank 0 alone under rank emulation. The one training loop (engine/train/run.h's
 // run_training) and odyssey bench run on it. defines: JobMode, job_mode, runs_rank_zero, RankRefused,
-// JobStart, refuse_torchrun_start, run_on_ranks, check_launchable
+// JobStart, refuse_torchrun_start, run_on_ranks, RankFailedOnInput, check_launchable
 #pragma once
 
 #include <chrono>
@@ -149,7 +149,19 @@ void refuse_torchrun_start(const std::string& reason, bool bad_input) noexcept;
 /// Intra-op threads are set for the ranks sharing this machine (configure_threads). `command`: as
 /// check_launchable's. `start`: the JobStart this process agreed through, whose store a torchrun
 /// process joins the job over (null: it connects its own).
+/// `bad_input` classes a rank's failure as the input's fault (exit 2) or the run's (exit 1): under
+/// torchrun the failing process declares its class, and the others' collectives that failed for
+/// it end in RankFailedOnInput where it was the input's, so every process exits alike.
 void run_on_ranks(const RunConfig& cfg, const std::string& command, const std::function<void(RankContext&)>& fn,
-                  const JobStart* start = nullptr);
+                  const JobStart* start = nullptr,
+                  const std::function<bool(const std::exception_ptr&)>& bad_input = nullptr);
+
+/// A collective of this torchrun process failed because another process failed on bad input (a
+/// corrupt checkpoint shard of its rank, a data file that only its host reads): the job's exit
+/// class is that process's, the input's (2).
+class RankFailedOnInput : public CommError {
+ public:
+  using CommError::CommError;
+};
 
 }  // namespace odyssey

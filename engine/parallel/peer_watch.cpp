@@ -17,15 +17,25 @@ const std::string kFailureKey = "odyssey/failure";
 
 std::string beat_key(int rank) { return "odyssey/beat/" + std::to_string(rank); }
 
-// "<rank>\n<reason>" -> rank, reason.
-std::pair<int, std::string> parse_failure(const std::vector<uint8_t>& value) {
+/// A declared failure as the store holds it: "RANK\nCLASS\nREASON", CLASS "input" or "run".
+std::vector<uint8_t> failure_value(int rank, bool bad_input, const std::string& reason) {
+  const std::string text = std::to_string(rank) + "\n" + (bad_input ? "input" : "run") + "\n" + reason;
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+struct DeclaredFailure {
+  int rank = -1;  ///< -1: unreadable
+  bool bad_input = false;
+  std::string reason;
+};
+DeclaredFailure parse_failure(const std::vector<uint8_t>& value) {
   const std::string text(value.begin(), value.end());
-  const size_t nl = text.find('\n');
-  if (nl == std::string::npos) return {-1, text};
+  const size_t nl = text.find('\n'), nl2 = nl == std::string::npos ? nl : text.find('\n', nl + 1);
+  if (nl2 == std::string::npos) return {-1, false, text};
   try {
-    return {std::stoi(text.substr(0, nl)), text.substr(nl + 1)};
+    return {std::stoi(text.substr(0, nl)), text.substr(nl + 1, nl2 - nl - 1) == "input", text.substr(nl2 + 1)};
   } catch (const std::exception&) {
-    return {-1, text};
+    return {-1, false, text};
   }
 }
 
@@ -59,9 +69,9 @@ void PeerWatch::beat_loop() {
       const StoreDeadline bound(deadline_, "a heartbeat", store_address_);
       beat_store_->add(beat_key(rank_), 1);
       if (beat_store_->check({kFailureKey})) {
-        const auto [rank, reason] = parse_failure(beat_store_->get(kFailureKey));
+        const DeclaredFailure f = parse_failure(beat_store_->get(kFailureKey));
         // Another rank failed: end this process's pending collectives now, naming it.
-        if (rank >= 0 && rank != rank_ && abort_ && !abort_->raised()) abort_->raise(rank, reason);
+        if (f.rank >= 0 && f.rank != rank_ && abort_ && !abort_->raised()) abort_->raise(f.rank, f.reason);
       }
     } catch (const std::exception&) {
       // The store is gone (rank 0's process ended): nothing more to beat or learn, and every
@@ -72,12 +82,11 @@ void PeerWatch::beat_loop() {
   }
 }
 
-void PeerWatch::declare_failure(const std::string& reason) {
+void PeerWatch::declare_failure(const std::string& reason, bool bad_input) {
   std::lock_guard<std::mutex> lock(mutex_);
   try {
     const StoreDeadline bound(deadline_, "this process's failure report", store_address_);
-    const std::string value = std::to_string(rank_) + "\n" + reason;
-    probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{}, std::vector<uint8_t>(value.begin(), value.end()));
+    probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{}, failure_value(rank_, bad_input, reason));
   } catch (const std::exception&) {
     // Nobody left to tell.
   }
@@ -85,9 +94,9 @@ void PeerWatch::declare_failure(const std::string& reason) {
 
 PeerWatch::Culprit PeerWatch::declared_locked() {
   if (!probe_store_->check({kFailureKey})) return {};
-  const auto [rank, reason] = parse_failure(probe_store_->get(kFailureKey));
-  if (rank < 0 || rank == rank_) return {};
-  return {rank, "rank " + std::to_string(rank) + " failed: " + reason};
+  const DeclaredFailure f = parse_failure(probe_store_->get(kFailureKey));
+  if (f.rank < 0 || f.rank == rank_) return {};
+  return {f.rank, "rank " + std::to_string(f.rank) + " failed: " + f.reason, f.bad_input};
 }
 
 PeerWatch::Culprit PeerWatch::diagnose() {
@@ -113,11 +122,11 @@ PeerWatch::Culprit PeerWatch::diagnose() {
       // Declare it on the silent rank's behalf: every survivor then names the same rank.
       const std::string reason =
           "its process stopped responding (no heartbeat for " + seconds_text(kSilence) + ": killed, crashed or hung)";
-      const std::string value = std::to_string(r) + "\n" + reason;
-      const std::vector<uint8_t> now = probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{},
-                                                                std::vector<uint8_t>(value.begin(), value.end()));
-      const auto [first, first_reason] = parse_failure(now);
-      if (first >= 0 && first != rank_) return {first, "rank " + std::to_string(first) + " failed: " + first_reason};
+      const std::vector<uint8_t> now =
+          probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{}, failure_value(r, false, reason));
+      const DeclaredFailure first = parse_failure(now);
+      if (first.rank >= 0 && first.rank != rank_)
+        return {first.rank, "rank " + std::to_string(first.rank) + " failed: " + first.reason, first.bad_input};
       return {r, "rank " + std::to_string(r) + " failed: " + reason};
     }
     return {};

@@ -22,7 +22,7 @@ class Store;
 namespace odyssey {
 
 /// One per torchrun process (world size > 1), alive while its rank trains. Store keys:
-/// "odyssey/beat/<r>" (a counter, bumped every kBeat) and "odyssey/failure" ("<rank>\n<reason>").
+/// "odyssey/beat/<r>" (a counter, bumped every kBeat) and "odyssey/failure" ("<rank>\n<input|run>\n<reason>").
 ///   PeerWatch watch(store, rank, world, abort, "127.0.0.1:29500", store_deadline_for(timeout));
 ///   try { train(); } catch (const CommError& e) { throw CommError(e.what() + watch.diagnose().text); }
 class PeerWatch {
@@ -40,13 +40,15 @@ class PeerWatch {
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
 
-  /// This rank failed on its own: tell the other processes (unless another rank declared first).
+  /// This rank failed on its own: tell the other processes (unless another rank declared first),
+  /// with its exit class: `bad_input` for the input's fault (exit 2), else the run's (exit 1).
   /// Never throws (the store may be gone).
-  void declare_failure(const std::string& reason);
+  void declare_failure(const std::string& reason, bool bad_input = false);
 
   struct Culprit {
-    int rank = -1;     ///< -1: no other rank is at fault
-    std::string text;  ///< "rank 1 failed: ...", "rank 1 stopped responding ...", ""
+    int rank = -1;           ///< -1: no other rank is at fault
+    std::string text;        ///< "rank 1 failed: ...", "rank 1 stopped responding ...", ""
+    bool bad_input = false;  ///< that rank failed on bad input (it exits 2, and so does the job)
   };
   /// After one of this rank's collectives failed: the rank that caused it. A declared failure
   /// first; else the ranks silent for kSilence (this waits up to that long), declared on their

@@ -311,6 +311,14 @@ std::optional<TorchrunEnv> torchrun_env() {
   return env;
 }
 
+void check_gloo_interface() {
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  // Gloo would stop in its device setup with "Unable to find address for: NAME", naming no variable
+  if (ifname != nullptr && ::if_nametoindex(ifname) == 0)
+    throw std::invalid_argument(std::string("torchrun environment: GLOO_SOCKET_IFNAME=") + ifname +
+                                " is no network interface of this host (see `ip link`)");
+}
+
 void check_torchrun_world(const TorchrunEnv& env, const ParallelConfig& parallel) {
   if (parallel.emulate)  // else each process would run a real rank, and measure no emulated one
     throw std::invalid_argument(
@@ -390,10 +398,7 @@ TorchrunRank join_torchrun_rank(const TorchrunEnv& env, const ParallelConfig& pa
     return joined;
   }
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
-    // Gloo would stop in its device setup with "Unable to find address for: NAME", naming no variable
-    if (::if_nametoindex(ifname) == 0)
-      throw std::invalid_argument(std::string("torchrun environment: GLOO_SOCKET_IFNAME=") + ifname +
-                                  " is no network interface of this host (see `ip link`)");
+    check_gloo_interface();  // agreed before (odyssey train); again for the other commands
     options.gloo_interface = ifname;
   }
   options.gloo_hostname = is_loopback(env.master_addr) ? "127.0.0.1" : "";

@@ -1,7 +1,8 @@
 // Ranks of a job: the group layout (SP = contiguous rank blocks, DP = strided), RankContext
 // construction over a c10d store, in-process rank threads, torchrun's environment, emulation.
 // defines: RankLayout, layout_of, RankError, make_rank_context, make_emulated_rank_context,
-//          run_rank_threads, TorchrunEnv, torchrun_env, check_torchrun_world, connect_job_store, TorchrunRank,
+//          run_rank_threads, TorchrunEnv, torchrun_env, check_torchrun_world, check_gloo_interface,
+//          connect_job_store, TorchrunRank,
 //          join_torchrun_rank, join_torchrun
 #pragma once
 
@@ -123,6 +124,11 @@ struct TorchrunRank {
 /// Throws std::invalid_argument naming both values when WORLD_SIZE is not parallel.world_size, and
 /// when parallel.emulate is set (an emulated rank 0 runs in one process, never under torchrun).
 void check_torchrun_world(const TorchrunEnv& env, const ParallelConfig& parallel);
+
+/// Throws std::invalid_argument naming the variable when GLOO_SOCKET_IFNAME is set and names no
+/// network interface of this host (Gloo would stop in its device setup naming no variable). A
+/// host's own: run among the refusals a torchrun job agrees on before it waits for its groups.
+void check_gloo_interface();
 
 /// This process's connection to its torchrun job's store (WORLD_SIZE > 1): a TCPStore at
 /// MASTER_ADDR:MASTER_PORT that rank 0's process serves, waiting for every process to connect, or,

@@ -487,6 +487,8 @@ bool is_bad_input(const std::exception_ptr& error) {
     return true;
   } catch (const RankRefused& e) {  // another torchrun process refused: as it classed it
     return e.bad_input;
+  } catch (const RankFailedOnInput&) {  // another torchrun process failed on bad input mid-run
+    return true;
   } catch (const std::invalid_argument&) {
     return true;
   } catch (...) {  // CheckpointWriteError, FileWriteError, CommError, ...: the run's
@@ -604,6 +606,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     // Everything that can refuse the run is decided before any output is touched.
     agreed(*start, [&] {
       check_launchable(cfg, "odyssey train PRESET");
+      if (job_mode(cfg.parallel) == JobMode::Torchrun && cfg.parallel.world_size > 1) check_gloo_interface();
       make_dataset(cfg.training, cfg.model);  // a missing or malformed data file (DataError), checked once here
       if (!opt.memory_snapshot.empty() && shared.reports) {
         if (!resolve_device(cfg.training.device, 0).is_cuda())
@@ -721,7 +724,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       start_memory_history();       // from before the model exists: its weights are in the history too
     reset_attention_kernels_run();  // the trace and summary name the kernels this run's attention ran
     run_on_ranks(
-        cfg, "odyssey train PRESET", [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); }, &*start);
+        cfg, "odyssey train PRESET", [&](RankContext& ctx) { train_rank(cfg, ctx, opt, shared, out); }, &*start,
+        is_bad_input);
     if (!cfg.output.export_hf.empty() && shared.reports && out.status == RunOutcome::Status::Finished) {
       const HfExport done = export_hf(opt.out_dir, cfg.output.export_hf);  // with the checkpoint's tokenizer
       if (opt.log)

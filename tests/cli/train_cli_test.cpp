@@ -4,6 +4,7 @@
 // torchrun's conventions (two processes on loopback): the in-process run's losses, sharded
 // checkpoints that resume, rank 0's outputs with both ranks, and a killed or hung rank named by
 // the survivor within the timeout; and the real torchrun launcher (the wheel's torch.distributed.run).
+#include <fstream>
 #include <regex>
 #include <set>
 
@@ -393,15 +394,15 @@ TEST_CASE("odyssey train under torchrun: processes that run other jobs, a refusa
           "[cli][train][torchrun]") {
   // One process per rank, each with its own arguments (`common` for both, then rank r's own).
   auto spawn_pair = [](const std::string& common, const std::string& rank0, const std::string& rank1,
-                       const std::string& dir) {
+                       const std::string& dir, const std::string& rank1_env = "") {
     const int port = free_port();
     std::vector<pid_t> pids;
     const std::string own[2] = {rank0, rank1};
     for (int rank = 0; rank < 2; ++rank)
-      pids.push_back(spawn_odyssey(
-          "train " + common + own[rank], dir + ".rank" + std::to_string(rank) + ".log",
-          "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
-              " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port)));
+      pids.push_back(spawn_odyssey("train " + common + own[rank], dir + ".rank" + std::to_string(rank) + ".log",
+                                   "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
+                                       " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                                       std::to_string(port) + (rank == 1 ? " " + rank1_env : std::string())));
     return pids;
   };
   const std::string common = kTwoRanks + "--set parallel.timeout_s=60 --set training.warmup_steps=1 ";
@@ -423,7 +424,29 @@ TEST_CASE("odyssey train under torchrun: processes that run other jobs, a refusa
   logs =
       require_ranks_exit(spawn_pair(common + "--steps 2 --out " + bad, "", " --set memory.bogus=1", bad), bad, 2, 50);
   CHECK_THAT(logs[0], Catch::Contains("rank 1 refused to start") && Catch::Contains("unknown key in [memory]"));
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(150));
+  // A host's own refusal (a network interface one node lacks): agreed before the groups, where
+  // rank 0 waited the whole timeout for a rank that had left, then wrote a failed run.
+  const std::string ifname = fresh_dir("torchrun_bad_interface");
+  logs = require_ranks_exit(
+      spawn_pair(common + "--steps 2 --out " + ifname, "", "", ifname, "GLOO_SOCKET_IFNAME=odyssey-no-such-if"), ifname,
+      2, 50);
+  CHECK_THAT(logs[0], Catch::Contains("rank 1 refused to start") &&
+                          Catch::Contains("GLOO_SOCKET_IFNAME=odyssey-no-such-if is no network interface"));
+  // A checkpoint shard of one rank that fails its check: that process refuses it as bad input
+  // (exit 2) mid-setup, and the other's collective that failed for it ends the same way, where it
+  // said exit 1 (a run's failure) for the same cause.
+  const std::string shard = fresh_dir("torchrun_bad_shard");
+  require_ranks_exit(spawn_pair(common + "--steps 2 --out " + shard, "", "", shard), shard, 0, 50);
+  {
+    std::fstream bin(shard + "/checkpoints/step_00000002/rank1.bin", std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(bin.good());
+    bin.seekp(200);
+    bin.put('\x5a');  // one byte of the shard's body: its CRC no longer holds
+  }
+  logs = require_ranks_exit(spawn_pair(common + "--steps 3 --resume " + shard, "", "", shard), shard, 2, 50);
+  CHECK_THAT(logs[1], Catch::Contains("rank1.bin"));
+  CHECK_THAT(logs[0], Catch::Contains("rank 1 failed") && Catch::Contains("rank1.bin"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(200));
   // SIGTERM to rank 1's process alone stops the job at a step boundary: both exit 143 (rank 0 said
   // 0, "every step asked for ran", for a run that stopped).
   const std::string stop = fresh_dir("torchrun_stop_one");
