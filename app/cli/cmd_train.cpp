@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -27,7 +28,8 @@
 namespace odyssey::cli {
 namespace {
 
-RunControl* g_control = nullptr;
+// the run's control once it exists; null while the command reads its input (a stop then ends it)
+std::atomic<RunControl*> g_control{nullptr};
 volatile std::sig_atomic_t g_stop_signal = 0;        // the signal that asked the run to stop (0: none)
 volatile std::sig_atomic_t g_writes_checkpoint = 1;  // 0 under --no-checkpoint: the stop message says so
 
@@ -35,7 +37,8 @@ volatile std::sig_atomic_t g_writes_checkpoint = 1;  // 0 under --no-checkpoint:
 // boundary, where the run writes its checkpoint; the same signal again kills at once.
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal = sig;
-  if (g_control && !g_control->stepping()) {
+  RunControl* control = g_control.load();
+  if (control == nullptr || !control->stepping()) {
     // Still loading (weights, data, a checkpoint): no step to finish and nothing to save, and a
     // large model can take minutes to load. End now, as the signal's default would, but say so.
     static const char kLoading[] =
@@ -44,7 +47,7 @@ extern "C" void on_stop_signal(int sig) {
     (void)ignored;
     ::_exit(128 + sig);
   }
-  if (g_control) g_control->request_stop_from_signal(sig);
+  control->request_stop_from_signal(sig);
   static const char kInt[] = "\nodyssey train: Ctrl-C: stopping at the next step boundary";
   static const char kTerm[] = "\nodyssey train: SIGTERM: stopping at the next step boundary";
   static const char kCheckpoint[] = " with a checkpoint";
@@ -70,16 +73,19 @@ extern "C" void on_stop_signal(int sig) {
   std::signal(sig, SIG_DFL);  // a second one kills
 }
 
-/// Installs on_stop_signal for SIGINT and SIGTERM with the run's control; restores both after.
+/// Installs on_stop_signal for SIGINT and SIGTERM from the command's start (a stop while it reads
+/// its input or loads ends it with "stopped while loading", never a silent signal death), bound
+/// to the run's control once that exists; restores both after.
 class StopSignals {
  public:
-  explicit StopSignals(RunControl* control) : scope_(handler_bound_to(control), /*restart=*/true) {}
+  StopSignals() : scope_(unbound_handler(), /*restart=*/true) {}
   ~StopSignals() { g_control = nullptr; }
+  /// From here a stop waits for the step boundary once the run steps.
+  void bind(RunControl* control) { g_control = control; }
 
  private:
-  /// Binds the handler to the run's control before it is installed, so no signal is lost between.
-  static void (*handler_bound_to(RunControl* control))(int) {
-    g_control = control;
+  static void (*unbound_handler())(int) {
+    g_control = nullptr;
     g_stop_signal = 0;
     return on_stop_signal;
   }
@@ -116,6 +122,7 @@ std::string progress_bar(int64_t done, int64_t total) {
 }
 
 int run_train(int argc, char** argv, int first) {
+  std::optional<StopSignals> signals(std::in_place);
   ArgSpec spec;
   spec.set = spec.steps = spec.out = spec.resume = spec.quiet = spec.no_checkpoint = spec.memory_snapshot =
       spec.kernel_profile = spec.overwrite = spec.force = true;
@@ -206,7 +213,7 @@ int run_train(int argc, char** argv, int first) {
   };
   RunControl control;
   opt.control = &control;
-  std::optional<StopSignals> signals(&control);
+  signals->bind(&control);
   if (lead)
     std::cout << "odyssey train " << opt.preset << ": " << cfg.model.flavor << ", " << format_size(cfg.training.seq_len)
               << " tokens x " << cfg.training.batch_size << ", " << cfg.parallel.world_size << " rank"
