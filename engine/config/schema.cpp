@@ -466,7 +466,8 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_BOOL("memory", memory.activation_checkpointing, "activation_checkpointing",
                        "Keep only each block's input; recompute the block in backward."));
   s.push_back(ODY_BOOL("memory", memory.offload_activations, "offload_activations",
-                       "Move checkpointed block inputs (all but the last) to host memory."));
+                       "Move checkpointed block inputs to host memory (blocks 1 to L-2: block 0's is looked up again, "
+                       "the last block's stays on the device)."));
   s.push_back(ODY_BOOL(
       "memory", memory.keep_attention, "keep_attention",
       "With checkpointing, keep each block's attention output and log-sum-exp, so backward recomputes the projections, "
@@ -576,7 +577,8 @@ std::vector<KeySpec> make_schema() {
                       between(0, kMaxSteps, "0 = at the end only")));
   s.push_back(ODY_BOOL("output", output.trace, "trace", "Write the Perfetto trace (trace.json)."));
   s.push_back(ODY_INT("output", output.trace_steps, "trace_steps",
-                      "Steps recorded in the trace (the first N); 0 writes no trace.json, as trace = false does.",
+                      "Steps recorded in the trace: the first N of each process (a resume records N more); 0 writes "
+                      "no trace.json, as trace = false does.",
                       between(0, kMaxSteps, "0 = no trace")));
   s.push_back(ODY_STRING(
       "output", output.export_hf, "export_hf",

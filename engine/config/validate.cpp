@@ -276,7 +276,33 @@ std::vector<std::string> config_notes(const RunConfig& cfg) {
   for (const IdleSizeKey& idle : idle_size_keys(cfg.memory))
     notes.push_back(std::string("memory.") + idle.size_key + " is set while memory." + idle.technique_key +
                     " = false: it sizes nothing until " + idle.technique_key + " is on");
+  for (const std::string& key : idle_rope_keys(cfg.model.rope_scaling))
+    notes.push_back("model." + key + " is set while model.rope_scaling = \"" +
+                    std::string(to_string(cfg.model.rope_scaling.kind)) +
+                    "\", which does not read it: it changes nothing (engine/config/rope.h)");
   return notes;
+}
+
+std::vector<std::string> idle_rope_keys(const RopeScaling& r) {
+  using K = RopeScalingKind;
+  const RopeScaling d;  // the defaults
+  const bool stretched = r.kind != K::None, llama3 = r.kind == K::Llama3, yarn = r.kind == K::Yarn;
+  const struct {
+    const char* key;
+    bool set, read;
+  } keys[] = {
+      {"rope_factor", r.factor != d.factor, stretched},
+      {"rope_low_freq_factor", r.low_freq_factor != d.low_freq_factor, llama3},
+      {"rope_high_freq_factor", r.high_freq_factor != d.high_freq_factor, llama3},
+      {"rope_original_max_position", r.original_max_position != d.original_max_position, llama3 || yarn},
+      {"rope_beta_fast", r.beta_fast != d.beta_fast, yarn},
+      {"rope_beta_slow", r.beta_slow != d.beta_slow, yarn},
+      {"rope_attention_factor", r.attention_factor != d.attention_factor, yarn},
+  };
+  std::vector<std::string> idle;
+  for (const auto& k : keys)
+    if (k.set && !k.read) idle.emplace_back(k.key);
+  return idle;
 }
 
 namespace {

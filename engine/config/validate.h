@@ -33,8 +33,16 @@ std::vector<int64_t> valid_heads_per_stage(const RunConfig& cfg);
 /// the other path than hardware.profile describes, so the plan walks one device's kernels against
 /// the other's capacity and runtime overhead (runs_cuda_path); a compute_efficiency moved from the
 /// profile's while attention_efficiency keeps the profile's (it used to scale the whole step); a
-/// technique's size set while the technique is off (idle_size_keys).
+/// technique's size set while the technique is off (idle_size_keys); a RoPE scaling key the scaling
+/// kind does not read (idle_rope_keys).
 std::vector<std::string> config_notes(const RunConfig& cfg);
+
+/// The RoPE scaling keys set away from their defaults that `r.kind` does not read (rope_factor
+/// with "none"; rope_beta_fast with "linear"; ...): each a note of config_notes, as in the rule
+/// engine/config/rope.h applies (linear: the factor; llama3: the factor, the low and high
+/// frequency factors and the original context; yarn: the factor, the original context, both betas
+/// and the attention factor).
+std::vector<std::string> idle_rope_keys(const RopeScaling& r);
 
 /// A technique's size key set away from its default while the technique is off: it sizes nothing
 /// until the technique is on again (the studio keeps it across a toggle).

@@ -468,6 +468,33 @@ TEST_CASE("odyssey check notes a tile or stage size kept while its technique is 
   }
 }
 
+TEST_CASE("odyssey check notes a RoPE scaling key its kind does not read", "[cli][planner]") {
+  // A factor with no scaling, a YaRN beta under linear scaling: valid, and they change nothing.
+  const struct {
+    std::string sets, note;
+  } cases[] = {
+      {"--set model.rope_factor=8",
+       "note: model.rope_factor is set while model.rope_scaling = \"none\", which does not read it"},
+      {"--set model.rope_scaling=linear --set model.rope_factor=8 --set model.rope_beta_fast=3",
+       "note: model.rope_beta_fast is set while model.rope_scaling = \"linear\""},
+      {"--set model.rope_scaling=yarn --set model.rope_factor=4 --set model.rope_low_freq_factor=2",
+       "note: model.rope_low_freq_factor is set while model.rope_scaling = \"yarn\""},
+  };
+  for (const auto& c : cases) {
+    INFO(c.sets);
+    const Run r = run_odyssey("check presets/tiny-cpu.toml " + c.sets);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains(c.note));
+  }
+  // every key a kind reads: no note
+  const Run read = run_odyssey(
+      "check presets/tiny-cpu.toml --set model.rope_scaling=llama3 --set model.rope_factor=8 "
+      "--set model.rope_low_freq_factor=2 --set model.rope_high_freq_factor=8 --set "
+      "model.rope_original_max_position=4K");
+  REQUIRE(read.code == 0);
+  CHECK(read.out.find("note:") == std::string::npos);
+}
+
 TEST_CASE("odyssey check notes a compute_efficiency moved alone, which once scaled the whole step", "[cli][planner]") {
   // The 8B preset plans at its profile's 0.595 and 0.55; compute_efficiency alone moved leaves the
   // attention kernels (most of a long step) at 0.55: a note, exit 0. Both moved, or the 1B preset's
