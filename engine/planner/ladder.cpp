@@ -338,7 +338,22 @@ std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process
   std::string text = "the planner predicts this run does not fit: ";
   for (size_t i = 0; i < why.size(); ++i) text += (i ? "; " : "") + why[i];
   text += " (odyssey plan shows where the bytes go).";
-  if (with_advice) text += advice_text(plan.beyond_range ? std::vector<Advice>{} : advise(cfg));
+  if (with_advice) {
+    const std::vector<Advice> advice = plan.beyond_range ? std::vector<Advice>{} : advise(cfg);
+    // The advisor turns techniques on; a config may fit only with one turned off (offload with no
+    // host memory to offload to): the tuner, which tries every set, says so before "nothing fits".
+    const TuneCandidate* tuned = nullptr;
+    TuneResult tuning;
+    if (advice.empty() && !plan.beyond_range && !(plan.fits_device && plan.fits_host)) {
+      tuning = tune(cfg);
+      tuned = tuning.chosen();
+    }
+    if (tuned != nullptr)
+      text += " It fits with the memory techniques odyssey tune picks: " + tuned->summary() + " (peak " +
+              gib_text(tuned->peak.peak_bytes) + "; `odyssey tune PRESET -o OUT.toml` writes them).";
+    else
+      text += advice_text(advice);
+  }
   return text + " Pass --force to start it anyway.";
 }
 

@@ -324,6 +324,14 @@ TEST_CASE("fit: a run the planner says does not fit is refused with the numbers 
   r = run_odyssey("train " + unfit + " --force");
   require_exit(r, 0);
   CHECK(metrics_lines(dir) == 1);
+  // No host memory for the offloaded inputs: the advisor, which turns techniques on, has nothing;
+  // the tuner finds the set that fits with offload off, where "no change makes it fit" was said.
+  r = run_odyssey("train " + kShort + "--set hardware.host_memory_gib=0 --steps 1 --quiet --out " +
+                  fresh_dir("unfit_host"));
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("of host memory on 0.00 GiB per node") &&
+                        Catch::Contains("It fits with the memory techniques odyssey tune picks: ") &&
+                        !Catch::Contains("No change of the memory techniques"));
   // bench runs every variant, "plain" (no memory technique) included: refused the same way before
   // any step (batch 65536 ran until the OOM killer ended it)
   r = run_odyssey("bench " + kShort + "--set hardware.device_memory_gib=0.001 --steps 1 --quiet");
