@@ -18,6 +18,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "engine/config/config_diff.h"
 #include "engine/config/preset.h"
@@ -36,6 +37,7 @@
 #include "engine/telemetry/timeline.h"
 #include "engine/telemetry/trace_writer.h"
 #include "engine/train/checkpoint_io.h"
+#include "engine/train/checksum.h"
 #include "engine/train/hf_checkpoint.h"
 #include "engine/train/step_records.h"
 #include "engine/util/files.h"
@@ -501,6 +503,38 @@ namespace {
 /// Where a torchrun process's job text turns from its config to its options.
 constexpr const char* kJobOptionsMark = "\n# the command line's options, alike in every process\n";
 
+/// The data file as this process finds it, for the job text: its size and the CRC-32 of its first
+/// and last 64 KiB. Each process reads its own node's copy of training.dataset_path, and a copy of
+/// other contents trained its ranks on other sequences in silence. Not the whole file, which may
+/// be a corpus of terabytes read at every start: a copy that differs only in its middle passes.
+/// "" without a data file; "unreadable" when it cannot be read (make_dataset refuses it then).
+std::string data_file_identity(const std::string& path) {
+  if (path.empty()) return "";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return "unreadable";
+  struct stat st {};
+  std::string identity = "unreadable";
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    constexpr int64_t kEdge = 64 * 1024;
+    const int64_t size = st.st_size;
+    std::vector<char> bytes(static_cast<size_t>(std::min(size, kEdge)));
+    uint32_t crc = 0;
+    bool read_all = true;
+    for (const int64_t at : {int64_t{0}, std::max<int64_t>(0, size - kEdge)}) {
+      const ssize_t got = ::pread(fd, bytes.data(), bytes.size(), at);
+      read_all = read_all && got == static_cast<ssize_t>(bytes.size());
+      crc = crc32_update(crc, bytes.data(), bytes.size());
+    }
+    if (read_all) {
+      char hex[16];
+      std::snprintf(hex, sizeof(hex), "%08x", crc);
+      identity = std::to_string(size) + " bytes, CRC-32 of its first and last 64 KiB " + hex;
+    }
+  }
+  ::close(fd);
+  return identity;
+}
+
 /// What a torchrun process runs, for JobStart::expect_same: its config as a preset and the options
 /// that shape the job. Left out: what only the plan or rank 0's printing reads (description,
 /// [hardware], output.log_every) and output.dir, which --out stands for.
@@ -511,9 +545,12 @@ std::string job_text(const RunConfig& cfg, const RunOptions& opt) {
   shown.output.log_every = RunConfig{}.output.log_every;
   shown.output.dir = RunConfig{}.output.dir;
   auto none = [](const std::string& v) { return v.empty() ? std::string("(none)") : clean_path(v); };
+  const std::string data_file = data_file_identity(cfg.training.dataset_path);
+  const std::string data_file_text = data_file.empty() ? std::string("(none)") : data_file;
   return preset_to_toml(shown) + kJobOptionsMark + "--out\t" + none(opt.out_dir) + "\n--resume\t" +
          none(opt.resume_dir) + "\nthe last step (--steps)\t" + std::to_string(opt.steps) + "\ncheckpoints\t" +
-         (opt.checkpoints ? "on" : "off (--no-checkpoint)") + "\n--force\t" + (opt.force ? "on" : "off") + "\n";
+         (opt.checkpoints ? "on" : "off (--no-checkpoint)") + "\n--force\t" + (opt.force ? "on" : "off") +
+         "\nthe data file at training.dataset_path\t" + data_file_text + "\n";
 }
 
 /// How rank `other`'s job text differs from rank 0's `lead`: the keys, or the options, with rank
@@ -543,7 +580,7 @@ std::string job_difference(const std::string& lead, const std::string& other) {
   if (text.empty()) text = "its preset differs from rank 0's";
   return "its process runs another job than rank 0's (" + text +
          ", rank 0's value first): every process of a torchrun job runs one preset with the same --set, --out, "
-         "--steps and --resume";
+         "--steps and --resume, over the same data";
 }
 
 /// Runs `step` (checks, or the set-up of the outputs) in this process, then agrees its outcome with

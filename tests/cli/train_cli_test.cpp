@@ -432,6 +432,31 @@ TEST_CASE("odyssey train under torchrun: processes that run other jobs, a refusa
       2, 50);
   CHECK_THAT(logs[0], Catch::Contains("rank 1 refused to start") &&
                           Catch::Contains("GLOO_SOCKET_IFNAME=odyssey-no-such-if is no network interface"));
+  // Each process reads its own node's copy of the data file: processes whose copies differ (here
+  // each in its own directory, the preset's relative path) trained their ranks on other sequences
+  // in silence. Its size and its edges' CRC-32 are part of the job the processes agree on.
+  const std::string nodes = fresh_dir("torchrun_data_nodes");
+  for (const char* node : {"a", "b"}) {
+    REQUIRE(std::system(("mkdir -p " + nodes + "/" + node).c_str()) == 0);
+    std::ofstream bytes(nodes + "/" + node + "/data.bin", std::ios::binary);
+    for (int i = 0; i < 70000; ++i) bytes.put(static_cast<char>((i * (node[0] == 'a' ? 7 : 11)) & 0xff));
+  }
+  {
+    const int port = free_port();
+    const std::string data_run = nodes + "/run";
+    std::vector<pid_t> pids;
+    for (int rank = 0; rank < 2; ++rank)
+      pids.push_back(spawn_odyssey(
+          "train " + std::string(ODYSSEY_SOURCE_DIR) + "/" + common +
+              "--set training.dataset=bytes --set training.dataset_path=data.bin --steps 2 --out " + data_run,
+          data_run + ".rank" + std::to_string(rank) + ".log",
+          "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
+              " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + "; cd " +
+              nodes + "/" + (rank == 0 ? "a" : "b")));
+    logs = require_ranks_exit(pids, data_run, 2, 50);
+    CHECK_THAT(logs[0], Catch::Contains("rank 1 refused to start") &&
+                            Catch::Contains("the data file at training.dataset_path 70000 bytes, CRC-32"));
+  }
   // A checkpoint shard of one rank that fails its check: that process refuses it as bad input
   // (exit 2) mid-setup, and the other's collective that failed for it ends the same way, where it
   // said exit 1 (a run's failure) for the same cause.
