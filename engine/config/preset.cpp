@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <optional>
 #include <cstring>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include <sys/stat.h>
@@ -607,8 +608,17 @@ LoadedPreset load_document(std::string_view text, const std::string& name, const
   }
   result.sources = tables;
   apply(assignments, name, tables, broken, result.config, result.sources, result.issues);
-  // Validation rules only make sense on a config whose keys all parsed.
-  if (result.issues.empty()) result.issues = validate(result.config, result.sources, name);
+  // The rules that combine keys only make sense on a config whose keys all read (a key that failed
+  // holds its default); each key's own range holds regardless, so a file's every out-of-range value
+  // is reported beside its reading problems, not after they are fixed.
+  if (result.issues.empty()) {
+    result.issues = validate(result.config, result.sources, name);
+  } else {
+    std::set<std::string> failed;
+    for (const ConfigIssue& issue : result.issues) failed.insert(issue.key);
+    for (ConfigIssue& issue : validate_ranges(result.config, result.sources, name))
+      if (!failed.count(issue.key)) result.issues.push_back(std::move(issue));
+  }
   sort_issues(result.issues, name);
   return result;
 }

@@ -243,6 +243,12 @@ std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources
   return c.take();
 }
 
+std::vector<ConfigIssue> validate_ranges(const RunConfig& cfg, const SourceMap& sources, const std::string& file) {
+  Checker c(cfg, sources, file);
+  c.check_ranges();
+  return c.take();
+}
+
 std::vector<std::string> config_notes(const RunConfig& cfg) {
   std::vector<std::string> notes;
   const bool cuda = runs_cuda_path(cfg);

@@ -13,6 +13,12 @@ namespace odyssey {
 /// give each issue its position; without them the issue carries only the key (as in the studio).
 std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources = {}, const std::string& file = "");
 
+/// The range pass of validate alone: every numeric key against its schema range. What a config
+/// whose reading found problems (an unknown key, a wrong type) can still be checked for: the rules
+/// that combine keys wait until every key has read, since a key that failed holds its default.
+std::vector<ConfigIssue> validate_ranges(const RunConfig& cfg, const SourceMap& sources = {},
+                                         const std::string& file = "");
+
 /// training.seq_len's bounds: the schema's range (one input and one label at least, 16G tokens at
 /// most) and the long-range task's shortest (its filler, query mark and passkey).
 constexpr int64_t kSeqLenMin = 2;

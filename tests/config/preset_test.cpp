@@ -437,6 +437,20 @@ TEST_CASE("TOML's nan and inf are outside every float range", "[config][validate
   }
 }
 
+TEST_CASE("a file's out-of-range values are reported beside its reading problems", "[config][validate][ranges]") {
+  // An unknown key and a wrong type hid every range: `odyssey check` printed one problem of three.
+  // The rules that combine keys still wait (a key that failed holds its default).
+  const LoadedPreset p = load_preset_text(
+      "[model]\nflavor = \"tiny\"\nn_layers = \"four\"\n[training]\nseq_len = 1024\nlr = 5.0\n[memory]\nbogus = 1\n",
+      "mixed.toml");
+  std::vector<std::string> keys;
+  for (const ConfigIssue& issue : p.issues) keys.push_back(issue.key);
+  CHECK(keys == std::vector<std::string>{"model.n_layers", "training.lr", "memory.bogus"});  // in file order
+  REQUIRE(p.issues.size() == 3);
+  CHECK(p.issues[1].rule == "must be in (0, 1]");
+  CHECK(p.issues[1].loc.line == 6);
+}
+
 TEST_CASE("range rules read as the math does", "[config][validate][ranges]") {
   CHECK(find_key_spec("training.lr")->range->rule(KeyKind::Float) == "must be in (0, 1]");
   CHECK(find_key_spec("model.n_layers")->range->rule(KeyKind::Int) == "must be between 1 and 1024");
