@@ -34,8 +34,8 @@ void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::
   RankScope rank(joined.ctx.slot);  // slot 0: the one rank of this process, whatever its global rank
   std::unique_ptr<PeerWatch> watch;
   if (joined.store)
-    watch = std::make_unique<PeerWatch>(joined.store, env.rank, env.world_size, joined.abort, env.store_address(),
-                                        store_deadline_for(comm_options(cfg.parallel).timeout));
+    watch = start_peer_watch(joined.store, env.rank, env.world_size, joined.abort, env.store_address(),
+                             store_deadline_for(comm_options(cfg.parallel).timeout));
   try {
     fn(joined.ctx);
   } catch (const CommError& e) {

@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <vector>
 
+#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "engine/parallel/collective_watchdog.h"  // seconds_text
+#include "engine/parallel/collective_watchdog.h"  // seconds_text, first_line
+#include "engine/parallel/comm.h"
 #include "engine/parallel/store_deadline.h"
 
 namespace odyssey {
@@ -134,6 +136,22 @@ PeerWatch::Culprit PeerWatch::diagnose() {
     if (rank_ == 0) return {};
     return {0, "rank 0 failed: the job's store at " + store_address_ + ", which its process serves, is unreachable (" +
                    std::string(e.what()).substr(0, std::string(e.what()).find('\n')) + ")"};
+  }
+}
+
+std::unique_ptr<PeerWatch> start_peer_watch(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                                            std::shared_ptr<AbortSignal> abort, const std::string& store_address,
+                                            std::chrono::milliseconds deadline) {
+  try {
+    return std::make_unique<PeerWatch>(store, rank, world_size, std::move(abort), store_address, deadline);
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) cause = c10_error->what_without_backtrace();
+    throw CommError("torchrun job: rank " + std::to_string(rank) +
+                    " cannot watch its peers through the job's store at " + store_address +
+                    ": its server (rank 0's process, or torchrun's agent) ended or stopped after the groups were set "
+                    "up (" +
+                    first_line(cause) + ")");
   }
 }
 

@@ -1,7 +1,8 @@
 // The other processes of a torchrun job, watched through the job's TCPStore: every process beats a
 // counter, a process that fails declares why (first declaration wins, and ends the other
 // processes' pending collectives at once), and after a collective failed `diagnose` names the
-// rank that caused it (declared, silent, or the store's host gone). defines: PeerWatch
+// rank that caused it (declared, silent, or the store's host gone). defines: PeerWatch,
+// start_peer_watch
 #pragma once
 
 #include <atomic>
@@ -71,5 +72,12 @@ class PeerWatch {
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+/// A PeerWatch made once the groups are set up; a store that cannot be reached by then (rank 0's
+/// process, or torchrun's agent, which serves it, ended or stopped) throws CommError naming the
+/// rank, the store and the cause, where c10d's own socket error ended the process.
+std::unique_ptr<PeerWatch> start_peer_watch(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                                            std::shared_ptr<AbortSignal> abort, const std::string& store_address,
+                                            std::chrono::milliseconds deadline);
 
 }  // namespace odyssey

@@ -21,6 +21,7 @@
 #include "../common/engine_test_util.h"
 #include "../common/free_port.h"
 #include "engine/parallel/job.h"
+#include "engine/parallel/peer_watch.h"
 #include "engine/parallel/rank_launch.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/train/trainer.h"
@@ -404,6 +405,33 @@ TEST_CASE("torchrun join: with torchrun's agent store every rank is a client und
   INFO(errors[0] << " | " << errors[1]);
   CHECK(sums == std::vector<double>{3.0, 3.0});
   CHECK(agent->check({"/worker/attempt_1/probe.0", "/worker/attempt_1/probe.1"}));
+}
+
+TEST_CASE("torchrun: a store gone before the peer watch starts is a CommError naming it, not c10d's socket error",
+          "[launch]") {
+  // Rank 0's process serves the store; killed between the groups' set-up and another process's
+  // peer watch, that process ended with c10d's raw "client socket has timed out ... Exception
+  // raised from throwTimeoutError at ..." after its timeout.
+  const int port = free_port();
+  c10::intrusive_ptr<c10d::Store> client;
+  {
+    auto server = test::serve_agent_store(port);
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(port);
+    options.isServer = false;
+    options.waitWorkers = false;
+    options.timeout = std::chrono::milliseconds(1000);  // the reconnect's wait
+    client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  }  // the server is gone
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  try {
+    start_peer_watch(client, 1, 2, std::make_shared<AbortSignal>(), address, std::chrono::milliseconds(10000));
+    FAIL("the peer watch started without its store");
+  } catch (const CommError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith("torchrun job: rank 1 cannot watch its peers through the job's store at " +
+                                           address + ": its server (rank 0's process, or torchrun's agent) ended") &&
+                             !Catch::Contains("Exception raised from"));
+  }
 }
 
 TEST_CASE("torchrun start: a refusal one process sees ends every process at once with its reason and class",
