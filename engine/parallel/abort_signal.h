@@ -14,11 +14,13 @@ namespace odyssey {
 class AbortSignal {
  public:
   /// Marks the job failed because of `rank`; later calls keep the first rank and reason.
-  void raise(int rank, const std::string& reason) {
+  /// `bad_input`: that rank failed on bad input (its exit class, 2, is the job's).
+  void raise(int rank, const std::string& reason, bool bad_input = false) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (raised_.load()) return;
     rank_ = rank;
     reason_ = reason;
+    bad_input_ = bad_input;
     raised_.store(true);
   }
   bool raised() const { return raised_.load(std::memory_order_relaxed); }
@@ -30,12 +32,17 @@ class AbortSignal {
     std::lock_guard<std::mutex> lock(mutex_);
     return reason_;
   }
+  bool bad_input() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return bad_input_;
+  }
 
  private:
   mutable std::mutex mutex_;
   std::atomic<bool> raised_{false};
   int rank_ = -1;
   std::string reason_;
+  bool bad_input_ = false;
 };
 
 }  // namespace odyssey

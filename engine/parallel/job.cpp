@@ -45,8 +45,12 @@ void run_torchrun_rank(const RunConfig& cfg, const TorchrunEnv& env, const std::
     if (culprit.rank < 0) throw;  // nobody else to blame
     const bool named = what.find("abandoned: rank " + std::to_string(culprit.rank) + " failed") != std::string::npos;
     const std::string message = named ? what : what + "; cause: " + culprit.text;
-    if (culprit.bad_input) throw RankFailedOnInput(message);  // the job exits as that process does
-    if (named) throw;                                         // the message already names the rank
+    // its class as declared, or as the beat loop read it before the store went (rank 0's process
+    // serves it, and ends with its failure)
+    const bool input = culprit.bad_input || (joined.abort && joined.abort->raised() &&
+                                             joined.abort->rank() == culprit.rank && joined.abort->bad_input());
+    if (input) throw RankFailedOnInput(message);  // the job exits as that process does
+    if (named) throw;                             // the message already names the rank
     throw CommError(message);
   } catch (const std::exception& e) {
     // before this process's groups go away

@@ -18,6 +18,8 @@ namespace {
 const std::string kFailureKey = "odyssey/failure";
 
 std::string beat_key(int rank) { return "odyssey/beat/" + std::to_string(rank); }
+// set by a process once it has seen another's declared failure
+std::string ack_key(int rank) { return "odyssey/failure_seen/" + std::to_string(rank); }
 
 /// A declared failure as the store holds it: "RANK\nCLASS\nREASON", CLASS "input" or "run".
 std::vector<uint8_t> failure_value(int rank, bool bad_input, const std::string& reason) {
@@ -72,8 +74,15 @@ void PeerWatch::beat_loop() {
       beat_store_->add(beat_key(rank_), 1);
       if (beat_store_->check({kFailureKey})) {
         const DeclaredFailure f = parse_failure(beat_store_->get(kFailureKey));
-        // Another rank failed: end this process's pending collectives now, naming it.
-        if (f.rank >= 0 && f.rank != rank_ && abort_ && !abort_->raised()) abort_->raise(f.rank, f.reason);
+        // Another rank failed: end this process's pending collectives now, naming it and keeping
+        // its exit class (the store may be gone when the collective's failure asks), and say so
+        // to the failing process, which waits for that before it ends (and with it, when it is
+        // rank 0's, the store).
+        if (f.rank >= 0 && f.rank != rank_) {
+          if (abort_ && !abort_->raised()) abort_->raise(f.rank, f.reason, f.bad_input);
+          if (!seen_failure_) beat_store_->add(ack_key(rank_), 1);
+          seen_failure_ = true;
+        }
       }
     } catch (const std::exception&) {
       // The store is gone (rank 0's process ended): nothing more to beat or learn, and every
@@ -87,8 +96,18 @@ void PeerWatch::beat_loop() {
 void PeerWatch::declare_failure(const std::string& reason, bool bad_input) {
   std::lock_guard<std::mutex> lock(mutex_);
   try {
-    const StoreDeadline bound(deadline_, "this process's failure report", store_address_);
-    probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{}, failure_value(rank_, bad_input, reason));
+    const StoreDeadline bound(deadline_ + kSilence, "this process's failure report", store_address_);
+    const std::vector<uint8_t> value = failure_value(rank_, bad_input, reason);
+    if (probe_store_->compareSet(kFailureKey, std::vector<uint8_t>{}, value) != value) return;  // another's first
+    // Every other process learns it from the store within a beat: wait for each to say it has
+    // (kSilence at most: a dead or stopped one never will), so that this process's exit, and
+    // with it the store when it serves it, never comes before the others have read the class.
+    std::vector<std::string> seen;
+    for (int r = 0; r < world_size_; ++r)
+      if (r != rank_) seen.push_back(ack_key(r));
+    const auto give_up = std::chrono::steady_clock::now() + kSilence;
+    while (!probe_store_->check(seen) && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(kBeat / 2);
   } catch (const std::exception&) {
     // Nobody left to tell.
   }

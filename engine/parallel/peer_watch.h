@@ -70,6 +70,7 @@ class PeerWatch {
   c10::intrusive_ptr<c10d::Store> probe_store_;  // diagnose / declare (under mutex_)
   std::mutex mutex_;
   std::atomic<bool> stop_{false};
+  bool seen_failure_ = false;  ///< another's failure seen and said so (the beat thread's own)
   std::thread thread_;
 };
 

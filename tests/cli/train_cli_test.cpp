@@ -471,6 +471,20 @@ TEST_CASE("odyssey train under torchrun: processes that run other jobs, a refusa
   logs = require_ranks_exit(spawn_pair(common + "--steps 3 --resume " + shard, "", "", shard), shard, 2, 50);
   CHECK_THAT(logs[1], Catch::Contains("rank1.bin"));
   CHECK_THAT(logs[0], Catch::Contains("rank 1 failed") && Catch::Contains("rank1.bin"));
+  // ... and rank 0's: its process serves the job's store and ended with it, so the other read
+  // "the store is unreachable" as a run's failure (exit 1) whenever the store went first. The
+  // failing process now waits until each other one has seen its declared failure and class.
+  const std::string shard0 = fresh_dir("torchrun_bad_shard0");
+  require_ranks_exit(spawn_pair(common + "--steps 2 --out " + shard0, "", "", shard0), shard0, 0, 50);
+  {
+    std::fstream bin(shard0 + "/checkpoints/step_00000002/rank0.bin", std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(bin.good());
+    bin.seekp(200);
+    bin.put('\x5a');
+  }
+  logs = require_ranks_exit(spawn_pair(common + "--steps 3 --resume " + shard0, "", "", shard0), shard0, 2, 50);
+  CHECK_THAT(logs[0], Catch::Contains("rank0.bin"));
+  CHECK_THAT(logs[1], Catch::Contains("rank 0 failed"));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(200));
   // SIGTERM to rank 1's process alone stops the job at a step boundary: both exit 143 (rank 0 said
   // 0, "every step asked for ran", for a run that stopped).
