@@ -78,8 +78,11 @@ extern "C" void on_stop_signal(int sig) {
 /// to the run's control once that exists; restores both after.
 class StopSignals {
  public:
-  StopSignals() : scope_(unbound_handler(), /*restart=*/true) {}
-  ~StopSignals() { g_control = nullptr; }
+  StopSignals() { scope_.emplace(unbound_handler(), /*restart=*/true); }
+  ~StopSignals() {
+    scope_.reset();  // the earlier handlers first: a signal now never reads a finished run as loading
+    g_control = nullptr;
+  }
   /// From here a stop waits for the step boundary once the run steps.
   void bind(RunControl* control) { g_control = control; }
 
@@ -89,7 +92,7 @@ class StopSignals {
     g_stop_signal = 0;
     return on_stop_signal;
   }
-  StopSignalScope scope_;
+  std::optional<StopSignalScope> scope_;
 };
 
 std::string mib(int64_t bytes) {
