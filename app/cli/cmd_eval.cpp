@@ -247,7 +247,6 @@ std::string model_sets(const EvalArgs& a) {
 /// sequence a replica), runs no optimizer and writes no run: a --set of those keys would be ignored.
 std::string eval_refuses(const std::string& section, const std::string& key) {
   if (section == "output") return "odyssey eval writes no run (its results go to --out DIR)";
-  if (section == "hardware") return "odyssey eval plans nothing: [hardware] describes a device to the planner only";
   if (section.empty()) return "odyssey eval writes no preset for a description to name";
   if (section == "memory" && key == "offload_optimizer") return "odyssey eval runs no optimizer";
   if (section == "parallel" && key == "emulate")

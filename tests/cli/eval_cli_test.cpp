@@ -507,8 +507,6 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
        "--set training.lr=0.5: odyssey eval runs no optimizer"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --set memory.offload_optimizer=true",
        "--set memory.offload_optimizer=true: odyssey eval runs no optimizer"},
-      {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --set hardware.device_memory_gib=1",
-       "--set hardware.device_memory_gib=1: odyssey eval plans nothing"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --set description=hello",
        "--set description=hello: odyssey eval writes no preset"},
   };
