@@ -438,6 +438,10 @@ class Walker {
       dy_ = alloc("gradient between blocks (dy; dh, dx in place)", K::Hidden, C::LossWorkspace);
       release(dnf);
     } else {
+      // the tiled forward resharded the head; its backward (HeadFunction::backward) gathers it,
+      // and a tied embedding, again for the final norm's backward and the reduction
+      head_gathered_ = gather(K::HeadFull, "head parameters (unsharded, loss backward)");
+      if (s_.tied) tied_embed_ = gather(K::EmbedFull, "embedding (unsharded, tied LM head, loss backward)");
       int scaled = alloc("tiled loss: gradient x grad_output", K::Hidden, C::LossWorkspace);
       release(saved_dx_);
       head_grads = head_grad_;
