@@ -40,7 +40,7 @@ std::string tile_text(const PlanShapes& s, const SequenceTile& tile) {
 }
 
 /// A sharded group's reduce-scatter output, [shard] fp32 (0 unsharded: the pack is the result).
-int64_t shard_out_bytes(const PlanShapes& s, const FlatShardLayout& layout) {
+int64_t shard_out_bytes(const FlatShardLayout& layout) {
   return layout.shards > 1 ? sat_product({layout.shard_numel, 4}) : 0;
 }
 /// A sharded group's shard cast for the all-gather, [shard] compute dtype (gathers_from_cast).
@@ -476,13 +476,13 @@ constexpr TensorKindRule kTensorKindRules[] = {
      [](const PlanShapes& s) { return sat_product({s.embed_layout.padded_numel, 4}); },
      [](const PlanShapes& s) { return printf_string("%s params x 4 B", params(s.n_embed).c_str()); }},
     {KIND(BlockShardOut), "[ceil(N_block/W)] fp32", "a block's reduce-scatter output before it is added into grad",
-     [](const PlanShapes& s) { return shard_out_bytes(s, s.block_layout); },
+     [](const PlanShapes& s) { return shard_out_bytes(s.block_layout); },
      [](const PlanShapes& s) { return shard_text(s, s.n_block, 4); }},
     {KIND(EmbedShardOut), "[ceil(N_embed/W)] fp32", "the embedding's reduce-scatter output before it is added into grad",
-     [](const PlanShapes& s) { return shard_out_bytes(s, s.embed_layout); },
+     [](const PlanShapes& s) { return shard_out_bytes(s.embed_layout); },
      [](const PlanShapes& s) { return shard_text(s, s.n_embed, 4); }},
     {KIND(HeadShardOut), "[ceil(N_head/W)] fp32", "the head group's reduce-scatter output before it is added into grad",
-     [](const PlanShapes& s) { return shard_out_bytes(s, s.head_layout); },
+     [](const PlanShapes& s) { return shard_out_bytes(s.head_layout); },
      [](const PlanShapes& s) { return shard_text(s, s.n_head, 4); }},
     // The tied embedding's second gradient contribution on a GPU with the states offloaded: the
     // first (the LM head's, already on the host) comes back up for the sum (accumulate_gradient).
