@@ -32,7 +32,9 @@
 #include "engine/train/checkpoint_io.h"
 #include "engine/train/documents_dataset.h"
 #include "engine/train/eval.h"
+#include "engine/train/checksum.h"
 #include "engine/train/hf_checkpoint.h"
+#include "engine/train/job_text.h"
 #include "engine/train/run.h"
 #include "engine/util/files.h"
 #include "engine/util/json.h"
@@ -591,6 +593,44 @@ void write_new_file(const std::string& path, const std::string& bytes, const std
                    "it is; pass --overwrite to replace it");
 }
 
+/// What this eval process runs, for JobStart::expect_same: the config its ranks run, the options
+/// that shape the numbers, and the identity of what it read from its own node (the weights, --data,
+/// and the needle prompts its tokenizer made). --out is rank 0's alone, and the paths of RUN_DIR
+/// and --data may differ between nodes while their files agree.
+std::string eval_job_text(const EvalArgs& a, const Source& source, const RunConfig& cfg,
+                          const std::vector<NeedlePrompt>& prompts, const std::vector<int64_t>& lengths) {
+  std::string needle = "off (--no-needle)";
+  if (a.needle) {
+    uint32_t crc = 0;
+    for (const NeedlePrompt& p : prompts)
+      for (const std::vector<int64_t>* tokens : {&p.needle, &p.question, &p.answer})
+        crc = crc32_update(crc, tokens->data(), tokens->size() * sizeof(int64_t));
+    char hex[16];
+    std::snprintf(hex, sizeof(hex), "%08x", crc);
+    needle = std::to_string(lengths.size()) + " lengths from " + std::to_string(lengths.front()) + ", " +
+             std::to_string(a.trials) + " trials, seed " + std::to_string(a.seed) + ", prompt tokens' CRC-32 " + hex;
+  }
+  const std::string weights =
+      source.run ? "step " + std::to_string(source.info->step) + ": " +
+                       files_identity(source.info->path, [](const std::string&) { return true; })
+                 : files_identity(a.source, hf_weights_file);
+  RunConfig shown = cfg;
+  shown.training.dataset_path.clear();  // --data and the weights, whose paths may differ between
+  shown.model.hf_path.clear();          // nodes: their files' identities below
+  return job_text(shown, {{"the weights", weights},
+                        {"--data", file_identity(a.data)},
+                        {"--first-bucket", std::to_string(a.first_bucket)},
+                        {"--max-sequences", std::to_string(a.max_sequences)},
+                        {"the needle grid", needle}});
+}
+
+/// How rank `other`'s eval job text differs from rank 0's `lead`.
+std::string eval_job_difference(const std::string& lead, const std::string& other) {
+  return job_difference(lead, other,
+                        "every process of a torchrun eval reads the same weights and --data, with the same --set, "
+                        "--seq-len and needle options");
+}
+
 int eval_exit_code(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -788,6 +828,9 @@ int run_eval(int argc, char** argv, int first) {
     };
     request.bucket_progress = progress("sequences");
     request.needle_progress = progress("needle forwards");
+    // Each torchrun process reads its own node's weights, --data and tokenizer: copies of other
+    // contents evaluated other numbers under rank 0's report in silence.
+    start->expect_same(eval_job_text(a, source, cfg, prompts, lengths), eval_job_difference);
     // Every rank of the run (threads here, or this process's rank under torchrun).
     agreed = true;  // from here a refusal is the agreement's own, or a rank's in the forward
     start->agree(nullptr, false);

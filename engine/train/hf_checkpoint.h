@@ -2,7 +2,7 @@
 // index) loaded into the flat groups, each rank reading only the elements of its FSDP shard; and a
 // run's checkpoint written back as config.json + safetensors that transformers loads unchanged.
 // defines: HfCheckpointError, hf_tensor_name, HfWeights, read_full_masters, load_full_masters,
-// read_carried_files, kSourceConfigName, HfExportOptions, HfExport, export_hf
+// read_carried_files, kSourceConfigName, hf_weights_file, HfExportOptions, HfExport, export_hf
 #pragma once
 
 #include <cstdint>
@@ -76,6 +76,16 @@ void load_full_masters(const std::map<std::string, at::Tensor>& masters, const s
 /// The name under which a checkpoint carries its model directory's config.json: export reads the
 /// context that model advertises there (max_position_embeddings). Never copied into an export.
 inline constexpr const char* kSourceConfigName = "source_config.json";
+
+/// True for the names of a model directory that its weights and shapes are read from, as
+/// transformers names them: config.json, model.safetensors, or model.safetensors.index.json and
+/// its model-*.safetensors shards (a consolidated.safetensors beside them is not read). Under
+/// torchrun each process reads its own node's copies, and their identities (job_text.h) are part
+/// of the job its processes agree on.
+inline bool hf_weights_file(const std::string& name) {
+  return name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" ||
+         (name.starts_with("model-") && name.ends_with(".safetensors"));
+}
 
 /// The files a Hugging Face model directory (or a checkpoint's step folder, which carries them)
 /// hands on: tokenizer.json, tokenizer_config.json, special_tokens_map.json, tokenizer.model and

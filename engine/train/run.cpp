@@ -17,11 +17,8 @@
 #include <exception>
 #include <functional>
 #include <optional>
-#include <sstream>
 #include <vector>
 
-#include "engine/config/config_diff.h"
-#include "engine/config/preset.h"
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
 #include "engine/parallel/flash_attention.h"
@@ -37,7 +34,7 @@
 #include "engine/telemetry/timeline.h"
 #include "engine/telemetry/trace_writer.h"
 #include "engine/train/checkpoint_io.h"
-#include "engine/train/checksum.h"
+#include "engine/train/job_text.h"
 #include "engine/train/hf_checkpoint.h"
 #include "engine/train/step_records.h"
 #include "engine/util/files.h"
@@ -500,87 +497,29 @@ bool is_bad_input(const std::exception_ptr& error) {
 
 namespace {
 
-/// Where a torchrun process's job text turns from its config to its options.
-constexpr const char* kJobOptionsMark = "\n# the command line's options, alike in every process\n";
-
-/// The data file as this process finds it, for the job text: its size and the CRC-32 of its first
-/// and last 64 KiB. Each process reads its own node's copy of training.dataset_path, and a copy of
-/// other contents trained its ranks on other sequences in silence. Not the whole file, which may
-/// be a corpus of terabytes read at every start: a copy that differs only in its middle passes.
-/// "" without a data file; "unreadable" when it cannot be read (make_dataset refuses it then).
-std::string data_file_identity(const std::string& path) {
-  if (path.empty()) return "";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return "unreadable";
-  struct stat st {};
-  std::string identity = "unreadable";
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-    constexpr int64_t kEdge = 64 * 1024;
-    const int64_t size = st.st_size;
-    std::vector<char> bytes(static_cast<size_t>(std::min(size, kEdge)));
-    uint32_t crc = 0;
-    bool read_all = true;
-    for (const int64_t at : {int64_t{0}, std::max<int64_t>(0, size - kEdge)}) {
-      const ssize_t got = ::pread(fd, bytes.data(), bytes.size(), at);
-      read_all = read_all && got == static_cast<ssize_t>(bytes.size());
-      crc = crc32_update(crc, bytes.data(), bytes.size());
-    }
-    if (read_all) {
-      char hex[16];
-      std::snprintf(hex, sizeof(hex), "%08x", crc);
-      identity = std::to_string(size) + " bytes, CRC-32 of its first and last 64 KiB " + hex;
-    }
-  }
-  ::close(fd);
-  return identity;
-}
-
-/// What a torchrun process runs, for JobStart::expect_same: its config as a preset and the options
-/// that shape the job. Left out: what only the plan or rank 0's printing reads (description,
-/// [hardware], output.log_every) and output.dir, which --out stands for.
-std::string job_text(const RunConfig& cfg, const RunOptions& opt) {
-  RunConfig shown = cfg;
-  shown.description.clear();
-  shown.hardware = RunConfig{}.hardware;
-  shown.output.log_every = RunConfig{}.output.log_every;
-  shown.output.dir = RunConfig{}.output.dir;
+/// What a torchrun process runs, for JobStart::expect_same: its config and the options that shape
+/// the job, and the files each process reads from its own node (a copy of other contents trained
+/// its ranks on other sequences, or from other weights, in silence).
+std::string train_job_text(const RunConfig& cfg, const RunOptions& opt) {
   auto none = [](const std::string& v) { return v.empty() ? std::string("(none)") : clean_path(v); };
-  const std::string data_file = data_file_identity(cfg.training.dataset_path);
-  const std::string data_file_text = data_file.empty() ? std::string("(none)") : data_file;
-  return preset_to_toml(shown) + kJobOptionsMark + "--out\t" + none(opt.out_dir) + "\n--resume\t" +
-         none(opt.resume_dir) + "\nthe last step (--steps)\t" + std::to_string(opt.steps) + "\ncheckpoints\t" +
-         (opt.checkpoints ? "on" : "off (--no-checkpoint)") + "\n--force\t" + (opt.force ? "on" : "off") +
-         "\nthe data file at training.dataset_path\t" + data_file_text + "\n";
+  std::vector<JobOption> options = {
+      {"--out", none(opt.out_dir)},
+      {"--resume", none(opt.resume_dir)},
+      {"the last step (--steps)", std::to_string(opt.steps)},
+      {"checkpoints", opt.checkpoints ? "on" : "off (--no-checkpoint)"},
+      {"--force", opt.force ? "on" : "off"},
+      {"the data file at training.dataset_path",
+       cfg.training.dataset_path.empty() ? "(none)" : file_identity(cfg.training.dataset_path)}};
+  if (!cfg.model.hf_path.empty() && opt.resume_dir.empty())  // a resumed run reads its checkpoint's weights
+    options.emplace_back("the weights at model.hf_path", files_identity(cfg.model.hf_path, hf_weights_file));
+  return job_text(cfg, options);
 }
 
-/// How rank `other`'s job text differs from rank 0's `lead`: the keys, or the options, with rank
-/// 0's value first.
-std::string job_difference(const std::string& lead, const std::string& other) {
-  auto split = [](const std::string& text) {
-    const size_t at = text.find(kJobOptionsMark);
-    return at == std::string::npos ? std::pair{text, std::string()}
-                                   : std::pair{text.substr(0, at), text.substr(at + std::strlen(kJobOptionsMark))};
-  };
-  const auto [lead_config, lead_options] = split(lead);
-  const auto [other_config, other_options] = split(other);
-  std::vector<std::string> changes;
-  if (lead_config != other_config) {
-    const LoadedPreset a = load_preset_text(lead_config, "rank 0's preset"),
-                       b = load_preset_text(other_config, "its preset");
-    for (const KeyChange& c : config_changes(a.config, b.config)) changes.push_back(c.describe());
-  }
-  std::istringstream la(lead_options), lb(other_options);
-  for (std::string x, y; std::getline(la, x) && std::getline(lb, y);)  // "name\tvalue" lines
-    if (x != y)
-      changes.push_back(x.substr(0, x.find('\t')) + " " + x.substr(x.find('\t') + 1) + " -> " +
-                        y.substr(y.find('\t') + 1));
-  std::string text;
-  for (size_t i = 0; i < changes.size() && i < 4; ++i) text += (i ? "; " : "") + changes[i];
-  if (changes.size() > 4) text += "; and " + std::to_string(changes.size() - 4) + " more";
-  if (text.empty()) text = "its preset differs from rank 0's";
-  return "its process runs another job than rank 0's (" + text +
-         ", rank 0's value first): every process of a torchrun job runs one preset with the same --set, --out, "
-         "--steps and --resume, over the same data";
+/// How rank `other`'s train job text differs from rank 0's `lead`.
+std::string train_job_difference(const std::string& lead, const std::string& other) {
+  return job_difference(lead, other,
+                        "every process of a torchrun job runs one preset with the same --set, --out, --steps and "
+                        "--resume, over the same data and weights");
 }
 
 /// Runs `step` (checks, or the set-up of the outputs) in this process, then agrees its outcome with
@@ -619,7 +558,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     // locks --out: a refusal there ends every process at once with its reason (the others waited
     // for it until parallel.timeout_s, twice over, and ended with the store's stack trace).
     start.emplace(cfg);
-    start->expect_same(job_text(cfg, opt), job_difference);
+    start->expect_same(train_job_text(cfg, opt), train_job_difference);
     // Another run's outputs are never replaced unasked: refused before the directory is touched,
     // and again under the lock (a run that finished in between).
     auto refuse_earlier_run = [&] {

@@ -352,6 +352,24 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
     CHECK_THAT(logs[0], Catch::Contains("rank 1 refused to start: ") && Catch::Contains(dir + "/nowhere"));
     CHECK_THAT(logs[1], Catch::Contains("odyssey eval: ") && Catch::Contains(dir + "/nowhere"));
   }
+  // Inputs each node holds in another copy: rank 1's --data of other held-out text (the same
+  // tokens in count, other contents), then its needle grid with another --seed. Each evaluated
+  // other sequences under rank 0's report in silence; every process now exits 2 naming it.
+  write_jsonl(dir + "/other.jsonl", 60, 6);
+  const std::string other = dir + "/other.odoc";
+  require_exit(run_odyssey("prepare " + dir + "/other.jsonl --tokenizer " + tokenizer + " --out " + other), 0);
+  const std::string rank1 = "$([ \"$RANK\" = 1 ] && echo ";
+  for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
+           {"eval " + run_dir + " --data " + rank1 + other + " || echo " + heldout +
+                ") --seq-len 128 --no-needle --out " + dir + "/other_data",
+            "--data "},
+           {eval + "--seed " + rank1 + "7 || echo 1234) --out " + dir + "/other_seed", "the needle grid "}}) {
+    INFO(args);
+    const std::vector<pid_t> pids =
+        spawn_torchrun(args + " --quiet --set parallel.world_size=2 --set parallel.timeout_s=300", procs + "_other");
+    for (const std::string& log : require_ranks_exit(pids, procs + "_other", 2, 60))
+      CHECK_THAT(log, Catch::Contains("rank 1 refused to start: its process runs another job than rank 0's (" + named));
+  }
 
   // The same weights as a Hugging Face directory: the same losses (fp32 both ways; the sums'
   // order may differ with the memory techniques, far below 1e-4).

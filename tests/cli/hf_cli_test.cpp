@@ -233,4 +233,28 @@ TEST_CASE("hf cli: under torchrun each process loads its own FSDP shard and the 
   REQUIRE(want.size() == 2);
   REQUIRE(got.size() == 2);
   for (const auto& [step, loss] : want) CHECK(got.at(step) == loss);  // bit for bit, as the other torchrun test
+  // Each process reads its own node's copy of model.hf_path (here each in its own directory, one
+  // relative path): copies whose weights differ (one byte of one tensor) trained their ranks from
+  // other models in silence. Every process exits 2 naming the weights, before any is loaded.
+  const std::string nodes = fresh_dir("hf_torchrun_nodes");
+  REQUIRE(std::system(("mkdir -p " + nodes + "/a " + nodes + "/b && cp -r " + fixture + " " + nodes +
+                       "/a/model && cp -r " + fixture + " " + nodes + "/b/model")
+                          .c_str()) == 0);
+  {
+    std::fstream weights(nodes + "/b/model/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(weights.good());
+    weights.seekg(-2, std::ios::end);  // the low byte of the last element (fp32 or bf16): still finite
+    const char low = static_cast<char>(weights.get());
+    weights.seekp(-2, std::ios::end);
+    weights.put(static_cast<char>(low ^ 1));
+  }
+  const std::string other = fresh_dir("hf_torchrun_other_weights");
+  const std::vector<std::string> logs =
+      require_ranks_exit(spawn_torchrun(args + "--set model.hf_path=model --out " + other, other, 2,
+                                        "; cd " + nodes + "/$([ \"$RANK\" = 1 ] && echo b || echo a)"),
+                         other, 2, 60);
+  for (const std::string& log : logs)
+    CHECK_THAT(log, Catch::Contains("rank 1 refused to start: its process runs another job than rank 0's (the "
+                                    "weights at model.hf_path config.json: ") &&
+                        Catch::Contains("model.safetensors: "));
 }
