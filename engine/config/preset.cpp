@@ -679,8 +679,13 @@ std::string preset_to_toml(const RunConfig& cfg) {
     for (const auto& key : config_schema()) {
       if (key.section != section.name) continue;
       // Keys equal to the named base are implied by it; write only what differs. head_dim is
-      // written with a d_model or n_heads of its own: the loader would derive it from them.
-      if (section.name == "model" && key.name != "flavor" && flavor) {
+      // written with a d_model or n_heads of its own: the loader would derive it from them. Under
+      // model.hf_path the loader starts from its config.json, which a named flavor matches in shape
+      // only: rope_*, norm_eps and the rest are written whatever the flavor's.
+      const auto& shape_keys = model_shape_keys();
+      const bool implied_by_flavor = cfg.model.hf_path.empty() ||
+                                     std::find(shape_keys.begin(), shape_keys.end(), &key) != shape_keys.end();
+      if (section.name == "model" && key.name != "flavor" && flavor && implied_by_flavor) {
         RunConfig base = cfg;
         base.model = *flavor;
         const bool derived_otherwise =

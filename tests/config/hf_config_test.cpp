@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -69,6 +70,32 @@ TEST_CASE("hf config: a Llama 3.1 config.json is the model, and the llama3-8b fl
   CHECK(says(wrong_flavor, "model.flavor", "describes another shape"));
   CHECK(says(load("flavor = \"hf\""), "model.flavor", "needs model.hf_path"));
   CHECK(says(load("flavor = \"custom\"\nhf_path = \"" + dir + "\""), "model.flavor", "cannot be custom"));
+}
+
+TEST_CASE("hf config: a preset with model.hf_path and a named flavor saves its own rope and norm keys",
+          "[config][hf]") {
+  // config.json's rope_theta and rms_norm_eps differ from the llama3-8b flavor's (500000, 1e-5),
+  // and the preset sets them back to the flavor's. The saver skipped keys equal to the flavor,
+  // while the loader starts from config.json: the saved preset loaded as another model.
+  std::string json = kLlama31;
+  json.replace(json.find("\"rope_theta\": 500000.0"), std::strlen("\"rope_theta\": 500000.0"), "\"rope_theta\": 1e6");
+  json.replace(json.find("\"rms_norm_eps\": 1e-05"), std::strlen("\"rms_norm_eps\": 1e-05"), "\"rms_norm_eps\": 1e-06");
+  const std::string dir = write_config("llama31_other_rope", json);
+  const LoadedPreset p =
+      load("flavor = \"llama3-8b\"\nhf_path = \"" + dir + "\"\nrope_theta = 500000.0\nnorm_eps = 1e-5");
+  INFO((p.issues.empty() ? "" : p.issues.front().format()));
+  REQUIRE(p.ok());
+  REQUIRE(find_model_flavor("llama3-8b")->rope_theta == 500000.0);
+  REQUIRE(find_model_flavor("llama3-8b")->norm_eps == 1e-5);
+  const std::string saved = preset_to_toml(p.config);
+  const LoadedPreset back = load_preset_text(saved, "saved.toml");
+  INFO(saved);
+  REQUIRE(back.ok());
+  CHECK(back.config.model.rope_theta == 500000.0);
+  CHECK(back.config.model.norm_eps == 1e-5);
+  CHECK(preset_to_toml(back.config) == saved);
+  // The shape keys stay implied: config.json fixes them and the flavor matches it.
+  CHECK(saved.find("n_layers =") == std::string::npos);
 }
 
 TEST_CASE("hf config: what Odyssey cannot run exactly is refused naming the file, key and value", "[config][hf]") {
