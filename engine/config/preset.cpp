@@ -34,7 +34,28 @@ std::string ConfigIssue::format() const {
 }
 
 namespace {
-std::optional<RawValue> override_value(std::string_view text, std::string* why);
+std::optional<RawValue> override_value(std::string_view text, std::string* why, std::string* hint);
+
+/// The offset of the first byte of `text` that is not well-formed UTF-8 (RFC 3629: no overlong
+/// forms, no surrogates, nothing above U+10FFFF), or nullopt. TOML files are UTF-8, and toml++
+/// refuses a file that is not; a --set value is checked by this before it can be saved.
+std::optional<size_t> first_invalid_utf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (len == 0 || i + len > text.size()) return i;
+    char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char cont = static_cast<unsigned char>(text[i + k]);
+      if ((cont & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cont & 0x3F);
+    }
+    static constexpr char32_t kLeast[5] = {0, 0, 0x80, 0x800, 0x10000};  // below: overlong
+    if (cp < kLeast[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 bool parse_override(std::string_view text, int index, Override* out, ConfigIssue* issue) {
@@ -52,12 +73,10 @@ bool parse_override(std::string_view text, int index, Override* out, ConfigIssue
                            "for example --set training.seq_len=3M"};
     return false;
   }
-  std::string why;
-  const std::optional<RawValue> value = override_value(text.substr(eq + 1), &why);
+  std::string why, hint;
+  const std::optional<RawValue> value = override_value(text.substr(eq + 1), &why, &hint);
   if (!value) {
-    if (issue)
-      *issue = ConfigIssue{loc, std::string(name), std::string(text.substr(eq + 1)), why,
-                           "quote a string whole (--set 'output.dir=\"runs/a b\"'), or write it bare (runs/a)"};
+    if (issue) *issue = ConfigIssue{loc, std::string(name), std::string(text.substr(eq + 1)), why, hint};
     return false;
   }
   out->section = top_level ? std::string() : std::string(name.substr(0, dot));
@@ -77,7 +96,9 @@ struct Assignment {
   SourceLoc loc;
 };
 
+std::string shield(std::string_view text);
 std::string unshield(std::string_view text);
+std::optional<ConfigIssue> find_shelter_character(std::string_view text, const std::string& name);
 
 SourceLoc loc_of(const toml::source_region& region, const std::string& file) {
   return SourceLoc{file, static_cast<int>(region.begin.line), static_cast<int>(region.begin.column)};
@@ -107,9 +128,22 @@ RawValue raw_of(const toml::node& node) {
 /// and in a file), else as from_text reads it (the bare words and sizes TOML has no literal for:
 /// auto, llama3-8b, 512K). A value that opens a TOML string or array and does not read as one
 /// (`"a`, `[1,`) is nullopt with *why: read as a bare word it would become another value.
-std::optional<RawValue> override_value(std::string_view text, std::string* why) {
+/// A value that is not UTF-8, or that holds a character of the shelter block, is nullopt with *why
+/// as a preset file would be refused: taken as given, it was saved into presets and checkpoints
+/// that no load could read back.
+std::optional<RawValue> override_value(std::string_view text, std::string* why, std::string* hint) {
+  if (const std::optional<size_t> at = first_invalid_utf8(text)) {
+    *why = "is not UTF-8 (byte " + std::to_string(*at + 1) + " of the value), as every preset must be";
+    *hint = "write the value in UTF-8";
+    return std::nullopt;
+  }
+  if (const std::optional<ConfigIssue> bad = find_shelter_character(text, "--set")) {
+    *why = bad->rule;
+    *hint = "a preset cannot hold them: choose other characters";
+    return std::nullopt;
+  }
   try {
-    const toml::table root = toml::parse("v = " + std::string(text));
+    const toml::table root = toml::parse("v = " + shield(text));  // as load_document reads a file
     const toml::node* node = root.get("v");
     if (node != nullptr && root.size() == 1) return raw_of(*node);
   } catch (const toml::parse_error& e) {
@@ -119,6 +153,7 @@ std::optional<RawValue> override_value(std::string_view text, std::string* why) 
                          : text.front() == '{' ? "table"
                                                : "string") +
              " and does not read as one (" + unshield(e.description()) + ")";
+      *hint = "quote a string whole (--set 'output.dir=\"runs/a b\"'), or write it bare (runs/a)";
       return std::nullopt;
     }
   }

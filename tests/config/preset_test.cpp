@@ -212,6 +212,29 @@ TEST_CASE("set overrides parse, apply and point at themselves", "[config][overri
     CHECK_FALSE(parse_override(open, 9, &o, &issue));
     CHECK_THAT(issue.format(), Catch::Contains("--set:9:1: ") && Catch::Contains("and does not read as one"));
   }
+  // A value a preset file could not hold is refused as the file would be: not UTF-8 (saved into a
+  // checkpoint's config.toml it made the run unresumable), or a character of the shelter block
+  // U+E000..U+EBFF, which a quoted value turned into another character and a bare one kept.
+  for (const char* bad :
+       {"description=caf\xe9", "description=\"caf\xe9\"", "description=\xc0\xaf", "description=\xed\xa0\x80",
+        "output.dir=runs/\xee\x80\x80", "output.dir=\"runs/\xee\x80\x81\""}) {
+    INFO(bad);
+    CHECK_FALSE(parse_override(bad, 10, &o, &issue));
+    CHECK_THAT(issue.format(), Catch::StartsWith("--set:10:1: ") &&
+                                   (Catch::Contains("is not UTF-8 (byte ") || Catch::Contains("U+E000..U+EBFF")));
+  }
+  // Characters beside the shelter block read back as themselves, bare and quoted, and save.
+  for (const char* kept : {"description=caf\xc3\xa9 \xef\x80\x80", "description=\"caf\xc3\xa9 \xef\x80\x80\""}) {
+    INFO(kept);
+    std::vector<Override> sets(1);
+    REQUIRE(parse_override(kept, 1, &sets[0], &issue));
+    CHECK(sets[0].value.s == "caf\xc3\xa9 \xef\x80\x80");
+    const LoadedPreset with = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml", sets);
+    REQUIRE(with.ok());
+    const LoadedPreset back = load_preset_text(preset_to_toml(with.config), "saved.toml");
+    REQUIRE(back.ok());
+    CHECK(back.config.description == "caf\xc3\xa9 \xef\x80\x80");
+  }
   // TOML values no key takes (an array, a date) are what they are in a file: refused by the key's type.
   for (const char* other : {"description=[1, 2]", "description=1979-05-27"}) {
     INFO(other);
