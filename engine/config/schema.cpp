@@ -684,6 +684,15 @@ std::optional<RawValue> coerce_value(const KeySpec& spec, const RawValue& raw, s
         if (raw.i < 0) return fail("must not be negative");
         return raw;
       }
+      // A whole number written as a float (1e3, 4096.0) is that count, as for an integer key;
+      // one past int64 is refused by the key's bound.
+      if (raw.type == RawValue::Type::Float && std::floor(raw.f) == raw.f) {
+        if (raw.f < 0) return fail("must not be negative");
+        if (raw.f < 9e18) return RawValue::integer(static_cast<int64_t>(raw.f));
+        return fail(spec.range && !std::isinf(spec.range->hi)
+                        ? spec.range->rule(spec.kind)
+                        : "must be at most 9223372036854775807 (a 64-bit integer)");
+      }
       if (raw.type == RawValue::Type::String) {
         if (auto n = parse_size(raw.s)) return RawValue::integer(*n);
       }

@@ -254,6 +254,31 @@ TEST_CASE("set overrides parse, apply and point at themselves", "[config][overri
     CHECK_THAT(refused.issues.front().format(),
                Catch::Contains("training.seed = 18446744073709551615: must be at most 9223372036854775807"));
   }
+  // A size key takes a whole number written as a float, as an integer key does (docs/presets.md);
+  // a fraction is refused by its type, and a whole number past int64 by the key's bound.
+  {
+    const LoadedPreset whole = load_preset_text("[model]\nflavor = \"tiny\"\n[training]\nseq_len = 512.0\n", "w.toml");
+    REQUIRE(whole.ok());
+    CHECK(whole.config.training.seq_len == 512);
+    for (const auto& [set, rule] : std::vector<std::pair<std::string, std::string>>{
+             {"training.seq_len=1e3", ""},
+             {"training.seq_len=512.5", "must be a whole count"},
+             {"training.seq_len=-1024.0", "must not be negative"},
+             {"training.seq_len=99999999999999999999", "training.seq_len = 99999999999999999999: must be "}}) {
+      INFO(set);
+      std::vector<Override> sets(1);
+      REQUIRE(parse_override(set, 1, &sets[0], &issue));
+      const LoadedPreset p = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml", sets);
+      if (rule.empty()) {
+        REQUIRE(p.ok());
+        CHECK(p.config.training.seq_len == 1000);
+        continue;
+      }
+      REQUIRE_FALSE(p.ok());
+      CHECK_THAT(p.issues.front().format(), Catch::Contains(rule));
+      if (set.find("9999") != std::string::npos) CHECK_THAT(p.issues.front().format(), !Catch::Contains("whole count"));
+    }
+  }
   // An unknown top-level key is offered what may stand there: the top-level key too.
   const LoadedPreset stray = load_preset_text("zzz = 1\n", "stray.toml");
   REQUIRE_FALSE(stray.ok());
