@@ -610,18 +610,18 @@ std::string eval_job_text(const EvalArgs& a, const Source& source, const RunConf
     needle = std::to_string(lengths.size()) + " lengths from " + std::to_string(lengths.front()) + ", " +
              std::to_string(a.trials) + " trials, seed " + std::to_string(a.seed) + ", prompt tokens' CRC-32 " + hex;
   }
-  const std::string weights =
-      source.run ? "step " + std::to_string(source.info->step) + ": " +
-                       files_identity(source.info->path, [](const std::string&) { return true; })
-                 : files_identity(a.source, hf_weights_file);
+  const std::string weights = source.run
+                                  ? "step " + std::to_string(source.info->step) + ": " +
+                                        files_identity(source.info->path, [](const std::string&) { return true; })
+                                  : files_identity(a.source, hf_weights_file);
   RunConfig shown = cfg;
   shown.training.dataset_path.clear();  // --data and the weights, whose paths may differ between
   shown.model.hf_path.clear();          // nodes: their files' identities below
   return job_text(shown, {{"the weights", weights},
-                        {"--data", file_identity(a.data)},
-                        {"--first-bucket", std::to_string(a.first_bucket)},
-                        {"--max-sequences", std::to_string(a.max_sequences)},
-                        {"the needle grid", needle}});
+                          {"--data", file_identity(a.data)},
+                          {"--first-bucket", std::to_string(a.first_bucket)},
+                          {"--max-sequences", std::to_string(a.max_sequences)},
+                          {"the needle grid", needle}});
 }
 
 /// How rank `other`'s eval job text differs from rank 0's `lead`.
@@ -749,6 +749,12 @@ int run_eval(int argc, char** argv, int first) {
     const std::string json_path = join_path(out_dir, "eval.json"), png_path = join_path(out_dir, "needle.png");
     for (const std::string& path : {json_path, png_path}) {
       if (!exists(path)) continue;
+      // --data, the tokenizer or the preset where eval writes: --overwrite replaced the input.
+      for (const auto& [flag, input] :
+           {std::pair{"--data", a.data}, {"--tokenizer", a.tokenizer}, {"--preset", a.preset}})
+        if (!input.empty() && same_path(input, path))
+          throw BadInput(std::string(flag) + " " + input + " is the file eval writes as " + path + " (--out " +
+                         out_dir + "): choose another --out (nothing was written)");
       if (!a.overwrite)
         throw BadInput("--out " + out_dir + ": " + path +
                        " exists; pass --overwrite to replace it (nothing was written)");

@@ -353,6 +353,23 @@ void check_output_file(const std::string& option, const std::string& path, const
                                 "another file");
 }
 
+/// Refuses, before any output, an input of the run (`key` = `path`: the data file, the model
+/// directory) that is or lies in one of the run's own files in --out (metrics.jsonl, summary.json,
+/// trace.json, checkpoints/, the lock): the run writes those, and --overwrite removes them first,
+/// so the input was lost and the run then refused for it.
+void check_input_outside_run_files(const std::string& key, const std::string& path, const RunOptions& opt) {
+  if (path.empty() || opt.out_dir.empty()) return;
+  const std::string input = resolve_path(path);
+  for (const std::string& owned : run_owned_paths(resolve_path(opt.out_dir))) {
+    const bool is = input == owned, within = input.rfind(owned + "/", 0) == 0;
+    if (!is && !within) continue;
+    throw std::invalid_argument(key + " = \"" + path + "\" " + (is ? "is" : "lies in") + " the run's own " +
+                                owned.substr(owned.find_last_of('/') + 1) + " in --out " + opt.out_dir +
+                                ", which this run writes (and --overwrite removes first): move it out of the run "
+                                "directory, or choose another --out (nothing was written)");
+  }
+}
+
 /// Makes the folder of a file that `option` names (--memory-snapshot, --kernel-profile) now, so a
 /// run that could not write the file is refused before any output (FileWriteError).
 void make_parent_dirs(const std::string& option, const std::string& path) {
@@ -583,6 +600,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     agreed(*start, [&] {
       check_launchable(cfg, "odyssey train PRESET");
       if (job_mode(cfg.parallel) == JobMode::Torchrun && cfg.parallel.world_size > 1) check_gloo_interface();
+      check_input_outside_run_files("training.dataset_path", cfg.training.dataset_path, opt);
+      check_input_outside_run_files("model.hf_path", cfg.model.hf_path, opt);
       make_dataset(cfg.training, cfg.model);  // a missing or malformed data file (DataError), checked once here
       if (!opt.memory_snapshot.empty() && shared.reports) {
         if (!resolve_device(cfg.training.device, 0).is_cuda())

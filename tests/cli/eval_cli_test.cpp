@@ -536,6 +536,17 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
   }
   struct stat st {};
   CHECK(::stat((run_dir + "/eval/eval.json").c_str(), &st) != 0);  // nothing written by a refusal
+  // --data where eval writes eval.json: --overwrite replaced the held-out text with the results.
+  {
+    const std::string out = dir + "/data_as_out";
+    REQUIRE(std::system(("mkdir -p " + out + " && cp " + docs + " " + out + "/eval.json").c_str()) == 0);
+    const std::string before = read_text(out + "/eval.json");
+    const Run r = run_odyssey("eval " + run_dir + " --data " + out + "/eval.json --seq-len 64 --no-needle --out " +
+                              out + " --overwrite");
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("--data " + out + "/eval.json is the file eval writes as "));
+    CHECK(read_text(out + "/eval.json") == before);
+  }
   // A checkpoint found damaged after --out was made (its folders new): they are removed again,
   // where an empty folder was left behind.
   std::string rank_file;

@@ -51,6 +51,16 @@ TEST_CASE("run directory: a new run into one holding a run is refused and leaves
   CHECK_THAT(r.out, Catch::Contains("--overwrite: replaced the run in " + dir + " (metrics.jsonl with 4 steps"));
   CHECK(metrics_lines(dir) == 1);
   CHECK(checkpoint_step(dir) == 1);
+  // A data file among the run's own files: --overwrite removed it with the run, then refused the
+  // run for it, losing both. Refused first now, the run and the file whole.
+  const std::string steps_before = read_text(dir + "/metrics.jsonl");
+  r = run_odyssey("train " + kShort + "--set training.dataset=bytes --set training.dataset_path=" + dir +
+                  "/metrics.jsonl --steps 1 --overwrite --out " + dir);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("training.dataset_path = \"" + dir + "/metrics.jsonl\" is the run's own " +
+                                    "metrics.jsonl in --out " + dir + ", which this run writes"));
+  CHECK(read_text(dir + "/metrics.jsonl") == steps_before);
+  CHECK(checkpoint_step(dir) == 1);
   // A switch given a value is refused, not read as on.
   r = run_odyssey("train " + kShort + "--steps 1 --overwrite=no --out " + dir);
   require_exit(r, 2);
