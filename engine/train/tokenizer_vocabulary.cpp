@@ -38,7 +38,9 @@ int64_t tokenizer_vocabulary(const std::string& json, const std::string& path) {
     for (const auto& entry : *vocab) {
       if (!entry.is_array() || entry.empty() || !entry[0].is_string())
         throw refuse("\"model\".\"vocab\" holds " + json_value_text(entry) + ", not a [token, score] pair");
-      model_ids.emplace(entry[0].get<std::string>(), model_size++);  // a repeated token keeps its first id
+      // A repeated token takes its last id, as `tokenizers` builds its map (token_to_id("a") of
+      // [<unk>, a, b, a] is 3): the ids the encoder produces reach the last index.
+      model_ids[entry[0].get<std::string>()] = model_size++;
     }
   } else {
     throw refuse("\"model\".\"vocab\" is " + json_value_text(*vocab) + ", neither an object nor a list");

@@ -22,6 +22,15 @@ TEST_CASE("tokenizer vocabulary: the largest id plus one or the distinct tokens,
   CHECK(tokenizer_vocabulary(R"({"model": {"type": "Unigram", "vocab": [["<unk>", 0.0], ["a", -1.5], ["b", -2.0]]},
                                  "added_tokens": [{"id": 3, "content": "<pad>"}]})",
                              "t.json") == 4);
+  // A token listed twice takes its last index, as `tokenizers` 0.23 maps it (get_vocab: a -> 3),
+  // so `odyssey prepare`'s files of it hold id 3: 4, not the 3 distinct tokens. An added token
+  // that is the repeated one keeps that id, and a new one comes after the list (5).
+  CHECK(tokenizer_vocabulary(
+            R"({"model": {"type": "Unigram", "vocab": [["<unk>", 0], ["a", -1], ["b", -1], ["a", -2]]}})", "t.json") ==
+        4);
+  CHECK(tokenizer_vocabulary(R"({"model": {"type": "Unigram", "vocab": [["<unk>", 0], ["a", -1], ["b", -1], ["a", -2]]},
+                                 "added_tokens": [{"id": 9, "content": "a"}, {"id": 9, "content": "<x>"}]})",
+                             "t.json") == 5);
   // No added_tokens at all: the model's vocabulary alone.
   CHECK(tokenizer_vocabulary(R"({"model": {"vocab": {"a": 0, "b": 1}}})", "t.json") == 2);
   // An added token's "id" is the file's word, not the library's: `tokenizers` gives the first new
