@@ -251,7 +251,8 @@ int run_prepare(int argc, char** argv, int first) {
                                   " has no model.hf_path (a Hugging Face model directory) to take "
                                   "the tokenizer from: pass --tokenizer PATH");
     }
-    const std::string tokenizer_json = find_tokenizer_json(tokenizer_path);
+    const std::string tokenizer_json = find_tokenizer_json(
+        tokenizer_path, a.tokenizer.empty() ? "--preset " + a.preset + "'s model.hf_path " + tokenizer_path : "");
     check_out(a, inputs, tokenizer_json);
     // The preset's model's own tokenizer, when its model.hf_path holds one: a --tokenizer of
     // another vocabulary would write ids that are not this model's tokens.

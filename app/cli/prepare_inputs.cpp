@@ -98,14 +98,15 @@ std::vector<TextInput> list_text_inputs(const std::vector<std::string>& argument
   return inputs;
 }
 
-std::string find_tokenizer_json(const std::string& path) {
+std::string find_tokenizer_json(const std::string& path, const std::string& named_as) {
   const std::string file = is_directory(path) ? join_path(path, "tokenizer.json") : path;
+  const std::string name = named_as.empty() ? "--tokenizer " + path : named_as;
   struct stat st {};
   if (::stat(file.c_str(), &st) != 0)
-    throw bad("--tokenizer " + path + ": " +
+    throw bad(name + ": " +
               (file == path ? std::string("cannot read it (") + std::strerror(errno) + ")"
                             : "a directory without tokenizer.json (a Hugging Face model directory has one)"));
-  if (!S_ISREG(st.st_mode)) throw bad("--tokenizer " + file + ": not a regular file");
+  if (!S_ISREG(st.st_mode)) throw bad(name + ": " + file + " is not a regular file");
   return file;
 }
 

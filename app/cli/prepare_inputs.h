@@ -18,7 +18,8 @@ namespace odyssey::cli {
 std::vector<TextInput> list_text_inputs(const std::vector<std::string>& arguments);
 
 /// --tokenizer PATH: the file itself, or PATH/tokenizer.json for a model directory. Throws
-/// PrepareError (exit 2) naming what is missing.
-std::string find_tokenizer_json(const std::string& path);
+/// PrepareError (exit 2) naming what is missing, and where PATH came from: `named_as`, or
+/// "--tokenizer PATH" when empty.
+std::string find_tokenizer_json(const std::string& path, const std::string& named_as = "");
 
 }  // namespace odyssey::cli

@@ -342,6 +342,18 @@ TEST_CASE("odyssey prepare --preset: the tokenizer of the preset's model.hf_path
       "/first.odoc --out " + dir + "/first.odoc");
   require_exit(first, 0);
   CHECK(read_text(dir + "/first.odoc") == a);
+  // The preset's model directory without a tokenizer.json: named as the preset's, not as a
+  // --tokenizer that was never given.
+  const std::string bare = dir + "/bare_model";
+  REQUIRE(std::system(("cp -r '" + model + "' '" + bare + "' && rm '" + bare + "/tokenizer.json'").c_str()) == 0);
+  const Run no_tokenizer = run_odyssey("prepare " + dir +
+                                       "/in.jsonl --preset presets/tiny-cpu.toml --set model.flavor=hf "
+                                       "--set model.hf_path=" +
+                                       bare + " --out " + dir + "/bare.odoc");
+  require_exit(no_tokenizer, 2);
+  CHECK_THAT(no_tokenizer.err, Catch::Contains("--preset presets/tiny-cpu.toml's model.hf_path " + bare +
+                                               ": a directory without tokenizer.json") &&
+                                   !Catch::Contains("--tokenizer " + bare));
 
   // Another tokenizer than the model's (12 words, not its 10): its ids are not the model's tokens.
   // prepare --preset refuses it before a document is written; a file made with it is refused by
