@@ -33,6 +33,13 @@ std::string OnceFlags::give(const std::string& flag, const std::string& value) {
   return flag + " given twice (" + earlier->second + ", then " + value + "): give it once";
 }
 
+std::string option_taken_as_value(const std::string& flag, const std::string& next) {
+  if (next.rfind("--", 0) != 0) return "";  // "--" itself too: the end of the options
+  if (flag == "--set") return "--set needs section.key=value, and the next argument is the option " + next;
+  return flag + " needs a value, and the next argument is the option " + next + ": give " + flag +
+         " its value (for a file or folder of that name, " + flag + " ./" + next + ")";
+}
+
 std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, int argc, char** argv, int first,
                                std::ostream& err) {
   Args args;
@@ -40,6 +47,10 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
   auto need_value = [&](int& i, const std::string& flag) -> const char* {
     if (i + 1 >= argc) {
       err << "odyssey " << command << ": " << flag << " needs a value\n";
+      return nullptr;
+    }
+    if (const std::string option = option_taken_as_value(flag, argv[i + 1]); !option.empty()) {
+      err << "odyssey " << command << ": " << option << "\n";
       return nullptr;
     }
     return argv[++i];

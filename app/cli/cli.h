@@ -47,6 +47,12 @@ class OnceFlags {
   std::map<std::string, std::string> given_;  // flag -> its first value
 };
 
+/// The argument after `flag` (not given inline): "" when it can be the flag's value, else the
+/// message refusing it. An option there (`-o --json`, or `--`, the end of the options) was taken
+/// as a file's name, and the option lost; a value that truly begins with "--" is written as a path
+/// (`-o ./--json`).
+std::string option_taken_as_value(const std::string& flag, const std::string& next);
+
 /// Which options a subcommand accepts.
 struct ArgSpec {
   bool set = false, json = false, steps = false, out = false, resume = false, quiet = false, no_checkpoint = false,

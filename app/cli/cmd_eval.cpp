@@ -154,6 +154,8 @@ EvalArgs parse(int argc, char** argv, int first) {
         v = *inline_value;
       else if (i + 1 >= argc)
         throw BadInput(arg + " needs a value");
+      else if (const std::string option = option_taken_as_value(arg, argv[i + 1]); !option.empty())
+        throw BadInput(option);
       else
         v = argv[++i];
       // "" is no value: `--out ""` wrote to the default folder, `--tokenizer ""` took the default

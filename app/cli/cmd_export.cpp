@@ -53,9 +53,11 @@ int run_export(int argc, char** argv, int first) {
         inline_value = arg.substr(eq + 1);
         arg = arg.substr(0, eq);
       }
+    std::string option_as_value;  // the next argument is an option, not this flag's value
     auto value = [&]() -> std::optional<std::string> {
       if (inline_value) return inline_value;
       if (i + 1 >= argc) return std::nullopt;
+      if (option_as_value = option_taken_as_value(arg, argv[i + 1]); !option_as_value.empty()) return std::nullopt;
       return std::string(argv[++i]);
     };
     if (arg == "--json") {
@@ -63,6 +65,7 @@ int run_export(int argc, char** argv, int first) {
       json = true;
     } else if (arg == "--hf" || arg == "--dtype" || arg == "--max-shard-size" || arg == "--tokenizer") {
       const auto v = value();
+      if (!option_as_value.empty()) return bad(option_as_value);
       if (!v || v->empty()) return bad(arg + " needs a value");
       if (const std::string twice = given.give(arg, *v); !twice.empty()) return bad(twice);
       if (arg == "--hf") out_dir = *v;

@@ -144,8 +144,10 @@ std::optional<PrepareArgs> parse_prepare_args(int argc, char** argv, int first) 
       std::string value;
       if (inline_value)
         value = *inline_value;
-      else if (i + 1 < argc)
+      else if (i + 1 < argc) {
+        if (const std::string option = option_taken_as_value(arg, argv[i + 1]); !option.empty()) return bad(option);
         value = argv[++i];
+      }
       if (value.empty()) return bad(arg + " needs a value");
       if (arg != "--set")
         if (const std::string twice = given.give(arg, value); !twice.empty()) return bad(twice);

@@ -100,6 +100,32 @@ TEST_CASE("reliability: an OMP_NUM_THREADS that OpenMP would ignore is refused b
   require_exit(ok, 0);
 }
 
+TEST_CASE("reliability: an option where a value belongs is refused, never taken as a file's name",
+          "[cli][reliability]") {
+  // `tune P -o --json` wrote a preset named "--json" and printed text, the option lost. Each
+  // command's own parser refuses it (the shared one, eval's, export's, prepare's); the value is
+  // still taken written as a path.
+  const std::string dir = fresh_dir("option_as_value");
+  REQUIRE(std::system(("mkdir -p " + dir).c_str()) == 0);
+  const std::string cd = "cd " + dir + " && " + ODYSSEY_BIN_DIR + "/odyssey ";
+  const std::string preset = std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml";
+  for (const auto& [args, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"tune " + preset + " -o --json", "-o"},
+           {"tune " + preset + " -o --", "-o"},
+           {"train " + preset + " --steps 1 --out --quiet", "--out"},
+           {"eval runs/x --data --json --seq-len 64", "--data"},
+           {"export runs/x --hf --json", "--hf"},
+           {"prepare in.jsonl --tokenizer t.json --out --overwrite", "--out"}}) {
+    INFO(args);
+    const Run r = run_shell(cd + args + " 2>&1");
+    require_exit(r, 2);
+    CHECK_THAT(r.out, Catch::Contains(flag + " needs a value, and the next argument is the option --"));
+    CHECK(std::system(("test -z \"$(ls -A " + dir + ")\"").c_str()) == 0);  // nothing written
+  }
+  require_exit(run_shell(cd + "tune " + preset + " -o ./--json"), 0);
+  CHECK(!read_text(dir + "/--json").empty());
+}
+
 TEST_CASE("reliability: corrupt checkpoint fields are refused with exit 2, never a signal", "[cli][reliability]") {
   // The first entry ("step") begins at byte 12: name length, "step", then the type code and numel.
   const size_t code_at = 12 + 4 + 4, numel_at = code_at + 4;
