@@ -108,10 +108,6 @@ bool apply_model_flavor(RunConfig& cfg, const std::string& name) {
 }
 
 bool apply_hardware_profile(RunConfig& cfg, const std::string& name) {
-  if (name == "custom") {
-    cfg.hardware.profile = "custom";
-    return true;
-  }
   const auto spec = find_hardware_profile(name);
   if (!spec) return false;
   cfg.hardware = *spec;

@@ -53,7 +53,9 @@ std::string issue_message(const ConfigIssue& issue);
 
 /// Replaces the model shape with a named flavor (false if unknown; "custom" keeps the shape).
 bool apply_model_flavor(RunConfig& cfg, const std::string& name);
-/// Replaces the hardware spec with a named profile (false if unknown; "custom" keeps the spec).
+/// Replaces the hardware spec with a named profile (false if unknown). There is no "custom": a
+/// profile whose numbers are edited stays the base they override ("h200 (modified)"), which is
+/// what a preset can hold (hardware.profile is one of the named ones).
 bool apply_hardware_profile(RunConfig& cfg, const std::string& name);
 /// True when the model keys differ from the named flavor's shape (shown as "modified").
 bool model_differs_from_flavor(const RunConfig& cfg);

@@ -425,7 +425,6 @@ void draw_hardware(AppState& state) {
       if (ImGui::Selectable(p.name, c.hardware.profile == p.name)) apply_hardware_profile(c, p.name);
       if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", p.about);
     }
-    if (ImGui::Selectable("custom", c.hardware.profile == "custom")) apply_hardware_profile(c, "custom");
     ImGui::EndCombo();
   }
   field_messages(state, "hardware.profile");

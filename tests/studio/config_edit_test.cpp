@@ -7,6 +7,7 @@
 
 #include "app/studio/app_state.h"
 #include "app/studio/config_edit.h"
+#include "engine/config/preset.h"
 #include "engine/config/validate.h"
 #include "test_paths.h"
 
@@ -127,6 +128,15 @@ TEST_CASE("flavors and profiles replace their table and report modifications", "
   CHECK_FALSE(hardware_differs_from_profile(cfg));
   cfg.hardware.device_memory_gib = 10;
   CHECK(hardware_differs_from_profile(cfg));
+  // A profile with edited numbers saves as its base and the keys that differ, and loads back as
+  // the same config. The studio's "custom" profile could not be saved at all (hardware.profile
+  // must be a named one): it is no choice any more.
+  CHECK_FALSE(apply_hardware_profile(cfg, "custom"));
+  CHECK(cfg.hardware.profile == "h200");
+  const LoadedPreset back = load_preset_text(preset_to_toml(cfg), "edited.toml");
+  REQUIRE(back.ok());
+  CHECK(back.config.hardware.device_memory_gib == 10);
+  CHECK(preset_to_toml(back.config) == preset_to_toml(cfg));
 }
 
 TEST_CASE("heads-per-stage choices are the validator's valid values", "[studio][config]") {
