@@ -77,7 +77,7 @@ int run_tune(int argc, char** argv, int first) {
   std::string written;
   if (!args->output.empty()) {
     std::string error;
-    if (!save_preset(args->output, choice->config, &error)) {
+    if (!save_preset(args->output, choice->config, &error, args->overwrite)) {
       std::cerr << "odyssey tune: " << error << "\n";
       return kExitRuntime;
     }

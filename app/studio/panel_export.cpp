@@ -34,7 +34,7 @@ bool export_preset(const RunConfig& cfg, const std::string& path, std::string* m
     return refuse("not saved: this config would load back as a different one (please report this)");
   if (const std::string why = output_refusal(path, replace); !why.empty()) return refuse(why);
   std::string error;
-  if (!save_preset(path, cfg, &error)) return refuse(error);
+  if (!save_preset(path, cfg, &error, replace)) return refuse(error);
   const LoadedPreset back = load_preset(path);
   if (!back.ok()) return refuse(path + " was written but does not load cleanly: " + back.issues.front().format());
   if (!(back.config == cfg))

@@ -718,8 +718,8 @@ std::string preset_to_toml(const RunConfig& cfg) {
       // model.hf_path the loader starts from its config.json, which a named flavor matches in shape
       // only: rope_*, norm_eps and the rest are written whatever the flavor's.
       const auto& shape_keys = model_shape_keys();
-      const bool implied_by_flavor = cfg.model.hf_path.empty() ||
-                                     std::find(shape_keys.begin(), shape_keys.end(), &key) != shape_keys.end();
+      const bool implied_by_flavor =
+          cfg.model.hf_path.empty() || std::find(shape_keys.begin(), shape_keys.end(), &key) != shape_keys.end();
       if (section.name == "model" && key.name != "flavor" && flavor && implied_by_flavor) {
         RunConfig base = cfg;
         base.model = *flavor;
@@ -739,10 +739,17 @@ std::string preset_to_toml(const RunConfig& cfg) {
   return out.str();
 }
 
-bool save_preset(const std::string& path, const RunConfig& cfg, std::string* error) {
+bool save_preset(const std::string& path, const RunConfig& cfg, std::string* error, bool replace) {
   try {
-    write_file_atomically(path, preset_to_toml(cfg));  // PATH.tmp, fsync, rename: whole or not at all
-    return true;
+    AtomicFile file(path);  // PATH.tmp, fsync, rename: whole or not at all
+    file.write(preset_to_toml(cfg));
+    if (replace) {
+      file.commit();
+      return true;
+    }
+    if (file.commit_new()) return true;
+    if (error) *error = path + " appeared while the preset was written (another program wrote it): it is left as it is";
+    return false;
   } catch (const FileWriteError& e) {
     if (error) *error = e.what();
     return false;

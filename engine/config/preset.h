@@ -58,8 +58,10 @@ LoadedPreset apply_overrides(const RunConfig& base, const std::vector<Override>&
 
 /// Serialises a config as a commented preset that loads back to the same config.
 std::string preset_to_toml(const RunConfig& cfg);
-/// Writes preset_to_toml atomically (temporary file, then rename). Returns false with *error set.
-bool save_preset(const std::string& path, const RunConfig& cfg, std::string* error);
+/// Writes preset_to_toml atomically (temporary file, then rename). Without `replace` only where
+/// no file is at `path` when the name moves: one that appeared since the caller checked is left
+/// as it is. Returns false with *error set.
+bool save_preset(const std::string& path, const RunConfig& cfg, std::string* error, bool replace = true);
 
 /// Lists *.toml files in a directory, sorted.
 std::vector<std::string> list_presets(const std::string& dir);

@@ -2,6 +2,7 @@
 // defines: make_dirs, path_exists, is_directory, rename_path, remove_tree, list_dir, same_path,
 // resolve_path, join_path, folder_of, clean_path, read_file_bounded, AtomicFile, write_file_atomically, RunDirLock
 #include "engine/util/files.h"
+#include "engine/util/publish_file.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -288,7 +289,7 @@ void AtomicFile::write(const void* data, size_t bytes) {
   }
 }
 
-void AtomicFile::commit() {
+void AtomicFile::flush_and_close() {
   if (fd_ < 0) throw FileWriteError("cannot commit " + tmp_ + ": already committed");
   // Data on the disk before the name moves: a power loss after the rename must not leave a
   // renamed file whose blocks were never written.
@@ -299,6 +300,10 @@ void AtomicFile::commit() {
     ::unlink(tmp_.c_str());
     throw FileWriteError(system_error("cannot close", tmp_));
   }
+}
+
+void AtomicFile::commit() {
+  flush_and_close();
   std::string error;
   if (!rename_path(tmp_, path_, &error)) {
     ::unlink(tmp_.c_str());
@@ -309,6 +314,11 @@ void AtomicFile::commit() {
     ::fsync(dir);
     ::close(dir);
   }
+}
+
+bool AtomicFile::commit_new() {
+  flush_and_close();
+  return publish_new_file(tmp_, path_);  // syncs the folder; removes the temporary either way
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {

@@ -90,11 +90,15 @@ class AtomicFile {
   void write(const void* data, size_t bytes);
   void write(const std::string& text) { write(text.data(), text.size()); }
   void commit();
+  /// As commit(), where `path` must not exist (publish_new_file): false when a file appeared
+  /// there since the caller looked, which is left as it is (the temporary removed).
+  bool commit_new();
   const std::string& path() const { return path_; }
   /// The name a file at `path` is written through before the rename ("PATH.tmp").
   static std::string temporary_path(const std::string& path) { return path + ".tmp"; }
 
  private:
+  void flush_and_close();  ///< the temporary's bytes on the disk, its descriptor closed
   std::string path_, tmp_;
   int fd_ = -1;
 };

@@ -106,6 +106,17 @@ TEST_CASE("save_preset writes atomically and the file loads back", "[config][pre
   CHECK(odyssey::test::file_text(path).find("# Tokens per sequence") != std::string::npos);
   CHECK_FALSE(save_preset((dir / "no-such-dir" / "x.toml").string(), loaded.config, &error));
   CHECK(error.find("cannot create " + (dir / "no-such-dir" / "x.toml").string()) != std::string::npos);
+  // Without replace (tune -o without --overwrite, the studio's Save before Replace), a file that
+  // appeared after the caller found the name free is left as it is: the rename replaced it.
+  const std::string taken = (dir / "taken.toml").string();
+  std::ofstream(taken) << "# another program's file\n";
+  CHECK_FALSE(save_preset(taken, loaded.config, &error, /*replace=*/false));
+  CHECK_THAT(error, Catch::Contains(taken + " appeared while the preset was written"));
+  CHECK(odyssey::test::file_text(taken) == "# another program's file\n");
+  CHECK_FALSE(fs::exists(taken + ".tmp"));
+  fs::remove(taken);
+  REQUIRE(save_preset(taken, loaded.config, &error, /*replace=*/false));
+  CHECK(load_preset(taken).config == loaded.config);
 }
 
 TEST_CASE("bad-preset fixtures report their exact messages", "[config][fixtures]") {
