@@ -10,7 +10,8 @@
 #     b"P" u32 file, u64 bytes: that many bytes of the file are read
 #     b"E" u32 n, n bytes UTF-8: bad input ("FILE:LINE: rule"), then exit 2
 #     b"Z" u64 documents: the end, with the count of D records
-# Nothing else is written to stdout; a crash leaves its traceback on stderr and exit 1.
+# Nothing else is written to stdout; a crash leaves its traceback on stderr and exit 1. odyssey
+# takes an E record as bad input (exit 2) whatever the exit status.
 import array
 import json
 import os
@@ -27,20 +28,35 @@ BATCH_BYTES = 8 << 20            # or this many bytes of text, whichever comes f
 # ODYSSEY_PREPARE_PIECE_CHARS sets it (the tests cut small documents with it).
 PIECE_CHARS = os.environ.get("ODYSSEY_PREPARE_PIECE_CHARS", str(1 << 20))
 SEAM_CHARS = 4096
-SEAM_TRIES = 8  # cuts refused before any was accepted: the document is encoded whole
+SEAM_TRIES = 8  # cuts of one kind refused before one of that kind was accepted: that kind is given up
 # A cut goes after a line break between two non-space characters: the pre-tokenizers of byte-level
-# BPE (GPT-2's, Llama 3's) end a token there and begin one after it, whatever came before (a blank
-# line is no cut: GPT-2's tokenizes "\n\n" at the end of a text otherwise than before a word).
-# The seam check covers the tokenizers this does not hold for.
+# BPE (GPT-2's, Llama 3's) end a token there and begin one after it, whatever came before.
 CUT_AFTER = re.compile(r"(?<=\S)\r?\n(?=\S)")
+# Text whose paragraphs are parted by blank lines only has no such break: there a cut goes in a run
+# of two or more line breaks between non-space characters, at one of two places, since the
+# tokenizers split that run differently: after the whole run (Llama 3's regex makes "\n\n" one
+# pre-token, so no cut inside it is right there), or before its last character (GPT-2's regex splits
+# "\n\n" before a word into "\n", "\n", but keeps "\n\n" at the end of a text whole). Single line
+# breaks are tried first, as they always were. The seam check guards every cut, and covers the
+# tokenizers none of this holds for.
+CUT_IN_BLANK = re.compile(r"(?<=\S)(?:\r?\n){2,}(?=\S)")
 # Spellings of an end-of-sequence token, used when no tokenizer_config.json names one.
 EOS_SPELLINGS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>")
+TOKENIZER_PATH = ""  # --tokenizer, for messages
+# Whether each encoding's offsets are checked for text the tokenizer dropped (may_drop_text): only a
+# tokenizer that can drop text pays for the check.
+CHECK_DROPPED = False
 
 out = sys.stdout.buffer
 
 
 class BadInput(Exception):
     """The input is wrong (exit 2): the message names the file, the line and the rule."""
+
+
+class TokenizerFailed(Exception):
+    """The tokenizers library raised while encoding: its one-line message (the tokenizer.json is
+    bad input, named with the text it failed on by the caller, who knows where that text is from)."""
 
 
 def record(tag, payload=b""):
@@ -69,7 +85,45 @@ def load_tokenizer(path):
     # max_length, or add pad tokens: a training file holds each document whole, as written.
     tokenizer.no_truncation()
     tokenizer.no_padding()
+    # The text of a special token inside a document ("<|endoftext|>" written in a web page) is text:
+    # matched as the token, it would be an eos (or bos) the document never had, one --append-eos
+    # cannot be told from. Encoded as plain text, an eos id in the file is one --append-eos put
+    # there (by id, not by text). Added tokens that are not special are still matched as tokens.
+    if not hasattr(tokenizer, "encode_special_tokens"):
+        import tokenizers
+        sys.stderr.write("odyssey prepare: the tokenizers library of the Python at %s is %s, which cannot encode "
+                         "special-token text as plain text (Tokenizer.encode_special_tokens): install "
+                         "tokenizers 0.23.3 there (`make deps`) or set ODYSSEY_PYTHON to a Python that has it\n"
+                         % (sys.executable, getattr(tokenizers, "__version__", "of an unknown version")))
+        sys.exit(1)
+    tokenizer.encode_special_tokens = True
     return tokenizer
+
+
+def parts_of(component, key):
+    """A normalizer or pre-tokenizer of a tokenizer.json and, for a Sequence, its parts, flattened."""
+    if not isinstance(component, dict):
+        return []
+    return [component] + [p for part in component.get(key) or [] for p in parts_of(part, key)]
+
+
+def may_drop_text(tokenizer):
+    """Whether the tokenizer's model can leave characters out with no token for them, unsaid: a BPE
+    without an unk token (an unknown character is skipped), unless every byte has a token (byte
+    fallback's <0x00>..<0xFF>, or a byte-level BPE's 256 characters). The other models give their unk
+    token, or raise (a missing unk token), which encode() reports."""
+    from tokenizers import pre_tokenizers
+    spec = json.loads(tokenizer.to_str())
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE" or model.get("unk_token") is not None:
+        return False
+    vocab = model.get("vocab") or {}
+    if model.get("byte_fallback") and all("<0x%02X>" % b in vocab for b in range(256)):
+        return False
+    parts = parts_of(spec.get("normalizer"), "normalizers") + parts_of(spec.get("pre_tokenizer"), "pretokenizers")
+    byte_level = any(part.get("type") == "ByteLevel" for part in parts)
+    return not (byte_level and not model.get("continuing_subword_prefix") and not model.get("end_of_word_suffix")
+                and all(c in vocab for c in pre_tokenizers.ByteLevel.alphabet()))
 
 
 def find_eos(tokenizer, path):
@@ -155,8 +209,19 @@ def json_object(pairs):
     return obj
 
 
+def in_field(where):
+    """A document's `locate` (see encode) when it is the "text" of one line or row, named `where`."""
+    return lambda index: (where, "character %d of its \"text\"" % (index + 1))
+
+
+def in_file(path, text):
+    """A document's `locate` when it is the whole text file `path`: the line and column of a character."""
+    return lambda index: ("%s:%d" % (path, text.count("\n", 0, index) + 1),
+                          "column %d" % (index - text.rfind("\n", 0, index)))
+
+
 def jsonl_documents(path, file_number):
-    """(text, bytes read) for each non-blank line of a JSON-lines file."""
+    """(text, bytes read, locate) for each non-blank line of a JSON-lines file."""
     done = 0
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
@@ -186,7 +251,7 @@ def jsonl_documents(path, file_number):
             text = value["text"]
             if not isinstance(text, str):
                 raise BadInput("%s: \"text\" is %s, not a string" % (where, value_kind(text)))
-            yield checked_text(text, where), done
+            yield checked_text(text, where), done, in_field(where)
 
 
 def text_documents(path, file_number):
@@ -195,7 +260,7 @@ def text_documents(path, file_number):
         data = f.read()
     body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
     text = utf8(body, lambda line: "%s:%d" % (path, line + 1))
-    yield text, len(data)
+    yield text, len(data), in_file(path, text)
 
 
 # The rule a Parquet input follows, quoted by every message about one.
@@ -223,7 +288,7 @@ def is_string_type(arrow_type):
 
 
 def parquet_documents(path, file_number):
-    """(text, bytes read, as a share of the file) for each row of a Parquet file's "text" column."""
+    """(text, bytes read as a share of the file, locate) for each row of a Parquet file's "text" column."""
     pq = import_pyarrow(path)
     import pyarrow as pa
     try:
@@ -264,64 +329,221 @@ def parquet_documents(path, file_number):
                 of_type = "" if is_string_type(column_type) else " in a column of %s" % column_type
                 raise BadInput("%s: \"text\" is %s%s%s, not a string (%s)" %
                                (where, value_kind(text), shown, of_type, PARQUET_RULE))
-            yield checked_text(text, where), size * row // rows
+            yield checked_text(text, where), size * row // rows, in_field(where)
 
 
 READERS = {"jsonl": jsonl_documents, "text": text_documents, "parquet": parquet_documents}
 
 
+def encode_batch(tokenizer, texts):
+    """tokenizer.encode_batch without the tokenizer's own special tokens; a library error is
+    TokenizerFailed (a MemoryError stays one: that is the machine's failure, not the input's)."""
+    try:
+        return tokenizer.encode_batch(texts, add_special_tokens=False)
+    except MemoryError:
+        raise
+    except Exception as e:  # the library raises plain Exception ("WordLevel error: Missing [UNK] ...")
+        raise TokenizerFailed(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+
+
 def same_tokens_apart(tokenizer, text, cut):
     """Whether `text` cut at `cut` tokenizes as the two sides apart, judged on SEAM_CHARS each side."""
     left, right = text[max(0, cut - SEAM_CHARS):cut], text[cut:cut + SEAM_CHARS]
-    whole, left_ids, right_ids = (e.ids for e in tokenizer.encode_batch([left + right, left, right],
-                                                                        add_special_tokens=False))
+    whole, left_ids, right_ids = (e.ids for e in encode_batch(tokenizer, [left + right, left, right]))
     return whole == left_ids + right_ids
+
+
+def single_line_cuts(text, lo, hi):
+    return [m.end() for m in CUT_AFTER.finditer(text, lo, hi)]
+
+
+def blank_line_cuts(text, lo, hi):
+    # before the run's last character, its last "\n" (after the "\r" of a last "\r\n": GPT-2's regex
+    # keeps "\r\n\r" together there), and after the run
+    return [cut for m in CUT_IN_BLANK.finditer(text, lo, hi) for cut in (m.end() - 1, m.end())]
+
+
+CUT_KINDS = (single_line_cuts, blank_line_cuts)  # in the order they are tried
 
 
 def pieces(tokenizer, text):
     """`text` as pieces of about PIECE_CHARS characters (made one at a time) whose tokens, one after
     the other, are the tokens of `text` encoded whole. A stretch without a cut the seam check accepts
-    makes its piece longer; a tokenizer that accepts none of a document's first SEAM_TRIES cuts (one
-    that marks the start of a text, say) encodes the document whole."""
-    start, end, accepted, refused = 0, PIECE_CHARS, 0, 0
+    makes its piece longer. Each kind of cut (CUT_KINDS) is given up when the seam check refused
+    SEAM_TRIES of it before accepting one; a tokenizer that gives up every kind (one that marks the
+    start of a text, say) encodes the document whole. The counts are the kind's own, so blank-line
+    cuts a tokenizer refuses never give up, or stop sooner, the single-line cuts it takes."""
+    half = max(1, PIECE_CHARS // 2)  # PIECE_CHARS 1 would make an empty window that never moves
+    accepted, refused = [0] * len(CUT_KINDS), [0] * len(CUT_KINDS)
+
+    def live(kind):
+        return accepted[kind] > 0 or refused[kind] < SEAM_TRIES
+
+    start, end = 0, PIECE_CHARS
     while len(text) - start > PIECE_CHARS and end < len(text):
         # The last accepted cut in the piece's second half: a piece never shrinks below half.
-        cuts = [m.end() for m in CUT_AFTER.finditer(text, max(start, end - PIECE_CHARS // 2), end)][-SEAM_TRIES:]
-        cut = None
-        for candidate in reversed(cuts):
-            if same_tokens_apart(tokenizer, text, candidate):
-                cut = candidate
+        lo, cut = max(start, end - half), None
+        for kind, cuts_of in enumerate(CUT_KINDS):
+            if not live(kind):
+                continue
+            for candidate in reversed(sorted(set(c for c in cuts_of(text, lo, end) if c > start))[-SEAM_TRIES:]):
+                if same_tokens_apart(tokenizer, text, candidate):
+                    cut = candidate
+                    break
+                refused[kind] += 1
+            if cut is not None:
+                accepted[kind] += 1
                 break
-            refused += 1
         if cut is None:
-            if accepted == 0 and refused >= SEAM_TRIES:
+            if not any(live(kind) for kind in range(len(CUT_KINDS))):
                 break
-            end += PIECE_CHARS // 2  # no cut here: the next stretch's line breaks
+            end += half  # no cut here: the next stretch's line breaks
             continue
-        accepted += 1
         yield text[start:cut]
         start, end = cut, cut + PIECE_CHARS
     yield text[start:] if start else text
 
 
-def encode(tokenizer, texts, eos_id):
+def unknown_chars(tokenizer, text):
+    """The characters of `text`, after the tokenizer's normalizer and pre-tokenizer (what they take
+    out is their rule, no loss), that its BPE model has no token for, in order, each once."""
+    model, found = tokenizer.model, []
+    try:
+        if tokenizer.normalizer is not None:
+            text = tokenizer.normalizer.normalize_str(text)
+        pre_tokenizer = tokenizer.pre_tokenizer
+        parts = [part for part, _ in pre_tokenizer.pre_tokenize_str(text)] if pre_tokenizer is not None else [text]
+    except Exception:
+        return ""
+    prefix = getattr(model, "continuing_subword_prefix", None) or ""
+    suffix = getattr(model, "end_of_word_suffix", None) or ""
+    byte_fallback = getattr(model, "byte_fallback", False)
+    for part in parts:
+        for k, c in enumerate(part):
+            # the symbol the BPE starts from for this character: inside a word with the
+            # continuing-subword prefix, at a word's end with the end-of-word suffix
+            symbol = (prefix if k else "") + c + (suffix if k == len(part) - 1 else "")
+            if (c.isspace() or c in found or model.token_to_id(symbol) is not None
+                    or (byte_fallback and all(model.token_to_id("<0x%02X>" % b) is not None for b in c.encode()))):
+                continue
+            found.append(c)
+    return "".join(found)
+
+
+def first_dropped(tokenizer, text, encoding):
+    """(index, characters) of the first characters of `text` the tokenizer dropped (`encoding` is
+    its encoding), or None. A stretch no token's offsets cover that holds a character other than
+    white space (a pre-tokenizer may leave white space out: Whitespace's, or a trimmed offset) is
+    looked into: a BPE that drops a character it has no token for shifts the offsets of the rest of
+    the word back, so the stretch shows at the word's end; a normalizer that composes "e" and U+0301
+    into "é" leaves U+0301 uncovered too, and one may remove characters. So the word up to the stretch
+    is run through the normalizer and pre-tokenizer, and what the model has no token for is dropped."""
+    offsets, covered = encoding.offsets, 0
+    for start, end in offsets:  # the common case, every stretch covered, at the least cost
+        if start > covered and not text[covered:start].isspace():
+            break
+        if end > covered:
+            covered = end
+    else:
+        if covered >= len(text) or text[covered:].isspace():
+            return None
+    covered, checked, words = 0, 0, None
+    for k, (start, end) in enumerate(offsets + [(len(text), len(text))]):
+        if start > covered and not text[covered:start].isspace():
+            words = words or encoding.word_ids
+            lo = covered  # back to the word's first token, or to the last stretch looked into
+            if k and words[k - 1] is not None:
+                j = k - 1
+                while j and words[j - 1] == words[k - 1] and offsets[j][0] > checked:
+                    j -= 1
+                lo = min(lo, offsets[j][0])
+            lo = max(lo, checked - 8)  # a few characters before: a composed pair is seen whole
+            if unknown_chars(tokenizer, text[lo:start]):
+                # named as the text has them where each alone has no token (a byte-level BPE's
+                # characters are bytes), else as the normalizer made them
+                stretch = text[lo:start]
+                chars = ""
+                for c in dict.fromkeys(c for c in stretch if not c.isspace()):
+                    chars += c if unknown_chars(tokenizer, c) else ""
+                    if len(chars) > 16:  # as many as a message shows
+                        break
+                chars = chars or unknown_chars(tokenizer, stretch)
+                found = text.find(chars[0], lo, start)
+                return (found if found >= 0 else lo + len(stretch) - len(stretch.lstrip())), chars
+            checked = start
+        covered = max(covered, end)
+    return None
+
+
+def shown_text(text, limit=16):
+    """A stretch of text for a message: JSON-quoted (control characters escaped), cut to `limit`."""
+    return json.dumps(text[:limit], ensure_ascii=False) + ("..." if len(text) > limit else "")
+
+
+def encode(tokenizer, texts, eos_id, locates=None):
     """The records of a batch of documents: their tokens, the eos after each when eos_id >= 0.
-    Each encode_batch call gets at most about BATCH_BYTES of text (a long document's pieces in turn)."""
+    Each encode_batch call gets at most about BATCH_BYTES of text (a long document's pieces in turn).
+    locates[d](i) names character i of document d for a message: (FILE:LINE, its place in the line)."""
     documents = [array.array("I") for _ in texts]
+    locates = locates or [in_field("text %d" % (number + 1)) for number in range(len(texts))]
     call, size = [], 0
 
+    def failed(e, number, offset):
+        # The first line from `offset` on that fails alone, when one does, names the place better than
+        # the start of the piece or seam it failed in (the whole file, for a text file).
+        text, at = texts[number], offset
+        while at < len(text):
+            lines = text[at:at + (1 << 20)].splitlines(keepends=True)[:1024]
+            try:
+                encode_batch(tokenizer, lines)
+            except TokenizerFailed:
+                for line in lines:
+                    try:
+                        encode_batch(tokenizer, [line])
+                    except TokenizerFailed:
+                        offset = at
+                        break
+                    at += len(line)
+                break
+            at += sum(map(len, lines))
+        where, _ = locates[number](offset)
+        return BadInput("%s: the tokenizers library cannot encode this text with the tokenizer %s: %s (a tokenizer "
+                        "that fails to encode is bad input: fix it, or use another)" % (where, TOKENIZER_PATH, e))
+
     def run(call):
-        encodings = tokenizer.encode_batch([piece for _, piece in call], add_special_tokens=False)
-        for (number, _), encoding in zip(call, encodings):
+        try:
+            encodings = encode_batch(tokenizer, [piece for _, _, piece in call])
+        except TokenizerFailed as e:  # each piece alone, to name the text it failed on
+            for number, offset, piece in call:
+                try:
+                    encode_batch(tokenizer, [piece])
+                except TokenizerFailed as alone:
+                    raise failed(alone, number, offset)
+            raise failed(e, call[0][0], call[0][1])
+        for (number, offset, piece), encoding in zip(call, encodings):
+            dropped = first_dropped(tokenizer, piece, encoding) if CHECK_DROPPED else None
+            if dropped is not None:
+                index, chars = dropped
+                where, place = locates[number](offset + index)
+                raise BadInput("%s: the tokenizer %s drops %s (U+%04X, %s): it has no token for %s, no unk token "
+                               "and no byte fallback, and prepare loses no text unsaid; use a tokenizer with byte "
+                               "fallback or an unk token, or take such characters out of the text"
+                               % (where, TOKENIZER_PATH, shown_text(chars), ord(chars[0]), place,
+                                  "them" if len(chars) > 1 else "it"))
             documents[number].extend(encoding.ids)
 
     for number, text in enumerate(texts):
-        for piece in pieces(tokenizer, text):
-            if call and size + len(piece) > BATCH_BYTES:
-                run(call)
-                call, size = [], 0
-            call.append((number, piece))
-            size += len(piece)
+        offset = 0
+        try:
+            for piece in pieces(tokenizer, text):
+                if call and size + len(piece) > BATCH_BYTES:
+                    run(call)
+                    call, size = [], 0
+                call.append((number, offset, piece))
+                size += len(piece)
+                offset += len(piece)
+        except TokenizerFailed as e:  # in a seam check
+            raise failed(e, number, offset)
     if call:
         run(call)
     chunk = bytearray()
@@ -348,17 +570,20 @@ def main(argv):
             sys.stderr.write("prepare_text.py: unknown argument %r\n" % argv[i])
             return 1
     assert array.array("I").itemsize == 4, "array('I') is not 32-bit here"
-    global PIECE_CHARS
-    if not PIECE_CHARS.isdigit() or int(PIECE_CHARS) < 1:
-        sys.stderr.write("odyssey prepare: ODYSSEY_PREPARE_PIECE_CHARS=%s: must be a whole number of characters "
-                         "above 0 (the longest text one tokenizer call is given)\n" % PIECE_CHARS)
-        return 1
+    global PIECE_CHARS, TOKENIZER_PATH, CHECK_DROPPED
+    if not re.fullmatch(r"[0-9]+", PIECE_CHARS) or int(PIECE_CHARS) < 1:  # a setting of the user's: bad input
+        record(b"E", text_payload("ODYSSEY_PREPARE_PIECE_CHARS=%s: must be a whole number of characters above 0 "
+                                  "(the longest text one tokenizer call is given; unset, %d)" % (PIECE_CHARS, 1 << 20)))
+        out.flush()
+        return 2
     PIECE_CHARS = int(PIECE_CHARS)
+    TOKENIZER_PATH = tokenizer_path
     parts = sys.stdin.buffer.read().split(b"\0")
     inputs = [(parts[k].decode(), os.fsdecode(parts[k + 1])) for k in range(0, len(parts) - 1, 2)]
     documents = 0
     try:
         tokenizer = load_tokenizer(tokenizer_path)
+        CHECK_DROPPED = may_drop_text(tokenizer)
         # The eos token is looked for only when it is appended: without --append-eos a
         # tokenizer_config.json beside the tokenizer is not read, so a bad one cannot stop prepare.
         eos_id, eos_text = find_eos(tokenizer, tokenizer_path) if append_eos else (-1, "")
@@ -371,18 +596,19 @@ def main(argv):
             import_pyarrow(parquet[0])  # before any file is tokenized
         for number, (kind, path) in enumerate(inputs):
             record(b"F", struct.pack("<I", number))
-            texts, size = [], 0
-            for text, done in READERS[kind](path, number):
+            texts, locates, size = [], [], 0
+            for text, done, locate in READERS[kind](path, number):
                 texts.append(text)
+                locates.append(locate)
                 size += len(text)
                 if len(texts) >= BATCH_DOCUMENTS or size >= BATCH_BYTES:
-                    out.write(encode(tokenizer, texts, appended))
+                    out.write(encode(tokenizer, texts, appended, locates))
                     record(b"P", struct.pack("<IQ", number, done))
                     out.flush()  # the progress bar moves now, not when a buffer fills
                     documents += len(texts)
-                    texts, size = [], 0
+                    texts, locates, size = [], [], 0
             if texts:
-                out.write(encode(tokenizer, texts, appended))
+                out.write(encode(tokenizer, texts, appended, locates))
                 documents += len(texts)
             record(b"P", struct.pack("<IQ", number, os.path.getsize(path)))
             out.flush()

@@ -697,11 +697,11 @@ TEST_CASE("odyssey prepare: a long document in pieces gives its own tokens, and 
   const DocumentsBytes d = read_documents(dir + "/ab.odoc");
   CHECK(d.index == Index{0, 5, 6});
   CHECK(d.tokens == Tokens{2, 3, 2, 3, 2, 3});
-  // A piece length that is no number is a runtime failure that names the variable.
+  // A piece length that is no number is the user's setting: bad input (exit 2) naming the variable.
   const ScopedEnv bad("ODYSSEY_PREPARE_PIECE_CHARS", "lots");
   const Run refused =
       run_odyssey("prepare " + dir + "/ab.jsonl --tokenizer " + dir + "/truncating.json --out " + dir + "/never.odoc");
-  CHECK(refused.code == 1);
+  CHECK(refused.code == 2);
   CHECK_THAT(refused.err, Catch::Contains("ODYSSEY_PREPARE_PIECE_CHARS=lots: must be a whole number"));
   CHECK_FALSE(exists(dir + "/never.odoc"));
 }
@@ -735,4 +735,132 @@ TEST_CASE("odyssey prepare: SIGINT and SIGTERM end it at once, exit 130 / 143, n
     const bool log = name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0;
     CHECK((log || name.find(".odoc") == std::string::npos));
   }
+}
+
+TEST_CASE("odyssey prepare: ODYSSEY_PREPARE_PIECE_CHARS=1 ends, and a value that is no piece length is bad input",
+          "[cli][prepare]") {
+  // A piece length of 1 made a window of 0 characters that never moved: prepare never ended (the
+  // timeout kills odyssey and its tokenizer process, one process group: exit 137). A value that is
+  // no whole number above 0 is the user's setting, refused as bad input (exit 2), not exit 1.
+  const std::string dir = make_dir("piece_chars");
+  const std::string tokenizer = make_tokenizer(dir, kWords);
+  std::ofstream(dir + "/lines.txt") << "the cat\nsat on\nthe mat\n\na dog\n\nran\n";
+  const std::string out = dir + "/one.odoc";
+  const Run r =
+      run_shell("OMP_NUM_THREADS=1 ODYSSEY_PREPARE_PIECE_CHARS=1 timeout -s KILL 120 " + std::string(ODYSSEY_BIN_DIR) +
+                "/odyssey prepare " + dir + "/lines.txt --tokenizer " + tokenizer + " --out " + out + " 2>&1");
+  require_exit(r, 0);
+  const DocumentsBytes d = read_documents(out);
+  CHECK(d.index == Index{0, 9});
+  CHECK(d.tokens == Tokens{2, 3, 4, 5, 2, 6, 7, 8, 9});
+  for (const std::string value : {"0", "abc", "-3", ""}) {
+    INFO("ODYSSEY_PREPARE_PIECE_CHARS=" << value);
+    const ScopedEnv bad("ODYSSEY_PREPARE_PIECE_CHARS", value);
+    const Run refused =
+        run_odyssey("prepare " + dir + "/lines.txt --tokenizer " + tokenizer + " --out " + dir + "/never.odoc");
+    require_exit(refused, 2);
+    CHECK_THAT(refused.err, Catch::Contains("ODYSSEY_PREPARE_PIECE_CHARS=" + value +
+                                            ": must be a whole number of characters above 0"));
+    CHECK_FALSE(exists(dir + "/never.odoc"));
+  }
+}
+
+TEST_CASE("odyssey prepare: text the tokenizer would drop (no unk token, no byte fallback) is refused, named",
+          "[cli][prepare]") {
+  // A BPE over a, b, c and ab without an unk token or byte fallback has no token for "d": the
+  // tokenizers library leaves it out, and prepare wrote the rest, exit 0, the "d" lost unsaid.
+  const std::string dir = make_dir("drops"), tokenizer = dir + "/tokenizer.json";
+  std::ofstream(tokenizer) << R"({"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+    "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": null,
+    "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+              "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+              "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3}, "merges": ["a b"]}})";
+  std::ofstream(dir + "/docs.jsonl") << "{\"text\": \"abc\"}\n{\"text\": \"ab d c\"}\n";
+  std::ofstream(dir + "/doc.txt") << "abc\nab\nc abd\n";
+  const std::string out = dir + "/out.odoc";
+  Run r = run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/docs.jsonl:2: the tokenizer " + tokenizer +
+                                    " drops \"d\" (U+0064, character 4 of its \"text\")") &&
+                        Catch::Contains("use a tokenizer with byte fallback or an unk token"));
+  // A text file is one document: the line and column of the first dropped character.
+  r = run_odyssey("prepare " + dir + "/doc.txt --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err,
+             Catch::Contains(dir + "/doc.txt:3: the tokenizer " + tokenizer + " drops \"d\" (U+0064, column 5)"));
+  CHECK_FALSE(exists(out));
+  // The spaces the BPE has no token for either are white space, not text: what it can spell is written.
+  std::ofstream(dir + "/fine.jsonl") << "{\"text\": \"ab c\"}\n";
+  require_exit(run_odyssey("prepare " + dir + "/fine.jsonl --tokenizer " + tokenizer + " --out " + out), 0);
+  CHECK(read_documents(out).tokens == Tokens{3, 2});
+  // A BPE's symbol for a character inside a word carries its continuing-subword prefix, and at a
+  // word's end its end-of-word suffix: "t" without "##t" drops the t of "cat"; "!</w>" spells a
+  // final "!" (the BEL the normalizer removes is its rule, no loss).
+  const std::string prefixed = dir + "/prefixed.json", suffixed = dir + "/suffixed.json";
+  std::ofstream(prefixed) << R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+    "pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,"model":{"type":"BPE","dropout":null,
+    "unk_token":null,"continuing_subword_prefix":"##","end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,
+    "ignore_merges":false,"vocab":{"c":0,"##a":1,"a":2,"t":4,"h":5,"##e":6,"##l":7,"##o":8,"ca":9},"merges":[]}})";
+  std::ofstream(suffixed)
+      << R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":{"type":"BertNormalizer",
+    "clean_text":true,"handle_chinese_chars":true,"strip_accents":null,"lowercase":true},
+    "pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,"model":{"type":"BPE","dropout":null,
+    "unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":"</w>","fuse_unk":false,
+    "byte_fallback":false,"ignore_merges":false,"vocab":{"h":0,"i</w>":1,"!</w>":2},"merges":[]}})";
+  std::ofstream(dir + "/cat.jsonl") << "{\"text\": \"cat at hello\"}\n";
+  std::ofstream(dir + "/hi.jsonl") << "{\"text\": \"hi!\\u0007\"}\n";
+  r = run_odyssey("prepare " + dir + "/cat.jsonl --tokenizer " + prefixed + " --out " + out + " --overwrite");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/cat.jsonl:1: the tokenizer " + prefixed +
+                                    " drops \"t\" (U+0074, character 3 of its \"text\")"));
+  require_exit(run_odyssey("prepare " + dir + "/hi.jsonl --tokenizer " + suffixed + " --out " + out + " --overwrite"),
+               0);
+  CHECK(read_documents(out).tokens == Tokens{0, 1, 2});
+}
+
+TEST_CASE("odyssey prepare: a tokenizer the library fails to encode with is bad input, its message named",
+          "[cli][prepare]") {
+  // A WordLevel whose unk token is not in its vocabulary raises on an unknown word: prepare ended
+  // with exit 1 and a Python traceback.
+  const std::string dir = make_dir("library_error"), tokenizer = dir + "/tokenizer.json";
+  std::ofstream(tokenizer) << R"({"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+    "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+    "model": {"type": "WordLevel", "vocab": {"the": 0, "cat": 1}, "unk_token": "[UNK]"}})";
+  std::ofstream(dir + "/docs.jsonl") << "{\"text\": \"the cat\"}\n{\"text\": \"the zebra\"}\n";
+  const std::string out = dir + "/out.odoc";
+  const Run r = run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + out);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir +
+                                    "/docs.jsonl:2: the tokenizers library cannot encode this text with the "
+                                    "tokenizer " +
+                                    tokenizer + ": WordLevel error: Missing [UNK] token from the vocabulary"));
+  CHECK_THAT(r.err, !Catch::Contains("Traceback"));
+  CHECK_FALSE(exists(out));
+}
+
+TEST_CASE("odyssey prepare: a special token's text inside a document is text, and only --append-eos adds the eos",
+          "[cli][prepare]") {
+  // "</s>" written in a document was encoded as the special token </s> (id 1), which the file could
+  // not tell from the eos --append-eos puts after it. It is text now: Whitespace splits it into
+  // "</", "s", ">", unknown words ([UNK], 0). An added token that is not special ("catdog", id 10)
+  // is still matched as the tokenizer matches it.
+  const std::string dir = make_dir("special_text"), python = tokenizers_python();
+  const std::string tokenizer = make_tokenizer(dir, kWords);
+  std::ofstream(dir + "/add.py") << "from tokenizers import Tokenizer\n"
+                                 << "tok = Tokenizer.from_file('" << tokenizer << "')\n"
+                                 << "tok.add_tokens(['catdog'])\n"
+                                 << "tok.save('" << tokenizer << "')\n";
+  REQUIRE(std::system(("'" + python + "' '" + dir + "/add.py'").c_str()) == 0);
+  std::ofstream(dir + "/docs.jsonl") << "{\"text\": \"the </s> cat\"}\n{\"text\": \"the catdog </s>\"}\n";
+  const std::string out = dir + "/out.odoc", eos_out = dir + "/eos.odoc";
+  require_exit(run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + out), 0);
+  DocumentsBytes d = read_documents(out);
+  CHECK(d.index == Index{0, 5, 10});
+  CHECK(d.tokens == Tokens{2, 0, 0, 0, 3, 2, 10, 0, 0, 0});
+  require_exit(
+      run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + eos_out + " --append-eos"),
+      0);
+  d = read_documents(eos_out);
+  CHECK(d.index == Index{0, 6, 12});
+  CHECK(d.tokens == Tokens{2, 0, 0, 0, 3, 1, 2, 10, 0, 0, 0, 1});  // the one eos a document, by id
 }
