@@ -35,6 +35,14 @@ std::optional<std::string> ulysses_kv_heads_rule(int64_t n_kv_heads, int64_t deg
          " or be a multiple of it, so KV heads split evenly or replicate evenly";
 }
 
+UlyssesKvHeads ulysses_kv_heads(int64_t n_kv_heads, int64_t degree) {
+  UlyssesKvHeads kv;
+  kv.replicas = n_kv_heads >= 1 && n_kv_heads < degree && degree % n_kv_heads == 0 ? degree / n_kv_heads : 1;
+  kv.total = std::max<int64_t>(1, n_kv_heads) * kv.replicas;
+  kv.per_rank = std::max<int64_t>(1, kv.total / std::max<int64_t>(1, degree));
+  return kv;
+}
+
 std::vector<int64_t> valid_ulysses_head_degrees(int64_t n_heads, int64_t n_kv_heads) {
   std::vector<int64_t> out;
   for (int64_t p : divisors(n_heads))
@@ -106,8 +114,9 @@ UntiedStagePlan plan_untied_stages(int64_t n_heads, int64_t n_kv_heads, int64_t 
   p.Hl = n_heads / degree;
   p.k = effective_heads_per_stage(heads_per_stage, degree) / degree;
   p.stages = p.Hl / p.k;
-  p.rep = n_kv_heads < degree ? degree / n_kv_heads : 1;
-  p.Hkvl = n_kv_heads * p.rep / degree;
+  const UlyssesKvHeads kv = ulysses_kv_heads(n_kv_heads, degree);
+  p.rep = kv.replicas;
+  p.Hkvl = kv.per_rank;
   p.g = p.Hl / p.Hkvl;
   p.max_kv_count = 0;
   for (int64_t t = 0; t < p.stages; ++t) {

@@ -1,6 +1,7 @@
 // How attention heads spread over Ulysses ranks and Untied Ulysses stages: the rules (as messages
 // for the validator, never thrown deep inside a step) and the stage schedule, defined once here.
 // defines: divisors, gqa_heads_rule, ulysses_heads_rule, ulysses_kv_heads_rule, valid_ulysses_head_degrees,
+//          UlyssesKvHeads, ulysses_kv_heads,
 //          effective_heads_per_stage, heads_per_stage_rule, valid_heads_per_stage,
 //          UntiedStagePlan, plan_untied_stages, untied_kv_slots, UntiedStageBuffers,
 //          untied_stage_buffers
@@ -29,6 +30,18 @@ std::optional<std::string> ulysses_heads_rule(int64_t n_heads, int64_t degree);
 std::optional<std::string> ulysses_kv_heads_rule(int64_t n_kv_heads, int64_t degree);
 /// The degrees both head rules accept, increasing.
 std::vector<int64_t> valid_ulysses_head_degrees(int64_t n_heads, int64_t n_kv_heads);
+
+/// KV heads under Ulysses: with fewer KV heads than the degree, each is replicated P / Hkv times
+/// (adjacent copies) so that every rank receives one; otherwise they split. The one rule that
+/// Ulysses attention (engine/parallel/ulysses.cpp), the Untied schedule (plan_untied_stages) and
+/// the planner's shapes read; a pair ulysses_kv_heads_rule refuses replicates nothing.
+struct UlyssesKvHeads {
+  int64_t replicas = 1;  ///< copies of each KV head: P / Hkv when Hkv < P, else 1
+  int64_t total = 1;     ///< KV heads after replication, Hkv * replicas
+  int64_t per_rank = 1;  ///< KV heads per rank in the head layout, total / P (at least 1)
+  bool replicated() const { return replicas > 1; }
+};
+UlyssesKvHeads ulysses_kv_heads(int64_t n_kv_heads, int64_t degree);
 
 /// memory.heads_per_stage = "auto" as stored: the planner picks the stage size at the run's length
 /// (planned_heads_per_stage, engine/planner/planner.h: the fewest stages at the lowest planned peak).

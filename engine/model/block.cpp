@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "engine/layout/schedule_rules.h"
 #include "engine/memory/rng_state.h"
 #include "engine/memory/offload.h"
 #include "engine/memory/tiled_mlp.h"
@@ -390,7 +391,7 @@ variable_list BlockFunction::backward(AutogradContext* ctx, variable_list grad_o
 
   {
     EnginePhase phase(rt->rank, block_phase("bwd", layer, "reduce_scatter"));
-    if (rt->defer_reduce_scatter && group.sharded()) {
+    if (defers_block_reduce_scatter(rt->defer_reduce_scatter, group.sharded())) {
       // The reduction of the block above overlapped this block's backward: finish it now, then
       // start this block's, which the next block's backward overlaps. The gradient reaches the
       // master shard when it finishes, not through autograd.

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "engine/config/techniques.h"
+#include "engine/layout/schedule_rules.h"
 #include "engine/memory/offload.h"
 #include "engine/model/step_runtime.h"
 #include "engine/parallel/devices.h"
@@ -31,7 +32,7 @@ MemoryStack memory_stack(const RunConfig& cfg, const MemoryConfig& resolved, con
   //    gradient after its backward. On a GPU the reduce-scatter runs on the collectives' stream,
   //    finished at the end of the next block's backward (StepRuntime::defer_reduce_scatter).
   stack.groups.fsdp = cfg.parallel.fsdp;
-  stack.defer_reduce_scatter = ctx.device.is_cuda();
+  stack.defer_reduce_scatter = defers_reduce_scatter(ctx.device.is_cuda());
 
   // 2. Ulysses (parallel.ulysses_degree). The rank's batch holds S/P tokens of every sequence
   //    (make_rank_batch); attention all-to-alls them to S tokens of H/P heads and back

@@ -12,6 +12,7 @@
 #include "engine/ops/ops.h"
 #include "engine/ops/ops_support.h"
 
+#include "kernels/linear_cross_entropy_plan.h"
 #ifdef ODYSSEY_WITH_CUDA
 #include "kernels/linear_cross_entropy.h"
 #endif
@@ -20,7 +21,6 @@ namespace odyssey::ops {
 namespace {
 
 constexpr int64_t kIgnore = -100;
-constexpr int64_t kDefaultTile = 8192;
 
 // The first label outside [0, V) that is not -100, as an error naming its index and value.
 void throw_first_bad_label(const at::Tensor& labels, int64_t vocab) {
@@ -35,8 +35,9 @@ LinearCrossEntropyResult reference_path(const at::Tensor& hidden, const at::Tens
                                         int64_t vocab_tile) {
   throw_first_bad_label(labels, weight.size(0));
   const int64_t tokens = hidden.size(0), dim = hidden.size(1), vocab = weight.size(0);
-  const int64_t st = std::min(seq_tile > 0 ? seq_tile : kDefaultTile, tokens);
-  const int64_t vt_max = std::min(vocab_tile > 0 ? vocab_tile : kDefaultTile, vocab);
+  // the tiles as the fused kernel's plan takes them (kernels/linear_cross_entropy_plan.h)
+  const int64_t st = std::min(seq_tile > 0 ? seq_tile : kernels::kLceDefaultTile, tokens);
+  const int64_t vt_max = kernels::lce_vocab_tile(vocab, vocab_tile);
   const auto f32 = hidden.options().dtype(at::kFloat);
   at::Tensor loss = at::empty({tokens}, f32);                                      // [T]
   at::Tensor dh = compute_dhidden ? at::empty({tokens, dim}, f32) : at::Tensor();  // [T, d] fp32

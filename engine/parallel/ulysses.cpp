@@ -166,12 +166,12 @@ at::Tensor ulysses_attention(at::Tensor x, const AttentionWeights& w, const Posi
     if (broken)
       throw std::invalid_argument("ulysses_attention: the Ulysses degree " + std::to_string(P) + " " + *broken);
   auto [q, k, v] = project_qkv(x, w, pos, model);  // q [B, s, H, hd], k/v [B, s, Hkv, hd]; x released
-  if (Hkv < P) {
+  if (const UlyssesKvHeads kv = ulysses_kv_heads(Hkv, P); kv.replicated()) {
     // Each rank must receive one KV head: replicate every KV head P/Hkv times (adjacent copies, so
     // rank r gets KV head r*Hkv/P, the one its query heads [r*H/P, (r+1)*H/P) read). The backward
     // of repeat_interleave sums the replicas' gradients.
-    k = k.repeat_interleave(P / Hkv, 2);  // [B, s, P, hd]
-    v = v.repeat_interleave(P / Hkv, 2);  // [B, s, P, hd]
+    k = k.repeat_interleave(kv.replicas, 2);  // [B, s, P, hd]
+    v = v.repeat_interleave(kv.replicas, 2);  // [B, s, P, hd]
   }
   // Memory: each local-layout tensor is dropped as soon as its all-to-all has run (autograd keeps
   // none of them; without grad nothing else does either), as the planner's walk assumes.

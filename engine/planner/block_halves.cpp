@@ -110,7 +110,7 @@ int BlockHalves::attention_forward(bool grad, AttnSaved& sv) {
   int qr = rope(q, K::QLocal, C::AttentionWorkspace);
   int kr = rope(k, K::KvLocal, C::AttentionWorkspace);
   K kv_local = K::KvLocal;
-  if (s_.Hkv < s_.P) {  // replicate KV heads up to the degree before the all-to-all
+  if (s_.kv_replicated) {  // replicate KV heads up to the degree before the all-to-all
     int k_rep = alloc("K replicated to the Ulysses degree", K::KvLocalRep, C::AttentionWorkspace);
     release(kr);
     kr = k_rep;

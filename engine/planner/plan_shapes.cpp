@@ -9,6 +9,7 @@
 #include "engine/config/techniques.h"
 #include "engine/layout/block_traffic.h"
 #include "engine/layout/documents.h"
+#include "engine/layout/schedule_rules.h"
 #include "engine/layout/sdpa_fallback.h"
 #include "engine/planner/planner.h"
 #include "kernels/linear_cross_entropy_plan.h"
@@ -43,8 +44,10 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.t = s.B * s.s;
   s.Th = s.B * s.S;
   s.hq = std::max<int64_t>(1, s.H / s.P);
-  s.hkv_rep = std::max(s.Hkv, s.P);
-  s.hkv = std::max<int64_t>(1, s.hkv_rep / s.P);
+  const UlyssesKvHeads kv = ulysses_kv_heads(s.Hkv, s.P);
+  s.kv_replicated = kv.replicated();
+  s.hkv_rep = kv.total;
+  s.hkv = kv.per_rank;
 
   const MemoryConfig& mem = cfg.memory;
   s.ckpt = mem.activation_checkpointing;
@@ -102,6 +105,8 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.gathers = keeps_gathered_copy(shard_ways, s.c, s.offload_optimizer);
 
   s.cuda_target = runs_cuda_path(cfg);
+  s.defers_block_reduce_scatter =
+      defers_block_reduce_scatter(defers_reduce_scatter(s.cuda_target), s.block_layout.shards > 1);
   s.runtime_overhead = static_cast<int64_t>(cfg.hardware.runtime_overhead_gib * kGiB);
   s.ranks_per_node = std::max<int64_t>(1, std::min(s.W, cfg.hardware.gpus_per_node));
 
@@ -125,6 +130,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
         kernels::LinearCrossEntropyShape{s.t, s.d, s.V, tiles.seq_tile, tiles.vocab_tile});
     s.fused_seq_tile = lce.seq_tile;
     s.fused_vocab_tile = lce.vocab_tile;
+    s.fused_vocab_tiles = lce.n_vocab_tiles;
     s.fused_loss_workspace_bytes = static_cast<int64_t>(lce.bytes);
   } catch (const kernels::KernelError&) {
     s.fused_loss_workspace_bytes = kPlanBytesLimit;

@@ -127,12 +127,13 @@ struct PlanShapes {
   // step and parallelism
   int64_t B = 0, S = 0, P = 1, W = 1, c = 4;  ///< c: compute dtype bytes
   bool fsdp = false;
-  int64_t s = 0;        ///< local tokens per sequence, S / P
-  int64_t t = 0;        ///< local tokens per rank, B * s
-  int64_t Th = 0;       ///< tokens in the head layout, B * S
-  int64_t hq = 0;       ///< query heads per rank in the head layout, H / P
-  int64_t hkv_rep = 0;  ///< KV heads after replication to the degree, max(Hkv, P)
-  int64_t hkv = 0;      ///< KV heads per rank in the head layout, hkv_rep / P
+  int64_t s = 0;               ///< local tokens per sequence, S / P
+  int64_t t = 0;               ///< local tokens per rank, B * s
+  int64_t Th = 0;              ///< tokens in the head layout, B * S
+  int64_t hq = 0;              ///< query heads per rank in the head layout, H / P
+  bool kv_replicated = false;  ///< Hkv < P: KV heads replicated to the degree (ulysses_kv_heads)
+  int64_t hkv_rep = 0;         ///< KV heads after replication to the degree (Hkv, or P when fewer)
+  int64_t hkv = 0;             ///< KV heads per rank in the head layout, hkv_rep / P
   // techniques
   bool ckpt = false, offload = false, tiled_mlp = false, tiled_loss = false, untied = false;
   bool offload_optimizer = false;  ///< master, gradient and moment shards in the host pool
@@ -184,6 +185,7 @@ struct PlanShapes {
   SequenceTile mlp_tile, loss_tile;                  ///< [B, n, f] and [B, n, V] tiles (engine/layout/tiles.h)
   int64_t norm_tile_rows = 0;                        ///< the Untied input norm's row tiles (input_norm_tile_rows)
   int64_t fused_seq_tile = 0, fused_vocab_tile = 0;  ///< the fused loss kernel's tiles (GPU profiles)
+  int64_t fused_vocab_tiles = 1;                     ///< how many vocabulary tiles it runs (LceTilePlan)
   /// the fused loss kernel's own plan of its workspace for those tiles; kPlanBytesLimit when the
   /// kernel refuses the shape (beyond range: the GPU run would refuse it too)
   int64_t fused_loss_workspace_bytes = 0;
@@ -200,6 +202,9 @@ struct PlanShapes {
   bool gathers = true;  ///< unshard() allocates a compute-dtype buffer (false: resident, keeps_gathered_copy)
   // hardware
   bool cuda_target = true;  ///< the run takes the engine's CUDA path (runs_cuda_path)
+  /// FSDP on that path: a block's reduce-scatter finishes under the next block's backward
+  /// (defers_block_reduce_scatter, engine/layout/schedule_rules.h)
+  bool defers_block_reduce_scatter = false;
   int64_t runtime_overhead = 0;
   int64_t ranks_per_node = 1;
   /// Bytes of one tensor of each kind, filled by make_shapes from the kinds' rules once the sizes

@@ -179,8 +179,8 @@ FlopTerms compute_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes&
   // The tiled loss's head GEMMs, all in its forward: a GPU target's fused kernel computes the
   // logits twice over several vocabulary tiles (kernels/linear_cross_entropy_plan.h), the CPU's
   // tile once.
-  const int64_t fused_vocab_tiles = s.fused_vocab_tile > 0 ? (s.V + s.fused_vocab_tile - 1) / s.fused_vocab_tile : 1;
-  const double tiled_loss_gemms = s.cuda_target ? static_cast<double>(kernels::lce_head_gemms(fused_vocab_tiles)) : 3.0;
+  const double tiled_loss_gemms =
+      s.cuda_target ? static_cast<double>(kernels::lce_head_gemms(s.fused_vocab_tiles)) : 3.0;
   if (s.tiled_loss) recompute += (tiled_loss_gemms - 3.0) * head;
   // the backward's products beyond the model count's 2 forwards
   const double hardware = model + recompute + L * (backward_core - 2.0 * core_causal);
@@ -357,7 +357,7 @@ void communication_terms(const StepTimeContext& c, StepTimePlan& out, PhaseTimes
     const double reduce = s.n_block * 4.0 * frac * (s.fsdp ? 1.0 : 2.0) / comm_bw;
     const double fwd_block = pt.of(PhaseKind::FwdAttn) + pt.of(PhaseKind::FwdMlp);
     const double bwd_block = pt.of(PhaseKind::BwdRecompute) + pt.of(PhaseKind::BwdMlp) + pt.of(PhaseKind::BwdAttn);
-    const bool deferred = s.fsdp && s.cuda_target;
+    const bool deferred = s.defers_block_reduce_scatter;
     const double fwd_exposed = exposed(gather, fwd_block);
     const double bwd_exposed = deferred ? exposed(gather + reduce, bwd_block) : exposed(gather, bwd_block);
     const double reduce_phase = deferred ? 0.0 : reduce;

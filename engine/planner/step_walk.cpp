@@ -128,7 +128,7 @@ class Walker {
                              : pack_kind == K::EmbedPack ? K::EmbedShardOut
                                                          : K::HeadShardOut;
     const bool sharded = kind_bytes(shard_out_kind, s_) > 0;
-    const bool deferred = sharded && pack_kind == K::BlockPack && s_.cuda_target;
+    const bool deferred = pack_kind == K::BlockPack && s_.defers_block_reduce_scatter;
     if (deferred) finish_pending_reduction();  // the block above's, which this backward overlapped
     // the engine packs from its list of weight gradients, which it holds until the backward
     // function returns: pack, output shard and gradients are live together

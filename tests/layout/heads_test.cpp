@@ -12,6 +12,29 @@
 
 using namespace odyssey;
 
+TEST_CASE("ulysses KV heads: replicated to the degree when fewer, split otherwise, by hand", "[layout][heads]") {
+  // Llama 3 8B's 8 KV heads: split over 2..8 ranks, replicated x2 over 16 ranks.
+  CHECK(ulysses_kv_heads(8, 4).replicas == 1);
+  CHECK(ulysses_kv_heads(8, 4).per_rank == 2);
+  CHECK_FALSE(ulysses_kv_heads(8, 8).replicated());
+  const UlyssesKvHeads sixteen = ulysses_kv_heads(8, 16);
+  CHECK(sixteen.replicas == 2);
+  CHECK(sixteen.total == 16);
+  CHECK(sixteen.per_rank == 1);
+  // Every pair the rule accepts: each rank gets max(Hkv, P) / P KV heads, and replication happens
+  // exactly when Hkv < P (what the Ulysses forward, the Untied schedule and the planner each wrote).
+  for (int64_t hkv = 1; hkv <= 64; ++hkv)
+    for (int64_t p = 1; p <= 64; ++p) {
+      if (ulysses_kv_heads_rule(hkv, p)) continue;
+      INFO("Hkv " << hkv << ", P " << p);
+      const UlyssesKvHeads kv = ulysses_kv_heads(hkv, p);
+      CHECK(kv.total == std::max(hkv, p));
+      CHECK(kv.per_rank == std::max(hkv, p) / p);
+      CHECK(kv.replicated() == (hkv < p));
+      CHECK(kv.replicas * hkv == kv.total);
+    }
+}
+
 TEST_CASE("untied stage plan: schedule and validation", "[layout][untied]") {
   const auto plan = plan_untied_stages(8, 2, 16, 4, 4);  // P = 4, Hkv < P: replicate x2
   CHECK(plan.stages == 2);
