@@ -89,12 +89,9 @@ void LlamaModel::start_kept_offload_step(OffloadStore& store, const MemoryStack&
       stack.untied_attention ? effective_heads_per_stage(stack.memory.heads_per_stage, P) / P : heads;
   const at::ScalarType dtype = embed_->compute_dtype();
   // The kernel the kept attention calls decides only whether its log-sum-exp is padded (the
-  // memory-efficient kernel's, CUDA fp32); packed documents run another kernel in half precision,
-  // where none pads, and allocate their whole log-sum-exp by the same rule (flash_attention.cpp).
-  const LseKernel kernel = lse_attention_kernel({.cuda = ctx_.device.is_cuda(),
-                                                 .half_precision = dtype != at::kFloat,
-                                                 .head_dim = model_.head_dim,
-                                                 .choice = stack.memory.lse_attention_kernel});
+  // memory-efficient kernel's, CUDA fp32): the query the planner asks (packed documents included),
+  // on this rank's device.
+  const LseKernel kernel = lse_attention_kernel(stack.lse_query);
   const int64_t S = local_tokens * P;
   const KeptAttentionPayload payload =
       kept_attention_step_payload(batch, S, heads, model_.head_dim, static_cast<int64_t>(c10::elementSize(dtype)),

@@ -23,6 +23,8 @@ MemoryStack memory_stack(const RunConfig& cfg, const MemoryConfig& resolved, con
 
   MemoryStack stack;
   stack.memory = resolved;
+  stack.lse_query = lse_kernel_query(next);
+  stack.lse_query.cuda = ctx.device.is_cuda();  // the planner reads runs_cuda_path(cfg)
   stack.groups.compute = compute_dtype(cfg.training.dtype);
   stack.groups.device = ctx.device;
 

@@ -46,6 +46,9 @@ struct MemoryStack {
   bool tiled_loss = false;
   /// 6. Untied Ulysses: attention in head stages of memory.heads_per_stage heads.
   bool untied_attention = false;
+  /// The attention kernel that kept attention's log-sum-exp is sized for: the config's query
+  /// (lse_kernel_query, as the planner asks it) on this rank's device.
+  LseKernelQuery lse_query;
   /// 7. Optimizer offload: fp32 master, gradient and moment shards in host memory.
   bool optimizer_states_on_host = false;
   /// The memory table the model runs: the config's, with "auto" sizes resolved by the planner
