@@ -65,11 +65,15 @@ std::string_view to_string(RopeScalingKind v) {
 
 int64_t dtype_bytes(DType v) { return v == DType::BFloat16 ? 2 : 4; }
 
+int64_t ModelConfig::attention_projection_params() const {
+  return d_model * q_dim() + 2 * d_model * kv_dim() + (qk_norm ? 2 * head_dim : 0);
+}
+
 int64_t ModelConfig::block_params() const {
-  const int64_t attention = d_model * q_dim() + 2 * d_model * kv_dim() + q_dim() * d_model;
+  const int64_t output_projection = q_dim() * d_model;
   const int64_t mlp = 3 * d_model * d_ffn;
-  const int64_t norms = 2 * d_model + (qk_norm ? 2 * head_dim : 0);
-  return attention + mlp + norms;
+  const int64_t norms = 2 * d_model;
+  return attention_projection_params() + output_projection + mlp + norms;
 }
 
 int64_t ModelConfig::non_block_params() const {

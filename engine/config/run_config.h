@@ -80,6 +80,9 @@ struct ModelConfig {
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   /// Parameters of one decoder block (attention + MLP + two norms [+ qk norms]).
   int64_t block_params() const;
+  /// The attention's projections into heads: wq, wk, wv [+ the q/k norms] (the Untied stages'
+  /// share of a block, less wo and the input norm).
+  int64_t attention_projection_params() const;
   /// Token embedding parameters (vocab_size x d_model).
   int64_t embedding_params() const { return vocab_size * d_model; }
   /// Parameters outside the blocks: embedding, final norm and (untied) LM head.

@@ -93,7 +93,7 @@ PlanShapes make_shapes(const RunConfig& cfg) {
   s.norm_tile_rows = input_norm_tile_rows(s.t, s.d);
 
   s.n_block = m.block_params();
-  s.n_attn_proj = s.d * s.q_dim + 2 * s.d * s.kv_dim + (s.qk_norm ? 2 * s.hd : 0);
+  s.n_attn_proj = m.attention_projection_params();
   s.n_embed = m.embedding_params();
   s.n_head = m.non_block_params() - s.n_embed;  // final norm (+ untied LM head)
   // the flat groups' layout over the ranks, as FlatParamGroup lays them out (engine/layout/planned_buffers.h)

@@ -86,6 +86,17 @@ TEST_CASE("model: flat group layout, no-decay ranges and Llama init", "[engine][
   FlatParamGroup& block = t.model().block(0);
   CHECK(block.numel() == cfg.model.block_params());
   CHECK(t.model().embed().numel() + t.model().head().numel() == cfg.model.non_block_params());
+  // The planner's attention projections (its Untied stage weights) are the engine's wq, wk, wv and
+  // q/k norms, with QK-norm and without.
+  for (const bool qk_norm : {false, true}) {
+    ModelConfig m = cfg.model;
+    m.qk_norm = qk_norm;
+    int64_t projections = 0;
+    for (const ParamSpec& p : block_param_specs(m))
+      if (p.name == "wq" || p.name == "wk" || p.name == "wv" || p.name == "q_norm" || p.name == "k_norm")
+        projections += p.numel();
+    CHECK(projections == m.attention_projection_params());
+  }
   CHECK(block.full_is_master());
   // Norm weights (the last 2 x d elements) are the only no-decay range, and init to ones.
   REQUIRE(block.no_decay_ranges().size() == 1);
