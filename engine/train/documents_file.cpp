@@ -40,7 +40,12 @@ FileWriteError write_error(const std::string& path, const std::string& what) {
 
 /// A private temporary `FOLDER/.NAME.XXXXXX<suffix>` beside `path`, open for writing.
 int make_temporary(const std::string& path, const std::string& suffix, std::string* tmp) {
-  std::string pattern = join_path(folder_of(path), "." + name_of(path) + ".XXXXXX" + suffix);
+  // The name's first 128 bytes, whole UTF-8 characters: a name near the file system's 255 has no
+  // room for the 15 around it.
+  std::string name = name_of(path);
+  size_t keep = std::min<size_t>(name.size(), 128);
+  while (keep > 0 && keep < name.size() && (static_cast<unsigned char>(name[keep]) & 0xC0) == 0x80) --keep;
+  std::string pattern = join_path(folder_of(path), "." + name.substr(0, keep) + ".XXXXXX" + suffix);
   const int fd = ::mkstemps(pattern.data(), static_cast<int>(suffix.size()));
   if (fd < 0) throw write_error(path, "cannot create a temporary file in " + folder_of(path));
   *tmp = pattern;

@@ -94,6 +94,12 @@ TEST_CASE("odyssey prepare: JSON lines and a text directory read back token for 
   CHECK(d.index == Index{0, 3, 9, 10});
   CHECK(d.tokens == Tokens{2, 3, 4, 7, 8, 9, 5, 2, 6, 3});
 
+  SECTION("an --out name of 250 bytes: its temporaries still fit the file system, the same tokens") {
+    // The temporaries beside it took the whole name and 15 bytes more: "File name too long".
+    const std::string long_out = dir + "/" + std::string(245, 'n') + ".odoc";
+    require_exit(run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + long_out), 0);
+    CHECK(read_documents(long_out).tokens == d.tokens);
+  }
   SECTION("with stderr closed (2>&-) the same file, byte for byte") {
     // The documents file's temporary took descriptor 2, and the progress lines went into its
     // token area: a corrupt file, exit 0. The standard descriptors are held open on /dev/null.
