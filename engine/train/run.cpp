@@ -34,8 +34,8 @@
 #include "engine/telemetry/timeline.h"
 #include "engine/telemetry/trace_writer.h"
 #include "engine/train/checkpoint_io.h"
-#include "engine/train/job_text.h"
 #include "engine/train/hf_checkpoint.h"
+#include "engine/train/job_text.h"
 #include "engine/train/step_records.h"
 #include "engine/util/files.h"
 #include "engine/util/json.h"
@@ -327,6 +327,14 @@ void check_same_resumed_step(const RankContext& ctx, int64_t step) {
                           " to " + std::to_string(highest) + "): another run wrote them meanwhile; resume again");
 }
 
+/// The name of the run's own file in `dir` (run_owned_paths) that the resolved path `file` is or
+/// lies in: "metrics.jsonl", "checkpoints", ...; "" when none.
+std::string run_file_holding(const std::string& file, const std::string& dir) {
+  for (const std::string& owned : run_owned_paths(resolve_path(dir)))
+    if (file == owned || file.rfind(owned + "/", 0) == 0) return owned.substr(owned.find_last_of('/') + 1);
+  return "";
+}
+
 /// Refuses, before any output, a file that `option` (--memory-snapshot, --kernel-profile) names
 /// when writing it would lose something: a directory, one of a run directory's own files
 /// (metrics.jsonl, summary.json, trace.json, checkpoints/, the lock) of --out or --resume, the
@@ -335,14 +343,10 @@ void check_output_file(const std::string& option, const std::string& path, const
                        const std::string& other_option, const std::string& other_path) {
   if (is_directory(path)) throw std::invalid_argument(option + " " + path + " is a directory; name the file to write");
   const std::string file = resolve_path(path);
-  for (const std::string& dir : {opt.out_dir, opt.resume_dir}) {
-    if (dir.empty()) continue;
-    for (const std::string& owned : run_owned_paths(resolve_path(dir)))
-      if (file == owned || file.rfind(owned + "/", 0) == 0)
-        throw std::invalid_argument(option + " " + path + " is the run's own " +
-                                    owned.substr(owned.find_last_of('/') + 1) + " in " + dir +
-                                    ": name a file beside the run's outputs");
-  }
+  for (const std::string& dir : {opt.out_dir, opt.resume_dir})
+    if (const std::string owned = dir.empty() ? "" : run_file_holding(file, dir); !owned.empty())
+      throw std::invalid_argument(option + " " + path + " is the run's own " + owned + " in " + dir +
+                                  ": name a file beside the run's outputs");
   if (!opt.preset.empty() && resolve_path(opt.preset) == file)
     throw std::invalid_argument(option + " " + path + " is the preset " + opt.preset + ": name another file");
   if (!other_path.empty() && resolve_path(other_path) == file)
@@ -360,14 +364,13 @@ void check_output_file(const std::string& option, const std::string& path, const
 void check_input_outside_run_files(const std::string& key, const std::string& path, const RunOptions& opt) {
   if (path.empty() || opt.out_dir.empty()) return;
   const std::string input = resolve_path(path);
-  for (const std::string& owned : run_owned_paths(resolve_path(opt.out_dir))) {
-    const bool is = input == owned, within = input.rfind(owned + "/", 0) == 0;
-    if (!is && !within) continue;
-    throw std::invalid_argument(key + " = \"" + path + "\" " + (is ? "is" : "lies in") + " the run's own " +
-                                owned.substr(owned.find_last_of('/') + 1) + " in --out " + opt.out_dir +
-                                ", which this run writes (and --overwrite removes first): move it out of the run "
-                                "directory, or choose another --out (nothing was written)");
-  }
+  const std::string owned = run_file_holding(input, opt.out_dir);
+  if (owned.empty()) return;
+  const bool is = input == join_path(resolve_path(opt.out_dir), owned);
+  throw std::invalid_argument(key + " = \"" + path + "\" " + (is ? "is" : "lies in") + " the run's own " + owned +
+                              " in --out " + opt.out_dir +
+                              ", which this run writes (and --overwrite removes first): move it out of the run "
+                              "directory, or choose another --out (nothing was written)");
 }
 
 /// Makes the folder of a file that `option` names (--memory-snapshot, --kernel-profile) now, so a
