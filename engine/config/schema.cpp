@@ -667,36 +667,27 @@ std::optional<RawValue> coerce_value(const KeySpec& spec, const RawValue& raw, s
       if (raw.type == RawValue::Type::Bool) return raw;
       return fail(spec.type_rule());
     case KeyKind::Int:
-      // the word's stored value is the word's alone: written as a number it is out of range
-      if (!spec.word.empty() && raw.type == RawValue::Type::Int && raw.i == spec.word_value)
-        return fail(spec.range ? spec.range->rule(spec.kind) : spec.type_rule());
-      if (raw.type == RawValue::Type::Int) return raw;
-      if (raw.type == RawValue::Type::Float && std::floor(raw.f) == raw.f && std::fabs(raw.f) < 9e18)
-        return RawValue::integer(static_cast<int64_t>(raw.f));
-      if (raw.type == RawValue::Type::Float && std::floor(raw.f) == raw.f) {  // whole, past int64: its bound
+    case KeyKind::Size: {
+      // A count: an integer, a whole float (1e3, 4096.0) read as that count, or for a size "512K".
+      const bool whole_float = raw.type == RawValue::Type::Float && std::floor(raw.f) == raw.f;
+      if (spec.kind == KeyKind::Size && ((raw.type == RawValue::Type::Int && raw.i < 0) || (whole_float && raw.f < 0)))
+        return fail("must not be negative");
+      std::optional<RawValue> count;
+      if (raw.type == RawValue::Type::Int) count = raw;
+      if (whole_float && std::fabs(raw.f) < 9e18) count = RawValue::integer(static_cast<int64_t>(raw.f));
+      if (whole_float && !count) {  // whole, past int64: the key's bound, or int64's
         if (spec.range && !std::isinf(spec.range->hi)) return fail(spec.range->rule(spec.kind));
         return fail(raw.f > 0 ? "must be at most 9223372036854775807 (a 64-bit integer)"
                               : "must be at least -9223372036854775808 (a 64-bit integer)");
       }
-      return fail(spec.type_rule());
-    case KeyKind::Size:
-      if (raw.type == RawValue::Type::Int) {
-        if (raw.i < 0) return fail("must not be negative");
-        return raw;
-      }
-      // A whole number written as a float (1e3, 4096.0) is that count, as for an integer key;
-      // one past int64 is refused by the key's bound.
-      if (raw.type == RawValue::Type::Float && std::floor(raw.f) == raw.f) {
-        if (raw.f < 0) return fail("must not be negative");
-        if (raw.f < 9e18) return RawValue::integer(static_cast<int64_t>(raw.f));
-        return fail(spec.range && !std::isinf(spec.range->hi)
-                        ? spec.range->rule(spec.kind)
-                        : "must be at most 9223372036854775807 (a 64-bit integer)");
-      }
-      if (raw.type == RawValue::Type::String) {
-        if (auto n = parse_size(raw.s)) return RawValue::integer(*n);
-      }
-      return fail(spec.type_rule());
+      if (spec.kind == KeyKind::Size && raw.type == RawValue::Type::String)
+        if (auto n = parse_size(raw.s)) count = RawValue::integer(*n);
+      if (!count) return fail(spec.type_rule());
+      // the word's stored value is the word's alone: written as a number (-1, -1.0) it is out of range
+      if (!spec.word.empty() && count->i == spec.word_value)
+        return fail(spec.range ? spec.range->rule(spec.kind) : spec.type_rule());
+      return count;
+    }
     case KeyKind::Float:
       if (raw.type == RawValue::Type::Float) return raw;
       if (raw.type == RawValue::Type::Int) return RawValue::floating(static_cast<double>(raw.i));

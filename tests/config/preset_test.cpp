@@ -290,6 +290,18 @@ TEST_CASE("set overrides parse, apply and point at themselves", "[config][overri
       if (set.find("9999") != std::string::npos) CHECK_THAT(p.issues.front().format(), !Catch::Contains("whole count"));
     }
   }
+  // A word's stored value ("auto" is -1) is the word's alone, however the number is written: as an
+  // integer or as a whole float, it is out of the key's range, never "auto" in silence.
+  for (const std::string set :
+       {"memory.heads_per_stage=-1", "memory.heads_per_stage=-1.0", "memory.heads_per_stage=-1e0"}) {
+    INFO(set);
+    std::vector<Override> sets(1);
+    REQUIRE(parse_override(set, 1, &sets[0], &issue));
+    const LoadedPreset p = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml", sets);
+    REQUIRE_FALSE(p.ok());
+    CHECK_THAT(p.issues.front().format(),
+               Catch::Contains("memory.heads_per_stage = -1") && Catch::Contains("must be between 0 and 4096"));
+  }
   // An unknown top-level key is offered what may stand there: the top-level key too.
   const LoadedPreset stray = load_preset_text("zzz = 1\n", "stray.toml");
   REQUIRE_FALSE(stray.ok());
