@@ -27,19 +27,6 @@ CommandRegistration::CommandRegistration(Command command) {
 
 const std::vector<Command>& commands() { return registry(); }
 
-std::string OnceFlags::give(const std::string& flag, const std::string& value) {
-  const auto [earlier, first] = given_.emplace(flag, value);
-  if (first) return "";
-  return flag + " given twice (" + earlier->second + ", then " + value + "): give it once";
-}
-
-std::string option_taken_as_value(const std::string& flag, const std::string& next) {
-  if (next.rfind("--", 0) != 0) return "";  // "--" itself too: the end of the options
-  if (flag == "--set") return "--set needs section.key=value, and the next argument is the option " + next;
-  return flag + " needs a value, and the next argument is the option " + next + ": give " + flag +
-         " its value (for a file or folder of that name, " + flag + " ./" + next + ")";
-}
-
 std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, int argc, char** argv, int first,
                                std::ostream& err) {
   Args args;

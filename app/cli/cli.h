@@ -5,12 +5,12 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/config/preset.h"
+#include "engine/util/command_line.h"
 
 namespace odyssey::cli {
 
@@ -35,23 +35,6 @@ struct Args {
   bool force = false;                   ///< --force: start what the planner says does not fit
   std::string output;                   ///< -o FILE / --output FILE: a file the command writes
 };
-
-/// The value flags of one command line, each given once: `--resume A --resume B` would otherwise
-/// use B without a word about A. Switches (--json) and --set may repeat.
-class OnceFlags {
- public:
-  /// "" the first time `flag` is given; else the message naming both values.
-  std::string give(const std::string& flag, const std::string& value);
-
- private:
-  std::map<std::string, std::string> given_;  // flag -> its first value
-};
-
-/// The argument after `flag` (not given inline): "" when it can be the flag's value, else the
-/// message refusing it. An option there (`-o --json`, or `--`, the end of the options) was taken
-/// as a file's name, and the option lost; a value that truly begins with "--" is written as a path
-/// (`-o ./--json`).
-std::string option_taken_as_value(const std::string& flag, const std::string& next);
 
 /// Which options a subcommand accepts.
 struct ArgSpec {

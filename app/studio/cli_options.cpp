@@ -9,10 +9,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <map>
 #include <set>
 
 #include "engine/config/schema.h"
+#include "engine/util/command_line.h"
 #include "engine/util/files.h"
 
 namespace odyssey::studio {
@@ -100,18 +100,19 @@ bool parse_studio_args(int argc, const char* const* argv, StudioOptions* out, st
     return false;
   };
   // An option that takes one value, given twice: refused as odyssey's commands refuse it (the
-  // last one silently won).
+  // last one silently won). --set and --change-at repeat.
   static const std::set<std::string> kOnce = {"--screenshot", "--frames", "--run-steps",     "--scale",
                                               "--panel",      "--size",   "--bench-samples", "--timeout"};
-  std::map<std::string, std::string> given;  // such an option -> its first value
+  OnceFlags given;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (kOnce.count(arg)) {
-      const std::string next = i + 1 < argc ? argv[i + 1] : "";
-      if (const auto first = given.find(arg); first != given.end())
-        return fail(arg + " given twice (" + first->second + ", then " + next + "): give it once");
-      given.emplace(arg, next);
-    }
+    const bool takes_value = kOnce.count(arg) || arg == "--set" || arg == "--change-at";
+    // `--screenshot --panel plan` would write a PNG named "--panel" and lose the option.
+    if (takes_value && i + 1 < argc)
+      if (const std::string option = option_taken_as_value(arg, argv[i + 1]); !option.empty()) return fail(option);
+    if (kOnce.count(arg))
+      if (const std::string twice = given.give(arg, i + 1 < argc ? argv[i + 1] : ""); !twice.empty())
+        return fail(twice);
     auto value = [&](std::string* v) {
       if (i + 1 >= argc) return false;
       *v = argv[++i];

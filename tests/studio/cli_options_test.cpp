@@ -93,6 +93,19 @@ TEST_CASE("studio options name what is wrong", "[studio][cli]") {
   CHECK_FALSE(parse({"--screenshot", "/tmp/a.png", "--screenshot", "/tmp/b.png"}, &o, &err));
   CHECK(err == "--screenshot given twice (/tmp/a.png, then /tmp/b.png): give it once");
   CHECK(parse({"--set", "training.steps=3", "--set", "training.lr=0.1"}, &o, &err));  // --set adds up
+  // An option where a value belongs is refused, as odyssey's commands refuse it: `--screenshot
+  // --panel plan` wrote a PNG named "--panel" and lost the option; "--" too. A value that truly
+  // begins with "--" is written as a path, and a negative number is still a value.
+  CHECK_FALSE(parse({"--screenshot", "--panel", "plan"}, &o, &err));
+  CHECK(err ==
+        "--screenshot needs a value, and the next argument is the option --panel: give --screenshot its value (for "
+        "a file or folder of that name, --screenshot ./--panel)");
+  CHECK_FALSE(parse({"--set", "--frames", "3"}, &o, &err));
+  CHECK(err == "--set needs section.key=value, and the next argument is the option --frames");
+  CHECK_FALSE(parse({"--panel", "--"}, &o, &err));
+  CHECK(err == "--panel needs a value, and the next argument is the option --: give --panel its value");  // no path
+  CHECK_FALSE(parse({"--scale", "-1"}, &o, &err));
+  CHECK(err == "--scale -1: needs a number between 0.5 and 4");
   // A screenshot replaces only an earlier PNG: never the preset it opened, a FIFO or a device.
   const std::string preset = std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml";
   CHECK_FALSE(parse({preset.c_str(), "--screenshot", preset.c_str()}, &o, &err));
