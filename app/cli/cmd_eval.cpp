@@ -720,8 +720,12 @@ int run_eval(int argc, char** argv, int first) {
                                   : named     ? "model.hf_path " + dir
                                               : "the checkpoint " + dir;
         try {
-          tokenizer.json = find_tokenizer_json(dir);  // its message would name a --tokenizer not given
-        } catch (const PrepareError&) {
+          tokenizer.json = find_tokenizer_json(dir, where);
+        } catch (const PrepareError& e) {
+          // A tokenizer.json that is there and cannot be used (a folder, unreadable) is named as it is.
+          if (path_exists(join_path(dir, "tokenizer.json")))
+            throw BadInput(std::string("the needle grid's tokenizer: ") + e.what() +
+                           ": pass --tokenizer PATH (a tokenizer.json or a directory holding one), or --no-needle");
           throw BadInput(
               "the needle grid needs a tokenizer: none was given (--tokenizer), and it was looked for in " + where +
               ", which holds no tokenizer.json" +

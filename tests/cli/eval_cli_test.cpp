@@ -536,6 +536,21 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
   }
   struct stat st {};
   CHECK(::stat((run_dir + "/eval/eval.json").c_str(), &st) != 0);  // nothing written by a refusal
+  // A tokenizer.json in the checkpoint that cannot be used is named as it is, not as missing.
+  {
+    std::string checkpoint;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(run_dir + "/checkpoints"))
+      if (entry.path().filename() == "rank0.bin") checkpoint = entry.path().parent_path().string();
+    REQUIRE(!checkpoint.empty());
+    REQUIRE(::stat((checkpoint + "/tokenizer.json").c_str(), &st) != 0);  // a run trained on no model dir
+    REQUIRE(::mkdir((checkpoint + "/tokenizer.json").c_str(), 0755) == 0);
+    const Run r = run_odyssey("eval " + run_dir + " --data " + docs + " --seq-len 64");
+    ::rmdir((checkpoint + "/tokenizer.json").c_str());
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains("the checkpoint " + checkpoint + ": " + checkpoint +
+                                      "/tokenizer.json is not a regular file") &&
+                          !Catch::Contains("holds no tokenizer.json"));
+  }
   // --data where eval writes eval.json: --overwrite replaced the held-out text with the results.
   {
     const std::string out = dir + "/data_as_out";
