@@ -1,7 +1,7 @@
 # Tokenizes text for `odyssey prepare` with the Hugging Face `tokenizers` library: the odyssey binary
 # runs this script (embedded in it) with the project's Python and writes the documents file itself.
 #
-# usage (by odyssey): python -c SCRIPT --tokenizer FILE [--append-eos]
+# usage (by odyssey): python -c SCRIPT --tokenizer FILE [--append-eos] [--match-special-tokens]
 #   stdin:  the inputs, NUL-separated pairs KIND\0PATH\0 (KIND: jsonl, text, parquet)
 #   stdout: records, little-endian, each a one-byte tag and its payload:
 #     b"T" u64 vocab_size, i64 eos_id (-1: none), u32 n, n bytes UTF-8: the eos token's text and source
@@ -69,7 +69,7 @@ def text_payload(text):
     return struct.pack("<I", len(data)) + data
 
 
-def load_tokenizer(path):
+def load_tokenizer(path, match_special):
     try:
         from tokenizers import Tokenizer
     except ImportError as e:
@@ -89,6 +89,11 @@ def load_tokenizer(path):
     # matched as the token, it would be an eos (or bos) the document never had, one --append-eos
     # cannot be told from. Encoded as plain text, an eos id in the file is one --append-eos put
     # there (by id, not by text). Added tokens that are not special are still matched as tokens.
+    # --match-special-tokens: chat-formatted data whose markup means the tokens keeps them.
+    if match_special:
+        if hasattr(tokenizer, "encode_special_tokens"):  # older libraries match them always
+            tokenizer.encode_special_tokens = False
+        return tokenizer
     if not hasattr(tokenizer, "encode_special_tokens"):
         import tokenizers
         sys.stderr.write("odyssey prepare: the tokenizers library of the Python at %s is %s, which cannot encode "
@@ -557,7 +562,7 @@ def encode(tokenizer, texts, eos_id, locates=None):
 
 
 def main(argv):
-    tokenizer_path, append_eos = None, False
+    tokenizer_path, append_eos, match_special = None, False, False
     i = 0
     while i < len(argv):
         if argv[i] == "--tokenizer" and i + 1 < len(argv):
@@ -565,6 +570,9 @@ def main(argv):
             i += 2
         elif argv[i] == "--append-eos":
             append_eos = True
+            i += 1
+        elif argv[i] == "--match-special-tokens":
+            match_special = True
             i += 1
         else:
             sys.stderr.write("prepare_text.py: unknown argument %r\n" % argv[i])
@@ -582,7 +590,7 @@ def main(argv):
     inputs = [(parts[k].decode(), os.fsdecode(parts[k + 1])) for k in range(0, len(parts) - 1, 2)]
     documents = 0
     try:
-        tokenizer = load_tokenizer(tokenizer_path)
+        tokenizer = load_tokenizer(tokenizer_path, match_special)
         CHECK_DROPPED = may_drop_text(tokenizer)
         # The eos token is looked for only when it is appended: without --append-eos a
         # tokenizer_config.json beside the tokenizer is not read, so a bad one cannot stop prepare.

@@ -456,7 +456,7 @@ std::vector<std::vector<int64_t>> tokenize(const NeedleTokenizer& tokenizer, con
   };
   events.document = [&](const uint32_t* ids, int64_t n) { out.emplace_back(ids, ids + n); };
   try {
-    run_text_tokenizer(tokenizer.json, false, {TextInput{path, "jsonl", 0}}, events);
+    run_text_tokenizer(tokenizer.json, TokenizeOptions{}, {TextInput{path, "jsonl", 0}}, events);
   } catch (const PrepareError& e) {
     ::unlink(path);
     // The tokenizer process names its file as prepare's --tokenizer; here it may be a directory's

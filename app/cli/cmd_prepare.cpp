@@ -25,7 +25,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: odyssey prepare INPUT... (--tokenizer PATH | --preset PRESET [--set k=v]...) --out FILE [--append-eos]\n"
-    "                       [--overwrite] [--json]\n"
+    "                       [--match-special-tokens] [--overwrite] [--json]\n"
     "  INPUT       .jsonl/.json (a \"text\" field per line), .parquet (a \"text\" string column, one document a\n"
     "              row; read with pyarrow, which make deps installs), any other file as one plain-text document,\n"
     "              or a directory of .txt/.jsonl/.json/.parquet (recursive, sorted)\n"
@@ -34,6 +34,8 @@ constexpr const char* kUsage =
     "              either way the tokenizer's vocabulary must fit its model.vocab_size (--set overrides its keys)\n"
     "  --out       the documents file to write (training.dataset = \"documents\", training.dataset_path = FILE)\n"
     "  --append-eos  the tokenizer's eos token after every document (no separator otherwise)\n"
+    "  --match-special-tokens  a special token's text inside a document (chat markup such as\n"
+    "              <|start_header_id|>) is that token's id; without it, the tokens of its characters\n"
     "  --overwrite   replace an existing FILE\n"
     "  --json        print the counts as one JSON object on stdout\n";
 
@@ -109,7 +111,8 @@ struct PrepareArgs {
   std::vector<std::string> inputs;
   std::string tokenizer, out, preset;
   std::vector<Override> overrides;  ///< --set, applied to --preset
-  bool append_eos = false, overwrite = false, json = false;
+  TokenizeOptions tokenize;         ///< --append-eos, --match-special-tokens
+  bool overwrite = false, json = false;
 };
 
 /// Parses argv[first..] (--flag=value is --flag value, as parse_args takes it); nullopt after
@@ -137,9 +140,12 @@ std::optional<PrepareArgs> parse_prepare_args(int argc, char** argv, int first) 
       inline_value = arg.substr(eq + 1);
       arg = arg.substr(0, eq);
     }
-    if (arg == "--append-eos" || arg == "--overwrite" || arg == "--json") {
+    if (arg == "--append-eos" || arg == "--match-special-tokens" || arg == "--overwrite" || arg == "--json") {
       if (inline_value) return bad(arg + " takes no value (got " + std::string(argv[i]) + ")");
-      (arg == "--append-eos" ? a.append_eos : arg == "--overwrite" ? a.overwrite : a.json) = true;
+      (arg == "--append-eos"             ? a.tokenize.append_eos
+       : arg == "--match-special-tokens" ? a.tokenize.match_special_tokens
+       : arg == "--overwrite"            ? a.overwrite
+                                         : a.json) = true;
     } else if (arg == "--tokenizer" || arg == "--out" || arg == "--preset" || arg == "--set") {
       std::string value;
       if (inline_value)
@@ -307,7 +313,7 @@ int run_prepare(int argc, char** argv, int first) {
     };
     events.progress = [&](int64_t, int64_t bytes) { progress.read(bytes); };
     events.stop_signal = [] { return static_cast<int>(g_stop_signal); };
-    run_text_tokenizer(tokenizer_json, a.append_eos, inputs, events);
+    run_text_tokenizer(tokenizer_json, a.tokenize, inputs, events);
     progress.finish();
     const auto& index = writer->index();
     if (index.size() < 2)
@@ -340,6 +346,8 @@ int run_prepare(int argc, char** argv, int first) {
           .value(tokenizer.vocab_size)
           .key("tokenizer")
           .value(tokenizer_json)
+          .key("special_tokens_matched")
+          .value(a.tokenize.match_special_tokens)
           .key("eos_id");
       if (tokenizer.eos_id >= 0)
         w.value(tokenizer.eos_id);
@@ -353,6 +361,10 @@ int run_prepare(int argc, char** argv, int first) {
                 << ")\n"
                 << "  longest document " << stats.longest << " tokens, median document " << median_text(stats.median)
                 << " tokens" << (empty_documents ? ", " + std::to_string(empty_documents) + " empty skipped" : "")
+                << "\n"
+                << "  special tokens' text: "
+                << (a.tokenize.match_special_tokens ? "matched as the tokens (--match-special-tokens)"
+                                                    : "encoded as text")
                 << "\n"
                 << "  separator: "
                 << (tokenizer.eos_id >= 0 ? "eos " + tokenizer.eos_text + " after every document"
@@ -373,8 +385,8 @@ int run_prepare(int argc, char** argv, int first) {
 
 const CommandRegistration registration{
     Command{72, "prepare",
-            "prepare INPUT... --tokenizer PATH|--preset PRESET [--set k=v]... --out FILE [--append-eos] [--overwrite] "
-            "[--json]",
+            "prepare INPUT... --tokenizer PATH|--preset PRESET [--set k=v]... --out FILE [--append-eos] "
+            "[--match-special-tokens] [--overwrite] [--json]",
             "tokenize text (JSON lines, plain text, Parquet) into a documents file to train on", run_prepare, kUsage}};
 
 }  // namespace

@@ -82,8 +82,8 @@ std::string project_python() {
   return kBuildPython;
 }
 
-int64_t run_text_tokenizer(const std::string& tokenizer_json, bool append_eos, const std::vector<TextInput>& inputs,
-                           const TokenizerEvents& events) {
+int64_t run_text_tokenizer(const std::string& tokenizer_json, const TokenizeOptions& options,
+                           const std::vector<TextInput>& inputs, const TokenizerEvents& events) {
   const std::string python = project_python();
   if (python.empty())
     throw PrepareError(1,
@@ -100,7 +100,8 @@ int64_t run_text_tokenizer(const std::string& tokenizer_json, bool append_eos, c
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
   posix_spawn_file_actions_adddup2(&actions, err[1], 2);
   std::vector<std::string> args = {python, "-c", kPrepareTextScript, "--tokenizer", tokenizer_json};
-  if (append_eos) args.push_back("--append-eos");
+  if (options.append_eos) args.push_back("--append-eos");
+  if (options.match_special_tokens) args.push_back("--match-special-tokens");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

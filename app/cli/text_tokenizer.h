@@ -1,6 +1,6 @@
 // The tokenizer process of `odyssey prepare`: scripts/prepare_text.py (embedded in the binary) run by
 // the project's Python with Hugging Face `tokenizers`, and the record stream it answers with.
-// defines: PrepareError, TokenizerInfo, TextInput, TokenizerEvents, project_python, run_text_tokenizer
+// defines: PrepareError, TokenizerInfo, TextInput, TokenizerEvents, TokenizeOptions, project_python, run_text_tokenizer
 #pragma once
 
 #include <cstdint>
@@ -46,13 +46,22 @@ struct TokenizerEvents {
   std::function<int()> stop_signal;  ///< a signal number when the user asked to stop, else 0
 };
 
+/// How the text is encoded, besides the tokenizer itself.
+struct TokenizeOptions {
+  bool append_eos = false;  ///< the tokenizer's eos after every document (--append-eos)
+  /// A special token's text inside a document is that token's id (--match-special-tokens: chat
+  /// markup such as "<|start_header_id|>" that is meant as the tokens); else the tokens of its
+  /// characters, as any text.
+  bool match_special_tokens = false;
+};
+
 /// The Python that runs the tokenizer: $ODYSSEY_PYTHON when set, else the build's (the venv whose
 /// wheel gave LibTorch, ODYSSEY_TORCH_PYTHON_USED at configure time); "" when neither is known.
 std::string project_python();
 
 /// Runs the tokenizer process over `inputs` (files, in order) with `tokenizer_json` and hands every
 /// record to `events`; returns the number of documents. Throws PrepareError.
-int64_t run_text_tokenizer(const std::string& tokenizer_json, bool append_eos, const std::vector<TextInput>& inputs,
-                           const TokenizerEvents& events);
+int64_t run_text_tokenizer(const std::string& tokenizer_json, const TokenizeOptions& options,
+                           const std::vector<TextInput>& inputs, const TokenizerEvents& events);
 
 }  // namespace odyssey::cli

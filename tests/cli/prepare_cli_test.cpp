@@ -869,4 +869,18 @@ TEST_CASE("odyssey prepare: a special token's text inside a document is text, an
   d = read_documents(eos_out);
   CHECK(d.index == Index{0, 6, 12});
   CHECK(d.tokens == Tokens{2, 0, 0, 0, 3, 1, 2, 10, 0, 0, 0, 1});  // the one eos a document, by id
+  // --match-special-tokens: chat-formatted data means its markup as the tokens, so "</s>" written in
+  // a document is the token </s> (id 1), and --json says which way the text was read.
+  const std::string matched_out = dir + "/matched.odoc";
+  const Run matched = run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + matched_out +
+                                  " --match-special-tokens --json");
+  require_exit(matched, 0);
+  CHECK_THAT(matched.out, Catch::Contains("\"special_tokens_matched\":true"));
+  d = read_documents(matched_out);
+  CHECK(d.index == Index{0, 3, 6});
+  CHECK(d.tokens == Tokens{2, 1, 3, 2, 10, 1});
+  CHECK_THAT(
+      run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + tokenizer + " --out " + dir + "/plain.odoc --json")
+          .out,
+      Catch::Contains("\"special_tokens_matched\":false"));
 }
