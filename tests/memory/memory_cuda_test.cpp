@@ -13,6 +13,7 @@
 #include "engine/layout/attention_kernels.h"
 #include "engine/layout/planned_buffers.h"
 #include "engine/memory/tiled_loss.h"
+#include "engine/planner/plan_shapes.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "kernels/linear_cross_entropy_plan.h"
 
@@ -48,6 +49,13 @@ void check_same_step(Trainer& a, Trainer& b, const RunConfig& cfg) {
   const double diff = per_param_max_relative_diff(a, gb, ga, &worst);
   INFO("worst gradient " << worst << ": " << diff);
   CHECK(diff <= gradient_tolerance(cfg, 1));
+}
+
+/// One block's kept attention in the host pool as the planner sizes it for `cfg`: the bytes the
+/// pinned slab must hold per offloaded block.
+int64_t kept_payload_planned(const RunConfig& cfg) {
+  return planner_detail::kind_bytes(planner_detail::TensorKind::OffloadedKeptAttention,
+                                    planner_detail::make_shapes(cfg));
 }
 
 }  // namespace
@@ -106,15 +114,9 @@ TEST_CASE(
       // that sends its own (kept_attention_step_payload); step 1 finds it the right size
       b.pin_offload_slab();
       const OffloadedBlocks sent = kept_attention_offloaded_blocks(on_host.model.n_layers, 0);
-      // heads_per_stage 0 = P = 1: one head a stage under Untied; all H heads in one otherwise
-      const int64_t H = on_host.model.n_heads, stage_heads = untied ? 1 : H;
-      // fp32 runs the memory-efficient kernel, whose log-sum-exp is padded to 32 (256 already is one)
-      const int64_t S = on_host.training.seq_len;
-      const int64_t payload =
-          kept_attention_step_payload(
-              on_host.training.batch_size, S, H, on_host.model.head_dim, dtype == DType::Float32 ? 4 : 2, stage_heads,
-              lse_positions(dtype == DType::Float32 ? LseKernel::CudaEfficient : LseKernel::CudaCudnn, S))
-              .bytes();
+      // the planner's payload (one head a stage under Untied, all H in one otherwise; fp32's
+      // memory-efficient kernel pads the log-sum-exp to 32), not shapes re-derived here
+      const int64_t payload = kept_payload_planned(on_host);
       const int64_t slab = b.kept_attention_store().host_bytes();
       CHECK(slab >= sent.count * payload);
       const double la = a.forward_backward(0), lb = b.forward_backward(0);
@@ -154,8 +156,10 @@ TEST_CASE("cuda: kept attention on the host in fp32 over a length the memory-eff
   Trainer a(on_device, cuda_rank()), b(on_host, cuda_rank());
   b.pin_offload_slab();
   const OffloadedBlocks sent = kept_attention_offloaded_blocks(on_host.model.n_layers, 0);
+  // the planner's payload; its log-sum-exp over 224 positions, 200 padded to 32 by the kernel
   const int64_t H = on_host.model.n_heads, hd = on_host.model.head_dim;
-  const int64_t payload = kept_attention_step_payload(1, 200, H, hd, 4, H, 224).bytes();
+  const int64_t payload = kept_payload_planned(on_host);
+  CHECK(payload == kept_attention_step_payload(1, 200, H, hd, 4, H, 224).bytes());
   const int64_t slab = b.kept_attention_store().host_bytes();
   CHECK(slab >= sent.count * payload);
   const double la = a.forward_backward(0), lb = b.forward_backward(0);
