@@ -304,6 +304,74 @@ at::Tensor cpu_rng_state() {
 
 // [section] save ------------------------------------------------------------------------------------
 
+namespace {
+
+/// latest.json's bytes as they are now, "" when it cannot be read (absent, unreadable).
+std::string pointer_bytes(const std::string& dir) {
+  try {
+    return read_file_bounded(join_path(join_path(dir, "checkpoints"), "latest.json"), 4096, "checkpoint pointer");
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+/// Whether latest.json names step `step`'s folder, which then holds the checkpoint.
+bool latest_names_step(const std::string& dir, int64_t step) {
+  const auto latest = parse_json(pointer_bytes(dir));
+  return latest && latest->is_object() && latest->contains("path") && (*latest)["path"].is_string() &&
+         (*latest)["path"].get<std::string>() == step_folder(step);
+}
+
+/// A save's outcome on every rank, agreed in max all-reduces over ctx.world (they stand as the
+/// save's barriers): `error` is "" when no rank failed, else the highest failing rank's message,
+/// the same text on every rank (its bytes in a second all-reduce), so that whichever rank's
+/// exception a launcher reports names the file. `folder_is_latest`: rank 0's latest.json names
+/// this step's folder (never deleted then).
+struct SaveOutcome {
+  std::string error;
+  bool folder_is_latest = false;
+};
+SaveOutcome agree_on_save(const RankContext& ctx, const std::string& error, bool folder_is_latest) {
+  // [failing rank + 1 or 0, rank 0's folder_is_latest]
+  at::Tensor flags =
+      at::tensor({error.empty() ? int64_t{0} : int64_t{ctx.rank} + 1, int64_t{ctx.rank == 0 && folder_is_latest}},
+                 at::kLong)
+          .to(ctx.device);  // [2]
+  ctx.world->all_reduce_max(flags);
+  const at::Tensor agreed = flags.cpu();
+  SaveOutcome out;
+  out.folder_is_latest = agreed[1].item<int64_t>() != 0;
+  const int64_t failed_rank = agreed[0].item<int64_t>() - 1;
+  if (failed_rank < 0) return out;
+  constexpr int64_t kChars = 1024;
+  at::Tensor text = at::zeros({kChars}, at::kLong);  // [1024] the failing rank's bytes, 0 elsewhere
+  if (ctx.rank == failed_rank) {
+    auto chars = text.accessor<int64_t, 1>();
+    for (int64_t i = 0; i < kChars && i < static_cast<int64_t>(error.size()); ++i)
+      chars[i] = static_cast<unsigned char>(error[static_cast<size_t>(i)]);
+  }
+  text = text.to(ctx.device);
+  ctx.world->all_reduce_max(text);
+  text = text.cpu();
+  const auto chars = text.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < kChars && chars[i] != 0; ++i) out.error += static_cast<char>(chars[i]);
+  if (out.error.empty()) out.error = "rank " + std::to_string(failed_rank) + " could not write its part";
+  return out;
+}
+
+/// After a save that failed on some rank: this rank's file of step `step`'s folder, and (rank 0)
+/// the folder, removed. Every rank removes its own file, as under torchrun each node may write to
+/// its own disk. Collective (a barrier over ctx.world).
+void discard_step_folder(const RankContext& ctx, const std::string& dir, int64_t step) {
+  const std::string folder = join_path(join_path(dir, "checkpoints"), step_folder(step));
+  ::unlink(join_path(folder, "rank" + std::to_string(ctx.rank) + ".bin").c_str());
+  ctx.world->barrier();  // every rank's file is gone before the folder goes
+  if (ctx.rank == 0) remove_tree(folder);
+  ::rmdir(folder.c_str());  // on another node's disk: its folder, once empty
+}
+
+}  // namespace
+
 void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector<CarriedFile>& carried) {
   CategoryScope category(MemCategory::Other);
   const RankContext& ctx = trainer.rank_context();
@@ -327,6 +395,10 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
     ctx.world->all_reduce_max(crc);
     config_crc = crc.cpu().item<int64_t>();
   }
+  // A write that fails on one rank (a full disk, a node's quota) fails the save on every rank,
+  // agreed in the collective that stood as the barrier here: the step's folder is taken away (it
+  // never became a checkpoint: latest.json names the previous one), not left for the next save.
+  std::string write_error;
   try {
     std::string error;
     if (!make_dirs(folder, &error)) throw FileWriteError(error);
@@ -346,18 +418,26 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
       file.entry(g->name() + ".exp_avg_sq", g->exp_avg_sq);
     }
     file.commit();
-  } catch (const FileWriteError& e) {
-    throw CheckpointWriteError(std::string("checkpoint at step ") + std::to_string(step) + ": " + e.what());
-  }
-  if (ctx.rank == 0) {
-    try {
+    if (ctx.rank == 0) {
       write_file_atomically(join_path(folder, "config.toml"), config);
       for (const CarriedFile& file : carried) write_file_atomically(join_path(folder, file.name), file.bytes);
-    } catch (const FileWriteError& e) {
-      throw CheckpointWriteError(std::string("checkpoint at step ") + std::to_string(step) + ": " + e.what());
     }
+  } catch (const std::exception& e) {  // a full disk, a quota; a host short of memory for a copy
+    write_error = e.what();
   }
-  ctx.world->barrier();  // every rank's file is in place before the pointer moves
+  // every rank's file is in place before the pointer moves
+  const SaveOutcome written = agree_on_save(ctx, write_error, ctx.rank == 0 && latest_names_step(dir, step));
+  const std::string failed_save = "checkpoint at step " + std::to_string(step) + ": ";
+  if (!written.error.empty()) {
+    // a folder latest.json names holds the checkpoint (a defence: run_training never saves a
+    // step twice), each file replaced whole or not at all: left as it is
+    if (!written.folder_is_latest) discard_step_folder(ctx, dir, step);
+    throw CheckpointWriteError(failed_save + written.error +
+                               (written.folder_is_latest
+                                    ? "; latest.json names that step's folder, left as it is"
+                                    : "; the step's folder was removed, and the previous checkpoint stays"));
+  }
+  std::string pointer_error;
   if (ctx.rank == 0) {
     std::string json;
     JsonWriter w(json);
@@ -375,15 +455,23 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
         .end_object();
     try {
       write_file_atomically(join_path(root, "latest.json"), json + "\n");
-    } catch (const FileWriteError& e) {
-      throw CheckpointWriteError(std::string("checkpoint at step ") + std::to_string(step) + ": " + e.what());
+    } catch (const std::exception& e) {
+      pointer_error = e.what();
     }
     // older checkpoints, superseded: the folders a save names (step_folder) and nothing else of
-    // checkpoints/ (a copy kept as step_00000002.keep, notes beside them are the user's)
-    for (const auto& name : list_dir(root))
-      if (is_step_folder(root, name) && name != step_folder(step)) remove_tree(join_path(root, name));
+    // checkpoints/ (a copy kept as step_00000002.keep, notes beside them are the user's); rm -rf,
+    // which reports nothing
+    if (pointer_error.empty())
+      for (const auto& name : list_dir(root))
+        if (is_step_folder(root, name) && name != step_folder(step)) remove_tree(join_path(root, name));
   }
-  ctx.world->barrier();
+  // the pointer moved, or the save fails on every rank: its complete folder is named by nothing
+  const SaveOutcome pointed = agree_on_save(ctx, pointer_error, written.folder_is_latest);
+  if (!pointed.error.empty()) {
+    if (!pointed.folder_is_latest) discard_step_folder(ctx, dir, step);
+    throw CheckpointWriteError(failed_save + pointed.error +
+                               "; the step's folder was removed, and the previous checkpoint stays");
+  }
 }
 
 // [section] read and verify ---------------------------------------------------------------------------
@@ -400,15 +488,6 @@ bool checkpoint_file_there(const std::string& path, const std::string& what) {
   if (err == ENOENT && ::lstat(path.c_str(), &st) != 0) return false;
   throw CheckpointError(what + " " + path + ": cannot be read (" +
                         (err == ENOENT ? std::string("a symbolic link to nothing") : std::strerror(err)) + ")");
-}
-
-/// latest.json's bytes as they are now, "" when it cannot be read (absent, unreadable).
-std::string pointer_bytes(const std::string& dir) {
-  try {
-    return read_file_bounded(join_path(join_path(dir, "checkpoints"), "latest.json"), 4096, "checkpoint pointer");
-  } catch (const std::exception&) {
-    return "";
-  }
 }
 
 std::optional<CheckpointInfo> read_checkpoint_info_once(const std::string& dir) {

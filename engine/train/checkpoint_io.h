@@ -49,8 +49,9 @@ struct CarriedFile {
 /// config.toml and `carried` (rank 0: the model directory's tokenizer files, so that eval and
 /// export find them without it), and checkpoints/latest.json (rank 0, after every rank wrote; the
 /// previous step's folder is removed after it). Collective: every rank calls it (a barrier over
-/// ctx.world). Throws CheckpointWriteError naming the file when a write fails; the previous
-/// checkpoint stays.
+/// ctx.world). A write that fails on any rank, latest.json's included, fails the save on every
+/// rank with the same CheckpointWriteError naming the file (the highest failing rank's), the
+/// step's new folder removed on every rank, and the previous checkpoint stays.
 void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector<CarriedFile>& carried = {});
 
 /// nullopt when `dir` has no checkpoint. Throws CheckpointError on a malformed pointer file or

@@ -128,6 +128,50 @@ TEST_CASE("run: a stop right after the cadence's checkpoint does not write it ag
   CHECK(std::count(log.begin(), log.end(), "checkpoint at step 4 in " + opt.out_dir + "/checkpoints") == 1);
 }
 
+TEST_CASE("run: a save that fails on one rank fails on both, and its folder goes", "[engine][train]") {
+  // Rank 1 cannot put its file of step 4 in place (a folder stands at its name, as a full disk or a
+  // node's quota would stop it); rank 0 writes its own. The two agree in the collective that stood
+  // as the save's barrier: the run fails naming the file, step 4's folder is removed (it was left
+  // beside the checkpoint until the next save, one rank's state of GiBs on a large model), and
+  // latest.json still names step 2, which resumes.
+  RunConfig cfg = resume_config();
+  cfg.parallel.world_size = 2;
+  RunOptions opt;
+  opt.out_dir = fresh_dir("failed_save");
+  const std::string step4 = join_path(opt.out_dir, "checkpoints/step_00000004");
+  bool blocked = false;  // made once the run started (a fresh run clears checkpoints/ a run left)
+  opt.on_step = [&](const StepMetrics& m, const StepResult&) {
+    if (m.step == 3) blocked = make_dirs(join_path(step4, "rank1.bin"));
+  };
+  const RunOutcome o = run_training(cfg, opt);
+  REQUIRE(blocked);
+  REQUIRE(o.status == RunOutcome::Status::Failed);
+  CHECK_THAT(o.error, Catch::Contains("checkpoint at step 4") && Catch::Contains("rank1.bin") &&
+                          Catch::Contains("the step's folder was removed, and the previous checkpoint stays"));
+  struct stat st {};
+  CHECK(::stat(step4.c_str(), &st) != 0);
+  const auto info = read_checkpoint_info(opt.out_dir);
+  REQUIRE(info);
+  CHECK(info->step == 2);
+
+  // latest.json that rank 0 cannot move (a folder at its name): every rank's file of step 2 was
+  // written, and the pointer fails; the save fails on both ranks with rank 0's message, and the
+  // folder no pointer names is removed.
+  RunOptions pointer = opt;
+  pointer.out_dir = fresh_dir("failed_pointer");
+  const std::string latest = join_path(pointer.out_dir, "checkpoints/latest.json");
+  bool pointer_blocked = false;
+  pointer.on_step = [&](const StepMetrics& m, const StepResult&) {
+    if (m.step == 1) pointer_blocked = make_dirs(latest);
+  };
+  const RunOutcome p = run_training(cfg, pointer);
+  REQUIRE(pointer_blocked);
+  REQUIRE(p.status == RunOutcome::Status::Failed);
+  CHECK_THAT(p.error, Catch::Contains("checkpoint at step 2") && Catch::Contains("latest.json") &&
+                          Catch::Contains("the step's folder was removed"));
+  CHECK(::stat(join_path(pointer.out_dir, "checkpoints/step_00000002").c_str(), &st) != 0);
+}
+
 TEST_CASE("resume: a checkpoint of another model or world size is refused with the reason", "[engine][train]") {
   const RunConfig cfg = resume_config();
   RunOptions part;
