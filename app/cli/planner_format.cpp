@@ -377,15 +377,17 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
         "document's length squared, from the data file)\n",
         100 * t.attention_pair_fraction);
   if (!advice.empty()) {
-    os << "\nto make it fit (least predicted slowdown first):\n";
+    os << "\nto make it fit (least predicted slowdown first; x the time a token on a device):\n";
     for (const auto& a : advice) {
       std::string changes;
       for (const auto& c : a.changes) changes += (changes.empty() ? "" : ", ") + c;
-      os << printf_string("  %-70s peak %7.2f GiB, step x%.2f\n", changes.c_str(), a.plan.peak_bytes / kGiB,
-                          a.slowdown);
+      os << printf_string("  %-70s peak %7.2f GiB, x%.2f\n", changes.c_str(), a.plan.peak_bytes / kGiB, a.slowdown);
     }
   } else if (!plan.fits()) {
-    os << "\nno combination of the techniques makes this fit on this hardware\n";
+    // The advisor only switches techniques on; the tuner's pick below may fit by switching one off
+    // (offload, where host memory is what is short).
+    os << (tuned.chosen() ? "\nno technique switched on makes this fit; the tuner's pick below does\n"
+                          : "\nno combination of the techniques makes this fit on this hardware\n");
   }
   os << "\n";
   print_tune(os, cfg, tuned, /*dropped_shown=*/0);

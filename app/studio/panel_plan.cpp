@@ -135,7 +135,7 @@ void draw_advice(AppState& state, const PlanResult& r) {
     ImGui::PushID(static_cast<int>(i));
     if (ImGui::SmallButton("Apply")) state.config = a.config;
     ImGui::SameLine();
-    ImGui::TextWrapped("%s  ->  peak %s, step time x%.2f", changes.c_str(),
+    ImGui::TextWrapped("%s  ->  peak %s, time a token x%.2f", changes.c_str(),
                        plot::format_value(double(a.plan.peak_bytes), plot::Format::Bytes).c_str(), a.slowdown);
     ImGui::PopID();
   }

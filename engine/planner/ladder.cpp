@@ -238,7 +238,9 @@ struct Candidate {
 std::vector<Advice> advise(const RunConfig& cfg, int max_suggestions) {
   std::vector<Advice> out;
   if (max_suggestions <= 0 || plan_peak(cfg).fits()) return out;
-  const double base_step = plan_step_time(cfg).step_s;
+  // Per token: a larger Ulysses degree takes fewer data-parallel replicas, so a shorter step of
+  // fewer tokens (16 over 8 ranks: half the step, and less done in it).
+  const double base_tokens_per_s = plan_step_time(cfg).tokens_per_s_per_device;
 
   std::vector<int64_t> degrees = {cfg.parallel.ulysses_degree};
   for (int64_t p : valid_ulysses_degrees(cfg))
@@ -263,7 +265,8 @@ std::vector<Advice> advise(const RunConfig& cfg, int max_suggestions) {
       if (heads_per_stage_rule(c.config.model.n_heads, degree, c.config.memory.heads_per_stage))
         c.config.memory.heads_per_stage = 0;  // the stage size this degree cannot split
       if (!plan_peak(c.config).fits()) continue;
-      c.slowdown = base_step > 0 ? plan_step_time(c.config).step_s / base_step : 1.0;
+      const double tokens_per_s = plan_step_time(c.config).tokens_per_s_per_device;
+      c.slowdown = base_tokens_per_s > 0 && tokens_per_s > 0 ? base_tokens_per_s / tokens_per_s : 1.0;
       c.changes = __builtin_popcount(mask) + (degree != cfg.parallel.ulysses_degree ? 1 : 0);
       fitting.push_back(std::move(c));
     }
@@ -363,7 +366,7 @@ std::string advice_text(const std::vector<Advice>& advice) {
     text += i == 0 ? " It fits with: " : "; or: ";
     for (size_t j = 0; j < advice[i].changes.size(); ++j) text += (j ? ", " : "") + advice[i].changes[j];
     char slowdown[64];
-    std::snprintf(slowdown, sizeof slowdown, " (peak %s, %.2fx the step time)",
+    std::snprintf(slowdown, sizeof slowdown, " (peak %s, %.2fx the time a token)",
                   gib_text(advice[i].plan.peak_bytes).c_str(), advice[i].slowdown);
     text += slowdown;
   }

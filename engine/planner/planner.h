@@ -313,7 +313,9 @@ struct Advice {
   std::vector<std::string> changes;  ///< "memory.tiled_loss = true", ...
   RunConfig config;                  ///< the config with the changes applied
   MemoryPlan plan;
-  double slowdown = 1.0;  ///< predicted step time / the original's
+  /// predicted time a token on a device / the original's (tokens/s per device, inverted): a
+  /// larger Ulysses degree also changes the tokens a step holds
+  double slowdown = 1.0;
 };
 
 /// The cheapest toggles (least predicted slowdown) that make `cfg` fit; empty if it already fits

@@ -321,6 +321,19 @@ TEST_CASE("odyssey plan --set: 5M without Untied Ulysses does not fit and gets a
   CHECK(offload_slowdown <= untied_slowdown);
 }
 
+TEST_CASE("odyssey plan: where switching a technique off fits, it does not say nothing fits", "[cli][planner]") {
+  // The 8B at 256K offloads its block inputs to a node of 50 GiB host memory: the host is short,
+  // and the advisor, which only switches techniques on, has nothing. The tuner fits it with the
+  // offload off, so "no combination of the techniques makes this fit" was false beside its pick.
+  const Run r = run_odyssey(
+      "plan presets/llama3-8b-3m-8xh100.toml --set training.seq_len=256K --set hardware.host_memory_gib=50");
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("verdict: OOM (host)") &&
+                        Catch::Contains("no technique switched on makes this fit; the tuner's pick below does") &&
+                        Catch::Contains("fastest that fits (odyssey tune): ") &&
+                        !Catch::Contains("no combination of the techniques makes this fit"));
+}
+
 TEST_CASE("odyssey plan and maxlen: a node whose host memory cannot hold the offloaded states says so",
           "[cli][planner]") {
   // Llama3-8B on one H100 keeps 16 B a parameter on the host with the optimizer offloaded

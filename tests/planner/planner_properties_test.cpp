@@ -273,6 +273,30 @@ TEST_CASE("the advisor suggests fitting toggles, cheapest first", "[planner][adv
       CHECK(tiles_loss);  // the untiled loss alone needs hundreds of GiB
     }
   }
+  SECTION("a larger Ulysses degree is ranked by the time a token, not by the step") {
+    // 32B at 2M over Ulysses 4 of 16 ranks: the advice raises the degree to 8 or 16. Each doubling
+    // halves the data-parallel replicas, so the step holds half the tokens: ranked by step time,
+    // degree 16 came first at x0.25 though it does less per device than degree 8.
+    RunConfig c = preset("qwen3-32b-16xh100");
+    c.parallel.ulysses_degree = 4;
+    c.memory.heads_per_stage = kHeadsPerStageAuto;
+    c.training.seq_len = int64_t{2} << 20;
+    REQUIRE_FALSE(plan_peak(c).fits());
+    const auto advice = advise(c, 3);
+    REQUIRE(advice.size() >= 2);
+    const double base = plan_step_time(c).tokens_per_s_per_device;
+    bool degree_changed = false;
+    double previous = 0;
+    for (const auto& a : advice) {
+      INFO(a.changes.front());
+      degree_changed = degree_changed || a.config.parallel.ulysses_degree != c.parallel.ulysses_degree;
+      // the same quotient of the same two planner figures: equal to the last bit
+      CHECK(a.slowdown == base / plan_step_time(a.config).tokens_per_s_per_device);
+      CHECK(a.slowdown >= previous);
+      previous = a.slowdown;
+    }
+    CHECK(degree_changed);
+  }
   SECTION("nothing to suggest when it fits or when nothing can") {
     CHECK(advise(preset("llama3-8b-3m-8xh100")).empty());
     RunConfig hopeless = preset("llama3-8b-3m-8xh100");
