@@ -182,6 +182,19 @@ void add_weight_grad_product(at::Tensor& sum, const at::Tensor& mat1, const at::
     at::addmm_out(sum, sum, mat1, mat2, at::kFloat);
 }
 
+at::Tensor norm_in_double(const at::Tensor& t) {
+  constexpr int64_t kRow = 4096;
+  TORCH_CHECK(t.is_contiguous() && t.scalar_type() == at::kFloat,
+              "norm_in_double: an fp32 contiguous tensor (a flat group's gradient shard), not ", t.toString());
+  const at::Tensor flat = t.view({-1});  // [n]
+  const int64_t n = flat.numel(), rows = n / kRow, tail = n - rows * kRow;
+  at::Tensor squares = at::zeros({}, flat.options().dtype(at::kDouble));  // []
+  if (rows > 0)  // [rows, 4096] -> [rows] norms in t's dtype -> [] fp64 sum of their squares
+    squares += flat.narrow(0, 0, rows * kRow).view({rows, kRow}).norm(2, {1}).to(at::kDouble).square_().sum();
+  if (tail > 0) squares += flat.narrow(0, rows * kRow, tail).norm().to(at::kDouble).square();
+  return squares.sqrt();
+}
+
 void index_add_in_order(const at::Tensor& dest, int64_t dim, const std::vector<int64_t>& values,
                         const at::Tensor& index, const at::Tensor& src) {
   TORCH_CHECK(static_cast<int64_t>(values.size()) == src.size(dim) && index.numel() == src.size(dim),

@@ -2,7 +2,7 @@
 // RMSNorm, rotary embeddings from global position ids, the SwiGLU MLP, the Q/K/V projection that
 // every attention path (local, Ulysses, Untied) starts from. Below model, memory and parallel.
 // defines: Positions, make_positions, rms_norm, apply_rope, swiglu_mlp,
-// add_weight_grad_product, index_add_in_order, AttentionWeights, LocalQKV, project_qkv
+// add_weight_grad_product, index_add_in_order, norm_in_double, AttentionWeights, LocalQKV, project_qkv
 #pragma once
 
 #include <cstdint>
@@ -71,6 +71,14 @@ void add_weight_grad_product(at::Tensor& sum, const at::Tensor& mat1, const at::
 /// order its serial index_add_ adds in. Without a repeat, index_add_ (each slice written once).
 void index_add_in_order(const at::Tensor& dest, int64_t dim, const std::vector<int64_t>& values,
                         const at::Tensor& index, const at::Tensor& src);
+
+/// The 2-norm of the contiguous fp32 `t` as a [] fp64 tensor on t's device, accurate for any size:
+/// fp32 norms of rows of 4096 elements (each within 4096 u of its sum of squares, whatever order
+/// the kernel adds in), squared and summed in fp64. at::norm of a large fp32 tensor accumulates in
+/// fp32 on the CPU (one 218M-element block's gradient, 3.3% low); an fp64 copy would cost twice the
+/// tensor's bytes, where this holds an fp32 and an fp64 norm per row: 3 x numel / 1024 bytes, 0.07%
+/// of t's (unplanned: under the optimizer offload it is on the device in backward).
+at::Tensor norm_in_double(const at::Tensor& t);
 
 /// One block's attention parameters (views into the block's flat group, or leaves of them).
 struct AttentionWeights {

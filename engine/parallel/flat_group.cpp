@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "engine/ops/layers.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/phase.h"
 #include "engine/telemetry/planned_buffer_log.h"
@@ -205,7 +206,7 @@ void FlatParamGroup::accumulate_gradient(const at::Tensor& shard) {
     // for work queued after the copy on this stream.
     grad.copy_(shard, /*non_blocking=*/true);
     record_gradient_copy(shard.device());
-    device_grad_norm_ = shard.norm();  // [] fp32 on the device, of the whole gradient
+    device_grad_norm_ = norm_in_double(shard);  // [] fp64 on the device, of the whole gradient
     grad_zeroed_ = grad_stale_ = false;
     return;
   }
@@ -224,7 +225,7 @@ void FlatParamGroup::accumulate_gradient(const at::Tensor& shard) {
     sum.add_(shard);  // first + later: the on-device gradient's add_, the same order
     grad.copy_(sum, /*non_blocking=*/true);
     record_gradient_copy(shard.device());
-    device_grad_norm_ = sum.norm();  // [] fp32 on the device, of the whole gradient
+    device_grad_norm_ = norm_in_double(sum);  // [] fp64 on the device, of the whole gradient
     return;
   }
   // Down to the host (a transient [shard] fp32 host copy), then the add there.

@@ -97,8 +97,8 @@ class FlatParamGroup {
   /// Empties the gradient (keeps the buffer) after finishing any copy into it, lazily: the next
   /// contribution overwrites the buffer, or finish_gradient_copy() zeroes it.
   void zero_gradient();
-  /// With the states in pinned host memory on a GPU: the gradient's 2-norm [] fp32 on the device,
-  /// taken from the device tensor the copy down reads (the same kernel on the same values as the
+  /// With the states in pinned host memory on a GPU: the gradient's 2-norm [] fp64 on the device,
+  /// taken from the device tensor the copy down reads (norm_in_double on the same values as the
   /// on-device optimizer's norm of its gradient), so the host reads its gradients once a step
   /// (the AdamW pass), not twice. Undefined when the gradient was summed on the host or none came.
   const at::Tensor& device_grad_norm() const { return device_grad_norm_; }
@@ -201,7 +201,7 @@ class FlatParamGroup {
   at::Tensor device_params_;     ///< [shard_numel] compute dtype on the device, with the states on the host
   bool grad_zeroed_ = true;      ///< no contribution since zero_gradient(): the next may be a copy
   bool grad_stale_ = false;      ///< ... and the buffer still holds the last step's values
-  at::Tensor device_grad_norm_;  ///< [] fp32 on the device (device_grad_norm)
+  at::Tensor device_grad_norm_;  ///< [] fp64 on the device (device_grad_norm)
   std::unique_ptr<c10::Event> grad_copy_done_;  ///< recorded after an asynchronous copy down
   std::function<void()> pending_update_;        ///< set_pending_update's wait, until await_update (empty: none)
   std::function<bool()> pending_finished_;      ///< set_pending_update's probe: the pass is done

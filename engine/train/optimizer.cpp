@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #endif
 
+#include "engine/ops/layers.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/telemetry/phase.h"
 
@@ -44,9 +45,8 @@ double global_grad_norm(const std::vector<FlatParamGroup*>& groups, const RankCo
   }
   for (auto* g : groups) {
     g->finish_gradient_copy();  // optimizer offload: the gradient's copy to the host has landed
-    // Memory: a reduction (no squared copy of the shard); CPU accumulates fp32 norms in double.
-    const at::Tensor fp32_norm = device_norms ? g->device_grad_norm() : g->grad().norm();
-    at::Tensor norm = fp32_norm.to(at::kDouble).reshape({1});
+    // Memory: row norms (no squared or fp64 copy of the shard), summed in fp64 (norm_in_double).
+    const at::Tensor norm = (device_norms ? g->device_grad_norm() : norm_in_double(g->grad())).reshape({1});
     (g->sharded() ? sharded : replicated).add_(norm * norm);
   }
   // The collective runs on the rank's device (NCCL takes device tensors); with the optimizer
