@@ -79,7 +79,12 @@ const char* to_string(JobMode mode) {
 }
 
 void check_launchable(const RunConfig& cfg, const std::string& command) {
-  if (job_mode(cfg.parallel) != JobMode::Threads) return;
+  // The device, in every mode: refused only once the ranks started, a run given --overwrite had
+  // already removed the run it replaced (and under emulation the refusal came back as a rank's
+  // runtime failure, exit 1).
+  const JobMode mode = job_mode(cfg.parallel);
+  resolve_device(cfg.training.device, mode == JobMode::Torchrun ? torchrun_env()->local_rank : 0);
+  if (mode != JobMode::Threads) return;
   if (cfg.parallel.world_size > 1 && cfg.training.device != DeviceKind::Cpu) {
     const at::Device device = resolve_device(cfg.training.device, 0);
     const int gpus = device.is_cuda() ? prepare_cuda().device_count : 0;

@@ -34,10 +34,10 @@ enum class JobMode {
 JobMode job_mode(const ParallelConfig& parallel);
 const char* to_string(JobMode mode);
 
-/// Throws std::invalid_argument (naming parallel.world_size, its value and the way out) when
-/// this process cannot start cfg's ranks: more rank threads than the memory tracker counts per
-/// process (kMaxTrackedRanks). Torchrun processes and emulation run one rank each and always
-/// pass. Called before any output is written, so a refused run leaves nothing behind.
+/// Throws std::invalid_argument (naming the key, its value and the way out) when this process
+/// cannot start cfg's ranks: training.device = "cuda" without a CUDA device (in every mode), or
+/// more rank threads than the memory tracker counts per process (kMaxTrackedRanks) or than there
+/// are GPUs. Called before any output is written, so a refused run leaves nothing behind.
 /// `command` is the odyssey command the message tells the user to run under torchrun instead
 /// ("odyssey train PRESET", "odyssey eval RUN_DIR ...").
 void check_launchable(const RunConfig& cfg, const std::string& command);

@@ -61,6 +61,32 @@ TEST_CASE("run directory: a new run into one holding a run is refused and leaves
                                     "metrics.jsonl in --out " + dir + ", which this run writes"));
   CHECK(read_text(dir + "/metrics.jsonl") == steps_before);
   CHECK(checkpoint_step(dir) == 1);
+  // A device the machine lacks (CUDA_VISIBLE_DEVICES empty hides every GPU, on any host), on one
+  // rank or emulated: refused before --overwrite touches the run. It was looked for only once the
+  // ranks started, after the run was removed (emulated, as a rank's runtime failure, exit 1).
+  {
+    // restored however the block ends (a failed REQUIRE throws): later cases see the GPUs again
+    struct HiddenGpus {
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      const std::string saved = visible ? visible : "";
+      HiddenGpus() { ::setenv("CUDA_VISIBLE_DEVICES", "", 1); }
+      ~HiddenGpus() {
+        if (visible)
+          ::setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
+        else
+          ::unsetenv("CUDA_VISIBLE_DEVICES");
+      }
+    } hidden;
+    for (const std::string ranks :
+         {"--set parallel.world_size=1 --set parallel.ulysses_degree=1 ", "--set parallel.emulate=true "}) {
+      INFO(ranks);
+      r = run_odyssey("train " + kShort + ranks + "--set training.device=cuda --steps 1 --overwrite --out " + dir);
+      require_exit(r, 2);
+      CHECK_THAT(r.err, Catch::Contains("training.device = \"cuda\" but no CUDA device is available"));
+      CHECK(read_text(dir + "/metrics.jsonl") == steps_before);
+      CHECK(checkpoint_step(dir) == 1);
+    }
+  }
   // A switch given a value is refused, not read as on.
   r = run_odyssey("train " + kShort + "--steps 1 --overwrite=no --out " + dir);
   require_exit(r, 2);
