@@ -210,6 +210,22 @@ void check_memory(const RunConfig& cfg, Checker& c) {
     c.fail("memory.heads_per_stage", *rule, "valid values here: " + join(valid_heads_per_stage(cfg)));
 }
 
+/// The attention kernels' backward runs at its forward's efficiency times attention_backward_ratio:
+/// past the peak, the plan's step would be faster than the device can run (MFU 101%, HFU 151% at
+/// 0.9 x 4).
+void check_hardware(const HardwareConfig& hw, Checker& c) {
+  if (!c.in_range({"hardware.attention_backward_ratio", "hardware.attention_efficiency",
+                   "hardware.untied_attention_efficiency"}))
+    return;
+  const bool untied_faster = hw.untied_attention_efficiency > hw.attention_efficiency;
+  const double fastest = untied_faster ? hw.untied_attention_efficiency : hw.attention_efficiency;
+  std::ostringstream rule;
+  rule << "times hardware." << (untied_faster ? "untied_attention_efficiency" : "attention_efficiency") << " = "
+       << fastest << " is the attention backward's fraction of the peak, " << fastest * hw.attention_backward_ratio
+       << ", which must be at most 1: at most " << 1.0 / fastest;
+  c.require(fastest * hw.attention_backward_ratio <= 1.0, "hardware.attention_backward_ratio", rule.str());
+}
+
 }  // namespace
 
 int64_t shortest_seq_len(const RunConfig& cfg) {
@@ -239,6 +255,7 @@ std::vector<ConfigIssue> validate(const RunConfig& cfg, const SourceMap& sources
   check_training(cfg, c);
   check_parallel(cfg, c);
   check_memory(cfg, c);
+  check_hardware(cfg.hardware, c);
   c.require(!cfg.output.dir.empty(), "output.dir", "must not be empty");
   return c.take();
 }

@@ -389,6 +389,38 @@ TEST_CASE("validation lists valid alternatives", "[config][validate]") {
         "stages (valid values here: 8, 16, 32)");
 }
 
+TEST_CASE("an attention backward past the peak is refused, naming the efficiency it multiplies", "[config][validate]") {
+  // attention_backward_ratio 4 at attention_efficiency 0.9 planned MFU 101% and HFU 151%: the
+  // backward's kernels ran at 3.6 times the device's peak. The limit is the fastest kernel's.
+  for (const auto& [sets, rule] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"hardware.attention_backward_ratio=4", "hardware.attention_efficiency=0.9"},
+            "hardware.attention_backward_ratio = 4.0: times hardware.attention_efficiency = 0.9 is the attention "
+            "backward's fraction of the peak, 3.6, which must be at most 1: at most 1.11111"},
+           {{"hardware.attention_backward_ratio=2", "hardware.attention_efficiency=0.3",
+             "hardware.untied_attention_efficiency=0.6"},
+            "hardware.attention_backward_ratio = 2.0: times hardware.untied_attention_efficiency = 0.6 is the "
+            "attention backward's fraction of the peak, 1.2, which must be at most 1: at most 1.66667"},
+           {{"hardware.attention_backward_ratio=2", "hardware.attention_efficiency=0.5",
+             "hardware.untied_attention_efficiency=0.25"},
+            ""}}) {
+    std::vector<Override> overrides;
+    for (const std::string& set : sets) {
+      Override o;
+      ConfigIssue issue;
+      REQUIRE(parse_override(set, static_cast<int>(overrides.size()) + 1, &o, &issue));
+      overrides.push_back(o);
+    }
+    INFO(sets.front() << " " << sets.back());
+    const LoadedPreset p = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3.2-1b-1xh100.toml", overrides);
+    if (rule.empty()) {
+      CHECK(p.ok());  // 0.5 x 2: the peak exactly
+      continue;
+    }
+    REQUIRE_FALSE(p.ok());
+    CHECK_THAT(p.issues.front().format(), Catch::Contains(rule));
+  }
+}
+
 TEST_CASE("memory.lse_attention_kernel = cudnn is refused where cuDNN cannot run, naming why", "[config][validate]") {
   RunConfig cfg;
   cfg.model = *find_model_flavor("llama3.2-1b");  // hd 64
