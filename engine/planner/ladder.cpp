@@ -159,7 +159,12 @@ MaxSeqLenLimit max_seq_len_limit(const RunConfig& cfg, int64_t max_seq_len) {
   MaxSeqLenLimit limit;
   const int64_t next =
       max_seq_len == 0 ? shortest_solver_seq_len(cfg) : max_seq_len + seq_len_granularity(cfg, max_seq_len);
-  if (next > kSeqLenMax) return limit;  // the solver's ceiling fits
+  if (next > kSeqLenMax) {  // the solver's ceiling fits: its bytes, against the capacities
+    RunConfig ceiling = cfg;
+    ceiling.training.seq_len = max_seq_len;
+    limit.peak = plan_peak(ceiling);
+    return limit;
+  }
   RunConfig probe = cfg;
   probe.training.seq_len = next;
   limit.seq_len = next;

@@ -300,7 +300,7 @@ int64_t solve_max_seq_len(const RunConfig& cfg);
 /// node's host memory (the offloaded block inputs and optimizer states).
 struct MaxSeqLenLimit {
   int64_t seq_len = 0;  ///< the first length that does not fit; 0 when the answer is the solver's ceiling
-  PlanPeak peak;        ///< its device and host verdict
+  PlanPeak peak;        ///< its device and host verdict (seq_len 0: the ceiling's, which fits)
   /// "device memory", "host memory", "device and host memory", "beyond any machine" (a byte count
   /// saturated) or "the solver's ceiling" (seq_len 0: every length up to it fits); "nothing ..."
   /// should the next length fit after all (a peak not monotone there)

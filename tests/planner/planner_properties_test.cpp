@@ -200,6 +200,20 @@ TEST_CASE("the max-context solver answers below one step of P x 1K where only th
   CHECK(solve_max_seq_len(c) == 0);
   CHECK(shortest_solver_seq_len(c) == 32);
   CHECK(max_seq_len_limit(c, 0).seq_len == 32);
+  // Everything fits, up to the solver's ceiling: the limit is the ceiling's own plan, its bytes
+  // against the machine's capacities (it said 0 of 0 bytes).
+  RunConfig roomy = preset("tiny-cpu");
+  roomy.hardware.device_memory_gib = 65536;
+  roomy.hardware.host_memory_gib = 1048576;
+  const int64_t ceiling = solve_max_seq_len(roomy);
+  REQUIRE(ceiling > 0);
+  REQUIRE(ceiling == kSeqLenMax);  // 16G tokens of the tiny model: under 64 Ti of device memory
+  const MaxSeqLenLimit limit = max_seq_len_limit(roomy, ceiling);
+  CHECK(limit.seq_len == 0);
+  CHECK(limit.binds() == "the solver's ceiling");
+  CHECK(limit.peak.fits());
+  CHECK(limit.peak.device_capacity == int64_t{65536} << 30);
+  CHECK(limit.peak.peak_bytes > 0);
 }
 
 TEST_CASE("the peak grows monotonically with the sequence", "[planner][properties]") {
