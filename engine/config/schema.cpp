@@ -582,7 +582,8 @@ std::vector<KeySpec> make_schema() {
                       between(0, kMaxSteps, "0 = no trace")));
   s.push_back(ODY_STRING(
       "output", output.export_hf, "export_hf",
-      "After the last step, write the final checkpoint here as a Hugging Face model (config.json + safetensors)."));
+      "After the last step, write the final checkpoint here as a Hugging Face model (config.json + safetensors); "
+      "a link, a file or a folder not empty there is refused before the run starts."));
   // The keys a checkpoint's state depends on (parameter shapes; how shards are cut and which
   // rank files exist). rope_theta and norm_eps shape nothing: context extension changes them.
   std::vector<const char*> state_keys(std::begin(kModelShapeKeys), std::end(kModelShapeKeys));

@@ -500,6 +500,45 @@ std::vector<CarriedFile> read_carried_files(const std::string& dir) {
   return files;
 }
 
+namespace {
+/// A path the export cannot write: the user's to change (exit 2), or a disk that fails (exit 1).
+[[noreturn]] void refuse_export_path(const std::string& out_dir, const std::string& what, int error_number) {
+  if (error_number == ENOSPC || error_number == EDQUOT || error_number == EIO) throw FileWriteError("export: " + what);
+  throw CheckpointError("export: --hf " + out_dir + ": " + what);
+}
+}  // namespace
+
+ExportTarget check_export_target(const std::string& out_dir) {
+  if (out_dir.empty()) throw std::invalid_argument("export: no output directory");
+  ExportTarget target;
+  // "out/" and "out" are one directory: names derived from it (the staging folder) land beside it.
+  const std::string out = target.out = clean_path(out_dir);
+  struct stat st {};
+  if (::lstat(out.c_str(), &st) == 0) {
+    if (S_ISLNK(st.st_mode))
+      throw CheckpointError("export: " + out +
+                            " is a symbolic link: name the directory itself (nothing is overwritten)");
+    if (!S_ISDIR(st.st_mode))
+      throw CheckpointError("export: " + out +
+                            " exists and is a file, not a directory: choose another name "
+                            "(nothing is overwritten)");
+    if (!list_dir(out).empty())
+      throw CheckpointError("export: " + out +
+                            " exists and is not empty: choose another directory (nothing is overwritten)");
+  }
+  // OUT's folder made and writable before the weights are read.
+  const size_t slash = out.find_last_of('/');
+  target.parent = slash == std::string::npos ? "." : slash == 0 ? "/" : out.substr(0, slash);
+  // Checked on the deepest folder that exists, nothing made yet: a refusal below leaves no folder.
+  std::string existing = target.parent;
+  while (!path_exists(existing) && existing != "." && existing != "/") existing = folder_of(existing);
+  if (!is_directory(existing))
+    refuse_export_path(out_dir, "cannot create a folder under " + existing + ": a file of that name is there", ENOTDIR);
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    refuse_export_path(out_dir, "the folder " + existing + " is not writable (" + std::strerror(errno) + ")", errno);
+  return target;
+}
+
 HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const HfExportOptions& options) {
   const auto info = read_checkpoint_info(run_dir);
   if (!info) throw CheckpointError("export: " + run_dir + " has no checkpoint (no checkpoints/latest.json)");
@@ -518,38 +557,11 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
     throw std::invalid_argument("export: --dtype " + result.dtype + ": must be float32 or bfloat16");
   const at::ScalarType out_type = result.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   const char* out_name = result.dtype == "bfloat16" ? "BF16" : "F32";
-  if (out_dir.empty()) throw std::invalid_argument("export: no output directory");
-  // "out/" and "out" are one directory: names derived from it (the staging folder) land beside it.
-  const std::string out = clean_path(out_dir);
-  struct stat st {};
-  if (::lstat(out.c_str(), &st) == 0) {
-    if (S_ISLNK(st.st_mode))
-      throw CheckpointError("export: " + out +
-                            " is a symbolic link: name the directory itself (nothing is overwritten)");
-    if (!S_ISDIR(st.st_mode))
-      throw CheckpointError("export: " + out +
-                            " exists and is a file, not a directory: choose another name "
-                            "(nothing is overwritten)");
-    if (!list_dir(out).empty())
-      throw CheckpointError("export: " + out +
-                            " exists and is not empty: choose another directory (nothing is overwritten)");
-  }
-  // OUT's folder made and writable before the weights are read: a path that cannot be is the
-  // user's to change (exit 2), a disk that fails the run's (exit 1).
-  const size_t slash = out.find_last_of('/');
-  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : out.substr(0, slash);
+  const ExportTarget target = check_export_target(out_dir);
+  const std::string &out = target.out, &parent = target.parent;
   auto refuse_path = [&](const std::string& what, int error_number) {
-    if (error_number == ENOSPC || error_number == EDQUOT || error_number == EIO)
-      throw FileWriteError("export: " + what);
-    throw CheckpointError("export: --hf " + out_dir + ": " + what);
+    refuse_export_path(out_dir, what, error_number);
   };
-  // Checked on the deepest folder that exists, nothing made yet: a refusal below leaves no folder.
-  std::string existing = parent;
-  while (!path_exists(existing) && existing != "." && existing != "/") existing = folder_of(existing);
-  if (!is_directory(existing))
-    refuse_path("cannot create a folder under " + existing + ": a file of that name is there", ENOTDIR);
-  if (::access(existing.c_str(), W_OK | X_OK) != 0)
-    refuse_path("the folder " + existing + " is not writable (" + std::strerror(errno) + ")", errno);
   // Every tokenizer file read (bounded) before anything is written: a directory or a FIFO where a
   // file belongs is refused here, naming it, instead of exported as an empty file.
   const std::vector<CarriedFile> carried = read_carried_files(info->path);  // read (and checked) once

@@ -2,7 +2,8 @@
 // index) loaded into the flat groups, each rank reading only the elements of its FSDP shard; and a
 // run's checkpoint written back as config.json + safetensors that transformers loads unchanged.
 // defines: HfCheckpointError, hf_tensor_name, HfWeights, read_full_masters, load_full_masters,
-// read_carried_files, kSourceConfigName, hf_weights_file, HfExportOptions, HfExport, export_hf
+// read_carried_files, kSourceConfigName, hf_weights_file, HfExportOptions, HfExport, ExportTarget,
+// check_export_target, export_hf
 #pragma once
 
 #include <cstdint>
@@ -113,6 +114,17 @@ struct HfExport {
   int64_t tensor_bytes = 0;        ///< weights written
   std::string dtype;
 };
+
+/// Where an export writes: `out`, the directory as named (clean_path), and `parent`, the folder it
+/// is made in.
+struct ExportTarget {
+  std::string out, parent;
+};
+
+/// The checks export_hf makes of `out_dir` before it reads any weight, for a run to make before it
+/// trains (output.export_hf): not a symbolic link, a file or a non-empty directory, and its
+/// deepest existing folder writable. Throws CheckpointError (bad input) or FileWriteError.
+ExportTarget check_export_target(const std::string& out_dir);
 
 /// Writes the latest checkpoint of `run_dir` as a Hugging Face model directory `out_dir`:
 /// config.json, model.safetensors (or model-0000k-of-0000n.safetensors and

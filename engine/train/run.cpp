@@ -622,6 +622,9 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
         throw std::invalid_argument("output.export_hf = \"" + cfg.output.export_hf +
                                     "\" exports the final checkpoint, and this run writes none (" +
                                     (opt.out_dir.empty() ? "no --out directory" : "--no-checkpoint") + ")");
+      // the folder the export will write, checked as the export checks it: refused after the
+      // training, the run had been spent for a model it could not write
+      if (!cfg.output.export_hf.empty() && shared.reports) check_export_target(cfg.output.export_hf);
       // Nothing is started that the planner says cannot fit: the OOM killer or LibTorch's raw
       // allocation failure mid-step would be the user's only answer otherwise.
       if (!opt.force)

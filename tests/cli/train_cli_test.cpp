@@ -517,6 +517,18 @@ TEST_CASE("odyssey train --no-checkpoint: a benchmark's run writes no checkpoint
                                     " --no-checkpoint --quiet --out " + fresh_dir("no_checkpoint_export_run"));
   require_exit(exporting, 2);
   CHECK_THAT(exporting.err, Catch::Contains("and this run writes none (--no-checkpoint)"));
+  // ... and into a folder the export would refuse (not empty): refused before the run too, as the
+  // export refuses it, where every step trained and the checkpoint was saved first
+  const std::string full = fresh_dir("export_into_full");
+  REQUIRE(std::system(("mkdir -p " + full + " && touch " + full + "/notes.txt").c_str()) == 0);
+  const std::string spent = fresh_dir("export_into_full_run");
+  const Run into_full = run_odyssey(
+      "train " + kTiny + "--set training.steps=2 --set training.warmup_steps=1 --set output.export_hf=" + full +
+      " --quiet --out " + spent);
+  require_exit(into_full, 2);
+  CHECK_THAT(into_full.err, Catch::Contains("export: " + full + " exists and is not empty"));
+  CHECK(metrics_lines(spent) == 0);  // no step trained
+  CHECK(checkpoint_step(spent) == -1);
 }
 
 TEST_CASE("odyssey train --kernel-profile: the last step's operators in a Chrome trace", "[cli][train]") {
