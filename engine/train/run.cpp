@@ -414,6 +414,19 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
   std::string profile_error;
   RankPeak run_peak;  // summary.json's "ranks": this rank's highest step peak, its categories then
   run_peak.rank = ctx.rank;
+  const auto take_step_window = [&] {  // the step's tracker window into run_peak
+    const MemorySnapshot window = MemoryTracker::instance().snapshot(ctx.slot);
+    const int64_t host_peak = std::max(run_peak.host_peak, window.host_peak);
+    const int64_t reserved = std::max(run_peak.device_reserved, window.device_reserved);
+    if (window.device_peak >= run_peak.device_peak) run_peak = RankPeak::from(ctx.rank, window);
+    run_peak.host_peak = host_peak;
+    run_peak.device_reserved = reserved;
+    run_peak.ooms = window.ooms;
+  };
+  const auto keep_run_peak = [&] {
+    std::lock_guard<std::mutex> lock(shared.rank_peaks_mutex);
+    shared.rank_peaks.push_back(run_peak);
+  };
   while (trainer.next_step() < total) {
     if (!boundary.next(trainer, cfg)) {
       if (owns_outcome) {
@@ -445,6 +458,10 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
           log(e.what());  // the step's own failure is the run's error
         }
       }
+      // summary.json's "ranks" of a failed run (an OOM is where they are read): this rank's peak,
+      // the failing step's included
+      take_step_window();
+      keep_run_peak();
       throw;
     }
     if (profiled) {
@@ -456,22 +473,11 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
         profile_error = e.what();  // the run's failure, after its checkpoint: the steps are not lost
       }
     }
-    {  // the step's tracker window, as r.device_peak read it (nothing was allocated since)
-      const MemorySnapshot window = MemoryTracker::instance().snapshot(ctx.slot);
-      const int64_t host_peak = std::max(run_peak.host_peak, window.host_peak);
-      const int64_t reserved = std::max(run_peak.device_reserved, window.device_reserved);
-      if (window.device_peak >= run_peak.device_peak) run_peak = RankPeak::from(ctx.rank, window);
-      run_peak.host_peak = host_peak;
-      run_peak.device_reserved = reserved;
-      run_peak.ooms = window.ooms;
-    }
+    take_step_window();  // as r.device_peak read it (nothing was allocated since)
     reporter.report(r, boundary.config_version(), out);
     checkpoints.after_step(trainer, total);
   }
-  if (trainer.next_step() > (shared.resume ? shared.resume->step : 0)) {
-    std::lock_guard<std::mutex> lock(shared.rank_peaks_mutex);
-    shared.rank_peaks.push_back(run_peak);
-  }
+  if (trainer.next_step() > (shared.resume ? shared.resume->step : 0)) keep_run_peak();
   if (owns_outcome) out.next_step = trainer.next_step();
   // A run resumed in its own directory and stopped before its first step holds that checkpoint's
   // state: writing it again would only replace the checkpoint's config.toml with this run's.

@@ -290,6 +290,34 @@ TEST_CASE("summary: each rank's run peak with its categories, the peaks of metri
   }
 }
 
+TEST_CASE("summary: a run whose step ran out of memory keeps the rank's peak, the failing step's included",
+          "[engine][checkpoint]") {
+  // "ranks" was empty for a failed run, where an OOM's peak and categories are what one reads.
+  // Step 3 gets room for what is held after step 2 and a quarter of a step more: it runs out.
+  RunConfig cfg = small_config();
+  cfg.memory.activation_checkpointing = true;
+  RunOptions opt;
+  opt.out_dir = fresh_dir("summary_failed_step");
+  opt.steps = 4;
+  MemoryTracker& tracker = MemoryTracker::instance();
+  opt.on_step = [&](const StepMetrics& m, const StepResult& r) {
+    if (m.step == 2) {
+      const int64_t held = tracker.device_bytes(0);
+      tracker.set_device_limit(0, held + (r.device_peak - held) / 4);
+    }
+  };
+  const RunOutcome o = run_training(cfg, opt);
+  tracker.set_device_limit(0, 0);
+  REQUIRE(o.status == RunOutcome::Status::Failed);
+  CHECK_THAT(o.error, Catch::Contains("out of memory"));
+  const auto summary = parse_json(read_bytes(join_path(opt.out_dir, "summary.json")));
+  REQUIRE(summary);
+  const Json& ranks = summary->at("ranks");
+  REQUIRE(ranks.size() == 1);
+  CHECK(ranks[0].at("device_peak").get<int64_t>() > 0);
+  CHECK(ranks[0].at("ooms").get<int64_t>() >= 1);  // the failing step's window
+}
+
 TEST_CASE("checkpoint: the pointer file's fields are checked for type and range", "[engine][checkpoint]") {
   const std::string dir = checkpointed_run("pointer", small_config(), 1);
   const std::string latest = join_path(join_path(dir, "checkpoints"), "latest.json");
