@@ -21,6 +21,7 @@
 #include "engine/config/hf_config.h"
 #include "engine/config/preset.h"
 #include "engine/model/llama.h"
+#include "engine/train/tokenizer_vocabulary.h"
 #include "engine/util/files.h"
 #include "engine/util/json_read.h"
 
@@ -567,6 +568,25 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   const std::vector<CarriedFile> carried = read_carried_files(info->path);  // read (and checked) once
   const std::vector<CarriedFile> tokenizer_files =
       options.tokenizer_dir.empty() ? carried : read_carried_files(options.tokenizer_dir);
+  // A tokenizer whose ids pass the model's vocabulary makes the exported model index past its
+  // embedding on the first such token (transformers: IndexError), as eval refuses it. One whose
+  // vocabulary cannot be counted (no "model" object) is carried as train carries it.
+  for (const CarriedFile& file : tokenizer_files) {
+    if (file.name != "tokenizer.json") continue;
+    const std::string where = join_path(options.tokenizer_dir.empty() ? info->path : options.tokenizer_dir, file.name);
+    int64_t vocabulary = 0;
+    try {
+      vocabulary = tokenizer_vocabulary(file.bytes, where);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    if (vocabulary > cfg.model.vocab_size)
+      throw CheckpointError(
+          "export: " + where + ": its vocabulary holds " + std::to_string(vocabulary) +
+          " tokens, more than the model's model.vocab_size = " + std::to_string(cfg.model.vocab_size) +
+          ": its ids past the embedding's rows would fail the exported model; name the "
+          "tokenizer the model was trained with (--tokenizer DIR)");
+  }
   // The context the exported config advertises: the longest the run trained, or the model it came
   // from advertised (its config.json, carried by the checkpoint), whichever is longer. A fine-tune
   // at 32K of a 128K model stays a 128K model for the tools that read max_position_embeddings.

@@ -405,6 +405,20 @@ TEST_CASE("hf input: a tokenizer file that is a directory or a FIFO is refused n
   // An OUT whose folder cannot be made is the user's to change (exit 2), found before the weights.
   std::ofstream(root + "/file") << "x";
   CHECK_THROWS_AS(export_hf(run, root + "/file/out", options), CheckpointError);
+  // A tokenizer of more tokens than the model's 64 rows: its ids 64 and up would index past the
+  // exported embedding (transformers: IndexError), as eval refuses it. Refused, nothing written.
+  {
+    std::string vocab;
+    for (int i = 0; i <= 64; ++i) vocab += (i ? ", \"t" : "\"t") + std::to_string(i) + "\": " + std::to_string(i);
+    std::ofstream(root + "/tok/tokenizer.json", std::ios::trunc)
+        << "{\"model\": {\"type\": \"WordLevel\", \"vocab\": {" << vocab << "}}, \"added_tokens\": []}";
+    CHECK_THROWS_WITH(export_hf(run, root + "/out", options),
+                      Catch::Contains(root + "/tok/tokenizer.json: its vocabulary holds 65 tokens, more than the "
+                                             "model's model.vocab_size = 64"));
+    std::vector<std::string> left = list_dir(root);  // readdir's order
+    std::sort(left.begin(), left.end());
+    CHECK(left == std::vector<std::string>{"file", "tok"});
+  }
   std::ofstream(root + "/tok/tokenizer.json", std::ios::trunc) << "{\"version\": \"1.0\"}";
   const HfExport done = export_hf(run, root + "/out", options);
   CHECK(read_file_bounded(root + "/out/tokenizer.json", 100, "tokenizer") == "{\"version\": \"1.0\"}");
