@@ -1,6 +1,7 @@
 // odyssey export RUN_DIR --hf OUT_DIR: a run's latest checkpoint as a Hugging Face model directory
 // (config.json + safetensors, sharded with an index above --max-shard-size) that transformers loads.
 #include <cctype>
+#include <charconv>
 #include <iostream>
 #include <limits>
 
@@ -12,20 +13,33 @@
 namespace odyssey::cli {
 namespace {
 
-/// "5GB", "500MB", "2000000" -> bytes (decimal units, as transformers' max_shard_size), or nullopt
-/// for anything else, zero, or a count of bytes that overflows int64 ("9300000000GB" once wrapped
-/// to a negative size and wrote one tensor per file).
+/// "5GB", "500MB", "2GiB", "2000000" -> bytes, as transformers' max_shard_size reads them
+/// (convert_file_size_to_int: GiB, MiB, KiB binary; GB, MB, KB decimal; units in any case, and a
+/// lowercase final "b" counts bits, 5Gb = 625000000 bytes); nullopt for anything else, zero, or a
+/// count past int64 ("9300000000GB" once wrapped to a negative size and wrote one tensor per file).
 std::optional<int64_t> parse_bytes(const std::string& text) {
   size_t i = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  if (i == 0 || i > 18) return std::nullopt;  // 18 digits fit int64 before the unit
-  const int64_t number = std::stoll(text.substr(0, i));
-  const std::string unit = text.substr(i);
-  const std::pair<const char*, int64_t> units[] = {
-      {"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000'000}, {"GB", 1000'000'000}};
+  int64_t number = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + i, number);
+  if (i == 0 || error != std::errc() || end != text.data() + i || number <= 0) return std::nullopt;
+  std::string unit = text.substr(i);
+  const bool bits = unit.size() == 2 && unit.back() == 'b';  // "Gb": transformers' bits
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const std::pair<const char*, int64_t> units[] = {{"", 1},
+                                                   {"B", 1},
+                                                   {"KB", 1000},
+                                                   {"MB", 1000'000},
+                                                   {"GB", 1000'000'000},
+                                                   {"KIB", int64_t{1} << 10},
+                                                   {"MIB", int64_t{1} << 20},
+                                                   {"GIB", int64_t{1} << 30}};
   for (const auto& [name, scale] : units) {
     int64_t bytes = 0;
-    if (unit == name && number > 0 && !__builtin_mul_overflow(number, scale, &bytes)) return bytes;
+    if (unit == name && !__builtin_mul_overflow(number, scale, &bytes)) {
+      if (bits) bytes /= 8;
+      return bytes > 0 ? std::optional<int64_t>(bytes) : std::nullopt;
+    }
   }
   return std::nullopt;
 }
@@ -76,7 +90,9 @@ int run_export(int argc, char** argv, int first) {
       if (arg == "--max-shard-size") {
         const auto bytes = parse_bytes(*v);
         if (!bytes)
-          return bad("--max-shard-size " + *v + ": must be a positive size such as 5GB, 500MB or 2000000, of at most " +
+          return bad("--max-shard-size " + *v +
+                     ": must be a positive size such as 5GB, 500MB, 2GiB or 2000000 (units as transformers' "
+                     "max_shard_size), of at most " +
                      std::to_string(std::numeric_limits<int64_t>::max()) + " bytes");
         options.max_shard_bytes = *bytes;
       }

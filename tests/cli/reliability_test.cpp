@@ -470,6 +470,16 @@ TEST_CASE(
                Catch::Contains("must be a positive size") && Catch::Contains("at most 9223372036854775807 bytes"));
   }
   CHECK(list_dir_names(root).empty());
+  // The sizes transformers' max_shard_size reads (KiB, MiB, GiB; any case; a lowercase b counts
+  // bits), and a 19-digit count of bytes within int64: once refused with a message naming the
+  // very limit they are within.
+  for (const std::string& size : {std::string("9223372036854775807"), std::string("1kib"), std::string("8Kb")}) {
+    INFO(size);
+    const std::string out = root + "/sized_" + std::to_string(list_dir_names(root).size());
+    require_exit(run_odyssey("export " + run + " --hf " + out + " --max-shard-size " + size), 0);
+  }
+  REQUIRE(std::system(("rm -rf '" + root + "'/sized_* && mkdir -p '" + root + "'").c_str()) == 0);
+  CHECK(list_dir_names(root).empty());
   // A value flag given twice names both values; the last no longer wins silently.
   Run twice = run_odyssey("export " + run + " --hf " + root + "/a --dtype bfloat16 --dtype=float32");
   require_exit(twice, 2);
