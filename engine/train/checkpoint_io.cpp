@@ -470,7 +470,9 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
   if (!pointed.error.empty()) {
     if (!pointed.folder_is_latest) discard_step_folder(ctx, dir, step);
     throw CheckpointWriteError(failed_save + pointed.error +
-                               "; the step's folder was removed, and the previous checkpoint stays");
+                               (pointed.folder_is_latest
+                                    ? "; latest.json names that step's folder, left as it is"
+                                    : "; the step's folder was removed, and the previous checkpoint stays"));
   }
 }
 
