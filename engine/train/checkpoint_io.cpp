@@ -425,18 +425,20 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
   } catch (const std::exception& e) {  // a full disk, a quota; a host short of memory for a copy
     write_error = e.what();
   }
-  // every rank's file is in place before the pointer moves
-  const SaveOutcome written = agree_on_save(ctx, write_error, ctx.rank == 0 && latest_names_step(dir, step));
-  const std::string failed_save = "checkpoint at step " + std::to_string(step) + ": ";
-  if (!written.error.empty()) {
-    // a folder latest.json names holds the checkpoint (a defence: run_training never saves a
-    // step twice), each file replaced whole or not at all: left as it is
-    if (!written.folder_is_latest) discard_step_folder(ctx, dir, step);
-    throw CheckpointWriteError(failed_save + written.error +
-                               (written.folder_is_latest
+  // A save failed on some rank: the folder no pointer names goes on every rank; one latest.json
+  // names holds the checkpoint (a defence: run_training never saves a step twice), each file
+  // replaced whole or not at all, and is left as it is.
+  const auto fail_if_any = [&](const SaveOutcome& outcome) {
+    if (outcome.error.empty()) return;
+    if (!outcome.folder_is_latest) discard_step_folder(ctx, dir, step);
+    throw CheckpointWriteError("checkpoint at step " + std::to_string(step) + ": " + outcome.error +
+                               (outcome.folder_is_latest
                                     ? "; latest.json names that step's folder, left as it is"
                                     : "; the step's folder was removed, and the previous checkpoint stays"));
-  }
+  };
+  // every rank's file is in place before the pointer moves
+  const SaveOutcome written = agree_on_save(ctx, write_error, ctx.rank == 0 && latest_names_step(dir, step));
+  fail_if_any(written);
   std::string pointer_error;
   if (ctx.rank == 0) {
     std::string json;
@@ -466,14 +468,7 @@ void save_checkpoint(Trainer& trainer, const std::string& dir, const std::vector
         if (is_step_folder(root, name) && name != step_folder(step)) remove_tree(join_path(root, name));
   }
   // the pointer moved, or the save fails on every rank: its complete folder is named by nothing
-  const SaveOutcome pointed = agree_on_save(ctx, pointer_error, written.folder_is_latest);
-  if (!pointed.error.empty()) {
-    if (!pointed.folder_is_latest) discard_step_folder(ctx, dir, step);
-    throw CheckpointWriteError(failed_save + pointed.error +
-                               (pointed.folder_is_latest
-                                    ? "; latest.json names that step's folder, left as it is"
-                                    : "; the step's folder was removed, and the previous checkpoint stays"));
-  }
+  fail_if_any(agree_on_save(ctx, pointer_error, written.folder_is_latest));
 }
 
 // [section] read and verify ---------------------------------------------------------------------------
