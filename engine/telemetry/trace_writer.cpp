@@ -115,10 +115,29 @@ std::string memory_counter(int rank, double t_s, int64_t device, int64_t host) {
 
 }  // namespace
 
+namespace {
+
+/// A regular file: it has a length to cut and a position to return to (a device or a pipe has not).
+bool regular_file(std::FILE* file) {
+  struct stat st {};
+  return ::fstat(::fileno(file), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/// Truncates a regular file at its stream's position; anything else (a device, a pipe) is left
+/// as it is. False with errno set when the truncation fails.
+bool cut_at_position(std::FILE* file) {
+  if (!regular_file(file)) return true;
+  return ::ftruncate(::fileno(file), ::ftell(file)) == 0;
+}
+
+}  // namespace
+
 TraceWriter::TraceWriter(const std::string& path) : path_(path) {
   file_ = open_output_stream(path, "wb");
   if (file_ == nullptr) throw std::runtime_error("trace: cannot create " + path + ": " + std::strerror(errno));
+  closes_on_disk_ = regular_file(file_);
   pending_ = "{\"traceEvents\":[\n";
+  flush_locked();  // an empty trace, closed: a process killed before its first step leaves valid JSON
 }
 
 TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
@@ -196,6 +215,7 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
     file_ = nullptr;
     throw std::runtime_error("trace: cannot write " + path + ": " + why);
   }
+  closes_on_disk_ = true;  // written above as a regular file
 }
 
 TraceWriter::~TraceWriter() {
@@ -235,11 +255,24 @@ void TraceWriter::on_device_span(const DeviceSpan& s) {
   last_t_s_ = std::max(last_t_s_, s.t_end_s + offset_s_);
 }
 
-void TraceWriter::flush_locked() {
-  if (file_ == nullptr || pending_.empty()) return;
+void TraceWriter::write_pending_locked() {
   if (error_.empty() && std::fwrite(pending_.data(), 1, pending_.size(), file_) != pending_.size())
     error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
   pending_.clear();
+}
+
+void TraceWriter::flush_locked() {
+  if (file_ == nullptr || pending_.empty()) return;
+  write_pending_locked();
+  // The closing lines after the events on disk, and the position back before them: the next
+  // events are written over them, and a process killed (SIGKILL, the OOM killer: no destructor
+  // runs) leaves a whole document that Perfetto opens. A device or a pipe gets them at close.
+  if (!closes_on_disk_ || !error_.empty()) return;
+  const long events_end = std::ftell(file_);
+  const std::string closing = closing_locked();
+  if (events_end < 0 || std::fwrite(closing.data(), 1, closing.size(), file_) != closing.size() ||
+      std::fflush(file_) != 0 || !cut_at_position(file_) || std::fseek(file_, events_end, SEEK_SET) != 0)
+    error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
 }
 
 void TraceWriter::emit_locked(const std::string& event) {
@@ -359,19 +392,6 @@ void TraceWriter::on_sample(const MemorySample& s) {
   last_t_s_ = std::max(last_t_s_, s.t_s);
 }
 
-namespace {
-
-/// Truncates a regular file at its stream's position; anything else (a device, a pipe) is left
-/// as it is. False with errno set when the truncation fails.
-bool cut_at_position(std::FILE* file) {
-  struct stat st {};
-  if (::fstat(::fileno(file), &st) != 0) return false;
-  if (!S_ISREG(st.st_mode)) return true;
-  return ::ftruncate(::fileno(file), ::ftell(file)) == 0;
-}
-
-}  // namespace
-
 std::string TraceWriter::closing_locked() const {
   std::string other;
   {
@@ -391,7 +411,7 @@ void TraceWriter::close_locked() {
   if (file_ == nullptr) return;
   for (auto& [rank, c] : peaks_) emit_peak_locked(rank, c);
   pending_ += closing_locked();
-  flush_locked();
+  write_pending_locked();
   // A resumed trace was written over its kept closing lines: whatever of them is left goes. Only
   // a regular file has a length to cut: a trace linked to /dev/null or a terminal has none.
   if (error_.empty() && (std::fflush(file_) != 0 || !cut_at_position(file_)))

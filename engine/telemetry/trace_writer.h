@@ -1,6 +1,7 @@
 // The Perfetto / Chrome JSON trace: one process per rank, phases as complete ("X") events, memory
 // as counter ("C") events at every phase edge (device, host and every category), an instant ("i")
-// at each step's peak, offload copies on tracks of their own. Streams to disk; a closed file is always valid JSON. No LibTorch.
+// at each step's peak, offload copies on tracks of their own. Streams to disk; the file is valid
+// JSON after every flush, a killed run's too. No LibTorch.
 // defines: TraceWriter
 #pragma once
 
@@ -20,8 +21,10 @@ namespace odyssey {
 
 /// Usage: TraceWriter trace(dir + "/trace.json"); trace.attach(recorder);  // per rank
 ///        ... trace.on_step(metrics);  // per step;  trace.close();  // or the destructor
-/// Thread-safe: rank threads write concurrently. Events are buffered up to kFlushBytes and then
-/// written out, so a long run never holds its trace in memory. Write errors never throw from a
+/// Thread-safe: rank threads write concurrently. Events are buffered up to kFlushBytes (or the
+/// next flush()) and then written out with the closing lines after them, so a long run never holds
+/// its trace in memory and a run killed without unwinding leaves a document Perfetto opens, with
+/// every event of its last flush. Write errors never throw from a
 /// sink: the first one is kept (error()) and later events are dropped. The file opens in
 /// ui.perfetto.dev and chrome://tracing.
 class TraceWriter {
@@ -91,6 +94,8 @@ class TraceWriter {
   void emit_locked(const std::string& event);
   void ensure_rank_locked(int rank);
   void emit_peak_locked(int rank, PeakCandidate& candidate);
+  void write_pending_locked();
+  /// The pending events, then (a regular file) the closing lines, the position left before them.
   void flush_locked();
   void close_locked();
   /// The lines after the last event: the events' array closed, the display unit, otherData.
@@ -109,6 +114,9 @@ class TraceWriter {
   std::map<std::pair<int, std::string>, int> tracks_;  ///< (rank, track) -> tid (1, 2, ...)
   std::map<int, PeakCandidate> peaks_;
   std::string error_;
+  /// A regular file: every flush leaves the closing lines after the events, so the file on disk
+  /// is a whole document between flushes (false for a device or a pipe: written at close only).
+  bool closes_on_disk_ = false;
 };
 
 }  // namespace odyssey

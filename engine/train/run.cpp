@@ -424,7 +424,7 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
     run_peak.ooms = window.ooms;
   };
   const auto keep_run_peak = [&] {
-    std::lock_guard<std::mutex> lock(shared.rank_peaks_mutex);
+    std::lock_guard<std::mutex> lock(shared.peaks_mutex);
     shared.rank_peaks.push_back(run_peak);
   };
   while (trainer.next_step() < total) {
@@ -459,9 +459,10 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
         }
       }
       // summary.json's "ranks" of a failed run (an OOM is where they are read): this rank's peak,
-      // the failing step's included
+      // the failing step's included; its phases in the trace and the phase table
       take_step_window();
       keep_run_peak();
+      reporter.report_failed_step();
       throw;
     }
     if (profiled) {

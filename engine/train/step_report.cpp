@@ -83,13 +83,39 @@ void StepReporter::report(const StepResult& r, int64_t config_version, RunOutcom
     m.rank_host_peak_bytes.push_back(static_cast<int64_t>(host[2 * k + 1].item<double>()));
     m.peak_bytes = std::max(m.peak_bytes, m.rank_peak_bytes.back());
   }
-  shared_.run_peaks.merge(step_peaks);
+  {
+    std::lock_guard<std::mutex> lock(shared_.peaks_mutex);
+    shared_.run_peaks.merge(step_peaks);
+  }
   if (shared_.metrics) shared_.metrics->write(m, &step_peaks);
-  if (shared_.trace && traced_) shared_.trace->on_step(m);
+  if (shared_.trace && traced_) {
+    shared_.trace->on_step(m);
+    shared_.trace->flush();  // a run killed in a later step leaves this one in a trace that opens
+  }
   if (opt_.timeline) opt_.timeline->add_metrics(m);
   out.metrics.push_back(m);
   out.results.push_back(r);
   if (opt_.on_step) opt_.on_step(m, r);
+}
+
+void StepReporter::report_failed_step() noexcept {
+  edges_.set_capture(false);
+  if (!collect_ || !shared_.reports) return;  // this process writes no outputs
+  try {
+    RankStepRecords own{recorder_.take_records(), edges_.take(), edges_.take_spans()};
+    PhasePeakTable step_peaks;
+    step_peaks.add(own.records);
+    {
+      std::lock_guard<std::mutex> lock(shared_.peaks_mutex);
+      shared_.run_peaks.merge(step_peaks);
+    }
+    if (!traced_ || !shared_.trace) return;
+    for (EdgeRecord& e : own.edges) shared_.trace->on_edge(e.view());
+    for (const PhaseRecord& record : own.records) shared_.trace->on_record(record);
+    for (const DeviceSpan& span : own.spans) shared_.trace->on_device_span(span);
+    shared_.trace->flush();
+  } catch (const std::exception&) {  // out of host memory while copying: the step's own failure is the run's
+  }
 }
 
 }  // namespace odyssey

@@ -105,6 +105,14 @@ TEST_CASE("odyssey train: killed between steps, resumed, losses bit for bit", "[
   REQUIRE(WIFSIGNALED(status));  // it really was killed mid-run
   const int64_t resumed_at = checkpoint_step(dir);
   REQUIRE(resumed_at < 40);
+  // The kill ran no destructor: the trace is whole as each traced step's end wrote it (the open
+  // array it left before, Perfetto refused), the default output.trace_steps = 4 in it.
+  const auto killed_trace = parse_json(read_text(dir + "/trace.json"));
+  REQUIRE(killed_trace.has_value());
+  std::set<int64_t> traced_steps;
+  for (const Json& e : killed_trace->at("traceEvents"))
+    if (e.at("ph") == "C" && e.at("name") == "step") traced_steps.insert(e.at("args").at("step").get<int64_t>());
+  CHECK(traced_steps == std::set<int64_t>{1, 2, 3, 4});
   const Run r = run_odyssey("train " + args + "--resume " + dir);
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);

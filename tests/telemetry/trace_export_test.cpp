@@ -168,6 +168,36 @@ TEST_CASE("trace is valid JSON after an exception and streams while the run goes
   CHECK_THROWS_AS(TraceWriter("/nonexistent-dir/trace.json"), std::runtime_error);
 }
 
+TEST_CASE("trace on disk is a whole document after every flush, as a killed run leaves it", "[telemetry][trace]") {
+  // SIGKILL or the OOM killer runs no destructor: the file left was the open array without its
+  // closing lines, which Perfetto and chrome://tracing refuse. Read here while the writer is open.
+  const std::string path = temp_path("trace_killed.json");
+  TraceWriter trace(path);
+  CHECK(parse_file(path).at("traceEvents").empty());  // created: already a document
+  PhaseRecord record;
+  record.path = "step";
+  record.rank = 1;
+  record.step = 1;
+  record.t_end_s = 0.5;
+  trace.on_record(record);
+  trace.set_other_data("attention_kernels", {"a_kernel_name_longer_than_what_replaces_it"});
+  trace.flush();
+  Json doc = parse_file(path);
+  CHECK(doc.at("traceEvents").size() == 4);  // 3 metadata events + the phase
+  CHECK(doc.at("otherData").at("attention_kernels").size() == 1);
+  // More events, with shorter closing lines than the ones on disk: written over, nothing left after.
+  trace.set_other_data("attention_kernels", {});
+  record.step = 2;
+  trace.on_record(record);
+  trace.flush();
+  doc = parse_file(path);
+  CHECK(doc.at("traceEvents").size() == 6);  // the phase and step 1's peak instant (its step ended)
+  CHECK(doc.at("otherData").at("attention_kernels").empty());
+  trace.close();
+  doc = parse_file(path);
+  CHECK(doc.at("traceEvents").size() == 7);  // and step 2's peak instant, pending until the close
+}
+
 TEST_CASE("a resumed trace keeps each copy track on its own thread", "[telemetry][trace]") {
   const std::string path = temp_path("trace_resumed_tracks.json");
   auto span = [](const std::string& track, const std::string& name, int64_t step, double t) {

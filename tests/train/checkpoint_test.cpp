@@ -290,9 +290,10 @@ TEST_CASE("summary: each rank's run peak with its categories, the peaks of metri
   }
 }
 
-TEST_CASE("summary: a run whose step ran out of memory keeps the rank's peak, the failing step's included",
+TEST_CASE("summary: a run whose step ran out of memory keeps the rank's peak and the failing step's phases",
           "[engine][checkpoint]") {
-  // "ranks" was empty for a failed run, where an OOM's peak and categories are what one reads.
+  // "ranks" was empty for a failed run, where an OOM's peak and categories are what one reads, and
+  // the failing step's phases reached neither trace.json nor summary.json's phase table.
   // Step 3 gets room for what is held after step 2 and a quarter of a step more: it runs out.
   RunConfig cfg = small_config();
   cfg.memory.activation_checkpointing = true;
@@ -316,6 +317,22 @@ TEST_CASE("summary: a run whose step ran out of memory keeps the rank's peak, th
   REQUIRE(ranks.size() == 1);
   CHECK(ranks[0].at("device_peak").get<int64_t>() > 0);
   CHECK(ranks[0].at("ooms").get<int64_t>() >= 1);  // the failing step's window
+  // The failing step's phases, closed as the out-of-memory error unwound them, marked so.
+  const auto trace = parse_json(read_bytes(join_path(opt.out_dir, "trace.json")));
+  REQUIRE(trace);
+  int64_t failed_phases = 0, unwound = 0;
+  for (const Json& e : trace->at("traceEvents")) {
+    if (e.at("ph") != "X" || !e.contains("args") || e.at("args").value("step", int64_t{0}) != 3) continue;
+    ++failed_phases;
+    unwound += e.at("args").value("unwound", false);
+  }
+  CHECK(unwound >= 1);
+  CHECK(failed_phases >= unwound);
+  // Summary's phase table counts each phase once a step: the outermost, "step", ran three times.
+  int64_t step_count = 0;
+  for (const Json& p : summary->at("phases"))
+    if (p.at("path") == "step") step_count = p.at("count").get<int64_t>();
+  CHECK(step_count == 3);
 }
 
 TEST_CASE("checkpoint: the pointer file's fields are checked for type and range", "[engine][checkpoint]") {
