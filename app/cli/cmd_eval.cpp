@@ -369,8 +369,8 @@ Source open_source(const EvalArgs& a) {
     // Validated as evaluated (a Ulysses degree must divide --seq-len, not the trained length).
     std::vector<Override> overrides = eval_step_overrides(a);
     overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
-    loaded = load_preset_text(s.info->config_toml, s.info->path + "/config.toml", overrides);
-    const LoadedPreset saved = load_preset_text(s.info->config_toml, s.info->path + "/config.toml");
+    loaded = load_checkpoint_config(s.info->config_toml, s.info->path + "/config.toml", overrides);
+    const LoadedPreset saved = load_checkpoint_config(s.info->config_toml, s.info->path + "/config.toml");
     if (!saved.ok()) throw BadInput("the checkpoint's config does not load: " + saved.issues.front().format());
     s.saved = saved.config;
     if (loaded.ok()) check_own_model(s.saved, loaded.config, s.info->path + "/config.toml", a);

@@ -664,6 +664,18 @@ LoadedPreset load_preset_text(std::string_view text, const std::string& name, co
   return load_document(text, name, overrides);
 }
 
+LoadedPreset load_checkpoint_config(std::string_view text, const std::string& name,
+                                    const std::vector<Override>& overrides) {
+  LoadedPreset r = load_document(text, name, overrides);
+  for (const Override& o : overrides)
+    if (o.section == "hardware") return r;
+  const auto hardware = std::stable_partition(
+      r.issues.begin(), r.issues.end(), [](const ConfigIssue& issue) { return issue.key.rfind("hardware.", 0) != 0; });
+  r.hardware_kept_as_saved.assign(hardware, r.issues.end());
+  r.issues.erase(hardware, r.issues.end());
+  return r;
+}
+
 namespace {
 /// Presets are a few kilobytes; a larger "preset" is some other file named by mistake.
 constexpr int64_t kMaxPresetBytes = 1 << 20;

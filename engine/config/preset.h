@@ -43,6 +43,8 @@ struct LoadedPreset {
   RunConfig config;
   SourceMap sources;
   std::vector<ConfigIssue> issues;
+  /// load_checkpoint_config only: the hardware profile's issues, kept as saved (see there).
+  std::vector<ConfigIssue> hardware_kept_as_saved;
   bool ok() const { return issues.empty(); }
 };
 
@@ -52,6 +54,13 @@ LoadedPreset load_preset(const std::string& path, const std::vector<Override>& o
 /// Same, from text in memory; `name` stands in for the file name in messages.
 LoadedPreset load_preset_text(std::string_view text, const std::string& name,
                               const std::vector<Override>& overrides = {});
+/// The config.toml a checkpoint saved, as load_preset_text reads it, except the [hardware]
+/// profile: it feeds only the planner's estimates, a checkpoint's state never depends on it, and a
+/// rule on it that came after the checkpoint (attention_backward_ratio times the efficiency at most
+/// 1) must not make the checkpoint unreadable. Its issues move to hardware_kept_as_saved, the
+/// values as written. Unless an override sets a hardware key: the profile is then the user's, checked.
+LoadedPreset load_checkpoint_config(std::string_view text, const std::string& name,
+                                    const std::vector<Override>& overrides = {});
 /// Applies overrides to an already-loaded config (as the studio and CLI do) and revalidates.
 LoadedPreset apply_overrides(const RunConfig& base, const std::vector<Override>& overrides,
                              const std::string& name = "--set");

@@ -578,10 +578,13 @@ Entries read_checkpoint_rank(const CheckpointInfo& info, int64_t rank, const std
 
 std::vector<std::string> check_resume_config(const CheckpointInfo& info, const RunConfig& run, const std::string& dir) {
   const std::string config = join_path(info.path, "config.toml");
-  const LoadedPreset saved = load_preset_text(info.config_toml, config);
+  const LoadedPreset saved = load_checkpoint_config(info.config_toml, config);
   if (!saved.ok())
     throw CheckpointError("checkpoint config " + config + " does not load: " + saved.issues.front().format());
   std::vector<std::string> refused, notes;
+  for (const ConfigIssue& issue : saved.hardware_kept_as_saved)
+    notes.push_back("resume: the checkpoint's hardware profile breaks a rule this version checks (" + issue.format() +
+                    "); it only estimates, this run plans with its own");
   for (const KeyChange& c : config_changes(saved.config, run)) {
     if (c.resume_must_match)
       refused.push_back(c.describe());

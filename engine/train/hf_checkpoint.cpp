@@ -544,7 +544,7 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   const auto info = read_checkpoint_info(run_dir);
   if (!info) throw CheckpointError("export: " + run_dir + " has no checkpoint (no checkpoints/latest.json)");
   const std::string config_file = join_path(info->path, "config.toml");
-  const LoadedPreset saved = load_preset_text(info->config_toml, config_file);
+  const LoadedPreset saved = load_checkpoint_config(info->config_toml, config_file);  // the model's shape
   if (!saved.ok())
     throw CheckpointError("checkpoint config " + config_file + " does not load: " + saved.issues.front().format());
   const RunConfig& cfg = saved.config;

@@ -421,6 +421,31 @@ TEST_CASE("an attention backward past the peak is refused, naming the efficiency
   }
 }
 
+TEST_CASE("a checkpoint's config loads with a hardware profile a later rule refuses, kept as saved",
+          "[config][validate]") {
+  // A checkpoint saved before the backward-ratio rule could no longer be resumed, exported or
+  // evaluated: the profile only feeds the planner, the checkpoint's state never depends on it.
+  std::string text = preset_to_toml(load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml").config);
+  const size_t at = text.find("\n[hardware]\n");  // a profile's keys are written only where set
+  REQUIRE(at != std::string::npos);
+  text.insert(at + 12, "attention_backward_ratio = 4.0\nattention_efficiency = 0.9\n");
+  REQUIRE_FALSE(load_preset_text(text, "config.toml").ok());  // a preset: refused
+  const LoadedPreset saved = load_checkpoint_config(text, "config.toml");
+  CHECK(saved.ok());
+  REQUIRE(saved.hardware_kept_as_saved.size() == 1);
+  CHECK(saved.hardware_kept_as_saved.front().key == "hardware.attention_backward_ratio");
+  CHECK(saved.config.hardware.attention_backward_ratio == 4.0);  // as written, no default put in
+  // Another key's issue is refused as ever, and a --set on the profile makes it the user's, checked.
+  Override set;
+  ConfigIssue issue;
+  REQUIRE(parse_override("training.seq_len=0", 1, &set, &issue));
+  CHECK_FALSE(load_checkpoint_config(text, "config.toml", {set}).ok());
+  REQUIRE(parse_override("hardware.bf16_tflops=900", 1, &set, &issue));
+  const LoadedPreset user = load_checkpoint_config(text, "config.toml", {set});
+  REQUIRE_FALSE(user.ok());
+  CHECK(user.issues.front().key == "hardware.attention_backward_ratio");
+}
+
 TEST_CASE("memory.lse_attention_kernel = cudnn is refused where cuDNN cannot run, naming why", "[config][validate]") {
   RunConfig cfg;
   cfg.model = *find_model_flavor("llama3.2-1b");  // hd 64
