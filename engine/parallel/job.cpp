@@ -83,10 +83,10 @@ void check_launchable(const RunConfig& cfg, const std::string& command) {
   // already removed the run it replaced (and under emulation the refusal came back as a rank's
   // runtime failure, exit 1).
   const JobMode mode = job_mode(cfg.parallel);
-  resolve_device(cfg.training.device, mode == JobMode::Torchrun ? torchrun_env()->local_rank : 0);
+  const at::Device device =
+      resolve_device(cfg.training.device, mode == JobMode::Torchrun ? torchrun_env()->local_rank : 0);
   if (mode != JobMode::Threads) return;
-  if (cfg.parallel.world_size > 1 && cfg.training.device != DeviceKind::Cpu) {
-    const at::Device device = resolve_device(cfg.training.device, 0);
+  if (cfg.parallel.world_size > 1) {
     const int gpus = device.is_cuda() ? prepare_cuda().device_count : 0;
     if (device.is_cuda() && cfg.parallel.world_size > gpus)
       throw std::invalid_argument(
