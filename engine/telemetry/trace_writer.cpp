@@ -236,8 +236,9 @@ void TraceWriter::on_device_span(const DeviceSpan& s) {
   const auto key = std::make_pair(s.rank, s.track);
   auto it = tracks_.find(key);
   if (it == tracks_.end()) {
-    int next_tid = 1;  // one more than any tid in use (a resumed trace's kept tracks included)
-    for (const auto& [known, tid] : tracks_) next_tid = std::max(next_tid, tid + 1);
+    int next_tid = 1;  // one more than any tid of this rank in use (a resumed trace's kept tracks included)
+    for (const auto& [known, tid] : tracks_)
+      if (known.first == s.rank) next_tid = std::max(next_tid, tid + 1);
     it = tracks_.emplace(key, next_tid).first;
     emit_locked(thread_name_event(s.rank, next_tid, s.track));
   }

@@ -249,6 +249,34 @@ TEST_CASE("a resumed trace keeps each copy track on its own thread", "[telemetry
   CHECK(spans == 5);
 }
 
+TEST_CASE("each rank's copy tracks take tids from 1", "[telemetry][trace]") {
+  // Rank threads share one writer: rank 1's tracks took tids 3 and 4 after rank 0's 1 and 2.
+  const std::string path = temp_path("trace_rank_tracks.json");
+  {
+    TraceWriter trace(path);
+    for (int rank : {0, 1})
+      for (const char* track : {"offload d2h", "offload h2d"}) {
+        DeviceSpan s;
+        s.rank = rank;
+        s.step = 1;
+        s.name = track;
+        s.category = "copy";
+        s.track = track;
+        trace.on_device_span(s);
+      }
+  }
+  std::map<std::pair<int64_t, int64_t>, std::string> names;  // (pid, tid) -> thread name
+  const Json doc = parse_file(path);
+  for (const auto& e : doc.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      names[{e.at("pid").get<int64_t>(), e.at("tid").get<int64_t>()}] = e.at("args").at("name").get<std::string>();
+  for (int64_t rank : {0, 1}) {
+    INFO("rank " << rank);
+    CHECK(names[{rank, 1}] == "offload d2h");
+    CHECK(names[{rank, 2}] == "offload h2d");
+  }
+}
+
 TEST_CASE("trace accepts the studio's spans and samples", "[telemetry][trace]") {
   const std::string path = temp_path("trace_spans.json");
   {
