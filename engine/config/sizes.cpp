@@ -51,9 +51,30 @@ std::optional<int64_t> parse_size(std::string_view text) {
     if (__builtin_mul_overflow(value, factor, &value)) return std::nullopt;
     return value;
   }
-  const double value = std::stod(digits) * multiplier;
-  if (value > 9.0e18 || value != std::floor(value)) return std::nullopt;  // 1.3K is not whole
-  return static_cast<int64_t>(value);
+  // Digits and a dot, exactly (a double read 3.0000000000000001M as 3M): the whole part times the
+  // suffix, plus fraction F / 10^n of it, which must be whole (1.3K is not). The suffix is 2^(10k),
+  // so F x 2^(10k) / (2^n 5^n) is whole only if 5^n divides F and then 2^n divides (F / 5^n) 2^(10k).
+  const size_t dot = digits.find('.');
+  std::string fraction = digits.substr(dot + 1);
+  while (!fraction.empty() && fraction.back() == '0') fraction.pop_back();
+  const auto factor = static_cast<int64_t>(multiplier);
+  int64_t whole = 0;
+  for (char c : digits.substr(0, dot))
+    if (__builtin_mul_overflow(whole, int64_t{10}, &whole) || __builtin_add_overflow(whole, int64_t{c - '0'}, &whole))
+      return std::nullopt;
+  if (__builtin_mul_overflow(whole, factor, &whole)) return std::nullopt;
+  // More than 30 digits after the last zero: 5^n cannot divide F (its last digit is not 0), or F
+  // is odd (its last digit is 5) and 2^n exceeds the suffix's 2^30.
+  const int n = static_cast<int>(fraction.size());
+  if (n > 30) return std::nullopt;
+  __int128 f = 0, five_to_n = 1;  // F < 10^30 and 5^30 < 10^21: both within 128 bits
+  for (char c : fraction) f = f * 10 + (c - '0');
+  for (int i = 0; i < n; ++i) five_to_n *= 5;
+  if (f % five_to_n != 0) return std::nullopt;
+  const auto part = static_cast<int64_t>(f / five_to_n) * factor;  // F / 5^n < 2^n <= 2^30: below 2^60
+  if (part % (int64_t{1} << n) != 0) return std::nullopt;
+  if (__builtin_add_overflow(whole, part >> n, &whole)) return std::nullopt;
+  return whole;
 }
 
 std::string format_size(int64_t count) {

@@ -174,6 +174,16 @@ TEST_CASE("size literals parse as powers of 1024 and format back", "[config][siz
   CHECK_FALSE(parse_size("18446744073709551615"));
   CHECK(parse_size("8589934591G") == int64_t{8589934591} << 30);
   CHECK_FALSE(parse_size("8589934592G"));
+  // a fraction is exact too: a double read the first as 3M and the fourth as 2^63 - 1024 + 1024
+  CHECK_FALSE(parse_size("3.0000000000000001M"));
+  CHECK(parse_size("3.000000000000000000000000000000000000M") == 3 * 1024 * 1024);
+  CHECK(parse_size("0.0009765625K") == 1);  // 2^-10 K: ten digits after the dot, whole
+  CHECK(parse_size("8589934591.999999999068677425384521484375G") == std::numeric_limits<int64_t>::max());
+  CHECK_FALSE(parse_size("8589934591.9999999990686774253845214843751G"));
+  CHECK_FALSE(parse_size("8589934592.0G"));
+  CHECK(parse_size(".5K") == 512);
+  CHECK(parse_size("5.K") == 5 * 1024);
+  CHECK_FALSE(parse_size("0.00000000000000000000000000000000005K"));  // 35 digits: not whole
   CHECK(format_size(3 * 1024 * 1024) == "3M");
   CHECK(format_size(512 * 1024) == "512K");
   CHECK(format_size(1000) == "1000");
