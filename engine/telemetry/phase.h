@@ -114,8 +114,13 @@ class PhaseRecorder {
   /// plus the device's elapsed time since it) and delivers them. Returns the device time from the
   /// step's first mark to its last; nullopt without a device timeline or marks.
   std::optional<double> settle();
-  /// Drops held edges and records (a failed step whose device may be in error).
+  /// Drops held edges, records and spans, and restarts the device clock.
   void drop_held();
+  /// A failed step (its device may be in error, so no device time is read): delivers the held
+  /// edges and records with the host times taken at their edges, drops the held spans (timed on
+  /// the device only), then as drop_held(). Phases that close later, as the error unwinds further,
+  /// are held again: call it once more before take_records().
+  void deliver_held_on_host_clock();
 
   /// A timestamp in the order of another stream of the device (DeviceTimeline::mark_on: a copy
   /// stream), for a DeviceSpan's edges; -1 without a device timeline, before the step's first mark,

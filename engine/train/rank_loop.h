@@ -36,15 +36,13 @@ struct RunShared {
   std::vector<CarriedFile> tokenizer_files;
   std::unique_ptr<MetricsJsonlWriter> metrics;
   std::unique_ptr<TraceWriter> trace;
-  /// Guards run_peaks and rank_peaks: rank 0 merges a step's phases while another rank thread,
-  /// already in the next step, may fail and merge its own.
-  std::mutex peaks_mutex;
-  /// summary.json: every rank's phases (gathered to rank 0; a failed step's of each failing rank
-  /// of this process).
+  /// summary.json: every rank's phases (gathered to rank 0; a failed step's from each rank of this
+  /// process that could not report it). Thread-safe.
   PhasePeakTable run_peaks;
   std::string collective_backend;  ///< summary.json: rank 0's world group's (Comm::backend), set by rank 0
   /// summary.json's "ranks": the run peak of each rank of this process, with the categories at
   /// it (every rank under rank threads; a torchrun process its own), appended as each rank ends.
+  std::mutex rank_peaks_mutex;
   std::vector<RankPeak> rank_peaks;
   /// When run_training began, and summary.json's "setup_s": the seconds from then to the start of
   /// this process's first step (set by rank 0's thread; negative until a step starts).
@@ -91,13 +89,17 @@ class StepReporter {
   bool begin_step();
   /// The step's report (a collective: every rank calls it after every step).
   void report(const StepResult& r, int64_t config_version, RunOutcome& out);
-  /// A step that threw: this rank's phases of it (closed as the exception unwound, marked
-  /// "unwound") go to the trace when the step was traced, and to summary.json's phase table,
-  /// without a collective (the other ranks may be failing or waiting), and the trace is flushed.
-  /// Only where this process writes the outputs (under torchrun: rank 0's). Never throws.
+  /// A step that threw, here or on another rank (report() calls it when its collective fails):
+  /// this rank's phases of it (those closed by the exception marked "unwound") go to the trace,
+  /// also past output.trace_steps, and to summary.json's phase table, without a collective (the
+  /// other ranks may be failing or waiting); the trace is flushed. Only where this process writes
+  /// the outputs (under torchrun: rank 0's). Never throws.
   void report_failed_step() noexcept;
 
  private:
+  /// report_failed_step's writing, also for records report() took before its gather failed.
+  void write_unreported(RankStepRecords own) noexcept;
+
   const RunConfig& cfg_;
   const RankContext& ctx_;
   const RunOptions& opt_;

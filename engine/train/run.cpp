@@ -424,7 +424,7 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
     run_peak.ooms = window.ooms;
   };
   const auto keep_run_peak = [&] {
-    std::lock_guard<std::mutex> lock(shared.peaks_mutex);
+    std::lock_guard<std::mutex> lock(shared.rank_peaks_mutex);
     shared.rank_peaks.push_back(run_peak);
   };
   while (trainer.next_step() < total) {

@@ -47,13 +47,24 @@ void StepReporter::report(const StepResult& r, int64_t config_version, RunOutcom
   // Every rank's device and host peak to rank 0 (two doubles per rank, exact below 2^53 bytes).
   at::Tensor mine = at::tensor({static_cast<double>(r.device_peak), static_cast<double>(r.host_peak)},
                                at::TensorOptions().dtype(at::kDouble).device(ctx_.device));  // [2]
-  ctx_.world->all_gather(peaks_, mine);
+  try {
+    ctx_.world->all_gather(peaks_, mine);
+  } catch (...) {  // another rank failed this step: this rank's phases of it go out as a failed step's
+    report_failed_step();
+    throw;
+  }
   RankStepRecords own{recorder_.take_records(), edges_.take(), edges_.take_spans()};
   std::vector<RankStepRecords> ranks;
-  if (collect_)
-    ranks = gather_step_records(ctx_, std::move(own));
-  else if (lead)
+  if (collect_) {
+    try {
+      ranks = gather_step_records(ctx_, own);  // a copy: kept for the failure below
+    } catch (...) {
+      write_unreported(std::move(own));
+      throw;
+    }
+  } else if (lead) {
     ranks.push_back(std::move(own));
+  }
   if (!lead) return;
 
   PhasePeakTable step_peaks;  // this step, max over ranks
@@ -83,10 +94,7 @@ void StepReporter::report(const StepResult& r, int64_t config_version, RunOutcom
     m.rank_host_peak_bytes.push_back(static_cast<int64_t>(host[2 * k + 1].item<double>()));
     m.peak_bytes = std::max(m.peak_bytes, m.rank_peak_bytes.back());
   }
-  {
-    std::lock_guard<std::mutex> lock(shared_.peaks_mutex);
-    shared_.run_peaks.merge(step_peaks);
-  }
+  shared_.run_peaks.merge(step_peaks);
   if (shared_.metrics) shared_.metrics->write(m, &step_peaks);
   if (shared_.trace && traced_) {
     shared_.trace->on_step(m);
@@ -99,22 +107,34 @@ void StepReporter::report(const StepResult& r, int64_t config_version, RunOutcom
 }
 
 void StepReporter::report_failed_step() noexcept {
+  // A GPU rank's phases that closed after the trainer's cleanup (the step's own, as the error
+  // left Trainer::step) are still held: on with their host times, while the edges are captured.
+  try {
+    recorder_.deliver_held_on_host_clock();
+  } catch (const std::exception&) {  // out of host memory: the step's own failure is the run's
+    recorder_.drop_held();
+  }
   edges_.set_capture(false);
+  try {
+    write_unreported({recorder_.take_records(), edges_.take(), edges_.take_spans()});
+  } catch (const std::exception&) {  // out of host memory while moving them: the step's own failure is the run's
+  }
+}
+
+void StepReporter::write_unreported(RankStepRecords own) noexcept {
   if (!collect_ || !shared_.reports) return;  // this process writes no outputs
   try {
-    RankStepRecords own{recorder_.take_records(), edges_.take(), edges_.take_spans()};
     PhasePeakTable step_peaks;
     step_peaks.add(own.records);
-    {
-      std::lock_guard<std::mutex> lock(shared_.peaks_mutex);
-      shared_.run_peaks.merge(step_peaks);
-    }
-    if (!traced_ || !shared_.trace) return;
+    shared_.run_peaks.merge(step_peaks);
+    if (!shared_.trace) return;
+    // Past output.trace_steps too: the failing step is the one to read. Its memory counters and
+    // copies were captured only when the step was traced.
     for (EdgeRecord& e : own.edges) shared_.trace->on_edge(e.view());
     for (const PhaseRecord& record : own.records) shared_.trace->on_record(record);
     for (const DeviceSpan& span : own.spans) shared_.trace->on_device_span(span);
     shared_.trace->flush();
-  } catch (const std::exception&) {  // out of host memory while copying: the step's own failure is the run's
+  } catch (const std::exception&) {  // out of host memory while writing: the step's own failure is the run's
   }
 }
 

@@ -303,11 +303,30 @@ TEST_CASE("a device timeline holds edges and records until settle, then gives th
   CHECK(records[2].path == "step");
   CHECK(records[2].t_end_s - records[2].t_begin_s == Approx(1.25));
   CHECK(sunk.size() == 3);
-  // A failed step's held phases are dropped, not delivered.
+  // drop_held forgets the held phases.
   { PhaseScope step("step"); }
   recorder.drop_held();
   CHECK_FALSE(recorder.settle().has_value());
   CHECK(recorder.take_records().empty());
+  // A failed step's held phases go on with their host times (its device may be in error: the
+  // clock is not settled): on a GPU they were dropped, and no failed step reached the trace.
+  edges.clear();
+  sunk.clear();
+  const double before = telemetry_now_s();
+  { PhaseScope step("failed"); }
+  const double after = telemetry_now_s();
+  recorder.deliver_held_on_host_clock();
+  CHECK(clock.settles == 1);  // not settled
+  CHECK(clock.marks == 0);    // restarted
+  REQUIRE(edges.size() == 2);
+  CHECK(edges[0].first == "failed");
+  records = recorder.take_records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].path == "failed");
+  CHECK(records[0].t_begin_s >= before);
+  CHECK(records[0].t_end_s <= after);
+  CHECK(sunk.size() == 1);
+  CHECK_FALSE(recorder.settle().has_value());  // nothing held any more
   // Without a device timeline, settle is a no-op and delivery is immediate.
   recorder.set_device_timeline(nullptr);
   { PhaseScope step("step"); }
