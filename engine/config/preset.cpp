@@ -669,10 +669,24 @@ LoadedPreset load_checkpoint_config(std::string_view text, const std::string& na
   LoadedPreset r = load_document(text, name, overrides);
   for (const Override& o : overrides)
     if (o.section == "hardware") return r;
-  const auto hardware = std::stable_partition(
-      r.issues.begin(), r.issues.end(), [](const ConfigIssue& issue) { return issue.key.rfind("hardware.", 0) != 0; });
-  r.hardware_kept_as_saved.assign(hardware, r.issues.end());
-  r.issues.erase(hardware, r.issues.end());
+  const auto set_aside_hardware = [&r] {
+    const auto hardware = std::stable_partition(r.issues.begin(), r.issues.end(), [](const ConfigIssue& issue) {
+      return issue.key.rfind("hardware.", 0) != 0;
+    });
+    r.hardware_kept_as_saved.insert(r.hardware_kept_as_saved.end(), hardware, r.issues.end());
+    r.issues.erase(hardware, r.issues.end());
+  };
+  set_aside_hardware();
+  // A [hardware] key that did not read (one this version no longer knows, or of another type:
+  // it holds its default) kept the rules that combine keys from running: they run now, on the
+  // rest, so nothing but the profile goes unchecked.
+  if (!r.hardware_kept_as_saved.empty() && r.issues.empty()) {
+    std::set<std::string> kept;
+    for (const ConfigIssue& issue : r.hardware_kept_as_saved) kept.insert(issue.key);
+    for (ConfigIssue& issue : validate(r.config, r.sources, name))
+      if (!kept.count(issue.key)) r.issues.push_back(std::move(issue));
+    set_aside_hardware();
+  }
   return r;
 }
 

@@ -58,7 +58,8 @@ LoadedPreset load_preset_text(std::string_view text, const std::string& name,
 /// profile: it feeds only the planner's estimates, a checkpoint's state never depends on it, and a
 /// rule on it that came after the checkpoint (attention_backward_ratio times the efficiency at most
 /// 1) must not make the checkpoint unreadable. Its issues move to hardware_kept_as_saved, the
-/// values as written. Unless an override sets a hardware key: the profile is then the user's, checked.
+/// values as written (a key this version does not read holds its default), and every other rule
+/// still runs. Unless an override sets a hardware key: the profile is then the user's, checked.
 LoadedPreset load_checkpoint_config(std::string_view text, const std::string& name,
                                     const std::vector<Override>& overrides = {});
 /// Applies overrides to an already-loaded config (as the studio and CLI do) and revalidates.

@@ -454,6 +454,19 @@ TEST_CASE("a checkpoint's config loads with a hardware profile a later rule refu
   const LoadedPreset user = load_checkpoint_config(text, "config.toml", {set});
   REQUIRE_FALSE(user.ok());
   CHECK(user.issues.front().key == "hardware.attention_backward_ratio");
+  // A hardware key this version does not read kept the rules that combine keys from running: they
+  // run on the rest (warmup past the last step is refused), and the key is set aside alone.
+  std::string unknown = text;
+  unknown.insert(at + 12, "retired_key = 1\n");
+  const LoadedPreset retired = load_checkpoint_config(unknown, "config.toml");
+  CHECK(retired.ok());
+  CHECK(retired.hardware_kept_as_saved.size() == 2);  // the retired key, then the backward-ratio rule
+  const size_t warmup = unknown.find("\nwarmup_steps = ");
+  REQUIRE(warmup != std::string::npos);
+  unknown.replace(warmup + 1, unknown.find('\n', warmup + 1) - warmup - 1, "warmup_steps = 1000000");
+  const LoadedPreset unchecked = load_checkpoint_config(unknown, "config.toml");
+  REQUIRE_FALSE(unchecked.ok());
+  CHECK(unchecked.issues.front().key == "training.warmup_steps");
 }
 
 TEST_CASE("memory.lse_attention_kernel = cudnn is refused where cuDNN cannot run, naming why", "[config][validate]") {
