@@ -3,6 +3,7 @@
 // instants, buffered streaming and a close that always leaves valid JSON. defines: TraceWriter
 #include "engine/telemetry/trace_writer.h"
 
+#include <stdio_ext.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -132,15 +133,24 @@ bool cut_at_position(std::FILE* file) {
 
 }  // namespace
 
-TraceWriter::TraceWriter(const std::string& path) : path_(path) {
-  file_ = open_output_stream(path, "wb");
-  if (file_ == nullptr) throw std::runtime_error("trace: cannot create " + path + ": " + std::strerror(errno));
+TraceWriter::TraceWriter(const std::string& path) : path_(path) { open_fresh(); }
+
+void TraceWriter::open_fresh() {
+  file_ = open_output_stream(path_, "wb");
+  if (file_ == nullptr) throw std::runtime_error("trace: cannot create " + path_ + ": " + std::strerror(errno));
   closes_on_disk_ = regular_file(file_);
   pending_ = "{\"traceEvents\":[\n";
   flush_locked();  // an empty trace, closed: a process killed before its first step leaves valid JSON
 }
 
 TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
+  // Not a regular file where a link leads (/dev/null: the trace discarded): no events to keep,
+  // written as a fresh run writes it (a FIFO refused there as ever).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    open_fresh();
+    return;
+  }
   // The old file: one event per line between the header and the closing line (see emit_locked).
   std::vector<std::pair<std::string, Json>> events;
   // Checked on the descriptor: a FIFO or device planted in the run directory is refused, not read.
@@ -204,7 +214,8 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
   // kill or a full disk before the first flush. This process writes over the closing lines.
   const std::string head = "{\"traceEvents\":[\n" + kept;
   try {
-    write_file_atomically(path, head + closing_locked());
+    // Through a link, as a fresh run writes (a shell's `>`): the file it leads to is replaced.
+    write_file_atomically(resolve_path(path), head + closing_locked());
   } catch (const FileWriteError& e) {
     throw std::runtime_error(std::string("trace: ") + e.what());
   }
@@ -216,6 +227,7 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
     throw std::runtime_error("trace: cannot write " + path + ": " + why);
   }
   closes_on_disk_ = true;  // written above as a regular file
+  closed_at_ = static_cast<long>(head.size());
 }
 
 TraceWriter::~TraceWriter() {
@@ -268,12 +280,29 @@ void TraceWriter::flush_locked() {
   // The closing lines after the events on disk, and the position back before them: the next
   // events are written over them, and a process killed (SIGKILL, the OOM killer: no destructor
   // runs) leaves a whole document that Perfetto opens. A device or a pipe gets them at close.
-  if (!closes_on_disk_ || !error_.empty()) return;
-  const long events_end = std::ftell(file_);
+  if (!closes_on_disk_) return;
+  if (error_.empty()) {
+    const long events_end = std::ftell(file_);
+    const std::string closing = closing_locked();
+    if (events_end < 0 || std::fwrite(closing.data(), 1, closing.size(), file_) != closing.size() ||
+        std::fflush(file_) != 0)
+      error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
+    else
+      closed_at_ = events_end;  // on disk: the events, then the closing lines
+    if (error_.empty() && (!cut_at_position(file_) || std::fseek(file_, events_end, SEEK_SET) != 0))
+      error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
+  }
+  if (!error_.empty()) restore_closing_locked();
+}
+
+void TraceWriter::restore_closing_locked() {
+  if (!closes_on_disk_ || closed_at_ < 0 || restored_) return;
+  restored_ = true;
+  __fpurge(file_);  // what the stream still holds of the failed write is not written at close
   const std::string closing = closing_locked();
-  if (events_end < 0 || std::fwrite(closing.data(), 1, closing.size(), file_) != closing.size() ||
-      std::fflush(file_) != 0 || !cut_at_position(file_) || std::fseek(file_, events_end, SEEK_SET) != 0)
-    error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
+  const int fd = ::fileno(file_);
+  if (::pwrite(fd, closing.data(), closing.size(), closed_at_) == static_cast<ssize_t>(closing.size()))
+    (void)::ftruncate(fd, closed_at_ + static_cast<off_t>(closing.size()));
 }
 
 void TraceWriter::emit_locked(const std::string& event) {
@@ -417,6 +446,7 @@ void TraceWriter::close_locked() {
   // a regular file has a length to cut: a trace linked to /dev/null or a terminal has none.
   if (error_.empty() && (std::fflush(file_) != 0 || !cut_at_position(file_)))
     error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
+  if (!error_.empty()) restore_closing_locked();
   if (std::fclose(file_) != 0 && error_.empty()) error_ = "trace: cannot close " + path_ + ": " + std::strerror(errno);
   file_ = nullptr;
 }

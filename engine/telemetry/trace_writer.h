@@ -36,8 +36,9 @@ class TraceWriter {
   /// Continues the trace of a resumed run in its own directory: keeps the old file's events up
   /// to the end of step `keep_through_step` (a killed run's later steps are run again; a line
   /// torn by the kill is dropped) and shifts this process's times to follow them, so the file
-  /// reads as one run and no step appears twice. A missing old file starts afresh. The kept
-  /// events, closed, replace the old file atomically before anything is written after them: a
+  /// reads as one run and no step appears twice. A missing old file starts afresh, as does a link
+  /// to something not a regular file (/dev/null). The kept events, closed, replace the old file
+  /// (where a link leads) atomically before anything is written after them: a
   /// kill or a full disk afterwards loses none of them, and a process that ends before its first
   /// flush leaves them as valid JSON (throws std::runtime_error naming the file, the old one left).
   TraceWriter(const std::string& path, int64_t keep_through_step);
@@ -91,10 +92,17 @@ class TraceWriter {
     double t_s = 0;
     std::string path;
   };
+  /// Creates (truncates) path_ and writes the empty trace, closed (both constructors).
+  void open_fresh();
   void emit_locked(const std::string& event);
   void ensure_rank_locked(int rank);
   void emit_peak_locked(int rank, PeakCandidate& candidate);
   void write_pending_locked();
+  /// A write failed (a full disk): the closing lines written again right after the last whole
+  /// flush's events, straight to the descriptor (the stream's buffer, which may hold part of the
+  /// failed write, dropped), and the file cut there: it stays the document that flush left, the
+  /// events since lost. Once; best effort (a failure here leaves the file as it is).
+  void restore_closing_locked();
   /// The pending events, then (a regular file) the closing lines, the position left before them.
   void flush_locked();
   void close_locked();
@@ -117,6 +125,8 @@ class TraceWriter {
   /// A regular file: every flush leaves the closing lines after the events, so the file on disk
   /// is a whole document between flushes (false for a device or a pipe: written at close only).
   bool closes_on_disk_ = false;
+  long closed_at_ = -1;    ///< where the closing lines on disk begin (the last whole flush's events end)
+  bool restored_ = false;  ///< restore_closing_locked ran
 };
 
 }  // namespace odyssey

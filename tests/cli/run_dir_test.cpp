@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <set>
 
 #include "cli_test_util.h"
 
@@ -266,6 +267,32 @@ TEST_CASE("run directory: a trace linked to /dev/null is discarded, the run whol
   struct stat st {};
   CHECK(::stat((dir + "/summary.json").c_str(), &st) == 0);
   CHECK(::stat((dir + "/checkpoints/latest.json").c_str(), &st) == 0);
+  // Resumed, it is discarded still (the resume refused it: "is not a regular file").
+  const Run resumed = run_odyssey("train " + kShort + "--steps 1 --quiet --resume " + dir);
+  require_exit(resumed, 0);
+  REQUIRE(::lstat((dir + "/trace.json").c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+}
+
+TEST_CASE("run directory: a resumed trace is written through its link, as the first run wrote it",
+          "[cli][reliability][rundir]") {
+  // The resume replaced the link by a file of its own: the trace the link led to stayed the first
+  // run's, and the next run's went elsewhere than the user had sent it.
+  const std::string dir = fresh_dir("linked_trace");
+  const std::string target = dir + ".trace.json";
+  std::remove(target.c_str());
+  REQUIRE(std::system(("mkdir -p " + dir + " && ln -s " + target + " " + dir + "/trace.json").c_str()) == 0);
+  require_exit(run_odyssey("train " + kShort + "--steps 1 --quiet --out " + dir), 0);
+  require_exit(run_odyssey("train " + kShort + "--steps 1 --quiet --resume " + dir), 0);  // one step more
+  struct stat st {};
+  REQUIRE(::lstat((dir + "/trace.json").c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  const auto trace = parse_json(read_text(target));
+  REQUIRE(trace.has_value());
+  std::set<int64_t> steps;
+  for (const Json& e : trace->at("traceEvents"))
+    if (e.at("ph") == "C" && e.at("name") == "step") steps.insert(e.at("args").at("step").get<int64_t>());
+  CHECK(steps == std::set<int64_t>{1, 2});
 }
 
 TEST_CASE("run directory: a link or FIFO where the lock belongs is refused, a FIFO where a run writes never hangs it",

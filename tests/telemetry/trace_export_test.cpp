@@ -3,6 +3,8 @@
 // metrics.jsonl lines and summary.json, all read back with parse_json.
 #include <catch2/catch.hpp>
 
+#include <csignal>
+#include <sys/resource.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -247,6 +249,41 @@ TEST_CASE("a resumed trace keeps each copy track on its own thread", "[telemetry
       CHECK(thread_names.at(e.at("tid").get<int64_t>()) == track);
     }
   CHECK(spans == 5);
+}
+
+TEST_CASE("a trace whose write fails stays the document its last whole flush left", "[telemetry][trace]") {
+  // A full disk (here: the file size limit, its signal ignored as odyssey's main ignores it) in the
+  // middle of a flush left the events cut mid-line with no closing lines: no viewer opened it.
+  const std::string path = temp_path("trace_write_fails.json");
+  PhaseRecord record;
+  record.path = "step";
+  record.step = 1;
+  TraceWriter trace(path);
+  trace.on_record(record);
+  trace.flush();
+  const int64_t whole = static_cast<int64_t>(fs::file_size(path));
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+  rlimit limited = saved;
+  limited.rlim_cur = static_cast<rlim_t>(whole + 4096);  // room for a few more events, not 1 MiB
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
+  for (int i = 0; i < 20000 && trace.error().empty(); ++i) {
+    record.step = 2;
+    record.t_begin_s = record.t_end_s = i * 1e-6;
+    trace.on_record(record);
+  }
+  std::string closed;
+  try {
+    trace.close();
+  } catch (const std::runtime_error& e) {
+    closed = e.what();
+  }
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &saved) == 0);
+  std::signal(SIGXFSZ, previous_handler);
+  CHECK_THAT(closed, Catch::Contains("File too large"));
+  const Json doc = parse_file(path);  // whole: step 1's phase and the metadata
+  CHECK(doc.at("traceEvents").size() == 4);
 }
 
 TEST_CASE("each rank's copy tracks take tids from 1", "[telemetry][trace]") {
