@@ -165,8 +165,15 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
       while (!text.empty() && (text.back() == ',' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
       // The last line may lack its newline: a process killed after a flush (events are written
       // ",\n" first) leaves its last event so. A line the kill tore never parses as an event.
-      if (!text.empty() && text.front() == '{' && text.rfind("{\"traceEvents\"", 0) != 0)
-        if (auto v = parse_json(text); v && well_formed_event(*v)) events.emplace_back(std::move(text), std::move(*v));
+      // The header and the closing lines are this writer's own; every other line is an event or dropped.
+      const bool own_line = text.empty() || text == "{\"traceEvents\":[" || text.front() == ']';
+      if (!own_line) {
+        auto v = text.front() == '{' ? parse_json(text) : std::nullopt;
+        if (v && well_formed_event(*v))
+          events.emplace_back(std::move(text), std::move(*v));
+        else
+          ++dropped_;
+      }
       line.clear();
       if (c == EOF) break;
     }
@@ -193,7 +200,10 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
     const bool later_step = e.contains("args") && e.at("args").contains("step") &&
                             e.at("args").at("step").get<int64_t>() > keep_through_step;
     const double ts = e.contains("ts") ? e.at("ts").get<double>() : 0;
-    if (!metadata && (later_step || ts > cut_us)) continue;
+    if (!metadata && (later_step || ts > cut_us)) {
+      ++dropped_;
+      continue;
+    }
     if (metadata && e.contains("pid")) ranks_.insert(static_cast<int>(e.at("pid").get<int64_t>()));
     // A kept track's thread keeps its tid: this process's spans on that track go on it, and a new
     // track takes a tid of its own (named once, not a second name on a kept tid).

@@ -78,8 +78,11 @@ class TraceWriter {
   void close();
   bool closed() const;
   const std::string& path() const { return path_; }
-  /// Events written so far (metadata included).
+  /// Events written so far (metadata included; a resumed trace's kept events counted).
   int64_t events() const;
+  /// A resumed trace: the old file's lines not kept (events of later steps, which run again, and
+  /// lines cut or unreadable). 0 for a fresh trace.
+  int64_t dropped() const { return dropped_; }
   /// The first write error ("" when none).
   std::string error() const;
 
@@ -125,6 +128,7 @@ class TraceWriter {
   /// A regular file: every flush leaves the closing lines after the events, so the file on disk
   /// is a whole document between flushes (false for a device or a pipe: written at close only).
   bool closes_on_disk_ = false;
+  int64_t dropped_ = 0;    ///< set by the resume constructor only (read without the lock)
   long closed_at_ = -1;    ///< where the closing lines on disk begin (the last whole flush's events end)
   bool restored_ = false;  ///< restore_closing_locked ran
 };

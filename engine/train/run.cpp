@@ -724,9 +724,23 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
         opt.log("metrics.jsonl: kept " + std::to_string(shared.metrics->lines()) + " lines through step " +
                 std::to_string(resume_step) + ", dropped " + std::to_string(shared.metrics->dropped()) +
                 " (steps after the checkpoint, which run again, or lines cut or unreadable)");
-      if (cfg.output.trace && cfg.output.trace_steps > 0)
-        shared.trace = continues ? std::make_unique<TraceWriter>(opt.out_dir + "/trace.json", resume_step)
-                                 : std::make_unique<TraceWriter>(opt.out_dir + "/trace.json");
+      const std::string trace_path = opt.out_dir + "/trace.json";
+      if (cfg.output.trace && cfg.output.trace_steps > 0) {
+        shared.trace = continues ? std::make_unique<TraceWriter>(trace_path, resume_step)
+                                 : std::make_unique<TraceWriter>(trace_path);
+        if (shared.trace->dropped() > 0 && opt.log)
+          opt.log("trace.json: kept " + std::to_string(shared.trace->events()) + " events through step " +
+                  std::to_string(resume_step) + ", dropped " + std::to_string(shared.trace->dropped()) +
+                  " (events of steps after the checkpoint, which run again, or lines cut or unreadable)");
+      } else if (continues && path_exists(trace_path)) {
+        // Untraced now, the earlier trace still ends where its process was killed: the steps after
+        // the checkpoint run again, so its events of them go (a later traced resume kept them).
+        TraceWriter(trace_path, resume_step).close();
+      }
+      // The earlier process's summary.json describes the run as it ended then: a resume killed
+      // now would leave it saying "finished" at an earlier step. A killed run has none, as a fresh
+      // one; a refused resume puts it back (as_found holds it).
+      if (continues && as_found) ::unlink(join_path(opt.out_dir, "summary.json").c_str());
     });
     if (!opt.memory_snapshot.empty() && shared.reports)
       start_memory_history();       // from before the model exists: its weights are in the history too

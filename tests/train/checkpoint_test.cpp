@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -402,12 +403,9 @@ TEST_CASE("checkpoint: resume refuses a different shape and names every other ch
   CHECK(read_bytes(join_path(dir, "metrics.jsonl")) == metrics_before);
 }
 
-TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and trace.json", "[engine][checkpoint]") {
-  RunConfig cfg = small_config();
-  cfg.output.checkpoint_every = 2;
-  const std::string dir = fresh_dir("continue");
-  // A run that got to step 3 and was killed after checkpoint 2: its files hold step 3 (and a torn
-  // line) that the resumed run will take again.
+/// A run that got to step 3 in `dir` and was killed after checkpoint 2: its files hold step 3 (and
+/// a torn line) that a resumed run will take again.
+void run_killed_after_checkpoint_2(const RunConfig& cfg, const std::string& dir) {
   {
     RunOptions opt;
     opt.out_dir = dir;
@@ -425,11 +423,25 @@ TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and t
                           join_path(join_path(dir, "checkpoints"), name)));
     std::ofstream(join_path(dir, "metrics.jsonl"), std::ios::app) << "{\"step\":4,\"loss\":";  // torn by the kill
   }
+}
+
+TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and trace.json", "[engine][checkpoint]") {
+  RunConfig cfg = small_config();
+  cfg.output.checkpoint_every = 2;
+  const std::string dir = fresh_dir("continue");
+  run_killed_after_checkpoint_2(cfg, dir);
   RunOptions rest;
   rest.out_dir = dir;
   rest.resume_dir = dir;
+  std::vector<std::string> log;
+  rest.log = [&](const std::string& line) { log.push_back(line); };
   const RunOutcome o = run_training(cfg, rest);
   REQUIRE(o.status == RunOutcome::Status::Finished);
+  // The events of step 3 that the first process wrote go, and the log says so.
+  CHECK(std::any_of(log.begin(), log.end(), [](const std::string& line) {
+    return line.rfind("trace.json: kept ", 0) == 0 &&
+           line.find(" events through step 2, dropped ") != std::string::npos;
+  }));
   CHECK(o.metrics.front().step == 3);
   std::istringstream lines(read_bytes(join_path(dir, "metrics.jsonl")));
   std::vector<int64_t> steps, process_starts;
@@ -476,6 +488,36 @@ TEST_CASE("checkpoint: a resumed run keeps each step once in metrics.jsonl and t
   // the long-range task's answer loss too (it was this process's first step's)
   REQUIRE(first->contains("answer_loss"));
   CHECK(summary->at("extra").at("answer_loss_first").get<double>() == first->at("answer_loss").get<double>());
+}
+
+TEST_CASE("checkpoint: a resume that writes no trace still cuts the earlier one, and drops the old summary",
+          "[engine][checkpoint]") {
+  // Resumed with output.trace = false, the killed process's events of step 3 stayed, and a later
+  // traced resume kept them as its own; summary.json said "finished at step 3" while the resume
+  // ran, and still did after a kill.
+  RunConfig cfg = small_config();
+  cfg.output.checkpoint_every = 2;
+  const std::string dir = fresh_dir("continue_untraced");
+  run_killed_after_checkpoint_2(cfg, dir);
+  REQUIRE(path_exists(join_path(dir, "summary.json")));
+  RunConfig untraced = cfg;
+  untraced.output.trace = false;
+  RunOptions rest;
+  rest.out_dir = dir;
+  rest.resume_dir = dir;
+  bool summary_while_training = true;
+  rest.on_step = [&](const StepMetrics&, const StepResult&) {
+    summary_while_training = path_exists(join_path(dir, "summary.json"));
+  };
+  REQUIRE(run_training(untraced, rest).status == RunOutcome::Status::Finished);
+  CHECK_FALSE(summary_while_training);
+  CHECK(path_exists(join_path(dir, "summary.json")));  // this run's, at its end
+  auto trace = parse_json(read_bytes(join_path(dir, "trace.json")));
+  REQUIRE(trace);
+  std::set<int64_t> traced_steps;
+  for (const auto& e : trace->at("traceEvents"))
+    if (e.at("ph") == "X") traced_steps.insert(e.at("args").at("step").get<int64_t>());
+  CHECK(traced_steps == std::set<int64_t>{1, 2});
 }
 
 TEST_CASE("checkpoint: a resume that fails before its first step leaves the run's files as it found them",
