@@ -13,6 +13,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -225,30 +226,46 @@ void run_rank_threads(const ParallelConfig& parallel, at::Device device, const s
   std::vector<std::thread> threads;
   threads.reserve(world);
   for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      RankScope rank_scope(r);  // the memory tracker charges this thread's allocations to rank r
-      const at::Device rank_device =
-          device.is_cuda()
-              ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>((device.has_index() ? device.index() : 0) + r))
-              : device;
-      std::unique_ptr<RankContext> ctx;  // (an optional here draws GCC 12's false -Wmaybe-uninitialized)
-      try {
-        RankContext made = world == 1 ? make_solo_rank_context(rank_device)
-                                      : make_rank_context(store, r, parallel, rank_device, options);
-        made.slot = r;  // rank thread r counts in tracker slot r
-        ctx = std::make_unique<RankContext>(std::move(made));
-        fn(*ctx);
-      } catch (const std::exception& e) {
-        options.abort->raise(r, e.what());  // before ctx's groups go away: peers see "rank r failed"
-        std::lock_guard<std::mutex> lock(errors_mutex);
-        errors[r] = e.what();
-      } catch (...) {
-        options.abort->raise(r, "unknown exception");
-        std::lock_guard<std::mutex> lock(errors_mutex);
-        errors[r] = "unknown exception";
-      }
-      ctx.reset();  // destroys this rank's groups on its own thread
-    });
+    // A thread that cannot start (the process's limit on threads or address space) ends the launch
+    // with the reason: the ranks started see the abort, and are joined (a joinable std::thread
+    // destroyed by the exception would end the process).
+    const auto not_started = [&](const std::system_error& e) {
+      const std::string why = "cannot start the thread of rank " + std::to_string(r) + " of " + std::to_string(world) +
+                              " (" + e.what() + "): the process's limit on threads or memory (ulimit -u, ulimit -v) " +
+                              "is too low for its rank threads";
+      options.abort->raise(r, why);
+      std::lock_guard<std::mutex> lock(errors_mutex);
+      errors[r] = why;
+    };
+    try {
+      threads.emplace_back([&, r] {
+        RankScope rank_scope(r);  // the memory tracker charges this thread's allocations to rank r
+        const at::Device rank_device =
+            device.is_cuda()
+                ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>((device.has_index() ? device.index() : 0) + r))
+                : device;
+        std::unique_ptr<RankContext> ctx;  // (an optional here draws GCC 12's false -Wmaybe-uninitialized)
+        try {
+          RankContext made = world == 1 ? make_solo_rank_context(rank_device)
+                                        : make_rank_context(store, r, parallel, rank_device, options);
+          made.slot = r;  // rank thread r counts in tracker slot r
+          ctx = std::make_unique<RankContext>(std::move(made));
+          fn(*ctx);
+        } catch (const std::exception& e) {
+          options.abort->raise(r, e.what());  // before ctx's groups go away: peers see "rank r failed"
+          std::lock_guard<std::mutex> lock(errors_mutex);
+          errors[r] = e.what();
+        } catch (...) {
+          options.abort->raise(r, "unknown exception");
+          std::lock_guard<std::mutex> lock(errors_mutex);
+          errors[r] = "unknown exception";
+        }
+        ctx.reset();  // destroys this rank's groups on its own thread
+      });
+    } catch (const std::system_error& e) {
+      not_started(e);
+      break;
+    }
   }
   for (auto& t : threads) t.join();
   if (options.abort->raised()) {

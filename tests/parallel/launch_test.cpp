@@ -3,6 +3,12 @@
 // defines: test cases [launch]
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <sys/wait.h>
+
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -202,6 +208,44 @@ TEST_CASE("rank threads: a throwing rank aborts the others and is reported with 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(abandoned == 3);
   CHECK(seconds < 20.0);  // the 120 s collective timeout was not waited out
+}
+
+TEST_CASE("rank threads: a thread that cannot start ends the launch with why, not the process", "[launch]") {
+  // std::thread's constructor throws where the address space or thread limit is spent (ulimit -v
+  // under a batch system): the exception destroyed the started ranks' joinable threads, which ends
+  // the process (std::terminate, SIGABRT). In a child whose address space ends a megabyte past what
+  // it maps now, no 8 MiB thread stack fits: the first rank's thread cannot start.
+  int pipefd[2];
+  REQUIRE(::pipe(pipefd) == 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    std::string text = "(started)";
+    std::ifstream statm("/proc/self/statm");
+    int64_t pages = 0;
+    statm >> pages;
+    const rlim_t mapped = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE));
+    const rlimit memory{mapped + (rlim_t{1} << 20), mapped + (rlim_t{1} << 20)};
+    if (pages > 0 && ::setrlimit(RLIMIT_AS, &memory) == 0) {
+      try {
+        run_rank_threads(parallel_config(2, 2, 5.0), at::kCPU, [](RankContext&) {});
+      } catch (const std::exception& e) {
+        text = e.what();
+      }
+    }
+    (void)!::write(pipefd[1], text.data(), text.size());
+    ::_exit(0);  // never back into the test runner
+  }
+  ::close(pipefd[1]);
+  std::string text;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(pipefd[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
+  ::close(pipefd[0]);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  INFO(text);
+  REQUIRE(WIFEXITED(status));  // not a signal
+  CHECK_THAT(text, Catch::Contains("cannot start the thread of rank 0 of 2") && Catch::Contains("ulimit"));
 }
 
 TEST_CASE("rank threads: a rank's failed step keeps its type and names the rank", "[launch]") {
