@@ -804,12 +804,13 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     // The outputs a finished run leaves must be whole: a trace or summary the disk refused is the
     // run's failure (exit 1), never a success with a truncated file.
     auto output_failed = [&](const std::string& why) {
-      if (opt.log) opt.log(why);
-      if (out.status != RunOutcome::Status::Failed) {
-        out.status = RunOutcome::Status::Failed;
-        out.bad_input = false;
-        out.error = why;
+      if (out.status == RunOutcome::Status::Failed) {  // the run's own error stays its error; this is said
+        if (opt.log) opt.log(why);
+        return;
       }
+      out.status = RunOutcome::Status::Failed;  // said once, as the run's error
+      out.bad_input = false;
+      out.error = why;
     };
     const std::vector<std::string> attention_kernels = attention_kernels_run();
     try {

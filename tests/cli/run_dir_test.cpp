@@ -253,6 +253,8 @@ TEST_CASE("run directory: a trace or summary the disk refuses fails the run (exi
     require_exit(r, 1);
     CHECK_THAT(r.err, Catch::Contains(std::string(file) == "trace.json" ? "trace" : "summary"));
     CHECK_THAT(r.err, Catch::Contains("No space left on device"));
+    // said once: as the run's error, not also as a log line before it
+    CHECK(r.err.find("No space left on device") == r.err.rfind("No space left on device"));
   }
 }
 
