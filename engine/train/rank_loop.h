@@ -48,6 +48,9 @@ struct RunShared {
   /// this process's first step (set by rank 0's thread; negative until a step starts).
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   double setup_s = -1;
+  /// A resume in its own directory: the earlier process's summary.json, removed by rank 0 as the
+  /// first step starts (stale from then on; a resume refused later puts it back). Empty: none.
+  std::string stale_summary;
 };
 
 using RunLog = std::function<void(const std::string&)>;

@@ -132,24 +132,30 @@ std::vector<std::string> run_owned_paths(const std::string& dir) {
   return owned;
 }
 
-/// A run directory's files (kRunFiles) as a run found them: each one's bytes, nullopt where absent.
-using RunFilesAsFound = std::vector<std::pair<std::string, std::optional<std::string>>>;
+/// One of a run directory's files (kRunFiles) as a run found it.
+struct FoundFile {
+  std::string path;                  ///< where its bytes are: a link's target, so a put-back keeps the link
+  std::optional<std::string> bytes;  ///< nullopt: there was none
+  bool left_as_is = false;           ///< not a regular file (/dev/null) or too large: not copied, never put back
+};
+using RunFilesAsFound = std::vector<FoundFile>;
 
-// A trace larger than this is not copied aside (nullopt from run_files_as_found): a refused
-// resume then leaves the files as its writers left them, as before this copy existed.
+// A trace larger than this is not copied aside: a refused resume leaves it as its writer left it.
 constexpr int64_t kMaxFileKeptAside = int64_t{1} << 30;
 
-std::optional<RunFilesAsFound> run_files_as_found(const std::string& dir) {
+RunFilesAsFound run_files_as_found(const std::string& dir) {
   RunFilesAsFound files;
-  try {
-    for (const char* name : kRunFiles) {
-      const std::string path = join_path(dir, name);
-      files.emplace_back(path, path_exists(path)
-                                   ? std::optional<std::string>(read_file_bounded(path, kMaxFileKeptAside, name))
-                                   : std::nullopt);
+  for (const char* name : kRunFiles) {
+    FoundFile found;
+    found.path = resolve_path(join_path(dir, name));
+    if (path_exists(found.path)) {
+      try {
+        found.bytes = read_file_bounded(found.path, kMaxFileKeptAside, name);
+      } catch (const FileReadError&) {  // too large, or not a regular file: its writer says which
+        found.left_as_is = true;
+      }
     }
-  } catch (const FileReadError&) {  // too large, or not a regular file: the writers say which
-    return std::nullopt;
+    files.push_back(std::move(found));
   }
   return files;
 }
@@ -157,16 +163,17 @@ std::optional<RunFilesAsFound> run_files_as_found(const std::string& dir) {
 /// Writes each file back as it was found (atomically), or removes it where there was none; a file
 /// still as found is left alone (on a full disk its rewrite would fail for nothing).
 void put_back(const RunFilesAsFound& files) {
-  for (const auto& [path, bytes] : files) {
-    if (!bytes) {
-      ::unlink(path.c_str());
+  for (const FoundFile& file : files) {
+    if (file.left_as_is) continue;
+    if (!file.bytes) {
+      ::unlink(file.path.c_str());
       continue;
     }
     try {
-      if (read_file_bounded(path, kMaxFileKeptAside, path) == *bytes) continue;
+      if (read_file_bounded(file.path, kMaxFileKeptAside, file.path) == *file.bytes) continue;
     } catch (const FileReadError&) {  // gone or replaced by something unreadable: written back
     }
-    write_file_atomically(path, *bytes);
+    write_file_atomically(file.path, *file.bytes);
   }
 }
 
@@ -436,6 +443,10 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
       break;
     }
     reporter.begin_step();
+    if (lead && !shared.stale_summary.empty()) {  // the earlier process's, stale from this step on
+      ::unlink(shared.stale_summary.c_str());
+      shared.stale_summary.clear();
+    }
     if (lead && shared.setup_s < 0) {
       // Setup: the checks, the groups joined, the model built and initialised (or loaded), the
       // data opened. A long one (the 8B's init drawn on the CPU) is said, a short one is not.
@@ -475,7 +486,12 @@ void train_rank(const RunConfig& cfg, RankContext& ctx, const RunOptions& opt, R
       }
     }
     take_step_window();  // as r.device_peak read it (nothing was allocated since)
-    reporter.report(r, boundary.config_version(), out);
+    try {
+      reporter.report(r, boundary.config_version(), out);  // its phases go out as a failed step's if it throws
+    } catch (...) {
+      keep_run_peak();  // another rank failed this step: this rank's peak in summary.json all the same
+      throw;
+    }
     checkpoints.after_step(trainer, total);
   }
   if (trainer.next_step() > (shared.resume ? shared.resume->step : 0)) keep_run_peak();
@@ -725,22 +741,32 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
                 std::to_string(resume_step) + ", dropped " + std::to_string(shared.metrics->dropped()) +
                 " (steps after the checkpoint, which run again, or lines cut or unreadable)");
       const std::string trace_path = opt.out_dir + "/trace.json";
+      auto say_dropped = [&](const TraceWriter& trace) {
+        if (trace.dropped() > 0 && opt.log)
+          opt.log("trace.json: kept " + std::to_string(trace.events()) + " events through step " +
+                  std::to_string(resume_step) + ", dropped " + std::to_string(trace.dropped()) +
+                  " (events of steps after the checkpoint, which run again, or lines cut or unreadable)");
+      };
+      struct stat trace_stat {};
       if (cfg.output.trace && cfg.output.trace_steps > 0) {
         shared.trace = continues ? std::make_unique<TraceWriter>(trace_path, resume_step)
                                  : std::make_unique<TraceWriter>(trace_path);
-        if (shared.trace->dropped() > 0 && opt.log)
-          opt.log("trace.json: kept " + std::to_string(shared.trace->events()) + " events through step " +
-                  std::to_string(resume_step) + ", dropped " + std::to_string(shared.trace->dropped()) +
-                  " (events of steps after the checkpoint, which run again, or lines cut or unreadable)");
-      } else if (continues && path_exists(trace_path)) {
+        say_dropped(*shared.trace);
+      } else if (continues && ::stat(trace_path.c_str(), &trace_stat) == 0 && S_ISREG(trace_stat.st_mode)) {
         // Untraced now, the earlier trace still ends where its process was killed: the steps after
         // the checkpoint run again, so its events of them go (a later traced resume kept them).
-        TraceWriter(trace_path, resume_step).close();
+        TraceWriter cut(trace_path, resume_step);
+        say_dropped(cut);
+        cut.close();
       }
       // The earlier process's summary.json describes the run as it ended then: a resume killed
-      // now would leave it saying "finished" at an earlier step. A killed run has none, as a fresh
-      // one; a refused resume puts it back (as_found holds it).
-      if (continues && as_found) ::unlink(join_path(opt.out_dir, "summary.json").c_str());
+      // later would leave it saying "finished" at an earlier step. It goes at the first step (a
+      // stop while loading, which ends the process at once, leaves it), and a resume refused after
+      // that puts it back.
+      if (continues && as_found)
+        for (const FoundFile& file : *as_found)
+          if (file.bytes && file.path == resolve_path(join_path(opt.out_dir, "summary.json")))
+            shared.stale_summary = join_path(opt.out_dir, "summary.json");
     });
     if (!opt.memory_snapshot.empty() && shared.reports)
       start_memory_history();       // from before the model exists: its weights are in the history too
@@ -811,6 +837,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       out.status = RunOutcome::Status::Failed;  // said once, as the run's error
       out.bad_input = false;
       out.error = why;
+      if (opt.log && opt.log_failure) opt.log("error: " + why);  // as the run's other errors are said
     };
     const std::vector<std::string> attention_kernels = attention_kernels_run();
     try {

@@ -84,7 +84,7 @@ TEST_CASE("reliability: an OMP_NUM_THREADS that OpenMP would ignore is refused b
   // libgomp ignores a malformed value with a warning and runs on every core, while odyssey's own
   // reading took "4x" as 4 threads: the two disagreed. Refused by the LibTorch-free front end.
   const std::string err = fresh_dir("omp_threads") + ".stderr";
-  for (const std::string& bad : {"abc", "0", "000", "4x", "4,", "", "-1", "2147483648"}) {
+  for (const std::string bad : {"abc", "0", "000", "4x", "4,", "", "-1", "2147483648"}) {
     INFO("OMP_NUM_THREADS='" << bad << "'");
     Run r = run_shell("OMP_NUM_THREADS='" + bad + "' " + ODYSSEY_BIN_DIR + "/odyssey train " + kShort +
                       "--steps 1 --quiet 2>" + err);
@@ -155,6 +155,23 @@ TEST_CASE("reliability: corrupt checkpoint fields are refused with exit 2, never
       INFO(file);
       CHECK(read_text(dir + file) == before[i++]);
     }
+  }
+  {
+    // Through a link: the link is kept and the file it leads to put back (the put-back renamed a
+    // file over the link, and the trace the link led to stayed cut).
+    const std::string dir = checkpointed("corrupt_linked");
+    const std::string target = dir + ".trace.json";
+    REQUIRE(std::rename((dir + "/trace.json").c_str(), target.c_str()) == 0);
+    REQUIRE(::symlink(target.c_str(), (dir + "/trace.json").c_str()) == 0);
+    const std::string before = read_text(target);
+    const int64_t bad_code = -1;
+    patch(rank_file(dir), code_at, &bad_code, 4);
+    const Run r = run_odyssey("train " + kShort + "--set training.steps=6 --resume " + dir + " --steps 2 --quiet");
+    require_exit(r, 2);
+    struct stat st {};
+    REQUIRE(::lstat((dir + "/trace.json").c_str(), &st) == 0);
+    CHECK(S_ISLNK(st.st_mode));
+    CHECK(read_text(target) == before);
   }
   // Weights overwritten with 1e30: the tensor named, exit 2.
   const std::string dir = checkpointed("overwritten");
