@@ -144,10 +144,10 @@ void TraceWriter::open_fresh() {
 }
 
 TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
-  // Not a regular file where a link leads (/dev/null: the trace discarded): no events to keep,
-  // written as a fresh run writes it (a FIFO refused there as ever).
+  // A device where a link leads (/dev/null: the trace discarded): no events to keep, written as a
+  // fresh run writes it. A FIFO or a folder is refused below, as ever.
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+  if (::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
     open_fresh();
     return;
   }
@@ -238,6 +238,7 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
   }
   closes_on_disk_ = true;  // written above as a regular file
   closed_at_ = static_cast<long>(head.size());
+  closing_on_disk_ = closing_locked();
 }
 
 TraceWriter::~TraceWriter() {
@@ -297,8 +298,10 @@ void TraceWriter::flush_locked() {
     if (events_end < 0 || std::fwrite(closing.data(), 1, closing.size(), file_) != closing.size() ||
         std::fflush(file_) != 0)
       error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
-    else
+    else {
       closed_at_ = events_end;  // on disk: the events, then the closing lines
+      closing_on_disk_ = closing;
+    }
     if (error_.empty() && (!cut_at_position(file_) || std::fseek(file_, events_end, SEEK_SET) != 0))
       error_ = "trace: cannot write " + path_ + ": " + std::strerror(errno);
   }
@@ -309,7 +312,9 @@ void TraceWriter::restore_closing_locked() {
   if (!closes_on_disk_ || closed_at_ < 0 || restored_) return;
   restored_ = true;
   __fpurge(file_);  // what the stream still holds of the failed write is not written at close
-  const std::string closing = closing_locked();
+  // The very lines that were there: their bytes are on the disk already (a full disk has no room
+  // for longer ones, and otherData may have grown since).
+  const std::string& closing = closing_on_disk_;
   const int fd = ::fileno(file_);
   if (::pwrite(fd, closing.data(), closing.size(), closed_at_) == static_cast<ssize_t>(closing.size()))
     (void)::ftruncate(fd, closed_at_ + static_cast<off_t>(closing.size()));

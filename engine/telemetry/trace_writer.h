@@ -37,7 +37,7 @@ class TraceWriter {
   /// to the end of step `keep_through_step` (a killed run's later steps are run again; a line
   /// torn by the kill is dropped) and shifts this process's times to follow them, so the file
   /// reads as one run and no step appears twice. A missing old file starts afresh, as does a link
-  /// to something not a regular file (/dev/null). The kept events, closed, replace the old file
+  /// to a device (/dev/null). The kept events, closed, replace the old file
   /// (where a link leads) atomically before anything is written after them: a
   /// kill or a full disk afterwards loses none of them, and a process that ends before its first
   /// flush leaves them as valid JSON (throws std::runtime_error naming the file, the old one left).
@@ -128,9 +128,10 @@ class TraceWriter {
   /// A regular file: every flush leaves the closing lines after the events, so the file on disk
   /// is a whole document between flushes (false for a device or a pipe: written at close only).
   bool closes_on_disk_ = false;
-  int64_t dropped_ = 0;    ///< set by the resume constructor only (read without the lock)
-  long closed_at_ = -1;    ///< where the closing lines on disk begin (the last whole flush's events end)
-  bool restored_ = false;  ///< restore_closing_locked ran
+  int64_t dropped_ = 0;          ///< set by the resume constructor only (read without the lock)
+  std::string closing_on_disk_;  ///< the closing lines last written after the events
+  long closed_at_ = -1;          ///< where the closing lines on disk begin (the last whole flush's events end)
+  bool restored_ = false;        ///< restore_closing_locked ran
 };
 
 }  // namespace odyssey
