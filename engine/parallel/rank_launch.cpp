@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -225,21 +226,22 @@ void run_rank_threads(const ParallelConfig& parallel, at::Device device, const s
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   threads.reserve(world);
+  // Every thread starts first and waits here: one that cannot start (the process's limit on
+  // threads or address space) ends the launch before any rank joins its groups, where the others
+  // would wait for it until parallel.timeout_s. Whatever happens, the started ones are released
+  // and joined (a joinable std::thread destroyed by an exception ends the process).
+  std::mutex start_mutex;
+  std::condition_variable start_cv;
+  bool released = false;
   for (int r = 0; r < world; ++r) {
-    // A thread that cannot start (the process's limit on threads or address space) ends the launch
-    // with the reason: the ranks started see the abort, and are joined (a joinable std::thread
-    // destroyed by the exception would end the process).
-    const auto not_started = [&](const std::system_error& e) {
-      const std::string why = "cannot start the thread of rank " + std::to_string(r) + " of " + std::to_string(world) +
-                              " (" + e.what() + "): the process's limit on threads or memory (ulimit -u, ulimit -v) " +
-                              "is too low for its rank threads";
-      options.abort->raise(r, why);
-      std::lock_guard<std::mutex> lock(errors_mutex);
-      errors[r] = why;
-    };
     try {
       threads.emplace_back([&, r] {
-        RankScope rank_scope(r);  // the memory tracker charges this thread's allocations to rank r
+        {
+          std::unique_lock<std::mutex> lock(start_mutex);
+          start_cv.wait(lock, [&] { return released; });
+        }
+        if (options.abort->raised()) return;  // a rank thread did not start: no group to join
+        RankScope rank_scope(r);              // the memory tracker charges this thread's allocations to rank r
         const at::Device rank_device =
             device.is_cuda()
                 ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>((device.has_index() ? device.index() : 0) + r))
@@ -262,11 +264,25 @@ void run_rank_threads(const ParallelConfig& parallel, at::Device device, const s
         }
         ctx.reset();  // destroys this rank's groups on its own thread
       });
-    } catch (const std::system_error& e) {
-      not_started(e);
+    } catch (const std::exception& e) {  // std::system_error (EAGAIN), or std::bad_alloc for its state
+      try {
+        const std::string why = "cannot start the thread of rank " + std::to_string(r) + " of " +
+                                std::to_string(world) + " (" + e.what() +
+                                "): the process's limit on threads or memory (ulimit -u, ulimit -v) is too low "
+                                "for its rank threads";
+        std::lock_guard<std::mutex> lock(errors_mutex);
+        errors[r] = why;
+        options.abort->raise(r, why);
+      } catch (const std::exception&) {  // no memory for the words: the started ranks time out instead
+      }
       break;
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(start_mutex);
+    released = true;
+  }
+  start_cv.notify_all();
   for (auto& t : threads) t.join();
   if (options.abort->raised()) {
     const int first = options.abort->rank();

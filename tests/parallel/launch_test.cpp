@@ -7,10 +7,12 @@
 
 #include <sys/wait.h>
 
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -213,39 +215,70 @@ TEST_CASE("rank threads: a throwing rank aborts the others and is reported with 
 TEST_CASE("rank threads: a thread that cannot start ends the launch with why, not the process", "[launch]") {
   // std::thread's constructor throws where the address space or thread limit is spent (ulimit -v
   // under a batch system): the exception destroyed the started ranks' joinable threads, which ends
-  // the process (std::terminate, SIGABRT). In a child whose address space ends a megabyte past what
-  // it maps now, no 8 MiB thread stack fits: the first rank's thread cannot start.
-  int pipefd[2];
-  REQUIRE(::pipe(pipefd) == 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(pipefd[0]);
-    std::string text = "(started)";
-    std::ifstream statm("/proc/self/statm");
-    int64_t pages = 0;
-    statm >> pages;
-    const rlim_t mapped = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE));
-    const rlimit memory{mapped + (rlim_t{1} << 20), mapped + (rlim_t{1} << 20)};
-    if (pages > 0 && ::setrlimit(RLIMIT_AS, &memory) == 0) {
-      try {
-        run_rank_threads(parallel_config(2, 2, 5.0), at::kCPU, [](RankContext&) {});
-      } catch (const std::exception& e) {
-        text = e.what();
+  // the process (std::terminate, SIGABRT), and a started rank would have waited for the missing
+  // one in its group's rendezvous. In a child whose address space ends a little past what it maps
+  // now, room for no thread stack or for exactly one: rank 0's thread, then rank 1's, cannot start.
+  pthread_attr_t attr;
+  REQUIRE(::pthread_getattr_default_np(&attr) == 0);
+  size_t stack = 0, guard = 0;
+  ::pthread_attr_getstacksize(&attr, &stack);
+  ::pthread_attr_getguardsize(&attr, &guard);
+  ::pthread_attr_destroy(&attr);
+  REQUIRE(stack > 0);
+  const rlim_t room_for_one = static_cast<rlim_t>(stack + guard) + (rlim_t{1} << 20);
+  for (const auto& [room, rank] : std::vector<std::pair<rlim_t, int>>{{rlim_t{1} << 20, 0}, {room_for_one, 1}}) {
+    INFO("room " << room << " bytes past the mappings, the thread of rank " << rank << " cannot start");
+    int pipefd[2];
+    REQUIRE(::pipe(pipefd) == 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(pipefd[0]);
+      // glibc keeps the stacks of joined threads (the earlier tests') and starts new threads on
+      // them without mapping: threads parked here hold every cached stack while the limit holds.
+      std::mutex park_mutex;
+      std::condition_variable park_cv;
+      bool unpark = false;
+      std::vector<std::thread> parked;
+      for (int i = 0; i < 64; ++i)
+        parked.emplace_back([&] {
+          std::unique_lock<std::mutex> lock(park_mutex);
+          park_cv.wait(lock, [&] { return unpark; });
+        });
+      std::string text = "(started)";
+      std::ifstream statm("/proc/self/statm");
+      int64_t pages = 0;
+      statm >> pages;
+      const rlim_t mapped = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE));
+      const rlimit memory{mapped + room, mapped + room};
+      text.reserve(4096);  // no allocation of its own once the limit holds
+      if (pages > 0 && ::setrlimit(RLIMIT_AS, &memory) == 0) {
+        try {
+          run_rank_threads(parallel_config(2, 2, 30.0), at::kCPU, [](RankContext&) {});
+        } catch (const std::exception& e) {
+          text = e.what();
+        }
       }
+      {
+        std::lock_guard<std::mutex> lock(park_mutex);
+        unpark = true;
+      }
+      park_cv.notify_all();
+      for (std::thread& t : parked) t.join();
+      (void)!::write(pipefd[1], text.data(), text.size());
+      ::_exit(0);  // never back into the test runner
     }
-    (void)!::write(pipefd[1], text.data(), text.size());
-    ::_exit(0);  // never back into the test runner
+    ::close(pipefd[1]);
+    std::string text;
+    char buffer[512];
+    for (ssize_t n; (n = ::read(pipefd[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
+    ::close(pipefd[0]);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    INFO(text);
+    REQUIRE(WIFEXITED(status));  // not a signal
+    CHECK_THAT(text, Catch::Contains("cannot start the thread of rank " + std::to_string(rank) + " of 2") &&
+                         Catch::Contains("ulimit"));
   }
-  ::close(pipefd[1]);
-  std::string text;
-  char buffer[512];
-  for (ssize_t n; (n = ::read(pipefd[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  INFO(text);
-  REQUIRE(WIFEXITED(status));  // not a signal
-  CHECK_THAT(text, Catch::Contains("cannot start the thread of rank 0 of 2") && Catch::Contains("ulimit"));
 }
 
 TEST_CASE("rank threads: a rank's failed step keeps its type and names the rank", "[launch]") {
