@@ -161,12 +161,15 @@ std::optional<double> PhaseRecorder::settle() {
   return span;
 }
 
-void PhaseRecorder::deliver_held_on_host_clock() {
-  for (HeldEdge& h : held_edges_) {
-    h.edge.path = &h.path;  // t_s: the host time emit_edge took
-    deliver_edge(h.edge);
+void PhaseRecorder::deliver_held_on_host_clock() noexcept {
+  try {
+    for (HeldEdge& h : held_edges_) {
+      h.edge.path = &h.path;  // t_s: the host time emit_edge took
+      deliver_edge(h.edge);
+    }
+    for (HeldRecord& h : held_records_) deliver_record(std::move(h.record));  // pop()'s host times
+  } catch (const std::exception&) {  // out of host memory keeping a record: the step's own failure is reported
   }
-  for (HeldRecord& h : held_records_) deliver_record(std::move(h.record));  // pop()'s host times
   drop_held();
 }
 

@@ -119,8 +119,9 @@ class PhaseRecorder {
   /// A failed step (its device may be in error, so no device time is read): delivers the held
   /// edges and records with the host times taken at their edges, drops the held spans (timed on
   /// the device only), then as drop_held(). Phases that close later, as the error unwinds further,
-  /// are held again: call it once more before take_records().
-  void deliver_held_on_host_clock();
+  /// are held again: call it once more before take_records(). Never throws (out of host memory,
+  /// what is left is dropped).
+  void deliver_held_on_host_clock() noexcept;
 
   /// A timestamp in the order of another stream of the device (DeviceTimeline::mark_on: a copy
   /// stream), for a DeviceSpan's edges; -1 without a device timeline, before the step's first mark,

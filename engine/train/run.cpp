@@ -763,10 +763,10 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       // later would leave it saying "finished" at an earlier step. It goes at the first step (a
       // stop while loading, which ends the process at once, leaves it), and a resume refused after
       // that puts it back.
+      const std::string summary_path = join_path(opt.out_dir, "summary.json");
       if (continues && as_found)
         for (const FoundFile& file : *as_found)
-          if (file.bytes && file.path == resolve_path(join_path(opt.out_dir, "summary.json")))
-            shared.stale_summary = join_path(opt.out_dir, "summary.json");
+          if (file.bytes && file.path == resolve_path(summary_path)) shared.stale_summary = summary_path;
     });
     if (!opt.memory_snapshot.empty() && shared.reports)
       start_memory_history();       // from before the model exists: its weights are in the history too

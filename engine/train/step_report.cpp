@@ -109,11 +109,7 @@ void StepReporter::report(const StepResult& r, int64_t config_version, RunOutcom
 void StepReporter::report_failed_step() noexcept {
   // A GPU rank's phases that closed after the trainer's cleanup (the step's own, as the error
   // left Trainer::step) are still held: on with their host times, while the edges are captured.
-  try {
-    recorder_.deliver_held_on_host_clock();
-  } catch (const std::exception&) {  // out of host memory: the step's own failure is the run's
-    recorder_.drop_held();
-  }
+  recorder_.deliver_held_on_host_clock();
   edges_.set_capture(false);
   try {
     write_unreported({recorder_.take_records(), edges_.take(), edges_.take_spans()});

@@ -339,11 +339,7 @@ StepResult Trainer::apply_gradients() {
 
 void Trainer::cleanup_after_failure() {
   // a failed step's device may be in error: its held phases go on with their host times, unsettled
-  try {
-    recorder_.deliver_held_on_host_clock();
-  } catch (const std::exception&) {  // out of host memory: the step's own failure is reported
-    recorder_.drop_held();
-  }
+  recorder_.deliver_held_on_host_clock();
   // each store is cleared even where the other's wait fails (a device in error): the step's own
   // failure is the one reported, and neither store keeps the failed step's blocks
   for (OffloadStore* store : {&offload_, &kept_offload_}) {
