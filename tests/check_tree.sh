@@ -16,7 +16,7 @@ file_patterns=(-name '*.c' -o -name '*.cc' -o -name '*.cpp' -o -name '*.h' -o -n
                -o -name '*.cu' -o -name '*.cuh' -o -name '*.in' -o -name '*.py' -o -name '*.sh')
 # Folders directly under tests/ that mirror no source folder, each with what it holds.
 declare -A helper_folders=(
-  [common]="helpers several suites share (engine_test_util.h, document_batch.h, free_port.h) and
+  [common]="helpers several suites share (engine_test_util.h, document_batch.h, free_port.h, child_process.h) and
             cpu_capability_test.cpp, which engine_tests and parallel_tests both run"
   [fixtures]="the TOML input files of the tests, good and bad"
   [fuzz]="the libFuzzer targets (scripts/fuzz.sh)"

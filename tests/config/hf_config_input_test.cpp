@@ -4,11 +4,8 @@
 // documents of 100k keys, through the reader the preset loader calls. defines: test cases [config][hf][fuzz]
 #include <catch2/catch.hpp>
 
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +18,7 @@
 #include <vector>
 
 #include "engine/config/hf_config.h"
+#include "../common/child_process.h"
 #include "engine/util/splitmix.h"
 #include "test_paths.h"
 
@@ -37,40 +35,14 @@ std::string fresh(const std::string& name) {
 /// read_hf_config(dir) in a child process limited to 2 GiB of memory: its error text, or
 /// "(timeout)" when it did not finish within `seconds` (the child is then killed), or "(crash)".
 std::string refusal_in_child(const std::string& dir, double seconds = 10) {
-  int pipefd[2];
-  REQUIRE(::pipe(pipefd) == 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(pipefd[0]);
-    const rlimit memory{rlim_t{2} << 30, rlim_t{2} << 30};
-    ::setrlimit(RLIMIT_AS, &memory);
-    std::string text;
-    try {
-      HfConfigError error;
-      text = read_hf_config(dir, &error) ? "(accepted)" : error.format();
-    } catch (const std::exception& e) {  // bad_alloc from a read that never ends
-      text = std::string("(exception) ") + e.what();
-    }
-    (void)!::write(pipefd[1], text.data(), text.size());
-    ::_exit(0);  // never back into the test runner
-  }
-  ::close(pipefd[1]);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  int status = 0;
-  bool done = false;
-  while (!(done = ::waitpid(pid, &status, WNOHANG) == pid) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (!done) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  if (!done) return "(timeout)";
-  if (!WIFEXITED(status)) return "(crash)";
-  return text;
+  return odyssey::test::text_from_child(
+      [&]() -> std::string {
+        const rlimit memory{rlim_t{2} << 30, rlim_t{2} << 30};
+        ::setrlimit(RLIMIT_AS, &memory);
+        HfConfigError error;
+        return read_hf_config(dir, &error) ? "(accepted)" : error.format();  // bad_alloc: "(exception) ..."
+      },
+      seconds);
 }
 
 const char* const kSeeds[] = {

@@ -3,12 +3,9 @@
 // defines: test cases [launch]
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <sys/wait.h>
-
 #include <pthread.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -27,6 +24,7 @@
 
 #include "../common/agent_store.h"
 #include "../common/engine_test_util.h"
+#include "../common/child_process.h"
 #include "../common/free_port.h"
 #include "engine/parallel/job.h"
 #include "engine/parallel/peer_watch.h"
@@ -228,11 +226,7 @@ TEST_CASE("rank threads: a thread that cannot start ends the launch with why, no
   const rlim_t room_for_one = static_cast<rlim_t>(stack + guard) + (rlim_t{1} << 20);
   for (const auto& [room, rank] : std::vector<std::pair<rlim_t, int>>{{rlim_t{1} << 20, 0}, {room_for_one, 1}}) {
     INFO("room " << room << " bytes past the mappings, the thread of rank " << rank << " cannot start");
-    int pipefd[2];
-    REQUIRE(::pipe(pipefd) == 0);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(pipefd[0]);
+    const std::string text = odyssey::test::text_from_child([room = room]() -> std::string {
       // glibc keeps the stacks of joined threads (the earlier tests') and starts new threads on
       // them without mapping: threads parked here hold every cached stack while the limit holds.
       std::mutex park_mutex;
@@ -244,18 +238,13 @@ TEST_CASE("rank threads: a thread that cannot start ends the launch with why, no
           std::unique_lock<std::mutex> lock(park_mutex);
           park_cv.wait(lock, [&] { return unpark; });
         });
-      std::string text = "(started)";
-      std::ifstream statm("/proc/self/statm");
-      int64_t pages = 0;
-      statm >> pages;
-      const rlim_t mapped = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE));
-      const rlimit memory{mapped + room, mapped + room};
-      text.reserve(4096);  // no allocation of its own once the limit holds
-      if (pages > 0 && ::setrlimit(RLIMIT_AS, &memory) == 0) {
+      std::string said = "(started)";
+      said.reserve(4096);  // no allocation of its own once the limit holds
+      if (odyssey::test::limit_address_space_growth(room)) {
         try {
           run_rank_threads(parallel_config(2, 2, 30.0), at::kCPU, [](RankContext&) {});
         } catch (const std::exception& e) {
-          text = e.what();
+          said = e.what();
         }
       }
       {
@@ -264,18 +253,10 @@ TEST_CASE("rank threads: a thread that cannot start ends the launch with why, no
       }
       park_cv.notify_all();
       for (std::thread& t : parked) t.join();
-      (void)!::write(pipefd[1], text.data(), text.size());
-      ::_exit(0);  // never back into the test runner
-    }
-    ::close(pipefd[1]);
-    std::string text;
-    char buffer[512];
-    for (ssize_t n; (n = ::read(pipefd[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
-    ::close(pipefd[0]);
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
+      return said;
+    });
     INFO(text);
-    REQUIRE(WIFEXITED(status));  // not a signal
+    REQUIRE(text != "(crash)");  // not a signal
     CHECK_THAT(text, Catch::Contains("cannot start the thread of rank " + std::to_string(rank) + " of 2") &&
                          Catch::Contains("ulimit"));
   }
