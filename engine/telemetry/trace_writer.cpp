@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <stdexcept>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -143,6 +145,33 @@ void TraceWriter::open_fresh() {
   flush_locked();  // an empty trace, closed: a process killed before its first step leaves valid JSON
 }
 
+namespace {
+
+/// What the resume reads of one event line of the old trace: where its text lies in the file and
+/// the fields that decide whether it stays. Kept instead of the text and its parsed form (about
+/// six times the file's size for a long run's trace): the kept lines are copied from the file.
+struct OldTraceEvent {
+  int64_t offset = 0;  ///< the line's first byte in the old file
+  int64_t length = 0;  ///< the event's text, without the ",\n" around it
+  bool metadata = false;
+  bool step_counter = false;  ///< the "step" counter, written after all phases of its step
+  std::optional<int64_t> step;
+  double ts_us = 0;   ///< 0 where the event has no "ts"
+  double end_us = 0;  ///< ts + dur
+};
+
+/// The longest line of an earlier trace read as an event: this writer's longest (a phase with its
+/// categories) is under 2 KiB, so a longer line is something else and is dropped unread.
+constexpr size_t kMaxEventLine = size_t(1) << 20;
+
+/// The line's event text: trailing ',', ' ' and '\r' dropped (the writer puts ",\n" between events).
+std::string_view event_text(std::string_view line) {
+  while (!line.empty() && (line.back() == ',' || line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
+  return line;
+}
+
+}  // namespace
+
 TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
   // A device where a link leads (/dev/null: the trace discarded): no events to keep, written as a
   // fresh run writes it. A FIFO or a folder is refused below, as ever.
@@ -152,92 +181,137 @@ TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : p
     return;
   }
   // The old file: one event per line between the header and the closing line (see emit_locked).
-  std::vector<std::pair<std::string, Json>> events;
+  // Read twice, one line at a time: first what decides the cut, then the kept lines copied out.
+  std::vector<OldTraceEvent> events;
   // Checked on the descriptor: a FIFO or device planted in the run directory is refused, not read.
-  if (std::FILE* in = path_exists(path) ? ::fdopen(open_regular_file(path, "trace"), "rb") : nullptr) {
+  const int old_fd = path_exists(path) ? open_regular_file(path, "trace") : -1;
+  struct ClosesOldFile {
+    int fd;
+    ~ClosesOldFile() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closes_old_file{old_fd};
+  // One line of the old file: a well-formed event recorded (its metadata's ranks and tracks taken
+  // now: metadata always stays), anything else dropped.
+  auto record_old_event = [&](std::string_view text, int64_t offset) {
+    const std::optional<Json> v = text.front() == '{' ? parse_json(text) : std::nullopt;
+    if (!v || !well_formed_event(*v)) {
+      ++dropped_;
+      return;
+    }
+    const Json& e = *v;
+    OldTraceEvent event;
+    event.offset = offset;
+    event.length = static_cast<int64_t>(text.size());
+    event.metadata = e.at("ph").get<std::string>() == "M";
+    event.step_counter =
+        e.at("ph").get<std::string>() == "C" && e.contains("name") && e.at("name").get<std::string>() == "step";
+    if (e.contains("args") && e.at("args").contains("step")) event.step = e.at("args").at("step").get<int64_t>();
+    if (e.contains("ts")) event.ts_us = e.at("ts").get<double>();
+    event.end_us = event.ts_us + (e.contains("dur") ? e.at("dur").get<double>() : 0);
+    if (event.metadata && e.contains("pid")) ranks_.insert(static_cast<int>(e.at("pid").get<int64_t>()));
+    // A kept track's thread keeps its tid: this process's spans on that track go on it, and a new
+    // track takes a tid of its own (named once, not a second name on a kept tid).
+    if (event.metadata && e.contains("name") && e.at("name") == "thread_name" && e.contains("pid") &&
+        e.contains("tid") && e.contains("args") && e.at("args").contains("name"))
+      tracks_.emplace(
+          std::make_pair(static_cast<int>(e.at("pid").get<int64_t>()), e.at("args").at("name").get<std::string>()),
+          static_cast<int>(e.at("tid").get<int64_t>()));
+    events.push_back(event);
+  };
+  if (old_fd >= 0) {
+    std::FILE* in = ::fdopen(::dup(old_fd), "rb");
+    if (in == nullptr) throw std::runtime_error("trace: cannot read " + path + ": " + std::strerror(errno));
+    // One line at a time, at most kMaxEventLine bytes of it: a longer line is no event this writer
+    // wrote (a file replaced by something else), dropped without holding it.
     std::string line;
-    for (int c = std::fgetc(in);; c = std::fgetc(in)) {
+    bool overlong = false;
+    int64_t offset = 0, line_offset = 0;
+    for (int c = getc_unlocked(in);; c = getc_unlocked(in)) {
       if (c != EOF && c != '\n') {
-        line.push_back(static_cast<char>(c));
+        ++offset;
+        if (line.size() < kMaxEventLine)
+          line.push_back(static_cast<char>(c));
+        else
+          overlong = true;
         continue;
       }
-      std::string text = line;
-      while (!text.empty() && (text.back() == ',' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
       // The last line may lack its newline: a process killed after a flush (events are written
       // ",\n" first) leaves its last event so. A line the kill tore never parses as an event.
+      const std::string_view text = event_text(line);
       // The header and the closing lines are this writer's own; every other line is an event or dropped.
       const bool own_line = text.empty() || text == "{\"traceEvents\":[" || text.front() == ']';
-      if (!own_line) {
-        auto v = text.front() == '{' ? parse_json(text) : std::nullopt;
-        if (v && well_formed_event(*v))
-          events.emplace_back(std::move(text), std::move(*v));
-        else
-          ++dropped_;
-      }
-      line.clear();
+      if (!own_line && !overlong) record_old_event(text, line_offset);
+      if (!own_line && overlong) ++dropped_;
       if (c == EOF) break;
+      line.clear();
+      overlong = false;
+      line_offset = ++offset;
     }
+    const bool read_failed = std::ferror(in) != 0;
     std::fclose(in);
+    if (read_failed) throw std::runtime_error("trace: cannot read " + path + ": " + std::strerror(errno));
   }
   // Everything up to step keep_through_step's "step" counter (written after all its phases)
   // stays; an event that names a later step goes whatever its time.
   double cut_us = -1;
   int64_t last_step = 0;
-  for (const auto& [text, e] : events) {
-    if (!e.contains("args") || !e.at("args").contains("step")) continue;
-    const int64_t step = e.at("args").at("step").get<int64_t>();
-    last_step = std::max(last_step, step);
-    const bool step_counter =
-        e.at("ph").get<std::string>() == "C" && e.contains("name") && e.at("name").get<std::string>() == "step";
-    if (step_counter && step <= keep_through_step && e.contains("ts"))
-      cut_us = std::max(cut_us, e.at("ts").get<double>());
+  for (const OldTraceEvent& e : events) {
+    if (!e.step) continue;
+    last_step = std::max(last_step, *e.step);
+    if (e.step_counter && *e.step <= keep_through_step) cut_us = std::max(cut_us, e.ts_us);
   }
   if (last_step <= keep_through_step) cut_us = std::numeric_limits<double>::infinity();
-  std::string kept;
-  double kept_until_us = -1;
-  for (const auto& [text, e] : events) {
-    const bool metadata = e.at("ph").get<std::string>() == "M";
-    const bool later_step = e.contains("args") && e.at("args").contains("step") &&
-                            e.at("args").at("step").get<int64_t>() > keep_through_step;
-    const double ts = e.contains("ts") ? e.at("ts").get<double>() : 0;
-    if (!metadata && (later_step || ts > cut_us)) {
-      ++dropped_;
-      continue;
-    }
-    if (metadata && e.contains("pid")) ranks_.insert(static_cast<int>(e.at("pid").get<int64_t>()));
-    // A kept track's thread keeps its tid: this process's spans on that track go on it, and a new
-    // track takes a tid of its own (named once, not a second name on a kept tid).
-    if (metadata && e.contains("name") && e.at("name") == "thread_name" && e.contains("pid") && e.contains("tid") &&
-        e.contains("args") && e.at("args").contains("name"))
-      tracks_.emplace(
-          std::make_pair(static_cast<int>(e.at("pid").get<int64_t>()), e.at("args").at("name").get<std::string>()),
-          static_cast<int>(e.at("tid").get<int64_t>()));
-    if (!metadata) kept_until_us = std::max(kept_until_us, ts + (e.contains("dur") ? e.at("dur").get<double>() : 0));
-    kept += (first_event_ ? "" : ",\n") + text;
-    first_event_ = false;
-    ++events_;
-  }
-  if (kept_until_us >= 0) offset_s_ = kept_until_us * 1e-6 + 1e-3;  // 1 ms after the last kept event
   // The kept events, closed, replace the old file whole (temporary, fsync, rename): a process
   // ended before it writes more (a signal while loading) leaves a valid trace of them, and a
   // write that fails leaves the old file. Truncating it in place lost every earlier step to a
   // kill or a full disk before the first flush. This process writes over the closing lines.
-  const std::string head = "{\"traceEvents\":[\n" + kept;
+  // Through a link, as a fresh run writes (a shell's `>`): the file it leads to is replaced.
+  int64_t head_bytes = 0;
+  double kept_until_us = -1;
   try {
-    // Through a link, as a fresh run writes (a shell's `>`): the file it leads to is replaced.
-    write_file_atomically(resolve_path(path), head + closing_locked());
+    AtomicFile out(resolve_path(path));
+    std::string chunk = "{\"traceEvents\":[\n";
+    std::string text;
+    for (const OldTraceEvent& e : events) {
+      if (!e.metadata && ((e.step && *e.step > keep_through_step) || e.ts_us > cut_us)) {
+        ++dropped_;
+        continue;
+      }
+      if (!e.metadata) kept_until_us = std::max(kept_until_us, e.end_us);
+      text.resize(static_cast<size_t>(e.length));
+      // read where the first pass found it: the same descriptor, the run directory locked
+      const ssize_t read = ::pread(old_fd, text.data(), text.size(), e.offset);
+      if (read < 0) throw std::runtime_error("trace: cannot read " + path + ": " + std::strerror(errno));
+      if (read != static_cast<ssize_t>(text.size()))
+        throw std::runtime_error("trace: cannot read " + path + ": it was cut while the resume read it");
+      chunk += first_event_ ? "" : ",\n";
+      chunk += text;
+      first_event_ = false;
+      ++events_;
+      if (chunk.size() >= kFlushBytes) {
+        out.write(chunk);
+        head_bytes += static_cast<int64_t>(chunk.size());
+        chunk.clear();
+      }
+    }
+    out.write(chunk);
+    head_bytes += static_cast<int64_t>(chunk.size());
+    out.write(closing_locked());
+    out.commit();
   } catch (const FileWriteError& e) {
     throw std::runtime_error(std::string("trace: ") + e.what());
   }
+  if (kept_until_us >= 0) offset_s_ = kept_until_us * 1e-6 + 1e-3;  // 1 ms after the last kept event
   file_ = open_output_stream(path, "r+b");
-  if (file_ == nullptr || std::fseek(file_, static_cast<long>(head.size()), SEEK_SET) != 0) {
+  if (file_ == nullptr || std::fseek(file_, static_cast<long>(head_bytes), SEEK_SET) != 0) {
     const std::string why = std::strerror(errno);
     if (file_ != nullptr) std::fclose(file_);
     file_ = nullptr;
     throw std::runtime_error("trace: cannot write " + path + ": " + why);
   }
   closes_on_disk_ = true;  // written above as a regular file
-  closed_at_ = static_cast<long>(head.size());
+  closed_at_ = static_cast<long>(head_bytes);
   closing_on_disk_ = closing_locked();
 }
 

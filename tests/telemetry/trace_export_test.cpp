@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../common/child_process.h"
 #include "engine/telemetry/metrics_jsonl.h"
 #include "engine/telemetry/phase_peaks.h"
 #include "engine/telemetry/summary.h"
@@ -249,6 +250,48 @@ TEST_CASE("a resumed trace keeps each copy track on its own thread", "[telemetry
       CHECK(thread_names.at(e.at("tid").get<int64_t>()) == track);
     }
   CHECK(spans == 5);
+}
+
+TEST_CASE("a resumed trace is read a line at a time, not held whole in memory", "[telemetry][trace]") {
+  // A long run's trace is tens of MB; the resume held every event's text and its parsed form (about
+  // six times the file) before it wrote the kept ones. Here a 40 MB trace is resumed in a child
+  // whose address space may grow by 96 MB only: its text and parsed events alone need over 200 MB,
+  // the line index it keeps now about 10 MB. Byte counts of this writer's own format and of the
+  // limit, on any CPU: no kernel of LibTorch runs.
+  const std::string path = temp_path("trace_resumed_large.json");
+  constexpr int64_t kSteps = 4, kPhasesPerStep = 25000;
+  const std::string padding(300, 'p');  // a phase's args are a few hundred bytes, as a real trace's
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << "{\"traceEvents\":[\n";
+    out << R"({"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"rank 0"}})";
+    int64_t t_us = 0;
+    for (int64_t step = 1; step <= kSteps; ++step) {
+      for (int64_t i = 0; i < kPhasesPerStep; ++i, t_us += 2)
+        out << ",\n{\"name\":\"fwd\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":" << t_us << ".000,\"dur\":1.000,"
+            << "\"cat\":\"phase\",\"args\":{\"path\":\"step/" << padding << "\",\"step\":" << step << "}}";
+      out << ",\n{\"name\":\"step\",\"ph\":\"C\",\"pid\":0,\"tid\":0,\"ts\":" << t_us++
+          << ".000,\"args\":{\"step\":" << step << ",\"loss\":1.0}}";
+    }
+    out << "\n],\"displayTimeUnit\":\"ms\"}\n";
+  }
+  REQUIRE(fs::file_size(path) > 40'000'000);
+  constexpr int64_t kKeptSteps = 2;
+  constexpr int64_t kKept = 1 + kKeptSteps * (kPhasesPerStep + 1);  // metadata, then steps 1 and 2 whole
+  constexpr int64_t kDropped = (kSteps - kKeptSteps) * (kPhasesPerStep + 1);
+  const std::string said = odyssey::test::text_from_child([&]() -> std::string {
+    if (!odyssey::test::limit_address_space_growth(rlim_t{96} << 20)) return "(no limit set)";
+    TraceWriter trace(path, kKeptSteps);  // std::bad_alloc past the limit: "(exception) ..."
+    trace.close();
+    return "kept " + std::to_string(trace.events()) + ", dropped " + std::to_string(trace.dropped());
+  });
+  REQUIRE(said == "kept " + std::to_string(kKept) + ", dropped " + std::to_string(kDropped));
+  const Json doc = parse_file(path);  // whole, and exactly steps 1 and 2
+  CHECK(static_cast<int64_t>(doc.at("traceEvents").size()) == kKept);
+  std::map<int64_t, int64_t> per_step;
+  for (const auto& e : doc.at("traceEvents"))
+    if (e.contains("args") && e.at("args").contains("step")) ++per_step[e.at("args").at("step").get<int64_t>()];
+  CHECK(per_step == std::map<int64_t, int64_t>{{1, kPhasesPerStep + 1}, {2, kPhasesPerStep + 1}});
 }
 
 TEST_CASE("a trace whose write fails stays the document its last whole flush left", "[telemetry][trace]") {
