@@ -186,8 +186,11 @@ int64_t ranks_in_process(const RunConfig& cfg) {
 std::vector<std::string> run_outputs_in(const std::string& dir) {
   std::vector<std::string> found;
   struct stat st {};
+  // A run writes metrics.jsonl and summary.json as files, or where a link there leads: a link
+  // that leads nowhere yet, or to a device (/dev/null), holds no run's outputs.
+  auto holds_file = [&](const std::string& path) { return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode); };
   const std::string metrics = join_path(dir, "metrics.jsonl");
-  if (::lstat(metrics.c_str(), &st) == 0) {
+  if (holds_file(metrics)) {
     const int64_t lines = count_lines(metrics);
     found.push_back("metrics.jsonl with " + std::to_string(lines) + (lines == 1 ? " step" : " steps"));
   }
@@ -199,9 +202,10 @@ std::vector<std::string> run_outputs_in(const std::string& dir) {
       found.push_back("checkpoints/latest.json (unreadable)");
     }
   }
-  if (::lstat(join_path(dir, "summary.json").c_str(), &st) == 0) found.push_back("summary.json");
-  // A run writes its trace as a regular file (a link planted there, to /dev/full say, is no run's).
-  if (::lstat(join_path(dir, "trace.json").c_str(), &st) == 0 && S_ISREG(st.st_mode)) found.push_back("trace.json");
+  if (holds_file(join_path(dir, "summary.json"))) found.push_back("summary.json");
+  // So does its trace: a link to a device (/dev/null, /dev/full) is no run's, one to a file is (a
+  // run would write through it: the file it leads to is never replaced unasked).
+  if (holds_file(join_path(dir, "trace.json"))) found.push_back("trace.json");
   // Step folders without latest.json (a run killed in its first checkpoint, a copy cut short) are
   // a run's too, when they hold a file it wrote (a regular file: not a link planted there).
   auto holds_written_step = [&] {
@@ -298,10 +302,28 @@ void prepare_rank(const RunConfig& cfg, const RankContext& ctx, const RunOptions
   throw std::invalid_argument(option + ": " + error);
 }
 
+/// A link at the run's file `name` in `dir` must lead where a file can be written: the run writes
+/// through it (a shell's `>`), and found after the training (the summary) the run was lost for it.
+void check_link_leads_to_a_file(const std::string& dir, const std::string& name) {
+  const std::string path = join_path(dir, name);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return;
+  auto refuse = [&](const std::string& why) {
+    throw std::invalid_argument("--out " + dir + ": " + name + " is a link " + why + ", where the run writes its " +
+                                name + ": remove the link or choose another --out");
+  };
+  if (::stat(path.c_str(), &st) == 0) return;  // a file or device there: written, or refused below as ever
+  if (errno == ELOOP) refuse("that reaches no file (" + std::string(std::strerror(ELOOP)) + ")");
+  const std::string target = resolve_path(path), folder = folder_of(target);
+  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    refuse("to " + target + ", and " + folder + " cannot take a file there (" + std::strerror(errno) + ")");
+}
+
 /// Refuses (std::invalid_argument, before any output) an existing --out this user cannot write
-/// into, or one where a file the run writes (kRunFiles) is a directory, FIFO or socket, or the
-/// temporary it is written through a directory: found at the lock, or when summary.json is
-/// written after the last step (exit 1, the steps' time spent).
+/// into, or one where a file the run writes (kRunFiles) is a directory, FIFO or socket, a link
+/// that reaches no file or leads into a folder that cannot take one, or the temporary it is written
+/// through a directory: found at the lock, or when summary.json is written after the last step
+/// (exit 1, the steps' time spent).
 void check_run_dir_writable(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return;  // made later, in a folder checked then
@@ -311,6 +333,7 @@ void check_run_dir_writable(const std::string& dir) {
   for (const char* file : kRunFiles) {
     for (const std::string& name : {std::string(file), AtomicFile::temporary_path(file)}) {
       const std::string path = join_path(dir, name);
+      if (name == file) check_link_leads_to_a_file(dir, file);
       if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)) continue;
       if (name != file && !S_ISDIR(st.st_mode)) continue;  // a temporary in the way is replaced (AtomicFile)
       throw std::invalid_argument("--out " + dir + ": " + name + " is " +
@@ -338,7 +361,9 @@ void check_same_resumed_step(const RankContext& ctx, int64_t step) {
 /// lies in: "metrics.jsonl", "checkpoints", ...; "" when none.
 std::string run_file_holding(const std::string& file, const std::string& dir) {
   for (const std::string& owned : run_owned_paths(resolve_path(dir)))
-    if (file == owned || file.rfind(owned + "/", 0) == 0) return owned.substr(owned.find_last_of('/') + 1);
+    // as named, and where a link there leads (the run writes its files through links)
+    for (const std::string& where : {owned, resolve_path(owned)})
+      if (file == where || file.rfind(where + "/", 0) == 0) return owned.substr(owned.find_last_of('/') + 1);
   return "";
 }
 
@@ -373,7 +398,8 @@ void check_input_outside_run_files(const std::string& key, const std::string& pa
   const std::string input = resolve_path(path);
   const std::string owned = run_file_holding(input, opt.out_dir);
   if (owned.empty()) return;
-  const bool is = input == join_path(resolve_path(opt.out_dir), owned);
+  const bool is =
+      input == join_path(resolve_path(opt.out_dir), owned) || input == resolve_path(join_path(opt.out_dir, owned));
   throw std::invalid_argument(key + " = \"" + path + "\" " + (is ? "is" : "lies in") + " the run's own " + owned +
                               " in --out " + opt.out_dir +
                               ", which this run writes (and --overwrite removes first): move it out of the run "
@@ -766,7 +792,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       const std::string summary_path = join_path(opt.out_dir, "summary.json");
       if (continues && as_found)
         for (const FoundFile& file : *as_found)
-          if (file.bytes && file.path == resolve_path(summary_path)) shared.stale_summary = summary_path;
+          if (file.bytes && file.path == resolve_path(summary_path)) shared.stale_summary = file.path;
     });
     if (!opt.memory_snapshot.empty() && shared.reports)
       start_memory_history();       // from before the model exists: its weights are in the history too
@@ -886,7 +912,8 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
     }
     w.end_object();
     summary.extra_json = extra;
-    if (!write_summary_json(opt.out_dir + "/summary.json", summary, &write_error))
+    // where a link there leads, as the trace and metrics.jsonl are written (a shell's `>`)
+    if (!write_summary_json(resolve_path(opt.out_dir + "/summary.json"), summary, &write_error))
       output_failed("summary: " + write_error);
   }
   return out;

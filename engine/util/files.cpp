@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -102,11 +103,28 @@ bool same_path(const std::string& a, const std::string& b) {
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-std::string resolve_path(const std::string& path) {
+namespace {
+
+/// resolve_path's walk: realpath of the longest existing prefix, the rest appended; with
+/// `follow_dangling`, a link that leads nowhere yet is followed to where it leads (nullopt when
+/// that takes more than 40 links, as the kernel stops: a loop).
+std::optional<std::string> resolve_prefix(const std::string& path, bool follow_dangling) {
   std::string head = clean_path(path.empty() ? std::string(".") : path), tail;
+  int links_followed = 0;
   for (;;) {
     char resolved[PATH_MAX];
     if (::realpath(head.c_str(), resolved) != nullptr) return tail.empty() ? resolved : join_path(resolved, tail);
+    char target[PATH_MAX];
+    struct stat st {};
+    if (follow_dangling && ::lstat(head.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      if (++links_followed > 40) return std::nullopt;
+      const ssize_t n = ::readlink(head.c_str(), target, sizeof target - 1);
+      if (n > 0) {
+        const std::string to(target, static_cast<size_t>(n));
+        head = clean_path(to.front() == '/' ? to : join_path(folder_of(head), to));
+        continue;
+      }
+    }
     const size_t slash = head.find_last_of('/');
     const std::string name = slash == std::string::npos ? head : head.substr(slash + 1);
     tail = tail.empty() ? name : join_path(name, tail);
@@ -117,6 +135,15 @@ std::string resolve_path(const std::string& path) {
     else
       head = head.substr(0, slash);
   }
+}
+
+}  // namespace
+
+std::string resolve_path(const std::string& path) {
+  // A link that leads nowhere yet names the file a write through it makes (a shell's `>`); a loop
+  // of links names none, and stays as written.
+  if (std::optional<std::string> followed = resolve_prefix(path, /*follow_dangling=*/true)) return *followed;
+  return *resolve_prefix(path, /*follow_dangling=*/false);
 }
 
 std::string join_path(const std::string& a, const std::string& b) {

@@ -188,7 +188,16 @@ TEST_CASE("run directory: --kernel-profile never replaces a file unasked, nor th
     CHECK_FALSE(std::ifstream(base + "/run/metrics.jsonl").good());
   }
   CHECK(read_text(base + "/existing.json") == "kept\n");
-  Run r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + base + "/run --kernel-profile=");
+  // The run writes summary.json where a link there leads: the profile named by the link (to no file
+  // yet) was written, then replaced by the summary, the link and the profile lost, exit 0.
+  const std::string linked = base + "/linked_run";
+  REQUIRE(std::system(
+              ("mkdir -p " + linked + " && ln -s ../summary_target.json " + linked + "/summary.json").c_str()) == 0);
+  Run r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + linked + " --kernel-profile " + base +
+                      "/summary_target.json");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--kernel-profile " + base + "/summary_target.json is the run's own summary.json"));
+  r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + base + "/run --kernel-profile=");
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--kernel-profile needs a file name, got an empty value"));
   // A value flag given twice is refused, naming both values; the last no longer wins silently.
@@ -295,6 +304,72 @@ TEST_CASE("run directory: a resumed trace is written through its link, as the fi
   for (const Json& e : trace->at("traceEvents"))
     if (e.at("ph") == "C" && e.at("name") == "step") steps.insert(e.at("args").at("step").get<int64_t>());
   CHECK(steps == std::set<int64_t>{1, 2});
+}
+
+TEST_CASE("run directory: metrics.jsonl and summary.json go where their links lead, even links to no file yet",
+          "[cli][reliability][rundir]") {
+  // A link that led nowhere yet counted as an earlier run's output (the run refused: "holds a run
+  // (metrics.jsonl with 0 steps)"); a resume replaced a linked metrics.jsonl by a file of its own;
+  // metrics.jsonl linked to /dev/null failed the run at its checkpoint (fsync of a device).
+  const std::string dir = fresh_dir("linked_metrics");
+  const std::string metrics = dir + ".metrics.jsonl", summary = dir + ".summary.json";
+  std::remove(metrics.c_str());
+  std::remove(summary.c_str());
+  const std::string summary_leaf = summary.substr(summary.find_last_of('/') + 1);
+  REQUIRE(std::system(("mkdir -p " + dir + " && ln -s " + metrics + " " + dir + "/metrics.jsonl && ln -s ../" +
+                       summary_leaf + " " + dir + "/summary.json")  // relative: from the run directory
+                          .c_str()) == 0);
+  require_exit(run_odyssey("train " + kShort + "--steps 1 --quiet --out " + dir), 0);
+  require_exit(run_odyssey("train " + kShort + "--steps 1 --quiet --resume " + dir), 0);  // one step more
+  struct stat st {};
+  for (const char* name : {"/metrics.jsonl", "/summary.json"}) {
+    INFO(name);
+    REQUIRE(::lstat((dir + name).c_str(), &st) == 0);
+    CHECK(S_ISLNK(st.st_mode));
+  }
+  CHECK(losses(dir).size() == 2);  // both steps, read through the link
+  const auto written = parse_json(read_text(summary));
+  REQUIRE(written.has_value());
+  CHECK(written->at("steps").get<int64_t>() == 2);
+
+  // Linked to /dev/null: discarded, the run and its resume whole.
+  const std::string discarded = fresh_dir("null_metrics");
+  REQUIRE(std::system(("mkdir -p " + discarded + " && ln -s /dev/null " + discarded + "/metrics.jsonl").c_str()) == 0);
+  require_exit(run_odyssey("train " + kShort + "--steps 1 --quiet --out " + discarded), 0);
+  require_exit(run_odyssey("train " + kShort + "--steps 1 --quiet --resume " + discarded), 0);
+  CHECK(checkpoint_step(discarded) == 2);
+
+  // A link that reaches no file (a loop), or one into a folder that does not exist (found when the
+  // summary was written, after the training): refused as bad input before anything is written. A
+  // loop at a temporary's name is the writer's own to replace.
+  const std::string looped = fresh_dir("looped_metrics");
+  REQUIRE(std::system(("mkdir -p " + looped + " && ln -s metrics.jsonl " + looped + "/metrics.jsonl && ln -s " + dir +
+                       "/nowhere/s.json " + looped + "/summary.json")
+                          .c_str()) == 0);
+  Run r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + looped);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--out " + looped + ": metrics.jsonl is a link that reaches no file"));
+  REQUIRE(std::system(("rm " + looped + "/metrics.jsonl").c_str()) == 0);
+  r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + looped);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--out " + looped + ": summary.json is a link to " + dir + "/nowhere/s.json, and " +
+                                    dir + "/nowhere cannot take a file there"));
+  CHECK(::stat((looped + "/trace.json").c_str(), &st) != 0);
+  REQUIRE(std::system(
+              ("rm " + looped + "/summary.json && ln -s metrics.jsonl.tmp " + looped + "/metrics.jsonl.tmp").c_str()) ==
+          0);
+  require_exit(run_odyssey("train " + kShort + "--steps 1 --quiet --out " + looped), 0);
+
+  // A trace linked to a file that exists is an earlier run's (a run would write through it): the
+  // file it leads to was replaced unasked.
+  const std::string kept = fresh_dir("linked_existing_trace");
+  REQUIRE(std::system(("mkdir -p " + kept + " && echo kept > " + kept + ".other && ln -s " + kept + ".other " + kept +
+                       "/trace.json")
+                          .c_str()) == 0);
+  r = run_odyssey("train " + kShort + "--steps 1 --quiet --out " + kept);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--out " + kept + " holds a run (trace.json)"));
+  CHECK(read_text(kept + ".other") == "kept\n");
 }
 
 TEST_CASE("run directory: a link or FIFO where the lock belongs is refused, a FIFO where a run writes never hangs it",

@@ -88,6 +88,34 @@ TEST_CASE("clean_path: the spellings a shell gives one directory become one", "[
   CHECK(clean_path("runs/a b/") == "runs/a b");
 }
 
+TEST_CASE("resolve_path: a file not made yet resolves where a write through its links would make it", "[util][files]") {
+  const std::string dir = scratch("resolve");
+  char real[PATH_MAX];
+  REQUIRE(::realpath(dir.c_str(), real) != nullptr);
+  const std::string abs = real;
+  REQUIRE(make_dirs(dir + "/target"));
+  REQUIRE(::symlink((abs + "/target/a.json").c_str(), (dir + "/absolute").c_str()) == 0);
+  REQUIRE(::symlink("target/b.json", (dir + "/relative").c_str()) == 0);
+  REQUIRE(::symlink("relative", (dir + "/chain").c_str()) == 0);
+  REQUIRE(::symlink("target", (dir + "/folder").c_str()) == 0);
+  REQUIRE(::symlink("loop", (dir + "/loop").c_str()) == 0);
+  CHECK(resolve_path(dir + "/absolute") == abs + "/target/a.json");  // leads nowhere yet: followed
+  CHECK(resolve_path(dir + "/relative") == abs + "/target/b.json");  // from the link's own folder
+  CHECK(resolve_path(dir + "/chain") == abs + "/target/b.json");
+  CHECK(resolve_path(dir + "/folder/c/d.json") == abs + "/target/c/d.json");
+  CHECK(resolve_path(dir + "/loop") == abs + "/loop");  // a loop stays as written
+  REQUIRE(::symlink("ring_b", (dir + "/ring_a").c_str()) == 0);
+  REQUIRE(::symlink("ring_c", (dir + "/ring_b").c_str()) == 0);
+  REQUIRE(::symlink("ring_a", (dir + "/ring_c").c_str()) == 0);
+  CHECK(resolve_path(dir + "/ring_a") == abs + "/ring_a");  // a loop of three too, not where 40 hops end
+  CHECK(resolve_path(dir + "/none/e.json") == abs + "/none/e.json");
+  // a write through the link makes the file it resolved to
+  std::ofstream(dir + "/chain") << "x";
+  CHECK(resolve_path(dir + "/chain") == abs + "/target/b.json");
+  struct stat st {};
+  CHECK(::stat((abs + "/target/b.json").c_str(), &st) == 0);
+}
+
 TEST_CASE("read_file_bounded: FIFOs, devices and directories are refused at once, sizes before reading",
           "[util][files]") {
   const std::string base = scratch("bounded");
