@@ -694,6 +694,9 @@ std::optional<RawValue> coerce_value(const KeySpec& spec, const RawValue& raw, s
       if (raw.type == RawValue::Type::Int) return RawValue::floating(static_cast<double>(raw.i));
       return fail(spec.type_rule());
     case KeyKind::String:
+      // A path ends at a NUL for the system: "ok.bin\u0000junk" opened ok.bin, a run read another file
+      if (raw.type == RawValue::Type::String && raw.s.find('\0') != std::string::npos)
+        return fail("must not hold a NUL character (\\u0000): the system reads a path or a name only up to it");
       if (raw.type == RawValue::Type::String) return raw;
       return fail(spec.type_rule());
     case KeyKind::Choice:

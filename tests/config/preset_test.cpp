@@ -266,6 +266,25 @@ TEST_CASE("set overrides parse, apply and point at themselves", "[config][overri
     CHECK_THAT(refused.issues.front().format(),
                Catch::Contains("description = ") && Catch::Contains("must be a string"));
   }
+  // A NUL in a string key: the system reads a path only up to it ("ok.bin\u0000junk" trained on
+  // ok.bin), so it is refused by name, in --set and in a file alike.
+  for (const char* nul : {"training.dataset_path=\"ok.bin\\u0000junk\"", "output.dir=\"runs/a\\u0000b\""}) {
+    INFO(nul);
+    std::vector<Override> sets(1);
+    REQUIRE(parse_override(nul, 1, &sets[0], &issue));
+    const LoadedPreset refused = load_preset(std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml", sets);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.issues.front().format(), Catch::Contains("\\u0000") && Catch::Contains("must not hold a NUL"));
+  }
+  {
+    const LoadedPreset refused =
+        load_preset_text("[model]\nflavor = \"tiny\"\n[training]\ndataset_path = \"ok.bin\\u0000junk\"\n", "nul.toml");
+    REQUIRE_FALSE(refused.ok());
+    std::string all;  // the file's other issues (seq_len missing) are named too
+    for (const auto& found : refused.issues) all += found.format() + "\n";
+    CHECK_THAT(all, Catch::Contains("nul.toml:4") && Catch::Contains("training.dataset_path") &&
+                        Catch::Contains("must not hold a NUL character"));
+  }
   // A whole number past int64 is echoed as typed, and refused by the key's bound, not its type.
   {
     std::vector<Override> sets(1);
