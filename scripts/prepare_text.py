@@ -40,6 +40,10 @@ CUT_AFTER = re.compile(r"(?<=\S)\r?\n(?=\S)")
 # breaks are tried first, as they always were. The seam check guards every cut, and covers the
 # tokenizers none of this holds for.
 CUT_IN_BLANK = re.compile(r"(?<=\S)(?:\r?\n){2,}(?=\S)")
+# Text with no line break where one is taken (one long line: minified text, a JSON line's "text",
+# line ends of "\r" alone) is cut before a space between two non-space characters: byte-level
+# BPE's pre-tokenizers begin a token with the space before a word (" word"), whatever came before.
+CUT_BEFORE_SPACE = re.compile(r"(?<=\S) (?=\S)")
 # Spellings of an end-of-sequence token, used when no tokenizer_config.json names one.
 EOS_SPELLINGS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>")
 TOKENIZER_PATH = ""  # --tokenizer, for messages
@@ -134,6 +138,9 @@ def may_drop_text(tokenizer):
 def find_eos(tokenizer, path):
     """(id, description) of the end-of-sequence token, or (-1, why there is none)."""
     config = os.path.join(os.path.dirname(os.path.abspath(path)), "tokenizer_config.json")
+    if os.path.lexists(config) and not os.path.isfile(config):  # there, but no file to read: not "absent"
+        raise BadInput("%s: not a regular file (a directory, FIFO, device or a link to none): its eos_token "
+                       "cannot be read; remove it or make it the tokenizer's tokenizer_config.json" % config)
     if os.path.isfile(config):
         try:
             with open(config, "rb") as f:
@@ -172,13 +179,14 @@ def value_kind(value):
         return "null"
     if isinstance(value, dict):  # json_object, the reader's dict with its key count
         return "an object"
-    return {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object",
-            str: "a string", bytes: "bytes"}.get(type(value), "a " + type(value).__name__)
+    return {bool: "a boolean", int: "a number", float: "a number", LongInteger: "a number", list: "an array",
+            dict: "an object", str: "a string", bytes: "bytes"}.get(type(value), "a " + type(value).__name__)
 
 
 def shown_json(value, limit=60):
     """A value as JSON, cut to `limit` characters, for a message."""
-    text = json.dumps(value)  # \u escapes: a lone surrogate (no Unicode character) cannot break the message
+    # \u escapes: a lone surrogate (no Unicode character) cannot break the message
+    text = value.digits if isinstance(value, LongInteger) else json.dumps(value, default=lambda v: v.digits)
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -188,7 +196,7 @@ def checked_text(text, where):
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         raise BadInput("%s: \"text\" holds a lone surrogate \\u%04x at character %d: not a Unicode character"
-                       % (where, ord(text[e.start]), e.start))
+                       % (where, ord(text[e.start]), e.start + 1))  # counted from 1, as every message counts
     return text
 
 
@@ -212,6 +220,23 @@ def json_object(pairs):
     obj = JsonObject(pairs)
     obj.text_given = sum(1 for key, _ in pairs if key == "text")
     return obj
+
+
+def not_json(word):
+    """json.loads takes NaN, Infinity and -Infinity, which JSON has not: a line holding one is no JSON."""
+    raise ValueError("%s is not JSON (JSON has no NaN or Infinity)" % word)
+
+
+class LongInteger:
+    """A JSON integer too long for Python's int conversion (over 4300 digits, a guard against its
+    quadratic cost): valid JSON, kept as its digits, since only "text" is read (never a string)."""
+
+    def __init__(self, digits):
+        self.digits = digits
+
+
+def json_integer(digits):
+    return LongInteger(digits) if len(digits) > 4000 else int(digits)
 
 
 def in_field(where):
@@ -238,7 +263,8 @@ def jsonl_documents(path, file_number):
             if not line.strip(" \t\r\n"):  # JSON's whitespace: U+0085 or \v is no blank line
                 continue
             try:
-                value = json.loads(line, object_pairs_hook=json_object)
+                value = json.loads(line, object_pairs_hook=json_object, parse_constant=not_json,
+                                   parse_int=json_integer)
             except (ValueError, RecursionError) as e:
                 hint = " (a .json file is read as JSON lines: one object per line)" if path.endswith(".json") else ""
                 what = "nested too deeply" if isinstance(e, RecursionError) else (
@@ -297,7 +323,10 @@ def parquet_documents(path, file_number):
     pq = import_pyarrow(path)
     import pyarrow as pa
     try:
-        table = pq.ParquetFile(path)
+        try:  # a page whose checksum (written by the file's writer, when it wrote one) fails is refused
+            table = pq.ParquetFile(path, page_checksum_verification=True)
+        except TypeError:  # a pyarrow before 14 (ODYSSEY_PYTHON's own) cannot check them
+            table = pq.ParquetFile(path)
     except Exception as e:
         raise BadInput("%s: not a Parquet file pyarrow reads (%s)" % (path, str(e).splitlines()[0] if str(e) else e))
     schema = table.schema_arrow
@@ -368,7 +397,11 @@ def blank_line_cuts(text, lo, hi):
     return [cut for m in CUT_IN_BLANK.finditer(text, lo, hi) for cut in (m.end() - 1, m.end())]
 
 
-CUT_KINDS = (single_line_cuts, blank_line_cuts)  # in the order they are tried
+def word_cuts(text, lo, hi):
+    return [m.start() for m in CUT_BEFORE_SPACE.finditer(text, lo, hi)]
+
+
+CUT_KINDS = (single_line_cuts, blank_line_cuts, word_cuts)  # in the order they are tried
 
 
 def pieces(tokenizer, text):
@@ -376,7 +409,7 @@ def pieces(tokenizer, text):
     the other, are the tokens of `text` encoded whole. A stretch without a cut the seam check accepts
     makes its piece longer. Each kind of cut (CUT_KINDS) is given up when the seam check refused
     SEAM_TRIES of it before accepting one; a tokenizer that gives up every kind (one that marks the
-    start of a text, say) encodes the document whole. The counts are the kind's own, so blank-line
+    start of every text, even one that starts with a space) encodes the document whole. The counts are the kind's own, so blank-line
     cuts a tokenizer refuses never give up, or stop sooner, the single-line cuts it takes."""
     half = max(1, PIECE_CHARS // 2)  # PIECE_CHARS 1 would make an empty window that never moves
     accepted, refused = [0] * len(CUT_KINDS), [0] * len(CUT_KINDS)
