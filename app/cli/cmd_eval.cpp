@@ -57,7 +57,7 @@ constexpr const char* kHelp =
     "  RUN_DIR          a run's --out (its latest checkpoint and that checkpoint's config), or\n"
     "  HF_DIR           a Hugging Face model directory (config.json, safetensors)\n"
     "  --data FILE      a documents file of held-out text (odyssey prepare), at least N + 1 tokens\n"
-    "  --seq-len N      the longest context evaluated (K and M suffixes)\n"
+    "  --seq-len N      the longest context evaluated (K, M and G suffixes)\n"
     "  --preset P       for HF_DIR: the rest of the config (ranks, memory stack); else the defaults\n"
     "  --set k=v        change how the model runs (model.rope_*, training.device, dtype, document_positions,\n"
     "                   parallel.*, memory.*), never a shape or what eval sets itself\n"
@@ -168,7 +168,7 @@ EvalArgs parse(int argc, char** argv, int first) {
       const std::optional<int64_t> n = parse_size(v);
       if (!n || *n < min)
         throw BadInput(arg + " " + v + ": must be a whole number from " + std::to_string(min) + " to " +
-                       std::to_string(std::numeric_limits<int64_t>::max()) + " (K and M suffixes: 1024s)");
+                       std::to_string(std::numeric_limits<int64_t>::max()) + " (K, M and G suffixes: powers of 1024)");
       return *n;
     };
     if (arg == "--json" || arg == "--overwrite" || arg == "--no-needle" || arg == "--quiet") {
@@ -327,6 +327,13 @@ struct Source {
   RunConfig run_config;                ///< the run's config (the checkpoint's) with --set, or the HF preset's
   RunConfig saved;                     ///< a run's config as its checkpoint saved it: how its shards join
 };
+
+/// An issue of eval_config's config, checked as a document the flags generated: its line in that
+/// document is nobody's to open, so only the key, value and rule are said.
+std::string issue_of_eval_config(ConfigIssue issue) {
+  issue.loc = {};
+  return issue.format();
+}
 
 /// The keys eval_config sets, as overrides loaded before the --set ones, so that the config is
 /// validated as eval runs it (training.document_positions is checked against eval's documents, not
@@ -672,7 +679,7 @@ int run_eval(int argc, char** argv, int first) {
     const LoadedPreset evaluated = apply_overrides(eval_config(source.run_config, a.data, a.seq_len), {}, "--seq-len");
     if (!evaluated.ok()) {
       std::string text = "--seq-len " + std::to_string(a.seq_len) + " with --data " + a.data + ":";
-      for (const ConfigIssue& issue : evaluated.issues) text += "\n  " + issue.format();
+      for (const ConfigIssue& issue : evaluated.issues) text += "\n  " + issue_of_eval_config(issue);
       throw BadInput(text);
     }
     const RunConfig& cfg = evaluated.config;
@@ -745,7 +752,7 @@ int run_eval(int argc, char** argv, int first) {
                            " tokens (--needle-min doubled up to --seq-len) runs as "
                            "training.seq_len = " +
                            std::to_string(length) + ":";
-        for (const ConfigIssue& issue : at_length.issues) text += "\n  " + issue.format();
+        for (const ConfigIssue& issue : at_length.issues) text += "\n  " + issue_of_eval_config(issue);
         throw BadInput(text);
       }
     }

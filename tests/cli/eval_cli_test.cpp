@@ -511,11 +511,12 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
       {"eval " + run_dir + " --data " + docs +
            " --seq-len 65 --no-needle --set parallel.world_size=2 "
            "--set parallel.ulysses_degree=2",
-       "training.seq_len = 65"},
+       "--seq-len: training.seq_len = 65"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --tokenizer " + tokenizer +
            " --needle-min 41 "
            "--set parallel.world_size=2 --set parallel.ulysses_degree=2",
-       "--needle-min 41: the needle grid's context of 41 tokens"},
+       "--needle-min 41: the needle grid's context of 41 tokens (--needle-min doubled up to --seq-len) runs as "
+       "training.seq_len = 41:\n  training.seq_len = 41: "},  // no line of a document the flags made
       // Keys eval sets itself, or never reads, are refused rather than ignored.
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --no-needle --set training.seq_len=32",
        "--set training.seq_len=32: odyssey eval takes the longest context from --seq-len"},
