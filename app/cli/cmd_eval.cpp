@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -471,6 +473,20 @@ std::vector<std::vector<int64_t>> tokenize(const NeedleTokenizer& tokenizer, con
     const std::string named = "--tokenizer " + tokenizer.json;
     std::string what = e.what();
     if (what.rfind(named, 0) == 0) what = tokenizer.label + what.substr(named.size());
+    // A text it cannot encode is named by its line in the temporary file, gone now and the user's
+    // to neither open nor edit: said as the needle's text it is, with the way out.
+    const std::string temporary = std::string(path) + ":";
+    if (what.rfind(temporary, 0) == 0) {
+      const size_t line_end = what.find(':', temporary.size());
+      size_t line = 0;
+      for (size_t i = temporary.size();
+           i < line_end && i < what.size() && std::isdigit(static_cast<unsigned char>(what[i])); ++i)
+        line = line * 10 + static_cast<size_t>(what[i] - '0');
+      const std::string text = line >= 1 && line <= texts.size() ? texts[line - 1] : std::string("?");
+      what = tokenizer.label + ": the needle grid's text \"" + text + "\"" +
+             (line_end == std::string::npos ? what.substr(temporary.size() - 1) : what.substr(line_end)) +
+             " (the needle grid needs a tokenizer that encodes its texts: another --tokenizer, or --no-needle)";
+    }
     throw PrepareError(e.exit_code, what, e.located);
   } catch (...) {
     ::unlink(path);
@@ -515,19 +531,23 @@ std::string tokens_text(const std::vector<int64_t>& tokens) {
   return out + "]";
 }
 
-/// One passkey per trial, tokenized: the needle sentence, the question and the answer. A passkey
-/// the tokenizer cannot spell (an unknown token in its answer, or the same tokens as another
-/// passkey's) would make the grid score nothing meaningful: bad input.
+/// One passkey per trial, tokenized: the needle sentence, the question and the answer. The answer's
+/// tokens are those the question and the answer have encoded together, after the question's: a
+/// tokenizer that marks the start of a text (Llama 2's and Mistral's prepend "▁") gives the answer
+/// encoded alone a token greedy decoding after the question never produces, and no trial could be
+/// correct. A passkey the tokenizer cannot spell (an unknown token in its answer, or the same tokens
+/// as another passkey's) would make the grid score nothing meaningful: bad input.
 std::vector<NeedlePrompt> needle_prompts(const NeedleTokenizer& tokenizer, int64_t trials, uint64_t seed,
                                          int64_t model_vocab, const DocumentsFile& data) {
   SplitMix rng(seed);
-  std::vector<std::string> keys, texts{"What is the pass key? The pass key is"};
+  const std::string question = "What is the pass key? The pass key is";
+  std::vector<std::string> keys, texts{question};
   for (int64_t t = 0; t < trials; ++t) {
     std::string key = std::to_string(1 + rng.below(9));
     for (int d = 0; d < 4; ++d) key += std::to_string(rng.below(10));
     keys.push_back(key);
     texts.push_back(" The pass key is " + key + ". Remember it. " + key + " is the pass key. ");
-    texts.push_back(" " + key);
+    texts.push_back(question + " " + key);
   }
   const auto tokens = tokenize(tokenizer, texts, model_vocab, data);
   const int64_t unknown = unknown_token_id(tokenizer.json);
@@ -536,9 +556,16 @@ std::vector<NeedlePrompt> needle_prompts(const NeedleTokenizer& tokenizer, int64
   for (int64_t t = 0; t < trials; ++t) {
     NeedlePrompt p;
     p.passkey = keys[static_cast<size_t>(t)];
-    p.question = tokens[0];
     p.needle = tokens[static_cast<size_t>(1 + 2 * t)];
-    p.answer = tokens[static_cast<size_t>(2 + 2 * t)];
+    // [question][answer] as the tokenizer encodes them together: the question is the part it shares
+    // with the question encoded alone (all of it, unless a token merges across the two), the rest
+    // the answer
+    const std::vector<int64_t>& alone = tokens[0];
+    const std::vector<int64_t>& joined = tokens[static_cast<size_t>(2 + 2 * t)];
+    const size_t shared = static_cast<size_t>(
+        std::mismatch(alone.begin(), alone.end(), joined.begin(), joined.end()).first - alone.begin());
+    p.question.assign(joined.begin(), joined.begin() + static_cast<std::ptrdiff_t>(shared));
+    p.answer.assign(joined.begin() + static_cast<std::ptrdiff_t>(shared), joined.end());
     if (p.answer.empty()) throw BadInput(tokenizer.label + ": the passkey " + p.passkey + " gives no token");
     if (unknown >= 0 && std::find(p.answer.begin(), p.answer.end(), unknown) != p.answer.end())
       throw BadInput(tokenizer.label + ": the passkey " + p.passkey + " (its answer \" " + p.passkey +
@@ -555,6 +582,19 @@ std::vector<NeedlePrompt> needle_prompts(const NeedleTokenizer& tokenizer, int64
     out.push_back(std::move(p));
   }
   return out;
+}
+
+/// The most and the fewest tokens of the passkeys' answers (a tokenizer may spell two passkeys in
+/// different counts: "12" and "1", "3" merged or not).
+int64_t most_answer_tokens(const std::vector<NeedlePrompt>& prompts) {
+  size_t most = 0;
+  for (const NeedlePrompt& p : prompts) most = std::max(most, p.answer.size());
+  return static_cast<int64_t>(most);
+}
+int64_t fewest_answer_tokens(const std::vector<NeedlePrompt>& prompts) {
+  size_t fewest = prompts.empty() ? 0 : prompts.front().answer.size();
+  for (const NeedlePrompt& p : prompts) fewest = std::min(fewest, p.answer.size());
+  return static_cast<int64_t>(fewest);
 }
 
 /// "1 rank" / "4 ranks: Ulysses 2 x data 2, FSDP": the layout the forward ran on.
@@ -781,14 +821,12 @@ int run_eval(int argc, char** argv, int first) {
     std::vector<NeedlePrompt> prompts;
     if (a.needle) {
       prompts = needle_prompts(tokenizer, a.trials, a.seed, cfg.model.vocab_size, *data);
-      const NeedlePrompt& p = prompts.front();
-      const int64_t fixed_tokens = static_cast<int64_t>(p.needle.size() + p.question.size() + p.answer.size());
-      for (const NeedlePrompt& q : prompts)
-        if (static_cast<int64_t>(q.needle.size() + q.question.size() + q.answer.size()) >= lengths.front() + 1)
+      for (const NeedlePrompt& q : prompts)  // the passkeys' prompts may differ in length: each checked
+        if (const int64_t fixed_tokens = static_cast<int64_t>(q.needle.size() + q.question.size() + q.answer.size());
+            fixed_tokens >= lengths.front() + 1)
           throw BadInput("--needle-min " + std::to_string(lengths.front()) + ": the needle, question and answer take " +
-                         std::to_string(fixed_tokens) +
-                         " tokens, which leave no filler: a --needle-min (and --seq-len) "
-                         "above that");
+                         std::to_string(fixed_tokens) + " tokens (passkey " + q.passkey +
+                         "), which leave no filler: a --needle-min (and --seq-len) above that");
     }
     std::string error;
     int error_number = 0;
@@ -927,10 +965,12 @@ int run_eval(int argc, char** argv, int first) {
           .begin_array();
       for (const NeedlePrompt& p : prompts) w.value(p.passkey);
       w.end_array()
-          .key("answer_tokens")
-          .value(static_cast<int64_t>(prompts.front().answer.size()))
-          .key("lengths")
+          .key("answer_tokens")  // the most of any passkey's answer
+          .value(most_answer_tokens(prompts))
+          .key("answer_tokens_each")  // in the order of passkeys
           .begin_array();
+      for (const NeedlePrompt& p : prompts) w.value(static_cast<int64_t>(p.answer.size()));
+      w.end_array().key("lengths").begin_array();
       for (int64_t l : lengths) w.value(l);
       w.end_array().key("depths").begin_array();
       for (int64_t d : kNeedleDepths) w.value(d);
@@ -1003,8 +1043,11 @@ int run_eval(int argc, char** argv, int first) {
                   b.tokens > 0 ? fixed(b.loss(), 4).c_str() : "-");
     }
     if (a.needle) {
-      std::printf("needle in a haystack: passkey of %zu token(s), %lld trial(s) a cell, exact match (correct/trials)\n",
-                  prompts.front().answer.size(), static_cast<long long>(a.trials));
+      const int64_t most = most_answer_tokens(prompts), fewest = fewest_answer_tokens(prompts);
+      const std::string counted =
+          fewest == most ? std::to_string(most) : std::to_string(fewest) + " to " + std::to_string(most);
+      std::printf("needle in a haystack: passkey of %s token(s), %lld trial(s) a cell, exact match (correct/trials)\n",
+                  counted.c_str(), static_cast<long long>(a.trials));
       std::printf("  tokenized by %s\n", tokenizer.json.c_str());
       std::printf("  %-8s", "length");
       for (int64_t d : kNeedleDepths) std::printf(" %7lld%%", static_cast<long long>(d));

@@ -486,7 +486,7 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
        "--seed 18446744073709551615: must be a whole number from 0 to 9223372036854775807"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64", "holds no tokenizer.json (a run trained from"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --tokenizer " + tokenizer + " --needle-min 16",
-       "--needle-min 16"},
+       "--needle-min 16: the needle, question and answer take 38 tokens (passkey 54699)"},
       {"eval " + dir + " --data " + docs + " --seq-len 64", "neither a run directory"},
       {"eval " + dir + "/nothing --data " + docs + " --seq-len 64", "not a directory"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --preset presets/tiny-cpu.toml",
@@ -583,6 +583,72 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains(rank_file));
   CHECK(::stat((dir + "/new").c_str(), &st) != 0);
+}
+
+TEST_CASE("odyssey eval: a passkey's tokens are those it has after the question, a text it cannot encode is named",
+          "[cli][eval]") {
+  // A tokenizer shaped as Llama 2's and Mistral's (BPE with byte fallback, a normalizer that prepends
+  // "▁" to every text and writes spaces as "▁", no pre-tokenizer): the answer " 12345" encoded
+  // alone began with a "▁" of its own, which greedy decoding after "...key is" never produces, so
+  // no trial could be correct. A second one, without "W", an unk token or byte fallback, drops the
+  // question's "W": the refusal named the deleted temporary file the texts were written to. The
+  // token counts are the tokenizers library's integers: no CPU kernel is involved.
+  const std::string dir = fresh_dir("eval_prepend");
+  REQUIRE(std::system(("mkdir -p '" + dir + "/prepend' '" + dir + "/no_w'").c_str()) == 0);
+  std::ofstream(dir + "/make.py")
+      << "import sys\n"
+      << "from tokenizers import Tokenizer, models, normalizers\n"
+      << "dir = sys.argv[1]\n"
+      << "chars = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.?'\n"
+      << "def make(name, byte_fallback, drop):\n"
+      << "    vocab = {'<unk>': 0, '</s>': 1}\n"
+      << "    if byte_fallback:\n"
+      << "        for b in range(256): vocab['<0x%02X>' % b] = len(vocab)\n"
+      << "    for c in '\\u2581' + chars:\n"
+      << "        if c != drop: vocab[c] = len(vocab)\n"
+      << "    tok = Tokenizer(models.BPE(vocab, [], byte_fallback=byte_fallback, "
+         "unk_token='<unk>' if byte_fallback else None))\n"
+      << "    tok.normalizer = normalizers.Sequence([normalizers.Prepend('\\u2581'), "
+         "normalizers.Replace(' ', '\\u2581')])\n"
+      << "    tok.save(dir + '/' + name + '/tokenizer.json')\n"
+      << "    return tok\n"
+      << "tok = make('prepend', True, '')\n"
+      << "make('no_w', False, 'W')\n"
+      << "q = 'What is the pass key? The pass key is'\n"
+      << "ids = lambda t: tok.encode(t, add_special_tokens=False).ids\n"
+      << "after = len(ids(q + ' 12345')) - len(ids(q))\n"
+      << "assert ids(q + ' 12345')[:len(ids(q))] == ids(q)\n"
+      << "assert len(ids(' 12345')) == after + 1, 'the premise: alone, the answer has a mark of its own'\n"
+      << "open(dir + '/after.txt', 'w').write(str(after))\n";
+  REQUIRE(std::system(("'" + tokenizers_python() + "' '" + dir + "/make.py' '" + dir + "'").c_str()) == 0);
+  const int64_t after = std::stoll(read_text(dir + "/after.txt"));
+  REQUIRE(after == 6);  // "▁" and the five digits
+  write_jsonl(dir + "/docs.jsonl", 30, 0);
+  const std::string run_dir = dir + "/run";
+  require_exit(run_odyssey("train " + kShort + "--set model.vocab_size=512 --set training.seq_len=64 --steps 1 " +
+                           "--quiet --out " + run_dir),
+               0);
+  for (const char* name : {"prepend", "no_w"})
+    require_exit(run_odyssey("prepare " + dir + "/docs.jsonl --tokenizer " + dir + "/" + name + " --out " + dir + "/" +
+                             name + ".odoc"),
+                 0);
+  Run r =
+      run_odyssey("eval " + run_dir + " --data " + dir + "/prepend.odoc --seq-len 256 --needle-min 256 --trials 2 " +
+                  "--tokenizer " + dir + "/prepend --json --out " + dir + "/eval_prepend");
+  require_exit(r, 0);
+  const auto j = parse_json(r.out);
+  REQUIRE(j.has_value());
+  CHECK(j->at("needle").at("answer_tokens").get<int64_t>() == after);
+  CHECK(j->at("needle").at("answer_tokens_each") == parse_json("[6, 6]").value());
+
+  r = run_odyssey("eval " + run_dir + " --data " + dir + "/no_w.odoc --seq-len 256 --needle-min 256 --trials 2 " +
+                  "--tokenizer " + dir + "/no_w --out " + dir + "/eval_no_w");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(
+                        "--tokenizer " + dir +
+                        "/no_w/tokenizer.json: the needle grid's text \"What is the pass key? The pass key is\"") &&
+                        Catch::Contains("drops \"W\"") && Catch::Contains("another --tokenizer, or --no-needle") &&
+                        !Catch::Contains("odyssey-eval-"));
 }
 
 TEST_CASE("odyssey eval: a reshaping --set, a tokenizer not the data's, an unwritable output exit 2 first",
