@@ -18,6 +18,7 @@ import os
 import re
 import struct
 import sys
+import unicodedata
 
 BATCH_DOCUMENTS = 512            # documents per encode_batch call (tokenizers runs them in parallel)
 BATCH_BYTES = 8 << 20            # or this many bytes of text, whichever comes first
@@ -468,6 +469,22 @@ def unknown_chars(tokenizer, text):
     return "".join(found)
 
 
+def clusters(text, normalize=None):
+    """(index, characters) of each character of `text` with what composes with it after it, white
+    space left out: combining marks, and what `normalize` (the tokenizer's normalizer) makes one
+    character of with it (Hangul jamo under NFKC have no combining class)."""
+    out = []
+    for k, c in enumerate(text):
+        joined = out and out[-1][0] + len(out[-1][1]) == k and not c.isspace() and (
+            unicodedata.combining(c) or (normalize is not None and len(normalize(out[-1][1] + c))
+                                         < len(normalize(out[-1][1])) + len(normalize(c))))
+        if joined:
+            out[-1] = (out[-1][0], out[-1][1] + c)
+        elif not c.isspace():
+            out.append((k, c))
+    return out
+
+
 def first_dropped(tokenizer, text, encoding):
     """(index, characters) of the first characters of `text` the tokenizer dropped (`encoding` is
     its encoding), or None. A stretch no token's offsets cover that holds a character other than
@@ -496,18 +513,30 @@ def first_dropped(tokenizer, text, encoding):
                     j -= 1
                 lo = min(lo, offsets[j][0])
             lo = max(lo, checked - 8)  # a few characters before: a composed pair is seen whole
+            while lo > 0 and unicodedata.combining(text[lo]):  # with its base character
+                lo -= 1
             if unknown_chars(tokenizer, text[lo:start]):
-                # named as the text has them where each alone has no token (a byte-level BPE's
-                # characters are bytes), else as the normalizer made them
-                stretch = text[lo:start]
-                chars = ""
-                for c in dict.fromkeys(c for c in stretch if not c.isspace()):
-                    chars += c if unknown_chars(tokenizer, c) else ""
+                # Named by character with its combining marks (a normalizer may compose them: "e"
+                # and U+0301 into "é", which has a token): as the text has them where the model has
+                # no token for them (a byte-level BPE's characters are bytes), the whole character as
+                # written where only its composed form has none, else as the normalizer made them.
+                stretch, chars, first = text[lo:start], "", None
+                normalizer = tokenizer.normalizer
+                for at, cluster in clusters(stretch, normalizer.normalize_str if normalizer is not None else None):
+                    missing = unknown_chars(tokenizer, cluster)
+                    if not missing:
+                        continue
+                    named = "".join(c for c in cluster if c in missing) or cluster
+                    if first is None:
+                        first = lo + at + cluster.index(named[0])
+                    chars += "".join(dict.fromkeys(c for c in named if c not in chars))
                     if len(chars) > 16:  # as many as a message shows
                         break
-                chars = chars or unknown_chars(tokenizer, stretch)
-                found = text.find(chars[0], lo, start)
-                return (found if found >= 0 else lo + len(stretch) - len(stretch.lstrip())), chars
+                if first is None:  # none alone: one inside a word ("t" has a token, "##t" none)
+                    chars = unknown_chars(tokenizer, stretch)
+                    first = text.find(chars[0], lo, start)
+                    first = first if first >= 0 else lo + len(stretch) - len(stretch.lstrip())
+                return first, chars
             checked = start
         covered = max(covered, end)
     return None

@@ -870,6 +870,25 @@ TEST_CASE("odyssey prepare: text the tokenizer would drop (no unk token, no byte
   require_exit(run_odyssey("prepare " + dir + "/hi.jsonl --tokenizer " + suffixed + " --out " + out + " --overwrite"),
                0);
   CHECK(read_documents(out).tokens == Tokens{0, 1, 2});
+  // An NFKC normalizer composes "e" and U+0301 into "é", which has a token: the mark alone has none,
+  // and the Omega after it was dropped, yet the mark (character 5) was named. Then "u" and U+0308
+  // compose into a "ü" without a token: named as written, at its first character.
+  const std::string composing = dir + "/composing.json";
+  std::ofstream(composing) << R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+    "normalizer":{"type":"NFKC"},"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+    "model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,
+    "fuse_unk":false,"byte_fallback":false,"ignore_merges":false,
+    "vocab":{"a":0,"b":1,"c":2,"e":3,"f":4,"r":5,"u":6,"é":7},"merges":[]}})";
+  std::ofstream(dir + "/omega.jsonl") << "{\"text\": \"cafe\\u0301\"}\n{\"text\": \"cafe\\u0301 \\u03a9\"}\n";
+  std::ofstream(dir + "/umlaut.jsonl") << "{\"text\": \"cafe\\u0301 u\\u0308ber\"}\n";
+  r = run_odyssey("prepare " + dir + "/omega.jsonl --tokenizer " + composing + " --out " + out + " --overwrite");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/omega.jsonl:2: the tokenizer " + composing +
+                                    " drops \"\u03a9\" (U+03A9, character 7 of its \"text\")"));
+  r = run_odyssey("prepare " + dir + "/umlaut.jsonl --tokenizer " + composing + " --out " + out + " --overwrite");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/umlaut.jsonl:1: the tokenizer " + composing +
+                                    " drops \"u\u0308\" (U+0075, character 7 of its \"text\")"));
 }
 
 TEST_CASE("odyssey prepare: a tokenizer the library fails to encode with is bad input, its message named",
