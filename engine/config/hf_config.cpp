@@ -209,13 +209,23 @@ bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
   if (s.kind == RopeScalingKind::Yarn && r.has(p, "attention_factor")) {
     if (!number("attention_factor", 1.0, s.attention_factor)) return false;
   }
+  // transformers' truncate (default true) floors and ceils YaRN's correction range, as Odyssey does
+  if (s.kind == RopeScalingKind::Yarn && r.has(p, "truncate") && p.at("truncate") != ReadJson(true)) {
+    r.fail(prefix + "truncate", value_text(p.at("truncate")),
+           "is not implemented: Odyssey's YaRN floors and ceils its correction range (truncate true, "
+           "transformers' default)");
+    return false;
+  }
   if (s.kind == RopeScalingKind::Yarn && (r.has(p, "mscale") || r.has(p, "mscale_all_dim"))) {
     r.fail(prefix + "mscale", value_text(r.has(p, "mscale") ? p.at("mscale") : p.at("mscale_all_dim")),
            "DeepSeek's mscale variant of YaRN is not supported");
     return false;
   }
   if (s.kind != RopeScalingKind::Linear) {
-    auto original = r.integer(p, "original_max_position_embeddings", 1, int64_t{1} << 40,
+    // A top-level original_max_position_embeddings (Phi-3's spelling) takes priority over the rope
+    // parameters' own, as transformers gives it
+    const bool top = r.has("original_max_position_embeddings");
+    auto original = r.integer(top ? r.json() : p, "original_max_position_embeddings", 1, int64_t{1} << 40,
                               s.kind == RopeScalingKind::Yarn ? std::optional<int64_t>(max_positions) : std::nullopt);
     if (!original) return false;
     s.original_max_position = *original;
@@ -311,15 +321,19 @@ std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError*
     m.tie_embeddings = *tied;
   else
     return done();
+  // absent: transformers' default of the architecture (LlamaConfig's 2048, Qwen3Config's 32768), which
+  // YaRN's original context defaults to
   int64_t max_positions = 0;
-  if (!set(max_positions, "max_position_embeddings", 1, int64_t{1} << 40, 8192)) return done();
+  if (!set(max_positions, "max_position_embeddings", 1, int64_t{1} << 40, type == "qwen3" ? 32768 : 2048))
+    return done();
   if (!read_rope(r, m, max_positions)) return done();
   // What Odyssey's decoder does not compute: refused rather than silently dropped.
   r.absent_or("hidden_act", "silu", "Odyssey's MLP is SwiGLU (hidden_act \"silu\")") &&
       r.absent_or("attention_bias", false, "Odyssey's attention projections have no bias") &&
       r.absent_or("mlp_bias", false, "Odyssey's MLP projections have no bias") &&
       r.absent_or("use_sliding_window", false, "Odyssey's attention is full causal attention (no sliding window)") &&
-      r.absent_or("partial_rotary_factor", 1.0, "Odyssey rotates every channel of a head (partial_rotary_factor 1)");
+      r.absent_or("partial_rotary_factor", 1.0, "Odyssey rotates every channel of a head (partial_rotary_factor 1)") &&
+      r.absent_or("attention_dropout", 0.0, "Odyssey's attention has no dropout (attention_dropout 0)");
   return done();
 }
 

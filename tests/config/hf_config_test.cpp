@@ -122,6 +122,11 @@ TEST_CASE("hf config: what Odyssey cannot run exactly is refused naming the file
       {"\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,\n                   "
        "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"",
        "\"rope_type\": \"yarn\", \"original_max_position_embeddings\": 8192", "\"factor\" = (missing): is required"},
+      // accepted and ignored before: a model transformers computes otherwise
+      {"\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\", \"truncate\": false",
+       "\"rope_scaling.truncate\" = false: is not implemented"},
+      {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"silu\", \"attention_dropout\": 0.5",
+       "\"attention_dropout\" = 0.5: Odyssey's attention has no dropout"},
   };
   for (const Case& c : cases) {
     std::string json = kLlama31;
@@ -203,6 +208,42 @@ TEST_CASE("hf config: a value of config.json that a rule refuses is named with t
                  Catch::Contains("must be even") && Catch::Contains("(the value of " + dir + "/config.json)"));
     }
   CHECK(named == 1);
+}
+
+TEST_CASE("hf config: the original context is read where transformers reads it", "[config][hf]") {
+  // transformers 5 gives a top-level original_max_position_embeddings (Phi-3's spelling) priority
+  // over the rope parameters' own, and YaRN without one takes max_position_embeddings, absent the
+  // architecture's default (LlamaConfig 2048, Qwen3Config 32768): Odyssey read the inner key only,
+  // and 8192 for a missing max_position_embeddings, a model with other frequencies than transformers'.
+  auto read = [](const std::string& name, const std::string& replace, const std::string& with) {
+    std::string json = kLlama31;
+    json.replace(json.find(replace), replace.size(), with);
+    HfConfigError error;
+    const std::optional<ModelConfig> m = read_hf_config(write_config(name, json), &error);
+    INFO(error.format());
+    REQUIRE(m.has_value());
+    return m->rope_scaling.original_max_position;
+  };
+  CHECK(read("top_original", "\"rope_theta\": 500000.0,",
+             "\"rope_theta\": 500000.0, \"original_max_position_embeddings\": 4096,") == 4096);
+  const std::string yarn_without_original = "\"rope_type\": \"yarn\"";
+  const std::string llama3_scaling =
+      "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,\n                   "
+      "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"";
+  CHECK(read("yarn_max_positions", llama3_scaling, "\"factor\": 4.0, " + yarn_without_original) == 131072);
+  CHECK(read("yarn_llama_default", "\"max_position_embeddings\": 131072, ", "") == 8192);  // its own key still
+  std::string no_max = kLlama31;
+  no_max.replace(no_max.find("\"max_position_embeddings\": 131072, "), 35, "");
+  no_max.replace(no_max.find(llama3_scaling), llama3_scaling.size(), "\"factor\": 4.0, " + yarn_without_original);
+  HfConfigError error;
+  const std::optional<ModelConfig> llama = read_hf_config(write_config("yarn_no_max_llama", no_max), &error);
+  REQUIRE(llama.has_value());
+  CHECK(llama->rope_scaling.original_max_position == 2048);
+  std::string qwen3 = no_max;
+  qwen3.replace(qwen3.find("\"model_type\": \"llama\""), 21, "\"model_type\": \"qwen3\"");
+  const std::optional<ModelConfig> q = read_hf_config(write_config("yarn_no_max_qwen3", qwen3), &error);
+  REQUIRE(q.has_value());
+  CHECK(q->rope_scaling.original_max_position == 32768);
 }
 
 TEST_CASE("hf config: rope frequencies follow the published rules, worked by hand", "[config][hf]") {
