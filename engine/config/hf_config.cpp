@@ -239,7 +239,9 @@ bool read_rope(ConfigReader& r, ModelConfig& m, int64_t max_positions) {
 
 }  // namespace
 
-std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError* error) {
+int64_t hf_default_max_positions(const std::string& model_type) { return model_type == "qwen3" ? 32768 : 2048; }
+
+std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError* error, int64_t* max_positions_out) {
   const std::string file = join_path(dir, "config.json");
   auto fail_file = [&](const std::string& rule) -> std::optional<ModelConfig> {
     if (error) *error = HfConfigError{file, "", "", rule};
@@ -321,11 +323,11 @@ std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError*
     m.tie_embeddings = *tied;
   else
     return done();
-  // absent: transformers' default of the architecture (LlamaConfig's 2048, Qwen3Config's 32768), which
-  // YaRN's original context defaults to
+  // absent: transformers' default of the architecture, which YaRN's original context defaults to
   int64_t max_positions = 0;
-  if (!set(max_positions, "max_position_embeddings", 1, int64_t{1} << 40, type == "qwen3" ? 32768 : 2048))
+  if (!set(max_positions, "max_position_embeddings", 1, int64_t{1} << 40, hf_default_max_positions(type)))
     return done();
+  if (max_positions_out != nullptr) *max_positions_out = max_positions;
   if (!read_rope(r, m, max_positions)) return done();
   // What Odyssey's decoder does not compute: refused rather than silently dropped.
   r.absent_or("hidden_act", "silu", "Odyssey's MLP is SwiGLU (hidden_act \"silu\")") &&

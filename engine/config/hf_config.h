@@ -1,6 +1,6 @@
 // A Hugging Face model directory's config.json as a ModelConfig (Llama 3.x and Qwen3), and back:
 // the plan needs only this file, the engine reads the weights beside it (engine/train/hf_checkpoint).
-// defines: HfConfigError, read_hf_config, hf_config_json. No LibTorch.
+// defines: HfConfigError, read_hf_config, hf_default_max_positions, hf_config_json. No LibTorch.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,14 @@ struct HfConfigError {
 /// checkpoints write it (top-level rope_theta beside rope_scaling) and as transformers 5 does
 /// (rope_parameters). `flavor` is "hf" and `hf_path` is `dir`. nullopt and *error on anything
 /// Odyssey cannot run exactly (biases, sliding windows, other activations or rope types).
-std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError* error);
+/// *max_positions (when given): the context config.json advertises, max_position_embeddings or,
+/// absent, hf_default_max_positions.
+std::optional<ModelConfig> read_hf_config(const std::string& dir, HfConfigError* error,
+                                          int64_t* max_positions = nullptr);
+
+/// transformers' max_position_embeddings for a config.json without one: its architecture's
+/// default (LlamaConfig's 2048, Qwen3Config's 32768).
+int64_t hf_default_max_positions(const std::string& model_type);
 
 /// config.json for `model` as transformers loads it without conversion (LlamaForCausalLM, or
 /// Qwen3ForCausalLM when qk_norm), weights stored as `torch_dtype` ("float32", "bfloat16"),

@@ -271,12 +271,13 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
   // A Hugging Face directory's config.json is the model's base, like a flavor (which, when named
   // too, must describe the same shape).
   std::optional<ModelConfig> hf_shape;
+  int64_t hf_context = 0;  // its max_position_embeddings (or transformers' default for it)
   const Assignment* hf = last_of(all, "model", "hf_path");
   if (hf && hf->raw.type == RawValue::Type::String && hf->raw.s.empty()) hf = nullptr;  // "" = none (as saved)
   if (hf) {
     if (auto v = coerce(*hf)) {
       HfConfigError error;
-      hf_shape = read_hf_config(v->s, &error);
+      hf_shape = read_hf_config(v->s, &error, &hf_context);
       if (!hf_shape)
         issues.push_back({hf->loc, "model.hf_path", hf->raw.text, error.format(),
                           "name a directory holding a Llama 3.x or Qwen3 config.json and its safetensors"});
@@ -363,6 +364,13 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
                               toml_literal(*spec, RunConfig{.model = *hf_shape}) +
                               "): the checkpoint's tensors fix the shape",
                           "drop the key; model.hf_path gives it"});
+    // A llama3 or YaRN scaling named here over a config.json without one: its original context is
+    // the model's own (config.json's max_position_embeddings, as transformers takes it), not the
+    // key's default (8K, Llama 3's), unless given.
+    auto reads_original = [](RopeScalingKind k) { return k == RopeScalingKind::Llama3 || k == RopeScalingKind::Yarn; };
+    if (reads_original(m.rope_scaling.kind) && !reads_original(hf_shape->rope_scaling.kind) &&
+        !given("model.rope_original_max_position"))
+      m.rope_scaling.original_max_position = hf_context;
     return;
   }
   if (custom) {

@@ -596,6 +596,8 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
       const Json source = Json::parse(file.bytes);  // checked as a JSON object when read
       if (source.contains("max_position_embeddings") && source.at("max_position_embeddings").is_number_integer())
         max_positions = std::max(max_positions, source.at("max_position_embeddings").get<int64_t>());
+      else if (source.contains("model_type") && source.at("model_type").is_string())  // transformers' default
+        max_positions = std::max(max_positions, hf_default_max_positions(source.at("model_type").get<std::string>()));
     }
 
   struct Piece {

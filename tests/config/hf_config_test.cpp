@@ -246,6 +246,42 @@ TEST_CASE("hf config: the original context is read where transformers reads it",
   CHECK(q->rope_scaling.original_max_position == 32768);
 }
 
+TEST_CASE("hf config: a scaling set over a config.json without one stretches the model's own context", "[config][hf]") {
+  // `--set model.rope_scaling=yarn` over a model trained at 4K took the key's default original
+  // context, 8K (Llama 3's), and trained other frequencies than the same scaling written into its
+  // config.json (which transformers reads as its max_position_embeddings).
+  const std::string scaling =
+      ",\n  \"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,\n                 "
+      "  "
+      "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}";
+  std::string plain = kLlama31;
+  plain.replace(plain.find(scaling), scaling.size(), "");
+  plain.replace(plain.find("\"max_position_embeddings\": 131072"), 33, "\"max_position_embeddings\": 4096");
+  const std::string dir = write_config("unscaled", plain);
+  auto original = [&](const std::string& keys) {
+    const LoadedPreset p = load("hf_path = \"" + dir + "\"\n" + keys);
+    for (const auto& issue : p.issues) INFO(issue.format());
+    REQUIRE(p.ok());
+    return p.config.model.rope_scaling.original_max_position;
+  };
+  CHECK(original("rope_scaling = \"yarn\"\nrope_factor = 4.0") == 4096);
+  CHECK(original("rope_scaling = \"llama3\"\nrope_factor = 4.0") == 4096);
+  CHECK(original("rope_scaling = \"yarn\"\nrope_factor = 4.0\nrope_original_max_position = \"2K\"") == 2048);
+  // a config.json with a scaling of its own keeps its original context (Llama 3.1's 8K)
+  const std::string scaled = write_config("scaled", kLlama31);
+  const LoadedPreset own = load("hf_path = \"" + scaled + "\"\nrope_scaling = \"yarn\"\nrope_factor = 4.0");
+  REQUIRE(own.ok());
+  CHECK(own.config.model.rope_scaling.original_max_position == 8192);
+  // no max_position_embeddings: transformers' default of the architecture
+  std::string qwen3 = plain;
+  qwen3.replace(qwen3.find("\"max_position_embeddings\": 4096, "), 33, "");
+  qwen3.replace(qwen3.find("\"model_type\": \"llama\""), 21, "\"model_type\": \"qwen3\"");
+  const std::string q = write_config("unscaled_qwen3", qwen3);
+  const LoadedPreset from_qwen3 = load("hf_path = \"" + q + "\"\nrope_scaling = \"yarn\"\nrope_factor = 4.0");
+  REQUIRE(from_qwen3.ok());
+  CHECK(from_qwen3.config.model.rope_scaling.original_max_position == 32768);
+}
+
 TEST_CASE("hf config: rope frequencies follow the published rules, worked by hand", "[config][hf]") {
   ModelConfig m;
   m.head_dim = 8;
