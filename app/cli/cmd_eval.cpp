@@ -20,6 +20,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "app/cli/cli.h"
@@ -584,17 +585,13 @@ std::vector<NeedlePrompt> needle_prompts(const NeedleTokenizer& tokenizer, int64
   return out;
 }
 
-/// The most and the fewest tokens of the passkeys' answers (a tokenizer may spell two passkeys in
-/// different counts: "12" and "1", "3" merged or not).
-int64_t most_answer_tokens(const std::vector<NeedlePrompt>& prompts) {
-  size_t most = 0;
-  for (const NeedlePrompt& p : prompts) most = std::max(most, p.answer.size());
-  return static_cast<int64_t>(most);
-}
-int64_t fewest_answer_tokens(const std::vector<NeedlePrompt>& prompts) {
-  size_t fewest = prompts.empty() ? 0 : prompts.front().answer.size();
-  for (const NeedlePrompt& p : prompts) fewest = std::min(fewest, p.answer.size());
-  return static_cast<int64_t>(fewest);
+/// The fewest and the most tokens of the passkeys' answers (a tokenizer may spell two passkeys in
+/// different counts: "12" and "1", "3" merged or not); {0, 0} without passkeys.
+std::pair<int64_t, int64_t> answer_token_range(const std::vector<NeedlePrompt>& prompts) {
+  if (prompts.empty()) return {0, 0};
+  const auto [fewest, most] = std::minmax_element(
+      prompts.begin(), prompts.end(), [](const auto& a, const auto& b) { return a.answer.size() < b.answer.size(); });
+  return {static_cast<int64_t>(fewest->answer.size()), static_cast<int64_t>(most->answer.size())};
 }
 
 /// "1 rank" / "4 ranks: Ulysses 2 x data 2, FSDP": the layout the forward ran on.
@@ -966,7 +963,7 @@ int run_eval(int argc, char** argv, int first) {
       for (const NeedlePrompt& p : prompts) w.value(p.passkey);
       w.end_array()
           .key("answer_tokens")  // the most of any passkey's answer
-          .value(most_answer_tokens(prompts))
+          .value(answer_token_range(prompts).second)
           .key("answer_tokens_each")  // in the order of passkeys
           .begin_array();
       for (const NeedlePrompt& p : prompts) w.value(static_cast<int64_t>(p.answer.size()));
@@ -1043,7 +1040,7 @@ int run_eval(int argc, char** argv, int first) {
                   b.tokens > 0 ? fixed(b.loss(), 4).c_str() : "-");
     }
     if (a.needle) {
-      const int64_t most = most_answer_tokens(prompts), fewest = fewest_answer_tokens(prompts);
+      const auto [fewest, most] = answer_token_range(prompts);
       const std::string counted =
           fewest == most ? std::to_string(most) : std::to_string(fewest) + " to " + std::to_string(most);
       std::printf("needle in a haystack: passkey of %s token(s), %lld trial(s) a cell, exact match (correct/trials)\n",
