@@ -1,12 +1,14 @@
 // odyssey check PRESET...: validates each preset (with any --set overrides) and its data file as
 // `odyssey train` opens it, prints every problem as FILE:LINE:COL: key = value: rule (hint), and
-// for a valid one its notes (config_notes: what it does that its author may not expect). Exit 0
-// when all are valid, else 2. A model.hf_path directory's weights are opened as train opens them
-// (model_weights_check.h: in odyssey-engine, to which `odyssey` hands such a check).
+// for a valid one the RoPE it runs (describe_rope) and its notes (config_notes: what it does that
+// its author may not expect). Exit 0 when all are valid, else 2. A model.hf_path directory's
+// weights are opened as train opens them (model_weights_check.h: in odyssey-engine, to which
+// `odyssey` hands such a check).
 #include <iostream>
 
 #include "app/cli/cli.h"
 #include "app/cli/model_weights_check.h"
+#include "engine/config/rope.h"
 #include "engine/config/sizes.h"
 #include "engine/config/validate.h"
 #include "engine/util/json.h"
@@ -72,12 +74,18 @@ int run_check(int argc, char** argv, int first) {
     const std::vector<std::string> notes = loaded.ok() ? config_notes(loaded.config) : std::vector<std::string>{};
     w.key("notes").begin_array();
     for (const auto& note : notes) w.value(note);
-    w.end_array().end_object();
+    w.end_array().key("rope");
+    if (loaded.ok())
+      write_rope_json(w, loaded.config.model);
+    else
+      w.null();
+    w.end_object();
     if (!args->json && loaded.ok()) {
       const RunConfig& c = loaded.config;
       std::cout << path << ": ok (" << c.model.flavor << ", " << format_size(c.training.seq_len) << " tokens, "
                 << c.parallel.world_size << " rank" << (c.parallel.world_size == 1 ? "" : "s") << ", "
                 << c.hardware.profile << ")\n";
+      std::cout << path << ": " << describe_rope(c.model) << "\n";
       for (const auto& note : notes) std::cout << path << ": note: " << note << "\n";
     }
   }

@@ -7,6 +7,7 @@
 
 #include "app/cli/cli.h"
 #include "engine/config/config_diff.h"
+#include "engine/config/rope.h"
 #include "engine/config/schema.h"
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
@@ -152,7 +153,9 @@ void write_plan_json(JsonWriter& w, const RunConfig& cfg, const MemoryPlan& plan
       .value(cfg.model.d_ffn)
       .key("vocab_size")
       .value(cfg.model.vocab_size)
-      .end_object();
+      .key("rope");
+  write_rope_json(w, cfg.model);
+  w.end_object();
   // the Untied stage schedule planned ("auto" resolved at this length: planned_heads_per_stage),
   // or standard_attention where "auto" runs none (heads_per_stage null: a config's 0 means one
   // head a rank, 0 stages); null without Untied Ulysses
@@ -284,6 +287,7 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
                 const std::vector<Advice>& advice, const TuneResult& tuned) {
   const Unit gib = unit_for(std::max(plan.peak_bytes, plan.host_bytes));
   os << path << ": " << setup_line(cfg) << "\n";
+  os << describe_rope(cfg.model) << "\n";
   os << printf_string("verdict: %s. Peak %.2f %s of %.2f GiB per device at %s; host %.2f %s of %.0f GiB per node\n\n",
                       verdict(plan).c_str(), gib(plan.peak_bytes), gib.name, plan.device_capacity / kGiB,
                       plan.peak_phase.c_str(), gib(plan.host_bytes), gib.name, plan.host_capacity / kGiB);

@@ -16,6 +16,7 @@
 #include <toml++/toml.h>
 
 #include "engine/config/hf_config.h"
+#include "engine/config/rope.h"
 #include "engine/config/sizes.h"
 #include "engine/config/validate.h"
 #include "engine/util/files.h"
@@ -367,8 +368,7 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
     // A llama3 or YaRN scaling named here over a config.json without one: its original context is
     // the model's own (config.json's max_position_embeddings, as transformers takes it), not the
     // key's default (8K, Llama 3's), unless given.
-    auto reads_original = [](RopeScalingKind k) { return k == RopeScalingKind::Llama3 || k == RopeScalingKind::Yarn; };
-    if (reads_original(m.rope_scaling.kind) && !reads_original(hf_shape->rope_scaling.kind) &&
+    if (reads_original_context(m.rope_scaling.kind) && !reads_original_context(hf_shape->rope_scaling.kind) &&
         !given("model.rope_original_max_position"))
       m.rope_scaling.original_max_position = hf_context;
     return;

@@ -1,10 +1,13 @@
 // The rotary frequency rule (see rope.h): Hugging Face's _compute_default/linear/llama3/yarn
-// parameters of transformers' modeling_rope_utils, in float64. defines: rope_inv_freq,
-// rope_attention_factor, rope_scaling_rule
+// parameters of transformers' modeling_rope_utils, in float64; and the RoPE a model runs in words.
 #include "engine/config/rope.h"
 
 #include <algorithm>
 #include <cmath>
+
+#include "engine/config/sizes.h"
+#include "engine/util/json.h"
+#include "engine/util/printf_string.h"
 
 namespace odyssey {
 
@@ -15,7 +18,27 @@ double yarn_correction_dim(double rotations, double dim, double base, double max
   return dim * std::log(max_position / (rotations * 2.0 * M_PI)) / (2.0 * std::log(base));
 }
 
+/// The numbers the kind of `r` reads besides its factor, in the preset's key order, without the
+/// "rope_" prefix; the YaRN attention factor as rope_attention_factor resolves it.
+std::vector<std::pair<const char*, double>> read_scaling_numbers(const ModelConfig& m) {
+  const RopeScaling& r = m.rope_scaling;
+  switch (r.kind) {
+    case RopeScalingKind::Llama3:
+      return {{"low_freq_factor", r.low_freq_factor}, {"high_freq_factor", r.high_freq_factor}};
+    case RopeScalingKind::Yarn:
+      return {{"beta_fast", r.beta_fast}, {"beta_slow", r.beta_slow}, {"attention_factor", rope_attention_factor(m)}};
+    case RopeScalingKind::None:
+    case RopeScalingKind::Linear:
+      break;
+  }
+  return {};
+}
+
 }  // namespace
+
+bool reads_original_context(RopeScalingKind kind) {
+  return kind == RopeScalingKind::Llama3 || kind == RopeScalingKind::Yarn;
+}
 
 std::vector<double> rope_inv_freq(const ModelConfig& m) {
   const int64_t half = m.head_dim / 2;
@@ -85,6 +108,28 @@ std::optional<RopeRuleBreak> rope_scaling_rule(const RopeScaling& r) {
     return RopeRuleBreak{"model.rope_beta_fast",
                          "must exceed model.rope_beta_slow = " + std::to_string(r.beta_slow) + when};
   return std::nullopt;
+}
+
+std::string describe_rope(const ModelConfig& m) {
+  const RopeScaling& r = m.rope_scaling;
+  std::string text = printf_string("RoPE theta %.15g, ", m.rope_theta);
+  if (r.kind == RopeScalingKind::None) return text + "no scaling";
+  text += printf_string("%s x%.15g", std::string(to_string(r.kind)).c_str(), r.factor);
+  if (r.kind == RopeScalingKind::Linear) return text + " (positions divided by the factor)";
+  text += " over " + format_size(r.original_max_position) + " pretraining positions (";
+  const auto numbers = read_scaling_numbers(m);
+  for (size_t i = 0; i < numbers.size(); ++i)
+    text += printf_string("%s%s %.4g", i ? ", " : "", numbers[i].first, numbers[i].second);
+  return text + ")";
+}
+
+void write_rope_json(JsonWriter& w, const ModelConfig& m) {
+  const RopeScaling& r = m.rope_scaling;
+  w.begin_object().key("theta").value(m.rope_theta).key("scaling").value(to_string(r.kind));
+  if (r.kind != RopeScalingKind::None) w.key("factor").value(r.factor);
+  if (reads_original_context(r.kind)) w.key("original_max_position").value(r.original_max_position);
+  for (const auto& [name, number] : read_scaling_numbers(m)) w.key(name).value(number);
+  w.end_object();
 }
 
 }  // namespace odyssey

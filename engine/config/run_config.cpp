@@ -141,7 +141,10 @@ std::vector<ModelFlavor> make_flavors() {
         .vocab_size = 151936,
         .rope_theta = 1000000.0,
         .norm_eps = 1e-6,
-        .qk_norm = true}},
+        .qk_norm = true,
+        // Qwen3's native context, 32K: the original_max_position_embeddings of the YaRN scaling its
+        // model card gives for longer contexts, so what a rope_scaling set over this flavor stretches
+        .rope_scaling = {.original_max_position = 32768}}},
       {"llama3-70b",
        "Llama 3 / 3.1 70B: 80 layers, d=8192, 64/8 heads, d_ffn=28672",
        {.n_layers = 80,

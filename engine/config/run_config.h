@@ -43,13 +43,15 @@ int64_t dtype_bytes(DType v);
 /// mean what they mean in Hugging Face's `rope_parameters` / `rope_scaling` (modeling_rope_utils).
 struct RopeScaling {
   RopeScalingKind kind = RopeScalingKind::None;
-  double factor = 1.0;                   ///< linear, llama3, yarn: how far the context is stretched
-  double low_freq_factor = 1.0;          ///< llama3: wavelengths above original/low are divided by factor
-  double high_freq_factor = 4.0;         ///< llama3: wavelengths below original/high are kept
-  int64_t original_max_position = 8192;  ///< llama3, yarn: the pretraining context
-  double beta_fast = 32.0;               ///< yarn: rotations where pure extrapolation ends
-  double beta_slow = 1.0;                ///< yarn: rotations where pure interpolation starts
-  double attention_factor = 0.0;         ///< yarn: scale on cos and sin; 0 means 0.1 ln(factor) + 1
+  double factor = 1.0;            ///< linear, llama3, yarn: how far the context is stretched
+  double low_freq_factor = 1.0;   ///< llama3: wavelengths above original/low are divided by factor
+  double high_freq_factor = 4.0;  ///< llama3: wavelengths below original/high are kept
+  /// llama3, yarn: the pretraining context they stretch. A flavor's own where it has no scaling
+  /// (Qwen3's 32K), so that a scaling set over the flavor stretches what the model was trained at.
+  int64_t original_max_position = 8192;
+  double beta_fast = 32.0;        ///< yarn: rotations where pure extrapolation ends
+  double beta_slow = 1.0;         ///< yarn: rotations where pure interpolation starts
+  double attention_factor = 0.0;  ///< yarn: scale on cos and sin; 0 means 0.1 ln(factor) + 1
 
   bool operator==(const RopeScaling&) const = default;
 };

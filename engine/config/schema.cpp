@@ -381,8 +381,11 @@ std::vector<KeySpec> make_schema() {
                         "llama3 scaling: wavelengths above original / this are interpolated.", positive_up_to(1e6)));
   s.push_back(ODY_FLOAT("model", model.rope_scaling.high_freq_factor, "rope_high_freq_factor",
                         "llama3 scaling: wavelengths below original / this are kept.", positive_up_to(1e6)));
-  s.push_back(ODY_SIZE("model", model.rope_scaling.original_max_position, "rope_original_max_position",
-                       "llama3 and yarn scaling: the pretraining context (8K for Llama 3).", between(1, kMaxTokens)));
+  s.push_back(
+      ODY_SIZE("model", model.rope_scaling.original_max_position, "rope_original_max_position",
+               "llama3 and yarn scaling: the pretraining context (8K for Llama 3, 32K for Qwen3, a model directory's "
+               "max_position_embeddings where its config.json has no scaling).",
+               between(1, kMaxTokens)));
   s.push_back(ODY_FLOAT("model", model.rope_scaling.beta_fast, "rope_beta_fast",
                         "yarn scaling: rotations over the original context where extrapolation ends.",
                         positive_up_to(1e6)));

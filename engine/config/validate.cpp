@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <sstream>
 
+#include "engine/config/hf_config.h"
 #include "engine/config/rope.h"
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
@@ -299,16 +300,25 @@ std::vector<std::string> config_notes(const RunConfig& cfg) {
   for (const IdleSizeKey& idle : idle_size_keys(cfg.memory))
     notes.push_back(std::string("memory.") + idle.size_key + " is set while memory." + idle.technique_key +
                     " = false: it sizes nothing until " + idle.technique_key + " is on");
-  for (const std::string& key : idle_rope_keys(cfg.model.rope_scaling))
+  for (const std::string& key : idle_rope_keys(cfg.model.rope_scaling, own_rope_scaling(cfg.model)))
     notes.push_back("model." + key + " is set while model.rope_scaling = \"" +
                     std::string(to_string(cfg.model.rope_scaling.kind)) +
                     "\", which does not read it: it changes nothing (engine/config/rope.h)");
   return notes;
 }
 
-std::vector<std::string> idle_rope_keys(const RopeScaling& r) {
+RopeScaling own_rope_scaling(const ModelConfig& m) {
+  if (!m.hf_path.empty()) {
+    HfConfigError error;  // unreadable since the preset loaded: no base but the keys' defaults
+    if (const auto hf = read_hf_config(m.hf_path, &error)) return hf->rope_scaling;
+  } else if (const auto flavor = find_model_flavor(m.flavor)) {
+    return flavor->rope_scaling;
+  }
+  return RopeScaling{};
+}
+
+std::vector<std::string> idle_rope_keys(const RopeScaling& r, const RopeScaling& d) {
   using K = RopeScalingKind;
-  const RopeScaling d;  // the defaults
   const bool stretched = r.kind != K::None, llama3 = r.kind == K::Llama3, yarn = r.kind == K::Yarn;
   const struct {
     const char* key;
@@ -317,7 +327,8 @@ std::vector<std::string> idle_rope_keys(const RopeScaling& r) {
       {"rope_factor", r.factor != d.factor, stretched},
       {"rope_low_freq_factor", r.low_freq_factor != d.low_freq_factor, llama3},
       {"rope_high_freq_factor", r.high_freq_factor != d.high_freq_factor, llama3},
-      {"rope_original_max_position", r.original_max_position != d.original_max_position, llama3 || yarn},
+      {"rope_original_max_position", r.original_max_position != d.original_max_position,
+       reads_original_context(r.kind)},
       {"rope_beta_fast", r.beta_fast != d.beta_fast, yarn},
       {"rope_beta_slow", r.beta_slow != d.beta_slow, yarn},
       {"rope_attention_factor", r.attention_factor != d.attention_factor, yarn},

@@ -43,12 +43,17 @@ std::vector<int64_t> valid_heads_per_stage(const RunConfig& cfg);
 /// kind does not read (idle_rope_keys).
 std::vector<std::string> config_notes(const RunConfig& cfg);
 
-/// The RoPE scaling keys set away from their defaults that `r.kind` does not read (rope_factor
-/// with "none"; rope_beta_fast with "linear"; ...): each a note of config_notes, as in the rule
-/// engine/config/rope.h applies (linear: the factor; llama3: the factor, the low and high
-/// frequency factors and the original context; yarn: the factor, the original context, both betas
-/// and the attention factor).
-std::vector<std::string> idle_rope_keys(const RopeScaling& r);
+/// The RoPE scaling keys set away from the model's own (`own`: own_rope_scaling) that `r.kind` does
+/// not read (rope_factor with "none"; rope_beta_fast with "linear"; ...): each a note of
+/// config_notes, as in the rule engine/config/rope.h applies (linear: the factor; llama3: the
+/// factor, the low and high frequency factors and the original context; yarn: the factor, the
+/// original context, both betas and the attention factor). Keys the model brought (Llama 3.2's
+/// llama3 factors under a preset's "none") are the model's, not the preset author's: no note.
+std::vector<std::string> idle_rope_keys(const RopeScaling& r, const RopeScaling& own);
+
+/// The RoPE scaling a model brings before any rope_* key: its config.json's (model.hf_path), its
+/// flavor's, or the keys' defaults (a custom model).
+RopeScaling own_rope_scaling(const ModelConfig& m);
 
 /// A technique's size key set away from its default while the technique is off: it sizes nothing
 /// until the technique is on again (the studio keeps it across a toggle).

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -499,6 +500,21 @@ TEST_CASE("odyssey check notes a RoPE scaling key its kind does not read", "[cli
     REQUIRE(r.code == 0);
     CHECK_THAT(r.out, Catch::Contains(c.note));
   }
+  // keys the model brought are the model's, not the preset's: Llama 3.2's llama3 factors under
+  // "none" or "linear", Qwen3's 32K original under "none" (they were noted as set by the preset)
+  for (const char* model_keys :
+       {"presets/llama3.2-1b-1xh100.toml --set model.rope_scaling=none",
+        "presets/llama3.2-1b-1xh100.toml --set model.rope_scaling=linear", "presets/qwen3-32b-16xh100.toml"}) {
+    INFO(model_keys);
+    const Run r = run_odyssey(std::string("check ") + model_keys);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("note:") == std::string::npos);
+  }
+  // ... until the preset moves one: Llama 3.2's factor of 32 set to 8 under "none"
+  const Run moved =
+      run_odyssey("check presets/llama3.2-1b-1xh100.toml --set model.rope_scaling=none --set model.rope_factor=8");
+  REQUIRE(moved.code == 0);
+  CHECK_THAT(moved.out, Catch::Contains("note: model.rope_factor is set while model.rope_scaling = \"none\""));
   // every key a kind reads: no note
   const Run read = run_odyssey(
       "check presets/tiny-cpu.toml --set model.rope_scaling=llama3 --set model.rope_factor=8 "
@@ -506,6 +522,59 @@ TEST_CASE("odyssey check notes a RoPE scaling key its kind does not read", "[cli
       "model.rope_original_max_position=4K");
   REQUIRE(read.code == 0);
   CHECK(read.out.find("note:") == std::string::npos);
+}
+
+TEST_CASE("odyssey check and plan print the RoPE the model runs, in words and as JSON", "[cli][planner]") {
+  // Which frequencies train runs was said nowhere before a run: a scaling set by --set over a model
+  // that has its own, or a YaRN attention factor left at 0, showed only in the losses.
+  const std::string llama3 =
+      "RoPE theta 500000, llama3 x32 over 8K pretraining positions (low_freq_factor 1, "
+      "high_freq_factor 4)";
+  const Run check = run_odyssey("check presets/llama3.2-1b-1xh100.toml");
+  REQUIRE(check.code == 0);
+  CHECK_THAT(check.out, Catch::Contains("presets/llama3.2-1b-1xh100.toml: " + llama3 + "\n"));
+  const Run plan = run_odyssey("plan presets/llama3.2-1b-1xh100.toml");
+  REQUIRE(plan.code == 0);
+  CHECK_THAT(plan.out, Catch::Contains("\n" + llama3 + "\nverdict: "));
+  const struct {
+    std::string sets, text;
+  } cases[] = {
+      {"", "RoPE theta 10000, no scaling"},
+      {"--set model.rope_scaling=linear --set model.rope_factor=4",
+       "RoPE theta 10000, linear x4 (positions divided by the factor)"},
+      // the attention factor as YaRN resolves 0: 0.1 ln 4 + 1 = 1.1386..., printed as 1.139
+      {"--set model.rope_scaling=yarn --set model.rope_factor=4 --set model.rope_original_max_position=2K",
+       "RoPE theta 10000, yarn x4 over 2K pretraining positions (beta_fast 32, beta_slow 1, attention_factor 1.139)"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.sets);
+    const Run r = run_odyssey("check presets/tiny-cpu.toml " + c.sets);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains(c.text + "\n"));
+  }
+  // JSON: the keys the kind reads, without their "rope_" prefix; the attention factor resolved
+  const Run json = run_odyssey(
+      "check presets/tiny-cpu.toml --json --set model.rope_scaling=yarn --set model.rope_factor=4 "
+      "--set model.rope_original_max_position=2K");
+  REQUIRE(json.code == 0);
+  const Json rope = parse(json).at("presets")[0].at("rope");
+  CHECK(rope.at("scaling").get<std::string>() == "yarn");
+  CHECK(rope.at("theta").get<double>() == 10000.0);
+  CHECK(rope.at("factor").get<double>() == 4.0);
+  CHECK(rope.at("original_max_position").get<int64_t>() == 2048);
+  CHECK(rope.at("attention_factor").get<double>() == Approx(0.1 * std::log(4.0) + 1.0).epsilon(1e-15));
+  CHECK_FALSE(rope.contains("low_freq_factor"));
+  const Run plan_json = run_odyssey("plan presets/llama3.2-1b-1xh100.toml --json");
+  REQUIRE(plan_json.code == 0);
+  const Json planned = parse(plan_json).at("model").at("rope");
+  CHECK(planned.at("scaling").get<std::string>() == "llama3");
+  CHECK(planned.at("original_max_position").get<int64_t>() == 8192);
+  CHECK(planned.at("high_freq_factor").get<double>() == 4.0);
+  CHECK_FALSE(planned.contains("beta_fast"));
+  // a preset with problems has no RoPE to report
+  const Run bad = run_odyssey("check presets/tiny-cpu.toml --json --set parallel.ulysses_degree=3");
+  REQUIRE(bad.code == 2);
+  CHECK(parse(bad).at("presets")[0].at("rope").is_null());
 }
 
 TEST_CASE("odyssey check notes a compute_efficiency moved alone, which once scaled the whole step", "[cli][planner]") {

@@ -399,6 +399,35 @@ TEST_CASE("flavors carry the published shapes", "[config][flavors]") {
   CHECK_FALSE(find_model_flavor("gpt2"));
 }
 
+TEST_CASE("a scaling set over a named flavor stretches the flavor's own context", "[config][flavors]") {
+  // `--set model.rope_scaling=yarn` over qwen3-32b took the key's default original context, 8K
+  // (Llama 3's), where Qwen3 was pretrained at 32K (its model card's YaRN original) and
+  // transformers would take the model's context: other frequencies than the model's own, unsaid.
+  auto loaded = [](const std::string& flavor, const std::string& keys) {
+    const LoadedPreset p = load_preset_text(
+        "[model]\nflavor = \"" + flavor + "\"\n" + keys + "[training]\nseq_len = \"128K\"\n", "scaled.toml");
+    for (const auto& issue : p.issues) INFO(issue.format());
+    REQUIRE(p.ok());
+    return p.config;
+  };
+  const std::string yarn = "rope_scaling = \"yarn\"\nrope_factor = 4.0\n";
+  CHECK(loaded("qwen3-32b", yarn).model.rope_scaling.original_max_position == 32768);
+  CHECK(
+      loaded("qwen3-32b", "rope_scaling = \"llama3\"\nrope_factor = 4.0\n").model.rope_scaling.original_max_position ==
+      32768);
+  CHECK(loaded("llama3-8b", yarn).model.rope_scaling.original_max_position == 8192);  // Llama 3's 8K
+  // given, it is kept, and a saved preset keeps it (the loader would otherwise take the flavor's)
+  const RunConfig given = loaded("qwen3-32b", yarn + "rope_original_max_position = \"8K\"\n");
+  CHECK(given.model.rope_scaling.original_max_position == 8192);
+  const LoadedPreset back = load_preset_text(preset_to_toml(given), "saved.toml");
+  REQUIRE(back.ok());
+  CHECK(back.config == given);
+  // unscaled, the flavor's context changes no frequency and no note names it
+  const RunConfig plain = loaded("qwen3-32b", "");
+  CHECK(plain.model.rope_scaling.kind == RopeScalingKind::None);
+  CHECK(config_notes(plain).empty());
+}
+
 TEST_CASE("validation lists valid alternatives", "[config][validate]") {
   RunConfig cfg;
   cfg.model = *find_model_flavor("llama3-8b");
