@@ -599,6 +599,11 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
       else if (source.contains("model_type") && source.at("model_type").is_string())  // transformers' default
         max_positions = std::max(max_positions, hf_default_max_positions(source.at("model_type").get<std::string>()));
     }
+  // A YaRN scaling is set to reach factor x its original context: transformers warns when
+  // max_position_embeddings / original_max_position_embeddings differs from the factor.
+  if (const RopeScaling& r = cfg.model.rope_scaling; r.kind == RopeScalingKind::Yarn)
+    max_positions = std::max(max_positions,
+                             static_cast<int64_t>(std::ceil(r.factor * static_cast<double>(r.original_max_position))));
 
   struct Piece {
     std::string name;

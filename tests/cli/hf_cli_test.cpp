@@ -116,6 +116,26 @@ TEST_CASE(
   CHECK_THAT(again.err, Catch::Contains("exists and is not empty"));
 }
 
+TEST_CASE("hf cli: an export of a YaRN model advertises the context its factor reaches", "[cli][hf]") {
+  // The fixture's YaRN stretches 16 pretraining positions 4 times, to its max_position_embeddings
+  // (64). A factor of 16 set over it reaches 256: the export said 64 (the longer of the run's 64 and
+  // the source's), and transformers warns when max_position_embeddings / original differs from
+  // the factor.
+  const std::string preset = hf_preset("yarn_context", hf_fixture("qwen3-yarn"));
+  const std::string dir = fresh_dir("hf_yarn_context_run"), exported = fresh_dir("hf_yarn_context_export");
+  const Run train =
+      run_odyssey("train " + preset + " --quiet --set training.steps=1 --set model.rope_factor=16 --out " + dir +
+                  " --set output.export_hf=" + exported);
+  INFO(train.out << train.err);
+  REQUIRE(train.code == 0);
+  const auto config = parse_json(read_text(exported + "/config.json"));
+  REQUIRE(config.has_value());
+  CHECK(config->at("max_position_embeddings").get<int64_t>() == 16 * 16);
+  const auto& rope = config->at("rope_scaling");
+  CHECK(rope.at("factor").get<double>() == 16.0);
+  CHECK(rope.at("original_max_position_embeddings").get<int64_t>() == 16);
+}
+
 TEST_CASE("hf cli: a tied bf16 checkpoint exports in bfloat16 and loads back into transformers", "[cli][hf]") {
   const std::string fixture = hf_fixture("llama-tied-bf16-sharded");
   const std::string dir = fresh_dir("hf_tied_run");
