@@ -2,7 +2,6 @@
 // MetricsJsonlWriter members, write_metrics_jsonl, fill_peaks_from_tracker
 #include "engine/telemetry/metrics_jsonl.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -102,9 +101,7 @@ std::string metrics_json_line(const StepMetrics& m, const PhasePeakTable* phase_
 
 MetricsJsonlWriter::MetricsJsonlWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
   // A device where a link leads (/dev/null: the metrics discarded) has no lines to keep.
-  struct stat st {};
-  const bool device = ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
-  if (keep_through_step >= 0 && path_exists(path) && !device) {
+  if (keep_through_step >= 0 && path_exists(path) && !is_character_device(path)) {
     // Checked on the descriptor: a FIFO or device planted in the run directory is refused, not read.
     std::FILE* in = ::fdopen(open_regular_file(path, "metrics.jsonl"), "rb");
     if (in == nullptr) throw std::runtime_error(io_error("read", path));
@@ -166,9 +163,7 @@ void MetricsJsonlWriter::sync() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr) return;
   // A device or a pipe where a link leads (/dev/null) has nothing to put on a disk: fsync refuses it.
-  struct stat st {};
-  const bool regular = ::fstat(::fileno(file_), &st) == 0 && S_ISREG(st.st_mode);
-  if (std::fflush(file_) != 0 || (regular && ::fsync(::fileno(file_)) != 0))
+  if (std::fflush(file_) != 0 || (is_regular_file(file_) && ::fsync(::fileno(file_)) != 0))
     throw std::runtime_error(io_error("sync", path_));
 }
 

@@ -4,7 +4,6 @@
 #include "engine/telemetry/trace_writer.h"
 
 #include <stdio_ext.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -120,16 +119,10 @@ std::string memory_counter(int rank, double t_s, int64_t device, int64_t host) {
 
 namespace {
 
-/// A regular file: it has a length to cut and a position to return to (a device or a pipe has not).
-bool regular_file(std::FILE* file) {
-  struct stat st {};
-  return ::fstat(::fileno(file), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /// Truncates a regular file at its stream's position; anything else (a device, a pipe) is left
 /// as it is. False with errno set when the truncation fails.
 bool cut_at_position(std::FILE* file) {
-  if (!regular_file(file)) return true;
+  if (!is_regular_file(file)) return true;
   return ::ftruncate(::fileno(file), ::ftell(file)) == 0;
 }
 
@@ -140,7 +133,7 @@ TraceWriter::TraceWriter(const std::string& path) : path_(path) { open_fresh(); 
 void TraceWriter::open_fresh() {
   file_ = open_output_stream(path_, "wb");
   if (file_ == nullptr) throw std::runtime_error("trace: cannot create " + path_ + ": " + std::strerror(errno));
-  closes_on_disk_ = regular_file(file_);
+  closes_on_disk_ = is_regular_file(file_);
   pending_ = "{\"traceEvents\":[\n";
   flush_locked();  // an empty trace, closed: a process killed before its first step leaves valid JSON
 }
@@ -175,8 +168,7 @@ std::string_view event_text(std::string_view line) {
 TraceWriter::TraceWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
   // A device where a link leads (/dev/null: the trace discarded): no events to keep, written as a
   // fresh run writes it. A FIFO or a folder is refused below, as ever.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
+  if (is_character_device(path)) {
     open_fresh();
     return;
   }

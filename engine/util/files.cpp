@@ -66,6 +66,16 @@ bool is_directory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+bool is_character_device(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+bool is_regular_file(std::FILE* file) {
+  struct stat st {};
+  return ::fstat(::fileno(file), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 bool rename_path(const std::string& from, const std::string& to, std::string* error) {
   if (::rename(from.c_str(), to.c_str()) != 0) {
     if (error) *error = "cannot rename " + from + " to " + to + ": " + std::strerror(errno);
@@ -279,10 +289,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(temporar
   // a link, a FIFO) is removed and the file made afresh, never written through, so a link there
   // cannot send the bytes into its target (which the rename would then name). Only a link to a
   // character device (/dev/null, /dev/full) is written through: it holds no file to overwrite.
-  struct stat found {
-  }, device{};
-  const bool device_link = ::lstat(tmp_.c_str(), &found) == 0 && S_ISLNK(found.st_mode) &&
-                           ::stat(tmp_.c_str(), &device) == 0 && S_ISCHR(device.st_mode);
+  struct stat found {};
+  const bool device_link = ::lstat(tmp_.c_str(), &found) == 0 && S_ISLNK(found.st_mode) && is_character_device(tmp_);
   if (!device_link) ::unlink(tmp_.c_str());  // ENOENT when none; a directory stays, and the open names it
   fd_ = open_output_fd(tmp_, device_link ? O_WRONLY | O_TRUNC : O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW);
   if (fd_ < 0) throw FileWriteError(system_error("cannot create", tmp_));

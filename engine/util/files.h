@@ -1,7 +1,7 @@
 // Small POSIX file helpers for checkpoints and run outputs. Not std::filesystem: libtorch.so
 // exports its own copies of std::filesystem functions, and calls that bind to them crash
 // (remove_all jumps to a null pointer). defines: make_dirs, path_exists, is_directory,
-// rename_path, remove_tree, list_dir, same_path, resolve_path, join_path, folder_of, clean_path, FileReadError,
+// is_character_device, is_regular_file, rename_path, remove_tree, list_dir, same_path, resolve_path, join_path, folder_of, clean_path, FileReadError,
 // open_regular_file, read_file_bounded, FileWriteError, open_output_stream, AtomicFile, RunDirBusy, RunDirLock
 #pragma once
 
@@ -21,6 +21,12 @@ namespace odyssey {
 bool make_dirs(const std::string& path, std::string* error = nullptr, int* error_number = nullptr);
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
+/// A character device where `path` leads (/dev/null behind a run file's link): it has no lines to
+/// read back or keep, and nothing to sync.
+bool is_character_device(const std::string& path);
+/// A regular file behind an open stream: it has a length to cut and blocks to sync (a device or a
+/// pipe has neither: ftruncate and fsync refuse them).
+bool is_regular_file(std::FILE* file);
 /// rename(2): atomic within one file system. False with *error on failure.
 bool rename_path(const std::string& from, const std::string& to, std::string* error = nullptr);
 /// rm -rf (no error when absent).

@@ -75,6 +75,26 @@ TEST_CASE("make_dirs: a file in the way is named with ENOTDIR, and what existed 
   CHECK(make_dirs(base + "/new//deeper/still/", &error));  // already there, spelled otherwise
 }
 
+TEST_CASE("is_character_device and is_regular_file tell a run file's link to /dev/null from a file", "[util][files]") {
+  // The trace and metrics writers keep no old lines of a device and fsync only a regular file.
+  const std::string dir = scratch("kinds");
+  const std::string file = dir + "/metrics.jsonl", link = dir + "/trace.json";
+  std::ofstream(file) << "{}\n";
+  REQUIRE(::symlink("/dev/null", link.c_str()) == 0);
+  CHECK(is_character_device(link));
+  CHECK_FALSE(is_character_device(file));
+  CHECK_FALSE(is_character_device(dir));
+  CHECK_FALSE(is_character_device(dir + "/missing"));
+  std::FILE* regular = std::fopen(file.c_str(), "rb");
+  std::FILE* device = std::fopen(link.c_str(), "rb");
+  REQUIRE(regular != nullptr);
+  REQUIRE(device != nullptr);
+  CHECK(is_regular_file(regular));
+  CHECK_FALSE(is_regular_file(device));
+  std::fclose(regular);
+  std::fclose(device);
+}
+
 TEST_CASE("clean_path: the spellings a shell gives one directory become one", "[util][files]") {
   CHECK(clean_path("runs/a/") == "runs/a");
   CHECK(clean_path("runs//a///") == "runs/a");
