@@ -391,13 +391,30 @@ void apply(const std::vector<Assignment>& all, const std::string& file, const So
   };
   if (!given("model.head_dim") && flavor_standard && (custom || given("model.d_model") || given("model.n_heads")) &&
       in_range("model.n_heads") && in_range("model.d_model")) {
-    if (m.d_model % m.n_heads == 0) {
-      m.head_dim = m.d_model / m.n_heads;
+    // An issue names the key the preset wrote that derives head_dim: d_model where it is given alone
+    // (n_heads is then the flavor's), else n_heads.
+    const bool by_d_model = given("model.d_model") && !given("model.n_heads");
+    const char* by = by_d_model ? "model.d_model" : "model.n_heads";
+    const SourceLoc where = sources.count(by) ? sources[by] : table_loc("model");
+    const std::string value = std::to_string(by_d_model ? m.d_model : m.n_heads);
+    const KeySpec* head_dim = find_key_spec("model.head_dim");
+    if (m.d_model % m.n_heads != 0) {
+      issues.push_back(
+          {where, by, value,
+           by_d_model ? "must be a multiple of model.n_heads = " + std::to_string(m.n_heads) +
+                            " unless model.head_dim is given"
+                      : "must divide model.d_model = " + std::to_string(m.d_model) + " unless model.head_dim is given",
+           "set head_dim explicitly for a model whose heads do not tile d_model"});
     } else {
-      issues.push_back({sources.count("model.n_heads") ? sources["model.n_heads"] : table_loc("model"), "model.n_heads",
-                        std::to_string(m.n_heads),
-                        "must divide model.d_model = " + std::to_string(m.d_model) + " unless model.head_dim is given",
-                        "set head_dim explicitly for a model whose heads do not tile d_model"});
+      RunConfig derived = cfg;
+      derived.model.head_dim = m.d_model / m.n_heads;
+      if (head_dim->in_range(derived))
+        m.head_dim = derived.model.head_dim;
+      else  // reported at the key written, not by the range pass at a head_dim the preset never wrote
+        issues.push_back({where, by, value,
+                          "gives model.head_dim = d_model / n_heads = " + std::to_string(derived.model.head_dim) +
+                              ", and model.head_dim " + head_dim->range->rule(head_dim->kind),
+                          "give model.head_dim, or a d_model and n_heads whose quotient is in its range"});
     }
   }
 }

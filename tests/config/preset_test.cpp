@@ -85,6 +85,34 @@ TEST_CASE("a saved preset keeps a head_dim its d_model or n_heads would not give
   }
 }
 
+TEST_CASE("a head_dim derived from a d_model given alone is reported at d_model, where it was written",
+          "[config][presets]") {
+  // `--set model.d_model=...` over a flavor derives head_dim with the flavor's n_heads: its problems
+  // were reported at the [model] header, naming head_dim or the flavor's n_heads, never the --set.
+  const std::string preset = std::string(ODYSSEY_SOURCE_DIR) + "/presets/llama3-8b-3m-8xh100.toml";
+  auto issue_of = [&](const std::string& set) {
+    Override o;
+    ConfigIssue parse_issue;
+    REQUIRE(parse_override(set, 1, &o, &parse_issue));
+    const LoadedPreset p = load_preset(preset, {o});
+    REQUIRE(p.issues.size() == 1);
+    return p.issues[0];
+  };
+  const ConfigIssue wide = issue_of("model.d_model=262144");  // 262144 / 32 heads = 8192 > 4096
+  CHECK(wide.loc.file == "--set");
+  CHECK(wide.key == "model.d_model");
+  CHECK(wide.value == "262144");
+  CHECK(wide.rule == "gives model.head_dim = d_model / n_heads = 8192, and model.head_dim must be between 2 and 4096");
+  const ConfigIssue odd = issue_of("model.d_model=4100");  // not a multiple of 32
+  CHECK(odd.loc.file == "--set");
+  CHECK(odd.key == "model.d_model");
+  CHECK(odd.rule == "must be a multiple of model.n_heads = 32 unless model.head_dim is given");
+  const ConfigIssue heads = issue_of("model.n_heads=5");  // n_heads written: it is named, as before
+  CHECK(heads.loc.file == "--set");
+  CHECK(heads.key == "model.n_heads");
+  CHECK(heads.rule == "must divide model.d_model = 4096 unless model.head_dim is given");
+}
+
 TEST_CASE("save_preset writes atomically and the file loads back", "[config][presets]") {
   const fs::path dir = fs::temp_directory_path() / "odyssey_save_test";
   fs::create_directories(dir);
