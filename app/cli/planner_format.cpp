@@ -339,7 +339,8 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   const StepTimePlan& t = plan.time;
   os << printf_string(
       "\nstep: %.4g s (compute %.4g s of which recompute %.4g s and attention kernels %.4g s, blocks' elementwise "
-      "passes %.3g s, parameter casts and gradient packing %.3g s, loss's logit passes %.3g s, device AdamW %.3g s, "
+      "passes %.3g s, parameter casts, gradient packing and embedding rows %.3g s, loss's logit passes %.3g s, device "
+      "AdamW %.3g s, "
       "all-to-all %.3g s, FSDP exposed %.3g s, offload exposed %.3g s)\n",
       t.step_s, t.compute_s, t.recompute_s, t.attention_s, t.block_traffic_s, t.parameter_passes_s, t.loss_traffic_s,
       t.device_optimizer_s, t.all_to_all_s, t.fsdp_comm_s, t.offload_s);

@@ -94,7 +94,7 @@ void draw_summary(const PlanResult& r, const RunConfig& cfg) {
     ImGui::BeginTooltip();
     ImGui::Text(
         "compute %s (recompute %s, attention kernels %s: %s), blocks' elementwise passes %s, "
-        "parameter casts and gradient packing %s, loss's logit passes %s, device AdamW %s",
+        "parameter casts, gradient packing and embedding rows %s, loss's logit passes %s, device AdamW %s",
         plot::format_value(t.compute_s, plot::Format::Seconds).c_str(),
         plot::format_value(t.recompute_s, plot::Format::Seconds).c_str(),
         plot::format_value(t.attention_s, plot::Format::Seconds).c_str(), attention_kernel_label(t).c_str(),

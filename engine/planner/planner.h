@@ -84,7 +84,8 @@ struct StepTimePlan {
   /// hardware.device_memory_gbps: engine/layout/block_traffic.h's bytes per token, every pass
   double block_traffic_s = 0;
   /// the parameter groups' casts to the compute dtype and their gradients' packing into the
-  /// shards, at hardware.device_memory_gbps (engine/parallel/flat_group.cpp)
+  /// shards (engine/parallel/flat_group.cpp), and the embedding backward's rows a token (its fp32
+  /// copy and index_put_'s sum: embedding_backward_token_bytes), at hardware.device_memory_gbps
   double parameter_passes_s = 0;
   double all_to_all_s = 0;      ///< Ulysses all-to-all (not overlapped)
   double fsdp_comm_s = 0;       ///< all-gather + reduce-scatter (overlapped part excluded)
