@@ -4,6 +4,7 @@
 // markdown table. docs/presets.md's schema section is the --markdown output, docs/architecture.md's
 // technique table the --techniques-markdown output, docs/planner.md's tensor kinds the
 // --tensor-kinds-markdown output (tests keep each equal).
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -189,12 +190,15 @@ int run_schema(int argc, char** argv, int first) {
       }
     }
   } else {
+    // the names padded to the longest and two spaces: a name is never cut, nor run into its type
+    size_t width = 0;
+    for (const auto& key : config_schema()) width = std::max(width, std::string_view(key.name).size() + 2);
     for (const auto& section : config_sections()) {
       os << "[" << section.name << "]  " << section.doc << "\n";
       for (const auto& key : config_schema()) {
         if (key.section != section.name) continue;
         std::string name(key.name);
-        name.resize(26, ' ');
+        name.resize(width, ' ');
         std::string type = kind_name(key.kind);
         if (!key.word.empty()) type += "|\"" + std::string(key.word) + "\"";
         os << "  " << name << type << "\t" << key.doc << "\n";

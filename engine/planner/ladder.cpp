@@ -189,7 +189,8 @@ std::string rung_label(const RunConfig& r, int rung, const MemoryConfig& planned
   for (const Technique& t : kTechniques) {
     if (t.ladder_rung != rung) continue;
     std::string what = technique_summary(r, t.id, &planned);
-    if (t.id == TechniqueId::Fsdp) what += " over " + std::to_string(r.parallel.world_size) + " ranks";
+    if (t.id == TechniqueId::Fsdp)
+      what += " over " + std::to_string(r.parallel.world_size) + (r.parallel.world_size == 1 ? " rank" : " ranks");
     added += (added.empty() ? "" : " and ") + what;
   }
   return "+ " + added;

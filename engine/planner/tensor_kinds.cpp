@@ -58,7 +58,8 @@ int64_t all_shards_numel(const PlanShapes& s) {
 }
 /// "(32 blocks x 218.1M + 525.3M embedding + 525.3M head) params / 8 ranks"
 std::string all_shards_text(const PlanShapes& s) {
-  const std::string ways = s.fsdp ? printf_string(" / %lld ranks", ll(s.W)) : std::string(" (unsharded)");
+  const std::string ways =
+      s.fsdp ? printf_string(" / %lld rank%s", ll(s.W), s.W == 1 ? "" : "s") : std::string(" (unsharded)");
   return printf_string("(%lld blocks x %s + %s embedding + %s head) params%s", ll(s.L), params(s.n_block).c_str(),
                        params(s.n_embed).c_str(), params(s.n_head).c_str(), ways.c_str());
 }

@@ -306,6 +306,11 @@ TEST_CASE("every term carries its formula with the values plugged in", "[planner
   CHECK(formula["q after all-to-all (head layout)"] == "1 x 3M tokens x 4 heads x 128 x 2 B");
   CHECK(formula["fp32 master shards"] ==
         "(32 blocks x 218.1M + 525.3M embedding + 525.3M head) params / 8 ranks x 4 B");
+  RunConfig one = loaded.config;  // FSDP over one rank: "/ 1 rank", not "/ 1 ranks"
+  one.parallel.world_size = 1;
+  one.parallel.ulysses_degree = 1;
+  for (const auto& t : plan_memory(one).terms)
+    if (t.name == "fp32 master shards") CHECK_THAT(t.formula, Catch::EndsWith("params / 1 rank x 4 B"));
 }
 
 TEST_CASE("FSDP overlap: a prefetch's all-gather input and a deferred reduce-scatter's buffers stay in flight",
