@@ -222,7 +222,8 @@ const std::vector<HardwareProfile>& hardware_profiles() {
         .comm_efficiency = 0.8,
         .runtime_overhead_gib = 2.0}},
       {"cpu",
-       "This machine's CPU: ranks are threads, 'device' and host memory are the same RAM",
+       "This machine's CPU: ranks share its RAM; 'device' memory is each rank's share and host memory the offload "
+       "slabs' (docs/planner.md, Hardware profiles)",
        {.profile = "cpu",
         .device_memory_gib = 16.0,
         .bf16_tflops = 0.1,
