@@ -300,21 +300,36 @@ std::vector<std::string> config_notes(const RunConfig& cfg) {
   for (const IdleSizeKey& idle : idle_size_keys(cfg.memory))
     notes.push_back(std::string("memory.") + idle.size_key + " is set while memory." + idle.technique_key +
                     " = false: it sizes nothing until " + idle.technique_key + " is on");
-  for (const std::string& key : idle_rope_keys(cfg.model.rope_scaling, own_rope_scaling(cfg.model)))
-    notes.push_back("model." + key + " is set while model.rope_scaling = \"" +
-                    std::string(to_string(cfg.model.rope_scaling.kind)) +
+  const ModelRope own = model_own_rope(cfg.model);
+  const RopeScaling& r = cfg.model.rope_scaling;
+  for (const std::string& key : idle_rope_keys(r, own.scaling))
+    notes.push_back("model." + key + " is set while model.rope_scaling = \"" + std::string(to_string(r.kind)) +
                     "\", which does not read it: it changes nothing (engine/config/rope.h)");
+  if (reads_original_context(r.kind) && own.pretrained_context > 0 && r.original_max_position > own.pretrained_context)
+    notes.push_back("model.rope_original_max_position = " + format_size(r.original_max_position) +
+                    " is above the context the model was pretrained at, " + format_size(own.pretrained_context) + " (" +
+                    own.from + "): the " + std::string(to_string(r.kind)) + " scaling takes positions up to " +
+                    format_size(r.original_max_position) +
+                    " as pretrained ones; leave the key out to stretch the model's own");
   return notes;
 }
 
-RopeScaling own_rope_scaling(const ModelConfig& m) {
+ModelRope model_own_rope(const ModelConfig& m) {
   if (!m.hf_path.empty()) {
-    HfConfigError error;  // unreadable since the preset loaded: no base but the keys' defaults
-    if (const auto hf = read_hf_config(m.hf_path, &error)) return hf->rope_scaling;
+    HfConfigError error;  // unreadable since the preset loaded: nothing known, the keys' defaults
+    int64_t max_positions = 0;
+    if (const auto hf = read_hf_config(m.hf_path, &error, &max_positions)) {
+      const bool scaled = reads_original_context(hf->rope_scaling.kind);
+      return {hf->rope_scaling, scaled ? hf->rope_scaling.original_max_position : max_positions,
+              join_path(m.hf_path, "config.json") +
+                  (scaled ? "'s original_max_position_embeddings" : "'s max_position_embeddings")};
+    }
   } else if (const auto flavor = find_model_flavor(m.flavor)) {
-    return flavor->rope_scaling;
+    // tiny is a debug shape trained from scratch: no pretraining context to go past
+    const int64_t context = m.flavor == "tiny" ? 0 : flavor->rope_scaling.original_max_position;
+    return {flavor->rope_scaling, context, "the " + m.flavor + " flavor's"};
   }
-  return RopeScaling{};
+  return {};
 }
 
 std::vector<std::string> idle_rope_keys(const RopeScaling& r, const RopeScaling& d) {

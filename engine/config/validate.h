@@ -40,10 +40,11 @@ std::vector<int64_t> valid_heads_per_stage(const RunConfig& cfg);
 /// the other's capacity and runtime overhead (runs_cuda_path); a compute_efficiency moved from the
 /// profile's while attention_efficiency keeps the profile's (it used to scale the whole step); a
 /// technique's size set while the technique is off (idle_size_keys); a RoPE scaling key the scaling
-/// kind does not read (idle_rope_keys).
+/// kind does not read (idle_rope_keys); an original context above the one the model was pretrained
+/// at (model_own_rope).
 std::vector<std::string> config_notes(const RunConfig& cfg);
 
-/// The RoPE scaling keys set away from the model's own (`own`: own_rope_scaling) that `r.kind` does
+/// The RoPE scaling keys set away from the model's own (`own`: model_own_rope's) that `r.kind` does
 /// not read (rope_factor with "none"; rope_beta_fast with "linear"; ...): each a note of
 /// config_notes, as in the rule engine/config/rope.h applies (linear: the factor; llama3: the
 /// factor, the low and high frequency factors and the original context; yarn: the factor, the
@@ -51,9 +52,17 @@ std::vector<std::string> config_notes(const RunConfig& cfg);
 /// llama3 factors under a preset's "none") are the model's, not the preset author's: no note.
 std::vector<std::string> idle_rope_keys(const RopeScaling& r, const RopeScaling& own);
 
-/// The RoPE scaling a model brings before any rope_* key: its config.json's (model.hf_path), its
-/// flavor's, or the keys' defaults (a custom model).
-RopeScaling own_rope_scaling(const ModelConfig& m);
+/// The RoPE a model brings before any rope_* key and the context it was pretrained at: from its
+/// config.json (model.hf_path: the original context of its llama3 or yarn scaling, else its
+/// max_position_embeddings), from its flavor (its scaling's original context: 8K for Llama 3, 32K
+/// for Qwen3; none for the debug flavor tiny), or nothing known (a custom model: the keys'
+/// defaults, context 0).
+struct ModelRope {
+  RopeScaling scaling;
+  int64_t pretrained_context = 0;
+  std::string from;  ///< where both come from, for a note: "the qwen3-32b flavor's"
+};
+ModelRope model_own_rope(const ModelConfig& m);
 
 /// A technique's size key set away from its default while the technique is off: it sizes nothing
 /// until the technique is on again (the studio keeps it across a toggle).

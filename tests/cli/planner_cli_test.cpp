@@ -515,6 +515,23 @@ TEST_CASE("odyssey check notes a RoPE scaling key its kind does not read", "[cli
       run_odyssey("check presets/llama3.2-1b-1xh100.toml --set model.rope_scaling=none --set model.rope_factor=8");
   REQUIRE(moved.code == 0);
   CHECK_THAT(moved.out, Catch::Contains("note: model.rope_factor is set while model.rope_scaling = \"none\""));
+  // an original context above the flavor's pretraining context: valid, noted with the flavor's
+  const Run above = run_odyssey(
+      "check presets/qwen3-32b-16xh100.toml --set model.rope_scaling=yarn --set model.rope_factor=4 "
+      "--set model.rope_original_max_position=64K");
+  REQUIRE(above.code == 0);
+  CHECK_THAT(above.out, Catch::Contains("note: model.rope_original_max_position = 64K is above the context the model "
+                                        "was pretrained at, 32K (the qwen3-32b flavor's)"));
+  const Run own =
+      run_odyssey("check presets/qwen3-32b-16xh100.toml --set model.rope_scaling=yarn --set model.rope_factor=4");
+  REQUIRE(own.code == 0);
+  CHECK(own.out.find("note:") == std::string::npos);
+  // tiny, a debug shape trained from scratch, has no pretraining context to go past
+  const Run tiny = run_odyssey(
+      "check presets/tiny-cpu.toml --set model.rope_scaling=yarn --set model.rope_factor=4 "
+      "--set model.rope_original_max_position=64K");
+  REQUIRE(tiny.code == 0);
+  CHECK(tiny.out.find("note:") == std::string::npos);
   // every key a kind reads: no note
   const Run read = run_odyssey(
       "check presets/tiny-cpu.toml --set model.rope_scaling=llama3 --set model.rope_factor=8 "

@@ -11,6 +11,7 @@
 #include "engine/config/hf_config.h"
 #include "engine/config/preset.h"
 #include "engine/config/rope.h"
+#include "engine/config/validate.h"
 #include "test_paths.h"
 
 using namespace odyssey;
@@ -280,6 +281,39 @@ TEST_CASE("hf config: a scaling set over a config.json without one stretches the
   const LoadedPreset from_qwen3 = load("hf_path = \"" + q + "\"\nrope_scaling = \"yarn\"\nrope_factor = 4.0");
   REQUIRE(from_qwen3.ok());
   CHECK(from_qwen3.config.model.rope_scaling.original_max_position == 32768);
+}
+
+TEST_CASE("hf config: an original context above the model's pretraining context is noted, naming it", "[config][hf]") {
+  // Valid (transformers takes it), but the scaling then takes positions the model never saw as
+  // pretrained ones: a note names the model's own context and where it was read.
+  std::string plain = kLlama31;
+  const std::string scaling =
+      ",\n  \"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,\n                 "
+      "  "
+      "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}";
+  plain.replace(plain.find(scaling), scaling.size(), "");
+  plain.replace(plain.find("\"max_position_embeddings\": 131072"), 33, "\"max_position_embeddings\": 4096");
+  const std::string unscaled = write_config("noted_unscaled", plain), scaled = write_config("noted_scaled", kLlama31);
+  auto notes = [&](const std::string& dir, const std::string& keys) {
+    const LoadedPreset p = load("hf_path = \"" + dir + "\"\n" + keys);
+    for (const auto& issue : p.issues) INFO(issue.format());
+    REQUIRE(p.ok());
+    std::string all;
+    for (const auto& note : config_notes(p.config)) all += note + "\n";
+    return all;
+  };
+  const std::string yarn = "rope_scaling = \"yarn\"\nrope_factor = 4.0\n";
+  CHECK_THAT(notes(unscaled, yarn + "rope_original_max_position = \"8K\""),
+             Catch::Contains("model.rope_original_max_position = 8K is above the context the model was pretrained "
+                             "at, 4K (" +
+                             unscaled + "/config.json's max_position_embeddings)"));
+  CHECK(notes(unscaled, yarn).empty());  // the model's own 4K, taken
+  CHECK(notes(unscaled, yarn + "rope_original_max_position = \"2K\"").empty());
+  // Llama 3.1: pretrained at its scaling's 8K, though it advertises 128K
+  CHECK_THAT(notes(scaled, "rope_original_max_position = \"16K\""),
+             Catch::Contains("is above the context the model was pretrained at, 8K (" + scaled +
+                             "/config.json's original_max_position_embeddings)"));
+  CHECK(notes(scaled, "").empty());
 }
 
 TEST_CASE("hf config: rope frequencies follow the published rules, worked by hand", "[config][hf]") {
