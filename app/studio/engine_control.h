@@ -36,6 +36,10 @@ class EngineControl {
 
   virtual bool export_trace(const std::string& path, std::string* error) const = 0;
   virtual bool export_metrics(const std::string& path, std::string* error) const = 0;
+
+  /// training.device as this engine runs it: "auto" is CUDA where the engine finds a device, else
+  /// the CPU, whose memory is this machine's RAM (what the planner's refusal must check).
+  virtual DeviceKind runs_on(DeviceKind asked) const = 0;
 };
 
 /// "running", "paused", ... (the studio's own names; the engine library is not linked into the

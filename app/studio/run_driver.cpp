@@ -14,14 +14,19 @@ void RunDriver::set_notice(std::string text, RunHistory& history) {
   history.add_log("[studio] " + notice_);
 }
 
-bool RunDriver::may_run(const RunConfig& cfg, const std::string& what, RunHistory& history) {
+bool RunDriver::may_run(const EngineControl& engine, const RunConfig& cfg, const std::string& what,
+                        RunHistory& history) {
   if (forced_ && *forced_ == cfg) return true;
   if (unfit_ && *unfit_ == cfg) return false;  // refused already (sync asks every frame; the advisor is not free)
-  // The studio's engine runs every rank as a thread of this process (one under emulation). A config
-  // that breaks a rule cannot be planned (the planner throws): refused with the planner's reason.
+  // The studio's engine runs every rank as a thread of this process (one under emulation), on the
+  // device the engine resolves "auto" to: on the CPU the planner checks this machine's RAM (a GPU
+  // preset at "auto" trained on the CPU until the OOM killer ended the studio). A config that breaks
+  // a rule cannot be planned (the planner throws): refused with the planner's reason.
+  RunConfig here = cfg;
+  here.training.device = engine.runs_on(cfg.training.device);
   std::string why;
   try {
-    why = planned_out_of_memory(cfg, cfg.parallel.emulate ? 1 : cfg.parallel.world_size);
+    why = planned_out_of_memory(here, cfg.parallel.emulate ? 1 : cfg.parallel.world_size);
   } catch (const std::exception& e) {
     why = std::string("the planner cannot plan this config: ") + e.what();
   }
@@ -72,7 +77,7 @@ bool RunDriver::restart(EngineControl& engine, const RunConfig& cfg, const std::
 bool RunDriver::start(EngineControl& engine, const RunConfig& cfg, RunHistory& history, std::string* error,
                       bool force) {
   if (force) forced_ = cfg;
-  if (!may_run(cfg, "Not started", history)) {
+  if (!may_run(engine, cfg, "Not started", history)) {
     if (error) *error = unfit_reason_;
     return false;
   }
@@ -130,7 +135,7 @@ void RunDriver::sync(EngineControl& engine, const RunConfig& edited, bool edited
   if (change.kind == ChangeKind::Live) {
     RunConfig live = sent_;
     live.memory = edited.memory;  // only the table the engine can change between steps
-    if (!may_run(live, "Not applied to the run", history)) return;
+    if (!may_run(engine, live, "Not applied to the run", history)) return;
     std::string reason;
     if (engine.apply_live(live, &reason)) {
       sent_ = live;
@@ -144,7 +149,7 @@ void RunDriver::sync(EngineControl& engine, const RunConfig& edited, bool edited
   }
 
   if (failed_restart_ && *failed_restart_ == edited) return;  // said once; wait for a new edit
-  if (!may_run(edited, "Not restarted", history)) {
+  if (!may_run(engine, edited, "Not restarted", history)) {
     restart_pending_ = false;
     return;
   }

@@ -51,9 +51,9 @@ class RunDriver {
 
  private:
   void set_notice(std::string text, RunHistory& history);
-  /// True when `cfg` may run: it fits, or it is the config the user forced. Otherwise records it
-  /// as unfit() with the planner's reason and says so once.
-  bool may_run(const RunConfig& cfg, const std::string& what, RunHistory& history);
+  /// True when `cfg` may run on `engine`'s device: it fits, or it is the config the user forced.
+  /// Otherwise records it as unfit() with the planner's reason and says so once.
+  bool may_run(const EngineControl& engine, const RunConfig& cfg, const std::string& what, RunHistory& history);
   /// Restarts the live run with `cfg` ("Restarted the run: summary"), or records the failure.
   bool restart(EngineControl& engine, const RunConfig& cfg, const std::string& summary, RunHistory& history,
                std::string* error);

@@ -4,6 +4,7 @@
 
 #include "app/studio/engine_control.h"
 #include "engine/session.h"
+#include "engine/telemetry/cuda_runtime.h"
 
 namespace odyssey::studio {
 
@@ -33,6 +34,7 @@ class SessionEngine final : public EngineControl {
   bool export_metrics(const std::string& path, std::string* error) const override {
     return session_.export_metrics(path, error);
   }
+  DeviceKind runs_on(DeviceKind asked) const override { return device_here(asked); }
 
  private:
   Session session_;

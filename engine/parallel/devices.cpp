@@ -19,7 +19,7 @@ at::Device resolve_device(DeviceKind kind, int local_rank) {
   const bool cuda = prepare_cuda().available;  // initialises CUDA and the allocator, once
   if (kind == DeviceKind::Cuda && !cuda)
     throw std::invalid_argument("training.device = \"cuda\" but no CUDA device is available");
-  if (kind == DeviceKind::Cpu || !cuda) return at::Device(at::kCPU);
+  if (device_here(kind) == DeviceKind::Cpu) return at::Device(at::kCPU);
   const int gpus = prepare_cuda().device_count;
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));
 }

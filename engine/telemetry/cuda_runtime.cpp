@@ -64,6 +64,17 @@ const CudaSetup& prepare_cuda() {
   return setup;
 }
 
+DeviceKind device_here(DeviceKind asked) {
+  if (asked != DeviceKind::Auto) return asked;
+  return prepare_cuda().available ? DeviceKind::Cuda : DeviceKind::Cpu;
+}
+
+RunConfig as_run_here(const RunConfig& cfg) {
+  RunConfig here = cfg;
+  here.training.device = device_here(cfg.training.device);
+  return here;
+}
+
 namespace {
 std::atomic<bool> g_history{false};
 }  // namespace

@@ -8,11 +8,13 @@
 // defines: CudaSetup, BlasWorkspaceSetting, prepare_cuda, kDefaultAllocatorSettings,
 // choose_allocator_settings, choose_blas_workspace_config, prepare_blas_workspaces,
 // start_memory_history, memory_history_active, annotate_memory_history, take_memory_snapshot,
-// HostSyncRefusal
+// HostSyncRefusal, device_here, as_run_here
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "engine/config/run_config.h"
 
 namespace odyssey {
 
@@ -42,6 +44,15 @@ inline constexpr const char* kDefaultAllocatorSettings = "expandable_segments:Tr
 /// set_cuda_device, and the [.cuda] tests. On a CPU-only build or machine it reports
 /// available = false and changes nothing.
 const CudaSetup& prepare_cuda();
+
+/// training.device as this process runs it: "auto" is CUDA where prepare_cuda finds a device,
+/// else the CPU (the rule resolve_device applies); "cpu" and "cuda" as they are.
+DeviceKind device_here(DeviceKind asked);
+/// `cfg` with training.device as device_here resolves it: what the planner's refusal
+/// (planned_out_of_memory) must see, since on the CPU the device is this machine's RAM. Memory: a
+/// GPU preset left at "auto" on a machine without one planned the GPU's kernels against the GPU's
+/// capacity and trained on the CPU until the kernel's OOM killer ended it.
+RunConfig as_run_here(const RunConfig& cfg);
 
 /// The settings prepare_cuda chooses for these environment values (nullptr: unset): the user's
 /// when either is set (PYTORCH_CUDA_ALLOC_CONF first, as PyTorch reads them), else the default.

@@ -13,6 +13,7 @@
 #include "engine/parallel/job.h"
 #include "engine/model/llama.h"
 #include "engine/planner/planner.h"
+#include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/memory_tracker.h"
 #include "engine/train/run.h"
 #include "engine/train/trainer.h"
@@ -150,7 +151,7 @@ BenchResult run_bench(const RunConfig& cfg, int rounds, const std::function<void
     if (force) break;
     std::string why;
     try {
-      why = planned_out_of_memory(variant_config(cfg, v), ranks_in_process(cfg), /*with_advice=*/false);
+      why = planned_out_of_memory(as_run_here(variant_config(cfg, v)), ranks_in_process(cfg), /*with_advice=*/false);
     } catch (const std::exception&) {
       continue;
     }

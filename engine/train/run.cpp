@@ -677,7 +677,7 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       // Nothing is started that the planner says cannot fit: the OOM killer or LibTorch's raw
       // allocation failure mid-step would be the user's only answer otherwise.
       if (!opt.force)
-        if (const std::string why = planned_out_of_memory(cfg, ranks_in_process(cfg)); !why.empty())
+        if (const std::string why = planned_out_of_memory(as_run_here(cfg), ranks_in_process(cfg)); !why.empty())
           throw PlannedOutOfMemory(why);
       if (!opt.resume_dir.empty()) {
         // A run still writing checkpoints there would move latest.json under this one's feet. Asked

@@ -501,6 +501,22 @@ TEST_CASE("fit: a run the planner says does not fit is refused with the numbers 
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("the planner predicts this run does not fit"));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
+  // training.device = "auto" on a machine without a GPU (CUDA_VISIBLE_DEVICES empty: none on any
+  // host) trains on the CPU, and is checked against this machine's RAM as "cpu" is: a GPU preset
+  // left at "auto" planned the GPU's capacity, trained on the CPU and was ended by the OOM killer.
+  // Profiles of 64 TiB a device and 1 PiB of host pass the profile's checks; 1G tokens plan 3712 GiB
+  // on the rank and 1024 GiB of host, beyond the RAM of any machine the tests run on.
+  const std::string beyond_ram =
+      "--set hardware.device_memory_gib=65536 --set hardware.host_memory_gib=1048576 --set training.seq_len=1G "
+      "--steps 1 --quiet --out " +
+      fresh_dir("unfit_ram");
+  r = run_odyssey("train " + kShort + "--set training.device=cpu " + beyond_ram);
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("on the CPU (1 rank x ") && Catch::Contains("and this machine has"));
+  r = run_shell(std::string("CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 ") + ODYSSEY_BIN_DIR + "/odyssey train " + kShort +
+                "--set training.device=auto " + beyond_ram + " 2>&1");
+  require_exit(r, 2);
+  CHECK_THAT(r.out, Catch::Contains("on the CPU (1 rank x ") && Catch::Contains("and this machine has"));
 }
 
 TEST_CASE("signals: SIGTERM while a run is still loading ends it at once (exit 143)", "[cli][reliability][signals]") {

@@ -115,6 +115,12 @@ class FakeEngine : public EngineControl {
   /// Each export writes its kind ("trace", "metrics") to the path and records the path.
   bool export_trace(const std::string& path, std::string* error) const override { return write(path, "trace"); }
   bool export_metrics(const std::string& path, std::string* error) const override { return write(path, "metrics"); }
+  /// "auto" runs where the fake says: on the CPU unless a test gives it a GPU.
+  bool has_cuda = false;
+  DeviceKind runs_on(DeviceKind asked) const override {
+    if (asked != DeviceKind::Auto) return asked;
+    return has_cuda ? DeviceKind::Cuda : DeviceKind::Cpu;
+  }
   mutable std::vector<std::string> exports;
 
  private:

@@ -200,6 +200,33 @@ TEST_CASE("a config the planner says does not fit is not started until the user 
   CHECK_FALSE(state.run.unfit().has_value());
 }
 
+TEST_CASE("a config at training.device = auto is checked against the RAM where the engine runs it on the CPU",
+          "[studio][run][fit]") {
+  // A GPU preset left at "auto" on a machine without a GPU was planned against the GPU profile's
+  // capacity, started on the CPU and grew the studio until the OOM killer ended it. Profiles of
+  // 64 TiB a device and 1 PiB of host pass the profile's checks; 1G tokens plan 2 ranks of 2046 GiB
+  // and 1024 GiB of host, beyond the RAM of any machine the tests run on.
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  state.config.training.device = DeviceKind::Auto;
+  state.config.hardware.device_memory_gib = 65536;
+  state.config.hardware.host_memory_gib = 1048576;
+  state.config.training.seq_len = int64_t{1} << 30;
+  FakeEngine cpu_only;
+  std::string err;
+  CHECK_FALSE(state.run.start(cpu_only, state.config, state.history, &err));
+  CHECK(cpu_only.starts.empty());
+  CHECK_THAT(err, Catch::Contains("on the CPU (2 ranks x ") && Catch::Contains("and this machine has"));
+  // where the engine finds a GPU, "auto" runs there: the profile's capacity is the check
+  AppState gpu_state;
+  REQUIRE(load_preset_into(gpu_state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  gpu_state.config = state.config;
+  FakeEngine with_gpu;
+  with_gpu.has_cuda = true;
+  CHECK(gpu_state.run.start(with_gpu, gpu_state.config, gpu_state.history, &err));
+  CHECK(with_gpu.starts.size() == 1);
+}
+
 TEST_CASE("a live edit after which the run would not fit is held back until applied anyway", "[studio][run][fit]") {
   AppState state;
   FakeEngine engine;
