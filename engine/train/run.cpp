@@ -65,14 +65,16 @@ FullState export_full_state(Trainer& trainer) {
   state.model = trainer.config().model;
   CategoryScope category(MemCategory::Other);
   for (auto* g : trainer.model().groups()) {
-    std::vector<at::Tensor> full;
+    std::vector<std::vector<float>> full;
     for (const at::Tensor& shard : {g->master.detach(), g->exp_avg, g->exp_avg_sq}) {
       at::Tensor all = at::empty({g->padded_numel()}, shard.options());  // [padded] fp32
       if (g->sharded())
         ctx.world->all_gather(all, shard);
       else
         all.copy_(shard);
-      full.push_back(all.narrow(0, 0, g->numel()).to(at::kCPU).clone());  // [N] fp32 on the CPU
+      const at::Tensor host = all.narrow(0, 0, g->numel()).to(at::kCPU).contiguous();  // [N] fp32
+      const float* values = host.data_ptr<float>();
+      full.emplace_back(values, values + g->numel());  // out of the tracker's count (FullState)
     }
     state.groups[g->name()] = std::move(full);
   }
@@ -88,7 +90,9 @@ void import_full_state(Trainer& trainer, const FullState& state) {
     const at::Tensor targets[3] = {g->master.detach(), g->exp_avg, g->exp_avg_sq};
     for (int k = 0; k < 3; ++k) {
       at::Tensor padded = at::zeros({g->padded_numel()}, at::kFloat);
-      padded.narrow(0, 0, g->numel()).copy_(full[k]);
+      // a view of the session's vector, not a copy ([N] fp32)
+      padded.narrow(0, 0, g->numel())
+          .copy_(at::from_blob(const_cast<float*>(full[k].data()), {g->numel()}, at::kFloat));
       targets[k].copy_(padded.narrow(0, g->shard_offset(), g->shard_numel()));
     }
     g->reshard();

@@ -74,9 +74,11 @@ class RunControl {
 };
 
 /// The unsharded fp32 state of a model (a restart hands it to the new run): per group, master and
-/// AdamW moments over all N elements, and the step counters.
+/// AdamW moments over all N elements, and the step counters. Memory: held in plain host vectors,
+/// outside the memory tracker: it is the session's (kept for the next restart, 12 B a parameter),
+/// not a run's; as tensors it was counted in rank 0's bytes through the whole next run on the CPU.
 struct FullState {
-  std::map<std::string, std::vector<at::Tensor>> groups;  ///< name -> {master, exp_avg, exp_avg_sq} [N]
+  std::map<std::string, std::vector<std::vector<float>>> groups;  ///< name -> {master, exp_avg, exp_avg_sq} [N]
   int64_t next_step = 0;
   int64_t optimizer_steps = 0;
   ModelConfig model;
