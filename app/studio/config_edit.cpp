@@ -147,6 +147,19 @@ std::vector<int64_t> heads_per_stage_choices(const RunConfig& cfg) {
   return valid_heads_per_stage(cfg);
 }
 
+std::string heads_per_stage_text(const RunConfig& cfg, int64_t shown, bool standard_attention) {
+  if (standard_attention) return "none: standard attention at this length";
+  const int64_t value = cfg.memory.heads_per_stage;
+  const bool automatic = value == kHeadsPerStageAuto;
+  const auto choices = heads_per_stage_choices(cfg);
+  if (!automatic &&
+      std::find(choices.begin(), choices.end(), effective_heads_per_stage(cfg.memory, cfg.parallel)) == choices.end())
+    return std::to_string(value) + " heads (invalid here)";
+  const int64_t stages = cfg.model.n_heads / std::max<int64_t>(1, shown);
+  return std::to_string(shown) + " heads (" + std::to_string(stages) + (stages == 1 ? " stage)" : " stages)") +
+         (!automatic && value == 0 ? " (one a rank)" : "");
+}
+
 // --- Edits against a running config ----------------------------------------------------------------
 
 const char* to_string(ChangeKind kind) {

@@ -2,7 +2,8 @@
 // validator messages filed under the field they belong to, flavors and profiles, what each
 // technique trades, and how an edit relates to a running config (live, restart or plan only).
 // defines: parse_context_length, context_slider_*, FieldMessages, file_issues, apply_model_flavor,
-// apply_hardware_profile, applies, live_toggles, ChangeKind, ConfigChange, classify_change
+// apply_hardware_profile, applies, live_toggles, heads_per_stage_choices, heads_per_stage_text,
+// ChangeKind, ConfigChange, classify_change
 #pragma once
 
 #include <cstdint>
@@ -69,6 +70,11 @@ ApplyWhen applies(const Technique& t);
 std::vector<Technique> live_toggles();
 /// Heads-per-stage values the slider offers (validator's valid list; empty when none apply).
 std::vector<int64_t> heads_per_stage_choices(const RunConfig& cfg);
+/// The heads-per-stage slider's text with its handle at `shown` (one of the choices):
+/// "4 heads (2 stages)", "(one a rank)" for 0, standard attention where "auto" runs none, and for
+/// a fixed value the choices do not hold that value, "3 heads (invalid here)" (the field's message
+/// says why): the slider showed the nearest valid value as if it were the config's.
+std::string heads_per_stage_text(const RunConfig& cfg, int64_t shown, bool standard_attention);
 
 // --- Edits against a running config ----------------------------------------------------------------
 

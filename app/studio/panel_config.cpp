@@ -377,13 +377,7 @@ void draw_memory(AppState& state) {
                                          : choices.front();  // the finest until it can be planned
     auto it = std::find(choices.begin(), choices.end(), effective);
     int index = it == choices.end() ? 0 : static_cast<int>(it - choices.begin());
-    const int64_t stages = c.model.n_heads / std::max<int64_t>(1, choices[index]);
-    char label[96];
-    if (standard)
-      std::snprintf(label, sizeof label, "none: standard attention at this length");
-    else
-      std::snprintf(label, sizeof label, "%lld heads (%lld stage%s)%s", (long long)choices[index], (long long)stages,
-                    stages == 1 ? "" : "s", !automatic && c.memory.heads_per_stage == 0 ? " (one a rank)" : "");
+    const std::string label = heads_per_stage_text(c, choices[index], standard);
     if (ImGui::Checkbox("auto##hps_auto", &automatic))
       c.memory.heads_per_stage = automatic ? kHeadsPerStageAuto : choices[index];
     if (ImGui::IsItemHovered())
@@ -392,7 +386,7 @@ void draw_memory(AppState& state) {
           "peak is the lowest any stage size reaches (fewer launches, the same memory), or\n"
           "standard attention where its peak is no higher (no q/k/v projected again in backward).");
     ImGui::SameLine();
-    if (ImGui::SliderInt("##hps", &index, 0, static_cast<int>(choices.size()) - 1, label))
+    if (ImGui::SliderInt("##hps", &index, 0, static_cast<int>(choices.size()) - 1, label.c_str()))
       c.memory.heads_per_stage = choices[index];
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip(

@@ -80,7 +80,7 @@ const std::vector<Point>& DownsampleCache::get(const double* xs, const double* y
   return points_;
 }
 
-std::vector<double> nice_ticks(Range r, int target, bool bytes) {
+std::vector<double> nice_ticks(Range r, int target, bool bytes, bool whole) {
   std::vector<double> out;
   if (!r.valid() || target < 1) return out;
   const double raw = r.span() / target;
@@ -92,6 +92,7 @@ std::vector<double> nice_ticks(Range r, int target, bool bytes) {
     const double f = raw / mag;
     step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
   }
+  if (whole) step = std::max(step, 1.0);
   for (double v = std::ceil(r.min / step) * step; v <= r.max + step * 1e-9; v += step) {
     out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
     if (out.size() > 1000) break;
@@ -348,7 +349,8 @@ void Plot::end() {
     dl_->AddText({p0_.x - ts.x - 5, y - ts.y * 0.5f}, kAxisText, s.c_str());
   }
   const Range shifted{x_.min - x_origin_, x_.max - x_origin_};
-  for (double rel : nice_ticks(shifted, std::max(2, static_cast<int>((p1_.x - p0_.x) / (font * 6.f))))) {
+  for (double rel :
+       nice_ticks(shifted, std::max(2, static_cast<int>((p1_.x - p0_.x) / (font * 6.f))), false, xf_ == Format::Step)) {
     const double t = rel + x_origin_;
     const std::string s = format_value(rel, xf_);
     const ImVec2 ts = ImGui::CalcTextSize(s.c_str());

@@ -61,8 +61,9 @@ class DownsampleCache {
   uint64_t recomputed_ = 0;
 };
 
-/// About `target` round tick values (1, 2, 5 x 10^k; powers of two for bytes) covering r.
-std::vector<double> nice_ticks(Range r, int target, bool bytes = false);
+/// About `target` round tick values (1, 2, 5 x 10^k; powers of two for bytes) covering r; `whole`:
+/// whole numbers only (steps: a tick at 2.5 printed as "2" beside the 2 made "0 1 2 2 3 4 4").
+std::vector<double> nice_ticks(Range r, int target, bool bytes = false, bool whole = false);
 
 enum class Format { Number, Bytes, Seconds, Percent, Tokens, Step };
 /// "1.50 GiB", "350 ms", "42%", "3M", "1.2e+04".

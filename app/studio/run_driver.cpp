@@ -51,6 +51,8 @@ bool RunDriver::force_unfit(EngineControl& engine, RunHistory& history, std::str
     sent_ = cfg;
     history.note_live_change(change.summary, cfg);
     set_notice("Applies at the next step (forced past the planner's verdict): " + change.summary, history);
+    live_awaited_ = change.summary;
+    markers_before_live_ = history.markers().size();
     return true;
   }
   last_edited_ = cfg;
@@ -69,6 +71,7 @@ bool RunDriver::restart(EngineControl& engine, const RunConfig& cfg, const std::
   }
   failed_restart_.reset();
   sent_ = cfg;
+  live_awaited_.clear();
   history.note_restart(summary, cfg);
   set_notice("Restarted the run: " + summary, history);
   return true;
@@ -96,6 +99,7 @@ bool RunDriver::start(EngineControl& engine, const RunConfig& cfg, RunHistory& h
   restart_pending_ = false;
   failed_restart_.reset();
   held_back_.clear();
+  live_awaited_.clear();
   set_notice("Started: " + std::to_string(cfg.parallel.world_size) + " rank(s), " + std::to_string(cfg.training.steps) +
                  " steps",
              history);
@@ -113,6 +117,17 @@ void RunDriver::stop(EngineControl& engine) {
 void RunDriver::sync(EngineControl& engine, const RunConfig& edited, bool edited_valid, double now_s,
                      RunHistory& history) {
   if (!has_run_) return;
+  // "Applies at the next step" stayed after the step it applied at: once the change's marker has
+  // come, the notice says where it took effect.
+  if (!live_awaited_.empty() && notice_.ends_with(live_awaited_))
+    for (size_t i = markers_before_live_; i < history.markers().size(); ++i)
+      // (changes that landed on one step share its marker: "A; B")
+      if (const ChangeMarker& m = history.markers()[i];
+          !m.restart && (m.what == live_awaited_ || m.what.ends_with("; " + live_awaited_))) {
+        set_notice("Applied from step " + std::to_string(m.step) + ": " + live_awaited_, history);
+        live_awaited_.clear();
+        break;
+      }
   if (!is_live_state(engine.status().state)) {
     restart_pending_ = false;
     return;
@@ -142,6 +157,8 @@ void RunDriver::sync(EngineControl& engine, const RunConfig& edited, bool edited
       restart_pending_ = false;
       history.note_live_change(change.summary, live);
       set_notice("Applies at the next step: " + change.summary, history);
+      live_awaited_ = change.summary;
+      markers_before_live_ = history.markers().size();
       return;
     }
     // The engine wants a restart for it (its reason is the authority): fall through.

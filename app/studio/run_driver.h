@@ -64,6 +64,10 @@ class RunDriver {
   double restart_at_s_ = 0;
   RunConfig last_edited_;
   std::string notice_;
+  /// A live change said as "Applies at the next step": its summary and how many change markers
+  /// there were then; the notice becomes "Applied from step N" once its marker arrives.
+  std::string live_awaited_;
+  size_t markers_before_live_ = 0;
   std::string held_back_;                    // the config summary last held back as invalid (said once)
   std::optional<RunConfig> failed_restart_;  // not retried until the user edits again
   int notice_serial_ = 0;

@@ -53,6 +53,25 @@ TEST_CASE("context slider snaps to 2^k and 1.5 x 2^k up to 16M", "[studio][confi
   CHECK(prev == int64_t{16} << 20);
 }
 
+TEST_CASE("the heads-per-stage slider names a value it does not offer as invalid, not as its handle's",
+          "[studio][config]") {
+  // tiny-cpu: 8 heads over Ulysses 2, stages of 2, 4 or 8 heads. heads_per_stage = 3 showed the
+  // handle's "2 heads (4 stages)" beside the field's message that 3 is not a valid value.
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  RunConfig c = state.config;
+  REQUIRE(heads_per_stage_choices(c) == std::vector<int64_t>{2, 4, 8});
+  c.memory.heads_per_stage = 4;
+  CHECK(heads_per_stage_text(c, 4, false) == "4 heads (2 stages)");
+  c.memory.heads_per_stage = 8;
+  CHECK(heads_per_stage_text(c, 8, false) == "8 heads (1 stage)");
+  c.memory.heads_per_stage = 3;
+  CHECK(heads_per_stage_text(c, 2, false) == "3 heads (invalid here)");
+  c.memory.heads_per_stage = kHeadsPerStageAuto;
+  CHECK(heads_per_stage_text(c, 2, false) == "2 heads (4 stages)");
+  CHECK(heads_per_stage_text(c, 8, true) == "none: standard attention at this length");
+}
+
 TEST_CASE("validator issues are filed under the field that shows them", "[studio][config]") {
   RunConfig cfg;
   cfg.parallel.world_size = 4;

@@ -92,6 +92,10 @@ TEST_CASE("ticks are round, ordered and inside the range", "[studio][plot]") {
   const double step = b[1] - b[0];
   CHECK(std::exp2(std::round(std::log2(step))) == step);  // a power of two of bytes
   CHECK(nice_ticks({5, 5}, 4).empty());
+  // steps: whole numbers only, never a 2.5 printed as a second "2" (the throughput plots' x-axis)
+  CHECK(nice_ticks({0, 6}, 12) == std::vector<double>{0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6});
+  CHECK(nice_ticks({0, 6}, 12, false, true) == std::vector<double>{0, 1, 2, 3, 4, 5, 6});
+  CHECK(nice_ticks({0, 600}, 6, false, true) == std::vector<double>{0, 100, 200, 300, 400, 500, 600});
 }
 
 TEST_CASE("values format with their units", "[studio][plot]") {

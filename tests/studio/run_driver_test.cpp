@@ -45,6 +45,21 @@ TEST_CASE("a toggle change reaches the session through apply_live", "[studio][ru
   CHECK(s.engine.live_calls.size() == 1);
 }
 
+TEST_CASE("two live changes that land on one step are both said applied there", "[studio][run]") {
+  // Their marker reads "A; B": the notice, which names the last, waited for a marker of B alone.
+  Started s;
+  s.state.config.memory.tiled_mlp = false;
+  frame_update(s.state, s.engine, 0.1);
+  s.state.config.memory.heads_per_stage = 4;
+  frame_update(s.state, s.engine, 0.2);
+  REQUIRE(s.engine.live_calls.size() == 2);
+  s.engine.advance_step();
+  frame_update(s.state, s.engine, 0.3);
+  REQUIRE(s.state.history.markers().size() == 1);
+  CHECK(s.state.history.markers()[0].what == "memory.tiled_mlp: true -> false; memory.heads_per_stage: 2 -> 4");
+  CHECK(s.state.run.notice() == "Applied from step 2: memory.heads_per_stage: 2 -> 4");
+}
+
 TEST_CASE("a heads-per-stage change applies at the next step and is marked there", "[studio][run]") {
   Started s;
   REQUIRE(s.state.config.memory.heads_per_stage == 2);
@@ -67,6 +82,8 @@ TEST_CASE("a heads-per-stage change applies at the next step and is marked there
   CHECK_FALSE(m.restart);
   CHECK(m.what == "memory.heads_per_stage: 2 -> 4");
   CHECK(s.state.history.metrics().back().config_version == 1);
+  // the notice says where it took effect ("Applies at the next step" stayed after it had)
+  CHECK(s.state.run.notice() == "Applied from step 2: memory.heads_per_stage: 2 -> 4");
   // The planned overlay of each step plans the config that step ran with.
   CHECK(s.state.history.config_at(1).memory.heads_per_stage == 2);
   CHECK(s.state.history.config_at(2).memory.heads_per_stage == 4);
