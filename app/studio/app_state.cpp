@@ -2,7 +2,7 @@
 // edited config, revalidation, and the per-frame update (poll the engine, sync live edits).
 // [SECTION] names and frame stats  [SECTION] updates
 // defines: panel_name, panel_title, FrameStats, eval_run_dir, load_preset_into, refresh_validation,
-// frame_update
+// frame_update, last_step_with
 #include "app/studio/app_state.h"
 
 #include <algorithm>
@@ -113,6 +113,12 @@ void refresh_validation(AppState& state) {
   e.messages = file_issues(e.issues, config_panel_keys());
   e.validated_for = state.config;
   e.validated = true;
+}
+
+const StepMetrics* last_step_with(const AppState& state, const RunConfig& cfg) {
+  const auto& metrics = state.history.metrics();
+  if (!state.run.has_run() || metrics.empty() || !(state.run.engine_config() == cfg)) return nullptr;
+  return state.history.config_at(metrics.back().step) == cfg ? &metrics.back() : nullptr;
 }
 
 void frame_update(AppState& state, EngineControl& engine, double now_s) {

@@ -3,7 +3,7 @@
 // views, the evaluations shown, scale and frame timing. Panels are free functions over
 // (AppState&, EngineControl&).
 // defines: PanelId, panel_name, panel_title, AppState and its parts, eval_run_dir,
-// load_preset_into, refresh_validation, frame_update
+// load_preset_into, refresh_validation, frame_update, last_step_with
 #pragma once
 
 #include <array>
@@ -156,5 +156,9 @@ std::string validity_headline(const ConfigEditState& edit, bool* valid);
 void refresh_validation(AppState& state);
 /// Everything a frame does besides drawing: poll the engine, revalidate, sync live edits.
 void frame_update(AppState& state, EngineControl& engine, double now_s);
+/// The run's last step when it ran with `cfg` (the plan panel's measured bars stand beside the
+/// plan of `cfg` only then), else nullptr: no run, no step yet, or the last step ran another config
+/// (a restart or a live change that has not reached a step yet).
+const StepMetrics* last_step_with(const AppState& state, const RunConfig& cfg);
 
 }  // namespace odyssey::studio

@@ -187,13 +187,10 @@ void draw_rank_bars(AppState& state, const PlanResult& r) {
     bars.push_back(planned);
     labels.push_back("each of " + std::to_string(world) + " ranks");
   }
-  // Measured peaks of the last step, when the engine runs exactly this config.
-  const auto& metrics = state.history.metrics();
-  const bool comparable = state.run.has_run() && state.run.engine_config() == state.config && !metrics.empty();
-  if (comparable) {
-    const auto& last = metrics.back();
-    for (size_t rank = 0; rank < last.rank_peak_bytes.size() && rank < 8; ++rank) {
-      bars.push_back({{double(last.rank_peak_bytes[rank]), IM_COL32(200, 200, 210, 255)}});
+  // Measured peaks of the last step, when that step ran exactly this config.
+  if (const StepMetrics* last = last_step_with(state, state.config)) {
+    for (size_t rank = 0; rank < last->rank_peak_bytes.size() && rank < 8; ++rank) {
+      bars.push_back({{double(last->rank_peak_bytes[rank]), IM_COL32(200, 200, 210, 255)}});
       labels.push_back("rank " + std::to_string(rank) + " measured");
     }
   }

@@ -45,6 +45,22 @@ TEST_CASE("a toggle change reaches the session through apply_live", "[studio][ru
   CHECK(s.engine.live_calls.size() == 1);
 }
 
+TEST_CASE("the measured bars stand beside a plan only once a step ran its config", "[studio][run]") {
+  // After a change the plan panel drew the last step's peaks, measured under the old config, as
+  // "rank 0 measured" beside the new config's plan (a restart's "starting" state showed 9.11 MiB
+  // under the 13.4 MiB plan of FSDP off).
+  Started s;
+  REQUIRE(last_step_with(s.state, s.state.config) != nullptr);
+  s.state.config.memory.tiled_mlp = false;  // a live change: sent, not yet run
+  frame_update(s.state, s.engine, 0.1);
+  REQUIRE(s.engine.live_calls.size() == 1);
+  CHECK(last_step_with(s.state, s.state.config) == nullptr);
+  s.engine.advance_step();  // the next step runs it
+  frame_update(s.state, s.engine, 0.2);
+  const StepMetrics* last = last_step_with(s.state, s.state.config);
+  REQUIRE(last != nullptr);
+  CHECK(last->step == 2);
+
 TEST_CASE("two live changes that land on one step are both said applied there", "[studio][run]") {
   // Their marker reads "A; B": the notice, which names the last, waited for a marker of B alone.
   Started s;
