@@ -110,6 +110,7 @@ void refresh_validation(AppState& state) {
   auto& e = state.edit;
   if (e.validated && e.validated_for == state.config) return;
   e.issues = validate(state.config);
+  e.notes = e.issues.empty() ? config_notes(state.config) : std::vector<std::string>{};
   e.messages = file_issues(e.issues, config_panel_keys());
   e.validated_for = state.config;
   e.validated = true;

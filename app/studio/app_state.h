@@ -40,6 +40,10 @@ struct ConfigEditState {
   std::string preset_message;  ///< result of the last load/save
   bool preset_message_error = false;
   std::vector<ConfigIssue> issues;  ///< validate(config)
+  /// config_notes(config) of a valid config: what it does that its author may not expect (a device
+  /// that takes the other path than the profile describes, an idle size or RoPE key), as `odyssey
+  /// check` prints them.
+  std::vector<std::string> notes;
   /// The loaded file's problems that are no rule of the config (missing, unknown or mistyped
   /// keys): the fields hold defaults in their place. Cleared by the next load or a save.
   std::vector<ConfigIssue> file_problems;

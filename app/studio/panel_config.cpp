@@ -214,6 +214,14 @@ void draw_preset_row(AppState& state) {
     ImGui::PopTextWrapPos();
     ImGui::PopStyleColor();
   }
+  // odyssey check's notes: valid, but likely not what was meant (the profile's plan beside a CPU run)
+  if (!state.edit.notes.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, to_vec4(kColorWarn));
+    ImGui::PushTextWrapPos(0);
+    for (const auto& note : state.edit.notes) ImGui::Text("Note: %s", note.c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::PopStyleColor();
+  }
 }
 
 void draw_model(AppState& state) {

@@ -72,6 +72,22 @@ TEST_CASE("the heads-per-stage slider names a value it does not offer as invalid
   CHECK(heads_per_stage_text(c, 8, true) == "none: standard attention at this length");
 }
 
+TEST_CASE("the configuration panel holds odyssey check's notes of a valid config", "[studio][config]") {
+  // A CPU run under a GPU profile planned a 2 GiB line above a measurement of a few MiB, unexplained
+  // in the studio: `odyssey check` says why, and now the panel does.
+  AppState state;
+  REQUIRE(load_preset_into(state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  refresh_validation(state);
+  CHECK(state.edit.notes.empty());
+  state.config.hardware = *find_hardware_profile("h100-sxm");
+  state.config.hardware.profile = "h100-sxm";
+  refresh_validation(state);
+  REQUIRE(state.edit.issues.empty());
+  REQUIRE(state.edit.notes.size() == 1);
+  CHECK(state.edit.notes[0] == config_notes(state.config)[0]);
+  CHECK_THAT(state.edit.notes[0], Catch::StartsWith("training.device = \"cpu\" takes the CPU path"));
+}
+
 TEST_CASE("validator issues are filed under the field that shows them", "[studio][config]") {
   RunConfig cfg;
   cfg.parallel.world_size = 4;
