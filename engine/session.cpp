@@ -12,6 +12,7 @@
 #include "engine/config/config_diff.h"
 #include "engine/config/schema.h"
 #include "engine/config/validate.h"
+#include "engine/telemetry/cuda_runtime.h"
 #include "engine/telemetry/metrics_jsonl.h"
 #include "engine/telemetry/phase.h"
 #include "engine/telemetry/timeline.h"
@@ -83,7 +84,8 @@ struct Session::Impl {
       status.step = initial ? initial->next_step : 0;
       status.steps = cfg.training.steps;
       status.world_size = static_cast<int>(cfg.parallel.world_size);
-      status.device = cfg.training.device == DeviceKind::Cuda ? "cuda" : "cpu";
+      // "auto" as the run resolves it: the studio draws a GPU profile's plan only beside a GPU run
+      status.device = device_here(cfg.training.device) == DeviceKind::Cuda ? "cuda" : "cpu";
       status.emulated = cfg.parallel.emulate;
     }
     RunControl* ctl = control.get();

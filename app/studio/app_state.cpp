@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "app/studio/panels.h"
+#include "app/studio/planned_throughput.h"
 #include "engine/config/validate.h"
 
 namespace odyssey::studio {
@@ -119,6 +120,9 @@ void refresh_validation(AppState& state) {
 const StepMetrics* last_step_with(const AppState& state, const RunConfig& cfg) {
   const auto& metrics = state.history.metrics();
   if (!state.run.has_run() || metrics.empty() || !(state.run.engine_config() == cfg)) return nullptr;
+  // a plan of another kind of device than the run's (an H100 profile over a CPU run) is no
+  // prediction of these bytes: 2 GiB planned beside 9 MiB measured
+  if (!profile_describes_device(cfg.hardware.profile, state.status.device)) return nullptr;
   return state.history.config_at(metrics.back().step) == cfg ? &metrics.back() : nullptr;
 }
 

@@ -160,9 +160,10 @@ std::string validity_headline(const ConfigEditState& edit, bool* valid);
 void refresh_validation(AppState& state);
 /// Everything a frame does besides drawing: poll the engine, revalidate, sync live edits.
 void frame_update(AppState& state, EngineControl& engine, double now_s);
-/// The run's last step when it ran with `cfg` (the plan panel's measured bars stand beside the
-/// plan of `cfg` only then), else nullptr: no run, no step yet, or the last step ran another config
-/// (a restart or a live change that has not reached a step yet).
+/// The run's last step when it ran with `cfg` on the kind of device cfg's profile describes (the
+/// plan panel's measured bars stand beside the plan of `cfg` only then), else nullptr: no run, no
+/// step yet, the last step ran another config (a restart or a live change that has not reached a
+/// step yet), or the plan is of another machine (a GPU profile over a CPU run).
 const StepMetrics* last_step_with(const AppState& state, const RunConfig& cfg);
 
 }  // namespace odyssey::studio

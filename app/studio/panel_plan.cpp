@@ -165,11 +165,18 @@ void draw_tune(AppState& state, const PlanResult& r) {
     ImGui::TextWrapped("%s%s: step %s, peak %s (now step %s)", is_choice ? "this is the fastest that fits: " : "",
                        choice->summary().c_str(), seconds(choice->step_s).c_str(),
                        bytes(choice->peak.peak_bytes).c_str(), seconds(r.plan.time.step_s).c_str());
-    if (const TuneCandidate* second = r.tune.second())
+    if (const TuneCandidate* second = r.tune.second()) {  // wrapped: a long summary cut its figures off
+      ImGui::PushTextWrapPos(0);
       ImGui::TextColored(to_vec4(kColorDim), "runner-up: %s: step %s, peak %s", second->summary().c_str(),
                          seconds(second->step_s).c_str(), bytes(second->peak.peak_bytes).c_str());
+      ImGui::PopTextWrapPos();
+    }
   }
-  if (!state.tune_message.empty()) ImGui::TextColored(to_vec4(kColorDim), "%s", state.tune_message.c_str());
+  if (!state.tune_message.empty()) {
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextColored(to_vec4(kColorDim), "%s", state.tune_message.c_str());
+    ImGui::PopTextWrapPos();
+  }
 }
 
 void draw_rank_bars(AppState& state, const PlanResult& r) {

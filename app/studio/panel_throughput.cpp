@@ -142,10 +142,12 @@ void draw_throughput_panel(AppState& state, EngineControl& engine) {
   const std::string device = state.status.device;
   if (!planned.empty() && !profile_describes_device(planned.back().profile, device)) {
     // the planner speaks of another machine: said, not drawn over this one's curve
+    ImGui::PushTextWrapPos(0);
     ImGui::TextColored(to_vec4(kColorDim), "planned on the %s profile: %s/step (the run is on %s: not drawn)",
                        planned.back().profile.c_str(),
                        plot::format_value(planned.back().step_s, plot::Format::Seconds).c_str(),
                        device.empty() ? "?" : device.c_str());
+    ImGui::PopTextWrapPos();
     planned.clear();
   }
   const plot::Range data_x{steps.front() - 0.5, steps.back() + 0.5};

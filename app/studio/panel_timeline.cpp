@@ -1,5 +1,5 @@
 // Timeline panel: measured memory per rank over time with the phases as coloured bands, the
-// planned per-phase bytes overlaid, the step's peak marked with its phase, a step selector, zoom
+// planned per-phase bytes overlaid (where the profile describes the run's kind of device), the step's peak marked with its phase, a step selector, zoom
 // and pan, the device pool above and the host (offload) pool below. Lines are min/max-downsampled
 // per pixel column, so a million samples cost one pass over what is in view.
 // defines: draw_timeline_panel
@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "app/studio/panels.h"
+#include "app/studio/planned_throughput.h"
 
 namespace odyssey::studio {
 
@@ -227,10 +228,18 @@ void draw_timeline_panel(AppState& state, EngineControl& engine) {
 
   std::vector<PlannedSegment> planned;
   // The plan of the config the selected step ran with (a live toggle since changes it; none
-  // without a run, e.g. the --bench-samples benchmark).
+  // without a run, e.g. the --bench-samples benchmark). A profile of another kind of device than
+  // the run's is said, not drawn: an H100 plan's 2 GiB flattened a CPU run's 9 MiB to a line at 0.
+  std::string planned_elsewhere;
   if (t.show_planned && state.run.has_run() && group) {
-    const PlanResult& step_plan = state.run_plan.get(h.config_at(sel.step));
-    if (step_plan.ok) planned = planned_overlay(step_plan.plan, group->spans, h.phase_names(), sel.step, sel.band_rank);
+    const RunConfig& ran = h.config_at(sel.step);
+    if (!profile_describes_device(ran.hardware.profile, state.status.device)) {
+      planned_elsewhere = ran.hardware.profile;
+    } else {
+      const PlanResult& step_plan = state.run_plan.get(ran);
+      if (step_plan.ok)
+        planned = planned_overlay(step_plan.plan, group->spans, h.phase_names(), sel.step, sel.band_rank);
+    }
   }
   const PeakMark peak = group          ? find_peak(group->spans, h.phase_names(), sel.step, sel.rank)
                         : sel.step < 0 ? find_run_peak(h, sel.rank)
@@ -243,6 +252,12 @@ void draw_timeline_panel(AppState& state, EngineControl& engine) {
   for (size_t r = 0; r < h.ranks().size() && r < 8; ++r)
     items.emplace_back(rank_color(int(r)), "rank " + std::to_string(r));
   plot::legend(items);
+  if (!planned_elsewhere.empty()) {
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextColored(to_vec4(kColorDim), "planned on the %s profile (the run is on %s): not drawn",
+                       planned_elsewhere.c_str(), state.status.device.empty() ? "?" : state.status.device.c_str());
+    ImGui::PopTextWrapPos();
+  }
   const float avail = ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing();
   const size_t drawn =
       draw_pool(state, sel, false, std::max(avail * 0.64f, ImGui::GetFontSize() * 8), data_x, planned, peak);

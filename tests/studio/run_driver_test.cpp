@@ -60,6 +60,19 @@ TEST_CASE("the measured bars stand beside a plan only once a step ran its config
   const StepMetrics* last = last_step_with(s.state, s.state.config);
   REQUIRE(last != nullptr);
   CHECK(last->step == 2);
+  // a run on the CPU under an H100 profile: that plan is of another machine
+  AppState gpu_profile;
+  FakeEngine engine;
+  REQUIRE(load_preset_into(gpu_profile, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  gpu_profile.config.hardware = *find_hardware_profile("h100-sxm");
+  gpu_profile.config.hardware.profile = "h100-sxm";
+  std::string err;
+  REQUIRE(gpu_profile.run.start(engine, gpu_profile.config, gpu_profile.history, &err));
+  engine.advance_step();
+  frame_update(gpu_profile, engine, 0.0);
+  REQUIRE(gpu_profile.status.device == "cpu");
+  CHECK(last_step_with(gpu_profile, gpu_profile.config) == nullptr);
+}
 
 TEST_CASE("two live changes that land on one step are both said applied there", "[studio][run]") {
   // Their marker reads "A; B": the notice, which names the last, waited for a marker of B alone.
