@@ -126,21 +126,34 @@ void draw_status_bar(AppState& state, EngineControl& engine, float x, float y, f
                          plot::format_value(double(plan.plan.device_capacity), plot::Format::Bytes).c_str());
     else
       ImGui::TextColored(to_vec4(kColorBad), "Plan: -");
-    if (!state.run.notice().empty()) {
-      ImGui::SameLine(0, ImGui::GetFontSize() * 1.5f);
-      ImGui::TextColored(to_vec4(kColorWarn), "%s", state.run.notice().c_str());
-    }
+    // The frame timing sits at the right end; the notice gets the room left between (cut there, the
+    // whole of it on hover and in the run panel): at larger UI scales the three ran over each other.
+    const float font = ImGui::GetFontSize();
+    float used = ImGui::GetItemRectMax().x - ImGui::GetWindowPos().x;  // window x where the plan ends
     char timing[96];
     std::snprintf(timing, sizeof timing, "UI %.1f ms/frame (max %.1f)  |  %.0f fps", state.frame.mean(),
                   state.frame.max(), state.frame.frame_interval_ms > 0 ? 1000.0 / state.frame.frame_interval_ms : 0.0);
     const float tw = ImGui::CalcTextSize(timing).x;
-    ImGui::SameLine(std::max(ImGui::GetCursorPosX() + 10, w - tw - ImGui::GetFontSize()));
-    ImGui::TextColored(to_vec4(state.frame.max() < 16.0 ? kColorDim : kColorWarn), "%s", timing);
-    if (ImGui::IsItemHovered())
-      ImGui::SetTooltip(
-          "CPU time the UI thread spends per frame (engine work runs on its own threads).\n"
-          "The budget is 16 ms; the max covers the last %d frames.",
-          FrameStats::kWindow);
+    const float timing_x = w - tw - font;
+    if (!state.run.notice().empty() && timing_x - used > font * 6) {
+      ImGui::SameLine(0, font * 1.5f);
+      const ImVec2 at = ImGui::GetCursorScreenPos();
+      const float room = ImGui::GetWindowPos().x + timing_x - font - at.x;
+      ImGui::PushClipRect(at, {at.x + room, at.y + ImGui::GetTextLineHeight()}, true);
+      ImGui::TextColored(to_vec4(kColorWarn), "%s", state.run.notice().c_str());
+      ImGui::PopClipRect();
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", state.run.notice().c_str());
+      used = std::min(ImGui::GetItemRectMax().x, at.x + room) - ImGui::GetWindowPos().x;
+    }
+    if (used + font <= timing_x) {  // else no room: the timing is the first thing to go
+      ImGui::SameLine(timing_x);
+      ImGui::TextColored(to_vec4(state.frame.max() < 16.0 ? kColorDim : kColorWarn), "%s", timing);
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip(
+            "CPU time the UI thread spends per frame (engine work runs on its own threads).\n"
+            "The budget is 16 ms; the max covers the last %d frames.",
+            FrameStats::kWindow);
+    }
   }
   ImGui::End();
   ImGui::PopStyleVar();
