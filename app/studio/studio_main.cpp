@@ -31,6 +31,9 @@ namespace {
 std::string g_glfw_error;
 void on_glfw_error(int code, const char* text) { g_glfw_error = std::to_string(code) + ": " + (text ? text : "?"); }
 
+/// How long a stopped run may take to reach its step boundary before the studio exits without it.
+constexpr double kStopGraceS = 10.0;
+
 double now_s() {
   using clock = std::chrono::steady_clock;
   static const auto t0 = clock::now();
@@ -195,6 +198,26 @@ int main(int argc, char** argv) {
       last_frame = t_next;
     }
     engine.stop();
+    // A stop takes effect at the next step boundary, which a long step (a large model on the CPU)
+    // puts minutes away: the closed window, or the screenshot whose --timeout had passed, waited
+    // that long for the join below. A studio run keeps nothing on disk, so after a grace period
+    // the process ends without waiting for the step.
+    const double stop_asked = now_s();
+    auto run_ended = [&] {
+      using odyssey::SessionState;
+      const SessionState s = engine.status().state;
+      return s == SessionState::Idle || s == SessionState::Finished || s == SessionState::Failed;
+    };
+    while (!run_ended() && now_s() - stop_asked < kStopGraceS)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!run_ended()) {
+      std::fprintf(stderr,
+                   "odyssey-studio: the run's current step did not end within %.0f s of the stop: exiting "
+                   "without waiting for it (a studio run keeps nothing on disk)\n",
+                   kStopGraceS);
+      std::fflush(nullptr);
+      std::_Exit(exit_code);
+    }
   }  // the Session joins its rank threads here
 
   ImGui_ImplOpenGL3_Shutdown();
