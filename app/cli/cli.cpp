@@ -141,6 +141,10 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
         return std::nullopt;
       }
       args.output = v;
+    } else if (a == "--headroom" && spec.headroom) {
+      const char* v = value(a);
+      if (!v) return std::nullopt;
+      args.headroom = v;  // read by the command (parse_tune_headroom), which knows the device
     } else if (a == "--memory-snapshot" && spec.memory_snapshot) {
       const char* v = value(a);
       if (!v) return std::nullopt;

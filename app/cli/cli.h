@@ -34,12 +34,14 @@ struct Args {
   bool overwrite = false;               ///< --overwrite: replace the run in --out
   bool force = false;                   ///< --force: start what the planner says does not fit
   std::string output;                   ///< -o FILE / --output FILE: a file the command writes
+  std::string headroom;                 ///< --headroom 5% | 4GiB: device memory tune keeps free (as given)
 };
 
 /// Which options a subcommand accepts.
 struct ArgSpec {
   bool set = false, json = false, steps = false, out = false, resume = false, quiet = false, no_checkpoint = false,
-       memory_snapshot = false, kernel_profile = false, overwrite = false, force = false, output = false;
+       memory_snapshot = false, kernel_profile = false, overwrite = false, force = false, output = false,
+       headroom = false;
   int min_positional = 1;
   int max_positional = 1;
 };

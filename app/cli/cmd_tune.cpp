@@ -1,11 +1,16 @@
-// odyssey tune PRESET [--set k=v]... [-o OUT.toml [--overwrite]] [--json]: the fastest [memory]
-// table that fits (engine/planner tune()), the runner-up, the changes against the preset, and the
-// tuned preset written with -o. Nothing fits: exit 2 with the advisor's word (the input must change).
+// odyssey tune PRESET [--set k=v]... [--headroom 5%|4GiB] [-o OUT.toml [--overwrite]] [--json]: the
+// fastest [memory] table that fits (engine/planner tune()) with the headroom free, the runner-up, the
+// changes against the preset, and the tuned preset written with -o. Nothing fits: exit 2 with the
+// advisor's word (the input must change).
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include "app/cli/cli.h"
 #include "app/cli/planner_format.h"
@@ -38,14 +43,48 @@ std::string output_problem(const std::string& path, bool overwrite) {
   return "";
 }
 
+/// --headroom's value: a share of the device's memory ("5%", at most 50%) or bytes ("4GiB", "512MiB").
+/// nullopt with why not in `why`.
+std::optional<TuneOptions> parse_headroom(const std::string& text, std::string* why) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double number = std::strtod(begin, &end);
+  const std::string unit = end ? std::string(end) : "";
+  const bool read =
+      end != begin && std::isfinite(number) && number >= 0 && !std::isspace(static_cast<unsigned char>(*begin));
+  TuneOptions options;
+  if (read && unit == "%" && number <= 50) {
+    options.headroom_share = number / 100;
+    return options;
+  }
+  const double unit_bytes = unit == "GiB" ? 1024.0 * 1024 * 1024 : unit == "MiB" ? 1024.0 * 1024 : 0;
+  if (read && unit_bytes > 0 && number * unit_bytes < 9.0e18) {
+    options.headroom_bytes = static_cast<int64_t>(std::llround(number * unit_bytes));
+    return options;
+  }
+  *why = "--headroom " + text + ": give the device memory to keep free as a share of it, from 0% to 50% (5%), or " +
+         "as bytes in GiB or MiB (4GiB, 512MiB)";
+  return std::nullopt;
+}
+
 int run_tune(int argc, char** argv, int first) {
   ArgSpec spec;
-  spec.set = spec.json = spec.output = spec.overwrite = true;
+  spec.set = spec.json = spec.output = spec.overwrite = spec.headroom = true;
   auto args = parse_args("tune", spec, argc, argv, first, std::cerr);
   if (!args) return kExitBadInput;
   if (args->overwrite && args->output.empty()) {
     std::cerr << "odyssey tune: --overwrite needs -o OUT.toml (it replaces that file)\n";
     return kExitBadInput;
+  }
+  TuneOptions options;
+  if (!args->headroom.empty()) {
+    std::string why;
+    const std::optional<TuneOptions> given = parse_headroom(args->headroom, &why);
+    if (!given) {
+      std::cerr << "odyssey tune: " << why << "\n";
+      return kExitBadInput;
+    }
+    options = *given;
   }
   const std::string& path = args->positional.front();
   auto loaded = load_or_report(path, args->overrides, std::cerr, PresetData::Checked);
@@ -59,7 +98,7 @@ int run_tune(int argc, char** argv, int first) {
   const RunConfig& cfg = loaded->config;
 
   const auto t0 = std::chrono::steady_clock::now();
-  const TuneResult tuned = tune(cfg);
+  const TuneResult tuned = tune(cfg, options);
   const double search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   const TuneCandidate* choice = tuned.chosen();
@@ -70,7 +109,10 @@ int run_tune(int argc, char** argv, int first) {
     std::cerr << "odyssey tune: nothing fits: none of the " << tuned.candidates.size() << " technique sets for " << path
               << " fits (" << setup_line(cfg) << ")";
     if (closest) std::cerr << "; the lowest peak, with " << closest->summary() << ": " << closest->verdict();
-    std::cerr << "." << advice_text(advise(cfg)) << "\n";
+    if (closest && closest->peak.fits())  // the plan fits, into the headroom: the user's call, not the advisor's
+      std::cerr << "; --headroom sets the memory kept free\n";
+    else
+      std::cerr << "." << advice_text(advise(cfg)) << "\n";
     return kExitBadInput;
   }
   const std::vector<KeyChange> changes = config_changes(cfg, choice->config);
@@ -113,9 +155,9 @@ int run_tune(int argc, char** argv, int first) {
 }
 
 const CommandRegistration registration{
-    Command{45, "tune", "tune PRESET [--set k=v]... [-o OUT.toml [--overwrite]] [--json]",
-            "the fastest memory techniques that fit, the runner-up and the changes; -o writes the tuned preset; "
-            "exit 2 when nothing fits",
+    Command{45, "tune", "tune PRESET [--set k=v]... [--headroom 5%|4GiB] [-o OUT.toml [--overwrite]] [--json]",
+            "the fastest memory techniques that fit with 3% of the device (or --headroom) free, the runner-up and "
+            "the changes; -o writes the tuned preset; exit 2 when nothing fits",
             run_tune}};
 
 }  // namespace

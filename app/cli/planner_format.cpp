@@ -551,7 +551,9 @@ void write_tune_json(JsonWriter& w, const RunConfig& tuned_for, const TuneResult
       .key("distinct")
       .value(static_cast<int64_t>(tuned.candidates.size()))
       .key("dropped")
-      .value(static_cast<int64_t>(dropped.size()));
+      .value(static_cast<int64_t>(dropped.size()))
+      .key("headroom_bytes")
+      .value(tuned.headroom_bytes);
   if (all_dropped) {
     w.key("dropped_sets").begin_array();
     for (const TuneCandidate* c : dropped) write_tune_candidate_json(w, tuned_for, *c);
@@ -581,15 +583,28 @@ void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& 
     os << "as configured: the choice\n";
   else
     os << printf_string("as configured (%+.2f%% step time): ", 100.0 * (configured.step_s / choice->step_s - 1.0))
-       << configured.summary() << "\n    " << tune_figures(configured) << (configured.fits() ? "" : ": does not fit")
+       << configured.summary() << "\n    " << tune_figures(configured)
+       << (configured.fits()        ? ""
+           : configured.peak.fits() ? ": into the headroom"
+                                    : ": does not fit")
        << "\n";
   const std::vector<const TuneCandidate*> dropped = tuned.dropped();
-  os << "dropped as not fitting: " << dropped.size() << " faster of " << tuned.candidates.size() << " technique sets\n";
-  for (size_t i = 0; i < dropped.size() && static_cast<int>(i) < dropped_shown; ++i)
+  os << "dropped as not fitting: " << dropped.size() << " faster of " << tuned.candidates.size() << " technique sets";
+  if (tuned.headroom_bytes > 0)
+    os << printf_string(" (the tuner keeps %.2f GiB of the device free: --headroom)", tuned.headroom_bytes / kGiB);
+  os << "\n";
+  // the first `dropped_shown`, and every set the plan fits that only the headroom dropped (the
+  // ones a user may take with a smaller --headroom)
+  size_t hidden = 0;
+  for (size_t i = 0; i < dropped.size(); ++i) {
+    if (static_cast<int>(i) >= dropped_shown && !dropped[i]->peak.fits()) {
+      ++hidden;
+      continue;
+    }
     os << printf_string("  step %.4g s  %s: %s\n", dropped[i]->step_s, dropped[i]->summary().c_str(),
                         dropped[i]->verdict().c_str());
-  if (static_cast<int>(dropped.size()) > dropped_shown && dropped_shown > 0)
-    os << "  ... " << dropped.size() - dropped_shown << " more (--json lists them all)\n";
+  }
+  if (hidden > 0 && dropped_shown > 0) os << "  ... " << hidden << " more (--json lists them all)\n";
 }
 
 int run_planner_command(const char* name, int argc, char** argv, int first,

@@ -40,11 +40,12 @@ std::string setup_line(const RunConfig& cfg);
 void write_tune_candidate_json(JsonWriter& w, const RunConfig& tuned_for, const TuneCandidate& c);
 /// The tuner's answer as an object: "choice" and "runner_up" (candidates or null), "configured"
 /// (the preset as it stands), "evaluated" (memory tables planned), "distinct" (technique sets),
-/// "dropped" (how many faster sets do not fit); with `all_dropped` also "dropped_sets", each
-/// of them as a candidate.
+/// "dropped" (how many faster sets do not fit), "headroom_bytes" (device memory the tuner keeps
+/// free); with `all_dropped` also "dropped_sets", each of them as a candidate.
 void write_tune_json(JsonWriter& w, const RunConfig& tuned_for, const TuneResult& tuned, bool all_dropped);
 /// The choice and the runner-up, each with its techniques, step time and peaks, and the preset as
-/// it stands; `dropped_shown` faster tables that do not fit after them (0: only their count).
+/// it stands; `dropped_shown` faster tables that do not fit after them (0: only their count), and
+/// every one the plan fits that only the tuner's headroom dropped.
 void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& tuned, int dropped_shown);
 
 /// The human ladder table (one row per rung) and its notes.

@@ -152,15 +152,19 @@ void draw_tune(AppState& state, const PlanResult& r) {
   help_marker(
       "Plans every combination of the memory techniques (checkpointing off, with kept attention or "
       "plain; offload; tiled MLP and loss; Untied Ulysses at each stage size; optimizer offload) for "
-      "this model, length, ranks and hardware, and applies the fastest that fits device and host. "
-      "Ties go to fewer techniques, then less memory. A running engine takes it at the next step.");
+      "this model, length, ranks and hardware, and applies the fastest that fits device and host with 3% "
+      "of the device left free (the planner's tensor peak meets the allocator's within 1-3%; odyssey tune "
+      "--headroom sets another). Ties go to fewer techniques, then less memory. A running engine takes it "
+      "at the next step.");
   ImGui::SameLine();
   const auto seconds = [](double s) { return plot::format_value(s, plot::Format::Seconds); };
   const auto bytes = [](int64_t b) { return plot::format_value(double(b), plot::Format::Bytes); };
   if (!r.extras_ready) {
     ImGui::TextDisabled("tuning...");
   } else if (!choice) {
-    ImGui::TextColored(to_vec4(kColorWarn), "no memory techniques make it fit: %s", kNothingFitsHint);
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextColored(to_vec4(kColorWarn), "%s", tune_refusal(r.tune).c_str());
+    ImGui::PopTextWrapPos();
   } else {
     ImGui::TextWrapped("%s%s: step %s, peak %s (now step %s)", is_choice ? "this is the fastest that fits: " : "",
                        choice->summary().c_str(), seconds(choice->step_s).c_str(),

@@ -1,7 +1,7 @@
 // PlanCache: plan_memory in the frame of the edit, ladder / max context / advice / tune on one
 // worker thread (a newer request replaces a waiting one; a finished result for an older config is
 // dropped). Invalid configs are not planned: the panel shows the validator's count instead.
-// defines: PlanCache, apply_tuned_memory
+// defines: PlanCache, apply_tuned_memory, tune_refusal
 #include "app/studio/plan_cache.h"
 
 #include <chrono>
@@ -171,6 +171,14 @@ void PlanCache::worker_loop() {
   }
 }
 
+std::string tune_refusal(const TuneResult& tuned) {
+  const TuneCandidate* closest = tuned.lowest_peak();
+  if (closest && closest->peak.fits())  // the plan fits, but not with the headroom free
+    return "Nothing fits with the tuner's headroom free: the lowest peak, " + closest->summary() + ", " +
+           closest->verdict() + ". The plan's own verdict stands; odyssey tune --headroom keeps less free.";
+  return std::string("Nothing fits: ") + kNothingFitsHint;
+}
+
 bool apply_tuned_memory(RunConfig& edited, const TuneResult& tuned, std::string* message) {
   auto say = [&](std::string text) {
     if (message) *message = std::move(text);
@@ -185,7 +193,7 @@ bool apply_tuned_memory(RunConfig& edited, const TuneResult& tuned, std::string*
   }
   const TuneCandidate* choice = tuned.chosen();
   if (!choice) {
-    say(std::string("Nothing fits: ") + kNothingFitsHint);
+    say(tune_refusal(tuned));
     return false;
   }
   if (edited.memory == choice->config.memory) {

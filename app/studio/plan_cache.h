@@ -46,6 +46,9 @@ struct PlanResult {
 /// tune of `edited` itself. *message says what changed; false, and `edited` untouched, when the
 /// tune is of another config, nothing fits, or the memory already is the choice.
 bool apply_tuned_memory(RunConfig& edited, const TuneResult& tuned, std::string* message);
+/// Why the tune has no choice: nothing fits even with the most memory techniques, or what fits by
+/// the plan leaves less than the tuner's headroom free (its lowest peak and verdict).
+std::string tune_refusal(const TuneResult& tuned);
 
 /// Reads a documents file's lengths (engine/train's read_document_lengths: PATH, the model's
 /// vocabulary), throwing a std::exception that names what is wrong with the file.

@@ -195,6 +195,8 @@ struct PlanPeak {
   bool fits_host = false;
   bool beyond_range = false;  ///< as MemoryPlan::beyond_range
   bool fits() const { return fits_device && fits_host; }
+  /// fits(), with `free_bytes` of the device left free beside the peak (the tuner's headroom)
+  bool fits_leaving(int64_t free_bytes) const { return fits() && peak_bytes <= device_capacity - free_bytes; }
 };
 PlanPeak plan_peak(const RunConfig& cfg);
 
@@ -338,6 +340,20 @@ std::string advice_text(const std::vector<Advice>& advice);
 /// attention is offered in every block; tune() tries fewer blocks where that does not fit.
 std::vector<MemoryConfig> tune_memory_tables(const RunConfig& cfg);
 
+/// The device memory the tuner keeps free by default: 3% of the device. The planner's tensor peak
+/// meets the allocator's within 1-3% on points it was not fitted to (docs/results.md; +0.83% for
+/// the 8B's rank 0 at 256K), so a table planned at 98% of the device may fail where the plan fits.
+inline constexpr double kTuneHeadroomShare = 0.03;
+
+/// How the tuner decides "fits": the device peak (runtime overhead included) at most the device's
+/// memory less the headroom; the host as plan_peak says. `odyssey tune --headroom 5%` or `4GiB`.
+struct TuneOptions {
+  double headroom_share = kTuneHeadroomShare;  ///< of the device's memory; used when headroom_bytes < 0
+  int64_t headroom_bytes = -1;                 ///< bytes kept free, when set (>= 0)
+  /// The bytes kept free on a device of `device_capacity` bytes.
+  int64_t headroom_for(int64_t device_capacity) const;
+};
+
 /// One memory table the tuner planned.
 struct TuneCandidate {
   RunConfig config;      ///< the config with this [memory] table, "auto" sizes as a preset writes them
@@ -348,12 +364,15 @@ struct TuneCandidate {
   int changes = 0;    ///< keys that differ from the config tuned (config_changes; -1: not counted, no tie needed it)
   PlanPeak peak;      ///< device and host verdicts
   double step_s = 0;  ///< the planner's step time (plan_step_time)
-  double tokens_per_s = 0;  ///< per device, at that step time
-  bool fits() const { return peak.fits(); }
+  double tokens_per_s = 0;     ///< per device, at that step time
+  int64_t headroom_bytes = 0;  ///< device memory the tuner keeps free (TuneOptions::headroom_for)
+  /// The plan's verdicts, and the device peak at most the device's memory less the headroom.
+  bool fits() const { return peak.fits_leaving(headroom_bytes); }
   /// The techniques as run summaries print them: "checkpointing (attention kept), tiled loss",
   /// or "no memory techniques".
   std::string summary() const;
-  /// "fits", or what it overflows: "device peak 92.31 GiB of 79.10 GiB", "host ...", "beyond ...".
+  /// "fits", or what it overflows: "device peak 92.31 GiB of 79.10 GiB", "host ...", "beyond ...",
+  /// or "device peak 136.66 GiB of 139.80 GiB leaves 3.14 GiB free, under the 4.19 GiB headroom".
   std::string verdict() const;
 };
 
@@ -364,10 +383,11 @@ struct TuneResult {
   /// against the config tuned. A set stands for its variants (tile and stage sizes): the best
   /// ranked of those that fit, or, when none does, the one with the lowest device peak.
   std::vector<TuneCandidate> candidates;
-  int choice = -1;           ///< index of the fastest that fits; -1 when none does
-  int runner_up = -1;        ///< the next one that fits (another technique set); -1 when none
-  TuneCandidate configured;  ///< the config tuned, as it stands
-  int64_t evaluated = 0;     ///< valid memory tables planned (every variant of every set)
+  int choice = -1;             ///< index of the fastest that fits; -1 when none does
+  int runner_up = -1;          ///< the next one that fits (another technique set); -1 when none
+  TuneCandidate configured;    ///< the config tuned, as it stands
+  int64_t evaluated = 0;       ///< valid memory tables planned (every variant of every set)
+  int64_t headroom_bytes = 0;  ///< device memory kept free (TuneOptions), in every candidate's fits()
   const TuneCandidate* chosen() const { return choice < 0 ? nullptr : &candidates[choice]; }
   const TuneCandidate* second() const { return runner_up < 0 ? nullptr : &candidates[runner_up]; }
   /// The candidates ranked before the choice (all of them when nothing fits): each was dropped
@@ -377,7 +397,8 @@ struct TuneResult {
   const TuneCandidate* lowest_peak() const;
 };
 
-/// The fastest [memory] table that fits device and host, by the planner's step time. Searched:
+/// The fastest [memory] table that fits device and host, by the planner's step time, leaving the
+/// options' headroom of the device free (3% by default). Searched:
 /// activation checkpointing off / on with kept attention / on; offload_activations (with
 /// checkpointing); tiled MLP and tiled loss with their "auto" tiles; Untied Ulysses off, or on
 /// with heads_per_stage "auto" or each valid stage size; optimizer offload; and the config's own
@@ -385,7 +406,7 @@ struct TuneResult {
 /// Ulysses degree, FSDP, dtype, hardware) stays as `cfg` (which must be valid) has it. Ties go to
 /// fewer techniques, then less device memory. 30-50 ms for the 8B and 32B presets (docs/planner.md
 /// §12). Usage: `const TuneResult t = tune(cfg); if (t.chosen()) cfg = t.chosen()->config;`
-TuneResult tune(const RunConfig& cfg);
+TuneResult tune(const RunConfig& cfg, const TuneOptions& options = {});
 
 /// Why a run of `cfg` should not start: the plan's device and host verdicts and, for a CPU run,
 /// `ranks_in_process` ranks' planned peaks plus the host bytes against this machine's physical

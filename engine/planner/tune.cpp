@@ -1,7 +1,7 @@
 // The tuner: over the [memory] tables that fit the device and the host, the fastest by the
 // planner's step time (ties: fewer techniques, then less device memory). defines: tune,
-// tune_memory_tables, TuneCandidate::summary, TuneCandidate::verdict, TuneResult::dropped,
-// TuneResult::lowest_peak
+// tune_memory_tables, TuneOptions::headroom_for, TuneCandidate::summary, TuneCandidate::verdict,
+// TuneResult::dropped, TuneResult::lowest_peak
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -46,9 +46,10 @@ TechniqueSet technique_set(const RunConfig& planned) {
 /// order): the rank is the logarithm in steps of 1e-9.
 double step_rank(double step_s) { return std::round(std::log(std::max(step_s, 1e-300)) * 1e9); }
 
-TuneCandidate plan_candidate(const RunConfig& tuned_for, const MemoryConfig& table, unsigned* set_bits,
-                             PeakMemo& memo) {
+TuneCandidate plan_candidate(const RunConfig& tuned_for, const MemoryConfig& table, unsigned* set_bits, PeakMemo& memo,
+                             int64_t headroom_bytes) {
   TuneCandidate c;
+  c.headroom_bytes = headroom_bytes;
   c.config = tuned_for;
   c.config.memory = table;
   // "auto" resolved once; the peak and the step time then read the resolved config directly.
@@ -110,6 +111,11 @@ std::vector<MemoryConfig> tune_memory_tables(const RunConfig& cfg) {
   return out;
 }
 
+int64_t TuneOptions::headroom_for(int64_t device_capacity) const {
+  if (headroom_bytes >= 0) return headroom_bytes;
+  return static_cast<int64_t>(std::llround(headroom_share * static_cast<double>(device_capacity)));
+}
+
 std::string TuneCandidate::summary() const {
   const std::string text = describe_techniques(config, /*memory_only=*/true, &planned);
   return text.empty() ? "no memory techniques" : text;
@@ -118,6 +124,11 @@ std::string TuneCandidate::summary() const {
 std::string TuneCandidate::verdict() const {
   if (peak.beyond_range) return "beyond the planner's 4 EiB range";
   if (fits()) return "fits";
+  if (peak.fits())  // the plan fits, into the memory the tuner keeps free
+    return "device peak " + format_gib(static_cast<double>(peak.peak_bytes)) + " of " +
+           format_gib(static_cast<double>(peak.device_capacity)) + " leaves " +
+           format_gib(static_cast<double>(peak.device_capacity - peak.peak_bytes)) + " free, under the " +
+           format_gib(static_cast<double>(headroom_bytes)) + " headroom";
   std::string why;
   if (!peak.fits_device)
     why = "device peak " + format_gib(static_cast<double>(peak.peak_bytes)) + " of " +
@@ -142,12 +153,14 @@ const TuneCandidate* TuneResult::lowest_peak() const {
   return best;
 }
 
-TuneResult tune(const RunConfig& cfg) {
+TuneResult tune(const RunConfig& cfg, const TuneOptions& options) {
   TuneResult result;
   // every table walked once: the "auto" sizes of tables that differ only in their stage size, and
   // the bisection below, ask for the same tables again
   PeakMemo memo(cfg);
-  result.configured = plan_candidate(cfg, cfg.memory, nullptr, memo);
+  result.configured = plan_candidate(cfg, cfg.memory, nullptr, memo, 0);
+  const int64_t headroom = options.headroom_for(result.configured.peak.device_capacity);
+  result.headroom_bytes = result.configured.headroom_bytes = headroom;
   result.configured.changes = 0;
   std::vector<TuneCandidate> all;
   std::vector<unsigned> sets;
@@ -156,24 +169,25 @@ TuneResult tune(const RunConfig& cfg) {
     candidate.memory = table;
     if (!validate(candidate).empty()) continue;
     unsigned bits = 0;
-    all.push_back(plan_candidate(cfg, table, &bits, memo));
+    all.push_back(plan_candidate(cfg, table, &bits, memo, headroom));
     sets.push_back(bits);
     // Kept attention that does not fit in every block: the most top blocks that fit keep theirs
     // (memory.keep_attention_blocks; each block more holds more memory, so the counts that fit
     // are 1..n, found by bisection), the others recompute
     if (table.keep_attention && table.keep_attention_blocks == 0 && !all.back().fits() &&
         !all.back().peak.beyond_range) {
-      int64_t fits = 0, overflows = cfg.model.n_layers;
+      int64_t fitting = 0, overflows = cfg.model.n_layers;
       MemoryConfig partial = table;
-      while (overflows - fits > 1) {
-        partial.keep_attention_blocks = (fits + overflows) / 2;
+      while (overflows - fitting > 1) {
+        partial.keep_attention_blocks = (fitting + overflows) / 2;
         candidate.memory = partial;
-        (memo.peak(with_planned_sizes(candidate, memo)).fits() ? fits : overflows) = partial.keep_attention_blocks;
+        (memo.peak(with_planned_sizes(candidate, memo)).fits_leaving(headroom) ? fitting : overflows) =
+            partial.keep_attention_blocks;
       }
-      partial.keep_attention_blocks = fits;
+      partial.keep_attention_blocks = fitting;
       candidate.memory = partial;
-      if (fits > 0 && validate(candidate).empty()) {  // (the top block alone on the host sends nothing)
-        all.push_back(plan_candidate(cfg, partial, &bits, memo));
+      if (fitting > 0 && validate(candidate).empty()) {  // (the top block alone on the host sends nothing)
+        all.push_back(plan_candidate(cfg, partial, &bits, memo, headroom));
         sets.push_back(bits);
       }
     }

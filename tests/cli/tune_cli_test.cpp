@@ -2,13 +2,15 @@
 // changes (text and --json); -o writes a preset that check accepts, plan shows fitting and tune
 // leaves as it is, with no size of a technique it turned off; an existing -o is refused without --overwrite; bad arguments and a config that
 // nothing makes fit exit 2; plan shows the tuner's choice and runner-up; -o never writes through a
-// link, a FIFO or a planted temporary; output the system refuses is exit 1.
+// link, a FIFO or a planted temporary; output the system refuses is exit 1; --headroom sets the
+// device memory the tuner keeps free.
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -230,6 +232,13 @@ TEST_CASE("odyssey tune: bad arguments exit 2 with the reason and nothing on std
       {"tune presets/tiny-cpu.toml -o " + missing_dir, "does not exist"},
       {"tune presets/tiny-cpu.toml -o " + std::string(ODYSSEY_BINARY_DIR), "is a directory"},
       {"tune presets/tiny-cpu.toml --set memory.tiled_mlp=maybe", "memory.tiled_mlp"},
+      {"tune presets/tiny-cpu.toml --headroom 3", "--headroom 3: give the device memory to keep free"},
+      {"tune presets/tiny-cpu.toml --headroom 60%", "from 0% to 50%"},
+      {"tune presets/tiny-cpu.toml --headroom=-1GiB", "--headroom -1GiB: give"},
+      {"tune presets/tiny-cpu.toml --headroom 4TB", "in GiB or MiB"},
+      {"tune presets/tiny-cpu.toml --headroom nan%", "--headroom nan%"},
+      {"tune presets/tiny-cpu.toml --headroom 1% --headroom 2%", "--headroom given twice"},
+      {"plan presets/tiny-cpu.toml --headroom 5%", "unknown option --headroom"},
       {"tune no/such/preset.toml", "no/such/preset.toml"},
   };
   for (const auto& c : cases) {
@@ -239,6 +248,47 @@ TEST_CASE("odyssey tune: bad arguments exit 2 with the reason and nothing on std
     CHECK(r.out.empty());
     CHECK(r.err.find(c.says) != std::string::npos);
   }
+}
+
+TEST_CASE("odyssey tune --headroom: the device memory kept free, as a share or in GiB, in text and --json",
+          "[cli][tune]") {
+  const Run plan = run_odyssey("plan " + k1bH200 + " --json");
+  require_exit(plan, 0);
+  const int64_t capacity = parse_out(plan).at("device_capacity").get<int64_t>();
+  const struct {
+    std::string option;
+    int64_t headroom;
+  } cases[] = {
+      {"", std::llround(0.03 * static_cast<double>(capacity))},  // the default: 3% of the device
+      {" --headroom 0%", 0},
+      {" --headroom=50%", std::llround(0.5 * static_cast<double>(capacity))},
+      {" --headroom 4GiB", int64_t{4} << 30},
+      {" --headroom 512MiB", int64_t{512} << 20},
+  };
+  for (const auto& c : cases) {
+    INFO(c.option);
+    const Run r = run_odyssey("tune " + k1bH200 + c.option + " --json");
+    require_exit(r, 0);
+    const Json tune = parse_out(r).at("tune");
+    CHECK(tune.at("headroom_bytes").get<int64_t>() == c.headroom);
+    CHECK(tune.at("choice").at("peak_bytes").get<int64_t>() + c.headroom <= capacity);
+  }
+  // 100 of the 139.80 GiB free: the default's choice (60.91 GiB) is dropped for the headroom alone,
+  // and the text says so beside what is kept
+  const Run big = run_odyssey("tune " + k1bH200 + " --headroom 100GiB");
+  require_exit(big, 0);
+  CHECK(big.out.find("(the tuner keeps 100.00 GiB of the device free: --headroom)") != std::string::npos);
+  CHECK(big.out.find("tiled loss: device peak 60.91 GiB of 139.80 GiB leaves 78.89 GiB free, under the 100.00 GiB "
+                     "headroom") != std::string::npos);
+  const Run none = run_odyssey("tune " + k1bH200 + " --headroom 0%");
+  require_exit(none, 0);
+  CHECK(none.out.find("the tuner keeps") == std::string::npos);
+  // a device just too small for any table with the headroom: exit 2, naming the headroom, not the advisor
+  const Run full = run_odyssey("tune " + k1bH200 + " --headroom 139GiB");
+  require_exit(full, 2);
+  CHECK(full.out.empty());
+  CHECK(full.err.find(" free, under the 139.00 GiB headroom; --headroom sets the memory kept free") !=
+        std::string::npos);
 }
 
 TEST_CASE("odyssey tune: where no memory techniques make it fit, exit 2 with the advisor's word", "[cli][tune]") {

@@ -1,9 +1,11 @@
 // The tuner (tune(), engine/planner/tune.cpp) against what it promises: the choice fits and no
-// fitting memory table this test enumerates on its own is faster; ties go to fewer techniques;
-// only [memory] changes; checkpointing goes where it is not needed and comes where it is.
+// fitting memory table this test enumerates on its own is faster, with the headroom left free; ties
+// go to fewer techniques; only [memory] changes; checkpointing goes where it is not needed and comes
+// where it is.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -11,6 +13,7 @@
 
 #include "engine/config/config_diff.h"
 #include "engine/config/preset.h"
+#include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
 #include "engine/config/validate.h"
 #include "engine/planner/planner.h"
@@ -98,17 +101,26 @@ TEST_CASE("tune: the choice fits and no fitting memory table of a brute force is
   std::sort(peaks.begin(), peaks.end());
   REQUIRE(peaks.front() < peaks.back());
   cfg.hardware.device_memory_gib = static_cast<double>(peaks[peaks.size() / 2]) / (1 << 30);
+  // with no headroom "fits" is the plan's own verdict; with the default one it leaves 3% free
+  const double share = GENERATE(0.0, kTuneHeadroomShare);
+  INFO("headroom " << share);
+  TuneOptions options;
+  options.headroom_share = share;
 
-  const TuneResult tuned = tune(cfg);
+  const TuneResult tuned = tune(cfg, options);
   const TuneCandidate* choice = tuned.chosen();
   REQUIRE(choice != nullptr);
   CHECK(plan_memory(choice->config).fits());  // the full plan agrees with the tuner's verdict
   CHECK(validate(choice->config).empty());
+  const int64_t headroom = tuned.headroom_bytes;
+  CHECK(headroom == std::llround(share * static_cast<double>(choice->peak.device_capacity)));
+  CHECK(choice->peak.peak_bytes + headroom <= choice->peak.device_capacity);
   double fastest = 1e300;
   int fitting = 0, not_fitting = 0;
   for (RunConfig c : space) {
     c.hardware = cfg.hardware;
-    if (!plan_peak(c).fits()) {
+    const PlanPeak peak = plan_peak(c);
+    if (!(peak.fits() && peak.peak_bytes + headroom <= peak.device_capacity)) {
       ++not_fitting;
       continue;
     }
@@ -126,12 +138,66 @@ TEST_CASE("tune: the choice fits and no fitting memory table of a brute force is
     CHECK_FALSE(d->fits());
     CHECK(d->step_s <= choice->step_s * (1 + 1e-12));
     CHECK(d->verdict().rfind("device peak", 0) == 0);
+    // a table the plan fits is dropped only for the headroom, and says so
+    CHECK((d->peak.fits() ? d->verdict().find("headroom") != std::string::npos : true));
   }
   const TuneCandidate* second = tuned.second();
   REQUIRE(second != nullptr);
   CHECK(second->fits());
   CHECK(second->step_s >= choice->step_s);
   CHECK(second->summary() != choice->summary());
+}
+
+TEST_CASE("tune: the headroom keeps the device's last bytes free, as a share or in bytes", "[planner][tune]") {
+  // The 1B at 32K on the H200 with no headroom, then on a device just large enough that its choice
+  // leaves 1.5% free: the choice stays the fastest there (whatever fits the smaller device fits the
+  // larger one), and the default 3% headroom drops it for a table with more memory free.
+  RunConfig cfg = preset("llama3.2-1b-1xh100", {"hardware.profile=h200", "training.seq_len=32K"});
+  TuneOptions none;
+  none.headroom_share = 0;
+  const TuneResult roomy = tune(cfg, none);
+  REQUIRE(roomy.chosen() != nullptr);
+  CHECK(roomy.headroom_bytes == 0);
+  const int64_t choice_peak = roomy.chosen()->peak.peak_bytes;
+  cfg.hardware.device_memory_gib = static_cast<double>(choice_peak) / 0.985 / (1 << 30);
+
+  const TuneResult edge = tune(cfg, none);
+  REQUIRE(edge.chosen() != nullptr);
+  CHECK(edge.chosen()->config.memory == roomy.chosen()->config.memory);
+  const int64_t capacity = edge.chosen()->peak.device_capacity;
+  CHECK(static_cast<double>(capacity - choice_peak) / static_cast<double>(capacity) == Approx(0.015).epsilon(1e-6));
+
+  const TuneResult kept = tune(cfg);  // the default: 3% of the device free
+  CHECK(kept.headroom_bytes == std::llround(kTuneHeadroomShare * static_cast<double>(capacity)));
+  REQUIRE(kept.chosen() != nullptr);
+  CHECK_FALSE(kept.chosen()->config.memory == edge.chosen()->config.memory);
+  CHECK(kept.chosen()->peak.peak_bytes + kept.headroom_bytes <= capacity);
+  CHECK(kept.chosen()->step_s >= edge.chosen()->step_s);
+  // the edge's choice is among the sets dropped, the plan fitting it, the verdict naming the headroom
+  bool dropped_for_headroom = false;
+  for (const TuneCandidate* d : kept.dropped())
+    if (d->summary() == edge.chosen()->summary()) {
+      dropped_for_headroom = true;
+      CHECK(d->peak.fits());
+      CHECK_FALSE(d->fits());
+      CHECK(d->verdict().find(" free, under the ") != std::string::npos);
+      CHECK(d->verdict().find(format_gib(static_cast<double>(kept.headroom_bytes)) + " headroom") != std::string::npos);
+    }
+  CHECK(dropped_for_headroom);
+
+  // in bytes: a headroom of the choice's whole margin and one byte more drops it too; its margin exactly keeps it
+  TuneOptions bytes;
+  bytes.headroom_bytes = capacity - choice_peak;
+  const TuneResult exact = tune(cfg, bytes);
+  REQUIRE(exact.chosen() != nullptr);
+  CHECK(exact.chosen()->config.memory == edge.chosen()->config.memory);
+  bytes.headroom_bytes += 1;
+  const TuneResult over = tune(cfg, bytes);
+  REQUIRE(over.chosen() != nullptr);
+  CHECK_FALSE(over.chosen()->config.memory == edge.chosen()->config.memory);
+  // a headroom of the whole device leaves nothing that fits
+  bytes.headroom_bytes = capacity;
+  CHECK(tune(cfg, bytes).chosen() == nullptr);
 }
 
 TEST_CASE("tune: ties go to fewer techniques, then less memory, and only [memory] changes", "[planner][tune]") {
@@ -233,7 +299,7 @@ TEST_CASE("tune: a longer context turns on what it needs, and each technique it 
         &MemoryConfig::offload_optimizer, &MemoryConfig::offload_kept_attention}) {
     RunConfig flipped = choice->config;
     flipped.memory.*flag = !(flipped.memory.*flag);
-    if (!validate(flipped).empty() || !plan_peak(flipped).fits()) continue;
+    if (!validate(flipped).empty() || !plan_peak(flipped).fits_leaving(long_tune.headroom_bytes)) continue;
     INFO(describe_techniques(flipped, true));
     CHECK(plan_step_time(flipped).step_s >= choice->step_s * (1 - 1e-12));
   }

@@ -1,7 +1,7 @@
 // The plan panel's "Tune: fastest that fits" without rendering: the cache's tune of the edited
 // config, apply_tuned_memory replacing only the [memory] table, and a running engine taking it at
 // the next step like any memory edit; a stale tune, a tune already applied and a config where
-// nothing fits leave the config as it was, each saying why.
+// nothing fits (or fits only into the tuner's headroom) leave the config as it was, each saying why.
 #include <catch2/catch.hpp>
 
 #include "app/studio/app_state.h"
@@ -90,4 +90,22 @@ TEST_CASE("the tune button leaves the config alone for a stale tune and where no
   CHECK_FALSE(apply_tuned_memory(huge, none, &message));
   CHECK(huge == unchanged);
   CHECK(message == std::string("Nothing fits: ") + kNothingFitsHint);
+
+  // A device on which the lowest peak fits by the plan but leaves under the tuner's 3% free: the
+  // message names the headroom, not the advisor's "add devices".
+  RunConfig tight = load("tiny-cpu");
+  TuneOptions no_headroom;
+  no_headroom.headroom_share = 0;
+  // on a device nothing fits, each technique set stands for its variant of the lowest peak
+  tight.hardware.device_memory_gib = 1.0 / 1024;
+  REQUIRE(tune(tight, no_headroom).chosen() == nullptr);
+  const int64_t lowest = tune(tight, no_headroom).lowest_peak()->peak.peak_bytes;
+  tight.hardware.device_memory_gib = static_cast<double>(lowest) / 0.99 / (1 << 30);
+  REQUIRE(tune(tight, no_headroom).chosen() != nullptr);
+  const TuneResult into_headroom = cached_tune(cache, tight);
+  REQUIRE(into_headroom.chosen() == nullptr);
+  REQUIRE(into_headroom.lowest_peak()->peak.fits());
+  CHECK_FALSE(apply_tuned_memory(tight, into_headroom, &message));
+  CHECK(message.rfind("Nothing fits with the tuner's headroom free: the lowest peak, ", 0) == 0);
+  CHECK(message.find(" free, under the ") != std::string::npos);
 }
