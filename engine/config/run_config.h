@@ -234,6 +234,9 @@ struct ModelFlavor {
   const char* name;
   const char* about;
   ModelConfig shape;
+  /// Whether the flavor names a pretrained model, whose RoPE scaling's original context is the one
+  /// it was pretrained at (model_own_rope); false for a debug shape trained from scratch (tiny).
+  bool pretrained = true;
 };
 /// All named model flavors, in size order.
 const std::vector<ModelFlavor>& model_flavors();

@@ -324,10 +324,12 @@ ModelRope model_own_rope(const ModelConfig& m) {
               join_path(m.hf_path, "config.json") +
                   (scaled ? "'s original_max_position_embeddings" : "'s max_position_embeddings")};
     }
-  } else if (const auto flavor = find_model_flavor(m.flavor)) {
-    // tiny is a debug shape trained from scratch: no pretraining context to go past
-    const int64_t context = m.flavor == "tiny" ? 0 : flavor->rope_scaling.original_max_position;
-    return {flavor->rope_scaling, context, "the " + m.flavor + " flavor's"};
+  } else {
+    for (const ModelFlavor& flavor : model_flavors())
+      if (m.flavor == flavor.name) {
+        const RopeScaling& own = flavor.shape.rope_scaling;
+        return {own, flavor.pretrained ? own.original_max_position : 0, "the " + m.flavor + " flavor's"};
+      }
   }
   return {};
 }

@@ -55,7 +55,7 @@ std::vector<std::string> idle_rope_keys(const RopeScaling& r, const RopeScaling&
 /// The RoPE a model brings before any rope_* key and the context it was pretrained at: from its
 /// config.json (model.hf_path: the original context of its llama3 or yarn scaling, else its
 /// max_position_embeddings), from its flavor (its scaling's original context: 8K for Llama 3, 32K
-/// for Qwen3; none for the debug flavor tiny), or nothing known (a custom model: the keys'
+/// for Qwen3; none for a flavor not pretrained: ModelFlavor::pretrained, tiny), or nothing known (a custom model: the keys'
 /// defaults, context 0).
 struct ModelRope {
   RopeScaling scaling;

@@ -456,6 +456,29 @@ TEST_CASE("a scaling set over a named flavor stretches the flavor's own context"
   CHECK(config_notes(plain).empty());
 }
 
+TEST_CASE("a flavor's pretraining context is its own field: the debug flavor has none to go past",
+          "[config][flavors]") {
+  auto context = [](const char* flavor) { return model_own_rope(*find_model_flavor(flavor)).pretrained_context; };
+  CHECK(context("llama3-8b") == 8192);
+  CHECK(context("llama3.2-1b") == 8192);
+  CHECK(context("qwen3-32b") == 32768);
+  CHECK(context("tiny") == 0);
+  for (const ModelFlavor& f : model_flavors()) CHECK(f.pretrained == (std::string(f.name) != "tiny"));
+  // a stretch of tiny above any context is no note; of llama3-8b above its 8K it is
+  auto notes = [](const std::string& flavor) {
+    const LoadedPreset p =
+        load_preset_text("[model]\nflavor = \"" + flavor +
+                             "\"\nrope_scaling = \"yarn\"\nrope_factor = 4.0\nrope_original_max_position = \"16K\"\n"
+                             "[training]\nseq_len = 512\n",
+                         "stretched.toml");
+    REQUIRE(p.ok());
+    return config_notes(p.config);
+  };
+  CHECK(notes("tiny").empty());
+  REQUIRE(notes("llama3-8b").size() == 1);
+  CHECK_THAT(notes("llama3-8b")[0], Catch::Contains("above the context the model was pretrained at, 8K"));
+}
+
 TEST_CASE("validation lists valid alternatives", "[config][validate]") {
   RunConfig cfg;
   cfg.model = *find_model_flavor("llama3-8b");
