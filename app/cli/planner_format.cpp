@@ -11,6 +11,7 @@
 #include "engine/config/schema.h"
 #include "engine/config/sizes.h"
 #include "engine/config/techniques.h"
+#include "engine/layout/saturating_bytes.h"
 #include "engine/util/printf_string.h"
 
 namespace odyssey::cli {
@@ -24,6 +25,16 @@ struct Unit {
   double operator()(int64_t b) const { return static_cast<double>(b) / bytes; }
 };
 Unit unit_for(int64_t largest) { return largest >= int64_t{1} << 30 ? Unit{} : Unit{1024.0 * 1024.0, "MiB"}; }
+
+/// `bytes` in `unit` ("92.31 GiB"), or "beyond 4 EiB" for a total at the planner's ceiling: a
+/// lower bound, which the terms live when the walk reached it sum past.
+std::string amount(const Unit& unit, int64_t bytes) {
+  return bytes >= kPlanBytesLimit ? "beyond 4 EiB" : printf_string("%.2f %s", unit(bytes), unit.name);
+}
+/// The same in a table's column, where the unit heads the column: "92.31", or "beyond 4 EiB".
+std::string amount_column(const Unit& unit, int64_t bytes) {
+  return bytes >= kPlanBytesLimit ? "beyond 4 EiB" : printf_string("%.2f", unit(bytes));
+}
 
 int phase_block(const std::string& name) {
   int block = -1;
@@ -104,8 +115,8 @@ void write_plan_verdict_json(JsonWriter& w, const MemoryPlan& plan) {
       .value(plan.peak_bytes)
       .key("runtime_overhead_bytes")
       .value(plan.runtime_overhead_bytes)
-      .key("tensor_peak_bytes")
-      .value(plan.peak_bytes - plan.runtime_overhead_bytes)
+      .key("tensor_peak_bytes")  // beyond range: the ceiling, as peak_bytes (a lower bound)
+      .value(plan.beyond_range ? plan.peak_bytes : plan.peak_bytes - plan.runtime_overhead_bytes)
       .key("peak_phase")
       .value(plan.peak_phase)
       .key("host_bytes")
@@ -288,19 +299,23 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   const Unit gib = unit_for(std::max(plan.peak_bytes, plan.host_bytes));
   os << path << ": " << setup_line(cfg) << "\n";
   os << describe_rope(cfg.model) << "\n";
-  os << printf_string("verdict: %s. Peak %.2f %s of %.2f GiB per device at %s; host %.2f %s of %.0f GiB per node\n\n",
-                      verdict(plan).c_str(), gib(plan.peak_bytes), gib.name, plan.device_capacity / kGiB,
-                      plan.peak_phase.c_str(), gib(plan.host_bytes), gib.name, plan.host_capacity / kGiB);
+  os << printf_string("verdict: %s. Peak %s of %.2f GiB per device at %s; host %s of %.0f GiB per node\n\n",
+                      verdict(plan).c_str(), amount(gib, plan.peak_bytes).c_str(), plan.device_capacity / kGiB,
+                      plan.peak_phase.c_str(), amount(gib, plan.host_bytes).c_str(), plan.host_capacity / kGiB);
   os << printf_string("%-22s %12s\n", "category (at the peak)", gib.name);
   for (int c = 0; c < kPlanCategoryCount; ++c)
-    os << printf_string("%-22s %12.2f%s\n", plan_category_names()[c], gib(plan.category_bytes[c]),
+    os << printf_string("%-22s %12s%s\n", plan_category_names()[c], amount_column(gib, plan.category_bytes[c]).c_str(),
                         c == static_cast<int>(PlanCategory::Offloaded) ? "  (host, per rank)" : "");
-  os << printf_string("%-22s %12.2f\n\n", "device total", gib(plan.peak_bytes));
+  if (plan.peak_bytes >= kPlanBytesLimit)
+    os << printf_string("%-22s %12s  (the categories above: the tensors live when it reached the ceiling)\n\n",
+                        "device total", "beyond 4 EiB");
+  else
+    os << printf_string("%-22s %12.2f\n\n", "device total", gib(plan.peak_bytes));
 
   os << printf_string("%-60s %-20s %9s  %s\n", "term", "category", gib.name, "formula");
   for (const auto& term : plan.terms)
-    os << printf_string("%-60s %-20s %9.2f  %s%s\n", term.name.c_str(), to_string(term.category), gib(term.bytes),
-                        term.formula.c_str(), term.host ? "  [host]" : "");
+    os << printf_string("%-60s %-20s %9s  %s%s\n", term.name.c_str(), to_string(term.category),
+                        amount_column(gib, term.bytes).c_str(), term.formula.c_str(), term.host ? "  [host]" : "");
 
   // The timeline: every phase of the first, last and peak blocks; the blocks between collapsed.
   const int last_block = static_cast<int>(cfg.model.n_layers) - 1;
@@ -311,9 +326,9 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   int hidden = 0, first_hidden = -1, last_hidden = -1;
   auto flush = [&]() {
     if (hidden == 0) return;
-    os << printf_string("%-34s %5.2f-%-6.2f\n",
+    os << printf_string("%-34s %5s-%-6s\n",
                         printf_string("  ... blocks %d-%d (%d phases)", first_hidden, last_hidden, hidden).c_str(),
-                        gib(lo), gib(hi));
+                        amount_column(gib, lo).c_str(), amount_column(gib, hi).c_str());
     hidden = 0;
   };
   for (const auto& p : plan.phases) {
@@ -331,8 +346,9 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
       continue;
     }
     flush();
-    os << printf_string("%-34s %12.2f %10.2f %10.4g%s\n", p.name.c_str(), gib(p.resident_bytes), gib(p.host_bytes),
-                        p.time_s, p.name == plan.peak_phase ? "  <- peak" : "");
+    os << printf_string("%-34s %12s %10s %10.4g%s\n", p.name.c_str(), amount_column(gib, p.resident_bytes).c_str(),
+                        amount_column(gib, p.host_bytes).c_str(), p.time_s,
+                        p.name == plan.peak_phase ? "  <- peak" : "");
   }
   flush();
 

@@ -38,7 +38,7 @@ void add_terms(const std::vector<LiveEntry>& live, const PlanShapes& s, bool hos
       groups.push_back({&e, 0, 0});
       it = groups.end() - 1;
     }
-    it->bytes += e.bytes;
+    it->bytes = sat_add(it->bytes, e.bytes);  // entries at the ceiling: a sum of two would pass int64
     it->count += e.count;
   }
   for (const auto& g : groups) {
@@ -136,8 +136,12 @@ MemoryPlan plan_memory(const RunConfig& cfg) {
     return x.name < y.name;  // equal sizes by name: the same order whichever walk took the snapshot
   });
   for (const auto& term : plan.terms)
-    if (!term.host) plan.category_bytes[static_cast<int>(term.category)] += term.bytes;
-  plan.category_bytes[static_cast<int>(PlanCategory::Offloaded)] += live.host_peak;
+    if (!term.host) {
+      int64_t& category = plan.category_bytes[static_cast<int>(term.category)];
+      category = sat_add(category, term.bytes);
+    }
+  int64_t& offloaded = plan.category_bytes[static_cast<int>(PlanCategory::Offloaded)];
+  offloaded = sat_add(offloaded, live.host_peak);
 
   plan.peak_bytes = live.device_peak;
   plan.runtime_overhead_bytes = s.runtime_overhead;

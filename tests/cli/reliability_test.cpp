@@ -303,13 +303,34 @@ TEST_CASE("reliability: sizes out of their physical range are refused, nothing o
     REQUIRE(plan.has_value());
     CHECK(plan->at("beyond_range").get<bool>());
     CHECK_FALSE(plan->at("fits").get<bool>());
-    CHECK(plan->at("peak_bytes").get<int64_t>() > 0);
+    const int64_t peak = plan->at("peak_bytes").get<int64_t>();
+    CHECK(peak > 0);
+    // the peak is the ceiling, a lower bound: no category passes it, and no overhead is taken off it
+    for (const auto& [category, bytes] : plan->at("categories").items()) {
+      INFO(category);
+      CHECK(bytes.get<int64_t>() >= 0);
+      CHECK(bytes.get<int64_t>() <= peak);
+    }
+    CHECK(plan->at("tensor_peak_bytes").get<int64_t>() == peak);
     for (const auto& phase : plan->at("phases")) {
       INFO(phase.at("name").get<std::string>());
       CHECK(phase.at("resident_bytes").get<int64_t>() >= 0);
       CHECK(phase.at("host_bytes").get<int64_t>() >= 0);
       for (const auto& [category, bytes] : phase.at("categories").items()) CHECK(bytes.get<int64_t>() >= 0);
     }
+  }
+  // In text the total, and a category at the ceiling, read "beyond 4 EiB", not a figure the categories
+  // above the total pass; a model whose "other" category alone passed the ceiling holds it there.
+  for (const char* extra : {"", " --set model.d_model=65536 --set model.n_heads=64 --set model.n_kv_heads=8"}) {
+    INFO(extra);
+    r = run_odyssey(
+        "plan presets/llama3-8b-5m-8xh100-untied.toml --set training.batch_size=65536 --set training.seq_len=16G" +
+        std::string(extra));
+    require_exit(r, 0);
+    CHECK_THAT(r.out, Catch::Contains("Peak beyond 4 EiB of 79.10 GiB per device"));
+    CHECK_THAT(r.out, Catch::Contains("device total           beyond 4 EiB"));
+    CHECK_THAT(r.out, Catch::Contains("offloaded              beyond 4 EiB  (host, per rank)"));
+    CHECK_THAT(r.out, !Catch::Contains("4294967296.00"));  // no term or phase prints the ceiling as a figure
   }
   // A huge head count once computed its hint's divisors one by one for an hour.
   const auto t0 = std::chrono::steady_clock::now();
