@@ -302,6 +302,13 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   os << printf_string("verdict: %s. Peak %s of %.2f GiB per device at %s; host %s of %.0f GiB per node\n\n",
                       verdict(plan).c_str(), amount(gib, plan.peak_bytes).c_str(), plan.device_capacity / kGiB,
                       plan.peak_phase.c_str(), amount(gib, plan.host_bytes).c_str(), plan.host_capacity / kGiB);
+  // The cpu profile's figures are a rank's share and the slabs', checked apart above; train adds
+  // them up against this machine's memory (every rank a thread of one process, one under emulation).
+  // A plan of the CPU path: training.device "cpu", or "auto" with the cpu profile (no GPU is asked for).
+  if (plan.fits() && !runs_cuda_path(cfg))
+    if (const std::string shortfall = cpu_memory_shortfall(plan, cfg.parallel.emulate ? 1 : cfg.parallel.world_size);
+        !shortfall.empty())
+      os << "on this machine: " << shortfall << ": odyssey train refuses it (--force starts it anyway)\n\n";
   os << printf_string("%-22s %12s\n", "category (at the peak)", gib.name);
   for (int c = 0; c < kPlanCategoryCount; ++c)
     os << printf_string("%-22s %12s%s\n", plan_category_names()[c], amount_column(gib, plan.category_bytes[c]).c_str(),

@@ -315,6 +315,21 @@ std::string gib_text(int64_t bytes) {
 }
 }  // namespace
 
+std::string cpu_memory_shortfall(const MemoryPlan& plan, int64_t ranks_in_process) {
+  // On the CPU the device is this machine's memory: every rank of this process holds a rank's
+  // peak, beside the host bytes.
+  const int64_t ranks_here = std::max<int64_t>(1, ranks_in_process);
+  const double need = static_cast<double>(ranks_here) * static_cast<double>(plan.peak_bytes) +
+                      static_cast<double>(plan.host_bytes);  // double: 64 ranks x 4 EiB passes int64
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const double machine = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+  if (machine <= 0 || need <= machine) return "";
+  return gib_text(static_cast<int64_t>(std::min(need, 9e18))) + " on the CPU (" + std::to_string(ranks_here) + " rank" +
+         (ranks_here == 1 ? "" : "s") + " x " + gib_text(plan.peak_bytes) +
+         (plan.host_bytes ? " + " + gib_text(plan.host_bytes) + " host" : "") + "), and this machine has " +
+         gib_text(static_cast<int64_t>(machine));
+}
+
 std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process, bool with_advice) {
   const MemoryPlan plan = plan_memory(cfg);
   std::vector<std::string> why;
@@ -328,26 +343,23 @@ std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process
     if (!plan.fits_host)
       why.push_back(gib_text(plan.host_bytes) + " of host memory on " + gib_text(plan.host_capacity) + " per node (" +
                     profile + ")");
-    if (cfg.training.device == DeviceKind::Cpu) {
-      // On the CPU the device is this machine's memory: every rank of this process holds a rank's
-      // peak, beside the host bytes.
-      const int64_t ranks_here = std::max<int64_t>(1, ranks_in_process);
-      const double need = static_cast<double>(ranks_here) * static_cast<double>(plan.peak_bytes) +
-                          static_cast<double>(plan.host_bytes);  // double: 64 ranks x 4 EiB passes int64
-      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-      const double machine = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
-      if (machine > 0 && need > machine)
-        why.push_back(gib_text(static_cast<int64_t>(std::min(need, 9e18))) + " on the CPU (" +
-                      std::to_string(ranks_here) + " rank" + (ranks_here == 1 ? "" : "s") + " x " +
-                      gib_text(plan.peak_bytes) + (plan.host_bytes ? " + " + gib_text(plan.host_bytes) + " host" : "") +
-                      "), and this machine has " + gib_text(static_cast<int64_t>(machine)));
-    }
+    if (cfg.training.device == DeviceKind::Cpu)
+      if (std::string shortfall = cpu_memory_shortfall(plan, ranks_in_process); !shortfall.empty())
+        why.push_back(std::move(shortfall));
   }
   if (why.empty()) return "";
   std::string text = "the planner predicts this run does not fit: ";
   for (size_t i = 0; i < why.size(); ++i) text += (i ? "; " : "") + why[i];
   text += " (odyssey plan shows where the bytes go).";
-  if (with_advice) {
+  if (with_advice && plan.fits_device && plan.fits_host && !plan.beyond_range) {
+    // Only this machine's memory is short: the profile's figures are shares of it, set above it.
+    // The techniques fit to the profile already, so the advisor has nothing to switch on.
+    text +=
+        " The profile's figures are each rank's share of this machine's memory and the offload slabs': set "
+        "hardware.device_memory_gib and hardware.host_memory_gib so that ranks x device + host is at most "
+        "this machine's memory, and odyssey tune picks the memory techniques that fit them; or shorten "
+        "training.seq_len.";
+  } else if (with_advice) {
     const std::vector<Advice> advice = plan.beyond_range ? std::vector<Advice>{} : advise(cfg);
     // The advisor turns techniques on; a config may fit only with one turned off (offload with no
     // host memory to offload to): the tuner, which tries every set, says so before "nothing fits".

@@ -414,6 +414,12 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& options = {});
 /// that sets the memory techniques itself, as bench does); "" when it fits. What `odyssey train`
 /// and the studio refuse unless forced (--force, "Start anyway").
 std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process, bool with_advice = true);
+/// A CPU run's check beside the profile's verdicts: `ranks_in_process` ranks' planned device peaks
+/// plus the host bytes against this machine's physical memory (the cpu profile's ranks share one
+/// RAM). "29.99 GiB on the CPU (2 ranks x 12.00 GiB + 6.00 GiB host), and this machine has 23.54
+/// GiB", or "" when they fit (or the machine's memory is unknown). planned_out_of_memory's rule
+/// for training.device = "cpu"; `odyssey plan` prints it beside a verdict that fits.
+std::string cpu_memory_shortfall(const MemoryPlan& plan, int64_t ranks_in_process);
 
 /// One kind of tensor the planner charges, as its rule defines it (engine/planner/tensor_kinds.cpp):
 /// docs/planner.md's table of tensor kinds (`odyssey schema --tensor-kinds-markdown`).

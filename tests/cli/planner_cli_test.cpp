@@ -361,6 +361,38 @@ TEST_CASE("odyssey plan and maxlen: a node whose host memory cannot hold the off
   CHECK_THAT(maxlen_human.out, Catch::Contains("limited by host memory: at 32,"));
 }
 
+TEST_CASE("odyssey plan: a CPU plan the profile fits but this machine's memory does not says train refuses it",
+          "[cli][planner]") {
+  // The profile's figures raised to 64 TiB a rank and 1 PiB of host: at 1G tokens the plan fits
+  // them, and its 2 ranks' peaks are beyond the memory of any machine this runs on.
+  const std::string huge =
+      "presets/tiny-cpu.toml --set hardware.device_memory_gib=65536 "
+      "--set hardware.host_memory_gib=1048576 --set training.seq_len=1G";
+  const Run r = run_odyssey("plan " + huge);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("verdict: FITS"));
+  CHECK_THAT(r.out, Catch::Contains("on this machine: "));
+  CHECK_THAT(r.out, Catch::Contains(" on the CPU (2 ranks x "));
+  CHECK_THAT(r.out, Catch::Contains("odyssey train refuses it (--force starts it anyway)"));
+  // the same words as train's refusal: one rule
+  // refused before its directory is made: nothing to clean up
+  const Run train = run_odyssey("train " + huge + " --steps 1 --quiet --out " + std::string(ODYSSEY_BINARY_DIR) +
+                                "/planner_cli_test." + std::to_string(getpid()) + ".huge_cpu");
+  REQUIRE(train.code == 2);
+  const size_t at = r.out.find("on this machine: ") + std::string("on this machine: ").size();
+  const std::string shortfall = r.out.substr(at, r.out.find(": odyssey train refuses", at) - at);
+  CHECK_THAT(train.err, Catch::Contains(shortfall));
+  // "auto" with the cpu profile plans the CPU path: the same line (train resolves it to the CPU on
+  // a machine without a GPU)
+  const Run automatic = run_odyssey("plan " + huge + " --set training.device=auto");
+  REQUIRE(automatic.code == 0);
+  CHECK_THAT(automatic.out, Catch::Contains("on this machine: " + shortfall));
+  // the shipped preset fits this machine: no such line
+  const Run plain = run_odyssey("plan presets/tiny-cpu.toml");
+  REQUIRE(plain.code == 0);
+  CHECK_THAT(plain.out, !Catch::Contains("on this machine"));
+}
+
 TEST_CASE("odyssey ladder --json: the contract's seven rungs in order, then optimizer offload", "[cli][planner]") {
   const Run r = run_odyssey("ladder presets/llama3-8b-3m-8xh100.toml --json");
   REQUIRE(r.code == 0);

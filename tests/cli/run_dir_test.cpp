@@ -513,6 +513,10 @@ TEST_CASE("fit: a run the planner says does not fit is refused with the numbers 
   r = run_odyssey("train " + kShort + "--set training.device=cpu " + beyond_ram);
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("on the CPU (1 rank x ") && Catch::Contains("and this machine has"));
+  // the profile fits: the fix is the profile's shares of this machine, not more devices
+  CHECK_THAT(r.err, Catch::Contains("set hardware.device_memory_gib and hardware.host_memory_gib so that ranks x "
+                                    "device + host is at most this machine's memory") &&
+                        !Catch::Contains("add devices"));
   r = run_shell(std::string("CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 ") + ODYSSEY_BIN_DIR + "/odyssey train " + kShort +
                 "--set training.device=auto " + beyond_ram + " 2>&1");
   require_exit(r, 2);
