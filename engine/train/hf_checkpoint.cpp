@@ -599,6 +599,23 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
       else if (source.contains("model_type") && source.at("model_type").is_string())  // transformers' default
         max_positions = std::max(max_positions, hf_default_max_positions(source.at("model_type").get<std::string>()));
     }
+  // The special token ids, from the config.json beside the tokenizer exported (--tokenizer DIR's),
+  // else from the model's own (carried by the checkpoint): without them transformers takes
+  // LlamaConfig's bos 1 and eos 2 (Qwen3Config's none), which generate() uses where no
+  // generation_config.json travels with the export.
+  auto source_config = [](const std::vector<CarriedFile>& files) -> const CarriedFile* {
+    for (const CarriedFile& file : files)
+      if (file.name == std::string(kSourceConfigName)) return &file;
+    return nullptr;
+  };
+  const CarriedFile* ids_from = source_config(tokenizer_files);
+  if (!ids_from) ids_from = source_config(carried);  // a tokenizer-only directory
+  Json token_ids = Json::object();
+  if (ids_from) {
+    const Json source = Json::parse(ids_from->bytes);  // checked as a JSON object when read
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+      if (source.contains(key)) token_ids[key] = source.at(key);
+  }
   // A YaRN scaling is set to reach factor x its original context: transformers warns when
   // max_position_embeddings / original_max_position_embeddings differs from the factor.
   if (const RopeScaling& r = cfg.model.rope_scaling; r.kind == RopeScalingKind::Yarn)
@@ -665,7 +682,9 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
       write_file_atomically(join_path(staging, "model.safetensors.index.json"), index.dump(2) + "\n");
       result.files.push_back("model.safetensors.index.json");
     }
-    write_file_atomically(join_path(staging, "config.json"), hf_config_json(cfg.model, result.dtype, max_positions));
+    Json config = Json::parse(hf_config_json(cfg.model, result.dtype, max_positions));
+    config.update(token_ids);
+    write_file_atomically(join_path(staging, "config.json"), config.dump(2) + "\n");
     result.files.push_back("config.json");
     for (const CarriedFile& file : tokenizer_files) {
       if (file.name == std::string(kSourceConfigName)) continue;  // the model's config.json is the one above

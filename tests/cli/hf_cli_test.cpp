@@ -2,15 +2,18 @@
 // config.json, trained (one rank, and four with Ulysses + FSDP + every memory technique, which must
 // give the same loss), exported, and loaded back into transformers with the same logits; broken
 // directories (a NaN weight among them) refused with exit 2 by train, and by check where train
-// refuses them before it builds the model, naming the file and the tensor.
+// refuses them before it builds the model, naming the file and the tensor; the export keeps the
+// source's special token ids.
 #include <catch2/catch.hpp>
 
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "../hf/hf_fixtures.h"
 #include "cli_test_util.h"
+#include "tokenizer_test_util.h"
 
 using namespace odyssey;
 using namespace odyssey::test;
@@ -134,6 +137,45 @@ TEST_CASE("hf cli: an export of a YaRN model advertises the context its factor r
   const auto& rope = config->at("rope_scaling");
   CHECK(rope.at("factor").get<double>() == 16.0);
   CHECK(rope.at("original_max_position_embeddings").get<int64_t>() == 16);
+}
+
+TEST_CASE("hf cli: an export keeps the source's bos, eos and pad token ids", "[cli][hf]") {
+  // The fixture copied with ids no config class defaults to; without them in the export,
+  // transformers took LlamaConfig's bos 1 and eos 2 and generation had no end of sequence (where
+  // no generation_config.json travels with it: this copy has none).
+  const std::string source = fresh_dir("hf_token_ids_source");
+  std::filesystem::create_directories(source);
+  for (const char* file : {"config.json", "model.safetensors"})
+    std::filesystem::copy_file(hf_fixture("llama-gqa-llama3") + "/" + file, source + "/" + file);
+  auto config = parse_json(read_text(source + "/config.json"));
+  REQUIRE(config.has_value());
+  (*config)["bos_token_id"] = 5;
+  (*config)["eos_token_id"] = Json::array({7, 9});  // Llama 3.1's config gives a list
+  (*config)["pad_token_id"] = 3;
+  std::ofstream(source + "/config.json") << config->dump(2) << "\n";
+  const std::string preset = hf_preset("token_ids", source);
+  const std::string dir = fresh_dir("hf_token_ids_run"), exported = fresh_dir("hf_token_ids_export");
+  const Run train = run_odyssey("train " + preset + " --quiet --set training.steps=1 --out " + dir +
+                                " --set output.export_hf=" + exported);
+  INFO(train.out << train.err);
+  REQUIRE(train.code == 0);
+  const auto written = parse_json(read_text(exported + "/config.json"));
+  REQUIRE(written.has_value());
+  CHECK(written->at("bos_token_id") == Json(5));
+  CHECK(written->at("eos_token_id") == Json::array({7, 9}));
+  CHECK(written->at("pad_token_id") == Json(3));
+  CHECK(written->at("architectures") == Json::array({"LlamaForCausalLM"}));  // the rest is the export's own
+  // exported again with a tokenizer-only directory (no config.json beside it): the model's own ids
+  const std::string tokenizer_dir = fresh_dir("hf_token_ids_tokenizer");
+  std::filesystem::create_directories(tokenizer_dir);
+  make_tokenizer(tokenizer_dir, {"[UNK]", "</s>", "the", "cat"});
+  const std::string again = fresh_dir("hf_token_ids_export_again");
+  require_exit(run_odyssey("export " + dir + " --hf " + again + " --tokenizer " + tokenizer_dir), 0);
+  const auto rewritten = parse_json(read_text(again + "/config.json"));
+  REQUIRE(rewritten.has_value());
+  CHECK(rewritten->at("bos_token_id") == Json(5));
+  CHECK(rewritten->at("eos_token_id") == Json::array({7, 9}));
+  CHECK(rewritten->at("pad_token_id") == Json(3));
 }
 
 TEST_CASE("hf cli: a tied bf16 checkpoint exports in bfloat16 and loads back into transformers", "[cli][hf]") {
