@@ -132,12 +132,14 @@ void draw_mlp_tile(AppState& state, RunConfig& c) {
   ImGui::SameLine();
   if (automatic) {
     if (planned > 0)
-      ImGui::TextDisabled("%s tokens a tile", format_size(planned).c_str());
+      ImGui::TextDisabled("%s a tile", format_size(planned).c_str());
     else
       ImGui::TextDisabled("planned once valid");
   } else {
-    const int64_t step = 64;
-    ImGui::InputScalar("##memory.mlp_tile_tokens", ImGuiDataType_S64, &c.memory.mlp_tile_tokens, &step, nullptr,
+    // the rest of the row after "auto", without -/+ buttons: in a narrow panel they left the
+    // number two digits or went past the panel's edge
+    ImGui::SetNextItemWidth(-FLT_MIN);
+    ImGui::InputScalar("##memory.mlp_tile_tokens", ImGuiDataType_S64, &c.memory.mlp_tile_tokens, nullptr, nullptr,
                        "%lld");
   }
   field_messages(state, key);
@@ -182,7 +184,10 @@ void draw_preset_row(AppState& state) {
   const ImGuiStyle& style = ImGui::GetStyle();
   const float buttons = ImGui::CalcTextSize("Open...").x + ImGui::CalcTextSize("Save...").x + 4 * style.FramePadding.x +
                         2 * style.ItemSpacing.x;
-  ImGui::SetNextItemWidth(-buttons);
+  // A name the combo beside the buttons would cut takes the whole row, the buttons the next one.
+  const float combo_needs = ImGui::CalcTextSize(current.c_str()).x + ImGui::GetFrameHeight() + 2 * style.FramePadding.x;
+  const bool own_row = combo_needs > ImGui::GetContentRegionAvail().x - buttons;
+  ImGui::SetNextItemWidth(own_row ? -FLT_MIN : -buttons);
   if (ImGui::BeginCombo("##preset", current.c_str())) {
     for (const auto& p : presets)
       if (ImGui::Selectable(p.c_str(), p == state.preset_path)) load_preset_into(state, p);
@@ -191,7 +196,7 @@ void draw_preset_row(AppState& state) {
   } else if (ImGui::IsItemHovered() && !state.preset_path.empty()) {
     ImGui::SetTooltip("%s", state.preset_path.c_str());
   }
-  ImGui::SameLine();
+  if (!own_row) ImGui::SameLine();
   if (ImGui::Button("Open...")) state.dialog = FileDialog::Open;
   ImGui::SameLine();
   if (ImGui::Button("Save...")) state.dialog = FileDialog::SavePreset;
@@ -394,13 +399,22 @@ void draw_memory(AppState& state) {
           "peak is the lowest any stage size reaches (fewer launches, the same memory), or\n"
           "standard attention where its peak is no higher (no q/k/v projected again in backward).");
     ImGui::SameLine();
-    if (ImGui::SliderInt("##hps", &index, 0, static_cast<int>(choices.size()) - 1, label.c_str()))
+    ImGui::SetNextItemWidth(-FLT_MIN);
+    // a label wider than the slider ("2 heads (4 stages)" in a narrow panel) shows its part before
+    // the parenthesis; the tooltip gives it whole
+    const float room = ImGui::GetContentRegionAvail().x - 2 * ImGui::GetStyle().FramePadding.x;
+    const size_t paren = label.find(" (");
+    const std::string shown =
+        ImGui::CalcTextSize(label.c_str()).x > room && paren != std::string::npos ? label.substr(0, paren) : label;
+    if (ImGui::SliderInt("##hps", &index, 0, static_cast<int>(choices.size()) - 1, shown.c_str()))
       c.memory.heads_per_stage = choices[index];
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip(
+          "%s\n"
           "Query heads per attention stage over all Ulysses ranks; only values that split\n"
           "every rank's heads into whole stages are offered. Fewer heads per stage: smaller\n"
-          "attention workspace, more (smaller) all-to-alls.");
+          "attention workspace, more (smaller) all-to-alls.",
+          label.c_str());
   }
   field_messages(state, "memory.heads_per_stage");
   // the kernel the Untied stages and kept attention call for the log-sum-exp (attention_kernels.h)

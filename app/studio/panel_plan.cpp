@@ -231,9 +231,14 @@ void draw_ladder(const PlanResult& r) {
   std::vector<std::vector<plot::Segment>> bars;
   std::vector<std::string> labels;
   int64_t capacity = 0;
+  // a rung's key in words ("offload optimizer"): two lines under its bar where the slot is narrow
+  auto rung_words = [](std::string name) {
+    std::replace(name.begin(), name.end(), '_', ' ');
+    return name;
+  };
   for (const auto& rung : r.ladder) {
     bars.push_back(device_segments(rung.plan));
-    labels.push_back(rung.name);
+    labels.push_back(rung_words(rung.name));
     capacity = std::max(capacity, rung.plan.device_capacity);
   }
   const plot::BarHit hit = plot::stacked_bars("##ladder", {0, ImGui::GetFontSize() * 11}, bars, labels,
@@ -249,30 +254,24 @@ void draw_ladder(const PlanResult& r) {
                         rung.max_seq_len > 0 ? format_size(rung.max_seq_len).c_str() : "none");
     }
   }
-  if (ImGui::BeginTable("ladder_table", static_cast<int>(r.ladder.size()) + 1,
-                        ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
-    ImGui::TableNextRow();
-    ImGui::TableSetColumnIndex(0);
-    ImGui::TextDisabled("rung");
+  // One row a rung: the columns keep their width however many rungs there are (a column a rung cut
+  // "29.1 MiB" and broke "checkpointing" in a narrow panel).
+  if (ImGui::BeginTable("ladder_table", 3,
+                        ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp)) {
+    ImGui::TableSetupColumn("rung", ImGuiTableColumnFlags_WidthStretch, 2.f);
+    ImGui::TableSetupColumn("peak", ImGuiTableColumnFlags_WidthStretch, 1.5f);
+    ImGui::TableSetupColumn("max ctx", ImGuiTableColumnFlags_WidthStretch, 1.f);
+    ImGui::TableHeadersRow();
     for (size_t i = 0; i < r.ladder.size(); ++i) {
-      ImGui::TableSetColumnIndex(static_cast<int>(i) + 1);
-      ImGui::TextUnformatted(r.ladder[i].name.c_str());
+      ImGui::TableNextRow();
+      ImGui::TableSetColumnIndex(0);
+      ImGui::TextUnformatted(labels[i].c_str());
       if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", r.ladder[i].label.c_str());
-    }
-    ImGui::TableNextRow();
-    ImGui::TableSetColumnIndex(0);
-    ImGui::TextDisabled("peak");
-    for (size_t i = 0; i < r.ladder.size(); ++i) {
-      ImGui::TableSetColumnIndex(static_cast<int>(i) + 1);
+      ImGui::TableSetColumnIndex(1);
       const bool fits = r.ladder[i].plan.fits();
-      ImGui::TextColored(to_vec4(fits ? kColorGood : kColorBad), "%s %s", fits ? "" : "OOM",
+      ImGui::TextColored(to_vec4(fits ? kColorGood : kColorBad), "%s%s", fits ? "" : "OOM ",
                          plot::format_value(double(r.ladder[i].plan.peak_bytes), plot::Format::Bytes).c_str());
-    }
-    ImGui::TableNextRow();
-    ImGui::TableSetColumnIndex(0);
-    ImGui::TextDisabled("max ctx");
-    for (size_t i = 0; i < r.ladder.size(); ++i) {
-      ImGui::TableSetColumnIndex(static_cast<int>(i) + 1);
+      ImGui::TableSetColumnIndex(2);
       ImGui::TextUnformatted(r.ladder[i].max_seq_len > 0 ? format_size(r.ladder[i].max_seq_len).c_str() : "-");
     }
     ImGui::EndTable();

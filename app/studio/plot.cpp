@@ -366,6 +366,17 @@ void Plot::end() {
 
 // [SECTION] stacked bars ----------------------------------------------------------------------------
 
+std::pair<std::string, std::string> two_line_label(const std::string& label) {
+  size_t split = std::string::npos;
+  const double middle = static_cast<double>(label.size()) / 2;
+  for (size_t at = label.find(' '); at != std::string::npos; at = label.find(' ', at + 1))
+    if (split == std::string::npos ||
+        std::abs(static_cast<double>(at) - middle) < std::abs(static_cast<double>(split) - middle))
+      split = at;
+  if (split == std::string::npos) return {label, ""};
+  return {label.substr(0, split), label.substr(split + 1)};
+}
+
 BarHit stacked_bars(const char* id, ImVec2 size, const std::vector<std::vector<Segment>>& bars,
                     const std::vector<std::string>& labels, double capacity, const char* capacity_label,
                     Format value_format, bool horizontal) {
@@ -405,12 +416,31 @@ BarHit stacked_bars(const char* id, ImVec2 size, const std::vector<std::vector<S
   // A strip above the bars for the capacity label (horizontal bars, or when it is off scale).
   const bool has_label = capacity > 0 && capacity_label && *capacity_label;
   const float top_strip = has_label && (horizontal || !capacity_on_scale) ? font * 1.2f : 0.f;
+  // Vertical bars: a label wider than its slot ("offload optimizer") is written on two lines,
+  // split at its middle space, with a strip below the bars tall enough for them.
+  std::vector<std::pair<std::string, std::string>> label_lines;  // each label, and its second line or ""
+  bool two_lines = false;
+  const float slot_w = (size.x - font * 5.1f) / static_cast<float>(std::max<size_t>(n, 1));
+  // a line still wider than the slot ("checkpointing" alone) is cut with a "." (the bar's tooltip
+  // names it whole)
+  auto fit_line = [&](std::string line) {
+    if (horizontal || ImGui::CalcTextSize(line.c_str()).x <= slot_w - 2) return line;
+    while (line.size() > 1 && ImGui::CalcTextSize((line + ".").c_str()).x > slot_w - 2) line.pop_back();
+    return line + ".";
+  };
+  for (const std::string& l : labels) {
+    const bool split = !horizontal && ImGui::CalcTextSize(l.c_str()).x > slot_w - 2;
+    auto [first, second] = split ? two_line_label(l) : std::make_pair(l, std::string());
+    label_lines.emplace_back(fit_line(first), second.empty() ? second : fit_line(second));
+    two_lines = two_lines || !label_lines.back().second.empty();
+  }
+  const float bottom_strip = font * (two_lines ? 2.6f : 1.5f);
   if (horizontal) {
     p0 = {pos.x + label_w + font * 0.6f, pos.y + font * 0.3f + top_strip};
     p1 = {pos.x + size.x - font * 1.2f, pos.y + size.y - font * 1.5f};
   } else {
     p0 = {pos.x + font * 4.6f, pos.y + font * 0.5f + top_strip};
-    p1 = {pos.x + size.x - font * 0.5f, pos.y + size.y - font * 1.5f};
+    p1 = {pos.x + size.x - font * 0.5f, pos.y + size.y - bottom_strip};
   }
   dl->AddRectFilled(p0, p1, kPlotBg);
   auto value_px = [&](double v) {
@@ -465,13 +495,17 @@ BarHit stacked_bars(const char* id, ImVec2 size, const std::vector<std::vector<S
       if (m >= c - slot / 2 && m < c + slot / 2) hit.bar = static_cast<int>(b);
     }
     if (b < labels.size()) {
-      const char* l = labels[b].c_str();
-      const ImVec2 ts = ImGui::CalcTextSize(l);
+      const auto& [first, second] = label_lines[b];
+      const ImVec2 ts = ImGui::CalcTextSize(first.c_str());
       if (horizontal) {
-        dl->AddText({p0.x - ts.x - font * 0.3f, c - ts.y * 0.5f}, kAxisText, l);
+        dl->AddText({p0.x - ts.x - font * 0.3f, c - ts.y * 0.5f}, kAxisText, first.c_str());
       } else {
         dl->PushClipRect({c - slot / 2, p1.y}, {c + slot / 2, pos.y + size.y}, true);
-        dl->AddText({std::max(c - ts.x * 0.5f, c - slot / 2 + 1), p1.y + 2}, kAxisText, l);
+        dl->AddText({std::max(c - ts.x * 0.5f, c - slot / 2 + 1), p1.y + 2}, kAxisText, first.c_str());
+        if (!second.empty()) {
+          const float w = ImGui::CalcTextSize(second.c_str()).x;
+          dl->AddText({std::max(c - w * 0.5f, c - slot / 2 + 1), p1.y + 2 + font * 1.1f}, kAxisText, second.c_str());
+        }
         dl->PopClipRect();
       }
     }

@@ -2,7 +2,7 @@
 // min/max per pixel column so a million samples draw smoothly, bands, markers, stacked bars, a
 // hover readout and wheel-zoom / drag-pan, all on ImGui draw lists.
 // defines: plot::Range, plot::View, plot::Point, downsample_minmax, nice_ticks, format_value,
-// plot::Plot, plot::stacked_bars, plot::legend_item, plot::dashed_line
+// plot::Plot, plot::stacked_bars, plot::two_line_label, plot::legend_item, plot::dashed_line
 #pragma once
 
 #include <imgui.h>
@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace odyssey::studio::plot {
@@ -64,6 +65,10 @@ class DownsampleCache {
 /// About `target` round tick values (1, 2, 5 x 10^k; powers of two for bytes) covering r; `whole`:
 /// whole numbers only (steps: a tick at 2.5 printed as "2" beside the 2 made "0 1 2 2 3 4 4").
 std::vector<double> nice_ticks(Range r, int target, bool bytes = false, bool whole = false);
+
+/// A bar's label on two lines: split at the space nearest its middle ("offload optimizer" gives
+/// "offload" and "optimizer"); the second part is "" where it has no space.
+std::pair<std::string, std::string> two_line_label(const std::string& label);
 
 enum class Format { Number, Bytes, Seconds, Percent, Tokens, Step };
 /// "1.50 GiB", "350 ms", "42%", "3M", "1.2e+04".

@@ -127,3 +127,12 @@ TEST_CASE("the downsample cache recomputes only when data, view or width change"
   const auto& b = cache.get(s.x.data(), s.y.data(), s.x.size(), view, 500, 2);
   CHECK(b.size() == points);
 }
+
+TEST_CASE("plot: a bar label too wide for its slot splits at the space nearest its middle", "[studio][plot]") {
+  using Lines = std::pair<std::string, std::string>;
+  CHECK(two_line_label("offload optimizer") == Lines{"offload", "optimizer"});
+  CHECK(two_line_label("untied ulysses") == Lines{"untied", "ulysses"});
+  CHECK(two_line_label("a bb ccc dddd") == Lines{"a bb ccc", "dddd"});   // spaces at 1, 4, 8 of 13: 8 is nearest 6.5
+  CHECK(two_line_label("checkpointing") == Lines{"checkpointing", ""});  // no space: one line
+  CHECK(two_line_label("") == Lines{"", ""});
+}
