@@ -45,6 +45,18 @@ std::string change_label(const ScriptedChange& change) {
 
 }  // namespace
 
+void ScriptRunner::make_change(AppState& state, const ScriptedChange& change) {
+  std::string err;
+  const RunConfig before = state.config;
+  if (!apply_assignment(state, change.assignment, &err))
+    error_ = change_label(change) + ": " + err;
+  else if (!state.edit.issues.empty())  // shown at its field and held back, as a user's edit is
+    error_ = change_label(change) + ": not made: the config breaks a rule (" + state.edit.issues.front().format() + ")";
+  else if (!(before == state.config) && classify_change(before, state.config).kind >= ChangeKind::Live)
+    markers_wanted_ = state.history.markers().size() + 1;
+  ++next_change_;
+}
+
 bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
   switch (stage_) {
     case Stage::Begin:
@@ -67,6 +79,11 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
           return false;
         }
         stage_ = Stage::Training;
+        // an edit at step 1: the pause holds the boundary after the first step (see Training)
+        if (!options_.changes.empty() && options_.changes.front().step <= 1) {
+          state.run.pause(engine);
+          paused_for_change_ = true;
+        }
       } else {
         stage_ = Stage::Settling;
         frames_left_ = options_.frames;
@@ -74,21 +91,38 @@ bool ScriptRunner::step(AppState& state, EngineControl& engine, double now_s) {
       return false;
     case Stage::Training: {
       const SessionStatus st = engine.status();
-      // One scripted edit at a time: the next waits until the previous one is marked (took effect),
-      // so each lands on its own step however the frame rate compares with the step rate.
+      // Each edit is made at a step boundary with the run paused there, and sent before it resumes:
+      // the engine starts step S + 1 as step S ends, so an edit made once step S was seen reached
+      // an engine already in S + 1 and applied from S + 2. One edit at a time: the next waits until
+      // the one before is marked (took effect), so each lands on its own step.
       const bool previous_landed = state.history.markers().size() >= markers_wanted_;
-      if (previous_landed && next_change_ < options_.changes.size() && options_.changes[next_change_].step <= st.step) {
-        std::string err;
-        const RunConfig before = state.config;
-        const ScriptedChange& change = options_.changes[next_change_];
-        if (!apply_assignment(state, change.assignment, &err))
-          error_ = change_label(change) + ": " + err;
-        else if (!state.edit.issues.empty())  // shown at its field and held back, as a user's edit is
-          error_ = change_label(change) + ": not made: the config breaks a rule (" +
-                   state.edit.issues.front().format() + ")";
-        else if (!(before == state.config) && classify_change(before, state.config).kind >= ChangeKind::Live)
-          markers_wanted_ = state.history.markers().size() + 1;
-        ++next_change_;
+      const ScriptedChange* change = next_change_ < options_.changes.size() ? &options_.changes[next_change_] : nullptr;
+      const bool paused = st.state == SessionState::Paused;
+      if (resume_next_frame_) {  // this frame's frame_update sent the edit (RunDriver::sync): run on
+        resume_next_frame_ = paused_for_change_ = false;
+        if (paused) state.run.resume(engine);
+        // a next edit due already (given for the same step): hold the boundary after the step the
+        // run starts now, so the two land on successive steps
+        if (paused && change && change->step <= st.step + 1) {
+          state.run.pause(engine);
+          paused_for_change_ = true;
+        }
+      } else if (paused_for_change_ && paused) {
+        // a boundary early: before step S, or before a step ran with the last edit: run on
+        const bool early = !change || change->step > st.step || (!previous_landed && st.step <= edited_at_step_);
+        if (early) {
+          state.run.resume(engine);
+          paused_for_change_ = false;
+        } else if (previous_landed) {
+          make_change(state, *change);
+          edited_at_step_ = st.step;
+          resume_next_frame_ = true;
+        }  // else a step ran with the last edit: its marker comes with the next frame's metrics
+      } else if (change && !paused_for_change_ && change->step <= st.step + 1 &&
+                 (st.state == SessionState::Running || st.state == SessionState::Starting)) {
+        // the engine runs step S (or a later one) now: the pause holds the boundary after it
+        state.run.pause(engine);
+        paused_for_change_ = true;
       }
       const bool done = static_cast<int64_t>(state.history.metrics().size()) >= options_.run_steps &&
                         state.history.markers().size() >= markers_wanted_;

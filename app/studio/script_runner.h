@@ -1,10 +1,12 @@
 // Screenshot mode's schedule, without rendering: start the run, make the scripted edits
-// (--change-at) when their step arrives, wait for --run-steps steps, pause the run, let the UI
-// settle for --frames frames, then say "capture now". Testable against a fake engine.
+// (--change-at) at their step's boundary (the run paused there), wait for --run-steps steps, pause
+// the run, let the UI settle for --frames frames, then say "capture now". Testable against a fake
+// engine.
 // defines: ScriptRunner, apply_assignment, scripted_run_problem
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "app/studio/app_state.h"
@@ -39,12 +41,17 @@ class ScriptRunner {
 
  private:
   enum class Stage { Begin, Training, Settling, Done };
+  /// Makes the scripted edit through the UI's path; its error, or the marker it should produce.
+  void make_change(AppState& state, const ScriptedChange& change);
   const StudioOptions options_;
   Stage stage_ = Stage::Begin;
   double t_begin_ = 0;
   double run_seconds_ = 0;
   size_t next_change_ = 0;
-  size_t markers_wanted_ = 0;  // markers the applied scripted edits should have produced
+  size_t markers_wanted_ = 0;       // markers the applied scripted edits should have produced
+  bool paused_for_change_ = false;  // paused so that the next edit is made at its step's boundary
+  bool resume_next_frame_ = false;  // the edit is made: resume once frame_update has sent it
+  int64_t edited_at_step_ = -1;     // the boundary (steps done) the last edit was made at
   int frames_left_ = 0;
   std::string error_;
 };

@@ -34,13 +34,15 @@ class FakeEngine : public EngineControl {
   std::vector<std::string> names = {"step", "fwd/block.0/attn", "bwd/block.0/attn", "optimizer"};
   std::vector<std::string> log_lines;
 
+  /// Models the real engine between frames: a step is always running (the next one starts as the
+  /// last ends), so a live change or a pause asked for now takes effect at the boundary after the
+  /// step in flight, the end of the next advance_step. Off: nothing runs between advance_step calls.
+  bool step_in_flight = false;
+  bool pause_requested = false;  ///< (step_in_flight) paused at the end of the next advance_step
+
   /// Runs one step: a pending live change takes effect first (as Session does at the boundary).
   void advance_step() {
-    if (pending) {
-      active = *pending;
-      pending.reset();
-      applied_version = pending_version;
-    }
+    if (pending && !step_in_flight) apply_pending();
     ++st.step;
     StepMetrics m;
     m.step = st.step;
@@ -53,7 +55,17 @@ class FakeEngine : public EngineControl {
       samples.push_back({double(st.step), st.step, r, 1, 100 * st.step, 0});
       spans.push_back({st.step, r, 1, 2, double(st.step), double(st.step) + 0.5, 0, 0, 2000, 0});
     }
+    if (step_in_flight) {  // the boundary after this step: what was asked while it ran
+      if (pending) apply_pending();
+      if (pause_requested) st.state = SessionState::Paused;
+      pause_requested = false;
+    }
     if (st.step >= st.steps) st.state = SessionState::Finished;
+  }
+  void apply_pending() {
+    active = *pending;
+    pending.reset();
+    applied_version = pending_version;
   }
 
   bool start(const RunConfig& cfg, std::string* error) override {
@@ -72,10 +84,17 @@ class FakeEngine : public EngineControl {
   }
   void pause() override {
     ++pauses;
-    st.state = SessionState::Paused;
+    if (step_in_flight && st.state == SessionState::Running)
+      pause_requested = true;
+    else
+      st.state = SessionState::Paused;
   }
   void resume() override {
     ++resumes;
+    pause_requested = false;
+    // a paused engine waits at a boundary, which it decides again on resuming (Session's
+    // StepBoundary): a change sent during the pause runs from the next step
+    if (step_in_flight && st.state == SessionState::Paused && pending) apply_pending();
     st.state = SessionState::Running;
   }
   void stop() override {

@@ -91,7 +91,7 @@ TEST_CASE("screenshot mode trains the steps, applies scripted changes live, then
   CHECK(state.plan.get(state.config).extras_ready);
   CHECK(captures == 1);
   CHECK_FALSE(script.failed());
-  CHECK(engine.pauses == 1);
+  CHECK(engine.pauses == engine.resumes + 1);  // each pause for the edit lifted; the last for the picture
   CHECK(state.history.metrics().size() >= 4);
   REQUIRE(engine.live_calls.size() == 1);
   CHECK_FALSE(engine.live_calls[0].memory.tiled_mlp);
@@ -113,6 +113,42 @@ TEST_CASE("scripted edits for the same step land one at a time, each marked at i
   CHECK(state.history.markers()[0].what == "memory.tiled_mlp: true -> false");
   CHECK(state.history.markers()[1].what == "memory.tiled_loss: true -> false");
   CHECK(state.history.markers()[0].step < state.history.markers()[1].step);
+  // on an engine already running the next step between frames: steps 2 and 3, one after the other
+  AppState flight_state;
+  REQUIRE(load_preset_into(flight_state, std::string(ODYSSEY_SOURCE_DIR) + "/presets/tiny-cpu.toml"));
+  FakeEngine flight;
+  flight.step_in_flight = true;
+  ScriptRunner flight_script(o);
+  REQUIRE(run_until_captured(flight_state, flight, flight_script, /*frames_per_step=*/2));
+  CHECK_FALSE(flight_script.failed());
+  REQUIRE(flight_state.history.markers().size() == 2);
+  CHECK(flight_state.history.markers()[0].step == 2);
+  CHECK(flight_state.history.markers()[1].step == 3);
+}
+
+TEST_CASE("a scripted edit at step S applies from step S + 1 on an engine already running the next step",
+          "[studio][script]") {
+  // The real engine starts step S + 1 as step S ends, so an edit made once the UI saw step S
+  // applied from S + 2 (`--change-at 2` marked at step 4). The run is paused at the boundary after
+  // S, the edit made and sent there, and the run resumed.
+  for (const int64_t at : {1, 2, 4}) {
+    INFO("--change-at " << at);
+    StudioOptions o;
+    o.run_steps = 6;
+    o.frames = 1;
+    o.changes = {{at, "memory.tiled_mlp=false"}};
+    AppState state;
+    open_tiny(state, 6);
+    FakeEngine engine;
+    engine.step_in_flight = true;
+    ScriptRunner script(o);
+    REQUIRE(run_until_captured(state, engine, script, /*frames_per_step=*/2));
+    CHECK_FALSE(script.failed());
+    REQUIRE(state.history.markers().size() == 1);
+    CHECK(state.history.markers()[0].step == at + 1);
+    CHECK(state.history.markers()[0].what == "memory.tiled_mlp: true -> false");
+    CHECK(engine.resumes >= 1);  // the pause for the edit was lifted
+  }
 }
 
 TEST_CASE("screenshot mode reports a run that cannot start and still captures", "[studio][script]") {
