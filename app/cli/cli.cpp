@@ -144,7 +144,12 @@ std::optional<Args> parse_args(const std::string& command, const ArgSpec& spec, 
     } else if (a == "--headroom" && spec.headroom) {
       const char* v = value(a);
       if (!v) return std::nullopt;
-      args.headroom = v;  // read by the command (parse_tune_headroom), which knows the device
+      if (!*v) {
+        err << "odyssey " << command << ": --headroom needs a share of the device (5%) or bytes (4GiB), got an "
+            << "empty value\n";
+        return std::nullopt;
+      }
+      args.headroom = v;  // read by the command (parse_headroom in cmd_tune.cpp), which knows the device
     } else if (a == "--memory-snapshot" && spec.memory_snapshot) {
       const char* v = value(a);
       if (!v) return std::nullopt;

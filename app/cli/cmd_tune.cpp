@@ -15,7 +15,9 @@
 #include "app/cli/cli.h"
 #include "app/cli/planner_format.h"
 #include "engine/config/config_diff.h"
+#include "engine/config/sizes.h"
 #include "engine/util/files.h"
+#include "engine/util/printf_string.h"
 #include "engine/util/publish_file.h"
 
 namespace odyssey::cli {
@@ -46,12 +48,16 @@ std::string output_problem(const std::string& path, bool overwrite) {
 /// --headroom's value: a share of the device's memory ("5%", at most 50%) or bytes ("4GiB", "512MiB").
 /// nullopt with why not in `why`.
 std::optional<TuneOptions> parse_headroom(const std::string& text, std::string* why) {
-  const char* begin = text.c_str();
+  // a decimal number (digits, a point, an exponent: strtod alone also takes hex, "inf" and spaces)
+  const size_t digits = text.find_first_not_of("0123456789.eE+-");
+  const std::string number_text = text.substr(0, digits);
+  const char* begin = number_text.c_str();
   char* end = nullptr;
   const double number = std::strtod(begin, &end);
-  const std::string unit = end ? std::string(end) : "";
-  const bool read =
-      end != begin && std::isfinite(number) && number >= 0 && !std::isspace(static_cast<unsigned char>(*begin));
+  const std::string unit = digits == std::string::npos ? "" : text.substr(digits);
+  const bool read = !number_text.empty() &&
+                    (std::isdigit(static_cast<unsigned char>(number_text[0])) || number_text[0] == '.') &&
+                    end == begin + number_text.size() && std::isfinite(number) && number >= 0;
   TuneOptions options;
   if (read && unit == "%" && number <= 50) {
     options.headroom_share = number / 100;
@@ -96,6 +102,15 @@ int run_tune(int argc, char** argv, int first) {
     }
   }
   const RunConfig& cfg = loaded->config;
+  // In bytes as in a share: at most half the device (beyond it the headroom, not the techniques,
+  // decides what fits).
+  if (const double device = cfg.hardware.device_memory_gib * kGiB;
+      options.headroom_bytes >= 0 && static_cast<double>(options.headroom_bytes) > 0.5 * device) {
+    std::cerr << "odyssey tune: --headroom " << args->headroom << ": more than half the device's "
+              << printf_string("%.2f", cfg.hardware.device_memory_gib)
+              << " GiB (hardware.device_memory_gib); keep at most 50% of it free\n";
+    return kExitBadInput;
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   const TuneResult tuned = tune(cfg, options);
@@ -105,11 +120,14 @@ int run_tune(int argc, char** argv, int first) {
   if (!choice) {
     // Nothing the memory techniques can do: the preset asks for more than the hardware holds, an
     // input to change (exit 2), with what the advisor would change beyond [memory].
-    const TuneCandidate* closest = tuned.lowest_peak();
+    // what the plan fits but the headroom does not, where there is any: the user's call (a smaller
+    // --headroom), not the advisor's
+    const TuneCandidate* into_headroom = tuned.lowest_plan_fit();
+    const TuneCandidate* closest = into_headroom ? into_headroom : tuned.lowest_peak();
     std::cerr << "odyssey tune: nothing fits: none of the " << tuned.candidates.size() << " technique sets for " << path
               << " fits (" << setup_line(cfg) << ")";
     if (closest) std::cerr << "; the lowest peak, with " << closest->summary() << ": " << closest->verdict();
-    if (closest && closest->peak.fits())  // the plan fits, into the headroom: the user's call, not the advisor's
+    if (into_headroom)
       std::cerr << "; --headroom sets the memory kept free\n";
     else
       std::cerr << "." << advice_text(advise(cfg)) << "\n";

@@ -514,6 +514,8 @@ void write_tune_candidate_json(JsonWriter& w, const RunConfig& tuned_for, const 
       .value(c.peak.host_bytes)
       .key("fits")
       .value(c.fits())
+      .key("fits_plan")  // the plan's verdicts alone: true and "fits" false is a set the headroom dropped
+      .value(c.peak.fits())
       .key("fits_device")
       .value(c.peak.fits_device)
       .key("fits_host")
@@ -589,7 +591,8 @@ void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& 
   const TuneCandidate* choice = tuned.chosen();
   const TuneCandidate* runner_up = tuned.second();
   if (!choice) {
-    const TuneCandidate* closest = tuned.lowest_peak();
+    const TuneCandidate* into_headroom = tuned.lowest_plan_fit();
+    const TuneCandidate* closest = into_headroom ? into_headroom : tuned.lowest_peak();
     os << "fastest that fits (odyssey tune): none of " << tuned.candidates.size() << " technique sets fits";
     if (closest) os << "; the lowest peak: " << closest->summary() << ": " << closest->verdict();
     os << "\n";
@@ -613,8 +616,9 @@ void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& 
        << "\n";
   const std::vector<const TuneCandidate*> dropped = tuned.dropped();
   os << "dropped as not fitting: " << dropped.size() << " faster of " << tuned.candidates.size() << " technique sets";
-  if (tuned.headroom_bytes > 0)
-    os << printf_string(" (the tuner keeps %.2f GiB of the device free: --headroom)", tuned.headroom_bytes / kGiB);
+  if (tuned.headroom_bytes > 0 && !dropped.empty())
+    os << printf_string(" (the tuner keeps %.2f GiB of the device free: odyssey tune --headroom)",
+                        tuned.headroom_bytes / kGiB);
   os << "\n";
   // the first `dropped_shown`, and every set the plan fits that only the headroom dropped (the
   // ones a user may take with a smaller --headroom)

@@ -11,6 +11,7 @@
 
 #include "app/studio/panels.h"
 #include "engine/config/sizes.h"
+#include "engine/util/printf_string.h"
 
 namespace odyssey::studio {
 
@@ -149,13 +150,15 @@ void draw_tune(AppState& state, const PlanResult& r) {
   ImGui::BeginDisabled(!choice || is_choice);
   if (ImGui::Button("Tune: fastest that fits")) apply_tuned_memory(state.config, r.tune, &state.tune_message);
   ImGui::EndDisabled();
-  help_marker(
+  static const std::string help = printf_string(
       "Plans every combination of the memory techniques (checkpointing off, with kept attention or "
       "plain; offload; tiled MLP and loss; Untied Ulysses at each stage size; optimizer offload) for "
-      "this model, length, ranks and hardware, and applies the fastest that fits device and host with 3% "
-      "of the device left free (the planner's tensor peak meets the allocator's within 1-3%; odyssey tune "
+      "this model, length, ranks and hardware, and applies the fastest that fits device and host with %g%% "
+      "of the device left free (the planner's tensor peak meets the allocator's within 1-3%%; odyssey tune "
       "--headroom sets another). Ties go to fewer techniques, then less memory. A running engine takes it "
-      "at the next step.");
+      "at the next step.",
+      100 * kTuneHeadroomShare);
+  help_marker(help.c_str());
   ImGui::SameLine();
   const auto seconds = [](double s) { return plot::format_value(s, plot::Format::Seconds); };
   const auto bytes = [](int64_t b) { return plot::format_value(double(b), plot::Format::Bytes); };

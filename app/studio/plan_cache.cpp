@@ -12,6 +12,7 @@
 
 #include "engine/config/config_diff.h"
 #include "engine/config/validate.h"
+#include "engine/util/printf_string.h"
 
 namespace odyssey::studio {
 
@@ -172,10 +173,10 @@ void PlanCache::worker_loop() {
 }
 
 std::string tune_refusal(const TuneResult& tuned) {
-  const TuneCandidate* closest = tuned.lowest_peak();
-  if (closest && closest->peak.fits())  // the plan fits, but not with the headroom free
-    return "Nothing fits with the tuner's headroom free: the lowest peak, " + closest->summary() + ", " +
-           closest->verdict() + ". The plan's own verdict stands; odyssey tune --headroom keeps less free.";
+  if (const TuneCandidate* closest = tuned.lowest_plan_fit())  // the plan fits it, but not with the headroom free
+    return "Nothing fits with the tuner's headroom free. By the plan alone " + closest->summary() + " fits (" +
+           closest->verdict() + "); the Tune button keeps " + printf_string("%g%%", 100 * kTuneHeadroomShare) +
+           " of the device free, and `odyssey tune --headroom 0%` takes the plan's verdict.";
   return std::string("Nothing fits: ") + kNothingFitsHint;
 }
 

@@ -365,13 +365,22 @@ std::string planned_out_of_memory(const RunConfig& cfg, int64_t ranks_in_process
     // host memory to offload to): the tuner, which tries every set, says so before "nothing fits".
     const TuneCandidate* tuned = nullptr;
     TuneResult tuning;
+    bool without_headroom = false;
     if (advice.empty() && !plan.beyond_range && !(plan.fits_device && plan.fits_host)) {
       tuning = tune(cfg);
       tuned = tuning.chosen();
+      if (!tuned) {  // what fits only into the tuner's headroom still fits: the verdict is the plan's
+        tuning = tune(cfg, TuneOptions{.headroom_share = 0});
+        tuned = tuning.chosen();
+        without_headroom = tuned != nullptr;
+      }
     }
     if (tuned != nullptr)
       text += " It fits with the memory techniques odyssey tune picks: " + tuned->summary() + " (peak " +
-              gib_text(tuned->peak.peak_bytes) + "; `odyssey tune PRESET -o OUT.toml` writes them).";
+              gib_text(tuned->peak.peak_bytes) +
+              (without_headroom ? "; less than the tuner's headroom left free: `odyssey tune PRESET --headroom 0% -o "
+                                  "OUT.toml` writes them)."
+                                : "; `odyssey tune PRESET -o OUT.toml` writes them).");
     else
       text += advice_text(advice);
   }

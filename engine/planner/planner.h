@@ -395,6 +395,9 @@ struct TuneResult {
   std::vector<const TuneCandidate*> dropped() const;
   /// The candidate with the lowest device peak (what comes closest when nothing fits).
   const TuneCandidate* lowest_peak() const;
+  /// Of the candidates the plan fits (its verdicts alone), the one with the lowest device peak:
+  /// where nothing fits with the headroom, what fits into it; nullptr when the plan fits none.
+  const TuneCandidate* lowest_plan_fit() const;
 };
 
 /// The fastest [memory] table that fits device and host, by the planner's step time, leaving the

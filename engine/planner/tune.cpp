@@ -1,7 +1,7 @@
 // The tuner: over the [memory] tables that fit the device and the host, the fastest by the
 // planner's step time (ties: fewer techniques, then less device memory). defines: tune,
 // tune_memory_tables, TuneOptions::headroom_for, TuneCandidate::summary, TuneCandidate::verdict,
-// TuneResult::dropped, TuneResult::lowest_peak
+// TuneResult::dropped, TuneResult::lowest_peak, TuneResult::lowest_plan_fit
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -150,6 +150,13 @@ const TuneCandidate* TuneResult::lowest_peak() const {
   const TuneCandidate* best = nullptr;
   for (const auto& c : candidates)
     if (!best || c.peak.peak_bytes < best->peak.peak_bytes) best = &c;
+  return best;
+}
+
+const TuneCandidate* TuneResult::lowest_plan_fit() const {
+  const TuneCandidate* best = nullptr;
+  for (const auto& c : candidates)
+    if (c.peak.fits() && (!best || c.peak.peak_bytes < best->peak.peak_bytes)) best = &c;
   return best;
 }
 

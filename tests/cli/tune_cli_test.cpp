@@ -238,6 +238,10 @@ TEST_CASE("odyssey tune: bad arguments exit 2 with the reason and nothing on std
       {"tune presets/tiny-cpu.toml --headroom 4TB", "in GiB or MiB"},
       {"tune presets/tiny-cpu.toml --headroom nan%", "--headroom nan%"},
       {"tune presets/tiny-cpu.toml --headroom 1% --headroom 2%", "--headroom given twice"},
+      {"tune presets/tiny-cpu.toml --headroom=", "--headroom needs a share of the device (5%) or bytes (4GiB)"},
+      {"tune presets/tiny-cpu.toml --headroom 0x10%", "--headroom 0x10%: give"},
+      {"tune presets/tiny-cpu.toml --headroom 9GiB",
+       "--headroom 9GiB: more than half the device's 16.00 GiB (hardware.device_memory_gib)"},
       {"plan presets/tiny-cpu.toml --headroom 5%", "unknown option --headroom"},
       {"tune no/such/preset.toml", "no/such/preset.toml"},
   };
@@ -273,22 +277,36 @@ TEST_CASE("odyssey tune --headroom: the device memory kept free, as a share or i
     CHECK(tune.at("headroom_bytes").get<int64_t>() == c.headroom);
     CHECK(tune.at("choice").at("peak_bytes").get<int64_t>() + c.headroom <= capacity);
   }
-  // 100 of the 139.80 GiB free: the default's choice (60.91 GiB) is dropped for the headroom alone,
-  // and the text says so beside what is kept
-  const Run big = run_odyssey("tune " + k1bH200 + " --headroom 100GiB");
+  // 45 of 100 GiB free: the default's choice (60.91 GiB) is dropped for the headroom alone, and the
+  // text says so beside what is kept; its JSON fits the plan and not the tuner
+  const std::string device100 = k1bH200 + " --set hardware.device_memory_gib=100 --headroom 45GiB";
+  const Run big = run_odyssey("tune " + device100);
   require_exit(big, 0);
-  CHECK(big.out.find("(the tuner keeps 100.00 GiB of the device free: --headroom)") != std::string::npos);
-  CHECK(big.out.find("tiled loss: device peak 60.91 GiB of 139.80 GiB leaves 78.89 GiB free, under the 100.00 GiB "
+  CHECK(big.out.find("(the tuner keeps 45.00 GiB of the device free: odyssey tune --headroom)") != std::string::npos);
+  CHECK(big.out.find("tiled loss: device peak 60.91 GiB of 100.00 GiB leaves 39.09 GiB free, under the 45.00 GiB "
                      "headroom") != std::string::npos);
+  const Run big_json = run_odyssey("tune " + device100 + " --json");
+  require_exit(big_json, 0);
+  bool dropped_for_headroom = false;
+  const Json big_tune = parse_out(big_json).at("tune");  // held: a range-for over a temporary's member dangles
+  for (const auto& dropped : big_tune.at("dropped_sets"))
+    if (dropped.at("techniques").get<std::string>() == "tiled loss") {
+      dropped_for_headroom = true;
+      CHECK(dropped.at("fits_plan").get<bool>());
+      CHECK_FALSE(dropped.at("fits").get<bool>());
+    }
+  CHECK(dropped_for_headroom);
   const Run none = run_odyssey("tune " + k1bH200 + " --headroom 0%");
   require_exit(none, 0);
   CHECK(none.out.find("the tuner keeps") == std::string::npos);
-  // a device just too small for any table with the headroom: exit 2, naming the headroom, not the advisor
-  const Run full = run_odyssey("tune " + k1bH200 + " --headroom 139GiB");
+  // a device on which every table the plan fits leaves less than the headroom (its lowest peak is
+  // 7.37 GiB): exit 2, naming the headroom, not the advisor
+  const Run full = run_odyssey("tune " + k1bH200 + " --set hardware.device_memory_gib=10 --headroom 50%");
   require_exit(full, 2);
   CHECK(full.out.empty());
-  CHECK(full.err.find(" free, under the 139.00 GiB headroom; --headroom sets the memory kept free") !=
-        std::string::npos);
+  CHECK(full.err.find("device peak 7.37 GiB of 10.00 GiB leaves 2.63 GiB free, under the 5.00 GiB headroom; "
+                      "--headroom sets the memory kept free") != std::string::npos);
+  CHECK(full.err.find("add devices") == std::string::npos);
 }
 
 TEST_CASE("odyssey tune: where no memory techniques make it fit, exit 2 with the advisor's word", "[cli][tune]") {

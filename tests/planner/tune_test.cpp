@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -195,9 +196,41 @@ TEST_CASE("tune: the headroom keeps the device's last bytes free, as a share or 
   const TuneResult over = tune(cfg, bytes);
   REQUIRE(over.chosen() != nullptr);
   CHECK_FALSE(over.chosen()->config.memory == edge.chosen()->config.memory);
-  // a headroom of the whole device leaves nothing that fits
+  // a headroom of the whole device leaves nothing that fits; what the plan fits is still named
   bytes.headroom_bytes = capacity;
-  CHECK(tune(cfg, bytes).chosen() == nullptr);
+  const TuneResult none_left = tune(cfg, bytes);
+  CHECK(none_left.chosen() == nullptr);
+  const TuneCandidate* into = none_left.lowest_plan_fit();
+  REQUIRE(into != nullptr);
+  CHECK(into->peak.fits());
+  for (const TuneCandidate& c : none_left.candidates)
+    if (c.peak.fits()) CHECK(into->peak.peak_bytes <= c.peak.peak_bytes);
+}
+
+TEST_CASE("train's refusal offers what fits only into the tuner's headroom, with --headroom 0%", "[planner][tune]") {
+  // tiny-cpu without host memory (offload cannot run) on a device 1% above the lowest peak any
+  // table reaches: the tuner's 3% headroom drops every table, and the refusal still names the one
+  // the plan fits, where it said "no change of the memory techniques makes it fit" before
+  RunConfig cfg = preset("tiny-cpu", {"hardware.host_memory_gib=0.0001"});
+  TuneOptions none;
+  none.headroom_share = 0;
+  cfg.hardware.device_memory_gib = 1.0 / 1024;  // nothing fits: each set stands for its lowest peak
+  const TuneResult tiny_device = tune(cfg, none);
+  REQUIRE(tiny_device.chosen() == nullptr);
+  int64_t lowest = INT64_MAX;  // of the sets the host takes (not offload's)
+  for (const TuneCandidate& c : tiny_device.candidates)
+    if (c.peak.fits_host) lowest = std::min(lowest, c.peak.peak_bytes);
+  REQUIRE(lowest < INT64_MAX);
+  cfg.hardware.device_memory_gib = static_cast<double>(lowest) / 0.99 / (1 << 30);
+  REQUIRE(tune(cfg).chosen() == nullptr);
+  REQUIRE(tune(cfg, none).chosen() != nullptr);
+  REQUIRE_FALSE(plan_memory(cfg).fits());  // the preset's own table offloads: no host memory for it
+  const std::string refusal = planned_out_of_memory(cfg, /*ranks_in_process=*/1);
+  INFO(refusal);
+  CHECK(refusal.find("It fits with the memory techniques odyssey tune picks: ") != std::string::npos);
+  CHECK(refusal.find("less than the tuner's headroom left free: `odyssey tune PRESET --headroom 0% -o OUT.toml` "
+                     "writes them") != std::string::npos);
+  CHECK(refusal.find("No change of the memory techniques") == std::string::npos);
 }
 
 TEST_CASE("tune: ties go to fewer techniques, then less memory, and only [memory] changes", "[planner][tune]") {

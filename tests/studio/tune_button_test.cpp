@@ -106,6 +106,7 @@ TEST_CASE("the tune button leaves the config alone for a stale tune and where no
   REQUIRE(into_headroom.chosen() == nullptr);
   REQUIRE(into_headroom.lowest_peak()->peak.fits());
   CHECK_FALSE(apply_tuned_memory(tight, into_headroom, &message));
-  CHECK(message.rfind("Nothing fits with the tuner's headroom free: the lowest peak, ", 0) == 0);
+  CHECK(message.rfind("Nothing fits with the tuner's headroom free. By the plan alone ", 0) == 0);
   CHECK(message.find(" free, under the ") != std::string::npos);
+  CHECK(message.find("`odyssey tune --headroom 0%` takes the plan's verdict") != std::string::npos);
 }
