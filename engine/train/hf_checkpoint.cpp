@@ -471,6 +471,11 @@ std::vector<CarriedFile> read_carried_files(const std::string& dir) {
       {"tokenizer_config.json", "tokenizer_config.json"},
       {"special_tokens_map.json", "special_tokens_map.json"},
       {"tokenizer.model", "tokenizer.model"},
+      {"vocab.json", "vocab.json"},  // a byte-level BPE's slow tokenizer (Qwen, GPT-2)
+      {"merges.txt", "merges.txt"},  // (its merges)
+      {"added_tokens.json", "added_tokens.json"},
+      {"chat_template.jinja", "chat_template.jinja"},  // where transformers 5 saves the chat template
+      {"chat_template.json", "chat_template.json"},
       {"generation_config.json", "generation_config.json"},
       {"config.json", kSourceConfigName},     // a model directory's
       {kSourceConfigName, kSourceConfigName}  // a checkpoint's, carried on
@@ -483,7 +488,8 @@ std::vector<CarriedFile> read_carried_files(const std::string& dir) {
     // fail only when transformers or eval reads it: refused here, where it is read.
     // Checked without a document tree (accept: linear in the size; a 128k-entry vocabulary in an
     // ordered_json would insert each key with a linear scan).
-    if (!std::string_view(as).ends_with(".json")) continue;  // tokenizer.model: SentencePiece's binary
+    // tokenizer.model: SentencePiece's binary; merges.txt, chat_template.jinja: text
+    if (!std::string_view(as).ends_with(".json")) continue;
     const std::string& text = files.back().bytes;
     const size_t first = text.find_first_not_of(" \t\r\n");
     if (first == std::string::npos || text[first] != '{' || !nlohmann::json::accept(text)) {
@@ -502,6 +508,50 @@ std::vector<CarriedFile> read_carried_files(const std::string& dir) {
 }
 
 namespace {
+/// The file of `files` carried as `name`, or nullptr.
+const CarriedFile* carried_file(const std::vector<CarriedFile>& files, const char* name) {
+  for (const CarriedFile& file : files)
+    if (file.name == name) return &file;
+  return nullptr;
+}
+
+/// bos_token_id, eos_token_id and pad_token_id for an exported config.json (those found; see
+/// export_hf): from `tokenizer`'s carried config.json, else its tokenizer_config.json's tokens
+/// looked up in its tokenizer.json, else `model`'s carried config.json. A tokenizer_config.json
+/// token is a string or an object with a "content" string; one tokenizer.json does not hold is
+/// left out.
+Json special_token_ids(const std::vector<CarriedFile>& tokenizer, const std::vector<CarriedFile>& model) {
+  static constexpr std::pair<const char*, const char*> kKeys[] = {
+      {"bos_token_id", "bos_token"}, {"eos_token_id", "eos_token"}, {"pad_token_id", "pad_token"}};
+  Json ids = Json::object();
+  auto from_config = [&](const CarriedFile* file) {
+    if (!file) return;
+    const Json source = Json::parse(file->bytes);  // checked as a JSON object when read
+    for (const auto& [key, token] : kKeys)
+      if (!ids.contains(key) && source.contains(key)) ids[key] = source.at(key);
+  };
+  from_config(carried_file(tokenizer, kSourceConfigName));
+  const CarriedFile* tokenizer_config = carried_file(tokenizer, "tokenizer_config.json");
+  const CarriedFile* tokenizer_json = carried_file(tokenizer, "tokenizer.json");
+  if (tokenizer_config && tokenizer_json) {
+    const Json config = Json::parse(tokenizer_config->bytes);
+    std::unordered_map<std::string, int64_t> vocabulary;
+    try {
+      vocabulary = tokenizer_token_ids(tokenizer_json->bytes, "tokenizer.json");
+    } catch (const std::invalid_argument&) {  // a vocabulary that cannot be read names no id
+    }
+    for (const auto& [key, token] : kKeys) {
+      if (ids.contains(key) || !config.contains(token)) continue;
+      const Json& spelled = config.at(token);
+      const Json* content = spelled.is_object() && spelled.contains("content") ? &spelled.at("content") : &spelled;
+      if (!content->is_string()) continue;  // null: the tokenizer has none
+      if (const auto it = vocabulary.find(content->get<std::string>()); it != vocabulary.end()) ids[key] = it->second;
+    }
+  }
+  from_config(carried_file(model, kSourceConfigName));
+  return ids;
+}
+
 /// A path the export cannot write: the user's to change (exit 2), or a disk that fails (exit 1).
 [[noreturn]] void refuse_export_path(const std::string& out_dir, const std::string& what, int error_number) {
   if (error_number == ENOSPC || error_number == EDQUOT || error_number == EIO) throw FileWriteError("export: " + what);
@@ -599,23 +649,12 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
       else if (source.contains("model_type") && source.at("model_type").is_string())  // transformers' default
         max_positions = std::max(max_positions, hf_default_max_positions(source.at("model_type").get<std::string>()));
     }
-  // The special token ids, from the config.json beside the tokenizer exported (--tokenizer DIR's),
-  // else from the model's own (carried by the checkpoint): without them transformers takes
-  // LlamaConfig's bos 1 and eos 2 (Qwen3Config's none), which generate() uses where no
-  // generation_config.json travels with the export.
-  auto source_config = [](const std::vector<CarriedFile>& files) -> const CarriedFile* {
-    for (const CarriedFile& file : files)
-      if (file.name == std::string(kSourceConfigName)) return &file;
-    return nullptr;
-  };
-  const CarriedFile* ids_from = source_config(tokenizer_files);
-  if (!ids_from) ids_from = source_config(carried);  // a tokenizer-only directory
-  Json token_ids = Json::object();
-  if (ids_from) {
-    const Json source = Json::parse(ids_from->bytes);  // checked as a JSON object when read
-    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
-      if (source.contains(key)) token_ids[key] = source.at(key);
-  }
+  // The special token ids: without them transformers takes LlamaConfig's bos 1 and eos 2
+  // (Qwen3Config's none), which generate() uses where no generation_config.json travels with the
+  // export. Each from the first that has it: the config.json beside the tokenizer exported (its
+  // model's, carried; --tokenizer DIR's), that tokenizer's tokenizer_config.json (its bos_token,
+  // eos_token and pad_token, as tokenizer.json numbers them), the model's own config.json.
+  const Json token_ids = special_token_ids(tokenizer_files, carried);
   // A YaRN scaling is set to reach factor x its original context: transformers warns when
   // max_position_embeddings / original_max_position_embeddings differs from the factor.
   if (const RopeScaling& r = cfg.model.rope_scaling; r.kind == RopeScalingKind::Yarn)

@@ -89,7 +89,8 @@ inline bool hf_weights_file(const std::string& name) {
 }
 
 /// The files a Hugging Face model directory (or a checkpoint's step folder, which carries them)
-/// hands on: tokenizer.json, tokenizer_config.json, special_tokens_map.json, tokenizer.model and
+/// hands on: tokenizer.json, tokenizer_config.json, special_tokens_map.json, tokenizer.model,
+/// vocab.json, merges.txt, added_tokens.json, chat_template.jinja, chat_template.json and
 /// generation_config.json, each that `dir` holds, and its config.json as kSourceConfigName (or a
 /// checkpoint's kSourceConfigName), read whole (bounded). What a run's checkpoints carry and what an
 /// export copies (kSourceConfigName aside). A name that is a directory, a FIFO or an oversized

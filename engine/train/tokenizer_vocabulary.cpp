@@ -1,5 +1,5 @@
 // Counting a tokenizer.json's vocabulary as `tokenizers` does (see tokenizer_vocabulary.h).
-// defines: tokenizer_vocabulary, model_tokenizer_vocabulary
+// defines: tokenizer_token_ids, tokenizer_vocabulary, model_tokenizer_vocabulary
 #include "engine/train/tokenizer_vocabulary.h"
 
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 
 namespace odyssey {
 
-int64_t tokenizer_vocabulary(const std::string& json, const std::string& path) {
+std::unordered_map<std::string, int64_t> tokenizer_token_ids(const std::string& json, const std::string& path) {
   std::string error;
   const std::optional<Json> doc = parse_json(json, &error);
   auto refuse = [&](const std::string& why) {
@@ -68,14 +68,17 @@ int64_t tokenizer_vocabulary(const std::string& json, const std::string& path) {
       added_ids[text] = id;
       largest_added = std::max(largest_added, id);
     }
-  // get_vocab(with_added_tokens=True): the model's tokens and the added ones, by token
-  int64_t largest = -1, distinct = static_cast<int64_t>(model_ids.size());
-  for (const auto& [text, id] : model_ids) largest = std::max(largest, id);
-  for (const auto& [text, id] : added_ids) {
-    largest = std::max(largest, id);
-    if (!model_ids.count(text)) ++distinct;
-  }
-  return std::max(largest + 1, distinct);
+  // get_vocab(with_added_tokens=True): the model's tokens and the added ones, by token (an added
+  // token of the model's vocabulary has the model's id)
+  for (const auto& [text, id] : added_ids) model_ids.emplace(text, id);
+  return model_ids;
+}
+
+int64_t tokenizer_vocabulary(const std::string& json, const std::string& path) {
+  const std::unordered_map<std::string, int64_t> ids = tokenizer_token_ids(json, path);
+  int64_t largest = -1;
+  for (const auto& [text, id] : ids) largest = std::max(largest, id);
+  return std::max(largest + 1, static_cast<int64_t>(ids.size()));
 }
 
 std::optional<int64_t> model_tokenizer_vocabulary(const std::string& hf_path) {

@@ -139,7 +139,7 @@ TEST_CASE("hf cli: an export of a YaRN model advertises the context its factor r
   CHECK(rope.at("original_max_position_embeddings").get<int64_t>() == 16);
 }
 
-TEST_CASE("hf cli: an export keeps the source's bos, eos and pad token ids", "[cli][hf]") {
+TEST_CASE("hf cli: an export keeps the source's bos, eos and pad token ids and its chat template", "[cli][hf]") {
   // The fixture copied with ids no config class defaults to; without them in the export,
   // transformers took LlamaConfig's bos 1 and eos 2 and generation had no end of sequence (where
   // no generation_config.json travels with it: this copy has none).
@@ -153,6 +153,9 @@ TEST_CASE("hf cli: an export keeps the source's bos, eos and pad token ids", "[c
   (*config)["eos_token_id"] = Json::array({7, 9});  // Llama 3.1's config gives a list
   (*config)["pad_token_id"] = 3;
   std::ofstream(source + "/config.json") << config->dump(2) << "\n";
+  // transformers 5 saves a chat template beside the tokenizer: carried by the run, exported
+  const std::string chat_template = "{% for m in messages %}{{ m['content'] }}</s>{% endfor %}\n";
+  std::ofstream(source + "/chat_template.jinja") << chat_template;
   const std::string preset = hf_preset("token_ids", source);
   const std::string dir = fresh_dir("hf_token_ids_run"), exported = fresh_dir("hf_token_ids_export");
   const Run train = run_odyssey("train " + preset + " --quiet --set training.steps=1 --out " + dir +
@@ -165,6 +168,7 @@ TEST_CASE("hf cli: an export keeps the source's bos, eos and pad token ids", "[c
   CHECK(written->at("eos_token_id") == Json::array({7, 9}));
   CHECK(written->at("pad_token_id") == Json(3));
   CHECK(written->at("architectures") == Json::array({"LlamaForCausalLM"}));  // the rest is the export's own
+  CHECK(read_text(exported + "/chat_template.jinja") == chat_template);
   // exported again with a tokenizer-only directory (no config.json beside it): the model's own ids
   const std::string tokenizer_dir = fresh_dir("hf_token_ids_tokenizer");
   std::filesystem::create_directories(tokenizer_dir);
@@ -176,6 +180,17 @@ TEST_CASE("hf cli: an export keeps the source's bos, eos and pad token ids", "[c
   CHECK(rewritten->at("bos_token_id") == Json(5));
   CHECK(rewritten->at("eos_token_id") == Json::array({7, 9}));
   CHECK(rewritten->at("pad_token_id") == Json(3));
+  // a tokenizer with its tokenizer_config.json: its bos and eos as its tokenizer.json numbers them
+  // ("the" 2, "</s>" 1); it names no pad token, which the model's config gives
+  std::ofstream(tokenizer_dir + "/tokenizer_config.json")
+      << R"({"bos_token": "the", "eos_token": {"content": "</s>", "special": true}, "pad_token": null})";
+  const std::string third = fresh_dir("hf_token_ids_export_third");
+  require_exit(run_odyssey("export " + dir + " --hf " + third + " --tokenizer " + tokenizer_dir), 0);
+  const auto from_tokenizer = parse_json(read_text(third + "/config.json"));
+  REQUIRE(from_tokenizer.has_value());
+  CHECK(from_tokenizer->at("bos_token_id") == Json(2));
+  CHECK(from_tokenizer->at("eos_token_id") == Json(1));
+  CHECK(from_tokenizer->at("pad_token_id") == Json(3));
 }
 
 TEST_CASE("hf cli: a tied bf16 checkpoint exports in bfloat16 and loads back into transformers", "[cli][hf]") {

@@ -44,6 +44,22 @@ TEST_CASE("tokenizer vocabulary: the largest id plus one or the distinct tokens,
                              "t.json") == 8);
 }
 
+TEST_CASE("tokenizer token ids: each token's id as tokenizers loads the file", "[tokenizer]") {
+  // (what an export numbers tokenizer_config.json's bos/eos/pad tokens by) the model's tokens keep
+  // theirs; an added token in the vocabulary keeps the vocabulary's; a new one takes the size, then
+  // the next, whatever the file's "id" says
+  const auto ids = tokenizer_token_ids(R"({"model": {"vocab": {"a": 0, "<s>": 1, "b": 2}},
+                                          "added_tokens": [{"id": 7, "content": "<s>"}, {"id": 40, "content": "</s>"},
+                                                           {"id": 41, "content": "<pad>"}]})",
+                                       "t.json");
+  CHECK(ids.size() == 5);
+  CHECK(ids.at("a") == 0);
+  CHECK(ids.at("<s>") == 1);
+  CHECK(ids.at("b") == 2);
+  CHECK(ids.at("</s>") == 3);
+  CHECK(ids.at("<pad>") == 4);
+}
+
 TEST_CASE("tokenizer vocabulary: a malformed tokenizer.json names the file and what is wrong", "[tokenizer]") {
   CHECK_THROWS_WITH(tokenizer_vocabulary("{broken", "m/tokenizer.json"),
                     Catch::Contains("m/tokenizer.json: parse error, not JSON"));
