@@ -586,7 +586,8 @@ std::vector<KeySpec> make_schema() {
   s.push_back(ODY_STRING(
       "output", output.export_hf, "export_hf",
       "After the last step, write the final checkpoint here as a Hugging Face model (config.json + safetensors); "
-      "a link, a file or a folder not empty there is refused before the run starts."));
+      "a link, a file, a folder not empty, or the run's own --out or a folder it lies in, is refused before the run "
+      "starts. A run stopped before its last step does not export, and says how to."));
   // The keys a checkpoint's state depends on (parameter shapes; how shards are cut and which
   // rank files exist). rope_theta and norm_eps shape nothing: context extension changes them.
   std::vector<const char*> state_keys(std::begin(kModelShapeKeys), std::end(kModelShapeKeys));

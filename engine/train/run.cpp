@@ -677,7 +677,16 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
                                     (opt.out_dir.empty() ? "no --out directory" : "--no-checkpoint") + ")");
       // the folder the export will write, checked as the export checks it: refused after the
       // training, the run had been spent for a model it could not write
-      if (!cfg.output.export_hf.empty() && shared.reports) check_export_target(cfg.output.export_hf);
+      if (!cfg.output.export_hf.empty() && shared.reports) {
+        check_export_target(cfg.output.export_hf);
+        // the run's own folder, or one it lies in, is not empty once the run has written into it
+        const std::string target = resolve_path(cfg.output.export_hf), run = resolve_path(opt.out_dir);
+        if (run == target || run.starts_with(target == "/" ? target : target + "/"))
+          throw std::invalid_argument(
+              "output.export_hf = \"" + cfg.output.export_hf + "\" is " +
+              (run == target ? "the run's own --out directory" : "a folder --out " + opt.out_dir + " lies in") +
+              ": the export needs an empty directory of its own (e.g. \"" + join_path(opt.out_dir, "hf") + "\")");
+      }
       // Nothing is started that the planner says cannot fit: the OOM killer or LibTorch's raw
       // allocation failure mid-step would be the user's only answer otherwise.
       if (!opt.force)
@@ -809,6 +818,12 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
       if (opt.log)
         opt.log("exported step " + std::to_string(done.step) + " as a Hugging Face model (" + done.dtype + ", " +
                 std::to_string(done.files.size()) + " files) to " + cfg.output.export_hf);
+    } else if (!cfg.output.export_hf.empty() && shared.reports && out.status == RunOutcome::Status::Stopped &&
+               opt.log) {
+      const std::string& to = cfg.output.export_hf;
+      opt.log("not exported to " + to + " (output.export_hf): the run stopped before its last step; --resume " +
+              opt.out_dir + " finishes it and exports, or `odyssey export " + opt.out_dir + " --hf " + to +
+              "` exports its last checkpoint now");
     }
   } catch (const std::exception& e) {
     out.status = RunOutcome::Status::Failed;

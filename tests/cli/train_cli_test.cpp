@@ -129,8 +129,10 @@ TEST_CASE("odyssey train: killed between steps, resumed, losses bit for bit", "[
 
 TEST_CASE("odyssey train: Ctrl-C stops at a step boundary with a checkpoint, resume continues", "[cli][train]") {
   const std::string args = kTiny + "--set training.steps=40 --quiet ";
-  const std::string dir = fresh_dir("sigint");
-  const pid_t pid = spawn_odyssey("train " + args + "--set output.checkpoint_every=2 --out " + dir, dir + ".log");
+  const std::string dir = fresh_dir("sigint"), exported = fresh_dir("sigint_export");
+  const std::string export_hf = "--set output.export_hf=" + exported + " ";
+  const pid_t pid =
+      spawn_odyssey("train " + args + export_hf + "--set output.checkpoint_every=2 --out " + dir, dir + ".log");
   REQUIRE(wait_for_checkpoint(pid, dir, 4));
   kill(pid, SIGINT);
   int status = 0;
@@ -146,9 +148,15 @@ TEST_CASE("odyssey train: Ctrl-C stops at a step boundary with a checkpoint, res
   // The checkpoint is at the step where it stopped: every step in metrics.jsonl is in it.
   const int64_t stopped_at = checkpoint_step(dir);
   CHECK(stopped_at == static_cast<int64_t>(losses(dir).size()));
-  const Run r = run_odyssey("train " + args + "--resume " + dir);
+  // a stopped run does not export, and says how to (it used to say nothing)
+  if (status_text == "stopped") {
+    CHECK_THAT(read_text(dir + ".log"), Catch::Contains("not exported to " + exported + " (output.export_hf)"));
+    CHECK(read_text(exported + "/config.json").empty());
+  }
+  const Run r = run_odyssey("train " + args + export_hf + "--resume " + dir);
   REQUIRE(r.code == 0);
   CHECK(losses(dir).size() == 40);
+  CHECK_THAT(r.out, Catch::Contains("exported step 40 as a Hugging Face model"));  // the resume finished it
 }
 
 TEST_CASE("odyssey bench --json: every variant with its ratio and peaks", "[cli][train]") {
@@ -537,6 +545,18 @@ TEST_CASE("odyssey train --no-checkpoint: a benchmark's run writes no checkpoint
   CHECK_THAT(into_full.err, Catch::Contains("export: " + full + " exists and is not empty"));
   CHECK(metrics_lines(spent) == 0);  // no step trained
   CHECK(checkpoint_step(spent) == -1);
+  // ... and into the run's own --out, or a folder it lies in, which the run fills before the export
+  // (it trained every step, then failed)
+  const std::string base = fresh_dir("export_into_own"), own = base + "/run";
+  for (const std::string& target : {own, base}) {
+    INFO(target);
+    const Run into_own = run_odyssey("train " + kTiny + "--set training.steps=2 --set training.warmup_steps=1 " +
+                                     "--set output.export_hf=" + target + " --quiet --out " + own);
+    require_exit(into_own, 2);
+    CHECK_THAT(into_own.err, Catch::Contains("output.export_hf = \"" + target + "\" is ") &&
+                                 Catch::Contains("the export needs an empty directory of its own"));
+    CHECK(metrics_lines(own) == 0);
+  }
 }
 
 TEST_CASE("odyssey train --kernel-profile: the last step's operators in a Chrome trace", "[cli][train]") {
