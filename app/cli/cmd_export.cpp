@@ -107,8 +107,16 @@ int run_export(int argc, char** argv, int first) {
   }
   if (run_dir.empty()) return bad("no run directory");
   if (out_dir.empty()) return bad("--hf OUT_DIR is required (the only export format)");
+  // a tokenizer.json or tokenizer.model named itself stands for its folder (as eval --tokenizer takes it)
+  if (const std::string name = options.tokenizer_dir.substr(options.tokenizer_dir.find_last_of('/') + 1);
+      (name == "tokenizer.json" || name == "tokenizer.model") && path_exists(options.tokenizer_dir) &&
+      !is_directory(options.tokenizer_dir))
+    options.tokenizer_dir = folder_of(options.tokenizer_dir);
+  if (!options.tokenizer_dir.empty() && !path_exists(options.tokenizer_dir))
+    return bad("--tokenizer " + options.tokenizer_dir + ": does not exist");
   if (!options.tokenizer_dir.empty() && !is_directory(options.tokenizer_dir))
-    return bad("--tokenizer " + options.tokenizer_dir + ": not a directory");
+    return bad("--tokenizer " + options.tokenizer_dir +
+               ": not a directory (name the folder of tokenizer.json, or the file itself)");
   // A directory without a tokenizer would export none, and drop the one the run carries.
   if (!options.tokenizer_dir.empty() && !path_exists(join_path(options.tokenizer_dir, "tokenizer.json")) &&
       !path_exists(join_path(options.tokenizer_dir, "tokenizer.model")))
@@ -141,6 +149,8 @@ int run_export(int argc, char** argv, int first) {
       for (const auto& f : done.files) std::cout << " " << f;
       std::cout << "\n";
     }
+    if (const std::string note = done.no_tokenizer_note(); !note.empty())
+      std::cerr << "odyssey export: " << note << "\n";
     return kExitOk;
   } catch (const CheckpointError& e) {
     std::cerr << "odyssey export: " << without_prefix(e.what()) << "\n";

@@ -1,6 +1,6 @@
 // Hugging Face weights in (HfWeights: find, check, then copy each rank's slice) and out
 // (export_hf: a run's rank files assembled per parameter, written as safetensors). See
-// hf_checkpoint.h. defines: hf_tensor_name, HfWeights, read_carried_files, export_hf
+// hf_checkpoint.h. defines: hf_tensor_name, HfWeights, read_carried_files, export_hf, HfExport::no_tokenizer_note
 #include "engine/train/hf_checkpoint.h"
 
 #include <fcntl.h>
@@ -590,9 +590,29 @@ ExportTarget check_export_target(const std::string& out_dir) {
   return target;
 }
 
+std::string HfExport::no_tokenizer_note() const {
+  for (const std::string& file : files)
+    if (file == "tokenizer.json" || file == "tokenizer.model") return "";
+  return "no tokenizer exported (the run carried none: a model flavor's run): AutoTokenizer cannot load the "
+         "directory; `odyssey export RUN_DIR --hf OUT_DIR --tokenizer DIR` adds DIR's";
+}
+
 HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const HfExportOptions& options) {
+  // what was named instead of a run directory, said as such
+  if (!path_exists(run_dir)) throw CheckpointError("export: " + run_dir + " does not exist");
+  if (!is_directory(run_dir)) throw CheckpointError("export: " + run_dir + " is a file, not a run directory");
   const auto info = read_checkpoint_info(run_dir);
-  if (!info) throw CheckpointError("export: " + run_dir + " has no checkpoint (no checkpoints/latest.json)");
+  if (!info) {
+    std::string why = " has no checkpoint (no checkpoints/latest.json)";
+    if (path_exists(join_path(run_dir, "rank0.bin")) && path_exists(join_path(run_dir, "config.toml")))
+      why = " is a checkpoint's folder: name the run directory, " + folder_of(folder_of(clean_path(run_dir))) +
+            " (its latest checkpoint is exported)";
+    else if (path_exists(join_path(run_dir, "config.json")) &&
+             (path_exists(join_path(run_dir, "model.safetensors")) ||
+              path_exists(join_path(run_dir, "model.safetensors.index.json"))))
+      why = " is a Hugging Face model directory already: export takes a run directory (odyssey train --out)";
+    throw CheckpointError("export: " + run_dir + why);
+  }
   const std::string config_file = join_path(info->path, "config.toml");
   const LoadedPreset saved = load_checkpoint_config(info->config_toml, config_file);  // the model's shape
   if (!saved.ok())

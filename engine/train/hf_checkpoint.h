@@ -114,6 +114,9 @@ struct HfExport {
   std::vector<std::string> files;  ///< written, relative to the output directory
   int64_t tensor_bytes = 0;        ///< weights written
   std::string dtype;
+  /// "" when a tokenizer was exported; else the note to print: AutoTokenizer cannot load the
+  /// directory, and the special token ids are transformers' defaults unless a config gave them
+  std::string no_tokenizer_note() const;
 };
 
 /// Where an export writes: `out`, the directory as named (clean_path), and `parent`, the folder it

@@ -815,9 +815,11 @@ RunOutcome run_training(const RunConfig& cfg, const RunOptions& opt) {
         is_bad_input);
     if (!cfg.output.export_hf.empty() && shared.reports && out.status == RunOutcome::Status::Finished) {
       const HfExport done = export_hf(opt.out_dir, cfg.output.export_hf);  // with the checkpoint's tokenizer
-      if (opt.log)
+      if (opt.log) {
         opt.log("exported step " + std::to_string(done.step) + " as a Hugging Face model (" + done.dtype + ", " +
                 std::to_string(done.files.size()) + " files) to " + cfg.output.export_hf);
+        if (const std::string note = done.no_tokenizer_note(); !note.empty()) opt.log(note);
+      }
     } else if (!cfg.output.export_hf.empty() && shared.reports && out.status == RunOutcome::Status::Stopped &&
                opt.log) {
       const std::string& to = cfg.output.export_hf;

@@ -185,7 +185,11 @@ TEST_CASE("hf cli: an export keeps the source's bos, eos and pad token ids and i
   std::ofstream(tokenizer_dir + "/tokenizer_config.json")
       << R"({"bos_token": "the", "eos_token": {"content": "</s>", "special": true}, "pad_token": null})";
   const std::string third = fresh_dir("hf_token_ids_export_third");
-  require_exit(run_odyssey("export " + dir + " --hf " + third + " --tokenizer " + tokenizer_dir), 0);
+  // (the tokenizer.json named itself: its folder, as eval --tokenizer takes it)
+  const Run with_tokenizer =
+      run_odyssey("export " + dir + " --hf " + third + " --tokenizer " + tokenizer_dir + "/tokenizer.json");
+  require_exit(with_tokenizer, 0);
+  CHECK(with_tokenizer.err.find("no tokenizer exported") == std::string::npos);
   const auto from_tokenizer = parse_json(read_text(third + "/config.json"));
   REQUIRE(from_tokenizer.has_value());
   CHECK(from_tokenizer->at("bos_token_id") == Json(2));

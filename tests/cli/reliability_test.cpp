@@ -529,6 +529,8 @@ TEST_CASE(
   const auto done = parse_json(r.out);
   REQUIRE(done.has_value());
   CHECK(done->at("files").size() > 2);  // sharded at 1 KB, with an index
+  // a flavor's run carries no tokenizer: said, with how to add one (it exported without a word)
+  CHECK_THAT(r.err, Catch::Contains("no tokenizer exported") && Catch::Contains("--tokenizer DIR"));
   CHECK(list_dir_names(root) == std::vector<std::string>{"b"});
   CHECK(std::ifstream(root + "/b/config.json").good());
   // A regular file where the output directory belongs.
@@ -548,5 +550,25 @@ TEST_CASE(
   r = run_odyssey("export " + run + " --hf " + root + "/d --tokenizer " + root + "/empty_tok");
   require_exit(r, 2);
   CHECK_THAT(r.err, Catch::Contains("--tokenizer " + root + "/empty_tok: holds no tokenizer.json or tokenizer.model"));
+  CHECK(list_dir_names(root) == std::vector<std::string>{"b", "empty_tok", "tok"});
+  // What is named instead of a run directory is said as such, not as "has no checkpoint".
+  const struct {
+    std::string named, says;
+  } not_runs[] = {
+      {root + "/nowhere", root + "/nowhere does not exist"},
+      {file, file + " is a file, not a run directory"},
+      {run + "/checkpoints/step_" + std::string("00000002"),
+       "is a checkpoint's folder: name the run directory, " + run},
+      {root + "/b", root + "/b is a Hugging Face model directory already"},
+  };
+  for (const auto& c : not_runs) {
+    INFO(c.named);
+    r = run_odyssey("export " + c.named + " --hf " + root + "/e");
+    require_exit(r, 2);
+    CHECK_THAT(r.err, Catch::Contains(c.says));
+  }
+  r = run_odyssey("export " + run + " --hf " + root + "/e --tokenizer " + root + "/no_tok");
+  require_exit(r, 2);
+  CHECK_THAT(r.err, Catch::Contains("--tokenizer " + root + "/no_tok: does not exist"));
   CHECK(list_dir_names(root) == std::vector<std::string>{"b", "empty_tok", "tok"});
 }
