@@ -71,7 +71,8 @@ constexpr const char* kHelp =
     "                   or the one RUN_DIR's checkpoint carries from the model.hf_path it was trained from)\n"
     "  --trials N       needle trials a cell, one passkey each (3; at most 1000)\n"
     "  --seed N         the passkeys' seed (1234)\n"
-    "  --first-bucket N the loss buckets: [0, N), [N, 4N), [4N, 16N), ... up to --seq-len (1K)\n"
+    "  --first-bucket N the loss buckets: [0, N), [N, 4N), [4N, 16N), ... up to --seq-len (1K, or\n"
+    "                   --seq-len / 16 where that is less)\n"
     "  --needle-min N   the needle grid's shortest context, doubled up to --seq-len (1K)\n"
     "  --max-sequences N  evaluate only the file's first N sequences\n"
     "  --no-needle      the loss by position only\n"
@@ -133,7 +134,8 @@ struct EvalArgs {
   std::string source, data, out, preset, tokenizer;
   std::vector<Override> overrides;
   std::vector<std::string> set_texts;  ///< each --set as given ("model.flavor=llama3-8b"), for messages
-  int64_t seq_len = 0, trials = 3, first_bucket = 1024, needle_min = 1024, max_sequences = 0;
+  int64_t seq_len = 0, trials = 3, needle_min = 1024, max_sequences = 0;
+  int64_t first_bucket = 0;  ///< 0 until read: --first-bucket, else 1K or --seq-len / 16, the smaller
   uint64_t seed = 1234;
   bool json = false, overwrite = false, needle = true, quiet = false;
 };
@@ -226,6 +228,9 @@ EvalArgs parse(int argc, char** argv, int first) {
   if (a.source.empty()) throw BadInput("no RUN_DIR or HF_DIR");
   if (a.data.empty()) throw BadInput("--data FILE (a documents file of `odyssey prepare`) is required");
   if (a.seq_len == 0) throw BadInput("--seq-len N (the longest context to evaluate) is required");
+  // 1K, or a sixteenth of a shorter --seq-len: three buckets at least ([0, F), [F, 4F), [4F, 16F)),
+  // where 1K alone made one bucket of a 64-token evaluation
+  if (a.first_bucket == 0) a.first_bucket = std::clamp<int64_t>(a.seq_len / 16, 1, 1024);
   if (!a.needle && !needle_flags.empty())
     throw BadInput(needle_flags.front() + " sets up the needle grid, and --no-needle runs none: drop one of them");
   return a;
@@ -823,7 +828,8 @@ int run_eval(int argc, char** argv, int first) {
             fixed_tokens >= lengths.front() + 1)
           throw BadInput("--needle-min " + std::to_string(lengths.front()) + ": the needle, question and answer take " +
                          std::to_string(fixed_tokens) + " tokens (passkey " + q.passkey +
-                         "), which leave no filler: a --needle-min (and --seq-len) above that");
+                         "), which leave no filler: give --needle-min " + std::to_string(fixed_tokens) +
+                         " or more (and a --seq-len at least that)");
     }
     std::string error;
     int error_number = 0;
@@ -859,7 +865,7 @@ int run_eval(int argc, char** argv, int first) {
       weights = "step " + std::to_string(source.info->step) + " of " + a.source;
     } else {
       hf.emplace(a.source, cfg.model);
-      weights = a.source + " (" + hf->describe() + ")";
+      weights = hf->describe();  // "DIR (1 file, 21 tensors, F32)"
     }
     const bool tty = ::isatty(STDERR_FILENO) && !a.quiet;
     auto progress = [&](const char* what) {

@@ -385,6 +385,11 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   CHECK(std::abs(h->at("loss").get<double>() - j->at("loss").get<double>()) <= 1e-4 * j->at("loss").get<double>());
   CHECK(h->at("needle").is_null());
   check_studio_fixture("hf_no_needle", *h);
+  // in text, the header names the directory once, with what it holds (it read "hf (hf (1 file, ...)")
+  r = run_odyssey("eval " + hf + " --data " + heldout + " --seq-len 128 --first-bucket 8 --no-needle --out " + dir +
+                  "/hf_eval_text --set training.device=cpu --set training.dtype=float32");
+  require_exit(r, 0);
+  CHECK_THAT(r.out, Catch::Contains("odyssey eval " + hf + " (1 file, ") && !Catch::Contains("(" + hf + " ("));
 
   // A run trained from that directory carries its tokenizer files in every checkpoint: eval of the
   // run finds the tokenizer without --tokenizer (the grid --tokenizer gave above), a resume from the
@@ -434,6 +439,24 @@ TEST_CASE("odyssey eval: a trained run's loss by position bucket, needle grid an
   const auto exported_config = parse_json(read_text(exported + "/config.json"));
   REQUIRE((source_config && exported_config));
   CHECK(exported_config->at("max_position_embeddings").get<int64_t>() == 4096);
+}
+
+TEST_CASE("odyssey eval: a short evaluation's default buckets start at a sixteenth of it", "[cli][eval]") {
+  // The default first bucket, 1K, made one bucket of a 64-token evaluation: it is 1K or a
+  // sixteenth of --seq-len, the smaller, so three buckets at least.
+  const EvalRun fixture = one_step_run("eval_default_buckets");
+  const Run r = run_odyssey("eval " + fixture.run_dir + " --data " + fixture.docs + " --seq-len 64 --no-needle --json");
+  require_exit(r, 0);
+  const auto j = parse_json(r.out);
+  REQUIRE(j.has_value());
+  const auto& buckets = j->at("buckets");
+  const std::vector<std::pair<int64_t, int64_t>> edges = {{0, 4}, {4, 16}, {16, 64}};
+  REQUIRE(buckets.size() == edges.size());
+  for (size_t b = 0; b < edges.size(); ++b) {
+    INFO("bucket " << b);
+    CHECK(buckets[b].at("from").get<int64_t>() == edges[b].first);
+    CHECK(buckets[b].at("to").get<int64_t>() == edges[b].second);
+  }
 }
 
 TEST_CASE("odyssey eval: SIGINT and SIGTERM end it at once, removing the folders it made (exit 130, 143)",
@@ -486,7 +509,8 @@ TEST_CASE("odyssey eval: bad input names the flag or file and exits 2", "[cli][e
        "--seed 18446744073709551615: must be a whole number from 0 to 9223372036854775807"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64", "holds no tokenizer.json (a run trained from"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --tokenizer " + tokenizer + " --needle-min 16",
-       "--needle-min 16: the needle, question and answer take 38 tokens (passkey 54699)"},
+       "--needle-min 16: the needle, question and answer take 38 tokens (passkey 54699), which leave no filler: "
+       "give --needle-min 38 or more"},
       {"eval " + dir + " --data " + docs + " --seq-len 64", "neither a run directory"},
       {"eval " + dir + "/nothing --data " + docs + " --seq-len 64", "not a directory"},
       {"eval " + run_dir + " --data " + docs + " --seq-len 64 --preset presets/tiny-cpu.toml",
