@@ -122,8 +122,8 @@ int run_tune(int argc, char** argv, int first) {
     // input to change (exit 2), with what the advisor would change beyond [memory].
     // what the plan fits but the headroom does not, where there is any: the user's call (a smaller
     // --headroom), not the advisor's
-    const TuneCandidate* into_headroom = tuned.lowest_plan_fit();
-    const TuneCandidate* closest = into_headroom ? into_headroom : tuned.lowest_peak();
+    const TuneCandidate* closest = closest_to_fitting(tuned);
+    const bool into_headroom = closest && closest->peak.fits();
     std::cerr << "odyssey tune: nothing fits: none of the " << tuned.candidates.size() << " technique sets for " << path
               << " fits (" << setup_line(cfg) << ")";
     if (closest) std::cerr << "; the lowest peak, with " << closest->summary() << ": " << closest->verdict();

@@ -26,14 +26,15 @@ struct Unit {
 };
 Unit unit_for(int64_t largest) { return largest >= int64_t{1} << 30 ? Unit{} : Unit{1024.0 * 1024.0, "MiB"}; }
 
-/// `bytes` in `unit` ("92.31 GiB"), or "beyond 4 EiB" for a total at the planner's ceiling: a
-/// lower bound, which the terms live when the walk reached it sum past.
-std::string amount(const Unit& unit, int64_t bytes) {
-  return bytes >= kPlanBytesLimit ? "beyond 4 EiB" : printf_string("%.2f %s", unit(bytes), unit.name);
-}
-/// The same in a table's column, where the unit heads the column: "92.31", or "beyond 4 EiB".
+/// `bytes` in a table's column, where `unit` heads the column ("92.31"), or "beyond 4 EiB" for a
+/// total at the planner's ceiling: a lower bound, which the terms live when the walk reached it sum past.
 std::string amount_column(const Unit& unit, int64_t bytes) {
   return bytes >= kPlanBytesLimit ? "beyond 4 EiB" : printf_string("%.2f", unit(bytes));
+}
+/// The same in running text, with its unit: "92.31 GiB", or "beyond 4 EiB".
+std::string amount(const Unit& unit, int64_t bytes) {
+  const std::string column = amount_column(unit, bytes);
+  return bytes >= kPlanBytesLimit ? column : column + " " + unit.name;
 }
 
 int phase_block(const std::string& name) {
@@ -313,11 +314,10 @@ void print_plan(std::ostream& os, const std::string& path, const RunConfig& cfg,
   for (int c = 0; c < kPlanCategoryCount; ++c)
     os << printf_string("%-22s %12s%s\n", plan_category_names()[c], amount_column(gib, plan.category_bytes[c]).c_str(),
                         c == static_cast<int>(PlanCategory::Offloaded) ? "  (host, per rank)" : "");
-  if (plan.peak_bytes >= kPlanBytesLimit)
-    os << printf_string("%-22s %12s  (the categories above: the tensors live when it reached the ceiling)\n\n",
-                        "device total", "beyond 4 EiB");
-  else
-    os << printf_string("%-22s %12.2f\n\n", "device total", gib(plan.peak_bytes));
+  os << printf_string("%-22s %12s%s\n\n", "device total", amount_column(gib, plan.peak_bytes).c_str(),
+                      plan.peak_bytes >= kPlanBytesLimit
+                          ? "  (the categories above: the tensors live when it reached the ceiling)"
+                          : "");
 
   os << printf_string("%-60s %-20s %9s  %s\n", "term", "category", gib.name, "formula");
   for (const auto& term : plan.terms)
@@ -587,12 +587,16 @@ void write_tune_json(JsonWriter& w, const RunConfig& tuned_for, const TuneResult
   w.end_object();
 }
 
+const TuneCandidate* closest_to_fitting(const TuneResult& tuned) {
+  const TuneCandidate* into_headroom = tuned.lowest_plan_fit();
+  return into_headroom ? into_headroom : tuned.lowest_peak();
+}
+
 void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& tuned, int dropped_shown) {
   const TuneCandidate* choice = tuned.chosen();
   const TuneCandidate* runner_up = tuned.second();
   if (!choice) {
-    const TuneCandidate* into_headroom = tuned.lowest_plan_fit();
-    const TuneCandidate* closest = into_headroom ? into_headroom : tuned.lowest_peak();
+    const TuneCandidate* closest = closest_to_fitting(tuned);
     os << "fastest that fits (odyssey tune): none of " << tuned.candidates.size() << " technique sets fits";
     if (closest) os << "; the lowest peak: " << closest->summary() << ": " << closest->verdict();
     os << "\n";

@@ -1,6 +1,6 @@
 // Printing the planner's answers for odyssey plan / ladder / maxlen / tune: aligned GiB tables for
 // people and the JSON objects of the CLI contract. defines: write_plan_json, write_categories_json,
-// print_plan, print_ladder, print_maxlen, write_tune_candidate_json, write_tune_json, print_tune,
+// print_plan, print_ladder, print_maxlen, write_tune_candidate_json, write_tune_json, print_tune, closest_to_fitting,
 // setup_line, run_planner_command
 #pragma once
 
@@ -47,6 +47,9 @@ void write_tune_json(JsonWriter& w, const RunConfig& tuned_for, const TuneResult
 /// it stands; `dropped_shown` faster tables that do not fit after them (0: only their count), and
 /// every one the plan fits that only the tuner's headroom dropped.
 void print_tune(std::ostream& os, const RunConfig& tuned_for, const TuneResult& tuned, int dropped_shown);
+/// Where a tune has no choice, the set to name: the lowest peak the plan fits (only the tuner's
+/// headroom dropped it: a smaller --headroom takes it), else the lowest peak of all.
+const TuneCandidate* closest_to_fitting(const TuneResult& tuned);
 
 /// The human ladder table (one row per rung) and its notes.
 void print_ladder(std::ostream& os, const std::string& path, const RunConfig& cfg,

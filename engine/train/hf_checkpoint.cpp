@@ -661,14 +661,13 @@ HfExport export_hf(const std::string& run_dir, const std::string& out_dir, const
   // from advertised (its config.json, carried by the checkpoint), whichever is longer. A fine-tune
   // at 32K of a 128K model stays a 128K model for the tools that read max_position_embeddings.
   int64_t max_positions = cfg.training.seq_len;
-  for (const CarriedFile& file : carried)
-    if (file.name == std::string(kSourceConfigName)) {
-      const Json source = Json::parse(file.bytes);  // checked as a JSON object when read
-      if (source.contains("max_position_embeddings") && source.at("max_position_embeddings").is_number_integer())
-        max_positions = std::max(max_positions, source.at("max_position_embeddings").get<int64_t>());
-      else if (source.contains("model_type") && source.at("model_type").is_string())  // transformers' default
-        max_positions = std::max(max_positions, hf_default_max_positions(source.at("model_type").get<std::string>()));
-    }
+  if (const CarriedFile* file = carried_file(carried, kSourceConfigName)) {
+    const Json source = Json::parse(file->bytes);  // checked as a JSON object when read
+    if (source.contains("max_position_embeddings") && source.at("max_position_embeddings").is_number_integer())
+      max_positions = std::max(max_positions, source.at("max_position_embeddings").get<int64_t>());
+    else if (source.contains("model_type") && source.at("model_type").is_string())  // transformers' default
+      max_positions = std::max(max_positions, hf_default_max_positions(source.at("model_type").get<std::string>()));
+  }
   // The special token ids: without them transformers takes LlamaConfig's bos 1 and eos 2
   // (Qwen3Config's none), which generate() uses where no generation_config.json travels with the
   // export. Each from the first that has it: the config.json beside the tokenizer exported (its
